@@ -1,0 +1,1 @@
+"""`autoccl bench`: collective and training benchmarks, and reports."""

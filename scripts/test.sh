@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The project's one test command (README, and .ci/run runs exactly this).
+# Installs everything it needs on a fresh machine, builds the package (C++ with -Werror), lints,
+# builds and runs the C++ under AddressSanitizer+UBSan and ThreadSanitizer, then runs the test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+JOBS=${AUTOCCL_JOBS:-$(nproc)}
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "install autoccl and its test dependencies"
+"$PY" -m pip install -q --upgrade ".[test]"
+# CPU PyTorch for the benchmark harness's CPU tests (gloo backend).
+"$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install -q "torch==2.13.0"
+
+step "lint"
+"$PY" -m ruff check python tests benchmarks scripts
+"$PY" -m ruff format --check python tests benchmarks scripts
+"$PY" -m mypy python/autoccl
+
+for san in address thread; do
+  step "C++ under sanitizer: $san"
+  mkdir -p build
+  cmake -S . -B "build/san-$san" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAUTOCCL_SANITIZE=$san \
+        -DAUTOCCL_BUILD_PYTHON=OFF > "build/san-$san.configure.log" 2>&1 || { cat "build/san-$san.configure.log"; exit 1; }
+  cmake --build "build/san-$san" -j "$JOBS"
+  (cd "build/san-$san" && ctest --output-on-failure -j "$JOBS")
+  # The emulator suite again, with the sanitized plugin and emulator.
+  AUTOCCL_LIB_DIR="$PWD/build/san-$san/lib" AUTOCCL_SANITIZER=$san \
+    "$PY" -m pytest -q -m sanitize tests -p no:cacheprovider || [ $? -eq 5 ]
+done
+
+step "test suite"
+"$PY" -m pytest -q tests -p no:cacheprovider
