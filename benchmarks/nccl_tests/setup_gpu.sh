@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Sourced at the start of every GPU-machine call: records the machine, installs MPICH from the carried
+# wheel (.whl/mpich-*.whl) and builds NVIDIA's nccl-tests from its source carried in .carry/nccl-tests
+# (fetched from its public repository beside the project; never committed). Exports NT_BIN.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+T_SETUP=$SECONDS
+{
+  date -u +%FT%TZ; uname -a; nvidia-smi; nvidia-smi topo -m
+  python3 -c 'import torch, sys; print("python", sys.version.split()[0]); print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())), "gpus", torch.cuda.device_count())'
+  nvcc --version | tail -2
+} > "$OUT/machine.txt" 2>&1
+NGPU=$(nvidia-smi -L | wc -l); export NGPU
+
+python3 -m pip install -q --no-index --no-deps --prefix /opt/mpich .whl/mpich-*.whl || exit 1
+export PATH=/opt/mpich/bin:$PATH LD_LIBRARY_PATH=/opt/mpich/lib:${LD_LIBRARY_PATH:-}
+NCCL_PY=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')
+mkdir -p /tmp/ncclhome/lib && ln -sfn "$NCCL_PY/include" /tmp/ncclhome/include
+ln -sf "$NCCL_PY"/lib/libnccl.so.2 /tmp/ncclhome/lib/libnccl.so.2 && ln -sf libnccl.so.2 /tmp/ncclhome/lib/libnccl.so
+export LD_LIBRARY_PATH=/tmp/ncclhome/lib:$LD_LIBRARY_PATH
+GENCODE="-gencode=arch=compute_90,code=sm_90"
+(make -s -C .carry/nccl-tests/src -j8 BUILDDIR=/tmp/nt NCCL_HOME=/tmp/ncclhome CUDA_HOME=/usr/local/cuda \
+   NVCC_GENCODE="$GENCODE" > /tmp/nt-build.log 2>&1) &
+(make -s -C .carry/nccl-tests/src -j8 BUILDDIR=/tmp/nt_mpi MPI=1 MPI_HOME=/opt/mpich NAME_SUFFIX=_mpi \
+   NCCL_HOME=/tmp/ncclhome CUDA_HOME=/usr/local/cuda NVCC_GENCODE="$GENCODE" > /tmp/nt-mpi-build.log 2>&1) &
+wait
+cp /tmp/nt_mpi/*_perf_mpi /tmp/nt/ 2>/dev/null
+ls /tmp/nt/*_perf /tmp/nt/*_perf_mpi > /dev/null 2>&1 || { tail -30 /tmp/nt-build.log /tmp/nt-mpi-build.log; exit 1; }
+export NT_BIN=/tmp/nt
+echo "setup: ${NGPU} GPUs, nccl-tests built in $((SECONDS - T_SETUP)) s"
