@@ -1,0 +1,919 @@
+// autoccl-emu: plays NCCL's side of the tuner and profiler plugin interfaces against a real plugin
+// library (dlopen), for N ranks x M communicators, on a simulated GPU whose kernel times come from a
+// calibrated performance model. Writes one ground-truth JSONL record per collective and rank.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "../nccl/abi/nccl_plugin_abi.h"
+#include "nccl_model.h"
+#include "perf_model.h"
+#include "scenario.h"
+
+namespace emu {
+namespace {
+
+using ncclabi::EventDescr;
+using ncclabi::EventStateArgs;
+
+// ---------------------------------------------------------------- logging (NCCL's logger callback)
+std::atomic<int> gWarnCount{0};
+std::atomic<int> gInfoCount{0};
+bool gVerbose = false;
+std::mutex gErrMutex;
+
+void emuLogger(ncclabi::LogLevel level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof(buf), fmt ? fmt : "(null)", ap);
+  va_end(ap);
+  if (level == ncclabi::kLogWarn) {
+    gWarnCount.fetch_add(1);
+    std::lock_guard<std::mutex> lk(gErrMutex);
+    std::fprintf(stderr, "autoccl-emu: NCCL WARN %s\n", buf);
+  } else if (level == ncclabi::kLogInfo || level == ncclabi::kLogVersion || level == ncclabi::kLogTrace) {
+    gInfoCount.fetch_add(1);
+    if (gVerbose) {
+      std::lock_guard<std::mutex> lk(gErrMutex);
+      std::fprintf(stderr, "autoccl-emu: NCCL INFO [%lu %s:%d] %s\n", flags, file ? file : "?", line, buf);
+    }
+  } else if (level == ncclabi::kLogAbort) {
+    std::lock_guard<std::mutex> lk(gErrMutex);
+    std::fprintf(stderr, "autoccl-emu: NCCL ABORT %s\n", buf);
+  }
+}
+
+void emuError(const std::string& msg) {
+  std::lock_guard<std::mutex> lk(gErrMutex);
+  std::fprintf(stderr, "autoccl-emu: %s\n", msg.c_str());
+}
+
+// ---------------------------------------------------------------- plugin loading
+struct Plugin {
+  void* handle = nullptr;
+  const ncclabi::TunerV6* tuner6 = nullptr;
+  const ncclabi::TunerV5* tuner5 = nullptr;
+  const ncclabi::ProfilerV5* profiler = nullptr;
+  int tunerVersion = 0, profilerVersion = 0;
+  std::string tunerName, profilerName;
+
+  bool hasTuner() const { return tunerVersion != 0; }
+  ncclabi::TunerInitFn tInit() const { return tuner6 ? tuner6->init : tuner5->init; }
+  ncclabi::TunerGetCollInfoFn tGetCollInfo() const { return tuner6 ? tuner6->getCollInfo : tuner5->getCollInfo; }
+  ncclabi::TunerFinalizeFn tFinalize() const { return tuner6 ? tuner6->finalize : tuner5->finalize; }
+  ncclabi::TunerGetChunkSizeFn tGetChunkSize() const { return tuner6 ? tuner6->getChunkSize : nullptr; }
+};
+
+// NCCL dlopens the tuner and the profiler separately; the same path yields the same instance.
+bool loadPlugin(const std::string& path, int tunerWant, int profilerWant, bool noTuner, bool noProfiler,
+                Plugin* p) {
+  p->handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!p->handle) {
+    emuError(std::string("could not load plugin: ") + dlerror() + " (NCCL would run without a tuner)");
+    return false;
+  }
+  if (!noTuner) {
+    if (tunerWant == 0 || tunerWant == 6) {
+      p->tuner6 = static_cast<const ncclabi::TunerV6*>(dlsym(p->handle, "ncclTunerPlugin_v6"));
+      if (p->tuner6) p->tunerVersion = 6;
+    }
+    if (!p->tuner6 && (tunerWant == 0 || tunerWant == 5)) {
+      p->tuner5 = static_cast<const ncclabi::TunerV5*>(dlsym(p->handle, "ncclTunerPlugin_v5"));
+      if (p->tuner5) p->tunerVersion = 5;
+    }
+    if (p->tunerVersion) {
+      const char* n = p->tuner6 ? p->tuner6->name : p->tuner5->name;
+      p->tunerName = n ? n : "";
+      if (!p->tInit() || !p->tGetCollInfo() || !p->tFinalize()) {
+        emuError("tuner struct has NULL functions; ignoring the tuner");
+        p->tuner6 = nullptr;
+        p->tuner5 = nullptr;
+        p->tunerVersion = 0;
+      }
+    }
+  }
+  if (!noProfiler) {
+    if (profilerWant == 0 || profilerWant == 6) {
+      p->profiler = static_cast<const ncclabi::ProfilerV5*>(dlsym(p->handle, "ncclProfiler_v6"));
+      if (p->profiler) p->profilerVersion = 6;
+    }
+    if (!p->profiler && (profilerWant == 0 || profilerWant == 5)) {
+      p->profiler = static_cast<const ncclabi::ProfilerV5*>(dlsym(p->handle, "ncclProfiler_v5"));
+      if (p->profiler) p->profilerVersion = 5;
+    }
+    if (p->profiler) p->profilerName = p->profiler->name ? p->profiler->name : "";
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------- process-wide state
+int gActivationMask = 0;  // NCCL's process-global profiler activation mask
+constexpr uint64_t kCollEnableMask = ncclabi::kEvColl | ncclabi::kEvProxyOp | ncclabi::kEvProxyStep |
+                                     ncclabi::kEvKernelCh | ncclabi::kEvNetPlugin;
+
+struct Options {
+  std::string scenarioPath, pluginPath, modelPath, truthPath;
+  std::vector<int> ranks;
+  int tunerWant = 0, profilerWant = 0;
+  bool noPlugin = false, noTuner = false, noProfiler = false;
+};
+
+struct Config {
+  int algo = -1, proto = -1, maxChannels = 0, chunk = 0;
+  bool operator==(const Config& o) const {
+    return algo == o.algo && proto == o.proto && maxChannels == o.maxChannels && chunk == o.chunk;
+  }
+};
+
+// Cross-rank check inside one process: ranks of one comm must apply the same config for the same batch.
+struct DivergenceBoard {
+  std::mutex mu;
+  std::map<std::tuple<int, int, int, int>, std::pair<int, Config>> seen;  // (comm, instance, rep, batch)
+  std::atomic<int> count{0};
+  void check(int comm, int inst, int rep, int batch, int rank, const Config& c, const std::string& commName) {
+    std::lock_guard<std::mutex> lk(mu);
+    auto key = std::make_tuple(comm, inst, rep, batch);
+    auto it = seen.find(key);
+    if (it == seen.end()) {
+      seen[key] = {rank, c};
+      return;
+    }
+    if (!(it->second.second == c)) {
+      count.fetch_add(1);
+      const Config& o = it->second.second;
+      char buf[512];
+      std::snprintf(buf, sizeof(buf),
+                    "DIVERGENCE comm=%s group=%d batch=%d: rank %d applied %s/%s/%d/chunk=%d, rank %d applied "
+                    "%s/%s/%d/chunk=%d (real NCCL would hang or corrupt data)",
+                    commName.c_str(), inst, batch, it->second.first, algoName(o.algo), protoName(o.proto),
+                    o.maxChannels, o.chunk, rank, algoName(c.algo), protoName(c.proto), c.maxChannels, c.chunk);
+      emuError(buf);
+    }
+  }
+};
+
+// ---------------------------------------------------------------- kernel-event delivery ("proxy thread")
+struct ChannelEvent {
+  void* profCtx = nullptr;
+  void* parent = nullptr;
+  uint8_t channelId = 0;
+  uint64_t start = 0, stop = 0;
+  void* handle = nullptr;
+  bool started = false, done = false;
+  size_t unit = 0;
+};
+
+class Proxy {
+ public:
+  Proxy(const Plugin* plugin, int runahead, int reorder, uint64_t seed)
+      : plugin_(plugin), runahead_(runahead), reorder_(reorder), rng_(mix64(seed)) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~Proxy() { finish(); }
+
+  // Host side: enqueue one collective's channel events; blocks while the host is too far ahead.
+  void push(std::vector<ChannelEvent> evs) {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [this] { return pendingUnits_ < static_cast<size_t>(runahead_ + reorder_ + 1); });
+    size_t unit = nextUnit_++;
+    unitLeft_[unit] = evs.size() * 2;
+    for (ChannelEvent& e : evs) {
+      e.unit = unit;
+      items_.push_back(e);
+    }
+    pendingUnits_++;
+    unitOrder_.push_back(unit);
+    cv_.notify_all();
+  }
+  void flush() {
+    std::unique_lock<std::mutex> lk(mu_);
+    flushing_ = true;
+    cv_.notify_all();
+    cv_.wait(lk, [this] { return items_.empty(); });
+    flushing_ = false;
+  }
+  void finish() {
+    if (!thread_.joinable()) return;
+    flush();
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+      cv_.notify_all();
+    }
+    thread_.join();
+  }
+  uint64_t delivered() const { return delivered_; }
+
+ private:
+  const Plugin* plugin_;
+  int runahead_, reorder_;
+  uint64_t rng_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<ChannelEvent> items_;
+  std::deque<size_t> unitOrder_;
+  std::map<size_t, size_t> unitLeft_;
+  size_t pendingUnits_ = 0, nextUnit_ = 0;
+  bool flushing_ = false, stop_ = false;
+  uint64_t delivered_ = 0;
+  std::thread thread_;
+
+  // Units (collectives) whose events may go out: all but the newest `runahead` unless flushing.
+  size_t eligibleUnitLimit() const {
+    if (flushing_) return static_cast<size_t>(-1);
+    if (unitOrder_.size() <= static_cast<size_t>(runahead_)) return 0;
+    return unitOrder_[unitOrder_.size() - static_cast<size_t>(runahead_) - 1] + 1;  // unit ids < limit
+  }
+  void loop() {
+    std::unique_lock<std::mutex> lk(mu_);
+    for (;;) {
+      std::vector<size_t> candidates;
+      cv_.wait(lk, [&] {
+        if (stop_) return true;
+        candidates.clear();
+        size_t limit = eligibleUnitLimit();
+        for (size_t i = 0; i < items_.size() && candidates.size() < static_cast<size_t>(reorder_); ++i) {
+          const ChannelEvent& e = items_[i];
+          if (e.unit >= limit) break;
+          candidates.push_back(i);
+        }
+        return !candidates.empty();
+      });
+      if (stop_ && candidates.empty()) return;
+      rng_ = mix64(rng_);
+      size_t pick = candidates[rng_ % candidates.size()];
+      ChannelEvent& e = items_[pick];
+      bool isStart = !e.started;
+      // Deliver outside the lock: the plugin may take its own locks.
+      ChannelEvent copy = e;
+      if (isStart) e.started = true;
+      lk.unlock();
+      if (isStart) {
+        EventDescr d;
+        std::memset(&d, 0, sizeof(d));
+        d.type = ncclabi::kEvKernelCh;
+        d.parentObj = copy.parent;
+        d.kernelCh.channelId = copy.channelId;
+        d.kernelCh.pTimer = copy.start;
+        void* h = nullptr;
+        plugin_->profiler->startEvent(copy.profCtx, &h, &d);
+        copy.handle = h;
+      } else if (copy.handle) {
+        EventStateArgs a;
+        std::memset(&a, 0, sizeof(a));
+        a.kernelCh.pTimer = copy.stop;
+        plugin_->profiler->recordEventState(copy.handle, ncclabi::kStateKernelChStop, &a);
+        plugin_->profiler->stopEvent(copy.handle);
+      }
+      lk.lock();
+      delivered_++;
+      // Items are stable in the deque except for erasure, which only this thread does.
+      ChannelEvent& again = items_[pick];
+      const size_t unit = again.unit;
+      unitLeft_[unit]--;
+      if (isStart) {
+        again.handle = copy.handle;
+      } else {
+        items_.erase(items_.begin() + static_cast<long>(pick));
+      }
+      // A unit is complete when all its events (2 per channel) went out.
+      while (!unitOrder_.empty() && unitLeft_[unitOrder_.front()] == 0) {
+        unitLeft_.erase(unitOrder_.front());
+        unitOrder_.pop_front();
+        pendingUnits_--;
+      }
+      cv_.notify_all();
+    }
+  }
+};
+
+// ---------------------------------------------------------------- per rank simulation
+struct CommState {
+  int index = 0;
+  const CommSpec* spec = nullptr;
+  int commRank = 0;
+  CommModel model;
+  void* tunerCtx = nullptr;
+  void* profCtx = nullptr;
+  bool tunerOk = false, profOk = false;
+  ncclabi::TunerConstants constants{};
+  uint64_t seq[kFuncs] = {};
+  std::map<std::tuple<int, size_t, int>, int> callIndex;  // (func, nBytes, pipe) -> next call index
+  std::map<int, std::vector<std::string>> captured;       // group -> truth templates of the capture
+  std::map<int, std::vector<std::pair<uint64_t, double>>> capturedDur;
+};
+
+struct Shared {
+  const Scenario* sc = nullptr;
+  const Options* opt = nullptr;
+  const Plugin* plugin = nullptr;
+  const PerfModel* model = nullptr;
+  int algoEnable[kFuncs * kAlgos];
+  int protoEnable[kFuncs * kProtos];
+  int minCtas = 0, maxCtas = 0;
+  DivergenceBoard board;
+  std::atomic<int> violations{0};
+  std::atomic<int> errors{0};
+  std::atomic<long> calls{0};
+  std::mutex truthMu;
+  std::vector<std::string> truth;
+};
+
+void violation(Shared& sh, const std::string& msg) {
+  sh.violations.fetch_add(1);
+  emuError("VIOLATION " + msg);
+}
+
+struct Task {
+  int op = 0;  // index of the call within its group
+  CallSpec call;
+};
+
+class RankRunner {
+ public:
+  RankRunner(Shared& sh, int grank) : sh_(sh), grank_(grank) {}
+
+  void run() {
+    const Scenario& sc = *sh_.sc;
+    gpuNs_ = 1700000000000000000ULL + static_cast<uint64_t>(grank_) * 7777777ULL;
+    if (sh_.plugin->profilerVersion)
+      proxy_ = std::make_unique<Proxy>(sh_.plugin, sc.runahead, sc.reorder, sc.seed * 31 + static_cast<uint64_t>(grank_));
+    // Communicator creation, in scenario order: profiler init, then tuner init, same thread, same hash.
+    for (size_t c = 0; c < sc.comms.size(); ++c) {
+      const CommSpec& spec = sc.comms[c];
+      auto it = std::find(spec.ranks.begin(), spec.ranks.end(), grank_);
+      if (it == spec.ranks.end()) continue;
+      auto cs = std::make_unique<CommState>();
+      cs->index = static_cast<int>(c);
+      cs->spec = &spec;
+      cs->commRank = static_cast<int>(it - spec.ranks.begin());
+      if (!initComm(*cs)) return;
+      comms_[static_cast<int>(c)] = std::move(cs);
+    }
+    for (auto& [comm, inst] : sc.rankSchedule(grank_)) {
+      if (failed_) break;
+      playGroup(*comms_[comm], sc.programs[static_cast<size_t>(comm)][static_cast<size_t>(inst)]);
+    }
+    if (proxy_) proxy_->finish();
+    for (auto& [idx, cs] : comms_) {
+      if (cs->tunerOk) sh_.plugin->tFinalize()(cs->tunerCtx);
+      if (cs->profOk) sh_.plugin->profiler->finalize(cs->profCtx);
+    }
+    std::lock_guard<std::mutex> lk(sh_.truthMu);
+    for (std::string& s : lines_) sh_.truth.push_back(std::move(s));
+  }
+
+ private:
+  Shared& sh_;
+  int grank_;
+  uint64_t gpuNs_ = 0;
+  bool failed_ = false;
+  std::unique_ptr<Proxy> proxy_;
+  std::map<int, std::unique_ptr<CommState>> comms_;
+  std::vector<std::string> lines_;
+
+  bool initComm(CommState& cs) {
+    const Plugin& pl = *sh_.plugin;
+    const int nRanks = static_cast<int>(cs.spec->ranks.size());
+    cs.model.nRanks = nRanks;
+    cs.model.nNodes = cs.spec->nNodes;
+    int ch = cs.spec->channels;
+    if (sh_.minCtas > 0) ch = std::max(ch, std::min(sh_.minCtas, kMaxChannels));
+    if (sh_.maxCtas > 0) ch = std::min(ch, sh_.maxCtas);
+    cs.model.nChannels = std::max(1, std::min(ch, kMaxChannels));
+    defaultTunerConstants(&cs.constants);
+    if (pl.profiler) {
+      std::string name = cs.spec->name;
+      int r = pl.profiler->init(&cs.profCtx, cs.spec->hash, &gActivationMask, name.c_str(), cs.spec->nNodes, nRanks,
+                                cs.commRank, emuLogger);
+      cs.profOk = r == ncclabi::kSuccess;  // a failing profiler init only disables profiling for this comm
+      if (!cs.profOk) cs.profCtx = nullptr;
+    }
+    if (pl.hasTuner()) {
+      ncclabi::NvlDomainInfo nvl{cs.spec->nNodes, nRanks / cs.spec->nNodes, nRanks / cs.spec->nNodes};
+      int r = pl.tInit()(&cs.tunerCtx, cs.spec->hash, static_cast<size_t>(nRanks),
+                         static_cast<size_t>(cs.spec->nNodes), emuLogger, &nvl, &cs.constants);
+      if (r != ncclabi::kSuccess) {
+        sh_.errors.fetch_add(1);
+        emuError("tuner init failed for comm " + cs.spec->name + " rank " + std::to_string(cs.commRank) +
+                 ": NCCL fails communicator creation");
+        failed_ = true;
+        return false;
+      }
+      cs.tunerOk = true;
+    }
+    cs.model.tune(cs.constants, sh_.algoEnable, sh_.protoEnable);
+    return true;
+  }
+
+  struct Batch {
+    int func;
+    std::vector<Task> tasks;
+    size_t bytes = 0;
+  };
+
+  static std::string hex(uint64_t v) {
+    char b[32];
+    std::snprintf(b, sizeof(b), "%016llx", static_cast<unsigned long long>(v));
+    return b;
+  }
+
+  void playGroup(CommState& cs, const Scenario::Instance& inst) {
+    const Scenario& sc = *sh_.sc;
+    const GroupSpec& g = sc.groups[static_cast<size_t>(inst.group)];
+    const double load = g.load >= 0 ? g.load : sc.load;
+    if (inst.replay) {
+      replay(cs, inst, load);
+      return;
+    }
+    const bool capture = g.graph != 0;
+    const Plugin& pl = *sh_.plugin;
+    const int mask = __atomic_load_n(&gActivationMask, __ATOMIC_RELAXED);  // re-read at every group
+    const bool prof = cs.profOk;
+    void* groupApi = nullptr;
+    if (prof && (mask & ncclabi::kEvGroupApi)) {
+      EventDescr d;
+      std::memset(&d, 0, sizeof(d));
+      d.type = ncclabi::kEvGroupApi;
+      d.rank = cs.commRank;
+      d.groupApi.graphCaptured = capture ? 1 : 0;
+      d.groupApi.groupDepth = 1;
+      pl.profiler->startEvent(cs.profCtx, &groupApi, &d);
+    }
+    std::vector<void*> collApi(g.calls.size(), nullptr);
+    if (prof && (mask & ncclabi::kEvCollApi)) {
+      for (size_t i = 0; i < g.calls.size(); ++i) {
+        EventDescr d;
+        std::memset(&d, 0, sizeof(d));
+        d.type = ncclabi::kEvCollApi;
+        d.parentObj = groupApi;
+        d.rank = cs.commRank;
+        d.collApi.func = ncclFuncString(g.calls[i].func);
+        d.collApi.count = g.calls[i].bytes / static_cast<size_t>(g.elemSize);
+        d.collApi.datatype = g.dtype.c_str();
+        d.collApi.graphCaptured = capture;
+        pl.profiler->startEvent(cs.profCtx, &collApi[i], &d);
+        if (collApi[i]) pl.profiler->stopEvent(collApi[i]);
+      }
+    }
+    // Aggregation: tasks sorted by size descending, binned per function in order of first appearance,
+    // each bin walked ascending; consecutive tasks within 4x of the bin's first are merged.
+    std::vector<Task> tasks;
+    for (size_t i = 0; i < g.calls.size(); ++i) tasks.push_back({static_cast<int>(i), g.calls[i]});
+    std::stable_sort(tasks.begin(), tasks.end(), [](const Task& a, const Task& b) { return a.call.bytes > b.call.bytes; });
+    std::vector<int> binOrder;
+    std::map<int, std::vector<Task>> bins;
+    for (const Task& t : tasks) {
+      if (!bins.count(t.call.func)) binOrder.push_back(t.call.func);
+      bins[t.call.func].push_back(t);
+    }
+    std::vector<Batch> batches;
+    for (int f : binOrder) {
+      std::vector<Task>& v = bins[f];
+      std::reverse(v.begin(), v.end());  // ascending
+      size_t i = 0;
+      while (i < v.size()) {
+        Batch b;
+        b.func = f;
+        size_t first = v[i].call.bytes;
+        b.tasks.push_back(v[i]);
+        b.bytes = first;
+        ++i;
+        while (i < v.size() && v[i].call.bytes < 4 * first) {
+          b.tasks.push_back(v[i]);
+          b.bytes += v[i].call.bytes;
+          ++i;
+        }
+        batches.push_back(b);
+      }
+    }
+    const int numPipeOps = (static_cast<int>(g.calls.size()) + cs.model.nChannels - 1) / cs.model.nChannels;
+    std::vector<void*> collHandles;
+    struct Planned {
+      Config applied, def;
+      int usedChannels = 1;
+      int tunerChannels = 0;
+      int callIdx = 0;
+      int chunkCalls = 0;
+      uint64_t start = 0, stop = 0;
+      double mean = 0;
+      std::vector<std::pair<Task, uint64_t>> seqs;
+      std::vector<void*> handles;
+    };
+    std::vector<Planned> plans;
+    for (size_t bi = 0; bi < batches.size(); ++bi) {
+      Batch& b = batches[bi];
+      Planned pl_;
+      if (!decide(cs, b.func, b.bytes, numPipeOps, &pl_.applied, &pl_.def, &pl_.tunerChannels, &pl_.chunkCalls,
+                  &pl_.usedChannels)) {
+        failed_ = true;
+        return;
+      }
+      auto key = std::make_tuple(b.func, b.bytes, numPipeOps);
+      pl_.callIdx = cs.callIndex[key]++;
+      sh_.board.check(cs.index, inst.commIndex, inst.rep, static_cast<int>(bi), cs.commRank, pl_.applied, cs.spec->name);
+      plans.push_back(pl_);
+    }
+    // Profiler Coll events, in plan order, then their stops ("enqueued").
+    for (size_t bi = 0; bi < batches.size(); ++bi) {
+      Planned& p = plans[bi];
+      for (const Task& t : batches[bi].tasks) {
+        void* h = nullptr;
+        if (prof && (mask & kCollEnableMask)) {
+          EventDescr d;
+          std::memset(&d, 0, sizeof(d));
+          d.type = ncclabi::kEvColl;
+          d.parentObj = collApi[static_cast<size_t>(t.op)];
+          d.rank = cs.commRank;
+          d.coll.seqNumber = cs.seq[t.call.func];
+          d.coll.func = ncclFuncString(t.call.func);
+          d.coll.sendBuff = reinterpret_cast<const void*>(static_cast<uintptr_t>(0x10000 + t.op * 0x1000));
+          d.coll.recvBuff = reinterpret_cast<void*>(static_cast<uintptr_t>(0x20000 + t.op * 0x1000));
+          size_t elems = t.call.bytes / static_cast<size_t>(g.elemSize);
+          if (t.call.func == ncclabi::kAllGather || t.call.func == ncclabi::kReduceScatter)
+            elems /= static_cast<size_t>(cs.model.nRanks);
+          d.coll.count = elems;
+          d.coll.root = 0;
+          d.coll.datatype = g.dtype.c_str();
+          d.coll.nChannels = static_cast<uint8_t>(taskChannels(p.usedChannels, t.call));
+          d.coll.nWarps = static_cast<uint8_t>(warps(p.applied.algo, p.applied.proto));
+          d.coll.algo = ncclAlgoString(p.applied.algo);
+          d.coll.proto = ncclProtoString(p.applied.proto);
+          d.coll.parentGroup = groupApi;
+          sh_.plugin->profiler->startEvent(cs.profCtx, &h, &d);
+        }
+        p.handles.push_back(h);
+        p.seqs.emplace_back(t, cs.seq[t.call.func]);
+        bool inc = !capture || (prof && (groupApi || collApi[static_cast<size_t>(t.op)]) && (mask & ncclabi::kEvKernelCh));
+        if (inc) cs.seq[t.call.func]++;
+      }
+    }
+    for (Planned& p : plans)
+      for (void* h : p.handles)
+        if (h) sh_.plugin->profiler->stopEvent(h);
+    if (groupApi) sh_.plugin->profiler->stopEvent(groupApi);
+    // The GPU: batches run back to back; kernel-channel events go to the proxy thread.
+    for (size_t bi = 0; bi < batches.size(); ++bi) {
+      Planned& p = plans[bi];
+      const Batch& b = batches[bi];
+      p.mean = sh_.model->meanUs(b.func, cs.model.nRanks, b.bytes, p.applied.algo, p.applied.proto, p.usedChannels,
+                                 static_cast<size_t>(p.applied.chunk), load);
+      uint64_t key = mix64(sc.seed ^ mix64(cs.spec->hash ^ mix64((static_cast<uint64_t>(inst.commIndex) << 20) ^
+                                                                  (static_cast<uint64_t>(inst.rep) << 8) ^ bi)));
+      double us = p.mean * (sc.noise ? sh_.model->noiseFactor(key) : 1.0);
+      uint64_t dur = std::max<uint64_t>(1000, static_cast<uint64_t>(us * 1000.0));
+      p.start = gpuNs_ + sc.gapNs;
+      p.stop = p.start + dur;
+      gpuNs_ = p.stop;
+      if (capture) {
+        cs.capturedDur[inst.group].emplace_back(key, p.mean);
+      } else if (prof && proxy_ && (mask & ncclabi::kEvKernelCh)) {
+        std::vector<ChannelEvent> evs;
+        uint64_t jit = mix64(key ^ 0xabcdef);
+        for (size_t ti = 0; ti < b.tasks.size(); ++ti) {
+          int nch = taskChannels(p.usedChannels, b.tasks[ti].call);
+          for (int c = 0; c < nch; ++c) {
+            ChannelEvent e;
+            e.profCtx = cs.profCtx;
+            e.parent = p.handles[ti];
+            e.channelId = static_cast<uint8_t>(c % kMaxChannels);
+            jit = mix64(jit);
+            uint64_t j1 = (c == 0) ? 0 : jit % std::max<uint64_t>(1, std::min<uint64_t>(400, dur / 8));
+            uint64_t j2 = (c == nch - 1) ? 0 : (jit >> 32) % std::max<uint64_t>(1, std::min<uint64_t>(400, dur / 8));
+            e.start = p.start + j1;
+            e.stop = p.stop - j2;
+            evs.push_back(e);
+          }
+        }
+        proxy_->push(std::move(evs));
+      }
+      sh_.calls.fetch_add(static_cast<long>(b.tasks.size()));
+      for (size_t ti = 0; ti < b.tasks.size(); ++ti) {
+        const Task& t = b.tasks[ti];
+        std::string rec = record(cs, inst, g, static_cast<int>(bi), b, p.applied, p.def, p.usedChannels, p.tunerChannels,
+                                 p.callIdx, numPipeOps, t, p.seqs[ti].second, capture ? 1 : 0, p.start, p.stop, p.mean,
+                                 load);
+        lines_.push_back(rec);
+      }
+    }
+  }
+
+  void replay(CommState& cs, const Scenario::Instance& inst, double load) {
+    // A CUDA graph replay: no tuner call, no profiler event; the GPU time still passes.
+    const Scenario& sc = *sh_.sc;
+    auto it = cs.capturedDur.find(inst.group);
+    if (it == cs.capturedDur.end()) return;
+    size_t bi = 0;
+    for (auto& [key, mean] : it->second) {
+      uint64_t k2 = mix64(key ^ (static_cast<uint64_t>(inst.rep + 1) << 40));
+      double us = mean * (sc.noise ? sh_.model->noiseFactor(k2) : 1.0);
+      uint64_t dur = std::max<uint64_t>(1000, static_cast<uint64_t>(us * 1000.0));
+      uint64_t start = gpuNs_ + sc.gapNs;
+      gpuNs_ = start + dur;
+      char buf[256];
+      std::snprintf(buf, sizeof(buf),
+                    "{\"ev\":\"replay\",\"comm\":\"%s\",\"rank\":%d,\"grank\":%d,\"group\":%d,\"rep\":%d,\"batch\":%zu,"
+                    "\"dur_ns\":%llu,\"load\":%.3f}",
+                    cs.spec->name.c_str(), cs.commRank, grank_, inst.commIndex, inst.rep, bi,
+                    static_cast<unsigned long long>(dur), load);
+      lines_.push_back(buf);
+      ++bi;
+    }
+  }
+
+  static int warps(int algo, int proto) {
+    int nt = proto == kLL128 ? 640 : 512;
+    if (proto == kSimple && algo == kRing) nt += 32;
+    if (algo == kTree) nt = 640;
+    return nt / 32;
+  }
+  static int taskChannels(int maxCh, const CallSpec& c) {
+    // Channels a task spreads over: NCCL gives each channel at least 32 KiB of traffic.
+    size_t traffic = c.func == ncclabi::kAllReduce ? 2 * c.bytes : c.bytes;
+    size_t want = (traffic + (32u << 10) - 1) / (32u << 10);
+    return static_cast<int>(std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(maxCh), want)));
+  }
+
+  // getAlgoInfo + channel cap + chunk (v6), exactly the inputs and rules NCCL applies.
+  bool decide(CommState& cs, int func, size_t nBytes, int numPipeOps, Config* applied, Config* def, int* tunerCh,
+              int* chunkCalls, int* used) {
+    float table[kAlgos][kProtos];
+    cs.model.costTable(func, nBytes, numPipeOps, table);
+    float orig[kAlgos][kProtos];
+    std::memcpy(orig, table, sizeof(table));
+    // What NCCL alone would do.
+    if (!pickAlgoProto(orig, &def->algo, &def->proto)) {
+      sh_.errors.fetch_add(1);
+      emuError(std::string("no algorithm/protocol available for ") + ncclFuncString(func) + " (NCCL_ALGO/NCCL_PROTO)");
+      return false;
+    }
+    def->maxChannels = std::min(cs.model.defaultChannels(def->algo, def->proto, nBytes), cs.model.nChannels);
+    size_t bufMax = 0;
+    def->chunk = 0;
+    int nChannels = 0;
+    if (cs.tunerOk) {
+      int r = sh_.plugin->tGetCollInfo()(cs.tunerCtx, static_cast<ncclabi::Func>(func), nBytes, numPipeOps,
+                                         reinterpret_cast<float**>(table), kAlgos, kProtos, 0, &nChannels);
+      if (r != ncclabi::kSuccess) {
+        sh_.errors.fetch_add(1);
+        emuError("getCollInfo returned " + std::to_string(r) + ": NCCL fails the collective");
+        return false;
+      }
+    }
+    *tunerCh = nChannels;
+    if (!pickAlgoProto(table, &applied->algo, &applied->proto)) {
+      sh_.errors.fetch_add(1);
+      emuError(std::string("no algorithm/protocol left after the tuner for ") + ncclFuncString(func));
+      return false;
+    }
+    if (orig[applied->algo][applied->proto] < 0) {
+      violation(sh_, std::string("tuner made NCCL choose an unsupported pair ") + algoName(applied->algo) + "/" +
+                         protoName(applied->proto) + " for " + collName(func));
+    }
+    int nMax = cs.model.defaultChannels(applied->algo, applied->proto, nBytes);
+    if (nChannels < 0 || nChannels > 255) {
+      violation(sh_, "tuner set nChannels=" + std::to_string(nChannels));
+    } else if (nChannels > 0) {
+      nMax = nChannels;
+    }
+    applied->maxChannels = std::min(nMax, cs.model.nChannels);
+    *used = applied->maxChannels;
+    // Chunk per channel partition (lo / hi / mid) of the task, as NCCL >= 2.30.3 asks tuner v6.
+    const int ch = std::max(1, taskChannels(applied->maxChannels, CallSpec{func, nBytes}));
+    const size_t part = std::max<size_t>(1, nBytes / static_cast<size_t>(ch));
+    const int nParts = ch >= 3 ? 3 : ch;
+    size_t defChunk = cs.model.defaultChunk(func, def->algo, def->proto, part, &bufMax);
+    def->chunk = static_cast<int>(defChunk / CommModel::grainSize(def->proto) * CommModel::grainSize(def->proto));
+    size_t chunk0 = 0;
+    *chunkCalls = 0;
+    for (int i = 0; i < nParts; ++i) {
+      size_t bm = 0;
+      size_t c = cs.model.defaultChunk(func, applied->algo, applied->proto, part, &bm);
+      auto fn = sh_.plugin->tGetChunkSize();
+      if (cs.tunerOk && fn) {
+        size_t t = c;
+        int r = fn(cs.tunerCtx, static_cast<ncclabi::Func>(func), part, applied->algo, applied->proto, 1, &t);
+        (*chunkCalls)++;
+        if (r != ncclabi::kSuccess) {
+          sh_.errors.fetch_add(1);
+          emuError("getChunkSize returned " + std::to_string(r) + ": NCCL fails the collective");
+          return false;
+        }
+        c = std::min(t, bm);
+      }
+      c = c / CommModel::grainSize(applied->proto) * CommModel::grainSize(applied->proto);
+      if (c == 0) violation(sh_, "chunk size below the protocol grain");
+      if (i == 0) chunk0 = c;
+    }
+    applied->chunk = static_cast<int>(chunk0);
+    return true;
+  }
+
+  std::string record(const CommState& cs, const Scenario::Instance& inst, const GroupSpec& g, int batch, const Batch& b,
+                     const Config& a, const Config& d, int used, int tunerCh, int callIdx, int pipe, const Task& t,
+                     uint64_t seq, int graph, uint64_t start, uint64_t stop, double mean, double load) {
+    (void)g;
+    std::ostringstream o;
+    o << "{\"ev\":\"call\",\"comm\":\"" << cs.spec->name << "\",\"hash\":\"" << hex(cs.spec->hash)
+      << "\",\"rank\":" << cs.commRank << ",\"grank\":" << grank_ << ",\"nranks\":" << cs.model.nRanks
+      << ",\"group\":" << inst.commIndex << ",\"rep\":" << inst.rep << ",\"op\":" << t.op << ",\"batch\":" << batch
+      << ",\"batch_size\":" << b.tasks.size() << ",\"seq\":" << seq << ",\"coll\":\"" << collName(t.call.func)
+      << "\",\"bytes\":" << t.call.bytes << ",\"task_bytes\":" << b.bytes << ",\"pipe\":" << pipe
+      << ",\"call\":" << callIdx << ",\"algo\":\"" << algoName(a.algo) << "\",\"proto\":\"" << protoName(a.proto)
+      << "\",\"channels\":" << a.maxChannels << ",\"used_channels\":" << taskChannels(used, t.call)
+      << ",\"chunk\":" << a.chunk << ",\"tuner_channels\":" << tunerCh << ",\"def_algo\":\"" << algoName(d.algo)
+      << "\",\"def_proto\":\"" << protoName(d.proto) << "\",\"def_channels\":" << d.maxChannels
+      << ",\"def_chunk\":" << d.chunk << ",\"comm_channels\":" << cs.model.nChannels << ",\"graph\":" << graph
+      << ",\"start_ns\":" << start << ",\"stop_ns\":" << stop << ",\"dur_ns\":" << (stop - start)
+      << ",\"model_us\":" << mean << ",\"load\":" << load
+      << ",\"gemm_slow\":" << sh_.model->gemmSlowdown(used, load) << "}";
+    return o.str();
+  }
+};
+
+// ---------------------------------------------------------------- main
+void usage() {
+  std::fprintf(stderr,
+               "usage: autoccl-emu --scenario FILE --ranks R[,R..] [--plugin LIB | --no-plugin] [--model JSON]\n"
+               "                   [--truth OUT.jsonl] [--tuner-version auto|5|6] [--profiler-version auto|5|6]\n"
+               "                   [--no-tuner] [--no-profiler] [--verbose]\n"
+               "       autoccl-emu --eval [--model JSON]   (stdin: coll nranks bytes algo proto channels chunk load)\n");
+}
+
+int evalMode(const PerfModel& m) {
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::istringstream in(line);
+    std::string coll, algo, proto;
+    long long nranks = 0, bytes = 0, ch = 0, chunk = 0;
+    double load = 0;
+    if (!(in >> coll >> nranks >> bytes >> algo >> proto >> ch >> chunk >> load)) continue;
+    int f = parseColl(coll), a = parseAlgo(algo), p = parseProto(proto);
+    if (f < 0 || a < 0 || p < 0 || nranks < 1 || bytes < 0) {
+      std::printf("nan\n");
+      continue;
+    }
+    std::printf("%.6f\n", m.meanUs(f, static_cast<int>(nranks), static_cast<size_t>(bytes), a, p, static_cast<int>(ch),
+                                   static_cast<size_t>(chunk), load));
+  }
+  return 0;
+}
+
+int envInt(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return 0;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x <= 0 || x > 100000) return 0;
+  return static_cast<int>(x);
+}
+
+int mainImpl(int argc, char** argv) {
+  Options opt;
+  bool eval = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        usage();
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    auto version = [&](const std::string& v) {
+      if (v == "auto") return 0;
+      if (v == "5") return 5;
+      if (v == "6") return 6;
+      usage();
+      std::exit(2);
+    };
+    if (a == "--scenario") opt.scenarioPath = next();
+    else if (a == "--plugin") opt.pluginPath = next();
+    else if (a == "--model") opt.modelPath = next();
+    else if (a == "--truth") opt.truthPath = next();
+    else if (a == "--ranks") {
+      std::string r = next();
+      std::istringstream in(r);
+      std::string tok;
+      while (std::getline(in, tok, ',')) opt.ranks.push_back(std::atoi(tok.c_str()));
+    } else if (a == "--tuner-version") opt.tunerWant = version(next());
+    else if (a == "--profiler-version") opt.profilerWant = version(next());
+    else if (a == "--no-plugin") opt.noPlugin = true;
+    else if (a == "--no-tuner") opt.noTuner = true;
+    else if (a == "--no-profiler") opt.noProfiler = true;
+    else if (a == "--verbose") gVerbose = true;
+    else if (a == "--eval") eval = true;
+    else {
+      usage();
+      return 2;
+    }
+  }
+  PerfModel model = PerfModel::builtin();
+  if (!opt.modelPath.empty()) {
+    std::string err;
+    if (!model.loadFile(opt.modelPath, &err)) {
+      emuError(err);
+      return 2;
+    }
+  }
+  if (eval) return evalMode(model);
+  if (opt.scenarioPath.empty() || opt.ranks.empty()) {
+    usage();
+    return 2;
+  }
+  std::ifstream in(opt.scenarioPath);
+  if (!in) {
+    emuError("cannot read scenario " + opt.scenarioPath);
+    return 2;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Scenario sc;
+  std::string err;
+  if (!sc.parse(ss.str(), &err)) {
+    emuError(err);
+    return 2;
+  }
+  for (int r : opt.ranks) {
+    bool member = false;
+    for (const CommSpec& c : sc.comms) member |= std::find(c.ranks.begin(), c.ranks.end(), r) != c.ranks.end();
+    if (!member) {
+      emuError("rank " + std::to_string(r) + " is in no comm of the scenario");
+      return 2;
+    }
+  }
+  Shared sh;
+  sh.sc = &sc;
+  sh.opt = &opt;
+  sh.model = &model;
+  for (int& v : sh.algoEnable) v = 1;
+  for (int f = 0; f < kFuncs; ++f)
+    for (int p = 0; p < kProtos; ++p) sh.protoEnable[f * kProtos + p] = p == kLL128 ? 2 : 1;
+  if (const char* s = std::getenv("NCCL_PROTO")) {
+    if (!parseEnableList(s, nullptr, kProtos, sh.protoEnable, &err)) {
+      emuError("NCCL WARN " + err + " (NCCL fails communicator creation)");
+      return 2;
+    }
+  }
+  if (const char* s = std::getenv("NCCL_ALGO")) {
+    if (!parseEnableList(s, nullptr, kAlgos, sh.algoEnable, &err)) {
+      emuError("NCCL WARN " + err + " (NCCL fails communicator creation)");
+      return 2;
+    }
+  }
+  sh.minCtas = envInt("NCCL_MIN_CTAS") ? envInt("NCCL_MIN_CTAS") : envInt("NCCL_MIN_NCHANNELS");
+  sh.maxCtas = envInt("NCCL_MAX_CTAS") ? envInt("NCCL_MAX_CTAS") : envInt("NCCL_MAX_NCHANNELS");
+  Plugin plugin;
+  if (!opt.noPlugin && !opt.pluginPath.empty())
+    loadPlugin(opt.pluginPath, opt.tunerWant, opt.profilerWant, opt.noTuner, opt.noProfiler, &plugin);
+  sh.plugin = &plugin;
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int r : opt.ranks) threads.emplace_back([&sh, r] { RankRunner(sh, r).run(); });
+  for (std::thread& t : threads) t.join();
+  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!opt.truthPath.empty()) {
+    std::ofstream out(opt.truthPath);
+    for (const std::string& s : sh.truth) out << s << '\n';
+    if (!out) {
+      emuError("cannot write " + opt.truthPath);
+      return 2;
+    }
+  }
+  std::printf(
+      "{\"ev\":\"summary\",\"pid\":%d,\"ranks\":%zu,\"calls\":%ld,\"tuner\":%d,\"profiler\":%d,\"tuner_name\":\"%s\","
+      "\"profiler_name\":\"%s\",\"warns\":%d,\"divergences\":%d,\"violations\":%d,\"errors\":%d,\"wall_s\":%.3f,"
+      "\"model\":\"%s\"}\n",
+      static_cast<int>(getpid()), opt.ranks.size(), sh.calls.load(), plugin.tunerVersion, plugin.profilerVersion,
+      plugin.tunerName.c_str(), plugin.profilerName.c_str(), gWarnCount.load(), sh.board.count.load(),
+      sh.violations.load(), sh.errors.load(), wall, model.source.c_str());
+  std::fflush(stdout);
+  if (sh.errors.load()) return 1;
+  if (sh.board.count.load() || sh.violations.load()) return 3;
+  return 0;
+}
+
+}  // namespace
+}  // namespace emu
+
+int main(int argc, char** argv) { return emu::mainImpl(argc, argv); }

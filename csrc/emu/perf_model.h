@@ -1,0 +1,47 @@
+// The emulator's performance model: GPU time of one collective on the simulated machine as a function of
+// (collective, ranks, bytes, algorithm, protocol, channels, chunk, compute load), with log-normal noise and
+// rare outliers. Parameters come from a JSON file written by `python -m autoccl.emu.calibrate`; the same
+// formula lives in python/autoccl/emu/model.py (tests keep the two in agreement).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "nccl_model.h"
+
+namespace emu {
+
+struct PathParams {
+  double latUs = 6.0;         // fixed launch + sync latency
+  double stepUs = 1.0;        // per algorithm step (ring: 2(n-1) for AllReduce, n-1 otherwise)
+  double bwCh = 15.0;         // GB/s of bus bandwidth one channel adds
+  double bwMax = 360.0;       // GB/s ceiling of the path
+  double knee = 4.0;          // sharpness of the soft minimum between channels*bwCh and bwMax
+  double chunkOverheadUs = 0.1;  // per chunk and channel pass
+  double fill = 0.1;          // pipeline fill weight: (steps-1) chunks at per-channel speed
+};
+
+struct PerfModel {
+  PathParams paths[kAlgos][kProtos];
+  bool have[kAlgos][kProtos] = {};
+  double collScale[kFuncs] = {1, 1, 1, 1, 1};
+  double sigma = 0.03, outlierP = 0.005, outlierMin = 1.3, outlierMax = 2.5;
+  double commSlow = 0.8, commSlowPerCh = 0.0, gemmBase = 0.05, gemmPerCh = 0.3;
+  std::string source = "builtin";
+
+  static PerfModel builtin();
+  bool loadFile(const std::string& path, std::string* error);
+
+  static double busFactor(int func, int nRanks);
+  static int steps(int func, int algo, int nRanks);
+  double meanUs(int func, int nRanks, size_t bytes, int algo, int proto, int channels, size_t chunk,
+                double load) const;
+  // Multiplicative noise drawn deterministically from key (so every rank of a comm sees the same value).
+  double noiseFactor(uint64_t key) const;
+  double gemmSlowdown(int channels, double load) const;
+};
+
+uint64_t mix64(uint64_t x);
+
+}  // namespace emu

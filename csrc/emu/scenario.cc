@@ -1,0 +1,207 @@
+#include "scenario.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+
+#include "nccl_model.h"
+#include "perf_model.h"
+
+namespace emu {
+
+namespace {
+bool parseU64(const std::string& s, uint64_t* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(s.c_str(), &end, 0);
+  if (errno != 0 || *end != '\0' || s[0] == '-') return false;
+  *out = v;
+  return true;
+}
+bool parseInt(const std::string& s, int lo, int hi, int* out) {
+  uint64_t v = 0;
+  bool neg = !s.empty() && s[0] == '-';
+  if (!parseU64(neg ? s.substr(1) : s, &v) || v > 1000000000ULL) return false;
+  long long x = neg ? -static_cast<long long>(v) : static_cast<long long>(v);
+  if (x < lo || x > hi) return false;
+  *out = static_cast<int>(x);
+  return true;
+}
+bool parseDouble(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (*end != '\0' || !(v == v)) return false;
+  *out = v;
+  return true;
+}
+std::vector<std::string> splitOn(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(s);
+  while (std::getline(in, cur, sep)) out.push_back(cur);
+  return out;
+}
+}  // namespace
+
+bool Scenario::parse(const std::string& text, std::string* error) {
+  std::istringstream in(text);
+  std::string line;
+  int lineNo = 0;
+  bool header = false;
+  std::map<std::string, int> commIndex;
+  auto fail = [&](const std::string& msg) {
+    *error = "scenario line " + std::to_string(lineNo) + ": " + msg;
+    return false;
+  };
+  while (std::getline(in, line)) {
+    ++lineNo;
+    size_t hash = line.find('#');
+    if (hash != std::string::npos) line = line.substr(0, hash);
+    std::istringstream ls(line);
+    std::string kw;
+    if (!(ls >> kw)) continue;
+    std::vector<std::string> args;
+    std::string a;
+    while (ls >> a) args.push_back(a);
+    if (!header) {
+      if (kw != "autoccl-emu-scenario" || args.size() != 1 || args[0] != "1")
+        return fail("expected header 'autoccl-emu-scenario 1'");
+      header = true;
+      continue;
+    }
+    std::map<std::string, std::string> kv;
+    for (const std::string& arg : args) {
+      size_t eq = arg.find('=');
+      if (eq == std::string::npos) kv[""] = arg;
+      else kv[arg.substr(0, eq)] = arg.substr(eq + 1);
+    }
+    auto scalar = [&]() -> std::string { return args.size() == 1 ? args[0] : std::string(); };
+    if (kw == "seed") {
+      if (!parseU64(scalar(), &seed)) return fail("bad seed");
+    } else if (kw == "runahead") {
+      if (!parseInt(scalar(), 0, 100000, &runahead)) return fail("bad runahead");
+    } else if (kw == "reorder") {
+      if (!parseInt(scalar(), 1, 100000, &reorder)) return fail("bad reorder");
+    } else if (kw == "noise") {
+      if (!parseInt(scalar(), 0, 1, &noise)) return fail("bad noise");
+    } else if (kw == "load") {
+      if (!parseDouble(scalar(), &load) || load < 0) return fail("bad load");
+    } else if (kw == "gap_ns") {
+      if (!parseU64(scalar(), &gapNs)) return fail("bad gap_ns");
+    } else if (kw == "comm") {
+      CommSpec c;
+      c.name = kv["name"];
+      if (c.name.empty() || commIndex.count(c.name)) return fail("comm needs a unique name=");
+      if (!parseU64(kv["hash"], &c.hash)) return fail("comm needs hash=<int>");
+      for (const std::string& r : splitOn(kv["ranks"], ',')) {
+        int g = 0;
+        if (!parseInt(r, 0, 4095, &g)) return fail("bad ranks=");
+        if (std::find(c.ranks.begin(), c.ranks.end(), g) != c.ranks.end()) return fail("duplicate rank");
+        c.ranks.push_back(g);
+      }
+      if (c.ranks.empty()) return fail("comm needs ranks=");
+      if (kv.count("nnodes") && !parseInt(kv["nnodes"], 1, 4096, &c.nNodes)) return fail("bad nnodes");
+      if (kv.count("channels") && !parseInt(kv["channels"], 1, kMaxChannels, &c.channels)) return fail("bad channels");
+      commIndex[c.name] = static_cast<int>(comms.size());
+      comms.push_back(c);
+    } else if (kw == "group") {
+      GroupSpec g;
+      auto it = commIndex.find(kv["comm"]);
+      if (it == commIndex.end()) return fail("group names an unknown comm");
+      g.comm = it->second;
+      for (const std::string& c : splitOn(kv["colls"], ',')) {
+        size_t colon = c.find(':');
+        if (colon == std::string::npos) return fail("call must be coll:bytes");
+        CallSpec cs;
+        cs.func = parseColl(c.substr(0, colon));
+        uint64_t b = 0;
+        if (cs.func < 0 || !parseU64(c.substr(colon + 1), &b) || b == 0 || b > (1ULL << 40))
+          return fail("bad call " + c);
+        cs.bytes = static_cast<size_t>(b);
+        g.calls.push_back(cs);
+      }
+      if (g.calls.empty() || g.calls.size() > 4096) return fail("group needs 1..4096 colls=");
+      if (kv.count("repeat") && !parseInt(kv["repeat"], 1, 10000000, &g.repeat)) return fail("bad repeat");
+      if (kv.count("graph") && !parseInt(kv["graph"], 0, 1, &g.graph)) return fail("bad graph");
+      if (kv.count("load") && (!parseDouble(kv["load"], &g.load) || g.load < 0)) return fail("bad load");
+      if (kv.count("dtype")) {
+        const std::string& d = kv["dtype"];
+        if (d == "f32") { g.elemSize = 4; g.dtype = "ncclFloat32"; }
+        else if (d == "bf16") { g.elemSize = 2; g.dtype = "ncclBfloat16"; }
+        else if (d == "f16") { g.elemSize = 2; g.dtype = "ncclFloat16"; }
+        else if (d == "i8") { g.elemSize = 1; g.dtype = "ncclInt8"; }
+        else return fail("bad dtype");
+      }
+      groups.push_back(g);
+    } else if (kw == "order") {
+      OrderSpec o;
+      if (!parseInt(kv["rank"], 0, 4095, &o.rank)) return fail("bad order rank=");
+      o.policy = kv["policy"];
+      if (o.policy != "roundrobin" && o.policy != "reverse" && o.policy != "random" && o.policy != "sequential")
+        return fail("policy must be roundrobin|reverse|random|sequential");
+      orders.push_back(o);
+    } else {
+      return fail("unknown keyword '" + kw + "'");
+    }
+  }
+  if (!header) {
+    *error = "empty scenario";
+    return false;
+  }
+  if (comms.empty()) {
+    *error = "scenario has no comm";
+    return false;
+  }
+  programs.assign(comms.size(), {});
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const GroupSpec& g = groups[gi];
+    std::vector<Instance>& prog = programs[static_cast<size_t>(g.comm)];
+    if (g.graph) {
+      prog.push_back({static_cast<int>(gi), static_cast<int>(prog.size()), 0, false});
+      for (int r = 0; r < g.repeat; ++r) prog.push_back({static_cast<int>(gi), static_cast<int>(prog.size()), r, true});
+    } else {
+      for (int r = 0; r < g.repeat; ++r) prog.push_back({static_cast<int>(gi), static_cast<int>(prog.size()), r, false});
+    }
+  }
+  return true;
+}
+
+std::vector<std::pair<int, int>> Scenario::rankSchedule(int grank) const {
+  std::string policy = "roundrobin";
+  for (const OrderSpec& o : orders)
+    if (o.rank == grank) policy = o.policy;
+  std::vector<int> mine;
+  for (size_t c = 0; c < comms.size(); ++c)
+    if (std::find(comms[c].ranks.begin(), comms[c].ranks.end(), grank) != comms[c].ranks.end())
+      mine.push_back(static_cast<int>(c));
+  if (policy == "reverse") std::reverse(mine.begin(), mine.end());
+  std::vector<std::pair<int, int>> out;
+  std::vector<size_t> next(comms.size(), 0);
+  auto remaining = [&](int c) { return next[static_cast<size_t>(c)] < programs[static_cast<size_t>(c)].size(); };
+  if (policy == "sequential") {
+    for (int c : mine)
+      for (size_t i = 0; i < programs[static_cast<size_t>(c)].size(); ++i) out.emplace_back(c, static_cast<int>(i));
+    return out;
+  }
+  uint64_t rng = mix64(seed ^ (0x5151ULL + static_cast<uint64_t>(grank)));
+  for (;;) {
+    std::vector<int> live;
+    for (int c : mine)
+      if (remaining(c)) live.push_back(c);
+    if (live.empty()) break;
+    if (policy == "random") {
+      rng = mix64(rng);
+      int c = live[rng % live.size()];
+      out.emplace_back(c, static_cast<int>(next[static_cast<size_t>(c)]++));
+    } else {
+      for (int c : live) out.emplace_back(c, static_cast<int>(next[static_cast<size_t>(c)]++));
+    }
+  }
+  return out;
+}
+
+}  // namespace emu

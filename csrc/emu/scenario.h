@@ -1,0 +1,65 @@
+// Scenario files of the emulator: a flat, line-based format (see docs/emulator.md), written by the
+// Python driver (autoccl.emu.scenario) and parsed here.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace emu {
+
+struct CallSpec {
+  int func = 4;        // ncclFunc id
+  size_t bytes = 0;    // nBytes as NCCL hands it to the tuner (AllGather/ReduceScatter: the full buffer)
+};
+
+struct GroupSpec {
+  int comm = 0;                 // index into Scenario::comms
+  std::vector<CallSpec> calls;  // one ncclGroupStart/End with these collectives
+  int repeat = 1;
+  int graph = 0;                // 1: captured once (tuner + Coll events, no kernel events), replayed repeat times
+  double load = -1;             // compute-load factor; < 0: the scenario default
+  int elemSize = 4;
+  std::string dtype = "ncclFloat32";
+};
+
+struct CommSpec {
+  std::string name;
+  uint64_t hash = 0;
+  std::vector<int> ranks;  // global ranks, in comm-rank order
+  int nNodes = 1;
+  int channels = 24;       // NCCL's channel count for this comm before NCCL_MIN/MAX_CTAS
+};
+
+struct OrderSpec {
+  int rank = 0;
+  std::string policy = "roundrobin";  // roundrobin | reverse | random | sequential
+};
+
+struct Scenario {
+  uint64_t seed = 1;
+  int runahead = 2;      // timing of call k is delivered only after the host enqueued k+runahead
+  int reorder = 1;       // events are picked at random among the first `reorder` deliverable ones
+  int noise = 1;         // 0: noiseless model
+  double load = 0.0;
+  uint64_t gapNs = 2000;  // idle GPU time between consecutive kernels of a rank
+  std::vector<CommSpec> comms;
+  std::vector<GroupSpec> groups;
+  std::vector<OrderSpec> orders;
+
+  // One group instance of a comm's program (repeat expanded).
+  struct Instance {
+    int group;        // index into groups
+    int commIndex;    // position in the comm's program (identical on every rank)
+    int rep;
+    bool replay;      // graph replay (no tuner call)
+  };
+  std::vector<std::vector<Instance>> programs;  // per comm
+
+  bool parse(const std::string& text, std::string* error);
+  // The interleaving of the comm programs that global rank `grank` executes.
+  std::vector<std::pair<int, int>> rankSchedule(int grank) const;  // (comm, instance index)
+};
+
+}  // namespace emu
