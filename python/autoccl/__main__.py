@@ -1,0 +1,3 @@
+from autoccl.cli import main
+
+main()

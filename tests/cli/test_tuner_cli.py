@@ -1,0 +1,146 @@
+"""`autoccl env|run|cache` and the table format, without GPUs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from autoccl import tables
+from autoccl.cli import main
+
+SAMPLE = """# autoccl table v1
+fingerprint 0123456789abcdef
+meta gpu="NVIDIA H200" gpus=4 nccl=22809 ranks=4 nodes=1 created=2026-11-21T19:00:00Z
+task coll=allreduce bytes=67108864 pipe=1 algo=ring proto=simple channels=32 chunk=0 time_us=412.5
+"""
+
+
+@pytest.fixture
+def fake_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A plugin path for env/run tests that must not depend on the C++ build."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "libautoccl-nccl.so").write_bytes(b"")
+    monkeypatch.setenv("AUTOCCL_LIB_DIR", str(lib))
+    return lib / "libautoccl-nccl.so"
+
+
+def test_table_round_trip() -> None:
+    t = tables.parse_table(SAMPLE)
+    assert t.fingerprint == "0123456789abcdef"
+    assert t.meta["gpu"] == "NVIDIA H200"
+    assert t.tasks[0]["channels"] == "32"
+    again = tables.parse_table(t.dumps())
+    assert again == t
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "garbage",
+        "# autoccl table v1\n",  # no fingerprint
+        "# autoccl table v1\nfingerprint XYZ\n",
+        "# autoccl table v1\nfingerprint 0123456789abcdef\ntask bytes=1\n",  # task without coll
+        "# autoccl table v1\nfingerprint 0123456789abcdef\nbogus x=1\n",
+        '# autoccl table v1\nfingerprint 0123456789abcdef\nmeta gpu="unterminated\n',
+    ],
+)
+def test_corrupt_tables_are_rejected(text: str) -> None:
+    with pytest.raises(tables.TableError):
+        tables.parse_table(text)
+
+
+def test_env_prints_plugin_variables(fake_plugin: Path) -> None:
+    r = CliRunner().invoke(
+        main, ["env", "--mode", "fixed", "--fixed", "allreduce:ring/simple/8", "--channel-ceiling", "32"]
+    )
+    assert r.exit_code == 0, r.output
+    lines = dict(line.removeprefix("export ").split("=", 1) for line in r.output.splitlines())
+    assert lines["NCCL_TUNER_PLUGIN"] == lines["NCCL_PROFILER_PLUGIN"] == str(fake_plugin)
+    assert lines["AUTOCCL_MODE"] == "fixed"
+    assert lines["NCCL_NVLS_ENABLE"] == "0"
+    assert lines["NCCL_MIN_CTAS"] == lines["NCCL_MAX_CTAS"] == lines["AUTOCCL_MAX_CHANNELS"] == "32"
+
+
+def test_env_rejects_fixed_without_rules(fake_plugin: Path) -> None:
+    r = CliRunner().invoke(main, ["env", "--mode", "fixed"])
+    assert r.exit_code != 0
+    assert "rules" in r.output
+
+
+def test_env_without_plugin_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOCCL_LIB_DIR", str(tmp_path))
+    monkeypatch.setattr("autoccl._paths._PKG_DIR", tmp_path)
+    r = CliRunner().invoke(main, ["env"])
+    assert r.exit_code != 0
+    assert "libautoccl-nccl.so not found" in r.output
+
+
+def test_run_executes_command_with_plugin_env(fake_plugin: Path, tmp_path: Path) -> None:
+    out = tmp_path / "seen"
+    code = (
+        f"import os; open({str(out)!r}, 'w')"
+        ".write(os.environ['AUTOCCL_MODE'] + ' ' + os.environ['NCCL_TUNER_PLUGIN'])"
+    )
+
+    env = {
+        **os.environ,
+        "AUTOCCL_LIB_DIR": str(fake_plugin.parent),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "python")
+        + os.pathsep
+        + os.environ.get("PYTHONPATH", ""),
+    }
+    p = subprocess.run(
+        [sys.executable, "-m", "autoccl", "run", "--mode", "observe", "--", sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 0, p.stderr
+    assert out.read_text() == f"observe {fake_plugin}"
+
+
+def test_cache_import_list_show_export_clear(tmp_path: Path) -> None:
+    src = tmp_path / "in.table"
+    src.write_text(SAMPLE)
+    cdir = tmp_path / "cache"
+    runner = CliRunner()
+    r = runner.invoke(main, ["cache", "import", str(src), "--cache-dir", str(cdir)])
+    assert r.exit_code == 0, r.output
+    assert (cdir / "tables" / "0123456789abcdef.table").is_file()
+    r = runner.invoke(main, ["cache", "import", str(src), "--cache-dir", str(cdir)])
+    assert r.exit_code != 0 and "--force" in r.output
+    r = runner.invoke(main, ["cache", "list", "--cache-dir", str(cdir)])
+    assert r.exit_code == 0 and "0123456789abcdef" in r.output
+    r = runner.invoke(main, ["cache", "show", "0123", "--cache-dir", str(cdir)])
+    assert r.exit_code == 0 and "67108864" in r.output
+    dest = tmp_path / "out.table"
+    r = runner.invoke(main, ["cache", "export", "0123", str(dest), "--cache-dir", str(cdir)])
+    assert r.exit_code == 0 and tables.load_table(dest).fingerprint == "0123456789abcdef"
+    r = runner.invoke(main, ["cache", "clear", "--yes", "--cache-dir", str(cdir)])
+    assert r.exit_code == 0
+    assert not list((cdir / "tables").iterdir())
+
+
+def test_cache_import_rejects_corrupt_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.table"
+    bad.write_bytes(b"\xff\xfe not a table")
+    r = CliRunner().invoke(main, ["cache", "import", str(bad), "--cache-dir", str(tmp_path / "c")])
+    assert r.exit_code != 0
+    assert not (tmp_path / "c" / "tables").exists()
+
+
+def test_cache_list_flags_unreadable_entries(tmp_path: Path) -> None:
+    d = tmp_path / "tables"
+    d.mkdir()
+    (d / "ffffffffffffffff.table").write_text("junk")
+    r = CliRunner().invoke(main, ["cache", "list", "--cache-dir", str(tmp_path)])
+    assert r.exit_code == 0
+    assert "unreadable" in r.output
