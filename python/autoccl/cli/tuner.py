@@ -145,11 +145,12 @@ def cache_list(cache_dir: str | None) -> None:
     view.add_column("fingerprint", no_wrap=True, min_width=16)
     for col in ("gpu", "gpus", "ranks", "nodes", "nccl", "tasks", "created"):
         view.add_column(col)
+    unreadable: list[str] = []
     for path in paths:
         try:
             t = tables.load_table(path)
         except tables.TableError as e:
-            view.add_row(path.stem, f"[red]unreadable: {e}[/red]", "", "", "", "", "", "")
+            unreadable.append(f"{path.name}: unreadable ({e}); the plugin ignores it")
             continue
         m = t.meta
         view.add_row(
