@@ -164,6 +164,8 @@ def cache_list(cache_dir: str | None) -> None:
             m.get("created", "?"),
         )
     console.print(view)
+    for line in unreadable:
+        console.print(line, style="red", soft_wrap=True)
 
 
 def _resolve(ref: str, cache_dir: str | None) -> Path:
