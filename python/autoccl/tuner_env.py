@@ -59,8 +59,6 @@ def plugin_env(
 def plain_nccl_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """`base` (default: this process's environment) without any of our settings, plus the safety variables."""
     src = dict(os.environ if base is None else base)
-    clean = {
-        k: v for k, v in src.items() if not k.startswith(OWN_PREFIXES) and k not in PLUGIN_VARS
-    }
+    clean = {k: v for k, v in src.items() if not k.startswith(OWN_PREFIXES) and k not in PLUGIN_VARS}
     clean.update(SAFETY_ENV)
     return clean
