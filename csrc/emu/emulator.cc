@@ -916,4 +916,12 @@ int mainImpl(int argc, char** argv) {
 }  // namespace
 }  // namespace emu
 
+// Plugins may look NCCL's version up in the process (dlsym(RTLD_DEFAULT, "ncclGetVersion")), as they would
+// inside a program linked with libnccl. AUTOCCL_EMU_NCCL_VERSION overrides the emulated 2.28.9.
+extern "C" __attribute__((visibility("default"))) int ncclGetVersion(int* version) {
+  const char* v = std::getenv("AUTOCCL_EMU_NCCL_VERSION");
+  *version = v && *v ? std::atoi(v) : 22809;
+  return 0;
+}
+
 int main(int argc, char** argv) { return emu::mainImpl(argc, argv); }

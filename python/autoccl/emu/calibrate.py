@@ -1,0 +1,320 @@
+"""Fit the emulator's performance model to measurements.
+
+    python -m autoccl.emu.calibrate <measurement files...> -o python/autoccl/data/perfmodel_h200x4.json
+
+Accepted inputs (detected per file):
+- nccl-tests environment sweeps as in shared/data/h200x4/nccl-tests-env-sweep.txt ("=== <coll> <knob>" then
+  "size:busbw" pairs); rows with one knob of protocol, algorithm or channel count are used;
+- torch interference runs (p2_*.jsonl: tag, coll, mb, load, bw, bw_load, gemm_slow): alone bandwidths and the
+  effect of a light/heavy GEMM on the collective and of the collective's channels on the GEMM;
+- oracle sweeps, JSONL lines {"coll","bytes","algo","proto","channels","nranks","busbw_gbs","time_us"[,"chunk"]}.
+Least squares on log(time) (scipy), with weak priors on every parameter so that parameters the data cannot
+see stay at physically sensible values. Prints and stores the fit error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from autoccl.emu.model import PATHS, PerfModel, default_chunk
+
+COLL_ALIASES = {
+    "all_gather": "allgather",
+    "all_reduce": "allreduce",
+    "reduce_scatter": "reducescatter",
+    "allgather": "allgather",
+    "allreduce": "allreduce",
+    "reducescatter": "reducescatter",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+}
+DEFAULT_CHANNELS = 24
+PATH_FIELDS = ("lat_us", "step_us", "bw_ch_gbs", "bw_max_gbs", "knee")
+LOAD_FIELDS = ("comm_slow", "comm_slow_per_ch", "gemm_base", "gemm_per_ch")
+
+
+@dataclass(frozen=True)
+class Point:
+    coll: str
+    nranks: int
+    nbytes: int
+    algo: str
+    proto: str
+    channels: int
+    time_us: float
+    source: str
+    chunk: int = 0
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    coll: str
+    channels: int
+    level: str  # light | heavy
+    comm_ratio: float  # time under load / time alone
+    gemm_slow: float
+    source: str
+
+
+def _time_from_busbw(coll: str, nranks: int, nbytes: int, busbw: float) -> float:
+    return nbytes * PerfModel.bus_factor(coll, nranks) / (busbw * 1e3)
+
+
+def parse_nccl_tests_sweep(path: Path, nranks: int = 4) -> list[Point]:
+    points: list[Point] = []
+    current: tuple[str, str] | None = None
+    for line in path.read_text(errors="replace").splitlines():
+        m = re.match(r"^=== (\w+) (\S+)$", line.strip())
+        if m:
+            current = (m.group(1), m.group(2))
+            continue
+        if current is None or ":" not in line or line.startswith(("vm:", "#")):
+            continue
+        coll = COLL_ALIASES.get(current[0])
+        knob = current[1]
+        cfg: tuple[str, str, int] | None = None
+        if knob == "proto=Simple":
+            cfg = ("ring", "simple", DEFAULT_CHANNELS)
+        elif knob == "proto=LL128":
+            cfg = ("ring", "ll128", DEFAULT_CHANNELS)
+        elif knob == "proto=LL":
+            cfg = ("ring", "ll", DEFAULT_CHANNELS)
+        elif knob == "algo=Tree" and coll == "allreduce":
+            cfg = ("tree", "simple", DEFAULT_CHANNELS)
+        elif knob.startswith("nch="):
+            cfg = ("ring", "simple", int(knob[4:]))
+        if coll is None or cfg is None:
+            continue
+        for pair in line.split():
+            size_s, _, bw_s = pair.partition(":")
+            try:
+                size, bw = int(size_s), float(bw_s)
+            except ValueError:
+                continue
+            if bw <= 0:
+                continue
+            t = _time_from_busbw(coll, nranks, size, bw)
+            points.append(Point(coll, nranks, size, cfg[0], cfg[1], cfg[2], t, path.name))
+    return points
+
+
+TORCH_TAGS = {
+    "default": ("ring", "simple", DEFAULT_CHANNELS),
+    "nch8": ("ring", "simple", 8),
+    "nch16": ("ring", "simple", 16),
+    "nch64": ("ring", "simple", 64),
+    "ll128": ("ring", "ll128", DEFAULT_CHANNELS),
+}
+
+
+def parse_jsonl(path: Path, nranks: int = 4) -> tuple[list[Point], list[LoadPoint]]:
+    points: list[Point] = []
+    loads: list[LoadPoint] = []
+    seen_alone: set[tuple[str, str, int]] = set()
+    for line in path.read_text(errors="replace").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(r, dict):
+            continue
+        if "busbw_gbs" in r or "time_us" in r:  # oracle format
+            coll = COLL_ALIASES.get(str(r.get("coll", "")))
+            if coll is None:
+                continue
+            n = int(r.get("nranks", nranks))
+            nbytes = int(r["bytes"])
+            t = float(r["time_us"]) if "time_us" in r else _time_from_busbw(coll, n, nbytes, float(r["busbw_gbs"]))
+            if t <= 0:
+                continue
+            points.append(
+                Point(
+                    coll,
+                    n,
+                    nbytes,
+                    str(r["algo"]).lower(),
+                    str(r["proto"]).lower(),
+                    int(r["channels"]),
+                    t,
+                    path.name,
+                    chunk=int(r.get("chunk", 0)),
+                )
+            )
+        elif "tag" in r and "bw_load" in r:  # torch interference probe
+            tag = str(r["tag"])
+            coll = COLL_ALIASES.get(str(r["coll"]))
+            if tag not in TORCH_TAGS or coll is None:
+                continue
+            algo, proto, ch = TORCH_TAGS[tag]
+            nbytes = int(r["mb"]) << 20
+            key = (tag, coll, nbytes)
+            if key not in seen_alone:
+                seen_alone.add(key)
+                t = _time_from_busbw(coll, nranks, nbytes, float(r["bw"]))
+                points.append(Point(coll, nranks, nbytes, algo, proto, ch, t, path.name, weight=0.5))
+            loads.append(
+                LoadPoint(
+                    coll, ch, str(r["load"]), float(r["bw"]) / float(r["bw_load"]), float(r["gemm_slow"]), path.name
+                )
+            )
+    return points, loads
+
+
+def load_measurements(paths: Sequence[Path]) -> tuple[list[Point], list[LoadPoint]]:
+    points: list[Point] = []
+    loads: list[LoadPoint] = []
+    for p in paths:
+        if p.suffix == ".jsonl":
+            a, b = parse_jsonl(p)
+            points += a
+            loads += b
+        else:
+            points += parse_nccl_tests_sweep(p)
+    return points, loads
+
+
+def _pack(model: PerfModel, paths: list[str]) -> np.ndarray:
+    vals: list[float] = []
+    for key in paths:
+        pp = model.paths[key]
+        vals += [math.log(getattr(pp, f)) for f in PATH_FIELDS]
+    vals += [math.log(model.coll_bw_scale["allgather"]), math.log(model.coll_bw_scale["reducescatter"])]
+    return np.array(vals)
+
+
+def _unpack(model: PerfModel, paths: list[str], x: np.ndarray) -> None:
+    i = 0
+    for key in paths:
+        pp = model.paths[key]
+        for f in PATH_FIELDS:
+            setattr(pp, f, float(math.exp(x[i])))
+            i += 1
+    model.coll_bw_scale["allgather"] = float(math.exp(x[i]))
+    model.coll_bw_scale["reducescatter"] = float(math.exp(x[i + 1]))
+
+
+def fit_bandwidth(points: list[Point], model: PerfModel, prior_weight: float = 0.05) -> dict[str, float]:
+    paths = [p for p in PATHS if any(f"{q.algo}/{q.proto}" == p for q in points)]
+    x0 = _pack(model, paths)
+    prior = x0.copy()
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        _unpack(model, paths, x)
+        res = [
+            q.weight
+            * math.log(
+                model.mean_us(
+                    q.coll, q.nranks, q.nbytes, q.algo, q.proto, q.channels,
+                    q.chunk or default_chunk(q.coll, q.algo, q.proto), 0.0,
+                )
+                / q.time_us
+            )
+            for q in points
+        ]
+        return np.concatenate([np.array(res), prior_weight * (x - prior)])
+
+    sol = least_squares(residuals, x0, method="trf")
+    _unpack(model, paths, sol.x)
+    return fit_error(points, model)
+
+
+def fit_error(points: list[Point], model: PerfModel) -> dict[str, float]:
+    errs = np.array(
+        [
+            model.mean_us(
+                q.coll, q.nranks, q.nbytes, q.algo, q.proto, q.channels,
+                q.chunk or default_chunk(q.coll, q.algo, q.proto), 0.0,
+            )
+            / q.time_us
+            - 1.0
+            for q in points
+        ]
+    )
+    if errs.size == 0:
+        return {"points": 0}
+    return {
+        "points": int(errs.size),
+        "mape_pct": float(100 * np.mean(np.abs(errs))),
+        "median_ape_pct": float(100 * np.median(np.abs(errs))),
+        "max_ape_pct": float(100 * np.max(np.abs(errs))),
+        "rms_log": float(np.sqrt(np.mean(np.log1p(errs) ** 2))),
+    }
+
+
+def fit_load(loads: list[LoadPoint], model: PerfModel) -> dict[str, float]:
+    if not loads:
+        return {"points": 0}
+    x0 = np.array([model.load[f] for f in LOAD_FIELDS] + [0.5])
+
+    def predict(x: np.ndarray, lp: LoadPoint) -> tuple[float, float]:
+        cs, cspc, gb, gpc, light = x
+        lv = light if lp.level == "light" else 1.0
+        comm = 1.0 + lv * (cs + cspc * lp.channels / 64.0)
+        gemm = 1.0 + lv * (gb + gpc * lp.channels / 64.0)
+        return comm, gemm
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        out: list[float] = []
+        for lp in loads:
+            comm, gemm = predict(x, lp)
+            out.append(math.log(max(comm, 1e-6) / lp.comm_ratio))
+            out.append(math.log(max(gemm, 1e-6) / lp.gemm_slow))
+        return np.array(out)
+
+    sol = least_squares(residuals, x0, bounds=([0, -1, 0, 0, 0.01], [10, 10, 5, 5, 1.0]))
+    for f, v in zip(LOAD_FIELDS, sol.x[:4], strict=True):
+        model.load[f] = float(v)
+    comm_err = [abs(predict(sol.x, lp)[0] / lp.comm_ratio - 1) for lp in loads]
+    gemm_err = [abs(predict(sol.x, lp)[1] / lp.gemm_slow - 1) for lp in loads]
+    return {
+        "points": len(loads),
+        "light_level": float(sol.x[4]),
+        "comm_mape_pct": float(100 * np.mean(comm_err)),
+        "gemm_mape_pct": float(100 * np.mean(gemm_err)),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m autoccl.emu.calibrate", description=__doc__.split("\n")[0])
+    ap.add_argument("measurements", nargs="+", type=Path)
+    ap.add_argument("-o", "--output", type=Path, required=True)
+    ap.add_argument("--start", type=Path, help="start from this model file (default: built-in priors)")
+    ap.add_argument("--hardware", default="NVIDIA H200x4")
+    args = ap.parse_args(argv)
+    points, loads = load_measurements(args.measurements)
+    if not points:
+        print("no usable measurements", file=sys.stderr)
+        return 2
+    model = PerfModel.load_file(args.start) if args.start else PerfModel()
+    before = fit_error(points, model)
+    fit = fit_bandwidth(points, model)
+    load_fit = fit_load(loads, model)
+    model.meta = {
+        "hardware": args.hardware,
+        "sources": sorted({p.name for p in args.measurements}),
+        "fit_before": before,
+        "fit": fit,
+        "load_fit": load_fit,
+        "note": "chunk terms (fill, chunk_overhead_us) and small-message latencies are priors unless the data has them",
+    }
+    model.save(args.output)
+    print(json.dumps({"fit_before": before, "fit": fit, "load_fit": load_fit}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
