@@ -7,6 +7,8 @@ Plans:
                  calibration data for the emulator, and a cross-check of the plugin's fixed mode.
   plain          NCCL with none of our settings.
   observe        `autoccl run --mode observe`: must change nothing; records NCCL's choice and timing.
+  overhead       small sizes, many iterations: plain NCCL, the plugin loaded but idle (table mode, no table:
+                 timing events off), and observe mode (timing events on): what the plugin costs per call.
   fixed          `autoccl run --mode fixed` for every supported (algorithm, protocol) and several channel
                  counts; the plugin's trace must show NCCL used exactly the forced configuration.
 Every launch keeps NVLink multicast off. A run that exceeds its timeout counts as a hang.
@@ -93,6 +95,11 @@ def plan_runs(plan: str, channels: list[int], autoccl: list[str], colls: list[st
         name = NCCL_NAME[coll]
         if plan == "plain":
             runs.append(Run(coll, "nccl-default", {}))
+        elif plan == "overhead":
+            idle = [*autoccl, "run", "--mode", "table", "--cache-dir", "/tmp/autoccl-empty-cache", "--"]
+            observe = [*autoccl, "run", "--mode", "observe", "--"]
+            for label, wrapper in (("nccl-default", []), ("plugin-idle", idle), ("observe", observe)):
+                runs.append(Run(coll, label, {}, wrapper=wrapper, max_bytes="1M"))
         elif plan == "observe":
             runs.append(Run(coll, "observe", {}, wrapper=[*autoccl, "run", "--mode", "observe", "--"]))
         elif plan in ("env-oracle", "fixed"):
@@ -167,7 +174,7 @@ def check_trace(trace_prefix: str, forced: dict[str, object] | None) -> dict[str
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", required=True, help="nccl-tests build directory")
-    ap.add_argument("--plan", required=True, choices=["env-oracle", "plain", "observe", "fixed"])
+    ap.add_argument("--plan", required=True, choices=["env-oracle", "plain", "observe", "fixed", "overhead"])
     ap.add_argument(
         "--launch",
         default="single",
@@ -187,6 +194,7 @@ def main() -> int:
     ap.add_argument("--autoccl", default=f"{sys.executable} -m autoccl.cli")
     ap.add_argument("--out", required=True, help="JSONL output")
     ap.add_argument("--logdir", default="", help="keep each run's raw output here")
+    ap.add_argument("--keep-traces", default="", help="move the plugin's trace files here")
     args = ap.parse_args()
 
     gpus = args.gpus or len(
@@ -238,6 +246,10 @@ def main() -> int:
             rows = parse_rows(text)
             wrong = sum((r["oop_wrong"] or 0) + (r["ip_wrong"] or 0) for r in rows)  # type: ignore[operator]
             trace_info = check_trace(trace, run.forced) if run.wrapper else None
+            if args.keep_traces:
+                Path(args.keep_traces).mkdir(parents=True, exist_ok=True)
+                for k, f in enumerate(sorted(glob.glob(trace + "*.jsonl"))):
+                    os.replace(f, Path(args.keep_traces) / f"{args.plan}-{args.launch}-{i:03d}-{k}.jsonl")
             ok = (
                 rc == 0 and not hang and rows and wrong == 0 and not (trace_info and trace_info["mismatches"])
             )
