@@ -1,0 +1,235 @@
+// autoccl synth: topology-aware collective synthesis (TACOS, done completely).
+//
+// Self-contained library (no dependency on the rest of autoccl):
+//   Topology    NPUs, switches, NICs; directed alpha-beta links; validation; generators.
+//   synthesize  time-expanded greedy link-chunk matching (All-Gather, Reduce-Scatter, All-Reduce,
+//               Broadcast, Reduce), best of k seeds in parallel.
+//   Schedule    every transfer (chunk, src, dst, start, end, op, route); JSON writer.
+//   check       symbolic replay proving a schedule correct.
+//   simulate    congestion-aware replay of any schedule on a topology.
+//   baseline    Ring, Direct, Recursive Halving-Doubling, Double Binary Tree, Hierarchical.
+//   exporters   MSCCL XML and MSCCL++ execution-plan JSON.
+// Units: time in microseconds, bandwidth in GB/s (1e9 bytes/s), sizes in bytes.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace autoccl::synth {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class NodeKind : std::uint8_t { Npu, Switch, Nic };
+const char* to_string(NodeKind k);
+NodeKind node_kind_from_string(const std::string& s);
+
+struct Node {
+  std::string name;
+  NodeKind kind = NodeKind::Npu;
+};
+
+struct Link {
+  int src = -1;  // node index
+  int dst = -1;
+  double latency_us = 0;
+  double bandwidth_gbps = 0;
+};
+
+// An NPU-to-NPU path that crosses no other NPU (a direct link, or a path through switches/NICs).
+// The synthesizer moves chunks over channels; a channel is busy while any of its links is.
+struct Channel {
+  int src = -1;  // NPU rank
+  int dst = -1;
+  std::vector<int> route;  // physical link ids, in order
+  double latency_us = 0;   // sum of link latencies
+  double bandwidth_gbps = 0;  // min link bandwidth
+  double time_us(double bytes) const { return latency_us + bytes / (bandwidth_gbps * 1e3); }
+};
+
+class Topology {
+ public:
+  // ---- construction ----
+  int add_node(const std::string& node_name, NodeKind kind);
+  int add_link(const std::string& src, const std::string& dst, double latency_us, double bandwidth_gbps);
+  int add_link(int src, int dst, double latency_us, double bandwidth_gbps);
+  void add_bidir(int a, int b, double latency_us, double bandwidth_gbps) {
+    add_link(a, b, latency_us, bandwidth_gbps);
+    add_link(b, a, latency_us, bandwidth_gbps);
+  }
+  // Failures are applied by finalize(): a failed node disappears with all its links.
+  void fail_node(const std::string& node_name);
+  void fail_link(const std::string& src, const std::string& dst);
+  // Validate and build the NPU ranks and channels. Throws Error with a clear message.
+  void finalize();
+
+  // ---- queries (after finalize) ----
+  bool finalized() const { return finalized_; }
+  int num_nodes() const { return static_cast<int>(nodes_.size()); }
+  int num_links() const { return static_cast<int>(links_.size()); }
+  int num_npus() const { return static_cast<int>(npus_.size()); }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const std::vector<Link>& links() const { return links_; }
+  const Node& node(int i) const { return nodes_.at(static_cast<size_t>(i)); }
+  const Link& link(int i) const { return links_.at(static_cast<size_t>(i)); }
+  int node_id(const std::string& node_name) const;  // -1 if unknown
+  int npu_node(int rank) const { return npus_.at(static_cast<size_t>(rank)); }
+  int rank_of_node(int node) const { return rank_of_.at(static_cast<size_t>(node)); }
+  const std::vector<Channel>& channels() const { return channels_; }
+  const std::vector<int>& in_channels(int rank) const { return in_ch_.at(static_cast<size_t>(rank)); }
+  const std::vector<int>& out_channels(int rank) const { return out_ch_.at(static_cast<size_t>(rank)); }
+  // Channel id of src->dst, or -1.
+  int channel_id(int src_rank, int dst_rank) const;
+  // Cheapest route (by latency + 1 byte-per-GB/s tiebreak) between two NPUs through any nodes.
+  std::vector<int> route(int src_rank, int dst_rank) const;
+  // Same topology with every link reversed (same node and link ids).
+  Topology transposed() const;
+  // Sum of the bandwidths of the links entering / leaving an NPU's node (GB/s).
+  double in_bandwidth(int rank) const;
+  double out_bandwidth(int rank) const;
+  bool uniform_channels() const { return uniform_; }
+
+  // Optional structure metadata used by hierarchical baselines and plots.
+  std::vector<int> dims;    // NPU rank = mixed radix over dims (dims[0] fastest), product == num_npus
+  std::string name = "topology";
+  std::vector<std::pair<double, double>> layout;  // optional per-node (x, y) for plots
+
+ private:
+  std::vector<Node> nodes_;
+  std::vector<Link> links_;
+  std::map<std::string, int> by_name_;
+  std::vector<std::string> failed_nodes_;
+  std::vector<std::pair<std::string, std::string>> failed_links_;
+  bool finalized_ = false;
+  bool uniform_ = false;
+  std::vector<int> npus_;
+  std::vector<int> rank_of_;
+  std::vector<Channel> channels_;
+  std::vector<std::vector<int>> in_ch_, out_ch_;
+  std::map<std::pair<int, int>, int> ch_index_;
+  std::vector<std::vector<int>> out_links_, in_links_;  // per node
+  std::set<std::pair<int, int>> link_set_;
+  void build_channels_();
+};
+
+// Generators. Parameters: bandwidth (GB/s) and latency (us) for every link unless stated.
+// kind: ring, bidir_ring, fully_connected, mesh (dims 2 or 3), torus (dims 2 or 3), hypercube (dims = [d]),
+//       dragonfly (dims = [groups, routers_per_group]; params global_bandwidth, global_latency),
+//       switch (dims = [n]; shared-port switch node), switch_unwound (dims=[n]; params degree),
+//       multidim (dims = sizes, params "types" via dim_types), cluster (dims = [hosts, gpus_per_host];
+//       params nic_bandwidth, nic_latency, nvlink bandwidth/latency).
+struct GenParams {
+  double bandwidth_gbps = 50;
+  double latency_us = 0.5;
+  std::vector<double> dim_bandwidth;  // per-dimension overrides (mesh/torus/multidim)
+  std::vector<double> dim_latency;
+  std::vector<std::string> dim_types;  // multidim: "ring", "fc", "switch" per dimension
+  int degree = 0;                      // switch_unwound
+  double global_bandwidth_gbps = 0;    // dragonfly
+  double global_latency_us = 0;
+  double nic_bandwidth_gbps = 50;      // cluster
+  double nic_latency_us = 2;
+  int rails = 0;                       // cluster: NICs (rails) per host, default gpus_per_host
+};
+Topology generate(const std::string& kind, const std::vector<int>& dims, const GenParams& p);
+
+enum class Collective : std::uint8_t { AllGather, ReduceScatter, AllReduce, Broadcast, Reduce };
+const char* to_string(Collective c);
+Collective collective_from_string(const std::string& s);
+
+enum class Op : std::uint8_t { Copy = 0, Reduce = 1 };
+
+struct Transfer {
+  std::int32_t chunk = 0;
+  std::int32_t src = 0;  // rank
+  std::int32_t dst = 0;
+  double start = -1;   // us; < 0 for untimed (baseline) schedules
+  double end = -1;
+  std::int32_t route = -1;  // index into Schedule::routes, -1: topology.route(src, dst)
+  std::int32_t step = 0;    // ordering key for untimed schedules
+  Op op = Op::Copy;
+};
+
+// A collective over nranks NPUs with nchunks chunks of chunk_bytes each.
+//  AllGather:     chunk c starts at owner[c], every rank ends holding it.
+//  ReduceScatter: every rank contributes to every chunk; owner[c] ends with the full reduction.
+//  AllReduce:     every rank contributes to every chunk; every rank ends with the full reduction.
+//  Broadcast:     every chunk starts at root; every rank ends holding it.
+//  Reduce:        every rank contributes to every chunk; root ends with the full reduction.
+struct Schedule {
+  Collective collective = Collective::AllGather;
+  std::string algorithm = "tacos";
+  int nranks = 0;
+  int nchunks = 0;
+  int chunks_per_rank = 1;
+  int root = 0;
+  double chunk_bytes = 0;
+  double bytes = 0;  // collective size (see docs/synth.md)
+  std::vector<int> owner;  // per chunk
+  std::vector<std::vector<int>> routes;
+  std::vector<Transfer> transfers;
+  double time_us = 0;  // estimated (synthesized) or simulated completion time
+  std::uint64_t seed = 0;
+  bool timed() const { return !transfers.empty() && transfers.front().start >= 0; }
+};
+
+struct SynthOptions {
+  Collective collective = Collective::AllGather;
+  double bytes = 1e9;
+  int chunks_per_rank = 1;  // for Broadcast/Reduce: number of chunks of the root's buffer
+  int seeds = 1;
+  int threads = 0;  // 0: hardware concurrency
+  std::uint64_t base_seed = 1;
+  int root = 0;
+  bool record = true;  // false: compute the time only (no transfer list kept)
+};
+
+struct SynthStats {
+  double time_us = 0;
+  std::vector<double> seed_times;  // per seed, in seed order (All-Gather part for RS/AR)
+  std::uint64_t best_seed = 0;
+  std::uint64_t transfers = 0;
+  double ag_time_us = 0, rs_time_us = 0;
+  std::size_t max_queue_entries = 0;
+};
+
+Schedule synthesize(const Topology& topo, const SynthOptions& opt, SynthStats* stats = nullptr);
+
+// Checker: symbolic replay. Throws nothing; returns ok + errors.
+struct CheckResult {
+  bool ok = true;
+  std::vector<std::string> errors;  // first errors (capped)
+  std::uint64_t redundant = 0;     // copies delivered to a rank that already held the same data
+  std::uint64_t transfers = 0;
+};
+CheckResult check(const Schedule& s, const Topology* topo = nullptr);
+
+// Congestion-aware simulator.
+struct SimResult {
+  double time_us = 0;
+  double algbw_gbps = 0;
+  std::vector<double> link_busy_us;  // per physical link
+  std::vector<double> link_util;     // busy / time
+  Schedule timed;                    // the schedule with simulated start/end
+};
+SimResult simulate(const Topology& topo, const Schedule& s);
+
+// Baselines: "ring", "direct", "rhd", "dbtree", "hierarchical".
+Schedule baseline(const Topology& topo, const std::string& algo, Collective coll, double bytes,
+                  int chunks_per_rank = 1, int root = 0);
+
+// Lower bound on the collective time from per-NPU ingress/egress bandwidth (us).
+double bandwidth_lower_bound(const Topology& topo, Collective coll, double bytes);
+
+// Serialization / export.
+std::string schedule_to_json(const Schedule& s, const Topology* topo = nullptr);
+std::string to_msccl_xml(const Schedule& s, const std::string& name);
+std::string to_mscclpp_json(const Schedule& s, const Topology& topo, const std::string& name);
+
+}  // namespace autoccl::synth

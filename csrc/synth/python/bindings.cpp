@@ -1,0 +1,214 @@
+// pybind11 module autoccl._synth: thin bindings over autoccl_synth.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "autoccl/synth/synth.h"
+
+namespace py = pybind11;
+using namespace autoccl::synth;
+
+namespace {
+
+py::dict stats_dict(const SynthStats& st) {
+  py::dict d;
+  d["time_us"] = st.time_us;
+  d["seed_times_us"] = st.seed_times;
+  d["best_seed"] = st.best_seed;
+  d["transfers"] = st.transfers;
+  d["allgather_time_us"] = st.ag_time_us;
+  d["reducescatter_time_us"] = st.rs_time_us;
+  d["max_queue_entries"] = st.max_queue_entries;
+  return d;
+}
+
+template <class T, class F>
+py::array_t<T> column(const Schedule& s, F f) {
+  py::array_t<T> a(static_cast<py::ssize_t>(s.transfers.size()));
+  auto m = a.template mutable_unchecked<1>();
+  for (size_t i = 0; i < s.transfers.size(); ++i) m(static_cast<py::ssize_t>(i)) = f(s.transfers[i]);
+  return a;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_synth, m) {
+  m.doc() = "autoccl topology-aware collective synthesis (C++ core)";
+  py::register_exception<Error>(m, "SynthError", PyExc_ValueError);
+
+  py::class_<Topology>(m, "Topology")
+      .def(py::init<>())
+      .def("add_node", [](Topology& t, const std::string& name, const std::string& kind) {
+        return t.add_node(name, node_kind_from_string(kind));
+      })
+      .def("add_link", py::overload_cast<const std::string&, const std::string&, double, double>(&Topology::add_link),
+           py::arg("src"), py::arg("dst"), py::arg("latency_us"), py::arg("bandwidth_gbps"))
+      .def("fail_node", &Topology::fail_node)
+      .def("fail_link", &Topology::fail_link)
+      .def("finalize", &Topology::finalize)
+      .def_property_readonly("finalized", &Topology::finalized)
+      .def_property_readonly("num_npus", &Topology::num_npus)
+      .def_property_readonly("num_nodes", &Topology::num_nodes)
+      .def_property_readonly("num_links", &Topology::num_links)
+      .def_property_readonly("num_channels", [](const Topology& t) { return t.channels().size(); })
+      .def_property_readonly("nodes", [](const Topology& t) {
+        py::list l;
+        for (const auto& n : t.nodes()) l.append(py::make_tuple(n.name, to_string(n.kind)));
+        return l;
+      })
+      .def_property_readonly("links", [](const Topology& t) {
+        py::list l;
+        for (const auto& k : t.links())
+          l.append(py::make_tuple(t.node(k.src).name, t.node(k.dst).name, k.latency_us, k.bandwidth_gbps));
+        return l;
+      })
+      .def_property_readonly("ranks", [](const Topology& t) {
+        std::vector<std::string> r;
+        for (int i = 0; i < t.num_npus(); ++i) r.push_back(t.node(t.npu_node(i)).name);
+        return r;
+      })
+      .def_readwrite("dims", &Topology::dims)
+      .def_readwrite("name", &Topology::name)
+      .def_readwrite("layout", &Topology::layout)
+      .def("in_bandwidth", &Topology::in_bandwidth)
+      .def("out_bandwidth", &Topology::out_bandwidth)
+      .def("transposed", &Topology::transposed);
+
+  m.def("generate",
+        [](const std::string& kind, const std::vector<int>& dims, double bandwidth, double latency,
+           const std::vector<double>& dim_bandwidth, const std::vector<double>& dim_latency,
+           const std::vector<std::string>& dim_types, int degree, double global_bandwidth, double global_latency,
+           double nic_bandwidth, double nic_latency, int rails) {
+          GenParams p;
+          p.bandwidth_gbps = bandwidth;
+          p.latency_us = latency;
+          p.dim_bandwidth = dim_bandwidth;
+          p.dim_latency = dim_latency;
+          p.dim_types = dim_types;
+          p.degree = degree;
+          p.global_bandwidth_gbps = global_bandwidth;
+          p.global_latency_us = global_latency;
+          p.nic_bandwidth_gbps = nic_bandwidth;
+          p.nic_latency_us = nic_latency;
+          p.rails = rails;
+          return generate(kind, dims, p);
+        },
+        py::arg("kind"), py::arg("dims"), py::arg("bandwidth") = 50.0, py::arg("latency") = 0.5,
+        py::arg("dim_bandwidth") = std::vector<double>{}, py::arg("dim_latency") = std::vector<double>{},
+        py::arg("dim_types") = std::vector<std::string>{}, py::arg("degree") = 0, py::arg("global_bandwidth") = 0.0,
+        py::arg("global_latency") = 0.0, py::arg("nic_bandwidth") = 50.0, py::arg("nic_latency") = 2.0,
+        py::arg("rails") = 0);
+
+  py::class_<Schedule>(m, "Schedule")
+      .def(py::init<>())
+      .def_property("collective", [](const Schedule& s) { return std::string(to_string(s.collective)); },
+                    [](Schedule& s, const std::string& c) { s.collective = collective_from_string(c); })
+      .def_readwrite("algorithm", &Schedule::algorithm)
+      .def_readwrite("nranks", &Schedule::nranks)
+      .def_readwrite("nchunks", &Schedule::nchunks)
+      .def_readwrite("chunks_per_rank", &Schedule::chunks_per_rank)
+      .def_readwrite("root", &Schedule::root)
+      .def_readwrite("chunk_bytes", &Schedule::chunk_bytes)
+      .def_readwrite("bytes", &Schedule::bytes)
+      .def_readwrite("owner", &Schedule::owner)
+      .def_readwrite("routes", &Schedule::routes)
+      .def_readwrite("time_us", &Schedule::time_us)
+      .def_readwrite("seed", &Schedule::seed)
+      .def_property_readonly("num_transfers", [](const Schedule& s) { return s.transfers.size(); })
+      .def_property_readonly("timed", &Schedule::timed)
+      .def("transfer_columns", [](const Schedule& s) {
+        py::dict d;
+        d["chunk"] = column<std::int32_t>(s, [](const Transfer& t) { return t.chunk; });
+        d["src"] = column<std::int32_t>(s, [](const Transfer& t) { return t.src; });
+        d["dst"] = column<std::int32_t>(s, [](const Transfer& t) { return t.dst; });
+        d["start_us"] = column<double>(s, [](const Transfer& t) { return t.start; });
+        d["end_us"] = column<double>(s, [](const Transfer& t) { return t.end; });
+        d["op"] = column<std::int32_t>(s, [](const Transfer& t) { return static_cast<std::int32_t>(t.op); });
+        d["route"] = column<std::int32_t>(s, [](const Transfer& t) { return t.route; });
+        d["step"] = column<std::int32_t>(s, [](const Transfer& t) { return t.step; });
+        return d;
+      })
+      .def("set_transfers",
+           [](Schedule& s, const std::vector<std::int32_t>& chunk, const std::vector<std::int32_t>& src,
+              const std::vector<std::int32_t>& dst, const std::vector<double>& start, const std::vector<double>& end,
+              const std::vector<std::int32_t>& op, const std::vector<std::int32_t>& route,
+              const std::vector<std::int32_t>& step) {
+             const size_t n = chunk.size();
+             if (src.size() != n || dst.size() != n || start.size() != n || end.size() != n || op.size() != n ||
+                 route.size() != n || step.size() != n)
+               throw Error("transfer columns have different lengths");
+             s.transfers.resize(n);
+             for (size_t i = 0; i < n; ++i) {
+               if (op[i] != 0 && op[i] != 1) throw Error("transfer " + std::to_string(i) + ": op must be 0 or 1");
+               s.transfers[i] = Transfer{chunk[i], src[i], dst[i], start[i], end[i], route[i], step[i],
+                                         op[i] ? Op::Reduce : Op::Copy};
+             }
+           })
+      .def("to_json", [](const Schedule& s, const Topology* t) { return schedule_to_json(s, t); },
+           py::arg("topology") = nullptr);
+
+  m.def("synthesize",
+        [](const Topology& t, const std::string& coll, double bytes, int chunks, int seeds, int threads,
+           std::uint64_t base_seed, int root, bool record) {
+          SynthOptions o;
+          o.collective = collective_from_string(coll);
+          o.bytes = bytes;
+          o.chunks_per_rank = chunks;
+          o.seeds = seeds;
+          o.threads = threads;
+          o.base_seed = base_seed;
+          o.root = root;
+          o.record = record;
+          SynthStats st;
+          Schedule s;
+          {
+            py::gil_scoped_release rel;
+            s = synthesize(t, o, &st);
+          }
+          return py::make_tuple(std::move(s), stats_dict(st));
+        },
+        py::arg("topology"), py::arg("collective"), py::arg("bytes"), py::arg("chunks") = 1, py::arg("seeds") = 1,
+        py::arg("threads") = 0, py::arg("base_seed") = 1, py::arg("root") = 0, py::arg("record") = true);
+
+  m.def("check", [](const Schedule& s, const Topology* t) {
+    CheckResult r;
+    {
+      py::gil_scoped_release rel;
+      r = check(s, t);
+    }
+    py::dict d;
+    d["ok"] = r.ok;
+    d["errors"] = r.errors;
+    d["redundant"] = r.redundant;
+    d["transfers"] = r.transfers;
+    return d;
+  }, py::arg("schedule"), py::arg("topology") = nullptr);
+
+  m.def("simulate", [](const Topology& t, const Schedule& s) {
+    SimResult r;
+    {
+      py::gil_scoped_release rel;
+      r = simulate(t, s);
+    }
+    py::dict d;
+    d["time_us"] = r.time_us;
+    d["algbw_gbps"] = r.algbw_gbps;
+    d["link_busy_us"] = r.link_busy_us;
+    d["link_util"] = r.link_util;
+    d["timed"] = std::move(r.timed);
+    return d;
+  });
+
+  m.def("baseline",
+        [](const Topology& t, const std::string& algo, const std::string& coll, double bytes, int chunks, int root) {
+          return baseline(t, algo, collective_from_string(coll), bytes, chunks, root);
+        },
+        py::arg("topology"), py::arg("algorithm"), py::arg("collective"), py::arg("bytes"), py::arg("chunks") = 1,
+        py::arg("root") = 0);
+  m.def("lower_bound", [](const Topology& t, const std::string& coll, double bytes) {
+    return bandwidth_lower_bound(t, collective_from_string(coll), bytes);
+  });
+  m.def("to_msccl_xml", &to_msccl_xml, py::arg("schedule"), py::arg("name") = "autoccl_tacos");
+  m.def("to_mscclpp_json", &to_mscclpp_json, py::arg("schedule"), py::arg("topology"),
+        py::arg("name") = "autoccl_tacos");
+}
