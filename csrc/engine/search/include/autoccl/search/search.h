@@ -1,0 +1,173 @@
+// Online search for one collective task (issue 3): subspaces = supported (algorithm, protocol) pairs,
+// coordinate descent over channels (and chunk size on tuner v6) inside each, as a schedule keyed by
+// call index. NCCL-free; see docs/online-search.md.
+//
+// Host run-ahead: NCCL asks for call k long before the GPU time of call k-1 is known. The search is
+// therefore a *plan*: a sequence of immutable segments [begin, end) -> Config covering call indices
+// from 0 upwards. segmentFor(k) returns the segment containing k, extending the plan (decided with
+// whatever samples have arrived so far) when k is not covered yet. A segment, once returned, never
+// changes. Samples arrive asynchronously through addSample(k, us) and only influence segments that
+// are decided later.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace autoccl::search {
+
+constexpr int kNumAlgos = 7;   // Tree, Ring, CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT
+constexpr int kNumProtos = 3;  // LL, LL128, Simple
+constexpr uint64_t kForever = std::numeric_limits<uint64_t>::max();
+
+// What the tuner sets for one call. algo < 0: leave NCCL's choice alone (cost table untouched,
+// channels and chunk ignored) = "NCCL's default". channels 0 / chunk 0: NCCL's own value.
+struct Config {
+  int algo = -1;
+  int proto = -1;
+  int channels = 0;
+  uint64_t chunk = 0;
+  bool measure = false;  // the engine must time this call (kernel timing events on)
+
+  bool isDefault() const { return algo < 0; }
+  bool sameSetting(const Config& o) const {  // equal as far as NCCL is concerned (ignores measure)
+    if (isDefault() || o.isDefault()) return isDefault() == o.isDefault();
+    return algo == o.algo && proto == o.proto && channels == o.channels && chunk == o.chunk;
+  }
+  bool operator==(const Config& o) const { return sameSetting(o) && measure == o.measure; }
+  bool operator!=(const Config& o) const { return !(*this == o); }
+  std::string str() const;
+};
+
+enum class Phase : uint8_t {
+  kTuning = 0,   // exploring candidates
+  kPinned = 1,   // converged; config fixed, timing off
+  kCheck = 2,    // converged; a short drift re-check (timing on)
+  kFinal = 3,    // end of the plan: this config forever (end == kForever)
+};
+const char* phaseName(Phase p);
+
+struct Segment {
+  uint64_t begin = 0;
+  uint64_t end = 0;  // exclusive; kForever for a final segment
+  Config cfg;
+  Phase phase = Phase::kTuning;
+  bool contains(uint64_t k) const { return k >= begin && k < end; }
+  bool operator==(const Segment& o) const {
+    return begin == o.begin && end == o.end && cfg == o.cfg && phase == o.phase;
+  }
+};
+
+// The task's search space, from the first getCollInfo of the task.
+struct Space {
+  float cost[kNumAlgos][kNumProtos];  // NCCL's cost table; entries < 0 are unsupported: never chosen
+  int ncclChannels = 0;   // channels NCCL uses by default for this task if known (profiler), else 0
+  int maxChannels = 32;   // safe upper bound for channels (communicator ceiling, AUTOCCL_MAX_CHANNELS)
+  bool chunkTunable = false;  // tuner v6 getChunkSize available
+  uint64_t ncclChunk = 0;     // NCCL's chunk size for this task (0: unknown -> chunk not tuned)
+  uint64_t minChunk = 64 * 1024;
+  uint64_t maxChunk = 4 * 1024 * 1024;
+  Space();
+};
+
+// Objective hook: turns one measured GPU time into the value the search minimises. effChannels is
+// the channel count in effect (cfg.channels, or NCCL's default when known). Default: the GPU time.
+using Objective = std::function<double(const Config& cfg, int effChannels, double gpuMicros)>;
+Objective collectiveTime();
+// Collective time plus a penalty per channel (µs per channel): models the slow-down a concurrent
+// GEMM suffers from every SM the collective takes (compute-aware objective, shared/data/h200x4).
+Objective channelPenalty(double microsPerChannel);
+
+struct Options {
+  int baselineSamples = 6;      // samples of NCCL's default before anything can replace it
+  int samplesFirst = 3;         // first block of a candidate
+  int samplesMax = 10;          // a candidate close to the incumbent is sampled up to this many times
+  int minSamplesIncumbent = 5;  // a candidate needs this many samples to become the incumbent
+  double minMargin = 0.005;     // relative margin floor for "beats by more than the noise"
+  double z = 2.0;               // significance: beat by z standard errors of the medians
+  double probeKeep = 1.00;      // subspaces slower than best*(1+probeKeep) are dropped at once
+  int halvingRounds = 2;        // successive halving after each of the first descent iterations
+  int keepSubspaces = 1;        // at most this many subspaces are descended after the halving
+  double initStep = 1.5;        // channel step in log2 units (x2) for a cold start
+  double warmStep = 0.5;        // ... for a start from a neighbour's config
+  double worthwhile = 0.01;     // a descent move gaining less than this is not worth more samples
+  double minStep = 0.2;         // a dimension stops when its step falls below this (log2 units)
+  double stepGainRef = 0.10;    // step *= 1 + gain/stepGainRef (capped x2): AutoCCL's learning rate
+  uint64_t lead = 4;            // the plan always covers at least [k, k+lead) once k is asked
+  uint64_t lostAfter = 64;      // a planned sample not delivered after this many later calls is lost
+  int maxLostRounds = 3;        // a candidate losing all its samples this often is abandoned
+  uint64_t maxTuningCalls = 144;  // hard bound: after this many tuning calls the incumbent is pinned
+  uint64_t recheckFirst = 256;  // pinned: first drift check after this many calls
+  uint64_t recheckMax = 16384;  // ... interval doubles up to this
+  int checkSamples = 3;
+  double driftThreshold = 0.10;  // relative change of the pinned time that counts as drift
+  int driftConfirm = 2;          // consecutive drifting checks before a re-tune
+  bool drift = true;             // false: the plan ends in a kFinal segment once converged
+  Objective objective;           // empty: collective time
+};
+
+// A tuned configuration known for another (or the same) size of the task, e.g. from a table.
+struct Hint {
+  Config cfg;
+  double micros = 0;     // its measured time then (informational)
+  double distance = 0;   // |log2(bytes/hintBytes)|; 0 = exact: the task starts tuned (verified)
+};
+
+struct Stats {
+  uint64_t tuningCalls = 0;     // call indices planned in kTuning
+  uint64_t candidates = 0;      // distinct configurations measured
+  uint64_t samples = 0;         // samples accepted
+  uint64_t lostSamples = 0;
+  uint64_t retunes = 0;
+  uint64_t convergedAt = kForever;  // first call index after the tuning phase
+  double defaultMedian = 0;     // objective of NCCL's default (median), 0 if unmeasured
+  double bestMedian = 0;        // objective of the pinned configuration (median)
+  double noise = 0;             // relative noise (1.4826 MAD / median) of the default
+};
+
+class TaskSearch {
+ public:
+  explicit TaskSearch(const Space& space, Options opt = Options(), std::vector<Hint> hints = {});
+  ~TaskSearch();
+  TaskSearch(const TaskSearch&) = delete;
+  TaskSearch& operator=(const TaskSearch&) = delete;
+
+  // The segment containing call k. Extends the plan to cover at least [k, k+lead) if needed.
+  // Thread-safe. Segments already returned are never changed.
+  Segment segmentFor(uint64_t k);
+  Config configFor(uint64_t k) { return segmentFor(k).cfg; }
+  // Publish-ahead: make the plan cover all calls < upTo (if not yet). Returns the segments added.
+  std::vector<Segment> extendTo(uint64_t upTo);
+  // Every segment planned so far (a copy), in call order.
+  std::vector<Segment> plan() const;
+  uint64_t plannedUpTo() const;  // calls < this are decided
+
+  // GPU time of call k (any thread, any order). Ignored unless call k was planned with measure.
+  void addSample(uint64_t k, double gpuMicros);
+
+  bool converged() const;  // the last planned segment is pinned / check / final
+  Config best() const;     // current incumbent (the pinned config once converged)
+  Stats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  mutable std::mutex mu_;
+};
+
+// Warm start: hints for a task of `bytes` from tuned entries of the same (collective, pipe) at other
+// sizes: the exact entry if present (distance 0), else the nearest smaller and larger sizes.
+struct TableEntry {
+  int coll = 0;
+  uint64_t bytes = 0;
+  int pipe = 1;
+  Config cfg;
+  double micros = 0;
+};
+std::vector<Hint> hintsFor(const std::vector<TableEntry>& table, int coll, uint64_t bytes, int pipe);
+
+}  // namespace autoccl::search

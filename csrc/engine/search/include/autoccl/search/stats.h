@@ -1,0 +1,29 @@
+// Robust statistics used by the search (median, median absolute deviation).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace autoccl::search {
+
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  size_t m = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(m), v.end());
+  double hi = v[m];
+  if (v.size() % 2) return hi;
+  double lo = *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(m));
+  return 0.5 * (lo + hi);
+}
+
+// Median absolute deviation (unscaled; multiply by 1.4826 for a normal sigma).
+inline double mad(const std::vector<double>& v) {
+  if (v.empty()) return 0.0;
+  double m = median(v);
+  std::vector<double> d(v.size());
+  for (size_t i = 0; i < v.size(); ++i) d[i] = std::fabs(v[i] - m);
+  return median(std::move(d));
+}
+
+}  // namespace autoccl::search

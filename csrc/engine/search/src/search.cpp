@@ -1,0 +1,853 @@
+// Online search for one task: see search.h and docs/online-search.md.
+#include "autoccl/search/search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <tuple>
+
+#include "autoccl/search/stats.h"
+
+namespace autoccl::search {
+
+const char* phaseName(Phase p) {
+  switch (p) {
+    case Phase::kTuning: return "tuning";
+    case Phase::kPinned: return "pinned";
+    case Phase::kCheck: return "check";
+    case Phase::kFinal: return "final";
+  }
+  return "?";
+}
+
+std::string Config::str() const {
+  if (isDefault()) return measure ? "nccl-default(m)" : "nccl-default";
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "a%d/p%d/ch%d/chunk%llu%s", algo, proto, channels,
+                static_cast<unsigned long long>(chunk), measure ? "(m)" : "");
+  return buf;
+}
+
+Space::Space() {
+  for (auto& row : cost)
+    for (float& c : row) c = -1.0f;
+}
+
+Objective collectiveTime() {
+  return [](const Config&, int, double us) { return us; };
+}
+Objective channelPenalty(double microsPerChannel) {
+  return [microsPerChannel](const Config&, int ch, double us) { return us + microsPerChannel * ch; };
+}
+
+namespace {
+
+// One point of the space: pair -1 = NCCL's default; ch = channels; ck = index into the chunk grid
+// (-1 when chunk is not tuned or the point uses NCCL's chunk).
+using PointKey = std::tuple<int, int, int>;
+
+struct Eval {
+  Config cfg;
+  std::vector<double> samples;
+  int inflight = 0;
+  int want = 0;
+  int lostRounds = 0;
+  bool lostThisRound = false;
+  bool dead = false;  // never measurable: treated as infinitely slow
+
+  int n() const { return static_cast<int>(samples.size()); }
+  bool finished() const { return dead || (inflight == 0 && n() >= want); }
+  double med() const { return dead || samples.empty() ? HUGE_VAL : median(samples); }
+  double relNoise() const {
+    if (samples.size() < 3) return 0.0;
+    double m = median(samples);
+    return m > 0 ? 1.4826 * mad(samples) / m : 0.0;
+  }
+};
+
+enum class SubState { kProbe, kDescend, kDone, kDropped };
+
+struct Sub {
+  int pair = 0;
+  int ch = 0, ck = -1;
+  int xEval = -1;
+  SubState state = SubState::kProbe;
+  int dim = 0;
+  double step[2] = {1.0, 1.0};
+  int lastDir[2] = {0, 0};
+  int stalled = 0;
+  int steps = 0;
+  int iter = 0;  // descent iterations completed
+  bool unitTried = false;  // the neighbours just evaluated were at unit distance
+  std::vector<std::pair<PointKey, int>> nbrs;  // pending neighbour evaluations
+};
+
+}  // namespace
+
+struct TaskSearch::Impl {
+  Space sp;
+  Options o;
+  std::vector<Hint> hints;
+  std::vector<uint64_t> chunkGrid;  // chunk sizes (index = ck)
+  int ncclCk = -1;                  // index of NCCL's own chunk in the grid
+  int defaultPair = -1;             // min-cost supported pair
+  int startCh = 1;
+
+  std::vector<Segment> segs;
+  uint64_t planned = 0;
+
+  enum class Mode { kVerify, kTuning, kPinned, kFinal } mode = Mode::kTuning;
+  std::vector<Eval> evals;
+  std::map<PointKey, int> evalAt;
+  std::map<uint64_t, std::pair<int, bool>> pending;  // call index -> (eval id, filler)
+  std::deque<int> queue;
+  std::vector<Sub> subs;
+  bool pruned = false;
+  int inc = -1;    // incumbent eval
+  int dflt = -1;   // NCCL default eval
+  int hintEval = -1;
+  uint64_t tuningStart = 0;
+  uint64_t tuningCallsThisRound = 0;
+
+  // pinned state
+  Config pinnedCfg;
+  double pinnedRef = 0;
+  double pinnedNoise = 0;
+  uint64_t interval = 0;
+  int checkEval = -1;
+  int driftCount = 0;
+  bool verifyNextDefault = true;
+
+  Stats st;
+
+  Impl(const Space& s, Options opt, std::vector<Hint> h) : sp(s), o(std::move(opt)), hints(std::move(h)) {
+    if (!o.objective) o.objective = collectiveTime();
+    sp.maxChannels = std::max(1, sp.maxChannels);
+    if (sp.ncclChannels > sp.maxChannels) sp.ncclChannels = 0;  // cannot reproduce it explicitly
+    float best = 0;
+    for (int a = 0; a < kNumAlgos; ++a)
+      for (int p = 0; p < kNumProtos; ++p)
+        if (sp.cost[a][p] >= 0 && (defaultPair < 0 || sp.cost[a][p] < best)) {
+          best = sp.cost[a][p];
+          defaultPair = a * kNumProtos + p;
+        }
+    if (sp.chunkTunable && sp.ncclChunk > 0 && sp.minChunk > 0 && sp.maxChunk >= sp.minChunk) {
+      for (uint64_t c = sp.minChunk; c <= sp.maxChunk; c *= 2) chunkGrid.push_back(c);
+      if (std::find(chunkGrid.begin(), chunkGrid.end(), sp.ncclChunk) == chunkGrid.end() &&
+          sp.ncclChunk >= sp.minChunk && sp.ncclChunk <= sp.maxChunk)
+        chunkGrid.push_back(sp.ncclChunk);
+      std::sort(chunkGrid.begin(), chunkGrid.end());
+      auto it = std::find(chunkGrid.begin(), chunkGrid.end(), sp.ncclChunk);
+      if (it == chunkGrid.end()) chunkGrid.clear();  // NCCL's chunk outside safe bounds: don't tune
+      else ncclCk = static_cast<int>(it - chunkGrid.begin());
+      if (chunkGrid.size() < 2) chunkGrid.clear();
+    }
+    if (chunkGrid.empty()) ncclCk = -1;
+    startCh = sp.ncclChannels > 0 ? sp.ncclChannels : sp.maxChannels;
+    begin(false);
+  }
+
+  // ---- points and evaluations -------------------------------------------------------------
+  bool isSupported(int algo, int proto) const {
+    return algo >= 0 && algo < kNumAlgos && proto >= 0 && proto < kNumProtos && sp.cost[algo][proto] >= 0;
+  }
+  PointKey normalize(int pair, int ch, int ck) const {
+    if (pair < 0) return {-1, 0, -1};
+    if (pair == defaultPair && sp.ncclChannels > 0 && ch == sp.ncclChannels && ck == ncclCk) return {-1, 0, -1};
+    return {pair, ch, ck};
+  }
+  Config configOf(const PointKey& k) const {
+    Config c;
+    auto [pair, ch, ck] = k;
+    if (pair < 0) return c;
+    c.algo = pair / kNumProtos;
+    c.proto = pair % kNumProtos;
+    c.channels = ch;
+    c.chunk = (ck >= 0 && ck != ncclCk) ? chunkGrid[static_cast<size_t>(ck)] : 0;
+    return c;
+  }
+  int eval(const PointKey& key0) {
+    PointKey key = normalize(std::get<0>(key0), std::get<1>(key0), std::get<2>(key0));
+    auto it = evalAt.find(key);
+    if (it != evalAt.end()) return it->second;
+    Eval e;
+    e.cfg = configOf(key);
+    e.cfg.measure = true;
+    evals.push_back(e);
+    int id = static_cast<int>(evals.size()) - 1;
+    evalAt.emplace(key, id);
+    st.candidates++;
+    return id;
+  }
+  void request(int id, int want, bool front = false) {
+    Eval& e = evals[static_cast<size_t>(id)];
+    if (e.dead || e.want >= want) return;
+    e.want = want;
+    if (front) queue.push_front(id);
+    else queue.push_back(id);
+  }
+  // Relative standard error of an eval's median (pooled with the default's noise).
+  double relSE(const Eval& e) const {
+    double rn = e.relNoise();
+    if (dflt >= 0) rn = std::max(rn, evals[static_cast<size_t>(dflt)].relNoise());
+    if (e.n() == 0) return HUGE_VAL;
+    return 1.2533 * rn / std::sqrt(static_cast<double>(e.n()));
+  }
+  // a beats b by more than the measured noise
+  bool beats(const Eval& a, const Eval& b, double z) const {
+    if (a.dead || a.samples.empty()) return false;
+    if (b.dead || b.samples.empty()) return true;
+    double margin = std::max(o.minMargin, z * std::hypot(relSE(a), relSE(b)));
+    return a.med() < b.med() * (1.0 - margin);
+  }
+
+  // ---- modes ------------------------------------------------------------------------------
+  void clearTuning() {
+    evals.clear();
+    evalAt.clear();
+    pending.clear();
+    queue.clear();
+    subs.clear();
+    pruned = false;
+    barrier = 1;
+    keepOverride = 0;
+    inc = dflt = hintEval = checkEval = -1;
+    tuningCallsThisRound = 0;
+  }
+
+  void begin(bool retune) {
+    clearTuning();
+    tuningStart = planned;
+    Hint exact;
+    bool haveExact = false;
+    for (const Hint& h : hints)
+      if (h.distance == 0 && validHint(h.cfg)) {
+        exact = h;
+        haveExact = true;
+        break;
+      }
+    dflt = eval({-1, 0, -1});
+    inc = dflt;
+    if (defaultPair < 0) {  // nothing supported?! leave NCCL alone
+      toFinal(Config());
+      return;
+    }
+    if (haveExact && !retune) {
+      mode = Mode::kVerify;
+      hintEval = eval(pointOf(exact.cfg));
+      evals[static_cast<size_t>(dflt)].want = o.baselineSamples;
+      evals[static_cast<size_t>(hintEval)].want = o.baselineSamples;
+      verifyNextDefault = true;
+      return;
+    }
+    mode = Mode::kTuning;
+    request(dflt, o.baselineSamples);
+    // hinted points first (warm start), then one probe per supported pair, cheapest cost first
+    std::vector<std::pair<float, int>> pairs;
+    for (int a = 0; a < kNumAlgos; ++a)
+      for (int p = 0; p < kNumProtos; ++p)
+        if (sp.cost[a][p] >= 0) pairs.push_back({sp.cost[a][p], a * kNumProtos + p});
+    std::sort(pairs.begin(), pairs.end());
+    bool warm = false;
+    for (auto& pr : pairs) {
+      Sub s;
+      s.pair = pr.second;
+      s.ch = startCh;
+      s.ck = ncclCk;
+      s.step[0] = s.step[1] = o.initStep;
+      for (const Hint& h : hints)
+        if (validHint(h.cfg) && h.cfg.algo * kNumProtos + h.cfg.proto == s.pair) {
+          PointKey pk = pointOf(h.cfg);
+          s.ch = std::get<1>(pk);
+          s.ck = std::get<2>(pk);
+          s.step[0] = s.step[1] = o.warmStep;
+          warm = true;
+          break;
+        }
+      s.xEval = eval({s.pair, s.ch, s.ck});
+      subs.push_back(s);
+    }
+    // hinted subspaces are probed first
+    std::stable_sort(subs.begin(), subs.end(),
+                     [&](const Sub& a, const Sub& b) { return a.step[0] < b.step[0] && !(b.step[0] < a.step[0]); });
+    for (Sub& s : subs) request(s.xEval, o.samplesFirst);
+    if (warm && !retune) keepOverride = 2;  // neighbours' tuned configs are trusted to narrow the search
+  }
+  int keepOverride = 0;
+
+  bool validHint(const Config& c) const {
+    if (c.isDefault()) return true;
+    return isSupported(c.algo, c.proto) && c.channels >= 0 && c.channels <= sp.maxChannels;
+  }
+  PointKey pointOf(const Config& c) const {
+    if (c.isDefault()) return {-1, 0, -1};
+    int ch = c.channels > 0 ? c.channels : startCh;
+    int ck = ncclCk;
+    if (c.chunk != 0 && !chunkGrid.empty()) {
+      // nearest grid chunk
+      double best = HUGE_VAL;
+      for (size_t i = 0; i < chunkGrid.size(); ++i) {
+        double d = std::fabs(std::log2(static_cast<double>(chunkGrid[i])) - std::log2(static_cast<double>(c.chunk)));
+        if (d < best) {
+          best = d;
+          ck = static_cast<int>(i);
+        }
+      }
+    }
+    return {c.algo * kNumProtos + c.proto, ch, ck};
+  }
+
+  void pin(const Config& c, double ref, double noise) {
+    mode = Mode::kPinned;
+    pinnedCfg = c;
+    pinnedCfg.measure = false;
+    pinnedRef = ref;
+    pinnedNoise = noise;
+    interval = o.recheckFirst;
+    driftCount = 0;
+    checkEval = -1;
+    pending.clear();
+    queue.clear();
+    if (st.convergedAt == kForever) st.convergedAt = planned;
+    st.bestMedian = ref;
+    if (!o.drift) toFinal(pinnedCfg);
+  }
+  void toFinal(const Config& c) {
+    mode = Mode::kFinal;
+    pinnedCfg = c;
+    pinnedCfg.measure = false;
+    if (st.convergedAt == kForever) st.convergedAt = planned;
+  }
+
+  void finishTuning() {
+    const Eval& d = evals[static_cast<size_t>(dflt)];
+    if (dflt >= 0 && !d.samples.empty()) {
+      st.defaultMedian = d.med();
+      st.noise = d.relNoise();
+    }
+    const Eval& i = evals[static_cast<size_t>(inc)];
+    pin(i.cfg, i.samples.empty() ? 0.0 : i.med(), std::max(i.relNoise(), d.relNoise()));
+  }
+
+  // ---- the search proper ------------------------------------------------------------------
+  void thinkVerify() {
+    Eval& d = evals[static_cast<size_t>(dflt)];
+    Eval& h = evals[static_cast<size_t>(hintEval)];
+    if (!d.finished() || !h.finished()) return;
+    if (d.dead && h.dead) {  // unmeasurable (e.g. graph capture): trust the table
+      pin(h.cfg, 0, 0);
+      return;
+    }
+    st.defaultMedian = d.samples.empty() ? 0.0 : d.med();
+    st.noise = d.relNoise();
+    if (beats(d, h, o.z)) {  // the table is wrong here now: search again, starting near it
+      Hint nh{h.cfg, 0, 0.5};
+      hints.push_back(nh);
+      for (Hint& x : hints)
+        if (x.distance == 0) x.distance = 0.5;
+      st.retunes++;
+      begin(true);
+      return;
+    }
+    const Eval& w = (h.med() <= d.med()) ? h : d;
+    pin(w.cfg, w.med(), std::max(d.relNoise(), h.relNoise()));
+  }
+
+  // After the probes: subspaces hopelessly behind (probeKeep) are dropped. After each of the first
+  // halvingRounds descent iterations: successive halving keeps the better half (by current best).
+  void prune(bool halve) {
+    double best = evals[static_cast<size_t>(dflt)].med();
+    std::vector<Sub*> order;
+    for (Sub& s : subs) {
+      if (s.state == SubState::kDropped) continue;
+      best = std::min(best, evals[static_cast<size_t>(s.xEval)].med());
+      order.push_back(&s);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](Sub* a, Sub* b) {
+      return evals[static_cast<size_t>(a->xEval)].med() < evals[static_cast<size_t>(b->xEval)].med();
+    });
+    size_t keep = order.size();
+    if (halve) keep = std::max<size_t>(1, (order.size() + 1) / 2);
+    if (!halve && keepOverride > 0) keep = static_cast<size_t>(keepOverride);
+    if (halve && barrier >= o.halvingRounds) keep = std::min(keep, static_cast<size_t>(o.keepSubspaces));
+    size_t kept = 0;
+    for (Sub* s : order) {
+      double m = evals[static_cast<size_t>(s->xEval)].med();
+      if (kept < keep && std::isfinite(m) && m <= best * (1.0 + o.probeKeep)) {
+        if (s->state == SubState::kProbe) s->state = SubState::kDescend;
+        kept++;
+      } else {
+        s->state = SubState::kDropped;
+      }
+    }
+    pruned = true;
+  }
+  int barrier = 1;
+
+  int nDims() const { return chunkGrid.empty() ? 1 : 2; }
+
+  // move along dim by delta (log2 units); returns false if it leaves the range or cannot move
+  bool moved(const Sub& s, int dim, double delta, int& ch, int& ck) const {
+    ch = s.ch;
+    ck = s.ck;
+    int sign = delta > 0 ? 1 : -1;
+    if (dim == 0) {
+      int n = static_cast<int>(std::lround(s.ch * std::exp2(delta)));
+      if (n == s.ch) n = s.ch + sign;
+      n = std::clamp(n, 1, sp.maxChannels);
+      if (n == s.ch) return false;
+      ch = n;
+    } else {
+      int d = static_cast<int>(std::lround(delta));
+      if (d == 0) d = sign;
+      int n = std::clamp(s.ck + d, 0, static_cast<int>(chunkGrid.size()) - 1);
+      if (n == s.ck) return false;
+      ck = n;
+    }
+    return true;
+  }
+  bool isUnit(const Sub& s, int ch, int ck) const { return std::abs(ch - s.ch) + std::abs(ck - s.ck) == 1; }
+
+  void nextDim(Sub& s) {
+    s.stalled++;
+    s.lastDir[s.dim] = 0;
+    s.step[s.dim] = o.initStep;
+    if (s.stalled >= nDims()) {
+      s.state = SubState::kDone;
+      return;
+    }
+    s.dim = (s.dim + 1) % nDims();
+  }
+
+  // one step of sub s, if its pending evaluations are finished
+  void stepSub(Sub& s, double globalBest) {
+    Eval& x = evals[static_cast<size_t>(s.xEval)];
+    if (!x.finished()) return;
+    for (auto& nb : s.nbrs)
+      if (!evals[static_cast<size_t>(nb.second)].finished()) return;
+    if (x.dead) {
+      s.state = SubState::kDropped;
+      return;
+    }
+    if (!s.nbrs.empty()) {
+      // pick the best neighbour
+      auto bestIt = std::min_element(s.nbrs.begin(), s.nbrs.end(), [&](auto& a, auto& b) {
+        return evals[static_cast<size_t>(a.second)].med() < evals[static_cast<size_t>(b.second)].med();
+      });
+      Eval& nb = evals[static_cast<size_t>(bestIt->second)];
+      double gain = 1.0 - nb.med() / x.med();
+      // ambiguous and not yet well sampled: sample both more before moving
+      double margin = std::max(o.minMargin, 1.0 * std::hypot(relSE(nb), relSE(x)));
+      if (gain >= o.worthwhile && gain < 2 * margin && (nb.n() < o.samplesMax || x.n() < o.samplesMax)) {
+        int w = std::min(o.samplesMax, std::max(nb.n(), x.n()) + 2);
+        request(bestIt->second, w);
+        request(s.xEval, w);
+        return;
+      }
+      if (beats(nb, x, 1.0)) {
+        auto [p, ch, ck] = bestIt->first;
+        (void)p;
+        int dir = (ch - s.ch) + (ck - s.ck) > 0 ? 1 : -1;
+        s.ch = ch;
+        s.ck = ck;
+        s.xEval = bestIt->second;
+        s.lastDir[s.dim] = dir;
+        s.step[s.dim] *= std::min(2.0, 1.0 + gain / o.stepGainRef);  // learning rate = relative gain
+        s.stalled = 0;
+        s.steps++;
+      } else if (s.unitTried || s.step[s.dim] / 2 < o.minStep) {
+        nextDim(s);  // this dimension stopped improving
+      } else {
+        s.lastDir[s.dim] = 0;
+        s.step[s.dim] /= 2;  // reset: smaller steps in both directions
+      }
+      s.nbrs.clear();
+      s.iter++;
+      if (s.state == SubState::kDescend && evals[static_cast<size_t>(s.xEval)].med() > globalBest * (1.0 + o.probeKeep)) {
+        s.state = SubState::kDropped;
+        return;
+      }
+    }
+    if (s.state != SubState::kDescend || s.iter >= barrier) return;
+    // propose neighbours in the current dimension
+    for (int guard = 0; guard < 4 && s.nbrs.empty() && s.state == SubState::kDescend; ++guard) {
+      int dims[2] = {s.lastDir[s.dim], 0};
+      std::vector<int> dirs;
+      if (s.lastDir[s.dim] != 0) dirs.push_back(s.lastDir[s.dim]);
+      else dirs = {1, -1};
+      (void)dims;
+      bool allUnit = true;
+      for (int d : dirs) {
+        int ch, ck;
+        if (!moved(s, s.dim, d * s.step[s.dim], ch, ck)) continue;
+        allUnit = allUnit && isUnit(s, ch, ck);
+        PointKey pk{s.pair, ch, ck};
+        int id = eval(pk);
+        s.nbrs.push_back({pk, id});
+      }
+      s.unitTried = allUnit && s.lastDir[s.dim] == 0;
+      if (s.nbrs.empty()) {
+        if (s.lastDir[s.dim] != 0) {
+          s.lastDir[s.dim] = 0;  // hit the range bound while continuing: try both sides
+          s.step[s.dim] /= 2;
+        } else {
+          nextDim(s);
+        }
+      }
+    }
+    for (auto& nb : s.nbrs) request(nb.second, o.samplesFirst);
+  }
+
+  // A not yet measured point that an alive subspace will probably ask for next: in its current
+  // dimension the continuation (2 steps on) and the half steps, then the other dimension.
+  int speculate() {
+    std::vector<Sub*> order;
+    for (Sub& s : subs)
+      if (s.state == SubState::kDescend || s.state == SubState::kProbe) order.push_back(&s);
+    std::stable_sort(order.begin(), order.end(), [&](Sub* a, Sub* b) {
+      return evals[static_cast<size_t>(a->xEval)].med() < evals[static_cast<size_t>(b->xEval)].med();
+    });
+    for (Sub* sp0 : order) {
+      const Sub& s = *sp0;
+      std::vector<std::pair<int, double>> moves;  // (dim, delta)
+      double st0 = s.step[s.dim];
+      int ld = s.lastDir[s.dim];
+      if (ld != 0) moves.push_back({s.dim, ld * 2 * st0});
+      moves.push_back({s.dim, st0});
+      moves.push_back({s.dim, -st0});
+      if (st0 / 2 >= o.minStep) {
+        moves.push_back({s.dim, st0 / 2});
+        moves.push_back({s.dim, -st0 / 2});
+      }
+      if (nDims() > 1) {
+        int od = 1 - s.dim;
+        moves.push_back({od, o.initStep});
+        moves.push_back({od, -o.initStep});
+      }
+      for (auto [dim, delta] : moves) {
+        int ch, ck;
+        if (!moved(s, dim, delta, ch, ck)) continue;
+        PointKey key = normalize(s.pair, ch, ck);
+        if (evalAt.count(key)) continue;
+        return eval({s.pair, ch, ck});
+      }
+    }
+    return -1;
+  }
+
+  void thinkTuning() {
+    Eval& d = evals[static_cast<size_t>(dflt)];
+    if (d.dead) {  // NCCL's default can't be measured (graph capture...): nothing can beat it
+      finishTuning();
+      return;
+    }
+    if (!pruned) {
+      bool all = d.finished();
+      for (Sub& s : subs) all = all && evals[static_cast<size_t>(s.xEval)].finished();
+      if (!all) return;
+      prune(false);
+    }
+    // incumbent: replaced only by a candidate that beats it by more than the noise
+    for (size_t i = 0; i < evals.size(); ++i) {
+      const Eval& e = evals[i];
+      if (static_cast<int>(i) == inc || e.dead || e.n() < o.minSamplesIncumbent) continue;
+      if (beats(e, evals[static_cast<size_t>(inc)], o.z)) inc = static_cast<int>(i);
+    }
+    // the most promising candidate that is not yet the incumbent gets more samples
+    int bestId = -1;
+    for (size_t i = 0; i < evals.size(); ++i)
+      if (!evals[i].dead && !evals[i].samples.empty() && (bestId < 0 || evals[i].med() < evals[static_cast<size_t>(bestId)].med()))
+        bestId = static_cast<int>(i);
+    if (bestId >= 0 && bestId != inc) {
+      Eval& b = evals[static_cast<size_t>(bestId)];
+      if (b.finished() && b.n() < o.samplesMax && b.med() < evals[static_cast<size_t>(inc)].med() * (1.0 - o.minMargin))
+        request(bestId, std::min(o.samplesMax, std::max(o.minSamplesIncumbent, b.n() + 2)), true);
+    }
+    double globalBest = HUGE_VAL;
+    for (Sub& s : subs)
+      if (s.state == SubState::kDescend || s.state == SubState::kDone)
+        globalBest = std::min(globalBest, evals[static_cast<size_t>(s.xEval)].med());
+    globalBest = std::min(globalBest, d.med());
+    for (Sub& s : subs)
+      if (s.state == SubState::kDescend) stepSub(s, globalBest);
+    if (barrier <= o.halvingRounds) {  // all alive subspaces finished this iteration: halve
+      bool all = true;
+      for (Sub& s : subs) all = all && (s.state != SubState::kDescend || (s.iter >= barrier && s.nbrs.empty()));
+      if (all) {
+        prune(true);
+        barrier = barrier + 1 > o.halvingRounds ? std::numeric_limits<int>::max() : barrier + 1;
+        for (Sub& s : subs)
+          if (s.state == SubState::kDescend) stepSub(s, globalBest);
+      }
+    }
+    bool busy = !queue.empty();
+    for (Sub& s : subs) busy = busy || s.state == SubState::kDescend;
+    for (const Eval& e : evals) busy = busy || !e.finished();
+    if (!busy) finishTuning();
+  }
+
+  void thinkPinned() {
+    if (checkEval < 0) return;
+    Eval& c = evals[static_cast<size_t>(checkEval)];
+    if (!c.finished()) return;
+    if (!c.samples.empty() && pinnedRef > 0) {
+      double ratio = c.med() / pinnedRef;
+      double thr = std::max(o.driftThreshold, 3.0 * pinnedNoise);
+      if (std::fabs(ratio - 1.0) > thr) driftCount++;
+      else driftCount = 0;
+    } else if (!c.samples.empty() && pinnedRef <= 0) {
+      pinnedRef = c.med();  // first measurement of a config pinned unmeasured
+    }
+    checkEval = -1;
+    if (driftCount >= o.driftConfirm) {
+      st.retunes++;
+      hints.clear();
+      hints.push_back(Hint{pinnedCfg, pinnedRef, 0.5});
+      st.convergedAt = kForever;
+      begin(true);
+      return;
+    }
+    if (driftCount == 0) interval = std::min(interval * 2, o.recheckMax);
+    else interval = std::max<uint64_t>(o.recheckFirst / 4, 1);
+  }
+
+  void think() {
+    for (int guard = 0; guard < 8; ++guard) {
+      Mode before = mode;
+      size_t q = queue.size();
+      if (mode == Mode::kVerify) thinkVerify();
+      else if (mode == Mode::kTuning) thinkTuning();
+      else if (mode == Mode::kPinned) thinkPinned();
+      if (mode == before && queue.size() == q) break;
+    }
+  }
+
+  void expireLost(uint64_t ref) {
+    if (ref <= o.lostAfter) return;
+    uint64_t limit = ref - o.lostAfter;
+    while (!pending.empty() && pending.begin()->first < limit) {
+      auto [id, filler] = pending.begin()->second;
+      pending.erase(pending.begin());
+      st.lostSamples++;
+      if (filler) continue;
+      Eval& e = evals[static_cast<size_t>(id)];
+      e.inflight--;
+      e.lostThisRound = true;
+      if (e.inflight == 0) roundOver(e);
+    }
+  }
+  void roundOver(Eval& e) {
+    if (e.lostThisRound) {
+      e.lostThisRound = false;
+      if (e.samples.empty()) e.lostRounds++;
+      if (e.n() < e.want) {
+        if (e.lostRounds >= o.maxLostRounds) {
+          // keep what arrived if anything did; a candidate with no samples at all is abandoned
+          if (e.samples.empty()) e.dead = true;
+          else e.want = e.n();
+        } else {
+          int id = static_cast<int>(&e - evals.data());
+          queue.push_back(id);
+        }
+      }
+    }
+  }
+
+  void add(const Segment& s) {
+    segs.push_back(s);
+    planned = s.end;
+    if (s.phase == Phase::kTuning) {
+      st.tuningCalls += s.end - s.begin;
+      tuningCallsThisRound += s.end - s.begin;
+    }
+  }
+
+  void schedule(int id, uint64_t n, Phase ph, bool filler = false) {
+    Eval& e = evals[static_cast<size_t>(id)];
+    Segment s{planned, planned + n, e.cfg, ph};
+    s.cfg.measure = true;
+    for (uint64_t k = s.begin; k < s.end; ++k) pending[k] = {id, filler};
+    if (!filler) e.inflight += static_cast<int>(n);
+    add(s);
+  }
+
+  void planOne() {
+    switch (mode) {
+      case Mode::kFinal: {
+        add(Segment{planned, kForever, pinnedCfg, Phase::kFinal});
+        return;
+      }
+      case Mode::kPinned: {
+        if (checkEval < 0 && (segs.empty() || segs.back().phase != Phase::kPinned)) {
+          add(Segment{planned, planned + interval, pinnedCfg, Phase::kPinned});
+          return;
+        }
+        if (checkEval >= 0) {  // check still running: stay pinned (untimed) until it reports
+          add(Segment{planned, planned + std::max<uint64_t>(interval / 4, 1), pinnedCfg, Phase::kPinned});
+          return;
+        }
+        Eval c;
+        c.cfg = pinnedCfg;
+        c.want = o.checkSamples;
+        evals.push_back(c);
+        checkEval = static_cast<int>(evals.size()) - 1;
+        schedule(checkEval, static_cast<uint64_t>(o.checkSamples), Phase::kCheck);
+        return;
+      }
+      case Mode::kVerify: {
+        // NCCL's default first, then alternate with the table's config
+        Eval& d = evals[static_cast<size_t>(dflt)];
+        Eval& h = evals[static_cast<size_t>(hintEval)];
+        int dNeed = d.dead ? 0 : d.want - d.n() - d.inflight;
+        int hNeed = h.dead ? 0 : h.want - h.n() - h.inflight;
+        int id = -1;
+        if (verifyNextDefault && dNeed > 0) id = dflt;
+        else if (hNeed > 0) id = hintEval;
+        else if (dNeed > 0) id = dflt;
+        verifyNextDefault = !verifyNextDefault;
+        if (id < 0) {  // waiting for the samples: run the table's config meanwhile (it starts tuned)
+          Segment s{planned, planned + 1, h.cfg, Phase::kTuning};
+          s.cfg.measure = false;
+          add(s);
+          return;
+        }
+        schedule(id, 1, Phase::kTuning);
+        return;
+      }
+      case Mode::kTuning: {
+        if (tuningCallsThisRound >= o.maxTuningCalls) {
+          finishTuning();
+          planOne();
+          return;
+        }
+        while (!queue.empty()) {
+          int id = queue.front();
+          queue.pop_front();
+          Eval& e = evals[static_cast<size_t>(id)];
+          if (e.dead) continue;
+          int need = e.want - e.n() - e.inflight;
+          if (need <= 0) continue;
+          schedule(id, static_cast<uint64_t>(need), Phase::kTuning);
+          return;
+        }
+        // nothing can be decided until samples arrive (host run-ahead): measure a point the descent
+        // is likely to need next, else run the incumbent meanwhile
+        int spec = speculate();
+        if (spec >= 0) {
+          request(spec, o.samplesFirst);
+          queue.pop_back();
+          schedule(spec, static_cast<uint64_t>(o.samplesFirst), Phase::kTuning);
+          return;
+        }
+        schedule(inc, 1, Phase::kTuning, true);
+        return;
+      }
+    }
+  }
+
+  void extend(uint64_t upTo) {
+    expireLost(upTo > o.lead ? upTo - o.lead : 0);
+    while (planned < upTo) {
+      think();
+      planOne();
+    }
+  }
+
+  const Segment& find(uint64_t k) const {
+    auto it = std::upper_bound(segs.begin(), segs.end(), k, [](uint64_t v, const Segment& s) { return v < s.end; });
+    return *it;
+  }
+
+  void sample(uint64_t k, double us) {
+    auto it = pending.find(k);
+    if (it == pending.end()) return;
+    auto [id, filler] = it->second;
+    Eval& e = evals[static_cast<size_t>(id)];
+    pending.erase(it);
+    if (!filler) e.inflight--;
+    if (std::isfinite(us) && us > 0) {
+      int effCh = e.cfg.isDefault() ? sp.ncclChannels : e.cfg.channels;
+      if (effCh <= 0) effCh = sp.ncclChannels > 0 ? sp.ncclChannels : sp.maxChannels;
+      e.samples.push_back(o.objective(e.cfg, effCh, us));
+      st.samples++;
+    } else if (!filler) {
+      e.lostThisRound = true;
+    }
+    if (!filler && e.inflight == 0) roundOver(e);
+    think();
+  }
+};
+
+TaskSearch::TaskSearch(const Space& space, Options opt, std::vector<Hint> hints)
+    : impl_(std::make_unique<Impl>(space, std::move(opt), std::move(hints))) {}
+TaskSearch::~TaskSearch() = default;
+
+Segment TaskSearch::segmentFor(uint64_t k) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (k >= impl_->planned || impl_->planned - k < impl_->o.lead) {
+    uint64_t want = k + impl_->o.lead;
+    if (want < k) want = kForever;
+    if (impl_->planned < want && impl_->mode != Impl::Mode::kFinal) impl_->extend(want);
+    else if (impl_->planned <= k) impl_->extend(k + 1);
+  }
+  return impl_->find(k);
+}
+
+std::vector<Segment> TaskSearch::extendTo(uint64_t upTo) {
+  std::lock_guard<std::mutex> lk(mu_);
+  size_t n0 = impl_->segs.size();
+  if (impl_->planned < upTo) impl_->extend(upTo);
+  return std::vector<Segment>(impl_->segs.begin() + static_cast<std::ptrdiff_t>(n0), impl_->segs.end());
+}
+
+std::vector<Segment> TaskSearch::plan() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return impl_->segs;
+}
+uint64_t TaskSearch::plannedUpTo() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return impl_->planned;
+}
+void TaskSearch::addSample(uint64_t k, double gpuMicros) {
+  std::lock_guard<std::mutex> lk(mu_);
+  impl_->sample(k, gpuMicros);
+}
+bool TaskSearch::converged() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return impl_->mode == Impl::Mode::kPinned || impl_->mode == Impl::Mode::kFinal;
+}
+Config TaskSearch::best() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (impl_->mode == Impl::Mode::kPinned || impl_->mode == Impl::Mode::kFinal) return impl_->pinnedCfg;
+  if (impl_->inc < 0) return Config();
+  Config c = impl_->evals[static_cast<size_t>(impl_->inc)].cfg;
+  c.measure = false;
+  return c;
+}
+Stats TaskSearch::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return impl_->st;
+}
+
+std::vector<Hint> hintsFor(const std::vector<TableEntry>& table, int coll, uint64_t bytes, int pipe) {
+  const TableEntry* lo = nullptr;
+  const TableEntry* hi = nullptr;
+  for (const TableEntry& e : table) {
+    if (e.coll != coll || e.pipe != pipe || e.bytes == 0) continue;
+    if (e.bytes == bytes) return {Hint{e.cfg, e.micros, 0.0}};
+    if (e.bytes < bytes && (!lo || e.bytes > lo->bytes)) lo = &e;
+    if (e.bytes > bytes && (!hi || e.bytes < hi->bytes)) hi = &e;
+  }
+  std::vector<Hint> out;
+  auto dist = [&](const TableEntry* e) {
+    return std::fabs(std::log2(static_cast<double>(bytes)) - std::log2(static_cast<double>(e->bytes)));
+  };
+  for (const TableEntry* e : {lo, hi})
+    if (e && dist(e) <= 3.0) out.push_back(Hint{e->cfg, e->micros, dist(e)});  // within 8x in size
+  std::sort(out.begin(), out.end(), [](const Hint& a, const Hint& b) { return a.distance < b.distance; });
+  return out;
+}
+
+}  // namespace autoccl::search
