@@ -1,6 +1,79 @@
+"""`autoccl bench coll|train` and `autoccl report` (torch and matplotlib are imported lazily)."""
+
 from __future__ import annotations
 
+import datetime
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
 import click
+
+from autoccl.bench.spec import SpecError
+
+DEFAULT_COLLS = "all_gather,reduce_scatter,all_reduce"
+
+
+def _fail(msg: str) -> click.ClickException:
+    return click.ClickException(msg)
+
+
+def _torch_gpus() -> int:
+    try:
+        import torch
+    except ImportError:
+        raise _fail("autoccl bench needs PyTorch: `pip install autoccl[bench]` (or torch>=2.4)") from None
+    return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+
+
+def _resolve_device(
+    device: str, backend: str | None, nproc: int | None, distributed: bool
+) -> tuple[str, int | None]:
+    backend = backend or ("nccl" if device == "cuda" else "gloo")
+    if device == "cpu" and backend == "nccl":
+        raise _fail("--backend nccl needs --device cuda; use --backend gloo on the CPU")
+    gpus = _torch_gpus()
+    if device == "cuda":
+        if gpus == 0:
+            raise _fail("no CUDA GPUs visible; for a CPU run use --device cpu --backend gloo")
+        if not distributed:
+            nproc = nproc or gpus
+            if nproc > gpus:
+                raise _fail(f"--nproc {nproc} exceeds the {gpus} visible GPUs (one process per GPU)")
+    elif not distributed:
+        nproc = nproc or 2
+    return backend, nproc
+
+
+def _default_prefix(kind: str) -> Path:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("benchmarks/results") / f"{kind}-{stamp}"
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[Callable[[str, int, int], None] | None]:
+    if not enabled:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=False,
+    ) as bar:
+        tasks: dict[str, Any] = {}
+
+        def update(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(label, total=total)
+            bar.update(tasks[label], completed=done, total=total)
+
+        yield update
 
 
 @click.group()
@@ -8,7 +81,353 @@ def bench() -> None:
     """Benchmarks: `coll` (collectives) and `train` (a training step)."""
 
 
+def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
+    opts = [
+        click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True),
+        click.option(
+            "--backend",
+            type=click.Choice(["nccl", "gloo"]),
+            default=None,
+            help="torch.distributed backend [default: nccl on cuda, gloo on cpu]",
+        ),
+        click.option(
+            "--nproc",
+            type=int,
+            default=None,
+            help="processes per launch [default: every visible GPU; 2 on cpu]; ignored under torchrun/srun",
+        ),
+        click.option(
+            "-o",
+            "--output",
+            "output",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="output prefix: writes PREFIX.json, PREFIX.csv, PREFIX.md (logs in PREFIX.logs/)",
+        ),
+        click.option("--timeout", type=float, default=600.0, show_default=True, help="seconds per launch"),
+        click.option("--seed", type=int, default=1234, show_default=True),
+        click.option("--progress/--no-progress", default=None, help="progress bars [default: on a terminal]"),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+@bench.command("coll")
+@click.option(
+    "--colls",
+    "-c",
+    default=DEFAULT_COLLS,
+    show_default=True,
+    help="all_gather, reduce_scatter, all_reduce, broadcast, reduce, all_to_all (or all)",
+)
+@click.option(
+    "--sizes",
+    "-s",
+    default="1M:1G:x2",
+    show_default=True,
+    help="sizes and ranges: 1M,4M or 1M:1G:x2 or 1M:8M:+1M (binary units; see docs/bench.md for "
+    "which buffer the size is)",
+)
+@click.option("--dtype", "-d", default="bf16", show_default=True)
+@click.option(
+    "--modes",
+    "-m",
+    multiple=True,
+    default=["nccl"],
+    show_default=True,
+    help="nccl, static:VAR=VAL[,VAR=VAL], static-best, online, oracle (comma-separated, repeatable)",
+)
+@click.option(
+    "--load",
+    "loads",
+    default="none",
+    show_default=True,
+    help="none, light, heavy, gemm:MxKxN[:dtype] (comma-separated)",
+)
+@click.option("--warmup", "-w", type=int, default=5, show_default=True)
+@click.option("--iters", "-n", type=int, default=20, show_default=True, help="iterations per repetition")
+@click.option("--reps", "-r", type=int, default=5, show_default=True, help="repetitions (median and spread)")
+@click.option("--check", is_flag=True, help="verify results against a reference computed differently")
+@click.option(
+    "--online-warmup",
+    type=int,
+    default=200,
+    show_default=True,
+    help="extra warm-up iterations per cell in online mode (the tuning phase, traced)",
+)
+@click.option(
+    "--sweep-load", "sweep_loads", default=None, help="loads of the static-best sweep [default: --load]"
+)
+@click.option("--sweep-iters", type=int, default=None, help="iterations in sweep launches [default: --iters]")
+@click.option("--sweep-reps", type=int, default=None, help="repetitions in sweep launches [default: --reps]")
+@click.option("--static-space", default=None, help="static-best knobs: 'NCCL_PROTO=LL,LL128;CTAS=16,32;...'")
+@click.option(
+    "--static-search",
+    type=click.Choice(["oat", "grid"]),
+    default="oat",
+    show_default=True,
+    help="one knob at a time, or every combination",
+)
+@click.option(
+    "--static-best-from",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="take the static-best setting from an earlier result's sweep (only re-measure it)",
+)
+@click.option(
+    "--oracle-channels", default=None, help="channel counts of the oracle (auto = NCCL's) [auto,8,16,32,64]"
+)
+@click.option("--oracle-protos", default="ll,ll128,simple", show_default=True)
+@click.option("--oracle-algos", default=None, help="restrict oracle algorithms (ring,tree)")
+@click.option(
+    "--gemm-reps-from",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="GEMM work per loaded cell from an earlier result, so makespans compare across files",
+)
+@click.option("--dry-run", is_flag=True, help="print the launches and an estimated duration, run nothing")
+@click.option("--est-busbw", type=float, default=None, help="GB/s assumed by the estimate [200 cuda, 1 cpu]")
+@click.option(
+    "--est-startup", type=float, default=None, help="seconds a launch takes to start [20 cuda, 5 cpu]"
+)
+@_common
+def coll(
+    colls: str,
+    sizes: str,
+    dtype: str,
+    modes: tuple[str, ...],
+    loads: str,
+    warmup: int,
+    iters: int,
+    reps: int,
+    check: bool,
+    online_warmup: int,
+    sweep_loads: str | None,
+    sweep_iters: int | None,
+    sweep_reps: int | None,
+    static_space: str | None,
+    static_search: str,
+    static_best_from: str | None,
+    oracle_channels: str | None,
+    oracle_protos: str,
+    oracle_algos: str | None,
+    gemm_reps_from: str | None,
+    dry_run: bool,
+    est_busbw: float | None,
+    est_startup: float | None,
+    device: str,
+    backend: str | None,
+    nproc: int | None,
+    output: Path | None,
+    timeout: float,
+    seed: int,
+    progress: bool | None,
+) -> None:
+    """Collective bandwidth per mode (busbw/algbw as nccl-tests), optionally beside a GEMM load."""
+    from autoccl.bench import modes as M
+    from autoccl.bench import runner
+    from autoccl.bench import spec as S
+    from autoccl.bench.launch import LaunchError, detect_topology
+
+    for name, v in (("--warmup", warmup), ("--online-warmup", online_warmup)):
+        if v < 0:
+            raise _fail(f"{name} must be >= 0")
+    for name, v in (
+        ("--iters", iters),
+        ("--reps", reps),
+        ("--sweep-iters", sweep_iters or 1),
+        ("--sweep-reps", sweep_reps or 1),
+    ):
+        if v < 1:
+            raise _fail(f"{name} must be >= 1")
+    try:
+        o = runner.CollOptions(
+            colls=S.parse_collectives(colls),
+            sizes=S.parse_sizes(sizes),
+            dtype=S.parse_dtype(dtype),
+            loads=S.parse_loads(loads),
+            modes=M.parse_modes(modes),
+            device=device,
+            backend=backend or "",
+            warmup=warmup,
+            iters=iters,
+            reps=reps,
+            check=check,
+            online_warmup=online_warmup,
+            sweep_loads=S.parse_loads(sweep_loads) if sweep_loads else None,
+            sweep_iters=sweep_iters,
+            sweep_reps=sweep_reps,
+            static_space=static_space or M.DEFAULT_STATIC_SPACE,
+            static_search=static_search,
+            static_best_from=static_best_from,
+            oracle_channels=oracle_channels or M.DEFAULT_ORACLE_CHANNELS,
+            oracle_protos=oracle_protos,
+            oracle_algos=oracle_algos,
+            gemm_reps_from=gemm_reps_from,
+            timeout_s=timeout,
+            seed=seed,
+        )
+        M.parse_static_space(o.static_space)
+        M.parse_channels(o.oracle_channels)
+        if device == "cpu" and any(m.needs_plugin for m in o.modes):
+            click.echo(
+                "note: online/oracle on the CPU backend run the plugin environment, but gloo never "
+                "loads NCCL; their numbers are plain gloo",
+                err=True,
+            )
+        prefix = output or _default_prefix("coll")
+        workdir = prefix.with_name(prefix.name + ".logs")
+        if dry_run:
+            topo = detect_topology(nproc or 1)
+            world = topo.world_size if topo.distributed else (nproc or (2 if device == "cpu" else 8))
+            S.validate_cells(o.colls, o.sizes, o.dtype, world)
+            launches = runner.plan_coll(o, workdir)
+            click.echo(
+                runner.describe_plan(
+                    o,
+                    launches,
+                    world,
+                    est_busbw or (200.0 if device == "cuda" else 1.0),
+                    est_startup or (20.0 if device == "cuda" else 5.0),
+                )
+            )
+            return
+        probe = detect_topology(1)
+        o.backend, np_ = _resolve_device(device, backend, nproc, probe.distributed)
+        topo = detect_topology(None if probe.distributed else np_)
+        S.validate_cells(o.colls, o.sizes, o.dtype, topo.world_size)
+        launches = runner.plan_coll(o, workdir)
+        if topo.is_main:
+            click.echo(
+                runner.describe_plan(
+                    o,
+                    launches,
+                    topo.world_size,
+                    est_busbw or (200.0 if device == "cuda" else 1.0),
+                    est_startup or (20.0 if device == "cuda" else 5.0),
+                ),
+                err=True,
+            )
+        show = (sys.stderr.isatty() if progress is None else progress) and topo.is_main
+        with _progress(show) as bar:
+            doc = runner.run_coll(
+                o, topo, workdir, sys.argv, progress=bar, log=lambda m: click.echo(m, err=True)
+            )
+    except (SpecError, LaunchError) as e:
+        raise _fail(str(e)) from None
+    _finish(doc, prefix, topo.is_main)
+
+
+def _finish(doc: dict[str, Any], prefix: Path, main: bool) -> None:
+    from autoccl.bench import results as R
+
+    if not main:
+        return
+    paths = R.write_outputs(doc, prefix)
+    click.echo((paths[2]).read_text())
+    click.echo("wrote " + ", ".join(str(p) for p in paths), err=True)
+    if doc.get("failures"):
+        raise _fail(f"{len(doc['failures'])} launch(es) failed (see {paths[2]})")
+
+
+@bench.command("train")
+@click.option("--preset", default="350m", show_default=True, help="tiny, 125m, 350m, 760m, 1.3b")
+@click.option("--parallel", default="fsdp2,ddp", show_default=True, help="fsdp2, ddp (comma-separated)")
+@click.option(
+    "--modes",
+    "-m",
+    multiple=True,
+    default=["nccl,online"],
+    show_default=True,
+    help="nccl, static:VAR=VAL[,...], online",
+)
+@click.option("--iters", "-n", type=int, default=200, show_default=True)
+@click.option("--batch", type=int, default=4, show_default=True, help="micro-batch per rank")
+@click.option("--seq", type=int, default=1024, show_default=True)
+@click.option("--dtype", default="bf16", show_default=True, type=click.Choice(["bf16", "fp16", "fp32"]))
+@click.option("--bucket-mb", type=int, default=25, show_default=True, help="DDP bucket size")
+@_common
+def train(
+    preset: str,
+    parallel: str,
+    modes: tuple[str, ...],
+    iters: int,
+    batch: int,
+    seq: int,
+    dtype: str,
+    bucket_mb: int,
+    device: str,
+    backend: str | None,
+    nproc: int | None,
+    output: Path | None,
+    timeout: float,
+    seed: int,
+    progress: bool | None,
+) -> None:
+    """Iteration time of a GPT-style training step (FSDP2 / DDP) per mode, with per-iteration traces."""
+    from autoccl.bench import modes as M
+    from autoccl.bench import runner
+    from autoccl.bench.launch import LaunchError, detect_topology
+    from autoccl.bench.presets import PRESETS
+
+    if preset not in PRESETS:
+        raise _fail(f"unknown preset {preset!r}; expected one of {', '.join(PRESETS)}")
+    pars = [p.strip().lower() for p in parallel.split(",") if p.strip()]
+    bad = [p for p in pars if p not in ("fsdp2", "ddp")]
+    if bad or not pars:
+        raise _fail(f"unknown parallelism {', '.join(bad) or parallel!r}; expected fsdp2, ddp")
+    if iters < 2 or batch < 1 or seq < 2:
+        raise _fail("--iters must be >= 2, --batch >= 1, --seq >= 2")
+    if seq > PRESETS[preset].max_seq:
+        raise _fail(f"--seq {seq} exceeds preset {preset}'s context ({PRESETS[preset].max_seq})")
+    try:
+        ms = M.parse_modes(modes)
+        probe = detect_topology(1)
+        be, np_ = _resolve_device(device, backend, nproc, probe.distributed)
+        topo = detect_topology(None if probe.distributed else np_)
+        o = runner.TrainOptions(
+            preset=preset,
+            parallel=pars,
+            modes=ms,
+            device=device,
+            backend=be,
+            iters=iters,
+            batch=batch,
+            seq=seq,
+            dtype=dtype,
+            timeout_s=timeout,
+            seed=seed,
+            extra={"bucket_mb": bucket_mb},
+        )
+        prefix = output or _default_prefix("train")
+        workdir = prefix.with_name(prefix.name + ".logs")
+        runner.plan_train(o, workdir)
+        show = (sys.stderr.isatty() if progress is None else progress) and topo.is_main
+        with _progress(show) as bar:
+            doc = runner.run_train(
+                o, topo, workdir, sys.argv, progress=bar, log=lambda m: click.echo(m, err=True)
+            )
+    except (SpecError, LaunchError) as e:
+        raise _fail(str(e)) from None
+    _finish(doc, prefix, topo.is_main)
+
+
 @click.command()
-def report() -> None:
-    """Draw plots and tables from stored benchmark results."""
-    raise click.ClickException("`autoccl report` is not implemented yet (issue 4)")
+@click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option("--format", "formats", default="png,svg", show_default=True, help="png, svg (comma-separated)")
+def report(results: tuple[str, ...], outdir: Path, formats: str) -> None:
+    """Draw plots and tables from stored benchmark results (several coll files are merged)."""
+    from autoccl.bench import report as rep
+    from autoccl.bench.results import ResultError
+
+    fmts = [f.strip().lower() for f in formats.split(",") if f.strip()]
+    if not fmts or any(f not in ("png", "svg", "pdf") for f in fmts):
+        raise _fail(f"bad --format {formats!r}; expected png, svg, pdf")
+    try:
+        written = rep.make_report([Path(r) for r in results], outdir, fmts)
+    except ResultError as e:
+        raise _fail(str(e)) from None
+    for p in written:
+        click.echo(str(p))

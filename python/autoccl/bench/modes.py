@@ -1,0 +1,256 @@
+"""Benchmark modes and the launches (process environments) they expand to. Pure: no torch.
+
+A *mode* is what the user compares (`nccl`, `static:VAR=VAL,...`, `static-best`, `online`, `oracle`);
+a *launch* is one set of processes with one environment. `nccl`, `static:` and `online` are one launch
+each; `static-best` is a sweep of global NCCL settings (one launch per setting) followed by a fresh
+re-measurement of the winner; `oracle` is one launch per per-collective (algo, proto, channels) rule of
+the plugin's `fixed` mode, and the best launch is picked per cell.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoccl.bench.spec import PLUGIN_COLL, SpecError
+from autoccl.tuner_env import SAFETY_ENV, plain_nccl_env, plugin_env
+
+MODE_KINDS = ("nccl", "static", "static-best", "online", "oracle")
+PLUGIN_MODES = ("online", "oracle")
+
+# The global NCCL knobs of the static-best sweep (AFNFA-style baseline). `CTAS` is a pseudo knob that
+# sets NCCL_MIN_CTAS and NCCL_MAX_CTAS to the same value.
+DEFAULT_STATIC_SPACE = (
+    "NCCL_PROTO=LL,LL128,Simple;NCCL_ALGO=Ring,Tree;CTAS=8,16,32,64;"
+    "NCCL_NTHREADS=256,512;NCCL_BUFFSIZE=1048576,16777216"
+)
+
+# The tuner's per-task space, as the plugin's fixed mode can force it. NVLS/NVLSTree need NVLink
+# multicast (kept off), CollNet needs a CollNet network, PAT runs only with one GPU per node.
+ORACLE_ALGOS = {
+    "all_reduce": ("ring", "tree"),
+    "all_gather": ("ring",),
+    "reduce_scatter": ("ring",),
+    "broadcast": ("ring",),
+    "reduce": ("ring",),
+}
+ORACLE_PROTOS = ("ll", "ll128", "simple")
+DEFAULT_ORACLE_CHANNELS = "auto,8,16,32,64"
+
+_VAR_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Mode:
+    kind: str  # one of MODE_KINDS
+    settings: tuple[tuple[str, str], ...] = ()  # static:VAR=VAL,...
+
+    @property
+    def name(self) -> str:
+        if self.kind == "static":
+            return "static:" + ",".join(f"{k}={v}" for k, v in self.settings)
+        return self.kind
+
+    @property
+    def needs_plugin(self) -> bool:
+        return self.kind in PLUGIN_MODES
+
+
+def _parse_setting(text: str, where: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise SpecError(f"bad setting {text!r} in {where!r}: expected VAR=VALUE")
+    var, val = (s.strip() for s in text.split("=", 1))
+    if not _VAR_RE.fullmatch(var):
+        raise SpecError(f"bad variable name {var!r} in {where!r}")
+    if var in SAFETY_ENV and val != SAFETY_ENV[var]:
+        raise SpecError(
+            f"{var} is kept at {SAFETY_ENV[var]} in every launch (NVLink multicast must stay off)"
+        )
+    if var.startswith("AUTOCCL_") or var in ("NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN"):
+        raise SpecError(f"{var} belongs to the plugin modes (online, oracle), not to static settings")
+    return var, val
+
+
+def parse_modes(texts: Iterable[str]) -> list[Mode]:
+    """`nccl,static:NCCL_PROTO=LL128,NCCL_ALGO=Ring,static-best,online,oracle`: a `VAR=VAL` item after a
+    `static:` item belongs to it. May be given several times."""
+    modes: list[Mode] = []
+    for text in texts:
+        current: list[tuple[str, str]] | None = None
+        for raw in (s.strip() for s in text.split(",")):
+            if not raw:
+                continue
+            low = raw.lower()
+            if low.startswith("static:"):
+                current = [_parse_setting(raw[len("static:") :], raw)]
+                modes.append(Mode("static", ()))  # filled below
+                modes[-1] = Mode("static", tuple(current))
+                continue
+            if "=" in raw and current is not None:
+                current.append(_parse_setting(raw, raw))
+                modes[-1] = Mode("static", tuple(current))
+                continue
+            current = None
+            if low not in MODE_KINDS or low == "static":
+                raise SpecError(
+                    f"unknown mode {raw!r}; expected nccl, static:VAR=VAL[,VAR=VAL...], "
+                    "static-best, online, oracle"
+                )
+            modes.append(Mode(low))
+    unique: list[Mode] = []
+    for m in modes:
+        if m not in unique:
+            unique.append(m)
+    if not unique:
+        raise SpecError("no modes given")
+    # The first launch fixes the GEMM work of every loaded cell; the plain baseline goes first.
+    unique.sort(key=lambda m: 0 if m.kind == "nccl" else 1)
+    return unique
+
+
+def parse_static_space(text: str) -> list[tuple[str, list[str]]]:
+    """`VAR=v1,v2;VAR2=v3` -> [(VAR, [v1, v2]), (VAR2, [v3])]."""
+    out: list[tuple[str, list[str]]] = []
+    for part in (p.strip() for p in text.split(";")):
+        if not part:
+            continue
+        if "=" not in part:
+            raise SpecError(f"bad static space item {part!r}: expected VAR=v1,v2,...")
+        var, vals = part.split("=", 1)
+        var = var.strip()
+        if var != "CTAS":
+            _parse_setting(f"{var}=x", part)
+        values = [v.strip() for v in vals.split(",") if v.strip()]
+        if not values:
+            raise SpecError(f"static space item {part!r} has no values")
+        out.append((var, values))
+    if not out:
+        raise SpecError("empty static space")
+    return out
+
+
+def _knob_env(var: str, value: str) -> dict[str, str]:
+    if var == "CTAS":
+        return {"NCCL_MIN_CTAS": value, "NCCL_MAX_CTAS": value}
+    return {var: value}
+
+
+def static_configs(space: Sequence[tuple[str, Sequence[str]]], search: str) -> list[dict[str, str]]:
+    """The settings of a static sweep: `oat` = NCCL's default plus one knob changed at a time;
+    `grid` = every combination (each knob also at its default)."""
+    if search == "oat":
+        configs: list[dict[str, str]] = [{}]
+        for var, values in space:
+            configs.extend(_knob_env(var, v) for v in values)
+        return configs
+    if search == "grid":
+        axes = [[None, *values] for _, values in space]
+        configs = []
+        for combo in itertools.product(*axes):
+            env: dict[str, str] = {}
+            for (var, _), v in zip(space, combo, strict=True):
+                if v is not None:
+                    env.update(_knob_env(var, v))
+            configs.append(env)
+        return configs
+    raise SpecError(f"unknown static search {search!r}; expected oat or grid")
+
+
+def settings_label(env: Mapping[str, str]) -> str:
+    if not env:
+        return "default"
+    items = dict(env)
+    if items.get("NCCL_MIN_CTAS") is not None and items.get("NCCL_MIN_CTAS") == items.get("NCCL_MAX_CTAS"):
+        ctas = items.pop("NCCL_MIN_CTAS")
+        items.pop("NCCL_MAX_CTAS")
+        items["CTAS"] = ctas
+    return ",".join(f"{k}={v}" for k, v in sorted(items.items()))
+
+
+def parse_channels(text: str) -> list[int | None]:
+    out: list[int | None] = []
+    for item in (s.strip().lower() for s in text.split(",") if s.strip()):
+        if item == "auto":
+            out.append(None)
+            continue
+        if not item.isdigit() or int(item) <= 0:
+            raise SpecError(f"bad channel count {item!r}: expected a positive integer or auto")
+        out.append(int(item))
+    if not out:
+        raise SpecError("no channel counts given")
+    return out
+
+
+def oracle_rule(algo: str, proto: str, channels: int | None) -> str:
+    return f"{algo}/{proto}" + (f"/{channels}" if channels else "")
+
+
+def oracle_configs(
+    colls: Sequence[str],
+    channels: Sequence[int | None],
+    protos: Sequence[str] = ORACLE_PROTOS,
+    algos: Sequence[str] | None = None,
+) -> list[dict[str, str]]:
+    """One launch per index into every collective's own list of (algo, proto, channels) choices, so the
+    number of launches is that of the largest list (all_reduce: ring and tree). Each entry maps the
+    collective to the rule forced for it in that launch."""
+    per_coll: dict[str, list[str]] = {}
+    for c in colls:
+        if c not in PLUGIN_COLL:
+            continue  # all_to_all: point-to-point in NCCL, not tuned by the plugin
+        coll_algos = [a for a in ORACLE_ALGOS[c] if algos is None or a in algos]
+        per_coll[c] = [oracle_rule(a, p, ch) for a in coll_algos for p in protos for ch in channels]
+    if not any(per_coll.values()):
+        return []
+    n = max(len(v) for v in per_coll.values())
+    return [{c: rules[i] for c, rules in per_coll.items() if i < len(rules)} for i in range(n)]
+
+
+def fixed_rules(config: Mapping[str, str]) -> str:
+    """{"all_gather": "ring/ll/8"} -> `allgather:ring/ll/8` (plugin fixed-mode grammar)."""
+    return ";".join(f"{PLUGIN_COLL[c]}:{rule}" for c, rule in config.items())
+
+
+@dataclass
+class Launch:
+    """One set of processes with one environment."""
+
+    mode: str  # the mode's name as the user gave it
+    label: str  # unique, filesystem-safe-ish name of this launch
+    phase: str  # measure | sweep
+    env: dict[str, str]  # what this launch sets on top of plain NCCL (SAFETY_ENV included)
+    config: str = ""  # the setting under test (sweeps), e.g. "NCCL_PROTO=LL128" or "allgather:ring/ll/8"
+    loads: list[str] = field(default_factory=list)  # load names measured in this launch
+    online_warmup: int = 0
+    trace_prefix: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def child_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        env = plain_nccl_env(base)
+        env.update(self.env)
+        return env
+
+
+def static_env(settings: Mapping[str, str]) -> dict[str, str]:
+    env = dict(SAFETY_ENV)
+    env.update(settings)
+    return env
+
+
+def online_env(trace_prefix: str, cache_dir: str) -> dict[str, str]:
+    return plugin_env("online", trace=trace_prefix, cache_dir=cache_dir)
+
+
+def oracle_env(config: Mapping[str, str]) -> dict[str, str]:
+    return plugin_env("fixed", fixed=fixed_rules(config))
+
+
+def geomean(values: Iterable[float]) -> float:
+    vals = [v for v in values if v > 0 and math.isfinite(v)]
+    if not vals:
+        return math.nan
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))

@@ -1,0 +1,351 @@
+"""The result document (docs/bench.md), derived rows (oracle best, static-best choice), and the
+JSON / CSV / markdown writers. Pure: no torch."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from autoccl.bench.modes import geomean
+from autoccl.bench.spec import SHORT, cell_key, format_size
+
+SCHEMA = "autoccl-bench/1"
+
+# Scalar row fields written to CSV, in this order (missing ones are left empty).
+CSV_FIELDS = (
+    "mode",
+    "launch",
+    "phase",
+    "config",
+    "coll",
+    "bytes",
+    "dtype",
+    "world_size",
+    "load",
+    "time_us",
+    "time_us_min",
+    "time_us_max",
+    "time_us_q1",
+    "time_us_q3",
+    "algbw_gbs",
+    "busbw_gbs",
+    "busbw_gbs_min",
+    "busbw_gbs_max",
+    "warmup",
+    "iters",
+    "reps",
+    "gemm_reps",
+    "gemm_us",
+    "gemm_load_us",
+    "gemm_slowdown",
+    "comm_load_us",
+    "busbw_load_gbs",
+    "comm_slowdown",
+    "span_ms",
+    "serial_ms",
+    "overlap",
+    "check",
+    "check_err",
+    "skipped",
+)
+
+
+class ResultError(ValueError):
+    pass
+
+
+def load_doc(path: str | Path) -> dict[str, Any]:
+    try:
+        doc: dict[str, Any] = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ResultError(f"cannot read {path}: {e}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise ResultError(f"{path} is not an autoccl bench result (schema {SCHEMA})")
+    return doc
+
+
+def valid(row: dict[str, Any]) -> bool:
+    return not row.get("skipped") and row.get("check") != "FAIL" and _finite(row.get("busbw_gbs"))
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def score(row: dict[str, Any]) -> float:
+    """Higher is better, comparable within one cell: busbw without load; with a load the pair's
+    throughput (1 / makespan of the same collectives + GEMMs), the objective that matters there."""
+    if row.get("load", "none") == "none":
+        return float(row["busbw_gbs"])
+    span = row.get("span_ms")
+    if isinstance(span, (int, float)) and math.isfinite(span) and span > 0:
+        return 1.0 / float(span)
+    return math.nan
+
+
+def cells_of(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {cell_key(r["coll"], r["bytes"], r["load"]): r for r in rows}
+
+
+def oracle_best(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per cell, the best of the oracle sweep's launches (rows of mode oracle, phase sweep)."""
+    best: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if r.get("mode") != "oracle" or r.get("phase") != "sweep" or not valid(r):
+            continue
+        key = cell_key(r["coll"], r["bytes"], r["load"])
+        if key not in best or score(r) > score(best[key]):
+            best[key] = r
+    out = []
+    for r in best.values():
+        d = dict(r)
+        d["phase"] = "best"
+        out.append(d)
+    return out
+
+
+def static_best_choice(rows: Sequence[dict[str, Any]], failed: Iterable[str] = ()) -> dict[str, Any] | None:
+    """The sweep launch with the best geometric mean of per-cell scores normalised by the best score of
+    the cell (busbw without load). A setting that failed, or lacks or skips a cell, is not eligible."""
+    failed = set(failed)
+    by_launch: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    configs: dict[str, str] = {}
+    for r in rows:
+        if r.get("mode") == "static-best" and r.get("phase") == "sweep":
+            by_launch[r["launch"]][cell_key(r["coll"], r["bytes"], r["load"])] = r
+            configs[r["launch"]] = r.get("config", "")
+    if not by_launch:
+        return None
+    all_cells = set().union(*(set(c) for c in by_launch.values()))
+    cell_best = {
+        k: max((score(c[k]) for c in by_launch.values() if k in c and valid(c[k])), default=math.nan)
+        for k in all_cells
+    }
+    table: list[dict[str, Any]] = []
+    for label, cells in by_launch.items():
+        ok = label not in failed and set(cells) == all_cells and all(valid(r) for r in cells.values())
+        rel = geomean(score(r) / cell_best[k] for k, r in cells.items() if valid(r)) if ok else math.nan
+        bw = geomean(float(r["busbw_gbs"]) for r in cells.values() if valid(r))
+        table.append(
+            {
+                "launch": label,
+                "config": configs[label],
+                "eligible": ok,
+                "geomean_rel_score": rel,
+                "geomean_busbw_gbs": bw,
+            }
+        )
+    for label in failed:
+        if label not in by_launch:
+            table.append(
+                {
+                    "launch": label,
+                    "config": "",
+                    "eligible": False,
+                    "geomean_rel_score": math.nan,
+                    "geomean_busbw_gbs": math.nan,
+                }
+            )
+    eligible = [t for t in table if t["eligible"] and math.isfinite(t["geomean_rel_score"])]
+    table.sort(key=_rank_key)
+    if not eligible:
+        return {"selected": None, "table": table}
+    win = max(eligible, key=lambda t: t["geomean_rel_score"])
+    return {"selected": win["launch"], "config": win["config"], "table": table}
+
+
+def _rank_key(t: dict[str, Any]) -> float:
+    v = float(t["geomean_rel_score"])
+    return -v if math.isfinite(v) else math.inf
+
+
+def summary_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows that represent each mode: measured rows of every mode plus the oracle's per-cell best
+    (sweep rows excluded)."""
+    rows = [r for r in doc.get("rows", []) if r.get("phase") != "sweep"]
+    rows.extend(oracle_best(doc.get("rows", [])))
+    return rows
+
+
+def merge_docs(docs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Several result files (e.g. parts of one matrix run in separate commands) as one document: rows,
+    launches and traces concatenated; settings and host of the first. The oracle best is recomputed
+    over all oracle sweep rows, so an oracle split over files is one oracle."""
+    if not docs:
+        raise ResultError("no results")
+    if len(docs) == 1:
+        return docs[0]
+    out = dict(docs[0])
+    for key in ("rows", "launches", "warmup_traces", "iterations", "failures"):
+        out[key] = [x for d in docs for x in d.get(key, [])]
+    out["merged_from"] = [d.get("command") for d in docs]
+    return out
+
+
+def write_json(doc: dict[str, Any], path: Path) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=_json_default, allow_nan=True))
+    tmp.replace(path)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"cannot serialise {type(o).__name__}")
+
+
+def csv_text(rows: Sequence[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(CSV_FIELDS), extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: _fmt_csv(r.get(k)) for k in CSV_FIELDS})
+    return buf.getvalue()
+
+
+def _fmt_csv(v: Any) -> Any:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return "" if v is None else v
+
+
+def _modes_in(rows: Sequence[dict[str, Any]]) -> list[str]:
+    seen: list[str] = []
+    for r in rows:
+        if r["mode"] not in seen:
+            seen.append(r["mode"])
+    return seen
+
+
+def coll_markdown(doc: dict[str, Any]) -> str:
+    """busbw per mode (GB/s) for every (collective, load), with the speedup over `nccl`; under a load
+    also the makespan of collective + GEMM."""
+    rows = [r for r in summary_rows(doc) if not r.get("skipped")]
+    modes = _modes_in(rows)
+    s = doc.get("settings", {})
+    host = doc.get("host", {})
+    gpus = ", ".join(sorted(set(host.get("gpus") or ["cpu"])))
+    lines = [
+        f"# autoccl bench coll ({s.get('world_size')} x {gpus})",
+        "",
+        f"dtype {s.get('dtype')}, {s.get('iters')} iterations x {s.get('reps')} repetitions (median), "
+        f"busbw in GB/s (nccl-tests convention). torch {host.get('torch')}, NCCL {host.get('nccl')}, "
+        f"CUDA {host.get('cuda')}, driver {host.get('driver')}.",
+    ]
+    if doc.get("static_best") and doc["static_best"].get("selected"):
+        lines.append(f"\nstatic-best setting: `{doc['static_best'].get('config') or 'default'}`")
+    idx: dict[tuple[str, str, int, str], dict[str, Any]] = {
+        (r["coll"], r["load"], r["bytes"], r["mode"]): r for r in rows
+    }
+    colls = list(dict.fromkeys(r["coll"] for r in rows))
+    loads = list(dict.fromkeys(r["load"] for r in rows))
+    sizes = sorted({r["bytes"] for r in rows})
+    for load in loads:
+        for coll in colls:
+            present = [m for m in modes if any((coll, load, b, m) in idx for b in sizes)]
+            if not present:
+                continue
+            lines += ["", f"## {coll} ({SHORT.get(coll, coll)}), load {load}", ""]
+            head = ["size", *[f"{m} busbw" for m in present]]
+            if load != "none":
+                head += [f"{m} makespan ms" for m in present]
+            if "nccl" in present:
+                head += [f"{m} vs nccl" for m in present if m != "nccl"]
+            lines.append("| " + " | ".join(head) + " |")
+            lines.append("|" + "---|" * len(head))
+            for b in sizes:
+                if not any((coll, load, b, m) in idx for m in present):
+                    continue
+                cells = [format_size(b)]
+                for m in present:
+                    r = idx.get((coll, load, b, m))
+                    key = "busbw_load_gbs" if load != "none" else "busbw_gbs"
+                    cells.append(_bw(r[key]) if r and _finite(r.get(key)) else "–")
+                if load != "none":
+                    for m in present:
+                        r = idx.get((coll, load, b, m))
+                        cells.append(f"{r['span_ms']:.2f}" if r and _finite(r.get("span_ms")) else "–")
+                if "nccl" in present:
+                    base = idx.get((coll, load, b, "nccl"))
+                    for m in present:
+                        if m == "nccl":
+                            continue
+                        r = idx.get((coll, load, b, m))
+                        sp = speedup(r, base) if r and base else math.nan
+                        cells.append(f"{sp:.2f}x" if math.isfinite(sp) else "–")
+                lines.append("| " + " | ".join(cells) + " |")
+    fails = doc.get("failures") or []
+    if fails:
+        lines += ["", "## failed launches", ""]
+        lines += [f"- `{f['launch']}`: {f['error'].splitlines()[0] if f['error'] else ''}" for f in fails]
+    return "\n".join(lines) + "\n"
+
+
+def speedup(row: dict[str, Any], base: dict[str, Any]) -> float:
+    """Of `row` over `base` in the cell's objective (busbw without load, makespan with one)."""
+    if not (valid(row) and valid(base)):
+        return math.nan
+    a, b = score(row), score(base)
+    return a / b if b > 0 else math.nan
+
+
+def train_markdown(doc: dict[str, Any]) -> str:
+    s = doc.get("settings", {})
+    lines = [
+        f"# autoccl bench train ({s.get('preset')}, {s.get('world_size')} ranks, {s.get('device')})",
+        "",
+        "| parallel | mode | params | steady ms/iter | tokens/s | first 10 ms/iter | tuning cost s | "
+        "gain ms/iter | break-even iters |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in doc.get("train", []):
+        lines.append(
+            f"| {r['parallel']} | {r['mode']} | {r.get('params', 0) / 1e6:.0f}M | {r['steady_ms']:.2f} | "
+            f"{r['tokens_per_s']:.0f} | {r['first10_ms']:.2f} | {_f(r.get('tuning_cost_s'), '.3f')} | "
+            f"{_f(r.get('gain_ms'), '.2f')} | {_f(r.get('break_even_iters'), '.0f')} |"
+        )
+    fails = doc.get("failures") or []
+    if fails:
+        lines += ["", "## failed launches", ""]
+        lines += [f"- `{f['launch']}`: {f['error'].splitlines()[0] if f['error'] else ''}" for f in fails]
+    return "\n".join(lines) + "\n"
+
+
+def _bw(v: float) -> str:
+    """GB/s with one decimal, or three significant digits for small (CPU) values."""
+    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
+
+
+def _f(v: Any, fmt: str) -> str:
+    return format(v, fmt) if _finite(v) else "–"
+
+
+def write_outputs(doc: dict[str, Any], prefix: Path) -> list[Path]:
+    """PREFIX.json (everything), PREFIX.csv (coll rows incl. sweeps / train iterations), PREFIX.md."""
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    paths = [prefix.with_name(prefix.name + ext) for ext in (".json", ".csv", ".md")]
+    write_json(doc, paths[0])
+    if doc["kind"] == "coll":
+        rows = list(doc.get("rows", [])) + oracle_best(doc.get("rows", []))
+        paths[1].write_text(csv_text(rows))
+        paths[2].write_text(coll_markdown(doc))
+    else:
+        paths[1].write_text(train_csv(doc))
+        paths[2].write_text(train_markdown(doc))
+    return paths
+
+
+def train_csv(doc: dict[str, Any]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["parallel", "mode", "launch", "iter", "iter_ms"])
+    for it in doc.get("iterations", []):
+        for i, t in enumerate(it["iter_ms"]):
+            w.writerow([it["parallel"], it["mode"], it["launch"], i, f"{t:.6g}"])
+    return buf.getvalue()

@@ -1,0 +1,631 @@
+"""Plans the launches of a benchmark, runs them one after another, and assembles the result document."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from autoccl._paths import ArtefactNotFound
+from autoccl.bench import modes as M
+from autoccl.bench import results as R
+from autoccl.bench import trace as T
+from autoccl.bench.launch import LaunchError, Topology, run_launch
+from autoccl.bench.spec import Load, SpecError, bus_factor, cell_key, format_size
+
+Progress = Callable[[str, int, int], None]  # (launch label, cells done, cells total)
+
+
+@dataclass
+class CollOptions:
+    colls: list[str]
+    sizes: list[int]
+    dtype: str
+    loads: list[Load]
+    modes: list[M.Mode]
+    device: str
+    backend: str
+    warmup: int = 5
+    iters: int = 20
+    reps: int = 5
+    check: bool = False
+    online_warmup: int = 200
+    sweep_loads: list[Load] | None = None
+    sweep_iters: int | None = None
+    sweep_reps: int | None = None
+    static_space: str = M.DEFAULT_STATIC_SPACE
+    static_search: str = "oat"
+    static_best_from: str | None = None
+    oracle_channels: str = M.DEFAULT_ORACLE_CHANNELS
+    oracle_protos: str = ",".join(M.ORACLE_PROTOS)
+    oracle_algos: str | None = None
+    gemm_reps_from: str | None = None
+    timeout_s: float = 600.0
+    seed: int = 1234
+
+
+@dataclass
+class TrainOptions:
+    preset: str
+    parallel: list[str]
+    modes: list[M.Mode]
+    device: str
+    backend: str
+    iters: int = 200
+    batch: int = 4
+    seq: int = 1024
+    dtype: str = "bf16"
+    timeout_s: float = 600.0
+    seed: int = 1234
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Coordinator:
+    """Shares small decisions of rank 0 (GEMM work per cell, the static-best winner) with the harness
+    processes on other hosts (distributed runs only) through a TCPStore on MASTER_PORT."""
+
+    def __init__(self, topo: Topology, timeout_s: float) -> None:
+        self.topo = topo
+        self.store: Any = None
+        if topo.distributed:
+            import torch.distributed as dist
+
+            self.store = dist.TCPStore(
+                topo.master_addr,
+                topo.master_port,
+                topo.world_size,
+                topo.is_main,
+                timeout=datetime.timedelta(seconds=timeout_s * 4),
+            )
+
+    def share(self, key: str, value: Any) -> Any:
+        if self.store is None:
+            return value
+        if self.topo.is_main:
+            self.store.set(key, json.dumps(value))
+            return value
+        return json.loads(self.store.get(key))
+
+
+def _plugin_guard(fn: Callable[[], dict[str, str]], mode: str) -> dict[str, str]:
+    try:
+        return fn()
+    except ArtefactNotFound as e:
+        raise SpecError(
+            f"mode {mode!r} needs the autoccl plugin, which is not built: {e}. "
+            "Build it (`python3 -m pip install --no-build-isolation .`) or leave out online/oracle."
+        ) from None
+
+
+def _base_spec(o: CollOptions, loads: list[Load]) -> dict[str, Any]:
+    return {
+        "kind": "coll",
+        "device": o.device,
+        "backend": o.backend,
+        "colls": o.colls,
+        "sizes": o.sizes,
+        "dtype": o.dtype,
+        "loads": [ld.to_json() for ld in loads],
+        "warmup": o.warmup,
+        "iters": o.iters,
+        "reps": o.reps,
+        "check": o.check,
+        "seed": o.seed,
+    }
+
+
+def plan_coll(o: CollOptions, workdir: Path) -> list[M.Launch]:
+    """Every launch known before any runs (the static-best re-measurement is added after its sweep)."""
+    launches: list[M.Launch] = []
+    load_names = [ld.name for ld in o.loads]
+    sweep_loads = [ld.name for ld in (o.sweep_loads or o.loads)]
+    for mode in o.modes:
+        if mode.kind == "nccl":
+            launches.append(M.Launch("nccl", "nccl", "measure", dict(M.SAFETY_ENV), loads=load_names))
+        elif mode.kind == "static":
+            env = M.static_env(dict(mode.settings))
+            launches.append(
+                M.Launch(
+                    mode.name,
+                    mode.name,
+                    "measure",
+                    env,
+                    config=M.settings_label(dict(mode.settings)),
+                    loads=load_names,
+                )
+            )
+        elif mode.kind == "online":
+            # One launch per load: the tuner starts from nothing and converges under that load.
+            for ld in load_names:
+                d = workdir / f"online@{_safe(ld)}"
+                prefix = str(d / "trace")
+                env = _plugin_guard(partial(M.online_env, prefix, str(d / "cache")), "online")
+                launches.append(
+                    M.Launch(
+                        "online",
+                        f"online@{ld}",
+                        "measure",
+                        env,
+                        loads=[ld],
+                        online_warmup=o.online_warmup,
+                        trace_prefix=prefix,
+                    )
+                )
+        elif mode.kind == "static-best":
+            if o.static_best_from:
+                continue  # re-measurement only, planned in run_coll
+            space = M.parse_static_space(o.static_space)
+            for cfg in M.static_configs(space, o.static_search):
+                label = "static-best/" + M.settings_label(cfg)
+                launches.append(
+                    M.Launch(
+                        "static-best",
+                        label,
+                        "sweep",
+                        M.static_env(cfg),
+                        config=M.settings_label(cfg),
+                        loads=sweep_loads,
+                        params={"settings": cfg},
+                    )
+                )
+        elif mode.kind == "oracle":
+            configs = M.oracle_configs(
+                o.colls,
+                M.parse_channels(o.oracle_channels),
+                protos=[p.strip() for p in o.oracle_protos.split(",") if p.strip()],
+                algos=[a.strip() for a in o.oracle_algos.split(",")] if o.oracle_algos else None,
+            )
+            if not configs:
+                raise SpecError("oracle: none of the collectives is tuned by the plugin (all_to_all is not)")
+            for i, cfg in enumerate(configs):
+                env = _plugin_guard(partial(M.oracle_env, cfg), "oracle")
+                launches.append(
+                    M.Launch(
+                        "oracle",
+                        f"oracle/{i:03d}",
+                        "sweep",
+                        env,
+                        config=M.fixed_rules(cfg),
+                        loads=load_names,
+                        params={"rules": cfg},
+                    )
+                )
+    return launches
+
+
+def _bind(progress: Progress | None, label: str) -> Callable[[int, int], None] | None:
+    if progress is None:
+        return None
+
+    def cb(done: int, total: int) -> None:
+        progress(label, done, total)
+
+    return cb
+
+
+def _safe(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_.@" else "_" for ch in text)
+
+
+def estimate_coll_s(
+    o: CollOptions, launches: list[M.Launch], world: int, busbw_gbs: float, startup_s: float
+) -> float:
+    """Rough duration: per launch a start-up cost plus every timed and warm-up iteration at `busbw_gbs`
+    (+ 20 us latency); a loaded cell runs its collectives three times (alone, GEMM alone, together)."""
+    total = 0.0
+    for ln in launches:
+        iters = (o.sweep_iters or o.iters) if ln.phase == "sweep" else o.iters
+        reps = (o.sweep_reps or o.reps) if ln.phase == "sweep" else o.reps
+        total += startup_s
+        for ld in ln.loads:
+            for c in o.colls:
+                for s in o.sizes:
+                    t = s * bus_factor(c, world) / (busbw_gbs * 1e9) + 20e-6
+                    per = 3 if ld != "none" else 1
+                    total += t * (
+                        o.warmup + ln.online_warmup * (2 if ld != "none" else 1) + reps * iters * per
+                    )
+    return total
+
+
+def _annotate(rows: list[dict[str, Any]], ln: M.Launch) -> None:
+    for r in rows:
+        r.update({"mode": ln.mode, "launch": ln.label, "phase": ln.phase, "config": ln.config})
+
+
+def _launch_spec(o: CollOptions, ln: M.Launch, gemm_reps: dict[str, int]) -> dict[str, Any]:
+    loads = [ld for ld in o.loads + (o.sweep_loads or []) if ld.name in ln.loads]
+    loads = list({ld.name: ld for ld in loads}.values())
+    spec = _base_spec(o, loads)
+    if ln.phase == "sweep":
+        spec["iters"] = o.sweep_iters or o.iters
+        spec["reps"] = o.sweep_reps or o.reps
+    spec["online_warmup"] = ln.online_warmup
+    spec["record_warmup"] = ln.online_warmup > 0
+    spec["gemm_reps"] = gemm_reps
+    return spec
+
+
+def _measure_from(o: CollOptions, ln: M.Launch) -> dict[str, int]:
+    """Calls of each task the harness makes before its timed repetitions (see coll.measure_cell)."""
+    loaded = any(ld != "none" for ld in ln.loads)
+    before = o.warmup + ln.online_warmup + (1 if loaded and ln.online_warmup else 0)
+    return {f"{c}/{s}": before for c in o.colls for s in o.sizes}
+
+
+def gemm_reps_of(rows: list[dict[str, Any]]) -> dict[str, int]:
+    return {
+        cell_key(r["coll"], r["bytes"], r["load"]): int(r["gemm_reps"]) for r in rows if r.get("gemm_reps")
+    }
+
+
+def run_coll(
+    o: CollOptions,
+    topo: Topology,
+    workdir: Path,
+    argv: list[str],
+    progress: Progress | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    launches = plan_coll(o, workdir)
+    coord = Coordinator(topo, o.timeout_s)
+    gemm_reps: dict[str, int] = {}
+    if o.gemm_reps_from:
+        gemm_reps = gemm_reps_of(R.load_doc(o.gemm_reps_from).get("rows", []))
+    doc: dict[str, Any] = _doc_head("coll", argv, topo, o.device, o.backend)
+    doc["settings"].update(
+        {
+            "colls": o.colls,
+            "sizes": o.sizes,
+            "dtype": o.dtype,
+            "loads": [ld.to_json() for ld in o.loads],
+            "modes": [m.name for m in o.modes],
+            "warmup": o.warmup,
+            "iters": o.iters,
+            "reps": o.reps,
+            "check": o.check,
+            "online_warmup": o.online_warmup,
+            "sweep_loads": [ld.name for ld in o.sweep_loads] if o.sweep_loads else None,
+            "sweep_iters": o.sweep_iters,
+            "sweep_reps": o.sweep_reps,
+            "static_space": o.static_space,
+            "static_search": o.static_search,
+            "static_best_from": o.static_best_from,
+            "oracle_channels": o.oracle_channels,
+            "oracle_protos": o.oracle_protos,
+            "oracle_algos": o.oracle_algos,
+            "gemm_reps_from": o.gemm_reps_from,
+            "seed": o.seed,
+        }
+    )
+    failed: list[str] = []
+    pending = list(launches)
+    static_best_planned = False
+    index = 0
+    while True:
+        if not pending and not static_best_planned and any(m.kind == "static-best" for m in o.modes):
+            static_best_planned = True
+            sel = _static_best(o, doc, failed)
+            sel = coord.share("static_best", sel)
+            doc["static_best"] = sel
+            if sel and sel.get("selected"):
+                env = M.static_env(sel["settings"])
+                pending.append(
+                    M.Launch(
+                        "static-best",
+                        "static-best",
+                        "measure",
+                        env,
+                        config=sel["config"],
+                        loads=[ld.name for ld in o.loads],
+                    )
+                )
+            else:
+                log("static-best: no eligible setting (every sweep launch failed or lacked cells)")
+        if not pending:
+            break
+        ln = pending.pop(0)
+        lw = workdir / f"{index:03d}-{_safe(ln.label)}"
+        spec = _launch_spec(o, ln, gemm_reps)
+        t0 = time.time()
+        entry: dict[str, Any] = {
+            "label": ln.label,
+            "mode": ln.mode,
+            "phase": ln.phase,
+            "config": ln.config,
+            "env": ln.env,
+            "loads": ln.loads,
+            "workdir": str(lw),
+        }
+        try:
+            res = run_launch(
+                topo,
+                index,
+                spec,
+                ln.child_env(),
+                lw,
+                timeout_s=o.timeout_s,
+                on_progress=_bind(progress, ln.label),
+            )
+        except LaunchError as e:
+            failed.append(ln.label)
+            entry.update({"status": "failed", "error": str(e), "elapsed_s": time.time() - t0})
+            doc["launches"].append(entry)
+            doc["failures"].append({"launch": ln.label, "error": str(e)})
+            log(f"launch {ln.label} failed: {str(e).splitlines()[0]}")
+            index += 1
+            continue
+        entry.update({"status": "ok", "elapsed_s": time.time() - t0})
+        if res is not None:
+            rows = res["rows"]
+            _annotate(rows, ln)
+            doc["rows"].extend(rows)
+            entry.update({"init_s": res.get("init_s"), "rank0_env": res.get("rank0_env")})
+            for tr in res.get("warmup_traces", []):
+                tr.update({"mode": ln.mode, "launch": ln.label})
+                doc["warmup_traces"].append(tr)
+            if not doc["host"].get("torch"):
+                doc["host"] = res.get("host", {})
+            if ln.trace_prefix:
+                files = T.trace_files(ln.trace_prefix)
+                conv = T.convergence(T.read_records(files)) if files else []
+                T.annotate(conv, _measure_from(o, ln))
+                entry["trace_files"] = [str(p) for p in files]
+                entry["convergence"] = conv
+        if not gemm_reps:
+            gemm_reps = gemm_reps_of(doc["rows"]) if topo.is_main else {}
+            gemm_reps = coord.share(f"gemm_reps/{index}", gemm_reps)
+        doc["launches"].append(entry)
+        index += 1
+    doc["gemm_reps"] = gemm_reps
+    return doc
+
+
+def _static_best(o: CollOptions, doc: dict[str, Any], failed: list[str]) -> dict[str, Any] | None:
+    if o.static_best_from:
+        src = R.load_doc(o.static_best_from)
+        sel = src.get("static_best")
+        if not sel or not sel.get("selected"):
+            sel = R.static_best_choice(src.get("rows", []), [f["launch"] for f in src.get("failures", [])])
+        if not sel or not sel.get("selected"):
+            raise SpecError(f"{o.static_best_from} holds no static-best sweep with an eligible setting")
+        settings = next(
+            (ln.get("env") for ln in src.get("launches", []) if ln["label"] == sel["selected"]), None
+        )
+        out = dict(sel)
+        out["settings"] = {k: v for k, v in (settings or {}).items() if k not in M.SAFETY_ENV}
+        out["source"] = str(o.static_best_from)
+        return out
+    sel = R.static_best_choice(doc["rows"], failed)
+    if sel and sel.get("selected"):
+        env = next(ln["env"] for ln in doc["launches"] if ln["label"] == sel["selected"])
+        sel["settings"] = {k: v for k, v in env.items() if k not in M.SAFETY_ENV}
+        sel["source"] = "sweep"
+    return sel
+
+
+def _doc_head(kind: str, argv: list[str], topo: Topology, device: str, backend: str) -> dict[str, Any]:
+    return {
+        "schema": R.SCHEMA,
+        "kind": kind,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(shlex.quote(a) for a in argv),
+        "argv": argv,
+        "cwd": os.getcwd(),
+        "python_executable": sys.executable,
+        "host": {},
+        "settings": {
+            "world_size": topo.world_size,
+            "distributed": topo.distributed,
+            "device": device,
+            "backend": backend,
+        },
+        "launches": [],
+        "rows": [],
+        "warmup_traces": [],
+        "failures": [],
+        "static_best": None,
+    }
+
+
+def describe_plan(o: CollOptions, launches: list[M.Launch], world: int, busbw: float, startup: float) -> str:
+    lines = [
+        f"{len(launches)} launch(es) of {world} process(es); cells per launch: "
+        f"{len(o.colls)} collective(s) x {len(o.sizes)} size(s) "
+        f"({format_size(min(o.sizes))}..{format_size(max(o.sizes))}) x load(s)"
+    ]
+    for ln in launches:
+        lines.append(
+            f"  {ln.label:40s} {ln.phase:8s} loads={','.join(ln.loads)}"
+            + (f" online_warmup={ln.online_warmup}" if ln.online_warmup else "")
+        )
+    if any(m.kind == "static-best" for m in o.modes):
+        lines.append("  static-best                              measure  (the sweep's winner, re-measured)")
+    est = estimate_coll_s(o, launches, world, busbw, startup)
+    lines.append(
+        f"estimated duration: {est / 60:.1f} min (at {busbw:g} GB/s busbw, {startup:g} s start-up a launch)"
+    )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- train
+
+
+def plan_train(o: TrainOptions, workdir: Path) -> list[M.Launch]:
+    launches: list[M.Launch] = []
+    for par in o.parallel:
+        for mode in o.modes:
+            if mode.kind == "nccl":
+                env = dict(M.SAFETY_ENV)
+                cfg = ""
+            elif mode.kind == "static":
+                env = M.static_env(dict(mode.settings))
+                cfg = M.settings_label(dict(mode.settings))
+            elif mode.kind == "online":
+                d = workdir / f"online-{par}"
+                prefix = str(d / "trace")
+                env = _plugin_guard(partial(M.online_env, prefix, str(d / "cache")), "online")
+                launches.append(
+                    M.Launch(
+                        "online",
+                        f"{par}/online",
+                        "measure",
+                        env,
+                        trace_prefix=prefix,
+                        params={"parallel": par},
+                    )
+                )
+                continue
+            else:
+                raise SpecError(f"bench train compares nccl, static:... and online; not {mode.name}")
+            launches.append(
+                M.Launch(
+                    mode.name, f"{par}/{mode.name}", "measure", env, config=cfg, params={"parallel": par}
+                )
+            )
+    return launches
+
+
+def steady_ms(times: list[float]) -> float:
+    """Median of the second half of the iterations (after any tuning phase)."""
+    tail = sorted(times[len(times) // 2 :])
+    if not tail:
+        return math.nan
+    mid = len(tail) // 2
+    return tail[mid] if len(tail) % 2 else (tail[mid - 1] + tail[mid]) / 2
+
+
+def tuning_tradeoff(mode_ms: list[float], base_ms: list[float]) -> dict[str, float]:
+    """What online tuning costs and gains against the baseline run (same model and parallelism):
+    gain = baseline steady - mode steady (ms/iter); the tuning phase lasts until the mode's iteration
+    time stays at or below the baseline's steady level (tuned_from); cost = the time the mode spent
+    above its own steady level before that (s); break-even = cost / gain iterations."""
+    s_mode, s_base = steady_ms(mode_ms), steady_ms(base_ms)
+    gain = s_base - s_mode
+    # last iteration that is clearly (5 %) slower than the mode's steady state
+    tuned_from = 0
+    for i, t in enumerate(mode_ms):
+        if t > 1.05 * s_mode:
+            tuned_from = i + 1
+    cost_ms = sum(max(0.0, t - s_mode) for t in mode_ms[:tuned_from])
+    return {
+        "gain_ms": gain,
+        "tuned_from_iter": float(tuned_from),
+        "tuning_cost_s": cost_ms / 1e3,
+        "break_even_iters": cost_ms / gain if gain > 0 else math.nan,
+    }
+
+
+def run_train(
+    o: TrainOptions,
+    topo: Topology,
+    workdir: Path,
+    argv: list[str],
+    progress: Progress | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    launches = plan_train(o, workdir)
+    doc = _doc_head("train", argv, topo, o.device, o.backend)
+    doc["settings"].update(
+        {
+            "preset": o.preset,
+            "parallel": o.parallel,
+            "modes": [m.name for m in o.modes],
+            "iters": o.iters,
+            "batch": o.batch,
+            "seq": o.seq,
+            "dtype": o.dtype,
+            "seed": o.seed,
+            **o.extra,
+        }
+    )
+    doc["iterations"] = []
+    doc["train"] = []
+    for index, ln in enumerate(launches):
+        lw = workdir / f"{index:03d}-{_safe(ln.label)}"
+        spec = {
+            "kind": "train",
+            "device": o.device,
+            "backend": o.backend,
+            "preset": o.preset,
+            "parallel": ln.params["parallel"],
+            "iters": o.iters,
+            "batch": o.batch,
+            "seq": o.seq,
+            "dtype": o.dtype,
+            "seed": o.seed,
+            **o.extra,
+        }
+        t0 = time.time()
+        entry: dict[str, Any] = {
+            "label": ln.label,
+            "mode": ln.mode,
+            "phase": ln.phase,
+            "config": ln.config,
+            "env": ln.env,
+            "workdir": str(lw),
+            "parallel": ln.params["parallel"],
+        }
+        try:
+            res = run_launch(
+                topo,
+                index,
+                spec,
+                ln.child_env(),
+                lw,
+                timeout_s=o.timeout_s,
+                on_progress=_bind(progress, ln.label),
+            )
+        except LaunchError as e:
+            entry.update({"status": "failed", "error": str(e), "elapsed_s": time.time() - t0})
+            doc["launches"].append(entry)
+            doc["failures"].append({"launch": ln.label, "error": str(e)})
+            log(f"launch {ln.label} failed: {str(e).splitlines()[0]}")
+            continue
+        entry.update({"status": "ok", "elapsed_s": time.time() - t0})
+        if res is not None:
+            if not doc["host"].get("torch"):
+                doc["host"] = res.get("host", {})
+            entry.update({"init_s": res.get("init_s"), "rank0_env": res.get("rank0_env")})
+            it = {
+                "parallel": ln.params["parallel"],
+                "mode": ln.mode,
+                "launch": ln.label,
+                "iter_ms": res["iter_ms"],
+            }
+            doc["iterations"].append(it)
+            tokens = o.batch * o.seq * topo.world_size
+            st = steady_ms(res["iter_ms"])
+            doc["train"].append(
+                {
+                    "parallel": ln.params["parallel"],
+                    "mode": ln.mode,
+                    "launch": ln.label,
+                    "params": res.get("params"),
+                    "steady_ms": st,
+                    "tokens_per_s": tokens / (st / 1e3),
+                    "first10_ms": sum(res["iter_ms"][:10]) / max(1, len(res["iter_ms"][:10])),
+                    "max_mem_gib": res.get("max_mem_gib"),
+                    "loss_first": res.get("loss_first"),
+                    "loss_last": res.get("loss_last"),
+                }
+            )
+            if ln.trace_prefix:
+                files = T.trace_files(ln.trace_prefix)
+                entry["trace_files"] = [str(p) for p in files]
+                entry["convergence"] = T.convergence(T.read_records(files)) if files else []
+        doc["launches"].append(entry)
+    base = {it["parallel"]: it["iter_ms"] for it in doc["iterations"] if it["mode"] == "nccl"}
+    for row, it in zip(doc["train"], doc["iterations"], strict=True):
+        if row["mode"] != "nccl" and row["parallel"] in base:
+            row.update(tuning_tradeoff(it["iter_ms"], base[row["parallel"]]))
+    return doc

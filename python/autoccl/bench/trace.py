@@ -1,0 +1,89 @@
+"""Reading the plugin's per-process JSONL trace (AUTOCCL_TRACE, docs/architecture.md) and deciding when
+the online tuner converged: the call index from which the decision of a task no longer changes."""
+
+from __future__ import annotations
+
+import glob
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from autoccl.bench.spec import PLUGIN_COLL
+
+TORCH_COLL = {v: k for k, v in PLUGIN_COLL.items()}
+
+
+def trace_files(prefix: str) -> list[Path]:
+    return sorted(Path(p) for p in glob.glob(glob.escape(prefix) + ".*.jsonl"))
+
+
+def read_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for p in paths:
+        with open(p, errors="replace") as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short by a killed process
+                if isinstance(rec, dict):
+                    out.append(rec)
+    return out
+
+
+def _decision(rec: dict[str, Any]) -> tuple[Any, ...]:
+    return (rec.get("algo"), rec.get("proto"), rec.get("channels"), rec.get("chunk"))
+
+
+def convergence(records: list[dict[str, Any]], rank: int = 0) -> list[dict[str, Any]]:
+    """One entry per task (comm, coll, bytes) seen by `rank`: calls, the call index of the last decision
+    change (`converged_at`: the decision from that call on is final), the final decision and its source,
+    the number of distinct decisions tried, and the GPU time of every timed call (`gpu_us`, by call)."""
+    tasks: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for rec in records:
+        if rec.get("rank", 0) != rank or rec.get("ev") not in ("call", "time"):
+            continue
+        key = (str(rec.get("comm", "")), str(rec.get("coll", "")), int(rec.get("bytes", 0)))
+        t = tasks.setdefault(key, {"calls": {}, "times": {}})
+        k = int(rec.get("call", -1))
+        if rec["ev"] == "call":
+            t["calls"][k] = rec
+        elif "gpu_us" in rec:
+            t["times"][k] = float(rec["gpu_us"])
+    out: list[dict[str, Any]] = []
+    for (comm, coll, nbytes), t in sorted(tasks.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])):
+        calls = [t["calls"][k] for k in sorted(t["calls"])]
+        last_change = 0
+        seen = set()
+        for i, rec in enumerate(calls):
+            seen.add(_decision(rec))
+            if i and _decision(rec) != _decision(calls[i - 1]):
+                last_change = int(rec.get("call", i))
+        final = calls[-1] if calls else {}
+        times = t["times"]
+        out.append(
+            {
+                "comm": comm,
+                "coll": TORCH_COLL.get(coll, coll),
+                "bytes": nbytes,
+                "calls": len(calls),
+                "converged_at": last_change,
+                "decisions_tried": len(seen),
+                "final": {k: final.get(k) for k in ("algo", "proto", "channels", "chunk", "source")},
+                "gpu_us": [[k, times[k]] for k in sorted(times)],
+            }
+        )
+    return out
+
+
+def annotate(conv: list[dict[str, Any]], measure_from: dict[str, int]) -> None:
+    """Mark each task converged before its measurement began. `measure_from` maps `coll/bytes` to the
+    number of calls the harness made before the timed repetitions."""
+    for t in conv:
+        start = measure_from.get(f"{t['coll']}/{t['bytes']}")
+        t["measure_from"] = start
+        t["converged_before_measure"] = None if start is None else t["converged_at"] <= start

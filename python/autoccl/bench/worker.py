@@ -1,0 +1,82 @@
+"""One benchmark process: `python -m autoccl.bench.worker SPEC.json`.
+
+Started by the launcher (autoccl.bench.launch) with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
+MASTER_PORT in its environment, and the launch's NCCL/plugin variables. Global rank 0 writes the result
+(JSON) to spec["out"] and reports progress as `@@progress DONE TOTAL` lines on stdout."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import time
+from typing import Any
+
+# Variables worth recording as the environment a launch actually ran with.
+_RECORD_PREFIXES = ("NCCL_", "AUTOCCL_", "TORCH_NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_", "CUDA_VISIBLE_DEVICES")
+
+
+def recorded_env() -> dict[str, str]:
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(_RECORD_PREFIXES)}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m autoccl.bench.worker SPEC.json", file=sys.stderr)
+        return 2
+    with open(argv[0]) as f:
+        spec: dict[str, Any] = json.load(f)
+
+    import torch
+    import torch.distributed as dist
+
+    from autoccl.bench.hostinfo import host_info
+
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if spec["device"] == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+        threads = os.environ.get("OMP_NUM_THREADS")
+        if threads:
+            torch.set_num_threads(int(threads))
+    timeout = datetime.timedelta(seconds=float(spec.get("timeout_s", 600)))
+    t0 = time.time()
+    kw: dict[str, Any] = {"device_id": device} if spec["device"] == "cuda" else {}
+    dist.init_process_group(spec["backend"], rank=rank, world_size=world, timeout=timeout, **kw)
+    meta = dist.new_group(backend="gloo") if spec["backend"] != "gloo" else dist.group.WORLD
+    init_s = time.time() - t0
+
+    def progress(done: int, total: int) -> None:
+        if rank == 0:
+            print(f"@@progress {done} {total}", flush=True)
+
+    result: dict[str, Any] = {"rank0_env": recorded_env(), "world_size": world, "init_s": init_s}
+    if spec["kind"] == "coll":
+        from autoccl.bench.coll import Clock, Ctx, run_coll
+
+        ctx = Ctx(rank, world, device, Clock(device), meta, seed=int(spec.get("seed", 1234)))
+        result.update(run_coll(ctx, spec, progress))
+    elif spec["kind"] == "train":
+        from autoccl.bench.train import run_train
+
+        result.update(run_train(spec, rank, world, device, meta, progress))
+    else:
+        raise SystemExit(f"unknown kind {spec['kind']!r}")
+    if rank == 0:
+        result["host"] = host_info(spec["device"])
+        tmp = spec["out"] + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(result, f)
+        os.replace(tmp, spec["out"])
+    dist.barrier(group=meta)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
