@@ -1,0 +1,440 @@
+#include "engine/context.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+
+namespace autoccl::engine {
+
+namespace {
+// NCCL's own spellings, as the profiler reports them (trace "nccl_algo"/"nccl_proto").
+const char* ncclAlgoSpelling(int a) {
+  static const char* const n[kNumAlgos] = {"TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT"};
+  return a >= 0 && a < kNumAlgos ? n[a] : "unknown";
+}
+const char* ncclProtoSpelling(int p) {
+  static const char* const n[kNumProtos] = {"LL", "LL128", "SIMPLE"};
+  return p >= 0 && p < kNumProtos ? n[p] : "unknown";
+}
+
+std::string configText(const Config& c) {
+  if (c.empty()) return "NCCL's choice";
+  std::string s = c.forcesPair() ? std::string(algoName(c.algo)) + "/" + protoName(c.proto) : "nccl-pair";
+  if (c.channels) s += "/" + std::to_string(c.channels);
+  if (c.chunk) s += "/chunk=" + std::to_string(c.chunk);
+  return s;
+}
+}  // namespace
+
+// ---------------------------------------------------------------- MaskControl
+
+void MaskControl::attach(int* mask, int onValue) {
+  std::lock_guard<std::mutex> lock(mu_);
+  mask_ = mask;
+  onValue_ = onValue;
+  writeLocked();
+}
+
+void MaskControl::writeLocked() {
+  bool on = needers_ > 0 && mask_ && onValue_;
+  on_.store(on, std::memory_order_relaxed);
+  // NCCL reads the mask with atomic loads at the start of each group.
+  if (mask_) __atomic_store_n(mask_, on ? onValue_ : 0, __ATOMIC_RELAXED);
+}
+
+// ---------------------------------------------------------------- Runtime
+
+Runtime::Runtime(Settings settings, int ncclVersion, int minNcclVersion, std::string procGpuDir)
+    : settings_(std::move(settings)), ncclVersion_(ncclVersion) {
+  if (!settings_.valid) {
+    disabledWhy_ = settings_.error;
+  } else if (minNcclVersion > 0 && ncclVersion > 0 && ncclVersion < minNcclVersion) {
+    disabledWhy_ = "NCCL version " + std::to_string(ncclVersion) + " is older than the oldest supported (" +
+                   std::to_string(minNcclVersion) + ")";
+  } else if (settings_.mode == Mode::Online) {
+    disabledWhy_ = "AUTOCCL_MODE=online is not available in this build (the online search is not linked yet)";
+  }
+  detectHardware(settings_.hw, procGpuDir, &hw_);
+  hw_.nccl = ncclVersion;
+}
+
+void Runtime::disable(const std::string& why) {
+  if (disabledWhy_.empty()) disabledWhy_ = why;
+}
+
+void Runtime::announce(const LogFn& log, const std::string& banner) {
+  std::call_once(announced_, [&] {
+    if (!log) return;
+    if (disabled()) {
+      log(LogLevel::Warn, "autoccl: " + disabledWhy_ + "; behaving as no tuner");
+      return;
+    }
+    std::string msg = "autoccl: " + banner + ", mode " + modeName(settings_.mode);
+    if (settings_.mode == Mode::Fixed) msg += " (AUTOCCL_FIXED='" + settings_.fixedText + "')";
+    msg += ", max channels " + std::to_string(settings_.maxChannels) + ", NCCL " + std::to_string(ncclVersion_);
+    log(LogLevel::Info, msg);
+    if (!settings_.tracePrefix.empty()) {
+      std::string why;
+      if (trace_.open(settings_.tracePrefix, &why)) log(LogLevel::Info, "autoccl: trace " + trace_.path());
+      else log(LogLevel::Warn, "autoccl: " + why + "; tracing off");
+    }
+  });
+}
+
+Fingerprint Runtime::fingerprint(int nRanks, int nNodes, int nvlDomains) const {
+  Fingerprint fp = hw_;
+  fp.ranks = nRanks;
+  fp.nodes = nNodes;
+  fp.nvlDomains = nvlDomains;
+  return fp;
+}
+
+std::string Runtime::tablePathFor(const Fingerprint& fp) const {
+  if (!settings_.tablePath.empty()) return settings_.tablePath;
+  if (settings_.cacheDir.empty()) return "";
+  return cacheTablePath(settings_.cacheDir, fp.id());
+}
+
+std::shared_ptr<const Table> Runtime::tableFor(const Fingerprint& fp, const LogFn& log) {
+  std::string path = tablePathFor(fp);
+  if (path.empty()) return nullptr;
+  std::lock_guard<std::mutex> lock(tablesMu_);
+  std::string key = path + "|" + fp.id();
+  auto it = tables_.find(key);
+  if (it != tables_.end()) return it->second;
+  auto table = std::make_shared<Table>();
+  std::string why;
+  LoadStatus st = loadTable(path, fp.id(), table.get(), &why);
+  std::shared_ptr<const Table> result;
+  if (st == LoadStatus::Ok) {
+    result = table;
+    if (log) log(LogLevel::Info, "autoccl: table " + path + " loaded (" + std::to_string(table->entries.size()) +
+                                     " tasks, fingerprint " + fp.id() + ")");
+  } else if (st == LoadStatus::Missing && settings_.tablePath.empty()) {
+    if (log) log(LogLevel::Info, "autoccl: no cached table for fingerprint " + fp.id() + " (" + path + "); NCCL decides");
+  } else if (log) {
+    log(LogLevel::Warn, "autoccl: ignoring table " + path + ": " + why);
+  }
+  tables_[key] = result;
+  return result;
+}
+
+void Runtime::saveObserved(const Fingerprint& fp, const std::vector<TableEntry>& entries, const LogFn& log) {
+  std::string path = tablePathFor(fp);
+  if (path.empty() || entries.empty()) return;
+  std::lock_guard<std::mutex> lock(tablesMu_);
+  Table table;
+  std::string why;
+  LoadStatus st = loadTable(path, fp.id(), &table, &why);
+  if (st != LoadStatus::Ok) {
+    if (st != LoadStatus::Missing && log) log(LogLevel::Warn, "autoccl: replacing unusable table " + path + ": " + why);
+    table = Table();
+  }
+  table.fp = fp;
+  table.created = utcNow();
+  for (const TableEntry& e : entries) {
+    bool known = false;
+    for (TableEntry& x : table.entries) {
+      if (x.key == e.key) {
+        x.ncclUs = e.ncclUs;
+        known = true;
+      }
+    }
+    if (!known) table.entries.push_back(e);
+  }
+  if (saveTable(path, table, &why)) {
+    if (log) log(LogLevel::Info, "autoccl: observed " + std::to_string(entries.size()) + " tasks written to " + path);
+  } else if (log) {
+    log(LogLevel::Warn, "autoccl: " + why);
+  }
+}
+
+// ---------------------------------------------------------------- Context
+
+Context::Context(Runtime& rt, uint64_t commHash)
+    : rt_(rt), commHash_(commHash), commHex_(commHex(commHash)),
+      matcher_([this](const Measurement& m) { onMeasurement(m); }) {}
+
+Context::~Context() {
+  rt_.mask().refresh(&needFlag_, [] { return false; });
+}
+
+std::string Context::who() const { return "comm " + commHex_ + " rank " + std::to_string(rank_); }
+
+void Context::log(LogLevel level, const std::string& msg) const {
+  if (log_) log_(level, "autoccl: " + who() + ": " + msg);
+}
+
+void Context::attachProfiler(int rank, int nRanks, int nNodes, const LogFn& logger) {
+  rank_ = rank;
+  nRanks_ = nRanks;
+  nNodes_ = nNodes;
+  if (!log_) log_ = logger;
+  profilerAttached_.store(true);
+  updateNeed();
+}
+
+bool Context::attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& logger) {
+  if (logger) log_ = logger;
+  nRanks_ = nRanks;
+  nNodes_ = nNodes;
+  nvlDomains_ = nvlDomains;
+  if (rt_.disabled() || rt_.settings().mode == Mode::Off) return false;
+  PolicyEnv env;
+  env.commHash = commHash_;
+  env.rank = rank_;
+  env.nRanks = nRanks;
+  env.nNodes = nNodes;
+  env.settings = &rt_.settings();
+  env.log = log_;
+  if (rt_.settings().mode == Mode::Table) env.table = rt_.tableFor(rt_.fingerprint(nRanks, nNodes, nvlDomains), log_);
+  std::string err;
+  policy_ = makeDecisionSource(env, &err);
+  if (!policy_) {
+    log(LogLevel::Warn, err + "; behaving as no tuner");  // Context::log (prefixed)
+    return false;
+  }
+  measureBudget_ = rt_.settings().mode == Mode::Observe ? 0 : rt_.settings().measureCalls;
+  if (!profilerAttached_.load()) {
+    log(LogLevel::Info, "profiler not loaded (rank unknown, no GPU timing); decisions still apply. "
+                              "Point NCCL_PROFILER_PLUGIN at this library for timing.");
+  } else {
+    log(LogLevel::Info, std::string("tuner ready, mode ") + modeName(rt_.settings().mode) + ", " +
+                                  std::to_string(nRanks) + " ranks, " + std::to_string(nNodes) + " nodes");
+  }
+  updateNeed();
+  return true;
+}
+
+void Context::updateNeed() {
+  rt_.mask().refresh(&needFlag_, [this] {
+    return profilerAttached_.load() && policy_ && !tunerFinalized_.load() &&
+           (policy_->needsTiming() || tasksWanting_.load() > 0);
+  });
+}
+
+Context::Task* Context::taskFor(const TaskKey& key) {
+  auto it = tasks_.find(key);
+  if (it != tasks_.end()) return it->second.get();
+  auto t = std::make_unique<Task>();
+  t->key = key;
+  Task* raw = t.get();
+  tasks_.emplace(key, std::move(t));
+  if (measureBudget_ > 0 && profilerAttached_.load()) {
+    raw->wanting.store(true);
+    if (tasksWanting_.fetch_add(1) == 0) updateNeed();
+  }
+  return raw;
+}
+
+void Context::stopWanting(Task* t) {
+  if (t->wanting.exchange(false) && tasksWanting_.fetch_sub(1) == 1) updateNeed();
+}
+
+void Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& costs, int* nChannels) {
+  if (!policy_ || coll < 0 || coll >= kNumColls) return;
+  Task* t = taskFor(TaskKey{coll, bytes, pipe});
+  uint64_t k = t->calls++;
+  bool first = k == 0;
+  Decision fresh;
+  const Decision* d = &t->cached;
+  if (!t->haveCached) {
+    fresh = policy_->decide(t->key, k, costs);
+    if (fresh.stable) {
+      t->cached = fresh;
+      t->haveCached = true;
+    } else {
+      d = &fresh;
+    }
+  }
+
+  Config applied;
+  Source source = d->source;
+  bool refused = false;
+  const int maxCh = rt_.settings().maxChannels;
+  if (d->config.forcesPair() && !costs.supported(d->config.algo, d->config.proto)) {
+    refused = true;  // NCCL marked it -1 (unsupported or disabled by the user): NCCL's choice stands
+    source = Source::Nccl;
+    if (!t->unsupportedLogged) {
+      t->unsupportedLogged = true;
+      log(LogLevel::Info, std::string(collName(coll)) + " " + std::to_string(bytes) + " B: " +
+                              configText(d->config) + " is unsupported here (-1), leaving NCCL's choice");
+    }
+  } else {
+    if (d->config.forcesPair()) {
+      costs.data[d->config.algo * costs.numProto + d->config.proto] = 0.0f;  // NCCL takes the smallest >= 0
+      applied.algo = d->config.algo;
+      applied.proto = d->config.proto;
+    }
+    if (d->config.channels > 0 && nChannels) {
+      applied.channels = std::clamp(d->config.channels, 1, maxCh);
+      *nChannels = applied.channels;
+    }
+    if (d->config.chunk) applied.chunk = std::clamp<uint64_t>(d->config.chunk, kMinChunk, kMaxChunk);
+  }
+  lastChunk_[coll] = LastChunk{applied.algo, applied.proto, applied.chunk};
+  t->lastApplied = applied;
+  t->lastSource = source;
+
+  if (first) {
+    log(LogLevel::Info, std::string(collName(coll)) + " bytes=" + std::to_string(bytes) + " pipe=" +
+                            std::to_string(pipe) + ": " + sourceName(source) + " " + configText(applied) +
+                            (d->why.empty() ? "" : " (" + d->why + ")"));
+  }
+  if (profilerAttached_.load(std::memory_order_relaxed)) matcher_.pushDecision(coll, bytes, applied, t, k);
+  if (t->wanting.load(std::memory_order_relaxed) && t->calls > 4 * measureBudget_ + 16) stopWanting(t);
+
+  if (rt_.trace().enabled()) {
+    char buf[512];
+    char algo[32] = "null", proto[32] = "null";
+    if (applied.forcesPair()) {
+      std::snprintf(algo, sizeof algo, "\"%s\"", algoName(applied.algo));
+      std::snprintf(proto, sizeof proto, "\"%s\"", protoName(applied.proto));
+    }
+    int n = std::snprintf(buf, sizeof buf,
+                          "{\"ev\":\"call\",\"comm\":\"%s\",\"rank\":%d,\"coll\":\"%s\",\"bytes\":%" PRIu64
+                          ",\"pipe\":%d,\"call\":%" PRIu64 ",\"algo\":%s,\"proto\":%s,\"channels\":%d,\"chunk\":%" PRIu64
+                          ",\"source\":\"%s\"%s}",
+                          commHex_.c_str(), rank_, collName(coll), bytes, pipe, k, algo, proto, applied.channels,
+                          applied.chunk, sourceName(source), refused ? ",\"refused\":true" : "");
+    if (n > 0) rt_.trace().writeLine(buf, std::min(static_cast<size_t>(n), sizeof buf - 1));
+  }
+}
+
+bool Context::chunkSize(int coll, int algo, int proto, uint64_t* chunk) const {
+  if (coll < 0 || coll >= kNumColls) return false;
+  const LastChunk& c = lastChunk_[coll];
+  if (!c.chunk) return false;
+  if (c.algo >= 0 && (c.algo != algo || c.proto != proto)) return false;
+  *chunk = c.chunk;
+  return true;
+}
+
+void* Context::collStart(const char* func, uint64_t seq, uint64_t count, const char* datatype, int nChannels,
+                         const char* algo, const char* proto) {
+  if (!func) return nullptr;
+  int coll = parseColl(func);
+  if (coll < 0) return nullptr;
+  uint64_t bytes = TimingMatcher::collBytes(coll, count, datatype, nRanks_);
+  return matcher_.collStart(coll, seq, bytes, nChannels, algo ? parseAlgo(algo) : -1, proto ? parseProto(proto) : -1);
+}
+
+void* Context::kernelChStart(void* parent, uint64_t startNs) { return matcher_.kernelChStart(parent, startNs); }
+
+void Context::onMeasurement(const Measurement& m) {
+  auto* t = static_cast<Task*>(m.cookie);
+  bool budgetDone = false;
+  {
+    std::lock_guard<std::mutex> lock(statsMu_);
+    t->stats.add(m.gpuUs);
+    ++t->measured;
+    t->ncclAlgo = m.ncclAlgo;
+    t->ncclProto = m.ncclProto;
+    t->ncclChannels = m.ncclChannels;
+    budgetDone = measureBudget_ > 0 && t->measured >= measureBudget_;
+  }
+  if (policy_) policy_->onMeasurement(t->key, m);
+  if (rt_.trace().enabled()) {
+    char buf[512];
+    int n = std::snprintf(buf, sizeof buf,
+                          "{\"ev\":\"time\",\"comm\":\"%s\",\"rank\":%d,\"coll\":\"%s\",\"bytes\":%" PRIu64
+                          ",\"pipe\":%d,\"call\":%" PRIu64 ",\"gpu_us\":%.3f,\"nccl_algo\":\"%s\",\"nccl_proto\":\"%s\","
+                          "\"nccl_channels\":%d,\"colls\":%u}",
+                          commHex_.c_str(), rank_, collName(t->key.coll), t->key.bytes, t->key.pipe, m.callIndex,
+                          m.gpuUs, ncclAlgoSpelling(m.ncclAlgo), ncclProtoSpelling(m.ncclProto), m.ncclChannels,
+                          m.colls);
+    if (n > 0) rt_.trace().writeLine(buf, std::min(static_cast<size_t>(n), sizeof buf - 1));
+  }
+  if (budgetDone) stopWanting(t);
+}
+
+std::vector<Context::TaskReport> Context::report() const {
+  std::vector<TaskReport> out;
+  std::lock_guard<std::mutex> lock(statsMu_);
+  for (const auto& [key, t] : tasks_) {
+    TaskReport r;
+    r.key = key;
+    r.calls = t->calls;
+    r.applied = t->lastApplied;
+    r.source = t->lastSource;
+    r.stats = t->stats.summary();
+    r.ncclAlgo = t->ncclAlgo;
+    r.ncclProto = t->ncclProto;
+    r.ncclChannels = t->ncclChannels;
+    out.push_back(r);
+  }
+  std::sort(out.begin(), out.end(), [](const TaskReport& a, const TaskReport& b) {
+    return a.key.coll != b.key.coll ? a.key.coll < b.key.coll
+           : a.key.bytes != b.key.bytes ? a.key.bytes < b.key.bytes : a.key.pipe < b.key.pipe;
+  });
+  return out;
+}
+
+void Context::finalizeTuner() {
+  if (tunerFinalized_.exchange(true)) return;
+  updateNeed();
+  if (!policy_) return;
+  policy_->onFinalize();
+  std::vector<TaskReport> tasks = report();
+  std::vector<TableEntry> observed;
+  for (const TaskReport& r : tasks) {
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "%s bytes=%" PRIu64 " pipe=%d: %" PRIu64 " calls, %s %s; measured %" PRIu64
+                  " samples, median %.1f us, MAD %.1f us, noise %.1f%%, NCCL used %s/%s/%d",
+                  collName(r.key.coll), r.key.bytes, r.key.pipe, r.calls, sourceName(r.source),
+                  configText(r.applied).c_str(), r.stats.count, r.stats.median, r.stats.mad, 100.0 * r.stats.noise,
+                  ncclAlgoSpelling(r.ncclAlgo), ncclProtoSpelling(r.ncclProto), r.ncclChannels);
+    log(LogLevel::Info, line);
+    if (rt_.trace().enabled()) {
+      char buf[768];
+      int n = std::snprintf(
+          buf, sizeof buf,
+          "{\"ev\":\"task\",\"comm\":\"%s\",\"rank\":%d,\"coll\":\"%s\",\"bytes\":%" PRIu64 ",\"pipe\":%d,\"calls\":%" PRIu64
+          ",\"samples\":%" PRIu64 ",\"median_us\":%.3f,\"mad_us\":%.3f,\"noise\":%.4f,\"min_us\":%.3f,\"max_us\":%.3f,"
+          "\"source\":\"%s\",\"algo\":%s%s%s,\"proto\":%s%s%s,\"channels\":%d,\"chunk\":%" PRIu64
+          ",\"nccl_algo\":\"%s\",\"nccl_proto\":\"%s\",\"nccl_channels\":%d}",
+          commHex_.c_str(), rank_, collName(r.key.coll), r.key.bytes, r.key.pipe, r.calls, r.stats.count,
+          r.stats.median, r.stats.mad, r.stats.noise, r.stats.min, r.stats.max, sourceName(r.source),
+          r.applied.forcesPair() ? "\"" : "", r.applied.forcesPair() ? algoName(r.applied.algo) : "null",
+          r.applied.forcesPair() ? "\"" : "", r.applied.forcesPair() ? "\"" : "",
+          r.applied.forcesPair() ? protoName(r.applied.proto) : "null", r.applied.forcesPair() ? "\"" : "",
+          r.applied.channels, r.applied.chunk, ncclAlgoSpelling(r.ncclAlgo), ncclProtoSpelling(r.ncclProto),
+          r.ncclChannels);
+      if (n > 0) rt_.trace().writeLine(buf, std::min(static_cast<size_t>(n), sizeof buf - 1));
+    }
+    if (r.stats.count > 0 && r.ncclAlgo >= 0 && r.ncclProto >= 0) {
+      TableEntry e;
+      e.key = r.key;
+      e.config.algo = r.ncclAlgo;
+      e.config.proto = r.ncclProto;
+      e.timeUs = e.ncclUs = r.stats.median;
+      e.samples = r.stats.count;
+      observed.push_back(e);
+    }
+  }
+  MatcherCounters c = matcher_.counters();
+  if (rt_.trace().enabled()) {
+    char buf[512];
+    int n = std::snprintf(buf, sizeof buf,
+                          "{\"ev\":\"matcher\",\"comm\":\"%s\",\"rank\":%d,\"decisions\":%" PRIu64 ",\"measurements\":%" PRIu64
+                          ",\"matched_colls\":%" PRIu64 ",\"unmatched_colls\":%" PRIu64 ",\"dropped_gap\":%" PRIu64
+                          ",\"dropped_skip\":%" PRIu64 ",\"dropped_overflow\":%" PRIu64 ",\"dropped_mismatch\":%" PRIu64 "}",
+                          commHex_.c_str(), rank_, c.decisions, c.measurements, c.matchedColls, c.unmatchedColls,
+                          c.droppedGap, c.droppedSkip, c.droppedOverflow, c.droppedMismatch);
+    if (n > 0) rt_.trace().writeLine(buf, std::min(static_cast<size_t>(n), sizeof buf - 1));
+    rt_.trace().flush();
+  }
+  // Observe mode records NCCL's choice per task; one writer per communicator (rank 0).
+  if (rt_.settings().mode == Mode::Observe && rank_ == 0) {
+    rt_.saveObserved(rt_.fingerprint(nRanks_, nNodes_, nvlDomains_), observed, log_);
+  }
+}
+
+void Context::finalizeProfiler() {
+  profilerAttached_.store(false);
+  updateNeed();
+  if (rt_.trace().enabled()) rt_.trace().flush();
+}
+
+}  // namespace autoccl::engine

@@ -1,0 +1,177 @@
+// The engine's per-process Runtime and per-(communicator, rank) Context. The shim converts NCCL's
+// arguments and calls these; everything that decides, measures, logs or persists lives here.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/common.h"
+#include "engine/fingerprint.h"
+#include "engine/policy.h"
+#include "engine/settings.h"
+#include "engine/stats.h"
+#include "engine/table.h"
+#include "engine/timing.h"
+#include "engine/trace.h"
+
+namespace autoccl::engine {
+
+// The process-global activation mask (one int shared by every communicator): on while any context
+// needs timing. Transitions are rare and serialised by one mutex that no hot path takes.
+class MaskControl {
+ public:
+  void attach(int* mask, int onValue);
+  // `flag` is the caller's own "I need timing" state, guarded by this object's mutex; `need` is
+  // evaluated under that mutex so that concurrent updates cannot leave a stale answer behind.
+  template <class F>
+  void refresh(bool* flag, F need) {
+    std::lock_guard<std::mutex> lock(mu_);
+    bool n = need();
+    if (n == *flag) return;
+    *flag = n;
+    needers_ += n ? 1 : -1;
+    writeLocked();
+  }
+  bool on() const { return on_.load(std::memory_order_relaxed); }
+
+ private:
+  void writeLocked();
+  std::mutex mu_;
+  int* mask_ = nullptr;
+  int onValue_ = 0;
+  int needers_ = 0;
+  std::atomic<bool> on_{false};
+};
+
+class Runtime {
+ public:
+  // ncclVersion: NCCL_VERSION_CODE (0 = unknown); minNcclVersion: oldest supported (0 = any).
+  Runtime(Settings settings, int ncclVersion, int minNcclVersion, std::string procGpuDir = "/proc/driver/nvidia/gpus");
+
+  const Settings& settings() const { return settings_; }
+  // True when the library must behave as no tuner (bad settings, unsupported NCCL, unusable mode).
+  bool disabled() const { return !disabledWhy_.empty(); }
+  const std::string& disabledWhy() const { return disabledWhy_; }
+  void disable(const std::string& why);
+  int ncclVersion() const { return ncclVersion_; }
+
+  // Once per process, through the first logger we are given: the WARN for a bad setting, or the
+  // "loaded" INFO line. `banner` is the shim's plugin description.
+  void announce(const LogFn& log, const std::string& banner);
+
+  Fingerprint fingerprint(int nRanks, int nNodes, int nvlDomains) const;
+  // Table for `fp` in table mode (AUTOCCL_TABLE, else the cache entry). Loaded once per path;
+  // corrupt/foreign: one WARN per path, then ignored (nullptr).
+  std::shared_ptr<const Table> tableFor(const Fingerprint& fp, const LogFn& log);
+  // Observe mode: merge measured entries into the table file for `fp` (adds unknown tasks, updates
+  // nccl_us of known ones, never replaces a stored configuration).
+  void saveObserved(const Fingerprint& fp, const std::vector<TableEntry>& entries, const LogFn& log);
+  std::string tablePathFor(const Fingerprint& fp) const;
+
+  TraceWriter& trace() { return trace_; }
+  MaskControl& mask() { return mask_; }
+
+ private:
+  Settings settings_;
+  int ncclVersion_;
+  std::string disabledWhy_;
+  Fingerprint hw_;
+  std::once_flag announced_;
+  std::mutex tablesMu_;
+  std::map<std::string, std::shared_ptr<const Table>> tables_;  // path -> table (null: unusable)
+  TraceWriter trace_;
+  MaskControl mask_;
+};
+
+class Context {
+ public:
+  Context(Runtime& rt, uint64_t commHash);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  // Profiler init of this (comm, rank): the rank and the event stream become available.
+  void attachProfiler(int rank, int nRanks, int nNodes, const LogFn& logger);
+  // Tuner init. Returns false when this context must behave as no tuner (reason logged).
+  bool attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& logger);
+
+  // getCollInfo: decide, apply to NCCL's cost table / *nChannels, queue for timing, trace.
+  void getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& costs, int* nChannels);
+  // getChunkSize (tuner v6): the chunk of the latest decision of `coll` if it forced (algo, proto).
+  bool chunkSize(int coll, int algo, int proto, uint64_t* chunk) const;
+  void finalizeTuner();
+  void finalizeProfiler();
+
+  // Profiler events (any thread). Names are NCCL's strings ("AllReduce", "RING", "ncclFloat32").
+  void* collStart(const char* func, uint64_t seq, uint64_t count, const char* datatype, int nChannels,
+                  const char* algo, const char* proto);
+  void* kernelChStart(void* parent, uint64_t startNs);
+
+  uint64_t commHash() const { return commHash_; }
+  int rank() const { return rank_; }
+  bool tunerActive() const { return policy_ != nullptr; }
+  MatcherCounters matcherCounters() const { return matcher_.counters(); }
+
+  // Snapshot of one task (tests, reports).
+  struct TaskReport {
+    TaskKey key;
+    uint64_t calls = 0;
+    Config applied;
+    Source source = Source::Nccl;
+    StatsSummary stats;
+    int ncclAlgo = -1, ncclProto = -1, ncclChannels = 0;
+  };
+  std::vector<TaskReport> report() const;
+
+ private:
+  struct Task {
+    TaskKey key;
+    uint64_t calls = 0;             // enqueue thread only
+    Decision cached;
+    bool haveCached = false;
+    bool unsupportedLogged = false;
+    Config lastApplied;             // enqueue thread only
+    Source lastSource = Source::Nccl;
+    std::atomic<bool> wanting{false};  // still inside its measurement budget
+    // statsMu_:
+    RobustStats stats;
+    uint64_t measured = 0;
+    int ncclAlgo = -1, ncclProto = -1, ncclChannels = 0;
+  };
+  struct LastChunk {
+    int algo = -1, proto = -1;
+    uint64_t chunk = 0;
+  };
+
+  Task* taskFor(const TaskKey& key);
+  void onMeasurement(const Measurement& m);
+  void stopWanting(Task* t);
+  void updateNeed();
+  void log(LogLevel level, const std::string& msg) const;
+  std::string who() const;
+
+  Runtime& rt_;
+  uint64_t commHash_;
+  std::string commHex_;
+  int rank_ = -1;
+  int nRanks_ = 0, nNodes_ = 0, nvlDomains_ = 0;
+  std::atomic<bool> profilerAttached_{false};
+  std::atomic<bool> tunerFinalized_{false};
+  LogFn log_;
+  std::unique_ptr<DecisionSource> policy_;
+  std::unordered_map<TaskKey, std::unique_ptr<Task>, TaskKeyHash> tasks_;
+  LastChunk lastChunk_[kNumColls];
+  uint64_t measureBudget_ = 0;       // timed calls per task outside observe mode
+  std::atomic<int> tasksWanting_{0};
+  bool needFlag_ = false;            // guarded by rt_.mask()
+  mutable std::mutex statsMu_;
+  TimingMatcher matcher_;
+};
+
+}  // namespace autoccl::engine

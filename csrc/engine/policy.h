@@ -1,0 +1,60 @@
+// Decision sources: where a call's configuration comes from. The shim never decides; the Context
+// asks its DecisionSource. An online policy (issue 3) implements this interface and is created in
+// makeDecisionSource(); nothing in csrc/nccl has to change for it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/common.h"
+#include "engine/settings.h"
+#include "engine/table.h"
+#include "engine/timing.h"
+
+namespace autoccl::engine {
+
+struct Decision {
+  Config config;                // what to apply (empty = leave NCCL's choice)
+  Source source = Source::Nccl;
+  // The same decision holds for every later call of this task: the Context caches it and stops
+  // asking (the steady-state hot path is then one hash lookup).
+  bool stable = false;
+  std::string why;              // short note for the per-task INFO line (rule text, table match)
+};
+
+// Everything a policy may know about its (communicator, rank) context. Identical on every rank
+// except `rank` (which a policy must not use for decisions).
+struct PolicyEnv {
+  uint64_t commHash = 0;
+  int rank = -1;                // -1 when the profiler is not loaded
+  int nRanks = 0;
+  int nNodes = 0;
+  const Settings* settings = nullptr;
+  std::shared_ptr<const Table> table;  // table mode: the loaded table (may be null)
+  LogFn log;
+};
+
+class DecisionSource {
+ public:
+  virtual ~DecisionSource() = default;
+  // Configuration for the callIndex-th call (0-based) of `task` on this context. Must be a function
+  // of (task, callIndex) and of data identical on every rank (invariant 1), never of local timings.
+  // `costs` is NCCL's cost table for this call, read-only (-1 = unsupported); the Context applies the
+  // result and refuses pairs NCCL marked unsupported.
+  virtual Decision decide(const TaskKey& task, uint64_t callIndex, const CostTable& costs) = 0;
+  // A matched GPU timing of one call of `task`. Called from NCCL's proxy thread (or a CUDA callback
+  // thread) under this context's timing lock: keep it short, never block.
+  virtual void onMeasurement(const TaskKey& task, const Measurement& m) { (void)task; (void)m; }
+  // True while the policy wants kernel timing events (drives the process-wide activation mask).
+  // Must be cheap and thread-safe (read from any thread).
+  virtual bool needsTiming() const { return false; }
+  // Tuner finalize of this context (the profiler may still deliver late events afterwards).
+  virtual void onFinalize() {}
+};
+
+// Creates the source for settings.mode (never for Off). Returns nullptr with *error set when the
+// mode cannot run in this build (online until issue 3 lands).
+std::unique_ptr<DecisionSource> makeDecisionSource(const PolicyEnv& env, std::string* error);
+
+}  // namespace autoccl::engine

@@ -1,0 +1,35 @@
+// All settings come from environment variables, read once per process and validated.
+// An invalid setting makes the whole library behave as "no tuner" (Settings::valid == false).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/fixed_rules.h"
+
+namespace autoccl::engine {
+
+enum class Mode { Off, Observe, Fixed, Table, Online };
+const char* modeName(Mode m);
+
+struct Settings {
+  Mode mode = Mode::Table;
+  std::vector<FixedRule> fixed;  // AUTOCCL_FIXED (fixed mode)
+  std::string fixedText;
+  std::string tablePath;    // AUTOCCL_TABLE
+  std::string cacheDir;     // AUTOCCL_CACHE_DIR, else $XDG_CACHE_HOME/autoccl, else ~/.cache/autoccl
+  std::string tracePrefix;  // AUTOCCL_TRACE
+  std::string hw;           // AUTOCCL_HW
+  int maxChannels = 64;     // AUTOCCL_MAX_CHANNELS, in [1, 64]
+  uint64_t measureCalls = 16;  // AUTOCCL_MEASURE_CALLS: calls timed per task in fixed/table mode
+  bool valid = true;
+  std::string error;        // why !valid (one line, for the single WARN)
+};
+
+// getenv-like lookup (injectable for tests); returns nullptr when unset.
+using EnvLookup = std::function<const char*(const char*)>;
+Settings loadSettings(const EnvLookup& env);
+
+}  // namespace autoccl::engine

@@ -1,0 +1,38 @@
+// Robust per-task statistics of GPU times: a bounded window of recent samples, summarised by
+// median and MAD (a single outlier on a shared GPU must not move the answer).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace autoccl::engine {
+
+struct StatsSummary {
+  uint64_t count = 0;     // samples ever added
+  size_t window = 0;      // samples the summary is computed from
+  double median = 0;      // µs
+  double mad = 0;         // median absolute deviation, µs
+  double noise = 0;       // relative noise: 1.4826 * MAD / median (robust coefficient of variation)
+  double min = 0;
+  double max = 0;
+};
+
+class RobustStats {
+ public:
+  explicit RobustStats(size_t capacity = 256) : cap_(capacity ? capacity : 1) {}
+  void add(double us);
+  StatsSummary summary() const;
+  uint64_t count() const { return count_; }
+
+ private:
+  size_t cap_;
+  std::vector<double> ring_;  // grows to cap_, then overwritten oldest-first
+  size_t next_ = 0;
+  uint64_t count_ = 0;
+};
+
+// Median of a copy of `v` (v may be empty: returns 0).
+double medianOf(std::vector<double> v);
+
+}  // namespace autoccl::engine

@@ -1,0 +1,49 @@
+// Tuning tables ("autoccl table v1", docs/architecture.md): load, lookup, atomic save.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/common.h"
+#include "engine/fingerprint.h"
+
+namespace autoccl::engine {
+
+struct TableEntry {
+  TaskKey key;
+  Config config;        // algo/proto always set in a valid entry
+  double timeUs = 0;    // median GPU time of `config`
+  double ncclUs = 0;    // median GPU time of NCCL's own choice (0 = unknown)
+  uint64_t samples = 0;
+};
+
+struct Table {
+  Fingerprint fp;
+  std::string created;  // ISO-8601 UTC; not part of the fingerprint id
+  std::vector<TableEntry> entries;
+
+  // Lookup for a task (documented policy):
+  //  1. exact (coll, bytes, pipe);
+  //  2. same (coll, bytes), nearest pipe;
+  //  3. same coll, bytes in the same power-of-two bucket [2^k, 2^(k+1)), nearest size (then pipe).
+  // Otherwise nullptr (NCCL decides). Never reaches into another bucket: the best configuration
+  // changes with size, and a bucket is the widest span we trust to share one.
+  const TableEntry* lookup(int coll, uint64_t bytes, int pipe) const;
+  // Insert or replace the entry with the same key.
+  void upsert(const TableEntry& e);
+};
+
+enum class LoadStatus { Ok, Missing, Corrupt, Foreign };
+// expectId: the fingerprint id this file must carry (empty: any). *why explains Corrupt/Foreign.
+LoadStatus loadTable(const std::string& path, const std::string& expectId, Table* table, std::string* why);
+// Parses table text (used by loadTable; exposed for tests).
+LoadStatus parseTable(const std::string& text, const std::string& expectId, Table* table, std::string* why);
+std::string formatTable(const Table& table);
+// Writes to a temporary file beside `path` and renames it over `path`; creates missing directories.
+bool saveTable(const std::string& path, const Table& table, std::string* why);
+
+std::string cacheTablePath(const std::string& cacheDir, const std::string& fingerprintId);
+std::string utcNow();  // "2026-11-21T19:00:00Z"
+
+}  // namespace autoccl::engine

@@ -1,0 +1,663 @@
+// Unit tests of the NCCL-free engine: rules, settings, statistics, tables, fingerprint, timing
+// matcher, and a Context driven without NCCL.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/context.h"
+#include "engine/fingerprint.h"
+#include "engine/fixed_rules.h"
+#include "engine/settings.h"
+#include "engine/stats.h"
+#include "engine/table.h"
+#include "engine/timing.h"
+#include "engine/tests/check.h"
+
+using namespace autoccl::engine;
+
+namespace {
+
+constexpr int kAllReduce = 4, kAllGather = 2, kBroadcast = 0;
+constexpr int kRing = 1, kTree = 0, kNvls = 4;
+constexpr int kLL = 0, kLL128 = 1, kSimple = 2;
+
+std::string tempDir() {
+  char tmpl[] = "/tmp/autoccl-engine-test-XXXXXX";
+  char* d = mkdtemp(tmpl);
+  return d ? d : "/tmp";
+}
+
+EnvLookup envOf(std::map<std::string, std::string> m) {
+  auto shared = std::make_shared<std::map<std::string, std::string>>(std::move(m));
+  return [shared](const char* k) -> const char* {
+    auto it = shared->find(k);
+    return it == shared->end() ? nullptr : it->second.c_str();
+  };
+}
+
+// ------------------------------------------------------------------ fixed rules
+void testFixedRules() {
+  std::vector<FixedRule> rules;
+  std::string err;
+  CHECK(parseFixedRules("allreduce@1M-64M:ring/ll128/16;*:ring/simple", 64, &rules, &err));
+  CHECK_EQ(rules.size(), size_t(2));
+  CHECK_EQ(rules[0].lo, uint64_t(1) << 20);
+  CHECK_EQ(rules[0].hi, uint64_t(64) << 20);
+  CHECK_EQ(rules[0].config.algo, kRing);
+  CHECK_EQ(rules[0].config.proto, kLL128);
+  CHECK_EQ(rules[0].config.channels, 16);
+  const FixedRule* r = matchFixedRule(rules, kAllReduce, 2u << 20);
+  CHECK(r == &rules[0]);
+  CHECK(matchFixedRule(rules, kAllReduce, 1u << 20) == &rules[0]);  // inclusive bounds
+  CHECK(matchFixedRule(rules, kAllReduce, 64u << 20) == &rules[0]);
+  CHECK(matchFixedRule(rules, kAllReduce, (64u << 20) + 1) == &rules[1]);
+  CHECK(matchFixedRule(rules, kAllGather, 2u << 20) == &rules[1]);
+
+  CHECK(parseFixedRules(" allgather , reducescatter : NVLS/Simple/chunk=512K ; broadcast@0-4k:tree/ll/8/chunk=1M;", 64,
+                        &rules, &err));
+  CHECK_EQ(rules.size(), size_t(2));
+  CHECK_EQ(rules[0].collMask, (1u << 2) | (1u << 3));
+  CHECK_EQ(rules[0].config.algo, kNvls);
+  CHECK_EQ(rules[0].config.chunk, uint64_t(512) << 10);
+  CHECK_EQ(rules[0].config.channels, 0);
+  CHECK(matchFixedRule(rules, kAllReduce, 100) == nullptr);
+  CHECK(matchFixedRule(rules, kBroadcast, 4096) == &rules[1]);
+  CHECK(matchFixedRule(rules, kBroadcast, 4097) == nullptr);
+  CHECK(parseFixedRules("*:nvlstree/simple;*:collnetdirect/ll;*:collnetchain/ll128;*:pat/simple", 64, &rules, &err));
+  CHECK_EQ(rules.size(), size_t(4));
+
+  const char* bad[] = {"",
+                       ";",
+                       "allreduce",
+                       "foo:ring/simple",
+                       "allreduce:ring",
+                       "allreduce:ring/xx",
+                       "allreduce:warp/simple",
+                       "allreduce:ring/simple/0",
+                       "allreduce:ring/simple/65",
+                       "allreduce:ring/simple/-1",
+                       "allreduce@2M-1M:ring/simple",
+                       "allreduce@1M:ring/simple",
+                       "allreduce@1Q-2M:ring/simple",
+                       "allreduce:ring/simple/chunk=1",
+                       "allreduce:ring/simple/chunk=32M",
+                       "allreduce:ring/simple/8/9",
+                       "allreduce:ring/simple/chunk=64K/8",
+                       "allreduce,:ring/simple",
+                       "*:ring/simple;allreduce:ring"};
+  for (const char* b : bad) {
+    err.clear();
+    bool ok = parseFixedRules(b, 64, &rules, &err);
+    if (ok) ::autoccl::test::fail(__FILE__, __LINE__, std::string("accepted bad rule: ") + b);
+    CHECK(!err.empty());
+    CHECK(rules.empty());
+  }
+  // The channel bound follows AUTOCCL_MAX_CHANNELS.
+  CHECK(!parseFixedRules("*:ring/simple/32", 16, &rules, &err));
+  CHECK(parseFixedRules("*:ring/simple/16", 16, &rules, &err));
+}
+
+// ------------------------------------------------------------------ settings
+void testSettings() {
+  Settings s = loadSettings(envOf({}));
+  CHECK(s.valid);
+  CHECK(s.mode == Mode::Table);
+  CHECK_EQ(s.maxChannels, 64);
+  CHECK(s.cacheDir.empty());
+
+  s = loadSettings(envOf({{"HOME", "/h"}}));
+  CHECK_STR(s.cacheDir, "/h/.cache/autoccl");
+  s = loadSettings(envOf({{"HOME", "/h"}, {"XDG_CACHE_HOME", "/x"}}));
+  CHECK_STR(s.cacheDir, "/x/autoccl");
+  s = loadSettings(envOf({{"HOME", "/h"}, {"AUTOCCL_CACHE_DIR", "/c"}}));
+  CHECK_STR(s.cacheDir, "/c");
+
+  for (const char* m : {"off", "observe", "table", "online"}) {
+    s = loadSettings(envOf({{"AUTOCCL_MODE", m}}));
+    CHECK(s.valid);
+    CHECK_STR(modeName(s.mode), m);
+  }
+  s = loadSettings(envOf({{"AUTOCCL_MODE", "fast"}}));
+  CHECK(!s.valid);
+  CHECK(s.error.find("AUTOCCL_MODE") != std::string::npos);
+  s = loadSettings(envOf({{"AUTOCCL_MODE", "fixed"}}));
+  CHECK(!s.valid);
+  CHECK(s.error.find("AUTOCCL_FIXED") != std::string::npos);
+  s = loadSettings(envOf({{"AUTOCCL_MODE", "fixed"}, {"AUTOCCL_FIXED", "allreduce:ring/bogus"}}));
+  CHECK(!s.valid);
+  s = loadSettings(envOf({{"AUTOCCL_MODE", "fixed"}, {"AUTOCCL_FIXED", "allreduce:ring/simple/8"}}));
+  CHECK(s.valid);
+  CHECK_EQ(s.fixed.size(), size_t(1));
+  // AUTOCCL_FIXED is only validated in fixed mode.
+  s = loadSettings(envOf({{"AUTOCCL_MODE", "observe"}, {"AUTOCCL_FIXED", "junk"}}));
+  CHECK(s.valid);
+  for (const char* v : {"0", "65", "abc", "-1", "8x"}) {
+    s = loadSettings(envOf({{"AUTOCCL_MAX_CHANNELS", v}}));
+    CHECK(!s.valid);
+  }
+  s = loadSettings(envOf({{"AUTOCCL_MAX_CHANNELS", " 32 "}}));
+  CHECK(s.valid);
+  CHECK_EQ(s.maxChannels, 32);
+  s = loadSettings(envOf({{"AUTOCCL_MODE", "fixed"}, {"AUTOCCL_FIXED", "*:ring/simple/40"}, {"AUTOCCL_MAX_CHANNELS", "32"}}));
+  CHECK(!s.valid);
+  s = loadSettings(envOf({{"AUTOCCL_MEASURE_CALLS", "x"}}));
+  CHECK(!s.valid);
+  s = loadSettings(envOf({{"AUTOCCL_MEASURE_CALLS", "0"}}));
+  CHECK(s.valid);
+  CHECK_EQ(s.measureCalls, uint64_t(0));
+}
+
+// ------------------------------------------------------------------ stats
+void testStats() {
+  RobustStats st(8);
+  CHECK_EQ(st.summary().count, uint64_t(0));
+  for (double x : {10.0, 12.0, 11.0}) st.add(x);
+  StatsSummary s = st.summary();
+  CHECK_NEAR(s.median, 11.0, 1e-9);
+  CHECK_NEAR(s.mad, 1.0, 1e-9);
+  CHECK_NEAR(s.noise, 1.4826 / 11.0, 1e-9);
+  st.add(13.0);
+  CHECK_NEAR(st.summary().median, 11.5, 1e-9);
+  // One wild outlier moves neither median nor MAD much.
+  RobustStats o;
+  for (int i = 0; i < 9; ++i) o.add(100.0 + i);
+  o.add(1e6);
+  s = o.summary();
+  CHECK(s.median >= 104.0 && s.median <= 105.0);
+  CHECK(s.mad <= 3.0);
+  CHECK_NEAR(s.max, 1e6, 1e-9);
+  // The window keeps only the latest samples.
+  RobustStats w(4);
+  for (int i = 0; i < 4; ++i) w.add(1.0);
+  for (int i = 0; i < 4; ++i) w.add(50.0);
+  CHECK_NEAR(w.summary().median, 50.0, 1e-9);
+  CHECK_EQ(w.summary().count, uint64_t(8));
+  CHECK_EQ(w.summary().window, size_t(4));
+  w.add(-1.0);  // rejected
+  CHECK_EQ(w.summary().count, uint64_t(8));
+  CHECK_NEAR(medianOf({}), 0.0, 1e-12);
+}
+
+// ------------------------------------------------------------------ fingerprint
+void testFingerprint() {
+  CHECK_STR(hex16(fnv1a64("")), "cbf29ce484222325");
+  CHECK_STR(hex16(fnv1a64("a")), "af63dc4c8601ec8c");
+  Fingerprint fp;
+  detectHardware("NVIDIA H200x4", "/nonexistent", &fp);
+  CHECK_STR(fp.gpu, "NVIDIA H200");
+  CHECK_EQ(fp.gpus, 4);
+  detectHardware("NVIDIA H100 80GB HBM3", "/nonexistent", &fp);
+  CHECK_STR(fp.gpu, "NVIDIA H100 80GB HBM3");
+  CHECK_EQ(fp.gpus, 1);
+  detectHardware("", "/nonexistent", &fp);
+  CHECK_STR(fp.gpu, "unknown");
+  CHECK_EQ(fp.gpus, 0);
+
+  std::string dir = tempDir();
+  for (const char* bus : {"0000:18:00.0", "0000:2a:00.0"}) {
+    std::string d = dir + "/" + bus;
+    mkdir(d.c_str(), 0700);
+    std::ofstream(d + "/information") << "Model: \t\t NVIDIA H200\nIRQ:   42\n";
+  }
+  detectHardware("", dir, &fp);
+  CHECK_STR(fp.gpu, "NVIDIA H200");
+  CHECK_EQ(fp.gpus, 2);
+
+  fp.nccl = 22809;
+  fp.ranks = 4;
+  fp.nodes = 1;
+  fp.nvlDomains = 1;
+  CHECK_STR(fp.canonical(), "gpu=\"NVIDIA H200\" gpus=2 nccl=22809 ranks=4 nodes=1 nvl_domains=1");
+  CHECK_STR(fp.id(), hex16(fnv1a64(fp.canonical())));
+  Fingerprint other = fp;
+  other.ranks = 8;
+  CHECK(other.id() != fp.id());
+}
+
+// ------------------------------------------------------------------ tables
+Table sampleTable() {
+  Table t;
+  detectHardware("NVIDIA H200x4", "", &t.fp);
+  t.fp.nccl = 22809;
+  t.fp.ranks = 4;
+  t.fp.nodes = 1;
+  t.fp.nvlDomains = 1;
+  t.created = "2026-11-21T19:00:00Z";
+  TableEntry e;
+  e.key = TaskKey{kAllReduce, 64u << 20, 1};
+  e.config = Config{kRing, kSimple, 32, 0};
+  e.timeUs = 412.5;
+  e.ncclUs = 455.0;
+  e.samples = 40;
+  t.entries.push_back(e);
+  e.key = TaskKey{kAllReduce, 1u << 20, 1};
+  e.config = Config{kTree, kLL128, 0, 256u << 10};
+  t.entries.push_back(e);
+  e.key = TaskKey{kAllReduce, 1u << 20, 4};
+  e.config = Config{kRing, kLL, 8, 0};
+  t.entries.push_back(e);
+  e.key = TaskKey{kAllGather, 3u << 20, 1};
+  e.config = Config{kNvls, kSimple, 16, 0};
+  t.entries.push_back(e);
+  return t;
+}
+
+void testTable() {
+  Table t = sampleTable();
+  std::string text = formatTable(t);
+  CHECK(text.rfind("# autoccl table v1\nfingerprint " + t.fp.id() + "\nmeta gpu=\"NVIDIA H200\" gpus=4", 0) == 0);
+  CHECK(text.find("task coll=allreduce bytes=67108864 pipe=1 algo=ring proto=simple channels=32 chunk=0 "
+                  "time_us=412.5 nccl_us=455.0 samples=40") != std::string::npos);
+  Table back;
+  std::string why;
+  CHECK(parseTable(text, t.fp.id(), &back, &why) == LoadStatus::Ok);
+  CHECK_EQ(back.entries.size(), t.entries.size());
+  CHECK_STR(back.fp.id(), t.fp.id());
+  CHECK_STR(back.created, t.created);
+  for (size_t i = 0; i < back.entries.size() && i < t.entries.size(); ++i) {
+    CHECK(back.entries[i].key == t.entries[i].key);
+    CHECK(back.entries[i].config == t.entries[i].config);
+    CHECK_NEAR(back.entries[i].timeUs, t.entries[i].timeUs, 1e-9);
+    CHECK_EQ(back.entries[i].samples, t.entries[i].samples);
+  }
+  CHECK_STR(formatTable(back), text);
+
+  // Lookup policy.
+  const TableEntry* e = back.lookup(kAllReduce, 1u << 20, 4);
+  CHECK(e && e->config.algo == kRing && e->config.channels == 8);  // exact
+  e = back.lookup(kAllReduce, 1u << 20, 3);
+  CHECK(e && e->key.pipe == 4);  // same bytes, nearest pipe
+  e = back.lookup(kAllReduce, (1u << 20) + (1u << 19), 1);
+  CHECK(e && e->key.bytes == (1u << 20) && e->key.pipe == 1);  // same bucket
+  CHECK(back.lookup(kAllReduce, 2u << 20, 1) == nullptr);      // next bucket: no
+  CHECK(back.lookup(kAllReduce, (1u << 20) - 1, 1) == nullptr);
+  CHECK(back.lookup(kBroadcast, 64u << 20, 1) == nullptr);     // other collective
+  e = back.lookup(kAllGather, 2u << 20, 1);
+  CHECK(e && e->config.algo == kNvls);
+
+  // Foreign: valid file, other fingerprint.
+  CHECK(parseTable(text, "0123456789abcdef", &back, &why) == LoadStatus::Foreign);
+  CHECK(!why.empty());
+  // Corrupt variants.
+  std::vector<std::string> corrupt = {
+      "",
+      "hello\n",
+      "# autoccl table v2\n",
+      text.substr(0, text.find("\nmeta")),                                          // no meta
+      std::string(text).replace(text.find("gpus=4"), 6, "gpus=5"),                   // tampered meta
+      text + "task coll=allreduce bytes=12 algo=ring\n",                             // no proto
+      text + "task coll=allreduce bytes=12 algo=ring proto=simple channels=65\n",    // out of bounds
+      text + "task coll=allreduce bytes=12 algo=ring proto=simple time_us=nan\n",
+      text + "task coll=allreduce bytes=x algo=ring proto=simple\n",
+      text + "bogus line\n",
+      text + "task coll=allreduce bytes=12 algo=ring proto=\"simple\n",
+  };
+  for (const std::string& c : corrupt) {
+    Table x;
+    why.clear();
+    CHECK(parseTable(c, "", &x, &why) == LoadStatus::Corrupt);
+    CHECK(!why.empty());
+  }
+
+  // Files: atomic save, load, missing, corrupt on disk.
+  std::string dir = tempDir();
+  std::string path = cacheTablePath(dir + "/cache", t.fp.id());
+  CHECK(saveTable(path, t, &why));
+  CHECK(loadTable(path, t.fp.id(), &back, &why) == LoadStatus::Ok);
+  CHECK_EQ(back.entries.size(), size_t(4));
+  CHECK(loadTable(dir + "/none.table", "", &back, &why) == LoadStatus::Missing);
+  std::ofstream(dir + "/bad.table") << "# autoccl table v1\nfingerprint zz\n";
+  CHECK(loadTable(dir + "/bad.table", "", &back, &why) == LoadStatus::Corrupt);
+  // No temporary file is left behind.
+  int files = 0;
+  std::string list = dir + "/cache/tables";
+  if (FILE* p = popen(("ls " + list).c_str(), "r")) {
+    char line[512];
+    while (fgets(line, sizeof line, p)) ++files;
+    pclose(p);
+  }
+  CHECK_EQ(files, 1);
+}
+
+// ------------------------------------------------------------------ timing matcher
+struct Sink {
+  std::vector<Measurement> got;
+  TimingMatcher::Sink fn() {
+    return [this](const Measurement& m) { got.push_back(m); };
+  }
+};
+
+int cookieA, cookieB, cookieC;
+
+void testTimingBasic() {
+  Sink sink;
+  TimingMatcher m(sink.fn());
+  m.pushDecision(kAllReduce, 1000, Config{}, &cookieA, 0);
+  void* h = m.collStart(kAllReduce, 0, 1000, 2, kRing, kSimple);
+  CHECK(h != nullptr);
+  void* c0 = m.kernelChStart(h, 5000);
+  void* c1 = m.kernelChStart(h, 4000);
+  CHECK(c0 && c1);
+  TimingMatcher::eventStop(h);  // Coll "enqueued" before the kernel ran: record must stay valid
+  TimingMatcher::kernelChStop(c1, 9000);
+  CHECK(sink.got.empty());
+  TimingMatcher::kernelChStop(c0, 11000);
+  TimingMatcher::eventStop(c0);
+  CHECK_EQ(sink.got.size(), size_t(1));
+  if (!sink.got.empty()) {
+    CHECK(sink.got[0].cookie == &cookieA);
+    CHECK_EQ(sink.got[0].callIndex, uint64_t(0));
+    CHECK_NEAR(sink.got[0].gpuUs, 7.0, 1e-9);  // (11000 - 4000) ns
+    CHECK_EQ(sink.got[0].ncclAlgo, kRing);
+    CHECK_EQ(sink.got[0].ncclChannels, 2);
+  }
+  CHECK_EQ(m.pending(), size_t(0));
+  // Unknown handles and null are tolerated.
+  TimingMatcher::eventStop(nullptr);
+  TimingMatcher::kernelChStop(nullptr, 1);
+  CHECK(m.kernelChStart(nullptr, 1) == nullptr);
+}
+
+void testTimingReorderAndAggregation() {
+  Sink sink;
+  TimingMatcher m(sink.fn());
+  // Call 0: a batch of two tasks (600 + 400 bytes); call 1: one task; call 2 of another coll.
+  m.pushDecision(kAllReduce, 1000, Config{}, &cookieA, 0);
+  m.pushDecision(kAllReduce, 1000, Config{}, &cookieA, 1);
+  m.pushDecision(kAllGather, 4096, Config{}, &cookieB, 0);
+  void* a1 = m.collStart(kAllReduce, 0, 600, 1, kRing, kLL);
+  void* a2 = m.collStart(kAllReduce, 1, 400, 1, kRing, kLL);
+  void* g = m.collStart(kAllGather, 0, 4096, 1, kRing, kSimple);
+  void* b = m.collStart(kAllReduce, 2, 1000, 2, kTree, kLL);
+  CHECK(a1 && a2 && b && g);
+  for (void* h : {a1, a2, b, g}) TimingMatcher::eventStop(h);
+  // Channels report late and out of order, interleaved across calls.
+  void* b0 = m.kernelChStart(b, 30000);
+  void* a2c = m.kernelChStart(a2, 12000);
+  void* gc = m.kernelChStart(g, 50000);
+  void* b1 = m.kernelChStart(b, 31000);
+  TimingMatcher::kernelChStop(b1, 36000);
+  TimingMatcher::kernelChStop(gc, 51000);
+  TimingMatcher::kernelChStop(a2c, 15000);
+  CHECK_EQ(sink.got.size(), size_t(1));  // only the allgather is complete
+  void* a1c = m.kernelChStart(a1, 10000);
+  TimingMatcher::kernelChStop(a1c, 14000);
+  TimingMatcher::kernelChStop(b0, 38000);
+  CHECK_EQ(sink.got.size(), size_t(3));
+  std::map<uint64_t, Measurement> ar;
+  for (const Measurement& x : sink.got)
+    if (x.cookie == &cookieA) ar[x.callIndex] = x;
+  CHECK_EQ(ar.size(), size_t(2));
+  CHECK_NEAR(ar[0].gpuUs, 5.0, 1e-9);  // min start 10000 .. max stop 15000 across the batch
+  CHECK_EQ(ar[0].colls, 2u);
+  CHECK_NEAR(ar[1].gpuUs, 8.0, 1e-9);  // 30000 .. 38000
+  CHECK_EQ(ar[1].ncclAlgo, kTree);
+
+  // Reuse: many rounds, no growth of pending work; pool records are recycled.
+  for (uint64_t k = 0; k < 5000; ++k) {
+    m.pushDecision(kBroadcast, 64, Config{}, &cookieC, k);
+    void* h = m.collStart(kBroadcast, k, 64, 1, kRing, kSimple);
+    void* c = m.kernelChStart(h, 100);
+    if (k % 2) TimingMatcher::eventStop(h);
+    TimingMatcher::kernelChStop(c, 200 + k);
+    if (!(k % 2)) TimingMatcher::eventStop(h);
+  }
+  CHECK_EQ(sink.got.size(), size_t(5003));
+  CHECK_EQ(m.pending(), size_t(0));
+}
+
+void testTimingGapAndMismatch() {
+  Sink sink;
+  TimingMatcher m(sink.fn());
+  // Calls 0 and 1 were enqueued while the mask was off: their Coll events never come (seq 0, 1).
+  for (uint64_t k = 0; k < 3; ++k) m.pushDecision(kAllReduce, 256, Config{}, &cookieA, k);
+  void* h = m.collStart(kAllReduce, 2, 256, 1, kRing, kLL);
+  CHECK(h != nullptr);
+  TimingMatcher::kernelChStop(m.kernelChStart(h, 0), 1000);
+  TimingMatcher::eventStop(h);
+  CHECK_EQ(sink.got.size(), size_t(1));
+  if (!sink.got.empty()) CHECK_EQ(sink.got[0].callIndex, uint64_t(2));  // not call 0
+  CHECK_EQ(m.counters().droppedGap, uint64_t(2));
+
+  // A forced pair never absorbs a Coll that ran another pair.
+  m.pushDecision(kAllReduce, 256, Config{kTree, kLL, 0, 0}, &cookieA, 3);
+  m.pushDecision(kAllReduce, 256, Config{kRing, kLL, 0, 0}, &cookieA, 4);
+  void* x = m.collStart(kAllReduce, 3, 256, 1, kRing, kLL);
+  CHECK(x != nullptr);
+  TimingMatcher::kernelChStop(m.kernelChStart(x, 0), 2000);
+  TimingMatcher::eventStop(x);
+  CHECK_EQ(sink.got.size(), size_t(2));
+  if (sink.got.size() == 2) CHECK_EQ(sink.got[1].callIndex, uint64_t(4));
+  // An unmatched Coll gets no handle.
+  CHECK(m.collStart(kAllGather, 0, 99, 1, kRing, kLL) == nullptr);
+  CHECK(m.counters().unmatchedColls >= 1);
+  // Queue overflow drops the oldest.
+  TimingMatcher small(sink.fn(), 4);
+  for (uint64_t k = 0; k < 10; ++k) small.pushDecision(kAllReduce, 8, Config{}, &cookieA, k);
+  CHECK_EQ(small.pending(), size_t(4));
+  CHECK_EQ(small.counters().droppedOverflow, uint64_t(6));
+}
+
+void testCollBytes() {
+  CHECK_EQ(TimingMatcher::collBytes(kAllReduce, 1000, "ncclFloat32", 8), uint64_t(4000));
+  CHECK_EQ(TimingMatcher::collBytes(kAllReduce, 1000, "ncclBfloat16", 8), uint64_t(2000));
+  CHECK_EQ(TimingMatcher::collBytes(kAllReduce, 1000, "ncclFloat64", 8), uint64_t(8000));
+  CHECK_EQ(TimingMatcher::collBytes(kAllGather, 1000, "ncclInt8", 8), uint64_t(8000));       // per-rank bytes x nRanks
+  CHECK_EQ(TimingMatcher::collBytes(3 /*reducescatter*/, 10, "ncclFloat16", 4), uint64_t(80));
+  CHECK_EQ(TimingMatcher::collBytes(kBroadcast, 77, "ncclInt8", 4), uint64_t(77));
+}
+
+// ------------------------------------------------------------------ context
+struct Logs {
+  std::vector<std::string> warn, info;
+  LogFn fn() {
+    return [this](LogLevel l, const std::string& m) { (l == LogLevel::Warn ? warn : info).push_back(m); };
+  }
+};
+
+void fillCosts(float* c) {
+  for (int i = 0; i < kNumAlgos * kNumProtos; ++i) c[i] = 10.0f + static_cast<float>(i);
+}
+
+void testContextFixed() {
+  Settings s = loadSettings(envOf({{"AUTOCCL_MODE", "fixed"},
+                                   {"AUTOCCL_FIXED", "allreduce@1M-64M:ring/ll128/80;allgather:tree/simple/4/chunk=128K"},
+                                   {"AUTOCCL_MAX_CHANNELS", "64"}}));
+  CHECK(!s.valid);  // 80 > 64
+  s = loadSettings(envOf({{"AUTOCCL_MODE", "fixed"},
+                          {"AUTOCCL_FIXED", "allreduce@1M-64M:ring/ll128/48;allgather:tree/simple/4/chunk=128K"},
+                          {"AUTOCCL_MAX_CHANNELS", "64"},
+                          {"AUTOCCL_MEASURE_CALLS", "2"}}));
+  CHECK(s.valid);
+  Runtime rt(s, 22809, 22803, "/nonexistent");
+  CHECK(!rt.disabled());
+  int mask = 0;
+  rt.mask().attach(&mask, 66);
+  Logs logs;
+  Context ctx(rt, 0xabcULL);
+  ctx.attachProfiler(1, 4, 1, logs.fn());
+  CHECK(ctx.attachTuner(4, 1, 1, logs.fn()));
+  float costs[kNumAlgos * kNumProtos];
+  fillCosts(costs);
+  int nCh = 0;
+  ctx.getCollInfo(kAllReduce, 4u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+  CHECK_NEAR(costs[kRing * 3 + kLL128], 0.0, 0);
+  CHECK_EQ(nCh, 48);
+  CHECK_EQ(mask, 66);  // the new task wants its 2 measured calls
+  // Unsupported pair: untouched table and channels.
+  fillCosts(costs);
+  costs[kTree * 3 + kSimple] = -1.0f;
+  nCh = 0;
+  ctx.getCollInfo(kAllGather, 1u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+  CHECK_EQ(nCh, 0);
+  for (int i = 0; i < kNumAlgos * kNumProtos; ++i) CHECK(costs[i] != 0.0f);
+  uint64_t chunk = 0;
+  CHECK(!ctx.chunkSize(kAllGather, kTree, kSimple, &chunk));
+  // Supported now: applied, chunk offered for the matching pair only.
+  fillCosts(costs);
+  ctx.getCollInfo(kAllGather, 1u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+  CHECK_EQ(nCh, 4);
+  CHECK(ctx.chunkSize(kAllGather, kTree, kSimple, &chunk));
+  CHECK_EQ(chunk, uint64_t(128) << 10);
+  CHECK(!ctx.chunkSize(kAllGather, kRing, kSimple, &chunk));
+  // No rule: nothing touched.
+  fillCosts(costs);
+  nCh = 0;
+  ctx.getCollInfo(kBroadcast, 100, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+  CHECK_EQ(nCh, 0);
+  for (int i = 0; i < kNumAlgos * kNumProtos; ++i) CHECK(costs[i] != 0.0f);
+
+  // Timing through the context: two measured calls of the allreduce end its budget.
+  ctx.getCollInfo(kAllReduce, 4u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+  // seq numbers: allreduce calls 0 and 1 -> seq 0 and 1 (1M floats = 4 MiB)
+  for (uint64_t seq = 0; seq < 2; ++seq) {
+    void* h = ctx.collStart("AllReduce", seq, 1u << 20, "ncclFloat32", 1, "RING", "LL128");
+    CHECK(h != nullptr);
+    void* c = ctx.kernelChStart(h, 1000);
+    TimingMatcher::kernelChStop(c, 1000 + 5000 * (seq + 1));
+    TimingMatcher::eventStop(h);
+  }
+  std::vector<Context::TaskReport> rep = ctx.report();
+  bool found = false;
+  for (const auto& r : rep) {
+    if (r.key.coll == kAllReduce) {
+      found = true;
+      CHECK_EQ(r.calls, uint64_t(2));
+      CHECK_EQ(r.stats.count, uint64_t(2));
+      CHECK_NEAR(r.stats.median, 7.5, 1e-9);
+      CHECK_EQ(r.ncclAlgo, kRing);
+    }
+  }
+  CHECK(found);
+  // The allgather and broadcast tasks still want timing; calls beyond 4*budget+16 give up.
+  for (int i = 0; i < 30; ++i) {
+    ctx.getCollInfo(kAllGather, 1u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+    ctx.getCollInfo(kBroadcast, 100, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+  }
+  CHECK_EQ(mask, 0);
+  ctx.finalizeTuner();
+  ctx.finalizeProfiler();
+  CHECK(logs.warn.empty());
+  CHECK(!logs.info.empty());
+}
+
+void testContextObserveAndTable() {
+  std::string dir = tempDir();
+  Settings s = loadSettings(envOf({{"AUTOCCL_MODE", "observe"}, {"AUTOCCL_CACHE_DIR", dir}, {"AUTOCCL_HW", "GPU Xx2"}}));
+  Runtime rt(s, 22809, 22803, "/nonexistent");
+  int mask = 0;
+  rt.mask().attach(&mask, 66);
+  Logs logs;
+  {
+    Context ctx(rt, 0x1234ULL);
+    ctx.attachProfiler(0, 2, 1, logs.fn());
+    CHECK_EQ(mask, 0);  // nothing needs timing before the tuner is there
+    CHECK(ctx.attachTuner(2, 1, 1, logs.fn()));
+    CHECK_EQ(mask, 66);
+    float costs[kNumAlgos * kNumProtos];
+    for (uint64_t k = 0; k < 5; ++k) {
+      fillCosts(costs);
+      int nCh = 0;
+      ctx.getCollInfo(kAllReduce, 8192, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+      CHECK_EQ(nCh, 0);
+      for (int i = 0; i < kNumAlgos * kNumProtos; ++i) CHECK(costs[i] != 0.0f);
+      void* h = ctx.collStart("AllReduce", k, 2048, "ncclFloat32", 2, "NVLS", "SIMPLE");
+      void* c0 = ctx.kernelChStart(h, 100);
+      void* c1 = ctx.kernelChStart(h, 120);
+      TimingMatcher::eventStop(h);
+      TimingMatcher::kernelChStop(c1, 100 + 10000 * (k + 1));
+      TimingMatcher::kernelChStop(c0, 200);
+    }
+    auto rep = ctx.report();
+    CHECK_EQ(rep.size(), size_t(1));
+    if (!rep.empty()) {
+      CHECK_EQ(rep[0].stats.count, uint64_t(5));
+      CHECK_NEAR(rep[0].stats.median, 30.0, 1e-9);
+    }
+    ctx.finalizeTuner();
+    CHECK_EQ(mask, 0);
+    ctx.finalizeProfiler();
+  }
+  // Observe wrote NCCL's choice for this fingerprint into the cache.
+  Fingerprint fp = rt.fingerprint(2, 1, 1);
+  Table t;
+  std::string why;
+  CHECK(loadTable(cacheTablePath(dir, fp.id()), fp.id(), &t, &why) == LoadStatus::Ok);
+  CHECK_EQ(t.entries.size(), size_t(1));
+  if (!t.entries.empty()) {
+    CHECK_EQ(t.entries[0].config.algo, kNvls);
+    CHECK_EQ(t.entries[0].config.proto, kSimple);
+    CHECK_NEAR(t.entries[0].timeUs, 30.0, 1e-9);
+  }
+
+  // Table mode picks it up (same fingerprint) and applies it.
+  Settings ts = loadSettings(envOf({{"AUTOCCL_MODE", "table"}, {"AUTOCCL_CACHE_DIR", dir}, {"AUTOCCL_HW", "GPU Xx2"}}));
+  Runtime trt(ts, 22809, 22803, "/nonexistent");
+  Context tctx(trt, 0x1234ULL);
+  CHECK(tctx.attachTuner(2, 1, 1, logs.fn()));
+  float costs[kNumAlgos * kNumProtos];
+  fillCosts(costs);
+  int nCh = 0;
+  tctx.getCollInfo(kAllReduce, 12000, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);  // same bucket as 8192
+  CHECK_NEAR(costs[kNvls * 3 + kSimple], 0.0, 0);
+  tctx.finalizeTuner();
+
+  // A corrupt cache entry: exactly one WARN, then NCCL decides.
+  std::ofstream(cacheTablePath(dir, trt.fingerprint(4, 1, 1).id())) << "garbage\n";
+  Logs l2;
+  for (int i = 0; i < 3; ++i) {
+    Context c(trt, 0x99ULL + static_cast<unsigned>(i));
+    CHECK(c.attachTuner(4, 1, 1, l2.fn()));
+    fillCosts(costs);
+    c.getCollInfo(kAllReduce, 8192, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+    for (int j = 0; j < kNumAlgos * kNumProtos; ++j) CHECK(costs[j] != 0.0f);
+  }
+  CHECK_EQ(l2.warn.size(), size_t(1));
+}
+
+void testRuntimeDisabled() {
+  Runtime bad(loadSettings(envOf({{"AUTOCCL_MODE", "nope"}})), 22809, 22803, "/nonexistent");
+  CHECK(bad.disabled());
+  Runtime old(loadSettings(envOf({})), 22703, 22803, "/nonexistent");
+  CHECK(old.disabled());
+  Runtime online(loadSettings(envOf({{"AUTOCCL_MODE", "online"}})), 22809, 22803, "/nonexistent");
+  CHECK(online.disabled());
+  Logs logs;
+  bad.announce(logs.fn(), "x");
+  bad.announce(logs.fn(), "x");
+  CHECK_EQ(logs.warn.size(), size_t(1));
+  Context ctx(bad, 1);
+  CHECK(!ctx.attachTuner(2, 1, 1, logs.fn()));
+  float costs[kNumAlgos * kNumProtos];
+  fillCosts(costs);
+  int nCh = 0;
+  ctx.getCollInfo(kAllReduce, 100, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+  CHECK_EQ(nCh, 0);
+  for (int j = 0; j < kNumAlgos * kNumProtos; ++j) CHECK(costs[j] != 0.0f);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  static const autoccl::test::Case cases[] = {
+      {"fixed_rules", testFixedRules},
+      {"settings", testSettings},
+      {"stats", testStats},
+      {"fingerprint", testFingerprint},
+      {"table", testTable},
+      {"timing_basic", testTimingBasic},
+      {"timing_reorder_aggregation", testTimingReorderAndAggregation},
+      {"timing_gap_mismatch", testTimingGapAndMismatch},
+      {"coll_bytes", testCollBytes},
+      {"context_fixed", testContextFixed},
+      {"context_observe_table", testContextObserveAndTable},
+      {"runtime_disabled", testRuntimeDisabled},
+  };
+  return autoccl::test::runCases(argc, argv, cases);
+}

@@ -1,0 +1,314 @@
+#include "engine/timing.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace autoccl::engine {
+
+namespace {
+constexpr size_t kChunk = 64;        // pool growth step
+constexpr size_t kMatchWindow = 16;  // how far past the head a Coll may match (bin reordering)
+constexpr uint32_t kMaxSkips = 4;    // a fresh head passed over this often is stale
+constexpr uint32_t kRecordMagic = 0x41434331;  // "ACC1": sanity tag for handles we gave out
+}  // namespace
+
+struct TimingMatcher::Decision {
+  void* cookie = nullptr;
+  uint64_t callIndex = 0;
+  uint64_t bytes = 0, remaining = 0;
+  Config applied;
+  uint32_t collsAssigned = 0, collsDone = 0, skips = 0;
+  bool inQueue = false, abandoned = false;
+  uint64_t minStart = UINT64_MAX, maxStop = 0;
+  int ncclAlgo = -1, ncclProto = -1, ncclChannels = 0;
+  Decision* nextFree = nullptr;
+};
+
+struct alignas(16) TimingMatcher::Record {
+  uint32_t magic = 0;
+  TimingMatcher* owner = nullptr;
+  Decision* decision = nullptr;
+  uint32_t nChannels = 0, started = 0, stopped = 0;
+  bool collStopped = false, complete = false;
+  uint64_t minStart = UINT64_MAX, maxStop = 0;
+  Record* nextFree = nullptr;
+};
+
+// Fixed-capacity FIFO with removal at an index (the match window is small).
+struct TimingMatcher::Ring {
+  std::vector<Decision*> buf;
+  size_t head = 0, size = 0;
+  explicit Ring(size_t cap) : buf(cap, nullptr) {}
+  Decision* at(size_t i) const { return buf[(head + i) % buf.size()]; }
+  void push(Decision* d) { buf[(head + size) % buf.size()] = d; ++size; }
+  bool full() const { return size == buf.size(); }
+  void eraseAt(size_t i) {
+    for (size_t j = i; j + 1 < size; ++j) buf[(head + j) % buf.size()] = buf[(head + j + 1) % buf.size()];
+    --size;
+  }
+  Decision* popFront() {
+    Decision* d = buf[head];
+    head = (head + 1) % buf.size();
+    --size;
+    return d;
+  }
+};
+
+TimingMatcher::TimingMatcher(Sink sink, size_t queueCap, size_t maxRecords)
+    : sink_(std::move(sink)), queueCap_(queueCap ? queueCap : 1), maxRecords_(maxRecords) {
+  for (int c = 0; c < kNumColls; ++c) {
+    queues_.push_back(std::make_unique<Ring>(queueCap_));
+    lastSeq_[c] = -1;
+  }
+}
+
+TimingMatcher::~TimingMatcher() = default;
+
+TimingMatcher::Decision* TimingMatcher::allocDecision() {
+  if (!freeDecisions_) {
+    decisionChunks_.push_back(std::make_unique<Decision[]>(kChunk));
+    Decision* chunk = decisionChunks_.back().get();
+    for (size_t i = 0; i < kChunk; ++i) {
+      chunk[i].nextFree = freeDecisions_;
+      freeDecisions_ = &chunk[i];
+    }
+  }
+  Decision* d = freeDecisions_;
+  freeDecisions_ = d->nextFree;
+  *d = Decision();
+  return d;
+}
+
+void TimingMatcher::releaseDecision(Decision* d) {
+  d->nextFree = freeDecisions_;
+  freeDecisions_ = d;
+}
+
+// Out of the queue; freed now unless Coll records still point at it.
+void TimingMatcher::dropDecision(Decision* d, uint64_t* counter) {
+  if (counter) ++*counter;
+  d->inQueue = false;
+  if (d->collsDone == d->collsAssigned) {
+    releaseDecision(d);
+  } else {
+    d->abandoned = true;
+  }
+}
+
+void TimingMatcher::pushDecision(int coll, uint64_t bytes, const Config& applied, void* cookie,
+                                 uint64_t callIndex) {
+  if (coll < 0 || coll >= kNumColls) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++counters_.decisions;
+  Ring& q = *queues_[static_cast<size_t>(coll)];
+  if (q.full()) {
+    Decision* old = q.popFront();
+    dropDecision(old, &counters_.droppedOverflow);
+  }
+  Decision* d = allocDecision();
+  d->cookie = cookie;
+  d->callIndex = callIndex;
+  d->bytes = d->remaining = bytes;
+  d->applied = applied;
+  d->inQueue = true;
+  q.push(d);
+}
+
+void* TimingMatcher::collStart(int coll, uint64_t seq, uint64_t bytes, int nChannels, int algo, int proto) {
+  if (coll < 0 || coll >= kNumColls || bytes == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  Ring& q = *queues_[static_cast<size_t>(coll)];
+
+  // Tasks skipped by the profiler (mask was off when they were enqueued) leave a seqNumber gap:
+  // their decisions sit at the head and must not absorb this Coll.
+  int64_t expected = lastSeq_[coll] + 1;
+  int64_t s = static_cast<int64_t>(seq);
+  if (s > expected) {
+    int64_t missed = s - expected;
+    while (missed > 0 && q.size > 0 && q.at(0)->collsAssigned == 0) {
+      dropDecision(q.popFront(), &counters_.droppedGap);
+      --missed;
+    }
+  }
+  if (s > lastSeq_[coll]) lastSeq_[coll] = s;
+
+  size_t found = SIZE_MAX;
+  for (size_t i = 0; i < q.size && i < kMatchWindow; ++i) {
+    Decision* d = q.at(i);
+    bool pairOk = !d->applied.forcesPair() || algo < 0 || proto < 0 ||
+                  (algo == d->applied.algo && proto == d->applied.proto);
+    if (d->remaining >= bytes && pairOk) {
+      found = i;
+      break;
+    }
+  }
+  if (found == SIZE_MAX) {
+    ++counters_.unmatchedColls;
+    // A partly matched head that cannot take this Coll is inconsistent: drop it.
+    if (q.size > 0 && q.at(0)->collsAssigned > 0) dropDecision(q.popFront(), &counters_.droppedMismatch);
+    return nullptr;
+  }
+  Decision* d = q.at(found);
+  // Heads passed over: a partly matched one is broken; a fresh one ages and is dropped when stale.
+  size_t i = 0;
+  while (i < found) {
+    Decision* h = q.at(i);
+    if (h->collsAssigned > 0 || ++h->skips > kMaxSkips) {
+      q.eraseAt(i);
+      --found;
+      dropDecision(h, h->collsAssigned > 0 ? &counters_.droppedMismatch : &counters_.droppedSkip);
+    } else {
+      ++i;
+    }
+  }
+
+  if (recordsLive_ >= maxRecords_) {
+    ++counters_.collPoolFull;
+    return nullptr;  // the decision keeps waiting for its other bytes; this batch will not complete
+  }
+  if (!freeRecords_) {
+    recordChunks_.push_back(std::make_unique<Record[]>(kChunk));
+    Record* chunk = recordChunks_.back().get();
+    for (size_t k = 0; k < kChunk; ++k) {
+      chunk[k].nextFree = freeRecords_;
+      freeRecords_ = &chunk[k];
+    }
+  }
+  Record* r = freeRecords_;
+  freeRecords_ = r->nextFree;
+  *r = Record();
+  r->magic = kRecordMagic;
+  r->owner = this;
+  r->decision = d;
+  r->nChannels = nChannels > 0 ? static_cast<uint32_t>(nChannels) : 0;
+  ++recordsLive_;
+  ++counters_.matchedColls;
+
+  if (d->collsAssigned == 0) {
+    d->ncclAlgo = algo;
+    d->ncclProto = proto;
+    d->ncclChannels = nChannels;
+  }
+  ++d->collsAssigned;
+  d->remaining -= bytes;
+  if (d->remaining == 0) {
+    q.eraseAt(found);
+    d->inQueue = false;
+  }
+  if (r->nChannels == 0) {  // nothing will ever report: the Coll is complete as far as timing goes
+    r->complete = true;
+    ++d->collsDone;
+    maybeComplete(d);
+  }
+  return r;
+}
+
+void TimingMatcher::maybeComplete(Decision* d) {
+  if (d->collsDone != d->collsAssigned) return;
+  if (d->abandoned) {
+    releaseDecision(d);
+    return;
+  }
+  if (d->inQueue || d->remaining != 0) return;
+  if (d->maxStop > d->minStart) {
+    Measurement m;
+    m.cookie = d->cookie;
+    m.callIndex = d->callIndex;
+    m.bytes = d->bytes;
+    m.applied = d->applied;
+    m.gpuUs = static_cast<double>(d->maxStop - d->minStart) / 1000.0;
+    m.ncclAlgo = d->ncclAlgo;
+    m.ncclProto = d->ncclProto;
+    m.ncclChannels = d->ncclChannels;
+    m.colls = d->collsAssigned;
+    ++counters_.measurements;
+    sink_(m);
+  }
+  releaseDecision(d);
+}
+
+void* TimingMatcher::kernelChStart(void* collHandle, uint64_t startNs) {
+  auto* r = static_cast<Record*>(collHandle);
+  if (!r || r->magic != kRecordMagic || r->owner != this) return nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (r->complete) return nullptr;
+  ++r->started;
+  r->minStart = std::min(r->minStart, startNs);
+  // Tag the low bit: the same record, but recognisable as a channel handle in recordEventState.
+  return reinterpret_cast<char*>(r) + 1;
+}
+
+void TimingMatcher::kernelChStop(void* handle, uint64_t stopNs) {
+  auto bits = reinterpret_cast<uintptr_t>(handle);
+  if (!handle || !(bits & 1u)) return;
+  auto* r = reinterpret_cast<Record*>(bits & ~uintptr_t(1));
+  if (r->magic != kRecordMagic || !r->owner) return;
+  TimingMatcher* self = r->owner;
+  std::lock_guard<std::mutex> lock(self->mu_);
+  self->recordStop(r, stopNs);
+}
+
+void TimingMatcher::recordStop(Record* r, uint64_t stopNs) {
+  if (r->complete) return;
+  ++r->stopped;
+  r->maxStop = std::max(r->maxStop, stopNs);
+  if (r->stopped < r->nChannels) return;
+  r->complete = true;
+  Decision* d = r->decision;
+  d->minStart = std::min(d->minStart, r->minStart);
+  d->maxStop = std::max(d->maxStop, r->maxStop);
+  ++d->collsDone;
+  maybeComplete(d);
+  r->decision = nullptr;
+  maybeRelease(r);
+}
+
+void TimingMatcher::maybeRelease(Record* r) {
+  if (!r->complete || !r->collStopped) return;
+  r->magic = 0;
+  r->owner = nullptr;
+  r->nextFree = freeRecords_;
+  freeRecords_ = r;
+  --recordsLive_;
+}
+
+void TimingMatcher::eventStop(void* handle) {
+  auto bits = reinterpret_cast<uintptr_t>(handle);
+  if (!handle || (bits & 1u)) return;  // channel handles: the stop came with recordEventState
+  auto* r = static_cast<Record*>(handle);
+  if (r->magic != kRecordMagic || !r->owner) return;
+  TimingMatcher* self = r->owner;
+  std::lock_guard<std::mutex> lock(self->mu_);
+  r->collStopped = true;
+  if (r->complete) r->decision = nullptr;
+  self->maybeRelease(r);
+}
+
+MatcherCounters TimingMatcher::counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counters_;
+}
+
+size_t TimingMatcher::pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& q : queues_) n += q->size;
+  return n;
+}
+
+uint64_t TimingMatcher::collBytes(int coll, uint64_t count, const char* datatype, int nRanks) {
+  uint64_t elem = 1;  // ncclInt8/ncclUint8 ("Unknown" in NCCL's printer)/fp8; AllGather/Broadcast come as bytes
+  if (datatype) {
+    if (!std::strcmp(datatype, "ncclFloat16") || !std::strcmp(datatype, "ncclBfloat16")) elem = 2;
+    else if (!std::strcmp(datatype, "ncclInt32") || !std::strcmp(datatype, "ncclUint32") ||
+             !std::strcmp(datatype, "ncclFloat32")) elem = 4;
+    else if (!std::strcmp(datatype, "ncclInt64") || !std::strcmp(datatype, "ncclUint64") ||
+             !std::strcmp(datatype, "ncclFloat64")) elem = 8;
+  }
+  uint64_t bytes = elem * count;
+  if (coll == 2 || coll == 3) bytes *= static_cast<uint64_t>(nRanks > 0 ? nRanks : 1);
+  return bytes;
+}
+
+}  // namespace autoccl::engine

@@ -1,0 +1,99 @@
+// Per-call GPU timing: matches profiler Coll events to the pending decisions of one (comm, rank)
+// context and turns KernelCh start/stop timestamps into one duration per call.
+//
+// Why it looks like this:
+//  * getCollInfo is called once per aggregated batch (nBytes = sum of the batch), but NCCL starts one
+//    Coll event per task of the batch. Coll events are matched FIFO per collective, consuming the
+//    pending decision's bytes; a batch is complete when all its bytes are matched and every matched
+//    Coll's channels have stopped. Duration = max(stop) - min(start) over all channels of all its Colls.
+//  * Coll events may be delivered from a CUDA host-callback thread, KernelCh events from the proxy
+//    thread; all entry points lock one per-context mutex (never shared between contexts).
+//  * Every decision is queued, even while the activation mask is off, so that a task whose Coll event
+//    was suppressed leaves a gap in NCCL's per-function seqNumber: on a gap the matcher drops that many
+//    unmatched head decisions instead of pairing a later Coll with an earlier call (off-by-one timing).
+//    Exact for unaggregated calls; an aggregated batch that straddles a mask switch may still be
+//    mismatched, which the forced (algo, proto) check catches whenever the configurations differ.
+//  * Handles handed to NCCL stay valid until NCCL is done with them (Coll stopped and all its channels
+//    stopped); records come from a per-context pool, so the steady state allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "engine/common.h"
+
+namespace autoccl::engine {
+
+struct Measurement {
+  void* cookie = nullptr;   // the caller's task pointer given to pushDecision
+  uint64_t callIndex = 0;
+  uint64_t bytes = 0;
+  Config applied;           // what the decision forced (algo/proto -1 = NCCL's choice)
+  double gpuUs = 0;
+  int ncclAlgo = -1;        // what NCCL reported it used (first Coll of the batch)
+  int ncclProto = -1;
+  int ncclChannels = 0;
+  uint32_t colls = 0;       // Coll events in the batch
+};
+
+struct MatcherCounters {
+  uint64_t decisions = 0, matchedColls = 0, unmatchedColls = 0, measurements = 0;
+  uint64_t droppedGap = 0, droppedSkip = 0, droppedOverflow = 0, droppedMismatch = 0, collPoolFull = 0;
+};
+
+class TimingMatcher {
+ public:
+  using Sink = std::function<void(const Measurement&)>;
+  // queueCap: pending decisions kept per collective; maxRecords: Coll records in flight.
+  explicit TimingMatcher(Sink sink, size_t queueCap = 1024, size_t maxRecords = 8192);
+  ~TimingMatcher();
+  TimingMatcher(const TimingMatcher&) = delete;
+  TimingMatcher& operator=(const TimingMatcher&) = delete;
+
+  // Tuner side: the k-th call of a task was decided (bytes as getCollInfo saw them).
+  void pushDecision(int coll, uint64_t bytes, const Config& applied, void* cookie, uint64_t callIndex);
+
+  // Profiler side. collStart returns the handle to give NCCL (nullptr: not ours / not matched).
+  // bytes must already be converted to getCollInfo's unit (see collBytes()).
+  void* collStart(int coll, uint64_t seq, uint64_t bytes, int nChannels, int algo, int proto);
+  void* kernelChStart(void* collHandle, uint64_t startNs);
+  // Dispatch on a handle from collStart/kernelChStart (both tolerate nullptr).
+  static void kernelChStop(void* handle, uint64_t stopNs);
+  static void eventStop(void* handle);
+
+  MatcherCounters counters() const;
+  size_t pending() const;
+
+  // nBytes as getCollInfo sees it for a Coll event: elementSize * count, times nRanks for
+  // AllGather / ReduceScatter (NCCL's ncclFuncMaxSendRecvCount). datatype is NCCL's string.
+  static uint64_t collBytes(int coll, uint64_t count, const char* datatype, int nRanks);
+
+ private:
+  struct Decision;
+  struct Record;
+  struct Ring;
+
+  Decision* allocDecision();
+  void releaseDecision(Decision* d);
+  void dropDecision(Decision* d, uint64_t* counter);
+  void maybeComplete(Decision* d);
+  void recordStop(Record* r, uint64_t stopNs);
+  void maybeRelease(Record* r);
+
+  Sink sink_;
+  mutable std::mutex mu_;
+  size_t queueCap_, maxRecords_;
+  std::vector<std::unique_ptr<Ring>> queues_;  // per collective
+  int64_t lastSeq_[kNumColls];
+  std::vector<std::unique_ptr<Decision[]>> decisionChunks_;
+  std::vector<std::unique_ptr<Record[]>> recordChunks_;
+  Decision* freeDecisions_ = nullptr;
+  Record* freeRecords_ = nullptr;
+  size_t recordsLive_ = 0;
+  MatcherCounters counters_;
+};
+
+}  // namespace autoccl::engine

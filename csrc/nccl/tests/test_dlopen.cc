@@ -1,0 +1,411 @@
+// Loads the built libautoccl-nccl.so the way NCCL does (dlopen + dlsym of the versioned structs) and
+// drives init / getCollInfo / profiler events / finalize with hand-made arguments.
+// Usage: autoccl_nccl_dlopen_test <path-to-libautoccl-nccl.so> <case>. Each case runs in its own
+// process because the library reads its settings once per process.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/tests/check.h"
+#include "nccl/abi/nccl_plugin_abi.h"
+
+namespace {
+
+std::string gLib;
+void* gHandle = nullptr;
+ncclabi::TunerV5* gT5 = nullptr;
+ncclabi::TunerV6* gT6 = nullptr;
+ncclabi::ProfilerV5* gP5 = nullptr;
+ncclabi::ProfilerV6* gP6 = nullptr;
+
+std::mutex gLogMu;
+std::vector<std::string> gWarn, gInfo;
+
+void logger(ncclabi::LogLevel level, unsigned long flags, const char*, int, const char* fmt, ...) {
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  std::lock_guard<std::mutex> lock(gLogMu);
+  if (level == ncclabi::kLogWarn) {
+    gWarn.push_back(buf);
+    CHECK((flags & ncclabi::kLogSubsysTuning) != 0);
+  } else {
+    gInfo.push_back(buf);
+  }
+}
+
+void load() {
+  gHandle = dlopen(gLib.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!gHandle) {
+    std::fprintf(stderr, "dlopen: %s\n", dlerror());
+    std::exit(2);
+  }
+  gT5 = static_cast<ncclabi::TunerV5*>(dlsym(gHandle, "ncclTunerPlugin_v5"));
+  gT6 = static_cast<ncclabi::TunerV6*>(dlsym(gHandle, "ncclTunerPlugin_v6"));
+  gP5 = static_cast<ncclabi::ProfilerV5*>(dlsym(gHandle, "ncclProfiler_v5"));
+  gP6 = static_cast<ncclabi::ProfilerV6*>(dlsym(gHandle, "ncclProfiler_v6"));
+  if (!gT5 || !gT6 || !gP5 || !gP6) {
+    std::fprintf(stderr, "missing plugin symbols\n");
+    std::exit(2);
+  }
+}
+
+std::string tempDir() {
+  char tmpl[] = "/tmp/autoccl-dlopen-test-XXXXXX";
+  char* d = mkdtemp(tmpl);
+  return d ? d : "/tmp";
+}
+
+constexpr int kRing = 1, kTree = 0, kLL128 = 1, kSimple = 2;
+
+struct Costs {
+  float t[ncclabi::kNumAlgorithms][ncclabi::kNumProtocols];
+  Costs() {
+    for (int a = 0; a < ncclabi::kNumAlgorithms; ++a)
+      for (int p = 0; p < ncclabi::kNumProtocols; ++p) t[a][p] = 5.0f + static_cast<float>(a * 3 + p);
+  }
+  float** arg() { return reinterpret_cast<float**>(t); }  // exactly how NCCL passes it
+  bool same(const Costs& o) const {
+    for (int a = 0; a < ncclabi::kNumAlgorithms; ++a)
+      for (int p = 0; p < ncclabi::kNumProtocols; ++p)
+        if (t[a][p] != o.t[a][p]) return false;
+    return true;
+  }
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string traceFile(const std::string& prefix) {
+  char host[256] = "unknown";
+  gethostname(host, sizeof host - 1);
+  return prefix + "." + host + "." + std::to_string(getpid()) + ".jsonl";
+}
+
+// ------------------------------------------------------------------ cases
+void caseSymbols() {
+  load();
+  CHECK_STR(gT5->name, "autoccl");
+  CHECK_STR(gP5->name, "autoccl");
+  CHECK(gT6->getChunkSize != nullptr);
+  CHECK(gT5->init == gT6->init && gT5->getCollInfo == gT6->getCollInfo);
+  // Nothing but the four plugin structs is exported.
+  CHECK(dlsym(gHandle, "_ZN7autoccl6engine9parseCollESt17basic_string_viewIcSt11char_traitsIcEE") == nullptr);
+  std::string cmd = "nm -D --defined-only " + gLib + " | awk '{print $3}' | grep -v -E '^(ncclTunerPlugin_v5|"
+                    "ncclTunerPlugin_v6|ncclProfiler_v5|ncclProfiler_v6)$' | grep -v -E '^_(init|fini|edata|end|_bss_start)' "
+                    "| grep -v -E '^(__bss_start|_edata|_end|_init|_fini)$' | head -5";
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char line[512];
+    std::string extra;
+    while (fgets(line, sizeof line, p)) extra += line;
+    pclose(p);
+    if (!extra.empty()) ::autoccl::test::fail(__FILE__, __LINE__, "unexpected exports: " + extra);
+  }
+}
+
+void caseFixed() {
+  std::string dir = tempDir();
+  setenv("AUTOCCL_MODE", "fixed", 1);
+  setenv("AUTOCCL_FIXED", "allreduce@1M-64M:ring/ll128/16/chunk=256K;*:tree/simple", 1);
+  setenv("AUTOCCL_TRACE", (dir + "/trace").c_str(), 1);
+  setenv("AUTOCCL_CACHE_DIR", dir.c_str(), 1);
+  load();
+  int mask = 0;
+  void* pctx = nullptr;
+  void* tctx = nullptr;
+  const uint64_t comm = 0xfeedULL;
+  CHECK_EQ(gP5->init(&pctx, comm, &mask, "c", 1, 2, 1, logger), 0);
+  ncclabi::NvlDomainInfo nvl{1, 2, 2};
+  ncclabi::TunerConstants consts{};
+  CHECK_EQ(gT6->init(&tctx, comm, 2, 1, logger, &nvl, &consts), 0);
+  CHECK(tctx != nullptr);
+
+  Costs c;
+  int nCh = 0;
+  CHECK_EQ(gT6->getCollInfo(tctx, ncclabi::kAllReduce, 4u << 20, 1, c.arg(), 7, 3, 0, &nCh), 0);
+  CHECK(c.t[kRing][kLL128] == 0.0f);
+  CHECK_EQ(nCh, 16);
+  size_t chunk = 12345;
+  CHECK_EQ(gT6->getChunkSize(tctx, ncclabi::kAllReduce, 1u << 20, kRing, kLL128, 1, &chunk), 0);
+  CHECK_EQ(chunk, size_t(256) << 10);
+  chunk = 12345;
+  gT6->getChunkSize(tctx, ncclabi::kAllReduce, 1u << 20, kTree, kSimple, 1, &chunk);
+  CHECK_EQ(chunk, size_t(12345));  // other pair: NCCL's chunk stands
+
+  // A pair NCCL marks -1 is never chosen: table and channels untouched.
+  Costs u;
+  u.t[kTree][kSimple] = -1.0f;
+  Costs before = u;
+  nCh = 0;
+  gT6->getCollInfo(tctx, ncclabi::kAllGather, 1u << 20, 1, u.arg(), 7, 3, 0, &nCh);
+  CHECK(u.same(before));
+  CHECK_EQ(nCh, 0);
+  // Outside the allreduce range: the '*' rule, channels untouched.
+  Costs w;
+  nCh = 0;
+  gT6->getCollInfo(tctx, ncclabi::kAllReduce, 128u << 20, 1, w.arg(), 7, 3, 0, &nCh);
+  CHECK(w.t[kTree][kSimple] == 0.0f);
+  CHECK_EQ(nCh, 0);
+  // Send/recv and unknown functions are ignored.
+  Costs s;
+  Costs sb = s;
+  gT6->getCollInfo(tctx, ncclabi::kSendRecv, 100, 1, s.arg(), 7, 3, 0, &nCh);
+  CHECK(s.same(sb));
+
+  CHECK_EQ(gT6->finalize(tctx), 0);
+  CHECK_EQ(gP5->finalize(pctx), 0);
+  CHECK(gWarn.empty());
+  std::string trace = slurp(traceFile(dir + "/trace"));
+  CHECK(trace.find("\"ev\":\"call\",\"comm\":\"000000000000feed\",\"rank\":1,\"coll\":\"allreduce\",\"bytes\":4194304,"
+                   "\"pipe\":1,\"call\":0,\"algo\":\"ring\",\"proto\":\"ll128\",\"channels\":16,\"chunk\":262144,"
+                   "\"source\":\"fixed\"}") != std::string::npos);
+  CHECK(trace.find("\"coll\":\"allgather\",\"bytes\":1048576,\"pipe\":1,\"call\":0,\"algo\":null,\"proto\":null,"
+                   "\"channels\":0,\"chunk\":0,\"source\":\"nccl\",\"refused\":true}") != std::string::npos);
+  CHECK(trace.find("\"ev\":\"task\"") != std::string::npos);
+  bool loggedMode = false;
+  for (const std::string& m : gInfo) loggedMode |= m.find("mode fixed") != std::string::npos;
+  CHECK(loggedMode);
+}
+
+void caseBadEnv() {
+  setenv("AUTOCCL_MODE", "fixed", 1);
+  setenv("AUTOCCL_FIXED", "allreduce:ring/bogus", 1);
+  load();
+  for (int comm = 0; comm < 3; ++comm) {
+    int mask = 12345;
+    void* pctx = nullptr;
+    void* tctx = nullptr;
+    CHECK_EQ(gP5->init(&pctx, 77 + static_cast<uint64_t>(comm), &mask, "c", 1, 2, 0, logger), 0);
+    CHECK_EQ(mask, 0);
+    CHECK_EQ(gT5->init(&tctx, 77 + static_cast<uint64_t>(comm), 2, 1, logger, nullptr, nullptr), 0);
+    Costs c;
+    Costs before = c;
+    int nCh = 0;
+    CHECK_EQ(gT5->getCollInfo(tctx, ncclabi::kAllReduce, 1u << 20, 1, c.arg(), 7, 3, 0, &nCh), 0);
+    CHECK(c.same(before));
+    CHECK_EQ(nCh, 0);
+    void* h = reinterpret_cast<void*>(0x1);
+    ncclabi::EventDescr d{};
+    d.type = ncclabi::kEvColl;
+    d.coll.func = "AllReduce";
+    CHECK_EQ(gP5->startEvent(pctx, &h, &d), 0);
+    CHECK(h == nullptr);
+    CHECK_EQ(gT5->finalize(tctx), 0);
+    CHECK_EQ(gP5->finalize(pctx), 0);
+  }
+  CHECK_EQ(gWarn.size(), size_t(1));  // exactly one WARN per process
+  if (!gWarn.empty()) CHECK(gWarn[0].find("AUTOCCL_FIXED") != std::string::npos);
+}
+
+void caseOff() {
+  setenv("AUTOCCL_MODE", "off", 1);
+  load();
+  int mask = 7;
+  void* pctx = nullptr;
+  void* tctx = nullptr;
+  gP5->init(&pctx, 5, &mask, "c", 1, 2, 0, logger);
+  CHECK_EQ(mask, 0);
+  gT5->init(&tctx, 5, 2, 1, logger, nullptr, nullptr);
+  Costs c;
+  Costs before = c;
+  int nCh = 0;
+  gT5->getCollInfo(tctx, ncclabi::kAllReduce, 1u << 20, 1, c.arg(), 7, 3, 0, &nCh);
+  CHECK(c.same(before));
+  CHECK_EQ(nCh, 0);
+  gT5->finalize(tctx);
+  gP5->finalize(pctx);
+  CHECK(gWarn.empty());
+}
+
+// Observe mode through the profiler: Coll + KernelCh events become a timing in the trace and a table.
+void caseObserve() {
+  std::string dir = tempDir();
+  setenv("AUTOCCL_MODE", "observe", 1);
+  setenv("AUTOCCL_TRACE", (dir + "/t").c_str(), 1);
+  setenv("AUTOCCL_CACHE_DIR", dir.c_str(), 1);
+  setenv("AUTOCCL_HW", "Test GPUx2", 1);
+  load();
+  int mask = 0;
+  void* pctx = nullptr;
+  void* tctx = nullptr;
+  gP5->init(&pctx, 0x42, &mask, "c", 1, 2, 0, logger);
+  gT5->init(&tctx, 0x42, 2, 1, logger, nullptr, nullptr);
+  CHECK_EQ(mask, int(ncclabi::kEvColl | ncclabi::kEvKernelCh));
+  for (uint64_t k = 0; k < 3; ++k) {
+    Costs c;
+    Costs before = c;
+    int nCh = 0;
+    gT5->getCollInfo(tctx, ncclabi::kAllGather, 2u << 20, 1, c.arg(), 7, 3, 0, &nCh);
+    CHECK(c.same(before));
+    ncclabi::EventDescr d{};
+    d.type = ncclabi::kEvColl;
+    d.rank = 0;
+    d.coll.seqNumber = k;
+    d.coll.func = "AllGather";
+    d.coll.count = 1u << 20;  // per-rank bytes (NCCL converts AllGather to int8)
+    d.coll.datatype = "ncclInt8";
+    d.coll.nChannels = 2;
+    d.coll.algo = "RING";
+    d.coll.proto = "SIMPLE";
+    void* coll = nullptr;
+    gP5->startEvent(pctx, &coll, &d);
+    CHECK(coll != nullptr);
+    gP5->stopEvent(coll);
+    for (int ch = 0; ch < 2; ++ch) {
+      ncclabi::EventDescr kd{};
+      kd.type = ncclabi::kEvKernelCh;
+      kd.parentObj = coll;
+      kd.kernelCh.channelId = static_cast<uint8_t>(ch);
+      kd.kernelCh.pTimer = 1000000 + static_cast<uint64_t>(ch) * 10;
+      void* kh = nullptr;
+      gP5->startEvent(pctx, &kh, &kd);
+      CHECK(kh != nullptr);
+      ncclabi::EventStateArgs a{};
+      a.kernelCh.pTimer = 1000000 + 20000 * (k + 1);
+      gP5->recordEventState(kh, ncclabi::kStateKernelChStop, &a);
+      gP5->stopEvent(kh);
+    }
+    // Other event types get no handle.
+    ncclabi::EventDescr gd{};
+    gd.type = ncclabi::kEvGroup;
+    void* gh = reinterpret_cast<void*>(0x8);
+    gP5->startEvent(pctx, &gh, &gd);
+    CHECK(gh == nullptr);
+  }
+  gT5->finalize(tctx);
+  gP5->finalize(pctx);
+  CHECK_EQ(mask, 0);
+  std::string trace = slurp(traceFile(dir + "/t"));
+  CHECK(trace.find("\"ev\":\"time\",\"comm\":\"0000000000000042\",\"rank\":0,\"coll\":\"allgather\",\"bytes\":2097152,"
+                   "\"pipe\":1,\"call\":1,\"gpu_us\":40.000,\"nccl_algo\":\"RING\",\"nccl_proto\":\"SIMPLE\","
+                   "\"nccl_channels\":2,\"colls\":1}") != std::string::npos);
+  CHECK(trace.find("\"median_us\":40.000") != std::string::npos);
+  std::string tables = dir + "/tables";
+  std::string ls;
+  if (FILE* p = popen(("cat " + tables + "/*.table").c_str(), "r")) {
+    char line[512];
+    while (fgets(line, sizeof line, p)) ls += line;
+    pclose(p);
+  }
+  CHECK(ls.find("task coll=allgather bytes=2097152 pipe=1 algo=ring proto=simple") != std::string::npos);
+  CHECK(gWarn.empty());
+}
+
+// No profiler: the tuner still applies fixed rules and says why there is no timing.
+void caseNoProfiler() {
+  setenv("AUTOCCL_MODE", "fixed", 1);
+  setenv("AUTOCCL_FIXED", "*:ring/simple/8", 1);
+  load();
+  void* tctx = nullptr;
+  gT5->init(&tctx, 9, 4, 1, logger, nullptr, nullptr);
+  Costs c;
+  int nCh = 0;
+  gT5->getCollInfo(tctx, ncclabi::kReduceScatter, 1u << 20, 1, c.arg(), 7, 3, 0, &nCh);
+  CHECK(c.t[kRing][kSimple] == 0.0f);
+  CHECK_EQ(nCh, 8);
+  gT5->finalize(tctx);
+  bool said = false;
+  for (const std::string& m : gInfo) said |= m.find("profiler not loaded") != std::string::npos;
+  CHECK(said);
+}
+
+// nccl-tests -g 4: four ranks of one communicator initialised on four threads, then concurrent calls
+// and events; every rank gets its own context with the right rank.
+void caseThreads() {
+  std::string dir = tempDir();
+  setenv("AUTOCCL_MODE", "fixed", 1);
+  setenv("AUTOCCL_FIXED", "allreduce:ring/simple/4", 1);
+  setenv("AUTOCCL_TRACE", (dir + "/tt").c_str(), 1);
+  load();
+  int mask = 0;
+  const uint64_t comm = 0xc0ffeeULL;
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 4; ++rank) {
+    threads.emplace_back([&, rank] {
+      void* pctx = nullptr;
+      void* tctx = nullptr;
+      gP5->init(&pctx, comm, &mask, "c", 1, 4, rank, logger);
+      gT5->init(&tctx, comm, 4, 1, logger, nullptr, nullptr);
+      for (uint64_t k = 0; k < 200; ++k) {
+        Costs c;
+        int nCh = 0;
+        gT5->getCollInfo(tctx, ncclabi::kAllReduce, 4096, 1, c.arg(), 7, 3, 0, &nCh);
+        if (c.t[kRing][kSimple] != 0.0f || nCh != 4) ++bad;
+        ncclabi::EventDescr d{};
+        d.type = ncclabi::kEvColl;
+        d.coll.seqNumber = k;
+        d.coll.func = "AllReduce";
+        d.coll.count = 1024;
+        d.coll.datatype = "ncclFloat32";
+        d.coll.nChannels = 1;
+        d.coll.algo = "RING";
+        d.coll.proto = "SIMPLE";
+        void* coll = nullptr;
+        gP5->startEvent(pctx, &coll, &d);
+        ncclabi::EventDescr kd{};
+        kd.type = ncclabi::kEvKernelCh;
+        kd.parentObj = coll;
+        kd.kernelCh.pTimer = 100;
+        void* kh = nullptr;
+        // The proxy thread delivers channel events: another thread than the enqueuing one.
+        std::thread proxy([&] {
+          gP5->startEvent(pctx, &kh, &kd);
+          ncclabi::EventStateArgs a{};
+          a.kernelCh.pTimer = 1100;
+          gP5->recordEventState(kh, ncclabi::kStateKernelChStop, &a);
+          gP5->stopEvent(kh);
+        });
+        gP5->stopEvent(coll);
+        proxy.join();
+      }
+      gT5->finalize(tctx);
+      gP5->finalize(pctx);
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK_EQ(bad.load(), 0);
+  std::string trace = slurp(traceFile(dir + "/tt"));
+  for (int rank = 0; rank < 4; ++rank) {
+    std::string needle = "\"ev\":\"time\",\"comm\":\"0000000000c0ffee\",\"rank\":" + std::to_string(rank) +
+                         ",\"coll\":\"allreduce\",\"bytes\":4096,\"pipe\":1,\"call\":15,";
+    CHECK(trace.find(needle) != std::string::npos);
+  }
+  CHECK(gWarn.empty());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s <libautoccl-nccl.so> <case>\n", argv[0]);
+    return 2;
+  }
+  gLib = argv[1];
+  for (const char* v : {"AUTOCCL_MODE", "AUTOCCL_FIXED", "AUTOCCL_TABLE", "AUTOCCL_TRACE", "AUTOCCL_HW",
+                        "AUTOCCL_MAX_CHANNELS", "AUTOCCL_MEASURE_CALLS", "AUTOCCL_CACHE_DIR"}) {
+    unsetenv(v);
+  }
+  static const autoccl::test::Case cases[] = {
+      {"symbols", caseSymbols}, {"fixed", caseFixed},       {"bad_env", caseBadEnv}, {"off", caseOff},
+      {"observe", caseObserve}, {"no_profiler", caseNoProfiler}, {"threads", caseThreads},
+  };
+  char* args[] = {argv[0], argv[2]};
+  return autoccl::test::runCases(2, args, cases);
+}
