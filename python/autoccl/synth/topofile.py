@@ -1,0 +1,184 @@
+"""Topology files (YAML or JSON) and generator specs -> C++ Topology, with clear validation errors.
+
+Format (docs/synth.md):
+
+    name: two-hosts            # optional
+    defaults: {latency_us: 0.5, bandwidth_gbps: 50}   # optional, used by links that omit them
+    npus: [g0, g1, g2, g3]     # or nodes: [{name: g0, kind: npu}, ...]; kinds npu, switch, nic
+    switches: [sw]
+    nics: []
+    links:
+      - {src: g0, dst: sw, bidirectional: true}                      # uses defaults
+      - {src: g1, dst: sw, latency_us: 1, bandwidth_gbps: 25}        # one direction only
+    dims: [2, 2]               # optional mixed-radix structure of the NPU ranks (hierarchical baseline)
+    failed: {nodes: [g3], links: [[g0, sw]]}                         # optional
+    # or, instead of nodes/links: generator: {kind: mesh, dims: [4, 4], bandwidth_gbps: 50, latency_us: 0.5}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_TOP_KEYS = {"name", "defaults", "nodes", "npus", "switches", "nics", "links", "dims", "failed", "generator",
+             "units", "description"}
+_LINK_KEYS = {"src", "dst", "latency_us", "bandwidth_gbps", "bidirectional"}
+_GEN_KEYS = {"kind", "dims", "bandwidth_gbps", "latency_us", "dim_bandwidth_gbps", "dim_latency_us", "dim_types",
+             "degree", "global_bandwidth_gbps", "global_latency_us", "nic_bandwidth_gbps", "nic_latency_us", "rails"}
+
+
+class TopologyFileError(ValueError):
+    """A topology file or spec that does not validate."""
+
+
+def _num(where: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise TopologyFileError(f"{where}: must be a number, got {v!r}")
+    return float(v)
+
+
+def _name_list(where: str, v: Any) -> list[str]:
+    if v is None:
+        return []
+    if not isinstance(v, list) or not all(isinstance(x, str | int) for x in v):
+        raise TopologyFileError(f"{where}: must be a list of node names")
+    return [str(x) for x in v]
+
+
+def _int_list(where: str, v: Any) -> list[int]:
+    if not isinstance(v, list) or not v or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1
+                                                   for x in v):
+        raise TopologyFileError(f"{where}: must be a non-empty list of positive integers")
+    return [int(x) for x in v]
+
+
+def _generator(where: str, g: Any) -> Any:
+    from autoccl.synth import ext
+
+    if not isinstance(g, dict):
+        raise TopologyFileError(f"{where}: must be a mapping")
+    unknown = set(g) - _GEN_KEYS
+    if unknown:
+        raise TopologyFileError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_GEN_KEYS)}")
+    if "kind" not in g or "dims" not in g:
+        raise TopologyFileError(f"{where}: needs 'kind' and 'dims'")
+    kw: dict[str, Any] = {}
+    for key, arg in (("bandwidth_gbps", "bandwidth"), ("latency_us", "latency"),
+                     ("global_bandwidth_gbps", "global_bandwidth"), ("global_latency_us", "global_latency"),
+                     ("nic_bandwidth_gbps", "nic_bandwidth"), ("nic_latency_us", "nic_latency")):
+        if key in g:
+            kw[arg] = _num(f"{where}.{key}", g[key])
+    for key, arg in (("dim_bandwidth_gbps", "dim_bandwidth"), ("dim_latency_us", "dim_latency")):
+        if key in g:
+            if not isinstance(g[key], list):
+                raise TopologyFileError(f"{where}.{key}: must be a list of numbers")
+            kw[arg] = [_num(f"{where}.{key}[{i}]", x) for i, x in enumerate(g[key])]
+    if "dim_types" in g:
+        kw["dim_types"] = _name_list(f"{where}.dim_types", g["dim_types"])
+    for key in ("degree", "rails"):
+        if key in g:
+            kw[key] = int(_num(f"{where}.{key}", g[key]))
+    try:
+        return ext().generate(str(g["kind"]), _int_list(f"{where}.dims", g["dims"]), **kw)
+    except ValueError as e:
+        raise TopologyFileError(f"{where}: {e}") from e
+
+
+def topology_from_dict(data: Any, source: str = "topology") -> Any:
+    """Validate a parsed topology document and build the C++ Topology."""
+    from autoccl.synth import ext
+
+    if not isinstance(data, dict):
+        raise TopologyFileError(f"{source}: top level must be a mapping")
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise TopologyFileError(f"{source}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_TOP_KEYS)}")
+    if "generator" in data:
+        if any(k in data for k in ("nodes", "npus", "switches", "nics", "links")):
+            raise TopologyFileError(f"{source}: 'generator' cannot be combined with nodes/links")
+        gen = _generator(f"{source}: generator", data["generator"])
+        if "failed" not in data:
+            return gen
+        # rebuild as an explicit topology so that failures can be applied
+        data = {"nodes": [{"name": n, "kind": k} for n, k in gen.nodes],
+                "links": [{"src": s, "dst": d, "latency_us": lat, "bandwidth_gbps": bw}
+                          for s, d, lat, bw in gen.links],
+                "failed": data["failed"], "name": data.get("name", gen.name)}
+    t = ext().Topology()
+    if "name" in data:
+        t.name = str(data["name"])
+    defaults = data.get("defaults") or {}
+    if not isinstance(defaults, dict) or set(defaults) - {"latency_us", "bandwidth_gbps"}:
+        raise TopologyFileError(f"{source}: defaults may only hold latency_us and bandwidth_gbps")
+    try:
+        for i, node in enumerate(data.get("nodes") or []):
+            if isinstance(node, str):
+                t.add_node(node, "npu")
+                continue
+            if not isinstance(node, dict) or "name" not in node or set(node) - {"name", "kind"}:
+                raise TopologyFileError(f"{source}: nodes[{i}]: must be a name or {{name, kind}}")
+            t.add_node(str(node["name"]), str(node.get("kind", "npu")))
+        for key, kind in (("npus", "npu"), ("switches", "switch"), ("nics", "nic")):
+            for name in _name_list(f"{source}: {key}", data.get(key)):
+                t.add_node(name, kind)
+        links = data.get("links") or []
+        if not isinstance(links, list):
+            raise TopologyFileError(f"{source}: links must be a list")
+        for i, link in enumerate(links):
+            where = f"{source}: links[{i}]"
+            if isinstance(link, list) and len(link) in (2, 4):
+                link = dict(zip(["src", "dst", "latency_us", "bandwidth_gbps"], link, strict=False))
+            if not isinstance(link, dict):
+                raise TopologyFileError(f"{where}: must be a mapping {{src, dst, latency_us, bandwidth_gbps}}")
+            bad = set(link) - _LINK_KEYS
+            if bad:
+                raise TopologyFileError(f"{where}: unknown key(s) {sorted(bad)}")
+            if "src" not in link or "dst" not in link:
+                raise TopologyFileError(f"{where}: needs src and dst")
+            lat = link.get("latency_us", defaults.get("latency_us"))
+            bw = link.get("bandwidth_gbps", defaults.get("bandwidth_gbps"))
+            if lat is None or bw is None:
+                raise TopologyFileError(f"{where}: needs latency_us and bandwidth_gbps (or defaults)")
+            lat_f, bw_f = _num(f"{where}.latency_us", lat), _num(f"{where}.bandwidth_gbps", bw)
+            src, dst = str(link["src"]), str(link["dst"])
+            try:
+                t.add_link(src, dst, lat_f, bw_f)
+                if link.get("bidirectional", False):
+                    t.add_link(dst, src, lat_f, bw_f)
+            except ValueError as e:
+                raise TopologyFileError(f"{where}: {e}") from e
+        failed = data.get("failed") or {}
+        if not isinstance(failed, dict) or set(failed) - {"nodes", "links"}:
+            raise TopologyFileError(f"{source}: failed must be {{nodes: [...], links: [[src, dst], ...]}}")
+        for name in _name_list(f"{source}: failed.nodes", failed.get("nodes")):
+            t.fail_node(name)
+        for i, pair in enumerate(failed.get("links") or []):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise TopologyFileError(f"{source}: failed.links[{i}]: must be [src, dst]")
+            t.fail_link(str(pair[0]), str(pair[1]))
+        if "dims" in data:
+            t.dims = _int_list(f"{source}: dims", data["dims"])
+        t.finalize()
+    except TopologyFileError:
+        raise
+    except ValueError as e:
+        raise TopologyFileError(f"{source}: {e}") from e
+    return t
+
+
+def parse_gen_spec(spec: str, bandwidth: float | None = None, latency: float | None = None,
+                   options: dict[str, Any] | None = None) -> Any:
+    """'mesh:16x16' (kind:dims) plus link parameters -> generated Topology."""
+    kind, _, dims_s = spec.partition(":")
+    if not dims_s:
+        raise TopologyFileError(f"generator spec {spec!r}: expected kind:dims, e.g. mesh:16x16")
+    try:
+        dims = [int(x) for x in dims_s.lower().split("x")]
+    except ValueError as e:
+        raise TopologyFileError(f"generator spec {spec!r}: dims must be like 16x16") from e
+    g: dict[str, Any] = {"kind": kind, "dims": dims}
+    if bandwidth is not None:
+        g["bandwidth_gbps"] = bandwidth
+    if latency is not None:
+        g["latency_us"] = latency
+    g.update(options or {})
+    return _generator(f"generator {spec!r}", g)
