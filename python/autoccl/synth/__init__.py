@@ -16,8 +16,8 @@ from typing import Any
 from autoccl.synth.topofile import TopologyFileError, parse_gen_spec, topology_from_dict
 
 __all__ = [
-    "COLLECTIVES",
     "BASELINES",
+    "COLLECTIVES",
     "TopologyFileError",
     "baseline",
     "check",
@@ -130,11 +130,14 @@ def synthesize(
     record: bool = True,
 ) -> tuple[Any, dict[str, Any]]:
     """Synthesize a schedule. Returns (Schedule, stats). Deterministic for (seed, seeds)."""
-    return ext().synthesize(topology, collective, parse_size(size), chunks, seeds, threads, seed, root, record)
+    return ext().synthesize(
+        topology, collective, parse_size(size), chunks, seeds, threads, seed, root, record
+    )
 
 
-def baseline(topology: Any, algorithm: str, collective: str, size: str | float, *, chunks: int = 1,
-             root: int = 0) -> Any:
+def baseline(
+    topology: Any, algorithm: str, collective: str, size: str | float, *, chunks: int = 1, root: int = 0
+) -> Any:
     return ext().baseline(topology, algorithm, collective, parse_size(size), chunks, root)
 
 
@@ -187,8 +190,13 @@ def load_schedule(path: str | Path) -> Any:
     rows = data["transfers"]
     cols = list(zip(*rows, strict=True)) if rows else [()] * 8
     s.set_transfers(
-        [int(x) for x in cols[0]], [int(x) for x in cols[1]], [int(x) for x in cols[2]],
-        [float(x) for x in cols[3]], [float(x) for x in cols[4]], [int(x) for x in cols[5]],
-        [int(x) for x in cols[6]], [int(x) for x in cols[7]],
+        [int(x) for x in cols[0]],
+        [int(x) for x in cols[1]],
+        [int(x) for x in cols[2]],
+        [float(x) for x in cols[3]],
+        [float(x) for x in cols[4]],
+        [int(x) for x in cols[5]],
+        [int(x) for x in cols[6]],
+        [int(x) for x in cols[7]],
     )
     return s

@@ -55,12 +55,25 @@ def heatmap(topology: Any, link_util: list[float], path: str | Path, title: str 
     xs = [p[0] for p in pos.values()]
     ys = [p[1] for p in pos.values()]
     kinds = dict(topology.nodes)
-    ax.scatter([pos[n][0] for n in pos if kinds[n] == "npu"], [pos[n][1] for n in pos if kinds[n] == "npu"],
-               s=12, c="tab:blue", zorder=3, label="NPU")
+    ax.scatter(
+        [pos[n][0] for n in pos if kinds[n] == "npu"],
+        [pos[n][1] for n in pos if kinds[n] == "npu"],
+        s=12,
+        c="tab:blue",
+        zorder=3,
+        label="NPU",
+    )
     other = [n for n in pos if kinds[n] != "npu"]
     if other:
-        ax.scatter([pos[n][0] for n in other], [pos[n][1] for n in other], s=30, marker="s", c="tab:green",
-                   zorder=3, label="switch/NIC")
+        ax.scatter(
+            [pos[n][0] for n in other],
+            [pos[n][1] for n in other],
+            s=30,
+            marker="s",
+            c="tab:green",
+            zorder=3,
+            label="switch/NIC",
+        )
     ax.set_xlim(min(xs) - 0.5, max(xs) + 0.5)
     ax.set_ylim(min(ys) - 0.5, max(ys) + 0.5)
     ax.set_aspect("equal")
@@ -73,7 +86,9 @@ def heatmap(topology: Any, link_util: list[float], path: str | Path, title: str 
     plt.close(fig)
 
 
-def timeline(topology: Any, timed_schedule: Any, path: str | Path, max_links: int = 48, title: str = "") -> None:
+def timeline(
+    topology: Any, timed_schedule: Any, path: str | Path, max_links: int = 48, title: str = ""
+) -> None:
     """Gantt chart: one row per link (the busiest `max_links`), one bar per transfer, coloured by chunk."""
     import matplotlib
 

@@ -19,11 +19,36 @@ from __future__ import annotations
 
 from typing import Any
 
-_TOP_KEYS = {"name", "defaults", "nodes", "npus", "switches", "nics", "links", "dims", "failed", "generator",
-             "units", "description"}
+_TOP_KEYS = {
+    "name",
+    "defaults",
+    "nodes",
+    "npus",
+    "switches",
+    "nics",
+    "links",
+    "dims",
+    "failed",
+    "generator",
+    "units",
+    "description",
+}
 _LINK_KEYS = {"src", "dst", "latency_us", "bandwidth_gbps", "bidirectional"}
-_GEN_KEYS = {"kind", "dims", "bandwidth_gbps", "latency_us", "dim_bandwidth_gbps", "dim_latency_us", "dim_types",
-             "degree", "global_bandwidth_gbps", "global_latency_us", "nic_bandwidth_gbps", "nic_latency_us", "rails"}
+_GEN_KEYS = {
+    "kind",
+    "dims",
+    "bandwidth_gbps",
+    "latency_us",
+    "dim_bandwidth_gbps",
+    "dim_latency_us",
+    "dim_types",
+    "degree",
+    "global_bandwidth_gbps",
+    "global_latency_us",
+    "nic_bandwidth_gbps",
+    "nic_latency_us",
+    "rails",
+}
 
 
 class TopologyFileError(ValueError):
@@ -45,8 +70,11 @@ def _name_list(where: str, v: Any) -> list[str]:
 
 
 def _int_list(where: str, v: Any) -> list[int]:
-    if not isinstance(v, list) or not v or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1
-                                                   for x in v):
+    if (
+        not isinstance(v, list)
+        or not v
+        or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in v)
+    ):
         raise TopologyFileError(f"{where}: must be a non-empty list of positive integers")
     return [int(x) for x in v]
 
@@ -62,9 +90,14 @@ def _generator(where: str, g: Any) -> Any:
     if "kind" not in g or "dims" not in g:
         raise TopologyFileError(f"{where}: needs 'kind' and 'dims'")
     kw: dict[str, Any] = {}
-    for key, arg in (("bandwidth_gbps", "bandwidth"), ("latency_us", "latency"),
-                     ("global_bandwidth_gbps", "global_bandwidth"), ("global_latency_us", "global_latency"),
-                     ("nic_bandwidth_gbps", "nic_bandwidth"), ("nic_latency_us", "nic_latency")):
+    for key, arg in (
+        ("bandwidth_gbps", "bandwidth"),
+        ("latency_us", "latency"),
+        ("global_bandwidth_gbps", "global_bandwidth"),
+        ("global_latency_us", "global_latency"),
+        ("nic_bandwidth_gbps", "nic_bandwidth"),
+        ("nic_latency_us", "nic_latency"),
+    ):
         if key in g:
             kw[arg] = _num(f"{where}.{key}", g[key])
     for key, arg in (("dim_bandwidth_gbps", "dim_bandwidth"), ("dim_latency_us", "dim_latency")):
@@ -99,10 +132,14 @@ def topology_from_dict(data: Any, source: str = "topology") -> Any:
         if "failed" not in data:
             return gen
         # rebuild as an explicit topology so that failures can be applied
-        data = {"nodes": [{"name": n, "kind": k} for n, k in gen.nodes],
-                "links": [{"src": s, "dst": d, "latency_us": lat, "bandwidth_gbps": bw}
-                          for s, d, lat, bw in gen.links],
-                "failed": data["failed"], "name": data.get("name", gen.name)}
+        data = {
+            "nodes": [{"name": n, "kind": k} for n, k in gen.nodes],
+            "links": [
+                {"src": s, "dst": d, "latency_us": lat, "bandwidth_gbps": bw} for s, d, lat, bw in gen.links
+            ],
+            "failed": data["failed"],
+            "name": data.get("name", gen.name),
+        }
     t = ext().Topology()
     if "name" in data:
         t.name = str(data["name"])
@@ -128,7 +165,9 @@ def topology_from_dict(data: Any, source: str = "topology") -> Any:
             if isinstance(link, list) and len(link) in (2, 4):
                 link = dict(zip(["src", "dst", "latency_us", "bandwidth_gbps"], link, strict=False))
             if not isinstance(link, dict):
-                raise TopologyFileError(f"{where}: must be a mapping {{src, dst, latency_us, bandwidth_gbps}}")
+                raise TopologyFileError(
+                    f"{where}: must be a mapping {{src, dst, latency_us, bandwidth_gbps}}"
+                )
             bad = set(link) - _LINK_KEYS
             if bad:
                 raise TopologyFileError(f"{where}: unknown key(s) {sorted(bad)}")
@@ -165,8 +204,12 @@ def topology_from_dict(data: Any, source: str = "topology") -> Any:
     return t
 
 
-def parse_gen_spec(spec: str, bandwidth: float | None = None, latency: float | None = None,
-                   options: dict[str, Any] | None = None) -> Any:
+def parse_gen_spec(
+    spec: str,
+    bandwidth: float | None = None,
+    latency: float | None = None,
+    options: dict[str, Any] | None = None,
+) -> Any:
     """'mesh:16x16' (kind:dims) plus link parameters -> generated Topology."""
     kind, _, dims_s = spec.partition(":")
     if not dims_s:

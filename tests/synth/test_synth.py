@@ -1,0 +1,296 @@
+"""Correctness, determinism, validation and closed forms of autoccl.synth (no timings)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+COLLS = ["allgather", "reducescatter", "allreduce", "broadcast", "reduce"]
+
+
+def _topos(S: Any) -> dict[str, Any]:
+    gib = 2**30 / 1e9
+    return {
+        "mesh3x3": S.generate("mesh", [3, 3], bandwidth=50 * gib, latency=0.5),
+        "torus3x3x2": S.generate("torus", [3, 3, 2]),
+        "hetero_mesh": S.generate("mesh", [4, 3], dim_bandwidth=[50, 75]),
+        "uni_ring": S.generate("uni_ring", [5]),  # asymmetric
+        "switch": S.generate("switch", [5]),
+        "unwound": S.generate("switch_unwound", [6], degree=2),
+        "hypercube": S.generate("hypercube", [3]),
+        "dragonfly": S.generate("dragonfly", [3, 2], global_bandwidth=25),
+        "multidim": S.generate(
+            "multidim", [2, 3, 2], dim_types=["ring", "fc", "switch"], dim_bandwidth=[100, 50, 25]
+        ),
+        "cluster": S.generate("cluster", [4, 2], nic_bandwidth=25),
+    }
+
+
+@pytest.mark.parametrize("coll", COLLS)
+def test_checker_proves_every_collective(S: Any, coll: str) -> None:
+    for name, t in _topos(S).items():
+        s, _st = S.synthesize(t, coll, "4M", chunks=2, seeds=2, threads=2)
+        r = S.check(s, t)
+        assert r["ok"], (name, r["errors"])
+        assert r["redundant"] == 0, name
+        sim = S.simulate(t, s)
+        assert math.isclose(sim["time_us"], s.time_us, rel_tol=1e-9), (name, sim["time_us"], s.time_us)
+        assert s.time_us >= S.lower_bound(t, coll, "4M") * (1 - 1e-9), name
+
+
+def test_failures_and_asymmetric_links(S: Any, tmp_path: Path) -> None:
+    doc = {
+        "npus": ["a", "b", "c", "d"],
+        "switches": ["sw"],
+        "links": [
+            {"src": "a", "dst": "b", "latency_us": 1, "bandwidth_gbps": 100},
+            {"src": "b", "dst": "c", "latency_us": 1, "bandwidth_gbps": 10},
+            {"src": "c", "dst": "a", "latency_us": 2, "bandwidth_gbps": 40},
+            {"src": "a", "dst": "sw", "latency_us": 0.5, "bandwidth_gbps": 25, "bidirectional": True},
+            {"src": "d", "dst": "sw", "latency_us": 0.5, "bandwidth_gbps": 25, "bidirectional": True},
+            {"src": "c", "dst": "d", "latency_us": 1, "bandwidth_gbps": 30, "bidirectional": True},
+        ],
+        "failed": {"links": [["c", "d"]]},
+    }
+    p = tmp_path / "t.yaml"
+    import yaml
+
+    p.write_text(yaml.safe_dump(doc))
+    t = S.load_topology(p)
+    assert t.num_npus == 4
+    for coll in COLLS:
+        s, _ = S.synthesize(t, coll, "1M", chunks=3, seeds=3, root=2)
+        r = S.check(s, t)
+        assert r["ok"], (coll, r["errors"])
+    doc["failed"] = {"nodes": ["d"]}
+    p.write_text(yaml.safe_dump(doc))
+    t2 = S.load_topology(p)
+    assert t2.num_npus == 3
+    s, _ = S.synthesize(t2, "allreduce", "1M")
+    assert S.check(s, t2)["ok"]
+
+
+def test_generated_topology_with_failures(S: Any) -> None:
+    t = S.topology_from_dict(
+        {
+            "generator": {"kind": "torus", "dims": [4, 4]},
+            "failed": {"nodes": ["npu5"], "links": [["npu0", "npu1"]]},
+        }
+    )
+    assert t.num_npus == 15
+    s, _ = S.synthesize(t, "allreduce", "1M", seeds=2)
+    assert S.check(s, t)["ok"]
+
+
+@pytest.mark.parametrize(
+    ("doc", "msg"),
+    [
+        (
+            {"npus": ["a", "b"], "links": [{"src": "a", "dst": "zz", "latency_us": 1, "bandwidth_gbps": 1}]},
+            "unknown node 'zz'",
+        ),
+        (
+            {"npus": ["a", "b"], "links": [{"src": "a", "dst": "b", "latency_us": 1, "bandwidth_gbps": -5}]},
+            "bandwidth must be positive",
+        ),
+        (
+            {"npus": ["a", "b"], "links": [{"src": "a", "dst": "b", "latency_us": -1, "bandwidth_gbps": 5}]},
+            "latency",
+        ),
+        (
+            {
+                "npus": ["a", "b", "c"],
+                "links": [
+                    {"src": "a", "dst": "b", "latency_us": 1, "bandwidth_gbps": 5, "bidirectional": True}
+                ],
+            },
+            "disconnected NPUs",
+        ),
+        ({"npus": ["a", "a"]}, "duplicate node"),
+        ({"npus": ["a", "b"], "links": [{"src": "a", "dst": "b", "bandwidth_gbps": 5}]}, "needs latency_us"),
+        (
+            {"npus": ["a", "b"], "links": [{"src": "a", "dst": "b", "latency_us": "x", "bandwidth_gbps": 5}]},
+            "must be a number",
+        ),
+        ({"npus": ["a"], "colour": 1}, "unknown key"),
+        ({"switches": ["s"]}, "no NPUs"),
+        ({"generator": {"kind": "blob", "dims": [2]}}, "unknown generator"),
+        (
+            {
+                "npus": ["a", "b"],
+                "links": [["a", "b", 1, 1], ["b", "a", 1, 1]],
+                "failed": {"links": [["a", "c"]]},
+            },
+            "unknown node 'c'",
+        ),
+    ],
+)
+def test_file_validation(S: Any, doc: dict[str, Any], msg: str) -> None:
+    with pytest.raises(S.TopologyFileError, match=msg):
+        S.topology_from_dict(doc)
+
+
+def test_determinism(S: Any) -> None:
+    t = S.generate("mesh", [4, 4], dim_bandwidth=[50, 80])
+    a, sa = S.synthesize(t, "allgather", "16M", chunks=2, seeds=5, threads=2, seed=7)
+    b, sb = S.synthesize(t, "allgather", "16M", chunks=2, seeds=5, threads=1, seed=7)
+    assert a.to_json() == b.to_json()
+    assert sa["seed_times_us"] == sb["seed_times_us"]
+    c, _ = S.synthesize(t, "allgather", "16M", chunks=2, seeds=1, seed=sa["best_seed"])
+    assert c.time_us == a.time_us
+
+
+def test_closed_forms(S: Any) -> None:
+    n, bw, lat, size = 8, 40.0, 1.0, 64 * 2**20
+    ring = S.generate("uni_ring", [n], bandwidth=bw, latency=lat)
+    chunk = size / n
+    step = lat + chunk / (bw * 1e3)
+    for coll, steps in (("allgather", n - 1), ("reducescatter", n - 1), ("allreduce", 2 * (n - 1))):
+        r = S.simulate(ring, S.baseline(ring, "ring", coll, size))
+        assert math.isclose(r["time_us"], steps * step, rel_tol=1e-9), coll
+        assert S.check(r["timed"], ring)["ok"]
+    # The synthesizer finds the same optimum on a unidirectional ring.
+    s, _ = S.synthesize(ring, "allgather", size)
+    assert math.isclose(s.time_us, (n - 1) * step, rel_tol=1e-9)
+    # Direct all-gather on a fully connected graph: all n-1 links of an NPU in parallel -> one step.
+    fc = S.generate("fully_connected", [n], bandwidth=bw, latency=lat)
+    r = S.simulate(fc, S.baseline(fc, "direct", "allgather", size))
+    assert math.isclose(r["time_us"], step, rel_tol=1e-9)
+    # Shared-port switch: every NPU's uplink serializes its n-1 sends.
+    sw = S.generate("switch", [n], bandwidth=bw, latency=lat)
+    r = S.simulate(sw, S.baseline(sw, "direct", "allgather", size))
+    assert math.isclose(r["time_us"], (n - 1) * step, rel_tol=1e-9)
+
+
+def test_baselines_correct(S: Any) -> None:
+    topos = {
+        "torus": S.generate("torus", [4, 2]),
+        "cluster": S.generate("cluster", [2, 4]),
+        "mesh": S.generate("mesh", [3, 2]),
+    }
+    for name, t in topos.items():
+        for algo in S.BASELINES:
+            for coll in COLLS:
+                try:
+                    b = S.baseline(t, algo, coll, "2M", chunks=2, root=1)
+                except ValueError:
+                    continue
+                r = S.simulate(t, b)
+                c = S.check(r["timed"], t)
+                assert c["ok"], (name, algo, coll, c["errors"])
+
+
+def test_checker_rejects_wrong_schedules(S: Any, tmp_path: Path) -> None:
+    t = S.generate("mesh", [2, 3])
+    s, _ = S.synthesize(t, "allreduce", "1M")
+    path = tmp_path / "s.json"
+    S.save_schedule(s, path, t)
+    data = json.loads(path.read_text())
+    assert S.check(S.load_schedule(path), t)["ok"]
+    bad = dict(data, transfers=data["transfers"][:-1])  # a rank misses a chunk
+    path.write_text(json.dumps(bad))
+    r = S.check(S.load_schedule(path), t)
+    assert not r["ok"] and "ends with chunk" in r["errors"][0]
+    dup = dict(data, transfers=[*data["transfers"][:1], *data["transfers"]])  # a contribution reduced twice
+    path.write_text(json.dumps(dup))
+    r = S.check(S.load_schedule(path), t)
+    assert not r["ok"]
+    early = [list(x) for x in data["transfers"]]
+    last = early[-1]
+    last[3], last[4] = 0.0, last[4] - last[3]  # sends data it does not hold yet
+    path.write_text(json.dumps(dict(data, transfers=early)))
+    assert not S.check(S.load_schedule(path), t)["ok"]
+
+
+def test_exporters(S: Any) -> None:
+    t = S.generate("fully_connected", [4])
+    s, _ = S.synthesize(t, "allreduce", "1M")
+    xml = S.to_msccl_xml(s, "ar4")
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(xml)
+    for attr in (
+        "name",
+        "proto",
+        "nchannels",
+        "nchunksperloop",
+        "ngpus",
+        "coll",
+        "inplace",
+        "outofplace",
+        "minBytes",
+        "maxBytes",
+    ):
+        assert attr in root.attrib
+    for gpu in root:
+        ids = [int(tb.attrib["id"]) for tb in gpu]
+        assert ids == list(range(len(ids)))
+        for tb in gpu:
+            assert len(tb) <= 64
+    plan = json.loads(S.to_mscclpp_json(s, t))
+    assert len(plan["gpus"]) == 4
+    assert all(len(tb["ops"]) <= 64 for g in plan["gpus"] for tb in g["threadblocks"])
+    # larger schedule: MSCCL splits connections over channels so no threadblock exceeds 64 steps
+    big, _ = S.synthesize(S.generate("mesh", [4, 4]), "allgather", "16M", chunks=8)
+    root = ET.fromstring(S.to_msccl_xml(big))
+    assert max(len(tb) for gpu in root for tb in gpu) <= 64
+    with pytest.raises(ValueError, match="single-host"):
+        S.to_mscclpp_json(
+            *S.synthesize(S.generate("cluster", [2, 2]), "allgather", "1M")[:1], S.generate("cluster", [2, 2])
+        )
+
+
+def test_cli(S: Any, tmp_path: Path) -> None:
+    from autoccl.cli import main
+
+    runner = CliRunner()
+    out = tmp_path / "s.json"
+    rep = tmp_path / "r.json"
+    res = runner.invoke(
+        main,
+        [
+            "synth",
+            "-g",
+            "mesh:3x3",
+            "-c",
+            "allreduce",
+            "-s",
+            "8M",
+            "--chunks",
+            "2",
+            "--seeds",
+            "2",
+            "-o",
+            str(out),
+            "--report",
+            str(rep),
+            "--msccl-xml",
+            str(tmp_path / "a.xml"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    report = json.loads(rep.read_text())
+    assert report["check"]["ok"] and report["simulated_time_us"] == pytest.approx(report["time_us"])
+    res = runner.invoke(main, ["sim", "-g", "mesh:3x3", "--schedule", str(out)])
+    assert res.exit_code == 0 and "check ok" in res.output, res.output
+    res = runner.invoke(main, ["sim", "-g", "mesh:3x3", "-c", "allreduce", "-b", "all", "-s", "8M"])
+    assert res.exit_code == 0 and "ring" in res.output, res.output
+    res = runner.invoke(main, ["synth", "-g", "mesh:3x3", "--bw", "-1"])
+    assert res.exit_code != 0 and "bandwidth must be positive" in res.output
+
+
+def test_plots(S: Any, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from autoccl.synth import plots
+
+    t = S.generate("mesh", [4, 4])
+    s, _ = S.synthesize(t, "allgather", "4M")
+    sim = S.simulate(t, s)
+    plots.heatmap(t, sim["link_util"], tmp_path / "h.png")
+    plots.timeline(t, sim["timed"], tmp_path / "t.png")
+    assert (tmp_path / "h.png").stat().st_size > 1000 and (tmp_path / "t.png").stat().st_size > 1000
