@@ -1,0 +1,196 @@
+"""The emulator itself, driven by its small test plugin (no dependency on the product library)."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from autoccl.emu import Call, Comm, Group, Scenario, run, simple
+from autoccl.emu.model import PerfModel, default_chunk
+from autoccl.emu.runner import DEFAULT_MODEL
+
+from emu_helpers import assert_clean, assert_default
+
+
+def two_comms(**kw: int) -> Scenario:
+    comms = [Comm("a", 0x1111, (0, 1, 2, 3)), Comm("b", 0x2222, (0, 1, 2, 3), channels=32)]
+    groups = [
+        Group("a", (Call("allreduce", 64 << 20),), repeat=4),
+        Group("b", (Call("reducescatter", 16 << 20),), repeat=3),
+        Group("a", (Call("allgather", 1 << 20), Call("allgather", 2 << 20)), repeat=3),
+        Group("b", (Call("broadcast", 65536),), repeat=2),
+    ]
+    return Scenario(comms, groups, orders={1: "reverse", 2: "random", 3: "sequential"}, **kw)
+
+
+@pytest.mark.sanitize
+def test_no_plugin_applies_nccl_rule(emulator: Path) -> None:
+    res = run(two_comms(), plugin=None, trace=False)
+    assert_clean(res)
+    assert_default(res.calls)
+    big = [r for r in res.calls if r["coll"] == "allreduce"]
+    assert {(r["algo"], r["proto"], r["channels"]) for r in big} == {("ring", "simple", 24)}
+    assert all(r["channels"] <= r["comm_channels"] for r in res.calls)
+    # seqNumber per function and comm: identical on every rank for the same call
+    seqs: dict[tuple[str, int, int, int], set[int]] = {}
+    for r in res.calls:
+        seqs.setdefault((r["comm"], r["group"], r["rep"], r["op"]), set()).add(r["seq"])
+    assert all(len(s) == 1 for s in seqs.values())
+    assert len(res.calls) == 4 * (4 + 3 + 6 + 2)
+
+
+@pytest.mark.sanitize
+@pytest.mark.parametrize("version", ["6", "5"])
+def test_testplugin_fixed_all_ranks(testplugin: Path, version: str) -> None:
+    env = {"EMU_TEST_PLUGIN": "fixed:ring/ll128/8/131072"}
+    res = run(two_comms(runahead=3, reorder=4), plugin=testplugin, env=env, tuner_version=version, trace=False)
+    assert_clean(res)
+    assert res.summaries[0]["tuner"] == int(version)
+    for r in res.calls:
+        assert (r["algo"], r["proto"], r["channels"]) == ("ring", "ll128", 8)
+        # chunk only through tuner v6; NCCL aligns to the LL128 grain (1920 B)
+        assert r["chunk"] == (130560 if version == "6" else 576000)
+
+
+def test_divergence_detected_threads_and_processes(testplugin: Path) -> None:
+    env = {"EMU_TEST_PLUGIN": "diverge"}
+    res = run(simple(repeat=3), plugin=testplugin, env=env, trace=False)
+    assert res.returncode == 3
+    assert "DIVERGENCE" in res.stderr
+    res = run(simple(repeat=3), plugin=testplugin, env=env, processes=True, trace=False)
+    assert res.divergences  # found by the driver across processes
+
+
+def test_unsupported_pair_is_flagged(testplugin: Path) -> None:
+    res = run(simple(repeat=2), plugin=testplugin, env={"EMU_TEST_PLUGIN": "unsupported"}, trace=False)
+    assert res.returncode == 3 and res.violations > 0
+    assert "unsupported pair" in res.stderr
+
+
+def test_tuner_init_failure_fails_comm(testplugin: Path) -> None:
+    res = run(simple(repeat=2), plugin=testplugin, env={"EMU_TEST_PLUGIN": "initfail"}, trace=False)
+    assert res.returncode == 1 and res.errors > 0
+
+
+@pytest.mark.sanitize
+@pytest.mark.parametrize("processes", [False, True])
+def test_kernel_events_delivered_under_reordering(testplugin: Path, tmp_path: Path, processes: bool) -> None:
+    trace = tmp_path / "tp.jsonl"
+    sc = two_comms(runahead=6, reorder=16)
+    res = run(
+        sc,
+        plugin=testplugin,
+        env={"EMU_TEST_PLUGIN": "", "EMU_TEST_PLUGIN_TRACE": str(trace) if not processes else ""},
+        processes=processes,
+        trace=False,
+    )
+    assert_clean(res)
+    if processes:
+        return
+    seen = [json.loads(ln) for ln in trace.read_text().splitlines()]
+    truth = {(int(r["hash"], 16), r["rank"], r["coll"], r["seq"]): r for r in res.calls}
+    assert len(seen) == len(res.calls)
+    names = {"AllReduce": "allreduce", "ReduceScatter": "reducescatter", "AllGather": "allgather"}
+    names["Broadcast"] = "broadcast"
+    for s in seen:
+        r = truth[(int(s["comm"], 16), s["rank"], names[s["func"]], s["seq"])]
+        assert s["dur_ns"] == r["dur_ns"]
+        assert s["channels"] == r["used_channels"]
+        assert s["algo"] == r["algo"].upper() and s["proto"] == r["proto"].upper()
+
+
+def test_nccl_algo_proto_env(emulator: Path) -> None:
+    res = run(two_comms(), plugin=None, env={"NCCL_PROTO": "LL"}, trace=False)
+    assert_clean(res)
+    assert {r["proto"] for r in res.calls} == {"ll"}
+    res = run(two_comms(), plugin=None, env={"NCCL_ALGO": "ring;allreduce:tree"}, trace=False)
+    assert_clean(res)
+    assert {r["algo"] for r in res.calls if r["coll"] == "allreduce"} == {"tree"}
+    assert {r["algo"] for r in res.calls if r["coll"] != "allreduce"} == {"ring"}
+    res = run(two_comms(), plugin=None, env={"NCCL_ALGO": "Tree"}, trace=False)
+    assert res.returncode == 1  # AllGather has no algorithm left: NCCL fails the call
+    res = run(two_comms(), plugin=None, env={"NCCL_PROTO": "bogus"}, trace=False)
+    assert res.returncode == 2
+
+
+def test_min_ctas_raises_ceiling(testplugin: Path) -> None:
+    env = {"EMU_TEST_PLUGIN": "fixed:ring/simple/48/0"}
+    res = run(simple(repeat=2), plugin=testplugin, env=env, trace=False)
+    assert {r["channels"] for r in res.calls} == {24}  # capped by the comm's channel count
+    res = run(simple(repeat=2), plugin=testplugin, env={**env, "NCCL_MIN_CTAS": "64"}, trace=False)
+    assert {r["channels"] for r in res.calls} == {48}
+    assert {r["comm_channels"] for r in res.calls} == {64}
+
+
+def test_graph_capture_has_no_kernel_events(testplugin: Path, tmp_path: Path) -> None:
+    trace = tmp_path / "tp.jsonl"
+    comms = [Comm("g", 0x77, (0, 1))]
+    groups = [Group("g", (Call("allreduce", 8 << 20),), repeat=5, graph=True), Group("g", (Call("allreduce", 1 << 20),))]
+    res = run(Scenario(comms, groups), plugin=testplugin, env={"EMU_TEST_PLUGIN_TRACE": str(trace)}, trace=False)
+    assert_clean(res)
+    captured = [r for r in res.calls if r["graph"] == 1]
+    assert len(captured) == 2 and len(res.replays) == 2 * 5
+    seen = [json.loads(ln) for ln in trace.read_text().splitlines()]
+    assert len(seen) == 2 and all(s["count"] == (1 << 20) // 4 for s in seen)
+
+
+def test_aggregation_merges_within_4x(emulator: Path) -> None:
+    comms = [Comm("x", 0x5, (0, 1, 2, 3))]
+    groups = [
+        Group("x", (Call("allreduce", 1 << 20), Call("allreduce", 2 << 20), Call("allreduce", 3 << 20))),
+        Group("x", (Call("allreduce", 1 << 20), Call("allreduce", 8 << 20))),
+    ]
+    res = run(Scenario(comms, groups), plugin=None, trace=False)
+    assert_clean(res)
+    g0 = [r for r in res.calls if r["group"] == 0 and r["rank"] == 0]
+    assert {r["task_bytes"] for r in g0} == {6 << 20} and {r["batch"] for r in g0} == {0}
+    g1 = [r for r in res.calls if r["group"] == 1 and r["rank"] == 0]
+    assert {r["task_bytes"] for r in g1} == {1 << 20, 8 << 20}
+
+
+def test_bad_scenario_rejected(emulator: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.txt"
+    for text in ["", "autoccl-emu-scenario 1\n", "autoccl-emu-scenario 1\ncomm name=a hash=zz ranks=0\n",
+                 "autoccl-emu-scenario 1\ncomm name=a hash=1 ranks=0\ngroup comm=a colls=allreduce:0\n"]:
+        bad.write_text(text)
+        p = subprocess.run([str(emulator), "--scenario", str(bad), "--ranks", "0"], capture_output=True, text=True)
+        assert p.returncode == 2, (text, p.stderr)
+
+
+def test_cpp_model_matches_python(emulator: Path) -> None:
+    model = PerfModel.load_file(DEFAULT_MODEL)
+    rng = random.Random(5)
+    lines, want = [], []
+    for _ in range(200):
+        coll = rng.choice(["allreduce", "allgather", "reducescatter", "broadcast", "reduce"])
+        algo, proto = rng.choice([("ring", "simple"), ("ring", "ll"), ("ring", "ll128"), ("tree", "simple")])
+        nbytes, ch = rng.randint(1, 1 << 30), rng.randint(1, 64)
+        chunk = rng.choice([0, default_chunk(coll, algo, proto), rng.randint(512, 1 << 22)])
+        load = rng.choice([0.0, 0.35, 1.0])
+        lines.append(f"{coll} 4 {nbytes} {algo} {proto} {ch} {chunk} {load}")
+        want.append(model.mean_us(coll, 4, nbytes, algo, proto, ch, chunk, load))
+    p = subprocess.run(
+        [str(emulator), "--eval", "--model", str(DEFAULT_MODEL)], input="\n".join(lines), capture_output=True, text=True
+    )
+    got = [float(x) for x in p.stdout.split()]
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g == pytest.approx(w, rel=1e-5)
+
+
+def test_model_shape(emulator: Path) -> None:
+    """The calibrated model reproduces the measured facts the tuner is meant to exploit."""
+    m = PerfModel.load_file(DEFAULT_MODEL)
+
+    def t(coll: str, n: int, ch: int, proto: str = "simple", load: float = 0.0) -> float:
+        return m.mean_us(coll, 4, n, "ring", proto, ch, default_chunk(coll, "ring", proto), load)
+
+    assert t("allreduce", 1 << 30, 4) > 3 * t("allreduce", 1 << 30, 24)  # channels matter
+    assert t("allgather", 4 << 20, 24, "ll128") < t("allgather", 4 << 20, 24)  # LL128 wins at 4 MB AllGather
+    assert t("allgather", 1 << 30, 24, "ll") > 2 * t("allgather", 1 << 30, 24)  # LL loses big
+    assert t("allreduce", 64 << 20, 24, load=1.0) > 1.5 * t("allreduce", 64 << 20, 24)  # GEMM slows comm
+    assert m.gemm_slowdown(64, 1.0) > m.gemm_slowdown(8, 1.0)  # more channels slow the GEMM
