@@ -31,3 +31,7 @@ def assert_default(calls: list[Record]) -> None:
         got = (r["algo"], r["proto"], r["channels"], r["chunk"])
         want = (r["def_algo"], r["def_proto"], r["def_channels"], r["def_chunk"])
         assert got == want, r
+
+
+def config_key(rec: Record) -> tuple[str, str, int, int]:
+    return (rec["algo"], rec["proto"], int(rec["channels"]), int(rec["chunk"]))

@@ -130,6 +130,8 @@ def run(
     child_env = plain_nccl_env()
     if env:
         child_env.update(env)
+    # Hermetic by default: tables the plugin reads or writes stay in the run's directory.
+    child_env.setdefault("AUTOCCL_CACHE_DIR", str(work / "cache"))
     trace_prefix = work / "trace"
     if trace and "AUTOCCL_TRACE" not in child_env:
         child_env["AUTOCCL_TRACE"] = str(trace_prefix)
