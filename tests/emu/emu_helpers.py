@@ -21,7 +21,9 @@ def assert_clean(res: RunResult) -> None:
 def by_rank_config(calls: list[Record]) -> dict[tuple[str, int, int, int], set[tuple[Any, ...]]]:
     out: dict[tuple[str, int, int, int], set[tuple[Any, ...]]] = defaultdict(set)
     for r in calls:
-        out[(r["comm"], r["group"], r["rep"], r["op"])].add((r["algo"], r["proto"], r["channels"], r["chunk"]))
+        out[(r["comm"], r["group"], r["rep"], r["op"])].add(
+            (r["algo"], r["proto"], r["channels"], r["chunk"])
+        )
     return out
 
 

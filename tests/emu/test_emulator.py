@@ -8,12 +8,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from emu_helpers import assert_clean, assert_default
 
 from autoccl.emu import Call, Comm, Group, Scenario, run, simple
 from autoccl.emu.model import PerfModel, default_chunk
 from autoccl.emu.runner import DEFAULT_MODEL
-
-from emu_helpers import assert_clean, assert_default
 
 
 def two_comms(**kw: int) -> Scenario:
@@ -47,7 +46,9 @@ def test_no_plugin_applies_nccl_rule(emulator: Path) -> None:
 @pytest.mark.parametrize("version", ["6", "5"])
 def test_testplugin_fixed_all_ranks(testplugin: Path, version: str) -> None:
     env = {"EMU_TEST_PLUGIN": "fixed:ring/ll128/8/131072"}
-    res = run(two_comms(runahead=3, reorder=4), plugin=testplugin, env=env, tuner_version=version, trace=False)
+    res = run(
+        two_comms(runahead=3, reorder=4), plugin=testplugin, env=env, tuner_version=version, trace=False
+    )
     assert_clean(res)
     assert res.summaries[0]["tuner"] == int(version)
     for r in res.calls:
@@ -129,8 +130,13 @@ def test_min_ctas_raises_ceiling(testplugin: Path) -> None:
 def test_graph_capture_has_no_kernel_events(testplugin: Path, tmp_path: Path) -> None:
     trace = tmp_path / "tp.jsonl"
     comms = [Comm("g", 0x77, (0, 1))]
-    groups = [Group("g", (Call("allreduce", 8 << 20),), repeat=5, graph=True), Group("g", (Call("allreduce", 1 << 20),))]
-    res = run(Scenario(comms, groups), plugin=testplugin, env={"EMU_TEST_PLUGIN_TRACE": str(trace)}, trace=False)
+    groups = [
+        Group("g", (Call("allreduce", 8 << 20),), repeat=5, graph=True),
+        Group("g", (Call("allreduce", 1 << 20),)),
+    ]
+    res = run(
+        Scenario(comms, groups), plugin=testplugin, env={"EMU_TEST_PLUGIN_TRACE": str(trace)}, trace=False
+    )
     assert_clean(res)
     captured = [r for r in res.calls if r["graph"] == 1]
     assert len(captured) == 2 and len(res.replays) == 2 * 5
@@ -154,10 +160,16 @@ def test_aggregation_merges_within_4x(emulator: Path) -> None:
 
 def test_bad_scenario_rejected(emulator: Path, tmp_path: Path) -> None:
     bad = tmp_path / "bad.txt"
-    for text in ["", "autoccl-emu-scenario 1\n", "autoccl-emu-scenario 1\ncomm name=a hash=zz ranks=0\n",
-                 "autoccl-emu-scenario 1\ncomm name=a hash=1 ranks=0\ngroup comm=a colls=allreduce:0\n"]:
+    for text in [
+        "",
+        "autoccl-emu-scenario 1\n",
+        "autoccl-emu-scenario 1\ncomm name=a hash=zz ranks=0\n",
+        "autoccl-emu-scenario 1\ncomm name=a hash=1 ranks=0\ngroup comm=a colls=allreduce:0\n",
+    ]:
         bad.write_text(text)
-        p = subprocess.run([str(emulator), "--scenario", str(bad), "--ranks", "0"], capture_output=True, text=True)
+        p = subprocess.run(
+            [str(emulator), "--scenario", str(bad), "--ranks", "0"], capture_output=True, text=True
+        )
         assert p.returncode == 2, (text, p.stderr)
 
 
@@ -174,7 +186,10 @@ def test_cpp_model_matches_python(emulator: Path) -> None:
         lines.append(f"{coll} 4 {nbytes} {algo} {proto} {ch} {chunk} {load}")
         want.append(model.mean_us(coll, 4, nbytes, algo, proto, ch, chunk, load))
     p = subprocess.run(
-        [str(emulator), "--eval", "--model", str(DEFAULT_MODEL)], input="\n".join(lines), capture_output=True, text=True
+        [str(emulator), "--eval", "--model", str(DEFAULT_MODEL)],
+        input="\n".join(lines),
+        capture_output=True,
+        text=True,
     )
     got = [float(x) for x in p.stdout.split()]
     assert len(got) == len(want)

@@ -46,7 +46,12 @@ def workload(runahead: int = 3, reorder: int = 6, repeat: int = 3, pp: bool = Tr
             Group("pp", (Call("allreduce", 8 << 20),), repeat=repeat),
         ]
     return Scenario(
-        comms, groups, seed=11, runahead=runahead, reorder=reorder, orders={1: "reverse", 2: "random", 3: "sequential"}
+        comms,
+        groups,
+        seed=11,
+        runahead=runahead,
+        reorder=reorder,
+        orders={1: "reverse", 2: "random", 3: "sequential"},
     )
 
 
@@ -104,7 +109,11 @@ def fnv1a64(text: str) -> str:
 
 def write_table(path: Path, ranks: int, tasks: list[str], nccl: int = 22809) -> None:
     canon = f'gpu="NVIDIA H200" gpus=4 nccl={nccl} ranks={ranks} nodes=1 nvl_domains=1'
-    lines = ["# autoccl table v1", f"fingerprint {fnv1a64(canon)}", f"meta {canon} created=2026-11-21T19:00:00Z"]
+    lines = [
+        "# autoccl table v1",
+        f"fingerprint {fnv1a64(canon)}",
+        f"meta {canon} created=2026-11-21T19:00:00Z",
+    ]
     lines += [f"task {t} time_us=100 nccl_us=120 samples=20" for t in tasks]
     path.write_text("\n".join(lines) + "\n")
 
@@ -125,7 +134,10 @@ def test_table_mode_applies_exactly(plugin: Path, tmp_path: Path, processes: boo
     ]
     write_table(table, 4, tasks)
     res = run_plugin(
-        plugin, {"AUTOCCL_MODE": "table", "AUTOCCL_TABLE": str(table)}, processes=processes, scenario=workload(pp=False)
+        plugin,
+        {"AUTOCCL_MODE": "table", "AUTOCCL_TABLE": str(table)},
+        processes=processes,
+        scenario=workload(pp=False),
     )
     assert_clean(res)
     assert not res.warn_lines(), res.warn_lines()
@@ -133,7 +145,12 @@ def test_table_mode_applies_exactly(plugin: Path, tmp_path: Path, processes: boo
     for rec in res.calls:
         want = TABLE_TASKS.get((rec["coll"], rec["task_bytes"]))
         if want is None or rec["nranks"] != 4:
-            assert config_key(rec) == (rec["def_algo"], rec["def_proto"], rec["def_channels"], rec["def_chunk"])
+            assert config_key(rec) == (
+                rec["def_algo"],
+                rec["def_proto"],
+                rec["def_channels"],
+                rec["def_chunk"],
+            )
             continue
         hit += 1
         algo, proto, ch, chunk = want
@@ -163,7 +180,9 @@ def test_timing_matched_to_call(plugin: Path, processes: bool, runahead: int, re
     sc = workload(runahead=runahead, reorder=reorder, repeat=6)
     res = run_plugin(plugin, {"AUTOCCL_MODE": "observe"}, scenario=sc, processes=processes)
     assert_clean(res)
-    truth = {(int(r["hash"], 16), r["rank"], r["coll"], r["task_bytes"], r["call"]): r["dur_ns"] for r in res.calls}
+    truth = {
+        (int(r["hash"], 16), r["rank"], r["coll"], r["task_bytes"], r["call"]): r["dur_ns"] for r in res.calls
+    }
     times = [t for t in res.trace if t.get("ev") == "time"]
     assert len(times) >= len(truth) // 2, (len(times), len(truth))
     for t in times:
@@ -206,7 +225,10 @@ def test_corrupt_cache_degrades(plugin: Path, tmp_path: Path, kind: str, process
         text[1] = "fingerprint 0123456789abcdef"
         table.write_text("\n".join(text) + "\n")
     res = run_plugin(
-        plugin, {"AUTOCCL_MODE": "table", "AUTOCCL_TABLE": str(table)}, processes=processes, scenario=workload(pp=False)
+        plugin,
+        {"AUTOCCL_MODE": "table", "AUTOCCL_TABLE": str(table)},
+        processes=processes,
+        scenario=workload(pp=False),
     )
     assert_clean(res)
     assert_default(res.calls)
@@ -226,9 +248,41 @@ def test_unsupported_pairs_never_chosen(plugin: Path) -> None:
 
 
 FIXED_PIECES = st.sampled_from(
-    ["allreduce", "allgather", "*", "broadcast,reduce", "reducescatter", "@1K-1G", "@0-0", "@4G-1K", ":", "/", ";",
-     "ring", "tree", "nvls", "pat", "ll", "ll128", "simple", "/0", "/64", "/65", "/-1", "/chunk=", "chunk=4K",
-     "chunk=1G", "chunk=0", "99999999999999999999", "K", "M", ",", " ", "\t", "é"]
+    [
+        "allreduce",
+        "allgather",
+        "*",
+        "broadcast,reduce",
+        "reducescatter",
+        "@1K-1G",
+        "@0-0",
+        "@4G-1K",
+        ":",
+        "/",
+        ";",
+        "ring",
+        "tree",
+        "nvls",
+        "pat",
+        "ll",
+        "ll128",
+        "simple",
+        "/0",
+        "/64",
+        "/65",
+        "/-1",
+        "/chunk=",
+        "chunk=4K",
+        "chunk=1G",
+        "chunk=0",
+        "99999999999999999999",
+        "K",
+        "M",
+        ",",
+        " ",
+        "\t",
+        "é",
+    ]
 )
 
 
@@ -236,26 +290,46 @@ FIXED_PIECES = st.sampled_from(
 @given(
     mode=st.one_of(st.sampled_from(["off", "observe", "fixed", "table", "online", ""]), st.text(max_size=8)),
     fixed=st.lists(FIXED_PIECES, max_size=12).map("".join),
-    max_channels=st.one_of(st.sampled_from(["", "0", "1", "64", "65", "-1", "1e3", "12abc"]), st.text(max_size=4)),
+    max_channels=st.one_of(
+        st.sampled_from(["", "0", "1", "64", "65", "-1", "1e3", "12abc"]), st.text(max_size=4)
+    ),
     table=st.one_of(
         st.binary(max_size=200),
         st.lists(
             st.sampled_from(
-                ["# autoccl table v1", "fingerprint 0123456789abcdef", 'meta gpu="NVIDIA H200" gpus=4 nccl=22809',
-                 "task coll=allreduce bytes=1048576 algo=ring proto=ll channels=64 chunk=0 time_us=1 nccl_us=2",
-                 "task coll=allreduce bytes=0", "task coll=x", "meta", 'meta gpu="', "ranks=4 nodes=1 nvl_domains=1"]
+                [
+                    "# autoccl table v1",
+                    "fingerprint 0123456789abcdef",
+                    'meta gpu="NVIDIA H200" gpus=4 nccl=22809',
+                    "task coll=allreduce bytes=1048576 algo=ring proto=ll channels=64 chunk=0 "
+                    "time_us=1 nccl_us=2",
+                    "task coll=allreduce bytes=0",
+                    "task coll=x",
+                    "meta",
+                    'meta gpu="',
+                    "ranks=4 nodes=1 nvl_domains=1",
+                ]
             ),
             max_size=8,
         ).map(lambda ls: ("\n".join(ls) + "\n").encode()),
     ),
 )
 def test_fuzzed_settings_never_crash(
-    plugin: Path, tmp_path_factory: pytest.TempPathFactory, mode: str, fixed: str, max_channels: str, table: bytes
+    plugin: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    mode: str,
+    fixed: str,
+    max_channels: str,
+    table: bytes,
 ) -> None:
     work = tmp_path_factory.mktemp("fuzz")
     (work / "t.table").write_bytes(table)
-    env = {"AUTOCCL_MODE": mode, "AUTOCCL_FIXED": fixed, "AUTOCCL_MAX_CHANNELS": max_channels,
-           "AUTOCCL_TABLE": str(work / "t.table")}
+    env = {
+        "AUTOCCL_MODE": mode,
+        "AUTOCCL_FIXED": fixed,
+        "AUTOCCL_MAX_CHANNELS": max_channels,
+        "AUTOCCL_TABLE": str(work / "t.table"),
+    }
     env = {k: "".join(c for c in v if c != "\x00") for k, v in env.items()}
     sc = workload(repeat=2)
     res = run_plugin(plugin, env, scenario=sc, workdir=work / "run", timeout=60)

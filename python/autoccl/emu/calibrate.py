@@ -7,7 +7,8 @@ Accepted inputs (detected per file):
   "size:busbw" pairs); rows with one knob of protocol, algorithm or channel count are used;
 - torch interference runs (p2_*.jsonl: tag, coll, mb, load, bw, bw_load, gemm_slow): alone bandwidths and the
   effect of a light/heavy GEMM on the collective and of the collective's channels on the GEMM;
-- oracle sweeps, JSONL lines {"coll","bytes","algo","proto","channels","nranks","busbw_gbs","time_us"[,"chunk"]}.
+- oracle sweeps, JSONL lines
+  {"coll","bytes","algo","proto","channels","nranks","busbw_gbs","time_us"[,"chunk"]}.
 Least squares on log(time) (scipy), with weak priors on every parameter so that parameters the data cannot
 see stay at physically sensible values. Prints and stores the fit error.
 """
@@ -138,7 +139,11 @@ def parse_jsonl(path: Path, nranks: int = 4) -> tuple[list[Point], list[LoadPoin
                 continue
             n = int(r.get("nranks", nranks))
             nbytes = int(r["bytes"])
-            t = float(r["time_us"]) if "time_us" in r else _time_from_busbw(coll, n, nbytes, float(r["busbw_gbs"]))
+            t = (
+                float(r["time_us"])
+                if "time_us" in r
+                else _time_from_busbw(coll, n, nbytes, float(r["busbw_gbs"]))
+            )
             if t <= 0:
                 continue
             points.append(
@@ -168,7 +173,12 @@ def parse_jsonl(path: Path, nranks: int = 4) -> tuple[list[Point], list[LoadPoin
                 points.append(Point(coll, nranks, nbytes, algo, proto, ch, t, path.name, weight=0.5))
             loads.append(
                 LoadPoint(
-                    coll, ch, str(r["load"]), float(r["bw"]) / float(r["bw_load"]), float(r["gemm_slow"]), path.name
+                    coll,
+                    ch,
+                    str(r["load"]),
+                    float(r["bw"]) / float(r["bw_load"]),
+                    float(r["gemm_slow"]),
+                    path.name,
                 )
             )
     return points, loads
@@ -218,8 +228,14 @@ def fit_bandwidth(points: list[Point], model: PerfModel, prior_weight: float = 0
             q.weight
             * math.log(
                 model.mean_us(
-                    q.coll, q.nranks, q.nbytes, q.algo, q.proto, q.channels,
-                    q.chunk or default_chunk(q.coll, q.algo, q.proto), 0.0,
+                    q.coll,
+                    q.nranks,
+                    q.nbytes,
+                    q.algo,
+                    q.proto,
+                    q.channels,
+                    q.chunk or default_chunk(q.coll, q.algo, q.proto),
+                    0.0,
                 )
                 / q.time_us
             )
@@ -236,8 +252,14 @@ def fit_error(points: list[Point], model: PerfModel) -> dict[str, float]:
     errs = np.array(
         [
             model.mean_us(
-                q.coll, q.nranks, q.nbytes, q.algo, q.proto, q.channels,
-                q.chunk or default_chunk(q.coll, q.algo, q.proto), 0.0,
+                q.coll,
+                q.nranks,
+                q.nbytes,
+                q.algo,
+                q.proto,
+                q.channels,
+                q.chunk or default_chunk(q.coll, q.algo, q.proto),
+                0.0,
             )
             / q.time_us
             - 1.0
@@ -309,7 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "fit_before": before,
         "fit": fit,
         "load_fit": load_fit,
-        "note": "chunk terms (fill, chunk_overhead_us) and small-message latencies are priors unless the data has them",
+        "note": "chunk terms (fill, chunk_overhead_us) and small-message latencies are priors "
+        "unless the data has them",
     }
     model.save(args.output)
     print(json.dumps({"fit_before": before, "fit": fit, "load_fit": load_fit}, indent=1))

@@ -47,7 +47,12 @@ class PerfModel:
         default_factory=lambda: {"sigma": 0.03, "outlier_p": 0.005, "outlier_min": 1.3, "outlier_max": 2.5}
     )
     load: dict[str, float] = field(
-        default_factory=lambda: {"comm_slow": 0.8, "comm_slow_per_ch": 0.0, "gemm_base": 0.05, "gemm_per_ch": 0.3}
+        default_factory=lambda: {
+            "comm_slow": 0.8,
+            "comm_slow_per_ch": 0.0,
+            "gemm_base": 0.05,
+            "gemm_per_ch": 0.3,
+        }
     )
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -72,7 +77,15 @@ class PerfModel:
         return self.paths.get(f"{algo}/{proto}", self.paths["ring/simple"])
 
     def mean_us(
-        self, coll: str, nranks: int, nbytes: int, algo: str, proto: str, channels: int, chunk: int, load: float
+        self,
+        coll: str,
+        nranks: int,
+        nbytes: int,
+        algo: str,
+        proto: str,
+        channels: int,
+        chunk: int,
+        load: float,
     ) -> float:
         pp = self.path(algo, proto)
         ch = max(channels, 1)
@@ -92,7 +105,9 @@ class PerfModel:
         return t
 
     def gemm_slowdown(self, channels: int, load: float) -> float:
-        return 1.0 + max(load, 0.0) * (self.load["gemm_base"] + self.load["gemm_per_ch"] * max(channels, 1) / 64.0)
+        return 1.0 + max(load, 0.0) * (
+            self.load["gemm_base"] + self.load["gemm_per_ch"] * max(channels, 1) / 64.0
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {

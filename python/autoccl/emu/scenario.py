@@ -99,7 +99,7 @@ def simple(
     reorder: int = 1,
     channels: int = 24,
 ) -> Scenario:
-    """nranks x ncomms, each comm repeating the same single-collective groups (handy for tests and the demo)."""
+    """nranks x ncomms, each comm repeating the same single-collective groups (tests, demo)."""
     colls = colls or {"allreduce": [1 << 20, 64 << 20]}
     comms = [
         Comm(name=f"c{i}", hash=0xA0C0_0000 + 0x1111 * (i + 1), ranks=tuple(range(nranks)), channels=channels)
