@@ -135,8 +135,8 @@ def parse_jsonl(path: Path, nranks: int = 4) -> tuple[list[Point], list[LoadPoin
             continue
         if "busbw_gbs" in r or "time_us" in r:  # oracle format
             coll = COLL_ALIASES.get(str(r.get("coll", "")))
-            if coll is None:
-                continue
+            if coll is None or "algo" not in r or "proto" not in r:
+                continue  # e.g. plain-NCCL rows: configuration unknown
             n = int(r.get("nranks", nranks))
             nbytes = int(r["bytes"])
             t = (
@@ -153,7 +153,7 @@ def parse_jsonl(path: Path, nranks: int = 4) -> tuple[list[Point], list[LoadPoin
                     nbytes,
                     str(r["algo"]).lower(),
                     str(r["proto"]).lower(),
-                    int(r["channels"]),
+                    int(r.get("channels") or DEFAULT_CHANNELS),  # 0 = NCCL's default (24 here)
                     t,
                     path.name,
                     chunk=int(r.get("chunk", 0)),
