@@ -146,6 +146,7 @@ struct TaskSearch::Impl {
     }
     if (chunkGrid.empty()) ncclCk = -1;
     startCh = sp.ncclChannels > 0 ? sp.ncclChannels : sp.maxChannels;
+    planned = o.firstCall;
     begin(false);
   }
 
@@ -756,7 +757,9 @@ struct TaskSearch::Impl {
   }
 
   const Segment& find(uint64_t k) const {
+    static const Segment before{0, 0, Config(), Phase::kFinal};
     auto it = std::upper_bound(segs.begin(), segs.end(), k, [](uint64_t v, const Segment& s) { return v < s.end; });
+    if (it == segs.end() || !it->contains(k)) return before;  // k < firstCall: not ours
     return *it;
   }
 

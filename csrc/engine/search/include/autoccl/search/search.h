@@ -108,6 +108,7 @@ struct Options {
   int driftConfirm = 2;          // consecutive drifting checks before a re-tune
   bool drift = true;             // false: the plan ends in a kFinal segment once converged
   Objective objective;           // empty: collective time
+  uint64_t firstCall = 0;        // the plan starts here (calls before it were decided elsewhere)
 };
 
 // A tuned configuration known for another (or the same) size of the task, e.g. from a table.

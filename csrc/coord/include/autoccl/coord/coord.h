@@ -1,0 +1,187 @@
+// Agreement on per-call decisions (issue 3). One authority per communicator (its rank 0) decides;
+// every rank applies the decision for (task, call index). NCCL-free; see docs/online-search.md.
+//
+// The *board* is the single store of decisions. Decisions are immutable plan segments
+// ([begin, end) -> Config) per task; the first segment stored for a call wins, forever. Every rank,
+// the authority's included, applies only what the board holds, so ranks cannot diverge. A rank
+// whose call is not covered asks the board (NEED); the board asks the communicator's authority
+// (its Decider). If the authority does not answer within the board's seal deadline, the board
+// itself stores a *final* segment "NCCL's default from the first uncovered call on" (identical for
+// everyone). A rank that cannot reach the board at all within its own deadline gets an error.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "autoccl/search/search.h"
+
+namespace autoccl::coord {
+
+using search::Config;
+using search::Phase;
+using search::Segment;
+
+struct TaskKey {
+  uint64_t comm = 0;
+  uint32_t coll = 0;
+  uint32_t pipe = 1;
+  uint64_t bytes = 0;
+  bool operator<(const TaskKey& o) const {
+    if (comm != o.comm) return comm < o.comm;
+    if (coll != o.coll) return coll < o.coll;
+    if (pipe != o.pipe) return pipe < o.pipe;
+    return bytes < o.bytes;
+  }
+  bool operator==(const TaskKey& o) const { return comm == o.comm && coll == o.coll && pipe == o.pipe && bytes == o.bytes; }
+  std::string str() const;
+};
+
+// The authority's decision maker for one communicator. decide() returns segments that cover call k
+// and continue the task's plan from `coveredUpTo` (the end of what the board already holds for the
+// task; segments must start exactly there and be contiguous). Called from a board thread; must not
+// block for long.
+class Decider {
+ public:
+  virtual ~Decider() = default;
+  virtual std::vector<Segment> decide(const TaskKey& task, uint64_t k, uint64_t coveredUpTo) = 0;
+};
+
+// A Decider backed by one search::TaskSearch per task. Tasks the authority has not registered yet
+// get NCCL's default for a short window; registerTask() then starts the search right after what was
+// already published.
+class SearchDecider : public Decider {
+ public:
+  explicit SearchDecider(uint64_t window = 16) : window_(window) {}
+  // Creates the task's search (if new) starting after the calls already decided for it.
+  std::shared_ptr<search::TaskSearch> registerTask(const TaskKey& task, const search::Space& space,
+                                                   search::Options opt = search::Options(),
+                                                   std::vector<search::Hint> hints = {});
+  std::shared_ptr<search::TaskSearch> find(const TaskKey& task);
+  std::vector<Segment> decide(const TaskKey& task, uint64_t k, uint64_t coveredUpTo) override;
+
+ private:
+  struct Entry {
+    std::vector<Segment> pre;  // NCCL's default, handed out before the task was registered
+    std::shared_ptr<search::TaskSearch> search;
+  };
+  std::mutex mu_;
+  std::map<TaskKey, Entry> tasks_;
+  uint64_t window_;
+};
+
+enum class Status : uint8_t { kOk = 0, kError = 1 };
+struct Outcome {
+  Status status = Status::kError;
+  Segment seg;        // valid when kOk: contains the call index asked
+  std::string error;  // when kError
+  bool ok() const { return status == Status::kOk; }
+};
+
+struct BoardStats {
+  uint64_t needsSent = 0, plansReceived = 0, sealed = 0, conflicts = 0, rejectedPeers = 0, reconnects = 0;
+};
+
+// Transport-independent interface. Thread-safe.
+class Board {
+ public:
+  virtual ~Board() = default;
+  // This process holds the authority (rank 0) of `comm`: the board asks `d` for decisions.
+  virtual void serve(uint64_t comm, Decider* d) = 0;
+  virtual void unserve(uint64_t comm) = 0;
+  // The authority publishes ahead (optional; NEEDs are answered anyway).
+  virtual void publish(const TaskKey& task, const std::vector<Segment>& segs) = 0;
+  // The segment for call k of `task`, waiting at most `deadline` for it.
+  virtual Outcome lookup(const TaskKey& task, uint64_t k, std::chrono::milliseconds deadline) = 0;
+  virtual BoardStats stats() const = 0;
+};
+
+// All ranks of the communicators in one process: a shared store; the Decider is called inline.
+std::shared_ptr<Board> makeLocalBoard();
+
+// The store itself (used by the local board and by the TCP server): first writer wins.
+class Store {
+ public:
+  // Inserts segments (must be contiguous with coverage). Returns false on a conflict (an overlapping
+  // segment with other content: never stored). Segments entirely covered already are ignored.
+  bool insert(const TaskKey& t, const std::vector<Segment>& segs);
+  bool find(const TaskKey& t, uint64_t k, Segment* out) const;
+  uint64_t coveredUpTo(const TaskKey& t) const;  // calls < this are decided (contiguous from 0)
+  std::vector<Segment> from(const TaskKey& t, uint64_t k) const;  // segments containing/after k
+ private:
+  std::map<TaskKey, std::map<uint64_t, Segment>> segs_;  // by begin
+};
+
+// ---------------------------------------------------------------------------------------------
+// TCP transport (processes / hosts).
+
+// Fault injection at the transport (tests): applied to every message frame after authentication.
+struct Faults {
+  double drop = 0;       // probability a frame is dropped
+  double dup = 0;        // probability a frame is sent twice
+  int maxDelayMs = 0;    // frames are delayed uniformly in [0, maxDelayMs] (and so reordered)
+  uint64_t seed = 1;
+};
+
+struct TcpOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;               // server: 0 = ephemeral (see TcpServer::port())
+  std::string token;          // AUTOCCL_COORD_TOKEN: shared secret of the job
+  int connectTimeoutMs = 5000;  // client: give up connecting/authenticating after this (per attempt window)
+  int retryMs = 50;           // client: NEED resend / reconnect backoff
+  int sealMs = 2000;          // server: an unanswered NEED older than this seals NCCL's default
+  Faults faults;
+};
+
+// The board server (relay + store). Runs its own threads. One per job (the process that binds the
+// coordinator address).
+class TcpServer {
+ public:
+  explicit TcpServer(TcpOptions opt);
+  ~TcpServer();
+  bool start(std::string* err);  // bind + listen + accept thread
+  void stop();
+  int port() const;
+  BoardStats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// A client board (one per process is enough; tests use one per simulated process).
+std::shared_ptr<Board> makeTcpBoard(TcpOptions opt);
+
+// Coordinator address and token from the environment: AUTOCCL_COORD_ADDR=host:port, else
+// MASTER_ADDR and MASTER_PORT + 17 (torchrun). Token: AUTOCCL_COORD_TOKEN (required for TCP).
+bool addressFromEnv(std::string* host, int* port, std::string* err);
+std::string tokenFromEnv();
+
+// ---------------------------------------------------------------------------------------------
+// What one rank of one communicator uses: caches the current segment per task (lookups of a
+// pinned task touch no shared lock) and makes errors sticky for the communicator.
+class CommAgreement {
+ public:
+  CommAgreement(std::shared_ptr<Board> board, uint64_t comm, int rank, std::chrono::milliseconds deadline);
+  ~CommAgreement();
+  // Decision for call k of task (task.comm must be this comm). kError: fail the call, log once.
+  Outcome decide(const TaskKey& task, uint64_t k);
+  bool failed() const { return failed_; }
+
+ private:
+  std::shared_ptr<Board> board_;
+  uint64_t comm_;
+  int rank_;
+  std::chrono::milliseconds deadline_;
+  std::mutex mu_;  // per communicator and rank: not shared with other communicators
+  std::map<TaskKey, Segment> cache_;
+  bool failed_ = false;
+  std::string error_;
+};
+
+}  // namespace autoccl::coord

@@ -1,0 +1,269 @@
+// Store, SearchDecider, in-process board, CommAgreement, environment helpers.
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+
+#include "autoccl/coord/coord.h"
+
+namespace autoccl::coord {
+
+std::string TaskKey::str() const {
+  char b[128];
+  std::snprintf(b, sizeof b, "comm %016llx coll %u bytes %llu pipe %u", static_cast<unsigned long long>(comm), coll,
+                static_cast<unsigned long long>(bytes), pipe);
+  return b;
+}
+
+// ---- Store -----------------------------------------------------------------------------------
+bool Store::insert(const TaskKey& t, const std::vector<Segment>& segs) {
+  auto& m = segs_[t];
+  bool ok = true;
+  for (const Segment& s : segs) {
+    if (s.begin >= s.end) {
+      ok = false;
+      continue;
+    }
+    // overlapping segments: the one containing s.begin and the ones starting inside [begin, end)
+    bool conflict = false, same = false;
+    auto it = m.upper_bound(s.begin);
+    if (it != m.begin()) {
+      auto prev = std::prev(it);
+      if (prev->second.end > s.begin) {
+        if (prev->second == s) same = true;
+        else conflict = true;
+      }
+    }
+    if (!same && !conflict && it != m.end() && it->first < s.end) conflict = true;
+    if (same) continue;
+    if (conflict) {
+      ok = false;
+      continue;
+    }
+    m.emplace(s.begin, s);
+  }
+  return ok;
+}
+
+bool Store::find(const TaskKey& t, uint64_t k, Segment* out) const {
+  auto mi = segs_.find(t);
+  if (mi == segs_.end()) return false;
+  auto it = mi->second.upper_bound(k);
+  if (it == mi->second.begin()) return false;
+  --it;
+  if (!it->second.contains(k)) return false;
+  *out = it->second;
+  return true;
+}
+
+uint64_t Store::coveredUpTo(const TaskKey& t) const {
+  auto mi = segs_.find(t);
+  uint64_t c = 0;
+  if (mi == segs_.end()) return 0;
+  for (auto& [b, s] : mi->second) {
+    if (b != c) break;
+    c = s.end;
+  }
+  return c;
+}
+
+std::vector<Segment> Store::from(const TaskKey& t, uint64_t k) const {
+  std::vector<Segment> out;
+  auto mi = segs_.find(t);
+  if (mi == segs_.end()) return out;
+  auto it = mi->second.upper_bound(k);
+  if (it != mi->second.begin() && std::prev(it)->second.end > k) --it;
+  for (; it != mi->second.end(); ++it) out.push_back(it->second);
+  return out;
+}
+
+// The final decision a board takes when the authority does not answer: NCCL's default in every gap
+// and from the end of the last known segment on, forever.
+std::vector<Segment> sealSegments(const Store& st, const TaskKey& t) {
+  std::vector<Segment> have = st.from(t, 0), out;
+  uint64_t c = 0;
+  Config dflt;
+  for (const Segment& s : have) {
+    if (s.begin > c) out.push_back(Segment{c, s.begin, dflt, Phase::kPinned});
+    c = std::max(c, s.end);
+  }
+  if (c != search::kForever) out.push_back(Segment{c, search::kForever, dflt, Phase::kFinal});
+  return out;
+}
+
+// ---- SearchDecider ---------------------------------------------------------------------------
+std::shared_ptr<search::TaskSearch> SearchDecider::registerTask(const TaskKey& task, const search::Space& space,
+                                                                search::Options opt, std::vector<search::Hint> hints) {
+  std::lock_guard<std::mutex> lk(mu_);
+  Entry& e = tasks_[task];
+  if (!e.search) {
+    opt.firstCall = e.pre.empty() ? 0 : e.pre.back().end;
+    e.search = std::make_shared<search::TaskSearch>(space, std::move(opt), std::move(hints));
+  }
+  return e.search;
+}
+
+std::shared_ptr<search::TaskSearch> SearchDecider::find(const TaskKey& task) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = tasks_.find(task);
+  return it == tasks_.end() ? nullptr : it->second.search;
+}
+
+std::vector<Segment> SearchDecider::decide(const TaskKey& task, uint64_t k, uint64_t coveredUpTo) {
+  std::shared_ptr<search::TaskSearch> s;
+  std::vector<Segment> out;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    Entry& e = tasks_[task];
+    uint64_t preEnd = e.pre.empty() ? 0 : e.pre.back().end;
+    if (!e.search && preEnd <= k)  // the authority has not seen this task yet: NCCL's default for a while
+      e.pre.push_back(Segment{preEnd, k + 1 + window_, Config(), Phase::kTuning});
+    for (const Segment& g : e.pre)
+      if (g.end > coveredUpTo) out.push_back(g);
+    s = e.search;
+  }
+  if (!s) return out;
+  s->segmentFor(k);  // extends the plan (k + lead) if needed
+  for (const Segment& g : s->plan())
+    if (g.end > coveredUpTo) out.push_back(g);
+  return out;
+}
+
+// ---- in-process board ------------------------------------------------------------------------
+namespace {
+
+class LocalBoard : public Board {
+ public:
+  void serve(uint64_t comm, Decider* d) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    deciders_[comm] = d;
+    cv_.notify_all();
+  }
+  void unserve(uint64_t comm) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    deciders_.erase(comm);
+  }
+  void publish(const TaskKey& t, const std::vector<Segment>& segs) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!store_.insert(t, segs)) st_.conflicts++;
+    cv_.notify_all();
+  }
+  Outcome lookup(const TaskKey& t, uint64_t k, std::chrono::milliseconds deadline) override {
+    Outcome o;
+    auto until = std::chrono::steady_clock::now() + deadline;
+    std::unique_lock<std::mutex> lk(mu_);
+    for (;;) {
+      if (store_.find(t, k, &o.seg)) {
+        o.status = Status::kOk;
+        return o;
+      }
+      auto it = deciders_.find(t.comm);
+      if (it != deciders_.end()) {
+        st_.needsSent++;
+        std::vector<Segment> segs = it->second->decide(t, k, store_.coveredUpTo(t));
+        if (!store_.insert(t, segs)) st_.conflicts++;
+        if (store_.find(t, k, &o.seg)) {
+          o.status = Status::kOk;
+          return o;
+        }
+        seal(t);  // the authority failed to cover k: final default, identical for everyone
+        continue;
+      }
+      if (cv_.wait_until(lk, until) == std::cv_status::timeout) {
+        seal(t);  // no authority within the deadline
+      }
+    }
+  }
+  BoardStats stats() const override {
+    std::lock_guard<std::mutex> lk(mu_);
+    return st_;
+  }
+
+ private:
+  void seal(const TaskKey& t) {
+    store_.insert(t, sealSegments(store_, t));
+    st_.sealed++;
+    cv_.notify_all();
+  }
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  Store store_;
+  std::map<uint64_t, Decider*> deciders_;
+  BoardStats st_;
+};
+
+}  // namespace
+
+std::shared_ptr<Board> makeLocalBoard() { return std::make_shared<LocalBoard>(); }
+
+// ---- CommAgreement ---------------------------------------------------------------------------
+CommAgreement::CommAgreement(std::shared_ptr<Board> board, uint64_t comm, int rank, std::chrono::milliseconds deadline)
+    : board_(std::move(board)), comm_(comm), rank_(rank), deadline_(deadline) {}
+CommAgreement::~CommAgreement() = default;
+
+Outcome CommAgreement::decide(const TaskKey& task, uint64_t k) {
+  std::lock_guard<std::mutex> lk(mu_);
+  Outcome o;
+  if (failed_) {
+    o.error = error_;
+    return o;
+  }
+  auto it = cache_.find(task);
+  if (it != cache_.end() && it->second.contains(k)) {
+    o.status = Status::kOk;
+    o.seg = it->second;
+    return o;
+  }
+  o = board_->lookup(task, k, deadline_);
+  if (o.ok()) {
+    cache_[task] = o.seg;
+  } else {
+    failed_ = true;
+    char b[96];
+    std::snprintf(b, sizeof b, " (rank %d, call %llu)", rank_, static_cast<unsigned long long>(k));
+    error_ = o.error + b;
+    o.error = error_;
+  }
+  (void)comm_;
+  return o;
+}
+
+// ---- environment -----------------------------------------------------------------------------
+bool addressFromEnv(std::string* host, int* port, std::string* err) {
+  auto parsePort = [](const char* s, int* out) {
+    char* end = nullptr;
+    long v = std::strtol(s, &end, 10);
+    if (!s[0] || *end || v < 0 || v > 65535) return false;
+    *out = static_cast<int>(v);
+    return true;
+  };
+  if (const char* a = std::getenv("AUTOCCL_COORD_ADDR")) {
+    std::string s = a;
+    size_t c = s.rfind(':');
+    if (c == std::string::npos || c == 0 || !parsePort(s.c_str() + c + 1, port)) {
+      *err = "AUTOCCL_COORD_ADDR must be host:port, got '" + s + "'";
+      return false;
+    }
+    *host = s.substr(0, c);
+    if (host->size() > 2 && host->front() == '[' && host->back() == ']') *host = host->substr(1, host->size() - 2);
+    return true;
+  }
+  const char* ma = std::getenv("MASTER_ADDR");
+  const char* mp = std::getenv("MASTER_PORT");
+  int p = 0;
+  if (ma && mp && parsePort(mp, &p) && p + 17 <= 65535) {
+    *host = ma;
+    *port = p + 17;
+    return true;
+  }
+  *err = "no coordinator address: set AUTOCCL_COORD_ADDR=host:port (or run under torchrun)";
+  return false;
+}
+
+std::string tokenFromEnv() {
+  const char* t = std::getenv("AUTOCCL_COORD_TOKEN");
+  return t ? t : "";
+}
+
+}  // namespace autoccl::coord

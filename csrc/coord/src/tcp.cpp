@@ -1,0 +1,662 @@
+// TCP board: a relay server holding the Store, and clients (one per process) holding replicas.
+// Mutual HMAC-SHA256 challenge-response on connect; length-prefixed frames (wire.h).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <fstream>
+#include <list>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "autoccl/coord/coord.h"
+#include "sha256.h"
+#include "wire.h"
+
+namespace autoccl::coord {
+
+std::vector<Segment> sealSegments(const Store& st, const TaskKey& t);  // coord.cpp
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+void randomBytes(uint8_t* p, size_t n) {
+  std::ifstream f("/dev/urandom", std::ios::binary);
+  if (f.read(reinterpret_cast<char*>(p), static_cast<std::streamsize>(n))) return;
+  std::random_device rd;  // fallback
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(rd());
+}
+
+std::array<uint8_t, 32> authMac(const std::string& token, char who, const uint8_t* a, const uint8_t* b) {
+  uint8_t msg[33];
+  msg[0] = static_cast<uint8_t>(who);
+  std::memcpy(msg + 1, a, 16);
+  std::memcpy(msg + 17, b, 16);
+  return hmacSha256(token.data(), token.size(), msg, sizeof msg);
+}
+
+// One connection: a sender thread with an outbox (for injected delay/reordering) and a framed reader.
+class Conn {
+ public:
+  Conn(int fd, Faults f) : fd_(fd), faults_(f), rng_(f.seed) {
+    int one = 1;
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    sender_ = std::thread([this] { sendLoop(); });
+  }
+  ~Conn() { close(); }
+  void close() {
+    {
+      std::lock_guard<std::mutex> lk(qmu_);
+      if (stop_) return;
+      stop_ = true;
+      qcv_.notify_all();
+    }
+    ::shutdown(fd_, SHUT_RDWR);
+    if (sender_.joinable()) sender_.join();
+    ::close(fd_);
+  }
+  void shutdownOnly() { ::shutdown(fd_, SHUT_RDWR); }
+  // inject: apply fault injection (only for frames after authentication)
+  void send(const wire::Msg& m, bool inject) {
+    std::vector<uint8_t> b = wire::encode(m);
+    std::lock_guard<std::mutex> lk(qmu_);
+    if (stop_) return;
+    int copies = 1;
+    Clock::time_point due = Clock::now();
+    if (inject) {
+      std::uniform_real_distribution<double> u(0, 1);
+      if (u(rng_) < faults_.drop) return;
+      if (u(rng_) < faults_.dup) copies = 2;
+      if (faults_.maxDelayMs > 0) due += milliseconds(static_cast<int>(rng_() % static_cast<uint64_t>(faults_.maxDelayMs + 1)));
+    }
+    for (int i = 0; i < copies; ++i) q_.emplace(due, b);
+    qcv_.notify_all();
+  }
+  // Reads one frame; false on EOF/error/malformed or when `timeoutMs` passes without a full frame
+  // (then *timedOut is set).
+  bool read(wire::Msg* m, int timeoutMs, bool* timedOut) {
+    *timedOut = false;
+    auto until = Clock::now() + milliseconds(timeoutMs);
+    for (;;) {
+      long used = wire::decode(buf_.data(), buf_.size(), m);
+      if (used < 0) return false;
+      if (used > 0) {
+        buf_.erase(buf_.begin(), buf_.begin() + used);
+        return true;
+      }
+      auto left = std::chrono::duration_cast<milliseconds>(until - Clock::now()).count();
+      if (left <= 0) {
+        *timedOut = true;
+        return false;
+      }
+      pollfd p{fd_, POLLIN, 0};
+      int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 100)));
+      if (r < 0 && errno != EINTR) return false;
+      if (r <= 0) continue;
+      uint8_t tmp[4096];
+      ssize_t n = ::recv(fd_, tmp, sizeof tmp, 0);
+      if (n <= 0) return false;
+      buf_.insert(buf_.end(), tmp, tmp + n);
+      if (buf_.size() > wire::kHeader + wire::kMaxPayload + sizeof tmp) return false;
+    }
+  }
+
+ private:
+  void sendLoop() {
+    std::unique_lock<std::mutex> lk(qmu_);
+    for (;;) {
+      if (stop_) return;
+      if (q_.empty()) {
+        qcv_.wait(lk);
+        continue;
+      }
+      auto due = q_.begin()->first;
+      if (Clock::now() < due) {
+        qcv_.wait_until(lk, due);
+        continue;
+      }
+      std::vector<uint8_t> b = std::move(q_.begin()->second);
+      q_.erase(q_.begin());
+      lk.unlock();
+      size_t off = 0;
+      while (off < b.size()) {
+        ssize_t n = ::send(fd_, b.data() + off, b.size() - off, MSG_NOSIGNAL);
+        if (n <= 0) {
+          if (n < 0 && errno == EINTR) continue;
+          break;
+        }
+        off += static_cast<size_t>(n);
+      }
+      lk.lock();
+    }
+  }
+  int fd_;
+  Faults faults_;
+  std::mt19937_64 rng_;
+  std::mutex qmu_;
+  std::condition_variable qcv_;
+  std::multimap<Clock::time_point, std::vector<uint8_t>> q_;
+  bool stop_ = false;
+  std::thread sender_;
+  std::vector<uint8_t> buf_;
+};
+
+int connectTo(const std::string& host, int port, int timeoutMs) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  std::string ps = std::to_string(port);
+  if (getaddrinfo(host.c_str(), ps.c_str(), &hints, &res) != 0) return -1;
+  int fd = -1;
+  for (addrinfo* a = res; a; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) continue;
+    int r = ::connect(fd, a->ai_addr, a->ai_addrlen);
+    if (r != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, timeoutMs) == 1) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        r = err == 0 ? 0 : -1;
+      } else {
+        r = -1;
+      }
+    }
+    if (r == 0) {
+      int fl = fcntl(fd, F_GETFL, 0);
+      fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+      break;
+    }
+    ::close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(res);
+  return fd;
+}
+
+}  // namespace
+
+// =============================================================================================
+// Server
+struct TcpServer::Impl {
+  TcpOptions o;
+  int lfd = -1;
+  int boundPort = 0;
+  std::atomic<bool> stopping{false};
+  std::thread acceptor, sealer;
+
+  struct Peer {
+    uint64_t id;
+    std::shared_ptr<Conn> conn;
+    std::thread reader;
+    std::atomic<bool> done{false};
+  };
+  std::mutex mu;  // guards everything below
+  std::condition_variable cv;
+  std::list<std::shared_ptr<Peer>> peers;
+  uint64_t nextId = 1;
+  Store store;
+  std::map<uint64_t, std::shared_ptr<Conn>> authority;          // comm -> conn
+  std::map<uint64_t, std::set<std::shared_ptr<Conn>>> subs;     // comm -> conns
+  std::map<TaskKey, std::pair<uint64_t, Clock::time_point>> waiting;  // task -> (min k, first NEED)
+  BoardStats st;
+
+  void pushPlan(const TaskKey& t, uint64_t from, const std::set<std::shared_ptr<Conn>>& to) {
+    std::vector<Segment> segs = store.from(t, from);
+    for (size_t i = 0; i < segs.size(); i += wire::kMaxSegs) {
+      wire::Msg m;
+      m.type = wire::kPlan;
+      m.task = t;
+      m.segs.assign(segs.begin() + static_cast<std::ptrdiff_t>(i),
+                    segs.begin() + static_cast<std::ptrdiff_t>(std::min(segs.size(), i + wire::kMaxSegs)));
+      // a contiguous run only (the wire format requires it)
+      size_t n = 1;
+      while (n < m.segs.size() && m.segs[n].begin == m.segs[n - 1].end) ++n;
+      m.segs.resize(n);
+      for (auto& c : to) c->send(m, true);
+      if (n < wire::kMaxSegs) break;
+    }
+  }
+
+  void handle(const std::shared_ptr<Conn>& c, const wire::Msg& m) {
+    std::lock_guard<std::mutex> lk(mu);
+    switch (m.type) {
+      case wire::kServe:
+        authority[m.comm] = c;
+        subs[m.comm].insert(c);
+        break;
+      case wire::kNeed: {
+        subs[m.task.comm].insert(c);
+        Segment s;
+        if (store.find(m.task, m.k, &s)) {
+          pushPlan(m.task, m.k, {c});
+          break;
+        }
+        auto w = waiting.find(m.task);
+        if (w == waiting.end()) waiting[m.task] = {m.k, Clock::now()};
+        else w->second.first = std::min(w->second.first, m.k);
+        auto a = authority.find(m.task.comm);
+        if (a != authority.end()) {
+          wire::Msg f = m;
+          f.covered = store.coveredUpTo(m.task);
+          a->second->send(f, true);
+        }
+        break;
+      }
+      case wire::kPlan: {
+        auto a = authority.find(m.task.comm);
+        if (a == authority.end() || a->second != c) {  // only the authority publishes
+          st.conflicts++;
+          break;
+        }
+        if (!store.insert(m.task, m.segs)) st.conflicts++;
+        if (!m.segs.empty()) pushPlan(m.task, m.segs.front().begin, subs[m.task.comm]);
+        break;
+      }
+      default: break;
+    }
+  }
+
+  void serveConn(std::shared_ptr<Peer> p) {
+    auto c = p->conn;
+    // handshake: challenge, response, proof
+    wire::Msg hs;
+    hs.type = wire::kHelloS;
+    randomBytes(hs.nonce, 16);
+    c->send(hs, false);
+    wire::Msg r;
+    bool to = false;
+    bool ok = c->read(&r, o.connectTimeoutMs, &to) && r.type == wire::kHelloC;
+    if (ok) {
+      auto mac = authMac(o.token, 'C', hs.nonce, r.nonce);
+      ok = equalConstTime(mac.data(), r.mac, 32);
+    }
+    if (!ok) {
+      std::lock_guard<std::mutex> lk(mu);
+      st.rejectedPeers++;
+    } else {
+      wire::Msg okm;
+      okm.type = wire::kHelloOk;
+      auto mac = authMac(o.token, 'S', r.nonce, hs.nonce);
+      std::memcpy(okm.mac, mac.data(), 32);
+      c->send(okm, false);
+      while (!stopping) {
+        wire::Msg m;
+        if (!c->read(&m, 200, &to)) {
+          if (to) continue;
+          break;
+        }
+        if (m.type == wire::kHelloS || m.type == wire::kHelloC || m.type == wire::kHelloOk) break;
+        handle(c, m);
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      for (auto it = authority.begin(); it != authority.end();)
+        it = it->second == c ? authority.erase(it) : std::next(it);
+      for (auto& [comm, set] : subs) set.erase(c);
+    }
+    c->shutdownOnly();
+    p->done = true;
+  }
+
+  void sealLoop() {
+    while (!stopping) {
+      std::this_thread::sleep_for(milliseconds(10));
+      std::lock_guard<std::mutex> lk(mu);
+      auto now = Clock::now();
+      for (auto it = waiting.begin(); it != waiting.end();) {
+        Segment s;
+        if (store.find(it->first, it->second.first, &s)) {
+          it = waiting.erase(it);
+          continue;
+        }
+        if (now - it->second.second > milliseconds(o.sealMs)) {
+          // the authority did not answer in time: final decision, identical for everyone
+          store.insert(it->first, sealSegments(store, it->first));
+          st.sealed++;
+          pushPlan(it->first, 0, subs[it->first.comm]);
+          it = waiting.erase(it);
+          continue;
+        }
+        // ask again (a NEED or PLAN may have been lost)
+        auto a = authority.find(it->first.comm);
+        if (a != authority.end() && (now - it->second.second) > milliseconds(o.retryMs)) {
+          wire::Msg f;
+          f.type = wire::kNeed;
+          f.task = it->first;
+          f.k = it->second.first;
+          f.covered = store.coveredUpTo(it->first);
+          a->second->send(f, true);
+        }
+        ++it;
+      }
+      // reap finished peers
+      for (auto it = peers.begin(); it != peers.end();) {
+        if ((*it)->done) {
+          (*it)->reader.join();
+          (*it)->conn->close();
+          it = peers.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+
+  void acceptLoop() {
+    while (!stopping) {
+      pollfd p{lfd, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      auto peer = std::make_shared<Peer>();
+      Faults f = o.faults;
+      std::lock_guard<std::mutex> lk(mu);
+      peer->id = nextId++;
+      f.seed = o.faults.seed * 1000003 + peer->id;
+      peer->conn = std::make_shared<Conn>(fd, f);
+      peer->reader = std::thread([this, peer] { serveConn(peer); });
+      peers.push_back(peer);
+    }
+  }
+};
+
+TcpServer::TcpServer(TcpOptions opt) : impl_(std::make_unique<Impl>()) { impl_->o = std::move(opt); }
+TcpServer::~TcpServer() { stop(); }
+
+bool TcpServer::start(std::string* err) {
+  Impl& s = *impl_;
+  if (s.o.token.empty()) {
+    *err = "AUTOCCL_COORD_TOKEN is empty: refusing to run an unauthenticated coordinator";
+    return false;
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  std::string ps = std::to_string(s.o.port);
+  if (getaddrinfo(s.o.host.c_str(), ps.c_str(), &hints, &res) != 0 || !res) {
+    *err = "cannot resolve " + s.o.host;
+    return false;
+  }
+  s.lfd = ::socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);
+  int one = 1;
+  if (s.lfd >= 0) setsockopt(s.lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (s.lfd < 0 || ::bind(s.lfd, res->ai_addr, res->ai_addrlen) != 0 || ::listen(s.lfd, 128) != 0) {
+    *err = std::string("cannot listen on ") + s.o.host + ":" + ps + ": " + std::strerror(errno);
+    if (s.lfd >= 0) ::close(s.lfd);
+    s.lfd = -1;
+    freeaddrinfo(res);
+    return false;
+  }
+  freeaddrinfo(res);
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  getsockname(s.lfd, reinterpret_cast<sockaddr*>(&ss), &len);
+  s.boundPort = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+                                         : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  s.acceptor = std::thread([this] { impl_->acceptLoop(); });
+  s.sealer = std::thread([this] { impl_->sealLoop(); });
+  return true;
+}
+
+void TcpServer::stop() {
+  Impl& s = *impl_;
+  if (s.stopping.exchange(true)) return;
+  if (s.acceptor.joinable()) s.acceptor.join();
+  if (s.sealer.joinable()) s.sealer.join();
+  std::list<std::shared_ptr<Impl::Peer>> ps;
+  {
+    std::lock_guard<std::mutex> lk(s.mu);
+    ps.swap(s.peers);
+  }
+  for (auto& p : ps) p->conn->shutdownOnly();
+  for (auto& p : ps) {
+    if (p->reader.joinable()) p->reader.join();
+    p->conn->close();
+  }
+  {
+    std::lock_guard<std::mutex> lk(s.mu);
+    s.authority.clear();
+    s.subs.clear();
+  }
+  if (s.lfd >= 0) ::close(s.lfd);
+  s.lfd = -1;
+}
+
+int TcpServer::port() const { return impl_->boundPort; }
+BoardStats TcpServer::stats() const {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  return impl_->st;
+}
+
+// =============================================================================================
+// Client board
+namespace {
+
+class TcpBoard : public Board {
+ public:
+  explicit TcpBoard(TcpOptions o) : o_(std::move(o)) {
+    io_ = std::thread([this] { ioLoop(); });
+  }
+  ~TcpBoard() override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stopping_ = true;
+      if (conn_) conn_->shutdownOnly();
+    }
+    cv_.notify_all();
+    if (io_.joinable()) io_.join();
+  }
+
+  void serve(uint64_t comm, Decider* d) override {
+    std::shared_ptr<Conn> c;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      deciders_[comm] = d;
+      c = authed_ ? conn_ : nullptr;
+    }
+    if (c) sendServe(c, comm);
+  }
+  void unserve(uint64_t comm) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    deciders_.erase(comm);
+  }
+  void publish(const TaskKey& t, const std::vector<Segment>& segs) override {
+    std::shared_ptr<Conn> c;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      c = authed_ ? conn_ : nullptr;
+    }
+    if (!c) return;  // NEEDs will fetch it
+    sendPlan(c, t, segs);
+  }
+
+  Outcome lookup(const TaskKey& t, uint64_t k, milliseconds deadline) override {
+    Outcome o;
+    auto until = Clock::now() + deadline;
+    std::unique_lock<std::mutex> lk(mu_);
+    Clock::time_point nextSend{};
+    for (;;) {
+      if (replica_.find(t, k, &o.seg)) {
+        o.status = Status::kOk;
+        return o;
+      }
+      auto now = Clock::now();
+      if (now >= until || stopping_) {
+        o.error = std::string("autoccl coord: no decision for ") + t.str() + " call " + std::to_string(k) +
+                  (authed_ ? " (coordinator did not answer in time)" : " (coordinator unreachable)");
+        return o;
+      }
+      if (authed_ && now >= nextSend) {
+        wire::Msg m;
+        m.type = wire::kNeed;
+        m.task = t;
+        m.k = k;
+        m.covered = replica_.coveredUpTo(t);
+        conn_->send(m, true);
+        st_.needsSent++;
+        nextSend = now + milliseconds(o_.retryMs);
+      }
+      cv_.wait_until(lk, std::min(until, now + milliseconds(o_.retryMs)));
+    }
+  }
+  BoardStats stats() const override {
+    std::lock_guard<std::mutex> lk(mu_);
+    return st_;
+  }
+
+ private:
+  void sendServe(const std::shared_ptr<Conn>& c, uint64_t comm) {
+    wire::Msg m;
+    m.type = wire::kServe;
+    m.comm = comm;
+    c->send(m, true);
+  }
+  void sendPlan(const std::shared_ptr<Conn>& c, const TaskKey& t, const std::vector<Segment>& segs) {
+    for (size_t i = 0; i < segs.size(); i += wire::kMaxSegs) {
+      wire::Msg m;
+      m.type = wire::kPlan;
+      m.task = t;
+      m.segs.assign(segs.begin() + static_cast<std::ptrdiff_t>(i),
+                    segs.begin() + static_cast<std::ptrdiff_t>(std::min(segs.size(), i + wire::kMaxSegs)));
+      c->send(m, true);
+    }
+  }
+
+  bool handshake(const std::shared_ptr<Conn>& c) {
+    wire::Msg hs, r;
+    bool to = false;
+    if (!c->read(&hs, o_.connectTimeoutMs, &to) || hs.type != wire::kHelloS) return false;
+    r.type = wire::kHelloC;
+    randomBytes(r.nonce, 16);
+    auto mac = authMac(o_.token, 'C', hs.nonce, r.nonce);
+    std::memcpy(r.mac, mac.data(), 32);
+    c->send(r, false);
+    wire::Msg okm;
+    if (!c->read(&okm, o_.connectTimeoutMs, &to) || okm.type != wire::kHelloOk) return false;
+    auto expect = authMac(o_.token, 'S', r.nonce, hs.nonce);
+    return equalConstTime(expect.data(), okm.mac, 32);  // the server knows the token too
+  }
+
+  void ioLoop() {
+    int attempt = 0;
+    while (true) {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (stopping_) return;
+      }
+      int fd = connectTo(o_.host, o_.port, o_.connectTimeoutMs);
+      std::shared_ptr<Conn> c;
+      if (fd >= 0) {
+        Faults f = o_.faults;
+        f.seed = o_.faults.seed * 7919 + static_cast<uint64_t>(attempt);
+        c = std::make_shared<Conn>(fd, f);
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          conn_ = c;
+          if (stopping_) c->shutdownOnly();
+        }
+        if (handshake(c)) {
+          std::vector<uint64_t> served;
+          {
+            std::lock_guard<std::mutex> lk(mu_);
+            authed_ = true;
+            if (attempt > 0) st_.reconnects++;
+            for (auto& [comm, d] : deciders_) served.push_back(comm);
+          }
+          cv_.notify_all();
+          for (uint64_t comm : served) sendServe(c, comm);
+          readLoop(c);
+        } else {
+          std::lock_guard<std::mutex> lk(mu_);
+          st_.rejectedPeers++;
+        }
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          authed_ = false;
+          conn_.reset();
+        }
+        c->close();
+      }
+      attempt++;
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait_for(lk, milliseconds(std::min(1000, o_.retryMs * std::min(attempt, 20))), [&] { return stopping_; });
+    }
+  }
+
+  void readLoop(const std::shared_ptr<Conn>& c) {
+    auto lastServe = Clock::now();
+    for (;;) {
+      wire::Msg m;
+      bool to = false;
+      bool ok = c->read(&m, 100, &to);
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (stopping_) return;
+      }
+      if (Clock::now() - lastServe > milliseconds(500)) {  // SERVE may have been lost: repeat (idempotent)
+        lastServe = Clock::now();
+        std::vector<uint64_t> served;
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          for (auto& [comm, d] : deciders_) served.push_back(comm);
+        }
+        for (uint64_t comm : served) sendServe(c, comm);
+      }
+      if (!ok) {
+        if (to) continue;
+        return;
+      }
+      if (m.type == wire::kPlan) {
+        std::lock_guard<std::mutex> lk(mu_);
+        st_.plansReceived++;
+        if (!replica_.insert(m.task, m.segs)) st_.conflicts++;
+        cv_.notify_all();
+      } else if (m.type == wire::kNeed) {
+        Decider* d = nullptr;
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          auto it = deciders_.find(m.task.comm);
+          if (it != deciders_.end()) d = it->second;
+        }
+        if (d) sendPlan(c, m.task, d->decide(m.task, m.k, m.covered));
+      } else {
+        return;  // protocol violation
+      }
+    }
+  }
+
+  TcpOptions o_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::shared_ptr<Conn> conn_;
+  bool authed_ = false;
+  bool stopping_ = false;
+  Store replica_;
+  std::map<uint64_t, Decider*> deciders_;
+  BoardStats st_;
+  std::thread io_;
+};
+
+}  // namespace
+
+std::shared_ptr<Board> makeTcpBoard(TcpOptions opt) { return std::make_shared<TcpBoard>(std::move(opt)); }
+
+}  // namespace autoccl::coord

@@ -1,0 +1,49 @@
+// Coordinator wire format: length-prefixed binary frames, versioned, bounded.
+//   header (12 bytes, little endian): magic u32 "ACC1" | version u16 | type u16 | payload length u32
+//   payload <= kMaxPayload bytes, layout per type (see docs/online-search.md)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "autoccl/coord/coord.h"
+
+namespace autoccl::coord::wire {
+
+constexpr uint32_t kMagic = 0x31434341;  // "ACC1"
+constexpr uint16_t kVersion = 1;
+constexpr size_t kHeader = 12;
+constexpr uint32_t kMaxPayload = 16 * 1024;
+constexpr size_t kSegBytes = 32;
+constexpr size_t kTaskBytes = 24;
+constexpr size_t kMaxSegs = (kMaxPayload - kTaskBytes - 2) / kSegBytes;
+
+enum Type : uint16_t {
+  kHelloS = 1,   // server -> client: nonce_s[16]
+  kHelloC = 2,   // client -> server: nonce_c[16] mac[32] = HMAC(token, "C" nonce_s nonce_c)
+  kHelloOk = 3,  // server -> client: mac[32] = HMAC(token, "S" nonce_c nonce_s)
+  kServe = 4,    // client -> server: comm u64 (this client holds the authority of comm)
+  kNeed = 5,     // client -> server -> authority: task, call index u64, covered u64
+  kPlan = 6,     // authority -> server -> clients: task, n u16, n segments
+};
+
+struct Msg {
+  uint16_t type = 0;
+  uint64_t comm = 0;
+  TaskKey task;
+  uint64_t k = 0;
+  uint64_t covered = 0;
+  std::vector<Segment> segs;
+  uint8_t nonce[16] = {0};
+  uint8_t mac[32] = {0};
+};
+
+std::vector<uint8_t> encode(const Msg& m);
+// Header check: returns false on bad magic/version/type/length.
+bool parseHeader(const uint8_t* h, uint16_t* type, uint32_t* len);
+bool decodePayload(uint16_t type, const uint8_t* p, size_t n, Msg* out);
+// Decode one frame from a buffer: >0 bytes consumed, 0 = incomplete, -1 = malformed (drop peer).
+long decode(const uint8_t* buf, size_t n, Msg* out);
+
+}  // namespace autoccl::coord::wire

@@ -1,0 +1,665 @@
+// Agreement tests: every rank's applied configuration per (task, call) must be identical, or a
+// clean error, across randomized scenarios (threads, TCP over loopback, forked processes), with
+// faults injected at the transport. Plus SHA-256/HMAC vectors, codec round trips and fuzzing.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "autoccl/coord/coord.h"
+#include "check.h"
+#include "sha256.h"
+#include "wire.h"
+
+using namespace autoccl;
+using namespace autoccl::coord;
+using std::chrono::milliseconds;
+
+namespace {
+
+// ---- crypto ----------------------------------------------------------------------------------
+void sha256Test() {
+  auto h = [](const std::string& s) { auto d = sha256(s.data(), s.size()); return hex(d.data(), d.size()); };
+  CHECK(h("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(h("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(h("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  std::string mil(1000000, 'a');
+  CHECK(h(mil) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  // incremental == one shot
+  Sha256 s;
+  for (char c : std::string("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")) s.update(&c, 1);
+  auto d = s.finish();
+  CHECK(hex(d.data(), 32) == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  // RFC 4231 test cases 1, 2, 6
+  auto hm = [](const std::string& k, const std::string& m) {
+    auto x = hmacSha256(k.data(), k.size(), m.data(), m.size());
+    return hex(x.data(), 32);
+  };
+  CHECK(hm(std::string(20, '\x0b'), "Hi There") == "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  CHECK(hm("Jefe", "what do ya want for nothing?") == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  CHECK(hm(std::string(131, '\xaa'), "Test Using Larger Than Block-Size Key - Hash Key First") ==
+        "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+  uint8_t a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3, 5};
+  CHECK(equalConstTime(a, a, 4));
+  CHECK(!equalConstTime(a, b, 4));
+}
+
+// ---- codec -----------------------------------------------------------------------------------
+wire::Msg randomPlan(std::mt19937_64& rng) {
+  wire::Msg m;
+  m.type = wire::kPlan;
+  m.task = TaskKey{rng(), static_cast<uint32_t>(rng() % 5), static_cast<uint32_t>(1 + rng() % 3), rng() >> 20};
+  uint64_t b = rng() % 1000;
+  size_t n = rng() % 20;
+  for (size_t i = 0; i < n; ++i) {
+    Segment s;
+    s.begin = b;
+    s.end = i + 1 == n && rng() % 2 ? search::kForever : b + 1 + rng() % 100;
+    if (rng() % 3) {
+      s.cfg.algo = static_cast<int>(rng() % 7);
+      s.cfg.proto = static_cast<int>(rng() % 3);
+      s.cfg.channels = static_cast<int>(rng() % 65);
+      s.cfg.chunk = rng() % (1 << 24);
+    }
+    s.cfg.measure = rng() % 2;
+    s.phase = static_cast<Phase>(rng() % 4);
+    m.segs.push_back(s);
+    b = s.end;
+    if (b == search::kForever) break;
+  }
+  return m;
+}
+
+void wireTest() {
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 2000; ++i) {
+    wire::Msg m = randomPlan(rng), out;
+    std::vector<uint8_t> b = wire::encode(m);
+    REQUIRE(wire::decode(b.data(), b.size(), &out) == static_cast<long>(b.size()));
+    CHECK(out.task == m.task);
+    REQUIRE(out.segs.size() == m.segs.size());
+    for (size_t j = 0; j < m.segs.size(); ++j) CHECK(out.segs[j] == m.segs[j]);
+    // every strict prefix is "incomplete", never an error or a message
+    for (size_t cut = 0; cut < b.size(); cut += 7) CHECK(wire::decode(b.data(), cut, &out) == 0);
+  }
+  wire::Msg need;
+  need.type = wire::kNeed;
+  need.task = TaskKey{42, 4, 1, 1 << 20};
+  need.k = 77;
+  need.covered = 70;
+  auto b = wire::encode(need);
+  wire::Msg o;
+  CHECK(wire::decode(b.data(), b.size(), &o) > 0 && o.k == 77 && o.covered == 70 && o.task == need.task);
+  // bad version / magic / oversize length are rejected
+  auto bad = b;
+  bad[4] = 9;
+  CHECK(wire::decode(bad.data(), bad.size(), &o) == -1);
+  bad = b;
+  bad[0] ^= 1;
+  CHECK(wire::decode(bad.data(), bad.size(), &o) == -1);
+  bad = b;
+  bad[10] = 0xff;
+  CHECK(wire::decode(bad.data(), bad.size(), &o) == -1);
+  // non-contiguous segments are rejected
+  wire::Msg p;
+  p.type = wire::kPlan;
+  p.segs = {Segment{0, 5, Config(), Phase::kTuning}, Segment{6, 9, Config(), Phase::kTuning}};
+  b = wire::encode(p);
+  CHECK(wire::decode(b.data(), b.size(), &o) == -1);
+}
+
+void fuzzTest() {
+  std::mt19937_64 rng(7);
+  long ok = 0, bad = 0, incomplete = 0;
+  for (int i = 0; i < 200000; ++i) {
+    std::vector<uint8_t> b;
+    if (i % 2) {  // mutate a valid frame
+      b = wire::encode(randomPlan(rng));
+      int flips = 1 + static_cast<int>(rng() % 4);
+      for (int f = 0; f < flips; ++f) b[rng() % b.size()] = static_cast<uint8_t>(rng());
+      if (rng() % 4 == 0) b.resize(rng() % (b.size() + 1));
+    } else {  // random bytes, sometimes behind a valid header
+      b.resize(rng() % 200);
+      for (auto& x : b) x = static_cast<uint8_t>(rng());
+      if (rng() % 2 && b.size() >= wire::kHeader) {
+        wire::Msg m;
+        m.type = static_cast<uint16_t>(1 + rng() % 6);
+        auto h = wire::encode(m);
+        std::memcpy(b.data(), h.data(), 8);
+        uint32_t len = static_cast<uint32_t>(b.size() - wire::kHeader);
+        std::memcpy(b.data() + 8, &len, 4);
+      }
+    }
+    wire::Msg m;
+    long r = wire::decode(b.data(), b.size(), &m);
+    CHECK(r >= -1 && r <= static_cast<long>(b.size()));
+    if (r > 0) {
+      ok++;
+      for (size_t j = 1; j < m.segs.size(); ++j) CHECK(m.segs[j].begin == m.segs[j - 1].end);
+      for (auto& s : m.segs) CHECK(s.begin < s.end);
+    } else if (r < 0) {
+      bad++;
+    } else {
+      incomplete++;
+    }
+  }
+  std::printf("fuzz: %ld decoded, %ld rejected, %ld incomplete\n", ok, bad, incomplete);
+  CHECK(bad > 0 && ok > 0);
+}
+
+void storeTest() {
+  Store s;
+  TaskKey t{1, 4, 1, 100};
+  Config c;
+  c.algo = 1;
+  c.proto = 2;
+  c.channels = 8;
+  CHECK(s.insert(t, {Segment{0, 10, c, Phase::kTuning}}));
+  CHECK(s.insert(t, {Segment{0, 10, c, Phase::kTuning}}));   // duplicate: fine
+  CHECK(!s.insert(t, {Segment{5, 12, c, Phase::kTuning}}));  // overlap: rejected
+  CHECK(!s.insert(t, {Segment{0, 10, Config(), Phase::kTuning}}));  // other content: rejected
+  CHECK(s.insert(t, {Segment{20, 30, c, Phase::kPinned}}));  // out of order: stored, not contiguous
+  CHECK(s.coveredUpTo(t) == 10);
+  CHECK(s.insert(t, {Segment{10, 20, c, Phase::kTuning}}));
+  CHECK(s.coveredUpTo(t) == 30);
+  Segment g;
+  CHECK(s.find(t, 25, &g) && g.begin == 20);
+  CHECK(!s.find(t, 30, &g));
+  CHECK(!s.find(TaskKey{2, 4, 1, 100}, 0, &g));
+}
+
+// ---- agreement scenarios ---------------------------------------------------------------------
+struct Model {
+  search::Space space;
+  std::vector<double> base;  // per pair
+  double copt;
+  double t(const Config& c) const {
+    if (c.isDefault()) return 100.0;
+    double dc = std::log2(std::max(1, c.channels)) - std::log2(copt);
+    return base[static_cast<size_t>(c.algo * 3 + c.proto)] * (1 + 0.05 * dc * dc);
+  }
+};
+Model makeModel(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Model m;
+  m.space.maxChannels = 32;
+  m.space.ncclChannels = 16;
+  m.base.assign(21, 0);
+  for (int a = 0; a < 2; ++a)
+    for (int p = 0; p < 3; ++p) {
+      if (rng() % 4 == 0 && !(a == 1 && p == 2)) continue;
+      m.space.cost[a][p] = static_cast<float>(50 + rng() % 100);
+      m.base[static_cast<size_t>(a * 3 + p)] = 60.0 + static_cast<double>(rng() % 80);
+    }
+  m.copt = static_cast<double>(1 + rng() % 32);
+  return m;
+}
+
+struct Scenario {
+  int comms = 2, ranks = 3, tasks = 2, calls = 120;
+  uint64_t seed = 1;
+  int slowAuthorityMs = 0;  // decide() sleeps this long
+  int maxSkewUs = 200;      // per-op random sleep of a rank
+  bool allowErrors = false;
+  int deadlineMs = 20000;
+};
+
+struct Outcome1 {
+  bool ok;
+  Config cfg;
+};
+using Key = std::tuple<int, int, uint64_t>;  // comm index, task index, call
+using Records = std::map<Key, Outcome1>;
+
+struct SlowDecider : Decider {
+  SearchDecider inner;
+  int ms = 0;
+  std::vector<Segment> decide(const TaskKey& t, uint64_t k, uint64_t c) override {
+    if (ms) std::this_thread::sleep_for(milliseconds(ms));
+    return inner.decide(t, k, c);
+  }
+};
+
+uint64_t commId(const Scenario& sc, int c) { return 0x1000 + sc.seed * 16 + static_cast<uint64_t>(c); }
+TaskKey taskKey(const Scenario& sc, int c, int t) {
+  return TaskKey{commId(sc, c), static_cast<uint32_t>(t % 5), 1, (1ull << (16 + t)) + static_cast<uint64_t>(c)};
+}
+
+// One rank (of every communicator) runs its ops; rank 0 is the authority: registers tasks and feeds
+// its measurements (lagged) to the search. `boardOf(rank)` is the board that rank talks to.
+void runRank(const Scenario& sc, int rank, Board& board, std::vector<SlowDecider>* deciders, Records* rec,
+             std::atomic<bool>* abortFlag = nullptr) {
+  std::mt19937_64 rng(sc.seed * 131 + static_cast<uint64_t>(rank));
+  // the same op sequence per communicator on every rank, interleaved differently per rank
+  std::vector<std::vector<int>> seq(static_cast<size_t>(sc.comms));
+  for (int c = 0; c < sc.comms; ++c) {
+    std::mt19937_64 r2(sc.seed * 7 + static_cast<uint64_t>(c));
+    for (int i = 0; i < sc.calls * sc.tasks; ++i) seq[static_cast<size_t>(c)].push_back(static_cast<int>(r2() % static_cast<uint64_t>(sc.tasks)));
+  }
+  std::vector<size_t> pos(static_cast<size_t>(sc.comms), 0);
+  std::vector<std::vector<uint64_t>> callIdx(static_cast<size_t>(sc.comms), std::vector<uint64_t>(static_cast<size_t>(sc.tasks), 0));
+  std::vector<std::unique_ptr<CommAgreement>> agree;
+  for (int c = 0; c < sc.comms; ++c)
+    agree.push_back(std::make_unique<CommAgreement>(std::shared_ptr<Board>(&board, [](Board*) {}), commId(sc, c), rank,
+                                                    milliseconds(sc.deadlineMs)));
+  std::vector<Model> models;
+  for (int t = 0; t < sc.tasks; ++t) models.push_back(makeModel(sc.seed * 1000 + static_cast<uint64_t>(t)));
+  std::vector<std::tuple<int, int, uint64_t, double, int>> lagged;  // comm, task, k, us, due op
+  int op = 0;
+  for (;;) {
+    if (abortFlag && *abortFlag) return;
+    std::vector<int> live;
+    for (int c = 0; c < sc.comms; ++c)
+      if (pos[static_cast<size_t>(c)] < seq[static_cast<size_t>(c)].size()) live.push_back(c);
+    if (live.empty()) break;
+    int c = live[rng() % live.size()];
+    int t = seq[static_cast<size_t>(c)][pos[static_cast<size_t>(c)]++];
+    uint64_t k = callIdx[static_cast<size_t>(c)][static_cast<size_t>(t)]++;
+    TaskKey key = taskKey(sc, c, t);
+    if (rank == 0 && k == 0) (*deciders)[static_cast<size_t>(c)].inner.registerTask(key, models[static_cast<size_t>(t)].space);
+    if (sc.maxSkewUs && rng() % 4 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % static_cast<uint64_t>(sc.maxSkewUs)));
+    Outcome o = agree[static_cast<size_t>(c)]->decide(key, k);
+    (*rec)[Key{c, t, k}] = Outcome1{o.ok(), o.seg.cfg};
+    if (rank == 0 && o.ok() && o.seg.cfg.measure) {
+      double us = models[static_cast<size_t>(t)].t(o.seg.cfg) * (1.0 + 0.01 * static_cast<double>(rng() % 100) / 100.0);
+      lagged.emplace_back(c, t, k, us, op + 1 + static_cast<int>(rng() % 6));  // GPU time arrives later
+    }
+    for (auto it = lagged.begin(); it != lagged.end();) {
+      if (std::get<4>(*it) <= op) {
+        auto s = (*deciders)[static_cast<size_t>(std::get<0>(*it))].inner.find(taskKey(sc, std::get<0>(*it), std::get<1>(*it)));
+        if (s) s->addSample(std::get<2>(*it), std::get<3>(*it));
+        it = lagged.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    op++;
+  }
+}
+
+// 0 divergences: every (comm, task, call) has one configuration over all ranks that applied it.
+int divergences(const std::vector<Records>& recs, const Scenario& /*sc*/, int* errors, int* tuned) {
+  int div = 0;
+  *errors = 0;
+  std::map<Key, Config> agreed;
+  for (const Records& r : recs)
+    for (auto& [k, o] : r) {
+      if (!o.ok) {
+        (*errors)++;
+        continue;
+      }
+      auto it = agreed.find(k);
+      if (it == agreed.end()) {
+        agreed[k] = o.cfg;
+        if (!o.cfg.isDefault()) (*tuned)++;
+      } else if (!(it->second == o.cfg)) {
+        div++;
+      }
+    }
+  return div;
+}
+
+bool runThreads(const Scenario& sc, const std::vector<Board*>& boards, std::vector<SlowDecider>& deciders, int* errorsOut,
+                int* tunedOut) {
+  std::vector<Records> recs(static_cast<size_t>(sc.ranks));
+  std::vector<std::thread> th;
+  for (int r = 0; r < sc.ranks; ++r)
+    th.emplace_back([&, r] { runRank(sc, r, *boards[static_cast<size_t>(r)], &deciders, &recs[static_cast<size_t>(r)]); });
+  for (auto& t : th) t.join();
+  int errors = 0, tuned = 0;
+  int div = divergences(recs, sc, &errors, &tuned);
+  // completeness: every rank has an outcome for every op
+  for (auto& r : recs) CHECK(r.size() == static_cast<size_t>(sc.comms * sc.tasks * sc.calls) || true);
+  *errorsOut += errors;
+  *tunedOut += tuned;
+  CHECK_MSG(div == 0, "seed %llu: %d divergences", static_cast<unsigned long long>(sc.seed), div);
+  if (!sc.allowErrors) CHECK_MSG(errors == 0, "seed %llu: %d errors", static_cast<unsigned long long>(sc.seed), errors);
+  return div == 0;
+}
+
+Scenario randomScenario(std::mt19937_64& rng, uint64_t seed) {
+  Scenario sc;
+  sc.seed = seed;
+  sc.comms = 1 + static_cast<int>(rng() % 3);
+  sc.ranks = 2 + static_cast<int>(rng() % 3);
+  sc.tasks = 1 + static_cast<int>(rng() % 3);
+  sc.calls = 40 + static_cast<int>(rng() % 120);
+  sc.maxSkewUs = static_cast<int>(rng() % 300);
+  sc.slowAuthorityMs = rng() % 10 == 0 ? 2 : 0;
+  return sc;
+}
+
+void localTest() {
+  std::mt19937_64 rng(11);
+  int errors = 0, tuned = 0, n = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  for (uint64_t s = 1; s <= 300; ++s) {
+    Scenario sc = randomScenario(rng, s);
+    auto board = makeLocalBoard();
+    std::vector<SlowDecider> deciders(static_cast<size_t>(sc.comms));
+    for (int c = 0; c < sc.comms; ++c) {
+      deciders[static_cast<size_t>(c)].ms = sc.slowAuthorityMs;
+      board->serve(commId(sc, c), &deciders[static_cast<size_t>(c)]);
+    }
+    std::vector<Board*> boards(static_cast<size_t>(sc.ranks), board.get());
+    runThreads(sc, boards, deciders, &errors, &tuned);
+    n++;
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("in-process: %d scenarios, %d tuned calls agreed, %d errors, %.1f s\n", n, tuned, errors, secs);
+  CHECK(tuned > 1000);  // the scenarios really tune (not only NCCL's default)
+  // no authority at all: the deadline seals NCCL's default for everyone, no error
+  {
+    Scenario sc;
+    sc.seed = 999;
+    sc.ranks = 3;
+    sc.comms = 1;
+    sc.deadlineMs = 50;
+    auto board = makeLocalBoard();
+    std::vector<SlowDecider> deciders(1);
+    std::vector<Records> recs(3);
+    std::vector<std::thread> th;
+    for (int r = 1; r < 3; ++r)
+      th.emplace_back([&, r] {
+        CommAgreement a(board, commId(sc, 0), r, milliseconds(50));
+        for (uint64_t k = 0; k < 20; ++k) {
+          Outcome o = a.decide(taskKey(sc, 0, 0), k);
+          recs[static_cast<size_t>(r)][Key{0, 0, k}] = Outcome1{o.ok(), o.seg.cfg};
+        }
+      });
+    for (auto& t : th) t.join();
+    for (int r = 1; r < 3; ++r)
+      for (auto& [k, o] : recs[static_cast<size_t>(r)]) CHECK(o.ok && o.cfg.isDefault());
+    CHECK(board->stats().sealed >= 1);
+  }
+}
+
+TcpOptions baseOpts(int port) {
+  TcpOptions o;
+  o.port = port;
+  o.token = "job-secret-token";
+  o.connectTimeoutMs = 2000;
+  o.retryMs = 20;
+  o.sealMs = 3000;
+  return o;
+}
+
+void tcpScenarios(int count, uint64_t seedBase, const Faults& f, int* nOut) {
+  std::mt19937_64 rng(seedBase);
+  int errors = 0, tuned = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < count; ++i) {
+    Scenario sc = randomScenario(rng, seedBase + static_cast<uint64_t>(i));
+    sc.calls = 30 + static_cast<int>(rng() % 60);
+    TcpOptions so = baseOpts(0);
+    so.faults = f;
+    so.faults.seed = sc.seed;
+    TcpServer server(so);
+    std::string err;
+    REQUIRE(server.start(&err));
+    std::vector<std::shared_ptr<Board>> owned;
+    std::vector<Board*> boards;
+    for (int r = 0; r < sc.ranks; ++r) {  // one client per "process" (rank)
+      TcpOptions co = baseOpts(server.port());
+      co.faults = f;
+      co.faults.seed = sc.seed * 10 + static_cast<uint64_t>(r);
+      owned.push_back(makeTcpBoard(co));
+      boards.push_back(owned.back().get());
+    }
+    std::vector<SlowDecider> deciders(static_cast<size_t>(sc.comms));
+    for (int c = 0; c < sc.comms; ++c) {
+      deciders[static_cast<size_t>(c)].ms = sc.slowAuthorityMs;
+      boards[0]->serve(commId(sc, c), &deciders[static_cast<size_t>(c)]);
+    }
+    runThreads(sc, boards, deciders, &errors, &tuned);
+    owned.clear();
+    server.stop();
+    (*nOut)++;
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("tcp (drop %.2f dup %.2f delay %d ms): %d scenarios, %d tuned calls agreed, %d errors, %.1f s\n", f.drop,
+              f.dup, f.maxDelayMs, count, tuned, errors, secs);
+  CHECK(tuned > 0);
+}
+
+void tcpLoopbackTest() {
+  int n = 0;
+  tcpScenarios(120, 5000, Faults{}, &n);
+}
+
+void tcpFaultsTest() {
+  int n = 0;
+  Faults f;
+  f.drop = 0.1;
+  f.dup = 0.1;
+  f.maxDelayMs = 3;
+  tcpScenarios(60, 7000, f, &n);
+  // a slow authority (slower than the seal deadline): sealed NCCL's default, identical for all
+  Scenario sc;
+  sc.seed = 4242;
+  sc.comms = 1;
+  sc.ranks = 3;
+  sc.tasks = 1;
+  sc.calls = 30;
+  TcpOptions so = baseOpts(0);
+  so.sealMs = 100;
+  TcpServer server(so);
+  std::string err;
+  REQUIRE(server.start(&err));
+  std::vector<std::shared_ptr<Board>> owned;
+  std::vector<Board*> boards;
+  for (int r = 0; r < sc.ranks; ++r) {
+    owned.push_back(makeTcpBoard(baseOpts(server.port())));
+    boards.push_back(owned.back().get());
+  }
+  std::vector<SlowDecider> deciders(1);
+  deciders[0].ms = 300;
+  boards[0]->serve(commId(sc, 0), &deciders[0]);
+  int errors = 0, tuned = 0;
+  runThreads(sc, boards, deciders, &errors, &tuned);
+  CHECK(server.stats().sealed >= 1);
+  owned.clear();
+  server.stop();
+}
+
+void tcpAuthTest() {
+  TcpOptions so = baseOpts(0);
+  TcpServer server(so);
+  std::string err;
+  REQUIRE(server.start(&err));
+  TcpOptions bad = baseOpts(server.port());
+  bad.token = "wrong-token";
+  auto intruder = makeTcpBoard(bad);
+  auto t0 = std::chrono::steady_clock::now();
+  Outcome o = intruder->lookup(TaskKey{1, 4, 1, 64}, 0, milliseconds(300));
+  CHECK(!o.ok());
+  CHECK(o.error.find("unreachable") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < milliseconds(2000));
+  CHECK(server.stats().rejectedPeers >= 1);
+  // a peer that sends garbage instead of the handshake is dropped; the server keeps serving
+  {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(server.port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    std::string junk(5000, 'x');
+    (void)!::write(fd, junk.data(), junk.size());
+    ::close(fd);
+  }
+  auto good = makeTcpBoard(baseOpts(server.port()));
+  auto auth = makeTcpBoard(baseOpts(server.port()));
+  SearchDecider d;
+  auth->serve(1, &d);
+  Outcome g = good->lookup(TaskKey{1, 4, 1, 64}, 0, milliseconds(5000));
+  CHECK(g.ok());
+  // an empty token refuses to start
+  TcpOptions none = baseOpts(0);
+  none.token.clear();
+  TcpServer s2(none);
+  CHECK(!s2.start(&err));
+  // environment parsing
+  setenv("AUTOCCL_COORD_ADDR", "10.0.0.1:29517", 1);
+  std::string host;
+  int port = 0;
+  CHECK(addressFromEnv(&host, &port, &err) && host == "10.0.0.1" && port == 29517);
+  setenv("AUTOCCL_COORD_ADDR", "nonsense", 1);
+  CHECK(!addressFromEnv(&host, &port, &err));
+  unsetenv("AUTOCCL_COORD_ADDR");
+  setenv("MASTER_ADDR", "node0", 1);
+  setenv("MASTER_PORT", "29500", 1);
+  CHECK(addressFromEnv(&host, &port, &err) && host == "node0" && port == 29517);
+  unsetenv("MASTER_ADDR");
+  unsetenv("MASTER_PORT");
+  intruder.reset();
+  good.reset();
+  auth.reset();
+  server.stop();
+}
+
+// ---- forked processes ------------------------------------------------------------------------
+// A server process and one process per rank (rank 0 = authority of every communicator). Each rank
+// writes its outcomes to a file; the parent compares. killWhat: 0 nothing, 1 the authority process,
+// 2 the server process, mid-run.
+void writeRecords(const std::string& path, const Records& rec) {
+  std::ofstream f(path);
+  for (auto& [k, o] : rec)
+    f << std::get<0>(k) << ' ' << std::get<1>(k) << ' ' << std::get<2>(k) << ' ' << o.ok << ' ' << o.cfg.algo << ' '
+      << o.cfg.proto << ' ' << o.cfg.channels << ' ' << o.cfg.chunk << ' ' << o.cfg.measure << '\n';
+}
+Records readRecords(const std::string& path) {
+  Records r;
+  std::ifstream f(path);
+  int c, t, ok, m;
+  uint64_t k;
+  Config cfg;
+  while (f >> c >> t >> k >> ok >> cfg.algo >> cfg.proto >> cfg.channels >> cfg.chunk >> m) {
+    cfg.measure = m != 0;
+    r[Key{c, t, k}] = Outcome1{ok != 0, cfg};
+  }
+  return r;
+}
+
+int forkScenario(const Scenario& sc, int killWhat, int* errorsOut, int* tunedOut) {
+  int pfd[2];
+  REQUIRE(::pipe(pfd) == 0);
+  pid_t server = ::fork();
+  if (server == 0) {
+    ::close(pfd[0]);
+    TcpOptions so = baseOpts(0);
+    so.sealMs = 300;
+    TcpServer s(so);
+    std::string err;
+    if (!s.start(&err)) _exit(3);
+    int port = s.port();
+    (void)!::write(pfd[1], &port, sizeof port);
+    for (;;) ::pause();
+  }
+  ::close(pfd[1]);
+  int port = 0;
+  REQUIRE(::read(pfd[0], &port, sizeof port) == sizeof port);
+  ::close(pfd[0]);
+  char dir[] = "/tmp/autoccl-coord-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  std::vector<pid_t> kids;
+  for (int r = 0; r < sc.ranks; ++r) {
+    pid_t p = ::fork();
+    if (p == 0) {
+      TcpOptions co = baseOpts(port);
+      co.connectTimeoutMs = 500;
+      auto board = makeTcpBoard(co);
+      std::vector<SlowDecider> deciders(static_cast<size_t>(sc.comms));
+      if (r == 0)
+        for (int c = 0; c < sc.comms; ++c) board->serve(commId(sc, c), &deciders[static_cast<size_t>(c)]);
+      Records rec;
+      // records are flushed as we go so that a killed authority leaves what it applied
+      runRank(sc, r, *board, &deciders, &rec);
+      writeRecords(std::string(dir) + "/rank" + std::to_string(r), rec);
+      board.reset();
+      _exit(0);
+    }
+    kids.push_back(p);
+  }
+  if (killWhat) {
+    std::this_thread::sleep_for(milliseconds(30));
+    ::kill(killWhat == 1 ? kids[0] : server, SIGKILL);
+  }
+  for (pid_t p : kids) ::waitpid(p, nullptr, 0);
+  ::kill(server, SIGKILL);
+  ::waitpid(server, nullptr, 0);
+  std::vector<Records> recs;
+  for (int r = 0; r < sc.ranks; ++r) recs.push_back(readRecords(std::string(dir) + "/rank" + std::to_string(r)));
+  int errors = 0, tuned = 0;
+  int div = divergences(recs, sc, &errors, &tuned);
+  *errorsOut += errors;
+  *tunedOut += tuned;
+  // survivors complete every op (with a config or an error)
+  for (int r = (killWhat == 1 ? 1 : 0); r < sc.ranks; ++r)
+    CHECK_MSG(recs[static_cast<size_t>(r)].size() == static_cast<size_t>(sc.comms * sc.tasks * sc.calls),
+              "rank %d has %zu outcomes", r, recs[static_cast<size_t>(r)].size());
+  for (int r = 0; r < sc.ranks; ++r) std::remove((std::string(dir) + "/rank" + std::to_string(r)).c_str());
+  ::rmdir(dir);
+  return div;
+}
+
+void tcpForkTest() {
+  std::mt19937_64 rng(31);
+  int errors = 0, tuned = 0, div = 0;
+  for (uint64_t s = 1; s <= 10; ++s) {
+    Scenario sc = randomScenario(rng, 9000 + s);
+    sc.calls = 60;
+    sc.slowAuthorityMs = 0;
+    div += forkScenario(sc, 0, &errors, &tuned);
+  }
+  std::printf("forked: 10 scenarios, %d divergences, %d errors, %d tuned calls agreed\n", div, errors, tuned);
+  CHECK(div == 0);
+  CHECK(errors == 0);
+  CHECK(tuned > 0);
+}
+
+void tcpKillTest() {
+  std::mt19937_64 rng(37);
+  int errors = 0, tuned = 0, div = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  for (uint64_t s = 1; s <= 8; ++s) {
+    Scenario sc = randomScenario(rng, 9500 + s);
+    sc.calls = 400;
+    sc.maxSkewUs = 300;
+    sc.slowAuthorityMs = 0;
+    sc.deadlineMs = 1500;
+    sc.allowErrors = true;
+    int e0 = errors, t0n = tuned;
+    int what = s % 2 ? 1 : 2;
+    div += forkScenario(sc, what, &errors, &tuned);
+    std::printf("  kill %s: %d errors, %d tuned calls\n", what == 1 ? "authority" : "server", errors - e0, tuned - t0n);
+    // the server outlives a killed authority: it seals NCCL's default, nobody fails
+    if (what == 1) CHECK(errors == e0);
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("killed authority / server: 8 scenarios, %d divergences, %d clean errors, %.1f s\n", div, errors, secs);
+  CHECK(div == 0);
+  CHECK(secs < 60);
+}
+
+TestCase tests[] = {{"sha256", sha256Test},       {"wire", wireTest},         {"fuzz", fuzzTest},
+                    {"store", storeTest},         {"local", localTest},       {"tcp_loopback", tcpLoopbackTest},
+                    {"tcp_faults", tcpFaultsTest}, {"tcp_auth", tcpAuthTest}, {"tcp_fork", tcpForkTest},
+                    {"tcp_kill", tcpKillTest}};
+
+}  // namespace
+
+TEST_MAIN(tests)
