@@ -54,6 +54,61 @@ struct Rng {  // splitmix64: small, fast, deterministic across platforms
   std::size_t below(std::size_t n) { return static_cast<std::size_t>(next() % n); }
 };
 
+// Min-queue of (time, channel): FIFOs per cost class (nclasses > 0) or a binary heap (nclasses == 0).
+class EventQueue {
+ public:
+  explicit EventQueue(std::size_t nclasses) : fifo_(nclasses), head_(nclasses, 0) {}
+  void push(double t, int ch, int cls) {
+    if (fifo_.empty()) {
+      heap_.push({t, ch});
+      return;
+    }
+    fifo_[static_cast<std::size_t>(cls)].push_back({t, ch});
+    ++size_;
+  }
+  bool empty() const { return fifo_.empty() ? heap_.empty() : size_ == 0; }
+  double top_time() { return fifo_.empty() ? heap_.top().first : fifo_[best()][head_[best_]].first; }
+  int pop() {
+    if (fifo_.empty()) {
+      const int ch = heap_.top().second;
+      heap_.pop();
+      return ch;
+    }
+    const std::size_t b = best();
+    const int ch = fifo_[b][head_[b]++].second;
+    --size_;
+    if (head_[b] == fifo_[b].size()) {
+      fifo_[b].clear();
+      head_[b] = 0;
+    } else if (head_[b] > 4096 && head_[b] * 2 > fifo_[b].size()) {
+      fifo_[b].erase(fifo_[b].begin(), fifo_[b].begin() + static_cast<std::ptrdiff_t>(head_[b]));
+      head_[b] = 0;
+    }
+    return ch;
+  }
+
+ private:
+  using Ev = std::pair<double, int>;
+  std::vector<std::vector<Ev>> fifo_;
+  std::vector<std::size_t> head_;
+  std::size_t size_ = 0, best_ = 0;
+  std::priority_queue<Ev, std::vector<Ev>, std::greater<Ev>> heap_;
+  std::size_t best() {
+    double bt = 0;
+    bool any = false;
+    for (std::size_t i = 0; i < fifo_.size(); ++i) {
+      if (head_[i] == fifo_[i].size()) continue;
+      const double ti = fifo_[i][head_[i]].first;
+      if (!any || ti < bt) {
+        bt = ti;
+        best_ = i;
+        any = true;
+      }
+    }
+    return best_;
+  }
+};
+
 struct GatherResult {
   double time = 0;
   std::vector<Transfer> transfers;  // route = channel id
@@ -87,6 +142,10 @@ GatherResult gather(const Topology& t, const std::vector<int>& src, double chunk
   std::vector<std::vector<int>> link_users(static_cast<std::size_t>(t.num_links()));
   for (std::size_t i = 0; i < nch; ++i)
     for (int l : chans[i].route) link_users[static_cast<std::size_t>(l)].push_back(static_cast<int>(i));
+  // A channel whose links no other channel uses needs no link bookkeeping (the common direct-link case).
+  std::vector<char> exclusive(nch, 1);
+  for (std::size_t i = 0; i < nch; ++i)
+    for (int l : chans[i].route) exclusive[i] = exclusive[i] && link_users[static_cast<std::size_t>(l)].size() == 1;
   std::vector<int> dirty;
   auto mark = [&](int ch) {
     if (!dirty_flag[static_cast<std::size_t>(ch)]) {
@@ -95,10 +154,21 @@ GatherResult gather(const Topology& t, const std::vector<int>& src, double chunk
     }
   };
   std::size_t qentries = 0, max_q = 0;
-  auto push_candidates = [&](int r, std::int32_t c) {
+  // Flat adjacency (cache friendly): out_off[r]..out_off[r+1] index out_ch/out_dst.
+  std::vector<std::int32_t> out_off(static_cast<std::size_t>(n) + 1, 0), out_ch, out_dst, ch_dst(nch);
+  for (int r = 0; r < n; ++r) {
     for (int och : t.out_channels(r)) {
+      out_ch.push_back(och);
+      out_dst.push_back(chans[static_cast<std::size_t>(och)].dst);
+    }
+    out_off[static_cast<std::size_t>(r) + 1] = static_cast<std::int32_t>(out_ch.size());
+  }
+  for (std::size_t i = 0; i < nch; ++i) ch_dst[i] = chans[i].dst;
+  auto push_candidates = [&](int r, std::int32_t c) {
+    for (std::int32_t k = out_off[static_cast<std::size_t>(r)]; k < out_off[static_cast<std::size_t>(r) + 1]; ++k) {
+      const int och = out_ch[static_cast<std::size_t>(k)];
       const auto oc = static_cast<std::size_t>(och);
-      if (is_claimed(chans[oc].dst, static_cast<std::size_t>(c))) continue;
+      if (is_claimed(out_dst[static_cast<std::size_t>(k)], static_cast<std::size_t>(c))) continue;
       q[oc].push_back(c);
       ++qentries;
       if (!busy[oc]) mark(och);
@@ -108,8 +178,18 @@ GatherResult gather(const Topology& t, const std::vector<int>& src, double chunk
   for (std::size_t c = 0; c < C; ++c) push_candidates(src[c], static_cast<std::int32_t>(c));
   max_q = qentries;
 
-  using Ev = std::pair<double, int>;
-  std::priority_queue<Ev, std::vector<Ev>, std::greater<Ev>> heap;
+  // Event queue. Transfers start at non-decreasing times, so the completions of all transfers of one
+  // cost form a FIFO; with few distinct costs, the next event is the earliest FIFO head.
+  std::vector<double> costs_sorted(cost.begin(), cost.end());
+  std::sort(costs_sorted.begin(), costs_sorted.end());
+  costs_sorted.erase(std::unique(costs_sorted.begin(), costs_sorted.end()), costs_sorted.end());
+  std::vector<int> cost_class(nch, 0);
+  const bool fifo = costs_sorted.size() <= 16;
+  for (std::size_t i = 0; i < nch; ++i)
+    cost_class[i] = fifo ? static_cast<int>(std::lower_bound(costs_sorted.begin(), costs_sorted.end(), cost[i]) -
+                                            costs_sorted.begin())
+                         : 0;
+  EventQueue events(fifo ? costs_sorted.size() : 0);
   GatherResult res;
   Rng rng(seed);
   const bool uniform = t.uniform_channels();
@@ -128,11 +208,13 @@ GatherResult gather(const Topology& t, const std::vector<int>& src, double chunk
       const auto cu = static_cast<std::size_t>(ch);
       dirty_flag[cu] = 0;
       if (busy[cu]) continue;
-      bool free = true;
-      for (int l : chans[cu].route) free = free && !link_busy[static_cast<std::size_t>(l)];
-      if (!free) continue;
+      if (!exclusive[cu]) {
+        bool free = true;
+        for (int l : chans[cu].route) free = free && !link_busy[static_cast<std::size_t>(l)];
+        if (!free) continue;
+      }
       auto& qq = q[cu];
-      const int d = chans[cu].dst;
+      const int d = ch_dst[cu];
       std::int32_t pick = -1;
       while (qhead[cu] < qq.size()) {
         const std::int32_t c = qq[qhead[cu]++];
@@ -154,22 +236,20 @@ GatherResult gather(const Topology& t, const std::vector<int>& src, double chunk
       busy[cu] = 1;
       cur[cu] = pick;
       cur_start[cu] = now;
-      for (int l : chans[cu].route) link_busy[static_cast<std::size_t>(l)] = 1;
-      heap.push({now + cost[cu], ch});
+      if (!exclusive[cu])
+        for (int l : chans[cu].route) link_busy[static_cast<std::size_t>(l)] = 1;
+      events.push(now + cost[cu], ch, cost_class[cu]);
     }
     dirty.clear();
   };
 
   match(0.0);
   std::vector<int> batch;
-  while (!heap.empty()) {
-    const double now = heap.top().first;
+  while (!events.empty()) {
+    const double now = events.top_time();
     const double eps = 1e-9 * std::max(1.0, now);
     batch.clear();
-    while (!heap.empty() && heap.top().first <= now + eps) {
-      batch.push_back(heap.top().second);
-      heap.pop();
-    }
+    while (!events.empty() && events.top_time() <= now + eps) batch.push_back(events.pop());
     for (std::size_t i = batch.size(); i > 1; --i) std::swap(batch[i - 1], batch[rng.below(i)]);
     for (int ch : batch) {
       const auto cu = static_cast<std::size_t>(ch);
@@ -188,13 +268,18 @@ GatherResult gather(const Topology& t, const std::vector<int>& src, double chunk
         res.transfers.push_back(tr);
       }
       res.time = std::max(res.time, cur_start[cu] + cost[cu]);
-      for (int l : chans[cu].route) {
-        link_busy[static_cast<std::size_t>(l)] = 0;
-        for (int u : link_users[static_cast<std::size_t>(l)])
-          if (!busy[static_cast<std::size_t>(u)] && qhead[static_cast<std::size_t>(u)] < q[static_cast<std::size_t>(u)].size())
-            mark(u);
+      if (exclusive[cu]) {
+        if (qhead[cu] < q[cu].size()) mark(ch);
+      } else {
+        for (int l : chans[cu].route) {
+          link_busy[static_cast<std::size_t>(l)] = 0;
+          for (int u : link_users[static_cast<std::size_t>(l)])
+            if (!busy[static_cast<std::size_t>(u)] &&
+                qhead[static_cast<std::size_t>(u)] < q[static_cast<std::size_t>(u)].size())
+              mark(u);
+        }
       }
-      push_candidates(chans[cu].dst, c);
+      push_candidates(ch_dst[cu], c);
     }
     max_q = std::max(max_q, qentries);
     match(now);
