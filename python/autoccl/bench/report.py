@@ -115,7 +115,14 @@ def speedup_matrix(doc: dict[str, Any], mode: str) -> tuple[list[int], list[str]
             r, base = idx.get((mode, coll, load, b)), idx.get(("nccl", coll, load, b))
             line.append(R.speedup(r, base) if r and base else math.nan)
         mat.append(line)
-    return sizes, cols, mat
+    # keep only sizes and columns with at least one value
+    keep_c = [j for j in range(len(cols)) if any(math.isfinite(line[j]) for line in mat)]
+    keep_r = [i for i in range(len(sizes)) if any(math.isfinite(mat[i][j]) for j in keep_c)]
+    return (
+        [sizes[i] for i in keep_r],
+        [cols[j] for j in keep_c],
+        [[mat[i][j] for j in keep_c] for i in keep_r],
+    )
 
 
 def speedup_heatmaps(doc: dict[str, Any], outdir: Path, formats: list[str]) -> list[Path]:
@@ -142,7 +149,7 @@ def speedup_heatmaps(doc: dict[str, Any], outdir: Path, formats: list[str]) -> l
                 if math.isfinite(arr[i, j]):
                     ax.text(j, i, f"{arr[i, j]:.2f}", ha="center", va="center", fontsize=7)
         ax.set_xticks(range(len(cols)))
-        ax.set_xticklabels([c.replace("@", "\n") for c in cols], fontsize=7)
+        ax.set_xticklabels([c.replace("@", "\n") for c in cols], fontsize=7, rotation=30, ha="right")
         ax.set_yticks(range(len(sizes)))
         ax.set_yticklabels([format_size(s) for s in sizes], fontsize=7)
         ax.set_title(f"{mode} vs nccl (busbw; makespan under load)", fontsize=9)

@@ -306,7 +306,7 @@ def train_markdown(doc: dict[str, Any]) -> str:
     ]
     for r in doc.get("train", []):
         lines.append(
-            f"| {r['parallel']} | {r['mode']} | {r.get('params', 0) / 1e6:.0f}M | {r['steady_ms']:.2f} | "
+            f"| {r['parallel']} | {r['mode']} | {_params(r.get('params'))} | {r['steady_ms']:.2f} | "
             f"{r['tokens_per_s']:.0f} | {r['first10_ms']:.2f} | {_f(r.get('tuning_cost_s'), '.3f')} | "
             f"{_f(r.get('gain_ms'), '.2f')} | {_f(r.get('break_even_iters'), '.0f')} |"
         )
@@ -315,6 +315,12 @@ def train_markdown(doc: dict[str, Any]) -> str:
         lines += ["", "## failed launches", ""]
         lines += [f"- `{f['launch']}`: {f['error'].splitlines()[0] if f['error'] else ''}" for f in fails]
     return "\n".join(lines) + "\n"
+
+
+def _params(n: Any) -> str:
+    if not isinstance(n, int):
+        return "–"
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e7 else f"{n / 1e6:.2f}M"
 
 
 def _bw(v: float) -> str:

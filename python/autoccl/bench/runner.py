@@ -626,6 +626,6 @@ def run_train(
         doc["launches"].append(entry)
     base = {it["parallel"]: it["iter_ms"] for it in doc["iterations"] if it["mode"] == "nccl"}
     for row, it in zip(doc["train"], doc["iterations"], strict=True):
-        if row["mode"] != "nccl" and row["parallel"] in base:
+        if row["mode"] == "online" and row["parallel"] in base:
             row.update(tuning_tradeoff(it["iter_ms"], base[row["parallel"]]))
     return doc

@@ -1,0 +1,342 @@
+"""End-to-end runs on the CPU backend (gloo): the harness really starts N processes per launch."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from autoccl.bench import results as R
+from autoccl.bench.launch import LaunchError, Topology, detect_topology, run_launch
+from autoccl.bench.presets import PRESETS
+from autoccl.bench.spec import bus_factor
+from autoccl.cli import main
+
+pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _pythonpath(monkeypatch: pytest.MonkeyPatch) -> None:
+    # workers are `python -m autoccl.bench.worker`: they must import this checkout
+    pp = os.environ.get("PYTHONPATH", "")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO / "python"), *([pp] if pp else [])]))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    for var in ("WORLD_SIZE", "RANK", "SLURM_NTASKS", "SLURM_PROCID"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def _run(args: list[str]) -> Any:
+    return CliRunner().invoke(main, args, catch_exceptions=False)
+
+
+CPU = ["--device", "cpu", "--backend", "gloo", "--nproc", "2", "--no-progress"]
+
+
+def test_coll_two_modes_with_load_and_check(tmp_path: Path) -> None:
+    prefix = tmp_path / "r"
+    r = _run(
+        [
+            "bench",
+            "coll",
+            *CPU,
+            "--colls",
+            "all",
+            "--sizes",
+            "4K,16K",
+            "--dtype",
+            "fp32",
+            "--modes",
+            "nccl,static:NCCL_PROTO=LL128,NCCL_ALGO=Ring",
+            "-w",
+            "1",
+            "-n",
+            "2",
+            "-r",
+            "2",
+            "--check",
+            "--load",
+            "none,gemm:32x32x32:fp32",
+            "-o",
+            str(prefix),
+        ]
+    )
+    assert r.exit_code == 0, r.output
+    doc = R.load_doc(prefix.with_suffix(".json"))
+    assert [ln["label"] for ln in doc["launches"]] == ["nccl", "static:NCCL_PROTO=LL128,NCCL_ALGO=Ring"]
+    env0, env1 = (ln["rank0_env"] for ln in doc["launches"])
+    assert "NCCL_PROTO" not in env0 and env0["NCCL_NVLS_ENABLE"] == "0"
+    assert (
+        env1["NCCL_PROTO"] == "LL128" and env1["NCCL_ALGO"] == "Ring" and env1["NVSHMEM_DISABLE_NVLS"] == "1"
+    )
+    rows = doc["rows"]
+    assert len(rows) == 2 * 6 * 2 * 2
+    assert doc["host"]["torch"] and doc["settings"]["world_size"] == 2
+    for row in rows:
+        assert row["check"] == "ok", row
+        assert row["busbw_gbs"] == pytest.approx(
+            row["bytes"] * bus_factor(row["coll"], 2) / (row["time_us"] * 1e-6) / 1e9, rel=1e-9
+        )
+        assert row["time_us_min"] <= row["time_us"] <= row["time_us_max"]
+        assert len(row["time_us_all"]) == 2
+        if row["load"] != "none":
+            assert row["span_ms"] * 1e3 >= 0.999 * max(
+                row["comm_load_us"] * 2, row["gemm_load_us"] * row["gemm_reps"]
+            )
+            assert row["serial_ms"] > 0 and row["gemm_slowdown"] > 0
+    # the GEMM work of a loaded cell is fixed by the first launch, so makespans compare across modes
+    by = {(r["mode"], r["coll"], r["bytes"]): r["gemm_reps"] for r in rows if r["load"] != "none"}
+    for (_mode, coll, b), g in by.items():
+        assert by[("nccl", coll, b)] == g
+    assert prefix.with_suffix(".csv").read_text().count("\n") == 1 + len(rows)
+    assert "vs nccl" in prefix.with_suffix(".md").read_text()
+
+
+def test_sweeps_online_and_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Plugin modes on gloo: the environment is set (a stand-in file for the library), gloo ignores it.
+    libdir = tmp_path / "lib"
+    libdir.mkdir()
+    (libdir / "libautoccl-nccl.so").write_bytes(b"")
+    monkeypatch.setenv("AUTOCCL_LIB_DIR", str(libdir))
+    prefix = tmp_path / "s"
+    r = _run(
+        [
+            "bench",
+            "coll",
+            *CPU,
+            "--colls",
+            "ag,ar",
+            "--sizes",
+            "8K",
+            "--dtype",
+            "fp32",
+            "--modes",
+            "static-best,oracle,online",
+            "-w",
+            "1",
+            "-n",
+            "2",
+            "-r",
+            "2",
+            "--static-space",
+            "NCCL_PROTO=LL;GLOO_SOCKET_IFNAME=nonexistent0",
+            "--oracle-channels",
+            "8",
+            "--oracle-protos",
+            "ll",
+            "--online-warmup",
+            "3",
+            "-o",
+            str(prefix),
+        ]
+    )
+    # the GLOO_SOCKET_IFNAME setting cannot start: one failed launch, reported, the rest goes on
+    assert r.exit_code == 1 and "1 launch(es) failed" in r.output
+    doc = R.load_doc(prefix.with_suffix(".json"))
+    labels = [ln["label"] for ln in doc["launches"]]
+    assert labels == [
+        "static-best/default",
+        "static-best/NCCL_PROTO=LL",
+        "static-best/GLOO_SOCKET_IFNAME=nonexistent0",
+        "oracle/000",
+        "oracle/001",
+        "online@none",
+        "static-best",
+    ]
+    assert [f["launch"] for f in doc["failures"]] == ["static-best/GLOO_SOCKET_IFNAME=nonexistent0"]
+    sb = doc["static_best"]
+    assert sb["selected"] in ("static-best/default", "static-best/NCCL_PROTO=LL")
+    assert {t["launch"]: t["eligible"] for t in sb["table"]}[
+        "static-best/GLOO_SOCKET_IFNAME=nonexistent0"
+    ] is False
+    last = doc["launches"][-1]
+    assert last["phase"] == "measure" and last["rank0_env"].get("NCCL_PROTO") == sb["settings"].get(
+        "NCCL_PROTO"
+    )
+    oracle_envs = [ln["rank0_env"] for ln in doc["launches"] if ln["mode"] == "oracle"]
+    assert [e["AUTOCCL_FIXED"] for e in oracle_envs] == [
+        "allgather:ring/ll/8;allreduce:ring/ll/8",
+        "allreduce:tree/ll/8",
+    ]
+    assert all(e["AUTOCCL_MODE"] == "fixed" for e in oracle_envs)
+    online = next(ln for ln in doc["launches"] if ln["mode"] == "online")
+    assert online["rank0_env"]["AUTOCCL_MODE"] == "online" and "AUTOCCL_TRACE" in online["rank0_env"]
+    assert online["convergence"] == []  # gloo never loads the plugin: no trace
+    traces = doc["warmup_traces"]
+    assert {(t["coll"], t["launch"]) for t in traces} == {
+        ("all_gather", "online@none"),
+        ("all_reduce", "online@none"),
+    }
+    assert all(len(t["iter_us"]) == 3 for t in traces)
+    summary = R.summary_rows(doc)
+    assert {r["mode"] for r in summary} == {"static-best", "oracle", "online"}
+    assert len([r for r in summary if r["mode"] == "oracle"]) == 2  # best per cell
+    # a later command reuses the sweep: only the re-measurement runs
+    prefix2 = tmp_path / "s2"
+    r2 = _run(
+        [
+            "bench",
+            "coll",
+            *CPU,
+            "--colls",
+            "ag,ar",
+            "--sizes",
+            "8K",
+            "--dtype",
+            "fp32",
+            "--modes",
+            "static-best",
+            "-w",
+            "1",
+            "-n",
+            "2",
+            "-r",
+            "1",
+            "--static-best-from",
+            str(prefix.with_suffix(".json")),
+            "-o",
+            str(prefix2),
+        ]
+    )
+    assert r2.exit_code == 0, r2.output
+    doc2 = R.load_doc(prefix2.with_suffix(".json"))
+    assert [ln["label"] for ln in doc2["launches"]] == ["static-best"]
+    assert doc2["static_best"]["selected"] == sb["selected"]
+
+
+def test_train_fsdp2_and_ddp(tmp_path: Path) -> None:
+    prefix = tmp_path / "t"
+    r = _run(
+        [
+            "bench",
+            "train",
+            *CPU,
+            "--preset",
+            "tiny",
+            "--seq",
+            "16",
+            "--batch",
+            "2",
+            "-n",
+            "3",
+            "--modes",
+            "nccl",
+            "--dtype",
+            "fp32",
+            "-o",
+            str(prefix),
+        ]
+    )
+    assert r.exit_code == 0, r.output
+    doc = R.load_doc(prefix.with_suffix(".json"))
+    assert [it["launch"] for it in doc["iterations"]] == ["fsdp2/nccl", "ddp/nccl"]
+    for it, row in zip(doc["iterations"], doc["train"], strict=True):
+        assert len(it["iter_ms"]) == 3 and all(t > 0 for t in it["iter_ms"])
+        assert row["params"] == PRESETS["tiny"].params()
+        assert row["loss_first"] > 0
+    assert "| ddp | nccl |" in prefix.with_suffix(".md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--colls", "allgatherv"], "unknown collective"),
+        (["--nproc", "3", "--sizes", "4K"], "not divisible by world size 3"),
+        (["--modes", "fastest"], "unknown mode"),
+        (["--load", "medium"], "bad load"),
+        (["--iters", "0"], "--iters must be >= 1"),
+        (["--sizes", "1G:1M"], "end is smaller"),
+    ],
+)
+def test_coll_argument_errors(args: list[str], message: str) -> None:
+    r = _run(["bench", "coll", "--device", "cpu", "--no-progress", *args])
+    assert r.exit_code != 0 and message in r.output
+
+
+def test_no_gpus_is_a_clear_error() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("GPUs visible")
+    r = _run(["bench", "coll", "--sizes", "1M"])
+    assert r.exit_code != 0 and "no CUDA GPUs visible" in r.output
+    r = _run(["bench", "train", "--device", "cpu", "--backend", "nccl"])
+    assert r.exit_code != 0 and "--backend nccl needs --device cuda" in r.output
+
+
+def test_dry_run_prints_plan_and_estimate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "libautoccl-nccl.so").write_bytes(b"")  # stand-in: a dry run only plans
+    monkeypatch.setenv("AUTOCCL_LIB_DIR", str(tmp_path))
+    r = _run(
+        [
+            "bench",
+            "coll",
+            "--dry-run",
+            "--nproc",
+            "4",
+            "--modes",
+            "nccl,oracle,static-best",
+            "--load",
+            "none,light",
+        ]
+    )
+    assert r.exit_code == 0, r.output
+    assert "estimated duration" in r.output and "oracle/029" in r.output and "oracle/030" not in r.output
+    # AR: 2 algos x 3 protos x channel counts (default auto,8,16,32,64: 30 launches; auto,16: 12)
+    r = _run(
+        ["bench", "coll", "--dry-run", "--nproc", "4", "--modes", "oracle", "--oracle-channels", "auto,16"]
+    )
+    assert "oracle/011" in r.output and "oracle/012" not in r.output
+
+
+def test_detect_topology() -> None:
+    t = detect_topology(4, {})
+    assert (t.distributed, t.world_size, t.rank) == (False, 4, 0)
+    t = detect_topology(
+        None,
+        {
+            "WORLD_SIZE": "16",
+            "RANK": "9",
+            "LOCAL_RANK": "1",
+            "LOCAL_WORLD_SIZE": "8",
+            "MASTER_ADDR": "h0",
+            "MASTER_PORT": "29400",
+        },
+    )
+    assert (t.distributed, t.world_size, t.rank, t.local_rank, t.master_port, t.is_main) == (
+        True,
+        16,
+        9,
+        1,
+        29400,
+        False,
+    )
+    t = detect_topology(
+        None,
+        {
+            "SLURM_NTASKS": "8",
+            "SLURM_PROCID": "0",
+            "SLURM_LOCALID": "0",
+            "SLURM_NTASKS_PER_NODE": "4(x2)",
+            "MASTER_ADDR": "h0",
+        },
+    )
+    assert (t.world_size, t.local_world_size, t.is_main) == (8, 4, True)
+    with pytest.raises(LaunchError, match="MASTER_ADDR"):
+        detect_topology(None, {"SLURM_NTASKS": "8", "SLURM_PROCID": "0"})
+    with pytest.raises(LaunchError, match="conflicts"):
+        detect_topology(2, {"WORLD_SIZE": "8", "RANK": "0", "LOCAL_WORLD_SIZE": "8"})
+
+
+def test_failing_worker_reports_its_log(tmp_path: Path) -> None:
+    topo = Topology(False, 2, 0, 0, 2, "127.0.0.1", 0)
+    spec = {"kind": "nonsense", "device": "cpu", "backend": "gloo"}
+    with pytest.raises(LaunchError, match=r"(?s)rank \d exited with status 1.*unknown kind 'nonsense'") as e:
+        run_launch(topo, 0, spec, dict(os.environ), tmp_path, timeout_s=60)
+    assert "rank" in str(e.value)
+    assert json.loads((tmp_path / "spec.0.json").read_text())["kind"] == "nonsense"

@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autoccl.bench import modes as M
+from autoccl.bench.spec import SpecError
+from autoccl.tuner_env import SAFETY_ENV
+
+
+def test_parse_modes_static_settings_attach() -> None:
+    ms = M.parse_modes(["oracle,static:NCCL_PROTO=LL128,NCCL_ALGO=Ring,nccl", "online"])
+    assert [m.name for m in ms] == ["nccl", "oracle", "static:NCCL_PROTO=LL128,NCCL_ALGO=Ring", "online"]
+    assert ms[2].settings == (("NCCL_PROTO", "LL128"), ("NCCL_ALGO", "Ring"))
+    assert ms[1].needs_plugin and not ms[2].needs_plugin
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["fastest", "static", "static:PROTO", "static:NCCL_NVLS_ENABLE=1", "static:AUTOCCL_MODE=online", "x=1"],
+)
+def test_parse_modes_errors(text: str) -> None:
+    with pytest.raises(SpecError):
+        M.parse_modes([text])
+
+
+def test_static_configs() -> None:
+    space = M.parse_static_space("NCCL_PROTO=LL,Simple;CTAS=8,16,32")
+    oat = M.static_configs(space, "oat")
+    assert oat[0] == {} and len(oat) == 1 + 2 + 3
+    assert {"NCCL_MIN_CTAS": "16", "NCCL_MAX_CTAS": "16"} in oat
+    grid = M.static_configs(space, "grid")
+    assert len(grid) == 3 * 4
+    assert {"NCCL_PROTO": "LL", "NCCL_MIN_CTAS": "8", "NCCL_MAX_CTAS": "8"} in grid
+    assert len(M.static_configs(M.parse_static_space(M.DEFAULT_STATIC_SPACE), "oat")) == 14
+    assert (
+        M.settings_label({"NCCL_MIN_CTAS": "8", "NCCL_MAX_CTAS": "8", "NCCL_PROTO": "LL"})
+        == "CTAS=8,NCCL_PROTO=LL"
+    )
+    with pytest.raises(SpecError):
+        M.static_configs(space, "random")
+    with pytest.raises(SpecError):
+        M.parse_static_space("NCCL_PROTO")
+
+
+def test_oracle_configs_cover_each_collective_space() -> None:
+    chans = M.parse_channels("auto,8,32")
+    cfgs = M.oracle_configs(["all_gather", "all_reduce", "all_to_all"], chans)
+    # all_reduce: 2 algos x 3 protos x 3 channel counts; all_gather: 1 x 3 x 3; all_to_all: not tuned
+    assert len(cfgs) == 18
+    ar = {c["all_reduce"] for c in cfgs}
+    ag = {c["all_gather"] for c in cfgs if "all_gather" in c}
+    assert len(ar) == 18 and len(ag) == 9
+    assert "tree/ll128/32" in ar and "ring/simple" in ag
+    assert all("all_to_all" not in c for c in cfgs)
+    assert M.fixed_rules(cfgs[0]) == "allgather:ring/ll;allreduce:ring/ll"
+    assert M.oracle_configs(["all_to_all"], chans) == []
+    with pytest.raises(SpecError):
+        M.parse_channels("8,zero")
+
+
+def test_launch_env_is_plain_nccl_plus_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    base = {"PATH": "/bin", "AUTOCCL_MODE": "online", "NCCL_TUNER_PLUGIN": "/x.so", "NCCL_PROTO": "LL"}
+    ln = M.Launch("static:NCCL_ALGO=Ring", "s", "measure", M.static_env({"NCCL_ALGO": "Ring"}))
+    env = ln.child_env(base)
+    assert "AUTOCCL_MODE" not in env and "NCCL_TUNER_PLUGIN" not in env
+    assert env["NCCL_ALGO"] == "Ring" and env["PATH"] == "/bin"
+    for k, v in SAFETY_ENV.items():
+        assert env[k] == v
+
+
+def test_plugin_modes_need_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoccl.bench import runner
+    from autoccl.bench.spec import parse_loads
+
+    monkeypatch.setenv("AUTOCCL_LIB_DIR", str(tmp_path))  # an empty dir: no plugin there
+    o = runner.CollOptions(
+        colls=["all_gather"],
+        sizes=[4096],
+        dtype="fp32",
+        loads=parse_loads("none"),
+        modes=M.parse_modes(["nccl,online"]),
+        device="cpu",
+        backend="gloo",
+    )
+    if _plugin_in_package():
+        pytest.skip("a built plugin is installed in the package")
+    with pytest.raises(SpecError, match="needs the autoccl plugin"):
+        runner.plan_coll(o, tmp_path)
+    (tmp_path / "libautoccl-nccl.so").write_bytes(b"")
+    launches = runner.plan_coll(o, tmp_path / "w")
+    online = [ln for ln in launches if ln.mode == "online"]
+    assert len(online) == 1 and online[0].env["AUTOCCL_MODE"] == "online"
+    assert online[0].env["AUTOCCL_TRACE"] == online[0].trace_prefix
+
+
+def _plugin_in_package() -> bool:
+    import autoccl
+
+    return (Path(autoccl.__file__).parent / "lib" / "libautoccl-nccl.so").is_file()

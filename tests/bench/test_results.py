@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoccl.bench import results as R
+from autoccl.bench import runner
+
+
+def _doc(fixtures: Path) -> dict[str, Any]:
+    return R.load_doc(fixtures / "coll_small.json")
+
+
+def test_load_doc_rejects_foreign(tmp_path: Path) -> None:
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps({"schema": "other"}))
+    with pytest.raises(R.ResultError, match="not an autoccl bench result"):
+        R.load_doc(p)
+    p.write_text("{")
+    with pytest.raises(R.ResultError, match="cannot read"):
+        R.load_doc(p)
+
+
+def test_oracle_best_per_cell(fixtures: Path) -> None:
+    doc = _doc(fixtures)
+    best = R.oracle_best(doc["rows"])
+    assert len(best) == 8  # 2 colls x 2 sizes x 2 loads
+    assert {b["launch"] for b in best} == {"oracle/001"}  # the faster config of the fixture everywhere
+    assert all(b["phase"] == "best" and b["mode"] == "oracle" for b in best)
+
+
+def test_score_under_load_is_makespan() -> None:
+    a = {"load": "light", "busbw_gbs": 100.0, "span_ms": 2.0}
+    b = {"load": "light", "busbw_gbs": 50.0, "span_ms": 1.0}
+    assert R.score(b) > R.score(a)
+    assert R.speedup(b, a) == pytest.approx(2.0)
+    assert R.score({"load": "none", "busbw_gbs": 7.0}) == 7.0
+    assert math.isnan(R.score({"load": "light", "busbw_gbs": 1.0, "span_ms": None}))
+
+
+def _sweep_row(launch: str, coll: str, bw: float, config: str = "") -> dict[str, Any]:
+    return {
+        "mode": "static-best",
+        "phase": "sweep",
+        "launch": launch,
+        "config": config or launch,
+        "coll": coll,
+        "bytes": 1024,
+        "load": "none",
+        "busbw_gbs": bw,
+    }
+
+
+def test_static_best_geomean_and_eligibility() -> None:
+    rows = [
+        _sweep_row("a", "all_gather", 100.0),
+        _sweep_row("a", "all_reduce", 100.0),
+        # b: much better on one cell, worse on the other; geomean 1.0 * sqrt(1.5*0.5)=0.87 of cell bests
+        _sweep_row("b", "all_gather", 150.0),
+        _sweep_row("b", "all_reduce", 50.0),
+        # c: best geomean but failed in one launch -> ineligible
+        _sweep_row("c", "all_gather", 200.0),
+        _sweep_row("c", "all_reduce", 200.0),
+        # d: lacks a cell -> ineligible
+        _sweep_row("d", "all_gather", 300.0),
+    ]
+    sel = R.static_best_choice(rows, failed=["c"])
+    assert sel is not None and sel["selected"] == "a"
+    table = {t["launch"]: t for t in sel["table"]}
+    assert not table["c"]["eligible"] and not table["d"]["eligible"]
+    # relative scores: per-cell best is d's 300 (all_gather; d has no all_reduce row), c's 200 (all_reduce)
+    assert table["a"]["geomean_rel_score"] == pytest.approx(math.sqrt(100 / 300 * 100 / 200))
+    assert table["b"]["geomean_busbw_gbs"] == pytest.approx(math.sqrt(150 * 50))
+    assert R.static_best_choice([], []) is None
+
+
+def test_csv_and_markdown(fixtures: Path) -> None:
+    doc = _doc(fixtures)
+    rows = doc["rows"] + R.oracle_best(doc["rows"])
+    parsed = list(csv.DictReader(io.StringIO(R.csv_text(rows))))
+    assert len(parsed) == len(rows)
+    assert list(parsed[0]) == list(R.CSV_FIELDS)
+    assert float(parsed[0]["busbw_gbs"]) == pytest.approx(rows[0]["busbw_gbs"], rel=1e-5)
+    md = R.coll_markdown(doc)
+    assert "## all_gather (AG), load none" in md and "## all_reduce (AR), load light" in md
+    # online is 0.8x the time of nccl -> 1.25x busbw; under load makespan 0.9x -> 1.11x
+    line = next(ln for ln in md.splitlines() if ln.startswith("| 1M |"))
+    assert "1.25x" in line and "1.43x" in line  # oracle best = 0.7x time
+    light = md.split("load light")[1]
+    assert "1.11x" in light.splitlines()[5]
+
+
+def test_write_outputs(fixtures: Path, tmp_path: Path) -> None:
+    paths = R.write_outputs(_doc(fixtures), tmp_path / "sub" / "res")
+    assert [p.name for p in paths] == ["res.json", "res.csv", "res.md"]
+    assert R.load_doc(paths[0])["kind"] == "coll"
+    tdoc = R.load_doc(fixtures / "train_small.json")
+    tpaths = R.write_outputs(tdoc, tmp_path / "train")
+    assert len(tpaths[1].read_text().splitlines()) == 1 + 100
+    assert "| fsdp2 | online | 354M | 27.00 |" in tpaths[2].read_text()
+
+
+def test_merge_docs(fixtures: Path) -> None:
+    a, b = _doc(fixtures), _doc(fixtures)
+    b["rows"] = [r for r in b["rows"] if r["launch"] == "oracle/000"]
+    m = R.merge_docs([a, b])
+    assert len(m["rows"]) == len(a["rows"]) + len(b["rows"])
+    with pytest.raises(R.ResultError):
+        R.merge_docs([])
+
+
+def test_steady_and_tuning_tradeoff() -> None:
+    assert runner.steady_ms([9.0, 9.0, 1.0, 2.0, 3.0]) == 2.0
+    assert runner.steady_ms([5.0, 1.0, 2.0, 3.0]) == 2.5
+    base = [50.0] * 5 + [30.0] * 45
+    online = [60.0, 55.0, 45.0, 40.0, 35.0] + [27.0] * 45
+    t = runner.tuning_tradeoff(online, base)
+    assert t["gain_ms"] == pytest.approx(3.0)
+    assert t["tuned_from_iter"] == 5
+    cost_ms = (60 - 27) + (55 - 27) + (45 - 27) + (40 - 27) + (35 - 27)
+    assert t["tuning_cost_s"] == pytest.approx(cost_ms / 1e3)
+    assert t["break_even_iters"] == pytest.approx(cost_ms / 3.0)
+    worse = runner.tuning_tradeoff([40.0] * 10, [30.0] * 10)
+    assert worse["gain_ms"] < 0 and math.isnan(worse["break_even_iters"])
+
+
+def test_estimate_scales_with_work() -> None:
+    from autoccl.bench import modes as M
+    from autoccl.bench.spec import parse_loads
+
+    def est(loads: str, sizes: list[int]) -> float:
+        o = runner.CollOptions(
+            colls=["all_reduce"],
+            sizes=sizes,
+            dtype="bf16",
+            loads=parse_loads(loads),
+            modes=M.parse_modes(["nccl"]),
+            device="cuda",
+            backend="nccl",
+        )
+        return runner.estimate_coll_s(o, runner.plan_coll(o, Path("/tmp")), 4, 100.0, 10.0)
+
+    one = est("none", [1 << 30])
+    # 1 launch start-up + (5 + 100) iterations of 1 GiB * 1.5 / 100 GB/s (+20 us)
+    assert one == pytest.approx(10.0 + 105 * ((1 << 30) * 1.5 / 100e9 + 20e-6))
+    assert est("none,light", [1 << 30]) == pytest.approx(one + 305 * ((1 << 30) * 1.5 / 100e9 + 20e-6))
