@@ -280,7 +280,8 @@ def coll(
         workdir = prefix.with_name(prefix.name + ".logs")
         if dry_run:
             topo = detect_topology(nproc or 1)
-            world = topo.world_size if topo.distributed else (nproc or (2 if device == "cpu" else 8))
+            gpus = _torch_gpus() if device == "cuda" and not nproc else 0
+            world = topo.world_size if topo.distributed else (nproc or gpus or (2 if device == "cpu" else 8))
             S.validate_cells(o.colls, o.sizes, o.dtype, world)
             launches = runner.plan_coll(o, workdir)
             click.echo(

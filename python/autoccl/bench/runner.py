@@ -450,7 +450,10 @@ def describe_plan(o: CollOptions, launches: list[M.Launch], world: int, busbw: f
         )
     if any(m.kind == "static-best" for m in o.modes):
         lines.append("  static-best                              measure  (the sweep's winner, re-measured)")
-    est = estimate_coll_s(o, launches, world, busbw, startup)
+    extra = []
+    if any(m.kind == "static-best" for m in o.modes):
+        extra = [M.Launch("static-best", "static-best", "measure", {}, loads=[ld.name for ld in o.loads])]
+    est = estimate_coll_s(o, launches + extra, world, busbw, startup)
     lines.append(
         f"estimated duration: {est / 60:.1f} min (at {busbw:g} GB/s busbw, {startup:g} s start-up a launch)"
     )

@@ -119,7 +119,7 @@ def run_train(
         autocast = dtype != torch.float32
     else:
         raise SystemExit(f"unknown parallelism {par!r}")
-    opt = torch.optim.AdamW(net.parameters(), lr=float(spec.get("lr", 3e-4)), fused=device.type == "cuda")
+    opt = torch.optim.AdamW(net.parameters(), lr=float(spec.get("lr", 3e-4)))
     g = torch.Generator(device=device)
     g.manual_seed(spec["seed"] * 7919 + rank)
     b, t = spec["batch"], spec["seq"]
