@@ -79,7 +79,7 @@ def main() -> None:
         for coll in ("allgather", "allreduce"):
             keep = t.num_npus <= 300
             t0 = time.perf_counter()
-            s, st = S.synthesize(t, coll, a.size, seeds=a.seeds, threads=2, record=keep)
+            s, _st = S.synthesize(t, coll, a.size, seeds=a.seeds, threads=2, record=keep)
             synth_s = time.perf_counter() - t0
             lb = S.lower_bound(t, coll, a.size)
             row: dict[str, Any] = {
@@ -112,7 +112,8 @@ def main() -> None:
             rows.append(row)
             sp = ", ".join(f"{k} {v:.2f}x" for k, v in row["speedup"].items())
             print(
-                f"{name:55s} {coll:10s} tacos {s.time_us:10.1f} us  lb gap {100 * row['gap_to_lower_bound']:6.2f}%  "
+                f"{name:55s} {coll:10s} tacos {s.time_us:10.1f} us  "
+                f"lb gap {100 * row['gap_to_lower_bound']:6.2f}%  "
                 f"synth {synth_s:6.2f}s  {sp}",
                 flush=True,
             )
