@@ -98,8 +98,14 @@ def plan_runs(plan: str, channels: list[int], autoccl: list[str], colls: list[st
         elif plan == "overhead":
             idle = [*autoccl, "run", "--mode", "table", "--cache-dir", "/tmp/autoccl-empty-cache", "--"]
             observe = [*autoccl, "run", "--mode", "observe", "--"]
-            for label, wrapper in (("nccl-default", []), ("plugin-idle", idle), ("observe", observe)):
-                runs.append(Run(coll, label, {}, wrapper=wrapper, max_bytes="1M"))
+            table = [*autoccl, "run", "--mode", "table", "--cache-dir", "/tmp/autoccl-empty-cache", "--"]
+            for label, wrapper, env in (
+                ("nccl-default", [], {}),
+                ("plugin-idle", idle, {"AUTOCCL_MEASURE_CALLS": "0"}),  # no timing events at all
+                ("table-measuring", table, {}),  # default: the first calls of each task are timed
+                ("observe", observe, {}),  # every call timed
+            ):
+                runs.append(Run(coll, label, env, wrapper=wrapper, max_bytes="1M"))
         elif plan == "observe":
             runs.append(Run(coll, "observe", {}, wrapper=[*autoccl, "run", "--mode", "observe", "--"]))
         elif plan in ("env-oracle", "fixed"):
@@ -130,7 +136,7 @@ def plan_runs(plan: str, channels: list[int], autoccl: list[str], colls: list[st
                             "fixed",
                             "--fixed",
                             rule,
-                            "--max-channels",
+                            "--channel-ceiling",
                             "64",
                             "--",
                         ]
@@ -250,9 +256,11 @@ def main() -> int:
                 Path(args.keep_traces).mkdir(parents=True, exist_ok=True)
                 for k, f in enumerate(sorted(glob.glob(trace + "*.jsonl"))):
                     os.replace(f, Path(args.keep_traces) / f"{args.plan}-{args.launch}-{i:03d}-{k}.jsonl")
-            ok = (
-                rc == 0 and not hang and rows and wrong == 0 and not (trace_info and trace_info["mismatches"])
-            )
+            ok = bool(rc == 0 and not hang and rows and wrong == 0)
+            if trace_info is not None and args.plan in ("observe", "fixed"):
+                # The plugin must have timed calls (it loaded and saw the Coll/KernelCh events), and NCCL
+                # must have used exactly what was forced.
+                ok = ok and trace_info["timed_calls"] > 0 and not trace_info["mismatches"]
             n_done += 1
             n_fail += 0 if ok else 1
             if args.logdir:
