@@ -214,12 +214,15 @@ void Context::updateNeed() {
 }
 
 Context::Task* Context::taskFor(const TaskKey& key) {
+  Task*& last = lastTask_[key.coll];
+  if (last && last->key == key) return last;
   auto it = tasks_.find(key);
-  if (it != tasks_.end()) return it->second.get();
+  if (it != tasks_.end()) return last = it->second.get();
   auto t = std::make_unique<Task>();
   t->key = key;
   Task* raw = t.get();
   tasks_.emplace(key, std::move(t));
+  last = raw;
   if (measureBudget_ > 0 && profilerAttached_.load()) {
     raw->wanting.store(true);
     if (tasksWanting_.fetch_add(1) == 0) updateNeed();

@@ -167,6 +167,7 @@ class Context {
   std::unique_ptr<DecisionSource> policy_;
   std::unordered_map<TaskKey, std::unique_ptr<Task>, TaskKeyHash> tasks_;
   LastChunk lastChunk_[kNumColls];
+  Task* lastTask_[kNumColls] = {};   // enqueue thread only: skips the hash lookup for repeats
   uint64_t measureBudget_ = 0;       // timed calls per task outside observe mode
   std::atomic<int> tasksWanting_{0};
   bool needFlag_ = false;            // guarded by rt_.mask()

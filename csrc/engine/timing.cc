@@ -60,6 +60,7 @@ TimingMatcher::TimingMatcher(Sink sink, size_t queueCap, size_t maxRecords)
   for (int c = 0; c < kNumColls; ++c) {
     queues_.push_back(std::make_unique<Ring>(queueCap_));
     lastSeq_[c] = -1;
+    overflowDebt_[c] = 0;
   }
 }
 
@@ -104,6 +105,7 @@ void TimingMatcher::pushDecision(int coll, uint64_t bytes, const Config& applied
   Ring& q = *queues_[static_cast<size_t>(coll)];
   if (q.full()) {
     Decision* old = q.popFront();
+    if (old->collsAssigned == 0) ++overflowDebt_[coll];
     dropDecision(old, &counters_.droppedOverflow);
   }
   Decision* d = allocDecision();
@@ -125,12 +127,16 @@ void* TimingMatcher::collStart(int coll, uint64_t seq, uint64_t bytes, int nChan
   int64_t expected = lastSeq_[coll] + 1;
   int64_t s = static_cast<int64_t>(seq);
   if (s > expected) {
+    // Decisions evicted by overflow while no events came were part of this gap already.
     int64_t missed = s - expected;
+    int64_t paid = std::min(missed, overflowDebt_[coll]);
+    missed -= paid;
     while (missed > 0 && q.size > 0 && q.at(0)->collsAssigned == 0) {
       dropDecision(q.popFront(), &counters_.droppedGap);
       --missed;
     }
   }
+  overflowDebt_[coll] = 0;
   if (s > lastSeq_[coll]) lastSeq_[coll] = s;
 
   size_t found = SIZE_MAX;

@@ -88,6 +88,7 @@ class TimingMatcher {
   size_t queueCap_, maxRecords_;
   std::vector<std::unique_ptr<Ring>> queues_;  // per collective
   int64_t lastSeq_[kNumColls];
+  int64_t overflowDebt_[kNumColls];  // fresh decisions evicted by overflow: already "dropped" for a gap
   std::vector<std::unique_ptr<Decision[]>> decisionChunks_;
   std::vector<std::unique_ptr<Record[]>> recordChunks_;
   Decision* freeDecisions_ = nullptr;
