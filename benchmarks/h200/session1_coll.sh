@@ -12,15 +12,15 @@ case "${1:?part: install|base|staticbest|check}" in
   install) machine_info; install_autoccl ;;
   base)
     install_autoccl
-    run_part coll_base 590 autoccl bench coll "${COMMON[@]}" --modes nccl,online --online-warmup 200 ;;
+    run_part coll_base 590 python3 -m autoccl bench coll "${COMMON[@]}" --modes nccl,online --online-warmup 200 ;;
   staticbest)
     install_autoccl
     # the GEMM work per loaded cell from the base part, so makespans compare across the two files
-    run_part coll_staticbest 590 autoccl bench coll "${COMMON[@]}" --modes static-best \
+    run_part coll_staticbest 590 python3 -m autoccl bench coll "${COMMON[@]}" --modes static-best \
       --sweep-load none --sweep-iters 10 --sweep-reps 3 --gemm-reps-from "$OUT/coll_base.json" ;;
   check)
     install_autoccl
-    run_part coll_check 590 autoccl bench coll --colls all --sizes 1M:256M:x16 --dtype bf16 --check \
+    run_part coll_check 590 python3 -m autoccl bench coll --colls all --sizes 1M:256M:x16 --dtype bf16 --check \
       -w 2 -n 5 -r 3 --modes nccl,online --online-warmup 50 ;;
   *) echo "unknown part $1"; exit 2 ;;
 esac

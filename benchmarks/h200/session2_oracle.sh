@@ -7,12 +7,14 @@
 #   bash benchmarks/h200/session2_oracle.sh b         # 16,32    : 12 launches, ~6 min
 #   bash benchmarks/h200/session2_oracle.sh c         # 64       :  6 launches, ~3 min
 # Estimated device time: ~20 min. `autoccl report` over the three files forms one oracle (best per cell).
-# Needs $OUT/coll_base.json of session 1 copied into $OUT (GEMM work per cell); without it each part
+# Set GEMM_REPS_FROM to session 1's coll_base.json (e.g. copied into the tree; default $OUT/coll_base.json) so
+# the GEMM work per loaded cell is the same as in session 1; without it each part
 # sizes the GEMM work itself and makespans do not compare across files.
 source "$(dirname "$0")/common.sh"
 COMMON=(--colls ag,rs,ar --sizes 1M:1G:x2 --dtype bf16 --load none,light,heavy -w 5 --sweep-iters 10 --sweep-reps 3)
 GEMM=()
-[ -f "$OUT/coll_base.json" ] && GEMM=(--gemm-reps-from "$OUT/coll_base.json")
+GEMM_FROM=${GEMM_REPS_FROM:-$OUT/coll_base.json}  # e.g. a copy of session 1's coll_base.json in the tree
+[ -f "$GEMM_FROM" ] && GEMM=(--gemm-reps-from "$GEMM_FROM")
 part=${1:?part: install|a|b|c}
 case "$part" in
   install) machine_info; install_autoccl; exit 0 ;;
@@ -22,4 +24,4 @@ case "$part" in
   *) echo "unknown part $part"; exit 2 ;;
 esac
 install_autoccl
-run_part "coll_oracle_$part" 590 autoccl bench coll "${COMMON[@]}" "${GEMM[@]}" --modes oracle --oracle-channels "$CH"
+run_part "coll_oracle_$part" 590 python3 -m autoccl bench coll "${COMMON[@]}" "${GEMM[@]}" --modes oracle --oracle-channels "$CH"

@@ -11,6 +11,6 @@ if [ "$part" = install ]; then machine_info; install_autoccl; exit 0; fi
 install_autoccl
 echo "=== train_$part (budget 590 s; GPUs: $(gpu_count)); rough estimate: 4 launches x (25 s start-up + 200 iterations)"
 t0=$SECONDS
-timeout 590 autoccl bench train --preset "$part" --parallel fsdp2,ddp --modes nccl,online -n 200 \
+timeout 590 python3 -m autoccl bench train --preset "$part" --parallel fsdp2,ddp --modes nccl,online -n 200 \
   --batch 4 --seq 1024 --dtype bf16 --no-progress -o "$OUT/train_$part" || echo "=== exit status $?"
 echo "=== train_$part took $((SECONDS - t0)) s"
