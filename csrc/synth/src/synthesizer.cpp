@@ -51,7 +51,8 @@ struct Rng {  // splitmix64: small, fast, deterministic across platforms
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     return z ^ (z >> 31);
   }
-  std::size_t below(std::size_t n) { return static_cast<std::size_t>(next() % n); }
+  // uniform in [0, n) for n < 2^32 (multiply-shift, no division)
+  std::size_t below(std::size_t n) { return static_cast<std::size_t>(((next() >> 32) * n) >> 32); }
 };
 
 // Min-queue of (time, channel): FIFOs per cost class (nclasses > 0) or a binary heap (nclasses == 0).
@@ -121,14 +122,20 @@ GatherResult gather(const Topology& t, const std::vector<int>& src, double chunk
                     bool record) {
   const int n = t.num_npus();
   const std::size_t C = src.size();
-  const std::size_t W = (C + 63) / 64;
+  // Chunk-major bitset: the bits of one chunk for neighbouring ranks share cache lines, which is what a
+  // chunk's arrival touches (its source's out-neighbours).
+  const std::size_t W = (static_cast<std::size_t>(n) + 63) / 64;
   const auto& chans = t.channels();
   const std::size_t nch = chans.size();
-  std::vector<std::uint64_t> claimed(static_cast<std::size_t>(n) * W, 0);
+  std::vector<std::uint64_t> claimed(C * W, 0);
   auto is_claimed = [&](int r, std::size_t c) {
-    return (claimed[static_cast<std::size_t>(r) * W + (c >> 6)] >> (c & 63)) & 1ULL;
+    const auto ru = static_cast<std::size_t>(r);
+    return (claimed[c * W + (ru >> 6)] >> (ru & 63)) & 1ULL;
   };
-  auto claim = [&](int r, std::size_t c) { claimed[static_cast<std::size_t>(r) * W + (c >> 6)] |= 1ULL << (c & 63); };
+  auto claim = [&](int r, std::size_t c) {
+    const auto ru = static_cast<std::size_t>(r);
+    claimed[c * W + (ru >> 6)] |= 1ULL << (ru & 63);
+  };
 
   std::vector<double> cost(nch);
   for (std::size_t i = 0; i < nch; ++i) cost[i] = chans[i].time_us(chunk_bytes);
