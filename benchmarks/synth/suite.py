@@ -76,7 +76,9 @@ def main() -> None:
     a = ap.parse_args()
     rows: list[dict[str, Any]] = []
     for cls, name, t in topologies():
-        for coll in ("allgather", "allreduce"):
+        for coll, chunks in [
+            (c, k) for c in ("allgather", "allreduce") for k in (1, 4) if k == 1 or cls != "homogeneous"
+        ]:
             keep = t.num_npus <= 300
             t0 = time.perf_counter()
             s, _st = S.synthesize(t, coll, a.size, seeds=a.seeds, threads=2, record=keep)
@@ -103,7 +105,7 @@ def main() -> None:
             if t.num_npus <= 300:
                 for algo in S.BASELINES:
                     try:
-                        b = S.baseline(t, algo, coll, a.size)
+                        b = S.baseline(t, algo, coll, a.size, chunks=chunks)
                     except ValueError:
                         continue
                     bt = S.simulate(t, b)["time_us"]
@@ -112,7 +114,7 @@ def main() -> None:
             rows.append(row)
             sp = ", ".join(f"{k} {v:.2f}x" for k, v in row["speedup"].items())
             print(
-                f"{name:55s} {coll:10s} tacos {s.time_us:10.1f} us  "
+                f"{name:55s} {coll:10s} c={chunks} tacos {s.time_us:10.1f} us  "
                 f"lb gap {100 * row['gap_to_lower_bound']:6.2f}%  "
                 f"synth {synth_s:6.2f}s  {sp}",
                 flush=True,

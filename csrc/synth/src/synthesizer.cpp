@@ -7,6 +7,7 @@
 // channel's source receives a chunk its destination has not claimed; stale entries are skipped when the
 // channel picks its next chunk (that is where "chunk replacement" happens: a channel whose candidate was
 // delivered elsewhere takes the next one instead of idling).
+// A channel takes its oldest candidate (odd seeds) or a random one (even seeds).
 // Time advances from one transfer completion to the next (no fixed time step). At each event time, the
 // channels that became free are matched lowest cost first (ties broken by the seed).
 #include <algorithm>
@@ -199,6 +200,9 @@ GatherResult gather(const Topology& t, const std::vector<int>& src, double chunk
   EventQueue events(fifo ? costs_sorted.size() : 0);
   GatherResult res;
   Rng rng(seed);
+  // Odd seeds forward each channel's candidates oldest first (FIFO); even seeds pick a random candidate
+  // (TACOS-like). Neither wins everywhere, so best-of-k seeds explores both.
+  const bool random_pick = (seed & 1ULL) == 0;
   const bool uniform = t.uniform_channels();
   std::vector<std::pair<std::pair<double, std::uint64_t>, int>> order;
 
@@ -224,6 +228,10 @@ GatherResult gather(const Topology& t, const std::vector<int>& src, double chunk
       const int d = ch_dst[cu];
       std::int32_t pick = -1;
       while (qhead[cu] < qq.size()) {
+        if (random_pick) {  // TACOS-like: a random candidate instead of the oldest
+          const std::size_t j = qhead[cu] + rng.below(qq.size() - qhead[cu]);
+          std::swap(qq[j], qq[qhead[cu]]);
+        }
         const std::int32_t c = qq[qhead[cu]++];
         --qentries;
         if (!is_claimed(d, static_cast<std::size_t>(c))) {
