@@ -474,11 +474,9 @@ struct TaskSearch::Impl {
     if (s.state != SubState::kDescend || s.iter >= barrier) return;
     // propose neighbours in the current dimension
     for (int guard = 0; guard < 4 && s.nbrs.empty() && s.state == SubState::kDescend; ++guard) {
-      int dims[2] = {s.lastDir[s.dim], 0};
       std::vector<int> dirs;
       if (s.lastDir[s.dim] != 0) dirs.push_back(s.lastDir[s.dim]);
       else dirs = {1, -1};
-      (void)dims;
       bool allUnit = true;
       for (int d : dirs) {
         int ch, ck;
