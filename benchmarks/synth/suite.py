@@ -81,7 +81,7 @@ def main() -> None:
         ]:
             keep = t.num_npus <= 300
             t0 = time.perf_counter()
-            s, _st = S.synthesize(t, coll, a.size, seeds=a.seeds, threads=2, record=keep)
+            s, _ = S.synthesize(t, coll, a.size, chunks=chunks, seeds=a.seeds, threads=2, record=keep)
             synth_s = time.perf_counter() - t0
             lb = S.lower_bound(t, coll, a.size)
             row: dict[str, Any] = {

@@ -48,7 +48,7 @@ def main() -> None:
         if dim_bw:
             kw["dim_bandwidth"] = dim_bw
         t = S.generate(kind, dims, **kw)
-        size = float(2**30)
+        size = float((2**30 // t.num_npus) * t.num_npus)  # TACOS: chunkSize = 1024 MiB / npus (integer)
         t0 = time.perf_counter()
         _one, _ = S.synthesize(t, "allgather", size, seeds=1, threads=1, record=False)
         one_s = time.perf_counter() - t0
