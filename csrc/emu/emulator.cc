@@ -2,6 +2,7 @@
 // library (dlopen), for N ranks x M communicators, on a simulated GPU whose kernel times come from a
 // calibrated performance model. Writes one ground-truth JSONL record per collective and rank.
 #include <dlfcn.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -185,8 +186,8 @@ struct ChannelEvent {
 
 class Proxy {
  public:
-  Proxy(const Plugin* plugin, int runahead, int reorder, uint64_t seed)
-      : plugin_(plugin), runahead_(runahead), reorder_(reorder), rng_(mix64(seed)) {
+  Proxy(const Plugin* plugin, int runahead, int reorder, uint64_t seed, int delayUs = 0)
+      : plugin_(plugin), runahead_(runahead), reorder_(reorder), delayUs_(delayUs), rng_(mix64(seed)) {
     thread_ = std::thread([this] { loop(); });
   }
   ~Proxy() { finish(); }
@@ -227,6 +228,7 @@ class Proxy {
  private:
   const Plugin* plugin_;
   int runahead_, reorder_;
+  int delayUs_;  // slow delivery (a busy proxy thread / late CUDA callbacks)
   uint64_t rng_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -268,6 +270,7 @@ class Proxy {
       ChannelEvent copy = e;
       if (isStart) e.started = true;
       lk.unlock();
+      if (delayUs_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(delayUs_));
       if (isStart) {
         EventDescr d;
         std::memset(&d, 0, sizeof(d));
@@ -356,8 +359,10 @@ class RankRunner {
   void run() {
     const Scenario& sc = *sh_.sc;
     gpuNs_ = 1700000000000000000ULL + static_cast<uint64_t>(grank_) * 7777777ULL;
+    const HostSpec* host = sc.host(grank_);
     if (sh_.plugin->profilerVersion)
-      proxy_ = std::make_unique<Proxy>(sh_.plugin, sc.runahead, sc.reorder, sc.seed * 31 + static_cast<uint64_t>(grank_));
+      proxy_ = std::make_unique<Proxy>(sh_.plugin, sc.runahead, sc.reorder, sc.seed * 31 + static_cast<uint64_t>(grank_),
+                                       host ? host->proxyDelayUs : 0);
     // Communicator creation, in scenario order: profiler init, then tuner init, same thread, same hash.
     for (size_t c = 0; c < sc.comms.size(); ++c) {
       const CommSpec& spec = sc.comms[c];
@@ -370,9 +375,19 @@ class RankRunner {
       if (!initComm(*cs)) return;
       comms_[static_cast<int>(c)] = std::move(cs);
     }
+    uint64_t jrng = mix64(sc.seed ^ (0x4057ULL + static_cast<uint64_t>(grank_)));
+    int played = 0;
     for (auto& [comm, inst] : sc.rankSchedule(grank_)) {
       if (failed_) break;
+      if (host && host->killAfter >= 0 && played >= host->killAfter) killSelf();
+      if (host && (host->delayUs > 0 || host->jitterUs > 0)) {
+        jrng = mix64(jrng);
+        uint64_t us = static_cast<uint64_t>(host->delayUs) +
+                      (host->jitterUs > 0 ? jrng % static_cast<uint64_t>(host->jitterUs) : 0);
+        std::this_thread::sleep_for(std::chrono::microseconds(us));
+      }
       playGroup(*comms_[comm], sc.programs[static_cast<size_t>(comm)][static_cast<size_t>(inst)]);
+      ++played;
     }
     if (proxy_) proxy_->finish();
     for (auto& [idx, cs] : comms_) {
@@ -391,6 +406,15 @@ class RankRunner {
   std::unique_ptr<Proxy> proxy_;
   std::map<int, std::unique_ptr<CommState>> comms_;
   std::vector<std::string> lines_;
+
+  // A rank's process dies mid-run (kill -9): no finalize, no truth, no summary from this process.
+  void killSelf() {
+    emuError("rank " + std::to_string(grank_) + ": killing this process (scenario host kill_after)");
+    std::fflush(stdout);
+    std::fflush(stderr);
+    ::kill(::getpid(), SIGKILL);
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
 
   bool initComm(CommState& cs) {
     const Plugin& pl = *sh_.plugin;

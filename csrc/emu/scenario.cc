@@ -144,6 +144,22 @@ bool Scenario::parse(const std::string& text, std::string* error) {
       if (o.policy != "roundrobin" && o.policy != "reverse" && o.policy != "random" && o.policy != "sequential")
         return fail("policy must be roundrobin|reverse|random|sequential");
       orders.push_back(o);
+    } else if (kw == "host") {
+      HostSpec h;
+      if (!parseInt(kv["rank"], 0, 4095, &h.rank)) return fail("bad host rank=");
+      for (const auto& [k, v] : kv) {
+        if (k == "rank") continue;
+        int* dst = k == "delay_us" ? &h.delayUs
+                   : k == "jitter_us" ? &h.jitterUs
+                   : k == "proxy_delay_us" ? &h.proxyDelayUs
+                   : k == "kill_after" ? &h.killAfter
+                                       : nullptr;
+        if (!dst) return fail("host: unknown key '" + k + "'");
+        if (!parseInt(v, 0, 10000000, dst)) return fail("host: bad " + k);
+      }
+      for (const HostSpec& o : hosts)
+        if (o.rank == h.rank) return fail("duplicate host rank=");
+      hosts.push_back(h);
     } else {
       return fail("unknown keyword '" + kw + "'");
     }
@@ -168,6 +184,12 @@ bool Scenario::parse(const std::string& text, std::string* error) {
     }
   }
   return true;
+}
+
+const HostSpec* Scenario::host(int grank) const {
+  for (const HostSpec& h : hosts)
+    if (h.rank == grank) return &h;
+  return nullptr;
 }
 
 std::vector<std::pair<int, int>> Scenario::rankSchedule(int grank) const {

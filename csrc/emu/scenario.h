@@ -37,6 +37,15 @@ struct OrderSpec {
   std::string policy = "roundrobin";  // roundrobin | reverse | random | sequential
 };
 
+// Per-rank host behaviour (tests of rank skew, slow authority, a rank's process dying).
+struct HostSpec {
+  int rank = 0;
+  int delayUs = 0;         // host sleeps this long before each group (rank skew)
+  int jitterUs = 0;        // plus uniform [0, jitterUs) (seeded per rank)
+  int proxyDelayUs = 0;    // the proxy thread sleeps this long before delivering each kernel event
+  int killAfter = -1;      // >= 0: the process playing this rank SIGKILLs itself after that many groups
+};
+
 struct Scenario {
   uint64_t seed = 1;
   int runahead = 2;      // timing of call k is delivered only after the host enqueued k+runahead
@@ -47,6 +56,8 @@ struct Scenario {
   std::vector<CommSpec> comms;
   std::vector<GroupSpec> groups;
   std::vector<OrderSpec> orders;
+  std::vector<HostSpec> hosts;
+  const HostSpec* host(int grank) const;  // nullptr: no special behaviour
 
   // One group instance of a comm's program (repeat expanded).
   struct Instance {

@@ -5,15 +5,26 @@ scenarios, runs the emulator (ranks as threads or as processes), and collects it
 plugin's trace. See docs/emulator.md.
 """
 
-from autoccl.emu.runner import RunResult, default_model, find_divergences, run, test_plugin_path
-from autoccl.emu.scenario import Call, Comm, Group, Scenario, simple
+from autoccl.emu.runner import (
+    ProcResult,
+    RunResult,
+    coord_env,
+    default_model,
+    find_divergences,
+    run,
+    test_plugin_path,
+)
+from autoccl.emu.scenario import Call, Comm, Group, Host, Scenario, simple
 
 __all__ = [
     "Call",
     "Comm",
     "Group",
+    "Host",
+    "ProcResult",
     "RunResult",
     "Scenario",
+    "coord_env",
     "default_model",
     "find_divergences",
     "run",

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from autoccl._paths import emulator_path, find_artefact, plugin_path
 from autoccl.emu.scenario import Scenario
@@ -34,6 +36,18 @@ def default_model() -> Path | None:
 
 
 @dataclass
+class ProcResult:
+    """One emulator process: the ranks it played, how it ended, what it wrote."""
+
+    ranks: list[int]
+    returncode: int
+    stderr: str
+    calls: list[Record]
+    summary: Record | None
+    timed_out: bool = False
+
+
+@dataclass
 class RunResult:
     returncodes: list[int]
     calls: list[Record]
@@ -42,6 +56,8 @@ class RunResult:
     stderr: str
     trace: list[Record] = field(default_factory=list)
     workdir: Path | None = None
+    procs: list[ProcResult] = field(default_factory=list)
+    extra: list[ProcResult] = field(default_factory=list)
 
     @property
     def returncode(self) -> int:
@@ -102,6 +118,14 @@ def _read_jsonl(path: Path) -> list[Record]:
     return out
 
 
+def coord_env(host: str = "127.0.0.1") -> dict[str, str]:
+    """AUTOCCL_COORD_ADDR (a free loopback port) and a fresh AUTOCCL_COORD_TOKEN for one job."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port = s.getsockname()[1]
+    return {"AUTOCCL_COORD_ADDR": f"{host}:{port}", "AUTOCCL_COORD_TOKEN": secrets.token_hex(16)}
+
+
 def run(
     scenario: Scenario,
     *,
@@ -116,11 +140,21 @@ def run(
     timeout: float = 120.0,
     progress: Progress | None = None,
     extra_args: Iterable[str] = (),
+    rank_env: Mapping[int, Mapping[str, str]] | None = None,
+    extra_procs: Sequence[tuple[Sequence[int], Mapping[str, str]]] = (),
+    poll: Callable[[Path], None] | None = None,
+    poll_interval: float = 0.2,
 ) -> RunResult:
     """Play `scenario` on the emulator: all ranks as threads of one process, or one process per rank.
 
     plugin: "default" = the built libautoccl-nccl.so, None = plain NCCL (no plugin), or a path.
     env: variables added to a clean environment (no AUTOCCL_*/NCCL plugin settings inherited).
+    rank_env: extra variables for the process(es) playing a given global rank (e.g. fault injection on
+      the authority only).
+    extra_procs: further processes (ranks, env overrides) started with the others, e.g. a rogue peer with a
+      wrong token; their results are in `RunResult.extra` and not in `calls`.
+    poll: called with the work directory every `poll_interval` s while the emulator runs (live progress).
+    A process still running at `timeout` is killed (returncode 124 in the result: a hang).
     """
     work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="autoccl-emu-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -149,47 +183,90 @@ def run(
         base += ["--model", str(model)]
     base += list(extra_args)
     world = scenario.world
-    rank_sets = [[r] for r in world] if processes else [world]
-    procs: list[tuple[subprocess.Popen[str], Path]] = []
+    rank_sets: list[tuple[list[int], dict[str, str], bool]] = []
+    for ranks in [[r] for r in world] if processes else [world]:
+        penv = dict(child_env)
+        for r in ranks:
+            penv.update((rank_env or {}).get(r, {}))
+        rank_sets.append((ranks, penv, False))
+    for ranks_x, env_x in extra_procs:
+        penv = dict(child_env)
+        penv.update(env_x)
+        rank_sets.append((list(ranks_x), penv, True))
+    procs: list[tuple[subprocess.Popen[str], Path, list[int], bool, IO[str], IO[str]]] = []
     if progress:
         progress("start", 0.0)
-    for ranks in rank_sets:
-        truth = work / f"truth.{'_'.join(str(r) for r in ranks)}.jsonl"
+    for n, (ranks, penv, is_extra) in enumerate(rank_sets):
+        tag = "_".join(str(r) for r in ranks) + (f".extra{n}" if is_extra else "")
+        truth = work / f"truth.{tag}.jsonl"
         cmd = [*base, "--ranks", ",".join(str(r) for r in ranks), "--truth", str(truth)]
-        proc = subprocess.Popen(
-            cmd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=work
-        )
-        procs.append((proc, truth))
+        out_f = open(work / f"stdout.{tag}.txt", "w+")
+        err_f = open(work / f"stderr.{tag}.txt", "w+")
+        proc = subprocess.Popen(cmd, env=penv, stdout=out_f, stderr=err_f, text=True, cwd=work)
+        procs.append((proc, truth, ranks, is_extra, out_f, err_f))
     deadline = time.monotonic() + timeout
+    timed_out = False
+    done = 0
+    while True:
+        live = [p for p, *_ in procs if p.poll() is None]
+        if progress and len(procs) - len(live) != done:
+            done = len(procs) - len(live)
+            progress("rank-process done", done / len(procs))
+        if not live:
+            break
+        if time.monotonic() > deadline:
+            timed_out = True
+            for p in live:
+                p.kill()
+            for p in live:
+                p.wait()
+            break
+        if poll:
+            poll(work)
+        time.sleep(poll_interval if poll else 0.02)
+    if poll:
+        poll(work)
     codes: list[int] = []
     summaries: list[Record] = []
     errs: list[str] = []
     calls: list[Record] = []
     replays: list[Record] = []
-    for i, (proc, truth) in enumerate(procs):
-        try:
-            out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for p, _ in procs:
-                if p.poll() is None:
-                    p.kill()
-            out, err = proc.communicate()
-            errs.append(f"autoccl-emu: timed out after {timeout}s (hang?)")
-            codes.append(124)
-        else:
-            codes.append(proc.returncode)
-        errs.append(err)
+    extra: list[ProcResult] = []
+    per_proc: list[ProcResult] = []
+    for proc, truth, ranks, is_extra, fo, fe in procs:
+        fo.seek(0)
+        fe.seek(0)
+        out, err = fo.read(), fe.read()
+        fo.close()
+        fe.close()
+        hung = timed_out and proc.returncode is not None and proc.returncode < 0 and "summary" not in out
+        code = 124 if hung else int(proc.returncode if proc.returncode is not None else 124)
+        if hung:
+            err += f"autoccl-emu: timed out after {timeout}s (hang?)\n"
+        summary: Record | None = None
         for line in out.splitlines():
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError:
                 continue
             if isinstance(obj, dict) and obj.get("ev") == "summary":
-                summaries.append(obj)
+                summary = obj
+        mine: list[Record] = []
         for rec in _read_jsonl(truth):
-            (calls if rec.get("ev") == "call" else replays).append(rec)
-        if progress:
-            progress("rank-process done", (i + 1) / len(procs))
+            if rec.get("ev") == "call":
+                mine.append(rec)
+            elif not is_extra:
+                replays.append(rec)
+        pr = ProcResult(ranks=ranks, returncode=code, stderr=err, calls=mine, summary=summary, timed_out=hung)
+        if is_extra:
+            extra.append(pr)
+            continue
+        per_proc.append(pr)
+        codes.append(code)
+        errs.append(err)
+        calls.extend(mine)
+        if summary is not None:
+            summaries.append(summary)
     records: list[Record] = []
     if trace:
         for f in sorted(work.glob("trace*.jsonl")):
@@ -202,4 +279,6 @@ def run(
         stderr="".join(errs),
         trace=records,
         workdir=work,
+        procs=per_proc,
+        extra=extra,
     )

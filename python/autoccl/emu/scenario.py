@@ -44,6 +44,32 @@ class Group:
     dtype: str = "f32"
 
 
+@dataclass(frozen=True)
+class Host:
+    """Per-rank host behaviour: skew (a delay before each group, plus jitter), slow delivery of kernel
+    timing events (a busy proxy thread), and `kill_after` groups the process playing the rank SIGKILLs
+    itself (process mode; in thread mode it takes every rank of the process with it)."""
+
+    delay_us: int = 0
+    jitter_us: int = 0
+    proxy_delay_us: int = 0
+    kill_after: int | None = None
+
+    def args(self) -> str:
+        out = []
+        for key in ("delay_us", "jitter_us", "proxy_delay_us"):
+            v = int(getattr(self, key))
+            if v < 0:
+                raise ValueError(f"{key} must be >= 0")
+            if v:
+                out.append(f"{key}={v}")
+        if self.kill_after is not None:
+            if self.kill_after < 0:
+                raise ValueError("kill_after must be >= 0")
+            out.append(f"kill_after={self.kill_after}")
+        return " ".join(out)
+
+
 @dataclass
 class Scenario:
     comms: list[Comm]
@@ -55,6 +81,7 @@ class Scenario:
     load: float = 0.0
     gap_ns: int = 2000
     orders: dict[int, str] = field(default_factory=dict)
+    hosts: dict[int, Host] = field(default_factory=dict)
 
     @property
     def world(self) -> list[int]:
@@ -85,6 +112,10 @@ class Scenario:
             if policy not in POLICIES:
                 raise ValueError(f"unknown order policy {policy!r}")
             lines.append(f"order rank={rank} policy={policy}")
+        for rank, host in sorted(self.hosts.items()):
+            args = host.args()
+            if args:
+                lines.append(f"host rank={rank} {args}")
         return "\n".join(lines) + "\n"
 
 
