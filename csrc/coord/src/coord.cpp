@@ -266,4 +266,39 @@ std::string tokenFromEnv() {
   return t ? t : "";
 }
 
+Faults faultsFromEnv(const Faults& base) {
+  const char* e = std::getenv("AUTOCCL_COORD_FAULTS");
+  if (!e || !*e) return base;
+  Faults f = base;
+  std::string s = e;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t comma = s.find(',', pos);
+    if (comma == std::string::npos) comma = s.size();
+    std::string item = s.substr(pos, comma - pos);
+    pos = comma + 1;
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    if (eq == std::string::npos) return base;
+    std::string k = item.substr(0, eq), v = item.substr(eq + 1);
+    char* end = nullptr;
+    if (k == "drop" || k == "dup") {
+      double x = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end || !(x >= 0 && x <= 1)) return base;
+      (k == "drop" ? f.drop : f.dup) = x;
+    } else if (k == "delay_ms") {
+      long x = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end || x < 0 || x > 60000) return base;
+      f.maxDelayMs = static_cast<int>(x);
+    } else if (k == "seed") {
+      unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+      if (v.empty() || *end) return base;
+      f.seed = x;
+    } else {
+      return base;
+    }
+  }
+  return f;
+}
+
 }  // namespace autoccl::coord

@@ -365,10 +365,10 @@ struct TcpServer::Impl {
       int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) continue;
       auto peer = std::make_shared<Peer>();
-      Faults f = o.faults;
+      Faults f = faultsFromEnv(o.faults);  // test hook (AUTOCCL_COORD_FAULTS)
       std::lock_guard<std::mutex> lk(mu);
       peer->id = nextId++;
-      f.seed = o.faults.seed * 1000003 + peer->id;
+      f.seed = f.seed * 1000003 + peer->id;
       peer->conn = std::make_shared<Conn>(fd, f);
       peer->reader = std::thread([this, peer] { serveConn(peer); });
       peers.push_back(peer);
@@ -444,6 +444,13 @@ int TcpServer::port() const { return impl_->boundPort; }
 BoardStats TcpServer::stats() const {
   std::lock_guard<std::mutex> lk(impl_->mu);
   return impl_->st;
+}
+
+size_t TcpServer::connectedPeers() const {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  size_t n = 0;
+  for (const auto& p : impl_->peers) n += p->done ? 0 : 1;
+  return n;
 }
 
 // =============================================================================================
@@ -565,8 +572,8 @@ class TcpBoard : public Board {
       int fd = connectTo(o_.host, o_.port, o_.connectTimeoutMs);
       std::shared_ptr<Conn> c;
       if (fd >= 0) {
-        Faults f = o_.faults;
-        f.seed = o_.faults.seed * 7919 + static_cast<uint64_t>(attempt);
+        Faults f = faultsFromEnv(o_.faults);  // test hook (AUTOCCL_COORD_FAULTS)
+        f.seed = f.seed * 7919 + static_cast<uint64_t>(attempt);
         c = std::make_shared<Conn>(fd, f);
         {
           std::lock_guard<std::mutex> lk(mu_);

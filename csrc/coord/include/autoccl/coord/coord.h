@@ -148,6 +148,7 @@ class TcpServer {
   void stop();
   int port() const;
   BoardStats stats() const;
+  size_t connectedPeers() const;  // client connections currently open (the engine lingers on them at exit)
 
  private:
   struct Impl;
@@ -161,6 +162,10 @@ std::shared_ptr<Board> makeTcpBoard(TcpOptions opt);
 // MASTER_ADDR and MASTER_PORT + 17 (torchrun). Token: AUTOCCL_COORD_TOKEN (required for TCP).
 bool addressFromEnv(std::string* host, int* port, std::string* err);
 std::string tokenFromEnv();
+// Test hook: AUTOCCL_COORD_FAULTS="drop=P,dup=P,delay_ms=N,seed=S" (any subset) overrides `base` for
+// every TCP connection (server and clients) of a process, so tests that run the real plugin in other
+// processes (the emulator) can inject faults. Unset, empty or malformed: `base` unchanged.
+Faults faultsFromEnv(const Faults& base);
 
 // ---------------------------------------------------------------------------------------------
 // What one rank of one communicator uses: caches the current segment per task (lookups of a
