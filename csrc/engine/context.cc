@@ -4,9 +4,33 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 namespace autoccl::engine {
 
 namespace {
+// An advisory lock on a file beside a table (serialises read-merge-write across processes).
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~FileLock() {
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 // NCCL's own spellings, as the profiler reports them (trace "nccl_algo"/"nccl_proto").
 const char* ncclAlgoSpelling(int a) {
   static const char* const n[kNumAlgos] = {"TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT"};
@@ -51,9 +75,8 @@ Runtime::Runtime(Settings settings, int ncclVersion, int minNcclVersion, std::st
   } else if (minNcclVersion > 0 && ncclVersion > 0 && ncclVersion < minNcclVersion) {
     disabledWhy_ = "NCCL version " + std::to_string(ncclVersion) + " is older than the oldest supported (" +
                    std::to_string(minNcclVersion) + ")";
-  } else if (settings_.mode == Mode::Online) {
-    disabledWhy_ = "AUTOCCL_MODE=online is not available in this build (the online search is not linked yet)";
   }
+  if (disabledWhy_.empty() && settings_.mode == Mode::Online) coord_ = std::make_unique<Coordination>();
   detectHardware(settings_.hw, procGpuDir, &hw_);
   hw_.nccl = ncclVersion;
 }
@@ -149,6 +172,35 @@ void Runtime::saveObserved(const Fingerprint& fp, const std::vector<TableEntry>&
   }
 }
 
+void Runtime::saveTuned(const Fingerprint& fp, const std::vector<TableEntry>& entries, const LogFn& log) {
+  std::string path = tablePathFor(fp);
+  if (path.empty() || entries.empty()) return;
+  std::lock_guard<std::mutex> lock(tablesMu_);
+  FileLock flock(path + ".lock");  // other processes (authorities of other communicators)
+  Table table;
+  std::string why;
+  LoadStatus st = loadTable(path, fp.id(), &table, &why);
+  if (st != LoadStatus::Ok) {
+    if (st != LoadStatus::Missing && log) log(LogLevel::Warn, "autoccl: replacing unusable table " + path + ": " + why);
+    table = Table();
+  }
+  table.fp = fp;
+  table.created = utcNow();
+  for (const TableEntry& e : entries) table.upsert(e);
+  if (saveTable(path, table, &why)) {
+    if (log) log(LogLevel::Info, "autoccl: " + std::to_string(entries.size()) + " tuned tasks written to " + path);
+  } else if (log) {
+    log(LogLevel::Warn, "autoccl: " + why);
+  }
+}
+
+bool Runtime::firstTime(const std::string& key) {
+  std::lock_guard<std::mutex> lock(onceMu_);
+  if (std::find(once_.begin(), once_.end(), key) != once_.end()) return false;
+  once_.push_back(key);
+  return true;
+}
+
 // ---------------------------------------------------------------- Context
 
 Context::Context(Runtime& rt, uint64_t commHash)
@@ -187,14 +239,22 @@ bool Context::attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& l
   env.nNodes = nNodes;
   env.settings = &rt_.settings();
   env.log = log_;
-  if (rt_.settings().mode == Mode::Table) env.table = rt_.tableFor(rt_.fingerprint(nRanks, nNodes, nvlDomains), log_);
+  const Mode mode = rt_.settings().mode;
+  if (mode == Mode::Table || mode == Mode::Online) env.table = rt_.tableFor(rt_.fingerprint(nRanks, nNodes, nvlDomains), log_);
+  if (mode == Mode::Online) {
+    env.coordination = rt_.coordination();
+    env.needChanged = [this] { updateNeed(); };
+    Fingerprint fp = rt_.fingerprint(nRanks, nNodes, nvlDomains);
+    env.saveTuned = [this, fp](const std::vector<TableEntry>& entries) { rt_.saveTuned(fp, entries, log_); };
+  }
   std::string err;
   policy_ = makeDecisionSource(env, &err);
   if (!policy_) {
-    log(LogLevel::Warn, err + "; behaving as no tuner");  // Context::log (prefixed)
+    // One WARN per process and reason (every rank reaches the same conclusion from the same settings).
+    log(rt_.firstTime(err) ? LogLevel::Warn : LogLevel::Info, err + "; behaving as no tuner");
     return false;
   }
-  measureBudget_ = rt_.settings().mode == Mode::Observe ? 0 : rt_.settings().measureCalls;
+  measureBudget_ = mode == Mode::Observe || mode == Mode::Online ? 0 : rt_.settings().measureCalls;
   if (!profilerAttached_.load()) {
     log(LogLevel::Info, "profiler not loaded (rank unknown, no GPU timing); decisions still apply. "
                               "Point NCCL_PROFILER_PLUGIN at this library for timing.");
@@ -234,8 +294,8 @@ void Context::stopWanting(Task* t) {
   if (t->wanting.exchange(false) && tasksWanting_.fetch_sub(1) == 1) updateNeed();
 }
 
-void Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& costs, int* nChannels) {
-  if (!policy_ || coll < 0 || coll >= kNumColls) return;
+bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& costs, int* nChannels) {
+  if (!policy_ || coll < 0 || coll >= kNumColls) return true;
   Task* t = taskFor(TaskKey{coll, bytes, pipe});
   uint64_t k = t->calls++;
   bool first = k == 0;
@@ -249,6 +309,16 @@ void Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& c
     } else {
       d = &fresh;
     }
+  }
+  if (d->fail) {
+    --t->calls;  // not applied: NCCL fails the collective
+    if (!failLogged_) {
+      failLogged_ = true;
+      log(LogLevel::Warn, std::string(collName(coll)) + " bytes=" + std::to_string(bytes) + " call " +
+                              std::to_string(k) + ": the ranks can no longer agree on a configuration (" + d->why +
+                              "); failing the collective rather than risking divergent configurations");
+    }
+    return false;
   }
 
   Config applied;
@@ -302,6 +372,7 @@ void Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& c
                           applied.chunk, sourceName(source), refused ? ",\"refused\":true" : "");
     if (n > 0) rt_.trace().writeLine(buf, std::min(static_cast<size_t>(n), sizeof buf - 1));
   }
+  return true;
 }
 
 bool Context::chunkSize(int coll, int algo, int proto, uint64_t* chunk) const {
@@ -390,20 +461,20 @@ void Context::finalizeTuner() {
                   ncclAlgoSpelling(r.ncclAlgo), ncclProtoSpelling(r.ncclProto), r.ncclChannels);
     log(LogLevel::Info, line);
     if (rt_.trace().enabled()) {
-      char buf[768];
+      char buf[1024];
       int n = std::snprintf(
           buf, sizeof buf,
           "{\"ev\":\"task\",\"comm\":\"%s\",\"rank\":%d,\"coll\":\"%s\",\"bytes\":%" PRIu64 ",\"pipe\":%d,\"calls\":%" PRIu64
           ",\"samples\":%" PRIu64 ",\"median_us\":%.3f,\"mad_us\":%.3f,\"noise\":%.4f,\"min_us\":%.3f,\"max_us\":%.3f,"
           "\"source\":\"%s\",\"algo\":%s%s%s,\"proto\":%s%s%s,\"channels\":%d,\"chunk\":%" PRIu64
-          ",\"nccl_algo\":\"%s\",\"nccl_proto\":\"%s\",\"nccl_channels\":%d}",
+          ",\"nccl_algo\":\"%s\",\"nccl_proto\":\"%s\",\"nccl_channels\":%d%s}",
           commHex_.c_str(), rank_, collName(r.key.coll), r.key.bytes, r.key.pipe, r.calls, r.stats.count,
           r.stats.median, r.stats.mad, r.stats.noise, r.stats.min, r.stats.max, sourceName(r.source),
           r.applied.forcesPair() ? "\"" : "", r.applied.forcesPair() ? algoName(r.applied.algo) : "null",
           r.applied.forcesPair() ? "\"" : "", r.applied.forcesPair() ? "\"" : "",
           r.applied.forcesPair() ? protoName(r.applied.proto) : "null", r.applied.forcesPair() ? "\"" : "",
           r.applied.channels, r.applied.chunk, ncclAlgoSpelling(r.ncclAlgo), ncclProtoSpelling(r.ncclProto),
-          r.ncclChannels);
+          r.ncclChannels, policy_->traceExtra(r.key).c_str());
       if (n > 0) rt_.trace().writeLine(buf, std::min(static_cast<size_t>(n), sizeof buf - 1));
     }
     if (r.stats.count > 0 && r.ncclAlgo >= 0 && r.ncclProto >= 0) {

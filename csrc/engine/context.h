@@ -13,6 +13,7 @@
 
 #include "engine/common.h"
 #include "engine/fingerprint.h"
+#include "engine/online.h"
 #include "engine/policy.h"
 #include "engine/settings.h"
 #include "engine/stats.h"
@@ -72,6 +73,13 @@ class Runtime {
   // Observe mode: merge measured entries into the table file for `fp` (adds unknown tasks, updates
   // nccl_us of known ones, never replaces a stored configuration).
   void saveObserved(const Fingerprint& fp, const std::vector<TableEntry>& entries, const LogFn& log);
+  // Online mode: merge converged entries into the table file for `fp` (replacing the configuration
+  // of known tasks). Serialised across processes by an flock on `<table>.lock`; written atomically.
+  void saveTuned(const Fingerprint& fp, const std::vector<TableEntry>& entries, const LogFn& log);
+  // Online mode: the process-wide board / coordinator (null in other modes).
+  Coordination* coordination() { return coord_.get(); }
+  // True the first time `key` is asked in this process (one WARN per process for per-context issues).
+  bool firstTime(const std::string& key);
   std::string tablePathFor(const Fingerprint& fp) const;
 
   TraceWriter& trace() { return trace_; }
@@ -87,6 +95,9 @@ class Runtime {
   std::map<std::string, std::shared_ptr<const Table>> tables_;  // path -> table (null: unusable)
   TraceWriter trace_;
   MaskControl mask_;
+  std::unique_ptr<Coordination> coord_;
+  std::mutex onceMu_;
+  std::vector<std::string> once_;
 };
 
 class Context {
@@ -102,7 +113,8 @@ class Context {
   bool attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& logger);
 
   // getCollInfo: decide, apply to NCCL's cost table / *nChannels, queue for timing, trace.
-  void getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& costs, int* nChannels);
+  // Returns false only when the call must fail (online: the ranks can no longer agree; logged).
+  bool getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& costs, int* nChannels);
   // getChunkSize (tuner v6): the chunk of the latest decision of `coll` if it forced (algo, proto).
   bool chunkSize(int coll, int algo, int proto, uint64_t* chunk) const;
   void finalizeTuner();
@@ -171,6 +183,7 @@ class Context {
   uint64_t measureBudget_ = 0;       // timed calls per task outside observe mode
   std::atomic<int> tasksWanting_{0};
   bool needFlag_ = false;            // guarded by rt_.mask()
+  bool failLogged_ = false;          // enqueue thread only
   mutable std::mutex statsMu_;
   TimingMatcher matcher_;
 };

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "engine/fixed_rules.h"
+#include "engine/online.h"
 
 namespace autoccl::engine {
 
@@ -70,9 +71,7 @@ std::unique_ptr<DecisionSource> makeDecisionSource(const PolicyEnv& env, std::st
     case Mode::Observe: return std::make_unique<ObservePolicy>();
     case Mode::Fixed: return std::make_unique<FixedPolicy>(*env.settings);
     case Mode::Table: return std::make_unique<TablePolicy>(env.table);
-    case Mode::Online:
-      *error = "AUTOCCL_MODE=online is not available in this build (the online search is not linked yet)";
-      return nullptr;
+    case Mode::Online: return makeOnlineSource(env, error);
     case Mode::Off: break;
   }
   *error = "no decision source for mode off";

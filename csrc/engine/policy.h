@@ -5,7 +5,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "engine/common.h"
 #include "engine/settings.h"
@@ -21,7 +23,12 @@ struct Decision {
   // asking (the steady-state hot path is then one hash lookup).
   bool stable = false;
   std::string why;              // short note for the per-task INFO line (rule text, table match)
+  // The ranks can no longer agree on this call (online mode, coordinator unreachable): the Context
+  // fails the call (NCCL fails the collective) with `why` logged once. Never set for our own problems.
+  bool fail = false;
 };
+
+class Coordination;  // engine/online.h
 
 // Everything a policy may know about its (communicator, rank) context. Identical on every rank
 // except `rank` (which a policy must not use for decisions).
@@ -31,8 +38,13 @@ struct PolicyEnv {
   int nRanks = 0;
   int nNodes = 0;
   const Settings* settings = nullptr;
-  std::shared_ptr<const Table> table;  // table mode: the loaded table (may be null)
+  std::shared_ptr<const Table> table;  // table mode: the loaded table; online: the warm-start table
   LogFn log;
+  // Online mode: the process-wide coordination (board, TCP server), the Context's "timing need
+  // changed" callback (re-evaluates needsTiming()), and the writer of converged entries (finalize).
+  Coordination* coordination = nullptr;
+  std::function<void()> needChanged;
+  std::function<void(const std::vector<TableEntry>&)> saveTuned;
 };
 
 class DecisionSource {
@@ -51,10 +63,12 @@ class DecisionSource {
   virtual bool needsTiming() const { return false; }
   // Tuner finalize of this context (the profiler may still deliver late events afterwards).
   virtual void onFinalize() {}
+  // Extra fields for the per-task trace record (",\"gain\":..." form, or empty).
+  virtual std::string traceExtra(const TaskKey& task) const { (void)task; return std::string(); }
 };
 
 // Creates the source for settings.mode (never for Off). Returns nullptr with *error set when the
-// mode cannot run in this build (online until issue 3 lands).
+// mode cannot run here (online without the profiler or without a usable coordinator).
 std::unique_ptr<DecisionSource> makeDecisionSource(const PolicyEnv& env, std::string* error);
 
 }  // namespace autoccl::engine

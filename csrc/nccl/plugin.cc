@@ -69,7 +69,11 @@ Runtime& runtime() {
   return *rt;
 }
 
-void flushTraceAtExit() { runtime().trace().flush(); }
+void flushTraceAtExit() {
+  // The process serving the online coordinator keeps it up while other processes still use it.
+  if (auto* c = runtime().coordination()) c->lingerAtExit();
+  runtime().trace().flush();
+}
 
 // Profiler init runs just before tuner init of the same communicator, on the same thread, with the
 // same comm hash (NCCL init.cc): the profiler leaves its context here for the tuner to pick up.
@@ -125,7 +129,10 @@ ncclabi::Result tunerGetCollInfo(void* context, ncclabi::Func coll, size_t nByte
   try {
     // NCCL passes its float[numAlgo][numProto] array cast to float**: the data is contiguous.
     CostTable costs{reinterpret_cast<float*>(collCostTable), numAlgo, numProto};
-    t->ctx->getCollInfo(static_cast<int>(coll), nBytes, numPipeOps, costs, nChannels);
+    // false only in online mode when the ranks can no longer agree on this call (coordinator lost):
+    // failing the collective is the only outcome that cannot corrupt data (logged by the engine).
+    if (!t->ctx->getCollInfo(static_cast<int>(coll), nBytes, numPipeOps, costs, nChannels))
+      return ncclabi::kInternalError;
   } catch (...) {
   }
   return ncclabi::kSuccess;

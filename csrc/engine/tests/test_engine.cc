@@ -674,8 +674,15 @@ void testRuntimeDisabled() {
   Runtime old(loadSettings(envOf({})), 22703, 22803, "/nonexistent");
   CHECK(old.disabled());
   Runtime online(loadSettings(envOf({{"AUTOCCL_MODE", "online"}})), 22809, 22803, "/nonexistent");
-  CHECK(online.disabled());
+  CHECK(!online.disabled());
   Logs logs;
+  {  // online without the profiler: no tuner, one WARN per process
+    Logs ol;
+    Context a(online, 5), b(online, 6);
+    CHECK(!a.attachTuner(2, 1, 1, ol.fn()));
+    CHECK(!b.attachTuner(2, 1, 1, ol.fn()));
+    CHECK_EQ(ol.warn.size(), size_t(1));
+  }
   bad.announce(logs.fn(), "x");
   bad.announce(logs.fn(), "x");
   CHECK_EQ(logs.warn.size(), size_t(1));

@@ -1,0 +1,455 @@
+#include "engine/online.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <unordered_map>
+
+namespace autoccl::engine {
+
+namespace {
+
+constexpr uint64_t kNeedLookahead = 8;   // timing on this many calls before a planned check block
+constexpr uint64_t kNeedTail = 64;       // ... and at most this long after the last measured call
+constexpr int kLocalWaitMs = 2000;       // in-process board: wait for all ranks of a comm to attach
+constexpr int kSealMs = 5000;            // TCP server: unanswered NEED -> final NCCL default
+
+int envInt(const char* name, int def, int lo, int hi) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return def;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (*end || x < lo || x > hi) return def;
+  return static_cast<int>(x);
+}
+
+std::string cfgText(const search::Config& c) {
+  if (c.isDefault()) return "NCCL's choice";
+  std::string s = std::string(algoName(c.algo)) + "/" + protoName(c.proto);
+  if (c.channels) s += "/" + std::to_string(c.channels);
+  if (c.chunk) s += "/chunk=" + std::to_string(c.chunk);
+  return s;
+}
+
+coord::Segment finalDefault(uint64_t from) {
+  coord::Segment s;
+  s.begin = from;
+  s.end = search::kForever;
+  s.phase = search::Phase::kFinal;
+  return s;
+}
+
+// The authority's Decider: the search, gated on the in-process board by "all ranks are here".
+class GatedDecider final : public coord::Decider {
+ public:
+  GatedDecider(Coordination* co, bool gate, int nRanks) : co_(co), gate_(gate), nRanks_(nRanks) {}
+  std::vector<coord::Segment> decide(const coord::TaskKey& t, uint64_t k, uint64_t covered) override {
+    if (gate_ && !co_->allLocal(t.comm, nRanks_, std::chrono::milliseconds(kLocalWaitMs))) return {finalDefault(covered)};
+    return inner.decide(t, k, covered);
+  }
+  coord::SearchDecider inner;
+
+ private:
+  Coordination* co_;
+  bool gate_;
+  int nRanks_;
+};
+
+class OnlineSource final : public DecisionSource {
+ public:
+  OnlineSource(const PolicyEnv& env, std::shared_ptr<coord::Board> board)
+      : env_(env), board_(std::move(board)), authority_(env.rank == 0),
+        localGate_(!env.coordination->tcp() && env.rank != 0) {
+    opts_ = onlineSearchOptions();
+    if (env.table) {
+      for (const TableEntry& e : env.table->entries) {
+        search::TableEntry h;
+        h.coll = e.key.coll;
+        h.bytes = e.key.bytes;
+        h.pipe = e.key.pipe;
+        h.cfg.algo = e.config.algo;
+        h.cfg.proto = e.config.proto;
+        h.cfg.channels = e.config.channels;
+        h.cfg.chunk = 0;  // chunk is not tuned by the engine (see onlineSearchOptions)
+        h.micros = e.timeUs;
+        hints_.push_back(h);
+      }
+    }
+    agree_ = std::make_unique<coord::CommAgreement>(board_, env.commHash, env.rank, env.coordination->lookupDeadline());
+    if (authority_) {
+      decider_ = std::make_unique<GatedDecider>(env.coordination, !env.coordination->tcp(), env.nRanks);
+      board_->serve(env.commHash, decider_.get());
+    }
+  }
+
+  ~OnlineSource() override {
+    if (!authority_) return;
+    // Leave every task covered forever (its pinned configuration, or NCCL's default) so that ranks
+    // still running after this context is gone never wait on a decision.
+    std::vector<std::pair<coord::TaskKey, std::shared_ptr<search::TaskSearch>>> ts;
+    {
+      std::lock_guard<std::mutex> lk(mapMu_);
+      for (auto& [k, s] : tasks_)
+        if (s->search) ts.emplace_back(s->key, s->search);
+    }
+    for (auto& [key, srch] : ts) {
+      coord::Segment f = finalDefault(srch->plannedUpTo());
+      if (srch->converged()) {
+        f.cfg = srch->best();
+        f.cfg.measure = false;
+      }
+      board_->publish(key, {f});
+    }
+    board_->unserve(env_.commHash);
+  }
+
+  Decision decide(const TaskKey& task, uint64_t k, const CostTable& costs) override {
+    TaskState* s = state(task);
+    if (localGate_) {
+      // In-process board, not the authority: is rank 0 of this communicator in this process?
+      // If not, nobody here can decide for it and no coordinator is configured: NCCL's default
+      // for every call (the authority's process publishes the same, see GatedDecider).
+      localGate_ = false;
+      bypass_ = !env_.coordination->authorityLocal(env_.commHash, std::chrono::milliseconds(kLocalWaitMs));
+    }
+    if (!(s->haveSeg && s->seg.contains(k))) {
+      if (bypass_) {
+        s->seg = finalDefault(0);
+      } else {
+        if (authority_ && !s->search) registerTask(s, costs);
+        coord::Outcome o = agree_->decide(s->key, k);
+        if (!o.ok()) {
+          Decision d;
+          d.fail = true;
+          d.source = Source::Online;
+          d.why = o.error;
+          return d;
+        }
+        s->seg = o.seg;
+      }
+      s->haveSeg = true;
+      if (authority_) onNewSegment(s);
+    }
+    if (authority_) updateNeed(s, k);
+    Decision d;
+    d.source = Source::Online;
+    const search::Config& c = s->seg.cfg;
+    if (!c.isDefault()) {
+      d.config.algo = c.algo;
+      d.config.proto = c.proto;
+      d.config.channels = c.channels;
+      d.config.chunk = c.chunk;
+    }
+    d.stable = s->seg.phase == search::Phase::kFinal && s->seg.end == search::kForever;
+    if (k == 0) {
+      d.why = bypass_ ? "communicator not entirely in this process and no coordinator address: NCCL decides"
+                      : std::string(authority_ ? "authority" : "follower") + ", " + search::phaseName(s->seg.phase);
+    }
+    return d;
+  }
+
+  void onMeasurement(const TaskKey& task, const Measurement& m) override {
+    if (!authority_) return;  // a rank never derives decisions from its own measurements
+    TaskState* s = nullptr;
+    std::shared_ptr<search::TaskSearch> srch;
+    {
+      std::lock_guard<std::mutex> lk(mapMu_);
+      auto it = tasks_.find(task);
+      if (it == tasks_.end()) return;
+      s = it->second.get();
+      srch = s->search;
+    }
+    if (!srch) return;
+    if (!m.applied.forcesPair() && m.applied.channels == 0 && m.ncclAlgo >= 0) {
+      s->ncclAlgo.store(m.ncclAlgo, std::memory_order_relaxed);
+      s->ncclProto.store(m.ncclProto, std::memory_order_relaxed);
+      s->ncclChannels.store(m.ncclChannels, std::memory_order_relaxed);
+    }
+    srch->addSample(m.callIndex, m.gpuUs);
+    uint64_t d = s->delivered.load(std::memory_order_relaxed);
+    while (d < m.callIndex + 1 && !s->delivered.compare_exchange_weak(d, m.callIndex + 1)) {
+    }
+  }
+
+  bool needsTiming() const override { return needing_.load(std::memory_order_relaxed) > 0; }
+
+  void onFinalize() override {
+    if (!authority_ || !env_.saveTuned) return;
+    std::vector<TableEntry> out;
+    std::lock_guard<std::mutex> lk(mapMu_);
+    for (auto& [key, s] : tasks_) {
+      if (!s->search || !s->search->converged()) continue;
+      search::Stats st = s->search->stats();
+      search::Config b = s->search->best();
+      TableEntry e;
+      e.key = key;
+      if (b.isDefault()) {  // NCCL's own choice won: store the pair NCCL used (its channel count)
+        e.config.algo = s->ncclAlgo.load();
+        e.config.proto = s->ncclProto.load();
+        if (e.config.algo < 0 || e.config.proto < 0) continue;
+      } else {
+        e.config.algo = b.algo;
+        e.config.proto = b.proto;
+        e.config.channels = b.channels;
+        e.config.chunk = b.chunk;
+      }
+      e.timeUs = st.bestMedian;
+      e.ncclUs = st.defaultMedian;
+      e.samples = st.samples;
+      out.push_back(e);
+    }
+    if (!out.empty()) env_.saveTuned(out);
+  }
+
+  std::string traceExtra(const TaskKey& task) const override {
+    std::shared_ptr<search::TaskSearch> srch;
+    {
+      std::lock_guard<std::mutex> lk(mapMu_);
+      auto it = tasks_.find(task);
+      if (it != tasks_.end()) srch = it->second->search;
+    }
+    if (!srch) return ",\"gain\":null,\"converged_at\":null";
+    search::Stats st = srch->stats();
+    char buf[160];
+    double gain = st.bestMedian > 0 && st.defaultMedian > 0 ? st.defaultMedian / st.bestMedian - 1.0 : 0.0;
+    if (st.convergedAt == search::kForever) {
+      std::snprintf(buf, sizeof buf, ",\"gain\":%.4f,\"converged_at\":null,\"default_us\":%.3f,\"best_us\":%.3f", gain,
+                    st.defaultMedian, st.bestMedian);
+    } else {
+      std::snprintf(buf, sizeof buf, ",\"gain\":%.4f,\"converged_at\":%" PRIu64 ",\"default_us\":%.3f,\"best_us\":%.3f",
+                    gain, st.convergedAt, st.defaultMedian, st.bestMedian);
+    }
+    return buf;
+  }
+
+ private:
+  struct TaskState {
+    coord::TaskKey key;
+    coord::Segment seg;
+    bool haveSeg = false;
+    std::shared_ptr<search::TaskSearch> search;  // authority only (guarded by mapMu_ when written)
+    // authority, enqueue thread:
+    bool needing = false;
+    bool anyMeasured = false;
+    uint64_t lastMeasured = 0;
+    uint64_t needUntil = 0;
+    bool pinnedLogged = false;
+    // authority, measurement thread:
+    std::atomic<uint64_t> delivered{0};  // 1 + highest call index whose time arrived
+    std::atomic<int> ncclAlgo{-1}, ncclProto{-1}, ncclChannels{0};
+  };
+
+  TaskState* state(const TaskKey& task) {
+    TaskState*& last = last_[task.coll];
+    if (last && last->key.bytes == task.bytes && static_cast<int>(last->key.pipe) == task.pipe) return last;
+    auto it = tasks_.find(task);  // only this thread inserts: reading without the lock is safe
+    if (it != tasks_.end()) return last = it->second.get();
+    auto s = std::make_unique<TaskState>();
+    s->key.comm = env_.commHash;
+    s->key.coll = static_cast<uint32_t>(task.coll);
+    s->key.pipe = static_cast<uint32_t>(task.pipe);
+    s->key.bytes = task.bytes;
+    TaskState* raw = s.get();
+    std::lock_guard<std::mutex> lk(mapMu_);
+    tasks_.emplace(task, std::move(s));
+    return last = raw;
+  }
+
+  void registerTask(TaskState* s, const CostTable& costs) {
+    search::Space sp;
+    for (int a = 0; a < search::kNumAlgos; ++a)
+      for (int p = 0; p < search::kNumProtos; ++p)
+        sp.cost[a][p] = (a < costs.numAlgo && p < costs.numProto && costs.data) ? costs.get(a, p) : -1.0f;
+    sp.ncclChannels = 0;
+    sp.maxChannels = env_.settings->maxChannels;
+    sp.chunkTunable = false;
+    std::vector<search::Hint> hints =
+        search::hintsFor(hints_, static_cast<int>(s->key.coll), s->key.bytes, static_cast<int>(s->key.pipe));
+    auto srch = decider_->inner.registerTask(s->key, sp, opts_, hints);
+    std::lock_guard<std::mutex> lk(mapMu_);
+    s->search = std::move(srch);
+  }
+
+  void onNewSegment(TaskState* s) {
+    if (!s->search) return;
+    if (s->seg.phase == search::Phase::kTuning) {
+      s->pinnedLogged = false;
+      return;
+    }
+    if (s->pinnedLogged || !s->search->converged()) return;
+    s->pinnedLogged = true;
+    search::Stats st = s->search->stats();
+    search::Config b = s->search->best();
+    char line[512];
+    double gain = st.bestMedian > 0 && st.defaultMedian > 0 ? 100.0 * (st.defaultMedian / st.bestMedian - 1.0) : 0.0;
+    std::snprintf(line, sizeof line,
+                  "autoccl: comm %016" PRIx64 " %s bytes=%" PRIu64 " pipe=%u: pinned %s after %" PRIu64
+                  " calls (%" PRIu64 " candidates, %" PRIu64 " samples): %.1f us vs NCCL's choice %.1f us, gain %+.1f%%",
+                  env_.commHash, collName(static_cast<int>(s->key.coll)), s->key.bytes, s->key.pipe,
+                  cfgText(b).c_str(), st.convergedAt == search::kForever ? s->seg.begin : st.convergedAt,
+                  st.candidates, st.samples, st.bestMedian, st.defaultMedian, gain);
+    if (env_.log) env_.log(LogLevel::Info, line);
+  }
+
+  void updateNeed(TaskState* s, uint64_t k) {
+    bool want;
+    const coord::Segment& g = s->seg;
+    if (g.cfg.measure) {
+      want = true;
+      s->anyMeasured = true;
+      s->lastMeasured = k;
+      s->needUntil = k + kNeedTail;
+    } else if (g.phase == search::Phase::kTuning) {
+      want = true;
+    } else if (g.end != search::kForever && g.end - k <= kNeedLookahead) {
+      want = true;  // a check block (or a re-tune) is planned right after this segment
+    } else {
+      want = s->anyMeasured && k < s->needUntil && s->delivered.load(std::memory_order_relaxed) <= s->lastMeasured;
+    }
+    if (want == s->needing) return;
+    s->needing = want;
+    bool changed = want ? needing_.fetch_add(1) == 0 : needing_.fetch_sub(1) == 1;
+    if (changed && env_.needChanged) env_.needChanged();
+  }
+
+  PolicyEnv env_;
+  std::shared_ptr<coord::Board> board_;
+  bool authority_;
+  bool localGate_;
+  bool bypass_ = false;
+  search::Options opts_;
+  std::vector<search::TableEntry> hints_;
+  std::unique_ptr<coord::CommAgreement> agree_;
+  std::unique_ptr<GatedDecider> decider_;
+  mutable std::mutex mapMu_;  // tasks_ inserts (enqueue thread) vs lookups from other threads
+  std::unordered_map<TaskKey, std::unique_ptr<TaskState>, TaskKeyHash> tasks_;
+  TaskState* last_[kNumColls] = {};
+  std::atomic<int> needing_{0};
+};
+
+}  // namespace
+
+search::Options onlineSearchOptions() {
+  search::Options o;
+  o.drift = true;
+  return o;
+}
+
+// ------------------------------------------------------------------------------ Coordination
+
+Coordination::Coordination() = default;
+
+Coordination::~Coordination() {
+  board_.reset();
+  if (server_) server_->stop();
+}
+
+std::shared_ptr<coord::Board> Coordination::board(bool authority, const LogFn& log, std::string* err) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!configured_) {
+    configured_ = true;
+    lookupMs_ = envInt("AUTOCCL_COORD_TIMEOUT_MS", 30000, 100, 3600000);
+    const char* addr = std::getenv("AUTOCCL_COORD_ADDR");
+    const char* ma = std::getenv("MASTER_ADDR");
+    const char* mp = std::getenv("MASTER_PORT");
+    bool haveAddr = (addr && *addr) || (ma && *ma && mp && *mp);
+    if (haveAddr) {
+      std::string host, aerr;
+      int port = 0;
+      if (!coord::addressFromEnv(&host, &port, &aerr)) {
+        error_ = aerr;
+      } else if (coord::tokenFromEnv().empty()) {
+        error_ = "AUTOCCL_COORD_TOKEN is not set (required with a coordinator address " + host + ":" +
+                 std::to_string(port) + ")";
+      } else {
+        tcp_ = true;
+        opt_.host = host;
+        opt_.port = port;
+        opt_.token = coord::tokenFromEnv();
+        opt_.sealMs = kSealMs;
+      }
+    } else {
+      board_ = coord::makeLocalBoard();
+    }
+  }
+  if (!error_.empty()) {
+    *err = error_;
+    return nullptr;
+  }
+  if (tcp_) {
+    if (authority && !triedServer_) {
+      triedServer_ = true;
+      auto srv = std::make_unique<coord::TcpServer>(opt_);
+      std::string serr;
+      std::string where = opt_.host + ":" + std::to_string(opt_.port);
+      if (srv->start(&serr)) {
+        server_ = std::move(srv);
+        if (log) log(LogLevel::Info, "autoccl: serving the online coordinator at " + where);
+      } else if (log) {
+        log(LogLevel::Info, "autoccl: online coordinator " + where + " is served by another process (" + serr + ")");
+      }
+    }
+    if (!board_) board_ = coord::makeTcpBoard(opt_);
+  }
+  return board_;
+}
+
+void Coordination::addLocalRank(uint64_t comm, int rank) {
+  std::lock_guard<std::mutex> lk(regMu_);
+  local_[comm].insert(rank);
+  regCv_.notify_all();
+}
+
+bool Coordination::allLocal(uint64_t comm, int nRanks, std::chrono::milliseconds wait) {
+  std::unique_lock<std::mutex> lk(regMu_);
+  auto it = allLocal_.find(comm);
+  if (it != allLocal_.end()) return it->second;
+  bool ok = regCv_.wait_for(lk, wait, [&] { return static_cast<int>(local_[comm].size()) >= nRanks; });
+  allLocal_[comm] = ok;
+  return ok;
+}
+
+bool Coordination::authorityLocal(uint64_t comm, std::chrono::milliseconds wait) {
+  std::unique_lock<std::mutex> lk(regMu_);
+  auto it = authLocal_.find(comm);
+  if (it != authLocal_.end()) return it->second;
+  bool ok = regCv_.wait_for(lk, wait, [&] { return local_[comm].count(0) > 0; });
+  authLocal_[comm] = ok;
+  return ok;
+}
+
+void Coordination::lingerAtExit() {
+  coord::TcpServer* srv = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    srv = server_.get();
+  }
+  if (!srv) return;
+  int ms = envInt("AUTOCCL_COORD_LINGER_MS", 5000, 0, 600000);
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  // Our own client connection counts as one peer.
+  while (srv->connectedPeers() > 1 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+// ------------------------------------------------------------------------------ factory
+
+std::unique_ptr<DecisionSource> makeOnlineSource(const PolicyEnv& env, std::string* error) {
+  if (env.rank < 0) {
+    *error = "AUTOCCL_MODE=online needs the profiler (point NCCL_PROFILER_PLUGIN at this library too): without "
+             "it the rank and GPU times are unknown";
+    return nullptr;
+  }
+  if (!env.coordination) {
+    *error = "online mode: no coordination";
+    return nullptr;
+  }
+  auto board = env.coordination->board(env.rank == 0, env.log, error);
+  if (!board) return nullptr;
+  if (!env.coordination->tcp()) env.coordination->addLocalRank(env.commHash, env.rank);
+  return std::make_unique<OnlineSource>(env, std::move(board));
+}
+
+}  // namespace autoccl::engine

@@ -1,0 +1,82 @@
+// Mode `online` (issue 3): the search (autoccl_search) behind the agreement layer (autoccl_coord).
+//
+// One authority per communicator: the context of its rank 0 (rank from the profiler pairing) owns a
+// coord::SearchDecider and feeds it the GPU times of its own kernels. Every rank, the authority
+// included, applies only what the board holds for (task, call index), so ranks cannot diverge.
+//
+// Board choice (process-wide, `Coordination`), deterministic from the environment:
+//  * TCP when a coordinator address is configured (AUTOCCL_COORD_ADDR=host:port) or derivable
+//    (torchrun: MASTER_ADDR and MASTER_PORT + 17); token AUTOCCL_COORD_TOKEN (required). The first
+//    context of this process that is rank 0 of a communicator tries to bind the address; binding is
+//    atomic, so exactly one process per job serves, every other process (and the server's own
+//    process) connects as a client, retrying until the lookup deadline.
+//  * In-process board otherwise (nccl-tests -g N, single-process multi-GPU). A communicator is
+//    tuned there only when all its ranks attach in this process (waited for, bounded, at its first
+//    decision); otherwise every rank applies NCCL's default for it (identical on all ranks).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "autoccl/coord/coord.h"
+#include "engine/policy.h"
+
+namespace autoccl::engine {
+
+class Coordination {
+ public:
+  Coordination();
+  ~Coordination();
+  Coordination(const Coordination&) = delete;
+  Coordination& operator=(const Coordination&) = delete;
+
+  // The process's board (created on first use). nullptr with *err when online mode cannot run
+  // (malformed address, missing token). `authority`: the caller is rank 0 of a communicator and
+  // may host the TCP server.
+  std::shared_ptr<coord::Board> board(bool authority, const LogFn& log, std::string* err);
+  bool tcp() const { return tcp_; }
+  std::chrono::milliseconds lookupDeadline() const { return std::chrono::milliseconds(lookupMs_); }
+
+  // In-process board: ranks of a communicator attached in this process.
+  void addLocalRank(uint64_t comm, int rank);
+  // True when all nRanks ranks of `comm` are attached here (waits at most `wait`; the answer is
+  // remembered per communicator so that it cannot change later).
+  bool allLocal(uint64_t comm, int nRanks, std::chrono::milliseconds wait);
+  // True when rank 0 of `comm` is attached here (waits at most `wait`; remembered).
+  bool authorityLocal(uint64_t comm, std::chrono::milliseconds wait);
+
+  // The process hosting the TCP server: at exit, keep serving while other clients are connected
+  // (bounded by AUTOCCL_COORD_LINGER_MS, default 5000) so that late ranks get their decisions.
+  void lingerAtExit();
+
+ private:
+  std::mutex mu_;
+  bool configured_ = false;
+  bool tcp_ = false;
+  std::string error_;
+  coord::TcpOptions opt_;
+  int lookupMs_ = 30000;
+  std::shared_ptr<coord::Board> board_;
+  std::unique_ptr<coord::TcpServer> server_;
+  bool triedServer_ = false;
+
+  std::mutex regMu_;
+  std::condition_variable regCv_;
+  std::map<uint64_t, std::set<int>> local_;
+  std::map<uint64_t, bool> allLocal_, authLocal_;  // remembered answers
+};
+
+// Creates the online source for one (communicator, rank) context (rank >= 0). nullptr + *error when
+// it cannot run (then the context behaves as no tuner).
+std::unique_ptr<DecisionSource> makeOnlineSource(const PolicyEnv& env, std::string* error);
+
+// Options of the online search used by the engine (tests reuse them).
+search::Options onlineSearchOptions();
+
+}  // namespace autoccl::engine
