@@ -144,6 +144,7 @@ def run(
     extra_procs: Sequence[tuple[Sequence[int], Mapping[str, str]]] = (),
     poll: Callable[[Path], None] | None = None,
     poll_interval: float = 0.2,
+    extra_start_delay: float = 0.0,
 ) -> RunResult:
     """Play `scenario` on the emulator: all ranks as threads of one process, or one process per rank.
 
@@ -152,7 +153,8 @@ def run(
     rank_env: extra variables for the process(es) playing a given global rank (e.g. fault injection on
       the authority only).
     extra_procs: further processes (ranks, env overrides) started with the others, e.g. a rogue peer with a
-      wrong token; their results are in `RunResult.extra` and not in `calls`.
+      wrong token; their results are in `RunResult.extra` and not in `calls`. They start
+      `extra_start_delay` s after the others.
     poll: called with the work directory every `poll_interval` s while the emulator runs (live progress).
     A process still running at `timeout` is killed (returncode 124 in the result: a hang).
     """
@@ -196,7 +198,11 @@ def run(
     procs: list[tuple[subprocess.Popen[str], Path, list[int], bool, IO[str], IO[str]]] = []
     if progress:
         progress("start", 0.0)
+    delayed = False
     for n, (ranks, penv, is_extra) in enumerate(rank_sets):
+        if is_extra and not delayed:
+            delayed = True
+            time.sleep(extra_start_delay)
         tag = "_".join(str(r) for r in ranks) + (f".extra{n}" if is_extra else "")
         truth = work / f"truth.{tag}.jsonl"
         cmd = [*base, "--ranks", ",".join(str(r) for r in ranks), "--truth", str(truth)]
