@@ -91,6 +91,7 @@ def main() -> None:
                 "collective": coll,
                 "bytes": S.parse_size(a.size),
                 "seeds": a.seeds,
+                "chunks_per_npu": chunks,
                 "tacos_us": s.time_us,
                 "lower_bound_us": lb,
                 "gap_to_lower_bound": s.time_us / lb - 1,
