@@ -79,6 +79,11 @@ class OnlineSource final : public DecisionSource {
     }
     agree_ = std::make_unique<coord::CommAgreement>(board_, env.commHash, env.rank, env.coordination->lookupDeadline());
     if (authority_) {
+      // Timing on from the start: NCCL reads the mask at the start of a group, so the first call of
+      // a task could not be timed if we switched it on only when that call is decided (a planned
+      // sample lost costs the search `lostAfter` calls). Released once every task seen is pinned.
+      bootstrap_ = true;
+      needing_.store(1);
       decider_ = std::make_unique<GatedDecider>(env.coordination, !env.coordination->tcp(), env.nRanks);
       board_->serve(env.commHash, decider_.get());
     }
@@ -311,6 +316,10 @@ class OnlineSource final : public DecisionSource {
     if (want == s->needing) return;
     s->needing = want;
     bool changed = want ? needing_.fetch_add(1) == 0 : needing_.fetch_sub(1) == 1;
+    if (!want && bootstrap_ && needing_.load() == 1) {  // only the bootstrap is left: release it
+      bootstrap_ = false;
+      changed = needing_.fetch_sub(1) == 1;
+    }
     if (changed && env_.needChanged) env_.needChanged();
   }
 
@@ -327,6 +336,7 @@ class OnlineSource final : public DecisionSource {
   std::unordered_map<TaskKey, std::unique_ptr<TaskState>, TaskKeyHash> tasks_;
   TaskState* last_[kNumColls] = {};
   std::atomic<int> needing_{0};
+  bool bootstrap_ = false;  // enqueue thread
 };
 
 }  // namespace
