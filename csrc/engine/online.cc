@@ -217,14 +217,17 @@ class OnlineSource final : public DecisionSource {
     }
     if (!srch) return ",\"gain\":null,\"converged_at\":null";
     search::Stats st = srch->stats();
-    char buf[160];
+    std::vector<search::Segment> plan = srch->plan();
+    uint64_t from = plan.empty() ? 0 : plan.front().begin;  // calls before: NCCL's default (not yet registered)
+    char buf[200];
     double gain = st.bestMedian > 0 && st.defaultMedian > 0 ? st.defaultMedian / st.bestMedian - 1.0 : 0.0;
     if (st.convergedAt == search::kForever) {
-      std::snprintf(buf, sizeof buf, ",\"gain\":%.4f,\"converged_at\":null,\"default_us\":%.3f,\"best_us\":%.3f", gain,
-                    st.defaultMedian, st.bestMedian);
+      std::snprintf(buf, sizeof buf, ",\"gain\":%.4f,\"converged_at\":null,\"search_from\":%" PRIu64 ",\"default_us\":%.3f,\"best_us\":%.3f",
+                    gain, from, st.defaultMedian, st.bestMedian);
     } else {
-      std::snprintf(buf, sizeof buf, ",\"gain\":%.4f,\"converged_at\":%" PRIu64 ",\"default_us\":%.3f,\"best_us\":%.3f",
-                    gain, st.convergedAt, st.defaultMedian, st.bestMedian);
+      std::snprintf(buf, sizeof buf, ",\"gain\":%.4f,\"converged_at\":%" PRIu64 ",\"search_from\":%" PRIu64
+                    ",\"default_us\":%.3f,\"best_us\":%.3f",
+                    gain, st.convergedAt, from, st.defaultMedian, st.bestMedian);
     }
     return buf;
   }

@@ -1,0 +1,214 @@
+"""Mode online of the real plugin (libautoccl-nccl.so) in the emulator: identical decisions on every rank
+(threads: in-process board; processes: TCP board over loopback), convergence to the model's best, never
+worse than NCCL's default, the saved table makes a rerun start tuned."""
+
+from __future__ import annotations
+
+import secrets
+import socket
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from emu_helpers import assert_clean
+
+from autoccl.emu import Call, Comm, Group, Scenario, run
+from autoccl.emu.model import PerfModel, default_chunk
+from autoccl.emu.runner import default_model
+
+HW = "NVIDIA H200x4"
+PAIRS = {
+    "allreduce": [(a, p) for a in ("tree", "ring") for p in ("ll", "ll128", "simple")],
+}
+
+
+def pairs_for(coll: str) -> list[tuple[str, str]]:
+    return PAIRS.get(coll, [("ring", p) for p in ("ll", "ll128", "simple")])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scenario(repeat: int, seed: int = 5, noise: bool = True) -> Scenario:
+    comms = [
+        Comm("dp", 0x1DA7A, (0, 1, 2, 3)),
+        Comm("tp", 0x2BEEF, (0, 1, 2, 3)),
+        Comm("pp", 0x3CAFE, (1, 2)),
+    ]
+    groups = [
+        Group("dp", (Call("allreduce", 64 << 20),), repeat=repeat),
+        Group("tp", (Call("allgather", 4 << 20),), repeat=repeat),
+        Group("dp", (Call("allreduce", 256 << 10),), repeat=repeat),
+        Group("pp", (Call("allreduce", 8 << 20),), repeat=repeat),
+    ]
+    return Scenario(
+        comms,
+        groups,
+        seed=seed,
+        runahead=4,
+        reorder=6,
+        orders={1: "reverse", 2: "random", 3: "sequential"},
+        noise=noise,
+    )
+
+
+def online_env(tcp: bool, **extra: str) -> dict[str, str]:
+    env = {"AUTOCCL_MODE": "online", "AUTOCCL_HW": HW}
+    if tcp:
+        env["AUTOCCL_COORD_ADDR"] = f"127.0.0.1:{free_port()}"
+        env["AUTOCCL_COORD_TOKEN"] = secrets.token_hex(16)
+    env.update(extra)
+    return env
+
+
+def tasks_of(res: Any) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """The authority's (rank 0) task record per (comm, coll, bytes)."""
+    out = {}
+    for t in res.trace:
+        if t.get("ev") == "task" and t["rank"] == 0:
+            out[(t["comm"], t["coll"], int(t["bytes"]))] = t
+    return out
+
+
+def assert_same_per_seq(calls: list[dict[str, Any]]) -> None:
+    """Across ranks (and processes): one configuration per (comm, seq) of every collective."""
+    seen: dict[tuple[str, str, int], set[tuple[Any, ...]]] = defaultdict(set)
+    for r in calls:
+        seen[(r["comm"], r["coll"], int(r["seq"]))].add((r["algo"], r["proto"], r["channels"], r["chunk"]))
+    bad = {k: v for k, v in seen.items() if len(v) > 1}
+    assert not bad, list(bad.items())[:5]
+
+
+def model_best(model: PerfModel, coll: str, nranks: int, nbytes: int, cap: int) -> float:
+    return min(
+        model.mean_us(coll, nranks, nbytes, a, p, ch, default_chunk(coll, a, p), 0.0)
+        for a, p in pairs_for(coll)
+        for ch in range(1, cap + 1)
+    )
+
+
+def check_converged(res: Any, max_calls: int = 150, within: float = 0.03) -> dict[tuple[str, str, int], float]:
+    """Every task converged in <= max_calls, within `within` of the model's best, never worse than NCCL."""
+    model = PerfModel.load_file(default_model()) if default_model() else PerfModel()
+    final: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for r in res.calls:
+        key = (r["hash"], r["coll"], int(r["task_bytes"]))
+        if key not in final or int(r["call"]) > int(final[key]["call"]):
+            final[key] = r
+    tasks = tasks_of(res)
+    ratios = {}
+    for key, r in final.items():
+        t = tasks[key]
+        # search_from: calls handed out as NCCL's default before the authority saw the task (another
+        # rank ran ahead: the emulator's "sequential" order plays one comm's whole program first)
+        assert t["converged_at"] is not None and int(t["converged_at"]) - int(t["search_from"]) <= max_calls, t
+        mine = model.mean_us(
+            r["coll"], r["nranks"], r["task_bytes"], r["algo"], r["proto"], r["used_channels"], r["chunk"], 0.0
+        )
+        nccl = model.mean_us(
+            r["coll"], r["nranks"], r["task_bytes"], r["def_algo"], r["def_proto"], r["def_channels"],
+            r["def_chunk"], 0.0,
+        )
+        best = model_best(model, r["coll"], r["nranks"], r["task_bytes"], r["comm_channels"])
+        ratios[key] = mine / best
+        assert mine <= best * (1 + within), (key, r, mine, best, t)
+        assert mine <= nccl * 1.01, (key, mine, nccl)
+    return ratios
+
+
+@pytest.mark.sanitize
+def test_online_threads_agree_small(plugin: Path) -> None:
+    """Fast: 4 ranks as threads, 3 comms in different orders, run-ahead + reordering: 0 divergences."""
+    res = run(scenario(40), plugin=plugin, env=online_env(False), timeout=240)
+    assert_clean(res)
+    assert_same_per_seq(res.calls)
+    decided = [t for t in res.trace if t.get("ev") == "call"]
+    assert decided and all(t["source"] == "online" for t in decided)
+    # tuning is under way: some calls forced a configuration other than NCCL's
+    assert any(t["algo"] is not None for t in decided)
+    assert not res.warn_lines(), res.warn_lines()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap: the 64 MiB allreduce stops at NCCL's default (ring/simple) although ring/ll128 is 4.4 %"
+    " faster and was probed; and a task first seen by a rank far ahead starts its search late",
+)
+def test_online_threads_converge_and_warm_start(plugin: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    env = online_env(False, AUTOCCL_CACHE_DIR=str(cache))
+    # Noise-free model: the 3 % criterion (with the emulator's 3 % log-normal noise, gains of 4 % are
+    # below what 150 calls can separate; test_online_noisy_never_worse covers the noisy case).
+    res = run(scenario(300, noise=False), plugin=plugin, env=env, timeout=300, workdir=tmp_path / "run1")
+    assert_clean(res)
+    assert_same_per_seq(res.calls)
+    check_converged(res)
+    # timing goes off once converged: only drift checks are timed afterwards
+    tasks = tasks_of(res)
+    for t in tasks.values():
+        timed_late = [
+            x for x in res.trace
+            if x.get("ev") == "time" and x["rank"] == 0 and x["comm"] == t["comm"] and x["bytes"] == t["bytes"]
+            and int(x["call"]) >= int(t["converged_at"]) + 80
+        ]
+        assert len(timed_late) <= 12, (t, len(timed_late))
+    tables = list((cache / "tables").glob("*.table"))
+    assert len(tables) == 2, tables  # 4-rank and 2-rank fingerprints
+    text = "".join(p.read_text() for p in tables)
+    assert text.count("\ntask ") == 4, text
+    first = {k: int(t["converged_at"]) - int(t["search_from"]) for k, t in tasks.items()}
+
+    res2 = run(scenario(300, noise=False), plugin=plugin, env=env, timeout=300, workdir=tmp_path / "run2")
+    assert_clean(res2)
+    assert_same_per_seq(res2.calls)
+    check_converged(res2)
+    second = {k: int(t["converged_at"]) - int(t["search_from"]) for k, t in tasks_of(res2).items()}
+    assert all(second[k] <= 40 for k in second), (first, second)
+    assert sum(second.values()) < sum(first.values()), (first, second)
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: the late-registered 256 KiB task does not converge in the run")
+def test_online_noisy_never_worse(plugin: Path) -> None:
+    """With the model's noise (3 % log-normal + outliers): converged in <= 150 calls, never worse than
+    NCCL's default beyond noise, within 5 % of the best."""
+    res = run(scenario(400, seed=9), plugin=plugin, env=online_env(False), timeout=300)
+    assert_clean(res)
+    assert_same_per_seq(res.calls)
+    check_converged(res, within=0.05)
+
+
+@pytest.mark.parametrize("repeat", [200])
+def test_online_processes_tcp(plugin: Path, repeat: int) -> None:
+    """One process per rank, TCP board over loopback with a token: same config per (comm, seq) everywhere."""
+    res = run(scenario(repeat), plugin=plugin, env=online_env(True), processes=True, timeout=300)
+    assert_clean(res)
+    assert len(res.returncodes) == 4
+    assert_same_per_seq(res.calls)
+    assert not res.warn_lines(), res.warn_lines()
+    decided = [t for t in res.trace if t.get("ev") == "call"]
+    assert any(t["algo"] is not None for t in decided)
+
+
+def test_online_tcp_without_token_is_no_tuner(plugin: Path) -> None:
+    env = online_env(False, AUTOCCL_COORD_ADDR=f"127.0.0.1:{free_port()}")
+    res = run(scenario(5), plugin=plugin, env=env, processes=True, timeout=120)
+    assert_clean(res)
+    for r in res.calls:
+        assert (r["algo"], r["proto"], r["channels"]) == (r["def_algo"], r["def_proto"], r["def_channels"])
+    warns = res.warn_lines()
+    assert warns and all("AUTOCCL_COORD_TOKEN" in w for w in warns)
+    assert len(warns) == 4  # one per process
+
+
+@pytest.mark.sanitize
+def test_online_without_profiler_is_no_tuner(plugin: Path) -> None:
+    res = run(scenario(5), plugin=plugin, env=online_env(False), extra_args=["--no-profiler"], timeout=120)
+    assert_clean(res)
+    for r in res.calls:
+        assert (r["algo"], r["proto"], r["channels"]) == (r["def_algo"], r["def_proto"], r["def_channels"])
+    warns = res.warn_lines()
+    assert len(warns) == 1 and "profiler" in warns[0], warns
