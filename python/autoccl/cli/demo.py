@@ -1,9 +1,142 @@
+"""`autoccl demo`: online tuning on a simulated 4 x H200 node (the real library in the NCCL emulator)."""
+
 from __future__ import annotations
+
+import time
+from pathlib import Path
 
 import click
 
 
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """'8M,64M,256M' -> bytes (binary units K/M/G, optional 'iB'/'B')."""
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    out: list[int] = []
+    for raw in text.split(","):
+        tok = raw.strip().upper().removesuffix("IB").removesuffix("B")
+        if not tok:
+            continue
+        unit = tok[-1] if tok[-1] in "KMG" else ""
+        num = tok[:-1] if unit else tok
+        try:
+            v = int(float(num) * units[unit])
+        except ValueError as e:
+            raise click.BadParameter(f"bad size {raw.strip()!r} (e.g. 8M,64M,256M)") from e
+        if v <= 0:
+            raise click.BadParameter("sizes must be positive")
+        out.append(v)
+    return tuple(out)
+
+
 @click.command()
-def demo() -> None:
-    """Online tuning on a simulated 4 x H200 cluster (the real library in the NCCL emulator)."""
-    raise click.ClickException("`autoccl demo` is not implemented yet (issue 3: online search)")
+@click.option("--ranks", default=4, show_default=True, help="Simulated GPUs (ranks) of the node.")
+@click.option(
+    "--comms",
+    default=2,
+    show_default=True,
+    help="Communicators: 1 = everything on one; 2 = an FSDP group (all-gather/reduce-scatter) and a DDP "
+    "group (all-reduce); more = collectives spread round-robin.",
+)
+@click.option(
+    "--sizes",
+    default="8M,64M,256M",
+    show_default=True,
+    help="FSDP all-gather / reduce-scatter sizes (full buffer).",
+)
+@click.option(
+    "--buckets", default="25M,4M", show_default=True, help="DDP all-reduce bucket sizes ('' for none)."
+)
+@click.option("--steps", default=240, show_default=True, help="Training steps (calls per task).")
+@click.option(
+    "--load", default=0.35, show_default=True, help="Concurrent GEMM load (0 none, 0.35 light, 1 heavy)."
+)
+@click.option("--seed", default=1, show_default=True, help="Emulator seed (noise, event order).")
+@click.option(
+    "--processes/--threads", default=False, help="One process per rank over TCP, or ranks as threads."
+)
+@click.option(
+    "-o",
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Output directory (default: ./autoccl-demo-<time>).",
+)
+def demo(
+    ranks: int,
+    comms: int,
+    sizes: str,
+    buckets: str,
+    steps: int,
+    load: float,
+    seed: int,
+    processes: bool,
+    out_dir: Path | None,
+) -> None:
+    """Online tuning on a simulated 4 x H200 node (the real library in the NCCL emulator).
+
+    Runs a training-like mix twice on the emulator, NCCL alone and with autoccl (AUTOCCL_MODE=online),
+    and reports per task NCCL's choice, the tuned configuration, their true kernel times and the gain,
+    from the emulator's ground truth. Writes tasks.md, results.json and convergence.png.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+    from autoccl._paths import ArtefactNotFound
+    from autoccl.demo import DemoConfig, DemoUnavailable, run_demo
+    from autoccl.demo.report import rich_table, write_all
+
+    cfg = DemoConfig(
+        ranks=ranks,
+        comms=comms,
+        sizes=parse_sizes(sizes),
+        buckets=parse_sizes(buckets),
+        steps=steps,
+        seed=seed,
+        load=load,
+        processes=processes,
+    )
+    try:
+        cfg.validate()
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from e
+    out = out_dir or Path.cwd() / time.strftime("autoccl-demo-%Y%m%d-%H%M%S")
+    console = Console()
+    console.print(
+        f"[bold]autoccl demo[/]: {ranks} simulated H200 ranks, {comms} communicator(s), {steps} steps, "
+        f"GEMM load {load}, {'process per rank (TCP)' if processes else 'ranks as threads'}"
+    )
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as bar:
+        ids: dict[str, TaskID] = {}
+
+        def progress(stage: str, frac: float, per_task: dict[str, int]) -> None:
+            if stage not in ids:
+                ids[stage] = bar.add_task(stage, total=1.0, detail="")
+            detail = ""
+            if per_task:
+                done = sum(1 for v in per_task.values() if v >= steps)
+                detail = f"{len(per_task)} tasks seen, {done} done"
+            bar.update(ids[stage], completed=frac, detail=detail)
+
+        try:
+            res = run_demo(cfg, out, progress=progress)
+        except DemoUnavailable as e:
+            raise click.ClickException(str(e)) from e
+        except ArtefactNotFound as e:
+            raise click.ClickException(f"the emulator or the library is not built: {e}") from e
+        except RuntimeError as e:
+            raise click.ClickException(str(e)) from e
+    console.print(rich_table(res))
+    for t in res.tasks:
+        if t.converged_at is None:
+            console.print(f"[yellow]{t.key.coll} {t.key.nbytes} B did not settle within {t.calls} calls[/]")
+    files = write_all(res, out)
+    console.print(f"Results in [bold]{out}[/]: " + ", ".join(p.name for p in files.values()))
