@@ -9,6 +9,9 @@ Plans:
   observe        `autoccl run --mode observe`: must change nothing; records NCCL's choice and timing.
   overhead       small sizes, many iterations: plain NCCL, the plugin loaded but idle (table mode, no table:
                  timing events off), and observe mode (timing events on): what the plugin costs per call.
+  online         `autoccl run --mode online --channel-ceiling 64`, many warm-up iterations (the tuning phase)
+                 before the timed ones; every rank's per-call decisions must be identical (from the traces).
+  plain-long     plain NCCL with the same iteration counts as `online`, for the comparison.
   fixed          `autoccl run --mode fixed` for every supported (algorithm, protocol) and several channel
                  counts; the plugin's trace must show NCCL used exactly the forced configuration.
 Every launch keeps NVLink multicast off. A run that exceeds its timeout counts as a hang.
@@ -106,6 +109,11 @@ def plan_runs(plan: str, channels: list[int], autoccl: list[str], colls: list[st
                 ("observe", observe, {}),  # every call timed
             ):
                 runs.append(Run(coll, label, env, wrapper=wrapper, max_bytes="1M"))
+        elif plan == "online":
+            wrapper = [*autoccl, "run", "--mode", "online", "--channel-ceiling", "64", "--"]
+            runs.append(Run(coll, "online", {}, wrapper=wrapper))
+        elif plan == "plain-long":
+            runs.append(Run(coll, "nccl-default", {}))
         elif plan == "observe":
             runs.append(Run(coll, "observe", {}, wrapper=[*autoccl, "run", "--mode", "observe", "--"]))
         elif plan in ("env-oracle", "fixed"):
@@ -174,13 +182,46 @@ def check_trace(trace_prefix: str, forced: dict[str, object] | None) -> dict[str
                     ok = False
                 if not ok and len(mismatches) < 5:
                     mismatches.append(rec)
-    return {"trace_files": len(files), "timed_calls": times, "reported": reported, "mismatches": mismatches}
+    return {
+        "trace_files": len(files),
+        "timed_calls": times,
+        "reported": reported,
+        "mismatches": mismatches,
+        **cross_rank_agreement(files),
+    }
+
+
+def cross_rank_agreement(files: list[str]) -> dict[str, object]:
+    """Every rank of a communicator must have applied the same configuration on the k-th call of a task."""
+    applied: dict[tuple[object, ...], dict[object, tuple[object, ...]]] = {}
+    for path in files:
+        with open(path) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if rec.get("ev") != "call":
+                    continue
+                key = (rec.get("comm"), rec.get("coll"), rec.get("bytes"), rec.get("pipe"), rec.get("call"))
+                cfg = (rec.get("algo"), rec.get("proto"), rec.get("channels"), rec.get("chunk"))
+                applied.setdefault(key, {})[rec.get("rank")] = cfg
+    divergent = [k for k, per_rank in applied.items() if len(set(per_rank.values())) > 1]
+    return {
+        "calls_compared": len(applied),
+        "divergent_calls": len(divergent),
+        "divergent_examples": [str(k) for k in divergent[:3]],
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", required=True, help="nccl-tests build directory")
-    ap.add_argument("--plan", required=True, choices=["env-oracle", "plain", "observe", "fixed", "overhead"])
+    ap.add_argument(
+        "--plan",
+        required=True,
+        choices=["env-oracle", "plain", "plain-long", "observe", "fixed", "online", "overhead"],
+    )
     ap.add_argument(
         "--launch",
         default="single",
@@ -257,10 +298,12 @@ def main() -> int:
                 for k, f in enumerate(sorted(glob.glob(trace + "*.jsonl"))):
                     os.replace(f, Path(args.keep_traces) / f"{args.plan}-{args.launch}-{i:03d}-{k}.jsonl")
             ok = bool(rc == 0 and not hang and rows and wrong == 0)
-            if trace_info is not None and args.plan in ("observe", "fixed"):
+            if trace_info is not None and args.plan in ("observe", "fixed", "online"):
                 # The plugin must have timed calls (it loaded and saw the Coll/KernelCh events), and NCCL
                 # must have used exactly what was forced.
                 ok = ok and trace_info["timed_calls"] > 0 and not trace_info["mismatches"]
+            if trace_info is not None:
+                ok = ok and trace_info["divergent_calls"] == 0
             n_done += 1
             n_fail += 0 if ok else 1
             if args.logdir:
