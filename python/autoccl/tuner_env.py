@@ -4,6 +4,8 @@ benchmark harness, so every launcher sets exactly the same variables)."""
 from __future__ import annotations
 
 import os
+import secrets
+import socket
 from collections.abc import Mapping
 
 from autoccl._paths import plugin_path
@@ -23,8 +25,32 @@ OWN_PREFIXES = ("AUTOCCL_",)
 PLUGIN_VARS = ("NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN")
 
 
+COORD_VARS = ("AUTOCCL_COORD_ADDR", "AUTOCCL_COORD_TOKEN")
+
+
+def free_local_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now (for the single-host online coordinator)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def coord_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Coordinator settings for mode online when the caller has none: 127.0.0.1:<free port> (every rank
+    process on this host connects; one of them serves) and a random token. Multi-host jobs need an address
+    every host reaches: set AUTOCCL_COORD_ADDR yourself, or run under torchrun (MASTER_ADDR, MASTER_PORT+17).
+    """
+    src = os.environ if base is None else base
+    out: dict[str, str] = {}
+    if not src.get("AUTOCCL_COORD_ADDR") and not (src.get("MASTER_ADDR") and src.get("MASTER_PORT")):
+        out["AUTOCCL_COORD_ADDR"] = f"127.0.0.1:{free_local_port()}"
+    if not src.get("AUTOCCL_COORD_TOKEN"):
+        out["AUTOCCL_COORD_TOKEN"] = secrets.token_hex(16)
+    return out
+
+
 def plugin_env(
-    mode: str = "table",
+    mode: str = "online",
     *,
     fixed: str | None = None,
     table: str | None = None,
@@ -51,6 +77,8 @@ def plugin_env(
         env["AUTOCCL_TRACE"] = trace
     if max_channels is not None:
         env["AUTOCCL_MAX_CHANNELS"] = str(max_channels)
+    if mode == "online":
+        env.update(coord_env({**os.environ, **(extra or {})}))
     if extra:
         env.update(extra)
     return env

@@ -144,3 +144,24 @@ def test_cache_list_flags_unreadable_entries(tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["cache", "list", "--cache-dir", str(tmp_path)])
     assert r.exit_code == 0
     assert "unreadable" in r.output
+
+
+def test_env_default_mode_is_online_with_coordinator(monkeypatch: pytest.MonkeyPatch) -> None:
+    for v in ("AUTOCCL_COORD_ADDR", "AUTOCCL_COORD_TOKEN", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(v, raising=False)
+    r = CliRunner().invoke(main, ["env"])
+    assert r.exit_code == 0, r.output
+    lines = dict(ln.removeprefix("export ").split("=", 1) for ln in r.output.splitlines())
+    assert lines["AUTOCCL_MODE"] == "online"
+    host, port = lines["AUTOCCL_COORD_ADDR"].rsplit(":", 1)
+    assert host == "127.0.0.1" and 0 < int(port) < 65536
+    assert len(lines["AUTOCCL_COORD_TOKEN"]) == 32
+    # under torchrun the library derives the address itself; a token is still generated
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    r = CliRunner().invoke(main, ["env"])
+    lines = dict(ln.removeprefix("export ").split("=", 1) for ln in r.output.splitlines())
+    assert "AUTOCCL_COORD_ADDR" not in lines and "AUTOCCL_COORD_TOKEN" in lines
+    # other modes set no coordinator
+    r = CliRunner().invoke(main, ["env", "--mode", "observe"])
+    assert "AUTOCCL_COORD" not in r.output

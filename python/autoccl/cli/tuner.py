@@ -19,9 +19,11 @@ from autoccl.tuner_env import MODES, plugin_env
 _mode = click.option(
     "--mode",
     type=click.Choice(MODES),
-    default="table",
+    default="online",
     show_default=True,
-    help="What the plugin does: change nothing (observe), force rules (fixed), apply a saved table.",
+    help="What the plugin does: tune online (online; sets AUTOCCL_COORD_ADDR=127.0.0.1:<free port> and a "
+    "random AUTOCCL_COORD_TOKEN unless set or under torchrun), change nothing (observe), force rules (fixed), "
+    "apply a saved table (table).",
 )
 _fixed = click.option(
     "--fixed",
