@@ -1,0 +1,140 @@
+"""`autoccl demo` end to end (small settings): files written, and every reported number recomputed
+independently from the emulator's ground-truth files (never from the library's own trace)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import autoccl.demo as demo_mod
+from autoccl._paths import ArtefactNotFound, emulator_path, plugin_path
+from autoccl.cli import main
+from autoccl.cli.demo import parse_sizes
+from autoccl.demo import DemoConfig, DemoUnavailable, build_scenario, run_demo
+from autoccl.emu.online import online_unavailable
+from autoccl.emu import runner as emu_runner
+
+
+@pytest.fixture(scope="module")
+def plugin() -> Path:
+    try:
+        emulator_path()
+        return plugin_path()
+    except ArtefactNotFound as e:
+        pytest.skip(f"emulator / library not built: {e}")
+
+
+@pytest.fixture(scope="module")
+def online(plugin: Path) -> Path:
+    reason = online_unavailable(plugin)
+    if reason is not None:
+        pytest.skip(f"mode online not available: {reason}")
+    return plugin
+
+
+def test_parse_sizes() -> None:
+    assert parse_sizes("8M,64MiB, 1G,512K,100") == (8 << 20, 64 << 20, 1 << 30, 512 << 10, 100)
+    assert parse_sizes("") == ()
+    with pytest.raises(Exception, match="bad size"):
+        parse_sizes("eight")
+
+
+def test_scenario_is_a_training_mix() -> None:
+    cfg = DemoConfig(steps=30)
+    sc = build_scenario(cfg)
+    assert [c.name for c in sc.comms] == ["c0", "c1"] and all(len(c.ranks) == 4 for c in sc.comms)
+    per_comm: dict[str, set[str]] = defaultdict(set)
+    for g in sc.groups:
+        per_comm[g.comm].update(c.coll for c in g.calls)
+        assert g.load == pytest.approx(0.35)
+    assert per_comm == {"c0": {"allgather", "reducescatter"}, "c1": {"allreduce"}}
+    assert len(sc.groups) == 30 * (2 * len(cfg.sizes) + len(cfg.buckets))
+    with pytest.raises(ValueError):
+        DemoConfig(steps=5).validate()
+
+
+def _truth(dirpath: Path) -> dict[tuple[str, str, int], dict[int, dict[str, Any]]]:
+    out: dict[tuple[str, str, int], dict[int, dict[str, Any]]] = defaultdict(dict)
+    for f in dirpath.glob("truth.*.jsonl"):
+        for line in f.read_text().splitlines():
+            r = json.loads(line)
+            if r.get("ev") == "call" and r["rank"] == 0:
+                out[(r["comm"], r["coll"], r["task_bytes"])][r["call"]] = r
+    return out
+
+
+@pytest.mark.parametrize("processes", [False, True])
+def test_demo_end_to_end(online: Path, tmp_path: Path, processes: bool) -> None:
+    out = tmp_path / "out"
+    args = ["demo", "--ranks", "2", "--sizes", "4M,64M", "--buckets", "25M", "--steps", "170", "--seed", "5"]
+    args += ["-o", str(out), "--processes" if processes else "--threads"]
+    res = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert str(out) in res.output.replace("\n", "")
+    for name in ("tasks.md", "results.json", "convergence.png"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    assert (out / "convergence.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    doc = json.loads((out / "results.json").read_text())
+    assert len(doc["tasks"]) == 5  # 2 all-gathers, 2 reduce-scatters, 1 all-reduce
+    plain, tuned = _truth(out / "emu-nccl"), _truth(out / "emu-online")
+    any_non_default = False
+    for t in doc["tasks"]:
+        key = (t["comm"], t["coll"], t["bytes"])
+        p, o = plain[key], tuned[key]
+        assert t["calls"] == len(o) == len(p) == 170
+        # The tuned configuration is what rank 0 applied last; NCCL's is what plain NCCL applied.
+        last = o[max(o)]
+        assert t["tuned_config"].startswith(f"{last['algo']}/{last['proto']}/{last['channels']}ch")
+        first = p[0]
+        assert t["nccl_config"].startswith(f"{first['algo']}/{first['proto']}/{first['channels']}ch")
+        assert (first["algo"], first["proto"]) == (first["def_algo"], first["def_proto"])
+        # Convergence point: from there on the applied configuration never changed.
+        cfg = lambda r: (r["algo"], r["proto"], r["channels"], r["chunk"])  # noqa: E731
+        if t["converged_at"] is not None:
+            k0 = t["converged_at"]
+            assert all(cfg(o[k]) == cfg(last) for k in range(k0, 170))
+            assert k0 == 0 or cfg(o[k0 - 1]) != cfg(last)
+            tail = range(k0, 170)
+        else:
+            tail = range(170 - 170 // 4, 170)
+        # Times: medians of the emulator's true kernel durations over the same calls.
+        assert t["nccl_us"] == pytest.approx(statistics.median(p[k]["dur_ns"] / 1000 for k in tail))
+        assert t["tuned_us"] == pytest.approx(statistics.median(o[k]["dur_ns"] / 1000 for k in tail))
+        assert t["gain"] == pytest.approx(1 - t["tuned_us"] / t["nccl_us"])
+        if cfg(last) == cfg(p[max(p)]):
+            assert t["gain"] == pytest.approx(0.0, abs=1e-12)  # same config, same noise: no invented gain
+        else:
+            any_non_default = True
+        assert t["trace_tuned_us"] == [o[k]["dur_ns"] / 1000 for k in sorted(o)]
+    # The search explored: some call applied another configuration than NCCL's own choice.
+    assert any_non_default or any(
+        (r["algo"], r["proto"], r["channels"]) != (r["def_algo"], r["def_proto"], r["def_channels"])
+        for o in tuned.values()
+        for r in o.values()
+    )
+    md = (out / "tasks.md").read_text()
+    assert md.count("\n| c") == 5 and "converged at call" in md
+
+
+def test_demo_refuses_without_online_mode(
+    plugin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No online mode in the library: a clear error, exit 1, no results written (never fake)."""
+    try:
+        fake = emu_runner.test_plugin_path()  # the emulator's test plugin has no mode online
+    except ArtefactNotFound:
+        pytest.skip("emulator test plugin not built")
+    with pytest.raises(DemoUnavailable, match="mode online is not available"):
+        run_demo(DemoConfig(ranks=2, steps=20), tmp_path / "a", plugin=fake)
+    monkeypatch.setattr(demo_mod, "online_unavailable", lambda _p="default": "not linked (test)")
+    out = tmp_path / "b"
+    res = CliRunner().invoke(main, ["demo", "--ranks", "2", "--steps", "20", "-o", str(out)])
+    assert res.exit_code == 1
+    assert "mode online is not available" in res.output and "not linked (test)" in res.output
+    assert not (out / "results.json").exists() and not (out / "convergence.png").exists()
