@@ -17,8 +17,8 @@ from autoccl._paths import ArtefactNotFound, emulator_path, plugin_path
 from autoccl.cli import main
 from autoccl.cli.demo import parse_sizes
 from autoccl.demo import DemoConfig, DemoUnavailable, build_scenario, run_demo
-from autoccl.emu.online import online_unavailable
 from autoccl.emu import runner as emu_runner
+from autoccl.emu.online import online_unavailable
 
 
 @pytest.fixture(scope="module")
