@@ -20,6 +20,7 @@ processes the per-rank ground truth compared per (comm, group, rep, batch)); exi
 error on stderr (faults, kill, rogue only); every scenario's calls are recorded on all its ranks in runs
 without kill / error; in mode online the search really explores (non-default configurations applied).
 
+Re-play: AUTOCCL_AGREEMENT_ONLY=72,89 runs just those run indices.
 Counts: AUTOCCL_AGREEMENT_RUNS (default 12 runs = 60 scenarios); AUTOCCL_AGREEMENT_FULL=1 runs 120 runs
 (600 scenarios). AUTOCCL_AGREEMENT_SEED changes the base seed (default 20261121). Everything is derived
 from (base seed, run index): a failure message names the run to re-play.
@@ -51,6 +52,7 @@ from autoccl.emu.online import online_unavailable
 BASE_SEED = int(os.environ.get("AUTOCCL_AGREEMENT_SEED", "20261121"))
 FULL = os.environ.get("AUTOCCL_AGREEMENT_FULL", "") not in ("", "0")
 RUNS = int(os.environ.get("AUTOCCL_AGREEMENT_RUNS", "120" if FULL else "12"))
+ONLY = [int(x) for x in os.environ.get("AUTOCCL_AGREEMENT_ONLY", "").split(",") if x.strip()]  # re-play runs
 SCEN_PER_RUN = 5
 HW = "NVIDIA H200x4"
 WORKERS = 2
@@ -362,7 +364,7 @@ def check(o: Outcome, online: bool) -> list[str]:
 
 
 def play_all(plugin: Path, tmp: Path, fallback: str | None, runs: int) -> tuple[list[Outcome], float]:
-    specs = [make_run(i, fallback) for i in range(runs)]
+    specs = [make_run(i, fallback) for i in (ONLY or range(runs))]
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=WORKERS) as ex:
         outs = list(ex.map(lambda s: play(s, plugin, tmp), specs))
