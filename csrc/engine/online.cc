@@ -113,11 +113,13 @@ class OnlineSource final : public DecisionSource {
   Decision decide(const TaskKey& task, uint64_t k, const CostTable& costs) override {
     TaskState* s = state(task);
     if (localGate_) {
-      // In-process board, not the authority: is rank 0 of this communicator in this process?
-      // If not, nobody here can decide for it and no coordinator is configured: NCCL's default
-      // for every call (the authority's process publishes the same, see GatedDecider).
+      // In-process board, not the authority: are all ranks of this communicator (rank 0 included)
+      // in this process? If not, no coordinator is configured and nobody here can decide for it:
+      // NCCL's default for every call (the authority's process publishes the same, see GatedDecider).
+      // The same remembered verdict the authority's GatedDecider uses: one answer per communicator
+      // and process, so a follower that gave up waiting and the authority can never disagree.
       localGate_ = false;
-      bypass_ = !env_.coordination->authorityLocal(env_.commHash, std::chrono::milliseconds(kLocalWaitMs));
+      bypass_ = !env_.coordination->allLocal(env_.commHash, env_.nRanks, std::chrono::milliseconds(kLocalWaitMs));
     }
     if (!(s->haveSeg && s->seg.contains(k))) {
       if (bypass_) {
@@ -417,19 +419,15 @@ void Coordination::addLocalRank(uint64_t comm, int rank) {
 
 bool Coordination::allLocal(uint64_t comm, int nRanks, std::chrono::milliseconds wait) {
   std::unique_lock<std::mutex> lk(regMu_);
+  auto all = [&] { return static_cast<int>(local_[comm].size()) >= nRanks; };
+  // Wake when everyone is here or when another rank has already settled the verdict; the first verdict
+  // recorded under the lock wins (two ranks waiting at once must not each record their own).
+  regCv_.wait_for(lk, wait, [&] { return allLocal_.count(comm) > 0 || all(); });
   auto it = allLocal_.find(comm);
   if (it != allLocal_.end()) return it->second;
-  bool ok = regCv_.wait_for(lk, wait, [&] { return static_cast<int>(local_[comm].size()) >= nRanks; });
-  allLocal_[comm] = ok;
-  return ok;
-}
-
-bool Coordination::authorityLocal(uint64_t comm, std::chrono::milliseconds wait) {
-  std::unique_lock<std::mutex> lk(regMu_);
-  auto it = authLocal_.find(comm);
-  if (it != authLocal_.end()) return it->second;
-  bool ok = regCv_.wait_for(lk, wait, [&] { return local_[comm].count(0) > 0; });
-  authLocal_[comm] = ok;
+  bool ok = all();
+  allLocal_.emplace(comm, ok);
+  regCv_.notify_all();
   return ok;
 }
 

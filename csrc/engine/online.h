@@ -45,11 +45,11 @@ class Coordination {
 
   // In-process board: ranks of a communicator attached in this process.
   void addLocalRank(uint64_t comm, int rank);
-  // True when all nRanks ranks of `comm` are attached here (waits at most `wait`; the answer is
-  // remembered per communicator so that it cannot change later).
+  // True when all nRanks ranks of `comm` are attached here (waits at most `wait`). The one verdict
+  // per communicator for this process: the first caller's answer is remembered and every rank (the
+  // authority's gate and the followers alike) gets it, so a timeout on one rank cannot leave the
+  // authority tuning while that rank applies NCCL's default.
   bool allLocal(uint64_t comm, int nRanks, std::chrono::milliseconds wait);
-  // True when rank 0 of `comm` is attached here (waits at most `wait`; remembered).
-  bool authorityLocal(uint64_t comm, std::chrono::milliseconds wait);
 
   // The process hosting the TCP server: at exit, keep serving while other clients are connected
   // (bounded by AUTOCCL_COORD_LINGER_MS, default 5000) so that late ranks get their decisions.
@@ -69,7 +69,7 @@ class Coordination {
   std::mutex regMu_;
   std::condition_variable regCv_;
   std::map<uint64_t, std::set<int>> local_;
-  std::map<uint64_t, bool> allLocal_, authLocal_;  // remembered answers
+  std::map<uint64_t, bool> allLocal_;  // remembered verdicts
 };
 
 // Creates the online source for one (communicator, rank) context (rank >= 0). nullptr + *error when

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <random>
+#include <thread>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "engine/context.h"
 #include "engine/fingerprint.h"
 #include "engine/fixed_rules.h"
+#include "engine/online.h"
 #include "engine/settings.h"
 #include "engine/stats.h"
 #include "engine/table.h"
@@ -696,6 +699,50 @@ void testRuntimeDisabled() {
   for (int j = 0; j < kNumAlgos * kNumProtos; ++j) CHECK(costs[j] != 0.0f);
 }
 
+
+// Online mode on the in-process board: whether a communicator is tuned is ONE verdict per process,
+// shared by the authority's gate and every follower. (A follower that timed out waiting for rank 0
+// used to fall back to NCCL's default on its own while the authority, seeing everyone a moment later,
+// tuned: ranks diverged under CPU load.)
+void testOnlineLocalVerdict() {
+  using std::chrono::milliseconds;
+  {
+    Coordination co;
+    for (int r = 1; r < 4; ++r) co.addLocalRank(42, r);
+    bool follower = co.allLocal(42, 4, milliseconds(5));  // rank 0 not here yet: times out
+    co.addLocalRank(42, 0);
+    bool authority = co.allLocal(42, 4, milliseconds(1000));  // everyone is here now, but the verdict stands
+    CHECK(!follower);
+    CHECK_EQ(authority, follower);
+  }
+  {
+    Coordination co;
+    for (int r = 0; r < 4; ++r) co.addLocalRank(7, r);
+    CHECK(co.allLocal(7, 4, milliseconds(5)));
+    CHECK(co.allLocal(7, 4, milliseconds(0)));
+  }
+  // Randomized races: ranks attach with jitter and ask with short deadlines; all answers agree.
+  Coordination co;
+  std::mt19937 rng(1234);
+  for (uint64_t comm = 1000; comm < 1200; ++comm) {
+    int delays[4], waits[4];
+    for (int r = 0; r < 4; ++r) {
+      delays[r] = static_cast<int>(rng() % 3000);  // us before attaching
+      waits[r] = static_cast<int>(rng() % 3);      // ms to wait for the others
+    }
+    bool answers[4] = {false, false, false, false};
+    std::vector<std::thread> ts;
+    for (int r = 0; r < 4; ++r)
+      ts.emplace_back([&, r] {
+        std::this_thread::sleep_for(std::chrono::microseconds(delays[r]));
+        co.addLocalRank(comm, r);
+        answers[r] = co.allLocal(comm, 4, milliseconds(waits[r]));
+      });
+    for (auto& t : ts) t.join();
+    for (int r = 1; r < 4; ++r) CHECK_EQ(answers[r], answers[0]);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -713,6 +760,7 @@ int main(int argc, char** argv) {
       {"context_observe_table", testContextObserveAndTable},
       {"runtime_disabled", testRuntimeDisabled},
       {"hot_path", testHotPath},
+      {"online_local_verdict", testOnlineLocalVerdict},
   };
   return autoccl::test::runCases(argc, argv, cases);
 }
