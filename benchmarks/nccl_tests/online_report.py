@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Online mode against plain NCCL (same iteration counts) and against the oracle, from sweep JSONL.
+
+    python3 benchmarks/nccl_tests/online_report.py online.jsonl env_oracle_best.json --launch mpi
+Target cells (issue 3): AG/RS/AR x 4/16/64/256/1024 MiB; geometric mean of busbw ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+TARGET_MIB = (4, 16, 64, 256, 1024)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("online")
+    ap.add_argument("oracle")
+    ap.add_argument("--launch", default="single")
+    a = ap.parse_args()
+    rows = [r for r in map(json.loads, open(a.online)) if not r.get("summary")]
+    plain = {(r["coll"], r["bytes"]): r["busbw_gbs"] for r in rows if r["plan"] == "plain-long"}
+    online = {
+        (r["coll"], r["bytes"]): r["busbw_gbs"]
+        for r in rows
+        if r["plan"] == "online" and r["launch"] == a.launch
+    }
+    oracle = {(r["coll"], r["bytes"]): r["oracle_busbw_gbs"] for r in json.load(open(a.oracle))}
+    print(f"online ({a.launch}) vs plain NCCL, busbw GB/s (out-of-place)\n")
+    print("| collective | size | plain | online | online/plain | oracle | online/oracle |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    target: list[float] = []
+    vs_oracle: list[float] = []
+    for key in sorted(online):
+        coll, size = key
+        p, o, orc = plain.get(key), online[key], oracle.get(key)
+        r = o / p if p else math.nan
+        ro = o / orc if orc else math.nan
+        if coll in ("allgather", "reducescatter", "allreduce") and size >> 20 in TARGET_MIB:
+            target.append(r)
+            vs_oracle.append(ro)
+            mark = " *"
+        else:
+            mark = ""
+        print(
+            f"| {coll}{mark} | {size >> 20} MiB | {p or 0:.1f} | {o:.1f} | {r:.3f} | {orc or 0:.1f} | {ro:.3f} |"
+        )
+    if target:
+        g = math.exp(sum(map(math.log, target)) / len(target))
+        print(
+            f"\n* target cells ({len(target)}): geometric mean online/plain = {g:.3f}, min = {min(target):.3f}; "
+            f"online/oracle: geometric mean {math.exp(sum(map(math.log, vs_oracle)) / len(vs_oracle)):.3f}, "
+            f"min {min(vs_oracle):.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
