@@ -45,12 +45,14 @@ def main() -> None:
         else:
             mark = ""
         print(
-            f"| {coll}{mark} | {size >> 20} MiB | {p or 0:.1f} | {o:.1f} | {r:.3f} | {orc or 0:.1f} | {ro:.3f} |"
+            f"| {coll}{mark} | {size >> 20} MiB | {p or 0:.1f} | {o:.1f} | {r:.3f} "
+            f"| {orc or 0:.1f} | {ro:.3f} |"
         )
     if target:
         g = math.exp(sum(map(math.log, target)) / len(target))
         print(
-            f"\n* target cells ({len(target)}): geometric mean online/plain = {g:.3f}, min = {min(target):.3f}; "
+            f"\n* target cells ({len(target)}): geometric mean online/plain = {g:.3f}, "
+            f"min = {min(target):.3f}; "
             f"online/oracle: geometric mean {math.exp(sum(map(math.log, vs_oracle)) / len(vs_oracle)):.3f}, "
             f"min {min(vs_oracle):.3f}"
         )
