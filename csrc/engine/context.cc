@@ -1,6 +1,7 @@
 #include "engine/context.h"
 
 #include <algorithm>
+#include <functional>
 #include <cinttypes>
 #include <cstdio>
 
@@ -142,10 +143,15 @@ std::shared_ptr<const Table> Runtime::tableFor(const Fingerprint& fp, const LogF
   return result;
 }
 
-void Runtime::saveObserved(const Fingerprint& fp, const std::vector<TableEntry>& entries, const LogFn& log) {
+// Read-modify-write of this fingerprint's cache table, shared by observe and online: under the file
+// lock (several processes' authorities may finish at once), an unusable table is replaced, `merge`
+// folds the entries in, and the result is written atomically.
+void Runtime::updateTable(const Fingerprint& fp, const std::vector<TableEntry>& entries, const LogFn& log,
+                          const std::function<void(Table&)>& merge, const std::string& what) {
   std::string path = tablePathFor(fp);
   if (path.empty() || entries.empty()) return;
   std::lock_guard<std::mutex> lock(tablesMu_);
+  FileLock flock(path + ".lock");
   Table table;
   std::string why;
   LoadStatus st = loadTable(path, fp.id(), &table, &why);
@@ -155,43 +161,34 @@ void Runtime::saveObserved(const Fingerprint& fp, const std::vector<TableEntry>&
   }
   table.fp = fp;
   table.created = utcNow();
-  for (const TableEntry& e : entries) {
-    bool known = false;
-    for (TableEntry& x : table.entries) {
-      if (x.key == e.key) {
-        x.ncclUs = e.ncclUs;
-        known = true;
-      }
-    }
-    if (!known) table.entries.push_back(e);
-  }
+  merge(table);
   if (saveTable(path, table, &why)) {
-    if (log) log(LogLevel::Info, "autoccl: observed " + std::to_string(entries.size()) + " tasks written to " + path);
+    if (log) log(LogLevel::Info, "autoccl: " + std::to_string(entries.size()) + " " + what + " written to " + path);
   } else if (log) {
     log(LogLevel::Warn, "autoccl: " + why);
   }
 }
 
+void Runtime::saveObserved(const Fingerprint& fp, const std::vector<TableEntry>& entries, const LogFn& log) {
+  // Observe never replaces a stored configuration: new tasks are added, known ones get NCCL's time.
+  updateTable(fp, entries, log, [&](Table& table) {
+    for (const TableEntry& e : entries) {
+      bool known = false;
+      for (TableEntry& x : table.entries) {
+        if (x.key == e.key) {
+          x.ncclUs = e.ncclUs;
+          known = true;
+        }
+      }
+      if (!known) table.entries.push_back(e);
+    }
+  }, "observed tasks");
+}
+
 void Runtime::saveTuned(const Fingerprint& fp, const std::vector<TableEntry>& entries, const LogFn& log) {
-  std::string path = tablePathFor(fp);
-  if (path.empty() || entries.empty()) return;
-  std::lock_guard<std::mutex> lock(tablesMu_);
-  FileLock flock(path + ".lock");  // other processes (authorities of other communicators)
-  Table table;
-  std::string why;
-  LoadStatus st = loadTable(path, fp.id(), &table, &why);
-  if (st != LoadStatus::Ok) {
-    if (st != LoadStatus::Missing && log) log(LogLevel::Warn, "autoccl: replacing unusable table " + path + ": " + why);
-    table = Table();
-  }
-  table.fp = fp;
-  table.created = utcNow();
-  for (const TableEntry& e : entries) table.upsert(e);
-  if (saveTable(path, table, &why)) {
-    if (log) log(LogLevel::Info, "autoccl: " + std::to_string(entries.size()) + " tuned tasks written to " + path);
-  } else if (log) {
-    log(LogLevel::Warn, "autoccl: " + why);
-  }
+  updateTable(fp, entries, log, [&](Table& table) {
+    for (const TableEntry& e : entries) table.upsert(e);
+  }, "tuned tasks");
 }
 
 bool Runtime::firstTime(const std::string& key) {

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -71,7 +72,7 @@ class Runtime {
   // corrupt/foreign: one WARN per path, then ignored (nullptr).
   std::shared_ptr<const Table> tableFor(const Fingerprint& fp, const LogFn& log);
   // Observe mode: merge measured entries into the table file for `fp` (adds unknown tasks, updates
-  // nccl_us of known ones, never replaces a stored configuration).
+  // nccl_us of known ones, never replaces a stored configuration). Same locking as saveTuned.
   void saveObserved(const Fingerprint& fp, const std::vector<TableEntry>& entries, const LogFn& log);
   // Online mode: merge converged entries into the table file for `fp` (replacing the configuration
   // of known tasks). Serialised across processes by an flock on `<table>.lock`; written atomically.
@@ -86,6 +87,8 @@ class Runtime {
   MaskControl& mask() { return mask_; }
 
  private:
+  void updateTable(const Fingerprint& fp, const std::vector<TableEntry>& entries, const LogFn& log,
+                   const std::function<void(Table&)>& merge, const std::string& what);
   Settings settings_;
   int ncclVersion_;
   std::string disabledWhy_;
