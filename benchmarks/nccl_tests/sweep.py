@@ -27,8 +27,10 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 SAFETY = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 COLLS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "reduce")
@@ -154,12 +156,8 @@ def plan_runs(plan: str, channels: list[int], autoccl: list[str], colls: list[st
     return runs
 
 
-def check_trace(trace_prefix: str, forced: dict[str, object] | None) -> dict[str, object]:
-    """Compare what NCCL reported (Coll events, in the plugin's trace) with what was forced."""
-    files = glob.glob(trace_prefix + "*.jsonl")
-    times = 0
-    mismatches: list[dict[str, object]] = []
-    reported: dict[str, int] = {}
+def trace_records(files: list[str], ev: str) -> Iterator[dict[str, Any]]:
+    """The plugin's JSONL trace records of one kind (a torn last line of a killed process is skipped)."""
     for path in files:
         with open(path) as f:
             for line in f:
@@ -167,21 +165,30 @@ def check_trace(trace_prefix: str, forced: dict[str, object] | None) -> dict[str
                     rec = json.loads(line)
                 except json.JSONDecodeError:
                     continue
-                if rec.get("ev") != "time":
-                    continue
-                times += 1
-                key = f"{rec.get('nccl_algo')}/{rec.get('nccl_proto')}/{rec.get('nccl_channels')}"
-                reported[key] = reported.get(key, 0) + 1
-                if forced is None:
-                    continue
-                ok = (
-                    str(rec.get("nccl_algo", "")).lower() == forced["algo"]
-                    and str(rec.get("nccl_proto", "")).lower() == forced["proto"]
-                )
-                if forced["channels"] and int(rec.get("nccl_channels", -1)) != forced["channels"]:
-                    ok = False
-                if not ok and len(mismatches) < 5:
-                    mismatches.append(rec)
+                if rec.get("ev") == ev:
+                    yield rec
+
+
+def check_trace(trace_prefix: str, forced: dict[str, object] | None) -> dict[str, object]:
+    """Compare what NCCL reported (Coll events, in the plugin's trace) with what was forced."""
+    files = glob.glob(trace_prefix + "*.jsonl")
+    times = 0
+    mismatches: list[dict[str, object]] = []
+    reported: dict[str, int] = {}
+    for rec in trace_records(files, "time"):
+        times += 1
+        key = f"{rec.get('nccl_algo')}/{rec.get('nccl_proto')}/{rec.get('nccl_channels')}"
+        reported[key] = reported.get(key, 0) + 1
+        if forced is None:
+            continue
+        ok = (
+            str(rec.get("nccl_algo", "")).lower() == forced["algo"]
+            and str(rec.get("nccl_proto", "")).lower() == forced["proto"]
+        )
+        if forced["channels"] and int(rec.get("nccl_channels", -1)) != forced["channels"]:
+            ok = False
+        if not ok and len(mismatches) < 5:
+            mismatches.append(rec)
     return {
         "trace_files": len(files),
         "timed_calls": times,
@@ -194,18 +201,10 @@ def check_trace(trace_prefix: str, forced: dict[str, object] | None) -> dict[str
 def cross_rank_agreement(files: list[str]) -> dict[str, object]:
     """Every rank of a communicator must have applied the same configuration on the k-th call of a task."""
     applied: dict[tuple[object, ...], dict[object, tuple[object, ...]]] = {}
-    for path in files:
-        with open(path) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if rec.get("ev") != "call":
-                    continue
-                key = (rec.get("comm"), rec.get("coll"), rec.get("bytes"), rec.get("pipe"), rec.get("call"))
-                cfg = (rec.get("algo"), rec.get("proto"), rec.get("channels"), rec.get("chunk"))
-                applied.setdefault(key, {})[rec.get("rank")] = cfg
+    for rec in trace_records(files, "call"):
+        key = (rec.get("comm"), rec.get("coll"), rec.get("bytes"), rec.get("pipe"), rec.get("call"))
+        cfg = (rec.get("algo"), rec.get("proto"), rec.get("channels"), rec.get("chunk"))
+        applied.setdefault(key, {})[rec.get("rank")] = cfg
     divergent = [k for k, per_rank in applied.items() if len(set(per_rank.values())) > 1]
     return {
         "calls_compared": len(applied),
