@@ -224,23 +224,7 @@ def fit_bandwidth(points: list[Point], model: PerfModel, prior_weight: float = 0
 
     def residuals(x: np.ndarray) -> np.ndarray:
         _unpack(model, paths, x)
-        res = [
-            q.weight
-            * math.log(
-                model.mean_us(
-                    q.coll,
-                    q.nranks,
-                    q.nbytes,
-                    q.algo,
-                    q.proto,
-                    q.channels,
-                    q.chunk or default_chunk(q.coll, q.algo, q.proto),
-                    0.0,
-                )
-                / q.time_us
-            )
-            for q in points
-        ]
+        res = [q.weight * math.log(_predict_us(model, q) / q.time_us) for q in points]
         return np.concatenate([np.array(res), prior_weight * (x - prior)])
 
     sol = least_squares(residuals, x0, method="trf")
@@ -248,24 +232,22 @@ def fit_bandwidth(points: list[Point], model: PerfModel, prior_weight: float = 0
     return fit_error(points, model)
 
 
-def fit_error(points: list[Point], model: PerfModel) -> dict[str, float]:
-    errs = np.array(
-        [
-            model.mean_us(
-                q.coll,
-                q.nranks,
-                q.nbytes,
-                q.algo,
-                q.proto,
-                q.channels,
-                q.chunk or default_chunk(q.coll, q.algo, q.proto),
-                0.0,
-            )
-            / q.time_us
-            - 1.0
-            for q in points
-        ]
+def _predict_us(model: PerfModel, q: Point) -> float:
+    """The model's unloaded mean time for a measured point (its chunk, else the protocol's default)."""
+    return model.mean_us(
+        q.coll,
+        q.nranks,
+        q.nbytes,
+        q.algo,
+        q.proto,
+        q.channels,
+        q.chunk or default_chunk(q.coll, q.algo, q.proto),
+        0.0,
     )
+
+
+def fit_error(points: list[Point], model: PerfModel) -> dict[str, float]:
+    errs = np.array([_predict_us(model, q) / q.time_us - 1.0 for q in points])
     if errs.size == 0:
         return {"points": 0}
     return {
