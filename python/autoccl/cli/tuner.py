@@ -21,9 +21,9 @@ _mode = click.option(
     type=click.Choice(MODES),
     default="online",
     show_default=True,
-    help="What the plugin does: tune online (online; sets AUTOCCL_COORD_ADDR=127.0.0.1:<free port> and a "
-    "random AUTOCCL_COORD_TOKEN unless set or under torchrun), change nothing (observe), force rules (fixed), "
-    "apply a saved table (table).",
+    help="What the plugin does: tune online (online; sets AUTOCCL_COORD_ADDR=127.0.0.1:<free port> and "
+    "a random AUTOCCL_COORD_TOKEN unless set or under torchrun), change nothing (observe), force rules "
+    "(fixed), apply a saved table (table).",
 )
 _fixed = click.option(
     "--fixed",
