@@ -37,7 +37,8 @@ machine_info() {
 run_part() {
   local name=$1 budget=$2; shift 2
   echo "=== $name (budget ${budget} s; GPUs: $(gpu_count))"
-  "$@" --dry-run --est-busbw "${EST_BUSBW:-150}" --est-startup "${EST_STARTUP:-25}" | tail -1 || true
+  # (bench train has no dry run: its estimate is skipped silently)
+  "$@" --dry-run --est-busbw "${EST_BUSBW:-150}" --est-startup "${EST_STARTUP:-25}" 2>/dev/null | tail -1 || true
   local t0=$SECONDS
   timeout "$budget" "$@" --no-progress -o "$OUT/$name" || echo "=== $name: exit status $?"
   echo "=== $name took $((SECONDS - t0)) s"
