@@ -212,6 +212,46 @@ def _bind(progress: Progress | None, label: str) -> Callable[[int, int], None] |
     return cb
 
 
+def _run_recorded(
+    topo: Topology,
+    index: int,
+    spec: dict[str, Any],
+    ln: M.Launch,
+    workdir: Path,
+    *,
+    timeout_s: float,
+    progress: Progress | None,
+    doc: dict[str, Any],
+    entry: dict[str, Any],
+    log: Callable[[str], None],
+) -> tuple[bool, dict[str, Any] | None]:
+    """Runs one launch and records its outcome in `entry` (status, time, rank 0's facts) and `doc` (host;
+    on failure also the entry and the failure). Returns (ok, rank 0's result; None on other hosts)."""
+    t0 = time.time()
+    try:
+        res = run_launch(
+            topo,
+            index,
+            spec,
+            ln.child_env(),
+            workdir,
+            timeout_s=timeout_s,
+            on_progress=_bind(progress, ln.label),
+        )
+    except LaunchError as e:
+        entry.update({"status": "failed", "error": str(e), "elapsed_s": time.time() - t0})
+        doc["launches"].append(entry)
+        doc["failures"].append({"launch": ln.label, "error": str(e)})
+        log(f"launch {ln.label} failed: {str(e).splitlines()[0]}")
+        return False, None
+    entry.update({"status": "ok", "elapsed_s": time.time() - t0})
+    if res is not None:
+        entry.update({"init_s": res.get("init_s"), "rank0_env": res.get("rank0_env")})
+        if not doc["host"].get("torch"):
+            doc["host"] = res.get("host", {})
+    return True, res
+
+
 def _safe(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_.@" else "_" for ch in text)
 
@@ -336,7 +376,6 @@ def run_coll(
         ln = pending.pop(0)
         lw = workdir / f"{index:03d}-{_safe(ln.label)}"
         spec = _launch_spec(o, ln, gemm_reps)
-        t0 = time.time()
         entry: dict[str, Any] = {
             "label": ln.label,
             "mode": ln.mode,
@@ -346,35 +385,20 @@ def run_coll(
             "loads": ln.loads,
             "workdir": str(lw),
         }
-        try:
-            res = run_launch(
-                topo,
-                index,
-                spec,
-                ln.child_env(),
-                lw,
-                timeout_s=o.timeout_s,
-                on_progress=_bind(progress, ln.label),
-            )
-        except LaunchError as e:
+        ok, res = _run_recorded(
+            topo, index, spec, ln, lw, timeout_s=o.timeout_s, progress=progress, doc=doc, entry=entry, log=log
+        )
+        if not ok:
             failed.append(ln.label)
-            entry.update({"status": "failed", "error": str(e), "elapsed_s": time.time() - t0})
-            doc["launches"].append(entry)
-            doc["failures"].append({"launch": ln.label, "error": str(e)})
-            log(f"launch {ln.label} failed: {str(e).splitlines()[0]}")
             index += 1
             continue
-        entry.update({"status": "ok", "elapsed_s": time.time() - t0})
         if res is not None:
             rows = res["rows"]
             _annotate(rows, ln)
             doc["rows"].extend(rows)
-            entry.update({"init_s": res.get("init_s"), "rank0_env": res.get("rank0_env")})
             for tr in res.get("warmup_traces", []):
                 tr.update({"mode": ln.mode, "launch": ln.label})
                 doc["warmup_traces"].append(tr)
-            if not doc["host"].get("torch"):
-                doc["host"] = res.get("host", {})
             if ln.trace_prefix:
                 files = T.trace_files(ln.trace_prefix)
                 conv = T.convergence(T.read_records(files)) if files else []
@@ -568,7 +592,6 @@ def run_train(
             "seed": o.seed,
             **o.extra,
         }
-        t0 = time.time()
         entry: dict[str, Any] = {
             "label": ln.label,
             "mode": ln.mode,
@@ -578,27 +601,12 @@ def run_train(
             "workdir": str(lw),
             "parallel": ln.params["parallel"],
         }
-        try:
-            res = run_launch(
-                topo,
-                index,
-                spec,
-                ln.child_env(),
-                lw,
-                timeout_s=o.timeout_s,
-                on_progress=_bind(progress, ln.label),
-            )
-        except LaunchError as e:
-            entry.update({"status": "failed", "error": str(e), "elapsed_s": time.time() - t0})
-            doc["launches"].append(entry)
-            doc["failures"].append({"launch": ln.label, "error": str(e)})
-            log(f"launch {ln.label} failed: {str(e).splitlines()[0]}")
+        ok, res = _run_recorded(
+            topo, index, spec, ln, lw, timeout_s=o.timeout_s, progress=progress, doc=doc, entry=entry, log=log
+        )
+        if not ok:
             continue
-        entry.update({"status": "ok", "elapsed_s": time.time() - t0})
         if res is not None:
-            if not doc["host"].get("torch"):
-                doc["host"] = res.get("host", {})
-            entry.update({"init_s": res.get("init_s"), "rank0_env": res.get("rank0_env")})
             it = {
                 "parallel": ln.params["parallel"],
                 "mode": ln.mode,
