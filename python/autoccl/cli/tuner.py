@@ -6,7 +6,9 @@ import os
 import shlex
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
@@ -15,6 +17,8 @@ from rich.table import Table as RichTable
 from autoccl import tables
 from autoccl._paths import ArtefactNotFound
 from autoccl.tuner_env import MODES, plugin_env
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 _mode = click.option(
     "--mode",
@@ -74,13 +78,15 @@ def _build_env(
         raise click.UsageError(str(e)) from e
 
 
+def _plugin_options(command: F) -> F:
+    """The options that build the plugin environment, shared by `env` and `run`."""
+    for option in reversed((_mode, _fixed, _table, _trace, _ceiling, _cache)):
+        command = option(command)
+    return command
+
+
 @click.command()
-@_mode
-@_fixed
-@_table
-@_trace
-@_ceiling
-@_cache
+@_plugin_options
 @click.option("--shell", type=click.Choice(["sh", "fish"]), default="sh", show_default=True)
 def env(
     mode: str,
@@ -100,12 +106,7 @@ def env(
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@_mode
-@_fixed
-@_table
-@_trace
-@_ceiling
-@_cache
+@_plugin_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def run(
     mode: str,
