@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -188,6 +189,17 @@ int connectTo(const std::string& host, int port, int timeoutMs) {
   return fd;
 }
 
+// The Plan message carrying segs[i, i + kMaxSegs): one place that keeps plans within the wire limit,
+// for the server's pushes and the authority's answers alike.
+wire::Msg planChunk(const TaskKey& t, const std::vector<Segment>& segs, size_t i) {
+  wire::Msg m;
+  m.type = wire::kPlan;
+  m.task = t;
+  m.segs.assign(segs.begin() + static_cast<std::ptrdiff_t>(i),
+                segs.begin() + static_cast<std::ptrdiff_t>(std::min(segs.size(), i + wire::kMaxSegs)));
+  return m;
+}
+
 }  // namespace
 
 // =============================================================================================
@@ -218,11 +230,7 @@ struct TcpServer::Impl {
   void pushPlan(const TaskKey& t, uint64_t from, const std::set<std::shared_ptr<Conn>>& to) {
     std::vector<Segment> segs = store.from(t, from);
     for (size_t i = 0; i < segs.size(); i += wire::kMaxSegs) {
-      wire::Msg m;
-      m.type = wire::kPlan;
-      m.task = t;
-      m.segs.assign(segs.begin() + static_cast<std::ptrdiff_t>(i),
-                    segs.begin() + static_cast<std::ptrdiff_t>(std::min(segs.size(), i + wire::kMaxSegs)));
+      wire::Msg m = planChunk(t, segs, i);
       // a contiguous run only (the wire format requires it)
       size_t n = 1;
       while (n < m.segs.size() && m.segs[n].begin == m.segs[n - 1].end) ++n;
@@ -537,14 +545,7 @@ class TcpBoard : public Board {
     c->send(m, true);
   }
   void sendPlan(const std::shared_ptr<Conn>& c, const TaskKey& t, const std::vector<Segment>& segs) {
-    for (size_t i = 0; i < segs.size(); i += wire::kMaxSegs) {
-      wire::Msg m;
-      m.type = wire::kPlan;
-      m.task = t;
-      m.segs.assign(segs.begin() + static_cast<std::ptrdiff_t>(i),
-                    segs.begin() + static_cast<std::ptrdiff_t>(std::min(segs.size(), i + wire::kMaxSegs)));
-      c->send(m, true);
-    }
+    for (size_t i = 0; i < segs.size(); i += wire::kMaxSegs) c->send(planChunk(t, segs, i), true);
   }
 
   bool handshake(const std::shared_ptr<Conn>& c) {
