@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -10,25 +11,23 @@ from autoccl._paths import ArtefactNotFound, emulator_path, plugin_path
 from autoccl.emu.runner import test_plugin_path
 
 
+def _built_or_skip(find: Callable[[], Path], what: str) -> Path:
+    try:
+        return find()
+    except ArtefactNotFound as e:
+        pytest.skip(f"{what} not built: {e}")
+
+
 @pytest.fixture(scope="session")
 def emulator() -> Path:
-    try:
-        return emulator_path()
-    except ArtefactNotFound as e:
-        pytest.skip(f"autoccl-emu not built: {e}")
+    return _built_or_skip(emulator_path, "autoccl-emu")
 
 
 @pytest.fixture(scope="session")
 def testplugin(emulator: Path) -> Path:
-    try:
-        return test_plugin_path()
-    except ArtefactNotFound as e:
-        pytest.skip(f"emulator test plugin not built: {e}")
+    return _built_or_skip(test_plugin_path, "emulator test plugin")
 
 
 @pytest.fixture(scope="session")
 def plugin(emulator: Path) -> Path:
-    try:
-        return plugin_path()
-    except ArtefactNotFound as e:
-        pytest.skip(f"libautoccl-nccl.so not built: {e}")
+    return _built_or_skip(plugin_path, "libautoccl-nccl.so")
