@@ -174,6 +174,14 @@ class OnlineSource final : public DecisionSource {
       s->ncclProto.store(m.ncclProto, std::memory_order_relaxed);
       s->ncclChannels.store(m.ncclChannels, std::memory_order_relaxed);
     }
+    // NCCL caps a channel request at the communicator's channel count (and spreads small tasks over
+    // fewer): the channels it reports for a lone collective are the ones the requested config ran on.
+    if (m.colls == 1 && m.applied.channels > 0 && m.ncclChannels > 0 && m.ncclChannels < m.applied.channels) {
+      srch->channelsCapped(m.applied.channels, m.ncclChannels);
+      int c = commCap_.load(std::memory_order_relaxed);
+      while (m.ncclChannels > c && !commCap_.compare_exchange_weak(c, m.ncclChannels)) {
+      }
+    }
     srch->addSample(m.callIndex, m.gpuUs);
     uint64_t d = s->delivered.load(std::memory_order_relaxed);
     while (d < m.callIndex + 1 && !s->delivered.compare_exchange_weak(d, m.callIndex + 1)) {
@@ -274,6 +282,9 @@ class OnlineSource final : public DecisionSource {
         sp.cost[a][p] = (a < costs.numAlgo && p < costs.numProto && costs.data) ? costs.get(a, p) : -1.0f;
     sp.ncclChannels = 0;
     sp.maxChannels = env_.settings->maxChannels;
+    // Start the probes at the largest channel count NCCL has granted on this communicator so far
+    // (a cap seen on another task); the range above stays open until this task is capped itself.
+    sp.startChannels = commCap_.load(std::memory_order_relaxed);
     sp.chunkTunable = false;
     std::vector<search::Hint> hints =
         search::hintsFor(hints_, static_cast<int>(s->key.coll), s->key.bytes, static_cast<int>(s->key.pipe));
@@ -341,6 +352,7 @@ class OnlineSource final : public DecisionSource {
   std::unordered_map<TaskKey, std::unique_ptr<TaskState>, TaskKeyHash> tasks_;
   TaskState* last_[kNumColls] = {};
   std::atomic<int> needing_{0};
+  std::atomic<int> commCap_{0};  // largest channel count NCCL ran a capped request on (0: none seen)
   bool bootstrap_ = false;  // enqueue thread
 };
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <tuple>
@@ -146,6 +147,7 @@ struct TaskSearch::Impl {
     }
     if (chunkGrid.empty()) ncclCk = -1;
     startCh = sp.ncclChannels > 0 ? sp.ncclChannels : sp.maxChannels;
+    if (sp.startChannels > 0) startCh = std::min(sp.startChannels, sp.maxChannels);
     planned = o.firstCall;
     begin(false);
   }
@@ -323,10 +325,25 @@ struct TaskSearch::Impl {
   }
 
   void finishTuning() {
+    if (std::getenv("AUTOCCL_SEARCH_DEBUG")) {  // why this pin: every candidate's evidence, on stderr
+      std::fprintf(stderr, "autoccl search: tuning ends at call %llu (incumbent %d)\n",
+                   static_cast<unsigned long long>(planned), inc);
+      for (size_t i = 0; i < evals.size(); ++i)
+        std::fprintf(stderr, "autoccl search:   %zu %s n=%d in-flight=%d median=%.2f%s\n", i,
+                     evals[i].cfg.str().c_str(), evals[i].n(), evals[i].inflight, evals[i].med(),
+                     evals[i].dead ? " dead" : "");
+    }
     const Eval& d = evals[static_cast<size_t>(dflt)];
     if (dflt >= 0 && !d.samples.empty()) {
       st.defaultMedian = d.med();
       st.noise = d.relNoise();
+    }
+    // The budget can run out while a candidate that clearly beats the incumbent waits for its extra
+    // samples (long host run-ahead): with its first block it may still win, by twice the usual margin.
+    for (size_t k = 0; k < evals.size(); ++k) {
+      const Eval& e = evals[k];
+      if (static_cast<int>(k) == inc || e.dead || e.n() < o.samplesFirst || e.n() >= o.minSamplesIncumbent) continue;
+      if (beats(e, evals[static_cast<size_t>(inc)], 2 * o.z)) inc = static_cast<int>(k);
     }
     const Eval& i = evals[static_cast<size_t>(inc)];
     pin(i.cfg, i.samples.empty() ? 0.0 : i.med(), std::max(i.relNoise(), d.relNoise()));
@@ -761,6 +778,69 @@ struct TaskSearch::Impl {
     return *it;
   }
 
+  // ---- learned channel ceiling --------------------------------------------------------------
+  void limitChannels(int c) {
+    if (c < 1 || c >= sp.maxChannels) return;
+    sp.maxChannels = c;
+    if (sp.ncclChannels > c) sp.ncclChannels = 0;
+    startCh = std::min(startCh, c);
+    std::vector<std::pair<PointKey, int>> above;
+    for (const auto& [key, id] : evalAt)
+      if (std::get<0>(key) >= 0 && std::get<1>(key) > c) above.emplace_back(key, id);
+    std::map<int, int> alias;  // merged eval -> the eval that now stands for its point
+    for (const auto& [key, id] : above) {
+      evalAt.erase(key);
+      PointKey nk = normalize(std::get<0>(key), c, std::get<2>(key));
+      auto it = evalAt.find(nk);
+      if (it == evalAt.end()) {  // first of its kind: re-key it (its samples were taken at `c`)
+        evalAt.emplace(nk, id);
+        Eval& e = evals[static_cast<size_t>(id)];
+        bool m = e.cfg.measure;
+        e.cfg = configOf(nk);
+        e.cfg.measure = m;
+      } else {
+        mergeEval(id, it->second);
+        alias[id] = it->second;
+      }
+    }
+    auto fix = [&](int& id) {
+      auto a = alias.find(id);
+      if (a != alias.end()) id = a->second;
+    };
+    fix(inc);
+    fix(hintEval);
+    for (Sub& s : subs) {
+      fix(s.xEval);
+      s.ch = std::min(s.ch, c);
+      for (auto& nb : s.nbrs) {
+        fix(nb.second);
+        std::get<1>(nb.first) = std::min(std::get<1>(nb.first), c);
+      }
+    }
+    for (auto& kv : pending) fix(kv.second.first);
+    for (int& q : queue) fix(q);
+    if (!pinnedCfg.isDefault() && pinnedCfg.channels > c) pinnedCfg.channels = c;
+    if (checkEval >= 0) {
+      Config& cc = evals[static_cast<size_t>(checkEval)].cfg;
+      if (!cc.isDefault() && cc.channels > c) cc.channels = c;
+    }
+    think();
+  }
+  // `from` measured the same point as `to`: its samples and outstanding calls move to `to`.
+  void mergeEval(int from, int to) {
+    Eval& f = evals[static_cast<size_t>(from)];
+    Eval& t = evals[static_cast<size_t>(to)];
+    t.samples.insert(t.samples.end(), f.samples.begin(), f.samples.end());
+    t.inflight += f.inflight;
+    t.want = std::max(t.want, f.want);
+    if (!t.samples.empty() || t.inflight > 0) t.dead = false;
+    Config cfg = t.cfg;
+    f = Eval();
+    f.cfg = cfg;
+    f.dead = true;  // no longer referenced by anything
+    if (st.candidates > 0) st.candidates--;
+  }
+
   void sample(uint64_t k, double us) {
     auto it = pending.find(k);
     if (it == pending.end()) return;
@@ -814,6 +894,11 @@ uint64_t TaskSearch::plannedUpTo() const {
 void TaskSearch::addSample(uint64_t k, double gpuMicros) {
   std::lock_guard<std::mutex> lk(mu_);
   impl_->sample(k, gpuMicros);
+}
+void TaskSearch::channelsCapped(int requested, int used) {
+  if (used < 1 || used >= requested) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  impl_->limitChannels(used);
 }
 bool TaskSearch::converged() const {
   std::lock_guard<std::mutex> lk(mu_);

@@ -151,7 +151,7 @@ struct RunResult {
 // Drive a search like the engine: call k asks for its config; its GPU time (if measured and not
 // dropped) is delivered `lag` calls later, in random order with others.
 RunResult drive(TaskSearch& s, const Model& m, std::mt19937_64& rng, uint64_t calls, int maxLag, double drop,
-                uint64_t from = 0, const Model* after = nullptr, uint64_t switchAt = kForever) {
+                uint64_t from = 0, const Model* after = nullptr, uint64_t switchAt = kForever, int ceiling = 0) {
   std::uniform_real_distribution<double> u(0.0, 1.0);
   std::uniform_int_distribution<int> lagd(0, std::max(0, maxLag));
   std::multimap<uint64_t, std::pair<uint64_t, double>> due;
@@ -168,7 +168,12 @@ RunResult drive(TaskSearch& s, const Model& m, std::mt19937_64& rng, uint64_t ca
       due.erase(due.begin());
     }
     std::shuffle(now.begin(), now.end(), rng);
-    for (auto& x : now) s.addSample(x.first, x.second);
+    for (auto& x : now) {
+      // the engine reports the channels NCCL really ran on (capped at the communicator's count)
+      const Config& ran = r.applied[static_cast<size_t>(x.first - from)];
+      if (ceiling > 0 && ran.channels > ceiling) s.channelsCapped(ran.channels, ceiling);
+      s.addSample(x.first, x.second);
+    }
   }
   r.converged = s.converged();
   r.convergedAt = s.stats().convergedAt;
@@ -498,8 +503,51 @@ void objective() {
   CHECK(good >= n - 1);
 }
 
+// The communicator has fewer channels than the search's range (NCCL caps requests silently): with the
+// capped counts reported, the search stops proposing points above the ceiling at once and converges as
+// if it had known the ceiling; without them it burns its budget on duplicates (the old behaviour).
+void ceiling() {
+  int n = 0, good = 0, goodBlind = 0;
+  uint64_t wasted = 0, wastedBlind = 0;
+  for (uint64_t seed = 1; seed <= 100; ++seed) {
+    std::mt19937_64 rng(seed * 31 + 7);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    Model m = h200Model(rng, std::exp2(20.0 + 10.0 * u(rng)));
+    const int cap = seed % 2 ? 24 : 16;
+    m.space.maxChannels = 64;
+    m.space.ncclChannels = 0;  // unknown, as in the engine
+    m.defaultChannels = cap;
+    auto base = m.t;
+    m.t = [base, cap](int pair, int ch, uint64_t chunk) { return base(pair, std::min(ch, cap), chunk); };
+    auto above = [&](const RunResult& r) {
+      uint64_t w = 0;
+      for (const Config& c : r.applied) w += (c.measure && c.channels > cap) ? 1 : 0;
+      return w;
+    };
+    std::mt19937_64 rngBlind = rng;
+    TaskSearch s(m.space, Options());
+    RunResult r = drive(s, m, rng, 150, 3, 0.0, 0, nullptr, kForever, cap);
+    TaskSearch blind(m.space, Options());
+    RunResult rb = drive(blind, m, rngBlind, 150, 3, 0.0);
+    n++;
+    double best = m.bestTime();
+    CHECK(r.converged && r.convergedAt <= 150);
+    if (r.converged && m.trueTime(r.final) <= best * 1.03) good++;
+    if (rb.converged && m.trueTime(rb.final) <= best * 1.03) goodBlind++;
+    if (!r.final.isDefault()) CHECK(r.final.channels <= cap);
+    wasted += above(r);
+    wastedBlind += above(rb);
+  }
+  std::printf("channel ceiling: within 3%% %d/%d (blind %d/%d); measured calls above the ceiling %.1f per task "
+              "(blind %.1f)\n",
+              good, n, goodBlind, n, static_cast<double>(wasted) / n, static_cast<double>(wastedBlind) / n);
+  CHECK(good >= n * 97 / 100);
+  CHECK(wasted * 3 < wastedBlind);
+}
+
 TestCase tests[] = {{"convergence", convergence}, {"immutability", immutability}, {"robustness", robustness},
-                    {"warmstart", warmstart},     {"drift", drift},               {"objective", objective}};
+                    {"warmstart", warmstart},     {"drift", drift},               {"objective", objective},
+                    {"ceiling", ceiling}};
 
 }  // namespace
 

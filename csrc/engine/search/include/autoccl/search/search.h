@@ -67,6 +67,7 @@ struct Space {
   float cost[kNumAlgos][kNumProtos];  // NCCL's cost table; entries < 0 are unsupported: never chosen
   int ncclChannels = 0;   // channels NCCL uses by default for this task if known (profiler), else 0
   int maxChannels = 32;   // safe upper bound for channels (communicator ceiling, AUTOCCL_MAX_CHANNELS)
+  int startChannels = 0;  // channels of the first probe per subspace (0: ncclChannels, else maxChannels)
   bool chunkTunable = false;  // tuner v6 getChunkSize available
   uint64_t ncclChunk = 0;     // NCCL's chunk size for this task (0: unknown -> chunk not tuned)
   uint64_t minChunk = 64 * 1024;
@@ -149,6 +150,13 @@ class TaskSearch {
 
   // GPU time of call k (any thread, any order). Ignored unless call k was planned with measure.
   void addSample(uint64_t k, double gpuMicros);
+
+  // NCCL ran call(s) of this task on `used` channels although `requested` were asked for (the
+  // profiler reports the channels a task really ran on: capped by the communicator's channel count and
+  // by NCCL's minimum traffic per channel). Every point above `used` is then the point `used`: the
+  // range is clamped there and such points are merged (their samples kept), so the search never
+  // spends calls comparing configurations NCCL treats as identical. Ignored unless used < requested.
+  void channelsCapped(int requested, int used);
 
   bool converged() const;  // the last planned segment is pinned / check / final
   Config best() const;     // current incumbent (the pinned config once converged)
