@@ -167,6 +167,9 @@ def test_sweeps_online_and_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     online = next(ln for ln in doc["launches"] if ln["mode"] == "online")
     assert online["rank0_env"]["AUTOCCL_MODE"] == "online" and "AUTOCCL_TRACE" in online["rank0_env"]
     assert online["convergence"] == []  # gloo never loads the plugin: no trace
+    # ... but the folder of the trace prefix exists, since the plugin creates none (under NCCL, a missing
+    # folder silently cost the smoke run on 4 x H200 every convergence trace)
+    assert Path(online["rank0_env"]["AUTOCCL_TRACE"]).parent.is_dir()
     traces = doc["warmup_traces"]
     assert {(t["coll"], t["launch"]) for t in traces} == {
         ("all_gather", "online@none"),

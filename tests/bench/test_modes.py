@@ -99,3 +99,18 @@ def _plugin_in_package() -> bool:
     import autoccl
 
     return (Path(autoccl.__file__).parent / "lib" / "libautoccl-nccl.so").is_file()
+
+
+def test_channel_ceiling_envs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forced or tuned channel counts above NCCL's default need communicators created that wide."""
+    (tmp_path / "libautoccl-nccl.so").write_bytes(b"")
+    monkeypatch.setenv("AUTOCCL_LIB_DIR", str(tmp_path))
+    plain = M.online_env("t", "c")
+    assert "NCCL_MIN_CTAS" not in plain and "AUTOCCL_MAX_CHANNELS" not in plain
+    wide = M.online_env("t", "c", 64)
+    assert wide["NCCL_MIN_CTAS"] == wide["NCCL_MAX_CTAS"] == wide["AUTOCCL_MAX_CHANNELS"] == "64"
+    assert M.rule_channels("ring/ll/16") == 16 and M.rule_channels("tree/simple") is None
+    forced = M.oracle_env({"all_reduce": "tree/ll/64", "all_gather": "ring/simple/32"})
+    assert forced["NCCL_MIN_CTAS"] == forced["NCCL_MAX_CTAS"] == "64"
+    auto = M.oracle_env({"all_reduce": "ring/ll128"})
+    assert "NCCL_MIN_CTAS" not in auto and auto["AUTOCCL_FIXED"] == "allreduce:ring/ll128"

@@ -157,6 +157,13 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
     help="extra warm-up iterations per cell in online mode (the tuning phase, traced)",
 )
 @click.option(
+    "--online-channel-ceiling",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="online mode: create communicators with this many channels (NCCL_MIN_CTAS=NCCL_MAX_CTAS) so "
+    "the tuner can use more than NCCL's default; NCCL's own choice changes too (recorded in the results)",
+)
+@click.option(
     "--sweep-load", "sweep_loads", default=None, help="loads of the static-best sweep [default: --load]"
 )
 @click.option("--sweep-iters", type=int, default=None, help="iterations in sweep launches [default: --iters]")
@@ -203,6 +210,7 @@ def coll(
     reps: int,
     check: bool,
     online_warmup: int,
+    online_channel_ceiling: int | None,
     sweep_loads: str | None,
     sweep_iters: int | None,
     sweep_reps: int | None,
@@ -255,6 +263,7 @@ def coll(
             reps=reps,
             check=check,
             online_warmup=online_warmup,
+            online_channel_ceiling=online_channel_ceiling,
             sweep_loads=S.parse_loads(sweep_loads) if sweep_loads else None,
             sweep_iters=sweep_iters,
             sweep_reps=sweep_reps,
@@ -348,6 +357,13 @@ def _finish(doc: dict[str, Any], prefix: Path, main: bool) -> None:
 @click.option("--seq", type=int, default=1024, show_default=True)
 @click.option("--dtype", default="bf16", show_default=True, type=click.Choice(["bf16", "fp16", "fp32"]))
 @click.option("--bucket-mb", type=int, default=25, show_default=True, help="DDP bucket size")
+@click.option(
+    "--online-channel-ceiling",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="online mode: create communicators with this many channels (NCCL_MIN_CTAS=NCCL_MAX_CTAS) so "
+    "the tuner can use more than NCCL's default; NCCL's own choice changes too (recorded in the results)",
+)
 @_common
 def train(
     preset: str,
@@ -358,6 +374,7 @@ def train(
     seq: int,
     dtype: str,
     bucket_mb: int,
+    online_channel_ceiling: int | None,
     device: str,
     backend: str | None,
     nproc: int | None,
@@ -399,6 +416,7 @@ def train(
             dtype=dtype,
             timeout_s=timeout,
             seed=seed,
+            online_channel_ceiling=online_channel_ceiling,
             extra={"bucket_mb": bucket_mb},
         )
         prefix = output or _default_prefix("train")

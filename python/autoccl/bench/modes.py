@@ -241,12 +241,40 @@ def static_env(settings: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def online_env(trace_prefix: str, cache_dir: str) -> dict[str, str]:
-    return plugin_env("online", trace=trace_prefix, cache_dir=cache_dir)
+def ceiling_env(channels: int) -> dict[str, str]:
+    """Communicators created with exactly `channels` channels: NCCL caps every channel request (the
+    tuner's too) at the communicator's count, 24 on 4 x H200 by default."""
+    return {"NCCL_MIN_CTAS": str(channels), "NCCL_MAX_CTAS": str(channels)}
+
+
+def online_env(trace_prefix: str, cache_dir: str, channel_ceiling: int | None = None) -> dict[str, str]:
+    """The online tuner; with `channel_ceiling` the communicators get that many channels so the tuner
+    can use more than NCCL's default (which then also changes NCCL's own choice for untuned calls)."""
+    if channel_ceiling is None:
+        return plugin_env("online", trace=trace_prefix, cache_dir=cache_dir)
+    return plugin_env(
+        "online",
+        trace=trace_prefix,
+        cache_dir=cache_dir,
+        max_channels=channel_ceiling,
+        extra=ceiling_env(channel_ceiling),
+    )
+
+
+def rule_channels(rule: str) -> int | None:
+    """`ring/ll/16` -> 16; `ring/ll` (NCCL's channel count) -> None."""
+    parts = rule.split("/")
+    return int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None
 
 
 def oracle_env(config: Mapping[str, str]) -> dict[str, str]:
-    return plugin_env("fixed", fixed=fixed_rules(config))
+    """Fixed mode forcing `config`. A launch forcing explicit channel counts creates its communicators
+    with the largest of them, else NCCL would cap 32 or 64 at its default count (24 on 4 x H200) and the
+    oracle would measure the same point under several names; `auto` launches keep NCCL's communicator."""
+    counts = [c for c in (rule_channels(r) for r in config.values()) if c is not None]
+    if not counts:
+        return plugin_env("fixed", fixed=fixed_rules(config))
+    return plugin_env("fixed", fixed=fixed_rules(config), extra=ceiling_env(max(counts)))
 
 
 def geomean(values: Iterable[float]) -> float:

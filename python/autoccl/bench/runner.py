@@ -39,6 +39,7 @@ class CollOptions:
     reps: int = 5
     check: bool = False
     online_warmup: int = 200
+    online_channel_ceiling: int | None = None
     sweep_loads: list[Load] | None = None
     sweep_iters: int | None = None
     sweep_reps: int | None = None
@@ -66,6 +67,7 @@ class TrainOptions:
     dtype: str = "bf16"
     timeout_s: float = 600.0
     seed: int = 1234
+    online_channel_ceiling: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -148,7 +150,9 @@ def plan_coll(o: CollOptions, workdir: Path) -> list[M.Launch]:
             for ld in load_names:
                 d = workdir / f"online@{_safe(ld)}"
                 prefix = str(d / "trace")
-                env = _plugin_guard(partial(M.online_env, prefix, str(d / "cache")), "online")
+                env = _plugin_guard(
+                    partial(M.online_env, prefix, str(d / "cache"), o.online_channel_ceiling), "online"
+                )
                 launches.append(
                     M.Launch(
                         "online",
@@ -228,6 +232,8 @@ def _run_recorded(
     """Runs one launch and records its outcome in `entry` (status, time, rank 0's facts) and `doc` (host;
     on failure also the entry and the failure). Returns (ok, rank 0's result; None on other hosts)."""
     t0 = time.time()
+    if ln.trace_prefix:  # the plugin opens PREFIX.<host>.<pid>.jsonl and creates no folders
+        Path(ln.trace_prefix).parent.mkdir(parents=True, exist_ok=True)
     try:
         res = run_launch(
             topo,
@@ -334,6 +340,7 @@ def run_coll(
             "reps": o.reps,
             "check": o.check,
             "online_warmup": o.online_warmup,
+            "online_channel_ceiling": o.online_channel_ceiling,
             "sweep_loads": [ld.name for ld in o.sweep_loads] if o.sweep_loads else None,
             "sweep_iters": o.sweep_iters,
             "sweep_reps": o.sweep_reps,
@@ -500,7 +507,9 @@ def plan_train(o: TrainOptions, workdir: Path) -> list[M.Launch]:
             elif mode.kind == "online":
                 d = workdir / f"online-{par}"
                 prefix = str(d / "trace")
-                env = _plugin_guard(partial(M.online_env, prefix, str(d / "cache")), "online")
+                env = _plugin_guard(
+                    partial(M.online_env, prefix, str(d / "cache"), o.online_channel_ceiling), "online"
+                )
                 launches.append(
                     M.Launch(
                         "online",
@@ -572,6 +581,7 @@ def run_train(
             "seq": o.seq,
             "dtype": o.dtype,
             "seed": o.seed,
+            "online_channel_ceiling": o.online_channel_ceiling,
             **o.extra,
         }
     )
