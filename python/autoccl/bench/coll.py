@@ -288,16 +288,22 @@ def measure_cell(
     barrier(ctx)
     trace: list[float] | None = None
     if extra_warmup:
-        # The tuning phase (online mode): every iteration timed, and under the same load as the
-        # measurement, so the tuner converges for the conditions it is measured in.
-        per_iter = max(1, round(clock.timed(comm, 1) / t_g1)) if gemm is not None and t_g1 > 0 else 0
+        # The tuning phase (online mode), in the conditions of the measurement: blocks of `iters`
+        # back-to-back collectives, beside the same GEMM work per block under load. (Synchronising after
+        # every single collective would make each rank's kernel time mostly the wait for the other
+        # ranks' host skew, which is what the tuner times; the trace holds each block's mean.)
+        block = max(1, iters)
+        block_greps = 0
+        if gemm is not None:
+            block_greps = gemm_reps or max(1, round(clock.timed(comm, block) / max(t_g1, 1e-9)))
         times: list[float] = []
-        for _ in range(extra_warmup):
+        while len(times) < extra_warmup:
+            n = min(block, extra_warmup - len(times))
             if gemm is not None:
-                tc = clock.concurrent(comm, 1, gemm, per_iter)[0]
+                tc = clock.concurrent(comm, n, gemm, max(1, round(block_greps * n / block)))[0]
             else:
-                tc = clock.timed(comm, 1, on_comm_stream=True)
-            times.append(tc * 1e6)
+                tc = clock.timed(comm, n, on_comm_stream=True)
+            times.extend([tc / n * 1e6] * n)
         trace = max_across(ctx, times) if record_warmup else None
         barrier(ctx)
     t_alone: list[float] = []

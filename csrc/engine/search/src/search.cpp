@@ -248,10 +248,21 @@ struct TaskSearch::Impl {
     mode = Mode::kTuning;
     request(dflt, o.baselineSamples);
     // hinted points first (warm start), then one probe per supported pair, cheapest cost first
+    // Pairs NCCL's own model puts far behind its choice are not worth a probe: each probe of, say, LL
+    // for a 64 MiB task costs several slow calls of the real job, and that model ranks such far-off
+    // pairs correctly. A hinted pair is always probed.
+    const float minCost = sp.cost[defaultPair / kNumProtos][defaultPair % kNumProtos];
+    auto hinted = [&](int pair) {
+      for (const Hint& h : hints)
+        if (validHint(h.cfg) && !h.cfg.isDefault() && h.cfg.algo * kNumProtos + h.cfg.proto == pair) return true;
+      return false;
+    };
     std::vector<std::pair<float, int>> pairs;
     for (int a = 0; a < kNumAlgos; ++a)
       for (int p = 0; p < kNumProtos; ++p)
-        if (sp.cost[a][p] >= 0) pairs.push_back({sp.cost[a][p], a * kNumProtos + p});
+        if (sp.cost[a][p] >= 0 &&
+            (o.maxCostRatio <= 0 || minCost <= 0 || sp.cost[a][p] <= o.maxCostRatio * minCost || hinted(a * kNumProtos + p)))
+          pairs.push_back({sp.cost[a][p], a * kNumProtos + p});
     std::sort(pairs.begin(), pairs.end());
     bool warm = false;
     for (auto& pr : pairs) {

@@ -91,6 +91,7 @@ struct Options {
   double minMargin = 0.005;     // relative margin floor for "beats by more than the noise"
   double z = 2.0;               // significance: beat by z standard errors of the medians
   double probeKeep = 1.00;      // subspaces slower than best*(1+probeKeep) are dropped at once
+  double maxCostRatio = 4.0;    // pairs NCCL's cost model puts above this x its choice are not probed (0: all)
   int halvingRounds = 2;        // successive halving after each of the first descent iterations
   int keepSubspaces = 1;        // at most this many subspaces are descended after the halving
   double initStep = 1.5;        // channel step in log2 units (x2) for a cold start
