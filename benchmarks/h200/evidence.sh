@@ -1,19 +1,35 @@
 #!/bin/bash
-# Issue 4's evidence matrix on 4 x H200 in two device calls (each well under the 10-minute limit):
-#   bash benchmarks/h200/evidence.sh call1   # ~8 min: coll nccl+online, static-best, train 350M
-#   bash benchmarks/h200/evidence.sh call2   # ~8 min: coll oracle, train 350M online with 64 channels
+# Issue 4's evidence matrix on 4 x H200, in device calls of < 10 minutes each:
+#   bash benchmarks/h200/evidence.sh call1   # ~6 min: coll nccl + online (64 channels), static-best, train 350M
+#   bash benchmarks/h200/evidence.sh call2   # ~7 min: coll online (NCCL's channels and 64), train 350M online,
+#                                            #         oracle part a (channel counts auto,16,64)
+#   bash benchmarks/h200/evidence.sh call3   # ~3 min: oracle part b (8,32); then nccl_tests/gpu_online_check.sh
 # Collectives: AG/RS/AR x 1 MiB..1 GiB (x4 steps: the targets' 16/64/256 MiB included), bf16, loads none,
-# light (the AutoCCL paper's GEMM) and heavy (8192^3 bf16). `online` runs with communicators of 64 channels
-# (--online-channel-ceiling 64), the search's full range; `nccl` is plain NCCL (24 channels here).
-# call2 reads call1's coll_base.json from benchmarks/results/h200x4/bench/ (copy it there between the
-# calls) so that every file sizes the GEMM work of a loaded cell identically and makespans compare.
+# light (the AutoCCL paper's GEMM) and heavy (8192^3 bf16). `nccl` is plain NCCL (24 channels here).
+# Calls 2 and 3 read call 1's coll_base.json from benchmarks/results/h200x4/bench/ so that every file sizes
+# the GEMM work of a loaded cell identically and makespans compare across files.
+# At most 8 files come back from a call: everything is packed into results.tgz and logs.tgz at the end.
 source "$(dirname "$0")/common.sh"
 SIZES=1M:1G:x4
 COLL=(--colls ag,rs,ar --sizes "$SIZES" --dtype bf16 --load none,light,heavy -w 5 -n 20 -r 5)
 GEMM_FROM=${GEMM_REPS_FROM:-benchmarks/results/h200x4/bench/coll_base.json}
 deadline=$((SECONDS + ${CALL_LIMIT_S:-560}))
 left() { echo $((deadline - SECONDS)); }
-case "${1:?call1|call2}" in
+gemm_from() { GEMM=(); [ -f "$GEMM_FROM" ] && GEMM=(--gemm-reps-from "$GEMM_FROM") || echo "no $GEMM_FROM: GEMM sized afresh"; }
+train() {  # train NAME BUDGET ARGS...
+  local name=$1 budget=$2; shift 2
+  echo "=== $name (budget $budget s)"
+  local t0=$SECONDS
+  timeout "$budget" python3 -m autoccl bench train --preset 350m --parallel fsdp2,ddp -n 200 --batch 4 --seq 1024 \
+    --dtype bf16 --no-progress -o "$OUT/$name" "$@" || echo "=== $name: exit status $?"
+  echo "=== $name took $((SECONDS - t0)) s"
+}
+pack() {
+  (cd "$OUT" && tar czf results.tgz --ignore-failed-read ./*.json ./*.csv ./*.md 2>/dev/null; \
+   tar czf logs.tgz --ignore-failed-read ./*.logs pip-install.log 2>/dev/null; \
+   rm -rf ./*.logs ./*.json ./*.csv pip-install.log)
+}
+case "${1:?call1|call2|call3}" in
   call1)
     machine_info
     install_autoccl
@@ -31,16 +47,24 @@ case "${1:?call1|call2}" in
   call2)
     machine_info
     install_autoccl
-    GEMM=()
-    [ -f "$GEMM_FROM" ] && GEMM=(--gemm-reps-from "$GEMM_FROM") || echo "no $GEMM_FROM: GEMM work sized afresh"
-    run_part coll_oracle "$(( $(left) - 100 ))" python3 -m autoccl bench coll "${COLL[@]}" "${GEMM[@]}" \
-      --modes oracle --sweep-iters 10 --sweep-reps 3
-    echo "=== train_350m_ceiling64 (budget $(left) s)"
-    t0=$SECONDS
-    timeout "$(left)" python3 -m autoccl bench train --preset 350m --parallel fsdp2,ddp --modes online \
-      --online-channel-ceiling 64 -n 200 --batch 4 --seq 1024 --dtype bf16 --no-progress \
-      -o "$OUT/train_350m_ceiling64" || echo "=== exit status $?"
-    echo "=== train_350m_ceiling64 took $((SECONDS - t0)) s" ;;
+    gemm_from
+    run_part coll_online "$(( $(left) - 440 ))" python3 -m autoccl bench coll "${COLL[@]}" "${GEMM[@]}" \
+      --modes online --online-warmup 200
+    run_part coll_online64 "$(( $(left) - 370 ))" python3 -m autoccl bench coll "${COLL[@]}" "${GEMM[@]}" \
+      --modes online --online-warmup 200 --online-channel-ceiling 64
+    train train_350m_online "$(( $(left) - 290 ))" --modes online
+    run_part coll_oracle_a "$(left)" python3 -m autoccl bench coll "${COLL[@]}" "${GEMM[@]}" \
+      --modes oracle --oracle-channels auto,16,64 --sweep-iters 10 --sweep-reps 3 ;;
+  call3)
+    machine_info
+    install_autoccl
+    gemm_from
+    run_part coll_oracle_b 200 python3 -m autoccl bench coll "${COLL[@]}" "${GEMM[@]}" \
+      --modes oracle --oracle-channels 8,32 --sweep-iters 10 --sweep-reps 3
+    pack
+    mkdir -p "$OUT/nt"
+    OUT="$OUT/nt" CALL_LIMIT_S=$(( $(left) - 10 )) bash benchmarks/nccl_tests/gpu_online_check.sh ;;
   *) echo "unknown call $1"; exit 2 ;;
 esac
+[ "${1}" = call3 ] || pack
 echo "total ${SECONDS} s"
