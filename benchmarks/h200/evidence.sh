@@ -3,7 +3,8 @@
 #   bash benchmarks/h200/evidence.sh call1   # ~6 min: coll nccl + online (64 channels), static-best, train 350M
 #   bash benchmarks/h200/evidence.sh call2   # ~7 min: coll online (NCCL's channels and 64), train 350M online,
 #                                            #         oracle part a (channel counts auto,16,64)
-#   bash benchmarks/h200/evidence.sh call3   # ~3 min: oracle part b (8,32); then nccl_tests/gpu_online_check.sh
+#   bash benchmarks/h200/evidence.sh call3   # ~9 min: train 350M FSDP2 nccl vs online, nccl_tests/gpu_online_check.sh
+#                                            #         (issue 3), then oracle part b (8,32) if time is left
 # Collectives: AG/RS/AR x 1 MiB..1 GiB (x4 steps: the targets' 16/64/256 MiB included), bf16, loads none,
 # light (the AutoCCL paper's GEMM) and heavy (8192^3 bf16). `nccl` is plain NCCL (24 channels here).
 # Calls 2 and 3 read call 1's coll_base.json from benchmarks/results/h200x4/bench/ so that every file sizes
@@ -27,7 +28,7 @@ train() {  # train NAME BUDGET ARGS...
 pack() {
   (cd "$OUT" && tar czf results.tgz --ignore-failed-read ./*.json ./*.csv ./*.md 2>/dev/null; \
    tar czf logs.tgz --ignore-failed-read ./*.logs pip-install.log 2>/dev/null; \
-   rm -rf ./*.logs ./*.json ./*.csv pip-install.log)
+   rm -rf ./*.logs ./*.json ./*.csv ./*.md pip-install.log)
 }
 case "${1:?call1|call2|call3}" in
   call1)
@@ -59,11 +60,14 @@ case "${1:?call1|call2|call3}" in
     machine_info
     install_autoccl
     gemm_from
-    run_part coll_oracle_b 200 python3 -m autoccl bench coll "${COLL[@]}" "${GEMM[@]}" \
-      --modes oracle --oracle-channels 8,32 --sweep-iters 10 --sweep-reps 3
-    pack
+    train train_350m_fsdp2 150 --parallel fsdp2 --modes nccl,online
     mkdir -p "$OUT/nt"
-    OUT="$OUT/nt" CALL_LIMIT_S=$(( $(left) - 10 )) bash benchmarks/nccl_tests/gpu_online_check.sh ;;
+    ( OUT="$OUT/nt" CALL_LIMIT_S=280 bash benchmarks/nccl_tests/gpu_online_check.sh )
+    if [ "$(left)" -gt 120 ]; then
+      run_part coll_oracle_b "$(left)" python3 -m autoccl bench coll "${COLL[@]}" "${GEMM[@]}" \
+        --modes oracle --oracle-channels 8,32 --sweep-iters 10 --sweep-reps 3
+    fi
+    pack ;;
   *) echo "unknown call $1"; exit 2 ;;
 esac
 [ "${1}" = call3 ] || pack
