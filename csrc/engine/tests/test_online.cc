@@ -1,0 +1,934 @@
+// Unit tests of mode `online` (engine/online.{h,cc}) through the engine's public API: a Runtime in
+// online mode, one Context per (communicator, rank), getCollInfo as the shim calls it, and the
+// profiler's Coll / KernelCh events carrying GPU times from a synthetic NCCL (below). No NCCL, no GPU.
+//
+// The synthetic NCCL of one rank: fills a cost table (NCCL's estimate: Ring/Simple cheapest), applies
+// what the engine did to it (the pair set to 0 wins, *nChannels capped at the communicator's ceiling
+// of 24 channels, like H200 x 4), and, when the process-wide activation mask was on at the start of the
+// call, reports the call's Coll event and one KernelCh per channel whose span is the time of a
+// deterministic cost model of (algo, proto, effective channels).
+//
+// Cases (argv[1]); `online_hot_path` is the benchmark of the converged decision path
+// (benchmarks/results/cpu/engine_hot_path.md).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/context.h"
+#include "engine/online.h"
+#include "engine/settings.h"
+#include "engine/table.h"
+#include "engine/tests/check.h"
+
+using namespace autoccl::engine;
+
+namespace {
+
+constexpr int kAllReduce = 4, kAllGather = 2, kReduceScatter = 3;
+constexpr int kTree = 0, kRing = 1;
+constexpr int kLL = 0, kLL128 = 1, kSimple = 2;
+constexpr int kCeiling = 24;  // the communicator's channel ceiling: NCCL never runs more
+constexpr int kCostSize = kNumAlgos * kNumProtos;
+
+std::string tempDir() {
+  char tmpl[] = "/tmp/autoccl-online-test-XXXXXX";
+  char* d = mkdtemp(tmpl);
+  return d ? d : "/tmp";
+}
+
+EnvLookup envOf(std::map<std::string, std::string> m) {
+  auto shared = std::make_shared<std::map<std::string, std::string>>(std::move(m));
+  return [shared](const char* k) -> const char* {
+    auto it = shared->find(k);
+    return it == shared->end() ? nullptr : it->second.c_str();
+  };
+}
+
+// The coordinator settings are read from the real environment (Coordination): start every case from
+// a clean one so that an outer torchrun / autoccl run cannot turn the in-process board into TCP.
+void clearCoordEnv() {
+  for (const char* v : {"AUTOCCL_COORD_ADDR", "AUTOCCL_COORD_TOKEN", "MASTER_ADDR", "MASTER_PORT",
+                        "AUTOCCL_COORD_TIMEOUT_MS", "AUTOCCL_COORD_LINGER_MS", "AUTOCCL_COORD_FAULTS"})
+    unsetenv(v);
+}
+
+// maxChannels: AUTOCCL_MAX_CHANNELS ("" = the default, 64, above the communicator's ceiling of 24).
+Settings onlineSettings(const std::string& cacheDir = "", const std::string& maxChannels = "") {
+  std::map<std::string, std::string> env = {{"AUTOCCL_MODE", "online"}, {"AUTOCCL_HW", "GPU Xx4"}};
+  if (!cacheDir.empty()) env["AUTOCCL_CACHE_DIR"] = cacheDir;
+  if (!maxChannels.empty()) env["AUTOCCL_MAX_CHANNELS"] = maxChannels;
+  Settings s = loadSettings(envOf(env));
+  CHECK(s.valid);
+  return s;
+}
+
+// Thread-safe log capture (contexts of several ranks log from their own threads).
+struct Logs {
+  std::mutex mu;
+  std::vector<std::string> warn, info;
+  LogFn fn() {
+    return [this](LogLevel l, const std::string& m) {
+      std::lock_guard<std::mutex> lk(mu);
+      (l == LogLevel::Warn ? warn : info).push_back(m);
+    };
+  }
+  size_t count(LogLevel l, const std::string& needle) {
+    std::lock_guard<std::mutex> lk(mu);
+    size_t n = 0;
+    for (const std::string& m : l == LogLevel::Warn ? warn : info) n += m.find(needle) != std::string::npos;
+    return n;
+  }
+};
+
+// ------------------------------------------------------------------ the synthetic NCCL
+
+// GPU time (us) of a collective as a function of (algo, proto, effective channels): per supported pair
+// a base time at its best channel count, growing linearly in |log2(channels / best)|. Unsupported
+// pairs are -1 in NCCL's cost table. The time also wobbles by +-0.3 % with the call index (a
+// deterministic stand-in for noise, so the search's MAD is not 0).
+struct CostModel {
+  struct Pair {
+    double base = 0;  // 0: unsupported
+    int bestCh = kCeiling;
+    double slope = 0;
+  };
+  Pair pair[kNumAlgos][kNumProtos];
+
+  void set(int a, int p, double base, int bestCh, double slope) { pair[a][p] = Pair{base, bestCh, slope}; }
+  double us(int a, int p, int ch, uint64_t k) const {
+    const Pair& x = pair[a][p];
+    double t = x.base * (1.0 + x.slope * std::fabs(std::log2(static_cast<double>(ch) / x.bestCh)));
+    return t * (1.0 + 0.001 * static_cast<double>(static_cast<int>((k * 2654435761u) % 7) - 3));
+  }
+  double usNoiseless(int a, int p, int ch) const { return us(a, p, ch, 3); }  // (3 * 2654435761) % 7 == 3
+  // NCCL's estimate: Ring/Simple cheapest (NCCL's default), the other supported pairs dearer.
+  void costs(float* c) const {
+    static const float est[kNumAlgos][kNumProtos] = {{50, 45, 40}, {35, 30, 20}};
+    for (int a = 0; a < kNumAlgos; ++a)
+      for (int p = 0; p < kNumProtos; ++p) c[a * kNumProtos + p] = pair[a][p].base > 0 ? est[a][p] : -1.0f;
+  }
+};
+
+// Ring/Simple at the ceiling (NCCL's choice) 100 us; Ring/LL128 at 8 channels 60 us: clearly best
+// (the other pairs are >= 60 % slower at their best; Ring/LL128 at the ceiling is 40 % slower).
+CostModel modelLL128At8() {
+  CostModel m;
+  m.set(kRing, kSimple, 100, 24, 0.30);
+  m.set(kRing, kLL128, 60, 8, 0.25);
+  m.set(kRing, kLL, 110, 16, 0.10);
+  m.set(kTree, kSimple, 120, 24, 0.20);
+  m.set(kTree, kLL128, 130, 24, 0.20);
+  m.set(kTree, kLL, 140, 24, 0.20);
+  return m;
+}
+// Another task: Tree/Simple at 16 channels clearly best.
+CostModel modelTreeSimpleAt16() {
+  CostModel m;
+  m.set(kRing, kSimple, 80, 24, 0.30);
+  m.set(kRing, kLL128, 95, 8, 0.25);
+  m.set(kRing, kLL, 110, 16, 0.10);
+  m.set(kTree, kSimple, 50, 16, 0.12);
+  m.set(kTree, kLL128, 90, 24, 0.20);
+  m.set(kTree, kLL, 100, 24, 0.20);
+  return m;
+}
+// NCCL's own choice (Ring/Simple, all 24 channels) clearly best.
+CostModel modelDefaultBest() {
+  CostModel m;
+  m.set(kRing, kSimple, 50, 24, 0.40);
+  m.set(kRing, kLL128, 80, 8, 0.25);
+  m.set(kRing, kLL, 110, 16, 0.10);
+  m.set(kTree, kSimple, 90, 24, 0.20);
+  m.set(kTree, kLL128, 130, 24, 0.20);
+  m.set(kTree, kLL, 140, 24, 0.20);
+  return m;
+}
+// What a misbehaving follower would see: Ring/LL at 2 channels far ahead of everything.
+CostModel modelFollowerDecoy() {
+  CostModel m;
+  m.set(kRing, kSimple, 300, 24, 0.30);
+  m.set(kRing, kLL128, 300, 24, 0.25);
+  m.set(kRing, kLL, 20, 2, 0.50);
+  m.set(kTree, kSimple, 300, 24, 0.20);
+  m.set(kTree, kLL128, 300, 24, 0.20);
+  m.set(kTree, kLL, 300, 24, 0.20);
+  return m;
+}
+
+// The model's optimum over every supported pair and 1..kCeiling channels.
+struct Optimum {
+  int algo = -1, proto = -1, channels = 0;
+  double us = 1e300;
+};
+Optimum optimumOf(const CostModel& m) {
+  Optimum o;
+  for (int a = 0; a < kNumAlgos; ++a)
+    for (int p = 0; p < kNumProtos; ++p)
+      if (m.pair[a][p].base > 0)
+        for (int ch = 1; ch <= kCeiling; ++ch)
+          if (m.usNoiseless(a, p, ch) < o.us) o = Optimum{a, p, ch, m.usNoiseless(a, p, ch)};
+  return o;
+}
+
+// What the engine applied to one call, as NCCL sees it.
+struct Applied {
+  int algo = -1, proto = -1;  // the pair whose cost the engine set to 0 (-1: untouched)
+  int channels = 0;           // *nChannels written by the engine (0: untouched)
+  bool ok = true;             // getCollInfo's verdict (false: NCCL fails the collective)
+  bool isDefault() const { return algo < 0 && channels == 0; }
+  bool operator==(const Applied& o) const {
+    return algo == o.algo && proto == o.proto && channels == o.channels && ok == o.ok;
+  }
+  bool operator!=(const Applied& o) const { return !(*this == o); }
+  std::string str() const {
+    if (!ok) return "FAILED";
+    if (isDefault()) return "nccl";
+    return std::string(algo >= 0 ? algoName(algo) : "-") + "/" + (proto >= 0 ? protoName(proto) : "-") + "/" +
+           std::to_string(channels);
+  }
+};
+
+const char* ncclCollName(int coll) {
+  static const char* const n[kNumColls] = {"Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce"};
+  return n[coll];
+}
+const char* ncclAlgoName(int a) {
+  static const char* const n[kNumAlgos] = {"TREE", "RING",      "COLLNET_DIRECT", "COLLNET_CHAIN",
+                                           "NVLS", "NVLS_TREE", "PAT"};
+  return n[a];
+}
+const char* ncclProtoName(int p) {
+  static const char* const n[kNumProtos] = {"LL", "LL128", "SIMPLE"};
+  return n[p];
+}
+
+// The profiler's KernelCh events of one call, delivered by a "proxy thread" (lagged) or inline.
+struct KernelEvents {
+  void* coll = nullptr;
+  int channels = 0;
+  uint64_t startNs = 0, durNs = 0;
+};
+
+void deliver(Context* ctx, const KernelEvents& e) {
+  // Channels start a few ns apart and all stop at start + dur: the span is exactly dur.
+  std::vector<void*> ch(static_cast<size_t>(e.channels));
+  for (int c = 0; c < e.channels; ++c)
+    ch[static_cast<size_t>(c)] = ctx->kernelChStart(e.coll, e.startNs + static_cast<uint64_t>(c));
+  for (int c = 0; c < e.channels; ++c) TimingMatcher::kernelChStop(ch[static_cast<size_t>(c)], e.startNs + e.durNs);
+  TimingMatcher::eventStop(e.coll);
+}
+
+// A proxy thread: delivers KernelCh events of one context after a random lag of 0..maxLag calls of
+// its rank, never more (the rank waits: a starved proxy thread must not turn into lost samples, which
+// would make the outcome depend on the machine's load).
+class Proxy {
+ public:
+  Proxy(Context* ctx, int maxLag, uint32_t seed) : ctx_(ctx), maxLag_(maxLag), rng_(seed) {
+    th_ = std::thread([this] { run(); });
+  }
+  ~Proxy() { stop(); }
+  void push(const KernelEvents& e) {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return q_.size() <= static_cast<size_t>(maxLag_); });
+    q_.push_back(e);
+    cv_.notify_all();
+  }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (done_) return;
+      done_ = true;
+      cv_.notify_all();
+    }
+    th_.join();
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lk(mu_);
+    for (;;) {
+      size_t lag = static_cast<size_t>(rng_() % static_cast<uint32_t>(maxLag_ + 1));
+      cv_.wait(lk, [&] { return done_ || q_.size() > lag; });
+      if (q_.empty()) {
+        if (done_) return;
+        continue;
+      }
+      KernelEvents e = q_.front();
+      q_.pop_front();
+      cv_.notify_all();
+      lk.unlock();
+      deliver(ctx_, e);
+      lk.lock();
+    }
+  }
+  Context* ctx_;
+  int maxLag_;
+  std::mt19937 rng_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<KernelEvents> q_;
+  bool done_ = false;
+  std::thread th_;
+};
+
+// One rank as NCCL drives it: a Context plus its per-collective sequence numbers and GPU clock.
+struct FakeRank {
+  FakeRank(Runtime& rt, const int* maskPtr, uint64_t comm, int r, int n, const LogFn& log)
+      : ctx(rt, comm), mask(maskPtr), rank(r), nRanks(n) {
+    ctx.attachProfiler(r, n, 1, log);  // the shim pairs profiler init then tuner init of a (comm, rank)
+    attached = ctx.attachTuner(n, 1, 1, log);
+  }
+
+  // One call of task (coll, bytes); its GPU time from `model`. With `proxy`, KernelCh events go
+  // through it (lagged, another thread); else inline.
+  Applied call(int coll, uint64_t bytes, const CostModel& model, Proxy* proxy = nullptr) {
+    bool timed = __atomic_load_n(mask, __ATOMIC_RELAXED) != 0;  // NCCL reads the mask at group start
+    float costs[kCostSize];
+    model.costs(costs);
+    int nCh = 0;
+    Applied a;
+    a.ok = ctx.getCollInfo(coll, bytes, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+    if (!a.ok) return a;
+    int pick = -1;
+    for (int i = 0; i < kCostSize; ++i) {
+      if (costs[i] == 0.0f) {
+        a.algo = i / kNumProtos;
+        a.proto = i % kNumProtos;
+      }
+      if (costs[i] >= 0.0f && (pick < 0 || costs[i] < costs[pick])) pick = i;  // NCCL takes the cheapest
+    }
+    a.channels = nCh;
+    int algo = pick / kNumProtos, proto = pick % kNumProtos;
+    int ch = nCh > 0 ? std::min(nCh, kCeiling) : kCeiling;
+    uint64_t k = calls[{coll, bytes}]++;
+    uint64_t seq = seqs[coll]++;
+    if (timed) {
+      uint64_t count = bytes;  // ncclInt8
+      if (coll == kAllGather || coll == kReduceScatter) count = bytes / static_cast<uint64_t>(nRanks);
+      KernelEvents e;
+      e.coll = ctx.collStart(ncclCollName(coll), seq, count, "ncclInt8", ch, ncclAlgoName(algo), ncclProtoName(proto));
+      e.channels = ch;
+      e.startNs = clockNs;
+      e.durNs = static_cast<uint64_t>(model.us(algo, proto, ch, k) * 1000.0);
+      clockNs += e.durNs + 1000;
+      if (e.coll) {
+        if (proxy) proxy->push(e);
+        else deliver(&ctx, e);
+      }
+    }
+    return a;
+  }
+
+  Context ctx;
+  const int* mask;
+  int rank, nRanks;
+  bool attached = false;
+  uint64_t seqs[kNumColls] = {};
+  std::map<std::pair<int, uint64_t>, uint64_t> calls;
+  uint64_t clockNs = 1000000;
+};
+
+struct TaskSpec {
+  int coll;
+  uint64_t bytes;
+  CostModel model;
+};
+
+// A communicator of n ranks in this process (one Runtime = one process).
+struct Comm {
+  Comm(Runtime& rt, uint64_t comm, int n, const std::vector<int>& present, Logs* logs) {
+    rt.mask().attach(&mask, 66);
+    for (int r : present) ranks.push_back(std::make_unique<FakeRank>(rt, &mask, comm, r, n, logs->fn()));
+  }
+  int mask = 0;
+  std::vector<std::unique_ptr<FakeRank>> ranks;
+};
+
+// The call index from which `seq` stays equal to its last element (seq.size() if empty).
+size_t stableFrom(const std::vector<Applied>& seq) {
+  size_t i = seq.size();
+  while (i > 0 && seq[i - 1] == seq.back()) --i;
+  return i;
+}
+
+// True when `a`, run as NCCL would run it (NCCL's pair when none is forced, channels capped at the
+// ceiling), is the model's best (algorithm, protocol) at a time within 3 % of the optimum. (The search
+// resolves channels to about +-15 %, search::Options::minStep; the models are built so that only the
+// best pair near its best channel count passes.)
+bool nearOptimum(const CostModel& m, const Applied& a, std::string* why) {
+  Optimum o = optimumOf(m);
+  int al = a.algo >= 0 ? a.algo : kRing, p = a.algo >= 0 ? a.proto : kSimple;  // NCCL's choice: Ring/Simple
+  int ch = a.channels > 0 ? std::min(a.channels, kCeiling) : kCeiling;
+  double us = m.usNoiseless(al, p, ch);
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "pinned %s = %.1f us; optimum %s/%s/%d = %.1f us", a.str().c_str(), us,
+                algoName(o.algo), protoName(o.proto), o.channels, o.us);
+  *why = buf;
+  return a.ok && al == o.algo && p == o.proto && us <= o.us * 1.03;
+}
+#define CHECK_NEAR_OPTIMUM(model, applied)                                                 \
+  do {                                                                                     \
+    std::string why_;                                                                      \
+    if (!nearOptimum((model), (applied), &why_)) ::autoccl::test::fail(__FILE__, __LINE__, why_); \
+  } while (0)
+
+// Ranks of one communicator advance in near lock-step, as collectives force them to: a rank may run
+// at most `lead` rounds ahead of the slowest (NCCL's host run-ahead), never arbitrarily far.
+class Lockstep {
+ public:
+  Lockstep(int n, int lead) : done_(static_cast<size_t>(n), 0), lead_(lead) {}
+  void enter(int rank, int round) {
+    std::unique_lock<std::mutex> lk(mu_);
+    (void)rank;
+    cv_.wait(lk, [&] { return round <= *std::min_element(done_.begin(), done_.end()) + lead_; });
+  }
+  void leave(int rank, int round) {
+    std::lock_guard<std::mutex> lk(mu_);
+    done_[static_cast<size_t>(rank)] = round + 1;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int> done_;
+  int lead_;
+};
+
+// ------------------------------------------------------------------ cases
+
+// Several ranks of one communicator, each on its own thread (bounded run-ahead, random skew), the
+// authority's GPU times delivered by a lagged proxy thread, the followers' by theirs from a decoy
+// model: every rank applies the same configuration for every (task, call), and the search really ran
+// (tuned calls; each task ends on its model's best, not the decoy's).
+void testAgreementThreads() {
+  Runtime rt(onlineSettings(), 22809, 22803, "/nonexistent");
+  Logs logs;
+  const int n = 4;
+  Comm comm(rt, 0xC0FFEEULL, n, {0, 1, 2, 3}, &logs);
+  for (auto& r : comm.ranks) CHECK(r->attached);
+  std::vector<TaskSpec> tasks = {{kAllReduce, 1u << 20, modelLL128At8()},
+                                 {kAllReduce, 64u << 10, modelTreeSimpleAt16()},
+                                 {kAllGather, 4u << 20, modelLL128At8()}};
+  const CostModel decoy = modelFollowerDecoy();
+  const int rounds = 700;
+  Lockstep lockstep(n, 4);
+  // seen[rank][task][call]
+  std::vector<std::vector<std::vector<Applied>>> seen(n, std::vector<std::vector<Applied>>(tasks.size()));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      FakeRank& fr = *comm.ranks[static_cast<size_t>(r)];
+      Proxy proxy(&fr.ctx, 6, 77u + static_cast<uint32_t>(r));
+      std::mt19937 rng(1000u + static_cast<uint32_t>(r));
+      for (int i = 0; i < rounds; ++i) {
+        lockstep.enter(r, i);
+        // Each rank walks the tasks in its own rotation (every rank still sees the same sequence of
+        // calls per task, as NCCL guarantees), with occasional skew.
+        for (size_t j = 0; j < tasks.size(); ++j) {
+          size_t t = (j + static_cast<size_t>(r)) % tasks.size();
+          const CostModel& m = r == 0 ? tasks[t].model : decoy;
+          seen[static_cast<size_t>(r)][t].push_back(fr.call(tasks[t].coll, tasks[t].bytes, m, &proxy));
+        }
+        lockstep.leave(r, i);
+        if (rng() % 64 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
+      }
+      proxy.stop();
+    });
+  }
+  for (auto& t : threads) t.join();
+  size_t divergent = 0, failed = 0, tuned = 0;
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    const std::vector<Applied>& ref = seen[0][t];
+    CHECK_EQ(ref.size(), size_t(rounds));
+    for (int r = 1; r < n; ++r) {
+      const std::vector<Applied>& got = seen[static_cast<size_t>(r)][t];
+      CHECK_EQ(got.size(), ref.size());
+      for (size_t k = 0; k < got.size() && k < ref.size(); ++k) {
+        if (got[k] != ref[k]) {
+          if (divergent < 5)
+            std::fprintf(stderr, "  task %zu call %zu: rank 0 %s, rank %d %s\n", t, k, ref[k].str().c_str(), r,
+                         got[k].str().c_str());
+          ++divergent;
+        }
+      }
+    }
+    for (const Applied& a : ref) {
+      failed += !a.ok;
+      tuned += !a.isDefault();
+    }
+    CHECK_NEAR_OPTIMUM(tasks[t].model, ref.back());
+    CHECK(stableFrom(ref) < ref.size() / 2);
+  }
+  std::fprintf(stderr, "  %d ranks x %zu tasks x %d calls: %zu tuned calls on rank 0, %zu divergent, %zu failed\n", n,
+               tasks.size(), rounds, tuned, divergent, failed);
+  CHECK_EQ(divergent, size_t(0));
+  CHECK_EQ(failed, size_t(0));
+  CHECK(tuned > 100);  // the search ran (not a trivial agreement on NCCL's default)
+  for (auto& r : comm.ranks) r->ctx.finalizeTuner();
+}
+
+// Deterministic single-thread run (GPU times delivered at once).
+struct Converged {
+  std::vector<std::vector<std::vector<Applied>>> seen;  // [rank][task][call]
+};
+Converged driveToConvergence(Comm& comm, const std::vector<TaskSpec>& tasks, int calls) {
+  Converged c;
+  c.seen.assign(comm.ranks.size(), std::vector<std::vector<Applied>>(tasks.size()));
+  for (int i = 0; i < calls; ++i)
+    for (size_t t = 0; t < tasks.size(); ++t)
+      for (size_t r = 0; r < comm.ranks.size(); ++r)
+        c.seen[r][t].push_back(comm.ranks[r]->call(tasks[t].coll, tasks[t].bytes, tasks[t].model));
+  return c;
+}
+
+// The search pins within a bounded number of calls, on the clearly best configuration of each task
+// (a forced pair and channel count, another pair, NCCL's own choice), and stays there through the
+// drift re-checks on every rank; timing is off in the steady state. Run with the search's channel
+// range above the communicator's ceiling (AUTOCCL_MAX_CHANNELS default 64: NCCL caps what we ask for)
+// and equal to it (24).
+void testConvergence() {
+  for (const char* maxCh : {"", "24"}) {
+    std::fprintf(stderr, "  AUTOCCL_MAX_CHANNELS=%s\n", *maxCh ? maxCh : "(default)");
+    Runtime rt(onlineSettings("", maxCh), 22809, 22803, "/nonexistent");
+    Logs logs;
+    Comm comm(rt, 0xABCDULL, 2, {0, 1}, &logs);
+    std::vector<TaskSpec> tasks = {{kAllReduce, 8u << 20, modelLL128At8()},
+                                   {kAllGather, 1u << 20, modelTreeSimpleAt16()},
+                                   {kAllReduce, 256u << 10, modelDefaultBest()}};
+    const int calls = 3000;  // past the drift re-checks 256, 768 and 1792 calls after pinning
+    Converged c = driveToConvergence(comm, tasks, calls);
+    // Bound: search::Options::maxTuningCalls plus one plan extension.
+    const size_t bound = onlineSearchOptions().maxTuningCalls + 16;
+    for (size_t t = 0; t < tasks.size(); ++t) {
+      const std::vector<Applied>& a = c.seen[0][t];
+      CHECK_EQ(a.size(), size_t(calls));
+      size_t from = stableFrom(a);
+      std::fprintf(stderr, "  task %zu: stable from call %zu on %s\n", t, from, a.back().str().c_str());
+      if (std::getenv("AUTOCCL_TEST_VERBOSE")) {
+        std::string line;
+        for (size_t k = 0; k < a.size() && k < 200; ++k)
+          if (k == 0 || a[k] != a[k - 1]) line += " " + std::to_string(k) + ":" + a[k].str();
+        std::fprintf(stderr, "   %s\n", line.c_str());
+      }
+      CHECK(from <= bound);
+      CHECK_NEAR_OPTIMUM(tasks[t].model, a.back());
+      CHECK(c.seen[1][t] == a);  // the follower applied exactly the same, call by call
+    }
+    CHECK_STR(c.seen[0][0].back().str(), "ring/ll128/8");
+    CHECK(c.seen[0][2].back().isDefault());
+    // One "pinned" INFO line per task from the authority.
+    CHECK_EQ(logs.count(LogLevel::Info, ": pinned "), tasks.size());
+    CHECK_EQ(logs.count(LogLevel::Info, "pinned NCCL's choice after"), size_t(1));
+    CHECK(logs.warn.empty());
+    // Timing is off in the steady state (only drift re-checks switch it on for a few calls).
+    CHECK_EQ(comm.mask, 0);
+    for (auto& r : comm.ranks) r->ctx.finalizeTuner();
+  }
+}
+
+// A follower never derives decisions from its own measurements: the followers' GPU times favour a
+// decoy (Ring/LL at 2 channels, 3x faster than anything else); every rank still applies what the
+// authority's times lead to, and a follower's source never asks for timing.
+void testFollowerIgnoresOwnMeasurements() {
+  Runtime rt(onlineSettings(), 22809, 22803, "/nonexistent");
+  Logs logs;
+  Comm comm(rt, 0xF011ULL, 3, {0, 1, 2}, &logs);
+  const CostModel real = modelLL128At8(), decoy = modelFollowerDecoy();
+  std::vector<std::vector<Applied>> seen(3);
+  for (int i = 0; i < 800; ++i)
+    for (size_t r = 0; r < 3; ++r) seen[r].push_back(comm.ranks[r]->call(kAllReduce, 2u << 20, r == 0 ? real : decoy));
+  for (size_t r = 1; r < 3; ++r) CHECK(seen[r] == seen[0]);
+  CHECK_NEAR_OPTIMUM(real, seen[0].back());
+  size_t decoyCalls = 0;
+  for (const auto& s : seen)
+    for (const Applied& a : s) decoyCalls += a.algo == kRing && a.proto == kLL && a.channels > 0 && a.channels <= 4;
+  CHECK_EQ(decoyCalls, size_t(0));  // the follower's favourite is never even tried at its best point
+  // The followers did receive GPU times (the process-wide mask was on): they were ignored.
+  for (size_t r = 1; r < 3; ++r) {
+    auto rep = comm.ranks[r]->ctx.report();
+    CHECK_EQ(rep.size(), size_t(1));
+    if (!rep.empty()) CHECK(rep[0].stats.count > 20);
+  }
+  for (auto& r : comm.ranks) r->ctx.finalizeTuner();
+
+  // The same at the DecisionSource level: a follower's source needs no timing and its decisions do
+  // not move when it is fed measurements (only what the authority published counts).
+  Coordination co;
+  Settings s = onlineSettings();
+  auto envFor = [&](int rank) {
+    PolicyEnv e;
+    e.commHash = 0x5EEDULL;
+    e.rank = rank;
+    e.nRanks = 2;
+    e.nNodes = 1;
+    e.settings = &s;
+    e.coordination = &co;
+    return e;
+  };
+  std::string err;
+  auto authority = makeOnlineSource(envFor(0), &err);
+  auto follower = makeOnlineSource(envFor(1), &err);
+  CHECK(authority && follower);
+  if (!authority || !follower) return;
+  CHECK(authority->needsTiming());
+  CHECK(!follower->needsTiming());
+  float costs[kCostSize];
+  real.costs(costs);
+  CostTable ct{costs, kNumAlgos, kNumProtos};
+  TaskKey task{kAllReduce, 4u << 20, 1};
+  std::vector<Decision> a, f;
+  for (uint64_t k = 0; k < 400; ++k) {
+    a.push_back(authority->decide(task, k, ct));
+    f.push_back(follower->decide(task, k, ct));
+    Measurement m;
+    m.callIndex = k;
+    m.bytes = task.bytes;
+    m.applied = f.back().config;
+    m.gpuUs = 1.0;  // "everything the follower runs is instantly fast"
+    follower->onMeasurement(task, m);
+    m.applied = a.back().config;
+    int al = m.applied.forcesPair() ? m.applied.algo : kRing;
+    int p = m.applied.forcesPair() ? m.applied.proto : kSimple;
+    int ch = m.applied.channels > 0 ? std::min(m.applied.channels, kCeiling) : kCeiling;
+    m.gpuUs = real.us(al, p, ch, k);
+    m.ncclAlgo = al;  // what NCCL reports having run, as the timing matcher passes it on
+    m.ncclProto = p;
+    m.ncclChannels = ch;
+    m.colls = 1;
+    authority->onMeasurement(task, m);
+    CHECK(!follower->needsTiming());
+  }
+  size_t differ = 0;
+  for (size_t k = 0; k < a.size(); ++k) differ += !(a[k].config == f[k].config);
+  CHECK_EQ(differ, size_t(0));
+  const Config& last = a.back().config;
+  CHECK_NEAR_OPTIMUM(real, (Applied{last.algo, last.proto, last.channels, true}));
+}
+
+// The in-process board tunes a communicator only when all its ranks are in this process; otherwise
+// every rank applies NCCL's default on every call, and a rank arriving after that verdict (here the
+// authority) gets the same one.
+void testNotAllLocal() {
+  Runtime rt(onlineSettings(), 22809, 22803, "/nonexistent");
+  Logs logs;
+  const CostModel m = modelLL128At8();
+  {  // ranks 0 and 1 of 4: the authority is here, two ranks are elsewhere
+    Comm comm(rt, 0x1111ULL, 4, {0, 1}, &logs);
+    size_t nonDefault = 0, failed = 0;
+    for (int i = 0; i < 300; ++i)
+      for (auto& r : comm.ranks) {
+        Applied a = r->call(kAllReduce, 1u << 20, m);
+        nonDefault += !a.isDefault();
+        failed += !a.ok;
+      }
+    CHECK_EQ(nonDefault, size_t(0));
+    CHECK_EQ(failed, size_t(0));
+    CHECK_EQ(logs.count(LogLevel::Info, "pinned"), size_t(0));
+    for (auto& r : comm.ranks) r->ctx.finalizeTuner();
+  }
+  {  // ranks 1 and 2 of 3 decide first (rank 0 is missing: the verdict is "not all here"); then
+     // rank 0 attaches and must apply NCCL's default as well.
+    Comm comm(rt, 0x2222ULL, 3, {1, 2}, &logs);
+    std::vector<std::vector<Applied>> seen(3);
+    for (int i = 0; i < 50; ++i)
+      for (size_t r = 0; r < 2; ++r) seen[r + 1].push_back(comm.ranks[r]->call(kAllReduce, 1u << 20, m));
+    comm.ranks.insert(comm.ranks.begin(), std::make_unique<FakeRank>(rt, &comm.mask, 0x2222ULL, 0, 3, logs.fn()));
+    CHECK(comm.ranks[0]->attached);
+    for (int i = 0; i < 300; ++i) {
+      seen[0].push_back(comm.ranks[0]->call(kAllReduce, 1u << 20, m));
+      if (i + 50 < 300)
+        for (size_t r = 1; r < 3; ++r) seen[r].push_back(comm.ranks[r]->call(kAllReduce, 1u << 20, m));
+    }
+    for (size_t r = 0; r < 3; ++r) {
+      CHECK_EQ(seen[r].size(), size_t(300));
+      for (const Applied& a : seen[r]) CHECK(a.ok && a.isDefault());
+    }
+    CHECK_EQ(logs.count(LogLevel::Info, "pinned"), size_t(0));
+    for (auto& r : comm.ranks) r->ctx.finalizeTuner();
+  }
+}
+
+// At tuner finalize the authority writes the converged tasks (not the unconverged ones) into the table
+// of its fingerprint; followers write nothing. A rerun starts from that table and pins at once.
+void testSaveTunedAndWarmStart() {
+  std::string dir = tempDir();
+  Runtime rt(onlineSettings(dir), 22809, 22803, "/nonexistent");
+  Logs logs;
+  Comm comm(rt, 0x5A5AULL, 2, {0, 1}, &logs);
+  std::vector<TaskSpec> tasks = {{kAllReduce, 8u << 20, modelLL128At8()},
+                                 {kAllReduce, 256u << 10, modelDefaultBest()}};
+  Converged c = driveToConvergence(comm, tasks, 400);
+  const Applied pinned = c.seen[0][0].back();
+  CHECK_NEAR_OPTIMUM(tasks[0].model, pinned);
+  const CostModel m = modelLL128At8();
+  for (int i = 0; i < 10; ++i)  // a task that has no time to converge
+    for (auto& r : comm.ranks) r->call(kReduceScatter, 3u << 20, m);
+  Fingerprint fp = rt.fingerprint(2, 1, 1);
+  std::string path = cacheTablePath(dir, fp.id());
+  Table t;
+  std::string why;
+  comm.ranks[1]->ctx.finalizeTuner();  // a follower first: writes nothing
+  CHECK(loadTable(path, fp.id(), &t, &why) == LoadStatus::Missing);
+  comm.ranks[0]->ctx.finalizeTuner();
+  CHECK(loadTable(path, fp.id(), &t, &why) == LoadStatus::Ok);
+  CHECK_EQ(t.entries.size(), size_t(2));
+  const TableEntry* big = t.lookup(kAllReduce, 8u << 20, 1);
+  CHECK(big && big->key.bytes == (8u << 20));
+  if (big) {
+    CHECK(big->config == (Config{pinned.algo, pinned.proto, pinned.channels, 0}));  // what the ranks ran
+    CHECK_NEAR(big->timeUs, tasks[0].model.usNoiseless(pinned.algo, pinned.proto, pinned.channels), 0.5);
+    CHECK_NEAR(big->ncclUs, 100.0, 0.5);  // NCCL's choice (Ring/Simple at 24 channels)
+    CHECK(big->samples > 0);
+  }
+  const TableEntry* small = t.lookup(kAllReduce, 256u << 10, 1);
+  CHECK(small && small->key.bytes == (256u << 10));
+  if (small) {  // NCCL's own choice won: stored as the pair NCCL reported, its channel count
+    CHECK_EQ(small->config.algo, kRing);
+    CHECK_EQ(small->config.proto, kSimple);
+    CHECK_EQ(small->config.channels, 0);
+    CHECK_NEAR(small->timeUs, 50.0, 0.5);
+  }
+  CHECK(t.lookup(kReduceScatter, 3u << 20, 1) == nullptr);
+  CHECK_EQ(logs.count(LogLevel::Info, "2 tuned tasks written to"), size_t(1));
+
+  // Rerun (a new process: new Runtime) on the same cache: the exact entry starts the task tuned.
+  Runtime rt2(onlineSettings(dir), 22809, 22803, "/nonexistent");
+  Logs logs2;
+  Comm comm2(rt2, 0x5A5AULL, 2, {0, 1}, &logs2);
+  Converged w = driveToConvergence(comm2, {tasks[0]}, 300);
+  size_t from = stableFrom(w.seen[0][0]);
+  std::fprintf(stderr, "  warm start: stable from call %zu on %s\n", from, w.seen[0][0].back().str().c_str());
+  CHECK(from <= 40);  // vs up to maxTuningCalls cold
+  CHECK(w.seen[0][0].back() == pinned);
+  CHECK(w.seen[1][0] == w.seen[0][0]);
+  for (auto& r : comm2.ranks) r->ctx.finalizeTuner();
+}
+
+// A coordinator address without a token (or a malformed address) is a configuration error: no
+// source, a message naming the variable, and through the Context: no tuner on every rank, one WARN
+// per process, NCCL's choice untouched.
+void testBadCoordinator() {
+  Settings s = onlineSettings();
+  auto tryMake = [&](int rank, std::string* err) {
+    Coordination co;  // reads the environment at its first use
+    PolicyEnv e;
+    e.commHash = 0xBADULL;
+    e.rank = rank;
+    e.nRanks = 2;
+    e.nNodes = 1;
+    e.settings = &s;
+    e.coordination = &co;
+    return makeOnlineSource(e, err) != nullptr;
+  };
+  struct Bad {
+    std::map<std::string, std::string> env;
+    const char* mention;
+  };
+  const Bad bad[] = {
+      {{{"AUTOCCL_COORD_ADDR", "127.0.0.1:45871"}}, "AUTOCCL_COORD_TOKEN"},
+      {{{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "45800"}}, "AUTOCCL_COORD_TOKEN"},
+      {{{"AUTOCCL_COORD_ADDR", "127.0.0.1"}, {"AUTOCCL_COORD_TOKEN", "t"}}, "AUTOCCL_COORD_ADDR"},
+      {{{"AUTOCCL_COORD_ADDR", "host:notaport"}, {"AUTOCCL_COORD_TOKEN", "t"}}, "AUTOCCL_COORD_ADDR"},
+      {{{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "x"}, {"AUTOCCL_COORD_TOKEN", "t"}}, "AUTOCCL_COORD_ADDR"},
+  };
+  for (const Bad& b : bad) {
+    clearCoordEnv();
+    for (const auto& [k, v] : b.env) setenv(k.c_str(), v.c_str(), 1);
+    for (int rank : {0, 1}) {
+      std::string err;
+      bool made = tryMake(rank, &err);
+      if (made || err.find(b.mention) == std::string::npos)
+        ::autoccl::test::fail(__FILE__, __LINE__,
+                              "rank " + std::to_string(rank) + " with " + b.env.begin()->first + "=" +
+                                  b.env.begin()->second + ": made=" + std::to_string(made) + " error='" + err + "'");
+    }
+  }
+  // Through the engine: both ranks behave as no tuner, one WARN for the process.
+  clearCoordEnv();
+  setenv("AUTOCCL_COORD_ADDR", "127.0.0.1:45871", 1);
+  {
+    Runtime rt(onlineSettings(), 22809, 22803, "/nonexistent");
+    Logs logs;
+    Comm comm(rt, 0xBAD2ULL, 2, {0, 1}, &logs);
+    for (auto& r : comm.ranks) CHECK(!r->attached);
+    for (auto& r : comm.ranks) {
+      Applied a = r->call(kAllReduce, 1u << 20, modelLL128At8());
+      CHECK(a.ok && a.isDefault());
+    }
+    CHECK_EQ(logs.count(LogLevel::Warn, "AUTOCCL_COORD_TOKEN"), size_t(1));
+    CHECK_EQ(logs.warn.size(), size_t(1));
+    CHECK_EQ(comm.mask, 0);
+  }
+  clearCoordEnv();
+  // Control: the same calls with no address at all make a source (in-process board).
+  std::string err;
+  CHECK(tryMake(0, &err));
+  CHECK(err.empty());
+}
+
+// ------------------------------------------------------------------ benchmark
+
+struct Dist {
+  double median = 0, p99 = 0, p999 = 0, max = 0, mean = 0;
+};
+Dist distOf(std::vector<double> v) {
+  Dist d;
+  if (v.empty()) return d;
+  double sum = 0;
+  for (double x : v) sum += x;
+  d.mean = sum / static_cast<double>(v.size());
+  std::sort(v.begin(), v.end());
+  d.median = v[v.size() / 2];
+  d.p99 = v[std::min(v.size() - 1, v.size() * 99 / 100)];
+  d.p999 = v[std::min(v.size() - 1, v.size() * 999 / 1000)];
+  d.max = v.back();
+  return d;
+}
+
+// The converged online decision path, i.e. Context::getCollInfo (what the shim's getCollInfo calls)
+// once every task is pinned: per call, the cached plan segment, the timing-need bookkeeping, the
+// cost-table edit and the pending-queue push. A 2-rank communicator in this process (authority and
+// follower), the 4 tasks of the fixed-mode benchmark (engine.hot_path), driven to convergence with
+// synthetic GPU times; then 200,000 rounds, each call timed on its own with steady_clock (the clock's
+// own cost is printed separately). Kernel events are still delivered (untimed) whenever the mask is on,
+// so the drift re-checks of the pinned plans run as in a job. The bound is only enforced in optimized,
+// unsanitized builds; every build prints the numbers for the record.
+void testOnlineHotPath() {
+  using clk = std::chrono::steady_clock;
+  Runtime rt(onlineSettings(), 22809, 22803, "/nonexistent");
+  Logs logs;
+  Comm comm(rt, 0x7ULL, 2, {0, 1}, &logs);
+  const uint64_t sizes[] = {1024, 65536, 1u << 20, 16u << 20};
+  const CostModel models[] = {modelLL128At8(), modelTreeSimpleAt16(), modelLL128At8(), modelDefaultBest()};
+  auto collOf = [](int i) { return i % 2 ? kAllReduce : kAllGather; };
+  for (int i = 0; i < 4 * 600; ++i)
+    for (auto& r : comm.ranks) r->call(collOf(i), sizes[i % 4], models[i % 4]);
+  CHECK_EQ(logs.count(LogLevel::Info, ": pinned "), size_t(4));  // every task converged
+
+  const int n = 200000;
+  std::vector<double> per[2];
+  for (auto& v : per) v.reserve(n);
+  float costs[kCostSize];
+  int nCh = 0;
+  for (int i = 0; i < n; ++i) {
+    for (size_t r = 0; r < 2; ++r) {
+      FakeRank& fr = *comm.ranks[r];
+      bool timed = __atomic_load_n(&comm.mask, __ATOMIC_RELAXED) != 0;
+      const CostModel& m = models[i % 4];
+      int coll = collOf(i);
+      if (timed) {  // a drift re-check: the call and its kernel events as NCCL would run them (untimed)
+        fr.call(coll, sizes[i % 4], m);
+        continue;
+      }
+      m.costs(costs);
+      nCh = 0;
+      auto t0 = clk::now();
+      bool ok = fr.ctx.getCollInfo(coll, sizes[i % 4], 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+      auto t1 = clk::now();
+      per[r].push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
+      CHECK(ok);
+      ++fr.seqs[coll];  // NCCL's per-function sequence number advances with every call
+      ++fr.calls[{coll, sizes[i % 4]}];
+    }
+  }
+  // Cost of the clock itself (two back-to-back reads).
+  std::vector<double> clock;
+  clock.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    auto t0 = clk::now();
+    auto t1 = clk::now();
+    clock.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
+  }
+  // And the mean over chunks of 1000 untimed-per-call calls, as engine.hot_path measures fixed mode
+  // (authority only; a chunk during which a drift re-check switched timing on is left out).
+  FakeRank& auth = *comm.ranks[0];
+  double batchTotalNs = 0;
+  int batchN = 0;
+  for (int chunk = 0; chunk < n / 1000; ++chunk) {
+    for (int i = 0; __atomic_load_n(&comm.mask, __ATOMIC_RELAXED) != 0; ++i)
+      auth.call(collOf(i), sizes[i % 4], models[i % 4]);
+    auto b0 = clk::now();
+    for (int i = 0; i < 1000; ++i) {
+      int coll = collOf(i);
+      auth.ctx.getCollInfo(coll, sizes[i % 4], 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+      ++auth.seqs[coll];
+      ++auth.calls[{coll, sizes[i % 4]}];
+    }
+    double ns = std::chrono::duration<double, std::nano>(clk::now() - b0).count();
+    if (__atomic_load_n(&comm.mask, __ATOMIC_RELAXED) != 0) continue;
+    batchTotalNs += ns;
+    batchN += 1000;
+  }
+  double batchNs = batchTotalNs / std::max(batchN, 1);
+  // For comparison, fixed mode timed the same way (engine.hot_path's settings and tasks).
+  std::vector<double> fixedPer;
+  fixedPer.reserve(n);
+  {
+    Settings fs = loadSettings(envOf({{"AUTOCCL_MODE", "fixed"}, {"AUTOCCL_FIXED", "allreduce:ring/simple/8;*:tree/ll"},
+                                      {"AUTOCCL_MEASURE_CALLS", "0"}}));
+    Runtime frt(fs, 22809, 22803, "/nonexistent");
+    int fmask = 0;
+    frt.mask().attach(&fmask, 66);
+    Context fctx(frt, 7);
+    fctx.attachProfiler(0, 8, 1, nullptr);
+    CHECK(fctx.attachTuner(8, 1, 1, nullptr));
+    for (int i = 0; i < 4000; ++i)
+      fctx.getCollInfo(collOf(i), sizes[i % 4], 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+    for (int i = 0; i < n; ++i) {
+      auto t0 = clk::now();
+      fctx.getCollInfo(collOf(i), sizes[i % 4], 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+      auto t1 = clk::now();
+      fixedPer.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
+    }
+  }
+  Dist a = distOf(per[0]), f = distOf(per[1]), c = distOf(clock), x = distOf(fixedPer);
+  auto line = [](const char* what, const Dist& d, size_t cnt) {
+    std::fprintf(stderr, "  %-34s median %7.1f  p99 %7.1f  p99.9 %8.1f  max %9.1f  mean %7.1f ns  (%zu calls)\n", what,
+                 d.median, d.p99, d.p999, d.max, d.mean, cnt);
+  };
+  std::fprintf(stderr, "getCollInfo steady state, each call timed on its own (steady_clock, its cost included):\n");
+  line("online converged, authority", a, per[0].size());
+  line("online converged, follower", f, per[1].size());
+  line("fixed mode (engine.hot_path setup)", x, fixedPer.size());
+  line("clock alone (two reads)", c, clock.size());
+  std::fprintf(stderr, "  online authority, mean over 1000-call chunks: %.1f ns/call (%d calls)\n", batchNs, batchN);
+  CHECK(per[0].size() > size_t(n) * 9 / 10);  // almost every call ran with timing off
+  CHECK(batchN > n / 2);
+#if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  CHECK(a.median < 1000.0);  // issue 3 target: < 1 us per call
+  CHECK(f.median < 1000.0);
+#endif
+  for (auto& r : comm.ranks) r->ctx.finalizeTuner();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  clearCoordEnv();
+  static const autoccl::test::Case cases[] = {
+      {"online_agreement_threads", testAgreementThreads},
+      {"online_convergence", testConvergence},
+      {"online_follower_ignores_own_measurements", testFollowerIgnoresOwnMeasurements},
+      {"online_not_all_local", testNotAllLocal},
+      {"online_save_tuned", testSaveTunedAndWarmStart},
+      {"online_bad_coordinator", testBadCoordinator},
+      {"online_hot_path", testOnlineHotPath},
+  };
+  return autoccl::test::runCases(argc, argv, cases);
+}
