@@ -30,7 +30,7 @@ pack() {
    tar czf logs.tgz --ignore-failed-read ./*.logs pip-install.log 2>/dev/null; \
    rm -rf ./*.logs ./*.json ./*.csv ./*.md pip-install.log)
 }
-case "${1:?call1|call2|call3}" in
+case "${1:?call1|call2|call3|call4}" in
   call1)
     machine_info
     install_autoccl
@@ -68,6 +68,13 @@ case "${1:?call1|call2|call3}" in
         --modes oracle --oracle-channels 8,32 --sweep-iters 10 --sweep-reps 3
     fi
     pack ;;
+  call4)  # ~3 min: load none again with 100 iterations per repetition (20 left mid sizes noise-dominated)
+    machine_info
+    install_autoccl
+    L=(--colls ag,rs,ar --sizes "$SIZES" --dtype bf16 --load none -w 5 -n 100 -r 5 --online-warmup 200)
+    run_part coll_none_n100 "$(( $(left) - 60 ))" python3 -m autoccl bench coll "${L[@]}" --modes nccl,online \
+      --online-channel-ceiling 64
+    run_part coll_none_n100_online24 "$(left)" python3 -m autoccl bench coll "${L[@]}" --modes online ;;
   *) echo "unknown call $1"; exit 2 ;;
 esac
 [ "${1}" = call3 ] || pack
