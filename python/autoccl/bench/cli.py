@@ -81,6 +81,15 @@ def bench() -> None:
     """Benchmarks: `coll` (collectives) and `train` (a training step)."""
 
 
+_online_channel_ceiling = click.option(
+    "--online-channel-ceiling",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="online mode: create communicators with this many channels (NCCL_MIN_CTAS=NCCL_MAX_CTAS) so "
+    "the tuner can use more than NCCL's default; NCCL's own choice changes too (recorded in the results)",
+)
+
+
 def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
         click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True),
@@ -156,13 +165,7 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
     show_default=True,
     help="extra warm-up iterations per cell in online mode (the tuning phase, traced)",
 )
-@click.option(
-    "--online-channel-ceiling",
-    type=click.IntRange(1, 64),
-    default=None,
-    help="online mode: create communicators with this many channels (NCCL_MIN_CTAS=NCCL_MAX_CTAS) so "
-    "the tuner can use more than NCCL's default; NCCL's own choice changes too (recorded in the results)",
-)
+@_online_channel_ceiling
 @click.option(
     "--sweep-load", "sweep_loads", default=None, help="loads of the static-best sweep [default: --load]"
 )
@@ -357,13 +360,7 @@ def _finish(doc: dict[str, Any], prefix: Path, main: bool) -> None:
 @click.option("--seq", type=int, default=1024, show_default=True)
 @click.option("--dtype", default="bf16", show_default=True, type=click.Choice(["bf16", "fp16", "fp32"]))
 @click.option("--bucket-mb", type=int, default=25, show_default=True, help="DDP bucket size")
-@click.option(
-    "--online-channel-ceiling",
-    type=click.IntRange(1, 64),
-    default=None,
-    help="online mode: create communicators with this many channels (NCCL_MIN_CTAS=NCCL_MAX_CTAS) so "
-    "the tuner can use more than NCCL's default; NCCL's own choice changes too (recorded in the results)",
-)
+@_online_channel_ceiling
 @_common
 def train(
     preset: str,

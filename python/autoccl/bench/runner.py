@@ -108,6 +108,13 @@ def _plugin_guard(fn: Callable[[], dict[str, str]], mode: str) -> dict[str, str]
         ) from None
 
 
+def _online_launch_env(folder: Path, channel_ceiling: int | None) -> tuple[str, dict[str, str]]:
+    """(trace prefix, environment) of an online launch: its trace and a fresh cache under `folder`."""
+    prefix = str(folder / "trace")
+    env = _plugin_guard(partial(M.online_env, prefix, str(folder / "cache"), channel_ceiling), "online")
+    return prefix, env
+
+
 def _base_spec(o: CollOptions, loads: list[Load]) -> dict[str, Any]:
     return {
         "kind": "coll",
@@ -148,11 +155,7 @@ def plan_coll(o: CollOptions, workdir: Path) -> list[M.Launch]:
         elif mode.kind == "online":
             # One launch per load: the tuner starts from nothing and converges under that load.
             for ld in load_names:
-                d = workdir / f"online@{_safe(ld)}"
-                prefix = str(d / "trace")
-                env = _plugin_guard(
-                    partial(M.online_env, prefix, str(d / "cache"), o.online_channel_ceiling), "online"
-                )
+                prefix, env = _online_launch_env(workdir / f"online@{_safe(ld)}", o.online_channel_ceiling)
                 launches.append(
                     M.Launch(
                         "online",
@@ -505,11 +508,7 @@ def plan_train(o: TrainOptions, workdir: Path) -> list[M.Launch]:
                 env = M.static_env(dict(mode.settings))
                 cfg = M.settings_label(dict(mode.settings))
             elif mode.kind == "online":
-                d = workdir / f"online-{par}"
-                prefix = str(d / "trace")
-                env = _plugin_guard(
-                    partial(M.online_env, prefix, str(d / "cache"), o.online_channel_ceiling), "online"
-                )
+                prefix, env = _online_launch_env(workdir / f"online-{par}", o.online_channel_ceiling)
                 launches.append(
                     M.Launch(
                         "online",
