@@ -452,8 +452,9 @@ void Coordination::lingerAtExit() {
   if (!srv) return;
   int ms = envInt("AUTOCCL_COORD_LINGER_MS", 5000, 0, 600000);
   auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-  // Our own client connection counts as one peer.
-  while (srv->connectedPeers() > 1 && std::chrono::steady_clock::now() < until)
+  // Our own client connection counts as one peer. Ranks announced but never attached are waited for
+  // too: another process may not have connected yet when this one is done.
+  while ((srv->connectedPeers() > 1 || srv->missingRanks() > 0) && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 

@@ -51,8 +51,9 @@ class Coordination {
   // authority tuning while that rank applies NCCL's default.
   bool allLocal(uint64_t comm, int nRanks, std::chrono::milliseconds wait);
 
-  // The process hosting the TCP server: at exit, keep serving while other clients are connected
-  // (bounded by AUTOCCL_COORD_LINGER_MS, default 5000) so that late ranks get their decisions.
+  // The process hosting the TCP server: at exit, keep serving while other clients are connected or
+  // announced ranks have not attached yet (bounded by AUTOCCL_COORD_LINGER_MS, default 5000) so that
+  // late ranks get their decisions.
   void lingerAtExit();
 
  private:

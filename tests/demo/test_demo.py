@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ from autoccl.cli.demo import parse_sizes
 from autoccl.demo import DemoConfig, DemoUnavailable, build_scenario, run_demo
 from autoccl.emu import runner as emu_runner
 from autoccl.emu.online import online_unavailable
+from autoccl.tuner_env import plain_nccl_env
 
 
 @pytest.fixture(scope="module")
@@ -107,9 +111,12 @@ def test_demo_end_to_end(online: Path, tmp_path: Path, processes: bool) -> None:
         assert t["nccl_us"] == pytest.approx(statistics.median(p[k]["dur_ns"] / 1000 for k in tail))
         assert t["tuned_us"] == pytest.approx(statistics.median(o[k]["dur_ns"] / 1000 for k in tail))
         assert t["gain"] == pytest.approx(1 - t["tuned_us"] / t["nccl_us"])
-        if cfg(last) == cfg(p[max(p)]):
-            assert t["gain"] == pytest.approx(0.0, abs=1e-12)  # same config, same noise: no invented gain
-        else:
+        # Same configuration on every compared call, same noise: no invented gain. (Not "the last call
+        # applied NCCL's choice": a task that is not converged, e.g. re-tuned after a drift check, can
+        # end on it while its tail still holds other candidates, whose times count.)
+        if all(cfg(o[k]) == cfg(p[k]) for k in tail):
+            assert t["gain"] == pytest.approx(0.0, abs=1e-12)
+        if cfg(last) != cfg(p[max(p)]):
             any_non_default = True
         assert t["trace_tuned_us"] == [o[k]["dur_ns"] / 1000 for k in sorted(o)]
     # The search explored: some call applied another configuration than NCCL's own choice.
@@ -138,3 +145,73 @@ def test_demo_refuses_without_online_mode(
     assert res.exit_code == 1
     assert "mode online is not available" in res.output and "not linked (test)" in res.output
     assert not (out / "results.json").exists() and not (out / "convergence.png").exists()
+
+
+def _wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    until = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < until, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_demo_processes_late_rank(online: Path, tmp_path: Path) -> None:
+    """The demo's process mode when the rank-0 process (which serves the TCP coordinator) finishes its
+    whole schedule before rank 1's process even starts: the emulator does not synchronise processes and
+    rank 0 needs nobody to decide, so this is the interleaving behind the intermittent failure of
+    test_demo_end_to_end[True] (rank 1: "coordinator unreachable" at call 0). Forced here, not timed:
+    rank 1 starts only after rank 0 has written its summary. The server's process must keep serving at
+    exit until rank 1 (2 ranks per communicator, announced by rank 0's ATTACH) has connected."""
+    sc = build_scenario(DemoConfig(ranks=2, sizes=(4 << 20,), buckets=(25 << 20,), steps=20, seed=5))
+    (tmp_path / "scenario.txt").write_text(sc.to_text())
+    env = plain_nccl_env()
+    env.update(emu_runner.coord_env())
+    env.update({"AUTOCCL_MODE": "online", "AUTOCCL_HW": demo_mod.HW, "AUTOCCL_CACHE_DIR": str(tmp_path)})
+    # A late rank's lookups give up after 3 s (not 30) so that the failure guarded against shows quickly;
+    # the linger bound is generous so that a slow machine cannot fail the fixed library.
+    env.update({"AUTOCCL_COORD_TIMEOUT_MS": "3000", "AUTOCCL_COORD_LINGER_MS": "60000"})
+    cmd = [str(emulator_path()), "--scenario", str(tmp_path / "scenario.txt"), "--plugin", str(online)]
+    model = emu_runner.default_model()
+    if model is not None:
+        cmd += ["--model", str(model)]
+    out = {r: tmp_path / f"stdout.{r}" for r in (0, 1)}
+    err = {r: tmp_path / f"stderr.{r}" for r in (0, 1)}
+    procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    def start(rank: int) -> subprocess.Popen[bytes]:
+        argv = [*cmd, "--ranks", str(rank), "--truth", str(tmp_path / f"truth.{rank}.jsonl")]
+        with out[rank].open("wb") as fo, err[rank].open("wb") as fe:
+            procs[rank] = subprocess.Popen(argv, env=env, stdout=fo, stderr=fe, cwd=tmp_path)
+        return procs[rank]
+
+    try:
+        p0 = start(0)
+        _wait_for(lambda: '"ev":"summary"' in out[0].read_text() or p0.poll() is not None, 60, "rank 0's end")
+        assert p0.poll() in (None, 0), err[0].read_text()[-3000:]
+        # Rank 0 is done and at exit. Without the fix its process is gone within milliseconds (nobody
+        # else connected); give it a second to go before rank 1 appears.
+        try:
+            p0.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
+        serving_when_rank1_started = p0.poll() is None
+        rc1 = start(1).wait(timeout=90)
+        rc0 = p0.wait(timeout=90)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert rc1 == 0 and "coordinator unreachable" not in err[1].read_text(), err[1].read_text()[-3000:]
+    assert rc0 == 0, err[0].read_text()[-3000:]
+    assert serving_when_rank1_started
+    calls = [
+        r
+        for rank in (0, 1)
+        for line in (tmp_path / f"truth.{rank}.jsonl").read_text().splitlines()
+        if (r := json.loads(line)).get("ev") == "call"
+    ]
+    per_rank: dict[int, int] = defaultdict(int)
+    for r in calls:
+        per_rank[r["rank"]] += 1
+    assert per_rank[0] == per_rank[1] == sum(len(g.calls) for g in sc.groups), dict(per_rank)
+    assert not emu_runner.find_divergences(calls)

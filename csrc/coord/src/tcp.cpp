@@ -19,6 +19,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "autoccl/coord/coord.h"
 #include "sha256.h"
@@ -225,6 +226,11 @@ struct TcpServer::Impl {
   std::map<uint64_t, std::shared_ptr<Conn>> authority;          // comm -> conn
   std::map<uint64_t, std::set<std::shared_ptr<Conn>>> subs;     // comm -> conns
   std::map<TaskKey, std::pair<uint64_t, Clock::time_point>> waiting;  // task -> (min k, first NEED)
+  struct Members {
+    uint32_t nRanks = 0;
+    std::set<uint32_t> attached;  // ever attached (a rank that finished and left stays counted)
+  };
+  std::map<uint64_t, Members> members;  // comm -> ranks announced by ATTACH
   BoardStats st;
 
   void pushPlan(const TaskKey& t, uint64_t from, const std::set<std::shared_ptr<Conn>>& to) {
@@ -247,6 +253,12 @@ struct TcpServer::Impl {
         authority[m.comm] = c;
         subs[m.comm].insert(c);
         break;
+      case wire::kAttach: {
+        Members& g = members[m.comm];
+        g.nRanks = std::max(g.nRanks, m.nRanks);
+        g.attached.insert(m.rank);
+        break;
+      }
       case wire::kNeed: {
         subs[m.task.comm].insert(c);
         Segment s;
@@ -461,12 +473,22 @@ size_t TcpServer::connectedPeers() const {
   return n;
 }
 
+size_t TcpServer::missingRanks() const {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  size_t n = 0;
+  for (const auto& [comm, g] : impl_->members)
+    if (g.attached.size() < g.nRanks) n += g.nRanks - g.attached.size();
+  return n;
+}
+
 // =============================================================================================
 // Client board
 namespace {
 
 class TcpBoard : public Board {
  public:
+  static constexpr int kAttachRepeats = 4;  // ATTACH re-sent with the first SERVE repeats of a connection
+
   explicit TcpBoard(TcpOptions o) : o_(std::move(o)) {
     io_ = std::thread([this] { ioLoop(); });
   }
@@ -492,6 +514,16 @@ class TcpBoard : public Board {
   void unserve(uint64_t comm) override {
     std::lock_guard<std::mutex> lk(mu_);
     deciders_.erase(comm);
+  }
+  void attach(uint64_t comm, int rank, int nRanks) override {
+    if (rank < 0 || nRanks <= 0 || rank >= nRanks) return;
+    std::shared_ptr<Conn> c;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      attached_[{comm, static_cast<uint32_t>(rank)}] = static_cast<uint32_t>(nRanks);
+      c = authed_ ? conn_ : nullptr;
+    }
+    if (c) sendAttach(c, comm, static_cast<uint32_t>(rank), static_cast<uint32_t>(nRanks));
   }
   void publish(const TaskKey& t, const std::vector<Segment>& segs) override {
     std::shared_ptr<Conn> c;
@@ -544,6 +576,29 @@ class TcpBoard : public Board {
     m.comm = comm;
     c->send(m, true);
   }
+  void sendAttach(const std::shared_ptr<Conn>& c, uint64_t comm, uint32_t rank, uint32_t nRanks) {
+    wire::Msg m;
+    m.type = wire::kAttach;
+    m.comm = comm;
+    m.rank = rank;
+    m.nRanks = nRanks;
+    c->send(m, true);
+  }
+  // SERVE (and with `ranks`, ATTACH) of everything this process holds: on (re)connect, then again
+  // every 500 ms since a frame may have been lost (both are idempotent at the server). ATTACH only a
+  // few times per connection: every process sends one per (communicator, rank) it holds, which adds up
+  // on a large job, while the server needs it only once.
+  void announce(const std::shared_ptr<Conn>& c, bool ranks) {
+    std::vector<uint64_t> served;
+    std::vector<std::pair<std::pair<uint64_t, uint32_t>, uint32_t>> held;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (auto& [comm, d] : deciders_) served.push_back(comm);
+      if (ranks) held.assign(attached_.begin(), attached_.end());
+    }
+    for (auto& [cr, n] : held) sendAttach(c, cr.first, cr.second, n);
+    for (uint64_t comm : served) sendServe(c, comm);
+  }
   void sendPlan(const std::shared_ptr<Conn>& c, const TaskKey& t, const std::vector<Segment>& segs) {
     for (size_t i = 0; i < segs.size(); i += wire::kMaxSegs) c->send(planChunk(t, segs, i), true);
   }
@@ -582,15 +637,13 @@ class TcpBoard : public Board {
           if (stopping_) c->shutdownOnly();
         }
         if (handshake(c)) {
-          std::vector<uint64_t> served;
           {
             std::lock_guard<std::mutex> lk(mu_);
             authed_ = true;
             if (attempt > 0) st_.reconnects++;
-            for (auto& [comm, d] : deciders_) served.push_back(comm);
           }
           cv_.notify_all();
-          for (uint64_t comm : served) sendServe(c, comm);
+          announce(c, true);
           readLoop(c);
         } else {
           std::lock_guard<std::mutex> lk(mu_);
@@ -611,6 +664,7 @@ class TcpBoard : public Board {
 
   void readLoop(const std::shared_ptr<Conn>& c) {
     auto lastServe = Clock::now();
+    int rounds = 0;
     for (;;) {
       wire::Msg m;
       bool to = false;
@@ -619,14 +673,9 @@ class TcpBoard : public Board {
         std::lock_guard<std::mutex> lk(mu_);
         if (stopping_) return;
       }
-      if (Clock::now() - lastServe > milliseconds(500)) {  // SERVE may have been lost: repeat (idempotent)
+      if (Clock::now() - lastServe > milliseconds(500)) {  // SERVE/ATTACH may have been lost: repeat
         lastServe = Clock::now();
-        std::vector<uint64_t> served;
-        {
-          std::lock_guard<std::mutex> lk(mu_);
-          for (auto& [comm, d] : deciders_) served.push_back(comm);
-        }
-        for (uint64_t comm : served) sendServe(c, comm);
+        announce(c, ++rounds <= kAttachRepeats);
       }
       if (!ok) {
         if (to) continue;
@@ -659,6 +708,7 @@ class TcpBoard : public Board {
   bool stopping_ = false;
   Store replica_;
   std::map<uint64_t, Decider*> deciders_;
+  std::map<std::pair<uint64_t, uint32_t>, uint32_t> attached_;  // (comm, rank) -> nRanks
   BoardStats st_;
   std::thread io_;
 };

@@ -61,6 +61,7 @@ std::vector<uint8_t> encode(const Msg& m) {
     case kHelloOk: p.raw(m.mac, 32); break;
     case kServe: p.u64(m.comm); break;
     case kNeed: putTask(p, m.task); p.u64(m.k); p.u64(m.covered); break;
+    case kAttach: p.u64(m.comm); p.u32(m.rank); p.u32(m.nRanks); break;
     case kPlan: {
       putTask(p, m.task);
       size_t n = std::min(m.segs.size(), kMaxSegs);
@@ -95,7 +96,7 @@ bool parseHeader(const uint8_t* h, uint16_t* type, uint32_t* len) {
   uint16_t ver = static_cast<uint16_t>(r.get(2));
   *type = static_cast<uint16_t>(r.get(2));
   *len = static_cast<uint32_t>(r.get(4));
-  return r.ok && magic == kMagic && ver == kVersion && *type >= kHelloS && *type <= kPlan && *len <= kMaxPayload;
+  return r.ok && magic == kMagic && ver == kVersion && *type >= kHelloS && *type <= kAttach && *len <= kMaxPayload;
 }
 
 bool decodePayload(uint16_t type, const uint8_t* p, size_t n, Msg* m) {
@@ -111,6 +112,12 @@ bool decodePayload(uint16_t type, const uint8_t* p, size_t n, Msg* m) {
       m->task = getTask(r);
       m->k = r.get(8);
       m->covered = r.get(8);
+      break;
+    case kAttach:
+      m->comm = r.get(8);
+      m->rank = static_cast<uint32_t>(r.get(4));
+      m->nRanks = static_cast<uint32_t>(r.get(4));
+      if (m->nRanks == 0 || m->nRanks > kMaxRanks || m->rank >= m->nRanks) return false;
       break;
     case kPlan: {
       m->task = getTask(r);

@@ -18,6 +18,7 @@ constexpr uint32_t kMaxPayload = 16 * 1024;
 constexpr size_t kSegBytes = 32;
 constexpr size_t kTaskBytes = 24;
 constexpr size_t kMaxSegs = (kMaxPayload - kTaskBytes - 2) / kSegBytes;
+constexpr uint32_t kMaxRanks = 1u << 24;  // ATTACH: a communicator larger than this is malformed
 
 enum Type : uint16_t {
   kHelloS = 1,   // server -> client: nonce_s[16]
@@ -26,6 +27,7 @@ enum Type : uint16_t {
   kServe = 4,    // client -> server: comm u64 (this client holds the authority of comm)
   kNeed = 5,     // client -> server -> authority: task, call index u64, covered u64
   kPlan = 6,     // authority -> server -> clients: task, n u16, n segments
+  kAttach = 7,   // client -> server: comm u64, rank u32, nRanks u32 (this process holds that rank)
 };
 
 struct Msg {
@@ -34,6 +36,7 @@ struct Msg {
   TaskKey task;
   uint64_t k = 0;
   uint64_t covered = 0;
+  uint32_t rank = 0, nRanks = 0;  // kAttach
   std::vector<Segment> segs;
   uint8_t nonce[16] = {0};
   uint8_t mac[32] = {0};

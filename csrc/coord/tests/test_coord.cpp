@@ -13,7 +13,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -136,7 +138,7 @@ void fuzzTest() {
       for (auto& x : b) x = static_cast<uint8_t>(rng());
       if (rng() % 2 && b.size() >= wire::kHeader) {
         wire::Msg m;
-        m.type = static_cast<uint16_t>(1 + rng() % 6);
+        m.type = static_cast<uint16_t>(1 + rng() % 7);
         auto h = wire::encode(m);
         std::memcpy(b.data(), h.data(), 8);
         uint32_t len = static_cast<uint32_t>(b.size() - wire::kHeader);
@@ -531,6 +533,69 @@ void tcpAuthTest() {
   server.stop();
 }
 
+// ---- ATTACH: ranks the server has not heard from ----------------------------------------------
+// The engine's server process lingers at exit on TcpServer::missingRanks() (and on open connections):
+// in the emulator a rank-0 process can finish its whole schedule before another rank's process has
+// connected at all, which made that rank fail with "coordinator unreachable" (roadmap item 3).
+void tcpAttachTest() {
+  wire::Msg a;
+  a.type = wire::kAttach;
+  a.comm = 0xabcdef0123ULL;
+  a.rank = 3;
+  a.nRanks = 8;
+  auto b = wire::encode(a);
+  wire::Msg o;
+  CHECK(wire::decode(b.data(), b.size(), &o) == static_cast<long>(b.size()));
+  CHECK(o.type == wire::kAttach && o.comm == a.comm && o.rank == 3 && o.nRanks == 8);
+  for (size_t cut = 0; cut < b.size(); ++cut) CHECK(wire::decode(b.data(), cut, &o) == 0);
+  a.rank = 8;  // outside the communicator
+  b = wire::encode(a);
+  CHECK(wire::decode(b.data(), b.size(), &o) == -1);
+  a.rank = 0;
+  a.nRanks = 0;
+  b = wire::encode(a);
+  CHECK(wire::decode(b.data(), b.size(), &o) == -1);
+
+  auto waitFor = [](const std::function<bool()>& cond) {
+    auto until = std::chrono::steady_clock::now() + milliseconds(10000);
+    while (!cond() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(milliseconds(5));
+    return cond();
+  };
+  auto server = std::make_unique<TcpServer>(baseOpts(0));
+  std::string err;
+  REQUIRE(server->start(&err));
+  const int port = server->port();
+  CHECK(server->missingRanks() == 0);
+  // The server's own process: rank 0 of comm 7 (2 ranks), both ranks of comm 8. Attached before the
+  // client connected: announced on connect.
+  auto own = makeTcpBoard(baseOpts(port));
+  own->attach(7, 0, 2);
+  own->attach(8, 0, 2);
+  own->attach(8, 1, 2);
+  own->attach(9, 2, 2);   // invalid: ignored
+  own->attach(9, -1, 2);  // invalid: ignored
+  CHECK(waitFor([&] { return server->missingRanks() == 1; }));  // rank 1 of comm 7 never connected
+  CHECK(server->connectedPeers() == 1);
+  // The late process connects, then attaches.
+  auto late = makeTcpBoard(baseOpts(port));
+  CHECK(waitFor([&] { return server->connectedPeers() == 2; }));
+  CHECK(server->missingRanks() == 1);
+  late->attach(7, 1, 2);
+  CHECK(waitFor([&] { return server->missingRanks() == 0 && server->connectedPeers() == 2; }));
+  // It finishes and leaves: its rank stays attached, the server does not wait for it again.
+  late.reset();
+  CHECK(waitFor([&] { return server->connectedPeers() == 1; }));
+  CHECK(server->missingRanks() == 0);
+  // A new server (same address): the client re-announces what it holds when it reconnects.
+  server.reset();
+  TcpOptions so = baseOpts(port);
+  server = std::make_unique<TcpServer>(so);
+  REQUIRE(server->start(&err));
+  CHECK(waitFor([&] { return server->connectedPeers() == 1 && server->missingRanks() == 1; }));
+  own.reset();
+  server->stop();
+}
+
 // ---- forked processes ------------------------------------------------------------------------
 // A server process and one process per rank (rank 0 = authority of every communicator). Each rank
 // writes its outcomes to a file; the parent compares. killWhat: 0 nothing, 1 the authority process,
@@ -657,8 +722,8 @@ void tcpKillTest() {
 
 TestCase tests[] = {{"sha256", sha256Test},       {"wire", wireTest},         {"fuzz", fuzzTest},
                     {"store", storeTest},         {"local", localTest},       {"tcp_loopback", tcpLoopbackTest},
-                    {"tcp_faults", tcpFaultsTest}, {"tcp_auth", tcpAuthTest}, {"tcp_fork", tcpForkTest},
-                    {"tcp_kill", tcpKillTest}};
+                    {"tcp_faults", tcpFaultsTest}, {"tcp_auth", tcpAuthTest}, {"tcp_attach", tcpAttachTest},
+                    {"tcp_fork", tcpForkTest},     {"tcp_kill", tcpKillTest}};
 
 }  // namespace
 

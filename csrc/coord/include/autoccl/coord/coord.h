@@ -94,6 +94,15 @@ class Board {
   // This process holds the authority (rank 0) of `comm`: the board asks `d` for decisions.
   virtual void serve(uint64_t comm, Decider* d) = 0;
   virtual void unserve(uint64_t comm) = 0;
+  // This process holds rank `rank` of `comm` (nRanks ranks in all). The TCP board announces it to
+  // the server (ATTACH, on connect and a few times after: idempotent) so that the process serving the
+  // coordinator waits at exit for ranks that have not connected yet (TcpServer::missingRanks); a
+  // no-op on other boards.
+  virtual void attach(uint64_t comm, int rank, int nRanks) {
+    (void)comm;
+    (void)rank;
+    (void)nRanks;
+  }
   // The authority publishes ahead (optional; NEEDs are answered anyway).
   virtual void publish(const TaskKey& task, const std::vector<Segment>& segs) = 0;
   // The segment for call k of `task`, waiting at most `deadline` for it.
@@ -149,6 +158,10 @@ class TcpServer {
   int port() const;
   BoardStats stats() const;
   size_t connectedPeers() const;  // client connections currently open (the engine lingers on them at exit)
+  // Ranks announced (ATTACH: a communicator's size is known once any of its ranks attached) that no
+  // client has attached yet, e.g. a process that has not connected so far. The engine lingers on
+  // them at exit as well: the server's process may finish before another process even started.
+  size_t missingRanks() const;
 
  private:
   struct Impl;
