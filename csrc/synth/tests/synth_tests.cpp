@@ -82,6 +82,32 @@ int main() {
              a.transfers[i].start == b.transfers[i].start;
     CHECK(same);
   }
+  // The same schedule on 1, 2 and 3 threads: a 1,024-NPU mesh is split among threads within one seed
+  // (FIFO seed 1, random seed 2; two link speeds, so costs differ at a destination).
+  {
+    GenParams ph = p;
+    ph.dim_bandwidth = {50, 75};
+    const auto t = generate("mesh", {32, 32}, ph);
+    for (std::uint64_t seed : {1, 2}) {
+      SynthOptions o;
+      o.collective = Collective::AllGather;
+      o.bytes = 1 << 24;
+      o.base_seed = seed;
+      o.threads = 1;
+      const auto a = synthesize(t, o);
+      for (int th = 2; th <= (seed == 1 ? 3 : 2); ++th) {
+        o.threads = th;
+        const auto b = synthesize(t, o);
+        bool same = a.time_us == b.time_us && a.transfers.size() == b.transfers.size();
+        for (size_t i = 0; same && i < a.transfers.size(); ++i)
+          same = a.transfers[i].chunk == b.transfers[i].chunk && a.transfers[i].src == b.transfers[i].src &&
+                 a.transfers[i].dst == b.transfers[i].dst && a.transfers[i].start == b.transfers[i].start &&
+                 a.transfers[i].route == b.transfers[i].route;
+        if (!same) std::fprintf(stderr, "seed %d: %d threads differ from 1\n", static_cast<int>(seed), th);
+        CHECK(same);
+      }
+    }
+  }
   // Closed form: ring All-Gather on a homogeneous bidirectional... unidirectional ring:
   // (n-1) steps of (alpha + chunk/B).
   {
