@@ -1,8 +1,11 @@
 """Large-mesh synthesis: time and peak memory of All-Reduce (or All-Gather) on a W x H 2D mesh.
 
-    nice python benchmarks/synth/scale.py --dims 200 200 --collective allreduce --seeds 1 --out result.json
+    taskset -c 0,1 /usr/bin/time -v python benchmarks/synth/scale.py --dims 200 200 --collective allreduce \
+        --threads 2 --out result.json
 
 Runs without keeping the transfer list (record=False): a 40,000-NPU All-Reduce moves 3.2e9 chunk transfers.
+With one seed and 2 threads the seed's destinations are split between the threads. The load average before
+and after is recorded: the machine may be shared.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ def main() -> None:
     ap.add_argument("--out")
     a = ap.parse_args()
     gib = 2**30 / 1e9
+    load_start = os.getloadavg()
     t0 = time.perf_counter()
     topo = S.generate(a.kind, a.dims, bandwidth=50 * gib, latency=0.5)
     build_s = time.perf_counter() - t0
@@ -49,8 +53,12 @@ def main() -> None:
         "synthesis_s": synth_s,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "max_queue_entries": st["max_queue_entries"],
+        "threads": a.threads,
         "cpu": platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
+        "affinity_cores": len(os.sched_getaffinity(0)),
+        "loadavg_start": load_start,
+        "loadavg_end": os.getloadavg(),
     }
     print(json.dumps(res, indent=2))
     if a.out:
