@@ -78,6 +78,8 @@ class OnlineSource final : public DecisionSource {
       }
     }
     agree_ = std::make_unique<coord::CommAgreement>(board_, env.commHash, env.rank, env.coordination->lookupDeadline());
+    if (!env.coordination->tcp() && env.settings && env.settings->inprocSlowest && env.nRanks > 1 && env.nRanks <= 64)
+      merge_ = env.coordination->rankMerge(env.commHash, env.nRanks);
     if (authority_) {
       // Timing on from the start: NCCL reads the mask at the start of a group, so the first call of
       // a task could not be timed if we switched it on only when that call is decided (a planned
@@ -86,11 +88,13 @@ class OnlineSource final : public DecisionSource {
       needing_.store(1);
       decider_ = std::make_unique<GatedDecider>(env.coordination, !env.coordination->tcp(), env.nRanks);
       board_->serve(env.commHash, decider_.get());
+      if (merge_) merge_->setSink([this](const TaskKey& t, const Measurement& m) { absorb(t, m); });
     }
   }
 
   ~OnlineSource() override {
     if (!authority_) return;
+    if (merge_) merge_->setSink(nullptr);  // no merged sample reaches this object from now on
     // Leave every task covered forever (its pinned configuration, or NCCL's default) so that ranks
     // still running after this context is gone never wait on a decision.
     std::vector<std::pair<coord::TaskKey, std::shared_ptr<search::TaskSearch>>> ts;
@@ -158,7 +162,18 @@ class OnlineSource final : public DecisionSource {
   }
 
   void onMeasurement(const TaskKey& task, const Measurement& m) override {
+    if (merge_) {  // all ranks here: the authority scores each call by its slowest rank (RankMerge)
+      merge_->add(task, env_.rank, m);
+      return;
+    }
     if (!authority_) return;  // a rank never derives decisions from its own measurements
+    absorb(task, m);
+  }
+
+  bool needsTiming() const override { return needing_.load(std::memory_order_relaxed) > 0; }
+
+  // The authority: one call's GPU time (its own, or the slowest rank's) into the task's search.
+  void absorb(const TaskKey& task, const Measurement& m) {
     TaskState* s = nullptr;
     std::shared_ptr<search::TaskSearch> srch;
     {
@@ -187,8 +202,6 @@ class OnlineSource final : public DecisionSource {
     while (d < m.callIndex + 1 && !s->delivered.compare_exchange_weak(d, m.callIndex + 1)) {
     }
   }
-
-  bool needsTiming() const override { return needing_.load(std::memory_order_relaxed) > 0; }
 
   void onFinalize() override {
     if (!authority_ || !env_.saveTuned) return;
@@ -348,6 +361,7 @@ class OnlineSource final : public DecisionSource {
   std::vector<search::TableEntry> hints_;
   std::unique_ptr<coord::CommAgreement> agree_;
   std::unique_ptr<GatedDecider> decider_;
+  std::shared_ptr<RankMerge> merge_;  // every rank in this process and AUTOCCL_INPROC_SCORE=slowest
   mutable std::mutex mapMu_;  // tasks_ inserts (enqueue thread) vs lookups from other threads
   std::unordered_map<TaskKey, std::unique_ptr<TaskState>, TaskKeyHash> tasks_;
   TaskState* last_[kNumColls] = {};
@@ -362,6 +376,49 @@ search::Options onlineSearchOptions() {
   search::Options o;
   o.drift = true;
   return o;
+}
+
+// ------------------------------------------------------------------------------ RankMerge
+
+void RankMerge::setSink(Sink sink) {
+  std::lock_guard<std::mutex> lk(mu_);
+  sink_ = std::move(sink);
+}
+
+void RankMerge::add(const TaskKey& task, int rank, const Measurement& m) {
+  if (rank < 0 || rank >= nRanks_) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  Key key{task, m.callIndex};
+  auto [it, fresh] = pending_.try_emplace(key);
+  Pending& p = it->second;
+  if (fresh) order_.push_back(key);
+  const uint64_t bit = uint64_t{1} << rank;
+  if (p.ranks & bit) return;
+  p.ranks |= bit;
+  double longest = std::max(p.count ? p.m.gpuUs : 0.0, m.gpuUs);
+  if (p.count == 0 || (rank == 0 && !p.haveAuthority)) p.m = m;  // metadata: rank 0's, else the first
+  p.haveAuthority = p.haveAuthority || rank == 0;
+  p.m.gpuUs = longest;
+  if (++p.count == nRanks_) {
+    Measurement done = p.m;
+    pending_.erase(it);
+    ++merged_;
+    if (sink_) sink_(task, done);
+  }
+  while (order_.size() > kMaxPending) {  // bounded: forget the oldest calls still waiting for a rank
+    if (pending_.erase(order_.front())) ++dropped_;
+    order_.pop_front();
+  }
+}
+
+uint64_t RankMerge::merged() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return merged_;
+}
+
+uint64_t RankMerge::dropped() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return dropped_;
 }
 
 // ------------------------------------------------------------------------------ Coordination
@@ -441,6 +498,13 @@ bool Coordination::allLocal(uint64_t comm, int nRanks, std::chrono::milliseconds
   allLocal_.emplace(comm, ok);
   regCv_.notify_all();
   return ok;
+}
+
+std::shared_ptr<RankMerge> Coordination::rankMerge(uint64_t comm, int nRanks) {
+  std::lock_guard<std::mutex> lk(regMu_);
+  std::shared_ptr<RankMerge>& m = merges_[comm];
+  if (!m) m = std::make_shared<RankMerge>(nRanks);
+  return m;
 }
 
 void Coordination::lingerAtExit() {

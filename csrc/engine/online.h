@@ -18,16 +18,62 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
 
 #include "autoccl/coord/coord.h"
 #include "engine/policy.h"
+#include "engine/timing.h"
 
 namespace autoccl::engine {
+
+// Every rank of a communicator in this process (nccl-tests -g N, single-process multi-GPU): one host
+// thread launches the GPUs one after another, so one rank's kernel time is not the collective's (on
+// 4 x H200 a 1 MiB reduce took 3.8 us on rank 0 and 30 us on rank 3 in the same call, and scoring
+// rank 0's alone picked configurations that lengthened the collective). The authority scores call k by
+// the longest kernel among the ranks, known once each rank's time for k has arrived. Calls some rank
+// never timed (the mask switched between ranks' launches) are dropped after kMaxPending newer calls.
+class RankMerge {
+ public:
+  using Sink = std::function<void(const TaskKey&, const Measurement&)>;
+  static constexpr size_t kMaxPending = 4096;
+  explicit RankMerge(int nRanks) : nRanks_(nRanks) {}
+  // The authority's handler of merged measurements (nullptr: none; samples are then dropped). It is
+  // called under this object's lock, so it is never running once setSink(nullptr) has returned.
+  void setSink(Sink sink);
+  // Rank `rank`'s GPU time of call m.callIndex of `task`. A duplicate from one rank is ignored.
+  void add(const TaskKey& task, int rank, const Measurement& m);
+  uint64_t merged() const;   // calls delivered to the sink
+  uint64_t dropped() const;  // calls evicted incomplete
+
+ private:
+  struct Key {
+    TaskKey task;
+    uint64_t call = 0;
+    bool operator==(const Key& o) const { return task == o.task && call == o.call; }
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const { return TaskKeyHash()(k.task) ^ static_cast<size_t>(k.call * 0x9E3779B97F4A7C15ull); }
+  };
+  struct Pending {
+    uint64_t ranks = 0;  // bit r: rank r's time is in
+    int count = 0;
+    bool haveAuthority = false;
+    Measurement m;       // rank 0's report (metadata) with the longest GPU time so far
+  };
+  mutable std::mutex mu_;
+  int nRanks_;
+  Sink sink_;
+  std::unordered_map<Key, Pending, KeyHash> pending_;
+  std::deque<Key> order_;  // arrival order of pending_ keys (may hold keys already merged)
+  uint64_t merged_ = 0, dropped_ = 0;
+};
 
 class Coordination {
  public:
@@ -56,6 +102,9 @@ class Coordination {
   // late ranks get their decisions.
   void lingerAtExit();
 
+  // In-process board: the one RankMerge of `comm` in this process (created on first use).
+  std::shared_ptr<RankMerge> rankMerge(uint64_t comm, int nRanks);
+
  private:
   std::mutex mu_;
   bool configured_ = false;
@@ -71,6 +120,7 @@ class Coordination {
   std::condition_variable regCv_;
   std::map<uint64_t, std::set<int>> local_;
   std::map<uint64_t, bool> allLocal_;  // remembered verdicts
+  std::map<uint64_t, std::shared_ptr<RankMerge>> merges_;  // guarded by regMu_
 };
 
 // Creates the online source for one (communicator, rank) context (rank >= 0). nullptr + *error when

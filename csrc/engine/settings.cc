@@ -57,6 +57,11 @@ Settings loadSettings(const EnvLookup& env) {
     s.measureCalls = v;
   }
 
+  std::string score = get(env, "AUTOCCL_INPROC_SCORE");
+  if (score == "own") s.inprocSlowest = false;
+  else if (!score.empty() && score != "slowest")
+    return invalid(s, "AUTOCCL_INPROC_SCORE='" + score + "' is not one of slowest, own");
+
   s.fixedText = get(env, "AUTOCCL_FIXED");
   if (s.mode == Mode::Fixed) {
     if (s.fixedText.empty()) return invalid(s, "AUTOCCL_MODE=fixed needs AUTOCCL_FIXED (rules)");

@@ -68,8 +68,10 @@ void clearCoordEnv() {
 }
 
 // maxChannels: AUTOCCL_MAX_CHANNELS ("" = the default, 64, above the communicator's ceiling of 24).
-Settings onlineSettings(const std::string& cacheDir = "", const std::string& maxChannels = "") {
+Settings onlineSettings(const std::string& cacheDir = "", const std::string& maxChannels = "",
+                        const std::string& inprocScore = "") {
   std::map<std::string, std::string> env = {{"AUTOCCL_MODE", "online"}, {"AUTOCCL_HW", "GPU Xx4"}};
+  if (!inprocScore.empty()) env["AUTOCCL_INPROC_SCORE"] = inprocScore;
   if (!cacheDir.empty()) env["AUTOCCL_CACHE_DIR"] = cacheDir;
   if (!maxChannels.empty()) env["AUTOCCL_MAX_CHANNELS"] = maxChannels;
   Settings s = loadSettings(envOf(env));
@@ -158,15 +160,25 @@ CostModel modelDefaultBest() {
   m.set(kTree, kLL, 140, 24, 0.20);
   return m;
 }
-// What a misbehaving follower would see: Ring/LL at 2 channels far ahead of everything.
+// What a misbehaving follower would see: every configuration faster than the authority sees it (so
+// the slowest-rank score of an in-process communicator is still the authority's time, RankMerge) and
+// Ring/LL at 2 channels far ahead of everything. A follower acting on its own times would pick it.
 CostModel modelFollowerDecoy() {
   CostModel m;
-  m.set(kRing, kSimple, 300, 24, 0.30);
-  m.set(kRing, kLL128, 300, 24, 0.25);
-  m.set(kRing, kLL, 20, 2, 0.50);
-  m.set(kTree, kSimple, 300, 24, 0.20);
-  m.set(kTree, kLL128, 300, 24, 0.20);
-  m.set(kTree, kLL, 300, 24, 0.20);
+  m.set(kRing, kSimple, 20, 24, 0.30);
+  m.set(kRing, kLL128, 20, 24, 0.25);
+  m.set(kRing, kLL, 2, 2, 0.50);
+  m.set(kTree, kSimple, 20, 24, 0.20);
+  m.set(kTree, kLL128, 20, 24, 0.20);
+  m.set(kTree, kLL, 20, 24, 0.20);
+  return m;
+}
+// What rank 0 of a communicator driven by one host thread can see: Tree/LL's kernel looks fastest on
+// the rank launched last (it waits for nobody), while the collective itself ends with the slowest
+// rank, which waited for the launches of the others (modelLL128At8 on the other ranks).
+CostModel modelLaunchedLast() {
+  CostModel m = modelLL128At8();
+  m.set(kTree, kLL, 25, 24, 0.10);
   return m;
 }
 
@@ -545,6 +557,67 @@ void testConvergence() {
 // A follower never derives decisions from its own measurements: the followers' GPU times favour a
 // decoy (Ring/LL at 2 channels, 3x faster than anything else); every rank still applies what the
 // authority's times lead to, and a follower's source never asks for timing.
+// Every rank in this process: the authority scores a call by its slowest rank (RankMerge), not by its
+// own kernel. Rank 0 sees Tree/LL as fastest (launched last, it never waits); the other ranks see it
+// slow. `slowest` (the default) pins the configuration best for the collective; `own` pins rank 0's
+// favourite, which shows that the case can tell the two apart.
+void testInprocSlowestRank() {
+  for (const char* score : {"", "own"}) {
+    Runtime rt(onlineSettings("", "", score), 22809, 22803, "/nonexistent");
+    Logs logs;
+    Comm comm(rt, 0x5104ULL, 4, {0, 1, 2, 3}, &logs);
+    const CostModel real = modelLL128At8(), rank0 = modelLaunchedLast();
+    std::vector<std::vector<Applied>> seen(4);
+    for (int i = 0; i < 600; ++i)
+      for (size_t r = 0; r < 4; ++r) seen[r].push_back(comm.ranks[r]->call(kAllReduce, 2u << 20, r == 0 ? rank0 : real));
+    for (size_t r = 1; r < 4; ++r) CHECK(seen[r] == seen[0]);
+    const Applied& last = seen[0].back();
+    std::fprintf(stderr, "  AUTOCCL_INPROC_SCORE=%s: pinned %s\n", *score ? score : "(default)", last.str().c_str());
+    if (*score) {
+      CHECK(last.algo == kTree && last.proto == kLL);
+    } else {
+      CHECK_NEAR_OPTIMUM(real, last);
+    }
+    CHECK(stableFrom(seen[0]) < 400);
+    for (auto& r : comm.ranks) r->ctx.finalizeTuner();
+  }
+}
+
+// RankMerge alone: a call is delivered once every rank's time is in, with the longest time and rank
+// 0's metadata; duplicates are ignored; calls a rank never reports are dropped, bounded.
+void testRankMerge() {
+  RankMerge merge(3);
+  std::vector<std::pair<uint64_t, Measurement>> got;
+  merge.setSink([&](const TaskKey&, const Measurement& m) { got.emplace_back(m.callIndex, m); });
+  TaskKey t{kAllReduce, 1u << 20, 1};
+  auto meas = [](uint64_t k, double us, int channels) {
+    Measurement m;
+    m.callIndex = k;
+    m.gpuUs = us;
+    m.ncclChannels = channels;
+    return m;
+  };
+  merge.add(t, 2, meas(0, 30.0, 2));
+  merge.add(t, 2, meas(0, 99.0, 2));  // duplicate from rank 2: ignored
+  merge.add(t, 0, meas(0, 4.0, 0));
+  CHECK(got.empty());
+  merge.add(t, 1, meas(0, 10.0, 1));
+  CHECK_EQ(got.size(), size_t(1));
+  if (got.size() == 1) {
+    CHECK(got[0].second.gpuUs == 30.0);
+    CHECK_EQ(got[0].second.ncclChannels, 0);  // rank 0's report
+  }
+  merge.add(t, 7, meas(1, 1.0, 0));  // not a rank of this communicator
+  merge.add(t, -1, meas(1, 1.0, 0));
+  for (uint64_t k = 1; k <= RankMerge::kMaxPending + 10; ++k) merge.add(t, 0, meas(k, 5.0, 0));  // ranks 1, 2 silent
+  CHECK_EQ(merge.merged(), uint64_t(1));
+  CHECK(merge.dropped() >= 10);
+  merge.setSink(nullptr);
+  for (int r = 0; r < 3; ++r) merge.add(t, r, meas(RankMerge::kMaxPending + 20, 5.0, 0));
+  CHECK_EQ(got.size(), size_t(1));  // no sink: nothing delivered
+  CHECK_EQ(merge.merged(), uint64_t(2));
+}
+
 void testFollowerIgnoresOwnMeasurements() {
   Runtime rt(onlineSettings(), 22809, 22803, "/nonexistent");
   Logs logs;
@@ -926,6 +999,8 @@ int main(int argc, char** argv) {
       {"online_convergence", testConvergence},
       {"online_follower_ignores_own_measurements", testFollowerIgnoresOwnMeasurements},
       {"online_not_all_local", testNotAllLocal},
+      {"online_inproc_slowest_rank", testInprocSlowestRank},
+      {"online_rank_merge", testRankMerge},
       {"online_save_tuned", testSaveTunedAndWarmStart},
       {"online_bad_coordinator", testBadCoordinator},
       {"online_hot_path", testOnlineHotPath},
