@@ -130,7 +130,14 @@ class OnlineSource final : public DecisionSource {
         s->seg = finalDefault(0);
       } else {
         if (authority_ && !s->search) registerTask(s, costs);
+        // Only here (a new segment) can a rank wait for the authority: time it, for the trace.
+        auto t0 = std::chrono::steady_clock::now();
         coord::Outcome o = agree_->decide(s->key, k);
+        uint64_t waitedNs = static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+        s->lookups.fetch_add(1, std::memory_order_relaxed);
+        s->waitNs.fetch_add(waitedNs, std::memory_order_relaxed);
+        if (waitedNs > s->waitMaxNs.load(std::memory_order_relaxed)) s->waitMaxNs.store(waitedNs, std::memory_order_relaxed);
         if (!o.ok()) {
           Decision d;
           d.fail = true;
@@ -233,16 +240,24 @@ class OnlineSource final : public DecisionSource {
 
   std::string traceExtra(const TaskKey& task) const override {
     std::shared_ptr<search::TaskSearch> srch;
+    char waits[160] = "";
     {
       std::lock_guard<std::mutex> lk(mapMu_);
       auto it = tasks_.find(task);
-      if (it != tasks_.end()) srch = it->second->search;
+      if (it != tasks_.end()) {
+        srch = it->second->search;
+        const TaskState& ts = *it->second;
+        // segment lookups of this rank and the time spent in them (waiting for the authority)
+        std::snprintf(waits, sizeof waits, ",\"lookups\":%" PRIu64 ",\"lookup_us\":%.1f,\"lookup_max_us\":%.1f",
+                      ts.lookups.load(std::memory_order_relaxed), 1e-3 * static_cast<double>(ts.waitNs.load(std::memory_order_relaxed)),
+                      1e-3 * static_cast<double>(ts.waitMaxNs.load(std::memory_order_relaxed)));
+      }
     }
-    if (!srch) return ",\"gain\":null,\"converged_at\":null";
+    if (!srch) return std::string(waits) + ",\"gain\":null,\"converged_at\":null";
     search::Stats st = srch->stats();
     std::vector<search::Segment> plan = srch->plan();
     uint64_t from = plan.empty() ? 0 : plan.front().begin;  // calls before: NCCL's default (not yet registered)
-    char buf[200];
+    char buf[400];
     double gain = st.bestMedian > 0 && st.defaultMedian > 0 ? st.defaultMedian / st.bestMedian - 1.0 : 0.0;
     if (st.convergedAt == search::kForever) {
       std::snprintf(buf, sizeof buf, ",\"gain\":%.4f,\"converged_at\":null,\"search_from\":%" PRIu64 ",\"default_us\":%.3f,\"best_us\":%.3f",
@@ -252,7 +267,7 @@ class OnlineSource final : public DecisionSource {
                     ",\"default_us\":%.3f,\"best_us\":%.3f",
                     gain, st.convergedAt, from, st.defaultMedian, st.bestMedian);
     }
-    return buf;
+    return std::string(waits) + buf;
   }
 
  private:
@@ -270,6 +285,8 @@ class OnlineSource final : public DecisionSource {
     // authority, measurement thread:
     std::atomic<uint64_t> delivered{0};  // 1 + highest call index whose time arrived
     std::atomic<int> ncclAlgo{-1}, ncclProto{-1}, ncclChannels{0};
+    // enqueue thread writes, the trace reads at finalize:
+    std::atomic<uint64_t> lookups{0}, waitNs{0}, waitMaxNs{0};
   };
 
   TaskState* state(const TaskKey& task) {
