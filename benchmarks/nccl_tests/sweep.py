@@ -94,7 +94,9 @@ def parse_rows(text: str) -> list[dict[str, object]]:
     return rows
 
 
-def plan_runs(plan: str, channels: list[int], autoccl: list[str], colls: list[str]) -> list[Run]:
+def plan_runs(
+    plan: str, channels: list[int], autoccl: list[str], colls: list[str], online_ceiling: int = 64
+) -> list[Run]:
     runs: list[Run] = []
     for coll in colls:
         name = NCCL_NAME[coll]
@@ -112,7 +114,8 @@ def plan_runs(plan: str, channels: list[int], autoccl: list[str], colls: list[st
             ):
                 runs.append(Run(coll, label, env, wrapper=wrapper, max_bytes="1M"))
         elif plan == "online":
-            wrapper = [*autoccl, "run", "--mode", "online", "--channel-ceiling", "64", "--"]
+            ceiling = ["--channel-ceiling", str(online_ceiling)] if online_ceiling else []
+            wrapper = [*autoccl, "run", "--mode", "online", *ceiling, "--"]
             runs.append(Run(coll, "online", {}, wrapper=wrapper))
         elif plan == "plain-long":
             runs.append(Run(coll, "nccl-default", {}))
@@ -229,6 +232,12 @@ def main() -> int:
     )
     ap.add_argument("--gpus", type=int, default=0, help="GPU count (default: all visible)")
     ap.add_argument("--channels", default="0", help="comma list; 0 = NCCL's default")
+    ap.add_argument(
+        "--online-ceiling",
+        type=int,
+        default=64,
+        help="plan online: communicators' channel ceiling (autoccl run --channel-ceiling); 0 = NCCL's own",
+    )
     ap.add_argument("--colls", default=",".join(COLLS))
     ap.add_argument("--min-bytes", default="1M")
     ap.add_argument("--iters", type=int, default=15)
@@ -247,7 +256,7 @@ def main() -> int:
         subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.splitlines()
     )
     channels = [int(c) for c in args.channels.split(",")]
-    runs = plan_runs(args.plan, channels, args.autoccl.split(), args.colls.split(","))
+    runs = plan_runs(args.plan, channels, args.autoccl.split(), args.colls.split(","), args.online_ceiling)
     t0 = time.time()
     n_done = n_fail = 0
     with open(args.out, "a") as out:
