@@ -25,6 +25,7 @@ def main() -> None:
     ap.add_argument("oracle")
     ap.add_argument("--launch", default="single")
     ap.add_argument("--plain", help="plain-NCCL rows from another file (default: those in `online`)")
+    ap.add_argument("--plan", default="online", help="the tuned rows' plan (online, table)")
     a = ap.parse_args()
     rows = [r for r in map(json.loads, open(a.online)) if not r.get("summary")]
     if a.plain:
@@ -36,7 +37,7 @@ def main() -> None:
             continue
         if r["plan"] == "plain-long":
             plain_runs[(r["coll"], r["bytes"])].append(r["busbw_gbs"])
-        elif r["plan"] == "online":
+        elif r["plan"] == a.plan:
             online_runs[(r["coll"], r["bytes"])].append(r["busbw_gbs"])
     plain = {k: statistics.median(v) for k, v in plain_runs.items()}
     online = {k: statistics.median(v) for k, v in online_runs.items()}

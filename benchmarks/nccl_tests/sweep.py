@@ -113,10 +113,11 @@ def plan_runs(
                 ("observe", observe, {}),  # every call timed
             ):
                 runs.append(Run(coll, label, env, wrapper=wrapper, max_bytes="1M"))
-        elif plan == "online":
+        elif plan in ("online", "table"):
+            # table: apply what an earlier online run saved in the cache (AUTOCCL_CACHE_DIR), no search
             ceiling = ["--channel-ceiling", str(online_ceiling)] if online_ceiling else []
-            wrapper = [*autoccl, "run", "--mode", "online", *ceiling, "--"]
-            runs.append(Run(coll, "online", {}, wrapper=wrapper))
+            wrapper = [*autoccl, "run", "--mode", plan, *ceiling, "--"]
+            runs.append(Run(coll, plan, {}, wrapper=wrapper))
         elif plan == "plain-long":
             runs.append(Run(coll, "nccl-default", {}))
         elif plan == "observe":
@@ -222,7 +223,7 @@ def main() -> int:
     ap.add_argument(
         "--plan",
         required=True,
-        choices=["env-oracle", "plain", "plain-long", "observe", "fixed", "online", "overhead"],
+        choices=["env-oracle", "plain", "plain-long", "observe", "fixed", "online", "table", "overhead"],
     )
     ap.add_argument(
         "--launch",
