@@ -23,6 +23,7 @@
 #include "engine/table.h"
 #include "engine/timing.h"
 #include "engine/tests/check.h"
+#include "engine/tests/test_env.h"
 
 using namespace autoccl::engine;
 
@@ -32,19 +33,9 @@ constexpr int kAllReduce = 4, kAllGather = 2, kBroadcast = 0;
 constexpr int kRing = 1, kTree = 0, kNvls = 4;
 constexpr int kLL = 0, kLL128 = 1, kSimple = 2;
 
-std::string tempDir() {
-  char tmpl[] = "/tmp/autoccl-engine-test-XXXXXX";
-  char* d = mkdtemp(tmpl);
-  return d ? d : "/tmp";
-}
+std::string tempDir() { return testenv::tempDir("autoccl-engine-test"); }
+using testenv::envOf;
 
-EnvLookup envOf(std::map<std::string, std::string> m) {
-  auto shared = std::make_shared<std::map<std::string, std::string>>(std::move(m));
-  return [shared](const char* k) -> const char* {
-    auto it = shared->find(k);
-    return it == shared->end() ? nullptr : it->second.c_str();
-  };
-}
 
 // ------------------------------------------------------------------ fixed rules
 void testFixedRules() {

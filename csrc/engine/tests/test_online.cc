@@ -34,6 +34,7 @@
 #include "engine/settings.h"
 #include "engine/table.h"
 #include "engine/tests/check.h"
+#include "engine/tests/test_env.h"
 
 using namespace autoccl::engine;
 
@@ -45,19 +46,9 @@ constexpr int kLL = 0, kLL128 = 1, kSimple = 2;
 constexpr int kCeiling = 24;  // the communicator's channel ceiling: NCCL never runs more
 constexpr int kCostSize = kNumAlgos * kNumProtos;
 
-std::string tempDir() {
-  char tmpl[] = "/tmp/autoccl-online-test-XXXXXX";
-  char* d = mkdtemp(tmpl);
-  return d ? d : "/tmp";
-}
+std::string tempDir() { return testenv::tempDir("autoccl-online-test"); }
+using testenv::envOf;
 
-EnvLookup envOf(std::map<std::string, std::string> m) {
-  auto shared = std::make_shared<std::map<std::string, std::string>>(std::move(m));
-  return [shared](const char* k) -> const char* {
-    auto it = shared->find(k);
-    return it == shared->end() ? nullptr : it->second.c_str();
-  };
-}
 
 // The coordinator settings are read from the real environment (Coordination): start every case from
 // a clean one so that an outer torchrun / autoccl run cannot turn the in-process board into TCP.
