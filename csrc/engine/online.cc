@@ -208,6 +208,11 @@ class OnlineSource final : public DecisionSource {
     uint64_t d = s->delivered.load(std::memory_order_relaxed);
     while (d < m.callIndex + 1 && !s->delivered.compare_exchange_weak(d, m.callIndex + 1)) {
     }
+    // A task that only waited for its last timed calls' samples releases timing as soon as they are
+    // in, not at its next call: that may come much later (nccl-tests times every other size first), and
+    // the activation mask is one per process.
+    if (s->tailOnly.load(std::memory_order_relaxed) && m.callIndex >= s->lastMeasured.load(std::memory_order_relaxed))
+      setNeeding(s, false, /*onlyIfTail=*/true);
   }
 
   void onFinalize() override {
@@ -276,10 +281,11 @@ class OnlineSource final : public DecisionSource {
     coord::Segment seg;
     bool haveSeg = false;
     std::shared_ptr<search::TaskSearch> search;  // authority only (guarded by mapMu_ when written)
-    // authority, enqueue thread:
-    bool needing = false;
+    // authority, enqueue thread (needing/tailOnly/lastMeasured also read by the measurement thread):
+    std::atomic<bool> needing{false};   // changed under needMu_ only
+    std::atomic<bool> tailOnly{false};  // needing only until the samples of lastMeasured are in
     bool anyMeasured = false;
-    uint64_t lastMeasured = 0;
+    std::atomic<uint64_t> lastMeasured{0};
     uint64_t needUntil = 0;
     bool pinnedLogged = false;
     // authority, measurement thread:
@@ -345,26 +351,42 @@ class OnlineSource final : public DecisionSource {
   }
 
   void updateNeed(TaskState* s, uint64_t k) {
-    bool want;
+    bool want, tail = false;
     const coord::Segment& g = s->seg;
     if (g.cfg.measure) {
       want = true;
       s->anyMeasured = true;
-      s->lastMeasured = k;
+      s->lastMeasured.store(k, std::memory_order_relaxed);
       s->needUntil = k + kNeedTail;
     } else if (g.phase == search::Phase::kTuning) {
       want = true;
     } else if (g.end != search::kForever && g.end - k <= kNeedLookahead) {
       want = true;  // a check block (or a re-tune) is planned right after this segment
     } else {
-      want = s->anyMeasured && k < s->needUntil && s->delivered.load(std::memory_order_relaxed) <= s->lastMeasured;
+      want = s->anyMeasured && k < s->needUntil &&
+             s->delivered.load(std::memory_order_relaxed) <= s->lastMeasured.load(std::memory_order_relaxed);
+      tail = want;
     }
-    if (want == s->needing) return;
-    s->needing = want;
-    bool changed = want ? needing_.fetch_add(1) == 0 : needing_.fetch_sub(1) == 1;
-    if (!want && bootstrap_ && needing_.load() == 1) {  // only the bootstrap is left: release it
-      bootstrap_ = false;
-      changed = needing_.fetch_sub(1) == 1;
+    s->tailOnly.store(tail, std::memory_order_relaxed);
+    if (want == s->needing.load(std::memory_order_relaxed)) return;
+    setNeeding(s, want, false);
+  }
+
+  // Any thread. onlyIfTail: the measurement thread's release, valid only while the task still just
+  // waits for samples (checked under the lock: the enqueue thread may have planned timed calls since).
+  void setNeeding(TaskState* s, bool want, bool onlyIfTail) {
+    bool changed;
+    {
+      std::lock_guard<std::mutex> lk(needMu_);
+      if (onlyIfTail && !s->tailOnly.load(std::memory_order_relaxed)) return;
+      if (want == s->needing.load(std::memory_order_relaxed)) return;
+      s->needing.store(want, std::memory_order_relaxed);
+      if (onlyIfTail) s->tailOnly.store(false, std::memory_order_relaxed);
+      changed = want ? needing_.fetch_add(1) == 0 : needing_.fetch_sub(1) == 1;
+      if (!want && bootstrap_ && needing_.load() == 1) {  // only the bootstrap is left: release it
+        bootstrap_ = false;
+        changed = needing_.fetch_sub(1) == 1;
+      }
     }
     if (changed && env_.needChanged) env_.needChanged();
   }
@@ -382,9 +404,10 @@ class OnlineSource final : public DecisionSource {
   mutable std::mutex mapMu_;  // tasks_ inserts (enqueue thread) vs lookups from other threads
   std::unordered_map<TaskKey, std::unique_ptr<TaskState>, TaskKeyHash> tasks_;
   TaskState* last_[kNumColls] = {};
+  std::mutex needMu_;             // need transitions (rare): TaskState::needing, needing_, bootstrap_
   std::atomic<int> needing_{0};
   std::atomic<int> commCap_{0};  // largest channel count NCCL ran a capped request on (0: none seen)
-  bool bootstrap_ = false;  // enqueue thread
+  bool bootstrap_ = false;  // guarded by needMu_
 };
 
 }  // namespace
@@ -392,6 +415,14 @@ class OnlineSource final : public DecisionSource {
 search::Options onlineSearchOptions() {
   search::Options o;
   o.drift = true;
+  // A planned sample is given up by elapsed time (and by later samples overtaking it), not by the
+  // number of later calls alone: a burst of host run-ahead (hundreds of calls launched before the GPU
+  // reports the first) would otherwise lose every sample of the burst (nccl-tests' warm-up, 2026-11-22).
+  o.clockMs = [] {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::steady_clock::now().time_since_epoch())
+                                     .count());
+  };
   return o;
 }
 

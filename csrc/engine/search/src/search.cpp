@@ -102,7 +102,15 @@ struct TaskSearch::Impl {
   enum class Mode { kVerify, kTuning, kPinned, kFinal } mode = Mode::kTuning;
   std::vector<Eval> evals;
   std::map<PointKey, int> evalAt;
-  std::map<uint64_t, std::pair<int, bool>> pending;  // call index -> (eval id, filler)
+  struct PendingCall {
+    int id = -1;
+    bool filler = false;
+    uint64_t plannedMs = 0;  // Options::clockMs when it was planned
+  };
+  std::map<uint64_t, PendingCall> pending;  // call index -> what its sample is for
+  std::map<uint64_t, int> given_up;         // recently expired calls -> eval (a late sample still counts)
+  bool anyDelivered = false;
+  uint64_t maxDelivered = 0;                // highest call index whose sample arrived
   std::deque<int> queue;
   std::vector<Sub> subs;
   bool pruned = false;
@@ -110,7 +118,8 @@ struct TaskSearch::Impl {
   int dflt = -1;   // NCCL default eval
   int hintEval = -1;
   uint64_t tuningStart = 0;
-  uint64_t tuningCallsThisRound = 0;
+  uint64_t tuningCallsThisRound = 0;  // exploring calls (and waiting calls beyond maxWaitCalls)
+  uint64_t waitCallsThisRound = 0;
 
   // pinned state
   Config pinnedCfg;
@@ -218,6 +227,7 @@ struct TaskSearch::Impl {
     keepOverride = 0;
     inc = dflt = hintEval = checkEval = -1;
     tuningCallsThisRound = 0;
+    waitCallsThisRound = 0;
   }
 
   void begin(bool retune) {
@@ -651,15 +661,23 @@ struct TaskSearch::Impl {
     }
   }
 
+  // Gives up the planned samples that can no longer be expected (see Options::lostAfter).
+  // `ref`: the oldest call the plan must cover now.
   void expireLost(uint64_t ref) {
-    if (ref <= o.lostAfter) return;
-    uint64_t limit = ref - o.lostAfter;
-    while (!pending.empty() && pending.begin()->first < limit) {
-      auto [id, filler] = pending.begin()->second;
+    const uint64_t now = o.clockMs ? o.clockMs() : 0;
+    while (!pending.empty()) {
+      const uint64_t k = pending.begin()->first;
+      const PendingCall pc = pending.begin()->second;
+      const uint64_t behind = ref > k ? ref - k : 0;
+      bool overtaken = anyDelivered && maxDelivered >= k + o.reorderSlack;
+      bool stale = behind > o.lostAfter && (!o.clockMs || now - pc.plannedMs >= o.lostAfterMs);
+      if (!overtaken && !stale && behind <= o.lostAfterHard) break;  // the oldest is still expected
       pending.erase(pending.begin());
       st.lostSamples++;
-      if (filler) continue;
-      Eval& e = evals[static_cast<size_t>(id)];
+      if (pc.filler) continue;
+      given_up[k] = pc.id;
+      if (given_up.size() > 4096) given_up.erase(given_up.begin());
+      Eval& e = evals[static_cast<size_t>(pc.id)];
       e.inflight--;
       e.lostThisRound = true;
       if (e.inflight == 0) roundOver(e);
@@ -690,13 +708,31 @@ struct TaskSearch::Impl {
       tuningCallsThisRound += s.end - s.begin;
     }
   }
+  // A waiting call (nothing to explore until samples arrive). While the samples are far behind (a
+  // burst of host run-ahead) such calls do not use up the exploration budget, up to maxWaitCalls per
+  // round; when they are close behind, waiting is part of the search's cost like any other call.
+  void addWaiting(const Segment& s) {
+    const uint64_t newest = anyDelivered ? maxDelivered + 1 : tuningStart;
+    const bool farBehind = s.begin > newest && s.begin - newest > o.freeWaitLag;
+    add(s);
+    uint64_t n = s.end - s.begin;
+    st.waitCalls += n;
+    if (!farBehind) return;
+    waitCallsThisRound += n;
+    if (waitCallsThisRound <= o.maxWaitCalls) tuningCallsThisRound -= std::min(tuningCallsThisRound, n);
+  }
 
   void schedule(int id, uint64_t n, Phase ph, bool filler = false) {
     Eval& e = evals[static_cast<size_t>(id)];
     Segment s{planned, planned + n, e.cfg, ph};
     s.cfg.measure = true;
-    for (uint64_t k = s.begin; k < s.end; ++k) pending[k] = {id, filler};
-    if (!filler) e.inflight += static_cast<int>(n);
+    const uint64_t now = o.clockMs ? o.clockMs() : 0;
+    for (uint64_t k = s.begin; k < s.end; ++k) pending[k] = PendingCall{id, filler, now};
+    if (filler) {
+      addWaiting(s);
+      return;
+    }
+    e.inflight += static_cast<int>(n);
     add(s);
   }
 
@@ -737,7 +773,7 @@ struct TaskSearch::Impl {
         if (id < 0) {  // waiting for the samples: run the table's config meanwhile (it starts tuned)
           Segment s{planned, planned + 1, h.cfg, Phase::kTuning};
           s.cfg.measure = false;
-          add(s);
+          addWaiting(s);
           return;
         }
         schedule(id, 1, Phase::kTuning);
@@ -828,7 +864,8 @@ struct TaskSearch::Impl {
         std::get<1>(nb.first) = std::min(std::get<1>(nb.first), c);
       }
     }
-    for (auto& kv : pending) fix(kv.second.first);
+    for (auto& kv : pending) fix(kv.second.id);
+    for (auto& kv : given_up) fix(kv.second);
     for (int& q : queue) fix(q);
     if (!pinnedCfg.isDefault() && pinnedCfg.channels > c) pinnedCfg.channels = c;
     if (checkEval >= 0) {
@@ -853,9 +890,19 @@ struct TaskSearch::Impl {
   }
 
   void sample(uint64_t k, double us) {
+    const bool valid = std::isfinite(us) && us > 0;
+    if (valid && k < planned && (!anyDelivered || k > maxDelivered)) {
+      anyDelivered = true;
+      maxDelivered = k;
+    }
     auto it = pending.find(k);
-    if (it == pending.end()) return;
-    auto [id, filler] = it->second;
+    if (it == pending.end()) {
+      lateSample(k, us, valid);
+      if (valid) expireLost(0);  // calls overtaken by this one are lost
+      return;
+    }
+    const int id = it->second.id;
+    const bool filler = it->second.filler;
     Eval& e = evals[static_cast<size_t>(id)];
     pending.erase(it);
     if (!filler) e.inflight--;
@@ -868,6 +915,21 @@ struct TaskSearch::Impl {
       e.lostThisRound = true;
     }
     if (!filler && e.inflight == 0) roundOver(e);
+    expireLost(0);
+    think();
+  }
+  // A sample of a call given up as lost: still a valid measurement of its configuration.
+  void lateSample(uint64_t k, double us, bool valid) {
+    auto g = given_up.find(k);
+    if (g == given_up.end()) return;
+    Eval& e = evals[static_cast<size_t>(g->second)];
+    given_up.erase(g);
+    if (!valid || e.dead) return;
+    int effCh = e.cfg.isDefault() ? sp.ncclChannels : e.cfg.channels;
+    if (effCh <= 0) effCh = sp.ncclChannels > 0 ? sp.ncclChannels : sp.maxChannels;
+    e.samples.push_back(o.objective(e.cfg, effCh, us));
+    st.samples++;
+    st.lateSamples++;
     think();
   }
 };

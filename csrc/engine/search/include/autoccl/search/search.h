@@ -100,9 +100,23 @@ struct Options {
   double minStep = 0.2;         // a dimension stops when its step falls below this (log2 units)
   double stepGainRef = 0.10;    // step *= 1 + gain/stepGainRef (capped x2): AutoCCL's learning rate
   uint64_t lead = 4;            // the plan always covers at least [k, k+lead) once k is asked
-  uint64_t lostAfter = 64;      // a planned sample not delivered after this many later calls is lost
+  // A planned sample is lost (stop waiting for it) when a sample of a call >= k + reorderSlack has
+  // arrived (one task's kernels run in stream order), or when lostAfter later calls were planned and,
+  // with a clock, lostAfterMs have passed since it was planned (the host may run hundreds of calls
+  // ahead of the GPU in a burst without synchronisation: nccl-tests' warm-up), or in any case after
+  // lostAfterHard later calls (bounds a search whose samples never come).
+  uint64_t lostAfter = 64;
+  uint64_t reorderSlack = 32;
+  uint64_t lostAfterMs = 3000;
+  uint64_t lostAfterHard = 2048;
+  std::function<uint64_t()> clockMs;  // empty: the call-count rule alone (deterministic tests)
   int maxLostRounds = 3;        // a candidate losing all its samples this often is abandoned
-  uint64_t maxTuningCalls = 144;  // hard bound: after this many tuning calls the incumbent is pinned
+  uint64_t maxTuningCalls = 144;  // after this many exploring calls the incumbent is pinned
+  // Calls spent waiting for samples (the incumbent, timed, while nothing can be decided) more than
+  // freeWaitLag calls after the newest delivered sample do not count against maxTuningCalls, up to
+  // maxWaitCalls per tuning round (a burst of host run-ahead must not end the search unmeasured).
+  uint64_t freeWaitLag = 32;
+  uint64_t maxWaitCalls = 256;
   uint64_t recheckFirst = 256;  // pinned: first drift check after this many calls
   uint64_t recheckMax = 16384;  // ... interval doubles up to this
   int checkSamples = 3;
@@ -122,6 +136,8 @@ struct Hint {
 
 struct Stats {
   uint64_t tuningCalls = 0;     // call indices planned in kTuning
+  uint64_t waitCalls = 0;       // ... of which waiting for samples (the incumbent as filler)
+  uint64_t lateSamples = 0;     // samples that arrived after their call had been given up as lost
   uint64_t candidates = 0;      // distinct configurations measured
   uint64_t samples = 0;         // samples accepted
   uint64_t lostSamples = 0;
