@@ -19,6 +19,19 @@ from collections import defaultdict
 TARGET_MIB = (4, 16, 64, 256, 1024)
 
 
+def select_cycle(rows: list[dict], which: str) -> list[dict]:
+    """Rows of one nccl-tests pass (-N) per run; rows written before `cycle` existed count as pass 0."""
+    if which == "all":
+        return rows
+    if which != "last":
+        return [r for r in rows if r.get("cycle", 0) == int(which)]
+    last: dict[tuple[str, str, str], int] = {}
+    for r in rows:
+        run = (r["plan"], r["launch"], r.get("label", ""))
+        last[run] = max(last.get(run, 0), r.get("cycle", 0))
+    return [r for r in rows if r.get("cycle", 0) == last[(r["plan"], r["launch"], r.get("label", ""))]]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("online")
@@ -26,10 +39,16 @@ def main() -> None:
     ap.add_argument("--launch", default="single")
     ap.add_argument("--plain", help="plain-NCCL rows from another file (default: those in `online`)")
     ap.add_argument("--plan", default="online", help="the tuned rows' plan (online, table)")
+    ap.add_argument(
+        "--cycle",
+        default="last",
+        help="which nccl-tests -N pass to compare: last (busbw after tuning), all, or its index",
+    )
     a = ap.parse_args()
     rows = [r for r in map(json.loads, open(a.online)) if not r.get("summary")]
     if a.plain:
         rows += [r for r in map(json.loads, open(a.plain)) if not r.get("summary")]
+    rows = select_cycle(rows, a.cycle)
     plain_runs: dict[tuple[str, int], list[float]] = defaultdict(list)
     online_runs: dict[tuple[str, int], list[float]] = defaultdict(list)
     for r in rows:

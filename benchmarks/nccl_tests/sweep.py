@@ -66,12 +66,17 @@ class Run:
 
 
 def parse_rows(text: str) -> list[dict[str, object]]:
+    """nccl-tests result rows; `cycle` counts the passes over the sizes (nccl-tests -N), from 0."""
     rows = []
+    cycle, last_bytes = 0, -1
     for line in text.splitlines():
         m = ROW.match(line)
         if not m:
             continue
         g = m.groups()
+        if int(g[0]) <= last_bytes:
+            cycle += 1
+        last_bytes = int(g[0])
 
         def wrong(s: str) -> int | None:
             return None if s == "N/A" else int(s)
@@ -89,6 +94,7 @@ def parse_rows(text: str) -> list[dict[str, object]]:
                 "ip_algbw_gbs": float(g[10]),
                 "ip_busbw_gbs": float(g[11]),
                 "ip_wrong": wrong(g[12]),
+                "cycle": cycle,
             }
         )
     return rows
@@ -244,6 +250,13 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=15)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--check", type=int, default=1, help="nccl-tests -c (data check)")
+    ap.add_argument(
+        "--cycles",
+        type=int,
+        default=1,
+        help="nccl-tests -N: passes over all sizes in one process (rows carry `cycle`; the last one is "
+        "busbw after tuning)",
+    )
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop launching runs after this many seconds")
     ap.add_argument("--timeout-s", type=float, default=150, help="a run longer than this is a hang")
     ap.add_argument("--mpirun", default="mpirun")
@@ -280,6 +293,8 @@ def main() -> int:
                 str(args.warmup),
                 "-c",
                 str(args.check),
+                "-N",
+                str(args.cycles),
             ]
             if args.launch == "single":
                 cmd = [*run.wrapper, *nt, "-g", str(gpus)]

@@ -417,10 +417,10 @@ void Context::onMeasurement(const Measurement& m) {
     int n = std::snprintf(buf, sizeof buf,
                           "{\"ev\":\"time\",\"comm\":\"%s\",\"rank\":%d,\"coll\":\"%s\",\"bytes\":%" PRIu64
                           ",\"pipe\":%d,\"call\":%" PRIu64 ",\"gpu_us\":%.3f,\"nccl_algo\":\"%s\",\"nccl_proto\":\"%s\","
-                          "\"nccl_channels\":%d,\"colls\":%u}",
+                          "\"nccl_channels\":%d,\"colls\":%u,\"kch\":%u,\"start_spread_us\":%.3f}",
                           commHex_.c_str(), rank_, collName(t->key.coll), t->key.bytes, t->key.pipe, m.callIndex,
                           m.gpuUs, ncclAlgoSpelling(m.ncclAlgo), ncclProtoSpelling(m.ncclProto), m.ncclChannels,
-                          m.colls);
+                          m.colls, m.channels, m.startSpreadUs);
     if (n > 0) rt_.trace().writeLine(buf, std::min(static_cast<size_t>(n), sizeof buf - 1));
   }
   if (budgetDone) stopWanting(t);

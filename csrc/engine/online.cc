@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <unordered_map>
 
@@ -245,7 +246,7 @@ class OnlineSource final : public DecisionSource {
 
   std::string traceExtra(const TaskKey& task) const override {
     std::shared_ptr<search::TaskSearch> srch;
-    char waits[160] = "";
+    char waits[320] = "";
     {
       std::lock_guard<std::mutex> lk(mapMu_);
       auto it = tasks_.find(task);
@@ -260,6 +261,11 @@ class OnlineSource final : public DecisionSource {
     }
     if (!srch) return std::string(waits) + ",\"gain\":null,\"converged_at\":null";
     search::Stats st = srch->stats();
+    // what the search got from the GPU: samples used, given up as lost, arrived after being given up
+    std::snprintf(waits + std::strlen(waits), sizeof waits - std::strlen(waits),
+                  ",\"search_samples\":%" PRIu64 ",\"search_lost\":%" PRIu64 ",\"search_late\":%" PRIu64
+                  ",\"search_wait_calls\":%" PRIu64,
+                  st.samples, st.lostSamples, st.lateSamples, st.waitCalls);
     std::vector<search::Segment> plan = srch->plan();
     uint64_t from = plan.empty() ? 0 : plan.front().begin;  // calls before: NCCL's default (not yet registered)
     char buf[400];

@@ -20,7 +20,8 @@ struct TimingMatcher::Decision {
   Config applied;
   uint32_t collsAssigned = 0, collsDone = 0, skips = 0;
   bool inQueue = false, abandoned = false;
-  uint64_t minStart = UINT64_MAX, maxStop = 0;
+  uint64_t minStart = UINT64_MAX, maxStop = 0, maxStart = 0;
+  uint32_t channels = 0;  // KernelCh events that reported
   int ncclAlgo = -1, ncclProto = -1, ncclChannels = 0;
   Decision* nextFree = nullptr;
 };
@@ -31,7 +32,7 @@ struct alignas(16) TimingMatcher::Record {
   Decision* decision = nullptr;
   uint32_t nChannels = 0, started = 0, stopped = 0;
   bool collStopped = false, complete = false;
-  uint64_t minStart = UINT64_MAX, maxStop = 0;
+  uint64_t minStart = UINT64_MAX, maxStop = 0, maxStart = 0;
   Record* nextFree = nullptr;
 };
 
@@ -224,6 +225,8 @@ void TimingMatcher::maybeComplete(Decision* d) {
     m.bytes = d->bytes;
     m.applied = d->applied;
     m.gpuUs = static_cast<double>(d->maxStop - d->minStart) / 1000.0;
+    m.startSpreadUs = d->maxStart > d->minStart ? static_cast<double>(d->maxStart - d->minStart) / 1000.0 : 0.0;
+    m.channels = d->channels;
     m.ncclAlgo = d->ncclAlgo;
     m.ncclProto = d->ncclProto;
     m.ncclChannels = d->ncclChannels;
@@ -241,6 +244,7 @@ void* TimingMatcher::kernelChStart(void* collHandle, uint64_t startNs) {
   if (r->complete) return nullptr;
   ++r->started;
   r->minStart = std::min(r->minStart, startNs);
+  r->maxStart = std::max(r->maxStart, startNs);
   // Tag the low bit: the same record, but recognisable as a channel handle in recordEventState.
   return reinterpret_cast<char*>(r) + 1;
 }
@@ -264,6 +268,8 @@ void TimingMatcher::recordStop(Record* r, uint64_t stopNs) {
   Decision* d = r->decision;
   d->minStart = std::min(d->minStart, r->minStart);
   d->maxStop = std::max(d->maxStop, r->maxStop);
+  d->maxStart = std::max(d->maxStart, r->maxStart);
+  d->channels += r->stopped;
   ++d->collsDone;
   maybeComplete(d);
   r->decision = nullptr;

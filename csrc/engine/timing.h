@@ -37,6 +37,9 @@ struct Measurement {
   int ncclProto = -1;
   int ncclChannels = 0;
   uint32_t colls = 0;       // Coll events in the batch
+  uint32_t channels = 0;    // KernelCh events (all Colls of the batch)
+  double startSpreadUs = 0; // latest minus earliest channel start (diagnostic: a kernel's channels
+                            // start together, so a large spread points at a stale timestamp)
 };
 
 struct MatcherCounters {

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# GPU call (issue 3, session of 2026-11-22 b): busbw after tuning inside one process. nccl-tests -N 3 runs
+# the timed pass over all sizes three times after the warm-up; the last pass is "after tuning" (the
+# search had the warm-up and two passes). Plain NCCL runs the same -N 3 and is compared on its last pass
+# too. Engine of this commit: samples are given up by time and by later samples (not after 64 calls),
+# so the warm-up burst's samples count; a task's timing need ends when its samples arrive.
+# Per launch (one process per GPU, then one process for 4 GPUs): plain, online, plain, online (the
+# repetition: AG/RS/AR only), 1 MiB-1 GiB, -w 200 -n 40 -c 1, 64-channel communicators for online.
+# Usage on the GPU machine, from the repo root:  OUT=... bash benchmarks/nccl_tests/gpu_cycles_check.sh
+source benchmarks/nccl_tests/setup_gpu.sh || exit 1
+cmake -S . -B /tmp/acbuild -G Ninja -DCMAKE_BUILD_TYPE=Release -DAUTOCCL_BUILD_PYTHON=OFF -DAUTOCCL_BUILD_TESTS=OFF \
+  > /tmp/acbuild.log 2>&1 && cmake --build /tmp/acbuild --target autoccl_nccl -j 16 >> /tmp/acbuild.log 2>&1 \
+  || { tail -40 /tmp/acbuild.log; exit 1; }
+export AUTOCCL_LIB_DIR=/tmp/acbuild/lib PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || cp COMMIT "$OUT/commit.txt" 2>/dev/null || true
+S="python3 benchmarks/nccl_tests/sweep.py --bin $NT_BIN --warmup 200 --iters 40 --cycles 3"
+left() { echo $(( ${CALL_LIMIT_S:-560} - SECONDS )); }
+mkdir -p /tmp/res
+O=benchmarks/results/h200x4/nccl_tests/env_oracle_best.json
+R=benchmarks/nccl_tests/online_report.py
+for launch in mpi single; do
+  export AUTOCCL_CACHE_DIR=/tmp/cache-$launch; rm -rf "$AUTOCCL_CACHE_DIR"
+  for rep in 1 2; do
+    colls=all_gather,reduce_scatter,all_reduce,broadcast,reduce
+    [ $rep = 2 ] && colls=all_gather,reduce_scatter,all_reduce
+    echo "== $launch rep $rep (${SECONDS} s)"
+    $S --plan plain-long --launch $launch --colls $colls --logdir /tmp/ntlogs/$launch-plain$rep \
+      --out /tmp/res/${launch}_plain.jsonl --budget-s "$(left)"
+    # each online run starts cold: no table from an earlier run
+    rm -rf "$AUTOCCL_CACHE_DIR"
+    $S --plan online --launch $launch --colls $colls --online-ceiling 64 --keep-traces /tmp/traces/$launch-online$rep \
+      --logdir /tmp/ntlogs/$launch-online$rep --out /tmp/res/${launch}_online.jsonl --budget-s "$(left)"
+  done
+  for c in last 0; do
+    python3 $R /tmp/res/${launch}_online.jsonl $O --plain /tmp/res/${launch}_plain.jsonl --launch $launch \
+      --cycle $c > /tmp/res/report_${launch}_cycle-$c.md 2>&1
+    echo "$launch cycle $c: $(tail -1 /tmp/res/report_${launch}_cycle-$c.md)"
+  done
+  for t in /tmp/traces/$launch-online*; do
+    python3 benchmarks/nccl_tests/timing_summary.py "$t" > "/tmp/res/timing_$(basename "$t").md" 2>&1
+  done
+done
+python3 benchmarks/nccl_tests/pinned_configs.py /tmp/traces > /tmp/res/pinned.md 2>&1
+tar -C /tmp -czf "$OUT/results.tgz" res
+tar -C /tmp -czf "$OUT/logs.tgz" ntlogs traces acbuild.log 2>/dev/null
+echo "total ${SECONDS} s"
