@@ -417,10 +417,10 @@ void Context::onMeasurement(const Measurement& m) {
     int n = std::snprintf(buf, sizeof buf,
                           "{\"ev\":\"time\",\"comm\":\"%s\",\"rank\":%d,\"coll\":\"%s\",\"bytes\":%" PRIu64
                           ",\"pipe\":%d,\"call\":%" PRIu64 ",\"gpu_us\":%.3f,\"nccl_algo\":\"%s\",\"nccl_proto\":\"%s\","
-                          "\"nccl_channels\":%d,\"colls\":%u,\"kch\":%u,\"start_spread_us\":%.3f}",
+                          "\"nccl_channels\":%d,\"colls\":%u,\"kch\":%u,\"start_spread_us\":%.3f,\"stale_ch\":%u}",
                           commHex_.c_str(), rank_, collName(t->key.coll), t->key.bytes, t->key.pipe, m.callIndex,
                           m.gpuUs, ncclAlgoSpelling(m.ncclAlgo), ncclProtoSpelling(m.ncclProto), m.ncclChannels,
-                          m.colls, m.channels, m.startSpreadUs);
+                          m.colls, m.channels, m.startSpreadUs, m.staleChannels);
     if (n > 0) rt_.trace().writeLine(buf, std::min(static_cast<size_t>(n), sizeof buf - 1));
   }
   if (budgetDone) stopWanting(t);
@@ -497,9 +497,10 @@ void Context::finalizeTuner() {
     int n = std::snprintf(buf, sizeof buf,
                           "{\"ev\":\"matcher\",\"comm\":\"%s\",\"rank\":%d,\"decisions\":%" PRIu64 ",\"measurements\":%" PRIu64
                           ",\"matched_colls\":%" PRIu64 ",\"unmatched_colls\":%" PRIu64 ",\"dropped_gap\":%" PRIu64
-                          ",\"dropped_skip\":%" PRIu64 ",\"dropped_overflow\":%" PRIu64 ",\"dropped_mismatch\":%" PRIu64 "}",
+                          ",\"dropped_skip\":%" PRIu64 ",\"dropped_overflow\":%" PRIu64 ",\"dropped_mismatch\":%" PRIu64
+                          ",\"stale_starts\":%" PRIu64 "}",
                           commHex_.c_str(), rank_, c.decisions, c.measurements, c.matchedColls, c.unmatchedColls,
-                          c.droppedGap, c.droppedSkip, c.droppedOverflow, c.droppedMismatch);
+                          c.droppedGap, c.droppedSkip, c.droppedOverflow, c.droppedMismatch, c.staleStarts);
     if (n > 0) rt_.trace().writeLine(buf, std::min(static_cast<size_t>(n), sizeof buf - 1));
     rt_.trace().flush();
   }

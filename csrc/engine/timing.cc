@@ -11,6 +11,12 @@ constexpr size_t kChunk = 64;        // pool growth step
 constexpr size_t kMatchWindow = 16;  // how far past the head a Coll may match (bin reordering)
 constexpr uint32_t kMaxSkips = 4;    // a fresh head passed over this often is stale
 constexpr uint32_t kRecordMagic = 0x41434331;  // "ACC1": sanity tag for handles we gave out
+// A kernel's channels start together (its CTAs launch at once). On 4 x H200 (NCCL 2.28, one process per
+// GPU) some KernelCh events of rank 0 carried a start 5-33 ms older than the call's other channels,
+// with a normal stop: a stale timestamp, which made a 7 us all_reduce read as 8 ms. Starts more than
+// this before the call's latest channel start are treated as stale and left out of the duration.
+constexpr uint64_t kStaleStartNs = 1000000;
+constexpr uint32_t kTrackedStarts = 64;  // NCCL's MAXCHANNELS; beyond it only min/max are kept
 }  // namespace
 
 struct TimingMatcher::Decision {
@@ -22,6 +28,8 @@ struct TimingMatcher::Decision {
   bool inQueue = false, abandoned = false;
   uint64_t minStart = UINT64_MAX, maxStop = 0, maxStart = 0;
   uint32_t channels = 0;  // KernelCh events that reported
+  uint32_t nStarts = 0;   // channel starts kept in `starts` (all of them unless > kTrackedStarts)
+  uint64_t starts[kTrackedStarts];
   int ncclAlgo = -1, ncclProto = -1, ncclChannels = 0;
   Decision* nextFree = nullptr;
 };
@@ -218,15 +226,27 @@ void TimingMatcher::maybeComplete(Decision* d) {
     return;
   }
   if (d->inQueue || d->remaining != 0) return;
-  if (d->maxStop > d->minStart) {
+  // Leave stale channel starts out (see kStaleStartNs); the spread is reported before that.
+  uint64_t freshStart = d->minStart;
+  uint32_t stale = 0;
+  if (d->maxStart > kStaleStartNs && d->minStart < d->maxStart - kStaleStartNs && d->nStarts <= kTrackedStarts) {
+    freshStart = d->maxStart;
+    for (uint32_t i = 0; i < d->nStarts; ++i) {
+      if (d->starts[i] < d->maxStart - kStaleStartNs) ++stale;
+      else freshStart = std::min(freshStart, d->starts[i]);
+    }
+    counters_.staleStarts += stale;
+  }
+  if (d->maxStop > freshStart) {
     Measurement m;
     m.cookie = d->cookie;
     m.callIndex = d->callIndex;
     m.bytes = d->bytes;
     m.applied = d->applied;
-    m.gpuUs = static_cast<double>(d->maxStop - d->minStart) / 1000.0;
+    m.gpuUs = static_cast<double>(d->maxStop - freshStart) / 1000.0;
     m.startSpreadUs = d->maxStart > d->minStart ? static_cast<double>(d->maxStart - d->minStart) / 1000.0 : 0.0;
     m.channels = d->channels;
+    m.staleChannels = stale;
     m.ncclAlgo = d->ncclAlgo;
     m.ncclProto = d->ncclProto;
     m.ncclChannels = d->ncclChannels;
@@ -245,6 +265,10 @@ void* TimingMatcher::kernelChStart(void* collHandle, uint64_t startNs) {
   ++r->started;
   r->minStart = std::min(r->minStart, startNs);
   r->maxStart = std::max(r->maxStart, startNs);
+  if (Decision* d = r->decision) {
+    if (d->nStarts < kTrackedStarts) d->starts[d->nStarts] = startNs;
+    ++d->nStarts;
+  }
   // Tag the low bit: the same record, but recognisable as a channel handle in recordEventState.
   return reinterpret_cast<char*>(r) + 1;
 }

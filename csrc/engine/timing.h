@@ -38,13 +38,14 @@ struct Measurement {
   int ncclChannels = 0;
   uint32_t colls = 0;       // Coll events in the batch
   uint32_t channels = 0;    // KernelCh events (all Colls of the batch)
-  double startSpreadUs = 0; // latest minus earliest channel start (diagnostic: a kernel's channels
-                            // start together, so a large spread points at a stale timestamp)
+  double startSpreadUs = 0; // latest minus earliest channel start, stale ones included (diagnostic)
+  uint32_t staleChannels = 0;  // channel starts left out of gpuUs as stale (see timing.cc)
 };
 
 struct MatcherCounters {
   uint64_t decisions = 0, matchedColls = 0, unmatchedColls = 0, measurements = 0;
   uint64_t droppedGap = 0, droppedSkip = 0, droppedOverflow = 0, droppedMismatch = 0, collPoolFull = 0;
+  uint64_t staleStarts = 0;  // channel starts left out of a duration as stale
 };
 
 class TimingMatcher {

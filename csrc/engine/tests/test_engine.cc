@@ -360,6 +360,43 @@ void testTimingBasic() {
   CHECK(m.kernelChStart(nullptr, 1) == nullptr);
 }
 
+// A channel whose start is a stale timestamp (milliseconds before the call's other channels; seen on
+// 4 x H200) is left out of the duration, and counted.
+void testTimingStaleStart() {
+  Sink sink;
+  TimingMatcher m(sink.fn());
+  m.pushDecision(kAllReduce, 1000, Config{}, &cookieA, 0);
+  void* h = m.collStart(kAllReduce, 0, 1000, 3, kRing, kLL);
+  CHECK(h != nullptr);
+  const uint64_t t0 = 50000000;  // 50 ms into the GPU clock
+  void* c0 = m.kernelChStart(h, t0);
+  void* c1 = m.kernelChStart(h, t0 - 8400000);  // 8.4 ms stale
+  void* c2 = m.kernelChStart(h, t0 + 300);
+  TimingMatcher::eventStop(h);
+  TimingMatcher::kernelChStop(c0, t0 + 6000);
+  TimingMatcher::kernelChStop(c1, t0 + 6500);
+  TimingMatcher::kernelChStop(c2, t0 + 5000);
+  CHECK_EQ(sink.got.size(), size_t(1));
+  if (sink.got.size() != 1) return;
+  CHECK_NEAR(sink.got[0].gpuUs, 6.5, 1e-9);  // (t0 + 6500) - t0, not 8406.5
+  CHECK_EQ(sink.got[0].staleChannels, 1u);
+  CHECK_EQ(sink.got[0].channels, 3u);
+  CHECK_NEAR(sink.got[0].startSpreadUs, 8400.3, 1e-6);
+  CHECK_EQ(m.counters().staleStarts, uint64_t(1));
+  // Channels spread by less than the stale gap all count (a slow start is real time).
+  m.pushDecision(kAllReduce, 1000, Config{}, &cookieA, 1);
+  h = m.collStart(kAllReduce, 1, 1000, 2, kRing, kLL);
+  c0 = m.kernelChStart(h, t0 + 100000);
+  c1 = m.kernelChStart(h, t0 + 100000 + 400000);  // 0.4 ms later
+  TimingMatcher::eventStop(h);
+  TimingMatcher::kernelChStop(c0, t0 + 600000);
+  TimingMatcher::kernelChStop(c1, t0 + 700000);
+  CHECK_EQ(sink.got.size(), size_t(2));
+  if (sink.got.size() != 2) return;
+  CHECK_NEAR(sink.got[1].gpuUs, 600.0, 1e-9);
+  CHECK_EQ(sink.got[1].staleChannels, 0u);
+}
+
 void testTimingReorderAndAggregation() {
   Sink sink;
   TimingMatcher m(sink.fn());
@@ -744,6 +781,7 @@ int main(int argc, char** argv) {
       {"fingerprint", testFingerprint},
       {"table", testTable},
       {"timing_basic", testTimingBasic},
+      {"timing_stale_start", testTimingStaleStart},
       {"timing_reorder_aggregation", testTimingReorderAndAggregation},
       {"timing_gap_mismatch", testTimingGapAndMismatch},
       {"coll_bytes", testCollBytes},

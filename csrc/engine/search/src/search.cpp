@@ -124,6 +124,7 @@ struct TaskSearch::Impl {
   // pinned state
   Config pinnedCfg;
   double pinnedRef = 0;
+  bool refSteady = false;  // pinnedRef comes from a check (steady state), not from the tuning phase
   double pinnedNoise = 0;
   uint64_t interval = 0;
   int checkEval = -1;
@@ -328,6 +329,7 @@ struct TaskSearch::Impl {
     pinnedCfg = c;
     pinnedCfg.measure = false;
     pinnedRef = ref;
+    refSteady = false;
     pinnedNoise = noise;
     interval = o.recheckFirst;
     driftCount = 0;
@@ -629,7 +631,14 @@ struct TaskSearch::Impl {
     if (checkEval < 0) return;
     Eval& c = evals[static_cast<size_t>(checkEval)];
     if (!c.finished()) return;
-    if (!c.samples.empty() && pinnedRef > 0) {
+    if (!c.samples.empty() && !refSteady) {
+      // The first check sets the reference: times taken while tuning (other configurations interleaved,
+      // a warm-up burst of back-to-back launches) need not match the job's steady state, and comparing
+      // with them re-tuned tasks that had not moved (nccl-tests on 4 x H200, 2026-11-22).
+      pinnedRef = c.med();
+      refSteady = true;
+      driftCount = 0;
+    } else if (!c.samples.empty() && pinnedRef > 0) {
       double ratio = c.med() / pinnedRef;
       double thr = std::max(o.driftThreshold, 3.0 * pinnedNoise);
       if (std::fabs(ratio - 1.0) > thr) driftCount++;
