@@ -127,6 +127,8 @@ struct TaskSearch::Impl {
   bool refSteady = false;  // pinnedRef comes from a check (steady state), not from the tuning phase
   double pinnedNoise = 0;
   uint64_t interval = 0;
+  uint64_t nextCheckAt = 0;  // first call of the next drift check
+  uint64_t checkEnd = 0;     // end of the last check segment
   int checkEval = -1;
   int driftCount = 0;
   bool verifyNextDefault = true;
@@ -332,6 +334,7 @@ struct TaskSearch::Impl {
     refSteady = false;
     pinnedNoise = noise;
     interval = o.recheckFirst;
+    nextCheckAt = planned + interval;
     driftCount = 0;
     checkEval = -1;
     pending.clear();
@@ -657,6 +660,7 @@ struct TaskSearch::Impl {
     }
     if (driftCount == 0) interval = std::min(interval * 2, o.recheckMax);
     else interval = std::max<uint64_t>(o.recheckFirst / 4, 1);
+    nextCheckAt = checkEnd + interval;
   }
 
   void think() {
@@ -752,12 +756,15 @@ struct TaskSearch::Impl {
         return;
       }
       case Mode::kPinned: {
-        if (checkEval < 0 && (segs.empty() || segs.back().phase != Phase::kPinned)) {
-          add(Segment{planned, planned + interval, pinnedCfg, Phase::kPinned});
-          return;
-        }
         if (checkEval >= 0) {  // check still running: stay pinned (untimed) until it reports
           add(Segment{planned, planned + std::max<uint64_t>(interval / 4, 1), pinnedCfg, Phase::kPinned});
+          return;
+        }
+        // The interval runs from the end of the last check, not from when its samples arrived: a
+        // waiting segment above must not be followed by another check at once (checks every ~70
+        // calls kept GPU timing on in nccl-tests' timed passes, 2026-11-22).
+        if (planned < nextCheckAt) {
+          add(Segment{planned, nextCheckAt, pinnedCfg, Phase::kPinned});
           return;
         }
         Eval c;
@@ -766,6 +773,7 @@ struct TaskSearch::Impl {
         evals.push_back(c);
         checkEval = static_cast<int>(evals.size()) - 1;
         schedule(checkEval, static_cast<uint64_t>(o.checkSamples), Phase::kCheck);
+        checkEnd = planned;
         return;
       }
       case Mode::kVerify: {

@@ -484,6 +484,19 @@ void drift() {
   TaskSearch s(m.space, o);
   drive(s, m, rng, 20000, 3, 0);
   CHECK(s.stats().retunes == 0);
+  // Checks follow the doubling interval even when their samples arrive many calls late: after a check
+  // the next one comes `interval` calls after it, not right after the wait for its samples.
+  {
+    std::mt19937_64 r2(4);
+    Model m2 = h200Model(r2, 1 << 24);
+    TaskSearch s2(m2.space, Options());
+    drive(s2, m2, r2, 20000, 12, 0);
+    int checks = 0;
+    for (const Segment& g : s2.plan()) checks += g.phase == Phase::kCheck ? 1 : 0;
+    std::printf("checks in 20000 calls with samples up to 12 calls late: %d\n", checks);
+    CHECK(checks <= 7);  // 256, 512, ... 16384 calls apart (10 when each wait for samples shortened the interval)
+    CHECK(s2.stats().retunes == 0);
+  }
 }
 
 void objective() {
