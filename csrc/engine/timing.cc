@@ -12,10 +12,12 @@ constexpr size_t kMatchWindow = 16;  // how far past the head a Coll may match (
 constexpr uint32_t kMaxSkips = 4;    // a fresh head passed over this often is stale
 constexpr uint32_t kRecordMagic = 0x41434331;  // "ACC1": sanity tag for handles we gave out
 // A kernel's channels start together (its CTAs launch at once). On 4 x H200 (NCCL 2.28, one process per
-// GPU) some KernelCh events of rank 0 carried a start 5-33 ms older than the call's other channels,
-// with a normal stop: a stale timestamp, which made a 7 us all_reduce read as 8 ms. Starts more than
-// this before the call's latest channel start are treated as stale and left out of the duration.
-constexpr uint64_t kStaleStartNs = 1000000;
+// GPU) KernelCh events of rank 0 carried starts 20 us-41 ms older than the call's latest channel start
+// (up to 50 of 64 channels), with normal stops: stale timestamps, which made a 7 us all_reduce read as
+// 8 ms and a 53 us reduce_scatter as 300 us. Legitimate spreads were < 2 us in 98,000 samples (both
+// launch kinds, 2026-11-22), stale ones >= 20 us. Starts more than this before the call's latest
+// channel start are left out of the duration.
+constexpr uint64_t kStaleStartNs = 10000;
 constexpr uint32_t kTrackedStarts = 64;  // NCCL's MAXCHANNELS; beyond it only min/max are kept
 }  // namespace
 

@@ -383,7 +383,7 @@ void testTimingStaleStart() {
   CHECK_EQ(sink.got[0].channels, 3u);
   CHECK_NEAR(sink.got[0].startSpreadUs, 8400.3, 1e-6);
   CHECK_EQ(m.counters().staleStarts, uint64_t(1));
-  // Channels spread by less than the stale gap all count (a slow start is real time).
+  // Stale starts need not be milliseconds old: 0.4 ms before the latest start is stale too.
   m.pushDecision(kAllReduce, 1000, Config{}, &cookieA, 1);
   h = m.collStart(kAllReduce, 1, 1000, 2, kRing, kLL);
   c0 = m.kernelChStart(h, t0 + 100000);
@@ -393,8 +393,20 @@ void testTimingStaleStart() {
   TimingMatcher::kernelChStop(c1, t0 + 700000);
   CHECK_EQ(sink.got.size(), size_t(2));
   if (sink.got.size() != 2) return;
-  CHECK_NEAR(sink.got[1].gpuUs, 600.0, 1e-9);
-  CHECK_EQ(sink.got[1].staleChannels, 0u);
+  CHECK_NEAR(sink.got[1].gpuUs, 200.0, 1e-9);  // from the latest start: the 0.4 ms earlier one is stale
+  CHECK_EQ(sink.got[1].staleChannels, 1u);
+  // A few microseconds of spread is a real start skew: it counts.
+  m.pushDecision(kAllReduce, 1000, Config{}, &cookieA, 2);
+  h = m.collStart(kAllReduce, 2, 1000, 2, kRing, kLL);
+  c0 = m.kernelChStart(h, t0 + 1000000);
+  c1 = m.kernelChStart(h, t0 + 1000000 + 2000);  // 2 us later
+  TimingMatcher::eventStop(h);
+  TimingMatcher::kernelChStop(c0, t0 + 1010000);
+  TimingMatcher::kernelChStop(c1, t0 + 1011000);
+  CHECK_EQ(sink.got.size(), size_t(3));
+  if (sink.got.size() != 3) return;
+  CHECK_NEAR(sink.got[2].gpuUs, 11.0, 1e-9);
+  CHECK_EQ(sink.got[2].staleChannels, 0u);
 }
 
 void testTimingReorderAndAggregation() {
