@@ -41,6 +41,19 @@ for launch in mpi single; do
   done
 done
 python3 benchmarks/nccl_tests/pinned_configs.py /tmp/traces > /tmp/res/pinned.md 2>&1
+# torchrun (one process per GPU): results under online tuning vs plain NCCL, checked every iteration
+if [ "$(left)" -gt 100 ]; then
+  EQ=benchmarks/torch_check/equivalence.py; TR="torchrun --nproc-per-node $NGPU"; rm -rf "$AUTOCCL_CACHE_DIR"
+  $TR $EQ --iters 50 --out /tmp/res/eq_plain.json 2>&1 | grep -E "^equivalence|Error" | tail -3
+  python3 -m autoccl run --mode online --channel-ceiling 64 --trace /tmp/traces/eq_online -- \
+    $TR $EQ --iters 50 --out /tmp/res/eq_online.json 2>&1 | grep -E "^equivalence|Error" | tail -3
+  echo "[online equivalence] $(python3 $EQ --compare /tmp/res/eq_plain.json /tmp/res/eq_online.json | tail -1)"
+  python3 -c "
+import sys; sys.path.insert(0, 'benchmarks/nccl_tests'); import sweep, glob
+print('[online equivalence] cross-rank', sweep.cross_rank_agreement(glob.glob('/tmp/traces/eq_online*.jsonl')))"
+else
+  echo "[online equivalence] skipped: $(left) s left"
+fi
 tar -C /tmp -czf "$OUT/results.tgz" res
 tar -C /tmp -czf "$OUT/logs.tgz" ntlogs traces acbuild.log 2>/dev/null
 echo "total ${SECONDS} s"
