@@ -7,6 +7,7 @@
 # Per launch (one process per GPU, then one process for 4 GPUs): plain, online, plain, online (the
 # repetition: AG/RS/AR only), 1 MiB-1 GiB, -w 200 -n 40 -c 1, 64-channel communicators for online.
 # Usage on the GPU machine, from the repo root:  OUT=... bash benchmarks/nccl_tests/gpu_cycles_check.sh
+# Shorter: REPS=1 COLLS=all_gather,reduce_scatter,all_reduce EQ=0 (one repetition, three collectives, no torchrun).
 source benchmarks/nccl_tests/setup_gpu.sh || exit 1
 cmake -S . -B /tmp/acbuild -G Ninja -DCMAKE_BUILD_TYPE=Release -DAUTOCCL_BUILD_PYTHON=OFF -DAUTOCCL_BUILD_TESTS=OFF \
   > /tmp/acbuild.log 2>&1 && cmake --build /tmp/acbuild --target autoccl_nccl -j 16 >> /tmp/acbuild.log 2>&1 \
@@ -20,8 +21,8 @@ O=benchmarks/results/h200x4/nccl_tests/env_oracle_best.json
 R=benchmarks/nccl_tests/online_report.py
 for launch in mpi single; do
   export AUTOCCL_CACHE_DIR=/tmp/cache-$launch; rm -rf "$AUTOCCL_CACHE_DIR"
-  for rep in 1 2; do
-    colls=all_gather,reduce_scatter,all_reduce,broadcast,reduce
+  for rep in $(seq 1 "${REPS:-2}"); do
+    colls=${COLLS:-all_gather,reduce_scatter,all_reduce,broadcast,reduce}
     [ $rep = 2 ] && colls=all_gather,reduce_scatter,all_reduce
     echo "== $launch rep $rep (${SECONDS} s)"
     $S --plan plain-long --launch $launch --colls $colls --logdir /tmp/ntlogs/$launch-plain$rep \
@@ -42,7 +43,7 @@ for launch in mpi single; do
 done
 python3 benchmarks/nccl_tests/pinned_configs.py /tmp/traces > /tmp/res/pinned.md 2>&1
 # torchrun (one process per GPU): results under online tuning vs plain NCCL, checked every iteration
-if [ "$(left)" -gt 100 ]; then
+if [ "${EQ:-1}" = 1 ] && [ "$(left)" -gt 100 ]; then
   EQ=benchmarks/torch_check/equivalence.py; TR="torchrun --nproc-per-node $NGPU"; rm -rf "$AUTOCCL_CACHE_DIR"
   $TR $EQ --iters 50 --out /tmp/res/eq_plain.json 2>&1 | grep -E "^equivalence|Error" | tail -3
   python3 -m autoccl run --mode online --channel-ceiling 64 --trace /tmp/traces/eq_online -- \
