@@ -151,7 +151,11 @@ class OnlineSource final : public DecisionSource {
       s->haveSeg = true;
       if (authority_) onNewSegment(s);
     }
-    if (authority_) updateNeed(s, k);
+    if (authority_) {
+      s->lastCallSeen = ++callsSeen_;
+      updateNeed(s, k);
+      if (!holders_.empty()) releaseIdleHolders(s);
+    }
     Decision d;
     d.source = Source::Online;
     const search::Config& c = s->seg.cfg;
@@ -290,6 +294,8 @@ class OnlineSource final : public DecisionSource {
     // authority, enqueue thread (needing/tailOnly/lastMeasured also read by the measurement thread):
     std::atomic<bool> needing{false};   // changed under needMu_ only
     std::atomic<bool> tailOnly{false};  // needing only until the samples of lastMeasured are in
+    bool pinnedNeed = false;            // needing outside the tuning phase (a check, or its lookahead)
+    uint64_t lastCallSeen = 0;          // callsSeen_ at this task's latest call
     bool anyMeasured = false;
     std::atomic<uint64_t> lastMeasured{0};
     uint64_t needUntil = 0;
@@ -374,8 +380,37 @@ class OnlineSource final : public DecisionSource {
       tail = want;
     }
     s->tailOnly.store(tail, std::memory_order_relaxed);
+    s->pinnedNeed = want && g.phase != search::Phase::kTuning;
+    if (want && s->pinnedNeed && std::find(holders_.begin(), holders_.end(), s) == holders_.end()) holders_.push_back(s);
     if (want == s->needing.load(std::memory_order_relaxed)) return;
     setNeeding(s, want, false);
+  }
+
+  // A converged task that needs timing for a check (or the calls just before one) and then is not
+  // called for a while would keep every call of the process timed until its next call: nccl-tests
+  // times all other sizes in between, a training step all other tasks. Once its samples are in and
+  // kIdleCalls calls of other tasks have passed, it lets go; its next call asks again (the first
+  // check call after the gap may then go untimed: a check counts with the samples that arrive).
+  void releaseIdleHolders(TaskState* current) {
+    constexpr uint64_t kIdleCalls = 16;
+    for (size_t i = 0; i < holders_.size();) {
+      TaskState* h = holders_[i];
+      const bool holding = h->needing.load(std::memory_order_relaxed) && h->pinnedNeed;
+      if (holding && h != current) {
+        const bool samplesIn = !h->anyMeasured || h->delivered.load(std::memory_order_relaxed) >
+                                                       h->lastMeasured.load(std::memory_order_relaxed);
+        if (!samplesIn || callsSeen_ - h->lastCallSeen < kIdleCalls) {
+          ++i;
+          continue;
+        }
+        setNeeding(h, false, false);
+      } else if (holding) {
+        ++i;
+        continue;
+      }
+      holders_[i] = holders_.back();
+      holders_.pop_back();
+    }
   }
 
   // Any thread. onlyIfTail: the measurement thread's release, valid only while the task still just
@@ -413,6 +448,8 @@ class OnlineSource final : public DecisionSource {
   std::mutex needMu_;             // need transitions (rare): TaskState::needing, needing_, bootstrap_
   std::atomic<int> needing_{0};
   std::atomic<int> commCap_{0};  // largest channel count NCCL ran a capped request on (0: none seen)
+  uint64_t callsSeen_ = 0;              // authority, enqueue thread: calls of all tasks so far
+  std::vector<TaskState*> holders_;     // authority, enqueue thread: tasks needing timing while converged
   bool bootstrap_ = false;  // guarded by needMu_
 };
 

@@ -700,13 +700,17 @@ struct TaskSearch::Impl {
     if (e.lostThisRound) {
       e.lostThisRound = false;
       if (e.samples.empty()) e.lostRounds++;
+      const int id = static_cast<int>(&e - evals.data());
       if (e.n() < e.want) {
-        if (e.lostRounds >= o.maxLostRounds) {
+        if (mode == Mode::kPinned && id == checkEval) {
+          // a drift check is not repeated: it counts with what arrived (nothing: no comparison)
+          if (e.samples.empty()) e.dead = true;
+          else e.want = e.n();
+        } else if (e.lostRounds >= o.maxLostRounds) {
           // keep what arrived if anything did; a candidate with no samples at all is abandoned
           if (e.samples.empty()) e.dead = true;
           else e.want = e.n();
         } else {
-          int id = static_cast<int>(&e - evals.data());
           queue.push_back(id);
         }
       }
