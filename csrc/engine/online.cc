@@ -12,7 +12,11 @@ namespace autoccl::engine {
 
 namespace {
 
-constexpr uint64_t kNeedLookahead = 8;   // timing on this many calls before a planned check block
+// Timing on this many calls before a segment ends (a check block may follow): NCCL reads the mask when
+// a group starts, so the call before the check must switch it on. More costs time where the host is the
+// bottleneck: with one process for 2 GPUs, 8 timed calls before each check doubled a 4 MiB all_gather's
+// out-of-place time in nccl-tests' last pass (49 us vs 23 us in-place, 2026-11-22).
+constexpr uint64_t kNeedLookahead = 2;
 constexpr uint64_t kNeedTail = 64;       // ... and at most this long after the last measured call
 constexpr int kLocalWaitMs = 2000;       // in-process board: wait for all ranks of a comm to attach
 constexpr int kSealMs = 5000;            // TCP server: unanswered NEED -> final NCCL default
