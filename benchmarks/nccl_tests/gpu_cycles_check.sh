@@ -13,7 +13,8 @@ cmake -S . -B /tmp/acbuild -G Ninja -DCMAKE_BUILD_TYPE=Release -DAUTOCCL_BUILD_P
   > /tmp/acbuild.log 2>&1 && cmake --build /tmp/acbuild --target autoccl_nccl -j 16 >> /tmp/acbuild.log 2>&1 \
   || { tail -40 /tmp/acbuild.log; exit 1; }
 export AUTOCCL_LIB_DIR=/tmp/acbuild/lib PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
-git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || cp COMMIT "$OUT/commit.txt" 2>/dev/null || true
+# the snapshot's COMMIT (git rev-parse on the machine reads the machine copy's .git, not the snapshot)
+cp COMMIT "$OUT/commit.txt" 2>/dev/null || git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || true
 S="python3 benchmarks/nccl_tests/sweep.py --bin $NT_BIN --warmup 200 --iters 40 --cycles 3"
 left() { echo $(( ${CALL_LIMIT_S:-560} - SECONDS )); }
 mkdir -p /tmp/res
