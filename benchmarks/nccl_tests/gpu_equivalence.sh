@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# GPU call (issue 3): torchrun (one process per GPU) all_gather_into_tensor, reduce_scatter_tensor and
+# all_reduce under online tuning against plain NCCL, every iteration checked against a local reference,
+# and every call's configuration compared across ranks. No nccl-tests build (quick).
+# Usage on the GPU machine, from the repo root:  OUT=... bash benchmarks/nccl_tests/gpu_equivalence.sh
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+cp COMMIT "$OUT/commit.txt" 2>/dev/null || true
+nvidia-smi -L > "$OUT/machine.txt"; NGPU=$(nvidia-smi -L | wc -l)
+cmake -S . -B /tmp/acbuild -G Ninja -DCMAKE_BUILD_TYPE=Release -DAUTOCCL_BUILD_PYTHON=OFF -DAUTOCCL_BUILD_TESTS=OFF \
+  > /tmp/acbuild.log 2>&1 && cmake --build /tmp/acbuild --target autoccl_nccl -j 16 >> /tmp/acbuild.log 2>&1 \
+  || { tail -40 /tmp/acbuild.log; exit 1; }
+export AUTOCCL_LIB_DIR=/tmp/acbuild/lib PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} AUTOCCL_CACHE_DIR=/tmp/eq-cache
+EQ=benchmarks/torch_check/equivalence.py; TR="torchrun --nproc-per-node $NGPU"
+$TR $EQ --iters ${ITERS:-50} --out "$OUT/eq_plain.json" 2>&1 | grep -E "^equivalence|Error" | tail -3
+python3 -m autoccl run --mode online --channel-ceiling 64 --trace /tmp/traces/eq_online -- \
+  $TR $EQ --iters ${ITERS:-50} --out "$OUT/eq_online.json" 2>&1 | grep -E "^equivalence|Error" | tail -3
+echo "[online equivalence] $(python3 $EQ --compare "$OUT/eq_plain.json" "$OUT/eq_online.json" | tail -1)"
+python3 -c "
+import sys; sys.path.insert(0, 'benchmarks/nccl_tests'); import sweep, glob
+print('[online equivalence] cross-rank', sweep.cross_rank_agreement(glob.glob('/tmp/traces/eq_online*.jsonl')))"
+echo "total ${SECONDS} s"
