@@ -12,6 +12,7 @@ cmake -S . -B /tmp/acbuild -G Ninja -DCMAKE_BUILD_TYPE=Release -DAUTOCCL_BUILD_P
   > /tmp/acbuild.log 2>&1 && cmake --build /tmp/acbuild --target autoccl_nccl -j 16 >> /tmp/acbuild.log 2>&1 \
   || { tail -40 /tmp/acbuild.log; exit 1; }
 export AUTOCCL_LIB_DIR=/tmp/acbuild/lib PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} AUTOCCL_CACHE_DIR=/tmp/eq-cache
+mkdir -p /tmp/traces
 EQ=benchmarks/torch_check/equivalence.py; TR="torchrun --nproc-per-node $NGPU"
 $TR $EQ --iters ${ITERS:-50} --out "$OUT/eq_plain.json" 2>&1 | grep -E "^equivalence|Error" | tail -3
 python3 -m autoccl run --mode online --channel-ceiling 64 --trace /tmp/traces/eq_online -- \
@@ -19,5 +20,7 @@ python3 -m autoccl run --mode online --channel-ceiling 64 --trace /tmp/traces/eq
 echo "[online equivalence] $(python3 $EQ --compare "$OUT/eq_plain.json" "$OUT/eq_online.json" | tail -1)"
 python3 -c "
 import sys; sys.path.insert(0, 'benchmarks/nccl_tests'); import sweep, glob
-print('[online equivalence] cross-rank', sweep.cross_rank_agreement(glob.glob('/tmp/traces/eq_online*.jsonl')))"
+f = glob.glob('/tmp/traces/eq_online*.jsonl')
+print('[online equivalence] trace files', len(f), 'tuned calls', sum(1 for r in sweep.trace_records(f, 'call') if r.get('algo')))
+print('[online equivalence] cross-rank', sweep.cross_rank_agreement(f))"
 echo "total ${SECONDS} s"
