@@ -365,48 +365,36 @@ void testTimingBasic() {
 void testTimingStaleStart() {
   Sink sink;
   TimingMatcher m(sink.fn());
-  m.pushDecision(kAllReduce, 1000, Config{}, &cookieA, 0);
-  void* h = m.collStart(kAllReduce, 0, 1000, 3, kRing, kLL);
-  CHECK(h != nullptr);
+  // One call (index k) whose channels started and stopped at these GPU times; returns its measurement.
+  auto call = [&](uint64_t k, std::vector<std::pair<uint64_t, uint64_t>> channels) -> const Measurement* {
+    m.pushDecision(kAllReduce, 1000, Config{}, &cookieA, k);
+    void* h = m.collStart(kAllReduce, k, 1000, static_cast<int>(channels.size()), kRing, kLL);
+    CHECK(h != nullptr);
+    std::vector<void*> ch;
+    for (const auto& c : channels) ch.push_back(m.kernelChStart(h, c.first));
+    TimingMatcher::eventStop(h);
+    for (size_t i = 0; i < ch.size(); ++i) TimingMatcher::kernelChStop(ch[i], channels[i].second);
+    CHECK_EQ(sink.got.size(), size_t(k + 1));
+    return sink.got.size() == k + 1 ? &sink.got.back() : nullptr;
+  };
   const uint64_t t0 = 50000000;  // 50 ms into the GPU clock
-  void* c0 = m.kernelChStart(h, t0);
-  void* c1 = m.kernelChStart(h, t0 - 8400000);  // 8.4 ms stale
-  void* c2 = m.kernelChStart(h, t0 + 300);
-  TimingMatcher::eventStop(h);
-  TimingMatcher::kernelChStop(c0, t0 + 6000);
-  TimingMatcher::kernelChStop(c1, t0 + 6500);
-  TimingMatcher::kernelChStop(c2, t0 + 5000);
-  CHECK_EQ(sink.got.size(), size_t(1));
-  if (sink.got.size() != 1) return;
-  CHECK_NEAR(sink.got[0].gpuUs, 6.5, 1e-9);  // (t0 + 6500) - t0, not 8406.5
-  CHECK_EQ(sink.got[0].staleChannels, 1u);
-  CHECK_EQ(sink.got[0].channels, 3u);
-  CHECK_NEAR(sink.got[0].startSpreadUs, 8400.3, 1e-6);
+  const Measurement* r = call(0, {{t0, t0 + 6000}, {t0 - 8400000, t0 + 6500}, {t0 + 300, t0 + 5000}});  // 8.4 ms stale
+  if (!r) return;
+  CHECK_NEAR(r->gpuUs, 6.5, 1e-9);  // (t0 + 6500) - t0, not 8406.5
+  CHECK_EQ(r->staleChannels, 1u);
+  CHECK_EQ(r->channels, 3u);
+  CHECK_NEAR(r->startSpreadUs, 8400.3, 1e-6);
   CHECK_EQ(m.counters().staleStarts, uint64_t(1));
   // Stale starts need not be milliseconds old: 0.4 ms before the latest start is stale too.
-  m.pushDecision(kAllReduce, 1000, Config{}, &cookieA, 1);
-  h = m.collStart(kAllReduce, 1, 1000, 2, kRing, kLL);
-  c0 = m.kernelChStart(h, t0 + 100000);
-  c1 = m.kernelChStart(h, t0 + 100000 + 400000);  // 0.4 ms later
-  TimingMatcher::eventStop(h);
-  TimingMatcher::kernelChStop(c0, t0 + 600000);
-  TimingMatcher::kernelChStop(c1, t0 + 700000);
-  CHECK_EQ(sink.got.size(), size_t(2));
-  if (sink.got.size() != 2) return;
-  CHECK_NEAR(sink.got[1].gpuUs, 200.0, 1e-9);  // from the latest start: the 0.4 ms earlier one is stale
-  CHECK_EQ(sink.got[1].staleChannels, 1u);
+  r = call(1, {{t0 + 100000, t0 + 600000}, {t0 + 500000, t0 + 700000}});
+  if (!r) return;
+  CHECK_NEAR(r->gpuUs, 200.0, 1e-9);  // from the latest start: the 0.4 ms earlier one is stale
+  CHECK_EQ(r->staleChannels, 1u);
   // A few microseconds of spread is a real start skew: it counts.
-  m.pushDecision(kAllReduce, 1000, Config{}, &cookieA, 2);
-  h = m.collStart(kAllReduce, 2, 1000, 2, kRing, kLL);
-  c0 = m.kernelChStart(h, t0 + 1000000);
-  c1 = m.kernelChStart(h, t0 + 1000000 + 2000);  // 2 us later
-  TimingMatcher::eventStop(h);
-  TimingMatcher::kernelChStop(c0, t0 + 1010000);
-  TimingMatcher::kernelChStop(c1, t0 + 1011000);
-  CHECK_EQ(sink.got.size(), size_t(3));
-  if (sink.got.size() != 3) return;
-  CHECK_NEAR(sink.got[2].gpuUs, 11.0, 1e-9);
-  CHECK_EQ(sink.got[2].staleChannels, 0u);
+  r = call(2, {{t0 + 1000000, t0 + 1010000}, {t0 + 1002000, t0 + 1011000}});  // 2 us later
+  if (!r) return;
+  CHECK_NEAR(r->gpuUs, 11.0, 1e-9);
+  CHECK_EQ(r->staleChannels, 0u);
 }
 
 void testTimingReorderAndAggregation() {
