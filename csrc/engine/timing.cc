@@ -30,10 +30,15 @@ struct TimingMatcher::Decision {
   bool inQueue = false, abandoned = false;
   uint64_t minStart = UINT64_MAX, maxStop = 0, maxStart = 0;
   uint32_t channels = 0;  // KernelCh events that reported
-  uint32_t nStarts = 0;   // channel starts kept in `starts` (all of them unless > kTrackedStarts)
-  uint64_t starts[kTrackedStarts];
+  uint32_t nStarts = 0;   // channel starts reported (those in `starts`: at most kTrackedStarts)
+  StartLog* starts = nullptr;
   int ncclAlgo = -1, ncclProto = -1, ncclChannels = 0;
   Decision* nextFree = nullptr;
+};
+
+struct TimingMatcher::StartLog {
+  uint64_t v[kTrackedStarts];
+  StartLog* nextFree = nullptr;
 };
 
 struct alignas(16) TimingMatcher::Record {
@@ -93,6 +98,11 @@ TimingMatcher::Decision* TimingMatcher::allocDecision() {
 }
 
 void TimingMatcher::releaseDecision(Decision* d) {
+  if (d->starts) {
+    d->starts->nextFree = freeStartLogs_;
+    freeStartLogs_ = d->starts;
+    d->starts = nullptr;
+  }
   d->nextFree = freeDecisions_;
   freeDecisions_ = d;
 }
@@ -231,11 +241,12 @@ void TimingMatcher::maybeComplete(Decision* d) {
   // Leave stale channel starts out (see kStaleStartNs); the spread is reported before that.
   uint64_t freshStart = d->minStart;
   uint32_t stale = 0;
-  if (d->maxStart > kStaleStartNs && d->minStart < d->maxStart - kStaleStartNs && d->nStarts <= kTrackedStarts) {
+  if (d->starts && d->nStarts <= kTrackedStarts && d->maxStart > kStaleStartNs &&
+      d->minStart < d->maxStart - kStaleStartNs) {
     freshStart = d->maxStart;
     for (uint32_t i = 0; i < d->nStarts; ++i) {
-      if (d->starts[i] < d->maxStart - kStaleStartNs) ++stale;
-      else freshStart = std::min(freshStart, d->starts[i]);
+      if (d->starts->v[i] < d->maxStart - kStaleStartNs) ++stale;
+      else freshStart = std::min(freshStart, d->starts->v[i]);
     }
     counters_.staleStarts += stale;
   }
@@ -267,12 +278,28 @@ void* TimingMatcher::kernelChStart(void* collHandle, uint64_t startNs) {
   ++r->started;
   r->minStart = std::min(r->minStart, startNs);
   r->maxStart = std::max(r->maxStart, startNs);
-  if (Decision* d = r->decision) {
-    if (d->nStarts < kTrackedStarts) d->starts[d->nStarts] = startNs;
-    ++d->nStarts;
-  }
+  if (r->decision) logStart(r->decision, startNs);
   // Tag the low bit: the same record, but recognisable as a channel handle in recordEventState.
   return reinterpret_cast<char*>(r) + 1;
+}
+
+void TimingMatcher::logStart(Decision* d, uint64_t startNs) {
+  if (d->nStarts < kTrackedStarts) {
+    if (!d->starts) {
+      if (!freeStartLogs_) {
+        startLogChunks_.push_back(std::make_unique<StartLog[]>(kChunk));
+        StartLog* chunk = startLogChunks_.back().get();
+        for (size_t i = 0; i < kChunk; ++i) {
+          chunk[i].nextFree = freeStartLogs_;
+          freeStartLogs_ = &chunk[i];
+        }
+      }
+      d->starts = freeStartLogs_;
+      freeStartLogs_ = d->starts->nextFree;
+    }
+    d->starts->v[d->nStarts] = startNs;
+  }
+  ++d->nStarts;
 }
 
 void TimingMatcher::kernelChStop(void* handle, uint64_t stopNs) {

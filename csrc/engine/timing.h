@@ -77,11 +77,13 @@ class TimingMatcher {
 
  private:
   struct Decision;
+  struct StartLog;
   struct Record;
   struct Ring;
 
   Decision* allocDecision();
   void releaseDecision(Decision* d);
+  void logStart(Decision* d, uint64_t startNs);
   void dropDecision(Decision* d, uint64_t* counter);
   void maybeComplete(Decision* d);
   void recordStop(Record* r, uint64_t stopNs);
@@ -97,6 +99,10 @@ class TimingMatcher {
   std::vector<std::unique_ptr<Record[]>> recordChunks_;
   Decision* freeDecisions_ = nullptr;
   Record* freeRecords_ = nullptr;
+  // Channel starts of timed decisions, kept apart so that a Decision (one per getCollInfo, timed or not)
+  // stays small: the 512-byte log is taken only when a kernel channel of the decision reports.
+  std::vector<std::unique_ptr<StartLog[]>> startLogChunks_;
+  StartLog* freeStartLogs_ = nullptr;
   size_t recordsLive_ = 0;
   MatcherCounters counters_;
 };
