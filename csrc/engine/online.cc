@@ -399,18 +399,14 @@ class OnlineSource final : public DecisionSource {
     constexpr uint64_t kIdleCalls = 16;
     for (size_t i = 0; i < holders_.size();) {
       TaskState* h = holders_[i];
-      const bool holding = h->needing.load(std::memory_order_relaxed) && h->pinnedNeed;
-      if (holding && h != current) {
+      if (h->needing.load(std::memory_order_relaxed) && h->pinnedNeed) {  // still holding
         const bool samplesIn = !h->anyMeasured || h->delivered.load(std::memory_order_relaxed) >
                                                        h->lastMeasured.load(std::memory_order_relaxed);
-        if (!samplesIn || callsSeen_ - h->lastCallSeen < kIdleCalls) {
+        if (h == current || !samplesIn || callsSeen_ - h->lastCallSeen < kIdleCalls) {
           ++i;
           continue;
         }
         setNeeding(h, false, false);
-      } else if (holding) {
-        ++i;
-        continue;
       }
       holders_[i] = holders_.back();
       holders_.pop_back();

@@ -108,7 +108,7 @@ struct TaskSearch::Impl {
     uint64_t plannedMs = 0;  // Options::clockMs when it was planned
   };
   std::map<uint64_t, PendingCall> pending;  // call index -> what its sample is for
-  std::map<uint64_t, int> given_up;         // recently expired calls -> eval (a late sample still counts)
+  std::map<uint64_t, int> givenUp;         // recently expired calls -> eval (a late sample still counts)
   bool anyDelivered = false;
   uint64_t maxDelivered = 0;                // highest call index whose sample arrived
   std::deque<int> queue;
@@ -688,8 +688,8 @@ struct TaskSearch::Impl {
       pending.erase(pending.begin());
       st.lostSamples++;
       if (pc.filler) continue;
-      given_up[k] = pc.id;
-      if (given_up.size() > 4096) given_up.erase(given_up.begin());
+      givenUp[k] = pc.id;
+      if (givenUp.size() > 4096) givenUp.erase(givenUp.begin());
       Eval& e = evals[static_cast<size_t>(pc.id)];
       e.inflight--;
       e.lostThisRound = true;
@@ -702,12 +702,9 @@ struct TaskSearch::Impl {
       if (e.samples.empty()) e.lostRounds++;
       const int id = static_cast<int>(&e - evals.data());
       if (e.n() < e.want) {
-        if (mode == Mode::kPinned && id == checkEval) {
-          // a drift check is not repeated: it counts with what arrived (nothing: no comparison)
-          if (e.samples.empty()) e.dead = true;
-          else e.want = e.n();
-        } else if (e.lostRounds >= o.maxLostRounds) {
-          // keep what arrived if anything did; a candidate with no samples at all is abandoned
+        // A drift check is not repeated, and a candidate lost this often is not asked again: it counts
+        // with what arrived; one with no samples at all is abandoned (a check without any: no comparison).
+        if ((mode == Mode::kPinned && id == checkEval) || e.lostRounds >= o.maxLostRounds) {
           if (e.samples.empty()) e.dead = true;
           else e.want = e.n();
         } else {
@@ -886,7 +883,7 @@ struct TaskSearch::Impl {
       }
     }
     for (auto& kv : pending) fix(kv.second.id);
-    for (auto& kv : given_up) fix(kv.second);
+    for (auto& kv : givenUp) fix(kv.second);
     for (int& q : queue) fix(q);
     if (!pinnedCfg.isDefault() && pinnedCfg.channels > c) pinnedCfg.channels = c;
     if (checkEval >= 0) {
@@ -927,11 +924,8 @@ struct TaskSearch::Impl {
     Eval& e = evals[static_cast<size_t>(id)];
     pending.erase(it);
     if (!filler) e.inflight--;
-    if (std::isfinite(us) && us > 0) {
-      int effCh = e.cfg.isDefault() ? sp.ncclChannels : e.cfg.channels;
-      if (effCh <= 0) effCh = sp.ncclChannels > 0 ? sp.ncclChannels : sp.maxChannels;
-      e.samples.push_back(o.objective(e.cfg, effCh, us));
-      st.samples++;
+    if (valid) {
+      record(e, us);
     } else if (!filler) {
       e.lostThisRound = true;
     }
@@ -941,17 +935,21 @@ struct TaskSearch::Impl {
   }
   // A sample of a call given up as lost: still a valid measurement of its configuration.
   void lateSample(uint64_t k, double us, bool valid) {
-    auto g = given_up.find(k);
-    if (g == given_up.end()) return;
+    auto g = givenUp.find(k);
+    if (g == givenUp.end()) return;
     Eval& e = evals[static_cast<size_t>(g->second)];
-    given_up.erase(g);
+    givenUp.erase(g);
     if (!valid || e.dead) return;
+    record(e, us);
+    st.lateSamples++;
+    think();
+  }
+  // One GPU time of e's configuration, as the objective values it.
+  void record(Eval& e, double us) {
     int effCh = e.cfg.isDefault() ? sp.ncclChannels : e.cfg.channels;
     if (effCh <= 0) effCh = sp.ncclChannels > 0 ? sp.ncclChannels : sp.maxChannels;
     e.samples.push_back(o.objective(e.cfg, effCh, us));
     st.samples++;
-    st.lateSamples++;
-    think();
   }
 };
 
