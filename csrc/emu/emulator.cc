@@ -340,6 +340,10 @@ struct Shared {
   std::atomic<long> calls{0};
   std::mutex truthMu;
   std::vector<std::string> truth;
+  // Scenario::initBarrier: rank threads that have created their communicators (or failed to)
+  std::mutex initMu;
+  std::condition_variable initCv;
+  size_t initDone = 0;
 };
 
 void violation(Shared& sh, const std::string& msg) {
@@ -372,9 +376,13 @@ class RankRunner {
       cs->index = static_cast<int>(c);
       cs->spec = &spec;
       cs->commRank = static_cast<int>(it - spec.ranks.begin());
-      if (!initComm(*cs)) return;
+      if (!initComm(*cs)) {
+        initArrived();
+        return;
+      }
       comms_[static_cast<int>(c)] = std::move(cs);
     }
+    initArrived();
     uint64_t jrng = mix64(sc.seed ^ (0x4057ULL + static_cast<uint64_t>(grank_)));
     int played = 0;
     for (auto& [comm, inst] : sc.rankSchedule(grank_)) {
@@ -414,6 +422,14 @@ class RankRunner {
     std::fflush(stderr);
     ::kill(::getpid(), SIGKILL);
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+
+  // With Scenario::initBarrier, wait for every rank thread of this process to reach this point.
+  void initArrived() {
+    std::unique_lock<std::mutex> lk(sh_.initMu);
+    ++sh_.initDone;
+    sh_.initCv.notify_all();
+    if (sh_.sc->initBarrier) sh_.initCv.wait(lk, [&] { return sh_.initDone >= sh_.opt->ranks.size(); });
   }
 
   bool initComm(CommState& cs) {

@@ -90,6 +90,8 @@ bool Scenario::parse(const std::string& text, std::string* error) {
       if (!parseInt(scalar(), 0, 1, &noise)) return fail("bad noise");
     } else if (kw == "load") {
       if (!parseDouble(scalar(), &load) || load < 0) return fail("bad load");
+    } else if (kw == "init_barrier") {
+      if (!parseInt(scalar(), 0, 1, &initBarrier)) return fail("bad init_barrier");
     } else if (kw == "gap_ns") {
       if (!parseU64(scalar(), &gapNs)) return fail("bad gap_ns");
     } else if (kw == "comm") {

@@ -53,6 +53,9 @@ struct Scenario {
   int noise = 1;         // 0: noiseless model
   double load = 0.0;
   uint64_t gapNs = 2000;  // idle GPU time between consecutive kernels of a rank
+  // 1: the rank threads of this process start their calls only once all of them have created their
+  // communicators (ncclCommInitAll / a grouped init); 0: each starts as soon as its own are created.
+  int initBarrier = 0;
   std::vector<CommSpec> comms;
   std::vector<GroupSpec> groups;
   std::vector<OrderSpec> orders;

@@ -46,27 +46,55 @@ coord::Segment finalDefault(uint64_t from) {
   return s;
 }
 
-// The authority's Decider: the search, gated on the in-process board by "all ranks are here".
+// The authority's Decider on the in-process board: the search, gated on "all ranks are here".
 class GatedDecider final : public coord::Decider {
  public:
-  GatedDecider(Coordination* co, bool gate, int nRanks) : co_(co), gate_(gate), nRanks_(nRanks) {}
+  GatedDecider(Coordination* co, int nRanks) : co_(co), nRanks_(nRanks) {}
   std::vector<coord::Segment> decide(const coord::TaskKey& t, uint64_t k, uint64_t covered) override {
-    if (gate_ && !co_->allLocal(t.comm, nRanks_, std::chrono::milliseconds(kLocalWaitMs))) return {finalDefault(covered)};
+    if (!co_->allLocal(t.comm, nRanks_, std::chrono::milliseconds(kLocalWaitMs))) return {finalDefault(covered)};
     return inner.decide(t, k, covered);
   }
   coord::SearchDecider inner;
 
  private:
   Coordination* co_;
-  bool gate_;
   int nRanks_;
 };
 
+// The same search served to other processes over TCP (no gate: the ranks asking are elsewhere).
+class ForwardDecider final : public coord::Decider {
+ public:
+  explicit ForwardDecider(coord::SearchDecider* inner) : inner_(inner) {}
+  std::vector<coord::Segment> decide(const coord::TaskKey& t, uint64_t k, uint64_t covered) override {
+    return inner_->decide(t, k, covered);
+  }
+
+ private:
+  coord::SearchDecider* inner_;
+};
+
+// Where a communicator's decisions come from, settled at each rank's first decision (the same answer
+// on every rank: one remembered verdict per communicator and process, see Coordination::allLocal).
+enum class Place : int { kUnknown = 0, kLocal = 1, kTcp = 2, kBypass = 3 };
+
+const char* placeName(Place p) {
+  switch (p) {
+    case Place::kLocal: return "local";
+    case Place::kTcp: return "tcp";
+    case Place::kBypass: return "none";
+    default: return "unknown";
+  }
+}
+
 class OnlineSource final : public DecisionSource {
  public:
+  // `board`: the process's board (TCP when a coordinator address is configured, else in-process).
+  // A communicator whose ranks are all in this process uses the in-process board even with TCP
+  // configured: one host thread launching every GPU then scores by the slowest rank (RankMerge) and
+  // no decision crosses a socket (nccl-tests -g 4 under `autoccl run`, which always sets an address).
   OnlineSource(const PolicyEnv& env, std::shared_ptr<coord::Board> board)
-      : env_(env), board_(std::move(board)), authority_(env.rank == 0),
-        localGate_(!env.coordination->tcp() && env.rank != 0) {
+      : env_(env), tcpBoard_(env.coordination->tcp() ? std::move(board) : nullptr),
+        localBoard_(env.coordination->localBoard()), authority_(env.rank == 0) {
     opts_ = onlineSearchOptions();
     if (env.table) {
       for (const TableEntry& e : env.table->entries) {
@@ -82,8 +110,7 @@ class OnlineSource final : public DecisionSource {
         hints_.push_back(h);
       }
     }
-    agree_ = std::make_unique<coord::CommAgreement>(board_, env.commHash, env.rank, env.coordination->lookupDeadline());
-    if (!env.coordination->tcp() && env.settings && env.settings->inprocSlowest && env.nRanks > 1 && env.nRanks <= 64)
+    if (env.settings && env.settings->inprocSlowest && env.nRanks > 1 && env.nRanks <= 64)
       merge_ = env.coordination->rankMerge(env.commHash, env.nRanks);
     if (authority_) {
       // Timing on from the start: NCCL reads the mask at the start of a group, so the first call of
@@ -91,8 +118,14 @@ class OnlineSource final : public DecisionSource {
       // sample lost costs the search `lostAfter` calls). Released once every task seen is pinned.
       bootstrap_ = true;
       needing_.store(1);
-      decider_ = std::make_unique<GatedDecider>(env.coordination, !env.coordination->tcp(), env.nRanks);
-      board_->serve(env.commHash, decider_.get());
+      // Served on both boards from the start (remote ranks may ask before this rank's first call);
+      // only the board of the communicator's place is ever asked.
+      decider_ = std::make_unique<GatedDecider>(env.coordination, env.nRanks);
+      localBoard_->serve(env.commHash, decider_.get());
+      if (tcpBoard_) {
+        remote_ = std::make_unique<ForwardDecider>(&decider_->inner);
+        tcpBoard_->serve(env.commHash, remote_.get());
+      }
       if (merge_) merge_->setSink([this](const TaskKey& t, const Measurement& m) { absorb(t, m); });
     }
   }
@@ -114,22 +147,15 @@ class OnlineSource final : public DecisionSource {
         f.cfg = srch->best();
         f.cfg.measure = false;
       }
-      board_->publish(key, {f});
+      if (agree_) usedBoard_->publish(key, {f});
     }
-    board_->unserve(env_.commHash);
+    localBoard_->unserve(env_.commHash);
+    if (tcpBoard_) tcpBoard_->unserve(env_.commHash);
   }
 
   Decision decide(const TaskKey& task, uint64_t k, const CostTable& costs) override {
     TaskState* s = state(task);
-    if (localGate_) {
-      // In-process board, not the authority: are all ranks of this communicator (rank 0 included)
-      // in this process? If not, no coordinator is configured and nobody here can decide for it:
-      // NCCL's default for every call (the authority's process publishes the same, see GatedDecider).
-      // The same remembered verdict the authority's GatedDecider uses: one answer per communicator
-      // and process, so a follower that gave up waiting and the authority can never disagree.
-      localGate_ = false;
-      bypass_ = !env_.coordination->allLocal(env_.commHash, env_.nRanks, std::chrono::milliseconds(kLocalWaitMs));
-    }
+    if (!agree_ && !bypass_) settlePlace();
     if (!(s->haveSeg && s->seg.contains(k))) {
       if (bypass_) {
         s->seg = finalDefault(0);
@@ -172,14 +198,16 @@ class OnlineSource final : public DecisionSource {
     d.stable = s->seg.phase == search::Phase::kFinal && s->seg.end == search::kForever;
     if (k == 0) {
       d.why = bypass_ ? "communicator not entirely in this process and no coordinator address: NCCL decides"
-                      : std::string(authority_ ? "authority" : "follower") + ", " + search::phaseName(s->seg.phase);
+                      : std::string(authority_ ? "authority" : "follower") + " (" +
+                            placeName(place_.load(std::memory_order_relaxed)) + " board), " +
+                            search::phaseName(s->seg.phase);
     }
     return d;
   }
 
   void onMeasurement(const TaskKey& task, const Measurement& m) override {
-    if (merge_) {  // all ranks here: the authority scores each call by its slowest rank (RankMerge)
-      merge_->add(task, env_.rank, m);
+    if (merge_ && place_.load(std::memory_order_acquire) == Place::kLocal) {
+      merge_->add(task, env_.rank, m);  // all ranks here: the authority scores each call by its slowest rank
       return;
     }
     if (!authority_) return;  // a rank never derives decisions from its own measurements
@@ -262,8 +290,8 @@ class OnlineSource final : public DecisionSource {
         srch = it->second->search;
         const TaskState& ts = *it->second;
         // segment lookups of this rank and the time spent in them (waiting for the authority)
-        std::snprintf(waits, sizeof waits, ",\"lookups\":%" PRIu64 ",\"lookup_us\":%.1f,\"lookup_max_us\":%.1f",
-                      ts.lookups.load(std::memory_order_relaxed), 1e-3 * static_cast<double>(ts.waitNs.load(std::memory_order_relaxed)),
+        std::snprintf(waits, sizeof waits, ",\"board\":\"%s\",\"lookups\":%" PRIu64 ",\"lookup_us\":%.1f,\"lookup_max_us\":%.1f",
+                      placeName(place_.load(std::memory_order_relaxed)), ts.lookups.load(std::memory_order_relaxed), 1e-3 * static_cast<double>(ts.waitNs.load(std::memory_order_relaxed)),
                       1e-3 * static_cast<double>(ts.waitMaxNs.load(std::memory_order_relaxed)));
       }
     }
@@ -290,6 +318,25 @@ class OnlineSource final : public DecisionSource {
   }
 
  private:
+  // Every rank at its first decision: all ranks of the communicator in this process -> in-process
+  // board (and slowest-rank scoring); else the TCP board, or without one NCCL's default throughout.
+  // Waiting for the other ranks to attach is bounded and done only where it can pay off: without TCP
+  // (no other way to tune), or when this process already holds two or more of the ranks.
+  void settlePlace() {
+    Coordination* co = env_.coordination;
+    int waitMs = kLocalWaitMs;
+    if (tcpBoard_ && (env_.nNodes > 1 || co->localRanks(env_.commHash) < 2)) waitMs = 0;
+    const bool local = env_.nRanks <= 1 || co->allLocal(env_.commHash, env_.nRanks, std::chrono::milliseconds(waitMs));
+    Place p = local ? Place::kLocal : tcpBoard_ ? Place::kTcp : Place::kBypass;
+    if (p == Place::kBypass) {
+      bypass_ = true;
+    } else {
+      usedBoard_ = p == Place::kLocal ? localBoard_ : tcpBoard_;
+      agree_ = std::make_unique<coord::CommAgreement>(usedBoard_, env_.commHash, env_.rank, co->lookupDeadline());
+    }
+    place_.store(p, std::memory_order_release);
+  }
+
   struct TaskState {
     coord::TaskKey key;
     coord::Segment seg;
@@ -433,15 +480,18 @@ class OnlineSource final : public DecisionSource {
   }
 
   PolicyEnv env_;
-  std::shared_ptr<coord::Board> board_;
+  std::shared_ptr<coord::Board> tcpBoard_;    // null without a coordinator address
+  std::shared_ptr<coord::Board> localBoard_;  // the process's in-process board
+  std::shared_ptr<coord::Board> usedBoard_;   // the one of this communicator's place (settlePlace)
   bool authority_;
-  bool localGate_;
   bool bypass_ = false;
+  std::atomic<Place> place_{Place::kUnknown};  // written once by the enqueue thread, read by others
   search::Options opts_;
   std::vector<search::TableEntry> hints_;
   std::unique_ptr<coord::CommAgreement> agree_;
   std::unique_ptr<GatedDecider> decider_;
-  std::shared_ptr<RankMerge> merge_;  // every rank in this process and AUTOCCL_INPROC_SCORE=slowest
+  std::unique_ptr<ForwardDecider> remote_;  // decider_'s search, served over TCP
+  std::shared_ptr<RankMerge> merge_;  // AUTOCCL_INPROC_SCORE=slowest; fed only when the place is local
   mutable std::mutex mapMu_;  // tasks_ inserts (enqueue thread) vs lookups from other threads
   std::unordered_map<TaskKey, std::unique_ptr<TaskState>, TaskKeyHash> tasks_;
   TaskState* last_[kNumColls] = {};
@@ -518,6 +568,7 @@ Coordination::Coordination() = default;
 
 Coordination::~Coordination() {
   board_.reset();
+  localBoard_.reset();
   if (server_) server_->stop();
 }
 
@@ -569,6 +620,19 @@ std::shared_ptr<coord::Board> Coordination::board(bool authority, const LogFn& l
     if (!board_) board_ = coord::makeTcpBoard(opt_);
   }
   return board_;
+}
+
+std::shared_ptr<coord::Board> Coordination::localBoard() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!tcp_ && board_) return board_;  // without TCP the process's board is the in-process one
+  if (!localBoard_) localBoard_ = coord::makeLocalBoard();
+  return localBoard_;
+}
+
+int Coordination::localRanks(uint64_t comm) {
+  std::lock_guard<std::mutex> lk(regMu_);
+  auto it = local_.find(comm);
+  return it == local_.end() ? 0 : static_cast<int>(it->second.size());
 }
 
 void Coordination::addLocalRank(uint64_t comm, int rank) {
@@ -627,7 +691,7 @@ std::unique_ptr<DecisionSource> makeOnlineSource(const PolicyEnv& env, std::stri
   }
   auto board = env.coordination->board(env.rank == 0, env.log, error);
   if (!board) return nullptr;
-  if (!env.coordination->tcp()) env.coordination->addLocalRank(env.commHash, env.rank);
+  env.coordination->addLocalRank(env.commHash, env.rank);
   return std::make_unique<OnlineSource>(env, std::move(board));
 }
 

@@ -13,6 +13,10 @@
 //  * In-process board otherwise (nccl-tests -g N, single-process multi-GPU). A communicator is
 //    tuned there only when all its ranks attach in this process (waited for, bounded, at its first
 //    decision); otherwise every rank applies NCCL's default for it (identical on all ranks).
+//  * Per communicator: one whose ranks are all in this process uses the in-process board even when
+//    TCP is configured (`autoccl run` always configures it), so that it is scored by its slowest
+//    rank and its decisions never cross a socket. Settled at each rank's first decision from the
+//    process's one remembered verdict (Coordination::allLocal), so all its ranks agree.
 #pragma once
 
 #include <atomic>
@@ -89,8 +93,11 @@ class Coordination {
   bool tcp() const { return tcp_; }
   std::chrono::milliseconds lookupDeadline() const { return std::chrono::milliseconds(lookupMs_); }
 
-  // In-process board: ranks of a communicator attached in this process.
+  // The process's in-process board (the same as board() without TCP; its own one with TCP).
+  std::shared_ptr<coord::Board> localBoard();
+  // Ranks of a communicator attached in this process (every online context registers its rank).
   void addLocalRank(uint64_t comm, int rank);
+  int localRanks(uint64_t comm);
   // True when all nRanks ranks of `comm` are attached here (waits at most `wait`). The one verdict
   // per communicator for this process: the first caller's answer is remembered and every rank (the
   // authority's gate and the followers alike) gets it, so a timeout on one rank cannot leave the
@@ -113,6 +120,7 @@ class Coordination {
   coord::TcpOptions opt_;
   int lookupMs_ = 30000;
   std::shared_ptr<coord::Board> board_;
+  std::shared_ptr<coord::Board> localBoard_;  // with TCP: for communicators entirely in this process
   std::unique_ptr<coord::TcpServer> server_;
   bool triedServer_ = false;
 

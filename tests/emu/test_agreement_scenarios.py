@@ -10,7 +10,9 @@ timing delivery, and over TCP delayed frames on its process only), lost / duplic
 (AUTOCCL_COORD_FAULTS), the authority's process SIGKILLed mid-tuning, and a rogue peer with a wrong token.
 
 Kinds of runs:
-  threads  all ranks in one process (in-process agreement); exit 3 = divergence seen by the emulator
+  threads  all ranks in one process (in-process agreement); exit 3 = divergence seen by the emulator;
+           odd runs also set a coordinator address (as `autoccl run` does), and half of those create all
+           ranks before any call (ncclCommInitAll): then every communicator must use the in-process board
   tcp      one process per rank over TCP (AUTOCCL_COORD_ADDR/TOKEN), half of them with faults
   kill     tcp + the process of one communicator's authority kills itself after a few groups
   rogue    tcp + an extra process with a wrong token, and a raw handshake with a wrong MAC
@@ -193,6 +195,8 @@ def make_run(i: int, fallback_mode: str | None) -> RunSpec:
             reorder=rng.choice([1, 1, 3, 8]),
             orders=orders,
             hosts=hosts,
+            # half of the in-process runs with a coordinator address create all ranks before any call
+            init_barrier=kind == "threads" and i % 4 == 1,
         ),
     )
     authorities = sorted({c.ranks[0] for c in comms})
@@ -282,7 +286,7 @@ def play(spec: RunSpec, plugin: Path, tmp: Path) -> Outcome:
     extra: list[tuple[list[int], dict[str, str]]] = []
     rogue: list[str] = []
     poll: Callable[[Path], None] | None = None
-    if spec.processes:
+    if spec.processes or spec.index % 2 == 1:
         env.update(coord_env())
     if spec.kind == "rogue":
         # A full emulator process for one rank whose token is wrong, and a raw handshake with a bad MAC.
@@ -350,6 +354,19 @@ def check(o: Outcome, online: bool) -> list[str]:
             bad.append(f"{where}: {len(short)} calls not recorded on every rank, e.g. {short[:3]}")
         if not res.calls:
             bad.append(f"{where}: no calls recorded")
+    if online and spec.kind == "threads":
+        # One board per communicator on all its ranks. With every rank created before the first call,
+        # the in-process board; without that barrier a rank deciding before its peers exist may settle
+        # the communicator on TCP (when an address is set), identically for all.
+        boards: dict[str, set[str]] = defaultdict(set)
+        for t in res.trace:
+            if t.get("ev") == "task" and t.get("source") == "online":
+                boards[t["comm"]].add(t.get("board", "?"))
+        mixed = {c: b for c, b in boards.items() if len(b) != 1}
+        if mixed:
+            bad.append(f"{where}: communicators decided on several boards: {mixed}")
+        if spec.scenario.init_barrier and set().union(*boards.values()) - {"local"}:
+            bad.append(f"{where}: in-process communicators decided on boards {dict(boards)}")
     if spec.kind == "rogue":
         if online and not any(r.startswith("rejected") or r == "no-server" for r in o.rogue):
             bad.append(f"{where}: rogue handshake not rejected: {o.rogue}")

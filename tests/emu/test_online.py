@@ -7,6 +7,7 @@ from __future__ import annotations
 import secrets
 import socket
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +150,21 @@ def test_online_threads_agree_small(plugin: Path) -> None:
     assert not res.warn_lines(), res.warn_lines()
 
 
+@pytest.mark.sanitize
+def test_online_threads_with_tcp_address_use_the_local_board(plugin: Path) -> None:
+    """All ranks in one process with a coordinator address set (what `autoccl run` always does): every
+    communicator is decided on the in-process board (scored by its slowest rank, no socket per
+    decision), and the ranks still agree on every call."""
+    # ranks created together, as ncclCommInitAll / a grouped init does (no rank calls before all exist)
+    res = run(replace(scenario(40), init_barrier=True), plugin=plugin, env=online_env(True), timeout=240)
+    assert_clean(res)
+    assert_same_per_seq(res.calls)
+    tasks = [t for t in res.trace if t.get("ev") == "task" and t.get("source") == "online"]
+    assert tasks and {t["board"] for t in tasks} == {"local"}, {t["board"] for t in tasks}
+    assert any(t["algo"] is not None for t in res.trace if t.get("ev") == "call")
+    assert not res.warn_lines(), res.warn_lines()
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="known gap: the authority (rank 0) first meets the 256 KiB allreduce ~250 calls after the other "
@@ -216,6 +232,9 @@ def test_online_processes_tcp(plugin: Path, repeat: int) -> None:
     assert not res.warn_lines(), res.warn_lines()
     decided = [t for t in res.trace if t.get("ev") == "call"]
     assert any(t["algo"] is not None for t in decided)
+    # one rank per process: every communicator is decided over TCP
+    tasks = [t for t in res.trace if t.get("ev") == "task" and t.get("source") == "online"]
+    assert tasks and {t["board"] for t in tasks} == {"tcp"}, {t["board"] for t in tasks}
 
 
 def test_online_tcp_without_token_is_no_tuner(plugin: Path) -> None:

@@ -80,6 +80,9 @@ class Scenario:
     noise: bool = True
     load: float = 0.0
     gap_ns: int = 2000
+    # the rank threads of one emulator process start calling only once all have created their
+    # communicators (ncclCommInitAll); otherwise each starts as soon as its own are created
+    init_barrier: bool = False
     orders: dict[int, str] = field(default_factory=dict)
     hosts: dict[int, Host] = field(default_factory=dict)
 
@@ -97,6 +100,8 @@ class Scenario:
             f"load {self.load}",
             f"gap_ns {self.gap_ns}",
         ]
+        if self.init_barrier:
+            lines.append("init_barrier 1")
         for c in self.comms:
             ranks = ",".join(str(r) for r in c.ranks)
             lines.append(
