@@ -99,7 +99,7 @@ struct TaskSearch::Impl {
   std::vector<Segment> segs;
   uint64_t planned = 0;
 
-  enum class Mode { kVerify, kTuning, kPinned, kFinal } mode = Mode::kTuning;
+  enum class Mode { kVerify, kTuning, kDuel, kPinned, kFinal } mode = Mode::kTuning;
   std::vector<Eval> evals;
   std::map<PointKey, int> evalAt;
   struct PendingCall {
@@ -132,6 +132,10 @@ struct TaskSearch::Impl {
   int checkEval = -1;
   int driftCount = 0;
   bool verifyNextDefault = true;
+  // duel (Options::duelSamples): fresh, interleaved samples of NCCL's default and the incumbent
+  int duelDefault = -1, duelInc = -1;
+  bool duelNextDefault = true;
+  double duelNoise = 0;
 
   Stats st;
 
@@ -372,7 +376,57 @@ struct TaskSearch::Impl {
       if (beats(e, evals[static_cast<size_t>(inc)], 2 * o.z)) inc = static_cast<int>(k);
     }
     const Eval& i = evals[static_cast<size_t>(inc)];
-    pin(i.cfg, i.samples.empty() ? 0.0 : i.med(), std::max(i.relNoise(), d.relNoise()));
+    const double noise = std::max(i.relNoise(), d.relNoise());
+    if (o.duelSamples > 0 && inc != dflt && !d.dead && !d.samples.empty() && !i.samples.empty()) {
+      startDuel(noise);
+      return;
+    }
+    pin(i.cfg, i.samples.empty() ? 0.0 : i.med(), noise);
+  }
+
+  // Before a configuration other than NCCL's is pinned, both are measured again, alternately, on
+  // fresh samples: the default's tuning samples are the task's first ones, taken while the job may
+  // still be settling (ranks out of step at the start of a phase, a warm-up burst), and a default
+  // measured 3x slow then lost to a configuration that is slower in steady state (nccl-tests on
+  // 4 x H200, one process per GPU: all_reduce 4 MiB pinned tree/ll128/22, 0.945x plain, 2026-11-22).
+  void startDuel(double noise) {
+    const Config dc = evals[static_cast<size_t>(dflt)].cfg, ic = evals[static_cast<size_t>(inc)].cfg;
+    pending.clear();
+    queue.clear();
+    Eval a, b;
+    a.cfg = dc;
+    b.cfg = ic;
+    a.want = b.want = o.duelSamples;
+    evals.push_back(a);
+    duelDefault = static_cast<int>(evals.size()) - 1;
+    evals.push_back(b);
+    duelInc = static_cast<int>(evals.size()) - 1;
+    duelNextDefault = true;
+    duelNoise = noise;
+    mode = Mode::kDuel;
+  }
+
+  void thinkDuel() {
+    Eval& d = evals[static_cast<size_t>(duelDefault)];
+    Eval& i = evals[static_cast<size_t>(duelInc)];
+    if (d.finished() && i.finished()) endDuel();
+  }
+  // Decides with the fresh samples there are (all of them, or what arrived when the budget ran out).
+  void endDuel() {
+    Eval& d = evals[static_cast<size_t>(duelDefault)];
+    Eval& i = evals[static_cast<size_t>(duelInc)];
+    const Eval& tuned = evals[static_cast<size_t>(inc)];
+    if (d.samples.empty() || i.samples.empty()) {  // nothing to compare (graph capture...): what tuning found
+      pin(tuned.cfg, tuned.med(), duelNoise);
+      return;
+    }
+    if (std::getenv("AUTOCCL_SEARCH_DEBUG"))
+      std::fprintf(stderr, "autoccl search: duel at call %llu: default n=%d median=%.2f, %s n=%d median=%.2f\n",
+                   static_cast<unsigned long long>(planned), d.n(), d.med(), i.cfg.str().c_str(), i.n(), i.med());
+    st.defaultMedian = d.med();
+    // NCCL's choice stays unless the tuned configuration is faster on the fresh samples too
+    const Eval& w = i.med() < d.med() ? i : d;
+    pin(w.cfg, w.med(), std::max(duelNoise, std::max(d.relNoise(), i.relNoise())));
   }
 
   // ---- the search proper ------------------------------------------------------------------
@@ -669,6 +723,7 @@ struct TaskSearch::Impl {
       size_t q = queue.size();
       if (mode == Mode::kVerify) thinkVerify();
       else if (mode == Mode::kTuning) thinkTuning();
+      else if (mode == Mode::kDuel) thinkDuel();
       else if (mode == Mode::kPinned) thinkPinned();
       if (mode == before && queue.size() == q) break;
     }
@@ -797,8 +852,32 @@ struct TaskSearch::Impl {
         schedule(id, 1, Phase::kTuning);
         return;
       }
+      case Mode::kDuel: {
+        if (tuningCallsThisRound >= o.maxTuningCalls) {  // budget spent (samples lost): what arrived
+          endDuel();
+          planOne();
+          return;
+        }
+        Eval& d = evals[static_cast<size_t>(duelDefault)];
+        Eval& i = evals[static_cast<size_t>(duelInc)];
+        int dNeed = d.dead ? 0 : d.want - d.n() - d.inflight;
+        int iNeed = i.dead ? 0 : i.want - i.n() - i.inflight;
+        int id = -1;
+        if (duelNextDefault && dNeed > 0) id = duelDefault;
+        else if (iNeed > 0) id = duelInc;
+        else if (dNeed > 0) id = duelDefault;
+        duelNextDefault = !duelNextDefault;
+        if (id < 0) {  // waiting for the samples: the tuned config meanwhile, timed (a later sample
+          schedule(duelInc, 1, Phase::kTuning, true);  // arriving gives up one that never comes)
+          return;
+        }
+        schedule(id, 1, Phase::kTuning);
+        return;
+      }
       case Mode::kTuning: {
-        if (tuningCallsThisRound >= o.maxTuningCalls) {
+        // the duel's calls come out of the same budget
+        const uint64_t reserve = o.duelSamples > 0 ? 2 * static_cast<uint64_t>(o.duelSamples) + 4 : 0;
+        if (tuningCallsThisRound + reserve >= o.maxTuningCalls) {
           finishTuning();
           planOne();
           return;

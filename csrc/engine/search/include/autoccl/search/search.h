@@ -112,6 +112,10 @@ struct Options {
   std::function<uint64_t()> clockMs;  // empty: the call-count rule alone (deterministic tests)
   int maxLostRounds = 3;        // a candidate losing all its samples this often is abandoned
   uint64_t maxTuningCalls = 144;  // after this many exploring calls the incumbent is pinned
+  // Before pinning a configuration other than NCCL's: this many fresh samples of each, alternately;
+  // the default stays unless the other's median is lower on them too (0: pin on the tuning samples).
+  // Odd, so that the median of each side survives two outliers. Comes out of maxTuningCalls.
+  int duelSamples = 5;
   // Calls spent waiting for samples (the incumbent, timed, while nothing can be decided) more than
   // freeWaitLag calls after the newest delivered sample do not count against maxTuningCalls, up to
   // maxWaitCalls per tuning round (a burst of host run-ahead must not end the search unmeasured).
