@@ -805,6 +805,21 @@ struct TaskSearch::Impl {
     add(s);
   }
 
+  // Two evals measured one call at a time, alternately (`a` first when *aNext), each up to its want.
+  // -1: both only wait for samples in flight.
+  int alternate(int a, int b, bool* aNext) {
+    auto need = [&](int id) {
+      const Eval& e = evals[static_cast<size_t>(id)];
+      return e.dead ? 0 : e.want - e.n() - e.inflight;
+    };
+    int id = -1;
+    if (*aNext && need(a) > 0) id = a;
+    else if (need(b) > 0) id = b;
+    else if (need(a) > 0) id = a;
+    *aNext = !*aNext;
+    return id;
+  }
+
   void planOne() {
     switch (mode) {
       case Mode::kFinal: {
@@ -834,17 +849,9 @@ struct TaskSearch::Impl {
       }
       case Mode::kVerify: {
         // NCCL's default first, then alternate with the table's config
-        Eval& d = evals[static_cast<size_t>(dflt)];
-        Eval& h = evals[static_cast<size_t>(hintEval)];
-        int dNeed = d.dead ? 0 : d.want - d.n() - d.inflight;
-        int hNeed = h.dead ? 0 : h.want - h.n() - h.inflight;
-        int id = -1;
-        if (verifyNextDefault && dNeed > 0) id = dflt;
-        else if (hNeed > 0) id = hintEval;
-        else if (dNeed > 0) id = dflt;
-        verifyNextDefault = !verifyNextDefault;
+        const int id = alternate(dflt, hintEval, &verifyNextDefault);
         if (id < 0) {  // waiting for the samples: run the table's config meanwhile (it starts tuned)
-          Segment s{planned, planned + 1, h.cfg, Phase::kTuning};
+          Segment s{planned, planned + 1, evals[static_cast<size_t>(hintEval)].cfg, Phase::kTuning};
           s.cfg.measure = false;
           addWaiting(s);
           return;
@@ -858,15 +865,7 @@ struct TaskSearch::Impl {
           planOne();
           return;
         }
-        Eval& d = evals[static_cast<size_t>(duelDefault)];
-        Eval& i = evals[static_cast<size_t>(duelInc)];
-        int dNeed = d.dead ? 0 : d.want - d.n() - d.inflight;
-        int iNeed = i.dead ? 0 : i.want - i.n() - i.inflight;
-        int id = -1;
-        if (duelNextDefault && dNeed > 0) id = duelDefault;
-        else if (iNeed > 0) id = duelInc;
-        else if (dNeed > 0) id = duelDefault;
-        duelNextDefault = !duelNextDefault;
+        const int id = alternate(duelDefault, duelInc, &duelNextDefault);
         if (id < 0) {  // waiting for the samples: the tuned config meanwhile, timed (a later sample
           schedule(duelInc, 1, Phase::kTuning, true);  // arriving gives up one that never comes)
           return;
