@@ -7,7 +7,6 @@
 namespace autoccl::engine {
 
 namespace {
-constexpr size_t kChunk = 64;        // pool growth step
 constexpr size_t kMatchWindow = 16;  // how far past the head a Coll may match (bin reordering)
 constexpr uint32_t kMaxSkips = 4;    // a fresh head passed over this often is stale
 constexpr uint32_t kRecordMagic = 0x41434331;  // "ACC1": sanity tag for handles we gave out
@@ -83,28 +82,17 @@ TimingMatcher::TimingMatcher(Sink sink, size_t queueCap, size_t maxRecords)
 TimingMatcher::~TimingMatcher() = default;
 
 TimingMatcher::Decision* TimingMatcher::allocDecision() {
-  if (!freeDecisions_) {
-    decisionChunks_.push_back(std::make_unique<Decision[]>(kChunk));
-    Decision* chunk = decisionChunks_.back().get();
-    for (size_t i = 0; i < kChunk; ++i) {
-      chunk[i].nextFree = freeDecisions_;
-      freeDecisions_ = &chunk[i];
-    }
-  }
-  Decision* d = freeDecisions_;
-  freeDecisions_ = d->nextFree;
+  Decision* d = decisions_.take();
   *d = Decision();
   return d;
 }
 
 void TimingMatcher::releaseDecision(Decision* d) {
   if (d->starts) {
-    d->starts->nextFree = freeStartLogs_;
-    freeStartLogs_ = d->starts;
+    startLogs_.give(d->starts);
     d->starts = nullptr;
   }
-  d->nextFree = freeDecisions_;
-  freeDecisions_ = d;
+  decisions_.give(d);
 }
 
 // Out of the queue; freed now unless Coll records still point at it.
@@ -194,16 +182,7 @@ void* TimingMatcher::collStart(int coll, uint64_t seq, uint64_t bytes, int nChan
     ++counters_.collPoolFull;
     return nullptr;  // the decision keeps waiting for its other bytes; this batch will not complete
   }
-  if (!freeRecords_) {
-    recordChunks_.push_back(std::make_unique<Record[]>(kChunk));
-    Record* chunk = recordChunks_.back().get();
-    for (size_t k = 0; k < kChunk; ++k) {
-      chunk[k].nextFree = freeRecords_;
-      freeRecords_ = &chunk[k];
-    }
-  }
-  Record* r = freeRecords_;
-  freeRecords_ = r->nextFree;
+  Record* r = records_.take();
   *r = Record();
   r->magic = kRecordMagic;
   r->owner = this;
@@ -286,16 +265,7 @@ void* TimingMatcher::kernelChStart(void* collHandle, uint64_t startNs) {
 void TimingMatcher::logStart(Decision* d, uint64_t startNs) {
   if (d->nStarts < kTrackedStarts) {
     if (!d->starts) {
-      if (!freeStartLogs_) {
-        startLogChunks_.push_back(std::make_unique<StartLog[]>(kChunk));
-        StartLog* chunk = startLogChunks_.back().get();
-        for (size_t i = 0; i < kChunk; ++i) {
-          chunk[i].nextFree = freeStartLogs_;
-          freeStartLogs_ = &chunk[i];
-        }
-      }
-      d->starts = freeStartLogs_;
-      freeStartLogs_ = d->starts->nextFree;
+      d->starts = startLogs_.take();
     }
     d->starts->v[d->nStarts] = startNs;
   }
@@ -333,8 +303,7 @@ void TimingMatcher::maybeRelease(Record* r) {
   if (!r->complete || !r->collStopped) return;
   r->magic = 0;
   r->owner = nullptr;
-  r->nextFree = freeRecords_;
-  freeRecords_ = r;
+  records_.give(r);
   --recordsLive_;
 }
 

@@ -95,14 +95,36 @@ class TimingMatcher {
   std::vector<std::unique_ptr<Ring>> queues_;  // per collective
   int64_t lastSeq_[kNumColls];
   int64_t overflowDebt_[kNumColls];  // fresh decisions evicted by overflow: already "dropped" for a gap
-  std::vector<std::unique_ptr<Decision[]>> decisionChunks_;
-  std::vector<std::unique_ptr<Record[]>> recordChunks_;
-  Decision* freeDecisions_ = nullptr;
-  Record* freeRecords_ = nullptr;
+  // Free list of T (which has `T* nextFree`): grows by chunks and never shrinks, so that a warm
+  // matcher allocates nothing per call. Instantiated in timing.cc, where T is complete.
+  template <typename T>
+  class FreeList {
+   public:
+    T* take() {
+      if (!free_) {
+        chunks_.push_back(std::make_unique<T[]>(kFreeListChunk));
+        T* chunk = chunks_.back().get();
+        for (size_t i = 0; i < kFreeListChunk; ++i) give(&chunk[i]);
+      }
+      T* x = free_;
+      free_ = x->nextFree;
+      return x;
+    }
+    void give(T* x) {
+      x->nextFree = free_;
+      free_ = x;
+    }
+
+   private:
+    static constexpr size_t kFreeListChunk = 64;
+    std::vector<std::unique_ptr<T[]>> chunks_;
+    T* free_ = nullptr;
+  };
+  FreeList<Decision> decisions_;
+  FreeList<Record> records_;
   // Channel starts of timed decisions, kept apart so that a Decision (one per getCollInfo, timed or not)
   // stays small: the 512-byte log is taken only when a kernel channel of the decision reports.
-  std::vector<std::unique_ptr<StartLog[]>> startLogChunks_;
-  StartLog* freeStartLogs_ = nullptr;
+  FreeList<StartLog> startLogs_;
   size_t recordsLive_ = 0;
   MatcherCounters counters_;
 };
