@@ -54,6 +54,18 @@ def main() -> None:
                 "speedup": sp,
             }
         )
+    # the target cells: AG/RS/AR x 4/16/64/256/1024 MiB
+    target = [
+        o["speedup"]
+        for o in out
+        if o["coll"] in ("allgather", "reducescatter", "allreduce")
+        and o["bytes"] in (4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30)
+        and not math.isnan(o["speedup"])
+    ]
+    if target:
+        gm = math.exp(sum(math.log(x) for x in target) / len(target))
+        n = len(target)
+        print(f"\ntarget cells ({n}): geometric mean oracle/default = {gm:.3f}, min = {min(target):.3f}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -417,10 +417,11 @@ void Context::onMeasurement(const Measurement& m) {
     int n = std::snprintf(buf, sizeof buf,
                           "{\"ev\":\"time\",\"comm\":\"%s\",\"rank\":%d,\"coll\":\"%s\",\"bytes\":%" PRIu64
                           ",\"pipe\":%d,\"call\":%" PRIu64 ",\"gpu_us\":%.3f,\"nccl_algo\":\"%s\",\"nccl_proto\":\"%s\","
-                          "\"nccl_channels\":%d,\"colls\":%u,\"kch\":%u,\"start_spread_us\":%.3f,\"stale_ch\":%u}",
+                          "\"nccl_channels\":%d,\"colls\":%u,\"kch\":%u,\"start_spread_us\":%.3f,\"stale_ch\":%u,"
+                          "\"t0_ns\":%" PRIu64 "}",
                           commHex_.c_str(), rank_, collName(t->key.coll), t->key.bytes, t->key.pipe, m.callIndex,
                           m.gpuUs, ncclAlgoSpelling(m.ncclAlgo), ncclProtoSpelling(m.ncclProto), m.ncclChannels,
-                          m.colls, m.channels, m.startSpreadUs, m.staleChannels);
+                          m.colls, m.channels, m.startSpreadUs, m.staleChannels, m.startNs);
     if (n > 0) rt_.trace().writeLine(buf, std::min(static_cast<size_t>(n), sizeof buf - 1));
   }
   if (budgetDone) stopWanting(t);

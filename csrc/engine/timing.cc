@@ -236,6 +236,7 @@ void TimingMatcher::maybeComplete(Decision* d) {
     m.bytes = d->bytes;
     m.applied = d->applied;
     m.gpuUs = static_cast<double>(d->maxStop - freshStart) / 1000.0;
+    m.startNs = freshStart;
     m.startSpreadUs = d->maxStart > d->minStart ? static_cast<double>(d->maxStart - d->minStart) / 1000.0 : 0.0;
     m.channels = d->channels;
     m.staleChannels = stale;

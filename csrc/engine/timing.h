@@ -33,6 +33,7 @@ struct Measurement {
   uint64_t bytes = 0;
   Config applied;           // what the decision forced (algo/proto -1 = NCCL's choice)
   double gpuUs = 0;
+  uint64_t startNs = 0;     // GPU clock (%globaltimer) of the earliest fresh channel start: gaps between calls
   int ncclAlgo = -1;        // what NCCL reported it used (first Coll of the batch)
   int ncclProto = -1;
   int ncclChannels = 0;
