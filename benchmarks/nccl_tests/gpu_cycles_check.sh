@@ -8,6 +8,8 @@
 # repetition: AG/RS/AR only), 1 MiB-1 GiB, -w 200 -n 40 -c 1, 64-channel communicators for online.
 # Usage on the GPU machine, from the repo root:  OUT=... bash benchmarks/nccl_tests/gpu_cycles_check.sh
 # Shorter: REPS=1 COLLS=all_gather,reduce_scatter,all_reduce EQ=0 (one repetition, three collectives, no torchrun).
+# MPI_REP2_SCORE=period: the second one-process-per-GPU online run uses AUTOCCL_SCORE=period and is reported
+# on its own (mpi_online_score.jsonl, report_mpi-score_cycle-*.md) against the same plain runs.
 source benchmarks/nccl_tests/setup_gpu.sh || exit 1
 cmake -S . -B /tmp/acbuild -G Ninja -DCMAKE_BUILD_TYPE=Release -DAUTOCCL_BUILD_PYTHON=OFF -DAUTOCCL_BUILD_TESTS=OFF \
   > /tmp/acbuild.log 2>&1 && cmake --build /tmp/acbuild --target autoccl_nccl -j 16 >> /tmp/acbuild.log 2>&1 \
@@ -30,9 +32,18 @@ for launch in mpi single; do
       --out /tmp/res/${launch}_plain.jsonl --budget-s "$(left)"
     # each online run starts cold: no table from an earlier run
     rm -rf "$AUTOCCL_CACHE_DIR"
-    $S --plan online --launch $launch --colls $colls --online-ceiling 64 --keep-traces /tmp/traces/$launch-online$rep \
-      --logdir /tmp/ntlogs/$launch-online$rep --out /tmp/res/${launch}_online.jsonl --budget-s "$(left)"
+    out=/tmp/res/${launch}_online.jsonl; score_env=()
+    if [ $launch = mpi ] && [ $rep = 2 ] && [ -n "${MPI_REP2_SCORE:-}" ]; then
+      out=/tmp/res/${launch}_online_score.jsonl; score_env=(env AUTOCCL_SCORE=$MPI_REP2_SCORE)
+    fi
+    "${score_env[@]}" $S --plan online --launch $launch --colls $colls --online-ceiling 64 \
+      --keep-traces /tmp/traces/$launch-online$rep --logdir /tmp/ntlogs/$launch-online$rep --out $out --budget-s "$(left)"
   done
+  if [ -s /tmp/res/${launch}_online_score.jsonl ]; then
+    python3 $R /tmp/res/${launch}_online_score.jsonl $O --plain /tmp/res/${launch}_plain.jsonl --launch $launch \
+      --cycle last > /tmp/res/report_${launch}-score_cycle-last.md 2>&1
+    echo "$launch AUTOCCL_SCORE=$MPI_REP2_SCORE cycle last: $(tail -1 /tmp/res/report_${launch}-score_cycle-last.md)"
+  fi
   for c in last 0; do
     python3 $R /tmp/res/${launch}_online.jsonl $O --plain /tmp/res/${launch}_plain.jsonl --launch $launch \
       --cycle $c > /tmp/res/report_${launch}_cycle-$c.md 2>&1

@@ -324,6 +324,9 @@ struct CommState {
   std::map<std::tuple<int, size_t, int>, int> callIndex;  // (func, nBytes, pipe) -> next call index
   std::map<int, std::vector<std::string>> captured;       // group -> truth templates of the capture
   std::map<int, std::vector<std::pair<uint64_t, double>>> capturedDur;
+  // GPU clock of this communicator's stream: NCCL serializes a communicator's kernels on one stream;
+  // different communicators' streams are not modelled as sharing the GPU.
+  uint64_t gpuNs = 0;
 };
 
 struct Shared {
@@ -362,7 +365,6 @@ class RankRunner {
 
   void run() {
     const Scenario& sc = *sh_.sc;
-    gpuNs_ = 1700000000000000000ULL + static_cast<uint64_t>(grank_) * 7777777ULL;
     const HostSpec* host = sc.host(grank_);
     if (sh_.plugin->profilerVersion)
       proxy_ = std::make_unique<Proxy>(sh_.plugin, sc.runahead, sc.reorder, sc.seed * 31 + static_cast<uint64_t>(grank_),
@@ -376,6 +378,8 @@ class RankRunner {
       cs->index = static_cast<int>(c);
       cs->spec = &spec;
       cs->commRank = static_cast<int>(it - spec.ranks.begin());
+      // GPUs' clocks are not synchronized: offset per rank (and per stream)
+      cs->gpuNs = 1700000000000000000ULL + static_cast<uint64_t>(grank_) * 7777777ULL + c * 1000003ULL;
       if (!initComm(*cs)) {
         initArrived();
         return;
@@ -409,7 +413,6 @@ class RankRunner {
  private:
   Shared& sh_;
   int grank_;
-  uint64_t gpuNs_ = 0;
   bool failed_ = false;
   std::unique_ptr<Proxy> proxy_;
   std::map<int, std::unique_ptr<CommState>> comms_;
@@ -622,9 +625,10 @@ class RankRunner {
                                                                   (static_cast<uint64_t>(inst.rep) << 8) ^ bi)));
       double us = p.mean * (sc.noise ? sh_.model->noiseFactor(key) : 1.0);
       uint64_t dur = std::max<uint64_t>(1000, static_cast<uint64_t>(us * 1000.0));
-      p.start = gpuNs_ + sc.gapNs;
+      // hidden: time the stream is held around the kernel that its channel timestamps do not cover
+      p.start = cs.gpuNs + sc.gapNs + sc.hiddenNs(p.applied.algo);
       p.stop = p.start + dur;
-      gpuNs_ = p.stop;
+      cs.gpuNs = p.stop;
       if (capture) {
         cs.capturedDur[inst.group].emplace_back(key, p.mean);
       } else if (prof && proxy_ && (mask & ncclabi::kEvKernelCh)) {
@@ -668,8 +672,8 @@ class RankRunner {
       uint64_t k2 = mix64(key ^ (static_cast<uint64_t>(inst.rep + 1) << 40));
       double us = mean * (sc.noise ? sh_.model->noiseFactor(k2) : 1.0);
       uint64_t dur = std::max<uint64_t>(1000, static_cast<uint64_t>(us * 1000.0));
-      uint64_t start = gpuNs_ + sc.gapNs;
-      gpuNs_ = start + dur;
+      uint64_t start = cs.gpuNs + sc.gapNs;
+      cs.gpuNs = start + dur;
       char buf[256];
       std::snprintf(buf, sizeof(buf),
                     "{\"ev\":\"replay\",\"comm\":\"%s\",\"rank\":%d,\"grank\":%d,\"group\":%d,\"rep\":%d,\"batch\":%zu,"

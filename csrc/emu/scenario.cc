@@ -94,6 +94,12 @@ bool Scenario::parse(const std::string& text, std::string* error) {
       if (!parseInt(scalar(), 0, 1, &initBarrier)) return fail("bad init_barrier");
     } else if (kw == "gap_ns") {
       if (!parseU64(scalar(), &gapNs)) return fail("bad gap_ns");
+    } else if (kw == "hidden") {  // hidden algo=tree ns=30000
+      int hAlgo = parseAlgo(kv["algo"]);
+      uint64_t ns = 0;
+      if (hAlgo < 0 || hAlgo >= kHiddenAlgos) return fail("hidden needs algo=<ring|tree|...>");
+      if (!parseU64(kv["ns"], &ns) || ns > 1000000000ULL) return fail("hidden needs ns=<0..1e9>");
+      hiddenAlgoNs[hAlgo] = ns;
     } else if (kw == "comm") {
       CommSpec c;
       c.name = kv["name"];

@@ -259,6 +259,7 @@ bool Context::attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& l
     if (auto board = rt_.coordination()->board(false, log_, &berr)) board->attach(commHash_, rank_, nRanks);
   }
   measureBudget_ = mode == Mode::Observe || mode == Mode::Online ? 0 : rt_.settings().measureCalls;
+  holdForPeriod_ = mode == Mode::Online;
   if (!profilerAttached_.load()) {
     log(LogLevel::Info, "profiler not loaded (rank unknown, no GPU timing); decisions still apply. "
                               "Point NCCL_PROFILER_PLUGIN at this library for timing.");
@@ -358,7 +359,8 @@ bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& c
                             std::to_string(pipe) + ": " + sourceName(source) + " " + configText(applied) +
                             (d->why.empty() ? "" : " (" + d->why + ")"));
   }
-  if (profilerAttached_.load(std::memory_order_relaxed)) matcher_.pushDecision(coll, bytes, applied, t, k);
+  ++ordinal_;
+  if (profilerAttached_.load(std::memory_order_relaxed)) matcher_.pushDecision(coll, bytes, applied, t, k, ordinal_);
   if (t->wanting.load(std::memory_order_relaxed) && t->calls > 4 * measureBudget_ + 16) stopWanting(t);
 
   if (rt_.trace().enabled()) {
@@ -399,7 +401,42 @@ void* Context::collStart(const char* func, uint64_t seq, uint64_t count, const c
 
 void* Context::kernelChStart(void* parent, uint64_t startNs) { return matcher_.kernelChStart(parent, startNs); }
 
-void Context::onMeasurement(const Measurement& m) {
+void Context::onMeasurement(const Measurement& in) {
+  if (!holdForPeriod_) {
+    deliver(in);
+    return;
+  }
+  Measurement out;
+  bool haveOut = false;
+  {
+    std::lock_guard<std::mutex> lk(heldMu_);
+    if (haveHeld_) {
+      out = held_;
+      haveOut = true;
+      // The communicator's kernels run in call order on one stream: when the next call is the very next
+      // one decided, its start bounds this call's hold on the stream.
+      if (in.ordinal != 0 && in.ordinal == out.ordinal + 1 && in.startNs > out.startNs)
+        out.periodUs = static_cast<double>(in.startNs - out.startNs) / 1000.0;
+    }
+    held_ = in;
+    haveHeld_ = true;
+  }
+  if (haveOut) deliver(out);
+}
+
+void Context::flushHeld() {
+  Measurement out;
+  {
+    std::lock_guard<std::mutex> lk(heldMu_);
+    if (!haveHeld_) return;
+    out = held_;
+    haveHeld_ = false;
+  }
+  deliver(out);
+}
+
+void Context::deliver(const Measurement& m) {
+  std::lock_guard<std::mutex> serial(deliverMu_);
   auto* t = static_cast<Task*>(m.cookie);
   bool budgetDone = false;
   {
@@ -418,10 +455,10 @@ void Context::onMeasurement(const Measurement& m) {
                           "{\"ev\":\"time\",\"comm\":\"%s\",\"rank\":%d,\"coll\":\"%s\",\"bytes\":%" PRIu64
                           ",\"pipe\":%d,\"call\":%" PRIu64 ",\"gpu_us\":%.3f,\"nccl_algo\":\"%s\",\"nccl_proto\":\"%s\","
                           "\"nccl_channels\":%d,\"colls\":%u,\"kch\":%u,\"start_spread_us\":%.3f,\"stale_ch\":%u,"
-                          "\"t0_ns\":%" PRIu64 "}",
+                          "\"t0_ns\":%" PRIu64 ",\"period_us\":%.3f}",
                           commHex_.c_str(), rank_, collName(t->key.coll), t->key.bytes, t->key.pipe, m.callIndex,
                           m.gpuUs, ncclAlgoSpelling(m.ncclAlgo), ncclProtoSpelling(m.ncclProto), m.ncclChannels,
-                          m.colls, m.channels, m.startSpreadUs, m.staleChannels, m.startNs);
+                          m.colls, m.channels, m.startSpreadUs, m.staleChannels, m.startNs, m.periodUs);
     if (n > 0) rt_.trace().writeLine(buf, std::min(static_cast<size_t>(n), sizeof buf - 1));
   }
   if (budgetDone) stopWanting(t);
@@ -451,6 +488,7 @@ std::vector<Context::TaskReport> Context::report() const {
 
 void Context::finalizeTuner() {
   if (tunerFinalized_.exchange(true)) return;
+  flushHeld();
   updateNeed();
   if (!policy_) return;
   policy_->onFinalize();
@@ -512,6 +550,7 @@ void Context::finalizeTuner() {
 }
 
 void Context::finalizeProfiler() {
+  flushHeld();
   profilerAttached_.store(false);
   updateNeed();
   if (rt_.trace().enabled()) rt_.trace().flush();

@@ -166,6 +166,8 @@ class Context {
 
   Task* taskFor(const TaskKey& key);
   void onMeasurement(const Measurement& m);
+  void deliver(const Measurement& m);
+  void flushHeld();
   void stopWanting(Task* t);
   void updateNeed();
   void log(LogLevel level, const std::string& msg) const;
@@ -188,6 +190,14 @@ class Context {
   bool needFlag_ = false;            // guarded by rt_.mask()
   bool failLogged_ = false;          // enqueue thread only
   mutable std::mutex statsMu_;
+  uint64_t ordinal_ = 0;             // enqueue thread only: calls decided on this communicator
+  // Online mode holds each measurement until the next one arrives: a call's period (start to the next
+  // call's start) needs the next call's start.
+  bool holdForPeriod_ = false;
+  std::mutex heldMu_;
+  Measurement held_;
+  bool haveHeld_ = false;            // guarded by heldMu_
+  std::mutex deliverMu_;             // the proxy thread and a finalize's flush both deliver
   TimingMatcher matcher_;
 };
 

@@ -62,6 +62,12 @@ Settings loadSettings(const EnvLookup& env) {
   else if (!score.empty() && score != "slowest")
     return invalid(s, "AUTOCCL_INPROC_SCORE='" + score + "' is not one of slowest, own");
 
+  std::string cost = get(env, "AUTOCCL_SCORE");
+  if (cost == "window") s.score = Settings::Score::Window;
+  else if (cost == "period") s.score = Settings::Score::Period;
+  else if (!cost.empty() && cost != "auto")
+    return invalid(s, "AUTOCCL_SCORE='" + cost + "' is not one of auto, window, period");
+
   s.fixedText = get(env, "AUTOCCL_FIXED");
   if (s.mode == Mode::Fixed) {
     if (s.fixedText.empty()) return invalid(s, "AUTOCCL_MODE=fixed needs AUTOCCL_FIXED (rules)");

@@ -27,6 +27,12 @@ struct Settings {
   // AUTOCCL_INPROC_SCORE (online mode, every rank of a communicator in this process): `slowest`
   // (default) scores a call by the longest kernel among the ranks, `own` by the authority's kernel.
   bool inprocSlowest = true;
+  // AUTOCCL_SCORE (online mode): what a timed call costs. `window`: its kernel's channel timestamps
+  // (first start to last stop). `period`: from its kernel's start to the start of the communicator's next
+  // kernel, when that is the very next call (the stream time it held, launch and host waits included).
+  // `auto` (default): period where every rank of the communicator is in this process (one host thread
+  // launching several GPUs is host-bound at small sizes, which the window does not see), else window.
+  enum class Score { Auto, Window, Period } score = Score::Auto;
   bool valid = true;
   std::string error;        // why !valid (one line, for the single WARN)
 };

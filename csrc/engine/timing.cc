@@ -22,7 +22,7 @@ constexpr uint32_t kTrackedStarts = 64;  // NCCL's MAXCHANNELS; beyond it only m
 
 struct TimingMatcher::Decision {
   void* cookie = nullptr;
-  uint64_t callIndex = 0;
+  uint64_t callIndex = 0, ordinal = 0;
   uint64_t bytes = 0, remaining = 0;
   Config applied;
   uint32_t collsAssigned = 0, collsDone = 0, skips = 0;
@@ -107,7 +107,7 @@ void TimingMatcher::dropDecision(Decision* d, uint64_t* counter) {
 }
 
 void TimingMatcher::pushDecision(int coll, uint64_t bytes, const Config& applied, void* cookie,
-                                 uint64_t callIndex) {
+                                 uint64_t callIndex, uint64_t ordinal) {
   if (coll < 0 || coll >= kNumColls) return;
   std::lock_guard<std::mutex> lock(mu_);
   ++counters_.decisions;
@@ -120,6 +120,7 @@ void TimingMatcher::pushDecision(int coll, uint64_t bytes, const Config& applied
   Decision* d = allocDecision();
   d->cookie = cookie;
   d->callIndex = callIndex;
+  d->ordinal = ordinal;
   d->bytes = d->remaining = bytes;
   d->applied = applied;
   d->inQueue = true;
@@ -233,6 +234,7 @@ void TimingMatcher::maybeComplete(Decision* d) {
     Measurement m;
     m.cookie = d->cookie;
     m.callIndex = d->callIndex;
+    m.ordinal = d->ordinal;
     m.bytes = d->bytes;
     m.applied = d->applied;
     m.gpuUs = static_cast<double>(d->maxStop - freshStart) / 1000.0;

@@ -34,6 +34,8 @@ struct Measurement {
   Config applied;           // what the decision forced (algo/proto -1 = NCCL's choice)
   double gpuUs = 0;
   uint64_t startNs = 0;     // GPU clock (%globaltimer) of the earliest fresh channel start: gaps between calls
+  uint64_t ordinal = 0;     // the decision's position among its communicator's calls (1-based; 0: unknown)
+  double periodUs = 0;      // start to the next call's start when that call is ordinal + 1 (0: unknown)
   int ncclAlgo = -1;        // what NCCL reported it used (first Coll of the batch)
   int ncclProto = -1;
   int ncclChannels = 0;
@@ -59,7 +61,8 @@ class TimingMatcher {
   TimingMatcher& operator=(const TimingMatcher&) = delete;
 
   // Tuner side: the k-th call of a task was decided (bytes as getCollInfo saw them).
-  void pushDecision(int coll, uint64_t bytes, const Config& applied, void* cookie, uint64_t callIndex);
+  void pushDecision(int coll, uint64_t bytes, const Config& applied, void* cookie, uint64_t callIndex,
+                    uint64_t ordinal = 0);
 
   // Profiler side. collStart returns the handle to give NCCL (nullptr: not ours / not matched).
   // bytes must already be converted to getCollInfo's unit (see collBytes()).
