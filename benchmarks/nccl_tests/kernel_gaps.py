@@ -3,7 +3,8 @@
 `t0_ns`, the GPU clock of the kernel's first channel start): per size, the median kernel duration of each
 rank, the idle gap between a rank's consecutive kernels (large gaps: the GPU waited for the host), the
 slowest rank's kernel (what the in-process board scores), the cross-rank start skew and the span from
-the first rank's start to the last rank's end. Durations in microseconds.
+the first rank's start to the last rank's end. Durations in microseconds. Skew and span compare different
+GPUs' clocks, which are not synchronized (4 x H200: offsets of 250-370 us): read them only as a check of that.
 
 Usage: kernel_gaps.py TRACE.jsonl [...] [--label NAME]
 """
