@@ -402,7 +402,9 @@ class OnlineSource final : public DecisionSource {
     sp.chunkTunable = false;
     std::vector<search::Hint> hints =
         search::hintsFor(hints_, static_cast<int>(s->key.coll), s->key.bytes, static_cast<int>(s->key.pipe));
-    auto srch = decider_->inner.registerTask(s->key, sp, opts_, hints);
+    search::Options o = opts_;
+    if (scoreByPeriod(place_.load(std::memory_order_acquire))) o.duelRun = 2;
+    auto srch = decider_->inner.registerTask(s->key, sp, o, hints);
     std::lock_guard<std::mutex> lk(mapMu_);
     s->search = std::move(srch);
   }

@@ -807,6 +807,16 @@ struct TaskSearch::Impl {
 
   // Two evals measured one call at a time, alternately (`a` first when *aNext), each up to its want.
   // -1: both only wait for samples in flight.
+  // One turn of alternate(): the sample call, then duelRun - 1 untimed calls of the same configuration.
+  void scheduleTurn(int id) {
+    schedule(id, 1, Phase::kTuning);
+    for (int r = 1; r < o.duelRun; ++r) {
+      Segment t{planned, planned + 1, evals[static_cast<size_t>(id)].cfg, Phase::kTuning};
+      t.cfg.measure = false;
+      add(t);
+    }
+  }
+
   int alternate(int a, int b, bool* aNext) {
     auto need = [&](int id) {
       const Eval& e = evals[static_cast<size_t>(id)];
@@ -856,7 +866,7 @@ struct TaskSearch::Impl {
           addWaiting(s);
           return;
         }
-        schedule(id, 1, Phase::kTuning);
+        scheduleTurn(id);
         return;
       }
       case Mode::kDuel: {
@@ -870,12 +880,14 @@ struct TaskSearch::Impl {
           schedule(duelInc, 1, Phase::kTuning, true);  // arriving gives up one that never comes)
           return;
         }
-        schedule(id, 1, Phase::kTuning);
+        scheduleTurn(id);
         return;
       }
       case Mode::kTuning: {
         // the duel's calls come out of the same budget
-        const uint64_t reserve = o.duelSamples > 0 ? 2 * static_cast<uint64_t>(o.duelSamples) + 4 : 0;
+        const uint64_t reserve =
+            o.duelSamples > 0 ? 2 * static_cast<uint64_t>(o.duelSamples) * static_cast<uint64_t>(std::max(o.duelRun, 1)) + 4
+                              : 0;
         if (tuningCallsThisRound + reserve >= o.maxTuningCalls) {
           finishTuning();
           planOne();

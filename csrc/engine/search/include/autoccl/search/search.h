@@ -116,6 +116,10 @@ struct Options {
   // the default stays unless the other's median is lower on them too (0: pin on the tuning samples).
   // Odd, so that the median of each side survives two outliers. Comes out of maxTuningCalls.
   int duelSamples = 5;
+  // Calls per turn of the duel and of the table verification, all of the turn's configuration; only the
+  // first is a sample. 2 where a call is scored by its stream period (to the next call's start): taken
+  // call by call, a host-bound call's period would measure the launch of the other configuration next.
+  int duelRun = 1;
   // Calls spent waiting for samples (the incumbent, timed, while nothing can be decided) more than
   // freeWaitLag calls after the newest delivered sample do not count against maxTuningCalls, up to
   // maxWaitCalls per tuning round (a burst of host run-ahead must not end the search unmeasured).
