@@ -8,6 +8,7 @@
 # repetition: AG/RS/AR only), 1 MiB-1 GiB, -w 200 -n 40 -c 1, 64-channel communicators for online.
 # Usage on the GPU machine, from the repo root:  OUT=... bash benchmarks/nccl_tests/gpu_cycles_check.sh
 # Shorter: REPS=1 COLLS=all_gather,reduce_scatter,all_reduce EQ=0 (one repetition, three collectives, no torchrun).
+# LAUNCHES="single": one launch kind only (default "mpi single").
 # MPI_REP2_SCORE=period: the second one-process-per-GPU online run uses AUTOCCL_SCORE=period and is reported
 # on its own (mpi_online_score.jsonl, report_mpi-score_cycle-*.md) against the same plain runs.
 source benchmarks/nccl_tests/setup_gpu.sh || exit 1
@@ -22,7 +23,7 @@ left() { echo $(( ${CALL_LIMIT_S:-560} - SECONDS )); }
 mkdir -p /tmp/res
 O=benchmarks/results/h200x4/nccl_tests/env_oracle_best.json
 R=benchmarks/nccl_tests/online_report.py
-for launch in mpi single; do
+for launch in ${LAUNCHES:-mpi single}; do
   export AUTOCCL_CACHE_DIR=/tmp/cache-$launch; rm -rf "$AUTOCCL_CACHE_DIR"
   for rep in $(seq 1 "${REPS:-2}"); do
     colls=${COLLS:-all_gather,reduce_scatter,all_reduce,broadcast,reduce}

@@ -208,7 +208,10 @@ class OnlineSource final : public DecisionSource {
   void onMeasurement(const TaskKey& task, const Measurement& timed) override {
     const Place place = place_.load(std::memory_order_acquire);
     Measurement m = timed;
-    if (m.periodUs > 0 && scoreByPeriod(place)) m.gpuUs = m.periodUs;
+    if (m.periodUs > 0 && scoreByPeriod(place)) {
+      m.altUs = m.gpuUs;  // the window: the duel's second opinion (search::TaskSearch::addSample)
+      m.gpuUs = m.periodUs;
+    }
     if (merge_ && place == Place::kLocal) {
       merge_->add(task, env_.rank, m);  // all ranks here: the authority scores each call by its slowest rank
       return;
@@ -256,7 +259,7 @@ class OnlineSource final : public DecisionSource {
       while (m.ncclChannels > c && !commCap_.compare_exchange_weak(c, m.ncclChannels)) {
       }
     }
-    srch->addSample(m.callIndex, m.gpuUs);
+    srch->addSample(m.callIndex, m.gpuUs, m.altUs > 0 ? m.altUs : -1.0);
     uint64_t d = s->delivered.load(std::memory_order_relaxed);
     while (d < m.callIndex + 1 && !s->delivered.compare_exchange_weak(d, m.callIndex + 1)) {
     }
@@ -554,9 +557,13 @@ void RankMerge::add(const TaskKey& task, int rank, const Measurement& m) {
   if (p.ranks & bit) return;
   p.ranks |= bit;
   double longest = std::max(p.count ? p.m.gpuUs : 0.0, m.gpuUs);
+  // the second measure counts only if every rank has one (else the merged call has none)
+  double longestAlt = p.count && p.m.altUs <= 0 ? 0.0 : std::max(p.count ? p.m.altUs : 0.0, m.altUs);
+  if (m.altUs <= 0) longestAlt = 0.0;
   if (p.count == 0 || (rank == 0 && !p.haveAuthority)) p.m = m;  // metadata: rank 0's, else the first
   p.haveAuthority = p.haveAuthority || rank == 0;
   p.m.gpuUs = longest;
+  p.m.altUs = longestAlt;
   if (++p.count == nRanks_) {
     Measurement done = p.m;
     pending_.erase(it);

@@ -52,6 +52,7 @@ using PointKey = std::tuple<int, int, int>;
 struct Eval {
   Config cfg;
   std::vector<double> samples;
+  std::vector<double> alt;  // second measure of the same calls, where given (addSample's altMicros)
   int inflight = 0;
   int want = 0;
   int lostRounds = 0;
@@ -424,8 +425,14 @@ struct TaskSearch::Impl {
       std::fprintf(stderr, "autoccl search: duel at call %llu: default n=%d median=%.2f, %s n=%d median=%.2f\n",
                    static_cast<unsigned long long>(planned), d.n(), d.med(), i.cfg.str().c_str(), i.n(), i.med());
     st.defaultMedian = d.med();
-    // NCCL's choice stays unless the tuned configuration is faster on the fresh samples too
-    const Eval& w = i.med() < d.med() ? i : d;
+    // NCCL's choice stays unless the tuned configuration is faster on the fresh samples too, and on
+    // their second measure where there is one: in one process launching several GPUs the stream period
+    // also carries the profiler's host cost, which grows with the channel count (a 64-channel default
+    // read 120 us per call for a 27 us broadcast), while the kernel window misses what a kernel holds
+    // outside its channels (tree/LL128: 31 us windows, 54 us per call); a winner on both is safe.
+    const bool altToo = !i.alt.empty() && !d.alt.empty();
+    const bool incWins = i.med() < d.med() && (!altToo || median(i.alt) < median(d.alt));
+    const Eval& w = incWins ? i : d;
     pin(w.cfg, w.med(), std::max(duelNoise, std::max(d.relNoise(), i.relNoise())));
   }
 
@@ -997,7 +1004,7 @@ struct TaskSearch::Impl {
     if (st.candidates > 0) st.candidates--;
   }
 
-  void sample(uint64_t k, double us) {
+  void sample(uint64_t k, double us, double alt = -1.0) {
     const bool valid = std::isfinite(us) && us > 0;
     if (valid && k < planned && (!anyDelivered || k > maxDelivered)) {
       anyDelivered = true;
@@ -1005,7 +1012,7 @@ struct TaskSearch::Impl {
     }
     auto it = pending.find(k);
     if (it == pending.end()) {
-      lateSample(k, us, valid);
+      lateSample(k, us, alt, valid);
       if (valid) expireLost(0);  // calls overtaken by this one are lost
       return;
     }
@@ -1015,7 +1022,7 @@ struct TaskSearch::Impl {
     pending.erase(it);
     if (!filler) e.inflight--;
     if (valid) {
-      record(e, us);
+      record(e, us, alt);
     } else if (!filler) {
       e.lostThisRound = true;
     }
@@ -1024,21 +1031,22 @@ struct TaskSearch::Impl {
     think();
   }
   // A sample of a call given up as lost: still a valid measurement of its configuration.
-  void lateSample(uint64_t k, double us, bool valid) {
+  void lateSample(uint64_t k, double us, double alt, bool valid) {
     auto g = givenUp.find(k);
     if (g == givenUp.end()) return;
     Eval& e = evals[static_cast<size_t>(g->second)];
     givenUp.erase(g);
     if (!valid || e.dead) return;
-    record(e, us);
+    record(e, us, alt);
     st.lateSamples++;
     think();
   }
   // One GPU time of e's configuration, as the objective values it.
-  void record(Eval& e, double us) {
+  void record(Eval& e, double us, double alt) {
     int effCh = e.cfg.isDefault() ? sp.ncclChannels : e.cfg.channels;
     if (effCh <= 0) effCh = sp.ncclChannels > 0 ? sp.ncclChannels : sp.maxChannels;
     e.samples.push_back(o.objective(e.cfg, effCh, us));
+    if (std::isfinite(alt) && alt > 0) e.alt.push_back(o.objective(e.cfg, effCh, alt));
     st.samples++;
   }
 };
@@ -1073,9 +1081,9 @@ uint64_t TaskSearch::plannedUpTo() const {
   std::lock_guard<std::mutex> lk(mu_);
   return impl_->planned;
 }
-void TaskSearch::addSample(uint64_t k, double gpuMicros) {
+void TaskSearch::addSample(uint64_t k, double gpuMicros, double altMicros) {
   std::lock_guard<std::mutex> lk(mu_);
-  impl_->sample(k, gpuMicros);
+  impl_->sample(k, gpuMicros, altMicros);
 }
 void TaskSearch::channelsCapped(int requested, int used) {
   if (used < 1 || used >= requested) return;

@@ -174,7 +174,9 @@ class TaskSearch {
   uint64_t plannedUpTo() const;  // calls < this are decided
 
   // GPU time of call k (any thread, any order). Ignored unless call k was planned with measure.
-  void addSample(uint64_t k, double gpuMicros);
+  // altMicros (> 0): a second measure of the same call's cost (the kernel window when the first is the
+  // stream period). The duel leaves NCCL's choice only for a configuration faster on both.
+  void addSample(uint64_t k, double gpuMicros, double altMicros = -1.0);
 
   // NCCL ran call(s) of this task on `used` channels although `requested` were asked for (the
   // profiler reports the channels a task really ran on: capped by the communicator's channel count and
