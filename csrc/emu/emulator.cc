@@ -626,7 +626,7 @@ class RankRunner {
       double us = p.mean * (sc.noise ? sh_.model->noiseFactor(key) : 1.0);
       uint64_t dur = std::max<uint64_t>(1000, static_cast<uint64_t>(us * 1000.0));
       // hidden: time the stream is held around the kernel that its channel timestamps do not cover
-      p.start = cs.gpuNs + sc.gapNs + sc.hiddenNs(p.applied.algo);
+      p.start = cs.gpuNs + sc.gapNs + sc.hiddenNs(p.applied.algo, p.applied.proto);
       p.stop = p.start + dur;
       cs.gpuNs = p.stop;
       if (capture) {

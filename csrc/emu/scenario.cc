@@ -94,12 +94,15 @@ bool Scenario::parse(const std::string& text, std::string* error) {
       if (!parseInt(scalar(), 0, 1, &initBarrier)) return fail("bad init_barrier");
     } else if (kw == "gap_ns") {
       if (!parseU64(scalar(), &gapNs)) return fail("bad gap_ns");
-    } else if (kw == "hidden") {  // hidden algo=tree ns=30000
+    } else if (kw == "hidden") {  // hidden algo=tree [proto=ll128] ns=30000 (no proto: every protocol)
       int hAlgo = parseAlgo(kv["algo"]);
+      int hProto = kv.count("proto") ? parseProto(kv["proto"]) : -1;
       uint64_t ns = 0;
       if (hAlgo < 0 || hAlgo >= kHiddenAlgos) return fail("hidden needs algo=<ring|tree|...>");
+      if (kv.count("proto") && (hProto < 0 || hProto >= kHiddenProtos)) return fail("bad hidden proto=");
       if (!parseU64(kv["ns"], &ns) || ns > 1000000000ULL) return fail("hidden needs ns=<0..1e9>");
-      hiddenAlgoNs[hAlgo] = ns;
+      for (int p = 0; p < kHiddenProtos; ++p)
+        if (hProto < 0 || p == hProto) hiddenPairNs[hAlgo][p] = ns;
     } else if (kw == "comm") {
       CommSpec c;
       c.name = kv["name"];

@@ -53,11 +53,13 @@ struct Scenario {
   int noise = 1;         // 0: noiseless model
   double load = 0.0;
   uint64_t gapNs = 2000;  // idle GPU time between consecutive kernels of a communicator's stream
-  // Per algorithm: extra time a kernel holds its stream outside its channels' timestamps (on 4 x H200,
-  // tree/LL128 all_reduce 4 MiB: 23-43 us channel windows, 54 us between kernel starts, 2026-11-22).
-  static constexpr int kHiddenAlgos = 8;  // >= NCCL's algorithm count
-  uint64_t hiddenAlgoNs[kHiddenAlgos] = {};
-  uint64_t hiddenNs(int algo) const { return algo >= 0 && algo < kHiddenAlgos ? hiddenAlgoNs[algo] : 0; }
+  // Per (algorithm, protocol): extra time a kernel holds its stream outside its channels' timestamps (on
+  // 4 x H200, tree/LL128 all_reduce 4 MiB: 23-43 us channel windows, 54 us between kernel starts).
+  static constexpr int kHiddenAlgos = 8, kHiddenProtos = 3;  // >= NCCL's algorithm / protocol counts
+  uint64_t hiddenPairNs[kHiddenAlgos][kHiddenProtos] = {};
+  uint64_t hiddenNs(int algo, int proto) const {
+    return algo >= 0 && algo < kHiddenAlgos && proto >= 0 && proto < kHiddenProtos ? hiddenPairNs[algo][proto] : 0;
+  }
   // 1: the rank threads of this process start their calls only once all of them have created their
   // communicators (ncclCommInitAll / a grouped init); 0: each starts as soon as its own are created.
   int initBarrier = 0;

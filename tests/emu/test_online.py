@@ -256,3 +256,31 @@ def test_online_without_profiler_is_no_tuner(plugin: Path) -> None:
         assert (r["algo"], r["proto"], r["channels"]) == (r["def_algo"], r["def_proto"], r["def_channels"])
     warns = res.warn_lines()
     assert len(warns) == 1 and "profiler" in warns[0], warns
+
+
+@pytest.mark.parametrize("score", ["auto", "window"])
+def test_online_threads_score_stream_period(plugin: Path, score: str) -> None:
+    """All ranks in one process: a call costs the stream time it holds, not only its channels' window.
+    Ring/LL128 is the model's fastest kernel for all_reduce 16 MiB (about 119 us against Ring/Simple's 125)
+    but each of its kernels holds the stream 40 us past its channel timestamps (as tree/LL128 did on
+    4 x H200). Scored by the stream period (the default here) the search does not pin it; scored by the
+    window alone it does."""
+    sc = Scenario(
+        [Comm("dp", 0x5EED, (0, 1, 2, 3))],
+        [Group("dp", (Call("allreduce", 16 << 20),), repeat=300)],
+        seed=3,
+        noise=False,
+        hidden_ns={("ring", "ll128"): 40000},
+    )
+    env = online_env(False, **({"AUTOCCL_SCORE": "window"} if score == "window" else {}))
+    res = run(sc, plugin=plugin, env=env, timeout=240)
+    assert_clean(res)
+    assert_same_per_seq(res.calls)
+    last = max((r for r in res.calls if r["grank"] == 0), key=lambda r: int(r["seq"]))
+    pair = (last["algo"] or last["def_algo"], last["proto"] or last["def_proto"])
+    tasks = [t for t in res.trace if t.get("ev") == "task" and t.get("source") == "online" and t["rank"] == 0]
+    assert tasks and all(t.get("converged_at") is not None for t in tasks), tasks
+    if score == "window":
+        assert pair == ("ring", "ll128"), pair
+    else:
+        assert pair != ("ring", "ll128"), pair

@@ -83,6 +83,8 @@ class Scenario:
     # the rank threads of one emulator process start calling only once all have created their
     # communicators (ncclCommInitAll); otherwise each starts as soon as its own are created
     init_barrier: bool = False
+    # (algorithm, protocol or "" for all) -> ns a kernel holds its stream outside its channel timestamps
+    hidden_ns: dict[tuple[str, str], int] = field(default_factory=dict)
     orders: dict[int, str] = field(default_factory=dict)
     hosts: dict[int, Host] = field(default_factory=dict)
 
@@ -102,6 +104,8 @@ class Scenario:
         ]
         if self.init_barrier:
             lines.append("init_barrier 1")
+        for (algo, proto), ns in sorted(self.hidden_ns.items()):
+            lines.append(f"hidden algo={algo}" + (f" proto={proto}" if proto else "") + f" ns={int(ns)}")
         for c in self.comms:
             ranks = ",".join(str(r) for r in c.ranks)
             lines.append(
