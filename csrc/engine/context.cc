@@ -259,7 +259,6 @@ bool Context::attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& l
     if (auto board = rt_.coordination()->board(false, log_, &berr)) board->attach(commHash_, rank_, nRanks);
   }
   measureBudget_ = mode == Mode::Observe || mode == Mode::Online ? 0 : rt_.settings().measureCalls;
-  holdForPeriod_ = mode == Mode::Online;
   if (!profilerAttached_.load()) {
     log(LogLevel::Info, "profiler not loaded (rank unknown, no GPU timing); decisions still apply. "
                               "Point NCCL_PROFILER_PLUGIN at this library for timing.");
@@ -402,7 +401,8 @@ void* Context::collStart(const char* func, uint64_t seq, uint64_t count, const c
 void* Context::kernelChStart(void* parent, uint64_t startNs) { return matcher_.kernelChStart(parent, startNs); }
 
 void Context::onMeasurement(const Measurement& in) {
-  if (!holdForPeriod_) {
+  if (!policy_ || !policy_->wantsPeriod()) {
+    flushHeld();  // one held from before the policy settled on window scoring
     deliver(in);
     return;
   }

@@ -191,9 +191,8 @@ class Context {
   bool failLogged_ = false;          // enqueue thread only
   mutable std::mutex statsMu_;
   uint64_t ordinal_ = 0;             // enqueue thread only: calls decided on this communicator
-  // Online mode holds each measurement until the next one arrives: a call's period (start to the next
-  // call's start) needs the next call's start.
-  bool holdForPeriod_ = false;
+  // Where the policy scores by stream period, each measurement is held until the next one arrives: a
+  // call's period (start to the next call's start) needs the next call's start.
   std::mutex heldMu_;
   Measurement held_;
   bool haveHeld_ = false;            // guarded by heldMu_

@@ -233,6 +233,10 @@ class OnlineSource final : public DecisionSource {
   }
 
   bool needsTiming() const override { return needing_.load(std::memory_order_relaxed) > 0; }
+  bool wantsPeriod() const override {
+    const Place p = place_.load(std::memory_order_acquire);
+    return p != Place::kUnknown && scoreByPeriod(p);
+  }
 
   // The authority: one call's GPU time (its own, or the slowest rank's) into the task's search.
   void absorb(const TaskKey& task, const Measurement& m) {
@@ -558,8 +562,8 @@ void RankMerge::add(const TaskKey& task, int rank, const Measurement& m) {
   p.ranks |= bit;
   double longest = std::max(p.count ? p.m.gpuUs : 0.0, m.gpuUs);
   // the second measure counts only if every rank has one (else the merged call has none)
-  double longestAlt = p.count && p.m.altUs <= 0 ? 0.0 : std::max(p.count ? p.m.altUs : 0.0, m.altUs);
-  if (m.altUs <= 0) longestAlt = 0.0;
+  const bool altEverywhere = m.altUs > 0 && (p.count == 0 || p.m.altUs > 0);
+  const double longestAlt = altEverywhere ? std::max(p.count ? p.m.altUs : 0.0, m.altUs) : 0.0;
   if (p.count == 0 || (rank == 0 && !p.haveAuthority)) p.m = m;  // metadata: rank 0's, else the first
   p.haveAuthority = p.haveAuthority || rank == 0;
   p.m.gpuUs = longest;

@@ -61,6 +61,9 @@ class DecisionSource {
   // True while the policy wants kernel timing events (drives the process-wide activation mask).
   // Must be cheap and thread-safe (read from any thread).
   virtual bool needsTiming() const { return false; }
+  // True when this policy scores calls by their stream period (Measurement::periodUs): the context then
+  // holds each measurement until the next one arrives. Cheap and thread-safe.
+  virtual bool wantsPeriod() const { return false; }
   // Tuner finalize of this context (the profiler may still deliver late events afterwards).
   virtual void onFinalize() {}
   // Extra fields for the per-task trace record (",\"gain\":..." form, or empty).

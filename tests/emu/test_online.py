@@ -267,7 +267,7 @@ def test_online_threads_score_stream_period(plugin: Path, score: str) -> None:
     window alone it does."""
     sc = Scenario(
         [Comm("dp", 0x5EED, (0, 1, 2, 3))],
-        [Group("dp", (Call("allreduce", 16 << 20),), repeat=300)],
+        [Group("dp", (Call("allreduce", 16 << 20),), repeat=800)],
         seed=3,
         noise=False,
         hidden_ns={("ring", "ll128"): 40000},
