@@ -629,6 +629,20 @@ void costFilter() {
 }
 
 
+// NCCL's Ring/Simple (its choice) against Tree/Simple, channels without effect: ringUs and treeUs.
+Model ringVsTree(double ringUs, double treeUs, double outlierProb) {
+  Model m;
+  m.space.maxChannels = 64;
+  m.space.ncclChannels = 24;
+  m.space.cost[1][2] = 1.0f;  // ring/simple: NCCL's choice
+  m.space.cost[0][2] = 1.2f;  // tree/simple
+  m.noise = 0.01;
+  m.outlierProb = outlierProb;
+  m.t = [ringUs, treeUs](int pair, int, uint64_t) { return pair == 1 * kNumProtos + 2 ? ringUs : treeUs; };
+  setDefaultFromCost(m);
+  return m;
+}
+
 // A task whose first calls are slow for NCCL's default (ranks out of step at the start of a phase:
 // one process per GPU on 4 x H200, rank 0's 64-channel kernels measured 160-410 us for a 55 us
 // all_gather during its first 60 calls, 20-channel ones much less). The default is measured first,
@@ -637,18 +651,9 @@ void costFilter() {
 void settlingStart() {
   int pinnedWorse = 0, pinnedWorseNoDuel = 0;
   for (uint64_t seed = 1; seed <= 30; ++seed) {
-    Model steady;
-    steady.space.maxChannels = 64;
-    steady.space.ncclChannels = 24;
-    steady.space.cost[1][2] = 1.0f;  // ring/simple: NCCL's choice
-    steady.space.cost[0][2] = 1.2f;  // tree/simple
-    steady.noise = 0.01;
-    steady.outlierProb = 0.02;
-    steady.t = [](int pair, int, uint64_t) { return pair == 1 * kNumProtos + 2 ? 100.0 : 106.0; };
-    setDefaultFromCost(steady);
-    Model settling = steady;
+    const Model steady = ringVsTree(100.0, 106.0, 0.02);
     // while settling, the default's kernels (all channels) wait for peers; a narrower one less so
-    settling.t = [](int pair, int, uint64_t) { return pair == 1 * kNumProtos + 2 ? 300.0 : 110.0; };
+    const Model settling = ringVsTree(300.0, 110.0, 0.02);
     for (int duel : {5, 0}) {
       std::mt19937_64 rng(seed * 31);
       Options o;
@@ -674,17 +679,8 @@ void settlingStart() {
 void duelRuns() {
   int worse[3] = {0, 0, 0};
   for (uint64_t seed = 1; seed <= 20; ++seed) {
-    Model steady;
-    steady.space.maxChannels = 64;
-    steady.space.ncclChannels = 24;
-    steady.space.cost[1][2] = 1.0f;  // ring/simple: NCCL's choice
-    steady.space.cost[0][2] = 1.2f;  // tree/simple
-    steady.noise = 0.01;
-    steady.outlierProb = 0.0;
-    steady.t = [](int pair, int, uint64_t) { return pair == 1 * kNumProtos + 2 ? 100.0 : 106.0; };
-    setDefaultFromCost(steady);
-    Model settling = steady;  // the first calls: NCCL's default slow (see settlingStart)
-    settling.t = [](int pair, int, uint64_t) { return pair == 1 * kNumProtos + 2 ? 300.0 : 110.0; };
+    const Model steady = ringVsTree(100.0, 106.0, 0.0);
+    const Model settling = ringVsTree(300.0, 110.0, 0.0);  // the first calls: NCCL's default slow (settlingStart)
     for (int run : {1, 2}) {
       std::mt19937_64 rng(seed * 131);
       Options o;
@@ -714,15 +710,7 @@ void duelSecondOpinion() {
   for (bool agrees : {false, true}) {
     int pinnedTree = 0;
     for (uint64_t seed = 1; seed <= 10; ++seed) {
-      Model m;
-      m.space.maxChannels = 64;
-      m.space.ncclChannels = 24;
-      m.space.cost[1][2] = 1.0f;  // ring/simple: NCCL's choice
-      m.space.cost[0][2] = 1.2f;  // tree/simple
-      m.noise = 0.01;
-      m.outlierProb = 0.0;
-      m.t = [](int pair, int, uint64_t) { return pair == 1 * kNumProtos + 2 ? 100.0 : 90.0; };
-      setDefaultFromCost(m);
+      const Model m = ringVsTree(100.0, 90.0, 0.0);
       std::mt19937_64 rng(seed * 977);
       std::normal_distribution<double> n(0.0, 0.01);
       TaskSearch s(m.space, Options());
