@@ -8,10 +8,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 cp COMMIT "$OUT/commit.txt" 2>/dev/null || true
 nvidia-smi -L > "$OUT/machine.txt"; NGPU=$(nvidia-smi -L | wc -l)
-cmake -S . -B /tmp/acbuild -G Ninja -DCMAKE_BUILD_TYPE=Release -DAUTOCCL_BUILD_PYTHON=OFF -DAUTOCCL_BUILD_TESTS=OFF \
-  > /tmp/acbuild.log 2>&1 && cmake --build /tmp/acbuild --target autoccl_nccl -j 16 >> /tmp/acbuild.log 2>&1 \
-  || { tail -40 /tmp/acbuild.log; exit 1; }
-export AUTOCCL_LIB_DIR=/tmp/acbuild/lib PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} AUTOCCL_CACHE_DIR=/tmp/eq-cache
+source benchmarks/nccl_tests/plugin_build.sh || exit 1
+export AUTOCCL_CACHE_DIR=/tmp/eq-cache
 mkdir -p /tmp/traces
 EQ=benchmarks/torch_check/equivalence.py; TR="torchrun --nproc-per-node $NGPU"
 $TR $EQ --iters ${ITERS:-50} --out "$OUT/eq_plain.json" 2>&1 | grep -E "^equivalence|Error" | tail -3

@@ -9,10 +9,7 @@
 #   coordinator) | online, one process for 4 GPUs.
 # Usage on the GPU machine, from the repo root:  OUT=... bash benchmarks/nccl_tests/gpu_mpi_stall.sh
 source benchmarks/nccl_tests/setup_gpu.sh || exit 1
-cmake -S . -B /tmp/acbuild -G Ninja -DCMAKE_BUILD_TYPE=Release -DAUTOCCL_BUILD_PYTHON=OFF -DAUTOCCL_BUILD_TESTS=OFF \
-  > /tmp/acbuild.log 2>&1 && cmake --build /tmp/acbuild --target autoccl_nccl -j 16 >> /tmp/acbuild.log 2>&1 \
-  || { tail -40 /tmp/acbuild.log; exit 1; }
-export AUTOCCL_LIB_DIR=/tmp/acbuild/lib PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+source benchmarks/nccl_tests/plugin_build.sh || exit 1
 export AUTOCCL_CACHE_DIR=/tmp/autoccl-cache
 git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || true
 ARGS="-b 1M -e 4M -f 2 -n 40 -w 200 -c 1"

@@ -11,10 +11,7 @@
 #    against plain NCCL with the same counts (oracle_table.py). Budgeted by CALL_LIMIT_S.
 # Usage on the GPU machine, from the repo root:  OUT=... CALL_LIMIT_S=540 bash benchmarks/nccl_tests/gpu_period_ceiling.sh
 source benchmarks/nccl_tests/setup_gpu.sh || exit 1
-cmake -S . -B /tmp/acbuild -G Ninja -DCMAKE_BUILD_TYPE=Release -DAUTOCCL_BUILD_PYTHON=OFF -DAUTOCCL_BUILD_TESTS=OFF \
-  > /tmp/acbuild.log 2>&1 && cmake --build /tmp/acbuild --target autoccl_nccl -j 16 >> /tmp/acbuild.log 2>&1 \
-  || { tail -40 /tmp/acbuild.log; exit 1; }
-export AUTOCCL_LIB_DIR=/tmp/acbuild/lib PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+source benchmarks/nccl_tests/plugin_build.sh || exit 1
 cp COMMIT "$OUT/commit.txt" 2>/dev/null || true
 left() { echo $(( ${CALL_LIMIT_S:-540} - SECONDS )); }
 LIB=$(python3 -c 'from autoccl._paths import plugin_path; print(plugin_path())') || exit 1

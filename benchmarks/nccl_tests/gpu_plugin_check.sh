@@ -6,10 +6,7 @@
 # Usage on the GPU machine, from the repo root:  bash benchmarks/nccl_tests/gpu_plugin_check.sh
 source benchmarks/nccl_tests/setup_gpu.sh || exit 1
 T0=$SECONDS
-cmake -S . -B /tmp/acbuild -G Ninja -DCMAKE_BUILD_TYPE=Release -DAUTOCCL_BUILD_PYTHON=OFF -DAUTOCCL_BUILD_TESTS=OFF \
-  > /tmp/acbuild.log 2>&1 && cmake --build /tmp/acbuild --target autoccl_nccl -j 16 >> /tmp/acbuild.log 2>&1 \
-  || { tail -40 /tmp/acbuild.log; exit 1; }
-export AUTOCCL_LIB_DIR=/tmp/acbuild/lib PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+source benchmarks/nccl_tests/plugin_build.sh || exit 1
 echo "plugin built in $((SECONDS - T0)) s: $(ls $AUTOCCL_LIB_DIR)"
 S="python3 benchmarks/nccl_tests/sweep.py --bin $NT_BIN --logdir /tmp/ntlogs --keep-traces /tmp/traces"
 left() { echo $(( ${CALL_LIMIT_S:-560} - SECONDS )); }

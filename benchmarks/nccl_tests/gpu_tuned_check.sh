@@ -8,10 +8,7 @@
 # all five collectives 1 MiB-1 GiB, -c 1, against plain NCCL of the same launch.
 # Usage on the GPU machine, from the repo root:  OUT=... bash benchmarks/nccl_tests/gpu_tuned_check.sh
 source benchmarks/nccl_tests/setup_gpu.sh || exit 1
-cmake -S . -B /tmp/acbuild -G Ninja -DCMAKE_BUILD_TYPE=Release -DAUTOCCL_BUILD_PYTHON=OFF -DAUTOCCL_BUILD_TESTS=OFF \
-  > /tmp/acbuild.log 2>&1 && cmake --build /tmp/acbuild --target autoccl_nccl -j 16 >> /tmp/acbuild.log 2>&1 \
-  || { tail -40 /tmp/acbuild.log; exit 1; }
-export AUTOCCL_LIB_DIR=/tmp/acbuild/lib PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+source benchmarks/nccl_tests/plugin_build.sh || exit 1
 git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || true
 S="python3 benchmarks/nccl_tests/sweep.py --bin $NT_BIN --warmup 200 --iters 40"
 left() { echo $(( ${CALL_LIMIT_S:-570} - SECONDS )); }
