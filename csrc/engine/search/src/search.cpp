@@ -812,8 +812,6 @@ struct TaskSearch::Impl {
     add(s);
   }
 
-  // Two evals measured one call at a time, alternately (`a` first when *aNext), each up to its want.
-  // -1: both only wait for samples in flight.
   // One turn of alternate(): the sample call, then duelRun - 1 untimed calls of the same configuration.
   void scheduleTurn(int id) {
     schedule(id, 1, Phase::kTuning);
@@ -824,6 +822,8 @@ struct TaskSearch::Impl {
     }
   }
 
+  // Two evals measured one turn at a time, alternately (`a` first when *aNext), each up to its want.
+  // -1: both only wait for samples in flight.
   int alternate(int a, int b, bool* aNext) {
     auto need = [&](int id) {
       const Eval& e = evals[static_cast<size_t>(id)];
@@ -892,9 +892,8 @@ struct TaskSearch::Impl {
       }
       case Mode::kTuning: {
         // the duel's calls come out of the same budget
-        const uint64_t reserve =
-            o.duelSamples > 0 ? 2 * static_cast<uint64_t>(o.duelSamples) * static_cast<uint64_t>(std::max(o.duelRun, 1)) + 4
-                              : 0;
+        const uint64_t turnCalls = static_cast<uint64_t>(std::max(o.duelRun, 1));
+        const uint64_t reserve = o.duelSamples > 0 ? 2 * static_cast<uint64_t>(o.duelSamples) * turnCalls + 4 : 0;
         if (tuningCallsThisRound + reserve >= o.maxTuningCalls) {
           finishTuning();
           planOne();
@@ -1004,7 +1003,7 @@ struct TaskSearch::Impl {
     if (st.candidates > 0) st.candidates--;
   }
 
-  void sample(uint64_t k, double us, double alt = -1.0) {
+  void sample(uint64_t k, double us, double alt) {
     const bool valid = std::isfinite(us) && us > 0;
     if (valid && k < planned && (!anyDelivered || k > maxDelivered)) {
       anyDelivered = true;
