@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# GPU call (issue 3, session of 2026-11-22 e): is the swing of one process for 4 GPUs at 4 MiB NCCL's or ours?
+# Session d's call 5 saw reduce_scatter 4 MiB move 50 -> 97 us per call from pass to pass with unchanged
+# configurations, and all_reduce 4 MiB 37-53 us without the plugin on 64-channel communicators. Here each
+# variant runs REPS times, interleaved, nccl-tests -g 4 (one process), -b 4M -e 1G -f 4 (the target sizes),
+# -w 200 -n 40 -c 1 -N 3; every pass of every run is kept:
+#   plain      NCCL alone                          plain64   NCCL alone, 64-channel communicators
+#   online64   autoccl run --mode online --channel-ceiling 64 (what the cycles calls measure)
+#   online     autoccl run --mode online (NCCL's own channel ceiling)
+# Usage on the GPU machine, from the repo root:  OUT=... [REPS=2] [COLLS="reduce_scatter all_reduce"] \
+#   bash benchmarks/nccl_tests/gpu_single_stability.sh
+source benchmarks/nccl_tests/setup_gpu.sh || exit 1
+source benchmarks/nccl_tests/plugin_build.sh || exit 1
+cp COMMIT "$OUT/commit.txt" 2>/dev/null || true
+L=/tmp/stab; mkdir -p $L/logs $L/traces
+AC="python3 -m autoccl run --mode online"
+declare -A V=(
+  [plain]=""
+  [plain64]="env NCCL_MIN_CTAS=64 NCCL_MAX_CTAS=64"
+  [online64]="$AC --channel-ceiling 64 --trace $L/traces/online64"
+  [online]="$AC --trace $L/traces/online"
+)
+ORDER="plain plain64 online64 online"
+for rep in $(seq 1 "${REPS:-2}"); do
+  for coll in ${COLLS:-reduce_scatter all_reduce}; do
+    for v in $ORDER; do
+      [ $((SECONDS)) -gt "${CALL_LIMIT_S:-540}" ] && { echo "[$coll $v $rep] skipped: time"; continue; }
+      rm -rf /tmp/ac-cache; t0=$SECONDS
+      wrap=${V[$v]}
+      [ -n "$wrap" ] && [ "${wrap#python3}" != "$wrap" ] && wrap="$wrap-$coll-$rep --"
+      AUTOCCL_CACHE_DIR=/tmp/ac-cache timeout 150 $wrap \
+        $NT_BIN/${coll}_perf -b 4M -e 1G -f 4 -w 200 -n 40 -c 1 -N 3 -g 4 > $L/logs/$coll-$v-$rep.log 2>&1
+      echo "[$coll $v rep $rep] rc=$? $((SECONDS - t0)) s"
+    done
+  done
+done
+python3 - <<'EOF' | tee "$OUT/stability.md"
+import glob, os, re, sys
+sys.path.insert(0, "benchmarks/nccl_tests"); import sweep
+runs = {}
+for p in sorted(glob.glob("/tmp/stab/logs/*.log")):
+    coll, v, rep = re.match(r"(.+)-([a-z0-9]+)-(\d+)\.log", os.path.basename(p)).groups()
+    rows = sweep.parse_rows(open(p).read())
+    runs.setdefault((coll, v), []).append((int(rep), rows))
+    wrong = sum((r["oop_wrong"] or 0) + (r["ip_wrong"] or 0) for r in rows)
+    if wrong: print(f"DATA ERRORS {p}: {wrong}")
+for coll in sorted({c for c, _ in runs}):
+    print(f"\n## {coll}: out-of-place time per call (us), every pass (rep.pass), one process for 4 GPUs\n")
+    sizes = sorted({r["bytes"] for (c, _), lst in runs.items() if c == coll for _, rows in lst for r in rows})
+    print("| variant | pass | " + " | ".join(f"{b >> 20} MiB" for b in sizes) + " |")
+    print("| --- | --- |" + " ---: |" * len(sizes))
+    for v in ("plain", "plain64", "online64", "online"):
+        for rep, rows in sorted(runs.get((coll, v), [])):
+            for cyc in sorted({r["cycle"] for r in rows}):
+                t = {r["bytes"]: r["oop_time_us"] for r in rows if r["cycle"] == cyc}
+                print(f"| {v} | {rep}.{cyc} | " + " | ".join(f"{t[b]:.1f}" if b in t else "-" for b in sizes) + " |")
+EOF
+python3 benchmarks/nccl_tests/pinned_configs.py $L/traces > "$OUT/pinned.md" 2>&1
+tar -C /tmp -czf "$OUT/stab.tgz" stab acbuild.log
+echo "total ${SECONDS} s"
