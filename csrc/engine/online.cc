@@ -367,7 +367,6 @@ class OnlineSource final : public DecisionSource {
     // authority, enqueue thread (needing/tailOnly/lastMeasured also read by the measurement thread):
     std::atomic<bool> needing{false};   // changed under needMu_ only
     std::atomic<bool> tailOnly{false};  // needing only until the samples of lastMeasured are in
-    bool pinnedNeed = false;            // needing outside the tuning phase (a check, or its lookahead)
     uint64_t lastCallSeen = 0;          // callsSeen_ at this task's latest call
     bool anyMeasured = false;
     std::atomic<uint64_t> lastMeasured{0};
@@ -455,25 +454,28 @@ class OnlineSource final : public DecisionSource {
       tail = want;
     }
     s->tailOnly.store(tail, std::memory_order_relaxed);
-    s->pinnedNeed = want && g.phase != search::Phase::kTuning;
-    if (want && s->pinnedNeed && std::find(holders_.begin(), holders_.end(), s) == holders_.end()) holders_.push_back(s);
+    if (want && std::find(holders_.begin(), holders_.end(), s) == holders_.end()) holders_.push_back(s);
     if (want == s->needing.load(std::memory_order_relaxed)) return;
     setNeeding(s, want, false);
   }
 
-  // A converged task that needs timing for a check (or the calls just before one) and then is not
-  // called for a while would keep every call of the process timed until its next call: nccl-tests
-  // times all other sizes in between, a training step all other tasks. Once its samples are in and
-  // kIdleCalls calls of other tasks have passed, it lets go; its next call asks again (the first
-  // check call after the gap may then go untimed: a check counts with the samples that arrive).
+  // A task that needs timing (tuning, a check, the calls just before one) and then is not called for a
+  // while would keep every call of the process timed until its next call: nccl-tests times all other
+  // sizes in between, a training step all other tasks, and a size seen only in a warm-up may never come
+  // back (nccl-tests -f 4 warms up sizes it never times: one process for 4 GPUs then ran every call of
+  // every pass timed, all_reduce 4 MiB at 88-129 us per call against plain NCCL's 43, 2026-11-22). Once
+  // its samples are in (or kIdleCallsHard calls have passed: a lost sample must not hold timing forever)
+  // and kIdleCalls calls of other tasks have passed, it lets go; its next call asks again (that call may
+  // go untimed: NCCL reads the mask when a group starts; the search gives such a sample up).
   void releaseIdleHolders(TaskState* current) {
-    constexpr uint64_t kIdleCalls = 16;
+    constexpr uint64_t kIdleCalls = 16, kIdleCallsHard = 256;
     for (size_t i = 0; i < holders_.size();) {
       TaskState* h = holders_[i];
-      if (h->needing.load(std::memory_order_relaxed) && h->pinnedNeed) {  // still holding
+      if (h->needing.load(std::memory_order_relaxed)) {  // still holding
+        const uint64_t idle = callsSeen_ - h->lastCallSeen;
         const bool samplesIn = !h->anyMeasured || h->delivered.load(std::memory_order_relaxed) >
                                                        h->lastMeasured.load(std::memory_order_relaxed);
-        if (h == current || !samplesIn || callsSeen_ - h->lastCallSeen < kIdleCalls) {
+        if (h == current || idle < kIdleCalls || (!samplesIn && idle < kIdleCallsHard)) {
           ++i;
           continue;
         }
@@ -523,7 +525,7 @@ class OnlineSource final : public DecisionSource {
   std::atomic<int> needing_{0};
   std::atomic<int> commCap_{0};  // largest channel count NCCL ran a capped request on (0: none seen)
   uint64_t callsSeen_ = 0;              // authority, enqueue thread: calls of all tasks so far
-  std::vector<TaskState*> holders_;     // authority, enqueue thread: tasks needing timing while converged
+  std::vector<TaskState*> holders_;     // authority, enqueue thread: tasks that asked for timing
   bool bootstrap_ = false;  // guarded by needMu_
 };
 

@@ -756,6 +756,33 @@ void testStreamPeriodScoring() {
   }
 }
 
+// A task left in the middle of its search (a size nccl-tests only warms up, a shape seen once) must not
+// keep the process's kernel timing on: once the tasks still being called are pinned, their calls run
+// untimed (but for drift checks). When the idle task comes back it resumes and converges.
+void testIdleTaskReleasesTiming() {
+  Runtime rt(onlineSettings(), 22809, 22803, "/nonexistent");
+  Logs logs;
+  Comm comm(rt, 0x1D1EULL, 2, {0, 1}, &logs);
+  const CostModel m = modelLL128At8();
+  const TaskSpec idle{kAllReduce, 32u << 20, m}, busy{kAllReduce, 4u << 20, m};
+  for (int i = 0; i < 20; ++i)
+    for (auto& r : comm.ranks) r->call(idle.coll, idle.bytes, idle.model);  // still tuning when it stops
+  driveToConvergence(comm, {busy}, 600);
+  size_t timed = 0;
+  const int after = 400;
+  for (int i = 0; i < after; ++i) {
+    timed += comm.mask != 0;
+    for (auto& r : comm.ranks) r->call(busy.coll, busy.bytes, busy.model);
+  }
+  std::fprintf(stderr, "  timed calls after the busy task pinned: %zu of %d\n", timed, after);
+  CHECK(timed <= 16);  // a drift check (3 calls and the 2 before it), not every call
+  Converged c = driveToConvergence(comm, {idle}, 400);
+  CHECK(c.seen[1][0] == c.seen[0][0]);
+  CHECK(stableFrom(c.seen[0][0]) <= onlineSearchOptions().maxTuningCalls + 16);
+  CHECK_NEAR_OPTIMUM(m, c.seen[0][0].back());
+  for (auto& r : comm.ranks) r->ctx.finalizeTuner();
+}
+
 void testSaveTunedAndWarmStart() {
   std::string dir = tempDir();
   Runtime rt(onlineSettings(dir), 22809, 22803, "/nonexistent");
@@ -1022,6 +1049,7 @@ int main(int argc, char** argv) {
       {"online_rank_merge", testRankMerge},
       {"online_save_tuned", testSaveTunedAndWarmStart},
       {"online_stream_period", testStreamPeriodScoring},
+      {"online_idle_task_releases_timing", testIdleTaskReleasesTiming},
       {"online_bad_coordinator", testBadCoordinator},
       {"online_hot_path", testOnlineHotPath},
   };
