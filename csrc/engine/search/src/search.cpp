@@ -877,7 +877,20 @@ struct TaskSearch::Impl {
         return;
       }
       case Mode::kDuel: {
-        if (tuningCallsThisRound >= o.maxTuningCalls) {  // budget spent (samples lost): what arrived
+        if (tuningCallsThisRound >= o.maxTuningCalls) {
+          // Budget spent: what arrived decides. A side with no sample yet but some in flight (the host
+          // runs ahead of the GPU) is waited for, on NCCL's choice (timed): deciding without it pins what
+          // the tuning samples say, the samples the duel exists to check (one process for 4 x H200:
+          // reduce_scatter 16 MiB pinned ring/simple/22, 5 % slower than NCCL's choice in the duel's own
+          // samples, 2026-11-22). The lost-sample rules bound the wait.
+          auto waiting = [&](int id) {
+            const Eval& e = evals[static_cast<size_t>(id)];
+            return e.samples.empty() && e.inflight > 0;
+          };
+          if (waiting(duelDefault) || waiting(duelInc)) {
+            schedule(duelDefault, 1, Phase::kTuning, true);
+            return;
+          }
           endDuel();
           planOne();
           return;
