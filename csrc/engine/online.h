@@ -41,8 +41,10 @@ namespace autoccl::engine {
 // thread launches the GPUs one after another, so one rank's kernel time is not the collective's (on
 // 4 x H200 a 1 MiB reduce took 3.8 us on rank 0 and 30 us on rank 3 in the same call, and scoring
 // rank 0's alone picked configurations that lengthened the collective). The authority scores call k by
-// the longest kernel among the ranks, known once each rank's time for k has arrived. Calls some rank
-// never timed (the mask switched between ranks' launches) are dropped after kMaxPending newer calls.
+// the longest kernel among the ranks, known once each rank's time for k has arrived; its second measure
+// (Measurement::altUs, the window beside the stream period) by the shortest (RankMerge::add says why).
+// Calls some rank never timed (the mask switched between ranks' launches) are dropped after kMaxPending
+// newer calls.
 class RankMerge {
  public:
   using Sink = std::function<void(const TaskKey&, const Measurement&)>;

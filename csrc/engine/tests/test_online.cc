@@ -577,8 +577,9 @@ void testInprocSlowestRank() {
   }
 }
 
-// RankMerge alone: a call is delivered once every rank's time is in, with the longest time and rank
-// 0's metadata; duplicates are ignored; calls a rank never reports are dropped, bounded.
+// RankMerge alone: a call is delivered once every rank's time is in, with the longest time, rank 0's
+// second measure and rank 0's metadata; duplicates are ignored; calls a rank never reports are dropped,
+// bounded.
 void testRankMerge() {
   RankMerge merge(3);
   std::vector<std::pair<uint64_t, Measurement>> got;
@@ -601,15 +602,33 @@ void testRankMerge() {
     CHECK(got[0].second.gpuUs == 30.0);
     CHECK_EQ(got[0].second.ncclChannels, 0);  // rank 0's report
   }
+  // the second measure: rank 0's, whatever the others report
+  auto withAlt = [&](uint64_t k, double us, double alt) {
+    Measurement m = meas(k, us, 0);
+    m.altUs = alt;
+    return m;
+  };
+  merge.add(t, 1, withAlt(100, 70.0, 35.0));
+  merge.add(t, 0, withAlt(100, 60.0, 40.0));
+  merge.add(t, 2, withAlt(100, 65.0, 48.0));
+  merge.add(t, 1, withAlt(101, 70.0, 30.0));
+  merge.add(t, 2, withAlt(101, 65.0, 48.0));
+  merge.add(t, 0, withAlt(101, 60.0, 0.0));
+  CHECK_EQ(got.size(), size_t(3));
+  if (got.size() == 3) {
+    CHECK(got[1].second.gpuUs == 70.0 && got[1].second.altUs == 40.0);
+    CHECK(got[2].second.gpuUs == 70.0 && got[2].second.altUs == 0.0);
+  }
+  got.resize(1);
   merge.add(t, 7, meas(1, 1.0, 0));  // not a rank of this communicator
   merge.add(t, -1, meas(1, 1.0, 0));
   for (uint64_t k = 1; k <= RankMerge::kMaxPending + 10; ++k) merge.add(t, 0, meas(k, 5.0, 0));  // ranks 1, 2 silent
-  CHECK_EQ(merge.merged(), uint64_t(1));
+  CHECK_EQ(merge.merged(), uint64_t(3));
   CHECK(merge.dropped() >= 10);
   merge.setSink(nullptr);
   for (int r = 0; r < 3; ++r) merge.add(t, r, meas(RankMerge::kMaxPending + 20, 5.0, 0));
   CHECK_EQ(got.size(), size_t(1));  // no sink: nothing delivered
-  CHECK_EQ(merge.merged(), uint64_t(2));
+  CHECK_EQ(merge.merged(), uint64_t(4));
 }
 
 void testFollowerIgnoresOwnMeasurements() {
