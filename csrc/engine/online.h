@@ -42,7 +42,7 @@ namespace autoccl::engine {
 // 4 x H200 a 1 MiB reduce took 3.8 us on rank 0 and 30 us on rank 3 in the same call, and scoring
 // rank 0's alone picked configurations that lengthened the collective). The authority scores call k by
 // the longest kernel among the ranks, known once each rank's time for k has arrived; its second measure
-// (Measurement::altUs, the window beside the stream period) by the shortest (RankMerge::add says why).
+// (Measurement::altUs, the window beside the stream period) is rank 0's own (RankMerge::add says why).
 // Calls some rank never timed (the mask switched between ranks' launches) are dropped after kMaxPending
 // newer calls.
 class RankMerge {
