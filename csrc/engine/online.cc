@@ -569,10 +569,11 @@ void RankMerge::add(const TaskKey& task, int rank, const Measurement& m) {
   p.m.gpuUs = longest;
   // The second measure (the kernel window, beside the stream period) is the authority's own. NCCL's group
   // launch in one process starts rank 0's kernel last, so its window waits for no peer's launch, which
-  // timing lengthens with the channel count (reduce_scatter 16 MiB on 4 x H200, NCCL's 64 channels: windows
-  // 53/64/74/88 us on ranks 0-3, 22 channels 59/67/73/84; of the calls whose windows differed by > 15 %,
-  // rank 0's was the shortest in 97 % for all_gather, reduce_scatter and broadcast, 2026-11-22). Another
-  // rank's window never counts: a rank does not decide by its own measurements.
+  // timing lengthens with the channel count (reduce_scatter 16 MiB on 4 x H200, NCCL's 64-channel choice:
+  // median windows 53/64/75/89 us on ranks 0-3, ring/simple/20 57 on every rank; of the calls whose windows
+  // differed by > 15 %, rank 0's was the shortest in 97 % for all_gather, reduce_scatter and broadcast,
+  // 2026-11-22, session7/call5_cycles/rank_windows.md). Another rank's window never counts: a rank does not
+  // decide by its own measurements.
   p.m.altUs = authorityAlt;
   if (++p.count == nRanks_) {
     Measurement done = p.m;

@@ -75,3 +75,28 @@ def test_oracle_table_reports_target_cells(tmp_path: Path) -> None:
     ).stdout  # fmt: skip
     # three cells at 1.21x, twelve at 1.0x (NCCL's own choice is a candidate): 1.21 ** (3 / 15)
     assert "target cells (15): geometric mean oracle/default = 1.039, min = 1.000" in out
+
+
+def test_rank_windows_counts_the_shortest_rank_and_medians_per_config(tmp_path: Path) -> None:
+    # 3 ranks; calls 0-3 on NCCL's choice with windows 50/60/70 (rank 0 shortest), call 4 forced with equal
+    # windows (not counted: no rank differs by > 15 %)
+    path = tmp_path / "t.jsonl"
+    with path.open("w") as f:
+        for k in range(5):
+            forced = k == 4
+            call = {"ev": "call", "rank": 0, "coll": "allgather", "bytes": 1024, "call": k}
+            call.update({"algo": "ring", "proto": "ll", "channels": 8} if forced else {"algo": None})
+            f.write(json.dumps(call) + "\n")
+            for rank in range(3):
+                us = 40.0 if forced else 50.0 + 10 * rank
+                rec = {"ev": "time", "rank": rank, "coll": "allgather", "bytes": 1024, "call": k}
+                f.write(json.dumps({**rec, "gpu_us": us}) + "\n")
+    out = subprocess.run(
+        [sys.executable, str(TOOLS / "rank_windows.py"), str(tmp_path), "--task", "allgather:1024"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "shortest window by rank {0: 4}, rank 0 100% of 4" in out, out
+    assert "NCCL's choice: 4 calls, median window per rank 50 / 60 / 70 us" in out, out
+    assert "ring/ll/8: 1 calls, median window per rank 40 / 40 / 40 us" in out, out
