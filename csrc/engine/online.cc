@@ -284,7 +284,7 @@ class OnlineSource final : public DecisionSource {
       search::Config b = s->search->best();
       TableEntry e;
       e.key = key;
-      if (b.isDefault()) {  // NCCL's own choice won: store the pair NCCL used (its channel count)
+      if (b.isDefault()) {  // NCCL's own choice won: the pair NCCL used, channels 0 (NCCL's own count)
         e.config.algo = s->ncclAlgo.load();
         e.config.proto = s->ncclProto.load();
         if (e.config.algo < 0 || e.config.proto < 0) continue;

@@ -836,7 +836,7 @@ void testSaveTunedAndWarmStart() {
   }
   const TableEntry* small = t.lookup(kAllReduce, 256u << 10, 1);
   CHECK(small && small->key.bytes == (256u << 10));
-  if (small) {  // NCCL's own choice won: stored as the pair NCCL reported, its channel count
+  if (small) {  // NCCL's own choice won: stored as the pair NCCL reported, channels 0 (NCCL's own count)
     CHECK_EQ(small->config.algo, kRing);
     CHECK_EQ(small->config.proto, kSimple);
     CHECK_EQ(small->config.channels, 0);

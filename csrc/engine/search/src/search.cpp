@@ -292,8 +292,12 @@ struct TaskSearch::Impl {
       for (const Hint& h : hints)
         if (validHint(h.cfg) && h.cfg.algo * kNumProtos + h.cfg.proto == s.pair) {
           PointKey pk = pointOf(h.cfg);
-          s.ch = std::get<1>(pk);
-          s.ck = std::get<2>(pk);
+          if (std::get<0>(pk) >= 0) {
+            s.ch = std::get<1>(pk);
+            s.ck = std::get<2>(pk);
+          } else if (sp.ncclChannels > 0) {  // the neighbour kept NCCL's choice: start from NCCL's count
+            s.ch = sp.ncclChannels;
+          }
           s.step[0] = s.step[1] = o.warmStep;
           warm = true;
           break;
@@ -315,6 +319,9 @@ struct TaskSearch::Impl {
   }
   PointKey pointOf(const Config& c) const {
     if (c.isDefault()) return {-1, 0, -1};
+    // NCCL's pair with its own channel count and chunk is NCCL's choice (a table entry where NCCL won
+    // without a known channel count), not that pair on the widest channel count
+    if (c.channels == 0 && c.chunk == 0 && c.algo * kNumProtos + c.proto == defaultPair) return {-1, 0, -1};
     int ch = c.channels > 0 ? c.channels : startCh;
     int ck = ncclCk;
     if (c.chunk != 0 && !chunkGrid.empty()) {

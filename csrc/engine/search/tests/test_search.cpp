@@ -851,12 +851,41 @@ void runAhead() {
   }
 }
 
+// A saved table whose entry says NCCL's own choice won, written before NCCL's channel count was known
+// (pair, channels 0): a rerun verifies NCCL's choice and keeps it. It must not read the entry as "that pair
+// on the widest channel count" and run it against the default (seen in the emulator: allreduce 256 KiB on
+// ring/LL at 64 channels in a rerun that should have started tuned).
+void tableDefaultEntry() {
+  int probed = 0, slow = 0, notDefault = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    std::mt19937_64 rng(seed * 71);
+    Model m = h200Model(rng, 1 << 18);
+    m.space.ncclChannels = seed % 2 ? 0 : m.defaultChannels;
+    Config entry;
+    entry.algo = m.defaultPair / kNumProtos;
+    entry.proto = m.defaultPair % kNumProtos;
+    std::vector<TableEntry> table{TableEntry{4, 1u << 18, 1, entry, 0}};
+    std::vector<Hint> hints = hintsFor(table, 4, 1u << 18, 1);
+    REQUIRE(hints.size() == 1 && hints[0].distance == 0);
+    TaskSearch s(m.space, Options(), hints);
+    RunResult r = drive(s, m, rng, 200, 2, 0);
+    for (const Config& c : r.applied) probed += c.isDefault() ? 0 : 1;
+    if (!r.converged || r.convergedAt > 20) slow++;
+    if (!r.final.isDefault()) notDefault++;
+  }
+  std::printf("table entry of NCCL's pair, channels 0: %d calls off NCCL's choice, %d slow, %d not default\n",
+              probed, slow, notDefault);
+  CHECK(probed == 0);
+  CHECK(slow == 0);
+  CHECK(notDefault == 0);
+}
+
 TestCase tests[] = {{"convergence", convergence}, {"immutability", immutability}, {"robustness", robustness},
                     {"warmstart", warmstart},     {"drift", drift},               {"objective", objective},
                     {"ceiling", ceiling},         {"costFilter", costFilter},
                     {"runAhead", runAhead},       {"settlingStart", settlingStart},
                     {"duelRuns", duelRuns},       {"duelSecondOpinion", duelSecondOpinion},
-                    {"duelWaitsForSamples", duelWaitsForSamples}};
+                    {"duelWaitsForSamples", duelWaitsForSamples}, {"tableDefaultEntry", tableDefaultEntry}};
 
 }  // namespace
 
