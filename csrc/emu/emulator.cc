@@ -16,6 +16,7 @@
 #include <deque>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -347,6 +348,17 @@ struct Shared {
   std::mutex initMu;
   std::condition_variable initCv;
   size_t initDone = 0;
+  // Scenario::lead: program positions of each communicator started by each rank thread of this process
+  // (kDone once the rank has finished or failed), keyed (comm index, global rank)
+  static constexpr long kDone = std::numeric_limits<long>::max();
+  std::mutex leadMu;
+  std::condition_variable leadCv;
+  std::map<std::pair<int, int>, long> started;
+  std::map<int, std::pair<int, int>> leadWaiting;  // global rank -> (comm, position) it waits to start
+  int leadLive = 0;       // rank threads of this process not finished
+  bool leadOff = false;   // the orders deadlocked under the bound: every rank runs unbounded from then on
+  // order in which this process's hosts started their groups (after any lead wait): "host_seq" of a record
+  std::atomic<uint64_t> hostSeq{0};
 };
 
 void violation(Shared& sh, const std::string& msg) {
@@ -382,6 +394,7 @@ class RankRunner {
       cs->gpuNs = 1700000000000000000ULL + static_cast<uint64_t>(grank_) * 7777777ULL + c * 1000003ULL;
       if (!initComm(*cs)) {
         initArrived();
+        leaveLead();
         return;
       }
       comms_[static_cast<int>(c)] = std::move(cs);
@@ -398,9 +411,15 @@ class RankRunner {
                       (host->jitterUs > 0 ? jrng % static_cast<uint64_t>(host->jitterUs) : 0);
         std::this_thread::sleep_for(std::chrono::microseconds(us));
       }
+      if (sc.lead > 0) {
+        awaitLead(comm, inst);
+      } else {
+        curHostSeq_ = sh_.hostSeq.fetch_add(1);
+      }
       playGroup(*comms_[comm], sc.programs[static_cast<size_t>(comm)][static_cast<size_t>(inst)]);
       ++played;
     }
+    leaveLead();
     if (proxy_) proxy_->finish();
     for (auto& [idx, cs] : comms_) {
       if (cs->tunerOk) sh_.plugin->tFinalize()(cs->tunerCtx);
@@ -414,6 +433,8 @@ class RankRunner {
   Shared& sh_;
   int grank_;
   bool failed_ = false;
+  bool leftLead_ = false;     // leaveLead() ran
+  uint64_t curHostSeq_ = 0;  // Shared::hostSeq of the group being played
   std::unique_ptr<Proxy> proxy_;
   std::map<int, std::unique_ptr<CommState>> comms_;
   std::vector<std::string> lines_;
@@ -425,6 +446,69 @@ class RankRunner {
     std::fflush(stderr);
     ::kill(::getpid(), SIGKILL);
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+
+  // Scenario::lead: start position `pos` of communicator `comm` only once every rank of it played by this
+  // process has started position pos - lead. Orders that deadlock under the bound (a rank playing one
+  // communicator's whole program first) end the bound with a clear error as soon as every live rank thread
+  // waits on another (or after 20 s, when a thread is blocked elsewhere, e.g. on a decision), and run on
+  // unbounded.
+  void awaitLead(int comm, int pos) {
+    const Scenario& sc = *sh_.sc;
+    std::unique_lock<std::mutex> lk(sh_.leadMu);
+    if (!sh_.leadOff && leadBehind(grank_, comm, pos) >= 0) {
+      sh_.leadWaiting[grank_] = {comm, pos};
+      checkLeadDeadlock();
+      if (!sh_.leadCv.wait_for(lk, std::chrono::seconds(20),
+                               [&] { return sh_.leadOff || leadBehind(grank_, comm, pos) < 0; })) {
+        sh_.leadOff = true;
+        sh_.errors.fetch_add(1);
+        emuError("lead " + std::to_string(sc.lead) + ": rank " + std::to_string(grank_) + " waited 20 s at position " +
+                 std::to_string(pos) + " of comm " + sc.comms[static_cast<size_t>(comm)].name + " for rank " +
+                 std::to_string(leadBehind(grank_, comm, pos)) + "; running unbounded");
+        sh_.leadCv.notify_all();
+      }
+      sh_.leadWaiting.erase(grank_);
+    }
+    sh_.started[{comm, grank_}] = static_cast<long>(pos) + 1;
+    curHostSeq_ = sh_.hostSeq.fetch_add(1);
+    sh_.leadCv.notify_all();
+  }
+  void leaveLead() {  // finished or failed: nobody waits for this rank any more
+    const Scenario& sc = *sh_.sc;
+    std::lock_guard<std::mutex> lk(sh_.leadMu);
+    if (leftLead_) return;
+    leftLead_ = true;
+    for (size_t c = 0; c < sc.comms.size(); ++c) sh_.started[{static_cast<int>(c), grank_}] = Shared::kDone;
+    sh_.leadLive--;
+    checkLeadDeadlock();
+    sh_.leadCv.notify_all();
+  }
+  // The rank of `comm` (played by this process) that `grank` must wait for before starting `pos`; -1: none.
+  int leadBehind(int grank, int comm, int pos) const {
+    const Scenario& sc = *sh_.sc;
+    for (int r : sc.comms[static_cast<size_t>(comm)].ranks) {
+      if (r == grank || std::find(sh_.opt->ranks.begin(), sh_.opt->ranks.end(), r) == sh_.opt->ranks.end()) continue;
+      auto it = sh_.started.find({comm, r});
+      if ((it == sh_.started.end() ? 0 : it->second) <= static_cast<long>(pos) - sc.lead) return r;  // not yet started pos - lead
+    }
+    return -1;
+  }
+  // Under leadMu: every live rank thread waits, and none of them may go on -> nobody ever will.
+  void checkLeadDeadlock() {
+    if (sh_.leadOff || sh_.leadWaiting.empty() || static_cast<int>(sh_.leadWaiting.size()) < sh_.leadLive) return;
+    std::string who;
+    for (const auto& [r, at] : sh_.leadWaiting) {
+      int b = leadBehind(r, at.first, at.second);
+      if (b < 0) return;  // woken, not yet out of its wait
+      who += " rank " + std::to_string(r) + " at position " + std::to_string(at.second) + " of comm " +
+             sh_.sc->comms[static_cast<size_t>(at.first)].name + " waits for rank " + std::to_string(b) + ";";
+    }
+    sh_.leadOff = true;
+    sh_.errors.fetch_add(1);
+    emuError("lead " + std::to_string(sh_.sc->lead) + ": the scenario's orders deadlock under this bound:" + who +
+             " running unbounded");
+    sh_.leadCv.notify_all();
   }
 
   // With Scenario::initBarrier, wait for every rank thread of this process to reach this point.
@@ -741,7 +825,10 @@ class RankRunner {
       nMax = nChannels;
     }
     applied->maxChannels = std::min(nMax, cs.model.nChannels);
-    *used = applied->maxChannels;
+    // The kernel runs on the channels the batch spreads over, not on the ceiling asked for: a request above
+    // that spread buys nothing (and the profiler reports the spread, so timing it at the ceiling would
+    // credit a tuner with a speed-up it cannot see or reproduce).
+    *used = taskChannels(applied->maxChannels, CallSpec{func, nBytes});
     // Chunk per channel partition (lo / hi / mid) of the task, as NCCL >= 2.30.3 asks tuner v6.
     const int ch = std::max(1, taskChannels(applied->maxChannels, CallSpec{func, nBytes}));
     const size_t part = std::max<size_t>(1, nBytes / static_cast<size_t>(ch));
@@ -789,7 +876,7 @@ class RankRunner {
       << "\",\"def_proto\":\"" << protoName(d.proto) << "\",\"def_channels\":" << d.maxChannels
       << ",\"def_chunk\":" << d.chunk << ",\"comm_channels\":" << cs.model.nChannels << ",\"graph\":" << graph
       << ",\"start_ns\":" << start << ",\"stop_ns\":" << stop << ",\"dur_ns\":" << (stop - start)
-      << ",\"model_us\":" << mean << ",\"load\":" << load
+      << ",\"model_us\":" << mean << ",\"load\":" << load << ",\"host_seq\":" << curHostSeq_
       << ",\"gemm_slow\":" << sh_.model->gemmSlowdown(used, load) << "}";
     return o.str();
   }
@@ -909,6 +996,7 @@ int mainImpl(int argc, char** argv) {
   Shared sh;
   sh.sc = &sc;
   sh.opt = &opt;
+  sh.leadLive = static_cast<int>(opt.ranks.size());
   sh.model = &model;
   for (int& v : sh.algoEnable) v = 1;
   for (int f = 0; f < kFuncs; ++f)

@@ -92,6 +92,8 @@ bool Scenario::parse(const std::string& text, std::string* error) {
       if (!parseDouble(scalar(), &load) || load < 0) return fail("bad load");
     } else if (kw == "init_barrier") {
       if (!parseInt(scalar(), 0, 1, &initBarrier)) return fail("bad init_barrier");
+    } else if (kw == "lead") {
+      if (!parseInt(scalar(), 0, 1000000, &lead)) return fail("bad lead");
     } else if (kw == "gap_ns") {
       if (!parseU64(scalar(), &gapNs)) return fail("bad gap_ns");
     } else if (kw == "hidden") {  // hidden algo=tree [proto=ll128] ns=30000 (no proto: every protocol)

@@ -63,6 +63,10 @@ struct Scenario {
   // 1: the rank threads of this process start their calls only once all of them have created their
   // communicators (ncclCommInitAll / a grouped init); 0: each starts as soon as its own are created.
   int initBarrier = 0;
+  // > 0: a rank's host starts the group at position p of a communicator's program only once every rank of
+  // that communicator played by this process has started position p - lead (CUDA launch queues are finite
+  // and jobs synchronize their hosts every step: no rank runs arbitrarily far ahead). 0: unbounded.
+  int lead = 0;
   std::vector<CommSpec> comms;
   std::vector<GroupSpec> groups;
   std::vector<OrderSpec> orders;

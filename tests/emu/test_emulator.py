@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import random
 import subprocess
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from emu_helpers import assert_clean, assert_default
 
-from autoccl.emu import Call, Comm, Group, Scenario, run, simple
+from autoccl.emu import Call, Comm, Group, Host, Scenario, run, simple
 from autoccl.emu.model import PerfModel, default_chunk
 from autoccl.emu.runner import DEFAULT_MODEL
 
@@ -125,6 +127,63 @@ def test_min_ctas_raises_ceiling(testplugin: Path) -> None:
     res = run(simple(repeat=2), plugin=testplugin, env={**env, "NCCL_MIN_CTAS": "64"}, trace=False)
     assert {r["channels"] for r in res.calls} == {48}
     assert {r["comm_channels"] for r in res.calls} == {64}
+
+
+def test_channels_above_the_spread_are_timed_as_the_spread(testplugin: Path) -> None:
+    """A request for more channels than a small task spreads over (>= 32 KiB of traffic each) runs, is
+    timed and is reported on the spread: allreduce 256 KiB (512 KiB of traffic) uses 16 of 24 channels."""
+    comms = [Comm("s", 0x5151, (0, 1, 2, 3))]
+    sc = Scenario(comms, [Group("s", (Call("allreduce", 256 << 10),), repeat=3)], noise=False)
+    model = PerfModel.load_file(DEFAULT_MODEL)
+    for asked in (24, 16):
+        res = run(sc, plugin=testplugin, env={"EMU_TEST_PLUGIN": f"fixed:ring/ll/{asked}/0"}, trace=False)
+        assert_clean(res)
+        for r in res.calls:
+            assert r["used_channels"] == 16, r
+            want = model.mean_us("allreduce", 4, 256 << 10, "ring", "ll", 16, r["chunk"], 0.0)
+            assert r["model_us"] == pytest.approx(want, rel=1e-3), (asked, r)
+
+
+def lead_violations(calls: list[dict[str, Any]], comm_ranks: dict[str, tuple[int, ...]], lead: int) -> int:
+    """Groups a host started (host_seq) before every other rank of the communicator had started the group
+    `lead` positions earlier."""
+    start: dict[tuple[str, int, int], int] = {}
+    for r in calls:
+        start[(r["comm"], int(r["grank"]), int(r["group"]))] = int(r["host_seq"])
+    bad = 0
+    for (comm, grank, pos), seq in start.items():
+        if pos - lead < 0:
+            continue
+        bad += any(start[(comm, o, pos - lead)] > seq for o in comm_ranks[comm] if o != grank)
+    return bad
+
+
+@pytest.mark.sanitize
+def test_lead_bounds_run_ahead(testplugin: Path) -> None:
+    """Scenario.lead: no host starts a group more than `lead` groups ahead of its communicator's slowest rank
+    (checked on the order the hosts really started their groups); without it a fast rank runs far ahead."""
+    sc = replace(two_comms(runahead=3, reorder=4), orders={1: "reverse"})
+    sc = replace(sc, groups=[replace(g, repeat=g.repeat * 10) for g in sc.groups])
+    sc = replace(sc, hosts={2: Host(delay_us=300)})  # rank 2's host is slow: the others would run ahead
+    ranks = {c.name: c.ranks for c in sc.comms}
+    env = {"EMU_TEST_PLUGIN": ""}
+    unbounded = run(sc, plugin=testplugin, env=env, trace=False)
+    assert_clean(unbounded)
+    assert lead_violations(unbounded.calls, ranks, 2) > 0  # the check can fail
+    bounded = run(replace(sc, lead=2), plugin=testplugin, env=env, trace=False)
+    assert_clean(bounded)
+    assert lead_violations(bounded.calls, ranks, 2) == 0
+    assert len(bounded.calls) == len(unbounded.calls)
+
+
+def test_lead_deadlock_is_a_clear_error(testplugin: Path) -> None:
+    """Orders that cannot keep the bound (rank 3 plays comm a's whole program first) end the bound at once
+    with an error naming who waits for whom, then run to the end unbounded: no hang."""
+    sc = replace(two_comms(), orders={3: "sequential"}, lead=1)
+    res = run(sc, plugin=testplugin, env={"EMU_TEST_PLUGIN": ""}, trace=False, timeout=15)
+    assert res.returncode != 0
+    assert "deadlock under this bound" in res.stderr and "waits for rank" in res.stderr, res.stderr
+    assert len(res.calls) == 4 * (4 + 3 + 6 + 2)  # every call still played
 
 
 def test_graph_capture_has_no_kernel_events(testplugin: Path, tmp_path: Path) -> None:

@@ -83,6 +83,9 @@ class Scenario:
     # the rank threads of one emulator process start calling only once all have created their
     # communicators (ncclCommInitAll); otherwise each starts as soon as its own are created
     init_barrier: bool = False
+    # > 0: no rank thread starts a communicator's group more than `lead` groups ahead of the slowest rank of
+    # that communicator in the same emulator process (finite launch queues, per-step host syncs); 0: unbounded
+    lead: int = 0
     # (algorithm, protocol or "" for all) -> ns a kernel holds its stream outside its channel timestamps
     hidden_ns: dict[tuple[str, str], int] = field(default_factory=dict)
     orders: dict[int, str] = field(default_factory=dict)
@@ -104,6 +107,10 @@ class Scenario:
         ]
         if self.init_barrier:
             lines.append("init_barrier 1")
+        if self.lead < 0:
+            raise ValueError("lead must be >= 0")
+        if self.lead:
+            lines.append(f"lead {int(self.lead)}")
         for (algo, proto), ns in sorted(self.hidden_ns.items()):
             lines.append(f"hidden algo={algo}" + (f" proto={proto}" if proto else "") + f" ns={int(ns)}")
         for c in self.comms:
