@@ -8,7 +8,8 @@
 #   online64   autoccl run --mode online --channel-ceiling 64 (what the cycles calls measure)
 #   online     autoccl run --mode online (NCCL's own channel ceiling)
 # Usage on the GPU machine, from the repo root:  OUT=... [REPS=2] [COLLS="reduce_scatter all_reduce"] \
-#   bash benchmarks/nccl_tests/gpu_single_stability.sh
+#   [VARIANTS="plain plain64 online64 online"] [SIZES="-b 4M -e 1G -f 4"] bash benchmarks/nccl_tests/gpu_single_stability.sh
+# (session f: SIZES="-b 1M -e 16M -f 2" for the small cells, where one process loses most.)
 source benchmarks/nccl_tests/setup_gpu.sh || exit 1
 source benchmarks/nccl_tests/plugin_build.sh || exit 1
 cp COMMIT "$OUT/commit.txt" 2>/dev/null || true
@@ -20,7 +21,7 @@ declare -A V=(
   [online64]="$AC --channel-ceiling 64 --trace $L/traces/online64"
   [online]="$AC --trace $L/traces/online"
 )
-ORDER="plain plain64 online64 online"
+ORDER=${VARIANTS:-plain plain64 online64 online}
 for rep in $(seq 1 "${REPS:-2}"); do
   for coll in ${COLLS:-reduce_scatter all_reduce}; do
     for v in $ORDER; do
@@ -29,7 +30,7 @@ for rep in $(seq 1 "${REPS:-2}"); do
       wrap=${V[$v]}
       [ -n "$wrap" ] && [ "${wrap#python3}" != "$wrap" ] && wrap="$wrap-$coll-$rep --"
       AUTOCCL_CACHE_DIR=/tmp/ac-cache timeout 150 $wrap \
-        $NT_BIN/${coll}_perf -b 4M -e 1G -f 4 -w 200 -n 40 -c 1 -N 3 -g 4 > $L/logs/$coll-$v-$rep.log 2>&1
+        $NT_BIN/${coll}_perf ${SIZES:--b 4M -e 1G -f 4} -w 200 -n 40 -c 1 -N 3 -g 4 > $L/logs/$coll-$v-$rep.log 2>&1
       echo "[$coll $v rep $rep] rc=$? $((SECONDS - t0)) s"
     done
   done
