@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# GPU call (issue 3, session of 2026-11-22 f): where does one process for 4 GPUs lose its small cells?
+# Session f's call 1 (gpu_single_stability.sh, 1-16 MiB): reduce_scatter under online64 ran ~55 us per call
+# flat over 1-8 MiB in passes where no call was timed and every task was pinned on NCCL's own choice, while
+# NCCL alone on the same 64-channel communicators ran ~32 us. This splits the plugin into its parts, each
+# REPS times interleaved, nccl-tests -g 4, SIZES (default -b 1M -e 8M -f 2), -w 200 -n 40 -c 1 -N 3:
+#   plain64   NCCL alone, 64-channel communicators (NCCL_MIN_CTAS=NCCL_MAX_CTAS=64)
+#   tuner64   + our tuner only (NCCL_TUNER_PLUGIN), table mode, empty table: NCCL's own choice every call
+#   prof64    + our profiler only (NCCL_PROFILER_PLUGIN), table mode: activation mask 0 every call
+#   idle64    + both, table mode, empty table, AUTOCCL_MEASURE_CALLS=0
+#   online64  autoccl run --mode online --channel-ceiling 64 (what the cycles calls measure)
+#   online64t the same with --trace (what call 1 ran)
+# Usage on the GPU machine, from the repo root:  OUT=... [REPS=3] [COLLS="reduce_scatter all_gather"] \
+#   [VARIANTS="..."] [SIZES="-b 1M -e 8M -f 2"] bash benchmarks/nccl_tests/gpu_overhead_split.sh
+source benchmarks/nccl_tests/setup_gpu.sh || exit 1
+source benchmarks/nccl_tests/plugin_build.sh || exit 1
+cp COMMIT "$OUT/commit.txt" 2>/dev/null || true
+L=/tmp/osplit; mkdir -p $L/logs $L/traces
+LIB=$AUTOCCL_LIB_DIR/libautoccl-nccl.so
+C64=(NCCL_MIN_CTAS=64 NCCL_MAX_CTAS=64 AUTOCCL_MAX_CHANNELS=64)
+TAB=(AUTOCCL_MODE=table AUTOCCL_CACHE_DIR=/tmp/empty-cache AUTOCCL_MEASURE_CALLS=0)
+for rep in $(seq 1 "${REPS:-3}"); do
+  for coll in ${COLLS:-reduce_scatter all_gather}; do
+    for v in ${VARIANTS:-plain64 tuner64 prof64 idle64 online64 online64t}; do
+      [ $SECONDS -gt "${CALL_LIMIT_S:-480}" ] && { echo "[$coll $v $rep] skipped: time"; continue; }
+      case $v in
+        plain64) wrap=(env "${C64[@]}") ;;
+        tuner64) wrap=(env "${C64[@]}" "${TAB[@]}" NCCL_TUNER_PLUGIN=$LIB) ;;
+        prof64) wrap=(env "${C64[@]}" "${TAB[@]}" NCCL_PROFILER_PLUGIN=$LIB) ;;
+        idle64) wrap=(env "${C64[@]}" "${TAB[@]}" NCCL_TUNER_PLUGIN=$LIB NCCL_PROFILER_PLUGIN=$LIB) ;;
+        online64) wrap=(python3 -m autoccl run --mode online --channel-ceiling 64 --) ;;
+        online64t) wrap=(python3 -m autoccl run --mode online --channel-ceiling 64 --trace $L/traces/$coll-$rep --) ;;
+      esac
+      rm -rf /tmp/empty-cache /tmp/ac-cache; t0=$SECONDS
+      AUTOCCL_CACHE_DIR=/tmp/ac-cache timeout 120 "${wrap[@]}" \
+        $NT_BIN/${coll}_perf ${SIZES:--b 1M -e 8M -f 2} -w 200 -n 40 -c 1 -N 3 -g 4 > $L/logs/$coll-$v-$rep.log 2>&1
+      echo "[$coll $v rep $rep] rc=$? $((SECONDS - t0)) s"
+    done
+  done
+done
+python3 - <<'EOF' | tee "$OUT/overhead_split.md"
+import glob, os, re, statistics, sys
+sys.path.insert(0, "benchmarks/nccl_tests"); import sweep
+runs = {}
+for p in sorted(glob.glob("/tmp/osplit/logs/*.log")):
+    coll, v, rep = re.match(r"(.+)-([a-z0-9]+)-(\d+)\.log", os.path.basename(p)).groups()
+    rows = sweep.parse_rows(open(p).read())
+    runs.setdefault((coll, v), []).append((int(rep), rows))
+    wrong = sum((r["oop_wrong"] or 0) + (r["ip_wrong"] or 0) for r in rows)
+    if wrong: print(f"DATA ERRORS {p}: {wrong}")
+order = ["plain64", "tuner64", "prof64", "idle64", "online64", "online64t"]
+for coll in sorted({c for c, _ in runs}):
+    sizes = sorted({r["bytes"] for (c, _), lst in runs.items() if c == coll for _, rows in lst for r in rows})
+    print(f"\n## {coll}: out-of-place us per call, one process for 4 GPUs; every pass (rep.pass)\n")
+    print("| variant | pass | " + " | ".join(f"{b >> 20} MiB" for b in sizes) + " |")
+    print("| --- | --- |" + " ---: |" * len(sizes))
+    for v in order:
+        for rep, rows in sorted(runs.get((coll, v), [])):
+            for cyc in sorted({r["cycle"] for r in rows}):
+                t = {r["bytes"]: r["oop_time_us"] for r in rows if r["cycle"] == cyc}
+                print(f"| {v} | {rep}.{cyc} | " + " | ".join(f"{t[b]:.1f}" if b in t else "-" for b in sizes) + " |")
+    print(f"\n### {coll}: median over every pass of every run\n")
+    print("| variant | passes | " + " | ".join(f"{b >> 20} MiB" for b in sizes) + " |")
+    print("| --- | ---: |" + " ---: |" * len(sizes))
+    for v in order:
+        lst = runs.get((coll, v), [])
+        if not lst: continue
+        per = {b: [r["oop_time_us"] for _, rows in lst for r in rows if r["bytes"] == b] for b in sizes}
+        n = len(per[sizes[0]])
+        print(f"| {v} | {n} | " + " | ".join(f"{statistics.median(per[b]):.1f}" if per[b] else "-" for b in sizes) + " |")
+EOF
+tar -C /tmp -czf "$OUT/osplit.tgz" osplit acbuild.log
+echo "total ${SECONDS} s"
