@@ -10,6 +10,8 @@
 #   idle64    + both, table mode, empty table, AUTOCCL_MEASURE_CALLS=0
 #   online64  autoccl run --mode online --channel-ceiling 64 (what the cycles calls measure)
 #   online64t the same with --trace (what call 1 ran)
+#   measured64 both, table mode, empty table, AUTOCCL_MEASURE_CALLS=100: NCCL's own choice every call, the
+#             first ~100 calls of each task timed, then the mask off for good (does a slowdown outlive timing?)
 # Usage on the GPU machine, from the repo root:  OUT=... [REPS=3] [COLLS="reduce_scatter all_gather"] \
 #   [VARIANTS="..."] [SIZES="-b 1M -e 8M -f 2"] bash benchmarks/nccl_tests/gpu_overhead_split.sh
 source benchmarks/nccl_tests/setup_gpu.sh || exit 1
@@ -28,6 +30,8 @@ for rep in $(seq 1 "${REPS:-3}"); do
         tuner64) wrap=(env "${C64[@]}" "${TAB[@]}" NCCL_TUNER_PLUGIN=$LIB) ;;
         prof64) wrap=(env "${C64[@]}" "${TAB[@]}" NCCL_PROFILER_PLUGIN=$LIB) ;;
         idle64) wrap=(env "${C64[@]}" "${TAB[@]}" NCCL_TUNER_PLUGIN=$LIB NCCL_PROFILER_PLUGIN=$LIB) ;;
+        measured64) wrap=(env "${C64[@]}" "${TAB[@]}" NCCL_TUNER_PLUGIN=$LIB NCCL_PROFILER_PLUGIN=$LIB
+                          AUTOCCL_MEASURE_CALLS=100 AUTOCCL_TRACE=$L/traces/measured-$coll-$rep) ;;
         online64) wrap=(python3 -m autoccl run --mode online --channel-ceiling 64 --) ;;
         online64t) wrap=(python3 -m autoccl run --mode online --channel-ceiling 64 --trace $L/traces/$coll-$rep --) ;;
       esac
@@ -48,7 +52,7 @@ for p in sorted(glob.glob("/tmp/osplit/logs/*.log")):
     runs.setdefault((coll, v), []).append((int(rep), rows))
     wrong = sum((r["oop_wrong"] or 0) + (r["ip_wrong"] or 0) for r in rows)
     if wrong: print(f"DATA ERRORS {p}: {wrong}")
-order = ["plain64", "tuner64", "prof64", "idle64", "online64", "online64t"]
+order = ["plain64", "tuner64", "prof64", "idle64", "measured64", "online64", "online64t"]
 for coll in sorted({c for c, _ in runs}):
     sizes = sorted({r["bytes"] for (c, _), lst in runs.items() if c == coll for _, rows in lst for r in rows})
     print(f"\n## {coll}: out-of-place us per call, one process for 4 GPUs; every pass (rep.pass)\n")
