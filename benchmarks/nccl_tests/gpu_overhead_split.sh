@@ -42,36 +42,7 @@ for rep in $(seq 1 "${REPS:-3}"); do
     done
   done
 done
-python3 - <<'EOF' | tee "$OUT/overhead_split.md"
-import glob, os, re, statistics, sys
-sys.path.insert(0, "benchmarks/nccl_tests"); import sweep
-runs = {}
-for p in sorted(glob.glob("/tmp/osplit/logs/*.log")):
-    coll, v, rep = re.match(r"(.+)-([a-z0-9]+)-(\d+)\.log", os.path.basename(p)).groups()
-    rows = sweep.parse_rows(open(p).read())
-    runs.setdefault((coll, v), []).append((int(rep), rows))
-    wrong = sum((r["oop_wrong"] or 0) + (r["ip_wrong"] or 0) for r in rows)
-    if wrong: print(f"DATA ERRORS {p}: {wrong}")
-order = ["plain64", "tuner64", "prof64", "idle64", "measured64", "online64", "online64t"]
-for coll in sorted({c for c, _ in runs}):
-    sizes = sorted({r["bytes"] for (c, _), lst in runs.items() if c == coll for _, rows in lst for r in rows})
-    print(f"\n## {coll}: out-of-place us per call, one process for 4 GPUs; every pass (rep.pass)\n")
-    print("| variant | pass | " + " | ".join(f"{b >> 20} MiB" for b in sizes) + " |")
-    print("| --- | --- |" + " ---: |" * len(sizes))
-    for v in order:
-        for rep, rows in sorted(runs.get((coll, v), [])):
-            for cyc in sorted({r["cycle"] for r in rows}):
-                t = {r["bytes"]: r["oop_time_us"] for r in rows if r["cycle"] == cyc}
-                print(f"| {v} | {rep}.{cyc} | " + " | ".join(f"{t[b]:.1f}" if b in t else "-" for b in sizes) + " |")
-    print(f"\n### {coll}: median over every pass of every run\n")
-    print("| variant | passes | " + " | ".join(f"{b >> 20} MiB" for b in sizes) + " |")
-    print("| --- | ---: |" + " ---: |" * len(sizes))
-    for v in order:
-        lst = runs.get((coll, v), [])
-        if not lst: continue
-        per = {b: [r["oop_time_us"] for _, rows in lst for r in rows if r["bytes"] == b] for b in sizes}
-        n = len(per[sizes[0]])
-        print(f"| {v} | {n} | " + " | ".join(f"{statistics.median(per[b]):.1f}" if per[b] else "-" for b in sizes) + " |")
-EOF
+python3 benchmarks/nccl_tests/pass_tables.py $L/logs --medians \
+  --order plain64,tuner64,prof64,idle64,measured64,online64,online64t | tee "$OUT/overhead_split.md"
 tar -C /tmp -czf "$OUT/osplit.tgz" osplit acbuild.log
 echo "total ${SECONDS} s"

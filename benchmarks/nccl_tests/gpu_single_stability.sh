@@ -35,27 +35,7 @@ for rep in $(seq 1 "${REPS:-2}"); do
     done
   done
 done
-python3 - <<'EOF' | tee "$OUT/stability.md"
-import glob, os, re, sys
-sys.path.insert(0, "benchmarks/nccl_tests"); import sweep
-runs = {}
-for p in sorted(glob.glob("/tmp/stab/logs/*.log")):
-    coll, v, rep = re.match(r"(.+)-([a-z0-9]+)-(\d+)\.log", os.path.basename(p)).groups()
-    rows = sweep.parse_rows(open(p).read())
-    runs.setdefault((coll, v), []).append((int(rep), rows))
-    wrong = sum((r["oop_wrong"] or 0) + (r["ip_wrong"] or 0) for r in rows)
-    if wrong: print(f"DATA ERRORS {p}: {wrong}")
-for coll in sorted({c for c, _ in runs}):
-    print(f"\n## {coll}: out-of-place time per call (us), every pass (rep.pass), one process for 4 GPUs\n")
-    sizes = sorted({r["bytes"] for (c, _), lst in runs.items() if c == coll for _, rows in lst for r in rows})
-    print("| variant | pass | " + " | ".join(f"{b >> 20} MiB" for b in sizes) + " |")
-    print("| --- | --- |" + " ---: |" * len(sizes))
-    for v in ("plain", "plain64", "online64", "online"):
-        for rep, rows in sorted(runs.get((coll, v), [])):
-            for cyc in sorted({r["cycle"] for r in rows}):
-                t = {r["bytes"]: r["oop_time_us"] for r in rows if r["cycle"] == cyc}
-                print(f"| {v} | {rep}.{cyc} | " + " | ".join(f"{t[b]:.1f}" if b in t else "-" for b in sizes) + " |")
-EOF
+python3 benchmarks/nccl_tests/pass_tables.py $L/logs --order "${ORDER// /,}" | tee "$OUT/stability.md"
 python3 benchmarks/nccl_tests/pinned_configs.py $L/traces > "$OUT/pinned.md" 2>&1
 tar -C /tmp -czf "$OUT/stab.tgz" stab acbuild.log
 echo "total ${SECONDS} s"
