@@ -136,6 +136,7 @@ struct TaskSearch::Impl {
   // duel (Options::duelSamples): fresh, interleaved samples of NCCL's default and the incumbent
   int duelDefault = -1, duelInc = -1;
   bool duelNextDefault = true;
+  int duelWarmups = 0;  // untimed calls still to run before the duel's first sample
   double duelNoise = 0;
 
   Stats st;
@@ -410,6 +411,7 @@ struct TaskSearch::Impl {
     evals.push_back(b);
     duelInc = static_cast<int>(evals.size()) - 1;
     duelNextDefault = true;
+    duelWarmups = 2;
     duelNoise = noise;
     mode = Mode::kDuel;
   }
@@ -438,7 +440,12 @@ struct TaskSearch::Impl {
     // read 120 us per call for a 27 us broadcast), while the kernel window misses what a kernel holds
     // outside its channels (tree/LL128: 31 us windows, 54 us per call); a winner on both is safe.
     const bool altToo = !i.alt.empty() && !d.alt.empty();
-    const bool incWins = i.med() < d.med() && (!altToo || median(i.alt) < median(d.alt));
+    bool incWins = i.med() < d.med() && (!altToo || median(i.alt) < median(d.alt));
+    // Out of budget with samples still in flight, a median of one or two samples does not survive an
+    // outlier (a slow call on NCCL's side): the tuned configuration must also have the lower minimum.
+    if (d.n() < o.duelSamples || i.n() < o.duelSamples)
+      incWins = incWins && *std::min_element(i.samples.begin(), i.samples.end()) <
+                               *std::min_element(d.samples.begin(), d.samples.end());
     const Eval& w = incWins ? i : d;
     pin(w.cfg, w.med(), std::max(duelNoise, std::max(d.relNoise(), i.relNoise())));
   }
@@ -902,6 +909,17 @@ struct TaskSearch::Impl {
           planOne();
           return;
         }
+        if (duelWarmups > 0) {
+          // One untimed call of each side first: the first call of a configuration after a while
+          // without it can be several times slow (one process per GPU, 4 x H200: NCCL's choice at
+          // 662 us for 55 us after 40 calls of others, 2026-11-22) and must not be a duel sample.
+          Segment w{planned, planned + 1, evals[static_cast<size_t>(duelWarmups == 2 ? duelDefault : duelInc)].cfg,
+                    Phase::kTuning};
+          w.cfg.measure = false;
+          --duelWarmups;
+          add(w);
+          return;
+        }
         const int id = alternate(duelDefault, duelInc, &duelNextDefault);
         if (id < 0) {  // waiting for the samples: the tuned config meanwhile, timed (a later sample
           schedule(duelInc, 1, Phase::kTuning, true);  // arriving gives up one that never comes)
@@ -913,8 +931,15 @@ struct TaskSearch::Impl {
       case Mode::kTuning: {
         // the duel's calls come out of the same budget
         const uint64_t turnCalls = static_cast<uint64_t>(std::max(o.duelRun, 1));
-        const uint64_t reserve = o.duelSamples > 0 ? 2 * static_cast<uint64_t>(o.duelSamples) * turnCalls + 4 : 0;
+        const uint64_t reserve = o.duelSamples > 0 ? 2 * static_cast<uint64_t>(o.duelSamples) * turnCalls + 6 : 0;
         if (tuningCallsThisRound + reserve >= o.maxTuningCalls) {
+          // Not before NCCL's choice has a sample while some are still in flight (a burst of host
+          // run-ahead spent the budget blind): waiting runs NCCL's choice, which costs nothing against it.
+          const Eval& d = evals[static_cast<size_t>(dflt)];
+          if (!d.dead && d.samples.empty() && d.inflight > 0) {
+            schedule(dflt, 1, Phase::kTuning, true);
+            return;
+          }
           finishTuning();
           planOne();
           return;

@@ -7,6 +7,7 @@
 #include <deque>
 #include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "autoccl/search/search.h"
@@ -712,6 +713,51 @@ void duelWaitsForSamples() {
   }
 }
 
+// The first call of a configuration after a while without it is slow (one process per GPU on 4 x H200:
+// 265-662 us for a 55 us reduce_scatter 16 MiB, each the first of its configuration after other ones,
+// 2026-11-22). In the settling duel NCCL's side drew such a call; with the rest of its samples still in
+// flight when the budget ran out, its median over two samples (662, 56) lost to ring/ll/44 (83 us) and
+// the slower configuration was pinned. Model: the first call of a configuration after 16 calls without it
+// is 6.5x slow; samples arrive `lag` calls late. NCCL's choice is 6 % faster in steady state.
+void duelSwitchCost() {
+  for (uint64_t lag : {8, 28, 60}) {
+    int pinnedWorse = 0, late = 0;
+    for (uint64_t seed = 1; seed <= 20; ++seed) {
+      const Model steady = ringVsTree(100.0, 106.0, 0.02);
+      const Model settling = ringVsTree(300.0, 110.0, 0.02);
+      std::mt19937_64 rng(seed * 53);
+      TaskSearch s(steady.space, Options());
+      std::deque<std::pair<uint64_t, double>> due;
+      std::map<std::string, uint64_t> lastRun;  // configuration -> last call that ran it
+      for (uint64_t k = 0; k < 800; ++k) {
+        Config c = s.configFor(k);
+        const std::string key = c.isDefault() ? std::string("default") : c.str();
+        auto it = lastRun.find(key);
+        const bool cold = it != lastRun.end() && k - it->second > 16;
+        lastRun[key] = k;
+        if (c.measure) due.emplace_back(k, (k < 48 ? settling : steady).sample(c, rng) * (cold ? 6.5 : 1.0));
+        while (!due.empty() && due.front().first + lag <= k) {
+          s.addSample(due.front().first, due.front().second);
+          due.pop_front();
+        }
+      }
+      CHECK(s.converged());
+      const Options d;
+      late += s.stats().convergedAt > 150 + lag + (lag > d.freeWaitLag ? d.maxWaitCalls : 0) ? 1 : 0;
+      if (std::getenv("AUTOCCL_TEST_VERBOSE"))
+        std::fprintf(stderr, "lag %llu seed %llu: pinned %s at %llu, default median %.1f\n",
+                     static_cast<unsigned long long>(lag), static_cast<unsigned long long>(seed),
+                     s.best().str().c_str(), static_cast<unsigned long long>(s.stats().convergedAt),
+                     s.stats().defaultMedian);
+      pinnedWorse += steady.trueTime(s.best()) > steady.trueTime(Config()) * 1.02 ? 1 : 0;
+    }
+    std::printf("slow first call after a switch, samples %llu calls late: pinned a slower config %d/20, late %d/20\n",
+                static_cast<unsigned long long>(lag), pinnedWorse, late);
+    CHECK(pinnedWorse == 0);
+    CHECK(late == 0);
+  }
+}
+
 // Calls scored by their stream period while the host is the bottleneck (one process launching several
 // GPUs): a call's period ends when the host has launched the next call, so it measures the next call's
 // configuration (model: call k's sample is a time of call k+1's configuration). The duel of settlingStart,
@@ -885,7 +931,8 @@ TestCase tests[] = {{"convergence", convergence}, {"immutability", immutability}
                     {"ceiling", ceiling},         {"costFilter", costFilter},
                     {"runAhead", runAhead},       {"settlingStart", settlingStart},
                     {"duelRuns", duelRuns},       {"duelSecondOpinion", duelSecondOpinion},
-                    {"duelWaitsForSamples", duelWaitsForSamples}, {"tableDefaultEntry", tableDefaultEntry}};
+                    {"duelWaitsForSamples", duelWaitsForSamples}, {"duelSwitchCost", duelSwitchCost},
+                    {"tableDefaultEntry", tableDefaultEntry}};
 
 }  // namespace
 
