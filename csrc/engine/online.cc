@@ -96,6 +96,7 @@ class OnlineSource final : public DecisionSource {
       : env_(env), tcpBoard_(env.coordination->tcp() ? std::move(board) : nullptr),
         localBoard_(env.coordination->localBoard()), authority_(env.rank == 0) {
     opts_ = onlineSearchOptions();
+    if (env.settings) opts_.recheckMinMs = env.settings->recheckMs;
     if (env.table) {
       for (const TableEntry& e : env.table->entries) {
         search::TableEntry h;

@@ -57,6 +57,15 @@ Settings loadSettings(const EnvLookup& env) {
     s.measureCalls = v;
   }
 
+  std::string recheck = get(env, "AUTOCCL_RECHECK_MS");
+  if (!recheck.empty()) {
+    uint64_t v = 0;
+    if (!parseUint(recheck, &v) || v > 3600000) {
+      return invalid(s, "AUTOCCL_RECHECK_MS='" + recheck + "' must be an integer in [0, 3600000]");
+    }
+    s.recheckMs = v;
+  }
+
   std::string score = get(env, "AUTOCCL_INPROC_SCORE");
   if (score == "own") s.inprocSlowest = false;
   else if (!score.empty() && score != "slowest")

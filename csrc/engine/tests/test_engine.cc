@@ -147,6 +147,11 @@ void testSettings() {
   s = loadSettings(envOf({{"AUTOCCL_MEASURE_CALLS", "0"}}));
   CHECK(s.valid);
   CHECK_EQ(s.measureCalls, uint64_t(0));
+  CHECK_EQ(loadSettings(envOf({})).recheckMs, uint64_t(2000));
+  for (const char* v : {"x", "-1", "3600001", "1.5"}) CHECK(!loadSettings(envOf({{"AUTOCCL_RECHECK_MS", v}})).valid);
+  s = loadSettings(envOf({{"AUTOCCL_RECHECK_MS", "0"}}));
+  CHECK(s.valid);
+  CHECK_EQ(s.recheckMs, uint64_t(0));
 }
 
 // ------------------------------------------------------------------ stats

@@ -129,6 +129,7 @@ struct TaskSearch::Impl {
   double pinnedNoise = 0;
   uint64_t interval = 0;
   uint64_t nextCheckAt = 0;  // first call of the next drift check
+  uint64_t nextCheckMs = 0;  // ... and not before this clock time (Options::recheckMinMs)
   uint64_t checkEnd = 0;     // end of the last check segment
   int checkEval = -1;
   int driftCount = 0;
@@ -348,6 +349,7 @@ struct TaskSearch::Impl {
     pinnedNoise = noise;
     interval = o.recheckFirst;
     nextCheckAt = planned + interval;
+    nextCheckMs = checkTimeAfterNow();
     driftCount = 0;
     checkEval = -1;
     pending.clear();
@@ -355,6 +357,12 @@ struct TaskSearch::Impl {
     if (st.convergedAt == kForever) st.convergedAt = planned;
     st.bestMedian = ref;
     if (!o.drift) toFinal(pinnedCfg);
+  }
+  // Options::recheckMinMs scaled by how far the call interval has grown from recheckFirst.
+  uint64_t checkTimeAfterNow() const {
+    if (!o.clockMs || o.recheckMinMs == 0) return 0;
+    const double scale = static_cast<double>(interval) / static_cast<double>(std::max<uint64_t>(o.recheckFirst, 1));
+    return o.clockMs() + static_cast<uint64_t>(static_cast<double>(o.recheckMinMs) * scale);
   }
   void toFinal(const Config& c) {
     mode = Mode::kFinal;
@@ -736,6 +744,7 @@ struct TaskSearch::Impl {
     if (driftCount == 0) interval = std::min(interval * 2, o.recheckMax);
     else interval = std::max<uint64_t>(o.recheckFirst / 4, 1);
     nextCheckAt = checkEnd + interval;
+    nextCheckMs = checkTimeAfterNow();
   }
 
   void think() {
@@ -867,6 +876,10 @@ struct TaskSearch::Impl {
         // calls kept GPU timing on in nccl-tests' timed passes, 2026-11-22).
         if (planned < nextCheckAt) {
           add(Segment{planned, nextCheckAt, pinnedCfg, Phase::kPinned});
+          return;
+        }
+        if (nextCheckMs > 0 && o.clockMs() < nextCheckMs) {  // enough calls, not enough time yet
+          add(Segment{planned, planned + std::max<uint64_t>(interval / 4, 1), pinnedCfg, Phase::kPinned});
           return;
         }
         Eval c;

@@ -519,6 +519,53 @@ void drift() {
   }
 }
 
+// With a clock and Options::recheckMinMs, a drift check needs the time as well as the calls: calls that come
+// fast (a benchmark's back-to-back passes) get no check at all until the time has passed; once it has,
+// the checks come, and a drift is still caught. Clock: 0.1 ms per call.
+void driftSpacedByTime() {
+  for (uint64_t minMs : {uint64_t{0}, uint64_t{2000}}) {
+    int checksEarly = 0, checksLate = 0, caught = 0;
+    for (uint64_t seed = 1; seed <= 10; ++seed) {
+      std::mt19937_64 rng(seed * 17);
+      Model m = h200Model(rng, 1 << 24);
+      uint64_t tenthsMs = 0;
+      Options o;
+      o.clockMs = [&tenthsMs] { return tenthsMs / 10; };
+      o.recheckMinMs = minMs;
+      TaskSearch s(m.space, o);
+      Model later = m;
+      auto base = m.t;
+      later.t = [base](int pair, int ch, uint64_t chunk) { return base(pair, ch, chunk) + 6.0 * ch; };
+      std::deque<std::pair<uint64_t, double>> due;
+      uint64_t pinnedAt = kForever;
+      for (uint64_t k = 0; k < 100000; ++k, ++tenthsMs) {
+        Config c = s.configFor(k);
+        if (pinnedAt == kForever && s.converged()) pinnedAt = s.stats().convergedAt;
+        if (c.measure) due.emplace_back(k, (k < 60000 ? m : later).sample(c, rng));
+        while (!due.empty() && due.front().first + 3 <= k) {
+          s.addSample(due.front().first, due.front().second);
+          due.pop_front();
+        }
+      }
+      REQUIRE(pinnedAt < 1000);
+      for (const Segment& g : s.plan()) {
+        if (g.phase != Phase::kCheck || g.begin < pinnedAt) continue;
+        (g.begin < 20000 ? checksEarly : checksLate) += 1;  // 20000 calls = 2 s after the start
+      }
+      caught += s.stats().retunes > 0 ? 1 : 0;
+    }
+    std::printf("drift checks %llu ms apart: %d checks in the first 2 s, %d later; drift caught %d/10\n",
+                static_cast<unsigned long long>(minMs), checksEarly, checksLate, caught);
+    if (minMs == 0) {
+      CHECK(checksEarly >= 30);  // 256, 512, ... calls after the pin: the call rule alone
+    } else {
+      CHECK(checksEarly == 0);
+      CHECK(checksLate >= 20);
+    }
+    CHECK(caught >= 9);
+  }
+}
+
 void objective() {
   // With a per-channel penalty the pinned configuration trades collective time for fewer channels.
   int fewer = 0, n = 0, good = 0;
@@ -932,6 +979,7 @@ TestCase tests[] = {{"convergence", convergence}, {"immutability", immutability}
                     {"runAhead", runAhead},       {"settlingStart", settlingStart},
                     {"duelRuns", duelRuns},       {"duelSecondOpinion", duelSecondOpinion},
                     {"duelWaitsForSamples", duelWaitsForSamples}, {"duelSwitchCost", duelSwitchCost},
+                    {"driftSpacedByTime", driftSpacedByTime},
                     {"tableDefaultEntry", tableDefaultEntry}};
 
 }  // namespace
