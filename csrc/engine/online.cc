@@ -17,7 +17,13 @@ namespace {
 // bottleneck: with one process for 2 GPUs, 8 timed calls before each check doubled a 4 MiB all_gather's
 // out-of-place time in nccl-tests' last pass (49 us vs 23 us in-place, 2026-11-22).
 constexpr uint64_t kNeedLookahead = 2;
-constexpr uint64_t kNeedTail = 64;       // ... and at most this long after the last measured call
+// ... and for this many calls after the last timed one: a call scored by its period ends at the next
+// call's kernel start, which NCCL profiles only if the mask was on when that call's group started. Not
+// until the timed calls' events arrive: NCCL caches the mask per operation at launch, so their events come
+// anyway, and holding the mask meanwhile timed every call of the process for tens of calls after each
+// drift check (one process per GPU, 4 x H200, reduce_scatter 4 MiB: 39 calls of nccl-tests' last pass
+// timed, 61.7 us per call against 30.6 in the pass before, 2026-11-22).
+constexpr uint64_t kNeedAfter = 1;
 constexpr int kLocalWaitMs = 2000;       // in-process board: wait for all ranks of a comm to attach
 constexpr int kSealMs = 5000;            // TCP server: unanswered NEED -> final NCCL default
 
@@ -265,14 +271,6 @@ class OnlineSource final : public DecisionSource {
       }
     }
     srch->addSample(m.callIndex, m.gpuUs, m.altUs > 0 ? m.altUs : -1.0);
-    uint64_t d = s->delivered.load(std::memory_order_relaxed);
-    while (d < m.callIndex + 1 && !s->delivered.compare_exchange_weak(d, m.callIndex + 1)) {
-    }
-    // A task that only waited for its last timed calls' samples releases timing as soon as they are
-    // in, not at its next call: that may come much later (nccl-tests times every other size first), and
-    // the activation mask is one per process.
-    if (s->tailOnly.load(std::memory_order_relaxed) && m.callIndex >= s->lastMeasured.load(std::memory_order_relaxed))
-      setNeeding(s, false, /*onlyIfTail=*/true);
   }
 
   void onFinalize() override {
@@ -365,16 +363,13 @@ class OnlineSource final : public DecisionSource {
     coord::Segment seg;
     bool haveSeg = false;
     std::shared_ptr<search::TaskSearch> search;  // authority only (guarded by mapMu_ when written)
-    // authority, enqueue thread (needing/tailOnly/lastMeasured also read by the measurement thread):
+    // authority, enqueue thread (needing also read by other threads):
     std::atomic<bool> needing{false};   // changed under needMu_ only
-    std::atomic<bool> tailOnly{false};  // needing only until the samples of lastMeasured are in
     uint64_t lastCallSeen = 0;          // callsSeen_ at this task's latest call
     bool anyMeasured = false;
-    std::atomic<uint64_t> lastMeasured{0};
-    uint64_t needUntil = 0;
+    uint64_t lastMeasured = 0;
     bool pinnedLogged = false;
     // authority, measurement thread:
-    std::atomic<uint64_t> delivered{0};  // 1 + highest call index whose time arrived
     std::atomic<int> ncclAlgo{-1}, ncclProto{-1}, ncclChannels{0};
     // enqueue thread writes, the trace reads at finalize:
     std::atomic<uint64_t> lookups{0}, waitNs{0}, waitMaxNs{0};
@@ -438,26 +433,22 @@ class OnlineSource final : public DecisionSource {
   }
 
   void updateNeed(TaskState* s, uint64_t k) {
-    bool want, tail = false;
+    bool want;
     const coord::Segment& g = s->seg;
     if (g.cfg.measure) {
       want = true;
       s->anyMeasured = true;
-      s->lastMeasured.store(k, std::memory_order_relaxed);
-      s->needUntil = k + kNeedTail;
+      s->lastMeasured = k;
     } else if (g.phase == search::Phase::kTuning) {
       want = true;
     } else if (g.end != search::kForever && g.end - k <= kNeedLookahead) {
       want = true;  // a check block (or a re-tune) is planned right after this segment
     } else {
-      want = s->anyMeasured && k < s->needUntil &&
-             s->delivered.load(std::memory_order_relaxed) <= s->lastMeasured.load(std::memory_order_relaxed);
-      tail = want;
+      want = s->anyMeasured && k <= s->lastMeasured + kNeedAfter;
     }
-    s->tailOnly.store(tail, std::memory_order_relaxed);
     if (want && std::find(holders_.begin(), holders_.end(), s) == holders_.end()) holders_.push_back(s);
     if (want == s->needing.load(std::memory_order_relaxed)) return;
-    setNeeding(s, want, false);
+    setNeeding(s, want);
   }
 
   // A task that needs timing (tuning, a check, the calls just before one) and then is not called for a
@@ -465,38 +456,32 @@ class OnlineSource final : public DecisionSource {
   // sizes in between, a training step all other tasks, and a size seen only in a warm-up may never come
   // back (nccl-tests -f 4 warms up sizes it never times: one process for 4 GPUs then ran every call of
   // every pass timed, all_reduce 4 MiB at 88-129 us per call against plain NCCL's 43, 2026-11-22). Once
-  // its samples are in (or kIdleCallsHard calls have passed: a lost sample must not hold timing forever)
-  // and kIdleCalls calls of other tasks have passed, it lets go; its next call asks again (that call may
-  // go untimed: NCCL reads the mask when a group starts; the search gives such a sample up).
+  // kIdleCalls calls of other tasks have passed, it lets go (its timed calls' events come anyway: see
+  // kNeedAfter); its next call asks again (that call may go untimed: NCCL reads the mask when a group
+  // starts; the search gives such a sample up).
   void releaseIdleHolders(TaskState* current) {
-    constexpr uint64_t kIdleCalls = 16, kIdleCallsHard = 256;
+    constexpr uint64_t kIdleCalls = 16;
     for (size_t i = 0; i < holders_.size();) {
       TaskState* h = holders_[i];
       if (h->needing.load(std::memory_order_relaxed)) {  // still holding
         const uint64_t idle = callsSeen_ - h->lastCallSeen;
-        const bool samplesIn = !h->anyMeasured || h->delivered.load(std::memory_order_relaxed) >
-                                                       h->lastMeasured.load(std::memory_order_relaxed);
-        if (h == current || idle < kIdleCalls || (!samplesIn && idle < kIdleCallsHard)) {
+        if (h == current || idle < kIdleCalls) {
           ++i;
           continue;
         }
-        setNeeding(h, false, false);
+        setNeeding(h, false);
       }
       holders_[i] = holders_.back();
       holders_.pop_back();
     }
   }
 
-  // Any thread. onlyIfTail: the measurement thread's release, valid only while the task still just
-  // waits for samples (checked under the lock: the enqueue thread may have planned timed calls since).
-  void setNeeding(TaskState* s, bool want, bool onlyIfTail) {
+  void setNeeding(TaskState* s, bool want) {
     bool changed;
     {
       std::lock_guard<std::mutex> lk(needMu_);
-      if (onlyIfTail && !s->tailOnly.load(std::memory_order_relaxed)) return;
       if (want == s->needing.load(std::memory_order_relaxed)) return;
       s->needing.store(want, std::memory_order_relaxed);
-      if (onlyIfTail) s->tailOnly.store(false, std::memory_order_relaxed);
       changed = want ? needing_.fetch_add(1) == 0 : needing_.fetch_sub(1) == 1;
       if (!want && bootstrap_ && needing_.load() == 1) {  // only the bootstrap is left: release it
         bootstrap_ = false;

@@ -337,6 +337,7 @@ struct FakeRank {
       clockNs += e.durNs + 1000 + static_cast<uint64_t>(model.hiddenUs[algo][proto] * 1000.0);
       if (e.coll) {
         if (proxy) proxy->push(e);
+        else if (held) held->push_back(e);
         else deliver(&ctx, e);
       }
     }
@@ -345,6 +346,7 @@ struct FakeRank {
 
   Context ctx;
   const int* mask;
+  std::deque<KernelEvents>* held = nullptr;  // set: events wait here until the test delivers them
   int rank, nRanks;
   bool attached = false;
   uint64_t seqs[kNumColls] = {};
@@ -805,6 +807,43 @@ void testIdleTaskReleasesTiming() {
   for (auto& r : comm.ranks) r->ctx.finalizeTuner();
 }
 
+// A drift check's timed calls release the process's timing one call after the last of them, not when
+// their events arrive: NCCL caches the mask per operation at launch, and holding it while the events lag
+// (a host that runs tens of calls ahead of the GPU) timed every call of the process meanwhile (one process
+// per GPU, 4 x H200: 39 calls of nccl-tests' last pass, 2x slower, 2026-11-22). Events here arrive 40 calls
+// after their call; the checks still get their samples (the task stays pinned, no re-tune).
+void testCheckReleasesTimingBeforeItsEvents() {
+  Runtime rt(onlineSettings(), 22809, 22803, "/nonexistent");
+  Logs logs;
+  Comm comm(rt, 0xC4ECULL, 2, {0, 1}, &logs);
+  const TaskSpec t{kAllReduce, 8u << 20, modelLL128At8()};
+  driveToConvergence(comm, {t}, 400);
+  std::deque<KernelEvents> held;
+  std::deque<std::pair<int, KernelEvents>> due;  // (call index to deliver at, events)
+  FakeRank& auth = *comm.ranks[0];
+  auth.held = &held;
+  size_t timed = 0;
+  const int calls = 2400;  // past the checks 256, 768 and 1792 calls after the pin
+  for (int i = 0; i < calls; ++i) {
+    timed += comm.mask != 0;
+    for (auto& r : comm.ranks) r->call(t.coll, t.bytes, t.model);
+    while (!held.empty()) {
+      due.emplace_back(i + 40, held.front());
+      held.pop_front();
+    }
+    while (!due.empty() && due.front().first <= i) {
+      deliver(&auth.ctx, due.front().second);
+      due.pop_front();
+    }
+  }
+  auth.held = nullptr;
+  std::fprintf(stderr, "  calls timed in %d pinned calls, events 40 calls late: %zu\n", calls, timed);
+  CHECK(timed >= 9);   // the checks ran (3 timed calls each)
+  CHECK(timed <= 24);  // each: the 2 calls before it, its 3, 1-2 after; not the 40 until its events
+  CHECK_EQ(logs.count(LogLevel::Info, ": pinned "), size_t(1));  // no re-tune: the checks' samples came
+  for (auto& r : comm.ranks) r->ctx.finalizeTuner();
+}
+
 void testSaveTunedAndWarmStart() {
   std::string dir = tempDir();
   Runtime rt(onlineSettings(dir), 22809, 22803, "/nonexistent");
@@ -1072,6 +1111,7 @@ int main(int argc, char** argv) {
       {"online_save_tuned", testSaveTunedAndWarmStart},
       {"online_stream_period", testStreamPeriodScoring},
       {"online_idle_task_releases_timing", testIdleTaskReleasesTiming},
+      {"online_check_releases_timing_before_its_events", testCheckReleasesTimingBeforeItsEvents},
       {"online_bad_coordinator", testBadCoordinator},
       {"online_hot_path", testOnlineHotPath},
   };
