@@ -202,7 +202,10 @@ bool Runtime::firstTime(const std::string& key) {
 
 Context::Context(Runtime& rt, uint64_t commHash)
     : rt_(rt), commHash_(commHash), commHex_(commHex(commHash)),
-      matcher_([this](const Measurement& m) { onMeasurement(m); }) {}
+      matcher_([this](const Measurement& m) { onMeasurement(m); }, 1024, 8192,
+               [this](void* cookie, uint64_t k) {
+                 if (policy_) policy_->onUntimed(static_cast<Task*>(cookie)->key, k);
+               }) {}
 
 Context::~Context() {
   rt_.mask().refresh(&needFlag_, [] { return false; });

@@ -133,7 +133,9 @@ class OnlineSource final : public DecisionSource {
         remote_ = std::make_unique<ForwardDecider>(&decider_->inner);
         tcpBoard_->serve(env.commHash, remote_.get());
       }
-      if (merge_) merge_->setSink([this](const TaskKey& t, const Measurement& m) { absorb(t, m); });
+      if (merge_)
+        merge_->setSink([this](const TaskKey& t, const Measurement& m) { absorb(t, m); },
+                        [this](const TaskKey& t, uint64_t k) { giveUpSample(t, k); });
     }
   }
 
@@ -227,6 +229,27 @@ class OnlineSource final : public DecisionSource {
     absorb(task, m);
   }
 
+  // A planned sample whose call ran untimed never comes: the search asks again now rather than after its
+  // lost-sample rules (reorderSlack calls: the emulator's warm start took 56-76 calls instead of 36 for a
+  // task whose first call ran before any task asked for timing).
+  void onUntimed(const TaskKey& task, uint64_t k) override {
+    if (merge_ && place_.load(std::memory_order_acquire) == Place::kLocal) {
+      merge_->untimed(task, env_.rank, k);  // scored by the slowest rank: any rank's untimed call counts
+      return;
+    }
+    if (authority_) giveUpSample(task, k);
+  }
+  void giveUpSample(const TaskKey& task, uint64_t k) {
+    std::shared_ptr<search::TaskSearch> srch;
+    {
+      std::lock_guard<std::mutex> lk(mapMu_);
+      auto it = tasks_.find(task);
+      if (it == tasks_.end()) return;
+      srch = it->second->search;
+    }
+    if (srch) srch->unmeasured(k);
+  }
+
   // What a timed call costs (Settings::score). One process launching several GPUs is host-bound at small
   // sizes: on 4 x H200 a config whose kernels were 31 us ran at 54 us per call while NCCL's 24-channel
   // choice ran at 42 (all_reduce 4 MiB, nccl-tests -g 4); the stream period sees that, the window does not.
@@ -271,6 +294,9 @@ class OnlineSource final : public DecisionSource {
       }
     }
     srch->addSample(m.callIndex, m.gpuUs, m.altUs > 0 ? m.altUs : -1.0);
+    uint64_t d = s->delivered.load(std::memory_order_relaxed);
+    while (d < m.callIndex + 1 && !s->delivered.compare_exchange_weak(d, m.callIndex + 1)) {
+    }
   }
 
   void onFinalize() override {
@@ -367,9 +393,10 @@ class OnlineSource final : public DecisionSource {
     std::atomic<bool> needing{false};   // changed under needMu_ only
     uint64_t lastCallSeen = 0;          // callsSeen_ at this task's latest call
     bool anyMeasured = false;
-    uint64_t lastMeasured = 0;
+    std::atomic<uint64_t> lastMeasured{0};
     bool pinnedLogged = false;
     // authority, measurement thread:
+    std::atomic<uint64_t> delivered{0};  // 1 + highest call index whose time arrived
     std::atomic<int> ncclAlgo{-1}, ncclProto{-1}, ncclChannels{0};
     // enqueue thread writes, the trace reads at finalize:
     std::atomic<uint64_t> lookups{0}, waitNs{0}, waitMaxNs{0};
@@ -438,13 +465,13 @@ class OnlineSource final : public DecisionSource {
     if (g.cfg.measure) {
       want = true;
       s->anyMeasured = true;
-      s->lastMeasured = k;
+      s->lastMeasured.store(k, std::memory_order_relaxed);
     } else if (g.phase == search::Phase::kTuning) {
       want = true;
     } else if (g.end != search::kForever && g.end - k <= kNeedLookahead) {
       want = true;  // a check block (or a re-tune) is planned right after this segment
     } else {
-      want = s->anyMeasured && k <= s->lastMeasured + kNeedAfter;
+      want = s->anyMeasured && k <= s->lastMeasured.load(std::memory_order_relaxed) + kNeedAfter;
     }
     if (want && std::find(holders_.begin(), holders_.end(), s) == holders_.end()) holders_.push_back(s);
     if (want == s->needing.load(std::memory_order_relaxed)) return;
@@ -456,16 +483,22 @@ class OnlineSource final : public DecisionSource {
   // sizes in between, a training step all other tasks, and a size seen only in a warm-up may never come
   // back (nccl-tests -f 4 warms up sizes it never times: one process for 4 GPUs then ran every call of
   // every pass timed, all_reduce 4 MiB at 88-129 us per call against plain NCCL's 43, 2026-11-22). Once
-  // kIdleCalls calls of other tasks have passed, it lets go (its timed calls' events come anyway: see
-  // kNeedAfter); its next call asks again (that call may go untimed: NCCL reads the mask when a group
-  // starts; the search gives such a sample up).
+  // kIdleCalls calls of other tasks have passed, it lets go; its next call asks again (that call may go
+  // untimed: NCCL reads the mask when a group starts; the search gives such a sample up after
+  // reorderSlack calls). A task still searching with samples in flight holds on longer (kIdleCallsHard):
+  // its next call is likely a sample too (the emulator's warm start lost a verification sample and took
+  // 72 calls instead of 36 when it let go at once). A pinned task lets go after kIdleCalls: its check's
+  // events come anyway (see kNeedAfter).
   void releaseIdleHolders(TaskState* current) {
-    constexpr uint64_t kIdleCalls = 16;
+    constexpr uint64_t kIdleCalls = 16, kIdleCallsHard = 256;
     for (size_t i = 0; i < holders_.size();) {
       TaskState* h = holders_[i];
       if (h->needing.load(std::memory_order_relaxed)) {  // still holding
         const uint64_t idle = callsSeen_ - h->lastCallSeen;
-        if (h == current || idle < kIdleCalls) {
+        const bool searching = h->haveSeg && h->seg.phase == search::Phase::kTuning &&
+                               h->delivered.load(std::memory_order_relaxed) <=
+                                   h->lastMeasured.load(std::memory_order_relaxed);
+        if (h == current || idle < kIdleCalls || (searching && idle < kIdleCallsHard)) {
           ++i;
           continue;
         }
@@ -533,9 +566,17 @@ search::Options onlineSearchOptions() {
 
 // ------------------------------------------------------------------------------ RankMerge
 
-void RankMerge::setSink(Sink sink) {
+void RankMerge::setSink(Sink sink, UntimedSink untimed) {
   std::lock_guard<std::mutex> lk(mu_);
   sink_ = std::move(sink);
+  untimedSink_ = std::move(untimed);
+}
+
+void RankMerge::untimed(const TaskKey& task, int rank, uint64_t call) {
+  if (rank < 0 || rank >= nRanks_) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  if (pending_.erase(Key{task, call})) ++dropped_;
+  if (untimedSink_) untimedSink_(task, call);
 }
 
 void RankMerge::add(const TaskKey& task, int rank, const Measurement& m) {

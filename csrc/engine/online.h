@@ -48,13 +48,17 @@ namespace autoccl::engine {
 class RankMerge {
  public:
   using Sink = std::function<void(const TaskKey&, const Measurement&)>;
+  using UntimedSink = std::function<void(const TaskKey&, uint64_t call)>;
   static constexpr size_t kMaxPending = 4096;
   explicit RankMerge(int nRanks) : nRanks_(nRanks) {}
   // The authority's handler of merged measurements (nullptr: none; samples are then dropped). It is
   // called under this object's lock, so it is never running once setSink(nullptr) has returned.
-  void setSink(Sink sink);
+  void setSink(Sink sink, UntimedSink untimed = nullptr);
   // Rank `rank`'s GPU time of call m.callIndex of `task`. A duplicate from one rank is ignored.
   void add(const TaskKey& task, int rank, const Measurement& m);
+  // Rank `rank` ran call `call` of `task` untimed: that call can never be merged. Its waiting times are
+  // dropped and the untimed sink is told at once (the search would otherwise wait for it).
+  void untimed(const TaskKey& task, int rank, uint64_t call);
   uint64_t merged() const;   // calls delivered to the sink
   uint64_t dropped() const;  // calls evicted incomplete
 
@@ -76,6 +80,7 @@ class RankMerge {
   mutable std::mutex mu_;
   int nRanks_;
   Sink sink_;
+  UntimedSink untimedSink_;
   std::unordered_map<Key, Pending, KeyHash> pending_;
   std::deque<Key> order_;  // arrival order of pending_ keys (may hold keys already merged)
   uint64_t merged_ = 0, dropped_ = 0;

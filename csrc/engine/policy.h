@@ -58,6 +58,9 @@ class DecisionSource {
   // A matched GPU timing of one call of `task`. Called from NCCL's proxy thread (or a CUDA callback
   // thread) under this context's timing lock: keep it short, never block.
   virtual void onMeasurement(const TaskKey& task, const Measurement& m) { (void)task; (void)m; }
+  // Call `callIndex` of `task` ran untimed (the profiler skipped it: the mask was off when NCCL read it),
+  // known when a later call's events arrive. Same thread and lock rules as onMeasurement.
+  virtual void onUntimed(const TaskKey& task, uint64_t callIndex) { (void)task; (void)callIndex; }
   // True while the policy wants kernel timing events (drives the process-wide activation mask).
   // Must be cheap and thread-safe (read from any thread).
   virtual bool needsTiming() const { return false; }

@@ -70,8 +70,8 @@ struct TimingMatcher::Ring {
   }
 };
 
-TimingMatcher::TimingMatcher(Sink sink, size_t queueCap, size_t maxRecords)
-    : sink_(std::move(sink)), queueCap_(queueCap ? queueCap : 1), maxRecords_(maxRecords) {
+TimingMatcher::TimingMatcher(Sink sink, size_t queueCap, size_t maxRecords, UntimedSink untimed)
+    : sink_(std::move(sink)), untimed_(std::move(untimed)), queueCap_(queueCap ? queueCap : 1), maxRecords_(maxRecords) {
   for (int c = 0; c < kNumColls; ++c) {
     queues_.push_back(std::make_unique<Ring>(queueCap_));
     lastSeq_[c] = -1;
@@ -142,7 +142,9 @@ void* TimingMatcher::collStart(int coll, uint64_t seq, uint64_t bytes, int nChan
     int64_t paid = std::min(missed, overflowDebt_[coll]);
     missed -= paid;
     while (missed > 0 && q.size > 0 && q.at(0)->collsAssigned == 0) {
-      dropDecision(q.popFront(), &counters_.droppedGap);
+      Decision* d = q.popFront();
+      if (untimed_) untimed_(d->cookie, d->callIndex);
+      dropDecision(d, &counters_.droppedGap);
       --missed;
     }
   }

@@ -55,8 +55,11 @@ struct MatcherCounters {
 class TimingMatcher {
  public:
   using Sink = std::function<void(const Measurement&)>;
+  // A decision dropped because its call ran untimed (a seqNumber gap: the mask was off when it was
+  // enqueued): (cookie, callIndex). Called under the matcher's lock: keep it short, never block.
+  using UntimedSink = std::function<void(void* cookie, uint64_t callIndex)>;
   // queueCap: pending decisions kept per collective; maxRecords: Coll records in flight.
-  explicit TimingMatcher(Sink sink, size_t queueCap = 1024, size_t maxRecords = 8192);
+  explicit TimingMatcher(Sink sink, size_t queueCap = 1024, size_t maxRecords = 8192, UntimedSink untimed = nullptr);
   ~TimingMatcher();
   TimingMatcher(const TimingMatcher&) = delete;
   TimingMatcher& operator=(const TimingMatcher&) = delete;
@@ -95,6 +98,7 @@ class TimingMatcher {
   void maybeRelease(Record* r);
 
   Sink sink_;
+  UntimedSink untimed_;
   mutable std::mutex mu_;
   size_t queueCap_, maxRecords_;
   std::vector<std::unique_ptr<Ring>> queues_;  // per collective

@@ -452,7 +452,8 @@ void testTimingReorderAndAggregation() {
 
 void testTimingGapAndMismatch() {
   Sink sink;
-  TimingMatcher m(sink.fn());
+  std::vector<std::pair<void*, uint64_t>> untimed;  // what the matcher reports as run untimed
+  TimingMatcher m(sink.fn(), 1024, 8192, [&](void* cookie, uint64_t k) { untimed.emplace_back(cookie, k); });
   // Calls 0 and 1 were enqueued while the mask was off: their Coll events never come (seq 0, 1).
   for (uint64_t k = 0; k < 3; ++k) m.pushDecision(kAllReduce, 256, Config{}, &cookieA, k);
   void* h = m.collStart(kAllReduce, 2, 256, 1, kRing, kLL);
@@ -462,6 +463,11 @@ void testTimingGapAndMismatch() {
   CHECK_EQ(sink.got.size(), size_t(1));
   if (!sink.got.empty()) CHECK_EQ(sink.got[0].callIndex, uint64_t(2));  // not call 0
   CHECK_EQ(m.counters().droppedGap, uint64_t(2));
+  CHECK_EQ(untimed.size(), size_t(2));  // calls 0 and 1, each reported once
+  if (untimed.size() == 2) {
+    CHECK(untimed[0].first == &cookieA && untimed[0].second == 0);
+    CHECK(untimed[1].first == &cookieA && untimed[1].second == 1);
+  }
 
   // A forced pair never absorbs a Coll that ran another pair.
   m.pushDecision(kAllReduce, 256, Config{kTree, kLL, 0, 0}, &cookieA, 3);

@@ -634,6 +634,22 @@ void testRankMerge() {
   for (int r = 0; r < 3; ++r) merge.add(t, r, meas(RankMerge::kMaxPending + 20, 5.0, 0));
   CHECK_EQ(got.size(), size_t(1));  // no sink: nothing delivered
   CHECK_EQ(merge.merged(), uint64_t(4));
+
+  // A call one rank ran untimed can never be merged: it is dropped and reported at once, whoever's
+  // times were in; the other calls still merge.
+  RankMerge m2(2);
+  std::vector<uint64_t> merged, lost;
+  m2.setSink([&](const TaskKey&, const Measurement& m) { merged.push_back(m.callIndex); },
+             [&](const TaskKey&, uint64_t k) { lost.push_back(k); });
+  m2.add(t, 0, meas(5, 10.0, 0));
+  m2.untimed(t, 1, 5);
+  m2.untimed(t, 0, 6);
+  m2.add(t, 1, meas(7, 10.0, 0));
+  m2.add(t, 0, meas(7, 11.0, 0));
+  m2.untimed(t, 9, 8);  // not a rank of this communicator: ignored
+  CHECK(lost == std::vector<uint64_t>({5, 6}));
+  CHECK(merged == std::vector<uint64_t>({7}));
+  CHECK_EQ(m2.dropped(), uint64_t(1));  // call 5 had a time waiting
 }
 
 void testFollowerIgnoresOwnMeasurements() {

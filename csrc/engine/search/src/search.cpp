@@ -771,15 +771,26 @@ struct TaskSearch::Impl {
       bool stale = behind > o.lostAfter && (!o.clockMs || now - pc.plannedMs >= o.lostAfterMs);
       if (!overtaken && !stale && behind <= o.lostAfterHard) break;  // the oldest is still expected
       pending.erase(pending.begin());
-      st.lostSamples++;
-      if (pc.filler) continue;
-      givenUp[k] = pc.id;
-      if (givenUp.size() > 4096) givenUp.erase(givenUp.begin());
-      Eval& e = evals[static_cast<size_t>(pc.id)];
-      e.inflight--;
-      e.lostThisRound = true;
-      if (e.inflight == 0) roundOver(e);
+      giveUp(k, pc);
     }
+  }
+  // Call k ran untimed (the caller knows): its sample is lost now, not after the rules above.
+  void unmeasured(uint64_t k) {
+    auto it = pending.find(k);
+    if (it == pending.end()) return;
+    const PendingCall pc = it->second;
+    pending.erase(it);
+    giveUp(k, pc);
+  }
+  void giveUp(uint64_t k, const PendingCall& pc) {
+    st.lostSamples++;
+    if (pc.filler) return;
+    givenUp[k] = pc.id;  // a late sample still counts
+    if (givenUp.size() > 4096) givenUp.erase(givenUp.begin());
+    Eval& e = evals[static_cast<size_t>(pc.id)];
+    e.inflight--;
+    e.lostThisRound = true;
+    if (e.inflight == 0) roundOver(e);
   }
   void roundOver(Eval& e) {
     if (e.lostThisRound) {
@@ -1141,6 +1152,10 @@ uint64_t TaskSearch::plannedUpTo() const {
 void TaskSearch::addSample(uint64_t k, double gpuMicros, double altMicros) {
   std::lock_guard<std::mutex> lk(mu_);
   impl_->sample(k, gpuMicros, altMicros);
+}
+void TaskSearch::unmeasured(uint64_t k) {
+  std::lock_guard<std::mutex> lk(mu_);
+  impl_->unmeasured(k);
 }
 void TaskSearch::channelsCapped(int requested, int used) {
   if (used < 1 || used >= requested) return;

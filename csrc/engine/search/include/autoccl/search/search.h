@@ -184,6 +184,10 @@ class TaskSearch {
   // stream period). The duel leaves NCCL's choice only for a configuration faster on both.
   void addSample(uint64_t k, double gpuMicros, double altMicros = -1.0);
 
+  // Call k, planned with measure, ran untimed (its sample will not come): given up at once rather than
+  // after the lost-sample rules (Options::reorderSlack, lostAfter). A sample of k arriving anyway counts.
+  void unmeasured(uint64_t k);
+
   // NCCL ran call(s) of this task on `used` channels although `requested` were asked for (the
   // profiler reports the channels a task really ran on: capped by the communicator's channel count and
   // by NCCL's minimum traffic per channel). Every point above `used` is then the point `used`: the
