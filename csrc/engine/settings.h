@@ -26,7 +26,7 @@ struct Settings {
   uint64_t measureCalls = 16;  // AUTOCCL_MEASURE_CALLS: calls timed per task in fixed/table mode
   // AUTOCCL_RECHECK_MS (online mode): a pinned task's first drift check waits at least this long after
   // the pin (doubling after each quiet check, like the call interval); 0: spaced by calls only.
-  uint64_t recheckMs = 2000;
+  uint64_t recheckMs = 10000;
   // AUTOCCL_INPROC_SCORE (online mode, every rank of a communicator in this process): `slowest`
   // (default) scores a call by the longest kernel among the ranks, `own` by the authority's kernel.
   bool inprocSlowest = true;

@@ -147,7 +147,7 @@ void testSettings() {
   s = loadSettings(envOf({{"AUTOCCL_MEASURE_CALLS", "0"}}));
   CHECK(s.valid);
   CHECK_EQ(s.measureCalls, uint64_t(0));
-  CHECK_EQ(loadSettings(envOf({})).recheckMs, uint64_t(2000));
+  CHECK_EQ(loadSettings(envOf({})).recheckMs, uint64_t(10000));
   for (const char* v : {"x", "-1", "3600001", "1.5"}) CHECK(!loadSettings(envOf({{"AUTOCCL_RECHECK_MS", v}})).valid);
   s = loadSettings(envOf({{"AUTOCCL_RECHECK_MS", "0"}}));
   CHECK(s.valid);
