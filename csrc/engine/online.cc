@@ -469,13 +469,25 @@ class OnlineSource final : public DecisionSource {
     } else if (g.phase == search::Phase::kTuning) {
       want = true;
     } else if (g.end != search::kForever && g.end - k <= kNeedLookahead) {
-      want = true;  // a check block (or a re-tune) is planned right after this segment
+      want = nextTimed(s, g.end);  // a check block (or a re-tune) right after this segment
     } else {
       want = s->anyMeasured && k <= s->lastMeasured.load(std::memory_order_relaxed) + kNeedAfter;
     }
     if (want && std::find(holders_.begin(), holders_.end(), s) == holders_.end()) holders_.push_back(s);
     if (want == s->needing.load(std::memory_order_relaxed)) return;
     setNeeding(s, want);
+  }
+
+  // Whether the segment starting at call `at` is timed. Asked kNeedLookahead calls ahead, where the plan
+  // already covers it (Options::lead); the search only ever extends its plan, and every planned segment
+  // is published as usual. Not assumed: a pinned task whose drift check waits for time (recheckMinMs) ends
+  // a segment every interval/4 calls with no check after it, and timing the 2 calls before each of those
+  // cost one process per GPU on 2 x H200 10-15 us per call at reduce_scatter 4 MiB (NCCL's choice pinned,
+  // 35-40 us per call against plain NCCL's 25.5, 2026-11-22).
+  bool nextTimed(TaskState* s, uint64_t at) {
+    if (!s->search) return true;
+    const search::Segment n = s->search->segmentFor(at);
+    return n.cfg.measure || n.phase == search::Phase::kTuning;
   }
 
   // A task that needs timing (tuning, a check, the calls just before one) and then is not called for a

@@ -860,6 +860,28 @@ void testCheckReleasesTimingBeforeItsEvents() {
   for (auto& r : comm.ranks) r->ctx.finalizeTuner();
 }
 
+// A pinned task whose drift check waits for time (AUTOCCL_RECHECK_MS) runs untimed: the ends of the
+// segments it waits in are not followed by a check, so the calls before them are not timed either (they
+// were, 2 in every 64, before the engine asked the plan what follows).
+void testNoTimingWhileChecksWaitForTime() {
+  Runtime rt(Settings(loadSettings(testenv::envOf(
+                 {{"AUTOCCL_MODE", "online"}, {"AUTOCCL_HW", "GPU Xx4"}, {"AUTOCCL_RECHECK_MS", "3600000"}}))),
+             22809, 22803, "/nonexistent");
+  Logs logs;
+  Comm comm(rt, 0x7A1EULL, 2, {0, 1}, &logs);
+  const TaskSpec t{kAllReduce, 8u << 20, modelLL128At8()};
+  driveToConvergence(comm, {t}, 400);
+  size_t timed = 0;
+  const int calls = 2000;
+  for (int i = 0; i < calls; ++i) {
+    timed += comm.mask != 0;
+    for (auto& r : comm.ranks) r->call(t.coll, t.bytes, t.model);
+  }
+  std::fprintf(stderr, "  calls timed in %d pinned calls, checks an hour apart: %zu\n", calls, timed);
+  CHECK_EQ(timed, size_t(0));
+  for (auto& r : comm.ranks) r->ctx.finalizeTuner();
+}
+
 void testSaveTunedAndWarmStart() {
   std::string dir = tempDir();
   Runtime rt(onlineSettings(dir), 22809, 22803, "/nonexistent");
@@ -1128,6 +1150,7 @@ int main(int argc, char** argv) {
       {"online_stream_period", testStreamPeriodScoring},
       {"online_idle_task_releases_timing", testIdleTaskReleasesTiming},
       {"online_check_releases_timing_before_its_events", testCheckReleasesTimingBeforeItsEvents},
+      {"online_no_timing_while_checks_wait_for_time", testNoTimingWhileChecksWaitForTime},
       {"online_bad_coordinator", testBadCoordinator},
       {"online_hot_path", testOnlineHotPath},
   };
