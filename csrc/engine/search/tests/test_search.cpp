@@ -721,12 +721,10 @@ void settlingStart() {
   CHECK(pinnedWorseNoDuel >= 25);  // the scenario does mislead a search that pins on tuning samples
 }
 
-// The settling start of settlingStart with every sample arriving `lag` calls late (the host runs ahead of
-// the GPU; nccl-tests launches its warm-up back to back). The duel's samples are still in flight when the
-// exploration budget runs out: it waits for them rather than deciding without them (one process for 4 x
-// H200: reduce_scatter 16 MiB pinned ring/simple/22 with no fresh sample of NCCL's choice, whose own
-// samples in the duel were 5 % faster, 2026-11-22).
-void duelWaitsForSamples() {
+// The settling start of settlingStart with every sample arriving 8, 28 or 60 calls late, `calls` calls of it per
+// seed; with coldFactor > 1 the first call of a configuration after 16 calls without it is that many times slow.
+// Checks, for every lag: no seed pins a configuration slower than NCCL's choice, none converges late.
+void settlingDuelLagged(const char* what, uint64_t calls, double coldFactor) {
   for (uint64_t lag : {8, 28, 60}) {
     int pinnedWorse = 0, late = 0;
     for (uint64_t seed = 1; seed <= 20; ++seed) {
@@ -735,9 +733,17 @@ void duelWaitsForSamples() {
       std::mt19937_64 rng(seed * 53);
       TaskSearch s(steady.space, Options());
       std::deque<std::pair<uint64_t, double>> due;
-      for (uint64_t k = 0; k < 600; ++k) {
+      std::map<std::string, uint64_t> lastRun;  // configuration -> last call that ran it
+      for (uint64_t k = 0; k < calls; ++k) {
         Config c = s.configFor(k);
-        if (c.measure) due.emplace_back(k, (k < 48 ? settling : steady).sample(c, rng));
+        bool cold = false;
+        if (coldFactor > 1.0) {
+          const std::string key = c.isDefault() ? std::string("default") : c.str();
+          auto it = lastRun.find(key);
+          cold = it != lastRun.end() && k - it->second > 16;
+          lastRun[key] = k;
+        }
+        if (c.measure) due.emplace_back(k, (k < 48 ? settling : steady).sample(c, rng) * (cold ? coldFactor : 1.0));
         while (!due.empty() && due.front().first + lag <= k) {
           s.addSample(due.front().first, due.front().second);
           due.pop_front();
@@ -748,62 +754,31 @@ void duelWaitsForSamples() {
       const Options d;
       late += s.stats().convergedAt > 150 + lag + (lag > d.freeWaitLag ? d.maxWaitCalls : 0) ? 1 : 0;
       if (std::getenv("AUTOCCL_TEST_VERBOSE"))
-        std::fprintf(stderr, "lag %llu seed %llu: pinned %s at %llu, default median %.1f\n", static_cast<unsigned long long>(lag),
-                     static_cast<unsigned long long>(seed), s.best().str().c_str(),
-                     static_cast<unsigned long long>(s.stats().convergedAt), s.stats().defaultMedian);
-      pinnedWorse += steady.trueTime(s.best()) > steady.trueTime(Config()) * 1.02 ? 1 : 0;
-    }
-    std::printf("duel with samples %llu calls late: pinned a slower config %d/20, converged late: %d/20\n",
-                static_cast<unsigned long long>(lag), pinnedWorse, late);
-    CHECK(pinnedWorse == 0);
-    CHECK(late == 0);
-  }
-}
-
-// The first call of a configuration after a while without it is slow (one process per GPU on 4 x H200:
-// 265-662 us for a 55 us reduce_scatter 16 MiB, each the first of its configuration after other ones,
-// 2026-11-22). In the settling duel NCCL's side drew such a call; with the rest of its samples still in
-// flight when the budget ran out, its median over two samples (662, 56) lost to ring/ll/44 (83 us) and
-// the slower configuration was pinned. Model: the first call of a configuration after 16 calls without it
-// is 6.5x slow; samples arrive `lag` calls late. NCCL's choice is 6 % faster in steady state.
-void duelSwitchCost() {
-  for (uint64_t lag : {8, 28, 60}) {
-    int pinnedWorse = 0, late = 0;
-    for (uint64_t seed = 1; seed <= 20; ++seed) {
-      const Model steady = ringVsTree(100.0, 106.0, 0.02);
-      const Model settling = ringVsTree(300.0, 110.0, 0.02);
-      std::mt19937_64 rng(seed * 53);
-      TaskSearch s(steady.space, Options());
-      std::deque<std::pair<uint64_t, double>> due;
-      std::map<std::string, uint64_t> lastRun;  // configuration -> last call that ran it
-      for (uint64_t k = 0; k < 800; ++k) {
-        Config c = s.configFor(k);
-        const std::string key = c.isDefault() ? std::string("default") : c.str();
-        auto it = lastRun.find(key);
-        const bool cold = it != lastRun.end() && k - it->second > 16;
-        lastRun[key] = k;
-        if (c.measure) due.emplace_back(k, (k < 48 ? settling : steady).sample(c, rng) * (cold ? 6.5 : 1.0));
-        while (!due.empty() && due.front().first + lag <= k) {
-          s.addSample(due.front().first, due.front().second);
-          due.pop_front();
-        }
-      }
-      CHECK(s.converged());
-      const Options d;
-      late += s.stats().convergedAt > 150 + lag + (lag > d.freeWaitLag ? d.maxWaitCalls : 0) ? 1 : 0;
-      if (std::getenv("AUTOCCL_TEST_VERBOSE"))
         std::fprintf(stderr, "lag %llu seed %llu: pinned %s at %llu, default median %.1f\n",
                      static_cast<unsigned long long>(lag), static_cast<unsigned long long>(seed),
                      s.best().str().c_str(), static_cast<unsigned long long>(s.stats().convergedAt),
                      s.stats().defaultMedian);
       pinnedWorse += steady.trueTime(s.best()) > steady.trueTime(Config()) * 1.02 ? 1 : 0;
     }
-    std::printf("slow first call after a switch, samples %llu calls late: pinned a slower config %d/20, late %d/20\n",
+    std::printf("%s, samples %llu calls late: pinned a slower config %d/20, converged late: %d/20\n", what,
                 static_cast<unsigned long long>(lag), pinnedWorse, late);
     CHECK(pinnedWorse == 0);
     CHECK(late == 0);
   }
 }
+
+// The duel's samples are still in flight when the exploration budget runs out: it waits for them rather
+// than deciding without them (one process for 4 x H200: reduce_scatter 16 MiB pinned ring/simple/22 with no
+// fresh sample of NCCL's choice, whose own samples in the duel were 5 % faster, 2026-11-22).
+void duelWaitsForSamples() { settlingDuelLagged("duel", 600, 1.0); }
+
+// The first call of a configuration after a while without it is slow (one process per GPU on 4 x H200:
+// 265-662 us for a 55 us reduce_scatter 16 MiB, each the first of its configuration after other ones,
+// 2026-11-22). In the settling duel NCCL's side drew such a call; with the rest of its samples still in
+// flight when the budget ran out, its median over two samples (662, 56) lost to ring/ll/44 (83 us) and
+// the slower configuration was pinned. Model: 6.5x slow after 16 calls without it; NCCL's choice is 6 %
+// faster in steady state.
+void duelSwitchCost() { settlingDuelLagged("slow first call after a switch", 800, 6.5); }
 
 // Calls scored by their stream period while the host is the bottleneck (one process launching several
 // GPUs): a call's period ends when the host has launched the next call, so it measures the next call's
