@@ -175,9 +175,6 @@ class OnlineSource final : public DecisionSource {
         coord::Outcome o = agree_->decide(s->key, k);
         uint64_t waitedNs = static_cast<uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
-        s->lookups.fetch_add(1, std::memory_order_relaxed);
-        s->waitNs.fetch_add(waitedNs, std::memory_order_relaxed);
-        if (waitedNs > s->waitMaxNs.load(std::memory_order_relaxed)) s->waitMaxNs.store(waitedNs, std::memory_order_relaxed);
         if (!o.ok()) {
           Decision d;
           d.fail = true;
@@ -186,6 +183,15 @@ class OnlineSource final : public DecisionSource {
           return d;
         }
         s->seg = o.seg;
+        noteLookup(s, k, waitedNs);
+        // A segment that does not depend on samples to come (pinned, a drift check) is followed by one
+        // the authority can plan now: ask for it at once, so that its lookup at this segment's end finds
+        // it at hand instead of waiting a round trip to the authority in the middle of the job's calls
+        // (over TCP ~0.1 ms, up to 1.7 ms; one such wait in a 40-call nccl-tests loop of 24 us calls
+        // made it 1.6x slower, 2 x H200, 2026-11-22). Tuning segments are not asked ahead: planning
+        // them early would plan them with fewer samples.
+        if (s->seg.phase != search::Phase::kTuning && s->seg.end != search::kForever)
+          agree_->prefetch(s->key, s->seg.end);
       }
       s->haveSeg = true;
       if (authority_) onNewSegment(s);
@@ -217,9 +223,15 @@ class OnlineSource final : public DecisionSource {
   void onMeasurement(const TaskKey& task, const Measurement& timed) override {
     const Place place = place_.load(std::memory_order_acquire);
     Measurement m = timed;
-    if (m.periodUs > 0 && scoreByPeriod(place)) {
-      m.altUs = m.gpuUs;  // the window: the duel's second opinion (search::TaskSearch::addSample)
-      m.gpuUs = m.periodUs;
+    if (m.periodUs > 0) {  // the second measure is the duel's second opinion (search::TaskSearch::addSample)
+      switch (scoring(place)) {
+        case Scoring::kPeriodCheckedByWindow:
+          m.altUs = m.gpuUs;
+          m.gpuUs = m.periodUs;
+          break;
+        case Scoring::kWindowCheckedByPeriod: m.altUs = m.periodUs; break;
+        case Scoring::kWindow: break;
+      }
     }
     if (merge_ && place == Place::kLocal) {
       merge_->add(task, env_.rank, m);  // all ranks here: the authority scores each call by its slowest rank
@@ -250,22 +262,31 @@ class OnlineSource final : public DecisionSource {
     if (srch) srch->unmeasured(k);
   }
 
-  // What a timed call costs (Settings::score). One process launching several GPUs is host-bound at small
-  // sizes: on 4 x H200 a config whose kernels were 31 us ran at 54 us per call while NCCL's 24-channel
-  // choice ran at 42 (all_reduce 4 MiB, nccl-tests -g 4); the stream period sees that, the window does not.
-  bool scoreByPeriod(Place place) const {
-    if (!env_.settings) return false;
+  // What a timed call costs (Settings::score), and what checks it in the duel (the second measure). One
+  // process launching several GPUs is host-bound at small sizes: on 4 x H200 a config whose kernels were
+  // 31 us ran at 54 us per call while NCCL's 24-channel choice ran at 42 (all_reduce 4 MiB, nccl-tests
+  // -g 4); the stream period sees that, the window does not. One process per GPU scores by the window
+  // (the period also carries the profiler's host cost there: 1.075x against 1.107x, session 6) but lets
+  // the period check the duel: tree/simple/61 all_reduce 16 MiB on 2 x H200 had 63-65 us windows against
+  // NCCL's 68-70 and held the stream 90 us per call (NCCL's choice: 73), 2026-11-22.
+  enum class Scoring { kWindow, kWindowCheckedByPeriod, kPeriodCheckedByWindow };
+  Scoring scoring(Place place) const {
+    if (!env_.settings) return Scoring::kWindow;
     switch (env_.settings->score) {
-      case Settings::Score::Period: return true;
-      case Settings::Score::Window: return false;
-      default: return place == Place::kLocal && env_.nRanks >= 2;
+      case Settings::Score::Period: return Scoring::kPeriodCheckedByWindow;
+      case Settings::Score::Window: return Scoring::kWindow;
+      default:
+        return place == Place::kLocal && env_.nRanks >= 2 ? Scoring::kPeriodCheckedByWindow
+                                                          : Scoring::kWindowCheckedByPeriod;
     }
   }
 
   bool needsTiming() const override { return needing_.load(std::memory_order_relaxed) > 0; }
+  // Periods where a search uses them: every rank in one process (RankMerge), else the authority only.
   bool wantsPeriod() const override {
     const Place p = place_.load(std::memory_order_acquire);
-    return p != Place::kUnknown && scoreByPeriod(p);
+    if (p == Place::kUnknown || p == Place::kBypass || (p != Place::kLocal && !authority_)) return false;
+    return scoring(p) != Scoring::kWindow;
   }
 
   // The authority: one call's GPU time (its own, or the slowest rank's) into the task's search.
@@ -330,19 +351,30 @@ class OnlineSource final : public DecisionSource {
   std::string traceExtra(const TaskKey& task) const override {
     std::shared_ptr<search::TaskSearch> srch;
     char waits[320] = "";
+    std::string slow;
     {
       std::lock_guard<std::mutex> lk(mapMu_);
       auto it = tasks_.find(task);
       if (it != tasks_.end()) {
         srch = it->second->search;
-        const TaskState& ts = *it->second;
+        TaskState& ts = *it->second;
         // segment lookups of this rank and the time spent in them (waiting for the authority)
         std::snprintf(waits, sizeof waits, ",\"board\":\"%s\",\"lookups\":%" PRIu64 ",\"lookup_us\":%.1f,\"lookup_max_us\":%.1f",
                       placeName(place_.load(std::memory_order_relaxed)), ts.lookups.load(std::memory_order_relaxed), 1e-3 * static_cast<double>(ts.waitNs.load(std::memory_order_relaxed)),
                       1e-3 * static_cast<double>(ts.waitMaxNs.load(std::memory_order_relaxed)));
+        std::lock_guard<std::mutex> sl(ts.slowMu);
+        std::vector<std::pair<uint64_t, uint64_t>> v = ts.slow;
+        std::sort(v.begin(), v.end());
+        slow = ",\"slow_lookups\":[";  // [call, us] of lookups >= 0.2 ms (the 8 slowest)
+        for (size_t i = 0; i < v.size(); ++i) {
+          char e[64];
+          std::snprintf(e, sizeof e, "%s[%" PRIu64 ",%.1f]", i ? "," : "", v[i].first, 1e-3 * static_cast<double>(v[i].second));
+          slow += e;
+        }
+        slow += "]";
       }
     }
-    if (!srch) return std::string(waits) + ",\"gain\":null,\"converged_at\":null";
+    if (!srch) return std::string(waits) + slow + ",\"gain\":null,\"converged_at\":null";
     search::Stats st = srch->stats();
     // what the search got from the GPU: samples used, given up as lost, arrived after being given up
     std::snprintf(waits + std::strlen(waits), sizeof waits - std::strlen(waits),
@@ -361,7 +393,7 @@ class OnlineSource final : public DecisionSource {
                     ",\"default_us\":%.3f,\"best_us\":%.3f",
                     gain, st.convergedAt, from, st.defaultMedian, st.bestMedian);
     }
-    return std::string(waits) + buf;
+    return std::string(waits) + slow + buf;
   }
 
  private:
@@ -400,7 +432,11 @@ class OnlineSource final : public DecisionSource {
     std::atomic<int> ncclAlgo{-1}, ncclProto{-1}, ncclChannels{0};
     // enqueue thread writes, the trace reads at finalize:
     std::atomic<uint64_t> lookups{0}, waitNs{0}, waitMaxNs{0};
+    std::mutex slowMu;
+    std::vector<std::pair<uint64_t, uint64_t>> slow;  // (call, ns) of the slowest lookups >= kSlowLookupNs
   };
+  static constexpr uint64_t kSlowLookupNs = 200000;
+  static constexpr size_t kSlowLookupsKept = 8;
 
   TaskState* state(const TaskKey& task) {
     TaskState*& last = last_[task.coll];
@@ -432,10 +468,29 @@ class OnlineSource final : public DecisionSource {
     std::vector<search::Hint> hints =
         search::hintsFor(hints_, static_cast<int>(s->key.coll), s->key.bytes, static_cast<int>(s->key.pipe));
     search::Options o = opts_;
-    if (scoreByPeriod(place_.load(std::memory_order_acquire))) o.duelRun = 2;
+    // A period (the first call of a turn to the next) measures the turn's own configuration only when the
+    // next call runs it too (Options::duelRun).
+    if (scoring(place_.load(std::memory_order_acquire)) != Scoring::kWindow) o.duelRun = 2;
     auto srch = decider_->inner.registerTask(s->key, sp, o, hints);
     std::lock_guard<std::mutex> lk(mapMu_);
     s->search = std::move(srch);
+  }
+
+  // Lookup statistics for the trace, and the slowest lookups with their call index (to place a stall
+  // in a benchmark's passes).
+  void noteLookup(TaskState* s, uint64_t k, uint64_t waitedNs) {
+    s->lookups.fetch_add(1, std::memory_order_relaxed);
+    s->waitNs.fetch_add(waitedNs, std::memory_order_relaxed);
+    if (waitedNs > s->waitMaxNs.load(std::memory_order_relaxed)) s->waitMaxNs.store(waitedNs, std::memory_order_relaxed);
+    if (waitedNs < kSlowLookupNs) return;
+    std::lock_guard<std::mutex> lk(s->slowMu);
+    if (s->slow.size() < kSlowLookupsKept) {
+      s->slow.emplace_back(k, waitedNs);
+      return;
+    }
+    auto least = std::min_element(s->slow.begin(), s->slow.end(),
+                                  [](const auto& a, const auto& b) { return a.second < b.second; });
+    if (least->second < waitedNs) *least = {k, waitedNs};
   }
 
   void onNewSegment(TaskState* s) {

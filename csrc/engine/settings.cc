@@ -27,6 +27,20 @@ Settings invalid(Settings s, std::string why) {
   s.error = std::move(why);
   return s;
 }
+
+// An integer variable in [lo, hi]: false with *err when set to anything else; *out untouched when unset.
+bool readBounded(const EnvLookup& env, const char* name, uint64_t lo, uint64_t hi, uint64_t* out, std::string* err) {
+  std::string text = get(env, name);
+  if (text.empty()) return true;
+  uint64_t v = 0;
+  if (!parseUint(text, &v) || v < lo || v > hi) {
+    *err = std::string(name) + "='" + text + "' must be an integer in [" + std::to_string(lo) + ", " +
+           std::to_string(hi) + "]";
+    return false;
+  }
+  *out = v;
+  return true;
+}
 }  // namespace
 
 Settings loadSettings(const EnvLookup& env) {
@@ -39,32 +53,14 @@ Settings loadSettings(const EnvLookup& env) {
   else if (mode == "online") s.mode = Mode::Online;
   else return invalid(s, "AUTOCCL_MODE='" + mode + "' is not one of off, observe, fixed, table, online");
 
-  std::string maxCh = get(env, "AUTOCCL_MAX_CHANNELS");
-  if (!maxCh.empty()) {
-    uint64_t v = 0;
-    if (!parseUint(maxCh, &v) || v < 1 || v > static_cast<uint64_t>(kMaxChannelsHard)) {
-      return invalid(s, "AUTOCCL_MAX_CHANNELS='" + maxCh + "' must be an integer in [1, 64]");
-    }
-    s.maxChannels = static_cast<int>(v);
-  }
+  std::string err;
+  uint64_t maxCh = static_cast<uint64_t>(s.maxChannels);
+  if (!readBounded(env, "AUTOCCL_MAX_CHANNELS", 1, static_cast<uint64_t>(kMaxChannelsHard), &maxCh, &err) ||
+      !readBounded(env, "AUTOCCL_MEASURE_CALLS", 0, 1000000, &s.measureCalls, &err) ||
+      !readBounded(env, "AUTOCCL_RECHECK_MS", 0, 3600000, &s.recheckMs, &err))
+    return invalid(s, err);
+  s.maxChannels = static_cast<int>(maxCh);
 
-  std::string measure = get(env, "AUTOCCL_MEASURE_CALLS");
-  if (!measure.empty()) {
-    uint64_t v = 0;
-    if (!parseUint(measure, &v) || v > 1000000) {
-      return invalid(s, "AUTOCCL_MEASURE_CALLS='" + measure + "' must be an integer in [0, 1000000]");
-    }
-    s.measureCalls = v;
-  }
-
-  std::string recheck = get(env, "AUTOCCL_RECHECK_MS");
-  if (!recheck.empty()) {
-    uint64_t v = 0;
-    if (!parseUint(recheck, &v) || v > 3600000) {
-      return invalid(s, "AUTOCCL_RECHECK_MS='" + recheck + "' must be an integer in [0, 3600000]");
-    }
-    s.recheckMs = v;
-  }
 
   std::string score = get(env, "AUTOCCL_INPROC_SCORE");
   if (score == "own") s.inprocSlowest = false;
@@ -80,7 +76,6 @@ Settings loadSettings(const EnvLookup& env) {
   s.fixedText = get(env, "AUTOCCL_FIXED");
   if (s.mode == Mode::Fixed) {
     if (s.fixedText.empty()) return invalid(s, "AUTOCCL_MODE=fixed needs AUTOCCL_FIXED (rules)");
-    std::string err;
     if (!parseFixedRules(s.fixedText, s.maxChannels, &s.fixed, &err)) return invalid(s, err);
   }
 

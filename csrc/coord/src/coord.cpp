@@ -161,6 +161,7 @@ class LocalBoard : public Board {
       auto it = deciders_.find(t.comm);
       if (it != deciders_.end()) {
         st_.needsSent++;
+        st_.lookupsWaited++;
         std::vector<Segment> segs = it->second->decide(t, k, store_.coveredUpTo(t));
         if (!store_.insert(t, segs)) st_.conflicts++;
         if (store_.find(t, k, &o.seg)) {
@@ -227,6 +228,16 @@ Outcome CommAgreement::decide(const TaskKey& task, uint64_t k) {
   }
   (void)comm_;
   return o;
+}
+
+void CommAgreement::prefetch(const TaskKey& task, uint64_t k) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (failed_) return;
+    auto it = cache_.find(task);
+    if (it != cache_.end() && it->second.contains(k)) return;
+  }
+  board_->prefetch(task, k);
 }
 
 // ---- environment -----------------------------------------------------------------------------

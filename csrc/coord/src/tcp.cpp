@@ -512,8 +512,11 @@ class TcpBoard : public Board {
     if (c) sendServe(c, comm);
   }
   void unserve(uint64_t comm) override {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::unique_lock<std::mutex> lk(mu_);
     deciders_.erase(comm);
+    // The IO thread calls a decider outside mu_: wait until it is out of this one, which the caller
+    // may destroy as soon as we return.
+    cv_.wait(lk, [&] { return !(deciding_ && decidingComm_ == comm); });
   }
   void attach(uint64_t comm, int rank, int nRanks) override {
     if (rank < 0 || nRanks <= 0 || rank >= nRanks) return;
@@ -540,11 +543,12 @@ class TcpBoard : public Board {
     auto until = Clock::now() + deadline;
     std::unique_lock<std::mutex> lk(mu_);
     Clock::time_point nextSend{};
-    for (;;) {
+    for (bool first = true;; first = false) {
       if (replica_.find(t, k, &o.seg)) {
         o.status = Status::kOk;
         return o;
       }
+      if (first) st_.lookupsWaited++;
       auto now = Clock::now();
       if (now >= until || stopping_) {
         o.error = std::string("autoccl coord: no decision for ") + t.str() + " call " + std::to_string(k) +
@@ -563,6 +567,19 @@ class TcpBoard : public Board {
       }
       cv_.wait_until(lk, std::min(until, now + milliseconds(o_.retryMs)));
     }
+  }
+  void prefetch(const TaskKey& t, uint64_t k) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    Segment s;
+    if (!authed_ || replica_.find(t, k, &s)) return;  // unconnected: the lookup will ask (and wait)
+    wire::Msg m;
+    m.type = wire::kNeed;
+    m.task = t;
+    m.k = k;
+    m.covered = replica_.coveredUpTo(t);
+    conn_->send(m, true);
+    st_.needsSent++;
+    st_.prefetches++;
   }
   BoardStats stats() const override {
     std::lock_guard<std::mutex> lk(mu_);
@@ -691,9 +708,21 @@ class TcpBoard : public Board {
         {
           std::lock_guard<std::mutex> lk(mu_);
           auto it = deciders_.find(m.task.comm);
-          if (it != deciders_.end()) d = it->second;
+          if (it != deciders_.end()) {
+            d = it->second;
+            deciding_ = true;  // unserve(comm) waits for this call to return
+            decidingComm_ = m.task.comm;
+          }
         }
-        if (d) sendPlan(c, m.task, d->decide(m.task, m.k, m.covered));
+        if (d) {
+          std::vector<Segment> segs = d->decide(m.task, m.k, m.covered);
+          {
+            std::lock_guard<std::mutex> lk(mu_);
+            deciding_ = false;
+          }
+          cv_.notify_all();
+          sendPlan(c, m.task, segs);
+        }
       } else {
         return;  // protocol violation
       }
@@ -708,6 +737,8 @@ class TcpBoard : public Board {
   bool stopping_ = false;
   Store replica_;
   std::map<uint64_t, Decider*> deciders_;
+  bool deciding_ = false;  // the IO thread is inside deciders_[decidingComm_]->decide()
+  uint64_t decidingComm_ = 0;
   std::map<std::pair<uint64_t, uint32_t>, uint32_t> attached_;  // (comm, rank) -> nRanks
   BoardStats st_;
   std::thread io_;

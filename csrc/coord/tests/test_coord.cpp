@@ -596,6 +596,46 @@ void tcpAttachTest() {
   server->stop();
 }
 
+// ---- unserve waits for a decision in progress ------------------------------------------------------
+// The engine destroys its decider right after unserve(); the TCP board calls deciders on its IO thread,
+// outside its lock. CI's TSan build caught unserve returning while a NEED was being answered (use after
+// free of the authority's search). Here the decider takes 300 ms: unserve must not return inside it.
+void tcpUnserveWaitsTest() {
+  struct Gate : Decider {
+    SearchDecider inner;
+    std::atomic<bool> inside{false}, entered{false};
+    std::vector<Segment> decide(const TaskKey& t, uint64_t k, uint64_t c) override {
+      inside = true;
+      entered = true;
+      std::this_thread::sleep_for(milliseconds(300));
+      std::vector<Segment> segs = inner.decide(t, k, c);
+      inside = false;
+      return segs;
+    }
+  };
+  TcpServer server(baseOpts(0));
+  std::string err;
+  REQUIRE(server.start(&err));
+  auto auth = makeTcpBoard(baseOpts(server.port()));
+  auto follower = makeTcpBoard(baseOpts(server.port()));
+  auto gate = std::make_unique<Gate>();
+  auth->serve(5, gate.get());
+  const TaskKey key{5, 4, 1, 1 << 20};
+  Outcome o;
+  std::thread asker([&] { o = follower->lookup(key, 0, milliseconds(10000)); });
+  auto until = std::chrono::steady_clock::now() + milliseconds(10000);
+  while (!gate->entered && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(milliseconds(1));
+  CHECK(gate->entered.load());
+  auth->unserve(5);
+  CHECK(!gate->inside.load());  // returned only once the decision in progress had ended
+  gate.reset();                 // what the engine does next
+  asker.join();
+  CHECK(o.ok());  // the answer computed before unserve still reaches the follower
+  follower.reset();
+  auth.reset();
+  server.stop();
+}
+
 // ---- forked processes ------------------------------------------------------------------------
 // A server process and one process per rank (rank 0 = authority of every communicator). Each rank
 // writes its outcomes to a file; the parent compares. killWhat: 0 nothing, 1 the authority process,
@@ -723,6 +763,7 @@ void tcpKillTest() {
 TestCase tests[] = {{"sha256", sha256Test},       {"wire", wireTest},         {"fuzz", fuzzTest},
                     {"store", storeTest},         {"local", localTest},       {"tcp_loopback", tcpLoopbackTest},
                     {"tcp_faults", tcpFaultsTest}, {"tcp_auth", tcpAuthTest}, {"tcp_attach", tcpAttachTest},
+                    {"tcp_unserve_waits", tcpUnserveWaitsTest},
                     {"tcp_fork", tcpForkTest},     {"tcp_kill", tcpKillTest}};
 
 }  // namespace

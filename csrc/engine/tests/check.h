@@ -25,6 +25,10 @@ struct Case {
 };
 template <size_t N>
 int runCases(int argc, char** argv, const Case (&cases)[N]) {
+  if (argc > 1 && std::strcmp(argv[1], "--list") == 0) {  // for tests/all_cases_registered.cmake
+    for (const Case& c : cases) std::printf("%s\n", c.name);
+    return 0;
+  }
   bool ran = false;
   for (const Case& c : cases) {
     if (argc > 1 && std::strcmp(argv[1], c.name) != 0) continue;

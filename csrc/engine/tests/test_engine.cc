@@ -144,6 +144,9 @@ void testSettings() {
   CHECK(!s.valid);
   s = loadSettings(envOf({{"AUTOCCL_MEASURE_CALLS", "x"}}));
   CHECK(!s.valid);
+  CHECK(s.error.find("AUTOCCL_MEASURE_CALLS='x' must be an integer in [0, 1000000]") != std::string::npos);
+  s = loadSettings(envOf({{"AUTOCCL_MAX_CHANNELS", "65"}}));
+  CHECK(s.error.find("AUTOCCL_MAX_CHANNELS='65' must be an integer in [1, 64]") != std::string::npos);
   s = loadSettings(envOf({{"AUTOCCL_MEASURE_CALLS", "0"}}));
   CHECK(s.valid);
   CHECK_EQ(s.measureCalls, uint64_t(0));

@@ -1,7 +1,10 @@
 // Helpers shared by the engine's test programs: an injectable environment and a scratch directory.
 #pragma once
 
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <map>
 #include <memory>
@@ -25,6 +28,22 @@ inline std::string tempDir(const std::string& prefix) {
   std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
   char* d = mkdtemp(tmpl.data());
   return d ? std::string(d) : std::string("/tmp");
+}
+
+// A TCP port of 127.0.0.1 that was free a moment ago (bound to port 0, then released).
+inline int freePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
 }
 
 }  // namespace autoccl::engine::testenv

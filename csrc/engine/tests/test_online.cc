@@ -882,6 +882,144 @@ void testNoTimingWhileChecksWaitForTime() {
   for (auto& r : comm.ranks) r->ctx.finalizeTuner();
 }
 
+// Two ranks of one communicator in two "processes" (one Coordination each) over the TCP board, driven at
+// the DecisionSource level: the authority gets each call's measurement from `model` (window), with the
+// stream period the window plus the pair's hiddenUs (what the Context would compute from kernel starts).
+struct TcpPair {
+  explicit TcpPair(const std::map<std::string, std::string>& env) {
+    clearCoordEnv();
+    setenv("AUTOCCL_COORD_ADDR", ("127.0.0.1:" + std::to_string(testenv::freePort())).c_str(), 1);
+    setenv("AUTOCCL_COORD_TOKEN", "tcp-pair-test", 1);
+    settings = loadSettings(envOf(env));
+    CHECK(settings.valid);
+    std::string err;
+    authority = makeOnlineSource(envFor(0, &authorityProcess), &err);
+    follower = makeOnlineSource(envFor(1, &followerProcess), &err);
+    CHECK(authority && follower);
+    if (authority && follower) {
+      authorityBoard = authorityProcess.board(true, nullptr, &err);
+      followerBoard = followerProcess.board(false, nullptr, &err);
+    }
+  }
+  ~TcpPair() {
+    authority.reset();
+    follower.reset();
+    clearCoordEnv();
+  }
+  bool ok() const { return authority && follower && authorityBoard && followerBoard; }
+  PolicyEnv envFor(int rank, Coordination* co) {
+    PolicyEnv e;
+    e.commHash = 0x9E7CULL;
+    e.rank = rank;
+    e.nRanks = 2;
+    e.nNodes = 1;
+    e.settings = &settings;
+    e.coordination = co;
+    return e;
+  }
+  // Call k of `task` on both ranks; counts disagreements; returns the authority's configuration.
+  Config call(const TaskKey& task, uint64_t k, const CostModel& model) {
+    float costs[kCostSize];
+    model.costs(costs);
+    CostTable ct{costs, kNumAlgos, kNumProtos};
+    Decision a = authority->decide(task, k, ct);
+    Decision f = follower->decide(task, k, ct);
+    CHECK(!a.fail && !f.fail);
+    differ += !(a.config == f.config);
+    Measurement m;
+    m.callIndex = k;
+    m.bytes = task.bytes;
+    m.applied = a.config;
+    int al = m.applied.forcesPair() ? m.applied.algo : kRing;
+    int p = m.applied.forcesPair() ? m.applied.proto : kSimple;
+    int ch = m.applied.channels > 0 ? std::min(m.applied.channels, kCeiling) : kCeiling;
+    m.gpuUs = model.us(al, p, ch, k);
+    m.periodUs = m.gpuUs + model.hiddenUs[al][p] + 1.0;
+    m.ncclAlgo = al;
+    m.ncclProto = p;
+    m.ncclChannels = ch;
+    m.colls = 1;
+    authority->onMeasurement(task, m);
+    return a.config;
+  }
+  Coordination authorityProcess, followerProcess;  // destroyed after the sources
+  Settings settings;
+  std::unique_ptr<DecisionSource> authority, follower;
+  std::shared_ptr<autoccl::coord::Board> authorityBoard, followerBoard;
+  size_t differ = 0;
+};
+
+// Ranks in different processes (TCP board): once a task is pinned, a rank's lookup at a segment end finds
+// the next segment at hand, asked for when the segment began (Board::prefetch), instead of waiting a round
+// trip to the authority in the middle of the job's calls (one such wait of 1.1-1.7 ms in a 40-call
+// nccl-tests loop made reduce_scatter 4 MiB 1.6x slower, 2 x H200, 2026-11-22). Calls are paced (0.1 ms)
+// as a GPU would pace them. Every call agrees.
+void testPinnedLookupsPrefetched() {
+  TcpPair pair({{"AUTOCCL_MODE", "online"}, {"AUTOCCL_HW", "GPU Xx4"},
+                {"AUTOCCL_RECHECK_MS", "3600000"}});  // pinned calls wait for time
+  if (!pair.ok()) return;
+  const CostModel real = modelLL128At8();
+  TaskKey task{kAllReduce, 4u << 20, 1};
+  uint64_t waitedAuthority = 0, waitedFollower = 0;
+  const uint64_t tuned = 400, calls = 2400;
+  for (uint64_t k = 0; k < calls; ++k) {
+    if (k == tuned) {
+      waitedAuthority = pair.authorityBoard->stats().lookupsWaited;
+      waitedFollower = pair.followerBoard->stats().lookupsWaited;
+    }
+    if (k >= tuned) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    const Config c = pair.call(task, k, real);
+    if (k + 1 == tuned) CHECK_NEAR_OPTIMUM(real, (Applied{c.algo, c.proto, c.channels, true}));
+  }
+  waitedAuthority = pair.authorityBoard->stats().lookupsWaited - waitedAuthority;
+  waitedFollower = pair.followerBoard->stats().lookupsWaited - waitedFollower;
+  std::fprintf(stderr, "  lookups that waited for the authority in %llu pinned calls: authority %llu, follower %llu "
+                       "(prefetches: %llu, %llu)\n",
+               static_cast<unsigned long long>(calls - tuned), static_cast<unsigned long long>(waitedAuthority),
+               static_cast<unsigned long long>(waitedFollower),
+               static_cast<unsigned long long>(pair.authorityBoard->stats().prefetches),
+               static_cast<unsigned long long>(pair.followerBoard->stats().prefetches));
+  CHECK_EQ(pair.differ, size_t(0));
+  // Without prefetching, every end of a pinned segment (about 6 here) waits on both ranks.
+  CHECK(waitedAuthority <= 1);
+  CHECK(waitedFollower <= 1);
+}
+
+// One process per GPU (TCP board) scores calls by their kernel window, and the duel checks the winner by
+// the stream period: Ring/LL128's 60 us kernels hold the stream 60 us more (as tree/simple/61 all_reduce
+// 16 MiB on 2 x H200: 63-65 us windows, 90 us per call, NCCL's choice 68-70 / 73, 2026-11-22). By the window
+// alone (AUTOCCL_SCORE=window) Ring/LL128/8 is pinned; by default NCCL's choice stays. A configuration
+// faster on both measures is still pinned (modelTreeSimpleAt16, nothing hidden).
+void testTcpDuelCheckedByPeriod() {
+  CostModel hidden = modelLL128At8();
+  hidden.hiddenUs[kRing][kLL128] = 60.0;
+  struct Case {
+    const char* score;
+    CostModel model;
+    const char* expect;
+  };
+  const Case cases[] = {{"window", hidden, "ring/ll128/8"}, {"", hidden, "nccl"}, {"", modelTreeSimpleAt16(), "tree/simple/16"}};
+  for (const Case& c : cases) {
+    std::map<std::string, std::string> env = {{"AUTOCCL_MODE", "online"}, {"AUTOCCL_HW", "GPU Xx4"},
+                                              {"AUTOCCL_RECHECK_MS", "0"}};
+    if (*c.score) env["AUTOCCL_SCORE"] = c.score;
+    TcpPair pair(env);
+    if (!pair.ok()) return;
+    TaskKey task{kAllReduce, 8u << 20, 1};
+    Config last;
+    for (uint64_t k = 0; k < 400; ++k) last = pair.call(task, k, c.model);
+    const Applied a{last.algo, last.proto, last.channels, true};
+    std::string got = a.str();
+    if (std::string(c.expect) == "tree/simple/16") {
+      CHECK_NEAR_OPTIMUM(c.model, a);
+    } else {
+      CHECK_STR(got, c.expect);
+    }
+    std::fprintf(stderr, "  AUTOCCL_SCORE=%s, %s: pinned %s\n", *c.score ? c.score : "(auto)", c.expect, got.c_str());
+    CHECK_EQ(pair.differ, size_t(0));
+  }
+}
+
 void testSaveTunedAndWarmStart() {
   std::string dir = tempDir();
   Runtime rt(onlineSettings(dir), 22809, 22803, "/nonexistent");
@@ -1151,6 +1289,8 @@ int main(int argc, char** argv) {
       {"online_idle_task_releases_timing", testIdleTaskReleasesTiming},
       {"online_check_releases_timing_before_its_events", testCheckReleasesTimingBeforeItsEvents},
       {"online_no_timing_while_checks_wait_for_time", testNoTimingWhileChecksWaitForTime},
+      {"online_pinned_lookups_prefetched", testPinnedLookupsPrefetched},
+      {"online_tcp_duel_checked_by_period", testTcpDuelCheckedByPeriod},
       {"online_bad_coordinator", testBadCoordinator},
       {"online_hot_path", testOnlineHotPath},
   };

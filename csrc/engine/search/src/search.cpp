@@ -130,6 +130,7 @@ struct TaskSearch::Impl {
   uint64_t interval = 0;
   uint64_t nextCheckAt = 0;  // first call of the next drift check
   uint64_t nextCheckMs = 0;  // ... and not before this clock time (Options::recheckMinMs)
+  uint64_t timeWaitLen = 0;  // length of the next segment waiting for nextCheckMs (0: interval/4)
   uint64_t checkEnd = 0;     // end of the last check segment
   int checkEval = -1;
   int driftCount = 0;
@@ -350,6 +351,7 @@ struct TaskSearch::Impl {
     interval = o.recheckFirst;
     nextCheckAt = planned + interval;
     nextCheckMs = checkTimeAfterNow();
+    timeWaitLen = 0;
     driftCount = 0;
     checkEval = -1;
     pending.clear();
@@ -890,9 +892,17 @@ struct TaskSearch::Impl {
           return;
         }
         if (nextCheckMs > 0 && o.clockMs() < nextCheckMs) {  // enough calls, not enough time yet
-          add(Segment{planned, planned + std::max<uint64_t>(interval / 4, 1), pinnedCfg, Phase::kPinned});
+          // Each end of a waiting segment is a plan lookup on every rank (over TCP for a communicator
+          // spread over processes), so the waits double: a check lands at most about twice as many
+          // calls late as its time needed, after log2 boundaries instead of one every interval/4 calls
+          // (one process per GPU, 2 x H200: a pinned task waited in 64-call segments through every
+          // nccl-tests pass, 2026-11-22).
+          const uint64_t len = timeWaitLen > 0 ? timeWaitLen : std::max<uint64_t>(interval / 4, 1);
+          timeWaitLen = std::min(len * 2, std::max(o.recheckMax, len));
+          add(Segment{planned, planned + len, pinnedCfg, Phase::kPinned});
           return;
         }
+        timeWaitLen = 0;
         Eval c;
         c.cfg = pinnedCfg;
         c.want = o.checkSamples;

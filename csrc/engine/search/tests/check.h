@@ -41,6 +41,10 @@ inline int& failures() {
 // main() helper: run the named test; exit status = number of failures (capped).
 #define TEST_MAIN(table)                                                             \
   int main(int argc, char** argv) {                                                  \
+    if (argc > 1 && std::strcmp(argv[1], "--list") == 0) {                           \
+      for (auto& t : table) std::printf("%s\n", t.name);                             \
+      return 0;                                                                      \
+    }                                                                                \
     int ran = 0;                                                                     \
     for (auto& t : table) {                                                          \
       if (argc > 1 && std::strcmp(argv[1], t.name) != 0) continue;                   \

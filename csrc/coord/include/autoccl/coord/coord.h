@@ -85,6 +85,8 @@ struct Outcome {
 
 struct BoardStats {
   uint64_t needsSent = 0, plansReceived = 0, sealed = 0, conflicts = 0, rejectedPeers = 0, reconnects = 0;
+  uint64_t lookupsWaited = 0;  // lookups the board could not answer from what it held (asked the authority)
+  uint64_t prefetches = 0;     // prefetch() calls that asked the authority
 };
 
 // Transport-independent interface. Thread-safe.
@@ -93,6 +95,8 @@ class Board {
   virtual ~Board() = default;
   // This process holds the authority (rank 0) of `comm`: the board asks `d` for decisions.
   virtual void serve(uint64_t comm, Decider* d) = 0;
+  // Once this returns, no call of the decider served for `comm` is running or will start: the caller
+  // may destroy it.
   virtual void unserve(uint64_t comm) = 0;
   // This process holds rank `rank` of `comm` (nRanks ranks in all). The TCP board announces it to
   // the server (ATTACH, on connect and a few times after: idempotent) so that the process serving the
@@ -107,6 +111,13 @@ class Board {
   virtual void publish(const TaskKey& task, const std::vector<Segment>& segs) = 0;
   // The segment for call k of `task`, waiting at most `deadline` for it.
   virtual Outcome lookup(const TaskKey& task, uint64_t k, std::chrono::milliseconds deadline) = 0;
+  // Asks for the segment of call k without waiting for it, so that lookup(task, k) later finds it at
+  // hand. A rank's lookup at a segment end otherwise waits a round trip to the authority (over TCP,
+  // ~0.1 ms, up to 1.7 ms measured on 2 x H200, 2026-11-22). Optional: a no-op where lookups are local.
+  virtual void prefetch(const TaskKey& task, uint64_t k) {
+    (void)task;
+    (void)k;
+  }
   virtual BoardStats stats() const = 0;
 };
 
@@ -189,6 +200,8 @@ class CommAgreement {
   ~CommAgreement();
   // Decision for call k of task (task.comm must be this comm). kError: fail the call, log once.
   Outcome decide(const TaskKey& task, uint64_t k);
+  // Asks the board for call k's segment ahead (Board::prefetch); nothing once failed.
+  void prefetch(const TaskKey& task, uint64_t k);
   bool failed() const { return failed_; }
 
  private:
