@@ -10,7 +10,7 @@
 #   online64     mode online, --channel-ceiling 64 (what the cycles check runs)
 # Raw nccl-tests output under $OUT/logs, plugin traces under $OUT/traces (online variants, rep 1); NCCL's
 # INFO lines of one plain and one ctas64 run (channel counts) under $OUT/info. Analysis here:
-#   python3 benchmarks/nccl_tests/small_cells.py <dir with logs/>
+#   tar -xzf small_cells.tgz -C D && python3 benchmarks/nccl_tests/small_cells.py D
 source benchmarks/nccl_tests/setup_gpu.sh || exit 1
 source benchmarks/nccl_tests/plugin_build.sh || exit 1
 cp COMMIT "$OUT/commit.txt" 2>/dev/null || true
@@ -60,3 +60,5 @@ for rep in 1 2; do
   done
 done
 echo "done in $SECONDS s"
+# the device returns a bounded number of files: one archive
+tar -czf "$OUT/small_cells.tgz" -C "$OUT" logs traces info && rm -rf "$OUT/logs" "$OUT/traces" "$OUT/info"
