@@ -14,7 +14,7 @@
 source benchmarks/nccl_tests/setup_gpu.sh || exit 1
 source benchmarks/nccl_tests/plugin_build.sh || exit 1
 cp COMMIT "$OUT/commit.txt" 2>/dev/null || true
-mkdir -p "$OUT/logs" "$OUT/traces" "$OUT/info"
+mkdir -p "$OUT/logs" "$OUT/traces" "$OUT/info" /tmp/tr
 left() { echo $(( ${CALL_LIMIT_S:-400} - SECONDS )); }
 AC="python3 -m autoccl run"
 CTAS64=(env NCCL_MIN_CTAS=64 NCCL_MAX_CTAS=64)
