@@ -9,6 +9,8 @@
 # Usage on the GPU machine, from the repo root:  OUT=... bash benchmarks/nccl_tests/gpu_cycles_check.sh
 # Shorter: REPS=1 COLLS=all_gather,reduce_scatter,all_reduce EQ=0 (one repetition, three collectives, no torchrun).
 # LAUNCHES="single": one launch kind only (default "mpi single").
+# NCCL_CH=N: online runs get --nccl-channels N (calls left to NCCL capped at a plain communicator's count);
+# unset: read from NCCL's INFO line "<N> coll channels" of a plain run; NCCL_CH=0: not passed (as before 2026-11-22 i).
 # MPI_REP2_SCORE=period: the second one-process-per-GPU online run uses AUTOCCL_SCORE=period and is reported
 # on its own (mpi_online_score.jsonl, report_mpi-score_cycle-*.md) against the same plain runs.
 source benchmarks/nccl_tests/setup_gpu.sh || exit 1
@@ -18,6 +20,13 @@ cp COMMIT "$OUT/commit.txt" 2>/dev/null || git rev-parse HEAD > "$OUT/commit.txt
 S="python3 benchmarks/nccl_tests/sweep.py --bin $NT_BIN --warmup 200 --iters 40 --cycles 3"
 left() { echo $(( ${CALL_LIMIT_S:-560} - SECONDS )); }
 mkdir -p /tmp/res
+if [ -z "${NCCL_CH+x}" ]; then
+  NCCL_CH=$(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT timeout 60 mpirun -np "$NGPU" "$NT_BIN/all_reduce_perf_mpi" \
+    -b 1M -e 1M -w 1 -n 1 -g 1 2>&1 | grep -oE "[0-9]+ coll channels" | head -1 | cut -d' ' -f1)
+fi
+NCCL_CH=${NCCL_CH:-0}
+echo "online runs: --channel-ceiling 64, --nccl-channels ${NCCL_CH} (0: not passed)" | tee /tmp/res/nccl_channels.txt
+CAP=(); [ "$NCCL_CH" != 0 ] && CAP=(--nccl-channels "$NCCL_CH")
 O=benchmarks/results/h200x4/nccl_tests/env_oracle_best.json
 R=benchmarks/nccl_tests/online_report.py
 for launch in ${LAUNCHES:-mpi single}; do
@@ -35,7 +44,7 @@ for launch in ${LAUNCHES:-mpi single}; do
       out=/tmp/res/${launch}_online_score.jsonl; score_env=(env AUTOCCL_SCORE=$MPI_REP2_SCORE)
     fi
     "${score_env[@]}" $S --plan online --launch $launch --colls $colls --online-ceiling 64 \
-      --keep-traces /tmp/traces/$launch-online$rep --logdir /tmp/ntlogs/$launch-online$rep --out $out --budget-s "$(left)"
+      --online-nccl-channels "$NCCL_CH" --keep-traces /tmp/traces/$launch-online$rep --logdir /tmp/ntlogs/$launch-online$rep --out $out --budget-s "$(left)"
   done
   if [ -s /tmp/res/${launch}_online_score.jsonl ]; then
     python3 $R /tmp/res/${launch}_online_score.jsonl $O --plain /tmp/res/${launch}_plain.jsonl --launch $launch \
@@ -56,7 +65,7 @@ python3 benchmarks/nccl_tests/pinned_configs.py /tmp/traces > /tmp/res/pinned.md
 if [ "${EQ:-1}" = 1 ] && [ "$(left)" -gt 100 ]; then
   EQ=benchmarks/torch_check/equivalence.py; TR="torchrun --nproc-per-node $NGPU"; rm -rf "$AUTOCCL_CACHE_DIR"
   $TR $EQ --iters 50 --out /tmp/res/eq_plain.json 2>&1 | grep -E "^equivalence|Error" | tail -3
-  python3 -m autoccl run --mode online --channel-ceiling 64 --trace /tmp/traces/eq_online -- \
+  python3 -m autoccl run --mode online --channel-ceiling 64 "${CAP[@]}" --trace /tmp/traces/eq_online -- \
     $TR $EQ --iters 50 --out /tmp/res/eq_online.json 2>&1 | grep -E "^equivalence|Error" | tail -3
   echo "[online equivalence] $(python3 $EQ --compare /tmp/res/eq_plain.json /tmp/res/eq_online.json | tail -1)"
   python3 -c "

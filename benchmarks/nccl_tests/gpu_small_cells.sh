@@ -8,6 +8,9 @@
 #   idle64       the same on 64-channel communicators (--channel-ceiling 64)
 #   online       mode online, NCCL's channel count
 #   online64     mode online, --channel-ceiling 64 (what the cycles check runs)
+#   idle64cap, online64cap   idle64, online64 with --nccl-channels <the plain communicator's count, read
+#                from NCCL's INFO line "<N> coll channels">: calls left to NCCL as on a plain communicator
+# VARIANTS="..." picks the variants (default: the first six).
 # Raw nccl-tests output under $OUT/logs, plugin traces under $OUT/traces (online variants, rep 1); NCCL's
 # INFO lines of one plain and one ctas64 run (channel counts) under $OUT/info. Analysis here:
 #   tar -xzf small_cells.tgz -C D && python3 benchmarks/nccl_tests/small_cells.py D
@@ -31,11 +34,13 @@ for v in plain ctas64; do
   NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING timeout 60 "${pre[@]}" \
     mpirun -np "$NGPU" "$NT_BIN/all_reduce_perf_mpi" -b 1M -e 1M -w 1 -n 2 -g 1 > "$OUT/info/$v.txt" 2>&1
 done
+NCCL_CH=$(grep -oE "[0-9]+ coll channels" "$OUT/info/plain.txt" | head -1 | cut -d' ' -f1)
+echo "plain communicators: ${NCCL_CH:-?} coll channels" | tee "$OUT/info/nccl_channels.txt"
 
 for rep in 1 2; do
   for launch in mpi single; do
     for coll in all_gather all_reduce reduce; do
-      for v in plain ctas64 idle idle64 online online64; do
+      for v in ${VARIANTS:-plain ctas64 idle idle64 online online64}; do
         [ "$(left)" -lt 15 ] && { echo "budget reached at $launch $coll $v rep $rep"; break 4; }
         rm -rf /tmp/cache-empty /tmp/cache-run
         tr=/tmp/tr/$launch-$coll-$v-$rep
@@ -46,6 +51,10 @@ for rep in 1 2; do
           idle64) pre=(env AUTOCCL_MEASURE_CALLS=0 $AC --mode table --cache-dir /tmp/cache-empty --channel-ceiling 64 --trace "$tr" --) ;;
           online) pre=(env AUTOCCL_CACHE_DIR=/tmp/cache-run $AC --mode online --trace "$tr" --) ;;
           online64) pre=(env AUTOCCL_CACHE_DIR=/tmp/cache-run $AC --mode online --channel-ceiling 64 --trace "$tr" --) ;;
+          idle64cap) pre=(env AUTOCCL_MEASURE_CALLS=0 $AC --mode table --cache-dir /tmp/cache-empty --channel-ceiling 64
+                          --nccl-channels "$NCCL_CH" --trace "$tr" --) ;;
+          online64cap) pre=(env AUTOCCL_CACHE_DIR=/tmp/cache-run $AC --mode online --channel-ceiling 64
+                            --nccl-channels "$NCCL_CH" --trace "$tr" --) ;;
         esac
         t0=$SECONDS
         # shellcheck disable=SC2046

@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sweep import parse_rows
 
-VARIANTS = ["plain", "ctas64", "idle", "idle64", "online", "online64"]
+VARIANTS = ["plain", "ctas64", "idle", "idle64", "idle64cap", "online", "online64", "online64cap"]
 
 
 def main() -> int:
@@ -39,13 +39,14 @@ def main() -> int:
             if r["cycle"] == last:
                 times[(launch, coll, int(r["bytes"]), variant)].append(float(r["oop_time_us"]))  # type: ignore[arg-type]
     cells = sorted({k[:3] for k in times})
-    print("| launch | collective | size | " + " | ".join(VARIANTS) + " |")
-    print("| --- | --- | ---: |" + " ---: |" * len(VARIANTS))
+    variants = [v for v in VARIANTS if any(k[3] == v for k in times)]
+    print("| launch | collective | size | " + " | ".join(variants) + " |")
+    print("| --- | --- | ---: |" + " ---: |" * len(variants))
     for launch, coll, nbytes in cells:
         base = times.get((launch, coll, nbytes, "plain"))
         b = statistics.median(base) if base else None
         out = []
-        for v in VARIANTS:
+        for v in variants:
             t = times.get((launch, coll, nbytes, v))
             if not t:
                 out.append("-")

@@ -101,7 +101,12 @@ def parse_rows(text: str) -> list[dict[str, object]]:
 
 
 def plan_runs(
-    plan: str, channels: list[int], autoccl: list[str], colls: list[str], online_ceiling: int = 64
+    plan: str,
+    channels: list[int],
+    autoccl: list[str],
+    colls: list[str],
+    online_ceiling: int = 64,
+    nccl_channels: int = 0,
 ) -> list[Run]:
     runs: list[Run] = []
     for coll in colls:
@@ -122,6 +127,8 @@ def plan_runs(
         elif plan in ("online", "table"):
             # table: apply what an earlier online run saved in the cache (AUTOCCL_CACHE_DIR), no search
             ceiling = ["--channel-ceiling", str(online_ceiling)] if online_ceiling else []
+            if nccl_channels:
+                ceiling += ["--nccl-channels", str(nccl_channels)]
             wrapper = [*autoccl, "run", "--mode", plan, *ceiling, "--"]
             runs.append(Run(coll, plan, {}, wrapper=wrapper))
         elif plan == "plain-long":
@@ -245,6 +252,13 @@ def main() -> int:
         default=64,
         help="plan online: communicators' channel ceiling (autoccl run --channel-ceiling); 0 = NCCL's own",
     )
+    ap.add_argument(
+        "--online-nccl-channels",
+        type=int,
+        default=0,
+        help="plans online/table: autoccl run --nccl-channels (NCCL's own choice capped at a plain "
+        "communicator's channel count); 0 = not set",
+    )
     ap.add_argument("--colls", default=",".join(COLLS))
     ap.add_argument("--min-bytes", default="1M")
     ap.add_argument("--iters", type=int, default=15)
@@ -270,7 +284,14 @@ def main() -> int:
         subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.splitlines()
     )
     channels = [int(c) for c in args.channels.split(",")]
-    runs = plan_runs(args.plan, channels, args.autoccl.split(), args.colls.split(","), args.online_ceiling)
+    runs = plan_runs(
+        args.plan,
+        channels,
+        args.autoccl.split(),
+        args.colls.split(","),
+        args.online_ceiling,
+        args.online_nccl_channels,
+    )
     t0 = time.time()
     n_done = n_fail = 0
     with open(args.out, "a") as out:

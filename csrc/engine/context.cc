@@ -332,6 +332,9 @@ bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& c
   Source source = d->source;
   bool refused = false;
   const int maxCh = rt_.settings().maxChannels;
+  // Channels left to NCCL: capped at AUTOCCL_NCCL_CHANNELS when set (NCCL's own choice as on a plain
+  // communicator); an explicit count below overrides it.
+  if (nChannels && rt_.settings().ncclChannels > 0) *nChannels = rt_.settings().ncclChannels;
   if (d->config.forcesPair() && !costs.supported(d->config.algo, d->config.proto)) {
     refused = true;  // NCCL marked it -1 (unsupported or disabled by the user): NCCL's choice stands
     source = Source::Nccl;

@@ -55,12 +55,14 @@ Settings loadSettings(const EnvLookup& env) {
 
   std::string err;
   uint64_t maxCh = static_cast<uint64_t>(s.maxChannels);
+  uint64_t ncclCh = 0;
   if (!readBounded(env, "AUTOCCL_MAX_CHANNELS", 1, static_cast<uint64_t>(kMaxChannelsHard), &maxCh, &err) ||
+      !readBounded(env, "AUTOCCL_NCCL_CHANNELS", 1, static_cast<uint64_t>(kMaxChannelsHard), &ncclCh, &err) ||
       !readBounded(env, "AUTOCCL_MEASURE_CALLS", 0, 1000000, &s.measureCalls, &err) ||
       !readBounded(env, "AUTOCCL_RECHECK_MS", 0, 3600000, &s.recheckMs, &err))
     return invalid(s, err);
   s.maxChannels = static_cast<int>(maxCh);
-
+  s.ncclChannels = static_cast<int>(ncclCh);
 
   std::string score = get(env, "AUTOCCL_INPROC_SCORE");
   if (score == "own") s.inprocSlowest = false;

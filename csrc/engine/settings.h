@@ -23,6 +23,12 @@ struct Settings {
   std::string tracePrefix;  // AUTOCCL_TRACE
   std::string hw;           // AUTOCCL_HW
   int maxChannels = 64;     // AUTOCCL_MAX_CHANNELS, in [1, 64]
+  // AUTOCCL_NCCL_CHANNELS, in [1, 64], 0 = unset: at most this many channels for every call whose channel
+  // count the plugin leaves to NCCL. With communicators raised by NCCL_MIN_CTAS (`autoccl run
+  // --channel-ceiling`) NCCL's own choice uses all of them (64 where a plain communicator has 24, slower at
+  // 1-2 MiB); set to the plain count, those calls run as on a plain communicator. Read by every rank from
+  // the job's environment, like AUTOCCL_MAX_CHANNELS: ranks given different values would disagree.
+  int ncclChannels = 0;
   uint64_t measureCalls = 16;  // AUTOCCL_MEASURE_CALLS: calls timed per task in fixed/table mode
   // AUTOCCL_RECHECK_MS (online mode): a pinned task's first drift check waits at least this long after
   // the pin (doubling after each quiet check, like the call interval); 0: spaced by calls only.

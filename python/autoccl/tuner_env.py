@@ -57,6 +57,7 @@ def plugin_env(
     cache_dir: str | None = None,
     trace: str | None = None,
     max_channels: int | None = None,
+    nccl_channels: int | None = None,
     extra: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Variables to add to a command's environment to run it under the plugin in `mode`."""
@@ -77,6 +78,8 @@ def plugin_env(
         env["AUTOCCL_TRACE"] = trace
     if max_channels is not None:
         env["AUTOCCL_MAX_CHANNELS"] = str(max_channels)
+    if nccl_channels is not None:
+        env["AUTOCCL_NCCL_CHANNELS"] = str(nccl_channels)
     if mode == "online":
         env.update(coord_env({**os.environ, **(extra or {})}))
     if extra:

@@ -66,6 +66,18 @@ def test_env_prints_plugin_variables(fake_plugin: Path) -> None:
     assert lines["AUTOCCL_MODE"] == "fixed"
     assert lines["NCCL_NVLS_ENABLE"] == "0"
     assert lines["NCCL_MIN_CTAS"] == lines["NCCL_MAX_CTAS"] == lines["AUTOCCL_MAX_CHANNELS"] == "32"
+    assert "AUTOCCL_NCCL_CHANNELS" not in lines
+
+
+def test_env_nccl_channels(fake_plugin: Path) -> None:
+    r = CliRunner().invoke(
+        main, ["env", "--mode", "online", "--channel-ceiling", "64", "--nccl-channels", "24"]
+    )
+    assert r.exit_code == 0, r.output
+    lines = dict(line.removeprefix("export ").split("=", 1) for line in r.output.splitlines())
+    assert lines["NCCL_MIN_CTAS"] == "64" and lines["AUTOCCL_NCCL_CHANNELS"] == "24"
+    r = CliRunner().invoke(main, ["env", "--nccl-channels", "65"])
+    assert r.exit_code != 0 and "65" in r.output
 
 
 def test_env_rejects_fixed_without_rules(fake_plugin: Path) -> None:

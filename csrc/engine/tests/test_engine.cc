@@ -150,6 +150,11 @@ void testSettings() {
   s = loadSettings(envOf({{"AUTOCCL_MEASURE_CALLS", "0"}}));
   CHECK(s.valid);
   CHECK_EQ(s.measureCalls, uint64_t(0));
+  CHECK_EQ(loadSettings(envOf({})).ncclChannels, 0);
+  CHECK_EQ(loadSettings(envOf({{"AUTOCCL_NCCL_CHANNELS", "24"}})).ncclChannels, 24);
+  s = loadSettings(envOf({{"AUTOCCL_NCCL_CHANNELS", "0"}}));
+  CHECK(s.error.find("AUTOCCL_NCCL_CHANNELS='0' must be an integer in [1, 64]") != std::string::npos);
+  for (const char* v : {"65", "x", "-3"}) CHECK(!loadSettings(envOf({{"AUTOCCL_NCCL_CHANNELS", v}})).valid);
   CHECK_EQ(loadSettings(envOf({})).recheckMs, uint64_t(10000));
   for (const char* v : {"x", "-1", "3600001", "1.5"}) CHECK(!loadSettings(envOf({{"AUTOCCL_RECHECK_MS", v}})).valid);
   s = loadSettings(envOf({{"AUTOCCL_RECHECK_MS", "0"}}));
@@ -611,6 +616,51 @@ void testContextFixed() {
   CHECK(!logs.info.empty());
 }
 
+// AUTOCCL_NCCL_CHANNELS: every call whose channel count is left to NCCL gets that cap (NCCL's own choice as
+// on a plain communicator, when NCCL_MIN_CTAS raised it); an explicit count overrides it; unset, 0 (NCCL's).
+void testContextNcclChannels() {
+  float costs[kNumAlgos * kNumProtos];
+  for (const char* mode : {"observe", "fixed"}) {
+    Settings s = loadSettings(envOf({{"AUTOCCL_MODE", mode},
+                                     {"AUTOCCL_FIXED", "allreduce:ring/ll128/48;allgather:tree/simple"},
+                                     {"AUTOCCL_NCCL_CHANNELS", "24"}}));
+    CHECK(s.valid);
+    Runtime rt(s, 22809, 22803, "/nonexistent");
+    Logs logs;
+    Context ctx(rt, 0xc0ffeeULL);
+    CHECK(ctx.attachTuner(4, 1, 1, logs.fn()));
+    const bool fixed = std::string(mode) == "fixed";
+    int nCh = 0;
+    fillCosts(costs);
+    ctx.getCollInfo(kAllReduce, 4u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+    CHECK_EQ(nCh, fixed ? 48 : 24);  // the rule's count beats the cap
+    nCh = 0;
+    fillCosts(costs);
+    ctx.getCollInfo(kAllGather, 4u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+    CHECK_EQ(nCh, 24);  // pair forced (fixed) or nothing (observe): the channel count is NCCL's, capped
+    if (fixed) CHECK_NEAR(costs[kTree * 3 + kSimple], 0.0, 0);
+    nCh = 0;
+    fillCosts(costs);
+    costs[kTree * 3 + kSimple] = -1.0f;  // unsupported: NCCL's choice stands, capped too
+    ctx.getCollInfo(kAllGather, 8u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+    CHECK_EQ(nCh, 24);
+    nCh = 0;
+    ctx.getCollInfo(kBroadcast, 100, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+    CHECK_EQ(nCh, 24);
+    ctx.finalizeTuner();
+  }
+  Settings plain = loadSettings(envOf({{"AUTOCCL_MODE", "observe"}}));
+  Runtime rt(plain, 22809, 22803, "/nonexistent");
+  Logs logs;
+  Context ctx(rt, 0xc0ffefULL);
+  CHECK(ctx.attachTuner(4, 1, 1, logs.fn()));
+  int nCh = 0;
+  fillCosts(costs);
+  ctx.getCollInfo(kAllReduce, 4u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+  CHECK_EQ(nCh, 0);
+  ctx.finalizeTuner();
+}
+
 void testContextObserveAndTable() {
   std::string dir = tempDir();
   Settings s = loadSettings(envOf({{"AUTOCCL_MODE", "observe"}, {"AUTOCCL_CACHE_DIR", dir}, {"AUTOCCL_HW", "GPU Xx2"}}));
@@ -800,6 +850,7 @@ int main(int argc, char** argv) {
       {"timing_gap_mismatch", testTimingGapAndMismatch},
       {"coll_bytes", testCollBytes},
       {"context_fixed", testContextFixed},
+      {"context_nccl_channels", testContextNcclChannels},
       {"context_observe_table", testContextObserveAndTable},
       {"runtime_disabled", testRuntimeDisabled},
       {"hot_path", testHotPath},

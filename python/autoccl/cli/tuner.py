@@ -50,6 +50,15 @@ _ceiling = click.option(
     help="create communicators with this many channels (NCCL_MIN_CTAS=NCCL_MAX_CTAS) so the "
     "tuner can use more than NCCL's default; changes NCCL's own default too.",
 )
+_nccl_channels = click.option(
+    "--nccl-channels",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="at most this many channels for every call whose channel count the plugin leaves to NCCL. "
+    "With --channel-ceiling, give the count NCCL creates without it (NCCL_DEBUG=INFO prints "
+    "'<N> coll channels'; 24 on 2 or 4 x H200): NCCL's own choice then runs as on a plain communicator "
+    "instead of on all the ceiling's channels (slower at 1-2 MiB).",
+)
 _cache = click.option("--cache-dir", default=None, help="tuning-table cache directory.")
 
 
@@ -60,6 +69,7 @@ def _build_env(
     trace: str | None,
     ceiling: int | None,
     cache_dir: str | None,
+    nccl_channels: int | None = None,
 ) -> dict[str, str]:
     extra: dict[str, str] = {}
     if ceiling is not None:
@@ -72,6 +82,7 @@ def _build_env(
             cache_dir=cache_dir,
             trace=trace,
             max_channels=ceiling,
+            nccl_channels=nccl_channels,
             extra=extra,
         )
     except (ValueError, ArtefactNotFound) as e:
@@ -80,7 +91,7 @@ def _build_env(
 
 def _plugin_options(command: F) -> F:
     """The options that build the plugin environment, shared by `env` and `run`."""
-    for option in reversed((_mode, _fixed, _table, _trace, _ceiling, _cache)):
+    for option in reversed((_mode, _fixed, _table, _trace, _ceiling, _nccl_channels, _cache)):
         command = option(command)
     return command
 
@@ -94,11 +105,14 @@ def env(
     table: str | None,
     trace: str | None,
     channel_ceiling: int | None,
+    nccl_channels: int | None,
     cache_dir: str | None,
     shell: str,
 ) -> None:
     """Print the variables that load the plugin: eval "$(autoccl env --mode observe)"."""
-    for key, value in _build_env(mode, fixed, table, trace, channel_ceiling, cache_dir).items():
+    for key, value in _build_env(
+        mode, fixed, table, trace, channel_ceiling, cache_dir, nccl_channels
+    ).items():
         if shell == "fish":
             click.echo(f"set -gx {key} {shlex.quote(value)}")
         else:
@@ -114,6 +128,7 @@ def run(
     table: str | None,
     trace: str | None,
     channel_ceiling: int | None,
+    nccl_channels: int | None,
     cache_dir: str | None,
     command: tuple[str, ...],
 ) -> None:
@@ -121,7 +136,10 @@ def run(
 
     Example: autoccl run --mode observe -- torchrun --nproc-per-node 4 train.py
     """
-    child_env = {**os.environ, **_build_env(mode, fixed, table, trace, channel_ceiling, cache_dir)}
+    child_env = {
+        **os.environ,
+        **_build_env(mode, fixed, table, trace, channel_ceiling, cache_dir, nccl_channels),
+    }
     exe = shutil.which(command[0], path=child_env.get("PATH"))
     if exe is None:
         raise click.UsageError(f"command not found: {command[0]}")
