@@ -61,12 +61,13 @@ def test_env_prints_plugin_variables(fake_plugin: Path) -> None:
         main, ["env", "--mode", "fixed", "--fixed", "allreduce:ring/simple/8", "--channel-ceiling", "32"]
     )
     assert r.exit_code == 0, r.output
-    lines = dict(line.removeprefix("export ").split("=", 1) for line in r.output.splitlines())
+    lines = dict(line.removeprefix("export ").split("=", 1) for line in r.stdout.splitlines())
     assert lines["NCCL_TUNER_PLUGIN"] == lines["NCCL_PROFILER_PLUGIN"] == str(fake_plugin)
     assert lines["AUTOCCL_MODE"] == "fixed"
     assert lines["NCCL_NVLS_ENABLE"] == "0"
     assert lines["NCCL_MIN_CTAS"] == lines["NCCL_MAX_CTAS"] == lines["AUTOCCL_MAX_CHANNELS"] == "32"
     assert "AUTOCCL_NCCL_CHANNELS" not in lines
+    assert "--nccl-channels" in r.stderr  # the note on stderr: NCCL's own choice changes with the ceiling
 
 
 def test_env_nccl_channels(fake_plugin: Path) -> None:
@@ -74,8 +75,9 @@ def test_env_nccl_channels(fake_plugin: Path) -> None:
         main, ["env", "--mode", "online", "--channel-ceiling", "64", "--nccl-channels", "24"]
     )
     assert r.exit_code == 0, r.output
-    lines = dict(line.removeprefix("export ").split("=", 1) for line in r.output.splitlines())
+    lines = dict(line.removeprefix("export ").split("=", 1) for line in r.stdout.splitlines())
     assert lines["NCCL_MIN_CTAS"] == "64" and lines["AUTOCCL_NCCL_CHANNELS"] == "24"
+    assert "--nccl-channels" not in r.stderr
     r = CliRunner().invoke(main, ["env", "--nccl-channels", "65"])
     assert r.exit_code != 0 and "65" in r.output
 

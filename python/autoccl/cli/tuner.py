@@ -74,6 +74,13 @@ def _build_env(
     extra: dict[str, str] = {}
     if ceiling is not None:
         extra.update({"NCCL_MIN_CTAS": str(ceiling), "NCCL_MAX_CTAS": str(ceiling)})
+        if nccl_channels is None:
+            click.echo(
+                f"autoccl: --channel-ceiling {ceiling} also spreads NCCL's own choice over {ceiling} "
+                "channels (slower at 1-2 MiB); --nccl-channels <count of a plain communicator> keeps it "
+                "(NCCL_DEBUG=INFO prints '<count> coll channels')",
+                err=True,
+            )
     try:
         return plugin_env(
             mode,
