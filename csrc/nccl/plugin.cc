@@ -86,6 +86,9 @@ thread_local std::vector<PendingPair> tlsPending;
 
 struct TunerCtx {
   std::shared_ptr<Context> ctx;  // null: behave as no tuner
+  // AUTOCCL_NCCL_CHANNELS with valid settings, applied even where no decision source could be built:
+  // a rank whose tuner gave up must cap NCCL's choice exactly like the ranks whose tuner left it to NCCL.
+  int ncclChannels = 0;
 };
 struct ProfilerCtx {
   std::shared_ptr<Context> ctx;  // null: no events wanted
@@ -112,6 +115,7 @@ ncclabi::Result tunerInit(void** context, uint64_t commId, size_t nRanks, size_t
       }
     }
     if (rt.disabled() || rt.settings().mode == Mode::Off) return ncclabi::kSuccess;
+    t->ncclChannels = rt.settings().ncclChannels;
     if (!ctx) ctx = std::make_shared<Context>(rt, commId);
     if (ctx->attachTuner(static_cast<int>(nRanks), static_cast<int>(nNodes), nvl ? nvl->nNvlDomains : 0, log)) {
       t->ctx = std::move(ctx);
@@ -125,7 +129,12 @@ ncclabi::Result tunerInit(void** context, uint64_t commId, size_t nRanks, size_t
 ncclabi::Result tunerGetCollInfo(void* context, ncclabi::Func coll, size_t nBytes, int numPipeOps,
                                  float** collCostTable, int numAlgo, int numProto, int /*regBuff*/, int* nChannels) {
   auto* t = static_cast<TunerCtx*>(context);
-  if (!t || !t->ctx || !collCostTable || coll < 0 || coll >= ncclabi::kNumCollFuncs) return ncclabi::kSuccess;
+  if (!t) return ncclabi::kSuccess;
+  if (!t->ctx) {
+    if (nChannels && t->ncclChannels > 0) *nChannels = t->ncclChannels;
+    return ncclabi::kSuccess;
+  }
+  if (!collCostTable || coll < 0 || coll >= ncclabi::kNumCollFuncs) return ncclabi::kSuccess;
   try {
     // NCCL passes its float[numAlgo][numProto] array cast to float**: the data is contiguous.
     CostTable costs{reinterpret_cast<float*>(collCostTable), numAlgo, numProto};

@@ -325,6 +325,27 @@ void caseNoProfiler() {
   CHECK(said);
 }
 
+// AUTOCCL_NCCL_CHANNELS reaches NCCL for calls left to it whether or not a decision source exists (here
+// mode online without the profiler: no source, "behaving as no tuner"), so every rank caps alike; with
+// invalid settings or mode off the plugin touches nothing.
+void caseNcclChannels() {
+  setenv("AUTOCCL_MODE", "online", 1);
+  setenv("AUTOCCL_NCCL_CHANNELS", "24", 1);
+  load();
+  void* tctx = nullptr;
+  CHECK_EQ(gT5->init(&tctx, 11, 4, 1, logger, nullptr, nullptr), 0);
+  Costs c;
+  Costs before = c;
+  int nCh = 0;
+  CHECK_EQ(gT5->getCollInfo(tctx, ncclabi::kAllReduce, 1u << 20, 1, c.arg(), 7, 3, 0, &nCh), 0);
+  CHECK(c.same(before));
+  CHECK_EQ(nCh, 24);
+  gT5->finalize(tctx);
+  bool gaveUp = false;
+  for (const std::string& m : gWarn) gaveUp |= m.find("behaving as no tuner") != std::string::npos;
+  CHECK(gaveUp);
+}
+
 // nccl-tests -g 4: four ranks of one communicator initialised on four threads, then concurrent calls
 // and events; every rank gets its own context with the right rank.
 void caseThreads() {
@@ -404,7 +425,7 @@ int main(int argc, char** argv) {
   }
   static const autoccl::test::Case cases[] = {
       {"symbols", caseSymbols}, {"fixed", caseFixed},       {"bad_env", caseBadEnv}, {"off", caseOff},
-      {"observe", caseObserve}, {"no_profiler", caseNoProfiler}, {"threads", caseThreads},
+      {"observe", caseObserve}, {"no_profiler", caseNoProfiler}, {"nccl_channels", caseNcclChannels}, {"threads", caseThreads},
   };
   char* args[] = {argv[0], argv[2]};
   return autoccl::test::runCases(2, args, cases);
