@@ -556,13 +556,7 @@ class TcpBoard : public Board {
         return o;
       }
       if (authed_ && now >= nextSend) {
-        wire::Msg m;
-        m.type = wire::kNeed;
-        m.task = t;
-        m.k = k;
-        m.covered = replica_.coveredUpTo(t);
-        conn_->send(m, true);
-        st_.needsSent++;
+        sendNeed(t, k);
         nextSend = now + milliseconds(o_.retryMs);
       }
       cv_.wait_until(lk, std::min(until, now + milliseconds(o_.retryMs)));
@@ -572,13 +566,7 @@ class TcpBoard : public Board {
     std::lock_guard<std::mutex> lk(mu_);
     Segment s;
     if (!authed_ || replica_.find(t, k, &s)) return;  // unconnected: the lookup will ask (and wait)
-    wire::Msg m;
-    m.type = wire::kNeed;
-    m.task = t;
-    m.k = k;
-    m.covered = replica_.coveredUpTo(t);
-    conn_->send(m, true);
-    st_.needsSent++;
+    sendNeed(t, k);
     st_.prefetches++;
   }
   BoardStats stats() const override {
@@ -587,6 +575,16 @@ class TcpBoard : public Board {
   }
 
  private:
+  // NEED for call k of t, saying what this replica already covers. Caller holds mu_ and is authed_.
+  void sendNeed(const TaskKey& t, uint64_t k) {
+    wire::Msg m;
+    m.type = wire::kNeed;
+    m.task = t;
+    m.k = k;
+    m.covered = replica_.coveredUpTo(t);
+    conn_->send(m, true);
+    st_.needsSent++;
+  }
   void sendServe(const std::shared_ptr<Conn>& c, uint64_t comm) {
     wire::Msg m;
     m.type = wire::kServe;

@@ -74,6 +74,18 @@ Settings onlineSettings(const std::string& cacheDir = "", const std::string& max
   return s;
 }
 
+// What the Context hands makeOnlineSource for one rank of a one-node communicator.
+PolicyEnv rankEnv(uint64_t commHash, int rank, int nRanks, const Settings* settings, Coordination* co) {
+  PolicyEnv e;
+  e.commHash = commHash;
+  e.rank = rank;
+  e.nRanks = nRanks;
+  e.nNodes = 1;
+  e.settings = settings;
+  e.coordination = co;
+  return e;
+}
+
 // Thread-safe log capture (contexts of several ranks log from their own threads).
 struct Logs {
   std::mutex mu;
@@ -678,16 +690,7 @@ void testFollowerIgnoresOwnMeasurements() {
   // not move when it is fed measurements (only what the authority published counts).
   Coordination co;
   Settings s = onlineSettings();
-  auto envFor = [&](int rank) {
-    PolicyEnv e;
-    e.commHash = 0x5EEDULL;
-    e.rank = rank;
-    e.nRanks = 2;
-    e.nNodes = 1;
-    e.settings = &s;
-    e.coordination = &co;
-    return e;
-  };
+  auto envFor = [&](int rank) { return rankEnv(0x5EEDULL, rank, 2, &s, &co); };
   std::string err;
   auto authority = makeOnlineSource(envFor(0), &err);
   auto follower = makeOnlineSource(envFor(1), &err);
@@ -907,16 +910,7 @@ struct TcpPair {
     clearCoordEnv();
   }
   bool ok() const { return authority && follower && authorityBoard && followerBoard; }
-  PolicyEnv envFor(int rank, Coordination* co) {
-    PolicyEnv e;
-    e.commHash = 0x9E7CULL;
-    e.rank = rank;
-    e.nRanks = 2;
-    e.nNodes = 1;
-    e.settings = &settings;
-    e.coordination = co;
-    return e;
-  }
+  PolicyEnv envFor(int rank, Coordination* co) { return rankEnv(0x9E7CULL, rank, 2, &settings, co); }
   // Call k of `task` on both ranks; counts disagreements; returns the authority's configuration.
   Config call(const TaskKey& task, uint64_t k, const CostModel& model) {
     float costs[kCostSize];
@@ -1083,14 +1077,7 @@ void testBadCoordinator() {
   Settings s = onlineSettings();
   auto tryMake = [&](int rank, std::string* err) {
     Coordination co;  // reads the environment at its first use
-    PolicyEnv e;
-    e.commHash = 0xBADULL;
-    e.rank = rank;
-    e.nRanks = 2;
-    e.nNodes = 1;
-    e.settings = &s;
-    e.coordination = &co;
-    return makeOnlineSource(e, err) != nullptr;
+    return makeOnlineSource(rankEnv(0xBADULL, rank, 2, &s, &co), err) != nullptr;
   };
   struct Bad {
     std::map<std::string, std::string> env;
