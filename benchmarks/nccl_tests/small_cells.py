@@ -15,7 +15,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sweep import parse_rows
 
-VARIANTS = ["plain", "ctas64", "idle", "idle64", "idle64cap", "online", "online64", "online64cap"]
+VARIANTS = [
+    "plain",
+    "ctasN",
+    "ctas64",
+    "idle",
+    "idleN",
+    "idle32cap",
+    "idle64",
+    "idle64cap",
+    "online",
+    "online64",
+    "online64cap",
+]
 
 
 def main() -> int:
@@ -55,6 +67,14 @@ def main() -> int:
             out.append(f"{m:.1f}" + (f" ({b / m:.2f}×)" if b and v != "plain" else ""))
         print(f"| {launch} | {coll} | {nbytes >> 20} MiB | " + " | ".join(out) + " |")
     print("\ntime µs (plain / variant); last pass of -N 3, median over repetitions")
+    print("\nEvery repetition (µs, in run order):\n")
+    for launch, coll, nbytes in cells:
+        reps = "; ".join(
+            f"{v} " + " ".join(f"{t:.1f}" for t in times[(launch, coll, nbytes, v)])
+            for v in variants
+            if (launch, coll, nbytes, v) in times
+        )
+        print(f"- {launch} {coll} {nbytes >> 20} MiB: {reps}")
     for line in bad:
         print("WARNING", line)
     return 0
