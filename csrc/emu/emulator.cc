@@ -2,11 +2,15 @@
 // library (dlopen), for N ranks x M communicators, on a simulated GPU whose kernel times come from a
 // calibrated performance model. Writes one ground-truth JSONL record per collective and rank.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdarg>
@@ -129,12 +133,17 @@ bool loadPlugin(const std::string& path, int tunerWant, int profilerWant, bool n
 }
 
 // ---------------------------------------------------------------- process-wide state
+uint64_t steadyNs() {  // CLOCK_MONOTONIC on Linux: one clock for every process of the host
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
 int gActivationMask = 0;  // NCCL's process-global profiler activation mask
 constexpr uint64_t kCollEnableMask = ncclabi::kEvColl | ncclabi::kEvProxyOp | ncclabi::kEvProxyStep |
                                      ncclabi::kEvKernelCh | ncclabi::kEvNetPlugin;
 
 struct Options {
   std::string scenarioPath, pluginPath, modelPath, truthPath;
+  std::string leadFile;  // Scenario::lead across the emulator processes of one run (one file for all of them)
   std::vector<int> ranks;
   int tunerWant = 0, profilerWant = 0;
   bool noPlugin = false, noTuner = false, noProfiler = false;
@@ -330,6 +339,71 @@ struct CommState {
   uint64_t gpuNs = 0;
 };
 
+// Scenario::lead across processes: the positions each rank has started, per communicator, in a file that
+// every emulator process of one run maps (one process per rank plays a job launched with torchrun: its
+// hosts are bounded against each other by the collectives and the per-step synchronization, not by a
+// shared thread). Layout: int64 started[comms][world], then int64 pid[world] (0: that rank's process has not
+// registered yet). Values only grow; plain atomic loads and stores suffice.
+class CrossLead {
+ public:
+  ~CrossLead() {
+    if (base_) ::munmap(base_, bytes_);
+  }
+  bool open(const std::string& path, int comms, int world, std::string* err) {
+    comms_ = comms;
+    world_ = world;
+    bytes_ = sizeof(int64_t) * static_cast<size_t>((comms + 1) * world);
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT, 0600);
+    if (fd < 0) return fail(err, "cannot open " + path + ": " + std::strerror(errno));
+    struct stat st {};
+    // every process sizes the file the same; growing a shorter one only ever adds zeros
+    if (::fstat(fd, &st) != 0 || (static_cast<size_t>(st.st_size) < bytes_ &&
+                                  ::ftruncate(fd, static_cast<off_t>(bytes_)) != 0)) {
+      ::close(fd);
+      return fail(err, "cannot size " + path + ": " + std::strerror(errno));
+    }
+    void* m = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (m == MAP_FAILED) return fail(err, "cannot map " + path + ": " + std::strerror(errno));
+    base_ = static_cast<int64_t*>(m);
+    return true;
+  }
+  void registerRank(int grank) {
+    __atomic_store_n(&base_[pidSlot(grank)], static_cast<int64_t>(::getpid()), __ATOMIC_RELEASE);
+  }
+  void setStarted(int comm, int grank, long v) {
+    __atomic_store_n(&base_[comm * world_ + grank], static_cast<int64_t>(v), __ATOMIC_RELEASE);
+  }
+  // What rank `grank` (of another process) has started of `comm`.
+  long started(int comm, int grank) const {
+    return static_cast<long>(__atomic_load_n(&base_[comm * world_ + grank], __ATOMIC_ACQUIRE));
+  }
+  // The process of `grank` registered and has died since (kill -9: it never said it was done).
+  bool gone(int grank) const {
+    int64_t pid = __atomic_load_n(&base_[pidSlot(grank)], __ATOMIC_ACQUIRE);
+    return pid > 0 && !alive(static_cast<pid_t>(pid));
+  }
+
+ private:
+  int64_t* base_ = nullptr;
+  size_t bytes_ = 0;
+  int comms_ = 0, world_ = 0;
+  size_t pidSlot(int grank) const { return static_cast<size_t>(comms_ * world_ + grank); }
+  static bool fail(std::string* err, std::string msg) {
+    *err = std::move(msg);
+    return false;
+  }
+  // A killed process stays a zombie until its parent reaps it: that is gone too.
+  static bool alive(pid_t pid) {
+    if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+    std::ifstream st("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!std::getline(st, line)) return true;  // no procfs: trust kill()
+    size_t close = line.rfind(')');
+    return close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'Z';
+  }
+};
+
 struct Shared {
   const Scenario* sc = nullptr;
   const Options* opt = nullptr;
@@ -357,6 +431,7 @@ struct Shared {
   std::map<int, std::pair<int, int>> leadWaiting;  // global rank -> (comm, position) it waits to start
   int leadLive = 0;       // rank threads of this process not finished
   bool leadOff = false;   // the orders deadlocked under the bound: every rank runs unbounded from then on
+  CrossLead* cross = nullptr;  // Options::leadFile mapped: ranks of other processes (nullptr: not bounded)
   // order in which this process's hosts started their groups (after any lead wait): "host_seq" of a record
   std::atomic<uint64_t> hostSeq{0};
 };
@@ -414,6 +489,7 @@ class RankRunner {
       if (sc.lead > 0) {
         awaitLead(comm, inst);
       } else {
+        curHostNs_ = steadyNs();
         curHostSeq_ = sh_.hostSeq.fetch_add(1);
       }
       playGroup(*comms_[comm], sc.programs[static_cast<size_t>(comm)][static_cast<size_t>(inst)]);
@@ -435,6 +511,7 @@ class RankRunner {
   bool failed_ = false;
   bool leftLead_ = false;     // leaveLead() ran
   uint64_t curHostSeq_ = 0;  // Shared::hostSeq of the group being played
+  uint64_t curHostNs_ = 0;   // when the host started that group (CLOCK_MONOTONIC: comparable across processes)
   std::unique_ptr<Proxy> proxy_;
   std::map<int, std::unique_ptr<CommState>> comms_;
   std::vector<std::string> lines_;
@@ -459,8 +536,14 @@ class RankRunner {
     if (!sh_.leadOff && leadBehind(grank_, comm, pos) >= 0) {
       sh_.leadWaiting[grank_] = {comm, pos};
       checkLeadDeadlock();
-      if (!sh_.leadCv.wait_for(lk, std::chrono::seconds(20),
-                               [&] { return sh_.leadOff || leadBehind(grank_, comm, pos) < 0; })) {
+      // other processes cannot notify: look again every 200 us while the rank waited for is theirs
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      auto go = [&] { return sh_.leadOff || leadBehind(grank_, comm, pos) < 0; };
+      while (!go() && std::chrono::steady_clock::now() < until)
+        sh_.leadCv.wait_for(lk, sh_.cross ? std::chrono::microseconds(200)
+                                          : std::chrono::duration_cast<std::chrono::microseconds>(
+                                                until - std::chrono::steady_clock::now()));
+      if (!go()) {
         sh_.leadOff = true;
         sh_.errors.fetch_add(1);
         emuError("lead " + std::to_string(sc.lead) + ": rank " + std::to_string(grank_) + " waited 20 s at position " +
@@ -470,7 +553,10 @@ class RankRunner {
       }
       sh_.leadWaiting.erase(grank_);
     }
+    // the start time before publishing: whoever sees the new position started later (host_ns of records)
+    curHostNs_ = steadyNs();
     sh_.started[{comm, grank_}] = static_cast<long>(pos) + 1;
+    if (sh_.cross) sh_.cross->setStarted(comm, grank_, static_cast<long>(pos) + 1);
     curHostSeq_ = sh_.hostSeq.fetch_add(1);
     sh_.leadCv.notify_all();
   }
@@ -479,28 +565,43 @@ class RankRunner {
     std::lock_guard<std::mutex> lk(sh_.leadMu);
     if (leftLead_) return;
     leftLead_ = true;
-    for (size_t c = 0; c < sc.comms.size(); ++c) sh_.started[{static_cast<int>(c), grank_}] = Shared::kDone;
+    for (size_t c = 0; c < sc.comms.size(); ++c) {
+      sh_.started[{static_cast<int>(c), grank_}] = Shared::kDone;
+      if (sh_.cross) sh_.cross->setStarted(static_cast<int>(c), grank_, Shared::kDone);
+    }
     sh_.leadLive--;
     checkLeadDeadlock();
     sh_.leadCv.notify_all();
   }
-  // The rank of `comm` (played by this process) that `grank` must wait for before starting `pos`; -1: none.
+  // The rank of `comm` that `grank` must wait for before starting `pos` (played by this process, or by
+  // another one with Options::leadFile); -1: none.
   int leadBehind(int grank, int comm, int pos) const {
     const Scenario& sc = *sh_.sc;
     for (int r : sc.comms[static_cast<size_t>(comm)].ranks) {
-      if (r == grank || std::find(sh_.opt->ranks.begin(), sh_.opt->ranks.end(), r) == sh_.opt->ranks.end()) continue;
-      auto it = sh_.started.find({comm, r});
-      if ((it == sh_.started.end() ? 0 : it->second) <= static_cast<long>(pos) - sc.lead) return r;  // not yet started pos - lead
+      if (r == grank) continue;
+      long at = 0;
+      if (isLocal(r)) {
+        auto it = sh_.started.find({comm, r});
+        at = it == sh_.started.end() ? 0 : it->second;
+      } else if (sh_.cross) {
+        at = sh_.cross->started(comm, r);
+      } else {
+        continue;
+      }
+      // not yet started pos - lead (a dead process is looked up only then: it costs a /proc read)
+      if (at <= static_cast<long>(pos) - sc.lead && (isLocal(r) || !sh_.cross->gone(r))) return r;
     }
     return -1;
   }
+  bool isLocal(int r) const { return std::find(sh_.opt->ranks.begin(), sh_.opt->ranks.end(), r) != sh_.opt->ranks.end(); }
   // Under leadMu: every live rank thread waits, and none of them may go on -> nobody ever will.
   void checkLeadDeadlock() {
     if (sh_.leadOff || sh_.leadWaiting.empty() || static_cast<int>(sh_.leadWaiting.size()) < sh_.leadLive) return;
     std::string who;
     for (const auto& [r, at] : sh_.leadWaiting) {
       int b = leadBehind(r, at.first, at.second);
-      if (b < 0) return;  // woken, not yet out of its wait
+      if (b < 0) return;            // woken, not yet out of its wait
+      if (!isLocal(b)) return;      // another process may still move (its own threads decide; 20 s at most)
       who += " rank " + std::to_string(r) + " at position " + std::to_string(at.second) + " of comm " +
              sh_.sc->comms[static_cast<size_t>(at.first)].name + " waits for rank " + std::to_string(b) + ";";
     }
@@ -876,7 +977,7 @@ class RankRunner {
       << "\",\"def_proto\":\"" << protoName(d.proto) << "\",\"def_channels\":" << d.maxChannels
       << ",\"def_chunk\":" << d.chunk << ",\"comm_channels\":" << cs.model.nChannels << ",\"graph\":" << graph
       << ",\"start_ns\":" << start << ",\"stop_ns\":" << stop << ",\"dur_ns\":" << (stop - start)
-      << ",\"model_us\":" << mean << ",\"load\":" << load << ",\"host_seq\":" << curHostSeq_
+      << ",\"model_us\":" << mean << ",\"load\":" << load << ",\"host_seq\":" << curHostSeq_ << ",\"host_ns\":" << curHostNs_
       << ",\"gemm_slow\":" << sh_.model->gemmSlowdown(used, load) << "}";
     return o.str();
   }
@@ -887,7 +988,9 @@ void usage() {
   std::fprintf(stderr,
                "usage: autoccl-emu --scenario FILE --ranks R[,R..] [--plugin LIB | --no-plugin] [--model JSON]\n"
                "                   [--truth OUT.jsonl] [--tuner-version auto|5|6] [--profiler-version auto|5|6]\n"
-               "                   [--no-tuner] [--no-profiler] [--verbose]\n"
+               "                   [--no-tuner] [--no-profiler] [--lead-file PATH] [--verbose]\n"
+               "       --lead-file: the scenario's lead also bounds ranks played by the other processes given\n"
+               "                    the same PATH (one process per rank)\n"
                "       autoccl-emu --eval [--model JSON]   (stdin: coll nranks bytes algo proto channels chunk load)\n");
 }
 
@@ -942,6 +1045,7 @@ int mainImpl(int argc, char** argv) {
     else if (a == "--plugin") opt.pluginPath = next();
     else if (a == "--model") opt.modelPath = next();
     else if (a == "--truth") opt.truthPath = next();
+    else if (a == "--lead-file") opt.leadFile = next();
     else if (a == "--ranks") {
       std::string r = next();
       std::istringstream in(r);
@@ -997,6 +1101,18 @@ int mainImpl(int argc, char** argv) {
   sh.sc = &sc;
   sh.opt = &opt;
   sh.leadLive = static_cast<int>(opt.ranks.size());
+  CrossLead cross;
+  if (!opt.leadFile.empty() && sc.lead > 0) {
+    int world = 0;
+    for (const CommSpec& c : sc.comms)
+      for (int r : c.ranks) world = std::max(world, r + 1);
+    if (!cross.open(opt.leadFile, static_cast<int>(sc.comms.size()), world, &err)) {
+      emuError("--lead-file: " + err);
+      return 2;
+    }
+    for (int r : opt.ranks) cross.registerRank(r);
+    sh.cross = &cross;
+  }
   sh.model = &model;
   for (int& v : sh.algoEnable) v = 1;
   for (int f = 0; f < kFuncs; ++f)

@@ -144,12 +144,15 @@ def test_channels_above_the_spread_are_timed_as_the_spread(testplugin: Path) -> 
             assert r["model_us"] == pytest.approx(want, rel=1e-3), (asked, r)
 
 
-def lead_violations(calls: list[dict[str, Any]], comm_ranks: dict[str, tuple[int, ...]], lead: int) -> int:
-    """Groups a host started (host_seq) before every other rank of the communicator had started the group
-    `lead` positions earlier."""
+def lead_violations(
+    calls: list[dict[str, Any]], comm_ranks: dict[str, tuple[int, ...]], lead: int, key: str = "host_seq"
+) -> int:
+    """Groups a host started (`key`: host_seq, the order within one process, or host_ns, the monotonic clock
+    of the machine) before every other rank of the communicator had started the group `lead` positions
+    earlier."""
     start: dict[tuple[str, int, int], int] = {}
     for r in calls:
-        start[(r["comm"], int(r["grank"]), int(r["group"]))] = int(r["host_seq"])
+        start[(r["comm"], int(r["grank"]), int(r["group"]))] = int(r[key])
     bad = 0
     for (comm, grank, pos), seq in start.items():
         if pos - lead < 0:
@@ -174,6 +177,38 @@ def test_lead_bounds_run_ahead(testplugin: Path) -> None:
     assert_clean(bounded)
     assert lead_violations(bounded.calls, ranks, 2) == 0
     assert len(bounded.calls) == len(unbounded.calls)
+
+
+def test_lead_bounds_run_ahead_across_processes(testplugin: Path) -> None:
+    """With one process per rank the bound holds between processes (they share a lead file): checked on the
+    machine's monotonic clock at which each host started each group."""
+    sc = replace(two_comms(runahead=3, reorder=4), orders={1: "reverse"})
+    sc = replace(sc, groups=[replace(g, repeat=g.repeat * 10) for g in sc.groups])
+    sc = replace(sc, hosts={2: Host(delay_us=300)})
+    ranks = {c.name: c.ranks for c in sc.comms}
+    env = {"EMU_TEST_PLUGIN": ""}
+    unbounded = run(sc, plugin=testplugin, env=env, trace=False, processes=True)
+    assert_clean(unbounded)
+    assert lead_violations(unbounded.calls, ranks, 2, key="host_ns") > 0  # the check can fail
+    bounded = run(replace(sc, lead=2), plugin=testplugin, env=env, trace=False, processes=True)
+    assert_clean(bounded)
+    assert lead_violations(bounded.calls, ranks, 2, key="host_ns") == 0
+    assert len(bounded.calls) == len(unbounded.calls)
+
+
+def test_lead_across_processes_ends_with_a_killed_process(testplugin: Path) -> None:
+    """A rank's process killed mid-run (kill -9, no goodbye) no longer holds the others back: they finish
+    their programs at once, not after the 20 s wait that ends the bound with an error."""
+    sc = replace(two_comms(), orders={}, lead=1, hosts={1: Host(kill_after=3)})
+    sc = replace(sc, groups=[replace(g, repeat=g.repeat * 5) for g in sc.groups])
+    res = run(sc, plugin=testplugin, env={"EMU_TEST_PLUGIN": ""}, trace=False, processes=True, timeout=60)
+    by_rank = {tuple(p.ranks): p for p in res.procs}
+    assert by_rank[(1,)].returncode == -9
+    for r in (0, 2, 3):
+        assert by_rank[(r,)].returncode == 0, by_rank[(r,)].stderr
+        assert "waited 20 s" not in by_rank[(r,)].stderr
+        assert sum(1 for c in res.calls if c["grank"] == r) == 5 * (4 + 3 + 6 + 2)
+    assert max(float(s["wall_s"]) for s in res.summaries) < 15
 
 
 def test_lead_deadlock_is_a_clear_error(testplugin: Path) -> None:

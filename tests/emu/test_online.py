@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from emu_helpers import assert_clean
 
-from autoccl.emu import Call, Comm, Group, Scenario, run
+from autoccl.emu import Call, Comm, Group, Host, Scenario, run
 from autoccl.emu.model import PerfModel, default_chunk
 from autoccl.emu.runner import default_model
 
@@ -250,6 +250,21 @@ def test_online_processes_tcp(plugin: Path, repeat: int) -> None:
     # one rank per process: every communicator is decided over TCP
     tasks = [t for t in res.trace if t.get("ev") == "task" and t.get("source") == "online"]
     assert tasks and {t["board"] for t in tasks} == {"tcp"}, {t["board"] for t in tasks}
+
+
+def test_online_processes_tcp_converge(plugin: Path) -> None:
+    """One process per rank, decisions over TCP, the rank processes bounded against each other as a job's
+    are (scenario lead, shared across the emulator processes): every task converges in <= 150 calls within
+    3 % of the model's best, as with threads (test_online_threads_converge_and_warm_start)."""
+    # the authority's host is the slow one: unbounded, the others would ask hundreds of calls ahead of its
+    # GPU timings (tasks then pinned late or not within 300 calls)
+    sc = replace(bounded(scenario(300, noise=False)), hosts={0: Host(delay_us=200)})
+    res = run(sc, plugin=plugin, env=online_env(True), processes=True, timeout=300)
+    assert_clean(res)
+    assert_same_per_seq(res.calls)
+    tasks = [t for t in res.trace if t.get("ev") == "task" and t.get("source") == "online"]
+    assert tasks and {t["board"] for t in tasks} == {"tcp"}
+    check_converged(res)
 
 
 def test_online_tcp_without_token_is_no_tuner(plugin: Path) -> None:

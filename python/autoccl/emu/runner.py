@@ -206,6 +206,10 @@ def run(
         tag = "_".join(str(r) for r in ranks) + (f".extra{n}" if is_extra else "")
         truth = work / f"truth.{tag}.jsonl"
         cmd = [*base, "--ranks", ",".join(str(r) for r in ranks), "--truth", str(truth)]
+        if processes and not is_extra:
+            # Scenario.lead bounds the rank processes against each other too (extra processes, e.g. a
+            # rogue peer, stay out of it)
+            cmd += ["--lead-file", str(work / "lead.bin")]
         out_f = open(work / f"stdout.{tag}.txt", "w+")
         err_f = open(work / f"stderr.{tag}.txt", "w+")
         proc = subprocess.Popen(cmd, env=penv, stdout=out_f, stderr=err_f, text=True, cwd=work)
