@@ -179,7 +179,7 @@ def test_lead_bounds_run_ahead(testplugin: Path) -> None:
     assert len(bounded.calls) == len(unbounded.calls)
 
 
-def test_lead_bounds_run_ahead_across_processes(testplugin: Path) -> None:
+def test_lead_bounds_run_ahead_across_processes(testplugin: Path, tmp_path: Path) -> None:
     """With one process per rank the bound holds between processes (they share a lead file): checked on the
     machine's monotonic clock at which each host started each group."""
     sc = replace(two_comms(runahead=3, reorder=4), orders={1: "reverse"})
@@ -190,10 +190,13 @@ def test_lead_bounds_run_ahead_across_processes(testplugin: Path) -> None:
     unbounded = run(sc, plugin=testplugin, env=env, trace=False, processes=True)
     assert_clean(unbounded)
     assert lead_violations(unbounded.calls, ranks, 2, key="host_ns") > 0  # the check can fail
-    bounded = run(replace(sc, lead=2), plugin=testplugin, env=env, trace=False, processes=True)
-    assert_clean(bounded)
-    assert lead_violations(bounded.calls, ranks, 2, key="host_ns") == 0
-    assert len(bounded.calls) == len(unbounded.calls)
+    for _ in range(2):  # the second run in the same directory starts from a fresh lead file
+        bounded = run(
+            replace(sc, lead=2), plugin=testplugin, env=env, trace=False, processes=True, workdir=tmp_path
+        )
+        assert_clean(bounded)
+        assert lead_violations(bounded.calls, ranks, 2, key="host_ns") == 0
+        assert len(bounded.calls) == len(unbounded.calls)
 
 
 def test_lead_across_processes_ends_with_a_killed_process(testplugin: Path) -> None:

@@ -196,6 +196,8 @@ def run(
         penv.update(env_x)
         rank_sets.append((list(ranks_x), penv, True))
     procs: list[tuple[subprocess.Popen[str], Path, list[int], bool, IO[str], IO[str]]] = []
+    # a lead file left by an earlier run in this directory holds its final positions: the bound would be void
+    (work / "lead.bin").unlink(missing_ok=True)
     if progress:
         progress("start", 0.0)
     delayed = False
