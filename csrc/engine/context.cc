@@ -77,7 +77,8 @@ Runtime::Runtime(Settings settings, int ncclVersion, int minNcclVersion, std::st
     disabledWhy_ = "NCCL version " + std::to_string(ncclVersion) + " is older than the oldest supported (" +
                    std::to_string(minNcclVersion) + ")";
   }
-  if (disabledWhy_.empty() && settings_.mode == Mode::Online) coord_ = std::make_unique<Coordination>();
+  if (disabledWhy_.empty() && settings_.mode == Mode::Online)
+    coord_ = std::make_unique<Coordination>(agreedSettings(settings_, [](const char* k) { return std::getenv(k); }));
   detectHardware(settings_.hw, procGpuDir, &hw_);
   hw_.nccl = ncclVersion;
 }

@@ -693,7 +693,7 @@ uint64_t RankMerge::dropped() const {
 
 // ------------------------------------------------------------------------------ Coordination
 
-Coordination::Coordination() = default;
+Coordination::Coordination(AgreedSettings agreed) : agreed_(std::move(agreed)) {}
 
 Coordination::~Coordination() {
   board_.reset();
@@ -724,6 +724,8 @@ std::shared_ptr<coord::Board> Coordination::board(bool authority, const LogFn& l
         opt_.port = port;
         opt_.token = coord::tokenFromEnv();
         opt_.sealMs = kSealMs;
+        opt_.settingsDigest = agreed_.digest;
+        opt_.settingsWhat = agreed_.names;
       }
     } else {
       board_ = coord::makeLocalBoard();

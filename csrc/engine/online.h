@@ -33,6 +33,7 @@
 
 #include "autoccl/coord/coord.h"
 #include "engine/policy.h"
+#include "engine/settings.h"
 #include "engine/timing.h"
 
 namespace autoccl::engine {
@@ -88,7 +89,9 @@ class RankMerge {
 
 class Coordination {
  public:
-  Coordination();
+  // `agreed`: this process's AgreedSettings, sent to the TCP coordinator, which refuses a process whose
+  // digest differs from the communicator's (its lookups then fail instead of diverging).
+  explicit Coordination(AgreedSettings agreed = {});
   ~Coordination();
   Coordination(const Coordination&) = delete;
   Coordination& operator=(const Coordination&) = delete;
@@ -125,6 +128,7 @@ class Coordination {
   bool tcp_ = false;
   std::string error_;
   coord::TcpOptions opt_;
+  AgreedSettings agreed_;
   int lookupMs_ = 30000;
   std::shared_ptr<coord::Board> board_;
   std::shared_ptr<coord::Board> localBoard_;  // with TCP: for communicators entirely in this process

@@ -43,6 +43,24 @@ bool readBounded(const EnvLookup& env, const char* name, uint64_t lo, uint64_t h
 }
 }  // namespace
 
+AgreedSettings agreedSettings(const Settings& s, const EnvLookup& env) {
+  static const char* const kNccl[] = {"NCCL_ALGO",     "NCCL_PROTO",         "NCCL_MIN_CTAS",
+                                      "NCCL_MAX_CTAS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"};
+  std::string text = "AUTOCCL_MAX_CHANNELS=" + std::to_string(s.maxChannels) +
+                     "\nAUTOCCL_NCCL_CHANNELS=" + std::to_string(s.ncclChannels);
+  AgreedSettings out;
+  out.names = "AUTOCCL_MAX_CHANNELS, AUTOCCL_NCCL_CHANNELS";
+  for (const char* name : kNccl) {
+    const char* v = env(name);
+    text += std::string("\n") + name + "=" + (v ? v : "");
+    out.names += std::string(", ") + name;
+  }
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a: stable across builds and hosts
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
+  out.digest = h ? h : 1;
+  return out;
+}
+
 Settings loadSettings(const EnvLookup& env) {
   Settings s;
   std::string mode = get(env, "AUTOCCL_MODE");

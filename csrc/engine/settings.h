@@ -50,4 +50,14 @@ struct Settings {
 using EnvLookup = std::function<const char*(const char*)>;
 Settings loadSettings(const EnvLookup& env);
 
+// The settings every rank of a communicator must share because each rank applies them itself to the
+// authority's decisions (the engine's channel clamps) or because NCCL does (the algorithms, protocols and
+// channel counts a communicator allows): a digest of their values (never 0), and their names for the
+// error a rank with other values gets from the coordinator (mode online over TCP).
+struct AgreedSettings {
+  uint64_t digest = 0;
+  std::string names;
+};
+AgreedSettings agreedSettings(const Settings& s, const EnvLookup& env);
+
 }  // namespace autoccl::engine

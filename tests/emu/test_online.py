@@ -267,6 +267,26 @@ def test_online_processes_tcp_converge(plugin: Path) -> None:
     check_converged(res)
 
 
+def test_online_processes_settings_mismatch_fails_clearly(plugin: Path) -> None:
+    """One rank's process given another AUTOCCL_NCCL_CHANNELS (a host launched by hand): it would cap NCCL's
+    own choice where the others do not, and the ranks would run different channel counts. The coordinator
+    refuses that process (its settings digest differs from the communicators'): its collectives fail with
+    an error naming the settings, and nothing it ran differs from the others."""
+    sc = bounded(scenario(40, noise=False))
+    env = online_env(True)
+    res = run(
+        sc, plugin=plugin, env=env, processes=True, timeout=240, rank_env={2: {"AUTOCCL_NCCL_CHANNELS": "16"}}
+    )
+    by_rank = {tuple(p.ranks): p for p in res.procs}
+    odd = by_rank[(2,)]
+    assert odd.returncode != 0
+    assert "refused this process" in odd.stderr and "AUTOCCL_NCCL_CHANNELS" in odd.stderr, odd.stderr[-2000:]
+    for r in (0, 1, 3):
+        assert by_rank[(r,)].returncode == 0, by_rank[(r,)].stderr[-2000:]
+    assert_same_per_seq(res.calls)
+    assert not [c for c in res.calls if c["grank"] == 2]  # refused at its first call: it ran nothing
+
+
 def test_online_tcp_without_token_is_no_tuner(plugin: Path) -> None:
     env = online_env(False, AUTOCCL_COORD_ADDR=f"127.0.0.1:{free_port()}")
     res = run(scenario(5), plugin=plugin, env=env, processes=True, timeout=120)

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <list>
@@ -231,7 +232,64 @@ struct TcpServer::Impl {
     std::set<uint32_t> attached;  // ever attached (a rank that finished and left stays counted)
   };
   std::map<uint64_t, Members> members;  // comm -> ranks announced by ATTACH
+  // Settings digests (TcpOptions::settingsDigest). A communicator's reference is its authority's (SERVE);
+  // processes that asked before it served are checked when it does. Without an authority the seal needs
+  // every asker to agree (else all of them are refused: `split`). A refused process is sent REFUSE and
+  // taken off the communicator's subscribers, so no decision ever reaches it.
+  std::map<uint64_t, uint64_t> digests;                                    // comm -> reference
+  std::map<uint64_t, std::map<std::shared_ptr<Conn>, uint64_t>> unchecked;  // comm -> askers before it
+  std::set<uint64_t> split;  // sealed without an authority while the askers disagreed: refuse everyone
   BoardStats st;
+
+  void refuse(const std::shared_ptr<Conn>& c, uint64_t comm, uint64_t reference) {
+    st.refused++;
+    subs[comm].erase(c);
+    wire::Msg r;
+    r.type = wire::kRefuse;
+    r.comm = comm;
+    r.digest = reference;
+    c->send(r, true);
+  }
+  // Caller holds mu. False (and REFUSE sent) when `digest` is not the communicator's.
+  bool agrees(const std::shared_ptr<Conn>& c, uint64_t comm, uint64_t digest, bool serves) {
+    if (split.count(comm)) {
+      refuse(c, comm, 0);
+      return false;
+    }
+    auto it = digests.find(comm);
+    if (it == digests.end()) {
+      if (!serves) {
+        unchecked[comm][c] = digest;
+        return true;
+      }
+      digests[comm] = digest;
+      for (auto& [asker, d] : unchecked[comm])
+        if (d != digest) refuse(asker, comm, digest);
+      unchecked.erase(comm);
+      return true;
+    }
+    if (it->second == digest) return true;
+    refuse(c, comm, it->second);
+    return false;
+  }
+  // Caller holds mu. May the board seal `comm` (its authority silent)? Only if everyone who asked agrees.
+  bool sealable(uint64_t comm) {
+    if (split.count(comm)) return false;
+    if (digests.count(comm)) return true;
+    auto u = unchecked.find(comm);
+    if (u == unchecked.end() || u->second.empty()) return true;
+    uint64_t first = u->second.begin()->second;
+    bool same = true;
+    for (auto& [asker, d] : u->second) same = same && d == first;
+    if (same) {
+      digests[comm] = first;
+    } else {
+      split.insert(comm);
+      for (auto& [asker, d] : u->second) refuse(asker, comm, 0);
+    }
+    unchecked.erase(comm);
+    return same;
+  }
 
   void pushPlan(const TaskKey& t, uint64_t from, const std::set<std::shared_ptr<Conn>>& to) {
     std::vector<Segment> segs = store.from(t, from);
@@ -250,6 +308,7 @@ struct TcpServer::Impl {
     std::lock_guard<std::mutex> lk(mu);
     switch (m.type) {
       case wire::kServe:
+        if (!agrees(c, m.comm, m.digest, true)) break;
         authority[m.comm] = c;
         subs[m.comm].insert(c);
         break;
@@ -260,6 +319,7 @@ struct TcpServer::Impl {
         break;
       }
       case wire::kNeed: {
+        if (!agrees(c, m.task.comm, m.digest, false)) break;
         subs[m.task.comm].insert(c);
         Segment s;
         if (store.find(m.task, m.k, &s)) {
@@ -329,6 +389,7 @@ struct TcpServer::Impl {
       for (auto it = authority.begin(); it != authority.end();)
         it = it->second == c ? authority.erase(it) : std::next(it);
       for (auto& [comm, set] : subs) set.erase(c);
+      for (auto& [comm, askers] : unchecked) askers.erase(c);
     }
     c->shutdownOnly();
     p->done = true;
@@ -346,6 +407,10 @@ struct TcpServer::Impl {
           continue;
         }
         if (now - it->second.second > milliseconds(o.sealMs)) {
+          if (!sealable(it->first.comm)) {  // the askers' settings differ: all of them were refused
+            it = waiting.erase(it);
+            continue;
+          }
           // the authority did not answer in time: final decision, identical for everyone
           store.insert(it->first, sealSegments(store, it->first));
           st.sealed++;
@@ -544,6 +609,11 @@ class TcpBoard : public Board {
     std::unique_lock<std::mutex> lk(mu_);
     Clock::time_point nextSend{};
     for (bool first = true;; first = false) {
+      auto ref = refused_.find(t.comm);
+      if (ref != refused_.end()) {
+        o.error = refusal(t.comm, ref->second);
+        return o;
+      }
       if (replica_.find(t, k, &o.seg)) {
         o.status = Status::kOk;
         return o;
@@ -565,7 +635,7 @@ class TcpBoard : public Board {
   void prefetch(const TaskKey& t, uint64_t k) override {
     std::lock_guard<std::mutex> lk(mu_);
     Segment s;
-    if (!authed_ || replica_.find(t, k, &s)) return;  // unconnected: the lookup will ask (and wait)
+    if (!authed_ || replica_.find(t, k, &s) || refused_.count(t.comm)) return;  // the lookup will ask (and wait)
     sendNeed(t, k);
     st_.prefetches++;
   }
@@ -582,6 +652,7 @@ class TcpBoard : public Board {
     m.task = t;
     m.k = k;
     m.covered = replica_.coveredUpTo(t);
+    m.digest = o_.settingsDigest;
     conn_->send(m, true);
     st_.needsSent++;
   }
@@ -589,6 +660,7 @@ class TcpBoard : public Board {
     wire::Msg m;
     m.type = wire::kServe;
     m.comm = comm;
+    m.digest = o_.settingsDigest;
     c->send(m, true);
   }
   void sendAttach(const std::shared_ptr<Conn>& c, uint64_t comm, uint32_t rank, uint32_t nRanks) {
@@ -616,6 +688,17 @@ class TcpBoard : public Board {
   }
   void sendPlan(const std::shared_ptr<Conn>& c, const TaskKey& t, const std::vector<Segment>& segs) {
     for (size_t i = 0; i < segs.size(); i += wire::kMaxSegs) c->send(planChunk(t, segs, i), true);
+  }
+  std::string refusal(uint64_t comm, uint64_t theirs) const {
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "autoccl coord: communicator %016llx refused this process: its settings (digest %016llx) differ "
+                  "from those of the communicator's other ranks (%016llx)",
+                  static_cast<unsigned long long>(comm), static_cast<unsigned long long>(o_.settingsDigest),
+                  static_cast<unsigned long long>(theirs));
+    std::string s = buf;
+    if (!o_.settingsWhat.empty()) s += "; every rank must be given the same " + o_.settingsWhat;
+    return s;
   }
 
   bool handshake(const std::shared_ptr<Conn>& c) {
@@ -701,6 +784,10 @@ class TcpBoard : public Board {
         st_.plansReceived++;
         if (!replica_.insert(m.task, m.segs)) st_.conflicts++;
         cv_.notify_all();
+      } else if (m.type == wire::kRefuse) {
+        std::lock_guard<std::mutex> lk(mu_);
+        refused_[m.comm] = m.digest;
+        cv_.notify_all();
       } else if (m.type == wire::kNeed) {
         Decider* d = nullptr;
         {
@@ -738,6 +825,7 @@ class TcpBoard : public Board {
   bool deciding_ = false;  // the IO thread is inside deciders_[decidingComm_]->decide()
   uint64_t decidingComm_ = 0;
   std::map<std::pair<uint64_t, uint32_t>, uint32_t> attached_;  // (comm, rank) -> nRanks
+  std::map<uint64_t, uint64_t> refused_;  // comm -> its digest (REFUSE: this process's settings differ)
   BoardStats st_;
   std::thread io_;
 };

@@ -59,8 +59,9 @@ std::vector<uint8_t> encode(const Msg& m) {
     case kHelloS: p.raw(m.nonce, 16); break;
     case kHelloC: p.raw(m.nonce, 16); p.raw(m.mac, 32); break;
     case kHelloOk: p.raw(m.mac, 32); break;
-    case kServe: p.u64(m.comm); break;
-    case kNeed: putTask(p, m.task); p.u64(m.k); p.u64(m.covered); break;
+    case kServe: p.u64(m.comm); p.u64(m.digest); break;
+    case kNeed: putTask(p, m.task); p.u64(m.k); p.u64(m.covered); p.u64(m.digest); break;
+    case kRefuse: p.u64(m.comm); p.u64(m.digest); break;
     case kAttach: p.u64(m.comm); p.u32(m.rank); p.u32(m.nRanks); break;
     case kPlan: {
       putTask(p, m.task);
@@ -96,7 +97,7 @@ bool parseHeader(const uint8_t* h, uint16_t* type, uint32_t* len) {
   uint16_t ver = static_cast<uint16_t>(r.get(2));
   *type = static_cast<uint16_t>(r.get(2));
   *len = static_cast<uint32_t>(r.get(4));
-  return r.ok && magic == kMagic && ver == kVersion && *type >= kHelloS && *type <= kAttach && *len <= kMaxPayload;
+  return r.ok && magic == kMagic && ver == kVersion && *type >= kHelloS && *type <= kRefuse && *len <= kMaxPayload;
 }
 
 bool decodePayload(uint16_t type, const uint8_t* p, size_t n, Msg* m) {
@@ -107,11 +108,16 @@ bool decodePayload(uint16_t type, const uint8_t* p, size_t n, Msg* m) {
     case kHelloS: r.raw(m->nonce, 16); break;
     case kHelloC: r.raw(m->nonce, 16); r.raw(m->mac, 32); break;
     case kHelloOk: r.raw(m->mac, 32); break;
-    case kServe: m->comm = r.get(8); break;
+    case kServe:
+    case kRefuse:
+      m->comm = r.get(8);
+      m->digest = r.get(8);
+      break;
     case kNeed:
       m->task = getTask(r);
       m->k = r.get(8);
       m->covered = r.get(8);
+      m->digest = r.get(8);
       break;
     case kAttach:
       m->comm = r.get(8);

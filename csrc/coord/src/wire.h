@@ -12,7 +12,7 @@
 namespace autoccl::coord::wire {
 
 constexpr uint32_t kMagic = 0x31434341;  // "ACC1"
-constexpr uint16_t kVersion = 1;
+constexpr uint16_t kVersion = 2;  // 2: SERVE and NEED carry the settings digest; REFUSE
 constexpr size_t kHeader = 12;
 constexpr uint32_t kMaxPayload = 16 * 1024;
 constexpr size_t kSegBytes = 32;
@@ -24,10 +24,11 @@ enum Type : uint16_t {
   kHelloS = 1,   // server -> client: nonce_s[16]
   kHelloC = 2,   // client -> server: nonce_c[16] mac[32] = HMAC(token, "C" nonce_s nonce_c)
   kHelloOk = 3,  // server -> client: mac[32] = HMAC(token, "S" nonce_c nonce_s)
-  kServe = 4,    // client -> server: comm u64 (this client holds the authority of comm)
-  kNeed = 5,     // client -> server -> authority: task, call index u64, covered u64
+  kServe = 4,    // client -> server: comm u64, digest u64 (this client holds the authority of comm)
+  kNeed = 5,     // client -> server -> authority: task, call index u64, covered u64, digest u64
   kPlan = 6,     // authority -> server -> clients: task, n u16, n segments
   kAttach = 7,   // client -> server: comm u64, rank u32, nRanks u32 (this process holds that rank)
+  kRefuse = 8,   // server -> client: comm u64, digest u64 (the communicator's): the client's settings differ
 };
 
 struct Msg {
@@ -37,6 +38,8 @@ struct Msg {
   uint64_t k = 0;
   uint64_t covered = 0;
   uint32_t rank = 0, nRanks = 0;  // kAttach
+  // kServe, kNeed: the sender's settings digest (TcpOptions::settingsDigest); kRefuse: the communicator's
+  uint64_t digest = 0;
   std::vector<Segment> segs;
   uint8_t nonce[16] = {0};
   uint8_t mac[32] = {0};

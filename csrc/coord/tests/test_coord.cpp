@@ -636,6 +636,93 @@ void tcpUnserveWaitsTest() {
   server.stop();
 }
 
+// ---- settings digest ----------------------------------------------------------------------------
+// A process whose settings digest differs from the communicator's (the first one the server saw) gets
+// an error for every lookup of that communicator, never a decision; its other communicators, and the
+// processes that agree, are served as usual.
+void tcpSettingsTest() {
+  wire::Msg r;
+  r.type = wire::kRefuse;
+  r.comm = 0x77;
+  r.digest = 0xfeedULL;
+  auto b = wire::encode(r);
+  wire::Msg o;
+  CHECK(wire::decode(b.data(), b.size(), &o) == static_cast<long>(b.size()));
+  CHECK(o.type == wire::kRefuse && o.comm == 0x77 && o.digest == 0xfeedULL);
+  wire::Msg n;
+  n.type = wire::kNeed;
+  n.task = TaskKey{3, 4, 1, 1 << 20};
+  n.digest = 0x1234ULL;
+  b = wire::encode(n);
+  CHECK(wire::decode(b.data(), b.size(), &o) == static_cast<long>(b.size()) && o.digest == 0x1234ULL);
+
+  TcpServer server(baseOpts(0));
+  std::string err;
+  REQUIRE(server.start(&err));
+  auto opts = [&](uint64_t digest) {
+    TcpOptions t = baseOpts(server.port());
+    t.settingsDigest = digest;
+    t.settingsWhat = "AUTOCCL_TEST_SETTING";
+    return t;
+  };
+  auto auth = makeTcpBoard(opts(0xA));
+  auto same = makeTcpBoard(opts(0xA));
+  auto other = makeTcpBoard(opts(0xB));
+  SearchDecider d5, d6;
+  auth->serve(5, &d5);
+  const TaskKey k5{5, 4, 1, 1 << 20};
+  // the authority's own process sets the reference; an agreeing process is answered
+  CHECK(auth->lookup(k5, 0, milliseconds(10000)).ok());
+  CHECK(same->lookup(k5, 0, milliseconds(10000)).ok());
+  Outcome bad = other->lookup(k5, 0, milliseconds(10000));
+  CHECK(!bad.ok());
+  CHECK(bad.error.find("refused this process") != std::string::npos);
+  CHECK(bad.error.find("AUTOCCL_TEST_SETTING") != std::string::npos);
+  // refused for good, at once: no decision even after the authority has published more
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK(!other->lookup(k5, 1, milliseconds(10000)).ok());
+  CHECK(std::chrono::steady_clock::now() - t0 < milliseconds(1000));
+  CHECK(server.stats().refused >= 1);
+  // a communicator the odd process serves itself takes its digest; others then are refused there
+  other->serve(6, &d6);
+  const TaskKey k6{6, 2, 1, 1 << 16};
+  CHECK(other->lookup(k6, 0, milliseconds(10000)).ok());
+  CHECK(!same->lookup(k6, 0, milliseconds(10000)).ok());
+  // The odd process asks before the authority serves: the authority's digest is the reference, so the
+  // odd one is refused when it serves (not the authority and the rest, as "first seen" would).
+  const TaskKey k7{7, 4, 1, 1 << 20};
+  Outcome early;
+  std::thread asker([&] { early = other->lookup(k7, 0, milliseconds(10000)); });
+  std::this_thread::sleep_for(milliseconds(200));
+  SearchDecider d7;
+  auth->serve(7, &d7);
+  asker.join();
+  CHECK(!early.ok() && early.error.find("refused this process") != std::string::npos);
+  CHECK(same->lookup(k7, 0, milliseconds(10000)).ok());
+  // No authority at all: the board seals NCCL's default only for askers that agree; askers that
+  // disagree are all refused (either one's default would differ from the other's).
+  const TaskKey k8{8, 4, 1, 1 << 20};
+  Outcome a8, b8;
+  std::thread t8([&] { a8 = same->lookup(k8, 0, milliseconds(10000)); });
+  b8 = other->lookup(k8, 0, milliseconds(10000));
+  t8.join();
+  CHECK(!a8.ok() && !b8.ok());
+  CHECK(a8.error.find("refused this process") != std::string::npos);
+  const TaskKey k9{9, 4, 1, 1 << 20};
+  Outcome a9, c9;
+  std::thread t9([&] { a9 = same->lookup(k9, 0, milliseconds(10000)); });
+  c9 = auth->lookup(k9, 0, milliseconds(10000));
+  t9.join();
+  CHECK(a9.ok() && c9.ok() && a9.seg.phase == Phase::kFinal && a9.seg.cfg.algo < 0);
+  auth->unserve(5);
+  auth->unserve(7);
+  other->unserve(6);
+  other.reset();
+  same.reset();
+  auth.reset();
+  server.stop();
+}
+
 // ---- forked processes ------------------------------------------------------------------------
 // A server process and one process per rank (rank 0 = authority of every communicator). Each rank
 // writes its outcomes to a file; the parent compares. killWhat: 0 nothing, 1 the authority process,
@@ -763,7 +850,7 @@ void tcpKillTest() {
 TestCase tests[] = {{"sha256", sha256Test},       {"wire", wireTest},         {"fuzz", fuzzTest},
                     {"store", storeTest},         {"local", localTest},       {"tcp_loopback", tcpLoopbackTest},
                     {"tcp_faults", tcpFaultsTest}, {"tcp_auth", tcpAuthTest}, {"tcp_attach", tcpAttachTest},
-                    {"tcp_unserve_waits", tcpUnserveWaitsTest},
+                    {"tcp_unserve_waits", tcpUnserveWaitsTest}, {"tcp_settings", tcpSettingsTest},
                     {"tcp_fork", tcpForkTest},     {"tcp_kill", tcpKillTest}};
 
 }  // namespace

@@ -100,6 +100,40 @@ void testFixedRules() {
 }
 
 // ------------------------------------------------------------------ settings
+// What every rank must share: equal settings give equal digests on any host; each of them changes it.
+void testAgreedSettings() {
+  std::map<std::string, std::string> base = {{"AUTOCCL_MODE", "online"}, {"NCCL_ALGO", "ring"}};
+  auto digestOf = [](const std::map<std::string, std::string>& m) {
+    return agreedSettings(loadSettings(envOf(m)), envOf(m)).digest;
+  };
+  const uint64_t d0 = digestOf(base);
+  CHECK(d0 != 0);
+  CHECK_EQ(d0, digestOf(base));
+  // settings only the authority uses (tracing, caching, scoring) do not count
+  auto same = base;
+  same["AUTOCCL_TRACE"] = "/tmp/t";
+  same["AUTOCCL_CACHE_DIR"] = "/elsewhere";
+  same["AUTOCCL_SCORE"] = "window";
+  CHECK_EQ(d0, digestOf(same));
+  for (const auto& [k, v] : std::map<std::string, std::string>{{"AUTOCCL_MAX_CHANNELS", "32"},
+                                                               {"AUTOCCL_NCCL_CHANNELS", "24"},
+                                                               {"NCCL_ALGO", "tree"},
+                                                               {"NCCL_PROTO", "^LL"},
+                                                               {"NCCL_MIN_CTAS", "64"},
+                                                               {"NCCL_MAX_CTAS", "64"},
+                                                               {"NCCL_MIN_NCHANNELS", "32"},
+                                                               {"NCCL_MAX_NCHANNELS", "32"}}) {
+    auto m = base;
+    m[k] = v;
+    CHECK(digestOf(m) != d0);
+  }
+  auto unset = base;
+  unset.erase("NCCL_ALGO");
+  CHECK(digestOf(unset) != d0);
+  const std::string names = agreedSettings(loadSettings(envOf(base)), envOf(base)).names;
+  CHECK(names.find("AUTOCCL_NCCL_CHANNELS") != std::string::npos && names.find("NCCL_MAX_CTAS") != std::string::npos);
+}
+
 void testSettings() {
   Settings s = loadSettings(envOf({}));
   CHECK(s.valid);
@@ -841,6 +875,7 @@ int main(int argc, char** argv) {
   static const autoccl::test::Case cases[] = {
       {"fixed_rules", testFixedRules},
       {"settings", testSettings},
+      {"agreed_settings", testAgreedSettings},
       {"stats", testStats},
       {"fingerprint", testFingerprint},
       {"table", testTable},

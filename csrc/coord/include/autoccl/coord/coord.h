@@ -87,6 +87,7 @@ struct BoardStats {
   uint64_t needsSent = 0, plansReceived = 0, sealed = 0, conflicts = 0, rejectedPeers = 0, reconnects = 0;
   uint64_t lookupsWaited = 0;  // lookups the board could not answer from what it held (asked the authority)
   uint64_t prefetches = 0;     // prefetch() calls that asked the authority
+  uint64_t refused = 0;        // server: SERVE/NEED refused for a settings digest other than the communicator's
 };
 
 // Transport-independent interface. Thread-safe.
@@ -156,6 +157,13 @@ struct TcpOptions {
   int retryMs = 50;           // client: NEED resend / reconnect backoff
   int sealMs = 2000;          // server: an unanswered NEED older than this seals NCCL's default
   Faults faults;
+  // Client: digest of the settings that change what a rank applies for a decision (the engine's
+  // channel clamps, NCCL's algorithm/protocol/CTA variables), sent with SERVE and NEED. The server keeps
+  // the first digest it sees per communicator and refuses every process that sends another: its lookups
+  // for that communicator end in an error (naming `settingsWhat`) instead of applying decisions that the
+  // other ranks would turn into other configurations.
+  uint64_t settingsDigest = 0;
+  std::string settingsWhat;
 };
 
 // The board server (relay + store). Runs its own threads. One per job (the process that binds the
