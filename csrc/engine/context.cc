@@ -322,9 +322,10 @@ bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& c
     --t->calls;  // not applied: NCCL fails the collective
     if (!failLogged_) {
       failLogged_ = true;
-      log(LogLevel::Warn, std::string(collName(coll)) + " bytes=" + std::to_string(bytes) + " call " +
-                              std::to_string(k) + ": the ranks can no longer agree on a configuration (" + d->why +
-                              "); failing the collective rather than risking divergent configurations");
+      failWhy_ = std::string(collName(coll)) + " bytes=" + std::to_string(bytes) + " call " + std::to_string(k) +
+                 ": the ranks can no longer agree on a configuration (" + d->why +
+                 "); failing the collective rather than risking divergent configurations";
+      log(LogLevel::Warn, failWhy_);
     }
     return false;
   }

@@ -118,6 +118,8 @@ class Context {
   // getCollInfo: decide, apply to NCCL's cost table / *nChannels, queue for timing, trace.
   // Returns false only when the call must fail (online: the ranks can no longer agree; logged).
   bool getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& costs, int* nChannels);
+  // Why the first call that getCollInfo failed had to fail (empty until one did). Enqueue thread only.
+  const std::string& failure() const { return failWhy_; }
   // getChunkSize (tuner v6): the chunk of the latest decision of `coll` if it forced (algo, proto).
   bool chunkSize(int coll, int algo, int proto, uint64_t* chunk) const;
   void finalizeTuner();
@@ -189,6 +191,7 @@ class Context {
   std::atomic<int> tasksWanting_{0};
   bool needFlag_ = false;            // guarded by rt_.mask()
   bool failLogged_ = false;          // enqueue thread only
+  std::string failWhy_;              // the message logged then (enqueue thread only)
   mutable std::mutex statsMu_;
   uint64_t ordinal_ = 0;             // enqueue thread only: calls decided on this communicator
   // Where the policy scores by stream period, each measurement is held until the next one arrives: a

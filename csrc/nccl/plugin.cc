@@ -89,6 +89,7 @@ struct TunerCtx {
   // AUTOCCL_NCCL_CHANNELS with valid settings, applied even where no decision source could be built:
   // a rank whose tuner gave up must cap NCCL's choice exactly like the ranks whose tuner left it to NCCL.
   int ncclChannels = 0;
+  bool failureShown = false;  // a failed collective's reason went to stderr (enqueue thread only)
 };
 struct ProfilerCtx {
   std::shared_ptr<Context> ctx;  // null: no events wanted
@@ -138,10 +139,17 @@ ncclabi::Result tunerGetCollInfo(void* context, ncclabi::Func coll, size_t nByte
   try {
     // NCCL passes its float[numAlgo][numProto] array cast to float**: the data is contiguous.
     CostTable costs{reinterpret_cast<float*>(collCostTable), numAlgo, numProto};
-    // false only in online mode when the ranks can no longer agree on this call (coordinator lost):
-    // failing the collective is the only outcome that cannot corrupt data (logged by the engine).
-    if (!t->ctx->getCollInfo(static_cast<int>(coll), nBytes, numPipeOps, costs, nChannels))
+    // false only in online mode when the ranks can no longer agree on this call (coordinator lost, this
+    // process's settings refused): failing the collective is the only outcome that cannot corrupt data.
+    // The engine logs why through NCCL, which prints nothing without NCCL_DEBUG and then reports its own
+    // "internal error": say it on stderr too, once per communicator.
+    if (!t->ctx->getCollInfo(static_cast<int>(coll), nBytes, numPipeOps, costs, nChannels)) {
+      if (!t->failureShown && !t->ctx->failure().empty()) {
+        t->failureShown = true;
+        std::fprintf(stderr, "autoccl: %s\n", t->ctx->failure().c_str());
+      }
       return ncclabi::kInternalError;
+    }
   } catch (...) {
   }
   return ncclabi::kSuccess;

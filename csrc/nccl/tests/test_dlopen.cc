@@ -411,6 +411,53 @@ void caseThreads() {
   CHECK(gWarn.empty());
 }
 
+// A collective the plugin must fail (mode online, a follower whose coordinator is unreachable) fails with
+// NCCL's error code, and the reason reaches stderr once per communicator: NCCL prints its logger's warnings
+// only with NCCL_DEBUG set and reports "internal error" otherwise.
+void caseFailureOnStderr() {
+  setenv("AUTOCCL_MODE", "online", 1);
+  setenv("AUTOCCL_COORD_ADDR", "127.0.0.1:9", 1);  // discard port: nothing listens
+  setenv("AUTOCCL_COORD_TOKEN", "t0ken", 1);
+  setenv("AUTOCCL_COORD_TIMEOUT_MS", "300", 1);
+  load();
+  std::fflush(stderr);
+  char path[] = "/tmp/autoccl-stderr-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  if (fd < 0) return;
+  int saved = dup(2);
+  dup2(fd, 2);
+  int mask = 0;
+  void* pctx = nullptr;
+  void* tctx = nullptr;
+  gP5->init(&pctx, 0x51, &mask, "c", 1, 2, 1, logger);  // rank 1 of 2: a follower, never the server
+  gT5->init(&tctx, 0x51, 2, 1, logger, nullptr, nullptr);
+  int rc[2];
+  for (int& r : rc) {
+    Costs c;
+    int nCh = 0;
+    r = gT5->getCollInfo(tctx, ncclabi::kAllReduce, 1u << 20, 1, c.arg(), 7, 3, 0, &nCh);
+  }
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  gT5->finalize(tctx);
+  gP5->finalize(pctx);
+  std::string err;
+  char buf[4096];
+  ssize_t n;
+  lseek(fd, 0, SEEK_SET);
+  while ((n = read(fd, buf, sizeof buf)) > 0) err.append(buf, static_cast<size_t>(n));
+  close(fd);
+  unlink(path);
+  CHECK(rc[0] != 0 && rc[1] != 0);
+  size_t at = err.find("autoccl: allreduce bytes=1048576 call 0: the ranks can no longer agree");
+  CHECK(at != std::string::npos);
+  CHECK(err.find("coordinator unreachable") != std::string::npos);
+  CHECK(err.find("autoccl: allreduce", at + 1) == std::string::npos);  // once
+  for (const char* v : {"AUTOCCL_COORD_ADDR", "AUTOCCL_COORD_TOKEN", "AUTOCCL_COORD_TIMEOUT_MS"}) unsetenv(v);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -426,6 +473,7 @@ int main(int argc, char** argv) {
   static const autoccl::test::Case cases[] = {
       {"symbols", caseSymbols}, {"fixed", caseFixed},       {"bad_env", caseBadEnv}, {"off", caseOff},
       {"observe", caseObserve}, {"no_profiler", caseNoProfiler}, {"nccl_channels", caseNcclChannels}, {"threads", caseThreads},
+      {"failure_on_stderr", caseFailureOnStderr},
   };
   char* args[] = {argv[0], argv[2]};
   return autoccl::test::runCases(2, args, cases);
