@@ -380,9 +380,9 @@ bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& c
     int n = std::snprintf(buf, sizeof buf,
                           "{\"ev\":\"call\",\"comm\":\"%s\",\"rank\":%d,\"coll\":\"%s\",\"bytes\":%" PRIu64
                           ",\"pipe\":%d,\"call\":%" PRIu64 ",\"algo\":%s,\"proto\":%s,\"channels\":%d,\"chunk\":%" PRIu64
-                          ",\"source\":\"%s\"%s}",
+                          ",\"source\":\"%s\",\"timing\":%d%s}",
                           commHex_.c_str(), rank_, collName(coll), bytes, pipe, k, algo, proto, applied.channels,
-                          applied.chunk, sourceName(source), refused ? ",\"refused\":true" : "");
+                          applied.chunk, sourceName(source), rt_.mask().on() ? 1 : 0, refused ? ",\"refused\":true" : "");
     if (n > 0) rt_.trace().writeLine(buf, std::min(static_cast<size_t>(n), sizeof buf - 1));
   }
   return true;

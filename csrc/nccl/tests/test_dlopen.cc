@@ -174,9 +174,10 @@ void caseFixed() {
   std::string trace = slurp(traceFile(dir + "/trace"));
   CHECK(trace.find("\"ev\":\"call\",\"comm\":\"000000000000feed\",\"rank\":1,\"coll\":\"allreduce\",\"bytes\":4194304,"
                    "\"pipe\":1,\"call\":0,\"algo\":\"ring\",\"proto\":\"ll128\",\"channels\":16,\"chunk\":262144,"
-                   "\"source\":\"fixed\"}") != std::string::npos);
+                   "\"source\":\"fixed\",\"timing\":1}") != std::string::npos);  // fixed mode times 16 calls
   CHECK(trace.find("\"coll\":\"allgather\",\"bytes\":1048576,\"pipe\":1,\"call\":0,\"algo\":null,\"proto\":null,"
-                   "\"channels\":0,\"chunk\":0,\"source\":\"nccl\",\"refused\":true}") != std::string::npos);
+                   "\"channels\":0,\"chunk\":0,\"source\":\"nccl\",\"timing\":1,\"refused\":true}") !=
+        std::string::npos);
   CHECK(trace.find("\"ev\":\"task\"") != std::string::npos);
   bool loggedMode = false;
   for (const std::string& m : gInfo) loggedMode |= m.find("mode fixed") != std::string::npos;
