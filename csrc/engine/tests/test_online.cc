@@ -1260,6 +1260,49 @@ void testOnlineHotPath() {
   for (auto& r : comm.ranks) r->ctx.finalizeTuner();
 }
 
+// The decision path of a pinned task when ranks are in different processes (TCP board, what one process
+// per GPU runs): the follower's and the authority's decide() per call once the task is pinned, each call
+// timed on its own (drift re-check planning included; no kernel events here). Same target as online_hot_path (< 1 us median in optimized, unsanitized builds); the
+// numbers go to benchmarks/results/cpu/engine_hot_path.md.
+void testOnlineTcpPinnedCost() {
+  using clk = std::chrono::steady_clock;
+  TcpPair pair({{"AUTOCCL_MODE", "online"}, {"AUTOCCL_HW", "GPU Xx4"}});
+  if (!pair.ok()) return;
+  const CostModel model = modelLL128At8();
+  const TaskKey task{kAllReduce, 1u << 20, 1};
+  uint64_t k = 0;
+  for (; k < 600; ++k) pair.call(task, k, model);
+  float costs[kCostSize];
+  model.costs(costs);
+  CostTable ct{costs, kNumAlgos, kNumProtos};
+  const int n = 100000;
+  std::vector<double> auth, fol;
+  auth.reserve(n);
+  fol.reserve(n);
+  for (int i = 0; i < n; ++i, ++k) {
+    auto t0 = clk::now();
+    Decision a = pair.authority->decide(task, k, ct);
+    auto t1 = clk::now();
+    Decision f = pair.follower->decide(task, k, ct);
+    auto t2 = clk::now();
+    CHECK(!a.fail && !f.fail);
+    pair.differ += !(a.config == f.config);
+    auth.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
+    fol.push_back(std::chrono::duration<double, std::nano>(t2 - t1).count());
+  }
+  CHECK_EQ(pair.differ, size_t(0));
+  Dist da = distOf(auth), df = distOf(fol);
+  std::fprintf(stderr, "pinned decide() over the TCP board, each call timed on its own (steady_clock included):\n");
+  std::fprintf(stderr, "  authority median %.1f  p99 %.1f  p99.9 %.1f ns; follower median %.1f  p99 %.1f  p99.9 %.1f ns"
+               "  (%zu calls)\n", da.median, da.p99, da.p999, df.median, df.p99, df.p999, auth.size());
+  std::fprintf(stderr, "  lookups that waited for the authority, whole run (tuning included): follower board %llu\n",
+               static_cast<unsigned long long>(pair.followerBoard->stats().lookupsWaited));
+#if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  CHECK(da.median < 1000.0);
+  CHECK(df.median < 1000.0);
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -1280,6 +1323,7 @@ int main(int argc, char** argv) {
       {"online_tcp_duel_checked_by_period", testTcpDuelCheckedByPeriod},
       {"online_bad_coordinator", testBadCoordinator},
       {"online_hot_path", testOnlineHotPath},
+      {"online_tcp_pinned_cost", testOnlineTcpPinnedCost},
   };
   return autoccl::test::runCases(argc, argv, cases);
 }
