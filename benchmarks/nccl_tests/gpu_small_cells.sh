@@ -14,6 +14,8 @@
 #   idle64cap, idle32cap, online64cap   idle64, idle with --channel-ceiling 32, online64 with
 #                --nccl-channels <the plain communicator's count, read from NCCL's INFO line "<N> coll
 #                channels">: calls left to NCCL as on a plain communicator
+#   table64cap   mode table on the table the preceding online64cap run of the same repetition saved (list it
+#                after online64cap): its configurations without search, coordinator or timing
 # VARIANTS="..." picks the variants (default: the first six), LAUNCHES="mpi single", COLLS="all_gather
 # all_reduce reduce". INFO_VARIANTS (default "plain ctas64"): one all_gather and one all_reduce 1 MiB run
 # each with NCCL_DEBUG_SUBSYS=INIT,TUNING (NCCL's choice per call: algorithm, protocol, channels).
@@ -50,6 +52,8 @@ variant_pre() {
     online) PRE=("${online[@]}" --trace "$tr" --) ;;
     online64) PRE=("${online[@]}" --channel-ceiling 64 --trace "$tr" --) ;;
     online64cap) PRE=("${online[@]}" --channel-ceiling 64 --nccl-channels "$NCCL_CH" --trace "$tr" --) ;;
+    table64cap) PRE=(env AUTOCCL_MEASURE_CALLS=0 $AC --mode table --cache-dir /tmp/cache-run --channel-ceiling 64
+                     --nccl-channels "$NCCL_CH" --trace "$tr" --) ;;
     *) echo "unknown variant $v" >&2; return 1 ;;
   esac
 }
@@ -76,14 +80,15 @@ for rep in $(seq 1 "${REPS:-2}"); do
     for coll in ${COLLS:-all_gather all_reduce reduce}; do
       for v in ${VARIANTS:-plain ctas64 idle idle64 online online64}; do
         [ "$(left)" -lt 15 ] && { echo "budget reached at $launch $coll $v rep $rep"; break 4; }
-        rm -rf /tmp/cache-empty /tmp/cache-run
+        rm -rf /tmp/cache-empty
+        [ "$v" = table64cap ] || rm -rf /tmp/cache-run  # table64cap reads what online64cap saved
         tr=/tmp/tr/$launch-$coll-$v-$rep
         variant_pre "$v" "$tr" || exit 1
         t0=$SECONDS
         # shellcheck disable=SC2046
         timeout 90 "${PRE[@]}" $(nt_cmd $launch $coll "${NT_ARGS[@]}") > "$OUT/logs/$launch-$coll-$v-$rep.txt" 2>&1
         echo "$launch $coll $v rep $rep: rc=$? $((SECONDS - t0)) s"
-        if [ "$rep" = 1 ] && [[ $v == online* ]]; then
+        if [ "$rep" = 1 ] && [[ $v == online* || $v == table* ]]; then
           mkdir -p "$OUT/traces/$launch-$coll-$v" && mv "$tr"*.jsonl "$OUT/traces/$launch-$coll-$v/" 2>/dev/null
         fi
         rm -f "$tr"*.jsonl

@@ -27,6 +27,7 @@ VARIANTS = [
     "online",
     "online64",
     "online64cap",
+    "table64cap",
 ]
 
 
