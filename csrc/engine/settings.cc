@@ -55,8 +55,7 @@ AgreedSettings agreedSettings(const Settings& s, const EnvLookup& env) {
     text += std::string("\n") + name + "=" + (v ? v : "");
     out.names += std::string(", ") + name;
   }
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a: stable across builds and hosts
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
+  const uint64_t h = fnv1a64(text);  // stable across builds and hosts
   out.digest = h ? h : 1;
   return out;
 }
