@@ -158,10 +158,11 @@ struct TcpOptions {
   int sealMs = 2000;          // server: an unanswered NEED older than this seals NCCL's default
   Faults faults;
   // Client: digest of the settings that change what a rank applies for a decision (the engine's
-  // channel clamps, NCCL's algorithm/protocol/CTA variables), sent with SERVE and NEED. The server keeps
-  // the first digest it sees per communicator and refuses every process that sends another: its lookups
-  // for that communicator end in an error (naming `settingsWhat`) instead of applying decisions that the
-  // other ranks would turn into other configurations.
+  // channel clamps, NCCL's algorithm/protocol/CTA variables), sent with SERVE and NEED. The server takes
+  // the authority's digest (SERVE) as the communicator's and refuses every process that sends another,
+  // also one that asked before the authority served: its lookups for that communicator end in an error
+  // (naming `settingsWhat`) instead of applying decisions that the other ranks would turn into other
+  // configurations. Without an authority, the board seals only when every asker sent the same digest.
   uint64_t settingsDigest = 0;
   std::string settingsWhat;
 };
