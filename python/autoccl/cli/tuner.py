@@ -14,7 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from autoccl import tables
+from autoccl import nccl_probe, tables
 from autoccl._paths import ArtefactNotFound
 from autoccl.tuner_env import MODES, plugin_env
 
@@ -50,15 +50,43 @@ _ceiling = click.option(
     help="create communicators with this many channels (NCCL_MIN_CTAS=NCCL_MAX_CTAS) so the "
     "tuner can use more than NCCL's default; changes NCCL's own default too.",
 )
+
+
+class _ChannelsOrAuto(click.ParamType):
+    """A channel count 1..64, or `auto` (ask NCCL for a plain communicator's count on this host)."""
+
+    name = "N|auto"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "auto":
+            return value
+        try:
+            count = int(value)
+        except ValueError:
+            self.fail(f"{value!r} is neither a channel count nor 'auto'", param, ctx)
+        if not 1 <= count <= 64:
+            self.fail(f"{count} is not in the range 1..64", param, ctx)
+        return count
+
+
 _nccl_channels = click.option(
     "--nccl-channels",
-    type=click.IntRange(1, 64),
+    type=_ChannelsOrAuto(),
     default=None,
     help="at most this many channels for every call whose channel count the plugin leaves to NCCL. "
-    "With --channel-ceiling, give the count NCCL creates without it (NCCL_DEBUG=INFO prints "
-    "'<N> coll channels'; 24 on 2 or 4 x H200): NCCL's own choice then runs as on a plain communicator "
-    "instead of on all the ceiling's channels (slower at 1-2 MiB).",
+    "With --channel-ceiling, give the count NCCL creates without it (24 on 2 or 4 x H200), or 'auto': "
+    "NCCL creates one plain communicator over this host's GPUs first and says its count. NCCL's own "
+    "choice then runs as on a plain communicator instead of on all the ceiling's channels (slower at "
+    "1-2 MiB). Every host of a job must end up with the same count.",
 )
+_probe_gpus = click.option(
+    "--probe-gpus",
+    type=click.IntRange(2, 64),
+    default=None,
+    help="GPUs the --nccl-channels auto communicator spans (default: every visible GPU; give the "
+    "job's GPUs per host if it uses fewer).",
+)
+
 _cache = click.option("--cache-dir", default=None, help="tuning-table cache directory.")
 
 
@@ -69,16 +97,19 @@ def _build_env(
     trace: str | None,
     ceiling: int | None,
     cache_dir: str | None,
-    nccl_channels: int | None = None,
+    nccl_channels: int | str | None = None,
+    probe_gpus: int | None = None,
 ) -> dict[str, str]:
     extra: dict[str, str] = {}
+    if isinstance(nccl_channels, str):  # "auto": the option's type lets nothing else through
+        nccl_channels = _probe_nccl_channels(probe_gpus)
     if ceiling is not None:
         extra.update({"NCCL_MIN_CTAS": str(ceiling), "NCCL_MAX_CTAS": str(ceiling)})
         if nccl_channels is None:
             click.echo(
                 f"autoccl: --channel-ceiling {ceiling} also spreads NCCL's own choice over {ceiling} "
-                "channels (slower at 1-2 MiB); --nccl-channels <count of a plain communicator> keeps it "
-                "(NCCL_DEBUG=INFO prints '<count> coll channels')",
+                "channels (slower at 1-2 MiB); --nccl-channels <count of a plain communicator> (or auto) "
+                "keeps it",
                 err=True,
             )
     try:
@@ -96,9 +127,28 @@ def _build_env(
         raise click.UsageError(str(e)) from e
 
 
+def _probe_nccl_channels(gpus: int | None) -> int:
+    """--nccl-channels auto: NCCL's count for a plain communicator over this host's GPUs."""
+    click.echo("autoccl: asking NCCL for a plain communicator's channel count ...", err=True)
+    try:
+        found = nccl_probe.probe_plain_channels(gpus)
+    except nccl_probe.ProbeError as e:
+        raise click.ClickException(
+            f"--nccl-channels auto: {e}\ngive the count instead: --nccl-channels N "
+            "(NCCL_DEBUG=INFO prints '<N> coll channels' when a communicator is created)"
+        ) from e
+    click.echo(
+        f"autoccl: a plain communicator over {found.ranks} GPUs of this host has {found.channels} "
+        f"channels (NCCL {found.nccl_version}, {found.library}): --nccl-channels {found.channels}",
+        err=True,
+    )
+    return found.channels
+
+
 def _plugin_options(command: F) -> F:
     """The options that build the plugin environment, shared by `env` and `run`."""
-    for option in reversed((_mode, _fixed, _table, _trace, _ceiling, _nccl_channels, _cache)):
+    options = (_mode, _fixed, _table, _trace, _ceiling, _nccl_channels, _probe_gpus, _cache)
+    for option in reversed(options):
         command = option(command)
     return command
 
@@ -112,13 +162,14 @@ def env(
     table: str | None,
     trace: str | None,
     channel_ceiling: int | None,
-    nccl_channels: int | None,
+    nccl_channels: int | str | None,
+    probe_gpus: int | None,
     cache_dir: str | None,
     shell: str,
 ) -> None:
     """Print the variables that load the plugin: eval "$(autoccl env --mode observe)"."""
     for key, value in _build_env(
-        mode, fixed, table, trace, channel_ceiling, cache_dir, nccl_channels
+        mode, fixed, table, trace, channel_ceiling, cache_dir, nccl_channels, probe_gpus
     ).items():
         if shell == "fish":
             click.echo(f"set -gx {key} {shlex.quote(value)}")
@@ -135,7 +186,8 @@ def run(
     table: str | None,
     trace: str | None,
     channel_ceiling: int | None,
-    nccl_channels: int | None,
+    nccl_channels: int | str | None,
+    probe_gpus: int | None,
     cache_dir: str | None,
     command: tuple[str, ...],
 ) -> None:
@@ -145,7 +197,7 @@ def run(
     """
     child_env = {
         **os.environ,
-        **_build_env(mode, fixed, table, trace, channel_ceiling, cache_dir, nccl_channels),
+        **_build_env(mode, fixed, table, trace, channel_ceiling, cache_dir, nccl_channels, probe_gpus),
     }
     exe = shutil.which(command[0], path=child_env.get("PATH"))
     if exe is None:

@@ -1,0 +1,144 @@
+"""`--nccl-channels auto`: the plain-communicator probe, against NCCL's log format and a stand-in NCCL."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from autoccl import nccl_probe
+from autoccl.cli import main
+
+# NCCL 2.28.9's INIT lines of one 2-rank communicator on 2 x H200 (session 12, small_cells_raised/info).
+_COUNTS = "24 coll channels, 24 collnet channels, 0 nvls channels, 32 p2p channels, 32 p2p channels per peer"
+H200_LOG = f"""\
+vm:2309:2309 [0] NCCL INFO NCCL version 2.28.9+cuda13.0
+vm:2309:2309 [0] NCCL INFO comm 0x556e523eae40 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0
+vm:2309:2309 [0] NCCL INFO {_COUNTS}
+vm:2310:2310 [1] NCCL INFO {_COUNTS}
+"""
+
+# A stand-in for libnccl.so.2 with the four entry points the probe calls. Like NCCL it logs only with
+# NCCL_DEBUG=INFO; unlike NCCL it refuses to run if any launcher setting leaked into the probe, so the
+# test fails if the probe's communicator is not a plain one.
+FAKE_NCCL = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+int ncclGetVersion(int* v) { *v = 22809; return 0; }
+const char* ncclGetErrorString(int r) { return r == 5 ? "invalid usage (fake)" : "internal error (fake)"; }
+int ncclCommInitAll(void** comms, int ndev, const int* devlist) {
+  (void)devlist;
+  const char* leaked[] = {"NCCL_MIN_CTAS", "NCCL_MAX_CTAS", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN",
+                          "AUTOCCL_MODE", "AUTOCCL_MAX_CHANNELS"};
+  for (unsigned i = 0; i < sizeof leaked / sizeof *leaked; ++i)
+    if (getenv(leaked[i])) { fprintf(stderr, "fake nccl: %s leaked into the probe\n", leaked[i]); return 5; }
+  if (getenv("FAKE_NCCL_FAIL")) return 3;
+  const char* debug = getenv("NCCL_DEBUG");
+  int channels = getenv("FAKE_NCCL_CHANNELS") ? atoi(getenv("FAKE_NCCL_CHANNELS")) : 24;
+  for (int r = 0; r < ndev; ++r) {
+    comms[r] = (void*)(long)(r + 1);
+    if (debug && strcmp(debug, "INFO") == 0)
+      printf("box:1:1 [%d] NCCL INFO %d coll channels, %d collnet channels, 0 nvls channels\n",
+             r, channels + (getenv("FAKE_NCCL_SKEW") ? r : 0), channels);
+  }
+  fflush(stdout);
+  return 0;
+}
+int ncclCommDestroy(void* comm) { (void)comm; return 0; }
+"""
+
+
+@pytest.fixture(scope="module")
+def fake_nccl(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None:
+        pytest.skip("no C compiler to build the stand-in NCCL")
+    work = tmp_path_factory.mktemp("fake_nccl")
+    (work / "fake.c").write_text(FAKE_NCCL)
+    lib = work / "libnccl.so.2"
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(lib), str(work / "fake.c")], check=True)
+    return lib
+
+
+@pytest.fixture
+def fake_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "libautoccl-nccl.so").write_bytes(b"")
+    monkeypatch.setenv("AUTOCCL_LIB_DIR", str(lib))
+    return lib / "libautoccl-nccl.so"
+
+
+def _exports(stdout: str) -> dict[str, str]:
+    return dict(line.removeprefix("export ").split("=", 1) for line in stdout.splitlines())
+
+
+def test_parse_reads_nccl_count() -> None:
+    assert nccl_probe.parse_coll_channels(H200_LOG) == 24
+
+
+@pytest.mark.parametrize(
+    ("log", "why"),
+    [
+        ("vm:1:1 [0] NCCL INFO NCCL version 2.28.9+cuda13.0\n", "no '<N> coll channels' line"),
+        (H200_LOG.replace("[1] NCCL INFO 24 coll", "[1] NCCL INFO 16 coll"), "different channel counts"),
+    ],
+)
+def test_parse_rejects_missing_or_disagreeing_counts(log: str, why: str) -> None:
+    with pytest.raises(nccl_probe.ProbeError, match=why):
+        nccl_probe.parse_coll_channels(log)
+
+
+def test_auto_sets_the_probed_count_from_a_plain_communicator(
+    fake_plugin: Path, fake_nccl: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AUTOCCL_NCCL_LIBRARY", str(fake_nccl))
+    monkeypatch.setenv("FAKE_NCCL_CHANNELS", "20")
+    # A shell that already ran `eval "$(autoccl env --channel-ceiling 64)"`: none of it may reach the probe.
+    for key, value in {
+        "NCCL_MIN_CTAS": "64",
+        "NCCL_MAX_CTAS": "64",
+        "AUTOCCL_MODE": "online",
+        "AUTOCCL_MAX_CHANNELS": "64",
+        "NCCL_TUNER_PLUGIN": str(fake_plugin),
+    }.items():
+        monkeypatch.setenv(key, value)
+    args = ["env", "--channel-ceiling", "64", "--nccl-channels", "auto", "--probe-gpus", "4"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    lines = _exports(r.stdout)
+    assert lines["AUTOCCL_NCCL_CHANNELS"] == "20"
+    assert lines["NCCL_MIN_CTAS"] == "64"
+    assert "over 4 GPUs of this host has 20 channels (NCCL 2.28.9" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "why"),
+    [
+        ({"FAKE_NCCL_FAIL": "1"}, "ncclCommInitAll over 4 GPUs failed: internal error"),
+        ({"FAKE_NCCL_SKEW": "1"}, "different channel counts"),
+        ({"AUTOCCL_NCCL_LIBRARY": "/nonexistent/libnccl.so.2"}, "is not a file"),
+    ],
+)
+def test_auto_fails_clearly(
+    fake_plugin: Path, fake_nccl: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], why: str
+) -> None:
+    monkeypatch.setenv("AUTOCCL_NCCL_LIBRARY", str(fake_nccl))
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    r = CliRunner().invoke(
+        main, ["env", "--channel-ceiling", "64", "--nccl-channels", "auto", "--probe-gpus", "4"]
+    )
+    assert r.exit_code != 0
+    assert why in r.output
+    assert "--nccl-channels N" in r.output  # what to do instead
+    assert "export" not in r.stdout  # nothing half-set for the shell to eval
+
+
+def test_nccl_channels_rejects_other_words(fake_plugin: Path) -> None:
+    r = CliRunner().invoke(main, ["env", "--nccl-channels", "many"])
+    assert r.exit_code != 0 and "neither a channel count nor 'auto'" in r.output
