@@ -25,6 +25,7 @@ probe gpus2 --probe-gpus 2
 ( eval "$(python3 -m autoccl env --mode observe --channel-ceiling 64 2>/dev/null)"; probe after-ceiling-export )
 
 for cap in none auto; do
+  rm -rf "/tmp/tr-$cap"; mkdir -p "/tmp/tr-$cap"
   opts=(--mode observe --channel-ceiling 64 --trace "/tmp/tr-$cap/t")
   [ $cap = auto ] && opts+=(--nccl-channels auto)
   python3 -m autoccl run "${opts[@]}" -- "$NT_BIN/all_gather_perf" -b 1M -e 64M -f 8 -w 5 -n 20 -c 1 -g "$NGPU" \
