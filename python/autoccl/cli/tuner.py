@@ -77,7 +77,8 @@ _nccl_channels = click.option(
     "With --channel-ceiling, give the count NCCL creates without it (24 on 2 or 4 x H200), or 'auto': "
     "NCCL creates one plain communicator over this host's GPUs first and says its count. NCCL's own "
     "choice then runs as on a plain communicator instead of on all the ceiling's channels (slower at "
-    "1-2 MiB). Every host of a job must end up with the same count.",
+    "1-2 MiB). Every rank of a job must get the same count: on several hosts that are not identical "
+    "machines, give the number.",
 )
 _probe_gpus = click.option(
     "--probe-gpus",
