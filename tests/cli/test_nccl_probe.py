@@ -64,15 +64,6 @@ def fake_nccl(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return lib
 
 
-@pytest.fixture
-def fake_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    (lib / "libautoccl-nccl.so").write_bytes(b"")
-    monkeypatch.setenv("AUTOCCL_LIB_DIR", str(lib))
-    return lib / "libautoccl-nccl.so"
-
-
 def _exports(stdout: str) -> dict[str, str]:
     return dict(line.removeprefix("export ").split("=", 1) for line in stdout.splitlines())
 

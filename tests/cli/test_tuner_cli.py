@@ -20,16 +20,6 @@ task coll=allreduce bytes=67108864 pipe=1 algo=ring proto=simple channels=32 chu
 """
 
 
-@pytest.fixture
-def fake_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A plugin path for env/run tests that must not depend on the C++ build."""
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    (lib / "libautoccl-nccl.so").write_bytes(b"")
-    monkeypatch.setenv("AUTOCCL_LIB_DIR", str(lib))
-    return lib / "libautoccl-nccl.so"
-
-
 def test_table_round_trip() -> None:
     t = tables.parse_table(SAMPLE)
     assert t.fingerprint == "0123456789abcdef"
