@@ -131,6 +131,10 @@ def test_sweeps_online_and_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPa
             "ll",
             "--online-warmup",
             "3",
+            "--online-channel-ceiling",
+            "32",
+            "--online-nccl-channels",
+            "12",
             "-o",
             str(prefix),
         ]
@@ -166,6 +170,10 @@ def test_sweeps_online_and_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert all(e["AUTOCCL_MODE"] == "fixed" for e in oracle_envs)
     online = next(ln for ln in doc["launches"] if ln["mode"] == "online")
     assert online["rank0_env"]["AUTOCCL_MODE"] == "online" and "AUTOCCL_TRACE" in online["rank0_env"]
+    # the ceiling widens the communicators, the cap keeps NCCL's own choice at a plain one's count
+    assert online["rank0_env"]["NCCL_MIN_CTAS"] == online["rank0_env"]["AUTOCCL_MAX_CHANNELS"] == "32"
+    assert online["rank0_env"]["AUTOCCL_NCCL_CHANNELS"] == "12"
+    assert doc["settings"]["online_nccl_channels"] == 12
     assert online["convergence"] == []  # gloo never loads the plugin: no trace
     # ... but the folder of the trace prefix exists, since the plugin creates none (under NCCL, a missing
     # folder silently cost the smoke run on 4 x H200 every convergence trace)

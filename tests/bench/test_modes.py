@@ -109,6 +109,9 @@ def test_channel_ceiling_envs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert "NCCL_MIN_CTAS" not in plain and "AUTOCCL_MAX_CHANNELS" not in plain
     wide = M.online_env("t", "c", 64)
     assert wide["NCCL_MIN_CTAS"] == wide["NCCL_MAX_CTAS"] == wide["AUTOCCL_MAX_CHANNELS"] == "64"
+    assert "AUTOCCL_NCCL_CHANNELS" not in wide
+    capped = M.online_env("t", "c", 64, 24)
+    assert capped["NCCL_MIN_CTAS"] == "64" and capped["AUTOCCL_NCCL_CHANNELS"] == "24"
     assert M.rule_channels("ring/ll/16") == 16 and M.rule_channels("tree/simple") is None
     forced = M.oracle_env({"all_reduce": "tree/ll/64", "all_gather": "ring/simple/32"})
     assert forced["NCCL_MIN_CTAS"] == forced["NCCL_MAX_CTAS"] == "64"

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from autoccl.bench.spec import SpecError
+from autoccl.cli.channels import ChannelsOrAuto, resolve_nccl_channels
 
 DEFAULT_COLLS = "all_gather,reduce_scatter,all_reduce"
 
@@ -87,6 +88,14 @@ _online_channel_ceiling = click.option(
     default=None,
     help="online mode: create communicators with this many channels (NCCL_MIN_CTAS=NCCL_MAX_CTAS) so "
     "the tuner can use more than NCCL's default; NCCL's own choice changes too (recorded in the results)",
+)
+_online_nccl_channels = click.option(
+    "--online-nccl-channels",
+    type=ChannelsOrAuto(),
+    default=None,
+    help="online mode with --online-channel-ceiling: cap the calls the tuner leaves to NCCL at a plain "
+    "communicator's channel count (N, or auto: NCCL is asked once on this host's GPUs), so they run as "
+    "on a plain communicator (as `autoccl run --nccl-channels`)",
 )
 
 
@@ -166,6 +175,7 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
     help="extra warm-up iterations per cell in online mode (the tuning phase, traced)",
 )
 @_online_channel_ceiling
+@_online_nccl_channels
 @click.option(
     "--sweep-load", "sweep_loads", default=None, help="loads of the static-best sweep [default: --load]"
 )
@@ -214,6 +224,7 @@ def coll(
     check: bool,
     online_warmup: int,
     online_channel_ceiling: int | None,
+    online_nccl_channels: int | str | None,
     sweep_loads: str | None,
     sweep_iters: int | None,
     sweep_reps: int | None,
@@ -267,6 +278,7 @@ def coll(
             check=check,
             online_warmup=online_warmup,
             online_channel_ceiling=online_channel_ceiling,
+            online_nccl_channels=resolve_nccl_channels(online_nccl_channels, None, "--online-nccl-channels"),
             sweep_loads=S.parse_loads(sweep_loads) if sweep_loads else None,
             sweep_iters=sweep_iters,
             sweep_reps=sweep_reps,
@@ -361,6 +373,7 @@ def _finish(doc: dict[str, Any], prefix: Path, main: bool) -> None:
 @click.option("--dtype", default="bf16", show_default=True, type=click.Choice(["bf16", "fp16", "fp32"]))
 @click.option("--bucket-mb", type=int, default=25, show_default=True, help="DDP bucket size")
 @_online_channel_ceiling
+@_online_nccl_channels
 @_common
 def train(
     preset: str,
@@ -372,6 +385,7 @@ def train(
     dtype: str,
     bucket_mb: int,
     online_channel_ceiling: int | None,
+    online_nccl_channels: int | str | None,
     device: str,
     backend: str | None,
     nproc: int | None,
@@ -414,6 +428,7 @@ def train(
             timeout_s=timeout,
             seed=seed,
             online_channel_ceiling=online_channel_ceiling,
+            online_nccl_channels=resolve_nccl_channels(online_nccl_channels, None, "--online-nccl-channels"),
             extra={"bucket_mb": bucket_mb},
         )
         prefix = output or _default_prefix("train")

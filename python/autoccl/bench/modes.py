@@ -247,17 +247,22 @@ def ceiling_env(channels: int) -> dict[str, str]:
     return {"NCCL_MIN_CTAS": str(channels), "NCCL_MAX_CTAS": str(channels)}
 
 
-def online_env(trace_prefix: str, cache_dir: str, channel_ceiling: int | None = None) -> dict[str, str]:
+def online_env(
+    trace_prefix: str,
+    cache_dir: str,
+    channel_ceiling: int | None = None,
+    nccl_channels: int | None = None,
+) -> dict[str, str]:
     """The online tuner; with `channel_ceiling` the communicators get that many channels so the tuner
-    can use more than NCCL's default (which then also changes NCCL's own choice for untuned calls)."""
-    if channel_ceiling is None:
-        return plugin_env("online", trace=trace_prefix, cache_dir=cache_dir)
+    can use more than NCCL's default (which then also changes NCCL's own choice for untuned calls, unless
+    `nccl_channels` caps those calls at a plain communicator's count)."""
     return plugin_env(
         "online",
         trace=trace_prefix,
         cache_dir=cache_dir,
         max_channels=channel_ceiling,
-        extra=ceiling_env(channel_ceiling),
+        nccl_channels=nccl_channels,
+        extra=ceiling_env(channel_ceiling) if channel_ceiling is not None else None,
     )
 
 

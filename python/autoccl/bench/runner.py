@@ -40,6 +40,7 @@ class CollOptions:
     check: bool = False
     online_warmup: int = 200
     online_channel_ceiling: int | None = None
+    online_nccl_channels: int | None = None
     sweep_loads: list[Load] | None = None
     sweep_iters: int | None = None
     sweep_reps: int | None = None
@@ -68,6 +69,7 @@ class TrainOptions:
     timeout_s: float = 600.0
     seed: int = 1234
     online_channel_ceiling: int | None = None
+    online_nccl_channels: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -108,10 +110,13 @@ def _plugin_guard(fn: Callable[[], dict[str, str]], mode: str) -> dict[str, str]
         ) from None
 
 
-def _online_launch_env(folder: Path, channel_ceiling: int | None) -> tuple[str, dict[str, str]]:
+def _online_launch_env(
+    folder: Path, channel_ceiling: int | None, nccl_channels: int | None
+) -> tuple[str, dict[str, str]]:
     """(trace prefix, environment) of an online launch: its trace and a fresh cache under `folder`."""
     prefix = str(folder / "trace")
-    env = _plugin_guard(partial(M.online_env, prefix, str(folder / "cache"), channel_ceiling), "online")
+    online = partial(M.online_env, prefix, str(folder / "cache"), channel_ceiling, nccl_channels)
+    env = _plugin_guard(online, "online")
     return prefix, env
 
 
@@ -155,7 +160,9 @@ def plan_coll(o: CollOptions, workdir: Path) -> list[M.Launch]:
         elif mode.kind == "online":
             # One launch per load: the tuner starts from nothing and converges under that load.
             for ld in load_names:
-                prefix, env = _online_launch_env(workdir / f"online@{_safe(ld)}", o.online_channel_ceiling)
+                prefix, env = _online_launch_env(
+                    workdir / f"online@{_safe(ld)}", o.online_channel_ceiling, o.online_nccl_channels
+                )
                 launches.append(
                     M.Launch(
                         "online",
@@ -344,6 +351,7 @@ def run_coll(
             "check": o.check,
             "online_warmup": o.online_warmup,
             "online_channel_ceiling": o.online_channel_ceiling,
+            "online_nccl_channels": o.online_nccl_channels,
             "sweep_loads": [ld.name for ld in o.sweep_loads] if o.sweep_loads else None,
             "sweep_iters": o.sweep_iters,
             "sweep_reps": o.sweep_reps,
@@ -508,7 +516,9 @@ def plan_train(o: TrainOptions, workdir: Path) -> list[M.Launch]:
                 env = M.static_env(dict(mode.settings))
                 cfg = M.settings_label(dict(mode.settings))
             elif mode.kind == "online":
-                prefix, env = _online_launch_env(workdir / f"online-{par}", o.online_channel_ceiling)
+                prefix, env = _online_launch_env(
+                    workdir / f"online-{par}", o.online_channel_ceiling, o.online_nccl_channels
+                )
                 launches.append(
                     M.Launch(
                         "online",
@@ -581,6 +591,7 @@ def run_train(
             "dtype": o.dtype,
             "seed": o.seed,
             "online_channel_ceiling": o.online_channel_ceiling,
+            "online_nccl_channels": o.online_nccl_channels,
             **o.extra,
         }
     )

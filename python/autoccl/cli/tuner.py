@@ -14,8 +14,9 @@ import click
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from autoccl import nccl_probe, tables
+from autoccl import tables
 from autoccl._paths import ArtefactNotFound
+from autoccl.cli.channels import ChannelsOrAuto, resolve_nccl_channels
 from autoccl.tuner_env import MODES, plugin_env
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -52,26 +53,9 @@ _ceiling = click.option(
 )
 
 
-class _ChannelsOrAuto(click.ParamType):
-    """A channel count 1..64, or `auto` (ask NCCL for a plain communicator's count on this host)."""
-
-    name = "N|auto"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if value == "auto":
-            return value
-        try:
-            count = int(value)
-        except ValueError:
-            self.fail(f"{value!r} is neither a channel count nor 'auto'", param, ctx)
-        if not 1 <= count <= 64:
-            self.fail(f"{count} is not in the range 1..64", param, ctx)
-        return count
-
-
 _nccl_channels = click.option(
     "--nccl-channels",
-    type=_ChannelsOrAuto(),
+    type=ChannelsOrAuto(),
     default=None,
     help="at most this many channels for every call whose channel count the plugin leaves to NCCL. "
     "With --channel-ceiling, give the count NCCL creates without it (24 on 2 or 4 x H200), or 'auto': "
@@ -102,8 +86,7 @@ def _build_env(
     probe_gpus: int | None = None,
 ) -> dict[str, str]:
     extra: dict[str, str] = {}
-    if isinstance(nccl_channels, str):  # "auto": the option's type lets nothing else through
-        nccl_channels = _probe_nccl_channels(probe_gpus)
+    nccl_channels = resolve_nccl_channels(nccl_channels, probe_gpus, "--nccl-channels")
     if ceiling is not None:
         extra.update({"NCCL_MIN_CTAS": str(ceiling), "NCCL_MAX_CTAS": str(ceiling)})
         if nccl_channels is None:
@@ -126,24 +109,6 @@ def _build_env(
         )
     except (ValueError, ArtefactNotFound) as e:
         raise click.UsageError(str(e)) from e
-
-
-def _probe_nccl_channels(gpus: int | None) -> int:
-    """--nccl-channels auto: NCCL's count for a plain communicator over this host's GPUs."""
-    click.echo("autoccl: asking NCCL for a plain communicator's channel count ...", err=True)
-    try:
-        found = nccl_probe.probe_plain_channels(gpus)
-    except nccl_probe.ProbeError as e:
-        raise click.ClickException(
-            f"--nccl-channels auto: {e}\ngive the count instead: --nccl-channels N "
-            "(NCCL_DEBUG=INFO prints '<N> coll channels' when a communicator is created)"
-        ) from e
-    click.echo(
-        f"autoccl: a plain communicator over {found.ranks} GPUs of this host has {found.channels} "
-        f"channels (NCCL {found.nccl_version}, {found.library}): --nccl-channels {found.channels}",
-        err=True,
-    )
-    return found.channels
 
 
 def _plugin_options(command: F) -> F:
