@@ -51,8 +51,6 @@ _ceiling = click.option(
     help="create communicators with this many channels (NCCL_MIN_CTAS=NCCL_MAX_CTAS) so the "
     "tuner can use more than NCCL's default; changes NCCL's own default too.",
 )
-
-
 _nccl_channels = click.option(
     "--nccl-channels",
     type=ChannelsOrAuto(),
@@ -71,7 +69,6 @@ _probe_gpus = click.option(
     help="GPUs the --nccl-channels auto communicator spans (default: every visible GPU; give the "
     "job's GPUs per host if it uses fewer).",
 )
-
 _cache = click.option("--cache-dir", default=None, help="tuning-table cache directory.")
 
 
