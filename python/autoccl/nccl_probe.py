@@ -136,7 +136,10 @@ def _child(library: str, gpus: int | None) -> int:
     try:
         nccl = ctypes.CDLL(library)
     except OSError as e:
-        print(f"cannot load NCCL from {library}: {e}", file=sys.stderr)
+        print(
+            f"cannot load NCCL from {library}: {e} (set {LIBRARY_VAR} to the job's libnccl.so.2)",
+            file=sys.stderr,
+        )
         return 2
     nccl.ncclGetErrorString.restype = ctypes.c_char_p
     version = ctypes.c_int(0)

@@ -113,6 +113,7 @@ def test_auto_sets_the_probed_count_from_a_plain_communicator(
         ({"FAKE_NCCL_FAIL": "1"}, "ncclCommInitAll over 4 GPUs failed: internal error"),
         ({"FAKE_NCCL_SKEW": "1"}, "different channel counts"),
         ({"AUTOCCL_NCCL_LIBRARY": "/nonexistent/libnccl.so.2"}, "is not a file"),
+        ({"AUTOCCL_NCCL_LIBRARY": __file__}, "cannot load NCCL from"),  # a file, but no library
     ],
 )
 def test_auto_fails_clearly(
