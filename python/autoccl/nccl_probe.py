@@ -50,7 +50,7 @@ def parse_coll_channels(log: str) -> int:
     """The channel count NCCL printed for the probe's communicator (one line per rank, all equal)."""
     counts = {int(m.group(1)) for m in _COLL_CHANNELS.finditer(log)}
     if not counts:
-        raise ProbeError("NCCL printed no '<N> coll channels' line (was NCCL_DEBUG_SUBSYS narrowed?)")
+        raise ProbeError("NCCL printed no '<N> coll channels' line (its INIT log differs from NCCL 2.28's?)")
     if len(counts) > 1:
         # NCCL agrees on one count across a communicator's ranks; anything else is a log we misread.
         raise ProbeError(f"NCCL printed different channel counts for one communicator: {sorted(counts)}")
