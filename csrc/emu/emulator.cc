@@ -812,7 +812,7 @@ class RankRunner {
       uint64_t dur = std::max<uint64_t>(1000, static_cast<uint64_t>(us * 1000.0));
       // hidden: time the stream is held around the kernel that its channel timestamps do not cover
       p.start = cs.gpuNs + sc.gapNs + sc.hiddenNs(p.applied.algo, p.applied.proto);
-      p.stop = p.start + dur;
+      p.stop = p.start + arrivalWaitNs(cs, key) + dur;
       cs.gpuNs = p.stop;
       if (capture) {
         cs.capturedDur[inst.group].emplace_back(key, p.mean);
@@ -868,6 +868,17 @@ class RankRunner {
       lines_.push_back(buf);
       ++bi;
     }
+  }
+
+  // Scenario::skewNs: how long this rank's kernel waits for the communicator's last rank to arrive. Every
+  // rank's arrival is drawn from the batch's key, so all ranks (and processes) agree on who is last.
+  uint64_t arrivalWaitNs(const CommState& cs, uint64_t key) const {
+    const uint64_t skew = sh_.sc->skewNs;
+    if (skew == 0) return 0;
+    auto arrival = [&](size_t r) { return mix64(key ^ mix64(0x5eed0000ULL + r)) % skew; };
+    uint64_t last = 0;
+    for (size_t r = 0; r < cs.spec->ranks.size(); ++r) last = std::max(last, arrival(r));
+    return last - arrival(static_cast<size_t>(cs.commRank));
   }
 
   static int warps(int algo, int proto) {

@@ -96,6 +96,8 @@ bool Scenario::parse(const std::string& text, std::string* error) {
       if (!parseInt(scalar(), 0, 1000000, &lead)) return fail("bad lead");
     } else if (kw == "gap_ns") {
       if (!parseU64(scalar(), &gapNs)) return fail("bad gap_ns");
+    } else if (kw == "skew_ns") {
+      if (!parseU64(scalar(), &skewNs) || skewNs > 1000000000ULL) return fail("bad skew_ns (0..1e9)");
     } else if (kw == "hidden") {  // hidden algo=tree [proto=ll128] ns=30000 (no proto: every protocol)
       int hAlgo = parseAlgo(kv["algo"]);
       int hProto = kv.count("proto") ? parseProto(kv["proto"]) : -1;

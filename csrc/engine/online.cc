@@ -67,16 +67,22 @@ class GatedDecider final : public coord::Decider {
   int nRanks_;
 };
 
-// The same search served to other processes over TCP (no gate: the ranks asking are elsewhere).
+// The same search served to other processes over TCP (no gate: the ranks asking are elsewhere). Other
+// ranks' reported windows go to `observer` (the authority's ArrivalMerge; empty: ignored).
 class ForwardDecider final : public coord::Decider {
  public:
-  explicit ForwardDecider(coord::SearchDecider* inner) : inner_(inner) {}
+  using Observer = std::function<void(const coord::TaskKey&, int rank, uint64_t k, double us)>;
+  ForwardDecider(coord::SearchDecider* inner, Observer observer) : inner_(inner), observer_(std::move(observer)) {}
   std::vector<coord::Segment> decide(const coord::TaskKey& t, uint64_t k, uint64_t covered) override {
     return inner_->decide(t, k, covered);
+  }
+  void observe(const coord::TaskKey& t, int rank, uint64_t k, double us) override {
+    if (observer_) observer_(t, rank, k, us);
   }
 
  private:
   coord::SearchDecider* inner_;
+  Observer observer_;
 };
 
 // Where a communicator's decisions come from, settled at each rank's first decision (the same answer
@@ -119,6 +125,18 @@ class OnlineSource final : public DecisionSource {
     }
     if (env.settings && env.settings->inprocSlowest && env.nRanks > 1 && env.nRanks <= 64)
       merge_ = env.coordination->rankMerge(env.commHash, env.nRanks);
+    // Ranks in other processes score by the shortest window among the reporting ranks (ArrivalMerge):
+    // the authority merges, the first kReportRanks - 1 other ranks time their tuning calls and report.
+    const bool xproc = tcpBoard_ && env.settings && env.settings->xprocShortest && env.nRanks > 1;
+    if (xproc && authority_) arrival_ = std::make_unique<ArrivalMerge>(env.nRanks, opts_.clockMs);
+    reporting_ = xproc && !authority_ && env.rank < ArrivalMerge::kReportRanks;
+    if (reporting_) {
+      // Timing on from the start, as on the authority (the first tuning calls are reported too); released
+      // like the authority's once none of this rank's tasks is in a timed segment, or at once when the
+      // communicator turns out to be entirely in this process (settlePlace).
+      bootstrap_ = true;
+      needing_.store(1);
+    }
     if (authority_) {
       // Timing on from the start: NCCL reads the mask at the start of a group, so the first call of
       // a task could not be timed if we switched it on only when that call is decided (a planned
@@ -130,7 +148,16 @@ class OnlineSource final : public DecisionSource {
       decider_ = std::make_unique<GatedDecider>(env.coordination, env.nRanks);
       localBoard_->serve(env.commHash, decider_.get());
       if (tcpBoard_) {
-        remote_ = std::make_unique<ForwardDecider>(&decider_->inner);
+        ForwardDecider::Observer observer;
+        if (arrival_) {
+          ArrivalMerge* am = arrival_.get();
+          observer = [am](const coord::TaskKey& t, int rank, uint64_t k, double us) {
+            am->other(TaskKey{static_cast<int>(t.coll), t.bytes, static_cast<int>(t.pipe)}, rank, k, us);
+          };
+          arrival_->setSink([this](const TaskKey& t, const Measurement& m) { absorb(t, m); },
+                            [this](const TaskKey& t, uint64_t k) { giveUpSample(t, k); });
+        }
+        remote_ = std::make_unique<ForwardDecider>(&decider_->inner, std::move(observer));
         tcpBoard_->serve(env.commHash, remote_.get());
       }
       if (merge_)
@@ -142,6 +169,7 @@ class OnlineSource final : public DecisionSource {
   ~OnlineSource() override {
     if (!authority_) return;
     if (merge_) merge_->setSink(nullptr);  // no merged sample reaches this object from now on
+    if (arrival_) arrival_->setSink(nullptr);
     // Leave every task covered forever (its pinned configuration, or NCCL's default) so that ranks
     // still running after this context is gone never wait on a decision.
     std::vector<std::pair<coord::TaskKey, std::shared_ptr<search::TaskSearch>>> ts;
@@ -196,7 +224,7 @@ class OnlineSource final : public DecisionSource {
       s->haveSeg = true;
       if (authority_) onNewSegment(s);
     }
-    if (authority_) {
+    if (authority_ || (reporting_ && place_.load(std::memory_order_relaxed) == Place::kTcp)) {
       s->lastCallSeen = ++callsSeen_;
       updateNeed(s, k);
       if (!holders_.empty()) releaseIdleHolders(s);
@@ -237,7 +265,14 @@ class OnlineSource final : public DecisionSource {
       merge_->add(task, env_.rank, m);  // all ranks here: the authority scores each call by its slowest rank
       return;
     }
-    if (!authority_) return;  // a rank never derives decisions from its own measurements
+    if (!authority_) {  // a rank never derives decisions from its own measurements; it may report them
+      if (reporting_ && place == Place::kTcp) usedBoard_->report(coordKey(task), env_.rank, m.callIndex, m.gpuUs);
+      return;
+    }
+    if (arrival_ && place == Place::kTcp && scoring(place) != Scoring::kPeriodCheckedByWindow) {
+      arrival_->own(task, m);  // scored by the shortest window among the reporting ranks
+      return;
+    }
     absorb(task, m);
   }
 
@@ -245,11 +280,25 @@ class OnlineSource final : public DecisionSource {
   // lost-sample rules (reorderSlack calls: the emulator's warm start took 56-76 calls instead of 36 for a
   // task whose first call ran before any task asked for timing).
   void onUntimed(const TaskKey& task, uint64_t k) override {
-    if (merge_ && place_.load(std::memory_order_acquire) == Place::kLocal) {
+    const Place place = place_.load(std::memory_order_acquire);
+    if (merge_ && place == Place::kLocal) {
       merge_->untimed(task, env_.rank, k);  // scored by the slowest rank: any rank's untimed call counts
       return;
     }
-    if (authority_) giveUpSample(task, k);
+    if (!authority_) {
+      if (reporting_ && place == Place::kTcp) usedBoard_->report(coordKey(task), env_.rank, k, -1.0);
+      return;
+    }
+    if (arrival_) arrival_->ownUntimed(task, k);
+    giveUpSample(task, k);
+  }
+  coord::TaskKey coordKey(const TaskKey& task) const {
+    coord::TaskKey key;
+    key.comm = env_.commHash;
+    key.coll = static_cast<uint32_t>(task.coll);
+    key.pipe = static_cast<uint32_t>(task.pipe);
+    key.bytes = task.bytes;
+    return key;
   }
   void giveUpSample(const TaskKey& task, uint64_t k) {
     std::shared_ptr<search::TaskSearch> srch;
@@ -314,6 +363,8 @@ class OnlineSource final : public DecisionSource {
       while (m.ncclChannels > c && !commCap_.compare_exchange_weak(c, m.ncclChannels)) {
       }
     }
+    if (m.rankReports > 0) s->rankScored.fetch_add(1, std::memory_order_relaxed);
+    if (m.shorterElsewhere) s->shorterElsewhere.fetch_add(1, std::memory_order_relaxed);
     srch->addSample(m.callIndex, m.gpuUs, m.altUs > 0 ? m.altUs : -1.0);
     uint64_t d = s->delivered.load(std::memory_order_relaxed);
     while (d < m.callIndex + 1 && !s->delivered.compare_exchange_weak(d, m.callIndex + 1)) {
@@ -376,11 +427,22 @@ class OnlineSource final : public DecisionSource {
     }
     if (!srch) return std::string(waits) + slow + ",\"gain\":null,\"converged_at\":null";
     search::Stats st = srch->stats();
-    // what the search got from the GPU: samples used, given up as lost, arrived after being given up
+    // what the search got from the GPU: samples used, given up as lost, arrived after being given up;
+    // ArrivalMerge: calls scored with other ranks' reports, and of those the calls where another rank's
+    // window was shorter than the authority's (the authority had waited for it)
+    uint64_t rankScored = 0, shorter = 0;
+    {
+      std::lock_guard<std::mutex> lk(mapMu_);
+      auto it = tasks_.find(task);
+      if (it != tasks_.end()) {
+        rankScored = it->second->rankScored.load(std::memory_order_relaxed);
+        shorter = it->second->shorterElsewhere.load(std::memory_order_relaxed);
+      }
+    }
     std::snprintf(waits + std::strlen(waits), sizeof waits - std::strlen(waits),
                   ",\"search_samples\":%" PRIu64 ",\"search_lost\":%" PRIu64 ",\"search_late\":%" PRIu64
-                  ",\"search_wait_calls\":%" PRIu64,
-                  st.samples, st.lostSamples, st.lateSamples, st.waitCalls);
+                  ",\"search_wait_calls\":%" PRIu64 ",\"rank_scored\":%" PRIu64 ",\"shorter_elsewhere\":%" PRIu64,
+                  st.samples, st.lostSamples, st.lateSamples, st.waitCalls, rankScored, shorter);
     std::vector<search::Segment> plan = srch->plan();
     uint64_t from = plan.empty() ? 0 : plan.front().begin;  // calls before: NCCL's default (not yet registered)
     char buf[400];
@@ -407,6 +469,17 @@ class OnlineSource final : public DecisionSource {
     if (tcpBoard_ && (env_.nNodes > 1 || co->localRanks(env_.commHash) < 2)) waitMs = 0;
     const bool local = env_.nRanks <= 1 || co->allLocal(env_.commHash, env_.nRanks, std::chrono::milliseconds(waitMs));
     Place p = local ? Place::kLocal : tcpBoard_ ? Place::kTcp : Place::kBypass;
+    if (reporting_ && p != Place::kTcp) {  // nothing to report to: let go of the timing held from the start
+      bool changed = false;
+      {
+        std::lock_guard<std::mutex> lk(needMu_);
+        if (bootstrap_) {
+          bootstrap_ = false;
+          changed = needing_.fetch_sub(1) == 1;
+        }
+      }
+      if (changed && env_.needChanged) env_.needChanged();
+    }
     if (p == Place::kBypass) {
       bypass_ = true;
     } else {
@@ -430,6 +503,7 @@ class OnlineSource final : public DecisionSource {
     // authority, measurement thread:
     std::atomic<uint64_t> delivered{0};  // 1 + highest call index whose time arrived
     std::atomic<int> ncclAlgo{-1}, ncclProto{-1}, ncclChannels{0};
+    std::atomic<uint64_t> rankScored{0}, shorterElsewhere{0};  // ArrivalMerge (trace)
     // enqueue thread writes, the trace reads at finalize:
     std::atomic<uint64_t> lookups{0}, waitNs{0}, waitMaxNs{0};
     std::mutex slowMu;
@@ -540,6 +614,10 @@ class OnlineSource final : public DecisionSource {
   // cost one process per GPU on 2 x H200 10-15 us per call at reduce_scatter 4 MiB (NCCL's choice pinned,
   // 35-40 us per call against plain NCCL's 25.5, 2026-11-22).
   bool nextTimed(TaskState* s, uint64_t at) {
+    if (!authority_) {  // a reporting rank: timed if the segment is already here (prefetched), else not
+      coord::Segment n;
+      return usedBoard_ && usedBoard_->peek(s->key, at, &n) && (n.cfg.measure || n.phase == search::Phase::kTuning);
+    }
     if (!s->search) return true;
     const search::Segment n = s->search->segmentFor(at);
     return n.cfg.measure || n.phase == search::Phase::kTuning;
@@ -604,6 +682,8 @@ class OnlineSource final : public DecisionSource {
   std::unique_ptr<GatedDecider> decider_;
   std::unique_ptr<ForwardDecider> remote_;  // decider_'s search, served over TCP
   std::shared_ptr<RankMerge> merge_;  // AUTOCCL_INPROC_SCORE=slowest; fed only when the place is local
+  std::unique_ptr<ArrivalMerge> arrival_;  // authority, AUTOCCL_XPROC_SCORE=shortest; fed when the place is tcp
+  bool reporting_ = false;  // a rank < kReportRanks that sends its windows to the authority (place tcp)
   mutable std::mutex mapMu_;  // tasks_ inserts (enqueue thread) vs lookups from other threads
   std::unordered_map<TaskKey, std::unique_ptr<TaskState>, TaskKeyHash> tasks_;
   TaskState* last_[kNumColls] = {};
@@ -689,6 +769,135 @@ uint64_t RankMerge::merged() const {
 uint64_t RankMerge::dropped() const {
   std::lock_guard<std::mutex> lk(mu_);
   return dropped_;
+}
+
+// ------------------------------------------------------------------------------ ArrivalMerge
+
+ArrivalMerge::ArrivalMerge(int nRanks, Clock clock)
+    : reporters_(std::max(1, std::min(nRanks, kReportRanks))), clock_(std::move(clock)), startMs_(clock_()) {}
+
+bool ArrivalMerge::completeLocked(const Pending& p, uint64_t now) const {
+  if (!p.haveOwn) return false;
+  for (int r = 1; r < reporters_; ++r) {
+    if (p.ranks & (uint64_t{1} << r)) continue;
+    // A rank silent for kSilentMs (a process that does not report: other settings, or gone) is not waited
+    // for, so that it cannot hold every call kWaitMs; it counts again from its next report.
+    const uint64_t heard = heardMs_[static_cast<size_t>(r)] ? heardMs_[static_cast<size_t>(r)] : startMs_;
+    if (now - heard < kSilentMs) return false;
+  }
+  return true;
+}
+
+void ArrivalMerge::setSink(Sink sink, UntimedSink untimed) {
+  std::lock_guard<std::mutex> lk(mu_);
+  sink_ = std::move(sink);
+  untimedSink_ = std::move(untimed);
+}
+
+void ArrivalMerge::own(const TaskKey& task, const Measurement& m) {
+  std::lock_guard<std::mutex> lk(mu_);
+  Key key{task, m.callIndex};
+  auto [it, fresh] = pending_.try_emplace(key);
+  Pending& p = it->second;
+  if (fresh) {
+    order_.push_back(key);
+    p.firstAtMs = clock_();
+  }
+  if (p.haveOwn) return;
+  p.haveOwn = true;
+  p.ownAtMs = clock_();
+  p.m = m;
+  p.ranks |= 1;
+  if (completeLocked(p, p.ownAtMs)) {
+    deliverLocked(key, p);
+    pending_.erase(it);
+  }
+  flushLocked();
+}
+
+void ArrivalMerge::ownUntimed(const TaskKey& task, uint64_t call) {
+  std::lock_guard<std::mutex> lk(mu_);
+  pending_.erase(Key{task, call});
+}
+
+void ArrivalMerge::other(const TaskKey& task, int rank, uint64_t call, double us) {
+  if (rank <= 0 || rank >= reporters_) return;  // rank 0's own time comes through own()
+  std::lock_guard<std::mutex> lk(mu_);
+  Key key{task, call};
+  auto [it, fresh] = pending_.try_emplace(key);
+  Pending& p = it->second;
+  if (fresh) {
+    order_.push_back(key);
+    p.firstAtMs = clock_();
+  }
+  const uint64_t now = clock_();
+  heardMs_[static_cast<size_t>(rank)] = std::max<uint64_t>(now, 1);
+  const uint64_t bit = uint64_t{1} << rank;
+  if (p.ranks & bit) return;
+  p.ranks |= bit;
+  if (us >= 0) {
+    ++p.reports;
+    if (p.shortestOther < 0 || us < p.shortestOther) p.shortestOther = us;
+  }
+  if (completeLocked(p, now)) {
+    deliverLocked(key, p);
+    pending_.erase(it);
+  }
+  flushLocked();
+}
+
+void ArrivalMerge::flush() {
+  std::lock_guard<std::mutex> lk(mu_);
+  flushLocked();
+}
+
+void ArrivalMerge::deliverLocked(const Key& key, Pending& p) {
+  Measurement m = p.m;
+  m.rankReports = p.reports;
+  if (p.shortestOther >= 0 && p.shortestOther < m.gpuUs) {
+    // The authority waited (its window minus the shortest) inside its window, so inside its stream
+    // period too: the period the call would have held had the authority arrived last is shorter by that.
+    const double waited = m.gpuUs - p.shortestOther;
+    if (m.altUs > 0) m.altUs = std::max(m.altUs - waited, p.shortestOther);
+    m.gpuUs = p.shortestOther;
+    m.shorterElsewhere = true;
+  }
+  if (sink_) sink_(key.task, m);
+}
+
+void ArrivalMerge::flushLocked() {
+  // Bounded: beyond kMaxPending calls the oldest go (given up).
+  while (order_.size() > kMaxPending) {
+    auto it = pending_.find(order_.front());
+    if (it != pending_.end()) {
+      if (it->second.haveOwn && untimedSink_) untimedSink_(it->first.task, it->first.call);
+      pending_.erase(it);
+    }
+    order_.pop_front();
+  }
+  const uint64_t now = clock_();
+  if (now == lastScanMs_) return;  // one scan per millisecond at most
+  lastScanMs_ = now;
+  // A call waits at most kWaitMs after the authority's time for the other ranks, then is given up; reports
+  // of a call whose own time never came (lost without an untimed notice) are forgotten after kOrphanMs.
+  for (auto q = order_.begin(); q != order_.end();) {
+    auto it = pending_.find(*q);
+    if (it == pending_.end()) {  // delivered when complete
+      q = order_.erase(q);
+      continue;
+    }
+    Pending& p = it->second;
+    const bool complete = completeLocked(p, now);
+    const bool overdue = p.haveOwn ? now - p.ownAtMs >= kWaitMs : now - p.firstAtMs >= kOrphanMs;
+    if (!complete && !overdue) {
+      ++q;
+      continue;
+    }
+    if (complete) deliverLocked(it->first, p);
+    else if (p.haveOwn && untimedSink_) untimedSink_(it->first.task, it->first.call);
+    pending_.erase(it);
+    q = order_.erase(q);
+  }
 }
 
 // ------------------------------------------------------------------------------ Coordination

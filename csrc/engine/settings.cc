@@ -86,6 +86,11 @@ Settings loadSettings(const EnvLookup& env) {
   else if (!score.empty() && score != "slowest")
     return invalid(s, "AUTOCCL_INPROC_SCORE='" + score + "' is not one of slowest, own");
 
+  std::string xscore = get(env, "AUTOCCL_XPROC_SCORE");
+  if (xscore == "own") s.xprocShortest = false;
+  else if (!xscore.empty() && xscore != "shortest")
+    return invalid(s, "AUTOCCL_XPROC_SCORE='" + xscore + "' is not one of shortest, own");
+
   std::string cost = get(env, "AUTOCCL_SCORE");
   if (cost == "window") s.score = Settings::Score::Window;
   else if (cost == "period") s.score = Settings::Score::Period;

@@ -44,6 +44,10 @@ struct Measurement {
   uint32_t channels = 0;    // KernelCh events (all Colls of the batch)
   double startSpreadUs = 0; // latest minus earliest channel start, stale ones included (diagnostic)
   uint32_t staleChannels = 0;  // channel starts left out of gpuUs as stale (see timing.cc)
+  // ArrivalMerge (online, ranks in several processes): other ranks' windows merged into gpuUs, and
+  // whether one of them was shorter than the authority's own (then gpuUs is that rank's).
+  uint32_t rankReports = 0;
+  bool shorterElsewhere = false;
 };
 
 struct MatcherCounters {

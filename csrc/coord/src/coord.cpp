@@ -176,6 +176,15 @@ class LocalBoard : public Board {
       }
     }
   }
+  bool peek(const TaskKey& t, uint64_t k, Segment* out) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    return store_.find(t, k, out);
+  }
+  void report(const TaskKey& t, int rank, uint64_t k, double micros) override {
+    std::lock_guard<std::mutex> lk(mu_);  // unserve() takes it too: no observe() after it returned
+    auto it = deciders_.find(t.comm);
+    if (it != deciders_.end()) it->second->observe(t, rank, k, micros);
+  }
   BoardStats stats() const override {
     std::lock_guard<std::mutex> lk(mu_);
     return st_;

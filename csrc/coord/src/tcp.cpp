@@ -337,6 +337,19 @@ struct TcpServer::Impl {
         }
         break;
       }
+      case wire::kReport: {
+        // Only from a process the communicator serves (it asked, and its settings agree): a refused
+        // process's timings would be of configurations it never ran. Not stored: passed on or dropped.
+        auto sb = subs.find(m.task.comm);
+        auto a = authority.find(m.task.comm);
+        if (sb == subs.end() || !sb->second.count(c)) {
+          st.reportsDropped++;
+        } else if (a != authority.end() && a->second != c) {
+          a->second->send(m, true);
+          st.reportsRelayed++;
+        }
+        break;
+      }
       case wire::kPlan: {
         auto a = authority.find(m.task.comm);
         if (a == authority.end() || a->second != c) {  // only the authority publishes
@@ -632,6 +645,30 @@ class TcpBoard : public Board {
       cv_.wait_until(lk, std::min(until, now + milliseconds(o_.retryMs)));
     }
   }
+  bool peek(const TaskKey& t, uint64_t k, Segment* out) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    return replica_.find(t, k, out);
+  }
+  void report(const TaskKey& t, int rank, uint64_t k, double micros) override {
+    if (rank < 0) return;
+    wire::Msg m;
+    m.type = wire::kReport;
+    m.task = t;
+    m.rank = static_cast<uint32_t>(rank);
+    m.k = k;
+    m.ns = micros < 0 ? wire::kUntimedNs : static_cast<uint64_t>(micros * 1000.0 + 0.5);
+    std::lock_guard<std::mutex> lk(mu_);
+    Decider* local = nullptr;
+    auto d = deciders_.find(t.comm);
+    if (d != deciders_.end()) local = d->second;
+    if (local) {  // this process holds the authority too: no round trip through the server
+      local->observe(t, rank, k, micros);
+      return;
+    }
+    if (!authed_ || refused_.count(t.comm)) return;
+    conn_->send(m, true);
+    st_.reportsSent++;
+  }
   void prefetch(const TaskKey& t, uint64_t k) override {
     std::lock_guard<std::mutex> lk(mu_);
     Segment s;
@@ -784,6 +821,13 @@ class TcpBoard : public Board {
         st_.plansReceived++;
         if (!replica_.insert(m.task, m.segs)) st_.conflicts++;
         cv_.notify_all();
+      } else if (m.type == wire::kReport) {
+        std::unique_lock<std::mutex> lk(mu_);
+        auto it = deciders_.find(m.task.comm);
+        if (it != deciders_.end()) {
+          const double us = m.ns == wire::kUntimedNs ? -1.0 : 1e-3 * static_cast<double>(m.ns);
+          it->second->observe(m.task, static_cast<int>(m.rank), m.k, us);  // under mu_: unserve() waits for it
+        }
       } else if (m.type == wire::kRefuse) {
         std::lock_guard<std::mutex> lk(mu_);
         refused_[m.comm] = m.digest;

@@ -63,6 +63,7 @@ std::vector<uint8_t> encode(const Msg& m) {
     case kNeed: putTask(p, m.task); p.u64(m.k); p.u64(m.covered); p.u64(m.digest); break;
     case kRefuse: p.u64(m.comm); p.u64(m.digest); break;
     case kAttach: p.u64(m.comm); p.u32(m.rank); p.u32(m.nRanks); break;
+    case kReport: putTask(p, m.task); p.u32(m.rank); p.u64(m.k); p.u64(m.ns); break;
     case kPlan: {
       putTask(p, m.task);
       size_t n = std::min(m.segs.size(), kMaxSegs);
@@ -97,7 +98,7 @@ bool parseHeader(const uint8_t* h, uint16_t* type, uint32_t* len) {
   uint16_t ver = static_cast<uint16_t>(r.get(2));
   *type = static_cast<uint16_t>(r.get(2));
   *len = static_cast<uint32_t>(r.get(4));
-  return r.ok && magic == kMagic && ver == kVersion && *type >= kHelloS && *type <= kRefuse && *len <= kMaxPayload;
+  return r.ok && magic == kMagic && ver == kVersion && *type >= kHelloS && *type <= kLastType && *len <= kMaxPayload;
 }
 
 bool decodePayload(uint16_t type, const uint8_t* p, size_t n, Msg* m) {
@@ -124,6 +125,13 @@ bool decodePayload(uint16_t type, const uint8_t* p, size_t n, Msg* m) {
       m->rank = static_cast<uint32_t>(r.get(4));
       m->nRanks = static_cast<uint32_t>(r.get(4));
       if (m->nRanks == 0 || m->nRanks > kMaxRanks || m->rank >= m->nRanks) return false;
+      break;
+    case kReport:
+      m->task = getTask(r);
+      m->rank = static_cast<uint32_t>(r.get(4));
+      m->k = r.get(8);
+      m->ns = r.get(8);
+      if (m->rank >= kMaxRanks) return false;
       break;
     case kPlan: {
       m->task = getTask(r);

@@ -12,7 +12,7 @@
 namespace autoccl::coord::wire {
 
 constexpr uint32_t kMagic = 0x31434341;  // "ACC1"
-constexpr uint16_t kVersion = 2;  // 2: SERVE and NEED carry the settings digest; REFUSE
+constexpr uint16_t kVersion = 3;  // 2: SERVE and NEED carry the settings digest; REFUSE. 3: REPORT
 constexpr size_t kHeader = 12;
 constexpr uint32_t kMaxPayload = 16 * 1024;
 constexpr size_t kSegBytes = 32;
@@ -29,7 +29,10 @@ enum Type : uint16_t {
   kPlan = 6,     // authority -> server -> clients: task, n u16, n segments
   kAttach = 7,   // client -> server: comm u64, rank u32, nRanks u32 (this process holds that rank)
   kRefuse = 8,   // server -> client: comm u64, digest u64 (the communicator's): the client's settings differ
+  kReport = 9,   // client -> server -> authority: task, rank u32, call index u64, ns u64 (kUntimedNs: untimed)
 };
+constexpr uint16_t kLastType = kReport;
+constexpr uint64_t kUntimedNs = ~0ULL;
 
 struct Msg {
   uint16_t type = 0;
@@ -37,7 +40,8 @@ struct Msg {
   TaskKey task;
   uint64_t k = 0;
   uint64_t covered = 0;
-  uint32_t rank = 0, nRanks = 0;  // kAttach
+  uint32_t rank = 0, nRanks = 0;  // kAttach; rank also kReport
+  uint64_t ns = 0;                 // kReport: the rank's GPU time of call k, or kUntimedNs
   // kServe, kNeed: the sender's settings digest (TcpOptions::settingsDigest); kRefuse: the communicator's
   uint64_t digest = 0;
   std::vector<Segment> segs;

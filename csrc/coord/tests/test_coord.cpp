@@ -19,6 +19,7 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "autoccl/coord/coord.h"
 #include "check.h"
@@ -138,7 +139,7 @@ void fuzzTest() {
       for (auto& x : b) x = static_cast<uint8_t>(rng());
       if (rng() % 2 && b.size() >= wire::kHeader) {
         wire::Msg m;
-        m.type = static_cast<uint16_t>(1 + rng() % 7);
+        m.type = static_cast<uint16_t>(1 + rng() % wire::kLastType);
         auto h = wire::encode(m);
         std::memcpy(b.data(), h.data(), 8);
         uint32_t len = static_cast<uint32_t>(b.size() - wire::kHeader);
@@ -723,6 +724,94 @@ void tcpSettingsTest() {
   server.stop();
 }
 
+// ---- reports of other ranks' GPU times -------------------------------------------------------------
+// A follower's report reaches the authority's Decider::observe (through the server, or directly when
+// the authority is in the same process); an untimed call arrives as a negative time; a process the
+// communicator does not serve (refused, or one that never asked) is not relayed.
+void tcpReportTest() {
+  wire::Msg r;
+  r.type = wire::kReport;
+  r.task = TaskKey{0x55, 4, 1, 1 << 22};
+  r.rank = 3;
+  r.k = 41;
+  r.ns = 123456;
+  auto b = wire::encode(r);
+  wire::Msg o;
+  CHECK(wire::decode(b.data(), b.size(), &o) == static_cast<long>(b.size()));
+  CHECK(o.type == wire::kReport && o.task == r.task && o.rank == 3 && o.k == 41 && o.ns == 123456);
+  for (size_t cut = 0; cut < b.size(); ++cut) CHECK(wire::decode(b.data(), cut, &o) == 0);
+  r.rank = wire::kMaxRanks;  // beyond any communicator
+  b = wire::encode(r);
+  CHECK(wire::decode(b.data(), b.size(), &o) == -1);
+
+  struct Observer : Decider {
+    SearchDecider inner;
+    std::mutex mu;
+    std::vector<std::tuple<int, uint64_t, double>> seen;
+    std::vector<Segment> decide(const TaskKey& t, uint64_t k, uint64_t c) override { return inner.decide(t, k, c); }
+    void observe(const TaskKey& t, int rank, uint64_t k, double us) override {
+      (void)t;
+      std::lock_guard<std::mutex> lk(mu);
+      seen.emplace_back(rank, k, us);
+    }
+    size_t count() {
+      std::lock_guard<std::mutex> lk(mu);
+      return seen.size();
+    }
+  };
+  auto waitFor = [](const std::function<bool()>& cond) {
+    auto until = std::chrono::steady_clock::now() + milliseconds(10000);
+    while (!cond() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(milliseconds(2));
+    return cond();
+  };
+  TcpServer server(baseOpts(0));
+  std::string err;
+  REQUIRE(server.start(&err));
+  auto opts = [&](uint64_t digest) {
+    TcpOptions t = baseOpts(server.port());
+    t.settingsDigest = digest;
+    return t;
+  };
+  auto auth = makeTcpBoard(opts(0xA));
+  auto follower = makeTcpBoard(opts(0xA));
+  auto stranger = makeTcpBoard(opts(0xA));
+  auto odd = makeTcpBoard(opts(0xB));
+  Observer obs;
+  auth->serve(5, &obs);
+  const TaskKey key{5, 4, 1, 1 << 20};
+  REQUIRE(follower->lookup(key, 0, milliseconds(10000)).ok());  // subscribed: it asked
+  CHECK(!odd->lookup(key, 0, milliseconds(10000)).ok());        // refused
+  follower->report(key, 2, 7, 12.5);
+  follower->report(key, 2, 8, -1.0);
+  CHECK(waitFor([&] { return obs.count() == 2; }));
+  stranger->report(key, 3, 7, 1.0);  // never asked for this communicator: not relayed
+  odd->report(key, 1, 7, 1.0);       // refused: its process sends nothing for it
+  auth->report(key, 1, 9, 30.0);     // the authority's own process: straight to its decider
+  CHECK(waitFor([&] { return obs.count() >= 3; }));
+  CHECK(waitFor([&] { return server.stats().reportsDropped >= 1; }));
+  std::this_thread::sleep_for(milliseconds(100));
+  {
+    std::lock_guard<std::mutex> lk(obs.mu);
+    REQUIRE(obs.seen.size() == 3);
+    CHECK(std::get<0>(obs.seen[0]) == 2 && std::get<1>(obs.seen[0]) == 7);
+    CHECK(std::get<2>(obs.seen[0]) > 12.49 && std::get<2>(obs.seen[0]) < 12.51);
+    CHECK(std::get<1>(obs.seen[1]) == 8 && std::get<2>(obs.seen[1]) < 0);
+    bool own = false;
+    for (auto& [rank, k, us] : obs.seen) own = own || (rank == 1 && k == 9 && us == 30.0);
+    CHECK(own);
+  }
+  CHECK(server.stats().reportsRelayed == 2);
+  auth->unserve(5);
+  follower->report(key, 2, 10, 5.0);  // nobody serves it any more: dropped quietly
+  std::this_thread::sleep_for(milliseconds(100));
+  CHECK(obs.count() == 3);
+  odd.reset();
+  stranger.reset();
+  follower.reset();
+  auth.reset();
+  server.stop();
+}
+
 // ---- forked processes ------------------------------------------------------------------------
 // A server process and one process per rank (rank 0 = authority of every communicator). Each rank
 // writes its outcomes to a file; the parent compares. killWhat: 0 nothing, 1 the authority process,
@@ -851,6 +940,7 @@ TestCase tests[] = {{"sha256", sha256Test},       {"wire", wireTest},         {"
                     {"store", storeTest},         {"local", localTest},       {"tcp_loopback", tcpLoopbackTest},
                     {"tcp_faults", tcpFaultsTest}, {"tcp_auth", tcpAuthTest}, {"tcp_attach", tcpAttachTest},
                     {"tcp_unserve_waits", tcpUnserveWaitsTest}, {"tcp_settings", tcpSettingsTest},
+                    {"tcp_report", tcpReportTest},
                     {"tcp_fork", tcpForkTest},     {"tcp_kill", tcpKillTest}};
 
 }  // namespace

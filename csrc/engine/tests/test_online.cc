@@ -664,6 +664,113 @@ void testRankMerge() {
   CHECK_EQ(m2.dropped(), uint64_t(1));  // call 5 had a time waiting
 }
 
+// ArrivalMerge alone (ranks in several processes): a call is delivered with the shortest window once
+// every reporting rank answered, or kWaitMs after the authority's own time with what came; the authority's
+// stream period loses the wait its window had; duplicates, ranks beyond kReportRanks and calls the
+// authority never timed change nothing.
+void testArrivalMerge() {
+  uint64_t nowMs = 1000;
+  ArrivalMerge merge(3, [&] { return nowMs; });
+  std::vector<Measurement> got;
+  std::vector<uint64_t> lost;
+  merge.setSink([&](const TaskKey&, const Measurement& m) { got.push_back(m); },
+                [&](const TaskKey&, uint64_t k) { lost.push_back(k); });
+  const TaskKey t{kAllGather, 25u << 20, 1};
+  auto own = [](uint64_t k, double us, double alt) {
+    Measurement m;
+    m.callIndex = k;
+    m.gpuUs = us;
+    m.altUs = alt;
+    m.ncclChannels = 24;
+    return m;
+  };
+  // rank 0 waited 1000 us for the last rank (rank 2): scored by rank 2's 60 us, its period by 1100 - 1000
+  merge.other(t, 1, 0, 400.0);
+  merge.own(t, own(0, 1060.0, 1100.0));
+  CHECK(got.empty());
+  merge.other(t, 1, 0, 5.0);  // duplicate from rank 1: ignored
+  merge.other(t, 2, 0, 60.0);
+  CHECK_EQ(got.size(), size_t(1));
+  if (got.size() != 1) return;
+  CHECK(got[0].gpuUs == 60.0 && got[0].altUs == 100.0 && got[0].shorterElsewhere && got[0].rankReports == 2);
+  CHECK_EQ(got[0].ncclChannels, 24);  // the authority's metadata
+  // the authority was last: its own window stands
+  merge.own(t, own(1, 58.0, 70.0));
+  merge.other(t, 2, 1, 300.0);
+  merge.other(t, 1, 1, -1.0);  // untimed on rank 1
+  CHECK_EQ(got.size(), size_t(2));
+  if (got.size() != 2) return;
+  CHECK(got[1].gpuUs == 58.0 && got[1].altUs == 70.0 && !got[1].shorterElsewhere && got[1].rankReports == 1);
+  // rank 2's report is lost: kWaitMs after the authority's time the call is given up (scored by rank 1
+  // alone it could carry rank 1's wait for rank 2)
+  merge.own(t, own(2, 500.0, 0.0));
+  merge.other(t, 1, 2, 80.0);
+  merge.other(t, 5, 2, 1.0);  // beyond this communicator's reporting ranks: ignored
+  merge.other(t, 0, 2, 1.0);  // rank 0 reports only through own()
+  CHECK_EQ(got.size(), size_t(2));
+  nowMs += ArrivalMerge::kWaitMs - 1;
+  merge.flush();
+  CHECK(got.size() == 2 && lost.empty());
+  nowMs += 1;
+  merge.flush();
+  CHECK(got.size() == 2 && lost == std::vector<uint64_t>({2}));
+  merge.other(t, 2, 2, 60.0);  // too late: nothing
+  merge.own(t, own(4, 50.0, 0.0));
+  merge.other(t, 1, 4, 40.0);
+  merge.other(t, 2, 4, 45.0);
+  CHECK_EQ(got.size(), size_t(3));
+  if (got.size() != 3) return;
+  CHECK(got[2].callIndex == 4 && got[2].gpuUs == 40.0 && got[2].altUs == 0.0);
+  // the authority ran call 3 untimed: the others' reports are dropped, nothing is delivered
+  merge.other(t, 1, 3, 10.0);
+  merge.ownUntimed(t, 3);
+  merge.other(t, 2, 3, 10.0);
+  nowMs += ArrivalMerge::kOrphanMs;
+  merge.flush();
+  CHECK(got.size() == 3 && lost.size() == 1);  // the caller gives an untimed call up itself
+  // bounded: calls the authority never times are forgotten
+  for (uint64_t k = 10; k < 10 + ArrivalMerge::kMaxPending + 50; ++k) merge.other(t, 1, k, 1.0);
+  merge.own(t, own(5000, 9.0, 0.0));
+  merge.other(t, 1, 5000, 8.0);
+  merge.other(t, 2, 5000, 7.0);
+  CHECK_EQ(got.size(), size_t(4));
+  if (got.size() != 4) return;
+  CHECK(got[3].gpuUs == 7.0);
+  merge.setSink(nullptr);
+  merge.own(t, own(6000, 9.0, 0.0));
+  merge.other(t, 1, 6000, 8.0);
+  merge.other(t, 2, 6000, 7.0);
+  CHECK_EQ(got.size(), size_t(4));  // no sink: nothing delivered
+  // A rank that stops reporting (its process runs other settings, or is gone) holds calls kWaitMs only
+  // until it has been silent for kSilentMs; its next report makes it count again.
+  ArrivalMerge quiet(3, [&] { return nowMs; });
+  std::vector<uint64_t> done;
+  quiet.setSink([&](const TaskKey&, const Measurement& m) { done.push_back(m.callIndex); });
+  nowMs += ArrivalMerge::kSilentMs - 10;
+  quiet.own(t, own(0, 9.0, 0.0));
+  quiet.other(t, 1, 0, 8.0);
+  CHECK(done.empty());  // rank 2 may still come
+  nowMs += 10;
+  quiet.flush();
+  CHECK(done == std::vector<uint64_t>({0}));  // silent since the start for kSilentMs: complete without it
+  quiet.own(t, own(1, 9.0, 0.0));
+  quiet.other(t, 1, 1, 8.0);
+  CHECK(done == std::vector<uint64_t>({0, 1}));  // rank 2 silent: not waited for
+  quiet.other(t, 2, 7, 8.0);                     // rank 2 speaks again
+  quiet.own(t, own(2, 9.0, 0.0));
+  quiet.other(t, 1, 2, 8.0);
+  CHECK_EQ(done.size(), size_t(2));
+  quiet.other(t, 2, 2, 8.0);
+  CHECK(done == std::vector<uint64_t>({0, 1, 2}));
+  // a single reporting rank: own() delivers at once; large communicators report from kReportRanks ranks
+  ArrivalMerge solo(1, [&] { return nowMs; });
+  int n = 0;
+  solo.setSink([&](const TaskKey&, const Measurement&) { ++n; });
+  solo.own(t, own(0, 5.0, 0.0));
+  CHECK_EQ(n, 1);
+  CHECK_EQ(ArrivalMerge(1000, [] { return uint64_t{0}; }).reporters(), ArrivalMerge::kReportRanks);
+}
+
 void testFollowerIgnoresOwnMeasurements() {
   Runtime rt(onlineSettings(), 22809, 22803, "/nonexistent");
   Logs logs;
@@ -934,6 +1041,7 @@ struct TcpPair {
     m.ncclChannels = ch;
     m.colls = 1;
     authority->onMeasurement(task, m);
+    follower->onMeasurement(task, m);  // reported to the authority (ArrivalMerge), as a GPU's rank would
     return a.config;
   }
   Coordination authorityProcess, followerProcess;  // destroyed after the sources
@@ -1314,6 +1422,7 @@ int main(int argc, char** argv) {
       {"online_not_all_local", testNotAllLocal},
       {"online_inproc_slowest_rank", testInprocSlowestRank},
       {"online_rank_merge", testRankMerge},
+      {"online_arrival_merge", testArrivalMerge},
       {"online_save_tuned", testSaveTunedAndWarmStart},
       {"online_stream_period", testStreamPeriodScoring},
       {"online_idle_task_releases_timing", testIdleTaskReleasesTiming},

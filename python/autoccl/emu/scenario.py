@@ -80,6 +80,9 @@ class Scenario:
     noise: bool = True
     load: float = 0.0
     gap_ns: int = 2000
+    # > 0: ranks reach each kernel up to this many ns apart (uniform per rank and kernel); a rank's kernel
+    # window includes its wait for the last one, as in a training step with rank skew
+    skew_ns: int = 0
     # the rank threads of one emulator process start calling only once all have created their
     # communicators (ncclCommInitAll); otherwise each starts as soon as its own are created
     init_barrier: bool = False
@@ -105,6 +108,10 @@ class Scenario:
             f"load {self.load}",
             f"gap_ns {self.gap_ns}",
         ]
+        if self.skew_ns < 0:
+            raise ValueError("skew_ns must be >= 0")
+        if self.skew_ns:
+            lines.append(f"skew_ns {int(self.skew_ns)}")
         if self.init_barrier:
             lines.append("init_barrier 1")
         if self.lead < 0:

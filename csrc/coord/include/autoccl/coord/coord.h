@@ -50,6 +50,15 @@ class Decider {
  public:
   virtual ~Decider() = default;
   virtual std::vector<Segment> decide(const TaskKey& task, uint64_t k, uint64_t coveredUpTo) = 0;
+  // Another rank's GPU time of call k of `task` (micros < 0: that call ran untimed there), sent by
+  // Board::report. It may change how the authority scores calls, never what a rank applies. Called from
+  // a board thread; must not block. Default: ignored.
+  virtual void observe(const TaskKey& task, int rank, uint64_t k, double micros) {
+    (void)task;
+    (void)rank;
+    (void)k;
+    (void)micros;
+  }
 };
 
 // A Decider backed by one search::TaskSearch per task. Tasks the authority has not registered yet
@@ -88,6 +97,9 @@ struct BoardStats {
   uint64_t lookupsWaited = 0;  // lookups the board could not answer from what it held (asked the authority)
   uint64_t prefetches = 0;     // prefetch() calls that asked the authority
   uint64_t refused = 0;        // server: SERVE/NEED refused for a settings digest other than the communicator's
+  uint64_t reportsSent = 0;     // client: Board::report frames sent
+  uint64_t reportsRelayed = 0;  // server: REPORT frames passed on to the communicator's authority
+  uint64_t reportsDropped = 0;  // server: REPORT frames from a process not subscribed to the communicator
 };
 
 // Transport-independent interface. Thread-safe.
@@ -112,12 +124,23 @@ class Board {
   virtual void publish(const TaskKey& task, const std::vector<Segment>& segs) = 0;
   // The segment for call k of `task`, waiting at most `deadline` for it.
   virtual Outcome lookup(const TaskKey& task, uint64_t k, std::chrono::milliseconds deadline) = 0;
+  // The segment for call k if this board already holds it (no waiting, nothing asked).
+  virtual bool peek(const TaskKey& task, uint64_t k, Segment* out) = 0;
   // Asks for the segment of call k without waiting for it, so that lookup(task, k) later finds it at
   // hand. A rank's lookup at a segment end otherwise waits a round trip to the authority (over TCP,
   // ~0.1 ms, up to 1.7 ms measured on 2 x H200, 2026-11-22). Optional: a no-op where lookups are local.
   virtual void prefetch(const TaskKey& task, uint64_t k) {
     (void)task;
     (void)k;
+  }
+  // This process's rank `rank` of task.comm timed call k (micros < 0: it ran untimed): passed on to the
+  // communicator's authority (Decider::observe). Best effort: a lost, late or duplicated report changes
+  // only the authority's scores, never what any rank applies. Default: dropped.
+  virtual void report(const TaskKey& task, int rank, uint64_t k, double micros) {
+    (void)task;
+    (void)rank;
+    (void)k;
+    (void)micros;
   }
   virtual BoardStats stats() const = 0;
 };
