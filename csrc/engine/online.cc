@@ -854,7 +854,16 @@ void ArrivalMerge::flush() {
 void ArrivalMerge::deliverLocked(const Key& key, Pending& p) {
   Measurement m = p.m;
   m.rankReports = p.reports;
-  if (p.shortestOther >= 0 && p.shortestOther < m.gpuUs) {
+  // Windows differ by arrival (the wait of early ranks, which is not the collective's cost) and by the
+  // algorithm's own asymmetry (which is): tree/simple all_reduce 16 MiB on 2 x H200 in nccl-tests had rank
+  // 0's windows at 88 us and rank 1's at 63 us on every call and held the stream 94 us per call against
+  // NCCL's ring with 75/73 us windows and 80 us; scored by rank 1's window, with the period lowered alike,
+  // tree/simple was pinned and the cell ran 0.85x plain NCCL (2026-11-23). The two cannot be told apart per
+  // call, so only an excess of the authority's window over the shortest beyond kAsymmetry of the shortest
+  // is taken for a wait (the largest asymmetry seen there: 0.65, tree/simple/18 at 8 MiB); inside training
+  // rank 0 waited up to 20x the transfer. Capping the excess at kAsymmetry instead (a wait counted up to
+  // 1.7x) mixed capped and uncapped samples: 15 of 16 emulator runs with 2-5 ms of skew pinned off the best.
+  if (p.shortestOther >= 0 && m.gpuUs - p.shortestOther > kAsymmetry * p.shortestOther) {
     // The authority waited (its window minus the shortest) inside its window, so inside its stream
     // period too: the period the call would have held had the authority arrived last is shorter by that.
     const double waited = m.gpuUs - p.shortestOther;

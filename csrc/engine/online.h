@@ -108,6 +108,7 @@ class ArrivalMerge {
   static constexpr uint64_t kWaitMs = 50;
   static constexpr uint64_t kOrphanMs = 1000;
   static constexpr uint64_t kSilentMs = 2000;
+  static constexpr double kAsymmetry = 0.7;  // see deliverLocked
   static constexpr size_t kMaxPending = 4096;
   using Clock = std::function<uint64_t()>;  // milliseconds, monotonic (tests pass their own)
   ArrivalMerge(int nRanks, Clock clock);
