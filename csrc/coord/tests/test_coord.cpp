@@ -400,6 +400,21 @@ TcpOptions baseOpts(int port) {
   return o;
 }
 
+// baseOpts with a settings digest (and the settings' names for refusals).
+TcpOptions digestOpts(int port, uint64_t digest, const char* what = "") {
+  TcpOptions t = baseOpts(port);
+  t.settingsDigest = digest;
+  t.settingsWhat = what;
+  return t;
+}
+
+// Polls `cond` for up to 10 s.
+bool waitFor(const std::function<bool()>& cond) {
+  auto until = std::chrono::steady_clock::now() + milliseconds(10000);
+  while (!cond() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(milliseconds(2));
+  return cond();
+}
+
 void tcpScenarios(int count, uint64_t seedBase, const Faults& f, int* nOut) {
   std::mt19937_64 rng(seedBase);
   int errors = 0, tuned = 0;
@@ -557,11 +572,6 @@ void tcpAttachTest() {
   b = wire::encode(a);
   CHECK(wire::decode(b.data(), b.size(), &o) == -1);
 
-  auto waitFor = [](const std::function<bool()>& cond) {
-    auto until = std::chrono::steady_clock::now() + milliseconds(10000);
-    while (!cond() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(milliseconds(5));
-    return cond();
-  };
   auto server = std::make_unique<TcpServer>(baseOpts(0));
   std::string err;
   REQUIRE(server->start(&err));
@@ -660,12 +670,7 @@ void tcpSettingsTest() {
   TcpServer server(baseOpts(0));
   std::string err;
   REQUIRE(server.start(&err));
-  auto opts = [&](uint64_t digest) {
-    TcpOptions t = baseOpts(server.port());
-    t.settingsDigest = digest;
-    t.settingsWhat = "AUTOCCL_TEST_SETTING";
-    return t;
-  };
+  auto opts = [&](uint64_t digest) { return digestOpts(server.port(), digest, "AUTOCCL_TEST_SETTING"); };
   auto auth = makeTcpBoard(opts(0xA));
   auto same = makeTcpBoard(opts(0xA));
   auto other = makeTcpBoard(opts(0xB));
@@ -759,19 +764,10 @@ void tcpReportTest() {
       return seen.size();
     }
   };
-  auto waitFor = [](const std::function<bool()>& cond) {
-    auto until = std::chrono::steady_clock::now() + milliseconds(10000);
-    while (!cond() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(milliseconds(2));
-    return cond();
-  };
   TcpServer server(baseOpts(0));
   std::string err;
   REQUIRE(server.start(&err));
-  auto opts = [&](uint64_t digest) {
-    TcpOptions t = baseOpts(server.port());
-    t.settingsDigest = digest;
-    return t;
-  };
+  auto opts = [&](uint64_t digest) { return digestOpts(server.port(), digest); };
   auto auth = makeTcpBoard(opts(0xA));
   auto follower = makeTcpBoard(opts(0xA));
   auto stranger = makeTcpBoard(opts(0xA));
