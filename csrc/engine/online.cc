@@ -518,10 +518,7 @@ class OnlineSource final : public DecisionSource {
     auto it = tasks_.find(task);  // only this thread inserts: reading without the lock is safe
     if (it != tasks_.end()) return last = it->second.get();
     auto s = std::make_unique<TaskState>();
-    s->key.comm = env_.commHash;
-    s->key.coll = static_cast<uint32_t>(task.coll);
-    s->key.pipe = static_cast<uint32_t>(task.pipe);
-    s->key.bytes = task.bytes;
+    s->key = coordKey(task);
     TaskState* raw = s.get();
     std::lock_guard<std::mutex> lk(mapMu_);
     tasks_.emplace(task, std::move(s));
