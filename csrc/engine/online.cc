@@ -539,9 +539,10 @@ class OnlineSource final : public DecisionSource {
     std::vector<search::Hint> hints =
         search::hintsFor(hints_, static_cast<int>(s->key.coll), s->key.bytes, static_cast<int>(s->key.pipe));
     search::Options o = opts_;
-    // A period (the first call of a turn to the next) measures the turn's own configuration only when the
-    // next call runs it too (Options::duelRun).
-    if (scoring(place_.load(std::memory_order_acquire)) != Scoring::kWindow) o.duelRun = 2;
+    // A period (the sample to the next call) measures the turn's own configuration only when the next call
+    // runs it too, and a sample is its configuration's own only when the call before ran it too
+    // (Options::duelRun).
+    if (scoring(place_.load(std::memory_order_acquire)) != Scoring::kWindow) o.duelRun = 3;
     auto srch = decider_->inner.registerTask(s->key, sp, o, hints);
     std::lock_guard<std::mutex> lk(mapMu_);
     s->search = std::move(srch);

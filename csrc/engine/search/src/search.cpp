@@ -848,10 +848,19 @@ struct TaskSearch::Impl {
     add(s);
   }
 
-  // One turn of alternate(): the sample call, then duelRun - 1 untimed calls of the same configuration.
+  // One turn of alternate(): duelRun calls of one configuration, the sample at position (duelRun - 1) / 2,
+  // the others untimed. With 3, the sample follows its own configuration and is followed by it: what a
+  // call leaves to the next one (tree/simple all_reduce 16 MiB on 2 x H200: one rank idle 25 us after each
+  // kernel, outside its window; the call after it starts late) lands on its own side, and its period ends
+  // at its own configuration's launch.
   void scheduleTurn(int id) {
-    schedule(id, 1, Phase::kTuning);
-    for (int r = 1; r < o.duelRun; ++r) {
+    const int runs = std::max(o.duelRun, 1);
+    const int at = (runs - 1) / 2;
+    for (int r = 0; r < runs; ++r) {
+      if (r == at) {
+        schedule(id, 1, Phase::kTuning);
+        continue;
+      }
       Segment t{planned, planned + 1, evals[static_cast<size_t>(id)].cfg, Phase::kTuning};
       t.cfg.measure = false;
       add(t);

@@ -790,13 +790,14 @@ void duelSwitchCost() { settlingDuelLagged("slow first call after a switch", 800
 // GPUs): a call's period ends when the host has launched the next call, so it measures the next call's
 // configuration (model: call k's sample is a time of call k+1's configuration). The duel of settlingStart,
 // taken call by call, then crosses its two sides and pins the slower configuration; in turns of two calls
-// of one configuration (Options::duelRun 2) each side's sample is followed by its own configuration.
+// of one configuration (Options::duelRun 2, or 3 with the sample in the middle) each side's sample is
+// followed by its own configuration.
 void duelRuns() {
-  int worse[3] = {0, 0, 0};
+  int worse[4] = {0, 0, 0, 0};
   for (uint64_t seed = 1; seed <= 20; ++seed) {
     const Model steady = ringVsTree(100.0, 106.0, 0.0);
     const Model settling = ringVsTree(300.0, 110.0, 0.0);  // the first calls: NCCL's default slow (settlingStart)
-    for (int run : {1, 2}) {
+    for (int run : {1, 2, 3}) {
       std::mt19937_64 rng(seed * 131);
       Options o;
       o.duelRun = run;
@@ -811,10 +812,48 @@ void duelRuns() {
       worse[run] += steady.trueTime(s.configFor(400)) > steady.trueTime(Config()) * 1.02 ? 1 : 0;
     }
   }
-  std::printf("duel under next-call attribution: pinned a slower config %d/20 call by call, %d/20 in turns of 2\n",
-              worse[1], worse[2]);
+  std::printf(
+      "duel under next-call attribution: pinned a slower config %d/20 call by call, %d/20 in turns of 2, %d/20 of 3\n",
+      worse[1], worse[2], worse[3]);
   CHECK(worse[2] == 0);
+  CHECK(worse[3] == 0);
   CHECK(worse[1] >= 10);  // the attribution does cross a duel taken call by call
+}
+
+// A configuration that leaves part of its cost to the next call (2 x H200, all_reduce 16 MiB, one process
+// per GPU: after each tree/simple/64 kernel one rank idled 25 us outside its window, so the next call
+// started late; nccl-tests ran tree/simple/64 at 89 us per call against 78 for NCCL's ring, 2026-11-23).
+// Its windows are shorter than ring's, its periods (the duel's second measure) are not once the debt is
+// counted. Model: windows tree 90, ring 100; periods the window + 6, + 20 after a tree call. Sampled first
+// in turns of 2, tree's periods follow a ring call (96) and ring's a tree call (126): tree was pinned. In
+// the middle of turns of 3 (the engine's setting where the period checks the duel): 116 against 106.
+void duelLeftBehind() {
+  int pinnedTree[4] = {0, 0, 0, 0};
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    const Model own = ringVsTree(100.0, 90.0, 0.0);
+    for (int run : {2, 3}) {
+      std::mt19937_64 rng(seed * 389);
+      Options o;
+      o.duelRun = run;
+      TaskSearch s(own.space, o);
+      bool prevTree = false;
+      for (uint64_t k = 0; k < 400; ++k) {
+        const Config c = s.configFor(k);
+        const bool tree = c.algo == 0;
+        if (c.measure) {
+          const double window = own.sample(c, rng);
+          s.addSample(k, window, window + 6.0 + (prevTree ? 20.0 : 0.0));
+        }
+        prevTree = tree;
+      }
+      CHECK(s.converged() && s.stats().convergedAt <= 150);
+      pinnedTree[run] += s.configFor(400).algo == 0 ? 1 : 0;
+    }
+  }
+  std::printf("cost left to the next call: tree pinned %d/20 in turns of 2, %d/20 in turns of 3\n", pinnedTree[2],
+              pinnedTree[3]);
+  CHECK(pinnedTree[3] == 0);
+  CHECK(pinnedTree[2] >= 10);  // the scenario does mislead a duel sampled at the first call of a turn
 }
 
 // Samples with a second measure (addSample's altMicros: the kernel window beside the stream period). Tree
@@ -1011,7 +1050,7 @@ TestCase tests[] = {{"convergence", convergence}, {"immutability", immutability}
                     {"warmstart", warmstart},     {"drift", drift},               {"objective", objective},
                     {"ceiling", ceiling},         {"costFilter", costFilter},
                     {"runAhead", runAhead},       {"settlingStart", settlingStart},
-                    {"duelRuns", duelRuns},       {"duelSecondOpinion", duelSecondOpinion},
+                    {"duelRuns", duelRuns},       {"duelLeftBehind", duelLeftBehind},       {"duelSecondOpinion", duelSecondOpinion},
                     {"duelWaitsForSamples", duelWaitsForSamples}, {"duelSwitchCost", duelSwitchCost},
                     {"driftSpacedByTime", driftSpacedByTime}, {"unmeasuredCalls", unmeasuredCalls},
                     {"tableDefaultEntry", tableDefaultEntry}};

@@ -117,8 +117,10 @@ struct Options {
   // Odd, so that the median of each side survives two outliers. Comes out of maxTuningCalls.
   int duelSamples = 5;
   // Calls per turn of the duel and of the table verification, all of the turn's configuration; only the
-  // first is a sample. 2 where a call is scored by its stream period (to the next call's start): taken
-  // call by call, a host-bound call's period would measure the launch of the other configuration next.
+  // one at (duelRun - 1) / 2 is a sample. 3 where a call is scored by its stream period (to the next
+  // call's start): taken call by call, a host-bound call's period would measure the launch of the other
+  // configuration next, and a call would carry what the other configuration left behind (a kernel that
+  // holds one rank after its window delays the next call on every rank).
   int duelRun = 1;
   // Calls spent waiting for samples (the incumbent, timed, while nothing can be decided) more than
   // freeWaitLag calls after the newest delivered sample do not count against maxTuningCalls, up to
