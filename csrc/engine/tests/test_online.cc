@@ -942,6 +942,40 @@ void testIdleTaskReleasesTiming() {
   for (auto& r : comm.ranks) r->ctx.finalizeTuner();
 }
 
+// A task called once per training step, among many calls of pinned tasks (FSDP2's 420 MB reduce_scatter
+// came back every 74 calls): between two of its calls it keeps the process's timing on, so that its next
+// call, very likely a sample, is timed. NCCL reads the mask when the call's group starts, before the
+// tuner decides: let go after 16 calls with its sample delivered, the task lost every other sample
+// (rank 0, 62 of 132, 2 x H200, 2026-11-23).
+void testPeriodicTaskKeepsItsSamples() {
+  Runtime rt(onlineSettings(), 22809, 22803, "/nonexistent");
+  Logs logs;
+  Comm comm(rt, 0x57E9ULL, 2, {0, 1}, &logs);
+  const CostModel m = modelLL128At8();
+  const TaskSpec periodic{kReduceScatter, 32u << 20, m}, busy{kAllReduce, 4u << 20, m};
+  driveToConvergence(comm, {busy}, 400);
+  std::vector<Applied> seen;
+  std::vector<bool> timedCall;
+  for (int step = 0; step < 220; ++step) {
+    for (int i = 0; i < 74; ++i)
+      for (auto& r : comm.ranks) r->call(busy.coll, busy.bytes, busy.model);
+    timedCall.push_back(comm.mask != 0);
+    for (size_t r = 0; r < comm.ranks.size(); ++r) {
+      Applied a = comm.ranks[r]->call(periodic.coll, periodic.bytes, periodic.model);
+      if (r == 0) seen.push_back(a);
+    }
+  }
+  const size_t pinnedAt = stableFrom(seen);
+  size_t untimed = 0;
+  for (size_t k = 0; k < pinnedAt; ++k) untimed += timedCall[k] ? 0 : 1;
+  std::fprintf(stderr, "  periodic task: pinned at its call %zu, %zu of its calls before that untimed\n", pinnedAt,
+               untimed);
+  CHECK(pinnedAt <= onlineSearchOptions().maxTuningCalls + 16);
+  CHECK(untimed <= 1);  // its first call: nothing held the timing for it yet
+  CHECK_NEAR_OPTIMUM(m, seen.back());
+  for (auto& r : comm.ranks) r->ctx.finalizeTuner();
+}
+
 // A drift check's timed calls release the process's timing one call after the last of them, not when
 // their events arrive: NCCL caches the mask per operation at launch, and holding it while the events lag
 // (a host that runs tens of calls ahead of the GPU) timed every call of the process meanwhile (one process
@@ -1435,6 +1469,7 @@ int main(int argc, char** argv) {
       {"online_save_tuned", testSaveTunedAndWarmStart},
       {"online_stream_period", testStreamPeriodScoring},
       {"online_idle_task_releases_timing", testIdleTaskReleasesTiming},
+      {"online_periodic_task_keeps_its_samples", testPeriodicTaskKeepsItsSamples},
       {"online_check_releases_timing_before_its_events", testCheckReleasesTimingBeforeItsEvents},
       {"online_no_timing_while_checks_wait_for_time", testNoTimingWhileChecksWaitForTime},
       {"online_pinned_lookups_prefetched", testPinnedLookupsPrefetched},
