@@ -124,7 +124,11 @@ def check_converged(
         # search_from: calls handed out as NCCL's default before the authority saw the task (other ranks
         # asked first: host run-ahead, rank skew)
         assert t["converged_at"] is not None, t
-        assert int(t["converged_at"]) - int(t["search_from"]) <= max_calls, t
+        # Calls spent waiting for samples far behind (more than freeWaitLag calls: host run-ahead, or the
+        # authority waiting for other ranks' reports on a loaded machine) are not search calls: the budget
+        # leaves them out (search::Options::freeWaitLag), so does the bound (CI once had 155, 2026-11-23).
+        free = int(t.get("search_free_wait_calls") or 0)
+        assert int(t["converged_at"]) - int(t["search_from"]) - free <= max_calls, t
         mine = model.mean_us(
             r["coll"],
             r["nranks"],
@@ -399,7 +403,11 @@ def test_online_processes_skewed_ranks_converge(plugin: Path, faults: str) -> No
     res = run(sc, plugin=plugin, env=env, processes=True, timeout=300)
     assert_clean(res)
     assert_same_per_seq(res.calls)
-    check_converged(res, within=0.05 if faults else 0.03)
+    # With frames lost, a duel side can lose every sample and the search waits for the ones in flight
+    # when its budget is spent (deciding without them pins what the duel exists to check); the lost-sample
+    # rules end that wait (Options::lostAfter = 64 calls): converged by 144 + 64 + a turn. Seen under a
+    # loaded 2-core CI box: 155, and 162-163 once in 40 runs with 5 parallel runs on this host (2026-11-23).
+    check_converged(res, max_calls=214 if faults else 150, within=0.05 if faults else 0.03)
     tasks = tasks_of(res)
     # the other ranks' windows were used, and they did remove waits
     assert all(int(t["rank_scored"]) > 0 for t in tasks.values()), tasks

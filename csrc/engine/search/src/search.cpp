@@ -831,7 +831,10 @@ struct TaskSearch::Impl {
     st.waitCalls += n;
     if (!farBehind) return;
     waitCallsThisRound += n;
-    if (waitCallsThisRound <= o.maxWaitCalls) tuningCallsThisRound -= std::min(tuningCallsThisRound, n);
+    if (waitCallsThisRound <= o.maxWaitCalls) {
+      tuningCallsThisRound -= std::min(tuningCallsThisRound, n);
+      st.freeWaitCalls += n;
+    }
   }
 
   void schedule(int id, uint64_t n, Phase ph, bool filler = false) {

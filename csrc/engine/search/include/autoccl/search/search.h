@@ -153,6 +153,7 @@ struct Hint {
 struct Stats {
   uint64_t tuningCalls = 0;     // call indices planned in kTuning
   uint64_t waitCalls = 0;       // ... of which waiting for samples (the incumbent as filler)
+  uint64_t freeWaitCalls = 0;   // ... of those, not counted against maxTuningCalls (Options::freeWaitLag)
   uint64_t lateSamples = 0;     // samples that arrived after their call had been given up as lost
   uint64_t candidates = 0;      // distinct configurations measured
   uint64_t samples = 0;         // samples accepted
