@@ -12,6 +12,9 @@
 namespace autoccl::engine {
 
 namespace {
+// Stream idle after a call beyond the call's own window plus this is a host pause (Measurement::hostPauseUs).
+constexpr double kHostPauseUs = 1000.0;
+
 // An advisory lock on a file beside a table (serialises read-merge-write across processes).
 class FileLock {
  public:
@@ -423,8 +426,16 @@ void Context::onMeasurement(const Measurement& in) {
       haveOut = true;
       // The communicator's kernels run in call order on one stream: when the next call is the very next
       // one decided, its start bounds this call's hold on the stream.
-      if (in.ordinal != 0 && in.ordinal == out.ordinal + 1 && in.startNs > out.startNs)
-        out.periodUs = static_cast<double>(in.startNs - out.startNs) / 1000.0;
+      if (in.ordinal != 0 && in.ordinal == out.ordinal + 1 && in.startNs > out.startNs) {
+        const double period = static_cast<double>(in.startNs - out.startNs) / 1000.0;
+        // A host-bound call idles its stream for the host's launch cost (tens of us); idle for longer
+        // than the call itself and a millisecond more, the stream waited for the host to come back (a
+        // period spanning the end of a nccl-tests pass read 21.7 ms for an 805 us all_gather and lost the
+        // duel for a configuration 22 % faster, 2 x H200, 2026-11-23): that period says nothing of the call.
+        const double idle = period - out.gpuUs;
+        if (idle > out.gpuUs + kHostPauseUs) out.hostPauseUs = idle;
+        else out.periodUs = period;
+      }
     }
     held_ = in;
     haveHeld_ = true;
@@ -463,10 +474,10 @@ void Context::deliver(const Measurement& m) {
                           "{\"ev\":\"time\",\"comm\":\"%s\",\"rank\":%d,\"coll\":\"%s\",\"bytes\":%" PRIu64
                           ",\"pipe\":%d,\"call\":%" PRIu64 ",\"gpu_us\":%.3f,\"nccl_algo\":\"%s\",\"nccl_proto\":\"%s\","
                           "\"nccl_channels\":%d,\"colls\":%u,\"kch\":%u,\"start_spread_us\":%.3f,\"stale_ch\":%u,"
-                          "\"t0_ns\":%" PRIu64 ",\"period_us\":%.3f}",
+                          "\"t0_ns\":%" PRIu64 ",\"period_us\":%.3f,\"pause_us\":%.3f}",
                           commHex_.c_str(), rank_, collName(t->key.coll), t->key.bytes, t->key.pipe, m.callIndex,
                           m.gpuUs, ncclAlgoSpelling(m.ncclAlgo), ncclProtoSpelling(m.ncclProto), m.ncclChannels,
-                          m.colls, m.channels, m.startSpreadUs, m.staleChannels, m.startNs, m.periodUs);
+                          m.colls, m.channels, m.startSpreadUs, m.staleChannels, m.startNs, m.periodUs, m.hostPauseUs);
     if (n > 0) rt_.trace().writeLine(buf, std::min(static_cast<size_t>(n), sizeof buf - 1));
   }
   if (budgetDone) stopWanting(t);

@@ -253,6 +253,10 @@ class OnlineSource final : public DecisionSource {
   void onMeasurement(const TaskKey& task, const Measurement& timed) override {
     const Place place = place_.load(std::memory_order_acquire);
     Measurement m = timed;
+    if (m.hostPauseUs > 0 && scoring(place) == Scoring::kPeriodCheckedByWindow) {
+      onUntimed(task, m.callIndex);  // its period measured the host's pause; the window is another measure
+      return;
+    }
     if (m.periodUs > 0) {  // the second measure is the duel's second opinion (search::TaskSearch::addSample)
       switch (scoring(place)) {
         case Scoring::kPeriodCheckedByWindow:

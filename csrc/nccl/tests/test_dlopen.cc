@@ -295,7 +295,7 @@ void caseObserve() {
   std::string trace = slurp(traceFile(dir + "/t"));
   CHECK(trace.find("\"ev\":\"time\",\"comm\":\"0000000000000042\",\"rank\":0,\"coll\":\"allgather\",\"bytes\":2097152,"
                    "\"pipe\":1,\"call\":1,\"gpu_us\":40.000,\"nccl_algo\":\"RING\",\"nccl_proto\":\"SIMPLE\","
-                   "\"nccl_channels\":2,\"colls\":1,\"kch\":2,\"start_spread_us\":0.010,\"stale_ch\":0,\"t0_ns\":1000000,\"period_us\":0.000}") != std::string::npos);
+                   "\"nccl_channels\":2,\"colls\":1,\"kch\":2,\"start_spread_us\":0.010,\"stale_ch\":0,\"t0_ns\":1000000,\"period_us\":0.000,\"pause_us\":0.000}") != std::string::npos);
   CHECK(trace.find("\"median_us\":40.000") != std::string::npos);
   std::string tables = dir + "/tables";
   std::string ls;
