@@ -12,8 +12,10 @@
 namespace autoccl::engine {
 
 namespace {
-// Stream idle after a call beyond the call's own window plus this is a host pause (Measurement::hostPauseUs).
-constexpr double kHostPauseUs = 1000.0;
+// Stream idle after a call for longer than this is a host pause (Measurement::hostPauseUs). A host-bound
+// call idles its stream for the host's launch cost: 20-70 us per call for one process launching 4 GPUs
+// with the profiler on (4 x H200, 2026-11-22).
+constexpr double kHostPauseUs = 500.0;
 
 // An advisory lock on a file beside a table (serialises read-merge-write across processes).
 class FileLock {
@@ -428,12 +430,11 @@ void Context::onMeasurement(const Measurement& in) {
       // one decided, its start bounds this call's hold on the stream.
       if (in.ordinal != 0 && in.ordinal == out.ordinal + 1 && in.startNs > out.startNs) {
         const double period = static_cast<double>(in.startNs - out.startNs) / 1000.0;
-        // A host-bound call idles its stream for the host's launch cost (tens of us); idle for longer
-        // than the call itself and a millisecond more, the stream waited for the host to come back (a
-        // period spanning the end of a nccl-tests pass read 21.7 ms for an 805 us all_gather and lost the
-        // duel for a configuration 22 % faster, 2 x H200, 2026-11-23): that period says nothing of the call.
+        // Idle for longer, the stream waited for the host to come back (periods spanning the end of a
+        // nccl-tests pass read 21.7 ms for an 805 us all_gather and 1011 us for a 224 us one, and lost the
+        // duel for configurations 20 % faster, 2 x H200, 2026-11-23): such a period says nothing of the call.
         const double idle = period - out.gpuUs;
-        if (idle > out.gpuUs + kHostPauseUs) out.hostPauseUs = idle;
+        if (idle > kHostPauseUs) out.hostPauseUs = idle;
         else out.periodUs = period;
       }
     }

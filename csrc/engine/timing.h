@@ -36,7 +36,7 @@ struct Measurement {
   uint64_t startNs = 0;     // GPU clock (%globaltimer) of the earliest fresh channel start: gaps between calls
   uint64_t ordinal = 0;     // the decision's position among its communicator's calls (1-based; 0: unknown)
   double periodUs = 0;      // start to the next call's start when that call is ordinal + 1 (0: unknown)
-  // > 0: the stream sat idle this long before the next call, more than the call itself can explain (a
+  // > 0: the stream sat idle this long before the next call, longer than a host-bound launch explains (a
   // host pause: a synchronisation, a benchmark pass ending, a step boundary); periodUs is then 0.
   double hostPauseUs = 0;
   double altUs = 0;         // scoring: a second measure of the call (the window when gpuUs holds the period)

@@ -449,8 +449,10 @@ struct TaskSearch::Impl {
     // also carries the profiler's host cost, which grows with the channel count (a 64-channel default
     // read 120 us per call for a 27 us broadcast), while the kernel window misses what a kernel holds
     // outside its channels (tree/LL128: 31 us windows, 54 us per call); a winner on both is safe.
+    // Low medians: the budget can end the duel with two samples a side, one of them slow (a period spanning
+    // a host pause: 1011 us for a 232 us all_gather, 2 x H200, 2026-11-23); of an odd count, the median.
     const bool altToo = !i.alt.empty() && !d.alt.empty();
-    bool incWins = i.med() < d.med() && (!altToo || median(i.alt) < median(d.alt));
+    bool incWins = lowMedian(i.samples) < lowMedian(d.samples) && (!altToo || lowMedian(i.alt) < lowMedian(d.alt));
     // Out of budget with samples still in flight, a median of one or two samples does not survive an
     // outlier (a slow call on NCCL's side): the tuned configuration must also have the lower minimum.
     if (d.n() < o.duelSamples || i.n() < o.duelSamples)
@@ -943,9 +945,16 @@ struct TaskSearch::Impl {
           // the tuning samples say, the samples the duel exists to check (one process for 4 x H200:
           // reduce_scatter 16 MiB pinned ring/simple/22, 5 % slower than NCCL's choice in the duel's own
           // samples, 2026-11-22). The lost-sample rules bound the wait.
+          // A side with one sample waits for a second while that is only lagging (no sample of a call 8 or more
+          // later has arrived; one task's kernels run in stream order): a lone sample can be an outlier (a
+          // period across a host pause, 2 x H200, 2026-11-23), and of two the low median is robust.
           auto waiting = [&](int id) {
             const Eval& e = evals[static_cast<size_t>(id)];
-            return e.samples.empty() && e.inflight > 0;
+            if (e.inflight == 0 || e.n() >= 2) return false;
+            if (e.samples.empty()) return true;
+            for (const auto& [k, pc] : pending)
+              if (pc.id == id && !pc.filler && (!anyDelivered || k + 8 > maxDelivered)) return true;
+            return false;
           };
           if (waiting(duelDefault) || waiting(duelInc)) {
             schedule(duelDefault, 1, Phase::kTuning, true);

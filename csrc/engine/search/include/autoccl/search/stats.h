@@ -17,6 +17,15 @@ inline double median(std::vector<double> v) {
   return 0.5 * (lo + hi);
 }
 
+// The lower of the two middle values for an even count (of two samples the smaller): robust to one slow
+// outlier among two samples, where the mean of the middle two is the outlier's.
+inline double lowMedian(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  size_t m = (v.size() - 1) / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(m), v.end());
+  return v[m];
+}
+
 // Median absolute deviation (unscaled; multiply by 1.4826 for a normal sigma).
 inline double mad(const std::vector<double>& v) {
   if (v.empty()) return 0.0;
