@@ -363,10 +363,15 @@ class OnlineSource final : public DecisionSource {
     }
     // NCCL caps a channel request at the communicator's channel count (and spreads small tasks over
     // fewer): the channels it reports for a lone collective are the ones the requested config ran on.
+    int ran = maxRun_.load(std::memory_order_relaxed);
+    while (m.ncclChannels > ran && !maxRun_.compare_exchange_weak(ran, m.ncclChannels)) {
+    }
     if (m.colls == 1 && m.applied.channels > 0 && m.ncclChannels > 0 && m.ncclChannels < m.applied.channels) {
-      srch->channelsCapped(m.applied.channels, m.ncclChannels);
+      srch->channelsCapped(m.ncclAlgo, m.ncclProto, m.applied.channels, m.ncclChannels);
+      // the communicator's ceiling only where no call ran wider (else a pair's minimum traffic per channel)
       int c = commCap_.load(std::memory_order_relaxed);
-      while (m.ncclChannels > c && !commCap_.compare_exchange_weak(c, m.ncclChannels)) {
+      while (m.ncclChannels >= maxRun_.load(std::memory_order_relaxed) && m.ncclChannels > c &&
+             !commCap_.compare_exchange_weak(c, m.ncclChannels)) {
       }
     }
     if (m.rankReports > 0) s->rankScored.fetch_add(1, std::memory_order_relaxed);
@@ -701,7 +706,8 @@ class OnlineSource final : public DecisionSource {
   TaskState* last_[kNumColls] = {};
   std::mutex needMu_;             // need transitions (rare): TaskState::needing, needing_, bootstrap_
   std::atomic<int> needing_{0};
-  std::atomic<int> commCap_{0};  // largest channel count NCCL ran a capped request on (0: none seen)
+  std::atomic<int> commCap_{0};  // largest channel count NCCL ran a capped request on, none wider (0: none seen)
+  std::atomic<int> maxRun_{0};   // largest channel count NCCL ran any call of this communicator on
   uint64_t callsSeen_ = 0;              // authority, enqueue thread: calls of all tasks so far
   std::vector<TaskState*> holders_;     // authority, enqueue thread: tasks that asked for timing
   bool bootstrap_ = false;  // guarded by needMu_

@@ -96,6 +96,11 @@ struct TaskSearch::Impl {
   int ncclCk = -1;                  // index of NCCL's own chunk in the grid
   int defaultPair = -1;             // min-cost supported pair
   int startCh = 1;
+  // Channels NCCL runs each (algorithm, protocol) pair on at most for this task (channelsCapped): NCCL
+  // spreads a small task over fewer channels by a per-pair minimum of traffic per channel, so one pair's
+  // cap says nothing of another's (2 x H200, all_reduce 4 MiB: tree/ll128 ran 29 of 30 channels asked
+  // while ring/ll128 ran 64, its best point).
+  int pairMax[kNumAlgos * kNumProtos] = {};
 
   std::vector<Segment> segs;
   uint64_t planned = 0;
@@ -168,6 +173,7 @@ struct TaskSearch::Impl {
     if (chunkGrid.empty()) ncclCk = -1;
     startCh = sp.ncclChannels > 0 ? sp.ncclChannels : sp.maxChannels;
     if (sp.startChannels > 0) startCh = std::min(sp.startChannels, sp.maxChannels);
+    for (int& m : pairMax) m = sp.maxChannels;
     planned = o.firstCall;
     begin(false);
   }
@@ -289,7 +295,7 @@ struct TaskSearch::Impl {
     for (auto& pr : pairs) {
       Sub s;
       s.pair = pr.second;
-      s.ch = startCh;
+      s.ch = std::min(startCh, pairMax[s.pair]);
       s.ck = ncclCk;
       s.step[0] = s.step[1] = o.initStep;
       for (const Hint& h : hints)
@@ -318,14 +324,14 @@ struct TaskSearch::Impl {
 
   bool validHint(const Config& c) const {
     if (c.isDefault()) return true;
-    return isSupported(c.algo, c.proto) && c.channels >= 0 && c.channels <= sp.maxChannels;
+    return isSupported(c.algo, c.proto) && c.channels >= 0 && c.channels <= pairMax[c.algo * kNumProtos + c.proto];
   }
   PointKey pointOf(const Config& c) const {
     if (c.isDefault()) return {-1, 0, -1};
     // NCCL's pair with its own channel count and chunk is NCCL's choice (a table entry where NCCL won
     // without a known channel count), not that pair on the widest channel count
     if (c.channels == 0 && c.chunk == 0 && c.algo * kNumProtos + c.proto == defaultPair) return {-1, 0, -1};
-    int ch = c.channels > 0 ? c.channels : startCh;
+    int ch = c.channels > 0 ? c.channels : std::min(startCh, pairMax[c.algo * kNumProtos + c.proto]);
     int ck = ncclCk;
     if (c.chunk != 0 && !chunkGrid.empty()) {
       // nearest grid chunk
@@ -527,7 +533,7 @@ struct TaskSearch::Impl {
     if (dim == 0) {
       int n = static_cast<int>(std::lround(s.ch * std::exp2(delta)));
       if (n == s.ch) n = s.ch + sign;
-      n = std::clamp(n, 1, sp.maxChannels);
+      n = std::clamp(n, 1, pairMax[s.pair]);
       if (n == s.ch) return false;
       ch = n;
     } else {
@@ -1039,19 +1045,18 @@ struct TaskSearch::Impl {
     return *it;
   }
 
-  // ---- learned channel ceiling --------------------------------------------------------------
-  void limitChannels(int c) {
-    if (c < 1 || c >= sp.maxChannels) return;
-    sp.maxChannels = c;
-    if (sp.ncclChannels > c) sp.ncclChannels = 0;
-    startCh = std::min(startCh, c);
+  // ---- learned channel ceiling (per pair) -------------------------------------------------
+  void limitChannels(int pair, int c) {
+    if (pair < 0 || pair >= kNumAlgos * kNumProtos || c < 1 || c >= pairMax[pair]) return;
+    pairMax[pair] = c;
+    if (pair == defaultPair && sp.ncclChannels > c) sp.ncclChannels = 0;
     std::vector<std::pair<PointKey, int>> above;
     for (const auto& [key, id] : evalAt)
-      if (std::get<0>(key) >= 0 && std::get<1>(key) > c) above.emplace_back(key, id);
+      if (std::get<0>(key) == pair && std::get<1>(key) > c) above.emplace_back(key, id);
     std::map<int, int> alias;  // merged eval -> the eval that now stands for its point
     for (const auto& [key, id] : above) {
       evalAt.erase(key);
-      PointKey nk = normalize(std::get<0>(key), c, std::get<2>(key));
+      PointKey nk = normalize(pair, c, std::get<2>(key));
       auto it = evalAt.find(nk);
       if (it == evalAt.end()) {  // first of its kind: re-key it (its samples were taken at `c`)
         evalAt.emplace(nk, id);
@@ -1072,20 +1077,20 @@ struct TaskSearch::Impl {
     fix(hintEval);
     for (Sub& s : subs) {
       fix(s.xEval);
-      s.ch = std::min(s.ch, c);
+      if (s.pair == pair) s.ch = std::min(s.ch, c);
       for (auto& nb : s.nbrs) {
         fix(nb.second);
-        std::get<1>(nb.first) = std::min(std::get<1>(nb.first), c);
+        if (std::get<0>(nb.first) == pair) std::get<1>(nb.first) = std::min(std::get<1>(nb.first), c);
       }
     }
     for (auto& kv : pending) fix(kv.second.id);
     for (auto& kv : givenUp) fix(kv.second);
     for (int& q : queue) fix(q);
-    if (!pinnedCfg.isDefault() && pinnedCfg.channels > c) pinnedCfg.channels = c;
-    if (checkEval >= 0) {
-      Config& cc = evals[static_cast<size_t>(checkEval)].cfg;
-      if (!cc.isDefault() && cc.channels > c) cc.channels = c;
-    }
+    auto clampCfg = [&](Config& cfg) {
+      if (!cfg.isDefault() && cfg.algo * kNumProtos + cfg.proto == pair && cfg.channels > c) cfg.channels = c;
+    };
+    clampCfg(pinnedCfg);
+    if (checkEval >= 0) clampCfg(evals[static_cast<size_t>(checkEval)].cfg);
     think();
   }
   // `from` measured the same point as `to`: its samples and outstanding calls move to `to`.
@@ -1188,10 +1193,10 @@ void TaskSearch::unmeasured(uint64_t k) {
   std::lock_guard<std::mutex> lk(mu_);
   impl_->unmeasured(k);
 }
-void TaskSearch::channelsCapped(int requested, int used) {
-  if (used < 1 || used >= requested) return;
+void TaskSearch::channelsCapped(int algo, int proto, int requested, int used) {
+  if (used < 1 || used >= requested || algo < 0 || algo >= kNumAlgos || proto < 0 || proto >= kNumProtos) return;
   std::lock_guard<std::mutex> lk(mu_);
-  impl_->limitChannels(used);
+  impl_->limitChannels(algo * kNumProtos + proto, used);
 }
 bool TaskSearch::converged() const {
   std::lock_guard<std::mutex> lk(mu_);

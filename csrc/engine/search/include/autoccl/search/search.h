@@ -191,12 +191,13 @@ class TaskSearch {
   // after the lost-sample rules (Options::reorderSlack, lostAfter). A sample of k arriving anyway counts.
   void unmeasured(uint64_t k);
 
-  // NCCL ran call(s) of this task on `used` channels although `requested` were asked for (the
-  // profiler reports the channels a task really ran on: capped by the communicator's channel count and
-  // by NCCL's minimum traffic per channel). Every point above `used` is then the point `used`: the
-  // range is clamped there and such points are merged (their samples kept), so the search never
-  // spends calls comparing configurations NCCL treats as identical. Ignored unless used < requested.
-  void channelsCapped(int requested, int used);
+  // NCCL ran call(s) of this task with pair (algo, proto) on `used` channels although `requested` were
+  // asked for (the profiler reports the channels a task really ran on: capped by the communicator's
+  // channel count and by NCCL's minimum traffic per channel, which differs between pairs). Every point of
+  // that pair above `used` is then the point `used`: its range is clamped there and such points are
+  // merged (their samples kept), so the search never spends calls comparing configurations NCCL treats as
+  // identical. Other pairs keep their ranges. Ignored unless used < requested.
+  void channelsCapped(int algo, int proto, int requested, int used);
 
   bool converged() const;  // the last planned segment is pinned / check / final
   Config best() const;     // current incumbent (the pinned config once converged)
