@@ -96,11 +96,12 @@ struct TaskSearch::Impl {
   int ncclCk = -1;                  // index of NCCL's own chunk in the grid
   int defaultPair = -1;             // min-cost supported pair
   int startCh = 1;
-  // Channels NCCL runs each (algorithm, protocol) pair on at most for this task (channelsCapped): NCCL
+  // Channels NCCL runs each (algorithm, protocol) pair on at most for this task (channelsRan): NCCL
   // spreads a small task over fewer channels by a per-pair minimum of traffic per channel, so one pair's
   // cap says nothing of another's (2 x H200, all_reduce 4 MiB: tree/ll128 ran 29 of 30 channels asked
-  // while ring/ll128 ran 64, its best point).
+  // while ring/ll128 ran 64, its best point). pairRan: the most channels a pair has run on.
   int pairMax[kNumAlgos * kNumProtos] = {};
+  int pairRan[kNumAlgos * kNumProtos] = {};
 
   std::vector<Segment> segs;
   uint64_t planned = 0;
@@ -1046,6 +1047,15 @@ struct TaskSearch::Impl {
   }
 
   // ---- learned channel ceiling (per pair) -------------------------------------------------
+  // A call of `pair` asked for `asked` channels and ran on `ran`. Fewer by one or two is how the data
+  // divides over the channels (2 x H200, all_gather 4 MiB in one process: 23 asked ran 22, 17 ran 16, 64
+  // ran 64), not a ceiling; nor is any count below one the pair has already run on.
+  void channelsRan(int pair, int asked, int ran) {
+    if (pair < 0 || pair >= kNumAlgos * kNumProtos || ran < 1) return;
+    const int before = pairRan[pair];
+    pairRan[pair] = std::max(pairRan[pair], ran);
+    if (ran + 2 <= asked && ran >= before) limitChannels(pair, ran);
+  }
   void limitChannels(int pair, int c) {
     if (pair < 0 || pair >= kNumAlgos * kNumProtos || c < 1 || c >= pairMax[pair]) return;
     pairMax[pair] = c;
@@ -1193,10 +1203,10 @@ void TaskSearch::unmeasured(uint64_t k) {
   std::lock_guard<std::mutex> lk(mu_);
   impl_->unmeasured(k);
 }
-void TaskSearch::channelsCapped(int algo, int proto, int requested, int used) {
-  if (used < 1 || used >= requested || algo < 0 || algo >= kNumAlgos || proto < 0 || proto >= kNumProtos) return;
+void TaskSearch::channelsRan(int algo, int proto, int requested, int used) {
+  if (used < 1 || requested < 1 || algo < 0 || algo >= kNumAlgos || proto < 0 || proto >= kNumProtos) return;
   std::lock_guard<std::mutex> lk(mu_);
-  impl_->limitChannels(algo * kNumProtos + proto, used);
+  impl_->channelsRan(algo * kNumProtos + proto, requested, used);
 }
 bool TaskSearch::converged() const {
   std::lock_guard<std::mutex> lk(mu_);

@@ -191,13 +191,15 @@ class TaskSearch {
   // after the lost-sample rules (Options::reorderSlack, lostAfter). A sample of k arriving anyway counts.
   void unmeasured(uint64_t k);
 
-  // NCCL ran call(s) of this task with pair (algo, proto) on `used` channels although `requested` were
-  // asked for (the profiler reports the channels a task really ran on: capped by the communicator's
-  // channel count and by NCCL's minimum traffic per channel, which differs between pairs). Every point of
-  // that pair above `used` is then the point `used`: its range is clamped there and such points are
-  // merged (their samples kept), so the search never spends calls comparing configurations NCCL treats as
-  // identical. Other pairs keep their ranges. Ignored unless used < requested.
-  void channelsCapped(int algo, int proto, int requested, int used);
+  // A call of this task with pair (algo, proto) that asked for `requested` channels ran on `used` (the
+  // profiler reports the channels that did work). NCCL caps a request at the communicator's channel count,
+  // and spreads a small task over fewer channels by a minimum of traffic per channel that differs between
+  // pairs: where `used` is at least 2 below `requested` and the pair never ran on more, every point of the
+  // pair above `used` is the point `used`: its range is clamped there and such points are merged (samples
+  // kept), so the search does not compare configurations NCCL treats as identical. One or two fewer is how
+  // the data divides over the channels, and a count below one the pair has run on is no ceiling; other
+  // pairs keep their ranges. Call it for every measured call that forced a channel count.
+  void channelsRan(int algo, int proto, int requested, int used);
 
   bool converged() const;  // the last planned segment is pinned / check / final
   Config best() const;     // current incumbent (the pinned config once converged)
