@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -701,6 +702,30 @@ Model ringVsTree(double ringUs, double treeUs, double outlierProb) {
   return m;
 }
 
+// 400 calls of `s` on `m`, samples 3 calls late; each with the channels it ran on (`ran` of the config asked),
+// reported as the engine reports the profiler's count (TaskSearch::channelsRan).
+void driveReportingChannels(TaskSearch& s, const Model& m, std::mt19937_64& rng,
+                            const std::function<int(const Config&)>& ran) {
+  struct Due {
+    uint64_t k;
+    Config asked;
+    int ranChannels;
+    double us;
+  };
+  std::deque<Due> due;
+  for (uint64_t k = 0; k < 400; ++k) {
+    const Config c = s.configFor(k);
+    Config r = c;
+    r.channels = ran(c);
+    if (c.measure) due.push_back({k, c, r.channels, m.sample(r, rng)});
+    for (; !due.empty() && due.front().k + 3 <= k; due.pop_front()) {
+      const Due& d = due.front();
+      if (d.asked.channels > 0) s.channelsRan(d.asked.algo, d.asked.proto, d.asked.channels, d.ranChannels);
+      s.addSample(d.k, d.us);
+    }
+  }
+}
+
 // NCCL caps a small task's channels by a minimum of traffic per channel that differs between (algorithm,
 // protocol) pairs. On 2 x H200 all_reduce 4 MiB ran tree/ll128 on 29 of 30 channels asked while ring/ll128
 // ran 64, its best point (25 us against NCCL's 31); taken as the task's ceiling, the tree observation
@@ -726,24 +751,9 @@ void pairCeiling() {
       return 31.0 * (1.0 + 0.3 * std::fabs(std::log2(ch / 24.0)));
     };
     TaskSearch s(m.space, Options());
-    struct Due {
-      uint64_t k;
-      Config asked;
-      int ranChannels;
-      double us;
-    };
-    std::deque<Due> due;
-    for (uint64_t k = 0; k < 400; ++k) {
-      const Config c = s.configFor(k);
-      Config ran = c;
-      if (!c.isDefault() && c.algo * kNumProtos + c.proto == treeLL128 && c.channels > 29) ran.channels = 29;
-      if (c.measure) due.push_back({k, c, ran.channels, m.sample(ran, rng)});
-      for (; !due.empty() && due.front().k + 3 <= k; due.pop_front()) {
-        const Due& d = due.front();  // the profiler reports the channels the call ran on with its sample
-        if (d.asked.channels > 0) s.channelsRan(d.asked.algo, d.asked.proto, d.asked.channels, d.ranChannels);
-        s.addSample(d.k, d.us);
-      }
-    }
+    driveReportingChannels(s, m, rng, [&](const Config& c) {
+      return !c.isDefault() && c.algo * kNumProtos + c.proto == treeLL128 ? std::min(c.channels, 29) : c.channels;
+    });
     ++n;
     CHECK(s.converged() && s.stats().convergedAt <= 150);
     const Config b = s.best();
@@ -773,24 +783,9 @@ void channelGranularity() {
       return 40.0;
     };
     TaskSearch s(m.space, Options());
-    struct Due {
-      uint64_t k;
-      Config asked;
-      int ranChannels;
-      double us;
-    };
-    std::deque<Due> due;
-    for (uint64_t k = 0; k < 400; ++k) {
-      const Config c = s.configFor(k);
-      Config ran = c;
-      if (c.channels > 0 && c.channels < 64 && c.channels % 2 == 1) ran.channels = c.channels - 1;
-      if (c.measure) due.push_back({k, c, ran.channels, m.sample(ran, rng)});
-      for (; !due.empty() && due.front().k + 3 <= k; due.pop_front()) {
-        const Due& d = due.front();
-        if (d.asked.channels > 0) s.channelsRan(d.asked.algo, d.asked.proto, d.asked.channels, d.ranChannels);
-        s.addSample(d.k, d.us);
-      }
-    }
+    driveReportingChannels(s, m, rng, [](const Config& c) {
+      return c.channels > 0 && c.channels < 64 && c.channels % 2 == 1 ? c.channels - 1 : c.channels;
+    });
     ++n;
     CHECK(s.converged() && s.stats().convergedAt <= 150);
     const double t = m.trueTime(s.best());
