@@ -98,8 +98,9 @@ struct TaskSearch::Impl {
   int startCh = 1;
   // Channels NCCL runs each (algorithm, protocol) pair on at most for this task (channelsRan): NCCL
   // spreads a small task over fewer channels by a per-pair minimum of traffic per channel, so one pair's
-  // cap says nothing of another's (2 x H200, all_reduce 4 MiB: tree/ll128 ran 29 of 30 channels asked
-  // while ring/ll128 ran 64, its best point). pairRan: the most channels a pair has run on.
+  // cap says nothing of another's (2 x H200, all_reduce 4 MiB: tree/ll128 asked 30 ran 29; taken as the
+  // task's ceiling, it merged ring/ll128/64, the best point, into /29). pairRan: the most channels a pair
+  // has run on.
   int pairMax[kNumAlgos * kNumProtos] = {};
   int pairRan[kNumAlgos * kNumProtos] = {};
 
