@@ -366,13 +366,14 @@ class OnlineSource final : public DecisionSource {
     int ran = maxRun_.load(std::memory_order_relaxed);
     while (m.ncclChannels > ran && !maxRun_.compare_exchange_weak(ran, m.ncclChannels)) {
     }
-    if (m.colls == 1 && m.applied.channels > 0 && m.ncclChannels > 0)
+    if (m.colls == 1 && m.applied.channels > 0 && m.ncclChannels > 0) {
       srch->channelsRan(m.ncclAlgo, m.ncclProto, m.applied.channels, m.ncclChannels);
-    if (m.colls == 1 && m.applied.channels > 0 && m.ncclChannels > 0 && m.ncclChannels + 2 <= m.applied.channels) {
-      // the communicator's ceiling only where no call ran wider (else a pair's minimum traffic per channel)
-      int c = commCap_.load(std::memory_order_relaxed);
-      while (m.ncclChannels >= maxRun_.load(std::memory_order_relaxed) && m.ncclChannels > c &&
-             !commCap_.compare_exchange_weak(c, m.ncclChannels)) {
+      if (m.ncclChannels + search::kCapShortfall <= m.applied.channels) {
+        // the communicator's ceiling only where no call ran wider (else a pair's minimum traffic per channel)
+        int c = commCap_.load(std::memory_order_relaxed);
+        while (m.ncclChannels >= maxRun_.load(std::memory_order_relaxed) && m.ncclChannels > c &&
+               !commCap_.compare_exchange_weak(c, m.ncclChannels)) {
+        }
       }
     }
     if (m.rankReports > 0) s->rankScored.fetch_add(1, std::memory_order_relaxed);

@@ -1055,7 +1055,7 @@ struct TaskSearch::Impl {
     if (pair < 0 || pair >= kNumAlgos * kNumProtos || ran < 1) return;
     const int before = pairRan[pair];
     pairRan[pair] = std::max(pairRan[pair], ran);
-    if (ran + 2 <= asked && ran >= before) limitChannels(pair, ran);
+    if (ran + kCapShortfall <= asked && ran >= before) limitChannels(pair, ran);
   }
   void limitChannels(int pair, int c) {
     if (pair < 0 || pair >= kNumAlgos * kNumProtos || c < 1 || c >= pairMax[pair]) return;

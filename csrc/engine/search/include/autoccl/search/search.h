@@ -22,6 +22,9 @@ namespace autoccl::search {
 
 constexpr int kNumAlgos = 7;   // Tree, Ring, CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT
 constexpr int kNumProtos = 3;  // LL, LL128, Simple
+// A call that ran at least this many channels below its request was capped (by the communicator's count
+// or a minimum of traffic per channel); fewer is how the data divides over the channels.
+constexpr int kCapShortfall = 2;
 constexpr uint64_t kForever = std::numeric_limits<uint64_t>::max();
 
 // What the tuner sets for one call. algo < 0: leave NCCL's choice alone (cost table untouched,
