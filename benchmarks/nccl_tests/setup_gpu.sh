@@ -15,9 +15,17 @@ NGPU=$(nvidia-smi -L | wc -l); export NGPU
 
 python3 -m pip install -q --no-index --no-deps --prefix /opt/mpich .whl/mpich-*.whl || exit 1
 export PATH=/opt/mpich/bin:$PATH LD_LIBRARY_PATH=/opt/mpich/lib:${LD_LIBRARY_PATH:-}
-NCCL_PY=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')
+# NCCL: the image's (PyTorch's nvidia-nccl package), or with GPU_NCCL=DIR one carried as DIR/{include,lib}
+# (e.g. .carry/nccl-2.30.7: NCCL built from its public source for sm_90, see gpu_nccl_v6_check.sh), used by
+# nccl-tests and every run of the call (LD_LIBRARY_PATH), plain NCCL and the plugin's alike.
+if [ -n "${GPU_NCCL:-}" ]; then
+  NCCL_PY=$(cd "$GPU_NCCL" && pwd) || exit 1
+else
+  NCCL_PY=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')
+fi
 mkdir -p /tmp/ncclhome/lib && ln -sfn "$NCCL_PY/include" /tmp/ncclhome/include
 ln -sf "$NCCL_PY"/lib/libnccl.so.2 /tmp/ncclhome/lib/libnccl.so.2 && ln -sf libnccl.so.2 /tmp/ncclhome/lib/libnccl.so
+echo "nccl: $NCCL_PY ($(strings "$NCCL_PY/lib/libnccl.so.2" | grep -m1 -oE 'NCCL version [0-9.]+[^ ]*'))" >> "$OUT/machine.txt"
 export LD_LIBRARY_PATH=/tmp/ncclhome/lib:$LD_LIBRARY_PATH
 GENCODE="-gencode=arch=compute_90,code=sm_90"
 (make -s -C .carry/nccl-tests/src -j8 BUILDDIR=/tmp/nt NCCL_HOME=/tmp/ncclhome CUDA_HOME=/usr/local/cuda \
