@@ -9,7 +9,10 @@
 #  1. which plugin versions NCCL 2.30 loads (NCCL_DEBUG=INFO lines of the tuner and profiler);
 #  2. chunk probe: fixed mode ring/simple/64 and ring/ll128/64 with NCCL's chunk and smaller ones (the only
 #     direction NCCL 2.30 lets a tuner go: it clamps a larger answer to the buffer's chunk), 4 MiB-1 GiB;
-#  3. the cycles check (plain NCCL 2.30 against online mode), REPS=1 unless set.
+#  3. the cycles check (plain NCCL 2.30 against online mode), REPS=1 unless set, per launch kind in LAUNCHES
+#     (default mpi); CHUNK_OFF=1 adds an online run with AUTOCCL_CHUNK=off after each (the same engine
+#     without the chunk search), reported on its own against the same plain runs.
+# PROBE=0 skips step 2.
 # Usage on the GPU machine, from the repo root: OUT=... bash benchmarks/nccl_tests/gpu_nccl_v6_check.sh
 GPU_NCCL=${GPU_NCCL:-.carry/nccl-2.30.7}
 if [ ! -d "$GPU_NCCL/lib" ] && [ -f "$GPU_NCCL.tar.xz" ]; then
@@ -39,7 +42,7 @@ probe() {  # tag rule-or-empty coll
     > "/tmp/probe/${coll}__${tag}.log" 2>&1 || echo "probe $coll $tag: rc $?"
 }
 declare -A NAME=([all_gather]=allgather [reduce_scatter]=reducescatter [all_reduce]=allreduce)
-for coll in all_gather reduce_scatter all_reduce; do
+[ "${PROBE:-1}" = 1 ] && for coll in all_gather reduce_scatter all_reduce; do
   n=${NAME[$coll]}
   probe plain "" $coll
   for ck in 0 1048576 524288 262144 131072; do
@@ -51,8 +54,10 @@ for coll in all_gather reduce_scatter all_reduce; do
     probe "ring_ll128_64_chunk$ck" "$r" $coll
   done
 done
-python3 benchmarks/nccl_tests/chunk_probe_report.py /tmp/probe > /tmp/res/chunk_probe.md 2>&1
-cat /tmp/res/chunk_probe.md
+if [ "${PROBE:-1}" = 1 ]; then
+  python3 benchmarks/nccl_tests/chunk_probe_report.py /tmp/probe > /tmp/res/chunk_probe.md 2>&1
+  cat /tmp/res/chunk_probe.md
+fi
 
 # 3. cycles check under NCCL 2.30 (plain and online both on the carried NCCL)
 S="python3 benchmarks/nccl_tests/sweep.py --bin $NT_BIN --warmup 200 --iters 40 --cycles 3"
@@ -66,16 +71,25 @@ for launch in ${LAUNCHES:-mpi}; do
     echo "== cycles $launch rep $rep (${SECONDS} s)"
     $S --plan plain-long --launch $launch --colls $COLLS --logdir /tmp/ntlogs/$launch-plain$rep \
       --out /tmp/res/${launch}_plain.jsonl --budget-s "$(( ($(left) - 20) / 2 ))"
-    rm -rf "$AUTOCCL_CACHE_DIR"
-    $S --plan online --launch $launch --colls $COLLS --online-ceiling 64 --keep-traces /tmp/traces/$launch-online$rep \
-      --logdir /tmp/ntlogs/$launch-online$rep --out /tmp/res/${launch}_online.jsonl --budget-s "$(( $(left) - 20 ))"
+    variants="online"; [ "${CHUNK_OFF:-0}" = 1 ] && variants="online chunkoff"
+    for v in $variants; do
+      rm -rf "$AUTOCCL_CACHE_DIR"
+      env_v=(); [ $v = chunkoff ] && env_v=(env AUTOCCL_CHUNK=off)
+      "${env_v[@]}" $S --plan online --launch $launch --colls $COLLS --online-ceiling 64 \
+        --keep-traces /tmp/traces/$launch-$v$rep --logdir /tmp/ntlogs/$launch-$v$rep \
+        --out /tmp/res/${launch}_$v.jsonl --budget-s "$(( $(left) - 20 ))"
+    done
   done
-  if [ -s /tmp/res/${launch}_online.jsonl ]; then
-    python3 $R /tmp/res/${launch}_online.jsonl $O --plain /tmp/res/${launch}_plain.jsonl --launch $launch \
-      --cycle last > /tmp/res/report_${launch}_cycle-last.md 2>&1
-    echo "$launch cycle last: $(tail -1 /tmp/res/report_${launch}_cycle-last.md)"
-  fi
+  for v in online chunkoff; do
+    [ -s /tmp/res/${launch}_$v.jsonl ] || continue
+    python3 $R /tmp/res/${launch}_$v.jsonl $O --plain /tmp/res/${launch}_plain.jsonl --launch $launch \
+      --cycle last > /tmp/res/report_${launch}_${v}_cycle-last.md 2>&1
+    echo "$launch $v cycle last: $(tail -1 /tmp/res/report_${launch}_${v}_cycle-last.md)"
+  done
 done
+python3 -c "
+import sys, glob; sys.path.insert(0, 'benchmarks/nccl_tests'); import sweep
+print('[online] cross-rank', sweep.cross_rank_agreement(glob.glob('/tmp/traces/*/*.jsonl')))"
 [ -d /tmp/traces ] && python3 benchmarks/nccl_tests/pinned_configs.py /tmp/traces > /tmp/res/pinned.md 2>&1
 tar -C /tmp -czf "$OUT/results.tgz" res
 tar -C /tmp -czf "$OUT/logs.tgz" probe ntlogs traces acbuild.log 2>/dev/null

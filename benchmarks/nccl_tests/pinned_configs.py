@@ -37,6 +37,8 @@ def main() -> None:
             cfg = "nccl" if r.get("algo") is None else f"{r['algo']}/{r['proto']}"
             if r.get("channels"):
                 cfg += f"/{r['channels']}"
+            if r.get("chunk_halvings"):
+                cfg += f"/chunk=nccl/{2 ** int(str(r['chunk_halvings']))}"
             gain = r.get("gain")
             g = "-" if gain is None else f"{100 * float(str(gain)):+.1f}%"
             dflt, best = float(str(r.get("default_us", 0))), float(str(r.get("best_us", 0)))

@@ -220,7 +220,13 @@ def cross_rank_agreement(files: list[str]) -> dict[str, object]:
     applied: dict[tuple[object, ...], dict[object, tuple[object, ...]]] = {}
     for rec in trace_records(files, "call"):
         key = (rec.get("comm"), rec.get("coll"), rec.get("bytes"), rec.get("pipe"), rec.get("call"))
-        cfg = (rec.get("algo"), rec.get("proto"), rec.get("channels"), rec.get("chunk"))
+        cfg = (
+            rec.get("algo"),
+            rec.get("proto"),
+            rec.get("channels"),
+            rec.get("chunk"),
+            rec.get("chunk_halvings"),
+        )
         applied.setdefault(key, {})[rec.get("rank")] = cfg
     divergent = [k for k, per_rank in applied.items() if len(set(per_rank.values())) > 1]
     return {

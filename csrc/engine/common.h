@@ -28,17 +28,24 @@ int parseColl(std::string_view s);
 int parseAlgo(std::string_view s);
 int parseProto(std::string_view s);
 
+constexpr int kMaxChunkHalvings = 8;  // most halvings of NCCL's chunk size a configuration asks for
+
 // What the tuner sets for one call. algo/proto = -1: leave NCCL's pair; channels = 0: leave NCCL's
-// count (otherwise a per-call maximum); chunk = 0: leave NCCL's chunk size.
+// count (otherwise a per-call maximum); chunk = 0 and chunkHalvings = 0: leave NCCL's chunk size.
+// chunk (bytes, fixed rules) replaces NCCL's chunk; chunkHalvings h (the online search) divides it by 2^h,
+// applied to the chunk NCCL computes for each channel partition (tuner v6 getChunkSize).
 struct Config {
   int algo = -1;
   int proto = -1;
   int channels = 0;
   uint64_t chunk = 0;
+  int chunkHalvings = 0;
   bool forcesPair() const { return algo >= 0 && proto >= 0; }
-  bool empty() const { return !forcesPair() && channels == 0 && chunk == 0; }
+  bool setsChunk() const { return chunk != 0 || chunkHalvings != 0; }
+  bool empty() const { return !forcesPair() && channels == 0 && !setsChunk(); }
   bool operator==(const Config& o) const {
-    return algo == o.algo && proto == o.proto && channels == o.channels && chunk == o.chunk;
+    return algo == o.algo && proto == o.proto && channels == o.channels && chunk == o.chunk &&
+           chunkHalvings == o.chunkHalvings;
   }
 };
 

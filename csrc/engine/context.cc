@@ -52,6 +52,7 @@ std::string configText(const Config& c) {
   std::string s = c.forcesPair() ? std::string(algoName(c.algo)) + "/" + protoName(c.proto) : "nccl-pair";
   if (c.channels) s += "/" + std::to_string(c.channels);
   if (c.chunk) s += "/chunk=" + std::to_string(c.chunk);
+  if (c.chunkHalvings) s += "/chunk=nccl/" + std::to_string(1 << c.chunkHalvings);
   return s;
 }
 }  // namespace
@@ -232,7 +233,7 @@ void Context::attachProfiler(int rank, int nRanks, int nNodes, const LogFn& logg
   updateNeed();
 }
 
-bool Context::attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& logger) {
+bool Context::attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& logger, bool chunkCallback) {
   if (logger) log_ = logger;
   nRanks_ = nRanks;
   nNodes_ = nNodes;
@@ -244,6 +245,7 @@ bool Context::attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& l
   env.nRanks = nRanks;
   env.nNodes = nNodes;
   env.settings = &rt_.settings();
+  env.chunkCallback = chunkCallback;
   env.log = log_;
   const Mode mode = rt_.settings().mode;
   if (mode == Mode::Table || mode == Mode::Online) env.table = rt_.tableFor(rt_.fingerprint(nRanks, nNodes, nvlDomains), log_);
@@ -361,8 +363,9 @@ bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& c
       *nChannels = applied.channels;
     }
     if (d->config.chunk) applied.chunk = std::clamp<uint64_t>(d->config.chunk, kMinChunk, kMaxChunk);
+    else applied.chunkHalvings = std::clamp(d->config.chunkHalvings, 0, kMaxChunkHalvings);
   }
-  lastChunk_[coll] = LastChunk{applied.algo, applied.proto, applied.chunk};
+  lastChunk_[coll] = LastChunk{applied.algo, applied.proto, applied.chunk, applied.chunkHalvings};
   t->lastApplied = applied;
   t->lastSource = source;
 
@@ -385,20 +388,28 @@ bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& c
     int n = std::snprintf(buf, sizeof buf,
                           "{\"ev\":\"call\",\"comm\":\"%s\",\"rank\":%d,\"coll\":\"%s\",\"bytes\":%" PRIu64
                           ",\"pipe\":%d,\"call\":%" PRIu64 ",\"algo\":%s,\"proto\":%s,\"channels\":%d,\"chunk\":%" PRIu64
-                          ",\"source\":\"%s\",\"timing\":%d%s}",
+                          ",\"chunk_halvings\":%d,\"source\":\"%s\",\"timing\":%d%s}",
                           commHex_.c_str(), rank_, collName(coll), bytes, pipe, k, algo, proto, applied.channels,
-                          applied.chunk, sourceName(source), rt_.mask().on() ? 1 : 0, refused ? ",\"refused\":true" : "");
+                          applied.chunk, applied.chunkHalvings, sourceName(source), rt_.mask().on() ? 1 : 0, refused ? ",\"refused\":true" : "");
     if (n > 0) rt_.trace().writeLine(buf, std::min(static_cast<size_t>(n), sizeof buf - 1));
   }
   return true;
 }
 
 bool Context::chunkSize(int coll, int algo, int proto, uint64_t* chunk) const {
-  if (coll < 0 || coll >= kNumColls) return false;
+  if (coll < 0 || coll >= kNumColls || !chunk) return false;
   const LastChunk& c = lastChunk_[coll];
-  if (!c.chunk) return false;
+  if (!c.chunk && !c.halvings) return false;
   if (c.algo >= 0 && (c.algo != algo || c.proto != proto)) return false;
-  *chunk = c.chunk;
+  if (c.chunk) {
+    *chunk = c.chunk;
+    return true;
+  }
+  // NCCL's chunk for this partition, halved; never below kMinChunk unless NCCL's already is (NCCL aligns
+  // the answer down to the protocol's grain, at most 1920 B, so it cannot reach 0). The same function of
+  // NCCL's value (identical on every rank: it depends on the communicator and the task) on every rank.
+  const uint64_t ncclChunk = *chunk;
+  *chunk = std::max(ncclChunk >> c.halvings, std::min(ncclChunk, kMinChunk));
   return true;
 }
 
@@ -530,13 +541,13 @@ void Context::finalizeTuner() {
           "{\"ev\":\"task\",\"comm\":\"%s\",\"rank\":%d,\"coll\":\"%s\",\"bytes\":%" PRIu64 ",\"pipe\":%d,\"calls\":%" PRIu64
           ",\"samples\":%" PRIu64 ",\"median_us\":%.3f,\"mad_us\":%.3f,\"noise\":%.4f,\"min_us\":%.3f,\"max_us\":%.3f,"
           "\"source\":\"%s\",\"algo\":%s%s%s,\"proto\":%s%s%s,\"channels\":%d,\"chunk\":%" PRIu64
-          ",\"nccl_algo\":\"%s\",\"nccl_proto\":\"%s\",\"nccl_channels\":%d%s}",
+          ",\"chunk_halvings\":%d,\"nccl_algo\":\"%s\",\"nccl_proto\":\"%s\",\"nccl_channels\":%d%s}",
           commHex_.c_str(), rank_, collName(r.key.coll), r.key.bytes, r.key.pipe, r.calls, r.stats.count,
           r.stats.median, r.stats.mad, r.stats.noise, r.stats.min, r.stats.max, sourceName(r.source),
           r.applied.forcesPair() ? "\"" : "", r.applied.forcesPair() ? algoName(r.applied.algo) : "null",
           r.applied.forcesPair() ? "\"" : "", r.applied.forcesPair() ? "\"" : "",
           r.applied.forcesPair() ? protoName(r.applied.proto) : "null", r.applied.forcesPair() ? "\"" : "",
-          r.applied.channels, r.applied.chunk, ncclAlgoSpelling(r.ncclAlgo), ncclProtoSpelling(r.ncclProto),
+          r.applied.channels, r.applied.chunk, r.applied.chunkHalvings, ncclAlgoSpelling(r.ncclAlgo), ncclProtoSpelling(r.ncclProto),
           r.ncclChannels, policy_->traceExtra(r.key).c_str());
       if (n > 0) rt_.trace().writeLine(buf, std::min(static_cast<size_t>(n), sizeof buf - 1));
     }

@@ -112,15 +112,18 @@ class Context {
 
   // Profiler init of this (comm, rank): the rank and the event stream become available.
   void attachProfiler(int rank, int nRanks, int nNodes, const LogFn& logger);
-  // Tuner init. Returns false when this context must behave as no tuner (reason logged).
-  bool attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& logger);
+  // Tuner init. Returns false when this context must behave as no tuner (reason logged). chunkCallback:
+  // NCCL asks getChunkSize (tuner v6, NCCL >= 2.30.3), so a decision's chunk size takes effect.
+  bool attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& logger, bool chunkCallback = false);
 
   // getCollInfo: decide, apply to NCCL's cost table / *nChannels, queue for timing, trace.
   // Returns false only when the call must fail (online: the ranks can no longer agree; logged).
   bool getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& costs, int* nChannels);
   // Why the first call that getCollInfo failed had to fail (empty until one did). Enqueue thread only.
   const std::string& failure() const { return failWhy_; }
-  // getChunkSize (tuner v6): the chunk of the latest decision of `coll` if it forced (algo, proto).
+  // getChunkSize (tuner v6): *chunk holds NCCL's chunk for (algo, proto); replaced by the latest decision
+  // of `coll` when that decision set a chunk (bytes, or halvings of NCCL's) for this pair. Returns whether
+  // it changed anything.
   bool chunkSize(int coll, int algo, int proto, uint64_t* chunk) const;
   void finalizeTuner();
   void finalizeProfiler();
@@ -164,6 +167,7 @@ class Context {
   struct LastChunk {
     int algo = -1, proto = -1;
     uint64_t chunk = 0;
+    int halvings = 0;
   };
 
   Task* taskFor(const TaskKey& key);

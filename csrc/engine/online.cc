@@ -41,6 +41,7 @@ std::string cfgText(const search::Config& c) {
   std::string s = std::string(algoName(c.algo)) + "/" + protoName(c.proto);
   if (c.channels) s += "/" + std::to_string(c.channels);
   if (c.chunk) s += "/chunk=" + std::to_string(c.chunk);
+  if (c.chunkHalvings) s += "/chunk=nccl/" + std::to_string(1 << c.chunkHalvings);
   return s;
 }
 
@@ -118,7 +119,8 @@ class OnlineSource final : public DecisionSource {
         h.cfg.algo = e.config.algo;
         h.cfg.proto = e.config.proto;
         h.cfg.channels = e.config.channels;
-        h.cfg.chunk = 0;  // chunk is not tuned by the engine (see onlineSearchOptions)
+        h.cfg.chunk = 0;  // the search sets chunks relative to NCCL's only
+        h.cfg.chunkHalvings = e.config.chunkHalvings;
         h.micros = e.timeUs;
         hints_.push_back(h);
       }
@@ -239,6 +241,7 @@ class OnlineSource final : public DecisionSource {
       d.config.proto = c.proto;
       d.config.channels = c.channels;
       d.config.chunk = c.chunk;
+      d.config.chunkHalvings = c.chunkHalvings;
     }
     d.stable = s->seg.phase == search::Phase::kFinal && s->seg.end == search::kForever;
     if (k == 0) {
@@ -403,6 +406,7 @@ class OnlineSource final : public DecisionSource {
         e.config.proto = b.proto;
         e.config.channels = b.channels;
         e.config.chunk = b.chunk;
+        e.config.chunkHalvings = b.chunkHalvings;
       }
       e.timeUs = st.bestMedian;
       e.ncclUs = st.defaultMedian;
@@ -551,7 +555,20 @@ class OnlineSource final : public DecisionSource {
     // Start the probes at the largest channel count NCCL has granted on this communicator so far
     // (a cap seen on another task); the range above stays open until this task is capped itself.
     sp.startChannels = commCap_.load(std::memory_order_relaxed);
-    sp.chunkTunable = false;
+    if (env_.chunkCallback && env_.settings->tuneChunk) {
+      // Halvings of NCCL's chunk (the only direction NCCL >= 2.30 lets a tuner go for these pairs). 2 x H200,
+      // ring on 64 channels, fixed chunks (h200x2/nccl_tests/session17/nccl230_probe): Simple 2 MiB -> 1 MiB
+      // +4-10 % at 256 MiB, 2 MiB -> 256 KiB +4-9 % at 64 MiB, 128 KiB worse at 1 GiB; LL128 576000 ->
+      // 144000 B +6-11 % at 64 MiB; at 4-16 MiB no chunk changed anything: a chunk matters only where it
+      // splits a step's data (per rank and channel). So a protocol's chunk is searched only where its
+      // smallest chunk would split a step at the widest channel count (NCCL's default chunks: Simple
+      // 2 MiB, LL128 576000 B); LL's 32 KiB chunk is left alone (LL only wins small tasks).
+      const double perStep = static_cast<double>(s->key.bytes) / (std::max(1, env_.nRanks) * std::max(1, sp.maxChannels));
+      const double ncclChunk[search::kNumProtos] = {0, 576000, 2 << 20};
+      const int most[search::kNumProtos] = {0, 3, 4};
+      for (int p = 0; p < search::kNumProtos; ++p)
+        if (most[p] > 0 && ncclChunk[p] / (1 << most[p]) < perStep) sp.maxChunkHalvings[p] = most[p];
+    }
     std::vector<search::Hint> hints =
         search::hintsFor(hints_, static_cast<int>(s->key.coll), s->key.bytes, static_cast<int>(s->key.pipe));
     search::Options o = opts_;

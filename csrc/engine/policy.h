@@ -38,6 +38,9 @@ struct PolicyEnv {
   int nRanks = 0;
   int nNodes = 0;
   const Settings* settings = nullptr;
+  // NCCL asks the tuner for chunk sizes (tuner v6). The same on every rank: NCCL refuses ranks of
+  // different versions in one communicator, and the version decides which tuner interface it loads.
+  bool chunkCallback = false;
   std::shared_ptr<const Table> table;  // table mode: the loaded table; online: the warm-start table
   LogFn log;
   // Online mode: the process-wide coordination (board, TCP server), the Context's "timing need

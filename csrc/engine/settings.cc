@@ -97,6 +97,11 @@ Settings loadSettings(const EnvLookup& env) {
   else if (!cost.empty() && cost != "auto")
     return invalid(s, "AUTOCCL_SCORE='" + cost + "' is not one of auto, window, period");
 
+  std::string chunk = get(env, "AUTOCCL_CHUNK");
+  if (chunk == "off") s.tuneChunk = false;
+  else if (!chunk.empty() && chunk != "auto")
+    return invalid(s, "AUTOCCL_CHUNK='" + chunk + "' is not one of auto, off");
+
   s.fixedText = get(env, "AUTOCCL_FIXED");
   if (s.mode == Mode::Fixed) {
     if (s.fixedText.empty()) return invalid(s, "AUTOCCL_MODE=fixed needs AUTOCCL_FIXED (rules)");

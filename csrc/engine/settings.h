@@ -49,6 +49,10 @@ struct Settings {
   // `auto` (default): period where every rank of the communicator is in this process (one host thread
   // launching several GPUs is host-bound at small sizes, which the window does not see), else window.
   enum class Score { Auto, Window, Period } score = Score::Auto;
+  // AUTOCCL_CHUNK (online mode): `auto` (default) also searches the chunk size, as halvings of NCCL's,
+  // where NCCL asks the tuner for it (tuner v6, NCCL >= 2.30.3); `off`: NCCL's chunk. Read by the
+  // authority's search alone (every rank applies the chunk the authority's plan names).
+  bool tuneChunk = true;
   bool valid = true;
   std::string error;        // why !valid (one line, for the single WARN)
 };

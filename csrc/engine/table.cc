@@ -166,7 +166,7 @@ LoadStatus parseTable(const std::string& text, const std::string& expectId, Tabl
       e.config.algo = parseAlgo(m["algo"]);
       e.config.proto = parseProto(m["proto"]);
       if (e.key.coll < 0 || e.config.algo < 0 || e.config.proto < 0) return fail("task needs coll, algo, proto");
-      uint64_t bytes = 0, pipe = 1, channels = 0, chunk = 0, samples = 0;
+      uint64_t bytes = 0, pipe = 1, channels = 0, chunk = 0, halvings = 0, samples = 0;
       if (!getInt(m, "bytes", &bytes, true) || bytes == 0) return fail("task needs bytes > 0");
       if (!getInt(m, "pipe", &pipe, false) || pipe > 1u << 20) return fail("bad pipe");
       if (!getInt(m, "channels", &channels, false) || channels > static_cast<uint64_t>(kMaxChannelsHard)) {
@@ -175,12 +175,18 @@ LoadStatus parseTable(const std::string& text, const std::string& expectId, Tabl
       if (!getInt(m, "chunk", &chunk, false) || (chunk && (chunk < kMinChunk || chunk > kMaxChunk))) {
         return fail("chunk must be 0 or in [4K, 16M]");
       }
+      // halvings of NCCL's chunk size (written by the online search; absent = 0)
+      if (!getInt(m, "chunk_halvings", &halvings, false) || halvings > static_cast<uint64_t>(kMaxChunkHalvings)) {
+        return fail("chunk_halvings must be in [0, " + std::to_string(kMaxChunkHalvings) + "]");
+      }
+      if (chunk && halvings) return fail("chunk and chunk_halvings are exclusive");
       if (!getInt(m, "samples", &samples, false)) return fail("bad samples");
       if (!getDouble(m, "time_us", &e.timeUs) || !getDouble(m, "nccl_us", &e.ncclUs)) return fail("bad time");
       e.key.bytes = bytes;
       e.key.pipe = static_cast<int>(pipe);
       e.config.channels = static_cast<int>(channels);
       e.config.chunk = chunk;
+      e.config.chunkHalvings = static_cast<int>(halvings);
       e.samples = samples;
       t.upsert(e);
     } else {
@@ -221,11 +227,13 @@ std::string formatTable(const Table& t) {
                     " created=" + (t.created.empty() ? utcNow() : t.created) + "\n";
   char buf[512];
   for (const TableEntry& e : t.entries) {
+    char halvings[32] = "";
+    if (e.config.chunkHalvings) std::snprintf(halvings, sizeof halvings, " chunk_halvings=%d", e.config.chunkHalvings);
     std::snprintf(buf, sizeof buf,
                   "task coll=%s bytes=%" PRIu64 " pipe=%d algo=%s proto=%s channels=%d chunk=%" PRIu64
-                  " time_us=%.1f nccl_us=%.1f samples=%" PRIu64 "\n",
+                  "%s time_us=%.1f nccl_us=%.1f samples=%" PRIu64 "\n",
                   collName(e.key.coll), e.key.bytes, e.key.pipe, algoName(e.config.algo), protoName(e.config.proto),
-                  e.config.channels, e.config.chunk, e.timeUs, e.ncclUs, e.samples);
+                  e.config.channels, e.config.chunk, halvings, e.timeUs, e.ncclUs, e.samples);
     out += buf;
   }
   return out;

@@ -97,8 +97,8 @@ struct ProfilerCtx {
 
 // ------------------------------------------------------------------------------------------ tuner
 
-ncclabi::Result tunerInit(void** context, uint64_t commId, size_t nRanks, size_t nNodes, ncclabi::Logger logger,
-                          ncclabi::NvlDomainInfo* nvl, ncclabi::TunerConstants* /*constants*/) {
+ncclabi::Result tunerInit(bool chunkCallback, void** context, uint64_t commId, size_t nRanks, size_t nNodes,
+                          ncclabi::Logger logger, ncclabi::NvlDomainInfo* nvl) {
   if (!context) return ncclabi::kSuccess;
   *context = nullptr;
   try {
@@ -118,13 +118,24 @@ ncclabi::Result tunerInit(void** context, uint64_t commId, size_t nRanks, size_t
     if (rt.disabled() || rt.settings().mode == Mode::Off) return ncclabi::kSuccess;
     t->ncclChannels = rt.settings().ncclChannels;
     if (!ctx) ctx = std::make_shared<Context>(rt, commId);
-    if (ctx->attachTuner(static_cast<int>(nRanks), static_cast<int>(nNodes), nvl ? nvl->nNvlDomains : 0, log)) {
+    if (ctx->attachTuner(static_cast<int>(nRanks), static_cast<int>(nNodes), nvl ? nvl->nNvlDomains : 0, log,
+                         chunkCallback)) {
       t->ctx = std::move(ctx);
     }
   } catch (...) {
     // Out of memory or worse: NCCL continues without our tuning.
   }
   return ncclabi::kSuccess;
+}
+
+// NCCL loads the newest interface it knows: v6 (2.30.3+) calls getChunkSize, v5 does not.
+ncclabi::Result tunerInitV5(void** context, uint64_t commId, size_t nRanks, size_t nNodes, ncclabi::Logger logger,
+                            ncclabi::NvlDomainInfo* nvl, ncclabi::TunerConstants* /*constants*/) {
+  return tunerInit(false, context, commId, nRanks, nNodes, logger, nvl);
+}
+ncclabi::Result tunerInitV6(void** context, uint64_t commId, size_t nRanks, size_t nNodes, ncclabi::Logger logger,
+                            ncclabi::NvlDomainInfo* nvl, ncclabi::TunerConstants* /*constants*/) {
+  return tunerInit(true, context, commId, nRanks, nNodes, logger, nvl);
 }
 
 ncclabi::Result tunerGetCollInfo(void* context, ncclabi::Func coll, size_t nBytes, int numPipeOps,
@@ -160,7 +171,7 @@ ncclabi::Result tunerGetChunkSize(void* context, ncclabi::Func coll, size_t /*nB
   auto* t = static_cast<TunerCtx*>(context);
   if (!t || !t->ctx || !chunkSize) return ncclabi::kSuccess;
   try {
-    uint64_t chunk = 0;
+    uint64_t chunk = *chunkSize;  // NCCL's, for this channel partition
     if (t->ctx->chunkSize(static_cast<int>(coll), algo, proto, &chunk)) *chunkSize = static_cast<size_t>(chunk);
   } catch (...) {
   }
@@ -248,9 +259,9 @@ ncclabi::Result profilerFinalize(void* context) {
 
 extern "C" {
 __attribute__((visibility("default"))) ncclabi::TunerV5 ncclTunerPlugin_v5 = {
-    "autoccl", tunerInit, tunerGetCollInfo, tunerFinalize};
+    "autoccl", tunerInitV5, tunerGetCollInfo, tunerFinalize};
 __attribute__((visibility("default"))) ncclabi::TunerV6 ncclTunerPlugin_v6 = {
-    "autoccl", tunerInit, tunerGetCollInfo, tunerFinalize, tunerGetChunkSize};
+    "autoccl", tunerInitV6, tunerGetCollInfo, tunerFinalize, tunerGetChunkSize};
 __attribute__((visibility("default"))) ncclabi::ProfilerV5 ncclProfiler_v5 = {
     "autoccl", profilerInit, profilerStartEvent, profilerStopEvent, profilerRecordEventState, profilerFinalize};
 __attribute__((visibility("default"))) ncclabi::ProfilerV6 ncclProfiler_v6 = {

@@ -76,6 +76,7 @@ std::vector<uint8_t> encode(const Msg& m) {
         p.u8(static_cast<uint8_t>(static_cast<int8_t>(s.cfg.proto)));
         p.u32(static_cast<uint32_t>(s.cfg.channels));
         p.u64(s.cfg.chunk);
+        p.u8(static_cast<uint8_t>(s.cfg.chunkHalvings));
         p.u8(s.cfg.measure ? 1 : 0);
         p.u8(static_cast<uint8_t>(s.phase));
       }
@@ -145,6 +146,9 @@ bool decodePayload(uint16_t type, const uint8_t* p, size_t n, Msg* m) {
         s.cfg.proto = static_cast<int8_t>(static_cast<uint8_t>(r.get(1)));
         s.cfg.channels = static_cast<int32_t>(static_cast<uint32_t>(r.get(4)));
         s.cfg.chunk = r.get(8);
+        uint64_t halvings = r.get(1);
+        if (halvings > static_cast<uint64_t>(search::kMaxChunkHalvings)) return false;
+        s.cfg.chunkHalvings = static_cast<int>(halvings);
         uint64_t meas = r.get(1), ph = r.get(1);
         s.cfg.measure = meas == 1;
         if (meas > 1 || ph > 3 || s.begin >= s.end) return false;

@@ -12,10 +12,11 @@
 namespace autoccl::coord::wire {
 
 constexpr uint32_t kMagic = 0x31434341;  // "ACC1"
-constexpr uint16_t kVersion = 3;  // 2: SERVE and NEED carry the settings digest; REFUSE. 3: REPORT
+// 2: SERVE and NEED carry the settings digest; REFUSE. 3: REPORT. 4: a segment carries chunkHalvings.
+constexpr uint16_t kVersion = 4;
 constexpr size_t kHeader = 12;
 constexpr uint32_t kMaxPayload = 16 * 1024;
-constexpr size_t kSegBytes = 32;
+constexpr size_t kSegBytes = 33;
 constexpr size_t kTaskBytes = 24;
 constexpr size_t kMaxSegs = (kMaxPayload - kTaskBytes - 2) / kSegBytes;
 constexpr uint32_t kMaxRanks = 1u << 24;  // ATTACH: a communicator larger than this is malformed

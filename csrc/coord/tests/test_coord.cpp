@@ -76,6 +76,7 @@ wire::Msg randomPlan(std::mt19937_64& rng) {
       s.cfg.proto = static_cast<int>(rng() % 3);
       s.cfg.channels = static_cast<int>(rng() % 65);
       s.cfg.chunk = rng() % (1 << 24);
+      s.cfg.chunkHalvings = static_cast<int>(rng() % (search::kMaxChunkHalvings + 1));
     }
     s.cfg.measure = rng() % 2;
     s.phase = static_cast<Phase>(rng() % 4);
@@ -816,7 +817,7 @@ void writeRecords(const std::string& path, const Records& rec) {
   std::ofstream f(path);
   for (auto& [k, o] : rec)
     f << std::get<0>(k) << ' ' << std::get<1>(k) << ' ' << std::get<2>(k) << ' ' << o.ok << ' ' << o.cfg.algo << ' '
-      << o.cfg.proto << ' ' << o.cfg.channels << ' ' << o.cfg.chunk << ' ' << o.cfg.measure << '\n';
+      << o.cfg.proto << ' ' << o.cfg.channels << ' ' << o.cfg.chunk << ' ' << o.cfg.chunkHalvings << ' ' << o.cfg.measure << '\n';
 }
 Records readRecords(const std::string& path) {
   Records r;
@@ -824,7 +825,7 @@ Records readRecords(const std::string& path) {
   int c, t, ok, m;
   uint64_t k;
   Config cfg;
-  while (f >> c >> t >> k >> ok >> cfg.algo >> cfg.proto >> cfg.channels >> cfg.chunk >> m) {
+  while (f >> c >> t >> k >> ok >> cfg.algo >> cfg.proto >> cfg.channels >> cfg.chunk >> cfg.chunkHalvings >> m) {
     cfg.measure = m != 0;
     r[Key{c, t, k}] = Outcome1{ok != 0, cfg};
   }

@@ -29,7 +29,7 @@ using namespace autoccl::engine;
 
 namespace {
 
-constexpr int kAllReduce = 4, kAllGather = 2, kBroadcast = 0;
+constexpr int kAllReduce = 4, kReduceScatter = 3, kAllGather = 2, kBroadcast = 0;
 constexpr int kRing = 1, kTree = 0, kNvls = 4;
 constexpr int kLL = 0, kLL128 = 1, kSimple = 2;
 
@@ -194,6 +194,12 @@ void testSettings() {
   s = loadSettings(envOf({{"AUTOCCL_RECHECK_MS", "0"}}));
   CHECK(s.valid);
   CHECK_EQ(s.recheckMs, uint64_t(0));
+  CHECK(loadSettings(envOf({})).tuneChunk);
+  CHECK(loadSettings(envOf({{"AUTOCCL_CHUNK", "auto"}})).tuneChunk);
+  s = loadSettings(envOf({{"AUTOCCL_CHUNK", "off"}}));
+  CHECK(s.valid && !s.tuneChunk);
+  s = loadSettings(envOf({{"AUTOCCL_CHUNK", "on"}}));
+  CHECK(!s.valid && s.error.find("AUTOCCL_CHUNK='on' is not one of auto, off") != std::string::npos);
 }
 
 // ------------------------------------------------------------------ stats
@@ -288,6 +294,9 @@ Table sampleTable() {
   e.key = TaskKey{kAllGather, 3u << 20, 1};
   e.config = Config{kNvls, kSimple, 16, 0};
   t.entries.push_back(e);
+  e.key = TaskKey{kReduceScatter, 64u << 20, 1};
+  e.config = Config{kRing, kSimple, 64, 0, 2};  // the online search's chunk: NCCL's / 4
+  t.entries.push_back(e);
   return t;
 }
 
@@ -297,6 +306,8 @@ void testTable() {
   CHECK(text.rfind("# autoccl table v1\nfingerprint " + t.fp.id() + "\nmeta gpu=\"NVIDIA H200\" gpus=4", 0) == 0);
   CHECK(text.find("task coll=allreduce bytes=67108864 pipe=1 algo=ring proto=simple channels=32 chunk=0 "
                   "time_us=412.5 nccl_us=455.0 samples=40") != std::string::npos);
+  CHECK(text.find("task coll=reducescatter bytes=67108864 pipe=1 algo=ring proto=simple channels=64 chunk=0 "
+                  "chunk_halvings=2 time_us=") != std::string::npos);
   Table back;
   std::string why;
   CHECK(parseTable(text, t.fp.id(), &back, &why) == LoadStatus::Ok);
@@ -340,6 +351,8 @@ void testTable() {
       text + "task coll=allreduce bytes=x algo=ring proto=simple\n",
       text + "bogus line\n",
       text + "task coll=allreduce bytes=12 algo=ring proto=\"simple\n",
+      text + "task coll=allreduce bytes=12 algo=ring proto=simple chunk_halvings=9 time_us=1 nccl_us=1\n",
+      text + "task coll=allreduce bytes=12 algo=ring proto=simple chunk=64K chunk_halvings=1 time_us=1 nccl_us=1\n",
   };
   for (const std::string& c : corrupt) {
     Table x;
@@ -353,7 +366,7 @@ void testTable() {
   std::string path = cacheTablePath(dir + "/cache", t.fp.id());
   CHECK(saveTable(path, t, &why));
   CHECK(loadTable(path, t.fp.id(), &back, &why) == LoadStatus::Ok);
-  CHECK_EQ(back.entries.size(), size_t(4));
+  CHECK_EQ(back.entries.size(), t.entries.size());
   CHECK(loadTable(dir + "/none.table", "", &back, &why) == LoadStatus::Missing);
   std::ofstream(dir + "/bad.table") << "# autoccl table v1\nfingerprint zz\n";
   CHECK(loadTable(dir + "/bad.table", "", &back, &why) == LoadStatus::Corrupt);
@@ -769,6 +782,46 @@ void testContextObserveAndTable() {
   CHECK_EQ(l2.warn.size(), size_t(1));
 }
 
+// Chunk sizes relative to NCCL's (the online search's; here from a table): getChunkSize halves the chunk
+// NCCL passes for the decided pair, never below 4 KiB unless NCCL's is, and leaves other pairs alone.
+void testContextChunkHalvings() {
+  std::string dir = tempDir();
+  Settings s = loadSettings(envOf({{"AUTOCCL_MODE", "table"}, {"AUTOCCL_CACHE_DIR", dir}, {"AUTOCCL_HW", "GPU Xx2"}}));
+  Runtime rt(s, 23007, 22803, "/nonexistent");
+  Table t;
+  t.fp = rt.fingerprint(2, 1, 1);
+  TableEntry e;
+  e.key = TaskKey{kReduceScatter, 64u << 20, 1};
+  e.config = Config{kRing, kSimple, 64, 0, 2};
+  e.timeUs = 100;
+  e.ncclUs = 120;
+  t.entries.push_back(e);
+  std::string why;
+  CHECK(saveTable(cacheTablePath(dir, t.fp.id()), t, &why));
+  Logs logs;
+  Context ctx(rt, 0x77ULL);
+  CHECK(ctx.attachTuner(2, 1, 1, logs.fn(), true));
+  float costs[kNumAlgos * kNumProtos];
+  fillCosts(costs);
+  int nCh = 0;
+  CHECK(ctx.getCollInfo(kReduceScatter, 64u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh));
+  CHECK_EQ(nCh, 64);
+  uint64_t chunk = 2u << 20;  // NCCL's ring/Simple chunk
+  CHECK(ctx.chunkSize(kReduceScatter, kRing, kSimple, &chunk));
+  CHECK_EQ(chunk, uint64_t(512) << 10);
+  chunk = 6000;  // a small partition's chunk: not below 4 KiB
+  CHECK(ctx.chunkSize(kReduceScatter, kRing, kSimple, &chunk));
+  CHECK_EQ(chunk, uint64_t(4096));
+  chunk = 3000;  // NCCL's own below 4 KiB: kept
+  CHECK(ctx.chunkSize(kReduceScatter, kRing, kSimple, &chunk));
+  CHECK_EQ(chunk, uint64_t(3000));
+  chunk = 2u << 20;
+  CHECK(!ctx.chunkSize(kReduceScatter, kRing, kLL128, &chunk));  // another pair: NCCL's stands
+  CHECK(!ctx.chunkSize(kAllReduce, kRing, kSimple, &chunk));
+  CHECK_EQ(chunk, uint64_t(2) << 20);
+  ctx.finalizeTuner();
+}
+
 // Steady state of a known task: a hash lookup, a cached decision and a queue push. The bound is only
 // enforced in optimized, unsanitized builds; every build prints the number for the record.
 void testHotPath() {
@@ -879,6 +932,7 @@ int main(int argc, char** argv) {
       {"stats", testStats},
       {"fingerprint", testFingerprint},
       {"table", testTable},
+      {"context_chunk_halvings", testContextChunkHalvings},
       {"timing_basic", testTimingBasic},
       {"timing_stale_start", testTimingStaleStart},
       {"timing_reorder_aggregation", testTimingReorderAndAggregation},

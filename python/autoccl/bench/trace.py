@@ -36,7 +36,13 @@ def read_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
 
 
 def _decision(rec: dict[str, Any]) -> tuple[Any, ...]:
-    return (rec.get("algo"), rec.get("proto"), rec.get("channels"), rec.get("chunk"))
+    return (
+        rec.get("algo"),
+        rec.get("proto"),
+        rec.get("channels"),
+        rec.get("chunk"),
+        rec.get("chunk_halvings"),
+    )
 
 
 def convergence(records: list[dict[str, Any]], rank: int = 0) -> list[dict[str, Any]]:
@@ -73,7 +79,10 @@ def convergence(records: list[dict[str, Any]], rank: int = 0) -> list[dict[str, 
                 "calls": len(calls),
                 "converged_at": last_change,
                 "decisions_tried": len(seen),
-                "final": {k: final.get(k) for k in ("algo", "proto", "channels", "chunk", "source")},
+                "final": {
+                    k: final.get(k)
+                    for k in ("algo", "proto", "channels", "chunk", "chunk_halvings", "source")
+                },
                 "gpu_us": [[k, times[k]] for k in sorted(times)],
             }
         )

@@ -27,19 +27,28 @@ constexpr int kNumProtos = 3;  // LL, LL128, Simple
 constexpr int kCapShortfall = 2;
 constexpr uint64_t kForever = std::numeric_limits<uint64_t>::max();
 
+// Most halvings of NCCL's chunk size a configuration may ask for (tuner v6).
+constexpr int kMaxChunkHalvings = 8;
+
 // What the tuner sets for one call. algo < 0: leave NCCL's choice alone (cost table untouched,
 // channels and chunk ignored) = "NCCL's default". channels 0 / chunk 0: NCCL's own value.
+// The search sets the chunk size relative to NCCL's (chunkHalvings: NCCL's chunk / 2^h), the way NCCL
+// >= 2.30 asks a tuner v6 (getChunkSize gets NCCL's chunk to change, per channel partition, and clamps
+// a larger answer to the buffer's chunk, which is NCCL's default for ring and most pairs: the only
+// direction that changes anything is down). `chunk` (bytes) is for fixed rules and tables written by hand.
 struct Config {
   int algo = -1;
   int proto = -1;
   int channels = 0;
   uint64_t chunk = 0;
+  int chunkHalvings = 0;  // 0: NCCL's chunk (or `chunk`); h: NCCL's chunk / 2^h
   bool measure = false;  // the engine must time this call (kernel timing events on)
 
   bool isDefault() const { return algo < 0; }
   bool sameSetting(const Config& o) const {  // equal as far as NCCL is concerned (ignores measure)
     if (isDefault() || o.isDefault()) return isDefault() == o.isDefault();
-    return algo == o.algo && proto == o.proto && channels == o.channels && chunk == o.chunk;
+    return algo == o.algo && proto == o.proto && channels == o.channels && chunk == o.chunk &&
+           chunkHalvings == o.chunkHalvings;
   }
   bool operator==(const Config& o) const { return sameSetting(o) && measure == o.measure; }
   bool operator!=(const Config& o) const { return !(*this == o); }
@@ -71,10 +80,9 @@ struct Space {
   int ncclChannels = 0;   // channels NCCL uses by default for this task if known (profiler), else 0
   int maxChannels = 32;   // safe upper bound for channels (communicator ceiling, AUTOCCL_MAX_CHANNELS)
   int startChannels = 0;  // channels of the first probe per subspace (0: ncclChannels, else maxChannels)
-  bool chunkTunable = false;  // tuner v6 getChunkSize available
-  uint64_t ncclChunk = 0;     // NCCL's chunk size for this task (0: unknown -> chunk not tuned)
-  uint64_t minChunk = 64 * 1024;
-  uint64_t maxChunk = 4 * 1024 * 1024;
+  // Per protocol, how many halvings of NCCL's chunk size are tried (0: the chunk is not tuned; needs the
+  // tuner v6 getChunkSize on every rank).
+  int maxChunkHalvings[kNumProtos] = {0, 0, 0};
   Space();
 };
 
