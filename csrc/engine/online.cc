@@ -558,7 +558,7 @@ class OnlineSource final : public DecisionSource {
     if (env_.chunkCallback && env_.settings->tuneChunk) {
       // Halvings of NCCL's chunk (the only direction NCCL >= 2.30 lets a tuner go for these pairs). 2 x H200,
       // ring on 64 channels, fixed chunks (h200x2/nccl_tests/session17/nccl230_probe): Simple 2 MiB -> 1 MiB
-      // +4-10 % at 256 MiB, 2 MiB -> 256 KiB +4-9 % at 64 MiB, 128 KiB worse at 1 GiB; LL128 576000 ->
+      // +3-9 % at 256 MiB, 2 MiB -> 256 KiB +4-8 % at 64 MiB, 128 KiB 3-8 % worse at 1 GiB; LL128 576000 ->
       // 144000 B +6-11 % at 64 MiB; at 4-16 MiB no chunk changed anything: a chunk matters only where it
       // splits a step's data (per rank and channel). So a protocol's chunk is searched only where its
       // smallest chunk would split a step at the widest channel count (NCCL's default chunks: Simple
