@@ -412,3 +412,37 @@ def test_online_processes_skewed_ranks_converge(plugin: Path, faults: str) -> No
     # the other ranks' windows were used, and they did remove waits
     assert all(int(t["rank_scored"]) > 0 for t in tasks.values()), tasks
     assert sum(int(t["shorter_elsewhere"]) for t in tasks.values()) > 0, tasks
+
+
+@pytest.mark.parametrize("processes", [False, True])
+def test_online_chunk_halvings_agree(plugin: Path, processes: bool) -> None:
+    """Tuner v6: the search also sets chunk sizes (halvings of NCCL's), which NCCL asks per channel partition
+    after every task of a group has its algorithm. Large tasks alone and aggregated in one group (two
+    all-gathers of different sizes, an all-gather with a reduce-scatter), ranks skewed and running ahead: the
+    emulator compares the chunk every rank applied on every call (0 divergences), some calls ran a chunk
+    below NCCL's, and with tuner v5 no call asks for one."""
+    comms = [Comm("dp", 0x1C4A, (0, 1, 2, 3))]
+    groups = [
+        Group("dp", (Call("allgather", 256 << 20),), repeat=200),
+        Group("dp", (Call("allgather", 64 << 20), Call("allgather", 128 << 20)), repeat=200),
+        Group("dp", (Call("allgather", 96 << 20), Call("reducescatter", 96 << 20)), repeat=200),
+    ]
+    sc = Scenario(comms, groups, seed=11, runahead=4, reorder=3, orders={1: "reverse", 2: "random"}, lead=8)
+    for version in ("6", "5"):
+        res = run(
+            sc,
+            plugin=plugin,
+            env=online_env(processes),
+            processes=processes,
+            timeout=300,
+            tuner_version=version,
+        )
+        assert_clean(res)
+        assert_same_per_seq(res.calls)
+        halved = [t for t in res.trace if t.get("ev") == "call" and int(t.get("chunk_halvings") or 0) > 0]
+        below = [r for r in res.calls if int(r["chunk"]) < int(r["def_chunk"]) and r["algo"] == r["def_algo"]]
+        if version == "6":
+            assert halved, "the search never tried a chunk below NCCL's"
+            assert below, "no call ran a chunk below NCCL's"
+        else:
+            assert not halved, halved[:3]
