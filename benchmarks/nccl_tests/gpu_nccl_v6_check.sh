@@ -4,7 +4,7 @@
 # beforehand from its public source for sm_90 with the kernels nccl-tests' float/sum runs need, and carried
 # as GPU_NCCL (default .carry/nccl-2.30.7, unpacked from .carry/nccl-2.30.7.tar.xz when only that is there):
 #   make -C <nccl-src> -j src.build BUILDDIR=<dir> NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" \
-#     ONLY_FUNCS="AllGather * *|Broadcast * *|SendRecv|AllReduce Sum f32 * *|Reduce Sum f32 * *|ReduceScatter Sum f32 * *"
+#     ONLY_FUNCS="AllGather * *|Broadcast * *|SendRecv|AllReduce Sum (f32|bf16) * *|Reduce Sum (f32|bf16) * *|ReduceScatter Sum (f32|bf16) * *"
 # What it does, one process per GPU (nccl-tests' MPI build), data checked (-c 1) in every run:
 #  1. which plugin versions NCCL 2.30 loads (NCCL_DEBUG=INFO lines of the tuner and profiler);
 #  2. chunk probe: fixed mode ring/simple/64 and ring/ll128/64 with NCCL's chunk and smaller ones (the only
