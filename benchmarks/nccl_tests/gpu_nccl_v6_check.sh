@@ -12,7 +12,9 @@
 #  3. the cycles check (plain NCCL 2.30 against online mode), REPS=1 unless set, per launch kind in LAUNCHES
 #     (default mpi); CHUNK_OFF=1 adds an online run with AUTOCCL_CHUNK=off after each (the same engine
 #     without the chunk search), reported on its own against the same plain runs.
-# PROBE=0 skips step 2.
+# PROBE=0 skips step 2. NCCL_CH=N passes --nccl-channels N to online runs (calls left to NCCL capped at a
+# plain communicator's count), NCCL_CH=auto reads it from NCCL's INFO line of a plain run; unset or 0: not
+# passed (NCCL's own choice then runs on the 64-channel communicators, as in this script's first runs).
 # Usage on the GPU machine, from the repo root: OUT=... bash benchmarks/nccl_tests/gpu_nccl_v6_check.sh
 GPU_NCCL=${GPU_NCCL:-.carry/nccl-2.30.7}
 if [ ! -d "$GPU_NCCL/lib" ] && [ -f "$GPU_NCCL.tar.xz" ]; then
@@ -64,6 +66,12 @@ S="python3 benchmarks/nccl_tests/sweep.py --bin $NT_BIN --warmup 200 --iters 40 
 R=benchmarks/nccl_tests/online_report.py
 O=benchmarks/results/h200x4/nccl_tests/env_oracle_best.json
 COLLS=${COLLS:-all_gather,reduce_scatter,all_reduce}
+if [ "${NCCL_CH:-0}" = auto ]; then
+  NCCL_CH=$(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT timeout 60 $MPI "$NT_BIN/all_reduce_perf_mpi" -b 1M -e 1M -w 1 -n 1 \
+    2>&1 | grep -oE "[0-9]+ coll channels" | head -1 | cut -d' ' -f1)
+fi
+NCCL_CH=${NCCL_CH:-0}
+echo "online runs: --channel-ceiling 64, --nccl-channels ${NCCL_CH} (0: not passed)" | tee /tmp/res/nccl_channels.txt
 for launch in ${LAUNCHES:-mpi}; do
   export AUTOCCL_CACHE_DIR=/tmp/cache-$launch
   for rep in $(seq 1 "${REPS:-1}"); do
@@ -75,7 +83,7 @@ for launch in ${LAUNCHES:-mpi}; do
     for v in $variants; do
       rm -rf "$AUTOCCL_CACHE_DIR"
       env_v=(); [ $v = chunkoff ] && env_v=(env AUTOCCL_CHUNK=off)
-      "${env_v[@]}" $S --plan online --launch $launch --colls $COLLS --online-ceiling 64 \
+      "${env_v[@]}" $S --plan online --launch $launch --colls $COLLS --online-ceiling 64 --online-nccl-channels "$NCCL_CH" \
         --keep-traces /tmp/traces/$launch-$v$rep --logdir /tmp/ntlogs/$launch-$v$rep \
         --out /tmp/res/${launch}_$v.jsonl --budget-s "$(( $(left) - 20 ))"
     done
