@@ -16,6 +16,10 @@ namespace {
 // call idles its stream for the host's launch cost: 20-70 us per call for one process launching 4 GPUs
 // with the profiler on (4 x H200, 2026-11-22).
 constexpr double kHostPauseUs = 500.0;
+// Calls of a collective decided while timing was on, none of them reported by the profiler: NCCL does not
+// profile that collective here. Coll events are emitted on the host when NCCL launches the call, a few calls
+// after its getCollInfo at most.
+constexpr uint64_t kUnprofiledCalls = 128;
 
 // An advisory lock on a file beside a table (serialises read-merge-write across processes).
 class FileLock {
@@ -376,6 +380,14 @@ bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& c
   }
   ++ordinal_;
   if (profilerAttached_.load(std::memory_order_relaxed)) matcher_.pushDecision(coll, bytes, applied, t, k, ordinal_);
+  if (profilerAttached_.load(std::memory_order_relaxed) && !unprofiled_[coll] && rt_.mask().on() &&
+      ++callsWhileTiming_[coll] >= kUnprofiledCalls && collEvents_[coll].load(std::memory_order_relaxed) == 0) {
+    unprofiled_[coll] = true;
+    log(LogLevel::Info, std::string("NCCL reported no profiler event for ") + std::to_string(kUnprofiledCalls) +
+                            " " + collName(coll) + " calls made while timing was on (NCCL >= 2.30 runs a lone "
+                            "broadcast as a converted task without events): they keep NCCL's choice");
+    policy_->onUnprofiled(coll);
+  }
   if (t->wanting.load(std::memory_order_relaxed) && t->calls > 4 * measureBudget_ + 16) stopWanting(t);
 
   if (rt_.trace().enabled()) {
@@ -418,6 +430,7 @@ void* Context::collStart(const char* func, uint64_t seq, uint64_t count, const c
   if (!func) return nullptr;
   int coll = parseColl(func);
   if (coll < 0) return nullptr;
+  collEvents_[coll].fetch_add(1, std::memory_order_relaxed);
   uint64_t bytes = TimingMatcher::collBytes(coll, count, datatype, nRanks_);
   return matcher_.collStart(coll, seq, bytes, nChannels, algo ? parseAlgo(algo) : -1, proto ? parseProto(proto) : -1);
 }

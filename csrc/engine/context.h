@@ -190,6 +190,12 @@ class Context {
   std::unique_ptr<DecisionSource> policy_;
   std::unordered_map<TaskKey, std::unique_ptr<Task>, TaskKeyHash> tasks_;
   LastChunk lastChunk_[kNumColls];
+  // Profiler events per collective (any thread) against this context's calls decided while timing was on
+  // (enqueue thread): NCCL 2.30 emits none for a lone broadcast (it converts the task and leaves the copy's
+  // event mask unset), and a search waiting for those samples kept its task on short plan segments.
+  std::atomic<uint64_t> collEvents_[kNumColls] = {};
+  uint64_t callsWhileTiming_[kNumColls] = {};
+  bool unprofiled_[kNumColls] = {};
   Task* lastTask_[kNumColls] = {};   // enqueue thread only: skips the hash lookup for repeats
   uint64_t measureBudget_ = 0;       // timed calls per task outside observe mode
   std::atomic<int> tasksWanting_{0};

@@ -309,6 +309,20 @@ class OnlineSource final : public DecisionSource {
     key.bytes = task.bytes;
     return key;
   }
+  // NCCL profiles no call of `coll` here: the authority's searches of it end in NCCL's choice, and so do those
+  // registered later (registerTask). Followers only apply the authority's plan.
+  void onUnprofiled(int coll) override {
+    if (coll < 0 || coll >= kNumColls) return;
+    unprofiled_[coll].store(true, std::memory_order_release);
+    if (!authority_) return;
+    std::vector<std::shared_ptr<search::TaskSearch>> searches;
+    {
+      std::lock_guard<std::mutex> lk(mapMu_);
+      for (auto& [key, s] : tasks_)
+        if (key.coll == coll && s->search) searches.push_back(s->search);
+    }
+    for (auto& srch : searches) srch->unprofiled();
+  }
   void giveUpSample(const TaskKey& task, uint64_t k) {
     std::shared_ptr<search::TaskSearch> srch;
     {
@@ -577,6 +591,7 @@ class OnlineSource final : public DecisionSource {
     // (Options::duelRun).
     if (scoring(place_.load(std::memory_order_acquire)) != Scoring::kWindow) o.duelRun = 3;
     auto srch = decider_->inner.registerTask(s->key, sp, o, hints);
+    if (unprofiled_[s->key.coll].load(std::memory_order_acquire)) srch->unprofiled();
     std::lock_guard<std::mutex> lk(mapMu_);
     s->search = std::move(srch);
   }
@@ -721,6 +736,7 @@ class OnlineSource final : public DecisionSource {
   std::unique_ptr<ArrivalMerge> arrival_;  // authority, AUTOCCL_XPROC_SCORE=shortest; fed when the place is tcp
   bool reporting_ = false;  // a rank < kReportRanks that sends its windows to the authority (place tcp)
   mutable std::mutex mapMu_;  // tasks_ inserts (enqueue thread) vs lookups from other threads
+  std::atomic<bool> unprofiled_[kNumColls] = {};  // onUnprofiled
   std::unordered_map<TaskKey, std::unique_ptr<TaskState>, TaskKeyHash> tasks_;
   TaskState* last_[kNumColls] = {};
   std::mutex needMu_;             // need transitions (rare): TaskState::needing, needing_, bootstrap_

@@ -64,6 +64,9 @@ class DecisionSource {
   // Call `callIndex` of `task` ran untimed (the profiler skipped it: the mask was off when NCCL read it),
   // known when a later call's events arrive. Same thread and lock rules as onMeasurement.
   virtual void onUntimed(const TaskKey& task, uint64_t callIndex) { (void)task; (void)callIndex; }
+  // NCCL emitted no profiler event for any call of `coll` on this context while timing was on (enqueue
+  // thread, once per collective): its calls cannot be measured.
+  virtual void onUnprofiled(int coll) { (void)coll; }
   // True while the policy wants kernel timing events (drives the process-wide activation mask).
   // Must be cheap and thread-safe (read from any thread).
   virtual bool needsTiming() const { return false; }

@@ -822,6 +822,42 @@ void testContextChunkHalvings() {
   ctx.finalizeTuner();
 }
 
+// A collective NCCL never reports to the profiler (NCCL 2.30's converted lone broadcast) is told to the
+// policy after 128 of its calls decided while timing was on, once, and one that NCCL reports is not.
+void testContextUnprofiled() {
+  Settings s = loadSettings(envOf({{"AUTOCCL_MODE", "fixed"}, {"AUTOCCL_FIXED", "*:ring/simple/8"},
+                                   {"AUTOCCL_MEASURE_CALLS", "100"}}));
+  CHECK(s.valid);
+  Runtime rt(s, 23007, 22803, "/nonexistent");
+  int mask = 0;
+  rt.mask().attach(&mask, 66);
+  Logs logs;
+  Context ctx(rt, 0x5151ULL);
+  ctx.attachProfiler(0, 2, 1, logs.fn());
+  CHECK(ctx.attachTuner(2, 1, 1, logs.fn(), true));
+  auto told = [&](const char* coll) {
+    int n = 0;
+    for (const std::string& m : logs.info)
+      if (m.find("no profiler event for 128 " + std::string(coll) + " calls") != std::string::npos) ++n;
+    return n;
+  };
+  float costs[kNumAlgos * kNumProtos];
+  int nCh = 0;
+  for (uint64_t k = 0; k < 300; ++k) {
+    fillCosts(costs);
+    ctx.getCollInfo(kBroadcast, 1u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+    if (k == 126) CHECK_EQ(told("broadcast"), 0);
+    fillCosts(costs);
+    ctx.getCollInfo(kAllReduce, 1u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+    void* h = ctx.collStart("AllReduce", k, 1u << 18, "ncclFloat32", 8, "RING", "SIMPLE");
+    TimingMatcher::eventStop(h);
+  }
+  CHECK_EQ(mask, 66);  // timing stayed on throughout (the broadcast task never got its samples)
+  CHECK_EQ(told("broadcast"), 1);
+  CHECK_EQ(told("allreduce"), 0);
+  ctx.finalizeTuner();
+}
+
 // Steady state of a known task: a hash lookup, a cached decision and a queue push. The bound is only
 // enforced in optimized, unsanitized builds; every build prints the number for the record.
 void testHotPath() {
@@ -933,6 +969,7 @@ int main(int argc, char** argv) {
       {"fingerprint", testFingerprint},
       {"table", testTable},
       {"context_chunk_halvings", testContextChunkHalvings},
+      {"context_unprofiled", testContextUnprofiled},
       {"timing_basic", testTimingBasic},
       {"timing_stale_start", testTimingStaleStart},
       {"timing_reorder_aggregation", testTimingReorderAndAggregation},

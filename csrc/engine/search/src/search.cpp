@@ -1188,6 +1188,10 @@ void TaskSearch::channelsRan(int algo, int proto, int requested, int used) {
   std::lock_guard<std::mutex> lk(mu_);
   impl_->channelsRan(algo * kNumProtos + proto, requested, used);
 }
+void TaskSearch::unprofiled() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (impl_->mode != Impl::Mode::kFinal) impl_->toFinal(Config());
+}
 bool TaskSearch::converged() const {
   std::lock_guard<std::mutex> lk(mu_);
   return impl_->mode == Impl::Mode::kPinned || impl_->mode == Impl::Mode::kFinal;

@@ -1170,6 +1170,36 @@ void unmeasuredCalls() {
   }
 }
 
+// NCCL profiles no call of the task's collective (NCCL 2.30's converted broadcast): no sample ever comes.
+// Told so, the search ends in NCCL's choice from the next planned call, for good, and leaves the segments
+// it handed out alone; not told, it is still tuning 300 calls later (the lost-sample rules wait for time).
+void unprofiledTask() {
+  std::mt19937_64 rng(3);
+  for (int told = 0; told < 2; ++told) {
+    Model m = h200Model(rng, 4 << 20);
+    Options o;
+    o.clockMs = [] { return uint64_t(1000); };  // a fast job: the lost-sample rules' 3 s never pass
+    TaskSearch s(m.space, o);
+    std::vector<Segment> before;
+    for (uint64_t k = 0; k < 40; ++k) s.configFor(k);
+    before = s.plan();
+    if (told) s.unprofiled();
+    for (uint64_t k = 40; k < 340; ++k) s.configFor(k);
+    const std::vector<Segment> after = s.plan();
+    REQUIRE(after.size() >= before.size());
+    for (size_t i = 0; i < before.size(); ++i) CHECK(after[i] == before[i]);
+    if (told) {
+      CHECK(s.converged());
+      CHECK(after.back().phase == Phase::kFinal && after.back().end == kForever);
+      CHECK(after.back().cfg.isDefault() && !after.back().cfg.measure);
+      CHECK(after.back().begin <= before.back().end);
+      CHECK(s.best().isDefault());
+    } else {
+      CHECK(!s.converged());
+    }
+  }
+}
+
 TestCase tests[] = {{"convergence", convergence}, {"immutability", immutability}, {"robustness", robustness},
                     {"warmstart", warmstart},     {"drift", drift},               {"objective", objective},
                     {"ceiling", ceiling},         {"pairCeiling", pairCeiling},
@@ -1179,7 +1209,7 @@ TestCase tests[] = {{"convergence", convergence}, {"immutability", immutability}
                     {"duelPausedSample", duelPausedSample},
                     {"duelWaitsForSamples", duelWaitsForSamples}, {"duelSwitchCost", duelSwitchCost},
                     {"driftSpacedByTime", driftSpacedByTime}, {"unmeasuredCalls", unmeasuredCalls},
-                    {"tableDefaultEntry", tableDefaultEntry}};
+                    {"tableDefaultEntry", tableDefaultEntry}, {"unprofiledTask", unprofiledTask}};
 
 }  // namespace
 

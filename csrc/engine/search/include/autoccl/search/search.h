@@ -212,6 +212,11 @@ class TaskSearch {
   // pairs keep their ranges. Call it for every measured call that forced a channel count.
   void channelsRan(int algo, int proto, int requested, int used);
 
+  // NCCL reports no profiler event for this task's collective (NCCL 2.30 turns a lone broadcast into a task
+  // that carries none), so none of its calls can be measured: from the next planned call on, NCCL's choice
+  // for good, rather than waiting for samples through the lost-sample rules (seconds of short segments).
+  void unprofiled();
+
   bool converged() const;  // the last planned segment is pinned / check / final
   Config best() const;     // current incumbent (the pinned config once converged)
   Stats stats() const;
