@@ -83,7 +83,6 @@ struct Sub {
   int dim = 0;
   double step[2] = {1.0, 1.0};
   int lastDir[2] = {0, 0};
-  int stalled = 0;
   int steps = 0;
   int iter = 0;  // descent iterations completed
   bool unitTried = false;  // the neighbours just evaluated were at unit distance
@@ -534,7 +533,6 @@ struct TaskSearch::Impl {
   // tasks up to ~20 more calls (converged at call 154 against the bound of 150), while NCCL's chunk
   // matters only where a step's data exceeds it, nearly independently of the channel count near its best.
   void nextDim(Sub& s) {
-    s.stalled++;
     s.lastDir[s.dim] = 0;
     s.step[s.dim] = o.initStep;
     if (s.dim + 1 >= nDims(s)) {
@@ -578,7 +576,6 @@ struct TaskSearch::Impl {
         s.xEval = bestIt->second;
         s.lastDir[s.dim] = dir;
         s.step[s.dim] *= std::min(2.0, 1.0 + gain / o.stepGainRef);  // learning rate = relative gain
-        s.stalled = 0;
         s.steps++;
       } else if (s.unitTried || s.step[s.dim] / 2 < o.minStep) {
         nextDim(s);  // this dimension stopped improving
