@@ -10,6 +10,10 @@
 
 namespace autoccl::engine {
 
+// The search plans chunk halvings up to its bound; tables, the Context and the coordinator's wire check the
+// engine's (the search library stays free of engine types, so the two are declared apart).
+static_assert(kMaxChunkHalvings == search::kMaxChunkHalvings, "one bound for chunk halvings");
+
 namespace {
 
 // Timing on this many calls before a segment ends (a check block may follow): NCCL reads the mask when
