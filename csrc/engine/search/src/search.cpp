@@ -53,6 +53,13 @@ namespace {
 // (0: NCCL's chunk, always where the pair's chunk is not tuned).
 using PointKey = std::tuple<int, int, int>;
 
+// Robust relative noise of samples: the MAD as a normal sigma over the median (0 under three samples).
+double relNoiseOf(const std::vector<double>& v) {
+  if (v.size() < 3) return 0.0;
+  const double m = median(v);
+  return m > 0 ? 1.4826 * mad(v) / m : 0.0;
+}
+
 struct Eval {
   Config cfg;
   std::vector<double> samples;
@@ -66,11 +73,7 @@ struct Eval {
   int n() const { return static_cast<int>(samples.size()); }
   bool finished() const { return dead || (inflight == 0 && n() >= want); }
   double med() const { return dead || samples.empty() ? HUGE_VAL : median(samples); }
-  double relNoise() const {
-    if (samples.size() < 3) return 0.0;
-    double m = median(samples);
-    return m > 0 ? 1.4826 * mad(samples) / m : 0.0;
-  }
+  double relNoise() const { return relNoiseOf(samples); }
 };
 
 enum class SubState { kProbe, kDescend, kDone, kDropped };
@@ -418,6 +421,18 @@ struct TaskSearch::Impl {
     Eval& i = evals[static_cast<size_t>(duelInc)];
     if (d.finished() && i.finished()) endDuel();
   }
+  // The relative margin by which the tuned side's duel median must be lower than NCCL's: duelZ standard
+  // errors of the difference of two medians (floor minMargin). The noise is the largest of the two sides'
+  // and of the tuned configuration's tuning samples: a MAD of five samples alone is often far below the
+  // true noise (seed 195: a 1.2 % lower median won against a 1.5 % margin). Not the tuning samples of NCCL's
+  // choice: they may span the settling start the duel exists for.
+  double duelMargin(const std::vector<double>& nccl, const std::vector<double>& tuned) const {
+    if (nccl.empty() || tuned.empty()) return o.minMargin;
+    const double rn = std::max({relNoiseOf(nccl), relNoiseOf(tuned), evals[static_cast<size_t>(inc)].relNoise()});
+    const double se =
+        1.2533 * rn * std::sqrt(1.0 / static_cast<double>(nccl.size()) + 1.0 / static_cast<double>(tuned.size()));
+    return std::max(o.minMargin, o.duelZ * se);
+  }
   // Decides with the fresh samples there are (all of them, or what arrived when the budget ran out).
   void endDuel() {
     Eval& d = evals[static_cast<size_t>(duelDefault)];
@@ -438,8 +453,13 @@ struct TaskSearch::Impl {
     // outside its channels (tree/LL128: 31 us windows, 54 us per call); a winner on both is safe.
     // Low medians: the budget can end the duel with two samples a side, one of them slow (a period spanning
     // a host pause: 1011 us for a 232 us all_gather, 2 x H200, 2026-11-23); of an odd count, the median.
+    // Beyond the noise: duelZ standard errors of the difference of the medians (seed 303 of the emulator's
+    // 3 %-noise scenario pinned tree/ll, 1.9 % slower than NCCL's ring/ll in the model, on duel medians
+    // 33.54 vs 33.54 us).
     const bool altToo = !i.alt.empty() && !d.alt.empty();
-    bool incWins = lowMedian(i.samples) < lowMedian(d.samples) && (!altToo || lowMedian(i.alt) < lowMedian(d.alt));
+    const double keep = 1.0 - duelMargin(d.samples, i.samples);
+    bool incWins = lowMedian(i.samples) < lowMedian(d.samples) * keep &&
+                   (!altToo || lowMedian(i.alt) < lowMedian(d.alt) * (1.0 - duelMargin(d.alt, i.alt)));
     // Out of budget with samples still in flight, a median of one or two samples does not survive an
     // outlier (a slow call on NCCL's side): the tuned configuration must also have the lower minimum.
     if (d.n() < o.duelSamples || i.n() < o.duelSamples)

@@ -127,6 +127,10 @@ struct Options {
   // the default stays unless the other's median is lower on them too (0: pin on the tuning samples).
   // Odd, so that the median of each side survives two outliers. Comes out of maxTuningCalls.
   int duelSamples = 5;
+  // ... lower by more than duelZ standard errors of the difference of the two sides' medians (their own
+  // noise: the tuning samples of NCCL's choice may span a settling start, the duel's are fresh). Without a
+  // margin, two configurations within the noise of each other tie and the duel pins either at random.
+  double duelZ = 1.0;
   // Calls per turn of the duel and of the table verification, all of the turn's configuration; only the
   // one at (duelRun - 1) / 2 is a sample. 3 where a call is scored by its stream period (to the next
   // call's start): taken call by call, a host-bound call's period would measure the launch of the other
