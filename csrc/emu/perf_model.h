@@ -18,8 +18,8 @@ struct PathParams {
   double bwCh = 15.0;         // GB/s of bus bandwidth one channel adds
   double bwMax = 360.0;       // GB/s ceiling of the path
   double knee = 4.0;          // sharpness of the soft minimum between channels*bwCh and bwMax
-  double chunkOverheadUs = 0.1;  // per chunk and channel pass
-  double fill = 0.1;          // pipeline fill weight: (steps-1) chunks at per-channel speed
+  double chunkOverheadUs = 0.1;  // per piece of a step's channel data
+  double fill = 0.1;          // share of a piece's transfer time paid once per step
 };
 
 struct PerfModel {

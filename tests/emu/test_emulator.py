@@ -306,3 +306,16 @@ def test_model_shape(emulator: Path) -> None:
     assert t("allgather", 1 << 30, 24, "ll") > 2 * t("allgather", 1 << 30, 24)  # LL loses big
     assert t("allreduce", 64 << 20, 24, load=1.0) > 1.5 * t("allreduce", 64 << 20, 24)  # GEMM slows comm
     assert m.gemm_slowdown(64, 1.0) > m.gemm_slowdown(8, 1.0)  # more channels slow the GEMM
+
+    # Chunks, as measured on 2 x H200 with 64 channels (h200x2/nccl_tests/session17/nccl230_probe): LL128 / 4
+    # 9-10 % faster at 64 MiB, nothing at 4 MiB (a step's data is one piece either way), 128 KiB pieces 7-10 %
+    # slower than 1 MiB ones at 1 GiB (per-piece cost).
+    def c(coll: str, n: int, proto: str, chunk: int) -> float:
+        return m.mean_us(coll, 2, n, "ring", proto, 64, chunk, 0.0)
+
+    for coll in ("allgather", "reducescatter", "allreduce"):
+        assert c(coll, 64 << 20, "ll128", 144000) < 0.95 * c(coll, 64 << 20, "ll128", 576000)
+        assert c(coll, 4 << 20, "simple", 262144) == pytest.approx(
+            c(coll, 4 << 20, "simple", 2 << 20), rel=0.005
+        )
+        assert c(coll, 1 << 30, "simple", 128 << 10) > 1.03 * c(coll, 1 << 30, "simple", 1 << 20)

@@ -194,8 +194,11 @@ def test_online_threads_converge_and_warm_start(plugin: Path, tmp_path: Path) ->
     assert_clean(res)
     assert_same_per_seq(res.calls)
     check_converged(res)
-    # timing goes off once converged: only drift checks are timed afterwards
+    # timing goes off once converged: only drift checks are timed afterwards. NCCL's profiler mask is one per
+    # process, so a task's calls stay timed while another task of the process still searches (the groups are
+    # interleaved: call k of every task runs at about the same time): counted from the last convergence.
     tasks = tasks_of(res)
+    last_converged = max(int(t["converged_at"]) for t in tasks.values())
     for t in tasks.values():
         timed_late = [
             x
@@ -204,7 +207,7 @@ def test_online_threads_converge_and_warm_start(plugin: Path, tmp_path: Path) ->
             and x["rank"] == 0
             and x["comm"] == t["comm"]
             and x["bytes"] == t["bytes"]
-            and int(x["call"]) >= int(t["converged_at"]) + 80
+            and int(x["call"]) >= last_converged + 80
         ]
         assert len(timed_late) <= 12, (t, len(timed_late))
     tables = list((cache / "tables").glob("*.table"))
@@ -220,7 +223,8 @@ def test_online_threads_converge_and_warm_start(plugin: Path, tmp_path: Path) ->
     tasks2 = tasks_of(res2)
     second = {k: int(t["converged_at"]) - int(t["search_from"]) for k, t in tasks2.items()}
     # It starts tuned: no probe, only the table's configuration checked against NCCL's (2 x 6 samples; one
-    # process, so scored by period: in turns of 3 calls, 36 calls, plus the samples' lag).
+    # process, so scored by period: in turns of 3 calls, 36 calls, plus the samples' lag: 48 calls at most
+    # in 20 runs on an idle machine, 52 once with two suites at a time; a cold search takes 100-150).
     for k, t in tasks2.items():
         cfgs = {
             (c["algo"], c["proto"], c["channels"], c["chunk"])
@@ -229,7 +233,7 @@ def test_online_threads_converge_and_warm_start(plugin: Path, tmp_path: Path) ->
         }
         tuned = (t["algo"], t["proto"], t["channels"], t["chunk"])
         assert cfgs <= {(None, None, 0, 0), tuned}, (k, cfgs)
-    assert all(second[k] <= 50 for k in second), (first, second)
+    assert all(second[k] <= 60 for k in second), (first, second)
     assert sum(second.values()) < sum(first.values()), (first, second)
 
 
@@ -316,13 +320,13 @@ def test_online_without_profiler_is_no_tuner(plugin: Path) -> None:
 @pytest.mark.parametrize("score", ["auto", "window"])
 def test_online_threads_score_stream_period(plugin: Path, score: str) -> None:
     """All ranks in one process: a call costs the stream time it holds, not only its channels' window.
-    Ring/LL128 is the model's fastest kernel for all_reduce 16 MiB (about 119 us against Ring/Simple's 125)
+    Ring/LL128 is the model's fastest kernel for all_reduce 2 MiB (about 44 us against Ring/Simple's 47)
     but each of its kernels holds the stream 40 us past its channel timestamps (as tree/LL128 did on
     4 x H200). Scored by the stream period (the default here) the search does not pin it; scored by the
     window alone it does."""
     sc = Scenario(
         [Comm("dp", 0x5EED, (0, 1, 2, 3))],
-        [Group("dp", (Call("allreduce", 16 << 20),), repeat=800)],
+        [Group("dp", (Call("allreduce", 2 << 20),), repeat=800)],
         seed=3,
         noise=False,
         hidden_ns={("ring", "ll128"): 40000},

@@ -8,9 +8,15 @@ Accepted inputs (detected per file):
 - torch interference runs (p2_*.jsonl: tag, coll, mb, load, bw, bw_load, gemm_slow): alone bandwidths and the
   effect of a light/heavy GEMM on the collective and of the collective's channels on the GEMM;
 - oracle sweeps, JSONL lines
-  {"coll","bytes","algo","proto","channels","nranks","busbw_gbs","time_us"[,"chunk"]}.
+  {"coll","bytes","algo","proto","channels","nranks","busbw_gbs","time_us"[,"chunk"]};
+- chunk probes, the markdown tables of benchmarks/nccl_tests/gpu_nccl_v6_check.sh (chunk_probe.md: per
+  collective, rows `<algo>_<proto>_<channels>_chunk<bytes>` of busbw per size, chunk 0 = NCCL's own), measured
+  on --probe-nranks GPUs.
 Least squares on log(time) (scipy), with weak priors on every parameter so that parameters the data cannot
-see stay at physically sensible values. Prints and stores the fit error.
+see stay at physically sensible values. The chunk terms (fill, chunk_overhead_us) are fitted per protocol on
+the probes' time ratios to NCCL's chunk in the same cell (so the probe's GPU count and absolute level do not
+bias the rest of the model) and applied to ring and tree alike; without probes they stay as they are. Prints
+and stores the fit errors.
 """
 
 from __future__ import annotations
@@ -184,10 +190,118 @@ def parse_jsonl(path: Path, nranks: int = 4) -> tuple[list[Point], list[LoadPoin
     return points, loads
 
 
+@dataclass(frozen=True)
+class ChunkRatio:
+    """A chunk against NCCL's own in one cell: time(chunk) / time(NCCL's chunk)."""
+
+    coll: str
+    nranks: int
+    nbytes: int
+    algo: str
+    proto: str
+    channels: int
+    chunk: int
+    ratio: float
+    source: str
+
+
+_PROBE_SIZES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _probe_size(label: str) -> int:
+    m = re.fullmatch(r"(\d+)([KMG])", label.strip())
+    if not m:
+        raise ValueError(f"chunk probe: size column {label!r} is not like 4M or 1G")
+    return int(m.group(1)) * _PROBE_SIZES[m.group(2)]
+
+
+def parse_chunk_probe(path: Path, nranks: int) -> list[ChunkRatio]:
+    """Ratios of each chunk row to the chunk-0 row (NCCL's chunk) of the same collective and path."""
+    out: list[ChunkRatio] = []
+    coll: str | None = None
+    sizes: list[int] = []
+    rows: dict[tuple[str, str, int], dict[int, list[float]]] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        head = re.match(r"^## (\w+):", line)
+        if head:
+            coll = COLL_ALIASES.get(head.group(1))
+            sizes = []
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if coll is None or len(cells) < 2:
+            continue
+        if cells[0] == "configuration":
+            sizes = [_probe_size(c) for c in cells[1:] if c and c != "data errors"]
+            continue
+        row = re.fullmatch(r"(ring|tree)_(ll128|ll|simple)_(\d+)_chunk(\d+)", cells[0])
+        if row is None or not sizes:
+            continue
+        busbw = [float(c.split()[0]) for c in cells[1 : 1 + len(sizes)]]
+        key = (coll, f"{row.group(1)}/{row.group(2)}", int(row.group(3)))
+        rows.setdefault(key, {})[int(row.group(4))] = busbw
+        for n, bw in zip(sizes, busbw, strict=True):
+            if bw <= 0:
+                raise ValueError(f"{path}: {cells[0]} has busbw {bw} at {n} B")
+    for (c, path_key, ch), by_chunk in rows.items():
+        base = by_chunk.get(0)
+        if base is None:
+            continue  # no row of NCCL's chunk to compare with
+        algo, proto = path_key.split("/")
+        for chunk, busbw in by_chunk.items():
+            if chunk == 0:
+                continue
+            for n, b0, b in zip(sizes, base, busbw, strict=True):
+                out.append(ChunkRatio(c, nranks, n, algo, proto, ch, chunk, b0 / b, path.name))
+    return out
+
+
+def _chunk_ratio(model: PerfModel, r: ChunkRatio) -> float:
+    ours = model.mean_us(r.coll, r.nranks, r.nbytes, r.algo, r.proto, r.channels, r.chunk, 0.0)
+    nccl = model.mean_us(
+        r.coll, r.nranks, r.nbytes, r.algo, r.proto, r.channels, default_chunk(r.coll, r.algo, r.proto), 0.0
+    )
+    return ours / nccl
+
+
+def fit_chunk(ratios: list[ChunkRatio], model: PerfModel) -> dict[str, dict[str, float]]:
+    """fill and chunk_overhead_us per protocol, on log ratios (robust loss: one noisy cell, e.g. a slow pass
+    of NCCL's chunk, must not set them); the same values for the ring and tree paths of that protocol."""
+    out: dict[str, dict[str, float]] = {}
+    for proto in sorted({r.proto for r in ratios}):
+        mine = [r for r in ratios if r.proto == proto]
+        keys = [p for p in PATHS if p.endswith("/" + proto)]
+        before = float(np.sqrt(np.mean([math.log(_chunk_ratio(model, r) / r.ratio) ** 2 for r in mine])))
+
+        def residuals(x: np.ndarray, mine: list[ChunkRatio] = mine, keys: list[str] = keys) -> np.ndarray:
+            for k in keys:
+                model.paths[k].fill, model.paths[k].chunk_overhead_us = float(x[0]), float(x[1])
+            return np.array([math.log(_chunk_ratio(model, r) / r.ratio) for r in mine])
+
+        p0 = model.paths[keys[0]]
+        sol = least_squares(
+            residuals,
+            [p0.fill, p0.chunk_overhead_us],
+            bounds=([0.0, 0.0], [2.0, 20.0]),
+            loss="soft_l1",
+            f_scale=0.02,
+        )
+        residuals(sol.x)
+        out[proto] = {
+            "points": len(mine),
+            "fill": float(sol.x[0]),
+            "chunk_overhead_us": float(sol.x[1]),
+            "rms_log_before": before,
+            "rms_log": float(np.sqrt(np.mean(sol.fun**2))),
+        }
+    return out
+
+
 def load_measurements(paths: Sequence[Path]) -> tuple[list[Point], list[LoadPoint]]:
     points: list[Point] = []
     loads: list[LoadPoint] = []
     for p in paths:
+        if p.suffix == ".md":
+            continue  # chunk probes: load_chunk_probes
         if p.suffix == ".jsonl":
             a, b = parse_jsonl(p)
             points += a
@@ -298,14 +412,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("-o", "--output", type=Path, required=True)
     ap.add_argument("--start", type=Path, help="start from this model file (default: built-in priors)")
     ap.add_argument("--hardware", default="NVIDIA H200x4")
+    ap.add_argument(
+        "--probe-nranks", type=int, default=2, help="GPUs the chunk probes (.md) were measured on"
+    )
     args = ap.parse_args(argv)
     points, loads = load_measurements(args.measurements)
+    try:
+        ratios = [
+            r for p in args.measurements if p.suffix == ".md" for r in parse_chunk_probe(p, args.probe_nranks)
+        ]
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
     if not points:
         print("no usable measurements", file=sys.stderr)
         return 2
     model = PerfModel.load_file(args.start) if args.start else PerfModel()
     before = fit_error(points, model)
+    # The chunk terms move the times of NCCL's chunk a little and the ratios hardly depend on the bandwidths:
+    # chunk, bandwidth, chunk again.
+    chunk_fit = fit_chunk(ratios, model) if ratios else {}
     fit = fit_bandwidth(points, model)
+    if ratios:
+        chunk_fit = fit_chunk(ratios, model)
+        fit = fit_error(points, model)
     load_fit = fit_load(loads, model)
     model.meta = {
         "hardware": args.hardware,
@@ -313,11 +443,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "fit_before": before,
         "fit": fit,
         "load_fit": load_fit,
-        "note": "chunk terms (fill, chunk_overhead_us) and small-message latencies are priors "
-        "unless the data has them",
+        "chunk_fit": chunk_fit,
+        "note": "small-message latencies are priors; chunk terms are "
+        + (
+            f"fitted on chunk probes of {args.probe_nranks} GPUs (ring; tree assumed alike)"
+            if ratios
+            else "priors"
+        ),
     }
     model.save(args.output)
-    print(json.dumps({"fit_before": before, "fit": fit, "load_fit": load_fit}, indent=1))
+    print(
+        json.dumps({"fit_before": before, "fit": fit, "load_fit": load_fit, "chunk_fit": chunk_fit}, indent=1)
+    )
     return 0
 
 

@@ -1,6 +1,9 @@
 """The emulator's performance model in Python (same formula as csrc/emu/perf_model.cc), for calibration.
 
-time_us = lat + steps*step + bus/bw + fill*(steps-1)*min(chunk, bus/ch)/(bw/ch) + ceil(bus/ch/chunk)*overhead
+time_us = lat + steps*step + bus/bw + fill*steps*min(chunk, step_ch)/(bw/ch) + ceil(step_ch/chunk)*overhead
+step_ch = bus/(ch*steps): a channel's data of one step; a chunk splits it into pieces that pipeline, the last
+piece of each step (hop, and the receiver's copy out of its buffer) costing its transfer time (`fill`), every
+piece a fixed cost (`chunk_overhead_us`)
 bw = softmin(ch*bw_ch, bw_max) * coll_scale / (1 + load*(comm_slow + comm_slow_per_ch*ch/64))
 """
 
@@ -96,12 +99,12 @@ class PerfModel:
         bw = x / (1.0 + (x / cap) ** pp.knee) ** (1.0 / pp.knee)
         bw /= 1.0 + max(load, 0.0) * (self.load["comm_slow"] + self.load["comm_slow_per_ch"] * ch / 64.0)
         bus = nbytes * self.bus_factor(coll, nranks)
-        per_ch = bus / ch
+        step_ch = bus / (ch * st)
         t = pp.lat_us + st * pp.step_us + bus / (1000.0 * bw)
-        if chunk > 0 and per_ch > 0:
-            c = min(float(chunk), per_ch)
-            t += pp.fill * (st - 1) * c / (1000.0 * bw / ch)
-            t += math.ceil(per_ch / chunk) * pp.chunk_overhead_us
+        if chunk > 0 and step_ch > 0:
+            c = min(float(chunk), step_ch)
+            t += pp.fill * st * c / (1000.0 * bw / ch)
+            t += math.ceil(step_ch / chunk) * pp.chunk_overhead_us
         return t
 
     def gemm_slowdown(self, channels: int, load: float) -> float:
