@@ -428,7 +428,8 @@ struct TaskSearch::Impl {
   // choice: they may span the settling start the duel exists for.
   double duelMargin(const std::vector<double>& nccl, const std::vector<double>& tuned) const {
     if (nccl.empty() || tuned.empty()) return o.minMargin;
-    const double rn = std::max({relNoiseOf(nccl), relNoiseOf(tuned), evals[static_cast<size_t>(inc)].relNoise()});
+    const double tuning = evals[static_cast<size_t>(inc)].relNoise();
+    const double rn = std::max({relNoiseOf(nccl), relNoiseOf(tuned), tuning});
     const double se =
         1.2533 * rn * std::sqrt(1.0 / static_cast<double>(nccl.size()) + 1.0 / static_cast<double>(tuned.size()));
     return std::max(o.minMargin, o.duelZ * se);
@@ -457,9 +458,11 @@ struct TaskSearch::Impl {
     // 3 %-noise scenario pinned tree/ll, 1.9 % slower than NCCL's ring/ll in the model, on duel medians
     // 33.54 vs 33.54 us).
     const bool altToo = !i.alt.empty() && !d.alt.empty();
+    // The second measure only confirms the direction: its noise is not the tuning samples' (a margin there
+    // would be unmeasured on the GPUs, where one process's windows and periods differ by the host's cost).
     const double keep = 1.0 - duelMargin(d.samples, i.samples);
     bool incWins = lowMedian(i.samples) < lowMedian(d.samples) * keep &&
-                   (!altToo || lowMedian(i.alt) < lowMedian(d.alt) * (1.0 - duelMargin(d.alt, i.alt)));
+                   (!altToo || lowMedian(i.alt) < lowMedian(d.alt));
     // Out of budget with samples still in flight, a median of one or two samples does not survive an
     // outlier (a slow call on NCCL's side): the tuned configuration must also have the lower minimum.
     if (d.n() < o.duelSamples || i.n() < o.duelSamples)
