@@ -68,6 +68,10 @@ def test_chunk_probe_without_nccls_row_or_with_bad_sizes(tmp_path: Path) -> None
     probe = tmp_path / "p.md"
     probe.write_text(probe_table(PerfModel(), 2, 1.0).replace("chunk0 |", "chunk999 |"))
     assert parse_chunk_probe(probe, 2) == []  # nothing to compare with: no ratio invented
+    rows = probe_table(PerfModel(), 2, 1.0).splitlines()
+    probe.write_text("\n".join(r[: -len("| 0 |")] + "| 3 |" if "chunk131072" in r else r for r in rows))
+    ratios = parse_chunk_probe(probe, 2)
+    assert ratios and all(r.chunk != 131072 for r in ratios)  # rows with data errors are left out
     probe.write_text(probe_table(PerfModel(), 2, 1.0).replace("| 16M |", "| 16 MiB |"))
     with pytest.raises(ValueError, match="16 MiB"):
         parse_chunk_probe(probe, 2)

@@ -236,6 +236,9 @@ def parse_chunk_probe(path: Path, nranks: int) -> list[ChunkRatio]:
         row = re.fullmatch(r"(ring|tree)_(ll128|ll|simple)_(\d+)_chunk(\d+)", cells[0])
         if row is None or not sizes:
             continue
+        errors = cells[1 + len(sizes)] if len(cells) > 1 + len(sizes) else "0"
+        if errors not in ("0", ""):
+            continue  # wrong results: not a measurement of that chunk
         busbw = [float(c.split()[0]) for c in cells[1 : 1 + len(sizes)]]
         key = (coll, f"{row.group(1)}/{row.group(2)}", int(row.group(3)))
         rows.setdefault(key, {})[int(row.group(4))] = busbw
