@@ -3,6 +3,7 @@ independently from the emulator's ground-truth files (never from the library's o
 
 from __future__ import annotations
 
+import io
 import json
 import statistics
 import subprocess
@@ -14,12 +15,14 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from rich.console import Console
 
 import autoccl.demo as demo_mod
 from autoccl._paths import ArtefactNotFound, emulator_path, plugin_path
 from autoccl.cli import main
 from autoccl.cli.demo import parse_sizes
 from autoccl.demo import DemoConfig, DemoUnavailable, build_scenario, run_demo
+from autoccl.demo.report import rich_table
 from autoccl.emu import runner as emu_runner
 from autoccl.emu.online import online_unavailable
 from autoccl.tuner_env import plain_nccl_env
@@ -253,3 +256,18 @@ def test_demo_processes_late_rank(online: Path, tmp_path: Path) -> None:
         per_rank[r["rank"]] += 1
     assert per_rank[0] == per_rank[1] == sum(len(g.calls) for g in sc.groups), dict(per_rank)
     assert not emu_runner.find_divergences(calls)
+
+
+def test_demo_table_fits_a_narrow_terminal(online: Path, tmp_path: Path) -> None:
+    """At 80 columns the table switches to two lines per task instead of cutting configurations to
+    "ring/…"; where the one-line table fits, it is the one shown."""
+    res = run_demo(DemoConfig(ranks=2, steps=40, sizes=(4 << 20,), buckets=()), tmp_path / "out")
+    for width, one_line in ((80, False), (200, True)):
+        console = Console(width=width, file=io.StringIO(), record=True, color_system=None)
+        console.print(rich_table(res, console))
+        text = console.export_text()
+        assert "…" not in text, text
+        assert max(len(line) for line in text.splitlines()) <= width
+        for t in res.tasks:
+            assert (t.nccl_config in text) == one_line, text  # whole on one line only in the wide table
+            assert t.nccl_config.split("/", 2)[2] in text  # channels and chunk always shown

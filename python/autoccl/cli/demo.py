@@ -134,7 +134,7 @@ def demo(
             raise click.ClickException(f"the emulator or the library is not built: {e}") from e
         except RuntimeError as e:
             raise click.ClickException(str(e)) from e
-    console.print(rich_table(res))
+    console.print(rich_table(res, console))
     for t in res.tasks:
         if t.converged_at is None:
             console.print(f"[yellow]{t.key.coll} {t.key.nbytes} B did not settle within {t.calls} calls[/]")

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rich import box
+from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from autoccl.demo import DemoResult, TaskResult
@@ -55,20 +58,46 @@ def rows(res: DemoResult) -> list[list[str]]:
     return out
 
 
-def rich_table(res: DemoResult) -> Table:
+def _two_lines(config: str) -> str:
+    """ring/simple/24ch/2048K -> ring/simple, then 24ch/2048K."""
+    parts = config.split("/", 2)
+    return "/".join(parts[:2]) + ("\n" + parts[2] if len(parts) > 2 else "")
+
+
+def rich_table(res: DemoResult, console: Console | None = None) -> Table:
+    """The per-task table, one line per task where the console is wide enough for that; else compact (a
+    task's names and each configuration on two lines, no vertical rules: 77 columns), as at 80 columns the
+    wide table's configurations were cut to "ring/…"."""
     cfg = res.config
     title = (
         f"autoccl online on a simulated {cfg.ranks} x H200 node "
         f"({'process per rank, TCP' if cfg.processes else 'ranks as threads'}; seed {cfg.seed})"
     )
-    table = Table(title=title, caption=f"all tasks: {100 * res.total_gain:+.1f} % collective time")
+    caption = f"all tasks: {100 * res.total_gain:+.1f} % collective time"
+
+    def gain_cell(gain: str) -> str:
+        return f"[green]{gain}[/]" if gain.startswith("+") and gain != "+0.0 %" else gain
+
+    def right(c: str) -> bool:
+        return c.endswith(("us", "gain", "call"))
+
+    wide = Table(title=title, caption=caption)
     for c in COLUMNS:
-        table.add_column(c, justify="right" if c.endswith(("us", "gain", "converge")) else "left")
+        wide.add_column(c, justify="right" if right(c) else "left", no_wrap=c != "converged at call")
     for r in rows(res):
-        gain = r[7]
-        style = "green" if gain.startswith("+") and gain != "+0.0 %" else None
-        table.add_row(*r[:7], f"[{style}]{gain}[/]" if style else gain, r[8])
-    return table
+        wide.add_row(*r[:7], gain_cell(r[7]), r[8])
+    if console is None:
+        return wide
+    if Measurement.get(console, console.options.update_width(1 << 16), wide).maximum <= console.width:
+        return wide
+    compact = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, pad_edge=False)
+    for c in ("task", "NCCL's choice", "us", "autoccl", "us", "gain", "call"):
+        compact.add_column(c, justify="right" if right(c) else "left", no_wrap=True)
+    for r in rows(res):
+        compact.add_row(
+            f"{r[1]}\n{r[0]} {r[2]}", _two_lines(r[3]), r[4], _two_lines(r[5]), r[6], gain_cell(r[7]), r[8]
+        )
+    return compact
 
 
 def write_markdown(res: DemoResult, path: Path) -> None:
