@@ -131,6 +131,9 @@ struct Options {
   // noise: the tuning samples of NCCL's choice may span a settling start, the duel's are fresh). Without a
   // margin, two configurations within the noise of each other tie and the duel pins either at random.
   double duelZ = 1.0;
+  // A duel whose tuned side is lower but within that margin takes duelSamples more samples a side, once,
+  // where the exploration budget has room for them, and decides on all of them.
+  bool duelExtend = true;
   // Calls per turn of the duel and of the table verification, all of the turn's configuration; only the
   // one at (duelRun - 1) / 2 is a sample. 3 where a call is scored by its stream period (to the next
   // call's start): taken call by call, a host-bound call's period would measure the launch of the other
