@@ -51,13 +51,19 @@ LOAD_FIELDS = ("comm_slow", "comm_slow_per_ch", "gemm_base", "gemm_per_ch")
 
 
 @dataclass(frozen=True)
-class Point:
+class Cell:
+    """A measured collective: which, on how many GPUs, how large, on which path and channel count."""
+
     coll: str
     nranks: int
     nbytes: int
     algo: str
     proto: str
     channels: int
+
+
+@dataclass(frozen=True)
+class Point(Cell):
     time_us: float
     source: str
     chunk: int = 0
@@ -191,15 +197,9 @@ def parse_jsonl(path: Path, nranks: int = 4) -> tuple[list[Point], list[LoadPoin
 
 
 @dataclass(frozen=True)
-class ChunkRatio:
+class ChunkRatio(Cell):
     """A chunk against NCCL's own in one cell: time(chunk) / time(NCCL's chunk)."""
 
-    coll: str
-    nranks: int
-    nbytes: int
-    algo: str
-    proto: str
-    channels: int
     chunk: int
     ratio: float
     source: str
