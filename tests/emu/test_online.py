@@ -224,7 +224,7 @@ def test_online_threads_converge_and_warm_start(plugin: Path, tmp_path: Path) ->
     second = {k: int(t["converged_at"]) - int(t["search_from"]) for k, t in tasks2.items()}
     # It starts tuned: no probe, only the table's configuration checked against NCCL's (2 x 6 samples; one
     # process, so scored by period: in turns of 3 calls, 36 calls, plus the samples' lag: 48 calls at most
-    # in 20 runs on an idle machine, 52 once with two suites at a time; a cold search takes 100-150).
+    # in 20 runs of this test alone, 52 once in a run of the whole suite; a cold search takes 100-150).
     for k, t in tasks2.items():
         cfgs = {
             (c["algo"], c["proto"], c["channels"], c["chunk"])
