@@ -17,13 +17,14 @@ class ArtefactNotFound(RuntimeError):
 def _candidates(name: str) -> list[Path]:
     found: list[Path] = []
     override = os.environ.get("AUTOCCL_LIB_DIR")
-    if override:
-        found.append(Path(override) / name)
+    if override:  # absolute: the emulator and plugin paths are handed to processes run in other directories
+        found.append(Path(override).resolve() / name)
     found.append(_PKG_DIR / "lib" / name)
     return found
 
 
 def find_artefact(name: str) -> Path:
+    """Absolute path of `name`: under AUTOCCL_LIB_DIR where set and present, else inside the package."""
     for path in _candidates(name):
         if path.is_file():
             return path

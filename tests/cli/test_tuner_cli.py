@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from autoccl import tables
+from autoccl._paths import plugin_path
 from autoccl.cli import main
 
 SAMPLE = """# autoccl table v1
@@ -169,3 +170,13 @@ def test_env_default_mode_is_online_with_coordinator(monkeypatch: pytest.MonkeyP
     # other modes set no coordinator
     r = CliRunner().invoke(main, ["env", "--mode", "observe"])
     assert "AUTOCCL_COORD" not in r.output
+
+
+def test_relative_lib_dir_gives_an_absolute_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The emulator runs its ranks in a work directory of its own: a relative AUTOCCL_LIB_DIR must not leak.
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libautoccl-nccl.so").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AUTOCCL_LIB_DIR", "lib")
+    found = plugin_path()
+    assert found.is_absolute() and found == (tmp_path / "lib" / "libautoccl-nccl.so").resolve()
