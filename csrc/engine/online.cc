@@ -436,7 +436,7 @@ class OnlineSource final : public DecisionSource {
 
   std::string traceExtra(const TaskKey& task) const override {
     std::shared_ptr<search::TaskSearch> srch;
-    char waits[448] = "";
+    char waits[512] = "";
     std::string slow;
     {
       std::lock_guard<std::mutex> lk(mapMu_);
@@ -477,8 +477,9 @@ class OnlineSource final : public DecisionSource {
     std::snprintf(waits + std::strlen(waits), sizeof waits - std::strlen(waits),
                   ",\"search_samples\":%" PRIu64 ",\"search_lost\":%" PRIu64 ",\"search_late\":%" PRIu64
                   ",\"search_wait_calls\":%" PRIu64 ",\"search_free_wait_calls\":%" PRIu64
-                  ",\"rank_scored\":%" PRIu64 ",\"shorter_elsewhere\":%" PRIu64,
-                  st.samples, st.lostSamples, st.lateSamples, st.waitCalls, st.freeWaitCalls, rankScored, shorter);
+                  ",\"search_duel_extensions\":%" PRIu64 ",\"rank_scored\":%" PRIu64 ",\"shorter_elsewhere\":%" PRIu64,
+                  st.samples, st.lostSamples, st.lateSamples, st.waitCalls, st.freeWaitCalls, st.duelExtensions,
+                  rankScored, shorter);
     std::vector<search::Segment> plan = srch->plan();
     uint64_t from = plan.empty() ? 0 : plan.front().begin;  // calls before: NCCL's default (not yet registered)
     char buf[400];

@@ -164,6 +164,9 @@ def run(
     scen_path.write_text(scenario.to_text())
     exe = str(emulator_path())
     child_env = plain_nccl_env()
+    # diagnostics only (every pin's evidence on the ranks' stderr): they change no decision, so they pass
+    if "AUTOCCL_SEARCH_DEBUG" in os.environ:
+        child_env["AUTOCCL_SEARCH_DEBUG"] = os.environ["AUTOCCL_SEARCH_DEBUG"]
     if env:
         child_env.update(env)
     # Hermetic by default: tables the plugin reads or writes stay in the run's directory.

@@ -152,6 +152,9 @@ struct TaskSearch::Impl {
   int duelWarmups = 0;  // untimed calls still to run before the duel's first sample
   double duelNoise = 0;
   bool duelExtended = false;  // the duel took its second block of samples (Options::duelExtend)
+  // The second block was asked for ahead, on calls that would otherwise wait for the first block's samples.
+  bool duelAhead = false;
+  int duelBlock = 0;  // samples a side the duel's next decision waits for
 
   Stats st;
 
@@ -415,13 +418,15 @@ struct TaskSearch::Impl {
     duelWarmups = 2;
     duelNoise = noise;
     duelExtended = false;
+    duelAhead = false;
+    duelBlock = o.duelSamples;
     mode = Mode::kDuel;
   }
 
+  // A side is ready with its block's samples arrived, even while samples asked ahead are in flight.
   void thinkDuel() {
-    Eval& d = evals[static_cast<size_t>(duelDefault)];
-    Eval& i = evals[static_cast<size_t>(duelInc)];
-    if (d.finished() && i.finished()) endDuel();
+    auto ready = [&](const Eval& e) { return e.finished() || e.n() >= std::min(duelBlock, e.want); };
+    if (ready(evals[static_cast<size_t>(duelDefault)]) && ready(evals[static_cast<size_t>(duelInc)])) endDuel();
   }
   // The relative margin by which the tuned side's duel median must be lower than NCCL's: duelZ standard
   // errors of the difference of two medians (floor minMargin). The noise is the largest of the two sides'
@@ -436,6 +441,20 @@ struct TaskSearch::Impl {
         1.2533 * rn * std::sqrt(1.0 / static_cast<double>(nccl.size()) + 1.0 / static_cast<double>(tuned.size()));
     return std::max(o.minMargin, o.duelZ * se);
   }
+  // Samples a side (up to duelSamples) a second block can add within maxTuningCalls, its samples back by then
+  // at the lag they arrive with now; samples asked ahead (duelAhead) cost no further calls.
+  int extensionThatFits(const Eval& d, const Eval& i) const {
+    const uint64_t lag = anyDelivered && planned > maxDelivered + 1 ? planned - maxDelivered - 1 : 0;
+    if (tuningCallsThisRound + lag >= o.maxTuningCalls) return 0;
+    const uint64_t turnCalls = static_cast<uint64_t>(std::max(o.duelRun, 1));
+    const uint64_t room = (o.maxTuningCalls - tuningCallsThisRound - lag) / turnCalls;
+    auto toPlan = [&](const Eval& e, int target) { return std::max(0, target - e.n() - e.inflight); };
+    for (int extra = o.duelSamples; extra >= 1; --extra) {
+      const int target = o.duelSamples + extra;
+      if (static_cast<uint64_t>(toPlan(d, target) + toPlan(i, target)) <= room) return extra;
+    }
+    return 0;
+  }
   // Decides with the fresh samples there are (all of them, or what arrived when the budget ran out).
   void endDuel() {
     Eval& d = evals[static_cast<size_t>(duelDefault)];
@@ -445,9 +464,6 @@ struct TaskSearch::Impl {
       pin(tuned.cfg, tuned.med(), duelNoise);
       return;
     }
-    if (std::getenv("AUTOCCL_SEARCH_DEBUG"))
-      std::fprintf(stderr, "autoccl search: duel at call %llu: default n=%d median=%.2f, %s n=%d median=%.2f\n",
-                   static_cast<unsigned long long>(planned), d.n(), d.med(), i.cfg.str().c_str(), i.n(), i.med());
     st.defaultMedian = d.med();
     // NCCL's choice stays unless the tuned configuration is faster on the fresh samples too, and on
     // their second measure where there is one: in one process launching several GPUs the stream period
@@ -465,15 +481,27 @@ struct TaskSearch::Impl {
     const double keep = 1.0 - duelMargin(d.samples, i.samples);
     const bool altAgrees = !altToo || lowMedian(i.alt) < lowMedian(d.alt);
     bool incWins = lowMedian(i.samples) < lowMedian(d.samples) * keep && altAgrees;
-    // Lower, but within the margin: one more block of samples a side where the budget still has room for it
-    // (a gain of 4-5 % under 3 % noise is inside the margin of five samples a side about one time in five).
+    if (std::getenv("AUTOCCL_SEARCH_DEBUG"))
+      std::fprintf(stderr,
+                   "autoccl search: duel at call %llu (budget used %llu): default n=%d low median=%.2f, %s n=%d low "
+                   "median=%.2f, margin %.2f %%, second measure %s, %s\n",
+                   static_cast<unsigned long long>(planned), static_cast<unsigned long long>(tuningCallsThisRound),
+                   d.n(), lowMedian(d.samples), i.cfg.str().c_str(), i.n(), lowMedian(i.samples),
+                   100.0 * (1.0 - keep), altToo ? (altAgrees ? "agrees" : "disagrees") : "none",
+                   incWins ? "tuned wins" : (duelExtended ? "NCCL's stays (extended)" : "NCCL's stays or extends"));
+    // Lower, but within the margin: up to one more block of samples a side, as many as the budget still has
+    // room for (at least two), decided on all of them. A gain of 4-5 % under 3 % noise is inside the margin
+    // of five samples a side about one time in five; where a sample is a turn of three calls, a whole second
+    // block (30 calls) rarely fits after the first (emulated 4 x H200: all_gather 256 MiB, 2.9 % lower against
+    // a 3.35 % margin at 123 of 144 calls, NCCL's choice 5 % slower stayed).
     if (!incWins && altAgrees && o.duelExtend && !duelExtended && lowMedian(i.samples) < lowMedian(d.samples) &&
         d.n() >= o.duelSamples && i.n() >= o.duelSamples) {
-      const uint64_t turnCalls = static_cast<uint64_t>(std::max(o.duelRun, 1));
-      if (tuningCallsThisRound + 2 * static_cast<uint64_t>(o.duelSamples) * turnCalls <= o.maxTuningCalls) {
+      const int extra = extensionThatFits(d, i);
+      if (extra >= 2) {
         duelExtended = true;
-        d.want += o.duelSamples;
-        i.want += o.duelSamples;
+        st.duelExtensions++;
+        duelBlock = o.duelSamples + extra;
+        d.want = i.want = duelBlock;
         return;
       }
     }
@@ -969,10 +997,12 @@ struct TaskSearch::Impl {
           // A side with one sample waits for a second while that is only lagging (no sample of a call 8 or more
           // later has arrived; one task's kernels run in stream order): a lone sample can be an outlier (a
           // period across a host pause, 2 x H200, 2026-11-23), and of two the low median is robust.
+          // So does a side of a second block (duelExtend) short of its samples, planned inside the budget.
           auto waiting = [&](int id) {
             const Eval& e = evals[static_cast<size_t>(id)];
-            if (e.inflight == 0 || e.n() >= 2) return false;
+            if (e.inflight == 0) return false;
             if (e.samples.empty()) return true;
+            if (e.n() >= 2 && !(duelExtended && e.n() < duelBlock)) return false;
             for (const auto& [k, pc] : pending)
               if (pc.id == id && !pc.filler && (!anyDelivered || k + 8 > maxDelivered)) return true;
             return false;
@@ -996,7 +1026,18 @@ struct TaskSearch::Impl {
           add(w);
           return;
         }
-        const int id = alternate(duelDefault, duelInc, &duelNextDefault);
+        int id = alternate(duelDefault, duelInc, &duelNextDefault);
+        if (id < 0 && o.duelExtend && !duelAhead && !duelExtended) {
+          // The block's samples are in flight (the host runs ahead of the GPU): the calls until they arrive
+          // take the second block's turns, which a decision within the margin then needs to wait for only
+          // as long as the first's (4 x H200 emulated, reduce_scatter 256 MiB: a 2.9 % lower median at call
+          // 138 of 144, samples 21 calls behind, had no room for a second block and NCCL's choice, 5 %
+          // slower, stayed). Unused if the first block decides.
+          duelAhead = true;
+          evals[static_cast<size_t>(duelDefault)].want += o.duelSamples;
+          evals[static_cast<size_t>(duelInc)].want += o.duelSamples;
+          id = alternate(duelDefault, duelInc, &duelNextDefault);
+        }
         if (id < 0) {  // waiting for the samples: the tuned config meanwhile, timed (a later sample
           schedule(duelInc, 1, Phase::kTuning, true);  // arriving gives up one that never comes)
           return;

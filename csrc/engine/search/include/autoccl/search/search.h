@@ -177,6 +177,7 @@ struct Stats {
   uint64_t samples = 0;         // samples accepted
   uint64_t lostSamples = 0;
   uint64_t retunes = 0;
+  uint64_t duelExtensions = 0;  // duels that took a second block of samples (Options::duelExtend)
   uint64_t convergedAt = kForever;  // first call index after the tuning phase
   double defaultMedian = 0;     // objective of NCCL's default (median), 0 if unmeasured
   double bestMedian = 0;        // objective of the pinned configuration (median)
