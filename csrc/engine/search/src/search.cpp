@@ -481,19 +481,20 @@ struct TaskSearch::Impl {
     const double keep = 1.0 - duelMargin(d.samples, i.samples);
     const bool altAgrees = !altToo || lowMedian(i.alt) < lowMedian(d.alt);
     bool incWins = lowMedian(i.samples) < lowMedian(d.samples) * keep && altAgrees;
-    if (std::getenv("AUTOCCL_SEARCH_DEBUG"))
+    auto report = [&](const char* outcome) {  // why this decision: its evidence, on stderr
+      if (!std::getenv("AUTOCCL_SEARCH_DEBUG")) return;
       std::fprintf(stderr,
                    "autoccl search: duel at call %llu (budget used %llu): default n=%d low median=%.2f, %s n=%d low "
-                   "median=%.2f, margin %.2f %%, second measure %s, %s\n",
+                   "median=%.2f, margin %.2f %%, second measure %s: %s\n",
                    static_cast<unsigned long long>(planned), static_cast<unsigned long long>(tuningCallsThisRound),
                    d.n(), lowMedian(d.samples), i.cfg.str().c_str(), i.n(), lowMedian(i.samples),
-                   100.0 * (1.0 - keep), altToo ? (altAgrees ? "agrees" : "disagrees") : "none",
-                   incWins ? "tuned wins" : (duelExtended ? "NCCL's stays (extended)" : "NCCL's stays or extends"));
+                   100.0 * (1.0 - keep), altToo ? (altAgrees ? "agrees" : "disagrees") : "none", outcome);
+    };
     // Lower, but within the margin: up to one more block of samples a side, as many as the budget still has
     // room for (at least two), decided on all of them. A gain of 4-5 % under 3 % noise is inside the margin
     // of five samples a side about one time in five; where a sample is a turn of three calls, a whole second
     // block (30 calls) rarely fits after the first (emulated 4 x H200: all_gather 256 MiB, 2.9 % lower against
-    // a 3.35 % margin at 123 of 144 calls, NCCL's choice 5 % slower stayed).
+    // a 3.35 % margin at 123 of 144 calls; NCCL's choice, 3.9 % slower in the model, stayed).
     if (!incWins && altAgrees && o.duelExtend && !duelExtended && lowMedian(i.samples) < lowMedian(d.samples) &&
         d.n() >= o.duelSamples && i.n() >= o.duelSamples) {
       const int extra = extensionThatFits(d, i);
@@ -502,6 +503,7 @@ struct TaskSearch::Impl {
         st.duelExtensions++;
         duelBlock = o.duelSamples + extra;
         d.want = i.want = duelBlock;
+        report("a second block");
         return;
       }
     }
@@ -511,6 +513,7 @@ struct TaskSearch::Impl {
       incWins = incWins && *std::min_element(i.samples.begin(), i.samples.end()) <
                                *std::min_element(d.samples.begin(), d.samples.end());
     const Eval& w = incWins ? i : d;
+    report(incWins ? "the tuned configuration is pinned" : "NCCL's choice stays");
     pin(w.cfg, w.med(), std::max(duelNoise, std::max(d.relNoise(), i.relNoise())));
   }
 
@@ -1029,10 +1032,9 @@ struct TaskSearch::Impl {
         int id = alternate(duelDefault, duelInc, &duelNextDefault);
         if (id < 0 && o.duelExtend && !duelAhead && !duelExtended) {
           // The block's samples are in flight (the host runs ahead of the GPU): the calls until they arrive
-          // take the second block's turns, which a decision within the margin then needs to wait for only
-          // as long as the first's (4 x H200 emulated, reduce_scatter 256 MiB: a 2.9 % lower median at call
-          // 138 of 144, samples 21 calls behind, had no room for a second block and NCCL's choice, 5 %
-          // slower, stayed). Unused if the first block decides.
+          // take the second block's turns, so a decision within the margin finds part of its second block
+          // measured or on its way instead of starting it at the end of the budget. Unused if the first
+          // block decides.
           duelAhead = true;
           evals[static_cast<size_t>(duelDefault)].want += o.duelSamples;
           evals[static_cast<size_t>(duelInc)].want += o.duelSamples;

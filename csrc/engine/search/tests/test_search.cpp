@@ -876,8 +876,8 @@ void duelTies() {
 
 // The duel of duelTies scored in turns of three calls (a call scored by its stream period) with samples up to
 // 8 calls late: a whole second block is 30 calls, which often does not fit after the first (emulated 4 x H200,
-// all_gather 256 MiB: a 2.9 % lower median against a 3.35 % margin at 123 of 144 calls; NCCL's choice, 5 %
-// slower, stayed). The calls that wait for the first block's samples take the second block's turns, and the
+// all_gather 256 MiB: a 2.9 % lower median against a 3.35 % margin at 123 of 144 calls; NCCL's choice, 3.9 %
+// slower in the model, stayed). The calls that wait for the first block's samples take the second block's turns, and the
 // second block is as long as the budget allows (at least two samples a side).
 void duelLateTurns() {
   const double z = Options().duelZ;
