@@ -151,10 +151,11 @@ struct TaskSearch::Impl {
   bool duelNextDefault = true;
   int duelWarmups = 0;  // untimed calls still to run before the duel's first sample
   double duelNoise = 0;
-  bool duelExtended = false;  // the duel took its second block of samples (Options::duelExtend)
   // The second block was asked for ahead, on calls that would otherwise wait for the first block's samples.
   bool duelAhead = false;
   int duelBlock = 0;  // samples a side the duel's next decision waits for
+  // the duel took its second block of samples (Options::duelExtend)
+  bool duelExtended() const { return duelBlock > o.duelSamples; }
 
   Stats st;
 
@@ -417,7 +418,6 @@ struct TaskSearch::Impl {
     duelNextDefault = true;
     duelWarmups = 2;
     duelNoise = noise;
-    duelExtended = false;
     duelAhead = false;
     duelBlock = o.duelSamples;
     mode = Mode::kDuel;
@@ -495,11 +495,10 @@ struct TaskSearch::Impl {
     // of five samples a side about one time in five; where a sample is a turn of three calls, a whole second
     // block (30 calls) rarely fits after the first (emulated 4 x H200: all_gather 256 MiB, 2.9 % lower against
     // a 3.35 % margin at 123 of 144 calls; NCCL's choice, 3.9 % slower in the model, stayed).
-    if (!incWins && altAgrees && o.duelExtend && !duelExtended && lowMedian(i.samples) < lowMedian(d.samples) &&
+    if (!incWins && altAgrees && o.duelExtend && !duelExtended() && lowMedian(i.samples) < lowMedian(d.samples) &&
         d.n() >= o.duelSamples && i.n() >= o.duelSamples) {
       const int extra = extensionThatFits(d, i);
       if (extra >= 2) {
-        duelExtended = true;
         st.duelExtensions++;
         duelBlock = o.duelSamples + extra;
         d.want = i.want = duelBlock;
@@ -1005,7 +1004,7 @@ struct TaskSearch::Impl {
             const Eval& e = evals[static_cast<size_t>(id)];
             if (e.inflight == 0) return false;
             if (e.samples.empty()) return true;
-            if (e.n() >= 2 && !(duelExtended && e.n() < duelBlock)) return false;
+            if (e.n() >= 2 && !(duelExtended() && e.n() < duelBlock)) return false;
             for (const auto& [k, pc] : pending)
               if (pc.id == id && !pc.filler && (!anyDelivered || k + 8 > maxDelivered)) return true;
             return false;
@@ -1030,7 +1029,7 @@ struct TaskSearch::Impl {
           return;
         }
         int id = alternate(duelDefault, duelInc, &duelNextDefault);
-        if (id < 0 && o.duelExtend && !duelAhead && !duelExtended) {
+        if (id < 0 && o.duelExtend && !duelAhead && !duelExtended()) {
           // The block's samples are in flight (the host runs ahead of the GPU): the calls until they arrive
           // take the second block's turns, so a decision within the margin finds part of its second block
           // measured or on its way instead of starting it at the end of the budget. Unused if the first
