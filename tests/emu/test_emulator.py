@@ -319,3 +319,22 @@ def test_model_shape(emulator: Path) -> None:
             c(coll, 4 << 20, "simple", 2 << 20), rel=0.005
         )
         assert c(coll, 1 << 30, "simple", 128 << 10) > 1.03 * c(coll, 1 << 30, "simple", 1 << 20)
+
+
+def test_run_without_workdir_leaves_nothing(
+    emulator: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's scratch directory goes once its results are read; AUTOCCL_EMU_KEEP=1 keeps it."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("AUTOCCL_EMU_KEEP", raising=False)
+    res = run(two_comms(), plugin=None)
+    assert_clean(res)
+    assert res.trace == [] and len(res.calls) == 4 * (4 + 3 + 6 + 2)
+    assert res.workdir is None
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv("AUTOCCL_EMU_KEEP", "1")
+    kept = run(two_comms(), plugin=None, trace=False)
+    assert kept.workdir is not None and kept.workdir.parent == tmp_path
+    assert (kept.workdir / "scenario.txt").is_file()

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "engine/settings.h"
+#include "engine/tests/scratch.h"
 
 namespace autoccl::engine::testenv {
 
@@ -23,12 +24,8 @@ inline EnvLookup envOf(std::map<std::string, std::string> m) {
   };
 }
 
-// A fresh directory under /tmp whose name starts with `prefix` ("/tmp" if it cannot be created).
-inline std::string tempDir(const std::string& prefix) {
-  std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
-  char* d = mkdtemp(tmpl.data());
-  return d ? std::string(d) : std::string("/tmp");
-}
+// A fresh directory under /tmp whose name starts with `prefix`, removed at exit (scratch.h).
+inline std::string tempDir(const std::string& prefix) { return ::autoccl::test::scratchDir(prefix); }
 
 // A TCP port of 127.0.0.1 that was free a moment ago (bound to port 0, then released).
 inline int freePort() {

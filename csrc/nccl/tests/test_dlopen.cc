@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/tests/check.h"
+#include "engine/tests/scratch.h"
 #include "nccl/abi/nccl_plugin_abi.h"
 
 namespace {
@@ -62,11 +63,7 @@ void load() {
   }
 }
 
-std::string tempDir() {
-  char tmpl[] = "/tmp/autoccl-dlopen-test-XXXXXX";
-  char* d = mkdtemp(tmpl);
-  return d ? d : "/tmp";
-}
+std::string tempDir() { return autoccl::test::scratchDir("autoccl-dlopen-test"); }
 
 constexpr int kRing = 1, kTree = 0, kLL128 = 1, kSimple = 2;
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -157,7 +158,10 @@ def run(
       `extra_start_delay` s after the others.
     poll: called with the work directory every `poll_interval` s while the emulator runs (live progress).
     A process still running at `timeout` is killed (returncode 124 in the result: a hang).
+    workdir: where the scenario, outputs, traces and tables go (kept). Without it they go to a temporary
+      directory removed before returning (`RunResult.workdir` is then None), unless AUTOCCL_EMU_KEEP=1.
     """
+    scratch = workdir is None and os.environ.get("AUTOCCL_EMU_KEEP", "") not in ("1", "true", "yes")
     work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="autoccl-emu-"))
     work.mkdir(parents=True, exist_ok=True)
     scen_path = work / "scenario.txt"
@@ -286,6 +290,9 @@ def run(
     if trace:
         for f in sorted(work.glob("trace*.jsonl")):
             records.extend(_read_jsonl(f))
+    if scratch:
+        # everything the result carries has been read: a suite of thousands of runs must not fill /tmp
+        shutil.rmtree(work, ignore_errors=True)
     return RunResult(
         returncodes=codes,
         calls=calls,
@@ -293,7 +300,7 @@ def run(
         summaries=summaries,
         stderr="".join(errs),
         trace=records,
-        workdir=work,
+        workdir=None if scratch else work,
         procs=per_proc,
         extra=extra,
     )
