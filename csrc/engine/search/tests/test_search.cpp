@@ -39,13 +39,19 @@ struct Model {
     if (u(rng) < outlierProb) v *= 1.2 + u(rng);
     return v;
   }
-  double bestTime() const {
+  double bestTime(std::string* where = nullptr) const {
     double best = trueTime(Config());
     for (int a = 0; a < kNumAlgos; ++a)
       for (int p = 0; p < kNumProtos; ++p) {
         if (space.cost[a][p] < 0) continue;
         for (int ch = 1; ch <= space.maxChannels; ++ch)
-          for (int h = 0; h <= space.maxChunkHalvings[p]; ++h) best = std::min(best, t(a * kNumProtos + p, ch, h));
+          for (int h = 0; h <= space.maxChunkHalvings[p]; ++h) {
+            double v = t(a * kNumProtos + p, ch, h);
+            if (v < best && where)
+              *where = "a" + std::to_string(a) + "/p" + std::to_string(p) + "/ch" + std::to_string(ch) + "/h" +
+                       std::to_string(h) + " (NCCL's cost " + std::to_string(space.cost[a][p]) + ")";
+            best = std::min(best, v);
+          }
       }
     return best;
   }
@@ -204,8 +210,10 @@ void convergence() {
           std::printf("[%llu,%llu) %s %s true=%.2f\n", static_cast<unsigned long long>(sg.begin),
                       static_cast<unsigned long long>(sg.end), phaseName(sg.phase), sg.cfg.str().c_str(),
                       m.trueTime(sg.cfg));
-        std::printf("best %.2f default %.2f lag %d lead %llu\n", m.bestTime(), m.trueTime(Config()), lag,
-                    static_cast<unsigned long long>(o.lead));
+        std::string where;
+        double bt = m.bestTime(&where);
+        std::printf("best %.2f at %s, default %.2f lag %d lead %llu\n", bt, where.c_str(), m.trueTime(Config()),
+                    lag, static_cast<unsigned long long>(o.lead));
       }
       if (!r.converged || r.convergedAt > 150) {
         notConverged++;
