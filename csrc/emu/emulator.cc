@@ -752,15 +752,21 @@ class RankRunner {
     for (size_t bi = 0; bi < batches.size(); ++bi) {
       Batch& b = batches[bi];
       Planned pl_;
-      if (!decide(cs, b.func, b.bytes, numPipeOps, &pl_.applied, &pl_.def, &pl_.tunerChannels, &pl_.chunkCalls,
-                  &pl_.usedChannels)) {
+      if (!decide(cs, b.func, b.bytes, numPipeOps, &pl_.applied, &pl_.def, &pl_.tunerChannels, &pl_.usedChannels)) {
         failed_ = true;
         return;
       }
       auto key = std::make_tuple(b.func, b.bytes, numPipeOps);
       pl_.callIdx = cs.callIndex[key]++;
-      sh_.board.check(cs.index, inst.commIndex, inst.rep, static_cast<int>(bi), cs.commRank, pl_.applied, cs.spec->name);
       plans.push_back(pl_);
+    }
+    for (size_t bi = 0; bi < batches.size(); ++bi) {
+      Planned& p = plans[bi];
+      if (!decideChunk(cs, batches[bi].func, batches[bi].bytes, &p.applied, &p.def, &p.chunkCalls)) {
+        failed_ = true;
+        return;
+      }
+      sh_.board.check(cs.index, inst.commIndex, inst.rep, static_cast<int>(bi), cs.commRank, p.applied, cs.spec->name);
     }
     // Profiler Coll events, in plan order, then their stops ("enqueued").
     for (size_t bi = 0; bi < batches.size(); ++bi) {
@@ -894,9 +900,9 @@ class RankRunner {
     return static_cast<int>(std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(maxCh), want)));
   }
 
-  // getAlgoInfo + channel cap + chunk (v6), exactly the inputs and rules NCCL applies.
+  // getAlgoInfo + channel cap, exactly the inputs and rules NCCL applies (the chunk: decideChunk).
   bool decide(CommState& cs, int func, size_t nBytes, int numPipeOps, Config* applied, Config* def, int* tunerCh,
-              int* chunkCalls, int* used) {
+              int* used) {
     float table[kAlgos][kProtos];
     cs.model.costTable(func, nBytes, numPipeOps, table);
     float orig[kAlgos][kProtos];
@@ -908,7 +914,6 @@ class RankRunner {
       return false;
     }
     def->maxChannels = std::min(cs.model.defaultChannels(def->algo, def->proto, nBytes), cs.model.nChannels);
-    size_t bufMax = 0;
     def->chunk = 0;
     int nChannels = 0;
     if (cs.tunerOk) {
@@ -941,7 +946,14 @@ class RankRunner {
     // that spread buys nothing (and the profiler reports the spread, so timing it at the ceiling would
     // credit a tuner with a speed-up it cannot see or reproduce).
     *used = taskChannels(applied->maxChannels, CallSpec{func, nBytes});
-    // Chunk per channel partition (lo / hi / mid) of the task, as NCCL >= 2.30.3 asks tuner v6.
+    return true;
+  }
+
+  // Chunk per channel partition (lo / hi / mid) of the batch, as NCCL >= 2.30.3 asks tuner v6: while it
+  // schedules the group's tasks onto channels, after it has asked getCollInfo for every batch of the group
+  // (enqueue.cc: ncclPrepareTasks, then scheduleCollTasksToPlan), so a tuner cannot tell which batch asks.
+  bool decideChunk(CommState& cs, int func, size_t nBytes, Config* applied, Config* def, int* chunkCalls) {
+    size_t bufMax = 0;
     const int ch = std::max(1, taskChannels(applied->maxChannels, CallSpec{func, nBytes}));
     const size_t part = std::max<size_t>(1, nBytes / static_cast<size_t>(ch));
     const int nParts = ch >= 3 ? 3 : ch;

@@ -369,7 +369,13 @@ bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& c
     if (d->config.chunk) applied.chunk = std::clamp<uint64_t>(d->config.chunk, kMinChunk, kMaxChunk);
     else applied.chunkHalvings = std::clamp(d->config.chunkHalvings, 0, kMaxChunkHalvings);
   }
-  lastChunk_[coll] = LastChunk{applied.algo, applied.proto, applied.chunk, applied.chunkHalvings};
+  if (chunkAsked_) {  // NCCL has scheduled the previous group: this decision starts the next one
+    groupChunks_.clear();
+    chunkAsked_ = false;
+  }
+  // bounded where NCCL never asks a chunk (tuner v5, NCCL < 2.30.3) or a group is very large
+  if (groupChunks_.size() >= kMaxGroupChunks) groupChunks_.erase(groupChunks_.begin());
+  groupChunks_.push_back(GroupChunk{coll, applied.algo, applied.proto, applied.chunk, applied.chunkHalvings});
   t->lastApplied = applied;
   t->lastSource = source;
 
@@ -408,11 +414,22 @@ bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& c
   return true;
 }
 
-bool Context::chunkSize(int coll, int algo, int proto, uint64_t* chunk) const {
+bool Context::chunkSize(int coll, int algo, int proto, uint64_t* chunk) {
+  chunkAsked_ = true;
   if (coll < 0 || coll >= kNumColls || !chunk) return false;
-  const LastChunk& c = lastChunk_[coll];
+  // The group's latest decision of coll on this pair; else its latest that left the pair to NCCL. Every
+  // rank makes the same decisions in the same groups, so every rank finds the same one.
+  const GroupChunk* found = nullptr;
+  const GroupChunk* unforced = nullptr;
+  for (auto it = groupChunks_.rbegin(); it != groupChunks_.rend() && !found; ++it) {
+    if (it->coll != coll) continue;
+    if (it->algo == algo && it->proto == proto) found = &*it;
+    else if (it->algo < 0 && !unforced) unforced = &*it;
+  }
+  if (!found) found = unforced;
+  if (!found) return false;
+  const GroupChunk& c = *found;
   if (!c.chunk && !c.halvings) return false;
-  if (c.algo >= 0 && (c.algo != algo || c.proto != proto)) return false;
   if (c.chunk) {
     *chunk = c.chunk;
     return true;

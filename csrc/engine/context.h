@@ -121,10 +121,12 @@ class Context {
   bool getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& costs, int* nChannels);
   // Why the first call that getCollInfo failed had to fail (empty until one did). Enqueue thread only.
   const std::string& failure() const { return failWhy_; }
-  // getChunkSize (tuner v6): *chunk holds NCCL's chunk for (algo, proto); replaced by the latest decision
-  // of `coll` when that decision set a chunk (bytes, or halvings of NCCL's) for this pair. Returns whether
-  // it changed anything.
-  bool chunkSize(int coll, int algo, int proto, uint64_t* chunk) const;
+  // getChunkSize (tuner v6): *chunk holds NCCL's chunk for (algo, proto); replaced by the chunk (bytes, or
+  // halvings of NCCL's) of the group's latest decision of `coll` that forced this pair (else of its latest
+  // that forced no pair). NCCL asks it for every task of a group after it has asked getCollInfo for all of
+  // them, and names no task: two batches of one collective on one pair share the latest's chunk. Returns
+  // whether it changed anything.
+  bool chunkSize(int coll, int algo, int proto, uint64_t* chunk);
   void finalizeTuner();
   void finalizeProfiler();
 
@@ -164,8 +166,10 @@ class Context {
     uint64_t measured = 0;
     int ncclAlgo = -1, ncclProto = -1, ncclChannels = 0;
   };
-  struct LastChunk {
-    int algo = -1, proto = -1;
+  // A decision of the current group, for getChunkSize.
+  struct GroupChunk {
+    int coll = -1;
+    int algo = -1, proto = -1;  // -1: NCCL's pair
     uint64_t chunk = 0;
     int halvings = 0;
   };
@@ -189,7 +193,11 @@ class Context {
   LogFn log_;
   std::unique_ptr<DecisionSource> policy_;
   std::unordered_map<TaskKey, std::unique_ptr<Task>, TaskKeyHash> tasks_;
-  LastChunk lastChunk_[kNumColls];
+  // The group's decisions since NCCL last asked getChunkSize: the first getCollInfo after a getChunkSize
+  // starts the next group (NCCL asks every algorithm of a group before any chunk). Enqueue thread only.
+  static constexpr size_t kMaxGroupChunks = 256;
+  std::vector<GroupChunk> groupChunks_;
+  bool chunkAsked_ = false;
   // Profiler events per collective (any thread) against this context's calls decided while timing was on
   // (enqueue thread): NCCL 2.30 emits none for a lone broadcast (it converts the task and leaves the copy's
   // event mask unset), and a search waiting for those samples kept its task on short plan segments.

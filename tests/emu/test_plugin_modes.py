@@ -100,6 +100,50 @@ def test_fixed_mode_applies_exactly(plugin: Path, processes: bool, version: str)
     assert decided and all(t["source"] == "fixed" for t in decided)
 
 
+def two_batches_of_one_collective() -> Scenario:
+    """One group, all_reduce 2 MiB and 256 MiB: more than 4x apart, so NCCL makes them two batches."""
+    return Scenario(
+        [Comm("dp", 0x1DA7A, (0, 1, 2, 3))],
+        [Group("dp", (Call("allreduce", 2 << 20), Call("allreduce", 256 << 20)), repeat=4)],
+        seed=5,
+        runahead=2,
+    )
+
+
+@pytest.mark.sanitize
+def test_fixed_mode_chunk_per_batch_of_a_group(plugin: Path) -> None:
+    """NCCL >= 2.30.3 asks every batch's algorithm (getCollInfo) before any chunk (getChunkSize, which names
+    no task), as the emulator does: a batch still runs the chunk decided for it when a later batch of the
+    group is of the same collective on another pair (before, the later decision hid it: NCCL's chunk)."""
+    res = run_plugin(
+        plugin,
+        {"AUTOCCL_MODE": "fixed", "AUTOCCL_FIXED": FIXED},
+        scenario=two_batches_of_one_collective(),
+        tuner_version="6",
+    )
+    assert_clean(res)
+    assert {r["task_bytes"] for r in res.calls} == {2 << 20, 256 << 20}
+    for rec in res.calls:
+        assert config_key(rec) == expected_fixed(rec, True), rec
+    small = [r for r in res.calls if r["task_bytes"] == 2 << 20]
+    assert all(r["chunk"] == 130560 for r in small)  # 131072 down to the LL128 grain, not NCCL's 576000
+
+
+def test_fixed_mode_chunk_same_pair_in_one_group_is_the_latest(plugin: Path) -> None:
+    """Two batches of one collective on the same pair with different chunks in one group: NCCL's question
+    cannot say which batch asks, so both run the group's latest decision for the pair (the larger batch's,
+    NCCL decides batches by ascending size), the same on every rank. A documented limit."""
+    fixed = "allreduce@1M-4M:ring/simple/12/chunk=262144;*:ring/simple/12"
+    res = run_plugin(
+        plugin,
+        {"AUTOCCL_MODE": "fixed", "AUTOCCL_FIXED": fixed},
+        scenario=two_batches_of_one_collective(),
+        tuner_version="6",
+    )
+    assert_clean(res)
+    assert res.calls and all(config_key(r) == ("ring", "simple", 12, 2097152) for r in res.calls)
+
+
 def fnv1a64(text: str) -> str:
     h = 0xCBF29CE484222325
     for b in text.encode():
