@@ -314,6 +314,10 @@ void Context::stopWanting(Task* t) {
 }
 
 bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& costs, int* nChannels) {
+  if (chunkAsked_) {  // NCCL has scheduled the previous group: this call starts the next one
+    groupChunks_.clear();
+    chunkAsked_ = false;
+  }
   if (!policy_ || coll < 0 || coll >= kNumColls) return true;
   Task* t = taskFor(TaskKey{coll, bytes, pipe});
   uint64_t k = t->calls++;
@@ -368,10 +372,6 @@ bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& c
     }
     if (d->config.chunk) applied.chunk = std::clamp<uint64_t>(d->config.chunk, kMinChunk, kMaxChunk);
     else applied.chunkHalvings = std::clamp(d->config.chunkHalvings, 0, kMaxChunkHalvings);
-  }
-  if (chunkAsked_) {  // NCCL has scheduled the previous group: this decision starts the next one
-    groupChunks_.clear();
-    chunkAsked_ = false;
   }
   // bounded where NCCL never asks a chunk (tuner v5, NCCL < 2.30.3) or a group is very large
   if (groupChunks_.size() >= kMaxGroupChunks) groupChunks_.erase(groupChunks_.begin());
