@@ -100,14 +100,19 @@ def test_fixed_mode_applies_exactly(plugin: Path, processes: bool, version: str)
     assert decided and all(t["source"] == "fixed" for t in decided)
 
 
-def two_batches_of_one_collective() -> Scenario:
-    """One group, all_reduce 2 MiB and 256 MiB: more than 4x apart, so NCCL makes them two batches."""
-    return Scenario(
+def fixed_on_two_batches_of_one_collective(plugin: Path, fixed: str) -> Any:
+    """Fixed mode (tuner v6) on one group of all_reduce 2 MiB and 256 MiB: more than 4x apart, so NCCL makes
+    them two batches."""
+    sc = Scenario(
         [Comm("dp", 0x1DA7A, (0, 1, 2, 3))],
         [Group("dp", (Call("allreduce", 2 << 20), Call("allreduce", 256 << 20)), repeat=4)],
         seed=5,
         runahead=2,
     )
+    env = {"AUTOCCL_MODE": "fixed", "AUTOCCL_FIXED": fixed}
+    res = run_plugin(plugin, env, scenario=sc, tuner_version="6")
+    assert_clean(res)
+    return res
 
 
 @pytest.mark.sanitize
@@ -115,13 +120,7 @@ def test_fixed_mode_chunk_per_batch_of_a_group(plugin: Path) -> None:
     """NCCL >= 2.30.3 asks every batch's algorithm (getCollInfo) before any chunk (getChunkSize, which names
     no task), as the emulator does: a batch still runs the chunk decided for it when a later batch of the
     group is of the same collective on another pair (before, the later decision hid it: NCCL's chunk)."""
-    res = run_plugin(
-        plugin,
-        {"AUTOCCL_MODE": "fixed", "AUTOCCL_FIXED": FIXED},
-        scenario=two_batches_of_one_collective(),
-        tuner_version="6",
-    )
-    assert_clean(res)
+    res = fixed_on_two_batches_of_one_collective(plugin, FIXED)
     assert {r["task_bytes"] for r in res.calls} == {2 << 20, 256 << 20}
     for rec in res.calls:
         assert config_key(rec) == expected_fixed(rec, True), rec
@@ -133,14 +132,9 @@ def test_fixed_mode_chunk_same_pair_in_one_group_is_the_latest(plugin: Path) -> 
     """Two batches of one collective on the same pair with different chunks in one group: NCCL's question
     cannot say which batch asks, so both run the group's latest decision for the pair (the larger batch's,
     NCCL decides batches by ascending size), the same on every rank. A documented limit."""
-    fixed = "allreduce@1M-4M:ring/simple/12/chunk=262144;*:ring/simple/12"
-    res = run_plugin(
-        plugin,
-        {"AUTOCCL_MODE": "fixed", "AUTOCCL_FIXED": fixed},
-        scenario=two_batches_of_one_collective(),
-        tuner_version="6",
+    res = fixed_on_two_batches_of_one_collective(
+        plugin, "allreduce@1M-4M:ring/simple/12/chunk=262144;*:ring/simple/12"
     )
-    assert_clean(res)
     assert res.calls and all(config_key(r) == ("ring", "simple", 12, 2097152) for r in res.calls)
 
 
