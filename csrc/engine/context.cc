@@ -250,6 +250,7 @@ bool Context::attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& l
   env.nNodes = nNodes;
   env.settings = &rt_.settings();
   env.chunkCallback = chunkCallback;
+  chunkCallback_ = chunkCallback;
   env.log = log_;
   const Mode mode = rt_.settings().mode;
   if (mode == Mode::Table || mode == Mode::Online) env.table = rt_.tableFor(rt_.fingerprint(nRanks, nNodes, nvlDomains), log_);
@@ -373,9 +374,10 @@ bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& c
     if (d->config.chunk) applied.chunk = std::clamp<uint64_t>(d->config.chunk, kMinChunk, kMaxChunk);
     else applied.chunkHalvings = std::clamp(d->config.chunkHalvings, 0, kMaxChunkHalvings);
   }
-  // bounded where NCCL never asks a chunk (tuner v5, NCCL < 2.30.3) or a group is very large
-  if (groupChunks_.size() >= kMaxGroupChunks) groupChunks_.erase(groupChunks_.begin());
-  groupChunks_.push_back(GroupChunk{coll, applied.algo, applied.proto, applied.chunk, applied.chunkHalvings});
+  if (chunkCallback_) {  // without it (tuner v5, NCCL < 2.30.3) nothing reads them: no work on this path
+    if (groupChunks_.size() >= kMaxGroupChunks) groupChunks_.erase(groupChunks_.begin());  // a huge group
+    groupChunks_.push_back(GroupChunk{coll, applied.algo, applied.proto, applied.chunk, applied.chunkHalvings});
+  }
   t->lastApplied = applied;
   t->lastSource = source;
 

@@ -196,6 +196,7 @@ class Context {
   // The group's decisions since NCCL last asked getChunkSize: the first getCollInfo after a getChunkSize
   // starts the next group (NCCL asks every algorithm of a group before any chunk). Enqueue thread only.
   static constexpr size_t kMaxGroupChunks = 256;
+  bool chunkCallback_ = false;  // NCCL asks getChunkSize (tuner v6): only then are decisions kept for it
   std::vector<GroupChunk> groupChunks_;
   bool chunkAsked_ = false;
   // Profiler events per collective (any thread) against this context's calls decided while timing was on

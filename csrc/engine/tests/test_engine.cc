@@ -598,7 +598,7 @@ void testContextFixed() {
   Logs logs;
   Context ctx(rt, 0xabcULL);
   ctx.attachProfiler(1, 4, 1, logs.fn());
-  CHECK(ctx.attachTuner(4, 1, 1, logs.fn()));
+  CHECK(ctx.attachTuner(4, 1, 1, logs.fn(), true));  // tuner v6: NCCL asks getChunkSize
   float costs[kNumAlgos * kNumProtos];
   fillCosts(costs);
   int nCh = 0;
