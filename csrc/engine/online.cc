@@ -476,9 +476,9 @@ class OnlineSource final : public DecisionSource {
     }
     std::snprintf(waits + std::strlen(waits), sizeof waits - std::strlen(waits),
                   ",\"search_samples\":%" PRIu64 ",\"search_lost\":%" PRIu64 ",\"search_late\":%" PRIu64
-                  ",\"search_wait_calls\":%" PRIu64 ",\"search_free_wait_calls\":%" PRIu64
+                  ",\"search_prior_samples\":%" PRIu64 ",\"search_wait_calls\":%" PRIu64 ",\"search_free_wait_calls\":%" PRIu64
                   ",\"search_duel_extensions\":%" PRIu64 ",\"rank_scored\":%" PRIu64 ",\"shorter_elsewhere\":%" PRIu64,
-                  st.samples, st.lostSamples, st.lateSamples, st.waitCalls, st.freeWaitCalls, st.duelExtensions,
+                  st.samples, st.lostSamples, st.lateSamples, st.priorSamples, st.waitCalls, st.freeWaitCalls, st.duelExtensions,
                   rankScored, shorter);
     std::vector<search::Segment> plan = srch->plan();
     uint64_t from = plan.empty() ? 0 : plan.front().begin;  // calls before: NCCL's default (not yet registered)

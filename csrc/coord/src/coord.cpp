@@ -99,6 +99,7 @@ std::shared_ptr<search::TaskSearch> SearchDecider::registerTask(const TaskKey& t
   Entry& e = tasks_[task];
   if (!e.search) {
     opt.firstCall = e.pre.empty() ? 0 : e.pre.back().end;
+    opt.defaultTimedBefore = !e.pre.empty();  // pre segments: NCCL's default in kTuning (timed)
     e.search = std::make_shared<search::TaskSearch>(space, std::move(opt), std::move(hints));
   }
   return e.search;
@@ -117,8 +118,13 @@ std::vector<Segment> SearchDecider::decide(const TaskKey& task, uint64_t k, uint
     std::lock_guard<std::mutex> lk(mu_);
     Entry& e = tasks_[task];
     uint64_t preEnd = e.pre.empty() ? 0 : e.pre.back().end;
-    if (!e.search && preEnd <= k)  // the authority has not seen this task yet: NCCL's default for a while
-      e.pre.push_back(Segment{preEnd, k + 1 + window_, Config(), Phase::kTuning});
+    if (!e.search && preEnd <= k) {  // the authority has not seen this task yet: NCCL's default for a while
+      // A while that doubles from 1 call up to window_: the authority usually comes within a few calls (a
+      // rank a little ahead of rank 0), and the search starts only after them (with 16 calls from the start,
+      // the demo's searches began at call 17 and some pinned only at call 158).
+      const uint64_t w = std::min<uint64_t>(window_, uint64_t{1} << std::min<size_t>(e.pre.size(), 32));
+      e.pre.push_back(Segment{preEnd, k + 1 + w, Config(), Phase::kTuning});
+    }
     for (const Segment& g : e.pre)
       if (g.end > coveredUpTo) out.push_back(g);
     s = e.search;

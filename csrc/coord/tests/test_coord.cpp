@@ -933,7 +933,50 @@ void tcpKillTest() {
   CHECK(secs < 60);
 }
 
-TestCase tests[] = {{"sha256", sha256Test},       {"wire", wireTest},         {"fuzz", fuzzTest},
+// ---- before the authority sees a task ------------------------------------------------------------
+// Ranks that ask for a task the authority has not registered get NCCL's default, timed, for 1, 2, 4, ... calls
+// past the call asked (up to the window): the search then starts right after them and counts their samples as
+// NCCL's baseline. A fixed 16-call window started the demo's searches at call 17.
+void preWindowTest() {
+  SearchDecider d;  // window 16
+  const TaskKey t{7, 4, 1, 1 << 26};
+  const uint64_t asked[] = {0, 2, 5, 10, 19, 36};
+  const uint64_t ends[] = {2, 5, 10, 19, 36, 53};
+  uint64_t covered = 0;
+  for (size_t i = 0; i < 6; ++i) {
+    const std::vector<Segment> segs = d.decide(t, asked[i], covered);
+    REQUIRE(!segs.empty());
+    const Segment& g = segs.back();
+    CHECK(g.begin == covered && g.end == ends[i]);
+    CHECK(g.cfg.isDefault() && g.phase == Phase::kTuning);
+    covered = g.end;
+  }
+  // a call already covered gets the segment handed out before, unchanged
+  const std::vector<Segment> again = d.decide(t, 3, 0);
+  CHECK(again.size() == 6 && again[1].begin == 2 && again[1].end == 5);
+  search::Space sp;
+  sp.cost[1][2] = 1.0f;
+  sp.cost[1][1] = 1.2f;
+  auto srch = d.registerTask(t, sp);
+  REQUIRE(srch);
+  std::vector<Segment> plan = d.decide(t, 53, covered);
+  REQUIRE(!plan.empty());
+  CHECK(plan.front().begin == 53);
+  CHECK(!(plan.front().cfg.isDefault() && plan.front().cfg.measure));  // the baseline is not measured again
+  for (uint64_t k = 41; k < 53; ++k) srch->addSample(k, 100.0);
+  srch->addSample(40, 100.0);  // older than the latest 2 x baselineSamples: not the search's
+  CHECK(srch->stats().priorSamples == 12);
+  // a task the authority registers first starts its search at call 0, with no calls before to count
+  const TaskKey u{7, 4, 1, 1 << 20};
+  auto first = d.registerTask(u, sp);
+  std::vector<Segment> p0 = d.decide(u, 0, 0);
+  REQUIRE(!p0.empty());
+  CHECK(p0.front().begin == 0 && p0.front().cfg.isDefault() && p0.front().cfg.measure);
+  first->addSample(0, 100.0);
+  CHECK(first->stats().priorSamples == 0);
+}
+
+TestCase tests[] = {{"pre_window", preWindowTest}, {"sha256", sha256Test},       {"wire", wireTest},         {"fuzz", fuzzTest},
                     {"store", storeTest},         {"local", localTest},       {"tcp_loopback", tcpLoopbackTest},
                     {"tcp_faults", tcpFaultsTest}, {"tcp_auth", tcpAuthTest}, {"tcp_attach", tcpAttachTest},
                     {"tcp_unserve_waits", tcpUnserveWaitsTest}, {"tcp_settings", tcpSettingsTest},

@@ -62,8 +62,9 @@ class Decider {
 };
 
 // A Decider backed by one search::TaskSearch per task. Tasks the authority has not registered yet
-// get NCCL's default for a short window; registerTask() then starts the search right after what was
-// already published.
+// get NCCL's default for a short while (windows of 1, 2, 4, ... up to `window` calls past the call asked);
+// registerTask() then starts the search right after what was already published, counting those calls'
+// samples as NCCL's baseline (search::Options::defaultTimedBefore).
 class SearchDecider : public Decider {
  public:
   explicit SearchDecider(uint64_t window = 16) : window_(window) {}

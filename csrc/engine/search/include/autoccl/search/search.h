@@ -105,6 +105,9 @@ struct Options {
   double maxCostRatio = 4.0;    // pairs NCCL's cost model puts above this x its choice are not probed (0: all)
   int halvingRounds = 2;        // successive halving after each of the first descent iterations
   int keepSubspaces = 1;        // at most this many subspaces are descended after the halving
+  // A descent over with budget left descends the best subspace the halving dropped, one at a time, where its
+  // median is within this of the best so far (a few samples of one point rank subspaces within the noise).
+  double reviveWithin = 0.10;
   double initStep = 1.5;        // channel step in log2 units (x2) for a cold start
   double warmStep = 0.5;        // ... for a start from a neighbour's config
   double worthwhile = 0.01;     // a descent move gaining less than this is not worth more samples
@@ -159,6 +162,13 @@ struct Options {
   bool drift = true;             // false: the plan ends in a kFinal segment once converged
   Objective objective;           // empty: collective time
   uint64_t firstCall = 0;        // the plan starts here (calls before it were decided elsewhere)
+  // The calls before firstCall ran NCCL's default, timed (the coordinator's default for a task the authority had
+  // not seen yet: kTuning segments, which every rank times). Their samples count as NCCL's baseline, the
+  // latest 2 x baselineSamples of them, so a search that starts late does not spend its first calls measuring
+  // again what already ran, and the calls count against maxTuningCalls (at most a quarter of it): the task is
+  // pinned within the budget counted from its first call (process-mode demo: searches starting at call 17
+  // pinned at call 155-158).
+  bool defaultTimedBefore = false;
 };
 
 // A tuned configuration known for another (or the same) size of the task, e.g. from a table.
@@ -178,6 +188,7 @@ struct Stats {
   uint64_t lostSamples = 0;
   uint64_t retunes = 0;
   uint64_t duelExtensions = 0;  // duels that took a second block of samples (Options::duelExtend)
+  uint64_t priorSamples = 0;    // ... of which of calls before Options::firstCall (defaultTimedBefore)
   uint64_t convergedAt = kForever;  // first call index after the tuning phase
   double defaultMedian = 0;     // objective of NCCL's default (median), 0 if unmeasured
   double bestMedian = 0;        // objective of the pinned configuration (median)
