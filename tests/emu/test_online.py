@@ -380,7 +380,9 @@ def test_nccl_channels_caps_nccls_choice_on_raised_communicators(plugin: Path) -
                 wide_left += int(r["used_channels"]) > 24
             else:
                 wide_tuned += int(r["used_channels"]) > 24
-        assert left > 100
+        # enough calls left to NCCL for the per-call check above to mean something: 96-132 of 840 calls since
+        # the search takes its baseline from the calls before it and descends a dropped subspace (8d8821a)
+        assert left > 50
         if cap is None:
             assert wide_left > 0  # what the cap is for: NCCL's choice spreads over the raised count
         else:
