@@ -789,10 +789,11 @@ struct TaskSearch::Impl {
   }
 
   // The descent is over with budget left: the subspace the halving dropped with the best median, if within
-  // Options::reviveWithin of the best so far, is descended too. The halving ranks subspaces on a few samples of one point
-  // each, within the noise of each other: in the demo's 256 MiB tasks, ring/simple at 24 channels lost to
-  // ring/LL128 by 4 % on 3 samples, LL128's chunk gained nothing, and tuning ended at call 46 of 144 with
-  // NCCL's choice, while ring/simple with a quarter chunk was 5 % faster than it (emulator, 2026-11-23).
+  // Options::reviveWithin of the best so far, is descended too. The halving ranks subspaces on a few samples
+  // of one point each, within the noise of each other: in the demo's 256 MiB tasks, ring/simple at 24
+  // channels lost to ring/LL128 by 4 % on 3 samples, LL128's chunk gained nothing, and tuning ended at call
+  // 46 of 144 with NCCL's choice, while ring/simple with a quarter chunk was 5 % faster than it (emulator,
+  // 2026-11-23). One at a time: the next only when this one's descent is over.
   bool reviveDropped(double globalBest) {
     const uint64_t turnCalls = static_cast<uint64_t>(std::max(o.duelRun, 1));
     const uint64_t reserve = o.duelSamples > 0 ? 2 * static_cast<uint64_t>(o.duelSamples) * turnCalls + 6 : 0;
