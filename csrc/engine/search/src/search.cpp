@@ -788,6 +788,13 @@ struct TaskSearch::Impl {
     if (!busy) finishTuning();
   }
 
+  // Calls of the budget kept for the duel: the duel's calls come out of the same budget (a block a side in
+  // turns of duelRun calls, and its warm-up calls).
+  uint64_t duelReserve() const {
+    const uint64_t turnCalls = static_cast<uint64_t>(std::max(o.duelRun, 1));
+    return o.duelSamples > 0 ? 2 * static_cast<uint64_t>(o.duelSamples) * turnCalls + 6 : 0;
+  }
+
   // The descent is over with budget left: the subspace the halving dropped with the best median, if within
   // Options::reviveWithin of the best so far, is descended too. The halving ranks subspaces on a few samples
   // of one point each, within the noise of each other: in the demo's 256 MiB tasks, ring/simple at 24
@@ -795,8 +802,7 @@ struct TaskSearch::Impl {
   // 46 of 144 with NCCL's choice, while ring/simple with a quarter chunk was 5 % faster than it (emulator,
   // 2026-11-23). One at a time: the next only when this one's descent is over.
   bool reviveDropped(double globalBest) {
-    const uint64_t turnCalls = static_cast<uint64_t>(std::max(o.duelRun, 1));
-    const uint64_t reserve = o.duelSamples > 0 ? 2 * static_cast<uint64_t>(o.duelSamples) * turnCalls + 6 : 0;
+    const uint64_t reserve = duelReserve();
     Sub* pick = nullptr;
     for (Sub& s : subs) {
       if (s.state != SubState::kDropped || s.revived || !s.nbrs.empty()) continue;
@@ -1093,9 +1099,7 @@ struct TaskSearch::Impl {
         return;
       }
       case Mode::kTuning: {
-        // the duel's calls come out of the same budget
-        const uint64_t turnCalls = static_cast<uint64_t>(std::max(o.duelRun, 1));
-        const uint64_t reserve = o.duelSamples > 0 ? 2 * static_cast<uint64_t>(o.duelSamples) * turnCalls + 6 : 0;
+        const uint64_t reserve = duelReserve();
         if (tuningCallsThisRound + reserve >= o.maxTuningCalls) {
           // Not before NCCL's choice has a sample while some are still in flight (a burst of host
           // run-ahead spent the budget blind): waiting runs NCCL's choice, which costs nothing against it.
