@@ -802,19 +802,18 @@ struct TaskSearch::Impl {
   // 46 of 144 with NCCL's choice, while ring/simple with a quarter chunk was 5 % faster than it (emulator,
   // 2026-11-23). One at a time: the next only when this one's descent is over.
   bool reviveDropped(double globalBest) {
-    const uint64_t reserve = duelReserve();
+    if (keepOverride > 0) return false;  // a warm start trusts its neighbours to narrow the search
     Sub* pick = nullptr;
     for (Sub& s : subs) {
       if (s.state != SubState::kDropped || s.revived || !s.nbrs.empty()) continue;
       const Eval& x = evals[static_cast<size_t>(s.xEval)];
-      if (x.dead || x.n() == 0 || !(x.med() <= globalBest * (1.0 + o.probeKeep))) continue;
+      if (x.dead || x.n() == 0 || !(x.med() <= globalBest * (1.0 + std::min(o.reviveWithin, o.probeKeep)))) continue;
       if (!pick || x.med() < evals[static_cast<size_t>(pick->xEval)].med()) pick = &s;
     }
-    if (!pick || keepOverride > 0) return false;  // a warm start trusts its neighbours to narrow the search
-    if (evals[static_cast<size_t>(pick->xEval)].med() > globalBest * (1.0 + o.reviveWithin)) return false;
+    if (!pick) return false;
     // room for about two iterations of its descent in each of its dimensions, and the duel after it
     const uint64_t room = 2 * 2 * static_cast<uint64_t>(o.samplesFirst) * static_cast<uint64_t>(nDims(*pick));
-    if (tuningCallsThisRound + reserve + room >= o.maxTuningCalls) return false;
+    if (tuningCallsThisRound + duelReserve() + room >= o.maxTuningCalls) return false;
     pick->revived = true;
     pick->state = SubState::kDescend;
     return true;
