@@ -117,6 +117,7 @@ def test_demo_end_to_end(online: Path, tmp_path: Path, processes: bool) -> None:
     assert len(doc["tasks"]) == 5  # 2 all-gathers, 2 reduce-scatters, 1 all-reduce
     plain, tuned = _truth(out / "emu-nccl"), _truth(out / "emu-online")
     any_non_default = False
+    searches = _search_records(out / "emu-online")
     for t in doc["tasks"]:
         key = (t["comm"], t["coll"], t["bytes"])
         p, o = plain[key], tuned[key]
@@ -132,7 +133,7 @@ def test_demo_end_to_end(online: Path, tmp_path: Path, processes: bool) -> None:
         # kept NCCL's choice from call 0 (converged_at 0) or pinned only after ~180 calls.
         # Counted from the task's first call: the calls NCCL's choice ran before rank 0 saw the task (trace
         # `search_from`) are the search's baseline and count against its budget.
-        rec = _search_records(out / "emu-online").get((t["coll"], t["bytes"]), {})
+        rec = searches.get((t["coll"], t["bytes"]), {})
         assert rec.get("search_from", 0) <= 16, t
         assert t["converged_at"] is not None and 0 < t["converged_at"] - rec.get("free", 0) <= 150, t
         # Convergence point: from there on the applied configuration never changed.
