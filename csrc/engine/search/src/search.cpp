@@ -156,8 +156,8 @@ struct TaskSearch::Impl {
   // The second block was asked for ahead, on calls that would otherwise wait for the first block's samples.
   bool duelAhead = false;
   int duelBlock = 0;  // samples a side the duel's next decision waits for
-  // the duel took its second block of samples (Options::duelExtend)
-  bool duelExtended() const { return duelBlock > o.duelSamples; }
+  int duelExtensionsTaken = 0;  // further blocks of samples the duel took (Options::duelExtensions)
+  bool duelExtended() const { return duelExtensionsTaken > 0; }
 
   Stats st;
 
@@ -435,6 +435,7 @@ struct TaskSearch::Impl {
     duelNoise = noise;
     duelAhead = false;
     duelBlock = o.duelSamples;
+    duelExtensionsTaken = 0;
     mode = Mode::kDuel;
   }
 
@@ -465,7 +466,7 @@ struct TaskSearch::Impl {
     const uint64_t room = (o.maxTuningCalls - tuningCallsThisRound - lag) / turnCalls;
     auto toPlan = [&](const Eval& e, int target) { return std::max(0, target - e.n() - e.inflight); };
     for (int extra = o.duelSamples; extra >= 1; --extra) {
-      const int target = o.duelSamples + extra;
+      const int target = duelBlock + extra;
       if (static_cast<uint64_t>(toPlan(d, target) + toPlan(i, target)) <= room) return extra;
     }
     return 0;
@@ -510,14 +511,15 @@ struct TaskSearch::Impl {
     // of five samples a side about one time in five; where a sample is a turn of three calls, a whole second
     // block (30 calls) rarely fits after the first (emulated 4 x H200: all_gather 256 MiB, 2.9 % lower against
     // a 3.35 % margin at 123 of 144 calls; NCCL's choice, 3.9 % slower in the model, stayed).
-    if (!incWins && altAgrees && o.duelExtend && !duelExtended() && lowMedian(i.samples) < lowMedian(d.samples) &&
-        d.n() >= o.duelSamples && i.n() >= o.duelSamples) {
+    if (!incWins && altAgrees && duelExtensionsTaken < o.duelExtensions && lowMedian(i.samples) < lowMedian(d.samples) &&
+        d.n() >= duelBlock && i.n() >= duelBlock) {
       const int extra = extensionThatFits(d, i);
       if (extra >= 2) {
+        duelExtensionsTaken++;
         st.duelExtensions++;
-        duelBlock = o.duelSamples + extra;
+        duelBlock += extra;
         d.want = i.want = duelBlock;
-        report("a second block");
+        report(duelExtensionsTaken == 1 ? "a second block" : "another block");
         return;
       }
     }
@@ -1080,7 +1082,7 @@ struct TaskSearch::Impl {
           return;
         }
         int id = alternate(duelDefault, duelInc, &duelNextDefault);
-        if (id < 0 && o.duelExtend && !duelAhead && !duelExtended()) {
+        if (id < 0 && o.duelExtensions > 0 && !duelAhead && !duelExtended()) {
           // The block's samples are in flight (the host runs ahead of the GPU): the calls until they arrive
           // take the second block's turns, so a decision within the margin finds part of its second block
           // measured or on its way instead of starting it at the end of the budget. Unused if the first

@@ -134,9 +134,9 @@ struct Options {
   // noise: the tuning samples of NCCL's choice may span a settling start, the duel's are fresh). Without a
   // margin, two configurations within the noise of each other tie and the duel pins either at random.
   double duelZ = 1.0;
-  // A duel whose tuned side is lower but within that margin takes duelSamples more samples a side, once,
-  // where the exploration budget has room for them, and decides on all of them.
-  bool duelExtend = true;
+  // A duel whose tuned side is lower but within that margin takes up to duelSamples more samples a side, up to
+  // this many times, where the exploration budget has room for them, and decides on all of them.
+  int duelExtensions = 2;
   // Calls per turn of the duel and of the table verification, all of the turn's configuration; only the
   // one at (duelRun - 1) / 2 is a sample. 3 where a call is scored by its stream period (to the next
   // call's start): taken call by call, a host-bound call's period would measure the launch of the other
@@ -187,7 +187,7 @@ struct Stats {
   uint64_t samples = 0;         // samples accepted
   uint64_t lostSamples = 0;
   uint64_t retunes = 0;
-  uint64_t duelExtensions = 0;  // duels that took a second block of samples (Options::duelExtend)
+  uint64_t duelExtensions = 0;  // further blocks of samples the duels took (Options::duelExtensions)
   uint64_t priorSamples = 0;    // ... of which of calls before Options::firstCall (defaultTimedBefore)
   uint64_t convergedAt = kForever;  // first call index after the tuning phase
   double defaultMedian = 0;     // objective of NCCL's default (median), 0 if unmeasured
