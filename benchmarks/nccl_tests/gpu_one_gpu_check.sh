@@ -35,6 +35,13 @@ say "runtime dependencies missing on this image: ${missing:-none}"
 step_start
 if timeout 240 python3 -m pip install --no-build-isolation --no-deps . > /tmp/logs/pip_install.log 2>&1; then
   say "pip install (Python $(python3 -c 'import sys; print(sys.version.split()[0])')): ok in $(took)"
+  # How the toolchain links libstdc++, and what the synth extension exports (a static libstdc++ exported from it
+  # crashed generate() once numpy was loaded first: benchmarks/results/h100x1/session22/).
+  synth=$(python3 -c "import autoccl._synth as m; print(m.__file__)" 2>/dev/null)
+  say "g++ libstdc++.so: $(g++ -print-file-name=libstdc++.so); _synth exports $(nm -D --defined-only "$synth" | wc -l) symbols, $(nm -D --defined-only "$synth" | grep -c ' _ZNS[ot]\| _ZNKS[ot]') of them std::; needs $(ldd "$synth" | grep -c libstdc++) shared libstdc++"
+  (cd /tmp && python3 -X faulthandler -c "import numpy; import autoccl.synth as S; print(S.generate('mesh', [3, 3]))" \
+     > /tmp/logs/synth_after_numpy.txt 2>&1)
+  say "numpy, then synth.generate('mesh', [3, 3]): rc $?"
   step_start
   if (cd /tmp && timeout 120 autoccl demo -o /tmp/demo > /tmp/logs/demo.txt 2>&1); then
     say "autoccl demo: ok in $(took): $(python3 -c "import json; d = json.load(open('/tmp/demo/results.json')); print(f'all tasks {100 * d[\"total_gain\"]:+.1f} %')")"
