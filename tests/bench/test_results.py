@@ -150,3 +150,17 @@ def test_estimate_scales_with_work() -> None:
     # 1 launch start-up + (5 + 100) iterations of 1 GiB * 1.5 / 100 GB/s (+20 us)
     assert one == pytest.approx(10.0 + 105 * ((1 << 30) * 1.5 / 100e9 + 20e-6))
     assert est("none,light", [1 << 30]) == pytest.approx(one + 305 * ((1 << 30) * 1.5 / 100e9 + 20e-6))
+
+
+def test_failed_launch_line_names_the_workers_exception() -> None:
+    # A LaunchError's first line ends in "end of <log>:"; the report's line must carry the log's last line.
+    first = "rank 1 exited with status 1; end of /x/rank1.log:"
+    err = f"{first}\n[rank1]: Traceback\n[rank1]: ValueError: bad\n\n"
+    assert R.error_summary(err) == f"{first} … [rank1]: ValueError: bad"
+    assert R.error_summary("launch timed out; logs in /x") == "launch timed out; logs in /x"
+    assert R.error_summary("") == ""
+    doc = {"train": [], "failures": [{"launch": "fsdp2/nccl", "error": err}]}
+    assert "- `fsdp2/nccl`: rank 1 exited with status 1; end of /x/rank1.log: … [rank1]: ValueError: bad" in (
+        R.train_markdown(doc)
+    )
+    assert "ValueError: bad" in R.coll_markdown({"rows": [], "failures": [{"launch": "nccl", "error": err}]})

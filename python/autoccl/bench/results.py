@@ -60,6 +60,15 @@ class ResultError(ValueError):
     pass
 
 
+def error_summary(error: str) -> str:
+    """One line for a failed launch: the error's first line and, where a log's tail follows it, the tail's
+    last line (the worker's exception), not the first line alone (which ends in "end of <log>:")."""
+    lines = [ln.strip() for ln in (error or "").splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    return lines[0] if len(lines) == 1 else f"{lines[0]} … {lines[-1]}"
+
+
 def load_doc(path: str | Path) -> dict[str, Any]:
     try:
         doc: dict[str, Any] = json.loads(Path(path).read_text())
@@ -283,7 +292,7 @@ def coll_markdown(doc: dict[str, Any]) -> str:
     fails = doc.get("failures") or []
     if fails:
         lines += ["", "## failed launches", ""]
-        lines += [f"- `{f['launch']}`: {f['error'].splitlines()[0] if f['error'] else ''}" for f in fails]
+        lines += [f"- `{f['launch']}`: {error_summary(f['error'])}" for f in fails]
     return "\n".join(lines) + "\n"
 
 
@@ -313,7 +322,7 @@ def train_markdown(doc: dict[str, Any]) -> str:
     fails = doc.get("failures") or []
     if fails:
         lines += ["", "## failed launches", ""]
-        lines += [f"- `{f['launch']}`: {f['error'].splitlines()[0] if f['error'] else ''}" for f in fails]
+        lines += [f"- `{f['launch']}`: {error_summary(f['error'])}" for f in fails]
     return "\n".join(lines) + "\n"
 
 

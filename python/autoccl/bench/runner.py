@@ -258,7 +258,7 @@ def _run_recorded(
         entry.update({"status": "failed", "error": str(e), "elapsed_s": time.time() - t0})
         doc["launches"].append(entry)
         doc["failures"].append({"launch": ln.label, "error": str(e)})
-        log(f"launch {ln.label} failed: {str(e).splitlines()[0]}")
+        log(f"launch {ln.label} failed: {R.error_summary(str(e))}")
         return False, None
     entry.update({"status": "ok", "elapsed_s": time.time() - t0})
     if res is not None:

@@ -97,16 +97,20 @@ def run_train(
     par = spec["parallel"]
     autocast = False
     if par == "fsdp2":
+        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+        # The mesh of the device asked for: fully_shard's default mesh is on the machine's accelerator, so
+        # with fewer GPUs than ranks a CPU run failed (rank 1: CUDA invalid device ordinal on one H100).
+        mesh = init_device_mesh(device.type, (world,))
         mp = (
             MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
             if dtype != torch.float32
             else MixedPrecisionPolicy()
         )
         for blk in model.blocks:
-            fully_shard(blk, mp_policy=mp)
-        fully_shard(model, mp_policy=mp)
+            fully_shard(blk, mesh=mesh, mp_policy=mp)
+        fully_shard(model, mesh=mesh, mp_policy=mp)
         net: nn.Module = model
     elif par == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
