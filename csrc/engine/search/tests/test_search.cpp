@@ -834,9 +834,10 @@ void settlingStart() {
 // other configuration, `otherUs` in steady state against NCCL's 100 us, samples with `noise`, over 100 seeds.
 // With duelRun > 1 each sample is a turn of that many calls (a call scored by its stream period); maxLag: samples
 // arrive up to that many calls late; maxTuningCalls: the budget (0: the default).
-// extended: runs whose duel took a second block.
-int duelPinsOther(double otherUs, double noise, double duelZ, int extensions = Options().duelExtensions, int duelRun = 1,
-                  int maxLag = 2, uint64_t maxTuningCalls = 0, int* extended = nullptr, int* extendedAgain = nullptr) {
+// extensions: Options::duelExtensions. extended / extendedAgain: runs whose duel took a second / a third block.
+int duelPinsOther(double otherUs, double noise, double duelZ, int extensions = Options().duelExtensions,
+                  int duelRun = 1, int maxLag = 2, uint64_t maxTuningCalls = 0, int* extended = nullptr,
+                  int* extendedAgain = nullptr) {
   int other = 0;
   for (uint64_t seed = 1; seed <= 100; ++seed) {
     Model steady = ringVsTree(100.0, otherUs, 0.0);
@@ -908,8 +909,9 @@ void duelLateTurns() {
     std::printf("turns of 3 calls, samples up to 8 calls late, budget %llu: 5 %% faster (3 %% noise) pinned %d/100 "
                 "(%d without a second block; %d took one), 1.5 %% slower (4 %% noise) pinned %d/100\n",
                 static_cast<unsigned long long>(budget), near, once, extended, tie);
-    // measured: 144: 91 (81; 8 took one; 90 with one further block at most), tie 4; 100: 78 (73; 4), tie 7. Before the turns taken ahead and the
-    // partial block: 89 and 72, and at 100 no duel had room for a second block (72 with and without).
+    // measured: 144: 91 (81; 8 took one; 90 with one further block at most), tie 4; 100: 78 (73; 4), tie 7.
+    // Before the turns taken ahead and the partial block: 89 and 72, and at 100 no duel had room for a second
+    // block (72 with and without).
     CHECK(extended >= 2);
     CHECK(near >= once);
     CHECK(tie <= 10);
