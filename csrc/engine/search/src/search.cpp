@@ -509,8 +509,9 @@ struct TaskSearch::Impl {
     // Lower, but within the margin: one more block of up to duelSamples a side (at most duelExtensions times),
     // as many as the budget still has room for (at least two), decided on all of them. A gain of 4-5 % under
     // 3 % noise is inside the margin of five samples a side about one time in five; where a sample is a turn of
-    // three calls, a whole second block (30 calls) rarely fits after the first (emulated 4 x H200: all_gather 256 MiB, 2.9 % lower against
-    // a 3.35 % margin at 123 of 144 calls; NCCL's choice, 3.9 % slower in the model, stayed).
+    // three calls, a whole second block (30 calls) rarely fits after the first (emulated 4 x H200: all_gather
+    // 256 MiB, 2.9 % lower against a 3.35 % margin at 123 of 144 calls; NCCL's choice, 3.9 % slower in the
+    // model, stayed).
     if (!incWins && altAgrees && duelExtensionsTaken < o.duelExtensions &&
         lowMedian(i.samples) < lowMedian(d.samples) && d.n() >= duelBlock && i.n() >= duelBlock) {
       const int extra = extensionThatFits(d, i);
