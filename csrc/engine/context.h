@@ -131,8 +131,10 @@ class Context {
   void finalizeProfiler();
 
   // Profiler events (any thread). Names are NCCL's strings ("AllReduce", "RING", "ncclFloat32").
+  // reporting: channel stops that will come for this Coll (-1: nChannels, KernelCh; 1: the launch clock;
+  // 0: none, the call is untimed).
   void* collStart(const char* func, uint64_t seq, uint64_t count, const char* datatype, int nChannels,
-                  const char* algo, const char* proto);
+                  const char* algo, const char* proto, int reporting = -1);
   void* kernelChStart(void* parent, uint64_t startNs);
 
   uint64_t commHash() const { return commHash_; }

@@ -102,6 +102,11 @@ Settings loadSettings(const EnvLookup& env) {
   else if (!chunk.empty() && chunk != "auto")
     return invalid(s, "AUTOCCL_CHUNK='" + chunk + "' is not one of auto, off");
 
+  std::string clock = get(env, "AUTOCCL_CLOCK");
+  if (clock == "kernel") s.clock = Settings::Clock::Kernel;
+  else if (!clock.empty() && clock != "launch")
+    return invalid(s, "AUTOCCL_CLOCK='" + clock + "' is not one of launch, kernel");
+
   s.fixedText = get(env, "AUTOCCL_FIXED");
   if (s.mode == Mode::Fixed) {
     if (s.fixedText.empty()) return invalid(s, "AUTOCCL_MODE=fixed needs AUTOCCL_FIXED (rules)");

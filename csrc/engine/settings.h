@@ -53,6 +53,11 @@ struct Settings {
   // where NCCL asks the tuner for it (tuner v6, NCCL >= 2.30.3); `off`: NCCL's chunk. Read by the
   // authority's search alone (every rank applies the chunk the authority's plan names).
   bool tuneChunk = true;
+  // AUTOCCL_CLOCK: how calls are timed. `launch` (default): CUDA events the shim records around NCCL's
+  // kernel launches (profiler KernelLaunch events); `kernel`: NCCL's per-channel kernel timestamps (KernelCh
+  // events), for which NCCL adds proxy operations to every timed call (12-19 us a call on 2 x H100 in
+  // nccl-tests' loop). Where CUDA's driver API cannot be reached the shim uses `kernel` (one INFO line).
+  enum class Clock { Launch, Kernel } clock = Clock::Launch;
   bool valid = true;
   std::string error;        // why !valid (one line, for the single WARN)
 };

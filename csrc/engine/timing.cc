@@ -127,7 +127,8 @@ void TimingMatcher::pushDecision(int coll, uint64_t bytes, const Config& applied
   q.push(d);
 }
 
-void* TimingMatcher::collStart(int coll, uint64_t seq, uint64_t bytes, int nChannels, int algo, int proto) {
+void* TimingMatcher::collStart(int coll, uint64_t seq, uint64_t bytes, int nChannels, int algo, int proto,
+                                int reporting) {
   if (coll < 0 || coll >= kNumColls || bytes == 0) return nullptr;
   std::lock_guard<std::mutex> lock(mu_);
   Ring& q = *queues_[static_cast<size_t>(coll)];
@@ -190,7 +191,8 @@ void* TimingMatcher::collStart(int coll, uint64_t seq, uint64_t bytes, int nChan
   r->magic = kRecordMagic;
   r->owner = this;
   r->decision = d;
-  r->nChannels = nChannels > 0 ? static_cast<uint32_t>(nChannels) : 0;
+  if (reporting < 0) reporting = nChannels;
+  r->nChannels = reporting > 0 ? static_cast<uint32_t>(reporting) : 0;
   ++recordsLive_;
   ++counters_.matchedColls;
 
@@ -250,6 +252,8 @@ void TimingMatcher::maybeComplete(Decision* d) {
     m.colls = d->collsAssigned;
     ++counters_.measurements;
     sink_(m);
+  } else if (untimed_) {
+    untimed_(d->cookie, d->callIndex);  // nothing reported a time for it (an untimed or failed launch)
   }
   releaseDecision(d);
 }

@@ -15,6 +15,7 @@
 
 #include "engine/context.h"
 #include "nccl/abi/nccl_plugin_abi.h"
+#include "nccl/launch_clock.h"
 
 #ifndef AUTOCCL_VERSION
 #define AUTOCCL_VERSION "0.1.0"
@@ -29,9 +30,14 @@ using autoccl::engine::LogLevel;
 using autoccl::engine::Mode;
 using autoccl::engine::Runtime;
 using autoccl::engine::TimingMatcher;
+using autoccl::shim::LaunchClock;
 
 constexpr int kMinNcclVersion = 22803;  // first release with tuner v5 / profiler v5
-constexpr int kTimingMask = ncclabi::kEvColl | ncclabi::kEvKernelCh;
+// What the profiler asks NCCL for while something is timed. Launch clock: the kernel launches (to record
+// CUDA events around them) and the Coll events that name the calls; NCCL adds no proxy work for these.
+// Kernel clock: Coll events and their channels' kernel timestamps.
+constexpr int kLaunchTimingMask = ncclabi::kEvColl | ncclabi::kEvKernelLaunch;
+constexpr int kKernelTimingMask = ncclabi::kEvColl | ncclabi::kEvKernelCh;
 const char* const kBanner = "autoccl " AUTOCCL_VERSION " (tuner v5/v6, profiler v5/v6)";
 
 LogFn makeLog(ncclabi::Logger logger) {
@@ -93,7 +99,23 @@ struct TunerCtx {
 };
 struct ProfilerCtx {
   std::shared_ptr<Context> ctx;  // null: no events wanted
+  LaunchClock* clock = nullptr;  // null: KernelCh timing
+  // The launch begun on this (comm, rank) whose plan's Group event has not come yet (enqueue thread).
+  std::mutex openMu;
+  LaunchClock::Launch* open = nullptr;
 };
+
+// The process's timing method, settled once: the launch clock unless the settings ask for kernel
+// timestamps or CUDA's driver cannot be reached.
+LaunchClock* launchClock(const LogFn& log) {
+  static LaunchClock* clock = [&] {
+    if (runtime().settings().clock != autoccl::engine::Settings::Clock::Launch) return static_cast<LaunchClock*>(nullptr);
+    LaunchClock* c = LaunchClock::instance();
+    if (!c && log) log(LogLevel::Info, "autoccl: CUDA driver API not found; timing calls by kernel timestamps (KernelCh)");
+    return c;
+  }();
+  return clock;
+}
 
 // ------------------------------------------------------------------------------------------ tuner
 
@@ -205,7 +227,8 @@ ncclabi::Result profilerInit(void** context, uint64_t commId, int* eActivationMa
       if (eActivationMask) __atomic_store_n(eActivationMask, 0, __ATOMIC_RELAXED);
       return ncclabi::kSuccess;
     }
-    if (eActivationMask) rt.mask().attach(eActivationMask, kTimingMask);
+    p->clock = launchClock(log);
+    if (eActivationMask) rt.mask().attach(eActivationMask, p->clock ? kLaunchTimingMask : kKernelTimingMask);
     auto ctx = std::make_shared<Context>(rt, commId);
     ctx->attachProfiler(rank, nRanks, nNodes, log);
     if (tlsPending.size() >= 16) tlsPending.erase(tlsPending.begin());  // a tuner that never came
@@ -216,17 +239,52 @@ ncclabi::Result profilerInit(void** context, uint64_t commId, int* eActivationMa
   return ncclabi::kSuccess;
 }
 
+// Hands the open launch of `p` to the clock (its Coll events, if any, have been attached).
+void sealOpen(ProfilerCtx* p) {
+  LaunchClock::Launch* l = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(p->openMu);
+    std::swap(l, p->open);
+  }
+  if (l) p->clock->seal(l);
+}
+
 ncclabi::Result profilerStartEvent(void* context, void** eHandle, ncclabi::EventDescr* descr) {
   if (!eHandle) return ncclabi::kSuccess;
   *eHandle = nullptr;
   auto* p = static_cast<ProfilerCtx*>(context);
   if (!p || !p->ctx || !descr) return ncclabi::kSuccess;
   try {
-    if (descr->type == ncclabi::kEvColl) {
-      *eHandle = p->ctx->collStart(descr->coll.func, descr->coll.seqNumber, descr->coll.count, descr->coll.datatype,
-                                   descr->coll.nChannels, descr->coll.algo, descr->coll.proto);
-    } else if (descr->type == ncclabi::kEvKernelCh) {
-      *eHandle = p->ctx->kernelChStart(descr->parentObj, descr->kernelCh.pTimer);
+    switch (descr->type) {
+      case ncclabi::kEvKernelLaunch:
+        if (p->clock) {
+          sealOpen(p);  // a plan without a Group event after it (no Coll in it)
+          LaunchClock::Launch* l = p->clock->begin(p->ctx, descr->kernelLaunch.stream);
+          std::lock_guard<std::mutex> lock(p->openMu);
+          p->open = l;
+          *eHandle = LaunchClock::launchHandle(l);
+        }
+        break;
+      case ncclabi::kEvGroup:
+        if (p->clock) {  // the plan just launched: its Coll events name this handle as their parentGroup
+          std::lock_guard<std::mutex> lock(p->openMu);
+          *eHandle = LaunchClock::groupHandle(p->open);
+          p->open = nullptr;
+        }
+        break;
+      case ncclabi::kEvColl: {
+        LaunchClock::Launch* l = p->clock ? LaunchClock::fromGroupHandle(descr->coll.parentGroup) : nullptr;
+        const int reporting = p->clock ? (l ? 1 : 0) : -1;
+        *eHandle = p->ctx->collStart(descr->coll.func, descr->coll.seqNumber, descr->coll.count, descr->coll.datatype,
+                                     descr->coll.nChannels, descr->coll.algo, descr->coll.proto, reporting);
+        if (l && *eHandle) p->clock->attach(l, *eHandle);
+        break;
+      }
+      case ncclabi::kEvKernelCh:
+        *eHandle = p->ctx->kernelChStart(descr->parentObj, descr->kernelCh.pTimer);
+        break;
+      default:
+        break;
     }
   } catch (...) {
     *eHandle = nullptr;
@@ -235,7 +293,13 @@ ncclabi::Result profilerStartEvent(void* context, void** eHandle, ncclabi::Event
 }
 
 ncclabi::Result profilerStopEvent(void* eHandle) {
-  TimingMatcher::eventStop(eHandle);
+  if (LaunchClock::Launch* l = LaunchClock::fromGroupHandle(eHandle)) {
+    LaunchClock::instance()->seal(l);
+  } else if (LaunchClock::Launch* k = LaunchClock::fromLaunchHandle(eHandle)) {
+    LaunchClock::instance()->end(k);
+  } else {
+    TimingMatcher::eventStop(eHandle);
+  }
   return ncclabi::kSuccess;
 }
 
@@ -248,6 +312,7 @@ ncclabi::Result profilerFinalize(void* context) {
   auto* p = static_cast<ProfilerCtx*>(context);
   if (!p) return ncclabi::kSuccess;
   try {
+    if (p->clock) sealOpen(p);
     if (p->ctx) p->ctx->finalizeProfiler();
   } catch (...) {
   }

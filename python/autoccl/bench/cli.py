@@ -444,6 +444,151 @@ def train(
     _finish(doc, prefix, topo.is_main)
 
 
+@bench.command("nccl-tests")
+@click.option(
+    "--bin",
+    "bin_dir",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="nccl-tests build directory (*_perf, and *_perf_mpi for --launch mpi)",
+)
+@click.option(
+    "--colls",
+    "-c",
+    default=DEFAULT_COLLS,
+    show_default=True,
+    help="all_gather, reduce_scatter, all_reduce, ...",
+)
+@click.option(
+    "--mode",
+    "-m",
+    "modes",
+    multiple=True,
+    default=["plain", "online"],
+    show_default=True,
+    help="plain, online, observe, idle (plugin loaded, nothing to apply), table; or NAME:ARGS with "
+    "`autoccl run` options and VAR=VALUE, e.g. 'kclock:--mode observe AUTOCCL_CLOCK=kernel' (repeatable)",
+)
+@click.option(
+    "--launch",
+    "launches",
+    default="single",
+    show_default=True,
+    help="single (one process for every GPU, -g N), mpi (one process per GPU through mpirun), or both",
+)
+@click.option("--gpus", "-g", type=int, default=None, help="GPUs per launch [default: every visible GPU]")
+@click.option("--begin", "-b", default="1M", show_default=True, help="smallest size (nccl-tests -b)")
+@click.option("--end", "-e", default="1G", show_default=True, help="largest size (-e)")
+@click.option("--factor", "-f", type=int, default=2, show_default=True, help="size factor (-f)")
+@click.option("--warmup", "-w", type=int, default=20, show_default=True, help="warm-up iterations (-w)")
+@click.option("--iters", "-n", type=int, default=40, show_default=True, help="timed iterations (-n)")
+@click.option("--passes", "-p", type=int, default=3, show_default=True, help="interleaved passes per mode")
+@click.option("--trace", is_flag=True, help="trace the autoccl modes (cross-rank agreement, pinned tasks)")
+@click.option("--timeout", type=float, default=300.0, show_default=True, help="seconds per launch")
+@click.option("--mpirun", default="mpirun", show_default=True, help="MPI launcher for --launch mpi")
+@click.option("--nt-args", default="", help="further nccl-tests arguments, e.g. '-d bfloat16'")
+@click.option(
+    "-o",
+    "--output",
+    "outdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="output folder",
+)
+@click.option("--progress/--no-progress", default=None, help="progress bar [default: on a terminal]")
+def nccl_tests(
+    bin_dir: Path,
+    colls: str,
+    modes: tuple[str, ...],
+    launches: str,
+    gpus: int | None,
+    begin: str,
+    end: str,
+    factor: int,
+    warmup: int,
+    iters: int,
+    passes: int,
+    trace: bool,
+    timeout: float,
+    mpirun: str,
+    nt_args: str,
+    outdir: Path,
+    progress: bool | None,
+) -> None:
+    """NVIDIA's nccl-tests under plain NCCL and autoccl, interleaved passes, ratios with their spread.
+
+    Writes OUTDIR/launches.jsonl (every launch; a rerun into the same folder resumes), summary.json,
+    summary.md and ratio.png. Example: autoccl bench nccl-tests --bin ~/nccl-tests/build -o out/
+    """
+    import json as _json
+    import shlex
+
+    from autoccl.bench import nccl_tests as NT
+
+    try:
+        mode_list = [
+            NT.parse_mode(t) for m in modes for t in ([m] if ":" in m else m.split(",")) if t.strip()
+        ]
+        launch_list = [x.strip() for x in launches.split(",") if x.strip()]
+        bad = [x for x in launch_list if x not in NT.LAUNCHES]
+        if bad or not launch_list:
+            raise NT.BenchError(f"--launch {launches!r}: expected single, mpi or both")
+        plan = NT.Plan(
+            bin_dir=bin_dir,
+            out=outdir,
+            colls=[c.strip() for c in colls.split(",") if c.strip()],
+            modes=mode_list,
+            launches=launch_list,
+            gpus=gpus if gpus is not None else _visible_gpus(),
+            begin=NT.size_arg(begin),
+            end=NT.size_arg(end),
+            factor=factor,
+            warmup=warmup,
+            iters=iters,
+            passes=passes,
+            timeout=timeout,
+            trace=trace,
+            extra_args=shlex.split(nt_args),
+            mpirun=mpirun,
+            baseline=mode_list[0].name if mode_list else "plain",
+        )
+        plan.validate()
+        outdir.mkdir(parents=True, exist_ok=True)
+        show = sys.stderr.isatty() if progress is None else progress
+        with _progress(show) as bar:
+            records = NT.run_plan(plan, progress=bar)
+    except NT.BenchError as e:
+        raise _fail(str(e)) from None
+    summary = NT.summarize(records, baseline=plan.baseline)
+    (outdir / "summary.json").write_text(_json.dumps(summary, indent=1))
+    header = (
+        f"nccl-tests {plan.begin}..{plan.end} x{plan.factor}, -w {plan.warmup} -n {plan.iters} -c 1, "
+        f"{plan.gpus} GPUs, {plan.passes} interleaved passes; busbw (out-of-place) relative to "
+        f"{plan.baseline} of the same pass\n"
+    )
+    md = NT.markdown(summary, header)
+    (outdir / "summary.md").write_text(md)
+    NT.plot(summary, outdir / "ratio.png")
+    click.echo(md)
+    failed = sum(1 for r in records if r.get("rc") != 0)
+    errors = sum(int(r.get("data_errors", 0)) for r in records)
+    if failed or errors:
+        raise _fail(f"{failed} launch(es) failed and {errors} data error(s); see {outdir}/logs")
+
+
+def _visible_gpus() -> int:
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        raise _fail("no GPU count: nvidia-smi is not available; give --gpus") from None
+    n = sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    if n == 0:
+        raise _fail("nvidia-smi lists no GPU; give --gpus")
+    return n
+
+
 @click.command()
 @click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False, path_type=Path), required=True)
