@@ -496,6 +496,9 @@ def train(
     help="output folder",
 )
 @click.option("--progress/--no-progress", default=None, help="progress bar [default: on a terminal]")
+@click.option(
+    "--report-only", is_flag=True, help="launch nothing: summarise OUTDIR/launches.jsonl of an earlier run"
+)
 def nccl_tests(
     bin_dir: Path,
     colls: str,
@@ -514,6 +517,7 @@ def nccl_tests(
     nt_args: str,
     outdir: Path,
     progress: bool | None,
+    report_only: bool,
 ) -> None:
     """NVIDIA's nccl-tests under plain NCCL and autoccl, interleaved passes, ratios with their spread.
 
@@ -552,11 +556,14 @@ def nccl_tests(
             mpirun=mpirun,
             baseline=mode_list[0].name if mode_list else "plain",
         )
-        plan.validate()
-        outdir.mkdir(parents=True, exist_ok=True)
-        show = sys.stderr.isatty() if progress is None else progress
-        with _progress(show) as bar:
-            records = NT.run_plan(plan, progress=bar)
+        if report_only:
+            records = NT.read_launches(outdir)
+        else:
+            plan.validate()
+            outdir.mkdir(parents=True, exist_ok=True)
+            show = sys.stderr.isatty() if progress is None else progress
+            with _progress(show) as bar:
+                records = NT.run_plan(plan, progress=bar)
     except NT.BenchError as e:
         raise _fail(str(e)) from None
     summary = NT.summarize(records, baseline=plan.baseline)

@@ -307,6 +307,22 @@ def run_plan(plan: Plan, progress: Callable[[str, int, int], None] | None = None
     return records
 
 
+def read_launches(outdir: Path) -> list[dict[str, Any]]:
+    """The launches an earlier run recorded in OUTDIR/launches.jsonl (a torn last line is skipped)."""
+    path = outdir / "launches.jsonl"
+    if not path.is_file():
+        raise BenchError(f"{path} does not exist: nothing to summarise")
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
 def _read_done(path: Path) -> dict[tuple[Any, ...], dict[str, Any]]:
     done: dict[tuple[Any, ...], dict[str, Any]] = {}
     if not path.is_file():
