@@ -274,7 +274,7 @@ bool Context::attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& l
     std::string berr;
     if (auto board = rt_.coordination()->board(false, log_, &berr)) board->attach(commHash_, rank_, nRanks);
   }
-  measureBudget_ = mode == Mode::Observe || mode == Mode::Online ? 0 : rt_.settings().measureCalls;
+  measureBudget_ = mode == Mode::Online ? 0 : rt_.settings().measureCalls;
   if (!profilerAttached_.load()) {
     log(LogLevel::Info, "profiler not loaded (rank unknown, no GPU timing); decisions still apply. "
                               "Point NCCL_PROFILER_PLUGIN at this library for timing.");
@@ -387,6 +387,7 @@ bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& c
                             (d->why.empty() ? "" : " (" + d->why + ")"));
   }
   ++ordinal_;
+  if (d->timed || t->wanting.load(std::memory_order_relaxed)) launchWant_.store(2, std::memory_order_relaxed);
   if (profilerAttached_.load(std::memory_order_relaxed)) matcher_.pushDecision(coll, bytes, applied, t, k, ordinal_);
   if (profilerAttached_.load(std::memory_order_relaxed) && !unprofiled_[coll] && rt_.mask().on() &&
       ++callsWhileTiming_[coll] >= kUnprofiledCalls && collEvents_[coll].load(std::memory_order_relaxed) == 0) {

@@ -113,7 +113,11 @@ class OnlineSource final : public DecisionSource {
       : env_(env), tcpBoard_(env.coordination->tcp() ? std::move(board) : nullptr),
         localBoard_(env.coordination->localBoard()), authority_(env.rank == 0) {
     opts_ = onlineSearchOptions();
-    if (env.settings) opts_.recheckMinMs = env.settings->recheckMs;
+    if (env.settings) {
+      opts_.recheckMinMs = env.settings->recheckMs;
+      opts_.minTaskMicros = env.settings->minTaskUs;
+      opts_.regretBudget = env.settings->regretBudget;
+    }
     if (env.table) {
       for (const TableEntry& e : env.table->entries) {
         search::TableEntry h;
@@ -248,6 +252,9 @@ class OnlineSource final : public DecisionSource {
       d.config.chunkHalvings = c.chunkHalvings;
     }
     d.stable = s->seg.phase == search::Phase::kFinal && s->seg.end == search::kForever;
+    // Samples the search planned, and the coordinator's NCCL-default calls of a task the authority had not
+    // seen yet (kTuning segments without measure; the search takes them as its baseline).
+    d.timed = c.measure || (s->seg.phase == search::Phase::kTuning && c.isDefault());
     if (k == 0) {
       d.why = bypass_ ? "communicator not entirely in this process and no coordinator address: NCCL decides"
                       : std::string(authority_ ? "authority" : "follower") + " (" +
@@ -436,7 +443,7 @@ class OnlineSource final : public DecisionSource {
 
   std::string traceExtra(const TaskKey& task) const override {
     std::shared_ptr<search::TaskSearch> srch;
-    char waits[512] = "";
+    char waits[1024] = "";
     std::string slow;
     {
       std::lock_guard<std::mutex> lk(mapMu_);
@@ -477,9 +484,11 @@ class OnlineSource final : public DecisionSource {
     std::snprintf(waits + std::strlen(waits), sizeof waits - std::strlen(waits),
                   ",\"search_samples\":%" PRIu64 ",\"search_lost\":%" PRIu64 ",\"search_late\":%" PRIu64
                   ",\"search_prior_samples\":%" PRIu64 ",\"search_wait_calls\":%" PRIu64 ",\"search_free_wait_calls\":%" PRIu64
-                  ",\"search_duel_extensions\":%" PRIu64 ",\"rank_scored\":%" PRIu64 ",\"shorter_elsewhere\":%" PRIu64,
+                  ",\"search_duel_extensions\":%" PRIu64 ",\"rank_scored\":%" PRIu64 ",\"shorter_elsewhere\":%" PRIu64
+                  ",\"regret_us\":%.1f,\"small_task\":%s,\"regret_stop\":%s,\"abandoned\":%" PRIu64,
                   st.samples, st.lostSamples, st.lateSamples, st.priorSamples, st.waitCalls, st.freeWaitCalls, st.duelExtensions,
-                  rankScored, shorter);
+                  rankScored, shorter, st.regretMicros, st.smallTask ? "true" : "false", st.regretStop ? "true" : "false",
+                  st.abandoned);
     std::vector<search::Segment> plan = srch->plan();
     uint64_t from = plan.empty() ? 0 : plan.front().begin;  // calls before: NCCL's default (not yet registered)
     char buf[400];
@@ -758,6 +767,14 @@ class OnlineSource final : public DecisionSource {
 search::Options onlineSearchOptions() {
   search::Options o;
   o.drift = true;
+  // What exploring may cost the job (docs/online-search.md, "Bounded exploration"): pairs NCCL's model puts
+  // more than twice its choice are not probed (a probe of LL at 1 GiB is several times slower
+  // than the call it replaces); a candidate whose first sample is 30 % behind the incumbent gets no more; a
+  // task's trials may cost it 3 % of its calls' time plus four of its calls.
+  o.maxCostRatio = 2.0;
+  o.abandonAbove = 0.3;
+  o.regretBudget = 0.03;
+  o.regretAllowance = 4;
   // A planned sample is given up by elapsed time (and by later samples overtaking it), not by the
   // number of later calls alone: a burst of host run-ahead (hundreds of calls launched before the GPU
   // reports the first) would otherwise lose every sample of the burst (nccl-tests' warm-up, 2026-11-22).

@@ -26,6 +26,9 @@ struct Decision {
   // The ranks can no longer agree on this call (online mode, coordinator unreachable): the Context
   // fails the call (NCCL fails the collective) with `why` logged once. Never set for our own problems.
   bool fail = false;
+  // The call is a sample the policy waits for. With the launch clock only such calls (and the launch after
+  // each, for its stream period) are timed; the kernel clock times every call while the mask is on.
+  bool timed = false;
 };
 
 class Coordination;  // engine/online.h

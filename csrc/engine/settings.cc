@@ -102,6 +102,13 @@ Settings loadSettings(const EnvLookup& env) {
   else if (!chunk.empty() && chunk != "auto")
     return invalid(s, "AUTOCCL_CHUNK='" + chunk + "' is not one of auto, off");
 
+  uint64_t minTask = static_cast<uint64_t>(s.minTaskUs);
+  if (!readBounded(env, "AUTOCCL_MIN_TASK_US", 0, 1000000, &minTask, &err)) return invalid(s, err);
+  s.minTaskUs = static_cast<double>(minTask);
+  uint64_t regretPct = static_cast<uint64_t>(s.regretBudget * 100.0 + 0.5);
+  if (!readBounded(env, "AUTOCCL_REGRET_PCT", 0, 100, &regretPct, &err)) return invalid(s, err);
+  s.regretBudget = static_cast<double>(regretPct) / 100.0;
+
   std::string clock = get(env, "AUTOCCL_CLOCK");
   if (clock == "kernel") s.clock = Settings::Clock::Kernel;
   else if (!clock.empty() && clock != "launch")

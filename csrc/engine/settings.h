@@ -58,6 +58,12 @@ struct Settings {
   // events), for which NCCL adds proxy operations to every timed call (12-19 us a call on 2 x H100 in
   // nccl-tests' loop). Where CUDA's driver API cannot be reached the shim uses `kernel` (one INFO line).
   enum class Clock { Launch, Kernel } clock = Clock::Launch;
+  // AUTOCCL_MIN_TASK_US (online mode): a task whose NCCL choice takes less than this many microseconds
+  // keeps NCCL's choice, untimed, after its baseline samples (search::Options::minTaskMicros). 0: all tasks.
+  double minTaskUs = 40;
+  // AUTOCCL_REGRET_PCT (online mode, percent): the fraction of a task's time that exploring it may cost against NCCL's
+  // choice, beyond an allowance of four of its calls (search::Options::regretBudget). 0: unbounded.
+  double regretBudget = 0.03;
   bool valid = true;
   std::string error;        // why !valid (one line, for the single WARN)
 };

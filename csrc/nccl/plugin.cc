@@ -259,7 +259,8 @@ ncclabi::Result profilerStartEvent(void* context, void** eHandle, ncclabi::Event
       case ncclabi::kEvKernelLaunch:
         if (p->clock) {
           sealOpen(p);  // a plan without a Group event after it (no Coll in it)
-          LaunchClock::Launch* l = p->clock->begin(p->ctx, descr->kernelLaunch.stream);
+          LaunchClock::Launch* l =
+              p->ctx->takeLaunchTiming() ? p->clock->begin(p->ctx, descr->kernelLaunch.stream) : nullptr;
           std::lock_guard<std::mutex> lock(p->openMu);
           p->open = l;
           *eHandle = LaunchClock::launchHandle(l);

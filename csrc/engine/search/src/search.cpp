@@ -741,6 +741,24 @@ struct TaskSearch::Impl {
       finishTuning();
       return;
     }
+    // Too short to repay exploring: NCCL's choice for good, with no more timed calls.
+    if (o.minTaskMicros > 0 && d.n() >= std::min(3, std::max(o.baselineSamples, 1)) && d.med() < o.minTaskMicros) {
+      st.defaultMedian = st.bestMedian = d.med();
+      st.noise = d.relNoise();
+      st.smallTask = true;
+      pending.clear();
+      queue.clear();
+      toFinal(Config());
+      return;
+    }
+    if (o.regretBudget > 0 && d.n() > 0 && !regretAllowed(d.med())) {
+      st.regretStop = true;
+      for (Eval& e : evals)  // what is still in flight or queued is not waited for
+        if (&e != &d && !e.finished()) e.want = e.n() + e.inflight;
+      queue.clear();
+      finishTuning();
+      return;
+    }
     if (!pruned) {
       bool all = d.finished();
       for (Sub& s : subs) all = all && evals[static_cast<size_t>(s.xEval)].finished();
@@ -1269,9 +1287,27 @@ struct TaskSearch::Impl {
   void record(Eval& e, double us, double alt) {
     int effCh = e.cfg.isDefault() ? sp.ncclChannels : e.cfg.channels;
     if (effCh <= 0) effCh = sp.ncclChannels > 0 ? sp.ncclChannels : sp.maxChannels;
-    e.samples.push_back(o.objective(e.cfg, effCh, us));
+    const double v = o.objective(e.cfg, effCh, us);
+    if (mode == Mode::kTuning && dflt >= 0 && &e != &evals[static_cast<size_t>(dflt)]) {
+      const Eval& d = evals[static_cast<size_t>(dflt)];
+      if (!d.samples.empty()) {
+        st.regretMicros += v - d.med();
+        // One far slower sample is enough: the candidate gets no more (its pending calls still run).
+        const double ref = inc >= 0 && !evals[static_cast<size_t>(inc)].samples.empty() ? evals[static_cast<size_t>(inc)].med() : d.med();
+        if (o.abandonAbove > 0 && e.samples.empty() && v > ref * (1.0 + o.abandonAbove)) {
+          e.want = 1;
+          st.abandoned++;
+        }
+      }
+    }
+    e.samples.push_back(v);
     if (std::isfinite(alt) && alt > 0) e.alt.push_back(o.objective(e.cfg, effCh, alt));
     st.samples++;
+  }
+  // Whether exploration may go on under Options::regretBudget, NCCL's median being `dmed`.
+  bool regretAllowed(double dmed) const {
+    const double calls = static_cast<double>(tuningCallsThisRound);
+    return st.regretMicros <= (o.regretBudget * calls + o.regretAllowance) * dmed;
   }
 };
 

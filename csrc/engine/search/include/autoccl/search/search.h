@@ -169,6 +169,20 @@ struct Options {
   // pinned within the budget counted from its first call (process-mode demo: searches starting at call 17
   // pinned at call 155-158).
   bool defaultTimedBefore = false;
+  // A task whose NCCL choice costs less than this (µs, median of its baseline samples) keeps NCCL's choice
+  // for good, untimed: a few per cent of a short call cannot repay exploring it (each timed call costs the
+  // host more than such a gain returns in a short run; on 2 x H100 a timed 1-4 MiB call took 20-45 % longer
+  // in nccl-tests' loop). 0: every task is searched.
+  double minTaskMicros = 0;
+  // Exploration may cost the task at most regretBudget x (its tuning calls so far x NCCL's median) plus
+  // regretAllowance x NCCL's median, counted as the sum over trial samples of (sample - NCCL's median): a
+  // faster trial pays back what a slower one cost. Beyond that, tuning ends with the incumbent (a candidate
+  // other than NCCL's choice still has to win the duel). regretBudget 0: no bound.
+  double regretBudget = 0;
+  double regretAllowance = 4;
+  // A candidate whose first sample is this much slower than the incumbent (relative) gets no further
+  // samples: one slow call is already what it costs. 0: off.
+  double abandonAbove = 0;
 };
 
 // A tuned configuration known for another (or the same) size of the task, e.g. from a table.
@@ -193,6 +207,10 @@ struct Stats {
   double defaultMedian = 0;     // objective of NCCL's default (median), 0 if unmeasured
   double bestMedian = 0;        // objective of the pinned configuration (median)
   double noise = 0;             // relative noise (1.4826 MAD / median) of the default
+  double regretMicros = 0;      // exploration's net cost against NCCL's median (Options::regretBudget)
+  bool smallTask = false;       // kept NCCL's choice below Options::minTaskMicros
+  bool regretStop = false;      // tuning ended by the regret budget
+  uint64_t abandoned = 0;       // candidates given up after one far slower sample (Options::abandonAbove)
 };
 
 class TaskSearch {
