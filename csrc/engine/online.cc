@@ -252,6 +252,9 @@ class OnlineSource final : public DecisionSource {
       d.config.chunkHalvings = c.chunkHalvings;
     }
     d.stable = s->seg.phase == search::Phase::kFinal && s->seg.end == search::kForever;
+    // The Context caches a stable decision and asks no more: this task's need for timing ends here (a
+    // search that ended early, e.g. a task below Options::minTaskMicros, kept timing on for good otherwise).
+    if (d.stable && s->needing.load(std::memory_order_relaxed)) setNeeding(s, false);
     // Samples the search planned, and the coordinator's NCCL-default calls of a task the authority had not
     // seen yet (kTuning segments without measure; the search takes them as its baseline).
     d.timed = c.measure || (s->seg.phase == search::Phase::kTuning && c.isDefault());
@@ -417,9 +420,12 @@ class OnlineSource final : public DecisionSource {
     std::vector<TableEntry> out;
     std::lock_guard<std::mutex> lk(mapMu_);
     for (auto& [key, s] : tasks_) {
-      if (!s->search || !s->search->converged()) continue;
+      if (!s->search) continue;
       search::Stats st = s->search->stats();
       search::Config b = s->search->best();
+      if (!s->search->converged()) {  // a lead the next job verifies first (TaskSearch::provisional)
+        if (!s->search->provisional(&b, &st.bestMedian, &st.defaultMedian)) continue;
+      }
       TableEntry e;
       e.key = key;
       if (b.isDefault()) {  // NCCL's own choice won: the pair NCCL used, channels 0 (NCCL's own count)
@@ -770,11 +776,15 @@ search::Options onlineSearchOptions() {
   // What exploring may cost the job (docs/online-search.md, "Bounded exploration"): pairs NCCL's model puts
   // more than twice its choice are not probed (a probe of LL at 1 GiB is several times slower
   // than the call it replaces); a candidate whose first sample is 30 % behind the incumbent gets no more; a
-  // task's trials may cost it 3 % of its calls' time plus four of its calls.
+  // task's trials may cost it 10 % of its calls' time plus sixteen of its calls.
   o.maxCostRatio = 2.0;
   o.abandonAbove = 0.3;
-  o.regretBudget = 0.03;
-  o.regretAllowance = 4;
+  o.regretBudget = 0.10;
+  o.regretAllowance = 16;
+  // A table's entry is verified against NCCL's choice on 3 samples a side at each start: a job may give a
+  // task only about a hundred calls (nccl-tests: 40 timed calls per size and placement). A search that has
+  // not ended when the job does leaves its lead for the next job (TaskSearch::provisional).
+  o.verifySamples = 3;
   // A planned sample is given up by elapsed time (and by later samples overtaking it), not by the
   // number of later calls alone: a burst of host run-ahead (hundreds of calls launched before the GPU
   // reports the first) would otherwise lose every sample of the burst (nccl-tests' warm-up, 2026-11-22).

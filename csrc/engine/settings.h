@@ -62,8 +62,8 @@ struct Settings {
   // keeps NCCL's choice, untimed, after its baseline samples (search::Options::minTaskMicros). 0: all tasks.
   double minTaskUs = 40;
   // AUTOCCL_REGRET_PCT (online mode, percent): the fraction of a task's time that exploring it may cost against NCCL's
-  // choice, beyond an allowance of four of its calls (search::Options::regretBudget). 0: unbounded.
-  double regretBudget = 0.03;
+  // choice, beyond an allowance of sixteen of its calls (search::Options::regretBudget). 0: unbounded.
+  double regretBudget = 0.10;
   bool valid = true;
   std::string error;        // why !valid (one line, for the single WARN)
 };

@@ -282,8 +282,9 @@ struct TaskSearch::Impl {
     if (haveExact && !retune) {
       mode = Mode::kVerify;
       hintEval = eval(pointOf(exact.cfg));
-      evals[static_cast<size_t>(dflt)].want = o.baselineSamples;
-      evals[static_cast<size_t>(hintEval)].want = o.baselineSamples;
+      const int verify = o.verifySamples > 0 ? o.verifySamples : o.baselineSamples;
+      evals[static_cast<size_t>(dflt)].want = verify;
+      evals[static_cast<size_t>(hintEval)].want = verify;
       verifyNextDefault = true;
       return;
     }
@@ -1353,6 +1354,20 @@ void TaskSearch::channelsRan(int algo, int proto, int requested, int used) {
   if (used < 1 || requested < 1 || algo < 0 || algo >= kNumAlgos || proto < 0 || proto >= kNumProtos) return;
   std::lock_guard<std::mutex> lk(mu_);
   impl_->channelsRan(algo * kNumProtos + proto, requested, used);
+}
+bool TaskSearch::provisional(Config* cfg, double* micros, double* defaultMicros) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  const Impl& m = *impl_;
+  if (m.mode != Impl::Mode::kTuning && m.mode != Impl::Mode::kDuel) return false;
+  if (m.inc < 0 || m.dflt < 0 || m.inc == m.dflt) return false;
+  const auto& i = m.evals[static_cast<size_t>(m.inc)];
+  const auto& d = m.evals[static_cast<size_t>(m.dflt)];
+  if (i.n() < m.o.minSamplesIncumbent || d.samples.empty() || !m.beats(i, d, m.o.z)) return false;
+  *cfg = i.cfg;
+  cfg->measure = false;
+  *micros = i.med();
+  *defaultMicros = d.med();
+  return true;
 }
 void TaskSearch::unprofiled() {
   std::lock_guard<std::mutex> lk(mu_);

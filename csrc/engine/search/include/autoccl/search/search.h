@@ -96,6 +96,8 @@ Objective channelPenalty(double microsPerChannel);
 
 struct Options {
   int baselineSamples = 6;      // samples of NCCL's default before anything can replace it
+  // Samples a side when a table's exact entry is verified against NCCL's choice at a start (0: baselineSamples).
+  int verifySamples = 0;
   int samplesFirst = 3;         // first block of a candidate
   int samplesMax = 10;          // a candidate close to the incumbent is sampled up to this many times
   int minSamplesIncumbent = 5;  // a candidate needs this many samples to become the incumbent
@@ -255,6 +257,11 @@ class TaskSearch {
   void unprofiled();
 
   bool converged() const;  // the last planned segment is pinned / check / final
+  // Not converged yet, but a candidate other than NCCL's choice leads on at least minSamplesIncumbent samples
+  // and beats NCCL's median by more than the noise: its configuration and both medians. What a job that ends
+  // mid-search (nccl-tests gives a size about a hundred calls) hands to the next one, which verifies it
+  // against NCCL's choice before pinning it (a table entry is a hint, never trusted blindly).
+  bool provisional(Config* cfg, double* micros, double* defaultMicros) const;
   Config best() const;     // current incumbent (the pinned config once converged)
   Stats stats() const;
 
