@@ -91,6 +91,7 @@ def _search_records(dirpath: Path) -> dict[tuple[str, int], dict[str, int]]:
                 out[(r["coll"], int(r["bytes"]))] = {
                     "search_from": int(r["search_from"]),
                     "free": int(r.get("search_free_wait_calls") or 0),
+                    "small": bool(r.get("small_task")),
                 }
     return out
 
@@ -135,6 +136,11 @@ def test_demo_end_to_end(online: Path, tmp_path: Path, processes: bool) -> None:
         # `search_from`) are the search's baseline and count against its budget.
         rec = searches.get((t["coll"], t["bytes"]), {})
         assert rec.get("search_from", 0) <= 16, t
+        if rec.get("small"):
+            # Below AUTOCCL_MIN_TASK_US: NCCL's choice once its baseline is in (candidates planned before it
+            # arrived may have run: with ranks as processes the first samples trail the calls).
+            assert t["converged_at"] <= 32 and t["tuned_config"] == t["nccl_config"], t
+            continue
         assert t["converged_at"] is not None and 0 < t["converged_at"] - rec.get("free", 0) <= 150, t
         # Convergence point: from there on the applied configuration never changed.
         cfg = lambda r: (r["algo"], r["proto"], r["channels"], r["chunk"])  # noqa: E731

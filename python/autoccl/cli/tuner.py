@@ -46,10 +46,11 @@ _table = click.option(
 _trace = click.option("--trace", default=None, help="path prefix of per-process JSONL traces of every call.")
 _ceiling = click.option(
     "--channel-ceiling",
-    type=click.IntRange(1, 64),
+    type=click.IntRange(0, 64),
     default=None,
     help="create communicators with this many channels (NCCL_MIN_CTAS=NCCL_MAX_CTAS) so the "
-    "tuner can use more than NCCL's default; changes NCCL's own default too.",
+    "tuner can use more than NCCL's default; changes NCCL's own default too. Online mode's default: 64, "
+    "with NCCL's own calls capped at a plain communicator's count (asked of NCCL here); 0: NCCL's own.",
 )
 _nccl_channels = click.option(
     "--nccl-channels",
@@ -83,6 +84,10 @@ def _build_env(
     probe_gpus: int | None = None,
 ) -> dict[str, str]:
     extra: dict[str, str] = {}
+    if mode == "online" and ceiling is None and nccl_channels is None:
+        ceiling, nccl_channels = _default_ceiling(probe_gpus)
+    elif ceiling == 0:  # NCCL's own communicators: the tuner chooses within NCCL's channel count
+        ceiling = None
     nccl_channels = resolve_nccl_channels(nccl_channels, probe_gpus, "--nccl-channels")
     if ceiling is not None:
         extra.update({"NCCL_MIN_CTAS": str(ceiling), "NCCL_MAX_CTAS": str(ceiling)})
@@ -106,6 +111,41 @@ def _build_env(
         )
     except (ValueError, ArtefactNotFound) as e:
         raise click.UsageError(str(e)) from e
+
+
+# Online mode creates communicators with this many channels so that the tuner can give a large
+# collective more than NCCL's default (2 x H100: 64 channels ran all_gather / reduce_scatter 128 MiB-1 GiB
+# 1.19-1.28x and all_reduce 1.08-1.11x faster than NCCL's 24, benchmarks/results/h100x2/), while the calls
+# it leaves to NCCL keep a plain communicator's count.
+DEFAULT_ONLINE_CEILING = 64
+
+
+def _default_ceiling(probe_gpus: int | None) -> tuple[int | None, int | None]:
+    """Online mode without --channel-ceiling/--nccl-channels: raise the ceiling and cap NCCL's own calls at
+    the count NCCL gives a plain communicator here; where NCCL cannot be asked (no GPU, no NCCL library),
+    NCCL's own communicators, said on stderr."""
+    from autoccl import nccl_probe
+
+    if not Path("/proc/driver/nvidia/gpus").is_dir():  # no NVIDIA driver: nothing to ask, nothing to raise
+        return None, None
+    try:
+        found = nccl_probe.probe_plain_channels(probe_gpus)
+    except nccl_probe.ProbeError as e:
+        click.echo(
+            f"autoccl: NCCL's plain channel count is unknown here ({e}); tuning within NCCL's own channels "
+            "(give --channel-ceiling 64 --nccl-channels N to let the tuner use more)",
+            err=True,
+        )
+        return None, None
+    if found.channels >= DEFAULT_ONLINE_CEILING:
+        return None, None
+    click.echo(
+        f"autoccl: communicators with {DEFAULT_ONLINE_CEILING} channels; calls left to NCCL keep its "
+        f"{found.channels} (a plain communicator over {found.ranks} GPUs here; "
+        "--channel-ceiling 0: NCCL's own)",
+        err=True,
+    )
+    return DEFAULT_ONLINE_CEILING, found.channels
 
 
 def _plugin_options(command: F) -> F:
