@@ -84,10 +84,11 @@ def bench() -> None:
 
 _online_channel_ceiling = click.option(
     "--online-channel-ceiling",
-    type=click.IntRange(1, 64),
+    type=click.IntRange(0, 64),
     default=None,
     help="online mode: create communicators with this many channels (NCCL_MIN_CTAS=NCCL_MAX_CTAS) so "
-    "the tuner can use more than NCCL's default; NCCL's own choice changes too (recorded in the results)",
+    "the tuner can use more than NCCL's default; NCCL's own choice changes too (recorded in the results). "
+    "Default as `autoccl run`: 64, NCCL's own calls capped at a plain communicator's count; 0: NCCL's own",
 )
 _online_nccl_channels = click.option(
     "--online-nccl-channels",
@@ -97,6 +98,23 @@ _online_nccl_channels = click.option(
     "communicator's channel count (N, or auto: NCCL is asked once on this host's GPUs), so they run as "
     "on a plain communicator (as `autoccl run --nccl-channels`)",
 )
+
+
+def _online_channels(
+    modes: Any, ceiling: int | None, nccl_channels: int | str | None
+) -> dict[str, int | None]:
+    """The online mode's communicators as `autoccl run` makes them: given options, else (with an online
+    mode) 64 channels with NCCL's own calls capped at a plain communicator's count asked of NCCL here."""
+    if ceiling == 0:
+        return {"online_channel_ceiling": None, "online_nccl_channels": None}
+    if ceiling is None and nccl_channels is None and any(getattr(m, "kind", "") == "online" for m in modes):
+        from autoccl.cli.tuner import _default_ceiling
+
+        ceiling, nccl_channels = _default_ceiling(None)
+    return {
+        "online_channel_ceiling": ceiling,
+        "online_nccl_channels": resolve_nccl_channels(nccl_channels, None, "--online-nccl-channels"),
+    }
 
 
 def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -277,8 +295,7 @@ def coll(
             reps=reps,
             check=check,
             online_warmup=online_warmup,
-            online_channel_ceiling=online_channel_ceiling,
-            online_nccl_channels=resolve_nccl_channels(online_nccl_channels, None, "--online-nccl-channels"),
+            **_online_channels(M.parse_modes(modes), online_channel_ceiling, online_nccl_channels),
             sweep_loads=S.parse_loads(sweep_loads) if sweep_loads else None,
             sweep_iters=sweep_iters,
             sweep_reps=sweep_reps,
@@ -427,8 +444,7 @@ def train(
             dtype=dtype,
             timeout_s=timeout,
             seed=seed,
-            online_channel_ceiling=online_channel_ceiling,
-            online_nccl_channels=resolve_nccl_channels(online_nccl_channels, None, "--online-nccl-channels"),
+            **_online_channels(ms, online_channel_ceiling, online_nccl_channels),
             extra={"bucket_mb": bucket_mb},
         )
         prefix = output or _default_prefix("train")
