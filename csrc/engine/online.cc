@@ -614,6 +614,12 @@ class OnlineSource final : public DecisionSource {
     // runs it too, and a sample is its configuration's own only when the call before ran it too
     // (Options::duelRun).
     if (scoring(place_.load(std::memory_order_acquire)) != Scoring::kWindow) o.duelRun = 3;
+    // Over TCP a search's segment boundaries wait for the authority through the server: 1-4 ms of the
+    // ranks' time per task in nccl-tests on 2 x H100 (lookups of 0.2-2.5 ms), which a short task's gain
+    // cannot repay within a run of a hundred calls (all_reduce 4-8 MiB pinned 64 channels, 7-10 % faster
+    // kernels, and ran 0.74-0.77x plain NCCL). Such a task keeps NCCL's choice below a higher minimum.
+    if (place_.load(std::memory_order_acquire) == Place::kTcp)
+      o.minTaskMicros = std::max(o.minTaskMicros, env_.settings->minTaskUsTcp);
     auto srch = decider_->inner.registerTask(s->key, sp, o, hints);
     if (unprofiled_[s->key.coll].load(std::memory_order_acquire)) srch->unprofiled();
     std::lock_guard<std::mutex> lk(mapMu_);

@@ -105,6 +105,9 @@ Settings loadSettings(const EnvLookup& env) {
   uint64_t minTask = static_cast<uint64_t>(s.minTaskUs);
   if (!readBounded(env, "AUTOCCL_MIN_TASK_US", 0, 1000000, &minTask, &err)) return invalid(s, err);
   s.minTaskUs = static_cast<double>(minTask);
+  uint64_t minTaskTcp = static_cast<uint64_t>(s.minTaskUsTcp);
+  if (!readBounded(env, "AUTOCCL_MIN_TASK_US_TCP", 0, 1000000, &minTaskTcp, &err)) return invalid(s, err);
+  s.minTaskUsTcp = static_cast<double>(minTaskTcp);
   uint64_t regretPct = static_cast<uint64_t>(s.regretBudget * 100.0 + 0.5);
   if (!readBounded(env, "AUTOCCL_REGRET_PCT", 0, 100, &regretPct, &err)) return invalid(s, err);
   s.regretBudget = static_cast<double>(regretPct) / 100.0;

@@ -60,7 +60,10 @@ struct Settings {
   enum class Clock { Launch, Kernel } clock = Clock::Launch;
   // AUTOCCL_MIN_TASK_US (online mode): a task whose NCCL choice takes less than this many microseconds
   // keeps NCCL's choice, untimed, after its baseline samples (search::Options::minTaskMicros). 0: all tasks.
-  double minTaskUs = 40;
+  double minTaskUs = 55;
+  // AUTOCCL_MIN_TASK_US_TCP (online mode): the same for a communicator whose ranks are in several processes
+  // (decided through the TCP coordinator, where each step of a search can wait for a round trip).
+  double minTaskUsTcp = 200;
   // AUTOCCL_REGRET_PCT (online mode, percent): the fraction of a task's time that exploring it may cost against NCCL's
   // choice, beyond an allowance of sixteen of its calls (search::Options::regretBudget). 0: unbounded.
   double regretBudget = 0.10;

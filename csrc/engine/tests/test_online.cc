@@ -64,7 +64,9 @@ Settings onlineSettings(const std::string& cacheDir = "", const std::string& max
   // Drift checks spaced by calls alone (as with no clock): these cases run thousands of calls in
   // milliseconds and check that every rank follows the checks too.
   std::map<std::string, std::string> env = {
-      {"AUTOCCL_MODE", "online"}, {"AUTOCCL_HW", "GPU Xx4"}, {"AUTOCCL_RECHECK_MS", "0"}};
+      {"AUTOCCL_MODE", "online"}, {"AUTOCCL_HW", "GPU Xx4"}, {"AUTOCCL_RECHECK_MS", "0"},
+      // The synthetic tasks take 50-140 us; over TCP a search needs 200 us by default (round trips).
+      {"AUTOCCL_MIN_TASK_US_TCP", "50"}};
   if (!score.empty()) env["AUTOCCL_SCORE"] = score;
   if (!inprocScore.empty()) env["AUTOCCL_INPROC_SCORE"] = inprocScore;
   if (!cacheDir.empty()) env["AUTOCCL_CACHE_DIR"] = cacheDir;
@@ -518,6 +520,30 @@ Converged driveToConvergence(Comm& comm, const std::vector<TaskSpec>& tasks, int
       for (size_t r = 0; r < comm.ranks.size(); ++r)
         c.seen[r][t].push_back(comm.ranks[r]->call(tasks[t].coll, tasks[t].bytes, tasks[t].model));
   return c;
+}
+
+// A task shorter than AUTOCCL_MIN_TASK_US keeps NCCL's choice once its baseline is in, although another
+// configuration is a third faster: exploring a 30 us call cannot repay itself (on 2 x H100 timed 1-8 MiB calls
+// cost 20-45 % each). Its calls stop being timed; a longer task beside it is still searched and pinned.
+void testSmallTaskKeepsNccl() {
+  Runtime rt(onlineSettings(), 22809, 22803, "/nonexistent");
+  Logs logs;
+  Comm comm(rt, 0x5A11ULL, 2, {0, 1}, &logs);
+  CostModel small;
+  small.set(kRing, kSimple, 30, 24, 0.30);
+  small.set(kRing, kLL128, 20, 8, 0.25);
+  small.set(kRing, kLL, 25, 16, 0.10);
+  std::vector<TaskSpec> tasks = {{kAllReduce, 1u << 20, small}, {kAllReduce, 8u << 20, modelLL128At8()}};
+  Converged c = driveToConvergence(comm, tasks, 600);
+  const std::vector<Applied>& a = c.seen[0][0];
+  const size_t from = stableFrom(a);
+  std::fprintf(stderr, "  small task: stable from call %zu on %s\n", from, a.back().str().c_str());
+  CHECK(a.back().isDefault());
+  CHECK(from <= 24);
+  CHECK(c.seen[1][0] == a);
+  CHECK_NEAR_OPTIMUM(tasks[1].model, c.seen[0][1].back());
+  CHECK_EQ(comm.mask, 0);  // neither is timed in the steady state
+  for (auto& r : comm.ranks) r->ctx.finalizeTuner();
 }
 
 // The search pins within a bounded number of calls, on the clearly best configuration of each task
@@ -1100,7 +1126,9 @@ struct TcpPair {
     clearCoordEnv();
     setenv("AUTOCCL_COORD_ADDR", ("127.0.0.1:" + std::to_string(testenv::freePort())).c_str(), 1);
     setenv("AUTOCCL_COORD_TOKEN", "tcp-pair-test", 1);
-    settings = loadSettings(envOf(env));
+    std::map<std::string, std::string> e = env;
+    e.emplace("AUTOCCL_MIN_TASK_US_TCP", "50");  // the synthetic tasks take 50-140 us (no round trips here)
+    settings = loadSettings(envOf(e));
     CHECK(settings.valid);
     std::string err;
     authority = makeOnlineSource(envFor(0, &authorityProcess), &err);
@@ -1518,6 +1546,7 @@ int main(int argc, char** argv) {
   static const autoccl::test::Case cases[] = {
       {"online_agreement_threads", testAgreementThreads},
       {"online_convergence", testConvergence},
+      {"online_small_task_keeps_nccl", testSmallTaskKeepsNccl},
       {"online_follower_ignores_own_measurements", testFollowerIgnoresOwnMeasurements},
       {"online_not_all_local", testNotAllLocal},
       {"online_inproc_slowest_rank", testInprocSlowestRank},
