@@ -1,10 +1,10 @@
 #!/bin/bash
-# GPU session 1: collectives AG/RS/AR x 1 MB..1 GB at load none/light/heavy, modes nccl, online,
+# The collective matrix: AG/RS/AR x 1 MB..1 GB at load none/light/heavy, modes nccl, online,
 # static-best. One command per part (each < 10 min), in this order:
-#   bash benchmarks/h200/session1_coll.sh install     # ~3-5 min: build + install the plugin
-#   bash benchmarks/h200/session1_coll.sh base        # ~4 min: nccl + online (one launch per load)
-#   bash benchmarks/h200/session1_coll.sh staticbest  # ~8 min: 14-setting sweep at load none, winner re-measured
-#   bash benchmarks/h200/session1_coll.sh check       # ~2 min: data check of every collective, nccl and online
+#   bash benchmarks/h200/coll_matrix.sh install     # ~3-5 min: build + install the plugin
+#   bash benchmarks/h200/coll_matrix.sh base        # ~4 min: nccl + online (one launch per load)
+#   bash benchmarks/h200/coll_matrix.sh staticbest  # ~8 min: 14-setting sweep at load none, winner re-measured
+#   bash benchmarks/h200/coll_matrix.sh check       # ~2 min: data check of every collective, nccl and online
 # Estimated device time: ~17-19 min. The GPU count comes from the machine (2, 4 or 8 GPUs).
 source "$(dirname "$0")/common.sh"
 COMMON=(--colls ag,rs,ar --sizes 1M:1G:x2 --dtype bf16 --load none,light,heavy -w 5 -n 20 -r 5)

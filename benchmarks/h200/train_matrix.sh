@@ -1,9 +1,9 @@
 #!/bin/bash
-# GPU session 3: a GPT-style training step (bf16) with FSDP2 and DDP on all local GPUs, modes nccl vs
+# The training matrix: a GPT-style training step (bf16) with FSDP2 and DDP on all local GPUs, modes nccl vs
 # online, 200 iterations each with a per-iteration trace. One command per part (each < 10 min):
-#   bash benchmarks/h200/session3_train.sh install   # ~3-5 min
-#   bash benchmarks/h200/session3_train.sh 350m      # 4 launches, ~3 min
-#   bash benchmarks/h200/session3_train.sh 1.3b      # 4 launches, ~5 min
+#   bash benchmarks/h200/train_matrix.sh install   # ~3-5 min
+#   bash benchmarks/h200/train_matrix.sh 350m      # 4 launches, ~3 min
+#   bash benchmarks/h200/train_matrix.sh 1.3b      # 4 launches, ~5 min
 # Estimated device time: ~13 min.
 source "$(dirname "$0")/common.sh"
 part=${1:?part: install|350m|760m|1.3b}
