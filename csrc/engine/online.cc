@@ -342,9 +342,9 @@ class OnlineSource final : public DecisionSource {
   // process launching several GPUs is host-bound at small sizes: on 4 x H200 a config whose kernels were
   // 31 us ran at 54 us per call while NCCL's 24-channel choice ran at 42 (all_reduce 4 MiB, nccl-tests
   // -g 4); the stream period sees that, the window does not. One process per GPU scores by the window
-  // (the period also carries the profiler's host cost there: 1.075x against 1.107x, session 6) but lets
+  // (the period also carries the profiler's host cost there: 1.075x against 1.107x on 4 x H200) but lets
   // the period check the duel: tree/simple/61 all_reduce 16 MiB on 2 x H200 had 63-65 us windows against
-  // NCCL's 68-70 and held the stream 90 us per call (NCCL's choice: 73), 2026-11-22.
+  // NCCL's 68-70 and held the stream 90 us per call (NCCL's choice: 73).
   enum class Scoring { kWindow, kWindowCheckedByPeriod, kPeriodCheckedByWindow };
   Scoring scoring(Place place) const {
     if (!env_.settings) return Scoring::kWindow;
@@ -576,7 +576,7 @@ class OnlineSource final : public DecisionSource {
     sp.startChannels = commCap_.load(std::memory_order_relaxed);
     if (env_.chunkCallback && env_.settings->tuneChunk) {
       // Halvings of NCCL's chunk (the only direction NCCL >= 2.30 lets a tuner go for these pairs). 2 x H200,
-      // ring on 64 channels, fixed chunks (h200x2/nccl_tests/session17/nccl230_probe): Simple 2 MiB -> 1 MiB
+      // ring on 64 channels, fixed chunks (h200x2/nccl-2.30-chunk-size/probe): Simple 2 MiB -> 1 MiB
       // +3-9 % at 256 MiB, 2 MiB -> 256 KiB +4-8 % at 64 MiB, 128 KiB 3-8 % worse at 1 GiB; LL128 576000 ->
       // 144000 B +6-11 % at 64 MiB; at 4-16 MiB no chunk changed anything: a chunk matters only where it
       // splits a step's data (per rank and channel). So a protocol's chunk is searched only where its
@@ -804,7 +804,7 @@ void RankMerge::add(const TaskKey& task, int rank, const Measurement& m) {
   // timing lengthens with the channel count (reduce_scatter 16 MiB on 4 x H200, NCCL's 64-channel choice:
   // median windows 53/64/75/89 us on ranks 0-3, ring/simple/20 57 on every rank; of the calls whose windows
   // differed by > 15 %, rank 0's was the shortest in 97 % for all_gather, reduce_scatter and broadcast,
-  // 2026-11-22, session7/call5_cycles/rank_windows.md). Another rank's window never counts: a rank does not
+  // benchmarks/results/h200x4/window-vs-period). Another rank's window never counts: a rank does not
   // decide by its own measurements.
   p.m.altUs = authorityAlt;
   if (++p.count == nRanks_) {

@@ -353,7 +353,7 @@ def test_online_threads_score_stream_period(plugin: Path, score: str) -> None:
 def test_nccl_channels_caps_nccls_choice_on_raised_communicators(plugin: Path) -> None:
     """`--channel-ceiling 64` raises every communicator to 64 channels (NCCL_MIN_CTAS), and NCCL's own
     choice with it: all 64 where a plain communicator has 24, slower at 1-2 MiB on H200
-    (benchmarks/results/h200x2/nccl_tests/session11). AUTOCCL_NCCL_CHANNELS=24 caps every call whose
+    (benchmarks/results/h200x2/nccl-channels-cap). AUTOCCL_NCCL_CHANNELS=24 caps every call whose
     channel count the plugin leaves to NCCL at a plain communicator's count; tuned calls still reach 64."""
     sc = bounded(scenario(60))
     raised = {"NCCL_MIN_CTAS": "64", "NCCL_MAX_CTAS": "64", "AUTOCCL_MAX_CHANNELS": "64"}

@@ -9,7 +9,7 @@
 // deterministic cost model of (algo, proto, effective channels).
 //
 // Cases (argv[1]); `online_hot_path` is the benchmark of the converged decision path
-// (benchmarks/results/cpu/engine_hot_path.md).
+// (benchmarks/results/cpu/engine-hot-path).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1452,7 +1452,7 @@ void testOnlineHotPath() {
   CHECK(per[0].size() > size_t(n) * 9 / 10);  // almost every call ran with timing off
   CHECK(batchN > n / 2);
 #if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-  CHECK(a.median < 1000.0);  // issue 3 target: < 1 us per call
+  CHECK(a.median < 1000.0);  // the target: < 1 us per call
   CHECK(f.median < 1000.0);
 #endif
   for (auto& r : comm.ranks) r->ctx.finalizeTuner();
@@ -1461,7 +1461,7 @@ void testOnlineHotPath() {
 // The decision path of a pinned task when ranks are in different processes (TCP board, what one process
 // per GPU runs): the follower's and the authority's decide() per call once the task is pinned, each call
 // timed on its own (drift re-check planning included; no kernel events here). Same target as online_hot_path (< 1 us median in optimized, unsanitized builds); the
-// numbers go to benchmarks/results/cpu/engine_hot_path.md.
+// numbers go to benchmarks/results/cpu/engine-hot-path.
 void testOnlineTcpPinnedCost() {
   using clk = std::chrono::steady_clock;
   TcpPair pair({{"AUTOCCL_MODE", "online"}, {"AUTOCCL_HW", "GPU Xx4"}});

@@ -71,7 +71,7 @@ void setDefaultFromCost(Model& m) {
 // log2(chunk) with random optima and curvatures; NCCL's cost table is a noisy estimate of it. NCCL's
 // chunk is 512 KiB; the tunable ones are its halvings (as NCCL >= 2.30 allows a tuner). The chunk's
 // optimum lies between NCCL's and 16x smaller, and costs at most ~15 % away from it (2 x H200: smaller
-// chunks gained up to 12 %, h200x2/nccl_tests/session17/nccl230_probe).
+// chunks gained up to 12 %, h200x2/nccl-2.30-chunk-size/probe).
 Model randomModel(std::mt19937_64& rng) {
   std::uniform_real_distribution<double> u(0.0, 1.0);
   Model m;

@@ -1,4 +1,4 @@
-// Agreement on per-call decisions (issue 3). One authority per communicator (its rank 0) decides;
+// Agreement on per-call decisions. One authority per communicator (its rank 0) decides;
 // every rank applies the decision for (task, call index). NCCL-free; see docs/online-search.md.
 //
 // The *board* is the single store of decisions. Decisions are immutable plan segments

@@ -1,4 +1,4 @@
-// Online search for one collective task (issue 3): subspaces = supported (algorithm, protocol) pairs,
+// Online search for one collective task: subspaces = supported (algorithm, protocol) pairs,
 // coordinate descent over channels (and chunk size on tuner v6) inside each, as a schedule keyed by
 // call index. NCCL-free; see docs/online-search.md.
 //
