@@ -19,14 +19,14 @@ namespace {
 // Timing on this many calls before a segment ends (a check block may follow): NCCL reads the mask when
 // a group starts, so the call before the check must switch it on. More costs time where the host is the
 // bottleneck: with one process for 2 GPUs, 8 timed calls before each check doubled a 4 MiB all_gather's
-// out-of-place time in nccl-tests' last pass (49 us vs 23 us in-place, 2026-11-22).
+// out-of-place time in nccl-tests' last pass (49 us vs 23 us in-place).
 constexpr uint64_t kNeedLookahead = 2;
 // ... and for this many calls after the last timed one: a call scored by its period ends at the next
 // call's kernel start, which NCCL profiles only if the mask was on when that call's group started. Not
 // until the timed calls' events arrive: NCCL caches the mask per operation at launch, so their events come
 // anyway, and holding the mask meanwhile timed every call of the process for tens of calls after each
 // drift check (one process per GPU, 4 x H200, reduce_scatter 4 MiB: 39 calls of nccl-tests' last pass
-// timed, 61.7 us per call against 30.6 in the pass before, 2026-11-22).
+// timed, 61.7 us per call against 30.6 in the pass before).
 constexpr uint64_t kNeedAfter = 1;
 constexpr int kLocalWaitMs = 2000;       // in-process board: wait for all ranks of a comm to attach
 constexpr int kSealMs = 5000;            // TCP server: unanswered NEED -> final NCCL default
@@ -222,7 +222,7 @@ class OnlineSource final : public DecisionSource {
         // the authority can plan now: ask for it at once, so that its lookup at this segment's end finds
         // it at hand instead of waiting a round trip to the authority in the middle of the job's calls
         // (over TCP ~0.1 ms, up to 1.7 ms; one such wait in a 40-call nccl-tests loop of 24 us calls
-        // made it 1.6x slower, 2 x H200, 2026-11-22). Tuning segments are not asked ahead: planning
+        // made it 1.6x slower, 2 x H200). Tuning segments are not asked ahead: planning
         // them early would plan them with fewer samples.
         if (s->seg.phase != search::Phase::kTuning && s->seg.end != search::kForever)
           agree_->prefetch(s->key, s->seg.end);
@@ -663,7 +663,7 @@ class OnlineSource final : public DecisionSource {
   // is published as usual. Not assumed: a pinned task whose drift check waits for time (recheckMinMs) ends
   // a segment every interval/4 calls with no check after it, and timing the 2 calls before each of those
   // cost one process per GPU on 2 x H200 10-15 us per call at reduce_scatter 4 MiB (NCCL's choice pinned,
-  // 35-40 us per call against plain NCCL's 25.5, 2026-11-22).
+  // 35-40 us per call against plain NCCL's 25.5).
   bool nextTimed(TaskState* s, uint64_t at) {
     if (!authority_) {  // a reporting rank: timed if the segment is already here (prefetched), else not
       coord::Segment n;
@@ -678,7 +678,7 @@ class OnlineSource final : public DecisionSource {
   // while would keep every call of the process timed until its next call: nccl-tests times all other
   // sizes in between, a training step all other tasks, and a size seen only in a warm-up may never come
   // back (nccl-tests -f 4 warms up sizes it never times: one process for 4 GPUs then ran every call of
-  // every pass timed, all_reduce 4 MiB at 88-129 us per call against plain NCCL's 43, 2026-11-22). Once
+  // every pass timed, all_reduce 4 MiB at 88-129 us per call against plain NCCL's 43). Once
   // kIdleCalls calls of other tasks have passed, it lets go; its next call asks again (that call may go
   // untimed: NCCL reads the mask when a group starts; the search gives such a sample up after
   // reorderSlack calls). A task still searching with samples in flight holds on longer (kIdleCallsHard):
@@ -686,7 +686,7 @@ class OnlineSource final : public DecisionSource {
   // 72 calls instead of 36 when it let go at once). So does a searching task that comes back every few
   // calls (a training step's collectives), for one such gap: FSDP2 on 2 x H200 called its 420 MB
   // reduce_scatter once per step, 74 calls apart; let go after 16 with its sample delivered, rank 0 lost
-  // the next sample every time, 62 of 132 (2026-11-23). nccl-tests calls one size back to back (gap 0),
+  // the next sample every time, 62 of 132. nccl-tests calls one size back to back (gap 0),
   // so there nothing changes. A pinned task lets go after kIdleCalls: its check's events come anyway
   // (see kNeedAfter).
   void releaseIdleHolders(TaskState* current) {
@@ -760,7 +760,7 @@ search::Options onlineSearchOptions() {
   o.drift = true;
   // A planned sample is given up by elapsed time (and by later samples overtaking it), not by the
   // number of later calls alone: a burst of host run-ahead (hundreds of calls launched before the GPU
-  // reports the first) would otherwise lose every sample of the burst (nccl-tests' warm-up, 2026-11-22).
+  // reports the first) would otherwise lose every sample of the burst (nccl-tests' warm-up).
   o.clockMs = [] {
     return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                      std::chrono::steady_clock::now().time_since_epoch())
@@ -916,7 +916,7 @@ void ArrivalMerge::deliverLocked(const Key& key, Pending& p) {
   // algorithm's own asymmetry (which is): tree/simple all_reduce 16 MiB on 2 x H200 in nccl-tests had rank
   // 0's windows at 88 us and rank 1's at 63 us on every call and held the stream 94 us per call against
   // NCCL's ring with 75/73 us windows and 80 us; scored by rank 1's window, with the period lowered alike,
-  // tree/simple was pinned and the cell ran 0.85x plain NCCL (2026-11-23). The two cannot be told apart per
+  // tree/simple was pinned and the cell ran 0.85x plain NCCL. The two cannot be told apart per
   // call, so only an excess of the authority's window over the shortest beyond kAsymmetry of the shortest
   // is taken for a wait (the largest asymmetry seen there: 0.65, tree/simple/18 at 8 MiB); inside training
   // rank 0 waited up to 20x the transfer. Capping the excess at kAsymmetry instead (a wait counted up to
