@@ -14,7 +14,7 @@ namespace autoccl::engine {
 namespace {
 // Stream idle after a call for longer than this is a host pause (Measurement::hostPauseUs). A host-bound
 // call idles its stream for the host's launch cost: 20-70 us per call for one process launching 4 GPUs
-// with the profiler on (4 x H200, 2026-11-22).
+// with the profiler on (4 x H200).
 constexpr double kHostPauseUs = 500.0;
 // Calls of a collective decided while timing was on, none of them reported by the profiler: NCCL does not
 // profile that collective here. Coll events are emitted on the host when NCCL launches the call, a few calls
@@ -477,7 +477,7 @@ void Context::onMeasurement(const Measurement& in) {
         const double period = static_cast<double>(in.startNs - out.startNs) / 1000.0;
         // Idle for longer, the stream waited for the host to come back (periods spanning the end of a
         // nccl-tests pass read 21.7 ms for an 805 us all_gather and 1011 us for a 224 us one, and lost the
-        // duel for configurations 20 % faster, 2 x H200, 2026-11-23): such a period says nothing of the call.
+        // duel for configurations 20 % faster, 2 x H200): such a period says nothing of the call.
         const double idle = period - out.gpuUs;
         if (idle > kHostPauseUs) out.hostPauseUs = idle;
         else out.periodUs = period;

@@ -19,14 +19,14 @@ namespace {
 // Timing on this many calls before a segment ends (a check block may follow): NCCL reads the mask when
 // a group starts, so the call before the check must switch it on. More costs time where the host is the
 // bottleneck: with one process for 2 GPUs, 8 timed calls before each check doubled a 4 MiB all_gather's
-// out-of-place time in nccl-tests' last pass (49 us vs 23 us in-place, 2026-11-22).
+// out-of-place time in nccl-tests' last pass (49 us vs 23 us in-place).
 constexpr uint64_t kNeedLookahead = 2;
 // ... and for this many calls after the last timed one: a call scored by its period ends at the next
 // call's kernel start, which NCCL profiles only if the mask was on when that call's group started. Not
 // until the timed calls' events arrive: NCCL caches the mask per operation at launch, so their events come
 // anyway, and holding the mask meanwhile timed every call of the process for tens of calls after each
 // drift check (one process per GPU, 4 x H200, reduce_scatter 4 MiB: 39 calls of nccl-tests' last pass
-// timed, 61.7 us per call against 30.6 in the pass before, 2026-11-22).
+// timed, 61.7 us per call against 30.6 in the pass before).
 constexpr uint64_t kNeedAfter = 1;
 constexpr int kLocalWaitMs = 2000;       // in-process board: wait for all ranks of a comm to attach
 constexpr int kSealMs = 5000;            // TCP server: unanswered NEED -> final NCCL default
@@ -226,7 +226,7 @@ class OnlineSource final : public DecisionSource {
         // the authority can plan now: ask for it at once, so that its lookup at this segment's end finds
         // it at hand instead of waiting a round trip to the authority in the middle of the job's calls
         // (over TCP ~0.1 ms, up to 1.7 ms; one such wait in a 40-call nccl-tests loop of 24 us calls
-        // made it 1.6x slower, 2 x H200, 2026-11-22). Tuning segments are not asked ahead: planning
+        // made it 1.6x slower, 2 x H200). Tuning segments are not asked ahead: planning
         // them early would plan them with fewer samples.
         // Over TCP a tuning segment is asked ahead too: a lookup that waits costs a round trip through
         // the server and the authority's process (0.25-1.5 ms on 2 x H100), more than planning a few
@@ -356,9 +356,9 @@ class OnlineSource final : public DecisionSource {
   // process launching several GPUs is host-bound at small sizes: on 4 x H200 a config whose kernels were
   // 31 us ran at 54 us per call while NCCL's 24-channel choice ran at 42 (all_reduce 4 MiB, nccl-tests
   // -g 4); the stream period sees that, the window does not. One process per GPU scores by the window
-  // (the period also carries the profiler's host cost there: 1.075x against 1.107x, session 6) but lets
+  // (the period also carries the profiler's host cost there: 1.075x against 1.107x on 4 x H200) but lets
   // the period check the duel: tree/simple/61 all_reduce 16 MiB on 2 x H200 had 63-65 us windows against
-  // NCCL's 68-70 and held the stream 90 us per call (NCCL's choice: 73), 2026-11-22.
+  // NCCL's 68-70 and held the stream 90 us per call (NCCL's choice: 73).
   enum class Scoring { kWindow, kWindowCheckedByPeriod, kPeriodCheckedByWindow };
   Scoring scoring(Place place) const {
     if (!env_.settings) return Scoring::kWindow;
@@ -595,7 +595,7 @@ class OnlineSource final : public DecisionSource {
     sp.startChannels = commCap_.load(std::memory_order_relaxed);
     if (env_.chunkCallback && env_.settings->tuneChunk) {
       // Halvings of NCCL's chunk (the only direction NCCL >= 2.30 lets a tuner go for these pairs). 2 x H200,
-      // ring on 64 channels, fixed chunks (h200x2/nccl_tests/session17/nccl230_probe): Simple 2 MiB -> 1 MiB
+      // ring on 64 channels, fixed chunks (h200x2/nccl-2.30-chunk-size/probe): Simple 2 MiB -> 1 MiB
       // +3-9 % at 256 MiB, 2 MiB -> 256 KiB +4-8 % at 64 MiB, 128 KiB 3-8 % worse at 1 GiB; LL128 576000 ->
       // 144000 B +6-11 % at 64 MiB; at 4-16 MiB no chunk changed anything: a chunk matters only where it
       // splits a step's data (per rank and channel). So a protocol's chunk is searched only where its
@@ -688,7 +688,7 @@ class OnlineSource final : public DecisionSource {
   // is published as usual. Not assumed: a pinned task whose drift check waits for time (recheckMinMs) ends
   // a segment every interval/4 calls with no check after it, and timing the 2 calls before each of those
   // cost one process per GPU on 2 x H200 10-15 us per call at reduce_scatter 4 MiB (NCCL's choice pinned,
-  // 35-40 us per call against plain NCCL's 25.5, 2026-11-22).
+  // 35-40 us per call against plain NCCL's 25.5).
   bool nextTimed(TaskState* s, uint64_t at) {
     if (!authority_) {  // a reporting rank: timed if the segment is already here (prefetched), else not
       coord::Segment n;
@@ -703,7 +703,7 @@ class OnlineSource final : public DecisionSource {
   // while would keep every call of the process timed until its next call: nccl-tests times all other
   // sizes in between, a training step all other tasks, and a size seen only in a warm-up may never come
   // back (nccl-tests -f 4 warms up sizes it never times: one process for 4 GPUs then ran every call of
-  // every pass timed, all_reduce 4 MiB at 88-129 us per call against plain NCCL's 43, 2026-11-22). Once
+  // every pass timed, all_reduce 4 MiB at 88-129 us per call against plain NCCL's 43). Once
   // kIdleCalls calls of other tasks have passed, it lets go; its next call asks again (that call may go
   // untimed: NCCL reads the mask when a group starts; the search gives such a sample up after
   // reorderSlack calls). A task still searching with samples in flight holds on longer (kIdleCallsHard):
@@ -711,7 +711,7 @@ class OnlineSource final : public DecisionSource {
   // 72 calls instead of 36 when it let go at once). So does a searching task that comes back every few
   // calls (a training step's collectives), for one such gap: FSDP2 on 2 x H200 called its 420 MB
   // reduce_scatter once per step, 74 calls apart; let go after 16 with its sample delivered, rank 0 lost
-  // the next sample every time, 62 of 132 (2026-11-23). nccl-tests calls one size back to back (gap 0),
+  // the next sample every time, 62 of 132. nccl-tests calls one size back to back (gap 0),
   // so there nothing changes. A pinned task lets go after kIdleCalls: its check's events come anyway
   // (see kNeedAfter).
   void releaseIdleHolders(TaskState* current) {
@@ -797,7 +797,7 @@ search::Options onlineSearchOptions() {
   o.verifySamples = 3;
   // A planned sample is given up by elapsed time (and by later samples overtaking it), not by the
   // number of later calls alone: a burst of host run-ahead (hundreds of calls launched before the GPU
-  // reports the first) would otherwise lose every sample of the burst (nccl-tests' warm-up, 2026-11-22).
+  // reports the first) would otherwise lose every sample of the burst (nccl-tests' warm-up).
   o.clockMs = [] {
     return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                      std::chrono::steady_clock::now().time_since_epoch())
@@ -841,7 +841,7 @@ void RankMerge::add(const TaskKey& task, int rank, const Measurement& m) {
   // timing lengthens with the channel count (reduce_scatter 16 MiB on 4 x H200, NCCL's 64-channel choice:
   // median windows 53/64/75/89 us on ranks 0-3, ring/simple/20 57 on every rank; of the calls whose windows
   // differed by > 15 %, rank 0's was the shortest in 97 % for all_gather, reduce_scatter and broadcast,
-  // 2026-11-22, session7/call5_cycles/rank_windows.md). Another rank's window never counts: a rank does not
+  // benchmarks/results/h200x4/window-vs-period). Another rank's window never counts: a rank does not
   // decide by its own measurements.
   p.m.altUs = authorityAlt;
   if (++p.count == nRanks_) {
@@ -953,7 +953,7 @@ void ArrivalMerge::deliverLocked(const Key& key, Pending& p) {
   // algorithm's own asymmetry (which is): tree/simple all_reduce 16 MiB on 2 x H200 in nccl-tests had rank
   // 0's windows at 88 us and rank 1's at 63 us on every call and held the stream 94 us per call against
   // NCCL's ring with 75/73 us windows and 80 us; scored by rank 1's window, with the period lowered alike,
-  // tree/simple was pinned and the cell ran 0.85x plain NCCL (2026-11-23). The two cannot be told apart per
+  // tree/simple was pinned and the cell ran 0.85x plain NCCL. The two cannot be told apart per
   // call, so only an excess of the authority's window over the shortest beyond kAsymmetry of the shortest
   // is taken for a wait (the largest asymmetry seen there: 0.65, tree/simple/18 at 8 MiB); inside training
   // rank 0 waited up to 20x the transfer. Capping the excess at kAsymmetry instead (a wait counted up to

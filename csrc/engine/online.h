@@ -1,4 +1,4 @@
-// Mode `online` (issue 3): the search (autoccl_search) behind the agreement layer (autoccl_coord).
+// Mode `online`: the search (autoccl_search) behind the agreement layer (autoccl_coord).
 //
 // One authority per communicator: the context of its rank 0 (rank from the profiler pairing) owns a
 // coord::SearchDecider and feeds it the GPU times of its own kernels. Every rank, the authority
@@ -99,7 +99,7 @@ class RankMerge {
 // window runs from its own arrival to the collective's end, so an early rank's includes its wait for the
 // others and only the last to arrive measures the collective alone. Inside training that wait dominates:
 // rank 0's window of a 25 MB all_gather (FSDP2, 2 x H200) had a median of 1.2-1.5 ms against a 60 us
-// transfer, and the search compared waits (benchmarks/results/h200x2/bench/session13_train_ceiling64_cap).
+// transfer, and the search compared waits (benchmarks/results/h200x2/fsdp2-training).
 // The other ranks' windows come over the board (Board::report -> Decider::observe). A call is delivered
 // once every reporting rank has answered; one still missing a report kWaitMs after the authority's own
 // time is given up as untimed (scored by fewer ranks it could carry the wait of the rank that was lost:

@@ -1,5 +1,5 @@
 // Decision sources: where a call's configuration comes from. The shim never decides; the Context
-// asks its DecisionSource. An online policy (issue 3) implements this interface and is created in
+// asks its DecisionSource. An online policy implements this interface and is created in
 // makeDecisionSource(); nothing in csrc/nccl has to change for it.
 #pragma once
 

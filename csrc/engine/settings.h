@@ -41,7 +41,7 @@ struct Settings {
   // kReportRanks ranks send theirs to the authority): the last rank to arrive waits for nobody, so its
   // window is the collective's own time, while an early rank's includes its wait for the others (rank 0's
   // window of a 25 MB all_gather inside FSDP2 training: 1.2-1.5 ms at the median against a 60 us
-  // transfer, 2 x H200, 2026-11-23). `own`: the authority's window alone (no reports are sent).
+  // transfer, 2 x H200). `own`: the authority's window alone (no reports are sent).
   bool xprocShortest = true;
   // AUTOCCL_SCORE (online mode): what a timed call costs. `window`: its kernel's channel timestamps
   // (first start to last stop). `period`: from its kernel's start to the start of the communicator's next

@@ -14,7 +14,7 @@ constexpr uint32_t kRecordMagic = 0x41434331;  // "ACC1": sanity tag for handles
 // GPU) KernelCh events of rank 0 carried starts 20 us-41 ms older than the call's latest channel start
 // (up to 50 of 64 channels), with normal stops: stale timestamps, which made a 7 us all_reduce read as
 // 8 ms and a 53 us reduce_scatter as 300 us. Legitimate spreads were < 2 us in 98,000 samples (both
-// launch kinds, 2026-11-22), stale ones >= 20 us. Starts more than this before the call's latest
+// launch kinds), stale ones >= 20 us. Starts more than this before the call's latest
 // channel start are left out of the duration.
 constexpr uint64_t kStaleStartNs = 10000;
 constexpr uint32_t kTrackedStarts = 64;  // NCCL's MAXCHANNELS; beyond it only min/max are kept

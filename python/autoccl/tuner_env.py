@@ -12,7 +12,7 @@ from autoccl._paths import plugin_path
 
 MODES = ("off", "observe", "fixed", "table", "online")
 
-# Kept set in every launch: NVLink multicast can take a shared host down (shared/data/h200x4/README.md).
+# Kept set in every launch: NVLink multicast can take a shared host down.
 SAFETY_ENV = {
     "NCCL_NVLS_ENABLE": "0",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",

@@ -178,11 +178,11 @@ def test_demo_processes_every_task_converges(online: Path, tmp_path: Path) -> No
     within 150 calls of its first call, as with threads. The emulator bounds the rank processes against each
     other (a lead file); without that, rank 0's timings trailed so far that most tasks kept NCCL's choice
     from call 0. A search starts where the authority first saw the task (trace `search_from`); the calls
-    before ran NCCL's choice, timed, and are its baseline. While they were 17 (a fixed window), all_gather
-    256 MiB was stable only at call 154-158 in 4 of 40 runs (benchmarks/results/cpu/session20/README.md);
-    with windows of 1, 2, 4, ... calls the search starts by call 2 and the latest task was stable at call 140
-    in 30 runs (benchmarks/results/cpu/session21/README.md). Calls that only waited for samples far behind
-    are outside the budget (trace `search_free_wait_calls`, none in those runs)."""
+    before ran NCCL's choice, timed, and are its baseline. With a fixed window of 17 such calls, all_gather
+    256 MiB was stable only at call 154-158 in 4 of 40 runs; with windows of 1, 2, 4, ... calls the search
+    starts by call 2 and the latest task was stable at call 136 in 30 runs
+    (benchmarks/results/cpu/demo-gains). Calls that only waited for samples far behind are outside the
+    budget (trace `search_free_wait_calls`)."""
     res = run_demo(DemoConfig(processes=True), tmp_path / "out")
     rec = {
         (str(r["coll"]), int(r["bytes"])): (int(r["search_from"]), int(r.get("search_free_wait_calls") or 0))

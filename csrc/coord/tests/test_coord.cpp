@@ -553,7 +553,7 @@ void tcpAuthTest() {
 // ---- ATTACH: ranks the server has not heard from ----------------------------------------------
 // The engine's server process lingers at exit on TcpServer::missingRanks() (and on open connections):
 // in the emulator a rank-0 process can finish its whole schedule before another rank's process has
-// connected at all, which made that rank fail with "coordinator unreachable" (roadmap item 3).
+// connected at all, which made that rank fail with "coordinator unreachable".
 void tcpAttachTest() {
   wire::Msg a;
   a.type = wire::kAttach;

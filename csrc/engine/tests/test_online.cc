@@ -9,7 +9,7 @@
 // deterministic cost model of (algo, proto, effective channels).
 //
 // Cases (argv[1]); `online_hot_path` is the benchmark of the converged decision path
-// (benchmarks/results/cpu/engine_hot_path.md).
+// (benchmarks/results/cpu/engine-hot-path).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -972,7 +972,7 @@ void testIdleTaskReleasesTiming() {
 // came back every 74 calls): between two of its calls it keeps the process's timing on, so that its next
 // call, very likely a sample, is timed. NCCL reads the mask when the call's group starts, before the
 // tuner decides: let go after 16 calls with its sample delivered, the task lost every other sample
-// (rank 0, 62 of 132, 2 x H200, 2026-11-23).
+// (rank 0, 62 of 132, 2 x H200).
 void testPeriodicTaskKeepsItsSamples() {
   Runtime rt(onlineSettings(), 22809, 22803, "/nonexistent");
   Logs logs;
@@ -1005,7 +1005,7 @@ void testPeriodicTaskKeepsItsSamples() {
 // A drift check's timed calls release the process's timing one call after the last of them, not when
 // their events arrive: NCCL caches the mask per operation at launch, and holding it while the events lag
 // (a host that runs tens of calls ahead of the GPU) timed every call of the process meanwhile (one process
-// per GPU, 4 x H200: 39 calls of nccl-tests' last pass, 2x slower, 2026-11-22). Events here arrive 40 calls
+// per GPU, 4 x H200: 39 calls of nccl-tests' last pass, 2x slower). Events here arrive 40 calls
 // after their call; the checks still get their samples (the task stays pinned, no re-tune).
 void testCheckReleasesTimingBeforeItsEvents() {
   Runtime rt(onlineSettings(), 22809, 22803, "/nonexistent");
@@ -1044,7 +1044,7 @@ void testCheckReleasesTimingBeforeItsEvents() {
 // host runs `lag` calls ahead of the events (run-ahead), so the budget runs out in the middle of the duel
 // with a side's first sample or two delivered; with the pause inside one of them, NCCL's choice stayed
 // (2 x H200, all_gather 512 MiB: a 21.7 ms period for an 805 us call, ring/simple/64 22 % faster lost in 5
-// of 6 runs, 2026-11-23). Here a 20 ms pause falls after every 29th call, at each phase in turn, with
+// of 6 runs). Here a 20 ms pause falls after every 29th call, at each phase in turn, with
 // events 16 or 24 calls late: every run must pin a configuration at least 20 % faster than NCCL's choice (3
 // of the 58 kept NCCL's choice before), nearly every one the model's best.
 void testHostPauseLeavesPeriodOut() {
@@ -1182,7 +1182,7 @@ struct TcpPair {
 // Ranks in different processes (TCP board): once a task is pinned, a rank's lookup at a segment end finds
 // the next segment at hand, asked for when the segment began (Board::prefetch), instead of waiting a round
 // trip to the authority in the middle of the job's calls (one such wait of 1.1-1.7 ms in a 40-call
-// nccl-tests loop made reduce_scatter 4 MiB 1.6x slower, 2 x H200, 2026-11-22). Calls are paced (0.1 ms)
+// nccl-tests loop made reduce_scatter 4 MiB 1.6x slower, 2 x H200). Calls are paced (0.1 ms)
 // as a GPU would pace them. Every call agrees.
 void testPinnedLookupsPrefetched() {
   TcpPair pair({{"AUTOCCL_MODE", "online"}, {"AUTOCCL_HW", "GPU Xx4"},
@@ -1217,7 +1217,7 @@ void testPinnedLookupsPrefetched() {
 
 // One process per GPU (TCP board) scores calls by their kernel window, and the duel checks the winner by
 // the stream period: Ring/LL128's 60 us kernels hold the stream 60 us more (as tree/simple/61 all_reduce
-// 16 MiB on 2 x H200: 63-65 us windows, 90 us per call, NCCL's choice 68-70 / 73, 2026-11-22). By the window
+// 16 MiB on 2 x H200: 63-65 us windows, 90 us per call, NCCL's choice 68-70 / 73). By the window
 // alone (AUTOCCL_SCORE=window) Ring/LL128/8 is pinned; by default NCCL's choice stays. A configuration
 // faster on both measures is still pinned (modelTreeSimpleAt16, nothing hidden).
 void testTcpDuelCheckedByPeriod() {
@@ -1490,7 +1490,7 @@ void testOnlineHotPath() {
   CHECK(per[0].size() > size_t(n) * 9 / 10);  // almost every call ran with timing off
   CHECK(batchN > n / 2);
 #if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-  CHECK(a.median < 1000.0);  // issue 3 target: < 1 us per call
+  CHECK(a.median < 1000.0);  // the target: < 1 us per call
   CHECK(f.median < 1000.0);
 #endif
   for (auto& r : comm.ranks) r->ctx.finalizeTuner();
@@ -1499,7 +1499,7 @@ void testOnlineHotPath() {
 // The decision path of a pinned task when ranks are in different processes (TCP board, what one process
 // per GPU runs): the follower's and the authority's decide() per call once the task is pinned, each call
 // timed on its own (drift re-check planning included; no kernel events here). Same target as online_hot_path (< 1 us median in optimized, unsanitized builds); the
-// numbers go to benchmarks/results/cpu/engine_hot_path.md.
+// numbers go to benchmarks/results/cpu/engine-hot-path.
 void testOnlineTcpPinnedCost() {
   using clk = std::chrono::steady_clock;
   TcpPair pair({{"AUTOCCL_MODE", "online"}, {"AUTOCCL_HW", "GPU Xx4"}});

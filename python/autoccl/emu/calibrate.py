@@ -3,8 +3,9 @@
     python -m autoccl.emu.calibrate <measurement files...> -o python/autoccl/data/perfmodel_h200x4.json
 
 Accepted inputs (detected per file):
-- nccl-tests environment sweeps as in shared/data/h200x4/nccl-tests-env-sweep.txt ("=== <coll> <knob>" then
-  "size:busbw" pairs); rows with one knob of protocol, algorithm or channel count are used;
+- nccl-tests environment sweeps ("=== <coll> <knob>" then "size:busbw" pairs, as in
+  benchmarks/results/h200x4/emulator-calibration/nccl-tests-env-sweep.txt); rows with one knob of protocol,
+  algorithm or channel count are used;
 - torch interference runs (p2_*.jsonl: tag, coll, mb, load, bw, bw_load, gemm_slow): alone bandwidths and the
   effect of a light/heavy GEMM on the collective and of the collective's channels on the GEMM;
 - oracle sweeps, JSONL lines

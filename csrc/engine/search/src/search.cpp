@@ -418,7 +418,7 @@ struct TaskSearch::Impl {
   // fresh samples: the default's tuning samples are the task's first ones, taken while the job may
   // still be settling (ranks out of step at the start of a phase, a warm-up burst), and a default
   // measured 3x slow then lost to a configuration that is slower in steady state (nccl-tests on
-  // 4 x H200, one process per GPU: all_reduce 4 MiB pinned tree/ll128/22, 0.945x plain, 2026-11-22).
+  // 4 x H200, one process per GPU: all_reduce 4 MiB pinned tree/ll128/22, 0.945x plain).
   void startDuel(double noise) {
     const Config dc = evals[static_cast<size_t>(dflt)].cfg, ic = evals[static_cast<size_t>(inc)].cfg;
     pending.clear();
@@ -488,7 +488,7 @@ struct TaskSearch::Impl {
     // read 120 us per call for a 27 us broadcast), while the kernel window misses what a kernel holds
     // outside its channels (tree/LL128: 31 us windows, 54 us per call); a winner on both is safe.
     // Low medians: the budget can end the duel with two samples a side, one of them slow (a period spanning
-    // a host pause: 1011 us for a 232 us all_gather, 2 x H200, 2026-11-23); of an odd count, the median.
+    // a host pause: 1011 us for a 232 us all_gather, 2 x H200); of an odd count, the median.
     // Beyond the noise: duelZ standard errors of the difference of the medians (seed 303 of the emulator's
     // 3 %-noise scenario pinned tree/ll, 1.9 % slower than NCCL's ring/ll in the model, on duel medians
     // 33.54 vs 33.54 us).
@@ -825,8 +825,8 @@ struct TaskSearch::Impl {
   // Options::reviveWithin of the best so far, is descended too. The halving ranks subspaces on a few samples
   // of one point each, within the noise of each other: in the demo's 256 MiB tasks, ring/simple at 24
   // channels lost to ring/LL128 by 4 % on 3 samples, LL128's chunk gained nothing, and tuning ended at call
-  // 46 of 144 with NCCL's choice, while ring/simple with a quarter chunk was 5 % faster than it (emulator,
-  // 2026-11-23). One at a time: the next only when this one's descent is over.
+  // 46 of 144 with NCCL's choice, while ring/simple with a quarter chunk was 5 % faster than it (emulator).
+  // One at a time: the next only when this one's descent is over.
   bool reviveDropped(double globalBest) {
     if (keepOverride > 0) return false;  // a warm start trusts its neighbours to narrow the search
     Sub* pick = nullptr;
@@ -852,7 +852,7 @@ struct TaskSearch::Impl {
     if (!c.samples.empty() && !refSteady) {
       // The first check sets the reference: times taken while tuning (other configurations interleaved,
       // a warm-up burst of back-to-back launches) need not match the job's steady state, and comparing
-      // with them re-tuned tasks that had not moved (nccl-tests on 4 x H200, 2026-11-22).
+      // with them re-tuned tasks that had not moved (nccl-tests on 4 x H200).
       pinnedRef = c.med();
       refSteady = true;
       driftCount = 0;
@@ -1028,7 +1028,7 @@ struct TaskSearch::Impl {
         }
         // The interval runs from the end of the last check, not from when its samples arrived: a
         // waiting segment above must not be followed by another check at once (checks every ~70
-        // calls kept GPU timing on in nccl-tests' timed passes, 2026-11-22).
+        // calls kept GPU timing on in nccl-tests' timed passes).
         if (planned < nextCheckAt) {
           add(Segment{planned, nextCheckAt, pinnedCfg, Phase::kPinned});
           return;
@@ -1038,7 +1038,7 @@ struct TaskSearch::Impl {
           // spread over processes), so the waits double: a check lands at most about twice as many
           // calls late as its time needed, after log2 boundaries instead of one every interval/4 calls
           // (one process per GPU, 2 x H200: a pinned task waited in 64-call segments through every
-          // nccl-tests pass, 2026-11-22).
+          // nccl-tests pass).
           const uint64_t len = timeWaitLen > 0 ? timeWaitLen : std::max<uint64_t>(interval / 4, 1);
           timeWaitLen = std::min(len * 2, std::max(o.recheckMax, len));
           add(Segment{planned, planned + len, pinnedCfg, Phase::kPinned});
@@ -1072,10 +1072,10 @@ struct TaskSearch::Impl {
           // runs ahead of the GPU) is waited for, on NCCL's choice (timed): deciding without it pins what
           // the tuning samples say, the samples the duel exists to check (one process for 4 x H200:
           // reduce_scatter 16 MiB pinned ring/simple/22, 5 % slower than NCCL's choice in the duel's own
-          // samples, 2026-11-22). The lost-sample rules bound the wait.
+          // samples). The lost-sample rules bound the wait.
           // A side with one sample waits for a second while that is only lagging (no sample of a call 8 or more
           // later has arrived; one task's kernels run in stream order): a lone sample can be an outlier (a
-          // period across a host pause, 2 x H200, 2026-11-23), and of two the low median is robust.
+          // period across a host pause, 2 x H200), and of two the low median is robust.
           // So does a side of a second block (duelExtend) short of its samples, planned inside the budget.
           auto waiting = [&](int id) {
             const Eval& e = evals[static_cast<size_t>(id)];
@@ -1097,7 +1097,7 @@ struct TaskSearch::Impl {
         if (duelWarmups > 0) {
           // One untimed call of each side first: the first call of a configuration after a while
           // without it can be several times slow (one process per GPU, 4 x H200: NCCL's choice at
-          // 662 us for 55 us after 40 calls of others, 2026-11-22) and must not be a duel sample.
+          // 662 us for 55 us after 40 calls of others) and must not be a duel sample.
           Segment w{planned, planned + 1, evals[static_cast<size_t>(duelWarmups == 2 ? duelDefault : duelInc)].cfg,
                     Phase::kTuning};
           w.cfg.measure = false;

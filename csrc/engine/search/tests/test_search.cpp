@@ -71,7 +71,7 @@ void setDefaultFromCost(Model& m) {
 // log2(chunk) with random optima and curvatures; NCCL's cost table is a noisy estimate of it. NCCL's
 // chunk is 512 KiB; the tunable ones are its halvings (as NCCL >= 2.30 allows a tuner). The chunk's
 // optimum lies between NCCL's and 16x smaller, and costs at most ~15 % away from it (2 x H200: smaller
-// chunks gained up to 12 %, h200x2/nccl_tests/session17/nccl230_probe).
+// chunks gained up to 12 %, h200x2/nccl-2.30-chunk-size/probe).
 Model randomModel(std::mt19937_64& rng) {
   std::uniform_real_distribution<double> u(0.0, 1.0);
   Model m;
@@ -735,7 +735,7 @@ void driveReportingChannels(TaskSearch& s, const Model& m, std::mt19937_64& rng,
 // NCCL caps a small task's channels by a minimum of traffic per channel that differs between (algorithm,
 // protocol) pairs. On 2 x H200 all_reduce 4 MiB ran tree/ll128 on 29 of 30 channels asked while ring/ll128
 // ran 64, its best point (25 us against NCCL's 31); taken as the task's ceiling, the tree observation
-// merged ring/ll128/64 into ring/ll128/29 and NCCL's choice stayed (2026-11-23). Model: ring/ll128 best at
+// merged ring/ll128/64 into ring/ll128/29 and NCCL's choice stayed. Model: ring/ll128 best at
 // 64 channels, tree/ll128 capped at 29 and probed first; the search must end within 3 % of the best.
 void pairCeiling() {
   int good = 0, n = 0;
@@ -773,7 +773,7 @@ void pairCeiling() {
 
 // A call runs on the channels the data divides over: on 2 x H200 (all_gather 4 MiB, one process) 23 channels
 // asked ran 22 and 17 ran 16, while 64 ran 64. Taken as a ceiling, ring/ll128 was clamped at 22, then at 16,
-// below its best point, 64 (2026-11-23). Model: every pair asked an odd count below 64 runs one fewer;
+// below its best point, 64. Model: every pair asked an odd count below 64 runs one fewer;
 // ring/ll128 best at 64. The search must end within 3 % of the best.
 void channelGranularity() {
   int good = 0, n = 0;
@@ -966,12 +966,12 @@ void settlingDuelLagged(const char* what, uint64_t calls, double coldFactor) {
 
 // The duel's samples are still in flight when the exploration budget runs out: it waits for them rather
 // than deciding without them (one process for 4 x H200: reduce_scatter 16 MiB pinned ring/simple/22 with no
-// fresh sample of NCCL's choice, whose own samples in the duel were 5 % faster, 2026-11-22).
+// fresh sample of NCCL's choice, whose own samples in the duel were 5 % faster).
 void duelWaitsForSamples() { settlingDuelLagged("duel", 600, 1.0); }
 
 // The first call of a configuration after a while without it is slow (one process per GPU on 4 x H200:
-// 265-662 us for a 55 us reduce_scatter 16 MiB, each the first of its configuration after other ones,
-// 2026-11-22). In the settling duel NCCL's side drew such a call; with the rest of its samples still in
+// 265-662 us for a 55 us reduce_scatter 16 MiB, each the first of its configuration after other ones).
+// In the settling duel NCCL's side drew such a call; with the rest of its samples still in
 // flight when the budget ran out, its median over two samples (662, 56) lost to ring/ll/44 (83 us) and
 // the slower configuration was pinned. Model: 6.5x slow after 16 calls without it; NCCL's choice is 6 %
 // faster in steady state.
@@ -1013,7 +1013,7 @@ void duelRuns() {
 
 // A configuration that leaves part of its cost to the next call (2 x H200, all_reduce 16 MiB, one process
 // per GPU: after each tree/simple/64 kernel one rank idled 25 us outside its window, so the next call
-// started late; nccl-tests ran tree/simple/64 at 89 us per call against 78 for NCCL's ring, 2026-11-23).
+// started late; nccl-tests ran tree/simple/64 at 89 us per call against 78 for NCCL's ring).
 // Its windows are shorter than ring's, its periods (the duel's second measure) are not once the debt is
 // counted. Model: windows tree 90, ring 100; periods the window + 6, + 20 after a tree call. Sampled first
 // in turns of 2, tree's periods follow a ring call (96) and ring's a tree call (126): tree was pinned. In
@@ -1049,7 +1049,7 @@ void duelLeftBehind() {
 
 // A duel side's few samples when the budget runs out, one of them measuring a pause (a period spanning
 // the end of a nccl-tests pass: 1011 us for a 232 us all_gather 128 MiB, the next call's sample still in
-// flight, 2 x H200, 2026-11-23): the mean of two samples is the outlier's, and NCCL's choice, 18 % slower,
+// flight, 2 x H200): the mean of two samples is the outlier's, and NCCL's choice, 18 % slower,
 // stayed. The duel compares low medians (of two samples the lower), robust to slow outliers on either
 // side. Model: tree 20 % faster; every 29th call's sample 4.4x slow, at each phase in turn; samples 16 or
 // 24 calls late. Every run must pin tree.

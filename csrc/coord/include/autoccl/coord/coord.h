@@ -1,4 +1,4 @@
-// Agreement on per-call decisions (issue 3). One authority per communicator (its rank 0) decides;
+// Agreement on per-call decisions. One authority per communicator (its rank 0) decides;
 // every rank applies the decision for (task, call index). NCCL-free; see docs/online-search.md.
 //
 // The *board* is the single store of decisions. Decisions are immutable plan segments
@@ -129,7 +129,7 @@ class Board {
   virtual bool peek(const TaskKey& task, uint64_t k, Segment* out) = 0;
   // Asks for the segment of call k without waiting for it, so that lookup(task, k) later finds it at
   // hand. A rank's lookup at a segment end otherwise waits a round trip to the authority (over TCP,
-  // ~0.1 ms, up to 1.7 ms measured on 2 x H200, 2026-11-22). Optional: a no-op where lookups are local.
+  // ~0.1 ms, up to 1.7 ms measured on 2 x H200). Optional: a no-op where lookups are local.
   virtual void prefetch(const TaskKey& task, uint64_t k) {
     (void)task;
     (void)k;

@@ -1,4 +1,4 @@
-// Online search for one collective task (issue 3): subspaces = supported (algorithm, protocol) pairs,
+// Online search for one collective task: subspaces = supported (algorithm, protocol) pairs,
 // coordinate descent over channels (and chunk size on tuner v6) inside each, as a schedule keyed by
 // call index. NCCL-free; see docs/online-search.md.
 //
@@ -156,7 +156,7 @@ struct Options {
   // scaled like the call interval (x2 per quiet check). Checks are for drift over seconds; spaced by
   // calls alone they landed in a benchmark's measured passes, and in one process driving several GPUs
   // a check times every call of the process while it waits for its samples (4 x H200, reduce_scatter
-  // 16 MiB: 59.5 us per call in a pass without a check, 91.3 us in one with it, 2026-11-22). 0: calls only.
+  // 16 MiB: 59.5 us per call in a pass without a check, 91.3 us in one with it). 0: calls only.
   uint64_t recheckMinMs = 0;
   int checkSamples = 3;
   double driftThreshold = 0.10;  // relative change of the pinned time that counts as drift
