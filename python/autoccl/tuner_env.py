@@ -28,9 +28,26 @@ PLUGIN_VARS = ("NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN")
 COORD_VARS = ("AUTOCCL_COORD_ADDR", "AUTOCCL_COORD_TOKEN")
 
 
+# Ports the coordinator is given: below Linux's ephemeral range (32768-60999 by default). A port the kernel
+# handed out as ephemeral and we released can be handed out again to the job's own sockets before the
+# coordinator binds it (NCCL's bootstrap opens several): then no process can serve the coordinator, and every
+# rank's first collective failed with "coordinator unreachable" (1 of 18 mpirun launches, 2 x H100).
+_COORD_PORTS = range(20000, 32000)
+
+
 def free_local_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now (for the single-host online coordinator)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A TCP port on 127.0.0.1 that is free right now (for the single-host online coordinator), drawn at
+    random outside the ephemeral range, so that the job's own sockets do not take it before it is bound."""
+    rng = secrets.SystemRandom()
+    for _ in range(64):
+        port = rng.choice(_COORD_PORTS)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a crowded range: any free port
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 

@@ -591,6 +591,8 @@ def nccl_tests(
     )
     md = NT.markdown(summary, header)
     (outdir / "summary.md").write_text(md)
+    if any(r.get("pinned") for r in records):
+        (outdir / "tasks.md").write_text(NT.task_table(records, summary))
     NT.plot(summary, outdir / "ratio.png")
     click.echo(md)
     failed = sum(1 for r in records if r.get("rc") != 0)

@@ -171,6 +171,9 @@ def pinned_tasks(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                         "best_us",
                         "samples",
                         "median_us",
+                        "small_task",
+                        "regret_us",
+                        "regret_stop",
                     )
                     if k in rec
                 }
@@ -308,7 +311,8 @@ def run_plan(plan: Plan, progress: Callable[[str, int, int], None] | None = None
 
 
 def read_launches(outdir: Path) -> list[dict[str, Any]]:
-    """The launches an earlier run recorded in OUTDIR/launches.jsonl (a torn last line is skipped)."""
+    """The launches an earlier run recorded in OUTDIR/launches.jsonl (a torn last line is skipped); where
+    the traces are still in OUTDIR/traces, what was pinned and the agreement are read from them again."""
     path = outdir / "launches.jsonl"
     if not path.is_file():
         raise BenchError(f"{path} does not exist: nothing to summarise")
@@ -319,6 +323,17 @@ def read_launches(outdir: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
         if isinstance(rec, dict):
+            prefix = (
+                outdir
+                / "traces"
+                / str(rec.get("mode"))
+                / f"p{rec.get('pass')}_{rec.get('coll')}_{rec.get('launch')}"
+            )
+            files = trace_files(str(prefix))
+            if files:
+                recs = read_records(files)
+                rec["agreement"] = cross_rank_agreement(recs)
+                rec["pinned"] = pinned_tasks(recs)
             out.append(rec)
     return out
 
@@ -424,6 +439,18 @@ def _bootstrap(
     return float(np.quantile(vals, 0.025)), float(np.quantile(vals, 0.975))
 
 
+def _pass_geomean(by_cell: list[dict[str, float]]) -> Callable[[list[Sequence[float]]], float]:
+    """The statistic the bootstrap draws passes for: each cell's median over the drawn passes it has, then
+    the geometric mean over cells (a draw is a list of one-element pass ids)."""
+
+    def stat(drawn: list[Sequence[float]]) -> float:
+        picked = [str(int(d[0])) for d in drawn]
+        meds = [_median([c[p] for p in picked if p in c]) for c in by_cell]
+        return _geomean([x for x in meds if not math.isnan(x)])
+
+    return stat
+
+
 def summarize(
     records: Sequence[Mapping[str, Any]], baseline: str = "plain", min_bytes: int = 4 << 20
 ) -> dict[str, Any]:
@@ -459,13 +486,15 @@ def summarize(
             if m == baseline:
                 continue
             vals = busbw.get((la, coll, b, m), {})
-            ratios = [vals[p] / base[p] for p in vals if p in base and base[p] > 0]
+            by_pass = {p: vals[p] / base[p] for p in sorted(vals) if p in base and base[p] > 0}
+            ratios = list(by_pass.values())
             if not ratios:
                 continue
             lo, hi = _bootstrap([[r] for r in ratios], lambda s: _median([x[0] for x in s]))
             cell["modes"][m] = {
                 "busbw": _median(list(vals.values())),
                 "ratios": [round(r, 4) for r in ratios],
+                "ratio_by_pass": {str(p): round(r, 4) for p, r in by_pass.items()},
                 "ratio": _median(ratios),
                 "ratio_min": min(ratios),
                 "ratio_max": max(ratios),
@@ -479,17 +508,14 @@ def summarize(
         for la in sorted({c["launch"] for c in out_cells}):
             sel = [c for c in out_cells if c["launch"] == la and m in c["modes"]]
             big = [c for c in sel if c["bytes"] >= min_bytes]
-            per_pass: dict[int, list[float]] = {}
-            for c in big:
-                for i, r in enumerate(c["modes"][m]["ratios"]):
-                    per_pass.setdefault(i, []).append(r)
             geo = _geomean([c["modes"][m]["ratio"] for c in big]) if big else math.nan
+            # The interval resamples whole passes (a pass's launches share the machine's state): per resample,
+            # each cell's median over the passes drawn that it has, then the geometric mean over cells.
+            pass_ids = sorted({p for c in big for p in c["modes"][m]["ratio_by_pass"]})
 
-            def geo_of(s: list[Sequence[float]]) -> float:
-                return _geomean([_median([p[i] for p in s]) for i in range(len(s[0]))])
-
-            passes = [v for _, v in sorted(per_pass.items()) if len(v) == len(big)]
-            lo, hi = _bootstrap(passes, geo_of) if passes else (math.nan, math.nan)
+            by_cell = [c["modes"][m]["ratio_by_pass"] for c in big]
+            geo_of = _pass_geomean(by_cell)
+            lo, hi = _bootstrap([[float(p)] for p in pass_ids], geo_of) if pass_ids else (math.nan, math.nan)
             worst = min(sel, key=lambda c: c["modes"][m]["ratio"]) if sel else None
             mrecs = [r for r in records if r["mode"] == m and r["launch"] == la]
             overall[f"{m}/{la}"] = {
@@ -516,6 +542,52 @@ def summarize(
         "baseline_spread_median": _median(base_spreads) if base_spreads else None,
         "baseline_spread_max": max(base_spreads) if base_spreads else None,
     }
+
+
+def task_table(records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> str:
+    """Where the time goes, per traced launch and size (mode online): the calls the tuner spent before its
+    configuration stopped changing, what it pinned against NCCL's choice, the kernel times it measured of
+    both, and what the caller saw (this launch's busbw over plain NCCL's of the same pass)."""
+    ratio: dict[tuple[Any, ...], float] = {}
+    base: dict[tuple[Any, ...], float] = {}
+    for r in records:
+        if r.get("rc") != 0:
+            continue
+        for row in r["rows"]:
+            key = (r["pass"], r["launch"], r["coll"], int(row["bytes"]))
+            if r["mode"] == summary["baseline"]:
+                base[key] = float(row["oop_busbw_gbs"])
+            else:
+                mode_key = (*key, r["mode"])
+                ratio[mode_key] = float(row["oop_busbw_gbs"])
+    lines = [
+        "| pass | launch | collective | size | mode | pinned | NCCL ran | converged at call "
+        "| kernel µs NCCL → pinned | kernel gain | small task | caller's busbw / plain |",
+        "| ---: | --- | --- | ---: | --- | --- | --- | ---: | ---: | ---: | --- | ---: |",
+    ]
+    for r in sorted(records, key=lambda x: (x["pass"], x["launch"], x["coll"], x["mode"])):
+        for t in sorted(r.get("pinned", []), key=lambda t: int(t.get("bytes", 0))):
+            cell = (r["pass"], r["launch"], r["coll"], int(t["bytes"]))
+            b = base.get(cell)
+            mode_cell = (*cell, r["mode"])
+            got = ratio.get(mode_cell)
+            seen = f"{got / b:.3f}" if got and b else "—"
+            pinned = (
+                f"{t.get('algo')}/{t.get('proto')}/{t.get('channels')}" if t.get("algo") else "NCCL's choice"
+            )
+            nccl_pair = f"{str(t.get('nccl_algo', '')).lower()}/{str(t.get('nccl_proto', '')).lower()}"
+            nccl = f"{nccl_pair}/{t.get('nccl_channels')}"
+            conv = t.get("converged_at")
+            conv_text = str(conv) if conv is not None else "—"
+            d, bu = t.get("default_us") or 0.0, t.get("best_us") or 0.0
+            kern = f"{d:.1f} → {bu:.1f}" if d and bu else "—"
+            gain = f"{100 * float(t.get('gain') or 0):+.1f} %"
+            small = "yes" if t.get("small_task") else ""
+            lines.append(
+                f"| {r['pass']} | {r['launch']} | {r['coll']} | {_mib(int(t['bytes']))} | {r['mode']} "
+                f"| {pinned} | {nccl} | {conv_text} | {kern} | {gain} | {small} | {seen} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 def _mib(b: int) -> str:
@@ -573,8 +645,9 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
 
 
 def plot(summary: Mapping[str, Any], path: Path) -> Path | None:
-    """Ratio to the baseline per size, one panel per (launch, collective): the median with its min–max
-    over passes, and the baseline's own spread as a grey band around 1."""
+    """Ratio to the baseline per size, a row of panels per launch kind and a column per collective: the
+    median with its min–max over passes, and the baseline's own spread (max/min - 1) as a grey band around 1
+    (the axis is cut at 0.3 and 1.5)."""
     cells = summary["cells"]
     if not cells:
         return None
@@ -583,33 +656,39 @@ def plot(summary: Mapping[str, Any], path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = sorted({(c["launch"], c["coll"]) for c in cells})
+    launches = sorted({c["launch"] for c in cells})
+    colls = sorted({c["coll"] for c in cells})
     modes = list(dict.fromkeys(m for c in cells for m in c["modes"]))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False, sharey=True)
-    for ax, (la, coll) in zip(axes[0], panels, strict=True):
-        sel = sorted((c for c in cells if c["launch"] == la and c["coll"] == coll), key=lambda c: c["bytes"])
-        xs = [c["bytes"] for c in sel]
-        spread = [c["baseline_spread"] or 0.0 for c in sel]
-        ax.fill_between(
-            xs, [1 - s for s in spread], [1 + s for s in spread], color="0.85", label="plain vs plain"
-        )
-        ax.axhline(1.0, color="0.4", lw=0.8)
-        ax.axhline(0.98, color="tab:red", lw=0.6, ls=":")
-        for m in modes:
-            pts = [(c["bytes"], c["modes"][m]) for c in sel if m in c["modes"]]
-            if not pts:
-                continue
-            x = [p[0] for p in pts]
-            y = [p[1]["ratio"] for p in pts]
-            err = [
-                [p[1]["ratio"] - p[1]["ratio_min"] for p in pts],
-                [p[1]["ratio_max"] - p[1]["ratio"] for p in pts],
-            ]
-            ax.errorbar(x, y, yerr=err, marker="o", ms=3, capsize=2, label=m)
-        ax.set_xscale("log", base=2)
-        ax.set_title(f"{coll} ({la})", fontsize=9)
-        ax.set_xlabel("bytes")
-    axes[0][0].set_ylabel(f"busbw / {summary['baseline']}")
+    fig, axes = plt.subplots(
+        len(launches), len(colls), figsize=(3.6 * len(colls), 2.8 * len(launches)), squeeze=False, sharey=True
+    )
+    for row, la in enumerate(launches):
+        for col, coll in enumerate(colls):
+            ax = axes[row][col]
+            sel = sorted(
+                (c for c in cells if c["launch"] == la and c["coll"] == coll), key=lambda c: c["bytes"]
+            )
+            xs = [c["bytes"] for c in sel]
+            spread = [min(c["baseline_spread"] or 0.0, 1.0) for c in sel]
+            band = [1 - s for s in spread], [1 + s for s in spread]
+            ax.fill_between(xs, *band, color="0.88", label="plain vs plain")
+            ax.axhline(1.0, color="0.4", lw=0.8)
+            ax.axhline(0.98, color="tab:red", lw=0.6, ls=":")
+            for m in modes:
+                pts = [(c["bytes"], c["modes"][m]) for c in sel if m in c["modes"]]
+                if not pts:
+                    continue
+                x = [p[0] for p in pts]
+                y = [p[1]["ratio"] for p in pts]
+                lo = [p[1]["ratio"] - p[1]["ratio_min"] for p in pts]
+                hi = [p[1]["ratio_max"] - p[1]["ratio"] for p in pts]
+                ax.errorbar(x, y, yerr=[lo, hi], marker="o", ms=3, capsize=2, label=m)
+            ax.set_xscale("log", base=2)
+            ax.set_ylim(0.3, 1.5)
+            ax.set_title(f"{coll} ({la})", fontsize=9)
+            if row == len(launches) - 1:
+                ax.set_xlabel("bytes")
+        axes[row][0].set_ylabel(f"busbw / {summary['baseline']}")
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
