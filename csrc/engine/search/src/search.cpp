@@ -279,6 +279,13 @@ struct TaskSearch::Impl {
       toFinal(Config());
       return;
     }
+    if (haveExact && !retune && std::get<0>(pointOf(exact.cfg)) < 0) {
+      // The table says NCCL's own choice won here: nothing to verify it against, so no timed call and no
+      // further plan step (over TCP each step can wait for a round trip: verifying such entries cost one
+      // process per GPU on 2 x H100 0.4-1.4 ms of lookups per task and launch, 16-64 MiB cells 0.87-0.95x).
+      toFinal(Config());
+      return;
+    }
     if (haveExact && !retune) {
       mode = Mode::kVerify;
       hintEval = eval(pointOf(exact.cfg));
