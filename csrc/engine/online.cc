@@ -495,9 +495,10 @@ class OnlineSource final : public DecisionSource {
                   ",\"search_samples\":%" PRIu64 ",\"search_lost\":%" PRIu64 ",\"search_late\":%" PRIu64
                   ",\"search_prior_samples\":%" PRIu64 ",\"search_wait_calls\":%" PRIu64 ",\"search_free_wait_calls\":%" PRIu64
                   ",\"search_duel_extensions\":%" PRIu64 ",\"rank_scored\":%" PRIu64 ",\"shorter_elsewhere\":%" PRIu64
-                  ",\"regret_us\":%.1f,\"small_task\":%s,\"regret_stop\":%s,\"abandoned\":%" PRIu64,
+                  ",\"regret_us\":%.1f,\"small_task\":%s,\"table_default\":%s,\"regret_stop\":%s,\"abandoned\":%" PRIu64,
                   st.samples, st.lostSamples, st.lateSamples, st.priorSamples, st.waitCalls, st.freeWaitCalls, st.duelExtensions,
-                  rankScored, shorter, st.regretMicros, st.smallTask ? "true" : "false", st.regretStop ? "true" : "false",
+                  rankScored, shorter, st.regretMicros, st.smallTask ? "true" : "false", st.tableDefault ? "true" : "false",
+                  st.regretStop ? "true" : "false",
                   st.abandoned);
     std::vector<search::Segment> plan = srch->plan();
     uint64_t from = plan.empty() ? 0 : plan.front().begin;  // calls before: NCCL's default (not yet registered)

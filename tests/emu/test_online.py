@@ -67,7 +67,10 @@ def bounded(sc: Scenario) -> Scenario:
 
 
 def online_env(tcp: bool, **extra: str) -> dict[str, str]:
-    env = {"AUTOCCL_MODE": "online", "AUTOCCL_HW": HW}
+    # Over TCP a task needs 200 us by default before it is searched (each plan step may wait for a round
+    # trip on real machines); the emulator's coordinator runs on one host, so its tasks follow the in-process
+    # minimum (55 us) and the same scenarios test both boards.
+    env = {"AUTOCCL_MODE": "online", "AUTOCCL_HW": HW, "AUTOCCL_MIN_TASK_US_TCP": "55"}
     if tcp:
         env["AUTOCCL_COORD_ADDR"] = f"127.0.0.1:{free_port()}"
         env["AUTOCCL_COORD_TOKEN"] = secrets.token_hex(16)
@@ -151,6 +154,12 @@ def check_converged(
         )
         best = model_best(model, r["coll"], r["nranks"], r["task_bytes"], r["comm_channels"])
         ratios[key] = mine / best
+        # Below AUTOCCL_MIN_TASK_US, or a table entry saying NCCL's choice won: NCCL's choice, however much
+        # faster the best is.
+        if t.get("small_task") or t.get("table_default"):
+            assert (r["algo"], r["proto"]) == (r["def_algo"], r["def_proto"]), (key, r, t)
+            assert mine <= nccl * 1.01, (key, mine, nccl)
+            continue
         assert mine <= best * (1 + within), (key, r, mine, best, t)
         assert mine <= nccl * 1.01, (key, mine, nccl)
     return ratios
@@ -336,7 +345,10 @@ def test_online_threads_score_stream_period(plugin: Path, score: str) -> None:
         # by call 800 (1 failure in 10 runs beside two busy loops, also with the earlier engine).
         lead=8,
     )
-    env = online_env(False, **({"AUTOCCL_SCORE": "window"} if score == "window" else {}))
+    # A 2 MiB task of 44-47 us is below the minimum a task needs to be searched: searched anyway here.
+    env = online_env(
+        False, AUTOCCL_MIN_TASK_US="0", **({"AUTOCCL_SCORE": "window"} if score == "window" else {})
+    )
     res = run(sc, plugin=plugin, env=env, timeout=240)
     assert_clean(res)
     assert_same_per_seq(res.calls)

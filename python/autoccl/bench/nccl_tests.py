@@ -172,6 +172,7 @@ def pinned_tasks(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                         "samples",
                         "median_us",
                         "small_task",
+                        "table_default",
                         "regret_us",
                         "regret_stop",
                     )

@@ -283,6 +283,7 @@ struct TaskSearch::Impl {
       // The table says NCCL's own choice won here: nothing to verify it against, so no timed call and no
       // further plan step (over TCP each step can wait for a round trip: verifying such entries cost one
       // process per GPU on 2 x H100 0.4-1.4 ms of lookups per task and launch, 16-64 MiB cells 0.87-0.95x).
+      st.tableDefault = true;
       toFinal(Config());
       return;
     }

@@ -211,6 +211,7 @@ struct Stats {
   double noise = 0;             // relative noise (1.4826 MAD / median) of the default
   double regretMicros = 0;      // exploration's net cost against NCCL's median (Options::regretBudget)
   bool smallTask = false;       // kept NCCL's choice below Options::minTaskMicros
+  bool tableDefault = false;    // kept NCCL's choice from the start: the table's exact entry says it won
   bool regretStop = false;      // tuning ended by the regret budget
   uint64_t abandoned = 0;       // candidates given up after one far slower sample (Options::abandonAbove)
 };
