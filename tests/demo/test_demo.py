@@ -139,7 +139,7 @@ def test_demo_end_to_end(online: Path, tmp_path: Path, processes: bool) -> None:
         if rec.get("small"):
             # Below AUTOCCL_MIN_TASK_US: NCCL's choice once its baseline is in (candidates planned before it
             # arrived may have run: with ranks as processes the first samples trail the calls).
-            assert t["converged_at"] <= 32 and t["tuned_config"] == t["nccl_config"], t
+            assert t["converged_at"] <= 64 and t["tuned_config"] == t["nccl_config"], t
             continue
         assert t["converged_at"] is not None and 0 < t["converged_at"] - rec.get("free", 0) <= 150, t
         # Convergence point: from there on the applied configuration never changed.
