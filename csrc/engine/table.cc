@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cinttypes>
 #include <cmath>
@@ -82,6 +83,26 @@ bool readInt(const Fields& m, const ts::IntField& f, uint64_t* v, std::string* w
   return true;
 }
 
+// A plain decimal number, as Python's tables.py accepts too: digits[.digits][e[+-]digits] (no sign, no
+// blanks, no hexadecimal, no inf/nan), so that both validators read the same values.
+bool isDecimal(const std::string& t) {
+  size_t i = 0, n = t.size(), digits = 0;
+  while (i < n && std::isdigit(static_cast<unsigned char>(t[i]))) ++i, ++digits;
+  if (i < n && t[i] == '.') {
+    ++i;
+    while (i < n && std::isdigit(static_cast<unsigned char>(t[i]))) ++i, ++digits;
+  }
+  if (!digits) return false;
+  if (i < n && (t[i] == 'e' || t[i] == 'E')) {
+    ++i;
+    if (i < n && (t[i] == '+' || t[i] == '-')) ++i;
+    size_t exp = 0;
+    while (i < n && std::isdigit(static_cast<unsigned char>(t[i]))) ++i, ++exp;
+    if (!exp) return false;
+  }
+  return i == n;
+}
+
 bool readFloat(const Fields& m, const ts::FloatField& f, double* v, std::string* why) {
   auto it = m.find(f.key);
   if (it == m.end()) {
@@ -93,7 +114,7 @@ bool readFloat(const Fields& m, const ts::FloatField& f, double* v, std::string*
   char* e = nullptr;
   errno = 0;
   double d = std::strtod(b, &e);
-  if (e == b || *e || errno || !std::isfinite(d) || d < f.min || d > f.max) {
+  if (!isDecimal(it->second) || e == b || *e || errno || !std::isfinite(d) || d < f.min || d > f.max) {
     *why = std::string(f.key) + "='" + it->second + "' must be a finite number in [0, 1e12]";
     return false;
   }

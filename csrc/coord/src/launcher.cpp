@@ -34,7 +34,7 @@ bool isLoopback(const std::string& host) {
 }
 
 uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ULL;
+  uint64_t h = 14695981039346656037ULL;
   for (unsigned char c : s) {
     h ^= c;
     h *= 1099511628211ULL;
