@@ -312,4 +312,6 @@ def write_table_atomic(table: Table, path: Path, *, merge: bool = False) -> int:
                 tmp.unlink(missing_ok=True)
             return len(out.tasks)
     except Timeout:
-        raise TableError(f"{path}.lock is held by another process for more than {LOCK_TIMEOUT_S:.0f} s") from None
+        raise TableError(
+            f"{path}.lock is held by another process for more than {LOCK_TIMEOUT_S:.0f} s"
+        ) from None
