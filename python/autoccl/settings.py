@@ -259,7 +259,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("AUTOCCL_SEARCH_DEBUG", "library", "any value: on (diagnostics on stderr)", None),
     Variable("AUTOCCL_LIB_DIR", "cli", "a directory with the built artefacts", _lib_dir),
     Variable("AUTOCCL_SYNTH_LIB_DIR", "cli", "a directory with the synth extension", _lib_dir),
-    Variable("AUTOCCL_NCCL_LIBRARY", "cli", "an NCCL library file", _file),
+    # checked where it is used (`--nccl-channels auto`), with what to do instead
+    Variable("AUTOCCL_NCCL_LIBRARY", "probe", "an NCCL library file", _file),
     Variable("AUTOCCL_EMU_KEEP", "cli", "1, true, yes or 0, false, no", _flag),
     Variable("AUTOCCL_EMU_NCCL_VERSION", "emulator", "NCCL version code, e.g. 22809", _nccl_version),
     Variable("AUTOCCL_AGREEMENT_FULL", "tests", "1 or unset", None),
