@@ -122,7 +122,9 @@ def test_cache_import_list_show_export_clear(tmp_path: Path) -> None:
     assert r.exit_code != 0 and "--force" in r.output
     r = runner.invoke(main, ["cache", "list", "--cache-dir", str(cdir)])
     assert r.exit_code == 0 and FINGERPRINT in r.output
-    r = runner.invoke(main, ["cache", "show", FINGERPRINT[:4], "--cache-dir", str(cdir)], env={"COLUMNS": "200"})
+    r = runner.invoke(
+        main, ["cache", "show", FINGERPRINT[:4], "--cache-dir", str(cdir)], env={"COLUMNS": "200"}
+    )
     assert r.exit_code == 0 and "67108864" in r.output
     dest = tmp_path / "out.table"
     r = runner.invoke(main, ["cache", "export", FINGERPRINT[:4], str(dest), "--cache-dir", str(cdir)])
@@ -130,10 +132,16 @@ def test_cache_import_list_show_export_clear(tmp_path: Path) -> None:
     # export never overwrites without --force
     r = runner.invoke(main, ["cache", "export", FINGERPRINT[:4], str(dest), "--cache-dir", str(cdir)])
     assert r.exit_code != 0 and "--force" in r.output
-    r = runner.invoke(main, ["cache", "export", FINGERPRINT[:4], str(dest), "--force", "--cache-dir", str(cdir)])
+    r = runner.invoke(
+        main, ["cache", "export", FINGERPRINT[:4], str(dest), "--force", "--cache-dir", str(cdir)]
+    )
     assert r.exit_code == 0, r.output
     # clear: an empty or missing reference is refused, --all clears
-    for args in (["cache", "clear", "--yes", ""], ["cache", "clear", "--yes"], ["cache", "clear", "--yes", "zz"]):
+    for args in (
+        ["cache", "clear", "--yes", ""],
+        ["cache", "clear", "--yes"],
+        ["cache", "clear", "--yes", "zz"],
+    ):
         r = runner.invoke(main, [*args, "--cache-dir", str(cdir)])
         assert r.exit_code != 0, args
         assert (cdir / "tables" / f"{FINGERPRINT}.table").is_file()

@@ -37,7 +37,9 @@ GOOD = {
     ),
     "nccl-spelling": task("task coll=ALL_REDUCE bytes=1048576 algo=NVLS_TREE proto=LL128 channels=0"),
     "comments-blank-lines": "\n\n" + HEAD + "# a comment\n\n" + TASK + "\r\n",
-    "chunk-bytes": task("task coll=allgather bytes=4096 algo=ring proto=ll128 chunk=65536 time_us=1e3 nccl_us=.5"),
+    "chunk-bytes": task(
+        "task coll=allgather bytes=4096 algo=ring proto=ll128 chunk=65536 time_us=1e3 nccl_us=.5"
+    ),
     "no-tasks": HEAD,
     "quoted-gpu": f"# autoccl table v1\nfingerprint {fingerprint_of(QUOTED)}\n"
     'meta gpu="GPU \\"x\\" \\\\ y" gpus=4 nccl=22809 ranks=4 nodes=1 nvl_domains=1\n',
@@ -61,7 +63,9 @@ BAD = {
     "time-huge": task("task coll=allreduce bytes=1024 algo=ring proto=simple time_us=1e13"),
     "halvings-99": task("task coll=allreduce bytes=1024 algo=ring proto=simple chunk_halvings=99"),
     "chunk-small": task("task coll=allreduce bytes=1024 algo=ring proto=simple chunk=100"),
-    "chunk-and-halvings": task("task coll=allreduce bytes=1024 algo=ring proto=simple chunk=65536 chunk_halvings=1"),
+    "chunk-and-halvings": task(
+        "task coll=allreduce bytes=1024 algo=ring proto=simple chunk=65536 chunk_halvings=1"
+    ),
     "bytes-zero": task("task coll=allreduce bytes=0 algo=ring proto=simple"),
     "bytes-overflow": task("task coll=allreduce bytes=18446744073709551616 algo=ring proto=simple"),
     "bytes-signed": task("task coll=allreduce bytes=+1024 algo=ring proto=simple"),
@@ -82,7 +86,9 @@ def main() -> None:
         old.unlink()
     for prefix, cases in (("good", GOOD), ("bad", BAD)):
         for name, text in cases.items():
-            (OUT / f"{prefix}-{name}.table").write_bytes(text.encode("latin-1" if "\xff" in text else "utf-8"))
+            (OUT / f"{prefix}-{name}.table").write_bytes(
+                text.encode("latin-1" if "\xff" in text else "utf-8")
+            )
     print(f"{len(GOOD)} good, {len(BAD)} bad tables in {OUT}")
 
 
