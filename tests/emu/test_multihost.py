@@ -77,20 +77,27 @@ def _emu_command(emulator: Path, plugin: Path, work: Path, rank_var: str) -> str
         cmd += ["--model", str(model)]
     cmd += ["--lead-file", str(work / "lead.bin"), "--verbose"]
     rank = f'"${rank_var}"'
-    return " ".join(shlex.quote(c) for c in cmd) + f" --ranks {rank} --truth {shlex.quote(str(work))}/truth.{rank}.jsonl"
+    return (
+        " ".join(shlex.quote(c) for c in cmd)
+        + f" --ranks {rank} --truth {shlex.quote(str(work))}/truth.{rank}.jsonl"
+    )
 
 
 def _autoccl_run(extra_env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
     env = plain_nccl_env()
     if os.environ.get("AUTOCCL_LIB_DIR"):  # the build under test (autoccl run finds the plugin there)
         env["AUTOCCL_LIB_DIR"] = os.environ["AUTOCCL_LIB_DIR"]
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "python") + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = (
+        str(Path(__file__).resolve().parents[2] / "python") + os.pathsep + env.get("PYTHONPATH", "")
+    )
     env.update({"AUTOCCL_HW": "NVIDIA H200x4", "AUTOCCL_COORD_TIMEOUT_MS": "4000", "AUTOCCL_RECHECK_MS": "0"})
     env.update(extra_env)
     return [sys.executable, "-m", "autoccl", "run", "--mode", "online", "--"], env
 
 
-def _run_hosts(work: Path, launchers: dict[str, tuple[list[str], dict[str, str]]], timeout: float) -> dict[str, int]:
+def _run_hosts(
+    work: Path, launchers: dict[str, tuple[list[str], dict[str, str]]], timeout: float
+) -> dict[str, int]:
     """Starts each host's launcher in a process group of its own; returns their exit codes."""
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
@@ -179,7 +186,12 @@ def _check_agreement(work: Path, codes: dict[str, int]) -> None:
     calls = _calls(work)
     assert calls
     assert find_divergences(calls) == []
-    served = [line for text in logs.values() for line in text.splitlines() if "serving the online coordinator" in line]
+    served = [
+        line
+        for text in logs.values()
+        for line in text.splitlines()
+        if "serving the online coordinator" in line
+    ]
     assert len(served) == 1 and f"at {HOST_A}:" in served[0], served
     # the communicator across the hosts was tuned from host A's authority, and host B applied it
     world = [c for c in calls if c["hash"] == f"{WORLD_HASH:016x}"]
@@ -237,7 +249,9 @@ def test_torchrun_hosts_with_other_secrets_fail_loudly(emulator: Path, plugin: P
 
 
 @pytest.mark.slow
-def test_slurm_hosts_with_other_coordinators_fail_loudly(emulator: Path, plugin: Path, tmp_path: Path) -> None:
+def test_slurm_hosts_with_other_coordinators_fail_loudly(
+    emulator: Path, plugin: Path, tmp_path: Path
+) -> None:
     """Host B is told another coordinator (AUTOCCL_COORD_ADDR on its host only): each host meets at its
     own, neither hands out a decision of the communicator whose other ranks are at the other one, and
     both fail with a sentence instead of tuning it two ways."""

@@ -71,9 +71,11 @@ def error_summary(error: str) -> str:
 
 def load_doc(path: str | Path) -> dict[str, Any]:
     try:
-        doc: dict[str, Any] = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ResultError(f"cannot read {path}: {e}") from None
+        doc: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ResultError(f"cannot read {path}: {e.strerror or e}") from None
+    except ValueError as e:  # JSON or UTF-8 decoding
+        raise ResultError(f"{path} is not JSON: {e}") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise ResultError(f"{path} is not an autoccl bench result (schema {SCHEMA})")
     return doc
