@@ -119,7 +119,7 @@ CASES = [
         ["env", "--mode", "table", "--table", f"{T}/g.table"],
         "g.table",
         setup=_garbage("g.table", b"\x00\xffgarbage"),
-    ),  # fmt: skip
+    ),
     Case("env-table-is-dir", ["env", "--mode", "table", "--table", T], "--table"),
     Case("env-table-in-online", ["env", "--table", f"{T}/t.table"], "--table"),
     Case("env-cache-is-file", ["env", "--cache-dir", f"{T}/f"], "--cache-dir", setup=_garbage("f", b"x")),
@@ -196,13 +196,13 @@ CASES = [
         ["cache", "clear", "--yes", f"{T}/victim", *CACHE],
         "victim",
         setup=_garbage("victim", b"keep me"),
-    ),  # fmt: skip
+    ),
     Case(
         "clear-ambiguous",
         ["cache", "clear", "--yes", "ab", *CACHE],
         "matches 2",
         setup=lambda t: [_garbage(f"cache/tables/ab{d * 14}.table", b"x")(t) for d in "01"],
-    ),  # fmt: skip
+    ),
     Case(
         "clear-no-match",
         ["cache", "clear", "--yes", "ffff", *CACHE],
@@ -217,19 +217,19 @@ CASES = [
         ["cache", "show", f"{T}/g.table", *CACHE],
         "line",
         setup=_garbage("g.table", b"# autoccl table v1\nfingerprint zz\n"),
-    ),  # fmt: skip
+    ),
     Case(
         "export-no-force",
         ["cache", "export", "3", f"{T}/out.table", *CACHE],
         "--force",
         setup=lambda t: (_cache_with("good-basic.table")(t), _garbage("out.table", b"mine")(t)),
-    ),  # fmt: skip
+    ),
     Case(
         "export-missing-dir",
         ["cache", "export", "3", f"{T}/no/out.table", *CACHE],
         "does not exist",
         setup=_cache_with("good-basic.table"),
-    ),  # fmt: skip
+    ),
     Case("export-unknown", ["cache", "export", "0000", f"{T}/out.table", *CACHE], "0000"),
     Case("import-missing", ["cache", "import", f"{T}/none.table", *CACHE], "none.table"),
     Case("import-dir", ["cache", "import", T, *CACHE], "directory"),
@@ -238,20 +238,20 @@ CASES = [
         ["cache", "import", f"{T}/t.table", "--force", "--merge", *CACHE],
         "--merge",
         setup=_copy("good-basic.table", "t.table"),
-    ),  # fmt: skip
+    ),
     Case(
         "import-into-file",
         ["cache", "import", f"{T}/t.table", "--cache-dir", f"{T}/t.table"],
         "t.table",
         setup=_copy("good-basic.table", "t.table"),
-    ),  # fmt: skip
+    ),
     *[
         Case(
             f"import-{bad}",
             ["cache", "import", f"{T}/in.table", *CACHE],
             "in.table",
             setup=_copy(f"bad-{bad}.table", "in.table"),
-        )  # fmt: skip
+        )
         for bad in (
             "empty",
             "binary-garbage",
@@ -267,7 +267,7 @@ CASES = [
             "chunk-and-halvings",
             "unterminated-quote",
             "header-v2",
-        )  # fmt: skip
+        )
     ],
     Case(
         "list-dir-named-table",
@@ -275,7 +275,7 @@ CASES = [
         "unreadable",
         setup=_cache_with("good-basic.table", extra_dir="0000000000000000.table"),
         ok=True,
-    ),  # fmt: skip
+    ),
     Case(
         "list-cache-is-file",
         ["cache", "list", "--cache-dir", f"{T}/f"],
@@ -322,7 +322,7 @@ CASES = [
         ["bench", "coll", "--device", "cpu", "--gemm-reps-from", f"{T}/g.json"],
         "g.json",
         setup=_garbage("g.json", b"{not json"),
-    ),  # fmt: skip
+    ),
     Case("train-preset", ["bench", "train", "--device", "cpu", "--preset", "huge"], "huge"),
     Case("train-parallel", ["bench", "train", "--device", "cpu", "--parallel", "tp"], "tp"),
     Case("train-iters", ["bench", "train", "--device", "cpu", "--iters", "1"], "--iters"),
@@ -343,13 +343,13 @@ CASES = [
         ["report", f"{T}/r0.json", "-o", f"{T}/out", "--format", "gif"],
         "gif",
         setup=_two_results,
-    ),  # fmt: skip
+    ),
     Case(
         "report-mixed-settings",
         ["report", f"{T}/r0.json", f"{T}/r1.json", "-o", f"{T}/out"],
         "--mix",
         setup=_two_results,
-    ),  # fmt: skip
+    ),
     Case(
         "report-out-is-file", ["report", f"{T}/r0.json", "-o", f"{T}/r1.json"], "r1.json", setup=_two_results
     ),

@@ -134,11 +134,10 @@ def _torchrun_hosts(
     out = {}
     for node, host in enumerate((HOST_A, HOST_B)):
         run, env = _autoccl_run((per_host or {}).get(host, {}))
-        torchrun = [
-            sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
-            "--nproc-per-node", "2", "--master-addr", HOST_A, "--master-port", str(port), "--max-restarts", "0",
-            "--no-python", "sh", "-c", "exec " + _emu_command(emulator, plugin, work, "RANK"),
-        ]  # fmt: skip
+        nodes = ["--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "2"]
+        master = ["--master-addr", HOST_A, "--master-port", str(port), "--max-restarts", "0"]
+        rank = ["--no-python", "sh", "-c", "exec " + _emu_command(emulator, plugin, work, "RANK")]
+        torchrun = [sys.executable, "-m", "torch.distributed.run", *nodes, *master, *rank]
         out[host] = ([*run, *torchrun], env)
     return out
 
