@@ -21,7 +21,9 @@ MODES = ["nccl", "static:NCCL_PROTO=LL", "static:NCCL_PROTO=Simple"]
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "SLURM_NTASKS", "SLURM_PROCID")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "SLURM_NTASKS", "SLURM_PROCID")
+    }
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "python"), *filter(None, [env.get("PYTHONPATH")])])
     env["OMP_NUM_THREADS"] = "1"
     return env
@@ -90,7 +92,9 @@ def test_sigterm_keeps_results_and_resume_finishes(tmp_path: Path) -> None:
     assert 1 <= len(done) < len(MODES)
     assert "interrupted run" in prefix.with_name("r.md").read_text()
     # continue
-    resumed = subprocess.run(_command(prefix, "--resume"), env=_env(), capture_output=True, text=True, timeout=600)
+    resumed = subprocess.run(
+        _command(prefix, "--resume"), env=_env(), capture_output=True, text=True, timeout=600
+    )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     doc = json.loads(prefix.with_name("r.json").read_text())
     assert doc["status"] == "complete"
@@ -111,7 +115,9 @@ def test_workers_die_with_a_killed_harness(tmp_path: Path) -> None:
     """SIGKILL leaves the harness no chance to clean up: its workers die with it (PR_SET_PDEATHSIG)."""
     prefix = tmp_path / "k"
     logs = tmp_path / "k.logs"
-    harness = subprocess.Popen(_command(prefix), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    harness = subprocess.Popen(
+        _command(prefix), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         _wait(lambda: len(_workers_of(logs)) >= 2, 240, "the workers")
         harness.kill()

@@ -29,7 +29,14 @@ NOT_VARIABLES = {
 
 def _names_in_code() -> set[str]:
     found: set[str] = set()
-    patterns = ["csrc/**/*.cc", "csrc/**/*.cpp", "csrc/**/*.h", "python/**/*.py", "scripts/*.sh", "tests/**/*.py"]
+    patterns = [
+        "csrc/**/*.cc",
+        "csrc/**/*.cpp",
+        "csrc/**/*.h",
+        "python/**/*.py",
+        "scripts/*.sh",
+        "tests/**/*.py",
+    ]
     for pattern in patterns:
         for path in ROOT.glob(pattern):
             found |= set(re.findall(r"AUTOCCL_[A-Z0-9_]*[A-Z0-9]", path.read_text(errors="replace")))

@@ -44,7 +44,14 @@ def test_expected_fingerprint() -> None:
 
 def test_fingerprint_is_the_library_one() -> None:
     # Fingerprint::id() of the library for this meta line (csrc/engine/tests: fingerprint case's sample)
-    meta = {"gpu": "NVIDIA H200", "gpus": "4", "nccl": "22809", "ranks": "4", "nodes": "1", "nvl_domains": "1"}
+    meta = {
+        "gpu": "NVIDIA H200",
+        "gpus": "4",
+        "nccl": "22809",
+        "ranks": "4",
+        "nodes": "1",
+        "nvl_domains": "1",
+    }
     assert tables.fnv1a64(b"") == 0xCBF29CE484222325
     assert tables.fnv1a64(b"a") == 0xAF63DC4C8601EC8C  # FNV-1a 64 reference value
     assert tables.fingerprint_of(meta) == (CORPUS / "good-basic.table").read_text().splitlines()[1].split()[1]
