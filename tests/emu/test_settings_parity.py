@@ -8,11 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from emu_helpers import assert_default
 
 from autoccl import settings
 from autoccl.emu import run, simple
-
-from emu_helpers import assert_default
 
 BAD = [
     ("AUTOCCL_MODE", "turbo"),
