@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 from autoccl import tables
 from autoccl._paths import plugin_path
 from autoccl.cli import main
+from autoccl.tuner_env import this_host_address
 
 # A valid table (fingerprint of its meta line): the shared corpus's basic case.
 SAMPLE = (Path(__file__).resolve().parents[1] / "data" / "tables" / "good-basic.table").read_text()
@@ -193,3 +195,61 @@ def test_relative_lib_dir_gives_an_absolute_path(tmp_path: Path, monkeypatch: py
     monkeypatch.setenv("AUTOCCL_LIB_DIR", "lib")
     found = plugin_path()
     assert found.is_absolute() and found == (tmp_path / "lib" / "libautoccl-nccl.so").resolve()
+
+
+def _fake_launcher(tmp_path: Path, name: str) -> tuple[dict[str, str], Path]:
+    """A `name` on PATH that writes the environment it was given to a file (JSON)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    seen = tmp_path / f"{name}.env.json"
+    (bin_dir / name).write_text(
+        f"#!{sys.executable}\nimport json, os\njson.dump(dict(os.environ), open({str(seen)!r}, 'w'))\n"
+    )
+    (bin_dir / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env["PYTHONPATH"] = (
+        str(Path(__file__).resolve().parents[2] / "python") + os.pathsep + env.get("PYTHONPATH", "")
+    )
+    for v in ("AUTOCCL_COORD_ADDR", "AUTOCCL_COORD_TOKEN", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(v, None)
+    return env, seen
+
+
+def test_each_run_has_its_own_coordinator(fake_plugin: Path, tmp_path: Path) -> None:
+    """Two `autoccl run` invocations: two addresses and two tokens (jobs never share a coordinator)."""
+    env, seen = _fake_launcher(tmp_path, "job")
+    env["AUTOCCL_LIB_DIR"] = str(fake_plugin.parent)
+    got = []
+    for _ in range(2):
+        p = subprocess.run(
+            [sys.executable, "-m", "autoccl", "run", "--", "job"], env=env, capture_output=True
+        )
+        assert p.returncode == 0, p.stderr
+        got.append(json.loads(seen.read_text()))
+    addrs = [g["AUTOCCL_RUN_ADDR"] for g in got]
+    assert all(a.startswith("127.0.0.1:") for a in addrs) and addrs[0] != addrs[1]
+    assert got[0]["AUTOCCL_RUN_TOKEN"] != got[1]["AUTOCCL_RUN_TOKEN"]
+    assert "OMPI_MCA_mca_base_env_list" not in got[0]
+
+
+def test_run_under_mpirun_forwards_a_reachable_coordinator(fake_plugin: Path, tmp_path: Path) -> None:
+    """mpirun starts ranks on other hosts from this one: the job's coordinator is this host's network
+    address (loopback only without a network), and Open MPI is told to pass our variables on."""
+    env, seen = _fake_launcher(tmp_path, "mpirun")
+    env["AUTOCCL_LIB_DIR"] = str(fake_plugin.parent)
+    env["OMPI_MCA_mca_base_env_list"] = "MY_VAR"
+    p = subprocess.run([sys.executable, "-m", "autoccl", "run", "--", "mpirun", "-np", "2", "x"], env=env)
+    assert p.returncode == 0
+    got = json.loads(seen.read_text())
+    host = got["AUTOCCL_RUN_ADDR"].rsplit(":", 1)[0]
+    assert host == (this_host_address() or "127.0.0.1")
+    forwarded = got["OMPI_MCA_mca_base_env_list"].split(";")
+    assert forwarded[0] == "MY_VAR"
+    for var in (
+        "AUTOCCL_MODE",
+        "AUTOCCL_RUN_ADDR",
+        "AUTOCCL_RUN_TOKEN",
+        "NCCL_TUNER_PLUGIN",
+        "NCCL_NVLS_ENABLE",
+    ):
+        assert var in forwarded
