@@ -32,6 +32,9 @@ from autoccl.emu.runner import default_model, find_divergences
 from autoccl.tuner_env import plain_nccl_env
 
 HOST_A, HOST_B = "127.0.0.2", "127.0.0.3"
+PYTHON_DIR = (
+    Path(__file__).resolve().parents[2] / "python"
+)  # the autoccl CLI each host runs (benchmarks/emu/multihost_runs.py sets another)
 RANKS = {HOST_A: (0, 1), HOST_B: (2, 3)}
 WORLD_HASH = 0xA11C0DE
 
