@@ -1,8 +1,5 @@
 #include "engine/online.h"
 
-#include "autoccl/coord/launcher.h"
-#include "engine/trace.h"
-
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -10,6 +7,9 @@
 #include <cstring>
 #include <thread>
 #include <unordered_map>
+
+#include "autoccl/coord/launcher.h"
+#include "engine/trace.h"
 
 namespace autoccl::engine {
 
