@@ -25,7 +25,7 @@ def _doc(iters: int, backend: str = "gloo", modes: tuple[str, ...] = ("nccl", "o
             "backend": backend,
             "iters": iters,
             "modes": list(modes),
-        },  # fmt: skip
+        },
         "host": {"gpus": [], "nccl": None, "torch": "2.13.0"},
         "rows": rows,
         "launches": [],
