@@ -75,7 +75,7 @@ def load_doc(path: str | Path) -> dict[str, Any]:
     except OSError as e:
         raise ResultError(f"cannot read {path}: {e.strerror or e}") from None
     except ValueError as e:  # JSON or UTF-8 decoding
-        raise ResultError(f"{path} is not JSON: {e}") from None
+        raise ResultError(f"cannot read {path}: not JSON ({e})") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise ResultError(f"{path} is not an autoccl bench result (schema {SCHEMA})")
     return doc
