@@ -1195,4 +1195,15 @@ extern "C" __attribute__((visibility("default"))) int ncclGetVersion(int* versio
   return 0;
 }
 
-int main(int argc, char** argv) { return emu::mainImpl(argc, argv); }
+int main(int argc, char** argv) {
+  // A malformed override is an error, not NCCL version 0 (atoi) in the plugin's hands.
+  if (const char* v = std::getenv("AUTOCCL_EMU_NCCL_VERSION"); v && *v) {
+    const std::string s = v;
+    if (s.size() < 4 || s.size() > 6 || s.find_first_not_of("0123456789") != std::string::npos) {
+      std::fprintf(stderr, "autoccl-emu: AUTOCCL_EMU_NCCL_VERSION='%s' must be NCCL's version code, e.g. 22809 for 2.28.9\n",
+                   v);
+      return 2;
+    }
+  }
+  return emu::mainImpl(argc, argv);
+}

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <functional>
 #include <cinttypes>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -26,11 +28,15 @@ class FileLock {
  public:
   explicit FileLock(const std::string& path) {
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) error_ = errno;
     if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
+      error_ = errno;
       ::close(fd_);
       fd_ = -1;
     }
   }
+  bool held() const { return fd_ >= 0; }
+  int error() const { return error_; }
   ~FileLock() {
     if (fd_ >= 0) ::close(fd_);  // releases the lock
   }
@@ -39,6 +45,7 @@ class FileLock {
 
  private:
   int fd_ = -1;
+  int error_ = 0;
 };
 
 // NCCL's own spellings, as the profiler reports them (trace "nccl_algo"/"nccl_proto").
@@ -155,28 +162,39 @@ std::shared_ptr<const Table> Runtime::tableFor(const Fingerprint& fp, const LogF
 }
 
 // Read-modify-write of this fingerprint's cache table, shared by observe and online: under the file
-// lock (several processes' authorities may finish at once), an unusable table is replaced, `merge`
-// folds the entries in, and the result is written atomically.
+// lock `<table>.lock` (several processes' authorities may finish at once; the CLI's `cache import` takes
+// the same lock), what is on disk now is merged with this process's entries and written atomically
+// (temporary file + rename). The lock is taken only once its directory exists: without it two first
+// writers of a fresh cache both read nothing and the second rename dropped the first one's tasks. An
+// unusable table is moved aside (`<table>.corrupt-<time>-<pid>`), never overwritten.
 void Runtime::updateTable(const Fingerprint& fp, const std::vector<TableEntry>& entries, const LogFn& log,
                           const std::function<void(Table&)>& merge, const std::string& what) {
   std::string path = tablePathFor(fp);
   if (path.empty() || entries.empty()) return;
   std::lock_guard<std::mutex> lock(tablesMu_);
-  FileLock flock(path + ".lock");
-  Table table;
   std::string why;
+  auto warn = [&](const std::string& msg) {
+    if (log) log(LogLevel::Warn, "autoccl: " + msg + "; " + std::to_string(entries.size()) + " " + what + " not written");
+  };
+  if (!ensureParentDir(path, &why)) return warn(why);
+  FileLock flock(path + ".lock");
+  if (!flock.held()) return warn("cannot lock " + path + ".lock: " + std::strerror(flock.error()));
+  Table table;
   LoadStatus st = loadTable(path, fp.id(), &table, &why);
-  if (st != LoadStatus::Ok) {
-    if (st != LoadStatus::Missing && log) log(LogLevel::Warn, "autoccl: replacing unusable table " + path + ": " + why);
-    table = Table();
+  if (st == LoadStatus::Corrupt || st == LoadStatus::Foreign) {
+    const std::string aside = path + ".corrupt-" + utcNow() + "-" + std::to_string(::getpid());
+    if (std::rename(path.c_str(), aside.c_str()) != 0)
+      return warn("cannot move the unusable table " + path + " aside (" + why + "): " + std::strerror(errno));
+    if (log) log(LogLevel::Warn, "autoccl: moved the unusable table " + path + " aside to " + aside + " (" + why + ")");
   }
+  if (st != LoadStatus::Ok) table = Table();
   table.fp = fp;
   table.created = utcNow();
   merge(table);
   if (saveTable(path, table, &why)) {
     if (log) log(LogLevel::Info, "autoccl: " + std::to_string(entries.size()) + " " + what + " written to " + path);
-  } else if (log) {
-    log(LogLevel::Warn, "autoccl: " + why);
+  } else {
+    warn(why);
   }
 }
 

@@ -8,6 +8,9 @@
 #include <thread>
 #include <unordered_map>
 
+#include "autoccl/coord/launcher.h"
+#include "engine/trace.h"
+
 namespace autoccl::engine {
 
 // The search plans chunk halvings up to its bound; tables, the Context and the coordinator's wire check the
@@ -539,6 +542,10 @@ class OnlineSource final : public DecisionSource {
     }
     if (p == Place::kBypass) {
       bypass_ = true;
+      if (env_.log && env_.rank == 0)
+        env_.log(LogLevel::Warn, "autoccl: communicator " + commHex(env_.commHash) + " has ranks in other processes "
+                 "and no coordinator is configured or derivable (torchrun, srun, `autoccl run`, or AUTOCCL_COORD_ADDR "
+                 "and AUTOCCL_COORD_TOKEN): NCCL's choice on every rank");
     } else {
       usedBoard_ = p == Place::kLocal ? localBoard_ : tcpBoard_;
       agree_ = std::make_unique<coord::CommAgreement>(usedBoard_, env_.commHash, env_.rank, co->lookupDeadline());
@@ -1019,30 +1026,24 @@ std::shared_ptr<coord::Board> Coordination::board(bool authority, const LogFn& l
   std::lock_guard<std::mutex> lk(mu_);
   if (!configured_) {
     configured_ = true;
-    lookupMs_ = envInt("AUTOCCL_COORD_TIMEOUT_MS", 30000, 100, 3600000);
-    const char* addr = std::getenv("AUTOCCL_COORD_ADDR");
-    const char* ma = std::getenv("MASTER_ADDR");
-    const char* mp = std::getenv("MASTER_PORT");
-    bool haveAddr = (addr && *addr) || (ma && *ma && mp && *mp);
-    if (haveAddr) {
-      std::string host, aerr;
-      int port = 0;
-      if (!coord::addressFromEnv(&host, &port, &aerr)) {
-        error_ = aerr;
-      } else if (coord::tokenFromEnv().empty()) {
-        error_ = "AUTOCCL_COORD_TOKEN is not set (required with a coordinator address " + host + ":" +
-                 std::to_string(port) + ")";
-      } else {
+    lookupMs_ = envInt("AUTOCCL_COORD_TIMEOUT_MS", 30000, 100, 3600000);  // validated by loadSettings
+    // The endpoint every process of the job derives alike (coord/launcher.h): the user's, the launcher's
+    // (torchrun, srun), or the one `autoccl run` gave; none: the in-process board.
+    coord::Endpoint ep;
+    switch (coord::coordinatorFromEnv([](const char* k) { return std::getenv(k); }, &ep, &error_)) {
+      case coord::EndpointStatus::kError: break;
+      case coord::EndpointStatus::kNone: board_ = coord::makeLocalBoard(); break;
+      case coord::EndpointStatus::kOk:
         tcp_ = true;
-        opt_.host = host;
-        opt_.port = port;
-        opt_.token = coord::tokenFromEnv();
+        singleHost_ = ep.singleHost;
+        source_ = ep.source;
+        opt_.host = ep.host;
+        opt_.port = ep.port;
+        opt_.token = ep.token;
         opt_.sealMs = kSealMs;
         opt_.settingsDigest = agreed_.digest;
         opt_.settingsWhat = agreed_.names;
-      }
-    } else {
-      board_ = coord::makeLocalBoard();
+        break;
     }
   }
   if (!error_.empty()) {
@@ -1065,6 +1066,20 @@ std::shared_ptr<coord::Board> Coordination::board(bool authority, const LogFn& l
     if (!board_) board_ = coord::makeTcpBoard(opt_);
   }
   return board_;
+}
+
+std::string Coordination::multiNodeProblem(int nNodes) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const std::string head = "a communicator on " + std::to_string(nNodes) + " nodes ";
+  if (!tcp_)
+    return head + "needs a coordinator every host derives alike, and none is configured or derivable (run it "
+                  "under torchrun or srun, start it with `autoccl run -- mpirun ...`, or set AUTOCCL_COORD_ADDR and "
+                  "AUTOCCL_COORD_TOKEN on every host)";
+  if (singleHost_)
+    return head + "cannot use " + source_ + " " + opt_.host + ":" + std::to_string(opt_.port) +
+           ": each host would meet at its own coordinator (no launcher variables were found: run it under "
+           "torchrun or srun, or set AUTOCCL_COORD_ADDR and AUTOCCL_COORD_TOKEN on every host)";
+  return "";
 }
 
 std::shared_ptr<coord::Board> Coordination::localBoard() {
@@ -1136,6 +1151,10 @@ std::unique_ptr<DecisionSource> makeOnlineSource(const PolicyEnv& env, std::stri
   }
   auto board = env.coordination->board(env.rank == 0, env.log, error);
   if (!board) return nullptr;
+  // Ranks on several nodes meet only at a coordinator every host derives alike: without one (or with
+  // `autoccl run`'s loopback address, a coordinator per host) this communicator is not tuned on any of
+  // its ranks, all of which see the same node count.
+  if (env.nNodes > 1 && (*error = env.coordination->multiNodeProblem(env.nNodes)).size()) return nullptr;
   env.coordination->addLocalRank(env.commHash, env.rank);
   return std::make_unique<OnlineSource>(env, std::move(board));
 }

@@ -6,7 +6,10 @@
 //
 // Board choice (process-wide, `Coordination`), deterministic from the environment:
 //  * TCP when a coordinator address is configured (AUTOCCL_COORD_ADDR=host:port) or derivable
-//    (torchrun: MASTER_ADDR and MASTER_PORT + 17); token AUTOCCL_COORD_TOKEN (required). The first
+//    (coord::coordinatorFromEnv: torchrun's MASTER_ADDR and MASTER_PORT + 17, the first host of a
+//    Slurm step, the address `autoccl run` gave the job); token AUTOCCL_COORD_TOKEN or derived from the
+//    launcher's job identity. A communicator on several nodes is not tuned without a coordinator every
+//    host derives alike (none, or autoccl run's loopback one: multiNodeProblem). The first
 //    context of this process that is rank 0 of a communicator tries to bind the address; binding is
 //    atomic, so exactly one process per job serves, every other process (and the server's own
 //    process) connects as a client, retrying until the lookup deadline.
@@ -173,6 +176,9 @@ class Coordination {
   // may host the TCP server.
   std::shared_ptr<coord::Board> board(bool authority, const LogFn& log, std::string* err);
   bool tcp() const { return tcp_; }
+  // Why a communicator on nNodes > 1 nodes cannot be tuned here ("" when it can): no coordinator, or one
+  // that serves a single host (autoccl run's loopback address).
+  std::string multiNodeProblem(int nNodes);
   std::chrono::milliseconds lookupDeadline() const { return std::chrono::milliseconds(lookupMs_); }
 
   // The process's in-process board (the same as board() without TCP; its own one with TCP).
@@ -198,6 +204,8 @@ class Coordination {
   std::mutex mu_;
   bool configured_ = false;
   bool tcp_ = false;
+  bool singleHost_ = false;
+  std::string source_;  // where the coordinator address came from (messages)
   std::string error_;
   coord::TcpOptions opt_;
   AgreedSettings agreed_;

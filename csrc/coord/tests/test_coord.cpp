@@ -22,6 +22,7 @@
 #include <tuple>
 
 #include "autoccl/coord/coord.h"
+#include "autoccl/coord/launcher.h"
 #include "check.h"
 #include "sha256.h"
 #include "wire.h"
@@ -505,7 +506,7 @@ void tcpAuthTest() {
   auto t0 = std::chrono::steady_clock::now();
   Outcome o = intruder->lookup(TaskKey{1, 4, 1, 64}, 0, milliseconds(300));
   CHECK(!o.ok());
-  CHECK(o.error.find("unreachable") != std::string::npos);
+  CHECK(o.error.find("rejected this process's token") != std::string::npos);
   CHECK(std::chrono::steady_clock::now() - t0 < milliseconds(2000));
   CHECK(server.stats().rejectedPeers >= 1);
   // a peer that sends garbage instead of the handshake is dropped; the server keeps serving
@@ -976,12 +977,145 @@ void preWindowTest() {
   CHECK(first->stats().priorSamples == 0);
 }
 
+// ---- the coordinator's endpoint from the launcher's variables ------------------------------------
+// Two processes of one job (other ranks, other hosts) derive the same address and token from the same
+// launcher variables; another job, another attempt or another secret gives another token.
+void launcherTest() {
+  using Env = std::map<std::string, std::string>;
+  auto derive = [](const Env& e, Endpoint* ep, std::string* err) {
+    return coordinatorFromEnv(
+        [&e](const char* k) -> const char* {
+          auto it = e.find(k);
+          return it == e.end() ? nullptr : it->second.c_str();
+        },
+        ep, err);
+  };
+  Endpoint a, b;
+  std::string err;
+  // torchrun: two hosts of one job (their own RANK, LOCAL_RANK, GROUP_RANK and autoccl run's address)
+  Env host0 = {{"MASTER_ADDR", "127.0.0.2"}, {"MASTER_PORT", "29400"}, {"WORLD_SIZE", "4"}, {"RANK", "0"},
+               {"TORCHELASTIC_RUN_ID", "job1"}, {"AUTOCCL_RUN_ADDR", "127.0.0.1:4000"}, {"AUTOCCL_RUN_TOKEN", "x"}};
+  Env host1 = host0;
+  host1["RANK"] = "3";
+  host1["AUTOCCL_RUN_ADDR"] = "127.0.0.1:5000";
+  host1["AUTOCCL_RUN_TOKEN"] = "y";
+  CHECK(derive(host0, &a, &err) == EndpointStatus::kOk && derive(host1, &b, &err) == EndpointStatus::kOk);
+  CHECK(a.host == "127.0.0.2" && a.port == 29417 && b.host == a.host && b.port == a.port);
+  CHECK(a.token == b.token && a.token.size() == 64 && a.tokenDerived && !a.singleHost);
+  Env other = host1;
+  other["TORCHELASTIC_RUN_ID"] = "job2";
+  CHECK(derive(other, &b, &err) == EndpointStatus::kOk && b.token != a.token);
+  other = host1;
+  other["TORCHELASTIC_RESTART_COUNT"] = "1";
+  CHECK(derive(other, &b, &err) == EndpointStatus::kOk && b.token != a.token);
+  other = host1;
+  other["AUTOCCL_COORD_SECRET"] = "s3cret";
+  CHECK(derive(other, &b, &err) == EndpointStatus::kOk && b.token != a.token);
+  other["AUTOCCL_COORD_TOKEN"] = "given";
+  CHECK(derive(other, &b, &err) == EndpointStatus::kOk && b.token == "given" && !b.tokenDerived);
+  // The user's address wins, with a token derived from the launcher where there is one.
+  other = host1;
+  other["AUTOCCL_COORD_ADDR"] = "10.0.0.1:6000";
+  CHECK(derive(other, &b, &err) == EndpointStatus::kOk && b.host == "10.0.0.1" && b.port == 6000 &&
+        b.source == "AUTOCCL_COORD_ADDR" && b.tokenDerived);
+  // Slurm: the first host of the step's node list, a port from the job and step ids.
+  Env slurm0 = {{"SLURM_JOB_ID", "4242"}, {"SLURM_STEP_ID", "3"}, {"SLURM_STEP_NODELIST", "gpu[07-09,12],cpu1"},
+                {"SLURM_PROCID", "0"}};
+  Env slurm1 = slurm0;
+  slurm1["SLURM_PROCID"] = "5";
+  CHECK(derive(slurm0, &a, &err) == EndpointStatus::kOk && derive(slurm1, &b, &err) == EndpointStatus::kOk);
+  CHECK(a.host == "gpu07" && a.port == b.port && a.port >= 12000 && a.port < 32000 && a.token == b.token);
+  slurm1["SLURM_STEP_ID"] = "4";  // the next step of the job: another coordinator
+  CHECK(derive(slurm1, &b, &err) == EndpointStatus::kOk && b.token != a.token);
+  // autoccl run's address: this host only when it is a loopback one.
+  Env run = {{"AUTOCCL_RUN_ADDR", "127.0.0.1:4000"}, {"AUTOCCL_RUN_TOKEN", "x"}};
+  CHECK(derive(run, &a, &err) == EndpointStatus::kOk && a.singleHost && a.token == "x");
+  run["AUTOCCL_RUN_ADDR"] = "10.1.2.3:4000";
+  run["OMPI_COMM_WORLD_SIZE"] = "16";  // mpirun from `autoccl run`: the launch host's address
+  CHECK(derive(run, &a, &err) == EndpointStatus::kOk && !a.singleHost);
+  // Nothing derivable: the in-process board; under mpirun without autoccl run: an error saying what to do.
+  CHECK(derive({}, &a, &err) == EndpointStatus::kNone);
+  CHECK(derive({{"OMPI_COMM_WORLD_SIZE", "1"}}, &a, &err) == EndpointStatus::kNone);
+  err.clear();
+  CHECK(derive({{"PMI_SIZE", "8"}}, &a, &err) == EndpointStatus::kError && err.find("autoccl run -- mpirun") != std::string::npos);
+  // Malformed values: one sentence naming the variable.
+  const std::pair<Env, const char*> bad[] = {
+      {{{"AUTOCCL_COORD_ADDR", "h:0"}, {"AUTOCCL_COORD_TOKEN", "t"}}, "AUTOCCL_COORD_ADDR"},
+      {{{"AUTOCCL_COORD_ADDR", "h:65536"}, {"AUTOCCL_COORD_TOKEN", "t"}}, "AUTOCCL_COORD_ADDR"},
+      {{{"AUTOCCL_COORD_ADDR", "::1:80"}, {"AUTOCCL_COORD_TOKEN", "t"}}, "AUTOCCL_COORD_ADDR"},
+      {{{"AUTOCCL_COORD_ADDR", "a b:80"}, {"AUTOCCL_COORD_TOKEN", "t"}}, "AUTOCCL_COORD_ADDR"},
+      {{{"AUTOCCL_COORD_ADDR", "h:80"}}, "AUTOCCL_COORD_TOKEN"},
+      {{{"MASTER_ADDR", "h"}, {"MASTER_PORT", "65519"}}, "MASTER_PORT"},
+      {{{"MASTER_ADDR", "h h"}, {"MASTER_PORT", "29500"}}, "MASTER_ADDR"},
+      {{{"SLURM_JOB_ID", "1"}, {"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NODELIST", "n[1-"}}, "Slurm"},
+      {{{"AUTOCCL_RUN_ADDR", "h:80"}}, "AUTOCCL_RUN_TOKEN"},
+  };
+  for (const auto& [env, mention] : bad) {
+    err.clear();
+    CHECK(derive(env, &a, &err) == EndpointStatus::kError);
+    CHECK(err.find(mention) != std::string::npos);
+  }
+  CHECK(derive({{"AUTOCCL_COORD_ADDR", "[::1]:80"}, {"AUTOCCL_COORD_TOKEN", "t"}}, &a, &err) == EndpointStatus::kOk &&
+        a.host == "::1" && a.port == 80);
+  // Slurm's host lists.
+  std::vector<std::string> hosts;
+  CHECK(expandHostList("node[01-03,7],gpu5", 10, &hosts, &err) && hosts.size() == 5 && hosts[0] == "node01" &&
+        hosts[2] == "node03" && hosts[3] == "node7" && hosts[4] == "gpu5");
+  CHECK(expandHostList("a,b", 1, &hosts, &err) && hosts.size() == 1 && hosts[0] == "a");
+  CHECK(expandHostList("rack[1-2]-n", 5, &hosts, &err) && hosts.size() == 2 && hosts[1] == "rack2-n");
+  for (const char* list : {"", "n[", "n]", "n[3-1]", "n[a-b]", "n[1-2][3-4]"}) CHECK(!expandHostList(list, 5, &hosts, &err));
+}
+
+// ---- no decision until every announced rank attached ---------------------------------------------
+// Hosts that meet at different coordinators (another address derived, another token) would apply
+// different decisions: the server hands out none for a communicator while ranks that ATTACH announced
+// have not attached, so the ranks it has fail loudly at their deadline instead.
+void tcpGateTest() {
+  TcpOptions so = baseOpts(0);
+  so.sealMs = 100;
+  TcpServer server(so);
+  std::string err;
+  REQUIRE(server.start(&err));
+  auto auth = makeTcpBoard(baseOpts(server.port()));
+  auto follower = makeTcpBoard(baseOpts(server.port()));
+  SearchDecider d;
+  auth->serve(11, &d);
+  auth->attach(11, 0, 3);
+  follower->attach(11, 1, 3);
+  const TaskKey key{11, 4, 1, 1 << 20};
+  // rank 2 never attaches (it is at another coordinator): no decision, and no seal either
+  Outcome o = follower->lookup(key, 0, milliseconds(800));
+  CHECK(!o.ok());
+  CHECK(o.error.find("never connected to this coordinator") != std::string::npos);
+  CHECK(server.stats().sealed == 0);
+  // it attaches: decisions flow
+  auto late = makeTcpBoard(baseOpts(server.port()));
+  late->attach(11, 2, 3);
+  o = follower->lookup(key, 0, milliseconds(5000));
+  CHECK(o.ok());
+  Outcome o2 = late->lookup(key, 0, milliseconds(5000));
+  CHECK(o2.ok() && o2.seg.cfg == o.seg.cfg);
+  // Without an authority the seal waits for the ranks too.
+  follower->attach(12, 1, 2);
+  Outcome o3 = follower->lookup(TaskKey{12, 4, 1, 64}, 0, milliseconds(600));
+  CHECK(!o3.ok());
+  CHECK(server.stats().sealed == 0);
+  late->attach(12, 0, 2);  // rank 0 is here, its process never serves: sealed NCCL default
+  o3 = follower->lookup(TaskKey{12, 4, 1, 64}, 0, milliseconds(5000));
+  CHECK(o3.ok() && o3.seg.cfg.isDefault());
+  late.reset();
+  follower.reset();
+  auth.reset();
+  server.stop();
+}
+
 TestCase tests[] = {{"pre_window", preWindowTest}, {"sha256", sha256Test},       {"wire", wireTest},         {"fuzz", fuzzTest},
                     {"store", storeTest},         {"local", localTest},       {"tcp_loopback", tcpLoopbackTest},
                     {"tcp_faults", tcpFaultsTest}, {"tcp_auth", tcpAuthTest}, {"tcp_attach", tcpAttachTest},
                     {"tcp_unserve_waits", tcpUnserveWaitsTest}, {"tcp_settings", tcpSettingsTest},
                     {"tcp_report", tcpReportTest},
-                    {"tcp_fork", tcpForkTest},     {"tcp_kill", tcpKillTest}};
+                    {"tcp_fork", tcpForkTest},     {"tcp_kill", tcpKillTest},
+                    {"launcher", launcherTest},   {"tcp_gate", tcpGateTest}};
 
 }  // namespace
 

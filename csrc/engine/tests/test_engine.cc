@@ -164,9 +164,37 @@ void testSettings() {
   s = loadSettings(envOf({{"AUTOCCL_MODE", "fixed"}, {"AUTOCCL_FIXED", "allreduce:ring/simple/8"}}));
   CHECK(s.valid);
   CHECK_EQ(s.fixed.size(), size_t(1));
-  // AUTOCCL_FIXED is only validated in fixed mode.
+  // AUTOCCL_FIXED is validated whenever it is set (a typo is an error in every mode, never ignored).
   s = loadSettings(envOf({{"AUTOCCL_MODE", "observe"}, {"AUTOCCL_FIXED", "junk"}}));
-  CHECK(s.valid);
+  CHECK(!s.valid);
+  // The coordinator's variables and the paths the library writes: refused when malformed, never
+  // replaced by a default.
+  const std::string dir = tempDir();
+  const std::pair<const char*, const char*> badValues[] = {
+      {"AUTOCCL_COORD_TIMEOUT_MS", "abc"},  {"AUTOCCL_COORD_TIMEOUT_MS", "50"},
+      {"AUTOCCL_COORD_LINGER_MS", "-1"},    {"AUTOCCL_COORD_LINGER_MS", "600001"},
+      {"AUTOCCL_COORD_ADDR", "host:0"},     {"AUTOCCL_COORD_ADDR", "host"},
+      {"AUTOCCL_COORD_ADDR", "h:70000"},    {"AUTOCCL_RUN_ADDR", "::1:5"},
+      {"AUTOCCL_COORD_FAULTS", "drop=2"},   {"AUTOCCL_COORD_FAULTS", "lose=0.1"},
+      {"AUTOCCL_TRACE", "/nonexistent/dir/trace"},
+      {"AUTOCCL_TABLE", "/nonexistent/dir/t.table"},
+      {"AUTOCCL_CACHE_DIR", "/nonexistent/dir/cache"},
+      {"AUTOCCL_HW", "GPU\x01"},
+  };
+  for (const auto& [k, v] : badValues) {
+    const std::string value = v;
+    s = loadSettings(envOf({{k, value}}));
+    if (s.valid || s.error.find(k) == std::string::npos)
+      ::autoccl::test::fail(__FILE__, __LINE__, std::string(k) + "=" + value + ": valid=" + std::to_string(s.valid) +
+                                                    " error='" + s.error + "'");
+  }
+  CHECK(!loadSettings(envOf({{"AUTOCCL_HW", std::string("GPU\x01x4")}})).valid);
+  CHECK(!loadSettings(envOf({{"AUTOCCL_TABLE", dir}})).valid);  // a directory is no table file
+  for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
+           {"AUTOCCL_COORD_TIMEOUT_MS", "100"}, {"AUTOCCL_COORD_LINGER_MS", "0"}, {"AUTOCCL_COORD_ADDR", "[::1]:5"},
+           {"AUTOCCL_COORD_FAULTS", "drop=0.1,dup=0.1,delay_ms=3,seed=9"}, {"AUTOCCL_TRACE", dir + "/trace"},
+           {"AUTOCCL_TABLE", dir + "/new.table"}, {"AUTOCCL_CACHE_DIR", dir + "/new-cache"}})
+    CHECK(loadSettings(envOf({{k, v}})).valid);
   for (const char* v : {"0", "65", "abc", "-1", "8x"}) {
     s = loadSettings(envOf({{"AUTOCCL_MAX_CHANNELS", v}}));
     CHECK(!s.valid);

@@ -52,11 +52,7 @@ using testenv::envOf;
 
 // The coordinator settings are read from the real environment (Coordination): start every case from
 // a clean one so that an outer torchrun / autoccl run cannot turn the in-process board into TCP.
-void clearCoordEnv() {
-  for (const char* v : {"AUTOCCL_COORD_ADDR", "AUTOCCL_COORD_TOKEN", "MASTER_ADDR", "MASTER_PORT",
-                        "AUTOCCL_COORD_TIMEOUT_MS", "AUTOCCL_COORD_LINGER_MS", "AUTOCCL_COORD_FAULTS"})
-    unsetenv(v);
-}
+void clearCoordEnv() { testenv::clearLauncherEnv(); }
 
 // maxChannels: AUTOCCL_MAX_CHANNELS ("" = the default, 64, above the communicator's ceiling of 24).
 Settings onlineSettings(const std::string& cacheDir = "", const std::string& maxChannels = "",
@@ -1321,10 +1317,14 @@ void testBadCoordinator() {
   };
   const Bad bad[] = {
       {{{"AUTOCCL_COORD_ADDR", "127.0.0.1:45871"}}, "AUTOCCL_COORD_TOKEN"},
-      {{{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "45800"}}, "AUTOCCL_COORD_TOKEN"},
       {{{"AUTOCCL_COORD_ADDR", "127.0.0.1"}, {"AUTOCCL_COORD_TOKEN", "t"}}, "AUTOCCL_COORD_ADDR"},
       {{{"AUTOCCL_COORD_ADDR", "host:notaport"}, {"AUTOCCL_COORD_TOKEN", "t"}}, "AUTOCCL_COORD_ADDR"},
-      {{{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "x"}, {"AUTOCCL_COORD_TOKEN", "t"}}, "AUTOCCL_COORD_ADDR"},
+      {{{"AUTOCCL_COORD_ADDR", "host:0"}, {"AUTOCCL_COORD_TOKEN", "t"}}, "AUTOCCL_COORD_ADDR"},
+      {{{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "x"}, {"AUTOCCL_COORD_TOKEN", "t"}}, "MASTER_PORT"},
+      {{{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "65530"}}, "MASTER_PORT"},
+      {{{"SLURM_JOB_ID", "7"}, {"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NODELIST", "n[3-1]"}}, "Slurm"},
+      {{{"OMPI_COMM_WORLD_SIZE", "4"}}, "mpirun"},
+      {{{"AUTOCCL_RUN_ADDR", "127.0.0.1:45871"}}, "AUTOCCL_RUN_TOKEN"},
   };
   for (const Bad& b : bad) {
     clearCoordEnv();
@@ -1359,6 +1359,31 @@ void testBadCoordinator() {
   std::string err;
   CHECK(tryMake(0, &err));
   CHECK(err.empty());
+  // Launcher variables alone are enough: the token is derived from the job's identity.
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", "45800", 1);
+  CHECK(tryMake(1, &err));
+  clearCoordEnv();
+  // A communicator on several nodes: not with autoccl run's loopback address (a coordinator per host),
+  // nor without any coordinator; yes with one every host derives alike.
+  auto multiNode = [&](std::string* why) {
+    Coordination co;
+    PolicyEnv e = rankEnv(0xBAD3ULL, 1, 4, &s, &co);
+    e.nNodes = 2;
+    return makeOnlineSource(e, why) != nullptr;
+  };
+  err.clear();
+  CHECK(!multiNode(&err) && err.find("none is configured or derivable") != std::string::npos);
+  setenv("AUTOCCL_RUN_ADDR", "127.0.0.1:45871", 1);
+  setenv("AUTOCCL_RUN_TOKEN", "t", 1);
+  err.clear();
+  CHECK(!multiNode(&err) && err.find("each host would meet at its own coordinator") != std::string::npos);
+  setenv("SLURM_JOB_ID", "77", 1);
+  setenv("SLURM_STEP_ID", "0", 1);
+  setenv("SLURM_STEP_NODELIST", "127.0.0.[1-2]", 1);
+  err.clear();
+  CHECK(multiNode(&err));
+  clearCoordEnv();
 }
 
 // ------------------------------------------------------------------ benchmark

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -46,6 +47,58 @@ def _resolve_device(
     elif not distributed:
         nproc = nproc or 2
     return backend, nproc
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, delivered as KeyboardInterrupt so that the same clean-up runs as for Ctrl-C."""
+
+
+@contextmanager
+def _stoppable() -> Iterator[None]:
+    """SIGTERM interrupts the run like Ctrl-C: the launch under way is stopped (its workers terminated)
+    and the results measured so far are written."""
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _resume_doc(prefix: Path | None, resume: bool, kind: str) -> dict[str, Any] | None:
+    from autoccl.bench.results import ResultError, load_doc
+
+    if not resume:
+        return None
+    if prefix is None:
+        raise _fail("--resume needs -o PREFIX (the prefix of the run to continue)")
+    path = prefix.with_name(prefix.name + ".json")
+    if not path.is_file():
+        raise _fail(f"--resume: {path} does not exist (nothing to continue)")
+    try:
+        doc = load_doc(path)
+    except ResultError as e:
+        raise _fail(f"--resume: {e}") from None
+    if doc.get("kind") != kind:
+        raise _fail(f"--resume: {path} is a bench {doc.get('kind')} result, not {kind}")
+    return doc
+
+
+def _checkpointer(prefix: Path, main: bool) -> Callable[[dict[str, Any]], None] | None:
+    """Writes PREFIX.json/.csv/.md after every launch (status "partial"): an interrupted or killed run
+    keeps what it measured."""
+    from autoccl.bench import results as R
+
+    if not main:
+        return None
+
+    def write(doc: dict[str, Any]) -> None:
+        R.write_outputs(doc, prefix)
+
+    return write
 
 
 def _default_prefix(kind: str) -> Path:
@@ -128,7 +181,7 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option(
             "--nproc",
-            type=int,
+            type=click.IntRange(1, 4096),
             default=None,
             help="processes per launch [default: every visible GPU; 2 on cpu]; ignored under torchrun/srun",
         ),
@@ -140,9 +193,21 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
             default=None,
             help="output prefix: writes PREFIX.json, PREFIX.csv, PREFIX.md (logs in PREFIX.logs/)",
         ),
-        click.option("--timeout", type=float, default=600.0, show_default=True, help="seconds per launch"),
-        click.option("--seed", type=int, default=1234, show_default=True),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(1.0, 7 * 24 * 3600.0),
+            default=600.0,
+            show_default=True,
+            help="seconds per launch",
+        ),
+        click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=1234, show_default=True),
         click.option("--progress/--no-progress", default=None, help="progress bars [default: on a terminal]"),
+        click.option(
+            "--resume",
+            is_flag=True,
+            help="continue the run of -o PREFIX: its finished launches are kept, the others run "
+            "(same options)",
+        ),
     ]
     for o in reversed(opts):
         fn = o(fn)
@@ -263,12 +328,14 @@ def coll(
     timeout: float,
     seed: int,
     progress: bool | None,
+    resume: bool,
 ) -> None:
     """Collective bandwidth per mode (busbw/algbw as nccl-tests), optionally beside a GEMM load."""
     from autoccl.bench import modes as M
     from autoccl.bench import runner
     from autoccl.bench import spec as S
     from autoccl.bench.launch import LaunchError, detect_topology
+    from autoccl.bench.results import ResultError
 
     for name, v in (("--warmup", warmup), ("--online-warmup", online_warmup)):
         if v < 0:
@@ -352,11 +419,19 @@ def coll(
                 err=True,
             )
         show = (sys.stderr.isatty() if progress is None else progress) and topo.is_main
-        with _progress(show) as bar:
+        earlier = _resume_doc(output, resume, "coll")
+        with _stoppable(), _progress(show) as bar:
             doc = runner.run_coll(
-                o, topo, workdir, sys.argv, progress=bar, log=lambda m: click.echo(m, err=True)
+                o,
+                topo,
+                workdir,
+                sys.argv,
+                progress=bar,
+                log=lambda m: click.echo(m, err=True),
+                resume_from=earlier,
+                checkpoint=_checkpointer(prefix, topo.is_main),
             )
-    except (SpecError, LaunchError) as e:
+    except (SpecError, LaunchError, ResultError) as e:
         raise _fail(str(e)) from None
     _finish(doc, prefix, topo.is_main)
 
@@ -364,12 +439,18 @@ def coll(
 def _finish(doc: dict[str, Any], prefix: Path, main: bool) -> None:
     from autoccl.bench import results as R
 
-    if not main:
-        return
-    paths = R.write_outputs(doc, prefix)
-    click.echo((paths[2]).read_text())
-    click.echo("wrote " + ", ".join(str(p) for p in paths), err=True)
-    if doc.get("failures"):
+    if main:
+        paths = R.write_outputs(doc, prefix)
+        click.echo((paths[2]).read_text())
+        click.echo("wrote " + ", ".join(str(p) for p in paths), err=True)
+    if doc.get("status") == "interrupted":
+        if main:
+            click.echo(
+                f"autoccl bench: interrupted; continue with the same command and --resume -o {prefix}",
+                err=True,
+            )
+        sys.exit(130)
+    if main and doc.get("failures"):
         raise _fail(f"{len(doc['failures'])} launch(es) failed (see {paths[2]})")
 
 
@@ -410,6 +491,7 @@ def train(
     timeout: float,
     seed: int,
     progress: bool | None,
+    resume: bool,
 ) -> None:
     """Iteration time of a GPT-style training step (FSDP2 / DDP) per mode, with per-iteration traces."""
     from autoccl.bench import modes as M
@@ -451,9 +533,17 @@ def train(
         workdir = prefix.with_name(prefix.name + ".logs")
         runner.plan_train(o, workdir)
         show = (sys.stderr.isatty() if progress is None else progress) and topo.is_main
-        with _progress(show) as bar:
+        earlier = _resume_doc(output, resume, "train")
+        with _stoppable(), _progress(show) as bar:
             doc = runner.run_train(
-                o, topo, workdir, sys.argv, progress=bar, log=lambda m: click.echo(m, err=True)
+                o,
+                topo,
+                workdir,
+                sys.argv,
+                progress=bar,
+                log=lambda m: click.echo(m, err=True),
+                resume_from=earlier,
+                checkpoint=_checkpointer(prefix, topo.is_main),
             )
     except (SpecError, LaunchError) as e:
         raise _fail(str(e)) from None
@@ -618,8 +708,15 @@ def _visible_gpus() -> int:
 @click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False, path_type=Path), required=True)
 @click.option("--format", "formats", default="png,svg", show_default=True, help="png, svg (comma-separated)")
-def report(results: tuple[str, ...], outdir: Path, formats: str) -> None:
-    """Draw plots and tables from stored benchmark results (several coll files are merged)."""
+@click.option(
+    "--mix",
+    is_flag=True,
+    help="merge coll files measured with different settings (refused otherwise); the report says "
+    "which differ",
+)
+def report(results: tuple[str, ...], outdir: Path, formats: str, mix: bool) -> None:
+    """Draw plots and tables from stored benchmark results (several coll files of the same settings are
+    merged: the parts of one matrix run in separate commands)."""
     from autoccl.bench import report as rep
     from autoccl.bench.results import ResultError
 
@@ -627,7 +724,7 @@ def report(results: tuple[str, ...], outdir: Path, formats: str) -> None:
     if not fmts or any(f not in ("png", "svg", "pdf") for f in fmts):
         raise _fail(f"bad --format {formats!r}; expected png, svg, pdf")
     try:
-        written = rep.make_report([Path(r) for r in results], outdir, fmts)
+        written = rep.make_report([Path(r) for r in results], outdir, fmts, mix=mix)
     except ResultError as e:
         raise _fail(str(e)) from None
     for p in written:
