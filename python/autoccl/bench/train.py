@@ -62,6 +62,34 @@ class GPT(nn.Module):
         return self.head(self.ln(x))  # type: ignore[no-any-return]
 
 
+class MarkovTokens:
+    """Token sequences from a fixed random first-order Markov chain (the same on every rank for a seed):
+    each token has `fanout` likely successors, so a model can learn it and its loss falls from
+    ln(vocab) towards the chain's entropy. Random tokens (the default data) teach nothing, which makes
+    them useless for comparing how well two runs train."""
+
+    PROBS = (0.55, 0.25, 0.15, 0.05)
+
+    def __init__(self, vocab: int, seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.vocab = vocab
+        self.succ = torch.randint(0, vocab, (vocab, len(self.PROBS)), generator=g)
+        self.probs = torch.tensor(self.PROBS, dtype=torch.float64)
+
+    def entropy(self) -> float:
+        """Nats per token of the chain: the lowest loss a model can reach."""
+        p = self.probs
+        return float(-(p * p.log()).sum())
+
+    def batch(self, b: int, t: int, g: torch.Generator) -> torch.Tensor:
+        choice = torch.multinomial(self.probs.expand(b, -1), t, replacement=True, generator=g)
+        x = torch.empty(b, t, dtype=torch.long)
+        x[:, 0] = torch.randint(0, self.vocab, (b,), generator=g)
+        for i in range(1, t):
+            x[:, i] = self.succ[x[:, i - 1], choice[:, i]]
+        return x
+
+
 @dataclass
 class Timer:
     device: torch.device

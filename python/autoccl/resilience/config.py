@@ -1,0 +1,88 @@
+"""Settings and errors of the straggler-tolerant, failure-surviving all-reduce. Pure: no torch."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from autoccl.resilience.skirental import RULES
+
+
+class ResilienceError(RuntimeError):
+    """The resilient reducer cannot go on (the message is one sentence saying why)."""
+
+
+class MembershipDisagreement(ResilienceError):
+    """Ranks applied different views of which ranks took part in a round (a protocol bug or a corrupted
+    decision): every rank stops rather than let the weights drift apart."""
+
+
+class RankExcluded(ResilienceError):
+    """This rank was left out of the group that survived a failure (it answered too late)."""
+
+
+class ConfigError(ValueError):
+    """A setting out of range (the message is one sentence naming it)."""
+
+
+@dataclass(frozen=True)
+class ResilienceConfig:
+    """What the reducer may do. Defaults suit a GPU job; tests shorten the time-outs.
+
+    rule: `break-even` (2-competitive) or `randomized` (e/(e-1)-competitive in expectation).
+    accuracy_weight: how much group time a lost rank-step of samples is worth, as a multiple of
+        `absent / world * step time` (0 proceeds at once without a late rank, large values wait longer).
+    max_absent: at most this many late ranks are left out of one step.
+    min_members: never proceed with fewer ranks (0: a majority of the group).
+    max_lag: a rank left out is waited for again once it is this many steps behind; this bounds the
+        staleness of its gradient (<= max_lag steps) and the results a late rank keeps (<= max_lag + 1).
+    warmup_steps: synchronous steps first (DDP settles its buckets after step 0; costs are measured).
+    heartbeat_s / dead_after_s: liveness: a rank whose heartbeat stops for dead_after_s is taken as lost.
+    stall_s: a rank that is alive but keeps a required step waiting this long is taken as lost too.
+    collective_timeout_s: time-out of the reducer's own process group (a collective with a lost peer
+        fails after at most this long).
+    census_s: after a failure, how long the survivors wait for each other before sealing the new group
+        (must exceed collective_timeout_s so that a survivor stuck in a collective is not left out).
+    """
+
+    rule: str = "break-even"
+    accuracy_weight: float = 1.0
+    max_absent: int = 1
+    min_members: int = 0
+    max_lag: int = 4
+    warmup_steps: int = 3
+    heartbeat_s: float = 0.2
+    dead_after_s: float = 5.0
+    stall_s: float = 300.0
+    collective_timeout_s: float = 60.0
+    census_s: float = 90.0
+    seed: int = 0
+
+    def validate(self) -> ResilienceConfig:
+        def bad(name: str, why: str) -> ConfigError:
+            return ConfigError(f"resilience setting {name} {why}")
+
+        if self.rule not in RULES:
+            raise bad("rule", f"must be one of {', '.join(RULES)}, not {self.rule!r}")
+        if not (math.isfinite(self.accuracy_weight) and self.accuracy_weight >= 0):
+            raise bad("accuracy_weight", "must be a finite number >= 0")
+        if self.max_absent < 0:
+            raise bad("max_absent", "must be >= 0")
+        if self.min_members < 0:
+            raise bad("min_members", "must be >= 0")
+        if self.max_lag < 1:
+            raise bad("max_lag", "must be >= 1")
+        if self.warmup_steps < 2:
+            raise bad("warmup_steps", "must be >= 2 (DDP rebuilds its buckets after the first step)")
+        for name in ("heartbeat_s", "dead_after_s", "stall_s", "collective_timeout_s", "census_s"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v > 0):
+                raise bad(name, "must be a positive number of seconds")
+        if self.dead_after_s < 3 * self.heartbeat_s:
+            raise bad("dead_after_s", "must be at least 3 heartbeats long")
+        if self.census_s <= self.collective_timeout_s:
+            raise bad("census_s", "must exceed collective_timeout_s")
+        return self
+
+    def members_floor(self, world: int) -> int:
+        return self.min_members if self.min_members > 0 else world // 2 + 1 if world > 2 else 1

@@ -1,0 +1,792 @@
+"""Straggler-tolerant, failure-surviving gradient all-reduce for DDP (a communication hook).
+
+Each rank runs a communication agent (a thread) beside training. Every step is one *round*: the ranks
+agree through the store which of them take part (control.py), then the agents all-reduce the gradient
+buckets over the reducer's own process group. A rank left out of a round still takes part in the
+collectives through its agent, with zeros, so the collective never waits for its computation; the
+gradient it finishes late is kept and added to the first round it rejoins (stale by at most max_lag
+steps), and it applies the updates it missed in order, so every rank holds the same weights. Sums are
+divided by the group size: each gradient counts once, with the weight it has in synchronous DDP.
+
+When a rank is lost (its heartbeat stops, a collective fails, or the coordinator disappears) the
+survivors meet in the store, seal the new membership with one compare-and-set, shrink or re-create the
+group, settle the round in flight (a round some survivors finished is sent to the others) and go on.
+
+Usage (every rank):
+    ddp = DistributedDataParallel(model, broadcast_buffers=False)
+    reducer = Reducer(ddp, steps=N, config=ResilienceConfig())
+    while reducer.next_step < N:
+        loss = loss_fn(ddp(batch(reducer.next_step)))
+        loss.backward()
+        reducer.step(optimizer)  # instead of optimizer.step(); may apply several updates
+        optimizer.zero_grad(set_to_none=True)
+    reducer.close()
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from autoccl.resilience import group as G
+from autoccl.resilience.config import (
+    MembershipDisagreement,
+    RankExcluded,
+    ResilienceConfig,
+    ResilienceError,
+)
+from autoccl.resilience.control import Decision, Keys, Plane, RoundView, Rules, recover_decision
+from autoccl.resilience.liveness import Liveness
+from autoccl.resilience.skirental import BuyCost, WaitRule
+
+log = logging.getLogger("autoccl.resilience")
+
+_instances = 0  # store namespace per reducer (every rank creates its reducers in the same order)
+_KEEP_ROUNDS = 8  # store keys of older rounds are deleted
+
+
+@dataclass
+class BucketLayout:
+    numel: int
+    dtype: torch.dtype
+    params: list[tuple[torch.Tensor, int, int]]  # (parameter, offset, numel) in the flat bucket
+
+
+@dataclass
+class RoundRecord:
+    """What this rank applied in one round (identical on every rank; the tests compare them)."""
+
+    epoch: int
+    round: int
+    kind: str
+    group: tuple[int, ...]
+    members: tuple[int, ...]
+    fresh: tuple[int, ...]  # ranks whose gradient of this step is in the round
+    stale: dict[int, int]  # rank -> staleness (steps) of the late gradient it folded in
+    waited_ms: float
+    budget_ms: float
+    done_s: float  # time.monotonic() when the round completed on this rank
+    shared: bool = False  # the round's result came from a survivor after a failure
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["stale"] = {str(k): v for k, v in self.stale.items()}
+        return d
+
+
+@dataclass
+class Recovery:
+    epoch: int  # the new epoch
+    round: int  # the first round of the new group
+    lost: tuple[int, ...]
+    survivors: tuple[int, ...]
+    how: str  # shrink_group or new_group
+    reason: str
+    seconds: float  # from detection to the new group
+
+
+@dataclass
+class StepReport:
+    step: int  # the step this rank computed
+    applied: list[int] = field(default_factory=list)  # rounds whose updates step() applied
+    lagged: bool = False  # this rank's gradient missed its round (it rejoins with it later)
+
+
+class _Recover(Exception):
+    def __init__(self, reason: str, suspects: tuple[int, ...] = ()) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.suspects = suspects
+
+
+class _Closed(Exception):
+    pass
+
+
+def _hook(state: Reducer, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    return state._on_bucket(bucket)
+
+
+# DDP compares the annotations with the classes themselves (this module's are strings).
+_hook.__annotations__ = {
+    "state": object,
+    "bucket": dist.GradBucket,
+    "return": torch.futures.Future[torch.Tensor],
+}
+
+
+class Reducer:
+    """Attach to a DistributedDataParallel module (collective: every rank of its group calls it)."""
+
+    def __init__(
+        self,
+        ddp: torch.nn.parallel.DistributedDataParallel,
+        steps: int,
+        config: ResilienceConfig | None = None,
+        *,
+        store: Any = None,
+    ) -> None:
+        global _instances
+        self.config = (config or ResilienceConfig()).validate()
+        if steps < 1:
+            raise ResilienceError("the reducer needs the number of steps of the run (steps >= 1)")
+        syncs = getattr(ddp, "forward_sync_buffers", getattr(ddp, "broadcast_buffers", False))
+        if syncs and any(True for _ in ddp.module.buffers()):
+            raise ResilienceError(
+                "construct DistributedDataParallel without buffer synchronisation in forward "
+                "(broadcast_buffers=False): it waits for every rank and cannot survive a lost rank"
+            )
+        self.steps = steps
+        self.rank = dist.get_rank()
+        world = dist.get_world_size()
+        params = list(ddp.module.parameters())
+        self.device = params[0].device if params else torch.device("cpu")
+        backend = str(dist.get_backend(ddp.process_group))
+        cfg = self.config
+        self.rules = Rules(cfg.warmup_steps, cfg.max_absent, cfg.max_lag, cfg.members_floor(world))
+        base = store if store is not None else dist.distributed_c10d._get_default_store()
+        self._base: Any = base
+        self._prefix = f"autoccl-resilience/{_instances}/"
+        _instances += 1
+        self._tls = threading.local()
+        self._group = G.create(backend, self.device, cfg.collective_timeout_s)
+        # Every heartbeat key exists before anyone watches (Liveness reads them with multi_get).
+        s = self._store()
+        s.add(Keys.heartbeat(self.rank), 1)
+        s.add("started", 1)
+        deadline = time.monotonic() + cfg.census_s
+        while int(s.add("started", 0)) < world:
+            if time.monotonic() > deadline:
+                raise ResilienceError(f"not every rank started the resilient reducer within {cfg.census_s} s")
+            time.sleep(0.005)
+        self._liveness = Liveness(
+            self._store, self.rank, self._group.ranks, cfg.heartbeat_s, cfg.dead_after_s
+        )
+        self._cv = threading.Condition()
+        self._epoch = 0
+        self._view = RoundView(0, self._group.ranks, {})
+        self._round = 0  # next round the agent works on
+        self._decided = -1  # last round whose decision this rank has read
+        self._decision: Decision | None = None  # decision of the round in flight
+        self._next_step = 0
+        self._inbox: dict[tuple[int, int], tuple[torch.Tensor, Any, bool]] = {}
+        self._futures: dict[tuple[int, int], torch.futures.Future[torch.Tensor]] = {}
+        self._fresh_steps: set[int] = set()
+        self._registered: set[tuple[int, int]] = set()  # (epoch, round)
+        self._pending: dict[int, torch.Tensor] = {}  # bucket -> late gradient
+        self._pending_from = -1
+        self._join = False
+        self._results: dict[int, list[torch.Tensor]] = {}
+        self._last_done: tuple[int, list[torch.Tensor]] | None = None
+        self._records: dict[int, RoundRecord] = {}
+        self.records: list[RoundRecord] = []
+        self.recoveries: list[Recovery] = []
+        self._warm_layout: dict[int, dict[int, BucketLayout]] = {}
+        self._layout: list[BucketLayout] | None = None
+        self._error: BaseException | None = None
+        self._closed = False
+        self._recovering = False
+        self._cost = BuyCost(cfg.accuracy_weight)
+        self._rule = WaitRule(cfg.rule, cfg.seed)
+        self._last_quorum: tuple[int, float, float] | None = None  # (round, time, waited)
+        self._test_corrupt_view: Callable[[Decision], Decision] | None = None  # tests only
+        ddp.register_comm_hook(self, _hook)
+        self._liveness.start()
+        self._agent = threading.Thread(
+            target=self._agent_main, name=f"autoccl-reducer-{self.rank}", daemon=True
+        )
+        self._agent.start()
+
+    # ------------------------------------------------------------------------------------- public
+
+    @property
+    def next_step(self) -> int:
+        return self._next_step
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """Global ranks of the live group."""
+        with self._cv:
+            return self._group.ranks
+
+    @property
+    def process_group(self) -> Any:
+        """The live process group (for the job's own collectives after a failure)."""
+        with self._cv:
+            return self._group.pg
+
+    def step(
+        self, optimizer: torch.optim.Optimizer, before_step: Callable[[], None] | None = None
+    ) -> StepReport:
+        """Apply this step's update (instead of optimizer.step()). A rank whose gradient missed its round
+        also applies the updates it missed, rejoins with its late gradient and skips the steps the group
+        computed meanwhile; `before_step` (e.g. gradient clipping) runs before every update."""
+        s = self._next_step
+        rec = self._wait_round(s)
+        report = StepReport(step=s)
+        self._update(optimizer, before_step, s, from_grads=True)
+        report.applied.append(s)
+        if self.rank in rec.fresh:
+            self._next_step = s + 1
+            return report
+        report.lagged = True
+        r = s + 1
+        with self._cv:
+            self._join = r < self.steps
+            # Offer the late gradient to the round being decided now (the agent may already be waiting
+            # for its decision; it registers again for later rounds if this one goes on without it).
+            if self._join and self._decided < self._round and not self._recovering:
+                self._register(self._round)
+            self._cv.notify_all()
+        while r < self.steps:
+            rec_r = self._wait_round(r)
+            self._update(optimizer, before_step, r, from_grads=False)
+            report.applied.append(r)
+            if self.rank in rec_r.members:
+                break
+            r += 1
+        self._next_step = min(r + 1, self.steps)
+        return report
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        self._agent.join(timeout=timeout_s)
+        self._liveness.stop()
+
+    def stats(self) -> dict[str, Any]:
+        recs = self.records
+        partial = [r for r in recs if r.kind == "partial"]
+        return {
+            "rounds": len(recs),
+            "partial_rounds": len(partial),
+            "stale_folds": sum(len(r.stale) for r in recs),
+            "max_staleness": max((v for r in recs for v in r.stale.values()), default=0),
+            "waited_ms": sum(r.waited_ms for r in recs),
+            "recoveries": [asdict(x) for x in self.recoveries],
+            "group": list(self.ranks),
+        }
+
+    # ------------------------------------------------------------------------------- main thread
+
+    def _store(self) -> Any:
+        s = getattr(self._tls, "store", None)
+        if s is None:
+            s = dist.PrefixStore(self._prefix, self._base.clone())
+            self._tls.store = s
+        return s
+
+    def _check_error(self) -> None:
+        if self._error is not None:
+            if isinstance(self._error, ResilienceError):
+                raise type(self._error)(str(self._error))
+            raise ResilienceError(f"the reducer's agent stopped: {self._error}") from self._error
+
+    def _on_bucket(self, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        data = bucket.buffer()
+        b, last = bucket.index(), bucket.is_last()
+        ev = None
+        if data.is_cuda:
+            ev = torch.cuda.Event()
+            ev.record(torch.cuda.current_stream(data.device))
+        fut: torch.futures.Future[torch.Tensor] = (
+            torch.futures.Future(devices=[data.device]) if data.is_cuda else torch.futures.Future()
+        )
+        with self._cv:
+            if self._error is not None:
+                fut.set_exception(ResilienceError(f"the reducer stopped: {self._error}"))  # type: ignore[arg-type]
+                return fut
+            s = self._next_step
+            if s >= self.steps:
+                why = f"step {s} is past the {self.steps} steps the reducer was given"
+                fut.set_exception(ResilienceError(why))  # type: ignore[arg-type]
+                return fut
+            if s < self.config.warmup_steps:
+                offsets, off = [], 0
+                for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True):
+                    offsets.append((p, off, g.numel()))  # type: ignore[arg-type]
+                    off += g.numel()
+                self._warm_layout.setdefault(s, {})[b] = BucketLayout(data.numel(), data.dtype, offsets)
+            if s in self._results:  # the round went on without this gradient: keep it for later
+                self._pending[b] = data.clone()
+                self._pending_from = s
+                fut.set_result(self._results[s][b])
+                return fut
+            self._inbox[(s, b)] = (data, ev, last)
+            self._futures[(s, b)] = fut
+            if b == 0:
+                self._fresh_steps.add(s)
+                if s == self._round and self._decided < s and not self._recovering:
+                    self._register(s)
+            self._cv.notify_all()
+        return fut
+
+    def _register(self, s: int) -> None:
+        """Under the lock: add this rank to round s of the current epoch (once)."""
+        key = (self._epoch, s)
+        if key in self._registered:
+            return
+        self._registered.add(key)
+        Plane(self._store(), self._epoch, self._group.ranks, self.rules).register(self._view, self.rank)
+
+    def _wait_round(self, r: int) -> RoundRecord:
+        with self._cv:
+            while r not in self._records:
+                self._check_error()
+                if self._closed:
+                    raise ResilienceError("the reducer was closed")
+                self._cv.wait(timeout=0.5)
+            self._check_error()
+            return self._records[r]
+
+    def _update(
+        self,
+        optimizer: torch.optim.Optimizer,
+        before_step: Callable[[], None] | None,
+        r: int,
+        from_grads: bool,
+    ) -> None:
+        with self._cv:
+            outs = self._results.pop(r)
+            layout = self._layout
+        if not from_grads:
+            if layout is None:
+                raise ResilienceError("a missed round during warm-up cannot be applied (no bucket layout)")
+            for lay, out in zip(layout, outs, strict=True):
+                for p, off, n in lay.params:
+                    g = out[off : off + n].view_as(p)
+                    if p.grad is None:
+                        p.grad = g.clone()
+                    else:
+                        p.grad.copy_(g)
+        if before_step is not None:
+            before_step()
+        optimizer.step()
+        if not from_grads:
+            optimizer.zero_grad(set_to_none=True)
+
+    # ------------------------------------------------------------------------------------- agent
+
+    def _agent_main(self) -> None:
+        try:
+            while True:
+                with self._cv:
+                    if self._closed or self._round >= self.steps:
+                        return
+                    s = self._round
+                try:
+                    self._run_round(s)
+                except _Recover as r:
+                    self._regroup(r)
+        except _Closed:
+            return
+        except BaseException as e:  # handed to the training thread
+            with self._cv:
+                self._error = e
+                for fut in self._futures.values():
+                    if not fut.done():
+                        fut.set_exception(ResilienceError(str(e)))  # type: ignore[arg-type]
+                self._futures.clear()
+                self._cv.notify_all()
+            log.error("autoccl.resilience: rank %d stops: %s", self.rank, e)
+
+    def _plane(self) -> Plane:
+        return Plane(self._store(), self._epoch, self._group.ranks, self.rules)
+
+    def _wait_key(self, key: str, timeout_s: float) -> bool:
+        """True once the key exists, False after timeout_s. Polls with a growing pause (at most 2 ms):
+        the store's own timed wait logs a warning at every time-out, and these waits time out often."""
+        store = self._store()
+        end = time.monotonic() + max(0.0, timeout_s)
+        pause = 5e-5
+        while True:
+            try:
+                if store.check([key]):
+                    return True
+            except (dist.DistStoreError, RuntimeError) as e:
+                raise ResilienceError(f"the job's key-value store failed: {_first_line(e)}") from e
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 2e-3)
+
+    def _alive_or_recover(self, s: int, ranks: tuple[int, ...] | frozenset[int]) -> None:
+        if self._liveness.error is not None:
+            raise ResilienceError(f"the heartbeat thread failed: {_first_line(self._liveness.error)}")
+        dead = self._liveness.dead(frozenset(ranks))
+        if dead:
+            silent = max(self._liveness.silent_for(r) for r in dead)
+            raise _Recover(
+                f"no heartbeat from rank(s) {sorted(dead)} for {silent:.1f} s", tuple(sorted(dead))
+            )
+
+    def _stalled(self, s: int, missing: frozenset[int]) -> _Recover:
+        why = f"rank(s) {sorted(missing)} kept step {s} waiting for {self.config.stall_s:.0f} s"
+        return _Recover(why, tuple(sorted(missing)))
+
+    def _closed_check(self) -> None:
+        if self._closed:
+            raise _Closed()
+
+    def _decide(self, s: int, view: RoundView) -> Decision:
+        plane = self._plane()
+        cfg = self.config
+        chunk = cfg.heartbeat_s
+        group = view.group
+        if len(group) == 1:
+            return view.decide(group)
+        coordinator = group[0]
+        if self.rank != coordinator:
+            while True:
+                if self._wait_key(plane.keys.decision(s), chunk):
+                    d = plane.decided(s)
+                    assert d is not None
+                    return d
+                self._closed_check()
+                if not self._liveness.alive(coordinator):
+                    raise _Recover(f"the coordinator, rank {coordinator}, is lost", (coordinator,))
+                if self._liveness.error is not None:
+                    self._alive_or_recover(s, group)
+        # The coordinator: wait for the quorum, then at most the ski-rental budget.
+        t0 = time.monotonic()
+        exp = view.expected(self.rules)
+        while not self._wait_key(plane.keys.quorum(s), chunk):
+            self._closed_check()
+            self._alive_or_recover(s, group)
+            missing = exp - plane.present(s)
+            if time.monotonic() - t0 > cfg.stall_s and missing:
+                raise self._stalled(s, missing)
+        t_q = time.monotonic()
+        if self._last_quorum is not None and self._last_quorum[0] == s - 1:
+            self._cost.observe_step(t_q - self._last_quorum[1] - self._last_quorum[2])
+        d = plane.decided(s)
+        if d is not None:
+            self._last_quorum = (s, t_q, 0.0)
+            return d
+        present = plane.present(s)
+        absent = len(exp - present)
+        buy = self._cost.value(absent, len(group))
+        budget = self._rule.wait_s(buy) if s >= self.rules.warmup_steps else math.inf
+        while True:
+            now = time.monotonic()
+            left = t_q + budget - now
+            if self._wait_key(plane.keys.decision(s), max(0.0, min(chunk, left))):
+                d = plane.decided(s)
+                assert d is not None
+                self._last_quorum = (s, t_q, time.monotonic() - t_q)
+                return d
+            self._closed_check()
+            self._alive_or_recover(s, group)
+            now = time.monotonic()
+            if now >= t_q + budget:
+                present = plane.present(s)
+                if view.may_proceed(present, self.rules):
+                    waited = now - t_q
+                    d = plane.propose(view.decide(present, waited_ms=waited * 1e3, budget_ms=budget * 1e3))
+                    self._last_quorum = (s, t_q, waited)
+                    return d
+                missing = exp - present
+                if now - t_q > cfg.stall_s and missing:
+                    raise self._stalled(s, missing)
+
+    def _collective(self, fn: Callable[[], Any]) -> Any:
+        """Start a collective; a failure (a lost peer) turns into a recovery."""
+        try:
+            return fn()
+        except (RuntimeError, dist.DistError) as e:
+            raise _Recover(f"a collective failed: {_first_line(e)}") from e
+
+    def _finish(self, work: Any, s: int) -> None:
+        """Wait for a collective, watching the peers' heartbeats (a lost peer may hang it)."""
+        pause = 2e-5
+        deadline = time.monotonic() + self.config.collective_timeout_s
+        while not work.is_completed():
+            if time.monotonic() > deadline:
+                raise _Recover(f"a collective of step {s} timed out")
+            self._alive_or_recover(s, self._group.ranks)
+            if self._closed:
+                raise _Closed()
+            time.sleep(pause)
+            pause = min(pause * 2, 2e-3)
+        self._collective(work.wait)
+
+    def _run_round(self, s: int) -> None:
+        with self._cv:
+            view = self._view
+            epoch = self._epoch
+            grp = self._group
+            if (self._join or s in self._fresh_steps) and (epoch, s) not in self._registered:
+                self._register(s)
+        t0 = time.monotonic()
+        d = self._decide(s, view)
+        if d.kind == "recover":
+            raise _Recover(d.reason, d.members)
+        if self._test_corrupt_view is not None:
+            d = self._test_corrupt_view(d)
+        member = self.rank in d.members
+        with self._cv:
+            self._decided = s
+            self._decision = d
+            fresh = member and s in self._fresh_steps
+            stale = member and bool(self._pending)
+            pending = dict(self._pending) if stale else {}
+            staleness = s - self._pending_from if stale else 0
+            layout = self._layout
+        if not fresh and layout is None:
+            raise ResilienceError(f"round {s} has no gradient of this rank and no bucket layout yet")
+        n = grp.size
+        me = grp.index(self.rank)
+        # Who took part, as each rank sees it, summed: every rank checks that all views agree.
+        acc = torch.zeros(3 + 3 * n, dtype=torch.float64, device=self.device)
+        acc[0], acc[1], acc[2] = s, epoch, 1
+        for r in d.members:
+            acc[3 + grp.index(r)] = 1
+        if fresh:
+            acc[3 + n + me] = 1
+        if stale:
+            acc[3 + 2 * n + me] = staleness
+        self._finish(self._collective(partial(dist.all_reduce, acc, group=grp.pg, async_op=True)), s)
+        self._check_agreement(acc.cpu().tolist(), d, grp, s, epoch)
+        vals = acc.cpu().tolist()
+        fresh_ranks = tuple(grp.ranks[i] for i in range(n) if vals[3 + n + i] > 0.5)
+        stale_ranks = {
+            grp.ranks[i]: round(vals[3 + 2 * n + i]) for i in range(n) if vals[3 + 2 * n + i] > 0.5
+        }
+        outs: list[torch.Tensor] = []
+        works: list[Any] = []
+        b = 0
+        while True:
+            if fresh:
+                data, ev, last = self._take(s, b)
+                if ev is not None:
+                    ev.synchronize()
+                buf = data.detach().clone()
+            else:
+                assert layout is not None
+                lay = layout[b]
+                buf = torch.zeros(lay.numel, dtype=lay.dtype, device=self.device)
+                last = b == len(layout) - 1
+            if stale:
+                buf += pending[b]
+            outs.append(buf)
+            works.append(self._collective(partial(dist.all_reduce, buf, group=grp.pg, async_op=True)))
+            if last:
+                break
+            b += 1
+        if layout is not None and len(outs) != len(layout):
+            raise ResilienceError(f"DDP's buckets changed after warm-up ({len(layout)} then {len(outs)})")
+        for w in works:
+            self._finish(w, s)
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+        for buf in outs:
+            buf.div_(n)
+        self._cost.observe_round(time.monotonic() - t0, folded_stale=bool(stale_ranks))
+        rec = RoundRecord(
+            epoch, s, d.kind, grp.ranks, d.members, fresh_ranks, stale_ranks, d.waited_ms, d.budget_ms, 0.0
+        )
+        self._complete(s, outs, rec, used_pending=stale)
+        if self.rank == grp.ranks[0] and s >= _KEEP_ROUNDS:
+            self._plane().forget(s - _KEEP_ROUNDS)
+
+    def _take(self, s: int, b: int) -> tuple[torch.Tensor, Any, bool]:
+        with self._cv:
+            while (s, b) not in self._inbox:
+                if self._closed:
+                    raise _Closed()
+                self._cv.wait(timeout=0.5)
+            data, ev, last = self._inbox[(s, b)]
+            return data, ev, last
+
+    def _check_agreement(self, vals: list[float], d: Decision, grp: G.Group, s: int, epoch: int) -> None:
+        n = grp.size
+        problems = []
+        if round(vals[2]) != n:
+            problems.append(f"{round(vals[2])} of {n} ranks reported")
+        if vals[0] != n * s or vals[1] != n * epoch:
+            problems.append("ranks are at different rounds")
+        for i, r in enumerate(grp.ranks):
+            votes = round(vals[3 + i])
+            if votes not in (0, n):
+                problems.append(f"{votes} of {n} ranks count rank {r} as taking part")
+            elif (votes == n) != (r in d.members):
+                problems.append(f"rank {r} is {'in' if votes == n else 'out'} for the others")
+            if r not in d.members and (vals[3 + n + i] > 0 or vals[3 + 2 * n + i] > 0):
+                problems.append(f"rank {r} contributed while left out")
+        if problems:
+            raise MembershipDisagreement(
+                f"ranks disagree on who took part in step {s} (epoch {epoch}): " + "; ".join(problems)
+            )
+
+    def _complete(self, s: int, outs: list[torch.Tensor], rec: RoundRecord, used_pending: bool) -> None:
+        with self._cv:
+            rec.done_s = time.monotonic()
+            self._results[s] = outs
+            self._last_done = (s, outs)
+            self._records[s] = rec
+            self.records.append(rec)
+            for old in [r for r in self._records if r < s - 2 * self.config.max_lag - 2]:
+                del self._records[old]
+            fresh = self.rank in rec.fresh
+            for key in [k for k in self._futures if k[0] == s]:
+                fut = self._futures.pop(key)
+                data, _, _ = self._inbox.pop(key)
+                if not fresh:  # this rank's gradient of step s arrived but missed the round
+                    self._pending[key[1]] = data.clone()
+                    self._pending_from = s
+                fut.set_result(outs[key[1]])
+            if used_pending:
+                self._pending = {}
+                self._pending_from = -1
+            if self.rank in rec.members:
+                self._join = False
+            self._fresh_steps.discard(s)
+            if s == self.config.warmup_steps - 1 and self._layout is None:
+                lay = self._warm_layout.get(s, {})
+                self._layout = [lay[i] for i in range(len(lay))]
+                self._warm_layout.clear()
+            assert self._decision is not None
+            self._view = self._view.next_view(self._decision)
+            self._round = s + 1
+            self._cv.notify_all()
+
+    # ---------------------------------------------------------------------------------- recovery
+
+    def _regroup(self, why: _Recover) -> None:
+        """Recover; a further loss once the new group exists starts another recovery in it."""
+        while True:
+            epoch = self._epoch
+            try:
+                self._recover(why)
+                return
+            except _Recover as again:
+                if self._epoch == epoch:
+                    raise ResilienceError(
+                        f"a second failure while the survivors were regrouping: {again.reason}"
+                    ) from again
+                why = again
+
+    def _recover(self, why: _Recover) -> None:
+        t0 = time.monotonic()
+        cfg = self.config
+        with self._cv:
+            self._recovering = True
+            s = self._round
+            epoch = self._epoch
+            grp = self._group
+            decision = self._decision if self._decided == s else None
+        log.warning("autoccl.resilience: rank %d: step %d: %s; regrouping", self.rank, s, why.reason)
+        plane = self._plane()
+        for r in (s, s + 1):  # wake the ranks waiting for these decisions
+            plane.propose(recover_decision(r, why.reason, why.suspects))
+        store = self._store()
+        store.set(plane.keys.census(self.rank), json.dumps({"completed": s - 1}))
+        seen: set[int] = set()
+        while True:
+            for r in grp.ranks:
+                if r not in seen and store.check([plane.keys.census(r)]):
+                    seen.add(r)
+            live = set(grp.ranks) - self._liveness.dead(grp.ranks)
+            if live <= seen or time.monotonic() - t0 > cfg.census_s:
+                break
+            self._closed_check()
+            time.sleep(cfg.heartbeat_s / 2)
+        sealed = tuple(json.loads(store.compare_set(plane.keys.sealed(), "", json.dumps(sorted(seen)))))
+        if self.rank not in sealed:
+            raise RankExcluded(
+                f"rank {self.rank} was left out of the group that survived a failure at step {s} "
+                f"(it answered after the others sealed ranks {list(sealed)})"
+            )
+        completed = {r: int(json.loads(store.get(plane.keys.census(r)))["completed"]) for r in sealed}
+        new = G.survivors_group(grp, sealed, self.device, cfg.collective_timeout_s)
+        lost = tuple(r for r in grp.ranks if r not in sealed)
+        with self._cv:
+            self._group = new
+            self._epoch = epoch + 1
+        self._liveness.watch(sealed)
+        top = max(completed.values())
+        if any(c < top for c in completed.values()):
+            self._share_round(top, completed, new, decision)
+        with self._cv:
+            self._epoch = epoch + 1
+            self._view = RoundView(top + 1, sealed, {})
+            self._round = top + 1
+            self._decided = top
+            self._decision = None
+            self._last_quorum = None
+            self._recovering = False
+            self._cv.notify_all()
+        took = time.monotonic() - t0
+        self.recoveries.append(Recovery(epoch + 1, top + 1, lost, sealed, new.how, why.reason, took))
+        log.warning(
+            "autoccl.resilience: rank(s) %s lost at step %d (%s); continuing with ranks %s from step %d "
+            "(%s, %.2f s)",
+            list(lost),
+            s,
+            why.reason,
+            list(sealed),
+            top + 1,
+            new.how,
+            took,
+        )
+
+    def _share_round(
+        self, r: int, completed: dict[int, int], new: G.Group, decision: Decision | None
+    ) -> None:
+        """Some survivors finished round r before the failure and may have applied it: the others get
+        its result from the lowest of them, so that every survivor applies the same update."""
+        src = min(x for x, c in completed.items() if c == r)
+        with self._cv:
+            layout = self._layout
+            have = self._last_done if self._last_done is not None and self._last_done[0] == r else None
+        if layout is None:
+            raise ResilienceError("a rank was lost during the warm-up steps; that is not survivable")
+        if have is not None:
+            bufs = have[1]
+        else:
+            bufs = [torch.zeros(lay.numel, dtype=lay.dtype, device=self.device) for lay in layout]
+        for buf in bufs:
+            self._collective(partial(dist.broadcast, buf, src=src, group=new.pg))
+        if have is None:
+            if decision is None or decision.round != r:
+                raise ResilienceError(f"rank {self.rank} lost the decision of step {r} during a failure")
+            with self._cv:
+                fresh = self.rank in decision.members and r in self._fresh_steps
+                stale = self.rank in decision.members and bool(self._pending)
+            rec = RoundRecord(
+                self._epoch - 1,
+                r,
+                decision.kind,
+                tuple(completed),
+                decision.members,
+                (self.rank,) if fresh else (),
+                {},
+                decision.waited_ms,
+                decision.budget_ms,
+                0.0,
+                shared=True,
+            )
+            with self._cv:
+                self._decision = decision
+            self._complete(r, bufs, rec, used_pending=stale)
+
+
+def _first_line(e: BaseException) -> str:
+    """The first sentence of an error, without gloo's source-location prefix."""
+    text = str(e).strip().splitlines()
+    line = re.sub(r"^\[[^\]]*\]\s*", "", text[0]) if text else type(e).__name__
+    m = re.match(r"(.+?[.!?])(\s|$)", line)
+    return (m.group(1) if m else line)[:200]

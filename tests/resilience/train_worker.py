@@ -1,0 +1,136 @@
+"""One rank of a small DDP training run, synchronous or with the resilient reducer (tests start 4 of
+these). The step's accelerator time is simulated with a sleep (`--compute-ms`), so step times do not
+depend on how busy the CPU cores of the test machine are; the model (the bench's tiny GPT on Markov
+tokens) still trains for real, so losses are comparable. Writes OUT/rank<R>.json."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import signal
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from autoccl.bench.presets import PRESETS
+from autoccl.bench.train import GPT, MarkovTokens
+from autoccl.resilience import ResilienceConfig, ResilienceError
+from autoccl.resilience.control import Decision
+from autoccl.resilience.inject import Kill, Straggler, delay
+from autoccl.resilience.reducer import Reducer
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", choices=["sync", "resilient"], required=True)
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--compute-ms", type=float, default=40.0)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--straggler", default="")
+    ap.add_argument("--kill", default="")
+    ap.add_argument("--corrupt", default="", help="RANK:ROUND: that rank misreads a decision (tests)")
+    ap.add_argument("--dead-after", type=float, default=1.0)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    preset = PRESETS["tiny"]
+    torch.manual_seed(a.seed)
+    model = GPT(preset)
+    ddp = DDP(model)  # the tiny GPT has no buffers to synchronise
+    opt = torch.optim.AdamW(ddp.parameters(), lr=a.lr)
+    data = MarkovTokens(preset.vocab, a.seed)
+    straggler = Straggler.parse(a.straggler) if a.straggler else None
+    kill = Kill.parse(a.kill) if a.kill else None
+    cfg = ResilienceConfig(
+        heartbeat_s=0.1, dead_after_s=a.dead_after, collective_timeout_s=20.0, census_s=30.0, stall_s=60.0
+    )
+    reducer = Reducer(ddp, a.steps, cfg) if a.mode == "resilient" else None
+    if reducer is not None and a.corrupt:
+        bad_rank, bad_round = (int(x) for x in a.corrupt.split(":"))
+        if rank == bad_rank:
+
+            def corrupt(d: Decision) -> Decision:
+                if d.round != bad_round:
+                    return d
+                flipped = tuple(r for r in d.members if r != d.members[-1])
+                return Decision(d.round, d.kind, flipped, d.excused, d.waited_ms, d.budget_ms)
+
+            reducer._test_corrupt_view = corrupt
+    losses: dict[int, float] = {}
+    done_at: dict[int, float] = {}  # step -> time its update was applied here (sync)
+    undelayed: list[float] = []
+    out: dict[str, Any] = {"rank": rank, "mode": a.mode}
+    step = 0
+    try:
+        while step < a.steps:
+            if kill is not None and rank == kill.rank and step == kill.step:
+                os.kill(os.getpid(), signal.SIGKILL)
+            t0 = time.perf_counter()
+            g = torch.Generator().manual_seed(a.seed * 7919 + rank * 100_003 + step)
+            tokens = data.batch(a.batch, a.seq + 1, g)
+            logits = ddp(tokens[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, preset.vocab), tokens[:, 1:].reshape(-1))
+            time.sleep(a.compute_ms / 1e3)  # the accelerator's share of the step
+            f = straggler.factor(a.seed, step) if straggler and rank == straggler.rank else 1.0
+            if f > 1.0 and step >= 3 and undelayed:
+                delay((f - 1.0) * statistics.median(undelayed), busy=False)
+            loss.backward()
+            losses[step] = float(loss)
+            if reducer is None:
+                opt.step()
+                done_at[step] = time.monotonic()
+                step += 1
+                lagged = False
+            else:
+                rep = reducer.step(opt)
+                step = reducer.next_step
+                lagged = rep.lagged
+            opt.zero_grad(set_to_none=True)
+            if f == 1.0 and not lagged:
+                undelayed.append(time.perf_counter() - t0)
+    except ResilienceError as e:
+        out["error"] = f"{type(e).__name__}: {e}"
+        Path(a.out, f"rank{rank}.json").write_text(json.dumps(out))
+        print(f"rank {rank}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 3
+    if reducer is not None:
+        reducer.close()
+        out["records"] = [r.as_dict() for r in reducer.records]
+        out["stats"] = reducer.stats()
+        out["group"] = list(reducer.ranks)
+        pg = reducer.process_group
+    else:
+        out["done_at"] = {str(k): v for k, v in done_at.items()}
+        pg = None
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    out["digest"] = hashlib.sha256(flat.numpy().tobytes()).hexdigest()
+    with torch.no_grad():
+        ge = torch.Generator().manual_seed(a.seed + 999)
+        ev = [
+            float(F.cross_entropy(model(x[:, :-1]).reshape(-1, preset.vocab), x[:, 1:].reshape(-1)))
+            for x in (data.batch(16, a.seq + 1, ge) for _ in range(4))
+        ]
+    out["eval_loss"] = sum(ev) / len(ev)
+    out["losses"] = {str(k): v for k, v in losses.items()}
+    Path(a.out, f"rank{rank}.json").write_text(json.dumps(out))
+    dist.barrier(group=pg)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
