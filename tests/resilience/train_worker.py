@@ -45,7 +45,7 @@ def main() -> int:
     ap.add_argument("--dead-after", type=float, default=1.0)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    rank = int(os.environ["RANK"])
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     preset = PRESETS["tiny"]
@@ -90,7 +90,7 @@ def main() -> int:
             if f > 1.0 and step >= 3 and undelayed:
                 delay((f - 1.0) * statistics.median(undelayed), busy=False)
             loss.backward()
-            losses[step] = float(loss)
+            losses[step] = float(loss.detach())
             if reducer is None:
                 opt.step()
                 done_at[step] = time.monotonic()
