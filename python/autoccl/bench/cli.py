@@ -470,6 +470,42 @@ def _finish(doc: dict[str, Any], prefix: Path, main: bool) -> None:
 @click.option("--seq", type=int, default=1024, show_default=True)
 @click.option("--dtype", default="bf16", show_default=True, type=click.Choice(["bf16", "fp16", "fp32"]))
 @click.option("--bucket-mb", type=int, default=25, show_default=True, help="DDP bucket size")
+@click.option("--lr", type=float, default=3e-4, show_default=True, help="AdamW learning rate")
+@click.option(
+    "--data",
+    type=click.Choice(["random", "markov"]),
+    default="random",
+    show_default=True,
+    help="random tokens, or tokens of a fixed Markov chain a model can learn (for loss comparisons)",
+)
+@click.option(
+    "--resilience",
+    type=click.Choice(["off", "on", "both"]),
+    default="off",
+    show_default=True,
+    help="DDP with the straggler-tolerant, failure-surviving all-reduce (autoccl.resilience); both: "
+    "each launch synchronous and resilient",
+)
+@click.option(
+    "--straggler",
+    default=None,
+    help="RANK:PROB:FACTOR or RANK:PROB:LO-HI: on a fraction PROB of the steps that rank's step takes "
+    "FACTOR (drawn in LO-HI) times its usual time",
+)
+@click.option("--kill", default=None, help="RANK:STEP: that rank is killed (SIGKILL) when it starts STEP")
+@click.option(
+    "--delay",
+    type=click.Choice(["busy", "sleep"]),
+    default="busy",
+    show_default=True,
+    help="how the straggler is slowed: busy keeps a CPU thread working (as slow compute would), sleep idles",
+)
+@click.option(
+    "--clean-baseline/--no-clean-baseline",
+    default=True,
+    show_default=True,
+    help="with --straggler/--kill, also run each launch without them (the undelayed reference)",
+)
 @_online_channel_ceiling
 @_online_nccl_channels
 @_common
@@ -482,6 +518,13 @@ def train(
     seq: int,
     dtype: str,
     bucket_mb: int,
+    lr: float,
+    data: str,
+    resilience: str,
+    straggler: str | None,
+    kill: str | None,
+    delay: str,
+    clean_baseline: bool,
     online_channel_ceiling: int | None,
     online_nccl_channels: int | str | None,
     device: str,
@@ -509,11 +552,15 @@ def train(
         raise _fail("--iters must be >= 2, --batch >= 1, --seq >= 2")
     if seq > PRESETS[preset].max_seq:
         raise _fail(f"--seq {seq} exceeds preset {preset}'s context ({PRESETS[preset].max_seq})")
+    if not (lr > 0):
+        raise _fail("--lr must be > 0")
     try:
         ms = M.parse_modes(modes)
         probe = detect_topology(1)
         be, np_ = _resolve_device(device, backend, nproc, probe.distributed)
         topo = detect_topology(None if probe.distributed else np_)
+        extra = {"bucket_mb": bucket_mb, "lr": lr, "data": data}
+        extra.update(_resilience_extra(resilience, straggler, kill, delay, clean_baseline, pars, topo, iters))
         o = runner.TrainOptions(
             preset=preset,
             parallel=pars,
@@ -527,7 +574,7 @@ def train(
             timeout_s=timeout,
             seed=seed,
             **_online_channels(ms, online_channel_ceiling, online_nccl_channels),
-            extra={"bucket_mb": bucket_mb},
+            extra=extra,
         )
         prefix = output or _default_prefix("train")
         workdir = prefix.with_name(prefix.name + ".logs")
@@ -547,7 +594,49 @@ def train(
             )
     except (SpecError, LaunchError) as e:
         raise _fail(str(e)) from None
+    if topo.is_main:
+        from autoccl.bench.curves import plot_curves
+
+        curves = plot_curves(doc, prefix.with_name(prefix.name + ".curves.png"))
+        if curves is not None:
+            click.echo(f"wrote {curves}", err=True)
     _finish(doc, prefix, topo.is_main)
+
+
+def _resilience_extra(
+    resilience: str,
+    straggler: str | None,
+    kill: str | None,
+    delay: str,
+    clean_baseline: bool,
+    pars: list[str],
+    topo: Any,
+    iters: int,
+) -> dict[str, Any]:
+    """Checks the resilience options of `bench train` (one sentence per bad value)."""
+    from autoccl.resilience.inject import InjectionError, Kill, Straggler, check_ranks
+
+    if resilience == "off" and not straggler and not kill:
+        return {}
+    if resilience != "off" and pars != ["ddp"]:
+        raise _fail("--resilience needs --parallel ddp (the reducer is a DDP communication hook)")
+    try:
+        st = Straggler.parse(straggler) if straggler else None
+        kl = Kill.parse(kill) if kill else None
+        check_ranks(topo.world_size, st, kl, iters)
+    except InjectionError as e:
+        raise _fail(str(e)) from None
+    if kl is not None and resilience != "on":
+        raise _fail("--kill needs --resilience on (synchronous DDP cannot survive a lost rank)")
+    if kl is not None and kl.rank == 0 and topo.distributed:
+        raise _fail("--kill 0 needs a local launch (under torchrun, rank 0 writes the result)")
+    return {
+        "resilience": resilience,
+        "straggler": st.label() if st else None,
+        "kill": kl.label() if kl else None,
+        "delay": delay,
+        "clean_baseline": clean_baseline,
+    }
 
 
 @bench.command("nccl-tests")

@@ -118,6 +118,10 @@ def run_launch(
         ranks = [(r, r) for r in range(topo.world_size)]
     procs: list[tuple[int, subprocess.Popen[str], Path]] = []
     readers: list[threading.Thread] = []
+    # A rank the spec kills on purpose (resilience runs) may die by SIGKILL; the store then lives in
+    # this harness (as under torchrun's agent) so that losing rank 0 does not take the store with it.
+    killed = _planned_kill(spec)
+    store = _host_store(port, timeout_s) if killed is not None and topo.is_main else None
     try:
         for rank, local_rank in ranks:
             child = dict(env)
@@ -132,6 +136,8 @@ def run_launch(
                     "PYTHONUNBUFFERED": "1",
                 }
             )
+            if killed is not None:
+                child["TORCHELASTIC_USE_AGENT_STORE"] = "True"
             if spec["device"] == "cpu" and "OMP_NUM_THREADS" not in child:
                 child["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // topo.local_world_size))
             log = workdir / f"rank{rank}.log"
@@ -153,13 +159,21 @@ def run_launch(
         deadline = time.monotonic() + timeout_s
         while True:
             codes = [p.poll() for _, p, _ in procs]
-            failed = [(r, c, log) for (r, _, log), c in zip(procs, codes, strict=True) if c not in (None, 0)]
+            failed = [
+                (r, c, log)
+                for (r, _, log), c in zip(procs, codes, strict=True)
+                if c not in (None, 0) and not (r == killed and c == -signal.SIGKILL)
+            ]
             if failed:
                 r, c, log = failed[0]
                 for t in readers:
                     t.join(timeout=5)
                 raise LaunchError(f"rank {r} exited with status {c}; end of {log}:\n{_tail(log)}")
-            if all(c == 0 for c in codes):
+            ended = [
+                c == 0 or (r == killed and c == -signal.SIGKILL)
+                for (r, _, _), c in zip(procs, codes, strict=True)
+            ]
+            if all(ended):
                 break
             if time.monotonic() > deadline:
                 raise LaunchError(f"launch timed out after {timeout_s:.0f} s; logs in {workdir}")
@@ -168,6 +182,7 @@ def run_launch(
             t.join(timeout=10)
     finally:
         _stop(procs)
+        del store
     if not topo.is_main:
         return None
     out = Path(spec["out"])
@@ -175,6 +190,25 @@ def run_launch(
         raise LaunchError(f"rank 0 finished without writing {out}")
     result: dict[str, Any] = json.loads(out.read_text())
     return result
+
+
+def _planned_kill(spec: dict[str, Any]) -> int | None:
+    """The rank a resilience run kills on purpose (`--kill RANK:STEP`), if any."""
+    kill = spec.get("kill") if spec.get("inject") else None
+    return int(str(kill).split(":")[0]) if kill else None
+
+
+def _host_store(port: int, timeout_s: float) -> Any:
+    import datetime
+
+    import torch.distributed as dist
+
+    try:
+        return dist.TCPStore(
+            "0.0.0.0", port, None, True, datetime.timedelta(seconds=timeout_s), wait_for_workers=False
+        )
+    except (RuntimeError, OSError) as e:
+        raise LaunchError(f"could not host the key-value store on port {port}: {e}") from None
 
 
 def _pump(proc: subprocess.Popen[str], logf: Any, on_progress: Callable[[int, int], None] | None) -> None:

@@ -401,11 +401,59 @@ def train_markdown(doc: dict[str, Any]) -> str:
             f"{r['tokens_per_s']:.0f} | {r['first10_ms']:.2f} | {_f(r.get('tuning_cost_s'), '.3f')} | "
             f"{_f(r.get('gain_ms'), '.2f')} | {_f(r.get('break_even_iters'), '.0f')} |"
         )
+    lines += resilience_markdown(doc)
     fails = doc.get("failures") or []
     if fails:
         lines += ["", "## failed launches", ""]
         lines += [f"- `{f['launch']}`: {error_summary(f['error'])}" for f in fails]
     return "\n".join(lines) + "\n"
+
+
+def resilience_markdown(doc: dict[str, Any]) -> list[str]:
+    """The straggler / lost-rank comparison: mean step time (after the warm-up steps; the median of the
+    table above hides delays on a fifth of the steps) and loss, each against the synchronous launch of
+    the same parallelism and mode without injected faults."""
+    rows = [r for r in doc.get("train", []) if "mean_step_ms" in r]
+    if not rows:
+        return []
+    s = doc.get("settings", {})
+    inj = ", ".join(f"--{k} {s[k]}" for k in ("straggler", "kill") if s.get(k)) or "none"
+    lines = [
+        "",
+        "## resilience",
+        "",
+        f"Injected: {inj} (delay: {s.get('delay', 'busy')}); data: {s.get('data', 'random')}. "
+        "Ratios are against the synchronous launch without injection (clean sync).",
+        "",
+        "| launch | mean ms/step | vs clean sync | eval loss | vs clean sync | partial steps | "
+        "max staleness | lost ranks | same weights |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def base(r: dict[str, Any]) -> dict[str, Any] | None:
+        for b in rows:
+            if (
+                b["parallel"] == r["parallel"]
+                and b["mode"] == r["mode"]
+                and not b.get("resilient")
+                and not b.get("injected")
+            ):
+                return b
+        return None
+
+    for r in rows:
+        b = base(r)
+        st = r["mean_step_ms"] / b["mean_step_ms"] if b and b.get("mean_step_ms") else math.nan
+        ev, bev = r.get("eval_loss"), b.get("eval_loss") if b else None
+        lr = ev / bev if _finite(ev) and _finite(bev) and bev else math.nan
+        res = r.get("resilience") or {}
+        lost = [x for rec in res.get("recoveries", []) for x in rec.get("lost", [])]
+        lines.append(
+            f"| {r['launch']} | {r['mean_step_ms']:.1f} | {_f(st, '.3f')} | {_f(ev, '.4f')} | "
+            f"{_f(lr, '.4f')} | {res.get('partial_rounds', '–')} | {res.get('max_staleness', '–')} | "
+            f"{', '.join(map(str, lost)) or '–'} | {'yes' if r.get('weights_identical') else 'NO'} |"
+        )
+    return lines
 
 
 def _params(n: Any) -> str:
@@ -441,8 +489,13 @@ def write_outputs(doc: dict[str, Any], prefix: Path) -> list[Path]:
 def train_csv(doc: dict[str, Any]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["parallel", "mode", "launch", "iter", "iter_ms"])
-    for it in doc.get("iterations", []):
+    its = doc.get("iterations", [])
+    with_loss = any("loss" in it for it in its)
+    w.writerow(["parallel", "mode", "launch", "iter", "iter_ms", *(["loss"] if with_loss else [])])
+    for it in its:
+        losses = it.get("loss") or []
         for i, t in enumerate(it["iter_ms"]):
-            w.writerow([it["parallel"], it["mode"], it["launch"], i, f"{t:.6g}"])
+            loss = losses[i] if i < len(losses) else None
+            extra = [f"{loss:.6g}" if loss is not None else ""] if with_loss else []
+            w.writerow([it["parallel"], it["mode"], it["launch"], i, f"{t:.6g}", *extra])
     return buf.getvalue()

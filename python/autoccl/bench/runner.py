@@ -639,7 +639,40 @@ def plan_train(o: TrainOptions, workdir: Path) -> list[M.Launch]:
                     mode.name, f"{par}/{mode.name}", "measure", env, config=cfg, params={"parallel": par}
                 )
             )
-    return launches
+    return _resilience_variants(o, launches)
+
+
+def _resilience_variants(o: TrainOptions, launches: list[M.Launch]) -> list[M.Launch]:
+    """`--resilience on|both` and fault injection: each launch once per (reducer, injection) variant,
+    labelled e.g. ddp/nccl/resilient (injected) and ddp/nccl/sync/clean (the undelayed baseline)."""
+    resilience = str(o.extra.get("resilience", "off"))
+    injects = bool(o.extra.get("straggler") or o.extra.get("kill"))
+    if resilience == "off" and not injects:
+        return launches
+    reducers = {"off": [False], "on": [True], "both": [False, True]}[resilience]
+    injected = [True, False] if injects and o.extra.get("clean_baseline") else [injects]
+    out = []
+    for ln in launches:
+        for inj in injected:
+            for res in reducers:
+                label = f"{ln.label}/{'resilient' if res else 'sync'}" + (
+                    "/clean" if injects and not inj else ""
+                )
+                params = {**ln.params, "resilient": res, "inject": inj}
+                out.append(
+                    M.Launch(
+                        ln.mode,
+                        label,
+                        ln.phase,
+                        ln.env,
+                        ln.config,
+                        ln.loads,
+                        ln.online_warmup,
+                        ln.trace_prefix,
+                        params,
+                    )
+                )
+    return out
 
 
 def steady_ms(times: list[float]) -> float:
@@ -754,6 +787,8 @@ def _train_launches(
             "dtype": o.dtype,
             "seed": o.seed,
             **o.extra,
+            "resilient": bool(ln.params.get("resilient")),
+            "inject": bool(ln.params.get("inject")),
         }
         entry: dict[str, Any] = {
             "label": ln.label,
@@ -795,6 +830,22 @@ def _train_launches(
                     "loss_last": res.get("loss_last"),
                 }
             )
+            if "mean_step_ms" in res:  # a resilience comparison launch
+                it["loss"] = res.get("loss")
+                doc["train"][-1].update(
+                    {
+                        "resilient": bool(ln.params.get("resilient")),
+                        "injected": bool(ln.params.get("inject")),
+                        "mean_step_ms": res["mean_step_ms"],
+                        "eval_loss": res.get("eval_loss"),
+                        "loss_floor": res.get("loss_floor"),
+                        "weights_identical": res.get("weights_identical"),
+                        "live_ranks": res.get("live_ranks"),
+                        "resilience": res.get("resilience"),
+                        "straggler_plan": res.get("straggler_plan"),
+                        "records": res.get("records"),
+                    }
+                )
             if ln.trace_prefix:
                 files = T.trace_files(ln.trace_prefix)
                 entry["trace_files"] = [str(p) for p in files]

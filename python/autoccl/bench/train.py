@@ -152,6 +152,9 @@ def run_train(
     else:
         raise SystemExit(f"unknown parallelism {par!r}")
     opt = torch.optim.AdamW(net.parameters(), lr=float(spec.get("lr", 3e-4)))
+    comparison = spec.get("resilience", "off") != "off" or spec.get("straggler") or spec.get("kill")
+    if comparison or spec.get("data", "random") != "random":
+        return _run_steps(spec, p, rank, world, device, meta, progress, model, net, opt, dtype, autocast)
     g = torch.Generator(device=device)
     g.manual_seed(spec["seed"] * 7919 + rank)
     b, t = spec["batch"], spec["seq"]
@@ -185,6 +188,154 @@ def run_train(
         "loss_first": float(losses[0]),
         "loss_last": float(losses[-1]),
     }
+    if device.type == "cuda":
+        out["max_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+    return out
+
+
+def _step_batch(
+    spec: dict[str, Any], p: Preset, data: MarkovTokens | None, rank: int, step: int
+) -> torch.Tensor:
+    """The batch of (rank, step), the same in every run of a command: a rank that skips steps (the
+    resilient reducer's late rank) does not shift the data of the steps after."""
+    g = torch.Generator().manual_seed(int(spec["seed"]) * 7919 + rank * 100_003 + step)
+    b, t = int(spec["batch"]), int(spec["seq"])
+    if data is not None:
+        return data.batch(b, t + 1, g)
+    return torch.randint(0, p.vocab, (b, t + 1), generator=g)
+
+
+def _weights_identical(model: nn.Module, group: Any, device: torch.device) -> bool:
+    """Every rank of `group` holds bit-identical parameters (SHA-256 of the flat parameters)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for prm in model.parameters():
+        t = prm.detach()
+        t = t.to_local() if hasattr(t, "to_local") else t  # FSDP2 shards: this rank's part
+        h.update(t.float().cpu().numpy().tobytes())
+    words = torch.tensor(
+        [int.from_bytes(h.digest()[i : i + 8], "little", signed=True) for i in range(0, 32, 8)],
+        dtype=torch.int64,
+        device=device,
+    )
+    hi, lo = words.clone(), -words
+    dist.all_reduce(hi, op=dist.ReduceOp.MAX, group=group)
+    dist.all_reduce(lo, op=dist.ReduceOp.MAX, group=group)
+    return bool(torch.equal(hi, -lo))
+
+
+def _run_steps(
+    spec: dict[str, Any],
+    p: Preset,
+    rank: int,
+    world: int,
+    device: torch.device,
+    meta: Any,
+    progress: Callable[[int, int], None],
+    model: nn.Module,
+    net: nn.Module,
+    opt: torch.optim.Optimizer,
+    dtype: torch.dtype,
+    autocast: bool,
+) -> dict[str, Any]:
+    """The loop of a resilience comparison: per-(rank, step) batches, optional Markov data, the
+    resilient reducer (DDP), a straggler and a lost rank; per-step loss and step time."""
+    import os
+    import signal
+    import statistics
+
+    from autoccl.resilience.inject import Kill, Straggler, delay
+
+    iters = int(spec["iters"])
+    inject = bool(spec.get("inject"))
+    straggler = Straggler.parse(spec["straggler"]) if inject and spec.get("straggler") else None
+    kill = Kill.parse(spec["kill"]) if inject and spec.get("kill") else None
+    busy = spec.get("delay", "busy") == "busy"
+    data = MarkovTokens(p.vocab, int(spec["seed"])) if spec.get("data") == "markov" else None
+    reducer = None
+    if spec.get("resilient"):
+        from autoccl.resilience import ResilienceConfig
+        from autoccl.resilience.reducer import Reducer
+
+        reducer = Reducer(net, iters, ResilienceConfig(**spec.get("resilience_config", {})))  # type: ignore[arg-type]
+    warmup = reducer.config.warmup_steps if reducer is not None else 3
+    losses: dict[int, torch.Tensor] = {}
+    done: dict[int, float] = {}  # step -> when its update was applied here (synchronous runs)
+    undelayed: list[float] = []
+    t_start = time.monotonic()
+    step = 0
+    while step < iters:
+        if kill is not None and rank == kill.rank and step == kill.step:
+            print(f"rank {rank}: killed at step {step} (--kill)", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        t0 = time.perf_counter()
+        tokens = _step_batch(spec, p, data, rank, step).to(device)
+        with torch.autocast(device.type, dtype=dtype, enabled=autocast):
+            logits = net(tokens[:, :-1])
+            loss = F.cross_entropy(logits.float().view(-1, p.vocab), tokens[:, 1:].reshape(-1))
+        f = straggler.factor(int(spec["seed"]), step) if straggler and rank == straggler.rank else 1.0
+        if f > 1.0 and step >= warmup and undelayed:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            delay((f - 1.0) * statistics.median(undelayed), busy)
+        loss.backward()
+        losses[step] = loss.detach()
+        lagged = False
+        if reducer is None:
+            opt.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            done[step] = time.monotonic()
+            step += 1
+        else:
+            lagged = reducer.step(opt).lagged
+            step = reducer.next_step
+        opt.zero_grad(set_to_none=True)
+        if f == 1.0 and not lagged:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            undelayed.append(time.perf_counter() - t0)
+        if step % 10 == 0 or step >= iters:
+            progress(min(step, iters), iters)
+    out: dict[str, Any] = {"params": sum(x.numel() for x in model.parameters())}
+    if reducer is not None:
+        reducer.close()
+        group, live = reducer.process_group, list(reducer.ranks)
+        done = {r.round: r.done_s for r in reducer.records}
+        out["resilience"] = reducer.stats()
+        out["records"] = [r.as_dict() for r in reducer.records if r.kind != "sync" or r.stale or r.shared]
+        red_dev = device
+    else:
+        group, live, red_dev = meta, list(range(world)), torch.device("cpu")
+    times = [t_start] + [done[i] for i in range(iters)]
+    out["iter_ms"] = [(times[i + 1] - times[i]) * 1e3 for i in range(iters)]
+    tail = out["iter_ms"][warmup:]
+    out["mean_step_ms"] = sum(tail) / len(tail) if tail else math.nan
+    out["loss"] = [float(losses[i]) if i in losses else None for i in range(iters)]
+    got = [x for x in out["loss"] if x is not None]
+    out["loss_first"], out["loss_last"] = got[0], got[-1]
+    if data is not None:
+        with torch.no_grad(), torch.autocast(device.type, dtype=dtype, enabled=autocast):
+            ge = torch.Generator().manual_seed(int(spec["seed"]) + 999)
+            evals = []
+            for _ in range(4):
+                x = data.batch(16, int(spec["seq"]) + 1, ge).to(device)
+                lg = model(x[:, :-1]).float()
+                evals.append(float(F.cross_entropy(lg.view(-1, p.vocab), x[:, 1:].reshape(-1))))
+        out["eval_loss"] = sum(evals) / len(evals)
+        out["loss_floor"] = data.entropy()
+    out["weights_identical"] = _weights_identical(model, group, red_dev)
+    out["live_ranks"] = live
+    out["writer"] = min(live)
+    if straggler is not None:  # the draws depend on (seed, step) only: the same in every launch
+        seed = int(spec["seed"])
+        out["straggler_plan"] = {
+            str(i): round(straggler.factor(seed, i), 3)
+            for i in range(warmup, iters)
+            if straggler.factor(seed, i) > 1.0
+        }
+    out["_group"] = group
     if device.type == "cuda":
         out["max_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
     return out

@@ -86,14 +86,18 @@ def main(argv: list[str]) -> int:
         result.update(run_train(spec, rank, world, device, meta, progress))
     else:
         raise SystemExit(f"unknown kind {spec['kind']!r}")
-    if rank == 0:
+    # A resilience run that lost a rank ends on the survivors' group, written by the lowest survivor.
+    group = result.pop("_group", meta)
+    lost = len(result.get("live_ranks", range(world))) < world
+    if rank == int(result.get("writer", 0)):
         result["host"] = host_info(spec["device"])
         tmp = spec["out"] + ".tmp"
         with open(tmp, "w") as f:
             json.dump(result, f)
         os.replace(tmp, spec["out"])
-    dist.barrier(group=meta)
-    dist.destroy_process_group()
+    dist.barrier(group=group)
+    if not lost:  # with a lost rank the default group cannot be torn down collectively
+        dist.destroy_process_group()
     return 0
 
 

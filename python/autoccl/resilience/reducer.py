@@ -5,8 +5,9 @@ agree through the store which of them take part (control.py), then the agents al
 buckets over the reducer's own process group. A rank left out of a round still takes part in the
 collectives through its agent, with zeros, so the collective never waits for its computation; the
 gradient it finishes late is kept and added to the first round it rejoins (stale by at most max_lag
-steps), and it applies the updates it missed in order, so every rank holds the same weights. Sums are
-divided by the group size: each gradient counts once, with the weight it has in synchronous DDP.
+steps), and it applies the updates it missed, in order, so every rank holds the same weights. Each round
+applies the mean of the gradients it carries (fresh and late), so a partial step is as large as a
+full one and every gradient computed is used once (unless the run ends before its rank rejoins).
 
 When a rank is lost (its heartbeat stops, a collective fails, or the coordinator disappears) the
 survivors meet in the store, seal the new membership with one compare-and-set, shrink or re-create the
@@ -25,6 +26,7 @@ Usage (every rank):
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import math
@@ -405,23 +407,37 @@ class Reducer:
     def _plane(self) -> Plane:
         return Plane(self._store(), self._epoch, self._group.ranks, self.rules)
 
-    def _wait_key(self, key: str, timeout_s: float) -> bool:
-        """True once the key exists, False after timeout_s. Polls with a growing pause (at most 2 ms):
-        the store's own timed wait logs a warning at every time-out, and these waits time out often."""
+    def _wait_key(self, key: str, timeout_s: float, precise: bool = False) -> bool:
+        """True once the key exists, False after timeout_s. The store's own wait wakes at once when the
+        key is written but logs a warning whenever it times out, so it serves the long waits (which
+        rarely time out); `precise` waits (the ski-rental budget, which often runs out) poll with a
+        growing pause of at most 2 ms instead."""
         store = self._store()
-        end = time.monotonic() + max(0.0, timeout_s)
-        pause = 5e-5
-        while True:
-            try:
+        t0 = time.monotonic()
+        try:
+            if store.check([key]):
+                return True
+            if timeout_s <= 0:
+                return False
+            if not precise:
+                try:
+                    store.wait([key], datetime.timedelta(seconds=timeout_s))
+                    return True
+                except (dist.DistStoreError, RuntimeError):
+                    if time.monotonic() - t0 < 0.5 * timeout_s and not store.check([key]):
+                        raise
+                    return bool(store.check([key]))
+            pause = 5e-5
+            while True:
+                left = t0 + timeout_s - time.monotonic()
+                if left <= 0:
+                    return False
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, 2e-3)
                 if store.check([key]):
                     return True
-            except (dist.DistStoreError, RuntimeError) as e:
-                raise ResilienceError(f"the job's key-value store failed: {_first_line(e)}") from e
-            left = end - time.monotonic()
-            if left <= 0:
-                return False
-            time.sleep(min(pause, left))
-            pause = min(pause * 2, 2e-3)
+        except (dist.DistStoreError, RuntimeError) as e:
+            raise ResilienceError(f"the job's key-value store failed: {_first_line(e)}") from e
 
     def _alive_or_recover(self, s: int, ranks: tuple[int, ...] | frozenset[int]) -> None:
         if self._liveness.error is not None:
@@ -444,7 +460,7 @@ class Reducer:
     def _decide(self, s: int, view: RoundView) -> Decision:
         plane = self._plane()
         cfg = self.config
-        chunk = cfg.heartbeat_s
+        chunk = max(cfg.heartbeat_s, cfg.dead_after_s / 2)  # liveness is checked between chunks
         group = view.group
         if len(group) == 1:
             return view.decide(group)
@@ -483,7 +499,7 @@ class Reducer:
         while True:
             now = time.monotonic()
             left = t_q + budget - now
-            if self._wait_key(plane.keys.decision(s), max(0.0, min(chunk, left))):
+            if self._wait_key(plane.keys.decision(s), max(0.0, min(chunk, left)), precise=True):
                 d = plane.decided(s)
                 assert d is not None
                 self._last_quorum = (s, t_q, time.monotonic() - t_q)
@@ -510,17 +526,24 @@ class Reducer:
             raise _Recover(f"a collective failed: {_first_line(e)}") from e
 
     def _finish(self, work: Any, s: int) -> None:
-        """Wait for a collective, watching the peers' heartbeats (a lost peer may hang it)."""
-        pause = 2e-5
+        """Wait for a collective, watching the peers' heartbeats (a lost peer may hang it). Gloo's work
+        completes a future on the CPU (waited for with an event); NCCL's is polled."""
         deadline = time.monotonic() + self.config.collective_timeout_s
-        while not work.is_completed():
+        done = threading.Event()
+        if self.device.type != "cuda":
+            work.get_future().add_done_callback(lambda _: done.set())
+        pause = 2e-5
+        while not (done.is_set() or work.is_completed()):
             if time.monotonic() > deadline:
                 raise _Recover(f"a collective of step {s} timed out")
             self._alive_or_recover(s, self._group.ranks)
             if self._closed:
                 raise _Closed()
-            time.sleep(pause)
-            pause = min(pause * 2, 2e-3)
+            if self.device.type != "cuda":
+                done.wait(self.config.heartbeat_s)
+            else:
+                time.sleep(pause)
+                pause = min(pause * 2, 1e-3)
         self._collective(work.wait)
 
     def _run_round(self, s: int) -> None:
@@ -592,8 +615,11 @@ class Reducer:
             self._finish(w, s)
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
+        # The mean of the gradients the round carries (fresh and late ones; the count is the same on
+        # every rank): a partial step keeps the size of a full one.
+        contributions = max(1, len(fresh_ranks) + len(stale_ranks))
         for buf in outs:
-            buf.div_(n)
+            buf.div_(contributions)
         self._cost.observe_round(time.monotonic() - t0, folded_stale=bool(stale_ranks))
         rec = RoundRecord(
             epoch, s, d.kind, grp.ranks, d.members, fresh_ranks, stale_ranks, d.waited_ms, d.budget_ms, 0.0
