@@ -307,13 +307,15 @@ class Reducer:
             torch.futures.Future(devices=[data.device]) if data.is_cuda else torch.futures.Future()
         )
         with self._cv:
-            if self._error is not None:
-                fut.set_exception(ResilienceError(f"the reducer stopped: {self._error}"))  # type: ignore[arg-type]
+            if self._error is not None:  # step() raises the error; backward just completes
+                fut.set_result(torch.zeros_like(data))
                 return fut
             s = self._next_step
             if s >= self.steps:
-                why = f"step {s} is past the {self.steps} steps the reducer was given"
-                fut.set_exception(ResilienceError(why))  # type: ignore[arg-type]
+                self._error = ResilienceError(
+                    f"step {s} is past the {self.steps} steps the reducer was given"
+                )
+                fut.set_result(torch.zeros_like(data))
                 return fut
             if s < self.config.warmup_steps:
                 offsets, off = [], 0
@@ -397,9 +399,11 @@ class Reducer:
         except BaseException as e:  # handed to the training thread
             with self._cv:
                 self._error = e
-                for fut in self._futures.values():
+                # Backward completes (with zeros) and step() raises the error, so that the training
+                # loop sees one ResilienceError rather than an error from inside autograd.
+                for key, fut in self._futures.items():
                     if not fut.done():
-                        fut.set_exception(ResilienceError(str(e)))  # type: ignore[arg-type]
+                        fut.set_result(torch.zeros_like(self._inbox[key][0]))
                 self._futures.clear()
                 self._cv.notify_all()
             log.error("autoccl.resilience: rank %d stops: %s", self.rank, e)
