@@ -104,6 +104,8 @@ def main() -> int:
             if f == 1.0 and not lagged:
                 undelayed.append(time.perf_counter() - t0)
     except ResilienceError as e:
+        if reducer is not None:
+            reducer.close()
         out["error"] = f"{type(e).__name__}: {e}"
         Path(a.out, f"rank{rank}.json").write_text(json.dumps(out))
         print(f"rank {rank}: {type(e).__name__}: {e}", file=sys.stderr)

@@ -33,7 +33,7 @@ class Liveness(threading.Thread):
         now = time.monotonic()
         self._seen: dict[int, tuple[int, float]] = {r: (-1, now) for r in ranks}
         self._polled = now  # the last time the counters were read
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self.error: BaseException | None = None
 
     def watch(self, ranks: tuple[int, ...]) -> None:
@@ -48,7 +48,7 @@ class Liveness(threading.Thread):
     def run(self) -> None:
         try:
             store = self._store_factory()
-            while not self._stop.is_set():
+            while not self._halt.is_set():
                 self.beat(store)
                 with self._lock:
                     ranks = self._ranks
@@ -63,7 +63,7 @@ class Liveness(threading.Thread):
                         if v != last:
                             self._seen[r] = (v, now)
                     self._polled = now
-                self._stop.wait(self.period_s)
+                self._halt.wait(self.period_s)
         except BaseException as e:  # reported to the reducer, which stops cleanly
             self.error = e
 
@@ -83,4 +83,4 @@ class Liveness(threading.Thread):
         return frozenset(r for r in ranks if not self.alive(r))
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()

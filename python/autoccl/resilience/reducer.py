@@ -262,11 +262,14 @@ class Reducer:
         return report
 
     def close(self, timeout_s: float = 30.0) -> None:
+        """Stop the agent and heartbeat threads (also after an error: a thread left inside a store
+        call when the interpreter exits aborts the process)."""
         with self._cv:
             self._closed = True
             self._cv.notify_all()
         self._agent.join(timeout=timeout_s)
         self._liveness.stop()
+        self._liveness.join(timeout=timeout_s)
 
     def stats(self) -> dict[str, Any]:
         recs = self.records
