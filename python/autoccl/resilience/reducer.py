@@ -199,6 +199,7 @@ class Reducer:
         self._error: BaseException | None = None
         self._closed = False
         self._recovering = False
+        self._inflight: list[Any] = []  # collectives of the round in flight (a failure may strand them)
         self._cost = BuyCost(cfg.accuracy_weight)
         self._rule = WaitRule(cfg.rule, cfg.seed)
         self._last_quorum: tuple[int, float, float] | None = None  # (round, time, waited)
@@ -588,7 +589,8 @@ class Reducer:
             acc[3 + n + me] = 1
         if stale:
             acc[3 + 2 * n + me] = staleness
-        self._finish(self._collective(partial(dist.all_reduce, acc, group=grp.pg, async_op=True)), s)
+        self._inflight = [self._collective(partial(dist.all_reduce, acc, group=grp.pg, async_op=True))]
+        self._finish(self._inflight[0], s)
         self._check_agreement(acc.cpu().tolist(), d, grp, s, epoch)
         vals = acc.cpu().tolist()
         fresh_ranks = tuple(grp.ranks[i] for i in range(n) if vals[3 + n + i] > 0.5)
@@ -596,7 +598,7 @@ class Reducer:
             grp.ranks[i]: round(vals[3 + 2 * n + i]) for i in range(n) if vals[3 + 2 * n + i] > 0.5
         }
         outs: list[torch.Tensor] = []
-        works: list[Any] = []
+        works = self._inflight
         b = 0
         while True:
             if fresh:
@@ -620,6 +622,7 @@ class Reducer:
             raise ResilienceError(f"DDP's buckets changed after warm-up ({len(layout)} then {len(outs)})")
         for w in works:
             self._finish(w, s)
+        self._inflight = []
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
         # The mean of the gradients the round carries (fresh and late ones; the count is the same on
@@ -762,6 +765,7 @@ class Reducer:
             self._last_quorum = None
             self._recovering = False
             self._cv.notify_all()
+        self._retire(grp, new)
         took = time.monotonic() - t0
         self.recoveries.append(Recovery(epoch + 1, top + 1, lost, sealed, new.how, why.reason, took))
         log.warning(
@@ -775,6 +779,29 @@ class Reducer:
             new.how,
             took,
         )
+
+    def _retire(self, old: G.Group, new: G.Group) -> None:
+        """Let the old group's stranded collectives end, then destroy it. A survivor that caught the
+        loss by heartbeat may still wait inside a collective of the old group; it ends (with an error)
+        once the peers it waits on close their connections, which destroying the group does on the
+        survivors with nothing pending. A collective left pending when the process exits aborts it."""
+        stranded, self._inflight = self._inflight, []
+        if new.how == "shrink_group" or old.pg is new.pg:
+            return  # shrink_group has taken the old communicator down itself
+        if old.backend == "nccl":
+            try:
+                dist.distributed_c10d._abort_process_group(old.pg)
+            except (RuntimeError, ValueError) as e:
+                log.warning("autoccl.resilience: aborting the old group failed: %s", _first_line(e))
+            return
+        deadline = time.monotonic() + self.config.collective_timeout_s
+        for w in stranded:
+            while not w.is_completed() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        try:
+            dist.destroy_process_group(old.pg)
+        except (RuntimeError, ValueError) as e:
+            log.warning("autoccl.resilience: destroying the old group failed: %s", _first_line(e))
 
     def _share_round(
         self, r: int, completed: dict[int, int], new: G.Group, decision: Decision | None
