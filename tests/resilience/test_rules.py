@@ -51,8 +51,10 @@ def test_randomized_rule_expected_ratio() -> None:
 def test_buy_cost_is_measured() -> None:
     c = BuyCost(accuracy_weight=1.0)
     assert math.isnan(c.value(absent=1, world=4))  # nothing measured: wait for everyone
-    for t in (0.10, 0.12, 0.11):
+    for t in (0.10, 0.12):
         c.observe_step(t)
+    assert math.isnan(c.value(absent=1, world=4))  # too few periods yet
+    c.observe_step(0.11)
     assert c.value(1, 4) == pytest.approx(0.25 * 0.11)
     assert c.value(2, 4) == pytest.approx(0.5 * 0.11)
     for _ in range(5):
@@ -61,7 +63,8 @@ def test_buy_cost_is_measured() -> None:
     assert c.communication_s() == pytest.approx(0.004)
     assert c.value(1, 4) == pytest.approx(0.25 * 0.11 + 0.004)
     eager = BuyCost(accuracy_weight=0.0)
-    eager.observe_step(0.1)
+    for _ in range(3):
+        eager.observe_step(0.1)
     assert eager.value(1, 4) == 0.0  # proceeds at once without a late rank
     assert WaitRule().wait_s(math.nan) == math.inf
 
@@ -101,9 +104,25 @@ def test_floor_and_quorum() -> None:
     assert v.quorum(RULES) == 3
     assert not v.may_proceed({0, 1}, RULES)  # below the floor of 3 members
     assert v.may_proceed({0, 1, 2}, RULES)
-    # a late rank rejoining counts as a member but a round of late ranks only never proceeds
+    # a late rank rejoining counts as a member (and towards the quorum) ...
     v2 = RoundView(21, GROUP, {3: 20})
+    assert v2.expected(RULES) == frozenset({0, 1, 2}) and v2.quorum(RULES) == 3
     assert v2.may_proceed({0, 1, 3}, RULES)
+    # ... but a round of late ranks only never proceeds
+    v3 = RoundView(30, GROUP, {2: 29, 3: 29})
+    assert not v3.may_proceed({2, 3}, RULES)
+
+
+def test_rejoining_rank_starts_the_clock(store) -> None:  # type: ignore[no-untyped-def]
+    """Rank 1 rejoins while rank 3 is slow: three of four are there, so the clock starts (the floor of
+    three members is met) instead of waiting for rank 3 whatever it costs."""
+    plane = Plane(store, 0, GROUP, RULES)
+    v = RoundView(21, GROUP, {1: 20})
+    plane.register(v, 0)
+    plane.register(v, 2)
+    assert not plane.quorum_reached(21)
+    plane.register(v, 1)
+    assert plane.quorum_reached(21) and plane.decided(21) is None
 
 
 def test_decision_roundtrip() -> None:

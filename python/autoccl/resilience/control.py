@@ -102,11 +102,12 @@ class RoundView:
         )
 
     def quorum(self, rules: Rules) -> int:
-        """How many expected ranks must be ready before the ski-rental clock starts."""
+        """How many ranks must be ready before the ski-rental clock starts: all but max_absent of the
+        expected ones, and no fewer than the floor of members (a late rank that rejoins counts)."""
         exp = self.expected(rules)
         if self.round < rules.warmup_steps:
             return len(exp)
-        return max(1, len(exp) - rules.max_absent, min(len(exp), rules.members_floor))
+        return max(1, len(exp) - rules.max_absent, min(len(self.group), rules.members_floor))
 
     def decide(
         self, present: Iterable[int], kind: str = "", waited_ms: float = 0.0, budget_ms: float = 0.0
@@ -194,7 +195,7 @@ class Plane:
         word = rank // MASK_BITS
         mine = self.store.add(self.keys.mask(s, word), 1 << (rank % MASK_BITS))
         words = [mine if w == word else self.store.add(self.keys.mask(s, w), 0) for w in range(self.words)]
-        present = bits_of(words)
+        present = bits_of(words) & set(self.group)
         before = present - {rank}
         exp = view.expected(self.rules)
         q = view.quorum(self.rules)
@@ -202,7 +203,7 @@ class Plane:
         if exp <= present and not exp <= before:
             d = view.decide(present)
             decided = Decision.decode(self.store.compare_set(self.keys.decision(s), "", d.encode()))
-        if len(present & exp) >= q > len(before & exp) or decided is not None:
+        if len(present) >= q > len(before) or decided is not None:
             self.store.set(self.keys.quorum(s), "1")
         return decided
 

@@ -202,7 +202,7 @@ class Reducer:
         self._inflight: list[Any] = []  # collectives of the round in flight (a failure may strand them)
         self._cost = BuyCost(cfg.accuracy_weight)
         self._rule = WaitRule(cfg.rule, cfg.seed)
-        self._last_quorum: tuple[int, float, float] | None = None  # (round, time, waited)
+        self._timer: _Timer | None = None
         self._test_corrupt_view: Callable[[Decision], Decision] | None = None  # tests only
         ddp.register_comm_hook(self, _hook)
         self._liveness.start()
@@ -269,6 +269,9 @@ class Reducer:
             self._closed = True
             self._cv.notify_all()
         self._agent.join(timeout=timeout_s)
+        timer = self._timer
+        if timer is not None:
+            timer.join(timeout=timeout_s)
         self._liveness.stop()
         self._liveness.join(timeout=timeout_s)
 
@@ -389,6 +392,7 @@ class Reducer:
 
     def _agent_main(self) -> None:
         try:
+            self._start_timer(0, self._view)
             while True:
                 with self._cv:
                     if self._closed or self._round >= self.steps:
@@ -415,38 +419,6 @@ class Reducer:
     def _plane(self) -> Plane:
         return Plane(self._store(), self._epoch, self._group.ranks, self.rules)
 
-    def _wait_key(self, key: str, timeout_s: float, precise: bool = False) -> bool:
-        """True once the key exists, False after timeout_s. The store's own wait wakes at once when the
-        key is written but logs a warning whenever it times out, so it serves the long waits (which
-        rarely time out); `precise` waits (the ski-rental budget, which often runs out) poll with a
-        growing pause of at most 2 ms instead."""
-        store = self._store()
-        t0 = time.monotonic()
-        try:
-            if store.check([key]):
-                return True
-            if timeout_s <= 0:
-                return False
-            if not precise:
-                try:
-                    store.wait([key], datetime.timedelta(seconds=timeout_s))
-                    return True
-                except (dist.DistStoreError, RuntimeError):
-                    if time.monotonic() - t0 < 0.5 * timeout_s and not store.check([key]):
-                        raise
-                    return bool(store.check([key]))
-            pause = 5e-5
-            while True:
-                left = t0 + timeout_s - time.monotonic()
-                if left <= 0:
-                    return False
-                time.sleep(min(pause, left))
-                pause = min(pause * 2, 2e-3)
-                if store.check([key]):
-                    return True
-        except (dist.DistStoreError, RuntimeError) as e:
-            raise ResilienceError(f"the job's key-value store failed: {_first_line(e)}") from e
-
     def _alive_or_recover(self, s: int, ranks: tuple[int, ...] | frozenset[int]) -> None:
         if self._liveness.error is not None:
             raise ResilienceError(f"the heartbeat thread failed: {_first_line(self._liveness.error)}")
@@ -465,66 +437,50 @@ class Reducer:
         if self._closed:
             raise _Closed()
 
-    def _decide(self, s: int, view: RoundView) -> Decision:
-        plane = self._plane()
-        cfg = self.config
-        chunk = max(cfg.heartbeat_s, cfg.dead_after_s / 2)  # liveness is checked between chunks
-        group = view.group
-        if len(group) == 1:
-            return view.decide(group)
-        coordinator = group[0]
-        if self.rank != coordinator:
-            while True:
-                if self._wait_key(plane.keys.decision(s), chunk):
-                    d = plane.decided(s)
-                    assert d is not None
-                    return d
-                self._closed_check()
-                if not self._liveness.alive(coordinator):
-                    raise _Recover(f"the coordinator, rank {coordinator}, is lost", (coordinator,))
-                if self._liveness.error is not None:
-                    self._alive_or_recover(s, group)
-        # The coordinator: wait for the quorum, then at most the ski-rental budget.
+    def _get(self, key: str, timeout_s: float) -> bytes | None:
+        """The key's value once written (the store wakes the caller at once), None after timeout_s."""
+        store = self._store()
+        if getattr(self._tls, "timeout", None) != timeout_s:
+            store.set_timeout(datetime.timedelta(seconds=timeout_s))
+            self._tls.timeout = timeout_s
         t0 = time.monotonic()
-        exp = view.expected(self.rules)
-        while not self._wait_key(plane.keys.quorum(s), chunk):
-            self._closed_check()
-            self._alive_or_recover(s, group)
-            missing = exp - plane.present(s)
-            if time.monotonic() - t0 > cfg.stall_s and missing:
-                raise self._stalled(s, missing)
-        t_q = time.monotonic()
-        if self._last_quorum is not None and self._last_quorum[0] == s - 1:
-            self._cost.observe_step(t_q - self._last_quorum[1] - self._last_quorum[2])
-        d = plane.decided(s)
-        if d is not None:
-            self._last_quorum = (s, t_q, 0.0)
-            return d
-        present = plane.present(s)
-        absent = len(exp - present)
-        buy = self._cost.value(absent, len(group))
-        budget = self._rule.wait_s(buy) if s >= self.rules.warmup_steps else math.inf
+        try:
+            return bytes(store.get(key))
+        except (dist.DistStoreError, RuntimeError) as e:
+            if time.monotonic() - t0 < 0.5 * timeout_s:
+                raise ResilienceError(f"the job's key-value store failed: {_first_line(e)}") from e
+            return None
+
+    def _decide(self, s: int, view: RoundView) -> Decision:
+        """Every agent waits for the decision; the coordinator's timer thread writes it when the
+        ski-rental budget runs out, the last rank to register when everyone expected is there."""
+        if len(view.group) == 1:
+            return view.decide(view.group)
+        plane = self._plane()
+        coordinator = view.group[0]
         while True:
-            now = time.monotonic()
-            left = t_q + budget - now
-            if self._wait_key(plane.keys.decision(s), max(0.0, min(chunk, left)), precise=True):
-                d = plane.decided(s)
-                assert d is not None
-                self._last_quorum = (s, t_q, time.monotonic() - t_q)
-                return d
+            text = self._get(plane.keys.decision(s), self._chunk())
+            if text is not None:
+                return Decision.decode(text)
             self._closed_check()
-            self._alive_or_recover(s, group)
-            now = time.monotonic()
-            if now >= t_q + budget:
-                present = plane.present(s)
-                if view.may_proceed(present, self.rules):
-                    waited = now - t_q
-                    d = plane.propose(view.decide(present, waited_ms=waited * 1e3, budget_ms=budget * 1e3))
-                    self._last_quorum = (s, t_q, waited)
-                    return d
-                missing = exp - present
-                if now - t_q > cfg.stall_s and missing:
-                    raise self._stalled(s, missing)
+            if coordinator != self.rank and not self._liveness.alive(coordinator):
+                raise _Recover(f"the coordinator, rank {coordinator}, is lost", (coordinator,))
+            timer = self._timer
+            if timer is not None and timer.error is not None:
+                raise ResilienceError(f"the coordinator's timer failed: {_first_line(timer.error)}")
+            if self._liveness.error is not None:
+                raise ResilienceError(f"the heartbeat thread failed: {_first_line(self._liveness.error)}")
+
+    def _chunk(self) -> float:
+        """Long waits check liveness this often."""
+        return max(self.config.heartbeat_s, self.config.dead_after_s / 2)
+
+    def _start_timer(self, epoch: int, view: RoundView) -> None:
+        if view.group[0] != self.rank or len(view.group) == 1:
+            self._timer = None
+            return
+        self._timer = _Timer(self, epoch, view)
+        self._timer.start()
 
     def _collective(self, fn: Callable[[], Any]) -> Any:
         """Start a collective; a failure (a lost peer) turns into a recovery."""
@@ -762,9 +718,9 @@ class Reducer:
             self._round = top + 1
             self._decided = top
             self._decision = None
-            self._last_quorum = None
             self._recovering = False
             self._cv.notify_all()
+        self._start_timer(epoch + 1, self._view)
         self._retire(grp, new)
         took = time.monotonic() - t0
         self.recoveries.append(Recovery(epoch + 1, top + 1, lost, sealed, new.how, why.reason, took))
@@ -842,6 +798,88 @@ class Reducer:
             with self._cv:
                 self._decision = decision
             self._complete(r, bufs, rec, used_pending=stale)
+
+
+class _Timer(threading.Thread):
+    """The coordinator's clock (a thread of the group's lowest rank, one per epoch): once the quorum of
+    a round is ready it sleeps through the ski-rental budget, then writes a partial decision unless the
+    round was decided meanwhile; it also turns a lost rank into a recovery decision."""
+
+    def __init__(self, red: Reducer, epoch: int, view: RoundView) -> None:
+        super().__init__(name=f"autoccl-coordinator-{red.rank}", daemon=True)
+        self.red = red
+        self.epoch = epoch
+        self.view = view
+        self.error: BaseException | None = None
+        self._last: tuple[int, float, float] | None = None  # (round, quorum time, waited)
+
+    def run(self) -> None:
+        red = self.red
+        try:
+            while not red._closed and red._epoch == self.epoch and self.view.round < red.steps:
+                d = self._round(Plane(red._store(), self.epoch, self.view.group, red.rules), self.view)
+                if d is None or d.kind == "recover":
+                    return
+                self.view = self.view.next_view(d)
+        except BaseException as e:
+            self.error = e
+
+    def _live(self) -> bool:
+        return not self.red._closed and self.red._epoch == self.epoch
+
+    def _lost(self, plane: Plane, s: int) -> Decision | None:
+        red = self.red
+        dead = red._liveness.dead(frozenset(self.view.group))
+        if not dead:
+            return None
+        silent = max(red._liveness.silent_for(r) for r in dead)
+        why = f"no heartbeat from rank(s) {sorted(dead)} for {silent:.1f} s"
+        return plane.propose(recover_decision(s, why, dead))
+
+    def _round(self, plane: Plane, view: RoundView) -> Decision | None:
+        red, cfg, s = self.red, self.red.config, view.round
+        exp = view.expected(red.rules)
+        t0 = time.monotonic()
+        while red._get(plane.keys.quorum(s), red._chunk()) is None:
+            if not self._live():
+                return None
+            lost = self._lost(plane, s)
+            if lost is not None:
+                return lost
+            missing = exp - plane.present(s)
+            if time.monotonic() - t0 > cfg.stall_s and missing:
+                return plane.propose(recover_decision(s, red._stalled(s, missing).reason, missing))
+        t_q = time.monotonic()
+        if self._last is not None and self._last[0] == s - 1 and s > red.rules.warmup_steps:
+            # the step period of the group, without the time it chose to wait for late ranks
+            red._cost.observe_step(t_q - self._last[1] - self._last[2])
+        budget = math.inf
+        if s >= red.rules.warmup_steps:
+            absent = len(exp - plane.present(s))
+            budget = red._rule.wait_s(red._cost.value(absent, len(view.group)))
+        piece = max(1e-3, budget / 8) if math.isfinite(budget) else red._chunk()
+        while True:
+            d = plane.decided(s)
+            now = time.monotonic()
+            if d is not None:
+                self._last = (s, t_q, d.waited_ms / 1e3)
+                return d
+            if not self._live():
+                return None
+            lost = self._lost(plane, s)
+            if lost is not None:
+                return lost
+            if now >= t_q + budget:
+                present = plane.present(s)
+                if view.may_proceed(present, red.rules):
+                    waited = now - t_q
+                    d = plane.propose(view.decide(present, waited_ms=waited * 1e3, budget_ms=budget * 1e3))
+                    self._last = (s, t_q, waited)
+                    return d
+                missing = exp - present
+                if now - t_q > cfg.stall_s and missing:
+                    return plane.propose(recover_decision(s, red._stalled(s, missing).reason, missing))
+            time.sleep(min(piece, max(1e-4, t_q + budget - now)) if now < t_q + budget else piece)
 
 
 def _first_line(e: BaseException) -> str:

@@ -97,13 +97,16 @@ class BuyCost:
             return 0.0
         return max(0.0, self.fold_round.value() - self.plain_round.value())
 
+    min_samples: int = 3
+
     def value(self, absent: int, world: int) -> float:
-        """NaN until a step period has been measured (the caller then waits for everyone)."""
+        """NaN until `min_samples` step periods have been measured (the caller then waits for
+        everyone)."""
         if world <= 0 or absent <= 0:
             return 0.0
-        step = self.step.value()
-        if math.isnan(step):
+        if len(self.step) < self.min_samples:
             return math.nan
+        step = self.step.value()
         return self.accuracy_weight * absent / world * step + self.communication_s()
 
 
