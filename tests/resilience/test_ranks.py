@@ -26,8 +26,8 @@ def _ok(run: Run, expect: dict[int, int] | None = None) -> None:
     assert run.codes == want, run.describe()
 
 
-def _step_ms(out: dict[str, Any], warm: int = 3) -> float:
-    """Mean time per step after the warm-up steps, on one rank's clock."""
+def _step_ms(out: dict[str, Any], warm: int = 10) -> float:
+    """Mean time per step after the first `warm` steps (start-up), on one rank's clock."""
     if out["mode"] == "sync":
         done = {int(k): v for k, v in out["done_at"].items()}
     else:

@@ -87,7 +87,7 @@ def main() -> int:
             loss = F.cross_entropy(logits.reshape(-1, preset.vocab), tokens[:, 1:].reshape(-1))
             time.sleep(a.compute_ms / 1e3)  # the accelerator's share of the step
             f = straggler.factor(a.seed, step) if straggler and rank == straggler.rank else 1.0
-            if f > 1.0 and step >= 3 and undelayed:
+            if f > 1.0 and step >= 5 and undelayed:
                 delay((f - 1.0) * statistics.median(undelayed), busy=False)
             loss.backward()
             losses[step] = float(loss.detach())

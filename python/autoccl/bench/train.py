@@ -259,7 +259,9 @@ def _run_steps(
         from autoccl.resilience.reducer import Reducer
 
         reducer = Reducer(net, iters, ResilienceConfig(**spec.get("resilience_config", {})))  # type: ignore[arg-type]
-    warmup = reducer.config.warmup_steps if reducer is not None else 3
+    # The same in both modes: the straggler is slowed from step INJECT_FROM on, and mean step times
+    # skip the first TIMED_FROM steps (start-up: DDP's bucket rebuild, the reducer's warm-up).
+    inject_from, timed_from = 5, min(10, iters // 2)
     losses: dict[int, torch.Tensor] = {}
     done: dict[int, float] = {}  # step -> when its update was applied here (synchronous runs)
     undelayed: list[float] = []
@@ -275,7 +277,7 @@ def _run_steps(
             logits = net(tokens[:, :-1])
             loss = F.cross_entropy(logits.float().view(-1, p.vocab), tokens[:, 1:].reshape(-1))
         f = straggler.factor(int(spec["seed"]), step) if straggler and rank == straggler.rank else 1.0
-        if f > 1.0 and step >= warmup and undelayed:
+        if f > 1.0 and step >= inject_from and undelayed:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             delay((f - 1.0) * statistics.median(undelayed), busy)
@@ -310,7 +312,7 @@ def _run_steps(
         group, live, red_dev = meta, list(range(world)), torch.device("cpu")
     times = [t_start] + [done[i] for i in range(iters)]
     out["iter_ms"] = [(times[i + 1] - times[i]) * 1e3 for i in range(iters)]
-    tail = out["iter_ms"][warmup:]
+    tail = out["iter_ms"][timed_from:]
     out["mean_step_ms"] = sum(tail) / len(tail) if tail else math.nan
     out["loss"] = [float(losses[i]) if i in losses else None for i in range(iters)]
     got = [x for x in out["loss"] if x is not None]
@@ -332,7 +334,7 @@ def _run_steps(
         seed = int(spec["seed"])
         out["straggler_plan"] = {
             str(i): round(straggler.factor(seed, i), 3)
-            for i in range(warmup, iters)
+            for i in range(inject_from, iters)
             if straggler.factor(seed, i) > 1.0
         }
     out["_group"] = group

@@ -36,7 +36,8 @@ class ResilienceConfig:
     min_members: never proceed with fewer ranks (0: a majority of the group).
     max_lag: a rank left out is waited for again once it is this many steps behind; this bounds the
         staleness of its gradient (<= max_lag steps) and the results a late rank keeps (<= max_lag + 1).
-    warmup_steps: synchronous steps first (DDP settles its buckets after step 0; costs are measured).
+    warmup_steps: synchronous steps first (DDP settles its buckets after step 0, and the step period the
+        wait budget is made of is measured from step 2 on).
     heartbeat_s / dead_after_s: liveness: a rank whose heartbeat stops for dead_after_s is taken as lost.
     stall_s: a rank that is alive but keeps a required step waiting this long is taken as lost too.
     collective_timeout_s: time-out of the reducer's own process group (a collective with a lost peer
@@ -50,7 +51,7 @@ class ResilienceConfig:
     max_absent: int = 1
     min_members: int = 0
     max_lag: int = 4
-    warmup_steps: int = 3
+    warmup_steps: int = 5
     heartbeat_s: float = 0.2
     dead_after_s: float = 5.0
     stall_s: float = 300.0

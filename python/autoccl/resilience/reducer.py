@@ -850,7 +850,7 @@ class _Timer(threading.Thread):
             if time.monotonic() - t0 > cfg.stall_s and missing:
                 return plane.propose(recover_decision(s, red._stalled(s, missing).reason, missing))
         t_q = time.monotonic()
-        if self._last is not None and self._last[0] == s - 1 and s > red.rules.warmup_steps:
+        if self._last is not None and self._last[0] == s - 1 and s >= 3:  # DDP settles in steps 0-1
             # the step period of the group, without the time it chose to wait for late ranks
             red._cost.observe_step(t_q - self._last[1] - self._last[2])
         budget = math.inf
