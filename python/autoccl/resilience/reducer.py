@@ -545,14 +545,9 @@ class Reducer:
             acc[3 + n + me] = 1
         if stale:
             acc[3 + 2 * n + me] = staleness
+        # It runs beside the buckets' all-reduces (one latency less a step); nothing of the round is
+        # released before the check has passed.
         self._inflight = [self._collective(partial(dist.all_reduce, acc, group=grp.pg, async_op=True))]
-        self._finish(self._inflight[0], s)
-        self._check_agreement(acc.cpu().tolist(), d, grp, s, epoch)
-        vals = acc.cpu().tolist()
-        fresh_ranks = tuple(grp.ranks[i] for i in range(n) if vals[3 + n + i] > 0.5)
-        stale_ranks = {
-            grp.ranks[i]: round(vals[3 + 2 * n + i]) for i in range(n) if vals[3 + 2 * n + i] > 0.5
-        }
         outs: list[torch.Tensor] = []
         works = self._inflight
         b = 0
@@ -581,6 +576,12 @@ class Reducer:
         self._inflight = []
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
+        vals = acc.cpu().tolist()
+        self._check_agreement(vals, d, grp, s, epoch)
+        fresh_ranks = tuple(grp.ranks[i] for i in range(n) if vals[3 + n + i] > 0.5)
+        stale_ranks = {
+            grp.ranks[i]: round(vals[3 + 2 * n + i]) for i in range(n) if vals[3 + 2 * n + i] > 0.5
+        }
         # The mean of the gradients the round carries (fresh and late ones; the count is the same on
         # every rank): a partial step keeps the size of a full one.
         contributions = max(1, len(fresh_ranks) + len(stale_ranks))
@@ -857,12 +858,17 @@ class _Timer(threading.Thread):
         if s >= red.rules.warmup_steps:
             absent = len(exp - plane.present(s))
             budget = red._rule.wait_s(red._cost.value(absent, len(view.group)))
-        piece = max(1e-3, budget / 8) if math.isfinite(budget) else red._chunk()
+        piece = max(1e-3, budget / 8)
         while True:
-            d = plane.decided(s)
+            if math.isfinite(budget):
+                d = plane.decided(s)
+            else:  # nothing to time: block until the round is decided
+                text = red._get(plane.keys.decision(s), red._chunk())
+                d = Decision.decode(text) if text is not None else None
             now = time.monotonic()
             if d is not None:
-                self._last = (s, t_q, d.waited_ms / 1e3)
+                # the period excludes the wait for late ranks, whoever ended it
+                self._last = (s, t_q, now - t_q)
                 return d
             if not self._live():
                 return None
@@ -876,10 +882,12 @@ class _Timer(threading.Thread):
                     d = plane.propose(view.decide(present, waited_ms=waited * 1e3, budget_ms=budget * 1e3))
                     self._last = (s, t_q, waited)
                     return d
-                missing = exp - present
-                if now - t_q > cfg.stall_s and missing:
+            if now - t_q > cfg.stall_s:
+                missing = exp - plane.present(s)
+                if missing:
                     return plane.propose(recover_decision(s, red._stalled(s, missing).reason, missing))
-            time.sleep(min(piece, max(1e-4, t_q + budget - now)) if now < t_q + budget else piece)
+            if math.isfinite(budget):
+                time.sleep(min(piece, max(1e-4, t_q + budget - now)) if now < t_q + budget else piece)
 
 
 def _first_line(e: BaseException) -> str:
