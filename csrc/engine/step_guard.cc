@@ -110,6 +110,16 @@ std::vector<GuardPlan::Verdict> GuardPlan::verdicts() const {
   return verdicts_;
 }
 
+search::Segment GuardPlan::finalSegment() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  search::Segment g;
+  g.begin = planned_;
+  g.end = search::kForever;
+  if (!tunedNow_) g.cfg = ncclMark();
+  g.phase = search::Phase::kFinal;
+  return g;
+}
+
 void GuardPlan::sample(uint64_t i, double micros) {
   if (!(micros > 0) || !std::isfinite(micros)) return;
   std::lock_guard<std::mutex> lk(mu_);

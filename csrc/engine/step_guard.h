@@ -90,6 +90,8 @@ class GuardPlan {
   };
   std::vector<Verdict> verdicts() const;
   bool armed() const;
+  // What every iteration not planned yet runs when the authority leaves: the last verdict, for good.
+  search::Segment finalSegment() const;
 
  private:
   void planOneLocked();
