@@ -104,7 +104,7 @@ CASES = [
     Case("env-fixed-empty-range", ["env", "--mode", "fixed", "--fixed", "allreduce@64M-1M:ring/ll"], "range"),
     Case("env-fixed-chunk", ["env", "--mode", "fixed", "--fixed", "*:ring/simple/chunk=1"], "chunk"),
     Case("env-fixed-in-online", ["env", "--fixed", FIXED], "--fixed"),
-    Case("env-ceiling-0", ["env", "--channel-ceiling", "0"], "--channel-ceiling"),
+    Case("env-ceiling-negative", ["env", "--channel-ceiling", "-1"], "--channel-ceiling"),
     Case("env-ceiling-65", ["env", "--channel-ceiling", "65"], "--channel-ceiling"),
     Case("env-nccl-channels-negative", ["env", "--nccl-channels", "-1"], "-1"),
     Case("env-nccl-channels-word", ["env", "--nccl-channels", "many"], "many"),
