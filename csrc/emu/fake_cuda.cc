@@ -3,7 +3,9 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <memory>
 #include <utility>
+#include <vector>
 
 namespace emu {
 
@@ -17,6 +19,22 @@ constexpr size_t kKeptKernels = 1 << 16;  // resolved kernel times a stream keep
 std::atomic<bool> gEnabled{false};
 std::mutex gMu;  // every stream and event
 thread_local void* tCurrent = nullptr;
+}  // namespace
+
+struct FakeStream;
+struct FakeEvent;
+namespace {
+// Streams and events live as long as the process (the plugin's clock may query them while the emulator exits);
+// the registry keeps them reachable, so a leak checker tells them apart from real leaks. Never destroyed: a
+// static destructor would free them under a plugin thread that still reads them.
+struct Registry {
+  std::vector<std::unique_ptr<FakeStream>> streams;
+  std::vector<std::unique_ptr<FakeEvent>> events;
+};
+Registry& registry() {
+  static auto* r = new Registry();
+  return *r;
+}
 }  // namespace
 
 struct FakeStream {
@@ -38,9 +56,11 @@ void fakeCudaEnable() { gEnabled.store(true); }
 bool fakeCudaEnabled() { return gEnabled.load(); }
 
 FakeStream* fakeStreamNew(void* ctx) {
-  auto* s = new FakeStream();  // lives as long as the run: the plugin's clock may still query it at exit
-  s->ctx = ctx;
-  return s;
+  auto owned = std::make_unique<FakeStream>();
+  owned->ctx = ctx;
+  std::lock_guard<std::mutex> lk(gMu);
+  registry().streams.push_back(std::move(owned));
+  return registry().streams.back().get();
 }
 
 void fakeStreamCapturing(FakeStream* s, bool capturing) {
@@ -95,7 +115,10 @@ extern "C" {
 int cuEventCreate(void** ev, unsigned /*flags*/) {
   if (!emu::gEnabled.load()) return emu::kNotInitialized;
   if (!ev) return emu::kInvalidValue;
-  *ev = new emu::FakeEvent();  // the plugin keeps its events for the life of the process
+  auto owned = std::make_unique<emu::FakeEvent>();
+  std::lock_guard<std::mutex> lk(emu::gMu);
+  emu::registry().events.push_back(std::move(owned));
+  *ev = emu::registry().events.back().get();  // the plugin keeps its events for the life of the process
   return emu::kSuccess;
 }
 int cuEventRecord(void* ev, void* stream) {
