@@ -22,6 +22,7 @@
 #include <tuple>
 
 #include "autoccl/coord/coord.h"
+#include "autoccl/coord/search_decider.h"
 #include "autoccl/coord/launcher.h"
 #include "check.h"
 #include "sha256.h"
@@ -29,6 +30,7 @@
 
 using namespace autoccl;
 using namespace autoccl::coord;
+using autoccl::coord::TaskKey;
 using std::chrono::milliseconds;
 
 namespace {

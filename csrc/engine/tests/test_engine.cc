@@ -19,6 +19,7 @@
 #include "engine/fixed_rules.h"
 #include "engine/online.h"
 #include "engine/settings.h"
+#include "autoccl/common/stats.h"
 #include "engine/stats.h"
 #include "engine/table.h"
 #include "engine/timing.h"
@@ -258,7 +259,7 @@ void testStats() {
   CHECK_EQ(w.summary().window, size_t(4));
   w.add(-1.0);  // rejected
   CHECK_EQ(w.summary().count, uint64_t(8));
-  CHECK_NEAR(medianOf({}), 0.0, 1e-12);
+  CHECK_NEAR(autoccl::median({}), 0.0, 1e-12);
 }
 
 // ------------------------------------------------------------------ fingerprint
