@@ -18,7 +18,10 @@
 
 #include "engine/tests/check.h"
 #include "engine/tests/scratch.h"
-#include "nccl/abi/nccl_plugin_abi.h"
+#include "nccl/abi/profiler_v5.h"
+#include "nccl/abi/profiler_v6.h"
+#include "nccl/abi/tuner_v5.h"
+#include "nccl/abi/tuner_v6.h"
 
 namespace {
 
@@ -129,8 +132,8 @@ void caseFixed() {
   void* tctx = nullptr;
   const uint64_t comm = 0xfeedULL;
   CHECK_EQ(gP5->init(&pctx, comm, &mask, "c", 1, 2, 1, logger), 0);
-  ncclabi::NvlDomainInfo nvl{1, 2, 2};
-  ncclabi::TunerConstants consts{};
+  ncclabi::NvlDomainInfoV5 nvl{1, 2, 2};
+  ncclabi::TunerConstantsV5 consts{};
   CHECK_EQ(gT6->init(&tctx, comm, 2, 1, logger, &nvl, &consts), 0);
   CHECK(tctx != nullptr);
 
@@ -200,7 +203,7 @@ void caseBadEnv() {
     CHECK(c.same(before));
     CHECK_EQ(nCh, 0);
     void* h = reinterpret_cast<void*>(0x1);
-    ncclabi::EventDescr d{};
+    ncclabi::EventDescrV5 d{};
     d.type = ncclabi::kEvColl;
     d.coll.func = "AllReduce";
     CHECK_EQ(gP5->startEvent(pctx, &h, &d), 0);
@@ -254,7 +257,7 @@ void caseObserve() {
     // No CUDA driver in this process: the kernel clock (Coll + KernelCh events).
     CHECK_EQ(mask, int(ncclabi::kEvColl | ncclabi::kEvKernelCh));
     CHECK(c.same(before));
-    ncclabi::EventDescr d{};
+    ncclabi::EventDescrV5 d{};
     d.type = ncclabi::kEvColl;
     d.rank = 0;
     d.coll.seqNumber = k;
@@ -269,7 +272,7 @@ void caseObserve() {
     CHECK(coll != nullptr);
     gP5->stopEvent(coll);
     for (int ch = 0; ch < 2; ++ch) {
-      ncclabi::EventDescr kd{};
+      ncclabi::EventDescrV5 kd{};
       kd.type = ncclabi::kEvKernelCh;
       kd.parentObj = coll;
       kd.kernelCh.channelId = static_cast<uint8_t>(ch);
@@ -277,13 +280,13 @@ void caseObserve() {
       void* kh = nullptr;
       gP5->startEvent(pctx, &kh, &kd);
       CHECK(kh != nullptr);
-      ncclabi::EventStateArgs a{};
+      ncclabi::EventStateArgsV5 a{};
       a.kernelCh.pTimer = 1000000 + 20000 * (k + 1);
       gP5->recordEventState(kh, ncclabi::kStateKernelChStop, &a);
       gP5->stopEvent(kh);
     }
     // Other event types get no handle.
-    ncclabi::EventDescr gd{};
+    ncclabi::EventDescrV5 gd{};
     gd.type = ncclabi::kEvGroup;
     void* gh = reinterpret_cast<void*>(0x8);
     gP5->startEvent(pctx, &gh, &gd);
@@ -370,7 +373,7 @@ void caseThreads() {
         int nCh = 0;
         gT5->getCollInfo(tctx, ncclabi::kAllReduce, 4096, 1, c.arg(), 7, 3, 0, &nCh);
         if (c.t[kRing][kSimple] != 0.0f || nCh != 4) ++bad;
-        ncclabi::EventDescr d{};
+        ncclabi::EventDescrV5 d{};
         d.type = ncclabi::kEvColl;
         d.coll.seqNumber = k;
         d.coll.func = "AllReduce";
@@ -381,7 +384,7 @@ void caseThreads() {
         d.coll.proto = "SIMPLE";
         void* coll = nullptr;
         gP5->startEvent(pctx, &coll, &d);
-        ncclabi::EventDescr kd{};
+        ncclabi::EventDescrV5 kd{};
         kd.type = ncclabi::kEvKernelCh;
         kd.parentObj = coll;
         kd.kernelCh.pTimer = 100;
@@ -389,7 +392,7 @@ void caseThreads() {
         // The proxy thread delivers channel events: another thread than the enqueuing one.
         std::thread proxy([&] {
           gP5->startEvent(pctx, &kh, &kd);
-          ncclabi::EventStateArgs a{};
+          ncclabi::EventStateArgsV5 a{};
           a.kernelCh.pTimer = 1100;
           gP5->recordEventState(kh, ncclabi::kStateKernelChStop, &a);
           gP5->stopEvent(kh);
