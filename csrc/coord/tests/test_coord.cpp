@@ -30,10 +30,11 @@
 
 using namespace autoccl;
 using namespace autoccl::coord;
-using autoccl::coord::TaskKey;
 using std::chrono::milliseconds;
 
 namespace {
+
+using autoccl::coord::TaskKey;  // the board's key, not the engine's
 
 // ---- crypto ----------------------------------------------------------------------------------
 void sha256Test() {
@@ -67,7 +68,7 @@ void sha256Test() {
 wire::Msg randomPlan(std::mt19937_64& rng) {
   wire::Msg m;
   m.type = wire::kPlan;
-  m.task = TaskKey{rng(), static_cast<uint32_t>(rng() % 5), static_cast<uint32_t>(1 + rng() % 3), rng() >> 20};
+  m.task = TaskKey{rng(), static_cast<int>(rng() % 5), static_cast<int>(1 + rng() % 3), rng() >> 20};
   uint64_t b = rng() % 1000;
   size_t n = rng() % 20;
   for (size_t i = 0; i < n; ++i) {
@@ -242,7 +243,7 @@ struct SlowDecider : Decider {
 
 uint64_t commId(const Scenario& sc, int c) { return 0x1000 + sc.seed * 16 + static_cast<uint64_t>(c); }
 TaskKey taskKey(const Scenario& sc, int c, int t) {
-  return TaskKey{commId(sc, c), static_cast<uint32_t>(t % 5), 1, (1ull << (16 + t)) + static_cast<uint64_t>(c)};
+  return TaskKey{commId(sc, c), static_cast<int>(t % 5), 1, (1ull << (16 + t)) + static_cast<uint64_t>(c)};
 }
 
 // One rank (of every communicator) runs its ops; rank 0 is the authority: registers tasks and feeds

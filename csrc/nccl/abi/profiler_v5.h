@@ -81,7 +81,7 @@ static_assert(offsetof(EventDescrV5, coll.proto) == 24 + 72, "ncclProfilerEventD
 static_assert(offsetof(EventDescrV5, coll.parentGroup) == 24 + 80, "ncclProfilerEventDescr_v5_t.coll.parentGroup");
 static_assert(offsetof(EventDescrV5, kernelCh.pTimer) == 24 + 8, "ncclProfilerEventDescr_v5_t.kernelCh.pTimer");
 static_assert(offsetof(EventDescrV5, kernelLaunch.stream) == 24, "ncclProfilerEventDescr_v5_t.kernelLaunch.stream");
-static_assert(sizeof(EventDescrV5) == 120, "ncclProfilerEventDescr_v5_t");
+static_assert(sizeof(EventDescrV5) == 24 + 88, "ncclProfilerEventDescr_v5_t");
 static_assert(sizeof(EventStateArgsV5) == 8, "ncclProfilerEventStateArgs_v5_t");
 static_assert(sizeof(ProfilerV5) == 6 * sizeof(void*), "ncclProfiler_v5_t");
 

@@ -76,7 +76,7 @@ struct ProfilerV6 {  // ncclProfiler_v6_t
 };
 
 static_assert(offsetof(EventDescrV6, ceColl.stream) == 24 + 80, "ncclProfilerEventDescr_v6_t.ceColl.stream");
-static_assert(sizeof(EventDescrV6) == 120, "ncclProfilerEventDescr_v6_t");
+static_assert(sizeof(EventDescrV6) == 24 + 88, "ncclProfilerEventDescr_v6_t");
 static_assert(sizeof(ProfilerV6) == 6 * sizeof(void*), "ncclProfiler_v6_t");
 
 // v5's members where v6 has them.
