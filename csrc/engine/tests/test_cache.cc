@@ -69,10 +69,10 @@ TEST(cache, corpus) {
     LoadStatus st = loadTable(dir + "/" + name, "", &t, &why);
     if (name.rfind("good-", 0) == 0) {
       ++good;
-      if (st != LoadStatus::Ok) autoccl::test::fail(__FILE__, __LINE__, name + " refused: " + why);
+      EXPECT_EQ(st, LoadStatus::Ok) << name << " refused: " << why;
     } else if (name.rfind("bad-", 0) == 0) {
       ++bad;
-      if (st != LoadStatus::Corrupt) autoccl::test::fail(__FILE__, __LINE__, name + " accepted");
+      EXPECT_EQ(st, LoadStatus::Corrupt) << name << " accepted";
     }
   }
   EXPECT_TRUE(good >= 5);
@@ -111,7 +111,7 @@ TEST(cache, concurrent_writers) {
       std::string d;
       ~RemoveAtEnd() {
         std::error_code ec;
-        if (d.rfind("/dev/shm/", 0) == 0 && autoccl::test::failures() == 0) std::filesystem::remove_all(d, ec);
+        if (d.rfind("/dev/shm/", 0) == 0 && !::testing::UnitTest::GetInstance()->Failed()) std::filesystem::remove_all(d, ec);
       }
     } cleanup{dir};
     Settings s = loadSettings(envOf({{"AUTOCCL_MODE", "online"}, {"AUTOCCL_CACHE_DIR", dir + "/cache"},

@@ -92,7 +92,7 @@ TEST(engine, fixed_rules) {
   for (const char* b : bad) {
     err.clear();
     bool ok = parseFixedRules(b, 64, &rules, &err);
-    if (ok) ::autoccl::test::fail(__FILE__, __LINE__, std::string("accepted bad rule: ") + b);
+    EXPECT_FALSE(ok) << "accepted bad rule: " << b;
     EXPECT_TRUE(!err.empty());
     EXPECT_TRUE(rules.empty());
   }
@@ -186,9 +186,8 @@ TEST(engine, settings) {
   for (const auto& [k, v] : badValues) {
     const std::string value = v;
     s = loadSettings(envOf({{k, value}}));
-    if (s.valid || s.error.find(k) == std::string::npos)
-      ::autoccl::test::fail(__FILE__, __LINE__, std::string(k) + "=" + value + ": valid=" + std::to_string(s.valid) +
-                                                    " error='" + s.error + "'");
+    EXPECT_TRUE(!s.valid && s.error.find(k) != std::string::npos)
+        << k << "=" << value << ": valid=" << s.valid << " error='" << s.error << "'";
   }
   EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_HW", std::string("GPU\x01x4")}})).valid);
   EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_TABLE", dir}})).valid);  // a directory is no table file

@@ -117,7 +117,7 @@ TEST(dlopen, symbols) {
     std::string extra;
     while (fgets(line, sizeof line, p)) extra += line;
     pclose(p);
-    if (!extra.empty()) ::autoccl::test::fail(__FILE__, __LINE__, "unexpected exports: " + extra);
+    EXPECT_TRUE(extra.empty()) << "unexpected exports: " << extra;
   }
 }
 
