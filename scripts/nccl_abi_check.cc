@@ -15,11 +15,11 @@
 #include "nccl/abi/profiler_v5.h"
 #include "nccl/abi/tuner_v5.h"
 #if __has_include("plugin/tuner/tuner_v6.h")
-#define AUTOCCL_HAVE_TUNER_V6 1
+#define HAVE_TUNER_V6 1
 #include "nccl/abi/tuner_v6.h"
 #endif
 #if __has_include("plugin/profiler/profiler_v6.h")
-#define AUTOCCL_HAVE_PROFILER_V6 1
+#define HAVE_PROFILER_V6 1
 #include "nccl/abi/profiler_v6.h"
 #endif
 
@@ -121,7 +121,7 @@ SIGNATURE(ncclabi::TunerV5, ncclTuner_v5_t, init);
 SIGNATURE(ncclabi::TunerV5, ncclTuner_v5_t, getCollInfo);
 SIGNATURE(ncclabi::TunerV5, ncclTuner_v5_t, finalize);
 
-#ifdef AUTOCCL_HAVE_TUNER_V6
+#ifdef HAVE_TUNER_V6
 SIZE(ncclabi::TunerV6, ncclTuner_v6_t);
 SIZE(ncclabi::TunerConstantsV6, ncclTunerConstants_v6_t);
 SIZE(ncclabi::NvlDomainInfoV6, ncclNvlDomainInfo_v6_t);
@@ -209,7 +209,7 @@ MEMBER(ncclabi::EventStateArgsV5, ncclProfilerEventStateArgs_v5_t, netPlugin.dat
 MEMBER(ncclabi::EventStateArgsV5, ncclProfilerEventStateArgs_v5_t, kernelCh.pTimer);
 PROFILER(ncclabi::ProfilerV5, ncclProfiler_v5_t);
 
-#ifdef AUTOCCL_HAVE_PROFILER_V6
+#ifdef HAVE_PROFILER_V6
 VALUE(ncclabi::kEvCeColl, ncclProfileCeColl);
 VALUE(ncclabi::kEvCeSync, ncclProfileCeSync);
 VALUE(ncclabi::kEvCeBatch, ncclProfileCeBatch);

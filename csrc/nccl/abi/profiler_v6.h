@@ -80,21 +80,21 @@ static_assert(sizeof(EventDescrV6) == 24 + 88, "ncclProfilerEventDescr_v6_t");
 static_assert(sizeof(ProfilerV6) == 6 * sizeof(void*), "ncclProfiler_v6_t");
 
 // v5's members where v6 has them.
-#define AUTOCCL_SAME_OFFSET(m) static_assert(offsetof(EventDescrV5, m) == offsetof(EventDescrV6, m), "v5/v6: " #m)
-AUTOCCL_SAME_OFFSET(type);
-AUTOCCL_SAME_OFFSET(parentObj);
-AUTOCCL_SAME_OFFSET(rank);
-AUTOCCL_SAME_OFFSET(kernelLaunch.stream);
-AUTOCCL_SAME_OFFSET(coll.seqNumber);
-AUTOCCL_SAME_OFFSET(coll.func);
-AUTOCCL_SAME_OFFSET(coll.count);
-AUTOCCL_SAME_OFFSET(coll.datatype);
-AUTOCCL_SAME_OFFSET(coll.nChannels);
-AUTOCCL_SAME_OFFSET(coll.algo);
-AUTOCCL_SAME_OFFSET(coll.proto);
-AUTOCCL_SAME_OFFSET(coll.parentGroup);
-AUTOCCL_SAME_OFFSET(kernelCh.pTimer);
-#undef AUTOCCL_SAME_OFFSET
+#define SAME_OFFSET_IN_V5_AND_V6(m) static_assert(offsetof(EventDescrV5, m) == offsetof(EventDescrV6, m), "v5/v6: " #m)
+SAME_OFFSET_IN_V5_AND_V6(type);
+SAME_OFFSET_IN_V5_AND_V6(parentObj);
+SAME_OFFSET_IN_V5_AND_V6(rank);
+SAME_OFFSET_IN_V5_AND_V6(kernelLaunch.stream);
+SAME_OFFSET_IN_V5_AND_V6(coll.seqNumber);
+SAME_OFFSET_IN_V5_AND_V6(coll.func);
+SAME_OFFSET_IN_V5_AND_V6(coll.count);
+SAME_OFFSET_IN_V5_AND_V6(coll.datatype);
+SAME_OFFSET_IN_V5_AND_V6(coll.nChannels);
+SAME_OFFSET_IN_V5_AND_V6(coll.algo);
+SAME_OFFSET_IN_V5_AND_V6(coll.proto);
+SAME_OFFSET_IN_V5_AND_V6(coll.parentGroup);
+SAME_OFFSET_IN_V5_AND_V6(kernelCh.pTimer);
+#undef SAME_OFFSET_IN_V5_AND_V6
 static_assert(sizeof(EventDescrV5) <= sizeof(EventDescrV6), "a v6 descriptor holds a v5 one");
 
 }  // namespace ncclabi

@@ -468,7 +468,7 @@ TEST(dlopen, failure_on_stderr) {
 // The plugin is the one built beside this test unless a path is given after GoogleTest's own flags.
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  gLib = argc > 1 ? argv[1] : AUTOCCL_PLUGIN_PATH;
+  gLib = argc > 1 ? argv[1] : PLUGIN_UNDER_TEST;
   for (const char* v : {"AUTOCCL_MODE", "AUTOCCL_FIXED", "AUTOCCL_TABLE", "AUTOCCL_TRACE", "AUTOCCL_HW",
                         "AUTOCCL_MAX_CHANNELS", "AUTOCCL_MEASURE_CALLS", "AUTOCCL_CACHE_DIR"}) {
     unsetenv(v);

@@ -1,4 +1,4 @@
-"""`autoccl bench coll|train` and `autoccl report` (torch and matplotlib are imported lazily)."""
+"""`autoccl bench coll|train|nccl-tests` and `autoccl report` (torch and matplotlib are imported lazily)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from typing import Any
 import click
 
 from autoccl.bench.spec import SpecError
-from autoccl.cli.channels import ChannelsOrAuto, resolve_nccl_channels
+from autoccl.cli import options as O
+from autoccl.cli.channels import communicator_channels
 
 DEFAULT_COLLS = "all_gather,reduce_scatter,all_reduce"
 
@@ -135,39 +136,18 @@ def bench() -> None:
     """Benchmarks: `coll` (collectives) and `train` (a training step)."""
 
 
-_online_channel_ceiling = click.option(
-    "--online-channel-ceiling",
-    type=click.IntRange(0, 64),
-    default=None,
-    help="online mode: create communicators with this many channels (NCCL_MIN_CTAS=NCCL_MAX_CTAS) so "
-    "the tuner can use more than NCCL's default; NCCL's own choice changes too (recorded in the results). "
-    "Default as `autoccl run`: 64, NCCL's own calls capped at a plain communicator's count; 0: NCCL's own",
-)
-_online_nccl_channels = click.option(
-    "--online-nccl-channels",
-    type=ChannelsOrAuto(),
-    default=None,
-    help="online mode with --online-channel-ceiling: cap the calls the tuner leaves to NCCL at a plain "
-    "communicator's channel count (N, or auto: NCCL is asked once on this host's GPUs), so they run as "
-    "on a plain communicator (as `autoccl run --nccl-channels`)",
-)
+_ONLINE = "online modes: "
+_channel_ceiling = O.channel_ceiling(_ONLINE)
+_nccl_channels = O.nccl_channels(_ONLINE)
 
 
 def _online_channels(
     modes: Any, ceiling: int | None, nccl_channels: int | str | None
 ) -> dict[str, int | None]:
-    """The online mode's communicators as `autoccl run` makes them: given options, else (with an online
-    mode) 64 channels with NCCL's own calls capped at a plain communicator's count asked of NCCL here."""
-    if ceiling == 0:
-        return {"online_channel_ceiling": None, "online_nccl_channels": None}
-    if ceiling is None and nccl_channels is None and any(getattr(m, "kind", "") == "online" for m in modes):
-        from autoccl.cli.tuner import _default_ceiling
-
-        ceiling, nccl_channels = _default_ceiling(None)
-    return {
-        "online_channel_ceiling": ceiling,
-        "online_nccl_channels": resolve_nccl_channels(nccl_channels, None, "--online-nccl-channels"),
-    }
+    """The online modes' communicators as `autoccl run` makes them (channels.communicator_channels)."""
+    online = any(getattr(m, "kind", "") == "online" for m in modes)
+    ceiling, capped = communicator_channels(online, ceiling, nccl_channels, None)
+    return {"online_channel_ceiling": ceiling, "online_nccl_channels": capped}
 
 
 def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -201,7 +181,7 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
             help="seconds per launch",
         ),
         click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=1234, show_default=True),
-        click.option("--progress/--no-progress", default=None, help="progress bars [default: on a terminal]"),
+        O.progress,
         click.option(
             "--resume",
             is_flag=True,
@@ -257,8 +237,8 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
     show_default=True,
     help="extra warm-up iterations per cell in online mode (the tuning phase, traced)",
 )
-@_online_channel_ceiling
-@_online_nccl_channels
+@_channel_ceiling
+@_nccl_channels
 @click.option(
     "--sweep-load", "sweep_loads", default=None, help="loads of the static-best sweep [default: --load]"
 )
@@ -306,8 +286,8 @@ def coll(
     reps: int,
     check: bool,
     online_warmup: int,
-    online_channel_ceiling: int | None,
-    online_nccl_channels: int | str | None,
+    channel_ceiling: int | None,
+    nccl_channels: int | str | None,
     sweep_loads: str | None,
     sweep_iters: int | None,
     sweep_reps: int | None,
@@ -362,7 +342,7 @@ def coll(
             reps=reps,
             check=check,
             online_warmup=online_warmup,
-            **_online_channels(M.parse_modes(modes), online_channel_ceiling, online_nccl_channels),
+            **_online_channels(M.parse_modes(modes), channel_ceiling, nccl_channels),
             sweep_loads=S.parse_loads(sweep_loads) if sweep_loads else None,
             sweep_iters=sweep_iters,
             sweep_reps=sweep_reps,
@@ -418,22 +398,39 @@ def coll(
                 ),
                 err=True,
             )
-        show = (sys.stderr.isatty() if progress is None else progress) and topo.is_main
-        earlier = _resume_doc(output, resume, "coll")
-        with _stoppable(), _progress(show) as bar:
-            doc = runner.run_coll(
-                o,
-                topo,
-                workdir,
-                sys.argv,
-                progress=bar,
-                log=lambda m: click.echo(m, err=True),
-                resume_from=earlier,
-                checkpoint=_checkpointer(prefix, topo.is_main),
-            )
+        doc = _run(runner.run_coll, "coll", o, topo, workdir, prefix, output, resume, progress)
     except (SpecError, LaunchError, ResultError) as e:
         raise _fail(str(e)) from None
     _finish(doc, prefix, topo.is_main)
+
+
+def _run(
+    run: Callable[..., dict[str, Any]],
+    kind: str,
+    o: Any,
+    topo: Any,
+    workdir: Path,
+    prefix: Path,
+    output: Path | None,
+    resume: bool,
+    progress: bool | None,
+) -> dict[str, Any]:
+    """Runs the planned launches of a coll or train benchmark (`run`: runner.run_coll or run_train): progress
+    on the main rank's terminal, SIGTERM as Ctrl-C, -o PREFIX continued with --resume and written after
+    every launch."""
+    show = (sys.stderr.isatty() if progress is None else progress) and topo.is_main
+    earlier = _resume_doc(output, resume, kind)
+    with _stoppable(), _progress(show) as bar:
+        return run(
+            o,
+            topo,
+            workdir,
+            sys.argv,
+            progress=bar,
+            log=lambda m: click.echo(m, err=True),
+            resume_from=earlier,
+            checkpoint=_checkpointer(prefix, topo.is_main),
+        )
 
 
 def _finish(doc: dict[str, Any], prefix: Path, main: bool) -> None:
@@ -470,8 +467,8 @@ def _finish(doc: dict[str, Any], prefix: Path, main: bool) -> None:
 @click.option("--seq", type=int, default=1024, show_default=True)
 @click.option("--dtype", default="bf16", show_default=True, type=click.Choice(["bf16", "fp16", "fp32"]))
 @click.option("--bucket-mb", type=int, default=25, show_default=True, help="DDP bucket size")
-@_online_channel_ceiling
-@_online_nccl_channels
+@_channel_ceiling
+@_nccl_channels
 @_common
 def train(
     preset: str,
@@ -482,8 +479,8 @@ def train(
     seq: int,
     dtype: str,
     bucket_mb: int,
-    online_channel_ceiling: int | None,
-    online_nccl_channels: int | str | None,
+    channel_ceiling: int | None,
+    nccl_channels: int | str | None,
     device: str,
     backend: str | None,
     nproc: int | None,
@@ -526,25 +523,13 @@ def train(
             dtype=dtype,
             timeout_s=timeout,
             seed=seed,
-            **_online_channels(ms, online_channel_ceiling, online_nccl_channels),
+            **_online_channels(ms, channel_ceiling, nccl_channels),
             extra={"bucket_mb": bucket_mb},
         )
         prefix = output or _default_prefix("train")
         workdir = prefix.with_name(prefix.name + ".logs")
         runner.plan_train(o, workdir)
-        show = (sys.stderr.isatty() if progress is None else progress) and topo.is_main
-        earlier = _resume_doc(output, resume, "train")
-        with _stoppable(), _progress(show) as bar:
-            doc = runner.run_train(
-                o,
-                topo,
-                workdir,
-                sys.argv,
-                progress=bar,
-                log=lambda m: click.echo(m, err=True),
-                resume_from=earlier,
-                checkpoint=_checkpointer(prefix, topo.is_main),
-            )
+        doc = _run(runner.run_train, "train", o, topo, workdir, prefix, output, resume, progress)
     except (SpecError, LaunchError) as e:
         raise _fail(str(e)) from None
     _finish(doc, prefix, topo.is_main)
@@ -601,7 +586,7 @@ def train(
     required=True,
     help="output folder",
 )
-@click.option("--progress/--no-progress", default=None, help="progress bar [default: on a terminal]")
+@O.progress
 @click.option(
     "--report-only", is_flag=True, help="launch nothing: summarise OUTDIR/launches.jsonl of an earlier run"
 )
