@@ -7,6 +7,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -150,48 +151,59 @@ def _online_channels(
     return {"online_channel_ceiling": ceiling, "online_nccl_channels": capped}
 
 
-def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
-    opts = [
-        click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True),
-        click.option(
-            "--backend",
-            type=click.Choice(["nccl", "gloo"]),
-            default=None,
-            help="torch.distributed backend [default: nccl on cuda, gloo on cpu]",
-        ),
-        click.option(
-            "--nproc",
-            type=click.IntRange(1, 4096),
-            default=None,
-            help="processes per launch [default: every visible GPU; 2 on cpu]; ignored under torchrun/srun",
-        ),
-        click.option(
-            "-o",
-            "--output",
-            "output",
-            type=click.Path(path_type=Path),
-            default=None,
-            help="output prefix: writes PREFIX.json, PREFIX.csv, PREFIX.md (logs in PREFIX.logs/)",
-        ),
-        click.option(
-            "--timeout",
-            type=click.FloatRange(1.0, 7 * 24 * 3600.0),
-            default=600.0,
-            show_default=True,
-            help="seconds per launch",
-        ),
-        click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=1234, show_default=True),
-        O.progress,
-        click.option(
-            "--resume",
-            is_flag=True,
-            help="continue the run of -o PREFIX: its finished launches are kept, the others run "
-            "(same options)",
-        ),
-    ]
-    for o in reversed(opts):
-        fn = o(fn)
-    return fn
+@dataclass(frozen=True)
+class Launch:
+    """How `bench coll` and `bench train` launch their workers and keep their results."""
+
+    device: str
+    backend: str | None
+    nproc: int | None
+    output: Path | None
+    timeout: float
+    seed: int
+    progress: bool | None
+    resume: bool
+
+
+_launch = O.gathered(
+    "launch",
+    Launch,
+    click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True),
+    click.option(
+        "--backend",
+        type=click.Choice(["nccl", "gloo"]),
+        default=None,
+        help="torch.distributed backend [default: nccl on cuda, gloo on cpu]",
+    ),
+    click.option(
+        "--nproc",
+        type=click.IntRange(1, 4096),
+        default=None,
+        help="processes per launch [default: every visible GPU; 2 on cpu]; ignored under torchrun/srun",
+    ),
+    click.option(
+        "-o",
+        "--output",
+        "output",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="output prefix: writes PREFIX.json, PREFIX.csv, PREFIX.md (logs in PREFIX.logs/)",
+    ),
+    click.option(
+        "--timeout",
+        type=click.FloatRange(1.0, 7 * 24 * 3600.0),
+        default=600.0,
+        show_default=True,
+        help="seconds per launch",
+    ),
+    click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=1234, show_default=True),
+    O.progress,
+    click.option(
+        "--resume",
+        is_flag=True,
+        help="continue the run of -o PREFIX: its finished launches are kept, the others run (same options)",
+    ),
+)
 
 
 @bench.command("coll")
@@ -274,7 +286,7 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option(
     "--est-startup", type=float, default=None, help="seconds a launch takes to start [20 cuda, 5 cpu]"
 )
-@_common
+@_launch
 def coll(
     colls: str,
     sizes: str,
@@ -301,14 +313,7 @@ def coll(
     dry_run: bool,
     est_busbw: float | None,
     est_startup: float | None,
-    device: str,
-    backend: str | None,
-    nproc: int | None,
-    output: Path | None,
-    timeout: float,
-    seed: int,
-    progress: bool | None,
-    resume: bool,
+    launch: Launch,
 ) -> None:
     """Collective bandwidth per mode (busbw/algbw as nccl-tests), optionally beside a GEMM load."""
     from autoccl.bench import modes as M
@@ -335,8 +340,8 @@ def coll(
             dtype=S.parse_dtype(dtype),
             loads=S.parse_loads(loads),
             modes=M.parse_modes(modes),
-            device=device,
-            backend=backend or "",
+            device=launch.device,
+            backend=launch.backend or "",
             warmup=warmup,
             iters=iters,
             reps=reps,
@@ -353,23 +358,27 @@ def coll(
             oracle_protos=oracle_protos,
             oracle_algos=oracle_algos,
             gemm_reps_from=gemm_reps_from,
-            timeout_s=timeout,
-            seed=seed,
+            timeout_s=launch.timeout,
+            seed=launch.seed,
         )
         M.parse_static_space(o.static_space)
         M.parse_channels(o.oracle_channels)
-        if device == "cpu" and any(m.needs_plugin for m in o.modes):
+        if launch.device == "cpu" and any(m.needs_plugin for m in o.modes):
             click.echo(
                 "note: online/oracle on the CPU backend run the plugin environment, but gloo never "
                 "loads NCCL; their numbers are plain gloo",
                 err=True,
             )
-        prefix = output or _default_prefix("coll")
+        prefix = launch.output or _default_prefix("coll")
         workdir = prefix.with_name(prefix.name + ".logs")
         if dry_run:
-            topo = detect_topology(nproc or 1)
-            gpus = _torch_gpus() if device == "cuda" and not nproc else 0
-            world = topo.world_size if topo.distributed else (nproc or gpus or (2 if device == "cpu" else 8))
+            topo = detect_topology(launch.nproc or 1)
+            gpus = _torch_gpus() if launch.device == "cuda" and not launch.nproc else 0
+            world = (
+                topo.world_size
+                if topo.distributed
+                else (launch.nproc or gpus or (2 if launch.device == "cpu" else 8))
+            )
             S.validate_cells(o.colls, o.sizes, o.dtype, world)
             launches = runner.plan_coll(o, workdir)
             click.echo(
@@ -377,13 +386,13 @@ def coll(
                     o,
                     launches,
                     world,
-                    est_busbw or (200.0 if device == "cuda" else 1.0),
-                    est_startup or (20.0 if device == "cuda" else 5.0),
+                    est_busbw or (200.0 if launch.device == "cuda" else 1.0),
+                    est_startup or (20.0 if launch.device == "cuda" else 5.0),
                 )
             )
             return
         probe = detect_topology(1)
-        o.backend, np_ = _resolve_device(device, backend, nproc, probe.distributed)
+        o.backend, np_ = _resolve_device(launch.device, launch.backend, launch.nproc, probe.distributed)
         topo = detect_topology(None if probe.distributed else np_)
         S.validate_cells(o.colls, o.sizes, o.dtype, topo.world_size)
         launches = runner.plan_coll(o, workdir)
@@ -393,12 +402,12 @@ def coll(
                     o,
                     launches,
                     topo.world_size,
-                    est_busbw or (200.0 if device == "cuda" else 1.0),
-                    est_startup or (20.0 if device == "cuda" else 5.0),
+                    est_busbw or (200.0 if launch.device == "cuda" else 1.0),
+                    est_startup or (20.0 if launch.device == "cuda" else 5.0),
                 ),
                 err=True,
             )
-        doc = _run(runner.run_coll, "coll", o, topo, workdir, prefix, output, resume, progress)
+        doc = _run(runner.run_coll, "coll", o, topo, workdir, prefix, launch)
     except (SpecError, LaunchError, ResultError) as e:
         raise _fail(str(e)) from None
     _finish(doc, prefix, topo.is_main)
@@ -411,15 +420,13 @@ def _run(
     topo: Any,
     workdir: Path,
     prefix: Path,
-    output: Path | None,
-    resume: bool,
-    progress: bool | None,
+    launch: Launch,
 ) -> dict[str, Any]:
     """Runs the planned launches of a coll or train benchmark (`run`: runner.run_coll or run_train): progress
     on the main rank's terminal, SIGTERM as Ctrl-C, -o PREFIX continued with --resume and written after
     every launch."""
-    show = (sys.stderr.isatty() if progress is None else progress) and topo.is_main
-    earlier = _resume_doc(output, resume, kind)
+    show = (sys.stderr.isatty() if launch.progress is None else launch.progress) and topo.is_main
+    earlier = _resume_doc(launch.output, launch.resume, kind)
     with _stoppable(), _progress(show) as bar:
         return run(
             o,
@@ -469,7 +476,7 @@ def _finish(doc: dict[str, Any], prefix: Path, main: bool) -> None:
 @click.option("--bucket-mb", type=int, default=25, show_default=True, help="DDP bucket size")
 @_channel_ceiling
 @_nccl_channels
-@_common
+@_launch
 def train(
     preset: str,
     parallel: str,
@@ -481,14 +488,7 @@ def train(
     bucket_mb: int,
     channel_ceiling: int | None,
     nccl_channels: int | str | None,
-    device: str,
-    backend: str | None,
-    nproc: int | None,
-    output: Path | None,
-    timeout: float,
-    seed: int,
-    progress: bool | None,
-    resume: bool,
+    launch: Launch,
 ) -> None:
     """Iteration time of a GPT-style training step (FSDP2 / DDP) per mode, with per-iteration traces."""
     from autoccl.bench import modes as M
@@ -509,27 +509,27 @@ def train(
     try:
         ms = M.parse_modes(modes)
         probe = detect_topology(1)
-        be, np_ = _resolve_device(device, backend, nproc, probe.distributed)
+        be, np_ = _resolve_device(launch.device, launch.backend, launch.nproc, probe.distributed)
         topo = detect_topology(None if probe.distributed else np_)
         o = runner.TrainOptions(
             preset=preset,
             parallel=pars,
             modes=ms,
-            device=device,
+            device=launch.device,
             backend=be,
             iters=iters,
             batch=batch,
             seq=seq,
             dtype=dtype,
-            timeout_s=timeout,
-            seed=seed,
+            timeout_s=launch.timeout,
+            seed=launch.seed,
             **_online_channels(ms, channel_ceiling, nccl_channels),
             extra={"bucket_mb": bucket_mb},
         )
-        prefix = output or _default_prefix("train")
+        prefix = launch.output or _default_prefix("train")
         workdir = prefix.with_name(prefix.name + ".logs")
         runner.plan_train(o, workdir)
-        doc = _run(runner.run_train, "train", o, topo, workdir, prefix, output, resume, progress)
+        doc = _run(runner.run_train, "train", o, topo, workdir, prefix, launch)
     except (SpecError, LaunchError) as e:
         raise _fail(str(e)) from None
     _finish(doc, prefix, topo.is_main)

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 
@@ -23,6 +24,23 @@ def stack(*options: Callable[[F], F]) -> Callable[[F], F]:
         return command
 
     return apply
+
+
+def gathered(into: str, build: Callable[..., Any], *options: Callable[[Any], Any]) -> Callable[[F], F]:
+    """`options` handed to the command as one argument, `into` = build(**their values), instead of one
+    parameter each: verbs that share a group of options share one signature for it."""
+    probe: Any = stack(*options)(lambda: None)
+    names = [p.name for p in getattr(probe, "__click_params__", []) if p.expose_value]
+
+    def decorate(command: F) -> F:
+        @functools.wraps(command)
+        def with_group(**kwargs: Any) -> Any:
+            group = build(**{name: kwargs.pop(name) for name in names})
+            return command(**{into: group}, **kwargs)
+
+        return cast(F, stack(*options)(with_group))
+
+    return decorate
 
 
 def _with_deprecated_alias(

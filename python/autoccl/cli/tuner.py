@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import shlex
 import shutil
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar, cast
 
 import click
 from rich.console import Console
@@ -21,8 +18,6 @@ from autoccl._paths import ArtefactNotFound
 from autoccl.cli import options as O
 from autoccl.cli.channels import communicator_channels
 from autoccl.tuner_env import MPI_LAUNCHERS, mpi_forwarding, plugin_env, this_host_address
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -39,19 +34,19 @@ class PluginOptions:
     cache_dir: str | None
 
 
-def _plugin_options(command: F) -> F:
-    """The options that build the plugin environment, shared by `env` and `run`, handed to the command as
-    one `plugin: PluginOptions`."""
-
-    @functools.wraps(command)
-    def with_plugin(**kwargs: Any) -> Any:
-        given = {name: kwargs.pop(name) for name in PluginOptions.__dataclass_fields__}
-        return command(plugin=PluginOptions(**given), **kwargs)
-
-    shared = O.stack(
-        O.mode, O.fixed, O.table, O.trace, O.channel_ceiling(), O.nccl_channels(), O.probe_gpus, O.cache_dir
-    )
-    return cast(F, shared(with_plugin))
+# The options that build the plugin environment, shared by `env` and `run`, handed over as one PluginOptions.
+_plugin_options = O.gathered(
+    "plugin",
+    PluginOptions,
+    O.mode,
+    O.fixed,
+    O.table,
+    O.trace,
+    O.channel_ceiling(),
+    O.nccl_channels(),
+    O.probe_gpus,
+    O.cache_dir,
+)
 
 
 def _check_table_option(mode: str, table: str | None) -> str | None:
