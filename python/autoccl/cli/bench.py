@@ -578,14 +578,7 @@ def train(
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="seconds per launch")
 @click.option("--mpirun", default="mpirun", show_default=True, help="MPI launcher for --launch mpi")
 @click.option("--nt-args", default="", help="further nccl-tests arguments, e.g. '-d bfloat16'")
-@click.option(
-    "-o",
-    "--output",
-    "outdir",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="output folder",
-)
+@O.output_folder("outdir", "output folder", required=True)
 @O.progress
 @click.option(
     "--report-only", is_flag=True, help="launch nothing: summarise OUTDIR/launches.jsonl of an earlier run"
@@ -691,7 +684,7 @@ def _visible_gpus() -> int:
 
 @click.command()
 @click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False, path_type=Path), required=True)
+@O.output_folder("outdir", "folder of the plots and tables", required=True)
 @click.option("--format", "formats", default="png,svg", show_default=True, help="png, svg (comma-separated)")
 @click.option(
     "--mix",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import click
@@ -66,40 +67,52 @@ def _with_deprecated_alias(
     return stack(option(new, dest, callback=or_alias, **kwargs), alias)
 
 
+def _renamed(new: str, dest: str, old: str, scope: str, **kwargs: Any) -> Callable[[F], F]:
+    """Option `new`; where `scope` is given (bench's online modes), `old` is its hidden earlier name."""
+    if not scope:
+        return click.option(new, dest, **kwargs)
+    return _with_deprecated_alias(click.option, old, new, dest, **kwargs)
+
+
 def channel_ceiling(scope: str = "") -> Callable[[F], F]:
     """`--channel-ceiling N`: communicators with N channels (NCCL_MIN_CTAS=NCCL_MAX_CTAS). `scope` says which
     runs it applies to (bench: the online modes', where `--online-channel-ceiling` was its earlier name)."""
-    kwargs: dict[str, Any] = {
-        "type": click.IntRange(0, 64),
-        "default": None,
-        "help": f"{scope}create communicators with this many channels (NCCL_MIN_CTAS=NCCL_MAX_CTAS) so the "
+    return _renamed(
+        "--channel-ceiling",
+        "channel_ceiling",
+        "--online-channel-ceiling",
+        scope,
+        type=click.IntRange(0, 64),
+        default=None,
+        help=f"{scope}create communicators with this many channels (NCCL_MIN_CTAS=NCCL_MAX_CTAS) so the "
         "tuner can use more than NCCL's default; changes NCCL's own default too. Online mode's default: 64, "
         "with NCCL's own calls capped at a plain communicator's count (asked of NCCL here); 0: NCCL's own.",
-    }
-    if not scope:
-        return click.option("--channel-ceiling", "channel_ceiling", **kwargs)
-    return _with_deprecated_alias(
-        click.option, "--online-channel-ceiling", "--channel-ceiling", "channel_ceiling", **kwargs
     )
 
 
 def nccl_channels(scope: str = "") -> Callable[[F], F]:
     """`--nccl-channels N|auto`: the cap on the calls the plugin leaves to NCCL (bench: its online modes',
     where `--online-nccl-channels` was its earlier name)."""
-    kwargs: dict[str, Any] = {
-        "type": ChannelsOrAuto(),
-        "default": None,
-        "help": f"{scope}at most this many channels for every call whose channel count the plugin leaves to "
+    return _renamed(
+        "--nccl-channels",
+        "nccl_channels",
+        "--online-nccl-channels",
+        scope,
+        type=ChannelsOrAuto(),
+        default=None,
+        help=f"{scope}at most this many channels for every call whose channel count the plugin leaves to "
         "NCCL. With --channel-ceiling, give the count NCCL creates without it (24 on 2 or 4 x H200), or "
         "'auto': NCCL creates one plain communicator over this host's GPUs first and says its count. NCCL's "
         "own choice then runs as on a plain communicator instead of on all the ceiling's channels (slower "
         "at 1-2 MiB). Every rank of a job must get the same count: on several hosts that are not identical "
         "machines, give the number.",
-    }
-    if not scope:
-        return click.option("--nccl-channels", "nccl_channels", **kwargs)
-    return _with_deprecated_alias(
-        click.option, "--online-nccl-channels", "--nccl-channels", "nccl_channels", **kwargs
+    )
+
+
+def output_folder(dest: str, help: str, **kwargs: Any) -> Callable[[F], F]:
+    """`-o/--output DIR`: where a verb writes its results."""
+    return click.option(
+        "-o", "--output", dest, type=click.Path(file_okay=False, path_type=Path), help=help, **kwargs
     )
 
 
