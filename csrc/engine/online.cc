@@ -261,11 +261,7 @@ class OnlineSource final : public DecisionSource {
         // (over TCP ~0.1 ms, up to 1.7 ms; one such wait in a 40-call nccl-tests loop of 24 us calls
         // made it 1.6x slower, 2 x H200). Tuning segments are not asked ahead: planning
         // them early would plan them with fewer samples.
-        // Over TCP a tuning segment is asked ahead too: a lookup that waits costs a round trip through
-        // the server and the authority's process (0.25-1.5 ms on 2 x H100), more than planning a few
-        // calls with the samples in hand loses.
-        if (s->seg.end != search::kForever &&
-            (s->seg.phase != search::Phase::kTuning || place_.load(std::memory_order_relaxed) == Place::kTcp))
+        if (s->seg.phase != search::Phase::kTuning && s->seg.end != search::kForever)
           agree_->prefetch(s->key, s->seg.end);
       }
       s->haveSeg = true;

@@ -737,6 +737,9 @@ struct TaskSearch::Impl {
       st.defaultMedian = st.bestMedian = d.med();
       st.noise = d.relNoise();
       st.smallTask = true;
+      if (std::getenv("AUTOCCL_SEARCH_DEBUG"))
+        std::fprintf(stderr, "autoccl search: small task at call %llu: NCCL's median %.2f (%d samples), second measure %.2f (%zu)\n",
+                     static_cast<unsigned long long>(planned), d.med(), d.n(), d.alt.empty() ? 0.0 : median(d.alt), d.alt.size());
       pending.clear();
       queue.clear();
       toFinal(Config());
