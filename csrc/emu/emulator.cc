@@ -30,7 +30,10 @@
 #include <tuple>
 #include <vector>
 
-#include "../nccl/abi/nccl_plugin_abi.h"
+#include "../nccl/abi/profiler_v5.h"
+#include "../nccl/abi/profiler_v6.h"
+#include "../nccl/abi/tuner_v5.h"
+#include "../nccl/abi/tuner_v6.h"
 #include "nccl_model.h"
 #include "perf_model.h"
 #include "fake_cuda.h"
@@ -39,8 +42,9 @@
 namespace emu {
 namespace {
 
-using ncclabi::EventDescr;
-using ncclabi::EventStateArgs;
+// Events go out as v6 descriptors, to a v5 profiler too: it finds its members at the same offsets.
+using EventDescr = ncclabi::EventDescrV6;
+using EventStateArgs = ncclabi::EventStateArgsV6;
 
 // ---------------------------------------------------------------- logging (NCCL's logger callback)
 std::atomic<int> gWarnCount{0};
@@ -80,12 +84,12 @@ struct Plugin {
   void* handle = nullptr;
   const ncclabi::TunerV6* tuner6 = nullptr;
   const ncclabi::TunerV5* tuner5 = nullptr;
-  const ncclabi::ProfilerV5* profiler = nullptr;
+  const ncclabi::ProfilerV6* profiler = nullptr;  // a v5 table read as v6: the same layout
   int tunerVersion = 0, profilerVersion = 0;
   std::string tunerName, profilerName;
 
   bool hasTuner() const { return tunerVersion != 0; }
-  ncclabi::TunerInitFn tInit() const { return tuner6 ? tuner6->init : tuner5->init; }
+  ncclabi::TunerInitV6Fn tInit() const { return tuner6 ? tuner6->init : tuner5->init; }
   ncclabi::TunerGetCollInfoFn tGetCollInfo() const { return tuner6 ? tuner6->getCollInfo : tuner5->getCollInfo; }
   ncclabi::TunerFinalizeFn tFinalize() const { return tuner6 ? tuner6->finalize : tuner5->finalize; }
   ncclabi::TunerGetChunkSizeFn tGetChunkSize() const { return tuner6 ? tuner6->getChunkSize : nullptr; }
@@ -121,11 +125,11 @@ bool loadPlugin(const std::string& path, int tunerWant, int profilerWant, bool n
   }
   if (!noProfiler) {
     if (profilerWant == 0 || profilerWant == 6) {
-      p->profiler = static_cast<const ncclabi::ProfilerV5*>(dlsym(p->handle, "ncclProfiler_v6"));
+      p->profiler = static_cast<const ncclabi::ProfilerV6*>(dlsym(p->handle, "ncclProfiler_v6"));
       if (p->profiler) p->profilerVersion = 6;
     }
     if (!p->profiler && (profilerWant == 0 || profilerWant == 5)) {
-      p->profiler = static_cast<const ncclabi::ProfilerV5*>(dlsym(p->handle, "ncclProfiler_v5"));
+      p->profiler = static_cast<const ncclabi::ProfilerV6*>(dlsym(p->handle, "ncclProfiler_v5"));
       if (p->profiler) p->profilerVersion = 5;
     }
     if (p->profiler) p->profilerName = p->profiler->name ? p->profiler->name : "";
@@ -330,7 +334,7 @@ struct CommState {
   void* tunerCtx = nullptr;
   void* profCtx = nullptr;
   bool tunerOk = false, profOk = false;
-  ncclabi::TunerConstants constants{};
+  ncclabi::TunerConstantsV6 constants{};
   uint64_t seq[kFuncs] = {};
   std::map<std::tuple<int, size_t, int>, int> callIndex;  // (func, nBytes, pipe) -> next call index
   std::map<int, std::vector<std::string>> captured;       // group -> truth templates of the capture
@@ -647,7 +651,7 @@ class RankRunner {
       if (!cs.profOk) cs.profCtx = nullptr;
     }
     if (pl.hasTuner()) {
-      ncclabi::NvlDomainInfo nvl{cs.spec->nNodes, nRanks / cs.spec->nNodes, nRanks / cs.spec->nNodes};
+      ncclabi::NvlDomainInfoV6 nvl{cs.spec->nNodes, nRanks / cs.spec->nNodes, nRanks / cs.spec->nNodes};
       int r = pl.tInit()(&cs.tunerCtx, cs.spec->hash, static_cast<size_t>(nRanks),
                          static_cast<size_t>(cs.spec->nNodes), emuLogger, &nvl, &cs.constants);
       if (r != ncclabi::kSuccess) {

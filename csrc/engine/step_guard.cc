@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "autoccl/search/stats.h"
+#include "autoccl/common/stats.h"
 
 namespace autoccl::engine {
 
@@ -193,10 +193,10 @@ void GuardPlan::verdictLocked() {
   // Without evidence for the tuned plan, NCCL's choices: the tuned plan stays only where it showed in the step.
   v.tuned = false;
   if (t.size() >= o_.minSamples && n.size() >= o_.minSamples) {
-    v.tunedUs = search::median(t);
-    v.ncclUs = search::median(n);
+    v.tunedUs = autoccl::median(t);
+    v.ncclUs = autoccl::median(n);
     auto relSE = [](const std::vector<double>& x, double med) {
-      return 1.2533 * 1.4826 * search::mad(x) / med / std::sqrt(static_cast<double>(x.size()));
+      return 1.2533 * 1.4826 * autoccl::mad(x) / med / std::sqrt(static_cast<double>(x.size()));
     };
     const double margin = std::max(o_.minMargin, o_.z * std::hypot(relSE(t, v.tunedUs), relSE(n, v.ncclUs)));
     v.tuned = v.tunedUs < v.ncclUs * (1.0 - margin);

@@ -4,8 +4,9 @@
 #include <random>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "engine/step_guard.h"
-#include "engine/tests/check.h"
 
 namespace {
 
@@ -28,24 +29,24 @@ std::vector<uint32_t> repeat(const std::vector<uint32_t>& body, int times, std::
 
 // Iterations start every `period` calls from some point on, numbered 0, 1, 2, ... without gaps.
 void checkRegular(const std::vector<std::pair<size_t, uint64_t>>& s, size_t period, size_t firstBefore) {
-  CHECK(!s.empty());
+  EXPECT_TRUE(!s.empty());
   if (s.empty()) return;
-  CHECK(s.front().first <= firstBefore);
+  EXPECT_TRUE(s.front().first <= firstBefore);
   for (size_t i = 0; i < s.size(); ++i) {
-    CHECK_EQ(s[i].second, uint64_t(i));
-    if (i) CHECK_EQ(s[i].first - s[i - 1].first, period);
+    EXPECT_EQ(s[i].second, uint64_t(i));
+    if (i) { EXPECT_EQ(s[i].first - s[i - 1].first, period); }
   }
 }
 
-void testDdpLike() {
+TEST(engine, iterations_ddp) {
   // Two broadcasts at the start, then one step: 4 bucket all_reduces of different sizes.
   IterationDetector d;
   auto s = starts(d, repeat({2, 3, 4, 5}, 50, {0, 1}));
-  CHECK_EQ(d.period(), 4u);
+  EXPECT_EQ(d.period(), 4u);
   checkRegular(s, 4, 2 + 3 * 4 + 4);  // found after three periods
 }
 
-void testFsdpLike() {
+TEST(engine, iterations_fsdp) {
   // One step: 24 all_gathers of one size (one task), 24 reduce_scatters of one size, an all_reduce. Runs of one
   // task look periodic at first; the step's own period holds from three steps on.
   std::vector<uint32_t> step;
@@ -54,31 +55,31 @@ void testFsdpLike() {
   step.push_back(2);
   IterationDetector d;
   auto s = starts(d, repeat(step, 20));
-  CHECK_EQ(d.period(), 49u);
+  EXPECT_EQ(d.period(), 49u);
   // From the fourth step on, iterations are whole steps.
   std::vector<std::pair<size_t, uint64_t>> late;
   for (auto& x : s)
     if (x.first >= 3 * 49) late.push_back(x);
-  CHECK(late.size() >= 16);
+  EXPECT_TRUE(late.size() >= 16);
   for (size_t i = 1; i < late.size(); ++i) {
-    CHECK_EQ(late[i].first - late[i - 1].first, size_t(49));
-    CHECK_EQ(late[i].second, late[i - 1].second + 1);
+    EXPECT_EQ(late[i].first - late[i - 1].first, size_t(49));
+    EXPECT_EQ(late[i].second, late[i - 1].second + 1);
   }
 }
 
-void testNcclTestsLike() {
+TEST(engine, iterations_nccl_tests) {
   // One size after another, each called 42 times: every call is an iteration of its size.
   std::vector<uint32_t> seq;
   for (uint32_t size = 0; size < 4; ++size)
     for (int k = 0; k < 42; ++k) seq.push_back(size);
   IterationDetector d;
   auto s = starts(d, seq);
-  CHECK_EQ(d.period(), 1u);
-  CHECK(s.size() >= 4 * (42 - 4));
-  for (size_t i = 1; i < s.size(); ++i) CHECK_EQ(s[i].second, s[i - 1].second + 1);  // indices run on
+  EXPECT_EQ(d.period(), 1u);
+  EXPECT_TRUE(s.size() >= 4 * (42 - 4));
+  for (size_t i = 1; i < s.size(); ++i) EXPECT_EQ(s[i].second, s[i - 1].second + 1);  // indices run on
 }
 
-void testIrregular() {
+TEST(engine, iterations_irregular) {
   // Random task ids from 50: no three equal blocks in a row, hardly ever an iteration.
   std::mt19937 rng(7);
   std::vector<uint32_t> seq(5000);
@@ -86,22 +87,22 @@ void testIrregular() {
   IterationDetector d;
   auto s = starts(d, seq);
   std::fprintf(stderr, "  random sequence: %zu iteration starts in 5000 calls\n", s.size());
-  CHECK(s.size() < 5);
+  EXPECT_TRUE(s.size() < 5);
 }
 
-void testPhaseChange() {
+TEST(engine, iterations_phase_change) {
   // Training steps of 5 calls, then an evaluation loop of 3 calls per step, then training again: each phase's
   // structure is found after three of its steps; indices never repeat.
   IterationDetector d;
   auto s = starts(d, repeat({10, 11, 12, 13, 14}, 30));
   const size_t trainStarts = s.size();
   auto e = starts(d, repeat({20, 21, 22}, 30));
-  CHECK_EQ(d.period(), 3u);
-  CHECK(e.size() >= 25);
+  EXPECT_EQ(d.period(), 3u);
+  EXPECT_TRUE(e.size() >= 25);
   auto t = starts(d, repeat({10, 11, 12, 13, 14}, 30));
-  CHECK_EQ(d.period(), 5u);
-  CHECK(trainStarts >= 25 && t.size() >= 25);
-  CHECK(e.front().second == s.back().second + 1 && t.front().second == e.back().second + 1);
+  EXPECT_EQ(d.period(), 5u);
+  EXPECT_TRUE(trainStarts >= 25 && t.size() >= 25);
+  EXPECT_TRUE(e.front().second == s.back().second + 1 && t.front().second == e.back().second + 1);
 }
 
 // Drives a plan as the engine would: asks each iteration's segment, times the iterations the plan measures
@@ -132,62 +133,53 @@ std::vector<GuardPlan::Verdict> drive(GuardPlan& g, double tunedUs, double ncclU
   return g.verdicts();
 }
 
-void testGuardNotArmed() {
+TEST(engine, guard_not_armed) {
   GuardPlan g;
   for (uint64_t i = 0; i < 300; ++i)
     for (const auto& sg : g.decide(i, 0))
       if (sg.contains(i)) {
-        CHECK(!GuardPlan::isNccl(sg.cfg));  // the tuned plan, untimed, while not armed
-        CHECK(!sg.cfg.measure);
+        EXPECT_TRUE(!GuardPlan::isNccl(sg.cfg));  // the tuned plan, untimed, while not armed
+        EXPECT_TRUE(!sg.cfg.measure);
       }
-  CHECK(g.verdicts().empty());
+  EXPECT_TRUE(g.verdicts().empty());
 }
 
-void testGuardVerdicts() {
+TEST(engine, guard_verdicts) {
   {  // the tuned plan 10 % faster at 1 % noise: it stays
     GuardPlan g;
     auto v = drive(g, 90.0, 100.0, 0.01, 200, 20);
-    CHECK(!v.empty() && v.front().tuned);
+    EXPECT_TRUE(!v.empty() && v.front().tuned);
   }
   {  // the tuned plan 10 % slower: NCCL's choices
     GuardPlan g;
     auto v = drive(g, 110.0, 100.0, 0.01, 200, 20);
-    CHECK(!v.empty() && !v.front().tuned);
+    EXPECT_TRUE(!v.empty() && !v.front().tuned);
   }
   {  // equal within the noise: the tuned plan has not shown a gain, NCCL's choices
     GuardPlan g;
     auto v = drive(g, 100.0, 100.0, 0.03, 200, 20);
-    CHECK(!v.empty() && !v.front().tuned);
+    EXPECT_TRUE(!v.empty() && !v.front().tuned);
   }
   {  // every sample lost: no evidence, NCCL's choices (and the verdict still comes)
     GuardPlan g;
     auto v = drive(g, 90.0, 100.0, 0.01, 600, 20, 1.0);
-    CHECK(!v.empty() && !v.front().tuned);
+    EXPECT_TRUE(!v.empty() && !v.front().tuned);
   }
 }
 
-void testGuardRechecks() {
+TEST(engine, guard_rechecks) {
   // Rounds repeat at a growing interval; after a NCCL verdict the plan between rounds is NCCL's choices.
   GuardOptions o;
   o.recheckFirst = 50;
   GuardPlan g(o);
   auto v = drive(g, 110.0, 100.0, 0.01, 400, 10);
-  CHECK(v.size() >= 3);
-  for (size_t i = 1; i < v.size(); ++i) CHECK(v[i].at - v[i - 1].at >= 50);
+  EXPECT_TRUE(v.size() >= 3);
+  for (size_t i = 1; i < v.size(); ++i) EXPECT_TRUE(v[i].at - v[i - 1].at >= 50);
   bool ncclBetween = false;
   for (const auto& sg : g.decide(v.front().at, 0))
     if (sg.contains(v.front().at)) ncclBetween = GuardPlan::isNccl(sg.cfg);
-  CHECK(ncclBetween);
+  EXPECT_TRUE(ncclBetween);
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  static const autoccl::test::Case cases[] = {
-      {"iterations_ddp", testDdpLike},         {"iterations_fsdp", testFsdpLike},
-      {"iterations_nccl_tests", testNcclTestsLike}, {"iterations_irregular", testIrregular},
-      {"iterations_phase_change", testPhaseChange}, {"guard_not_armed", testGuardNotArmed},
-      {"guard_verdicts", testGuardVerdicts},    {"guard_rechecks", testGuardRechecks},
-  };
-  return autoccl::test::runCases(argc, argv, cases);
-}
