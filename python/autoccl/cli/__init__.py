@@ -1,4 +1,6 @@
-"""The `autoccl` command line. Each command group lives in the module of the component it drives."""
+"""The `autoccl` command line, all of it in this package: one module per command group (tuner: env, run,
+cache; bench: bench, report; synth: synth, sim; demo), the options they share in options.py and
+channels.py. The components it drives (autoccl.bench, autoccl.synth, autoccl.demo, ...) never import it."""
 
 from __future__ import annotations
 
@@ -38,10 +40,10 @@ def main() -> None:
 
 
 def _register() -> None:
-    from autoccl.bench.cli import bench, report
+    from autoccl.cli.bench import bench, report
     from autoccl.cli.demo import demo
+    from autoccl.cli.synth import sim, synth
     from autoccl.cli.tuner import cache, env, run
-    from autoccl.synth.cli import sim, synth
 
     for command in (env, run, cache, demo, bench, report, synth, sim):
         main.add_command(command)
