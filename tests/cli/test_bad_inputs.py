@@ -349,6 +349,35 @@ CASES = [
     Case("train-parallel", ["bench", "train", "--device", "cpu", "--parallel", "tp"], "tp"),
     Case("train-iters", ["bench", "train", "--device", "cpu", "--iters", "1"], "--iters"),
     Case("train-seq", ["bench", "train", "--device", "cpu", "--preset", "tiny", "--seq", "1000000"], "--seq"),
+    Case("train-lr", ["bench", "train", "--device", "cpu", "--lr", "0"], "--lr"),
+    Case("train-data", ["bench", "train", "--device", "cpu", "--data", "text"], "--data"),
+    Case("train-resilience", ["bench", "train", "--device", "cpu", "--resilience", "maybe"], "--resilience"),
+    Case(
+        "train-resilience-fsdp",
+        ["bench", "train", "--device", "cpu", "--preset", "tiny", "--seq", "32", "--resilience", "on"],
+        "--parallel ddp",
+    ),
+    Case(
+        "train-straggler",
+        ["bench", "train", "--device", "cpu", "--parallel", "ddp", "--straggler", "3:often:2"],
+        "--straggler",
+    ),
+    Case(
+        "train-straggler-rank",
+        ["bench", "train", "--device", "cpu", "--nproc", "2", "--parallel", "ddp", "--straggler", "5:0.2:3"],
+        "--straggler rank 5",
+    ),
+    Case(
+        "train-kill-sync",
+        ["bench", "train", "--device", "cpu", "--nproc", "2", "--parallel", "ddp", "--kill", "1:5"],
+        "--resilience on",
+    ),
+    Case(
+        "train-kill-step",
+        "bench train --device cpu --nproc 2 --parallel ddp --iters 10 --resilience on --kill 1:10".split(),
+        "--kill step 10",
+    ),
+    Case("train-delay", ["bench", "train", "--device", "cpu", "--delay", "nap"], "--delay"),
     # -- autoccl report
     Case(
         "report-garbage",
