@@ -396,8 +396,12 @@ def train_markdown(doc: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in doc.get("train", []):
+        # a resilience comparison runs each mode several times (sync/resilient, clean/injected): name which
+        mode = (
+            r["launch"].split("/", 1)[1] if "mean_step_ms" in r and "/" in r.get("launch", "") else r["mode"]
+        )
         lines.append(
-            f"| {r['parallel']} | {r['mode']} | {_params(r.get('params'))} | {r['steady_ms']:.2f} | "
+            f"| {r['parallel']} | {mode} | {_params(r.get('params'))} | {r['steady_ms']:.2f} | "
             f"{r['tokens_per_s']:.0f} | {r['first10_ms']:.2f} | {_f(r.get('tuning_cost_s'), '.3f')} | "
             f"{_f(r.get('gain_ms'), '.2f')} | {_f(r.get('break_even_iters'), '.0f')} |"
         )
