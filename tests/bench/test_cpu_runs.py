@@ -253,6 +253,45 @@ def test_train_fsdp2_and_ddp(tmp_path: Path) -> None:
     assert "| ddp | nccl |" in prefix.with_suffix(".md").read_text()
 
 
+TRAIN_DDP = "bench train --preset tiny --parallel ddp --modes nccl --dtype fp32 --seq 16 --batch 2".split()
+
+
+def test_train_resilience_straggler(tmp_path: Path) -> None:
+    """--resilience both with a straggler: four launches (sync / resilient, injected / clean), per-step
+    loss and time, the same weights on every rank, the resilience table and the curves."""
+    prefix = tmp_path / "s"
+    args = [*TRAIN_DDP, *CPU, "-n", "16", "--data", "markov", "--lr", "2e-3", "--resilience", "both"]
+    r = _run([*args, "--straggler", "1:0.5:3", "--delay", "sleep", "-o", str(prefix)])
+    assert r.exit_code == 0, r.output
+    doc = R.load_doc(prefix.with_suffix(".json"))
+    labels = ["ddp/nccl/sync", "ddp/nccl/resilient", "ddp/nccl/sync/clean", "ddp/nccl/resilient/clean"]
+    assert [row["launch"] for row in doc["train"]] == labels
+    for it, row in zip(doc["iterations"], doc["train"], strict=True):
+        assert len(it["iter_ms"]) == 16 and len(it["loss"]) == 16
+        assert row["weights_identical"] and row["eval_loss"] > row["loss_floor"] > 0
+        assert (row.get("resilience") or {}).get("rounds") == (16 if row["resilient"] else None)
+    sync, clean = doc["train"][0], doc["train"][2]
+    assert sync["eval_loss"] == clean["eval_loss"]  # a delay changes no synchronous result
+    md = prefix.with_suffix(".md").read_text()
+    assert "## resilience" in md and "| ddp/nccl/resilient |" in md
+    assert prefix.with_name("s.curves.png").stat().st_size > 0
+
+
+def test_train_resilience_lost_rank(tmp_path: Path) -> None:
+    """--kill: the killed rank's launch still succeeds, the survivors finish every step."""
+    prefix = tmp_path / "k"
+    cpu3 = "--device cpu --backend gloo --nproc 3 --no-progress --timeout 300".split()
+    args = [*TRAIN_DDP, *cpu3, "-n", "14", "--resilience", "on", "--kill", "2:8", "--no-clean-baseline"]
+    r = _run([*args, "-o", str(prefix)])
+    assert r.exit_code == 0, r.output
+    doc = R.load_doc(prefix.with_suffix(".json"))
+    (row,) = doc["train"]
+    assert row["live_ranks"] == [0, 1] and row["weights_identical"]
+    (rec,) = row["resilience"]["recoveries"]
+    assert rec["lost"] == [2] and rec["survivors"] == [0, 1]
+    assert len(doc["iterations"][0]["iter_ms"]) == 14
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -203,6 +203,7 @@ class Reducer:
         self._cost = BuyCost(cfg.accuracy_weight)
         self._rule = WaitRule(cfg.rule, cfg.seed)
         self._timer: _Timer | None = None
+        self._timers: list[_Timer] = []  # every epoch's, joined by close()
         self._test_corrupt_view: Callable[[Decision], Decision] | None = None  # tests only
         ddp.register_comm_hook(self, _hook)
         self._liveness.start()
@@ -269,8 +270,7 @@ class Reducer:
             self._closed = True
             self._cv.notify_all()
         self._agent.join(timeout=timeout_s)
-        timer = self._timer
-        if timer is not None:
+        for timer in self._timers:  # an earlier epoch's clock may still be inside a store wait
             timer.join(timeout=timeout_s)
         self._liveness.stop()
         self._liveness.join(timeout=timeout_s)
@@ -480,6 +480,7 @@ class Reducer:
             self._timer = None
             return
         self._timer = _Timer(self, epoch, view)
+        self._timers.append(self._timer)
         self._timer.start()
 
     def _collective(self, fn: Callable[[], Any]) -> Any:
