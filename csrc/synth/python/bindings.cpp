@@ -3,6 +3,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <optional>
+
 #include "autoccl/synth/synth.h"
 
 namespace py = pybind11;
@@ -126,24 +128,43 @@ PYBIND11_MODULE(_synth, m) {
         d["op"] = column<std::int32_t>(s, [](const Transfer& t) { return static_cast<std::int32_t>(t.op); });
         d["route"] = column<std::int32_t>(s, [](const Transfer& t) { return t.route; });
         d["step"] = column<std::int32_t>(s, [](const Transfer& t) { return t.step; });
+        d["order"] = column<std::int32_t>(s, [](const Transfer& t) { return t.order; });
         return d;
       })
       .def("set_transfers",
-           [](Schedule& s, const std::vector<std::int32_t>& chunk, const std::vector<std::int32_t>& src,
-              const std::vector<std::int32_t>& dst, const std::vector<double>& start, const std::vector<double>& end,
-              const std::vector<std::int32_t>& op, const std::vector<std::int32_t>& route,
-              const std::vector<std::int32_t>& step) {
-             const size_t n = chunk.size();
+           [](Schedule& s, py::array_t<std::int32_t, py::array::c_style | py::array::forcecast> chunk,
+              py::array_t<std::int32_t, py::array::c_style | py::array::forcecast> src,
+              py::array_t<std::int32_t, py::array::c_style | py::array::forcecast> dst,
+              py::array_t<double, py::array::c_style | py::array::forcecast> start,
+              py::array_t<double, py::array::c_style | py::array::forcecast> end,
+              py::array_t<std::int32_t, py::array::c_style | py::array::forcecast> op,
+              py::array_t<std::int32_t, py::array::c_style | py::array::forcecast> route,
+              py::array_t<std::int32_t, py::array::c_style | py::array::forcecast> step,
+              std::optional<py::array_t<std::int32_t, py::array::c_style | py::array::forcecast>> order) {
+             const auto n = chunk.size();
              if (src.size() != n || dst.size() != n || start.size() != n || end.size() != n || op.size() != n ||
-                 route.size() != n || step.size() != n)
+                 route.size() != n || step.size() != n || (order && order->size() != n))
                throw Error("transfer columns have different lengths");
-             s.transfers.resize(n);
-             for (size_t i = 0; i < n; ++i) {
-               if (op[i] != 0 && op[i] != 1) throw Error("transfer " + std::to_string(i) + ": op must be 0 or 1");
-               s.transfers[i] = Transfer{chunk[i], src[i], dst[i], start[i], end[i], route[i], step[i],
-                                         op[i] ? Op::Reduce : Op::Copy};
+             const auto* c = chunk.data();
+             const auto* a = src.data();
+             const auto* b = dst.data();
+             const auto* t0 = start.data();
+             const auto* t1 = end.data();
+             const auto* o = op.data();
+             const auto* r = route.data();
+             const auto* k = step.data();
+             const std::int32_t* ord = order ? order->data() : nullptr;
+             std::vector<Transfer> tr(static_cast<size_t>(n));
+             for (py::ssize_t i = 0; i < n; ++i) {
+               if (o[i] != 0 && o[i] != 1) throw Error("transfer " + std::to_string(i) + ": op must be 0 or 1");
+               tr[static_cast<size_t>(i)] = Transfer{c[i], a[i], b[i], t0[i], t1[i], r[i], k[i],
+                                                     o[i] ? Op::Reduce : Op::Copy, ord ? ord[i] : -1};
              }
-           })
+             s.transfers = std::move(tr);
+           },
+           py::arg("chunk"), py::arg("src"), py::arg("dst"), py::arg("start"), py::arg("end"), py::arg("op"),
+           py::arg("route"), py::arg("step"), py::arg("order") = py::none())
+      .def("assign_reduction_order", [](Schedule& s) { assign_reduction_order(s); })
       .def("to_json", [](const Schedule& s, const Topology* t) { return schedule_to_json(s, t); },
            py::arg("topology") = nullptr);
 
@@ -170,19 +191,36 @@ PYBIND11_MODULE(_synth, m) {
         py::arg("topology"), py::arg("collective"), py::arg("bytes"), py::arg("chunks") = 1, py::arg("seeds") = 1,
         py::arg("threads") = 0, py::arg("base_seed") = 1, py::arg("root") = 0, py::arg("record") = true);
 
-  m.def("check", [](const Schedule& s, const Topology* t) {
-    CheckResult r;
-    {
-      py::gil_scoped_release rel;
-      r = check(s, t);
-    }
-    py::dict d;
-    d["ok"] = r.ok;
-    d["errors"] = r.errors;
-    d["redundant"] = r.redundant;
-    d["transfers"] = r.transfers;
-    return d;
-  }, py::arg("schedule"), py::arg("topology") = nullptr);
+  m.def("check",
+        [](const Schedule& s, const Topology* t, bool exact_durations, py::object progress) {
+          CheckOptions o;
+          o.exact_durations = exact_durations;
+          if (!progress.is_none()) {
+            // Called with the GIL released: take it for the Python callback, at most every 2^20 units of work.
+            o.progress = [&progress](std::uint64_t done, std::uint64_t total) {
+              py::gil_scoped_acquire g;
+              progress(done, total);
+            };
+          }
+          CheckResult r;
+          {
+            py::gil_scoped_release rel;
+            r = check(s, t, o);
+          }
+          py::dict d;
+          d["ok"] = r.ok;
+          d["errors"] = r.errors;
+          d["error_count"] = r.error_count;
+          d["redundant"] = r.redundant;
+          d["transfers"] = r.transfers;
+          d["mistimed"] = r.mistimed;
+          d["end_us"] = r.end_us;
+          return d;
+        },
+        py::arg("schedule"), py::arg("topology") = nullptr, py::arg("exact_durations") = false,
+        py::arg("progress") = py::none());
+  m.def("resolve_by_name", &resolve_by_name, py::arg("schedule"), py::arg("ranks"), py::arg("links"),
+        py::arg("topology"));
 
   m.def("simulate", [](const Topology& t, const Schedule& s) {
     SimResult r;

@@ -1125,6 +1125,7 @@ Schedule synthesize(const Topology& topo, const SynthOptions& o, SynthStats* sta
   st.time_us = s.time_us;
   st.transfers = (need_reverse ? rev.count : 0) + (need_forward ? fwd.count : 0);
   if (!o.record) s.routes.clear();
+  if (need_reverse && o.record) assign_reduction_order(s);
   if (stats) *stats = st;
   return s;
 }

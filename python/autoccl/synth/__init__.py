@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -18,6 +19,7 @@ from autoccl.synth.topofile import TopologyFileError, parse_gen_spec, topology_f
 __all__ = [
     "BASELINES",
     "COLLECTIVES",
+    "ScheduleError",
     "TopologyFileError",
     "baseline",
     "check",
@@ -145,8 +147,16 @@ def simulate(topology: Any, schedule: Any) -> dict[str, Any]:
     return dict(ext().simulate(topology, schedule))
 
 
-def check(schedule: Any, topology: Any | None = None) -> dict[str, Any]:
-    return dict(ext().check(schedule, topology))
+def check(
+    schedule: Any,
+    topology: Any | None = None,
+    *,
+    exact_durations: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Prove a schedule correct (docs/synth.md, Checker). `exact_durations`: every transfer must last exactly
+    what the model gives its route; `progress(done, total)` is called now and then on large schedules."""
+    return dict(ext().check(schedule, topology, exact_durations, progress))
 
 
 def lower_bound(topology: Any, collective: str, size: str | float) -> float:
@@ -165,38 +175,106 @@ def save_schedule(schedule: Any, path: str | Path, topology: Any | None = None) 
     Path(path).write_text(schedule.to_json(topology))
 
 
-def load_schedule(path: str | Path) -> Any:
-    """Read a schedule JSON file (format `autoccl-schedule` v1, docs/synth.md)."""
-    data = json.loads(Path(path).read_text())
-    if data.get("format") != "autoccl-schedule" or data.get("version") != 1:
-        raise ValueError(f"{path}: not an autoccl-schedule v1 file")
-    s = ext().Schedule()
-    s.collective = data["collective"]
-    s.algorithm = str(data.get("algorithm", ""))
-    s.nranks = int(data["nranks"])
-    s.nchunks = int(data["nchunks"])
-    s.chunks_per_rank = int(data.get("chunks_per_rank", 1))
-    s.root = int(data.get("root", 0))
-    s.chunk_bytes = float(data["chunk_bytes"])
-    s.bytes = float(data["bytes"])
-    s.time_us = float(data.get("time_us", 0))
-    s.seed = int(data.get("seed", 0))
-    s.owner = [int(x) for x in data["owner"]]
-    s.routes = [[int(x) for x in r] for r in data.get("routes", [])]
+class ScheduleError(ValueError):
+    """A schedule file that cannot be read, or that does not match the topology it is used with."""
+
+
+_FIELDS_V1 = ["chunk", "src", "dst", "start_us", "end_us", "op", "route", "step"]
+_FIELDS_V2 = [*_FIELDS_V1, "order"]
+
+
+def _need(data: dict[str, Any], key: str, path: str | Path) -> Any:
+    if key not in data:
+        raise ScheduleError(f"{path}: schedule has no '{key}'")
+    return data[key]
+
+
+def load_schedule(path: str | Path, topology: Any | None = None) -> Any:
+    """Read a schedule JSON file (format `autoccl-schedule` v1 or v2, docs/synth.md).
+
+    With a topology, the schedule's ranks and links are resolved by name onto it (never by position): a rank
+    or link the topology lacks, or an NPU of the topology the schedule does not name, is a ScheduleError.
+    """
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ScheduleError(f"{path}: cannot read the schedule: {e}") from e
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ScheduleError(f"{path}: not valid JSON: {e}") from e
+    if not isinstance(data, dict) or data.get("format") != "autoccl-schedule":
+        raise ScheduleError(f"{path}: not an autoccl-schedule file")
+    version = data.get("version")
+    if version not in (1, 2):
+        raise ScheduleError(f"{path}: autoccl-schedule version {version!r} is not supported (1 or 2)")
     fields = data.get("transfer_fields")
-    expected = ["chunk", "src", "dst", "start_us", "end_us", "op", "route", "step"]
+    expected = _FIELDS_V1 if version == 1 else _FIELDS_V2
     if fields != expected:
-        raise ValueError(f"{path}: transfer_fields must be {expected}")
-    rows = data["transfers"]
-    cols = list(zip(*rows, strict=True)) if rows else [()] * 8
-    s.set_transfers(
-        [int(x) for x in cols[0]],
-        [int(x) for x in cols[1]],
-        [int(x) for x in cols[2]],
-        [float(x) for x in cols[3]],
-        [float(x) for x in cols[4]],
-        [int(x) for x in cols[5]],
-        [int(x) for x in cols[6]],
-        [int(x) for x in cols[7]],
-    )
-    return s
+        raise ScheduleError(f"{path}: transfer_fields must be {expected}")
+    s = ext().Schedule()
+    try:
+        s.collective = str(_need(data, "collective", path))
+        s.algorithm = str(data.get("algorithm", ""))
+        s.nranks = int(_need(data, "nranks", path))
+        s.nchunks = int(_need(data, "nchunks", path))
+        s.chunks_per_rank = int(data.get("chunks_per_rank", 1))
+        s.root = int(data.get("root", 0))
+        s.chunk_bytes = float(_need(data, "chunk_bytes", path))
+        s.bytes = float(_need(data, "bytes", path))
+        s.time_us = float(data.get("time_us", 0))
+        s.seed = int(data.get("seed", 0))
+        s.owner = [int(x) for x in _need(data, "owner", path)]
+        s.routes = [[int(x) for x in r] for r in data.get("routes", [])]
+    except (TypeError, ValueError) as e:
+        if isinstance(e, ScheduleError):
+            raise
+        raise ScheduleError(f"{path}: bad schedule header: {e}") from e
+    rows = _need(data, "transfers", path)
+    import numpy as np
+
+    try:
+        table = np.array(rows, dtype=np.float64).reshape(len(rows), len(expected))
+    except (TypeError, ValueError) as e:
+        raise ScheduleError(f"{path}: every transfer must be a list of {len(expected)} numbers") from e
+    ints = [i for i, f in enumerate(expected) if f not in ("start_us", "end_us")]
+    if len(rows) and (
+        not np.all(np.isfinite(table[:, ints]))
+        or not np.all(table[:, ints] == np.round(table[:, ints]))
+        or np.any(np.abs(table[:, ints]) >= 2**31)
+    ):
+        raise ScheduleError(f"{path}: chunk, src, dst, op, route, step and order must be 32-bit integers")
+    col = {f: table[:, i] for i, f in enumerate(expected)}
+    try:
+        s.set_transfers(
+            col["chunk"].astype(np.int32),
+            col["src"].astype(np.int32),
+            col["dst"].astype(np.int32),
+            col["start_us"],
+            col["end_us"],
+            col["op"].astype(np.int32),
+            col["route"].astype(np.int32),
+            col["step"].astype(np.int32),
+            col["order"].astype(np.int32) if version == 2 else None,
+        )
+    except ValueError as e:
+        raise ScheduleError(f"{path}: {e}") from e
+    if version == 1 and s.timed:
+        s.assign_reduction_order()  # v1 states none: reductions apply in arrival order
+    if topology is None:
+        return s
+    ranks = data.get("ranks")
+    if not isinstance(ranks, list) or not all(isinstance(x, str) for x in ranks):
+        raise ScheduleError(
+            f"{path}: the schedule names no ranks, so it cannot be matched to a topology by name "
+            "(`autoccl synth -o` writes them)"
+        )
+    links = data.get("links", [])
+    if not isinstance(links, list) or not all(
+        isinstance(x, list) and len(x) == 2 and all(isinstance(y, str) for y in x) for x in links
+    ):
+        raise ScheduleError(f"{path}: 'links' must be a list of [src, dst] node names")
+    try:
+        return ext().resolve_by_name(s, ranks, [(a, b) for a, b in links], topology)
+    except ValueError as e:
+        raise ScheduleError(f"{path}: {e}") from e

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -154,6 +155,9 @@ struct Transfer {
   std::int32_t route = -1;  // index into Schedule::routes, -1: topology.route(src, dst)
   std::int32_t step = 0;    // ordering key for untimed schedules
   Op op = Op::Copy;
+  // Reductions: the position of this reduction among those into (dst, chunk), 0 first; an executor applies
+  // them in this order. -1 for copies (and for reductions of untimed schedules until simulated).
+  std::int32_t order = -1;
 };
 
 // A collective over nranks NPUs with nchunks chunks of chunk_bytes each.
@@ -202,13 +206,32 @@ struct SynthStats {
 Schedule synthesize(const Topology& topo, const SynthOptions& opt, SynthStats* stats = nullptr);
 
 // Checker: symbolic replay. Throws nothing; returns ok + errors.
+struct CheckOptions {
+  // Durations must equal the model's alpha + bytes/beta of their route (not just be at least that long).
+  bool exact_durations = false;
+  // Called now and then with (work done, total work); may throw to abort.
+  std::function<void(std::uint64_t, std::uint64_t)> progress;
+};
 struct CheckResult {
   bool ok = true;
   std::vector<std::string> errors;  // first errors (capped)
+  std::uint64_t error_count = 0;   // all errors found (errors holds the first ones)
   std::uint64_t redundant = 0;     // copies delivered to a rank that already held the same data
   std::uint64_t transfers = 0;
+  std::uint64_t mistimed = 0;      // transfers whose duration disagrees with the model
+  double end_us = 0;               // last transfer end
 };
-CheckResult check(const Schedule& s, const Topology* topo = nullptr);
+CheckResult check(const Schedule& s, const Topology* topo = nullptr, const CheckOptions& opt = {});
+
+// Give every reduction its order among the reductions into its (dst, chunk): by end time, then start, then
+// position in the list. Used for schedules that do not state it (untimed ones, once simulated).
+void assign_reduction_order(Schedule& s);
+
+// The schedule's ranks and links named as in a schedule file, mapped onto `topo` by name: ranks to the
+// topology's ranks, route link ids to the topology's link ids. Throws Error with a sentence when a name is
+// unknown, missing or duplicated, or a route does not lead from its transfer's source to its destination.
+Schedule resolve_by_name(const Schedule& s, const std::vector<std::string>& rank_names,
+                         const std::vector<std::pair<std::string, std::string>>& link_names, const Topology& topo);
 
 // Congestion-aware simulator.
 struct SimResult {
