@@ -21,6 +21,8 @@ py::dict stats_dict(const SynthStats& st) {
   d["allgather_time_us"] = st.ag_time_us;
   d["reducescatter_time_us"] = st.rs_time_us;
   d["max_queue_entries"] = st.max_queue_entries;
+  d["chunks_per_rank"] = st.chunks_per_rank;
+  d["chunk_trials"] = st.chunk_trials;
   return d;
 }
 
@@ -188,7 +190,7 @@ PYBIND11_MODULE(_synth, m) {
           }
           return py::make_tuple(std::move(s), stats_dict(st));
         },
-        py::arg("topology"), py::arg("collective"), py::arg("bytes"), py::arg("chunks") = 1, py::arg("seeds") = 1,
+        py::arg("topology"), py::arg("collective"), py::arg("bytes"), py::arg("chunks") = 0, py::arg("seeds") = 1,
         py::arg("threads") = 0, py::arg("base_seed") = 1, py::arg("root") = 0, py::arg("record") = true);
 
   m.def("check",
@@ -243,9 +245,15 @@ PYBIND11_MODULE(_synth, m) {
         },
         py::arg("topology"), py::arg("algorithm"), py::arg("collective"), py::arg("bytes"), py::arg("chunks") = 1,
         py::arg("root") = 0);
-  m.def("lower_bound", [](const Topology& t, const std::string& coll, double bytes) {
-    return bandwidth_lower_bound(t, collective_from_string(coll), bytes);
-  });
+  m.def("lower_bound", [](const Topology& t, const std::string& coll, double bytes, int root) {
+    const LowerBound b = lower_bound(t, collective_from_string(coll), bytes, root);
+    py::dict d;
+    d["time_us"] = b.time_us;
+    d["per_npu_us"] = b.per_npu_us;
+    d["kind"] = b.kind;
+    d["what"] = b.what;
+    return d;
+  }, py::arg("topology"), py::arg("collective"), py::arg("bytes"), py::arg("root") = 0);
   m.def("to_msccl_xml", &to_msccl_xml, py::arg("schedule"), py::arg("name") = "autoccl_tacos");
   m.def("to_mscclpp_json", &to_mscclpp_json, py::arg("schedule"), py::arg("topology"),
         py::arg("name") = "autoccl_tacos");

@@ -73,31 +73,5 @@ std::string schedule_to_json(const Schedule& s, const Topology* topo) {
   return o.str();
 }
 
-double bandwidth_lower_bound(const Topology& t, Collective coll, double bytes) {
-  const int n = t.num_npus();
-  if (n < 2) return 0;
-  double in_need = 0, out_need = 0;
-  const double frac = static_cast<double>(n - 1) / n * bytes;
-  for (int r = 0; r < n; ++r) {
-    in_need = std::max(in_need, frac / (t.in_bandwidth(r) * 1e3));
-    out_need = std::max(out_need, frac / (t.out_bandwidth(r) * 1e3));
-  }
-  switch (coll) {
-    case Collective::AllGather: return in_need;
-    case Collective::ReduceScatter: return out_need;
-    case Collective::AllReduce: return in_need + out_need;
-    case Collective::Broadcast: {
-      double b = 0;
-      for (int r = 0; r < n; ++r) b = std::max(b, bytes / (t.in_bandwidth(r) * 1e3));
-      return b;
-    }
-    case Collective::Reduce: {
-      double b = 0;
-      for (int r = 0; r < n; ++r) b = std::max(b, bytes / (t.out_bandwidth(r) * 1e3));
-      return b;
-    }
-  }
-  return 0;
-}
 
 }  // namespace autoccl::synth

@@ -203,28 +203,56 @@ class Barrier {
   std::atomic<unsigned> gen_{0};
 };
 
-// Spread chunks (chunk c starts at src[c]) to every NPU, on a topology where channels share links (switch
-// ports): channels into different destinations interact, so every free channel is matched in one global
-// order. This is the original engine (per-channel candidate FIFOs, one random stream); such topologies are
-// small, and its results there are kept as they were.
-GatherResult gather_shared_links(const Topology& t, const std::vector<int>& src, double chunk_bytes,
-                                 std::uint64_t seed, bool record) {
+// Spread chunks (chunk c starts at src[c]) to every NPU on any topology: channels may share links (switch
+// ports) and differ in cost. Every free channel is matched in one global order per event, lowest cost first.
+//
+// A destination counts the first arrival of a chunk. A chunk already promised to d (in flight) may be sent to d
+// again over a channel that delivers it strictly earlier; when the first copy arrives, the slower transfers of
+// that chunk into d still in flight are cancelled: they never appear in the schedule, and their channels are
+// free from that instant (so the schedule stays causal: nothing is sent before its data is there). A channel
+// s->d also never takes a chunk that d will get strictly earlier over a cheaper channel p->d from an NPU p
+// that holds it or has it in flight (the look-ahead), so slow links carry only what no fast path brings first.
+// Policies by seed, for diversity (best of k keeps the best), seed % 8: which candidate a channel takes
+// (the oldest; a random one; the one the fewest NPUs hold among its 16 oldest) and which look-ahead it applies
+// ("import once": skip a chunk that an NPU with a cheaper channel into d has, or will have, no later than it
+// would land at d, so a slow cut carries each chunk into a group once; "earliest": skip it only if that
+// cheaper path delivers strictly earlier; "none": a chunk is claimed for d when matched, never re-sent).
+// Import once wins on hierarchies (hosts behind slow rails), none on tori whose slow links are part of
+// every NPU's own bandwidth; seeds 1..4 cover oldest/import, random/import, oldest/earliest, oldest/none.
+GatherResult gather_general(const Topology& t, const std::vector<int>& src, double chunk_bytes,
+                            std::uint64_t seed, bool record) {
   const int n = t.num_npus();
   const std::size_t C = src.size();
-  // Chunk-major bitset: the bits of one chunk for neighbouring ranks share cache lines, which is what a
-  // chunk's arrival touches (its source's out-neighbours).
-  const std::size_t W = (static_cast<std::size_t>(n) + 63) / 64;
   const auto& chans = t.channels();
   const std::size_t nch = chans.size();
-  std::vector<std::uint64_t> claimed(C * W, 0);
-  auto is_claimed = [&](int r, std::size_t c) {
-    const auto ru = static_cast<std::size_t>(r);
-    return (claimed[c * W + (ru >> 6)] >> (ru & 63)) & 1ULL;
+  enum class Pick { Oldest, Random, Rarest };
+  enum class Ahead { ImportOnce, Earliest, None };
+  static constexpr Pick kPick[8] = {Pick::Rarest, Pick::Oldest, Pick::Random, Pick::Oldest,
+                                    Pick::Oldest, Pick::Rarest, Pick::Random, Pick::Random};
+  static constexpr Ahead kAhead[8] = {Ahead::Earliest, Ahead::ImportOnce, Ahead::ImportOnce, Ahead::Earliest,
+                                      Ahead::None,     Ahead::ImportOnce, Ahead::Earliest,   Ahead::None};
+  const Pick pick_policy = kPick[seed % 8];
+  const Ahead ahead = kAhead[seed % 8];
+  const bool random_pick = pick_policy == Pick::Random, rarest = pick_policy == Pick::Rarest;
+  const bool speculate = ahead != Ahead::None;
+  constexpr std::size_t kRarestWindow = 16;
+  const double inf = std::numeric_limits<double>::infinity();
+  // Per (rank, chunk), chunk-major (a chunk's arrival touches its neighbours' cells, close in rank order):
+  // eta = when the chunk arrives there (held: its arrival; promised: the earliest in-flight arrival; inf:
+  // neither); held = it has arrived.
+  const auto N = static_cast<std::size_t>(n);
+  const auto cell = [N](int r, std::size_t c) { return c * N + static_cast<std::size_t>(r); };
+  std::vector<double> eta(static_cast<std::size_t>(n) * C, inf);
+  std::vector<std::uint64_t> held((static_cast<std::size_t>(n) * C + 63) / 64, 0);
+  auto is_held = [&](int r, std::size_t c) {
+    const std::size_t i = cell(r, c);
+    return (held[i >> 6] >> (i & 63)) & 1ULL;
   };
-  auto claim = [&](int r, std::size_t c) {
-    const auto ru = static_cast<std::size_t>(r);
-    claimed[c * W + (ru >> 6)] |= 1ULL << (ru & 63);
+  auto set_held = [&](int r, std::size_t c) {
+    const std::size_t i = cell(r, c);
+    held[i >> 6] |= 1ULL << (i & 63);
   };
+  std::vector<std::uint32_t> holders(C, 1);
 
   std::vector<double> cost(nch);
   for (std::size_t i = 0; i < nch; ++i) cost[i] = chans[i].time_us(chunk_bytes);
@@ -233,12 +261,11 @@ GatherResult gather_shared_links(const Topology& t, const std::vector<int>& src,
   std::vector<char> busy(nch, 0), dirty_flag(nch, 0);
   std::vector<std::int32_t> cur(nch, -1);
   std::vector<double> cur_start(nch, 0);
+  std::vector<std::uint32_t> gen(nch, 0);
   std::vector<char> link_busy(static_cast<std::size_t>(t.num_links()), 0);
-  // Links used by more than one channel (switch ports): who to wake when they free up.
   std::vector<std::vector<int>> link_users(static_cast<std::size_t>(t.num_links()));
   for (std::size_t i = 0; i < nch; ++i)
     for (int l : chans[i].route) link_users[static_cast<std::size_t>(l)].push_back(static_cast<int>(i));
-  // A channel whose links no other channel uses needs no link bookkeeping (the common direct-link case).
   std::vector<char> exclusive(nch, 1);
   for (std::size_t i = 0; i < nch; ++i)
     for (int l : chans[i].route) exclusive[i] = exclusive[i] && link_users[static_cast<std::size_t>(l)].size() == 1;
@@ -250,59 +277,82 @@ GatherResult gather_shared_links(const Topology& t, const std::vector<int>& src,
     }
   };
   std::size_t qentries = 0, max_q = 0;
-  // Flat adjacency (cache friendly): out_off[r]..out_off[r+1] index out_ch/out_dst.
-  std::vector<std::int32_t> out_off(static_cast<std::size_t>(n) + 1, 0), out_ch, out_dst, ch_dst(nch);
-  for (int r = 0; r < n; ++r) {
-    for (int och : t.out_channels(r)) {
-      out_ch.push_back(och);
-      out_dst.push_back(chans[static_cast<std::size_t>(och)].dst);
-    }
-    out_off[static_cast<std::size_t>(r) + 1] = static_cast<std::int32_t>(out_ch.size());
+  std::vector<std::int32_t> ch_src(nch), ch_dst(nch);
+  for (std::size_t i = 0; i < nch; ++i) {
+    ch_src[i] = chans[i].src;
+    ch_dst[i] = chans[i].dst;
   }
-  for (std::size_t i = 0; i < nch; ++i) ch_dst[i] = chans[i].dst;
-  auto push_candidates = [&](int r, std::int32_t c) {
-    for (std::int32_t k = out_off[static_cast<std::size_t>(r)]; k < out_off[static_cast<std::size_t>(r) + 1]; ++k) {
-      const int och = out_ch[static_cast<std::size_t>(k)];
+  // In-channels of each rank cheaper than the cheapest... all of them, sorted by cost (the look-ahead's scan).
+  std::vector<std::vector<int>> in_sorted(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    in_sorted[static_cast<std::size_t>(r)] = t.in_channels(r);
+    std::sort(in_sorted[static_cast<std::size_t>(r)].begin(), in_sorted[static_cast<std::size_t>(r)].end(),
+              [&](int a, int b) { return cost[static_cast<std::size_t>(a)] < cost[static_cast<std::size_t>(b)]; });
+  }
+  auto push_candidates = [&](int r, std::int32_t c, double now) {
+    for (int och : t.out_channels(r)) {
       const auto oc = static_cast<std::size_t>(och);
-      if (is_claimed(out_dst[static_cast<std::size_t>(k)], static_cast<std::size_t>(c))) continue;
+      const int d = ch_dst[oc];
+      if (is_held(d, static_cast<std::size_t>(c))) continue;
+      const double e = eta[cell(d, static_cast<std::size_t>(c))];
+      if (speculate ? e <= now + cost[oc] : e < inf) continue;
       q[oc].push_back(c);
       ++qentries;
       if (!busy[oc]) mark(och);
     }
   };
-  for (std::size_t c = 0; c < C; ++c) claim(src[c], c);
-  for (std::size_t c = 0; c < C; ++c) push_candidates(src[c], static_cast<std::int32_t>(c));
+  for (std::size_t c = 0; c < C; ++c) {
+    set_held(src[c], c);
+    eta[cell(src[c], c)] = 0;
+  }
+  for (std::size_t c = 0; c < C; ++c) push_candidates(src[c], static_cast<std::int32_t>(c), 0.0);
   max_q = qentries;
 
-  // Event queue. Transfers start at non-decreasing times, so the completions of all transfers of one
-  // cost form a FIFO; with few distinct costs, the next event is the earliest FIFO head.
-  std::vector<double> costs_sorted(cost.begin(), cost.end());
-  std::sort(costs_sorted.begin(), costs_sorted.end());
-  costs_sorted.erase(std::unique(costs_sorted.begin(), costs_sorted.end()), costs_sorted.end());
-  std::vector<int> cost_class(nch, 0);
-  const bool fifo = costs_sorted.size() <= 16;
-  for (std::size_t i = 0; i < nch; ++i)
-    cost_class[i] = fifo ? static_cast<int>(std::lower_bound(costs_sorted.begin(), costs_sorted.end(), cost[i]) -
-                                            costs_sorted.begin())
-                         : 0;
-  EventQueue events(fifo ? costs_sorted.size() : 0);
+  // Is chunk c worth sending over channel ch now? (Not held by d; no copy promised to d that arrives as early;
+  // no cheaper channel into d brings it strictly earlier from an NPU that holds it or has it in flight.)
+  auto useful = [&](std::size_t ch, std::int32_t c, double now) {
+    const int d = ch_dst[ch];
+    const auto cu = static_cast<std::size_t>(c);
+    if (is_held(d, cu)) return false;
+    const double e = eta[cell(d, cu)];
+    if (!speculate) return e == inf;
+    const double arrive = now + cost[ch];
+    const double eps = 1e-9 * std::max(1.0, arrive);
+    if (e <= arrive + eps) return false;
+    for (int qc : in_sorted[static_cast<std::size_t>(d)]) {
+      const auto qu = static_cast<std::size_t>(qc);
+      if (cost[qu] >= cost[ch] - eps) break;
+      const double ep = eta[cell(ch_src[qu], cu)];
+      if (ep == inf) continue;
+      const double at = std::max(now, ep);
+      if (ahead == Ahead::ImportOnce) {
+        // p has the chunk no later than it would land at d over ch: p->d brings it at most cost(p->d) after
+        // that, without spending the dearer channel.
+        if (at <= arrive + eps) return false;
+      } else {
+        const double from = busy[qu] ? std::max(at, cur_start[qu] + cost[qu]) : at;
+        if (from + cost[qu] + eps < arrive) return false;
+      }
+    }
+    return true;
+  };
+
+  struct Ev {
+    double t;
+    std::int32_t ch;
+    std::uint32_t gen;
+    bool operator>(const Ev& o) const { return t > o.t; }
+  };
+  std::priority_queue<Ev, std::vector<Ev>, std::greater<Ev>> events;
   GatherResult res;
   Rng rng(seed);
-  // Odd seeds forward each channel's candidates oldest first (FIFO); even seeds pick a random candidate
-  // (TACOS-like). Neither wins everywhere, so best-of-k seeds explores both.
-  const bool random_pick = (seed & 1ULL) == 0;
-  const bool uniform = t.uniform_channels();
   std::vector<std::pair<std::pair<double, std::uint64_t>, int>> order;
 
   auto match = [&](double now) {
-    if (uniform) {
-      for (std::size_t i = dirty.size(); i > 1; --i) std::swap(dirty[i - 1], dirty[rng.below(i)]);
-    } else {
-      order.clear();
-      for (int ch : dirty) order.push_back({{cost[static_cast<std::size_t>(ch)], rng.next()}, ch});
-      std::sort(order.begin(), order.end());
-      for (std::size_t i = 0; i < order.size(); ++i) dirty[i] = order[i].second;
-    }
+    order.clear();
+    for (int ch : dirty) order.push_back({{cost[static_cast<std::size_t>(ch)], rng.next()}, ch});
+    std::sort(order.begin(), order.end());
+    for (std::size_t i = 0; i < order.size(); ++i) dirty[i] = order[i].second;
     for (int ch : dirty) {
       const auto cu = static_cast<std::size_t>(ch);
       dirty_flag[cu] = 0;
@@ -313,76 +363,127 @@ GatherResult gather_shared_links(const Topology& t, const std::vector<int>& src,
         if (!free) continue;
       }
       auto& qq = q[cu];
-      const int d = ch_dst[cu];
+      std::size_t& h = qhead[cu];
       std::int32_t pick = -1;
-      while (qhead[cu] < qq.size()) {
-        if (random_pick) {  // TACOS-like: a random candidate instead of the oldest
-          const std::size_t j = qhead[cu] + rng.below(qq.size() - qhead[cu]);
-          std::swap(qq[j], qq[qhead[cu]]);
+      if (rarest) {
+        std::size_t best = 0;
+        std::uint32_t best_holders = 0;
+        for (std::size_t j = h; j < qq.size() && j < h + kRarestWindow;) {
+          if (!useful(cu, qq[j], now)) {  // drop it: swap in the head's entry
+            std::swap(qq[j], qq[h]);
+            ++h;
+            --qentries;
+            if (best == h - 1 && pick >= 0) best = j;
+            ++j;
+            continue;
+          }
+          const std::uint32_t hc = holders[static_cast<std::size_t>(qq[j])];
+          if (pick < 0 || hc < best_holders) {
+            pick = qq[j];
+            best = j;
+            best_holders = hc;
+          }
+          ++j;
         }
-        const std::int32_t c = qq[qhead[cu]++];
-        --qentries;
-        if (!is_claimed(d, static_cast<std::size_t>(c))) {
-          pick = c;
-          break;
+        if (pick >= 0) {
+          std::swap(qq[best], qq[h]);
+          ++h;
+          --qentries;
+        }
+      } else {
+        while (h < qq.size()) {
+          if (random_pick) std::swap(qq[h + rng.below(qq.size() - h)], qq[h]);
+          const std::int32_t c = qq[h++];
+          --qentries;
+          if (useful(cu, c, now)) {
+            pick = c;
+            break;
+          }
         }
       }
-      if (qhead[cu] == qq.size()) {
+      if (h == qq.size()) {
         qq.clear();
-        qhead[cu] = 0;
-      } else if (qhead[cu] > 1024 && qhead[cu] * 2 > qq.size()) {
-        qq.erase(qq.begin(), qq.begin() + static_cast<std::ptrdiff_t>(qhead[cu]));
-        qhead[cu] = 0;
+        h = 0;
+      } else if (h > 1024 && h * 2 > qq.size()) {
+        qq.erase(qq.begin(), qq.begin() + static_cast<std::ptrdiff_t>(h));
+        h = 0;
       }
       if (pick < 0) continue;
-      claim(d, static_cast<std::size_t>(pick));
+      const int d = ch_dst[cu];
+      eta[cell(d, static_cast<std::size_t>(pick))] = now + cost[cu];
       busy[cu] = 1;
       cur[cu] = pick;
       cur_start[cu] = now;
+      ++gen[cu];
       if (!exclusive[cu])
         for (int l : chans[cu].route) link_busy[static_cast<std::size_t>(l)] = 1;
-      events.push(now + cost[cu], ch, cost_class[cu]);
+      events.push({now + cost[cu], ch, gen[cu]});
     }
     dirty.clear();
+  };
+
+  // Free channel ch (its transfer ended or was cancelled) and wake the channels that share its links.
+  auto release = [&](std::size_t cu) {
+    busy[cu] = 0;
+    cur[cu] = -1;
+    if (exclusive[cu]) {
+      if (qhead[cu] < q[cu].size()) mark(static_cast<int>(cu));
+      return;
+    }
+    for (int l : chans[cu].route) {
+      link_busy[static_cast<std::size_t>(l)] = 0;
+      for (int u : link_users[static_cast<std::size_t>(l)])
+        if (!busy[static_cast<std::size_t>(u)] && qhead[static_cast<std::size_t>(u)] < q[static_cast<std::size_t>(u)].size())
+          mark(u);
+    }
   };
 
   match(0.0);
   std::vector<int> batch;
   while (!events.empty()) {
-    const double now = events.top_time();
+    const double now = events.top().t;
     const double eps = 1e-9 * std::max(1.0, now);
     batch.clear();
-    while (!events.empty() && events.top_time() <= now + eps) batch.push_back(events.pop());
+    while (!events.empty() && events.top().t <= now + eps) {
+      const Ev e = events.top();
+      events.pop();
+      if (busy[static_cast<std::size_t>(e.ch)] && gen[static_cast<std::size_t>(e.ch)] == e.gen) batch.push_back(e.ch);
+    }
     for (std::size_t i = batch.size(); i > 1; --i) std::swap(batch[i - 1], batch[rng.below(i)]);
     for (int ch : batch) {
       const auto cu = static_cast<std::size_t>(ch);
+      if (!busy[cu]) continue;  // cancelled by an arrival earlier in this batch
       const std::int32_t c = cur[cu];
-      busy[cu] = 0;
-      cur[cu] = -1;
+      const auto cc = static_cast<std::size_t>(c);
+      const int d = ch_dst[cu];
+      const double start = cur_start[cu];
+      release(cu);
+      if (is_held(d, cc)) continue;  // a copy arrived at the same instant: this one is dropped too
+      set_held(d, cc);
+      eta[cell(d, cc)] = start + cost[cu];
+      ++holders[cc];
       ++res.count;
       if (record) {
         Transfer tr;
         tr.chunk = c;
-        tr.src = chans[cu].src;
-        tr.dst = chans[cu].dst;
-        tr.start = cur_start[cu];
-        tr.end = cur_start[cu] + cost[cu];
+        tr.src = ch_src[cu];
+        tr.dst = d;
+        tr.start = start;
+        tr.end = start + cost[cu];
         tr.route = ch;
         res.transfers.push_back(tr);
       }
-      res.time = std::max(res.time, cur_start[cu] + cost[cu]);
-      if (exclusive[cu]) {
-        if (qhead[cu] < q[cu].size()) mark(ch);
-      } else {
-        for (int l : chans[cu].route) {
-          link_busy[static_cast<std::size_t>(l)] = 0;
-          for (int u : link_users[static_cast<std::size_t>(l)])
-            if (!busy[static_cast<std::size_t>(u)] &&
-                qhead[static_cast<std::size_t>(u)] < q[static_cast<std::size_t>(u)].size())
-              mark(u);
+      res.time = std::max(res.time, start + cost[cu]);
+      // First arrival: slower copies of c still in flight into d are cancelled.
+      if (speculate)
+        for (int other : t.in_channels(d)) {
+          const auto ou = static_cast<std::size_t>(other);
+          if (busy[ou] && cur[ou] == c) {
+            ++gen[ou];
+            release(ou);
+          }
         }
-      }
-      push_candidates(ch_dst[cu], c);
+      push_candidates(d, c, now);
     }
     max_q = std::max(max_q, qentries);
     match(now);
@@ -947,14 +1048,26 @@ GatherResult Gather::run() {
   return res;
 }
 
+// Cells (NPUs x chunks) up to which topologies with shared links or channels of different costs use the
+// general engine (first-arrival delivery, look-ahead; 8 bytes of state per cell). Larger ones, and every
+// topology whose channels share no link and cost the same (where neither feature can apply), use Gather.
+constexpr double kGeneralCells = 1 << 27;
+
+bool use_general_engine(const Topology& t, std::size_t chunks) {
+  std::vector<int> users(static_cast<std::size_t>(t.num_links()), 0);
+  bool shared = false, mixed = false;
+  const auto& chans = t.channels();
+  for (const auto& ch : chans) {
+    for (int l : ch.route) shared = shared || ++users[static_cast<std::size_t>(l)] > 1;
+    mixed = mixed || ch.latency_us != chans[0].latency_us || ch.bandwidth_gbps != chans[0].bandwidth_gbps;
+  }
+  return shared || (mixed && static_cast<double>(t.num_npus()) * static_cast<double>(chunks) <= kGeneralCells);
+}
+
 GatherResult gather(const Topology& t, const std::vector<int>& src, double chunk_bytes, std::uint64_t seed,
                     bool record, int threads) {
-  std::vector<int> users(static_cast<std::size_t>(t.num_links()), 0);
-  bool shared = false;
-  for (const auto& ch : t.channels())
-    for (int l : ch.route) shared = shared || ++users[static_cast<std::size_t>(l)] > 1;
-  GatherResult res = shared ? gather_shared_links(t, src, chunk_bytes, seed, record)
-                            : Gather(t, src, chunk_bytes, seed, record, threads).run();
+  GatherResult res = use_general_engine(t, src.size()) ? gather_general(t, src, chunk_bytes, seed, record)
+                                                      : Gather(t, src, chunk_bytes, seed, record, threads).run();
   const std::uint64_t expect = static_cast<std::uint64_t>(src.size()) * static_cast<std::uint64_t>(t.num_npus() - 1);
   if (res.count != expect)
     throw Error("synthesis did not complete: " + std::to_string(res.count) + " of " + std::to_string(expect) +
@@ -966,10 +1079,15 @@ GatherResult gather(const Topology& t, const std::vector<int>& src, double chunk
   return res;
 }
 
-// Best of `seeds` seeds, run on up to `threads` threads. Deterministic: ties go to the lowest seed.
+// Best of `seeds` seeds (base_seed, base_seed + 1, ...; or the seeds of `seed_list`), run on up to `threads`
+// threads. Deterministic: ties go to the lowest seed.
 GatherResult best_gather(const Topology& t, const std::vector<int>& src, double chunk_bytes, const SynthOptions& o,
-                         std::vector<double>* seed_times, std::uint64_t* best_seed) {
-  const int k = std::max(1, o.seeds);
+                         std::vector<double>* seed_times, std::uint64_t* best_seed,
+                         const std::vector<std::uint64_t>* seed_list = nullptr) {
+  const int k = seed_list ? static_cast<int>(seed_list->size()) : std::max(1, o.seeds);
+  auto seed_of = [&](int i) {
+    return seed_list ? (*seed_list)[static_cast<std::size_t>(i)] : o.base_seed + static_cast<std::uint64_t>(i);
+  };
   unsigned hw = std::thread::hardware_concurrency();
   int threads = o.threads > 0 ? o.threads : static_cast<int>(hw ? hw : 1);
   // Seeds run side by side; with fewer seeds than threads, each seed splits its destinations among the rest
@@ -987,7 +1105,7 @@ GatherResult best_gather(const Topology& t, const std::vector<int>& src, double 
       const int i = next.fetch_add(1);
       if (i >= k) return;
       try {
-        GatherResult r = gather(t, src, chunk_bytes, o.base_seed + static_cast<std::uint64_t>(i), o.record, inner);
+        GatherResult r = gather(t, src, chunk_bytes, seed_of(i), o.record, inner);
         std::lock_guard<std::mutex> g(mu);
         times[static_cast<std::size_t>(i)] = r.time;
         if (best_i < 0 || r.time < best.time || (r.time == best.time && i < best_i)) {
@@ -1010,7 +1128,7 @@ GatherResult best_gather(const Topology& t, const std::vector<int>& src, double 
   }
   if (!err.empty()) throw Error(err);
   if (seed_times) *seed_times = times;
-  if (best_seed) *best_seed = o.base_seed + static_cast<std::uint64_t>(best_i);
+  if (best_seed) *best_seed = seed_of(best_i);
   return best;
 }
 
@@ -1061,12 +1179,70 @@ void append_forward(const GatherResult& g, const Topology& t, Schedule& s, doubl
 
 }  // namespace
 
-Schedule synthesize(const Topology& topo, const SynthOptions& o, SynthStats* stats) {
-  if (!topo.finalized()) throw Error("topology not finalized");
-  if (o.chunks_per_rank < 1) throw Error("chunks per rank must be >= 1");
-  if (!(o.bytes > 0)) throw Error("collective size must be positive");
+namespace {
+
+// Chunks per rank by trial: the spreading phase (All-Gather; the root's spreading for Broadcast/Reduce) with
+// 1, 2, 4, ... chunks and a few seeds, stopping after two sizes without gain, when a chunk's transfer time on
+// the fastest channel falls below its latency (alpha dominates: smaller chunks only add latency), or when the
+// trials' work (chunk deliveries) would pass a budget. On topologies whose channels all cost the same and
+// share no link every NPU's links are busy from the start, so splitting only adds alpha: 1 chunk.
+int choose_chunks(const Topology& topo, const SynthOptions& o, std::vector<std::pair<int, double>>* trials) {
   const int n = topo.num_npus();
-  if (o.root < 0 || o.root >= n) throw Error("root rank out of range");
+  const bool rooted = o.collective == Collective::Broadcast || o.collective == Collective::Reduce;
+  if (!rooted && !use_general_engine(topo, static_cast<std::size_t>(n))) return 1;
+  const bool reverse_only = o.collective == Collective::ReduceScatter || o.collective == Collective::Reduce;
+  Topology transposed;
+  if (reverse_only) transposed = topo.transposed();
+  const Topology& t = reverse_only ? transposed : topo;
+  double min_lat = std::numeric_limits<double>::infinity(), max_bw = 0;
+  for (const auto& ch : t.channels()) {
+    min_lat = std::min(min_lat, ch.latency_us);
+    max_bw = std::max(max_bw, ch.bandwidth_gbps);
+  }
+  SynthOptions trial = o;
+  trial.record = false;
+  // Two seeds of different look-ahead (import once, none: see gather_general) unless fewer were asked for.
+  std::vector<std::uint64_t> seeds{o.base_seed};
+  if (o.seeds > 1) seeds.push_back(o.base_seed + (o.seeds > 3 ? 3 : 1));
+  trial.seeds = static_cast<int>(seeds.size());
+  constexpr double kBudget = 3e7;  // chunk deliveries over all trials (a few seconds)
+  double spent = 0;
+  int best_k = 1, misses = 0;
+  double best = std::numeric_limits<double>::infinity();
+  for (int k = 1; k <= (rooted ? 256 : 64); k *= 2) {
+    const double chunks = rooted ? k : static_cast<double>(n) * k;
+    const double chunk_bytes = o.bytes / chunks;
+    const double work = chunks * (n - 1) * trial.seeds;
+    if (k > 1 && (spent + work > kBudget || chunk_bytes / (max_bw * 1e3) < min_lat)) break;
+    spent += work;
+    std::vector<int> src(static_cast<std::size_t>(chunks));
+    for (std::size_t c = 0; c < src.size(); ++c) src[c] = rooted ? o.root : static_cast<int>(c % static_cast<std::size_t>(n));
+    const double time = best_gather(t, src, chunk_bytes, trial, nullptr, nullptr, &seeds).time;
+    if (trials) trials->emplace_back(k, time);
+    if (time < best * (1 - 1e-4)) {
+      best = time;
+      best_k = k;
+      misses = 0;
+    } else if (++misses == 2) {
+      break;
+    }
+  }
+  return best_k;
+}
+
+}  // namespace
+
+Schedule synthesize(const Topology& topo, const SynthOptions& o0, SynthStats* stats) {
+  if (!topo.finalized()) throw Error("topology not finalized");
+  if (o0.chunks_per_rank < 0) throw Error("chunks per rank must be >= 1 (0: choose automatically)");
+  if (!(o0.bytes > 0) || !std::isfinite(o0.bytes)) throw Error("collective size must be positive and finite");
+  const int n = topo.num_npus();
+  if (n < 2)
+    throw Error("a collective needs at least 2 NPUs; topology '" + topo.name + "' has " + std::to_string(n));
+  if (o0.root < 0 || o0.root >= n) throw Error("root rank out of range");
+  SynthStats st;
+  SynthOptions o = o0;
+  if (o.chunks_per_rank == 0) o.chunks_per_rank = choose_chunks(topo, o, &st.chunk_trials);
   Schedule s;
   s.collective = o.collective;
   s.algorithm = "tacos";
@@ -1082,7 +1258,6 @@ Schedule synthesize(const Topology& topo, const SynthOptions& o, SynthStats* sta
   s.owner.resize(static_cast<std::size_t>(C));
   for (long long c = 0; c < C; ++c) s.owner[static_cast<std::size_t>(c)] = rooted ? o.root : static_cast<int>(c % n);
 
-  SynthStats st;
   const bool need_reverse = o.collective == Collective::ReduceScatter || o.collective == Collective::AllReduce ||
                             o.collective == Collective::Reduce;
   const bool need_forward = o.collective == Collective::AllGather || o.collective == Collective::AllReduce ||
@@ -1123,6 +1298,7 @@ Schedule synthesize(const Topology& topo, const SynthOptions& o, SynthStats* sta
   if (need_forward) append_forward(fwd, topo, s, need_reverse ? rev.time : 0.0);
   s.time_us = (need_reverse ? rev.time : 0.0) + (need_forward ? fwd.time : 0.0);
   st.time_us = s.time_us;
+  st.chunks_per_rank = o.chunks_per_rank;
   st.transfers = (need_reverse ? rev.count : 0) + (need_forward ? fwd.count : 0);
   if (!o.record) s.routes.clear();
   if (need_reverse && o.record) assign_reduction_order(s);

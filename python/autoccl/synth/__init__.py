@@ -28,6 +28,7 @@ __all__ = [
     "load_schedule",
     "load_topology",
     "lower_bound",
+    "lower_bounds",
     "parse_gen_spec",
     "parse_size",
     "save_schedule",
@@ -116,6 +117,8 @@ def load_topology(path: str | Path) -> Any:
         data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
         raise TopologyFileError(f"{p}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {e}") from e
+    if isinstance(data, dict) and "name" not in data and "generator" not in data:
+        data = {**data, "name": p.stem}
     return topology_from_dict(data, source=str(p))
 
 
@@ -124,14 +127,17 @@ def synthesize(
     collective: str,
     size: str | float,
     *,
-    chunks: int = 1,
+    chunks: int = 0,
     seeds: int = 1,
     threads: int = 0,
     seed: int = 1,
     root: int = 0,
     record: bool = True,
 ) -> tuple[Any, dict[str, Any]]:
-    """Synthesize a schedule. Returns (Schedule, stats). Deterministic for (seed, seeds)."""
+    """Synthesize a schedule. Returns (Schedule, stats). Deterministic for (seed, seeds).
+
+    chunks: chunks per NPU (per root for Broadcast/Reduce); 0 chooses it by trial (stats["chunk_trials"]).
+    """
     return ext().synthesize(
         topology, collective, parse_size(size), chunks, seeds, threads, seed, root, record
     )
@@ -159,8 +165,14 @@ def check(
     return dict(ext().check(schedule, topology, exact_durations, progress))
 
 
-def lower_bound(topology: Any, collective: str, size: str | float) -> float:
-    return float(ext().lower_bound(topology, collective, parse_size(size)))
+def lower_bound(topology: Any, collective: str, size: str | float, root: int = 0) -> float:
+    """The largest bandwidth lower bound (us): per NPU, and cuts over the topology's natural groups."""
+    return float(ext().lower_bound(topology, collective, parse_size(size), root)["time_us"])
+
+
+def lower_bounds(topology: Any, collective: str, size: str | float, root: int = 0) -> dict[str, Any]:
+    """The bound with its origin: time_us, per_npu_us, kind ("per-NPU", "cut", "partition") and what."""
+    return dict(ext().lower_bound(topology, collective, parse_size(size), root))
 
 
 def to_msccl_xml(schedule: Any, name: str = "autoccl_tacos") -> str:

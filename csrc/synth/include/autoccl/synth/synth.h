@@ -186,7 +186,7 @@ struct Schedule {
 struct SynthOptions {
   Collective collective = Collective::AllGather;
   double bytes = 1e9;
-  int chunks_per_rank = 1;  // for Broadcast/Reduce: number of chunks of the root's buffer
+  int chunks_per_rank = 0;  // 0: chosen by trial (see choose_chunks); Broadcast/Reduce: chunks of the root's buffer
   int seeds = 1;
   int threads = 0;  // 0: hardware concurrency
   std::uint64_t base_seed = 1;
@@ -201,6 +201,8 @@ struct SynthStats {
   std::uint64_t transfers = 0;
   double ag_time_us = 0, rs_time_us = 0;
   std::size_t max_queue_entries = 0;
+  int chunks_per_rank = 0;                          // the chunks used
+  std::vector<std::pair<int, double>> chunk_trials;  // (chunks per rank, spreading time) tried when chosen
 };
 
 Schedule synthesize(const Topology& topo, const SynthOptions& opt, SynthStats* stats = nullptr);
@@ -247,8 +249,16 @@ SimResult simulate(const Topology& topo, const Schedule& s);
 Schedule baseline(const Topology& topo, const std::string& algo, Collective coll, double bytes,
                   int chunks_per_rank = 1, int root = 0);
 
-// Lower bound on the collective time from per-NPU ingress/egress bandwidth (us).
-double bandwidth_lower_bound(const Topology& topo, Collective coll, double bytes);
+// Lower bounds on the collective time from bandwidth (us), valid for any schedule and chunking: per NPU, and
+// cuts and partitions over the topology's natural groups (switch domains, blocks along its dimensions,
+// halves); see bounds.cpp. time_us is the largest; kind ("per-NPU", "cut", "partition") and what say which.
+struct LowerBound {
+  double time_us = 0;
+  double per_npu_us = 0;  // the largest per-NPU bound alone
+  std::string kind, what;
+};
+LowerBound lower_bound(const Topology& topo, Collective coll, double bytes, int root = 0);
+double bandwidth_lower_bound(const Topology& topo, Collective coll, double bytes, int root = 0);
 
 // Serialization / export.
 std::string schedule_to_json(const Schedule& s, const Topology* topo = nullptr);
