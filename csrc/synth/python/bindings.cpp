@@ -172,7 +172,7 @@ PYBIND11_MODULE(_synth, m) {
 
   m.def("synthesize",
         [](const Topology& t, const std::string& coll, double bytes, int chunks, int seeds, int threads,
-           std::uint64_t base_seed, int root, bool record) {
+           std::uint64_t base_seed, int root, bool record, double max_memory_bytes) {
           SynthOptions o;
           o.collective = collective_from_string(coll);
           o.bytes = bytes;
@@ -182,6 +182,7 @@ PYBIND11_MODULE(_synth, m) {
           o.base_seed = base_seed;
           o.root = root;
           o.record = record;
+          o.max_memory_bytes = max_memory_bytes;
           SynthStats st;
           Schedule s;
           {
@@ -191,7 +192,47 @@ PYBIND11_MODULE(_synth, m) {
           return py::make_tuple(std::move(s), stats_dict(st));
         },
         py::arg("topology"), py::arg("collective"), py::arg("bytes"), py::arg("chunks") = 0, py::arg("seeds") = 1,
-        py::arg("threads") = 0, py::arg("base_seed") = 1, py::arg("root") = 0, py::arg("record") = true);
+        py::arg("threads") = 0, py::arg("base_seed") = 1, py::arg("root") = 0, py::arg("record") = true,
+        py::arg("max_memory_bytes") = 0.0);
+
+  m.def("synthesize_to_stream",
+        [](const Topology& t, const std::string& coll, double bytes, int chunks, int seeds, int threads,
+           std::uint64_t base_seed, int root, const std::string& path, double max_memory_bytes) {
+          SynthOptions o;
+          o.collective = collective_from_string(coll);
+          o.bytes = bytes;
+          o.chunks_per_rank = chunks;
+          o.seeds = seeds;
+          o.threads = threads;
+          o.base_seed = base_seed;
+          o.root = root;
+          o.max_memory_bytes = max_memory_bytes;
+          SynthStats st;
+          Schedule s;
+          std::uint64_t written = 0;
+          {
+            py::gil_scoped_release rel;
+            s = synthesize_to_stream(t, o, path, &st, &written);
+          }
+          py::dict d = stats_dict(st);
+          d["bytes_written"] = written;
+          return py::make_tuple(std::move(s), d);
+        },
+        py::arg("topology"), py::arg("collective"), py::arg("bytes"), py::arg("chunks"), py::arg("seeds"),
+        py::arg("threads"), py::arg("base_seed"), py::arg("root"), py::arg("path"), py::arg("max_memory_bytes"));
+
+  py::class_<StreamSection>(m, "StreamSection")
+      .def(py::init<>())
+      .def_readwrite("mirror", &StreamSection::mirror)
+      .def_readwrite("blocks_of", &StreamSection::blocks_of)
+      .def_readwrite("routes", &StreamSection::routes)
+      .def_readwrite("route_us", &StreamSection::route_us);
+  m.def("read_schedule_stream",
+        [](const std::string& path, const std::vector<StreamSection>& sections, Schedule& s,
+           const std::vector<int>& route_src, const std::vector<int>& route_dst) {
+          py::gil_scoped_release rel;
+          read_schedule_stream(path, sections, s, route_src, route_dst);
+        });
 
   m.def("check",
         [](const Schedule& s, const Topology* t, bool exact_durations, py::object progress) {

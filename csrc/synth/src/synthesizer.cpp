@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -136,6 +137,9 @@ struct GatherResult {
   std::size_t max_queue = 0;
 };
 
+// Takes transfers as they are made (route = channel id) and empties the vector; the engines then keep none.
+using Sink = std::function<void(std::vector<Transfer>&)>;
+
 inline std::uint64_t mix64(std::uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
@@ -220,7 +224,8 @@ class Barrier {
 // Import once wins on hierarchies (hosts behind slow rails), none on tori whose slow links are part of
 // every NPU's own bandwidth; seeds 1..4 cover oldest/import, random/import, oldest/earliest, oldest/none.
 GatherResult gather_general(const Topology& t, const std::vector<int>& src, double chunk_bytes,
-                            std::uint64_t seed, bool record) {
+                            std::uint64_t seed, bool record, const Sink* sink) {
+  record = record || sink;
   const int n = t.num_npus();
   const std::size_t C = src.size();
   const auto& chans = t.channels();
@@ -472,6 +477,7 @@ GatherResult gather_general(const Topology& t, const std::vector<int>& src, doub
         tr.end = start + cost[cu];
         tr.route = ch;
         res.transfers.push_back(tr);
+        if (sink && res.transfers.size() >= 65536) (*sink)(res.transfers);
       }
       res.time = std::max(res.time, start + cost[cu]);
       // First arrival: slower copies of c still in flight into d are cancelled.
@@ -488,6 +494,7 @@ GatherResult gather_general(const Topology& t, const std::vector<int>& src, doub
     max_q = std::max(max_q, qentries);
     match(now);
   }
+  if (sink && !res.transfers.empty()) (*sink)(res.transfers);
   res.max_queue = max_q;
   return res;
 }
@@ -587,7 +594,7 @@ class Completions {
 class Gather {
  public:
   Gather(const Topology& t, const std::vector<int>& src, double chunk_bytes, std::uint64_t seed, bool record,
-         int threads);
+         int threads, const Sink* sink);
   GatherResult run();
 
  private:
@@ -633,7 +640,9 @@ class Gather {
   int n_;
   std::size_t C_, nch_;
   std::uint64_t seed_;
-  bool record_, random_;
+  bool record_;
+  const Sink* sink_;
+  bool random_;
   unsigned shift_ = 31;       // entry = chunk | tag << shift_ (without tags, 31: no channel's back tag matches)
   std::uint32_t cmask_ = ~0U;  // chunk bits of an entry
   std::uint32_t claimed_bit_;  // a bit set in every claim row (entries d sent to s test it)
@@ -668,12 +677,13 @@ class Gather {
 };
 
 Gather::Gather(const Topology& t, const std::vector<int>& src, double chunk_bytes, std::uint64_t seed, bool record,
-               int threads)
+               int threads, const Sink* sink)
     : n_(t.num_npus()),
       C_(src.size()),
       nch_(t.channels().size()),
       seed_(mix64(seed + 0x632BE59BD9B4E019ULL)),
-      record_(record),
+      record_(record || sink),
+      sink_(sink),
       random_((seed & 1ULL) == 0),
       claimed_bit_(static_cast<std::uint32_t>(src.size())),
       claimed_(static_cast<std::size_t>(t.num_npus()), src.size() + 1) {
@@ -1009,6 +1019,11 @@ void Gather::worker(int t) {
   guarded([&] { match(p, t, event, 0.0); });
   publish();
   for (;;) {
+    // Every thread has matched the last event (the barrier in publish), and none adds transfers before the
+    // next barrier: thread 0 hands them to the sink, in rank order of their destinations.
+    if (t == 0 && sink_)
+      for (auto& q : parts_)
+        if (!q.transfers.empty()) guarded([&] { (*sink_)(q.transfers); });
     double now = inf;
     bool failed = false;
     std::int64_t entries = 0;
@@ -1065,9 +1080,10 @@ bool use_general_engine(const Topology& t, std::size_t chunks) {
 }
 
 GatherResult gather(const Topology& t, const std::vector<int>& src, double chunk_bytes, std::uint64_t seed,
-                    bool record, int threads) {
-  GatherResult res = use_general_engine(t, src.size()) ? gather_general(t, src, chunk_bytes, seed, record)
-                                                      : Gather(t, src, chunk_bytes, seed, record, threads).run();
+                    bool record, int threads, const Sink* sink = nullptr) {
+  GatherResult res = use_general_engine(t, src.size())
+                         ? gather_general(t, src, chunk_bytes, seed, record, sink)
+                         : Gather(t, src, chunk_bytes, seed, record, threads, sink).run();
   const std::uint64_t expect = static_cast<std::uint64_t>(src.size()) * static_cast<std::uint64_t>(t.num_npus() - 1);
   if (res.count != expect)
     throw Error("synthesis did not complete: " + std::to_string(res.count) + " of " + std::to_string(expect) +
@@ -1230,9 +1246,38 @@ int choose_chunks(const Topology& topo, const SynthOptions& o, std::vector<std::
   return best_k;
 }
 
+// Refuse, before any work, a synthesis whose state or transfer list would not fit in o.max_memory_bytes.
+void check_memory(const Topology& topo, const SynthOptions& o, double chunks) {
+  const double n = topo.num_npus();
+  const double cells = n * chunks;
+  const bool general = use_general_engine(topo, static_cast<std::size_t>(chunks));
+  const unsigned hw = std::thread::hardware_concurrency();
+  const int threads = o.threads > 0 ? o.threads : static_cast<int>(hw ? hw : 1);
+  const double parallel = std::max(1, std::min(threads, std::max(1, o.seeds)));
+  // general engine: eta (8 B) + held bit + candidate queues (~4 B) per cell; Gather: a claim bit per cell
+  const double state = parallel * (general ? cells * 12.2 : cells / 8) + 256.0 * static_cast<double>(topo.channels().size());
+  const bool both = o.collective == Collective::AllReduce;
+  const double deliveries = chunks * (n - 1) * (both ? 2 : 1);
+  // the kept transfers of the best seed and of the seeds running, then the schedule's copy
+  const double list = o.record ? deliveries * static_cast<double>(sizeof(Transfer)) * (parallel + 2) : 0;
+  const double need = state + list;
+  if (need <= o.max_memory_bytes) return;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "%s on %d NPUs with %.0f chunks would need about %.1f GiB (%.1f GiB of synthesis state%s), more "
+                "than the %.1f GiB allowed%s",
+                to_string(o.collective), topo.num_npus(), chunks, need / (1 << 30), state / (1 << 30),
+                o.record ? ", the rest for the transfer list" : "", o.max_memory_bytes / (1 << 30),
+                o.record ? "; --no-schedule or --stream keep no transfer list in memory" : "");
+  throw Error(buf);
+}
+
 }  // namespace
 
-Schedule synthesize(const Topology& topo, const SynthOptions& o0, SynthStats* stats) {
+namespace {
+
+// Validate the options, choose the chunks, and fill the schedule's header (no transfers).
+Schedule prepare(const Topology& topo, const SynthOptions& o0, SynthOptions& o, SynthStats& st) {
   if (!topo.finalized()) throw Error("topology not finalized");
   if (o0.chunks_per_rank < 0) throw Error("chunks per rank must be >= 1 (0: choose automatically)");
   if (!(o0.bytes > 0) || !std::isfinite(o0.bytes)) throw Error("collective size must be positive and finite");
@@ -1240,8 +1285,7 @@ Schedule synthesize(const Topology& topo, const SynthOptions& o0, SynthStats* st
   if (n < 2)
     throw Error("a collective needs at least 2 NPUs; topology '" + topo.name + "' has " + std::to_string(n));
   if (o0.root < 0 || o0.root >= n) throw Error("root rank out of range");
-  SynthStats st;
-  SynthOptions o = o0;
+  o = o0;
   if (o.chunks_per_rank == 0) o.chunks_per_rank = choose_chunks(topo, o, &st.chunk_trials);
   Schedule s;
   s.collective = o.collective;
@@ -1257,12 +1301,40 @@ Schedule synthesize(const Topology& topo, const SynthOptions& o0, SynthStats* st
   s.chunk_bytes = o.bytes / static_cast<double>(C);
   s.owner.resize(static_cast<std::size_t>(C));
   for (long long c = 0; c < C; ++c) s.owner[static_cast<std::size_t>(c)] = rooted ? o.root : static_cast<int>(c % n);
+  if (o.max_memory_bytes > 0) check_memory(topo, o, static_cast<double>(C));
+  st.chunks_per_rank = o.chunks_per_rank;
+  return s;
+}
 
-  const bool need_reverse = o.collective == Collective::ReduceScatter || o.collective == Collective::AllReduce ||
-                            o.collective == Collective::Reduce;
-  const bool need_forward = o.collective == Collective::AllGather || o.collective == Collective::AllReduce ||
-                            o.collective == Collective::Broadcast;
-  GatherResult fwd, rev;
+bool needs_reverse(Collective c) {
+  return c == Collective::ReduceScatter || c == Collective::AllReduce || c == Collective::Reduce;
+}
+bool needs_forward(Collective c) {
+  return c == Collective::AllGather || c == Collective::AllReduce || c == Collective::Broadcast;
+}
+
+// Routes of the reductions, in their direction, by channel of the spreading topology (topo's own channels
+// reversed link by link where every link has a twin, else the transposed topology's channels reversed).
+std::vector<std::vector<int>> reduction_routes(const Topology& spread_topo, const std::vector<int>& partner) {
+  std::vector<std::vector<int>> rev_routes;
+  for (const auto& ch : spread_topo.channels()) {
+    std::vector<int> r;
+    for (auto it = ch.route.rbegin(); it != ch.route.rend(); ++it)
+      r.push_back(partner.empty() ? *it : partner[static_cast<std::size_t>(*it)]);
+    rev_routes.push_back(std::move(r));
+  }
+  return rev_routes;
+}
+
+}  // namespace
+
+Schedule synthesize(const Topology& topo, const SynthOptions& o0, SynthStats* stats) {
+  SynthStats st;
+  SynthOptions o;
+  Schedule s = prepare(topo, o0, o, st);
+  const bool need_reverse = needs_reverse(o.collective), need_forward = needs_forward(o.collective);
+  GatherResult fwd, rev_own;
+  const GatherResult* rev = &rev_own;
   std::vector<std::vector<int>> rev_routes;
   if (need_forward) {
     fwd = best_gather(topo, s.owner, s.chunk_bytes, o, &st.seed_times, &st.best_seed);
@@ -1272,36 +1344,108 @@ Schedule synthesize(const Topology& topo, const SynthOptions& o0, SynthStats* st
   if (need_reverse) {
     const auto partner = symmetric_partner(topo);
     if (!partner.empty() && need_forward) {
-      rev = fwd;  // transpose == topology: the same spreading schedule, reversed, is the reduction
+      rev = &fwd;  // transpose == topology: the same spreading schedule, reversed, is the reduction
     } else if (!partner.empty()) {
-      rev = best_gather(topo, s.owner, s.chunk_bytes, o, &st.seed_times, &st.best_seed);
-      st.max_queue_entries = rev.max_queue;
+      rev_own = best_gather(topo, s.owner, s.chunk_bytes, o, &st.seed_times, &st.best_seed);
+      st.max_queue_entries = rev_own.max_queue;
     } else {
       const Topology tt = topo.transposed();
       std::vector<double> times;
-      rev = best_gather(tt, s.owner, s.chunk_bytes, o, need_forward ? &times : &st.seed_times,
-                        need_forward ? nullptr : &st.best_seed);
-      st.max_queue_entries = std::max(st.max_queue_entries, rev.max_queue);
-      for (const auto& ch : tt.channels()) rev_routes.emplace_back(ch.route.rbegin(), ch.route.rend());
+      rev_own = best_gather(tt, s.owner, s.chunk_bytes, o, need_forward ? &times : &st.seed_times,
+                            need_forward ? nullptr : &st.best_seed);
+      st.max_queue_entries = std::max(st.max_queue_entries, rev_own.max_queue);
+      rev_routes = reduction_routes(tt, {});
     }
-    if (!partner.empty()) {
-      for (const auto& ch : topo.channels()) {
-        std::vector<int> r;
-        for (auto it = ch.route.rbegin(); it != ch.route.rend(); ++it) r.push_back(partner[static_cast<std::size_t>(*it)]);
-        rev_routes.push_back(std::move(r));
-      }
-    }
-    st.rs_time_us = rev.time;
+    if (!partner.empty()) rev_routes = reduction_routes(topo, partner);
+    st.rs_time_us = rev->time;
   }
   s.seed = st.best_seed;
-  if (need_reverse) append_reversed(rev, rev_routes, rev.time, s, 0.0);
-  if (need_forward) append_forward(fwd, topo, s, need_reverse ? rev.time : 0.0);
-  s.time_us = (need_reverse ? rev.time : 0.0) + (need_forward ? fwd.time : 0.0);
+  if (o.record) s.transfers.reserve((need_reverse ? rev->transfers.size() : 0) + (need_forward ? fwd.transfers.size() : 0));
+  if (need_reverse) append_reversed(*rev, rev_routes, rev->time, s, 0.0);
+  if (need_forward) append_forward(fwd, topo, s, need_reverse ? rev->time : 0.0);
+  s.time_us = (need_reverse ? rev->time : 0.0) + (need_forward ? fwd.time : 0.0);
   st.time_us = s.time_us;
-  st.chunks_per_rank = o.chunks_per_rank;
-  st.transfers = (need_reverse ? rev.count : 0) + (need_forward ? fwd.count : 0);
+  st.transfers = (need_reverse ? rev->count : 0) + (need_forward ? fwd.count : 0);
   if (!o.record) s.routes.clear();
   if (need_reverse && o.record) assign_reduction_order(s);
+  if (stats) *stats = st;
+  return s;
+}
+
+Schedule synthesize_to_stream(const Topology& topo, const SynthOptions& o0, const std::string& path, SynthStats* stats,
+                              std::uint64_t* bytes) {
+  SynthStats st;
+  SynthOptions o;
+  SynthOptions o_nr = o0;
+  o_nr.record = false;
+  Schedule s = prepare(topo, o_nr, o, st);
+  const bool need_reverse = needs_reverse(o.collective), need_forward = needs_forward(o.collective);
+  const auto partner = symmetric_partner(topo);
+  const bool shared_run = need_reverse && need_forward && !partner.empty();
+  std::unique_ptr<Topology> tt;
+  if (need_reverse && partner.empty()) tt = std::make_unique<Topology>(topo.transposed());
+  const Topology& rev_topo = tt ? *tt : topo;
+  // The best seed of each spreading run, found without writing (one seed: nothing to search).
+  auto best_seed = [&](const Topology& t, std::vector<double>* times) {
+    if (o.seeds <= 1) return o.base_seed;
+    std::uint64_t b = o.base_seed;
+    best_gather(t, s.owner, s.chunk_bytes, o, times, &b);
+    return b;
+  };
+  std::vector<StreamSection> sections;
+  auto costs = [&](const Topology& t) {
+    std::vector<double> c;
+    for (const auto& ch : t.channels()) c.push_back(ch.time_us(s.chunk_bytes));
+    return c;
+  };
+  std::uint64_t rev_seed = 0, fwd_seed = 0;
+  if (need_reverse) {
+    StreamSection sec;
+    sec.mirror = true;
+    sec.routes = reduction_routes(rev_topo, partner);
+    sec.route_us = costs(rev_topo);
+    sections.push_back(std::move(sec));
+    rev_seed = best_seed(rev_topo, &st.seed_times);
+  }
+  if (need_forward) {
+    StreamSection sec;
+    for (const auto& ch : topo.channels()) sec.routes.push_back(ch.route);
+    sec.route_us = costs(topo);
+    if (shared_run) sec.blocks_of = 0;
+    sections.push_back(std::move(sec));
+    fwd_seed = shared_run ? rev_seed : best_seed(topo, &st.seed_times);
+  }
+  s.seed = need_forward ? fwd_seed : rev_seed;
+  st.best_seed = s.seed;
+  StreamWriter w(path, stream_header_json(s, topo, sections));
+  const Sink sink = [&w](std::vector<Transfer>& ts) { w.write(ts); };
+  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  double t_rev = 0, t_fwd = 0;
+  if (need_reverse) {
+    const GatherResult r = gather(rev_topo, s.owner, s.chunk_bytes, rev_seed, false, threads, &sink);
+    w.end_section(r.time);
+    t_rev = r.time;
+    st.rs_time_us = r.time;
+    st.transfers += r.count;
+    st.max_queue_entries = r.max_queue;
+  }
+  if (need_forward) {
+    if (shared_run) {
+      t_fwd = t_rev;
+      st.transfers *= 2;
+    } else {
+      const GatherResult r = gather(topo, s.owner, s.chunk_bytes, fwd_seed, false, threads, &sink);
+      w.end_section(r.time);
+      t_fwd = r.time;
+      st.transfers += r.count;
+      st.max_queue_entries = std::max(st.max_queue_entries, r.max_queue);
+    }
+    st.ag_time_us = t_fwd;
+  }
+  const std::uint64_t written = w.finish();
+  if (bytes) *bytes = written;
+  s.time_us = t_rev + t_fwd;
+  st.time_us = s.time_us;
   if (stats) *stats = st;
   return s;
 }

@@ -34,6 +34,7 @@ __all__ = [
     "save_schedule",
     "simulate",
     "synthesize",
+    "synthesize_to_stream",
     "to_msccl_xml",
     "to_mscclpp_json",
     "topology_from_dict",
@@ -133,14 +134,46 @@ def synthesize(
     seed: int = 1,
     root: int = 0,
     record: bool = True,
+    max_memory_gib: float | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """Synthesize a schedule. Returns (Schedule, stats). Deterministic for (seed, seeds).
 
     chunks: chunks per NPU (per root for Broadcast/Reduce); 0 chooses it by trial (stats["chunk_trials"]).
+    max_memory_gib: refuse (ValueError, before any work) what would need more; default: the machine's memory.
     """
+    limit = physical_memory_gib() if max_memory_gib is None else max_memory_gib
     return ext().synthesize(
-        topology, collective, parse_size(size), chunks, seeds, threads, seed, root, record
+        topology, collective, parse_size(size), chunks, seeds, threads, seed, root, record, limit * 2**30
     )
+
+
+def synthesize_to_stream(
+    topology: Any,
+    collective: str,
+    size: str | float,
+    path: str | Path,
+    *,
+    chunks: int = 0,
+    seeds: int = 1,
+    threads: int = 0,
+    seed: int = 1,
+    root: int = 0,
+    max_memory_gib: float | None = None,
+) -> tuple[Any, dict[str, Any]]:
+    """Synthesize and write the schedule to `path` as it is made (format autoccl-schedule-stream v1), keeping
+    no transfer list in memory. Returns (the schedule's header, stats with "bytes_written")."""
+    limit = physical_memory_gib() if max_memory_gib is None else max_memory_gib
+    return ext().synthesize_to_stream(
+        topology, collective, parse_size(size), chunks, seeds, threads, seed, root, str(path), limit * 2**30
+    )
+
+
+def physical_memory_gib() -> float:
+    """This machine's memory (GiB); 0 where it cannot be read (no limit)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        return 0.0
 
 
 def baseline(
@@ -201,12 +234,27 @@ def _need(data: dict[str, Any], key: str, path: str | Path) -> Any:
     return data[key]
 
 
-def load_schedule(path: str | Path, topology: Any | None = None) -> Any:
-    """Read a schedule JSON file (format `autoccl-schedule` v1 or v2, docs/synth.md).
+def _header(s: Any, data: dict[str, Any], path: str | Path) -> None:
+    try:
+        s.collective = str(_need(data, "collective", path))
+        s.algorithm = str(data.get("algorithm", ""))
+        s.nranks = int(_need(data, "nranks", path))
+        s.nchunks = int(_need(data, "nchunks", path))
+        s.chunks_per_rank = int(data.get("chunks_per_rank", 1))
+        s.root = int(data.get("root", 0))
+        s.chunk_bytes = float(_need(data, "chunk_bytes", path))
+        s.bytes = float(_need(data, "bytes", path))
+        s.time_us = float(data.get("time_us", 0))
+        s.seed = int(data.get("seed", 0))
+        s.owner = [int(x) for x in _need(data, "owner", path)]
+        s.routes = [[int(x) for x in r] for r in data.get("routes", [])]
+    except ScheduleError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise ScheduleError(f"{path}: bad schedule header: {e}") from e
 
-    With a topology, the schedule's ranks and links are resolved by name onto it (never by position): a rank
-    or link the topology lacks, or an NPU of the topology the schedule does not name, is a ScheduleError.
-    """
+
+def _load_json(path: str | Path) -> tuple[Any, dict[str, Any]]:
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as e:
@@ -225,23 +273,7 @@ def load_schedule(path: str | Path, topology: Any | None = None) -> Any:
     if fields != expected:
         raise ScheduleError(f"{path}: transfer_fields must be {expected}")
     s = ext().Schedule()
-    try:
-        s.collective = str(_need(data, "collective", path))
-        s.algorithm = str(data.get("algorithm", ""))
-        s.nranks = int(_need(data, "nranks", path))
-        s.nchunks = int(_need(data, "nchunks", path))
-        s.chunks_per_rank = int(data.get("chunks_per_rank", 1))
-        s.root = int(data.get("root", 0))
-        s.chunk_bytes = float(_need(data, "chunk_bytes", path))
-        s.bytes = float(_need(data, "bytes", path))
-        s.time_us = float(data.get("time_us", 0))
-        s.seed = int(data.get("seed", 0))
-        s.owner = [int(x) for x in _need(data, "owner", path)]
-        s.routes = [[int(x) for x in r] for r in data.get("routes", [])]
-    except (TypeError, ValueError) as e:
-        if isinstance(e, ScheduleError):
-            raise
-        raise ScheduleError(f"{path}: bad schedule header: {e}") from e
+    _header(s, data, path)
     rows = _need(data, "transfers", path)
     import numpy as np
 
@@ -273,6 +305,76 @@ def load_schedule(path: str | Path, topology: Any | None = None) -> Any:
         raise ScheduleError(f"{path}: {e}") from e
     if version == 1 and s.timed:
         s.assign_reduction_order()  # v1 states none: reductions apply in arrival order
+    return s, data
+
+
+def _load_stream(path: str | Path) -> tuple[Any, dict[str, Any]]:
+    import struct
+
+    try:
+        with open(path, "rb") as f:
+            f.read(4)
+            (version,) = struct.unpack("<I", f.read(4))
+            (length,) = struct.unpack("<Q", f.read(8))
+            data = json.loads(f.read(length))
+    except (OSError, struct.error, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ScheduleError(f"{path}: not a readable autoccl schedule stream: {e}") from e
+    if version != 1 or not isinstance(data, dict) or data.get("format") != "autoccl-schedule-stream":
+        raise ScheduleError(f"{path}: not an autoccl-schedule-stream v1 file")
+    s = ext().Schedule()
+    _header(s, {k: v for k, v in data.items() if k != "routes"}, path)
+    ranks, links = data.get("ranks"), data.get("links")
+    if not isinstance(ranks, list) or not isinstance(links, list):
+        raise ScheduleError(f"{path}: the stream's header has no ranks or links")
+    rank_of = {str(name): r for r, name in enumerate(ranks)}
+    sections: list[Any] = []
+    routes: list[list[int]] = []
+    route_src: list[int] = []
+    route_dst: list[int] = []
+    try:
+        for sec in _need(data, "sections", path):
+            x = ext().StreamSection()
+            x.mirror = sec["kind"] == "mirror"
+            x.blocks_of = int(sec.get("blocks_of", -1))
+            x.routes = [[int(i) for i in r] for r in sec["routes"]]
+            x.route_us = [float(v) for v in sec["route_us"]]
+            if len(x.routes) != len(x.route_us):
+                raise ScheduleError(f"{path}: a section has {len(x.routes)} routes and {len(x.route_us)} durations")
+            for r in x.routes:
+                if not r or min(r) < 0 or max(r) >= len(links):
+                    raise ScheduleError(f"{path}: a route names a link the stream does not list")
+                a, b = str(links[r[0]][0]), str(links[r[-1]][1])
+                if a not in rank_of or b not in rank_of:
+                    raise ScheduleError(f"{path}: a route does not lead from an NPU to an NPU")
+                route_src.append(rank_of[a])
+                route_dst.append(rank_of[b])
+            routes += x.routes
+            sections.append(x)
+    except ScheduleError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise ScheduleError(f"{path}: bad stream section: {e}") from e
+    s.routes = routes
+    try:
+        ext().read_schedule_stream(str(path), sections, s, route_src, route_dst)
+    except ValueError as e:
+        raise ScheduleError(str(e)) from e
+    return s, data
+
+
+def load_schedule(path: str | Path, topology: Any | None = None) -> Any:
+    """Read a schedule file: JSON (format `autoccl-schedule` v1 or v2) or a stream (`autoccl synth --stream`,
+    format `autoccl-schedule-stream` v1); docs/synth.md.
+
+    With a topology, the schedule's ranks and links are resolved by name onto it (never by position): a rank
+    or link the topology lacks, or an NPU of the topology the schedule does not name, is a ScheduleError.
+    """
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise ScheduleError(f"{path}: cannot read the schedule: {e}") from e
+    s, data = _load_stream(path) if magic == b"ACSS" else _load_json(path)
     if topology is None:
         return s
     ranks = data.get("ranks")

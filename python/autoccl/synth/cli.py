@@ -72,6 +72,10 @@ def _with_topo(f: Any) -> Any:
     return f
 
 
+# Streams up to this many transfers are re-read and checked (about 2 GiB of memory).
+_STREAM_CHECK_LIMIT = 2e7
+
+
 def _progress(label: str) -> Callable[[int, int], None]:
     """A progress callback for long checks: one line on stderr every few seconds."""
     last = [time.monotonic()]
@@ -112,7 +116,12 @@ def _plots(topo: Any, sim: dict[str, Any], heatmap: str | None, timeline: str | 
     default=0,
     help="chunks per NPU (per root for bcast/reduce); 0 (default): chosen by trial",
 )
-@click.option("--seeds", type=int, default=4, show_default=True, help="best of this many seeds")
+@click.option(
+    "--seeds",
+    type=click.IntRange(min=0),
+    default=0,
+    help="best of this many seeds (0, the default: 4, or 1 above 5e7 deliveries per seed)",
+)
 @click.option("--seed", type=int, default=1, show_default=True, help="first seed")
 @click.option("--threads", type=int, default=0, help="threads for the seeds (0: all cores)")
 @click.option("--root", type=int, default=0, show_default=True)
@@ -125,6 +134,16 @@ def _plots(topo: Any, sim: dict[str, Any], heatmap: str | None, timeline: str | 
 )
 @click.option(
     "--no-schedule", is_flag=True, help="estimate the time only; keep no transfer list (huge topologies)"
+)
+@click.option(
+    "--stream",
+    type=click.Path(dir_okay=False),
+    help="write the schedule to this file while it is made (binary, docs/synth.md), keeping none in memory",
+)
+@click.option(
+    "--max-memory",
+    type=click.FloatRange(min=0),
+    help="GiB: refuse up front what would need more (default: this machine's memory)",
 )
 @click.option("--heatmap", type=click.Path(dir_okay=False), help="link-utilization heat map (PNG)")
 @click.option("--timeline", type=click.Path(dir_okay=False), help="time-line chart (PNG)")
@@ -147,26 +166,50 @@ def synth(
     report: str | None,
     check: bool,
     no_schedule: bool,
+    stream: str | None,
+    max_memory: float | None,
     heatmap: str | None,
     timeline: str | None,
 ) -> None:
     """Synthesize a collective schedule for a topology (TACOS, done completely)."""
-    _writable(out, msccl_xml, mscclpp_json, report, heatmap, timeline)
+    _writable(out, msccl_xml, mscclpp_json, report, heatmap, timeline, stream)
+    if stream and (no_schedule or out or msccl_xml or mscclpp_json or heatmap or timeline):
+        raise click.UsageError(
+            "--stream keeps no schedule in memory: it cannot be combined with --no-schedule, -o, --msccl-xml, "
+            "--mscclpp-json, --heatmap or --timeline"
+        )
     topo = _topology(topology, gen, bandwidth, latency, gen_opt)
+    if seeds == 0:
+        seeds = 4 if topo.num_npus * (topo.num_npus - 1) <= 5e7 else 1
     try:
         nbytes = S.parse_size(size)
         t0 = time.perf_counter()
-        sched, stats = S.synthesize(
-            topo,
-            collective,
-            nbytes,
-            chunks=chunks,
-            seeds=seeds,
-            threads=threads,
-            seed=seed,
-            root=root,
-            record=not no_schedule,
-        )
+        if stream:
+            sched, stats = S.synthesize_to_stream(
+                topo,
+                collective,
+                nbytes,
+                stream,
+                chunks=chunks,
+                seeds=seeds,
+                threads=threads,
+                seed=seed,
+                root=root,
+                max_memory_gib=max_memory,
+            )
+        else:
+            sched, stats = S.synthesize(
+                topo,
+                collective,
+                nbytes,
+                chunks=chunks,
+                seeds=seeds,
+                threads=threads,
+                seed=seed,
+                root=root,
+                record=not no_schedule,
+                max_memory_gib=max_memory,
+            )
         synth_s = time.perf_counter() - t0
     except ValueError as e:
         raise click.ClickException(str(e)) from e
@@ -182,6 +225,7 @@ def synth(
         "chunk_trials": stats["chunk_trials"],
         "seeds": seeds,
         "first_seed": seed,
+        "max_queue_entries": stats["max_queue_entries"],
         "best_seed": stats["best_seed"],
         "time_us": sched.time_us,
         "algbw_gbps": nbytes / (sched.time_us * 1e3) if sched.time_us > 0 else 0.0,
@@ -195,7 +239,25 @@ def synth(
         "seed_times_us": stats["seed_times_us"],
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
-    if not no_schedule:
+    if stream:
+        rep["stream"] = {"path": stream, "bytes": stats["bytes_written"]}
+        if check and stats["transfers"] <= _STREAM_CHECK_LIMIT:
+            try:
+                sched = S.load_schedule(stream, topo)
+            except S.ScheduleError as e:
+                raise click.ClickException(f"re-reading the stream: {e}") from e
+            res = S.check(sched, topo, progress=_progress("checking"))
+            rep["check"] = {"ok": res["ok"], "errors": res["errors"], "redundant": res["redundant"]}
+            if not res["ok"]:
+                raise click.ClickException("checker rejected the schedule: " + "; ".join(res["errors"][:3]))
+        elif check:
+            rep["check"] = None
+            click.echo(
+                f"not checked: {stats['transfers']:,} transfers; the check re-reads a stream of at most "
+                f"{_STREAM_CHECK_LIMIT:,.0f} (--no-check to silence)",
+                err=True,
+            )
+    elif not no_schedule:
         if check:
             res = S.check(sched, topo, progress=_progress("checking"))
             rep["check"] = {"ok": res["ok"], "errors": res["errors"], "redundant": res["redundant"]}
@@ -217,7 +279,8 @@ def synth(
         f"{collective} on {topo.name} ({topo.num_npus} NPUs), {nbytes:.0f} B: {sched.time_us:.2f} us "
         + (f"({sched.time_us / lb:.3f}x the lower bound {lb:.2f} us, {bound['kind']}: {bound['what']}), " if lb > 0 else "")
         + f"{stats['chunks_per_rank']} chunk(s) per NPU{' (chosen)' if chunks == 0 else ''}, "
-        + f"synthesized in {synth_s:.3f} s, {stats['transfers']} transfers"
+        + f"{seeds} seed(s), synthesized in {synth_s:.3f} s, {stats['transfers']} transfers"
+        + (f", {stats['bytes_written'] / 2**20:.1f} MiB streamed to {stream}" if stream else "")
     )
     if report:
         Path(report).write_text(json.dumps(rep, indent=2) + "\n")

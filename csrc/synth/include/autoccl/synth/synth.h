@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -192,6 +193,8 @@ struct SynthOptions {
   std::uint64_t base_seed = 1;
   int root = 0;
   bool record = true;  // false: compute the time only (no transfer list kept)
+  // Refuse (Error, before any work) a synthesis estimated to need more memory than this; 0: no limit.
+  double max_memory_bytes = 0;
 };
 
 struct SynthStats {
@@ -206,6 +209,35 @@ struct SynthStats {
 };
 
 Schedule synthesize(const Topology& topo, const SynthOptions& opt, SynthStats* stats = nullptr);
+
+// Schedules streamed to disk (format autoccl-schedule-stream v1, stream.cpp and docs/synth.md).
+struct StreamSection {
+  bool mirror = false;  // reductions: the time reversal of the records' spreading phase
+  int blocks_of = -1;   // >= 0: no records of its own, those of that (earlier) section
+  std::vector<std::vector<int>> routes;  // link ids, in the direction of the section's transfers
+  std::vector<double> route_us;          // duration of a transfer over each route
+};
+class StreamWriter {
+ public:
+  StreamWriter(const std::string& path, const std::string& header_json);
+  ~StreamWriter();
+  void write(std::vector<Transfer>& transfers);  // route = route index of the section; empties the vector
+  void end_section(double time_us);
+  std::uint64_t finish();  // bytes written
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+std::string stream_header_json(const Schedule& s, const Topology& topo, const std::vector<StreamSection>& sections);
+// Synthesize as synthesize() does, writing the transfers to `path` as they are made instead of keeping them:
+// memory stays that of the synthesis state. With several seeds, the best is found first without writing,
+// then run again. The schedule returned has no transfers. *bytes: the file's size.
+Schedule synthesize_to_stream(const Topology& topo, const SynthOptions& opt, const std::string& path,
+                              SynthStats* stats = nullptr, std::uint64_t* bytes = nullptr);
+// Read a stream's records into s (whose header fields the caller set from the stream's JSON header), with
+// route_src/route_dst the ranks at the ends of every section's routes, concatenated in section order.
+void read_schedule_stream(const std::string& path, const std::vector<StreamSection>& sections, Schedule& s,
+                          const std::vector<int>& route_src, const std::vector<int>& route_dst);
 
 // Checker: symbolic replay. Throws nothing; returns ok + errors.
 struct CheckOptions {
