@@ -293,7 +293,7 @@ def main() -> None:
     ap.add_argument("--tacos-src", type=Path, default=os.environ.get("TACOS_SRC"), help="TACOS v1.3.0 checkout")
     ap.add_argument("--build-dir", type=Path, default=REPO / "build" / "tacos-compare")
     ap.add_argument("--runs", type=int, default=3, help="TACOS runs per variant (random seeds), best kept")
-    ap.add_argument("--seeds", type=int, default=4, help="our seeds (autoccl synth's default)")
+    ap.add_argument("--seeds", type=int, default=0, help="our seeds (0: autoccl synth's default)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=1800, help="seconds for all runs of one TACOS variant")
     ap.add_argument("--only", nargs="*", help="topology names (default: all)")
@@ -318,25 +318,26 @@ def main() -> None:
             continue
         t = _topology(spec)
         n = t.num_npus
+        seeds = a.seeds or S.default_seeds(t)
         edges_text, link_id = _edges(t)
         edges = a.build_dir / f"{name}.edges"
         edges.write_text(edges_text)
         print(f"== {name} ({n} NPUs)", flush=True)
-        # ours, default settings (chunks chosen by trial, 4 seeds)
+        # ours, default settings (chunks chosen by trial, default seeds)
         t0 = time.perf_counter()
-        ours, st = S.synthesize(t, "allgather", SIZE, chunks=0, seeds=a.seeds, threads=a.threads)
+        ours, st = S.synthesize(t, "allgather", SIZE, chunks=0, seeds=seeds, threads=a.threads)
         ours_s = time.perf_counter() - t0
         k = int(st["chunks_per_rank"])
         trials = st["chunk_trials"]
         chunk_bytes = SIZE // (n * k)
         if chunk_bytes * n * k != SIZE:  # same whole-byte chunks as TACOS
             t0 = time.perf_counter()
-            ours, st = S.synthesize(t, "allgather", chunk_bytes * n * k, chunks=k, seeds=a.seeds, threads=a.threads)
+            ours, st = S.synthesize(t, "allgather", chunk_bytes * n * k, chunks=k, seeds=seeds, threads=a.threads)
             ours_s += time.perf_counter() - t0
         ours_chk = S.check(ours, t)
         one_bytes = SIZE // n
         t0 = time.perf_counter()
-        ours1, _ = S.synthesize(t, "allgather", one_bytes * n, chunks=1, seeds=a.seeds, threads=a.threads)
+        ours1, _ = S.synthesize(t, "allgather", one_bytes * n, chunks=1, seeds=seeds, threads=a.threads)
         ours1_s = time.perf_counter() - t0
         ours1_chk = S.check(ours1, t)
         bound = S.lower_bounds(t, "allgather", one_bytes * n)
@@ -352,6 +353,7 @@ def main() -> None:
                 "chunks_per_npu": k,
                 "chunk_trials": trials,
                 "seed_times_us": st["seed_times_us"],
+                "seeds": seeds,
                 "synth_s": ours_s,
                 "check_ok": ours_chk["ok"],
             },

@@ -23,6 +23,9 @@ py::dict stats_dict(const SynthStats& st) {
   d["max_queue_entries"] = st.max_queue_entries;
   d["chunks_per_rank"] = st.chunks_per_rank;
   d["chunk_trials"] = st.chunk_trials;
+  d["resent"] = st.resent;
+  d["replaced"] = st.replaced;
+  d["cancelled"] = st.cancelled;
   return d;
 }
 

@@ -135,6 +135,8 @@ struct GatherResult {
   std::vector<Transfer> transfers;  // route = channel id
   std::uint64_t count = 0;
   std::size_t max_queue = 0;
+  std::uint64_t resent = 0, replaced = 0, cancelled = 0;  // general engine: copies sent again faster, and what
+                                                          // became of the slower ones
 };
 
 // Takes transfers as they are made (route = channel id) and empties the vector; the engines then keep none.
@@ -217,12 +219,16 @@ class Barrier {
 // s->d also never takes a chunk that d will get strictly earlier over a cheaper channel p->d from an NPU p
 // that holds it or has it in flight (the look-ahead), so slow links carry only what no fast path brings first.
 // Policies by seed, for diversity (best of k keeps the best), seed % 8: which candidate a channel takes
-// (the oldest; a random one; the one the fewest NPUs hold among its 16 oldest) and which look-ahead it applies
-// ("import once": skip a chunk that an NPU with a cheaper channel into d has, or will have, no later than it
-// would land at d, so a slow cut carries each chunk into a group once; "earliest": skip it only if that
-// cheaper path delivers strictly earlier; "none": a chunk is claimed for d when matched, never re-sent).
-// Import once wins on hierarchies (hosts behind slow rails), none on tori whose slow links are part of
-// every NPU's own bandwidth; seeds 1..4 cover oldest/import, random/import, oldest/earliest, oldest/none.
+// (the oldest; a random one; the one the fewest NPUs hold among its 16 oldest) and which look-ahead it applies:
+//   import once  skip a chunk that an NPU with a cheaper channel into d has, or will have, no later than it
+//                would land at d (a slow cut carries each chunk into a group once);
+//   earliest     skip it only if that cheaper path delivers it strictly earlier;
+//   always       no look-ahead, and send a chunk again even if a copy is in flight (as TACOS does): the later
+//                copy is replaced or cancelled when the first arrives;
+//   none         a chunk is claimed for d when matched, never sent twice.
+// Seeds 1..4 (the default) are oldest/import once, oldest/always, rarest/import once, oldest/none: import once
+// wins on hierarchies (hosts behind slow rails, dragonfly groups), always and none on tori and meshes whose
+// slow links are part of every NPU's own bandwidth.
 GatherResult gather_general(const Topology& t, const std::vector<int>& src, double chunk_bytes,
                             std::uint64_t seed, bool record, const Sink* sink) {
   record = record || sink;
@@ -231,11 +237,11 @@ GatherResult gather_general(const Topology& t, const std::vector<int>& src, doub
   const auto& chans = t.channels();
   const std::size_t nch = chans.size();
   enum class Pick { Oldest, Random, Rarest };
-  enum class Ahead { ImportOnce, Earliest, None };
-  static constexpr Pick kPick[8] = {Pick::Rarest, Pick::Oldest, Pick::Random, Pick::Oldest,
-                                    Pick::Oldest, Pick::Rarest, Pick::Random, Pick::Random};
-  static constexpr Ahead kAhead[8] = {Ahead::Earliest, Ahead::ImportOnce, Ahead::ImportOnce, Ahead::Earliest,
-                                      Ahead::None,     Ahead::ImportOnce, Ahead::Earliest,   Ahead::None};
+  enum class Ahead { ImportOnce, Earliest, None, Always };
+  static constexpr Pick kPick[8] = {Pick::Oldest, Pick::Oldest, Pick::Oldest, Pick::Rarest,
+                                    Pick::Oldest, Pick::Random, Pick::Random, Pick::Rarest};
+  static constexpr Ahead kAhead[8] = {Ahead::Earliest, Ahead::ImportOnce, Ahead::Always,   Ahead::ImportOnce,
+                                      Ahead::None,     Ahead::ImportOnce, Ahead::Always,   Ahead::Always};
   const Pick pick_policy = kPick[seed % 8];
   const Ahead ahead = kAhead[seed % 8];
   const bool random_pick = pick_policy == Pick::Random, rarest = pick_policy == Pick::Rarest;
@@ -300,7 +306,7 @@ GatherResult gather_general(const Topology& t, const std::vector<int>& src, doub
       const int d = ch_dst[oc];
       if (is_held(d, static_cast<std::size_t>(c))) continue;
       const double e = eta[cell(d, static_cast<std::size_t>(c))];
-      if (speculate ? e <= now + cost[oc] : e < inf) continue;
+      if (ahead == Ahead::Always ? false : speculate ? e <= now + cost[oc] : e < inf) continue;
       q[oc].push_back(c);
       ++qentries;
       if (!busy[oc]) mark(och);
@@ -323,6 +329,7 @@ GatherResult gather_general(const Topology& t, const std::vector<int>& src, doub
     if (!speculate) return e == inf;
     const double arrive = now + cost[ch];
     const double eps = 1e-9 * std::max(1.0, arrive);
+    if (ahead == Ahead::Always) return true;
     if (e <= arrive + eps) return false;
     for (int qc : in_sorted[static_cast<std::size_t>(d)]) {
       const auto qu = static_cast<std::size_t>(qc);
@@ -415,6 +422,7 @@ GatherResult gather_general(const Topology& t, const std::vector<int>& src, doub
       }
       if (pick < 0) continue;
       const int d = ch_dst[cu];
+      if (eta[cell(d, static_cast<std::size_t>(pick))] < inf) ++res.resent;
       eta[cell(d, static_cast<std::size_t>(pick))] = now + cost[cu];
       busy[cu] = 1;
       cur[cu] = pick;
@@ -441,6 +449,27 @@ GatherResult gather_general(const Topology& t, const std::vector<int>& src, doub
         if (!busy[static_cast<std::size_t>(u)] && qhead[static_cast<std::size_t>(u)] < q[static_cast<std::size_t>(u)].size())
           mark(u);
     }
+  };
+
+  // A replacement for the chunk in flight on channel ch: the oldest candidate of its queue that its source
+  // held when the transfer started and that reaches d first this way.
+  auto replace = [&](std::size_t ch) {
+    const int d = ch_dst[ch], sr = ch_src[ch];
+    const double start = cur_start[ch], end = start + cost[ch];
+    const double eps = 1e-9 * std::max(1.0, end);
+    auto& qq = q[ch];
+    for (std::size_t j = qhead[ch]; j < qq.size() && j < qhead[ch] + kRarestWindow; ++j) {
+      const auto y = static_cast<std::size_t>(qq[j]);
+      if (!is_held(sr, y) || eta[cell(sr, y)] > start + eps) continue;
+      if (is_held(d, y) || eta[cell(d, y)] <= end + eps) continue;
+      cur[ch] = qq[j];
+      eta[cell(d, y)] = end;
+      std::swap(qq[j], qq[qhead[ch]]);
+      ++qhead[ch];
+      --qentries;
+      return true;
+    }
+    return false;
   };
 
   match(0.0);
@@ -480,11 +509,17 @@ GatherResult gather_general(const Topology& t, const std::vector<int>& src, doub
         if (sink && res.transfers.size() >= 65536) (*sink)(res.transfers);
       }
       res.time = std::max(res.time, start + cost[cu]);
-      // First arrival: slower copies of c still in flight into d are cancelled.
+      // First arrival: each slower copy of c still in flight into d carries instead a chunk its source
+      // already held when it started and d has not got by its end (the transfer is the same link at the same
+      // times, so the schedule stays causal); failing that it is cancelled.
       if (speculate)
         for (int other : t.in_channels(d)) {
           const auto ou = static_cast<std::size_t>(other);
-          if (busy[ou] && cur[ou] == c) {
+          if (!busy[ou] || cur[ou] != c) continue;
+          if (replace(ou)) {
+            ++res.replaced;
+          } else {
+            ++res.cancelled;
             ++gen[ou];
             release(ou);
           }
@@ -1360,6 +1395,12 @@ Schedule synthesize(const Topology& topo, const SynthOptions& o0, SynthStats* st
     st.rs_time_us = rev->time;
   }
   s.seed = st.best_seed;
+  for (const GatherResult* g : std::initializer_list<const GatherResult*>{need_forward ? &fwd : nullptr, need_reverse && rev != &fwd ? rev : nullptr})
+    if (g) {
+      st.resent += g->resent;
+      st.replaced += g->replaced;
+      st.cancelled += g->cancelled;
+    }
   if (o.record) s.transfers.reserve((need_reverse ? rev->transfers.size() : 0) + (need_forward ? fwd.transfers.size() : 0));
   if (need_reverse) append_reversed(*rev, rev_routes, rev->time, s, 0.0);
   if (need_forward) append_forward(fwd, topo, s, need_reverse ? rev->time : 0.0);

@@ -23,6 +23,7 @@ __all__ = [
     "TopologyFileError",
     "baseline",
     "check",
+    "default_seeds",
     "ext",
     "generate",
     "load_schedule",
@@ -145,6 +146,13 @@ def synthesize(
     return ext().synthesize(
         topology, collective, parse_size(size), chunks, seeds, threads, seed, root, record, limit * 2**30
     )
+
+
+def default_seeds(topology: Any) -> int:
+    """Seeds worth running by default: 8 (every policy of the engine once) up to 5e6 chunk deliveries per seed
+    at one chunk per NPU, 4 up to 5e7, else 1 (a 40,000-NPU All-Gather is 1.6e9 deliveries)."""
+    work = topology.num_npus * (topology.num_npus - 1)
+    return 8 if work <= 5e6 else 4 if work <= 5e7 else 1
 
 
 def synthesize_to_stream(

@@ -120,7 +120,7 @@ def _plots(topo: Any, sim: dict[str, Any], heatmap: str | None, timeline: str | 
     "--seeds",
     type=click.IntRange(min=0),
     default=0,
-    help="best of this many seeds (0, the default: 4, or 1 above 5e7 deliveries per seed)",
+    help="best of this many seeds (0, the default: 8 up to 5e6 deliveries per seed, 4 up to 5e7, else 1)",
 )
 @click.option("--seed", type=int, default=1, show_default=True, help="first seed")
 @click.option("--threads", type=int, default=0, help="threads for the seeds (0: all cores)")
@@ -180,7 +180,7 @@ def synth(
         )
     topo = _topology(topology, gen, bandwidth, latency, gen_opt)
     if seeds == 0:
-        seeds = 4 if topo.num_npus * (topo.num_npus - 1) <= 5e7 else 1
+        seeds = S.default_seeds(topo)
     try:
         nbytes = S.parse_size(size)
         t0 = time.perf_counter()

@@ -206,6 +206,9 @@ struct SynthStats {
   std::size_t max_queue_entries = 0;
   int chunks_per_rank = 0;                          // the chunks used
   std::vector<std::pair<int, double>> chunk_trials;  // (chunks per rank, spreading time) tried when chosen
+  // Best seed, general engine: chunks sent again over a faster path while a copy was in flight, and the
+  // slower copies that then carried another chunk (replaced) or were dropped from the schedule (cancelled).
+  std::uint64_t resent = 0, replaced = 0, cancelled = 0;
 };
 
 Schedule synthesize(const Topology& topo, const SynthOptions& opt, SynthStats* stats = nullptr);
