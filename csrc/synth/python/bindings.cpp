@@ -26,6 +26,7 @@ py::dict stats_dict(const SynthStats& st) {
   d["resent"] = st.resent;
   d["replaced"] = st.replaced;
   d["cancelled"] = st.cancelled;
+  d["uncompacted_time_us"] = st.uncompacted_time_us;
   return d;
 }
 
@@ -296,6 +297,8 @@ PYBIND11_MODULE(_synth, m) {
     d["per_npu_us"] = b.per_npu_us;
     d["kind"] = b.kind;
     d["what"] = b.what;
+    d["model_us"] = b.model_us;
+    d["model_what"] = b.model_what;
     return d;
   }, py::arg("topology"), py::arg("collective"), py::arg("bytes"), py::arg("root") = 0);
   m.def("to_msccl_xml", &to_msccl_xml, py::arg("schedule"), py::arg("name") = "autoccl_tacos");

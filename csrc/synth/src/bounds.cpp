@@ -179,6 +179,85 @@ std::vector<Family> natural_families(const Topology& t) {
   return fam;
 }
 
+// In the alpha-beta model of the synthesizer (and of TACOS) a transfer carries one chunk of at most S/n bytes
+// (at least one chunk per NPU) and holds every link of its route for alpha + bytes/beta of the route, so in time
+// T a link l carries at most T / (alpha_l + c/beta_l) chunks, c = S/n (smaller chunks only lengthen it). A
+// group must receive (All-Gather: n - |U| chunks; All-Reduce: n) and send (Reduce-Scatter: n - |U|;
+// All-Reduce: n) chunk transfers over the links that enter or leave its NPUs; a partition into G groups sees
+// 2 (G - 1) n transfers between groups in an All-Reduce. These bounds hold for schedules of this model only.
+void model_bounds(const Topology& t, Collective coll, double bytes, const std::vector<Family>& fams,
+                  LowerBound& lb) {
+  if (coll == Collective::Broadcast || coll == Collective::Reduce) return;
+  const int n = t.num_npus();
+  const double c = bytes / n;
+  auto rate = [&](const Link& l) { return 1.0 / (l.latency_us + c / (l.bandwidth_gbps * 1e3)); };
+  auto consider = [&](double v, const std::string& what) {
+    if (v > lb.model_us * (1 + 1e-12)) {
+      lb.model_us = v;
+      lb.model_what = what;
+    }
+  };
+  const bool need_in = coll != Collective::ReduceScatter, need_out = coll != Collective::AllGather;
+  // Rates into and out of a set of NPUs (links between the set's NPUs and any other node).
+  std::vector<char> in_set(static_cast<std::size_t>(n), 0);
+  auto rates = [&](const std::vector<int>& ranks) {
+    for (int r : ranks) in_set[static_cast<std::size_t>(r)] = 1;
+    double in = 0, out = 0;
+    for (const Link& l : t.links()) {
+      const int a = t.rank_of_node(l.src), b = t.rank_of_node(l.dst);
+      const bool ia = a >= 0 && in_set[static_cast<std::size_t>(a)], ib = b >= 0 && in_set[static_cast<std::size_t>(b)];
+      if (ib && !ia) in += rate(l);
+      if (ia && !ib) out += rate(l);
+    }
+    for (int r : ranks) in_set[static_cast<std::size_t>(r)] = 0;
+    return std::make_pair(in, out);
+  };
+  std::vector<double> rin(static_cast<std::size_t>(n), 0), rout(static_cast<std::size_t>(n), 0);
+  for (const Link& l : t.links()) {
+    const int a = t.rank_of_node(l.src), b = t.rank_of_node(l.dst);
+    if (b >= 0) rin[static_cast<std::size_t>(b)] += rate(l);
+    if (a >= 0) rout[static_cast<std::size_t>(a)] += rate(l);
+  }
+  double sum_in = 0, sum_out = 0;
+  for (int r = 0; r < n; ++r) {
+    sum_in += rin[static_cast<std::size_t>(r)];
+    sum_out += rout[static_cast<std::size_t>(r)];
+    const std::string who = t.node(t.npu_node(r)).name;
+    const double chunks = coll == Collective::AllReduce ? n : n - 1;
+    if (need_in) consider(chunks / rin[static_cast<std::size_t>(r)], "chunks into " + who);
+    if (need_out) consider(chunks / rout[static_cast<std::size_t>(r)], "chunks out of " + who);
+  }
+  if (coll == Collective::AllReduce) {
+    consider(2.0 * (n - 1) * n / sum_in, "2(n-1) transfers of every chunk into NPUs");
+    consider(2.0 * (n - 1) * n / sum_out, "2(n-1) transfers of every chunk out of NPUs");
+  }
+  if (static_cast<double>(t.num_links()) * static_cast<double>(fams.size()) > 5e7) return;
+  for (const auto& f : fams) {
+    double fin = 0, fout = 0, fneed = 0;
+    for (const auto& g : f.groups) {
+      const auto [in, out] = rates(g.ranks);
+      fin += in;
+      fout += out;
+      const double k = static_cast<double>(g.ranks.size());
+      const double chunks = coll == Collective::AllReduce ? n : n - k;
+      fneed += n - k;
+      const std::string what = f.name + ": " + g.name;
+      if (need_in && in > 0) consider(chunks / in, "chunks into " + what);
+      if (need_out && out > 0) consider(chunks / out, "chunks out of " + what);
+    }
+    if (!f.partition || f.groups.size() < 2) continue;
+    const double G = static_cast<double>(f.groups.size());
+    if (coll == Collective::AllReduce) {
+      if (fin > 0) consider(2 * (G - 1) * n / fin, f.name + ": 2(G-1) transfers of every chunk into groups");
+      if (fout > 0) consider(2 * (G - 1) * n / fout, f.name + ": 2(G-1) transfers of every chunk out of groups");
+    } else if (coll == Collective::AllGather && fin > 0) {
+      consider(fneed / fin, f.name + ": chunks entering the groups");
+    } else if (coll == Collective::ReduceScatter && fout > 0) {
+      consider(fneed / fout, f.name + ": chunks leaving the groups");
+    }
+  }
+}
+
 }  // namespace
 
 LowerBound lower_bound(const Topology& t, Collective coll, double bytes, int root) {
@@ -310,6 +389,7 @@ LowerBound lower_bound(const Topology& t, Collective coll, double bytes, int roo
       default: break;
     }
   }
+  model_bounds(t, coll, bytes, fams, lb);
   return lb;
 }
 

@@ -1,5 +1,6 @@
 // Schedule JSON writer, bandwidth lower bound and the symbolic checker.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -13,10 +14,11 @@ namespace autoccl::synth {
 
 namespace {
 
+// The shortest text that reads back as the same double (times must survive a round trip exactly).
 std::string num(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.12g", v);
-  return buf;
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
 }
 
 std::string jstr(const std::string& s) {

@@ -209,6 +209,9 @@ struct SynthStats {
   // Best seed, general engine: chunks sent again over a faster path while a copy was in flight, and the
   // slower copies that then carried another chunk (replaced) or were dropped from the schedule (cancelled).
   std::uint64_t resent = 0, replaced = 0, cancelled = 0;
+  // > 0: the schedule's time before it was replayed as early as possible (only with cancelled copies, when
+  // that is sooner); time_us is the replay's.
+  double uncompacted_time_us = 0;
 };
 
 Schedule synthesize(const Topology& topo, const SynthOptions& opt, SynthStats* stats = nullptr);
@@ -291,6 +294,10 @@ struct LowerBound {
   double time_us = 0;
   double per_npu_us = 0;  // the largest per-NPU bound alone
   std::string kind, what;
+  // The same counting with each transfer's latency, for schedules that move one chunk of at most bytes/n per
+  // transfer (the synthesizer's and TACOS's; All-Gather, Reduce-Scatter, All-Reduce); 0 for the others.
+  double model_us = 0;
+  std::string model_what;
 };
 LowerBound lower_bound(const Topology& topo, Collective coll, double bytes, int root = 0);
 double bandwidth_lower_bound(const Topology& topo, Collective coll, double bytes, int root = 0);
