@@ -1,4 +1,4 @@
-"""autoccl synth next to public TACOS v1.3.0 on the same topologies: All-Gather time, lower bound, synthesis time.
+"""autoccl synth next to public TACOS v1.3.0 on the same topologies: All-Gather time, bound, synthesis time.
 
 Public TACOS is never stored in this repository. Give a checkout of astra-sim/tacos v1.3.0 with --tacos-src or
 the environment variable TACOS_SRC (for instance `git clone --branch v1.3.0 https://github.com/astra-sim/tacos`);
@@ -65,7 +65,13 @@ TOPOLOGIES: list[TopoSpec] = [
     (
         "torus_8x8x8_hetero",
         "3D torus 8x8x8, x/y 50 GiB/s, z 25 GiB/s",
-        {"generator": {"kind": "torus", "dims": [8, 8, 8], "dim_bandwidth_gbps": [50 * GIB, 50 * GIB, 25 * GIB]}},
+        {
+            "generator": {
+                "kind": "torus",
+                "dims": [8, 8, 8],
+                "dim_bandwidth_gbps": [50 * GIB, 50 * GIB, 25 * GIB],
+            }
+        },
     ),
     ("hypercube_64", "6-D hypercube (64 NPUs), 50 GiB/s", {"generator": {"kind": "hypercube", "dims": [6]}}),
     (
@@ -154,7 +160,8 @@ def _build(src: Path, out: Path) -> dict[str, Path]:
         "extern bool tacos_hook_held_at(int npu, int chunk, double t);\n"
     )
     arrival = (
-        "tacos_hook_arrival(src, dest, chunk, currentTime_ - ten_->linkTransferTime(src, dest), currentTime_);\n"
+        "tacos_hook_arrival(src, dest, chunk, currentTime_ - ten_->linkTransferTime(src, dest), "
+        "currentTime_);\n"
         "            " + _ARRIVAL
     )
     bins: dict[str, Path] = {}
@@ -233,7 +240,9 @@ def hash_file(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()[:16]
 
 
-def _tacos_schedule(t: Any, link_id: dict[tuple[int, int], int], rows: list[list[float]], chunks: int, chunk_bytes: int) -> Any:
+def _tacos_schedule(
+    t: Any, link_id: dict[tuple[int, int], int], rows: list[list[float]], chunks: int, chunk_bytes: int
+) -> Any:
     n = t.num_npus
     s = S.ext().Schedule()
     s.collective = "allgather"
@@ -290,7 +299,9 @@ def _tacos_side(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tacos-src", type=Path, default=os.environ.get("TACOS_SRC"), help="TACOS v1.3.0 checkout")
+    ap.add_argument(
+        "--tacos-src", type=Path, default=os.environ.get("TACOS_SRC"), help="TACOS v1.3.0 checkout"
+    )
     ap.add_argument("--build-dir", type=Path, default=REPO / "build" / "tacos-compare")
     ap.add_argument("--runs", type=int, default=3, help="TACOS runs per variant (random seeds), best kept")
     ap.add_argument("--seeds", type=int, default=0, help="our seeds (0: autoccl synth's default)")
@@ -300,7 +311,7 @@ def main() -> None:
     ap.add_argument(
         "--reuse-tacos",
         action="store_true",
-        help="reuse TACOS outputs kept in the build directory from an earlier run with the same build and inputs",
+        help="reuse TACOS outputs an earlier run kept in the build directory (same build and inputs)",
     )
     ap.add_argument("--out-dir", type=Path, required=True)
     a = ap.parse_args()
@@ -332,7 +343,9 @@ def main() -> None:
         chunk_bytes = SIZE // (n * k)
         if chunk_bytes * n * k != SIZE:  # same whole-byte chunks as TACOS
             t0 = time.perf_counter()
-            ours, st = S.synthesize(t, "allgather", chunk_bytes * n * k, chunks=k, seeds=seeds, threads=a.threads)
+            ours, st = S.synthesize(
+                t, "allgather", chunk_bytes * n * k, chunks=k, seeds=seeds, threads=a.threads
+            )
             ours_s += time.perf_counter() - t0
         ours_chk = S.check(ours, t)
         one_bytes = SIZE // n
@@ -372,7 +385,9 @@ def main() -> None:
                 side["chunks_per_npu"] = chunks
                 row[f"tacos_{variant}_{chunks}"] = side
         rows.append(row)
-        print(json.dumps({k2: v for k2, v in row.items() if k2 != "description"}, default=str)[:600], flush=True)
+        print(
+            json.dumps({k2: v for k2, v in row.items() if k2 != "description"}, default=str)[:600], flush=True
+        )
         _write(a, rows)
 
 
@@ -398,7 +413,8 @@ def _write(a: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     }
     (a.out_dir / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     head = (
-        "| topology | NPUs | bound (us) | TACOS public (us) | early fwd | TACOS causal (us) | ours 1 chunk (us) "
+        "| topology | NPUs | bound (us) | TACOS public (us) | early fwd | TACOS causal (us) "
+        "| ours 1 chunk (us) "
         "| ours (us) | chunks | ours / bound | ours / TACOS causal | TACOS causal at our chunks (us) "
         "| TACOS s/run | ours s |\n|" + "---|" * 14 + "\n"
     )
@@ -413,7 +429,8 @@ def _write(a: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
         early = pub.get("forwarded_before_arrival", "–") if pub else "–"
         tacos_s = cau.get("synth_s_per_run") if cau and "synth_s_per_run" in cau else math.nan
         lines.append(
-            f"| {r['topology']} | {r['npus']} | {r['lower_bound_us']:.0f} | {_fmt(pub)} | {early} | {_fmt(cau)} "
+            f"| {r['topology']} | {r['npus']} | {r['lower_bound_us']:.0f} | {_fmt(pub)} | {early} "
+            f"| {_fmt(cau)} "
             f"| {r['ours_1_chunk']['time_us']:.0f} | {r['ours']['time_us']:.0f} | {k} "
             f"| {r['ours']['time_us'] / r['lower_bound_us']:.3f} | {r['ours']['time_us'] / best_causal:.3f} "
             f"| {_fmt(cau_k) if k != 1 else '(same)'} | {tacos_s:.2f} | {r['ours']['synth_s']:.2f} |"

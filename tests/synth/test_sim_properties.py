@@ -28,7 +28,10 @@ GENERATORS: dict[str, dict[str, Any]] = {
     "uni_ring_4": {"kind": "uni_ring", "dims": [4]},
 }
 PROPS = settings(
-    max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 
 
@@ -57,7 +60,16 @@ def _sim(tmp: Path, topo_doc: dict[str, Any], sched: dict[str, Any], name: str) 
     (tmp / f"{name}.json").write_text(json.dumps(sched))
     rep = tmp / f"{name}.report.json"
     res = CliRunner().invoke(
-        main, ["sim", "-t", str(tmp / f"{name}.yaml"), "--schedule", str(tmp / f"{name}.json"), "--report", str(rep)]
+        main,
+        [
+            "sim",
+            "-t",
+            str(tmp / f"{name}.yaml"),
+            "--schedule",
+            str(tmp / f"{name}.json"),
+            "--report",
+            str(rep),
+        ],
     )
     return res, (json.loads(rep.read_text()) if rep.exists() else None)
 
@@ -77,7 +89,9 @@ def _schedule(S: Any, tmp: Path, doc: dict[str, Any], coll: str, chunks: int) ->
     chunks=st.integers(1, 2),
     order=st.integers(0, 2**16),
 )
-def test_declaration_order_changes_nothing(S: Any, tmp_path: Path, gen: str, coll: str, chunks: int, order: int) -> None:
+def test_declaration_order_changes_nothing(
+    S: Any, tmp_path: Path, gen: str, coll: str, chunks: int, order: int
+) -> None:
     doc = _explicit(S, GENERATORS[gen])
     sched = _schedule(S, tmp_path, doc, coll, chunks)
     a, rep_a = _sim(tmp_path, doc, sched, "a")
@@ -106,14 +120,19 @@ MUTATIONS = ["drop", "duplicate", "reorder", "reroute", "speedup", "slowdown"]
 
 @pytest.mark.parametrize("mutation", MUTATIONS)
 @settings(
-    max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=15,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     gen=st.sampled_from(sorted(GENERATORS)),
     coll=st.sampled_from(COLLS),
     pick=st.integers(0, 2**16),
 )
-def test_every_mutation_is_caught(S: Any, tmp_path: Path, gen: str, coll: str, mutation: str, pick: int) -> None:
+def test_every_mutation_is_caught(
+    S: Any, tmp_path: Path, gen: str, coll: str, mutation: str, pick: int
+) -> None:
     doc = _explicit(S, GENERATORS[gen])
     sched = _schedule(S, tmp_path, doc, coll, 1)
     tr = [list(x) for x in sched["transfers"]]
@@ -154,7 +173,9 @@ def test_every_mutation_is_caught(S: Any, tmp_path: Path, gen: str, coll: str, m
         (lambda d: d["nodes"].append({"name": "extra", "kind": "npu"}), "NPUs"),
     ],
 )
-def test_mismatched_topology_is_refused_with_a_sentence(S: Any, tmp_path: Path, edit: Any, message: str) -> None:
+def test_mismatched_topology_is_refused_with_a_sentence(
+    S: Any, tmp_path: Path, edit: Any, message: str
+) -> None:
     doc = _explicit(S, GENERATORS["mesh_2x3"])
     sched = _schedule(S, tmp_path, doc, "allreduce", 1)
     other = json.loads(json.dumps(doc))

@@ -1114,9 +1114,21 @@ bool use_general_engine(const Topology& t, std::size_t chunks) {
   return shared || (mixed && static_cast<double>(t.num_npus()) * static_cast<double>(chunks) <= kGeneralCells);
 }
 
+bool shares_links(const Topology& t) {
+  std::vector<int> users(static_cast<std::size_t>(t.num_links()), 0);
+  for (const auto& ch : t.channels())
+    for (int l : ch.route)
+      if (++users[static_cast<std::size_t>(l)] > 1) return true;
+  return false;
+}
+
 GatherResult gather(const Topology& t, const std::vector<int>& src, double chunk_bytes, std::uint64_t seed,
-                    bool record, int threads, const Sink* sink = nullptr) {
-  GatherResult res = use_general_engine(t, src.size())
+                    bool record, int threads, SynthOptions::Engine engine, const Sink* sink = nullptr) {
+  using E = SynthOptions::Engine;
+  if (engine == E::PointToPoint && shares_links(t))
+    throw Error("the point-to-point engine needs channels that share no link (this topology has switch ports)");
+  const bool general = engine == E::General || (engine == E::Auto && use_general_engine(t, src.size()));
+  GatherResult res = general
                          ? gather_general(t, src, chunk_bytes, seed, record, sink)
                          : Gather(t, src, chunk_bytes, seed, record, threads, sink).run();
   const std::uint64_t expect = static_cast<std::uint64_t>(src.size()) * static_cast<std::uint64_t>(t.num_npus() - 1);
@@ -1156,7 +1168,7 @@ GatherResult best_gather(const Topology& t, const std::vector<int>& src, double 
       const int i = next.fetch_add(1);
       if (i >= k) return;
       try {
-        GatherResult r = gather(t, src, chunk_bytes, seed_of(i), o.record, inner);
+        GatherResult r = gather(t, src, chunk_bytes, seed_of(i), o.record, inner, o.engine);
         std::lock_guard<std::mutex> g(mu);
         times[static_cast<std::size_t>(i)] = r.time;
         if (best_i < 0 || r.time < best.time || (r.time == best.time && i < best_i)) {
@@ -1240,7 +1252,9 @@ namespace {
 int choose_chunks(const Topology& topo, const SynthOptions& o, std::vector<std::pair<int, double>>* trials) {
   const int n = topo.num_npus();
   const bool rooted = o.collective == Collective::Broadcast || o.collective == Collective::Reduce;
-  if (!rooted && !use_general_engine(topo, static_cast<std::size_t>(n))) return 1;
+  const bool general = o.engine == SynthOptions::Engine::General ||
+                       (o.engine == SynthOptions::Engine::Auto && use_general_engine(topo, static_cast<std::size_t>(n)));
+  if (!rooted && !general) return 1;
   const bool reverse_only = o.collective == Collective::ReduceScatter || o.collective == Collective::Reduce;
   Topology transposed;
   if (reverse_only) transposed = topo.transposed();
@@ -1285,7 +1299,8 @@ int choose_chunks(const Topology& topo, const SynthOptions& o, std::vector<std::
 void check_memory(const Topology& topo, const SynthOptions& o, double chunks) {
   const double n = topo.num_npus();
   const double cells = n * chunks;
-  const bool general = use_general_engine(topo, static_cast<std::size_t>(chunks));
+  const bool general = o.engine == SynthOptions::Engine::General ||
+                       (o.engine == SynthOptions::Engine::Auto && use_general_engine(topo, static_cast<std::size_t>(chunks)));
   const unsigned hw = std::thread::hardware_concurrency();
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(hw ? hw : 1);
   const double parallel = std::max(1, std::min(threads, std::max(1, o.seeds)));
@@ -1474,7 +1489,7 @@ Schedule synthesize_to_stream(const Topology& topo, const SynthOptions& o0, cons
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
   double t_rev = 0, t_fwd = 0;
   if (need_reverse) {
-    const GatherResult r = gather(rev_topo, s.owner, s.chunk_bytes, rev_seed, false, threads, &sink);
+    const GatherResult r = gather(rev_topo, s.owner, s.chunk_bytes, rev_seed, false, threads, o.engine, &sink);
     w.end_section(r.time);
     t_rev = r.time;
     st.rs_time_us = r.time;
@@ -1486,7 +1501,7 @@ Schedule synthesize_to_stream(const Topology& topo, const SynthOptions& o0, cons
       t_fwd = t_rev;
       st.transfers *= 2;
     } else {
-      const GatherResult r = gather(topo, s.owner, s.chunk_bytes, fwd_seed, false, threads, &sink);
+      const GatherResult r = gather(topo, s.owner, s.chunk_bytes, fwd_seed, false, threads, o.engine, &sink);
       w.end_section(r.time);
       t_fwd = r.time;
       st.transfers += r.count;

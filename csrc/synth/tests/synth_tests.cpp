@@ -82,8 +82,8 @@ int main() {
              a.transfers[i].start == b.transfers[i].start;
     CHECK(same);
   }
-  // The same schedule on 1, 2 and 3 threads: a 1,024-NPU mesh is split among threads within one seed
-  // (FIFO seed 1, random seed 2; two link speeds, so costs differ at a destination).
+  // The same schedule on 1, 2 and 3 threads: a 1,024-NPU mesh is split among threads within one seed by the
+  // point-to-point engine (FIFO seed 1, random seed 2; two link speeds, so costs differ at a destination).
   {
     GenParams ph = p;
     ph.dim_bandwidth = {50, 75};
@@ -93,6 +93,8 @@ int main() {
       o.collective = Collective::AllGather;
       o.bytes = 1 << 24;
       o.base_seed = seed;
+      o.chunks_per_rank = 1;
+      o.engine = SynthOptions::Engine::PointToPoint;
       o.threads = 1;
       const auto a = synthesize(t, o);
       for (int th = 2; th <= (seed == 1 ? 3 : 2); ++th) {
@@ -176,6 +178,88 @@ int main() {
     auto s2 = synthesize(t, o);
     s2.transfers.push_back(s2.transfers.front());  // reduce a contribution twice
     CHECK(!check(s2, &t).ok);
+  }
+  // A reduction whose stated order does not follow arrival is caught.
+  {
+    const auto t = generate("mesh", {3, 3}, p);
+    SynthOptions o;
+    o.collective = Collective::ReduceScatter;
+    o.chunks_per_rank = 1;
+    auto s = synthesize(t, o);
+    check_ok(s, t, "reduction order");
+    bool swapped = false;
+    for (size_t i = 0; i < s.transfers.size() && !swapped; ++i)
+      for (size_t j = i + 1; j < s.transfers.size() && !swapped; ++j) {
+        auto& a = s.transfers[i];
+        auto& b = s.transfers[j];
+        if (a.op == Op::Reduce && b.op == Op::Reduce && a.dst == b.dst && a.chunk == b.chunk && a.end != b.end) {
+          std::swap(a.order, b.order);
+          swapped = true;
+        }
+      }
+    CHECK(swapped);
+    const auto r = check(s, &t);
+    CHECK(!r.ok && !r.errors.empty() && r.errors[0].find("order") != std::string::npos);
+  }
+  // Lower bounds: a rail cluster's hosts (8 NICs of 50 GB/s each) bound its All-Gather, not its NPUs.
+  {
+    GenParams rail = p;
+    rail.bandwidth_gbps = 450;
+    rail.nic_bandwidth_gbps = 50;
+    const auto t = generate("cluster", {8, 8}, rail);
+    const auto lb = lower_bound(t, Collective::AllGather, 1 << 30);
+    const double host = 7.0 / 8 * (1 << 30) / (8 * 50e3);
+    CHECK(std::fabs(lb.time_us - host) < 1e-6 * host);
+    CHECK(lb.kind == "cut");
+    CHECK(lb.per_npu_us < 0.51 * host);
+    SynthOptions o;
+    o.bytes = 1 << 30;
+    o.seeds = 4;
+    const auto s = synthesize(t, o);
+    CHECK(s.time_us >= lb.time_us && s.time_us >= lb.model_us);
+    CHECK(s.time_us <= 1.15 * lb.time_us);  // import once + chunks chosen by trial
+  }
+  // Streamed to disk on 2 threads of the point-to-point engine (a 1,024-NPU mesh), read back, checked.
+  {
+    const auto t = generate("mesh", {32, 32}, p);
+    SynthOptions o;
+    o.collective = Collective::AllGather;
+    o.bytes = 1 << 26;
+    o.threads = 2;
+    const std::string path = "synth_tests_stream.acss";
+    SynthStats st;
+    std::uint64_t bytes = 0;
+    const Schedule h = synthesize_to_stream(t, o, path, &st, &bytes);
+    CHECK(h.transfers.empty() && bytes > 8 * st.transfers);
+    const Schedule m = synthesize(t, o);
+    CHECK(std::fabs(h.time_us - m.time_us) < 1e-9 * m.time_us);
+    std::vector<StreamSection> secs(1);
+    Schedule r = h;
+    std::vector<int> rs, rd;
+    for (const auto& ch : t.channels()) {
+      secs[0].routes.push_back(ch.route);
+      secs[0].route_us.push_back(ch.time_us(h.chunk_bytes));
+      rs.push_back(ch.src);
+      rd.push_back(ch.dst);
+    }
+    r.routes = secs[0].routes;
+    read_schedule_stream(path, secs, r, rs, rd);
+    CHECK(r.transfers.size() == m.transfers.size());
+    check_ok(r, t, "stream");
+    std::remove(path.c_str());
+  }
+  // Clear errors: by-name resolution, generator limits, a single NPU.
+  {
+    const auto t = generate("mesh", {2, 2}, p);
+    SynthOptions o;
+    const auto s = synthesize(t, o);
+    std::vector<std::string> ranks{"npu0", "npu1", "npu2", "gpu9"};
+    CHECK(throws_with([&] { resolve_by_name(s, ranks, {}, t); }, "schedule rank 'gpu9' is not a node"));
+    ranks.back() = "npu0";
+    CHECK(throws_with([&] { resolve_by_name(s, ranks, {}, t); }, "twice"));
+    CHECK(throws_with([&] { generate("fc", {10000}, p); }, "links"));
+    CHECK(throws_with([&] { generate("ring", {5000000}, p); }, "NPUs, more than the limit"));
+    CHECK(throws_with([&] { synthesize(generate("mesh", {1, 1}, p), o); }, "at least 2 NPUs"));
   }
   // Exporters produce something for a small schedule.
   {

@@ -9,8 +9,8 @@ import importlib.util
 import json
 import os
 import sys
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -347,7 +347,9 @@ def _load_stream(path: str | Path) -> tuple[Any, dict[str, Any]]:
             x.routes = [[int(i) for i in r] for r in sec["routes"]]
             x.route_us = [float(v) for v in sec["route_us"]]
             if len(x.routes) != len(x.route_us):
-                raise ScheduleError(f"{path}: a section has {len(x.routes)} routes and {len(x.route_us)} durations")
+                raise ScheduleError(
+                    f"{path}: a section has {len(x.routes)} routes and {len(x.route_us)} durations"
+                )
             for r in x.routes:
                 if not r or min(r) < 0 or max(r) >= len(links):
                     raise ScheduleError(f"{path}: a route names a link the stream does not list")

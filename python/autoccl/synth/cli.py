@@ -175,7 +175,8 @@ def synth(
     _writable(out, msccl_xml, mscclpp_json, report, heatmap, timeline, stream)
     if stream and (no_schedule or out or msccl_xml or mscclpp_json or heatmap or timeline):
         raise click.UsageError(
-            "--stream keeps no schedule in memory: it cannot be combined with --no-schedule, -o, --msccl-xml, "
+            "--stream keeps no schedule in memory: it cannot be combined with --no-schedule, -o, "
+            "--msccl-xml, "
             "--mscclpp-json, --heatmap or --timeline"
         )
     topo = _topology(topology, gen, bandwidth, latency, gen_opt)
@@ -290,7 +291,8 @@ def synth(
             )
         click.echo("  lower bounds: " + "; ".join(parts))
     click.echo(
-        f"  {stats['chunks_per_rank']} chunk(s) per NPU{' (chosen)' if chunks == 0 else ''}, {seeds} seed(s), "
+        f"  {stats['chunks_per_rank']} chunk(s) per NPU{' (chosen)' if chunks == 0 else ''}, "
+        f"{seeds} seed(s), "
         f"synthesized in {synth_s:.3f} s, {stats['transfers']} transfers"
         + (f", {stats['bytes_written'] / 2**20:.1f} MiB streamed to {stream}" if stream else "")
     )
@@ -375,7 +377,8 @@ def sim(
             tol = 1e-9 * max(abs(claimed), written["end_us"]) + 1e-6
             if abs(claimed - written["end_us"]) > tol:
                 problems.append(
-                    f"the schedule says it takes {claimed:.6g} us, its last transfer ends at {written['end_us']:.6g} us"
+                    f"the schedule says it takes {claimed:.6g} us, "
+                    f"its last transfer ends at {written['end_us']:.6g} us"
                 )
             if written["mistimed"]:
                 problems.append(f"{written['mistimed']} transfer(s) mistimed against the model")
@@ -383,7 +386,9 @@ def sim(
             hidden += written["error_count"] - len(written["errors"])
             entry["written_time_us"] = claimed
             entry["written_check_ok"] = not problems
-            entry["written_errors"] = written["error_count"] + (1 if abs(claimed - written["end_us"]) > tol else 0)
+            entry["written_errors"] = written["error_count"] + (
+                1 if abs(claimed - written["end_us"]) > tol else 0
+            )
         try:
             res = S.simulate(topo, sched)
         except ValueError as e:
@@ -402,7 +407,9 @@ def sim(
         entry["check_errors"] = problems[:20]
         results.append(entry)
         status = "" if not check else (", check ok" if not problems else ", check FAILED")
-        written_part = f" (as written {entry['written_time_us']:.2f} us)" if "written_time_us" in entry else ""
+        written_part = (
+            f" (as written {entry['written_time_us']:.2f} us)" if "written_time_us" in entry else ""
+        )
         click.echo(
             f"{name}: {sched.collective} {res['time_us']:.2f} us{written_part}, "
             f"algbw {res['algbw_gbps']:.2f} GB/s{status}"

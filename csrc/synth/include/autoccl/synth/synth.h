@@ -195,6 +195,9 @@ struct SynthOptions {
   bool record = true;  // false: compute the time only (no transfer list kept)
   // Refuse (Error, before any work) a synthesis estimated to need more memory than this; 0: no limit.
   double max_memory_bytes = 0;
+  // Engine: Auto picks the general engine for shared or differently priced channels (see synthesizer.cpp);
+  // PointToPoint forces the point-to-point engine (refused where channels share links); General forces it.
+  enum class Engine : std::uint8_t { Auto, General, PointToPoint } engine = Engine::Auto;
 };
 
 struct SynthStats {
