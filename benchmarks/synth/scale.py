@@ -1,7 +1,8 @@
-"""All-Reduce on about 40,000 NPUs: wall time and peak memory of `autoccl synth`, without a schedule and with the
-schedule streamed to disk.
+"""All-Reduce on about 40,000 NPUs: wall time and peak memory of `autoccl synth`, without a schedule and with
+the schedule streamed to disk.
 
-    python benchmarks/synth/scale.py --stream-dir /some/disk --out-dir benchmarks/results/cpu/synthesis/scale_40k
+    python benchmarks/synth/scale.py --stream-dir /some/disk \
+        --out-dir benchmarks/results/cpu/synthesis/scale_40k
 
 Runs the command line as a user would (defaults: chunks and seeds chosen; 2 threads), each under
 `/usr/bin/time -v`, on a 200x200 mesh (40,000 NPUs) and a 34x34x34 torus (39,304 NPUs), links of 50 GiB/s and
@@ -30,7 +31,8 @@ COMMON = ["--bw", "53.6870912", "--lat", "0.5", "-c", "allreduce", "-s", "1G", "
 
 
 def _run(args: list[str], report: Path) -> dict[str, Any]:
-    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "autoccl.cli", "synth", *args, "--report", str(report)]
+    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "autoccl.cli", "synth", *args]
+    cmd += ["--report", str(report)]
     load0 = os.getloadavg()
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, check=False)
