@@ -1,7 +1,8 @@
 // Schedules streamed to disk while they are synthesized (format autoccl-schedule-stream v1, docs/synth.md).
 //
 //   "ACSS" u32 version (1), u64 header length, header (JSON, UTF-8), then per section a run of records:
-//     u8 1: a block: f64 start_us, u32 count, count x (u32 route, u32 chunk)
+//     u8 1: a block: f64 start_us, u32 count, count x (route, chunk), each a zigzag LEB128 varint of the
+//           difference from the previous record's (0 before the first of the block)
 //     u8 2: the section's end: f64 time_us, u64 transfers
 //   and u8 0 at the end of the file. Little-endian, as written by x86-64 and AArch64.
 // A forward section's transfer goes over route `route` of the section (src and dst: the route's ends) from start
@@ -9,10 +10,14 @@
 // spreading phase a reduction is the time reversal of: each record is a reduction over route `route` (already
 // in the reduction's direction) from offset + time - (start + route_us) to offset + time - start. A section
 // with "blocks_of": k has no records of its own: it reads section k's.
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <numeric>
+#include <thread>
 
 #include "autoccl/synth/synth.h"
 
@@ -51,23 +56,76 @@ struct FileCloser {
 
 }  // namespace
 
+// Buffers of 8 MiB go to a writer thread (at most 4 waiting), so synthesis and the disk work at once.
 struct StreamWriter::Impl {
   std::unique_ptr<std::FILE, FileCloser> f;
   std::string path;
   std::vector<char> buf;
   std::uint64_t section_count = 0;
   std::uint64_t bytes = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::vector<char>> queue;
+  bool closing = false;
+  std::string error;  // set by the writer thread
+  std::thread writer;
+  static constexpr std::size_t kBuffer = 8u << 20, kPending = 4;
+
+  void start() {
+    writer = std::thread([this] {
+      for (;;) {
+        std::vector<char> b;
+        {
+          std::unique_lock<std::mutex> lk(mu);
+          cv.wait(lk, [this] { return closing || !queue.empty(); });
+          if (queue.empty()) return;
+          b = std::move(queue.front());
+          queue.pop_front();
+        }
+        cv.notify_all();
+        const bool ok = std::fwrite(b.data(), 1, b.size(), f.get()) == b.size();
+        std::lock_guard<std::mutex> lk(mu);
+        if (!ok && error.empty()) error = "cannot write " + path + " (disk full?)";
+        bytes += b.size();
+      }
+    });
+  }
   void put(const void* p, std::size_t n) {
     const auto* c = static_cast<const char*>(p);
     buf.insert(buf.end(), c, c + n);
-    if (buf.size() >= (8u << 20)) flush();
+    if (buf.size() >= kBuffer) hand_off();
   }
-  void flush() {
+  void hand_off() {
     if (buf.empty()) return;
-    if (std::fwrite(buf.data(), 1, buf.size(), f.get()) != buf.size())
-      throw Error("cannot write " + path + " (disk full?)");
-    bytes += buf.size();
-    buf.clear();
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, [this] { return queue.size() < kPending || !error.empty(); });
+    if (!error.empty()) throw Error(error);
+    queue.push_back(std::move(buf));
+    buf = std::vector<char>();
+    buf.reserve(kBuffer + (1u << 20));
+    lk.unlock();
+    cv.notify_all();
+  }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      closing = true;
+    }
+    cv.notify_all();
+    if (writer.joinable()) writer.join();
+  }
+  ~Impl() { stop(); }
+  // zigzag varint
+  void put_varint(std::int64_t v) {
+    auto z = static_cast<std::uint64_t>((v << 1) ^ (v >> 63));
+    char tmp[10];
+    std::size_t n = 0;
+    while (z >= 0x80) {
+      tmp[n++] = static_cast<char>((z & 0x7F) | 0x80);
+      z >>= 7;
+    }
+    tmp[n++] = static_cast<char>(z);
+    put(tmp, n);
   }
 };
 
@@ -75,7 +133,8 @@ StreamWriter::StreamWriter(const std::string& path, const std::string& header_js
   impl_->path = path;
   impl_->f.reset(std::fopen(path.c_str(), "wb"));
   if (!impl_->f) throw Error("cannot write " + path);
-  impl_->buf.reserve(9u << 20);
+  impl_->buf.reserve(Impl::kBuffer + (1u << 20));
+  impl_->start();
   const std::uint32_t version = 1;
   const std::uint64_t len = header_json.size();
   impl_->put("ACSS", 4);
@@ -97,9 +156,12 @@ void StreamWriter::write(std::vector<Transfer>& ts) {
     impl_->put(&tag, 1);
     impl_->put(&start, 8);
     impl_->put(&count, 4);
+    std::int64_t route = 0, chunk = 0;
     for (std::size_t k = i; k < j; ++k) {
-      const std::uint32_t rc[2] = {static_cast<std::uint32_t>(ts[k].route), static_cast<std::uint32_t>(ts[k].chunk)};
-      impl_->put(rc, 8);
+      impl_->put_varint(ts[k].route - route);
+      impl_->put_varint(ts[k].chunk - chunk);
+      route = ts[k].route;
+      chunk = ts[k].chunk;
     }
     impl_->section_count += j - i;
     i = j;
@@ -118,7 +180,9 @@ void StreamWriter::end_section(double time_us) {
 std::uint64_t StreamWriter::finish() {
   const std::uint8_t tag = 0;
   impl_->put(&tag, 1);
-  impl_->flush();
+  impl_->hand_off();
+  impl_->stop();
+  if (!impl_->error.empty()) throw Error(impl_->error);
   if (std::fflush(impl_->f.get()) != 0 || std::fclose(impl_->f.release()) != 0)
     throw Error("cannot write " + impl_->path + " (disk full?)");
   return impl_->bytes;
@@ -168,6 +232,17 @@ void read_schedule_stream(const std::string& path, const std::vector<StreamSecti
   auto get = [&](void* p, std::size_t n) {
     if (std::fread(p, 1, n, f.get()) != n) throw Error(path + ": truncated schedule stream");
   };
+  auto varint = [&]() -> std::int64_t {
+    std::uint64_t z = 0;
+    for (int shift = 0;; shift += 7) {
+      const int c = std::fgetc(f.get());
+      if (c == EOF) throw Error(path + ": truncated schedule stream");
+      if (shift > 63) throw Error(path + ": bad number in schedule stream");
+      z |= static_cast<std::uint64_t>(c & 0x7F) << shift;
+      if (!(c & 0x80)) break;
+    }
+    return static_cast<std::int64_t>(z >> 1) ^ -static_cast<std::int64_t>(z & 1);
+  };
   char magic[4];
   std::uint32_t version = 0;
   std::uint64_t len = 0;
@@ -198,14 +273,15 @@ void read_schedule_stream(const std::string& path, const std::vector<StreamSecti
       std::uint32_t count = 0;
       get(&start, 8);
       get(&count, 4);
-      std::vector<std::uint32_t> rc(2 * static_cast<std::size_t>(count));
-      get(rc.data(), rc.size() * 4);
+      std::int64_t route = 0, chunk = 0;
       for (std::uint32_t i = 0; i < count; ++i) {
-        const std::uint32_t r = rc[2 * i], c = rc[2 * i + 1];
-        if (r >= sections[k].routes.size() || c >= static_cast<std::uint32_t>(s.nchunks))
-          throw Error(path + ": a record names route " + std::to_string(r) + " or chunk " + std::to_string(c) +
-                      " out of range");
-        recs[k].push_back({start, r, c});
+        route += varint();
+        chunk += varint();
+        if (route < 0 || static_cast<std::size_t>(route) >= sections[k].routes.size() || chunk < 0 ||
+            chunk >= s.nchunks)
+          throw Error(path + ": a record names route " + std::to_string(route) + " or chunk " +
+                      std::to_string(chunk) + " out of range");
+        recs[k].push_back({start, static_cast<std::uint32_t>(route), static_cast<std::uint32_t>(chunk)});
       }
     } else if (tag == 2) {
       double t = 0;

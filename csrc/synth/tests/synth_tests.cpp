@@ -230,7 +230,7 @@ int main() {
     SynthStats st;
     std::uint64_t bytes = 0;
     const Schedule h = synthesize_to_stream(t, o, path, &st, &bytes);
-    CHECK(h.transfers.empty() && bytes > 8 * st.transfers);
+    CHECK(h.transfers.empty() && bytes > 2 * st.transfers);  // two varints of at least a byte per transfer
     const Schedule m = synthesize(t, o);
     CHECK(std::fabs(h.time_us - m.time_us) < 1e-9 * m.time_us);
     std::vector<StreamSection> secs(1);
