@@ -7,7 +7,8 @@ the schedule streamed to disk.
 Runs the command line as a user would (defaults: chunks and seeds chosen; 2 threads), each under
 `/usr/bin/time -v`, on a 200x200 mesh (40,000 NPUs) and a 34x34x34 torus (39,304 NPUs), links of 50 GiB/s and
 0.5 us, 1 GiB. The stream (several GB) is deleted after its size is recorded unless --keep-streams. The load
-average before and after each run is recorded: the machine may be shared, and then the times are pessimistic.
+average before and after each run is recorded, and every run is kept in results.json: the machine may be
+shared, and then the times are pessimistic.
 """
 
 from __future__ import annotations
@@ -82,7 +83,11 @@ def main() -> None:
                     stream.unlink()
             (a.out_dir / f".{name}.{mode}.report.json").unlink()
             print(json.dumps({k: v for k, v in r.items() if k != "report"}, indent=1), flush=True)
-            results = [x for x in results if (x["topology"], x["mode"]) != (name, mode)] + [r]
+            r["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+            r["commit"] = subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+            ).stdout.strip()
+            results.append(r)  # every run is kept: on a shared machine they differ
             meta = {
                 "python": platform.python_version(),
                 "machine": platform.machine(),
