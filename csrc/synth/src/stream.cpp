@@ -117,7 +117,7 @@ struct StreamWriter::Impl {
   ~Impl() { stop(); }
   // zigzag varint
   void put_varint(std::int64_t v) {
-    auto z = static_cast<std::uint64_t>((v << 1) ^ (v >> 63));
+    std::uint64_t z = (static_cast<std::uint64_t>(v) << 1) ^ static_cast<std::uint64_t>(v >> 63);
     char tmp[10];
     std::size_t n = 0;
     while (z >= 0x80) {
