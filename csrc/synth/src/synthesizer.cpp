@@ -1,26 +1,24 @@
 // Time-expanded greedy link-chunk matching (TACOS), event driven.
 //
 // Time advances from one transfer completion to the next (no fixed time step); at each event time the
-// channels that became free, or got something new to send, are matched to chunks. A chunk is claimed for a
-// destination when a transfer to it is matched, so a chunk is never sent to one destination twice (TACOS
-// v1.3.0 can send it over two links at once and discards one on arrival). A channel whose next chunk was
-// delivered elsewhere takes the following one instead of idling ("chunk replacement"). Odd seeds send each
-// channel's oldest candidate (FIFO), even seeds a random one.
-//
-// Two engines:
-// * Gather (topologies whose channels share no link: meshes, tori, hypercubes, point-to-point graphs).
-//   Per destination a bitset row of claimed chunks; per NPU its arrival list (chunks in the order it got
-//   them); a channel s->d reads s's list through its own cursor and skips what d has claimed. Matching at one
-//   destination reads other NPUs' lists and writes only its own row, so destinations are independent within
-//   an event: they are matched in rank order (neighbours' data stay close in memory) and, on large
-//   topologies, split among threads that meet at two barriers per event. The channels into one destination
-//   go lowest cost first, ties in a random order drawn from (seed, event, destination); random picks use a
-//   per-channel stream. So the schedule depends on the seed only, not on the number of threads.
+// channels that became free, or got something new to send, are matched to chunks. Two engines:
+// * gather_general (channels that share links — switch ports — or differ in cost, up to kGeneralCells): one
+//   global matching order, lowest cost first; per-channel candidate queues; per (NPU, chunk) the arrival or
+//   promised arrival time. A destination counts a chunk's first arrival: a copy may be sent again over a
+//   faster path while one is in flight, and the slower copy is then replaced by a chunk its source held when
+//   it started (causal, unlike TACOS v1.3.0's replacement) or cancelled. A look-ahead keeps slow channels for
+//   what no cheaper path brings first. Eight policies by seed (see there).
+// * Gather (channels that share no link and cost the same: homogeneous meshes, tori, hypercubes, ...; and very
+//   large heterogeneous ones). A chunk is claimed for a destination when matched. Per destination a bitset row
+//   of claimed chunks; per NPU its arrival list (chunks in the order it got them); a channel s->d reads s's
+//   list through its own cursor and skips what d has claimed. Matching at one destination reads other NPUs'
+//   lists and writes only its own row, so destinations are independent within an event: they are matched in
+//   rank order (neighbours' data stay close in memory) and, on large topologies, split among threads that meet
+//   at two barriers per event. The channels into one destination go lowest cost first, ties in a random order
+//   drawn from (seed, event, destination); odd seeds take each channel's oldest candidate, even seeds a random
+//   one (a per-channel stream). So the schedule depends on the seed only, not on the number of threads.
 //   Cost: about 3 claim-bit tests per transfer, at random places of an NPUs x chunks bitset (200 MB for
 //   40,000 NPUs); they are cache misses, so the engine batches them (see warm()).
-// * gather_shared_links (topologies where channels share links: switch ports): the original engine, one
-//   global matching order (a switch port is shared by channels into different destinations), per-channel
-//   candidate FIFOs, one random stream. Such topologies are small.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
