@@ -32,5 +32,5 @@ for san in address thread; do
 done
 
 step "test suite"
-# The agreement suite at full size: 120 emulator runs, 600 randomized scenarios (issue 3 asks for >= 500).
+# The agreement suite at full size: 120 emulator runs, 600 randomized scenarios (at least 500 asked).
 AUTOCCL_AGREEMENT_FULL=1 "$PY" -m pytest -q tests -p no:cacheprovider

@@ -2,9 +2,9 @@
 # The default `autoccl demo` (ranks as threads) over several emulator seeds: one line per run with the seed, all
 # tasks' gain, the call the last task became stable at (counted from call 0) and each task's gain; at the end the
 # mean gain, the runs with a task stable after call 150 and how often each 256 MiB task kept NCCL's choice.
-# One seed's runs differ only in thread timing, so a single seed says little about the search (seed 1: one of the
-# 256 MiB tasks missed in 4 of 70 runs with one engine and 21 of 40 with the next, which across 40 seeds missed
-# less often; benchmarks/results/cpu/session21/README.md).
+# One seed's runs differ only in thread timing, so a single seed says little about the search: one engine missed
+# a 256 MiB task with seed 1 in 4 of 70 runs and the next in 21 of 40, while across 40 seeds the latter missed
+# less often (benchmarks/results/cpu/demo-gains).
 # Usage: AUTOCCL_LIB_DIR=build/rel/lib bash benchmarks/emu/demo_seeds.sh [SEEDS] [RUNS_PER_SEED]
 #   SEEDS: e.g. "1 2 3" or "$(seq -s ' ' 11 40)" (default 1-10); RUNS_PER_SEED default 3.
 set -euo pipefail

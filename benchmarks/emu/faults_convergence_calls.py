@@ -5,7 +5,7 @@ load that made CI converge a task at call 155). Prints, per task record of rank 
 converged_at minus search_free_wait_calls, the quantity the test bounds.
 
 AUTOCCL_LIB_DIR=build/rel/lib PYTHONPATH=python:tests/emu python3 benchmarks/emu/faults_convergence_calls.py \
-    > benchmarks/results/cpu/faults_convergence_calls.md
+    > benchmarks/results/cpu/faults-convergence/faults_convergence_calls.md
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 task), over scenario seeds, several emulator runs at a time (the load under which CI once failed it).
 
 AUTOCCL_LIB_DIR=build/rel/lib PYTHONPATH=python:tests/emu python3 benchmarks/emu/noisy_seeds.py \
-    --seeds 0:600 --workers 6 > benchmarks/results/cpu/noisy_seeds.md
+    --seeds 0:600 --workers 3 > benchmarks/results/cpu/noisy-scenario/noisy_seeds.md
 
 A row per task that ended more than 1 % slower than NCCL's choice (the test's bound) or more than 5 % from
 the model's best, then the counts.

@@ -4,7 +4,7 @@ frames dropped and duplicated, 0-3 ms delays), with `AUTOCCL_XPROC_SCORE` shorte
 The scenario is the one of tests/emu/test_online.py::test_online_processes_skewed_ranks_converge.
 
 AUTOCCL_LIB_DIR=build/rel/lib PYTHONPATH=python:tests/emu python3 benchmarks/emu/skew_seeds.py \
-    > benchmarks/results/cpu/skew_seeds.md
+    > benchmarks/results/cpu/rank-skew-scenario/skew_seeds.md
 """
 
 from __future__ import annotations

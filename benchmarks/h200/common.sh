@@ -1,14 +1,14 @@
 #!/bin/bash
-# Shared by the session scripts: safety variables, install, GPU count, logging, timing.
+# Shared by the GPU scripts of this folder: safety variables, install, GPU count, logging, timing.
 # Runs on the GPU box from the repository root; everything goes under $OUT.
 set -euo pipefail
 : "${OUT:?set OUT to the output folder}"
 export PYTHONUNBUFFERED=1
-# NVLink multicast must stay off in every launch (shared/data/h200x4/README.md); the harness also
+# NVLink multicast must stay off in every launch (it can take a shared host down); the harness also
 # sets these for every mode, plain nccl included.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 mkdir -p "$OUT"
-exec > >(tee -a "$OUT/session.log") 2>&1
+exec > >(tee -a "$OUT/run.log") 2>&1
 
 install_autoccl() {
   # The box has no internet: build with the present scikit-build-core/pybind11/cmake/ninja, no deps.

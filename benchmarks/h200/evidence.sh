@@ -1,19 +1,19 @@
 #!/bin/bash
-# Issue 4's evidence matrix on 4 x H200, in device calls of < 10 minutes each:
+# The PyTorch bench matrix on 4 x H200 (benchmarks/results/h200x4/pytorch-bench), in device calls of < 10 minutes each:
 #   bash benchmarks/h200/evidence.sh call1   # ~6 min: coll nccl + online (64 channels), static-best, train 350M
 #   bash benchmarks/h200/evidence.sh call2   # ~7 min: coll online (NCCL's channels and 64), train 350M online,
 #                                            #         oracle part a (channel counts auto,16,64)
 #   bash benchmarks/h200/evidence.sh call3   # ~9 min: train 350M FSDP2 nccl vs online, nccl_tests/gpu_online_check.sh
-#                                            #         (issue 3), then oracle part b (8,32) if time is left
+#                                            #         (nccl-tests under online mode), then oracle part b (8,32) if time is left
 # Collectives: AG/RS/AR x 1 MiB..1 GiB (x4 steps: the targets' 16/64/256 MiB included), bf16, loads none,
 # light (the AutoCCL paper's GEMM) and heavy (8192^3 bf16). `nccl` is plain NCCL (24 channels here).
-# Calls 2 and 3 read call 1's coll_base.json from benchmarks/results/h200x4/bench/ so that every file sizes
+# Calls 2 and 3 read call 1's coll_base.json from benchmarks/results/h200x4/pytorch-bench/ so that every file sizes
 # the GEMM work of a loaded cell identically and makespans compare across files.
 # At most 8 files come back from a call: everything is packed into results.tgz and logs.tgz at the end.
 source "$(dirname "$0")/common.sh"
 SIZES=1M:1G:x4
 COLL=(--colls ag,rs,ar --sizes "$SIZES" --dtype bf16 --load none,light,heavy -w 5 -n 20 -r 5)
-GEMM_FROM=${GEMM_REPS_FROM:-benchmarks/results/h200x4/bench/coll_base.json}
+GEMM_FROM=${GEMM_REPS_FROM:-benchmarks/results/h200x4/pytorch-bench/coll_base.json}
 deadline=$((SECONDS + ${CALL_LIMIT_S:-560}))
 left() { echo $((deadline - SECONDS)); }
 gemm_from() { GEMM=(); [ -f "$GEMM_FROM" ] && GEMM=(--gemm-reps-from "$GEMM_FROM") || echo "no $GEMM_FROM: GEMM sized afresh"; }

@@ -2,7 +2,7 @@
 # A first CUDA run of the harness (everything before ran on CPU/gloo): installs the package on the GPU box,
 # then a small `bench coll` (AG/RS/AR at 16 and 256 MiB, modes nccl and online, loads none and light,
 # data checked) and a short `bench train` (350m, FSDP2 and DDP, nccl and online, 60 iterations).
-# Not the issue-4 matrix: a check that the CUDA paths work, with numbers kept as a smoke record only.
+# Not the bench matrix (evidence.sh): a check that the CUDA paths work, with numbers kept as a smoke record only.
 #   OUT=... bash benchmarks/h200/smoke_cuda.sh
 source "$(dirname "$0")/common.sh"
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-32}

@@ -1,6 +1,6 @@
 #!/bin/bash
-# Does online tuning inside training pay now? (roadmap item 2: FSDP2 350M on 4 x H200 with the engine of
-# 2026-11-21 gave 1.09x steady but a break-even after 281 iterations in one call, 0.91x in another.)
+# Does online tuning inside training pay? (benchmarks/results/h200x2/fsdp2-training; on 4 x H200 an earlier engine
+# gave FSDP2 350M 1.09x steady with a break-even after 281 iterations in one call, 0.91x in another.)
 # GPT-style 350M, FSDP2, every visible GPU, -n ITERS (default 300), plain NCCL vs `online`, two launches of
 # each interleaved (rep 1: nccl then online; rep 2: online then nccl) so that drift of the shared box shows.
 #   OUT=<dir> bash benchmarks/h200/train_rerun.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU call (issue 3, session of 2026-11-22 b): busbw after tuning inside one process. nccl-tests -N 3 runs
+# GPU check: busbw after tuning inside one process. nccl-tests -N 3 runs
 # the timed pass over all sizes three times after the warm-up; the last pass is "after tuning" (the
 # search had the warm-up and two passes). Plain NCCL runs the same -N 3 and is compared on its last pass
 # too. Engine of this commit: samples are given up by time and by later samples (not after 64 calls),
@@ -10,7 +10,7 @@
 # Shorter: REPS=1 COLLS=all_gather,reduce_scatter,all_reduce EQ=0 (one repetition, three collectives, no torchrun).
 # LAUNCHES="single": one launch kind only (default "mpi single").
 # NCCL_CH=N: online runs get --nccl-channels N (calls left to NCCL capped at a plain communicator's count);
-# unset: read from NCCL's INFO line "<N> coll channels" of a plain run; NCCL_CH=0: not passed (as before 2026-11-22 i).
+# unset: read from NCCL's INFO line "<N> coll channels" of a plain run; NCCL_CH=0: not passed.
 # MPI_REP2_SCORE=period: the second one-process-per-GPU online run uses AUTOCCL_SCORE=period and is reported
 # on its own (mpi_online_score.jsonl, report_mpi-score_cycle-*.md) against the same plain runs.
 source benchmarks/nccl_tests/setup_gpu.sh || exit 1
@@ -27,7 +27,7 @@ fi
 NCCL_CH=${NCCL_CH:-0}
 echo "online runs: --channel-ceiling 64, --nccl-channels ${NCCL_CH} (0: not passed)" | tee /tmp/res/nccl_channels.txt
 CAP=(); [ "$NCCL_CH" != 0 ] && CAP=(--nccl-channels "$NCCL_CH")
-O=benchmarks/results/h200x4/nccl_tests/env_oracle_best.json
+O=benchmarks/results/h200x4/nccl-tests-ceiling/env-oracle/env_oracle_best.json
 R=benchmarks/nccl_tests/online_report.py
 for launch in ${LAUNCHES:-mpi single}; do
   export AUTOCCL_CACHE_DIR=/tmp/cache-$launch; rm -rf "$AUTOCCL_CACHE_DIR"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU call 1 (issue 2): plain NCCL with one process for all GPUs and one process per GPU (data checked),
+# GPU check: plain NCCL with one process for all GPUs and one process per GPU (data checked),
 # then the per-task space through NCCL's own knobs (env-oracle) within the call's time limit.
 # Usage on the GPU machine, from the repo root:  bash benchmarks/nccl_tests/gpu_env_oracle.sh
 source benchmarks/nccl_tests/setup_gpu.sh || exit 1

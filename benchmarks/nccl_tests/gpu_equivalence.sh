@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU call (issue 3): torchrun (one process per GPU) all_gather_into_tensor, reduce_scatter_tensor and
+# GPU check: torchrun (one process per GPU) all_gather_into_tensor, reduce_scatter_tensor and
 # all_reduce under online tuning against plain NCCL, every iteration checked against a local reference,
 # and every call's configuration compared across ranks. No nccl-tests build (quick).
 # GPU_NCCL=DIR (e.g. .carry/nccl-2.30.7, unpacked from DIR.tar.xz): both runs load that NCCL instead of

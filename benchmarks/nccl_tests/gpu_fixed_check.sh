@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU call 3 (issue 2): fixed mode for every supported (algorithm, protocol) x channels, one process per GPU
+# GPU check: fixed mode for every supported (algorithm, protocol) x channels, one process per GPU
 # ({16}) and one process for all GPUs ({4, 16, 64}), data checked; the plugin's per-call cost; and the
 # torchrun equivalence check (every iteration against a local reference; tuned vs plain digests) under
 # forced non-default configurations.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU call (issue 3): one process driving all GPUs (nccl-tests -g N) under online mode, scored by the slowest
+# GPU check: one process driving all GPUs (nccl-tests -g N) under online mode, scored by the slowest
 # rank's kernel (AUTOCCL_INPROC_SCORE=slowest, the default) and by the authority's own kernel (=own), on
 # communicators of NCCL's own channel count (no --channel-ceiling) and once on 64-channel ones, against plain
 # NCCL with the same iteration counts; two repetitions, all five collectives 1 MiB-1 GiB with data checking
@@ -32,7 +32,7 @@ rm -rf "$AUTOCCL_CACHE_DIR"
 $S --plan online --launch mpi --keep-traces /tmp/traces/mpi --logdir /tmp/ntlogs/mpi --out /tmp/res/mpi_online.jsonl \
   --budget-s "$(( $(left) - 25 ))"
 python3 benchmarks/nccl_tests/pinned_configs.py /tmp/traces > /tmp/res/pinned.md 2>&1
-O=benchmarks/results/h200x4/nccl_tests/env_oracle_best.json
+O=benchmarks/results/h200x4/nccl-tests-ceiling/env-oracle/env_oracle_best.json
 for v in slowest_nceil own_nceil slowest_ceil64_; do
   cat /tmp/res/single_${v}*.jsonl > /tmp/res/all_$v.jsonl 2>/dev/null
   python3 benchmarks/nccl_tests/online_report.py /tmp/res/all_$v.jsonl $O --plain /tmp/res/single_plain.jsonl \

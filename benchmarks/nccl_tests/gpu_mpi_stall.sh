@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU call (issue 3): why online tuning in one-process-per-GPU runs (mpirun) makes 1-2 MiB all_reduce calls take
+# GPU check: why online tuning in one-process-per-GPU runs (mpirun) makes 1-2 MiB all_reduce calls take
 # milliseconds during nccl-tests' warm-up (rank 0's kernel times 4-18 ms, calls 24-200, commit 575df83 traces)
 # while one process for 4 GPUs does not. Six variants of all_reduce 1-4 MiB, 200 warm-up + 40 timed calls,
 # data checked; each with wall time and traces (per-rank kernel times where the mode times them, and each rank's

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU call (issue 3, 2026-11-23 session 17): the plugin under NCCL 2.30 (tuner v6 with getChunkSize,
+# GPU check: the plugin under NCCL 2.30 (tuner v6 with getChunkSize,
 # profiler v6) on real GPUs. The image has NCCL 2.28.9 (tuner v5, no chunk size): NCCL 2.30.7 is built
 # beforehand from its public source for sm_90 with the kernels nccl-tests' float/sum runs need, and carried
 # as GPU_NCCL (default .carry/nccl-2.30.7, unpacked from .carry/nccl-2.30.7.tar.xz when only that is there):
@@ -64,7 +64,7 @@ fi
 # 3. cycles check under NCCL 2.30 (plain and online both on the carried NCCL)
 S="python3 benchmarks/nccl_tests/sweep.py --bin $NT_BIN --warmup 200 --iters 40 --cycles 3"
 R=benchmarks/nccl_tests/online_report.py
-O=benchmarks/results/h200x4/nccl_tests/env_oracle_best.json
+O=benchmarks/results/h200x4/nccl-tests-ceiling/env-oracle/env_oracle_best.json
 COLLS=${COLLS:-all_gather,reduce_scatter,all_reduce}
 if [ "${NCCL_CH:-0}" = auto ]; then
   NCCL_CH=$(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT timeout 60 $MPI "$NT_BIN/all_reduce_perf_mpi" -b 1M -e 1M -w 1 -n 1 \

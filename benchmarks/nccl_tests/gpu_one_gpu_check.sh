@@ -15,7 +15,7 @@
 # pytest") picks steps; install always runs when pytest does. PYTEST_ARGS (default: the whole suite) narrows the
 # suite. Logs other than the summary, the suite's output and the C++ test output go to $OUT/logs.tgz (the device
 # tool brings back 8 files).
-# Usage on the GPU machine, from a snapshot's root (scripts/device_snapshot.sh):
+# Usage on the GPU machine, from a checkout's root:
 #   OUT=<dir> bash benchmarks/nccl_tests/gpu_one_gpu_check.sh
 STEPS=${STEPS:-install nccl cxx pytest}
 want() { [[ " $STEPS " == *" $1 "* ]]; }
@@ -36,7 +36,7 @@ step_start
 if timeout 240 python3 -m pip install --no-build-isolation --no-deps . > /tmp/logs/pip_install.log 2>&1; then
   say "pip install (Python $(python3 -c 'import sys; print(sys.version.split()[0])')): ok in $(took)"
   # How the toolchain links libstdc++, and what the synth extension exports (a static libstdc++ exported from it
-  # crashed generate() once numpy was loaded first: benchmarks/results/one_gpu/session22/).
+  # crashed generate() once numpy was loaded first: benchmarks/results/h200x1/gpu-image-check/).
   synth=$(python3 -c "import autoccl._synth as m; print(m.__file__)" 2>/dev/null)
   say "g++ libstdc++.so: $(g++ -print-file-name=libstdc++.so); _synth exports $(nm -D --defined-only "$synth" | wc -l) symbols, $(nm -D --defined-only "$synth" | grep -c ' _ZNS[ot]\| _ZNKS[ot]') of them std::; needs $(ldd "$synth" | grep -c libstdc++) shared libstdc++"
   (cd /tmp && python3 -X faulthandler -c "import numpy; import autoccl.synth as S; print(S.generate('mesh', [3, 3]))" \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU call 4 (issue 3): online mode under stock NCCL with nccl-tests, data checked (-c 1), one process for all
+# GPU check: online mode under stock NCCL with nccl-tests, data checked (-c 1), one process for all
 # GPUs and one process per GPU, with matched plain-NCCL runs (same iteration counts: 200 warm-up calls per size
 # carry the tuning phase, then 40 timed); every rank's per-call decisions compared from the traces; and the
 # torchrun equivalence check while the tuner explores (50 iterations x 3 calls per task).

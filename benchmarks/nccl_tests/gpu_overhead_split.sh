@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPU call (issue 3, session of 2026-11-22 f): where does one process for 4 GPUs lose its small cells?
-# Session f's call 1 (gpu_single_stability.sh, 1-16 MiB): reduce_scatter under online64 ran ~55 us per call
+# GPU check: where does one process for 4 GPUs lose its small cells?
+# A run of gpu_single_stability.sh (1-16 MiB): reduce_scatter under online64 ran ~55 us per call
 # flat over 1-8 MiB in passes where no call was timed and every task was pinned on NCCL's own choice, while
 # NCCL alone on the same 64-channel communicators ran ~32 us. This splits the plugin into its parts, each
 # REPS times interleaved, nccl-tests -g <every GPU>, SIZES (default -b 1M -e 8M -f 2), -w 200 -n 40 -c 1 -N 3:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU call (issue 3, 2026-11-22 d). Two questions:
+# GPU check. Two questions:
 # 1. One process for 4 GPUs, all_reduce 4 MiB: the search pinned tree/ll128/37 (slowest rank's kernel
 #    30.6 us vs 57.5 us for NCCL's choice on the 64-channel communicator) yet nccl-tests ran 51-69 us per
 #    iteration against plain NCCL's 42.6 us. Is that the GPU waiting for the host (gaps between kernels)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU call 2 (issue 2): the plugin under stock NCCL 2.28.9 with nccl-tests, data checked (-c 1):
+# GPU check: the plugin under stock NCCL 2.28.9 with nccl-tests, data checked (-c 1):
 #  observe mode (one process for all GPUs, and one process per GPU),
 #  fixed mode for every supported (algorithm, protocol) x channels {4, 16, 64} (single) and {16} (per GPU),
 #  the plugin's per-call cost (plain vs loaded-but-idle vs observe, small sizes, many iterations).

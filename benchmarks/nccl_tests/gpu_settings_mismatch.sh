@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU call (issue 3): ranks given different agreed settings must fail clearly, never diverge or hang.
+# GPU check: ranks given different agreed settings must fail clearly, never diverge or hang.
 # One process per GPU (MPICH, MPMD), mode online over TCP (`autoccl env --mode online`), all_reduce and
 # all_gather 1-64 MiB with data checking (-c 1):
 #   same       every rank the same settings: must pass (0 wrong results, exit 0)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU call (issue 3, 2026-11-22 c): why is one process for 4 GPUs slow at 1-16 MiB under online tuning even
+# GPU check: why is one process for 4 GPUs slow at 1-16 MiB under online tuning even
 # where the search pinned NCCL's own choice (all_gather 1 MiB: plain 29.9 GB/s, online 15.9)? Each variant
 # changes one thing between plain NCCL and `autoccl run --mode online --channel-ceiling 64`:
 #   plain       NCCL alone                      plain64    NCCL alone, 64-channel communicators

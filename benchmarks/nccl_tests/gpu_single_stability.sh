@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPU call (issue 3, session of 2026-11-22 e): is the swing of one process for 4 GPUs at 4 MiB NCCL's or ours?
-# Session d's call 5 saw reduce_scatter 4 MiB move 50 -> 97 us per call from pass to pass with unchanged
+# GPU check: is the swing of one process for 4 GPUs at 4 MiB NCCL's or ours?
+# A cycles check saw reduce_scatter 4 MiB move 50 -> 97 us per call from pass to pass with unchanged
 # configurations, and all_reduce 4 MiB 37-53 us without the plugin on 64-channel communicators. Here each
 # variant runs REPS times, interleaved, nccl-tests -g 4 (one process), -b 4M -e 1G -f 4 (the target sizes),
 # -w 200 -n 40 -c 1 -N 3; every pass of every run is kept:
@@ -9,7 +9,7 @@
 #   online     autoccl run --mode online (NCCL's own channel ceiling)
 # Usage on the GPU machine, from the repo root:  OUT=... [REPS=2] [COLLS="reduce_scatter all_reduce"] \
 #   [VARIANTS="plain plain64 online64 online"] [SIZES="-b 4M -e 1G -f 4"] bash benchmarks/nccl_tests/gpu_single_stability.sh
-# (session f: SIZES="-b 1M -e 16M -f 2" for the small cells, where one process loses most.)
+# (the small cells: SIZES="-b 1M -e 16M -f 2" for the small cells, where one process loses most.)
 source benchmarks/nccl_tests/setup_gpu.sh || exit 1
 source benchmarks/nccl_tests/plugin_build.sh || exit 1
 cp COMMIT "$OUT/commit.txt" 2>/dev/null || true

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU call (issue 3, roadmap item 5): why the 1 MiB cells lose under `autoccl run --mode online
+# GPU check: why the 1 MiB cells lose under `autoccl run --mode online
 # --channel-ceiling 64`. Per launch kind (one process per GPU, one process for all GPUs) and collective,
 # nccl-tests $NT_ARGS (default -b 1M -e 4M -f 2 -w 200 -n 40 -N 3 -c 1), $REPS repetitions (default 2),
 # interleaved:

@@ -2,7 +2,7 @@
 # Diagnoses the segmentation fault of tests/synth on the GPU image (gcc 13.3, Python 3.12.3, pybind11 3.1.0,
 # numpy 2.5.2; found by gpu_one_gpu_check.sh, not reproduced with gcc 12 on Python 3.11 or 3.12): each case in its
 # own interpreter with the fault handler, then the extension built with AddressSanitizer + UBSan, then gdb's stack.
-# Usage on the GPU machine, from a snapshot's root:  OUT=<dir> bash benchmarks/nccl_tests/gpu_synth_crash.sh
+# Usage on the GPU machine, from a checkout's root:  OUT=<dir> bash benchmarks/nccl_tests/gpu_synth_crash.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

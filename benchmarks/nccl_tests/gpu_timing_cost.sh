@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPU call (issue 3, session of 2026-11-22 e): what does kernel timing (the profiler's Coll + KernelCh events)
-# cost one process that launches 4 GPUs, per channel count? Session e's call 3 traced reduce_scatter 16 MiB:
+# GPU check: what does kernel timing (the profiler's Coll + KernelCh events)
+# cost one process that launches 4 GPUs, per channel count? A cycles check traced reduce_scatter 16 MiB:
 # NCCL's 64-channel choice ran ~110 us per call while timed and ~59 us untimed (plain, 64-channel comms), while
 # 18 channels ran ~65 us either way; scored by stream period the search then left NCCL's choice (0.96x).
 # nccl-tests -g 4, -b 4M -e 64M -f 4, -w 100 -n 40 -c 1 -N 2; out-of-place time per call of the last pass:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU call (issue 3): busbw after tuning, measured with timing off. nccl-tests runs the warm-up of every size
+# GPU check: busbw after tuning, measured with timing off. nccl-tests runs the warm-up of every size
 # before timing any, so within one run the last sizes are still being tuned (GPU timing on, process-wide)
 # while the first are timed; with one process driving 4 GPUs the profiler's per-call host cost then halves
 # small-message busbw. Here: an online run tunes and saves its table (AUTOCCL_CACHE_DIR), then the same
@@ -13,7 +13,7 @@ git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || true
 S="python3 benchmarks/nccl_tests/sweep.py --bin $NT_BIN --warmup 200 --iters 40"
 left() { echo $(( ${CALL_LIMIT_S:-570} - SECONDS )); }
 mkdir -p /tmp/res
-O=benchmarks/results/h200x4/nccl_tests/env_oracle_best.json
+O=benchmarks/results/h200x4/nccl-tests-ceiling/env-oracle/env_oracle_best.json
 for launch in single mpi; do
   ceil=0; [ "$launch" = mpi ] && ceil=64
   export AUTOCCL_CACHE_DIR=/tmp/cache-$launch; rm -rf "$AUTOCCL_CACHE_DIR"

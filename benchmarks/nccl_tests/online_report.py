@@ -4,7 +4,7 @@
     python3 benchmarks/nccl_tests/online_report.py online.jsonl env_oracle_best.json --launch mpi
     python3 benchmarks/nccl_tests/online_report.py single_slowest.jsonl env_oracle_best.json \
         --plain single_plain.jsonl --launch single
-Target cells (issue 3): AG/RS/AR x 4/16/64/256/1024 MiB; geometric mean of busbw ratios. Repeated runs of a
+Target cells: AG/RS/AR x 4/16/64/256/1024 MiB; geometric mean of busbw ratios. Repeated runs of a
 cell (several rows) count by their median.
 """
 

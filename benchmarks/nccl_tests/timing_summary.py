@@ -7,8 +7,8 @@ how many samples the searches used, and the timestamp sanity of the samples (cha
 Phases by call index of a task: warm-up [0, warmup), then passes of `per_cycle` calls (nccl-tests -N: 40
 out-of-place + 40 in-place timed iterations and the data-check calls). A timed call in the last pass means
 the process had GPU timing on while busbw was being measured. "timing on in last pass": the share of rank 0's
-calls of the last pass decided while the process's kernel-timing events were on (trace field `timing`, since
-2026-11-23; "-" in older traces), whether or not a sample was kept.
+calls of the last pass decided while the process's kernel-timing events were on (trace field `timing`;
+"-" in traces without it), whether or not a sample was kept.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ struct Scenario {
   // and kernel (hashed, so every process draws the same); a rank's channels start on arrival and end with
   // the latest arriver's (a collective cannot finish before everyone is in), so its window includes the
   // wait for the last rank. Training steps look like this: rank 0's window of a 25 MB all_gather was
-  // 1.2-1.5 ms at the median against a 60 us transfer (FSDP2 on 2 x H200, 2026-11-23).
+  // 1.2-1.5 ms at the median against a 60 us transfer (FSDP2 on 2 x H200).
   uint64_t skewNs = 0;
   // Per (algorithm, protocol): extra time a kernel holds its stream outside its channels' timestamps (on
   // 4 x H200, tree/LL128 all_reduce 4 MiB: 23-43 us channel windows, 54 us between kernel starts).

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <functional>
 #include <cinttypes>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -14,7 +16,7 @@ namespace autoccl::engine {
 namespace {
 // Stream idle after a call for longer than this is a host pause (Measurement::hostPauseUs). A host-bound
 // call idles its stream for the host's launch cost: 20-70 us per call for one process launching 4 GPUs
-// with the profiler on (4 x H200, 2026-11-22).
+// with the profiler on (4 x H200).
 constexpr double kHostPauseUs = 500.0;
 // Calls of a collective decided while timing was on, none of them reported by the profiler: NCCL does not
 // profile that collective here. Coll events are emitted on the host when NCCL launches the call, a few calls
@@ -26,11 +28,15 @@ class FileLock {
  public:
   explicit FileLock(const std::string& path) {
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) error_ = errno;
     if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
+      error_ = errno;
       ::close(fd_);
       fd_ = -1;
     }
   }
+  bool held() const { return fd_ >= 0; }
+  int error() const { return error_; }
   ~FileLock() {
     if (fd_ >= 0) ::close(fd_);  // releases the lock
   }
@@ -39,6 +45,7 @@ class FileLock {
 
  private:
   int fd_ = -1;
+  int error_ = 0;
 };
 
 // NCCL's own spellings, as the profiler reports them (trace "nccl_algo"/"nccl_proto").
@@ -155,28 +162,39 @@ std::shared_ptr<const Table> Runtime::tableFor(const Fingerprint& fp, const LogF
 }
 
 // Read-modify-write of this fingerprint's cache table, shared by observe and online: under the file
-// lock (several processes' authorities may finish at once), an unusable table is replaced, `merge`
-// folds the entries in, and the result is written atomically.
+// lock `<table>.lock` (several processes' authorities may finish at once; the CLI's `cache import` takes
+// the same lock), what is on disk now is merged with this process's entries and written atomically
+// (temporary file + rename). The lock is taken only once its directory exists: without it two first
+// writers of a fresh cache both read nothing and the second rename dropped the first one's tasks. An
+// unusable table is moved aside (`<table>.corrupt-<time>-<pid>`), never overwritten.
 void Runtime::updateTable(const Fingerprint& fp, const std::vector<TableEntry>& entries, const LogFn& log,
                           const std::function<void(Table&)>& merge, const std::string& what) {
   std::string path = tablePathFor(fp);
   if (path.empty() || entries.empty()) return;
   std::lock_guard<std::mutex> lock(tablesMu_);
-  FileLock flock(path + ".lock");
-  Table table;
   std::string why;
+  auto warn = [&](const std::string& msg) {
+    if (log) log(LogLevel::Warn, "autoccl: " + msg + "; " + std::to_string(entries.size()) + " " + what + " not written");
+  };
+  if (!ensureParentDir(path, &why)) return warn(why);
+  FileLock flock(path + ".lock");
+  if (!flock.held()) return warn("cannot lock " + path + ".lock: " + std::strerror(flock.error()));
+  Table table;
   LoadStatus st = loadTable(path, fp.id(), &table, &why);
-  if (st != LoadStatus::Ok) {
-    if (st != LoadStatus::Missing && log) log(LogLevel::Warn, "autoccl: replacing unusable table " + path + ": " + why);
-    table = Table();
+  if (st == LoadStatus::Corrupt || st == LoadStatus::Foreign) {
+    const std::string aside = path + ".corrupt-" + utcNow() + "-" + std::to_string(::getpid());
+    if (std::rename(path.c_str(), aside.c_str()) != 0)
+      return warn("cannot move the unusable table " + path + " aside (" + why + "): " + std::strerror(errno));
+    if (log) log(LogLevel::Warn, "autoccl: moved the unusable table " + path + " aside to " + aside + " (" + why + ")");
   }
+  if (st != LoadStatus::Ok) table = Table();
   table.fp = fp;
   table.created = utcNow();
   merge(table);
   if (saveTable(path, table, &why)) {
     if (log) log(LogLevel::Info, "autoccl: " + std::to_string(entries.size()) + " " + what + " written to " + path);
-  } else if (log) {
-    log(LogLevel::Warn, "autoccl: " + why);
+  } else {
+    warn(why);
   }
 }
 
@@ -274,7 +292,7 @@ bool Context::attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& l
     std::string berr;
     if (auto board = rt_.coordination()->board(false, log_, &berr)) board->attach(commHash_, rank_, nRanks);
   }
-  measureBudget_ = mode == Mode::Observe || mode == Mode::Online ? 0 : rt_.settings().measureCalls;
+  measureBudget_ = mode == Mode::Online ? 0 : rt_.settings().measureCalls;
   if (!profilerAttached_.load()) {
     log(LogLevel::Info, "profiler not loaded (rank unknown, no GPU timing); decisions still apply. "
                               "Point NCCL_PROFILER_PLUGIN at this library for timing.");
@@ -387,6 +405,9 @@ bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& c
                             (d->why.empty() ? "" : " (" + d->why + ")"));
   }
   ++ordinal_;
+  // The launch clock times a task's first AUTOCCL_MEASURE_CALLS calls by count (its samples arrive later than the
+  // host decides the next calls: counting deliveries timed every call of a short run) and what the policy asks.
+  if (d->timed || (measureBudget_ > 0 && k < measureBudget_)) launchWant_.store(2, std::memory_order_relaxed);
   if (profilerAttached_.load(std::memory_order_relaxed)) matcher_.pushDecision(coll, bytes, applied, t, k, ordinal_);
   if (profilerAttached_.load(std::memory_order_relaxed) && !unprofiled_[coll] && rt_.mask().on() &&
       ++callsWhileTiming_[coll] >= kUnprofiledCalls && collEvents_[coll].load(std::memory_order_relaxed) == 0) {
@@ -445,13 +466,14 @@ bool Context::chunkSize(int coll, int algo, int proto, uint64_t* chunk) {
 }
 
 void* Context::collStart(const char* func, uint64_t seq, uint64_t count, const char* datatype, int nChannels,
-                         const char* algo, const char* proto) {
+                         const char* algo, const char* proto, int reporting) {
   if (!func) return nullptr;
   int coll = parseColl(func);
   if (coll < 0) return nullptr;
   collEvents_[coll].fetch_add(1, std::memory_order_relaxed);
   uint64_t bytes = TimingMatcher::collBytes(coll, count, datatype, nRanks_);
-  return matcher_.collStart(coll, seq, bytes, nChannels, algo ? parseAlgo(algo) : -1, proto ? parseProto(proto) : -1);
+  return matcher_.collStart(coll, seq, bytes, nChannels, algo ? parseAlgo(algo) : -1, proto ? parseProto(proto) : -1,
+                           reporting);
 }
 
 void* Context::kernelChStart(void* parent, uint64_t startNs) { return matcher_.kernelChStart(parent, startNs); }
@@ -475,7 +497,7 @@ void Context::onMeasurement(const Measurement& in) {
         const double period = static_cast<double>(in.startNs - out.startNs) / 1000.0;
         // Idle for longer, the stream waited for the host to come back (periods spanning the end of a
         // nccl-tests pass read 21.7 ms for an 805 us all_gather and 1011 us for a 224 us one, and lost the
-        // duel for configurations 20 % faster, 2 x H200, 2026-11-23): such a period says nothing of the call.
+        // duel for configurations 20 % faster, 2 x H200): such a period says nothing of the call.
         const double idle = period - out.gpuUs;
         if (idle > kHostPauseUs) out.hostPauseUs = idle;
         else out.periodUs = period;

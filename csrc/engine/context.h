@@ -131,9 +131,20 @@ class Context {
   void finalizeProfiler();
 
   // Profiler events (any thread). Names are NCCL's strings ("AllReduce", "RING", "ncclFloat32").
+  // reporting: channel stops that will come for this Coll (-1: nChannels, KernelCh; 1: the launch clock;
+  // 0: none, the call is untimed).
   void* collStart(const char* func, uint64_t seq, uint64_t count, const char* datatype, int nChannels,
-                  const char* algo, const char* proto);
+                  const char* algo, const char* proto, int reporting = -1);
   void* kernelChStart(void* parent, uint64_t startNs);
+  // The launch clock asks at each kernel launch of this (comm, rank) whether to time it: yes for the launch
+  // of a call the policy wants timed (Decision::timed, or a task inside its measurement budget) and for the
+  // launch after it (whose start ends the call's stream period). Enqueue thread.
+  bool takeLaunchTiming() {
+    const int w = launchWant_.load(std::memory_order_relaxed);
+    if (w <= 0) return false;
+    launchWant_.store(w - 1, std::memory_order_relaxed);
+    return true;
+  }
 
   uint64_t commHash() const { return commHash_; }
   int rank() const { return rank_; }
@@ -206,7 +217,8 @@ class Context {
   uint64_t callsWhileTiming_[kNumColls] = {};
   bool unprofiled_[kNumColls] = {};
   Task* lastTask_[kNumColls] = {};   // enqueue thread only: skips the hash lookup for repeats
-  uint64_t measureBudget_ = 0;       // timed calls per task outside observe mode
+  uint64_t measureBudget_ = 0;       // timed calls per task outside online mode
+  std::atomic<int> launchWant_{0};   // launches still to time (takeLaunchTiming)
   std::atomic<int> tasksWanting_{0};
   bool needFlag_ = false;            // guarded by rt_.mask()
   bool failLogged_ = false;          // enqueue thread only

@@ -1,12 +1,17 @@
 #include "engine/online.h"
+#include "engine/step_guard.h"
 
 #include <algorithm>
 #include <cinttypes>
+#include <unordered_set>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <unordered_map>
+
+#include "autoccl/coord/launcher.h"
+#include "engine/trace.h"
 
 namespace autoccl::engine {
 
@@ -19,14 +24,14 @@ namespace {
 // Timing on this many calls before a segment ends (a check block may follow): NCCL reads the mask when
 // a group starts, so the call before the check must switch it on. More costs time where the host is the
 // bottleneck: with one process for 2 GPUs, 8 timed calls before each check doubled a 4 MiB all_gather's
-// out-of-place time in nccl-tests' last pass (49 us vs 23 us in-place, 2026-11-22).
+// out-of-place time in nccl-tests' last pass (49 us vs 23 us in-place).
 constexpr uint64_t kNeedLookahead = 2;
 // ... and for this many calls after the last timed one: a call scored by its period ends at the next
 // call's kernel start, which NCCL profiles only if the mask was on when that call's group started. Not
 // until the timed calls' events arrive: NCCL caches the mask per operation at launch, so their events come
 // anyway, and holding the mask meanwhile timed every call of the process for tens of calls after each
 // drift check (one process per GPU, 4 x H200, reduce_scatter 4 MiB: 39 calls of nccl-tests' last pass
-// timed, 61.7 us per call against 30.6 in the pass before, 2026-11-22).
+// timed, 61.7 us per call against 30.6 in the pass before).
 constexpr uint64_t kNeedAfter = 1;
 constexpr int kLocalWaitMs = 2000;       // in-process board: wait for all ranks of a comm to attach
 constexpr int kSealMs = 5000;            // TCP server: unanswered NEED -> final NCCL default
@@ -57,15 +62,21 @@ coord::Segment finalDefault(uint64_t from) {
   return s;
 }
 
-// The authority's Decider on the in-process board: the search, gated on "all ranks are here".
+// The step guard's plan travels on the board as a task of its own: this collective id, keyed by iteration.
+constexpr uint32_t kGuardColl = 0x100;
+
+// The authority's Decider on the in-process board: the search, gated on "all ranks are here"; the guard key
+// from the step guard's plan.
 class GatedDecider final : public coord::Decider {
  public:
   GatedDecider(Coordination* co, int nRanks) : co_(co), nRanks_(nRanks) {}
   std::vector<coord::Segment> decide(const coord::TaskKey& t, uint64_t k, uint64_t covered) override {
     if (!co_->allLocal(t.comm, nRanks_, std::chrono::milliseconds(kLocalWaitMs))) return {finalDefault(covered)};
+    if (t.coll == kGuardColl) return guard->decide(k, covered);
     return inner.decide(t, k, covered);
   }
   coord::SearchDecider inner;
+  std::shared_ptr<GuardPlan> guard = std::make_shared<GuardPlan>();
 
  private:
   Coordination* co_;
@@ -77,8 +88,10 @@ class GatedDecider final : public coord::Decider {
 class ForwardDecider final : public coord::Decider {
  public:
   using Observer = std::function<void(const coord::TaskKey&, int rank, uint64_t k, double us)>;
-  ForwardDecider(coord::SearchDecider* inner, Observer observer) : inner_(inner), observer_(std::move(observer)) {}
+  ForwardDecider(coord::SearchDecider* inner, std::shared_ptr<GuardPlan> guard, Observer observer)
+      : inner_(inner), guard_(std::move(guard)), observer_(std::move(observer)) {}
   std::vector<coord::Segment> decide(const coord::TaskKey& t, uint64_t k, uint64_t covered) override {
+    if (t.coll == kGuardColl) return guard_->decide(k, covered);
     return inner_->decide(t, k, covered);
   }
   void observe(const coord::TaskKey& t, int rank, uint64_t k, double us) override {
@@ -87,6 +100,7 @@ class ForwardDecider final : public coord::Decider {
 
  private:
   coord::SearchDecider* inner_;
+  std::shared_ptr<GuardPlan> guard_;
   Observer observer_;
 };
 
@@ -113,7 +127,16 @@ class OnlineSource final : public DecisionSource {
       : env_(env), tcpBoard_(env.coordination->tcp() ? std::move(board) : nullptr),
         localBoard_(env.coordination->localBoard()), authority_(env.rank == 0) {
     opts_ = onlineSearchOptions();
-    if (env.settings) opts_.recheckMinMs = env.settings->recheckMs;
+    guardKey_.comm = env.commHash;
+    guardKey_.coll = kGuardColl;
+    guardKey_.pipe = 0;
+    guardKey_.bytes = 0;
+    guardOn_ = env.settings == nullptr || env.settings->guard;
+    if (env.settings) {
+      opts_.recheckMinMs = env.settings->recheckMs;
+      opts_.minTaskMicros = env.settings->minTaskUs;
+      opts_.regretBudget = env.settings->regretBudget;
+    }
     if (env.table) {
       for (const TableEntry& e : env.table->entries) {
         search::TableEntry h;
@@ -163,7 +186,7 @@ class OnlineSource final : public DecisionSource {
           arrival_->setSink([this](const TaskKey& t, const Measurement& m) { absorb(t, m); },
                             [this](const TaskKey& t, uint64_t k) { giveUpSample(t, k); });
         }
-        remote_ = std::make_unique<ForwardDecider>(&decider_->inner, std::move(observer));
+        remote_ = std::make_unique<ForwardDecider>(&decider_->inner, decider_->guard, std::move(observer));
         tcpBoard_->serve(env.commHash, remote_.get());
       }
       if (merge_)
@@ -192,6 +215,7 @@ class OnlineSource final : public DecisionSource {
       }
       if (agree_) usedBoard_->publish(key, {f});
     }
+    if (agree_ && decider_) usedBoard_->publish(guardKey_, {decider_->guard->finalSegment()});
     localBoard_->unserve(env_.commHash);
     if (tcpBoard_) tcpBoard_->unserve(env_.commHash);
   }
@@ -199,6 +223,19 @@ class OnlineSource final : public DecisionSource {
   Decision decide(const TaskKey& task, uint64_t k, const CostTable& costs) override {
     TaskState* s = state(task);
     if (!agree_ && !bypass_) settlePlace();
+    // The step guard: this call's place in the communicator's iterations (the same on every rank); at an
+    // iteration's first call, the guard's plan for the iteration (from the authority, like a task's).
+    bool boundary = false;
+    if (guardOn_ && !bypass_ && agree_) {
+      boundary = iter_.push(taskId(task));
+      if (boundary && !guardStep(task, k)) {
+        Decision f;
+        f.fail = true;
+        f.source = Source::Online;
+        f.why = guardWhy_;
+        return f;
+      }
+    }
     if (!(s->haveSeg && s->seg.contains(k))) {
       if (bypass_) {
         s->seg = finalDefault(0);
@@ -222,7 +259,7 @@ class OnlineSource final : public DecisionSource {
         // the authority can plan now: ask for it at once, so that its lookup at this segment's end finds
         // it at hand instead of waiting a round trip to the authority in the middle of the job's calls
         // (over TCP ~0.1 ms, up to 1.7 ms; one such wait in a 40-call nccl-tests loop of 24 us calls
-        // made it 1.6x slower, 2 x H200, 2026-11-22). Tuning segments are not asked ahead: planning
+        // made it 1.6x slower, 2 x H200). Tuning segments are not asked ahead: planning
         // them early would plan them with fewer samples.
         if (s->seg.phase != search::Phase::kTuning && s->seg.end != search::kForever)
           agree_->prefetch(s->key, s->seg.end);
@@ -248,6 +285,19 @@ class OnlineSource final : public DecisionSource {
       d.config.chunkHalvings = c.chunkHalvings;
     }
     d.stable = s->seg.phase == search::Phase::kFinal && s->seg.end == search::kForever;
+    if (guardNcclNow_) {  // the guard's iteration runs NCCL's own choice for every task
+      if (authority_ && !c.isDefault()) markOverridden(task, k);
+      d.config = Config();
+      d.stable = false;
+      d.timed = false;
+    }
+    // The Context caches a stable decision and asks no more: this task's need for timing ends here (a
+    // search that ended early, e.g. a task below Options::minTaskMicros, kept timing on for good otherwise).
+    if (d.stable && s->needing.load(std::memory_order_relaxed)) setNeeding(s, false);
+    // Samples the search planned, and the coordinator's NCCL-default calls of a task the authority had not
+    // seen yet (kTuning segments without measure; the search takes them as its baseline).
+    d.timed = !guardNcclNow_ && (c.measure || (s->seg.phase == search::Phase::kTuning && c.isDefault()));
+    if (boundary && guardTimedNow_ && authority_) d.timed = true;  // the iteration's start: a guard sample
     if (k == 0) {
       d.why = bypass_ ? "communicator not entirely in this process and no coordinator address: NCCL decides"
                       : std::string(authority_ ? "authority" : "follower") + " (" +
@@ -258,6 +308,7 @@ class OnlineSource final : public DecisionSource {
   }
 
   void onMeasurement(const TaskKey& task, const Measurement& timed) override {
+    if (authority_) guardTime(task, timed);
     const Place place = place_.load(std::memory_order_acquire);
     Measurement m = timed;
     if (m.hostPauseUs > 0 && scoring(place) == Scoring::kPeriodCheckedByWindow) {
@@ -342,9 +393,9 @@ class OnlineSource final : public DecisionSource {
   // process launching several GPUs is host-bound at small sizes: on 4 x H200 a config whose kernels were
   // 31 us ran at 54 us per call while NCCL's 24-channel choice ran at 42 (all_reduce 4 MiB, nccl-tests
   // -g 4); the stream period sees that, the window does not. One process per GPU scores by the window
-  // (the period also carries the profiler's host cost there: 1.075x against 1.107x, session 6) but lets
+  // (the period also carries the profiler's host cost there: 1.075x against 1.107x on 4 x H200) but lets
   // the period check the duel: tree/simple/61 all_reduce 16 MiB on 2 x H200 had 63-65 us windows against
-  // NCCL's 68-70 and held the stream 90 us per call (NCCL's choice: 73), 2026-11-22.
+  // NCCL's 68-70 and held the stream 90 us per call (NCCL's choice: 73).
   enum class Scoring { kWindow, kWindowCheckedByPeriod, kPeriodCheckedByWindow };
   Scoring scoring(Place place) const {
     if (!env_.settings) return Scoring::kWindow;
@@ -357,7 +408,9 @@ class OnlineSource final : public DecisionSource {
     }
   }
 
-  bool needsTiming() const override { return needing_.load(std::memory_order_relaxed) > 0; }
+  bool needsTiming() const override {
+    return needing_.load(std::memory_order_relaxed) > 0 || guardNeed_.load(std::memory_order_relaxed);
+  }
   // Periods where a search uses them: every rank in one process (RankMerge), else the authority only.
   bool wantsPeriod() const override {
     const Place p = place_.load(std::memory_order_acquire);
@@ -367,6 +420,7 @@ class OnlineSource final : public DecisionSource {
 
   // The authority: one call's GPU time (its own, or the slowest rank's) into the task's search.
   void absorb(const TaskKey& task, const Measurement& m) {
+    if (takeOverridden(task, m.callIndex)) return;  // ran NCCL's choice for the guard, not the plan's config
     TaskState* s = nullptr;
     std::shared_ptr<search::TaskSearch> srch;
     {
@@ -410,9 +464,12 @@ class OnlineSource final : public DecisionSource {
     std::vector<TableEntry> out;
     std::lock_guard<std::mutex> lk(mapMu_);
     for (auto& [key, s] : tasks_) {
-      if (!s->search || !s->search->converged()) continue;
+      if (!s->search) continue;
       search::Stats st = s->search->stats();
       search::Config b = s->search->best();
+      if (!s->search->converged()) {  // a lead the next job verifies first (TaskSearch::provisional)
+        if (!s->search->provisional(&b, &st.bestMedian, &st.defaultMedian)) continue;
+      }
       TableEntry e;
       e.key = key;
       if (b.isDefault()) {  // NCCL's own choice won: the pair NCCL used, channels 0 (NCCL's own count)
@@ -436,7 +493,7 @@ class OnlineSource final : public DecisionSource {
 
   std::string traceExtra(const TaskKey& task) const override {
     std::shared_ptr<search::TaskSearch> srch;
-    char waits[512] = "";
+    char waits[1024] = "";
     std::string slow;
     {
       std::lock_guard<std::mutex> lk(mapMu_);
@@ -477,9 +534,12 @@ class OnlineSource final : public DecisionSource {
     std::snprintf(waits + std::strlen(waits), sizeof waits - std::strlen(waits),
                   ",\"search_samples\":%" PRIu64 ",\"search_lost\":%" PRIu64 ",\"search_late\":%" PRIu64
                   ",\"search_prior_samples\":%" PRIu64 ",\"search_wait_calls\":%" PRIu64 ",\"search_free_wait_calls\":%" PRIu64
-                  ",\"search_duel_extensions\":%" PRIu64 ",\"rank_scored\":%" PRIu64 ",\"shorter_elsewhere\":%" PRIu64,
+                  ",\"search_duel_extensions\":%" PRIu64 ",\"rank_scored\":%" PRIu64 ",\"shorter_elsewhere\":%" PRIu64
+                  ",\"regret_us\":%.1f,\"small_task\":%s,\"table_default\":%s,\"regret_stop\":%s,\"abandoned\":%" PRIu64,
                   st.samples, st.lostSamples, st.lateSamples, st.priorSamples, st.waitCalls, st.freeWaitCalls, st.duelExtensions,
-                  rankScored, shorter);
+                  rankScored, shorter, st.regretMicros, st.smallTask ? "true" : "false", st.tableDefault ? "true" : "false",
+                  st.regretStop ? "true" : "false",
+                  st.abandoned);
     std::vector<search::Segment> plan = srch->plan();
     uint64_t from = plan.empty() ? 0 : plan.front().begin;  // calls before: NCCL's default (not yet registered)
     char buf[400];
@@ -500,6 +560,101 @@ class OnlineSource final : public DecisionSource {
   // board (and slowest-rank scoring); else the TCP board, or without one NCCL's default throughout.
   // Waiting for the other ranks to attach is bounded and done only where it can pay off: without TCP
   // (no other way to tune), or when this process already holds two or more of the ranks.
+  // ---- the step guard (engine/step_guard.h) -------------------------------------------------------------
+
+  uint32_t taskId(const TaskKey& task) {
+    auto it = taskIds_.find(task);
+    if (it != taskIds_.end()) return it->second;
+    const auto id = static_cast<uint32_t>(taskIds_.size());
+    taskIds_.emplace(task, id);
+    return id;
+  }
+
+  // The first call of iteration `iteration()`: the guard's plan for it. False (with guardWhy_) when the ranks can
+  // no longer agree on it (the same failure as a task's lookup).
+  bool guardStep(const TaskKey& task, uint64_t k) {
+    const uint64_t it = iter_.iteration();
+    if (iter_.period() < 2) {  // one call per iteration: the task's own duel on its stream period is this check
+      guardNcclNow_ = false;
+      guardTimedNow_ = false;
+      return true;
+    }
+    if (authority_ && !decider_->guard->armed() && allRecentConverged()) decider_->guard->arm();
+    coord::Outcome o = agree_->decide(guardKey_, it);
+    if (!o.ok()) {
+      guardWhy_ = o.error;
+      return false;
+    }
+    guardNcclNow_ = GuardPlan::isNccl(o.seg.cfg);
+    guardTimedNow_ = o.seg.cfg.measure;
+    if (authority_) {
+      if (guardTimedNow_) {
+        std::lock_guard<std::mutex> lk(guardMu_);
+        boundaryIter_[CallKey{task, k}] = it;
+      }
+      if (guardTimedNow_ != guardNeed_.load(std::memory_order_relaxed)) {
+        guardNeed_.store(guardTimedNow_, std::memory_order_relaxed);
+        if (env_.needChanged) env_.needChanged();
+      }
+      logVerdicts();
+    }
+    return true;
+  }
+
+  // Every task called in the latest iteration has ended its search (pinned, or NCCL's choice for good).
+  bool allRecentConverged() {
+    const uint64_t period = iter_.period();
+    std::lock_guard<std::mutex> lk(mapMu_);
+    for (auto& [key, st] : tasks_)
+      if (st->search && callsSeen_ - st->lastCallSeen <= period && !st->search->converged()) return false;
+    return true;
+  }
+
+  // The authority's own stream: the start of each guard-timed iteration; iteration i's time is the start of
+  // i + 1 minus its own.
+  void guardTime(const TaskKey& task, const Measurement& m) {
+    std::lock_guard<std::mutex> lk(guardMu_);
+    auto f = boundaryIter_.find(CallKey{task, m.callIndex});
+    if (f == boundaryIter_.end()) return;
+    const uint64_t it = f->second;
+    boundaryIter_.erase(f);
+    if (m.startNs == 0) return;
+    iterStartNs_[it] = m.startNs;
+    auto prev = iterStartNs_.find(it - 1);
+    if (it > 0 && prev != iterStartNs_.end() && m.startNs > prev->second)
+      decider_->guard->sample(it - 1, static_cast<double>(m.startNs - prev->second) / 1000.0);
+    auto next = iterStartNs_.find(it + 1);
+    if (next != iterStartNs_.end() && next->second > m.startNs)
+      decider_->guard->sample(it, static_cast<double>(next->second - m.startNs) / 1000.0);
+    while (iterStartNs_.size() > 64) iterStartNs_.erase(iterStartNs_.begin());
+    if (boundaryIter_.size() > 4096) boundaryIter_.clear();  // boundaries whose times never came
+  }
+
+  void markOverridden(const TaskKey& task, uint64_t k) {
+    std::lock_guard<std::mutex> lk(guardMu_);
+    if (overridden_.size() > 65536) overridden_.clear();  // measurements that never came
+    overridden_.insert(CallKey{task, k});
+  }
+  bool takeOverridden(const TaskKey& task, uint64_t k) {
+    std::lock_guard<std::mutex> lk(guardMu_);
+    return overridden_.erase(CallKey{task, k}) > 0;
+  }
+
+  // One INFO line per verdict of the guard (authority).
+  void logVerdicts() {
+    std::vector<GuardPlan::Verdict> v = decider_->guard->verdicts();
+    for (; loggedVerdicts_ < v.size(); ++loggedVerdicts_) {
+      const GuardPlan::Verdict& x = v[loggedVerdicts_];
+      char line[384];
+      std::snprintf(line, sizeof line,
+                    "autoccl: comm %016" PRIx64 " step guard: iterations of %u calls, tuned plan %.1f us (%u samples) "
+                    "against NCCL's choices %.1f us (%u): %s from iteration %" PRIu64,
+                    env_.commHash, iter_.period(), x.tunedUs, x.tunedSamples, x.ncclUs, x.ncclSamples,
+                    x.tuned ? "keeping the tuned plan" : "NCCL's choices for every task", x.at);
+      if (env_.log) env_.log(LogLevel::Info, line);
+    }
+  }
+
   void settlePlace() {
     Coordination* co = env_.coordination;
     int waitMs = kLocalWaitMs;
@@ -519,6 +674,10 @@ class OnlineSource final : public DecisionSource {
     }
     if (p == Place::kBypass) {
       bypass_ = true;
+      if (env_.log && env_.rank == 0)
+        env_.log(LogLevel::Warn, "autoccl: communicator " + commHex(env_.commHash) + " has ranks in other processes "
+                 "and no coordinator is configured or derivable (torchrun, srun, `autoccl run`, or AUTOCCL_COORD_ADDR "
+                 "and AUTOCCL_COORD_TOKEN): NCCL's choice on every rank");
     } else {
       usedBoard_ = p == Place::kLocal ? localBoard_ : tcpBoard_;
       agree_ = std::make_unique<coord::CommAgreement>(usedBoard_, env_.commHash, env_.rank, co->lookupDeadline());
@@ -576,7 +735,7 @@ class OnlineSource final : public DecisionSource {
     sp.startChannels = commCap_.load(std::memory_order_relaxed);
     if (env_.chunkCallback && env_.settings->tuneChunk) {
       // Halvings of NCCL's chunk (the only direction NCCL >= 2.30 lets a tuner go for these pairs). 2 x H200,
-      // ring on 64 channels, fixed chunks (h200x2/nccl_tests/session17/nccl230_probe): Simple 2 MiB -> 1 MiB
+      // ring on 64 channels, fixed chunks (h200x2/nccl-2.30-chunk-size/probe): Simple 2 MiB -> 1 MiB
       // +3-9 % at 256 MiB, 2 MiB -> 256 KiB +4-8 % at 64 MiB, 128 KiB 3-8 % worse at 1 GiB; LL128 576000 ->
       // 144000 B +6-11 % at 64 MiB; at 4-16 MiB no chunk changed anything: a chunk matters only where it
       // splits a step's data (per rank and channel). So a protocol's chunk is searched only where its
@@ -595,6 +754,12 @@ class OnlineSource final : public DecisionSource {
     // runs it too, and a sample is its configuration's own only when the call before ran it too
     // (Options::duelRun).
     if (scoring(place_.load(std::memory_order_acquire)) != Scoring::kWindow) o.duelRun = 3;
+    // Over TCP a search's segment boundaries wait for the authority through the server: 1-4 ms of the
+    // ranks' time per task in nccl-tests on 2 x H100 (lookups of 0.2-2.5 ms), which a short task's gain
+    // cannot repay within a run of a hundred calls (all_reduce 4-8 MiB pinned 64 channels, 7-10 % faster
+    // kernels, and ran 0.74-0.77x plain NCCL). Such a task keeps NCCL's choice below a higher minimum.
+    if (place_.load(std::memory_order_acquire) == Place::kTcp)
+      o.minTaskMicros = std::max(o.minTaskMicros, env_.settings->minTaskUsTcp);
     auto srch = decider_->inner.registerTask(s->key, sp, o, hints);
     if (unprofiled_[s->key.coll].load(std::memory_order_acquire)) srch->unprofiled();
     std::lock_guard<std::mutex> lk(mapMu_);
@@ -663,7 +828,7 @@ class OnlineSource final : public DecisionSource {
   // is published as usual. Not assumed: a pinned task whose drift check waits for time (recheckMinMs) ends
   // a segment every interval/4 calls with no check after it, and timing the 2 calls before each of those
   // cost one process per GPU on 2 x H200 10-15 us per call at reduce_scatter 4 MiB (NCCL's choice pinned,
-  // 35-40 us per call against plain NCCL's 25.5, 2026-11-22).
+  // 35-40 us per call against plain NCCL's 25.5).
   bool nextTimed(TaskState* s, uint64_t at) {
     if (!authority_) {  // a reporting rank: timed if the segment is already here (prefetched), else not
       coord::Segment n;
@@ -678,7 +843,7 @@ class OnlineSource final : public DecisionSource {
   // while would keep every call of the process timed until its next call: nccl-tests times all other
   // sizes in between, a training step all other tasks, and a size seen only in a warm-up may never come
   // back (nccl-tests -f 4 warms up sizes it never times: one process for 4 GPUs then ran every call of
-  // every pass timed, all_reduce 4 MiB at 88-129 us per call against plain NCCL's 43, 2026-11-22). Once
+  // every pass timed, all_reduce 4 MiB at 88-129 us per call against plain NCCL's 43). Once
   // kIdleCalls calls of other tasks have passed, it lets go; its next call asks again (that call may go
   // untimed: NCCL reads the mask when a group starts; the search gives such a sample up after
   // reorderSlack calls). A task still searching with samples in flight holds on longer (kIdleCallsHard):
@@ -686,7 +851,7 @@ class OnlineSource final : public DecisionSource {
   // 72 calls instead of 36 when it let go at once). So does a searching task that comes back every few
   // calls (a training step's collectives), for one such gap: FSDP2 on 2 x H200 called its 420 MB
   // reduce_scatter once per step, 74 calls apart; let go after 16 with its sample delivered, rank 0 lost
-  // the next sample every time, 62 of 132 (2026-11-23). nccl-tests calls one size back to back (gap 0),
+  // the next sample every time, 62 of 132. nccl-tests calls one size back to back (gap 0),
   // so there nothing changes. A pinned task lets go after kIdleCalls: its check's events come anyway
   // (see kNeedAfter).
   void releaseIdleHolders(TaskState* current) {
@@ -748,6 +913,21 @@ class OnlineSource final : public DecisionSource {
   std::atomic<int> needing_{0};
   std::atomic<int> commCap_{0};  // largest channel count NCCL ran a capped request on, none wider (0: none seen)
   std::atomic<int> maxRun_{0};   // largest channel count NCCL ran any call of this communicator on
+  // step guard: enqueue thread (every rank) ...
+  bool guardOn_ = true;
+  coord::TaskKey guardKey_;
+  IterationDetector iter_;
+  std::unordered_map<TaskKey, uint32_t, TaskKeyHash> taskIds_;
+  bool guardNcclNow_ = false;    // the current iteration runs NCCL's choice for every task
+  bool guardTimedNow_ = false;   // the current iteration's start is a guard sample
+  std::string guardWhy_;
+  size_t loggedVerdicts_ = 0;
+  std::atomic<bool> guardNeed_{false};
+  // ... and the authority's measurement side (guardMu_)
+  std::mutex guardMu_;
+  std::unordered_map<CallKey, uint64_t, CallKeyHash> boundaryIter_;  // guard-timed first calls -> iteration
+  std::map<uint64_t, uint64_t> iterStartNs_;
+  std::unordered_set<CallKey, CallKeyHash> overridden_;  // calls the guard ran as NCCL's choice
   uint64_t callsSeen_ = 0;              // authority, enqueue thread: calls of all tasks so far
   std::vector<TaskState*> holders_;     // authority, enqueue thread: tasks that asked for timing
   bool bootstrap_ = false;  // guarded by needMu_
@@ -758,9 +938,21 @@ class OnlineSource final : public DecisionSource {
 search::Options onlineSearchOptions() {
   search::Options o;
   o.drift = true;
+  // What exploring may cost the job (docs/online-search.md, "Bounded exploration"): pairs NCCL's model puts
+  // more than twice its choice are not probed (a probe of LL at 1 GiB is several times slower
+  // than the call it replaces); a candidate whose first sample is 30 % behind the incumbent gets no more; a
+  // task's trials may cost it 10 % of its calls' time plus sixteen of its calls.
+  o.maxCostRatio = 2.0;
+  o.abandonAbove = 0.3;
+  o.regretBudget = 0.10;
+  o.regretAllowance = 16;
+  // A table's entry is verified against NCCL's choice on 3 samples a side at each start: a job may give a
+  // task only about a hundred calls (nccl-tests: 40 timed calls per size and placement). A search that has
+  // not ended when the job does leaves its lead for the next job (TaskSearch::provisional).
+  o.verifySamples = 3;
   // A planned sample is given up by elapsed time (and by later samples overtaking it), not by the
   // number of later calls alone: a burst of host run-ahead (hundreds of calls launched before the GPU
-  // reports the first) would otherwise lose every sample of the burst (nccl-tests' warm-up, 2026-11-22).
+  // reports the first) would otherwise lose every sample of the burst (nccl-tests' warm-up).
   o.clockMs = [] {
     return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                      std::chrono::steady_clock::now().time_since_epoch())
@@ -804,7 +996,7 @@ void RankMerge::add(const TaskKey& task, int rank, const Measurement& m) {
   // timing lengthens with the channel count (reduce_scatter 16 MiB on 4 x H200, NCCL's 64-channel choice:
   // median windows 53/64/75/89 us on ranks 0-3, ring/simple/20 57 on every rank; of the calls whose windows
   // differed by > 15 %, rank 0's was the shortest in 97 % for all_gather, reduce_scatter and broadcast,
-  // 2026-11-22, session7/call5_cycles/rank_windows.md). Another rank's window never counts: a rank does not
+  // benchmarks/results/h200x4/window-vs-period). Another rank's window never counts: a rank does not
   // decide by its own measurements.
   p.m.altUs = authorityAlt;
   if (++p.count == nRanks_) {
@@ -916,7 +1108,7 @@ void ArrivalMerge::deliverLocked(const Key& key, Pending& p) {
   // algorithm's own asymmetry (which is): tree/simple all_reduce 16 MiB on 2 x H200 in nccl-tests had rank
   // 0's windows at 88 us and rank 1's at 63 us on every call and held the stream 94 us per call against
   // NCCL's ring with 75/73 us windows and 80 us; scored by rank 1's window, with the period lowered alike,
-  // tree/simple was pinned and the cell ran 0.85x plain NCCL (2026-11-23). The two cannot be told apart per
+  // tree/simple was pinned and the cell ran 0.85x plain NCCL. The two cannot be told apart per
   // call, so only an excess of the authority's window over the shortest beyond kAsymmetry of the shortest
   // is taken for a wait (the largest asymmetry seen there: 0.65, tree/simple/18 at 8 MiB); inside training
   // rank 0 waited up to 20x the transfer. Capping the excess at kAsymmetry instead (a wait counted up to
@@ -981,30 +1173,24 @@ std::shared_ptr<coord::Board> Coordination::board(bool authority, const LogFn& l
   std::lock_guard<std::mutex> lk(mu_);
   if (!configured_) {
     configured_ = true;
-    lookupMs_ = envInt("AUTOCCL_COORD_TIMEOUT_MS", 30000, 100, 3600000);
-    const char* addr = std::getenv("AUTOCCL_COORD_ADDR");
-    const char* ma = std::getenv("MASTER_ADDR");
-    const char* mp = std::getenv("MASTER_PORT");
-    bool haveAddr = (addr && *addr) || (ma && *ma && mp && *mp);
-    if (haveAddr) {
-      std::string host, aerr;
-      int port = 0;
-      if (!coord::addressFromEnv(&host, &port, &aerr)) {
-        error_ = aerr;
-      } else if (coord::tokenFromEnv().empty()) {
-        error_ = "AUTOCCL_COORD_TOKEN is not set (required with a coordinator address " + host + ":" +
-                 std::to_string(port) + ")";
-      } else {
+    lookupMs_ = envInt("AUTOCCL_COORD_TIMEOUT_MS", 30000, 100, 3600000);  // validated by loadSettings
+    // The endpoint every process of the job derives alike (coord/launcher.h): the user's, the launcher's
+    // (torchrun, srun), or the one `autoccl run` gave; none: the in-process board.
+    coord::Endpoint ep;
+    switch (coord::coordinatorFromEnv([](const char* k) { return std::getenv(k); }, &ep, &error_)) {
+      case coord::EndpointStatus::kError: break;
+      case coord::EndpointStatus::kNone: board_ = coord::makeLocalBoard(); break;
+      case coord::EndpointStatus::kOk:
         tcp_ = true;
-        opt_.host = host;
-        opt_.port = port;
-        opt_.token = coord::tokenFromEnv();
+        singleHost_ = ep.singleHost;
+        source_ = ep.source;
+        opt_.host = ep.host;
+        opt_.port = ep.port;
+        opt_.token = ep.token;
         opt_.sealMs = kSealMs;
         opt_.settingsDigest = agreed_.digest;
         opt_.settingsWhat = agreed_.names;
-      }
-    } else {
-      board_ = coord::makeLocalBoard();
+        break;
     }
   }
   if (!error_.empty()) {
@@ -1027,6 +1213,20 @@ std::shared_ptr<coord::Board> Coordination::board(bool authority, const LogFn& l
     if (!board_) board_ = coord::makeTcpBoard(opt_);
   }
   return board_;
+}
+
+std::string Coordination::multiNodeProblem(int nNodes) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const std::string head = "a communicator on " + std::to_string(nNodes) + " nodes ";
+  if (!tcp_)
+    return head + "needs a coordinator every host derives alike, and none is configured or derivable (run it "
+                  "under torchrun or srun, start it with `autoccl run -- mpirun ...`, or set AUTOCCL_COORD_ADDR and "
+                  "AUTOCCL_COORD_TOKEN on every host)";
+  if (singleHost_)
+    return head + "cannot use " + source_ + " " + opt_.host + ":" + std::to_string(opt_.port) +
+           ": each host would meet at its own coordinator (no launcher variables were found: run it under "
+           "torchrun or srun, or set AUTOCCL_COORD_ADDR and AUTOCCL_COORD_TOKEN on every host)";
+  return "";
 }
 
 std::shared_ptr<coord::Board> Coordination::localBoard() {
@@ -1098,6 +1298,10 @@ std::unique_ptr<DecisionSource> makeOnlineSource(const PolicyEnv& env, std::stri
   }
   auto board = env.coordination->board(env.rank == 0, env.log, error);
   if (!board) return nullptr;
+  // Ranks on several nodes meet only at a coordinator every host derives alike: without one (or with
+  // `autoccl run`'s loopback address, a coordinator per host) this communicator is not tuned on any of
+  // its ranks, all of which see the same node count.
+  if (env.nNodes > 1 && (*error = env.coordination->multiNodeProblem(env.nNodes)).size()) return nullptr;
   env.coordination->addLocalRank(env.commHash, env.rank);
   return std::make_unique<OnlineSource>(env, std::move(board));
 }

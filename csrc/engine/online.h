@@ -1,4 +1,4 @@
-// Mode `online` (issue 3): the search (autoccl_search) behind the agreement layer (autoccl_coord).
+// Mode `online`: the search (autoccl_search) behind the agreement layer (autoccl_coord).
 //
 // One authority per communicator: the context of its rank 0 (rank from the profiler pairing) owns a
 // coord::SearchDecider and feeds it the GPU times of its own kernels. Every rank, the authority
@@ -6,7 +6,10 @@
 //
 // Board choice (process-wide, `Coordination`), deterministic from the environment:
 //  * TCP when a coordinator address is configured (AUTOCCL_COORD_ADDR=host:port) or derivable
-//    (torchrun: MASTER_ADDR and MASTER_PORT + 17); token AUTOCCL_COORD_TOKEN (required). The first
+//    (coord::coordinatorFromEnv: torchrun's MASTER_ADDR and MASTER_PORT + 17, the first host of a
+//    Slurm step, the address `autoccl run` gave the job); token AUTOCCL_COORD_TOKEN or derived from the
+//    launcher's job identity. A communicator on several nodes is not tuned without a coordinator every
+//    host derives alike (none, or autoccl run's loopback one: multiNodeProblem). The first
 //    context of this process that is rank 0 of a communicator tries to bind the address; binding is
 //    atomic, so exactly one process per job serves, every other process (and the server's own
 //    process) connects as a client, retrying until the lookup deadline.
@@ -33,6 +36,7 @@
 #include <unordered_map>
 
 #include "autoccl/coord/coord.h"
+#include "autoccl/coord/search_decider.h"
 #include "engine/policy.h"
 #include "engine/settings.h"
 #include "engine/timing.h"
@@ -99,7 +103,7 @@ class RankMerge {
 // window runs from its own arrival to the collective's end, so an early rank's includes its wait for the
 // others and only the last to arrive measures the collective alone. Inside training that wait dominates:
 // rank 0's window of a 25 MB all_gather (FSDP2, 2 x H200) had a median of 1.2-1.5 ms against a 60 us
-// transfer, and the search compared waits (benchmarks/results/h200x2/bench/session13_train_ceiling64_cap).
+// transfer, and the search compared waits (benchmarks/results/h200x2/fsdp2-training).
 // The other ranks' windows come over the board (Board::report -> Decider::observe). A call is delivered
 // once every reporting rank has answered; one still missing a report kWaitMs after the authority's own
 // time is given up as untimed (scored by fewer ranks it could carry the wait of the rank that was lost:
@@ -173,6 +177,9 @@ class Coordination {
   // may host the TCP server.
   std::shared_ptr<coord::Board> board(bool authority, const LogFn& log, std::string* err);
   bool tcp() const { return tcp_; }
+  // Why a communicator on nNodes > 1 nodes cannot be tuned here ("" when it can): no coordinator, or one
+  // that serves a single host (autoccl run's loopback address).
+  std::string multiNodeProblem(int nNodes);
   std::chrono::milliseconds lookupDeadline() const { return std::chrono::milliseconds(lookupMs_); }
 
   // The process's in-process board (the same as board() without TCP; its own one with TCP).
@@ -198,6 +205,8 @@ class Coordination {
   std::mutex mu_;
   bool configured_ = false;
   bool tcp_ = false;
+  bool singleHost_ = false;
+  std::string source_;  // where the coordinator address came from (messages)
   std::string error_;
   coord::TcpOptions opt_;
   AgreedSettings agreed_;

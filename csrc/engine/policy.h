@@ -1,6 +1,7 @@
 // Decision sources: where a call's configuration comes from. The shim never decides; the Context
-// asks its DecisionSource. An online policy (issue 3) implements this interface and is created in
-// makeDecisionSource(); nothing in csrc/nccl has to change for it.
+// asks its DecisionSource. This header is the interface alone; the sources are built by
+// makeDecisionSource() (engine/sources.cc: observe, fixed, table; engine/online.cc: online), and nothing
+// in csrc/nccl has to change for a new one.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,9 @@ struct Decision {
   // The ranks can no longer agree on this call (online mode, coordinator unreachable): the Context
   // fails the call (NCCL fails the collective) with `why` logged once. Never set for our own problems.
   bool fail = false;
+  // The call is a sample the policy waits for. With the launch clock only such calls (and the launch after
+  // each, for its stream period) are timed; the kernel clock times every call while the mask is on.
+  bool timed = false;
 };
 
 class Coordination;  // engine/online.h
@@ -79,7 +83,7 @@ class DecisionSource {
   virtual std::string traceExtra(const TaskKey& task) const { (void)task; return std::string(); }
 };
 
-// Creates the source for settings.mode (never for Off). Returns nullptr with *error set when the
+// Creates the source for settings.mode (never for Off); defined in engine/sources.cc. Returns nullptr with *error set when the
 // mode cannot run here (online without the profiler or without a usable coordinator).
 std::unique_ptr<DecisionSource> makeDecisionSource(const PolicyEnv& env, std::string* error);
 

@@ -1,5 +1,9 @@
 #include "engine/settings.h"
 
+#include <sys/stat.h>
+
+#include "autoccl/coord/coord.h"
+#include "autoccl/coord/launcher.h"
 #include "engine/common.h"
 
 namespace autoccl::engine {
@@ -39,6 +43,81 @@ bool readBounded(const EnvLookup& env, const char* name, uint64_t lo, uint64_t h
     return false;
   }
   *out = v;
+  return true;
+}
+
+std::string dirOf(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+bool isDir(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// Free text of ours (tokens, names): at most `max` characters, none of them a control character.
+bool readText(const EnvLookup& env, const char* name, size_t max, std::string* err) {
+  std::string text = get(env, name);
+  for (char c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      *err = std::string(name) + " contains a control character";
+      return false;
+    }
+  }
+  if (text.size() > max) {
+    *err = std::string(name) + " is longer than " + std::to_string(max) + " characters";
+    return false;
+  }
+  return true;
+}
+
+// The variables of the coordinator and the paths the library writes: a malformed value is refused like
+// any other setting (one WARN, no tuner), never replaced by a default or half-used later.
+bool checkCoordinatorAndPaths(const EnvLookup& env, std::string* err) {
+  uint64_t ignored = 0;
+  if (!readBounded(env, "AUTOCCL_COORD_TIMEOUT_MS", 100, 3600000, &ignored, err) ||
+      !readBounded(env, "AUTOCCL_COORD_LINGER_MS", 0, 600000, &ignored, err))
+    return false;
+  for (const char* addr : {"AUTOCCL_COORD_ADDR", "AUTOCCL_RUN_ADDR"}) {
+    std::string text = get(env, addr), host;
+    int port = 0;
+    if (!text.empty() && !coord::parseHostPort(text, addr, &host, &port, err)) return false;
+  }
+  for (const char* secret : {"AUTOCCL_COORD_TOKEN", "AUTOCCL_COORD_SECRET", "AUTOCCL_RUN_TOKEN"})
+    if (!readText(env, secret, 4096, err)) return false;
+  if (!readText(env, "AUTOCCL_HW", 200, err)) return false;
+  std::string faults = get(env, "AUTOCCL_COORD_FAULTS");
+  coord::Faults f;
+  if (!faults.empty() && !coord::parseFaults(faults, coord::Faults{}, &f, err)) return false;
+  // Paths: the library creates no directory the user named (only the cache's own tables/ folder).
+  std::string table = get(env, "AUTOCCL_TABLE");
+  if (!table.empty()) {
+    if (isDir(table)) {
+      *err = "AUTOCCL_TABLE='" + table + "' is a directory, not a table file";
+      return false;
+    }
+    if (!isDir(dirOf(table))) {
+      *err = "AUTOCCL_TABLE='" + table + "': directory " + dirOf(table) + " does not exist";
+      return false;
+    }
+  }
+  std::string trace = get(env, "AUTOCCL_TRACE");
+  if (!trace.empty() && (trace.back() == '/' || !isDir(dirOf(trace)))) {
+    *err = "AUTOCCL_TRACE='" + trace + "' must be a file prefix in an existing directory (" + dirOf(trace) +
+           (trace.back() == '/' ? " ends with '/'" : " does not exist") + ")";
+    return false;
+  }
+  std::string cache = get(env, "AUTOCCL_CACHE_DIR");
+  if (!cache.empty()) {
+    while (cache.size() > 1 && cache.back() == '/') cache.pop_back();
+    struct stat st {};
+    if (::stat(cache.c_str(), &st) == 0 ? !S_ISDIR(st.st_mode) : !isDir(dirOf(cache))) {
+      *err = "AUTOCCL_CACHE_DIR='" + cache + "' must be a directory or a new one in an existing directory";
+      return false;
+    }
+  }
   return true;
 }
 }  // namespace
@@ -102,11 +181,29 @@ Settings loadSettings(const EnvLookup& env) {
   else if (!chunk.empty() && chunk != "auto")
     return invalid(s, "AUTOCCL_CHUNK='" + chunk + "' is not one of auto, off");
 
+  uint64_t minTask = static_cast<uint64_t>(s.minTaskUs);
+  if (!readBounded(env, "AUTOCCL_MIN_TASK_US", 0, 1000000, &minTask, &err)) return invalid(s, err);
+  s.minTaskUs = static_cast<double>(minTask);
+  uint64_t minTaskTcp = static_cast<uint64_t>(s.minTaskUsTcp);
+  if (!readBounded(env, "AUTOCCL_MIN_TASK_US_TCP", 0, 1000000, &minTaskTcp, &err)) return invalid(s, err);
+  s.minTaskUsTcp = static_cast<double>(minTaskTcp);
+  uint64_t regretPct = static_cast<uint64_t>(s.regretBudget * 100.0 + 0.5);
+  if (!readBounded(env, "AUTOCCL_REGRET_PCT", 0, 100, &regretPct, &err)) return invalid(s, err);
+  s.regretBudget = static_cast<double>(regretPct) / 100.0;
+
+  std::string guard = get(env, "AUTOCCL_GUARD");
+  if (guard == "off") s.guard = false;
+  else if (!guard.empty() && guard != "on") return invalid(s, "AUTOCCL_GUARD='" + guard + "' is not one of on, off");
+
+  std::string clock = get(env, "AUTOCCL_CLOCK");
+  if (clock == "kernel") s.clock = Settings::Clock::Kernel;
+  else if (!clock.empty() && clock != "launch")
+    return invalid(s, "AUTOCCL_CLOCK='" + clock + "' is not one of launch, kernel");
+
   s.fixedText = get(env, "AUTOCCL_FIXED");
-  if (s.mode == Mode::Fixed) {
-    if (s.fixedText.empty()) return invalid(s, "AUTOCCL_MODE=fixed needs AUTOCCL_FIXED (rules)");
-    if (!parseFixedRules(s.fixedText, s.maxChannels, &s.fixed, &err)) return invalid(s, err);
-  }
+  if (s.mode == Mode::Fixed && s.fixedText.empty()) return invalid(s, "AUTOCCL_MODE=fixed needs AUTOCCL_FIXED (rules)");
+  if (!s.fixedText.empty() && !parseFixedRules(s.fixedText, s.maxChannels, &s.fixed, &err)) return invalid(s, err);
+  if (!checkCoordinatorAndPaths(env, &err)) return invalid(s, err);
 
   s.tablePath = get(env, "AUTOCCL_TABLE");
   s.tracePrefix = get(env, "AUTOCCL_TRACE");

@@ -41,7 +41,7 @@ struct Settings {
   // kReportRanks ranks send theirs to the authority): the last rank to arrive waits for nobody, so its
   // window is the collective's own time, while an early rank's includes its wait for the others (rank 0's
   // window of a 25 MB all_gather inside FSDP2 training: 1.2-1.5 ms at the median against a 60 us
-  // transfer, 2 x H200, 2026-11-23). `own`: the authority's window alone (no reports are sent).
+  // transfer, 2 x H200). `own`: the authority's window alone (no reports are sent).
   bool xprocShortest = true;
   // AUTOCCL_SCORE (online mode): what a timed call costs. `window`: its kernel's channel timestamps
   // (first start to last stop). `period`: from its kernel's start to the start of the communicator's next
@@ -53,6 +53,24 @@ struct Settings {
   // where NCCL asks the tuner for it (tuner v6, NCCL >= 2.30.3); `off`: NCCL's chunk. Read by the
   // authority's search alone (every rank applies the chunk the authority's plan names).
   bool tuneChunk = true;
+  // AUTOCCL_CLOCK: how calls are timed. `launch` (default): CUDA events the shim records around NCCL's
+  // kernel launches (profiler KernelLaunch events); `kernel`: NCCL's per-channel kernel timestamps (KernelCh
+  // events), for which NCCL adds proxy operations to every timed call (12-19 us a call on 2 x H100 in
+  // nccl-tests' loop). Where CUDA's driver API cannot be reached the shim uses `kernel` (one INFO line).
+  enum class Clock { Launch, Kernel } clock = Clock::Launch;
+  // AUTOCCL_MIN_TASK_US (online mode): a task whose NCCL choice takes less than this many microseconds
+  // keeps NCCL's choice, untimed, after its baseline samples (search::Options::minTaskMicros). 0: all tasks.
+  double minTaskUs = 55;
+  // AUTOCCL_MIN_TASK_US_TCP (online mode): the same for a communicator whose ranks are in several processes
+  // (decided through the TCP coordinator, where each step of a search can wait for a round trip).
+  double minTaskUsTcp = 200;
+  // AUTOCCL_REGRET_PCT (online mode, percent): the fraction of a task's time that exploring it may cost against NCCL's
+  // choice, beyond an allowance of sixteen of its calls (search::Options::regretBudget). 0: unbounded.
+  double regretBudget = 0.10;
+  // AUTOCCL_GUARD (online mode): `on` (default) checks the tuned plan against NCCL's own choices on the
+  // iteration time of a communicator whose calls repeat in iterations of two or more calls (engine/step_guard.h);
+  // `off`: the tasks' own searches alone.
+  bool guard = true;
   bool valid = true;
   std::string error;        // why !valid (one line, for the single WARN)
 };

@@ -1,8 +1,12 @@
 #include "engine/table.h"
 
+#include "engine/table_schema.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cinttypes>
 #include <cmath>
@@ -49,22 +53,94 @@ bool splitPairs(std::string_view s, std::map<std::string, std::string>* out, std
   return true;
 }
 
-bool getInt(const std::map<std::string, std::string>& m, const char* k, uint64_t* v, bool required) {
-  auto it = m.find(k);
-  if (it == m.end()) return !required;
-  return parseUint(it->second, v);
+using Fields = std::map<std::string, std::string>;
+namespace ts = table_schema;
+
+// Every key of a line must be one the schema names: a misspelt field is an error, not a default.
+bool knownKeys(const Fields& m, const std::vector<std::string>& keys, const char* kind, std::string* why) {
+  for (const auto& [k, v] : m) {
+    if (std::find(keys.begin(), keys.end(), k) == keys.end()) {
+      *why = std::string(kind) + " has an unknown field '" + k + "'";
+      return false;
+    }
+  }
+  return true;
 }
 
-bool getDouble(const std::map<std::string, std::string>& m, const char* k, double* v) {
-  auto it = m.find(k);
-  if (it == m.end()) return true;
+bool readInt(const Fields& m, const ts::IntField& f, uint64_t* v, std::string* why) {
+  auto it = m.find(f.key);
+  if (it == m.end()) {
+    if (f.required) *why = std::string("needs ") + f.key + "=";
+    *v = f.def;
+    return !f.required;
+  }
+  if (!parseUint(it->second, v) || *v < f.min || *v > f.max || (*v && *v < f.nonzeroMin)) {
+    *why = std::string(f.key) + "='" + it->second + "' must be an integer in [" + std::to_string(f.min) + ", " +
+           std::to_string(f.max) + "]";
+    if (f.nonzeroMin) *why += " and 0 or at least " + std::to_string(f.nonzeroMin);
+    return false;
+  }
+  return true;
+}
+
+// A plain decimal number, as Python's tables.py accepts too: digits[.digits][e[+-]digits] (no sign, no
+// blanks, no hexadecimal, no inf/nan), so that both validators read the same values.
+bool isDecimal(const std::string& t) {
+  size_t i = 0, n = t.size(), digits = 0;
+  while (i < n && std::isdigit(static_cast<unsigned char>(t[i]))) ++i, ++digits;
+  if (i < n && t[i] == '.') {
+    ++i;
+    while (i < n && std::isdigit(static_cast<unsigned char>(t[i]))) ++i, ++digits;
+  }
+  if (!digits) return false;
+  if (i < n && (t[i] == 'e' || t[i] == 'E')) {
+    ++i;
+    if (i < n && (t[i] == '+' || t[i] == '-')) ++i;
+    size_t exp = 0;
+    while (i < n && std::isdigit(static_cast<unsigned char>(t[i]))) ++i, ++exp;
+    if (!exp) return false;
+  }
+  return i == n;
+}
+
+bool readFloat(const Fields& m, const ts::FloatField& f, double* v, std::string* why) {
+  auto it = m.find(f.key);
+  if (it == m.end()) {
+    if (f.required) *why = std::string("needs ") + f.key + "=";
+    *v = f.def;
+    return !f.required;
+  }
   const char* b = it->second.c_str();
   char* e = nullptr;
   errno = 0;
   double d = std::strtod(b, &e);
-  if (e == b || *e || errno || !std::isfinite(d) || d < 0) return false;
+  if (!isDecimal(it->second) || e == b || *e || errno || !std::isfinite(d) || d < f.min || d > f.max) {
+    *why = std::string(f.key) + "='" + it->second + "' must be a finite number in [0, 1e12]";
+    return false;
+  }
   *v = d;
   return true;
+}
+
+template <typename F, size_t N>
+const F& field(const F (&fields)[N], const char* key) {
+  for (const F& f : fields)
+    if (std::strcmp(f.key, key) == 0) return f;
+  std::abort();  // a key the schema lost: the code and python/autoccl/data/table_schema.json disagree
+}
+
+std::vector<std::string> taskKeys() {
+  std::vector<std::string> keys(std::begin(ts::kTaskNameKeys), std::end(ts::kTaskNameKeys));
+  for (const auto& f : ts::kTaskInts) keys.emplace_back(f.key);
+  for (const auto& f : ts::kTaskFloats) keys.emplace_back(f.key);
+  return keys;
+}
+
+std::vector<std::string> metaKeys() {
+  std::vector<std::string> keys;
+  for (const auto& f : ts::kMetaStrings) keys.emplace_back(f.key);
+  for (const auto& f : ts::kMetaInts) keys.emplace_back(f.key);
+  return keys;
 }
 }  // namespace
 
@@ -125,7 +201,7 @@ LoadStatus parseTable(const std::string& text, const std::string& expectId, Tabl
     std::string_view l = trim(line);
     if (!header) {
       if (l.empty()) continue;
-      if (l != "# autoccl table v1") return fail("not an 'autoccl table v1' file");
+      if (l != ts::kHeader) return fail(std::string("not an autoccl table (the first line must be '") + ts::kHeader + "')");
       header = true;
       continue;
     }
@@ -134,54 +210,60 @@ LoadStatus parseTable(const std::string& text, const std::string& expectId, Tabl
     std::string_view kind = l.substr(0, sp);
     std::string_view rest = sp == std::string_view::npos ? std::string_view() : trim(l.substr(sp + 1));
     if (kind == "fingerprint") {
-      if (rest.size() != 16 || rest.find_first_not_of("0123456789abcdef") != std::string_view::npos) {
+      if (rest.size() != static_cast<size_t>(ts::kFingerprintHexDigits) ||
+          rest.find_first_not_of("0123456789abcdef") != std::string_view::npos) {
         return fail("fingerprint must be 16 lower-case hex digits");
       }
       fileId = std::string(rest);
     } else if (kind == "meta") {
-      std::map<std::string, std::string> m;
+      Fields m;
       std::string err;
-      if (!splitPairs(rest, &m, &err)) return fail(err);
-      uint64_t gpus = 0, nccl = 0, ranks = 0, nodes = 0, nvl = 0;
-      if (!m.count("gpu") || !getInt(m, "gpus", &gpus, true) || !getInt(m, "nccl", &nccl, true) ||
-          !getInt(m, "ranks", &ranks, true) || !getInt(m, "nodes", &nodes, true) ||
-          !getInt(m, "nvl_domains", &nvl, true) || gpus > 1u << 20 || nccl > 1u << 30 || ranks > 1u << 30 ||
-          nodes > 1u << 30 || nvl > 1u << 30) {
-        return fail("meta needs gpu, gpus, nccl, ranks, nodes, nvl_domains");
+      if (!splitPairs(rest, &m, &err) || !knownKeys(m, metaKeys(), "meta", &err)) return fail(err);
+      for (const auto& f : ts::kMetaStrings) {
+        auto it = m.find(f.key);
+        if (f.required && it == m.end()) return fail(std::string("meta needs ") + f.key + "=");
+        if (it != m.end() && it->second.size() > f.maxLength)
+          return fail(std::string("meta ") + f.key + " is longer than " + std::to_string(f.maxLength) + " characters");
       }
+      uint64_t v[5] = {};
+      const char* ints[5] = {"gpus", "nccl", "ranks", "nodes", "nvl_domains"};
+      for (int i = 0; i < 5; ++i)
+        if (!readInt(m, field(ts::kMetaInts, ints[i]), &v[i], &err)) return fail("meta " + err);
       t.fp.gpu = m["gpu"];
-      t.fp.gpus = static_cast<int>(gpus);
-      t.fp.nccl = static_cast<int>(nccl);
-      t.fp.ranks = static_cast<int>(ranks);
-      t.fp.nodes = static_cast<int>(nodes);
-      t.fp.nvlDomains = static_cast<int>(nvl);
+      t.fp.gpus = static_cast<int>(v[0]);
+      t.fp.nccl = static_cast<int>(v[1]);
+      t.fp.ranks = static_cast<int>(v[2]);
+      t.fp.nodes = static_cast<int>(v[3]);
+      t.fp.nvlDomains = static_cast<int>(v[4]);
       t.created = m.count("created") ? m["created"] : "";
       haveMeta = true;
     } else if (kind == "task") {
-      std::map<std::string, std::string> m;
+      Fields m;
       std::string err;
-      if (!splitPairs(rest, &m, &err)) return fail(err);
+      if (!splitPairs(rest, &m, &err) || !knownKeys(m, taskKeys(), "task", &err)) return fail(err);
       TableEntry e;
       e.key.coll = parseColl(m["coll"]);
       e.config.algo = parseAlgo(m["algo"]);
       e.config.proto = parseProto(m["proto"]);
-      if (e.key.coll < 0 || e.config.algo < 0 || e.config.proto < 0) return fail("task needs coll, algo, proto");
+      if (e.key.coll < 0) return fail("task coll='" + m["coll"] + "' is not a collective");
+      if (e.config.algo < 0) return fail("task algo='" + m["algo"] + "' is not an algorithm");
+      if (e.config.proto < 0) return fail("task proto='" + m["proto"] + "' is not a protocol");
       uint64_t bytes = 0, pipe = 1, channels = 0, chunk = 0, halvings = 0, samples = 0;
-      if (!getInt(m, "bytes", &bytes, true) || bytes == 0) return fail("task needs bytes > 0");
-      if (!getInt(m, "pipe", &pipe, false) || pipe > 1u << 20) return fail("bad pipe");
-      if (!getInt(m, "channels", &channels, false) || channels > static_cast<uint64_t>(kMaxChannelsHard)) {
-        return fail("channels must be in [0, 64]");
+      if (!readInt(m, field(ts::kTaskInts, "bytes"), &bytes, &err) ||
+          !readInt(m, field(ts::kTaskInts, "pipe"), &pipe, &err) ||
+          !readInt(m, field(ts::kTaskInts, "channels"), &channels, &err) ||
+          !readInt(m, field(ts::kTaskInts, "chunk"), &chunk, &err) ||
+          !readInt(m, field(ts::kTaskInts, "chunk_halvings"), &halvings, &err) ||
+          !readInt(m, field(ts::kTaskInts, "samples"), &samples, &err) ||
+          !readFloat(m, field(ts::kTaskFloats, "time_us"), &e.timeUs, &err) ||
+          !readFloat(m, field(ts::kTaskFloats, "nccl_us"), &e.ncclUs, &err))
+        return fail("task " + err);
+      for (const auto& pair : ts::kTaskExclusive) {
+        auto a = m.find(pair[0]), b = m.find(pair[1]);
+        uint64_t va = 0, vb = 0;  // both parsed above
+        if (a != m.end() && b != m.end() && parseUint(a->second, &va) && parseUint(b->second, &vb) && va && vb)
+          return fail(std::string("task ") + pair[0] + " and " + pair[1] + " are exclusive");
       }
-      if (!getInt(m, "chunk", &chunk, false) || (chunk && (chunk < kMinChunk || chunk > kMaxChunk))) {
-        return fail("chunk must be 0 or in [4K, 16M]");
-      }
-      // halvings of NCCL's chunk size (written by the online search; absent = 0)
-      if (!getInt(m, "chunk_halvings", &halvings, false) || halvings > static_cast<uint64_t>(kMaxChunkHalvings)) {
-        return fail("chunk_halvings must be in [0, " + std::to_string(kMaxChunkHalvings) + "]");
-      }
-      if (chunk && halvings) return fail("chunk and chunk_halvings are exclusive");
-      if (!getInt(m, "samples", &samples, false)) return fail("bad samples");
-      if (!getDouble(m, "time_us", &e.timeUs) || !getDouble(m, "nccl_us", &e.ncclUs)) return fail("bad time");
       e.key.bytes = bytes;
       e.key.pipe = static_cast<int>(pipe);
       e.config.channels = static_cast<int>(channels);
@@ -208,6 +290,11 @@ LoadStatus parseTable(const std::string& text, const std::string& expectId, Tabl
 }
 
 LoadStatus loadTable(const std::string& path, const std::string& expectId, Table* table, std::string* why) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    *why = path + " is not a regular file";
+    return LoadStatus::Corrupt;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     *why = "cannot open " + path;
@@ -215,15 +302,15 @@ LoadStatus loadTable(const std::string& path, const std::string& expectId, Table
   }
   std::ostringstream ss;
   ss << in.rdbuf();
-  if (ss.str().size() > (64u << 20)) {
-    *why = "file larger than 64 MiB";
+  if (ss.str().size() > ts::kMaxFileBytes) {
+    *why = "file larger than " + std::to_string(ts::kMaxFileBytes >> 20) + " MiB";
     return LoadStatus::Corrupt;
   }
   return parseTable(ss.str(), expectId, table, why);
 }
 
 std::string formatTable(const Table& t) {
-  std::string out = "# autoccl table v1\nfingerprint " + t.fp.id() + "\nmeta " + t.fp.canonical() +
+  std::string out = std::string(ts::kHeader) + "\nfingerprint " + t.fp.id() + "\nmeta " + t.fp.canonical() +
                     " created=" + (t.created.empty() ? utcNow() : t.created) + "\n";
   char buf[512];
   for (const TableEntry& e : t.entries) {
@@ -254,12 +341,17 @@ bool mkdirs(const std::string& dir) {
 }
 }  // namespace
 
-bool saveTable(const std::string& path, const Table& table, std::string* why) {
+bool ensureParentDir(const std::string& path, std::string* why) {
   size_t slash = path.rfind('/');
-  if (slash != std::string::npos && !mkdirs(path.substr(0, slash))) {
+  if (slash != std::string::npos && slash > 0 && !mkdirs(path.substr(0, slash))) {
     *why = "cannot create directory for " + path + ": " + std::strerror(errno);
     return false;
   }
+  return true;
+}
+
+bool saveTable(const std::string& path, const Table& table, std::string* why) {
+  if (!ensureParentDir(path, why)) return false;
   char suffix[64];
   std::snprintf(suffix, sizeof suffix, ".tmp.%d.%lx", static_cast<int>(getpid()),
                 static_cast<unsigned long>(std::clock()) ^ static_cast<unsigned long>(std::time(nullptr)));

@@ -42,6 +42,8 @@ LoadStatus parseTable(const std::string& text, const std::string& expectId, Tabl
 std::string formatTable(const Table& table);
 // Writes to a temporary file beside `path` and renames it over `path`; creates missing directories.
 bool saveTable(const std::string& path, const Table& table, std::string* why);
+// Creates the directories above `path` that are missing (false with *why when one cannot be made).
+bool ensureParentDir(const std::string& path, std::string* why);
 
 std::string cacheTablePath(const std::string& cacheDir, const std::string& fingerprintId);
 std::string utcNow();  // "2026-11-21T19:00:00Z"

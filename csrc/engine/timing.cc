@@ -14,7 +14,7 @@ constexpr uint32_t kRecordMagic = 0x41434331;  // "ACC1": sanity tag for handles
 // GPU) KernelCh events of rank 0 carried starts 20 us-41 ms older than the call's latest channel start
 // (up to 50 of 64 channels), with normal stops: stale timestamps, which made a 7 us all_reduce read as
 // 8 ms and a 53 us reduce_scatter as 300 us. Legitimate spreads were < 2 us in 98,000 samples (both
-// launch kinds, 2026-11-22), stale ones >= 20 us. Starts more than this before the call's latest
+// launch kinds), stale ones >= 20 us. Starts more than this before the call's latest
 // channel start are left out of the duration.
 constexpr uint64_t kStaleStartNs = 10000;
 constexpr uint32_t kTrackedStarts = 64;  // NCCL's MAXCHANNELS; beyond it only min/max are kept
@@ -127,7 +127,8 @@ void TimingMatcher::pushDecision(int coll, uint64_t bytes, const Config& applied
   q.push(d);
 }
 
-void* TimingMatcher::collStart(int coll, uint64_t seq, uint64_t bytes, int nChannels, int algo, int proto) {
+void* TimingMatcher::collStart(int coll, uint64_t seq, uint64_t bytes, int nChannels, int algo, int proto,
+                                int reporting) {
   if (coll < 0 || coll >= kNumColls || bytes == 0) return nullptr;
   std::lock_guard<std::mutex> lock(mu_);
   Ring& q = *queues_[static_cast<size_t>(coll)];
@@ -190,7 +191,8 @@ void* TimingMatcher::collStart(int coll, uint64_t seq, uint64_t bytes, int nChan
   r->magic = kRecordMagic;
   r->owner = this;
   r->decision = d;
-  r->nChannels = nChannels > 0 ? static_cast<uint32_t>(nChannels) : 0;
+  if (reporting < 0) reporting = nChannels;
+  r->nChannels = reporting > 0 ? static_cast<uint32_t>(reporting) : 0;
   ++recordsLive_;
   ++counters_.matchedColls;
 
@@ -250,6 +252,8 @@ void TimingMatcher::maybeComplete(Decision* d) {
     m.colls = d->collsAssigned;
     ++counters_.measurements;
     sink_(m);
+  } else if (untimed_) {
+    untimed_(d->cookie, d->callIndex);  // nothing reported a time for it (an untimed or failed launch)
   }
   releaseDecision(d);
 }

@@ -76,8 +76,10 @@ class TimingMatcher {
                     uint64_t ordinal = 0);
 
   // Profiler side. collStart returns the handle to give NCCL (nullptr: not ours / not matched).
-  // bytes must already be converted to getCollInfo's unit (see collBytes()).
-  void* collStart(int coll, uint64_t seq, uint64_t bytes, int nChannels, int algo, int proto);
+  // bytes must already be converted to getCollInfo's unit (see collBytes()). nChannels: NCCL's channel
+  // count for the Coll; reporting: how many channel stops will come for it (KernelCh: nChannels; the launch
+  // clock: 1; 0: none, the call ends untimed; -1: nChannels).
+  void* collStart(int coll, uint64_t seq, uint64_t bytes, int nChannels, int algo, int proto, int reporting = -1);
   void* kernelChStart(void* collHandle, uint64_t startNs);
   // Dispatch on a handle from collStart/kernelChStart (both tolerate nullptr).
   static void kernelChStop(void* handle, uint64_t stopNs);

@@ -1,11 +1,19 @@
 #include "engine/trace.h"
 
+#include <chrono>
+
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 namespace autoccl::engine {
+
+namespace {
+// The writer thread wakes at least this often while lines wait, and at once past kWakeBytes.
+constexpr auto kWriteEvery = std::chrono::milliseconds(50);
+constexpr size_t kWakeBytes = 1 << 16;
+}  // namespace
 
 bool TraceWriter::open(const std::string& prefix, std::string* why) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -14,27 +22,65 @@ bool TraceWriter::open(const std::string& prefix, std::string* why) {
   gethostname(host, sizeof host - 1);
   host[sizeof host - 1] = 0;
   path_ = prefix + "." + host + "." + std::to_string(getpid()) + ".jsonl";
-  file_ = std::fopen(path_.c_str(), "a");
-  if (!file_) {
+  FILE* f = std::fopen(path_.c_str(), "a");
+  if (!f) {
     *why = "cannot open trace file " + path_ + ": " + std::strerror(errno);
     return false;
   }
+  file_ = f;
+  writer_ = std::thread([this] { drain(); });
   return true;
 }
 
 void TraceWriter::writeLine(const char* obj, size_t len) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!file_) return;
-  std::fwrite(obj, 1, len, file_);
-  std::fputc('\n', file_);
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!file_ || stop_) return;
+    buf_.append(obj, len);
+    buf_.push_back('\n');
+    wake = buf_.size() >= kWakeBytes;
+  }
+  if (wake) cv_.notify_one();
+}
+
+void TraceWriter::drain() {
+  std::string out;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, kWriteEvery, [this] { return stop_ || buf_.size() >= kWakeBytes; });
+    out.swap(buf_);
+    lock.unlock();
+    if (!out.empty()) {
+      std::lock_guard<std::mutex> f(fileMu_);
+      std::fwrite(out.data(), 1, out.size(), file_);
+      std::fflush(file_);
+      out.clear();
+    }
+    lock.lock();
+  }
 }
 
 void TraceWriter::flush() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (file_) std::fflush(file_);
+  std::string out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!file_) return;
+    out.swap(buf_);
+  }
+  std::lock_guard<std::mutex> f(fileMu_);
+  if (!out.empty()) std::fwrite(out.data(), 1, out.size(), file_);
+  std::fflush(file_);
 }
 
 TraceWriter::~TraceWriter() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (writer_.joinable()) writer_.join();
+  flush();
   if (file_) std::fclose(file_);
 }
 

@@ -1,11 +1,14 @@
 // JSONL trace (AUTOCCL_TRACE): one file per process, "<prefix>.<hostname>.<pid>.jsonl".
-// A debugging and verification aid: one process-wide mutex per line is acceptable here, and it is
-// only ever taken when tracing is on.
+// A debugging and verification aid. Lines are appended to a memory buffer under one mutex (a copy, no
+// system call) and written to the file by a thread of the writer's own, so that the file's I/O never runs
+// on NCCL's enqueue thread; flush() writes what is buffered before it returns (finalize, exit).
 #pragma once
 
+#include <condition_variable>
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <thread>
 
 namespace autoccl::engine {
 
@@ -20,7 +23,13 @@ class TraceWriter {
   ~TraceWriter();
 
  private:
-  std::mutex mu_;
+  void drain();  // the writer thread
+  std::mutex mu_;        // buf_, stop_
+  std::mutex fileMu_;    // file writes (the thread and flush())
+  std::condition_variable cv_;
+  std::string buf_;
+  bool stop_ = false;
+  std::thread writer_;
   FILE* file_ = nullptr;
   std::string path_;
 };

@@ -24,7 +24,17 @@ def _candidates(name: str) -> list[Path]:
 
 
 def find_artefact(name: str) -> Path:
-    """Absolute path of `name`: under AUTOCCL_LIB_DIR where set and present, else inside the package."""
+    """Absolute path of `name`: under AUTOCCL_LIB_DIR where that is set (never another copy in its
+    place: a build directory that lacks it is an error), else inside the package."""
+    override = os.environ.get("AUTOCCL_LIB_DIR", "").strip()
+    if override:
+        path = Path(override).resolve() / name
+        if path.is_file():
+            return path
+        raise ArtefactNotFound(
+            f"{name} not found in AUTOCCL_LIB_DIR={override} ({path}); "
+            "build it there or unset AUTOCCL_LIB_DIR"
+        )
     for path in _candidates(name):
         if path.is_file():
             return path

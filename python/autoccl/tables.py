@@ -1,20 +1,45 @@
 """Tuning tables (`autoccl table v1`, docs/architecture.md) and the cache directory that holds them.
 
-The C++ library writes and reads the same format; this module is what `autoccl cache` uses."""
+The C++ library reads and writes the same format. Both validate against one schema,
+`autoccl/data/table_schema.json` (the C++ constants are generated from it at build time), so a table
+this module accepts is one the library loads, and one it refuses the library refuses too. Writes take
+the lock file the library takes (`<table>.lock`, flock) and replace the table atomically.
+"""
 
 from __future__ import annotations
 
+import json
+import math
 import os
-import shlex
+import re
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
+from typing import Any
 
-HEADER = "# autoccl table v1"
+from filelock import FileLock, Timeout
+
 TABLE_SUFFIX = ".table"
+LOCK_TIMEOUT_S = 60.0
+_SCHEMA_PATH = Path(__file__).resolve().parent / "data" / "table_schema.json"
+_UINT = re.compile(r"[0-9]{1,20}")
+# A plain decimal number, as the library accepts: digits[.digits][e[+-]digits].
+_DECIMAL = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_BLANKS = " \t\n\v\f\r"  # what the library's trim() removes (C isspace)
 
 
 class TableError(ValueError):
     """A file that is not a valid autoccl table."""
+
+
+@cache
+def schema() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(_SCHEMA_PATH.read_text(encoding="utf-8"))
+    return data
+
+
+def header() -> str:
+    return str(schema()["header"])
 
 
 @dataclass
@@ -24,9 +49,16 @@ class Table:
     tasks: list[dict[str, str]] = field(default_factory=list)
 
     def dumps(self) -> str:
-        lines = [HEADER, f"fingerprint {self.fingerprint}", "meta " + _kv(self.meta)]
+        lines = [header(), f"fingerprint {self.fingerprint}", "meta " + _kv(self.meta)]
         lines += ["task " + _kv(t) for t in self.tasks]
         return "\n".join(lines) + "\n"
+
+    def task_key(self, task: dict[str, str]) -> tuple[str, int, int]:
+        return _task_key(task)
+
+
+def _task_key(task: dict[str, str]) -> tuple[str, int, int]:
+    return (_norm(task["coll"]), int(task["bytes"]), int(task.get("pipe", "1")))
 
 
 def _kv(d: dict[str, str]) -> str:
@@ -34,67 +66,202 @@ def _kv(d: dict[str, str]) -> str:
 
 
 def _quote(v: str) -> str:
-    return v if v and all(c.isalnum() or c in "._-:+/" for c in v) else '"' + v.replace('"', "'") + '"'
+    if v and all(c.isalnum() or c in "._-:+/" for c in v):
+        return v
+    return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _parse_kv(text: str, lineno: int) -> dict[str, str]:
+def _norm(name: str) -> str:
+    """Names compare as the library compares them: lower case, without '_'."""
+    return name.lower().replace("_", "")
+
+
+def _split_pairs(text: str, lineno: int) -> dict[str, str]:
+    """key=value pairs separated by blanks; a value may be double-quoted with \\ escapes (as the library)."""
     out: dict[str, str] = {}
-    try:
-        parts = shlex.split(text)
-    except ValueError as e:
-        raise TableError(f"line {lineno}: {e}") from e
-    for part in parts:
-        key, sep, value = part.partition("=")
-        if not sep or not key:
-            raise TableError(f"line {lineno}: expected key=value, got {part!r}")
-        out[key] = value
+    i, n = 0, len(text)
+    while i < n:
+        while i < n and text[i] in " \t":
+            i += 1
+        if i >= n:
+            break
+        eq = text.find("=", i)
+        if eq < 0:
+            raise TableError(f"line {lineno}: expected key=value")
+        key = text[i:eq]
+        if not key or " " in key or "\t" in key:
+            raise TableError(f"line {lineno}: bad key {key!r}")
+        i = eq + 1
+        value: list[str] = []
+        if i < n and text[i] == '"':
+            i += 1
+            closed = False
+            while i < n:
+                c = text[i]
+                i += 1
+                if c == "\\" and i < n:
+                    value.append(text[i])
+                    i += 1
+                    continue
+                if c == '"':
+                    closed = True
+                    break
+                value.append(c)
+            if not closed:
+                raise TableError(f"line {lineno}: unterminated quote")
+        else:
+            while i < n and text[i] not in " \t":
+                value.append(text[i])
+                i += 1
+        out[key] = "".join(value)
     return out
 
 
-def parse_table(text: str) -> Table:
-    lines = text.splitlines()
-    if not lines or lines[0].strip() != HEADER:
-        raise TableError(f"not an autoccl table (first line must be {HEADER!r})")
+def _check_int(kind: str, key: str, spec: dict[str, Any], fields: dict[str, str], lineno: int) -> int:
+    if key not in fields:
+        if spec.get("required"):
+            raise TableError(f"line {lineno}: {kind} needs {key}=")
+        return int(spec.get("default", 0))
+    text = fields[key]
+    value = int(text) if _UINT.fullmatch(text) else -1
+    lo, hi, nonzero_min = int(spec["min"]), int(spec["max"]), int(spec.get("nonzero_min", 0))
+    if value < lo or value > hi or (value and value < nonzero_min):
+        extra = f" and 0 or at least {nonzero_min}" if nonzero_min else ""
+        raise TableError(f"line {lineno}: {kind} {key}={text!r} must be an integer in [{lo}, {hi}]{extra}")
+    return value
+
+
+def _check_float(kind: str, key: str, spec: dict[str, Any], fields: dict[str, str], lineno: int) -> None:
+    if key not in fields:
+        if spec.get("required"):
+            raise TableError(f"line {lineno}: {kind} needs {key}=")
+        return
+    text = fields[key]
+    value = float(text) if _DECIMAL.fullmatch(text) else math.nan
+    if not math.isfinite(value) or value < float(spec["min"]) or value > float(spec["max"]):
+        raise TableError(f"line {lineno}: {kind} {key}={text!r} must be a finite number in [0, 1e12]")
+
+
+def _check_meta(fields: dict[str, str], lineno: int) -> None:
+    spec = schema()["meta"]
+    known = set(spec["strings"]) | set(spec["ints"])
+    for key in fields:
+        if key not in known:
+            raise TableError(f"line {lineno}: meta has an unknown field {key!r}")
+    for key, s in spec["strings"].items():
+        if s.get("required") and key not in fields:
+            raise TableError(f"line {lineno}: meta needs {key}=")
+        if key in fields and len(fields[key].encode("utf-8", "surrogateescape")) > int(s["max_length"]):
+            raise TableError(f"line {lineno}: meta {key} is longer than {s['max_length']} characters")
+    for key, s in spec["ints"].items():
+        _check_int("meta", key, s, fields, lineno)
+
+
+def _check_task(fields: dict[str, str], lineno: int) -> None:
+    spec = schema()["task"]
+    names = schema()["names"]
+    known = set(spec["names"]) | set(spec["ints"]) | set(spec["floats"])
+    for key in fields:
+        if key not in known:
+            raise TableError(f"line {lineno}: task has an unknown field {key!r}")
+    what = {"coll": "a collective", "algo": "an algorithm", "proto": "a protocol"}
+    for key in spec["names"]:
+        if _norm(fields.get(key, "")) not in names[key]:
+            raise TableError(f"line {lineno}: task {key}={fields.get(key, '')!r} is not {what.get(key, key)}")
+    values = {key: _check_int("task", key, s, fields, lineno) for key, s in spec["ints"].items()}
+    for key, s in spec["floats"].items():
+        _check_float("task", key, s, fields, lineno)
+    for a, b in spec["exclusive"]:
+        if values.get(a) and values.get(b):
+            raise TableError(f"line {lineno}: task {a} and {b} are exclusive")
+
+
+def fnv1a64(data: bytes) -> int:
+    h = 14695981039346656037
+    for byte in data:
+        h ^= byte
+        h = (h * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def fingerprint_of(meta: dict[str, str]) -> str:
+    """The fingerprint id of a meta line's canonical fields (the library's Fingerprint::id())."""
+    parts = []
+    for key in schema()["fingerprint"]["canonical"]:
+        value = meta.get(key, "")
+        if key == "gpu":
+            escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ").replace("\r", " ")
+            parts.append(f'gpu="{escaped}"')
+        else:
+            parts.append(f"{key}={int(value)}")
+    return f"{fnv1a64(' '.join(parts).encode('utf-8', 'surrogateescape')):016x}"
+
+
+def parse_table(text: str, expect_fingerprint: str | None = None) -> Table:
+    """A validated table, or TableError saying what is wrong (the library's verdict, same schema)."""
+    fp_spec = schema()["fingerprint"]
+    lines = text.split("\n")
+    seen_header = False
     fingerprint = ""
-    meta: dict[str, str] = {}
-    tasks: list[dict[str, str]] = []
-    for lineno, raw in enumerate(lines[1:], start=2):
-        line = raw.strip()
+    meta: dict[str, str] | None = None
+    tasks: dict[tuple[str, int, int], dict[str, str]] = {}
+    for lineno, raw in enumerate(lines, start=1):
+        line = raw.strip(_BLANKS)
+        if not seen_header:
+            if not line:
+                continue
+            if line != header():
+                raise TableError(f"line {lineno}: not an autoccl table (the first line must be {header()!r})")
+            seen_header = True
+            continue
         if not line or line.startswith("#"):
             continue
         kind, _, rest = line.partition(" ")
+        rest = rest.strip(_BLANKS)
         if kind == "fingerprint":
-            fingerprint = rest.strip()
-            if len(fingerprint) != 16 or any(c not in "0123456789abcdef" for c in fingerprint):
-                raise TableError(f"line {lineno}: fingerprint must be 16 lowercase hex digits")
+            if len(rest) != int(fp_spec["hex_digits"]) or any(c not in "0123456789abcdef" for c in rest):
+                raise TableError(f"line {lineno}: fingerprint must be 16 lower-case hex digits")
+            fingerprint = rest
         elif kind == "meta":
-            meta = _parse_kv(rest, lineno)
+            fields = _split_pairs(rest, lineno)
+            _check_meta(fields, lineno)
+            meta = fields
         elif kind == "task":
-            task = _parse_kv(rest, lineno)
-            for required in ("coll", "bytes"):
-                if required not in task:
-                    raise TableError(f"line {lineno}: task without {required}=")
-            tasks.append(task)
+            fields = _split_pairs(rest, lineno)
+            _check_task(fields, lineno)
+            tasks[_task_key(fields)] = fields
         else:
-            raise TableError(f"line {lineno}: unknown record {kind!r}")
-    if not fingerprint:
-        raise TableError("no fingerprint line")
-    return Table(fingerprint, meta, tasks)
+            raise TableError(f"line {lineno}: unknown line kind {kind!r}")
+    if not seen_header:
+        raise TableError("empty file")
+    if not fingerprint or meta is None:
+        raise TableError("missing fingerprint or meta line")
+    actual = fingerprint_of(meta)
+    if actual != fingerprint:
+        raise TableError(f"fingerprint {fingerprint} does not match its meta line ({actual})")
+    if expect_fingerprint and expect_fingerprint != fingerprint:
+        raise TableError(f"the table is for fingerprint {fingerprint}, not {expect_fingerprint}")
+    return Table(fingerprint, meta, list(tasks.values()))
 
 
-def load_table(path: Path) -> Table:
+def load_table(path: Path, expect_fingerprint: str | None = None) -> Table:
     try:
-        return parse_table(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:
-        raise TableError(f"{path}: not text ({e.reason})") from e
+        if not path.is_file():
+            raise TableError(f"{path} is not a regular file" if path.exists() else f"{path} does not exist")
+        if path.stat().st_size > int(schema()["max_file_bytes"]):
+            raise TableError(f"{path} is larger than {int(schema()['max_file_bytes']) >> 20} MiB")
+        data = path.read_bytes()
+    except OSError as e:
+        raise TableError(f"cannot read {path}: {e.strerror or e}") from None
+    return parse_table(data.decode("utf-8", "surrogateescape"), expect_fingerprint)
 
 
 def cache_dir(override: str | None = None) -> Path:
     if override:
         return Path(override)
-    if os.environ.get("AUTOCCL_CACHE_DIR"):
-        return Path(os.environ["AUTOCCL_CACHE_DIR"])
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    if os.environ.get("AUTOCCL_CACHE_DIR", "").strip():
+        return Path(os.environ["AUTOCCL_CACHE_DIR"].strip())
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip() or str(Path.home() / ".cache")
     return Path(xdg) / "autoccl"
 
 
@@ -103,12 +270,48 @@ def tables_dir(override: str | None = None) -> Path:
 
 
 def cached_tables(override: str | None = None) -> list[Path]:
+    """Every `<fingerprint>.table` entry of the cache (files or not: a directory there is reported, not
+    skipped). A cache path that exists but is no directory is an error."""
     d = tables_dir(override)
-    return sorted(d.glob("*" + TABLE_SUFFIX)) if d.is_dir() else []
+    if d.exists() and not d.is_dir():
+        raise TableError(f"{d} is not a directory")
+    if not d.is_dir():
+        return []
+    try:
+        return sorted(p for p in d.iterdir() if p.name.endswith(TABLE_SUFFIX) and not p.name.startswith("."))
+    except OSError as e:
+        raise TableError(f"cannot list {d}: {e.strerror or e}") from None
 
 
-def write_table_atomic(table: Table, path: Path) -> None:
+def table_lock(path: Path) -> FileLock:
+    """The lock the library takes for `path` (flock on `<path>.lock`)."""
+    return FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S)
+
+
+def write_table_atomic(table: Table, path: Path, *, merge: bool = False) -> int:
+    """Writes `table` to `path` under the library's lock (temporary file + rename). With `merge`, the
+    table already there (if valid and of the same fingerprint) keeps its tasks that `table` does not have.
+    Returns the number of tasks written."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(table.dumps(), encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        with table_lock(path):
+            out = table
+            if merge and path.exists():
+                current = load_table(path, table.fingerprint)
+                mine = {_task_key(t) for t in table.tasks}
+                kept = [t for t in current.tasks if _task_key(t) not in mine]
+                out = Table(table.fingerprint, table.meta, kept + table.tasks)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            try:
+                with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:
+                    f.write(out.dumps())
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
+            return len(out.tasks)
+    except Timeout:
+        raise TableError(
+            f"{path}.lock is held by another process for more than {LOCK_TIMEOUT_S:.0f} s"
+        ) from None

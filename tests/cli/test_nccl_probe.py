@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from autoccl import nccl_probe
 from autoccl.cli import main
 
-# NCCL 2.28.9's INIT lines of one 2-rank communicator on 2 x H200 (session 12, small_cells_raised/info).
+# NCCL 2.28.9's INIT lines of one 2-rank communicator on 2 x H200 (nccl-tests, plain NCCL).
 _COUNTS = "24 coll channels, 24 collnet channels, 0 nvls channels, 32 p2p channels, 32 p2p channels per peer"
 H200_LOG = f"""\
 vm:2309:2309 [0] NCCL INFO NCCL version 2.28.9+cuda13.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,17 +14,16 @@ from click.testing import CliRunner
 from autoccl import tables
 from autoccl._paths import plugin_path
 from autoccl.cli import main
+from autoccl.tuner_env import this_host_address
 
-SAMPLE = """# autoccl table v1
-fingerprint 0123456789abcdef
-meta gpu="NVIDIA H200" gpus=4 nccl=22809 ranks=4 nodes=1 created=2026-11-21T19:00:00Z
-task coll=allreduce bytes=67108864 pipe=1 algo=ring proto=simple channels=32 chunk=0 time_us=412.5
-"""
+# A valid table (fingerprint of its meta line): the shared corpus's basic case.
+SAMPLE = (Path(__file__).resolve().parents[1] / "data" / "tables" / "good-basic.table").read_text()
+FINGERPRINT = SAMPLE.splitlines()[1].split()[1]
 
 
 def test_table_round_trip() -> None:
     t = tables.parse_table(SAMPLE)
-    assert t.fingerprint == "0123456789abcdef"
+    assert t.fingerprint == FINGERPRINT
     assert t.meta["gpu"] == "NVIDIA H200"
     assert t.tasks[0]["channels"] == "32"
     again = tables.parse_table(t.dumps())
@@ -119,19 +119,37 @@ def test_cache_import_list_show_export_clear(tmp_path: Path) -> None:
     runner = CliRunner()
     r = runner.invoke(main, ["cache", "import", str(src), "--cache-dir", str(cdir)])
     assert r.exit_code == 0, r.output
-    assert (cdir / "tables" / "0123456789abcdef.table").is_file()
+    assert (cdir / "tables" / f"{FINGERPRINT}.table").is_file()
     r = runner.invoke(main, ["cache", "import", str(src), "--cache-dir", str(cdir)])
     assert r.exit_code != 0 and "--force" in r.output
     r = runner.invoke(main, ["cache", "list", "--cache-dir", str(cdir)])
-    assert r.exit_code == 0 and "0123456789abcdef" in r.output
-    r = runner.invoke(main, ["cache", "show", "0123", "--cache-dir", str(cdir)])
+    assert r.exit_code == 0 and FINGERPRINT in r.output
+    r = runner.invoke(
+        main, ["cache", "show", FINGERPRINT[:4], "--cache-dir", str(cdir)], env={"COLUMNS": "200"}
+    )
     assert r.exit_code == 0 and "67108864" in r.output
     dest = tmp_path / "out.table"
-    r = runner.invoke(main, ["cache", "export", "0123", str(dest), "--cache-dir", str(cdir)])
-    assert r.exit_code == 0 and tables.load_table(dest).fingerprint == "0123456789abcdef"
-    r = runner.invoke(main, ["cache", "clear", "--yes", "--cache-dir", str(cdir)])
+    r = runner.invoke(main, ["cache", "export", FINGERPRINT[:4], str(dest), "--cache-dir", str(cdir)])
+    assert r.exit_code == 0 and tables.load_table(dest).fingerprint == FINGERPRINT
+    # export never overwrites without --force
+    r = runner.invoke(main, ["cache", "export", FINGERPRINT[:4], str(dest), "--cache-dir", str(cdir)])
+    assert r.exit_code != 0 and "--force" in r.output
+    r = runner.invoke(
+        main, ["cache", "export", FINGERPRINT[:4], str(dest), "--force", "--cache-dir", str(cdir)]
+    )
+    assert r.exit_code == 0, r.output
+    # clear: an empty or missing reference is refused, --all clears
+    for args in (
+        ["cache", "clear", "--yes", ""],
+        ["cache", "clear", "--yes"],
+        ["cache", "clear", "--yes", "zz"],
+    ):
+        r = runner.invoke(main, [*args, "--cache-dir", str(cdir)])
+        assert r.exit_code != 0, args
+        assert (cdir / "tables" / f"{FINGERPRINT}.table").is_file()
+    r = runner.invoke(main, ["cache", "clear", "--yes", "--all", "--cache-dir", str(cdir)])
     assert r.exit_code == 0
-    assert not list((cdir / "tables").iterdir())
+    assert not list((cdir / "tables").glob("*.table"))
 
 
 def test_cache_import_rejects_corrupt_file(tmp_path: Path) -> None:
@@ -151,25 +169,22 @@ def test_cache_list_flags_unreadable_entries(tmp_path: Path) -> None:
     assert "unreadable" in r.output
 
 
-def test_env_default_mode_is_online_with_coordinator(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_env_default_mode_is_online_without_a_shared_coordinator(
+    fake_plugin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`autoccl env` exports no coordinator address: jobs started from one shell must not share one
+    (under torchrun and srun the library derives its job's own). `autoccl run` gives each job its own."""
     for v in ("AUTOCCL_COORD_ADDR", "AUTOCCL_COORD_TOKEN", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(v, raising=False)
     r = CliRunner().invoke(main, ["env"])
     assert r.exit_code == 0, r.output
-    lines = dict(ln.removeprefix("export ").split("=", 1) for ln in r.output.splitlines())
+    lines = dict(ln.removeprefix("export ").split("=", 1) for ln in r.stdout.splitlines())
     assert lines["AUTOCCL_MODE"] == "online"
-    host, port = lines["AUTOCCL_COORD_ADDR"].rsplit(":", 1)
-    assert host == "127.0.0.1" and 0 < int(port) < 65536
-    assert len(lines["AUTOCCL_COORD_TOKEN"]) == 32
-    # under torchrun the library derives the address itself; a token is still generated
-    monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", "29500")
-    r = CliRunner().invoke(main, ["env"])
-    lines = dict(ln.removeprefix("export ").split("=", 1) for ln in r.output.splitlines())
-    assert "AUTOCCL_COORD_ADDR" not in lines and "AUTOCCL_COORD_TOKEN" in lines
-    # other modes set no coordinator
+    assert not any(k.startswith(("AUTOCCL_COORD", "AUTOCCL_RUN")) for k in lines)
+    assert "no coordinator address exported" in r.stderr
+    # other modes say nothing about it
     r = CliRunner().invoke(main, ["env", "--mode", "observe"])
-    assert "AUTOCCL_COORD" not in r.output
+    assert "AUTOCCL_COORD" not in r.output and "coordinator" not in r.stderr
 
 
 def test_relative_lib_dir_gives_an_absolute_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -180,3 +195,61 @@ def test_relative_lib_dir_gives_an_absolute_path(tmp_path: Path, monkeypatch: py
     monkeypatch.setenv("AUTOCCL_LIB_DIR", "lib")
     found = plugin_path()
     assert found.is_absolute() and found == (tmp_path / "lib" / "libautoccl-nccl.so").resolve()
+
+
+def _fake_launcher(tmp_path: Path, name: str) -> tuple[dict[str, str], Path]:
+    """A `name` on PATH that writes the environment it was given to a file (JSON)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    seen = tmp_path / f"{name}.env.json"
+    (bin_dir / name).write_text(
+        f"#!{sys.executable}\nimport json, os\njson.dump(dict(os.environ), open({str(seen)!r}, 'w'))\n"
+    )
+    (bin_dir / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env["PYTHONPATH"] = (
+        str(Path(__file__).resolve().parents[2] / "python") + os.pathsep + env.get("PYTHONPATH", "")
+    )
+    for v in ("AUTOCCL_COORD_ADDR", "AUTOCCL_COORD_TOKEN", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(v, None)
+    return env, seen
+
+
+def test_each_run_has_its_own_coordinator(fake_plugin: Path, tmp_path: Path) -> None:
+    """Two `autoccl run` invocations: two addresses and two tokens (jobs never share a coordinator)."""
+    env, seen = _fake_launcher(tmp_path, "job")
+    env["AUTOCCL_LIB_DIR"] = str(fake_plugin.parent)
+    got = []
+    for _ in range(2):
+        p = subprocess.run(
+            [sys.executable, "-m", "autoccl", "run", "--", "job"], env=env, capture_output=True
+        )
+        assert p.returncode == 0, p.stderr
+        got.append(json.loads(seen.read_text()))
+    addrs = [g["AUTOCCL_RUN_ADDR"] for g in got]
+    assert all(a.startswith("127.0.0.1:") for a in addrs) and addrs[0] != addrs[1]
+    assert got[0]["AUTOCCL_RUN_TOKEN"] != got[1]["AUTOCCL_RUN_TOKEN"]
+    assert "OMPI_MCA_mca_base_env_list" not in got[0]
+
+
+def test_run_under_mpirun_forwards_a_reachable_coordinator(fake_plugin: Path, tmp_path: Path) -> None:
+    """mpirun starts ranks on other hosts from this one: the job's coordinator is this host's network
+    address (loopback only without a network), and Open MPI is told to pass our variables on."""
+    env, seen = _fake_launcher(tmp_path, "mpirun")
+    env["AUTOCCL_LIB_DIR"] = str(fake_plugin.parent)
+    env["OMPI_MCA_mca_base_env_list"] = "MY_VAR"
+    p = subprocess.run([sys.executable, "-m", "autoccl", "run", "--", "mpirun", "-np", "2", "x"], env=env)
+    assert p.returncode == 0
+    got = json.loads(seen.read_text())
+    host = got["AUTOCCL_RUN_ADDR"].rsplit(":", 1)[0]
+    assert host == (this_host_address() or "127.0.0.1")
+    forwarded = got["OMPI_MCA_mca_base_env_list"].split(";")
+    assert forwarded[0] == "MY_VAR"
+    for var in (
+        "AUTOCCL_MODE",
+        "AUTOCCL_RUN_ADDR",
+        "AUTOCCL_RUN_TOKEN",
+        "NCCL_TUNER_PLUGIN",
+        "NCCL_NVLS_ENABLE",
+    ):
+        assert var in forwarded

@@ -91,6 +91,7 @@ def _search_records(dirpath: Path) -> dict[tuple[str, int], dict[str, int]]:
                 out[(r["coll"], int(r["bytes"]))] = {
                     "search_from": int(r["search_from"]),
                     "free": int(r.get("search_free_wait_calls") or 0),
+                    "small": bool(r.get("small_task")),
                 }
     return out
 
@@ -135,6 +136,11 @@ def test_demo_end_to_end(online: Path, tmp_path: Path, processes: bool) -> None:
         # `search_from`) are the search's baseline and count against its budget.
         rec = searches.get((t["coll"], t["bytes"]), {})
         assert rec.get("search_from", 0) <= 16, t
+        if rec.get("small"):
+            # Below AUTOCCL_MIN_TASK_US: NCCL's choice once its baseline is in (candidates planned before it
+            # arrived may have run: with ranks as processes the first samples trail the calls).
+            assert t["converged_at"] <= 64 and t["tuned_config"] == t["nccl_config"], t
+            continue
         assert t["converged_at"] is not None and 0 < t["converged_at"] - rec.get("free", 0) <= 150, t
         # Convergence point: from there on the applied configuration never changed.
         cfg = lambda r: (r["algo"], r["proto"], r["channels"], r["chunk"])  # noqa: E731
@@ -172,21 +178,29 @@ def test_demo_processes_every_task_converges(online: Path, tmp_path: Path) -> No
     within 150 calls of its first call, as with threads. The emulator bounds the rank processes against each
     other (a lead file); without that, rank 0's timings trailed so far that most tasks kept NCCL's choice
     from call 0. A search starts where the authority first saw the task (trace `search_from`); the calls
-    before ran NCCL's choice, timed, and are its baseline. While they were 17 (a fixed window), all_gather
-    256 MiB was stable only at call 154-158 in 4 of 40 runs (benchmarks/results/cpu/session20/README.md);
-    with windows of 1, 2, 4, ... calls the search starts by call 2 and the latest task was stable at call 140
-    in 30 runs (benchmarks/results/cpu/session21/README.md). Calls that only waited for samples far behind
-    are outside the budget (trace `search_free_wait_calls`, none in those runs)."""
+    before ran NCCL's choice, timed, and are its baseline. With a fixed window of 17 such calls, all_gather
+    256 MiB was stable only at call 154-158 in 4 of 40 runs; with windows of 1, 2, 4, ... calls the search
+    starts by call 2 and the latest task was stable at call 136 in 30 runs
+    (benchmarks/results/cpu/demo-gains). Calls that only waited for samples far behind are outside the
+    budget (trace `search_free_wait_calls`)."""
     res = run_demo(DemoConfig(processes=True), tmp_path / "out")
     rec = {
         (str(r["coll"]), int(r["bytes"])): (int(r["search_from"]), int(r.get("search_free_wait_calls") or 0))
         for r in res.online.trace
         if r.get("ev") == "task" and int(r.get("rank", -1)) == 0 and "search_from" in r
     }
+    small = {
+        (str(r["coll"]), int(r["bytes"]))
+        for r in res.online.trace
+        if r.get("ev") == "task" and int(r.get("rank", -1)) == 0 and r.get("small_task")
+    }
     conv = [(t.converged_at, rec.get((t.key.coll, t.key.nbytes))) for t in res.tasks]
+    searched = [
+        (c, r) for t, (c, r) in zip(res.tasks, conv, strict=True) if (t.key.coll, t.key.nbytes) not in small
+    ]
     assert len(conv) == 8
     assert all(r is not None and r[0] <= 16 for _, r in conv), conv
-    assert all(c is not None and r is not None and 0 < c - r[1] <= 150 for c, r in conv), conv
+    assert all(c is not None and r is not None and 0 < c - r[1] <= 150 for c, r in searched), conv
 
 
 def test_demo_refuses_without_online_mode(
@@ -215,12 +229,13 @@ def _wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def test_demo_processes_late_rank(online: Path, tmp_path: Path) -> None:
-    """The demo's process mode when the rank-0 process (which serves the TCP coordinator) finishes its
-    whole schedule before rank 1's process even starts: the emulator does not synchronise processes and
-    rank 0 needs nobody to decide, so this is the interleaving behind the intermittent failure of
-    test_demo_end_to_end[True] (rank 1: "coordinator unreachable" at call 0). Forced here, not timed:
-    rank 1 starts only after rank 0 has written its summary. The server's process must keep serving at
-    exit until rank 1 (2 ranks per communicator, announced by rank 0's ATTACH) has connected."""
+    """The demo's process mode when rank 1's process starts well after rank 0's (which serves the TCP
+    coordinator): the emulator does not synchronise processes. The coordinator hands out no decision of a
+    communicator until every rank its ATTACH announced has attached (hosts that met at another
+    coordinator would otherwise apply other decisions), so rank 0 cannot run ahead of a rank that has not
+    connected: it waits at its first call, and both ranks then play the whole schedule alike. (Before the
+    gate rank 0 finished alone and its process had to linger at exit for rank 1, the interleaving behind
+    the intermittent failure of test_demo_end_to_end[True].)"""
     sc = build_scenario(DemoConfig(ranks=2, sizes=(4 << 20,), buckets=(25 << 20,), steps=20, seed=5))
     (tmp_path / "scenario.txt").write_text(sc.to_text())
     env = plain_nccl_env()
@@ -245,15 +260,8 @@ def test_demo_processes_late_rank(online: Path, tmp_path: Path) -> None:
 
     try:
         p0 = start(0)
-        _wait_for(lambda: '"ev":"summary"' in out[0].read_text() or p0.poll() is not None, 60, "rank 0's end")
-        assert p0.poll() in (None, 0), err[0].read_text()[-3000:]
-        # Rank 0 is done and at exit. Without the fix its process is gone within milliseconds (nobody
-        # else connected); give it a second to go before rank 1 appears.
-        try:
-            p0.wait(timeout=1.0)
-        except subprocess.TimeoutExpired:
-            pass
-        serving_when_rank1_started = p0.poll() is None
+        time.sleep(1.5)  # rank 0 waits for rank 1 at its first call (within its 3 s lookup deadline)
+        rank0_waited = p0.poll() is None and '"ev":"summary"' not in out[0].read_text()
         rc1 = start(1).wait(timeout=90)
         rc0 = p0.wait(timeout=90)
     finally:
@@ -263,7 +271,7 @@ def test_demo_processes_late_rank(online: Path, tmp_path: Path) -> None:
                 p.wait()
     assert rc1 == 0 and "coordinator unreachable" not in err[1].read_text(), err[1].read_text()[-3000:]
     assert rc0 == 0, err[0].read_text()[-3000:]
-    assert serving_when_rank1_started
+    assert rank0_waited
     calls = [
         r
         for rank in (0, 1)

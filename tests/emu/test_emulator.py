@@ -307,7 +307,7 @@ def test_model_shape(emulator: Path) -> None:
     assert t("allreduce", 64 << 20, 24, load=1.0) > 1.5 * t("allreduce", 64 << 20, 24)  # GEMM slows comm
     assert m.gemm_slowdown(64, 1.0) > m.gemm_slowdown(8, 1.0)  # more channels slow the GEMM
 
-    # Chunks, as measured on 2 x H200 with 64 channels (h200x2/nccl_tests/session17/nccl230_probe): LL128 / 4
+    # Chunks, as measured on 2 x H200 with 64 channels (h200x2/nccl-2.30-chunk-size/probe): LL128 / 4
     # 9-10 % faster at 64 MiB, nothing at 4 MiB (a step's data is one piece either way), 128 KiB pieces 7-10 %
     # slower than 1 MiB ones at 1 GiB (per-piece cost).
     def c(coll: str, n: int, proto: str, chunk: int) -> float:

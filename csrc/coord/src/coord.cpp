@@ -6,12 +6,13 @@
 #include <set>
 
 #include "autoccl/coord/coord.h"
+#include "autoccl/coord/launcher.h"
 
 namespace autoccl::coord {
 
 std::string TaskKey::str() const {
   char b[128];
-  std::snprintf(b, sizeof b, "comm %016llx coll %u bytes %llu pipe %u", static_cast<unsigned long long>(comm), coll,
+  std::snprintf(b, sizeof b, "comm %016llx coll %d bytes %llu pipe %d", static_cast<unsigned long long>(comm), coll,
                 static_cast<unsigned long long>(bytes), pipe);
   return b;
 }
@@ -88,51 +89,7 @@ std::vector<Segment> sealSegments(const Store& st, const TaskKey& t) {
     if (s.begin > c) out.push_back(Segment{c, s.begin, dflt, Phase::kPinned});
     c = std::max(c, s.end);
   }
-  if (c != search::kForever) out.push_back(Segment{c, search::kForever, dflt, Phase::kFinal});
-  return out;
-}
-
-// ---- SearchDecider ---------------------------------------------------------------------------
-std::shared_ptr<search::TaskSearch> SearchDecider::registerTask(const TaskKey& task, const search::Space& space,
-                                                                search::Options opt, std::vector<search::Hint> hints) {
-  std::lock_guard<std::mutex> lk(mu_);
-  Entry& e = tasks_[task];
-  if (!e.search) {
-    opt.firstCall = e.pre.empty() ? 0 : e.pre.back().end;
-    opt.defaultTimedBefore = !e.pre.empty();  // pre segments: NCCL's default in kTuning (timed)
-    e.search = std::make_shared<search::TaskSearch>(space, std::move(opt), std::move(hints));
-  }
-  return e.search;
-}
-
-std::shared_ptr<search::TaskSearch> SearchDecider::find(const TaskKey& task) {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto it = tasks_.find(task);
-  return it == tasks_.end() ? nullptr : it->second.search;
-}
-
-std::vector<Segment> SearchDecider::decide(const TaskKey& task, uint64_t k, uint64_t coveredUpTo) {
-  std::shared_ptr<search::TaskSearch> s;
-  std::vector<Segment> out;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    Entry& e = tasks_[task];
-    uint64_t preEnd = e.pre.empty() ? 0 : e.pre.back().end;
-    if (!e.search && preEnd <= k) {  // the authority has not seen this task yet: NCCL's default for a while
-      // A while that doubles from 1 call up to window_: the authority usually comes within a few calls (a
-      // rank a little ahead of rank 0), and the search starts only after them (with 16 calls from the start,
-      // the demo's searches began at call 17 and some pinned only at call 158).
-      const uint64_t w = std::min<uint64_t>(window_, uint64_t{1} << std::min<size_t>(e.pre.size(), 32));
-      e.pre.push_back(Segment{preEnd, k + 1 + w, Config(), Phase::kTuning});
-    }
-    for (const Segment& g : e.pre)
-      if (g.end > coveredUpTo) out.push_back(g);
-    s = e.search;
-  }
-  if (!s) return out;
-  s->segmentFor(k);  // extends the plan (k + lead) if needed
-  for (const Segment& g : s->plan())
-    if (g.end > coveredUpTo) out.push_back(g);
+  if (c != kForever) out.push_back(Segment{c, kForever, dflt, Phase::kFinal});
   return out;
 }
 
@@ -257,33 +214,22 @@ void CommAgreement::prefetch(const TaskKey& task, uint64_t k) {
 
 // ---- environment -----------------------------------------------------------------------------
 bool addressFromEnv(std::string* host, int* port, std::string* err) {
-  auto parsePort = [](const char* s, int* out) {
-    char* end = nullptr;
-    long v = std::strtol(s, &end, 10);
-    if (!s[0] || *end || v < 0 || v > 65535) return false;
-    *out = static_cast<int>(v);
-    return true;
+  Endpoint ep;
+  // The address alone: a missing token is not this function's concern.
+  auto env = [](const char* k) -> const char* {
+    const char* v = std::getenv(k);
+    return std::string(k) == "AUTOCCL_COORD_TOKEN" && !(v && *v) ? "-" : v;
   };
-  if (const char* a = std::getenv("AUTOCCL_COORD_ADDR")) {
-    std::string s = a;
-    size_t c = s.rfind(':');
-    if (c == std::string::npos || c == 0 || !parsePort(s.c_str() + c + 1, port)) {
-      *err = "AUTOCCL_COORD_ADDR must be host:port, got '" + s + "'";
+  switch (coordinatorFromEnv(env, &ep, err)) {
+    case EndpointStatus::kOk:
+      *host = ep.host;
+      *port = ep.port;
+      return true;
+    case EndpointStatus::kNone:
+      *err = "no coordinator address: set AUTOCCL_COORD_ADDR=host:port (or run under torchrun, srun or autoccl run)";
       return false;
-    }
-    *host = s.substr(0, c);
-    if (host->size() > 2 && host->front() == '[' && host->back() == ']') *host = host->substr(1, host->size() - 2);
-    return true;
+    case EndpointStatus::kError: return false;
   }
-  const char* ma = std::getenv("MASTER_ADDR");
-  const char* mp = std::getenv("MASTER_PORT");
-  int p = 0;
-  if (ma && mp && parsePort(mp, &p) && p + 17 <= 65535) {
-    *host = ma;
-    *port = p + 17;
-    return true;
-  }
-  *err = "no coordinator address: set AUTOCCL_COORD_ADDR=host:port (or run under torchrun)";
   return false;
 }
 
@@ -292,12 +238,13 @@ std::string tokenFromEnv() {
   return t ? t : "";
 }
 
-Faults faultsFromEnv(const Faults& base) {
-  const char* e = std::getenv("AUTOCCL_COORD_FAULTS");
-  if (!e || !*e) return base;
+bool parseFaults(const std::string& s, const Faults& base, Faults* out, std::string* err) {
   Faults f = base;
-  std::string s = e;
   size_t pos = 0;
+  auto bad = [&](const std::string& why) {
+    *err = "AUTOCCL_COORD_FAULTS='" + s + "' " + why;
+    return false;
+  };
   while (pos <= s.size()) {
     size_t comma = s.find(',', pos);
     if (comma == std::string::npos) comma = s.size();
@@ -305,26 +252,35 @@ Faults faultsFromEnv(const Faults& base) {
     pos = comma + 1;
     if (item.empty()) continue;
     size_t eq = item.find('=');
-    if (eq == std::string::npos) return base;
+    if (eq == std::string::npos) return bad("must be key=value items (drop, dup, delay_ms, seed) separated by commas");
     std::string k = item.substr(0, eq), v = item.substr(eq + 1);
     char* end = nullptr;
     if (k == "drop" || k == "dup") {
       double x = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end || !(x >= 0 && x <= 1)) return base;
+      if (v.empty() || *end || !(x >= 0 && x <= 1)) return bad("needs " + k + " in [0, 1]");
       (k == "drop" ? f.drop : f.dup) = x;
     } else if (k == "delay_ms") {
       long x = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end || x < 0 || x > 60000) return base;
+      if (v.empty() || *end || x < 0 || x > 60000) return bad("needs delay_ms in [0, 60000]");
       f.maxDelayMs = static_cast<int>(x);
     } else if (k == "seed") {
       unsigned long long x = std::strtoull(v.c_str(), &end, 10);
-      if (v.empty() || *end) return base;
+      if (v.empty() || *end || v[0] == '-') return bad("needs seed a non-negative integer");
       f.seed = x;
     } else {
-      return base;
+      return bad("has an unknown key '" + k + "' (drop, dup, delay_ms, seed)");
     }
   }
-  return f;
+  *out = f;
+  return true;
+}
+
+Faults faultsFromEnv(const Faults& base) {
+  const char* e = std::getenv("AUTOCCL_COORD_FAULTS");
+  if (!e || !*e) return base;
+  Faults f;
+  std::string err;
+  return parseFaults(e, base, &f, &err) ? f : base;  // the engine refuses a malformed value at load
 }
 
 }  // namespace autoccl::coord

@@ -272,6 +272,15 @@ struct TcpServer::Impl {
     refuse(c, comm, it->second);
     return false;
   }
+  // Caller holds mu. Every rank of `comm` that any ATTACH announced has attached to this server (true
+  // when none did: a client that never attaches, as in the library's tests). Until then no decision of
+  // the communicator leaves the server, neither the authority's nor a seal: ranks that meet at another
+  // coordinator (a host that derived another address) or at none (another token, no plugin) would apply
+  // other decisions, so the ranks here wait and their lookups fail at their deadline, loudly, instead.
+  bool complete(uint64_t comm) const {
+    auto it = members.find(comm);
+    return it == members.end() || it->second.attached.size() >= it->second.nRanks;
+  }
   // Caller holds mu. May the board seal `comm` (its authority silent)? Only if everyone who asked agrees.
   bool sealable(uint64_t comm) {
     if (split.count(comm)) return false;
@@ -323,7 +332,7 @@ struct TcpServer::Impl {
         subs[m.task.comm].insert(c);
         Segment s;
         if (store.find(m.task, m.k, &s)) {
-          pushPlan(m.task, m.k, {c});
+          if (complete(m.task.comm)) pushPlan(m.task, m.k, {c});  // else asked again every retryMs
           break;
         }
         auto w = waiting.find(m.task);
@@ -357,7 +366,7 @@ struct TcpServer::Impl {
           break;
         }
         if (!store.insert(m.task, m.segs)) st.conflicts++;
-        if (!m.segs.empty()) pushPlan(m.task, m.segs.front().begin, subs[m.task.comm]);
+        if (!m.segs.empty() && complete(m.task.comm)) pushPlan(m.task, m.segs.front().begin, subs[m.task.comm]);
         break;
       }
       default: break;
@@ -419,7 +428,7 @@ struct TcpServer::Impl {
           it = waiting.erase(it);
           continue;
         }
-        if (now - it->second.second > milliseconds(o.sealMs)) {
+        if (now - it->second.second > milliseconds(o.sealMs) && complete(it->first.comm)) {
           if (!sealable(it->first.comm)) {  // the askers' settings differ: all of them were refused
             it = waiting.erase(it);
             continue;
@@ -565,7 +574,10 @@ namespace {
 
 class TcpBoard : public Board {
  public:
-  static constexpr int kAttachRepeats = 4;  // ATTACH re-sent with the first SERVE repeats of a connection
+  // ATTACH re-sent with the first SERVE repeats of a connection (every 500 ms): the server hands out no
+  // decision of a communicator until all its ranks attached, so one must arrive even when frames are
+  // lost (tests drop up to 10 % of them).
+  static constexpr int kAttachRepeats = 16;
 
   explicit TcpBoard(TcpOptions o) : o_(std::move(o)) {
     io_ = std::thread([this] { ioLoop(); });
@@ -634,8 +646,8 @@ class TcpBoard : public Board {
       if (first) st_.lookupsWaited++;
       auto now = Clock::now();
       if (now >= until || stopping_) {
-        o.error = std::string("autoccl coord: no decision for ") + t.str() + " call " + std::to_string(k) +
-                  (authed_ ? " (coordinator did not answer in time)" : " (coordinator unreachable)");
+        o.error = std::string("autoccl coord: no decision for ") + t.str() + " call " + std::to_string(k) + ": " +
+                  why(deadline);
         return o;
       }
       if (authed_ && now >= nextSend) {
@@ -726,6 +738,25 @@ class TcpBoard : public Board {
   void sendPlan(const std::shared_ptr<Conn>& c, const TaskKey& t, const std::vector<Segment>& segs) {
     for (size_t i = 0; i < segs.size(); i += wire::kMaxSegs) c->send(planChunk(t, segs, i), true);
   }
+  // Why a lookup got nothing by its deadline (caller holds mu_): never connected, turned away at the
+  // handshake, or connected without an answer.
+  std::string why(milliseconds deadline) const {
+    const std::string at = "the coordinator at " + o_.host + ":" + std::to_string(o_.port);
+    const std::string in = " within " + std::to_string(deadline.count()) + " ms (AUTOCCL_COORD_TIMEOUT_MS)";
+    switch (authed_ ? Link::kAuthed : link_) {
+      case Link::kNever:
+        return "cannot connect to " + at + in + " (no process of the job serves it: is this the address every "
+               "host derives?)";
+      case Link::kRejected:
+        return at + " rejected this process's token" + in + " (it is another job's coordinator, or hosts derive "
+               "different tokens: every process needs the same AUTOCCL_COORD_TOKEN, or the same launcher "
+               "variables and AUTOCCL_COORD_SECRET)";
+      case Link::kAuthed: break;
+    }
+    return at + " gave no decision" + in + ": the communicator's authority (its rank 0) did not answer, or some "
+           "of its ranks never connected to this coordinator (hosts that derive another address or token, or "
+           "run without the plugin)";
+  }
   std::string refusal(uint64_t comm, uint64_t theirs) const {
     char buf[320];
     std::snprintf(buf, sizeof buf,
@@ -762,6 +793,10 @@ class TcpBoard : public Board {
       }
       int fd = connectTo(o_.host, o_.port, o_.connectTimeoutMs);
       std::shared_ptr<Conn> c;
+      if (fd < 0) {
+        std::lock_guard<std::mutex> lk(mu_);
+        link_ = Link::kNever;
+      }
       if (fd >= 0) {
         Faults f = faultsFromEnv(o_.faults);  // test hook (AUTOCCL_COORD_FAULTS)
         f.seed = f.seed * 7919 + static_cast<uint64_t>(attempt);
@@ -775,6 +810,7 @@ class TcpBoard : public Board {
           {
             std::lock_guard<std::mutex> lk(mu_);
             authed_ = true;
+            link_ = Link::kAuthed;
             if (attempt > 0) st_.reconnects++;
           }
           cv_.notify_all();
@@ -783,6 +819,7 @@ class TcpBoard : public Board {
         } else {
           std::lock_guard<std::mutex> lk(mu_);
           st_.rejectedPeers++;
+          link_ = Link::kRejected;
         }
         {
           std::lock_guard<std::mutex> lk(mu_);
@@ -863,6 +900,7 @@ class TcpBoard : public Board {
   std::condition_variable cv_;
   std::shared_ptr<Conn> conn_;
   bool authed_ = false;
+  enum class Link { kNever, kRejected, kAuthed } link_ = Link::kNever;  // the latest connection attempt's outcome
   bool stopping_ = false;
   Store replica_;
   std::map<uint64_t, Decider*> deciders_;

@@ -43,4 +43,17 @@ inline int freePort() {
   return port;
 }
 
+// The variables the online coordinator's endpoint is derived from (coord/launcher.h): tests that let
+// Coordination read the real environment start from none of them, so that a CI job run under torchrun,
+// srun or mpirun cannot turn their in-process board into TCP.
+inline void clearLauncherEnv() {
+  for (const char* v : {"AUTOCCL_COORD_ADDR", "AUTOCCL_COORD_TOKEN", "AUTOCCL_COORD_SECRET", "AUTOCCL_RUN_ADDR",
+                        "AUTOCCL_RUN_TOKEN", "AUTOCCL_COORD_TIMEOUT_MS", "AUTOCCL_COORD_LINGER_MS",
+                        "AUTOCCL_COORD_FAULTS", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "TORCHELASTIC_RUN_ID",
+                        "TORCHELASTIC_RESTART_COUNT", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_NODELIST",
+                        "SLURM_JOB_NODELIST", "SLURM_NODELIST", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
+                        "MV2_COMM_WORLD_SIZE"})
+    unsetenv(v);
+}
+
 }  // namespace autoccl::engine::testenv

@@ -107,6 +107,7 @@ def run_launch(
     spec = dict(spec)
     spec["out"] = str(workdir / "result.json")
     spec["timeout_s"] = timeout_s
+    spec["parent_pid"] = os.getpid()  # the worker dies with this process (worker._die_with_parent)
     spec_path = workdir / f"spec.{topo.rank}.json"
     spec_path.write_text(json.dumps(spec, indent=1))
     if topo.distributed:

@@ -30,14 +30,17 @@ def _save(fig: Any, outdir: Path, name: str, formats: list[str]) -> list[Path]:
     return paths
 
 
-def make_report(files: list[Path], outdir: Path, formats: list[str]) -> list[Path]:
+def make_report(files: list[Path], outdir: Path, formats: list[str], mix: bool = False) -> list[Path]:
     docs = [R.load_doc(f) for f in files]
+    coll = [(d, str(f)) for d, f in zip(docs, files, strict=True) if d.get("kind") == "coll"]
+    train_docs = [d for d in docs if d.get("kind") == "train"]
+    doc = R.merge_docs([d for d, _ in coll], [n for _, n in coll], mix=mix) if coll else None
+    if outdir.exists() and not outdir.is_dir():
+        raise R.ResultError(f"{outdir} exists and is not a directory")
     outdir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    coll_docs = [d for d in docs if d["kind"] == "coll"]
-    train_docs = [d for d in docs if d["kind"] == "train"]
-    if coll_docs:
-        doc = R.merge_docs(coll_docs)
+    coll_docs = [d for d, _ in coll]
+    if coll_docs and doc is not None:
         written += busbw_plots(doc, outdir, formats)
         written += speedup_heatmaps(doc, outdir, formats)
         written += convergence_plots(doc, outdir, formats)
@@ -152,7 +155,8 @@ def speedup_heatmaps(doc: dict[str, Any], outdir: Path, formats: list[str]) -> l
         ax.set_xticklabels([c.replace("@", "\n") for c in cols], fontsize=7, rotation=30, ha="right")
         ax.set_yticks(range(len(sizes)))
         ax.set_yticklabels([format_size(s) for s in sizes], fontsize=7)
-        ax.set_title(f"{mode} vs nccl (busbw; makespan under load)", fontsize=9)
+        gloo = " - gloo on the CPU: no NCCL, no plugin" if R.gloo_caveat(doc) else ""
+        ax.set_title(f"{mode} vs nccl (busbw; makespan under load){gloo}", fontsize=9)
         fig.colorbar(im, ax=ax, shrink=0.8)
         out += _save(fig, outdir, f"speedup_{_fname(mode)}", formats)
     return out

@@ -71,9 +71,11 @@ def error_summary(error: str) -> str:
 
 def load_doc(path: str | Path) -> dict[str, Any]:
     try:
-        doc: dict[str, Any] = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ResultError(f"cannot read {path}: {e}") from None
+        doc: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ResultError(f"cannot read {path}: {e.strerror or e}") from None
+    except ValueError as e:  # JSON or UTF-8 decoding
+        raise ResultError(f"cannot read {path}: not JSON ({e})") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise ResultError(f"{path} is not an autoccl bench result (schema {SCHEMA})")
     return doc
@@ -182,19 +184,84 @@ def summary_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def merge_docs(docs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+# Settings that parts of one matrix may split between files (each file measured some modes, collectives,
+# sizes or loads); everything else must be equal for their cells to compare.
+SPLIT_SETTINGS = frozenset(
+    {
+        "modes",
+        "colls",
+        "sizes",
+        "loads",
+        "static_space",
+        "static_search",
+        "static_best_from",
+        "oracle_channels",
+        "oracle_protos",
+        "oracle_algos",
+        "sweep_loads",
+        "sweep_iters",
+        "sweep_reps",
+        "gemm_reps_from",
+    }
+)
+HOST_KEYS = ("gpus", "nccl", "torch", "cuda", "driver")
+
+
+def settings_differences(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> list[str]:
+    """What differs between the files' settings (and hosts) beyond how a matrix is split: one line each."""
+    out: list[str] = []
+    first = docs[0]
+    for doc, name in zip(docs[1:], names[1:], strict=True):
+        a, b = first.get("settings", {}), doc.get("settings", {})
+        for k in sorted(set(a) | set(b)):
+            if k not in SPLIT_SETTINGS and a.get(k) != b.get(k):
+                out.append(f"{k}: {a.get(k)!r} in {names[0]}, {b.get(k)!r} in {name}")
+        ha, hb = first.get("host", {}) or {}, doc.get("host", {}) or {}
+        for k in HOST_KEYS:
+            if ha.get(k) != hb.get(k):
+                out.append(f"host {k}: {ha.get(k)!r} in {names[0]}, {hb.get(k)!r} in {name}")
+    return out
+
+
+def merge_docs(
+    docs: Sequence[dict[str, Any]], names: Sequence[str] | None = None, mix: bool = False
+) -> dict[str, Any]:
     """Several result files (e.g. parts of one matrix run in separate commands) as one document: rows,
     launches and traces concatenated; settings and host of the first. The oracle best is recomputed
-    over all oracle sweep rows, so an oracle split over files is one oracle."""
+    over all oracle sweep rows, so an oracle split over files is one oracle. Files whose settings differ
+    beyond the split of a matrix (iterations, world size, dtype, GPUs, NCCL ...) are refused unless `mix`;
+    then the document says what differs (`mixed`), and so does its markdown."""
     if not docs:
         raise ResultError("no results")
     if len(docs) == 1:
         return docs[0]
+    names = list(names or [f"file {i + 1}" for i in range(len(docs))])
+    differ = settings_differences(docs, names)
+    if differ and not mix:
+        raise ResultError(
+            "the files were measured with different settings ("
+            + "; ".join(differ[:3])
+            + (f"; {len(differ) - 3} more" if len(differ) > 3 else "")
+            + "): their cells do not compare; pass --mix to merge them anyway"
+        )
     out = dict(docs[0])
     for key in ("rows", "launches", "warmup_traces", "iterations", "failures"):
         out[key] = [x for d in docs for x in d.get(key, [])]
     out["merged_from"] = [d.get("command") for d in docs]
+    if differ:
+        out["mixed"] = differ
     return out
+
+
+def gloo_caveat(doc: dict[str, Any]) -> str | None:
+    """The caveat a CPU/gloo result carries in its tables: gloo never loads NCCL nor the plugin."""
+    s = doc.get("settings", {})
+    if s.get("backend") == "gloo" or s.get("device") == "cpu":
+        return (
+            "**gloo on the CPU: neither NCCL nor the autoccl plugin is loaded, so a ratio between modes "
+            "compares two gloo runs (noise), never autoccl's effect on NCCL.**"
+        )
+    return None
 
 
 def write_json(doc: dict[str, Any], path: Path) -> None:
@@ -249,6 +316,12 @@ def coll_markdown(doc: dict[str, Any]) -> str:
     ]
     if doc.get("static_best") and doc["static_best"].get("selected"):
         lines.append(f"\nstatic-best setting: `{doc['static_best'].get('config') or 'default'}`")
+    caveat = gloo_caveat(doc)
+    vs = " (gloo, not NCCL)" if caveat else ""
+    if doc.get("status") in ("partial", "interrupted"):
+        lines.append(f"\n**{doc['status']} run: only the launches that finished are in these tables.**")
+    if doc.get("mixed"):
+        lines.append("\n**merged from files with different settings:** " + "; ".join(doc["mixed"]))
     idx: dict[tuple[str, str, int, str], dict[str, Any]] = {
         (r["coll"], r["load"], r["bytes"], r["mode"]): r for r in rows
     }
@@ -261,11 +334,13 @@ def coll_markdown(doc: dict[str, Any]) -> str:
             if not present:
                 continue
             lines += ["", f"## {coll} ({SHORT.get(coll, coll)}), load {load}", ""]
+            if caveat:
+                lines += [caveat, ""]
             head = ["size", *[f"{m} busbw" for m in present]]
             if load != "none":
                 head += [f"{m} makespan ms" for m in present]
             if "nccl" in present:
-                head += [f"{m} vs nccl" for m in present if m != "nccl"]
+                head += [f"{m} vs nccl{vs}" for m in present if m != "nccl"]
             lines.append("| " + " | ".join(head) + " |")
             lines.append("|" + "---|" * len(head))
             for b in sizes:
@@ -309,6 +384,13 @@ def train_markdown(doc: dict[str, Any]) -> str:
     lines = [
         f"# autoccl bench train ({s.get('preset')}, {s.get('world_size')} ranks, {s.get('device')})",
         "",
+    ]
+    caveat = gloo_caveat(doc)
+    if caveat:
+        lines += [caveat, ""]
+    if doc.get("status") in ("partial", "interrupted"):
+        lines += [f"**{doc['status']} run: only the launches that finished are in this table.**", ""]
+    lines += [
         "| parallel | mode | params | steady ms/iter | tokens/s | first 10 ms/iter | tuning cost s | "
         "gain ms/iter | break-even iters |",
         "|---|---|---|---|---|---|---|---|---|",

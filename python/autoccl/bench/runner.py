@@ -324,6 +324,45 @@ def gemm_reps_of(rows: list[dict[str, Any]]) -> dict[str, int]:
     }
 
 
+Checkpoint = Callable[[dict[str, Any]], None]  # writes the document as it stands (after every launch)
+
+# Settings that may differ between an interrupted run and its resumption: none of the measurement's.
+_RESUME_FREE = ("distributed",)
+
+
+def _resume_state(
+    doc: dict[str, Any], resume_from: dict[str, Any] | None, coord: Coordinator
+) -> tuple[set[str], dict[str, Any]]:
+    """The launches of `resume_from` that finished (skipped now, their results copied), the same set on
+    every host. An earlier document made with other settings is refused: its cells would not compare."""
+    done: dict[str, Any] = {}
+    if resume_from is not None:
+        if resume_from.get("kind") != doc["kind"]:
+            raise SpecError(f"--resume: the earlier result is a bench {resume_from.get('kind')} run")
+        old, new = resume_from.get("settings", {}), doc["settings"]
+        differ = sorted(k for k in set(old) | set(new) if k not in _RESUME_FREE and old.get(k) != new.get(k))
+        if differ:
+            raise SpecError(
+                "--resume: the earlier result was measured with other settings ("
+                + ", ".join(f"{k}: {old.get(k)!r} then, {new.get(k)!r} now" for k in differ[:4])
+                + "); run it with the same options or write to another prefix"
+            )
+        done = {e["label"]: e for e in resume_from.get("launches", []) if e.get("status") == "ok"}
+        doc["resumed_from"] = resume_from.get("created")
+        if resume_from.get("host"):
+            doc["host"] = resume_from["host"]
+    labels = set(coord.share("resume_done", sorted(done)))
+    return labels, done
+
+
+def _copy_done(doc: dict[str, Any], resume_from: dict[str, Any], entry: dict[str, Any]) -> None:
+    label = entry["label"]
+    doc["launches"].append(dict(entry, resumed=True))
+    for key in ("rows", "warmup_traces", "iterations", "train"):
+        doc.setdefault(key, [])
+        doc[key].extend(x for x in resume_from.get(key, []) if x.get("launch") == label)
+
+
 def run_coll(
     o: CollOptions,
     topo: Topology,
@@ -331,7 +370,12 @@ def run_coll(
     argv: list[str],
     progress: Progress | None = None,
     log: Callable[[str], None] = print,
+    resume_from: dict[str, Any] | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> dict[str, Any]:
+    """Runs the launches one after another. Ctrl-C or SIGTERM (as KeyboardInterrupt) stops the launch
+    under way (its workers are terminated) and returns what was measured so far (`doc["status"]`
+    "interrupted"); `resume_from`, an earlier document of the same settings, skips its finished launches."""
     launches = plan_coll(o, workdir)
     coord = Coordinator(topo, o.timeout_s)
     gemm_reps: dict[str, int] = {}
@@ -365,6 +409,50 @@ def run_coll(
             "seed": o.seed,
         }
     )
+    done_labels, done = _resume_state(doc, resume_from, coord)
+    doc["status"] = "partial"
+    try:
+        _coll_launches(
+            o,
+            topo,
+            workdir,
+            launches,
+            coord,
+            doc,
+            gemm_reps,
+            done_labels,
+            done,
+            resume_from,
+            progress,
+            log,
+            checkpoint,
+        )
+    except KeyboardInterrupt:
+        doc["status"] = "interrupted"
+        log(
+            "interrupted: the launch under way was stopped; results of the finished launches are kept "
+            "(continue with --resume)"
+        )
+        return doc
+    doc["status"] = "complete"
+    return doc
+
+
+def _coll_launches(
+    o: CollOptions,
+    topo: Topology,
+    workdir: Path,
+    launches: list[M.Launch],
+    coord: Coordinator,
+    doc: dict[str, Any],
+    gemm_reps: dict[str, int],
+    done_labels: set[str],
+    done: dict[str, Any],
+    resume_from: dict[str, Any] | None,
+    progress: Progress | None,
+    log: Callable[[str], None],
+    checkpoint: Checkpoint | None,
+) -> None:
     failed: list[str] = []
     pending = list(launches)
     static_best_planned = False
@@ -393,6 +481,15 @@ def run_coll(
             break
         ln = pending.pop(0)
         lw = workdir / f"{index:03d}-{_safe(ln.label)}"
+        if ln.label in done_labels:
+            if resume_from is not None and ln.label in done:
+                _copy_done(doc, resume_from, done[ln.label])
+            if not gemm_reps:
+                gemm_reps.update(
+                    coord.share(f"gemm_reps/{index}", gemm_reps_of(doc["rows"]) if topo.is_main else {})
+                )
+            index += 1
+            continue
         spec = _launch_spec(o, ln, gemm_reps)
         entry: dict[str, Any] = {
             "label": ln.label,
@@ -409,6 +506,8 @@ def run_coll(
         if not ok:
             failed.append(ln.label)
             index += 1
+            if checkpoint:
+                checkpoint(doc)
             continue
         if res is not None:
             rows = res["rows"]
@@ -424,12 +523,15 @@ def run_coll(
                 entry["trace_files"] = [str(p) for p in files]
                 entry["convergence"] = conv
         if not gemm_reps:
-            gemm_reps = gemm_reps_of(doc["rows"]) if topo.is_main else {}
-            gemm_reps = coord.share(f"gemm_reps/{index}", gemm_reps)
+            gemm_reps.update(
+                coord.share(f"gemm_reps/{index}", gemm_reps_of(doc["rows"]) if topo.is_main else {})
+            )
         doc["launches"].append(entry)
         index += 1
+        doc["gemm_reps"] = gemm_reps
+        if checkpoint:
+            checkpoint(doc)
     doc["gemm_reps"] = gemm_reps
-    return doc
 
 
 def _static_best(o: CollOptions, doc: dict[str, Any], failed: list[str]) -> dict[str, Any] | None:
@@ -577,7 +679,10 @@ def run_train(
     argv: list[str],
     progress: Progress | None = None,
     log: Callable[[str], None] = print,
+    resume_from: dict[str, Any] | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> dict[str, Any]:
+    """As run_coll: interruptible, resumable, checkpointed after every launch."""
     launches = plan_train(o, workdir)
     doc = _doc_head("train", argv, topo, o.device, o.backend)
     doc["settings"].update(
@@ -597,8 +702,46 @@ def run_train(
     )
     doc["iterations"] = []
     doc["train"] = []
+    done_labels, done = _resume_state(doc, resume_from, Coordinator(topo, o.timeout_s))
+    doc["status"] = "partial"
+    try:
+        _train_launches(
+            o, topo, workdir, launches, doc, done_labels, done, resume_from, progress, log, checkpoint
+        )
+    except KeyboardInterrupt:
+        doc["status"] = "interrupted"
+        log(
+            "interrupted: the launch under way was stopped; results of the finished launches are kept "
+            "(continue with --resume)"
+        )
+    else:
+        doc["status"] = "complete"
+    base = {it["parallel"]: it["iter_ms"] for it in doc["iterations"] if it["mode"] == "nccl"}
+    for row, it in zip(doc["train"], doc["iterations"], strict=True):
+        if row["mode"] == "online" and row["parallel"] in base:
+            row.update(tuning_tradeoff(it["iter_ms"], base[row["parallel"]]))
+    return doc
+
+
+def _train_launches(
+    o: TrainOptions,
+    topo: Topology,
+    workdir: Path,
+    launches: list[M.Launch],
+    doc: dict[str, Any],
+    done_labels: set[str],
+    done: dict[str, Any],
+    resume_from: dict[str, Any] | None,
+    progress: Progress | None,
+    log: Callable[[str], None],
+    checkpoint: Checkpoint | None,
+) -> None:
     for index, ln in enumerate(launches):
         lw = workdir / f"{index:03d}-{_safe(ln.label)}"
+        if ln.label in done_labels:
+            if resume_from is not None and ln.label in done:
+                _copy_done(doc, resume_from, done[ln.label])
+            continue
         spec = {
             "kind": "train",
             "device": o.device,
@@ -625,6 +768,8 @@ def run_train(
             topo, index, spec, ln, lw, timeout_s=o.timeout_s, progress=progress, doc=doc, entry=entry, log=log
         )
         if not ok:
+            if checkpoint:
+                checkpoint(doc)
             continue
         if res is not None:
             it = {
@@ -655,8 +800,5 @@ def run_train(
                 entry["trace_files"] = [str(p) for p in files]
                 entry["convergence"] = T.convergence(T.read_records(files)) if files else []
         doc["launches"].append(entry)
-    base = {it["parallel"]: it["iter_ms"] for it in doc["iterations"] if it["mode"] == "nccl"}
-    for row, it in zip(doc["train"], doc["iterations"], strict=True):
-        if row["mode"] == "online" and row["parallel"] in base:
-            row.update(tuning_tradeoff(it["iter_ms"], base[row["parallel"]]))
-    return doc
+        if checkpoint:
+            checkpoint(doc)

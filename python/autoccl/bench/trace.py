@@ -81,7 +81,7 @@ def convergence(records: list[dict[str, Any]], rank: int = 0) -> list[dict[str, 
                 "decisions_tried": len(seen),
                 "final": {
                     **{k: final.get(k) for k in ("algo", "proto", "channels", "chunk", "source")},
-                    "chunk_halvings": int(final.get("chunk_halvings") or 0),  # absent before 2026-11-23
+                    "chunk_halvings": int(final.get("chunk_halvings") or 0),  # absent in older traces
                 },
                 "gpu_us": [[k, times[k]] for k in sorted(times)],
             }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -21,12 +22,30 @@ def recorded_env() -> dict[str, str]:
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith(_RECORD_PREFIXES)}
 
 
+def _die_with_parent(parent: Any) -> None:
+    """SIGTERM when the harness process that started this worker dies, whatever killed it (Linux): a
+    worker left running holds GPUs and ports. A harness stopped by SIGTERM or Ctrl-C also terminates its
+    workers itself."""
+    if not isinstance(parent, int) or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m autoccl.bench.worker SPEC.json", file=sys.stderr)
         return 2
     with open(argv[0]) as f:
         spec: dict[str, Any] = json.load(f)
+    _die_with_parent(spec.get("parent_pid"))
 
     import torch
     import torch.distributed as dist

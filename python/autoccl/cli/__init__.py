@@ -1,23 +1,49 @@
-"""The `autoccl` command line. Each command group lives in the module of the component it drives."""
+"""The `autoccl` command line, all of it in this package: one module per command group (tuner: env, run,
+cache; bench: bench, report; synth: synth, sim; demo), the options they share in options.py and
+channels.py. The components it drives (autoccl.bench, autoccl.synth, autoccl.demo, ...) never import it."""
 
 from __future__ import annotations
+
+import sys
+from typing import Any
 
 import click
 
 from autoccl import __version__
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def describe_os_error(e: OSError) -> str:
+    """One sentence for a file-system error: what, where, why."""
+    where = f" {e.filename}" if e.filename else ""
+    also = f" -> {e.filename2}" if getattr(e, "filename2", None) else ""
+    return f"cannot access{where}{also}: {e.strerror or e}"
+
+
+class _Main(click.Group):
+    """Every verb's file-system error (a missing directory, a file where a folder should be, no
+    permission) is one sentence and exit 1, never a traceback; Ctrl-C is exit 130."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except OSError as e:
+            raise click.ClickException(describe_os_error(e)) from None
+        except KeyboardInterrupt:
+            click.echo("autoccl: interrupted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="autoccl")
 def main() -> None:
     """autoccl: make NCCL collectives faster without touching model code."""
 
 
 def _register() -> None:
-    from autoccl.bench.cli import bench, report
+    from autoccl.cli.bench import bench, report
     from autoccl.cli.demo import demo
+    from autoccl.cli.synth import sim, synth
     from autoccl.cli.tuner import cache, env, run
-    from autoccl.synth.cli import sim, synth
 
     for command in (env, run, cache, demo, bench, report, synth, sim):
         main.add_command(command)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
 import click
+
+from autoccl.cli import options as O
 
 
 def parse_sizes(text: str) -> tuple[int, ...]:
@@ -20,48 +23,49 @@ def parse_sizes(text: str) -> tuple[int, ...]:
         num = tok[:-1] if unit else tok
         try:
             v = int(float(num) * units[unit])
-        except ValueError as e:
+        except (ValueError, OverflowError) as e:
             raise click.BadParameter(f"bad size {raw.strip()!r} (e.g. 8M,64M,256M)") from e
         if v <= 0:
             raise click.BadParameter("sizes must be positive")
+        if v > 16 << 30:
+            raise click.BadParameter(f"size {raw.strip()!r} is above 16G (the simulated GPUs' memory)")
         out.append(v)
     return tuple(out)
 
 
-@click.command()
-@click.option("--ranks", default=4, show_default=True, help="Simulated GPUs (ranks) of the node.")
+@click.command(context_settings={"show_default": True})
+@click.option("--ranks", type=click.IntRange(2, 64), default=4, help="Simulated GPUs (ranks) of the node.")
 @click.option(
     "--comms",
+    type=click.IntRange(1, 16),
     default=2,
-    show_default=True,
     help="Communicators: 1 = everything on one; 2 = an FSDP group (all-gather/reduce-scatter) and a DDP "
     "group (all-reduce); more = collectives spread round-robin.",
 )
+@click.option("--sizes", default="8M,64M,256M", help="FSDP all-gather / reduce-scatter sizes (full buffer).")
+@click.option("--buckets", default="25M,4M", help="DDP all-reduce bucket sizes ('' for none).")
 @click.option(
-    "--sizes",
-    default="8M,64M,256M",
-    show_default=True,
-    help="FSDP all-gather / reduce-scatter sizes (full buffer).",
+    "--steps", type=click.IntRange(20, 100000), default=240, help="Training steps (calls per task)."
 )
 @click.option(
-    "--buckets", default="25M,4M", show_default=True, help="DDP all-reduce bucket sizes ('' for none)."
+    "--load",
+    type=click.FloatRange(0.0, 4.0),
+    default=0.35,
+    help="Concurrent GEMM load (0 none, 0.35 light, 1 heavy).",
 )
-@click.option("--steps", default=240, show_default=True, help="Training steps (calls per task).")
 @click.option(
-    "--load", default=0.35, show_default=True, help="Concurrent GEMM load (0 none, 0.35 light, 1 heavy)."
+    "--seed", type=click.IntRange(0, 2**63 - 1), default=1, help="Emulator seed (noise, event order)."
 )
-@click.option("--seed", default=1, show_default=True, help="Emulator seed (noise, event order).")
 @click.option(
     "--processes/--threads", default=False, help="One process per rank over TCP, or ranks as threads."
 )
-@click.option(
-    "-o",
-    "--out",
+@O.output_folder(
     "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    "Output directory (default: ./autoccl-demo-<time>); refused when it holds an earlier demo.",
     default=None,
-    help="Output directory (default: ./autoccl-demo-<time>).",
+    show_default=False,
 )
+@click.option("--force", is_flag=True, help="Replace the results of an earlier demo in the output directory.")
 def demo(
     ranks: int,
     comms: int,
@@ -72,6 +76,7 @@ def demo(
     seed: int,
     processes: bool,
     out_dir: Path | None,
+    force: bool,
 ) -> None:
     """Online tuning on a simulated 4 x H200 node (the real library in the NCCL emulator).
 
@@ -100,7 +105,24 @@ def demo(
         cfg.validate()
     except ValueError as e:
         raise click.BadParameter(str(e)) from e
-    out = out_dir or Path.cwd() / time.strftime("autoccl-demo-%Y%m%d-%H%M%S")
+    # absolute: the emulator runs in directories of its own
+    out = (out_dir or Path.cwd() / time.strftime("autoccl-demo-%Y%m%d-%H%M%S")).expanduser().resolve()
+    if out.exists() and not out.is_dir():
+        raise click.BadParameter(f"{out} exists and is not a directory", param_hint="'-o'")
+    if not out.parent.is_dir():
+        raise click.BadParameter(f"{out.parent} does not exist", param_hint="'-o'")
+    earlier = [out / d for d in ("emu-nccl", "emu-online", "results.json") if (out / d).exists()]
+    if earlier and not force:
+        # its emu-online/cache holds the first run's tuning table: a second run would start from it
+        raise click.ClickException(
+            f"{out} holds an earlier demo (its tuning table would warm-start this one); choose another "
+            "directory or pass --force to replace it"
+        )
+    for old in earlier:
+        if old.is_dir():
+            shutil.rmtree(old)
+        else:
+            old.unlink()
     console = Console()
     console.print(
         f"[bold]autoccl demo[/]: {ranks} simulated H200 ranks, {comms} communicator(s), {steps} steps, "

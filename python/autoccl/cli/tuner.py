@@ -6,84 +6,90 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from autoccl import tables
+from autoccl import settings, tables
 from autoccl._paths import ArtefactNotFound
-from autoccl.cli.channels import ChannelsOrAuto, resolve_nccl_channels
-from autoccl.tuner_env import MODES, plugin_env
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-_mode = click.option(
-    "--mode",
-    type=click.Choice(MODES),
-    default="online",
-    show_default=True,
-    help="What the plugin does: tune online (online; sets AUTOCCL_COORD_ADDR=127.0.0.1:<free port> and "
-    "a random AUTOCCL_COORD_TOKEN unless set or under torchrun), change nothing (observe), force rules "
-    "(fixed), apply a saved table (table).",
-)
-_fixed = click.option(
-    "--fixed",
-    "fixed",
-    default=None,
-    help="fixed-mode rules, e.g. 'allreduce@1M-64M:ring/ll128/16;*:ring/simple'.",
-)
-_table = click.option(
-    "--table",
-    "table",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="table file for table mode (default: the cache entry of this machine's fingerprint).",
-)
-_trace = click.option("--trace", default=None, help="path prefix of per-process JSONL traces of every call.")
-_ceiling = click.option(
-    "--channel-ceiling",
-    type=click.IntRange(1, 64),
-    default=None,
-    help="create communicators with this many channels (NCCL_MIN_CTAS=NCCL_MAX_CTAS) so the "
-    "tuner can use more than NCCL's default; changes NCCL's own default too.",
-)
-_nccl_channels = click.option(
-    "--nccl-channels",
-    type=ChannelsOrAuto(),
-    default=None,
-    help="at most this many channels for every call whose channel count the plugin leaves to NCCL. "
-    "With --channel-ceiling, give the count NCCL creates without it (24 on 2 or 4 x H200), or 'auto': "
-    "NCCL creates one plain communicator over this host's GPUs first and says its count. NCCL's own "
-    "choice then runs as on a plain communicator instead of on all the ceiling's channels (slower at "
-    "1-2 MiB). Every rank of a job must get the same count: on several hosts that are not identical "
-    "machines, give the number.",
-)
-_probe_gpus = click.option(
-    "--probe-gpus",
-    type=click.IntRange(2, 64),
-    default=None,
-    help="GPUs the --nccl-channels auto communicator spans (default: every visible GPU; give the "
-    "job's GPUs per host if it uses fewer).",
-)
-_cache = click.option("--cache-dir", default=None, help="tuning-table cache directory.")
+from autoccl.cli import options as O
+from autoccl.cli.channels import communicator_channels
+from autoccl.tuner_env import MPI_LAUNCHERS, mpi_forwarding, plugin_env, this_host_address
 
 
-def _build_env(
-    mode: str,
-    fixed: str | None,
-    table: str | None,
-    trace: str | None,
-    ceiling: int | None,
-    cache_dir: str | None,
-    nccl_channels: int | str | None = None,
-    probe_gpus: int | None = None,
-) -> dict[str, str]:
+@dataclass(frozen=True)
+class PluginOptions:
+    """What `autoccl env` and `autoccl run` are told about the plugin's job (one option each)."""
+
+    mode: str
+    fixed: str | None
+    table: str | None
+    trace: str | None
+    channel_ceiling: int | None
+    nccl_channels: int | str | None
+    probe_gpus: int | None
+    cache_dir: str | None
+
+
+# The options that build the plugin environment, shared by `env` and `run`, handed over as one PluginOptions.
+_plugin_options = O.gathered(
+    "plugin",
+    PluginOptions,
+    O.mode,
+    O.fixed,
+    O.table,
+    O.trace,
+    O.channel_ceiling(),
+    O.nccl_channels(),
+    O.probe_gpus,
+    O.cache_dir,
+)
+
+
+def _check_table_option(mode: str, table: str | None) -> str | None:
+    """--table as an absolute path; in table mode it must be a valid table (the library's schema)."""
+    if not table:
+        return None
+    path = Path(table).expanduser().resolve()
+    if mode == "table":
+        try:
+            tables.load_table(path)
+        except tables.TableError as e:
+            raise click.ClickException(f"--table {table}: {e}") from None
+    return str(path)
+
+
+def _build_env(plugin: PluginOptions, run_host: str | None = None) -> dict[str, str]:
+    """The plugin's variables for a job, checked as the library checks them (and the AUTOCCL_* variables
+    already in this environment with them): a value the library would refuse is an error here, before
+    anything starts."""
+    try:
+        settings.check(readers=("library", "cli"))  # what the user exported, before it reaches a job
+    except settings.SettingError as e:
+        raise click.ClickException(str(e)) from None
+    mode, fixed, table, trace, cache_dir = (
+        plugin.mode,
+        plugin.fixed,
+        plugin.table,
+        plugin.trace,
+        plugin.cache_dir,
+    )
+    if fixed is not None:
+        why = settings.fixed_rules_problem(fixed, plugin.channel_ceiling or 64)
+        if why:
+            raise click.ClickException("--fixed: " + why.removeprefix("AUTOCCL_FIXED "))
+    if mode != "fixed" and fixed is not None:
+        raise click.UsageError(f"--fixed applies to --mode fixed, not {mode}")
+    if mode not in ("table", "observe") and table is not None:
+        raise click.UsageError(f"--table applies to --mode table or observe, not {mode}")
+    table = _check_table_option(mode, table)
     extra: dict[str, str] = {}
-    nccl_channels = resolve_nccl_channels(nccl_channels, probe_gpus, "--nccl-channels")
+    ceiling, nccl_channels = communicator_channels(
+        mode == "online", plugin.channel_ceiling, plugin.nccl_channels, plugin.probe_gpus
+    )
     if ceiling is not None:
         extra.update({"NCCL_MIN_CTAS": str(ceiling), "NCCL_MAX_CTAS": str(ceiling)})
         if nccl_channels is None:
@@ -94,46 +100,47 @@ def _build_env(
                 err=True,
             )
     try:
-        return plugin_env(
+        env = plugin_env(
             mode,
             fixed=fixed,
-            table=str(Path(table).resolve()) if table else None,
-            cache_dir=cache_dir,
-            trace=trace,
+            table=table,
+            cache_dir=str(Path(cache_dir).expanduser().resolve()) if cache_dir else None,
+            trace=str(Path(trace).expanduser().resolve()) + ("/" if trace.endswith("/") else "")
+            if trace
+            else None,
             max_channels=ceiling,
             nccl_channels=nccl_channels,
             extra=extra,
+            run_host=run_host,
         )
     except (ValueError, ArtefactNotFound) as e:
         raise click.UsageError(str(e)) from e
-
-
-def _plugin_options(command: F) -> F:
-    """The options that build the plugin environment, shared by `env` and `run`."""
-    options = (_mode, _fixed, _table, _trace, _ceiling, _nccl_channels, _probe_gpus, _cache)
-    for option in reversed(options):
-        command = option(command)
-    return command
+    option_of = {"AUTOCCL_TRACE": "--trace", "AUTOCCL_CACHE_DIR": "--cache-dir", "AUTOCCL_TABLE": "--table"}
+    found = settings.problems({**os.environ, **env})
+    if found:
+        name = found[0].split("=", 1)[0]
+        prefix = f"{option_of[name]}: " if name in env and name in option_of else ""
+        raise click.ClickException(prefix + found[0])
+    return env
 
 
 @click.command()
 @_plugin_options
 @click.option("--shell", type=click.Choice(["sh", "fish"]), default="sh", show_default=True)
-def env(
-    mode: str,
-    fixed: str | None,
-    table: str | None,
-    trace: str | None,
-    channel_ceiling: int | None,
-    nccl_channels: int | str | None,
-    probe_gpus: int | None,
-    cache_dir: str | None,
-    shell: str,
-) -> None:
-    """Print the variables that load the plugin: eval "$(autoccl env --mode observe)"."""
-    for key, value in _build_env(
-        mode, fixed, table, trace, channel_ceiling, cache_dir, nccl_channels, probe_gpus
-    ).items():
+def env(plugin: PluginOptions, shell: str) -> None:
+    """Print the variables that load the plugin: eval "$(autoccl env --mode observe)".
+
+    In mode online no coordinator address is printed (jobs started from one shell must not share one):
+    under torchrun and srun the library derives its job's own; start other multi-process jobs with
+    `autoccl run`, or export AUTOCCL_COORD_ADDR and AUTOCCL_COORD_TOKEN for each job."""
+    variables = _build_env(plugin)
+    if plugin.mode == "online":
+        click.echo(
+            "autoccl env: no coordinator address exported; jobs under torchrun or srun derive their own, "
+            "for others use `autoccl run` (or export AUTOCCL_COORD_ADDR and AUTOCCL_COORD_TOKEN per job)",
+            err=True,
+        )
+    for key, value in variables.items():
         if shell == "fish":
             click.echo(f"set -gx {key} {shlex.quote(value)}")
         else:
@@ -143,25 +150,22 @@ def env(
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @_plugin_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
-def run(
-    mode: str,
-    fixed: str | None,
-    table: str | None,
-    trace: str | None,
-    channel_ceiling: int | None,
-    nccl_channels: int | str | None,
-    probe_gpus: int | None,
-    cache_dir: str | None,
-    command: tuple[str, ...],
-) -> None:
+def run(plugin: PluginOptions, command: tuple[str, ...]) -> None:
     """Run COMMAND (torchrun, mpirun, srun, nccl-tests, ...) with the plugin loaded.
 
     Example: autoccl run --mode observe -- torchrun --nproc-per-node 4 train.py
     """
-    child_env = {
-        **os.environ,
-        **_build_env(mode, fixed, table, trace, channel_ceiling, cache_dir, nccl_channels, probe_gpus),
-    }
+    launcher = Path(command[0]).name
+    mpi = launcher in MPI_LAUNCHERS
+    run_host = "127.0.0.1"
+    if mpi and plugin.mode == "online":
+        # the ranks mpirun starts on other hosts reach this one's coordinator (the launch host's ranks
+        # serve it); without a network the job is on this host alone
+        run_host = this_host_address() or "127.0.0.1"
+    built = _build_env(plugin, run_host)
+    if mpi:
+        built.update(mpi_forwarding(built, os.environ))
+    child_env = {**os.environ, **built}
     exe = shutil.which(command[0], path=child_env.get("PATH"))
     if exe is None:
         raise click.UsageError(f"command not found: {command[0]}")
@@ -176,11 +180,11 @@ def cache() -> None:
 
 
 @cache.command("list")
-@_cache
+@O.cache_dir
 def cache_list(cache_dir: str | None) -> None:
     """List cached tables."""
     console = Console()
-    paths = tables.cached_tables(cache_dir)
+    paths = _cached(cache_dir)
     if not paths:
         console.print(f"no tables in {tables.tables_dir(cache_dir)}")
         return
@@ -191,9 +195,9 @@ def cache_list(cache_dir: str | None) -> None:
     unreadable: list[str] = []
     for path in paths:
         try:
-            t = tables.load_table(path)
+            t = tables.load_table(path, path.name.removesuffix(tables.TABLE_SUFFIX))
         except tables.TableError as e:
-            unreadable.append(f"{path.name}: unreadable ({e}); the plugin ignores it")
+            unreadable.append(f"{path.name}: unreadable ({e}); the plugin moves it aside at its next write")
             continue
         m = t.meta
         view.add_row(
@@ -208,24 +212,44 @@ def cache_list(cache_dir: str | None) -> None:
         )
     console.print(view)
     for line in unreadable:
-        console.print(line, style="red", soft_wrap=True)
+        console.print(line, style="red", soft_wrap=True, markup=False)
 
 
-def _resolve(ref: str, cache_dir: str | None) -> Path:
-    path = Path(ref)
-    if path.is_file():
-        return path
-    matches = [p for p in tables.cached_tables(cache_dir) if p.stem.startswith(ref)]
-    if len(matches) != 1:
+def _cached(cache_dir: str | None) -> list[Path]:
+    try:
+        return tables.cached_tables(cache_dir)
+    except tables.TableError as e:
+        raise click.ClickException(f"cache: {e}") from None
+
+
+def _by_fingerprint(ref: str, cache_dir: str | None) -> Path:
+    """The cached table whose fingerprint starts with `ref` (hex digits): exactly one, else an error."""
+    if not ref or not all(c in "0123456789abcdef" for c in ref) or len(ref) > 16:
         raise click.UsageError(
-            f"{ref!r} matches {len(matches)} cached tables; give a file or a unique prefix"
+            f"{ref!r} is not a fingerprint or a prefix of one "
+            "(1-16 lower-case hex digits; `autoccl cache list`)"
+        )
+    matches = [p for p in _cached(cache_dir) if p.name.startswith(ref)]
+    if len(matches) != 1:
+        listed = ", ".join(p.name.removesuffix(tables.TABLE_SUFFIX) for p in matches[:5])
+        raise click.UsageError(
+            f"{ref!r} matches {len(matches)} cached tables{': ' + listed if listed else ''}; "
+            "give a unique prefix of a fingerprint"
         )
     return matches[0]
 
 
+def _resolve(ref: str, cache_dir: str | None) -> Path:
+    """A table file to read: an existing file, else a cached table by fingerprint prefix."""
+    path = Path(ref)
+    if ref and path.is_file():
+        return path
+    return _by_fingerprint(ref, cache_dir)
+
+
 @cache.command("show")
 @click.argument("ref")
-@_cache
+@O.cache_dir
 def cache_show(ref: str, cache_dir: str | None) -> None:
     """Show one table (a fingerprint prefix or a file)."""
     try:
@@ -233,7 +257,9 @@ def cache_show(ref: str, cache_dir: str | None) -> None:
     except tables.TableError as e:
         raise click.ClickException(str(e)) from e
     console = Console()
-    console.print(f"fingerprint {t.fingerprint}  " + " ".join(f"{k}={v}" for k, v in t.meta.items()))
+    console.print(
+        f"fingerprint {t.fingerprint}  " + " ".join(f"{k}={v}" for k, v in t.meta.items()), markup=False
+    )
     view = RichTable()
     keys: list[str] = []
     for task in t.tasks:
@@ -247,48 +273,71 @@ def cache_show(ref: str, cache_dir: str | None) -> None:
 
 @cache.command("clear")
 @click.argument("ref", required=False)
+@click.option("--all", "everything", is_flag=True, help="delete every cached table")
 @click.option("--yes", is_flag=True, help="do not ask")
-@_cache
-def cache_clear(ref: str | None, yes: bool, cache_dir: str | None) -> None:
-    """Delete one cached table, or all of them."""
-    paths = [_resolve(ref, cache_dir)] if ref else tables.cached_tables(cache_dir)
+@O.cache_dir
+def cache_clear(ref: str | None, everything: bool, yes: bool, cache_dir: str | None) -> None:
+    """Delete one cached table (a unique fingerprint prefix), or all of them with --all."""
+    if ref is not None and everything:
+        raise click.UsageError("give a fingerprint prefix or --all, not both")
+    if ref is None and not everything:
+        raise click.UsageError("give the fingerprint (or a unique prefix) of the table to delete, or --all")
+    paths = _cached(cache_dir) if everything else [_by_fingerprint(ref or "", cache_dir)]
     if not paths:
-        click.echo("nothing to clear")
+        click.echo(f"no tables in {tables.tables_dir(cache_dir)}")
         return
     if not yes:
-        click.confirm(f"delete {len(paths)} table(s)?", abort=True)
+        click.confirm(f"delete {len(paths)} table(s) from {tables.tables_dir(cache_dir)}?", abort=True)
     for p in paths:
-        p.unlink()
+        with tables.table_lock(p):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink(missing_ok=True)
     click.echo(f"deleted {len(paths)} table(s)")
 
 
 @cache.command("export")
 @click.argument("ref")
 @click.argument("dest", type=click.Path(dir_okay=False))
-@_cache
-def cache_export(ref: str, dest: str, cache_dir: str | None) -> None:
+@click.option("--force", is_flag=True, help="replace DEST if it exists")
+@O.cache_dir
+def cache_export(ref: str, dest: str, force: bool, cache_dir: str | None) -> None:
     """Copy a cached table to DEST (to move it to another machine of the same fingerprint)."""
-    src = _resolve(ref, cache_dir)
+    src = _by_fingerprint(ref, cache_dir)
     try:
-        tables.load_table(src)
+        t = tables.load_table(src, src.name.removesuffix(tables.TABLE_SUFFIX))
     except tables.TableError as e:
         raise click.ClickException(f"{src}: {e}") from e
-    shutil.copyfile(src, dest)
-    click.echo(f"exported {src.stem} to {dest}")
+    target = Path(dest)
+    if not target.parent.is_dir():
+        raise click.ClickException(f"{dest}: directory {target.parent} does not exist")
+    if target.exists() and not force:
+        raise click.ClickException(f"{dest} exists; use --force to replace it")
+    tables.write_table_atomic(t, target)
+    click.echo(f"exported {t.fingerprint} ({len(t.tasks)} tasks) to {dest}")
 
 
 @cache.command("import")
 @click.argument("src", type=click.Path(exists=True, dir_okay=False))
 @click.option("--force", is_flag=True, help="replace an existing table of the same fingerprint")
-@_cache
-def cache_import(src: str, force: bool, cache_dir: str | None) -> None:
-    """Validate a table file and install it in the cache under its fingerprint."""
+@click.option(
+    "--merge", is_flag=True, help="add SRC's tasks to an existing table of the same fingerprint (SRC's win)"
+)
+@O.cache_dir
+def cache_import(src: str, force: bool, merge: bool, cache_dir: str | None) -> None:
+    """Validate a table file (the library's schema) and install it in the cache under its fingerprint."""
+    if force and merge:
+        raise click.UsageError("--force replaces the cached table, --merge adds to it: give one")
     try:
         t = tables.load_table(Path(src))
     except tables.TableError as e:
         raise click.ClickException(f"{src}: {e}") from e
     dest = tables.tables_dir(cache_dir) / (t.fingerprint + tables.TABLE_SUFFIX)
-    if dest.exists() and not force:
-        raise click.ClickException(f"{dest} exists; use --force to replace it")
-    tables.write_table_atomic(t, dest)
-    click.echo(f"imported {t.fingerprint} ({len(t.tasks)} tasks) to {dest}")
+    if dest.exists() and not (force or merge):
+        raise click.ClickException(f"{dest} exists; use --merge to add to it or --force to replace it")
+    try:
+        n = tables.write_table_atomic(t, dest, merge=merge)
+    except tables.TableError as e:
+        raise click.ClickException(f"{dest}: {e} (replace it with --force)") from e
+    click.echo(f"imported {t.fingerprint} ({len(t.tasks)} tasks; {n} in the table) to {dest}")

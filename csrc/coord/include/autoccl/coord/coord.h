@@ -1,4 +1,4 @@
-// Agreement on per-call decisions (issue 3). One authority per communicator (its rank 0) decides;
+// Agreement on per-call decisions. One authority per communicator (its rank 0) decides;
 // every rank applies the decision for (task, call index). NCCL-free; see docs/online-search.md.
 //
 // The *board* is the single store of decisions. Decisions are immutable plan segments
@@ -19,26 +19,27 @@
 #include <string>
 #include <vector>
 
-#include "autoccl/search/search.h"
+#include "autoccl/common/config.h"
+#include "autoccl/common/plan.h"
 
 namespace autoccl::coord {
 
-using search::Config;
-using search::Phase;
-using search::Segment;
+using autoccl::Config;
+using autoccl::Phase;
+using autoccl::Segment;
 
-struct TaskKey {
+// A task of one communicator (the board's key): the engine's task key and the communicator's hash.
+struct TaskKey : autoccl::TaskKey {
   uint64_t comm = 0;
-  uint32_t coll = 0;
-  uint32_t pipe = 1;
-  uint64_t bytes = 0;
+  TaskKey() { pipe = 1; }
+  TaskKey(uint64_t comm_, int coll_, int pipe_, uint64_t bytes_) : autoccl::TaskKey{coll_, bytes_, pipe_}, comm(comm_) {}
   bool operator<(const TaskKey& o) const {
     if (comm != o.comm) return comm < o.comm;
     if (coll != o.coll) return coll < o.coll;
     if (pipe != o.pipe) return pipe < o.pipe;
     return bytes < o.bytes;
   }
-  bool operator==(const TaskKey& o) const { return comm == o.comm && coll == o.coll && pipe == o.pipe && bytes == o.bytes; }
+  bool operator==(const TaskKey& o) const { return comm == o.comm && autoccl::TaskKey::operator==(o); }
   std::string str() const;
 };
 
@@ -59,30 +60,6 @@ class Decider {
     (void)k;
     (void)micros;
   }
-};
-
-// A Decider backed by one search::TaskSearch per task. Tasks the authority has not registered yet
-// get NCCL's default for a short while (windows of 1, 2, 4, ... up to `window` calls past the call asked);
-// registerTask() then starts the search right after what was already published, counting those calls'
-// samples as NCCL's baseline (search::Options::defaultTimedBefore).
-class SearchDecider : public Decider {
- public:
-  explicit SearchDecider(uint64_t window = 16) : window_(window) {}
-  // Creates the task's search (if new) starting after the calls already decided for it.
-  std::shared_ptr<search::TaskSearch> registerTask(const TaskKey& task, const search::Space& space,
-                                                   search::Options opt = search::Options(),
-                                                   std::vector<search::Hint> hints = {});
-  std::shared_ptr<search::TaskSearch> find(const TaskKey& task);
-  std::vector<Segment> decide(const TaskKey& task, uint64_t k, uint64_t coveredUpTo) override;
-
- private:
-  struct Entry {
-    std::vector<Segment> pre;  // NCCL's default, handed out before the task was registered
-    std::shared_ptr<search::TaskSearch> search;
-  };
-  std::mutex mu_;
-  std::map<TaskKey, Entry> tasks_;
-  uint64_t window_;
 };
 
 enum class Status : uint8_t { kOk = 0, kError = 1 };
@@ -129,7 +106,7 @@ class Board {
   virtual bool peek(const TaskKey& task, uint64_t k, Segment* out) = 0;
   // Asks for the segment of call k without waiting for it, so that lookup(task, k) later finds it at
   // hand. A rank's lookup at a segment end otherwise waits a round trip to the authority (over TCP,
-  // ~0.1 ms, up to 1.7 ms measured on 2 x H200, 2026-11-22). Optional: a no-op where lookups are local.
+  // ~0.1 ms, up to 1.7 ms measured on 2 x H200). Optional: a no-op where lookups are local.
   virtual void prefetch(const TaskKey& task, uint64_t k) {
     (void)task;
     (void)k;
@@ -215,13 +192,17 @@ class TcpServer {
 // A client board (one per process is enough; tests use one per simulated process).
 std::shared_ptr<Board> makeTcpBoard(TcpOptions opt);
 
-// Coordinator address and token from the environment: AUTOCCL_COORD_ADDR=host:port, else
-// MASTER_ADDR and MASTER_PORT + 17 (torchrun). Token: AUTOCCL_COORD_TOKEN (required for TCP).
+// Coordinator address from the process environment (coordinatorFromEnv, launcher.h: AUTOCCL_COORD_ADDR,
+// torchrun, Slurm, autoccl run). Token as given: AUTOCCL_COORD_TOKEN (coordinatorFromEnv derives one
+// where the launcher identifies the job).
 bool addressFromEnv(std::string* host, int* port, std::string* err);
 std::string tokenFromEnv();
+// AUTOCCL_COORD_FAULTS's syntax; false with a one-sentence *err naming the problem.
+bool parseFaults(const std::string& text, const Faults& base, Faults* out, std::string* err);
 // Test hook: AUTOCCL_COORD_FAULTS="drop=P,dup=P,delay_ms=N,seed=S" (any subset) overrides `base` for
 // every TCP connection (server and clients) of a process, so tests that run the real plugin in other
-// processes (the emulator) can inject faults. Unset, empty or malformed: `base` unchanged.
+// processes (the emulator) can inject faults. Unset or empty: `base` unchanged (the engine refuses a
+// malformed value when it loads its settings).
 Faults faultsFromEnv(const Faults& base);
 
 // ---------------------------------------------------------------------------------------------

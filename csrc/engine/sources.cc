@@ -1,0 +1,83 @@
+// The decision sources of modes observe, fixed and table (one decision per task, for good), and the
+// factory that builds the source for a mode; mode online's is engine/online.h's.
+#include "engine/policy.h"
+
+#include <cinttypes>
+#include <cstdio>
+
+#include "engine/fixed_rules.h"
+#include "engine/online.h"
+
+namespace autoccl::engine {
+
+namespace {
+class ObservePolicy final : public DecisionSource {
+ public:
+  Decision decide(const TaskKey&, uint64_t, const CostTable&) override {
+    Decision d;
+    d.source = Source::Observe;
+    d.stable = true;
+    return d;
+  }
+  // Timed like fixed and table: the first AUTOCCL_MEASURE_CALLS calls of each task (Context's budget).
+};
+
+class FixedPolicy final : public DecisionSource {
+ public:
+  explicit FixedPolicy(const Settings& s) : settings_(s) {}
+  Decision decide(const TaskKey& task, uint64_t, const CostTable&) override {
+    Decision d;
+    d.stable = true;
+    if (const FixedRule* r = matchFixedRule(settings_.fixed, task.coll, task.bytes)) {
+      d.config = r->config;
+      d.source = Source::Fixed;
+      d.why = "rule '" + r->text + "'";
+    } else {
+      d.why = "no rule matches";
+    }
+    return d;
+  }
+
+ private:
+  const Settings& settings_;
+};
+
+class TablePolicy final : public DecisionSource {
+ public:
+  explicit TablePolicy(std::shared_ptr<const Table> t) : table_(std::move(t)) {}
+  Decision decide(const TaskKey& task, uint64_t, const CostTable&) override {
+    Decision d;
+    d.stable = true;
+    const TableEntry* e = table_ ? table_->lookup(task.coll, task.bytes, task.pipe) : nullptr;
+    if (!e) {
+      d.why = table_ ? "no table entry" : "no table";
+      return d;
+    }
+    d.config = e->config;
+    d.source = Source::Table;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s entry bytes=%" PRIu64 " pipe=%d",
+                  e->key.bytes == task.bytes && e->key.pipe == task.pipe ? "exact" : "nearest", e->key.bytes,
+                  e->key.pipe);
+    d.why = buf;
+    return d;
+  }
+
+ private:
+  std::shared_ptr<const Table> table_;
+};
+}  // namespace
+
+std::unique_ptr<DecisionSource> makeDecisionSource(const PolicyEnv& env, std::string* error) {
+  switch (env.settings->mode) {
+    case Mode::Observe: return std::make_unique<ObservePolicy>();
+    case Mode::Fixed: return std::make_unique<FixedPolicy>(*env.settings);
+    case Mode::Table: return std::make_unique<TablePolicy>(env.table);
+    case Mode::Online: return makeOnlineSource(env, error);
+    case Mode::Off: break;
+  }
+  *error = "no decision source for mode off";
+  return nullptr;
+}
+
+}  // namespace autoccl::engine

@@ -1,0 +1,247 @@
+// Online search for one collective task: subspaces = supported (algorithm, protocol) pairs,
+// coordinate descent over channels (and chunk size on tuner v6) inside each, as a schedule keyed by
+// call index. NCCL-free; see docs/online-search.md.
+//
+// Host run-ahead: NCCL asks for call k long before the GPU time of call k-1 is known. The search is
+// therefore a *plan*: a sequence of immutable segments [begin, end) -> Config covering call indices
+// from 0 upwards. segmentFor(k) returns the segment containing k, extending the plan (decided with
+// whatever samples have arrived so far) when k is not covered yet. A segment, once returned, never
+// changes. Samples arrive asynchronously through addSample(k, us) and only influence segments that
+// are decided later.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "autoccl/common/config.h"
+#include "autoccl/common/plan.h"
+
+namespace autoccl::search {
+
+// The shared vocabulary (csrc/common): a call's configuration, the space's dimensions, the plan's segments.
+using autoccl::Config;
+using autoccl::kForever;
+using autoccl::kMaxChunkHalvings;
+using autoccl::kNumAlgos;
+using autoccl::kNumProtos;
+using autoccl::Phase;
+using autoccl::phaseName;
+using autoccl::Segment;
+// A call that ran at least this many channels below its request was capped (by the communicator's count
+// or a minimum of traffic per channel); fewer is how the data divides over the channels.
+constexpr int kCapShortfall = 2;
+// The task's search space, from the first getCollInfo of the task.
+struct Space {
+  float cost[kNumAlgos][kNumProtos];  // NCCL's cost table; entries < 0 are unsupported: never chosen
+  int ncclChannels = 0;   // channels NCCL uses by default for this task if known (profiler), else 0
+  int maxChannels = 32;   // safe upper bound for channels (communicator ceiling, AUTOCCL_MAX_CHANNELS)
+  int startChannels = 0;  // channels of the first probe per subspace (0: ncclChannels, else maxChannels)
+  // Per protocol, how many halvings of NCCL's chunk size are tried (0: the chunk is not tuned; needs the
+  // tuner v6 getChunkSize on every rank).
+  int maxChunkHalvings[kNumProtos] = {0, 0, 0};
+  Space();
+};
+
+// Objective hook: turns one measured GPU time into the value the search minimises. effChannels is
+// the channel count in effect (cfg.channels, or NCCL's default when known). Default: the GPU time.
+using Objective = std::function<double(const Config& cfg, int effChannels, double gpuMicros)>;
+Objective collectiveTime();
+// Collective time plus a penalty per channel (µs per channel): models the slow-down a concurrent
+// GEMM suffers from every SM the collective takes (compute-aware objective, shared/data/h200x4).
+Objective channelPenalty(double microsPerChannel);
+
+struct Options {
+  int baselineSamples = 6;      // samples of NCCL's default before anything can replace it
+  // Samples a side when a table's exact entry is verified against NCCL's choice at a start (0: baselineSamples).
+  int verifySamples = 0;
+  int samplesFirst = 3;         // first block of a candidate
+  int samplesMax = 10;          // a candidate close to the incumbent is sampled up to this many times
+  int minSamplesIncumbent = 5;  // a candidate needs this many samples to become the incumbent
+  double minMargin = 0.005;     // relative margin floor for "beats by more than the noise"
+  double z = 2.0;               // significance: beat by z standard errors of the medians
+  double probeKeep = 1.00;      // subspaces slower than best*(1+probeKeep) are dropped at once
+  double maxCostRatio = 4.0;    // pairs NCCL's cost model puts above this x its choice are not probed (0: all)
+  int halvingRounds = 2;        // successive halving after each of the first descent iterations
+  int keepSubspaces = 1;        // at most this many subspaces are descended after the halving
+  // A descent over with budget left descends the best subspace the halving dropped, one at a time, where its
+  // median is within this of the best so far (a few samples of one point rank subspaces within the noise).
+  double reviveWithin = 0.10;
+  double initStep = 1.5;        // channel step in log2 units (x2) for a cold start
+  double warmStep = 0.5;        // ... for a start from a neighbour's config
+  double worthwhile = 0.01;     // a descent move gaining less than this is not worth more samples
+  double minStep = 0.2;         // a dimension stops when its step falls below this (log2 units)
+  double stepGainRef = 0.10;    // step *= 1 + gain/stepGainRef (capped x2): AutoCCL's learning rate
+  uint64_t lead = 4;            // the plan always covers at least [k, k+lead) once k is asked
+  // A planned sample is lost (stop waiting for it) when a sample of a call >= k + reorderSlack has
+  // arrived (one task's kernels run in stream order), or when lostAfter later calls were planned and,
+  // with a clock, lostAfterMs have passed since it was planned (the host may run hundreds of calls
+  // ahead of the GPU in a burst without synchronisation: nccl-tests' warm-up), or in any case after
+  // lostAfterHard later calls (bounds a search whose samples never come).
+  uint64_t lostAfter = 64;
+  uint64_t reorderSlack = 32;
+  uint64_t lostAfterMs = 3000;
+  uint64_t lostAfterHard = 2048;
+  std::function<uint64_t()> clockMs;  // empty: the call-count rule alone (deterministic tests)
+  int maxLostRounds = 3;        // a candidate losing all its samples this often is abandoned
+  uint64_t maxTuningCalls = 144;  // after this many exploring calls the incumbent is pinned
+  // Before pinning a configuration other than NCCL's: this many fresh samples of each, alternately;
+  // the default stays unless the other's median is lower on them too (0: pin on the tuning samples).
+  // Odd, so that the median of each side survives two outliers. Comes out of maxTuningCalls.
+  int duelSamples = 5;
+  // ... lower by more than duelZ standard errors of the difference of the two sides' medians (their own
+  // noise: the tuning samples of NCCL's choice may span a settling start, the duel's are fresh). Without a
+  // margin, two configurations within the noise of each other tie and the duel pins either at random.
+  double duelZ = 1.0;
+  // A duel whose tuned side is lower but within that margin takes up to duelSamples more samples a side, up to
+  // this many times, where the exploration budget has room for them, and decides on all of them.
+  int duelExtensions = 2;
+  // Calls per turn of the duel and of the table verification, all of the turn's configuration; only the
+  // one at (duelRun - 1) / 2 is a sample. 3 where a call is scored by its stream period (to the next
+  // call's start): taken call by call, a host-bound call's period would measure the launch of the other
+  // configuration next, and a call would carry what the other configuration left behind (a kernel that
+  // holds one rank after its window delays the next call on every rank).
+  int duelRun = 1;
+  // Calls spent waiting for samples (the incumbent, timed, while nothing can be decided) more than
+  // freeWaitLag calls after the newest delivered sample do not count against maxTuningCalls, up to
+  // maxWaitCalls per tuning round (a burst of host run-ahead must not end the search unmeasured).
+  uint64_t freeWaitLag = 32;
+  uint64_t maxWaitCalls = 256;
+  uint64_t recheckFirst = 256;  // pinned: first drift check after this many calls
+  uint64_t recheckMax = 16384;  // ... interval doubles up to this
+  // With a clock: a drift check also waits until this long has passed since the pin or the last check,
+  // scaled like the call interval (x2 per quiet check). Checks are for drift over seconds; spaced by
+  // calls alone they landed in a benchmark's measured passes, and in one process driving several GPUs
+  // a check times every call of the process while it waits for its samples (4 x H200, reduce_scatter
+  // 16 MiB: 59.5 us per call in a pass without a check, 91.3 us in one with it). 0: calls only.
+  uint64_t recheckMinMs = 0;
+  int checkSamples = 3;
+  double driftThreshold = 0.10;  // relative change of the pinned time that counts as drift
+  int driftConfirm = 2;          // consecutive drifting checks before a re-tune
+  bool drift = true;             // false: the plan ends in a kFinal segment once converged
+  Objective objective;           // empty: collective time
+  uint64_t firstCall = 0;        // the plan starts here (calls before it were decided elsewhere)
+  // The calls before firstCall ran NCCL's default, timed (the coordinator's default for a task the authority had
+  // not seen yet: kTuning segments, which every rank times). Their samples count as NCCL's baseline, the
+  // latest 2 x baselineSamples of them, so a search that starts late does not spend its first calls measuring
+  // again what already ran, and the calls count against maxTuningCalls (at most a quarter of it): the task is
+  // pinned within the budget counted from its first call (process-mode demo: searches starting at call 17
+  // pinned at call 155-158).
+  bool defaultTimedBefore = false;
+  // A task whose NCCL choice costs less than this (µs, median of its baseline samples) keeps NCCL's choice
+  // for good, untimed: a few per cent of a short call cannot repay exploring it (each timed call costs the
+  // host more than such a gain returns in a short run; on 2 x H100 a timed 1-4 MiB call took 20-45 % longer
+  // in nccl-tests' loop). 0: every task is searched.
+  double minTaskMicros = 0;
+  // Exploration may cost the task at most regretBudget x (its tuning calls so far x NCCL's median) plus
+  // regretAllowance x NCCL's median, counted as the sum over trial samples of (sample - NCCL's median): a
+  // faster trial pays back what a slower one cost. Beyond that, tuning ends with the incumbent (a candidate
+  // other than NCCL's choice still has to win the duel). regretBudget 0: no bound.
+  double regretBudget = 0;
+  double regretAllowance = 4;
+  // A candidate whose first sample is this much slower than the incumbent (relative) gets no further
+  // samples: one slow call is already what it costs. 0: off.
+  double abandonAbove = 0;
+};
+
+// A tuned configuration known for another (or the same) size of the task, e.g. from a table.
+struct Hint {
+  Config cfg;
+  double micros = 0;     // its measured time then (informational)
+  double distance = 0;   // |log2(bytes/hintBytes)|; 0 = exact: the task starts tuned (verified)
+};
+
+struct Stats {
+  uint64_t tuningCalls = 0;     // call indices planned in kTuning
+  uint64_t waitCalls = 0;       // ... of which waiting for samples (the incumbent as filler)
+  uint64_t freeWaitCalls = 0;   // ... of those, not counted against maxTuningCalls (Options::freeWaitLag)
+  uint64_t lateSamples = 0;     // samples that arrived after their call had been given up as lost
+  uint64_t candidates = 0;      // distinct configurations measured
+  uint64_t samples = 0;         // samples accepted
+  uint64_t lostSamples = 0;
+  uint64_t retunes = 0;
+  uint64_t duelExtensions = 0;  // further blocks of samples the duels took (Options::duelExtensions)
+  uint64_t priorSamples = 0;    // ... of which of calls before Options::firstCall (defaultTimedBefore)
+  uint64_t convergedAt = kForever;  // first call index after the tuning phase
+  double defaultMedian = 0;     // objective of NCCL's default (median), 0 if unmeasured
+  double bestMedian = 0;        // objective of the pinned configuration (median)
+  double noise = 0;             // relative noise (1.4826 MAD / median) of the default
+  double regretMicros = 0;      // exploration's net cost against NCCL's median (Options::regretBudget)
+  bool smallTask = false;       // kept NCCL's choice below Options::minTaskMicros
+  bool tableDefault = false;    // kept NCCL's choice from the start: the table's exact entry says it won
+  bool regretStop = false;      // tuning ended by the regret budget
+  uint64_t abandoned = 0;       // candidates given up after one far slower sample (Options::abandonAbove)
+};
+
+class TaskSearch {
+ public:
+  explicit TaskSearch(const Space& space, Options opt = Options(), std::vector<Hint> hints = {});
+  ~TaskSearch();
+  TaskSearch(const TaskSearch&) = delete;
+  TaskSearch& operator=(const TaskSearch&) = delete;
+
+  // The segment containing call k. Extends the plan to cover at least [k, k+lead) if needed.
+  // Thread-safe. Segments already returned are never changed.
+  Segment segmentFor(uint64_t k);
+  Config configFor(uint64_t k) { return segmentFor(k).cfg; }
+  // Publish-ahead: make the plan cover all calls < upTo (if not yet). Returns the segments added.
+  std::vector<Segment> extendTo(uint64_t upTo);
+  // Every segment planned so far (a copy), in call order.
+  std::vector<Segment> plan() const;
+  uint64_t plannedUpTo() const;  // calls < this are decided
+
+  // GPU time of call k (any thread, any order). Ignored unless call k was planned with measure.
+  // altMicros (> 0): a second measure of the same call's cost (the kernel window when the first is the
+  // stream period). The duel leaves NCCL's choice only for a configuration faster on both.
+  void addSample(uint64_t k, double gpuMicros, double altMicros = -1.0);
+
+  // Call k, planned with measure, ran untimed (its sample will not come): given up at once rather than
+  // after the lost-sample rules (Options::reorderSlack, lostAfter). A sample of k arriving anyway counts.
+  void unmeasured(uint64_t k);
+
+  // A call of this task with pair (algo, proto) that asked for `requested` channels ran on `used` (the
+  // profiler reports the channels that did work). NCCL caps a request at the communicator's channel count,
+  // and spreads a small task over fewer channels by a minimum of traffic per channel that differs between
+  // pairs: where `used` is at least 2 below `requested` and the pair never ran on more, every point of the
+  // pair above `used` is the point `used`: its range is clamped there and such points are merged (samples
+  // kept), so the search does not compare configurations NCCL treats as identical. One or two fewer is how
+  // the data divides over the channels, and a count below one the pair has run on is no ceiling; other
+  // pairs keep their ranges. Call it for every measured call that forced a channel count.
+  void channelsRan(int algo, int proto, int requested, int used);
+
+  // NCCL reports no profiler event for this task's collective (NCCL 2.30 turns a lone broadcast into a task
+  // that carries none), so none of its calls can be measured: from the next planned call on, NCCL's choice
+  // for good, rather than waiting for samples through the lost-sample rules (seconds of short segments).
+  void unprofiled();
+
+  bool converged() const;  // the last planned segment is pinned / check / final
+  // Not converged yet, but a candidate other than NCCL's choice leads on at least minSamplesIncumbent samples
+  // and beats NCCL's median by more than the noise: its configuration and both medians. What a job that ends
+  // mid-search (nccl-tests gives a size about a hundred calls) hands to the next one, which verifies it
+  // against NCCL's choice before pinning it (a table entry is a hint, never trusted blindly).
+  bool provisional(Config* cfg, double* micros, double* defaultMicros) const;
+  Config best() const;     // current incumbent (the pinned config once converged)
+  Stats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  mutable std::mutex mu_;
+};
+
+// Warm start: hints for a task of `bytes` from tuned entries of the same (collective, pipe) at other
+// sizes: the exact entry if present (distance 0), else the nearest smaller and larger sizes.
+struct TableEntry {
+  int coll = 0;
+  uint64_t bytes = 0;
+  int pipe = 1;
+  Config cfg;
+  double micros = 0;
+};
+std::vector<Hint> hintsFor(const std::vector<TableEntry>& table, int coll, uint64_t bytes, int pipe);
+
+}  // namespace autoccl::search

@@ -1,0 +1,1405 @@
+// Online search for one task: see search.h and docs/online-search.md.
+#include "autoccl/search/search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <tuple>
+
+#include "autoccl/common/stats.h"
+
+namespace autoccl::search {
+
+Space::Space() {
+  for (auto& row : cost)
+    for (float& c : row) c = -1.0f;
+}
+
+Objective collectiveTime() {
+  return [](const Config&, int, double us) { return us; };
+}
+Objective channelPenalty(double microsPerChannel) {
+  return [microsPerChannel](const Config&, int ch, double us) { return us + microsPerChannel * ch; };
+}
+
+namespace {
+
+// One point of the space: pair -1 = NCCL's default; ch = channels; ck = halvings of NCCL's chunk size
+// (0: NCCL's chunk, always where the pair's chunk is not tuned).
+using PointKey = std::tuple<int, int, int>;
+
+// Robust relative noise of samples: the MAD as a normal sigma over the median (0 under three samples).
+double relNoiseOf(const std::vector<double>& v) {
+  if (v.size() < 3) return 0.0;
+  const double m = median(v);
+  return m > 0 ? 1.4826 * mad(v) / m : 0.0;
+}
+
+struct Eval {
+  Config cfg;
+  std::vector<double> samples;
+  std::vector<double> alt;  // second measure of the same calls, where given (addSample's altMicros)
+  int inflight = 0;
+  int want = 0;
+  int lostRounds = 0;
+  bool lostThisRound = false;
+  bool dead = false;  // never measurable: treated as infinitely slow
+
+  int n() const { return static_cast<int>(samples.size()); }
+  bool finished() const { return dead || (inflight == 0 && n() >= want); }
+  double med() const { return dead || samples.empty() ? HUGE_VAL : median(samples); }
+  double relNoise() const { return relNoiseOf(samples); }
+};
+
+enum class SubState { kProbe, kDescend, kDone, kDropped };
+
+struct Sub {
+  int pair = 0;
+  int ch = 0, ck = 0;
+  int xEval = -1;
+  SubState state = SubState::kProbe;
+  int dim = 0;
+  double step[2] = {1.0, 1.0};
+  int lastDir[2] = {0, 0};
+  int steps = 0;
+  int iter = 0;  // descent iterations completed
+  bool unitTried = false;  // the neighbours just evaluated were at unit distance
+  bool revived = false;    // dropped by the halving, descended later with the budget left (reviveDropped)
+  std::vector<std::pair<PointKey, int>> nbrs;  // pending neighbour evaluations
+};
+
+}  // namespace
+
+struct TaskSearch::Impl {
+  Space sp;
+  Options o;
+  std::vector<Hint> hints;
+  int defaultPair = -1;             // min-cost supported pair
+  int startCh = 1;
+  // Channels NCCL runs each (algorithm, protocol) pair on at most for this task (channelsRan): NCCL
+  // spreads a small task over fewer channels by a per-pair minimum of traffic per channel, so one pair's
+  // cap says nothing of another's (2 x H200, all_reduce 4 MiB: tree/ll128 asked 30 ran 29; taken as the
+  // task's ceiling, it merged ring/ll128/64, the best point, into /29). pairRan: the most channels a pair
+  // has run on.
+  int pairMax[kNumAlgos * kNumProtos] = {};
+  int pairRan[kNumAlgos * kNumProtos] = {};
+
+  std::vector<Segment> segs;
+  uint64_t planned = 0;
+
+  enum class Mode { kVerify, kTuning, kDuel, kPinned, kFinal } mode = Mode::kTuning;
+  std::vector<Eval> evals;
+  std::map<PointKey, int> evalAt;
+  struct PendingCall {
+    int id = -1;
+    bool filler = false;
+    uint64_t plannedMs = 0;  // Options::clockMs when it was planned
+    bool prior = false;      // a call before Options::firstCall (Options::defaultTimedBefore)
+  };
+  std::map<uint64_t, PendingCall> pending;  // call index -> what its sample is for
+  std::map<uint64_t, int> givenUp;         // recently expired calls -> eval (a late sample still counts)
+  bool anyDelivered = false;
+  uint64_t maxDelivered = 0;                // highest call index whose sample arrived
+  std::deque<int> queue;
+  std::vector<Sub> subs;
+  bool pruned = false;
+  int inc = -1;    // incumbent eval
+  int dflt = -1;   // NCCL default eval
+  int hintEval = -1;
+  uint64_t tuningStart = 0;
+  uint64_t tuningCallsThisRound = 0;  // exploring calls (and waiting calls beyond maxWaitCalls)
+  uint64_t waitCallsThisRound = 0;
+
+  // pinned state
+  Config pinnedCfg;
+  double pinnedRef = 0;
+  bool refSteady = false;  // pinnedRef comes from a check (steady state), not from the tuning phase
+  double pinnedNoise = 0;
+  uint64_t interval = 0;
+  uint64_t nextCheckAt = 0;  // first call of the next drift check
+  uint64_t nextCheckMs = 0;  // ... and not before this clock time (Options::recheckMinMs)
+  uint64_t timeWaitLen = 0;  // length of the next segment waiting for nextCheckMs (0: interval/4)
+  uint64_t checkEnd = 0;     // end of the last check segment
+  int checkEval = -1;
+  int driftCount = 0;
+  bool verifyNextDefault = true;
+  // duel (Options::duelSamples): fresh, interleaved samples of NCCL's default and the incumbent
+  int duelDefault = -1, duelInc = -1;
+  bool duelNextDefault = true;
+  int duelWarmups = 0;  // untimed calls still to run before the duel's first sample
+  double duelNoise = 0;
+  // The second block was asked for ahead, on calls that would otherwise wait for the first block's samples.
+  bool duelAhead = false;
+  int duelBlock = 0;  // samples a side the duel's next decision waits for
+  int duelExtensionsTaken = 0;  // further blocks of samples the duel took (Options::duelExtensions)
+  bool duelExtended() const { return duelExtensionsTaken > 0; }
+
+  Stats st;
+
+  Impl(const Space& s, Options opt, std::vector<Hint> h) : sp(s), o(std::move(opt)), hints(std::move(h)) {
+    if (!o.objective) o.objective = collectiveTime();
+    sp.maxChannels = std::max(1, sp.maxChannels);
+    if (sp.ncclChannels > sp.maxChannels) sp.ncclChannels = 0;  // cannot reproduce it explicitly
+    float best = 0;
+    for (int a = 0; a < kNumAlgos; ++a)
+      for (int p = 0; p < kNumProtos; ++p)
+        if (sp.cost[a][p] >= 0 && (defaultPair < 0 || sp.cost[a][p] < best)) {
+          best = sp.cost[a][p];
+          defaultPair = a * kNumProtos + p;
+        }
+    for (int& halvings : sp.maxChunkHalvings) halvings = std::clamp(halvings, 0, kMaxChunkHalvings);
+    startCh = sp.ncclChannels > 0 ? sp.ncclChannels : sp.maxChannels;
+    if (sp.startChannels > 0) startCh = std::min(sp.startChannels, sp.maxChannels);
+    for (int& m : pairMax) m = sp.maxChannels;
+    planned = o.firstCall;
+    begin(false);
+    if (o.defaultTimedBefore && mode == Mode::kTuning && dflt >= 0) {
+      // Verification (a table's exact entry) is left alone: it alternates the two sides call by call.
+      const uint64_t n = std::min<uint64_t>(o.firstCall, 2 * static_cast<uint64_t>(std::max(o.baselineSamples, 0)));
+      const uint64_t now = o.clockMs ? o.clockMs() : 0;
+      for (uint64_t k = o.firstCall - n; k < o.firstCall; ++k) {
+        pending[k] = PendingCall{dflt, false, now, true};
+        evals[static_cast<size_t>(dflt)].inflight++;
+      }
+      // Those calls were the search's baseline: they count against its budget, so that the task is pinned
+      // within the budget of its first call, not of the search's (up to a quarter of it: a task the authority
+      // saw very late is still searched).
+      tuningCallsThisRound = std::min(o.firstCall, o.maxTuningCalls / 4);
+    }
+  }
+
+  // ---- points and evaluations -------------------------------------------------------------
+  bool isSupported(int algo, int proto) const {
+    return algo >= 0 && algo < kNumAlgos && proto >= 0 && proto < kNumProtos && sp.cost[algo][proto] >= 0;
+  }
+  PointKey normalize(int pair, int ch, int ck) const {
+    if (pair < 0) return {-1, 0, 0};
+    if (pair == defaultPair && sp.ncclChannels > 0 && ch == sp.ncclChannels && ck == 0) return {-1, 0, 0};
+    return {pair, ch, ck};
+  }
+  Config configOf(const PointKey& k) const {
+    Config c;
+    auto [pair, ch, ck] = k;
+    if (pair < 0) return c;
+    c.algo = pair / kNumProtos;
+    c.proto = pair % kNumProtos;
+    c.channels = ch;
+    c.chunkHalvings = ck;
+    return c;
+  }
+  int eval(const PointKey& key0) {
+    PointKey key = normalize(std::get<0>(key0), std::get<1>(key0), std::get<2>(key0));
+    auto it = evalAt.find(key);
+    if (it != evalAt.end()) return it->second;
+    Eval e;
+    e.cfg = configOf(key);
+    e.cfg.measure = true;
+    evals.push_back(e);
+    int id = static_cast<int>(evals.size()) - 1;
+    evalAt.emplace(key, id);
+    st.candidates++;
+    return id;
+  }
+  void request(int id, int want, bool front = false) {
+    Eval& e = evals[static_cast<size_t>(id)];
+    if (e.dead || e.want >= want) return;
+    e.want = want;
+    if (front) queue.push_front(id);
+    else queue.push_back(id);
+  }
+  // Relative standard error of an eval's median (pooled with the default's noise).
+  double relSE(const Eval& e) const {
+    double rn = e.relNoise();
+    if (dflt >= 0) rn = std::max(rn, evals[static_cast<size_t>(dflt)].relNoise());
+    if (e.n() == 0) return HUGE_VAL;
+    return 1.2533 * rn / std::sqrt(static_cast<double>(e.n()));
+  }
+  // a beats b by more than the measured noise
+  bool beats(const Eval& a, const Eval& b, double z) const {
+    if (a.dead || a.samples.empty()) return false;
+    if (b.dead || b.samples.empty()) return true;
+    double margin = std::max(o.minMargin, z * std::hypot(relSE(a), relSE(b)));
+    return a.med() < b.med() * (1.0 - margin);
+  }
+
+  // ---- modes ------------------------------------------------------------------------------
+  void clearTuning() {
+    evals.clear();
+    evalAt.clear();
+    pending.clear();
+    queue.clear();
+    subs.clear();
+    pruned = false;
+    barrier = 1;
+    keepOverride = 0;
+    inc = dflt = hintEval = checkEval = -1;
+    tuningCallsThisRound = 0;
+    waitCallsThisRound = 0;
+  }
+
+  void begin(bool retune) {
+    clearTuning();
+    tuningStart = planned;
+    Hint exact;
+    bool haveExact = false;
+    for (const Hint& h : hints)
+      if (h.distance == 0 && validHint(h.cfg)) {
+        exact = h;
+        haveExact = true;
+        break;
+      }
+    dflt = eval({-1, 0, 0});
+    inc = dflt;
+    if (defaultPair < 0) {  // nothing supported?! leave NCCL alone
+      toFinal(Config());
+      return;
+    }
+    if (haveExact && !retune && std::get<0>(pointOf(exact.cfg)) < 0) {
+      // The table says NCCL's own choice won here: nothing to verify it against, so no timed call and no
+      // further plan step (over TCP each step can wait for a round trip: verifying such entries cost one
+      // process per GPU on 2 x H100 0.4-1.4 ms of lookups per task and launch, 16-64 MiB cells 0.87-0.95x).
+      st.tableDefault = true;
+      toFinal(Config());
+      return;
+    }
+    if (haveExact && !retune) {
+      mode = Mode::kVerify;
+      hintEval = eval(pointOf(exact.cfg));
+      const int verify = o.verifySamples > 0 ? o.verifySamples : o.baselineSamples;
+      evals[static_cast<size_t>(dflt)].want = verify;
+      evals[static_cast<size_t>(hintEval)].want = verify;
+      verifyNextDefault = true;
+      return;
+    }
+    mode = Mode::kTuning;
+    request(dflt, o.baselineSamples);
+    // hinted points first (warm start), then one probe per supported pair, cheapest cost first
+    // Pairs NCCL's own model puts far behind its choice are not worth a probe: each probe of, say, LL
+    // for a 64 MiB task costs several slow calls of the real job, and that model ranks such far-off
+    // pairs correctly. A hinted pair is always probed.
+    const float minCost = sp.cost[defaultPair / kNumProtos][defaultPair % kNumProtos];
+    auto hinted = [&](int pair) {
+      for (const Hint& h : hints)
+        if (validHint(h.cfg) && !h.cfg.isDefault() && h.cfg.algo * kNumProtos + h.cfg.proto == pair) return true;
+      return false;
+    };
+    std::vector<std::pair<float, int>> pairs;
+    for (int a = 0; a < kNumAlgos; ++a)
+      for (int p = 0; p < kNumProtos; ++p)
+        if (sp.cost[a][p] >= 0 &&
+            (o.maxCostRatio <= 0 || minCost <= 0 || sp.cost[a][p] <= o.maxCostRatio * minCost || hinted(a * kNumProtos + p)))
+          pairs.push_back({sp.cost[a][p], a * kNumProtos + p});
+    std::sort(pairs.begin(), pairs.end());
+    bool warm = false;
+    for (auto& pr : pairs) {
+      Sub s;
+      s.pair = pr.second;
+      s.ch = std::min(startCh, pairMax[s.pair]);
+      s.ck = 0;
+      s.step[0] = s.step[1] = o.initStep;
+      for (const Hint& h : hints)
+        if (validHint(h.cfg) && h.cfg.algo * kNumProtos + h.cfg.proto == s.pair) {
+          PointKey pk = pointOf(h.cfg);
+          if (std::get<0>(pk) >= 0) {
+            s.ch = std::get<1>(pk);
+            s.ck = std::get<2>(pk);
+          } else if (sp.ncclChannels > 0) {  // the neighbour kept NCCL's choice: start from NCCL's count
+            s.ch = sp.ncclChannels;
+          }
+          s.step[0] = s.step[1] = o.warmStep;
+          warm = true;
+          break;
+        }
+      s.xEval = eval({s.pair, s.ch, s.ck});
+      subs.push_back(s);
+    }
+    // hinted subspaces are probed first
+    std::stable_sort(subs.begin(), subs.end(),
+                     [&](const Sub& a, const Sub& b) { return a.step[0] < b.step[0] && !(b.step[0] < a.step[0]); });
+    for (Sub& s : subs) request(s.xEval, o.samplesFirst);
+    if (warm && !retune) keepOverride = 2;  // neighbours' tuned configs are trusted to narrow the search
+  }
+  int keepOverride = 0;
+
+  bool validHint(const Config& c) const {
+    if (c.isDefault()) return true;
+    return isSupported(c.algo, c.proto) && c.channels >= 0 && c.channels <= pairMax[c.algo * kNumProtos + c.proto];
+  }
+  PointKey pointOf(const Config& c) const {
+    if (c.isDefault()) return {-1, 0, 0};
+    // NCCL's pair with its own channel count and chunk is NCCL's choice (a table entry where NCCL won
+    // without a known channel count), not that pair on the widest channel count
+    if (c.channels == 0 && c.chunkHalvings == 0 && c.algo * kNumProtos + c.proto == defaultPair) return {-1, 0, 0};
+    const int pair = c.algo * kNumProtos + c.proto;
+    int ch = c.channels > 0 ? c.channels : std::min(startCh, pairMax[pair]);
+    return {pair, ch, std::clamp(c.chunkHalvings, 0, maxCk(pair))};
+  }
+
+  void pin(const Config& c, double ref, double noise) {
+    mode = Mode::kPinned;
+    pinnedCfg = c;
+    pinnedCfg.measure = false;
+    pinnedRef = ref;
+    refSteady = false;
+    pinnedNoise = noise;
+    interval = o.recheckFirst;
+    nextCheckAt = planned + interval;
+    nextCheckMs = checkTimeAfterNow();
+    timeWaitLen = 0;
+    driftCount = 0;
+    checkEval = -1;
+    pending.clear();
+    queue.clear();
+    if (st.convergedAt == kForever) st.convergedAt = planned;
+    st.bestMedian = ref;
+    if (!o.drift) toFinal(pinnedCfg);
+  }
+  // Options::recheckMinMs scaled by how far the call interval has grown from recheckFirst.
+  uint64_t checkTimeAfterNow() const {
+    if (!o.clockMs || o.recheckMinMs == 0) return 0;
+    const double scale = static_cast<double>(interval) / static_cast<double>(std::max<uint64_t>(o.recheckFirst, 1));
+    return o.clockMs() + static_cast<uint64_t>(static_cast<double>(o.recheckMinMs) * scale);
+  }
+  void toFinal(const Config& c) {
+    mode = Mode::kFinal;
+    pinnedCfg = c;
+    pinnedCfg.measure = false;
+    if (st.convergedAt == kForever) st.convergedAt = planned;
+  }
+
+  void finishTuning() {
+    if (std::getenv("AUTOCCL_SEARCH_DEBUG")) {  // why this pin: every candidate's evidence, on stderr
+      std::fprintf(stderr, "autoccl search: tuning ends at call %llu (incumbent %d)\n",
+                   static_cast<unsigned long long>(planned), inc);
+      for (size_t i = 0; i < evals.size(); ++i)
+        std::fprintf(stderr, "autoccl search:   %zu %s n=%d in-flight=%d median=%.2f%s\n", i,
+                     evals[i].cfg.str().c_str(), evals[i].n(), evals[i].inflight, evals[i].med(),
+                     evals[i].dead ? " dead" : "");
+    }
+    const Eval& d = evals[static_cast<size_t>(dflt)];
+    if (dflt >= 0 && !d.samples.empty()) {
+      st.defaultMedian = d.med();
+      st.noise = d.relNoise();
+    }
+    // The budget can run out while a candidate that clearly beats the incumbent waits for its extra
+    // samples (long host run-ahead): with its first block it may still win, by twice the usual margin.
+    for (size_t k = 0; k < evals.size(); ++k) {
+      const Eval& e = evals[k];
+      if (static_cast<int>(k) == inc || e.dead || e.n() < o.samplesFirst || e.n() >= o.minSamplesIncumbent) continue;
+      if (beats(e, evals[static_cast<size_t>(inc)], 2 * o.z)) inc = static_cast<int>(k);
+    }
+    const Eval& i = evals[static_cast<size_t>(inc)];
+    const double noise = std::max(i.relNoise(), d.relNoise());
+    if (o.duelSamples > 0 && inc != dflt && !d.dead && !d.samples.empty() && !i.samples.empty()) {
+      startDuel(noise);
+      return;
+    }
+    pin(i.cfg, i.samples.empty() ? 0.0 : i.med(), noise);
+  }
+
+  // Before a configuration other than NCCL's is pinned, both are measured again, alternately, on
+  // fresh samples: the default's tuning samples are the task's first ones, taken while the job may
+  // still be settling (ranks out of step at the start of a phase, a warm-up burst), and a default
+  // measured 3x slow then lost to a configuration that is slower in steady state (nccl-tests on
+  // 4 x H200, one process per GPU: all_reduce 4 MiB pinned tree/ll128/22, 0.945x plain).
+  void startDuel(double noise) {
+    const Config dc = evals[static_cast<size_t>(dflt)].cfg, ic = evals[static_cast<size_t>(inc)].cfg;
+    pending.clear();
+    queue.clear();
+    Eval a, b;
+    a.cfg = dc;
+    b.cfg = ic;
+    a.want = b.want = o.duelSamples;
+    evals.push_back(a);
+    duelDefault = static_cast<int>(evals.size()) - 1;
+    evals.push_back(b);
+    duelInc = static_cast<int>(evals.size()) - 1;
+    duelNextDefault = true;
+    duelWarmups = 2;
+    duelNoise = noise;
+    duelAhead = false;
+    duelBlock = o.duelSamples;
+    duelExtensionsTaken = 0;
+    mode = Mode::kDuel;
+  }
+
+  // A side is ready with its block's samples arrived, even while samples asked ahead are in flight.
+  void thinkDuel() {
+    auto ready = [&](const Eval& e) { return e.finished() || e.n() >= std::min(duelBlock, e.want); };
+    if (ready(evals[static_cast<size_t>(duelDefault)]) && ready(evals[static_cast<size_t>(duelInc)])) endDuel();
+  }
+  // The relative margin by which the tuned side's duel median must be lower than NCCL's: duelZ standard
+  // errors of the difference of two medians (floor minMargin). The noise is the largest of the two sides'
+  // and of the tuned configuration's tuning samples: a MAD of five samples alone is often far below the
+  // true noise (seed 195: a 1.2 % lower median won against a 1.5 % margin). Not the tuning samples of NCCL's
+  // choice: they may span the settling start the duel exists for.
+  double duelMargin(const std::vector<double>& nccl, const std::vector<double>& tuned) const {
+    if (nccl.empty() || tuned.empty()) return o.minMargin;
+    const double tuning = evals[static_cast<size_t>(inc)].relNoise();
+    const double rn = std::max({relNoiseOf(nccl), relNoiseOf(tuned), tuning});
+    const double se =
+        1.2533 * rn * std::sqrt(1.0 / static_cast<double>(nccl.size()) + 1.0 / static_cast<double>(tuned.size()));
+    return std::max(o.minMargin, o.duelZ * se);
+  }
+  // Samples a side (up to duelSamples) a second block can add within maxTuningCalls, its samples back by then
+  // at the lag they arrive with now; samples asked ahead (duelAhead) cost no further calls.
+  int extensionThatFits(const Eval& d, const Eval& i) const {
+    const uint64_t lag = anyDelivered && planned > maxDelivered + 1 ? planned - maxDelivered - 1 : 0;
+    if (tuningCallsThisRound + lag >= o.maxTuningCalls) return 0;
+    const uint64_t turnCalls = static_cast<uint64_t>(std::max(o.duelRun, 1));
+    const uint64_t room = (o.maxTuningCalls - tuningCallsThisRound - lag) / turnCalls;
+    auto toPlan = [&](const Eval& e, int target) { return std::max(0, target - e.n() - e.inflight); };
+    for (int extra = o.duelSamples; extra >= 1; --extra) {
+      const int target = duelBlock + extra;
+      if (static_cast<uint64_t>(toPlan(d, target) + toPlan(i, target)) <= room) return extra;
+    }
+    return 0;
+  }
+  // Decides with the fresh samples there are (all of them, or what arrived when the budget ran out).
+  void endDuel() {
+    Eval& d = evals[static_cast<size_t>(duelDefault)];
+    Eval& i = evals[static_cast<size_t>(duelInc)];
+    const Eval& tuned = evals[static_cast<size_t>(inc)];
+    if (d.samples.empty() || i.samples.empty()) {  // nothing to compare (graph capture...): what tuning found
+      pin(tuned.cfg, tuned.med(), duelNoise);
+      return;
+    }
+    st.defaultMedian = d.med();
+    // NCCL's choice stays unless the tuned configuration is faster on the fresh samples too, and on
+    // their second measure where there is one: in one process launching several GPUs the stream period
+    // also carries the profiler's host cost, which grows with the channel count (a 64-channel default
+    // read 120 us per call for a 27 us broadcast), while the kernel window misses what a kernel holds
+    // outside its channels (tree/LL128: 31 us windows, 54 us per call); a winner on both is safe.
+    // Low medians: the budget can end the duel with two samples a side, one of them slow (a period spanning
+    // a host pause: 1011 us for a 232 us all_gather, 2 x H200); of an odd count, the median.
+    // Beyond the noise: duelZ standard errors of the difference of the medians (seed 303 of the emulator's
+    // 3 %-noise scenario pinned tree/ll, 1.9 % slower than NCCL's ring/ll in the model, on duel medians
+    // 33.54 vs 33.54 us).
+    const bool altToo = !i.alt.empty() && !d.alt.empty();
+    // The second measure only confirms the direction: its noise is not the tuning samples' (a margin there
+    // would be unmeasured on the GPUs, where one process's windows and periods differ by the host's cost).
+    const double keep = 1.0 - duelMargin(d.samples, i.samples);
+    const bool altAgrees = !altToo || lowMedian(i.alt) < lowMedian(d.alt);
+    bool incWins = lowMedian(i.samples) < lowMedian(d.samples) * keep && altAgrees;
+    auto report = [&](const char* outcome) {  // why this decision: its evidence, on stderr
+      if (!std::getenv("AUTOCCL_SEARCH_DEBUG")) return;
+      std::fprintf(stderr,
+                   "autoccl search: duel at call %llu (budget used %llu): default n=%d low median=%.2f, %s n=%d low "
+                   "median=%.2f, margin %.2f %%, second measure %s: %s\n",
+                   static_cast<unsigned long long>(planned), static_cast<unsigned long long>(tuningCallsThisRound),
+                   d.n(), lowMedian(d.samples), i.cfg.str().c_str(), i.n(), lowMedian(i.samples),
+                   100.0 * (1.0 - keep), altToo ? (altAgrees ? "agrees" : "disagrees") : "none", outcome);
+    };
+    // Lower, but within the margin: one more block of up to duelSamples a side (at most duelExtensions times),
+    // as many as the budget still has room for (at least two), decided on all of them. A gain of 4-5 % under
+    // 3 % noise is inside the margin of five samples a side about one time in five; where a sample is a turn of
+    // three calls, a whole second block (30 calls) rarely fits after the first (emulated 4 x H200: all_gather
+    // 256 MiB, 2.9 % lower against a 3.35 % margin at 123 of 144 calls; NCCL's choice, 3.9 % slower in the
+    // model, stayed).
+    if (!incWins && altAgrees && duelExtensionsTaken < o.duelExtensions &&
+        lowMedian(i.samples) < lowMedian(d.samples) && d.n() >= duelBlock && i.n() >= duelBlock) {
+      const int extra = extensionThatFits(d, i);
+      if (extra >= 2) {
+        duelExtensionsTaken++;
+        st.duelExtensions++;
+        duelBlock += extra;
+        d.want = i.want = duelBlock;
+        report(duelExtensionsTaken == 1 ? "a second block" : "another block");
+        return;
+      }
+    }
+    // Out of budget with samples still in flight, a median of one or two samples does not survive an
+    // outlier (a slow call on NCCL's side): the tuned configuration must also have the lower minimum.
+    if (d.n() < o.duelSamples || i.n() < o.duelSamples)
+      incWins = incWins && *std::min_element(i.samples.begin(), i.samples.end()) <
+                               *std::min_element(d.samples.begin(), d.samples.end());
+    const Eval& w = incWins ? i : d;
+    report(incWins ? "the tuned configuration is pinned" : "NCCL's choice stays");
+    pin(w.cfg, w.med(), std::max(duelNoise, std::max(d.relNoise(), i.relNoise())));
+  }
+
+  // ---- the search proper ------------------------------------------------------------------
+  void thinkVerify() {
+    Eval& d = evals[static_cast<size_t>(dflt)];
+    Eval& h = evals[static_cast<size_t>(hintEval)];
+    if (!d.finished() || !h.finished()) return;
+    if (d.dead && h.dead) {  // unmeasurable (e.g. graph capture): trust the table
+      pin(h.cfg, 0, 0);
+      return;
+    }
+    st.defaultMedian = d.samples.empty() ? 0.0 : d.med();
+    st.noise = d.relNoise();
+    if (beats(d, h, o.z)) {  // the table is wrong here now: search again, starting near it
+      Hint nh{h.cfg, 0, 0.5};
+      hints.push_back(nh);
+      for (Hint& x : hints)
+        if (x.distance == 0) x.distance = 0.5;
+      st.retunes++;
+      begin(true);
+      return;
+    }
+    const Eval& w = (h.med() <= d.med()) ? h : d;
+    pin(w.cfg, w.med(), std::max(d.relNoise(), h.relNoise()));
+  }
+
+  // After the probes: subspaces hopelessly behind (probeKeep) are dropped. After each of the first
+  // halvingRounds descent iterations: successive halving keeps the better half (by current best).
+  void prune(bool halve) {
+    double best = evals[static_cast<size_t>(dflt)].med();
+    std::vector<Sub*> order;
+    for (Sub& s : subs) {
+      if (s.state == SubState::kDropped) continue;
+      best = std::min(best, evals[static_cast<size_t>(s.xEval)].med());
+      order.push_back(&s);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](Sub* a, Sub* b) {
+      return evals[static_cast<size_t>(a->xEval)].med() < evals[static_cast<size_t>(b->xEval)].med();
+    });
+    size_t keep = order.size();
+    if (halve) keep = std::max<size_t>(1, (order.size() + 1) / 2);
+    if (!halve && keepOverride > 0) keep = static_cast<size_t>(keepOverride);
+    if (halve && barrier >= o.halvingRounds) keep = std::min(keep, static_cast<size_t>(o.keepSubspaces));
+    size_t kept = 0;
+    for (Sub* s : order) {
+      double m = evals[static_cast<size_t>(s->xEval)].med();
+      if (kept < keep && std::isfinite(m) && m <= best * (1.0 + o.probeKeep)) {
+        if (s->state == SubState::kProbe) s->state = SubState::kDescend;
+        kept++;
+      } else {
+        s->state = SubState::kDropped;
+      }
+    }
+    pruned = true;
+  }
+  int barrier = 1;
+
+  int maxCk(int pair) const { return pair < 0 ? 0 : sp.maxChunkHalvings[pair % kNumProtos]; }
+  int nDims(const Sub& s) const { return maxCk(s.pair) > 0 ? 2 : 1; }
+
+  // move along dim by delta (log2 units); returns false if it leaves the range or cannot move
+  bool moved(const Sub& s, int dim, double delta, int& ch, int& ck) const {
+    ch = s.ch;
+    ck = s.ck;
+    int sign = delta > 0 ? 1 : -1;
+    if (dim == 0) {
+      int n = static_cast<int>(std::lround(s.ch * std::exp2(delta)));
+      if (n == s.ch) n = s.ch + sign;
+      n = std::clamp(n, 1, pairMax[s.pair]);
+      if (n == s.ch) return false;
+      ch = n;
+    } else {
+      int d = static_cast<int>(std::lround(delta));
+      if (d == 0) d = sign;
+      int n = std::clamp(s.ck + d, 0, maxCk(s.pair));
+      if (n == s.ck) return false;
+      ck = n;
+    }
+    return true;
+  }
+  bool isUnit(const Sub& s, int ch, int ck) const { return std::abs(ch - s.ch) + std::abs(ck - s.ck) == 1; }
+
+  // Channels first, then the chunk once: revisiting the channels after each chunk move cost the demo's
+  // tasks up to ~20 more calls (converged at call 154 against the bound of 150), while NCCL's chunk
+  // matters only where a step's data exceeds it, nearly independently of the channel count near its best.
+  void nextDim(Sub& s) {
+    s.lastDir[s.dim] = 0;
+    s.step[s.dim] = o.initStep;
+    if (s.dim + 1 >= nDims(s)) {
+      s.state = SubState::kDone;
+      return;
+    }
+    s.dim++;
+  }
+
+  // one step of sub s, if its pending evaluations are finished
+  void stepSub(Sub& s, double globalBest) {
+    Eval& x = evals[static_cast<size_t>(s.xEval)];
+    if (!x.finished()) return;
+    for (auto& nb : s.nbrs)
+      if (!evals[static_cast<size_t>(nb.second)].finished()) return;
+    if (x.dead) {
+      s.state = SubState::kDropped;
+      return;
+    }
+    if (!s.nbrs.empty()) {
+      // pick the best neighbour
+      auto bestIt = std::min_element(s.nbrs.begin(), s.nbrs.end(), [&](auto& a, auto& b) {
+        return evals[static_cast<size_t>(a.second)].med() < evals[static_cast<size_t>(b.second)].med();
+      });
+      Eval& nb = evals[static_cast<size_t>(bestIt->second)];
+      double gain = 1.0 - nb.med() / x.med();
+      // ambiguous and not yet well sampled: sample both more before moving
+      double margin = std::max(o.minMargin, 1.0 * std::hypot(relSE(nb), relSE(x)));
+      if (gain >= o.worthwhile && gain < 2 * margin && (nb.n() < o.samplesMax || x.n() < o.samplesMax)) {
+        int w = std::min(o.samplesMax, std::max(nb.n(), x.n()) + 2);
+        request(bestIt->second, w);
+        request(s.xEval, w);
+        return;
+      }
+      if (beats(nb, x, 1.0)) {
+        auto [p, ch, ck] = bestIt->first;
+        (void)p;
+        int dir = (ch - s.ch) + (ck - s.ck) > 0 ? 1 : -1;
+        s.ch = ch;
+        s.ck = ck;
+        s.xEval = bestIt->second;
+        s.lastDir[s.dim] = dir;
+        s.step[s.dim] *= std::min(2.0, 1.0 + gain / o.stepGainRef);  // learning rate = relative gain
+        s.steps++;
+      } else if (s.unitTried || s.step[s.dim] / 2 < o.minStep) {
+        nextDim(s);  // this dimension stopped improving
+      } else {
+        s.lastDir[s.dim] = 0;
+        s.step[s.dim] /= 2;  // reset: smaller steps in both directions
+      }
+      s.nbrs.clear();
+      s.iter++;
+      if (s.state == SubState::kDescend && evals[static_cast<size_t>(s.xEval)].med() > globalBest * (1.0 + o.probeKeep)) {
+        s.state = SubState::kDropped;
+        return;
+      }
+    }
+    if (s.state != SubState::kDescend || s.iter >= barrier) return;
+    // propose neighbours in the current dimension
+    for (int guard = 0; guard < 4 && s.nbrs.empty() && s.state == SubState::kDescend; ++guard) {
+      std::vector<int> dirs;
+      if (s.lastDir[s.dim] != 0) dirs.push_back(s.lastDir[s.dim]);
+      else dirs = {1, -1};
+      bool allUnit = true;
+      for (int d : dirs) {
+        int ch, ck;
+        if (!moved(s, s.dim, d * s.step[s.dim], ch, ck)) continue;
+        allUnit = allUnit && isUnit(s, ch, ck);
+        PointKey pk{s.pair, ch, ck};
+        int id = eval(pk);
+        s.nbrs.push_back({pk, id});
+      }
+      s.unitTried = allUnit && s.lastDir[s.dim] == 0;
+      if (s.nbrs.empty()) {
+        if (s.lastDir[s.dim] != 0) {
+          s.lastDir[s.dim] = 0;  // hit the range bound while continuing: try both sides
+          s.step[s.dim] /= 2;
+        } else {
+          nextDim(s);
+        }
+      }
+    }
+    for (auto& nb : s.nbrs) request(nb.second, o.samplesFirst);
+  }
+
+  // A not yet measured point that an alive subspace will probably ask for next: in its current
+  // dimension the continuation (2 steps on) and the half steps, then the other dimension.
+  int speculate() {
+    std::vector<Sub*> order;
+    for (Sub& s : subs)
+      if (s.state == SubState::kDescend || s.state == SubState::kProbe) order.push_back(&s);
+    std::stable_sort(order.begin(), order.end(), [&](Sub* a, Sub* b) {
+      return evals[static_cast<size_t>(a->xEval)].med() < evals[static_cast<size_t>(b->xEval)].med();
+    });
+    for (Sub* sp0 : order) {
+      const Sub& s = *sp0;
+      std::vector<std::pair<int, double>> moves;  // (dim, delta)
+      double st0 = s.step[s.dim];
+      int ld = s.lastDir[s.dim];
+      if (ld != 0) moves.push_back({s.dim, ld * 2 * st0});
+      moves.push_back({s.dim, st0});
+      moves.push_back({s.dim, -st0});
+      if (st0 / 2 >= o.minStep) {
+        moves.push_back({s.dim, st0 / 2});
+        moves.push_back({s.dim, -st0 / 2});
+      }
+      for (auto [dim, delta] : moves) {
+        int ch, ck;
+        if (!moved(s, dim, delta, ch, ck)) continue;
+        PointKey key = normalize(s.pair, ch, ck);
+        if (evalAt.count(key)) continue;
+        return eval({s.pair, ch, ck});
+      }
+    }
+    return -1;
+  }
+
+  void thinkTuning() {
+    Eval& d = evals[static_cast<size_t>(dflt)];
+    if (d.dead) {  // NCCL's default can't be measured (graph capture...): nothing can beat it
+      finishTuning();
+      return;
+    }
+    // Too short to repay exploring: NCCL's choice for good, with no more timed calls.
+    // By the shorter of its two measures: a host-bound call's stream period is the launch rate (two GPUs
+    // launched from one thread, timed: 42-57 us per call for 2-8 MiB on 2 x H100), its kernel window the
+    // GPU's own time.
+    const double dShort = d.alt.empty() ? d.med() : std::min(d.med(), median(d.alt));
+    if (o.minTaskMicros > 0 && d.n() >= std::min(3, std::max(o.baselineSamples, 1)) && dShort < o.minTaskMicros) {
+      st.defaultMedian = st.bestMedian = d.med();
+      st.noise = d.relNoise();
+      st.smallTask = true;
+      if (std::getenv("AUTOCCL_SEARCH_DEBUG"))
+        std::fprintf(stderr, "autoccl search: small task at call %llu: NCCL's median %.2f (%d samples), second measure %.2f (%zu)\n",
+                     static_cast<unsigned long long>(planned), d.med(), d.n(), d.alt.empty() ? 0.0 : median(d.alt), d.alt.size());
+      pending.clear();
+      queue.clear();
+      toFinal(Config());
+      return;
+    }
+    if (o.regretBudget > 0 && d.n() > 0 && !regretAllowed(d.med())) {
+      st.regretStop = true;
+      for (Eval& e : evals)  // what is still in flight or queued is not waited for
+        if (&e != &d && !e.finished()) e.want = e.n() + e.inflight;
+      queue.clear();
+      finishTuning();
+      return;
+    }
+    if (!pruned) {
+      bool all = d.finished();
+      for (Sub& s : subs) all = all && evals[static_cast<size_t>(s.xEval)].finished();
+      if (!all) return;
+      prune(false);
+    }
+    // incumbent: replaced only by a candidate that beats it by more than the noise
+    for (size_t i = 0; i < evals.size(); ++i) {
+      const Eval& e = evals[i];
+      if (static_cast<int>(i) == inc || e.dead || e.n() < o.minSamplesIncumbent) continue;
+      if (beats(e, evals[static_cast<size_t>(inc)], o.z)) inc = static_cast<int>(i);
+    }
+    // the most promising candidate that is not yet the incumbent gets more samples
+    int bestId = -1;
+    for (size_t i = 0; i < evals.size(); ++i)
+      if (!evals[i].dead && !evals[i].samples.empty() && (bestId < 0 || evals[i].med() < evals[static_cast<size_t>(bestId)].med()))
+        bestId = static_cast<int>(i);
+    if (bestId >= 0 && bestId != inc) {
+      Eval& b = evals[static_cast<size_t>(bestId)];
+      if (b.finished() && b.n() < o.samplesMax && b.med() < evals[static_cast<size_t>(inc)].med() * (1.0 - o.minMargin))
+        request(bestId, std::min(o.samplesMax, std::max(o.minSamplesIncumbent, b.n() + 2)), true);
+    }
+    double globalBest = HUGE_VAL;
+    for (Sub& s : subs)
+      if (s.state == SubState::kDescend || s.state == SubState::kDone)
+        globalBest = std::min(globalBest, evals[static_cast<size_t>(s.xEval)].med());
+    globalBest = std::min(globalBest, d.med());
+    for (Sub& s : subs)
+      if (s.state == SubState::kDescend) stepSub(s, globalBest);
+    if (barrier <= o.halvingRounds) {  // all alive subspaces finished this iteration: halve
+      bool all = true;
+      for (Sub& s : subs) all = all && (s.state != SubState::kDescend || (s.iter >= barrier && s.nbrs.empty()));
+      if (all) {
+        prune(true);
+        barrier = barrier + 1 > o.halvingRounds ? std::numeric_limits<int>::max() : barrier + 1;
+        for (Sub& s : subs)
+          if (s.state == SubState::kDescend) stepSub(s, globalBest);
+      }
+    }
+    bool busy = !queue.empty();
+    for (Sub& s : subs) busy = busy || s.state == SubState::kDescend;
+    for (const Eval& e : evals) busy = busy || !e.finished();
+    if (!busy && reviveDropped(globalBest)) {
+      for (Sub& s : subs)
+        if (s.state == SubState::kDescend) stepSub(s, globalBest);
+      return;
+    }
+    if (!busy) finishTuning();
+  }
+
+  // Calls of the budget kept for the duel: the duel's calls come out of the same budget (a block a side in
+  // turns of duelRun calls, and its warm-up calls).
+  uint64_t duelReserve() const {
+    const uint64_t turnCalls = static_cast<uint64_t>(std::max(o.duelRun, 1));
+    return o.duelSamples > 0 ? 2 * static_cast<uint64_t>(o.duelSamples) * turnCalls + 6 : 0;
+  }
+
+  // The descent is over with budget left: the subspace the halving dropped with the best median, if within
+  // Options::reviveWithin of the best so far, is descended too. The halving ranks subspaces on a few samples
+  // of one point each, within the noise of each other: in the demo's 256 MiB tasks, ring/simple at 24
+  // channels lost to ring/LL128 by 4 % on 3 samples, LL128's chunk gained nothing, and tuning ended at call
+  // 46 of 144 with NCCL's choice, while ring/simple with a quarter chunk was 5 % faster than it (emulator).
+  // One at a time: the next only when this one's descent is over.
+  bool reviveDropped(double globalBest) {
+    if (keepOverride > 0) return false;  // a warm start trusts its neighbours to narrow the search
+    Sub* pick = nullptr;
+    for (Sub& s : subs) {
+      if (s.state != SubState::kDropped || s.revived || !s.nbrs.empty()) continue;
+      const Eval& x = evals[static_cast<size_t>(s.xEval)];
+      if (x.dead || x.n() == 0 || !(x.med() <= globalBest * (1.0 + std::min(o.reviveWithin, o.probeKeep)))) continue;
+      if (!pick || x.med() < evals[static_cast<size_t>(pick->xEval)].med()) pick = &s;
+    }
+    if (!pick) return false;
+    // room for about two iterations of its descent in each of its dimensions, and the duel after it
+    const uint64_t room = 2 * 2 * static_cast<uint64_t>(o.samplesFirst) * static_cast<uint64_t>(nDims(*pick));
+    if (tuningCallsThisRound + duelReserve() + room >= o.maxTuningCalls) return false;
+    pick->revived = true;
+    pick->state = SubState::kDescend;
+    return true;
+  }
+
+  void thinkPinned() {
+    if (checkEval < 0) return;
+    Eval& c = evals[static_cast<size_t>(checkEval)];
+    if (!c.finished()) return;
+    if (!c.samples.empty() && !refSteady) {
+      // The first check sets the reference: times taken while tuning (other configurations interleaved,
+      // a warm-up burst of back-to-back launches) need not match the job's steady state, and comparing
+      // with them re-tuned tasks that had not moved (nccl-tests on 4 x H200).
+      pinnedRef = c.med();
+      refSteady = true;
+      driftCount = 0;
+    } else if (!c.samples.empty() && pinnedRef > 0) {
+      double ratio = c.med() / pinnedRef;
+      double thr = std::max(o.driftThreshold, 3.0 * pinnedNoise);
+      if (std::fabs(ratio - 1.0) > thr) driftCount++;
+      else driftCount = 0;
+    } else if (!c.samples.empty() && pinnedRef <= 0) {
+      pinnedRef = c.med();  // first measurement of a config pinned unmeasured
+    }
+    checkEval = -1;
+    if (driftCount >= o.driftConfirm) {
+      st.retunes++;
+      hints.clear();
+      hints.push_back(Hint{pinnedCfg, pinnedRef, 0.5});
+      st.convergedAt = kForever;
+      begin(true);
+      return;
+    }
+    if (driftCount == 0) interval = std::min(interval * 2, o.recheckMax);
+    else interval = std::max<uint64_t>(o.recheckFirst / 4, 1);
+    nextCheckAt = checkEnd + interval;
+    nextCheckMs = checkTimeAfterNow();
+  }
+
+  void think() {
+    for (int guard = 0; guard < 8; ++guard) {
+      Mode before = mode;
+      size_t q = queue.size();
+      if (mode == Mode::kVerify) thinkVerify();
+      else if (mode == Mode::kTuning) thinkTuning();
+      else if (mode == Mode::kDuel) thinkDuel();
+      else if (mode == Mode::kPinned) thinkPinned();
+      if (mode == before && queue.size() == q) break;
+    }
+  }
+
+  // Gives up the planned samples that can no longer be expected (see Options::lostAfter).
+  // `ref`: the oldest call the plan must cover now.
+  void expireLost(uint64_t ref) {
+    const uint64_t now = o.clockMs ? o.clockMs() : 0;
+    while (!pending.empty()) {
+      const uint64_t k = pending.begin()->first;
+      const PendingCall pc = pending.begin()->second;
+      const uint64_t behind = ref > k ? ref - k : 0;
+      bool overtaken = anyDelivered && maxDelivered >= k + o.reorderSlack;
+      bool stale = behind > o.lostAfter && (!o.clockMs || now - pc.plannedMs >= o.lostAfterMs);
+      if (!overtaken && !stale && behind <= o.lostAfterHard) break;  // the oldest is still expected
+      pending.erase(pending.begin());
+      giveUp(k, pc);
+    }
+  }
+  // Call k ran untimed (the caller knows): its sample is lost now, not after the rules above.
+  void unmeasured(uint64_t k) {
+    auto it = pending.find(k);
+    if (it == pending.end()) return;
+    const PendingCall pc = it->second;
+    pending.erase(it);
+    giveUp(k, pc);
+  }
+  void giveUp(uint64_t k, const PendingCall& pc) {
+    st.lostSamples++;
+    if (pc.filler) return;
+    givenUp[k] = pc.id;  // a late sample still counts
+    if (givenUp.size() > 4096) givenUp.erase(givenUp.begin());
+    Eval& e = evals[static_cast<size_t>(pc.id)];
+    e.inflight--;
+    e.lostThisRound = true;
+    if (e.inflight == 0) roundOver(e);
+  }
+  void roundOver(Eval& e) {
+    if (e.lostThisRound) {
+      e.lostThisRound = false;
+      if (e.samples.empty()) e.lostRounds++;
+      const int id = static_cast<int>(&e - evals.data());
+      if (e.n() < e.want) {
+        // A drift check is not repeated, and a candidate lost this often is not asked again: it counts
+        // with what arrived; one with no samples at all is abandoned (a check without any: no comparison).
+        if ((mode == Mode::kPinned && id == checkEval) || e.lostRounds >= o.maxLostRounds) {
+          if (e.samples.empty()) e.dead = true;
+          else e.want = e.n();
+        } else {
+          queue.push_back(id);
+        }
+      }
+    }
+  }
+
+  void add(const Segment& s) {
+    segs.push_back(s);
+    planned = s.end;
+    if (s.phase == Phase::kTuning) {
+      st.tuningCalls += s.end - s.begin;
+      tuningCallsThisRound += s.end - s.begin;
+    }
+  }
+  // A waiting call (nothing to explore until samples arrive). While the samples are far behind (a
+  // burst of host run-ahead) such calls do not use up the exploration budget, up to maxWaitCalls per
+  // round; when they are close behind, waiting is part of the search's cost like any other call.
+  void addWaiting(const Segment& s) {
+    const uint64_t newest = anyDelivered ? maxDelivered + 1 : tuningStart;
+    const bool farBehind = s.begin > newest && s.begin - newest > o.freeWaitLag;
+    add(s);
+    uint64_t n = s.end - s.begin;
+    st.waitCalls += n;
+    if (!farBehind) return;
+    waitCallsThisRound += n;
+    if (waitCallsThisRound <= o.maxWaitCalls) {
+      tuningCallsThisRound -= std::min(tuningCallsThisRound, n);
+      st.freeWaitCalls += n;
+    }
+  }
+
+  void schedule(int id, uint64_t n, Phase ph, bool filler = false) {
+    Eval& e = evals[static_cast<size_t>(id)];
+    Segment s{planned, planned + n, e.cfg, ph};
+    s.cfg.measure = true;
+    const uint64_t now = o.clockMs ? o.clockMs() : 0;
+    for (uint64_t k = s.begin; k < s.end; ++k) pending[k] = PendingCall{id, filler, now};
+    if (filler) {
+      addWaiting(s);
+      return;
+    }
+    e.inflight += static_cast<int>(n);
+    add(s);
+  }
+
+  // One turn of alternate(): duelRun calls of one configuration, the sample at position (duelRun - 1) / 2,
+  // the others untimed. With 3, the sample follows its own configuration and is followed by it: what a
+  // call leaves to the next one (tree/simple all_reduce 16 MiB on 2 x H200: one rank idle 25 us after each
+  // kernel, outside its window; the call after it starts late) lands on its own side, and its period ends
+  // at its own configuration's launch.
+  void scheduleTurn(int id) {
+    const int runs = std::max(o.duelRun, 1);
+    const int at = (runs - 1) / 2;
+    for (int r = 0; r < runs; ++r) {
+      if (r == at) {
+        schedule(id, 1, Phase::kTuning);
+        continue;
+      }
+      Segment t{planned, planned + 1, evals[static_cast<size_t>(id)].cfg, Phase::kTuning};
+      t.cfg.measure = false;
+      add(t);
+    }
+  }
+
+  // Two evals measured one turn at a time, alternately (`a` first when *aNext), each up to its want.
+  // -1: both only wait for samples in flight.
+  int alternate(int a, int b, bool* aNext) {
+    auto need = [&](int id) {
+      const Eval& e = evals[static_cast<size_t>(id)];
+      return e.dead ? 0 : e.want - e.n() - e.inflight;
+    };
+    int id = -1;
+    if (*aNext && need(a) > 0) id = a;
+    else if (need(b) > 0) id = b;
+    else if (need(a) > 0) id = a;
+    *aNext = !*aNext;
+    return id;
+  }
+
+  void planOne() {
+    switch (mode) {
+      case Mode::kFinal: {
+        add(Segment{planned, kForever, pinnedCfg, Phase::kFinal});
+        return;
+      }
+      case Mode::kPinned: {
+        if (checkEval >= 0) {  // check still running: stay pinned (untimed) until it reports
+          add(Segment{planned, planned + std::max<uint64_t>(interval / 4, 1), pinnedCfg, Phase::kPinned});
+          return;
+        }
+        // The interval runs from the end of the last check, not from when its samples arrived: a
+        // waiting segment above must not be followed by another check at once (checks every ~70
+        // calls kept GPU timing on in nccl-tests' timed passes).
+        if (planned < nextCheckAt) {
+          add(Segment{planned, nextCheckAt, pinnedCfg, Phase::kPinned});
+          return;
+        }
+        if (nextCheckMs > 0 && o.clockMs() < nextCheckMs) {  // enough calls, not enough time yet
+          // Each end of a waiting segment is a plan lookup on every rank (over TCP for a communicator
+          // spread over processes), so the waits double: a check lands at most about twice as many
+          // calls late as its time needed, after log2 boundaries instead of one every interval/4 calls
+          // (one process per GPU, 2 x H200: a pinned task waited in 64-call segments through every
+          // nccl-tests pass).
+          const uint64_t len = timeWaitLen > 0 ? timeWaitLen : std::max<uint64_t>(interval / 4, 1);
+          timeWaitLen = std::min(len * 2, std::max(o.recheckMax, len));
+          add(Segment{planned, planned + len, pinnedCfg, Phase::kPinned});
+          return;
+        }
+        timeWaitLen = 0;
+        Eval c;
+        c.cfg = pinnedCfg;
+        c.want = o.checkSamples;
+        evals.push_back(c);
+        checkEval = static_cast<int>(evals.size()) - 1;
+        schedule(checkEval, static_cast<uint64_t>(o.checkSamples), Phase::kCheck);
+        checkEnd = planned;
+        return;
+      }
+      case Mode::kVerify: {
+        // NCCL's default first, then alternate with the table's config
+        const int id = alternate(dflt, hintEval, &verifyNextDefault);
+        if (id < 0) {  // waiting for the samples: run the table's config meanwhile (it starts tuned)
+          Segment s{planned, planned + 1, evals[static_cast<size_t>(hintEval)].cfg, Phase::kTuning};
+          s.cfg.measure = false;
+          addWaiting(s);
+          return;
+        }
+        scheduleTurn(id);
+        return;
+      }
+      case Mode::kDuel: {
+        if (tuningCallsThisRound >= o.maxTuningCalls) {
+          // Budget spent: what arrived decides. A side with no sample yet but some in flight (the host
+          // runs ahead of the GPU) is waited for, on NCCL's choice (timed): deciding without it pins what
+          // the tuning samples say, the samples the duel exists to check (one process for 4 x H200:
+          // reduce_scatter 16 MiB pinned ring/simple/22, 5 % slower than NCCL's choice in the duel's own
+          // samples). The lost-sample rules bound the wait.
+          // A side with one sample waits for a second while that is only lagging (no sample of a call 8 or more
+          // later has arrived; one task's kernels run in stream order): a lone sample can be an outlier (a
+          // period across a host pause, 2 x H200), and of two the low median is robust.
+          // So does a side of a second block (duelExtend) short of its samples, planned inside the budget.
+          auto waiting = [&](int id) {
+            const Eval& e = evals[static_cast<size_t>(id)];
+            if (e.inflight == 0) return false;
+            if (e.samples.empty()) return true;
+            if (e.n() >= 2 && !(duelExtended() && e.n() < duelBlock)) return false;
+            for (const auto& [k, pc] : pending)
+              if (pc.id == id && !pc.filler && (!anyDelivered || k + 8 > maxDelivered)) return true;
+            return false;
+          };
+          if (waiting(duelDefault) || waiting(duelInc)) {
+            schedule(duelDefault, 1, Phase::kTuning, true);
+            return;
+          }
+          endDuel();
+          planOne();
+          return;
+        }
+        if (duelWarmups > 0) {
+          // One untimed call of each side first: the first call of a configuration after a while
+          // without it can be several times slow (one process per GPU, 4 x H200: NCCL's choice at
+          // 662 us for 55 us after 40 calls of others) and must not be a duel sample.
+          Segment w{planned, planned + 1, evals[static_cast<size_t>(duelWarmups == 2 ? duelDefault : duelInc)].cfg,
+                    Phase::kTuning};
+          w.cfg.measure = false;
+          --duelWarmups;
+          add(w);
+          return;
+        }
+        int id = alternate(duelDefault, duelInc, &duelNextDefault);
+        if (id < 0 && o.duelExtensions > 0 && !duelAhead && !duelExtended()) {
+          // The block's samples are in flight (the host runs ahead of the GPU): the calls until they arrive
+          // take the second block's turns, so a decision within the margin finds part of its second block
+          // measured or on its way instead of starting it at the end of the budget. Unused if the first
+          // block decides.
+          duelAhead = true;
+          evals[static_cast<size_t>(duelDefault)].want += o.duelSamples;
+          evals[static_cast<size_t>(duelInc)].want += o.duelSamples;
+          id = alternate(duelDefault, duelInc, &duelNextDefault);
+        }
+        if (id < 0) {  // waiting for the samples: the tuned config meanwhile, timed (a later sample
+          schedule(duelInc, 1, Phase::kTuning, true);  // arriving gives up one that never comes)
+          return;
+        }
+        scheduleTurn(id);
+        return;
+      }
+      case Mode::kTuning: {
+        const uint64_t reserve = duelReserve();
+        if (tuningCallsThisRound + reserve >= o.maxTuningCalls) {
+          // Not before NCCL's choice has a sample while some are still in flight (a burst of host
+          // run-ahead spent the budget blind): waiting runs NCCL's choice, which costs nothing against it.
+          const Eval& d = evals[static_cast<size_t>(dflt)];
+          if (!d.dead && d.samples.empty() && d.inflight > 0) {
+            schedule(dflt, 1, Phase::kTuning, true);
+            return;
+          }
+          finishTuning();
+          planOne();
+          return;
+        }
+        while (!queue.empty()) {
+          int id = queue.front();
+          queue.pop_front();
+          Eval& e = evals[static_cast<size_t>(id)];
+          if (e.dead) continue;
+          int need = e.want - e.n() - e.inflight;
+          if (need <= 0) continue;
+          schedule(id, static_cast<uint64_t>(need), Phase::kTuning);
+          return;
+        }
+        // nothing can be decided until samples arrive (host run-ahead): measure a point the descent
+        // is likely to need next, else run the incumbent meanwhile
+        int spec = speculate();
+        if (spec >= 0) {
+          request(spec, o.samplesFirst);
+          queue.pop_back();
+          schedule(spec, static_cast<uint64_t>(o.samplesFirst), Phase::kTuning);
+          return;
+        }
+        schedule(inc, 1, Phase::kTuning, true);
+        return;
+      }
+    }
+  }
+
+  void extend(uint64_t upTo) {
+    expireLost(upTo > o.lead ? upTo - o.lead : 0);
+    while (planned < upTo) {
+      think();
+      planOne();
+    }
+  }
+
+  const Segment& find(uint64_t k) const {
+    static const Segment before{0, 0, Config(), Phase::kFinal};
+    auto it = std::upper_bound(segs.begin(), segs.end(), k, [](uint64_t v, const Segment& s) { return v < s.end; });
+    if (it == segs.end() || !it->contains(k)) return before;  // k < firstCall: not ours
+    return *it;
+  }
+
+  // ---- learned channel ceiling (per pair) -------------------------------------------------
+  // A call of `pair` asked for `asked` channels and ran on `ran`. Fewer by one or two is how the data
+  // divides over the channels (2 x H200, all_gather 4 MiB in one process: 23 asked ran 22, 17 ran 16, 64
+  // ran 64), not a ceiling; nor is any count below one the pair has already run on.
+  void channelsRan(int pair, int asked, int ran) {
+    if (pair < 0 || pair >= kNumAlgos * kNumProtos || ran < 1) return;
+    const int before = pairRan[pair];
+    pairRan[pair] = std::max(pairRan[pair], ran);
+    if (ran + kCapShortfall <= asked && ran >= before) limitChannels(pair, ran);
+  }
+  void limitChannels(int pair, int c) {
+    if (pair < 0 || pair >= kNumAlgos * kNumProtos || c < 1 || c >= pairMax[pair]) return;
+    pairMax[pair] = c;
+    if (pair == defaultPair && sp.ncclChannels > c) sp.ncclChannels = 0;
+    std::vector<std::pair<PointKey, int>> above;
+    for (const auto& [key, id] : evalAt)
+      if (std::get<0>(key) == pair && std::get<1>(key) > c) above.emplace_back(key, id);
+    std::map<int, int> alias;  // merged eval -> the eval that now stands for its point
+    for (const auto& [key, id] : above) {
+      evalAt.erase(key);
+      PointKey nk = normalize(pair, c, std::get<2>(key));
+      auto it = evalAt.find(nk);
+      if (it == evalAt.end()) {  // first of its kind: re-key it (its samples were taken at `c`)
+        evalAt.emplace(nk, id);
+        Eval& e = evals[static_cast<size_t>(id)];
+        bool m = e.cfg.measure;
+        e.cfg = configOf(nk);
+        e.cfg.measure = m;
+      } else {
+        mergeEval(id, it->second);
+        alias[id] = it->second;
+      }
+    }
+    auto fix = [&](int& id) {
+      auto a = alias.find(id);
+      if (a != alias.end()) id = a->second;
+    };
+    fix(inc);
+    fix(hintEval);
+    for (Sub& s : subs) {
+      fix(s.xEval);
+      if (s.pair == pair) s.ch = std::min(s.ch, c);
+      for (auto& nb : s.nbrs) {
+        fix(nb.second);
+        if (std::get<0>(nb.first) == pair) std::get<1>(nb.first) = std::min(std::get<1>(nb.first), c);
+      }
+    }
+    for (auto& kv : pending) fix(kv.second.id);
+    for (auto& kv : givenUp) fix(kv.second);
+    for (int& q : queue) fix(q);
+    auto clampCfg = [&](Config& cfg) {
+      if (!cfg.isDefault() && cfg.algo * kNumProtos + cfg.proto == pair && cfg.channels > c) cfg.channels = c;
+    };
+    clampCfg(pinnedCfg);
+    if (checkEval >= 0) clampCfg(evals[static_cast<size_t>(checkEval)].cfg);
+    think();
+  }
+  // `from` measured the same point as `to`: its samples and outstanding calls move to `to`.
+  void mergeEval(int from, int to) {
+    Eval& f = evals[static_cast<size_t>(from)];
+    Eval& t = evals[static_cast<size_t>(to)];
+    t.samples.insert(t.samples.end(), f.samples.begin(), f.samples.end());
+    t.inflight += f.inflight;
+    t.want = std::max(t.want, f.want);
+    if (!t.samples.empty() || t.inflight > 0) t.dead = false;
+    Config cfg = t.cfg;
+    f = Eval();
+    f.cfg = cfg;
+    f.dead = true;  // no longer referenced by anything
+    if (st.candidates > 0) st.candidates--;
+  }
+
+  void sample(uint64_t k, double us, double alt) {
+    const bool valid = std::isfinite(us) && us > 0;
+    if (valid && k < planned && (!anyDelivered || k > maxDelivered)) {
+      anyDelivered = true;
+      maxDelivered = k;
+    }
+    auto it = pending.find(k);
+    if (it == pending.end()) {
+      lateSample(k, us, alt, valid);
+      if (valid) expireLost(0);  // calls overtaken by this one are lost
+      return;
+    }
+    const int id = it->second.id;
+    const bool filler = it->second.filler;
+    const bool prior = it->second.prior;
+    Eval& e = evals[static_cast<size_t>(id)];
+    pending.erase(it);
+    if (!filler) e.inflight--;
+    if (valid) {
+      record(e, us, alt);
+      if (prior) st.priorSamples++;
+    } else if (!filler) {
+      e.lostThisRound = true;
+    }
+    if (!filler && e.inflight == 0) roundOver(e);
+    expireLost(0);
+    think();
+  }
+  // A sample of a call given up as lost: still a valid measurement of its configuration.
+  void lateSample(uint64_t k, double us, double alt, bool valid) {
+    auto g = givenUp.find(k);
+    if (g == givenUp.end()) return;
+    Eval& e = evals[static_cast<size_t>(g->second)];
+    givenUp.erase(g);
+    if (!valid || e.dead) return;
+    record(e, us, alt);
+    st.lateSamples++;
+    think();
+  }
+  // One GPU time of e's configuration, as the objective values it.
+  void record(Eval& e, double us, double alt) {
+    int effCh = e.cfg.isDefault() ? sp.ncclChannels : e.cfg.channels;
+    if (effCh <= 0) effCh = sp.ncclChannels > 0 ? sp.ncclChannels : sp.maxChannels;
+    const double v = o.objective(e.cfg, effCh, us);
+    if (mode == Mode::kTuning && dflt >= 0 && &e != &evals[static_cast<size_t>(dflt)]) {
+      const Eval& d = evals[static_cast<size_t>(dflt)];
+      if (!d.samples.empty()) {
+        st.regretMicros += v - d.med();
+        // One far slower sample is enough: the candidate gets no more (its pending calls still run).
+        const double ref = inc >= 0 && !evals[static_cast<size_t>(inc)].samples.empty() ? evals[static_cast<size_t>(inc)].med() : d.med();
+        if (o.abandonAbove > 0 && e.samples.empty() && v > ref * (1.0 + o.abandonAbove)) {
+          e.want = 1;
+          st.abandoned++;
+        }
+      }
+    }
+    e.samples.push_back(v);
+    if (std::isfinite(alt) && alt > 0) e.alt.push_back(o.objective(e.cfg, effCh, alt));
+    st.samples++;
+  }
+  // Whether exploration may go on under Options::regretBudget, NCCL's median being `dmed`.
+  bool regretAllowed(double dmed) const {
+    const double calls = static_cast<double>(tuningCallsThisRound);
+    return st.regretMicros <= (o.regretBudget * calls + o.regretAllowance) * dmed;
+  }
+};
+
+TaskSearch::TaskSearch(const Space& space, Options opt, std::vector<Hint> hints)
+    : impl_(std::make_unique<Impl>(space, std::move(opt), std::move(hints))) {}
+TaskSearch::~TaskSearch() = default;
+
+Segment TaskSearch::segmentFor(uint64_t k) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (k >= impl_->planned || impl_->planned - k < impl_->o.lead) {
+    uint64_t want = k + impl_->o.lead;
+    if (want < k) want = kForever;
+    if (impl_->planned < want && impl_->mode != Impl::Mode::kFinal) impl_->extend(want);
+    else if (impl_->planned <= k) impl_->extend(k + 1);
+  }
+  return impl_->find(k);
+}
+
+std::vector<Segment> TaskSearch::extendTo(uint64_t upTo) {
+  std::lock_guard<std::mutex> lk(mu_);
+  size_t n0 = impl_->segs.size();
+  if (impl_->planned < upTo) impl_->extend(upTo);
+  return std::vector<Segment>(impl_->segs.begin() + static_cast<std::ptrdiff_t>(n0), impl_->segs.end());
+}
+
+std::vector<Segment> TaskSearch::plan() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return impl_->segs;
+}
+uint64_t TaskSearch::plannedUpTo() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return impl_->planned;
+}
+void TaskSearch::addSample(uint64_t k, double gpuMicros, double altMicros) {
+  std::lock_guard<std::mutex> lk(mu_);
+  impl_->sample(k, gpuMicros, altMicros);
+}
+void TaskSearch::unmeasured(uint64_t k) {
+  std::lock_guard<std::mutex> lk(mu_);
+  impl_->unmeasured(k);
+}
+void TaskSearch::channelsRan(int algo, int proto, int requested, int used) {
+  if (used < 1 || requested < 1 || algo < 0 || algo >= kNumAlgos || proto < 0 || proto >= kNumProtos) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  impl_->channelsRan(algo * kNumProtos + proto, requested, used);
+}
+bool TaskSearch::provisional(Config* cfg, double* micros, double* defaultMicros) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  const Impl& m = *impl_;
+  if (m.mode != Impl::Mode::kTuning && m.mode != Impl::Mode::kDuel) return false;
+  if (m.inc < 0 || m.dflt < 0 || m.inc == m.dflt) return false;
+  const auto& i = m.evals[static_cast<size_t>(m.inc)];
+  const auto& d = m.evals[static_cast<size_t>(m.dflt)];
+  if (i.n() < m.o.minSamplesIncumbent || d.samples.empty() || !m.beats(i, d, m.o.z)) return false;
+  *cfg = i.cfg;
+  cfg->measure = false;
+  *micros = i.med();
+  *defaultMicros = d.med();
+  return true;
+}
+void TaskSearch::unprofiled() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (impl_->mode != Impl::Mode::kFinal) impl_->toFinal(Config());
+}
+bool TaskSearch::converged() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return impl_->mode == Impl::Mode::kPinned || impl_->mode == Impl::Mode::kFinal;
+}
+Config TaskSearch::best() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (impl_->mode == Impl::Mode::kPinned || impl_->mode == Impl::Mode::kFinal) return impl_->pinnedCfg;
+  if (impl_->inc < 0) return Config();
+  Config c = impl_->evals[static_cast<size_t>(impl_->inc)].cfg;
+  c.measure = false;
+  return c;
+}
+Stats TaskSearch::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return impl_->st;
+}
+
+std::vector<Hint> hintsFor(const std::vector<TableEntry>& table, int coll, uint64_t bytes, int pipe) {
+  const TableEntry* lo = nullptr;
+  const TableEntry* hi = nullptr;
+  for (const TableEntry& e : table) {
+    if (e.coll != coll || e.pipe != pipe || e.bytes == 0) continue;
+    if (e.bytes == bytes) return {Hint{e.cfg, e.micros, 0.0}};
+    if (e.bytes < bytes && (!lo || e.bytes > lo->bytes)) lo = &e;
+    if (e.bytes > bytes && (!hi || e.bytes < hi->bytes)) hi = &e;
+  }
+  std::vector<Hint> out;
+  auto dist = [&](const TableEntry* e) {
+    return std::fabs(std::log2(static_cast<double>(bytes)) - std::log2(static_cast<double>(e->bytes)));
+  };
+  for (const TableEntry* e : {lo, hi})
+    if (e && dist(e) <= 3.0) out.push_back(Hint{e->cfg, e->micros, dist(e)});  // within 8x in size
+  std::sort(out.begin(), out.end(), [](const Hint& a, const Hint& b) { return a.distance < b.distance; });
+  return out;
+}
+
+}  // namespace autoccl::search

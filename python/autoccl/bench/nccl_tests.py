@@ -1,0 +1,697 @@
+"""`autoccl bench nccl-tests`: NVIDIA's nccl-tests under plain NCCL and under autoccl modes, launched in
+interleaved passes (plain, tuned, plain, tuned, ...) on one machine, with each pass's ratio to plain NCCL,
+its spread and confidence interval, and the plain-vs-plain spread that says how much of a difference is
+noise. Plain NCCL alone moves by up to a third between two launches on the machines this was built on, so
+a single pair of launches proves nothing either way.
+
+A mode is a name and the `autoccl run` options that make it (none: plain NCCL). Every autoccl mode gets
+its own tuning cache under the output directory, so the first pass of `online` starts cold and later
+passes start from the table the earlier ones wrote, as a user's second job would.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autoccl.bench.trace import read_records, trace_files
+from autoccl.tuner_env import OWN_PREFIXES, PLUGIN_VARS, SAFETY_ENV
+
+COLLS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "reduce")
+LAUNCHES = ("single", "mpi")
+
+# Built-in modes: `autoccl run` options (None: plain NCCL, no plugin). `{empty}` is a cache directory
+# that never holds a table.
+BUILTIN_MODES: dict[str, list[str] | None] = {
+    "plain": None,
+    "online": [],
+    "observe": ["--mode", "observe"],
+    "idle": ["--mode", "table", "--cache-dir", "{empty}"],
+    "table": ["--mode", "table"],
+}
+
+# A result row of nccl-tests' text output: size count type redop root, then time algbw busbw #wrong for
+# out-of-place and for in-place (#wrong is N/A without -c).
+_ROW = re.compile(
+    r"^\s+(\d+)\s+(\d+)\s+(\w+)\s+(\S+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)"
+    r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)"
+)
+
+
+class BenchError(Exception):
+    """A usage or environment problem, reported as one sentence."""
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    run_args: tuple[str, ...] | None  # None: plain NCCL
+    env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def plain(self) -> bool:
+        return self.run_args is None
+
+
+def parse_mode(text: str) -> Mode:
+    """`NAME` (built-in) or `NAME:ARGS`, ARGS being `autoccl run` options and VAR=VALUE assignments, e.g.
+    `observe-kernel:--mode observe AUTOCCL_CLOCK=kernel` or `plain64:plain NCCL_MIN_CTAS=64`."""
+    name, sep, rest = text.partition(":")
+    name = name.strip()
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise BenchError(f"mode name {name!r} must be letters, digits, '.', '_' or '-'")
+    if not sep:
+        if name not in BUILTIN_MODES:
+            raise BenchError(
+                f"unknown mode {name!r}: built-in modes are {', '.join(BUILTIN_MODES)}; "
+                "give others as NAME:ARGS (autoccl run options, VAR=VALUE)"
+            )
+        args = BUILTIN_MODES[name]
+        return Mode(name, None if args is None else tuple(args))
+    tokens = shlex.split(rest)
+    env = tuple(
+        (t.split("=", 1)[0], t.split("=", 1)[1]) for t in tokens if re.match(r"^[A-Z_][A-Z0-9_]*=", t)
+    )
+    args = [t for t in tokens if not re.match(r"^[A-Z_][A-Z0-9_]*=", t)]
+    if args[:1] == ["plain"]:
+        if len(args) > 1:
+            raise BenchError(f"mode {name!r}: 'plain' takes no autoccl options, only VAR=VALUE")
+        return Mode(name, None, env)
+    return Mode(name, tuple(args), env)
+
+
+def parse_rows(text: str) -> list[dict[str, Any]]:
+    """nccl-tests' result rows (out-of-place `oop_*`, in-place `ip_*`; `*_wrong` None without -c)."""
+    rows: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        m = _ROW.match(line)
+        if not m:
+            continue
+        g = m.groups()
+
+        def wrong(s: str) -> int | None:
+            return None if s == "N/A" else int(float(s))
+
+        rows.append(
+            {
+                "bytes": int(g[0]),
+                "count": int(g[1]),
+                "dtype": g[2],
+                "oop_time_us": float(g[5]),
+                "oop_busbw_gbs": float(g[7]),
+                "oop_wrong": wrong(g[8]),
+                "ip_time_us": float(g[9]),
+                "ip_busbw_gbs": float(g[11]),
+                "ip_wrong": wrong(g[12]),
+            }
+        )
+    return rows
+
+
+def size_arg(text: str) -> int:
+    """Bytes from `1M`, `512K`, `1G`, `4096` (binary units)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)B?\s*", text, re.IGNORECASE)
+    if not m:
+        raise BenchError(f"size {text!r} is not a number of bytes with an optional K, M or G")
+    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
+
+
+def cross_rank_agreement(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Every rank of a communicator must have applied the same configuration on the k-th call of a task
+    (from the plugin's `call` trace records of every process of a launch)."""
+    applied: dict[tuple[Any, ...], dict[Any, tuple[Any, ...]]] = {}
+    for rec in records:
+        if rec.get("ev") != "call":
+            continue
+        key = (rec.get("comm"), rec.get("coll"), rec.get("bytes"), rec.get("pipe"), rec.get("call"))
+        cfg = tuple(rec.get(k) for k in ("algo", "proto", "channels", "chunk", "chunk_halvings"))
+        applied.setdefault(key, {})[rec.get("rank")] = cfg
+    divergent = [k for k, per_rank in applied.items() if len(set(per_rank.values())) > 1]
+    return {
+        "calls_compared": sum(1 for per_rank in applied.values() if len(per_rank) > 1),
+        "divergent_calls": len(divergent),
+        "divergent_examples": [str(k) for k in divergent[:3]],
+    }
+
+
+def pinned_tasks(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The authority's per-task summaries (`task` records of rank 0): what was pinned, against NCCL's."""
+    out = []
+    for rec in records:
+        if rec.get("ev") == "task" and rec.get("rank") == 0:
+            out.append(
+                {
+                    k: rec.get(k)
+                    for k in (
+                        "coll",
+                        "bytes",
+                        "calls",
+                        "source",
+                        "algo",
+                        "proto",
+                        "channels",
+                        "chunk_halvings",
+                        "nccl_algo",
+                        "nccl_proto",
+                        "nccl_channels",
+                        "gain",
+                        "converged_at",
+                        "default_us",
+                        "best_us",
+                        "samples",
+                        "median_us",
+                        "small_task",
+                        "table_default",
+                        "regret_us",
+                        "regret_stop",
+                    )
+                    if k in rec
+                }
+            )
+    return out
+
+
+@dataclass
+class Plan:
+    bin_dir: Path
+    out: Path
+    colls: list[str]
+    modes: list[Mode]
+    launches: list[str]
+    gpus: int
+    begin: int
+    end: int
+    factor: int
+    warmup: int
+    iters: int
+    passes: int
+    timeout: float
+    trace: bool = False
+    extra_args: list[str] = field(default_factory=list)
+    mpirun: str = "mpirun"
+    baseline: str = "plain"
+
+    def binary(self, coll: str, launch: str) -> Path:
+        return self.bin_dir / (f"{coll}_perf_mpi" if launch == "mpi" else f"{coll}_perf")
+
+    def validate(self) -> None:
+        if not self.bin_dir.is_dir():
+            raise BenchError(f"--bin {self.bin_dir}: no such directory (build nccl-tests there first)")
+        for coll in self.colls:
+            if coll not in COLLS:
+                raise BenchError(f"unknown collective {coll!r}: expected some of {', '.join(COLLS)}")
+            for launch in self.launches:
+                exe = self.binary(coll, launch)
+                if not os.access(exe, os.X_OK):
+                    hint = " (build nccl-tests with MPI=1 for --launch mpi)" if launch == "mpi" else ""
+                    raise BenchError(f"{exe} is missing or not executable{hint}")
+        if "mpi" in self.launches and shutil.which(self.mpirun) is None:
+            raise BenchError(f"--launch mpi needs {self.mpirun!r} on PATH")
+        names = [m.name for m in self.modes]
+        if len(set(names)) != len(names):
+            raise BenchError(f"mode names must differ: {', '.join(names)}")
+        if self.baseline not in names:
+            raise BenchError(f"the baseline mode {self.baseline!r} is not among --mode ({', '.join(names)})")
+        if self.gpus < 1:
+            raise BenchError("--gpus must be at least 1")
+        if self.passes < 1:
+            raise BenchError("--passes must be at least 1")
+        if not (0 < self.begin <= self.end):
+            raise BenchError("the sizes must satisfy 0 < --begin <= --end")
+        if self.factor < 2:
+            raise BenchError("--factor must be at least 2")
+
+
+def child_env(mode: Mode, base: Mapping[str, str]) -> dict[str, str]:
+    """The launch's environment: ours removed (a plain run really is plain), multicast off, the mode's
+    own assignments on top."""
+    env = {
+        k: v
+        for k, v in base.items()
+        if k == "AUTOCCL_LIB_DIR" or (not k.startswith(OWN_PREFIXES) and k not in PLUGIN_VARS)
+    }
+    env.update(SAFETY_ENV)
+    env.update(dict(mode.env))
+    return env
+
+
+def launch_command(plan: Plan, mode: Mode, coll: str, launch: str, pass_no: int) -> list[str]:
+    exe = str(plan.binary(coll, launch))
+    nt = [
+        "-b",
+        str(plan.begin),
+        "-e",
+        str(plan.end),
+        "-f",
+        str(plan.factor),
+        "-w",
+        str(plan.warmup),
+        "-n",
+        str(plan.iters),
+        "-c",
+        "1",
+        *plan.extra_args,
+    ]
+    if launch == "mpi":
+        body = [plan.mpirun, "-np", str(plan.gpus), exe, "-g", "1", *nt]
+    else:
+        body = [exe, "-g", str(plan.gpus), *nt]
+    if mode.plain:
+        return body
+    assert mode.run_args is not None
+    args = [a.replace("{empty}", str(plan.out / "cache" / "empty")) for a in mode.run_args]
+    if "--cache-dir" not in args:
+        args += ["--cache-dir", str(plan.out / "cache" / f"{mode.name}-{launch}")]
+    if plan.trace:
+        args += ["--trace", str(trace_prefix(plan, mode, coll, launch, pass_no))]
+    return [sys.executable, "-m", "autoccl", "run", *args, "--", *body]
+
+
+def trace_prefix(plan: Plan, mode: Mode, coll: str, launch: str, pass_no: int) -> Path:
+    return plan.out / "traces" / mode.name / f"p{pass_no}_{coll}_{launch}"
+
+
+def run_plan(plan: Plan, progress: Callable[[str, int, int], None] | None = None) -> list[dict[str, Any]]:
+    """Every launch, interleaved: for each pass, each launch kind, each collective, each mode in turn.
+    Returns one record per launch (rows, return code, duration, data errors, trace checks)."""
+    plan.validate()
+    (plan.out / "logs").mkdir(parents=True, exist_ok=True)
+    (plan.out / "cache" / "empty").mkdir(parents=True, exist_ok=True)
+    results_path = plan.out / "launches.jsonl"
+    done = _read_done(results_path)
+    total = plan.passes * len(plan.launches) * len(plan.colls) * len(plan.modes)
+    count = 0
+    records: list[dict[str, Any]] = list(done.values())
+    with open(results_path, "a") as sink:
+        for p in range(plan.passes):
+            for launch in plan.launches:
+                for coll in plan.colls:
+                    for mode in plan.modes:
+                        count += 1
+                        key = (p, launch, coll, mode.name)
+                        if key in done:  # a resumed run keeps what an earlier one measured
+                            continue
+                        rec = _one_launch(plan, mode, coll, launch, p)
+                        records.append(rec)
+                        sink.write(json.dumps(rec) + "\n")
+                        sink.flush()
+                        if progress:
+                            progress("launches", count, total)
+    return records
+
+
+def read_launches(outdir: Path) -> list[dict[str, Any]]:
+    """The launches an earlier run recorded in OUTDIR/launches.jsonl (a torn last line is skipped); where
+    the traces are still in OUTDIR/traces, what was pinned and the agreement are read from them again."""
+    path = outdir / "launches.jsonl"
+    if not path.is_file():
+        raise BenchError(f"{path} does not exist: nothing to summarise")
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            prefix = (
+                outdir
+                / "traces"
+                / str(rec.get("mode"))
+                / f"p{rec.get('pass')}_{rec.get('coll')}_{rec.get('launch')}"
+            )
+            files = trace_files(str(prefix))
+            if files:
+                recs = read_records(files)
+                rec["agreement"] = cross_rank_agreement(recs)
+                rec["pinned"] = pinned_tasks(recs)
+            out.append(rec)
+    return out
+
+
+def _read_done(path: Path) -> dict[tuple[Any, ...], dict[str, Any]]:
+    done: dict[tuple[Any, ...], dict[str, Any]] = {}
+    if not path.is_file():
+        return done
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short when an earlier run was killed
+        if isinstance(rec, dict) and rec.get("rc") == 0:
+            done[(rec["pass"], rec["launch"], rec["coll"], rec["mode"])] = rec
+    return done
+
+
+def _one_launch(plan: Plan, mode: Mode, coll: str, launch: str, pass_no: int) -> dict[str, Any]:
+    cmd = launch_command(plan, mode, coll, launch, pass_no)
+    env = child_env(mode, os.environ)
+    log = plan.out / "logs" / f"p{pass_no}_{launch}_{coll}_{mode.name}.log"
+    if plan.trace and not mode.plain:
+        trace_prefix(plan, mode, coll, launch, pass_no).parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(
+            cmd, env=env, capture_output=True, text=True, timeout=plan.timeout, start_new_session=True
+        )
+        rc, out = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as e:
+        rc = 124
+        out = _text(e.stdout) + _text(e.stderr) + f"\nautoccl bench: killed after {plan.timeout:.0f} s\n"
+    wall = time.monotonic() - t0
+    log.write_text(" ".join(shlex.quote(c) for c in cmd) + "\n" + out)
+    rows = parse_rows(out)
+    rec: dict[str, Any] = {
+        "pass": pass_no,
+        "launch": launch,
+        "coll": coll,
+        "mode": mode.name,
+        "rc": rc,
+        "wall_s": round(wall, 2),
+        "rows": rows,
+        "data_errors": sum((r["oop_wrong"] or 0) + (r["ip_wrong"] or 0) for r in rows),
+        "log": str(log.relative_to(plan.out)),
+    }
+    if rc == 0 and not rows:
+        rec["rc"] = -1
+        rec["error"] = "no result rows in the output"
+    elif rc != 0:
+        rec["error"] = out.strip().splitlines()[-1][:300] if out.strip() else f"exit code {rc}"
+    if plan.trace and not mode.plain:
+        recs = read_records(trace_files(str(trace_prefix(plan, mode, coll, launch, pass_no))))
+        rec["agreement"] = cross_rank_agreement(recs)
+        rec["pinned"] = pinned_tasks(recs)
+    return rec
+
+
+def _text(b: bytes | str | None) -> str:
+    if b is None:
+        return ""
+    return b if isinstance(b, str) else b.decode(errors="replace")
+
+
+# ------------------------------------------------------------------------------------------ statistics
+
+
+def _quantile(xs: Sequence[float], q: float) -> float:
+    s = sorted(xs)
+    if not s:
+        return math.nan
+    pos = q * (len(s) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def _median(xs: Sequence[float]) -> float:
+    return _quantile(xs, 0.5)
+
+
+def _geomean(xs: Sequence[float]) -> float:
+    xs = [x for x in xs if x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
+
+
+def _bootstrap(
+    samples: Sequence[Sequence[float]], stat: Callable[[list[Sequence[float]]], float], n: int = 2000
+) -> tuple[float, float]:
+    """95 % interval of `stat` over passes resampled with replacement (seeded: reports are reproducible)."""
+    import numpy as np
+
+    rng = np.random.default_rng(12345)
+    k = len(samples)
+    if k < 2:
+        v = stat(list(samples))
+        return v, v
+    vals = []
+    for _ in range(n):
+        idx = rng.integers(0, k, size=k)
+        vals.append(stat([samples[i] for i in idx]))
+    return float(np.quantile(vals, 0.025)), float(np.quantile(vals, 0.975))
+
+
+def _pass_geomean(by_cell: list[dict[str, float]]) -> Callable[[list[Sequence[float]]], float]:
+    """The statistic the bootstrap draws passes for: each cell's median over the drawn passes it has, then
+    the geometric mean over cells (a draw is a list of one-element pass ids)."""
+
+    def stat(drawn: list[Sequence[float]]) -> float:
+        picked = [str(int(d[0])) for d in drawn]
+        meds = [_median([c[p] for p in picked if p in c]) for c in by_cell]
+        return _geomean([x for x in meds if not math.isnan(x)])
+
+    return stat
+
+
+def summarize(
+    records: Sequence[Mapping[str, Any]], baseline: str = "plain", min_bytes: int = 4 << 20
+) -> dict[str, Any]:
+    """Per (launch, collective, size) and mode: busbw per pass, the ratio to the baseline of the same pass
+    (median, min, max, bootstrap 95 % interval), and the baseline's own spread across passes; per mode and
+    launch: the geometric mean of the median ratios over cells >= min_bytes, the worst cell, data errors,
+    failed launches and divergent calls."""
+    busbw: dict[tuple[str, str, int, str], dict[int, float]] = {}
+    for rec in records:
+        if rec.get("rc") != 0:
+            continue
+        for row in rec["rows"]:
+            key = (rec["launch"], rec["coll"], int(row["bytes"]), rec["mode"])
+            busbw.setdefault(key, {})[int(rec["pass"])] = float(row["oop_busbw_gbs"])
+    modes = sorted({m for (_, _, _, m) in busbw}, key=lambda m: (m != baseline, m))
+    cells = sorted({(la, c, b) for (la, c, b, _) in busbw})
+    out_cells = []
+    for la, coll, b in cells:
+        base = busbw.get((la, coll, b, baseline), {})
+        base_vals = list(base.values())
+        cell: dict[str, Any] = {
+            "launch": la,
+            "coll": coll,
+            "bytes": b,
+            "baseline_busbw": _median(base_vals) if base_vals else None,
+            # plain vs plain: how far two launches of the baseline land apart (max/min - 1)
+            "baseline_spread": (max(base_vals) / min(base_vals) - 1)
+            if len(base_vals) > 1 and min(base_vals) > 0
+            else None,
+            "modes": {},
+        }
+        for m in modes:
+            if m == baseline:
+                continue
+            vals = busbw.get((la, coll, b, m), {})
+            by_pass = {p: vals[p] / base[p] for p in sorted(vals) if p in base and base[p] > 0}
+            ratios = list(by_pass.values())
+            if not ratios:
+                continue
+            lo, hi = _bootstrap([[r] for r in ratios], lambda s: _median([x[0] for x in s]))
+            cell["modes"][m] = {
+                "busbw": _median(list(vals.values())),
+                "ratios": [round(r, 4) for r in ratios],
+                "ratio_by_pass": {str(p): round(r, 4) for p, r in by_pass.items()},
+                "ratio": _median(ratios),
+                "ratio_min": min(ratios),
+                "ratio_max": max(ratios),
+                "ci95": [lo, hi],
+            }
+        out_cells.append(cell)
+    overall: dict[str, Any] = {}
+    for m in modes:
+        if m == baseline:
+            continue
+        for la in sorted({c["launch"] for c in out_cells}):
+            sel = [c for c in out_cells if c["launch"] == la and m in c["modes"]]
+            big = [c for c in sel if c["bytes"] >= min_bytes]
+            geo = _geomean([c["modes"][m]["ratio"] for c in big]) if big else math.nan
+            # The interval resamples whole passes (a pass's launches share the machine's state): per resample,
+            # each cell's median over the passes drawn that it has, then the geometric mean over cells.
+            pass_ids = sorted({p for c in big for p in c["modes"][m]["ratio_by_pass"]})
+
+            by_cell = [c["modes"][m]["ratio_by_pass"] for c in big]
+            geo_of = _pass_geomean(by_cell)
+            lo, hi = _bootstrap([[float(p)] for p in pass_ids], geo_of) if pass_ids else (math.nan, math.nan)
+            worst = min(sel, key=lambda c: c["modes"][m]["ratio"]) if sel else None
+            mrecs = [r for r in records if r["mode"] == m and r["launch"] == la]
+            overall[f"{m}/{la}"] = {
+                "mode": m,
+                "launch": la,
+                "cells": len(sel),
+                "geomean_ge_min_bytes": geo,
+                "geomean_ci95": [lo, hi],
+                "min_bytes": min_bytes,
+                "worst_cell": None
+                if worst is None
+                else {"coll": worst["coll"], "bytes": worst["bytes"], "ratio": worst["modes"][m]["ratio"]},
+                "cells_below_0.98": sum(1 for c in sel if c["modes"][m]["ratio"] < 0.98),
+                "data_errors": sum(int(r.get("data_errors", 0)) for r in mrecs),
+                "failed_launches": sum(1 for r in mrecs if r.get("rc") != 0),
+                "divergent_calls": sum(int(r.get("agreement", {}).get("divergent_calls", 0)) for r in mrecs),
+                "calls_compared": sum(int(r.get("agreement", {}).get("calls_compared", 0)) for r in mrecs),
+            }
+    base_spreads = [c["baseline_spread"] for c in out_cells if c["baseline_spread"] is not None]
+    return {
+        "baseline": baseline,
+        "cells": out_cells,
+        "overall": overall,
+        "baseline_spread_median": _median(base_spreads) if base_spreads else None,
+        "baseline_spread_max": max(base_spreads) if base_spreads else None,
+    }
+
+
+def task_table(records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> str:
+    """Where the time goes, per traced launch and size (mode online): the calls the tuner spent before its
+    configuration stopped changing, what it pinned against NCCL's choice, the kernel times it measured of
+    both, and what the caller saw (this launch's busbw over plain NCCL's of the same pass)."""
+    ratio: dict[tuple[Any, ...], float] = {}
+    base: dict[tuple[Any, ...], float] = {}
+    for r in records:
+        if r.get("rc") != 0:
+            continue
+        for row in r["rows"]:
+            key = (r["pass"], r["launch"], r["coll"], int(row["bytes"]))
+            if r["mode"] == summary["baseline"]:
+                base[key] = float(row["oop_busbw_gbs"])
+            else:
+                mode_key = (*key, r["mode"])
+                ratio[mode_key] = float(row["oop_busbw_gbs"])
+    lines = [
+        "| pass | launch | collective | size | mode | pinned | NCCL ran | converged at call "
+        "| kernel µs NCCL → pinned | kernel gain | small task | caller's busbw / plain |",
+        "| ---: | --- | --- | ---: | --- | --- | --- | ---: | ---: | ---: | --- | ---: |",
+    ]
+    for r in sorted(records, key=lambda x: (x["pass"], x["launch"], x["coll"], x["mode"])):
+        for t in sorted(r.get("pinned", []), key=lambda t: int(t.get("bytes", 0))):
+            cell = (r["pass"], r["launch"], r["coll"], int(t["bytes"]))
+            b = base.get(cell)
+            mode_cell = (*cell, r["mode"])
+            got = ratio.get(mode_cell)
+            seen = f"{got / b:.3f}" if got and b else "—"
+            pinned = (
+                f"{t.get('algo')}/{t.get('proto')}/{t.get('channels')}" if t.get("algo") else "NCCL's choice"
+            )
+            nccl_pair = f"{str(t.get('nccl_algo', '')).lower()}/{str(t.get('nccl_proto', '')).lower()}"
+            nccl = f"{nccl_pair}/{t.get('nccl_channels')}"
+            conv = t.get("converged_at")
+            conv_text = str(conv) if conv is not None else "—"
+            d, bu = t.get("default_us") or 0.0, t.get("best_us") or 0.0
+            kern = f"{d:.1f} → {bu:.1f}" if d and bu else "—"
+            gain = f"{100 * float(t.get('gain') or 0):+.1f} %"
+            small = "yes" if t.get("small_task") else ""
+            lines.append(
+                f"| {r['pass']} | {r['launch']} | {r['coll']} | {_mib(int(t['bytes']))} | {r['mode']} "
+                f"| {pinned} | {nccl} | {conv_text} | {kern} | {gain} | {small} | {seen} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _mib(b: int) -> str:
+    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+
+
+def markdown(summary: Mapping[str, Any], header: str = "") -> str:
+    """The summary as markdown: one row per mode and launch, then every cell."""
+    lines = [header] if header else []
+    lines += [
+        "| mode | launch | geomean ≥ 4 MiB (95 % CI) | worst cell | cells < 0.98× | data errors "
+        "| failed launches | divergent calls |",
+        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for o in summary["overall"].values():
+        w = o["worst_cell"]
+        worst = f"{w['coll']} {_mib(w['bytes'])} {w['ratio']:.3f}×" if w else "—"
+        ci = o["geomean_ci95"]
+        lines.append(
+            f"| {o['mode']} | {o['launch']} | {o['geomean_ge_min_bytes']:.3f}× ({ci[0]:.3f}–{ci[1]:.3f}) "
+            f"| {worst} | "
+            f"{o['cells_below_0.98']} of {o['cells']} | {o['data_errors']} | {o['failed_launches']} | "
+            f"{o['divergent_calls']} of {o['calls_compared']} |"
+        )
+    sp_med, sp_max = summary.get("baseline_spread_median"), summary.get("baseline_spread_max")
+    if sp_med is not None and sp_max is not None:
+        lines += [
+            "",
+            f"{summary['baseline']} vs {summary['baseline']} (max/min − 1 over passes, per cell): median "
+            f"{100 * sp_med:.1f} %, largest {100 * sp_max:.1f} %.",
+        ]
+    modes = list(dict.fromkeys(m for c in summary["cells"] for m in c["modes"]))
+    lines += [
+        "",
+        "| launch | collective | size | "
+        + summary["baseline"]
+        + " busbw GB/s | spread | "
+        + " | ".join(f"{m} ratio [min–max]" for m in modes)
+        + " |",
+        "| --- | --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in modes) + " |",
+    ]
+    for c in summary["cells"]:
+        vals = []
+        for m in modes:
+            r = c["modes"].get(m)
+            vals.append(f"{r['ratio']:.3f} [{r['ratio_min']:.2f}–{r['ratio_max']:.2f}]" if r else "—")
+        base = f"{c['baseline_busbw']:.1f}" if c["baseline_busbw"] is not None else "—"
+        spread = f"{100 * c['baseline_spread']:.1f} %" if c["baseline_spread"] is not None else "—"
+        lines.append(
+            f"| {c['launch']} | {c['coll']} | {_mib(c['bytes'])} | {base} | {spread} | "
+            + " | ".join(vals)
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: Mapping[str, Any], path: Path) -> Path | None:
+    """Ratio to the baseline per size, a row of panels per launch kind and a column per collective: the
+    median with its min–max over passes, and the baseline's own spread (max/min - 1) as a grey band around 1
+    (the axis is cut at 0.3 and 1.5)."""
+    cells = summary["cells"]
+    if not cells:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    launches = sorted({c["launch"] for c in cells})
+    colls = sorted({c["coll"] for c in cells})
+    modes = list(dict.fromkeys(m for c in cells for m in c["modes"]))
+    fig, axes = plt.subplots(
+        len(launches), len(colls), figsize=(3.6 * len(colls), 2.8 * len(launches)), squeeze=False, sharey=True
+    )
+    for row, la in enumerate(launches):
+        for col, coll in enumerate(colls):
+            ax = axes[row][col]
+            sel = sorted(
+                (c for c in cells if c["launch"] == la and c["coll"] == coll), key=lambda c: c["bytes"]
+            )
+            xs = [c["bytes"] for c in sel]
+            spread = [min(c["baseline_spread"] or 0.0, 1.0) for c in sel]
+            band = [1 - s for s in spread], [1 + s for s in spread]
+            ax.fill_between(xs, *band, color="0.88", label="plain vs plain")
+            ax.axhline(1.0, color="0.4", lw=0.8)
+            ax.axhline(0.98, color="tab:red", lw=0.6, ls=":")
+            for m in modes:
+                pts = [(c["bytes"], c["modes"][m]) for c in sel if m in c["modes"]]
+                if not pts:
+                    continue
+                x = [p[0] for p in pts]
+                y = [p[1]["ratio"] for p in pts]
+                lo = [p[1]["ratio"] - p[1]["ratio_min"] for p in pts]
+                hi = [p[1]["ratio_max"] - p[1]["ratio"] for p in pts]
+                ax.errorbar(x, y, yerr=[lo, hi], marker="o", ms=3, capsize=2, label=m)
+            ax.set_xscale("log", base=2)
+            ax.set_ylim(0.3, 1.5)
+            ax.set_title(f"{coll} ({la})", fontsize=9)
+            if row == len(launches) - 1:
+                ax.set_xlabel("bytes")
+        axes[row][0].set_ylabel(f"busbw / {summary['baseline']}")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

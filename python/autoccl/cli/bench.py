@@ -1,0 +1,709 @@
+"""`autoccl bench coll|train|nccl-tests` and `autoccl report` (torch and matplotlib are imported lazily)."""
+
+from __future__ import annotations
+
+import datetime
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from autoccl.bench.spec import SpecError
+from autoccl.cli import options as O
+from autoccl.cli.channels import communicator_channels
+
+DEFAULT_COLLS = "all_gather,reduce_scatter,all_reduce"
+
+
+def _fail(msg: str) -> click.ClickException:
+    return click.ClickException(msg)
+
+
+def _torch_gpus() -> int:
+    try:
+        import torch
+    except ImportError:
+        raise _fail("autoccl bench needs PyTorch: `pip install autoccl[bench]` (or torch>=2.4)") from None
+    return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+
+
+def _resolve_device(
+    device: str, backend: str | None, nproc: int | None, distributed: bool
+) -> tuple[str, int | None]:
+    backend = backend or ("nccl" if device == "cuda" else "gloo")
+    if device == "cpu" and backend == "nccl":
+        raise _fail("--backend nccl needs --device cuda; use --backend gloo on the CPU")
+    gpus = _torch_gpus()
+    if device == "cuda":
+        if gpus == 0:
+            raise _fail("no CUDA GPUs visible; for a CPU run use --device cpu --backend gloo")
+        if not distributed:
+            nproc = nproc or gpus
+            if nproc > gpus:
+                raise _fail(f"--nproc {nproc} exceeds the {gpus} visible GPUs (one process per GPU)")
+    elif not distributed:
+        nproc = nproc or 2
+    return backend, nproc
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, delivered as KeyboardInterrupt so that the same clean-up runs as for Ctrl-C."""
+
+
+@contextmanager
+def _stoppable() -> Iterator[None]:
+    """SIGTERM interrupts the run like Ctrl-C: the launch under way is stopped (its workers terminated)
+    and the results measured so far are written."""
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _resume_doc(prefix: Path | None, resume: bool, kind: str) -> dict[str, Any] | None:
+    from autoccl.bench.results import ResultError, load_doc
+
+    if not resume:
+        return None
+    if prefix is None:
+        raise _fail("--resume needs -o PREFIX (the prefix of the run to continue)")
+    path = prefix.with_name(prefix.name + ".json")
+    if not path.is_file():
+        raise _fail(f"--resume: {path} does not exist (nothing to continue)")
+    try:
+        doc = load_doc(path)
+    except ResultError as e:
+        raise _fail(f"--resume: {e}") from None
+    if doc.get("kind") != kind:
+        raise _fail(f"--resume: {path} is a bench {doc.get('kind')} result, not {kind}")
+    return doc
+
+
+def _checkpointer(prefix: Path, main: bool) -> Callable[[dict[str, Any]], None] | None:
+    """Writes PREFIX.json/.csv/.md after every launch (status "partial"): an interrupted or killed run
+    keeps what it measured."""
+    from autoccl.bench import results as R
+
+    if not main:
+        return None
+
+    def write(doc: dict[str, Any]) -> None:
+        R.write_outputs(doc, prefix)
+
+    return write
+
+
+def _default_prefix(kind: str) -> Path:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("benchmarks/results") / f"{kind}-{stamp}"
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[Callable[[str, int, int], None] | None]:
+    if not enabled:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=False,
+    ) as bar:
+        tasks: dict[str, Any] = {}
+
+        def update(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(label, total=total)
+            bar.update(tasks[label], completed=done, total=total)
+
+        yield update
+
+
+@click.group()
+def bench() -> None:
+    """Benchmarks: `coll` (collectives) and `train` (a training step)."""
+
+
+_ONLINE = "online modes: "
+_channel_ceiling = O.channel_ceiling(_ONLINE)
+_nccl_channels = O.nccl_channels(_ONLINE)
+
+
+def _online_channels(
+    modes: Any, ceiling: int | None, nccl_channels: int | str | None
+) -> dict[str, int | None]:
+    """The online modes' communicators as `autoccl run` makes them (channels.communicator_channels)."""
+    online = any(getattr(m, "kind", "") == "online" for m in modes)
+    ceiling, capped = communicator_channels(online, ceiling, nccl_channels, None)
+    return {"online_channel_ceiling": ceiling, "online_nccl_channels": capped}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How `bench coll` and `bench train` launch their workers and keep their results."""
+
+    device: str
+    backend: str | None
+    nproc: int | None
+    output: Path | None
+    timeout: float
+    seed: int
+    progress: bool | None
+    resume: bool
+
+
+_launch = O.gathered(
+    "launch",
+    Launch,
+    click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True),
+    click.option(
+        "--backend",
+        type=click.Choice(["nccl", "gloo"]),
+        default=None,
+        help="torch.distributed backend [default: nccl on cuda, gloo on cpu]",
+    ),
+    click.option(
+        "--nproc",
+        type=click.IntRange(1, 4096),
+        default=None,
+        help="processes per launch [default: every visible GPU; 2 on cpu]; ignored under torchrun/srun",
+    ),
+    click.option(
+        "-o",
+        "--output",
+        "output",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="output prefix: writes PREFIX.json, PREFIX.csv, PREFIX.md (logs in PREFIX.logs/)",
+    ),
+    click.option(
+        "--timeout",
+        type=click.FloatRange(1.0, 7 * 24 * 3600.0),
+        default=600.0,
+        show_default=True,
+        help="seconds per launch",
+    ),
+    click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=1234, show_default=True),
+    O.progress,
+    click.option(
+        "--resume",
+        is_flag=True,
+        help="continue the run of -o PREFIX: its finished launches are kept, the others run (same options)",
+    ),
+)
+
+
+@bench.command("coll")
+@click.option(
+    "--colls",
+    "-c",
+    default=DEFAULT_COLLS,
+    show_default=True,
+    help="all_gather, reduce_scatter, all_reduce, broadcast, reduce, all_to_all (or all)",
+)
+@click.option(
+    "--sizes",
+    "-s",
+    default="1M:1G:x2",
+    show_default=True,
+    help="sizes and ranges: 1M,4M or 1M:1G:x2 or 1M:8M:+1M (binary units; see docs/bench.md for "
+    "which buffer the size is)",
+)
+@click.option("--dtype", "-d", default="bf16", show_default=True)
+@click.option(
+    "--modes",
+    "-m",
+    multiple=True,
+    default=["nccl"],
+    show_default=True,
+    help="nccl, static:VAR=VAL[,VAR=VAL], static-best, online, oracle (comma-separated, repeatable)",
+)
+@click.option(
+    "--load",
+    "loads",
+    default="none",
+    show_default=True,
+    help="none, light, heavy, gemm:MxKxN[:dtype] (comma-separated)",
+)
+@click.option("--warmup", "-w", type=int, default=5, show_default=True)
+@click.option("--iters", "-n", type=int, default=20, show_default=True, help="iterations per repetition")
+@click.option("--reps", "-r", type=int, default=5, show_default=True, help="repetitions (median and spread)")
+@click.option("--check", is_flag=True, help="verify results against a reference computed differently")
+@click.option(
+    "--online-warmup",
+    type=int,
+    default=200,
+    show_default=True,
+    help="extra warm-up iterations per cell in online mode (the tuning phase, traced)",
+)
+@_channel_ceiling
+@_nccl_channels
+@click.option(
+    "--sweep-load", "sweep_loads", default=None, help="loads of the static-best sweep [default: --load]"
+)
+@click.option("--sweep-iters", type=int, default=None, help="iterations in sweep launches [default: --iters]")
+@click.option("--sweep-reps", type=int, default=None, help="repetitions in sweep launches [default: --reps]")
+@click.option("--static-space", default=None, help="static-best knobs: 'NCCL_PROTO=LL,LL128;CTAS=16,32;...'")
+@click.option(
+    "--static-search",
+    type=click.Choice(["oat", "grid"]),
+    default="oat",
+    show_default=True,
+    help="one knob at a time, or every combination",
+)
+@click.option(
+    "--static-best-from",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="take the static-best setting from an earlier result's sweep (only re-measure it)",
+)
+@click.option(
+    "--oracle-channels", default=None, help="channel counts of the oracle (auto = NCCL's) [auto,8,16,32,64]"
+)
+@click.option("--oracle-protos", default="ll,ll128,simple", show_default=True)
+@click.option("--oracle-algos", default=None, help="restrict oracle algorithms (ring,tree)")
+@click.option(
+    "--gemm-reps-from",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="GEMM work per loaded cell from an earlier result, so makespans compare across files",
+)
+@click.option("--dry-run", is_flag=True, help="print the launches and an estimated duration, run nothing")
+@click.option("--est-busbw", type=float, default=None, help="GB/s assumed by the estimate [200 cuda, 1 cpu]")
+@click.option(
+    "--est-startup", type=float, default=None, help="seconds a launch takes to start [20 cuda, 5 cpu]"
+)
+@_launch
+def coll(
+    colls: str,
+    sizes: str,
+    dtype: str,
+    modes: tuple[str, ...],
+    loads: str,
+    warmup: int,
+    iters: int,
+    reps: int,
+    check: bool,
+    online_warmup: int,
+    channel_ceiling: int | None,
+    nccl_channels: int | str | None,
+    sweep_loads: str | None,
+    sweep_iters: int | None,
+    sweep_reps: int | None,
+    static_space: str | None,
+    static_search: str,
+    static_best_from: str | None,
+    oracle_channels: str | None,
+    oracle_protos: str,
+    oracle_algos: str | None,
+    gemm_reps_from: str | None,
+    dry_run: bool,
+    est_busbw: float | None,
+    est_startup: float | None,
+    launch: Launch,
+) -> None:
+    """Collective bandwidth per mode (busbw/algbw as nccl-tests), optionally beside a GEMM load."""
+    from autoccl.bench import modes as M
+    from autoccl.bench import runner
+    from autoccl.bench import spec as S
+    from autoccl.bench.launch import LaunchError, detect_topology
+    from autoccl.bench.results import ResultError
+
+    for name, v in (("--warmup", warmup), ("--online-warmup", online_warmup)):
+        if v < 0:
+            raise _fail(f"{name} must be >= 0")
+    for name, v in (
+        ("--iters", iters),
+        ("--reps", reps),
+        ("--sweep-iters", sweep_iters or 1),
+        ("--sweep-reps", sweep_reps or 1),
+    ):
+        if v < 1:
+            raise _fail(f"{name} must be >= 1")
+    try:
+        o = runner.CollOptions(
+            colls=S.parse_collectives(colls),
+            sizes=S.parse_sizes(sizes),
+            dtype=S.parse_dtype(dtype),
+            loads=S.parse_loads(loads),
+            modes=M.parse_modes(modes),
+            device=launch.device,
+            backend=launch.backend or "",
+            warmup=warmup,
+            iters=iters,
+            reps=reps,
+            check=check,
+            online_warmup=online_warmup,
+            **_online_channels(M.parse_modes(modes), channel_ceiling, nccl_channels),
+            sweep_loads=S.parse_loads(sweep_loads) if sweep_loads else None,
+            sweep_iters=sweep_iters,
+            sweep_reps=sweep_reps,
+            static_space=static_space or M.DEFAULT_STATIC_SPACE,
+            static_search=static_search,
+            static_best_from=static_best_from,
+            oracle_channels=oracle_channels or M.DEFAULT_ORACLE_CHANNELS,
+            oracle_protos=oracle_protos,
+            oracle_algos=oracle_algos,
+            gemm_reps_from=gemm_reps_from,
+            timeout_s=launch.timeout,
+            seed=launch.seed,
+        )
+        M.parse_static_space(o.static_space)
+        M.parse_channels(o.oracle_channels)
+        if launch.device == "cpu" and any(m.needs_plugin for m in o.modes):
+            click.echo(
+                "note: online/oracle on the CPU backend run the plugin environment, but gloo never "
+                "loads NCCL; their numbers are plain gloo",
+                err=True,
+            )
+        prefix = launch.output or _default_prefix("coll")
+        workdir = prefix.with_name(prefix.name + ".logs")
+        if dry_run:
+            topo = detect_topology(launch.nproc or 1)
+            gpus = _torch_gpus() if launch.device == "cuda" and not launch.nproc else 0
+            world = (
+                topo.world_size
+                if topo.distributed
+                else (launch.nproc or gpus or (2 if launch.device == "cpu" else 8))
+            )
+            S.validate_cells(o.colls, o.sizes, o.dtype, world)
+            launches = runner.plan_coll(o, workdir)
+            click.echo(
+                runner.describe_plan(
+                    o,
+                    launches,
+                    world,
+                    est_busbw or (200.0 if launch.device == "cuda" else 1.0),
+                    est_startup or (20.0 if launch.device == "cuda" else 5.0),
+                )
+            )
+            return
+        probe = detect_topology(1)
+        o.backend, np_ = _resolve_device(launch.device, launch.backend, launch.nproc, probe.distributed)
+        topo = detect_topology(None if probe.distributed else np_)
+        S.validate_cells(o.colls, o.sizes, o.dtype, topo.world_size)
+        launches = runner.plan_coll(o, workdir)
+        if topo.is_main:
+            click.echo(
+                runner.describe_plan(
+                    o,
+                    launches,
+                    topo.world_size,
+                    est_busbw or (200.0 if launch.device == "cuda" else 1.0),
+                    est_startup or (20.0 if launch.device == "cuda" else 5.0),
+                ),
+                err=True,
+            )
+        doc = _run(runner.run_coll, "coll", o, topo, workdir, prefix, launch)
+    except (SpecError, LaunchError, ResultError) as e:
+        raise _fail(str(e)) from None
+    _finish(doc, prefix, topo.is_main)
+
+
+def _run(
+    run: Callable[..., dict[str, Any]],
+    kind: str,
+    o: Any,
+    topo: Any,
+    workdir: Path,
+    prefix: Path,
+    launch: Launch,
+) -> dict[str, Any]:
+    """Runs the planned launches of a coll or train benchmark (`run`: runner.run_coll or run_train): progress
+    on the main rank's terminal, SIGTERM as Ctrl-C, -o PREFIX continued with --resume and written after
+    every launch."""
+    show = (sys.stderr.isatty() if launch.progress is None else launch.progress) and topo.is_main
+    earlier = _resume_doc(launch.output, launch.resume, kind)
+    with _stoppable(), _progress(show) as bar:
+        return run(
+            o,
+            topo,
+            workdir,
+            sys.argv,
+            progress=bar,
+            log=lambda m: click.echo(m, err=True),
+            resume_from=earlier,
+            checkpoint=_checkpointer(prefix, topo.is_main),
+        )
+
+
+def _finish(doc: dict[str, Any], prefix: Path, main: bool) -> None:
+    from autoccl.bench import results as R
+
+    if main:
+        paths = R.write_outputs(doc, prefix)
+        click.echo((paths[2]).read_text())
+        click.echo("wrote " + ", ".join(str(p) for p in paths), err=True)
+    if doc.get("status") == "interrupted":
+        if main:
+            click.echo(
+                f"autoccl bench: interrupted; continue with the same command and --resume -o {prefix}",
+                err=True,
+            )
+        sys.exit(130)
+    if main and doc.get("failures"):
+        raise _fail(f"{len(doc['failures'])} launch(es) failed (see {paths[2]})")
+
+
+@bench.command("train")
+@click.option("--preset", default="350m", show_default=True, help="tiny, 125m, 350m, 760m, 1.3b")
+@click.option("--parallel", default="fsdp2,ddp", show_default=True, help="fsdp2, ddp (comma-separated)")
+@click.option(
+    "--modes",
+    "-m",
+    multiple=True,
+    default=["nccl,online"],
+    show_default=True,
+    help="nccl, static:VAR=VAL[,...], online",
+)
+@click.option("--iters", "-n", type=int, default=200, show_default=True)
+@click.option("--batch", type=int, default=4, show_default=True, help="micro-batch per rank")
+@click.option("--seq", type=int, default=1024, show_default=True)
+@click.option("--dtype", default="bf16", show_default=True, type=click.Choice(["bf16", "fp16", "fp32"]))
+@click.option("--bucket-mb", type=int, default=25, show_default=True, help="DDP bucket size")
+@_channel_ceiling
+@_nccl_channels
+@_launch
+def train(
+    preset: str,
+    parallel: str,
+    modes: tuple[str, ...],
+    iters: int,
+    batch: int,
+    seq: int,
+    dtype: str,
+    bucket_mb: int,
+    channel_ceiling: int | None,
+    nccl_channels: int | str | None,
+    launch: Launch,
+) -> None:
+    """Iteration time of a GPT-style training step (FSDP2 / DDP) per mode, with per-iteration traces."""
+    from autoccl.bench import modes as M
+    from autoccl.bench import runner
+    from autoccl.bench.launch import LaunchError, detect_topology
+    from autoccl.bench.presets import PRESETS
+
+    if preset not in PRESETS:
+        raise _fail(f"unknown preset {preset!r}; expected one of {', '.join(PRESETS)}")
+    pars = [p.strip().lower() for p in parallel.split(",") if p.strip()]
+    bad = [p for p in pars if p not in ("fsdp2", "ddp")]
+    if bad or not pars:
+        raise _fail(f"unknown parallelism {', '.join(bad) or parallel!r}; expected fsdp2, ddp")
+    if iters < 2 or batch < 1 or seq < 2:
+        raise _fail("--iters must be >= 2, --batch >= 1, --seq >= 2")
+    if seq > PRESETS[preset].max_seq:
+        raise _fail(f"--seq {seq} exceeds preset {preset}'s context ({PRESETS[preset].max_seq})")
+    try:
+        ms = M.parse_modes(modes)
+        probe = detect_topology(1)
+        be, np_ = _resolve_device(launch.device, launch.backend, launch.nproc, probe.distributed)
+        topo = detect_topology(None if probe.distributed else np_)
+        o = runner.TrainOptions(
+            preset=preset,
+            parallel=pars,
+            modes=ms,
+            device=launch.device,
+            backend=be,
+            iters=iters,
+            batch=batch,
+            seq=seq,
+            dtype=dtype,
+            timeout_s=launch.timeout,
+            seed=launch.seed,
+            **_online_channels(ms, channel_ceiling, nccl_channels),
+            extra={"bucket_mb": bucket_mb},
+        )
+        prefix = launch.output or _default_prefix("train")
+        workdir = prefix.with_name(prefix.name + ".logs")
+        runner.plan_train(o, workdir)
+        doc = _run(runner.run_train, "train", o, topo, workdir, prefix, launch)
+    except (SpecError, LaunchError) as e:
+        raise _fail(str(e)) from None
+    _finish(doc, prefix, topo.is_main)
+
+
+@bench.command("nccl-tests")
+@click.option(
+    "--bin",
+    "bin_dir",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="nccl-tests build directory (*_perf, and *_perf_mpi for --launch mpi)",
+)
+@click.option(
+    "--colls",
+    "-c",
+    default=DEFAULT_COLLS,
+    show_default=True,
+    help="all_gather, reduce_scatter, all_reduce, ...",
+)
+@click.option(
+    "--mode",
+    "-m",
+    "modes",
+    multiple=True,
+    default=["plain", "online"],
+    show_default=True,
+    help="plain, online, observe, idle (plugin loaded, nothing to apply), table; or NAME:ARGS with "
+    "`autoccl run` options and VAR=VALUE, e.g. 'kclock:--mode observe AUTOCCL_CLOCK=kernel' (repeatable)",
+)
+@click.option(
+    "--launch",
+    "launches",
+    default="single",
+    show_default=True,
+    help="single (one process for every GPU, -g N), mpi (one process per GPU through mpirun), or both",
+)
+@click.option("--gpus", "-g", type=int, default=None, help="GPUs per launch [default: every visible GPU]")
+@click.option("--begin", "-b", default="1M", show_default=True, help="smallest size (nccl-tests -b)")
+@click.option("--end", "-e", default="1G", show_default=True, help="largest size (-e)")
+@click.option("--factor", "-f", type=int, default=2, show_default=True, help="size factor (-f)")
+@click.option("--warmup", "-w", type=int, default=20, show_default=True, help="warm-up iterations (-w)")
+@click.option("--iters", "-n", type=int, default=40, show_default=True, help="timed iterations (-n)")
+@click.option("--passes", "-p", type=int, default=3, show_default=True, help="interleaved passes per mode")
+@click.option("--trace", is_flag=True, help="trace the autoccl modes (cross-rank agreement, pinned tasks)")
+@click.option("--timeout", type=float, default=300.0, show_default=True, help="seconds per launch")
+@click.option("--mpirun", default="mpirun", show_default=True, help="MPI launcher for --launch mpi")
+@click.option("--nt-args", default="", help="further nccl-tests arguments, e.g. '-d bfloat16'")
+@O.output_folder("outdir", "output folder", required=True)
+@O.progress
+@click.option(
+    "--report-only", is_flag=True, help="launch nothing: summarise OUTDIR/launches.jsonl of an earlier run"
+)
+def nccl_tests(
+    bin_dir: Path,
+    colls: str,
+    modes: tuple[str, ...],
+    launches: str,
+    gpus: int | None,
+    begin: str,
+    end: str,
+    factor: int,
+    warmup: int,
+    iters: int,
+    passes: int,
+    trace: bool,
+    timeout: float,
+    mpirun: str,
+    nt_args: str,
+    outdir: Path,
+    progress: bool | None,
+    report_only: bool,
+) -> None:
+    """NVIDIA's nccl-tests under plain NCCL and autoccl, interleaved passes, ratios with their spread.
+
+    Writes OUTDIR/launches.jsonl (every launch; a rerun into the same folder resumes), summary.json,
+    summary.md and ratio.png. Example: autoccl bench nccl-tests --bin ~/nccl-tests/build -o out/
+    """
+    import json as _json
+    import shlex
+
+    from autoccl.bench import nccl_tests as NT
+
+    try:
+        mode_list = [
+            NT.parse_mode(t) for m in modes for t in ([m] if ":" in m else m.split(",")) if t.strip()
+        ]
+        launch_list = [x.strip() for x in launches.split(",") if x.strip()]
+        bad = [x for x in launch_list if x not in NT.LAUNCHES]
+        if bad or not launch_list:
+            raise NT.BenchError(f"--launch {launches!r}: expected single, mpi or both")
+        plan = NT.Plan(
+            bin_dir=bin_dir,
+            out=outdir,
+            colls=[c.strip() for c in colls.split(",") if c.strip()],
+            modes=mode_list,
+            launches=launch_list,
+            gpus=gpus if gpus is not None else _visible_gpus(),
+            begin=NT.size_arg(begin),
+            end=NT.size_arg(end),
+            factor=factor,
+            warmup=warmup,
+            iters=iters,
+            passes=passes,
+            timeout=timeout,
+            trace=trace,
+            extra_args=shlex.split(nt_args),
+            mpirun=mpirun,
+            baseline=mode_list[0].name if mode_list else "plain",
+        )
+        if report_only:
+            records = NT.read_launches(outdir)
+        else:
+            plan.validate()
+            outdir.mkdir(parents=True, exist_ok=True)
+            show = sys.stderr.isatty() if progress is None else progress
+            with _progress(show) as bar:
+                records = NT.run_plan(plan, progress=bar)
+    except NT.BenchError as e:
+        raise _fail(str(e)) from None
+    summary = NT.summarize(records, baseline=plan.baseline)
+    (outdir / "summary.json").write_text(_json.dumps(summary, indent=1))
+    header = (
+        f"nccl-tests {plan.begin}..{plan.end} x{plan.factor}, -w {plan.warmup} -n {plan.iters} -c 1, "
+        f"{plan.gpus} GPUs, {plan.passes} interleaved passes; busbw (out-of-place) relative to "
+        f"{plan.baseline} of the same pass\n"
+    )
+    md = NT.markdown(summary, header)
+    (outdir / "summary.md").write_text(md)
+    if any(r.get("pinned") for r in records):
+        (outdir / "tasks.md").write_text(NT.task_table(records, summary))
+    NT.plot(summary, outdir / "ratio.png")
+    click.echo(md)
+    failed = sum(1 for r in records if r.get("rc") != 0)
+    errors = sum(int(r.get("data_errors", 0)) for r in records)
+    if failed or errors:
+        raise _fail(f"{failed} launch(es) failed and {errors} data error(s); see {outdir}/logs")
+
+
+def _visible_gpus() -> int:
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        raise _fail("no GPU count: nvidia-smi is not available; give --gpus") from None
+    n = sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    if n == 0:
+        raise _fail("nvidia-smi lists no GPU; give --gpus")
+    return n
+
+
+@click.command()
+@click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@O.output_folder("outdir", "folder of the plots and tables", required=True)
+@click.option("--format", "formats", default="png,svg", show_default=True, help="png, svg (comma-separated)")
+@click.option(
+    "--mix",
+    is_flag=True,
+    help="merge coll files measured with different settings (refused otherwise); the report says "
+    "which differ",
+)
+def report(results: tuple[str, ...], outdir: Path, formats: str, mix: bool) -> None:
+    """Draw plots and tables from stored benchmark results (several coll files of the same settings are
+    merged: the parts of one matrix run in separate commands)."""
+    from autoccl.bench import report as rep
+    from autoccl.bench.results import ResultError
+
+    fmts = [f.strip().lower() for f in formats.split(",") if f.strip()]
+    if not fmts or any(f not in ("png", "svg", "pdf") for f in fmts):
+        raise _fail(f"bad --format {formats!r}; expected png, svg, pdf")
+    try:
+        written = rep.make_report([Path(r) for r in results], outdir, fmts, mix=mix)
+    except ResultError as e:
+        raise _fail(str(e)) from None
+    for p in written:
+        click.echo(str(p))

@@ -1,0 +1,318 @@
+"""Every AUTOCCL_* environment variable: what it is, its range, and the check the CLI makes before it
+launches anything (docs/architecture.md has the table). The C++ library checks the variables it reads
+itself (an invalid value there means one WARN through NCCL's logger and no tuner on every rank, so that
+a bad setting never fails a job for the library's own sake); the CLI refuses the same values with one
+sentence and a non-zero exit before a job starts. tests/cli/test_settings.py keeps the two in step."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+COLLS = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
+ALGOS = ("tree", "ring", "collnetdirect", "collnetchain", "nvls", "nvlstree", "pat")
+PROTOS = ("ll", "ll128", "simple")
+MIN_CHUNK, MAX_CHUNK = 4096, 16 << 20
+
+Check = Callable[[str, Mapping[str, str]], str | None]  # (value, environment) -> why it is invalid
+
+
+class SettingError(ValueError):
+    """An AUTOCCL_* value the library would refuse (message: one sentence naming the variable)."""
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    reader: str  # library | cli | emulator | tests
+    values: str  # range, as the docs' table says it
+    check: Check | None
+
+
+def _int_range(lo: int, hi: int) -> Check:
+    def check(v: str, _env: Mapping[str, str]) -> str | None:
+        if not re.fullmatch(r"[0-9]{1,20}", v) or not lo <= int(v) <= hi:
+            return f"must be an integer in [{lo}, {hi}]"
+        return None
+
+    return check
+
+
+def _one_of(*choices: str) -> Check:
+    def check(v: str, _env: Mapping[str, str]) -> str | None:
+        return None if v in choices else f"is not one of {', '.join(choices)}"
+
+    return check
+
+
+def _text(max_len: int) -> Check:
+    def check(v: str, _env: Mapping[str, str]) -> str | None:
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in v):
+            return "contains a control character"
+        if len(v.encode("utf-8", "surrogateescape")) > max_len:
+            return f"is longer than {max_len} characters"
+        return None
+
+    return check
+
+
+def host_port_problem(v: str) -> str | None:
+    """Why `v` is not host:port (the library's coord::parseHostPort), or None."""
+    host, sep, port = v.rpartition(":")
+    if not sep or not host:
+        return "must be host:port"
+    if host.startswith("[") and host.endswith("]") and len(host) > 2:
+        host = host[1:-1]
+    elif ":" in host:
+        return "must be host:port (an IPv6 address in brackets: [::1]:port)"
+    if len(host) > 255 or not re.fullmatch(r"[A-Za-z0-9._:%-]+", host):
+        return "has a host name with a character other than letters, digits, '.', '-', '_'"
+    if not re.fullmatch(r"[0-9]{1,12}", port) or not 1 <= int(port) <= 65535:
+        return "needs a port in [1, 65535]"
+    return None
+
+
+def _host_port(v: str, _env: Mapping[str, str]) -> str | None:
+    return host_port_problem(v)
+
+
+def _faults(v: str, _env: Mapping[str, str]) -> str | None:
+    for item in v.split(","):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep:
+            return "must be key=value items (drop, dup, delay_ms, seed) separated by commas"
+        if key in ("drop", "dup"):
+            try:
+                x = float(value)
+            except ValueError:
+                return f"needs {key} in [0, 1]"
+            if not 0 <= x <= 1:
+                return f"needs {key} in [0, 1]"
+        elif key == "delay_ms":
+            if not re.fullmatch(r"[0-9]+", value) or int(value) > 60000:
+                return "needs delay_ms in [0, 60000]"
+        elif key == "seed":
+            if not re.fullmatch(r"[0-9]+", value) or int(value) >= 1 << 64:
+                return "needs seed a non-negative integer"
+        else:
+            return f"has an unknown key {key!r} (drop, dup, delay_ms, seed)"
+    return None
+
+
+def parse_size(text: str) -> int | None:
+    """integer[K|M|G] (binary units), as the library's parseSize; None if malformed."""
+    t = text.strip()
+    shift = {"K": 10, "M": 20, "G": 30}.get(t[-1:].upper(), 0)
+    if shift:
+        t = t[:-1]
+    if not re.fullmatch(r"[0-9]{1,20}", t) or (int(t) << shift) >= 1 << 64:
+        return None
+    return int(t) << shift
+
+
+def _norm(name: str) -> str:
+    return name.strip().lower().replace("_", "")
+
+
+def fixed_rules_problem(text: str, max_channels: int = 64) -> str | None:
+    """Why AUTOCCL_FIXED / --fixed is not valid (the library's parseFixedRules), or None."""
+    rules = [r.strip() for r in text.split(";") if r.strip()]
+    if not rules:
+        return "AUTOCCL_FIXED has no rule"
+    for rule in rules:
+        why = _rule_problem(rule, max_channels)
+        if why:
+            return f"AUTOCCL_FIXED rule {rule!r}: {why}"
+    return None
+
+
+def _rule_problem(rule: str, max_channels: int) -> str | None:
+    lhs, sep, rhs = rule.partition(":")
+    if not sep:
+        return "missing ':'"
+    colls, at, size_range = lhs.strip().partition("@")
+    if at:
+        lo_text, dash, hi_text = size_range.strip().partition("-")
+        if not dash:
+            return "size range needs 'lo-hi'"
+        lo, hi = parse_size(lo_text), parse_size(hi_text)
+        if lo is None or hi is None:
+            return "bad size in range"
+        if lo > hi:
+            return "empty size range (lo > hi)"
+    if colls.strip() != "*":
+        for c in colls.split(","):
+            if _norm(c) not in COLLS:
+                return f"unknown collective {c.strip()!r}"
+    parts = rhs.split("/")
+    if not 2 <= len(parts) <= 4:
+        return "expected algo/proto[/channels][/chunk=size]"
+    if _norm(parts[0]) not in ALGOS:
+        return f"unknown algorithm {parts[0].strip()!r}"
+    if _norm(parts[1]) not in PROTOS:
+        return f"unknown protocol {parts[1].strip()!r}"
+    have_chunk = False
+    for i, part in enumerate(parts[2:], start=2):
+        p = part.strip()
+        if p.startswith("chunk="):
+            if have_chunk:
+                return "chunk given twice"
+            chunk = parse_size(p[6:])
+            if chunk is None or not MIN_CHUNK <= chunk <= MAX_CHUNK:
+                return "chunk must be a size in [4K, 16M]"
+            have_chunk = True
+        else:
+            if i != 2:
+                return "channels must come before chunk="
+            if not re.fullmatch(r"[0-9]{1,20}", p) or not 1 <= int(p) <= max_channels:
+                return f"channels must be an integer in [1, {max_channels}]"
+    return None
+
+
+def _fixed(v: str, env: Mapping[str, str]) -> str | None:
+    max_ch = env.get("AUTOCCL_MAX_CHANNELS", "").strip()
+    why = fixed_rules_problem(v, int(max_ch) if re.fullmatch(r"[0-9]{1,2}", max_ch) else 64)
+    return why.removeprefix("AUTOCCL_FIXED ") if why else None
+
+
+def _dir_of(path: str) -> Path:
+    return Path(path).parent if "/" in path else Path(".")
+
+
+def _table_path(v: str, _env: Mapping[str, str]) -> str | None:
+    if Path(v).is_dir():
+        return "is a directory, not a table file"
+    if not _dir_of(v).is_dir():
+        return f"names a directory that does not exist ({_dir_of(v)})"
+    return None
+
+
+def _trace_prefix(v: str, _env: Mapping[str, str]) -> str | None:
+    if v.endswith("/"):
+        return "must be a file prefix, not a directory (it ends with '/')"
+    if not _dir_of(v).is_dir():
+        return f"must be a file prefix in an existing directory ({_dir_of(v)} does not exist)"
+    return None
+
+
+def _cache_dir(v: str, _env: Mapping[str, str]) -> str | None:
+    p = Path(v.rstrip("/") or "/")
+    if p.exists():
+        return None if p.is_dir() else "must be a directory or a new one in an existing directory"
+    return None if p.parent.is_dir() else "must be a directory or a new one in an existing directory"
+
+
+def _lib_dir(v: str, _env: Mapping[str, str]) -> str | None:
+    return None if Path(v).is_dir() else "is not a directory"
+
+
+def _flag(v: str, _env: Mapping[str, str]) -> str | None:
+    return None if v in ("0", "1", "true", "false", "yes", "no") else "must be 1, true, yes or 0, false, no"
+
+
+def _nccl_version(v: str, _env: Mapping[str, str]) -> str | None:
+    if not re.fullmatch(r"[0-9]{4,6}", v):
+        return "must be NCCL's version code, e.g. 22809 for 2.28.9"
+    return None
+
+
+def _file(v: str, _env: Mapping[str, str]) -> str | None:
+    return None if Path(v).is_file() else "is not a file"
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable(
+        "AUTOCCL_MODE",
+        "library",
+        "off, observe, fixed, table, online",
+        _one_of(*("off", "observe", "fixed", "table", "online")),
+    ),
+    Variable("AUTOCCL_FIXED", "library", "fixed-mode rules (grammar below)", _fixed),
+    Variable("AUTOCCL_TABLE", "library", "a table file in an existing directory", _table_path),
+    Variable(
+        "AUTOCCL_CACHE_DIR", "library", "a directory, or a new one in an existing directory", _cache_dir
+    ),
+    Variable("AUTOCCL_TRACE", "library", "a file prefix in an existing directory", _trace_prefix),
+    Variable("AUTOCCL_HW", "library", "text, at most 200 characters", _text(200)),
+    Variable("AUTOCCL_MAX_CHANNELS", "library", "integer in [1, 64]", _int_range(1, 64)),
+    Variable("AUTOCCL_NCCL_CHANNELS", "library", "integer in [1, 64]", _int_range(1, 64)),
+    Variable("AUTOCCL_MEASURE_CALLS", "library", "integer in [0, 1000000]", _int_range(0, 1000000)),
+    Variable("AUTOCCL_RECHECK_MS", "library", "integer in [0, 3600000]", _int_range(0, 3600000)),
+    Variable("AUTOCCL_INPROC_SCORE", "library", "slowest, own", _one_of("slowest", "own")),
+    Variable("AUTOCCL_XPROC_SCORE", "library", "shortest, own", _one_of("shortest", "own")),
+    Variable("AUTOCCL_SCORE", "library", "auto, window, period", _one_of("auto", "window", "period")),
+    Variable("AUTOCCL_CHUNK", "library", "auto, off", _one_of("auto", "off")),
+    Variable("AUTOCCL_CLOCK", "library", "launch, kernel", _one_of("launch", "kernel")),
+    Variable("AUTOCCL_MIN_TASK_US", "library", "integer in [0, 1000000]", _int_range(0, 1000000)),
+    Variable("AUTOCCL_MIN_TASK_US_TCP", "library", "integer in [0, 1000000]", _int_range(0, 1000000)),
+    Variable("AUTOCCL_REGRET_PCT", "library", "integer in [0, 100]", _int_range(0, 100)),
+    Variable("AUTOCCL_GUARD", "library", "on, off", _one_of("on", "off")),
+    Variable("AUTOCCL_COORD_ADDR", "library", "host:port, port in [1, 65535]", _host_port),
+    Variable("AUTOCCL_COORD_TOKEN", "library", "text, at most 4096 characters", _text(4096)),
+    Variable("AUTOCCL_COORD_SECRET", "library", "text, at most 4096 characters", _text(4096)),
+    Variable("AUTOCCL_RUN_ADDR", "library", "host:port (set by `autoccl run`)", _host_port),
+    Variable("AUTOCCL_RUN_TOKEN", "library", "text (set by `autoccl run`)", _text(4096)),
+    Variable("AUTOCCL_COORD_TIMEOUT_MS", "library", "integer in [100, 3600000]", _int_range(100, 3600000)),
+    Variable("AUTOCCL_COORD_LINGER_MS", "library", "integer in [0, 600000]", _int_range(0, 600000)),
+    Variable("AUTOCCL_COORD_FAULTS", "library", "drop=P,dup=P,delay_ms=N,seed=S (tests)", _faults),
+    Variable("AUTOCCL_SEARCH_DEBUG", "library", "any value: on (diagnostics on stderr)", None),
+    Variable("AUTOCCL_LIB_DIR", "cli", "a directory with the built artefacts", _lib_dir),
+    Variable("AUTOCCL_SYNTH_LIB_DIR", "cli", "a directory with the synth extension", _lib_dir),
+    # checked where it is used (`--nccl-channels auto`), with what to do instead
+    Variable("AUTOCCL_NCCL_LIBRARY", "probe", "an NCCL library file", _file),
+    Variable("AUTOCCL_EMU_KEEP", "cli", "1, true, yes or 0, false, no", _flag),
+    Variable("AUTOCCL_EMU_NCCL_VERSION", "emulator", "NCCL version code, e.g. 22809", _nccl_version),
+    Variable("AUTOCCL_AGREEMENT_FULL", "tests", "1 or unset", None),
+    Variable("AUTOCCL_AGREEMENT_RUNS", "tests", "integer", None),
+    Variable("AUTOCCL_AGREEMENT_SEED", "tests", "integer", None),
+    Variable("AUTOCCL_AGREEMENT_ONLY", "tests", "scenario name", None),
+    Variable("AUTOCCL_CACHE_STRESS_RUNS", "tests", "integer", None),
+    Variable("AUTOCCL_TEST_VERBOSE", "tests", "1 or unset", None),
+    Variable("AUTOCCL_SANITIZER", "tests", "address, thread", None),
+    Variable("AUTOCCL_JOBS", "tests", "integer (build parallelism of scripts/test.sh)", None),
+)
+BY_NAME = {v.name: v for v in VARIABLES}
+
+
+def problems(
+    env: Mapping[str, str] | None = None, readers: tuple[str, ...] = ("library", "cli")
+) -> list[str]:
+    """One sentence per AUTOCCL_* variable of `env` (default: this process's) that is invalid: set to a
+    value the library or the CLI would refuse. Unset and empty (blank) values mean "the default"."""
+    e = os.environ if env is None else env
+    out: list[str] = []
+    for var in VARIABLES:
+        raw = e.get(var.name)
+        if raw is None or var.check is None or var.reader not in readers:
+            continue
+        value = raw.strip()
+        if not value:
+            continue
+        why = var.check(value, e)
+        if why:
+            out.append(f"{var.name}={value!r} {why}")
+    if e.get("AUTOCCL_MODE", "").strip() == "fixed" and not e.get("AUTOCCL_FIXED", "").strip():
+        out.append("AUTOCCL_MODE=fixed needs AUTOCCL_FIXED (rules)")
+    return out
+
+
+def check(env: Mapping[str, str] | None = None, readers: tuple[str, ...] = ("library", "cli")) -> None:
+    """Raises SettingError with the first invalid AUTOCCL_* value of `env`."""
+    found = problems(env, readers)
+    if found:
+        raise SettingError(found[0] + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""))
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,135 @@
+"""`autoccl bench nccl-tests` against a stand-in for nccl-tests (no GPU): interleaving, resuming, the
+ratio statistics, the data-error and failure reporting."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from autoccl.bench import nccl_tests as NT
+from autoccl.cli import main
+
+# Prints nccl-tests-like rows; busbw 100 GB/s plain, x TUNED_GAIN when the plugin is loaded (autoccl run
+# sets NCCL_TUNER_PLUGIN), one wrong element per row when FAKE_WRONG is set. Appends its launch to a log.
+FAKE = r"""#!PYTHON
+import os, sys
+args = sys.argv[1:]
+def arg(flag, default):
+    return args[args.index(flag) + 1] if flag in args else default
+b, e, f = int(arg("-b", "1048576")), int(arg("-e", "1048576")), int(arg("-f", "2"))
+tuned = "NCCL_TUNER_PLUGIN" in os.environ
+with open(os.environ["FAKE_LOG"], "a") as log:
+    log.write(("tuned" if tuned else "plain") + " " + os.path.basename(sys.argv[0]) + "\n")
+print("# nccl-tests stand-in")
+print("#  size  count  type  redop  root  time  algbw  busbw #wrong  time  algbw  busbw #wrong")
+size = b
+gain = float(os.environ.get("TUNED_GAIN", "1.1")) if tuned else 1.0
+wrong = 1 if os.environ.get("FAKE_WRONG") else 0
+while size <= e:
+    bw = 100.0 * gain
+    t = size / bw / 1e3
+    cols = f"{t:7.2f}  {bw:6.2f}  {bw:6.2f}  {wrong:6d}"
+    print(f"{size:12d}  {size // 4:12d}     float     sum      -1  {cols}  {cols}")
+    size *= f
+"""
+
+
+def _fake_bin(tmp: Path) -> Path:
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    for coll in ("all_reduce", "all_gather"):
+        exe = bin_dir / f"{coll}_perf"
+        exe.write_text(FAKE.replace("PYTHON", sys.executable))
+        exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    return bin_dir
+
+
+def _invoke(args: list[str], env: dict[str, str]) -> object:
+    return CliRunner().invoke(main, ["bench", "nccl-tests", *args], env=env, catch_exceptions=False)
+
+
+def test_interleaved_passes_ratios_and_resume(tmp_path: Path) -> None:
+    bin_dir = _fake_bin(tmp_path)
+    log = tmp_path / "launches.log"
+    out = tmp_path / "out"
+    env = {"FAKE_LOG": str(log), "TUNED_GAIN": "1.1"}
+    common = ["--bin", str(bin_dir), "--gpus", "2", "-c", "all_reduce,all_gather", "-b", "1M", "-e", "8M"]
+    r = _invoke([*common, "-p", "2", "-m", "plain", "-m", "online", "-o", str(out), "--no-progress"], env)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    # plain and tuned alternate launch by launch, pass after pass
+    one_pass = [
+        "plain all_reduce_perf",
+        "tuned all_reduce_perf",
+        "plain all_gather_perf",
+        "tuned all_gather_perf",
+    ]
+    assert log.read_text().splitlines() == one_pass * 2
+    summary = json.loads((out / "summary.json").read_text())
+    o = summary["overall"]["online/single"]
+    assert abs(o["geomean_ge_min_bytes"] - 1.1) < 1e-6
+    assert o["cells"] == 8 and o["cells_below_0.98"] == 0 and o["data_errors"] == 0
+    assert (out / "ratio.png").stat().st_size > 0
+    assert "online" in (out / "summary.md").read_text()
+    # a rerun into the same folder keeps what was measured and launches nothing new
+    before = len(log.read_text().splitlines())
+    r = _invoke([*common, "-p", "2", "-m", "plain", "-m", "online", "-o", str(out), "--no-progress"], env)
+    assert r.exit_code == 0
+    assert len(log.read_text().splitlines()) == before
+
+
+def test_slower_mode_and_data_errors_are_reported(tmp_path: Path) -> None:
+    bin_dir = _fake_bin(tmp_path)
+    env = {"FAKE_LOG": str(tmp_path / "l"), "TUNED_GAIN": "0.9", "FAKE_WRONG": "1"}
+    out = tmp_path / "out"
+    args = ["--bin", str(bin_dir), "--gpus", "2", "-c", "all_reduce", "-b", "4M", "-e", "4M", "-p", "1"]
+    r = CliRunner().invoke(
+        main, ["bench", "nccl-tests", *args, "-m", "plain,online", "-o", str(out), "--no-progress"], env=env
+    )
+    assert r.exit_code != 0
+    assert "data error" in r.output
+    o = json.loads((out / "summary.json").read_text())["overall"]["online/single"]
+    assert o["cells_below_0.98"] == 1 and o["data_errors"] == 2
+
+
+def test_bad_inputs_are_one_sentence(tmp_path: Path) -> None:
+    bin_dir = _fake_bin(tmp_path)
+    cases = [
+        (["--bin", str(tmp_path / "nope")], "no such directory"),
+        (["--bin", str(bin_dir), "-c", "all_to_everyone"], "unknown collective"),
+        (["--bin", str(bin_dir), "-c", "reduce"], "missing or not executable"),
+        (["--bin", str(bin_dir), "-m", "turbo"], "unknown mode"),
+        (["--bin", str(bin_dir), "--launch", "ssh"], "expected single, mpi"),
+        (["--bin", str(bin_dir), "-b", "lots"], "is not a number of bytes"),
+        (["--bin", str(bin_dir), "-b", "8M", "-e", "1M"], "--begin <= --end"),
+    ]
+    base = ["bench", "nccl-tests", "--gpus", "2", "-c", "all_reduce", "-o", str(tmp_path / "o")]
+    for args, words in cases:
+        r = CliRunner().invoke(main, [*base, *args])
+        assert r.exit_code != 0 and words in r.output, (args, r.output)
+        assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+
+
+def test_mode_syntax() -> None:
+    m = NT.parse_mode("kclock:--mode observe AUTOCCL_CLOCK=kernel")
+    assert m.run_args == ("--mode", "observe") and dict(m.env) == {"AUTOCCL_CLOCK": "kernel"}
+    p = NT.parse_mode("plain64:plain NCCL_MIN_CTAS=64")
+    assert p.plain and dict(p.env) == {"NCCL_MIN_CTAS": "64"}
+    env = NT.child_env(p, {**os.environ, "AUTOCCL_MODE": "online", "NCCL_TUNER_PLUGIN": "x"})
+    assert "AUTOCCL_MODE" not in env and "NCCL_TUNER_PLUGIN" not in env and env["NCCL_NVLS_ENABLE"] == "0"
+
+
+def test_cross_rank_agreement_counts_divergent_calls() -> None:
+    same = {"ev": "call", "comm": "a", "coll": "allreduce", "bytes": 8, "pipe": 1, "algo": "ring"}
+    recs = [
+        {**same, "rank": 0, "call": 0},
+        {**same, "rank": 1, "call": 0},
+        {**same, "rank": 0, "call": 1},
+        {**same, "rank": 1, "call": 1, "algo": "tree"},
+    ]
+    a = NT.cross_rank_agreement(recs)
+    assert a["calls_compared"] == 2 and a["divergent_calls"] == 1

@@ -1,0 +1,57 @@
+"""`autoccl report` and the result tables say what their numbers are: CPU (gloo) tables carry the caveat in
+the table itself, files measured with different settings are not merged silently, a partial run says so."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from autoccl.bench import results as R
+
+
+def _doc(iters: int, backend: str = "gloo", modes: tuple[str, ...] = ("nccl", "online")) -> dict[str, Any]:
+    rows = [
+        {"mode": m, "launch": m, "phase": "measure", "coll": "all_reduce", "bytes": 4096, "load": "none",
+         "busbw_gbs": 1.0 + i, "time_us": 10.0}
+        for i, m in enumerate(modes)
+    ]  # fmt: skip
+    return {
+        "schema": R.SCHEMA,
+        "kind": "coll",
+        "settings": {
+            "world_size": 2,
+            "device": "cpu" if backend == "gloo" else "cuda",
+            "backend": backend,
+            "iters": iters,
+            "modes": list(modes),
+        },
+        "host": {"gpus": [], "nccl": None, "torch": "2.13.0"},
+        "rows": rows,
+        "launches": [],
+    }
+
+
+def test_gloo_caveat_is_in_the_table() -> None:
+    md = R.coll_markdown(_doc(20))
+    table_start = md.index("| size")
+    assert "gloo on the CPU" in md[md.index("## all_reduce") : table_start]
+    assert "online vs nccl (gloo, not NCCL)" in md
+    assert "gloo" not in R.coll_markdown(_doc(20, backend="nccl"))
+
+
+def test_files_with_other_settings_are_not_merged_silently() -> None:
+    a, b = _doc(20, modes=("nccl",)), _doc(50, modes=("online",))
+    with pytest.raises(R.ResultError, match=r"iters: 20 in a\.json, 50 in b\.json.*--mix"):
+        R.merge_docs([a, b], ["a.json", "b.json"])
+    merged = R.merge_docs([a, b], ["a.json", "b.json"], mix=True)
+    assert merged["mixed"] == ["iters: 20 in a.json, 50 in b.json"]
+    assert "merged from files with different settings" in R.coll_markdown(merged)
+    # parts of one matrix (other modes only) merge without --mix
+    assert "mixed" not in R.merge_docs([_doc(20, modes=("nccl",)), _doc(20, modes=("online",))])
+
+
+def test_partial_runs_say_so() -> None:
+    doc = _doc(20)
+    doc["status"] = "interrupted"
+    assert "interrupted run" in R.coll_markdown(doc)

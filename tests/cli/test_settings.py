@@ -1,0 +1,97 @@
+"""Every AUTOCCL_* variable the code reads is described (autoccl.settings and the table of
+docs/architecture.md), and the CLI's checks say what the library says about each value."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from autoccl import settings
+
+ROOT = Path(__file__).resolve().parents[2]
+# Names that look like variables but are not read from the environment.
+NOT_VARIABLES = {
+    "AUTOCCL_VERSION",  # a macro of the plugin's banner
+    "AUTOCCL_SOURCE_DIR",  # a macro of the C++ tests
+    "AUTOCCL_TEST_SETTING",  # a name a coord test makes up for a settings digest
+    "AUTOCCL_PROBE_RESULT",  # the tag of nccl_probe's output line
+    "AUTOCCL_WERROR",  # CMake options
+    "AUTOCCL_SANITIZE",
+    "AUTOCCL_BUILD_TESTS",
+    "AUTOCCL_BUILD_PYTHON",
+    "AUTOCCL_LIB_DEST",
+    "AUTOCCL_COORD",  # prefixes in tests (startswith)
+    "AUTOCCL_RUN",
+}
+
+
+def _names_in_code() -> set[str]:
+    found: set[str] = set()
+    patterns = [
+        "csrc/**/*.cc",
+        "csrc/**/*.cpp",
+        "csrc/**/*.h",
+        "python/**/*.py",
+        "scripts/*.sh",
+        "tests/**/*.py",
+    ]
+    for pattern in patterns:
+        for path in ROOT.glob(pattern):
+            found |= set(re.findall(r"AUTOCCL_[A-Z0-9_]*[A-Z0-9]", path.read_text(errors="replace")))
+    return found - NOT_VARIABLES
+
+
+def test_every_variable_in_the_code_is_described() -> None:
+    missing = sorted(_names_in_code() - set(settings.BY_NAME))
+    assert not missing, f"add these to autoccl/settings.py and docs/architecture.md: {missing}"
+
+
+def test_every_variable_is_in_the_docs_table() -> None:
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    section = doc[doc.index("### Every `AUTOCCL_*` variable") : doc.index("### The coordinator's endpoint")]
+    rows = [line for line in section.splitlines() if line.startswith("| `AUTOCCL_")]
+    listed = {name for line in rows for name in re.findall(r"`(AUTOCCL_[A-Z0-9_]+)`", line.split("|")[1])}
+    assert set(settings.BY_NAME) == listed, sorted(set(settings.BY_NAME) ^ listed)
+
+
+@pytest.mark.parametrize(
+    ("rule", "ok"),
+    [
+        ("allreduce@1M-64M:ring/ll128/16;*:ring/simple", True),
+        ("allgather:tree/simple/4/chunk=128K", True),
+        ("ALL_REDUCE:NVLS_TREE/LL", True),
+        ("allreduce:ring/simple/chunk=64K", True),
+        ("allreduce:ring/simple/80", False),
+        ("allreduce:ring/bogus", False),
+        ("nothing", False),
+        ("allreduce@64M-1M:ring/ll", False),
+        ("allreduce@1M:ring/ll", False),
+        ("alltoall:ring/ll", False),
+        ("*:ring/simple/chunk=1K", False),
+        ("*:ring/simple/chunk=64K/8", False),
+        ("*:ring/simple/chunk=64K/chunk=64K", False),
+        (";;", False),
+    ],
+)
+def test_fixed_rules_grammar(rule: str, ok: bool) -> None:
+    assert (settings.fixed_rules_problem(rule) is None) == ok
+
+
+@pytest.mark.parametrize(
+    ("addr", "ok"),
+    [("h:1", True), ("[::1]:80", True), ("10.0.0.1:65535", True), ("h:0", False), ("h:65536", False),
+     ("::1:80", False), ("h", False), (":80", False), ("a b:80", False), ("h:80x", False)],
+)  # fmt: skip
+def test_host_port(addr: str, ok: bool) -> None:
+    assert (settings.host_port_problem(addr) is None) == ok
+
+
+def test_blank_means_default_and_problems_name_the_variable(tmp_path: Path) -> None:
+    assert settings.problems({"AUTOCCL_MAX_CHANNELS": "  "}) == []
+    found = settings.problems({"AUTOCCL_MAX_CHANNELS": "65", "AUTOCCL_SCORE": "best"})
+    assert len(found) == 2 and found[0].startswith("AUTOCCL_MAX_CHANNELS='65'")
+    with pytest.raises(settings.SettingError, match="and 1 more"):
+        settings.check({"AUTOCCL_MAX_CHANNELS": "65", "AUTOCCL_SCORE": "best"})
+    assert settings.problems({"AUTOCCL_TRACE": str(tmp_path / "t")}) == []

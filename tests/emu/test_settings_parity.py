@@ -1,0 +1,67 @@
+"""The library and the CLI refuse the same AUTOCCL_* values. For each invalid value of a variable the
+library reads, the real plugin in the emulator logs one WARN naming the variable and behaves as no
+tuner on every rank (NCCL's choice everywhere, the job runs on: a bad setting never fails a job for the
+library's own sake), and `autoccl.settings` (what `autoccl env`/`run` check) refuses it too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from emu_helpers import assert_default
+
+from autoccl import settings
+from autoccl.emu import run, simple
+
+BAD = [
+    ("AUTOCCL_MODE", "turbo"),
+    ("AUTOCCL_MAX_CHANNELS", "0"),
+    ("AUTOCCL_NCCL_CHANNELS", "65"),
+    ("AUTOCCL_MEASURE_CALLS", "-1"),
+    ("AUTOCCL_RECHECK_MS", "1.5"),
+    ("AUTOCCL_INPROC_SCORE", "fastest"),
+    ("AUTOCCL_XPROC_SCORE", "all"),
+    ("AUTOCCL_SCORE", "best"),
+    ("AUTOCCL_CHUNK", "on"),
+    ("AUTOCCL_FIXED", "allreduce:ring/bogus"),
+    ("AUTOCCL_COORD_ADDR", "host:0"),
+    ("AUTOCCL_COORD_ADDR", "::1:80"),
+    ("AUTOCCL_RUN_ADDR", "no-port"),
+    ("AUTOCCL_COORD_TIMEOUT_MS", "abc"),
+    ("AUTOCCL_COORD_TIMEOUT_MS", "99"),
+    ("AUTOCCL_COORD_LINGER_MS", "600001"),
+    ("AUTOCCL_COORD_FAULTS", "drop=2"),
+    ("AUTOCCL_COORD_TOKEN", "to\x01ken"),
+    ("AUTOCCL_COORD_SECRET", "s" * 5000),
+    ("AUTOCCL_HW", "GPU\x02x4"),
+    ("AUTOCCL_TRACE", "/nonexistent/dir/trace"),
+    ("AUTOCCL_TABLE", "/nonexistent/dir/t.table"),
+    ("AUTOCCL_CACHE_DIR", "/nonexistent/dir/cache"),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), BAD, ids=[f"{n}={v[:12]!r}" for n, v in BAD])
+def test_library_and_cli_refuse_alike(plugin: Path, name: str, value: str) -> None:
+    assert settings.BY_NAME[name].reader == "library"
+    assert settings.problems({name: value}), f"the CLI accepts {name}={value!r}"
+    res = run(simple(nranks=2, repeat=8), plugin=plugin, env={"AUTOCCL_MODE": "online", name: value})
+    assert all(c == 0 for c in res.returncodes), res.stderr[-2000:]
+    assert_default(res.calls)
+    warns = res.warn_lines()
+    assert len(warns) == 1, warns
+    assert name in warns[0] and "behaving as no tuner" in warns[0], warns
+
+
+def test_valid_values_are_taken(plugin: Path, tmp_path: Path) -> None:
+    good = {
+        "AUTOCCL_MODE": "online",
+        "AUTOCCL_COORD_TIMEOUT_MS": "100",
+        "AUTOCCL_COORD_LINGER_MS": "0",
+        "AUTOCCL_HW": "NVIDIA H200x4",
+        "AUTOCCL_TRACE": str(tmp_path / "trace"),
+        "AUTOCCL_CACHE_DIR": str(tmp_path / "new-cache"),
+    }
+    assert settings.problems(good) == []
+    res = run(simple(nranks=2, repeat=8), plugin=plugin, env=good)
+    assert all(c == 0 for c in res.returncodes), res.stderr[-2000:]
+    assert res.warn_lines() == []
