@@ -136,7 +136,9 @@ CheckResult check(const Schedule& s0, const Topology* topo, const CheckOptions& 
   const auto cell_of = [C](int r, int c) {
     return static_cast<std::size_t>(r) * static_cast<std::size_t>(C) + static_cast<std::size_t>(c);
   };
-  const std::uint64_t total_work = 3 * static_cast<std::uint64_t>(T) + cells;
+  // Steps 1 and 2 (links, with a topology) walk the transfers once each, step 3 twice (starts and ends),
+  // step 4 the cells.
+  const std::uint64_t total_work = (topo ? 4 : 3) * static_cast<std::uint64_t>(T) + cells;
   std::uint64_t work = 0;
   auto tick = [&](std::uint64_t k) {
     work += k;
@@ -255,8 +257,8 @@ CheckResult check(const Schedule& s0, const Topology* topo, const CheckOptions& 
         f = std::max(f, en[i]);
       }
     }
+    tick(T & 0xFFFFF);
   }
-  tick(T & 0xFFFFF);
 
   // 3. Symbolic replay: ends before starts at the same instant.
   const bool reducing = s.collective == Collective::ReduceScatter || s.collective == Collective::AllReduce ||

@@ -283,6 +283,31 @@ TEST(synth, clear_errors) {
   EXPECT_TRUE(throws_with([&] { synthesize(generate("mesh", {1, 1}, p), o); }, "at least 2 NPUs"));
 }
 
+// The checker's progress counts up to its total and never past it, with a topology and without.
+TEST(synth, check_progress_stays_within_total) {
+  const GenParams p = params();
+  const auto t = generate("mesh", {4, 4}, p);
+  SynthOptions o;
+  o.collective = Collective::AllReduce;
+  o.chunks_per_rank = 1;
+  const auto s = synthesize(t, o);
+  for (const Topology* topo : {&t, static_cast<const Topology*>(nullptr)}) {
+    std::uint64_t last = 0, total = 0;
+    bool within = true, monotonic = true;
+    CheckOptions co;
+    co.progress = [&](std::uint64_t done, std::uint64_t of) {
+      within = within && done <= of;
+      monotonic = monotonic && done >= last;
+      last = done;
+      total = of;
+    };
+    EXPECT_TRUE(check(s, topo, co).ok);
+    EXPECT_TRUE(within) << (topo ? "with" : "without") << " a topology";
+    EXPECT_TRUE(monotonic);
+    EXPECT_EQ(last, total);
+  }
+}
+
 // Exporters produce something for a small schedule.
 TEST(synth, exporters) {
   const GenParams p = params();
