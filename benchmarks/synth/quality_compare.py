@@ -7,7 +7,7 @@ Run once per build (pick the build with AUTOCCL_SYNTH_LIB_DIR and PYTHONPATH=pyt
     AUTOCCL_SYNTH_LIB_DIR=/tmp/new/lib python benchmarks/synth/quality_compare.py --out new.json
     python benchmarks/synth/quality_compare.py --compare old.json new.json --md quality.md
 
-Topologies: those of suite.py and tacos_compare.py (1 GiB; chunk = 2^30 / NPUs on the TACOS cases); All-Gather
+Topologies: those of suite.py and tacos_compare.py (1 GiB; chunk = 2^30 / NPUs on the TACOS ones); All-Gather
 and All-Reduce, 1 and 4 chunks per NPU (4 only off the homogeneous class, as in suite.py); seeds 1..k each
 run on its own (seed_times_us), so both the best-of-k and every seed can be compared.
 """
@@ -33,12 +33,9 @@ def cases(S: Any) -> list[tuple[str, str, Any, float]]:
     out: list[tuple[str, str, Any, float]] = []
     for cls, name, t in suite.topologies():
         out.append((cls, name, t, float(2**30)))
-    for _key, label, kind, dims, dim_bw in tacos_compare.CASES:
-        kw: dict[str, Any] = {"bandwidth": 50 * GIB, "latency": 0.5}
-        if dim_bw:
-            kw["dim_bandwidth"] = dim_bw
-        t = S.generate(kind, dims, **kw)
-        out.append(("tacos", label, t, float((2**30 // t.num_npus) * t.num_npus)))
+    for name, _desc, spec in tacos_compare.TOPOLOGIES:
+        t = tacos_compare._topology(spec)
+        out.append(("tacos", name, t, float((2**30 // t.num_npus) * t.num_npus)))
     return out
 
 

@@ -1,6 +1,6 @@
 """Synthesis quality: gap to the bandwidth lower bound and speedup over the baselines (same simulator).
 
-    nice python benchmarks/synth/suite.py --out benchmarks/results/synth/suite.json
+    nice python benchmarks/synth/suite.py --out suite.json
 
 Every TACOS and baseline time here is the congestion-aware simulator's replay of the schedule on the topology
 (for TACOS schedules it equals the synthesizer's estimate; the suite asserts it where the schedule is kept).

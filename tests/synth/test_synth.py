@@ -294,3 +294,69 @@ def test_plots(S: Any, tmp_path: Path) -> None:
     plots.heatmap(t, sim["link_util"], tmp_path / "h.png")
     plots.timeline(t, sim["timed"], tmp_path / "t.png")
     assert (tmp_path / "h.png").stat().st_size > 1000 and (tmp_path / "t.png").stat().st_size > 1000
+
+
+def test_stream_round_trip(S: Any, tmp_path: Path) -> None:
+    """A streamed schedule reads back as the in-memory one (same transfers and times; reductions ordered by
+    arrival, ties possibly the other way) and passes the checker, for every collective."""
+    import numpy as np
+
+    def rows(s: Any) -> Any:
+        c = s.transfer_columns()
+        a = np.stack([c["chunk"], c["src"], c["dst"], np.round(c["start_us"] * 1e6), c["op"]], 1)
+        return a[np.lexsort(a.T[::-1])]
+
+    for name, t in {
+        "cluster": S.generate("cluster", [4, 2], nic_bandwidth=25),
+        "uni": S.generate("uni_ring", [5]),
+    }.items():
+        for coll in COLLS:
+            mem, _ = S.synthesize(t, coll, "4M", chunks=2, seeds=3)
+            path = tmp_path / f"{name}.{coll}.acss"
+            _, st = S.synthesize_to_stream(t, coll, "4M", path, chunks=2, seeds=3)
+            assert st["bytes_written"] == path.stat().st_size
+            back = S.load_schedule(path, t)
+            assert back.num_transfers == mem.num_transfers == st["transfers"], (name, coll)
+            assert np.array_equal(rows(back), rows(mem)), (name, coll)
+            assert S.check(back, t)["ok"], (name, coll)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["synth", "-g", "mesh:1x1"], "at least 2 NPUs"),
+        (["synth", "-g", "fc:10000000"], "more than the limit"),
+        (["synth", "-g", "fc:6000"], "links"),
+        (["synth", "-g", "dragonfly:12x3"], "routers per group"),
+        (["synth", "-g", "mesh:4x4", "-o", "/nonexistent/dir/s.json"], "does not exist"),
+        (["synth", "-g", "mesh:4x4", "--stream", "x.acss", "-o", "y.json"], "cannot be combined"),
+        (["synth", "-g", "mesh:200x200", "-c", "allreduce", "--max-memory", "1"], "GiB"),
+        (["sim", "-g", "mesh:4x4", "--schedule", __file__], "not valid JSON"),
+    ],
+)
+def test_bad_inputs_are_one_sentence(S: Any, args: list[str], message: str) -> None:
+    from autoccl.cli import main
+
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code != 0, res.output
+    assert message in res.output, res.output
+    assert "Traceback" not in res.output
+
+
+def test_bounds_and_quality_on_hierarchies(S: Any) -> None:
+    """The printed bound is a cut over hosts or groups on rail clusters and a dragonfly; the default
+    synthesis (chunks chosen, default seeds) stays within 1.15x of it; no schedule beats either bound."""
+    cases = {
+        "cluster": (S.generate("cluster", [8, 8], bandwidth=450, nic_bandwidth=50), "allgather"),
+        "dragonfly": (S.generate("dragonfly", [8, 16], global_bandwidth=12.5), "allgather"),
+        "rails": (
+            S.generate("multidim", [8, 8], dim_types=["fc", "ring"], dim_bandwidth=[450 / 7, 25]),
+            "allreduce",
+        ),
+    }
+    for name, (t, coll) in cases.items():
+        b = S.lower_bounds(t, coll, "1G")
+        assert b["kind"] in ("cut", "partition"), (name, b)
+        s, st = S.synthesize(t, coll, "1G", seeds=S.default_seeds(t), threads=2, record=False)
+        bound = max(b["time_us"], b["model_us"])
+        assert bound <= s.time_us <= 1.15 * bound, (name, s.time_us, b, st["chunk_trials"])

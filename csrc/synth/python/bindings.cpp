@@ -3,6 +3,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <optional>
+
 #include "autoccl/synth/synth.h"
 
 namespace py = pybind11;
@@ -19,6 +21,12 @@ py::dict stats_dict(const SynthStats& st) {
   d["allgather_time_us"] = st.ag_time_us;
   d["reducescatter_time_us"] = st.rs_time_us;
   d["max_queue_entries"] = st.max_queue_entries;
+  d["chunks_per_rank"] = st.chunks_per_rank;
+  d["chunk_trials"] = st.chunk_trials;
+  d["resent"] = st.resent;
+  d["replaced"] = st.replaced;
+  d["cancelled"] = st.cancelled;
+  d["uncompacted_time_us"] = st.uncompacted_time_us;
   return d;
 }
 
@@ -126,30 +134,49 @@ PYBIND11_MODULE(_synth, m) {
         d["op"] = column<std::int32_t>(s, [](const Transfer& t) { return static_cast<std::int32_t>(t.op); });
         d["route"] = column<std::int32_t>(s, [](const Transfer& t) { return t.route; });
         d["step"] = column<std::int32_t>(s, [](const Transfer& t) { return t.step; });
+        d["order"] = column<std::int32_t>(s, [](const Transfer& t) { return t.order; });
         return d;
       })
       .def("set_transfers",
-           [](Schedule& s, const std::vector<std::int32_t>& chunk, const std::vector<std::int32_t>& src,
-              const std::vector<std::int32_t>& dst, const std::vector<double>& start, const std::vector<double>& end,
-              const std::vector<std::int32_t>& op, const std::vector<std::int32_t>& route,
-              const std::vector<std::int32_t>& step) {
-             const size_t n = chunk.size();
+           [](Schedule& s, py::array_t<std::int32_t, py::array::c_style | py::array::forcecast> chunk,
+              py::array_t<std::int32_t, py::array::c_style | py::array::forcecast> src,
+              py::array_t<std::int32_t, py::array::c_style | py::array::forcecast> dst,
+              py::array_t<double, py::array::c_style | py::array::forcecast> start,
+              py::array_t<double, py::array::c_style | py::array::forcecast> end,
+              py::array_t<std::int32_t, py::array::c_style | py::array::forcecast> op,
+              py::array_t<std::int32_t, py::array::c_style | py::array::forcecast> route,
+              py::array_t<std::int32_t, py::array::c_style | py::array::forcecast> step,
+              std::optional<py::array_t<std::int32_t, py::array::c_style | py::array::forcecast>> order) {
+             const auto n = chunk.size();
              if (src.size() != n || dst.size() != n || start.size() != n || end.size() != n || op.size() != n ||
-                 route.size() != n || step.size() != n)
+                 route.size() != n || step.size() != n || (order && order->size() != n))
                throw Error("transfer columns have different lengths");
-             s.transfers.resize(n);
-             for (size_t i = 0; i < n; ++i) {
-               if (op[i] != 0 && op[i] != 1) throw Error("transfer " + std::to_string(i) + ": op must be 0 or 1");
-               s.transfers[i] = Transfer{chunk[i], src[i], dst[i], start[i], end[i], route[i], step[i],
-                                         op[i] ? Op::Reduce : Op::Copy};
+             const auto* c = chunk.data();
+             const auto* a = src.data();
+             const auto* b = dst.data();
+             const auto* t0 = start.data();
+             const auto* t1 = end.data();
+             const auto* o = op.data();
+             const auto* r = route.data();
+             const auto* k = step.data();
+             const std::int32_t* ord = order ? order->data() : nullptr;
+             std::vector<Transfer> tr(static_cast<size_t>(n));
+             for (py::ssize_t i = 0; i < n; ++i) {
+               if (o[i] != 0 && o[i] != 1) throw Error("transfer " + std::to_string(i) + ": op must be 0 or 1");
+               tr[static_cast<size_t>(i)] = Transfer{c[i], a[i], b[i], t0[i], t1[i], r[i], k[i],
+                                                     o[i] ? Op::Reduce : Op::Copy, ord ? ord[i] : -1};
              }
-           })
+             s.transfers = std::move(tr);
+           },
+           py::arg("chunk"), py::arg("src"), py::arg("dst"), py::arg("start"), py::arg("end"), py::arg("op"),
+           py::arg("route"), py::arg("step"), py::arg("order") = py::none())
+      .def("assign_reduction_order", [](Schedule& s) { assign_reduction_order(s); })
       .def("to_json", [](const Schedule& s, const Topology* t) { return schedule_to_json(s, t); },
            py::arg("topology") = nullptr);
 
   m.def("synthesize",
         [](const Topology& t, const std::string& coll, double bytes, int chunks, int seeds, int threads,
-           std::uint64_t base_seed, int root, bool record) {
+           std::uint64_t base_seed, int root, bool record, double max_memory_bytes) {
           SynthOptions o;
           o.collective = collective_from_string(coll);
           o.bytes = bytes;
@@ -159,6 +186,7 @@ PYBIND11_MODULE(_synth, m) {
           o.base_seed = base_seed;
           o.root = root;
           o.record = record;
+          o.max_memory_bytes = max_memory_bytes;
           SynthStats st;
           Schedule s;
           {
@@ -167,22 +195,79 @@ PYBIND11_MODULE(_synth, m) {
           }
           return py::make_tuple(std::move(s), stats_dict(st));
         },
-        py::arg("topology"), py::arg("collective"), py::arg("bytes"), py::arg("chunks") = 1, py::arg("seeds") = 1,
-        py::arg("threads") = 0, py::arg("base_seed") = 1, py::arg("root") = 0, py::arg("record") = true);
+        py::arg("topology"), py::arg("collective"), py::arg("bytes"), py::arg("chunks") = 0, py::arg("seeds") = 1,
+        py::arg("threads") = 0, py::arg("base_seed") = 1, py::arg("root") = 0, py::arg("record") = true,
+        py::arg("max_memory_bytes") = 0.0);
 
-  m.def("check", [](const Schedule& s, const Topology* t) {
-    CheckResult r;
-    {
-      py::gil_scoped_release rel;
-      r = check(s, t);
-    }
-    py::dict d;
-    d["ok"] = r.ok;
-    d["errors"] = r.errors;
-    d["redundant"] = r.redundant;
-    d["transfers"] = r.transfers;
-    return d;
-  }, py::arg("schedule"), py::arg("topology") = nullptr);
+  m.def("synthesize_to_stream",
+        [](const Topology& t, const std::string& coll, double bytes, int chunks, int seeds, int threads,
+           std::uint64_t base_seed, int root, const std::string& path, double max_memory_bytes) {
+          SynthOptions o;
+          o.collective = collective_from_string(coll);
+          o.bytes = bytes;
+          o.chunks_per_rank = chunks;
+          o.seeds = seeds;
+          o.threads = threads;
+          o.base_seed = base_seed;
+          o.root = root;
+          o.max_memory_bytes = max_memory_bytes;
+          SynthStats st;
+          Schedule s;
+          std::uint64_t written = 0;
+          {
+            py::gil_scoped_release rel;
+            s = synthesize_to_stream(t, o, path, &st, &written);
+          }
+          py::dict d = stats_dict(st);
+          d["bytes_written"] = written;
+          return py::make_tuple(std::move(s), d);
+        },
+        py::arg("topology"), py::arg("collective"), py::arg("bytes"), py::arg("chunks"), py::arg("seeds"),
+        py::arg("threads"), py::arg("base_seed"), py::arg("root"), py::arg("path"), py::arg("max_memory_bytes"));
+
+  py::class_<StreamSection>(m, "StreamSection")
+      .def(py::init<>())
+      .def_readwrite("mirror", &StreamSection::mirror)
+      .def_readwrite("blocks_of", &StreamSection::blocks_of)
+      .def_readwrite("routes", &StreamSection::routes)
+      .def_readwrite("route_us", &StreamSection::route_us);
+  m.def("read_schedule_stream",
+        [](const std::string& path, const std::vector<StreamSection>& sections, Schedule& s,
+           const std::vector<int>& route_src, const std::vector<int>& route_dst) {
+          py::gil_scoped_release rel;
+          read_schedule_stream(path, sections, s, route_src, route_dst);
+        });
+
+  m.def("check",
+        [](const Schedule& s, const Topology* t, bool exact_durations, py::object progress) {
+          CheckOptions o;
+          o.exact_durations = exact_durations;
+          if (!progress.is_none()) {
+            // Called with the GIL released: take it for the Python callback, at most every 2^20 units of work.
+            o.progress = [&progress](std::uint64_t done, std::uint64_t total) {
+              py::gil_scoped_acquire g;
+              progress(done, total);
+            };
+          }
+          CheckResult r;
+          {
+            py::gil_scoped_release rel;
+            r = check(s, t, o);
+          }
+          py::dict d;
+          d["ok"] = r.ok;
+          d["errors"] = r.errors;
+          d["error_count"] = r.error_count;
+          d["redundant"] = r.redundant;
+          d["transfers"] = r.transfers;
+          d["mistimed"] = r.mistimed;
+          d["end_us"] = r.end_us;
+          return d;
+        },
+        py::arg("schedule"), py::arg("topology") = nullptr, py::arg("exact_durations") = false,
+        py::arg("progress") = py::none());
+  m.def("resolve_by_name", &resolve_by_name, py::arg("schedule"), py::arg("ranks"), py::arg("links"),
+        py::arg("topology"));
 
   m.def("simulate", [](const Topology& t, const Schedule& s) {
     SimResult r;
@@ -205,9 +290,17 @@ PYBIND11_MODULE(_synth, m) {
         },
         py::arg("topology"), py::arg("algorithm"), py::arg("collective"), py::arg("bytes"), py::arg("chunks") = 1,
         py::arg("root") = 0);
-  m.def("lower_bound", [](const Topology& t, const std::string& coll, double bytes) {
-    return bandwidth_lower_bound(t, collective_from_string(coll), bytes);
-  });
+  m.def("lower_bound", [](const Topology& t, const std::string& coll, double bytes, int root) {
+    const LowerBound b = lower_bound(t, collective_from_string(coll), bytes, root);
+    py::dict d;
+    d["time_us"] = b.time_us;
+    d["per_npu_us"] = b.per_npu_us;
+    d["kind"] = b.kind;
+    d["what"] = b.what;
+    d["model_us"] = b.model_us;
+    d["model_what"] = b.model_what;
+    return d;
+  }, py::arg("topology"), py::arg("collective"), py::arg("bytes"), py::arg("root") = 0);
   m.def("to_msccl_xml", &to_msccl_xml, py::arg("schedule"), py::arg("name") = "autoccl_tacos");
   m.def("to_mscclpp_json", &to_mscclpp_json, py::arg("schedule"), py::arg("topology"),
         py::arg("name") = "autoccl_tacos");

@@ -77,6 +77,8 @@ Schedule baseline(const Topology& topo, const std::string& algo, Collective coll
   if (!topo.finalized()) throw Error("topology not finalized");
   if (k < 1) throw Error("chunks per rank must be >= 1");
   const int n = topo.num_npus();
+  if (n < 2)
+    throw Error("a collective needs at least 2 NPUs; topology '" + topo.name + "' has " + std::to_string(n));
   if (root < 0 || root >= n) throw Error("root rank out of range");
   Builder b;
   Schedule& s = b.s;

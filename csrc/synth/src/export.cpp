@@ -1,6 +1,7 @@
 // Exporters: MSCCL XML and MSCCL++ execution-plan JSON.
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <numeric>
 #include <sstream>
 
@@ -37,8 +38,9 @@ std::vector<size_t> time_order(const Schedule& s) {
 // The i-th transfer of connection (a -> b) goes on channel i / per_chan, identically on both sides, so
 // that no threadblock exceeds 64 steps. Each step has at most one cross-threadblock dependency:
 //  * a send of chunk c from g depends on the last receive of c into g before it;
-//  * a reducing receive of c into g depends on the previous reducing receive of c into g (serializes the
-//    read-modify-write of one chunk), so the chain covers all contributions.
+//  * a reducing receive of c into g depends on the reducing receive of c into g before it in the schedule's
+//    stated reduction order (serializes the read-modify-write of one chunk), so the chain covers all
+//    contributions in the order the schedule states.
 std::string to_msccl_xml(const Schedule& s, const std::string& name) {
   require_exportable(s);
   constexpr int kMaxSteps = 64;
@@ -87,13 +89,22 @@ std::string to_msccl_xml(const Schedule& s, const std::string& name) {
   std::vector<std::pair<int, int>> dep_send(s.transfers.size(), {-1, -1}), dep_recv(s.transfers.size(), {-1, -1});
   std::map<std::pair<int, int>, size_t> last_in;  // (rank, chunk) -> last receive so far (time order)
   std::vector<std::vector<char>> hasdep(static_cast<size_t>(n));
+  // reductions into (rank, chunk) by their stated order
+  std::map<std::tuple<int, int, int>, size_t> by_order;
+  for (size_t i = 0; i < s.transfers.size(); ++i)
+    if (s.transfers[i].op == Op::Reduce && s.transfers[i].order >= 0)
+      by_order[{s.transfers[i].dst, s.transfers[i].chunk, s.transfers[i].order}] = i;
   for (size_t i : order) {
     const auto& t = s.transfers[i];
     auto it = last_in.find({t.src, t.chunk});
     if (it != last_in.end()) dep_send[i] = recv_loc[it->second];
-    auto jt = last_in.find({t.dst, t.chunk});
-    if (t.op == Op::Reduce && jt != last_in.end() && s.transfers[jt->second].op == Op::Reduce)
-      dep_recv[i] = recv_loc[jt->second];
+    if (t.op == Op::Reduce && t.order > 0) {
+      auto pt = by_order.find({t.dst, t.chunk, t.order - 1});
+      if (pt != by_order.end()) dep_recv[i] = recv_loc[pt->second];
+    } else if (t.op == Op::Reduce && t.order < 0) {
+      auto jt = last_in.find({t.dst, t.chunk});
+      if (jt != last_in.end() && s.transfers[jt->second].op == Op::Reduce) dep_recv[i] = recv_loc[jt->second];
+    }
     last_in[{t.dst, t.chunk}] = i;
   }
   std::vector<std::set<std::pair<int, int>>> depended(static_cast<size_t>(n));

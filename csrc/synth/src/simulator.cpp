@@ -88,6 +88,8 @@ SimResult simulate(const Topology& topo, const Schedule& s) {
     for (const auto& [cell, end] : pending) ready[cell] = std::max(ready[cell], end);
     g = h;
   }
+  // The replay applies reductions in the order they arrive in it.
+  assign_reduction_order(res.timed);
   res.time_us = finish;
   res.timed.time_us = finish;
   res.algbw_gbps = finish > 0 ? s.bytes / (finish * 1e3) : 0;

@@ -1,31 +1,30 @@
 // Time-expanded greedy link-chunk matching (TACOS), event driven.
 //
 // Time advances from one transfer completion to the next (no fixed time step); at each event time the
-// channels that became free, or got something new to send, are matched to chunks. A chunk is claimed for a
-// destination when a transfer to it is matched, so a chunk is never sent to one destination twice (TACOS
-// v1.3.0 can send it over two links at once and discards one on arrival). A channel whose next chunk was
-// delivered elsewhere takes the following one instead of idling ("chunk replacement"). Odd seeds send each
-// channel's oldest candidate (FIFO), even seeds a random one.
-//
-// Two engines:
-// * Gather (topologies whose channels share no link: meshes, tori, hypercubes, point-to-point graphs).
-//   Per destination a bitset row of claimed chunks; per NPU its arrival list (chunks in the order it got
-//   them); a channel s->d reads s's list through its own cursor and skips what d has claimed. Matching at one
-//   destination reads other NPUs' lists and writes only its own row, so destinations are independent within
-//   an event: they are matched in rank order (neighbours' data stay close in memory) and, on large
-//   topologies, split among threads that meet at two barriers per event. The channels into one destination
-//   go lowest cost first, ties in a random order drawn from (seed, event, destination); random picks use a
-//   per-channel stream. So the schedule depends on the seed only, not on the number of threads.
+// channels that became free, or got something new to send, are matched to chunks. Two engines:
+// * gather_general (channels that share links — switch ports — or differ in cost, up to kGeneralCells): one
+//   global matching order, lowest cost first; per-channel candidate queues; per (NPU, chunk) the arrival or
+//   promised arrival time. A destination counts a chunk's first arrival: a copy may be sent again over a
+//   faster path while one is in flight, and the slower copy is then replaced by a chunk its source held when
+//   it started (causal, unlike TACOS v1.3.0's replacement) or cancelled. A look-ahead keeps slow channels for
+//   what no cheaper path brings first. Eight policies by seed (see there).
+// * Gather (channels that share no link and cost the same: homogeneous meshes, tori, hypercubes, ...; and very
+//   large heterogeneous ones). A chunk is claimed for a destination when matched. Per destination a bitset row
+//   of claimed chunks; per NPU its arrival list (chunks in the order it got them); a channel s->d reads s's
+//   list through its own cursor and skips what d has claimed. Matching at one destination reads other NPUs'
+//   lists and writes only its own row, so destinations are independent within an event: they are matched in
+//   rank order (neighbours' data stay close in memory) and, on large topologies, split among threads that meet
+//   at two barriers per event. The channels into one destination go lowest cost first, ties in a random order
+//   drawn from (seed, event, destination); odd seeds take each channel's oldest candidate, even seeds a random
+//   one (a per-channel stream). So the schedule depends on the seed only, not on the number of threads.
 //   Cost: about 3 claim-bit tests per transfer, at random places of an NPUs x chunks bitset (200 MB for
 //   40,000 NPUs); they are cache misses, so the engine batches them (see warm()).
-// * gather_shared_links (topologies where channels share links: switch ports): the original engine, one
-//   global matching order (a switch port is shared by channels into different destinations), per-channel
-//   candidate FIFOs, one random stream. Such topologies are small.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -134,7 +133,12 @@ struct GatherResult {
   std::vector<Transfer> transfers;  // route = channel id
   std::uint64_t count = 0;
   std::size_t max_queue = 0;
+  std::uint64_t resent = 0, replaced = 0, cancelled = 0;  // general engine: copies sent again faster, and what
+                                                          // became of the slower ones
 };
+
+// Takes transfers as they are made (route = channel id) and empties the vector; the engines then keep none.
+using Sink = std::function<void(std::vector<Transfer>&)>;
 
 inline std::uint64_t mix64(std::uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -203,28 +207,61 @@ class Barrier {
   std::atomic<unsigned> gen_{0};
 };
 
-// Spread chunks (chunk c starts at src[c]) to every NPU, on a topology where channels share links (switch
-// ports): channels into different destinations interact, so every free channel is matched in one global
-// order. This is the original engine (per-channel candidate FIFOs, one random stream); such topologies are
-// small, and its results there are kept as they were.
-GatherResult gather_shared_links(const Topology& t, const std::vector<int>& src, double chunk_bytes,
-                                 std::uint64_t seed, bool record) {
+// Spread chunks (chunk c starts at src[c]) to every NPU on any topology: channels may share links (switch
+// ports) and differ in cost. Every free channel is matched in one global order per event, lowest cost first.
+//
+// A destination counts the first arrival of a chunk. A chunk already promised to d (in flight) may be sent to d
+// again over a channel that delivers it strictly earlier; when the first copy arrives, the slower transfers of
+// that chunk into d still in flight are cancelled: they never appear in the schedule, and their channels are
+// free from that instant (so the schedule stays causal: nothing is sent before its data is there). A channel
+// s->d also never takes a chunk that d will get strictly earlier over a cheaper channel p->d from an NPU p
+// that holds it or has it in flight (the look-ahead), so slow links carry only what no fast path brings first.
+// Policies by seed, for diversity (best of k keeps the best), seed % 8: which candidate a channel takes
+// (the oldest; a random one; the one the fewest NPUs hold among its 16 oldest) and which look-ahead it applies:
+//   import once  skip a chunk that an NPU with a cheaper channel into d has, or will have, no later than it
+//                would land at d (a slow cut carries each chunk into a group once);
+//   earliest     skip it only if that cheaper path delivers it strictly earlier;
+//   always       no look-ahead, and send a chunk again even if a copy is in flight (as TACOS does): the later
+//                copy is replaced or cancelled when the first arrives;
+//   none         a chunk is claimed for d when matched, never sent twice.
+// Seeds 1..4 (the default) are oldest/import once, oldest/always, rarest/import once, oldest/none: import once
+// wins on hierarchies (hosts behind slow rails, dragonfly groups), always and none on tori and meshes whose
+// slow links are part of every NPU's own bandwidth.
+GatherResult gather_general(const Topology& t, const std::vector<int>& src, double chunk_bytes,
+                            std::uint64_t seed, bool record, const Sink* sink) {
+  record = record || sink;
   const int n = t.num_npus();
   const std::size_t C = src.size();
-  // Chunk-major bitset: the bits of one chunk for neighbouring ranks share cache lines, which is what a
-  // chunk's arrival touches (its source's out-neighbours).
-  const std::size_t W = (static_cast<std::size_t>(n) + 63) / 64;
   const auto& chans = t.channels();
   const std::size_t nch = chans.size();
-  std::vector<std::uint64_t> claimed(C * W, 0);
-  auto is_claimed = [&](int r, std::size_t c) {
-    const auto ru = static_cast<std::size_t>(r);
-    return (claimed[c * W + (ru >> 6)] >> (ru & 63)) & 1ULL;
+  enum class Pick { Oldest, Random, Rarest };
+  enum class Ahead { ImportOnce, Earliest, None, Always };
+  static constexpr Pick kPick[8] = {Pick::Oldest, Pick::Oldest, Pick::Oldest, Pick::Rarest,
+                                    Pick::Oldest, Pick::Random, Pick::Random, Pick::Rarest};
+  static constexpr Ahead kAhead[8] = {Ahead::Earliest, Ahead::ImportOnce, Ahead::Always,   Ahead::ImportOnce,
+                                      Ahead::None,     Ahead::ImportOnce, Ahead::Always,   Ahead::Always};
+  const Pick pick_policy = kPick[seed % 8];
+  const Ahead ahead = kAhead[seed % 8];
+  const bool random_pick = pick_policy == Pick::Random, rarest = pick_policy == Pick::Rarest;
+  const bool speculate = ahead != Ahead::None;
+  constexpr std::size_t kRarestWindow = 16;
+  const double inf = std::numeric_limits<double>::infinity();
+  // Per (rank, chunk), chunk-major (a chunk's arrival touches its neighbours' cells, close in rank order):
+  // eta = when the chunk arrives there (held: its arrival; promised: the earliest in-flight arrival; inf:
+  // neither); held = it has arrived.
+  const auto N = static_cast<std::size_t>(n);
+  const auto cell = [N](int r, std::size_t c) { return c * N + static_cast<std::size_t>(r); };
+  std::vector<double> eta(static_cast<std::size_t>(n) * C, inf);
+  std::vector<std::uint64_t> held((static_cast<std::size_t>(n) * C + 63) / 64, 0);
+  auto is_held = [&](int r, std::size_t c) {
+    const std::size_t i = cell(r, c);
+    return (held[i >> 6] >> (i & 63)) & 1ULL;
   };
-  auto claim = [&](int r, std::size_t c) {
-    const auto ru = static_cast<std::size_t>(r);
-    claimed[c * W + (ru >> 6)] |= 1ULL << (ru & 63);
+  auto set_held = [&](int r, std::size_t c) {
+    const std::size_t i = cell(r, c);
+    held[i >> 6] |= 1ULL << (i & 63);
   };
+  std::vector<std::uint32_t> holders(C, 1);
 
   std::vector<double> cost(nch);
   for (std::size_t i = 0; i < nch; ++i) cost[i] = chans[i].time_us(chunk_bytes);
@@ -233,12 +270,11 @@ GatherResult gather_shared_links(const Topology& t, const std::vector<int>& src,
   std::vector<char> busy(nch, 0), dirty_flag(nch, 0);
   std::vector<std::int32_t> cur(nch, -1);
   std::vector<double> cur_start(nch, 0);
+  std::vector<std::uint32_t> gen(nch, 0);
   std::vector<char> link_busy(static_cast<std::size_t>(t.num_links()), 0);
-  // Links used by more than one channel (switch ports): who to wake when they free up.
   std::vector<std::vector<int>> link_users(static_cast<std::size_t>(t.num_links()));
   for (std::size_t i = 0; i < nch; ++i)
     for (int l : chans[i].route) link_users[static_cast<std::size_t>(l)].push_back(static_cast<int>(i));
-  // A channel whose links no other channel uses needs no link bookkeeping (the common direct-link case).
   std::vector<char> exclusive(nch, 1);
   for (std::size_t i = 0; i < nch; ++i)
     for (int l : chans[i].route) exclusive[i] = exclusive[i] && link_users[static_cast<std::size_t>(l)].size() == 1;
@@ -250,59 +286,83 @@ GatherResult gather_shared_links(const Topology& t, const std::vector<int>& src,
     }
   };
   std::size_t qentries = 0, max_q = 0;
-  // Flat adjacency (cache friendly): out_off[r]..out_off[r+1] index out_ch/out_dst.
-  std::vector<std::int32_t> out_off(static_cast<std::size_t>(n) + 1, 0), out_ch, out_dst, ch_dst(nch);
-  for (int r = 0; r < n; ++r) {
-    for (int och : t.out_channels(r)) {
-      out_ch.push_back(och);
-      out_dst.push_back(chans[static_cast<std::size_t>(och)].dst);
-    }
-    out_off[static_cast<std::size_t>(r) + 1] = static_cast<std::int32_t>(out_ch.size());
+  std::vector<std::int32_t> ch_src(nch), ch_dst(nch);
+  for (std::size_t i = 0; i < nch; ++i) {
+    ch_src[i] = chans[i].src;
+    ch_dst[i] = chans[i].dst;
   }
-  for (std::size_t i = 0; i < nch; ++i) ch_dst[i] = chans[i].dst;
-  auto push_candidates = [&](int r, std::int32_t c) {
-    for (std::int32_t k = out_off[static_cast<std::size_t>(r)]; k < out_off[static_cast<std::size_t>(r) + 1]; ++k) {
-      const int och = out_ch[static_cast<std::size_t>(k)];
+  // In-channels of each rank cheaper than the cheapest... all of them, sorted by cost (the look-ahead's scan).
+  std::vector<std::vector<int>> in_sorted(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    in_sorted[static_cast<std::size_t>(r)] = t.in_channels(r);
+    std::sort(in_sorted[static_cast<std::size_t>(r)].begin(), in_sorted[static_cast<std::size_t>(r)].end(),
+              [&](int a, int b) { return cost[static_cast<std::size_t>(a)] < cost[static_cast<std::size_t>(b)]; });
+  }
+  auto push_candidates = [&](int r, std::int32_t c, double now) {
+    for (int och : t.out_channels(r)) {
       const auto oc = static_cast<std::size_t>(och);
-      if (is_claimed(out_dst[static_cast<std::size_t>(k)], static_cast<std::size_t>(c))) continue;
+      const int d = ch_dst[oc];
+      if (is_held(d, static_cast<std::size_t>(c))) continue;
+      const double e = eta[cell(d, static_cast<std::size_t>(c))];
+      if (ahead == Ahead::Always ? false : speculate ? e <= now + cost[oc] : e < inf) continue;
       q[oc].push_back(c);
       ++qentries;
       if (!busy[oc]) mark(och);
     }
   };
-  for (std::size_t c = 0; c < C; ++c) claim(src[c], c);
-  for (std::size_t c = 0; c < C; ++c) push_candidates(src[c], static_cast<std::int32_t>(c));
+  for (std::size_t c = 0; c < C; ++c) {
+    set_held(src[c], c);
+    eta[cell(src[c], c)] = 0;
+  }
+  for (std::size_t c = 0; c < C; ++c) push_candidates(src[c], static_cast<std::int32_t>(c), 0.0);
   max_q = qentries;
 
-  // Event queue. Transfers start at non-decreasing times, so the completions of all transfers of one
-  // cost form a FIFO; with few distinct costs, the next event is the earliest FIFO head.
-  std::vector<double> costs_sorted(cost.begin(), cost.end());
-  std::sort(costs_sorted.begin(), costs_sorted.end());
-  costs_sorted.erase(std::unique(costs_sorted.begin(), costs_sorted.end()), costs_sorted.end());
-  std::vector<int> cost_class(nch, 0);
-  const bool fifo = costs_sorted.size() <= 16;
-  for (std::size_t i = 0; i < nch; ++i)
-    cost_class[i] = fifo ? static_cast<int>(std::lower_bound(costs_sorted.begin(), costs_sorted.end(), cost[i]) -
-                                            costs_sorted.begin())
-                         : 0;
-  EventQueue events(fifo ? costs_sorted.size() : 0);
+  // Is chunk c worth sending over channel ch now? (Not held by d; no copy promised to d that arrives as early;
+  // no cheaper channel into d brings it strictly earlier from an NPU that holds it or has it in flight.)
+  auto useful = [&](std::size_t ch, std::int32_t c, double now) {
+    const int d = ch_dst[ch];
+    const auto cu = static_cast<std::size_t>(c);
+    if (is_held(d, cu)) return false;
+    const double e = eta[cell(d, cu)];
+    if (!speculate) return e == inf;
+    const double arrive = now + cost[ch];
+    const double eps = 1e-9 * std::max(1.0, arrive);
+    if (ahead == Ahead::Always) return true;
+    if (e <= arrive + eps) return false;
+    for (int qc : in_sorted[static_cast<std::size_t>(d)]) {
+      const auto qu = static_cast<std::size_t>(qc);
+      if (cost[qu] >= cost[ch] - eps) break;
+      const double ep = eta[cell(ch_src[qu], cu)];
+      if (ep == inf) continue;
+      const double at = std::max(now, ep);
+      if (ahead == Ahead::ImportOnce) {
+        // p has the chunk no later than it would land at d over ch: p->d brings it at most cost(p->d) after
+        // that, without spending the dearer channel.
+        if (at <= arrive + eps) return false;
+      } else {
+        const double from = busy[qu] ? std::max(at, cur_start[qu] + cost[qu]) : at;
+        if (from + cost[qu] + eps < arrive) return false;
+      }
+    }
+    return true;
+  };
+
+  struct Ev {
+    double t;
+    std::int32_t ch;
+    std::uint32_t gen;
+    bool operator>(const Ev& o) const { return t > o.t; }
+  };
+  std::priority_queue<Ev, std::vector<Ev>, std::greater<Ev>> events;
   GatherResult res;
   Rng rng(seed);
-  // Odd seeds forward each channel's candidates oldest first (FIFO); even seeds pick a random candidate
-  // (TACOS-like). Neither wins everywhere, so best-of-k seeds explores both.
-  const bool random_pick = (seed & 1ULL) == 0;
-  const bool uniform = t.uniform_channels();
   std::vector<std::pair<std::pair<double, std::uint64_t>, int>> order;
 
   auto match = [&](double now) {
-    if (uniform) {
-      for (std::size_t i = dirty.size(); i > 1; --i) std::swap(dirty[i - 1], dirty[rng.below(i)]);
-    } else {
-      order.clear();
-      for (int ch : dirty) order.push_back({{cost[static_cast<std::size_t>(ch)], rng.next()}, ch});
-      std::sort(order.begin(), order.end());
-      for (std::size_t i = 0; i < order.size(); ++i) dirty[i] = order[i].second;
-    }
+    order.clear();
+    for (int ch : dirty) order.push_back({{cost[static_cast<std::size_t>(ch)], rng.next()}, ch});
+    std::sort(order.begin(), order.end());
+    for (std::size_t i = 0; i < order.size(); ++i) dirty[i] = order[i].second;
     for (int ch : dirty) {
       const auto cu = static_cast<std::size_t>(ch);
       dirty_flag[cu] = 0;
@@ -313,80 +373,161 @@ GatherResult gather_shared_links(const Topology& t, const std::vector<int>& src,
         if (!free) continue;
       }
       auto& qq = q[cu];
-      const int d = ch_dst[cu];
+      std::size_t& h = qhead[cu];
       std::int32_t pick = -1;
-      while (qhead[cu] < qq.size()) {
-        if (random_pick) {  // TACOS-like: a random candidate instead of the oldest
-          const std::size_t j = qhead[cu] + rng.below(qq.size() - qhead[cu]);
-          std::swap(qq[j], qq[qhead[cu]]);
+      if (rarest) {
+        std::size_t best = 0;
+        std::uint32_t best_holders = 0;
+        for (std::size_t j = h; j < qq.size() && j < h + kRarestWindow;) {
+          if (!useful(cu, qq[j], now)) {  // drop it: swap in the head's entry
+            std::swap(qq[j], qq[h]);
+            ++h;
+            --qentries;
+            if (best == h - 1 && pick >= 0) best = j;
+            ++j;
+            continue;
+          }
+          const std::uint32_t hc = holders[static_cast<std::size_t>(qq[j])];
+          if (pick < 0 || hc < best_holders) {
+            pick = qq[j];
+            best = j;
+            best_holders = hc;
+          }
+          ++j;
         }
-        const std::int32_t c = qq[qhead[cu]++];
-        --qentries;
-        if (!is_claimed(d, static_cast<std::size_t>(c))) {
-          pick = c;
-          break;
+        if (pick >= 0) {
+          std::swap(qq[best], qq[h]);
+          ++h;
+          --qentries;
+        }
+      } else {
+        while (h < qq.size()) {
+          if (random_pick) std::swap(qq[h + rng.below(qq.size() - h)], qq[h]);
+          const std::int32_t c = qq[h++];
+          --qentries;
+          if (useful(cu, c, now)) {
+            pick = c;
+            break;
+          }
         }
       }
-      if (qhead[cu] == qq.size()) {
+      if (h == qq.size()) {
         qq.clear();
-        qhead[cu] = 0;
-      } else if (qhead[cu] > 1024 && qhead[cu] * 2 > qq.size()) {
-        qq.erase(qq.begin(), qq.begin() + static_cast<std::ptrdiff_t>(qhead[cu]));
-        qhead[cu] = 0;
+        h = 0;
+      } else if (h > 1024 && h * 2 > qq.size()) {
+        qq.erase(qq.begin(), qq.begin() + static_cast<std::ptrdiff_t>(h));
+        h = 0;
       }
       if (pick < 0) continue;
-      claim(d, static_cast<std::size_t>(pick));
+      const int d = ch_dst[cu];
+      if (eta[cell(d, static_cast<std::size_t>(pick))] < inf) ++res.resent;
+      eta[cell(d, static_cast<std::size_t>(pick))] = now + cost[cu];
       busy[cu] = 1;
       cur[cu] = pick;
       cur_start[cu] = now;
+      ++gen[cu];
       if (!exclusive[cu])
         for (int l : chans[cu].route) link_busy[static_cast<std::size_t>(l)] = 1;
-      events.push(now + cost[cu], ch, cost_class[cu]);
+      events.push({now + cost[cu], ch, gen[cu]});
     }
     dirty.clear();
+  };
+
+  // Free channel ch (its transfer ended or was cancelled) and wake the channels that share its links.
+  auto release = [&](std::size_t cu) {
+    busy[cu] = 0;
+    cur[cu] = -1;
+    if (exclusive[cu]) {
+      if (qhead[cu] < q[cu].size()) mark(static_cast<int>(cu));
+      return;
+    }
+    for (int l : chans[cu].route) {
+      link_busy[static_cast<std::size_t>(l)] = 0;
+      for (int u : link_users[static_cast<std::size_t>(l)])
+        if (!busy[static_cast<std::size_t>(u)] && qhead[static_cast<std::size_t>(u)] < q[static_cast<std::size_t>(u)].size())
+          mark(u);
+    }
+  };
+
+  // A replacement for the chunk in flight on channel ch: the oldest candidate of its queue that its source
+  // held when the transfer started and that reaches d first this way.
+  auto replace = [&](std::size_t ch) {
+    const int d = ch_dst[ch], sr = ch_src[ch];
+    const double start = cur_start[ch], end = start + cost[ch];
+    const double eps = 1e-9 * std::max(1.0, end);
+    auto& qq = q[ch];
+    for (std::size_t j = qhead[ch]; j < qq.size() && j < qhead[ch] + kRarestWindow; ++j) {
+      const auto y = static_cast<std::size_t>(qq[j]);
+      if (!is_held(sr, y) || eta[cell(sr, y)] > start + eps) continue;
+      if (is_held(d, y) || eta[cell(d, y)] <= end + eps) continue;
+      cur[ch] = qq[j];
+      eta[cell(d, y)] = end;
+      std::swap(qq[j], qq[qhead[ch]]);
+      ++qhead[ch];
+      --qentries;
+      return true;
+    }
+    return false;
   };
 
   match(0.0);
   std::vector<int> batch;
   while (!events.empty()) {
-    const double now = events.top_time();
+    const double now = events.top().t;
     const double eps = 1e-9 * std::max(1.0, now);
     batch.clear();
-    while (!events.empty() && events.top_time() <= now + eps) batch.push_back(events.pop());
+    while (!events.empty() && events.top().t <= now + eps) {
+      const Ev e = events.top();
+      events.pop();
+      if (busy[static_cast<std::size_t>(e.ch)] && gen[static_cast<std::size_t>(e.ch)] == e.gen) batch.push_back(e.ch);
+    }
     for (std::size_t i = batch.size(); i > 1; --i) std::swap(batch[i - 1], batch[rng.below(i)]);
     for (int ch : batch) {
       const auto cu = static_cast<std::size_t>(ch);
+      if (!busy[cu]) continue;  // cancelled by an arrival earlier in this batch
       const std::int32_t c = cur[cu];
-      busy[cu] = 0;
-      cur[cu] = -1;
+      const auto cc = static_cast<std::size_t>(c);
+      const int d = ch_dst[cu];
+      const double start = cur_start[cu];
+      release(cu);
+      if (is_held(d, cc)) continue;  // a copy arrived at the same instant: this one is dropped too
+      set_held(d, cc);
+      eta[cell(d, cc)] = start + cost[cu];
+      ++holders[cc];
       ++res.count;
       if (record) {
         Transfer tr;
         tr.chunk = c;
-        tr.src = chans[cu].src;
-        tr.dst = chans[cu].dst;
-        tr.start = cur_start[cu];
-        tr.end = cur_start[cu] + cost[cu];
+        tr.src = ch_src[cu];
+        tr.dst = d;
+        tr.start = start;
+        tr.end = start + cost[cu];
         tr.route = ch;
         res.transfers.push_back(tr);
+        if (sink && res.transfers.size() >= 65536) (*sink)(res.transfers);
       }
-      res.time = std::max(res.time, cur_start[cu] + cost[cu]);
-      if (exclusive[cu]) {
-        if (qhead[cu] < q[cu].size()) mark(ch);
-      } else {
-        for (int l : chans[cu].route) {
-          link_busy[static_cast<std::size_t>(l)] = 0;
-          for (int u : link_users[static_cast<std::size_t>(l)])
-            if (!busy[static_cast<std::size_t>(u)] &&
-                qhead[static_cast<std::size_t>(u)] < q[static_cast<std::size_t>(u)].size())
-              mark(u);
+      res.time = std::max(res.time, start + cost[cu]);
+      // First arrival: each slower copy of c still in flight into d carries instead a chunk its source
+      // already held when it started and d has not got by its end (the transfer is the same link at the same
+      // times, so the schedule stays causal); failing that it is cancelled.
+      if (speculate)
+        for (int other : t.in_channels(d)) {
+          const auto ou = static_cast<std::size_t>(other);
+          if (!busy[ou] || cur[ou] != c) continue;
+          if (replace(ou)) {
+            ++res.replaced;
+          } else {
+            ++res.cancelled;
+            ++gen[ou];
+            release(ou);
+          }
         }
-      }
-      push_candidates(ch_dst[cu], c);
+      push_candidates(d, c, now);
     }
     max_q = std::max(max_q, qentries);
     match(now);
   }
+  if (sink && !res.transfers.empty()) (*sink)(res.transfers);
   res.max_queue = max_q;
   return res;
 }
@@ -486,7 +627,7 @@ class Completions {
 class Gather {
  public:
   Gather(const Topology& t, const std::vector<int>& src, double chunk_bytes, std::uint64_t seed, bool record,
-         int threads);
+         int threads, const Sink* sink);
   GatherResult run();
 
  private:
@@ -532,7 +673,9 @@ class Gather {
   int n_;
   std::size_t C_, nch_;
   std::uint64_t seed_;
-  bool record_, random_;
+  bool record_;
+  const Sink* sink_;
+  bool random_;
   unsigned shift_ = 31;       // entry = chunk | tag << shift_ (without tags, 31: no channel's back tag matches)
   std::uint32_t cmask_ = ~0U;  // chunk bits of an entry
   std::uint32_t claimed_bit_;  // a bit set in every claim row (entries d sent to s test it)
@@ -567,12 +710,13 @@ class Gather {
 };
 
 Gather::Gather(const Topology& t, const std::vector<int>& src, double chunk_bytes, std::uint64_t seed, bool record,
-               int threads)
+               int threads, const Sink* sink)
     : n_(t.num_npus()),
       C_(src.size()),
       nch_(t.channels().size()),
       seed_(mix64(seed + 0x632BE59BD9B4E019ULL)),
-      record_(record),
+      record_(record || sink),
+      sink_(sink),
       random_((seed & 1ULL) == 0),
       claimed_bit_(static_cast<std::uint32_t>(src.size())),
       claimed_(static_cast<std::size_t>(t.num_npus()), src.size() + 1) {
@@ -908,6 +1052,11 @@ void Gather::worker(int t) {
   guarded([&] { match(p, t, event, 0.0); });
   publish();
   for (;;) {
+    // Every thread has matched the last event (the barrier in publish), and none adds transfers before the
+    // next barrier: thread 0 hands them to the sink, in rank order of their destinations.
+    if (t == 0 && sink_)
+      for (auto& q : parts_)
+        if (!q.transfers.empty()) guarded([&] { (*sink_)(q.transfers); });
     double now = inf;
     bool failed = false;
     std::int64_t entries = 0;
@@ -947,14 +1096,39 @@ GatherResult Gather::run() {
   return res;
 }
 
-GatherResult gather(const Topology& t, const std::vector<int>& src, double chunk_bytes, std::uint64_t seed,
-                    bool record, int threads) {
+// Cells (NPUs x chunks) up to which topologies with shared links or channels of different costs use the
+// general engine (first-arrival delivery, look-ahead; 8 bytes of state per cell). Larger ones, and every
+// topology whose channels share no link and cost the same (where neither feature can apply), use Gather.
+constexpr double kGeneralCells = 1 << 27;
+
+bool use_general_engine(const Topology& t, std::size_t chunks) {
   std::vector<int> users(static_cast<std::size_t>(t.num_links()), 0);
-  bool shared = false;
-  for (const auto& ch : t.channels())
+  bool shared = false, mixed = false;
+  const auto& chans = t.channels();
+  for (const auto& ch : chans) {
     for (int l : ch.route) shared = shared || ++users[static_cast<std::size_t>(l)] > 1;
-  GatherResult res = shared ? gather_shared_links(t, src, chunk_bytes, seed, record)
-                            : Gather(t, src, chunk_bytes, seed, record, threads).run();
+    mixed = mixed || ch.latency_us != chans[0].latency_us || ch.bandwidth_gbps != chans[0].bandwidth_gbps;
+  }
+  return shared || (mixed && static_cast<double>(t.num_npus()) * static_cast<double>(chunks) <= kGeneralCells);
+}
+
+bool shares_links(const Topology& t) {
+  std::vector<int> users(static_cast<std::size_t>(t.num_links()), 0);
+  for (const auto& ch : t.channels())
+    for (int l : ch.route)
+      if (++users[static_cast<std::size_t>(l)] > 1) return true;
+  return false;
+}
+
+GatherResult gather(const Topology& t, const std::vector<int>& src, double chunk_bytes, std::uint64_t seed,
+                    bool record, int threads, SynthOptions::Engine engine, const Sink* sink = nullptr) {
+  using E = SynthOptions::Engine;
+  if (engine == E::PointToPoint && shares_links(t))
+    throw Error("the point-to-point engine needs channels that share no link (this topology has switch ports)");
+  const bool general = engine == E::General || (engine == E::Auto && use_general_engine(t, src.size()));
+  GatherResult res = general
+                         ? gather_general(t, src, chunk_bytes, seed, record, sink)
+                         : Gather(t, src, chunk_bytes, seed, record, threads, sink).run();
   const std::uint64_t expect = static_cast<std::uint64_t>(src.size()) * static_cast<std::uint64_t>(t.num_npus() - 1);
   if (res.count != expect)
     throw Error("synthesis did not complete: " + std::to_string(res.count) + " of " + std::to_string(expect) +
@@ -966,10 +1140,15 @@ GatherResult gather(const Topology& t, const std::vector<int>& src, double chunk
   return res;
 }
 
-// Best of `seeds` seeds, run on up to `threads` threads. Deterministic: ties go to the lowest seed.
+// Best of `seeds` seeds (base_seed, base_seed + 1, ...; or the seeds of `seed_list`), run on up to `threads`
+// threads. Deterministic: ties go to the lowest seed.
 GatherResult best_gather(const Topology& t, const std::vector<int>& src, double chunk_bytes, const SynthOptions& o,
-                         std::vector<double>* seed_times, std::uint64_t* best_seed) {
-  const int k = std::max(1, o.seeds);
+                         std::vector<double>* seed_times, std::uint64_t* best_seed,
+                         const std::vector<std::uint64_t>* seed_list = nullptr) {
+  const int k = seed_list ? static_cast<int>(seed_list->size()) : std::max(1, o.seeds);
+  auto seed_of = [&](int i) {
+    return seed_list ? (*seed_list)[static_cast<std::size_t>(i)] : o.base_seed + static_cast<std::uint64_t>(i);
+  };
   unsigned hw = std::thread::hardware_concurrency();
   int threads = o.threads > 0 ? o.threads : static_cast<int>(hw ? hw : 1);
   // Seeds run side by side; with fewer seeds than threads, each seed splits its destinations among the rest
@@ -987,7 +1166,7 @@ GatherResult best_gather(const Topology& t, const std::vector<int>& src, double 
       const int i = next.fetch_add(1);
       if (i >= k) return;
       try {
-        GatherResult r = gather(t, src, chunk_bytes, o.base_seed + static_cast<std::uint64_t>(i), o.record, inner);
+        GatherResult r = gather(t, src, chunk_bytes, seed_of(i), o.record, inner, o.engine);
         std::lock_guard<std::mutex> g(mu);
         times[static_cast<std::size_t>(i)] = r.time;
         if (best_i < 0 || r.time < best.time || (r.time == best.time && i < best_i)) {
@@ -1010,7 +1189,7 @@ GatherResult best_gather(const Topology& t, const std::vector<int>& src, double 
   }
   if (!err.empty()) throw Error(err);
   if (seed_times) *seed_times = times;
-  if (best_seed) *best_seed = o.base_seed + static_cast<std::uint64_t>(best_i);
+  if (best_seed) *best_seed = seed_of(best_i);
   return best;
 }
 
@@ -1061,12 +1240,101 @@ void append_forward(const GatherResult& g, const Topology& t, Schedule& s, doubl
 
 }  // namespace
 
-Schedule synthesize(const Topology& topo, const SynthOptions& o, SynthStats* stats) {
-  if (!topo.finalized()) throw Error("topology not finalized");
-  if (o.chunks_per_rank < 1) throw Error("chunks per rank must be >= 1");
-  if (!(o.bytes > 0)) throw Error("collective size must be positive");
+namespace {
+
+// Chunks per rank by trial: the spreading phase (All-Gather; the root's spreading for Broadcast/Reduce) with
+// 1, 2, 4, ... chunks and a few seeds, stopping after two sizes without gain, when a chunk's transfer time on
+// the fastest channel falls below its latency (alpha dominates: smaller chunks only add latency), or when the
+// trials' work (chunk deliveries) would pass a budget. On topologies whose channels all cost the same and
+// share no link every NPU's links are busy from the start, so splitting only adds alpha: 1 chunk.
+int choose_chunks(const Topology& topo, const SynthOptions& o, std::vector<std::pair<int, double>>* trials) {
   const int n = topo.num_npus();
-  if (o.root < 0 || o.root >= n) throw Error("root rank out of range");
+  const bool rooted = o.collective == Collective::Broadcast || o.collective == Collective::Reduce;
+  const bool general = o.engine == SynthOptions::Engine::General ||
+                       (o.engine == SynthOptions::Engine::Auto && use_general_engine(topo, static_cast<std::size_t>(n)));
+  if (!rooted && !general) return 1;
+  const bool reverse_only = o.collective == Collective::ReduceScatter || o.collective == Collective::Reduce;
+  Topology transposed;
+  if (reverse_only) transposed = topo.transposed();
+  const Topology& t = reverse_only ? transposed : topo;
+  double min_lat = std::numeric_limits<double>::infinity(), max_bw = 0;
+  for (const auto& ch : t.channels()) {
+    min_lat = std::min(min_lat, ch.latency_us);
+    max_bw = std::max(max_bw, ch.bandwidth_gbps);
+  }
+  SynthOptions trial = o;
+  trial.record = false;
+  // Two seeds of different look-ahead (import once, none: see gather_general) unless fewer were asked for.
+  std::vector<std::uint64_t> seeds{o.base_seed};
+  if (o.seeds > 1) seeds.push_back(o.base_seed + (o.seeds > 3 ? 3 : 1));
+  trial.seeds = static_cast<int>(seeds.size());
+  constexpr double kBudget = 3e7;  // chunk deliveries over all trials (a few seconds)
+  double spent = 0;
+  int best_k = 1, misses = 0;
+  double best = std::numeric_limits<double>::infinity();
+  for (int k = 1; k <= (rooted ? 256 : 64); k *= 2) {
+    const double chunks = rooted ? k : static_cast<double>(n) * k;
+    const double chunk_bytes = o.bytes / chunks;
+    const double work = chunks * (n - 1) * trial.seeds;
+    if (k > 1 && (spent + work > kBudget || chunk_bytes / (max_bw * 1e3) < min_lat)) break;
+    spent += work;
+    std::vector<int> src(static_cast<std::size_t>(chunks));
+    for (std::size_t c = 0; c < src.size(); ++c) src[c] = rooted ? o.root : static_cast<int>(c % static_cast<std::size_t>(n));
+    const double time = best_gather(t, src, chunk_bytes, trial, nullptr, nullptr, &seeds).time;
+    if (trials) trials->emplace_back(k, time);
+    if (time < best * (1 - 1e-4)) {
+      best = time;
+      best_k = k;
+      misses = 0;
+    } else if (++misses == 2) {
+      break;
+    }
+  }
+  return best_k;
+}
+
+// Refuse, before any work, a synthesis whose state or transfer list would not fit in o.max_memory_bytes.
+void check_memory(const Topology& topo, const SynthOptions& o, double chunks) {
+  const double n = topo.num_npus();
+  const double cells = n * chunks;
+  const bool general = o.engine == SynthOptions::Engine::General ||
+                       (o.engine == SynthOptions::Engine::Auto && use_general_engine(topo, static_cast<std::size_t>(chunks)));
+  const unsigned hw = std::thread::hardware_concurrency();
+  const int threads = o.threads > 0 ? o.threads : static_cast<int>(hw ? hw : 1);
+  const double parallel = std::max(1, std::min(threads, std::max(1, o.seeds)));
+  // general engine: eta (8 B) + held bit + candidate queues (~4 B) per cell; Gather: a claim bit per cell
+  const double state = parallel * (general ? cells * 12.2 : cells / 8) + 256.0 * static_cast<double>(topo.channels().size());
+  const bool both = o.collective == Collective::AllReduce;
+  const double deliveries = chunks * (n - 1) * (both ? 2 : 1);
+  // the kept transfers of the best seed and of the seeds running, then the schedule's copy
+  const double list = o.record ? deliveries * static_cast<double>(sizeof(Transfer)) * (parallel + 2) : 0;
+  const double need = state + list;
+  if (need <= o.max_memory_bytes) return;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "%s on %d NPUs with %.0f chunks would need about %.1f GiB (%.1f GiB of synthesis state%s), more "
+                "than the %.1f GiB allowed%s",
+                to_string(o.collective), topo.num_npus(), chunks, need / (1 << 30), state / (1 << 30),
+                o.record ? ", the rest for the transfer list" : "", o.max_memory_bytes / (1 << 30),
+                o.record ? "; --no-schedule or --stream keep no transfer list in memory" : "");
+  throw Error(buf);
+}
+
+}  // namespace
+
+namespace {
+
+// Validate the options, choose the chunks, and fill the schedule's header (no transfers).
+Schedule prepare(const Topology& topo, const SynthOptions& o0, SynthOptions& o, SynthStats& st) {
+  if (!topo.finalized()) throw Error("topology not finalized");
+  if (o0.chunks_per_rank < 0) throw Error("chunks per rank must be >= 1 (0: choose automatically)");
+  if (!(o0.bytes > 0) || !std::isfinite(o0.bytes)) throw Error("collective size must be positive and finite");
+  const int n = topo.num_npus();
+  if (n < 2)
+    throw Error("a collective needs at least 2 NPUs; topology '" + topo.name + "' has " + std::to_string(n));
+  if (o0.root < 0 || o0.root >= n) throw Error("root rank out of range");
+  o = o0;
+  if (o.chunks_per_rank == 0) o.chunks_per_rank = choose_chunks(topo, o, &st.chunk_trials);
   Schedule s;
   s.collective = o.collective;
   s.algorithm = "tacos";
@@ -1081,13 +1349,40 @@ Schedule synthesize(const Topology& topo, const SynthOptions& o, SynthStats* sta
   s.chunk_bytes = o.bytes / static_cast<double>(C);
   s.owner.resize(static_cast<std::size_t>(C));
   for (long long c = 0; c < C; ++c) s.owner[static_cast<std::size_t>(c)] = rooted ? o.root : static_cast<int>(c % n);
+  if (o.max_memory_bytes > 0) check_memory(topo, o, static_cast<double>(C));
+  st.chunks_per_rank = o.chunks_per_rank;
+  return s;
+}
 
+bool needs_reverse(Collective c) {
+  return c == Collective::ReduceScatter || c == Collective::AllReduce || c == Collective::Reduce;
+}
+bool needs_forward(Collective c) {
+  return c == Collective::AllGather || c == Collective::AllReduce || c == Collective::Broadcast;
+}
+
+// Routes of the reductions, in their direction, by channel of the spreading topology (topo's own channels
+// reversed link by link where every link has a twin, else the transposed topology's channels reversed).
+std::vector<std::vector<int>> reduction_routes(const Topology& spread_topo, const std::vector<int>& partner) {
+  std::vector<std::vector<int>> rev_routes;
+  for (const auto& ch : spread_topo.channels()) {
+    std::vector<int> r;
+    for (auto it = ch.route.rbegin(); it != ch.route.rend(); ++it)
+      r.push_back(partner.empty() ? *it : partner[static_cast<std::size_t>(*it)]);
+    rev_routes.push_back(std::move(r));
+  }
+  return rev_routes;
+}
+
+}  // namespace
+
+Schedule synthesize(const Topology& topo, const SynthOptions& o0, SynthStats* stats) {
   SynthStats st;
-  const bool need_reverse = o.collective == Collective::ReduceScatter || o.collective == Collective::AllReduce ||
-                            o.collective == Collective::Reduce;
-  const bool need_forward = o.collective == Collective::AllGather || o.collective == Collective::AllReduce ||
-                            o.collective == Collective::Broadcast;
-  GatherResult fwd, rev;
+  SynthOptions o;
+  Schedule s = prepare(topo, o0, o, st);
+  const bool need_reverse = needs_reverse(o.collective), need_forward = needs_forward(o.collective);
+  GatherResult fwd, rev_own;
+  const GatherResult* rev = &rev_own;
   std::vector<std::vector<int>> rev_routes;
   if (need_forward) {
     fwd = best_gather(topo, s.owner, s.chunk_bytes, o, &st.seed_times, &st.best_seed);
@@ -1097,34 +1392,125 @@ Schedule synthesize(const Topology& topo, const SynthOptions& o, SynthStats* sta
   if (need_reverse) {
     const auto partner = symmetric_partner(topo);
     if (!partner.empty() && need_forward) {
-      rev = fwd;  // transpose == topology: the same spreading schedule, reversed, is the reduction
+      rev = &fwd;  // transpose == topology: the same spreading schedule, reversed, is the reduction
     } else if (!partner.empty()) {
-      rev = best_gather(topo, s.owner, s.chunk_bytes, o, &st.seed_times, &st.best_seed);
-      st.max_queue_entries = rev.max_queue;
+      rev_own = best_gather(topo, s.owner, s.chunk_bytes, o, &st.seed_times, &st.best_seed);
+      st.max_queue_entries = rev_own.max_queue;
     } else {
       const Topology tt = topo.transposed();
       std::vector<double> times;
-      rev = best_gather(tt, s.owner, s.chunk_bytes, o, need_forward ? &times : &st.seed_times,
-                        need_forward ? nullptr : &st.best_seed);
-      st.max_queue_entries = std::max(st.max_queue_entries, rev.max_queue);
-      for (const auto& ch : tt.channels()) rev_routes.emplace_back(ch.route.rbegin(), ch.route.rend());
+      rev_own = best_gather(tt, s.owner, s.chunk_bytes, o, need_forward ? &times : &st.seed_times,
+                            need_forward ? nullptr : &st.best_seed);
+      st.max_queue_entries = std::max(st.max_queue_entries, rev_own.max_queue);
+      rev_routes = reduction_routes(tt, {});
     }
-    if (!partner.empty()) {
-      for (const auto& ch : topo.channels()) {
-        std::vector<int> r;
-        for (auto it = ch.route.rbegin(); it != ch.route.rend(); ++it) r.push_back(partner[static_cast<std::size_t>(*it)]);
-        rev_routes.push_back(std::move(r));
-      }
-    }
-    st.rs_time_us = rev.time;
+    if (!partner.empty()) rev_routes = reduction_routes(topo, partner);
+    st.rs_time_us = rev->time;
   }
   s.seed = st.best_seed;
-  if (need_reverse) append_reversed(rev, rev_routes, rev.time, s, 0.0);
-  if (need_forward) append_forward(fwd, topo, s, need_reverse ? rev.time : 0.0);
-  s.time_us = (need_reverse ? rev.time : 0.0) + (need_forward ? fwd.time : 0.0);
+  for (const GatherResult* g : std::initializer_list<const GatherResult*>{need_forward ? &fwd : nullptr, need_reverse && rev != &fwd ? rev : nullptr})
+    if (g) {
+      st.resent += g->resent;
+      st.replaced += g->replaced;
+      st.cancelled += g->cancelled;
+    }
+  if (o.record) s.transfers.reserve((need_reverse ? rev->transfers.size() : 0) + (need_forward ? fwd.transfers.size() : 0));
+  if (need_reverse) append_reversed(*rev, rev_routes, rev->time, s, 0.0);
+  if (need_forward) append_forward(fwd, topo, s, need_reverse ? rev->time : 0.0);
+  s.time_us = (need_reverse ? rev->time : 0.0) + (need_forward ? fwd.time : 0.0);
   st.time_us = s.time_us;
-  st.transfers = (need_reverse ? rev.count : 0) + (need_forward ? fwd.count : 0);
+  st.transfers = (need_reverse ? rev->count : 0) + (need_forward ? fwd.count : 0);
   if (!o.record) s.routes.clear();
+  if (need_reverse && o.record) assign_reduction_order(s);
+  // Cancelled copies leave their links idle for a while: replayed as early as data and links allow (the same
+  // transfers, links and orders), the schedule may finish sooner.
+  if (o.record && st.cancelled > 0) {
+    SimResult r = simulate(topo, s);
+    if (r.time_us < s.time_us * (1 - 1e-12)) {
+      st.uncompacted_time_us = s.time_us;
+      r.timed.seed = s.seed;
+      s = std::move(r.timed);
+      st.time_us = s.time_us;
+    }
+  }
+  if (stats) *stats = st;
+  return s;
+}
+
+Schedule synthesize_to_stream(const Topology& topo, const SynthOptions& o0, const std::string& path, SynthStats* stats,
+                              std::uint64_t* bytes) {
+  SynthStats st;
+  SynthOptions o;
+  SynthOptions o_nr = o0;
+  o_nr.record = false;
+  Schedule s = prepare(topo, o_nr, o, st);
+  const bool need_reverse = needs_reverse(o.collective), need_forward = needs_forward(o.collective);
+  const auto partner = symmetric_partner(topo);
+  const bool shared_run = need_reverse && need_forward && !partner.empty();
+  std::unique_ptr<Topology> tt;
+  if (need_reverse && partner.empty()) tt = std::make_unique<Topology>(topo.transposed());
+  const Topology& rev_topo = tt ? *tt : topo;
+  // The best seed of each spreading run, found without writing (one seed: nothing to search).
+  auto best_seed = [&](const Topology& t, std::vector<double>* times) {
+    if (o.seeds <= 1) return o.base_seed;
+    std::uint64_t b = o.base_seed;
+    best_gather(t, s.owner, s.chunk_bytes, o, times, &b);
+    return b;
+  };
+  std::vector<StreamSection> sections;
+  auto costs = [&](const Topology& t) {
+    std::vector<double> c;
+    for (const auto& ch : t.channels()) c.push_back(ch.time_us(s.chunk_bytes));
+    return c;
+  };
+  std::uint64_t rev_seed = 0, fwd_seed = 0;
+  if (need_reverse) {
+    StreamSection sec;
+    sec.mirror = true;
+    sec.routes = reduction_routes(rev_topo, partner);
+    sec.route_us = costs(rev_topo);
+    sections.push_back(std::move(sec));
+    rev_seed = best_seed(rev_topo, &st.seed_times);
+  }
+  if (need_forward) {
+    StreamSection sec;
+    for (const auto& ch : topo.channels()) sec.routes.push_back(ch.route);
+    sec.route_us = costs(topo);
+    if (shared_run) sec.blocks_of = 0;
+    sections.push_back(std::move(sec));
+    fwd_seed = shared_run ? rev_seed : best_seed(topo, &st.seed_times);
+  }
+  s.seed = need_forward ? fwd_seed : rev_seed;
+  st.best_seed = s.seed;
+  StreamWriter w(path, stream_header_json(s, topo, sections));
+  const Sink sink = [&w](std::vector<Transfer>& ts) { w.write(ts); };
+  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  double t_rev = 0, t_fwd = 0;
+  if (need_reverse) {
+    const GatherResult r = gather(rev_topo, s.owner, s.chunk_bytes, rev_seed, false, threads, o.engine, &sink);
+    w.end_section(r.time);
+    t_rev = r.time;
+    st.rs_time_us = r.time;
+    st.transfers += r.count;
+    st.max_queue_entries = r.max_queue;
+  }
+  if (need_forward) {
+    if (shared_run) {
+      t_fwd = t_rev;
+      st.transfers *= 2;
+    } else {
+      const GatherResult r = gather(topo, s.owner, s.chunk_bytes, fwd_seed, false, threads, o.engine, &sink);
+      w.end_section(r.time);
+      t_fwd = r.time;
+      st.transfers += r.count;
+      st.max_queue_entries = std::max(st.max_queue_entries, r.max_queue);
+    }
+    st.ag_time_us = t_fwd;
+  }
+  const std::uint64_t written = w.finish();
+  if (bytes) *bytes = written;
+  s.time_us = t_rev + t_fwd;
+  st.time_us = s.time_us;
   if (stats) *stats = st;
   return s;
 }

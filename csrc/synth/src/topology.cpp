@@ -4,6 +4,7 @@
 #include <limits>
 #include <queue>
 #include <set>
+#include <cstdio>
 #include <sstream>
 
 #include "autoccl/synth/synth.h"
@@ -327,6 +328,10 @@ namespace {
 
 std::string npu_name(int i) { return "npu" + std::to_string(i); }
 
+// Generator limits, checked before anything is allocated (a link costs a few hundred bytes with its channel).
+constexpr double kMaxNpus = 4'000'000;
+constexpr double kMaxLinks = 20'000'000;
+
 void add_npus(Topology& t, int n) {
   for (int i = 0; i < n; ++i) t.add_node(npu_name(i), NodeKind::Npu);
 }
@@ -339,13 +344,50 @@ double dim_lat(const GenParams& p, size_t d) {
 }
 
 int product(const std::vector<int>& dims) {
-  long long p = 1;
+  double p = 1;
   for (int d : dims) {
     if (d < 1) throw Error("generator dimensions must be >= 1");
     p *= d;
-    if (p > 10'000'000) throw Error("generator: too many NPUs");
   }
+  if (p > kMaxNpus)
+    throw Error(std::to_string(static_cast<long long>(p)) + " NPUs, more than the limit of " +
+                std::to_string(static_cast<long long>(kMaxNpus)));
   return static_cast<int>(p);
+}
+
+// Links a generator will make (counted before anything is allocated).
+double count_links(const std::string& kind, const std::vector<int>& dims, const GenParams& p) {
+  double n = 1;
+  for (int d : dims) n *= d;
+  auto along = [&](std::size_t d, const std::string& type) -> double {
+    const double len = dims[d];
+    if (len < 2) return 0;
+    const double lines = n / len;
+    if (type == "ring") return lines * (len == 2 ? 2 : 2 * len);
+    if (type == "line" || type == "mesh") return lines * 2 * (len - 1);
+    if (type == "fc" || type == "fully_connected") return lines * len * (len - 1);
+    if (type == "switch") return lines * 2 * len;
+    return 0;
+  };
+  if (kind == "ring") return 2 * n;
+  if (kind == "uni_ring") return n;
+  if (kind == "fully_connected" || kind == "fc") return n * (n - 1);
+  if (kind == "mesh" || kind == "torus") {
+    double l = 0;
+    for (std::size_t d = 0; d < dims.size(); ++d) l += along(d, kind == "mesh" || dims[d] <= 2 ? "line" : "ring");
+    return l;
+  }
+  if (kind == "hypercube") return dims.empty() ? 0 : dims[0] * std::pow(2.0, dims[0]);
+  if (kind == "dragonfly" && dims.size() == 2) return n * (dims[1] - 1) + 2 * n;
+  if (kind == "switch") return 2 * n;
+  if (kind == "switch_unwound") return n * std::max(1, p.degree);
+  if (kind == "multidim") {
+    double l = 0;
+    for (std::size_t d = 0; d < dims.size() && d < p.dim_types.size(); ++d) l += along(d, p.dim_types[d]);
+    return l;
+  }
+  if (kind == "cluster") return 6 * n;
+  return 0;
 }
 
 // Mixed-radix rank helpers (dims[0] fastest).
@@ -405,6 +447,13 @@ Topology generate(const std::string& kind, const std::vector<int>& dims, const G
   Topology t;
   if (dims.empty()) throw Error("generator '" + kind + "' needs dimensions");
   const int n = product(dims);
+  const double links = count_links(kind, dims, p);
+  if (links > kMaxLinks) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.3g", links);
+    throw Error("generator '" + kind + "' would make " + buf + " links for " + std::to_string(n) +
+                " NPUs, more than the limit of " + std::to_string(static_cast<long long>(kMaxLinks)));
+  }
   const double bw = p.bandwidth_gbps, lat = p.latency_us;
   int sw_counter = 0;
   std::ostringstream nm;
@@ -515,7 +564,14 @@ Topology generate(const std::string& kind, const std::vector<int>& dims, const G
                 "' (ring, uni_ring, fully_connected, mesh, torus, hypercube, dragonfly, switch, "
                 "switch_unwound, multidim, cluster)");
   }
-  t.finalize();
+  try {
+    t.finalize();
+  } catch (const Error& e) {
+    if (kind != "dragonfly") throw;
+    throw Error(std::string(e.what()) + "; with one global link per router, " + std::to_string(dims[0]) +
+                " groups need at least " + std::to_string(dims[0] - 1) +
+                " routers per group for a link between every pair of groups");
+  }
   return t;
 }
 

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -80,8 +82,8 @@ TEST(synth, deterministic) {
   EXPECT_TRUE(same);
 }
 
-// The same schedule on 1, 2 and 3 threads: a 1,024-NPU mesh is split among threads within one seed
-// (FIFO seed 1, random seed 2; two link speeds, so costs differ at a destination).
+// The same schedule on 1, 2 and 3 threads: a 1,024-NPU mesh is split among threads within one seed by the
+// point-to-point engine (FIFO seed 1, random seed 2; two link speeds, so costs differ at a destination).
 TEST(synth, threads_agree) {
   const GenParams p = params();
   GenParams ph = p;
@@ -92,6 +94,8 @@ TEST(synth, threads_agree) {
     o.collective = Collective::AllGather;
     o.bytes = 1 << 24;
     o.base_seed = seed;
+    o.chunks_per_rank = 1;
+    o.engine = SynthOptions::Engine::PointToPoint;
     o.threads = 1;
     const auto a = synthesize(t, o);
     for (int th = 2; th <= (seed == 1 ? 3 : 2); ++th) {
@@ -184,6 +188,124 @@ TEST(synth, checker_catches_wrong_schedule) {
   auto s2 = synthesize(t, o);
   s2.transfers.push_back(s2.transfers.front());  // reduce a contribution twice
   EXPECT_TRUE(!check(s2, &t).ok);
+}
+
+// A reduction whose stated order does not follow arrival is caught.
+TEST(synth, reduction_order_checked) {
+  const GenParams p = params();
+  const auto t = generate("mesh", {3, 3}, p);
+  SynthOptions o;
+  o.collective = Collective::ReduceScatter;
+  o.chunks_per_rank = 1;
+  auto s = synthesize(t, o);
+  check_ok(s, t, "reduction order");
+  bool swapped = false;
+  for (size_t i = 0; i < s.transfers.size() && !swapped; ++i)
+    for (size_t j = i + 1; j < s.transfers.size() && !swapped; ++j) {
+      auto& a = s.transfers[i];
+      auto& b = s.transfers[j];
+      if (a.op == Op::Reduce && b.op == Op::Reduce && a.dst == b.dst && a.chunk == b.chunk && a.end != b.end) {
+        std::swap(a.order, b.order);
+        swapped = true;
+      }
+    }
+  ASSERT_TRUE(swapped);
+  const auto r = check(s, &t);
+  EXPECT_FALSE(r.ok);
+  ASSERT_FALSE(r.errors.empty());
+  EXPECT_NE(r.errors[0].find("order"), std::string::npos) << r.errors[0];
+}
+
+// Lower bounds: a rail cluster's hosts (8 NICs of 50 GB/s each) bound its All-Gather, not its NPUs.
+TEST(synth, rail_cluster_bound_and_quality) {
+  GenParams rail = params();
+  rail.bandwidth_gbps = 450;
+  rail.nic_bandwidth_gbps = 50;
+  const auto t = generate("cluster", {8, 8}, rail);
+  const auto lb = lower_bound(t, Collective::AllGather, 1 << 30);
+  const double host = 7.0 / 8 * (1 << 30) / (8 * 50e3);
+  EXPECT_NEAR(lb.time_us, host, 1e-6 * host);
+  EXPECT_EQ(lb.kind, "cut");
+  EXPECT_LT(lb.per_npu_us, 0.51 * host);
+  SynthOptions o;
+  o.bytes = 1 << 30;
+  o.seeds = 4;
+  const auto s = synthesize(t, o);
+  EXPECT_GE(s.time_us, lb.time_us);
+  EXPECT_GE(s.time_us, lb.model_us);
+  EXPECT_LE(s.time_us, 1.15 * lb.time_us);  // import once + chunks chosen by trial
+}
+
+// Streamed to disk on 2 threads of the point-to-point engine (a 1,024-NPU mesh), read back, checked.
+TEST(synth, stream_round_trip) {
+  const GenParams p = params();
+  const auto t = generate("mesh", {32, 32}, p);
+  SynthOptions o;
+  o.collective = Collective::AllGather;
+  o.bytes = 1 << 26;
+  o.threads = 2;
+  const std::string path = "synth_tests_stream.acss";
+  SynthStats st;
+  std::uint64_t bytes = 0;
+  const Schedule h = synthesize_to_stream(t, o, path, &st, &bytes);
+  EXPECT_TRUE(h.transfers.empty());
+  EXPECT_GT(bytes, 2 * st.transfers);  // two varints of at least a byte per transfer
+  const Schedule m = synthesize(t, o);
+  EXPECT_NEAR(h.time_us, m.time_us, 1e-9 * m.time_us);
+  std::vector<StreamSection> secs(1);
+  Schedule r = h;
+  std::vector<int> rs, rd;
+  for (const auto& ch : t.channels()) {
+    secs[0].routes.push_back(ch.route);
+    secs[0].route_us.push_back(ch.time_us(h.chunk_bytes));
+    rs.push_back(ch.src);
+    rd.push_back(ch.dst);
+  }
+  r.routes = secs[0].routes;
+  read_schedule_stream(path, secs, r, rs, rd);
+  EXPECT_EQ(r.transfers.size(), m.transfers.size());
+  check_ok(r, t, "stream");
+  std::remove(path.c_str());
+}
+
+// Clear errors: by-name resolution, generator limits, a single NPU.
+TEST(synth, clear_errors) {
+  const GenParams p = params();
+  const auto t = generate("mesh", {2, 2}, p);
+  SynthOptions o;
+  const auto s = synthesize(t, o);
+  std::vector<std::string> ranks{"npu0", "npu1", "npu2", "gpu9"};
+  EXPECT_TRUE(throws_with([&] { resolve_by_name(s, ranks, {}, t); }, "schedule rank 'gpu9' is not a node"));
+  ranks.back() = "npu0";
+  EXPECT_TRUE(throws_with([&] { resolve_by_name(s, ranks, {}, t); }, "twice"));
+  EXPECT_TRUE(throws_with([&] { generate("fc", {10000}, p); }, "links"));
+  EXPECT_TRUE(throws_with([&] { generate("ring", {5000000}, p); }, "NPUs, more than the limit"));
+  EXPECT_TRUE(throws_with([&] { synthesize(generate("mesh", {1, 1}, p), o); }, "at least 2 NPUs"));
+}
+
+// The checker's progress counts up to its total and never past it, with a topology and without.
+TEST(synth, check_progress_stays_within_total) {
+  const GenParams p = params();
+  const auto t = generate("mesh", {4, 4}, p);
+  SynthOptions o;
+  o.collective = Collective::AllReduce;
+  o.chunks_per_rank = 1;
+  const auto s = synthesize(t, o);
+  for (const Topology* topo : {&t, static_cast<const Topology*>(nullptr)}) {
+    std::uint64_t last = 0, total = 0;
+    bool within = true, monotonic = true;
+    CheckOptions co;
+    co.progress = [&](std::uint64_t done, std::uint64_t of) {
+      within = within && done <= of;
+      monotonic = monotonic && done >= last;
+      last = done;
+      total = of;
+    };
+    EXPECT_TRUE(check(s, topo, co).ok);
+    EXPECT_TRUE(within) << (topo ? "with" : "without") << " a topology";
+    EXPECT_TRUE(monotonic);
+    EXPECT_EQ(last, total);
+  }
 }
 
 // Exporters produce something for a small schedule.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import resource
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,30 @@ _with_topo = O.gathered(
 )
 
 
+# Streams up to this many transfers are re-read and checked (about 2 GiB of memory).
+_STREAM_CHECK_LIMIT = 2e7
+
+
+def _progress(label: str) -> Callable[[int, int], None]:
+    """A progress callback for long checks: one line on stderr every few seconds."""
+    last = [time.monotonic()]
+
+    def show(done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 3.0 and total > 0:
+            click.echo(f"{label}: {100 * done / total:.0f}% ({done:,} of {total:,} steps)", err=True)
+            last[0] = now
+
+    return show
+
+
+def _writable(*paths: str | None) -> None:
+    """Refuse, before any work, outputs whose directory does not exist."""
+    for p in paths:
+        if p and not Path(p).resolve().parent.is_dir():
+            raise click.ClickException(f"cannot write {p}: directory {Path(p).parent} does not exist")
+
+
 def _plots(topo: Any, sim: dict[str, Any], heatmap: str | None, timeline: str | None, title: str) -> None:
     if heatmap or timeline:
         from autoccl.synth import plots
@@ -84,9 +109,17 @@ def _plots(topo: Any, sim: dict[str, Any], heatmap: str | None, timeline: str | 
 @click.option("--collective", "-c", type=click.Choice(S.COLLECTIVES), default="allgather", show_default=True)
 @click.option("--size", "-s", default="1G", show_default=True, help="collective size (binary units: 64M, 1G)")
 @click.option(
-    "--chunks", type=int, default=1, show_default=True, help="chunks per NPU (per root for bcast/reduce)"
+    "--chunks",
+    type=click.IntRange(min=0),
+    default=0,
+    help="chunks per NPU (per root for bcast/reduce); 0 (default): chosen by trial",
 )
-@click.option("--seeds", type=int, default=4, show_default=True, help="best of this many seeds")
+@click.option(
+    "--seeds",
+    type=click.IntRange(min=0),
+    default=0,
+    help="best of this many seeds (0, the default: 8 up to 5e6 deliveries per seed, 4 up to 5e7, else 1)",
+)
 @click.option("--seed", type=int, default=1, show_default=True, help="first seed")
 @click.option("--threads", type=int, default=0, help="threads for the seeds (0: all cores)")
 @click.option("--root", type=int, default=0, show_default=True)
@@ -99,6 +132,16 @@ def _plots(topo: Any, sim: dict[str, Any], heatmap: str | None, timeline: str | 
 )
 @click.option(
     "--no-schedule", is_flag=True, help="estimate the time only; keep no transfer list (huge topologies)"
+)
+@click.option(
+    "--stream",
+    type=click.Path(dir_okay=False),
+    help="write the schedule to this file while it is made (binary, docs/synth.md), keeping none in memory",
+)
+@click.option(
+    "--max-memory",
+    type=click.FloatRange(min=0),
+    help="GiB: refuse up front what would need more (default: this machine's memory)",
 )
 @click.option("--heatmap", type=click.Path(dir_okay=False), help="link-utilization heat map (PNG)")
 @click.option("--timeline", type=click.Path(dir_okay=False), help="time-line chart (PNG)")
@@ -117,50 +160,101 @@ def synth(
     report: str | None,
     check: bool,
     no_schedule: bool,
+    stream: str | None,
+    max_memory: float | None,
     heatmap: str | None,
     timeline: str | None,
 ) -> None:
     """Synthesize a collective schedule for a topology (TACOS, done completely)."""
+    _writable(out, msccl_xml, mscclpp_json, report, heatmap, timeline, stream)
+    if stream and (no_schedule or out or msccl_xml or mscclpp_json or heatmap or timeline):
+        raise click.UsageError(
+            "--stream keeps no schedule in memory: it cannot be combined with --no-schedule, -o, "
+            "--msccl-xml, --mscclpp-json, --heatmap or --timeline"
+        )
+    if seeds == 0:
+        seeds = S.default_seeds(topo)
     try:
         nbytes = S.parse_size(size)
         t0 = time.perf_counter()
-        sched, stats = S.synthesize(
-            topo,
-            collective,
-            nbytes,
-            chunks=chunks,
-            seeds=seeds,
-            threads=threads,
-            seed=seed,
-            root=root,
-            record=not no_schedule,
-        )
+        if stream:
+            sched, stats = S.synthesize_to_stream(
+                topo,
+                collective,
+                nbytes,
+                stream,
+                chunks=chunks,
+                seeds=seeds,
+                threads=threads,
+                seed=seed,
+                root=root,
+                max_memory_gib=max_memory,
+            )
+        else:
+            sched, stats = S.synthesize(
+                topo,
+                collective,
+                nbytes,
+                chunks=chunks,
+                seeds=seeds,
+                threads=threads,
+                seed=seed,
+                root=root,
+                record=not no_schedule,
+                max_memory_gib=max_memory,
+            )
         synth_s = time.perf_counter() - t0
     except ValueError as e:
         raise click.ClickException(str(e)) from e
-    lb = S.lower_bound(topo, collective, nbytes)
+    bound = S.lower_bounds(topo, collective, nbytes, root)
+    lb = max(bound["time_us"], bound["model_us"])
     rep: dict[str, Any] = {
         "topology": topo.name,
         "npus": topo.num_npus,
         "links": topo.num_links,
         "collective": collective,
         "bytes": nbytes,
-        "chunks_per_npu": chunks,
+        "chunks_per_npu": stats["chunks_per_rank"],
+        "chunk_trials": stats["chunk_trials"],
         "seeds": seeds,
         "first_seed": seed,
+        "max_queue_entries": stats["max_queue_entries"],
         "best_seed": stats["best_seed"],
         "time_us": sched.time_us,
         "algbw_gbps": nbytes / (sched.time_us * 1e3) if sched.time_us > 0 else 0.0,
         "lower_bound_us": lb,
+        "bandwidth_bound_us": bound["time_us"],
+        "bandwidth_bound_from": f"{bound['kind']}: {bound['what']}",
+        "per_npu_bandwidth_bound_us": bound["per_npu_us"],
+        "latency_bound_us": bound["model_us"],
+        "latency_bound_from": bound["model_what"],
         "gap_to_lower_bound": sched.time_us / lb - 1 if lb > 0 else None,
         "synthesis_s": synth_s,
         "transfers": stats["transfers"],
         "seed_times_us": stats["seed_times_us"],
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
-    if not no_schedule:
+    if stream:
+        rep["stream"] = {"path": stream, "bytes": stats["bytes_written"]}
+        if check and stats["transfers"] <= _STREAM_CHECK_LIMIT:
+            try:
+                sched = S.load_schedule(stream, topo)
+            except S.ScheduleError as e:
+                raise click.ClickException(f"re-reading the stream: {e}") from e
+            res = S.check(sched, topo, progress=_progress("checking"))
+            rep["check"] = {"ok": res["ok"], "errors": res["errors"], "redundant": res["redundant"]}
+            if not res["ok"]:
+                raise click.ClickException("checker rejected the schedule: " + "; ".join(res["errors"][:3]))
+        elif check:
+            rep["check"] = None
+            click.echo(
+                f"not checked: {stats['transfers']:,} transfers; the check re-reads a stream of at most "
+                f"{_STREAM_CHECK_LIMIT:,.0f} (--no-check to silence)",
+                err=True,
+            )
+    elif not no_schedule:
         if check:
-            res = S.check(sched, topo)
+            res = S.check(sched, topo, progress=_progress("checking"))
             rep["check"] = {"ok": res["ok"], "errors": res["errors"], "redundant": res["redundant"]}
             if not res["ok"]:
                 raise click.ClickException("checker rejected the schedule: " + "; ".join(res["errors"][:3]))
@@ -177,9 +271,22 @@ def synth(
             raise click.ClickException(f"export: {e}") from e
         _plots(topo, sim, heatmap, timeline, f"TACOS {collective} on {topo.name}")
     click.echo(
-        f"{collective} on {topo.name} ({topo.num_npus} NPUs), {nbytes:.0f} B: {sched.time_us:.2f} us "
-        f"(lower bound {lb:.2f} us, gap {100 * (sched.time_us / lb - 1):.2f}%), "
+        f"{collective} on {topo.name} ({topo.num_npus} NPUs), {nbytes:.0f} B: {sched.time_us:.2f} us"
+        + (f", {sched.time_us / lb:.3f}x the lower bound" if lb > 0 else "")
+    )
+    if lb > 0:
+        parts = [f"{bound['time_us']:.2f} us from bandwidth ({bound['kind']}: {bound['what']})"]
+        if bound["model_us"] > 0:
+            parts.append(
+                f"{bound['model_us']:.2f} us with each transfer's latency, one chunk of at most bytes/NPUs "
+                f"per transfer ({bound['model_what']})"
+            )
+        click.echo("  lower bounds: " + "; ".join(parts))
+    click.echo(
+        f"  {stats['chunks_per_rank']} chunk(s) per NPU{' (chosen)' if chunks == 0 else ''}, "
+        f"{seeds} seed(s), "
         f"synthesized in {synth_s:.3f} s, {stats['transfers']} transfers"
+        + (f", {stats['bytes_written'] / 2**20:.1f} MiB streamed to {stream}" if stream else "")
     )
     if report:
         Path(report).write_text(json.dumps(rep, indent=2) + "\n")
@@ -212,15 +319,21 @@ def sim(
     heatmap: str | None,
     timeline: str | None,
 ) -> None:
-    """Simulate a schedule or a baseline algorithm on a topology (congestion-aware)."""
+    """Simulate a schedule or a baseline algorithm on a topology (congestion-aware).
+
+    A schedule file is matched to the topology by the names of its NPUs and links, never by position, and
+    refused with a sentence when they do not match. A timed schedule is first checked as written (its own
+    times against the model: durations, links, data); the exit status is non-zero when any check fails.
+    """
+    _writable(report, heatmap, timeline)
     if bool(schedule_path) == bool(algo):
         raise click.UsageError("give exactly one of --schedule FILE or --baseline ALGO")
+    items: list[tuple[str, Any]] = []
     try:
         if schedule_path:
-            items = [("schedule", S.load_schedule(schedule_path))]
+            items.append(("schedule", S.load_schedule(schedule_path, topo)))
         else:
             algos: tuple[str, ...] = S.BASELINES if algo == "all" else (str(algo),)
-            items = []
             for a in algos:
                 try:
                     items.append((a, S.baseline(topo, a, collective, size, chunks=chunks, root=root)))
@@ -228,36 +341,77 @@ def sim(
                     if algo != "all":
                         raise
                     click.echo(f"{a}: skipped ({e})")
+    except S.ScheduleError as e:
+        raise click.ClickException(f"{e}; nothing was simulated") from e
     except ValueError as e:
         raise click.ClickException(str(e)) from e
     results = []
+    failed: list[str] = []
     for name, sched in items:
-        try:
-            res = S.simulate(topo, sched)
-        except ValueError as e:
-            raise click.ClickException(f"{name}: {e}") from e
         entry: dict[str, Any] = {
             "name": name,
             "algorithm": sched.algorithm,
             "collective": sched.collective,
             "bytes": sched.bytes,
-            "time_us": res["time_us"],
-            "algbw_gbps": res["algbw_gbps"],
-            "max_link_util": max(res["link_util"], default=0.0),
         }
+        problems: list[str] = []
+        hidden = 0  # errors the checker counted beyond those it lists
+        if check and sched.timed:
+            # The schedule as written: every transfer must last what the model gives its route, and the data,
+            # links and reduction order must hold at the schedule's own times.
+            written = S.check(sched, topo, exact_durations=True, progress=_progress(f"{name}: checking"))
+            claimed = sched.time_us
+            tol = 1e-9 * max(abs(claimed), written["end_us"]) + 1e-6
+            if abs(claimed - written["end_us"]) > tol:
+                problems.append(
+                    f"the schedule says it takes {claimed:.6g} us, "
+                    f"its last transfer ends at {written['end_us']:.6g} us"
+                )
+            if written["mistimed"]:
+                problems.append(f"{written['mistimed']} transfer(s) mistimed against the model")
+            problems += [e for e in written["errors"] if e not in problems]
+            hidden += written["error_count"] - len(written["errors"])
+            entry["written_time_us"] = claimed
+            entry["written_check_ok"] = not problems
+            entry["written_errors"] = written["error_count"] + (
+                1 if abs(claimed - written["end_us"]) > tol else 0
+            )
+        try:
+            res = S.simulate(topo, sched)
+        except ValueError as e:
+            raise click.ClickException(f"{name}: {e}") from e
+        entry.update(
+            time_us=res["time_us"],
+            algbw_gbps=res["algbw_gbps"],
+            max_link_util=max(res["link_util"], default=0.0),
+        )
         if check:
-            c = S.check(res["timed"], topo)
+            c = S.check(res["timed"], topo, progress=_progress(f"{name}: checking the replay"))
             entry["check_ok"] = c["ok"]
             if not c["ok"]:
-                entry["check_errors"] = c["errors"][:5]
+                problems += [f"replay: {e}" for e in c["errors"]]
+                hidden += c["error_count"] - len(c["errors"])
+        entry["check_errors"] = problems[:20]
         results.append(entry)
-        click.echo(
-            f"{name}: {sched.collective} {res['time_us']:.2f} us, algbw {res['algbw_gbps']:.2f} GB/s"
-            + ("" if not check else f", check {'ok' if entry['check_ok'] else 'FAILED'}")
+        status = "" if not check else (", check ok" if not problems else ", check FAILED")
+        written_part = (
+            f" (as written {entry['written_time_us']:.2f} us)" if "written_time_us" in entry else ""
         )
+        click.echo(
+            f"{name}: {sched.collective} {res['time_us']:.2f} us{written_part}, "
+            f"algbw {res['algbw_gbps']:.2f} GB/s{status}"
+        )
+        if problems:
+            failed.append(name)
+            for p in problems[:5]:
+                click.echo(f"  {p}", err=True)
+            if len(problems) + hidden > 5:
+                click.echo(f"  ... and {len(problems) + hidden - 5} more", err=True)
         if len(items) == 1:
             _plots(topo, res, heatmap, timeline, f"{name} {sched.collective} on {topo.name}")
     if report:
         Path(report).write_text(
             json.dumps({"topology": topo.name, "npus": topo.num_npus, "results": results}, indent=2) + "\n"
         )
+    if failed:
+        raise click.ClickException(f"check failed: {', '.join(failed)}")

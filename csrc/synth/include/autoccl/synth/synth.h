@@ -13,7 +13,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -154,6 +156,9 @@ struct Transfer {
   std::int32_t route = -1;  // index into Schedule::routes, -1: topology.route(src, dst)
   std::int32_t step = 0;    // ordering key for untimed schedules
   Op op = Op::Copy;
+  // Reductions: the position of this reduction among those into (dst, chunk), 0 first; an executor applies
+  // them in this order. -1 for copies (and for reductions of untimed schedules until simulated).
+  std::int32_t order = -1;
 };
 
 // A collective over nranks NPUs with nchunks chunks of chunk_bytes each.
@@ -182,12 +187,17 @@ struct Schedule {
 struct SynthOptions {
   Collective collective = Collective::AllGather;
   double bytes = 1e9;
-  int chunks_per_rank = 1;  // for Broadcast/Reduce: number of chunks of the root's buffer
+  int chunks_per_rank = 0;  // 0: chosen by trial (see choose_chunks); Broadcast/Reduce: chunks of the root's buffer
   int seeds = 1;
   int threads = 0;  // 0: hardware concurrency
   std::uint64_t base_seed = 1;
   int root = 0;
   bool record = true;  // false: compute the time only (no transfer list kept)
+  // Refuse (Error, before any work) a synthesis estimated to need more memory than this; 0: no limit.
+  double max_memory_bytes = 0;
+  // Engine: Auto picks the general engine for shared or differently priced channels (see synthesizer.cpp);
+  // PointToPoint forces the point-to-point engine (refused where channels share links); General forces it.
+  enum class Engine : std::uint8_t { Auto, General, PointToPoint } engine = Engine::Auto;
 };
 
 struct SynthStats {
@@ -197,18 +207,74 @@ struct SynthStats {
   std::uint64_t transfers = 0;
   double ag_time_us = 0, rs_time_us = 0;
   std::size_t max_queue_entries = 0;
+  int chunks_per_rank = 0;                          // the chunks used
+  std::vector<std::pair<int, double>> chunk_trials;  // (chunks per rank, spreading time) tried when chosen
+  // Best seed, general engine: chunks sent again over a faster path while a copy was in flight, and the
+  // slower copies that then carried another chunk (replaced) or were dropped from the schedule (cancelled).
+  std::uint64_t resent = 0, replaced = 0, cancelled = 0;
+  // > 0: the schedule's time before it was replayed as early as possible (only with cancelled copies, when
+  // that is sooner); time_us is the replay's.
+  double uncompacted_time_us = 0;
 };
 
 Schedule synthesize(const Topology& topo, const SynthOptions& opt, SynthStats* stats = nullptr);
 
+// Schedules streamed to disk (format autoccl-schedule-stream v1, stream.cpp and docs/synth.md).
+struct StreamSection {
+  bool mirror = false;  // reductions: the time reversal of the records' spreading phase
+  int blocks_of = -1;   // >= 0: no records of its own, those of that (earlier) section
+  std::vector<std::vector<int>> routes;  // link ids, in the direction of the section's transfers
+  std::vector<double> route_us;          // duration of a transfer over each route
+};
+class StreamWriter {
+ public:
+  StreamWriter(const std::string& path, const std::string& header_json);
+  ~StreamWriter();
+  void write(std::vector<Transfer>& transfers);  // route = route index of the section; empties the vector
+  void end_section(double time_us);
+  std::uint64_t finish();  // bytes written
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+std::string stream_header_json(const Schedule& s, const Topology& topo, const std::vector<StreamSection>& sections);
+// Synthesize as synthesize() does, writing the transfers to `path` as they are made instead of keeping them:
+// memory stays that of the synthesis state. With several seeds, the best is found first without writing,
+// then run again. The schedule returned has no transfers. *bytes: the file's size.
+Schedule synthesize_to_stream(const Topology& topo, const SynthOptions& opt, const std::string& path,
+                              SynthStats* stats = nullptr, std::uint64_t* bytes = nullptr);
+// Read a stream's records into s (whose header fields the caller set from the stream's JSON header), with
+// route_src/route_dst the ranks at the ends of every section's routes, concatenated in section order.
+void read_schedule_stream(const std::string& path, const std::vector<StreamSection>& sections, Schedule& s,
+                          const std::vector<int>& route_src, const std::vector<int>& route_dst);
+
 // Checker: symbolic replay. Throws nothing; returns ok + errors.
+struct CheckOptions {
+  // Durations must equal the model's alpha + bytes/beta of their route (not just be at least that long).
+  bool exact_durations = false;
+  // Called now and then with (work done, total work); may throw to abort.
+  std::function<void(std::uint64_t, std::uint64_t)> progress;
+};
 struct CheckResult {
   bool ok = true;
   std::vector<std::string> errors;  // first errors (capped)
+  std::uint64_t error_count = 0;   // all errors found (errors holds the first ones)
   std::uint64_t redundant = 0;     // copies delivered to a rank that already held the same data
   std::uint64_t transfers = 0;
+  std::uint64_t mistimed = 0;      // transfers whose duration disagrees with the model
+  double end_us = 0;               // last transfer end
 };
-CheckResult check(const Schedule& s, const Topology* topo = nullptr);
+CheckResult check(const Schedule& s, const Topology* topo = nullptr, const CheckOptions& opt = {});
+
+// Give every reduction its order among the reductions into its (dst, chunk): by end time, then start, then
+// position in the list. Used for schedules that do not state it (untimed ones, once simulated).
+void assign_reduction_order(Schedule& s);
+
+// The schedule's ranks and links named as in a schedule file, mapped onto `topo` by name: ranks to the
+// topology's ranks, route link ids to the topology's link ids. Throws Error with a sentence when a name is
+// unknown, missing or duplicated, or a route does not lead from its transfer's source to its destination.
+Schedule resolve_by_name(const Schedule& s, const std::vector<std::string>& rank_names,
+                         const std::vector<std::pair<std::string, std::string>>& link_names, const Topology& topo);
 
 // Congestion-aware simulator.
 struct SimResult {
@@ -224,8 +290,20 @@ SimResult simulate(const Topology& topo, const Schedule& s);
 Schedule baseline(const Topology& topo, const std::string& algo, Collective coll, double bytes,
                   int chunks_per_rank = 1, int root = 0);
 
-// Lower bound on the collective time from per-NPU ingress/egress bandwidth (us).
-double bandwidth_lower_bound(const Topology& topo, Collective coll, double bytes);
+// Lower bounds on the collective time from bandwidth (us), valid for any schedule and chunking: per NPU, and
+// cuts and partitions over the topology's natural groups (switch domains, blocks along its dimensions,
+// halves); see bounds.cpp. time_us is the largest; kind ("per-NPU", "cut", "partition") and what say which.
+struct LowerBound {
+  double time_us = 0;
+  double per_npu_us = 0;  // the largest per-NPU bound alone
+  std::string kind, what;
+  // The same counting with each transfer's latency, for schedules that move one chunk of at most bytes/n per
+  // transfer (the synthesizer's and TACOS's; All-Gather, Reduce-Scatter, All-Reduce); 0 for the others.
+  double model_us = 0;
+  std::string model_what;
+};
+LowerBound lower_bound(const Topology& topo, Collective coll, double bytes, int root = 0);
+double bandwidth_lower_bound(const Topology& topo, Collective coll, double bytes, int root = 0);
 
 // Serialization / export.
 std::string schedule_to_json(const Schedule& s, const Topology* topo = nullptr);
