@@ -20,6 +20,11 @@
 #   check     `autoccl bench coll --check`: every collective's result against a reference, plain and online
 #   train     `autoccl bench train` (TRAIN_PRESET, default 350m; FSDP2 and DDP; plain NCCL then online) repeated
 #             TRAIN_PAIRS times (default 2): interleaved launch pairs, each online launch starting cold
+#   resilience  `autoccl bench train --resilience both`: DDP 350m (TRAIN_PRESET) on 2 GPUs, rank 1 slowed to 2-5x
+#             its step on 20 % of the steps (RES_ITERS, default 500), synchronous against the resilient reducer,
+#             clean and injected (docs/resilience.md); not yet run
+#   resilience-kill  `--resilience on --kill 1:100` over 200 steps: the survivor must go on within 30 s (the
+#             "lost at step" line of rank 0's log, train[].resilience.recoveries); not yet run
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$SECONDS
@@ -63,6 +68,20 @@ for plan in ${PLANS:-overhead online}; do
           --modes nccl,online -n "${TRAIN_ITERS:-100}" --no-progress -o "$OUT/train/pair$p" 2>&1 | tail -12
       done
       (cd "$OUT" && tar czf train.tgz --exclude='*.logs' train && rm -rf train)
+      continue ;;
+    resilience|resilience-kill)
+      left=$((BUDGET_S - (SECONDS - T0)))
+      res=(--nproc 2 --preset "${TRAIN_PRESET:-350m}" --parallel ddp --modes nccl --data markov --delay sleep
+           --no-progress --timeout "$left" -o "$OUT/$plan/run")
+      if [ "$plan" = resilience ]; then
+        res+=(--resilience both --straggler 1:0.2:2-5 -n "${RES_ITERS:-500}")
+      else
+        res+=(--resilience on --kill 1:100 --no-clean-baseline -n 200)
+      fi
+      mkdir -p "$OUT/$plan"
+      timeout "$left" python3 -m autoccl bench train "${res[@]}" 2>&1 | tail -20
+      for d in "$OUT/$plan"/run.logs/*/; do cp "$d/rank0.log" "$OUT/$plan/$(basename "$d").rank0.log"; done
+      (cd "$OUT" && tar czf "$plan.tgz" --exclude='*.logs' "$plan" && rm -rf "$plan")
       continue ;;
     *) echo "unknown plan $plan"; exit 2 ;;
   esac
