@@ -9,11 +9,8 @@ Peers are plan ranks, i.e. ranks of the process group.
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -93,80 +90,84 @@ class LinkModel:
         return (self.latency_us + nbytes / (self.bandwidth_gbps * 1e3)) * 1e-6
 
 
-class _FutureHandle:
-    def __init__(self, fut: Future[None]) -> None:
-        self._fut = fut
+class _Both:
+    def __init__(self, first: Handle, second: Handle) -> None:
+        self._handles: tuple[Handle, ...] | None = (first, second)
 
     def wait(self) -> bool:
-        self._fut.result()
+        if self._handles is not None:
+            for h in self._handles:
+                h.wait()
+            self._handles = None
+        return True
+
+
+class _EmulatedRecv:
+    """A receive through an emulated link: complete once the payload is here and the link's modelled
+    delivery time (sent ahead in an 8-byte header, on the machine-wide monotonic clock) has passed."""
+
+    def __init__(self, header: torch.Tensor, header_handle: Handle, payload_handle: Handle) -> None:
+        self._header, self._hh, self._ph = header, header_handle, payload_handle
+        self._done = False
+
+    def wait(self) -> bool:
+        if not self._done:
+            self._hh.wait()
+            self._ph.wait()
+            delay = float(self._header.view(torch.float64)[0]) - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            self._done = True
         return True
 
 
 class EmulatedTransport:
-    """Sends go through emulated links: a send of b bytes over the directed link (rank, dst) holds that
-    link for latency + b / bandwidth (one message at a time per link, in issue order), then the bytes move
-    over the real transport. Receives are the real transport's. `set_link` changes a link's model at
-    run time (a degraded link)."""
+    """Point-to-point transfers through emulated links. A send of b bytes over the directed link
+    (rank, dst) occupies that link for latency + b / bandwidth, one message after another in issue order;
+    the receiver sees the message complete when the link would have delivered it (never earlier than the
+    real transfer). The real bytes move at once, under the modelled time, so the model, not the host's
+    own (shared, noisy) loopback speed, decides the timing as long as the emulated links are slower.
+    Links without a model are the real transport. `set_link` changes a link at run time (a degraded link).
+    Ranks must share one monotonic clock: one host."""
+
+    _HEADER_TAG = 1 << 24
 
     def __init__(self, base: TorchTransport, links: dict[tuple[int, int], LinkModel]) -> None:
         self.base = base
         self.rank = base.rank
         self.size = base.size
         self._links = dict(links)
-        self._lock = threading.Lock()
-        self._queues: dict[int, queue.Queue[tuple[Message, Future[None]] | None]] = {}
-        self._threads: list[threading.Thread] = []
+        self._free_at: dict[int, float] = {}
 
     def link(self, dst: int) -> LinkModel | None:
-        with self._lock:
-            return self._links.get((self.rank, dst))
+        return self._links.get((self.rank, dst))
 
     def set_link(self, src: int, dst: int, model: LinkModel) -> None:
-        with self._lock:
-            self._links[(src, dst)] = model
-
-    def _worker(self, dst: int) -> None:
-        q = self._queues[dst]
-        while True:
-            item = q.get()
-            if item is None:
-                return
-            msg, fut = item
-            try:
-                model = self.link(dst)
-                if model is not None:
-                    time.sleep(model.time_s(msg.tensor.numel()))
-                self.base.issue([msg])[0].wait()
-                fut.set_result(None)
-            except BaseException as e:  # handed to the waiter
-                fut.set_exception(e)
-
-    def _queue(self, dst: int) -> queue.Queue[tuple[Message, Future[None]] | None]:
-        q = self._queues.get(dst)
-        if q is None:
-            q = self._queues[dst] = queue.Queue()
-            t = threading.Thread(target=self._worker, args=(dst,), daemon=True, name=f"autoccl-link-{dst}")
-            t.start()
-            self._threads.append(t)
-        return q
+        self._links[(src, dst)] = model
 
     def issue(self, messages: Sequence[Message]) -> list[Handle]:
-        out: list[Handle] = []
-        recvs = [m for m in messages if m.kind == RECV]
-        recv_handles = iter(self.base.issue(recvs))
+        real: list[Message] = []
+        slots: list[tuple[int, torch.Tensor | None]] = []  # per message: index of its payload in real, header
+        now = time.monotonic()
         for m in messages:
-            if m.kind == RECV:
-                out.append(next(recv_handles))
+            header = torch.zeros(1, dtype=torch.float64, device=m.tensor.device)
+            if m.kind == SEND:
+                model = self.link(m.peer)
+                start = max(now, self._free_at.get(m.peer, 0.0))
+                done = start + (model.time_s(m.tensor.numel()) if model is not None else 0.0)
+                self._free_at[m.peer] = done
+                header.fill_(done)
+            real.append(Message(m.kind, header.view(torch.uint8), m.peer, m.tag + self._HEADER_TAG))
+            real.append(Message(m.kind, m.tensor, m.peer, m.tag))
+            slots.append((len(real) - 1, header if m.kind == RECV else None))
+        handles = self.base.issue(real)
+        out: list[Handle] = []
+        for idx, header in slots:
+            if header is None:  # a send: its header's work must live (and be waited) as long as the payload's
+                out.append(_Both(handles[idx - 1], handles[idx]))
             else:
-                fut: Future[None] = Future()
-                self._queue(m.peer).put((m, fut))
-                out.append(_FutureHandle(fut))
+                out.append(_EmulatedRecv(header, handles[idx - 1], handles[idx]))
         return out
 
     def close(self) -> None:
-        for q in self._queues.values():
-            q.put(None)
-        for t in self._threads:
-            t.join(timeout=30)
-        self._queues.clear()
-        self._threads.clear()
+        """Nothing to release (kept for symmetry with transports that hold resources)."""
