@@ -55,7 +55,7 @@ class ContentionFit:
 
     @property
     def shared(self) -> bool:
-        return self.out_gbps <= SHARED_RATIO * self.pair_out_gbps
+        return bool(self.out_gbps <= SHARED_RATIO * self.pair_out_gbps)
 
 
 @dataclass
@@ -97,7 +97,7 @@ def fit_alpha_beta(sizes: Sequence[float], times_us: Sequence[float]) -> tuple[f
     r = stats.linregress(x, y)
     slope, intercept = float(r.slope), float(r.intercept)
     big = int(np.argmax(x))
-    floor = x[big] / y[big]  # bytes/us with no latency: the slowest the link can be
+    floor = float(x[big] / y[big])  # bytes/us with no latency: the slowest the link can be
     if slope <= 0 or 1.0 / slope > 1e3 * floor * 50:
         return 0.0, floor / 1e3, 0.0, 0.0
     alpha = max(intercept, 0.0)
@@ -274,10 +274,10 @@ def run_profile(
             contention.append(
                 ContentionFit(
                     r,
-                    out_gbps,
-                    in_gbps,
-                    statistics.mean(p.bandwidth_gbps for p in outs),
-                    statistics.mean(p.bandwidth_gbps for p in ins),
+                    float(out_gbps),
+                    float(in_gbps),
+                    float(statistics.mean(p.bandwidth_gbps for p in outs)),
+                    float(statistics.mean(p.bandwidth_gbps for p in ins)),
                 )
             )
     host_pairs: dict[str, float] = {}
@@ -328,7 +328,8 @@ def measured_topology(
     """The detected topology `structure` (autoccl.adaptive.detect) with measured links.
 
     model "p2p": every ordered pair of ranks of a host is its own link (alpha, beta measured);
-    "switch": each host is a shared-port switch with per-rank up/down links (fan-out / fan-in aggregates);
+    "switch": each host is a shared-port switch with per-rank up/down links (fan-out / fan-in aggregates,
+    latency half the median pair latency);
     "auto": "switch" where the contention test says the host's ranks share a port, else "p2p".
     Returns (document, the model used)."""
     npus: list[str] = list(structure["npus"])
@@ -374,8 +375,9 @@ def measured_topology(
                 outs = [prof.pair(r, q) for q in ranks if q != r]
                 ins = [prof.pair(q, r) for q in ranks if q != r]
                 c = cont.get(r)
-                up = max(c.out_gbps if c else 0.0, max(p.bandwidth_gbps for p in outs))
-                down = max(c.in_gbps if c else 0.0, max(p.bandwidth_gbps for p in ins))
+                # a shared port carries what the rank moved to (from) everyone at once
+                up = c.out_gbps if c else statistics.median(p.bandwidth_gbps for p in outs)
+                down = c.in_gbps if c else statistics.median(p.bandwidth_gbps for p in ins)
                 add(npus[r], sw, statistics.median(p.latency_us for p in outs) / 2, up)
                 add(sw, npus[r], statistics.median(p.latency_us for p in ins) / 2, down)
     if len(hosts) > 1:

@@ -38,12 +38,13 @@ def main() -> None:
 
 
 def _register() -> None:
+    from autoccl.adaptive.cli import adaptive, profile, topo
     from autoccl.bench.cli import bench, report
     from autoccl.cli.demo import demo
     from autoccl.cli.tuner import cache, env, run
     from autoccl.synth.cli import sim, synth
 
-    for command in (env, run, cache, demo, bench, report, synth, sim):
+    for command in (env, run, cache, demo, bench, report, synth, sim, topo, profile, adaptive):
         main.add_command(command)
 
 
