@@ -266,17 +266,13 @@ def _topology_cfg(topology: str | None, gen: str | None) -> dict[str, Any] | Non
     if topology:
         return _load_doc(topology)
     if gen:
-        from autoccl.synth import TopologyFileError, parse_gen_spec
+        from autoccl.adaptive.jobs import generated_doc
+        from autoccl.synth import TopologyFileError
 
         try:
-            t = parse_gen_spec(gen)
+            return generated_doc(gen)
         except (TopologyFileError, ValueError) as e:
             raise click.ClickException(str(e)) from None
-        return {
-            "name": t.name,
-            "nodes": [{"name": n, "kind": k} for n, k in t.nodes],
-            "links": [{"src": s, "dst": d, "latency_us": lat, "bandwidth_gbps": bw} for s, d, lat, bw in t.links],
-        }
     return None
 
 

@@ -10,9 +10,11 @@ batches and waited for lazily, only when their data is needed:
 * before the chunk's memory is overwritten (a combine, a copy landing), sends of the old value that are
   still in flight are waited for.
 
-A wait only ever concerns a transfer that started earlier in the global order, which its peer has
-already issued, so the execution cannot deadlock (the argument is in docs/adaptive.md). On NCCL, a wait
-makes the current CUDA stream wait; the host is never blocked.
+Before any wait, every operation walked so far is issued; a wait only ever concerns transfers that
+started earlier in the global order. Then a rank blocked at position p waits for operations whose peers,
+blocked (if at all) at positions no earlier than the earliest blocked one, have issued them: the
+execution cannot deadlock, even when one handle completes a whole batch, as NCCL's do (the argument is in
+docs/adaptive.md). On NCCL, a wait makes the current CUDA stream wait; the host is not blocked.
 """
 
 from __future__ import annotations
@@ -64,8 +66,7 @@ class _State:
         sends = self.inflight.pop(chunk, None)
         if not sends:
             return
-        if any(s[0] is None for s in sends):
-            self.flush()
+        self.flush()  # never block with operations unissued: a peer may be waiting for one of them
         for s in sends:
             assert s[0] is not None
             s[0].wait()
@@ -78,8 +79,7 @@ class _State:
         due = [p for p in posted if p.op.end_us <= upto_us]
         if not due:
             return
-        if any(p.handle is None for p in due):
-            self.flush()
+        self.flush()  # never block with operations unissued: a peer may be waiting for one of them
         due.sort(key=lambda p: (p.op.end_us, p.op.index))
         view = self.views[chunk]
         if any(p.buf is not None for p in due):

@@ -258,6 +258,21 @@ def _same_as_native(coll: str, plan: Plan, nbytes: int, device: str, n: int, ran
     return int(flag.item()) == 0
 
 
+def generated_doc(spec: str) -> dict[str, Any]:
+    """A generator spec (e.g. torus:2x4) as a topology document."""
+    from autoccl.synth import parse_gen_spec
+
+    t = parse_gen_spec(spec)
+    doc: dict[str, Any] = {
+        "name": t.name,
+        "nodes": [{"name": n, "kind": k} for n, k in t.nodes],
+        "links": [{"src": s, "dst": d, "latency_us": lat, "bandwidth_gbps": bw} for s, d, lat, bw in t.links],
+    }
+    if list(t.dims):
+        doc["dims"] = list(t.dims)
+    return doc
+
+
 def check_job(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
     """The correctness matrix (autoccl.adaptive.verify) on this machine."""
     from autoccl import synth
@@ -271,7 +286,13 @@ def check_job(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
         for c in cfg["colls"]
     }
     dtypes = [dtype_by_name(d) for d in cfg["dtypes"]] if cfg.get("dtypes") else None
-    kw: dict[str, Any] = {"sizes": cfg["sizes"], "device": device, "ops": cfg.get("ops")}
+    kw: dict[str, Any] = {
+        "sizes": cfg["sizes"],
+        "device": device,
+        "ops": cfg.get("ops"),
+        "both_kinds": cfg.get("both_kinds", False),
+        "cycle_sizes": cfg.get("cycle_sizes", False),
+    }
     if dtypes is not None:
         kw["dtypes"] = dtypes
     rep = run_matrix(plans, rank, world, **kw)

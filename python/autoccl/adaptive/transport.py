@@ -4,7 +4,8 @@ demonstrations of heterogeneous or degraded networks).
 
 A transport issues a batch of sends and receives at once (`batch_isend_irecv`: one NCCL group, so a
 rank's sends and receives of a batch run concurrently) and returns one waitable handle per operation.
-Peers are plan ranks, i.e. ranks of the process group.
+Peers are plan ranks, i.e. ranks of the process group. A handle is waited at most once by the executor
+(gloo's point-to-point works are not idempotent: a second wait waits for another message).
 """
 
 from __future__ import annotations
@@ -38,6 +39,19 @@ class _Done:
 
 
 DONE: Handle = _Done()
+
+
+class _Once:
+    """Wait for a work at most once: a gloo point-to-point work waited twice waits for a second message."""
+
+    def __init__(self, work: Any) -> None:
+        self._work: Any = work
+
+    def wait(self) -> bool:
+        if self._work is not None:
+            self._work.wait()
+            self._work = None
+        return True
 
 
 class Transport(Protocol):
@@ -76,8 +90,8 @@ class TorchTransport:
         works = dist.batch_isend_irecv(ops)
         if len(works) == len(ops):
             return list(works)
-        # coalesced (NCCL): one work completes the whole batch
-        handle: Handle = works[-1] if works else DONE
+        # coalesced (NCCL): one work completes the whole batch; it is waited once however many ops share it
+        handle: Handle = _Once(works[-1]) if works else DONE
         return [handle] * len(ops)
 
 
