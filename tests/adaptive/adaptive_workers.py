@@ -106,8 +106,9 @@ def drift_job(rank: int, world: int, slow_at: int, iters: int) -> dict[str, Any]
             correct &= bool(torch.all(x == world * (world + 1) / 2))
         versions.append(ad.version)
         events += [dict(e.to_dict(), iter=it) for e in ad.step()]
-        if any(e["kind"] == "replan" and e["iter"] >= slow_at for e in events) and it > slow_at + 3:
-            break
+        if any(e["kind"] == "drift" and e["pair"] == "0->1" and e["iter"] >= slow_at for e in events):
+            if it > slow_at + 25 or ad.choice:  # the new plan has been evaluated
+                break
     return {"events": events, "correct": correct, "versions": versions, "plan": ad.plan("allreduce", 1 << 18).to_dict()}
 
 

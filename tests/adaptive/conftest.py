@@ -8,6 +8,14 @@ import pytest
 pytest.importorskip("torch")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # DDP's first construction imports torch._dynamo (seconds per process): once, in the fork server
+    from autoccl.adaptive import launch
+
+    if "torch._dynamo" not in launch.PRELOAD:
+        launch.PRELOAD.append("torch._dynamo")
+
+
 @pytest.fixture(scope="session")
 def S():
     from autoccl import synth

@@ -17,6 +17,11 @@ from typing import Any
 from autoccl.tuner_env import free_local_port
 
 
+# Imported once by the fork server, before the first worker: what every worker would import anyway.
+# Effective only before the first run_local of a process (the server then lives on).
+PRELOAD: list[str] = ["torch", "torch.distributed", "autoccl.adaptive"]
+
+
 class WorkerError(RuntimeError):
     """A worker process failed; the message holds its rank and error."""
 
@@ -69,7 +74,7 @@ def run_local(
     if nproc < 1:
         raise ValueError("nproc must be at least 1")
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "torch.distributed", "autoccl.adaptive"])
+    ctx.set_forkserver_preload(list(PRELOAD))
     results = ctx.Queue()
     port = free_local_port()
     procs = [

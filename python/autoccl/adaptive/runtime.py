@@ -10,8 +10,8 @@ iterations, re-planning on drift, and a fall-back to the backend's own collectiv
 * Plans: one per (collective, size, root), synthesized by rank 0 from the current topology and handed to
   the other ranks through the job's store, so every rank runs the same schedule.
 * Probes (`step()`): one round of disjoint rank pairs (round robin: every pair every n-1 steps) ping-pongs
-  one byte and `probe_bytes` in both directions (fastest of two). A pair's first `baseline_probes` one-way
-  times of `probe_bytes` are its reference; a later probe off the reference's median by more than
+  one byte and `probe_bytes` in both directions (fastest of `probe_repeats`). The fastest of a pair's first
+  `baseline_probes` one-way times of `probe_bytes` is its reference; a later probe off it by more than
   `drift_ratio` (either way) on `confirm` consecutive probes flags the pair. Comparing a pair with its own
   history, not with the profile's model, keeps the probe's method out of the verdict.
 * Agreement: at every step each rank writes its probe results and its timing of plans under evaluation to
@@ -124,7 +124,8 @@ class Adaptive:
         probe: bool = True,
         drift_ratio: float = 1.5,
         confirm: int = 2,
-        baseline_probes: int = 2,
+        baseline_probes: int = 3,
+        probe_repeats: int = 3,
         eval_calls: int = 3,
         native: dict[str, NativeFn] | None = None,
         prefix: str = "autoccl/adaptive",
@@ -154,6 +155,7 @@ class Adaptive:
         self.suspicion: dict[str, list[float]] = {}  # pair -> ratios of its consecutive off-probes
         self.reference: dict[str, list[float]] = {}  # pair -> its first probes' one-way times
         self.baseline_probes = baseline_probes
+        self.probe_repeats = probe_repeats
         self.last_probe: dict[str, dict[str, float]] = {}
         self._rounds = round_robin(self.size)
         self._probe_buf: torch.Tensor | None = None
@@ -307,8 +309,11 @@ class Adaptive:
             peer = b if self.rank == a else a
             for initiator in (a, b):
                 me = self.rank == initiator
-                r1 = min(pingpong(self.t, peer, me, buf, ack, 1, _PROBE_TAG) for _ in range(2))
-                rs = min(pingpong(self.t, peer, me, buf, ack, self.probe_bytes, _PROBE_TAG) for _ in range(2))
+                r1 = min(pingpong(self.t, peer, me, buf, ack, 1, _PROBE_TAG) for _ in range(self.probe_repeats))
+                rs = min(
+                    pingpong(self.t, peer, me, buf, ack, self.probe_bytes, _PROBE_TAG)
+                    for _ in range(self.probe_repeats)
+                )
                 if me:
                     out[f"{self.rank}->{peer}"] = {"rtt1_us": r1, "rtt_us": rs}
         return out
@@ -391,7 +396,7 @@ class Adaptive:
             if len(ref) < self.baseline_probes:  # the pair's normal time, under the current topology
                 ref.append(one_way)
                 continue
-            ratio = one_way / sorted(ref)[len(ref) // 2]
+            ratio = one_way / min(ref)  # interference only adds time: the fastest is the pair's own
             self.last_probe[pair] = {"ratio": ratio, "measured_us": one_way}
             if ratio > self.drift_ratio or ratio < 1 / self.drift_ratio:
                 self.suspicion.setdefault(pair, []).append(ratio)
@@ -452,3 +457,11 @@ def ddp_comm_hook(state: Adaptive, bucket: Any) -> torch.futures.Future[torch.Te
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(tensor)
     return fut
+
+
+# DDP checks the hook's annotations as objects (this module's are strings: `from __future__ import annotations`)
+ddp_comm_hook.__annotations__ = {
+    "state": Adaptive,
+    "bucket": dist.GradBucket,
+    "return": torch.futures.Future[torch.Tensor],
+}
