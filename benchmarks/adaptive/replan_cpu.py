@@ -68,7 +68,11 @@ def worker(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
     rows = []
     for it in range(cfg["iters"]):
         if it == cfg["slow_at"] and rank == cfg["slow_src"]:
-            emu.set_link(cfg["slow_src"], cfg["slow_dst"], LinkModel(cfg["latency_us"], cfg["bandwidth_gbps"] / cfg["factor"]))
+            emu.set_link(
+                cfg["slow_src"],
+                cfg["slow_dst"],
+                LinkModel(cfg["latency_us"], cfg["bandwidth_gbps"] / cfg["factor"]),
+            )
         x.fill_(1.0)
         dist.barrier()
         t1 = time.perf_counter()
@@ -78,12 +82,29 @@ def worker(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
         version = ad.version
         plan = ad.plan("allreduce", nbytes)
         events = [e.to_dict() for e in ad.step()]
-        rows.append({"iter": it, "us": dt, "mode": mode, "version": version, "predicted_us": plan.time_us,
-                     "correct": ok, "events": events})
+        rows.append(
+            {
+                "iter": it,
+                "us": dt,
+                "mode": mode,
+                "version": version,
+                "predicted_us": plan.time_us,
+                "correct": ok,
+                "events": events,
+            }
+        )
     emu.close()
-    return {"rows": rows, "profile": prof.to_dict() if rank == 0 else None, "doc": doc if rank == 0 else None,
-            "final_doc": ad.topology_document() if rank == 0 else None, "model": model,
-            "profile_s": profile_s, "ring_predicted_us": S.simulate(topo, S.baseline(topo, "ring", "allreduce", float(nbytes)))["time_us"]}
+    return {
+        "rows": rows,
+        "profile": prof.to_dict() if rank == 0 else None,
+        "doc": doc if rank == 0 else None,
+        "final_doc": ad.topology_document() if rank == 0 else None,
+        "model": model,
+        "profile_s": profile_s,
+        "ring_predicted_us": S.simulate(topo, S.baseline(topo, "ring", "allreduce", float(nbytes)))[
+            "time_us"
+        ],
+    }
 
 
 def summarize(results: list[dict[str, Any]], cfg: dict[str, Any]) -> dict[str, Any]:
@@ -95,10 +116,18 @@ def summarize(results: list[dict[str, Any]], cfg: dict[str, Any]) -> dict[str, A
     replan = next((e for e in events if e["kind"] == "replan"), None)
     choices = [e for e in events if e["kind"] == "choice"]
     slow_at = cfg["slow_at"]
-    before = [per_iter[i] for i in range(n) if i < slow_at and rows[i]["mode"] == "plan" and rows[i]["version"] == 0]
-    degraded = [per_iter[i] for i in range(n) if i >= slow_at and rows[i]["version"] == 0 and rows[i]["mode"] == "plan"]
+    before = [
+        per_iter[i] for i in range(n) if i < slow_at and rows[i]["mode"] == "plan" and rows[i]["version"] == 0
+    ]
+    degraded = [
+        per_iter[i]
+        for i in range(n)
+        if i >= slow_at and rows[i]["version"] == 0 and rows[i]["mode"] == "plan"
+    ]
     v_new = replan["version"] if replan else None
-    after_rows = [i for i in range(n) if v_new is not None and rows[i]["version"] == v_new and rows[i]["mode"] == "plan"]
+    after_rows = [
+        i for i in range(n) if v_new is not None and rows[i]["version"] == v_new and rows[i]["mode"] == "plan"
+    ]
     after = [per_iter[i] for i in after_rows]
     ring_after = [per_iter[i] for i in range(n) if i >= slow_at and rows[i]["mode"] == "native"]
     predicted_new = rows[after_rows[0]]["predicted_us"] if after_rows else None
@@ -145,7 +174,13 @@ def plot(summary: dict[str, Any], path: Path) -> None:
         ax.axvline(summary["detected_at_iter"], color="tab:green", ls=":", lw=1, label="drift detected")
     for key, style in (("predicted_initial_us", "-"), ("predicted_new_us", "--")):
         if summary.get(key):
-            ax.axhline(summary[key] / 1e3, color="black", ls=style, lw=0.8, label=key.replace("_us", "").replace("_", " "))
+            ax.axhline(
+                summary[key] / 1e3,
+                color="black",
+                ls=style,
+                lw=0.8,
+                label=key.replace("_us", "").replace("_", " "),
+            )
     ax.set_xlabel("iteration")
     ax.set_ylabel("All-Reduce time (ms, slowest rank)")
     ax.set_title("blue: synthesized plan, gray: ring (evaluation)", fontsize=9)
@@ -171,19 +206,42 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="directory for summary.json and replan.png")
     a = ap.parse_args()
     cfg = {
-        "nproc": a.nproc, "elements": a.elements, "latency_us": a.latency_us, "bandwidth_gbps": a.bandwidth_gbps,
-        "factor": a.factor, "slow_at": a.slow_at, "iters": a.iters, "chunks": a.chunks, "seeds": a.seeds,
-        "probe_bytes": a.probe_bytes, "eval_calls": a.eval_calls, "slow_src": 0, "slow_dst": 1,
-        "profile_sizes": [16 << 10, 64 << 10, 256 << 10], "profile_repeats": 2,
+        "nproc": a.nproc,
+        "elements": a.elements,
+        "latency_us": a.latency_us,
+        "bandwidth_gbps": a.bandwidth_gbps,
+        "factor": a.factor,
+        "slow_at": a.slow_at,
+        "iters": a.iters,
+        "chunks": a.chunks,
+        "seeds": a.seeds,
+        "probe_bytes": a.probe_bytes,
+        "eval_calls": a.eval_calls,
+        "slow_src": 0,
+        "slow_dst": 1,
+        "profile_sizes": [16 << 10, 64 << 10, 256 << 10],
+        "profile_repeats": 2,
     }
     t0 = time.time()
     results = run_local(worker, a.nproc, cfg, timeout_s=900)
     summary = summarize(results, cfg)
     summary["wall_s"] = time.time() - t0
     summary["torch"] = torch.__version__
-    keys = ["link_model", "all_correct", "predicted_initial_us", "measured_initial_us", "initial_plan_error",
-            "measured_degraded_old_plan_us", "iterations_to_detect", "predicted_new_us", "measured_new_us",
-            "new_plan_error", "measured_ring_degraded_us", "choices", "wall_s"]
+    keys = [
+        "link_model",
+        "all_correct",
+        "predicted_initial_us",
+        "measured_initial_us",
+        "initial_plan_error",
+        "measured_degraded_old_plan_us",
+        "iterations_to_detect",
+        "predicted_new_us",
+        "measured_new_us",
+        "new_plan_error",
+        "measured_ring_degraded_us",
+        "choices",
+        "wall_s",
+    ]
     print(json.dumps({k: summary.get(k) for k in keys}, indent=1, default=str))
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)

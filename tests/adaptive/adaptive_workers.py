@@ -68,7 +68,10 @@ def baselines_job(rank: int, world: int, spec: str, folder: str) -> list[str]:
                 S.save_schedule(S.simulate(t, sched)["timed"], path, t)
             dist.barrier()
             plans[coll] = Plan.load(path)
-        fails += [f"{algo}: {f}" for f in run_matrix(plans, rank, world, dtypes=[torch.float64, torch.uint8]).failures]
+        fails += [
+            f"{algo}: {f}"
+            for f in run_matrix(plans, rank, world, dtypes=[torch.float64, torch.uint8]).failures
+        ]
     return fails
 
 
@@ -93,8 +96,15 @@ def drift_job(rank: int, world: int, slow_at: int, iters: int) -> dict[str, Any]
     emu, doc = _fc_emulated(world, 20.0, 0.05)
     t = S.topology_from_dict(doc)
     ring = Plan.from_schedule(S.baseline(t, "ring", "allreduce", float(1 << 18)), t)
-    ad = Adaptive(doc, transport=emu, chunks=2, seeds=2, probe_bytes=256 << 10, eval_calls=1,
-                  native={"allreduce": lambda x, op: C.all_reduce(x, ring, op, transport=emu)})
+    ad = Adaptive(
+        doc,
+        transport=emu,
+        chunks=2,
+        seeds=2,
+        probe_bytes=256 << 10,
+        eval_calls=1,
+        native={"allreduce": lambda x, op: C.all_reduce(x, ring, op, transport=emu)},
+    )
     x = torch.empty(1 << 16)
     events, correct, versions = [], True, []
     for it in range(iters):
@@ -109,7 +119,12 @@ def drift_job(rank: int, world: int, slow_at: int, iters: int) -> dict[str, Any]
         if any(e["kind"] == "drift" and e["pair"] == "0->1" and e["iter"] >= slow_at for e in events):
             if it > slow_at + 25 or ad.choice:  # the new plan has been evaluated
                 break
-    return {"events": events, "correct": correct, "versions": versions, "plan": ad.plan("allreduce", 1 << 18).to_dict()}
+    return {
+        "events": events,
+        "correct": correct,
+        "versions": versions,
+        "plan": ad.plan("allreduce", 1 << 18).to_dict(),
+    }
 
 
 def fallback_job(rank: int, world: int) -> dict[str, Any]:
@@ -150,6 +165,12 @@ def ddp_job(rank: int, world: int) -> dict[str, Any]:
             m.zero_grad()
             m(x).square().sum().backward()
         ad.step()
-    same = all(torch.allclose(a.grad, b.grad, atol=1e-6) for a, b in zip(model.parameters(), ref.parameters(), strict=True))
-    return {"same": same, "buckets": len(list(model.parameters())), "events": [e.to_dict() for e in ad.events]}
-
+    same = all(
+        torch.allclose(a.grad, b.grad, atol=1e-6)
+        for a, b in zip(model.parameters(), ref.parameters(), strict=True)
+    )
+    return {
+        "same": same,
+        "buckets": len(list(model.parameters())),
+        "events": [e.to_dict() for e in ad.events],
+    }

@@ -114,9 +114,13 @@ def cube_mesh() -> FakeNvml:
             if i in (a, b):
                 other = b if i == a else a
                 links += [(bus[other], GPU)] * k
-        gpus.append(FakeGpu(bus[i], links, version=2, gen=3, width=16, name="Tesla V100-SXM2-16GB", inactive=2))
+        gpus.append(
+            FakeGpu(bus[i], links, version=2, gen=3, width=16, name="Tesla V100-SXM2-16GB", inactive=2)
+        )
     return FakeNvml(gpus)
 
 
 def pcie_only(n: int = 2) -> FakeNvml:
-    return FakeNvml([FakeGpu(f"00000000:{0x3B + i:02X}:00.0", [], gen=4, width=16, name="L40S") for i in range(n)])
+    return FakeNvml(
+        [FakeGpu(f"00000000:{0x3B + i:02X}:00.0", [], gen=4, width=16, name="L40S") for i in range(n)]
+    )

@@ -22,8 +22,25 @@ def test_detect_profile_synthesize_execute(S, tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     t = S.load_topology(topo)
     assert t.num_npus == 4 and any(k == "switch" for _, k in t.nodes)
-    r = _run(["profile", "--device", "cpu", "-t", str(topo), "-o", str(measured), "--report", str(report),
-              "--sizes", "4K,64K,256K", "--repeats", "2", "--plot", str(tmp_path / "m.png")])
+    r = _run(
+        [
+            "profile",
+            "--device",
+            "cpu",
+            "-t",
+            str(topo),
+            "-o",
+            str(measured),
+            "--report",
+            str(report),
+            "--sizes",
+            "4K,64K,256K",
+            "--repeats",
+            "2",
+            "--plot",
+            str(tmp_path / "m.png"),
+        ]
+    )
     assert r.exit_code == 0, r.output
     prof = json.loads(report.read_text())
     assert len(prof["profile"]["pairs"]) == 12 and len(prof["profile"]["contention"]) == 4
@@ -34,8 +51,18 @@ def test_detect_profile_synthesize_execute(S, tmp_path: Path) -> None:
     for coll in S.COLLECTIVES:
         sched, _ = S.synthesize(m, coll, "1M", chunks=2)
         assert S.check(sched, m)["ok"]
-    r = _run(["adaptive", "check", "--device", "cpu", "-t", str(measured),
-              "--dtypes", "float32,bfloat16,int64,bool,float8_e5m2"])
+    r = _run(
+        [
+            "adaptive",
+            "check",
+            "--device",
+            "cpu",
+            "-t",
+            str(measured),
+            "--dtypes",
+            "float32,bfloat16,int64,bool,float8_e5m2",
+        ]
+    )
     assert r.exit_code == 0, r.output
     assert "0 failure(s)" in r.output
 
@@ -68,7 +95,11 @@ def test_bad_files_and_devices(S, tmp_path: Path) -> None:
     if not torch.cuda.is_available():
         r = CliRunner().invoke(main, ["topo", "--device", "cuda"])
         assert r.exit_code == 1 and "no CUDA GPU" in r.output
-    r = CliRunner().invoke(main, ["topo", "--device", "cpu", "--nproc", "2", "-o", str(tmp_path / "no" / "t.yaml")])
+    r = CliRunner().invoke(
+        main, ["topo", "--device", "cpu", "--nproc", "2", "-o", str(tmp_path / "no" / "t.yaml")]
+    )
     assert r.exit_code == 1 and "cannot access" in r.output
-    r = CliRunner().invoke(main, ["adaptive", "bench", "--device", "cpu", "--nproc", "2", "-t", str(tmp_path / "x")])
+    r = CliRunner().invoke(
+        main, ["adaptive", "bench", "--device", "cpu", "--nproc", "2", "-t", str(tmp_path / "x")]
+    )
     assert r.exit_code == 2 and "does not exist" in r.output

@@ -70,8 +70,13 @@ def test_pcie_only_and_missing_remote_type(S) -> None:
     assert doc["switches"] == ["h0/pcie"]
     assert _links(doc)[("h0/gpu2", "h0/pcie")] == pytest.approx(1.969 * 16)
     # NVML without remote device types: a remote bus id that is a GPU still makes a GPU link
-    nv = FakeNvml([FakeGpu("00000000:01:00.0", [("00000000:02:00.0", GPU)] * 4),
-                   FakeGpu("00000000:02:00.0", [("00000000:01:00.0", GPU)] * 4)], no_remote_type=True)
+    nv = FakeNvml(
+        [
+            FakeGpu("00000000:01:00.0", [("00000000:02:00.0", GPU)] * 4),
+            FakeGpu("00000000:02:00.0", [("00000000:01:00.0", GPU)] * 4),
+        ],
+        no_remote_type=True,
+    )
     doc2 = build_topology(_reports(nv))
     assert _links(doc2)[("h0/gpu0", "h0/gpu1")] == pytest.approx(100.0)
     assert "switches" not in doc2
@@ -132,6 +137,6 @@ def test_topo_cli_from_reports(tmp_path: Path, S) -> None:
     assert "4 ranks" in r.output and png.stat().st_size > 1000
     assert S.load_topology(out).num_npus == 4
     bad = tmp_path / "bad.json"
-    bad.write_text("[{\"rank\": 0}]")
+    bad.write_text('[{"rank": 0}]')
     r = CliRunner().invoke(main, ["topo", "--from-reports", str(bad)])
     assert r.exit_code == 1 and "not a reports file" in r.output and "Traceback" not in r.output

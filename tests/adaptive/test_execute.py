@@ -16,8 +16,16 @@ ALL = ["allgather", "reducescatter", "allreduce", "broadcast", "reduce"]
 
 
 def _check(spec: str, nproc: int, **cfg: object) -> list[dict]:
-    base = {"device": "cpu", "topology": generated_doc(spec), "colls": ALL, "dtypes": None, "ops": ["sum"],
-            "sizes": [5, 37], "chunks": 2, "bytes": 1 << 20}
+    base = {
+        "device": "cpu",
+        "topology": generated_doc(spec),
+        "colls": ALL,
+        "dtypes": None,
+        "ops": ["sum"],
+        "sizes": [5, 37],
+        "chunks": 2,
+        "bytes": 1 << 20,
+    }
     return run_local(check_job, nproc, {**base, **cfg})
 
 
@@ -32,8 +40,7 @@ def test_every_collective_and_dtype(S, spec: str, nproc: int) -> None:
 
 
 def test_every_reduction_on_every_dtype(S) -> None:
-    results = _check("ring:4", 4, colls=["allreduce", "reduce"], ops=None, both_kinds=True,
-                     cycle_sizes=True)
+    results = _check("ring:4", 4, colls=["allreduce", "reduce"], ops=None, both_kinds=True, cycle_sizes=True)
     assert results[0]["cases"] > 200
     failures = [f for r in results for f in r["failures"]]
     assert not failures, failures[:10]

@@ -11,7 +11,14 @@ import torch
 import torch.distributed as dist
 
 from autoccl.adaptive.plan import RECV, SEND, Plan, PlanError, split_sizes
-from autoccl.adaptive.profile import ContentionFit, PairFit, Profile, fit_alpha_beta, measured_topology, round_robin
+from autoccl.adaptive.profile import (
+    ContentionFit,
+    PairFit,
+    Profile,
+    fit_alpha_beta,
+    measured_topology,
+    round_robin,
+)
 from autoccl.adaptive.reduce_ops import ReductionError, resolve
 from autoccl.adaptive.runtime import route, route_model
 from autoccl.adaptive.verify import DTYPES, reference_reduce, valid_ops
@@ -79,7 +86,9 @@ def test_bad_plans_are_one_sentence(S) -> None:
 
 
 def test_split_sizes() -> None:
-    assert split_sizes(7, 3) == [3, 2, 2] and split_sizes(2, 4) == [1, 1, 0, 0] and sum(split_sizes(0, 5)) == 0
+    assert (
+        split_sizes(7, 3) == [3, 2, 2] and split_sizes(2, 4) == [1, 1, 0, 0] and sum(split_sizes(0, 5)) == 0
+    )
 
 
 def test_reduction_validation() -> None:
@@ -106,7 +115,10 @@ def test_local_combine_matches_the_reference(dtype: torch.dtype) -> None:
 
     for op in valid_ops(dtype):
         xs = [make_input(dtype, 33, r, 5, exact=True) for r in range(5)]
-        red = resolve(dist._make_nccl_premul_sum(0.5) if op == "premul_sum" else getattr(dist.ReduceOp, op.upper()), dtype)
+        red = resolve(
+            dist._make_nccl_premul_sum(0.5) if op == "premul_sum" else getattr(dist.ReduceOp, op.upper()),
+            dtype,
+        )
         acc = xs[0].clone()
         red.prepare(acc)
         for x in xs[1:]:

@@ -13,7 +13,10 @@ def test_slow_link_is_detected_and_replanned(S) -> None:
     results = run_local(W.drift_job, 4, slow_at, slow_at + 30)
     events = results[0]["events"]
     # every rank took the same decisions at the same steps (agreement through the store)
-    strip = [[{k: v for k, v in e.items() if k not in ("plan_us", "native_us")} for e in r["events"]] for r in results]
+    strip = [
+        [{k: v for k, v in e.items() if k not in ("plan_us", "native_us")} for e in r["events"]]
+        for r in results
+    ]
     assert all(s == strip[0] for s in strip)
     assert all(r["versions"] == results[0]["versions"] for r in results)
     assert all(r["correct"] for r in results)
@@ -25,7 +28,12 @@ def test_slow_link_is_detected_and_replanned(S) -> None:
     # the new plan sends less over the slow link than the old plan did
     plan = results[0]["plan"]
     over_slow = sum(1 for row in plan["transfers"] if row[1] == 0 and row[2] == 1)
-    per_link = [sum(1 for row in plan["transfers"] if (row[1], row[2]) == (a, b)) for a in range(4) for b in range(4) if a != b]
+    per_link = [
+        sum(1 for row in plan["transfers"] if (row[1], row[2]) == (a, b))
+        for a in range(4)
+        for b in range(4)
+        if a != b
+    ]
     assert over_slow < max(per_link)
 
 

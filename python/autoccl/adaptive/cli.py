@@ -60,7 +60,9 @@ def run_job(job: Callable[..., Any], cfg: dict[str, Any], device: str, nproc: in
             finally:
                 dist.destroy_process_group()
         n = _nproc(nproc, device)
-        return run_local(job, n, cfg, backend="nccl" if device == "cuda" else "gloo", timeout_s=cfg.get("timeout", 600))[0]
+        return run_local(
+            job, n, cfg, backend="nccl" if device == "cuda" else "gloo", timeout_s=cfg.get("timeout", 600)
+        )[0]
     except WorkerError as e:
         raise click.ClickException(str(e).splitlines()[0]) from None
     except NvmlUnavailable as e:
@@ -78,7 +80,9 @@ def _write_doc(doc: dict[str, Any], path: str) -> None:
     except TopologyFileError as e:
         raise click.ClickException(f"internal: the topology does not validate: {e}") from None
     p = Path(path)
-    text = json.dumps(doc, indent=1) if p.suffix == ".json" else yaml.safe_dump(doc, sort_keys=False, width=120)
+    text = (
+        json.dumps(doc, indent=1) if p.suffix == ".json" else yaml.safe_dump(doc, sort_keys=False, width=120)
+    )
     p.write_text(text + ("\n" if not text.endswith("\n") else ""))
 
 
@@ -145,7 +149,9 @@ def topo(
             raw = json.loads(Path(from_reports).read_text())
             doc = build_topology([RankReport.from_dict(d) for d in raw], name)
         except (json.JSONDecodeError, TypeError, KeyError, ValueError) as e:
-            raise click.ClickException(f"{from_reports}: not a reports file written by --reports ({e})") from None
+            raise click.ClickException(
+                f"{from_reports}: not a reports file written by --reports ({e})"
+            ) from None
         res: Any = {"topology": doc, "reports": raw}
     else:
         res = run_job(topo_job, {"device": _device(device), "name": name}, _device(device), nproc)
@@ -175,12 +181,17 @@ def topo(
 @_device_opt
 @_nproc_opt
 @click.option(
-    "--topology", "-t", type=click.Path(exists=True, dir_okay=False), help="structure to measure (default: detect)"
+    "--topology",
+    "-t",
+    type=click.Path(exists=True, dir_okay=False),
+    help="structure to measure (default: detect)",
 )
 @click.option("--out", "-o", type=click.Path(dir_okay=False), help="measured topology file (YAML, or .json)")
 @click.option("--report", type=click.Path(dir_okay=False), help="fits, error bars and contention (JSON)")
 @click.option("--sizes", default=None, help="message sizes (default CPU 4K,64K,256K,1M; GPU 1M,16M,64M,256M)")
-@click.option("--repeats", type=int, default=5, show_default=True, help="repeats per size (the fastest is kept)")
+@click.option(
+    "--repeats", type=int, default=5, show_default=True, help="repeats per size (the fastest is kept)"
+)
 @click.option(
     "--model",
     type=click.Choice(["auto", "p2p", "switch"]),
@@ -189,7 +200,9 @@ def topo(
     help="links within a host: one per pair, a shared-port switch, or as the contention test says",
 )
 @click.option("--concurrent/--serial", default=False, show_default=True, help="time disjoint pairs at once")
-@click.option("--validate", default=None, help="also run All-Gather/All-Reduce of this size: measured vs predicted")
+@click.option(
+    "--validate", default=None, help="also run All-Gather/All-Reduce of this size: measured vs predicted"
+)
 @click.option("--plot", type=click.Path(dir_okay=False), help="picture of the measured topology (PNG)")
 def profile(
     device: str,
@@ -231,7 +244,9 @@ def profile(
     if out:
         _write_doc(doc, out)
     if report:
-        Path(report).write_text(json.dumps({k: v for k, v in res.items() if k != "topology"}, indent=1) + "\n")
+        Path(report).write_text(
+            json.dumps({k: v for k, v in res.items() if k != "topology"}, indent=1) + "\n"
+        )
     if plot:
         from autoccl.adaptive.plots import topology_plot
 
@@ -246,7 +261,8 @@ def profile(
     for c in prof["contention"]:
         click.echo(
             f"  rank {c['rank']}: fan-out {c['out_gbps']:.3f} GB/s, fan-in {c['in_gbps']:.3f} GB/s, "
-            f"one pair {c['pair_out_gbps']:.3f} GB/s -> {'shared port' if c['shared'] else 'independent links'}"
+            f"one pair {c['pair_out_gbps']:.3f} GB/s -> "
+            + ("shared port" if c["shared"] else "independent links")
         )
     for v in res.get("validation", []):
         click.echo(
@@ -290,7 +306,9 @@ def _colls(text: str) -> list[str]:
 @adaptive.command()
 @_device_opt
 @_nproc_opt
-@click.option("--topology", "-t", type=click.Path(exists=True, dir_okay=False), help="topology to synthesize on")
+@click.option(
+    "--topology", "-t", type=click.Path(exists=True, dir_okay=False), help="topology to synthesize on"
+)
 @click.option("--gen", "-g", help="or a generated one, e.g. torus:2x2 (default: this machine, detected)")
 @click.option("--colls", default=",".join(_COLLS), show_default=True)
 @click.option("--dtypes", default=None, help="comma-separated (default: every dtype)")
@@ -346,7 +364,9 @@ def check(
 @adaptive.command()
 @_device_opt
 @_nproc_opt
-@click.option("--topology", "-t", type=click.Path(exists=True, dir_okay=False), help="topology (e.g. from profile)")
+@click.option(
+    "--topology", "-t", type=click.Path(exists=True, dir_okay=False), help="topology (e.g. from profile)"
+)
 @click.option("--colls", default="allgather,allreduce", show_default=True)
 @click.option("--sizes", default="64M,256M,1G", show_default=True)
 @click.option("--chunks", type=int, default=1, show_default=True)

@@ -82,9 +82,7 @@ def all_reduce(
     return stats
 
 
-def _gather(
-    plan: Plan, segments: list[torch.Tensor], inp: torch.Tensor, t: Transport
-) -> RunStats:
+def _gather(plan: Plan, segments: list[torch.Tensor], inp: torch.Tensor, t: Transport) -> RunStats:
     mine = segments[t.rank]
     if mine.numel() != inp.numel():
         raise ValueError(f"rank {t.rank}'s input has {inp.numel()} elements, its output part {mine.numel()}")
@@ -198,7 +196,9 @@ def broadcast(
     t = _transport(group, transport)
     _check(plan, "broadcast", t)
     if src is not None and src != plan.root:
-        raise PlanError(f"the plan broadcasts from rank {plan.root}, not {src}: synthesize one with root={src}")
+        raise PlanError(
+            f"the plan broadcasts from rank {plan.root}, not {src}: synthesize one with root={src}"
+        )
     flat = _flat(tensor, "tensor")
     return run_program(plan, t.rank, _pieces(flat, plan.nchunks), t)
 

@@ -204,7 +204,9 @@ def build_topology(reports: list[RankReport], name: str = "") -> dict[str, Any]:
             b.switches.append(f"{host}/loopback")
             for r in ranks:
                 b.link(npu_of[r.rank], f"{host}/loopback", LOOPBACK_LATENCY_US / 2, LOOPBACK_GBPS)
-            b.notes.append(f"{host}: {len(ranks)} CPU ranks (gloo over loopback, nominal {LOOPBACK_GBPS} GB/s)")
+            b.notes.append(
+                f"{host}: {len(ranks)} CPU ranks (gloo over loopback, nominal {LOOPBACK_GBPS} GB/s)"
+            )
     if len(hosts) > 1:
         b.switches.append("network")
         for host in hosts:
@@ -253,11 +255,13 @@ def _gpu_host(b: TopologyBuilder, host: str, ranks: list[RankReport], npu_of: di
             if f"{host}/nvswitch" not in b.switches:
                 b.switches.append(f"{host}/nvswitch")
             b.link(npu_of[r.rank], f"{host}/nvswitch", NVLINK_LATENCY_US / 2, to_switch * per)
-            b.notes.append(f"{npu_of[r.rank]}: {g.name}, NV{to_switch} to NVSwitch ({to_switch * per:g} GB/s)")
+            b.notes.append(
+                f"{npu_of[r.rank]}: {g.name}, NV{to_switch} to NVSwitch ({to_switch * per:g} GB/s)"
+            )
     for pair in direct:
         lo, hi = sorted(pair)
-        k = b.links[(npu_of[lo], npu_of[hi])][1]
-        b.notes.append(f"{npu_of[lo]} <-> {npu_of[hi]}: NVLink {k:g} GB/s")
+        gbps = b.links[(npu_of[lo], npu_of[hi])][1]
+        b.notes.append(f"{npu_of[lo]} <-> {npu_of[hi]}: NVLink {gbps:g} GB/s")
     # PCIe where two ranks of the host have no NVLink path
     sw = {r.rank for r in switched}
     lonely = [

@@ -50,7 +50,10 @@ def _device_setup(device: str) -> None:
 def topo_job(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
     _device_setup(cfg["device"])
     reports = gather_reports(cfg["device"])
-    return {"topology": build_topology(reports, cfg.get("name", "")), "reports": [r.to_dict() for r in reports]}
+    return {
+        "topology": build_topology(reports, cfg.get("name", "")),
+        "reports": [r.to_dict() for r in reports],
+    }
 
 
 def profile_job(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -218,7 +221,9 @@ def bench_job(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
             plan_us = _timed(lambda p=plan, x=a, y=b: _run_plan(p, x, y), device, cfg["warmup"], cfg["iters"])
             native_us: float | None
             try:
-                native_us = _timed(lambda c=coll, x=a, y=b: _run_native(c, x, y), device, cfg["warmup"], cfg["iters"])
+                native_us = _timed(
+                    lambda c=coll, x=a, y=b: _run_native(c, x, y), device, cfg["warmup"], cfg["iters"]
+                )
                 ok: bool | None = _same_as_native(coll, plan, nbytes, device, n, rank)
             except (RuntimeError, ValueError):  # the backend lacks this collective (gloo: reduce_scatter)
                 native_us, ok = None, None
@@ -282,7 +287,9 @@ def check_job(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
     _device_setup(device)
     topo = synth.topology_from_dict(cfg["topology"])
     plans = {
-        c: Plan.from_schedule(synth.synthesize(topo, c, float(cfg["bytes"]), chunks=cfg["chunks"], seeds=2)[0], topo)
+        c: Plan.from_schedule(
+            synth.synthesize(topo, c, float(cfg["bytes"]), chunks=cfg["chunks"], seeds=2)[0], topo
+        )
         for c in cfg["colls"]
     }
     dtypes = [dtype_by_name(d) for d in cfg["dtypes"]] if cfg.get("dtypes") else None

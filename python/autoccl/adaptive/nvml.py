@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from types import ModuleType
 from typing import Any
 
-# Per-link, per-direction NVLink bandwidth by NVML version code (GB/s): NVLink 1 20, 2.x/3.x/4 25, 5 50, 6 100.
+# Per-link, per-direction NVLink bandwidth (GB/s) by NVML version code: NVLink 1 20, 2-4 25, 5 50, 6 100.
 NVLINK_GBPS = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 25.0, 6: 25.0, 7: 50.0, 8: 100.0}
 # PCIe per-lane bandwidth by generation (GB/s, after line encoding).
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}

@@ -69,7 +69,9 @@ class Plan:
     # ---- construction ------------------------------------------------------------------------------
     def __post_init__(self) -> None:
         if self.collective not in COLLECTIVES:
-            raise PlanError(f"unknown collective {self.collective!r}; expected one of {', '.join(COLLECTIVES)}")
+            raise PlanError(
+                f"unknown collective {self.collective!r}; expected one of {', '.join(COLLECTIVES)}"
+            )
         if self.nranks < 1 or self.nchunks < 1:
             raise PlanError("a plan needs at least one rank and one chunk")
         if len(self.owner) != self.nchunks:

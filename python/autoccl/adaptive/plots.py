@@ -18,16 +18,16 @@ def topology_plot(doc: dict[str, Any], path: str | Path, title: str | None = Non
     inner = list(doc.get("switches", [])) + list(doc.get("nics", []))
     pos: dict[str, tuple[float, float]] = {}
     for i, n in enumerate(npus):
-        a = 2 * math.pi * i / max(len(npus), 1) + math.pi / 2
-        pos[n] = (math.cos(a), math.sin(a))
+        angle = 2 * math.pi * i / max(len(npus), 1) + math.pi / 2
+        pos[n] = (math.cos(angle), math.sin(angle))
     for i, n in enumerate(inner):
-        a = 2 * math.pi * i / max(len(inner), 1) + math.pi / 2
+        angle = 2 * math.pi * i / max(len(inner), 1) + math.pi / 2
         r = 0.0 if len(inner) == 1 else 0.45
-        pos[n] = (r * math.cos(a), r * math.sin(a))
+        pos[n] = (r * math.cos(angle), r * math.sin(angle))
     pairs: dict[tuple[str, str], list[float]] = {}
     for link in doc.get("links", []):
-        key = tuple(sorted((str(link["src"]), str(link["dst"]))))
-        pairs.setdefault(key, []).append(float(link["bandwidth_gbps"]))  # type: ignore[arg-type]
+        src, dst = sorted((str(link["src"]), str(link["dst"])))
+        pairs.setdefault((src, dst), []).append(float(link["bandwidth_gbps"]))
     bws = [max(v) for v in pairs.values()] or [1.0]
     top = max(bws)
     fig, ax = plt.subplots(figsize=(6.5, 6.5))
@@ -41,8 +41,14 @@ def topology_plot(doc: dict[str, Any], path: str | Path, title: str | None = Non
         ax.text((x1 + x2) / 2, (y1 + y2) / 2, label, fontsize=6, ha="center", va="center", color="tab:blue")
     for n, (x, y) in pos.items():
         is_npu = n in npus
-        ax.scatter([x], [y], s=220 if is_npu else 160, marker="o" if is_npu else "s",
-                   color="tab:orange" if is_npu else "tab:gray", zorder=2)
+        ax.scatter(
+            [x],
+            [y],
+            s=220 if is_npu else 160,
+            marker="o" if is_npu else "s",
+            color="tab:orange" if is_npu else "tab:gray",
+            zorder=2,
+        )
         ax.text(x, y - 0.09, n, fontsize=7, ha="center", va="top")
     ax.set_title(title or f"{doc.get('name', 'topology')} (GB/s)", fontsize=10)
     ax.set_aspect("equal")

@@ -177,7 +177,9 @@ def measure_pairs(
                     # the fastest repeat: interference (other processes, a shared CPU) only adds time
                     rtts[s] = min(vals) if me_first else 0.0
                 if me_first:
-                    mine.append({"dst": peer, "sizes": list(sizes), "rtt": [rtts[s] for s in sizes], "rtt1": rtts[1]})
+                    mine.append(
+                        {"dst": peer, "sizes": list(sizes), "rtt": [rtts[s] for s in sizes], "rtt1": rtts[1]}
+                    )
         barrier()
     return mine
 
@@ -356,7 +358,9 @@ def measured_topology(
     links: list[dict[str, Any]] = doc["links"]
 
     def add(s: str, d: str, lat: float, bw: float) -> None:
-        links.append({"src": s, "dst": d, "latency_us": round(max(lat, 0.0), 4), "bandwidth_gbps": round(bw, 6)})
+        links.append(
+            {"src": s, "dst": d, "latency_us": round(max(lat, 0.0), 4), "bandwidth_gbps": round(bw, 6)}
+        )
 
     for host in hosts:
         ranks = [r for r in range(n) if host_of[r] == host]

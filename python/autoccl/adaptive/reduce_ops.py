@@ -22,7 +22,9 @@ import torch
 import torch.distributed as dist
 
 _FLOAT8 = tuple(
-    getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz") if hasattr(torch, n)
+    getattr(torch, n)
+    for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+    if hasattr(torch, n)
 )
 _UNSIGNED = {
     getattr(torch, u): (getattr(torch, s), bits)
@@ -62,7 +64,7 @@ class Reduction:
         """Scale this rank's own contribution before the reduction starts (PREMUL_SUM)."""
         if self.name == "premul_sum" and self.factor is not None:
             if self.dtype in _FLOAT8:
-                contribution.copy_((contribution.float() * float(self.factor).real).to(self.dtype))  # type: ignore[union-attr]
+                contribution.copy_((contribution.float() * complex(self.factor).real).to(self.dtype))
             else:
                 contribution.mul_(self.factor)
 
@@ -87,7 +89,9 @@ def _op_name(op: Any) -> tuple[str, Any]:
     if isinstance(op, str):
         key = op.strip().lower()
         if key not in _NAMES:
-            raise ReductionError(f"unknown reduction {op!r}; expected one of {', '.join(sorted(set(_NAMES.values())))}")
+            raise ReductionError(
+                f"unknown reduction {op!r}; expected one of {', '.join(sorted(set(_NAMES.values())))}"
+            )
         return _NAMES[key], None
     # a ReduceOp object (e.g. from _make_nccl_premul_sum) carries .op and .factor; RedOpType members not
     factor = getattr(op, "factor", None) if type(op) is dist.ReduceOp else None

@@ -140,7 +140,9 @@ class Adaptive:
         self.doc = load_topology_doc(topology)
         self.topo = topology_from_dict(self.doc, source="adaptive topology")
         if int(self.topo.num_npus) != self.size:
-            raise ValueError(f"the topology has {self.topo.num_npus} NPUs but the process group {self.size} ranks")
+            raise ValueError(
+                f"the topology has {self.topo.num_npus} NPUs but the process group {self.size} ranks"
+            )
         self.npus: list[str] = list(self.topo.ranks)
         self.chunks, self.seeds = chunks, seeds
         self.probe_bytes, self.probing = probe_bytes, probe
@@ -253,7 +255,9 @@ class Adaptive:
             ),
         )
 
-    def reduce_scatter_tensor(self, output: torch.Tensor, input: torch.Tensor, op: Any = dist.ReduceOp.SUM) -> str:
+    def reduce_scatter_tensor(
+        self, output: torch.Tensor, input: torch.Tensor, op: Any = dist.ReduceOp.SUM
+    ) -> str:
         g = self.group
         return self._run(
             "reducescatter",
@@ -309,7 +313,9 @@ class Adaptive:
             peer = b if self.rank == a else a
             for initiator in (a, b):
                 me = self.rank == initiator
-                r1 = min(pingpong(self.t, peer, me, buf, ack, 1, _PROBE_TAG) for _ in range(self.probe_repeats))
+                r1 = min(
+                    pingpong(self.t, peer, me, buf, ack, 1, _PROBE_TAG) for _ in range(self.probe_repeats)
+                )
                 rs = min(
                     pingpong(self.t, peer, me, buf, ack, self.probe_bytes, _PROBE_TAG)
                     for _ in range(self.probe_repeats)
@@ -343,7 +349,9 @@ class Adaptive:
         for key, ev in self.evals.items():
             if self.choice.get(key, "evaluating") != "evaluating":
                 continue
-            if len(ev["plan"]) >= self.eval_calls and (len(ev["native"]) >= self.eval_calls or ev.get("native_failed")):
+            if len(ev["plan"]) >= self.eval_calls and (
+                len(ev["native"]) >= self.eval_calls or ev.get("native_failed")
+            ):
                 evals["|".join(map(str, key))] = {
                     "plan": sum(ev["plan"]) / len(ev["plan"]),
                     "native": sum(ev["native"]) / len(ev["native"]) if ev["native"] else None,
@@ -415,7 +423,12 @@ class Adaptive:
                 Event(
                     self.step_no,
                     "drift",
-                    {"pair": pair, "ratio": ratio, "bandwidth_gbps_before": bw, "bandwidth_gbps_after": new_bw},
+                    {
+                        "pair": pair,
+                        "ratio": ratio,
+                        "bandwidth_gbps_before": bw,
+                        "bandwidth_gbps_after": new_bw,
+                    },
                 )
             )
             self.suspicion.pop(pair, None)
@@ -449,7 +462,7 @@ class Adaptive:
 def ddp_comm_hook(state: Adaptive, bucket: Any) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: average the gradient bucket with the adaptive All-Reduce.
 
-        model.register_comm_hook(Adaptive("measured.yaml"), ddp_comm_hook)
+    model.register_comm_hook(Adaptive("measured.yaml"), ddp_comm_hook)
     """
     tensor = bucket.buffer()
     state.all_reduce(tensor)
@@ -459,7 +472,7 @@ def ddp_comm_hook(state: Adaptive, bucket: Any) -> torch.futures.Future[torch.Te
     return fut
 
 
-# DDP checks the hook's annotations as objects (this module's are strings: `from __future__ import annotations`)
+# DDP checks the hook's annotations as objects; this module's are strings (postponed annotations)
 ddp_comm_hook.__annotations__ = {
     "state": Adaptive,
     "bucket": dist.GradBucket,

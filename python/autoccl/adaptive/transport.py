@@ -176,11 +176,13 @@ class EmulatedTransport:
             slots.append((len(real) - 1, header if m.kind == RECV else None))
         handles = self.base.issue(real)
         out: list[Handle] = []
-        for idx, header in slots:
-            if header is None:  # a send: its header's work must live (and be waited) as long as the payload's
+        for idx, recv_header in slots:
+            if (
+                recv_header is None
+            ):  # a send: its header's work must live (and be waited) as long as the payload's
                 out.append(_Both(handles[idx - 1], handles[idx]))
             else:
-                out.append(_EmulatedRecv(header, handles[idx - 1], handles[idx]))
+                out.append(_EmulatedRecv(recv_header, handles[idx - 1], handles[idx]))
         return out
 
     def close(self) -> None:

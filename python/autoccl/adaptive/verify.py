@@ -60,7 +60,11 @@ def make_input(dtype: torch.dtype, n: int, rank: int, salt: int, exact: bool) ->
     if dtype is torch.bool:
         return torch.randint(0, 2, (n,), generator=g).bool()
     if dtype in _FLOAT8 or exact or not (dtype.is_floating_point or dtype.is_complex):
-        lo, hi = (0, 3) if not dtype.is_signed and not dtype.is_floating_point and not dtype.is_complex else (-1, 2)
+        lo, hi = (
+            (0, 3)
+            if not dtype.is_signed and not dtype.is_floating_point and not dtype.is_complex
+            else (-1, 2)
+        )
         if dtype in _FLOAT8:
             return torch.randint(lo, hi, (n,), generator=g).float().to(dtype)
         if dtype.is_complex:
@@ -222,13 +226,18 @@ def run_matrix(
                 p = plans["allgather"]
                 xs = inputs(dtype, n, 1, True)
                 out = torch.empty(n * world, dtype=dtype, device=device)
-                C.all_gather_into_tensor(out, xs[rank].clone().to(device), p, group=group, transport=transport)
+                C.all_gather_into_tensor(
+                    out, xs[rank].clone().to(device), p, group=group, transport=transport
+                )
                 note(same(out, torch.cat(xs), True, True), f"all_gather_into_tensor {tag}")
                 sizes_r = [n + r for r in range(world)]  # ragged: every rank a different size
                 ys = [make_input(dtype, sizes_r[r], r, salt * 31 + 2, True) for r in range(world)]
                 outs = [torch.empty(k, dtype=dtype, device=device) for k in sizes_r]
                 C.all_gather(outs, ys[rank].clone().to(device), p, group=group, transport=transport)
-                note(all(same(o, y, True, True) for o, y in zip(outs, ys, strict=True)), f"all_gather(list) {tag}")
+                note(
+                    all(same(o, y, True, True) for o, y in zip(outs, ys, strict=True)),
+                    f"all_gather(list) {tag}",
+                )
             if "broadcast" in plans:
                 p = plans["broadcast"]
                 xs = inputs(dtype, n, 3, True)
@@ -252,7 +261,9 @@ def run_matrix(
                         p = plans["reducescatter"]
                         xs = inputs(dtype, n * world, 5, exact)
                         out = torch.empty(n, dtype=dtype, device=device)
-                        C.reduce_scatter_tensor(out, xs[rank].clone().to(device), p, _torch_op(op), group, transport)
+                        C.reduce_scatter_tensor(
+                            out, xs[rank].clone().to(device), p, _torch_op(op), group, transport
+                        )
                         want = reference_reduce(xs, op)[rank * n : (rank + 1) * n]
                         note(same(out, want, exact), f"reduce_scatter_tensor {what}")
                         sizes_r = [n + r for r in range(world)]
@@ -261,7 +272,14 @@ def run_matrix(
                             for r in range(world)
                         ]
                         out2 = torch.empty(sizes_r[rank], dtype=dtype, device=device)
-                        C.reduce_scatter(out2, [x.clone().to(device) for x in ins[rank]], p, _torch_op(op), group, transport)
+                        C.reduce_scatter(
+                            out2,
+                            [x.clone().to(device) for x in ins[rank]],
+                            p,
+                            _torch_op(op),
+                            group,
+                            transport,
+                        )
                         want2 = reference_reduce([ins[r][rank] for r in range(world)], op)
                         note(same(out2, want2, exact), f"reduce_scatter(list) {what}")
                     if "reduce" in plans:
