@@ -18,7 +18,12 @@ from autoccl.synth import parse_size
 
 
 def _device(device: str) -> str:
-    import torch
+    try:
+        import torch
+    except ImportError:
+        raise click.ClickException(
+            "PyTorch is not installed: pip install torch (or 'autoccl[bench]')"
+        ) from None
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() and torch.cuda.device_count() > 0 else "cpu"

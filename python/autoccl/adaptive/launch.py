@@ -18,7 +18,7 @@ from autoccl.tuner_env import free_local_port
 
 # Imported once by the fork server, before the first worker: what every worker would import anyway.
 # Effective only before the first run_local of a process (the server then lives on).
-PRELOAD: list[str] = ["torch", "torch.distributed", "autoccl.adaptive"]
+PRELOAD: list[str] = ["torch", "torch.distributed", "autoccl.adaptive.jobs"]
 
 
 class WorkerError(RuntimeError):
