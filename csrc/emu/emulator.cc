@@ -30,16 +30,21 @@
 #include <tuple>
 #include <vector>
 
-#include "../nccl/abi/nccl_plugin_abi.h"
+#include "../nccl/abi/profiler_v5.h"
+#include "../nccl/abi/profiler_v6.h"
+#include "../nccl/abi/tuner_v5.h"
+#include "../nccl/abi/tuner_v6.h"
 #include "nccl_model.h"
 #include "perf_model.h"
+#include "fake_cuda.h"
 #include "scenario.h"
 
 namespace emu {
 namespace {
 
-using ncclabi::EventDescr;
-using ncclabi::EventStateArgs;
+// Events go out as v6 descriptors, to a v5 profiler too: it finds its members at the same offsets.
+using EventDescr = ncclabi::EventDescrV6;
+using EventStateArgs = ncclabi::EventStateArgsV6;
 
 // ---------------------------------------------------------------- logging (NCCL's logger callback)
 std::atomic<int> gWarnCount{0};
@@ -79,12 +84,12 @@ struct Plugin {
   void* handle = nullptr;
   const ncclabi::TunerV6* tuner6 = nullptr;
   const ncclabi::TunerV5* tuner5 = nullptr;
-  const ncclabi::ProfilerV5* profiler = nullptr;
+  const ncclabi::ProfilerV6* profiler = nullptr;  // a v5 table read as v6: the same layout
   int tunerVersion = 0, profilerVersion = 0;
   std::string tunerName, profilerName;
 
   bool hasTuner() const { return tunerVersion != 0; }
-  ncclabi::TunerInitFn tInit() const { return tuner6 ? tuner6->init : tuner5->init; }
+  ncclabi::TunerInitV6Fn tInit() const { return tuner6 ? tuner6->init : tuner5->init; }
   ncclabi::TunerGetCollInfoFn tGetCollInfo() const { return tuner6 ? tuner6->getCollInfo : tuner5->getCollInfo; }
   ncclabi::TunerFinalizeFn tFinalize() const { return tuner6 ? tuner6->finalize : tuner5->finalize; }
   ncclabi::TunerGetChunkSizeFn tGetChunkSize() const { return tuner6 ? tuner6->getChunkSize : nullptr; }
@@ -120,11 +125,11 @@ bool loadPlugin(const std::string& path, int tunerWant, int profilerWant, bool n
   }
   if (!noProfiler) {
     if (profilerWant == 0 || profilerWant == 6) {
-      p->profiler = static_cast<const ncclabi::ProfilerV5*>(dlsym(p->handle, "ncclProfiler_v6"));
+      p->profiler = static_cast<const ncclabi::ProfilerV6*>(dlsym(p->handle, "ncclProfiler_v6"));
       if (p->profiler) p->profilerVersion = 6;
     }
     if (!p->profiler && (profilerWant == 0 || profilerWant == 5)) {
-      p->profiler = static_cast<const ncclabi::ProfilerV5*>(dlsym(p->handle, "ncclProfiler_v5"));
+      p->profiler = static_cast<const ncclabi::ProfilerV6*>(dlsym(p->handle, "ncclProfiler_v5"));
       if (p->profiler) p->profilerVersion = 5;
     }
     if (p->profiler) p->profilerName = p->profiler->name ? p->profiler->name : "";
@@ -329,7 +334,7 @@ struct CommState {
   void* tunerCtx = nullptr;
   void* profCtx = nullptr;
   bool tunerOk = false, profOk = false;
-  ncclabi::TunerConstants constants{};
+  ncclabi::TunerConstantsV6 constants{};
   uint64_t seq[kFuncs] = {};
   std::map<std::tuple<int, size_t, int>, int> callIndex;  // (func, nBytes, pipe) -> next call index
   std::map<int, std::vector<std::string>> captured;       // group -> truth templates of the capture
@@ -337,6 +342,7 @@ struct CommState {
   // GPU clock of this communicator's stream: NCCL serializes a communicator's kernels on one stream;
   // different communicators' streams are not modelled as sharing the GPU.
   uint64_t gpuNs = 0;
+  emu::FakeStream* stream = nullptr;  // --launch-clock: the stream CUDA events are recorded on
 };
 
 // Scenario::lead across processes: the positions each rank has started, per communicator, in a file that
@@ -467,6 +473,10 @@ class RankRunner {
       cs->commRank = static_cast<int>(it - spec.ranks.begin());
       // GPUs' clocks are not synchronized: offset per rank (and per stream)
       cs->gpuNs = 1700000000000000000ULL + static_cast<uint64_t>(grank_) * 7777777ULL + c * 1000003ULL;
+      if (emu::fakeCudaEnabled()) {
+        emu::fakeSetCurrentCtx(deviceToken());  // NCCL initializes CUDA on the rank's device before the plugins
+        cs->stream = emu::fakeStreamNew(deviceToken());
+      }
       if (!initComm(*cs)) {
         initArrived();
         leaveLead();
@@ -515,6 +525,9 @@ class RankRunner {
   std::unique_ptr<Proxy> proxy_;
   std::map<int, std::unique_ptr<CommState>> comms_;
   std::vector<std::string> lines_;
+
+  // The rank's device as a CUDA context handle (--launch-clock): one per rank.
+  void* deviceToken() const { return reinterpret_cast<void*>(static_cast<uintptr_t>(0x10000 + grank_)); }
 
   // A rank's process dies mid-run (kill -9): no finalize, no truth, no summary from this process.
   void killSelf() {
@@ -638,7 +651,7 @@ class RankRunner {
       if (!cs.profOk) cs.profCtx = nullptr;
     }
     if (pl.hasTuner()) {
-      ncclabi::NvlDomainInfo nvl{cs.spec->nNodes, nRanks / cs.spec->nNodes, nRanks / cs.spec->nNodes};
+      ncclabi::NvlDomainInfoV6 nvl{cs.spec->nNodes, nRanks / cs.spec->nNodes, nRanks / cs.spec->nNodes};
       int r = pl.tInit()(&cs.tunerCtx, cs.spec->hash, static_cast<size_t>(nRanks),
                          static_cast<size_t>(cs.spec->nNodes), emuLogger, &nvl, &cs.constants);
       if (r != ncclabi::kSuccess) {
@@ -747,6 +760,7 @@ class RankRunner {
       double mean = 0;
       std::vector<std::pair<Task, uint64_t>> seqs;
       std::vector<void*> handles;
+      uint64_t kernel = UINT64_MAX;  // --launch-clock: the kernel's index on the stream
     };
     std::vector<Planned> plans;
     for (size_t bi = 0; bi < batches.size(); ++bi) {
@@ -768,9 +782,37 @@ class RankRunner {
       }
       sh_.board.check(cs.index, inst.commIndex, inst.rep, static_cast<int>(bi), cs.commRank, p.applied, cs.spec->name);
     }
-    // Profiler Coll events, in plan order, then their stops ("enqueued").
+    // Profiler Coll events, in plan order, then their stops ("enqueued"). With the KernelLaunch bit (the
+    // plugin's launch clock, --launch-clock), each batch is a kernel plan as NCCL 2.28-2.32 emits one on the
+    // launching thread: KernelLaunch start (with the stream), the launch, KernelLaunch stop, Group start, the
+    // plan's Coll events (parentGroup: the Group handle), their stops, Group stop.
+    const bool launchEvents = prof && cs.stream && (mask & ncclabi::kEvKernelLaunch);
+    if (cs.stream) {
+      emu::fakeSetCurrentCtx(deviceToken());
+      emu::fakeStreamCapturing(cs.stream, capture);
+    }
     for (size_t bi = 0; bi < batches.size(); ++bi) {
       Planned& p = plans[bi];
+      void* group = groupApi;
+      if (launchEvents) {
+        p.kernel = emu::fakeStreamBeginLaunch(cs.stream);
+        EventDescr d;
+        std::memset(&d, 0, sizeof(d));
+        d.type = ncclabi::kEvKernelLaunch;
+        d.parentObj = groupApi;
+        d.rank = cs.commRank;
+        d.kernelLaunch.stream = cs.stream;
+        void* launch = nullptr;
+        pl.profiler->startEvent(cs.profCtx, &launch, &d);
+        emu::fakeStreamLaunched(cs.stream);
+        if (launch) pl.profiler->stopEvent(launch);
+        EventDescr gd;
+        std::memset(&gd, 0, sizeof(gd));
+        gd.type = ncclabi::kEvGroup;
+        gd.rank = cs.commRank;
+        group = nullptr;
+        pl.profiler->startEvent(cs.profCtx, &group, &gd);
+      }
       for (const Task& t : batches[bi].tasks) {
         void* h = nullptr;
         if (prof && (mask & kCollEnableMask)) {
@@ -793,13 +835,19 @@ class RankRunner {
           d.coll.nWarps = static_cast<uint8_t>(warps(p.applied.algo, p.applied.proto));
           d.coll.algo = ncclAlgoString(p.applied.algo);
           d.coll.proto = ncclProtoString(p.applied.proto);
-          d.coll.parentGroup = groupApi;
+          d.coll.parentGroup = group;
           sh_.plugin->profiler->startEvent(cs.profCtx, &h, &d);
         }
         p.handles.push_back(h);
         p.seqs.emplace_back(t, cs.seq[t.call.func]);
         bool inc = !capture || (prof && (groupApi || collApi[static_cast<size_t>(t.op)]) && (mask & ncclabi::kEvKernelCh));
         if (inc) cs.seq[t.call.func]++;
+      }
+      if (launchEvents) {
+        for (void* h : p.handles)
+          if (h) sh_.plugin->profiler->stopEvent(h);
+        p.handles.assign(p.handles.size(), nullptr);  // stopped: the loop below skips them
+        if (group) pl.profiler->stopEvent(group);
       }
     }
     for (Planned& p : plans)
@@ -817,9 +865,11 @@ class RankRunner {
       double us = p.mean * (sc.noise ? sh_.model->noiseFactor(key) : 1.0);
       uint64_t dur = std::max<uint64_t>(1000, static_cast<uint64_t>(us * 1000.0));
       // hidden: time the stream is held around the kernel that its channel timestamps do not cover
+      const uint64_t streamReached = cs.gpuNs;  // a CUDA event recorded before the launch completes here
       p.start = cs.gpuNs + sc.gapNs + sc.hiddenNs(p.applied.algo, p.applied.proto);
       p.stop = p.start + arrivalWaitNs(cs, key) + dur;
       cs.gpuNs = p.stop;
+      if (p.kernel != UINT64_MAX) emu::fakeStreamResolve(cs.stream, p.kernel, streamReached, p.stop);
       if (capture) {
         cs.capturedDur[inst.group].emplace_back(key, p.mean);
       } else if (prof && proxy_ && (mask & ncclabi::kEvKernelCh)) {
@@ -1011,7 +1061,7 @@ void usage() {
   std::fprintf(stderr,
                "usage: autoccl-emu --scenario FILE --ranks R[,R..] [--plugin LIB | --no-plugin] [--model JSON]\n"
                "                   [--truth OUT.jsonl] [--tuner-version auto|5|6] [--profiler-version auto|5|6]\n"
-               "                   [--no-tuner] [--no-profiler] [--lead-file PATH] [--verbose]\n"
+               "                   [--no-tuner] [--no-profiler] [--launch-clock] [--lead-file PATH] [--verbose]\n"
                "       --lead-file: the scenario's lead also bounds ranks played by the other processes given\n"
                "                    the same PATH (one process per rank)\n"
                "       autoccl-emu --eval [--model JSON]   (stdin: coll nranks bytes algo proto channels chunk load)\n");
@@ -1079,6 +1129,7 @@ int mainImpl(int argc, char** argv) {
     else if (a == "--no-plugin") opt.noPlugin = true;
     else if (a == "--no-tuner") opt.noTuner = true;
     else if (a == "--no-profiler") opt.noProfiler = true;
+    else if (a == "--launch-clock") emu::fakeCudaEnable();
     else if (a == "--verbose") gVerbose = true;
     else if (a == "--eval") eval = true;
     else {

@@ -111,7 +111,7 @@ bool parseEnableList(const char* str, const char* const* elems, int nelems, int*
   return true;
 }
 
-void defaultTunerConstants(ncclabi::TunerConstants* c) {
+void defaultTunerConstants(ncclabi::TunerConstantsV6* c) {
   std::memset(c, 0, sizeof(*c));
   const double base[kAlgos][kProtos] = {{6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}, {0, 0, 0}, {0, 0, 0},
                                         {0, 0, 0},        {0, 0, 0},        {8.0, 8.0, 8.0}};
@@ -131,7 +131,7 @@ void defaultTunerConstants(ncclabi::TunerConstants* c) {
   std::memcpy(c->perChMaxTreeBws, tree, sizeof(tree));
 }
 
-void CommModel::tune(const ncclabi::TunerConstants& c, const int* algoEnable, const int* protoEnable) {
+void CommModel::tune(const ncclabi::TunerConstantsV6& c, const int* algoEnable, const int* protoEnable) {
   for (int a = 0; a < kAlgos; ++a)
     for (int p = 0; p < kProtos; ++p) {
       maxThreads[a][p] = p == kLL128 ? 640 : (a == kRing || a == kTree) ? 512 : 640;

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "../nccl/abi/nccl_plugin_abi.h"
+#include "../nccl/abi/tuner_v6.h"
 
 namespace emu {
 
@@ -36,7 +36,7 @@ int parseProto(const std::string& s);  // -1 if unknown
 bool parseEnableList(const char* str, const char* const* elems, int nelems, int* list /*[kFuncs*nelems]*/,
                      std::string* error);
 
-void defaultTunerConstants(ncclabi::TunerConstants* c);
+void defaultTunerConstants(ncclabi::TunerConstantsV6* c);
 
 struct CommModel {
   int nRanks = 4;
@@ -53,7 +53,7 @@ struct CommModel {
 
   // ncclTopoTuneModel analogue. algoEnable/protoEnable: [kFuncs*kAlgos] / [kFuncs*kProtos], 1 = allowed
   // (already merged with NCCL_ALGO / NCCL_PROTO).
-  void tune(const ncclabi::TunerConstants& c, const int* algoEnable, const int* protoEnable);
+  void tune(const ncclabi::TunerConstantsV6& c, const int* algoEnable, const int* protoEnable);
   // updateCollCostTable analogue: -1 for unsupported or disabled pairs, else NCCL's estimate in us.
   void costTable(int func, size_t nBytes, int numPipeOps, float table[kAlgos][kProtos]) const;
   // topoGetAlgoInfo's channel count for the chosen pair (before the tuner's override).

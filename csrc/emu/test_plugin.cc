@@ -17,7 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "../nccl/abi/nccl_plugin_abi.h"
+#include "../nccl/abi/profiler_v5.h"
+#include "../nccl/abi/profiler_v6.h"
+#include "../nccl/abi/tuner_v5.h"
+#include "../nccl/abi/tuner_v6.h"
 
 namespace {
 using namespace ncclabi;
@@ -88,7 +91,7 @@ Fixed parseFixed() {
   return f;
 }
 
-Result tInit(void** ctx, uint64_t commId, size_t, size_t, Logger log, NvlDomainInfo*, TunerConstants*) {
+Result tInit(void** ctx, uint64_t commId, size_t, size_t, Logger log, NvlDomainInfoV5*, TunerConstantsV5*) {
   if (mode() == "initfail") {
     log(kLogWarn, 0, __FILE__, __LINE__, "testplugin: init fails on purpose");
     return kInternalError;
@@ -138,6 +141,7 @@ Result pInit(void** ctx, uint64_t commId, int* mask, const char*, int, int, int 
   if (path && !gTrace) gTrace = std::fopen(path, "w");
   return kSuccess;
 }
+template <class EventDescr>
 Result pStart(void* ctx, void** handle, EventDescr* d) {
   *handle = nullptr;
   if (d->type == kEvColl) {
@@ -153,7 +157,7 @@ Result pStop(void* handle) {
   (void)handle;  // Coll stop = enqueued; kernel-channel objects are freed in recordEventState
   return kSuccess;
 }
-Result pRecord(void* handle, int state, EventStateArgs* args) {
+Result pRecord(void* handle, ProfileState state, EventStateArgsV5* args) {
   if (state != kStateKernelChStop || !handle) return kSuccess;
   ChEv* ch = static_cast<ChEv*>(handle);
   CollEv* c = ch->coll;
@@ -185,8 +189,8 @@ extern "C" {
 __attribute__((visibility("default"))) TunerV6 ncclTunerPlugin_v6 = {"emu-testplugin", tInit, tGetCollInfo, tFinalize,
                                                                       tGetChunkSize};
 __attribute__((visibility("default"))) TunerV5 ncclTunerPlugin_v5 = {"emu-testplugin", tInit, tGetCollInfo, tFinalize};
-__attribute__((visibility("default"))) ProfilerV6 ncclProfiler_v6 = {"emu-testplugin", pInit, pStart, pStop, pRecord,
+__attribute__((visibility("default"))) ProfilerV6 ncclProfiler_v6 = {"emu-testplugin", pInit, pStart<EventDescrV6>, pStop, pRecord,
                                                                      pFinalize};
-__attribute__((visibility("default"))) ProfilerV5 ncclProfiler_v5 = {"emu-testplugin", pInit, pStart, pStop, pRecord,
+__attribute__((visibility("default"))) ProfilerV5 ncclProfiler_v5 = {"emu-testplugin", pInit, pStart<EventDescrV5>, pStop, pRecord,
                                                                      pFinalize};
 }

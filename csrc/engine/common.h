@@ -1,4 +1,5 @@
-// Engine-wide vocabulary: collectives, algorithms, protocols, configurations, task keys, logging.
+// Engine-wide vocabulary: names of collectives, algorithms and protocols, cost tables, logging, parsers;
+// the configuration and task key shared with the search and the coordinator come from csrc/common.
 // NCCL-free by design: the numeric ids mirror NCCL's so the shim converts by cast, but nothing here
 // includes or names an NCCL type.
 #pragma once
@@ -9,11 +10,14 @@
 #include <string>
 #include <string_view>
 
+#include "autoccl/common/config.h"
+
 namespace autoccl::engine {
 
-constexpr int kNumColls = 5;   // Broadcast 0, Reduce 1, AllGather 2, ReduceScatter 3, AllReduce 4
-constexpr int kNumAlgos = 7;   // Tree, Ring, CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT
-constexpr int kNumProtos = 3;  // LL, LL128, Simple
+using autoccl::kMaxChunkHalvings;
+using autoccl::kNumAlgos;
+using autoccl::kNumColls;
+using autoccl::kNumProtos;
 constexpr int kMaxChannelsHard = 64;  // NCCL's MAXCHANNELS: nothing above this is ever set
 constexpr uint64_t kMinChunk = 4096;           // bounds for a chunk size we hand to NCCL (v6)
 constexpr uint64_t kMaxChunk = 16ull << 20;
@@ -28,46 +32,15 @@ int parseColl(std::string_view s);
 int parseAlgo(std::string_view s);
 int parseProto(std::string_view s);
 
-constexpr int kMaxChunkHalvings = 8;  // most halvings of NCCL's chunk size a configuration asks for
-
-// What the tuner sets for one call. algo/proto = -1: leave NCCL's pair; channels = 0: leave NCCL's
-// count (otherwise a per-call maximum); chunk = 0 and chunkHalvings = 0: leave NCCL's chunk size.
-// chunk (bytes, fixed rules) replaces NCCL's chunk; chunkHalvings h (the online search) divides it by 2^h,
-// applied to the chunk NCCL computes for each channel partition (tuner v6 getChunkSize).
-struct Config {
-  int algo = -1;
-  int proto = -1;
-  int channels = 0;
-  uint64_t chunk = 0;
-  int chunkHalvings = 0;
-  bool forcesPair() const { return algo >= 0 && proto >= 0; }
-  bool setsChunk() const { return chunk != 0 || chunkHalvings != 0; }
-  bool empty() const { return !forcesPair() && channels == 0 && !setsChunk(); }
-  bool operator==(const Config& o) const {
-    return algo == o.algo && proto == o.proto && channels == o.channels && chunk == o.chunk &&
-           chunkHalvings == o.chunkHalvings;
-  }
-};
+// What the tuner sets for one call, and a task (collective, nBytes, numPipeOps) inside one
+// (communicator, rank) context: see autoccl/common/config.h.
+using autoccl::Config;
+using autoccl::TaskKey;
+using autoccl::TaskKeyHash;
 
 // Where a call's configuration came from (the trace's "source").
 enum class Source : uint8_t { Nccl, Observe, Fixed, Table, Online };
 const char* sourceName(Source s);
-
-// A task: (collective, nBytes, numPipeOps) inside one (communicator, rank) context.
-struct TaskKey {
-  int coll = 0;
-  uint64_t bytes = 0;
-  int pipe = 0;
-  bool operator==(const TaskKey& o) const { return coll == o.coll && bytes == o.bytes && pipe == o.pipe; }
-};
-struct TaskKeyHash {
-  size_t operator()(const TaskKey& k) const {
-    uint64_t h = k.bytes * 0x9E3779B97F4A7C15ull;
-    h ^= (static_cast<uint64_t>(static_cast<uint32_t>(k.pipe)) << 8) ^ static_cast<uint64_t>(k.coll);
-    h ^= h >> 29;
-    return static_cast<size_t>(h * 0xBF58476D1CE4E5B9ull);
-  }
-};
 
 // NCCL's cost table as the engine sees it: numAlgo x numProto floats, row-major; < 0 = unsupported.
 struct CostTable {

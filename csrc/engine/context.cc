@@ -405,7 +405,9 @@ bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& c
                             (d->why.empty() ? "" : " (" + d->why + ")"));
   }
   ++ordinal_;
-  if (d->timed || t->wanting.load(std::memory_order_relaxed)) launchWant_.store(2, std::memory_order_relaxed);
+  // The launch clock times a task's first AUTOCCL_MEASURE_CALLS calls by count (its samples arrive later than the
+  // host decides the next calls: counting deliveries timed every call of a short run) and what the policy asks.
+  if (d->timed || (measureBudget_ > 0 && k < measureBudget_)) launchWant_.store(2, std::memory_order_relaxed);
   if (profilerAttached_.load(std::memory_order_relaxed)) matcher_.pushDecision(coll, bytes, applied, t, k, ordinal_);
   if (profilerAttached_.load(std::memory_order_relaxed) && !unprofiled_[coll] && rt_.mask().on() &&
       ++callsWhileTiming_[coll] >= kUnprofiledCalls && collEvents_[coll].load(std::memory_order_relaxed) == 0) {

@@ -1,7 +1,9 @@
 #include "engine/online.h"
+#include "engine/step_guard.h"
 
 #include <algorithm>
 #include <cinttypes>
+#include <unordered_set>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -60,15 +62,21 @@ coord::Segment finalDefault(uint64_t from) {
   return s;
 }
 
-// The authority's Decider on the in-process board: the search, gated on "all ranks are here".
+// The step guard's plan travels on the board as a task of its own: this collective id, keyed by iteration.
+constexpr uint32_t kGuardColl = 0x100;
+
+// The authority's Decider on the in-process board: the search, gated on "all ranks are here"; the guard key
+// from the step guard's plan.
 class GatedDecider final : public coord::Decider {
  public:
   GatedDecider(Coordination* co, int nRanks) : co_(co), nRanks_(nRanks) {}
   std::vector<coord::Segment> decide(const coord::TaskKey& t, uint64_t k, uint64_t covered) override {
     if (!co_->allLocal(t.comm, nRanks_, std::chrono::milliseconds(kLocalWaitMs))) return {finalDefault(covered)};
+    if (t.coll == kGuardColl) return guard->decide(k, covered);
     return inner.decide(t, k, covered);
   }
   coord::SearchDecider inner;
+  std::shared_ptr<GuardPlan> guard = std::make_shared<GuardPlan>();
 
  private:
   Coordination* co_;
@@ -80,8 +88,10 @@ class GatedDecider final : public coord::Decider {
 class ForwardDecider final : public coord::Decider {
  public:
   using Observer = std::function<void(const coord::TaskKey&, int rank, uint64_t k, double us)>;
-  ForwardDecider(coord::SearchDecider* inner, Observer observer) : inner_(inner), observer_(std::move(observer)) {}
+  ForwardDecider(coord::SearchDecider* inner, std::shared_ptr<GuardPlan> guard, Observer observer)
+      : inner_(inner), guard_(std::move(guard)), observer_(std::move(observer)) {}
   std::vector<coord::Segment> decide(const coord::TaskKey& t, uint64_t k, uint64_t covered) override {
+    if (t.coll == kGuardColl) return guard_->decide(k, covered);
     return inner_->decide(t, k, covered);
   }
   void observe(const coord::TaskKey& t, int rank, uint64_t k, double us) override {
@@ -90,6 +100,7 @@ class ForwardDecider final : public coord::Decider {
 
  private:
   coord::SearchDecider* inner_;
+  std::shared_ptr<GuardPlan> guard_;
   Observer observer_;
 };
 
@@ -116,6 +127,11 @@ class OnlineSource final : public DecisionSource {
       : env_(env), tcpBoard_(env.coordination->tcp() ? std::move(board) : nullptr),
         localBoard_(env.coordination->localBoard()), authority_(env.rank == 0) {
     opts_ = onlineSearchOptions();
+    guardKey_.comm = env.commHash;
+    guardKey_.coll = kGuardColl;
+    guardKey_.pipe = 0;
+    guardKey_.bytes = 0;
+    guardOn_ = env.settings == nullptr || env.settings->guard;
     if (env.settings) {
       opts_.recheckMinMs = env.settings->recheckMs;
       opts_.minTaskMicros = env.settings->minTaskUs;
@@ -170,7 +186,7 @@ class OnlineSource final : public DecisionSource {
           arrival_->setSink([this](const TaskKey& t, const Measurement& m) { absorb(t, m); },
                             [this](const TaskKey& t, uint64_t k) { giveUpSample(t, k); });
         }
-        remote_ = std::make_unique<ForwardDecider>(&decider_->inner, std::move(observer));
+        remote_ = std::make_unique<ForwardDecider>(&decider_->inner, decider_->guard, std::move(observer));
         tcpBoard_->serve(env.commHash, remote_.get());
       }
       if (merge_)
@@ -199,6 +215,7 @@ class OnlineSource final : public DecisionSource {
       }
       if (agree_) usedBoard_->publish(key, {f});
     }
+    if (agree_ && decider_) usedBoard_->publish(guardKey_, {decider_->guard->finalSegment()});
     localBoard_->unserve(env_.commHash);
     if (tcpBoard_) tcpBoard_->unserve(env_.commHash);
   }
@@ -206,6 +223,19 @@ class OnlineSource final : public DecisionSource {
   Decision decide(const TaskKey& task, uint64_t k, const CostTable& costs) override {
     TaskState* s = state(task);
     if (!agree_ && !bypass_) settlePlace();
+    // The step guard: this call's place in the communicator's iterations (the same on every rank); at an
+    // iteration's first call, the guard's plan for the iteration (from the authority, like a task's).
+    bool boundary = false;
+    if (guardOn_ && !bypass_ && agree_) {
+      boundary = iter_.push(taskId(task));
+      if (boundary && !guardStep(task, k)) {
+        Decision f;
+        f.fail = true;
+        f.source = Source::Online;
+        f.why = guardWhy_;
+        return f;
+      }
+    }
     if (!(s->haveSeg && s->seg.contains(k))) {
       if (bypass_) {
         s->seg = finalDefault(0);
@@ -231,11 +261,7 @@ class OnlineSource final : public DecisionSource {
         // (over TCP ~0.1 ms, up to 1.7 ms; one such wait in a 40-call nccl-tests loop of 24 us calls
         // made it 1.6x slower, 2 x H200). Tuning segments are not asked ahead: planning
         // them early would plan them with fewer samples.
-        // Over TCP a tuning segment is asked ahead too: a lookup that waits costs a round trip through
-        // the server and the authority's process (0.25-1.5 ms on 2 x H100), more than planning a few
-        // calls with the samples in hand loses.
-        if (s->seg.end != search::kForever &&
-            (s->seg.phase != search::Phase::kTuning || place_.load(std::memory_order_relaxed) == Place::kTcp))
+        if (s->seg.phase != search::Phase::kTuning && s->seg.end != search::kForever)
           agree_->prefetch(s->key, s->seg.end);
       }
       s->haveSeg = true;
@@ -259,12 +285,19 @@ class OnlineSource final : public DecisionSource {
       d.config.chunkHalvings = c.chunkHalvings;
     }
     d.stable = s->seg.phase == search::Phase::kFinal && s->seg.end == search::kForever;
+    if (guardNcclNow_) {  // the guard's iteration runs NCCL's own choice for every task
+      if (authority_ && !c.isDefault()) markOverridden(task, k);
+      d.config = Config();
+      d.stable = false;
+      d.timed = false;
+    }
     // The Context caches a stable decision and asks no more: this task's need for timing ends here (a
     // search that ended early, e.g. a task below Options::minTaskMicros, kept timing on for good otherwise).
     if (d.stable && s->needing.load(std::memory_order_relaxed)) setNeeding(s, false);
     // Samples the search planned, and the coordinator's NCCL-default calls of a task the authority had not
     // seen yet (kTuning segments without measure; the search takes them as its baseline).
-    d.timed = c.measure || (s->seg.phase == search::Phase::kTuning && c.isDefault());
+    d.timed = !guardNcclNow_ && (c.measure || (s->seg.phase == search::Phase::kTuning && c.isDefault()));
+    if (boundary && guardTimedNow_ && authority_) d.timed = true;  // the iteration's start: a guard sample
     if (k == 0) {
       d.why = bypass_ ? "communicator not entirely in this process and no coordinator address: NCCL decides"
                       : std::string(authority_ ? "authority" : "follower") + " (" +
@@ -275,6 +308,7 @@ class OnlineSource final : public DecisionSource {
   }
 
   void onMeasurement(const TaskKey& task, const Measurement& timed) override {
+    if (authority_) guardTime(task, timed);
     const Place place = place_.load(std::memory_order_acquire);
     Measurement m = timed;
     if (m.hostPauseUs > 0 && scoring(place) == Scoring::kPeriodCheckedByWindow) {
@@ -374,7 +408,9 @@ class OnlineSource final : public DecisionSource {
     }
   }
 
-  bool needsTiming() const override { return needing_.load(std::memory_order_relaxed) > 0; }
+  bool needsTiming() const override {
+    return needing_.load(std::memory_order_relaxed) > 0 || guardNeed_.load(std::memory_order_relaxed);
+  }
   // Periods where a search uses them: every rank in one process (RankMerge), else the authority only.
   bool wantsPeriod() const override {
     const Place p = place_.load(std::memory_order_acquire);
@@ -384,6 +420,7 @@ class OnlineSource final : public DecisionSource {
 
   // The authority: one call's GPU time (its own, or the slowest rank's) into the task's search.
   void absorb(const TaskKey& task, const Measurement& m) {
+    if (takeOverridden(task, m.callIndex)) return;  // ran NCCL's choice for the guard, not the plan's config
     TaskState* s = nullptr;
     std::shared_ptr<search::TaskSearch> srch;
     {
@@ -523,6 +560,101 @@ class OnlineSource final : public DecisionSource {
   // board (and slowest-rank scoring); else the TCP board, or without one NCCL's default throughout.
   // Waiting for the other ranks to attach is bounded and done only where it can pay off: without TCP
   // (no other way to tune), or when this process already holds two or more of the ranks.
+  // ---- the step guard (engine/step_guard.h) -------------------------------------------------------------
+
+  uint32_t taskId(const TaskKey& task) {
+    auto it = taskIds_.find(task);
+    if (it != taskIds_.end()) return it->second;
+    const auto id = static_cast<uint32_t>(taskIds_.size());
+    taskIds_.emplace(task, id);
+    return id;
+  }
+
+  // The first call of iteration `iteration()`: the guard's plan for it. False (with guardWhy_) when the ranks can
+  // no longer agree on it (the same failure as a task's lookup).
+  bool guardStep(const TaskKey& task, uint64_t k) {
+    const uint64_t it = iter_.iteration();
+    if (iter_.period() < 2) {  // one call per iteration: the task's own duel on its stream period is this check
+      guardNcclNow_ = false;
+      guardTimedNow_ = false;
+      return true;
+    }
+    if (authority_ && !decider_->guard->armed() && allRecentConverged()) decider_->guard->arm();
+    coord::Outcome o = agree_->decide(guardKey_, it);
+    if (!o.ok()) {
+      guardWhy_ = o.error;
+      return false;
+    }
+    guardNcclNow_ = GuardPlan::isNccl(o.seg.cfg);
+    guardTimedNow_ = o.seg.cfg.measure;
+    if (authority_) {
+      if (guardTimedNow_) {
+        std::lock_guard<std::mutex> lk(guardMu_);
+        boundaryIter_[CallKey{task, k}] = it;
+      }
+      if (guardTimedNow_ != guardNeed_.load(std::memory_order_relaxed)) {
+        guardNeed_.store(guardTimedNow_, std::memory_order_relaxed);
+        if (env_.needChanged) env_.needChanged();
+      }
+      logVerdicts();
+    }
+    return true;
+  }
+
+  // Every task called in the latest iteration has ended its search (pinned, or NCCL's choice for good).
+  bool allRecentConverged() {
+    const uint64_t period = iter_.period();
+    std::lock_guard<std::mutex> lk(mapMu_);
+    for (auto& [key, st] : tasks_)
+      if (st->search && callsSeen_ - st->lastCallSeen <= period && !st->search->converged()) return false;
+    return true;
+  }
+
+  // The authority's own stream: the start of each guard-timed iteration; iteration i's time is the start of
+  // i + 1 minus its own.
+  void guardTime(const TaskKey& task, const Measurement& m) {
+    std::lock_guard<std::mutex> lk(guardMu_);
+    auto f = boundaryIter_.find(CallKey{task, m.callIndex});
+    if (f == boundaryIter_.end()) return;
+    const uint64_t it = f->second;
+    boundaryIter_.erase(f);
+    if (m.startNs == 0) return;
+    iterStartNs_[it] = m.startNs;
+    auto prev = iterStartNs_.find(it - 1);
+    if (it > 0 && prev != iterStartNs_.end() && m.startNs > prev->second)
+      decider_->guard->sample(it - 1, static_cast<double>(m.startNs - prev->second) / 1000.0);
+    auto next = iterStartNs_.find(it + 1);
+    if (next != iterStartNs_.end() && next->second > m.startNs)
+      decider_->guard->sample(it, static_cast<double>(next->second - m.startNs) / 1000.0);
+    while (iterStartNs_.size() > 64) iterStartNs_.erase(iterStartNs_.begin());
+    if (boundaryIter_.size() > 4096) boundaryIter_.clear();  // boundaries whose times never came
+  }
+
+  void markOverridden(const TaskKey& task, uint64_t k) {
+    std::lock_guard<std::mutex> lk(guardMu_);
+    if (overridden_.size() > 65536) overridden_.clear();  // measurements that never came
+    overridden_.insert(CallKey{task, k});
+  }
+  bool takeOverridden(const TaskKey& task, uint64_t k) {
+    std::lock_guard<std::mutex> lk(guardMu_);
+    return overridden_.erase(CallKey{task, k}) > 0;
+  }
+
+  // One INFO line per verdict of the guard (authority).
+  void logVerdicts() {
+    std::vector<GuardPlan::Verdict> v = decider_->guard->verdicts();
+    for (; loggedVerdicts_ < v.size(); ++loggedVerdicts_) {
+      const GuardPlan::Verdict& x = v[loggedVerdicts_];
+      char line[384];
+      std::snprintf(line, sizeof line,
+                    "autoccl: comm %016" PRIx64 " step guard: iterations of %u calls, tuned plan %.1f us (%u samples) "
+                    "against NCCL's choices %.1f us (%u): %s from iteration %" PRIu64,
+                    env_.commHash, iter_.period(), x.tunedUs, x.tunedSamples, x.ncclUs, x.ncclSamples,
+                    x.tuned ? "keeping the tuned plan" : "NCCL's choices for every task", x.at);
+      if (env_.log) env_.log(LogLevel::Info, line);
+    }
+  }
+
   void settlePlace() {
     Coordination* co = env_.coordination;
     int waitMs = kLocalWaitMs;
@@ -781,6 +913,21 @@ class OnlineSource final : public DecisionSource {
   std::atomic<int> needing_{0};
   std::atomic<int> commCap_{0};  // largest channel count NCCL ran a capped request on, none wider (0: none seen)
   std::atomic<int> maxRun_{0};   // largest channel count NCCL ran any call of this communicator on
+  // step guard: enqueue thread (every rank) ...
+  bool guardOn_ = true;
+  coord::TaskKey guardKey_;
+  IterationDetector iter_;
+  std::unordered_map<TaskKey, uint32_t, TaskKeyHash> taskIds_;
+  bool guardNcclNow_ = false;    // the current iteration runs NCCL's choice for every task
+  bool guardTimedNow_ = false;   // the current iteration's start is a guard sample
+  std::string guardWhy_;
+  size_t loggedVerdicts_ = 0;
+  std::atomic<bool> guardNeed_{false};
+  // ... and the authority's measurement side (guardMu_)
+  std::mutex guardMu_;
+  std::unordered_map<CallKey, uint64_t, CallKeyHash> boundaryIter_;  // guard-timed first calls -> iteration
+  std::map<uint64_t, uint64_t> iterStartNs_;
+  std::unordered_set<CallKey, CallKeyHash> overridden_;  // calls the guard ran as NCCL's choice
   uint64_t callsSeen_ = 0;              // authority, enqueue thread: calls of all tasks so far
   std::vector<TaskState*> holders_;     // authority, enqueue thread: tasks that asked for timing
   bool bootstrap_ = false;  // guarded by needMu_

@@ -36,6 +36,7 @@
 #include <unordered_map>
 
 #include "autoccl/coord/coord.h"
+#include "autoccl/coord/search_decider.h"
 #include "engine/policy.h"
 #include "engine/settings.h"
 #include "engine/timing.h"

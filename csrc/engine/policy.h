@@ -1,6 +1,7 @@
 // Decision sources: where a call's configuration comes from. The shim never decides; the Context
-// asks its DecisionSource. An online policy implements this interface and is created in
-// makeDecisionSource(); nothing in csrc/nccl has to change for it.
+// asks its DecisionSource. This header is the interface alone; the sources are built by
+// makeDecisionSource() (engine/sources.cc: observe, fixed, table; engine/online.cc: online), and nothing
+// in csrc/nccl has to change for a new one.
 #pragma once
 
 #include <cstdint>
@@ -82,7 +83,7 @@ class DecisionSource {
   virtual std::string traceExtra(const TaskKey& task) const { (void)task; return std::string(); }
 };
 
-// Creates the source for settings.mode (never for Off). Returns nullptr with *error set when the
+// Creates the source for settings.mode (never for Off); defined in engine/sources.cc. Returns nullptr with *error set when the
 // mode cannot run here (online without the profiler or without a usable coordinator).
 std::unique_ptr<DecisionSource> makeDecisionSource(const PolicyEnv& env, std::string* error);
 

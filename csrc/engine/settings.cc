@@ -191,6 +191,10 @@ Settings loadSettings(const EnvLookup& env) {
   if (!readBounded(env, "AUTOCCL_REGRET_PCT", 0, 100, &regretPct, &err)) return invalid(s, err);
   s.regretBudget = static_cast<double>(regretPct) / 100.0;
 
+  std::string guard = get(env, "AUTOCCL_GUARD");
+  if (guard == "off") s.guard = false;
+  else if (!guard.empty() && guard != "on") return invalid(s, "AUTOCCL_GUARD='" + guard + "' is not one of on, off");
+
   std::string clock = get(env, "AUTOCCL_CLOCK");
   if (clock == "kernel") s.clock = Settings::Clock::Kernel;
   else if (!clock.empty() && clock != "launch")

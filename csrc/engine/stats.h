@@ -32,7 +32,4 @@ class RobustStats {
   uint64_t count_ = 0;
 };
 
-// Median of a copy of `v` (v may be empty: returns 0).
-double medianOf(std::vector<double> v);
-
 }  // namespace autoccl::engine

@@ -57,8 +57,11 @@ struct LaunchClock::Driver {
     d->streamGetCtx = reinterpret_cast<decltype(d->streamGetCtx)>(get("cuStreamGetCtx"));
     d->ctxGetCurrent = reinterpret_cast<decltype(d->ctxGetCurrent)>(get("cuCtxGetCurrent"));
     d->ctxSetCurrent = reinterpret_cast<decltype(d->ctxSetCurrent)>(get("cuCtxSetCurrent"));
+    void* current = nullptr;
+    // A driver that is not initialized in this process (the emulator without --launch-clock answers so) is no
+    // clock: NCCL has initialized CUDA before it creates a communicator, so a real process always passes.
     if (!d->eventCreate || !d->eventRecord || !d->eventQuery || !d->eventElapsed || !d->streamIsCapturing ||
-        !d->streamGetCtx || !d->ctxGetCurrent || !d->ctxSetCurrent) {
+        !d->streamGetCtx || !d->ctxGetCurrent || !d->ctxSetCurrent || d->ctxGetCurrent(&current) != kCudaSuccess) {
       delete d;
       return nullptr;
     }

@@ -252,6 +252,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("AUTOCCL_MIN_TASK_US", "library", "integer in [0, 1000000]", _int_range(0, 1000000)),
     Variable("AUTOCCL_MIN_TASK_US_TCP", "library", "integer in [0, 1000000]", _int_range(0, 1000000)),
     Variable("AUTOCCL_REGRET_PCT", "library", "integer in [0, 100]", _int_range(0, 100)),
+    Variable("AUTOCCL_GUARD", "library", "on, off", _one_of("on", "off")),
     Variable("AUTOCCL_COORD_ADDR", "library", "host:port, port in [1, 65535]", _host_port),
     Variable("AUTOCCL_COORD_TOKEN", "library", "text, at most 4096 characters", _text(4096)),
     Variable("AUTOCCL_COORD_SECRET", "library", "text, at most 4096 characters", _text(4096)),

@@ -90,6 +90,7 @@ T = "{tmp}"  # replaced by the case's directory
 CACHE = ["--cache-dir", f"{T}/cache"]
 FIXED = "allreduce:ring/simple/8"
 CPU = ["bench", "coll", "--device", "cpu", "--dry-run"]
+NT = ["bench", "nccl-tests", "--bin", T, "-g", "2", "-o", f"{T}/o"]
 
 CASES = [
     # -- autoccl env: options
@@ -104,7 +105,7 @@ CASES = [
     Case("env-fixed-empty-range", ["env", "--mode", "fixed", "--fixed", "allreduce@64M-1M:ring/ll"], "range"),
     Case("env-fixed-chunk", ["env", "--mode", "fixed", "--fixed", "*:ring/simple/chunk=1"], "chunk"),
     Case("env-fixed-in-online", ["env", "--fixed", FIXED], "--fixed"),
-    Case("env-ceiling-0", ["env", "--channel-ceiling", "0"], "--channel-ceiling"),
+    Case("env-ceiling-negative", ["env", "--channel-ceiling", "-1"], "--channel-ceiling"),
     Case("env-ceiling-65", ["env", "--channel-ceiling", "65"], "--channel-ceiling"),
     Case("env-nccl-channels-negative", ["env", "--nccl-channels", "-1"], "-1"),
     Case("env-nccl-channels-word", ["env", "--nccl-channels", "many"], "many"),
@@ -297,6 +298,27 @@ CASES = [
     Case("demo-out-file", ["demo", "-o", f"{T}/f"], "is a file", setup=_garbage("f", b"x")),
     Case("demo-out-missing-parent", ["demo", "-o", f"{T}/a/b/c"], "does not exist"),
     Case("demo-out-earlier-demo", ["demo", "-o", f"{T}/demo"], "earlier demo", setup=_earlier_demo),
+    # -- autoccl bench nccl-tests
+    Case("nt-no-bin", ["bench", "nccl-tests", "--bin", f"{T}/nope", "-g", "2", "-o", f"{T}/o"], "nope"),
+    Case(
+        "nt-unknown-coll",
+        ["bench", "nccl-tests", "--bin", T, "-g", "2", "-c", "gossip", "-o", f"{T}/o"],
+        "gossip",
+    ),
+    Case(
+        "nt-bad-mode", ["bench", "nccl-tests", "--bin", T, "-g", "2", "-m", "turbo", "-o", f"{T}/o"], "turbo"
+    ),
+    Case(
+        "nt-bad-launch",
+        ["bench", "nccl-tests", "--bin", T, "-g", "2", "--launch", "ssh", "-o", f"{T}/o"],
+        "ssh",
+    ),
+    Case("nt-bad-size", ["bench", "nccl-tests", "--bin", T, "-g", "2", "-b", "lots", "-o", f"{T}/o"], "lots"),
+    Case(
+        "nt-report-nothing",
+        ["bench", "nccl-tests", "--bin", T, "-g", "2", "--report-only", "-o", f"{T}/o"],
+        "o",
+    ),
     # -- autoccl bench
     Case("bench-sizes-word", [*CPU, "--sizes", "abc"], "abc"),
     Case("bench-sizes-negative", [*CPU, "--sizes", "-1M"], "-1M"),

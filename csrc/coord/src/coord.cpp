@@ -12,7 +12,7 @@ namespace autoccl::coord {
 
 std::string TaskKey::str() const {
   char b[128];
-  std::snprintf(b, sizeof b, "comm %016llx coll %u bytes %llu pipe %u", static_cast<unsigned long long>(comm), coll,
+  std::snprintf(b, sizeof b, "comm %016llx coll %d bytes %llu pipe %d", static_cast<unsigned long long>(comm), coll,
                 static_cast<unsigned long long>(bytes), pipe);
   return b;
 }
@@ -89,51 +89,7 @@ std::vector<Segment> sealSegments(const Store& st, const TaskKey& t) {
     if (s.begin > c) out.push_back(Segment{c, s.begin, dflt, Phase::kPinned});
     c = std::max(c, s.end);
   }
-  if (c != search::kForever) out.push_back(Segment{c, search::kForever, dflt, Phase::kFinal});
-  return out;
-}
-
-// ---- SearchDecider ---------------------------------------------------------------------------
-std::shared_ptr<search::TaskSearch> SearchDecider::registerTask(const TaskKey& task, const search::Space& space,
-                                                                search::Options opt, std::vector<search::Hint> hints) {
-  std::lock_guard<std::mutex> lk(mu_);
-  Entry& e = tasks_[task];
-  if (!e.search) {
-    opt.firstCall = e.pre.empty() ? 0 : e.pre.back().end;
-    opt.defaultTimedBefore = !e.pre.empty();  // pre segments: NCCL's default in kTuning (timed)
-    e.search = std::make_shared<search::TaskSearch>(space, std::move(opt), std::move(hints));
-  }
-  return e.search;
-}
-
-std::shared_ptr<search::TaskSearch> SearchDecider::find(const TaskKey& task) {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto it = tasks_.find(task);
-  return it == tasks_.end() ? nullptr : it->second.search;
-}
-
-std::vector<Segment> SearchDecider::decide(const TaskKey& task, uint64_t k, uint64_t coveredUpTo) {
-  std::shared_ptr<search::TaskSearch> s;
-  std::vector<Segment> out;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    Entry& e = tasks_[task];
-    uint64_t preEnd = e.pre.empty() ? 0 : e.pre.back().end;
-    if (!e.search && preEnd <= k) {  // the authority has not seen this task yet: NCCL's default for a while
-      // A while that doubles from 1 call up to window_: the authority usually comes within a few calls (a
-      // rank a little ahead of rank 0), and the search starts only after them (with 16 calls from the start,
-      // the demo's searches began at call 17 and some pinned only at call 158).
-      const uint64_t w = std::min<uint64_t>(window_, uint64_t{1} << std::min<size_t>(e.pre.size(), 32));
-      e.pre.push_back(Segment{preEnd, k + 1 + w, Config(), Phase::kTuning});
-    }
-    for (const Segment& g : e.pre)
-      if (g.end > coveredUpTo) out.push_back(g);
-    s = e.search;
-  }
-  if (!s) return out;
-  s->segmentFor(k);  // extends the plan (k + lead) if needed
-  for (const Segment& g : s->plan())
-    if (g.end > coveredUpTo) out.push_back(g);
+  if (c != kForever) out.push_back(Segment{c, kForever, dflt, Phase::kFinal});
   return out;
 }
 

@@ -38,15 +38,15 @@ struct R {
 
 void putTask(W& w, const TaskKey& t) {
   w.u64(t.comm);
-  w.u32(t.coll);
-  w.u32(t.pipe);
+  w.u32(static_cast<uint32_t>(t.coll));
+  w.u32(static_cast<uint32_t>(t.pipe));
   w.u64(t.bytes);
 }
 TaskKey getTask(R& r) {
   TaskKey t;
   t.comm = r.get(8);
-  t.coll = static_cast<uint32_t>(r.get(4));
-  t.pipe = static_cast<uint32_t>(r.get(4));
+  t.coll = static_cast<int>(static_cast<uint32_t>(r.get(4)));
+  t.pipe = static_cast<int>(static_cast<uint32_t>(r.get(4)));
   t.bytes = r.get(8);
   return t;
 }
@@ -147,13 +147,13 @@ bool decodePayload(uint16_t type, const uint8_t* p, size_t n, Msg* m) {
         s.cfg.channels = static_cast<int32_t>(static_cast<uint32_t>(r.get(4)));
         s.cfg.chunk = r.get(8);
         uint64_t halvings = r.get(1);
-        if (halvings > static_cast<uint64_t>(search::kMaxChunkHalvings)) return false;
+        if (halvings > static_cast<uint64_t>(kMaxChunkHalvings)) return false;
         s.cfg.chunkHalvings = static_cast<int>(halvings);
         uint64_t meas = r.get(1), ph = r.get(1);
         s.cfg.measure = meas == 1;
         if (meas > 1 || ph > 3 || s.begin >= s.end) return false;
         s.phase = static_cast<Phase>(ph);
-        if (s.cfg.algo < -1 || s.cfg.algo >= search::kNumAlgos || s.cfg.proto < -1 || s.cfg.proto >= search::kNumProtos)
+        if (s.cfg.algo < -1 || s.cfg.algo >= kNumAlgos || s.cfg.proto < -1 || s.cfg.proto >= kNumProtos)
           return false;
         if ((s.cfg.algo < 0) != (s.cfg.proto < 0)) return false;
         if (s.cfg.channels < 0 || s.cfg.channels > 1024) return false;

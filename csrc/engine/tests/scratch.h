@@ -13,7 +13,7 @@
 #include <system_error>
 #include <vector>
 
-#include "engine/tests/check.h"
+#include <gtest/gtest.h>
 
 namespace autoccl::test {
 
@@ -27,7 +27,7 @@ class ScratchDirs {
     if (::getpid() != owner_) return;
     std::lock_guard<std::mutex> lock(mu_);
     for (const std::string& d : dirs_) {
-      if (failures() > 0) {
+      if (::testing::UnitTest::GetInstance()->Failed()) {
         std::fprintf(stderr, "scratch directory kept (a check failed): %s\n", d.c_str());
         continue;
       }

@@ -14,10 +14,11 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "engine/context.h"
 #include "engine/table.h"
 #include "engine/table_schema.h"
-#include "engine/tests/check.h"
 #include "engine/tests/test_env.h"
 
 using namespace autoccl::engine;
@@ -45,20 +46,20 @@ std::string readFile(const std::string& path) {
 }
 
 // The schema's names are the engine's names, in the engine's order (the ids the tables store).
-void testSchemaNames() {
+TEST(cache, schema_names) {
   namespace ts = table_schema;
-  CHECK_EQ(sizeof(ts::kCollNames) / sizeof(ts::kCollNames[0]), size_t(kNumColls));
-  CHECK_EQ(sizeof(ts::kAlgoNames) / sizeof(ts::kAlgoNames[0]), size_t(kNumAlgos));
-  CHECK_EQ(sizeof(ts::kProtoNames) / sizeof(ts::kProtoNames[0]), size_t(kNumProtos));
-  for (int i = 0; i < kNumColls; ++i) CHECK_STR(std::string(ts::kCollNames[i]), std::string(collName(i)));
-  for (int i = 0; i < kNumAlgos; ++i) CHECK_STR(std::string(ts::kAlgoNames[i]), std::string(algoName(i)));
-  for (int i = 0; i < kNumProtos; ++i) CHECK_STR(std::string(ts::kProtoNames[i]), std::string(protoName(i)));
-  CHECK_EQ(ts::kVersion, 1);
+  EXPECT_EQ(sizeof(ts::kCollNames) / sizeof(ts::kCollNames[0]), size_t(kNumColls));
+  EXPECT_EQ(sizeof(ts::kAlgoNames) / sizeof(ts::kAlgoNames[0]), size_t(kNumAlgos));
+  EXPECT_EQ(sizeof(ts::kProtoNames) / sizeof(ts::kProtoNames[0]), size_t(kNumProtos));
+  for (int i = 0; i < kNumColls; ++i) EXPECT_EQ(std::string(std::string(ts::kCollNames[i])), std::string(std::string(collName(i))));
+  for (int i = 0; i < kNumAlgos; ++i) EXPECT_EQ(std::string(std::string(ts::kAlgoNames[i])), std::string(std::string(algoName(i))));
+  for (int i = 0; i < kNumProtos; ++i) EXPECT_EQ(std::string(std::string(ts::kProtoNames[i])), std::string(std::string(protoName(i))));
+  EXPECT_EQ(ts::kVersion, 1);
 }
 
 // tests/data/tables: good-*.table load, bad-*.table are refused (tests/cli/test_tables.py checks the
 // Python validator on the same files: one verdict).
-void testCorpus() {
+TEST(cache, corpus) {
   const std::string dir = std::string(AUTOCCL_SOURCE_DIR) + "/tests/data/tables";
   int good = 0, bad = 0;
   for (const std::string& name : listDir(dir)) {
@@ -68,14 +69,14 @@ void testCorpus() {
     LoadStatus st = loadTable(dir + "/" + name, "", &t, &why);
     if (name.rfind("good-", 0) == 0) {
       ++good;
-      if (st != LoadStatus::Ok) autoccl::test::fail(__FILE__, __LINE__, name + " refused: " + why);
+      EXPECT_EQ(st, LoadStatus::Ok) << name << " refused: " << why;
     } else if (name.rfind("bad-", 0) == 0) {
       ++bad;
-      if (st != LoadStatus::Corrupt) autoccl::test::fail(__FILE__, __LINE__, name + " accepted");
+      EXPECT_EQ(st, LoadStatus::Corrupt) << name << " accepted";
     }
   }
-  CHECK(good >= 5);
-  CHECK(bad >= 25);
+  EXPECT_TRUE(good >= 5);
+  EXPECT_TRUE(bad >= 25);
 }
 
 TableEntry entry(uint64_t bytes, int channels) {
@@ -95,7 +96,7 @@ TableEntry entry(uint64_t bytes, int channels) {
 // Writers in separate processes, each adding its own tasks round after round (and all updating one
 // shared task): every task any of them wrote is in the table at the end. Before the lock was taken
 // only once the directory existed, two first writers of a fresh cache raced and lost entries.
-void testConcurrentWriters() {
+TEST(cache, concurrent_writers) {
   const int kJobs = 8, kRounds = 20;
   int runs = 100;
   if (const char* r = std::getenv("AUTOCCL_CACHE_STRESS_RUNS")) runs = std::atoi(r);
@@ -110,15 +111,15 @@ void testConcurrentWriters() {
       std::string d;
       ~RemoveAtEnd() {
         std::error_code ec;
-        if (d.rfind("/dev/shm/", 0) == 0 && autoccl::test::failures() == 0) std::filesystem::remove_all(d, ec);
+        if (d.rfind("/dev/shm/", 0) == 0 && !::testing::UnitTest::GetInstance()->Failed()) std::filesystem::remove_all(d, ec);
       }
     } cleanup{dir};
     Settings s = loadSettings(envOf({{"AUTOCCL_MODE", "online"}, {"AUTOCCL_CACHE_DIR", dir + "/cache"},
                                      {"AUTOCCL_HW", "GPU Xx8"}}));
-    CHECK(s.valid);
+    EXPECT_TRUE(s.valid);
     std::vector<pid_t> kids;
     int gate[2];  // the jobs start writing together: their first writes meet on a cache with no folder yet
-    CHECK(::pipe(gate) == 0);
+    EXPECT_TRUE(::pipe(gate) == 0);
     for (int job = 0; job < kJobs; ++job) {
       pid_t pid = fork();
       if (pid == 0) {
@@ -142,28 +143,28 @@ void testConcurrentWriters() {
     for (pid_t pid : kids) {
       int status = 0;
       waitpid(pid, &status, 0);
-      CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     }
     Runtime rt(s, 22809, 0, "/nonexistent");
     Fingerprint fp = rt.fingerprint(8, 1, 1);
     Table t;
     std::string why;
-    CHECK(loadTable(rt.tablePathFor(fp), fp.id(), &t, &why) == LoadStatus::Ok);
+    EXPECT_TRUE(loadTable(rt.tablePathFor(fp), fp.id(), &t, &why) == LoadStatus::Ok);
     for (int job = 0; job < kJobs; ++job)
       for (int round = 0; round < kRounds; ++round)
         if (!t.lookup(4, static_cast<uint64_t>(job * 1000 + round + 1) * 4096, 1) ||
             t.lookup(4, static_cast<uint64_t>(job * 1000 + round + 1) * 4096, 1)->key.bytes !=
                 static_cast<uint64_t>(job * 1000 + round + 1) * 4096)
           ++lost;
-    CHECK_EQ(t.entries.size(), size_t(kJobs * kRounds + 1));
+    EXPECT_EQ(t.entries.size(), size_t(kJobs * kRounds + 1));
     // no temporary file left behind
     for (const std::string& name : listDir(dir + "/cache/tables"))
-      CHECK(name.find(".tmp") == std::string::npos);
+      EXPECT_TRUE(name.find(".tmp") == std::string::npos);
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "concurrent_writers: %d runs of %d jobs x %d rounds, %d entries lost, %.1f s\n", runs, kJobs,
                kRounds, lost, secs);
-  CHECK_EQ(lost, 0);
+  EXPECT_EQ(lost, 0);
 }
 
 struct Logs {
@@ -175,7 +176,7 @@ struct Logs {
 
 // A corrupt table (or a directory where the table should be) is moved aside with a warning and a new
 // table written; nothing of the old one is destroyed.
-void testCorruptMovedAside() {
+TEST(cache, corrupt_moved_aside) {
   for (bool asDirectory : {false, true}) {
     const std::string dir = tempDir();
     Settings s = loadSettings(envOf({{"AUTOCCL_MODE", "online"}, {"AUTOCCL_CACHE_DIR", dir}, {"AUTOCCL_HW", "GPU Xx2"}}));
@@ -183,10 +184,10 @@ void testCorruptMovedAside() {
     Fingerprint fp = rt.fingerprint(2, 1, 1);
     const std::string path = rt.tablePathFor(fp);
     std::string made;
-    CHECK(ensureParentDir(path, &made));
+    EXPECT_TRUE(ensureParentDir(path, &made));
     const std::string garbage = "# autoccl table v1\nfingerprint " + fp.id() + "\nthis line is corrupt\n";
     if (asDirectory) {
-      CHECK(::mkdir(path.c_str(), 0755) == 0);
+      EXPECT_TRUE(::mkdir(path.c_str(), 0755) == 0);
     } else {
       std::ofstream(path) << garbage;
     }
@@ -194,45 +195,35 @@ void testCorruptMovedAside() {
     rt.saveTuned(fp, {entry(1 << 20, 8)}, logs.fn());
     Table t;
     std::string why;
-    CHECK(loadTable(path, fp.id(), &t, &why) == LoadStatus::Ok);
-    CHECK_EQ(t.entries.size(), size_t(1));
-    CHECK_EQ(logs.warn.size(), size_t(1));
-    CHECK(!logs.warn.empty() && logs.warn[0].find("moved the unusable table") != std::string::npos);
+    EXPECT_TRUE(loadTable(path, fp.id(), &t, &why) == LoadStatus::Ok);
+    EXPECT_EQ(t.entries.size(), size_t(1));
+    EXPECT_EQ(logs.warn.size(), size_t(1));
+    EXPECT_TRUE(!logs.warn.empty() && logs.warn[0].find("moved the unusable table") != std::string::npos);
     int aside = 0;
     for (const std::string& name : listDir(dir + "/tables")) {
       if (name.find(".corrupt-") == std::string::npos) continue;
       ++aside;
-      if (!asDirectory) CHECK_STR(readFile(dir + "/tables/" + name), garbage);
+      if (!asDirectory) { EXPECT_EQ(std::string(readFile(dir + "/tables/" + name)), std::string(garbage)); }
     }
-    CHECK_EQ(aside, 1);
+    EXPECT_EQ(aside, 1);
   }
 }
 
 // An explicit AUTOCCL_TABLE in a directory that does not exist is refused at load (no directory is
 // created for it); the cache's own tables/ folder is created.
-void testNoDirectoryCreated() {
+TEST(cache, no_directory_created) {
   const std::string dir = tempDir();
   Settings s = loadSettings(envOf({{"AUTOCCL_MODE", "observe"}, {"AUTOCCL_TABLE", dir + "/missing/t.table"}}));
-  CHECK(!s.valid);
-  CHECK(s.error.find("does not exist") != std::string::npos);
+  EXPECT_TRUE(!s.valid);
+  EXPECT_TRUE(s.error.find("does not exist") != std::string::npos);
   struct stat st {};
-  CHECK(::stat((dir + "/missing").c_str(), &st) != 0);
+  EXPECT_TRUE(::stat((dir + "/missing").c_str(), &st) != 0);
   s = loadSettings(envOf({{"AUTOCCL_MODE", "observe"}, {"AUTOCCL_CACHE_DIR", dir + "/cache"}, {"AUTOCCL_HW", "G x1"}}));
-  CHECK(s.valid);
+  EXPECT_TRUE(s.valid);
   Runtime rt(s, 22809, 0, "/nonexistent");
   rt.saveObserved(rt.fingerprint(1, 1, 1), {entry(4096, 0)}, nullptr);
-  CHECK(::stat((dir + "/cache/tables").c_str(), &st) == 0 && S_ISDIR(st.st_mode));
+  EXPECT_TRUE(::stat((dir + "/cache/tables").c_str(), &st) == 0 && S_ISDIR(st.st_mode));
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  static const autoccl::test::Case cases[] = {
-      {"schema_names", testSchemaNames},
-      {"corpus", testCorpus},
-      {"concurrent_writers", testConcurrentWriters},
-      {"corrupt_moved_aside", testCorruptMovedAside},
-      {"no_directory_created", testNoDirectoryCreated},
-  };
-  return autoccl::test::runCases(argc, argv, cases);
-}

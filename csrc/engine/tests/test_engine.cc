@@ -14,15 +14,17 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "engine/context.h"
 #include "engine/fingerprint.h"
 #include "engine/fixed_rules.h"
 #include "engine/online.h"
 #include "engine/settings.h"
+#include "autoccl/common/stats.h"
 #include "engine/stats.h"
 #include "engine/table.h"
 #include "engine/timing.h"
-#include "engine/tests/check.h"
 #include "engine/tests/test_env.h"
 
 using namespace autoccl::engine;
@@ -38,35 +40,35 @@ using testenv::envOf;
 
 
 // ------------------------------------------------------------------ fixed rules
-void testFixedRules() {
+TEST(engine, fixed_rules) {
   std::vector<FixedRule> rules;
   std::string err;
-  CHECK(parseFixedRules("allreduce@1M-64M:ring/ll128/16;*:ring/simple", 64, &rules, &err));
-  CHECK_EQ(rules.size(), size_t(2));
-  CHECK_EQ(rules[0].lo, uint64_t(1) << 20);
-  CHECK_EQ(rules[0].hi, uint64_t(64) << 20);
-  CHECK_EQ(rules[0].config.algo, kRing);
-  CHECK_EQ(rules[0].config.proto, kLL128);
-  CHECK_EQ(rules[0].config.channels, 16);
+  EXPECT_TRUE(parseFixedRules("allreduce@1M-64M:ring/ll128/16;*:ring/simple", 64, &rules, &err));
+  EXPECT_EQ(rules.size(), size_t(2));
+  EXPECT_EQ(rules[0].lo, uint64_t(1) << 20);
+  EXPECT_EQ(rules[0].hi, uint64_t(64) << 20);
+  EXPECT_EQ(rules[0].config.algo, kRing);
+  EXPECT_EQ(rules[0].config.proto, kLL128);
+  EXPECT_EQ(rules[0].config.channels, 16);
   const FixedRule* r = matchFixedRule(rules, kAllReduce, 2u << 20);
-  CHECK(r == &rules[0]);
-  CHECK(matchFixedRule(rules, kAllReduce, 1u << 20) == &rules[0]);  // inclusive bounds
-  CHECK(matchFixedRule(rules, kAllReduce, 64u << 20) == &rules[0]);
-  CHECK(matchFixedRule(rules, kAllReduce, (64u << 20) + 1) == &rules[1]);
-  CHECK(matchFixedRule(rules, kAllGather, 2u << 20) == &rules[1]);
+  EXPECT_TRUE(r == &rules[0]);
+  EXPECT_TRUE(matchFixedRule(rules, kAllReduce, 1u << 20) == &rules[0]);  // inclusive bounds
+  EXPECT_TRUE(matchFixedRule(rules, kAllReduce, 64u << 20) == &rules[0]);
+  EXPECT_TRUE(matchFixedRule(rules, kAllReduce, (64u << 20) + 1) == &rules[1]);
+  EXPECT_TRUE(matchFixedRule(rules, kAllGather, 2u << 20) == &rules[1]);
 
-  CHECK(parseFixedRules(" allgather , reducescatter : NVLS/Simple/chunk=512K ; broadcast@0-4k:tree/ll/8/chunk=1M;", 64,
+  EXPECT_TRUE(parseFixedRules(" allgather , reducescatter : NVLS/Simple/chunk=512K ; broadcast@0-4k:tree/ll/8/chunk=1M;", 64,
                         &rules, &err));
-  CHECK_EQ(rules.size(), size_t(2));
-  CHECK_EQ(rules[0].collMask, (1u << 2) | (1u << 3));
-  CHECK_EQ(rules[0].config.algo, kNvls);
-  CHECK_EQ(rules[0].config.chunk, uint64_t(512) << 10);
-  CHECK_EQ(rules[0].config.channels, 0);
-  CHECK(matchFixedRule(rules, kAllReduce, 100) == nullptr);
-  CHECK(matchFixedRule(rules, kBroadcast, 4096) == &rules[1]);
-  CHECK(matchFixedRule(rules, kBroadcast, 4097) == nullptr);
-  CHECK(parseFixedRules("*:nvlstree/simple;*:collnetdirect/ll;*:collnetchain/ll128;*:pat/simple", 64, &rules, &err));
-  CHECK_EQ(rules.size(), size_t(4));
+  EXPECT_EQ(rules.size(), size_t(2));
+  EXPECT_EQ(rules[0].collMask, (1u << 2) | (1u << 3));
+  EXPECT_EQ(rules[0].config.algo, kNvls);
+  EXPECT_EQ(rules[0].config.chunk, uint64_t(512) << 10);
+  EXPECT_EQ(rules[0].config.channels, 0);
+  EXPECT_TRUE(matchFixedRule(rules, kAllReduce, 100) == nullptr);
+  EXPECT_TRUE(matchFixedRule(rules, kBroadcast, 4096) == &rules[1]);
+  EXPECT_TRUE(matchFixedRule(rules, kBroadcast, 4097) == nullptr);
+  EXPECT_TRUE(parseFixedRules("*:nvlstree/simple;*:collnetdirect/ll;*:collnetchain/ll128;*:pat/simple", 64, &rules, &err));
+  EXPECT_EQ(rules.size(), size_t(4));
 
   const char* bad[] = {"",
                        ";",
@@ -90,31 +92,31 @@ void testFixedRules() {
   for (const char* b : bad) {
     err.clear();
     bool ok = parseFixedRules(b, 64, &rules, &err);
-    if (ok) ::autoccl::test::fail(__FILE__, __LINE__, std::string("accepted bad rule: ") + b);
-    CHECK(!err.empty());
-    CHECK(rules.empty());
+    EXPECT_FALSE(ok) << "accepted bad rule: " << b;
+    EXPECT_TRUE(!err.empty());
+    EXPECT_TRUE(rules.empty());
   }
   // The channel bound follows AUTOCCL_MAX_CHANNELS.
-  CHECK(!parseFixedRules("*:ring/simple/32", 16, &rules, &err));
-  CHECK(parseFixedRules("*:ring/simple/16", 16, &rules, &err));
+  EXPECT_TRUE(!parseFixedRules("*:ring/simple/32", 16, &rules, &err));
+  EXPECT_TRUE(parseFixedRules("*:ring/simple/16", 16, &rules, &err));
 }
 
 // ------------------------------------------------------------------ settings
 // What every rank must share: equal settings give equal digests on any host; each of them changes it.
-void testAgreedSettings() {
+TEST(engine, agreed_settings) {
   std::map<std::string, std::string> base = {{"AUTOCCL_MODE", "online"}, {"NCCL_ALGO", "ring"}};
   auto digestOf = [](const std::map<std::string, std::string>& m) {
     return agreedSettings(loadSettings(envOf(m)), envOf(m)).digest;
   };
   const uint64_t d0 = digestOf(base);
-  CHECK(d0 != 0);
-  CHECK_EQ(d0, digestOf(base));
+  EXPECT_TRUE(d0 != 0);
+  EXPECT_EQ(d0, digestOf(base));
   // settings only the authority uses (tracing, caching, scoring) do not count
   auto same = base;
   same["AUTOCCL_TRACE"] = "/tmp/t";
   same["AUTOCCL_CACHE_DIR"] = "/elsewhere";
   same["AUTOCCL_SCORE"] = "window";
-  CHECK_EQ(d0, digestOf(same));
+  EXPECT_EQ(d0, digestOf(same));
   for (const auto& [k, v] : std::map<std::string, std::string>{{"AUTOCCL_MAX_CHANNELS", "32"},
                                                                {"AUTOCCL_NCCL_CHANNELS", "24"},
                                                                {"NCCL_ALGO", "tree"},
@@ -125,48 +127,48 @@ void testAgreedSettings() {
                                                                {"NCCL_MAX_NCHANNELS", "32"}}) {
     auto m = base;
     m[k] = v;
-    CHECK(digestOf(m) != d0);
+    EXPECT_TRUE(digestOf(m) != d0);
   }
   auto unset = base;
   unset.erase("NCCL_ALGO");
-  CHECK(digestOf(unset) != d0);
+  EXPECT_TRUE(digestOf(unset) != d0);
   const std::string names = agreedSettings(loadSettings(envOf(base)), envOf(base)).names;
-  CHECK(names.find("AUTOCCL_NCCL_CHANNELS") != std::string::npos && names.find("NCCL_MAX_CTAS") != std::string::npos);
+  EXPECT_TRUE(names.find("AUTOCCL_NCCL_CHANNELS") != std::string::npos && names.find("NCCL_MAX_CTAS") != std::string::npos);
 }
 
-void testSettings() {
+TEST(engine, settings) {
   Settings s = loadSettings(envOf({}));
-  CHECK(s.valid);
-  CHECK(s.mode == Mode::Table);
-  CHECK_EQ(s.maxChannels, 64);
-  CHECK(s.cacheDir.empty());
+  EXPECT_TRUE(s.valid);
+  EXPECT_TRUE(s.mode == Mode::Table);
+  EXPECT_EQ(s.maxChannels, 64);
+  EXPECT_TRUE(s.cacheDir.empty());
 
   s = loadSettings(envOf({{"HOME", "/h"}}));
-  CHECK_STR(s.cacheDir, "/h/.cache/autoccl");
+  EXPECT_EQ(std::string(s.cacheDir), std::string("/h/.cache/autoccl"));
   s = loadSettings(envOf({{"HOME", "/h"}, {"XDG_CACHE_HOME", "/x"}}));
-  CHECK_STR(s.cacheDir, "/x/autoccl");
+  EXPECT_EQ(std::string(s.cacheDir), std::string("/x/autoccl"));
   s = loadSettings(envOf({{"HOME", "/h"}, {"AUTOCCL_CACHE_DIR", "/c"}}));
-  CHECK_STR(s.cacheDir, "/c");
+  EXPECT_EQ(std::string(s.cacheDir), std::string("/c"));
 
   for (const char* m : {"off", "observe", "table", "online"}) {
     s = loadSettings(envOf({{"AUTOCCL_MODE", m}}));
-    CHECK(s.valid);
-    CHECK_STR(modeName(s.mode), m);
+    EXPECT_TRUE(s.valid);
+    EXPECT_EQ(std::string(modeName(s.mode)), std::string(m));
   }
   s = loadSettings(envOf({{"AUTOCCL_MODE", "fast"}}));
-  CHECK(!s.valid);
-  CHECK(s.error.find("AUTOCCL_MODE") != std::string::npos);
+  EXPECT_TRUE(!s.valid);
+  EXPECT_TRUE(s.error.find("AUTOCCL_MODE") != std::string::npos);
   s = loadSettings(envOf({{"AUTOCCL_MODE", "fixed"}}));
-  CHECK(!s.valid);
-  CHECK(s.error.find("AUTOCCL_FIXED") != std::string::npos);
+  EXPECT_TRUE(!s.valid);
+  EXPECT_TRUE(s.error.find("AUTOCCL_FIXED") != std::string::npos);
   s = loadSettings(envOf({{"AUTOCCL_MODE", "fixed"}, {"AUTOCCL_FIXED", "allreduce:ring/bogus"}}));
-  CHECK(!s.valid);
+  EXPECT_TRUE(!s.valid);
   s = loadSettings(envOf({{"AUTOCCL_MODE", "fixed"}, {"AUTOCCL_FIXED", "allreduce:ring/simple/8"}}));
-  CHECK(s.valid);
-  CHECK_EQ(s.fixed.size(), size_t(1));
+  EXPECT_TRUE(s.valid);
+  EXPECT_EQ(s.fixed.size(), size_t(1));
   // AUTOCCL_FIXED is validated whenever it is set (a typo is an error in every mode, never ignored).
   s = loadSettings(envOf({{"AUTOCCL_MODE", "observe"}, {"AUTOCCL_FIXED", "junk"}}));
-  CHECK(!s.valid);
+  EXPECT_TRUE(!s.valid);
   // The coordinator's variables and the paths the library writes: refused when malformed, never
   // replaced by a default.
   const std::string dir = tempDir();
@@ -184,97 +186,96 @@ void testSettings() {
   for (const auto& [k, v] : badValues) {
     const std::string value = v;
     s = loadSettings(envOf({{k, value}}));
-    if (s.valid || s.error.find(k) == std::string::npos)
-      ::autoccl::test::fail(__FILE__, __LINE__, std::string(k) + "=" + value + ": valid=" + std::to_string(s.valid) +
-                                                    " error='" + s.error + "'");
+    EXPECT_TRUE(!s.valid && s.error.find(k) != std::string::npos)
+        << k << "=" << value << ": valid=" << s.valid << " error='" << s.error << "'";
   }
-  CHECK(!loadSettings(envOf({{"AUTOCCL_HW", std::string("GPU\x01x4")}})).valid);
-  CHECK(!loadSettings(envOf({{"AUTOCCL_TABLE", dir}})).valid);  // a directory is no table file
+  EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_HW", std::string("GPU\x01x4")}})).valid);
+  EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_TABLE", dir}})).valid);  // a directory is no table file
   for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
            {"AUTOCCL_COORD_TIMEOUT_MS", "100"}, {"AUTOCCL_COORD_LINGER_MS", "0"}, {"AUTOCCL_COORD_ADDR", "[::1]:5"},
            {"AUTOCCL_COORD_FAULTS", "drop=0.1,dup=0.1,delay_ms=3,seed=9"}, {"AUTOCCL_TRACE", dir + "/trace"},
            {"AUTOCCL_TABLE", dir + "/new.table"}, {"AUTOCCL_CACHE_DIR", dir + "/new-cache"}})
-    CHECK(loadSettings(envOf({{k, v}})).valid);
+    EXPECT_TRUE(loadSettings(envOf({{k, v}})).valid);
   for (const char* v : {"0", "65", "abc", "-1", "8x"}) {
     s = loadSettings(envOf({{"AUTOCCL_MAX_CHANNELS", v}}));
-    CHECK(!s.valid);
+    EXPECT_TRUE(!s.valid);
   }
   s = loadSettings(envOf({{"AUTOCCL_MAX_CHANNELS", " 32 "}}));
-  CHECK(s.valid);
-  CHECK_EQ(s.maxChannels, 32);
+  EXPECT_TRUE(s.valid);
+  EXPECT_EQ(s.maxChannels, 32);
   s = loadSettings(envOf({{"AUTOCCL_MODE", "fixed"}, {"AUTOCCL_FIXED", "*:ring/simple/40"}, {"AUTOCCL_MAX_CHANNELS", "32"}}));
-  CHECK(!s.valid);
+  EXPECT_TRUE(!s.valid);
   s = loadSettings(envOf({{"AUTOCCL_MEASURE_CALLS", "x"}}));
-  CHECK(!s.valid);
-  CHECK(s.error.find("AUTOCCL_MEASURE_CALLS='x' must be an integer in [0, 1000000]") != std::string::npos);
+  EXPECT_TRUE(!s.valid);
+  EXPECT_TRUE(s.error.find("AUTOCCL_MEASURE_CALLS='x' must be an integer in [0, 1000000]") != std::string::npos);
   s = loadSettings(envOf({{"AUTOCCL_MAX_CHANNELS", "65"}}));
-  CHECK(s.error.find("AUTOCCL_MAX_CHANNELS='65' must be an integer in [1, 64]") != std::string::npos);
+  EXPECT_TRUE(s.error.find("AUTOCCL_MAX_CHANNELS='65' must be an integer in [1, 64]") != std::string::npos);
   s = loadSettings(envOf({{"AUTOCCL_MEASURE_CALLS", "0"}}));
-  CHECK(s.valid);
-  CHECK_EQ(s.measureCalls, uint64_t(0));
-  CHECK_EQ(loadSettings(envOf({})).ncclChannels, 0);
-  CHECK_EQ(loadSettings(envOf({{"AUTOCCL_NCCL_CHANNELS", "24"}})).ncclChannels, 24);
+  EXPECT_TRUE(s.valid);
+  EXPECT_EQ(s.measureCalls, uint64_t(0));
+  EXPECT_EQ(loadSettings(envOf({})).ncclChannels, 0);
+  EXPECT_EQ(loadSettings(envOf({{"AUTOCCL_NCCL_CHANNELS", "24"}})).ncclChannels, 24);
   s = loadSettings(envOf({{"AUTOCCL_NCCL_CHANNELS", "0"}}));
-  CHECK(s.error.find("AUTOCCL_NCCL_CHANNELS='0' must be an integer in [1, 64]") != std::string::npos);
-  for (const char* v : {"65", "x", "-3"}) CHECK(!loadSettings(envOf({{"AUTOCCL_NCCL_CHANNELS", v}})).valid);
-  CHECK_EQ(loadSettings(envOf({})).recheckMs, uint64_t(10000));
-  for (const char* v : {"x", "-1", "3600001", "1.5"}) CHECK(!loadSettings(envOf({{"AUTOCCL_RECHECK_MS", v}})).valid);
+  EXPECT_TRUE(s.error.find("AUTOCCL_NCCL_CHANNELS='0' must be an integer in [1, 64]") != std::string::npos);
+  for (const char* v : {"65", "x", "-3"}) EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_NCCL_CHANNELS", v}})).valid);
+  EXPECT_EQ(loadSettings(envOf({})).recheckMs, uint64_t(10000));
+  for (const char* v : {"x", "-1", "3600001", "1.5"}) EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_RECHECK_MS", v}})).valid);
   s = loadSettings(envOf({{"AUTOCCL_RECHECK_MS", "0"}}));
-  CHECK(s.valid);
-  CHECK_EQ(s.recheckMs, uint64_t(0));
-  CHECK(loadSettings(envOf({})).tuneChunk);
-  CHECK(loadSettings(envOf({{"AUTOCCL_CHUNK", "auto"}})).tuneChunk);
+  EXPECT_TRUE(s.valid);
+  EXPECT_EQ(s.recheckMs, uint64_t(0));
+  EXPECT_TRUE(loadSettings(envOf({})).tuneChunk);
+  EXPECT_TRUE(loadSettings(envOf({{"AUTOCCL_CHUNK", "auto"}})).tuneChunk);
   s = loadSettings(envOf({{"AUTOCCL_CHUNK", "off"}}));
-  CHECK(s.valid && !s.tuneChunk);
+  EXPECT_TRUE(s.valid && !s.tuneChunk);
   s = loadSettings(envOf({{"AUTOCCL_CHUNK", "on"}}));
-  CHECK(!s.valid && s.error.find("AUTOCCL_CHUNK='on' is not one of auto, off") != std::string::npos);
+  EXPECT_TRUE(!s.valid && s.error.find("AUTOCCL_CHUNK='on' is not one of auto, off") != std::string::npos);
 }
 
 // ------------------------------------------------------------------ stats
-void testStats() {
+TEST(engine, stats) {
   RobustStats st(8);
-  CHECK_EQ(st.summary().count, uint64_t(0));
+  EXPECT_EQ(st.summary().count, uint64_t(0));
   for (double x : {10.0, 12.0, 11.0}) st.add(x);
   StatsSummary s = st.summary();
-  CHECK_NEAR(s.median, 11.0, 1e-9);
-  CHECK_NEAR(s.mad, 1.0, 1e-9);
-  CHECK_NEAR(s.noise, 1.4826 / 11.0, 1e-9);
+  EXPECT_NEAR(s.median, 11.0, 1e-9);
+  EXPECT_NEAR(s.mad, 1.0, 1e-9);
+  EXPECT_NEAR(s.noise, 1.4826 / 11.0, 1e-9);
   st.add(13.0);
-  CHECK_NEAR(st.summary().median, 11.5, 1e-9);
+  EXPECT_NEAR(st.summary().median, 11.5, 1e-9);
   // One wild outlier moves neither median nor MAD much.
   RobustStats o;
   for (int i = 0; i < 9; ++i) o.add(100.0 + i);
   o.add(1e6);
   s = o.summary();
-  CHECK(s.median >= 104.0 && s.median <= 105.0);
-  CHECK(s.mad <= 3.0);
-  CHECK_NEAR(s.max, 1e6, 1e-9);
+  EXPECT_TRUE(s.median >= 104.0 && s.median <= 105.0);
+  EXPECT_TRUE(s.mad <= 3.0);
+  EXPECT_NEAR(s.max, 1e6, 1e-9);
   // The window keeps only the latest samples.
   RobustStats w(4);
   for (int i = 0; i < 4; ++i) w.add(1.0);
   for (int i = 0; i < 4; ++i) w.add(50.0);
-  CHECK_NEAR(w.summary().median, 50.0, 1e-9);
-  CHECK_EQ(w.summary().count, uint64_t(8));
-  CHECK_EQ(w.summary().window, size_t(4));
+  EXPECT_NEAR(w.summary().median, 50.0, 1e-9);
+  EXPECT_EQ(w.summary().count, uint64_t(8));
+  EXPECT_EQ(w.summary().window, size_t(4));
   w.add(-1.0);  // rejected
-  CHECK_EQ(w.summary().count, uint64_t(8));
-  CHECK_NEAR(medianOf({}), 0.0, 1e-12);
+  EXPECT_EQ(w.summary().count, uint64_t(8));
+  EXPECT_NEAR(autoccl::median({}), 0.0, 1e-12);
 }
 
 // ------------------------------------------------------------------ fingerprint
-void testFingerprint() {
-  CHECK_STR(hex16(fnv1a64("")), "cbf29ce484222325");
-  CHECK_STR(hex16(fnv1a64("a")), "af63dc4c8601ec8c");
+TEST(engine, fingerprint) {
+  EXPECT_EQ(std::string(hex16(fnv1a64(""))), std::string("cbf29ce484222325"));
+  EXPECT_EQ(std::string(hex16(fnv1a64("a"))), std::string("af63dc4c8601ec8c"));
   Fingerprint fp;
   detectHardware("NVIDIA H200x4", "/nonexistent", &fp);
-  CHECK_STR(fp.gpu, "NVIDIA H200");
-  CHECK_EQ(fp.gpus, 4);
+  EXPECT_EQ(std::string(fp.gpu), std::string("NVIDIA H200"));
+  EXPECT_EQ(fp.gpus, 4);
   detectHardware("NVIDIA H100 80GB HBM3", "/nonexistent", &fp);
-  CHECK_STR(fp.gpu, "NVIDIA H100 80GB HBM3");
-  CHECK_EQ(fp.gpus, 1);
+  EXPECT_EQ(std::string(fp.gpu), std::string("NVIDIA H100 80GB HBM3"));
+  EXPECT_EQ(fp.gpus, 1);
   detectHardware("", "/nonexistent", &fp);
-  CHECK_STR(fp.gpu, "unknown");
-  CHECK_EQ(fp.gpus, 0);
+  EXPECT_EQ(std::string(fp.gpu), std::string("unknown"));
+  EXPECT_EQ(fp.gpus, 0);
 
   std::string dir = tempDir();
   for (const char* bus : {"0000:18:00.0", "0000:2a:00.0"}) {
@@ -283,18 +284,18 @@ void testFingerprint() {
     std::ofstream(d + "/information") << "Model: \t\t NVIDIA H200\nIRQ:   42\n";
   }
   detectHardware("", dir, &fp);
-  CHECK_STR(fp.gpu, "NVIDIA H200");
-  CHECK_EQ(fp.gpus, 2);
+  EXPECT_EQ(std::string(fp.gpu), std::string("NVIDIA H200"));
+  EXPECT_EQ(fp.gpus, 2);
 
   fp.nccl = 22809;
   fp.ranks = 4;
   fp.nodes = 1;
   fp.nvlDomains = 1;
-  CHECK_STR(fp.canonical(), "gpu=\"NVIDIA H200\" gpus=2 nccl=22809 ranks=4 nodes=1 nvl_domains=1");
-  CHECK_STR(fp.id(), hex16(fnv1a64(fp.canonical())));
+  EXPECT_EQ(std::string(fp.canonical()), std::string("gpu=\"NVIDIA H200\" gpus=2 nccl=22809 ranks=4 nodes=1 nvl_domains=1"));
+  EXPECT_EQ(std::string(fp.id()), std::string(hex16(fnv1a64(fp.canonical()))));
   Fingerprint other = fp;
   other.ranks = 8;
-  CHECK(other.id() != fp.id());
+  EXPECT_TRUE(other.id() != fp.id());
 }
 
 // ------------------------------------------------------------------ tables
@@ -328,44 +329,44 @@ Table sampleTable() {
   return t;
 }
 
-void testTable() {
+TEST(engine, table) {
   Table t = sampleTable();
   std::string text = formatTable(t);
-  CHECK(text.rfind("# autoccl table v1\nfingerprint " + t.fp.id() + "\nmeta gpu=\"NVIDIA H200\" gpus=4", 0) == 0);
-  CHECK(text.find("task coll=allreduce bytes=67108864 pipe=1 algo=ring proto=simple channels=32 chunk=0 "
+  EXPECT_TRUE(text.rfind("# autoccl table v1\nfingerprint " + t.fp.id() + "\nmeta gpu=\"NVIDIA H200\" gpus=4", 0) == 0);
+  EXPECT_TRUE(text.find("task coll=allreduce bytes=67108864 pipe=1 algo=ring proto=simple channels=32 chunk=0 "
                   "time_us=412.5 nccl_us=455.0 samples=40") != std::string::npos);
-  CHECK(text.find("task coll=reducescatter bytes=67108864 pipe=1 algo=ring proto=simple channels=64 chunk=0 "
+  EXPECT_TRUE(text.find("task coll=reducescatter bytes=67108864 pipe=1 algo=ring proto=simple channels=64 chunk=0 "
                   "chunk_halvings=2 time_us=") != std::string::npos);
   Table back;
   std::string why;
-  CHECK(parseTable(text, t.fp.id(), &back, &why) == LoadStatus::Ok);
-  CHECK_EQ(back.entries.size(), t.entries.size());
-  CHECK_STR(back.fp.id(), t.fp.id());
-  CHECK_STR(back.created, t.created);
+  EXPECT_TRUE(parseTable(text, t.fp.id(), &back, &why) == LoadStatus::Ok);
+  EXPECT_EQ(back.entries.size(), t.entries.size());
+  EXPECT_EQ(std::string(back.fp.id()), std::string(t.fp.id()));
+  EXPECT_EQ(std::string(back.created), std::string(t.created));
   for (size_t i = 0; i < back.entries.size() && i < t.entries.size(); ++i) {
-    CHECK(back.entries[i].key == t.entries[i].key);
-    CHECK(back.entries[i].config == t.entries[i].config);
-    CHECK_NEAR(back.entries[i].timeUs, t.entries[i].timeUs, 1e-9);
-    CHECK_EQ(back.entries[i].samples, t.entries[i].samples);
+    EXPECT_TRUE(back.entries[i].key == t.entries[i].key);
+    EXPECT_TRUE(back.entries[i].config == t.entries[i].config);
+    EXPECT_NEAR(back.entries[i].timeUs, t.entries[i].timeUs, 1e-9);
+    EXPECT_EQ(back.entries[i].samples, t.entries[i].samples);
   }
-  CHECK_STR(formatTable(back), text);
+  EXPECT_EQ(std::string(formatTable(back)), std::string(text));
 
   // Lookup policy.
   const TableEntry* e = back.lookup(kAllReduce, 1u << 20, 4);
-  CHECK(e && e->config.algo == kRing && e->config.channels == 8);  // exact
+  EXPECT_TRUE(e && e->config.algo == kRing && e->config.channels == 8);  // exact
   e = back.lookup(kAllReduce, 1u << 20, 3);
-  CHECK(e && e->key.pipe == 4);  // same bytes, nearest pipe
+  EXPECT_TRUE(e && e->key.pipe == 4);  // same bytes, nearest pipe
   e = back.lookup(kAllReduce, (1u << 20) + (1u << 19), 1);
-  CHECK(e && e->key.bytes == (1u << 20) && e->key.pipe == 1);  // same bucket
-  CHECK(back.lookup(kAllReduce, 2u << 20, 1) == nullptr);      // next bucket: no
-  CHECK(back.lookup(kAllReduce, (1u << 20) - 1, 1) == nullptr);
-  CHECK(back.lookup(kBroadcast, 64u << 20, 1) == nullptr);     // other collective
+  EXPECT_TRUE(e && e->key.bytes == (1u << 20) && e->key.pipe == 1);  // same bucket
+  EXPECT_TRUE(back.lookup(kAllReduce, 2u << 20, 1) == nullptr);      // next bucket: no
+  EXPECT_TRUE(back.lookup(kAllReduce, (1u << 20) - 1, 1) == nullptr);
+  EXPECT_TRUE(back.lookup(kBroadcast, 64u << 20, 1) == nullptr);     // other collective
   e = back.lookup(kAllGather, 2u << 20, 1);
-  CHECK(e && e->config.algo == kNvls);
+  EXPECT_TRUE(e && e->config.algo == kNvls);
 
   // Foreign: valid file, other fingerprint.
-  CHECK(parseTable(text, "0123456789abcdef", &back, &why) == LoadStatus::Foreign);
-  CHECK(!why.empty());
+  EXPECT_TRUE(parseTable(text, "0123456789abcdef", &back, &why) == LoadStatus::Foreign);
+  EXPECT_TRUE(!why.empty());
   // Corrupt variants.
   std::vector<std::string> corrupt = {
       "",
@@ -385,19 +386,19 @@ void testTable() {
   for (const std::string& c : corrupt) {
     Table x;
     why.clear();
-    CHECK(parseTable(c, "", &x, &why) == LoadStatus::Corrupt);
-    CHECK(!why.empty());
+    EXPECT_TRUE(parseTable(c, "", &x, &why) == LoadStatus::Corrupt);
+    EXPECT_TRUE(!why.empty());
   }
 
   // Files: atomic save, load, missing, corrupt on disk.
   std::string dir = tempDir();
   std::string path = cacheTablePath(dir + "/cache", t.fp.id());
-  CHECK(saveTable(path, t, &why));
-  CHECK(loadTable(path, t.fp.id(), &back, &why) == LoadStatus::Ok);
-  CHECK_EQ(back.entries.size(), t.entries.size());
-  CHECK(loadTable(dir + "/none.table", "", &back, &why) == LoadStatus::Missing);
+  EXPECT_TRUE(saveTable(path, t, &why));
+  EXPECT_TRUE(loadTable(path, t.fp.id(), &back, &why) == LoadStatus::Ok);
+  EXPECT_EQ(back.entries.size(), t.entries.size());
+  EXPECT_TRUE(loadTable(dir + "/none.table", "", &back, &why) == LoadStatus::Missing);
   std::ofstream(dir + "/bad.table") << "# autoccl table v1\nfingerprint zz\n";
-  CHECK(loadTable(dir + "/bad.table", "", &back, &why) == LoadStatus::Corrupt);
+  EXPECT_TRUE(loadTable(dir + "/bad.table", "", &back, &why) == LoadStatus::Corrupt);
   // No temporary file is left behind.
   int files = 0;
   std::string list = dir + "/cache/tables";
@@ -406,7 +407,7 @@ void testTable() {
     while (fgets(line, sizeof line, p)) ++files;
     pclose(p);
   }
-  CHECK_EQ(files, 1);
+  EXPECT_EQ(files, 1);
 }
 
 // ------------------------------------------------------------------ timing matcher
@@ -419,73 +420,73 @@ struct Sink {
 
 int cookieA, cookieB, cookieC;
 
-void testTimingBasic() {
+TEST(engine, timing_basic) {
   Sink sink;
   TimingMatcher m(sink.fn());
   m.pushDecision(kAllReduce, 1000, Config{}, &cookieA, 0);
   void* h = m.collStart(kAllReduce, 0, 1000, 2, kRing, kSimple);
-  CHECK(h != nullptr);
+  EXPECT_TRUE(h != nullptr);
   void* c0 = m.kernelChStart(h, 5000);
   void* c1 = m.kernelChStart(h, 4000);
-  CHECK(c0 && c1);
+  EXPECT_TRUE(c0 && c1);
   TimingMatcher::eventStop(h);  // Coll "enqueued" before the kernel ran: record must stay valid
   TimingMatcher::kernelChStop(c1, 9000);
-  CHECK(sink.got.empty());
+  EXPECT_TRUE(sink.got.empty());
   TimingMatcher::kernelChStop(c0, 11000);
   TimingMatcher::eventStop(c0);
-  CHECK_EQ(sink.got.size(), size_t(1));
+  EXPECT_EQ(sink.got.size(), size_t(1));
   if (!sink.got.empty()) {
-    CHECK(sink.got[0].cookie == &cookieA);
-    CHECK_EQ(sink.got[0].callIndex, uint64_t(0));
-    CHECK_NEAR(sink.got[0].gpuUs, 7.0, 1e-9);  // (11000 - 4000) ns
-    CHECK_EQ(sink.got[0].ncclAlgo, kRing);
-    CHECK_EQ(sink.got[0].ncclChannels, 2);
+    EXPECT_TRUE(sink.got[0].cookie == &cookieA);
+    EXPECT_EQ(sink.got[0].callIndex, uint64_t(0));
+    EXPECT_NEAR(sink.got[0].gpuUs, 7.0, 1e-9);  // (11000 - 4000) ns
+    EXPECT_EQ(sink.got[0].ncclAlgo, kRing);
+    EXPECT_EQ(sink.got[0].ncclChannels, 2);
   }
-  CHECK_EQ(m.pending(), size_t(0));
+  EXPECT_EQ(m.pending(), size_t(0));
   // Unknown handles and null are tolerated.
   TimingMatcher::eventStop(nullptr);
   TimingMatcher::kernelChStop(nullptr, 1);
-  CHECK(m.kernelChStart(nullptr, 1) == nullptr);
+  EXPECT_TRUE(m.kernelChStart(nullptr, 1) == nullptr);
 }
 
 // A channel whose start is a stale timestamp (milliseconds before the call's other channels; seen on
 // 4 x H200) is left out of the duration, and counted.
-void testTimingStaleStart() {
+TEST(engine, timing_stale_start) {
   Sink sink;
   TimingMatcher m(sink.fn());
   // One call (index k) whose channels started and stopped at these GPU times; returns its measurement.
   auto call = [&](uint64_t k, std::vector<std::pair<uint64_t, uint64_t>> channels) -> const Measurement* {
     m.pushDecision(kAllReduce, 1000, Config{}, &cookieA, k);
     void* h = m.collStart(kAllReduce, k, 1000, static_cast<int>(channels.size()), kRing, kLL);
-    CHECK(h != nullptr);
+    EXPECT_TRUE(h != nullptr);
     std::vector<void*> ch;
     for (const auto& c : channels) ch.push_back(m.kernelChStart(h, c.first));
     TimingMatcher::eventStop(h);
     for (size_t i = 0; i < ch.size(); ++i) TimingMatcher::kernelChStop(ch[i], channels[i].second);
-    CHECK_EQ(sink.got.size(), size_t(k + 1));
+    EXPECT_EQ(sink.got.size(), size_t(k + 1));
     return sink.got.size() == k + 1 ? &sink.got.back() : nullptr;
   };
   const uint64_t t0 = 50000000;  // 50 ms into the GPU clock
   const Measurement* r = call(0, {{t0, t0 + 6000}, {t0 - 8400000, t0 + 6500}, {t0 + 300, t0 + 5000}});  // 8.4 ms stale
   if (!r) return;
-  CHECK_NEAR(r->gpuUs, 6.5, 1e-9);  // (t0 + 6500) - t0, not 8406.5
-  CHECK_EQ(r->staleChannels, 1u);
-  CHECK_EQ(r->channels, 3u);
-  CHECK_NEAR(r->startSpreadUs, 8400.3, 1e-6);
-  CHECK_EQ(m.counters().staleStarts, uint64_t(1));
+  EXPECT_NEAR(r->gpuUs, 6.5, 1e-9);  // (t0 + 6500) - t0, not 8406.5
+  EXPECT_EQ(r->staleChannels, 1u);
+  EXPECT_EQ(r->channels, 3u);
+  EXPECT_NEAR(r->startSpreadUs, 8400.3, 1e-6);
+  EXPECT_EQ(m.counters().staleStarts, uint64_t(1));
   // Stale starts need not be milliseconds old: 0.4 ms before the latest start is stale too.
   r = call(1, {{t0 + 100000, t0 + 600000}, {t0 + 500000, t0 + 700000}});
   if (!r) return;
-  CHECK_NEAR(r->gpuUs, 200.0, 1e-9);  // from the latest start: the 0.4 ms earlier one is stale
-  CHECK_EQ(r->staleChannels, 1u);
+  EXPECT_NEAR(r->gpuUs, 200.0, 1e-9);  // from the latest start: the 0.4 ms earlier one is stale
+  EXPECT_EQ(r->staleChannels, 1u);
   // A few microseconds of spread is a real start skew: it counts.
   r = call(2, {{t0 + 1000000, t0 + 1010000}, {t0 + 1002000, t0 + 1011000}});  // 2 us later
   if (!r) return;
-  CHECK_NEAR(r->gpuUs, 11.0, 1e-9);
-  CHECK_EQ(r->staleChannels, 0u);
+  EXPECT_NEAR(r->gpuUs, 11.0, 1e-9);
+  EXPECT_EQ(r->staleChannels, 0u);
 }
 
-void testTimingReorderAndAggregation() {
+TEST(engine, timing_reorder_aggregation) {
   Sink sink;
   TimingMatcher m(sink.fn());
   // Call 0: a batch of two tasks (600 + 400 bytes); call 1: one task; call 2 of another coll.
@@ -496,7 +497,7 @@ void testTimingReorderAndAggregation() {
   void* a2 = m.collStart(kAllReduce, 1, 400, 1, kRing, kLL);
   void* g = m.collStart(kAllGather, 0, 4096, 1, kRing, kSimple);
   void* b = m.collStart(kAllReduce, 2, 1000, 2, kTree, kLL);
-  CHECK(a1 && a2 && b && g);
+  EXPECT_TRUE(a1 && a2 && b && g);
   for (void* h : {a1, a2, b, g}) TimingMatcher::eventStop(h);
   // Channels report late and out of order, interleaved across calls.
   void* b0 = m.kernelChStart(b, 30000);
@@ -506,19 +507,19 @@ void testTimingReorderAndAggregation() {
   TimingMatcher::kernelChStop(b1, 36000);
   TimingMatcher::kernelChStop(gc, 51000);
   TimingMatcher::kernelChStop(a2c, 15000);
-  CHECK_EQ(sink.got.size(), size_t(1));  // only the allgather is complete
+  EXPECT_EQ(sink.got.size(), size_t(1));  // only the allgather is complete
   void* a1c = m.kernelChStart(a1, 10000);
   TimingMatcher::kernelChStop(a1c, 14000);
   TimingMatcher::kernelChStop(b0, 38000);
-  CHECK_EQ(sink.got.size(), size_t(3));
+  EXPECT_EQ(sink.got.size(), size_t(3));
   std::map<uint64_t, Measurement> ar;
   for (const Measurement& x : sink.got)
     if (x.cookie == &cookieA) ar[x.callIndex] = x;
-  CHECK_EQ(ar.size(), size_t(2));
-  CHECK_NEAR(ar[0].gpuUs, 5.0, 1e-9);  // min start 10000 .. max stop 15000 across the batch
-  CHECK_EQ(ar[0].colls, 2u);
-  CHECK_NEAR(ar[1].gpuUs, 8.0, 1e-9);  // 30000 .. 38000
-  CHECK_EQ(ar[1].ncclAlgo, kTree);
+  EXPECT_EQ(ar.size(), size_t(2));
+  EXPECT_NEAR(ar[0].gpuUs, 5.0, 1e-9);  // min start 10000 .. max stop 15000 across the batch
+  EXPECT_EQ(ar[0].colls, 2u);
+  EXPECT_NEAR(ar[1].gpuUs, 8.0, 1e-9);  // 30000 .. 38000
+  EXPECT_EQ(ar[1].ncclAlgo, kTree);
 
   // Reuse: many rounds, no growth of pending work; pool records are recycled.
   for (uint64_t k = 0; k < 5000; ++k) {
@@ -529,46 +530,46 @@ void testTimingReorderAndAggregation() {
     TimingMatcher::kernelChStop(c, 200 + k);
     if (!(k % 2)) TimingMatcher::eventStop(h);
   }
-  CHECK_EQ(sink.got.size(), size_t(5003));
-  CHECK_EQ(m.pending(), size_t(0));
+  EXPECT_EQ(sink.got.size(), size_t(5003));
+  EXPECT_EQ(m.pending(), size_t(0));
 }
 
-void testTimingGapAndMismatch() {
+TEST(engine, timing_gap_mismatch) {
   Sink sink;
   std::vector<std::pair<void*, uint64_t>> untimed;  // what the matcher reports as run untimed
   TimingMatcher m(sink.fn(), 1024, 8192, [&](void* cookie, uint64_t k) { untimed.emplace_back(cookie, k); });
   // Calls 0 and 1 were enqueued while the mask was off: their Coll events never come (seq 0, 1).
   for (uint64_t k = 0; k < 3; ++k) m.pushDecision(kAllReduce, 256, Config{}, &cookieA, k);
   void* h = m.collStart(kAllReduce, 2, 256, 1, kRing, kLL);
-  CHECK(h != nullptr);
+  EXPECT_TRUE(h != nullptr);
   TimingMatcher::kernelChStop(m.kernelChStart(h, 0), 1000);
   TimingMatcher::eventStop(h);
-  CHECK_EQ(sink.got.size(), size_t(1));
-  if (!sink.got.empty()) CHECK_EQ(sink.got[0].callIndex, uint64_t(2));  // not call 0
-  CHECK_EQ(m.counters().droppedGap, uint64_t(2));
-  CHECK_EQ(untimed.size(), size_t(2));  // calls 0 and 1, each reported once
+  EXPECT_EQ(sink.got.size(), size_t(1));
+  if (!sink.got.empty()) { EXPECT_EQ(sink.got[0].callIndex, uint64_t(2)); }  // not call 0
+  EXPECT_EQ(m.counters().droppedGap, uint64_t(2));
+  EXPECT_EQ(untimed.size(), size_t(2));  // calls 0 and 1, each reported once
   if (untimed.size() == 2) {
-    CHECK(untimed[0].first == &cookieA && untimed[0].second == 0);
-    CHECK(untimed[1].first == &cookieA && untimed[1].second == 1);
+    EXPECT_TRUE(untimed[0].first == &cookieA && untimed[0].second == 0);
+    EXPECT_TRUE(untimed[1].first == &cookieA && untimed[1].second == 1);
   }
 
   // A forced pair never absorbs a Coll that ran another pair.
   m.pushDecision(kAllReduce, 256, Config{kTree, kLL, 0, 0}, &cookieA, 3);
   m.pushDecision(kAllReduce, 256, Config{kRing, kLL, 0, 0}, &cookieA, 4);
   void* x = m.collStart(kAllReduce, 3, 256, 1, kRing, kLL);
-  CHECK(x != nullptr);
+  EXPECT_TRUE(x != nullptr);
   TimingMatcher::kernelChStop(m.kernelChStart(x, 0), 2000);
   TimingMatcher::eventStop(x);
-  CHECK_EQ(sink.got.size(), size_t(2));
-  if (sink.got.size() == 2) CHECK_EQ(sink.got[1].callIndex, uint64_t(4));
+  EXPECT_EQ(sink.got.size(), size_t(2));
+  if (sink.got.size() == 2) { EXPECT_EQ(sink.got[1].callIndex, uint64_t(4)); }
   // An unmatched Coll gets no handle.
-  CHECK(m.collStart(kAllGather, 0, 99, 1, kRing, kLL) == nullptr);
-  CHECK(m.counters().unmatchedColls >= 1);
+  EXPECT_TRUE(m.collStart(kAllGather, 0, 99, 1, kRing, kLL) == nullptr);
+  EXPECT_TRUE(m.counters().unmatchedColls >= 1);
   // Queue overflow drops the oldest.
   TimingMatcher small(sink.fn(), 4);
   for (uint64_t k = 0; k < 10; ++k) small.pushDecision(kAllReduce, 8, Config{}, &cookieA, k);
-  CHECK_EQ(small.pending(), size_t(4));
-  CHECK_EQ(small.counters().droppedOverflow, uint64_t(6));
+  EXPECT_EQ(small.pending(), size_t(4));
+  EXPECT_EQ(small.counters().droppedOverflow, uint64_t(6));
   // Mask off for calls 0..9 (6 evicted so far, 4 queued), then on: calls 10, 11 get events seq 10, 11.
   // The gap of 10 tasks covers the 8 evicted plus the 2 stale still queued: seq 10 must be call 10.
   small.pushDecision(kAllReduce, 8, Config{}, &cookieA, 10);  // evicts call 6
@@ -576,25 +577,25 @@ void testTimingGapAndMismatch() {
   size_t before = sink.got.size();
   for (uint64_t seq = 10; seq < 12; ++seq) {
     void* sh = small.collStart(kAllReduce, seq, 8, 1, kRing, kLL);
-    CHECK(sh != nullptr);
+    EXPECT_TRUE(sh != nullptr);
     TimingMatcher::kernelChStop(small.kernelChStart(sh, 0), 1000 * (seq + 1));
     TimingMatcher::eventStop(sh);
   }
-  CHECK_EQ(sink.got.size(), before + 2);
+  EXPECT_EQ(sink.got.size(), before + 2);
   if (sink.got.size() == before + 2) {
-    CHECK_EQ(sink.got[before].callIndex, uint64_t(10));
-    CHECK_EQ(sink.got[before + 1].callIndex, uint64_t(11));
+    EXPECT_EQ(sink.got[before].callIndex, uint64_t(10));
+    EXPECT_EQ(sink.got[before + 1].callIndex, uint64_t(11));
   }
-  CHECK_EQ(small.pending(), size_t(0));
+  EXPECT_EQ(small.pending(), size_t(0));
 }
 
-void testCollBytes() {
-  CHECK_EQ(TimingMatcher::collBytes(kAllReduce, 1000, "ncclFloat32", 8), uint64_t(4000));
-  CHECK_EQ(TimingMatcher::collBytes(kAllReduce, 1000, "ncclBfloat16", 8), uint64_t(2000));
-  CHECK_EQ(TimingMatcher::collBytes(kAllReduce, 1000, "ncclFloat64", 8), uint64_t(8000));
-  CHECK_EQ(TimingMatcher::collBytes(kAllGather, 1000, "ncclInt8", 8), uint64_t(8000));       // per-rank bytes x nRanks
-  CHECK_EQ(TimingMatcher::collBytes(3 /*reducescatter*/, 10, "ncclFloat16", 4), uint64_t(80));
-  CHECK_EQ(TimingMatcher::collBytes(kBroadcast, 77, "ncclInt8", 4), uint64_t(77));
+TEST(engine, coll_bytes) {
+  EXPECT_EQ(TimingMatcher::collBytes(kAllReduce, 1000, "ncclFloat32", 8), uint64_t(4000));
+  EXPECT_EQ(TimingMatcher::collBytes(kAllReduce, 1000, "ncclBfloat16", 8), uint64_t(2000));
+  EXPECT_EQ(TimingMatcher::collBytes(kAllReduce, 1000, "ncclFloat64", 8), uint64_t(8000));
+  EXPECT_EQ(TimingMatcher::collBytes(kAllGather, 1000, "ncclInt8", 8), uint64_t(8000));       // per-rank bytes x nRanks
+  EXPECT_EQ(TimingMatcher::collBytes(3 /*reducescatter*/, 10, "ncclFloat16", 4), uint64_t(80));
+  EXPECT_EQ(TimingMatcher::collBytes(kBroadcast, 77, "ncclInt8", 4), uint64_t(77));
 }
 
 // ------------------------------------------------------------------ context
@@ -609,60 +610,60 @@ void fillCosts(float* c) {
   for (int i = 0; i < kNumAlgos * kNumProtos; ++i) c[i] = 10.0f + static_cast<float>(i);
 }
 
-void testContextFixed() {
+TEST(engine, context_fixed) {
   Settings s = loadSettings(envOf({{"AUTOCCL_MODE", "fixed"},
                                    {"AUTOCCL_FIXED", "allreduce@1M-64M:ring/ll128/80;allgather:tree/simple/4/chunk=128K"},
                                    {"AUTOCCL_MAX_CHANNELS", "64"}}));
-  CHECK(!s.valid);  // 80 > 64
+  EXPECT_TRUE(!s.valid);  // 80 > 64
   s = loadSettings(envOf({{"AUTOCCL_MODE", "fixed"},
                           {"AUTOCCL_FIXED", "allreduce@1M-64M:ring/ll128/48;allgather:tree/simple/4/chunk=128K"},
                           {"AUTOCCL_MAX_CHANNELS", "64"},
                           {"AUTOCCL_MEASURE_CALLS", "2"}}));
-  CHECK(s.valid);
+  EXPECT_TRUE(s.valid);
   Runtime rt(s, 22809, 22803, "/nonexistent");
-  CHECK(!rt.disabled());
+  EXPECT_TRUE(!rt.disabled());
   int mask = 0;
   rt.mask().attach(&mask, 66);
   Logs logs;
   Context ctx(rt, 0xabcULL);
   ctx.attachProfiler(1, 4, 1, logs.fn());
-  CHECK(ctx.attachTuner(4, 1, 1, logs.fn(), true));  // tuner v6: NCCL asks getChunkSize
+  EXPECT_TRUE(ctx.attachTuner(4, 1, 1, logs.fn(), true));  // tuner v6: NCCL asks getChunkSize
   float costs[kNumAlgos * kNumProtos];
   fillCosts(costs);
   int nCh = 0;
   ctx.getCollInfo(kAllReduce, 4u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
-  CHECK_NEAR(costs[kRing * 3 + kLL128], 0.0, 0);
-  CHECK_EQ(nCh, 48);
-  CHECK_EQ(mask, 66);  // the new task wants its 2 measured calls
+  EXPECT_NEAR(costs[kRing * 3 + kLL128], 0.0, 0);
+  EXPECT_EQ(nCh, 48);
+  EXPECT_EQ(mask, 66);  // the new task wants its 2 measured calls
   // Unsupported pair: untouched table and channels.
   fillCosts(costs);
   costs[kTree * 3 + kSimple] = -1.0f;
   nCh = 0;
   ctx.getCollInfo(kAllGather, 1u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
-  CHECK_EQ(nCh, 0);
-  for (int i = 0; i < kNumAlgos * kNumProtos; ++i) CHECK(costs[i] != 0.0f);
+  EXPECT_EQ(nCh, 0);
+  for (int i = 0; i < kNumAlgos * kNumProtos; ++i) EXPECT_TRUE(costs[i] != 0.0f);
   uint64_t chunk = 0;
-  CHECK(!ctx.chunkSize(kAllGather, kTree, kSimple, &chunk));
+  EXPECT_TRUE(!ctx.chunkSize(kAllGather, kTree, kSimple, &chunk));
   // Supported now: applied, chunk offered for the matching pair only.
   fillCosts(costs);
   ctx.getCollInfo(kAllGather, 1u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
-  CHECK_EQ(nCh, 4);
-  CHECK(ctx.chunkSize(kAllGather, kTree, kSimple, &chunk));
-  CHECK_EQ(chunk, uint64_t(128) << 10);
-  CHECK(!ctx.chunkSize(kAllGather, kRing, kSimple, &chunk));
+  EXPECT_EQ(nCh, 4);
+  EXPECT_TRUE(ctx.chunkSize(kAllGather, kTree, kSimple, &chunk));
+  EXPECT_EQ(chunk, uint64_t(128) << 10);
+  EXPECT_TRUE(!ctx.chunkSize(kAllGather, kRing, kSimple, &chunk));
   // No rule: nothing touched.
   fillCosts(costs);
   nCh = 0;
   ctx.getCollInfo(kBroadcast, 100, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
-  CHECK_EQ(nCh, 0);
-  for (int i = 0; i < kNumAlgos * kNumProtos; ++i) CHECK(costs[i] != 0.0f);
+  EXPECT_EQ(nCh, 0);
+  for (int i = 0; i < kNumAlgos * kNumProtos; ++i) EXPECT_TRUE(costs[i] != 0.0f);
 
   // Timing through the context: two measured calls of the allreduce end its budget.
   ctx.getCollInfo(kAllReduce, 4u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
   // seq numbers: allreduce calls 0 and 1 -> seq 0 and 1 (1M floats = 4 MiB)
   for (uint64_t seq = 0; seq < 2; ++seq) {
     void* h = ctx.collStart("AllReduce", seq, 1u << 20, "ncclFloat32", 1, "RING", "LL128");
-    CHECK(h != nullptr);
+    EXPECT_TRUE(h != nullptr);
     void* c = ctx.kernelChStart(h, 1000);
     TimingMatcher::kernelChStop(c, 1000 + 5000 * (seq + 1));
     TimingMatcher::eventStop(h);
@@ -672,71 +673,71 @@ void testContextFixed() {
   for (const auto& r : rep) {
     if (r.key.coll == kAllReduce) {
       found = true;
-      CHECK_EQ(r.calls, uint64_t(2));
-      CHECK_EQ(r.stats.count, uint64_t(2));
-      CHECK_NEAR(r.stats.median, 7.5, 1e-9);
-      CHECK_EQ(r.ncclAlgo, kRing);
+      EXPECT_EQ(r.calls, uint64_t(2));
+      EXPECT_EQ(r.stats.count, uint64_t(2));
+      EXPECT_NEAR(r.stats.median, 7.5, 1e-9);
+      EXPECT_EQ(r.ncclAlgo, kRing);
     }
   }
-  CHECK(found);
+  EXPECT_TRUE(found);
   // The allgather and broadcast tasks still want timing; calls beyond 4*budget+16 give up.
   for (int i = 0; i < 30; ++i) {
     ctx.getCollInfo(kAllGather, 1u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
     ctx.getCollInfo(kBroadcast, 100, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
   }
-  CHECK_EQ(mask, 0);
+  EXPECT_EQ(mask, 0);
   ctx.finalizeTuner();
   ctx.finalizeProfiler();
-  CHECK(logs.warn.empty());
-  CHECK(!logs.info.empty());
+  EXPECT_TRUE(logs.warn.empty());
+  EXPECT_TRUE(!logs.info.empty());
 }
 
 // AUTOCCL_NCCL_CHANNELS: every call whose channel count is left to NCCL gets that cap (NCCL's own choice as
 // on a plain communicator, when NCCL_MIN_CTAS raised it); an explicit count overrides it; unset, 0 (NCCL's).
-void testContextNcclChannels() {
+TEST(engine, context_nccl_channels) {
   float costs[kNumAlgos * kNumProtos];
   for (const char* mode : {"observe", "fixed"}) {
     Settings s = loadSettings(envOf({{"AUTOCCL_MODE", mode},
                                      {"AUTOCCL_FIXED", "allreduce:ring/ll128/48;allgather:tree/simple"},
                                      {"AUTOCCL_NCCL_CHANNELS", "24"}}));
-    CHECK(s.valid);
+    EXPECT_TRUE(s.valid);
     Runtime rt(s, 22809, 22803, "/nonexistent");
     Logs logs;
     Context ctx(rt, 0xc0ffeeULL);
-    CHECK(ctx.attachTuner(4, 1, 1, logs.fn()));
+    EXPECT_TRUE(ctx.attachTuner(4, 1, 1, logs.fn()));
     const bool fixed = std::string(mode) == "fixed";
     int nCh = 0;
     fillCosts(costs);
     ctx.getCollInfo(kAllReduce, 4u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
-    CHECK_EQ(nCh, fixed ? 48 : 24);  // the rule's count beats the cap
+    EXPECT_EQ(nCh, fixed ? 48 : 24);  // the rule's count beats the cap
     nCh = 0;
     fillCosts(costs);
     ctx.getCollInfo(kAllGather, 4u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
-    CHECK_EQ(nCh, 24);  // pair forced (fixed) or nothing (observe): the channel count is NCCL's, capped
-    if (fixed) CHECK_NEAR(costs[kTree * 3 + kSimple], 0.0, 0);
+    EXPECT_EQ(nCh, 24);  // pair forced (fixed) or nothing (observe): the channel count is NCCL's, capped
+    if (fixed) { EXPECT_NEAR(costs[kTree * 3 + kSimple], 0.0, 0); }
     nCh = 0;
     fillCosts(costs);
     costs[kTree * 3 + kSimple] = -1.0f;  // unsupported: NCCL's choice stands, capped too
     ctx.getCollInfo(kAllGather, 8u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
-    CHECK_EQ(nCh, 24);
+    EXPECT_EQ(nCh, 24);
     nCh = 0;
     ctx.getCollInfo(kBroadcast, 100, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
-    CHECK_EQ(nCh, 24);
+    EXPECT_EQ(nCh, 24);
     ctx.finalizeTuner();
   }
   Settings plain = loadSettings(envOf({{"AUTOCCL_MODE", "observe"}}));
   Runtime rt(plain, 22809, 22803, "/nonexistent");
   Logs logs;
   Context ctx(rt, 0xc0ffefULL);
-  CHECK(ctx.attachTuner(4, 1, 1, logs.fn()));
+  EXPECT_TRUE(ctx.attachTuner(4, 1, 1, logs.fn()));
   int nCh = 0;
   fillCosts(costs);
   ctx.getCollInfo(kAllReduce, 4u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
-  CHECK_EQ(nCh, 0);
+  EXPECT_EQ(nCh, 0);
   ctx.finalizeTuner();
 }
 
-void testContextObserveAndTable() {
+TEST(engine, context_observe_table) {
   std::string dir = tempDir();
   Settings s = loadSettings(envOf({{"AUTOCCL_MODE", "observe"}, {"AUTOCCL_CACHE_DIR", dir}, {"AUTOCCL_HW", "GPU Xx2"}}));
   Runtime rt(s, 22809, 22803, "/nonexistent");
@@ -746,17 +747,17 @@ void testContextObserveAndTable() {
   {
     Context ctx(rt, 0x1234ULL);
     ctx.attachProfiler(0, 2, 1, logs.fn());
-    CHECK_EQ(mask, 0);  // nothing needs timing before the tuner is there
-    CHECK(ctx.attachTuner(2, 1, 1, logs.fn()));
-    CHECK_EQ(mask, 0);  // observe times each task's first AUTOCCL_MEASURE_CALLS calls, from its first call
+    EXPECT_EQ(mask, 0);  // nothing needs timing before the tuner is there
+    EXPECT_TRUE(ctx.attachTuner(2, 1, 1, logs.fn()));
+    EXPECT_EQ(mask, 0);  // observe times each task's first AUTOCCL_MEASURE_CALLS calls, from its first call
     float costs[kNumAlgos * kNumProtos];
     for (uint64_t k = 0; k < 5; ++k) {
       fillCosts(costs);
       int nCh = 0;
       ctx.getCollInfo(kAllReduce, 8192, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
-      CHECK_EQ(mask, 66);
-      CHECK_EQ(nCh, 0);
-      for (int i = 0; i < kNumAlgos * kNumProtos; ++i) CHECK(costs[i] != 0.0f);
+      EXPECT_EQ(mask, 66);
+      EXPECT_EQ(nCh, 0);
+      for (int i = 0; i < kNumAlgos * kNumProtos; ++i) EXPECT_TRUE(costs[i] != 0.0f);
       void* h = ctx.collStart("AllReduce", k, 2048, "ncclFloat32", 2, "NVLS", "SIMPLE");
       void* c0 = ctx.kernelChStart(h, 100);
       void* c1 = ctx.kernelChStart(h, 120);
@@ -765,37 +766,37 @@ void testContextObserveAndTable() {
       TimingMatcher::kernelChStop(c0, 200);
     }
     auto rep = ctx.report();
-    CHECK_EQ(rep.size(), size_t(1));
+    EXPECT_EQ(rep.size(), size_t(1));
     if (!rep.empty()) {
-      CHECK_EQ(rep[0].stats.count, uint64_t(5));
-      CHECK_NEAR(rep[0].stats.median, 30.0, 1e-9);
+      EXPECT_EQ(rep[0].stats.count, uint64_t(5));
+      EXPECT_NEAR(rep[0].stats.median, 30.0, 1e-9);
     }
     ctx.finalizeTuner();
-    CHECK_EQ(mask, 0);
+    EXPECT_EQ(mask, 0);
     ctx.finalizeProfiler();
   }
   // Observe wrote NCCL's choice for this fingerprint into the cache.
   Fingerprint fp = rt.fingerprint(2, 1, 1);
   Table t;
   std::string why;
-  CHECK(loadTable(cacheTablePath(dir, fp.id()), fp.id(), &t, &why) == LoadStatus::Ok);
-  CHECK_EQ(t.entries.size(), size_t(1));
+  EXPECT_TRUE(loadTable(cacheTablePath(dir, fp.id()), fp.id(), &t, &why) == LoadStatus::Ok);
+  EXPECT_EQ(t.entries.size(), size_t(1));
   if (!t.entries.empty()) {
-    CHECK_EQ(t.entries[0].config.algo, kNvls);
-    CHECK_EQ(t.entries[0].config.proto, kSimple);
-    CHECK_NEAR(t.entries[0].timeUs, 30.0, 1e-9);
+    EXPECT_EQ(t.entries[0].config.algo, kNvls);
+    EXPECT_EQ(t.entries[0].config.proto, kSimple);
+    EXPECT_NEAR(t.entries[0].timeUs, 30.0, 1e-9);
   }
 
   // Table mode picks it up (same fingerprint) and applies it.
   Settings ts = loadSettings(envOf({{"AUTOCCL_MODE", "table"}, {"AUTOCCL_CACHE_DIR", dir}, {"AUTOCCL_HW", "GPU Xx2"}}));
   Runtime trt(ts, 22809, 22803, "/nonexistent");
   Context tctx(trt, 0x1234ULL);
-  CHECK(tctx.attachTuner(2, 1, 1, logs.fn()));
+  EXPECT_TRUE(tctx.attachTuner(2, 1, 1, logs.fn()));
   float costs[kNumAlgos * kNumProtos];
   fillCosts(costs);
   int nCh = 0;
   tctx.getCollInfo(kAllReduce, 12000, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);  // same bucket as 8192
-  CHECK_NEAR(costs[kNvls * 3 + kSimple], 0.0, 0);
+  EXPECT_NEAR(costs[kNvls * 3 + kSimple], 0.0, 0);
   tctx.finalizeTuner();
 
   // A corrupt cache entry: exactly one WARN, then NCCL decides.
@@ -803,17 +804,17 @@ void testContextObserveAndTable() {
   Logs l2;
   for (int i = 0; i < 3; ++i) {
     Context c(trt, 0x99ULL + static_cast<unsigned>(i));
-    CHECK(c.attachTuner(4, 1, 1, l2.fn()));
+    EXPECT_TRUE(c.attachTuner(4, 1, 1, l2.fn()));
     fillCosts(costs);
     c.getCollInfo(kAllReduce, 8192, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
-    for (int j = 0; j < kNumAlgos * kNumProtos; ++j) CHECK(costs[j] != 0.0f);
+    for (int j = 0; j < kNumAlgos * kNumProtos; ++j) EXPECT_TRUE(costs[j] != 0.0f);
   }
-  CHECK_EQ(l2.warn.size(), size_t(1));
+  EXPECT_EQ(l2.warn.size(), size_t(1));
 }
 
 // Chunk sizes relative to NCCL's (the online search's; here from a table): getChunkSize halves the chunk
 // NCCL passes for the decided pair, never below 4 KiB unless NCCL's is, and leaves other pairs alone.
-void testContextChunkHalvings() {
+TEST(engine, context_chunk_halvings) {
   std::string dir = tempDir();
   Settings s = loadSettings(envOf({{"AUTOCCL_MODE", "table"}, {"AUTOCCL_CACHE_DIR", dir}, {"AUTOCCL_HW", "GPU Xx2"}}));
   Runtime rt(s, 23007, 22803, "/nonexistent");
@@ -826,44 +827,44 @@ void testContextChunkHalvings() {
   e.ncclUs = 120;
   t.entries.push_back(e);
   std::string why;
-  CHECK(saveTable(cacheTablePath(dir, t.fp.id()), t, &why));
+  EXPECT_TRUE(saveTable(cacheTablePath(dir, t.fp.id()), t, &why));
   Logs logs;
   Context ctx(rt, 0x77ULL);
-  CHECK(ctx.attachTuner(2, 1, 1, logs.fn(), true));
+  EXPECT_TRUE(ctx.attachTuner(2, 1, 1, logs.fn(), true));
   float costs[kNumAlgos * kNumProtos];
   fillCosts(costs);
   int nCh = 0;
-  CHECK(ctx.getCollInfo(kReduceScatter, 64u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh));
-  CHECK_EQ(nCh, 64);
+  EXPECT_TRUE(ctx.getCollInfo(kReduceScatter, 64u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh));
+  EXPECT_EQ(nCh, 64);
   uint64_t chunk = 2u << 20;  // NCCL's ring/Simple chunk
-  CHECK(ctx.chunkSize(kReduceScatter, kRing, kSimple, &chunk));
-  CHECK_EQ(chunk, uint64_t(512) << 10);
+  EXPECT_TRUE(ctx.chunkSize(kReduceScatter, kRing, kSimple, &chunk));
+  EXPECT_EQ(chunk, uint64_t(512) << 10);
   chunk = 6000;  // a small partition's chunk: not below 4 KiB
-  CHECK(ctx.chunkSize(kReduceScatter, kRing, kSimple, &chunk));
-  CHECK_EQ(chunk, uint64_t(4096));
+  EXPECT_TRUE(ctx.chunkSize(kReduceScatter, kRing, kSimple, &chunk));
+  EXPECT_EQ(chunk, uint64_t(4096));
   chunk = 3000;  // NCCL's own below 4 KiB: kept
-  CHECK(ctx.chunkSize(kReduceScatter, kRing, kSimple, &chunk));
-  CHECK_EQ(chunk, uint64_t(3000));
+  EXPECT_TRUE(ctx.chunkSize(kReduceScatter, kRing, kSimple, &chunk));
+  EXPECT_EQ(chunk, uint64_t(3000));
   chunk = 2u << 20;
-  CHECK(!ctx.chunkSize(kReduceScatter, kRing, kLL128, &chunk));  // another pair: NCCL's stands
-  CHECK(!ctx.chunkSize(kAllReduce, kRing, kSimple, &chunk));
-  CHECK_EQ(chunk, uint64_t(2) << 20);
+  EXPECT_TRUE(!ctx.chunkSize(kReduceScatter, kRing, kLL128, &chunk));  // another pair: NCCL's stands
+  EXPECT_TRUE(!ctx.chunkSize(kAllReduce, kRing, kSimple, &chunk));
+  EXPECT_EQ(chunk, uint64_t(2) << 20);
   ctx.finalizeTuner();
 }
 
 // A collective NCCL never reports to the profiler (NCCL 2.30's converted lone broadcast) is told to the
 // policy after 128 of its calls decided while timing was on, once, and one that NCCL reports is not.
-void testContextUnprofiled() {
+TEST(engine, context_unprofiled) {
   Settings s = loadSettings(envOf({{"AUTOCCL_MODE", "fixed"}, {"AUTOCCL_FIXED", "*:ring/simple/8"},
                                    {"AUTOCCL_MEASURE_CALLS", "100"}}));
-  CHECK(s.valid);
+  EXPECT_TRUE(s.valid);
   Runtime rt(s, 23007, 22803, "/nonexistent");
   int mask = 0;
   rt.mask().attach(&mask, 66);
   Logs logs;
   Context ctx(rt, 0x5151ULL);
   ctx.attachProfiler(0, 2, 1, logs.fn());
-  CHECK(ctx.attachTuner(2, 1, 1, logs.fn(), true));
+  EXPECT_TRUE(ctx.attachTuner(2, 1, 1, logs.fn(), true));
   auto told = [&](const char* coll) {
     int n = 0;
     for (const std::string& m : logs.info)
@@ -875,21 +876,21 @@ void testContextUnprofiled() {
   for (uint64_t k = 0; k < 300; ++k) {
     fillCosts(costs);
     ctx.getCollInfo(kBroadcast, 1u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
-    if (k == 126) CHECK_EQ(told("broadcast"), 0);
+    if (k == 126) { EXPECT_EQ(told("broadcast"), 0); }
     fillCosts(costs);
     ctx.getCollInfo(kAllReduce, 1u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
     void* h = ctx.collStart("AllReduce", k, 1u << 18, "ncclFloat32", 8, "RING", "SIMPLE");
     TimingMatcher::eventStop(h);
   }
-  CHECK_EQ(mask, 66);  // timing stayed on throughout (the broadcast task never got its samples)
-  CHECK_EQ(told("broadcast"), 1);
-  CHECK_EQ(told("allreduce"), 0);
+  EXPECT_EQ(mask, 66);  // timing stayed on throughout (the broadcast task never got its samples)
+  EXPECT_EQ(told("broadcast"), 1);
+  EXPECT_EQ(told("allreduce"), 0);
   ctx.finalizeTuner();
 }
 
 // Steady state of a known task: a hash lookup, a cached decision and a queue push. The bound is only
 // enforced in optimized, unsanitized builds; every build prints the number for the record.
-void testHotPath() {
+TEST(engine, hot_path) {
   Settings s = loadSettings(envOf({{"AUTOCCL_MODE", "fixed"}, {"AUTOCCL_FIXED", "allreduce:ring/simple/8;*:tree/ll"},
                                    {"AUTOCCL_MEASURE_CALLS", "0"}}));
   Runtime rt(s, 22809, 22803, "/nonexistent");
@@ -897,7 +898,7 @@ void testHotPath() {
   rt.mask().attach(&mask, 66);
   Context ctx(rt, 7);
   if (!std::getenv("NOPROF")) ctx.attachProfiler(0, 8, 1, nullptr);
-  CHECK(ctx.attachTuner(8, 1, 1, nullptr));
+  EXPECT_TRUE(ctx.attachTuner(8, 1, 1, nullptr));
   float costs[kNumAlgos * kNumProtos];
   fillCosts(costs);
   CostTable ct{costs, kNumAlgos, kNumProtos};
@@ -910,37 +911,37 @@ void testHotPath() {
   double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / n;
   std::fprintf(stderr, "getCollInfo steady state: %.1f ns/call\n", ns);
 #if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-  CHECK(ns < 1000.0);  // optimized build: well under a microsecond (measured ~100-250 ns on a busy host)
+  EXPECT_TRUE(ns < 1000.0);  // optimized build: well under a microsecond (measured ~100-250 ns on a busy host)
 #endif
-  CHECK_EQ(mask, 0);
+  EXPECT_EQ(mask, 0);
 }
 
-void testRuntimeDisabled() {
+TEST(engine, runtime_disabled) {
   Runtime bad(loadSettings(envOf({{"AUTOCCL_MODE", "nope"}})), 22809, 22803, "/nonexistent");
-  CHECK(bad.disabled());
+  EXPECT_TRUE(bad.disabled());
   Runtime old(loadSettings(envOf({})), 22703, 22803, "/nonexistent");
-  CHECK(old.disabled());
+  EXPECT_TRUE(old.disabled());
   Runtime online(loadSettings(envOf({{"AUTOCCL_MODE", "online"}})), 22809, 22803, "/nonexistent");
-  CHECK(!online.disabled());
+  EXPECT_TRUE(!online.disabled());
   Logs logs;
   {  // online without the profiler: no tuner, one WARN per process
     Logs ol;
     Context a(online, 5), b(online, 6);
-    CHECK(!a.attachTuner(2, 1, 1, ol.fn()));
-    CHECK(!b.attachTuner(2, 1, 1, ol.fn()));
-    CHECK_EQ(ol.warn.size(), size_t(1));
+    EXPECT_TRUE(!a.attachTuner(2, 1, 1, ol.fn()));
+    EXPECT_TRUE(!b.attachTuner(2, 1, 1, ol.fn()));
+    EXPECT_EQ(ol.warn.size(), size_t(1));
   }
   bad.announce(logs.fn(), "x");
   bad.announce(logs.fn(), "x");
-  CHECK_EQ(logs.warn.size(), size_t(1));
+  EXPECT_EQ(logs.warn.size(), size_t(1));
   Context ctx(bad, 1);
-  CHECK(!ctx.attachTuner(2, 1, 1, logs.fn()));
+  EXPECT_TRUE(!ctx.attachTuner(2, 1, 1, logs.fn()));
   float costs[kNumAlgos * kNumProtos];
   fillCosts(costs);
   int nCh = 0;
   ctx.getCollInfo(kAllReduce, 100, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
-  CHECK_EQ(nCh, 0);
-  for (int j = 0; j < kNumAlgos * kNumProtos; ++j) CHECK(costs[j] != 0.0f);
+  EXPECT_EQ(nCh, 0);
+  for (int j = 0; j < kNumAlgos * kNumProtos; ++j) EXPECT_TRUE(costs[j] != 0.0f);
 }
 
 
@@ -948,7 +949,7 @@ void testRuntimeDisabled() {
 // shared by the authority's gate and every follower. (A follower that timed out waiting for rank 0
 // used to fall back to NCCL's default on its own while the authority, seeing everyone a moment later,
 // tuned: ranks diverged under CPU load.)
-void testOnlineLocalVerdict() {
+TEST(engine, online_local_verdict) {
   using std::chrono::milliseconds;
   {
     Coordination co;
@@ -956,14 +957,14 @@ void testOnlineLocalVerdict() {
     bool follower = co.allLocal(42, 4, milliseconds(5));  // rank 0 not here yet: times out
     co.addLocalRank(42, 0);
     bool authority = co.allLocal(42, 4, milliseconds(1000));  // everyone is here now, but the verdict stands
-    CHECK(!follower);
-    CHECK_EQ(authority, follower);
+    EXPECT_TRUE(!follower);
+    EXPECT_EQ(authority, follower);
   }
   {
     Coordination co;
     for (int r = 0; r < 4; ++r) co.addLocalRank(7, r);
-    CHECK(co.allLocal(7, 4, milliseconds(5)));
-    CHECK(co.allLocal(7, 4, milliseconds(0)));
+    EXPECT_TRUE(co.allLocal(7, 4, milliseconds(5)));
+    EXPECT_TRUE(co.allLocal(7, 4, milliseconds(0)));
   }
   // Randomized races: ranks attach with jitter and ask with short deadlines; all answers agree.
   Coordination co;
@@ -983,33 +984,9 @@ void testOnlineLocalVerdict() {
         answers[r] = co.allLocal(comm, 4, milliseconds(waits[r]));
       });
     for (auto& t : ts) t.join();
-    for (int r = 1; r < 4; ++r) CHECK_EQ(answers[r], answers[0]);
+    for (int r = 1; r < 4; ++r) EXPECT_EQ(answers[r], answers[0]);
   }
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  static const autoccl::test::Case cases[] = {
-      {"fixed_rules", testFixedRules},
-      {"settings", testSettings},
-      {"agreed_settings", testAgreedSettings},
-      {"stats", testStats},
-      {"fingerprint", testFingerprint},
-      {"table", testTable},
-      {"context_chunk_halvings", testContextChunkHalvings},
-      {"context_unprofiled", testContextUnprofiled},
-      {"timing_basic", testTimingBasic},
-      {"timing_stale_start", testTimingStaleStart},
-      {"timing_reorder_aggregation", testTimingReorderAndAggregation},
-      {"timing_gap_mismatch", testTimingGapAndMismatch},
-      {"coll_bytes", testCollBytes},
-      {"context_fixed", testContextFixed},
-      {"context_nccl_channels", testContextNcclChannels},
-      {"context_observe_table", testContextObserveAndTable},
-      {"runtime_disabled", testRuntimeDisabled},
-      {"hot_path", testHotPath},
-      {"online_local_verdict", testOnlineLocalVerdict},
-  };
-  return autoccl::test::runCases(argc, argv, cases);
-}

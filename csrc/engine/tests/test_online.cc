@@ -56,13 +56,17 @@ void clearCoordEnv() { testenv::clearLauncherEnv(); }
 
 // maxChannels: AUTOCCL_MAX_CHANNELS ("" = the default, 64, above the communicator's ceiling of 24).
 Settings onlineSettings(const std::string& cacheDir = "", const std::string& maxChannels = "",
-                        const std::string& inprocScore = "", const std::string& score = "") {
+                        const std::string& inprocScore = "", const std::string& score = "",
+                        const std::string& guard = "off") {
   // Drift checks spaced by calls alone (as with no clock): these cases run thousands of calls in
   // milliseconds and check that every rank follows the checks too.
   std::map<std::string, std::string> env = {
       {"AUTOCCL_MODE", "online"}, {"AUTOCCL_HW", "GPU Xx4"}, {"AUTOCCL_RECHECK_MS", "0"},
       // The synthetic tasks take 50-140 us; over TCP a search needs 200 us by default (round trips).
-      {"AUTOCCL_MIN_TASK_US_TCP", "50"}};
+      {"AUTOCCL_MIN_TASK_US_TCP", "50"},
+      // These cases are about the tasks' searches; the step guard's rounds (which switch every task to
+      // NCCL's choice for some iterations) have cases of their own.
+      {"AUTOCCL_GUARD", guard}};
   if (!score.empty()) env["AUTOCCL_SCORE"] = score;
   if (!inprocScore.empty()) env["AUTOCCL_INPROC_SCORE"] = inprocScore;
   if (!cacheDir.empty()) env["AUTOCCL_CACHE_DIR"] = cacheDir;
@@ -336,6 +340,7 @@ struct FakeRank {
     int ch = nCh > 0 ? std::min(nCh, kCeiling) : kCeiling;
     uint64_t k = calls[{coll, bytes}]++;
     uint64_t seq = seqs[coll]++;
+    if (!timed) slowNextUs = 0;
     if (timed) {
       uint64_t count = bytes;  // ncclInt8
       if (coll == kAllGather || coll == kReduceScatter) count = bytes / static_cast<uint64_t>(nRanks);
@@ -343,13 +348,14 @@ struct FakeRank {
       e.coll = ctx.collStart(ncclCollName(coll), seq, count, "ncclInt8", ch, ncclAlgoName(algo), ncclProtoName(proto));
       e.channels = ch;
       e.startNs = clockNs;
-      e.durNs = static_cast<uint64_t>(model.us(algo, proto, ch, k) * 1000.0);
+      e.durNs = static_cast<uint64_t>((model.us(algo, proto, ch, k) + slowNextUs) * 1000.0);
       clockNs += e.durNs + 1000 + static_cast<uint64_t>(model.hiddenUs[algo][proto] * 1000.0);
       if (e.coll) {
         if (proxy) proxy->push(e);
         else if (held) held->push_back(e);
         else deliver(&ctx, e);
       }
+      slowNextUs = 0;
     }
     return a;
   }
@@ -362,6 +368,7 @@ struct FakeRank {
   uint64_t seqs[kNumColls] = {};
   std::map<std::pair<int, uint64_t>, uint64_t> calls;
   uint64_t clockNs = 1000000;
+  double slowNextUs = 0;  // added to the next timed call's time (another task's configuration slowed it)
 };
 
 struct TaskSpec {
@@ -517,6 +524,45 @@ Converged driveToConvergence(Comm& comm, const std::vector<TaskSpec>& tasks, int
         c.seen[r][t].push_back(comm.ranks[r]->call(tasks[t].coll, tasks[t].bytes, tasks[t].model));
   return c;
 }
+
+// The step guard. Two tasks per iteration; every configuration NCCL's choice does not pick for the all_reduce
+// makes the all_gather after it `penaltyUs` slower (more channels slow what runs beside them): the all_reduce's
+// search, which sees its own calls only, pins Ring/LL128 on 8 channels (60 us against 100). With a penalty of
+// 80 us the iteration is slower with it, and the guard's round puts every task back on NCCL's choice; without
+// a penalty the round keeps the tuned plan. Every rank applies the same on every call.
+void runStepGuard(double penaltyUs, bool expectTuned) {
+  Runtime rt(onlineSettings("", "", "", "", "on"), 22809, 22803, "/nonexistent");
+  Logs logs;
+  Comm comm(rt, 0x57E9ULL, 2, {0, 1}, &logs);
+  const CostModel ar = modelLL128At8();
+  CostModel ag;
+  ag.set(kRing, kSimple, 120, 24, 0.0);  // NCCL's only pair: nothing to tune
+  std::vector<std::vector<Applied>> seen(2);
+  for (int i = 0; i < 1400; ++i) {
+    for (size_t r = 0; r < 2; ++r) {
+      Applied a = comm.ranks[r]->call(kAllReduce, 8u << 20, ar);
+      seen[r].push_back(a);
+      comm.ranks[r]->slowNextUs = a.algo >= 0 ? penaltyUs : 0.0;
+      comm.ranks[r]->call(kAllGather, 16u << 20, ag);
+    }
+  }
+  CHECK(seen[0] == seen[1]);
+  const Applied& last = seen[0].back();
+  std::fprintf(stderr, "  penalty %.0f us: the all_reduce ends on %s\n", penaltyUs, last.str().c_str());
+  CHECK(logs.count(LogLevel::Info, "step guard") >= 1);
+  if (expectTuned) {
+    CHECK_NEAR_OPTIMUM(ar, last);
+    CHECK(logs.count(LogLevel::Info, "keeping the tuned plan") >= 1);
+    CHECK_EQ(logs.count(LogLevel::Info, "NCCL's choices for every task"), size_t(0));
+  } else {
+    CHECK(last.isDefault());
+    CHECK(logs.count(LogLevel::Info, "NCCL's choices for every task") >= 1);
+    CHECK_EQ(logs.count(LogLevel::Info, "keeping the tuned plan"), size_t(0));
+  }
+  for (auto& r : comm.ranks) r->ctx.finalizeTuner();
+}
+void testStepGuardKeepsAGain() { runStepGuard(0.0, true); }
+void testStepGuardDropsASlowerStep() { runStepGuard(80.0, false); }
 
 // A task shorter than AUTOCCL_MIN_TASK_US keeps NCCL's choice once its baseline is in, although another
 // configuration is a third faster: exploring a 30 us call cannot repay itself (on 2 x H100 timed 1-8 MiB calls
@@ -1124,6 +1170,7 @@ struct TcpPair {
     setenv("AUTOCCL_COORD_TOKEN", "tcp-pair-test", 1);
     std::map<std::string, std::string> e = env;
     e.emplace("AUTOCCL_MIN_TASK_US_TCP", "50");  // the synthetic tasks take 50-140 us (no round trips here)
+    e.emplace("AUTOCCL_GUARD", "off");
     settings = loadSettings(envOf(e));
     CHECK(settings.valid);
     std::string err;
@@ -1572,6 +1619,8 @@ int main(int argc, char** argv) {
       {"online_agreement_threads", testAgreementThreads},
       {"online_convergence", testConvergence},
       {"online_small_task_keeps_nccl", testSmallTaskKeepsNccl},
+      {"online_step_guard_keeps_a_gain", testStepGuardKeepsAGain},
+      {"online_step_guard_drops_a_slower_step", testStepGuardDropsASlowerStep},
       {"online_follower_ignores_own_measurements", testFollowerIgnoresOwnMeasurements},
       {"online_not_all_local", testNotAllLocal},
       {"online_inproc_slowest_rank", testInprocSlowestRank},

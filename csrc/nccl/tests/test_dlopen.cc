@@ -1,7 +1,7 @@
 // Loads the built libautoccl-nccl.so the way NCCL does (dlopen + dlsym of the versioned structs) and
 // drives init / getCollInfo / profiler events / finalize with hand-made arguments.
-// Usage: autoccl_nccl_dlopen_test <path-to-libautoccl-nccl.so> <case>. Each case runs in its own
-// process because the library reads its settings once per process.
+// Usage: autoccl_nccl_dlopen_test [--gtest_filter=dlopen.<case>] [<path-to-libautoccl-nccl.so>]. Each case
+// runs in its own process (ctest runs them so) because the library reads its settings once per process.
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -16,9 +16,13 @@
 #include <thread>
 #include <vector>
 
-#include "engine/tests/check.h"
+#include <gtest/gtest.h>
+
 #include "engine/tests/scratch.h"
-#include "nccl/abi/nccl_plugin_abi.h"
+#include "nccl/abi/profiler_v5.h"
+#include "nccl/abi/profiler_v6.h"
+#include "nccl/abi/tuner_v5.h"
+#include "nccl/abi/tuner_v6.h"
 
 namespace {
 
@@ -41,7 +45,7 @@ void logger(ncclabi::LogLevel level, unsigned long flags, const char*, int, cons
   std::lock_guard<std::mutex> lock(gLogMu);
   if (level == ncclabi::kLogWarn) {
     gWarn.push_back(buf);
-    CHECK((flags & ncclabi::kLogSubsysTuning) != 0);
+    EXPECT_TRUE((flags & ncclabi::kLogSubsysTuning) != 0);
   } else {
     gInfo.push_back(buf);
   }
@@ -96,15 +100,15 @@ std::string traceFile(const std::string& prefix) {
 }
 
 // ------------------------------------------------------------------ cases
-void caseSymbols() {
+TEST(dlopen, symbols) {
   load();
-  CHECK_STR(gT5->name, "autoccl");
-  CHECK_STR(gP5->name, "autoccl");
-  CHECK(gT6->getChunkSize != nullptr);
+  EXPECT_EQ(std::string(gT5->name), std::string("autoccl"));
+  EXPECT_EQ(std::string(gP5->name), std::string("autoccl"));
+  EXPECT_TRUE(gT6->getChunkSize != nullptr);
   // v5 and v6 share getCollInfo; their inits differ (v6 tells the engine that NCCL asks getChunkSize)
-  CHECK(gT5->init != gT6->init && gT5->getCollInfo == gT6->getCollInfo);
+  EXPECT_TRUE(gT5->init != gT6->init && gT5->getCollInfo == gT6->getCollInfo);
   // Nothing but the four plugin structs is exported.
-  CHECK(dlsym(gHandle, "_ZN7autoccl6engine9parseCollESt17basic_string_viewIcSt11char_traitsIcEE") == nullptr);
+  EXPECT_TRUE(dlsym(gHandle, "_ZN7autoccl6engine9parseCollESt17basic_string_viewIcSt11char_traitsIcEE") == nullptr);
   std::string cmd = "nm -D --defined-only " + gLib + " | awk '{print $3}' | grep -v -E '^(ncclTunerPlugin_v5|"
                     "ncclTunerPlugin_v6|ncclProfiler_v5|ncclProfiler_v6)$' | grep -v -E '^_(init|fini|edata|end|_bss_start)' "
                     "| grep -v -E '^(__bss_start|_edata|_end|_init|_fini)$' | head -5";
@@ -113,11 +117,11 @@ void caseSymbols() {
     std::string extra;
     while (fgets(line, sizeof line, p)) extra += line;
     pclose(p);
-    if (!extra.empty()) ::autoccl::test::fail(__FILE__, __LINE__, "unexpected exports: " + extra);
+    EXPECT_TRUE(extra.empty()) << "unexpected exports: " << extra;
   }
 }
 
-void caseFixed() {
+TEST(dlopen, fixed) {
   std::string dir = tempDir();
   setenv("AUTOCCL_MODE", "fixed", 1);
   setenv("AUTOCCL_FIXED", "allreduce@1M-64M:ring/ll128/16/chunk=256K;*:tree/simple", 1);
@@ -128,23 +132,23 @@ void caseFixed() {
   void* pctx = nullptr;
   void* tctx = nullptr;
   const uint64_t comm = 0xfeedULL;
-  CHECK_EQ(gP5->init(&pctx, comm, &mask, "c", 1, 2, 1, logger), 0);
-  ncclabi::NvlDomainInfo nvl{1, 2, 2};
-  ncclabi::TunerConstants consts{};
-  CHECK_EQ(gT6->init(&tctx, comm, 2, 1, logger, &nvl, &consts), 0);
-  CHECK(tctx != nullptr);
+  EXPECT_EQ(gP5->init(&pctx, comm, &mask, "c", 1, 2, 1, logger), 0);
+  ncclabi::NvlDomainInfoV5 nvl{1, 2, 2};
+  ncclabi::TunerConstantsV5 consts{};
+  EXPECT_EQ(gT6->init(&tctx, comm, 2, 1, logger, &nvl, &consts), 0);
+  EXPECT_TRUE(tctx != nullptr);
 
   Costs c;
   int nCh = 0;
-  CHECK_EQ(gT6->getCollInfo(tctx, ncclabi::kAllReduce, 4u << 20, 1, c.arg(), 7, 3, 0, &nCh), 0);
-  CHECK(c.t[kRing][kLL128] == 0.0f);
-  CHECK_EQ(nCh, 16);
+  EXPECT_EQ(gT6->getCollInfo(tctx, ncclabi::kAllReduce, 4u << 20, 1, c.arg(), 7, 3, 0, &nCh), 0);
+  EXPECT_TRUE(c.t[kRing][kLL128] == 0.0f);
+  EXPECT_EQ(nCh, 16);
   size_t chunk = 12345;
-  CHECK_EQ(gT6->getChunkSize(tctx, ncclabi::kAllReduce, 1u << 20, kRing, kLL128, 1, &chunk), 0);
-  CHECK_EQ(chunk, size_t(256) << 10);
+  EXPECT_EQ(gT6->getChunkSize(tctx, ncclabi::kAllReduce, 1u << 20, kRing, kLL128, 1, &chunk), 0);
+  EXPECT_EQ(chunk, size_t(256) << 10);
   chunk = 12345;
   gT6->getChunkSize(tctx, ncclabi::kAllReduce, 1u << 20, kTree, kSimple, 1, &chunk);
-  CHECK_EQ(chunk, size_t(12345));  // other pair: NCCL's chunk stands
+  EXPECT_EQ(chunk, size_t(12345));  // other pair: NCCL's chunk stands
 
   // A pair NCCL marks -1 is never chosen: table and channels untouched.
   Costs u;
@@ -152,37 +156,37 @@ void caseFixed() {
   Costs before = u;
   nCh = 0;
   gT6->getCollInfo(tctx, ncclabi::kAllGather, 1u << 20, 1, u.arg(), 7, 3, 0, &nCh);
-  CHECK(u.same(before));
-  CHECK_EQ(nCh, 0);
+  EXPECT_TRUE(u.same(before));
+  EXPECT_EQ(nCh, 0);
   // Outside the allreduce range: the '*' rule, channels untouched.
   Costs w;
   nCh = 0;
   gT6->getCollInfo(tctx, ncclabi::kAllReduce, 128u << 20, 1, w.arg(), 7, 3, 0, &nCh);
-  CHECK(w.t[kTree][kSimple] == 0.0f);
-  CHECK_EQ(nCh, 0);
+  EXPECT_TRUE(w.t[kTree][kSimple] == 0.0f);
+  EXPECT_EQ(nCh, 0);
   // Send/recv and unknown functions are ignored.
   Costs s;
   Costs sb = s;
   gT6->getCollInfo(tctx, ncclabi::kSendRecv, 100, 1, s.arg(), 7, 3, 0, &nCh);
-  CHECK(s.same(sb));
+  EXPECT_TRUE(s.same(sb));
 
-  CHECK_EQ(gT6->finalize(tctx), 0);
-  CHECK_EQ(gP5->finalize(pctx), 0);
-  CHECK(gWarn.empty());
+  EXPECT_EQ(gT6->finalize(tctx), 0);
+  EXPECT_EQ(gP5->finalize(pctx), 0);
+  EXPECT_TRUE(gWarn.empty());
   std::string trace = slurp(traceFile(dir + "/trace"));
-  CHECK(trace.find("\"ev\":\"call\",\"comm\":\"000000000000feed\",\"rank\":1,\"coll\":\"allreduce\",\"bytes\":4194304,"
+  EXPECT_TRUE(trace.find("\"ev\":\"call\",\"comm\":\"000000000000feed\",\"rank\":1,\"coll\":\"allreduce\",\"bytes\":4194304,"
                    "\"pipe\":1,\"call\":0,\"algo\":\"ring\",\"proto\":\"ll128\",\"channels\":16,\"chunk\":262144,"
                    "\"chunk_halvings\":0,\"source\":\"fixed\",\"timing\":1}") != std::string::npos);  // fixed mode times 16 calls
-  CHECK(trace.find("\"coll\":\"allgather\",\"bytes\":1048576,\"pipe\":1,\"call\":0,\"algo\":null,\"proto\":null,"
+  EXPECT_TRUE(trace.find("\"coll\":\"allgather\",\"bytes\":1048576,\"pipe\":1,\"call\":0,\"algo\":null,\"proto\":null,"
                    "\"channels\":0,\"chunk\":0,\"chunk_halvings\":0,\"source\":\"nccl\",\"timing\":1,\"refused\":true}") !=
         std::string::npos);
-  CHECK(trace.find("\"ev\":\"task\"") != std::string::npos);
+  EXPECT_TRUE(trace.find("\"ev\":\"task\"") != std::string::npos);
   bool loggedMode = false;
   for (const std::string& m : gInfo) loggedMode |= m.find("mode fixed") != std::string::npos;
-  CHECK(loggedMode);
+  EXPECT_TRUE(loggedMode);
 }
 
-void caseBadEnv() {
+TEST(dlopen, bad_env) {
   setenv("AUTOCCL_MODE", "fixed", 1);
   setenv("AUTOCCL_FIXED", "allreduce:ring/bogus", 1);
   load();
@@ -190,50 +194,50 @@ void caseBadEnv() {
     int mask = 12345;
     void* pctx = nullptr;
     void* tctx = nullptr;
-    CHECK_EQ(gP5->init(&pctx, 77 + static_cast<uint64_t>(comm), &mask, "c", 1, 2, 0, logger), 0);
-    CHECK_EQ(mask, 0);
-    CHECK_EQ(gT5->init(&tctx, 77 + static_cast<uint64_t>(comm), 2, 1, logger, nullptr, nullptr), 0);
+    EXPECT_EQ(gP5->init(&pctx, 77 + static_cast<uint64_t>(comm), &mask, "c", 1, 2, 0, logger), 0);
+    EXPECT_EQ(mask, 0);
+    EXPECT_EQ(gT5->init(&tctx, 77 + static_cast<uint64_t>(comm), 2, 1, logger, nullptr, nullptr), 0);
     Costs c;
     Costs before = c;
     int nCh = 0;
-    CHECK_EQ(gT5->getCollInfo(tctx, ncclabi::kAllReduce, 1u << 20, 1, c.arg(), 7, 3, 0, &nCh), 0);
-    CHECK(c.same(before));
-    CHECK_EQ(nCh, 0);
+    EXPECT_EQ(gT5->getCollInfo(tctx, ncclabi::kAllReduce, 1u << 20, 1, c.arg(), 7, 3, 0, &nCh), 0);
+    EXPECT_TRUE(c.same(before));
+    EXPECT_EQ(nCh, 0);
     void* h = reinterpret_cast<void*>(0x1);
-    ncclabi::EventDescr d{};
+    ncclabi::EventDescrV5 d{};
     d.type = ncclabi::kEvColl;
     d.coll.func = "AllReduce";
-    CHECK_EQ(gP5->startEvent(pctx, &h, &d), 0);
-    CHECK(h == nullptr);
-    CHECK_EQ(gT5->finalize(tctx), 0);
-    CHECK_EQ(gP5->finalize(pctx), 0);
+    EXPECT_EQ(gP5->startEvent(pctx, &h, &d), 0);
+    EXPECT_TRUE(h == nullptr);
+    EXPECT_EQ(gT5->finalize(tctx), 0);
+    EXPECT_EQ(gP5->finalize(pctx), 0);
   }
-  CHECK_EQ(gWarn.size(), size_t(1));  // exactly one WARN per process
-  if (!gWarn.empty()) CHECK(gWarn[0].find("AUTOCCL_FIXED") != std::string::npos);
+  EXPECT_EQ(gWarn.size(), size_t(1));  // exactly one WARN per process
+  if (!gWarn.empty()) { EXPECT_TRUE(gWarn[0].find("AUTOCCL_FIXED") != std::string::npos); }
 }
 
-void caseOff() {
+TEST(dlopen, off) {
   setenv("AUTOCCL_MODE", "off", 1);
   load();
   int mask = 7;
   void* pctx = nullptr;
   void* tctx = nullptr;
   gP5->init(&pctx, 5, &mask, "c", 1, 2, 0, logger);
-  CHECK_EQ(mask, 0);
+  EXPECT_EQ(mask, 0);
   gT5->init(&tctx, 5, 2, 1, logger, nullptr, nullptr);
   Costs c;
   Costs before = c;
   int nCh = 0;
   gT5->getCollInfo(tctx, ncclabi::kAllReduce, 1u << 20, 1, c.arg(), 7, 3, 0, &nCh);
-  CHECK(c.same(before));
-  CHECK_EQ(nCh, 0);
+  EXPECT_TRUE(c.same(before));
+  EXPECT_EQ(nCh, 0);
   gT5->finalize(tctx);
   gP5->finalize(pctx);
-  CHECK(gWarn.empty());
+  EXPECT_TRUE(gWarn.empty());
 }
 
 // Observe mode through the profiler: Coll + KernelCh events become a timing in the trace and a table.
-void caseObserve() {
+TEST(dlopen, observe) {
   std::string dir = tempDir();
   setenv("AUTOCCL_MODE", "observe", 1);
   setenv("AUTOCCL_TRACE", (dir + "/t").c_str(), 1);
@@ -245,16 +249,16 @@ void caseObserve() {
   void* tctx = nullptr;
   gP5->init(&pctx, 0x42, &mask, "c", 1, 2, 0, logger);
   gT5->init(&tctx, 0x42, 2, 1, logger, nullptr, nullptr);
-  CHECK_EQ(mask, 0);  // nothing to time before a task's first call (its first AUTOCCL_MEASURE_CALLS are)
+  EXPECT_EQ(mask, 0);  // nothing to time before a task's first call (its first AUTOCCL_MEASURE_CALLS are)
   for (uint64_t k = 0; k < 3; ++k) {
     Costs c;
     Costs before = c;
     int nCh = 0;
     gT5->getCollInfo(tctx, ncclabi::kAllGather, 2u << 20, 1, c.arg(), 7, 3, 0, &nCh);
     // No CUDA driver in this process: the kernel clock (Coll + KernelCh events).
-    CHECK_EQ(mask, int(ncclabi::kEvColl | ncclabi::kEvKernelCh));
-    CHECK(c.same(before));
-    ncclabi::EventDescr d{};
+    EXPECT_EQ(mask, int(ncclabi::kEvColl | ncclabi::kEvKernelCh));
+    EXPECT_TRUE(c.same(before));
+    ncclabi::EventDescrV5 d{};
     d.type = ncclabi::kEvColl;
     d.rank = 0;
     d.coll.seqNumber = k;
@@ -266,37 +270,37 @@ void caseObserve() {
     d.coll.proto = "SIMPLE";
     void* coll = nullptr;
     gP5->startEvent(pctx, &coll, &d);
-    CHECK(coll != nullptr);
+    EXPECT_TRUE(coll != nullptr);
     gP5->stopEvent(coll);
     for (int ch = 0; ch < 2; ++ch) {
-      ncclabi::EventDescr kd{};
+      ncclabi::EventDescrV5 kd{};
       kd.type = ncclabi::kEvKernelCh;
       kd.parentObj = coll;
       kd.kernelCh.channelId = static_cast<uint8_t>(ch);
       kd.kernelCh.pTimer = 1000000 + static_cast<uint64_t>(ch) * 10;
       void* kh = nullptr;
       gP5->startEvent(pctx, &kh, &kd);
-      CHECK(kh != nullptr);
-      ncclabi::EventStateArgs a{};
+      EXPECT_TRUE(kh != nullptr);
+      ncclabi::EventStateArgsV5 a{};
       a.kernelCh.pTimer = 1000000 + 20000 * (k + 1);
       gP5->recordEventState(kh, ncclabi::kStateKernelChStop, &a);
       gP5->stopEvent(kh);
     }
     // Other event types get no handle.
-    ncclabi::EventDescr gd{};
+    ncclabi::EventDescrV5 gd{};
     gd.type = ncclabi::kEvGroup;
     void* gh = reinterpret_cast<void*>(0x8);
     gP5->startEvent(pctx, &gh, &gd);
-    CHECK(gh == nullptr);
+    EXPECT_TRUE(gh == nullptr);
   }
   gT5->finalize(tctx);
   gP5->finalize(pctx);
-  CHECK_EQ(mask, 0);
+  EXPECT_EQ(mask, 0);
   std::string trace = slurp(traceFile(dir + "/t"));
-  CHECK(trace.find("\"ev\":\"time\",\"comm\":\"0000000000000042\",\"rank\":0,\"coll\":\"allgather\",\"bytes\":2097152,"
+  EXPECT_TRUE(trace.find("\"ev\":\"time\",\"comm\":\"0000000000000042\",\"rank\":0,\"coll\":\"allgather\",\"bytes\":2097152,"
                    "\"pipe\":1,\"call\":1,\"gpu_us\":40.000,\"nccl_algo\":\"RING\",\"nccl_proto\":\"SIMPLE\","
                    "\"nccl_channels\":2,\"colls\":1,\"kch\":2,\"start_spread_us\":0.010,\"stale_ch\":0,\"t0_ns\":1000000,\"period_us\":0.000,\"pause_us\":0.000}") != std::string::npos);
-  CHECK(trace.find("\"median_us\":40.000") != std::string::npos);
+  EXPECT_TRUE(trace.find("\"median_us\":40.000") != std::string::npos);
   std::string tables = dir + "/tables";
   std::string ls;
   if (FILE* p = popen(("cat " + tables + "/*.table").c_str(), "r")) {
@@ -304,12 +308,12 @@ void caseObserve() {
     while (fgets(line, sizeof line, p)) ls += line;
     pclose(p);
   }
-  CHECK(ls.find("task coll=allgather bytes=2097152 pipe=1 algo=ring proto=simple") != std::string::npos);
-  CHECK(gWarn.empty());
+  EXPECT_TRUE(ls.find("task coll=allgather bytes=2097152 pipe=1 algo=ring proto=simple") != std::string::npos);
+  EXPECT_TRUE(gWarn.empty());
 }
 
 // No profiler: the tuner still applies fixed rules and says why there is no timing.
-void caseNoProfiler() {
+TEST(dlopen, no_profiler) {
   setenv("AUTOCCL_MODE", "fixed", 1);
   setenv("AUTOCCL_FIXED", "*:ring/simple/8", 1);
   load();
@@ -318,38 +322,38 @@ void caseNoProfiler() {
   Costs c;
   int nCh = 0;
   gT5->getCollInfo(tctx, ncclabi::kReduceScatter, 1u << 20, 1, c.arg(), 7, 3, 0, &nCh);
-  CHECK(c.t[kRing][kSimple] == 0.0f);
-  CHECK_EQ(nCh, 8);
+  EXPECT_TRUE(c.t[kRing][kSimple] == 0.0f);
+  EXPECT_EQ(nCh, 8);
   gT5->finalize(tctx);
   bool said = false;
   for (const std::string& m : gInfo) said |= m.find("profiler not loaded") != std::string::npos;
-  CHECK(said);
+  EXPECT_TRUE(said);
 }
 
 // AUTOCCL_NCCL_CHANNELS reaches NCCL for calls left to it whether or not a decision source exists (here
 // mode online without the profiler: no source, "behaving as no tuner"), so every rank caps alike; with
 // invalid settings or mode off the plugin touches nothing.
-void caseNcclChannels() {
+TEST(dlopen, nccl_channels) {
   setenv("AUTOCCL_MODE", "online", 1);
   setenv("AUTOCCL_NCCL_CHANNELS", "24", 1);
   load();
   void* tctx = nullptr;
-  CHECK_EQ(gT5->init(&tctx, 11, 4, 1, logger, nullptr, nullptr), 0);
+  EXPECT_EQ(gT5->init(&tctx, 11, 4, 1, logger, nullptr, nullptr), 0);
   Costs c;
   Costs before = c;
   int nCh = 0;
-  CHECK_EQ(gT5->getCollInfo(tctx, ncclabi::kAllReduce, 1u << 20, 1, c.arg(), 7, 3, 0, &nCh), 0);
-  CHECK(c.same(before));
-  CHECK_EQ(nCh, 24);
+  EXPECT_EQ(gT5->getCollInfo(tctx, ncclabi::kAllReduce, 1u << 20, 1, c.arg(), 7, 3, 0, &nCh), 0);
+  EXPECT_TRUE(c.same(before));
+  EXPECT_EQ(nCh, 24);
   gT5->finalize(tctx);
   bool gaveUp = false;
   for (const std::string& m : gWarn) gaveUp |= m.find("behaving as no tuner") != std::string::npos;
-  CHECK(gaveUp);
+  EXPECT_TRUE(gaveUp);
 }
 
 // nccl-tests -g 4: four ranks of one communicator initialised on four threads, then concurrent calls
 // and events; every rank gets its own context with the right rank.
-void caseThreads() {
+TEST(dlopen, threads) {
   std::string dir = tempDir();
   setenv("AUTOCCL_MODE", "fixed", 1);
   setenv("AUTOCCL_FIXED", "allreduce:ring/simple/4", 1);
@@ -370,7 +374,7 @@ void caseThreads() {
         int nCh = 0;
         gT5->getCollInfo(tctx, ncclabi::kAllReduce, 4096, 1, c.arg(), 7, 3, 0, &nCh);
         if (c.t[kRing][kSimple] != 0.0f || nCh != 4) ++bad;
-        ncclabi::EventDescr d{};
+        ncclabi::EventDescrV5 d{};
         d.type = ncclabi::kEvColl;
         d.coll.seqNumber = k;
         d.coll.func = "AllReduce";
@@ -381,7 +385,7 @@ void caseThreads() {
         d.coll.proto = "SIMPLE";
         void* coll = nullptr;
         gP5->startEvent(pctx, &coll, &d);
-        ncclabi::EventDescr kd{};
+        ncclabi::EventDescrV5 kd{};
         kd.type = ncclabi::kEvKernelCh;
         kd.parentObj = coll;
         kd.kernelCh.pTimer = 100;
@@ -389,7 +393,7 @@ void caseThreads() {
         // The proxy thread delivers channel events: another thread than the enqueuing one.
         std::thread proxy([&] {
           gP5->startEvent(pctx, &kh, &kd);
-          ncclabi::EventStateArgs a{};
+          ncclabi::EventStateArgsV5 a{};
           a.kernelCh.pTimer = 1100;
           gP5->recordEventState(kh, ncclabi::kStateKernelChStop, &a);
           gP5->stopEvent(kh);
@@ -402,20 +406,20 @@ void caseThreads() {
     });
   }
   for (auto& t : threads) t.join();
-  CHECK_EQ(bad.load(), 0);
+  EXPECT_EQ(bad.load(), 0);
   std::string trace = slurp(traceFile(dir + "/tt"));
   for (int rank = 0; rank < 4; ++rank) {
     std::string needle = "\"ev\":\"time\",\"comm\":\"0000000000c0ffee\",\"rank\":" + std::to_string(rank) +
                          ",\"coll\":\"allreduce\",\"bytes\":4096,\"pipe\":1,\"call\":15,";
-    CHECK(trace.find(needle) != std::string::npos);
+    EXPECT_TRUE(trace.find(needle) != std::string::npos);
   }
-  CHECK(gWarn.empty());
+  EXPECT_TRUE(gWarn.empty());
 }
 
 // A collective the plugin must fail (mode online, a follower whose coordinator is unreachable) fails with
 // NCCL's error code, and the reason reaches stderr once per communicator: NCCL prints its logger's warnings
 // only with NCCL_DEBUG set and reports "internal error" otherwise.
-void caseFailureOnStderr() {
+TEST(dlopen, failure_on_stderr) {
   setenv("AUTOCCL_MODE", "online", 1);
   setenv("AUTOCCL_COORD_ADDR", "127.0.0.1:9", 1);  // discard port: nothing listens
   setenv("AUTOCCL_COORD_TOKEN", "t0ken", 1);
@@ -424,7 +428,7 @@ void caseFailureOnStderr() {
   std::fflush(stderr);
   char path[] = "/tmp/autoccl-stderr-XXXXXX";
   int fd = mkstemp(path);
-  CHECK(fd >= 0);
+  EXPECT_TRUE(fd >= 0);
   if (fd < 0) return;
   int saved = dup(2);
   dup2(fd, 2);
@@ -451,31 +455,23 @@ void caseFailureOnStderr() {
   while ((n = read(fd, buf, sizeof buf)) > 0) err.append(buf, static_cast<size_t>(n));
   close(fd);
   unlink(path);
-  CHECK(rc[0] != 0 && rc[1] != 0);
+  EXPECT_TRUE(rc[0] != 0 && rc[1] != 0);
   size_t at = err.find("autoccl: allreduce bytes=1048576 call 0: the ranks can no longer agree");
-  CHECK(at != std::string::npos);
-  CHECK(err.find("cannot connect to the coordinator at 127.0.0.1:9") != std::string::npos);
-  CHECK(err.find("autoccl: allreduce", at + 1) == std::string::npos);  // once
+  EXPECT_TRUE(at != std::string::npos);
+  EXPECT_TRUE(err.find("cannot connect to the coordinator at 127.0.0.1:9") != std::string::npos);
+  EXPECT_TRUE(err.find("autoccl: allreduce", at + 1) == std::string::npos);  // once
   for (const char* v : {"AUTOCCL_COORD_ADDR", "AUTOCCL_COORD_TOKEN", "AUTOCCL_COORD_TIMEOUT_MS"}) unsetenv(v);
 }
 
 }  // namespace
 
+// The plugin is the one built beside this test unless a path is given after GoogleTest's own flags.
 int main(int argc, char** argv) {
-  if (argc < 3) {
-    std::fprintf(stderr, "usage: %s <libautoccl-nccl.so> <case>\n", argv[0]);
-    return 2;
-  }
-  gLib = argv[1];
+  ::testing::InitGoogleTest(&argc, argv);
+  gLib = argc > 1 ? argv[1] : PLUGIN_UNDER_TEST;
   for (const char* v : {"AUTOCCL_MODE", "AUTOCCL_FIXED", "AUTOCCL_TABLE", "AUTOCCL_TRACE", "AUTOCCL_HW",
                         "AUTOCCL_MAX_CHANNELS", "AUTOCCL_MEASURE_CALLS", "AUTOCCL_CACHE_DIR"}) {
     unsetenv(v);
   }
-  static const autoccl::test::Case cases[] = {
-      {"symbols", caseSymbols}, {"fixed", caseFixed},       {"bad_env", caseBadEnv}, {"off", caseOff},
-      {"observe", caseObserve}, {"no_profiler", caseNoProfiler}, {"nccl_channels", caseNcclChannels}, {"threads", caseThreads},
-      {"failure_on_stderr", caseFailureOnStderr},
-  };
-  char* args[] = {argv[0], argv[2]};
-  return autoccl::test::runCases(2, args, cases);
+  return RUN_ALL_TESTS();
 }

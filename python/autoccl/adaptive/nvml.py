@@ -1,5 +1,5 @@
 """What NVML says about this host's GPUs and their links (NVLink, NVSwitch, PCIe), through nvidia-ml-py
-(`pip install 'autoccl[gpu]'`). Never parses nvidia-smi output.
+(`pip install 'autoccl[adaptive]'`). Never parses nvidia-smi output.
 
 `read_gpus(module)` takes the pynvml module (or any object with the same functions: the tests pass a fake)
 and returns plain records that the topology builder (autoccl.adaptive.detect) turns into links.
@@ -74,7 +74,8 @@ def load_pynvml() -> ModuleType:
         import pynvml
     except ImportError as e:
         raise NvmlUnavailable(
-            "nvidia-ml-py is not installed: pip install 'autoccl[gpu]' (or nvidia-ml-py) to detect GPU links"
+            "nvidia-ml-py is not installed: pip install 'autoccl[adaptive]' (or nvidia-ml-py) "
+            "to detect GPU links"
         ) from e
     return pynvml
 

@@ -21,6 +21,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from autoccl import collectives
+
 KIB = 1024
 _UNITS = {"": 1, "B": 1, "K": KIB, "M": KIB**2, "G": KIB**3, "T": KIB**4}
 
@@ -176,16 +178,11 @@ def dtype_size(dtype: str) -> int:
 
 
 def bus_factor(coll: str, n: int) -> float:
-    """busbw / algbw (nccl-tests doc/PERFORMANCE.md)."""
-    if n < 1:
-        raise SpecError("world size must be >= 1")
-    if coll == "all_reduce":
-        return 2 * (n - 1) / n
-    if coll in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    if coll in ("broadcast", "reduce"):
-        return 1.0
-    raise SpecError(f"unknown collective {coll!r}")
+    """busbw / algbw (autoccl.collectives.bus_factor), a SpecError for a bad cell."""
+    try:
+        return collectives.bus_factor(coll, n)
+    except ValueError as e:
+        raise SpecError(str(e)) from None
 
 
 def algbw_gbs(nbytes: int, seconds: float) -> float:

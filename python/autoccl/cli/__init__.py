@@ -1,4 +1,7 @@
-"""The `autoccl` command line. Each command group lives in the module of the component it drives."""
+"""The `autoccl` command line, all of it in this package: one module per command group (tuner: env, run,
+cache; bench: bench, report; synth: synth, sim; demo; adaptive: topo, profile, adaptive), the options they
+share in options.py and channels.py. The components it drives (autoccl.bench, autoccl.synth, autoccl.demo,
+autoccl.adaptive, ...) never import it."""
 
 from __future__ import annotations
 
@@ -38,11 +41,11 @@ def main() -> None:
 
 
 def _register() -> None:
-    from autoccl.adaptive.cli import adaptive, profile, topo
-    from autoccl.bench.cli import bench, report
+    from autoccl.cli.adaptive import adaptive, profile, topo
+    from autoccl.cli.bench import bench, report
     from autoccl.cli.demo import demo
+    from autoccl.cli.synth import sim, synth
     from autoccl.cli.tuner import cache, env, run
-    from autoccl.synth.cli import sim, synth
 
     for command in (env, run, cache, demo, bench, report, synth, sim, topo, profile, adaptive):
         main.add_command(command)

@@ -1,7 +1,9 @@
-"""`--nccl-channels N|auto`, shared by `autoccl env|run` and `autoccl bench` (the online runs' cap)."""
+"""The channels of a job's communicators, shared by `autoccl env|run` and `autoccl bench` (its online runs):
+`--channel-ceiling`, `--nccl-channels N|auto` and online mode's default."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -45,3 +47,49 @@ def resolve_nccl_channels(value: int | str | None, probe_gpus: int | None, optio
         err=True,
     )
     return found.channels
+
+
+# Online mode creates communicators with this many channels so that the tuner can give a large
+# collective more than NCCL's default (2 x H100: 64 channels ran all_gather / reduce_scatter 128 MiB-1 GiB
+# 1.19-1.28x and all_reduce 1.08-1.11x faster than NCCL's 24, benchmarks/results/h100x2/), while the calls
+# it leaves to NCCL keep a plain communicator's count.
+DEFAULT_ONLINE_CEILING = 64
+
+
+def default_ceiling(probe_gpus: int | None) -> tuple[int | None, int | None]:
+    """Online mode without --channel-ceiling/--nccl-channels: raise the ceiling and cap NCCL's own calls at
+    the count NCCL gives a plain communicator here; where NCCL cannot be asked (no GPU, no NCCL library),
+    NCCL's own communicators, said on stderr."""
+    if not Path("/proc/driver/nvidia/gpus").is_dir():  # no NVIDIA driver: nothing to ask, nothing to raise
+        return None, None
+    try:
+        found = nccl_probe.probe_plain_channels(probe_gpus)
+    except nccl_probe.ProbeError as e:
+        click.echo(
+            f"autoccl: NCCL's plain channel count is unknown here ({e}); tuning within NCCL's own channels "
+            "(give --channel-ceiling 64 --nccl-channels N to let the tuner use more)",
+            err=True,
+        )
+        return None, None
+    if found.channels >= DEFAULT_ONLINE_CEILING:
+        return None, None
+    click.echo(
+        f"autoccl: communicators with {DEFAULT_ONLINE_CEILING} channels; calls left to NCCL keep its "
+        f"{found.channels} (a plain communicator over {found.ranks} GPUs here; "
+        "--channel-ceiling 0: NCCL's own)",
+        err=True,
+    )
+    return DEFAULT_ONLINE_CEILING, found.channels
+
+
+def communicator_channels(
+    online: bool, ceiling: int | None, nccl_channels: int | str | None, probe_gpus: int | None
+) -> tuple[int | None, int | None]:
+    """(channel ceiling, cap on NCCL's own calls) of a job's communicators from --channel-ceiling and
+    --nccl-channels: online mode with neither gets `default_ceiling`; ceiling 0 is NCCL's own communicators
+    (the tuner chooses within NCCL's channel count); `auto` is asked of NCCL here."""
+    if online and ceiling is None and nccl_channels is None:
+        ceiling, nccl_channels = default_ceiling(probe_gpus)
+    elif ceiling == 0:
+        ceiling = None
+    return ceiling, resolve_nccl_channels(nccl_channels, probe_gpus, "--nccl-channels")

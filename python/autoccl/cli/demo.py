@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from autoccl.cli import options as O
+
 
 def parse_sizes(text: str) -> tuple[int, ...]:
     """'8M,64M,256M' -> bytes (binary units K/M/G, optional 'iB'/'B')."""
@@ -31,62 +33,37 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-@click.command()
-@click.option(
-    "--ranks",
-    type=click.IntRange(2, 64),
-    default=4,
-    show_default=True,
-    help="Simulated GPUs (ranks) of the node.",
-)
+@click.command(context_settings={"show_default": True})
+@click.option("--ranks", type=click.IntRange(2, 64), default=4, help="Simulated GPUs (ranks) of the node.")
 @click.option(
     "--comms",
     type=click.IntRange(1, 16),
     default=2,
-    show_default=True,
     help="Communicators: 1 = everything on one; 2 = an FSDP group (all-gather/reduce-scatter) and a DDP "
     "group (all-reduce); more = collectives spread round-robin.",
 )
+@click.option("--sizes", default="8M,64M,256M", help="FSDP all-gather / reduce-scatter sizes (full buffer).")
+@click.option("--buckets", default="25M,4M", help="DDP all-reduce bucket sizes ('' for none).")
 @click.option(
-    "--sizes",
-    default="8M,64M,256M",
-    show_default=True,
-    help="FSDP all-gather / reduce-scatter sizes (full buffer).",
-)
-@click.option(
-    "--buckets", default="25M,4M", show_default=True, help="DDP all-reduce bucket sizes ('' for none)."
-)
-@click.option(
-    "--steps",
-    type=click.IntRange(20, 100000),
-    default=240,
-    show_default=True,
-    help="Training steps (calls per task).",
+    "--steps", type=click.IntRange(20, 100000), default=240, help="Training steps (calls per task)."
 )
 @click.option(
     "--load",
     type=click.FloatRange(0.0, 4.0),
     default=0.35,
-    show_default=True,
     help="Concurrent GEMM load (0 none, 0.35 light, 1 heavy).",
 )
 @click.option(
-    "--seed",
-    type=click.IntRange(0, 2**63 - 1),
-    default=1,
-    show_default=True,
-    help="Emulator seed (noise, event order).",
+    "--seed", type=click.IntRange(0, 2**63 - 1), default=1, help="Emulator seed (noise, event order)."
 )
 @click.option(
     "--processes/--threads", default=False, help="One process per rank over TCP, or ranks as threads."
 )
-@click.option(
-    "-o",
-    "--out",
+@O.output_folder(
     "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    "Output directory (default: ./autoccl-demo-<time>); refused when it holds an earlier demo.",
     default=None,
-    help="Output directory (default: ./autoccl-demo-<time>); refused when it holds an earlier demo.",
+    show_default=False,
 )
 @click.option("--force", is_flag=True, help="Replace the results of an earlier demo in the output directory.")
 def demo(

@@ -6,9 +6,8 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
 
 import click
 from rich.console import Console
@@ -16,65 +15,38 @@ from rich.table import Table as RichTable
 
 from autoccl import settings, tables
 from autoccl._paths import ArtefactNotFound
-from autoccl.cli.channels import ChannelsOrAuto, resolve_nccl_channels
-from autoccl.tuner_env import MODES, MPI_LAUNCHERS, mpi_forwarding, plugin_env, this_host_address
+from autoccl.cli import options as O
+from autoccl.cli.channels import communicator_channels
+from autoccl.tuner_env import MPI_LAUNCHERS, mpi_forwarding, plugin_env, this_host_address
 
-F = TypeVar("F", bound=Callable[..., Any])
 
-_mode = click.option(
-    "--mode",
-    type=click.Choice(MODES),
-    default="online",
-    show_default=True,
-    help="What the plugin does: tune online (online), change nothing (observe), force rules (fixed), apply "
-    "a saved table (table). Online, every rank meets at one coordinator: the launcher's (torchrun, srun), "
-    "else the one `autoccl run` gives its job (AUTOCCL_RUN_ADDR); docs/architecture.md.",
+@dataclass(frozen=True)
+class PluginOptions:
+    """What `autoccl env` and `autoccl run` are told about the plugin's job (one option each)."""
+
+    mode: str
+    fixed: str | None
+    table: str | None
+    trace: str | None
+    channel_ceiling: int | None
+    nccl_channels: int | str | None
+    probe_gpus: int | None
+    cache_dir: str | None
+
+
+# The options that build the plugin environment, shared by `env` and `run`, handed over as one PluginOptions.
+_plugin_options = O.gathered(
+    "plugin",
+    PluginOptions,
+    O.mode,
+    O.fixed,
+    O.table,
+    O.trace,
+    O.channel_ceiling(),
+    O.nccl_channels(),
+    O.probe_gpus,
+    O.cache_dir,
 )
-_fixed = click.option(
-    "--fixed",
-    "fixed",
-    default=None,
-    help="fixed-mode rules, e.g. 'allreduce@1M-64M:ring/ll128/16;*:ring/simple'.",
-)
-_table = click.option(
-    "--table",
-    "table",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="table file for table mode (default: the cache entry of this machine's fingerprint).",
-)
-_trace = click.option(
-    "--trace",
-    default=None,
-    help="path prefix of per-process JSONL traces of every call (its directory must exist).",
-)
-_ceiling = click.option(
-    "--channel-ceiling",
-    type=click.IntRange(0, 64),
-    default=None,
-    help="create communicators with this many channels (NCCL_MIN_CTAS=NCCL_MAX_CTAS) so the "
-    "tuner can use more than NCCL's default; changes NCCL's own default too. Online mode's default: 64, "
-    "with NCCL's own calls capped at a plain communicator's count (asked of NCCL here); 0: NCCL's own.",
-)
-_nccl_channels = click.option(
-    "--nccl-channels",
-    type=ChannelsOrAuto(),
-    default=None,
-    help="at most this many channels for every call whose channel count the plugin leaves to NCCL. "
-    "With --channel-ceiling, give the count NCCL creates without it (24 on 2 or 4 x H200), or 'auto': "
-    "NCCL creates one plain communicator over this host's GPUs first and says its count. NCCL's own "
-    "choice then runs as on a plain communicator instead of on all the ceiling's channels (slower at "
-    "1-2 MiB). Every rank of a job must get the same count: on several hosts that are not identical "
-    "machines, give the number.",
-)
-_probe_gpus = click.option(
-    "--probe-gpus",
-    type=click.IntRange(2, 64),
-    default=None,
-    help="GPUs the --nccl-channels auto communicator spans (default: every visible GPU; give the "
-    "job's GPUs per host if it uses fewer).",
-)
-_cache = click.option("--cache-dir", default=None, help="tuning-table cache directory.")
 
 
 def _check_table_option(mode: str, table: str | None) -> str | None:
@@ -90,17 +62,7 @@ def _check_table_option(mode: str, table: str | None) -> str | None:
     return str(path)
 
 
-def _build_env(
-    mode: str,
-    fixed: str | None,
-    table: str | None,
-    trace: str | None,
-    ceiling: int | None,
-    cache_dir: str | None,
-    nccl_channels: int | str | None = None,
-    probe_gpus: int | None = None,
-    run_host: str | None = None,
-) -> dict[str, str]:
+def _build_env(plugin: PluginOptions, run_host: str | None = None) -> dict[str, str]:
     """The plugin's variables for a job, checked as the library checks them (and the AUTOCCL_* variables
     already in this environment with them): a value the library would refuse is an error here, before
     anything starts."""
@@ -108,8 +70,15 @@ def _build_env(
         settings.check(readers=("library", "cli"))  # what the user exported, before it reaches a job
     except settings.SettingError as e:
         raise click.ClickException(str(e)) from None
+    mode, fixed, table, trace, cache_dir = (
+        plugin.mode,
+        plugin.fixed,
+        plugin.table,
+        plugin.trace,
+        plugin.cache_dir,
+    )
     if fixed is not None:
-        why = settings.fixed_rules_problem(fixed, ceiling or 64)
+        why = settings.fixed_rules_problem(fixed, plugin.channel_ceiling or 64)
         if why:
             raise click.ClickException("--fixed: " + why.removeprefix("AUTOCCL_FIXED "))
     if mode != "fixed" and fixed is not None:
@@ -118,11 +87,9 @@ def _build_env(
         raise click.UsageError(f"--table applies to --mode table or observe, not {mode}")
     table = _check_table_option(mode, table)
     extra: dict[str, str] = {}
-    if mode == "online" and ceiling is None and nccl_channels is None:
-        ceiling, nccl_channels = _default_ceiling(probe_gpus)
-    elif ceiling == 0:  # NCCL's own communicators: the tuner chooses within NCCL's channel count
-        ceiling = None
-    nccl_channels = resolve_nccl_channels(nccl_channels, probe_gpus, "--nccl-channels")
+    ceiling, nccl_channels = communicator_channels(
+        mode == "online", plugin.channel_ceiling, plugin.nccl_channels, plugin.probe_gpus
+    )
     if ceiling is not None:
         extra.update({"NCCL_MIN_CTAS": str(ceiling), "NCCL_MAX_CTAS": str(ceiling)})
         if nccl_channels is None:
@@ -157,70 +124,17 @@ def _build_env(
     return env
 
 
-# Online mode creates communicators with this many channels so that the tuner can give a large
-# collective more than NCCL's default (2 x H100: 64 channels ran all_gather / reduce_scatter 128 MiB-1 GiB
-# 1.19-1.28x and all_reduce 1.08-1.11x faster than NCCL's 24, benchmarks/results/h100x2/), while the calls
-# it leaves to NCCL keep a plain communicator's count.
-DEFAULT_ONLINE_CEILING = 64
-
-
-def _default_ceiling(probe_gpus: int | None) -> tuple[int | None, int | None]:
-    """Online mode without --channel-ceiling/--nccl-channels: raise the ceiling and cap NCCL's own calls at
-    the count NCCL gives a plain communicator here; where NCCL cannot be asked (no GPU, no NCCL library),
-    NCCL's own communicators, said on stderr."""
-    from autoccl import nccl_probe
-
-    if not Path("/proc/driver/nvidia/gpus").is_dir():  # no NVIDIA driver: nothing to ask, nothing to raise
-        return None, None
-    try:
-        found = nccl_probe.probe_plain_channels(probe_gpus)
-    except nccl_probe.ProbeError as e:
-        click.echo(
-            f"autoccl: NCCL's plain channel count is unknown here ({e}); tuning within NCCL's own channels "
-            "(give --channel-ceiling 64 --nccl-channels N to let the tuner use more)",
-            err=True,
-        )
-        return None, None
-    if found.channels >= DEFAULT_ONLINE_CEILING:
-        return None, None
-    click.echo(
-        f"autoccl: communicators with {DEFAULT_ONLINE_CEILING} channels; calls left to NCCL keep its "
-        f"{found.channels} (a plain communicator over {found.ranks} GPUs here; "
-        "--channel-ceiling 0: NCCL's own)",
-        err=True,
-    )
-    return DEFAULT_ONLINE_CEILING, found.channels
-
-
-def _plugin_options(command: F) -> F:
-    """The options that build the plugin environment, shared by `env` and `run`."""
-    options = (_mode, _fixed, _table, _trace, _ceiling, _nccl_channels, _probe_gpus, _cache)
-    for option in reversed(options):
-        command = option(command)
-    return command
-
-
 @click.command()
 @_plugin_options
 @click.option("--shell", type=click.Choice(["sh", "fish"]), default="sh", show_default=True)
-def env(
-    mode: str,
-    fixed: str | None,
-    table: str | None,
-    trace: str | None,
-    channel_ceiling: int | None,
-    nccl_channels: int | str | None,
-    probe_gpus: int | None,
-    cache_dir: str | None,
-    shell: str,
-) -> None:
+def env(plugin: PluginOptions, shell: str) -> None:
     """Print the variables that load the plugin: eval "$(autoccl env --mode observe)".
 
     In mode online no coordinator address is printed (jobs started from one shell must not share one):
     under torchrun and srun the library derives its job's own; start other multi-process jobs with
     `autoccl run`, or export AUTOCCL_COORD_ADDR and AUTOCCL_COORD_TOKEN for each job."""
-    variables = _build_env(mode, fixed, table, trace, channel_ceiling, cache_dir, nccl_channels, probe_gpus)
-    if mode == "online":
+    variables = _build_env(plugin)
+    if plugin.mode == "online":
         click.echo(
             "autoccl env: no coordinator address exported; jobs under torchrun or srun derive their own, "
             "for others use `autoccl run` (or export AUTOCCL_COORD_ADDR and AUTOCCL_COORD_TOKEN per job)",
@@ -236,17 +150,7 @@ def env(
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @_plugin_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
-def run(
-    mode: str,
-    fixed: str | None,
-    table: str | None,
-    trace: str | None,
-    channel_ceiling: int | None,
-    nccl_channels: int | str | None,
-    probe_gpus: int | None,
-    cache_dir: str | None,
-    command: tuple[str, ...],
-) -> None:
+def run(plugin: PluginOptions, command: tuple[str, ...]) -> None:
     """Run COMMAND (torchrun, mpirun, srun, nccl-tests, ...) with the plugin loaded.
 
     Example: autoccl run --mode observe -- torchrun --nproc-per-node 4 train.py
@@ -254,13 +158,11 @@ def run(
     launcher = Path(command[0]).name
     mpi = launcher in MPI_LAUNCHERS
     run_host = "127.0.0.1"
-    if mpi and mode == "online":
+    if mpi and plugin.mode == "online":
         # the ranks mpirun starts on other hosts reach this one's coordinator (the launch host's ranks
         # serve it); without a network the job is on this host alone
         run_host = this_host_address() or "127.0.0.1"
-    built = _build_env(
-        mode, fixed, table, trace, channel_ceiling, cache_dir, nccl_channels, probe_gpus, run_host
-    )
+    built = _build_env(plugin, run_host)
     if mpi:
         built.update(mpi_forwarding(built, os.environ))
     child_env = {**os.environ, **built}
@@ -278,7 +180,7 @@ def cache() -> None:
 
 
 @cache.command("list")
-@_cache
+@O.cache_dir
 def cache_list(cache_dir: str | None) -> None:
     """List cached tables."""
     console = Console()
@@ -347,7 +249,7 @@ def _resolve(ref: str, cache_dir: str | None) -> Path:
 
 @cache.command("show")
 @click.argument("ref")
-@_cache
+@O.cache_dir
 def cache_show(ref: str, cache_dir: str | None) -> None:
     """Show one table (a fingerprint prefix or a file)."""
     try:
@@ -373,7 +275,7 @@ def cache_show(ref: str, cache_dir: str | None) -> None:
 @click.argument("ref", required=False)
 @click.option("--all", "everything", is_flag=True, help="delete every cached table")
 @click.option("--yes", is_flag=True, help="do not ask")
-@_cache
+@O.cache_dir
 def cache_clear(ref: str | None, everything: bool, yes: bool, cache_dir: str | None) -> None:
     """Delete one cached table (a unique fingerprint prefix), or all of them with --all."""
     if ref is not None and everything:
@@ -399,7 +301,7 @@ def cache_clear(ref: str | None, everything: bool, yes: bool, cache_dir: str | N
 @click.argument("ref")
 @click.argument("dest", type=click.Path(dir_okay=False))
 @click.option("--force", is_flag=True, help="replace DEST if it exists")
-@_cache
+@O.cache_dir
 def cache_export(ref: str, dest: str, force: bool, cache_dir: str | None) -> None:
     """Copy a cached table to DEST (to move it to another machine of the same fingerprint)."""
     src = _by_fingerprint(ref, cache_dir)
@@ -422,7 +324,7 @@ def cache_export(ref: str, dest: str, force: bool, cache_dir: str | None) -> Non
 @click.option(
     "--merge", is_flag=True, help="add SRC's tasks to an existing table of the same fingerprint (SRC's win)"
 )
-@_cache
+@O.cache_dir
 def cache_import(src: str, force: bool, merge: bool, cache_dir: str | None) -> None:
     """Validate a table file (the library's schema) and install it in the cache under its fingerprint."""
     if force and merge:

@@ -30,11 +30,27 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from autoccl.emu.model import PATHS, PerfModel, default_chunk
+
+
+class CalibrationError(RuntimeError):
+    """Calibration cannot run here (its optional dependency is missing)."""
+
+
+def least_squares(*args: Any, **kwargs: Any) -> Any:
+    """scipy's least_squares: calibration is a maintainer's step, so scipy is the `calibrate` extra."""
+    try:
+        from scipy.optimize import least_squares as fit
+    except ImportError:
+        raise CalibrationError(
+            "calibration needs scipy: pip install 'autoccl[calibrate]' (or scipy>=1.10)"
+        ) from None
+    return fit(*args, **kwargs)
+
 
 COLL_ALIASES = {
     "all_gather": "allgather",
@@ -435,12 +451,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     before = fit_error(points, model)
     # The chunk terms move the times of NCCL's chunk a little and the ratios hardly depend on the bandwidths:
     # chunk, bandwidth, chunk again.
-    chunk_fit = fit_chunk(ratios, model) if ratios else {}
-    fit = fit_bandwidth(points, model)
-    if ratios:
-        chunk_fit = fit_chunk(ratios, model)
-        fit = fit_error(points, model)
-    load_fit = fit_load(loads, model)
+    try:
+        chunk_fit = fit_chunk(ratios, model) if ratios else {}
+        fit = fit_bandwidth(points, model)
+        if ratios:
+            chunk_fit = fit_chunk(ratios, model)
+            fit = fit_error(points, model)
+        load_fit = fit_load(loads, model)
+    except CalibrationError as e:
+        print(e, file=sys.stderr)
+        return 2
     model.meta = {
         "hardware": args.hardware,
         "sources": sorted({p.name for p in args.measurements}),

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autoccl import collectives
+
 COLLS = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
 PATHS = ("ring/simple", "ring/ll128", "ring/ll", "tree/simple", "tree/ll128", "tree/ll")
 FORMAT = "autoccl-perfmodel/1"
@@ -61,11 +63,11 @@ class PerfModel:
 
     @staticmethod
     def bus_factor(coll: str, nranks: int) -> float:
-        if coll == "allreduce":
-            return 2.0 * (nranks - 1) / nranks
-        if coll in ("allgather", "reducescatter"):
-            return (nranks - 1) / nranks
-        return 1.0
+        """As the C++ model (perf_model.cc): a collective it does not know moves its buffer once."""
+        try:
+            return collectives.bus_factor(coll, nranks)
+        except ValueError:
+            return 1.0
 
     @staticmethod
     def steps(coll: str, algo: str, nranks: int) -> int:

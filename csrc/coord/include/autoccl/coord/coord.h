@@ -19,26 +19,27 @@
 #include <string>
 #include <vector>
 
-#include "autoccl/search/search.h"
+#include "autoccl/common/config.h"
+#include "autoccl/common/plan.h"
 
 namespace autoccl::coord {
 
-using search::Config;
-using search::Phase;
-using search::Segment;
+using autoccl::Config;
+using autoccl::Phase;
+using autoccl::Segment;
 
-struct TaskKey {
+// A task of one communicator (the board's key): the engine's task key and the communicator's hash.
+struct TaskKey : autoccl::TaskKey {
   uint64_t comm = 0;
-  uint32_t coll = 0;
-  uint32_t pipe = 1;
-  uint64_t bytes = 0;
+  TaskKey() { pipe = 1; }
+  TaskKey(uint64_t comm_, int coll_, int pipe_, uint64_t bytes_) : autoccl::TaskKey{coll_, bytes_, pipe_}, comm(comm_) {}
   bool operator<(const TaskKey& o) const {
     if (comm != o.comm) return comm < o.comm;
     if (coll != o.coll) return coll < o.coll;
     if (pipe != o.pipe) return pipe < o.pipe;
     return bytes < o.bytes;
   }
-  bool operator==(const TaskKey& o) const { return comm == o.comm && coll == o.coll && pipe == o.pipe && bytes == o.bytes; }
+  bool operator==(const TaskKey& o) const { return comm == o.comm && autoccl::TaskKey::operator==(o); }
   std::string str() const;
 };
 
@@ -59,30 +60,6 @@ class Decider {
     (void)k;
     (void)micros;
   }
-};
-
-// A Decider backed by one search::TaskSearch per task. Tasks the authority has not registered yet
-// get NCCL's default for a short while (windows of 1, 2, 4, ... up to `window` calls past the call asked);
-// registerTask() then starts the search right after what was already published, counting those calls'
-// samples as NCCL's baseline (search::Options::defaultTimedBefore).
-class SearchDecider : public Decider {
- public:
-  explicit SearchDecider(uint64_t window = 16) : window_(window) {}
-  // Creates the task's search (if new) starting after the calls already decided for it.
-  std::shared_ptr<search::TaskSearch> registerTask(const TaskKey& task, const search::Space& space,
-                                                   search::Options opt = search::Options(),
-                                                   std::vector<search::Hint> hints = {});
-  std::shared_ptr<search::TaskSearch> find(const TaskKey& task);
-  std::vector<Segment> decide(const TaskKey& task, uint64_t k, uint64_t coveredUpTo) override;
-
- private:
-  struct Entry {
-    std::vector<Segment> pre;  // NCCL's default, handed out before the task was registered
-    std::shared_ptr<search::TaskSearch> search;
-  };
-  std::mutex mu_;
-  std::map<TaskKey, Entry> tasks_;
-  uint64_t window_;
 };
 
 enum class Status : uint8_t { kOk = 0, kError = 1 };

@@ -9,31 +9,9 @@
 #include <map>
 #include <tuple>
 
-#include "autoccl/search/stats.h"
+#include "autoccl/common/stats.h"
 
 namespace autoccl::search {
-
-const char* phaseName(Phase p) {
-  switch (p) {
-    case Phase::kTuning: return "tuning";
-    case Phase::kPinned: return "pinned";
-    case Phase::kCheck: return "check";
-    case Phase::kFinal: return "final";
-  }
-  return "?";
-}
-
-std::string Config::str() const {
-  if (isDefault()) return measure ? "nccl-default(m)" : "nccl-default";
-  char buf[112];
-  if (chunkHalvings > 0)
-    std::snprintf(buf, sizeof buf, "a%d/p%d/ch%d/chunk/%d%s", algo, proto, channels, 1 << chunkHalvings,
-                  measure ? "(m)" : "");
-  else
-    std::snprintf(buf, sizeof buf, "a%d/p%d/ch%d/chunk%llu%s", algo, proto, channels,
-                  static_cast<unsigned long long>(chunk), measure ? "(m)" : "");
-  return buf;
-}
 
 Space::Space() {
   for (auto& row : cost)
@@ -759,6 +737,9 @@ struct TaskSearch::Impl {
       st.defaultMedian = st.bestMedian = d.med();
       st.noise = d.relNoise();
       st.smallTask = true;
+      if (std::getenv("AUTOCCL_SEARCH_DEBUG"))
+        std::fprintf(stderr, "autoccl search: small task at call %llu: NCCL's median %.2f (%d samples), second measure %.2f (%zu)\n",
+                     static_cast<unsigned long long>(planned), d.med(), d.n(), d.alt.empty() ? 0.0 : median(d.alt), d.alt.size());
       pending.clear();
       queue.clear();
       toFinal(Config());

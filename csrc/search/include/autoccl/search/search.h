@@ -18,62 +18,23 @@
 #include <string>
 #include <vector>
 
+#include "autoccl/common/config.h"
+#include "autoccl/common/plan.h"
+
 namespace autoccl::search {
 
-constexpr int kNumAlgos = 7;   // Tree, Ring, CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT
-constexpr int kNumProtos = 3;  // LL, LL128, Simple
+// The shared vocabulary (csrc/common): a call's configuration, the space's dimensions, the plan's segments.
+using autoccl::Config;
+using autoccl::kForever;
+using autoccl::kMaxChunkHalvings;
+using autoccl::kNumAlgos;
+using autoccl::kNumProtos;
+using autoccl::Phase;
+using autoccl::phaseName;
+using autoccl::Segment;
 // A call that ran at least this many channels below its request was capped (by the communicator's count
 // or a minimum of traffic per channel); fewer is how the data divides over the channels.
 constexpr int kCapShortfall = 2;
-constexpr uint64_t kForever = std::numeric_limits<uint64_t>::max();
-
-// Most halvings of NCCL's chunk size a configuration may ask for (tuner v6).
-constexpr int kMaxChunkHalvings = 8;
-
-// What the tuner sets for one call. algo < 0: leave NCCL's choice alone (cost table untouched,
-// channels and chunk ignored) = "NCCL's default". channels 0 / chunk 0: NCCL's own value.
-// The search sets the chunk size relative to NCCL's (chunkHalvings: NCCL's chunk / 2^h), the way NCCL
-// >= 2.30 asks a tuner v6 (getChunkSize gets NCCL's chunk to change, per channel partition, and clamps
-// a larger answer to the buffer's chunk, which is NCCL's default for ring and most pairs: the only
-// direction that changes anything is down). `chunk` (bytes) is for fixed rules and tables written by hand.
-struct Config {
-  int algo = -1;
-  int proto = -1;
-  int channels = 0;
-  uint64_t chunk = 0;
-  int chunkHalvings = 0;  // 0: NCCL's chunk (or `chunk`); h: NCCL's chunk / 2^h
-  bool measure = false;  // the engine must time this call (kernel timing events on)
-
-  bool isDefault() const { return algo < 0; }
-  bool sameSetting(const Config& o) const {  // equal as far as NCCL is concerned (ignores measure)
-    if (isDefault() || o.isDefault()) return isDefault() == o.isDefault();
-    return algo == o.algo && proto == o.proto && channels == o.channels && chunk == o.chunk &&
-           chunkHalvings == o.chunkHalvings;
-  }
-  bool operator==(const Config& o) const { return sameSetting(o) && measure == o.measure; }
-  bool operator!=(const Config& o) const { return !(*this == o); }
-  std::string str() const;
-};
-
-enum class Phase : uint8_t {
-  kTuning = 0,   // exploring candidates
-  kPinned = 1,   // converged; config fixed, timing off
-  kCheck = 2,    // converged; a short drift re-check (timing on)
-  kFinal = 3,    // end of the plan: this config forever (end == kForever)
-};
-const char* phaseName(Phase p);
-
-struct Segment {
-  uint64_t begin = 0;
-  uint64_t end = 0;  // exclusive; kForever for a final segment
-  Config cfg;
-  Phase phase = Phase::kTuning;
-  bool contains(uint64_t k) const { return k >= begin && k < end; }
-  bool operator==(const Segment& o) const {
-    return begin == o.begin && end == o.end && cfg == o.cfg && phase == o.phase;
-  }
-};
-
 // The task's search space, from the first getCollInfo of the task.
 struct Space {
   float cost[kNumAlgos][kNumProtos];  // NCCL's cost table; entries < 0 are unsupported: never chosen

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from autoccl import synth as S
+from autoccl.cli import options as O
 from autoccl.synth.topofile import TopologyFileError
 
 
@@ -52,7 +53,10 @@ def _topology(
         raise click.ClickException(str(e)) from e
 
 
-_topo_options = [
+# The topology of `synth` and `sim`, from a file or a generator, handed over built (one argument `topo`).
+_with_topo = O.gathered(
+    "topo",
+    _topology,
     click.option(
         "--topology", "-t", type=click.Path(exists=True, dir_okay=False), help="topology file (YAML/JSON)"
     ),
@@ -62,13 +66,7 @@ _topo_options = [
     click.option(
         "--gen-opt", multiple=True, help="extra generator parameter key=value (e.g. dim_types=ring,fc,switch)"
     ),
-]
-
-
-def _with_topo(f: Any) -> Any:
-    for opt in reversed(_topo_options):
-        f = opt(f)
-    return f
+)
 
 
 def _plots(topo: Any, sim: dict[str, Any], heatmap: str | None, timeline: str | None, title: str) -> None:
@@ -105,11 +103,7 @@ def _plots(topo: Any, sim: dict[str, Any], heatmap: str | None, timeline: str | 
 @click.option("--heatmap", type=click.Path(dir_okay=False), help="link-utilization heat map (PNG)")
 @click.option("--timeline", type=click.Path(dir_okay=False), help="time-line chart (PNG)")
 def synth(
-    topology: str | None,
-    gen: str | None,
-    bandwidth: float | None,
-    latency: float | None,
-    gen_opt: tuple[str, ...],
+    topo: Any,
     collective: str,
     size: str,
     chunks: int,
@@ -127,7 +121,6 @@ def synth(
     timeline: str | None,
 ) -> None:
     """Synthesize a collective schedule for a topology (TACOS, done completely)."""
-    topo = _topology(topology, gen, bandwidth, latency, gen_opt)
     try:
         nbytes = S.parse_size(size)
         t0 = time.perf_counter()
@@ -207,11 +200,7 @@ def synth(
 @click.option("--heatmap", type=click.Path(dir_okay=False), help="link-utilization heat map (PNG)")
 @click.option("--timeline", type=click.Path(dir_okay=False), help="time-line chart (PNG)")
 def sim(
-    topology: str | None,
-    gen: str | None,
-    bandwidth: float | None,
-    latency: float | None,
-    gen_opt: tuple[str, ...],
+    topo: Any,
     schedule_path: str | None,
     algo: str | None,
     collective: str,
@@ -224,7 +213,6 @@ def sim(
     timeline: str | None,
 ) -> None:
     """Simulate a schedule or a baseline algorithm on a topology (congestion-aware)."""
-    topo = _topology(topology, gen, bandwidth, latency, gen_opt)
     if bool(schedule_path) == bool(algo):
         raise click.UsageError("give exactly one of --schedule FILE or --baseline ALGO")
     try:

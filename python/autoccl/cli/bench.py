@@ -1,4 +1,4 @@
-"""`autoccl bench coll|train` and `autoccl report` (torch and matplotlib are imported lazily)."""
+"""`autoccl bench coll|train|nccl-tests` and `autoccl report` (torch and matplotlib are imported lazily)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
 from autoccl.bench.spec import SpecError
-from autoccl.cli.channels import ChannelsOrAuto, resolve_nccl_channels
+from autoccl.cli import options as O
+from autoccl.cli.channels import communicator_channels
 
 DEFAULT_COLLS = "all_gather,reduce_scatter,all_reduce"
 
@@ -135,83 +137,73 @@ def bench() -> None:
     """Benchmarks: `coll` (collectives) and `train` (a training step)."""
 
 
-_online_channel_ceiling = click.option(
-    "--online-channel-ceiling",
-    type=click.IntRange(0, 64),
-    default=None,
-    help="online mode: create communicators with this many channels (NCCL_MIN_CTAS=NCCL_MAX_CTAS) so "
-    "the tuner can use more than NCCL's default; NCCL's own choice changes too (recorded in the results). "
-    "Default as `autoccl run`: 64, NCCL's own calls capped at a plain communicator's count; 0: NCCL's own",
-)
-_online_nccl_channels = click.option(
-    "--online-nccl-channels",
-    type=ChannelsOrAuto(),
-    default=None,
-    help="online mode with --online-channel-ceiling: cap the calls the tuner leaves to NCCL at a plain "
-    "communicator's channel count (N, or auto: NCCL is asked once on this host's GPUs), so they run as "
-    "on a plain communicator (as `autoccl run --nccl-channels`)",
-)
+_ONLINE = "online modes: "
+_channel_ceiling = O.channel_ceiling(_ONLINE)
+_nccl_channels = O.nccl_channels(_ONLINE)
 
 
 def _online_channels(
     modes: Any, ceiling: int | None, nccl_channels: int | str | None
 ) -> dict[str, int | None]:
-    """The online mode's communicators as `autoccl run` makes them: given options, else (with an online
-    mode) 64 channels with NCCL's own calls capped at a plain communicator's count asked of NCCL here."""
-    if ceiling == 0:
-        return {"online_channel_ceiling": None, "online_nccl_channels": None}
-    if ceiling is None and nccl_channels is None and any(getattr(m, "kind", "") == "online" for m in modes):
-        from autoccl.cli.tuner import _default_ceiling
-
-        ceiling, nccl_channels = _default_ceiling(None)
-    return {
-        "online_channel_ceiling": ceiling,
-        "online_nccl_channels": resolve_nccl_channels(nccl_channels, None, "--online-nccl-channels"),
-    }
+    """The online modes' communicators as `autoccl run` makes them (channels.communicator_channels)."""
+    online = any(getattr(m, "kind", "") == "online" for m in modes)
+    ceiling, capped = communicator_channels(online, ceiling, nccl_channels, None)
+    return {"online_channel_ceiling": ceiling, "online_nccl_channels": capped}
 
 
-def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
-    opts = [
-        click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True),
-        click.option(
-            "--backend",
-            type=click.Choice(["nccl", "gloo"]),
-            default=None,
-            help="torch.distributed backend [default: nccl on cuda, gloo on cpu]",
-        ),
-        click.option(
-            "--nproc",
-            type=click.IntRange(1, 4096),
-            default=None,
-            help="processes per launch [default: every visible GPU; 2 on cpu]; ignored under torchrun/srun",
-        ),
-        click.option(
-            "-o",
-            "--output",
-            "output",
-            type=click.Path(path_type=Path),
-            default=None,
-            help="output prefix: writes PREFIX.json, PREFIX.csv, PREFIX.md (logs in PREFIX.logs/)",
-        ),
-        click.option(
-            "--timeout",
-            type=click.FloatRange(1.0, 7 * 24 * 3600.0),
-            default=600.0,
-            show_default=True,
-            help="seconds per launch",
-        ),
-        click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=1234, show_default=True),
-        click.option("--progress/--no-progress", default=None, help="progress bars [default: on a terminal]"),
-        click.option(
-            "--resume",
-            is_flag=True,
-            help="continue the run of -o PREFIX: its finished launches are kept, the others run "
-            "(same options)",
-        ),
-    ]
-    for o in reversed(opts):
-        fn = o(fn)
-    return fn
+@dataclass(frozen=True)
+class Launch:
+    """How `bench coll` and `bench train` launch their workers and keep their results."""
+
+    device: str
+    backend: str | None
+    nproc: int | None
+    output: Path | None
+    timeout: float
+    seed: int
+    progress: bool | None
+    resume: bool
+
+
+_launch = O.gathered(
+    "launch",
+    Launch,
+    click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True),
+    click.option(
+        "--backend",
+        type=click.Choice(["nccl", "gloo"]),
+        default=None,
+        help="torch.distributed backend [default: nccl on cuda, gloo on cpu]",
+    ),
+    click.option(
+        "--nproc",
+        type=click.IntRange(1, 4096),
+        default=None,
+        help="processes per launch [default: every visible GPU; 2 on cpu]; ignored under torchrun/srun",
+    ),
+    click.option(
+        "-o",
+        "--output",
+        "output",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="output prefix: writes PREFIX.json, PREFIX.csv, PREFIX.md (logs in PREFIX.logs/)",
+    ),
+    click.option(
+        "--timeout",
+        type=click.FloatRange(1.0, 7 * 24 * 3600.0),
+        default=600.0,
+        show_default=True,
+        help="seconds per launch",
+    ),
+    click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=1234, show_default=True),
+    O.progress,
+    click.option(
+        "--resume",
+        is_flag=True,
+        help="continue the run of -o PREFIX: its finished launches are kept, the others run (same options)",
+    ),
+)
 
 
 @bench.command("coll")
@@ -257,8 +249,8 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
     show_default=True,
     help="extra warm-up iterations per cell in online mode (the tuning phase, traced)",
 )
-@_online_channel_ceiling
-@_online_nccl_channels
+@_channel_ceiling
+@_nccl_channels
 @click.option(
     "--sweep-load", "sweep_loads", default=None, help="loads of the static-best sweep [default: --load]"
 )
@@ -294,7 +286,7 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option(
     "--est-startup", type=float, default=None, help="seconds a launch takes to start [20 cuda, 5 cpu]"
 )
-@_common
+@_launch
 def coll(
     colls: str,
     sizes: str,
@@ -306,8 +298,8 @@ def coll(
     reps: int,
     check: bool,
     online_warmup: int,
-    online_channel_ceiling: int | None,
-    online_nccl_channels: int | str | None,
+    channel_ceiling: int | None,
+    nccl_channels: int | str | None,
     sweep_loads: str | None,
     sweep_iters: int | None,
     sweep_reps: int | None,
@@ -321,14 +313,7 @@ def coll(
     dry_run: bool,
     est_busbw: float | None,
     est_startup: float | None,
-    device: str,
-    backend: str | None,
-    nproc: int | None,
-    output: Path | None,
-    timeout: float,
-    seed: int,
-    progress: bool | None,
-    resume: bool,
+    launch: Launch,
 ) -> None:
     """Collective bandwidth per mode (busbw/algbw as nccl-tests), optionally beside a GEMM load."""
     from autoccl.bench import modes as M
@@ -355,14 +340,14 @@ def coll(
             dtype=S.parse_dtype(dtype),
             loads=S.parse_loads(loads),
             modes=M.parse_modes(modes),
-            device=device,
-            backend=backend or "",
+            device=launch.device,
+            backend=launch.backend or "",
             warmup=warmup,
             iters=iters,
             reps=reps,
             check=check,
             online_warmup=online_warmup,
-            **_online_channels(M.parse_modes(modes), online_channel_ceiling, online_nccl_channels),
+            **_online_channels(M.parse_modes(modes), channel_ceiling, nccl_channels),
             sweep_loads=S.parse_loads(sweep_loads) if sweep_loads else None,
             sweep_iters=sweep_iters,
             sweep_reps=sweep_reps,
@@ -373,23 +358,27 @@ def coll(
             oracle_protos=oracle_protos,
             oracle_algos=oracle_algos,
             gemm_reps_from=gemm_reps_from,
-            timeout_s=timeout,
-            seed=seed,
+            timeout_s=launch.timeout,
+            seed=launch.seed,
         )
         M.parse_static_space(o.static_space)
         M.parse_channels(o.oracle_channels)
-        if device == "cpu" and any(m.needs_plugin for m in o.modes):
+        if launch.device == "cpu" and any(m.needs_plugin for m in o.modes):
             click.echo(
                 "note: online/oracle on the CPU backend run the plugin environment, but gloo never "
                 "loads NCCL; their numbers are plain gloo",
                 err=True,
             )
-        prefix = output or _default_prefix("coll")
+        prefix = launch.output or _default_prefix("coll")
         workdir = prefix.with_name(prefix.name + ".logs")
         if dry_run:
-            topo = detect_topology(nproc or 1)
-            gpus = _torch_gpus() if device == "cuda" and not nproc else 0
-            world = topo.world_size if topo.distributed else (nproc or gpus or (2 if device == "cpu" else 8))
+            topo = detect_topology(launch.nproc or 1)
+            gpus = _torch_gpus() if launch.device == "cuda" and not launch.nproc else 0
+            world = (
+                topo.world_size
+                if topo.distributed
+                else (launch.nproc or gpus or (2 if launch.device == "cpu" else 8))
+            )
             S.validate_cells(o.colls, o.sizes, o.dtype, world)
             launches = runner.plan_coll(o, workdir)
             click.echo(
@@ -397,13 +386,13 @@ def coll(
                     o,
                     launches,
                     world,
-                    est_busbw or (200.0 if device == "cuda" else 1.0),
-                    est_startup or (20.0 if device == "cuda" else 5.0),
+                    est_busbw or (200.0 if launch.device == "cuda" else 1.0),
+                    est_startup or (20.0 if launch.device == "cuda" else 5.0),
                 )
             )
             return
         probe = detect_topology(1)
-        o.backend, np_ = _resolve_device(device, backend, nproc, probe.distributed)
+        o.backend, np_ = _resolve_device(launch.device, launch.backend, launch.nproc, probe.distributed)
         topo = detect_topology(None if probe.distributed else np_)
         S.validate_cells(o.colls, o.sizes, o.dtype, topo.world_size)
         launches = runner.plan_coll(o, workdir)
@@ -413,27 +402,42 @@ def coll(
                     o,
                     launches,
                     topo.world_size,
-                    est_busbw or (200.0 if device == "cuda" else 1.0),
-                    est_startup or (20.0 if device == "cuda" else 5.0),
+                    est_busbw or (200.0 if launch.device == "cuda" else 1.0),
+                    est_startup or (20.0 if launch.device == "cuda" else 5.0),
                 ),
                 err=True,
             )
-        show = (sys.stderr.isatty() if progress is None else progress) and topo.is_main
-        earlier = _resume_doc(output, resume, "coll")
-        with _stoppable(), _progress(show) as bar:
-            doc = runner.run_coll(
-                o,
-                topo,
-                workdir,
-                sys.argv,
-                progress=bar,
-                log=lambda m: click.echo(m, err=True),
-                resume_from=earlier,
-                checkpoint=_checkpointer(prefix, topo.is_main),
-            )
+        doc = _run(runner.run_coll, "coll", o, topo, workdir, prefix, launch)
     except (SpecError, LaunchError, ResultError) as e:
         raise _fail(str(e)) from None
     _finish(doc, prefix, topo.is_main)
+
+
+def _run(
+    run: Callable[..., dict[str, Any]],
+    kind: str,
+    o: Any,
+    topo: Any,
+    workdir: Path,
+    prefix: Path,
+    launch: Launch,
+) -> dict[str, Any]:
+    """Runs the planned launches of a coll or train benchmark (`run`: runner.run_coll or run_train): progress
+    on the main rank's terminal, SIGTERM as Ctrl-C, -o PREFIX continued with --resume and written after
+    every launch."""
+    show = (sys.stderr.isatty() if launch.progress is None else launch.progress) and topo.is_main
+    earlier = _resume_doc(launch.output, launch.resume, kind)
+    with _stoppable(), _progress(show) as bar:
+        return run(
+            o,
+            topo,
+            workdir,
+            sys.argv,
+            progress=bar,
+            log=lambda m: click.echo(m, err=True),
+            resume_from=earlier,
+            checkpoint=_checkpointer(prefix, topo.is_main),
+        )
 
 
 def _finish(doc: dict[str, Any], prefix: Path, main: bool) -> None:
@@ -470,9 +474,9 @@ def _finish(doc: dict[str, Any], prefix: Path, main: bool) -> None:
 @click.option("--seq", type=int, default=1024, show_default=True)
 @click.option("--dtype", default="bf16", show_default=True, type=click.Choice(["bf16", "fp16", "fp32"]))
 @click.option("--bucket-mb", type=int, default=25, show_default=True, help="DDP bucket size")
-@_online_channel_ceiling
-@_online_nccl_channels
-@_common
+@_channel_ceiling
+@_nccl_channels
+@_launch
 def train(
     preset: str,
     parallel: str,
@@ -482,16 +486,9 @@ def train(
     seq: int,
     dtype: str,
     bucket_mb: int,
-    online_channel_ceiling: int | None,
-    online_nccl_channels: int | str | None,
-    device: str,
-    backend: str | None,
-    nproc: int | None,
-    output: Path | None,
-    timeout: float,
-    seed: int,
-    progress: bool | None,
-    resume: bool,
+    channel_ceiling: int | None,
+    nccl_channels: int | str | None,
+    launch: Launch,
 ) -> None:
     """Iteration time of a GPT-style training step (FSDP2 / DDP) per mode, with per-iteration traces."""
     from autoccl.bench import modes as M
@@ -512,39 +509,27 @@ def train(
     try:
         ms = M.parse_modes(modes)
         probe = detect_topology(1)
-        be, np_ = _resolve_device(device, backend, nproc, probe.distributed)
+        be, np_ = _resolve_device(launch.device, launch.backend, launch.nproc, probe.distributed)
         topo = detect_topology(None if probe.distributed else np_)
         o = runner.TrainOptions(
             preset=preset,
             parallel=pars,
             modes=ms,
-            device=device,
+            device=launch.device,
             backend=be,
             iters=iters,
             batch=batch,
             seq=seq,
             dtype=dtype,
-            timeout_s=timeout,
-            seed=seed,
-            **_online_channels(ms, online_channel_ceiling, online_nccl_channels),
+            timeout_s=launch.timeout,
+            seed=launch.seed,
+            **_online_channels(ms, channel_ceiling, nccl_channels),
             extra={"bucket_mb": bucket_mb},
         )
-        prefix = output or _default_prefix("train")
+        prefix = launch.output or _default_prefix("train")
         workdir = prefix.with_name(prefix.name + ".logs")
         runner.plan_train(o, workdir)
-        show = (sys.stderr.isatty() if progress is None else progress) and topo.is_main
-        earlier = _resume_doc(output, resume, "train")
-        with _stoppable(), _progress(show) as bar:
-            doc = runner.run_train(
-                o,
-                topo,
-                workdir,
-                sys.argv,
-                progress=bar,
-                log=lambda m: click.echo(m, err=True),
-                resume_from=earlier,
-                checkpoint=_checkpointer(prefix, topo.is_main),
-            )
+        doc = _run(runner.run_train, "train", o, topo, workdir, prefix, launch)
     except (SpecError, LaunchError) as e:
         raise _fail(str(e)) from None
     _finish(doc, prefix, topo.is_main)
@@ -593,15 +578,8 @@ def train(
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="seconds per launch")
 @click.option("--mpirun", default="mpirun", show_default=True, help="MPI launcher for --launch mpi")
 @click.option("--nt-args", default="", help="further nccl-tests arguments, e.g. '-d bfloat16'")
-@click.option(
-    "-o",
-    "--output",
-    "outdir",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="output folder",
-)
-@click.option("--progress/--no-progress", default=None, help="progress bar [default: on a terminal]")
+@O.output_folder("outdir", "output folder", required=True)
+@O.progress
 @click.option(
     "--report-only", is_flag=True, help="launch nothing: summarise OUTDIR/launches.jsonl of an earlier run"
 )
@@ -706,7 +684,7 @@ def _visible_gpus() -> int:
 
 @click.command()
 @click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False, path_type=Path), required=True)
+@O.output_folder("outdir", "folder of the plots and tables", required=True)
 @click.option("--format", "formats", default="png,svg", show_default=True, help="png, svg (comma-separated)")
 @click.option(
     "--mix",

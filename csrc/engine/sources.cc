@@ -1,3 +1,5 @@
+// The decision sources of modes observe, fixed and table (one decision per task, for good), and the
+// factory that builds the source for a mode; mode online's is engine/online.h's.
 #include "engine/policy.h"
 
 #include <cinttypes>

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "autoccl/search/search.h"
-#include "autoccl/search/stats.h"
+#include "autoccl/common/stats.h"
 #include "check.h"
 
 using namespace autoccl::search;

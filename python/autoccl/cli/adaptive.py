@@ -1,4 +1,4 @@
-"""`autoccl topo`, `autoccl profile` and `autoccl adaptive check|bench`.
+"""`autoccl topo`, `autoccl profile` and `autoccl adaptive check|bench`: the command line of autoccl.adaptive.
 
 Each runs on every rank of a job: under a launcher (torchrun/srun variables set) in the launcher's
 processes, else in --nproc local processes started here (gloo on CPUs, NCCL on GPUs). Rank 0 writes.
@@ -22,7 +22,7 @@ def _device(device: str) -> str:
         import torch
     except ImportError:
         raise click.ClickException(
-            "PyTorch is not installed: pip install torch (or 'autoccl[bench]')"
+            "PyTorch is not installed: pip install 'autoccl[adaptive]' (or torch>=2.4)"
         ) from None
 
     if device == "auto":
@@ -226,6 +226,12 @@ def profile(
     from autoccl.adaptive.jobs import profile_job
 
     dev = _device(device)
+    try:
+        import scipy  # noqa: F401  (the alpha-beta fits)
+    except ImportError:
+        raise click.ClickException(
+            "autoccl profile needs scipy for its fits: pip install 'autoccl[adaptive]' (or scipy>=1.10)"
+        ) from None
     if repeats < 1:
         raise click.BadParameter("must be at least 1", param_hint="--repeats")
     size_list = _sizes(sizes or ("1M,16M,64M,256M" if dev == "cuda" else "4K,64K,256K,1M"))

@@ -1,12 +1,15 @@
-// Robust statistics used by the search (median, median absolute deviation).
+// Robust statistics of GPU times (median, median absolute deviation): a single outlier on a shared GPU
+// must not move the answer.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <vector>
 
-namespace autoccl::search {
+namespace autoccl {
 
+// Median (the mean of the two middle values for an even count); 0 for no values.
 inline double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   size_t m = v.size() / 2;
@@ -35,4 +38,4 @@ inline double mad(const std::vector<double>& v) {
   return median(std::move(d));
 }
 
-}  // namespace autoccl::search
+}  // namespace autoccl

@@ -1,0 +1,40 @@
+// The authority's Decider backed by the online search: the one bridge from the coordinator (which agrees
+// on plans and knows nothing of how they are made) to csrc/search.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "autoccl/coord/coord.h"
+#include "autoccl/search/search.h"
+
+namespace autoccl::coord {
+
+// A Decider backed by one search::TaskSearch per task. Tasks the authority has not registered yet
+// get NCCL's default for a short while (windows of 1, 2, 4, ... up to `window` calls past the call asked);
+// registerTask() then starts the search right after what was already published, counting those calls'
+// samples as NCCL's baseline (search::Options::defaultTimedBefore).
+class SearchDecider : public Decider {
+ public:
+  explicit SearchDecider(uint64_t window = 16) : window_(window) {}
+  // Creates the task's search (if new) starting after the calls already decided for it.
+  std::shared_ptr<search::TaskSearch> registerTask(const TaskKey& task, const search::Space& space,
+                                                   search::Options opt = search::Options(),
+                                                   std::vector<search::Hint> hints = {});
+  std::shared_ptr<search::TaskSearch> find(const TaskKey& task);
+  std::vector<Segment> decide(const TaskKey& task, uint64_t k, uint64_t coveredUpTo) override;
+
+ private:
+  struct Entry {
+    std::vector<Segment> pre;  // NCCL's default, handed out before the task was registered
+    std::shared_ptr<search::TaskSearch> search;
+  };
+  std::mutex mu_;
+  std::map<TaskKey, Entry> tasks_;
+  uint64_t window_;
+};
+
+}  // namespace autoccl::coord

@@ -1,0 +1,213 @@
+#include "engine/step_guard.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "autoccl/common/stats.h"
+
+namespace autoccl::engine {
+
+namespace {
+constexpr uint64_t kHashBase = 0x9E3779B97F4A7C15ull;  // odd: a bijection on uint64 words
+constexpr uint64_t kMaxWait = 16;                     // longest waiting segment of a round (iterations)
+}  // namespace
+
+// ------------------------------------------------------------------------------------ IterationDetector
+
+IterationDetector::IterationDetector(uint32_t maxPeriod)
+    : maxPeriod_(std::max<uint32_t>(1, maxPeriod)),
+      ring_(3 * static_cast<size_t>(maxPeriod_) + 2),
+      hist_(ring_),
+      prefix_(ring_),
+      pow_(maxPeriod_ + 1) {
+  pow_[0] = 1;
+  for (size_t k = 1; k < pow_.size(); ++k) pow_[k] = pow_[k - 1] * kHashBase;
+}
+
+uint64_t IterationDetector::hashOf(uint64_t from, uint64_t to) const {
+  const uint64_t whole = prefix_[to % ring_];
+  if (from == 0) return whole;
+  return whole - prefix_[(from - 1) % ring_] * pow_[to - from + 1];
+}
+
+bool IterationDetector::sameBlocks(uint64_t a, uint64_t b, uint32_t len) const {
+  if (hashOf(a, a + len - 1) != hashOf(b, b + len - 1)) return false;
+  for (uint32_t j = 0; j < len; ++j)  // a hash match is checked call by call (once per structure found)
+    if (hist_[(a + j) % ring_] != hist_[(b + j) % ring_]) return false;
+  return true;
+}
+
+bool IterationDetector::push(uint32_t taskId) {
+  const uint64_t pos = n_++;
+  hist_[pos % ring_] = taskId;
+  prefix_[pos % ring_] = (pos ? prefix_[(pos - 1) % ring_] : 0) * kHashBase + taskId + 1;
+  if (seen_.size() <= taskId) seen_.resize(static_cast<size_t>(taskId) + 1);
+  std::vector<uint64_t>& s = seen_[taskId];
+  // Positions further back than the longest period are of no use: keep the list short.
+  size_t drop = 0;
+  while (drop < s.size() && pos - s[drop] > maxPeriod_) ++drop;
+  if (drop) s.erase(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(drop));
+
+  bool starts = false;
+  if (period_ > 0) {
+    if (hist_[(pos - period_) % ring_] != taskId) {
+      period_ = 0;  // the structure broke: look for one again (a new one shows once it has repeated)
+    } else if ((pos - phase_) % period_ == 0) {
+      iteration_ = anyIteration_ ? iteration_ + 1 : 0;
+      anyIteration_ = true;
+      starts = true;
+    }
+  }
+  if (period_ == 0) {
+    // A period p ending here: the last 3p calls are three equal blocks (two could be chance: a task called
+    // twice in a row is no iteration). Candidates are the distances to this task's earlier positions, nearest
+    // first, so the smallest period is found first.
+    for (auto it = s.rbegin(); it != s.rend(); ++it) {
+      const uint64_t p = pos - *it;
+      if (pos + 1 < 3 * p) break;  // fewer than three periods of history
+      const auto len = static_cast<uint32_t>(p);
+      if (sameBlocks(pos + 1 - 2 * p, pos + 1 - p, len) && sameBlocks(pos + 1 - 3 * p, pos + 1 - 2 * p, len)) {
+        period_ = static_cast<uint32_t>(p);
+        phase_ = (pos + 1) % p;  // the next call starts an iteration
+        break;
+      }
+    }
+  }
+  s.push_back(pos);
+  return starts;
+}
+
+// ------------------------------------------------------------------------------------ GuardPlan
+
+search::Config GuardPlan::ncclMark() {
+  search::Config c;
+  c.algo = 1;  // any forced pair: the guard's segments are read by the engine alone, never by NCCL
+  c.proto = 2;
+  c.channels = 1;
+  return c;
+}
+
+bool GuardPlan::isNccl(const search::Config& c) { return !c.isDefault(); }
+
+GuardPlan::GuardPlan(GuardOptions o) : o_(o) {
+  o_.blockIters = std::max<uint32_t>(2, o_.blockIters);
+  o_.pairs = std::max<uint32_t>(1, o_.pairs);
+  o_.idleWindow = std::max<uint64_t>(1, o_.idleWindow);
+}
+
+void GuardPlan::arm() {
+  std::lock_guard<std::mutex> lk(mu_);
+  armed_ = true;
+}
+
+bool GuardPlan::armed() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return armed_;
+}
+
+std::vector<GuardPlan::Verdict> GuardPlan::verdicts() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return verdicts_;
+}
+
+search::Segment GuardPlan::finalSegment() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  search::Segment g;
+  g.begin = planned_;
+  g.end = search::kForever;
+  if (!tunedNow_) g.cfg = ncclMark();
+  g.phase = search::Phase::kFinal;
+  return g;
+}
+
+void GuardPlan::sample(uint64_t i, double micros) {
+  if (!(micros > 0) || !std::isfinite(micros)) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  if (wanted_.count(i)) times_[i] = micros;
+  newest_ = std::max(newest_, i);
+}
+
+void GuardPlan::addLocked(uint64_t len, bool nccl, bool measure, search::Phase phase) {
+  search::Segment g;
+  g.begin = planned_;
+  g.end = planned_ + len;
+  if (nccl) g.cfg = ncclMark();
+  g.cfg.measure = measure;
+  g.phase = phase;
+  segs_.push_back(g);
+  planned_ = g.end;
+}
+
+std::vector<search::Segment> GuardPlan::decide(uint64_t i, uint64_t covered) {
+  std::lock_guard<std::mutex> lk(mu_);
+  while (planned_ <= i) planOneLocked();
+  std::vector<search::Segment> out;
+  for (const search::Segment& g : segs_)
+    if (g.end > covered) out.push_back(g);
+  return out;
+}
+
+void GuardPlan::planOneLocked() {
+  if (inRound_) {
+    size_t have = 0;
+    for (const auto& [it, tuned] : wanted_) have += times_.count(it);
+    const bool over = have == wanted_.size() || (newest_ >= roundEnd_ + o_.giveUpAfter) ||
+                      planned_ >= roundEnd_ + 4 * o_.giveUpAfter;  // samples that never come
+    if (over) {
+      verdictLocked();
+    } else {  // waiting for the round's samples: the plan so far, in doubling segments (each is a lookup)
+      addLocked(waitLen_, !tunedNow_, false, search::Phase::kPinned);
+      waitLen_ = std::min(waitLen_ * 2, kMaxWait);
+      return;
+    }
+  }
+  if (armed_ && planned_ >= nextRound_) {
+    // A round: T N N T per pair, each block's first iteration settling; the iteration after the last block is
+    // timed too (its start ends the last sample).
+    for (uint32_t pr = 0; pr < o_.pairs; ++pr) {
+      for (bool tuned : {true, false, false, true}) {
+        for (uint64_t j = planned_ + 1; j < planned_ + o_.blockIters; ++j) wanted_[j] = tuned;
+        addLocked(o_.blockIters, !tuned, true, search::Phase::kTuning);
+      }
+    }
+    roundEnd_ = planned_;
+    addLocked(1, !tunedNow_, true, search::Phase::kTuning);
+    inRound_ = true;
+    waitLen_ = 1;
+    return;
+  }
+  const uint64_t len = armed_ ? std::min(o_.idleWindow, nextRound_ - planned_) : o_.idleWindow;
+  addLocked(std::max<uint64_t>(1, len), !tunedNow_, false, search::Phase::kPinned);
+}
+
+void GuardPlan::verdictLocked() {
+  std::vector<double> t, n;
+  for (const auto& [it, tuned] : wanted_) {
+    auto f = times_.find(it);
+    if (f != times_.end()) (tuned ? t : n).push_back(f->second);
+  }
+  Verdict v;
+  v.at = planned_;
+  v.tunedSamples = static_cast<uint32_t>(t.size());
+  v.ncclSamples = static_cast<uint32_t>(n.size());
+  // Without evidence for the tuned plan, NCCL's choices: the tuned plan stays only where it showed in the step.
+  v.tuned = false;
+  if (t.size() >= o_.minSamples && n.size() >= o_.minSamples) {
+    v.tunedUs = autoccl::median(t);
+    v.ncclUs = autoccl::median(n);
+    auto relSE = [](const std::vector<double>& x, double med) {
+      return 1.2533 * 1.4826 * autoccl::mad(x) / med / std::sqrt(static_cast<double>(x.size()));
+    };
+    const double margin = std::max(o_.minMargin, o_.z * std::hypot(relSE(t, v.tunedUs), relSE(n, v.ncclUs)));
+    v.tuned = v.tunedUs < v.ncclUs * (1.0 - margin);
+  }
+  verdicts_.push_back(v);
+  tunedNow_ = v.tuned;
+  inRound_ = false;
+  wanted_.clear();
+  times_.clear();
+  interval_ = interval_ ? std::min(interval_ * 2, o_.recheckMax) : o_.recheckFirst;
+  nextRound_ = planned_ + interval_;
+}
+
+}  // namespace autoccl::engine

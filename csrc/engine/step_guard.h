@@ -1,0 +1,118 @@
+// The step guard: the job's iteration found from a communicator's call sequence alone, and a check, on the
+// iteration time, that the tuned plan is faster than NCCL's own choices. NCCL-free.
+//
+// Why: the per-task search compares a collective's own time (its kernel window, or its stream period), which
+// can favour a configuration that makes the step slower (more channels slow an overlapped computation; a kernel
+// that holds the stream outside its window). What the user pays is the step.
+//
+// IterationDetector (every rank): the sequence of task ids of one communicator is the same on every rank, so
+// the smallest period of its recent calls (three equal blocks in a row), and with it where each iteration starts
+// and its index, is the same on every rank without a message. A call that breaks the period ends the iteration
+// structure until a new one has repeated; iteration indices keep counting across such breaks.
+//
+// GuardPlan (the communicator's authority): an append-only plan over iteration indices, served to every rank
+// through the board like a task's plan: "tuned" (the tasks' own decisions) until armed (every task of the
+// iteration has converged), then a round of blocks of iterations alternating the tuned plan and NCCL's own
+// choices for every task (T N N T, twice), their iteration times the samples, then the verdict: the tuned
+// plan stays only if its median iteration time is lower than NCCL's by more than the noise, else NCCL's
+// choices for every task. Rounds repeat at a growing interval, so a new phase of the job or a slower link is
+// noticed.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "autoccl/search/search.h"
+
+namespace autoccl::engine {
+
+class IterationDetector {
+ public:
+  explicit IterationDetector(uint32_t maxPeriod = 2048);
+  // The communicator's next call, as the id of its task (ids in first-seen order, the same on every rank).
+  // True when this call starts an iteration; iteration() is then that iteration's index.
+  bool push(uint32_t taskId);
+  bool stable() const { return period_ > 0; }
+  uint32_t period() const { return period_; }
+  uint64_t iteration() const { return iteration_; }
+
+ private:
+  uint64_t hashOf(uint64_t from, uint64_t to) const;  // hash of the calls at positions [from, to]
+  bool sameBlocks(uint64_t a, uint64_t b, uint32_t len) const;
+  uint32_t maxPeriod_;
+  size_t ring_;                              // history kept (three periods of the longest)
+  std::vector<uint32_t> hist_;               // task id by position % ring_
+  std::vector<uint64_t> prefix_;             // polynomial hash of positions [0, p] by p % ring_
+  std::vector<uint64_t> pow_;                // base^k, k <= maxPeriod
+  std::vector<std::vector<uint64_t>> seen_;  // per task id: its recent positions
+  uint64_t n_ = 0;                           // calls pushed
+  uint32_t period_ = 0;                      // 0: no iteration structure now
+  uint64_t phase_ = 0;                       // positions == phase_ (mod period_) start iterations
+  uint64_t iteration_ = 0;
+  bool anyIteration_ = false;
+};
+
+struct GuardOptions {
+  uint32_t blockIters = 3;       // iterations per block; a block's first is not a sample (the switch settles)
+  uint32_t pairs = 2;            // T N N T, this many times
+  double minMargin = 0.01;       // the tuned plan must be this much faster at least ...
+  double z = 2.0;                // ... and by z standard errors of the two medians
+  uint64_t idleWindow = 16;      // iterations planned at a time while not armed
+  uint64_t recheckFirst = 256;   // iterations from a verdict to the next round; doubles up to recheckMax
+  uint64_t recheckMax = 16384;
+  uint64_t giveUpAfter = 64;     // iterations past a round's end after which missing samples are lost
+  uint32_t minSamples = 3;       // a side needs this many samples, else NCCL's choices (no evidence for the plan)
+};
+
+class GuardPlan {
+ public:
+  // What a guard segment says (Segment::cfg): the tuned plan (NCCL-default config: a communicator's
+  // followers that ask before the authority has planned get it, as for any task), or NCCL's own choice for
+  // every task.
+  static search::Config ncclMark();
+  static bool isNccl(const search::Config& c);
+
+  explicit GuardPlan(GuardOptions o = GuardOptions());
+  // Segments covering iteration i (and what is planned beyond `covered`), for the board's decider.
+  std::vector<search::Segment> decide(uint64_t i, uint64_t covered);
+  // Every task of the iteration has converged: the next round may start.
+  void arm();
+  // Iteration i took `micros` (the authority's stream, the start of i to the start of i + 1).
+  void sample(uint64_t i, double micros);
+
+  struct Verdict {
+    uint64_t at = 0;  // first iteration it applies to
+    bool tuned = true;
+    double tunedUs = 0, ncclUs = 0;
+    uint32_t tunedSamples = 0, ncclSamples = 0;
+  };
+  std::vector<Verdict> verdicts() const;
+  bool armed() const;
+  // What every iteration not planned yet runs when the authority leaves: the last verdict, for good.
+  search::Segment finalSegment() const;
+
+ private:
+  void planOneLocked();
+  void verdictLocked();
+  void addLocked(uint64_t len, bool nccl, bool measure, search::Phase phase);
+
+  mutable std::mutex mu_;
+  GuardOptions o_;
+  std::vector<search::Segment> segs_;
+  uint64_t planned_ = 0;
+  bool armed_ = false;
+  bool inRound_ = false;
+  bool tunedNow_ = true;                     // the last verdict (what is planned outside rounds)
+  uint64_t roundEnd_ = 0;                    // first iteration after the round's blocks
+  std::map<uint64_t, bool> wanted_;          // sample iteration -> its block ran the tuned plan
+  std::map<uint64_t, double> times_;         // sample iteration -> its time
+  uint64_t newest_ = 0;                      // highest iteration a time arrived for
+  uint64_t interval_ = 0;
+  uint64_t nextRound_ = 0;                   // iteration before which no new round starts
+  uint64_t waitLen_ = 1;
+  std::vector<Verdict> verdicts_;
+};
+
+}  // namespace autoccl::engine

@@ -1,0 +1,156 @@
+"""The options several verbs share, spelled once: `autoccl env|run` (the job's plugin) and `autoccl bench`
+(its online runs) take the same communicator options under the same names."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import click
+
+from autoccl.cli.channels import ChannelsOrAuto
+from autoccl.tuner_env import MODES
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def stack(*options: Callable[[F], F]) -> Callable[[F], F]:
+    """One decorator of several options, applied in the order given (as if written above each other)."""
+
+    def apply(command: F) -> F:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
+
+
+def gathered(into: str, build: Callable[..., Any], *options: Callable[[Any], Any]) -> Callable[[F], F]:
+    """`options` handed to the command as one argument, `into` = build(**their values), instead of one
+    parameter each: verbs that share a group of options share one signature for it."""
+    probe: Any = stack(*options)(lambda: None)
+    names = [p.name for p in getattr(probe, "__click_params__", []) if p.expose_value]
+
+    def decorate(command: F) -> F:
+        @functools.wraps(command)
+        def with_group(**kwargs: Any) -> Any:
+            group = build(**{name: kwargs.pop(name) for name in names})
+            return command(**{into: group}, **kwargs)
+
+        return cast(F, stack(*options)(with_group))
+
+    return decorate
+
+
+def _with_deprecated_alias(
+    option: Callable[..., Any], old: str, new: str, dest: str, **kwargs: Any
+) -> Callable[[F], F]:
+    """Option `new` that also answers to `old`, hidden from --help with a note on stderr. Whichever of the
+    two click processes first, the value given reaches `dest`."""
+
+    def from_alias(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value is None:
+            return
+        click.echo(f"autoccl: {old} is now {new}", err=True)
+        ctx.meta[f"alias:{dest}"] = value
+        if ctx.params.get(dest) is None:
+            ctx.params[dest] = value
+
+    def or_alias(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        return value if value is not None else ctx.meta.get(f"alias:{dest}")
+
+    alias = click.option(
+        old, hidden=True, expose_value=False, callback=from_alias, type=kwargs["type"], default=None
+    )
+    return stack(option(new, dest, callback=or_alias, **kwargs), alias)
+
+
+def _renamed(new: str, dest: str, old: str, scope: str, **kwargs: Any) -> Callable[[F], F]:
+    """Option `new`; where `scope` is given (bench's online modes), `old` is its hidden earlier name."""
+    if not scope:
+        return click.option(new, dest, **kwargs)
+    return _with_deprecated_alias(click.option, old, new, dest, **kwargs)
+
+
+def channel_ceiling(scope: str = "") -> Callable[[F], F]:
+    """`--channel-ceiling N`: communicators with N channels (NCCL_MIN_CTAS=NCCL_MAX_CTAS). `scope` says which
+    runs it applies to (bench: the online modes', where `--online-channel-ceiling` was its earlier name)."""
+    return _renamed(
+        "--channel-ceiling",
+        "channel_ceiling",
+        "--online-channel-ceiling",
+        scope,
+        type=click.IntRange(0, 64),
+        default=None,
+        help=f"{scope}create communicators with this many channels (NCCL_MIN_CTAS=NCCL_MAX_CTAS) so the "
+        "tuner can use more than NCCL's default; changes NCCL's own default too. Online mode's default: 64, "
+        "with NCCL's own calls capped at a plain communicator's count (asked of NCCL here); 0: NCCL's own.",
+    )
+
+
+def nccl_channels(scope: str = "") -> Callable[[F], F]:
+    """`--nccl-channels N|auto`: the cap on the calls the plugin leaves to NCCL (bench: its online modes',
+    where `--online-nccl-channels` was its earlier name)."""
+    return _renamed(
+        "--nccl-channels",
+        "nccl_channels",
+        "--online-nccl-channels",
+        scope,
+        type=ChannelsOrAuto(),
+        default=None,
+        help=f"{scope}at most this many channels for every call whose channel count the plugin leaves to "
+        "NCCL. With --channel-ceiling, give the count NCCL creates without it (24 on 2 or 4 x H200), or "
+        "'auto': NCCL creates one plain communicator over this host's GPUs first and says its count. NCCL's "
+        "own choice then runs as on a plain communicator instead of on all the ceiling's channels (slower "
+        "at 1-2 MiB). Every rank of a job must get the same count: on several hosts that are not identical "
+        "machines, give the number.",
+    )
+
+
+def output_folder(dest: str, help: str, **kwargs: Any) -> Callable[[F], F]:
+    """`-o/--output DIR`: where a verb writes its results."""
+    return click.option(
+        "-o", "--output", dest, type=click.Path(file_okay=False, path_type=Path), help=help, **kwargs
+    )
+
+
+probe_gpus = click.option(
+    "--probe-gpus",
+    type=click.IntRange(2, 64),
+    default=None,
+    help="GPUs the --nccl-channels auto communicator spans (default: every visible GPU; give the "
+    "job's GPUs per host if it uses fewer).",
+)
+cache_dir = click.option("--cache-dir", default=None, help="tuning-table cache directory.")
+mode = click.option(
+    "--mode",
+    type=click.Choice(MODES),
+    default="online",
+    show_default=True,
+    help="What the plugin does: tune online (online), change nothing (observe), force rules (fixed), apply "
+    "a saved table (table). Online, every rank meets at one coordinator: the launcher's (torchrun, srun), "
+    "else the one `autoccl run` gives its job (AUTOCCL_RUN_ADDR); docs/architecture.md.",
+)
+fixed = click.option(
+    "--fixed",
+    "fixed",
+    default=None,
+    help="fixed-mode rules, e.g. 'allreduce@1M-64M:ring/ll128/16;*:ring/simple'.",
+)
+table = click.option(
+    "--table",
+    "table",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="table file for table mode (default: the cache entry of this machine's fingerprint).",
+)
+trace = click.option(
+    "--trace",
+    default=None,
+    help="path prefix of per-process JSONL traces of every call (its directory must exist).",
+)
+progress = click.option(
+    "--progress/--no-progress", default=None, help="progress bars [default: on a terminal]"
+)

@@ -1,0 +1,39 @@
+"""The layering docs/architecture.md draws holds in the code, and the picture shows the code's arrows."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _layers() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("layers", ROOT / "scripts" / "layers.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["layers"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_no_arrow_points_up() -> None:
+    layers = _layers()
+    found = layers.arrows()
+    assert found, "the script found no arrows at all"
+    assert layers.violations(found) == []
+
+
+def test_the_picture_shows_the_codes_arrows() -> None:
+    layers = _layers()
+    drawn = layers.drawn_arrows(ROOT / "docs" / "layers.svg")
+    assert sorted(drawn) == sorted(layers.arrows()), "redraw: python scripts/layers.py --svg docs/layers.svg"
+
+
+def test_an_upward_include_is_reported() -> None:
+    layers = _layers()
+    found = dict(layers.arrows())
+    found[("common", "engine")] = {"csrc/common/x.h -> csrc/engine/context.h"}
+    assert any("common" in line and "engine" in line for line in layers.violations(found))

@@ -1,0 +1,55 @@
+"""The step guard in the emulator: a configuration whose kernel is faster but which holds the stream longer
+(hidden time outside its channel timestamps) is pinned by a task's search that scores kernel windows (ranks
+in several processes), and makes every iteration slower; the guard's round on the iteration time puts every
+task back on NCCL's choice. Without that cost the round keeps the tuned plan. Every rank agrees on every
+call."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from emu_helpers import assert_clean
+from test_online import assert_same_per_seq, online_env
+
+from autoccl.emu import Call, Comm, Group, Scenario, run
+
+
+def _run(plugin: Path, hidden_us: int) -> tuple[list[dict[str, Any]], list[str]]:
+    # One iteration: an all_reduce (tuned) then an all_gather (one pair: NCCL's choice either way), 600 times.
+    iteration = [Group("dp", (Call("allreduce", 2 << 20),)), Group("dp", (Call("allgather", 1 << 20),))]
+    sc = Scenario(
+        [Comm("dp", 0x6A7D, (0, 1))],
+        iteration * 600,
+        seed=3,
+        noise=False,
+        hidden_ns={("ring", "ll128"): hidden_us * 1000} if hidden_us else {},
+        lead=8,
+    )
+    env = online_env(
+        True, AUTOCCL_SCORE="window", AUTOCCL_MIN_TASK_US="0", AUTOCCL_MIN_TASK_US_TCP="0", AUTOCCL_GUARD="on"
+    )
+    res = run(sc, plugin=plugin, env=env, processes=True, timeout=300, extra_args=["--verbose"])
+    assert_clean(res)
+    assert_same_per_seq(res.calls)
+    ar = sorted(
+        (r for r in res.calls if r["grank"] == 0 and r["coll"] == "allreduce"), key=lambda r: int(r["seq"])
+    )
+    return ar, [ln for ln in res.stderr.splitlines() if "step guard" in ln]
+
+
+def test_guard_drops_a_plan_that_slows_the_iteration(plugin: Path) -> None:
+    ar, lines = _run(plugin, hidden_us=40)
+    assert any((r["algo"], r["proto"]) == ("ring", "ll128") for r in ar), (
+        "Ring/LL128 never pinned: nothing to check"
+    )
+    assert any("NCCL's choices for every task" in ln for ln in lines), lines
+    last = ar[-1]
+    assert (last["algo"], last["proto"]) == (last["def_algo"], last["def_proto"]), last
+
+
+def test_guard_keeps_a_plan_that_speeds_the_iteration(plugin: Path) -> None:
+    ar, lines = _run(plugin, hidden_us=0)
+    assert any("keeping the tuned plan" in ln for ln in lines), lines
+    last = ar[-1]
+    assert (last["algo"], last["proto"]) != (last["def_algo"], last["def_proto"]), last
