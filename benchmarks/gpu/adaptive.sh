@@ -25,6 +25,7 @@ nvidia-smi topo -m >> "$OUT/machine.txt" 2>&1
 python3 -c "import pynvml" 2>/dev/null || python3 -m pip install -q --no-index --no-deps .whl/nvidia_ml_py-*.whl \
   || { echo "nvidia-ml-py is missing and no wheel is carried in .whl/"; exit 1; }
 install_autoccl
+python3 -c "import scipy" 2>/dev/null || { echo "scipy is missing on this box (autoccl profile's fits)"; exit 1; }
 NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())")
 step() { echo "=== $1 ($((SECONDS - T0)) s)"; }
 
