@@ -159,6 +159,19 @@ def summarize(results: list[dict[str, Any]], cfg: dict[str, Any]) -> dict[str, A
     return out
 
 
+def exact_ratio_prediction(doc: dict[str, Any], cfg: dict[str, Any]) -> float:
+    """The synthesizer's prediction had the probes seen the slowdown exactly: the measured topology with the
+    slowed link's measured bandwidth divided by --factor (separates the probes' error from the model's)."""
+    exact = json.loads(json.dumps(doc))
+    for link in exact["links"]:
+        if link["src"] == doc["npus"][cfg["slow_src"]] and link["dst"] == doc["npus"][cfg["slow_dst"]]:
+            link["bandwidth_gbps"] /= cfg["factor"]
+    topo = S.topology_from_dict(exact)
+    nbytes = float(cfg["elements"] * 4)
+    sched, _ = S.synthesize(topo, "allreduce", nbytes, chunks=cfg["chunks"], seeds=cfg["seeds"])
+    return float(Plan.from_schedule(sched, topo).time_us)
+
+
 def plot(summary: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -225,6 +238,7 @@ def main() -> int:
     t0 = time.time()
     results = run_local(worker, a.nproc, cfg, timeout_s=900)
     summary = summarize(results, cfg)
+    summary["predicted_new_exact_ratio_us"] = exact_ratio_prediction(results[0]["doc"], cfg)
     summary["wall_s"] = time.time() - t0
     summary["torch"] = torch.__version__
     keys = [
@@ -238,6 +252,7 @@ def main() -> int:
         "predicted_new_us",
         "measured_new_us",
         "new_plan_error",
+        "predicted_new_exact_ratio_us",
         "measured_ring_degraded_us",
         "choices",
         "wall_s",

@@ -10,9 +10,11 @@ iterations, re-planning on drift, and a fall-back to the backend's own collectiv
 * Plans: one per (collective, size, root), synthesized by rank 0 from the current topology and handed to
   the other ranks through the job's store, so every rank runs the same schedule.
 * Probes (`step()`): one round of disjoint rank pairs (round robin: every pair every n-1 steps) ping-pongs
-  one byte and `probe_bytes` in both directions (fastest of `probe_repeats`). The fastest of a pair's first
+  one byte and `probe_bytes` in both directions (fastest of `probe_repeats`); a one-way time is the payload's
+  round trip less half the fastest one-byte round trip the pair has shown. The fastest of a pair's first
   `baseline_probes` one-way times of `probe_bytes` is its reference; a later probe off it by more than
-  `drift_ratio` (either way) on `confirm` consecutive probes flags the pair. Comparing a pair with its own
+  `drift_ratio` (either way) on `confirm` consecutive probes flags the pair, at the fastest of those
+  probes' ratios (as for the reference, interference only adds time). Comparing a pair with its own
   history, not with the profile's model, keeps the probe's method out of the verdict.
 * Agreement: at every step each rank writes its probe results and its timing of plans under evaluation to
   the store, then reads every rank's; all ranks take the same decisions from the same data, at the same step.
@@ -156,6 +158,10 @@ class Adaptive:
         self.evals: dict[tuple[Any, ...], dict[str, list[float]]] = {}
         self.suspicion: dict[str, list[float]] = {}  # pair -> ratios of its consecutive off-probes
         self.reference: dict[str, list[float]] = {}  # pair -> its first probes' one-way times
+        # pair -> the fastest one-byte round trip seen: one probe's own one-byte time is far noisier than
+        # the payload's (scheduling), and the fastest of a few one-way times would pick the probe whose
+        # one-byte time happened to be slowest, a reference biased low
+        self.rtt1_floor: dict[str, float] = {}
         self.baseline_probes = baseline_probes
         self.probe_repeats = probe_repeats
         self.last_probe: dict[str, dict[str, float]] = {}
@@ -399,7 +405,8 @@ class Adaptive:
         flagged: dict[str, float] = {}
         for pair in sorted(measured):
             m = measured[pair]
-            one_way = m["rtt_us"] - m["rtt1_us"] / 2
+            floor = self.rtt1_floor[pair] = min(self.rtt1_floor.get(pair, m["rtt1_us"]), m["rtt1_us"])
+            one_way = m["rtt_us"] - floor / 2
             ref = self.reference.setdefault(pair, [])
             if len(ref) < self.baseline_probes:  # the pair's normal time, under the current topology
                 ref.append(one_way)
@@ -411,7 +418,8 @@ class Adaptive:
             else:
                 self.suspicion.pop(pair, None)
             if len(self.suspicion.get(pair, [])) >= self.confirm:
-                flagged[pair] = sorted(self.suspicion[pair])[len(self.suspicion[pair]) // 2]
+                # the fastest confirming probe, as for the reference: interference only adds time
+                flagged[pair] = min(self.suspicion[pair])
         if not flagged:
             return []
         events: list[Event] = []
@@ -433,6 +441,7 @@ class Adaptive:
             )
             self.suspicion.pop(pair, None)
             self.reference.pop(pair, None)
+            self.rtt1_floor.pop(pair, None)
         from autoccl.synth import topology_from_dict
 
         self.topo = topology_from_dict(self.doc, source="adaptive topology")
