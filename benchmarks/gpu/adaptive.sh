@@ -12,7 +12,8 @@
 #   5. `autoccl adaptive check --device cuda`: every collective x dtype from plans against the reference.
 # Results go to $OUT (summary.md plus the JSON/YAML files each step writes).
 #   OUT=/tmp/out bash benchmarks/gpu/adaptive.sh
-# The box has no internet: nvidia-ml-py comes from a carried wheel (.whl/nvidia_ml_py-*.whl) unless installed.
+# The box has no internet: nvidia-ml-py comes from a carried wheel (.whl/nvidia_ml_py-*.whl, git-ignored: name
+# `.whl` in the device tool's carry) unless installed. The launcher also keeps NVLink multicast off in its workers.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

@@ -17,6 +17,7 @@ from autoccl.adaptive.detect import build_topology, gather_reports
 from autoccl.adaptive.plan import Plan
 from autoccl.adaptive.profile import measured_topology, run_profile
 from autoccl.adaptive.transport import TorchTransport
+from autoccl.tuner_env import SAFETY_ENV
 
 BUS_FACTOR = {
     "allgather": lambda n: (n - 1) / n,
@@ -35,6 +36,7 @@ def launched() -> bool:
 def init_from_launcher(device: str, timeout_s: float = 600) -> None:
     backend = "nccl" if device == "cuda" else "gloo"
     if device == "cuda":
+        os.environ.update(SAFETY_ENV)  # NVLink multicast off in every launch, as the benchmark harness does
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
 

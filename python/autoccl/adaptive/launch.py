@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from autoccl.tuner_env import free_local_port
+from autoccl.tuner_env import SAFETY_ENV, free_local_port
 
 # Imported once by the fork server, before the first worker: what every worker would import anyway.
 # Effective only before the first run_local of a process (the server then lives on).
@@ -37,6 +37,8 @@ def _entry(
     timeout_s: float,
 ) -> None:
     os.environ.update(env)
+    if backend == "nccl":
+        os.environ.update(SAFETY_ENV)  # NVLink multicast off in every launch, as the benchmark harness does
     import torch
     import torch.distributed as dist
 
