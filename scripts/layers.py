@@ -44,7 +44,9 @@ COMPONENTS = [
     Component("common", ("csrc/common/",), 0, 1.0, "common: Config, TaskKey,\nplan segments, median/MAD"),
     Component("search", ("csrc/search/",), 1, -0.3, "search: one task's plan\n(TaskSearch)"),
     Component("coord", ("csrc/coord/",), 2, 2.1, "coord: agreement per\n(task, call); boards, TCP"),
-    Component("engine", ("csrc/engine/",), 3, 1.0, "engine: Context, decision\nsources, timing, tables"),
+    Component(
+        "engine", ("csrc/engine/",), 3, 1.0, "engine: Context, decision\nsources, SearchDecider, timing"
+    ),
     Component(
         "shim", ("csrc/nccl/",), 4, 1.0, "shim (csrc/nccl): tuner.cc,\nprofiler.cc; libautoccl-nccl.so"
     ),
@@ -152,13 +154,24 @@ def arrows() -> dict[tuple[str, str], set[str]]:
     return dict(sorted(found.items()))
 
 
+# Arrows that point down and are still forbidden: the agreement layer knows plans, not how they are made (the
+# engine's SearchDecider joins coord and search).
+FORBIDDEN = {("coord", "search"): "the agreement layer must not know the search"}
+
+
 def violations(found: dict[tuple[str, str], set[str]]) -> list[str]:
     row = {c.name: c.row for c in COMPONENTS}
-    return [
+    out = [
         f"{a} -> {b} points up (row {row[a]} to row {row[b]}): " + "; ".join(sorted(files))
         for (a, b), files in found.items()
         if row[b] >= row[a]
     ]
+    out += [
+        f"{a} -> {b}: {FORBIDDEN[(a, b)]}: " + "; ".join(sorted(files))
+        for (a, b), files in found.items()
+        if (a, b) in FORBIDDEN
+    ]
+    return out
 
 
 def _route(

@@ -13,20 +13,26 @@
 # Results go to $OUT (summary.md plus the JSON/YAML files each step writes).
 #   OUT=/tmp/out bash benchmarks/gpu/adaptive.sh
 # The box has no internet: nvidia-ml-py comes from a carried wheel (.whl/nvidia_ml_py-*.whl, git-ignored: name
-# `.whl` in the device tool's carry) unless installed. The launcher also keeps NVLink multicast off in its workers.
-set -uo pipefail
+# `.whl` in the device tool's carry) unless installed. Self-contained: benchmarks/gpu/setup.sh (MPICH, nccl-tests,
+# the plugin) is not needed here.
+set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-# NVLink multicast stays off in every launch (common.sh exports the same; set here before anything runs).
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# NVLink multicast stays off in every launch (the adaptive launcher sets the same in its NCCL workers).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+exec > >(tee -a "$OUT/run.log") 2>&1
 T0=$SECONDS
-source benchmarks/h200/common.sh
-machine_info > "$OUT/machine.txt" 2>&1
-nvidia-smi topo -m >> "$OUT/machine.txt" 2>&1
+{
+  date -u +%FT%TZ; uname -a; nvidia-smi; nvidia-smi topo -m
+  python3 -c 'import torch, sys; print("python", sys.version.split()[0]); print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())), "gpus", torch.cuda.device_count())'
+} > "$OUT/machine.txt" 2>&1
 python3 -c "import pynvml" 2>/dev/null || python3 -m pip install -q --no-index --no-deps .whl/nvidia_ml_py-*.whl \
   || { echo "nvidia-ml-py is missing and no wheel is carried in .whl/"; exit 1; }
-install_autoccl
-python3 -c "import scipy" 2>/dev/null || { echo "scipy is missing on this box (autoccl profile's fits)"; exit 1; }
+# The package with its synthesis extension (benchmarks/gpu/setup.sh builds only the plugin): the image's
+# scikit-build-core, pybind11, cmake and ninja, no downloads.
+python3 -m pip install --no-build-isolation --no-deps . > "$OUT/pip-install.log" 2>&1 \
+  || { tail -40 "$OUT/pip-install.log"; exit 1; }
+python3 -c "import click, rich, numpy, yaml, scipy" || { echo "click/rich/numpy/yaml/scipy missing on this box"; exit 1; }
 NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())")
 step() { echo "=== $1 ($((SECONDS - T0)) s)"; }
 

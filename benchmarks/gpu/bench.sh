@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On a GPU machine of the device tool: set it up (nccl-tests and MPICH from the carried .carry/ and .whl/,
-# the plugin built from this checkout) and run the benchmark plans named in PLANS. Results go to
+# On a GPU machine: set it up (benchmarks/gpu/setup.sh: nccl-tests and MPICH from the carried .carry/ and .whl/,
+# the plugin built from this checkout) and run the benchmark plans named in PLANS, each a sequence of the product's
+# own commands (`autoccl bench nccl-tests|coll|train`): a user with a GPU node runs the same commands we do. Results go to
 # $OUT/<plan>/ and, tarred, to $OUT/<plan>.tgz (the tool brings back few files).
 #
 #   PLANS="overhead online train" OUT=/tmp/out bash benchmarks/gpu/bench.sh
@@ -13,14 +14,17 @@
 #   design    plain, idle64 and online together
 #   plain64   plain NCCL against plain NCCL on 64-channel communicators (what more channels can give)
 #   custom    ARGS as given in BENCH_ARGS
+#   coll      `autoccl bench coll` AG/RS/AR 4 MiB-1 GiB beside no, light and heavy GEMM load: plain NCCL, online,
+#             static-best (one knob at a time) and the oracle (every configuration fixed mode can force, best per
+#             cell); COLL_SIZES, COLL_LOADS, ORACLE_CHANNELS narrow it (the whole matrix takes ~40 min on 4 GPUs)
+#   check     `autoccl bench coll --check`: every collective's result against a reference, plain and online
 #   train     `autoccl bench train` (TRAIN_PRESET, default 350m; FSDP2 and DDP; plain NCCL then online) repeated
 #             TRAIN_PAIRS times (default 2): interleaved launch pairs, each online launch starting cold
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$SECONDS
 BUDGET_S=${BUDGET_S:-540}
-source benchmarks/nccl_tests/setup_gpu.sh || exit 1
-source benchmarks/nccl_tests/plugin_build.sh || exit 1
+source benchmarks/gpu/setup.sh || exit 1
 git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || true
 echo "setup done at $((SECONDS - T0)) s"
 LAUNCH=${LAUNCH:-single,mpi}
@@ -36,6 +40,20 @@ for plan in ${PLANS:-overhead online}; do
     design) args=(-m plain -m "$IDLE64" -m online --trace) ;;
     plain64) args=(-m plain -m "plain64:plain NCCL_MIN_CTAS=64 NCCL_MAX_CTAS=64") ;;
     custom) eval "args=(${BENCH_ARGS:-})" ;;
+    coll|check)
+      left=$((BUDGET_S - (SECONDS - T0)))
+      if [ "$left" -lt 60 ]; then echo "plan $plan skipped: ${left} s left"; continue; fi
+      if [ "$plan" = coll ]; then
+        cargs=(--colls ag,rs,ar --sizes "${COLL_SIZES:-4M:1G:x4}" --dtype bf16 --load "${COLL_LOADS:-none,light,heavy}"
+               -w 5 -n 20 -r 5 --modes nccl,online,static-best,oracle --online-warmup 200 --sweep-iters 10
+               --sweep-reps 3 --oracle-channels "${ORACLE_CHANNELS:-auto,16,32,64}")
+      else
+        cargs=(--colls all --sizes 1M:256M:x16 --dtype bf16 --check -w 2 -n 5 -r 3 --modes nccl,online --online-warmup 50)
+      fi
+      mkdir -p "$OUT/$plan"
+      timeout "$left" python3 -m autoccl bench coll "${cargs[@]}" --no-progress -o "$OUT/$plan/$plan" 2>&1 | tail -40
+      (cd "$OUT" && tar czf "$plan.tgz" --exclude='*.logs' "$plan" && rm -rf "$plan")
+      continue ;;
     train)
       mkdir -p "$OUT/train"
       for p in $(seq "${TRAIN_PAIRS:-2}"); do

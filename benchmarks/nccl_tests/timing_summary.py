@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Per run of a trace folder (sweep.py --keep-traces): how many calls were timed in each nccl-tests phase,
+"""Per run of a trace folder (autoccl bench nccl-tests --trace): how many calls were timed in each phase,
 how many samples the searches used, and the timestamp sanity of the samples (channel start spread).
 
     python3 benchmarks/nccl_tests/timing_summary.py /tmp/traces/mpi-online [--warmup 200 --per-cycle 84]

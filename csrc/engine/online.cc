@@ -75,7 +75,7 @@ class GatedDecider final : public coord::Decider {
     if (t.coll == kGuardColl) return guard->decide(k, covered);
     return inner.decide(t, k, covered);
   }
-  coord::SearchDecider inner;
+  SearchDecider inner;
   std::shared_ptr<GuardPlan> guard = std::make_shared<GuardPlan>();
 
  private:
@@ -88,7 +88,7 @@ class GatedDecider final : public coord::Decider {
 class ForwardDecider final : public coord::Decider {
  public:
   using Observer = std::function<void(const coord::TaskKey&, int rank, uint64_t k, double us)>;
-  ForwardDecider(coord::SearchDecider* inner, std::shared_ptr<GuardPlan> guard, Observer observer)
+  ForwardDecider(SearchDecider* inner, std::shared_ptr<GuardPlan> guard, Observer observer)
       : inner_(inner), guard_(std::move(guard)), observer_(std::move(observer)) {}
   std::vector<coord::Segment> decide(const coord::TaskKey& t, uint64_t k, uint64_t covered) override {
     if (t.coll == kGuardColl) return guard_->decide(k, covered);
@@ -99,7 +99,7 @@ class ForwardDecider final : public coord::Decider {
   }
 
  private:
-  coord::SearchDecider* inner_;
+  SearchDecider* inner_;
   std::shared_ptr<GuardPlan> guard_;
   Observer observer_;
 };

@@ -1,7 +1,7 @@
 // Mode `online`: the search (autoccl_search) behind the agreement layer (autoccl_coord).
 //
 // One authority per communicator: the context of its rank 0 (rank from the profiler pairing) owns a
-// coord::SearchDecider and feeds it the GPU times of its own kernels. Every rank, the authority
+// SearchDecider (search_decider.h) and feeds it the GPU times of its own kernels. Every rank, the authority
 // included, applies only what the board holds for (task, call index), so ranks cannot diverge.
 //
 // Board choice (process-wide, `Coordination`), deterministic from the environment:
@@ -36,7 +36,7 @@
 #include <unordered_map>
 
 #include "autoccl/coord/coord.h"
-#include "autoccl/coord/search_decider.h"
+#include "engine/search_decider.h"
 #include "engine/policy.h"
 #include "engine/settings.h"
 #include "engine/timing.h"

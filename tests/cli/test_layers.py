@@ -37,3 +37,10 @@ def test_an_upward_include_is_reported() -> None:
     found = dict(layers.arrows())
     found[("common", "engine")] = {"csrc/common/x.h -> csrc/engine/context.h"}
     assert any("common" in line and "engine" in line for line in layers.violations(found))
+
+
+def test_coord_reaching_the_search_is_reported() -> None:
+    layers = _layers()
+    found = dict(layers.arrows())
+    found[("coord", "search")] = {"csrc/coord/src/x.cpp -> csrc/search/include/autoccl/search/search.h"}
+    assert any("must not know the search" in line for line in layers.violations(found))

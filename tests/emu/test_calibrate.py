@@ -1,5 +1,6 @@
-"""The calibration's chunk fit: probe tables parsed as gpu_nccl_v6_check.sh writes them, and the chunk terms
-recovered from ratios a known model produces (whatever its absolute level)."""
+"""The calibration's chunk fit: probe tables parsed as benchmarks/results/h200x2/nccl-2.30-chunk-size/probe/
+chunk_probe.md has them, and the chunk terms recovered from ratios a known model produces
+(whatever its absolute level)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-// Store, SearchDecider, in-process board, CommAgreement, environment helpers.
+// Store, in-process board, CommAgreement, environment helpers.
 #include <algorithm>
 #include <condition_variable>
 #include <cstdio>

@@ -22,14 +22,15 @@
 #include <tuple>
 
 #include "autoccl/coord/coord.h"
-#include "autoccl/coord/search_decider.h"
 #include "autoccl/coord/launcher.h"
 #include <gtest/gtest.h>
+#include "engine/search_decider.h"
 #include "sha256.h"
 #include "wire.h"
 
 using namespace autoccl;
 using namespace autoccl::coord;
+using autoccl::engine::SearchDecider;  // the engine's Decider over the search, the coordinator's usual client
 using std::chrono::milliseconds;
 
 namespace {

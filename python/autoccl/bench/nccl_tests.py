@@ -92,13 +92,18 @@ def parse_mode(text: str) -> Mode:
 
 
 def parse_rows(text: str) -> list[dict[str, Any]]:
-    """nccl-tests' result rows (out-of-place `oop_*`, in-place `ip_*`; `*_wrong` None without -c)."""
+    """nccl-tests' result rows (out-of-place `oop_*`, in-place `ip_*`; `*_wrong` None without -c); `cycle`
+    counts the passes over the sizes (nccl-tests -N), from 0."""
     rows: list[dict[str, Any]] = []
+    cycle, last_bytes = 0, -1
     for line in text.splitlines():
         m = _ROW.match(line)
         if not m:
             continue
         g = m.groups()
+        if int(g[0]) <= last_bytes:
+            cycle += 1
+        last_bytes = int(g[0])
 
         def wrong(s: str) -> int | None:
             return None if s == "N/A" else int(float(s))
@@ -109,11 +114,14 @@ def parse_rows(text: str) -> list[dict[str, Any]]:
                 "count": int(g[1]),
                 "dtype": g[2],
                 "oop_time_us": float(g[5]),
+                "oop_algbw_gbs": float(g[6]),
                 "oop_busbw_gbs": float(g[7]),
                 "oop_wrong": wrong(g[8]),
                 "ip_time_us": float(g[9]),
+                "ip_algbw_gbs": float(g[10]),
                 "ip_busbw_gbs": float(g[11]),
                 "ip_wrong": wrong(g[12]),
+                "cycle": cycle,
             }
         )
     return rows

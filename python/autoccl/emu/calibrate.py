@@ -10,7 +10,7 @@ Accepted inputs (detected per file):
   effect of a light/heavy GEMM on the collective and of the collective's channels on the GEMM;
 - oracle sweeps, JSONL lines
   {"coll","bytes","algo","proto","channels","nranks","busbw_gbs","time_us"[,"chunk"]};
-- chunk probes, the markdown tables of benchmarks/nccl_tests/gpu_nccl_v6_check.sh (chunk_probe.md: per
+- chunk probes, markdown tables as in benchmarks/results/h200x2/nccl-2.30-chunk-size (chunk_probe.md: per
   collective, rows `<algo>_<proto>_<channels>_chunk<bytes>` of busbw per size, chunk 0 = NCCL's own), measured
   on --probe-nranks GPUs.
 Least squares on log(time) (scipy), with weak priors on every parameter so that parameters the data cannot

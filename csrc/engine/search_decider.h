@@ -1,5 +1,5 @@
-// The authority's Decider backed by the online search: the one bridge from the coordinator (which agrees
-// on plans and knows nothing of how they are made) to csrc/search.
+// The authority's Decider backed by the online search: the engine's bridge between the coordinator (which
+// agrees on plans and knows nothing of how they are made) and csrc/search, which know nothing of each other.
 #pragma once
 
 #include <cstdint>
@@ -11,21 +11,21 @@
 #include "autoccl/coord/coord.h"
 #include "autoccl/search/search.h"
 
-namespace autoccl::coord {
+namespace autoccl::engine {
 
 // A Decider backed by one search::TaskSearch per task. Tasks the authority has not registered yet
 // get NCCL's default for a short while (windows of 1, 2, 4, ... up to `window` calls past the call asked);
 // registerTask() then starts the search right after what was already published, counting those calls'
 // samples as NCCL's baseline (search::Options::defaultTimedBefore).
-class SearchDecider : public Decider {
+class SearchDecider : public coord::Decider {
  public:
   explicit SearchDecider(uint64_t window = 16) : window_(window) {}
   // Creates the task's search (if new) starting after the calls already decided for it.
-  std::shared_ptr<search::TaskSearch> registerTask(const TaskKey& task, const search::Space& space,
+  std::shared_ptr<search::TaskSearch> registerTask(const coord::TaskKey& task, const search::Space& space,
                                                    search::Options opt = search::Options(),
                                                    std::vector<search::Hint> hints = {});
-  std::shared_ptr<search::TaskSearch> find(const TaskKey& task);
-  std::vector<Segment> decide(const TaskKey& task, uint64_t k, uint64_t coveredUpTo) override;
+  std::shared_ptr<search::TaskSearch> find(const coord::TaskKey& task);
+  std::vector<Segment> decide(const coord::TaskKey& task, uint64_t k, uint64_t coveredUpTo) override;
 
  private:
   struct Entry {
@@ -33,8 +33,8 @@ class SearchDecider : public Decider {
     std::shared_ptr<search::TaskSearch> search;
   };
   std::mutex mu_;
-  std::map<TaskKey, Entry> tasks_;
+  std::map<coord::TaskKey, Entry> tasks_;
   uint64_t window_;
 };
 
-}  // namespace autoccl::coord
+}  // namespace autoccl::engine

@@ -1,10 +1,10 @@
-#include "autoccl/coord/search_decider.h"
+#include "engine/search_decider.h"
 
 #include <algorithm>
 
-namespace autoccl::coord {
+namespace autoccl::engine {
 
-std::shared_ptr<search::TaskSearch> SearchDecider::registerTask(const TaskKey& task, const search::Space& space,
+std::shared_ptr<search::TaskSearch> SearchDecider::registerTask(const coord::TaskKey& task, const search::Space& space,
                                                                 search::Options opt, std::vector<search::Hint> hints) {
   std::lock_guard<std::mutex> lk(mu_);
   Entry& e = tasks_[task];
@@ -16,13 +16,13 @@ std::shared_ptr<search::TaskSearch> SearchDecider::registerTask(const TaskKey& t
   return e.search;
 }
 
-std::shared_ptr<search::TaskSearch> SearchDecider::find(const TaskKey& task) {
+std::shared_ptr<search::TaskSearch> SearchDecider::find(const coord::TaskKey& task) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = tasks_.find(task);
   return it == tasks_.end() ? nullptr : it->second.search;
 }
 
-std::vector<Segment> SearchDecider::decide(const TaskKey& task, uint64_t k, uint64_t coveredUpTo) {
+std::vector<Segment> SearchDecider::decide(const coord::TaskKey& task, uint64_t k, uint64_t coveredUpTo) {
   std::shared_ptr<search::TaskSearch> s;
   std::vector<Segment> out;
   {
