@@ -56,7 +56,14 @@ COMPONENTS = [
     Component(
         "cli", ("python/autoccl/cli/", "python/autoccl/__main__.py"), 5, 7.6, "autoccl.cli:\nevery verb"
     ),
-    Component("synth.py", ("python/autoccl/synth/",), 4, 5.5, "autoccl.synth"),
+    Component("synth.py", ("python/autoccl/synth/",), 3, 5.5, "autoccl.synth"),
+    Component(
+        "adaptive",
+        ("python/autoccl/adaptive/",),
+        4,
+        5.5,
+        "autoccl.adaptive: topology,\nprofile, executor, re-plan",
+    ),
     Component("demo", ("python/autoccl/demo/",), 4, 7.6, "autoccl.demo"),
     Component("bench", ("python/autoccl/bench/",), 4, 9.7, "autoccl.bench: nccl-tests,\ncoll, train, report"),
     Component("emu.py", ("python/autoccl/emu/",), 3, 7.6, "autoccl.emu: scenarios,\nmodel, calibration"),

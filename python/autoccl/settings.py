@@ -267,6 +267,7 @@ VARIABLES: tuple[Variable, ...] = (
     # checked where it is used (`--nccl-channels auto`), with what to do instead
     Variable("AUTOCCL_NCCL_LIBRARY", "probe", "an NCCL library file", _file),
     Variable("AUTOCCL_EMU_KEEP", "cli", "1, true, yes or 0, false, no", _flag),
+    Variable("AUTOCCL_TOPO_HOST", "cli", "a host name (used as given)", None),
     Variable("AUTOCCL_EMU_NCCL_VERSION", "emulator", "NCCL version code, e.g. 22809", _nccl_version),
     Variable("AUTOCCL_AGREEMENT_FULL", "tests", "1 or unset", None),
     Variable("AUTOCCL_AGREEMENT_RUNS", "tests", "integer", None),

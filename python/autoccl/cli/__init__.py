@@ -1,6 +1,7 @@
 """The `autoccl` command line, all of it in this package: one module per command group (tuner: env, run,
-cache; bench: bench, report; synth: synth, sim; demo), the options they share in options.py and
-channels.py. The components it drives (autoccl.bench, autoccl.synth, autoccl.demo, ...) never import it."""
+cache; bench: bench, report; synth: synth, sim; demo; adaptive: topo, profile, adaptive), the options they
+share in options.py and channels.py. The components it drives (autoccl.bench, autoccl.synth, autoccl.demo,
+autoccl.adaptive, ...) never import it."""
 
 from __future__ import annotations
 
@@ -40,12 +41,13 @@ def main() -> None:
 
 
 def _register() -> None:
+    from autoccl.cli.adaptive import adaptive, profile, topo
     from autoccl.cli.bench import bench, report
     from autoccl.cli.demo import demo
     from autoccl.cli.synth import sim, synth
     from autoccl.cli.tuner import cache, env, run
 
-    for command in (env, run, cache, demo, bench, report, synth, sim):
+    for command in (env, run, cache, demo, bench, report, synth, sim, topo, profile, adaptive):
         main.add_command(command)
 
 

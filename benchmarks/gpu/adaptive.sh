@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The adaptive collectives on a GPU machine of the device tool (written for nvidia-h100-x2; any one host with
+# 2+ GPUs). NOT YET RUN on any GPU: no number from it is in the repository, and no GPU target is claimed
+# met until it has run and its summary is committed under benchmarks/results/. What it measures, against the
+# targets of docs/adaptive.md ("GPU targets"):
+#   1. `autoccl topo --device cuda`: the detected NVLink/NVSwitch topology (expect NV18 to an NVSwitch on H100 SXM);
+#   2. plain CUDA peer copies (tensor.copy_ between GPUs: cudaMemcpyPeerAsync) at 256 MiB, both directions;
+#   3. `autoccl profile --device cuda`: every link's alpha/beta over NCCL send/recv; target: the NV18 link's
+#      beta within 10 % of (2);
+#   4. `autoccl adaptive bench --device cuda`: plans executed over NCCL point-to-point against NCCL's own
+#      All-Gather / All-Reduce at 64 MiB .. 1 GiB; target: plan busbw >= 80 % of NCCL's at >= 64 MiB;
+#   5. `autoccl adaptive check --device cuda`: every collective x dtype from plans against the reference.
+# Results go to $OUT (summary.md plus the JSON/YAML files each step writes).
+#   OUT=/tmp/out bash benchmarks/gpu/adaptive.sh
+# The box has no internet: nvidia-ml-py comes from a carried wheel (.whl/nvidia_ml_py-*.whl, git-ignored: name
+# `.whl` in the device tool's carry) unless installed. Self-contained: benchmarks/gpu/setup.sh (MPICH, nccl-tests,
+# the plugin) is not needed here.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+# NVLink multicast stays off in every launch (the adaptive launcher sets the same in its NCCL workers).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+exec > >(tee -a "$OUT/run.log") 2>&1
+T0=$SECONDS
+{
+  date -u +%FT%TZ; uname -a; nvidia-smi; nvidia-smi topo -m
+  python3 -c 'import torch, sys; print("python", sys.version.split()[0]); print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())), "gpus", torch.cuda.device_count())'
+} > "$OUT/machine.txt" 2>&1
+python3 -c "import pynvml" 2>/dev/null || python3 -m pip install -q --no-index --no-deps .whl/nvidia_ml_py-*.whl \
+  || { echo "nvidia-ml-py is missing and no wheel is carried in .whl/"; exit 1; }
+# The package with its synthesis extension (benchmarks/gpu/setup.sh builds only the plugin): the image's
+# scikit-build-core, pybind11, cmake and ninja, no downloads.
+python3 -m pip install --no-build-isolation --no-deps . > "$OUT/pip-install.log" 2>&1 \
+  || { tail -40 "$OUT/pip-install.log"; exit 1; }
+python3 -c "import click, rich, numpy, yaml, scipy" || { echo "click/rich/numpy/yaml/scipy missing on this box"; exit 1; }
+NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())")
+step() { echo "=== $1 ($((SECONDS - T0)) s)"; }
+
+step "topo"
+python3 -m autoccl topo --device cuda -o "$OUT/topo.yaml" --plot "$OUT/topo.png" --reports "$OUT/reports.json" \
+  2>&1 | tee "$OUT/topo.txt"
+
+step "copy bandwidth + plans against NCCL"
+python3 -m autoccl adaptive bench --device cuda -t "$OUT/topo.yaml" --colls allgather,allreduce \
+  --sizes "${SIZES:-64M,256M,1G}" --copy 256M --warmup 5 --iters 20 -o "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
+
+step "profile"
+python3 -m autoccl profile --device cuda -t "$OUT/topo.yaml" -o "$OUT/measured.yaml" --report "$OUT/profile.json" \
+  --sizes "${PROFILE_SIZES:-1M,16M,64M,256M}" --repeats 5 --validate 256M 2>&1 | tee "$OUT/profile.txt"
+
+step "plans from the measured topology against NCCL"
+python3 -m autoccl adaptive bench --device cuda -t "$OUT/measured.yaml" --colls allgather,allreduce \
+  --sizes "${SIZES:-64M,256M,1G}" --warmup 5 --iters 20 -o "$OUT/bench-measured.json" 2>&1 | tee "$OUT/bench-measured.txt"
+
+step "correctness"
+python3 -m autoccl adaptive check --device cuda -t "$OUT/measured.yaml" 2>&1 | tail -5 | tee "$OUT/check.txt"
+
+step "summary"
+python3 - "$OUT" <<'PY' | tee "$OUT/summary.md"
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+bench = json.loads((out / "bench.json").read_text())
+prof = json.loads((out / "profile.json").read_text())["profile"]
+print("| link | copy GB/s | profiled beta GB/s | beta / copy | target (within 10 %) |\n|---|---|---|---|---|")
+for c in bench.get("copy", []):
+    p = next((x for x in prof["pairs"] if x["src"] == c["src"] and x["dst"] == c["dst"]), None)
+    if p:
+        r = p["bandwidth_gbps"] / c["gbps"]
+        print(f"| {c['src']}->{c['dst']} | {c['gbps']:.1f} | {p['bandwidth_gbps']:.1f} +- {p['bandwidth_err_gbps']:.1f}"
+              f" | {r:.3f} | {'met' if abs(r - 1) <= 0.10 else 'NOT met'} |")
+for name in ("bench.json", "bench-measured.json"):
+    rows = json.loads((out / name).read_text())["rows"]
+    print(f"\n{name}\n\n| collective | bytes | plan busbw | NCCL busbw | plan/NCCL | target (>= 0.80) | same result |\n"
+          "|---|---|---|---|---|---|---|")
+    for r in rows:
+        if r["ratio"] is None:
+            print(f"| {r['collective']} | {r['bytes']} | {r['plan_busbw_gbps']:.1f} | n/a | n/a | not measured | n/a |")
+            continue
+        ok = r["ratio"] >= 0.8
+        print(f"| {r['collective']} | {r['bytes']} | {r['plan_busbw_gbps']:.1f} | {r['native_busbw_gbps']:.1f} "
+              f"| {r['ratio']:.3f} | {'met' if ok else 'NOT met'} | {r['same_as_native']} |")
+PY
+echo "done in $((SECONDS - T0)) s; GPUs: $NGPU"

@@ -1,0 +1,225 @@
+"""Collectives executed from plans, with torch.distributed's signatures and semantics:
+
+    all_reduce(tensor, plan, op=SUM)                      in place
+    all_gather_into_tensor(output, input, plan)           output = concat of every rank's input
+    all_gather(output_list, input, plan)                  per-rank sizes may differ
+    reduce_scatter_tensor(output, input, plan, op=SUM)    input = nranks equal parts
+    reduce_scatter(output, input_list, plan, op=SUM)      per-rank sizes may differ
+    broadcast(tensor, plan, src=None)                     from the plan's root
+    reduce(tensor, plan, dst=None, op=SUM)                to the plan's root; other ranks' tensors unchanged
+
+`group` is the job's process group (None: the default group); plan ranks are ranks of that group.
+`transport` replaces the point-to-point layer (e.g. an EmulatedTransport).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from autoccl.adaptive.executor import RunStats, run_program
+from autoccl.adaptive.plan import Plan, PlanError, owned_chunks, split_sizes
+from autoccl.adaptive.reduce_ops import Reduction, resolve
+from autoccl.adaptive.transport import TorchTransport, Transport
+
+SUM = dist.ReduceOp.SUM
+
+
+def _transport(group: Any, transport: Transport | None) -> Transport:
+    return transport if transport is not None else TorchTransport(group)
+
+
+def _check(plan: Plan, collective: str, t: Transport) -> None:
+    if plan.collective != collective:
+        raise PlanError(f"a {plan.collective} plan cannot run {collective}")
+    if plan.nranks != t.size:
+        raise PlanError(f"the plan is for {plan.nranks} ranks but the process group has {t.size}")
+
+
+def _flat(t: torch.Tensor, what: str) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
+    if not t.is_contiguous():
+        raise ValueError(f"{what} must be contiguous")
+    return t.view(-1)
+
+
+def _pieces(flat: torch.Tensor, n: int) -> list[torch.Tensor]:
+    out, off = [], 0
+    for k in split_sizes(flat.numel(), n):
+        out.append(flat[off : off + k])
+        off += k
+    return out
+
+
+def _segment_views(plan: Plan, segments: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Chunk views when rank r's owned chunks (ascending) split segment r."""
+    views: list[torch.Tensor | None] = [None] * plan.nchunks
+    for r, chunks in enumerate(owned_chunks(plan)):
+        for c, piece in zip(chunks, _pieces(segments[r], len(chunks)), strict=True):
+            views[c] = piece
+    assert all(v is not None for v in views)
+    return views  # type: ignore[return-value]
+
+
+def all_reduce(
+    tensor: torch.Tensor,
+    plan: Plan,
+    op: Any = SUM,
+    group: Any = None,
+    transport: Transport | None = None,
+) -> RunStats:
+    t = _transport(group, transport)
+    _check(plan, "allreduce", t)
+    flat = _flat(tensor, "tensor")
+    red = resolve(op, tensor.dtype)
+    red.prepare(flat)
+    stats = run_program(plan, t.rank, _pieces(flat, plan.nchunks), t, red)
+    red.finish(flat, plan.nranks)
+    return stats
+
+
+def _gather(plan: Plan, segments: list[torch.Tensor], inp: torch.Tensor, t: Transport) -> RunStats:
+    mine = segments[t.rank]
+    if mine.numel() != inp.numel():
+        raise ValueError(f"rank {t.rank}'s input has {inp.numel()} elements, its output part {mine.numel()}")
+    if mine.data_ptr() != inp.data_ptr():
+        mine.copy_(inp)
+    return run_program(plan, t.rank, _segment_views(plan, segments), t)
+
+
+def all_gather_into_tensor(
+    output: torch.Tensor,
+    input: torch.Tensor,
+    plan: Plan,
+    group: Any = None,
+    transport: Transport | None = None,
+) -> RunStats:
+    t = _transport(group, transport)
+    _check(plan, "allgather", t)
+    out, inp = _flat(output, "output"), _flat(input, "input")
+    if out.dtype != inp.dtype:
+        raise TypeError(f"output dtype {out.dtype} differs from input dtype {inp.dtype}")
+    if out.numel() != inp.numel() * t.size:
+        raise ValueError(f"output must hold {t.size} x {inp.numel()} elements, it holds {out.numel()}")
+    m = inp.numel()
+    return _gather(plan, [out[r * m : (r + 1) * m] for r in range(t.size)], inp, t)
+
+
+def all_gather(
+    output_list: Sequence[torch.Tensor],
+    input: torch.Tensor,
+    plan: Plan,
+    group: Any = None,
+    transport: Transport | None = None,
+) -> RunStats:
+    t = _transport(group, transport)
+    _check(plan, "allgather", t)
+    if len(output_list) != t.size:
+        raise ValueError(f"output_list needs {t.size} tensors, got {len(output_list)}")
+    segs = [_flat(o, f"output_list[{r}]") for r, o in enumerate(output_list)]
+    inp = _flat(input, "input")
+    if any(s.dtype != inp.dtype for s in segs):
+        raise TypeError("every output tensor must have the input's dtype")
+    return _gather(plan, segs, inp, t)
+
+
+def _scatter(
+    plan: Plan, work_segments: list[torch.Tensor], out: torch.Tensor, red: Reduction, t: Transport
+) -> RunStats:
+    for s in work_segments:
+        red.prepare(s)
+    stats = run_program(plan, t.rank, _segment_views(plan, work_segments), t, red)
+    out.copy_(work_segments[t.rank])
+    red.finish(out, plan.nranks)
+    return stats
+
+
+def reduce_scatter_tensor(
+    output: torch.Tensor,
+    input: torch.Tensor,
+    plan: Plan,
+    op: Any = SUM,
+    group: Any = None,
+    transport: Transport | None = None,
+) -> RunStats:
+    t = _transport(group, transport)
+    _check(plan, "reducescatter", t)
+    out, inp = _flat(output, "output"), _flat(input, "input")
+    if out.dtype != inp.dtype:
+        raise TypeError(f"output dtype {out.dtype} differs from input dtype {inp.dtype}")
+    if inp.numel() != out.numel() * t.size:
+        raise ValueError(f"input must hold {t.size} x {out.numel()} elements, it holds {inp.numel()}")
+    red = resolve(op, out.dtype)
+    work = inp.clone()
+    m = out.numel()
+    return _scatter(plan, [work[r * m : (r + 1) * m] for r in range(t.size)], out, red, t)
+
+
+def reduce_scatter(
+    output: torch.Tensor,
+    input_list: Sequence[torch.Tensor],
+    plan: Plan,
+    op: Any = SUM,
+    group: Any = None,
+    transport: Transport | None = None,
+) -> RunStats:
+    t = _transport(group, transport)
+    _check(plan, "reducescatter", t)
+    if len(input_list) != t.size:
+        raise ValueError(f"input_list needs {t.size} tensors, got {len(input_list)}")
+    out = _flat(output, "output")
+    ins = [_flat(x, f"input_list[{r}]") for r, x in enumerate(input_list)]
+    if any(x.dtype != out.dtype for x in ins):
+        raise TypeError("every input tensor must have the output's dtype")
+    if ins[t.rank].numel() != out.numel():
+        raise ValueError(f"input_list[{t.rank}] has {ins[t.rank].numel()} elements, output {out.numel()}")
+    red = resolve(op, out.dtype)
+    work = torch.cat(ins) if ins else out.new_empty(0)
+    segs, off = [], 0
+    for x in ins:
+        segs.append(work[off : off + x.numel()])
+        off += x.numel()
+    return _scatter(plan, segs, out, red, t)
+
+
+def broadcast(
+    tensor: torch.Tensor,
+    plan: Plan,
+    src: int | None = None,
+    group: Any = None,
+    transport: Transport | None = None,
+) -> RunStats:
+    t = _transport(group, transport)
+    _check(plan, "broadcast", t)
+    if src is not None and src != plan.root:
+        raise PlanError(
+            f"the plan broadcasts from rank {plan.root}, not {src}: synthesize one with root={src}"
+        )
+    flat = _flat(tensor, "tensor")
+    return run_program(plan, t.rank, _pieces(flat, plan.nchunks), t)
+
+
+def reduce(
+    tensor: torch.Tensor,
+    plan: Plan,
+    dst: int | None = None,
+    op: Any = SUM,
+    group: Any = None,
+    transport: Transport | None = None,
+) -> RunStats:
+    t = _transport(group, transport)
+    _check(plan, "reduce", t)
+    if dst is not None and dst != plan.root:
+        raise PlanError(f"the plan reduces to rank {plan.root}, not {dst}: synthesize one with root={dst}")
+    flat = _flat(tensor, "tensor")
+    red = resolve(op, tensor.dtype)
+    work = flat if t.rank == plan.root else flat.clone()
+    red.prepare(work)
+    stats = run_program(plan, t.rank, _pieces(work, plan.nchunks), t, red)
+    if t.rank == plan.root:
+        red.finish(work, plan.nranks)
+    return stats

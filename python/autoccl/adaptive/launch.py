@@ -1,0 +1,116 @@
+"""Start N local worker processes on one process group (gloo on CPUs, NCCL on GPUs) and collect what each
+returns: used by `autoccl topo/profile --nproc N` when not started by a launcher, and by the tests.
+
+Workers come from a fork server that has imported torch once, so starting 8 ranks costs little more than
+starting one. Under torchrun (WORLD_SIZE set) the CLI uses the launcher's process group instead.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from autoccl.tuner_env import SAFETY_ENV, free_local_port
+
+# Imported once by the fork server, before the first worker: what every worker would import anyway.
+# Effective only before the first run_local of a process (the server then lives on).
+PRELOAD: list[str] = ["torch", "torch.distributed", "autoccl.adaptive.jobs"]
+
+
+class WorkerError(RuntimeError):
+    """A worker process failed; the message holds its rank and error."""
+
+
+def _entry(
+    rank: int,
+    world: int,
+    port: int,
+    backend: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    env: dict[str, str],
+    results: Any,
+    timeout_s: float,
+) -> None:
+    os.environ.update(env)
+    if backend == "nccl":
+        os.environ.update(SAFETY_ENV)  # NVLink multicast off in every launch, as the benchmark harness does
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    try:
+        if backend == "nccl":
+            torch.cuda.set_device(rank % max(torch.cuda.device_count(), 1))
+        store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timedelta(seconds=timeout_s))
+        dist.init_process_group(
+            backend, store=store, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s)
+        )
+        out = fn(rank, world, *args)
+        results.put((rank, True, out))
+    except BaseException as e:
+        results.put((rank, False, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"))
+    finally:
+        try:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception:
+            pass
+
+
+def run_local(
+    fn: Callable[..., Any],
+    nproc: int,
+    *args: Any,
+    backend: str = "gloo",
+    env: dict[str, str] | None = None,
+    timeout_s: float = 120.0,
+) -> list[Any]:
+    """Run fn(rank, world, *args) in `nproc` processes on one process group; return the results by rank.
+    `fn` must be importable (a module-level function)."""
+    if nproc < 1:
+        raise ValueError("nproc must be at least 1")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(list(PRELOAD))
+    results = ctx.Queue()
+    port = free_local_port()
+    procs = [
+        ctx.Process(
+            target=_entry,
+            args=(r, nproc, port, backend, fn, args, dict(env or {}), results, timeout_s),
+            daemon=True,
+        )
+        for r in range(nproc)
+    ]
+    for p in procs:
+        p.start()
+    got: dict[int, Any] = {}
+    errors: list[str] = []
+    try:
+        for _ in range(nproc):
+            try:
+                rank, ok, value = results.get(timeout=timeout_s + 30)
+            except Exception:
+                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+                raise WorkerError(
+                    f"workers did not finish within {timeout_s + 30:.0f} s"
+                    + (f" (rank(s) {dead} died)" if dead else "")
+                ) from None
+            if ok:
+                got[rank] = value
+            else:
+                errors.append(f"rank {rank}: {value}")
+                break
+    finally:
+        for p in procs:
+            p.join(timeout=5 if not errors else 0.5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    if errors:
+        raise WorkerError(errors[0])
+    return [got[r] for r in range(nproc)]

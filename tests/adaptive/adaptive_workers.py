@@ -1,0 +1,176 @@
+"""Rank functions for the multi-process tests (module level, so the fork server can import them)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from autoccl import synth as S
+from autoccl.adaptive import collectives as C
+from autoccl.adaptive.plan import Plan
+from autoccl.adaptive.runtime import Adaptive, ddp_comm_hook
+from autoccl.adaptive.transport import EmulatedTransport, Handle, LinkModel, Message, TorchTransport
+from autoccl.adaptive.verify import run_matrix
+
+
+class _All:
+    def __init__(self, handles: list[Handle]) -> None:
+        self.handles: list[Handle] | None = handles
+
+    def wait(self) -> bool:
+        if self.handles is not None:  # once: every op of the batch shares this handle
+            for h in self.handles:
+                h.wait()
+            self.handles = None
+        return True
+
+
+class CoalescedTransport:
+    """NCCL's semantics on gloo: one handle completes the whole batch."""
+
+    def __init__(self) -> None:
+        self.base = TorchTransport()
+        self.rank, self.size = self.base.rank, self.base.size
+
+    def issue(self, messages: Sequence[Message]) -> list[Handle]:
+        if not messages:
+            return []
+        h = _All(self.base.issue(messages))
+        return [h] * len(messages)
+
+
+def coalesced_job(rank: int, world: int, spec: str) -> list[str]:
+    t = S.parse_gen_spec(spec)
+    plans = {c: Plan.from_schedule(S.synthesize(t, c, "1M", chunks=2)[0], t) for c in S.COLLECTIVES}
+    rep = run_matrix(plans, rank, world, dtypes=[torch.float32, torch.int32], transport=CoalescedTransport())
+    assert rep.cases > 0
+    return rep.failures
+
+
+def baselines_job(rank: int, world: int, spec: str, folder: str) -> list[str]:
+    """Every baseline the synthesizer offers, through a schedule file, executed."""
+    from pathlib import Path
+
+    t = S.parse_gen_spec(spec)
+    fails: list[str] = []
+    for algo in S.BASELINES:
+        plans = {}
+        for coll in S.COLLECTIVES:
+            try:
+                sched = S.baseline(t, algo, coll, "1M", chunks=2)
+            except ValueError:
+                continue  # e.g. no rhd for this rank count
+            path = Path(folder) / f"{algo}-{coll}.json"
+            if rank == 0:
+                S.save_schedule(S.simulate(t, sched)["timed"], path, t)
+            dist.barrier()
+            plans[coll] = Plan.load(path)
+        fails += [
+            f"{algo}: {f}"
+            for f in run_matrix(plans, rank, world, dtypes=[torch.float64, torch.uint8]).failures
+        ]
+    return fails
+
+
+def _fc_emulated(world: int, latency_us: float, gbps: float) -> tuple[EmulatedTransport, dict[str, Any]]:
+    links = {(a, b): LinkModel(latency_us, gbps) for a in range(world) for b in range(world) if a != b}
+    emu = EmulatedTransport(TorchTransport(), links)
+    doc = {
+        "name": "emulated",
+        "npus": [f"e/r{r}" for r in range(world)],
+        "links": [
+            {"src": f"e/r{a}", "dst": f"e/r{b}", "latency_us": latency_us, "bandwidth_gbps": gbps}
+            for a in range(world)
+            for b in range(world)
+            if a != b
+        ],
+    }
+    return emu, doc
+
+
+def drift_job(rank: int, world: int, slow_at: int, iters: int) -> dict[str, Any]:
+    """A fully connected emulated network; link 0->1 becomes 4x slower at `slow_at`."""
+    emu, doc = _fc_emulated(world, 20.0, 0.05)
+    t = S.topology_from_dict(doc)
+    ring = Plan.from_schedule(S.baseline(t, "ring", "allreduce", float(1 << 18)), t)
+    ad = Adaptive(
+        doc,
+        transport=emu,
+        chunks=2,
+        seeds=2,
+        probe_bytes=256 << 10,
+        eval_calls=1,
+        native={"allreduce": lambda x, op: C.all_reduce(x, ring, op, transport=emu)},
+    )
+    x = torch.empty(1 << 16)
+    events, correct, versions = [], True, []
+    for it in range(iters):
+        if it == slow_at and rank == 0:
+            emu.set_link(0, 1, LinkModel(20.0, 0.05 / 4))
+        x.fill_(rank + 1.0)
+        mode = ad.all_reduce(x)
+        if mode == "plan":
+            correct &= bool(torch.all(x == world * (world + 1) / 2))
+        versions.append(ad.version)
+        events += [dict(e.to_dict(), iter=it) for e in ad.step()]
+        if any(e["kind"] == "drift" and e["pair"] == "0->1" and e["iter"] >= slow_at for e in events):
+            if it > slow_at + 25 or ad.choice:  # the new plan has been evaluated
+                break
+    return {
+        "events": events,
+        "correct": correct,
+        "versions": versions,
+        "plan": ad.plan("allreduce", 1 << 18).to_dict(),
+    }
+
+
+def fallback_job(rank: int, world: int) -> dict[str, Any]:
+    """Plans over slow emulated links against gloo's own (unemulated, far faster) All-Reduce."""
+    emu, doc = _fc_emulated(world, 50.0, 0.01)
+    ad = Adaptive(doc, transport=emu, probe=False, eval_calls=2)
+    x = torch.empty(1 << 14)
+    modes = []
+    for _ in range(7):
+        x.fill_(1.0)
+        modes.append(ad.all_reduce(x))
+        assert torch.all(x == world)
+        ad.step()
+    return {"modes": modes, "choices": [e.to_dict() for e in ad.events if e.kind == "choice"]}
+
+
+def ddp_job(rank: int, world: int) -> dict[str, Any]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(37, 19), torch.nn.ReLU(), torch.nn.Linear(19, 3))
+    ref = torch.nn.Sequential(torch.nn.Linear(37, 19), torch.nn.ReLU(), torch.nn.Linear(19, 3))
+    ref.load_state_dict(model.state_dict())
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)
+    ddp_ref = torch.nn.parallel.DistributedDataParallel(ref, bucket_cap_mb=0.001)
+    doc = {
+        "npus": [f"r{r}" for r in range(world)],
+        "switches": ["sw"],
+        "links": [
+            {"src": f"r{r}", "dst": "sw", "latency_us": 10, "bandwidth_gbps": 2, "bidirectional": True}
+            for r in range(world)
+        ],
+    }
+    ad = Adaptive(doc, probe=False, eval_calls=1)
+    ddp.register_comm_hook(ad, ddp_comm_hook)
+    g = torch.Generator().manual_seed(rank)
+    for _ in range(3):
+        x = torch.randn(8, 37, generator=g)
+        for m in (ddp, ddp_ref):
+            m.zero_grad()
+            m(x).square().sum().backward()
+        ad.step()
+    same = all(
+        torch.allclose(a.grad, b.grad, atol=1e-6)
+        for a, b in zip(model.parameters(), ref.parameters(), strict=True)
+    )
+    return {
+        "same": same,
+        "buckets": len(list(model.parameters())),
+        "events": [e.to_dict() for e in ad.events],
+    }

@@ -1,0 +1,63 @@
+"""Plans executed over gloo point-to-point operations by 4-8 processes: every collective x dtype x ragged
+size from synthesized plans on a ring, a mesh, a torus and a two-level hosts x GPUs cluster equals the
+reference (bit-identical for gathers and broadcasts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import adaptive_workers as W
+import pytest
+
+from autoccl.adaptive.jobs import check_job, generated_doc
+from autoccl.adaptive.launch import WorkerError, run_local
+
+ALL = ["allgather", "reducescatter", "allreduce", "broadcast", "reduce"]
+
+
+def _check(spec: str, nproc: int, **cfg: object) -> list[dict]:
+    base = {
+        "device": "cpu",
+        "topology": generated_doc(spec),
+        "colls": ALL,
+        "dtypes": None,
+        "ops": ["sum"],
+        "sizes": [5, 37],
+        "chunks": 2,
+        "bytes": 1 << 20,
+    }
+    return run_local(check_job, nproc, {**base, **cfg})
+
+
+@pytest.mark.parametrize(
+    "spec,nproc", [("ring:4", 4), ("mesh:2x3", 6), ("torus:2x4", 8), ("cluster:2x2", 4)], ids=lambda x: str(x)
+)
+def test_every_collective_and_dtype(S, spec: str, nproc: int) -> None:
+    results = _check(spec, nproc)
+    assert all(r["cases"] >= 17 * 2 * 5 for r in results)  # 17 dtypes x 2 sizes x >= 5 checks
+    failures = [f for r in results for f in r["failures"]]
+    assert not failures, failures[:10]
+
+
+def test_every_reduction_on_every_dtype(S) -> None:
+    results = _check("ring:4", 4, colls=["allreduce", "reduce"], ops=None, both_kinds=True, cycle_sizes=True)
+    assert results[0]["cases"] > 200
+    failures = [f for r in results for f in r["failures"]]
+    assert not failures, failures[:10]
+
+
+def test_nccl_style_batches(S) -> None:
+    """One handle per batch (as NCCL's coalesced point-to-point returns) must be enough."""
+    fails = run_local(W.coalesced_job, 4, "mesh:2x2")
+    assert not [f for r in fails for f in r]
+
+
+def test_baselines_through_schedule_files(S, tmp_path: Path) -> None:
+    fails = run_local(W.baselines_job, 4, "torus:2x2", str(tmp_path))
+    assert not [f for r in fails for f in r]
+    assert len(list(tmp_path.glob("*.json"))) >= 15
+
+
+def test_rank_count_mismatch_is_one_sentence(S) -> None:
+    with pytest.raises(WorkerError, match="the plan is for 6 ranks but the process group has 4"):
+        _check("mesh:2x3", 4, colls=["allreduce"], dtypes=["float32"])

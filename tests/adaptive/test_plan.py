@@ -1,0 +1,196 @@
+"""Plans, per-rank programs, reductions, references, profile fits and the runtime's topology helpers,
+without processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+from autoccl.adaptive.plan import RECV, SEND, Plan, PlanError, split_sizes
+from autoccl.adaptive.profile import (
+    ContentionFit,
+    PairFit,
+    Profile,
+    fit_alpha_beta,
+    measured_topology,
+    round_robin,
+)
+from autoccl.adaptive.reduce_ops import ReductionError, resolve
+from autoccl.adaptive.runtime import route, route_model
+from autoccl.adaptive.verify import DTYPES, reference_reduce, valid_ops
+
+
+def test_plan_from_schedule_and_json_round_trip(S, tmp_path: Path) -> None:
+    t = S.generate("torus", [2, 3])
+    sched, _ = S.synthesize(t, "allreduce", "1M", chunks=2, seeds=2)
+    p = Plan.from_schedule(sched, t)
+    assert (p.collective, p.nranks, p.nchunks, p.num_transfers) == ("allreduce", 6, 12, sched.num_transfers)
+    assert p.time_us == pytest.approx(sched.time_us)
+    S.save_schedule(sched, tmp_path / "s.json", t)  # the synthesizer's own file
+    q = Plan.load(tmp_path / "s.json")
+    assert np.array_equal(q.src, p.src) and np.array_equal(q.op, p.op) and q.owner == p.owner
+    p.save(tmp_path / "p.json")
+    r = Plan.load(tmp_path / "p.json")
+    assert np.array_equal(r.start_us, p.start_us) and r.collective == p.collective
+    # a file the synthesizer's loader accepts
+    assert S.check(S.load_schedule(tmp_path / "p.json"))["ok"]
+
+
+def test_untimed_baselines_are_timed_by_the_simulator(S) -> None:
+    t = S.generate("ring", [4])
+    b = S.baseline(t, "ring", "allgather", "1M")
+    p = Plan.from_schedule(b, t)
+    assert p.time_us > 0 and np.all(p.end_us > p.start_us)
+    q = Plan.from_schedule(b)  # no topology: step order
+    assert np.all(q.start_us >= 0)
+
+
+def test_programs_follow_the_global_order(S) -> None:
+    t = S.generate("mesh", [2, 2])
+    p = Plan.from_schedule(S.synthesize(t, "allreduce", "1M", chunks=2)[0], t)
+    order = p.issue_order().tolist()
+    for rank in range(p.nranks):
+        prog = p.program(rank)
+        idx = [op.index for op in prog]
+        assert idx == [i for i in order if rank in (p.src[i], p.dst[i])]
+        for op in prog:
+            assert (op.kind == SEND) == (p.src[op.index] == rank)
+            if op.kind == RECV and op.reduce:
+                assert not op.direct  # reductions always stage
+    ag = Plan.from_schedule(S.synthesize(t, "allgather", "1M")[0], t)
+    assert all(op.direct for op in ag.program(0) if op.kind == RECV)  # gathers land in place
+    assert p.program(0) is p.program(0)  # cached
+
+
+def test_bad_plans_are_one_sentence(S) -> None:
+    t = S.generate("ring", [4])
+    d = Plan.from_schedule(S.synthesize(t, "allgather", "1M")[0], t).to_dict()
+    with pytest.raises(PlanError, match="not an autoccl-schedule"):
+        Plan.from_dict({"format": "x"})
+    for key, value, msg in (
+        ("collective", "alltoall", "unknown collective"),
+        ("owner", [0, 1], "owner has 2 entries"),
+        ("transfers", [[0, 0, 9, 0, 1, 0, -1, 0]], "outside 0..3"),
+        ("transfers", [[0, 1, 1, 0, 1, 0, -1, 0]], "to itself"),
+        ("transfers", [[0, 0, 1, 0, 1, 1, -1, 0]], "cannot contain reductions"),
+        ("transfers", [[0, 0]], "malformed"),
+    ):
+        with pytest.raises(PlanError, match=msg):
+            Plan.from_dict({**d, key: value})
+    with pytest.raises(PlanError, match="rank 7"):
+        Plan.from_dict(d).program(7)
+
+
+def test_split_sizes() -> None:
+    assert (
+        split_sizes(7, 3) == [3, 2, 2] and split_sizes(2, 4) == [1, 1, 0, 0] and sum(split_sizes(0, 5)) == 0
+    )
+
+
+def test_reduction_validation() -> None:
+    assert resolve(dist.ReduceOp.SUM, torch.float32).name == "sum"
+    assert resolve("avg", torch.int8).name == "avg"
+    assert resolve(dist._make_nccl_premul_sum(0.25), torch.bfloat16).factor == 0.25
+    for op, dtype, msg in (
+        (dist.ReduceOp.MIN, torch.complex64, "not defined for complex"),
+        (dist.ReduceOp.BXOR, torch.float16, "bitwise"),
+        (dist.ReduceOp.AVG, torch.bool, "bool"),
+        (dist._make_nccl_premul_sum(2.0), torch.int32, "floating or complex"),
+        ("median", torch.float32, "unknown reduction"),
+    ):
+        with pytest.raises(ReductionError, match=msg):
+            resolve(op, dtype)
+    assert set(valid_ops(torch.bool)) == {"sum", "product", "min", "max", "band", "bor", "bxor"}
+    assert "premul_sum" in valid_ops(torch.float8_e4m3fn) and "band" not in valid_ops(torch.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_local_combine_matches_the_reference(dtype: torch.dtype) -> None:
+    """The executor's in-place combine, applied rank after rank, equals the wide-type reference."""
+    from autoccl.adaptive.verify import make_input, same
+
+    for op in valid_ops(dtype):
+        xs = [make_input(dtype, 33, r, 5, exact=True) for r in range(5)]
+        red = resolve(
+            dist._make_nccl_premul_sum(0.5) if op == "premul_sum" else getattr(dist.ReduceOp, op.upper()),
+            dtype,
+        )
+        acc = xs[0].clone()
+        red.prepare(acc)
+        for x in xs[1:]:
+            y = x.clone()
+            red.prepare(y)
+            red.combine(acc, y)
+        red.finish(acc, len(xs))
+        assert same(acc, reference_reduce(xs, op), exact=True), (dtype, op)
+
+
+def test_fit_alpha_beta() -> None:
+    sizes = [1, 4096, 65536, 1 << 20]
+    times = [5 + s / 2000 for s in sizes]  # 5 us, 2 GB/s
+    a, b, ae, be = fit_alpha_beta(sizes, times)
+    assert a == pytest.approx(5, abs=1e-6) and b == pytest.approx(2.0) and ae < 1e-6 and be < 1e-6
+    a, b, _, _ = fit_alpha_beta([1, 1000], [50.0, 10.0])  # noise: a falling line
+    assert a == 0 and b == pytest.approx(1000 / 10 / 1e3)
+    with pytest.raises(ValueError):
+        fit_alpha_beta([5, 5], [1, 2])
+
+
+def test_round_robin_covers_every_pair_once() -> None:
+    for n in (2, 3, 4, 7, 8):
+        pairs = [p for rnd in round_robin(n) for p in rnd]
+        assert sorted(pairs) == sorted((a, b) for a in range(n) for b in range(a + 1, n))
+        for rnd in round_robin(n):
+            ranks = [r for p in rnd for r in p]
+            assert len(ranks) == len(set(ranks))
+
+
+def _profile(n: int, shared: bool) -> Profile:
+    pairs = [PairFit(a, b, 10.0 + a, 2.0 + b, 0.1, 0.01) for a in range(n) for b in range(n) if a != b]
+    agg = 2.5 if shared else 2.0 * (n - 1)
+    cont = [ContentionFit(r, agg, agg, 2.0, 2.0) for r in range(n)]
+    return Profile(n, "cpu", pairs, cont)
+
+
+def test_measured_topology_models(S) -> None:
+    structure = {"name": "m", "npus": [f"h/cpu{r}" for r in range(4)]}
+    doc, used = measured_topology(structure, _profile(4, shared=False))
+    assert used == "p2p" and len(doc["links"]) == 12
+    link = next(x for x in doc["links"] if x["src"] == "h/cpu1" and x["dst"] == "h/cpu3")
+    assert (link["latency_us"], link["bandwidth_gbps"]) == (11.0, 5.0)
+    doc, used = measured_topology(structure, _profile(4, shared=True))
+    assert used == "switch" and doc["switches"] == ["h/port"]
+    assert all(x["bandwidth_gbps"] == 2.5 for x in doc["links"])
+    S.topology_from_dict(doc)
+    two = {"name": "m", "npus": ["a/cpu0", "a/cpu1", "b/cpu0", "b/cpu1"], "dims": [2, 2]}
+    prof = _profile(4, shared=True)
+    prof.host_pairs = {"a->b": 1.5, "b->a": 1.25}
+    doc, _ = measured_topology(two, prof)
+    assert doc["nics"] == ["a/nic", "b/nic"] and doc["dims"] == [2, 2]
+    links = {(x["src"], x["dst"]): x for x in doc["links"]}
+    assert links[("a/nic", "network")]["bandwidth_gbps"] == 1.5
+    t = S.topology_from_dict(doc)
+    assert S.check(S.synthesize(t, "allreduce", "1M")[0], t)["ok"]
+    with pytest.raises(ValueError, match="the profile 4"):
+        measured_topology({"npus": ["x"]}, prof)
+
+
+def test_route_through_switches() -> None:
+    doc = {
+        "npus": ["a", "b", "c"],
+        "switches": ["s"],
+        "links": [
+            {"src": "a", "dst": "s", "latency_us": 1, "bandwidth_gbps": 10},
+            {"src": "s", "dst": "b", "latency_us": 2, "bandwidth_gbps": 5},
+            {"src": "a", "dst": "c", "latency_us": 1, "bandwidth_gbps": 1},
+            {"src": "c", "dst": "b", "latency_us": 1, "bandwidth_gbps": 100},
+        ],
+    }
+    assert route(doc, "a", "b") == [("a", "s"), ("s", "b")]  # NPUs are not crossed
+    assert route_model(doc, "a", "b") == (3.0, 5.0)
+    with pytest.raises(ValueError, match="no path"):
+        route(doc, "b", "a")

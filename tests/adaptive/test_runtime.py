@@ -1,0 +1,51 @@
+"""The adaptive runtime on 4 gloo ranks: drift detection and re-planning on an emulated network, the
+fall-back to the backend's own collective, store agreement, and the DDP communication hook."""
+
+from __future__ import annotations
+
+import adaptive_workers as W
+
+from autoccl.adaptive.launch import run_local
+
+
+def test_slow_link_is_detected_and_replanned(S) -> None:
+    slow_at = 12  # after every pair's reference probes (3 rounds of pairs x 3 probes)
+    results = run_local(W.drift_job, 4, slow_at, slow_at + 30)
+    events = results[0]["events"]
+    # every rank took the same decisions at the same steps (agreement through the store)
+    strip = [
+        [{k: v for k, v in e.items() if k not in ("plan_us", "native_us")} for e in r["events"]]
+        for r in results
+    ]
+    assert all(s == strip[0] for s in strip)
+    assert all(r["versions"] == results[0]["versions"] for r in results)
+    assert all(r["correct"] for r in results)
+    drift = [e for e in events if e["kind"] == "drift" and e["pair"] == "0->1" and e["iter"] >= slow_at]
+    assert drift, events
+    assert drift[0]["iter"] - slow_at <= 20
+    assert 2.5 < drift[0]["ratio"] < 6  # 4x slower, seen through probes
+    assert drift[0]["bandwidth_gbps_after"] < drift[0]["bandwidth_gbps_before"] / 2.5
+    # the new plan sends less over the slow link than the old plan did
+    plan = results[0]["plan"]
+    over_slow = sum(1 for row in plan["transfers"] if row[1] == 0 and row[2] == 1)
+    per_link = [
+        sum(1 for row in plan["transfers"] if (row[1], row[2]) == (a, b))
+        for a in range(4)
+        for b in range(4)
+        if a != b
+    ]
+    assert over_slow < max(per_link)
+
+
+def test_falls_back_to_the_faster_native_collective(S) -> None:
+    results = run_local(W.fallback_job, 4)
+    for r in results:
+        assert r["modes"][:4] == ["plan", "native", "plan", "native"]  # evaluation alternates
+        assert r["choices"] and r["choices"][0]["pick"] == "native"
+        assert r["modes"][-1] == "native"
+
+
+def test_ddp_comm_hook_matches_ddp(S) -> None:
+    results = run_local(W.ddp_job, 4)
+    assert all(r["same"] for r in results)
+    assert all(r["events"] == results[0]["events"] for r in results)
