@@ -1613,31 +1613,31 @@ void testOnlineTcpPinnedCost() {
 
 }  // namespace
 
+TEST(engine, online_agreement_threads) { testAgreementThreads(); }
+TEST(engine, online_convergence) { testConvergence(); }
+TEST(engine, online_small_task_keeps_nccl) { testSmallTaskKeepsNccl(); }
+TEST(engine, online_step_guard_keeps_a_gain) { testStepGuardKeepsAGain(); }
+TEST(engine, online_step_guard_drops_a_slower_step) { testStepGuardDropsASlowerStep(); }
+TEST(engine, online_follower_ignores_own_measurements) { testFollowerIgnoresOwnMeasurements(); }
+TEST(engine, online_not_all_local) { testNotAllLocal(); }
+TEST(engine, online_inproc_slowest_rank) { testInprocSlowestRank(); }
+TEST(engine, online_rank_merge) { testRankMerge(); }
+TEST(engine, online_arrival_merge) { testArrivalMerge(); }
+TEST(engine, online_save_tuned) { testSaveTunedAndWarmStart(); }
+TEST(engine, online_stream_period) { testStreamPeriodScoring(); }
+TEST(engine, online_idle_task_releases_timing) { testIdleTaskReleasesTiming(); }
+TEST(engine, online_host_pause_leaves_period_out) { testHostPauseLeavesPeriodOut(); }
+TEST(engine, online_periodic_task_keeps_its_samples) { testPeriodicTaskKeepsItsSamples(); }
+TEST(engine, online_check_releases_timing_before_its_events) { testCheckReleasesTimingBeforeItsEvents(); }
+TEST(engine, online_no_timing_while_checks_wait_for_time) { testNoTimingWhileChecksWaitForTime(); }
+TEST(engine, online_pinned_lookups_prefetched) { testPinnedLookupsPrefetched(); }
+TEST(engine, online_tcp_duel_checked_by_period) { testTcpDuelCheckedByPeriod(); }
+TEST(engine, online_bad_coordinator) { testBadCoordinator(); }
+TEST(engine, online_hot_path) { testOnlineHotPath(); }
+TEST(engine, online_tcp_pinned_cost) { testOnlineTcpPinnedCost(); }
+
 int main(int argc, char** argv) {
   clearCoordEnv();
-  static const autoccl::test::Case cases[] = {
-      {"online_agreement_threads", testAgreementThreads},
-      {"online_convergence", testConvergence},
-      {"online_small_task_keeps_nccl", testSmallTaskKeepsNccl},
-      {"online_step_guard_keeps_a_gain", testStepGuardKeepsAGain},
-      {"online_step_guard_drops_a_slower_step", testStepGuardDropsASlowerStep},
-      {"online_follower_ignores_own_measurements", testFollowerIgnoresOwnMeasurements},
-      {"online_not_all_local", testNotAllLocal},
-      {"online_inproc_slowest_rank", testInprocSlowestRank},
-      {"online_rank_merge", testRankMerge},
-      {"online_arrival_merge", testArrivalMerge},
-      {"online_save_tuned", testSaveTunedAndWarmStart},
-      {"online_stream_period", testStreamPeriodScoring},
-      {"online_idle_task_releases_timing", testIdleTaskReleasesTiming},
-      {"online_host_pause_leaves_period_out", testHostPauseLeavesPeriodOut},
-      {"online_periodic_task_keeps_its_samples", testPeriodicTaskKeepsItsSamples},
-      {"online_check_releases_timing_before_its_events", testCheckReleasesTimingBeforeItsEvents},
-      {"online_no_timing_while_checks_wait_for_time", testNoTimingWhileChecksWaitForTime},
-      {"online_pinned_lookups_prefetched", testPinnedLookupsPrefetched},
-      {"online_tcp_duel_checked_by_period", testTcpDuelCheckedByPeriod},
-      {"online_bad_coordinator", testBadCoordinator},
-      {"online_hot_path", testOnlineHotPath},
-      {"online_tcp_pinned_cost", testOnlineTcpPinnedCost},
-  };
-  return autoccl::test::runCases(argc, argv, cases);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
 }

@@ -1407,18 +1407,32 @@ void lateStart() {
   CHECK(defaultMeasured >= o.baselineSamples);
 }
 
-TestCase tests[] = {{"convergence", convergence}, {"immutability", immutability}, {"robustness", robustness},
-                    {"warmstart", warmstart},     {"drift", drift},               {"objective", objective},
-                    {"ceiling", ceiling},         {"pairCeiling", pairCeiling},
-                    {"channelGranularity", channelGranularity},         {"costFilter", costFilter},
-                    {"runAhead", runAhead},       {"settlingStart", settlingStart}, {"duelTies", duelTies}, {"duelLateTurns", duelLateTurns},
-                    {"duelRuns", duelRuns},       {"duelLeftBehind", duelLeftBehind},       {"duelSecondOpinion", duelSecondOpinion},
-                    {"duelPausedSample", duelPausedSample},
-                    {"duelWaitsForSamples", duelWaitsForSamples}, {"duelSwitchCost", duelSwitchCost},
-                    {"driftSpacedByTime", driftSpacedByTime}, {"unmeasuredCalls", unmeasuredCalls},
-                    {"tableDefaultEntry", tableDefaultEntry}, {"unprofiledTask", unprofiledTask},
-                    {"lateStart", lateStart}, {"reviveDropped", reviveDropped}};
 
 }  // namespace
 
-TEST_MAIN(tests)
+TEST(search, convergence) { convergence(); }
+TEST(search, immutability) { immutability(); }
+TEST(search, robustness) { robustness(); }
+TEST(search, warmstart) { warmstart(); }
+TEST(search, drift) { drift(); }
+TEST(search, objective) { objective(); }
+TEST(search, ceiling) { ceiling(); }
+TEST(search, pairCeiling) { pairCeiling(); }
+TEST(search, channelGranularity) { channelGranularity(); }
+TEST(search, costFilter) { costFilter(); }
+TEST(search, runAhead) { runAhead(); }
+TEST(search, settlingStart) { settlingStart(); }
+TEST(search, duelTies) { duelTies(); }
+TEST(search, duelLateTurns) { duelLateTurns(); }
+TEST(search, duelRuns) { duelRuns(); }
+TEST(search, duelLeftBehind) { duelLeftBehind(); }
+TEST(search, duelSecondOpinion) { duelSecondOpinion(); }
+TEST(search, duelPausedSample) { duelPausedSample(); }
+TEST(search, duelWaitsForSamples) { duelWaitsForSamples(); }
+TEST(search, duelSwitchCost) { duelSwitchCost(); }
+TEST(search, driftSpacedByTime) { driftSpacedByTime(); }
+TEST(search, unmeasuredCalls) { unmeasuredCalls(); }
+TEST(search, tableDefaultEntry) { tableDefaultEntry(); }
+TEST(search, unprofiledTask) { unprofiledTask(); }
+TEST(search, lateStart) { lateStart(); }
+TEST(search, reviveDropped) { reviveDropped(); }
