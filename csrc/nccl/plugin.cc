@@ -24,6 +24,7 @@ void flushTraceAtExit() {
   // The process serving the online coordinator keeps it up while other processes still use it.
   if (auto* c = runtime().coordination()) c->lingerAtExit();
   runtime().trace().flush();
+  runtime().metrics().flush();
 }
 
 struct PendingPair {
