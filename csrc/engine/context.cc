@@ -420,7 +420,7 @@ bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& c
     groupChunks_.push_back(GroupChunk{coll, applied.algo, applied.proto, applied.chunk, applied.chunkHalvings});
   }
   if (metricsOn_.load(std::memory_order_relaxed)) {
-    if (applied != t->lastApplied || source != t->lastSource || k == 0) {
+    if (!applied.sameSetting(t->lastApplied) || source != t->lastSource || k == 0) {  // not the measure flag
       std::lock_guard<std::mutex> lock(statsMu_);
       t->shownApplied = applied;
       t->shownSource = source;
@@ -571,7 +571,7 @@ void Context::deliver(const Measurement& m) {
         t->defProto = m.ncclProto;
         t->defChannels = m.ncclChannels;
       }
-      if (m.applied == t->shownApplied) t->appliedStats.add(m.gpuUs);
+      if (m.applied.sameSetting(t->shownApplied)) t->appliedStats.add(m.gpuUs);
     }
   }
   if (policy_) policy_->onMeasurement(t->key, m);

@@ -833,7 +833,7 @@ class OnlineSource final : public DecisionSource {
                   env_.commHash, collName(static_cast<int>(s->key.coll)), s->key.bytes, s->key.pipe,
                   cfgText(b).c_str(), st.convergedAt == search::kForever ? s->seg.begin : st.convergedAt,
                   st.candidates, st.samples, st.bestMedian, st.defaultMedian, gain);
-    if (env_.log) env_.log(LogLevel::Info, line);
+    if (env_.log) env_.log(LogLevel::Summary, line);
   }
 
   void updateNeed(TaskState* s, uint64_t k) {

@@ -90,7 +90,7 @@ def test_every_event_reaches_the_chained_profiler(
     assert theirs["kernelch_parent_bad"] == 0 and theirs["coll_group_bad"] == 0, theirs
     if clock == "kernel":
         assert theirs["starts"][KERNEL_CH] > 0 and theirs["kernelch_parent_ok"] == theirs["starts"][KERNEL_CH]
-    else:  # the emulator's KernelCh events of a launch-clock plan name no parent (its Colls stopped with the plan)
+    else:  # the emulator's KernelCh events of a launch-clock plan name no parent (its Colls have stopped)
         assert theirs["kernelch_parent_null"] == theirs["starts"][KERNEL_CH], theirs
     if clock == "kernel":
         assert theirs["states"][KERNEL_CH] == theirs["starts"][KERNEL_CH], theirs
