@@ -5,7 +5,9 @@
 //    descriptor (parentObj, coll/p2p.parentGroup) are translated to each side's own before it sees them.
 //  * The activation mask NCCL reads is ours OR-ed with the bits the chained plugin asked for at its init.
 //    Our own profiler sees only the events it asked for: a top-level event while our bits want it, a child
-//    event (KernelCh, ProxyOp...) when we took its parent.
+//    event (KernelCh, ProxyOp...) when we took its parent. NCCL reads the mask once per group: a Coll of a
+//    group read before our bits turned on can reach us without the KernelCh events they ask for (the chained
+//    plugin asked for Coll alone); that call's sample is then lost, which the engine tolerates.
 //  * Versions: NCCL may drive us through v5 or v6 and the chained plugin may export either; the descriptors
 //    share their layout except v6's copy-engine events, which a v5 plugin is never given.
 // Pair handles live in a fixed table, reused in allocation order once stopped (NCCL hands out a parent's

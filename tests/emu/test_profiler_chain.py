@@ -105,7 +105,7 @@ def test_events_only_the_chained_profiler_asked_for_stay_out_of_autoccl_timing(
     plugin: Path, tmp_path: Path
 ) -> None:
     """The chained plugin asks for Coll events alone: it gets one per collective and rank, none of the
-    KernelCh events autoccl asks for; autoccl takes only the Colls it asked for and times each of them."""
+    KernelCh events autoccl asks for; autoccl takes only the Colls it asked for and times them."""
     res, out = run_chained(tmp_path, plugin, counting(6), mask=1 << COLL)
     assert_clean(res)
     theirs = their_counts(out)
@@ -114,13 +114,16 @@ def test_events_only_the_chained_profiler_asked_for_stay_out_of_autoccl_timing(
     ours = chained_counts(res)
     assert ours["starts"][KERNEL_CH] > 0 and ours["forwarded_starts"][KERNEL_CH] == 0, ours
 
-    # Every Coll autoccl took completed (none waits for KernelCh events its mask did not ask for), and the
-    # matcher paired every one with its decision.
+    # The Colls autoccl took were paired with their decisions and timed. At most a couple per rank stay
+    # untimed: NCCL reads the mask once per group, and a Coll of a group that began just before autoccl's
+    # bits turned on reaches autoccl without the KernelCh events its bits would have asked for
+    # (docs/observability.md); the search gives such a sample up as lost.
     matcher = [t for t in res.trace if t.get("ev") == "matcher"]
     assert len(matcher) == 4, matcher
     for m in matcher:
-        assert m["matched_colls"] == m["measurements"] > 0, m
+        assert m["measurements"] <= m["matched_colls"] <= m["measurements"] + 2, m
         assert m["unmatched_colls"] == 0 and m["dropped_mismatch"] == 0, m
+    assert sum(m["measurements"] for m in matcher) > 0, matcher
 
 
 @pytest.mark.parametrize("bad", ["missing", "no-symbol"])
