@@ -121,7 +121,8 @@ void MetricsWriter::collectNow(const void* owner) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!started_) return;
   for (Source& s : sources_) {
-    if (s.key != owner) continue;
+    // A gone context's address may be a new one's: only the living source with this address is the caller.
+    if (s.key != owner || s.owner.expired()) continue;
     s.last = s.collect();  // the caller (the owner's own finalize) keeps it alive
     s.have = true;
   }
