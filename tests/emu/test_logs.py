@@ -20,7 +20,7 @@ LINE = re.compile(r"^autoccl-emu: NCCL INFO \[(\d+) [^\]]*\] (.*)$")
 @pytest.mark.sanitize
 def test_one_info_line_per_pinned_task_with_its_gain(plugin: Path, tmp_path: Path) -> None:
     env = {"AUTOCCL_MODE": "online", "AUTOCCL_HW": "GPU Xx4", "AUTOCCL_CACHE_DIR": str(tmp_path / "cache")}
-    sc = simple({"allreduce": [1 << 20, 32 << 20], "allgather": [4 << 20]}, nranks=4, repeat=200)
+    sc = simple({"allreduce": [1 << 20, 32 << 20], "allgather": [4 << 20]}, nranks=4, repeat=500)
     res = run(sc, plugin=plugin, env=env, timeout=240, extra_args=["--verbose"])
     assert_clean(res)
     lines = res.stderr.splitlines()
