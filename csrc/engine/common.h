@@ -54,7 +54,8 @@ struct CostTable {
 };
 
 // Logging goes through a callback injected by the shim (NCCL's logger); the engine never prints.
-enum class LogLevel { Warn, Info };
+// Summary: an INFO line that NCCL_DEBUG=INFO shows without NCCL_DEBUG_SUBSYS naming the tuner (a pinned task).
+enum class LogLevel { Warn, Info, Summary };
 using LogFn = std::function<void(LogLevel, const std::string&)>;
 
 // FNV-1a 64 (fingerprint ids).

@@ -77,11 +77,18 @@ void MaskControl::attach(int* mask, int onValue) {
   writeLocked();
 }
 
+void MaskControl::addBits(int* mask, int bits) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!mask_) mask_ = mask;
+  extraBits_ |= bits;
+  writeLocked();
+}
+
 void MaskControl::writeLocked() {
   bool on = needers_ > 0 && mask_ && onValue_;
   on_.store(on, std::memory_order_relaxed);
   // NCCL reads the mask with atomic loads at the start of each group.
-  if (mask_) __atomic_store_n(mask_, on ? onValue_ : 0, __ATOMIC_RELAXED);
+  if (mask_) __atomic_store_n(mask_, (on ? onValue_ : 0) | extraBits_, __ATOMIC_RELAXED);
 }
 
 // ---------------------------------------------------------------- Runtime
@@ -119,6 +126,14 @@ void Runtime::announce(const LogFn& log, const std::string& banner) {
       std::string why;
       if (trace_.open(settings_.tracePrefix, &why)) log(LogLevel::Info, "autoccl: trace " + trace_.path());
       else log(LogLevel::Warn, "autoccl: " + why + "; tracing off");
+    }
+    if (!settings_.metricsDir.empty()) {
+      std::string why;
+      if (metrics_.start(settings_.metricsDir, settings_.metricsIntervalS, &why))
+        log(LogLevel::Info, "autoccl: metrics to " + settings_.metricsDir + " every " +
+                                std::to_string(settings_.metricsIntervalS) + " s");
+      else
+        log(LogLevel::Warn, "autoccl: " + why + "; metrics off");
     }
   });
 }
@@ -301,6 +316,11 @@ bool Context::attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& l
                                   std::to_string(nRanks) + " ranks, " + std::to_string(nNodes) + " nodes");
   }
   updateNeed();
+  if (rt_.metrics().enabled()) {
+    metricsOn_.store(true);
+    std::weak_ptr<Context> self = weak_from_this();
+    if (!self.expired()) rt_.metrics().add(std::move(self), [this] { return metricsSnapshot(); });
+  }
   return true;
 }
 
@@ -319,7 +339,10 @@ Context::Task* Context::taskFor(const TaskKey& key) {
   auto t = std::make_unique<Task>();
   t->key = key;
   Task* raw = t.get();
-  tasks_.emplace(key, std::move(t));
+  {
+    std::lock_guard<std::mutex> lock(statsMu_);  // the metrics thread reads tasks_
+    tasks_.emplace(key, std::move(t));
+  }
   last = raw;
   if (measureBudget_ > 0 && profilerAttached_.load()) {
     raw->wanting.store(true);
@@ -395,6 +418,15 @@ bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& c
   if (chunkCallback_) {  // without it (tuner v5, NCCL < 2.30.3) nothing reads them: no work on this path
     if (groupChunks_.size() >= kMaxGroupChunks) groupChunks_.erase(groupChunks_.begin());  // a huge group
     groupChunks_.push_back(GroupChunk{coll, applied.algo, applied.proto, applied.chunk, applied.chunkHalvings});
+  }
+  if (metricsOn_.load(std::memory_order_relaxed)) {
+    if (!applied.sameSetting(t->lastApplied) || source != t->lastSource || k == 0) {  // not the measure flag
+      std::lock_guard<std::mutex> lock(statsMu_);
+      t->shownApplied = applied;
+      t->shownSource = source;
+      t->appliedStats = RobustStats(64);
+    }
+    t->callsSeen.store(t->calls, std::memory_order_relaxed);
   }
   t->lastApplied = applied;
   t->lastSource = source;
@@ -532,6 +564,15 @@ void Context::deliver(const Measurement& m) {
     t->ncclProto = m.ncclProto;
     t->ncclChannels = m.ncclChannels;
     budgetDone = measureBudget_ > 0 && t->measured >= measureBudget_;
+    if (metricsOn_.load(std::memory_order_relaxed)) {
+      if (m.applied.empty()) {
+        t->ncclStats.add(m.gpuUs);
+        t->defAlgo = m.ncclAlgo;
+        t->defProto = m.ncclProto;
+        t->defChannels = m.ncclChannels;
+      }
+      if (m.applied.sameSetting(t->shownApplied)) t->appliedStats.add(m.gpuUs);
+    }
   }
   if (policy_) policy_->onMeasurement(t->key, m);
   if (rt_.trace().enabled()) {
@@ -571,12 +612,68 @@ std::vector<Context::TaskReport> Context::report() const {
   return out;
 }
 
+ContextMetrics Context::metricsSnapshot() const {
+  ContextMetrics out;
+  out.commHash = commHash_;
+  out.rank = rank_;
+  out.nRanks = nRanks_;
+  out.nNodes = nNodes_;
+  std::vector<TaskKey> keys;
+  {
+    std::lock_guard<std::mutex> lock(statsMu_);
+    for (const auto& [key, t] : tasks_) {
+      TaskMetricsRow r;
+      r.coll = collName(key.coll);
+      r.bytes = key.bytes;
+      r.pipe = key.pipe;
+      r.calls = t->callsSeen.load(std::memory_order_relaxed);
+      r.source = sourceName(t->shownSource);
+      if (t->shownApplied.forcesPair()) {
+        r.algo = algoName(t->shownApplied.algo);
+        r.proto = protoName(t->shownApplied.proto);
+      }
+      r.channels = t->shownApplied.channels;
+      if (t->defAlgo >= 0) r.ncclAlgo = algoName(t->defAlgo);
+      if (t->defProto >= 0) r.ncclProto = protoName(t->defProto);
+      r.ncclChannels = t->defChannels;
+      const StatsSummary nccl = t->ncclStats.summary(), applied = t->appliedStats.summary();
+      r.ncclUs = nccl.median;
+      r.ncclSamples = nccl.count;
+      r.appliedUs = applied.median;
+      r.appliedSamples = applied.count;
+      out.tasks.push_back(std::move(r));
+      keys.push_back(key);
+    }
+  }
+  // The policy's own view (online: the search's medians, which score the same calls by its objective).
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const DecisionSource::TaskView v = policy_->view(keys[i]);
+    if (!v.known) continue;
+    TaskMetricsRow& r = out.tasks[i];
+    if (v.ncclUs > 0) r.ncclUs = v.ncclUs;
+    if (v.appliedUs > 0) r.appliedUs = v.appliedUs;
+    r.exploringCalls = v.exploringCalls;
+    r.regretUs = v.regretUs;
+    r.converged = v.converged;
+  }
+  std::sort(out.tasks.begin(), out.tasks.end(), [](const TaskMetricsRow& a, const TaskMetricsRow& b) {
+    return a.coll != b.coll ? a.coll < b.coll : a.bytes != b.bytes ? a.bytes < b.bytes : a.pipe < b.pipe;
+  });
+  DecisionSource::GuardView g;
+  if (policy_->guardView(&g)) {
+    out.haveGuard = true;
+    out.guard = GuardMetricsRow{g.verdicts, g.keptTuned, g.restoredNccl, g.lastTunedUs, g.lastNcclUs};
+  }
+  return out;
+}
+
 void Context::finalizeTuner() {
   if (tunerFinalized_.exchange(true)) return;
   flushHeld();
   updateNeed();
   if (!policy_) return;
   policy_->onFinalize();
+  if (metricsOn_.load()) rt_.metrics().collectNow(this);
   std::vector<TaskReport> tasks = report();
   std::vector<TableEntry> observed;
   for (const TaskReport& r : tasks) {

@@ -14,6 +14,7 @@
 
 #include "engine/common.h"
 #include "engine/fingerprint.h"
+#include "engine/metrics.h"
 #include "engine/online.h"
 #include "engine/policy.h"
 #include "engine/settings.h"
@@ -29,6 +30,9 @@ namespace autoccl::engine {
 class MaskControl {
  public:
   void attach(int* mask, int onValue);
+  // Bits kept on whatever our own need (a chained profiler's, AUTOCCL_PROFILER_CHAIN); attaches `mask` if
+  // nothing is attached yet.
+  void addBits(int* mask, int bits);
   // `flag` is the caller's own "I need timing" state, guarded by this object's mutex; `need` is
   // evaluated under that mutex so that concurrent updates cannot leave a stale answer behind.
   template <class F>
@@ -47,6 +51,7 @@ class MaskControl {
   std::mutex mu_;
   int* mask_ = nullptr;
   int onValue_ = 0;
+  int extraBits_ = 0;
   int needers_ = 0;
   std::atomic<bool> on_{false};
 };
@@ -84,6 +89,7 @@ class Runtime {
   std::string tablePathFor(const Fingerprint& fp) const;
 
   TraceWriter& trace() { return trace_; }
+  MetricsWriter& metrics() { return metrics_; }
   MaskControl& mask() { return mask_; }
 
  private:
@@ -97,13 +103,14 @@ class Runtime {
   std::mutex tablesMu_;
   std::map<std::string, std::shared_ptr<const Table>> tables_;  // path -> table (null: unusable)
   TraceWriter trace_;
+  MetricsWriter metrics_;
   MaskControl mask_;
   std::unique_ptr<Coordination> coord_;
   std::mutex onceMu_;
   std::vector<std::string> once_;
 };
 
-class Context {
+class Context : public std::enable_shared_from_this<Context> {
  public:
   Context(Runtime& rt, uint64_t commHash);
   ~Context();
@@ -161,6 +168,8 @@ class Context {
     int ncclAlgo = -1, ncclProto = -1, ncclChannels = 0;
   };
   std::vector<TaskReport> report() const;
+  // What the metrics files show of this context (the metrics thread, and finalize).
+  ContextMetrics metricsSnapshot() const;
 
  private:
   struct Task {
@@ -176,6 +185,14 @@ class Context {
     RobustStats stats;
     uint64_t measured = 0;
     int ncclAlgo = -1, ncclProto = -1, ncclChannels = 0;
+    // For the metrics files (only while they are written). callsSeen: `calls` for other threads. Under
+    // statsMu_: the applied configuration, the samples of calls left to NCCL and of calls under that
+    // configuration, and what NCCL used when left to choose.
+    std::atomic<uint64_t> callsSeen{0};
+    Config shownApplied;
+    Source shownSource = Source::Nccl;
+    RobustStats ncclStats{64}, appliedStats{64};
+    int defAlgo = -1, defProto = -1, defChannels = 0;
   };
   // A decision of the current group, for getChunkSize.
   struct GroupChunk {
@@ -207,6 +224,7 @@ class Context {
   // The group's decisions since NCCL last asked getChunkSize: the first getCollInfo after a getChunkSize
   // starts the next group (NCCL asks every algorithm of a group before any chunk). Enqueue thread only.
   static constexpr size_t kMaxGroupChunks = 256;
+  std::atomic<bool> metricsOn_{false};  // set at tuner init, before the metrics thread learns of this context
   bool chunkCallback_ = false;  // NCCL asks getChunkSize (tuner v6): only then are decisions kept for it
   std::vector<GroupChunk> groupChunks_;
   bool chunkAsked_ = false;

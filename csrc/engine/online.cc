@@ -491,6 +491,38 @@ class OnlineSource final : public DecisionSource {
     if (!out.empty()) env_.saveTuned(out);
   }
 
+  // Read-only views for the metrics files (engine/metrics.h); the search's own statistics.
+  TaskView view(const TaskKey& task) const override {
+    std::shared_ptr<search::TaskSearch> srch;
+    {
+      std::lock_guard<std::mutex> lk(mapMu_);
+      auto it = tasks_.find(task);
+      if (it != tasks_.end()) srch = it->second->search;
+    }
+    TaskView v;
+    if (!srch) return v;
+    const search::Stats st = srch->stats();
+    v.known = true;
+    v.ncclUs = st.defaultMedian;
+    v.appliedUs = st.bestMedian;
+    v.exploringCalls = st.tuningCalls;
+    v.regretUs = st.regretMicros;
+    v.converged = st.convergedAt != search::kForever;
+    return v;
+  }
+  bool guardView(GuardView* out) const override {
+    if (!authority_ || !decider_) return false;
+    const std::vector<GuardPlan::Verdict> verdicts = decider_->guard->verdicts();
+    *out = GuardView();
+    out->verdicts = verdicts.size();
+    for (const GuardPlan::Verdict& x : verdicts) ++(x.tuned ? out->keptTuned : out->restoredNccl);
+    if (!verdicts.empty()) {
+      out->lastTunedUs = verdicts.back().tunedUs;
+      out->lastNcclUs = verdicts.back().ncclUs;
+    }
+    return true;
+  }
+
   std::string traceExtra(const TaskKey& task) const override {
     std::shared_ptr<search::TaskSearch> srch;
     char waits[1024] = "";
@@ -801,7 +833,7 @@ class OnlineSource final : public DecisionSource {
                   env_.commHash, collName(static_cast<int>(s->key.coll)), s->key.bytes, s->key.pipe,
                   cfgText(b).c_str(), st.convergedAt == search::kForever ? s->seg.begin : st.convergedAt,
                   st.candidates, st.samples, st.bestMedian, st.defaultMedian, gain);
-    if (env_.log) env_.log(LogLevel::Info, line);
+    if (env_.log) env_.log(LogLevel::Summary, line);
   }
 
   void updateNeed(TaskState* s, uint64_t k) {

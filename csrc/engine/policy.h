@@ -79,6 +79,21 @@ class DecisionSource {
   virtual bool wantsPeriod() const { return false; }
   // Tuner finalize of this context (the profiler may still deliver late events afterwards).
   virtual void onFinalize() {}
+  // What the metrics files show of a task beyond the Context's own measurements (online: the search's view).
+  struct TaskView {
+    bool known = false;
+    double ncclUs = 0, appliedUs = 0;  // medians of NCCL's choice and of the pinned configuration (0: unknown)
+    uint64_t exploringCalls = 0;
+    double regretUs = 0;
+    bool converged = false;
+  };
+  virtual TaskView view(const TaskKey& task) const { (void)task; return TaskView(); }
+  // The step guard's verdicts on this communicator so far (authority, online): false when there is no guard here.
+  struct GuardView {
+    uint64_t verdicts = 0, keptTuned = 0, restoredNccl = 0;
+    double lastTunedUs = 0, lastNcclUs = 0;
+  };
+  virtual bool guardView(GuardView* out) const { (void)out; return false; }
   // Extra fields for the per-task trace record (",\"gain\":..." form, or empty).
   virtual std::string traceExtra(const TaskKey& task) const { (void)task; return std::string(); }
 };

@@ -2,6 +2,8 @@
 
 #include <sys/stat.h>
 
+#include <cstdlib>
+
 #include "autoccl/coord/coord.h"
 #include "autoccl/coord/launcher.h"
 #include "engine/common.h"
@@ -109,6 +111,11 @@ bool checkCoordinatorAndPaths(const EnvLookup& env, std::string* err) {
            (trace.back() == '/' ? " ends with '/'" : " does not exist") + ")";
     return false;
   }
+  std::string metrics = get(env, "AUTOCCL_METRICS_DIR");
+  if (!metrics.empty() && !isDir(metrics)) {
+    *err = "AUTOCCL_METRICS_DIR='" + metrics + "' is not an existing directory";
+    return false;
+  }
   std::string cache = get(env, "AUTOCCL_CACHE_DIR");
   if (!cache.empty()) {
     while (cache.size() > 1 && cache.back() == '/') cache.pop_back();
@@ -141,6 +148,8 @@ AgreedSettings agreedSettings(const Settings& s, const EnvLookup& env) {
 
 Settings loadSettings(const EnvLookup& env) {
   Settings s;
+  // Read first: a chained profiler runs whatever the other settings say (even when they disable autoccl).
+  s.profilerChain = get(env, "AUTOCCL_PROFILER_CHAIN");
   std::string mode = get(env, "AUTOCCL_MODE");
   if (mode.empty() || mode == "table") s.mode = Mode::Table;
   else if (mode == "off") s.mode = Mode::Off;
@@ -206,6 +215,20 @@ Settings loadSettings(const EnvLookup& env) {
   if (!checkCoordinatorAndPaths(env, &err)) return invalid(s, err);
 
   s.tablePath = get(env, "AUTOCCL_TABLE");
+  s.metricsDir = get(env, "AUTOCCL_METRICS_DIR");
+  const std::string interval = get(env, "AUTOCCL_METRICS_INTERVAL_S");
+  if (!interval.empty()) {
+    // Plain decimal only ("2", "0.5"), as the CLI checks it.
+    const size_t dot = interval.find('.');
+    const bool plain = interval.find_first_not_of("0123456789.") == std::string::npos && interval[0] != '.' &&
+                       interval.back() != '.' && (dot == std::string::npos || interval.find('.', dot + 1) == std::string::npos) &&
+                       interval.size() <= 20;
+    char* end = nullptr;
+    const double v = plain ? std::strtod(interval.c_str(), &end) : 0.0;
+    if (!plain || !(v >= 0.1 && v <= 86400))
+      return invalid(s, "AUTOCCL_METRICS_INTERVAL_S='" + interval + "' is not a number of seconds in [0.1, 86400]");
+    s.metricsIntervalS = v;
+  }
   s.tracePrefix = get(env, "AUTOCCL_TRACE");
   s.hw = get(env, "AUTOCCL_HW");
   s.cacheDir = get(env, "AUTOCCL_CACHE_DIR");

@@ -21,6 +21,13 @@ struct Settings {
   std::string tablePath;    // AUTOCCL_TABLE
   std::string cacheDir;     // AUTOCCL_CACHE_DIR, else $XDG_CACHE_HOME/autoccl, else ~/.cache/autoccl
   std::string tracePrefix;  // AUTOCCL_TRACE
+  // AUTOCCL_PROFILER_CHAIN: another NCCL profiler plugin (.so) that the shim loads and forwards every profiler
+  // event to (nccl/profiler_chain.h). One that cannot be loaded is a WARN, not an invalid setting.
+  std::string profilerChain;
+  // AUTOCCL_METRICS_DIR: where the metrics files go (engine/metrics.h); empty: none. AUTOCCL_METRICS_INTERVAL_S:
+  // seconds between writes, in [0.1, 86400].
+  std::string metricsDir;
+  double metricsIntervalS = 10;
   std::string hw;           // AUTOCCL_HW
   int maxChannels = 64;     // AUTOCCL_MAX_CHANNELS, in [1, 64]
   // AUTOCCL_NCCL_CHANNELS, in [1, 64], 0 = unset: at most this many channels for every call whose channel

@@ -24,6 +24,7 @@ void flushTraceAtExit() {
   // The process serving the online coordinator keeps it up while other processes still use it.
   if (auto* c = runtime().coordination()) c->lingerAtExit();
   runtime().trace().flush();
+  runtime().metrics().flush();
 }
 
 struct PendingPair {
@@ -42,6 +43,9 @@ engine::LogFn makeLog(ncclabi::Logger logger) {
     }
     if (level == engine::LogLevel::Warn) {
       logger(ncclabi::kLogWarn, ncclabi::kLogSubsysTuning | ncclabi::kLogSubsysEnv, __FILE__, __LINE__, "%s",
+             msg.c_str());
+    } else if (level == engine::LogLevel::Summary) {  // INIT is in NCCL's default NCCL_DEBUG_SUBSYS
+      logger(ncclabi::kLogInfo, ncclabi::kLogSubsysInit | ncclabi::kLogSubsysTuning, __FILE__, __LINE__, "%s",
              msg.c_str());
     } else {
       logger(ncclabi::kLogInfo, ncclabi::kLogSubsysTuning, __FILE__, __LINE__, "%s", msg.c_str());

@@ -8,6 +8,7 @@
 #include "nccl/abi/profiler_v6.h"
 #include "nccl/launch_clock.h"
 #include "nccl/plugin.h"
+#include "nccl/profiler_chain.h"
 
 namespace autoccl::shim {
 namespace {
@@ -152,14 +153,50 @@ ncclabi::Result finalize(void* context) {
   return ncclabi::kSuccess;
 }
 
+// The event bits the profiler of `context` takes now (NCCL's mask is process-wide: every context gets the
+// events while any needs them), and those it may ever take. For profiler chaining. With KernelLaunch in the
+// mask NCCL also emits each plan's Group event (the launch clock's link to the plan's Coll events).
+uint64_t mayWant(void* context) {
+  auto* p = static_cast<ProfilerCtx*>(context);
+  if (!p || !p->ctx) return 0;
+  return p->clock ? kLaunchTimingMask | ncclabi::kEvGroup : kKernelTimingMask;
+}
+uint64_t wants(void* context) { return runtime().mask().on() ? mayWant(context) : 0; }
+
+// NCCL's entries: ours alone, or ours and a chained profiler's (AUTOCCL_PROFILER_CHAIN, settled at the first init).
+ncclabi::Result entryInit(void** context, uint64_t commId, int* eActivationMask, const char* commName, int nNodes,
+                          int nRanks, int rank, ncclabi::Logger logger) {
+  static const chain::Own own{init,     startEvent<ncclabi::EventDescrV6>, stopEvent, recordEventState, finalize,
+                              wants,    mayWant};
+  bool chained = false;
+  try {
+    chained = chain::setUp(runtime().settings().profilerChain.c_str(), own, logger);
+  } catch (...) {
+  }
+  if (chained) return chain::init(context, commId, eActivationMask, commName, nNodes, nRanks, rank, logger);
+  return init(context, commId, eActivationMask, commName, nNodes, nRanks, rank, logger);
+}
+template <class Descr>
+ncclabi::Result entryStartEvent(void* context, void** eHandle, Descr* descr) {
+  if (chain::active()) return chain::startEvent(context, eHandle, descr);
+  return startEvent(context, eHandle, descr);
+}
+ncclabi::Result entryStopEvent(void* eHandle) {
+  return chain::active() ? chain::stopEvent(eHandle) : stopEvent(eHandle);
+}
+ncclabi::Result entryRecordEventState(void* eHandle, ncclabi::ProfileState state, ncclabi::EventStateArgsV5* args) {
+  return chain::active() ? chain::recordEventState(eHandle, state, args) : recordEventState(eHandle, state, args);
+}
+ncclabi::Result entryFinalize(void* context) { return chain::active() ? chain::finalize(context) : finalize(context); }
+
 }  // namespace
 }  // namespace autoccl::shim
 
 extern "C" {
 __attribute__((visibility("default"))) ncclabi::ProfilerV5 ncclProfiler_v5 = {
-    autoccl::shim::kPluginName, autoccl::shim::init, autoccl::shim::startEvent<ncclabi::EventDescrV5>,
-    autoccl::shim::stopEvent, autoccl::shim::recordEventState, autoccl::shim::finalize};
+    autoccl::shim::kPluginName, autoccl::shim::entryInit, autoccl::shim::entryStartEvent<ncclabi::EventDescrV5>,
+    autoccl::shim::entryStopEvent, autoccl::shim::entryRecordEventState, autoccl::shim::entryFinalize};
 __attribute__((visibility("default"))) ncclabi::ProfilerV6 ncclProfiler_v6 = {
-    autoccl::shim::kPluginName, autoccl::shim::init, autoccl::shim::startEvent<ncclabi::EventDescrV6>,
-    autoccl::shim::stopEvent, autoccl::shim::recordEventState, autoccl::shim::finalize};
+    autoccl::shim::kPluginName, autoccl::shim::entryInit, autoccl::shim::entryStartEvent<ncclabi::EventDescrV6>,
+    autoccl::shim::entryStopEvent, autoccl::shim::entryRecordEventState, autoccl::shim::entryFinalize};
 }

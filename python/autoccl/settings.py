@@ -42,6 +42,15 @@ def _int_range(lo: int, hi: int) -> Check:
     return check
 
 
+def _seconds(lo: float, hi: float) -> Check:
+    def check(v: str, _env: Mapping[str, str]) -> str | None:
+        if not re.fullmatch(r"[0-9]+(\.[0-9]+)?", v) or len(v) > 20 or not lo <= float(v) <= hi:
+            return f"must be a number of seconds in [{lo:g}, {hi:g}]"
+        return None
+
+    return check
+
+
 def _one_of(*choices: str) -> Check:
     def check(v: str, _env: Mapping[str, str]) -> str | None:
         return None if v in choices else f"is not one of {', '.join(choices)}"
@@ -239,6 +248,9 @@ VARIABLES: tuple[Variable, ...] = (
         "AUTOCCL_CACHE_DIR", "library", "a directory, or a new one in an existing directory", _cache_dir
     ),
     Variable("AUTOCCL_TRACE", "library", "a file prefix in an existing directory", _trace_prefix),
+    Variable("AUTOCCL_PROFILER_CHAIN", "library", "an NCCL profiler plugin library file", _file),
+    Variable("AUTOCCL_METRICS_DIR", "library", "an existing directory", _lib_dir),
+    Variable("AUTOCCL_METRICS_INTERVAL_S", "library", "seconds in [0.1, 86400]", _seconds(0.1, 86400)),
     Variable("AUTOCCL_HW", "library", "text, at most 200 characters", _text(200)),
     Variable("AUTOCCL_MAX_CHANNELS", "library", "integer in [1, 64]", _int_range(1, 64)),
     Variable("AUTOCCL_NCCL_CHANNELS", "library", "integer in [1, 64]", _int_range(1, 64)),

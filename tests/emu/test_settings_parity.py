@@ -37,6 +37,9 @@ BAD = [
     ("AUTOCCL_TRACE", "/nonexistent/dir/trace"),
     ("AUTOCCL_TABLE", "/nonexistent/dir/t.table"),
     ("AUTOCCL_CACHE_DIR", "/nonexistent/dir/cache"),
+    ("AUTOCCL_METRICS_DIR", "/nonexistent/dir"),
+    ("AUTOCCL_METRICS_INTERVAL_S", "0.05"),
+    ("AUTOCCL_METRICS_INTERVAL_S", "1e3"),
 ]
 
 

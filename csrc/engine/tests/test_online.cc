@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -624,8 +625,8 @@ void testConvergence() {
     CHECK_STR(c.seen[0][0].back().str(), "ring/ll128/8");
     CHECK(c.seen[0][2].back().isDefault());
     // One "pinned" INFO line per task from the authority.
-    CHECK_EQ(logs.count(LogLevel::Info, ": pinned "), tasks.size());
-    CHECK_EQ(logs.count(LogLevel::Info, "pinned NCCL's choice after"), size_t(1));
+    CHECK_EQ(logs.count(LogLevel::Summary, ": pinned "), tasks.size());
+    CHECK_EQ(logs.count(LogLevel::Summary, "pinned NCCL's choice after"), size_t(1));
     CHECK(logs.warn.empty());
     // Timing is off in the steady state (only drift re-checks switch it on for a few calls).
     CHECK_EQ(comm.mask, 0);
@@ -933,7 +934,7 @@ void testNotAllLocal() {
       }
     CHECK_EQ(nonDefault, size_t(0));
     CHECK_EQ(failed, size_t(0));
-    CHECK_EQ(logs.count(LogLevel::Info, "pinned"), size_t(0));
+    CHECK_EQ(logs.count(LogLevel::Summary, "pinned"), size_t(0));
     for (auto& r : comm.ranks) r->ctx.finalizeTuner();
   }
   {  // ranks 1 and 2 of 3 decide first (rank 0 is missing: the verdict is "not all here"); then
@@ -953,7 +954,7 @@ void testNotAllLocal() {
       CHECK_EQ(seen[r].size(), size_t(300));
       for (const Applied& a : seen[r]) CHECK(a.ok && a.isDefault());
     }
-    CHECK_EQ(logs.count(LogLevel::Info, "pinned"), size_t(0));
+    CHECK_EQ(logs.count(LogLevel::Summary, "pinned"), size_t(0));
     for (auto& r : comm.ranks) r->ctx.finalizeTuner();
   }
 }
@@ -1077,7 +1078,7 @@ void testCheckReleasesTimingBeforeItsEvents() {
   std::fprintf(stderr, "  calls timed in %d pinned calls, events 40 calls late: %zu\n", calls, timed);
   CHECK(timed >= 9);   // the checks ran (3 timed calls each)
   CHECK(timed <= 24);  // each: the 2 calls before it, its 3, 1-2 after; not the 40 until its events
-  CHECK_EQ(logs.count(LogLevel::Info, ": pinned "), size_t(1));  // no re-tune: the checks' samples came
+  CHECK_EQ(logs.count(LogLevel::Summary, ": pinned "), size_t(1));  // no re-tune: the checks' samples came
   for (auto& r : comm.ranks) r->ctx.finalizeTuner();
 }
 
@@ -1460,9 +1461,18 @@ Dist distOf(std::vector<double> v) {
 // own cost is printed separately). Kernel events are still delivered (untimed) whenever the mask is on,
 // so the drift re-checks of the pinned plans run as in a job. The bound is only enforced in optimized,
 // unsanitized builds; every build prints the numbers for the record.
-void testOnlineHotPath() {
+// metrics: the metrics files are written (every 0.1 s, into a scratch directory) while the calls are timed.
+void hotPath(bool metrics) {
   using clk = std::chrono::steady_clock;
   Runtime rt(onlineSettings(), 22809, 22803, "/nonexistent");
+  std::string metricsDir;
+  if (metrics) {
+    std::string tmpl = "/tmp/autoccl-hot-metrics-XXXXXX";
+    CHECK(::mkdtemp(tmpl.data()) != nullptr);
+    metricsDir = tmpl;
+    std::string why;
+    CHECK(rt.metrics().start(metricsDir, 0.1, &why));
+  }
   Logs logs;
   Comm comm(rt, 0x7ULL, 2, {0, 1}, &logs);
   const uint64_t sizes[] = {1024, 65536, 1u << 20, 16u << 20};
@@ -1470,7 +1480,7 @@ void testOnlineHotPath() {
   auto collOf = [](int i) { return i % 2 ? kAllReduce : kAllGather; };
   for (int i = 0; i < 4 * 600; ++i)
     for (auto& r : comm.ranks) r->call(collOf(i), sizes[i % 4], models[i % 4]);
-  CHECK_EQ(logs.count(LogLevel::Info, ": pinned "), size_t(4));  // every task converged
+  CHECK_EQ(logs.count(LogLevel::Summary, ": pinned "), size_t(4));  // every task converged
 
   const int n = 200000;
   std::vector<double> per[2];
@@ -1566,7 +1576,17 @@ void testOnlineHotPath() {
   CHECK(f.median < 1000.0);
 #endif
   for (auto& r : comm.ranks) r->ctx.finalizeTuner();
+  if (metrics) {
+    rt.metrics().flush();
+    bool prom = false;
+    for (const auto& e : std::filesystem::directory_iterator(metricsDir)) prom |= e.path().extension() == ".prom";
+    CHECK(prom);
+    std::error_code ec;
+    std::filesystem::remove_all(metricsDir, ec);
+  }
 }
+void testOnlineHotPath() { hotPath(false); }
+void testOnlineHotPathMetrics() { hotPath(true); }
 
 // The decision path of a pinned task when ranks are in different processes (TCP board, what one process
 // per GPU runs): the follower's and the authority's decide() per call once the task is pinned, each call
@@ -1634,6 +1654,7 @@ TEST(engine, online_pinned_lookups_prefetched) { testPinnedLookupsPrefetched(); 
 TEST(engine, online_tcp_duel_checked_by_period) { testTcpDuelCheckedByPeriod(); }
 TEST(engine, online_bad_coordinator) { testBadCoordinator(); }
 TEST(engine, online_hot_path) { testOnlineHotPath(); }
+TEST(engine, online_hot_path_metrics) { testOnlineHotPathMetrics(); }
 TEST(engine, online_tcp_pinned_cost) { testOnlineTcpPinnedCost(); }
 
 int main(int argc, char** argv) {

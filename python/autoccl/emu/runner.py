@@ -20,6 +20,11 @@ from autoccl.emu.scenario import Scenario
 from autoccl.tuner_env import plain_nccl_env
 
 TEST_PLUGIN_NAME = "libautoccl-emu-testplugin.so"
+# Profiler plugins that count the events they are given (tests of AUTOCCL_PROFILER_CHAIN), by version.
+COUNTING_PROFILER_NAMES = {
+    6: "libautoccl-emu-countingprofiler.so",
+    5: "libautoccl-emu-countingprofiler-v5.so",
+}
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 DEFAULT_MODEL = DATA_DIR / "perfmodel_h200x4.json"
 
@@ -30,6 +35,11 @@ Record = dict[str, Any]
 def test_plugin_path() -> Path:
     """The emulator's own test plugin (built next to the emulator, never installed)."""
     return find_artefact(TEST_PLUGIN_NAME)
+
+
+def counting_profiler_path(version: int) -> Path:
+    """The counting profiler plugin exporting ncclProfiler_v<version> alone (built next to the emulator)."""
+    return find_artefact(COUNTING_PROFILER_NAMES[version])
 
 
 def default_model() -> Path | None:

@@ -1,0 +1,99 @@
+// Metrics files (AUTOCCL_METRICS_DIR, every AUTOCCL_METRICS_INTERVAL_S seconds): per collective task of every
+// (communicator, rank) in the process, NCCL's configuration and the applied one, the time and bus bandwidth of
+// each, calls spent exploring, regret so far; per communicator, the step guard's verdicts. Two files per
+// process, each replaced atomically (written aside, then renamed):
+//   <dir>/autoccl.<host>.<pid>.jsonl  one JSON object per task and per communicator (NCCL Inspector's layout:
+//                                     header, metadata, then the record), the latest values;
+//   <dir>/autoccl.<host>.<pid>.prom   the same in Prometheus' text format (node_exporter's textfile collector).
+// A thread of the writer's own collects and writes: nothing here runs on NCCL's call path.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace autoccl::engine {
+
+struct TaskMetricsRow {
+  std::string coll;   // "allreduce"
+  uint64_t bytes = 0;
+  int pipe = 0;
+  uint64_t calls = 0;
+  std::string source;                         // where the applied configuration came from ("online", "nccl"...)
+  std::string ncclAlgo, ncclProto;            // what NCCL used when left to choose (empty: not seen)
+  int ncclChannels = 0;
+  std::string algo, proto;                    // applied (empty: NCCL's)
+  int channels = 0;                           // applied (0: NCCL's)
+  double ncclUs = 0, appliedUs = 0;           // median GPU time of each (0: not measured)
+  uint64_t ncclSamples = 0, appliedSamples = 0;
+  uint64_t exploringCalls = 0;                // online: calls the search spent trying configurations
+  double regretUs = 0;                        // online: exploration's net cost against NCCL's median
+  bool converged = false;                     // online: the search pinned a configuration
+};
+
+struct GuardMetricsRow {
+  uint64_t verdicts = 0, keptTuned = 0, restoredNccl = 0;
+  double lastTunedUs = 0, lastNcclUs = 0;  // the latest verdict's iteration times
+};
+
+// What one (communicator, rank) reports at a collection.
+struct ContextMetrics {
+  uint64_t commHash = 0;
+  int rank = -1, nRanks = 0, nNodes = 0;
+  std::vector<TaskMetricsRow> tasks;
+  bool haveGuard = false;
+  GuardMetricsRow guard;
+};
+
+// Bus bandwidth factor of NCCL's performance notes (nccl-tests): all_reduce 2(n-1)/n, all_gather and
+// reduce_scatter (n-1)/n, the others 1.
+double busBwFactor(const std::string& coll, int nRanks);
+
+class MetricsWriter {
+ public:
+  using Collect = std::function<ContextMetrics()>;
+  // Starts the writer thread (once); false with *why when `dir` is unusable.
+  bool start(const std::string& dir, double intervalS, std::string* why);
+  bool enabled() const { return started_; }
+  // A context to collect from while `owner` lives; its last collection is kept after it is gone.
+  void add(std::weak_ptr<void> owner, Collect collect);
+  // Collects the source of `owner` now (its finalize) and writes both files.
+  void collectNow(const void* owner);
+  // Writes both files from what is collected (exit).
+  void flush();
+  ~MetricsWriter();
+
+  // The file contents for `snapshots` (tests, and the writer).
+  static std::string jsonLines(const std::vector<ContextMetrics>& snapshots, const std::string& host, int pid,
+                               uint64_t nowUs);
+  static std::string prometheus(const std::vector<ContextMetrics>& snapshots, uint64_t writes);
+
+ private:
+  struct Source {
+    std::weak_ptr<void> owner;
+    const void* key = nullptr;
+    Collect collect;
+    ContextMetrics last;
+    bool have = false;
+  };
+  void loop();
+  void collectAllLocked();
+  void writeLocked();
+  std::mutex mu_;  // sources_, files, stop_
+  std::condition_variable cv_;
+  std::vector<Source> sources_;
+  std::string dir_, host_, jsonPath_, promPath_;
+  double intervalS_ = 10;
+  bool started_ = false;
+  bool stop_ = false;
+  uint64_t writes_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace autoccl::engine
