@@ -389,6 +389,16 @@ CASES = [
         "report-empty", ["report", f"{T}/e.json", "-o", f"{T}/out"], "e.json", setup=_garbage("e.json", b"")
     ),
     Case("report-missing", ["report", f"{T}/none.json", "-o", f"{T}/out"], "none.json"),
+    Case("report-nothing", ["report", "-o", f"{T}/out"], "--trace"),
+    Case(
+        "report-trace-missing", ["report", "--trace", f"{T}/nowhere/trace", "-o", f"{T}/out"], "nowhere/trace"
+    ),
+    Case(
+        "report-trace-not-a-trace",
+        ["report", "--trace", f"{T}/t.jsonl", "-o", f"{T}/out"],
+        "trace",
+        setup=_garbage("t.jsonl", b'{"ev": "something else"}\nnot json\n'),
+    ),
     Case(
         "report-format",
         ["report", f"{T}/r0.json", "-o", f"{T}/out", "--format", "gif"],

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+import autoccl
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "synth.md")]
 
@@ -69,8 +71,11 @@ def test_the_docs_have_commands() -> None:
 def test_doc_command_runs(doc: DocCommand, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOCCL_") or k == "AUTOCCL_LIB_DIR"}
     env.update({"XDG_CACHE_HOME": str(tmp_path / "xdg"), "OMP_NUM_THREADS": "1"})
-    # The autoccl this test process imports (installed, or the checkout on PYTHONPATH with AUTOCCL_LIB_DIR):
-    # the checkout's python/ alone has no compiled library.
+    # The autoccl this test process imports (installed, or the checkout's python/ with AUTOCCL_LIB_DIR; never
+    # the checkout's python/ in place of an installed package: it has no compiled library).
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(autoccl.__file__).resolve().parents[1]), *filter(None, [env.get("PYTHONPATH")])]
+    )
     for var in ("WORLD_SIZE", "RANK", "SLURM_NTASKS", "SLURM_PROCID", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(var, None)
     argv = shlex.split(doc.command)

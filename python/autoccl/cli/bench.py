@@ -781,7 +781,7 @@ def _visible_gpus() -> int:
 
 
 @click.command()
-@click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.argument("results", nargs=-1, type=click.Path(exists=True, dir_okay=False))
 @O.output_folder("outdir", "folder of the plots and tables", required=True)
 @click.option("--format", "formats", default="png,svg", show_default=True, help="png, svg (comma-separated)")
 @click.option(
@@ -790,18 +790,37 @@ def _visible_gpus() -> int:
     help="merge coll files measured with different settings (refused otherwise); the report says "
     "which differ",
 )
-def report(results: tuple[str, ...], outdir: Path, formats: str, mix: bool) -> None:
+@click.option(
+    "--trace",
+    "traces",
+    multiple=True,
+    help="a plugin trace (AUTOCCL_TRACE prefix or .jsonl file; repeatable): plots the time of every timed "
+    "call by task and the decisions over the calls",
+)
+@click.option(
+    "--rank", type=click.IntRange(min=0), default=0, show_default=True, help="the rank a --trace is read for"
+)
+def report(
+    results: tuple[str, ...], outdir: Path, formats: str, mix: bool, traces: tuple[str, ...], rank: int
+) -> None:
     """Draw plots and tables from stored benchmark results (several coll files of the same settings are
-    merged: the parts of one matrix run in separate commands)."""
+    merged: the parts of one matrix run in separate commands) and from plugin traces (--trace)."""
     from autoccl.bench import report as rep
+    from autoccl.bench import trace_plot
     from autoccl.bench.results import ResultError
 
+    if not results and not traces:
+        raise _fail("nothing to report: give result files, --trace, or both")
     fmts = [f.strip().lower() for f in formats.split(",") if f.strip()]
     if not fmts or any(f not in ("png", "svg", "pdf") for f in fmts):
         raise _fail(f"bad --format {formats!r}; expected png, svg, pdf")
+    written: list[Path] = []
     try:
-        written = rep.make_report([Path(r) for r in results], outdir, fmts, mix=mix)
-    except ResultError as e:
+        if results:
+            written += rep.make_report([Path(r) for r in results], outdir, fmts, mix=mix)
+        if traces:
+            written += trace_plot.plot_trace(trace_plot.resolve_traces(traces), outdir, fmts, rank=rank)
+    except (ResultError, trace_plot.TraceError) as e:
         raise _fail(str(e)) from None
     for p in written:
         click.echo(str(p))

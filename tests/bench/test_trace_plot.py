@@ -1,0 +1,67 @@
+"""`autoccl report --trace`: the plots and the task table from a plugin trace (read for one rank)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from autoccl.bench.trace_plot import NCCL_LABEL, decision_label, tasks_of
+from autoccl.cli import main
+
+
+def _call(
+    rank: int, coll: str, nbytes: int, call: int, algo: str | None, channels: int = 0
+) -> dict[str, object]:
+    return {
+        "ev": "call", "comm": "00000000d3a00101", "rank": rank, "coll": coll, "bytes": nbytes, "call": call,
+        "algo": algo, "proto": None if algo is None else "SIMPLE", "channels": channels, "chunk": 0,
+        "chunk_halvings": 0, "source": "online",
+    }  # fmt: skip
+
+
+def _trace(path: Path) -> None:
+    recs: list[dict[str, object]] = []
+    for k in range(60):
+        # all_reduce 4 MiB explores ring/simple/8ch on calls 10-19, keeps NCCL's choice from call 20 on
+        algo = "RING" if 10 <= k < 20 else None
+        recs.append(_call(0, "allreduce", 4 << 20, k, algo, 8 if algo else 0))
+        recs.append({"ev": "time", "comm": "00000000d3a00101", "rank": 0, "coll": "allreduce",
+                     "bytes": 4 << 20, "call": k, "gpu_us": 60.0 + (30 if algo else 0)})  # fmt: skip
+        # all_gather 64 MiB pins tree/simple/16ch from call 40
+        recs.append(_call(0, "allgather", 64 << 20, k, "TREE" if k >= 40 else None, 16 if k >= 40 else 0))
+        recs.append(_call(1, "allgather", 64 << 20, k, None))  # another rank: not read
+    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+
+
+def test_tasks_and_decisions_are_read_for_one_rank(tmp_path: Path) -> None:
+    _trace(tmp_path / "trace.host.1.jsonl")
+    recs = [json.loads(line) for line in (tmp_path / "trace.host.1.jsonl").read_text().splitlines()]
+    tasks = tasks_of(recs, rank=0)
+    assert [(t.coll, t.nbytes) for t in tasks] == [("all_gather", 64 << 20), ("all_reduce", 4 << 20)]
+    ag, ar = tasks
+    assert ag.converged_at() == 40 and ag.decisions[-1][1] == "tree/simple/16ch"
+    assert ar.converged_at() == 20 and ar.decisions[-1][1] == NCCL_LABEL
+    assert len(ar.times) == 60 and not ag.times
+    assert decision_label({"algo": "RING", "proto": "LL128", "channels": 4, "chunk_halvings": 2}) == (
+        "ring/ll128/4ch/chunk÷4"
+    )
+
+
+def test_report_trace_writes_plots_and_table(tmp_path: Path) -> None:
+    _trace(tmp_path / "trace.host.1.jsonl")
+    out = tmp_path / "out"
+    r = CliRunner().invoke(
+        main, ["report", "--trace", str(tmp_path / "trace"), "-o", str(out), "--format", "png"]
+    )
+    assert r.exit_code == 0, r.output
+    for name in ("trace_time_per_call.png", "trace_decisions.png", "trace_tasks.md"):
+        assert (out / name).stat().st_size > 0, name
+    table = (out / "trace_tasks.md").read_text()
+    assert "| all_gather 64 MiB (comm 0101) | 60 | 0 | 2 | 40 | tree/simple/16ch |" in table
+    assert "| all_reduce 4 MiB (comm 0101) | 60 | 60 | 2 | 20 | NCCL's choice |" in table
+    r = CliRunner().invoke(
+        main, ["report", "--trace", str(tmp_path / "trace"), "--rank", "3", "-o", str(out)]
+    )
+    assert r.exit_code != 0 and "rank 3" in r.output
