@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+import autoccl
 from autoccl.emu import Call, Comm, Group, Scenario
 from autoccl.emu.runner import default_model, find_divergences
 from autoccl.tuner_env import plain_nccl_env
@@ -90,8 +91,10 @@ def _autoccl_run(extra_env: Mapping[str, str]) -> tuple[list[str], dict[str, str
     env = plain_nccl_env()
     if os.environ.get("AUTOCCL_LIB_DIR"):  # the build under test (autoccl run finds the plugin there)
         env["AUTOCCL_LIB_DIR"] = os.environ["AUTOCCL_LIB_DIR"]
+    # The autoccl these tests import (installed, or the checkout's python/ beside AUTOCCL_LIB_DIR): the
+    # checkout's python/ alone has no compiled library.
     env["PYTHONPATH"] = (
-        str(Path(__file__).resolve().parents[2] / "python") + os.pathsep + env.get("PYTHONPATH", "")
+        str(Path(autoccl.__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
     )
     env.update({"AUTOCCL_HW": "NVIDIA H200x4", "AUTOCCL_COORD_TIMEOUT_MS": "4000", "AUTOCCL_RECHECK_MS": "0"})
     env.update(extra_env)

@@ -133,14 +133,21 @@ class Plan:
 
     @staticmethod
     def from_dict(data: dict[str, Any], source: str = "plan") -> Plan:
-        """From a schedule document (format `autoccl-schedule` v1, as `autoccl synth -o` writes)."""
-        if not isinstance(data, dict) or data.get("format") != "autoccl-schedule" or data.get("version") != 1:
-            raise PlanError(f"{source}: not an autoccl-schedule v1 document")
+        """From a schedule document (format `autoccl-schedule` v1, or v2 as `autoccl synth -o` writes; v2's
+        extra column, each transfer's reduction order, is not used by the executor)."""
+        if (
+            not isinstance(data, dict)
+            or data.get("format") != "autoccl-schedule"
+            or data.get("version") not in (1, 2)
+        ):
+            raise PlanError(f"{source}: not an autoccl-schedule v1 or v2 document")
         fields = ["chunk", "src", "dst", "start_us", "end_us", "op", "route", "step"]
+        if data["version"] == 2:
+            fields.append("order")
         if data.get("transfer_fields") != fields:
             raise PlanError(f"{source}: transfer_fields must be {fields}")
         try:
-            rows = np.asarray(data["transfers"], dtype=np.float64).reshape(-1, 8)
+            rows = np.asarray(data["transfers"], dtype=np.float64).reshape(-1, len(fields))
             timed = bool(len(rows) == 0 or (rows[:, 3] >= 0).all())
             start = rows[:, 3] if timed else rows[:, 7]
             end = rows[:, 4] if timed else rows[:, 7] + 0.5
