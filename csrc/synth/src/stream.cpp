@@ -20,33 +20,13 @@
 #include <thread>
 
 #include "autoccl/synth/synth.h"
+#include "json_text.h"
 
 namespace autoccl::synth {
 
 namespace {
 
-std::string jstr(const std::string& s) {
-  std::string o = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      o += '\\';
-      o += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", ch);
-      o += b;
-    } else {
-      o += ch;
-    }
-  }
-  return o + "\"";
-}
-
-std::string num(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
+using json::num;
 
 struct FileCloser {
   void operator()(std::FILE* f) const {
@@ -191,16 +171,16 @@ std::uint64_t StreamWriter::finish() {
 std::string stream_header_json(const Schedule& s, const Topology& topo, const std::vector<StreamSection>& sections) {
   std::string o = "{\"format\": \"autoccl-schedule-stream\", \"version\": 1, \"collective\": \"";
   o += to_string(s.collective);
-  o += "\", \"algorithm\": " + jstr(s.algorithm) + ", \"nranks\": " + std::to_string(s.nranks) +
+  o += "\", \"algorithm\": " + json::str(s.algorithm) + ", \"nranks\": " + std::to_string(s.nranks) +
        ", \"nchunks\": " + std::to_string(s.nchunks) + ", \"chunks_per_rank\": " + std::to_string(s.chunks_per_rank) +
        ", \"root\": " + std::to_string(s.root) + ", \"chunk_bytes\": " + num(s.chunk_bytes) +
        ", \"bytes\": " + num(s.bytes) + ", \"seed\": " + std::to_string(s.seed) + ", \"owner\": [";
   for (std::size_t i = 0; i < s.owner.size(); ++i) o += (i ? "," : "") + std::to_string(s.owner[i]);
-  o += "], \"topology\": " + jstr(topo.name) + ", \"ranks\": [";
-  for (int r = 0; r < topo.num_npus(); ++r) o += (r ? "," : "") + jstr(topo.node(topo.npu_node(r)).name);
+  o += "], \"topology\": " + json::str(topo.name) + ", \"ranks\": [";
+  for (int r = 0; r < topo.num_npus(); ++r) o += (r ? "," : "") + json::str(topo.node(topo.npu_node(r)).name);
   o += "], \"links\": [";
   for (int l = 0; l < topo.num_links(); ++l)
-    o += (l ? ",[" : "[") + jstr(topo.node(topo.link(l).src).name) + "," + jstr(topo.node(topo.link(l).dst).name) + "]";
+    o += (l ? ",[" : "[") + json::str(topo.node(topo.link(l).src).name) + "," + json::str(topo.node(topo.link(l).dst).name) + "]";
   o += "], \"sections\": [";
   for (std::size_t k = 0; k < sections.size(); ++k) {
     const auto& sec = sections[k];
