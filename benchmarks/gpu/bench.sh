@@ -20,6 +20,11 @@
 #   check     `autoccl bench coll --check`: every collective's result against a reference, plain and online
 #   train     `autoccl bench train` (TRAIN_PRESET, default 350m; FSDP2 and DDP; plain NCCL then online) repeated
 #             TRAIN_PAIRS times (default 2): interleaved launch pairs, each online launch starting cold
+#   promise   the bars of "never slower than NCCL": plain, online (cold in pass 0, warm after), table mode
+#             started from online's table of the same pass (table-warm) and observe, traced
+#   inspector NCCL Inspector (built from its carried source) chained behind autoccl's profiler with autoccl's
+#             metrics on, NCCL_DEBUG=INFO: both write their files, prometheus_client parses ours; then the
+#             metrics' cost on a 1 MiB all_reduce (online against online with metrics every second, interleaved)
 #   resilience  `autoccl bench train --resilience both`: DDP 350m (TRAIN_PRESET) on 2 GPUs, rank 1 slowed to 2-5x
 #             its step on 20 % of the steps (RES_ITERS, default 500), synchronous against the resilient reducer,
 #             clean and injected (docs/resilience.md); not yet run
@@ -42,6 +47,39 @@ for plan in ${PLANS:-overhead online}; do
   case $plan in
     overhead) args=(-m plain -m idle -m "$IDLE64" -m observe -m "observe-kernel:--mode observe AUTOCCL_CLOCK=kernel") ;;
     online) args=(-m plain -m online --trace) ;;
+    promise) args=(-m plain -m online -m "table-warm:--mode table --cache-dir {cache:online}" -m observe --trace) ;;
+    inspector)
+      left=$((BUDGET_S - (SECONDS - T0)))
+      if [ "$left" -lt 60 ] || [ -z "${INSPECTOR_SO:-}" ]; then echo "plan inspector skipped: ${left} s left, Inspector '${INSPECTOR_SO:-not built}'"; continue; fi
+      ins=$OUT/inspector; mkdir -p "$ins/inspector-dump" "$ins/metrics" "$ins/metrics-overhead"
+      NCCL_INSPECTOR_ENABLE=1 NCCL_INSPECTOR_DUMP_DIR="$ins/inspector-dump" NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=200000 \
+      AUTOCCL_PROFILER_CHAIN="$INSPECTOR_SO" AUTOCCL_METRICS_DIR="$ins/metrics" AUTOCCL_METRICS_INTERVAL_S=1 \
+      AUTOCCL_TRACE="$ins/trace" NCCL_DEBUG=INFO timeout 120 python3 -m autoccl run --cache-dir "$ins/cache" -- \
+        "$NT_BIN/all_reduce_perf" -b 1M -e 64M -f 2 -g "$NGPU" -w 20 -n 100 -c 1 > "$ins/chained.log" 2>&1
+      echo "chained run: exit $?"; grep -E "autoccl|Inspector|inspector" "$ins/chained.log" | head -20
+      python3 - "$ins" <<'PY' | tee "$ins/files.md"
+import json, sys
+from pathlib import Path
+from prometheus_client.parser import text_string_to_metric_families
+d = Path(sys.argv[1])
+dumps = [f for f in (d / "inspector-dump").rglob("*") if f.is_file()]
+lines = [ln for f in dumps for ln in f.read_text(errors="replace").splitlines() if ln.strip()]
+print(f"Inspector: {len(dumps)} files, {len(lines)} lines; first: {lines[0][:300] if lines else None}")
+for f in sorted((d / "metrics").glob("*.prom")):
+    fams = list(text_string_to_metric_families(f.read_text()))
+    print(f"{f.name}: prometheus_client parsed {len(fams)} families, {sum(len(m.samples) for m in fams)} samples")
+for f in sorted((d / "metrics").glob("*.jsonl")):
+    recs = [json.loads(ln) for ln in f.read_text().splitlines() if ln.strip()]
+    print(f"{f.name}: {len(recs)} JSON records, {sum('task_perf' in r for r in recs)} task_perf")
+chain = [json.loads(ln) for f in d.glob("trace*") for ln in f.read_text().splitlines() if '"profiler_chain"' in ln]
+print(f"profiler_chain trace records: {json.dumps(chain)[:1500]}")
+PY
+      timeout $((BUDGET_S - (SECONDS - T0))) python3 -m autoccl bench nccl-tests --bin "$NT_BIN" --launch "$LAUNCH" \
+        -c all_reduce -p "${METRICS_PASSES:-4}" -b 1M -e 1M -f 2 -w 20 -n 200 --timeout 60 --no-progress \
+        -o "$ins/overhead" -m plain -m online \
+        -m "online-metrics:AUTOCCL_METRICS_DIR=$ins/metrics-overhead AUTOCCL_METRICS_INTERVAL_S=1" 2>&1 | tail -20
+      (cd "$OUT" && tar czf inspector.tgz inspector && rm -rf inspector)
+      continue ;;
     design) args=(-m plain -m "$IDLE64" -m online --trace) ;;
     plain64) args=(-m plain -m "plain64:plain NCCL_MIN_CTAS=64 NCCL_MAX_CTAS=64") ;;
     custom) eval "args=(${BENCH_ARGS:-})" ;;

@@ -2,8 +2,9 @@
 # Sourced at the start of every GPU-machine call (benchmarks/gpu/bench.sh): records the machine, installs MPICH
 # from the carried wheel (.whl/mpich-*.whl), builds NVIDIA's nccl-tests from its source carried in
 # .carry/nccl-tests (fetched from its public repository beside the project; never committed) and the plugin
-# library from this checkout. Exports NGPU, NT_BIN, AUTOCCL_LIB_DIR and PYTHONPATH. Returns non-zero, with the
-# end of the failing build's log, when a build fails.
+# library from this checkout, and NCCL Inspector where its source is carried. Exports NGPU, NT_BIN,
+# AUTOCCL_LIB_DIR, PYTHONPATH and, with Inspector, INSPECTOR_SO. Returns non-zero, with the end of the failing
+# build's log, when a build fails.
 #
 # NCCL: the image's (PyTorch's nvidia-nccl package), or with GPU_NCCL=DIR one carried as DIR/{include,lib} (NCCL
 # built from its public source for sm_90, e.g. .carry/nccl-2.30.7 for tuner v6's chunk size), used by nccl-tests
@@ -40,7 +41,15 @@ GENCODE="-gencode=arch=compute_90,code=sm_90"
 (cmake -S . -B /tmp/acbuild -G Ninja -DCMAKE_BUILD_TYPE=Release -DAUTOCCL_BUILD_PYTHON=OFF \
    -DAUTOCCL_BUILD_TESTS=OFF > /tmp/acbuild.log 2>&1 &&
  cmake --build /tmp/acbuild --target autoccl_nccl -j 8 >> /tmp/acbuild.log 2>&1; echo $? > /tmp/acbuild.rc) &
+# NCCL Inspector, when its source is carried in .carry/nccl-inspector (NCCL's ext-profiler/inspector at the tag of
+# the image's NCCL, `git archive v2.28.9-1 ext-profiler/inspector`): a profiler plugin to chain behind autoccl's.
+if [ -f .carry/nccl-inspector/inspector_plugin.cc ]; then
+  (cd .carry/nccl-inspector && printf '#include "version.h"\nconst char* get_git_version_info() { return "carried"; }\n' \
+     > /tmp/inspector_version.cc && g++ -I/usr/local/cuda/include -Inccl -O2 -fPIC -shared -o /tmp/libnccl-profiler-inspector.so \
+     inspector_plugin.cc inspector.cc json.cc /tmp/inspector_version.cc > /tmp/inspector-build.log 2>&1) &
+fi
 wait
+[ -f /tmp/libnccl-profiler-inspector.so ] && export INSPECTOR_SO=/tmp/libnccl-profiler-inspector.so
 cp /tmp/nt_mpi/*_perf_mpi /tmp/nt/ 2>/dev/null
 ls /tmp/nt/*_perf /tmp/nt/*_perf_mpi > /dev/null 2>&1 || { tail -30 /tmp/nt-build.log /tmp/nt-mpi-build.log; return 1; }
 [ "$(cat /tmp/acbuild.rc 2>/dev/null)" = 0 ] || { tail -40 /tmp/acbuild.log; return 1; }

@@ -123,6 +123,47 @@ def test_mode_syntax() -> None:
     assert "AUTOCCL_MODE" not in env and "NCCL_TUNER_PLUGIN" not in env and env["NCCL_NVLS_ENABLE"] == "0"
 
 
+SIZES = dict(begin=1 << 20, end=1 << 20, factor=2, warmup=1, iters=1, passes=1, timeout=10.0)
+
+
+def test_cache_of_another_mode(tmp_path: Path) -> None:
+    bins = tmp_path / "bin"
+    bins.mkdir()
+    exe = bins / "all_reduce_perf"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    online = NT.parse_mode("online")
+    warm = NT.parse_mode("table-warm:--mode table --cache-dir {cache:online}")
+    plan = NT.Plan(
+        bin_dir=bins,
+        out=tmp_path / "o",
+        colls=["all_reduce"],
+        launches=["single"],
+        gpus=2,
+        modes=[NT.parse_mode("plain"), online, warm],
+        **SIZES,
+    )
+    plan.validate()
+    cmd = NT.launch_command(plan, warm, "all_reduce", "single", 0)
+    assert cmd[cmd.index("--cache-dir") + 1] == str(tmp_path / "o" / "cache" / "online-single")
+    for modes in ([warm, online], [NT.parse_mode("plain"), warm]):
+        bad = NT.Plan(
+            bin_dir=bins,
+            out=tmp_path / "o",
+            colls=["all_reduce"],
+            launches=["single"],
+            gpus=2,
+            modes=[NT.parse_mode("plain"), *[m for m in modes if not m.plain]],
+            **SIZES,
+        )
+        try:
+            bad.validate()
+        except NT.BenchError as e:
+            assert "{cache:online}" in str(e)
+        else:
+            raise AssertionError("a cache of no earlier autoccl mode was accepted")
+
+
 def test_cross_rank_agreement_counts_divergent_calls() -> None:
     same = {"ev": "call", "comm": "a", "coll": "allreduce", "bytes": 8, "pipe": 1, "algo": "ring"}
     recs = [

@@ -32,7 +32,8 @@ COLLS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "reduce")
 LAUNCHES = ("single", "mpi")
 
 # Built-in modes: `autoccl run` options (None: plain NCCL, no plugin). `{empty}` is a cache directory
-# that never holds a table.
+# that never holds a table; `{cache:NAME}` is mode NAME's cache of the same launch kind (a `table` start
+# from what `online` wrote earlier in the same pass: `table-warm:--mode table --cache-dir {cache:online}`).
 BUILTIN_MODES: dict[str, list[str] | None] = {
     "plain": None,
     "online": [],
@@ -231,6 +232,13 @@ class Plan:
             raise BenchError(f"mode names must differ: {', '.join(names)}")
         if self.baseline not in names:
             raise BenchError(f"the baseline mode {self.baseline!r} is not among --mode ({', '.join(names)})")
+        for i, mode in enumerate(self.modes):
+            for ref in _CACHE_OF.findall(" ".join(mode.run_args or ())):
+                if ref not in names[:i] or self.modes[names.index(ref)].plain:
+                    raise BenchError(
+                        f"mode {mode.name!r} reads {{cache:{ref}}}, which is not an autoccl mode before it "
+                        "(a launch reads the table a mode earlier in the same pass wrote)"
+                    )
         if self.gpus < 1:
             raise BenchError("--gpus must be at least 1")
         if self.passes < 1:
@@ -278,12 +286,20 @@ def launch_command(plan: Plan, mode: Mode, coll: str, launch: str, pass_no: int)
     if mode.plain:
         return body
     assert mode.run_args is not None
-    args = [a.replace("{empty}", str(plan.out / "cache" / "empty")) for a in mode.run_args]
+    args = [_expand_cache_dirs(a, plan, launch) for a in mode.run_args]
     if "--cache-dir" not in args:
         args += ["--cache-dir", str(plan.out / "cache" / f"{mode.name}-{launch}")]
     if plan.trace:
         args += ["--trace", str(trace_prefix(plan, mode, coll, launch, pass_no))]
     return [sys.executable, "-m", "autoccl", "run", *args, "--", *body]
+
+
+_CACHE_OF = re.compile(r"\{cache:([A-Za-z0-9_.-]+)\}")
+
+
+def _expand_cache_dirs(arg: str, plan: Plan, launch: str) -> str:
+    arg = arg.replace("{empty}", str(plan.out / "cache" / "empty"))
+    return _CACHE_OF.sub(lambda m: str(plan.out / "cache" / f"{m.group(1)}-{launch}"), arg)
 
 
 def trace_prefix(plan: Plan, mode: Mode, coll: str, launch: str, pass_no: int) -> Path:
