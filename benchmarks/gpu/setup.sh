@@ -45,7 +45,7 @@ GENCODE="-gencode=arch=compute_90,code=sm_90"
 # the image's NCCL, `git archive v2.28.9-1 ext-profiler/inspector`): a profiler plugin to chain behind autoccl's.
 if [ -f .carry/nccl-inspector/inspector_plugin.cc ]; then
   (cd .carry/nccl-inspector && printf '#include "version.h"\nconst char* get_git_version_info() { return "carried"; }\n' \
-     > /tmp/inspector_version.cc && g++ -I/usr/local/cuda/include -Inccl -O2 -fPIC -shared -o /tmp/libnccl-profiler-inspector.so \
+     > /tmp/inspector_version.cc && g++ -I/usr/local/cuda/include -I. -Inccl -O2 -fPIC -shared -o /tmp/libnccl-profiler-inspector.so \
      inspector_plugin.cc inspector.cc json.cc /tmp/inspector_version.cc > /tmp/inspector-build.log 2>&1) &
 fi
 wait
