@@ -19,6 +19,7 @@
 #             cell); COLL_SIZES, COLL_LOADS, ORACLE_CHANNELS narrow it (the whole matrix takes ~40 min on 4 GPUs)
 #   check     `autoccl bench coll --check`: every collective's result against a reference, plain and online
 #   train     `autoccl bench train` (TRAIN_PRESET, default 350m; FSDP2 and DDP; plain NCCL then online) repeated
+#             while TRAIN_PAIR_S seconds (default 160, one 350m pair on 2 GPUs) are left,
 #             TRAIN_PAIRS times (default 2): interleaved launch pairs, each online launch starting cold
 #   promise   the bars of "never slower than NCCL": plain, online (cold in pass 0, warm after), table mode
 #             started from online's table of the same pass (table-warm) and observe, traced
@@ -101,7 +102,7 @@ PY
       mkdir -p "$OUT/train"
       for p in $(seq "${TRAIN_PAIRS:-2}"); do
         left=$((BUDGET_S - (SECONDS - T0)))
-        if [ "$left" -lt 60 ]; then echo "train pair $p skipped: ${left} s left"; break; fi
+        if [ "$left" -lt "${TRAIN_PAIR_S:-160}" ]; then echo "train pair $p skipped: ${left} s left"; break; fi
         timeout "$left" python3 -m autoccl bench train --preset "${TRAIN_PRESET:-350m}" --parallel fsdp2,ddp \
           --modes nccl,online -n "${TRAIN_ITERS:-100}" --no-progress -o "$OUT/train/pair$p" 2>&1 | tail -12
       done
