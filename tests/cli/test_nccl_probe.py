@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from autoccl import nccl_probe
-from autoccl.cli import main
+from autoccl import nccl_probe, tables
+from autoccl.cli import channels, main
 
 # NCCL 2.28.9's INIT lines of one 2-rank communicator on 2 x H200 (nccl-tests, plain NCCL).
 _COUNTS = "24 coll channels, 24 collnet channels, 0 nvls channels, 32 p2p channels, 32 p2p channels per peer"
@@ -134,3 +134,67 @@ def test_auto_fails_clearly(
 def test_nccl_channels_rejects_other_words(fake_plugin: Path) -> None:
     r = CliRunner().invoke(main, ["env", "--nccl-channels", "many"])
     assert r.exit_code != 0 and "neither a channel count nor 'auto'" in r.output
+
+
+def _cache_with(tmp_path: Path, channels: list[int]) -> Path:
+    """A cache holding one table whose tasks pin `channels` (0: NCCL's own)."""
+    meta = {
+        "gpu": "NVIDIA H200",
+        "gpus": "2",
+        "nccl": "22809",
+        "ranks": "2",
+        "nodes": "1",
+        "nvl_domains": "1",
+    }
+    tasks = [
+        {
+            "coll": "allgather",
+            "bytes": str(1 << (20 + i)),
+            "pipe": "1",
+            "algo": "ring",
+            "proto": "simple",
+            "channels": str(c),
+            "chunk": "0",
+            "time_us": "10.0",
+            "nccl_us": "11.0",
+            "samples": "6",
+        }
+        for i, c in enumerate(channels)
+    ]
+    table = tables.Table(tables.fingerprint_of(meta), meta, tasks)
+    cache = tmp_path / "cache"
+    (cache / "tables").mkdir(parents=True)
+    tables.write_table_atomic(table, cache / "tables" / f"{table.fingerprint}.table")
+    return cache
+
+
+@pytest.mark.parametrize(
+    ("pinned", "extra", "ceiling"),
+    [
+        ([0, 64, 32], [], "64"),  # a pin above a plain communicator's 24: the communicators online tuned on
+        ([0, 16, 24], [], None),  # every pin fits a plain communicator
+        ([], [], None),  # nothing pinned: table mode stays on NCCL's communicators
+        ([64], ["--channel-ceiling", "0"], None),  # said explicitly
+    ],
+)
+def test_table_mode_gets_the_communicators_its_pins_need(
+    fake_plugin: Path,
+    fake_nccl: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    pinned: list[int],
+    extra: list[str],
+    ceiling: str | None,
+) -> None:
+    monkeypatch.setenv("AUTOCCL_NCCL_LIBRARY", str(fake_nccl))
+    monkeypatch.setattr(channels, "has_nvidia_driver", lambda: True)
+    cache = _cache_with(tmp_path, pinned)
+    r = CliRunner().invoke(
+        main, ["env", "--mode", "table", "--cache-dir", str(cache), "--probe-gpus", "2", *extra]
+    )
+    assert r.exit_code == 0, r.output
+    lines = _exports(r.stdout)
+    assert lines.get("NCCL_MIN_CTAS") == ceiling and lines.get("NCCL_MAX_CTAS") == ceiling, lines
+    if ceiling:
+        assert lines["AUTOCCL_NCCL_CHANNELS"] == "24"
+        assert "the table pins up to 64 channels" in r.stderr

@@ -56,11 +56,15 @@ def resolve_nccl_channels(value: int | str | None, probe_gpus: int | None, optio
 DEFAULT_ONLINE_CEILING = 64
 
 
-def default_ceiling(probe_gpus: int | None) -> tuple[int | None, int | None]:
+def has_nvidia_driver() -> bool:
+    return Path("/proc/driver/nvidia/gpus").is_dir()
+
+
+def default_ceiling(probe_gpus: int | None, quiet: bool = False) -> tuple[int | None, int | None]:
     """Online mode without --channel-ceiling/--nccl-channels: raise the ceiling and cap NCCL's own calls at
     the count NCCL gives a plain communicator here; where NCCL cannot be asked (no GPU, no NCCL library),
     NCCL's own communicators, said on stderr."""
-    if not Path("/proc/driver/nvidia/gpus").is_dir():  # no NVIDIA driver: nothing to ask, nothing to raise
+    if not has_nvidia_driver():  # nothing to ask, nothing to raise
         return None, None
     try:
         found = nccl_probe.probe_plain_channels(probe_gpus)
@@ -73,6 +77,8 @@ def default_ceiling(probe_gpus: int | None) -> tuple[int | None, int | None]:
         return None, None
     if found.channels >= DEFAULT_ONLINE_CEILING:
         return None, None
+    if quiet:
+        return DEFAULT_ONLINE_CEILING, found.channels
     click.echo(
         f"autoccl: communicators with {DEFAULT_ONLINE_CEILING} channels; calls left to NCCL keep its "
         f"{found.channels} (a plain communicator over {found.ranks} GPUs here; "
@@ -83,13 +89,30 @@ def default_ceiling(probe_gpus: int | None) -> tuple[int | None, int | None]:
 
 
 def communicator_channels(
-    online: bool, ceiling: int | None, nccl_channels: int | str | None, probe_gpus: int | None
+    online: bool,
+    ceiling: int | None,
+    nccl_channels: int | str | None,
+    probe_gpus: int | None,
+    table_channels: int = 0,
 ) -> tuple[int | None, int | None]:
     """(channel ceiling, cap on NCCL's own calls) of a job's communicators from --channel-ceiling and
-    --nccl-channels: online mode with neither gets `default_ceiling`; ceiling 0 is NCCL's own communicators
-    (the tuner chooses within NCCL's channel count); `auto` is asked of NCCL here."""
+    --nccl-channels: online mode with neither gets `default_ceiling`; so does a job that reads tables
+    (`table_channels`: the most channels they pin) when one pins more channels than a plain communicator
+    has, since on a plain one such an entry is clamped to a configuration nobody measured (2 x H200:
+    all_gather 128 MiB 0.92x of NCCL); ceiling 0 is NCCL's own communicators (the tuner chooses within
+    NCCL's channel count); `auto` is asked of NCCL here."""
     if online and ceiling is None and nccl_channels is None:
         ceiling, nccl_channels = default_ceiling(probe_gpus)
+    elif table_channels > 0 and ceiling is None and nccl_channels is None:
+        ceiling, nccl_channels = default_ceiling(probe_gpus, quiet=True)
+        if ceiling is not None and nccl_channels is not None and table_channels <= nccl_channels:
+            return None, None  # every pin fits a plain communicator
+        if ceiling is not None:
+            click.echo(
+                f"autoccl: the table pins up to {table_channels} channels: communicators with {ceiling}, "
+                f"calls left to NCCL keep its {nccl_channels} (--channel-ceiling 0: NCCL's own)",
+                err=True,
+            )
     elif ceiling == 0:
         ceiling = None
     return ceiling, resolve_nccl_channels(nccl_channels, probe_gpus, "--nccl-channels")

@@ -62,6 +62,25 @@ def _check_table_option(mode: str, table: str | None) -> str | None:
     return str(path)
 
 
+def _pinned_channels(table: str | None, cache_dir: str | None) -> int:
+    """The most channels an entry pins in the tables a table-mode job reads (--table, else the cache's);
+    unreadable tables count 0 here (the library reports them)."""
+    paths = [Path(table)] if table else []
+    if not paths:
+        try:
+            paths = tables.cached_tables(str(Path(cache_dir).expanduser()) if cache_dir else None)
+        except tables.TableError:
+            return 0
+    most = 0
+    for path in paths:
+        try:
+            pinned = tables.load_table(path).tasks
+        except tables.TableError:
+            continue
+        most = max([most, *(int(t.get("channels", "0")) for t in pinned)])
+    return most
+
+
 def _build_env(plugin: PluginOptions, run_host: str | None = None) -> dict[str, str]:
     """The plugin's variables for a job, checked as the library checks them (and the AUTOCCL_* variables
     already in this environment with them): a value the library would refuse is an error here, before
@@ -88,7 +107,11 @@ def _build_env(plugin: PluginOptions, run_host: str | None = None) -> dict[str, 
     table = _check_table_option(mode, table)
     extra: dict[str, str] = {}
     ceiling, nccl_channels = communicator_channels(
-        mode == "online", plugin.channel_ceiling, plugin.nccl_channels, plugin.probe_gpus
+        mode == "online",
+        plugin.channel_ceiling,
+        plugin.nccl_channels,
+        plugin.probe_gpus,
+        table_channels=_pinned_channels(table, cache_dir) if mode == "table" else 0,
     )
     if ceiling is not None:
         extra.update({"NCCL_MIN_CTAS": str(ceiling), "NCCL_MAX_CTAS": str(ceiling)})
