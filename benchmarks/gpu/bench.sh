@@ -106,7 +106,9 @@ PY
         timeout "$left" python3 -m autoccl bench train --preset "${TRAIN_PRESET:-350m}" --parallel fsdp2,ddp \
           --modes nccl,online -n "${TRAIN_ITERS:-100}" --no-progress -o "$OUT/train/pair$p" 2>&1 | tail -12
       done
-      (cd "$OUT" && tar czf train.tgz --exclude='*.logs' train && rm -rf train)
+      # the online launches' traces apart (what each task ran, per call): the step can be explained afterwards
+      (cd "$OUT" && find train -path '*.logs/online-*' -name 'trace.*' | tar czf train-traces.tgz -T - ; \
+       tar czf train.tgz --exclude='*.logs' train && rm -rf train)
       continue ;;
     resilience|resilience-kill)
       left=$((BUDGET_S - (SECONDS - T0)))
