@@ -81,11 +81,14 @@ def worker(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
         ok = bool(torch.all(x == world))
         version = ad.version
         plan = ad.plan("allreduce", nbytes)
+        t2 = time.perf_counter()
         events = [e.to_dict() for e in ad.step()]
+        step_us = (time.perf_counter() - t2) * 1e6
         rows.append(
             {
                 "iter": it,
                 "us": dt,
+                "step_us": step_us,
                 "mode": mode,
                 "version": version,
                 "predicted_us": plan.time_us,
@@ -110,6 +113,8 @@ def worker(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
 def summarize(results: list[dict[str, Any]], cfg: dict[str, Any]) -> dict[str, Any]:
     n = len(results[0]["rows"])
     per_iter = [max(r["rows"][i]["us"] for r in results) for i in range(n)]  # the slowest rank's time
+    # step(): probes, agreement, and at a re-plan the flagged link's measurement (the slowest rank)
+    step_us = [max(r["rows"][i]["step_us"] for r in results) for i in range(n)]
     rows = results[0]["rows"]
     events = [e for row in rows for e in row["events"]]
     drift = next((e for e in events if e["kind"] == "drift"), None)
@@ -148,6 +153,9 @@ def summarize(results: list[dict[str, Any]], cfg: dict[str, Any]) -> dict[str, A
         "measured_ring_degraded_us": statistics.median(ring_after) if ring_after else None,
         "ring_predicted_initial_us": results[0]["ring_predicted_us"],
         "per_iter_us": per_iter,
+        "step_us": step_us,
+        "step_median_us": statistics.median(step_us),
+        "replan_step_us": step_us[drift["step"] - 1] if drift else None,
         "modes": [row["mode"] for row in rows],
         "versions": [row["version"] for row in rows],
         "profile_s": max(r["profile_s"] for r in results),
@@ -249,6 +257,9 @@ def main() -> int:
         "initial_plan_error",
         "measured_degraded_old_plan_us",
         "iterations_to_detect",
+        "drift_event",
+        "step_median_us",
+        "replan_step_us",
         "predicted_new_us",
         "measured_new_us",
         "new_plan_error",
