@@ -180,6 +180,24 @@ def exact_ratio_prediction(doc: dict[str, Any], cfg: dict[str, Any]) -> float:
     return float(Plan.from_schedule(sched, topo).time_us)
 
 
+def link_estimates(doc: dict[str, Any], summary: dict[str, Any]) -> dict[str, float | None]:
+    """The slowed link's true bandwidth, the re-plan's estimate, and what scaling the link by the flagging
+    probes' ratio (the rule before the refit) would have set."""
+    cfg, drift = summary["config"], summary["drift_event"]
+    true_gbps = cfg["bandwidth_gbps"] / cfg["factor"]
+    if not drift:
+        return {"slow_link_true_gbps": true_gbps, "slow_link_estimate_gbps": None, "ratio_rule_gbps": None}
+    src, dst = doc["npus"][cfg["slow_src"]], doc["npus"][cfg["slow_dst"]]
+    link = next(x for x in doc["links"] if (x["src"], x["dst"]) == (src, dst))
+    lat, bw, probe = float(link["latency_us"]), float(link["bandwidth_gbps"]), cfg["probe_bytes"]
+    target_us = (lat + probe / (bw * 1e3)) * drift["ratio"]
+    return {
+        "slow_link_true_gbps": true_gbps,
+        "slow_link_estimate_gbps": drift["bandwidth_gbps_after"],
+        "ratio_rule_gbps": probe / max(target_us - lat, 1e-3) / 1e3,
+    }
+
+
 def plot(summary: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -247,6 +265,7 @@ def main() -> int:
     results = run_local(worker, a.nproc, cfg, timeout_s=900)
     summary = summarize(results, cfg)
     summary["predicted_new_exact_ratio_us"] = exact_ratio_prediction(results[0]["doc"], cfg)
+    summary.update(link_estimates(results[0]["doc"], summary))
     summary["wall_s"] = time.time() - t0
     summary["torch"] = torch.__version__
     keys = [
@@ -264,6 +283,9 @@ def main() -> int:
         "measured_new_us",
         "new_plan_error",
         "predicted_new_exact_ratio_us",
+        "slow_link_true_gbps",
+        "slow_link_estimate_gbps",
+        "ratio_rule_gbps",
         "measured_ring_degraded_us",
         "choices",
         "wall_s",
