@@ -180,6 +180,26 @@ def exact_ratio_prediction(doc: dict[str, Any], cfg: dict[str, Any]) -> float:
     return float(Plan.from_schedule(sched, topo).time_us)
 
 
+def estimate_sensitivity(doc: dict[str, Any], summary: dict[str, Any]) -> dict[str, float]:
+    """The synthesizer's prediction for the plan it would make with the slowed link at k times the
+    re-plan's estimate (k = 0.8 ... 1.25): how much the prediction depends on the estimate at all."""
+    cfg, drift = summary["config"], summary["drift_event"]
+    if not drift:
+        return {}
+    src, dst = doc["npus"][cfg["slow_src"]], doc["npus"][cfg["slow_dst"]]
+    nbytes = float(cfg["elements"] * 4)
+    out = {}
+    for k in (0.8, 0.9, 1.0, 1.1, 1.25):
+        d = json.loads(json.dumps(doc))
+        for link in d["links"]:
+            if (link["src"], link["dst"]) == (src, dst):
+                link["bandwidth_gbps"] = drift["bandwidth_gbps_after"] * k
+        topo = S.topology_from_dict(d)
+        sched, _ = S.synthesize(topo, "allreduce", nbytes, chunks=cfg["chunks"], seeds=cfg["seeds"])
+        out[str(k)] = float(Plan.from_schedule(sched, topo).time_us)
+    return out
+
+
 def link_estimates(doc: dict[str, Any], summary: dict[str, Any]) -> dict[str, float | None]:
     """The slowed link's true bandwidth, the re-plan's estimate, and what scaling the link by the flagging
     probes' ratio (the rule before the refit) would have set."""
@@ -266,6 +286,7 @@ def main() -> int:
     summary = summarize(results, cfg)
     summary["predicted_new_exact_ratio_us"] = exact_ratio_prediction(results[0]["doc"], cfg)
     summary.update(link_estimates(results[0]["doc"], summary))
+    summary["predicted_new_at_scaled_estimate_us"] = estimate_sensitivity(results[0]["doc"], summary)
     summary["wall_s"] = time.time() - t0
     summary["torch"] = torch.__version__
     keys = [
@@ -286,6 +307,7 @@ def main() -> int:
         "slow_link_true_gbps",
         "slow_link_estimate_gbps",
         "ratio_rule_gbps",
+        "predicted_new_at_scaled_estimate_us",
         "measured_ring_degraded_us",
         "choices",
         "wall_s",

@@ -162,7 +162,8 @@ def measure_direction(
 class LinkEstimate:
     """A link's bandwidth from ping-pongs of several payload sizes: the slope of the per-size median round
     trips. What every ping-pong pays alike (the answer, wake-up and scheduling lags) lands in the
-    intercept, not in the bandwidth; an outlier moves a median, not the fit."""
+    intercept, not in the bandwidth; an outlier moves a median, not the fit. Payload sizes only: one-byte
+    round trips lag unlike payloads on a loaded host and would tilt the line."""
 
     bandwidth_gbps: float
     intercept_us: float
