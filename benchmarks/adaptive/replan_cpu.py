@@ -81,11 +81,14 @@ def worker(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
         ok = bool(torch.all(x == world))
         version = ad.version
         plan = ad.plan("allreduce", nbytes)
+        t2 = time.perf_counter()
         events = [e.to_dict() for e in ad.step()]
+        step_us = (time.perf_counter() - t2) * 1e6
         rows.append(
             {
                 "iter": it,
                 "us": dt,
+                "step_us": step_us,
                 "mode": mode,
                 "version": version,
                 "predicted_us": plan.time_us,
@@ -110,6 +113,8 @@ def worker(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
 def summarize(results: list[dict[str, Any]], cfg: dict[str, Any]) -> dict[str, Any]:
     n = len(results[0]["rows"])
     per_iter = [max(r["rows"][i]["us"] for r in results) for i in range(n)]  # the slowest rank's time
+    # step(): probes, agreement, and at a re-plan the flagged link's measurement (the slowest rank)
+    step_us = [max(r["rows"][i]["step_us"] for r in results) for i in range(n)]
     rows = results[0]["rows"]
     events = [e for row in rows for e in row["events"]]
     drift = next((e for e in events if e["kind"] == "drift"), None)
@@ -148,6 +153,9 @@ def summarize(results: list[dict[str, Any]], cfg: dict[str, Any]) -> dict[str, A
         "measured_ring_degraded_us": statistics.median(ring_after) if ring_after else None,
         "ring_predicted_initial_us": results[0]["ring_predicted_us"],
         "per_iter_us": per_iter,
+        "step_us": step_us,
+        "step_median_us": statistics.median(step_us),
+        "replan_step_us": step_us[drift["step"] - 1] if drift else None,
         "modes": [row["mode"] for row in rows],
         "versions": [row["version"] for row in rows],
         "profile_s": max(r["profile_s"] for r in results),
@@ -170,6 +178,44 @@ def exact_ratio_prediction(doc: dict[str, Any], cfg: dict[str, Any]) -> float:
     nbytes = float(cfg["elements"] * 4)
     sched, _ = S.synthesize(topo, "allreduce", nbytes, chunks=cfg["chunks"], seeds=cfg["seeds"])
     return float(Plan.from_schedule(sched, topo).time_us)
+
+
+def estimate_sensitivity(doc: dict[str, Any], summary: dict[str, Any]) -> dict[str, float]:
+    """The synthesizer's prediction for the plan it would make with the slowed link at k times the
+    re-plan's estimate (k = 0.8 ... 1.25): how much the prediction depends on the estimate at all."""
+    cfg, drift = summary["config"], summary["drift_event"]
+    if not drift:
+        return {}
+    src, dst = doc["npus"][cfg["slow_src"]], doc["npus"][cfg["slow_dst"]]
+    nbytes = float(cfg["elements"] * 4)
+    out = {}
+    for k in (0.8, 0.9, 1.0, 1.1, 1.25):
+        d = json.loads(json.dumps(doc))
+        for link in d["links"]:
+            if (link["src"], link["dst"]) == (src, dst):
+                link["bandwidth_gbps"] = drift["bandwidth_gbps_after"] * k
+        topo = S.topology_from_dict(d)
+        sched, _ = S.synthesize(topo, "allreduce", nbytes, chunks=cfg["chunks"], seeds=cfg["seeds"])
+        out[str(k)] = float(Plan.from_schedule(sched, topo).time_us)
+    return out
+
+
+def link_estimates(doc: dict[str, Any], summary: dict[str, Any]) -> dict[str, float | None]:
+    """The slowed link's true bandwidth, the re-plan's estimate, and what scaling the link by the flagging
+    probes' ratio (the rule before the refit) would have set."""
+    cfg, drift = summary["config"], summary["drift_event"]
+    true_gbps = cfg["bandwidth_gbps"] / cfg["factor"]
+    if not drift:
+        return {"slow_link_true_gbps": true_gbps, "slow_link_estimate_gbps": None, "ratio_rule_gbps": None}
+    src, dst = doc["npus"][cfg["slow_src"]], doc["npus"][cfg["slow_dst"]]
+    link = next(x for x in doc["links"] if (x["src"], x["dst"]) == (src, dst))
+    lat, bw, probe = float(link["latency_us"]), float(link["bandwidth_gbps"]), cfg["probe_bytes"]
+    target_us = (lat + probe / (bw * 1e3)) * drift["ratio"]
+    return {
+        "slow_link_true_gbps": true_gbps,
+        "slow_link_estimate_gbps": drift["bandwidth_gbps_after"],
+        "ratio_rule_gbps": probe / max(target_us - lat, 1e-3) / 1e3,
+    }
 
 
 def plot(summary: dict[str, Any], path: Path) -> None:
@@ -239,6 +285,8 @@ def main() -> int:
     results = run_local(worker, a.nproc, cfg, timeout_s=900)
     summary = summarize(results, cfg)
     summary["predicted_new_exact_ratio_us"] = exact_ratio_prediction(results[0]["doc"], cfg)
+    summary.update(link_estimates(results[0]["doc"], summary))
+    summary["predicted_new_at_scaled_estimate_us"] = estimate_sensitivity(results[0]["doc"], summary)
     summary["wall_s"] = time.time() - t0
     summary["torch"] = torch.__version__
     keys = [
@@ -249,10 +297,17 @@ def main() -> int:
         "initial_plan_error",
         "measured_degraded_old_plan_us",
         "iterations_to_detect",
+        "drift_event",
+        "step_median_us",
+        "replan_step_us",
         "predicted_new_us",
         "measured_new_us",
         "new_plan_error",
         "predicted_new_exact_ratio_us",
+        "slow_link_true_gbps",
+        "slow_link_estimate_gbps",
+        "ratio_rule_gbps",
+        "predicted_new_at_scaled_estimate_us",
         "measured_ring_degraded_us",
         "choices",
         "wall_s",

@@ -15,6 +15,7 @@ from autoccl.adaptive.profile import (
     ContentionFit,
     PairFit,
     Profile,
+    estimate_link,
     fit_alpha_beta,
     measured_topology,
     round_robin,
@@ -140,6 +141,20 @@ def test_fit_alpha_beta() -> None:
         fit_alpha_beta([5, 5], [1, 2])
 
 
+def test_estimate_link_keeps_a_common_lag_and_outliers_out_of_the_bandwidth() -> None:
+    # 50 us, 0.0025 GB/s (2.5 bytes/us); every round trip 20 ms late, and one 3x outlier per size
+    sizes = [65536, 131072, 262144]
+    rtts = {s: [20_000 + 50 + s / 2.5 + k * 100.0 for k in range(5)] for s in sizes}
+    for s in sizes:
+        rtts[s][2] *= 3
+    est = estimate_link(rtts)
+    assert est.bandwidth_gbps == pytest.approx(0.0025, rel=1e-9)
+    assert est.intercept_us == pytest.approx(20_000 + 50 + 300.0)  # the lag (and the medians' 300 us)
+    assert est.sizes == sizes and est.samples == 15
+    with pytest.raises(ValueError, match="two sizes"):
+        estimate_link({65536: [1.0, 2.0]})
+
+
 def test_round_robin_covers_every_pair_once() -> None:
     for n in (2, 3, 4, 7, 8):
         pairs = [p for rnd in round_robin(n) for p in rnd]
@@ -194,3 +209,74 @@ def test_route_through_switches() -> None:
     assert route_model(doc, "a", "b") == (3.0, 5.0)
     with pytest.raises(ValueError, match="no path"):
         route(doc, "b", "a")
+
+
+class _TwoRanks:
+    """Rank 0 of two; no message is ever sent (the link measurement is replaced)."""
+
+    rank, size = 0, 2
+
+    def issue(self, messages):  # pragma: no cover - never reached
+        raise AssertionError("no transfer expected")
+
+
+def _drifting_runtime(S, monkeypatch: pytest.MonkeyPatch, **kw):
+    from autoccl.adaptive import runtime
+
+    doc = {
+        "name": "two",
+        "npus": ["e/r0", "e/r1"],
+        "links": [
+            {"src": a, "dst": b, "latency_us": 50.0, "bandwidth_gbps": 0.01}
+            for a, b in (("e/r0", "e/r1"), ("e/r1", "e/r0"))
+        ],
+    }
+    lag, slow_gbps, probe = 20_000.0, 0.0025, 256 << 10
+
+    def measured(t, peer, initiator, sizes, repeats, device, tag):  # the slowed link, every trip lagged
+        assert (peer, initiator) == (1, True)
+        out = {s: [lag + 100 + s / (slow_gbps * 1e3) + k * 50.0 for k in range(repeats)] for s in sizes}
+        out[max(sizes)][0] *= 4  # an outlier
+        return out
+
+    monkeypatch.setattr(runtime, "measure_direction", measured)
+    ad = runtime.Adaptive(doc, transport=_TwoRanks(), store=dist.HashStore(), probe_bytes=probe, **kw)
+    events = []
+    for k in range(5):  # 3 reference probes, then 2 of the slowed, lagged link
+        ad.step_no += 1
+        one_way = 50 + probe / (0.01 if k < 3 else slow_gbps) / 1e3 + (lag if k >= 3 else 0.0)
+        probes = {"0->1": {"rtt1_us": 100.0, "rtt_us": one_way + 50.0}}
+        events += ad._decide_drift([{"probes": probes}, {"probes": {}}])
+    drift = [e for e in events if e.kind == "drift"]
+    assert len(drift) == 1 and drift[0].detail["ratio"] > 4.5  # the lag inflated the probes' ratio
+    return ad, drift[0].detail
+
+
+def test_replan_measures_the_flagged_link_over_sizes(S, monkeypatch: pytest.MonkeyPatch) -> None:
+    ad, drift = _drifting_runtime(S, monkeypatch)
+    # the slope of the refit, not the lagged probes' ratio, sets the link: 0.0025 GB/s
+    assert drift["bandwidth_gbps_after"] == pytest.approx(0.0025, rel=1e-3)
+    link = next(x for x in ad.doc["links"] if (x["src"], x["dst"]) == ("e/r0", "e/r1"))
+    assert link["bandwidth_gbps"] == pytest.approx(0.0025, rel=1e-3)
+    assert drift["estimate"]["sizes"] == [65536, 131072, 262144] and drift["estimate"]["samples"] == 15
+    assert ad.version == 1
+
+
+def test_replan_without_refit_scales_by_the_probes_ratio(S, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, drift = _drifting_runtime(S, monkeypatch, refit_repeats=0)
+    assert drift["estimate"] is None
+    assert drift["bandwidth_gbps_after"] < 0.0025 * 0.85  # the lag went into the link
+
+
+def test_refit_sizes_must_differ(S) -> None:
+    from autoccl.adaptive import runtime
+
+    doc = {
+        "npus": ["e/r0", "e/r1"],
+        "links": [
+            {"src": a, "dst": b, "latency_us": 1.0, "bandwidth_gbps": 1.0}
+            for a, b in (("e/r0", "e/r1"), ("e/r1", "e/r0"))
+        ],
+    }
+    with pytest.raises(ValueError, match="two different payload sizes"):
+        runtime.Adaptive(doc, transport=_TwoRanks(), store=dist.HashStore(), refit_sizes=(1.0, 1.0))

@@ -25,6 +25,8 @@ def test_slow_link_is_detected_and_replanned(S) -> None:
     assert drift[0]["iter"] - slow_at <= 20
     assert 2.5 < drift[0]["ratio"] < 6  # 4x slower, seen through probes
     assert drift[0]["bandwidth_gbps_after"] < drift[0]["bandwidth_gbps_before"] / 2.5
+    # the link was measured afresh over three payload sizes before the re-plan
+    assert drift[0]["estimate"]["sizes"] == [65536, 131072, 262144] and drift[0]["estimate"]["samples"] == 15
     # the new plan sends less over the slow link than the old plan did
     plan = results[0]["plan"]
     over_slow = sum(1 for row in plan["transfers"] if row[1] == 0 and row[2] == 1)

@@ -133,6 +133,58 @@ def pingpong(
     return 0.0
 
 
+def measure_direction(
+    t: Transport,
+    peer: int,
+    initiator: bool,
+    sizes: Sequence[int],
+    repeats: int,
+    device: str,
+    tag: int = _TAG + 6,
+) -> dict[int, list[float]]:
+    """Ping-pongs of each size from the initiator to peer, `repeats` of each after one warm-up, the sizes
+    interleaved (a burst of interference then touches every size alike). Collective over the two ranks.
+    Returns every round trip in us by size on the initiator ({} on the responder)."""
+    big = max(sizes)
+    buf = torch.zeros(big, dtype=torch.uint8, device=device)
+    ack = torch.zeros(1, dtype=torch.uint8, device=device)
+    pingpong(t, peer, initiator, buf, ack, min(sizes), tag)  # warm-up
+    out: dict[int, list[float]] = {int(s): [] for s in sizes}
+    for _ in range(repeats):
+        for s in sizes:
+            dt = pingpong(t, peer, initiator, buf, ack, int(s), tag)
+            if initiator:
+                out[int(s)].append(dt)
+    return out if initiator else {}
+
+
+@dataclass
+class LinkEstimate:
+    """A link's bandwidth from ping-pongs of several payload sizes: the slope of the per-size median round
+    trips. What every ping-pong pays alike (the answer, wake-up and scheduling lags) lands in the
+    intercept, not in the bandwidth; an outlier moves a median, not the fit. Payload sizes only: one-byte
+    round trips lag unlike payloads on a loaded host and would tilt the line."""
+
+    bandwidth_gbps: float
+    intercept_us: float
+    sizes: list[int]
+    median_rtt_us: list[float]
+    samples: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def estimate_link(rtts: dict[int, Sequence[float]]) -> LinkEstimate:
+    """The bandwidth of a link from its payload round trips {size: [us, ...]} (at least two sizes)."""
+    sizes = sorted(s for s in rtts if rtts[s])
+    if len(sizes) < 2:
+        raise ValueError("a link estimate needs round trips of at least two sizes")
+    med = [float(statistics.median(rtts[s])) for s in sizes]
+    alpha, beta, _, _ = fit_alpha_beta(sizes, med)
+    return LinkEstimate(beta, alpha, sizes, med, sum(len(rtts[s]) for s in sizes))
+
+
 def round_robin(n: int) -> list[list[tuple[int, int]]]:
     """Rounds of disjoint pairs covering every unordered pair once (circle method)."""
     ids = list(range(n)) + ([-1] if n % 2 else [])

@@ -18,9 +18,12 @@ iterations, re-planning on drift, and a fall-back to the backend's own collectiv
   history, not with the profile's model, keeps the probe's method out of the verdict.
 * Agreement: at every step each rank writes its probe results and its timing of plans under evaluation to
   the store, then reads every rank's; all ranks take the same decisions from the same data, at the same step.
-* Re-planning: a flagged pair's link is rescaled so that the topology predicts the probe time times the
-  measured ratio (the direct link's bandwidth; on a switch path, the sender's port), the topology version
-  increases and the next call of each collective uses a plan synthesized from the new topology.
+* Re-planning: the flagged direction is measured afresh (ping-pongs of `refit_sizes` x probe_bytes,
+  `refit_repeats` each) and the link gets the slope of the per-size median round trips as its bandwidth
+  (the direct link; on a switch path, the sender's port): a lag that every ping-pong pays alike goes
+  into the intercept, not into the link, as it did when the link was scaled by the probes' ratio (still
+  the rule with refit_repeats=0). The topology version increases and the next call of each collective
+  uses a plan synthesized from the new topology.
 * Fall-back: the first `eval_calls` x 2 calls of each new plan alternate between the plan and the backend's
   collective (`native`); at the next step the slower of the two (by the slowest rank's mean) is dropped.
 """
@@ -39,10 +42,11 @@ import torch.distributed as dist
 
 from autoccl.adaptive import collectives as C
 from autoccl.adaptive.plan import Plan
-from autoccl.adaptive.profile import pingpong, round_robin
+from autoccl.adaptive.profile import LinkEstimate, estimate_link, measure_direction, pingpong, round_robin
 from autoccl.adaptive.transport import TorchTransport, Transport
 
 _PROBE_TAG = (1 << 20) + 64
+_REFIT_TAG = (1 << 20) + 72
 NativeFn = Callable[..., Any]
 
 
@@ -129,6 +133,8 @@ class Adaptive:
         baseline_probes: int = 3,
         probe_repeats: int = 3,
         eval_calls: int = 3,
+        refit_sizes: tuple[float, ...] = (0.25, 0.5, 1.0),
+        refit_repeats: int = 5,
         native: dict[str, NativeFn] | None = None,
         prefix: str = "autoccl/adaptive",
     ) -> None:
@@ -164,6 +170,10 @@ class Adaptive:
         self.rtt1_floor: dict[str, float] = {}
         self.baseline_probes = baseline_probes
         self.probe_repeats = probe_repeats
+        if refit_repeats > 0 and len({max(int(f * probe_bytes), 1) for f in refit_sizes}) < 2:
+            raise ValueError("refit_sizes must give at least two different payload sizes")
+        self.refit_sizes = sorted({max(int(f * probe_bytes), 1) for f in refit_sizes})
+        self.refit_repeats = refit_repeats
         self.last_probe: dict[str, dict[str, float]] = {}
         self._rounds = round_robin(self.size)
         self._probe_buf: torch.Tensor | None = None
@@ -423,10 +433,14 @@ class Adaptive:
         if not flagged:
             return []
         events: list[Event] = []
-        for pair, ratio in flagged.items():
+        for pair, ratio in sorted(flagged.items()):
             a, b = (int(x) for x in pair.split("->"))
             _, bw = route_model(self.doc, self.npus[a], self.npus[b])
-            new_bw = self._scale_pair(a, b, ratio)
+            estimate = self._refit(pair) if self.refit_repeats > 0 else None
+            if estimate is not None:
+                new_bw = self._set_pair_bandwidth(a, b, estimate.bandwidth_gbps)
+            else:
+                new_bw = self._scale_pair(a, b, ratio)
             events.append(
                 Event(
                     self.step_no,
@@ -436,6 +450,7 @@ class Adaptive:
                         "ratio": ratio,
                         "bandwidth_gbps_before": bw,
                         "bandwidth_gbps_after": new_bw,
+                        "estimate": estimate.to_dict() if estimate is not None else None,
                     },
                 )
             )
@@ -451,6 +466,38 @@ class Adaptive:
         self.evals.clear()
         events.append(Event(self.step_no, "replan", {"version": self.version, "pairs": sorted(flagged)}))
         return events
+
+    def _refit(self, pair: str) -> LinkEstimate:
+        """Measure the flagged direction a->b afresh before re-planning: ping-pongs of several payload
+        sizes (`refit_sizes` x probe_bytes), `refit_repeats` of each; the bandwidth is the slope of the
+        per-size medians (autoccl.adaptive.profile.estimate_link). The two probes that flagged the pair
+        saw one size, and whatever lag they carried scaled the link; a slope over sizes leaves a lag that
+        every ping-pong pays alike in the intercept. Collective: every rank calls it for every flagged
+        pair in the same order; the initiator shares its round trips through the store so that every
+        rank fits the same numbers."""
+        a, b = (int(x) for x in pair.split("->"))
+        if self.rank in (a, b):
+            rtts = measure_direction(
+                self.t,
+                b if self.rank == a else a,
+                self.rank == a,
+                self.refit_sizes,
+                self.refit_repeats,
+                self.device,
+                _REFIT_TAG,
+            )
+            if self.rank == a:
+                self.store.set(f"refit/{self.step_no}/{pair}", json.dumps(rtts))
+        raw = json.loads(self.store.get(f"refit/{self.step_no}/{pair}"))
+        return estimate_link({int(s): v for s, v in raw.items()})
+
+    def _set_pair_bandwidth(self, a: int, b: int, gbps: float) -> float:
+        """Give the direct link a->b (or, on a switch path, the sender's first hop) the bandwidth `gbps`.
+        Returns the link's new bandwidth."""
+        links = {(x["src"], x["dst"]): x for x in self.doc["links"]}
+        hop = route(self.doc, self.npus[a], self.npus[b])[0]
+        links[hop]["bandwidth_gbps"] = round(gbps, 6)
+        return float(links[hop]["bandwidth_gbps"])
 
     def _scale_pair(self, a: int, b: int, ratio: float) -> float:
         """Make the modelled time of a probe from a to b `ratio` times what it was, by changing the
