@@ -15,17 +15,6 @@ def pytest_configure(config: pytest.Config) -> None:
         launch.PRELOAD.append("torch._dynamo")
 
 
-@pytest.fixture(scope="session")
-def S():
-    from autoccl import synth
-
-    try:
-        synth.ext()
-    except ImportError as e:
-        pytest.skip(str(e))
-    return synth
-
-
 @pytest.fixture(autouse=True)
 def _one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "1")

@@ -1,13 +1,15 @@
-"""Make the compiled autoccl._synth importable from a development build (AUTOCCL_LIB_DIR) and skip cleanly
-when it is absent."""
+"""Fixtures more than one test folder uses."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
 
 @pytest.fixture(scope="session")
-def S():
+def S() -> Any:
+    """The synthesizer package with its compiled extension (autoccl._synth); skips the test without it."""
     from autoccl import synth
 
     try:
