@@ -55,6 +55,18 @@ def _pieces(flat: torch.Tensor, n: int) -> list[torch.Tensor]:
     return out
 
 
+def _same_dtype(out: torch.Tensor, inp: torch.Tensor) -> None:
+    if out.dtype != inp.dtype:
+        raise TypeError(f"output dtype {out.dtype} differs from input dtype {inp.dtype}")
+
+
+def _rank_parts(whole: torch.Tensor, what: str, part: int, size: int) -> list[torch.Tensor]:
+    """`whole` as `size` consecutive views of `part` elements, one a rank (the *_tensor layout)."""
+    if whole.numel() != part * size:
+        raise ValueError(f"{what} must hold {size} x {part} elements, it holds {whole.numel()}")
+    return [whole[r * part : (r + 1) * part] for r in range(size)]
+
+
 def _segment_views(plan: Plan, segments: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """Chunk views when rank r's owned chunks (ascending) split segment r."""
     views: list[torch.Tensor | None] = [None] * plan.nchunks
@@ -101,12 +113,8 @@ def all_gather_into_tensor(
     t = _transport(group, transport)
     _check(plan, "allgather", t)
     out, inp = _flat(output, "output"), _flat(input, "input")
-    if out.dtype != inp.dtype:
-        raise TypeError(f"output dtype {out.dtype} differs from input dtype {inp.dtype}")
-    if out.numel() != inp.numel() * t.size:
-        raise ValueError(f"output must hold {t.size} x {inp.numel()} elements, it holds {out.numel()}")
-    m = inp.numel()
-    return _gather(plan, [out[r * m : (r + 1) * m] for r in range(t.size)], inp, t)
+    _same_dtype(out, inp)
+    return _gather(plan, _rank_parts(out, "output", inp.numel(), t.size), inp, t)
 
 
 def all_gather(
@@ -149,14 +157,9 @@ def reduce_scatter_tensor(
     t = _transport(group, transport)
     _check(plan, "reducescatter", t)
     out, inp = _flat(output, "output"), _flat(input, "input")
-    if out.dtype != inp.dtype:
-        raise TypeError(f"output dtype {out.dtype} differs from input dtype {inp.dtype}")
-    if inp.numel() != out.numel() * t.size:
-        raise ValueError(f"input must hold {t.size} x {out.numel()} elements, it holds {inp.numel()}")
-    red = resolve(op, out.dtype)
-    work = inp.clone()
-    m = out.numel()
-    return _scatter(plan, [work[r * m : (r + 1) * m] for r in range(t.size)], out, red, t)
+    _same_dtype(out, inp)
+    work = _rank_parts(inp.clone(), "input", out.numel(), t.size)  # reduced in place: a copy
+    return _scatter(plan, work, out, resolve(op, out.dtype), t)
 
 
 def reduce_scatter(
