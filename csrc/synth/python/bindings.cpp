@@ -30,6 +30,21 @@ py::dict stats_dict(const SynthStats& st) {
   return d;
 }
 
+// The options `synthesize` and `synthesize_to_stream` share (their Python arguments).
+SynthOptions synth_options(const std::string& coll, double bytes, int chunks, int seeds, int threads,
+                           std::uint64_t base_seed, int root, double max_memory_bytes) {
+  SynthOptions o;
+  o.collective = collective_from_string(coll);
+  o.bytes = bytes;
+  o.chunks_per_rank = chunks;
+  o.seeds = seeds;
+  o.threads = threads;
+  o.base_seed = base_seed;
+  o.root = root;
+  o.max_memory_bytes = max_memory_bytes;
+  return o;
+}
+
 template <class T, class F>
 py::array_t<T> column(const Schedule& s, F f) {
   py::array_t<T> a(static_cast<py::ssize_t>(s.transfers.size()));
@@ -177,16 +192,8 @@ PYBIND11_MODULE(_synth, m) {
   m.def("synthesize",
         [](const Topology& t, const std::string& coll, double bytes, int chunks, int seeds, int threads,
            std::uint64_t base_seed, int root, bool record, double max_memory_bytes) {
-          SynthOptions o;
-          o.collective = collective_from_string(coll);
-          o.bytes = bytes;
-          o.chunks_per_rank = chunks;
-          o.seeds = seeds;
-          o.threads = threads;
-          o.base_seed = base_seed;
-          o.root = root;
+          SynthOptions o = synth_options(coll, bytes, chunks, seeds, threads, base_seed, root, max_memory_bytes);
           o.record = record;
-          o.max_memory_bytes = max_memory_bytes;
           SynthStats st;
           Schedule s;
           {
@@ -202,15 +209,8 @@ PYBIND11_MODULE(_synth, m) {
   m.def("synthesize_to_stream",
         [](const Topology& t, const std::string& coll, double bytes, int chunks, int seeds, int threads,
            std::uint64_t base_seed, int root, const std::string& path, double max_memory_bytes) {
-          SynthOptions o;
-          o.collective = collective_from_string(coll);
-          o.bytes = bytes;
-          o.chunks_per_rank = chunks;
-          o.seeds = seeds;
-          o.threads = threads;
-          o.base_seed = base_seed;
-          o.root = root;
-          o.max_memory_bytes = max_memory_bytes;
+          const SynthOptions o =
+              synth_options(coll, bytes, chunks, seeds, threads, base_seed, root, max_memory_bytes);
           SynthStats st;
           Schedule s;
           std::uint64_t written = 0;
