@@ -74,6 +74,20 @@ def run_job(job: Callable[..., Any], cfg: dict[str, Any], device: str, nproc: in
         raise click.ClickException(str(e)) from None
 
 
+def _write_outputs(
+    doc: dict[str, Any], out: str | None, plot: str | None, side: str | None, side_doc: Any
+) -> None:
+    """The topology (--out), its JSON side file (--reports / --report) and its drawing (--plot), as asked."""
+    if out:
+        _write_doc(doc, out)
+    if side:
+        Path(side).write_text(json.dumps(side_doc, indent=1) + "\n")
+    if plot:
+        from autoccl.adaptive.plots import topology_plot
+
+        topology_plot(doc, plot)
+
+
 def _write_doc(doc: dict[str, Any], path: str) -> None:
     """Validate through the synthesizer, then write YAML (or JSON for *.json)."""
     import yaml
@@ -163,14 +177,7 @@ def topo(
         if res is None:
             return
     doc = res["topology"]
-    if out:
-        _write_doc(doc, out)
-    if reports:
-        Path(reports).write_text(json.dumps(res["reports"], indent=1) + "\n")
-    if plot:
-        from autoccl.adaptive.plots import topology_plot
-
-        topology_plot(doc, plot)
+    _write_outputs(doc, out, plot, reports, res["reports"])
     click.echo(
         f"{doc['name']}: {len(doc['npus'])} ranks, {len(doc.get('switches', []))} switch(es), "
         f"{len(doc.get('nics', []))} NIC(s), {len(doc['links'])} links"
@@ -252,16 +259,7 @@ def profile(
     if res is None:
         return
     doc = res["topology"]
-    if out:
-        _write_doc(doc, out)
-    if report:
-        Path(report).write_text(
-            json.dumps({k: v for k, v in res.items() if k != "topology"}, indent=1) + "\n"
-        )
-    if plot:
-        from autoccl.adaptive.plots import topology_plot
-
-        topology_plot(doc, plot)
+    _write_outputs(doc, out, plot, report, {k: v for k, v in res.items() if k != "topology"})
     prof = res["profile"]
     click.echo(f"{len(doc['npus'])} ranks, {res['model']} model, measured in {res['seconds']:.1f} s")
     for p in prof["pairs"]:
