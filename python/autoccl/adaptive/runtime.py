@@ -506,9 +506,7 @@ class Adaptive:
         lat, bw = route_model(self.doc, self.npus[a], self.npus[b])
         target_us = (lat + self.probe_bytes / (bw * 1e3)) * ratio
         new_bw = self.probe_bytes / max(target_us - lat, 1e-3) / 1e3
-        links = {(x["src"], x["dst"]): x for x in self.doc["links"]}
-        hop = route(self.doc, self.npus[a], self.npus[b])[0]
-        links[hop]["bandwidth_gbps"] = round(new_bw, 6)
+        self._set_pair_bandwidth(a, b, new_bw)
         return new_bw
 
     def topology_document(self) -> dict[str, Any]:
