@@ -198,3 +198,15 @@ def test_table_mode_gets_the_communicators_its_pins_need(
     if ceiling:
         assert lines["AUTOCCL_NCCL_CHANNELS"] == "24"
         assert "the table pins up to 64 channels" in r.stderr
+
+
+def test_table_mode_reads_the_pins_of_the_table_given(
+    fake_plugin: Path, fake_nccl: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("AUTOCCL_NCCL_LIBRARY", str(fake_nccl))
+    monkeypatch.setattr(channels, "has_nvidia_driver", lambda: True)
+    table = next((_cache_with(tmp_path, [0, 64]) / "tables").glob("*.table"))
+    args = ["env", "--mode", "table", "--table", str(table), "--cache-dir", str(tmp_path / "none")]
+    r = CliRunner().invoke(main, [*args, "--probe-gpus", "2"])
+    assert r.exit_code == 0, r.output
+    assert _exports(r.stdout).get("NCCL_MIN_CTAS") == "64", r.stdout

@@ -49,36 +49,35 @@ _plugin_options = O.gathered(
 )
 
 
-def _check_table_option(mode: str, table: str | None) -> str | None:
-    """--table as an absolute path; in table mode it must be a valid table (the library's schema)."""
+def _check_table_option(mode: str, table: str | None) -> tuple[str | None, tables.Table | None]:
+    """--table as an absolute path; in table mode it must be a valid table (the library's schema), and is
+    returned read."""
     if not table:
-        return None
+        return None, None
     path = Path(table).expanduser().resolve()
-    if mode == "table":
-        try:
-            tables.load_table(path)
-        except tables.TableError as e:
-            raise click.ClickException(f"--table {table}: {e}") from None
-    return str(path)
+    if mode != "table":
+        return str(path), None
+    try:
+        return str(path), tables.load_table(path)
+    except tables.TableError as e:
+        raise click.ClickException(f"--table {table}: {e}") from None
 
 
-def _pinned_channels(table: str | None, cache_dir: str | None) -> int:
+def _pinned_channels(given: tables.Table | None, cache_dir: str | None) -> int:
     """The most channels an entry pins in the tables a table-mode job reads (--table, else the cache's);
-    unreadable tables count 0 here (the library reports them)."""
-    paths = [Path(table)] if table else []
-    if not paths:
+    unreadable cached tables count 0 here (the library reports them)."""
+    read = [given] if given else []
+    if not given:
         try:
             paths = tables.cached_tables(str(Path(cache_dir).expanduser()) if cache_dir else None)
         except tables.TableError:
             return 0
-    most = 0
-    for path in paths:
-        try:
-            pinned = tables.load_table(path).tasks
-        except tables.TableError:
-            continue
-        most = max([most, *(int(t.get("channels", "0")) for t in pinned)])
-    return most
+        for path in paths:
+            try:
+                read.append(tables.load_table(path))
+            except tables.TableError:
+                continue
+    return max([0, *(int(t.get("channels", "0")) for table in read for t in table.tasks)])
 
 
 def _build_env(plugin: PluginOptions, run_host: str | None = None) -> dict[str, str]:
@@ -104,14 +103,14 @@ def _build_env(plugin: PluginOptions, run_host: str | None = None) -> dict[str, 
         raise click.UsageError(f"--fixed applies to --mode fixed, not {mode}")
     if mode not in ("table", "observe") and table is not None:
         raise click.UsageError(f"--table applies to --mode table or observe, not {mode}")
-    table = _check_table_option(mode, table)
+    table, given_table = _check_table_option(mode, table)
     extra: dict[str, str] = {}
     ceiling, nccl_channels = communicator_channels(
         mode == "online",
         plugin.channel_ceiling,
         plugin.nccl_channels,
         plugin.probe_gpus,
-        table_channels=_pinned_channels(table, cache_dir) if mode == "table" else 0,
+        table_channels=_pinned_channels(given_table, cache_dir) if mode == "table" else 0,
     )
     if ceiling is not None:
         extra.update({"NCCL_MIN_CTAS": str(ceiling), "NCCL_MAX_CTAS": str(ceiling)})
