@@ -26,6 +26,7 @@
 #   inspector NCCL Inspector (built from its carried source) chained behind autoccl's profiler with autoccl's
 #             metrics on, NCCL_DEBUG=INFO: both write their files, prometheus_client parses ours; then the
 #             metrics' cost on a 1 MiB all_reduce (online against online with metrics every second, interleaved)
+#   train-ceiling  as train with PARALLEL (e.g. fsdp2), each pair run twice: default and --channel-ceiling 0
 #   resilience  `autoccl bench train --resilience both`: DDP 350m (TRAIN_PRESET) on 2 GPUs, rank 1 slowed to 2-5x
 #             its step on 20 % of the steps (RES_ITERS, default 500), synchronous against the resilient reducer,
 #             clean and injected (docs/resilience.md); not yet run
@@ -98,13 +99,20 @@ PY
       timeout "$left" python3 -m autoccl bench coll "${cargs[@]}" --no-progress -o "$OUT/$plan/$plan" 2>&1 | tail -40
       (cd "$OUT" && tar czf "$plan.tgz" --exclude='*.logs' "$plan" && rm -rf "$plan")
       continue ;;
-    train)
+    train|train-ceiling)
+      # train-ceiling: FSDP2 alone (PARALLEL), each pair once with the default 64-channel communicators and
+      # once on NCCL's own (--channel-ceiling 0), alternating
+      variants=(default); [ "$plan" = train-ceiling ] && variants=(default ceiling0)
       mkdir -p "$OUT/train"
       for p in $(seq "${TRAIN_PAIRS:-2}"); do
-        left=$((BUDGET_S - (SECONDS - T0)))
-        if [ "$left" -lt "${TRAIN_PAIR_S:-160}" ]; then echo "train pair $p skipped: ${left} s left"; break; fi
-        timeout "$left" python3 -m autoccl bench train --preset "${TRAIN_PRESET:-350m}" --parallel fsdp2,ddp \
-          --modes nccl,online -n "${TRAIN_ITERS:-100}" --no-progress -o "$OUT/train/pair$p" 2>&1 | tail -12
+        for v in "${variants[@]}"; do
+          left=$((BUDGET_S - (SECONDS - T0)))
+          if [ "$left" -lt "${TRAIN_PAIR_S:-160}" ]; then echo "train pair $p $v skipped: ${left} s left"; break 2; fi
+          extra=(); [ "$v" = ceiling0 ] && extra=(--channel-ceiling 0)
+          timeout "$left" python3 -m autoccl bench train --preset "${TRAIN_PRESET:-350m}" \
+            --parallel "${PARALLEL:-fsdp2,ddp}" --modes nccl,online "${extra[@]}" -n "${TRAIN_ITERS:-100}" \
+            --no-progress -o "$OUT/train/pair${p}_$v" 2>&1 | tail -12
+        done
       done
       # the online launches' traces apart (what each task ran, per call): the step can be explained afterwards
       (cd "$OUT" && find train -path '*.logs/online-*' -name 'trace.*' | tar czf train-traces.tgz -T - ; \
