@@ -31,7 +31,8 @@
 #             its step on 20 % of the steps (RES_ITERS, default 500), synchronous against the resilient reducer,
 #             clean and injected (docs/resilience.md); not yet run
 #   resilience-kill  `--resilience on --kill 1:100` over 200 steps: the survivor must go on within 30 s (the
-#             "lost at step" line of rank 0's log, train[].resilience.recoveries); not yet run
+#             "lost at step" line of rank 0's log, train[].resilience.recoveries), bounded by RES_KILL_S
+#             (default 240)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$SECONDS
@@ -120,6 +121,9 @@ PY
       continue ;;
     resilience|resilience-kill)
       left=$((BUDGET_S - (SECONDS - T0)))
+      if [ "$left" -lt 90 ]; then echo "plan $plan skipped: ${left} s left"; continue; fi
+      # the kill run is healthy in ~1 min; a survivor that hangs must not take the rest of the budget
+      [ "$plan" = resilience-kill ] && [ "$left" -gt "${RES_KILL_S:-240}" ] && left=${RES_KILL_S:-240}
       res=(--nproc 2 --preset "${TRAIN_PRESET:-350m}" --parallel ddp --modes nccl --data markov --delay sleep
            --no-progress --timeout "$left" -o "$OUT/$plan/run")
       if [ "$plan" = resilience ]; then

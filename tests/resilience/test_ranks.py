@@ -12,6 +12,8 @@ from resilience_ranks import Run, run_ranks
 
 pytest.importorskip("torch")
 
+from autoccl.resilience.reducer import RECOVERY_HUNG_EXIT
+
 RANKS = 4
 HANG_S = 300.0  # far above a healthy run here (a hang is what this catches)
 STRAGGLER = "3:0.2:2-5"  # rank 3 takes 2-5x its step on 20 % of the steps
@@ -108,6 +110,19 @@ def test_lost_rank_survivors_finish(tmp_path: Path, victim: int) -> None:
         rec = run.outputs[r]["stats"]["recoveries"]
         assert [x["lost"] for x in rec] == [[victim]] and rec[0]["how"] == "new_group"
     assert "lost at step" in run.logs[survivors[0]] and "continuing with ranks" in run.logs[survivors[0]]
+
+
+def test_hung_recovery_ends_the_rank(tmp_path: Path) -> None:
+    """A recovery that never finishes (the survivors' new communicator waits on the lost rank) ends
+    each survivor with status 75 and every thread's stack in its log, within recovery_s."""
+    timeouts = ["--collective-timeout-s", "4", "--census-s", "5", "--recovery-s", "12"]
+    args = ["--mode", "resilient", "--steps", "60", "--kill", "2:25", "--hang-regroup", *timeouts]
+    run = run_ranks(RANKS, args, tmp_path, HANG_S)
+    _ok(run, {r: (-9 if r == 2 else RECOVERY_HUNG_EXIT) for r in range(RANKS)})
+    for r in (0, 1, 3):
+        assert "has not finished after 12 s" in run.logs[r], run.describe()
+        assert "never_returns" in run.logs[r], "the log must show where the recovery is stuck"
+    assert run.seconds < HANG_S / 2
 
 
 def test_disagreement_is_caught(tmp_path: Path) -> None:

@@ -43,6 +43,12 @@ def main() -> int:
     ap.add_argument("--kill", default="")
     ap.add_argument("--corrupt", default="", help="RANK:ROUND: that rank misreads a decision (tests)")
     ap.add_argument("--dead-after", type=float, default=1.0)
+    ap.add_argument(
+        "--hang-regroup", action="store_true", help="the survivors' new group never forms (tests)"
+    )
+    ap.add_argument("--collective-timeout-s", type=float, default=20.0)
+    ap.add_argument("--census-s", type=float, default=30.0)
+    ap.add_argument("--recovery-s", type=float, default=120.0)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     rank = int(os.environ["RANK"])
@@ -57,8 +63,21 @@ def main() -> int:
     straggler = Straggler.parse(a.straggler) if a.straggler else None
     kill = Kill.parse(a.kill) if a.kill else None
     cfg = ResilienceConfig(
-        heartbeat_s=0.1, dead_after_s=a.dead_after, collective_timeout_s=20.0, census_s=30.0, stall_s=60.0
+        heartbeat_s=0.1,
+        dead_after_s=a.dead_after,
+        collective_timeout_s=a.collective_timeout_s,
+        census_s=a.census_s,
+        stall_s=60.0,
+        recovery_s=a.recovery_s,
     )
+    if a.hang_regroup:  # as a communicator that waits on the lost rank would
+        import autoccl.resilience.group as group_module
+
+        def never_returns(*_: object, **__: object) -> None:
+            while True:
+                time.sleep(1.0)
+
+        group_module.survivors_group = never_returns  # type: ignore[assignment]
     reducer = Reducer(ddp, a.steps, cfg) if a.mode == "resilient" else None
     if reducer is not None and a.corrupt:
         bad_rank, bad_round = (int(x) for x in a.corrupt.split(":"))

@@ -44,6 +44,9 @@ class ResilienceConfig:
         fails after at most this long).
     census_s: after a failure, how long the survivors wait for each other before sealing the new group
         (must exceed collective_timeout_s so that a survivor stuck in a collective is not left out).
+    recovery_s: a recovery not finished this long after the loss was noticed is taken as hung: the rank
+        logs every thread's stack and exits with status 75 rather than waiting forever (as PyTorch's NCCL
+        watchdog ends a process whose collective timed out). Must exceed census_s + collective_timeout_s.
     """
 
     rule: str = "break-even"
@@ -57,6 +60,7 @@ class ResilienceConfig:
     stall_s: float = 300.0
     collective_timeout_s: float = 60.0
     census_s: float = 90.0
+    recovery_s: float = 300.0
     seed: int = 0
 
     def validate(self) -> ResilienceConfig:
@@ -75,7 +79,14 @@ class ResilienceConfig:
             raise bad("max_lag", "must be >= 1")
         if self.warmup_steps < 2:
             raise bad("warmup_steps", "must be >= 2 (DDP rebuilds its buckets after the first step)")
-        for name in ("heartbeat_s", "dead_after_s", "stall_s", "collective_timeout_s", "census_s"):
+        for name in (
+            "heartbeat_s",
+            "dead_after_s",
+            "stall_s",
+            "collective_timeout_s",
+            "census_s",
+            "recovery_s",
+        ):
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise bad(name, "must be a positive number of seconds")
@@ -83,6 +94,8 @@ class ResilienceConfig:
             raise bad("dead_after_s", "must be at least 3 heartbeats long")
         if self.census_s <= self.collective_timeout_s:
             raise bad("census_s", "must exceed collective_timeout_s")
+        if self.recovery_s <= self.census_s + self.collective_timeout_s:
+            raise bad("recovery_s", "must exceed census_s + collective_timeout_s")
         return self
 
     def members_floor(self, world: int) -> int:

@@ -4,11 +4,19 @@
 it splits the survivors off the existing communicator without a new rendezvous, and SHRINK_ABORT first
 aborts what the lost rank left hanging. Elsewhere (gloo, older NCCL or PyTorch) the group is created
 anew among the survivors with `new_group(..., use_local_synchronization=True)`, which involves only
-the survivors (the lost rank is still in the default group, which the reducer never uses again)."""
+the survivors (the lost rank is still in the default group, which the reducer never uses again).
+
+Two ways the survivors could wait forever for the lost rank, both closed here: shrinking without
+SHRINK_ABORT (ncclCommShrink then waits for the collectives the lost rank left hanging), and, on NCCL,
+a `new_group` that PyTorch makes with ncclCommSplit of the default communicator (it does so whenever the
+default group is bound to a device): a split is collective over every rank of that communicator, the
+lost one included."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +51,7 @@ def create(backend: str, device: torch.device, timeout_s: float) -> Group:
 
 
 def shrink_supported(group: Group) -> bool:
-    if not hasattr(dist, "shrink_group"):
+    if not hasattr(dist, "shrink_group") or shrink_abort_flag() is None:
         return False
     try:
         dev = getattr(group.pg, "bound_device_id", None)
@@ -60,17 +68,43 @@ def survivors_group(
     survivors = tuple(sorted(survivors))
     if survivors == group.ranks:
         return group
-    if shrink_supported(group):
+    abort = shrink_abort_flag()
+    if abort is not None and shrink_supported(group):
         excluded = [group.index(r) for r in group.ranks if r not in survivors]
-        flags = getattr(dist, "SHRINK_ABORT", 0)
-        pg = dist.shrink_group(excluded, group=group.pg, shrink_flags=flags)  # type: ignore[attr-defined]
+        pg = dist.shrink_group(excluded, group=group.pg, shrink_flags=abort)
         return Group(pg, survivors, group.backend, "shrink_group")
     kw: dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
-    pg = dist.new_group(
-        ranks=list(survivors),
-        backend=group.backend,
-        timeout=_timeout(timeout_s),
-        use_local_synchronization=True,
-        **kw,
-    )
+    with _default_group_unbound(group.backend):
+        pg = dist.new_group(
+            ranks=list(survivors),
+            backend=group.backend,
+            timeout=_timeout(timeout_s),
+            use_local_synchronization=True,
+            **kw,
+        )
     return Group(pg, survivors, group.backend, "new_group")
+
+
+def shrink_abort_flag() -> int | None:
+    """SHRINK_ABORT lives in torch.distributed.distributed_c10d (torch.distributed does not re-export
+    it); SHRINK_DEFAULT (0) would wait for the lost rank's hanging collectives, so without the flag
+    the survivors do not shrink."""
+    flag = getattr(dist.distributed_c10d, "SHRINK_ABORT", None)
+    return flag if isinstance(flag, int) and flag != 0 else None
+
+
+@contextlib.contextmanager
+def _default_group_unbound(backend: str) -> Iterator[None]:
+    """While the default group is unbound, PyTorch makes the survivors' NCCL communicator by a
+    rendezvous among the survivors instead of ncclCommSplit of the default one (which needs the lost
+    rank). The binding is restored afterwards; the reducer never uses the default group again."""
+    default = dist.distributed_c10d._get_default_group() if dist.is_initialized() else None
+    bound = getattr(default, "bound_device_id", None)
+    if backend != "nccl" or bound is None:
+        yield
+        return
+    default.bound_device_id = None  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        default.bound_device_id = bound  # type: ignore[union-attr]

@@ -30,9 +30,12 @@ import datetime
 import json
 import logging
 import math
+import os
 import re
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -53,6 +56,7 @@ from autoccl.resilience.liveness import Liveness
 from autoccl.resilience.skirental import BuyCost, WaitRule
 
 log = logging.getLogger("autoccl.resilience")
+RECOVERY_HUNG_EXIT = 75  # the exit status of a rank whose recovery hung (EX_TEMPFAIL: the job may be retried)
 
 _instances = 0  # store namespace per reducer (every rank creates its reducers in the same order)
 _KEEP_ROUNDS = 8  # store keys of older rounds are deleted
@@ -661,17 +665,48 @@ class Reducer:
 
     def _regroup(self, why: _Recover) -> None:
         """Recover; a further loss once the new group exists starts another recovery in it."""
-        while True:
-            epoch = self._epoch
-            try:
-                self._recover(why)
-                return
-            except _Recover as again:
-                if self._epoch == epoch:
-                    raise ResilienceError(
-                        f"a second failure while the survivors were regrouping: {again.reason}"
-                    ) from again
-                why = again
+        watchdog = threading.Timer(
+            self.config.recovery_s, self._recovery_hung, args=(self._round, why.reason)
+        )
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            while True:
+                epoch = self._epoch
+                try:
+                    self._recover(why)
+                    return
+                except _Recover as again:
+                    if self._epoch == epoch:
+                        raise ResilienceError(
+                            f"a second failure while the survivors were regrouping: {again.reason}"
+                        ) from again
+                    why = again
+        finally:
+            watchdog.cancel()
+
+    def _recovery_hung(self, step: int, reason: str) -> None:
+        """A recovery blocked inside a call that never returns (a communicator waiting on the lost
+        rank) cannot be interrupted from Python: say where every thread is, then end the process, so
+        that a launcher or scheduler sees a failed rank instead of a silent one."""
+        stacks = "\n".join(
+            f"thread {ident}:\n{''.join(traceback.format_stack(frame))}"
+            for ident, frame in sys._current_frames().items()
+        )
+        log.error(
+            "autoccl.resilience: rank %d: the recovery from the failure at step %d (%s) has not finished "
+            "after %.0f s (ResilienceConfig.recovery_s); exiting with status %d. Where each thread is:\n%s",
+            self.rank,
+            step,
+            reason,
+            self.config.recovery_s,
+            RECOVERY_HUNG_EXIT,
+            stacks,
+        )
+        for h in [*log.handlers, *logging.getLogger().handlers]:
+            h.flush()
+        sys.stderr.flush()
+        os._exit(RECOVERY_HUNG_EXIT)
 
     def _recover(self, why: _Recover) -> None:
         t0 = time.monotonic()
