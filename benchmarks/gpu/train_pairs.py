@@ -23,8 +23,8 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
 NAME = re.compile(r"pair(\d+)_(\w+)\.json$")
 
@@ -62,7 +62,8 @@ def _rows(call: str, folder: Path) -> tuple[list[dict[str, Any]], list[dict[str,
 
 def _summary(pairs: list[dict[str, Any]]) -> str:
     out = [
-        "| call | parallel | online | pairs | online/plain speed, median [min–max] | plain moved (max/min − 1) |",
+        "| call | parallel | online | pairs | online/plain speed, median [min–max] "
+        "| plain moved (max/min − 1) |",
         "| --- | --- | --- | ---: | --- | ---: |",
     ]
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
