@@ -130,6 +130,45 @@ def test_steady_and_tuning_tradeoff() -> None:
     assert worse["gain_ms"] < 0 and math.isnan(worse["break_even_iters"])
 
 
+def _task(calls: int, converged_at: int) -> dict[str, Any]:
+    return {"calls": calls, "converged_at": converged_at}
+
+
+def test_search_end_maps_calls_to_iterations() -> None:
+    from autoccl.bench import trace as T
+
+    # 12 calls an iteration, last change at call 79 -> iteration 7; 99 calls of a once-a-step task
+    # (DDP's first step has its own buckets) still count; a set-up broadcast (1 call) does not
+    assert T.search_end_iteration([_task(1188, 79), _task(1, 0)], 100) == 7
+    assert T.search_end_iteration([_task(1188, 79), _task(99, 97), _task(1, 0)], 100) == 99
+    assert T.search_end_iteration([_task(1, 0), _task(30, 29)], 100) is None
+    assert T.search_end_iteration([], 100) is None
+
+
+def test_tuned_window_and_its_warning() -> None:
+    base = [50.0] * 100
+    online = [70.0] * 40 + [45.0] * 60
+    early = runner.tuned_window(online, base, [_task(100, 39)])
+    assert early["search_end_iter"] == 40 and not early["search_in_steady_window"]
+    assert early["tuned_ms"] == 45.0 and early["plain_same_iters_ms"] == 50.0
+    late = runner.tuned_window(online, base, [_task(100, 94)])
+    assert late["search_in_steady_window"] and late["tuned_ms"] is None  # 5 iterations left: too few
+    row = {
+        "parallel": "ddp",
+        "mode": "online",
+        "launch": "ddp/online",
+        "steady_ms": 45.0,
+        "tokens_per_s": 1.0,
+        "first10_ms": 70.0,
+    }
+    doc = {"settings": {"iters": 100}, "train": [{**row, **late}]}
+    md = R.train_markdown(doc)
+    assert "until iteration 95 of 100, inside the steady window" in md
+    assert "| 95 | – |" in md
+    assert "inside the steady window" not in R.train_markdown({"train": [{**row, **early}]})
+    assert "| 40 | 45.00 (50.00) |" in R.train_markdown({"train": [{**row, **early}]})
+
+
 def test_estimate_scales_with_work() -> None:
     from autoccl.bench import modes as M
     from autoccl.bench.spec import parse_loads

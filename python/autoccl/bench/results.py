@@ -392,19 +392,33 @@ def train_markdown(doc: dict[str, Any]) -> str:
         lines += [f"**{doc['status']} run: only the launches that finished are in this table.**", ""]
     lines += [
         "| parallel | mode | params | steady ms/iter | tokens/s | first 10 ms/iter | tuning cost s | "
-        "gain ms/iter | break-even iters |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "gain ms/iter | break-even iters | search ended at iter | tuned ms/iter (plain, same iters) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    notes = []
     for r in doc.get("train", []):
         # a resilience comparison runs each mode several times (sync/resilient, clean/injected): name which
         mode = (
             r["launch"].split("/", 1)[1] if "mean_step_ms" in r and "/" in r.get("launch", "") else r["mode"]
         )
+        tuned = (
+            f"{r['tuned_ms']:.2f} ({r['plain_same_iters_ms']:.2f})" if r.get("tuned_ms") is not None else "–"
+        )
         lines.append(
             f"| {r['parallel']} | {mode} | {_params(r.get('params'))} | {r['steady_ms']:.2f} | "
             f"{r['tokens_per_s']:.0f} | {r['first10_ms']:.2f} | {_f(r.get('tuning_cost_s'), '.3f')} | "
-            f"{_f(r.get('gain_ms'), '.2f')} | {_f(r.get('break_even_iters'), '.0f')} |"
+            f"{_f(r.get('gain_ms'), '.2f')} | {_f(r.get('break_even_iters'), '.0f')} | "
+            f"{_f(r.get('search_end_iter'), '.0f')} | {tuned} |"
         )
+        if r.get("search_in_steady_window"):
+            n = (doc.get("settings") or {}).get("iters") or "?"
+            notes.append(
+                f"**{r['parallel']} {mode}: the search changed decisions until iteration "
+                f"{r['search_end_iter']} of {n}, inside the steady window (the second half): the steady "
+                "column measures the search, not its result. Run more iterations (-n) for the tuned step.**"
+            )
+    if notes:
+        lines += ["", *notes]
     lines += resilience_markdown(doc)
     fails = doc.get("failures") or []
     if fails:

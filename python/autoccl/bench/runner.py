@@ -7,6 +7,7 @@ import json
 import math
 import os
 import shlex
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -750,10 +751,32 @@ def run_train(
     else:
         doc["status"] = "complete"
     base = {it["parallel"]: it["iter_ms"] for it in doc["iterations"] if it["mode"] == "nccl"}
+    conv = {e["label"]: e["convergence"] for e in doc["launches"] if "convergence" in e}
     for row, it in zip(doc["train"], doc["iterations"], strict=True):
         if row["mode"] == "online" and row["parallel"] in base:
             row.update(tuning_tradeoff(it["iter_ms"], base[row["parallel"]]))
+            if row["launch"] in conv:
+                row.update(tuned_window(it["iter_ms"], base[row["parallel"]], conv[row["launch"]]))
     return doc
+
+
+def tuned_window(mode_ms: list[float], base_ms: list[float], conv: list[dict[str, Any]]) -> dict[str, Any]:
+    """The step once the search has ended (from the launch's trace): the median of the online launch's
+    iterations after the last decision change of any recurring task, against the baseline's median
+    over the same iterations. The steady column (second half) says nothing about tuning when the search
+    ran into it; `tuned_ms` is None when fewer than max(10, iters / 10) iterations followed it."""
+    n = len(mode_ms)
+    end = T.search_end_iteration(conv, n)
+    out: dict[str, Any] = {
+        "search_end_iter": end,
+        "search_in_steady_window": end is not None and end > n // 2,
+    }
+    tail, base_tail = mode_ms[end or 0 :], base_ms[end or 0 : n]
+    if end is None or len(tail) < max(10, n // 10) or not base_tail:
+        out.update({"tuned_ms": None, "plain_same_iters_ms": None})
+    else:
+        out.update({"tuned_ms": statistics.median(tail), "plain_same_iters_ms": statistics.median(base_tail)})
+    return out
 
 
 def _train_launches(

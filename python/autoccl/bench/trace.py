@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,21 @@ def convergence(records: list[dict[str, Any]], rank: int = 0) -> list[dict[str, 
             }
         )
     return out
+
+
+def search_end_iteration(conv: list[dict[str, Any]], iters: int) -> int | None:
+    """How many iterations of a training run passed before every recurring task had made its last
+    decision change (the tuned configurations run from then on). Recurring: a call at least every other
+    iteration (DDP's first step has buckets of its own, so its per-step tasks miss one); set-up calls
+    and rarer tasks do not count. A task's call index maps to an iteration by its calls per iteration.
+    None when the trace holds no recurring task."""
+    ends = []
+    for t in conv:
+        if iters <= 0 or 2 * t["calls"] < iters:
+            continue
+        per_iter = t["calls"] / iters
+        ends.append(math.ceil((t["converged_at"] + 1) / per_iter))
+    return min(iters, max(ends)) if ends else None
 
 
 def annotate(conv: list[dict[str, Any]], measure_from: dict[str, int]) -> None:
