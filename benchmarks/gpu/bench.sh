@@ -19,7 +19,9 @@
 #             cell); COLL_SIZES, COLL_LOADS, ORACLE_CHANNELS narrow it (the whole matrix takes ~40 min on 4 GPUs)
 #   check     `autoccl bench coll --check`: every collective's result against a reference, plain and online
 #   train     `autoccl bench train` (TRAIN_PRESET, default 350m; FSDP2 and DDP; plain NCCL then online) repeated
-#             while TRAIN_PAIR_S seconds (default 160, one 350m pair on 2 GPUs) are left,
+#             TRAIN_ITERS iterations a launch (default 400: in 100 the search and the step guard's rounds ran
+#             to the last iteration, see `search_end_iter` in the report), while TRAIN_PAIR_S seconds
+#             (default 240, about one 350m pair of 400 iterations on 2 GPUs) are left,
 #             TRAIN_PAIRS times (default 2): interleaved launch pairs, each online launch starting cold
 #   promise   the bars of "never slower than NCCL": plain, online (cold in pass 0, warm after), table mode
 #             started from online's table of the same pass (table-warm) and observe, traced
@@ -108,10 +110,10 @@ PY
       for p in $(seq "${TRAIN_PAIRS:-2}"); do
         for v in "${variants[@]}"; do
           left=$((BUDGET_S - (SECONDS - T0)))
-          if [ "$left" -lt "${TRAIN_PAIR_S:-160}" ]; then echo "train pair $p $v skipped: ${left} s left"; break 2; fi
+          if [ "$left" -lt "${TRAIN_PAIR_S:-240}" ]; then echo "train pair $p $v skipped: ${left} s left"; break 2; fi
           extra=(); [ "$v" = ceiling0 ] && extra=(--channel-ceiling 0)
           timeout "$left" python3 -m autoccl bench train --preset "${TRAIN_PRESET:-350m}" \
-            --parallel "${PARALLEL:-fsdp2,ddp}" --modes nccl,online "${extra[@]}" -n "${TRAIN_ITERS:-100}" \
+            --parallel "${PARALLEL:-fsdp2,ddp}" --modes nccl,online "${extra[@]}" -n "${TRAIN_ITERS:-400}" \
             --no-progress -o "$OUT/train/pair${p}_$v" 2>&1 | tail -12
         done
       done
