@@ -130,29 +130,36 @@ def test_steady_and_tuning_tradeoff() -> None:
     assert worse["gain_ms"] < 0 and math.isnan(worse["break_even_iters"])
 
 
-def _task(calls: int, converged_at: int) -> dict[str, Any]:
-    return {"calls": calls, "converged_at": converged_at}
+def _task(calls: int, *changes: int) -> dict[str, Any]:
+    return {"calls": calls, "converged_at": changes[-1] if changes else 0, "changes": list(changes)}
 
 
 def test_search_end_maps_calls_to_iterations() -> None:
     from autoccl.bench import trace as T
 
-    # 12 calls an iteration, last change at call 79 -> iteration 7; 99 calls of a once-a-step task
-    # (DDP's first step has its own buckets) still count; a set-up broadcast (1 call) does not
-    assert T.search_end_iteration([_task(1188, 79), _task(1, 0)], 100) == 7
-    assert T.search_end_iteration([_task(1188, 79), _task(99, 97), _task(1, 0)], 100) == 99
-    assert T.search_end_iteration([_task(1, 0), _task(30, 29)], 100) is None
-    assert T.search_end_iteration([], 100) is None
+    # 12 calls an iteration, changes at calls 35 and 79 -> iterations 2 and 6 (0-based); a set-up broadcast
+    # (1 call) does not count
+    assert T.search_end_iteration([_task(1188, 35, 79), _task(1, 0)], 100, 10) == 6
+    # a once-a-step task with 99 calls (DDP's first step has buckets of its own) counts
+    assert T.search_end_iteration([_task(1188, 79), _task(99, *range(2, 80, 3)), _task(1, 0)], 100, 10) == 77
+    # never settled for 10 iterations: the whole run
+    assert T.search_end_iteration([_task(100, *range(5, 100, 5))], 100, 10) == 100
+    # a late change after a settled stretch (the guard's re-check) is part of the tuned job
+    assert T.search_end_iteration([_task(400, 30, 60, 300, 330)], 400, 40) == 60
+    assert T.search_end_iteration([_task(100)], 100, 10) == 0  # never changed
+    assert T.search_end_iteration([_task(1, 0), _task(30, 29)], 100, 10) is None
+    assert T.search_end_iteration([], 100, 10) is None
 
 
 def test_tuned_window_and_its_warning() -> None:
     base = [50.0] * 100
     online = [70.0] * 40 + [45.0] * 60
-    early = runner.tuned_window(online, base, [_task(100, 39)])
-    assert early["search_end_iter"] == 40 and not early["search_in_steady_window"]
+    early = runner.tuned_window(online, base, [_task(100, *range(0, 40, 3), 39)])
+    assert early["search_end_iter"] == 39 and not early["search_in_steady_window"]
     assert early["tuned_ms"] == 45.0 and early["plain_same_iters_ms"] == 50.0
-    late = runner.tuned_window(online, base, [_task(100, 94)])
-    assert late["search_in_steady_window"] and late["tuned_ms"] is None  # 5 iterations left: too few
+    late = runner.tuned_window(online, base, [_task(100, *range(0, 80, 3))])
+    assert late["search_end_iter"] == 100  # 21 iterations after the last change: never settled for 30
+    assert late["search_in_steady_window"] and late["tuned_ms"] is None
     row = {
         "parallel": "ddp",
         "mode": "online",
@@ -163,10 +170,10 @@ def test_tuned_window_and_its_warning() -> None:
     }
     doc = {"settings": {"iters": 100}, "train": [{**row, **late}]}
     md = R.train_markdown(doc)
-    assert "until iteration 95 of 100, inside the steady window" in md
-    assert "| 95 | – |" in md
+    assert "until iteration 100 of 100, inside the steady window" in md
+    assert "| 100 | – |" in md
     assert "inside the steady window" not in R.train_markdown({"train": [{**row, **early}]})
-    assert "| 40 | 45.00 (50.00) |" in R.train_markdown({"train": [{**row, **early}]})
+    assert "| 39 | 45.00 (50.00) |" in R.train_markdown({"train": [{**row, **early}]})
 
 
 def test_estimate_scales_with_work() -> None:

@@ -762,17 +762,19 @@ def run_train(
 
 def tuned_window(mode_ms: list[float], base_ms: list[float], conv: list[dict[str, Any]]) -> dict[str, Any]:
     """The step once the search has ended (from the launch's trace): the median of the online launch's
-    iterations after the last decision change of any recurring task, against the baseline's median
-    over the same iterations. The steady column (second half) says nothing about tuning when the search
-    ran into it; `tuned_ms` is None when fewer than max(10, iters / 10) iterations followed it."""
+    iterations from the first stretch of max(30, iters / 10) iterations without a decision change on
+    (longer than the pins usually hold before the step guard's first round), against the baseline's
+    median over the same iterations. The steady column (second half) says nothing about tuning when
+    the search ran into it; `tuned_ms` is None when the run never settled."""
     n = len(mode_ms)
-    end = T.search_end_iteration(conv, n)
+    settled = max(30, n // 10)
+    end = T.search_end_iteration(conv, n, settled)
     out: dict[str, Any] = {
         "search_end_iter": end,
         "search_in_steady_window": end is not None and end > n // 2,
     }
     tail, base_tail = mode_ms[end or 0 :], base_ms[end or 0 : n]
-    if end is None or len(tail) < max(10, n // 10) or not base_tail:
+    if end is None or len(tail) < settled or not base_tail:
         out.update({"tuned_ms": None, "plain_same_iters_ms": None})
     else:
         out.update({"tuned_ms": statistics.median(tail), "plain_same_iters_ms": statistics.median(base_tail)})

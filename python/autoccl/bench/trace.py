@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import glob
 import json
-import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -64,12 +63,13 @@ def convergence(records: list[dict[str, Any]], rank: int = 0) -> list[dict[str, 
     out: list[dict[str, Any]] = []
     for (comm, coll, nbytes), t in sorted(tasks.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])):
         calls = [t["calls"][k] for k in sorted(t["calls"])]
-        last_change = 0
+        changes: list[int] = []
         seen = set()
         for i, rec in enumerate(calls):
             seen.add(_decision(rec))
             if i and _decision(rec) != _decision(calls[i - 1]):
-                last_change = int(rec.get("call", i))
+                changes.append(int(rec.get("call", i)))
+        last_change = changes[-1] if changes else 0
         final = calls[-1] if calls else {}
         times = t["times"]
         out.append(
@@ -79,6 +79,7 @@ def convergence(records: list[dict[str, Any]], rank: int = 0) -> list[dict[str, 
                 "bytes": nbytes,
                 "calls": len(calls),
                 "converged_at": last_change,
+                "changes": changes,
                 "decisions_tried": len(seen),
                 "final": {
                     **{k: final.get(k) for k in ("algo", "proto", "channels", "chunk", "source")},
@@ -90,19 +91,33 @@ def convergence(records: list[dict[str, Any]], rank: int = 0) -> list[dict[str, 
     return out
 
 
-def search_end_iteration(conv: list[dict[str, Any]], iters: int) -> int | None:
-    """How many iterations of a training run passed before every recurring task had made its last
-    decision change (the tuned configurations run from then on). Recurring: a call at least every other
-    iteration (DDP's first step has buckets of its own, so its per-step tasks miss one); set-up calls
-    and rarer tasks do not count. A task's call index maps to an iteration by its calls per iteration.
-    None when the trace holds no recurring task."""
-    ends = []
+def search_end_iteration(conv: list[dict[str, Any]], iters: int, settled: int) -> int | None:
+    """How many iterations of a training run passed before the job first ran `settled` iterations in a
+    row with no recurring task changing its decision: the search, its duels and the step guard's first
+    round are over. Later changes (the guard's periodic re-checks) are part of the tuned job and stay in
+    what follows. Recurring: a call at least every other iteration (DDP's first step has buckets of its
+    own, so its per-step tasks miss one); set-up calls and rarer tasks do not count. A task's call index
+    maps to an iteration by its calls per iteration. None when the trace holds no recurring task;
+    `iters` when the run never settled."""
+    if iters <= 0:
+        return None
+    marks: set[int] = set()
+    recurring = False
     for t in conv:
-        if iters <= 0 or 2 * t["calls"] < iters:
+        if 2 * t["calls"] < iters:
             continue
+        recurring = True
         per_iter = t["calls"] / iters
-        ends.append(math.ceil((t["converged_at"] + 1) / per_iter))
-    return min(iters, max(ends)) if ends else None
+        for k in t.get("changes", [t["converged_at"]] if t["converged_at"] else []):
+            marks.add(int(k / per_iter))  # the iteration (0-based) that runs the new decision
+    if not recurring:
+        return None
+    at = 0
+    for m in sorted(marks):
+        if m - at >= settled:
+            return at
+        at = m
+    return at if iters - at >= settled else iters
 
 
 def annotate(conv: list[dict[str, Any]], measure_from: dict[str, int]) -> None:
