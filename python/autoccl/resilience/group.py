@@ -10,18 +10,21 @@ Two ways the survivors could wait forever for the lost rank, both closed here: s
 SHRINK_ABORT (ncclCommShrink then waits for the collectives the lost rank left hanging), and, on NCCL,
 a `new_group` that PyTorch makes with ncclCommSplit of the default communicator (it does so whenever the
 default group is bound to a device): a split is collective over every rank of that communicator, the
-lost one included."""
+lost one included. On NCCL the old group is aborted before the new one is made, as SHRINK_ABORT does."""
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+log = logging.getLogger("autoccl.resilience")
 
 
 @dataclass
@@ -68,11 +71,13 @@ def survivors_group(
     survivors = tuple(sorted(survivors))
     if survivors == group.ranks:
         return group
-    abort = shrink_abort_flag()
-    if abort is not None and shrink_supported(group):
+    abort_flag = shrink_abort_flag()
+    if abort_flag is not None and shrink_supported(group):
         excluded = [group.index(r) for r in group.ranks if r not in survivors]
-        pg = dist.shrink_group(excluded, group=group.pg, shrink_flags=abort)
+        pg = dist.shrink_group(excluded, group=group.pg, shrink_flags=abort_flag)
         return Group(pg, survivors, group.backend, "shrink_group")
+    if group.backend == "nccl":
+        abort(group)
     kw: dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
     with _default_group_unbound(group.backend):
         pg = dist.new_group(
@@ -83,6 +88,16 @@ def survivors_group(
             **kw,
         )
     return Group(pg, survivors, group.backend, "new_group")
+
+
+def abort(group: Group) -> None:
+    """End an NCCL group's hanging collectives before anything else touches the GPU: a kernel waiting on
+    the lost rank spins until its communicator is aborted, and a stream made to wait on it (a work's
+    wait()) holds back everything queued behind it, a new communicator's set-up included."""
+    try:
+        dist.distributed_c10d._abort_process_group(group.pg)
+    except (RuntimeError, ValueError) as e:
+        log.warning("autoccl.resilience: aborting the old group failed: %s", (str(e).splitlines() or [""])[0])
 
 
 def shrink_abort_flag() -> int | None:

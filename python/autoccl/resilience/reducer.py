@@ -779,14 +779,8 @@ class Reducer:
         once the peers it waits on close their connections, which destroying the group does on the
         survivors with nothing pending. A collective left pending when the process exits aborts it."""
         stranded, self._inflight = self._inflight, []
-        if new.how == "shrink_group" or old.pg is new.pg:
-            return  # shrink_group has taken the old communicator down itself
-        if old.backend == "nccl":
-            try:
-                dist.distributed_c10d._abort_process_group(old.pg)
-            except (RuntimeError, ValueError) as e:
-                log.warning("autoccl.resilience: aborting the old group failed: %s", _first_line(e))
-            return
+        if new.how == "shrink_group" or old.pg is new.pg or old.backend == "nccl":
+            return  # shrink_group or survivors_group (NCCL) took the old communicator down first
         deadline = time.monotonic() + self.config.collective_timeout_s
         for w in stranded:
             while not w.is_completed() and time.monotonic() < deadline:
