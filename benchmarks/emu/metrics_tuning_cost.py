@@ -107,6 +107,7 @@ def once(mode: str, interval: str | None, seed: int, tmp: Path) -> dict[str, Any
                 "lookup_max_us",
                 "search_samples",
                 "search_lost",
+                "slow_lookups",
             )
         }
     return out

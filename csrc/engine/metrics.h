@@ -69,6 +69,10 @@ class MetricsWriter {
   void flush();
   ~MetricsWriter();
 
+  // Tests: called in the write step (files formatted and written), where the writer holds no lock that a
+  // context's calls, its registration (add) or another collection takes.
+  void setWriteHookForTest(std::function<void()> hook);
+
   // The file contents for `snapshots` (tests, and the writer).
   static std::string jsonLines(const std::vector<ContextMetrics>& snapshots, const std::string& host, int pid,
                                uint64_t nowUs);
@@ -84,8 +88,13 @@ class MetricsWriter {
   };
   void loop();
   void collectAllLocked();
-  void writeLocked();
-  std::mutex mu_;  // sources_, files, stop_
+  // What the files show: the snapshots collected, taken under mu_ (a copy; nothing is formatted there).
+  std::vector<ContextMetrics> snapshotsLocked();
+  // Formats and writes both files; called without mu_ (ioMu_ orders the writers of the files).
+  void write(const std::vector<ContextMetrics>& snaps);
+  std::mutex mu_;    // sources_, stop_: held to register, collect and copy, never while formatting or writing
+  std::mutex ioMu_;  // the files and writes_
+  std::function<void()> writeHook_;  // tests (under ioMu_)
   std::condition_variable cv_;
   std::vector<Source> sources_;
   std::string dir_, host_, jsonPath_, promPath_;
