@@ -1,20 +1,20 @@
-"""What the metrics files cost the calling thread while a task is still being tuned, in the emulator (CPU only).
+"""What the metrics files cost the calling thread while a task is still being decided, in the emulator.
 
-The GPU measurement this mirrors: nccl-tests' 1 MiB all_reduce, one process per GPU (`mpirun -np 2`), mode online,
-20 warm-up calls, then 200 timed out-of-place calls (the task still being decided) and 200 in place. Here: 2 ranks,
-one emulator process each (decisions over the TCP board, as with one process per GPU), the plugin's launch clock
-(`--launch-clock`), the rank processes bounded against each other (`lead`), 420 calls of a 1 MiB all_reduce, no
-trace. Modes, interleaved within each repetition: metrics off, metrics every 1 s (the GPU run's setting), and every
-0.1 s (ten times more ticks inside the job).
+The GPU measurement this mirrors: nccl-tests' 1 MiB all_reduce, one process per GPU (`mpirun -np 2`), mode
+online, 20 warm-up calls, then 200 timed out-of-place calls (the task still being decided) and 200 in place.
+Here: 2 ranks, one emulator process each (decisions over the TCP board, as with one process per GPU), the
+plugin's launch clock (`--launch-clock`), the rank processes bounded against each other (`lead`), 420 calls
+of a 1 MiB all_reduce. Modes, interleaved within each repetition (alternating order): metrics off, metrics
+every 1 s (the GPU run's setting), and every 0.1 s (ten times more ticks inside the job). CPU only.
 
-Per run and rank it reports the plugin's own host time per call (the emulator's `plugin_ns`: every tuner and
-profiler call on the rank's thread, i.e. getCollInfo with any wait for the authority, and the launch-clock and Coll
-events) over the "timed out-of-place" window (calls 20-219) and the "in place" window (220-419): median, p99,
-max and total; and what the search decided (the authority's task record: small task or pinned, configuration,
-convergence call, segment lookups and their wait).
+Per run and rank: the plugin's own host time per call (the emulator's `plugin_ns`: every tuner and profiler
+call on the rank's thread, i.e. getCollInfo with any wait for the authority, and the launch and Coll events)
+over the timed out-of-place window (calls 20-219) and the in-place window (220-419): median, p99, max and
+total; and what the search decided (the authority's task record: small task or pinned, configuration,
+convergence call, segment lookups and their waits).
 
     AUTOCCL_LIB_DIR=build/dev/lib PYTHONPATH=python python3 benchmarks/emu/metrics_tuning_cost.py --reps 6 \
-        --json benchmarks/results/cpu/metrics-tuning-cost/runs.jsonl
+        --json runs.jsonl
 """
 
 from __future__ import annotations
@@ -79,10 +79,12 @@ def once(mode: str, interval: str | None, seed: int, tmp: Path) -> dict[str, Any
         raise SystemExit(f"emulator run failed ({mode}): {res.stderr[-800:]}")
     if interval is not None and not list((tmp / "metrics").glob("*.prom")):
         raise SystemExit("metrics on, but no metrics file was written")
-    out: dict[str, Any] = {"mode": mode, "seed": seed, "wall_s": max(float(s["wall_s"]) for s in res.summaries)}
+    wall = max(float(s["wall_s"]) for s in res.summaries)
+    out: dict[str, Any] = {"mode": mode, "seed": seed, "wall_s": wall}
     for rank in (0, 1):
         calls = [c for c in res.calls if int(c["rank"]) == rank]
-        configs = [(c["algo"], c["proto"], int(c["channels"])) for c in sorted(calls, key=lambda c: int(c["call"]))]
+        ordered = sorted(calls, key=lambda c: int(c["call"]))
+        configs = [(c["algo"], c["proto"], int(c["channels"])) for c in ordered]
         last_change = max((i for i in range(1, len(configs)) if configs[i] != configs[i - 1]), default=0)
         out[f"r{rank}"] = {
             "oop": window(calls, WARMUP, WARMUP + TIMED),
@@ -133,15 +135,18 @@ def main() -> None:
             r["rep"] = rep
             rows.append(r)
             s = r.get("search", {})
+            parts = []
+            for k in (0, 1):
+                rk, o = r[f"r{k}"], r[f"r{k}"]["oop"]
+                parts.append(
+                    f"r{k} oop med {o.get('median_us', 0):6.1f} p99 {o.get('p99_us', 0):7.1f}"
+                    f" max {o.get('max_us', 0):8.1f} tot {o.get('total_us', 0):8.0f}"
+                    f" ip tot {rk['ip'].get('total_us', 0):7.0f} us,"
+                    f" final {rk['final_config']} @{rk['last_config_change_call']}"
+                )
             print(
                 f"rep {rep} {mode:8s} wall {r['wall_s']:.2f}s | "
-                + " | ".join(
-                    f"r{k} oop med {r[f'r{k}']['oop'].get('median_us', 0):6.1f} p99 {r[f'r{k}']['oop'].get('p99_us', 0):7.1f}"
-                    f" max {r[f'r{k}']['oop'].get('max_us', 0):8.1f} tot {r[f'r{k}']['oop'].get('total_us', 0):8.0f}"
-                    f" ip tot {r[f'r{k}']['ip'].get('total_us', 0):7.0f} us, final {r[f'r{k}']['final_config']}"
-                    f" @{r[f'r{k}']['last_config_change_call']}"
-                    for k in (0, 1)
-                )
+                + " | ".join(parts)
                 + f" | small {s.get('small_task')} conv {s.get('converged_at')} lookups {s.get('lookups')}"
                 f" wait {s.get('lookup_us')} us",
                 flush=True,
@@ -156,7 +161,8 @@ def main() -> None:
             for w in ("oop", "ip"):
                 for k in ("median_us", "p99_us", "max_us", "total_us"):
                     v = [float(r[f"r{rank}"][w].get(k, 0)) for r in rs]
-                    print(f"  {mode:8s} r{rank} {w:3s} {k:9s} {statistics.median(v):9.1f} [{min(v):.1f}-{max(v):.1f}]")
+                    med = statistics.median(v)
+                    print(f"  {mode:8s} r{rank} {w:3s} {k:9s} {med:9.1f} [{min(v):.1f}-{max(v):.1f}]")
         finals = sorted({(r["r0"]["final_config"], r["r0"]["last_config_change_call"]) for r in rs})
         print(f"  {mode:8s} decisions (final config, last change call): {finals}")
 
