@@ -118,7 +118,7 @@ void MetricsWriter::collectAllLocked() {
 }
 
 void MetricsWriter::collectNow(const void* owner) {
-  std::vector<ContextMetrics> snaps;
+  Snapshot snaps;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!started_) return;
@@ -133,15 +133,19 @@ void MetricsWriter::collectNow(const void* owner) {
   write(snaps);
 }
 
-std::vector<ContextMetrics> MetricsWriter::snapshotsLocked() {
-  std::vector<ContextMetrics> snaps;
+MetricsWriter::Snapshot MetricsWriter::snapshotsLocked() {
+  Snapshot snap;
+  snap.seq = ++snapSeq_;
   for (const Source& s : sources_)
-    if (s.have) snaps.push_back(s.last);
-  return snaps;
+    if (s.have) snap.contexts.push_back(s.last);
+  return snap;
 }
 
-void MetricsWriter::write(const std::vector<ContextMetrics>& snaps) {
+void MetricsWriter::write(const Snapshot& snap) {
   std::lock_guard<std::mutex> io(ioMu_);
+  if (snap.seq <= writtenSeq_) return;
+  writtenSeq_ = snap.seq;
+  const std::vector<ContextMetrics>& snaps = snap.contexts;
   ++writes_;
   if (writeHook_) writeHook_();
   writeAtomically(jsonPath_, jsonLines(snaps, host_, static_cast<int>(getpid()), nowUs()));
@@ -159,7 +163,7 @@ void MetricsWriter::loop() {
     cv_.wait_for(lock, std::chrono::duration<double>(intervalS_), [this] { return stop_; });
     if (stop_) break;
     collectAllLocked();
-    std::vector<ContextMetrics> snaps = snapshotsLocked();
+    Snapshot snaps = snapshotsLocked();
     // Formatting and the file system's time are spent without mu_: a communicator being created (add) or
     // finalized (collectNow) never waits for them.
     lock.unlock();
@@ -169,7 +173,7 @@ void MetricsWriter::loop() {
 }
 
 void MetricsWriter::flush() {
-  std::vector<ContextMetrics> snaps;
+  Snapshot snaps;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!started_) return;

@@ -88,10 +88,17 @@ class MetricsWriter {
   };
   void loop();
   void collectAllLocked();
-  // What the files show: the snapshots collected, taken under mu_ (a copy; nothing is formatted there).
-  std::vector<ContextMetrics> snapshotsLocked();
-  // Formats and writes both files; called without mu_ (ioMu_ orders the writers of the files).
-  void write(const std::vector<ContextMetrics>& snaps);
+  // What the files show: the snapshots collected, taken under mu_ (a copy; nothing is formatted there),
+  // numbered in the order they were taken.
+  struct Snapshot {
+    uint64_t seq = 0;
+    std::vector<ContextMetrics> contexts;
+  };
+  Snapshot snapshotsLocked();
+  // Formats and writes both files; called without mu_ (ioMu_ orders the writers of the files). A snapshot
+  // older than the one last written is dropped: two writers may reach ioMu_ in either order, and the files
+  // must end with the newest (a finalized context's last numbers).
+  void write(const Snapshot& snap);
   std::mutex mu_;    // sources_, stop_: held to register, collect and copy, never while formatting or writing
   std::mutex ioMu_;  // the files and writes_
   std::function<void()> writeHook_;  // tests (under ioMu_)
@@ -102,6 +109,8 @@ class MetricsWriter {
   bool started_ = false;
   bool stop_ = false;
   uint64_t writes_ = 0;
+  uint64_t snapSeq_ = 0;     // under mu_
+  uint64_t writtenSeq_ = 0;  // under ioMu_
   std::thread thread_;
 };
 
