@@ -27,7 +27,10 @@
 #             started from online's table of the same pass (table-warm) and observe, traced
 #   inspector NCCL Inspector (built from its carried source) chained behind autoccl's profiler with autoccl's
 #             metrics on, NCCL_DEBUG=INFO: both write their files, prometheus_client parses ours; then the
-#             metrics' cost on a 1 MiB all_reduce (online against online with metrics every second, interleaved)
+#             metrics' cost on a 1 MiB all_reduce (online against online with metrics every second, interleaved;
+#             METRICS_PASSES, default 4; METRICS_WARMUP warm-up calls, default 20: with one process per GPU the
+#             task is settled, over TCP, at a call that varies run to run, so -w 100 times calls after it;
+#             METRICS_TRACE=1 traces each launch, whose task record says when it was settled)
 #   train-ceiling  as train with PARALLEL (e.g. fsdp2), each pair run twice: default and --channel-ceiling 0
 #   resilience  `autoccl bench train --resilience both`: DDP 350m (TRAIN_PRESET) on 2 GPUs, rank 1 slowed to 2-5x
 #             its step on 20 % of the steps (RES_ITERS, default 500), synchronous against the resilient reducer,
@@ -80,8 +83,8 @@ chain = [json.loads(ln) for f in d.glob("trace*") for ln in f.read_text().splitl
 print(f"profiler_chain trace records: {json.dumps(chain)[:1500]}")
 PY
       timeout $((BUDGET_S - (SECONDS - T0))) python3 -m autoccl bench nccl-tests --bin "$NT_BIN" --launch "$LAUNCH" \
-        -c all_reduce -p "${METRICS_PASSES:-4}" -b 1M -e 1M -f 2 -w 20 -n 200 --timeout 60 --no-progress \
-        -o "$ins/overhead" -m plain -m online \
+        -c all_reduce -p "${METRICS_PASSES:-4}" -b 1M -e 1M -f 2 -w "${METRICS_WARMUP:-20}" -n 200 --timeout 60 --no-progress \
+        ${METRICS_TRACE:+--trace} -o "$ins/overhead" -m plain -m online \
         -m "online-metrics:AUTOCCL_METRICS_DIR=$ins/metrics-overhead AUTOCCL_METRICS_INTERVAL_S=1" 2>&1 | tail -20
       (cd "$OUT" && tar czf inspector.tgz inspector && rm -rf inspector)
       continue ;;

@@ -522,6 +522,15 @@ class RankRunner {
   bool leftLead_ = false;     // leaveLead() ran
   uint64_t curHostSeq_ = 0;  // Shared::hostSeq of the group being played
   uint64_t curHostNs_ = 0;   // when the host started that group (CLOCK_MONOTONIC: comparable across processes)
+  uint64_t pluginNs_ = 0;    // host time the group spent inside the plugin on this thread (tuner and profiler calls)
+
+  // Runs one call into the plugin on the rank's thread, adding its wall time to pluginNs_.
+  template <class F>
+  void inPlugin(F f) {
+    const uint64_t t0 = steadyNs();
+    f();
+    pluginNs_ += steadyNs() - t0;
+  }
   std::unique_ptr<Proxy> proxy_;
   std::map<int, std::unique_ptr<CommState>> comms_;
   std::vector<std::string> lines_;
@@ -689,6 +698,7 @@ class RankRunner {
     }
     const bool capture = g.graph != 0;
     const Plugin& pl = *sh_.plugin;
+    pluginNs_ = 0;
     const int mask = __atomic_load_n(&gActivationMask, __ATOMIC_RELAXED);  // re-read at every group
     const bool prof = cs.profOk;
     void* groupApi = nullptr;
@@ -699,7 +709,7 @@ class RankRunner {
       d.rank = cs.commRank;
       d.groupApi.graphCaptured = capture ? 1 : 0;
       d.groupApi.groupDepth = 1;
-      pl.profiler->startEvent(cs.profCtx, &groupApi, &d);
+      inPlugin([&] { pl.profiler->startEvent(cs.profCtx, &groupApi, &d); });
     }
     std::vector<void*> collApi(g.calls.size(), nullptr);
     if (prof && (mask & ncclabi::kEvCollApi)) {
@@ -713,8 +723,8 @@ class RankRunner {
         d.collApi.count = g.calls[i].bytes / static_cast<size_t>(g.elemSize);
         d.collApi.datatype = g.dtype.c_str();
         d.collApi.graphCaptured = capture;
-        pl.profiler->startEvent(cs.profCtx, &collApi[i], &d);
-        if (collApi[i]) pl.profiler->stopEvent(collApi[i]);
+        inPlugin([&] { pl.profiler->startEvent(cs.profCtx, &collApi[i], &d); });
+        if (collApi[i]) inPlugin([&] { pl.profiler->stopEvent(collApi[i]); });
       }
     }
     // Aggregation: tasks sorted by size descending, binned per function in order of first appearance,
@@ -803,15 +813,15 @@ class RankRunner {
         d.rank = cs.commRank;
         d.kernelLaunch.stream = cs.stream;
         void* launch = nullptr;
-        pl.profiler->startEvent(cs.profCtx, &launch, &d);
+        inPlugin([&] { pl.profiler->startEvent(cs.profCtx, &launch, &d); });
         emu::fakeStreamLaunched(cs.stream);
-        if (launch) pl.profiler->stopEvent(launch);
+        if (launch) inPlugin([&] { pl.profiler->stopEvent(launch); });
         EventDescr gd;
         std::memset(&gd, 0, sizeof(gd));
         gd.type = ncclabi::kEvGroup;
         gd.rank = cs.commRank;
         group = nullptr;
-        pl.profiler->startEvent(cs.profCtx, &group, &gd);
+        inPlugin([&] { pl.profiler->startEvent(cs.profCtx, &group, &gd); });
       }
       for (const Task& t : batches[bi].tasks) {
         void* h = nullptr;
@@ -836,7 +846,7 @@ class RankRunner {
           d.coll.algo = ncclAlgoString(p.applied.algo);
           d.coll.proto = ncclProtoString(p.applied.proto);
           d.coll.parentGroup = group;
-          sh_.plugin->profiler->startEvent(cs.profCtx, &h, &d);
+          inPlugin([&] { sh_.plugin->profiler->startEvent(cs.profCtx, &h, &d); });
         }
         p.handles.push_back(h);
         p.seqs.emplace_back(t, cs.seq[t.call.func]);
@@ -845,15 +855,15 @@ class RankRunner {
       }
       if (launchEvents) {
         for (void* h : p.handles)
-          if (h) sh_.plugin->profiler->stopEvent(h);
+          if (h) inPlugin([&] { sh_.plugin->profiler->stopEvent(h); });
         p.handles.assign(p.handles.size(), nullptr);  // stopped: the loop below skips them
-        if (group) pl.profiler->stopEvent(group);
+        if (group) inPlugin([&] { pl.profiler->stopEvent(group); });
       }
     }
     for (Planned& p : plans)
       for (void* h : p.handles)
-        if (h) sh_.plugin->profiler->stopEvent(h);
-    if (groupApi) sh_.plugin->profiler->stopEvent(groupApi);
+        if (h) inPlugin([&] { sh_.plugin->profiler->stopEvent(h); });
+    if (groupApi) inPlugin([&] { sh_.plugin->profiler->stopEvent(groupApi); });
     // The GPU: batches run back to back; kernel-channel events go to the proxy thread.
     for (size_t bi = 0; bi < batches.size(); ++bi) {
       Planned& p = plans[bi];
@@ -967,8 +977,11 @@ class RankRunner {
     def->chunk = 0;
     int nChannels = 0;
     if (cs.tunerOk) {
-      int r = sh_.plugin->tGetCollInfo()(cs.tunerCtx, static_cast<ncclabi::Func>(func), nBytes, numPipeOps,
-                                         reinterpret_cast<float**>(table), kAlgos, kProtos, 0, &nChannels);
+      int r = 0;
+      inPlugin([&] {
+        r = sh_.plugin->tGetCollInfo()(cs.tunerCtx, static_cast<ncclabi::Func>(func), nBytes, numPipeOps,
+                                       reinterpret_cast<float**>(table), kAlgos, kProtos, 0, &nChannels);
+      });
       if (r != ncclabi::kSuccess) {
         sh_.errors.fetch_add(1);
         emuError("getCollInfo returned " + std::to_string(r) + ": NCCL fails the collective");
@@ -1017,7 +1030,8 @@ class RankRunner {
       auto fn = sh_.plugin->tGetChunkSize();
       if (cs.tunerOk && fn) {
         size_t t = c;
-        int r = fn(cs.tunerCtx, static_cast<ncclabi::Func>(func), part, applied->algo, applied->proto, 1, &t);
+        int r = 0;
+        inPlugin([&] { r = fn(cs.tunerCtx, static_cast<ncclabi::Func>(func), part, applied->algo, applied->proto, 1, &t); });
         (*chunkCalls)++;
         if (r != ncclabi::kSuccess) {
           sh_.errors.fetch_add(1);
@@ -1051,6 +1065,7 @@ class RankRunner {
       << ",\"def_chunk\":" << d.chunk << ",\"comm_channels\":" << cs.model.nChannels << ",\"graph\":" << graph
       << ",\"start_ns\":" << start << ",\"stop_ns\":" << stop << ",\"dur_ns\":" << (stop - start)
       << ",\"model_us\":" << mean << ",\"load\":" << load << ",\"host_seq\":" << curHostSeq_ << ",\"host_ns\":" << curHostNs_
+      << ",\"plugin_ns\":" << pluginNs_
       << ",\"gemm_slow\":" << sh_.model->gemmSlowdown(used, load) << "}";
     return o.str();
   }

@@ -421,10 +421,10 @@ bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& c
   }
   if (metricsOn_.load(std::memory_order_relaxed)) {
     if (!applied.sameSetting(t->lastApplied) || source != t->lastSource || k == 0) {  // not the measure flag
-      std::lock_guard<std::mutex> lock(statsMu_);
+      std::lock_guard<std::mutex> lock(statsMu_);  // the metrics thread copies these in O(1) per task
       t->shownApplied = applied;
       t->shownSource = source;
-      t->appliedStats = RobustStats(64);
+      t->appliedStats.clear();  // keeps its storage: no allocation on the call path
     }
     t->callsSeen.store(t->calls, std::memory_order_relaxed);
   }
@@ -618,32 +618,70 @@ ContextMetrics Context::metricsSnapshot() const {
   out.rank = rank_;
   out.nRanks = nRanks_;
   out.nNodes = nNodes_;
-  std::vector<TaskKey> keys;
-  {
-    std::lock_guard<std::mutex> lock(statsMu_);
-    for (const auto& [key, t] : tasks_) {
-      TaskMetricsRow r;
-      r.coll = collName(key.coll);
-      r.bytes = key.bytes;
-      r.pipe = key.pipe;
-      r.calls = t->callsSeen.load(std::memory_order_relaxed);
-      r.source = sourceName(t->shownSource);
-      if (t->shownApplied.forcesPair()) {
-        r.algo = algoName(t->shownApplied.algo);
-        r.proto = protoName(t->shownApplied.proto);
-      }
-      r.channels = t->shownApplied.channels;
-      if (t->defAlgo >= 0) r.ncclAlgo = algoName(t->defAlgo);
-      if (t->defProto >= 0) r.ncclProto = protoName(t->defProto);
-      r.ncclChannels = t->defChannels;
-      const StatsSummary nccl = t->ncclStats.summary(), applied = t->appliedStats.summary();
-      r.ncclUs = nccl.median;
-      r.ncclSamples = nccl.count;
-      r.appliedUs = applied.median;
-      r.appliedSamples = applied.count;
-      out.tasks.push_back(std::move(r));
-      keys.push_back(key);
+  // Under statsMu_ (which the measurement thread and a call changing its configuration take): plain copies
+  // only, into storage allocated before the lock. Summaries, names and sorting come after it.
+  struct Raw {
+    TaskKey key;
+    uint64_t calls = 0;
+    Config shown;
+    Source source = Source::Nccl;
+    int defAlgo = -1, defProto = -1, defChannels = 0;
+    RobustStats nccl{64}, applied{64};
+  };
+  std::vector<Raw> raw;
+  size_t n = 0;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    {
+      std::lock_guard<std::mutex> lock(statsMu_);
+      n = tasks_.size();
     }
+    raw.resize(n + 4);  // tasks added meanwhile: a few, else the next collection shows them
+    for (Raw& r : raw) {
+      r.nccl.reserve(64);
+      r.applied.reserve(64);
+    }
+    std::lock_guard<std::mutex> lock(statsMu_);
+    if (tasks_.size() > raw.size() && attempt == 0) continue;
+    n = 0;
+    for (const auto& [key, t] : tasks_) {
+      if (n == raw.size()) break;
+      Raw& r = raw[n++];
+      r.key = key;
+      r.calls = t->callsSeen.load(std::memory_order_relaxed);
+      r.shown = t->shownApplied;
+      r.source = t->shownSource;
+      r.defAlgo = t->defAlgo;
+      r.defProto = t->defProto;
+      r.defChannels = t->defChannels;
+      r.nccl.assignFrom(t->ncclStats);
+      r.applied.assignFrom(t->appliedStats);
+    }
+    break;
+  }
+  raw.resize(n);
+  std::vector<TaskKey> keys;
+  for (const Raw& x : raw) {
+    TaskMetricsRow r;
+    r.coll = collName(x.key.coll);
+    r.bytes = x.key.bytes;
+    r.pipe = x.key.pipe;
+    r.calls = x.calls;
+    r.source = sourceName(x.source);
+    if (x.shown.forcesPair()) {
+      r.algo = algoName(x.shown.algo);
+      r.proto = protoName(x.shown.proto);
+    }
+    r.channels = x.shown.channels;
+    if (x.defAlgo >= 0) r.ncclAlgo = algoName(x.defAlgo);
+    if (x.defProto >= 0) r.ncclProto = protoName(x.defProto);
+    r.ncclChannels = x.defChannels;
+    const StatsSummary nccl = x.nccl.summary(), applied = x.applied.summary();
+    r.ncclUs = nccl.median;
+    r.ncclSamples = nccl.count;
+    r.appliedUs = applied.median;
+    r.appliedSamples = applied.count;
+    out.tasks.push_back(std::move(r));
+    keys.push_back(x.key);
   }
   // The policy's own view (online: the search's medians, which score the same calls by its objective).
   for (size_t i = 0; i < keys.size(); ++i) {

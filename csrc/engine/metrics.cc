@@ -118,24 +118,43 @@ void MetricsWriter::collectAllLocked() {
 }
 
 void MetricsWriter::collectNow(const void* owner) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!started_) return;
-  for (Source& s : sources_) {
-    // A gone context's address may be a new one's: only the living source with this address is the caller.
-    if (s.key != owner || s.owner.expired()) continue;
-    s.last = s.collect();  // the caller (the owner's own finalize) keeps it alive
-    s.have = true;
+  Snapshot snaps;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_) return;
+    for (Source& s : sources_) {
+      // A gone context's address may be a new one's: only the living source with this address is the caller.
+      if (s.key != owner || s.owner.expired()) continue;
+      s.last = s.collect();  // the caller (the owner's own finalize) keeps it alive
+      s.have = true;
+    }
+    snaps = snapshotsLocked();
   }
-  writeLocked();
+  write(snaps);
 }
 
-void MetricsWriter::writeLocked() {
-  std::vector<ContextMetrics> snaps;
+MetricsWriter::Snapshot MetricsWriter::snapshotsLocked() {
+  Snapshot snap;
+  snap.seq = ++snapSeq_;
   for (const Source& s : sources_)
-    if (s.have) snaps.push_back(s.last);
+    if (s.have) snap.contexts.push_back(s.last);
+  return snap;
+}
+
+void MetricsWriter::write(const Snapshot& snap) {
+  std::lock_guard<std::mutex> io(ioMu_);
+  if (snap.seq <= writtenSeq_) return;
+  writtenSeq_ = snap.seq;
+  const std::vector<ContextMetrics>& snaps = snap.contexts;
   ++writes_;
+  if (writeHook_) writeHook_();
   writeAtomically(jsonPath_, jsonLines(snaps, host_, static_cast<int>(getpid()), nowUs()));
   writeAtomically(promPath_, prometheus(snaps, writes_));
+}
+
+void MetricsWriter::setWriteHookForTest(std::function<void()> hook) {
+  std::lock_guard<std::mutex> io(ioMu_);
+  writeHook_ = std::move(hook);
 }
 
 void MetricsWriter::loop() {
@@ -144,15 +163,24 @@ void MetricsWriter::loop() {
     cv_.wait_for(lock, std::chrono::duration<double>(intervalS_), [this] { return stop_; });
     if (stop_) break;
     collectAllLocked();
-    writeLocked();
+    Snapshot snaps = snapshotsLocked();
+    // Formatting and the file system's time are spent without mu_: a communicator being created (add) or
+    // finalized (collectNow) never waits for them.
+    lock.unlock();
+    write(snaps);
+    lock.lock();
   }
 }
 
 void MetricsWriter::flush() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!started_) return;
-  collectAllLocked();
-  writeLocked();
+  Snapshot snaps;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_) return;
+    collectAllLocked();
+    snaps = snapshotsLocked();
+  }
+  write(snaps);
 }
 
 MetricsWriter::~MetricsWriter() {

@@ -69,6 +69,10 @@ class MetricsWriter {
   void flush();
   ~MetricsWriter();
 
+  // Tests: called in the write step (files formatted and written), where the writer holds no lock that a
+  // context's calls, its registration (add) or another collection takes.
+  void setWriteHookForTest(std::function<void()> hook);
+
   // The file contents for `snapshots` (tests, and the writer).
   static std::string jsonLines(const std::vector<ContextMetrics>& snapshots, const std::string& host, int pid,
                                uint64_t nowUs);
@@ -84,8 +88,20 @@ class MetricsWriter {
   };
   void loop();
   void collectAllLocked();
-  void writeLocked();
-  std::mutex mu_;  // sources_, files, stop_
+  // What the files show: the snapshots collected, taken under mu_ (a copy; nothing is formatted there),
+  // numbered in the order they were taken.
+  struct Snapshot {
+    uint64_t seq = 0;
+    std::vector<ContextMetrics> contexts;
+  };
+  Snapshot snapshotsLocked();
+  // Formats and writes both files; called without mu_ (ioMu_ orders the writers of the files). A snapshot
+  // older than the one last written is dropped: two writers may reach ioMu_ in either order, and the files
+  // must end with the newest (a finalized context's last numbers).
+  void write(const Snapshot& snap);
+  std::mutex mu_;    // sources_, stop_: held to register, collect and copy, never while formatting or writing
+  std::mutex ioMu_;  // the files and writes_
+  std::function<void()> writeHook_;  // tests (under ioMu_)
   std::condition_variable cv_;
   std::vector<Source> sources_;
   std::string dir_, host_, jsonPath_, promPath_;
@@ -93,6 +109,8 @@ class MetricsWriter {
   bool started_ = false;
   bool stop_ = false;
   uint64_t writes_ = 0;
+  uint64_t snapSeq_ = 0;     // under mu_
+  uint64_t writtenSeq_ = 0;  // under ioMu_
   std::thread thread_;
 };
 

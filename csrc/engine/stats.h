@@ -22,6 +22,21 @@ class RobustStats {
  public:
   explicit RobustStats(size_t capacity = 256) : cap_(capacity ? capacity : 1) {}
   void add(double us);
+  // Room for `n` samples now, so that adds and assignFrom up to n allocate nothing.
+  void reserve(size_t n) { ring_.reserve(n); }
+  // A copy of `o` into this window's storage (no allocation when reserve covered o's window).
+  void assignFrom(const RobustStats& o) {
+    cap_ = o.cap_;
+    ring_.assign(o.ring_.begin(), o.ring_.end());
+    next_ = o.next_;
+    count_ = o.count_;
+  }
+  // Empty again, keeping the window's storage (no allocation on the next adds up to the capacity).
+  void clear() {
+    ring_.clear();
+    next_ = 0;
+    count_ = 0;
+  }
   StatsSummary summary() const;
   uint64_t count() const { return count_; }
 

@@ -22,6 +22,8 @@
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -1585,6 +1587,54 @@ void hotPath(bool metrics) {
     std::filesystem::remove_all(metricsDir, ec);
   }
 }
+// The metrics writer held inside its write step (a test hook: the files are being formatted and written)
+// must hold up no communicator's calls, its measurements or a new communicator's registration: a 2-rank
+// communicator tunes 4 tasks through 2,400 calls with kernel events, and a communicator created meanwhile
+// attaches, while the writer stays held until they are done. Were any of them waiting on the writer, they
+// could not finish before it is released: the test fails after 120 s instead of hanging.
+void testMetricsWriterNeverHoldsCalls() {
+  Runtime rt(onlineSettings(), 22809, 22803, "/nonexistent");
+  std::string tmpl = "/tmp/autoccl-metrics-held-XXXXXX";
+  CHECK(::mkdtemp(tmpl.data()) != nullptr);
+  std::string why;
+  CHECK(rt.metrics().start(tmpl, 3600, &why));  // no tick of its own during the test
+  Logs logs;
+  Comm comm(rt, 0x7ULL, 2, {0, 1}, &logs);
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> held{0};
+  rt.metrics().setWriteHookForTest([&] {
+    if (held.fetch_add(1) == 0) {
+      entered.set_value();
+      released.wait();
+    }
+  });
+  std::thread writer([&] { rt.metrics().flush(); });
+  entered.get_future().wait();
+  auto work = std::async(std::launch::async, [&] {
+    const uint64_t sizes[] = {1024, 65536, 1u << 20, 16u << 20};
+    const CostModel models[] = {modelLL128At8(), modelTreeSimpleAt16(), modelLL128At8(), modelDefaultBest()};
+    uint64_t calls = 0;
+    for (int i = 0; i < 4 * 600; ++i)
+      for (auto& r : comm.ranks) calls += r->call(i % 2 ? kAllReduce : kAllGather, sizes[i % 4], models[i % 4]).ok;
+    FakeRank late(rt, &comm.mask, 0x9ULL, 0, 2, logs.fn());  // registers with the held writer (add)
+    calls += late.call(kAllReduce, 1u << 20, modelLL128At8()).ok;
+    return calls;
+  });
+  const bool done = work.wait_for(std::chrono::seconds(120)) == std::future_status::ready;
+  release.set_value();
+  writer.join();
+  CHECK(done);  // the calls finished while the writer was held
+  CHECK_EQ(work.get(), uint64_t(2 * 4 * 600 + 1));
+  CHECK_EQ(held.load(), 1);
+  CHECK(logs.count(LogLevel::Summary, ": pinned ") >= size_t(1));  // they were tuning, not idling
+  rt.metrics().setWriteHookForTest(nullptr);
+  for (auto& r : comm.ranks) r->ctx.finalizeTuner();
+  rt.metrics().flush();
+  std::error_code ec;
+  std::filesystem::remove_all(tmpl, ec);
+}
+
 void testOnlineHotPath() { hotPath(false); }
 void testOnlineHotPathMetrics() { hotPath(true); }
 
@@ -1655,6 +1705,7 @@ TEST(engine, online_tcp_duel_checked_by_period) { testTcpDuelCheckedByPeriod(); 
 TEST(engine, online_bad_coordinator) { testBadCoordinator(); }
 TEST(engine, online_hot_path) { testOnlineHotPath(); }
 TEST(engine, online_hot_path_metrics) { testOnlineHotPathMetrics(); }
+TEST(engine, metrics_writer_never_holds_calls) { testMetricsWriterNeverHoldsCalls(); }
 TEST(engine, online_tcp_pinned_cost) { testOnlineTcpPinnedCost(); }
 
 int main(int argc, char** argv) {
