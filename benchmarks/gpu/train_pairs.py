@@ -60,11 +60,24 @@ def _rows(call: str, folder: Path) -> tuple[list[dict[str, Any]], list[dict[str,
     return pairs, iters
 
 
+def _ci95(ratios: list[float]) -> str:
+    """Geometric mean of the pairs' ratios with a 95 % t-interval on their logarithms (pairs are independent
+    launches; the ratio is multiplicative)."""
+    from scipy import stats
+
+    logs = np.log(np.asarray(ratios))
+    g = float(np.exp(logs.mean()))
+    if len(logs) < 3:
+        return f"{g:.3f}× (too few pairs for an interval)"
+    half = float(stats.t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs)))
+    return f"{g:.3f}× [{np.exp(logs.mean() - half):.3f}–{np.exp(logs.mean() + half):.3f}]"
+
+
 def _summary(pairs: list[dict[str, Any]]) -> str:
     out = [
         "| call | parallel | online | pairs | online/plain speed, median [min–max] "
-        "| plain moved (max/min − 1) |",
-        "| --- | --- | --- | ---: | --- | ---: |",
+        "| geomean [95 % CI] | plain moved (max/min − 1) |",
+        "| --- | --- | --- | ---: | --- | --- | ---: |",
     ]
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for p in pairs:
@@ -74,14 +87,14 @@ def _summary(pairs: list[dict[str, Any]]) -> str:
         plain = [p["plain_steady_ms"] for p in g]
         out.append(
             f"| {call} | {par} | {var} | {len(g)} | {statistics.median(r):.3f}× [{min(r):.3f}–{max(r):.3f}] "
-            f"| {100 * (max(plain) / min(plain) - 1):.1f} % |"
+            f"| {_ci95(r)} | {100 * (max(plain) / min(plain) - 1):.1f} % |"
         )
     for par in sorted({p["parallel"] for p in pairs}):
         r = [p["speed_ratio"] for p in pairs if p["parallel"] == par and p["online_variant"] == "default"]
         if r:
             out.append(
                 f"| all | {par} | default | {len(r)} | **{statistics.median(r):.3f}×** "
-                f"[{min(r):.3f}–{max(r):.3f}] | |"
+                f"[{min(r):.3f}–{max(r):.3f}] | {_ci95(r)} | |"
             )
     return "\n".join(out) + "\n"
 
