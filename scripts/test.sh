@@ -23,9 +23,11 @@ step "lint"
 for san in address thread; do
   step "C++ under sanitizer: $san"
   mkdir -p build
-  # -g1: the line tables a sanitizer report needs, at a quarter less compile time than full -g.
+  # -g1: the line tables a sanitizer report needs, at a quarter less compile time than full -g. ASan+UBSan
+  # at -O1 (the level AddressSanitizer's documentation suggests) compiles in half the time of -O2.
+  if [ "$san" = address ]; then opt=-O1; else opt=-O2; fi
   cmake -S . -B "build/san-$san" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAUTOCCL_SANITIZE=$san \
-        -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
+        -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$opt -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$opt -g1 -DNDEBUG" \
         -DAUTOCCL_BUILD_PYTHON=OFF > "build/san-$san.configure.log" 2>&1 || { cat "build/san-$san.configure.log"; exit 1; }
   cmake --build "build/san-$san" -j "$JOBS"
   (cd "build/san-$san" && ctest --output-on-failure -j "$JOBS")
