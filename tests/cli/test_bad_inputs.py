@@ -443,6 +443,9 @@ def test_bad_input(case: Case, tmp_path: Path, fake_plugin: Path, monkeypatch: p
     if case.setup:
         case.setup(tmp_path)
     env = {k: v.replace(T, str(tmp_path)) for k, v in case.env.items()}
+    # A wide console: rich folds a long temporary path inside a table cell at 80 columns, and the
+    # check below reads each named path whole.
+    env.setdefault("COLUMNS", "250")
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, _expand(case.args, tmp_path), env=env, catch_exceptions=True)
     output = result.output

@@ -57,6 +57,8 @@ RUNS = int(os.environ.get("AUTOCCL_AGREEMENT_RUNS", "120" if FULL else "12"))
 ONLY = [int(x) for x in os.environ.get("AUTOCCL_AGREEMENT_ONLY", "").split(",") if x.strip()]  # re-play runs
 SCEN_PER_RUN = 5
 HW = "NVIDIA H200x4"
+# Its coordinator connect and decision deadlines are wall-clock: the runs get the cores to themselves.
+pytestmark = pytest.mark.serial
 WORKERS = 2
 KIB = 1 << 10
 MIB = 1 << 20
