@@ -11,10 +11,11 @@ import pytest
 from resilience_ranks import Run, run_ranks
 
 pytest.importorskip("torch")
-# Step times are compared across runs (within 1.15x): the runs get the cores to themselves.
-pytestmark = pytest.mark.serial
 
 from autoccl.resilience.reducer import RECOVERY_HUNG_EXIT
+
+# Step times are compared across runs (within 1.15x): the runs get the cores to themselves.
+pytestmark = pytest.mark.serial
 
 RANKS = 4
 HANG_S = 300.0  # far above a healthy run here (a hang is what this catches)
