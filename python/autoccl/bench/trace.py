@@ -108,7 +108,7 @@ def search_end_iteration(conv: list[dict[str, Any]], iters: int, settled: int) -
             continue
         recurring = True
         per_iter = t["calls"] / iters
-        for k in t.get("changes", [t["converged_at"]] if t["converged_at"] else []):
+        for k in t["changes"]:
             marks.add(int(k / per_iter))  # the iteration (0-based) that runs the new decision
     if not recurring:
         return None
