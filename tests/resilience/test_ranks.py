@@ -14,7 +14,8 @@ pytest.importorskip("torch")
 
 from autoccl.resilience.reducer import RECOVERY_HUNG_EXIT
 
-# Step times are compared across runs (within 1.15x): the runs get the cores to themselves.
+# The step-time checks compare steps within one run, so a loaded machine moves both sides alike; the
+# runs still get the cores to themselves (four ranks on two cores are slow enough).
 pytestmark = pytest.mark.serial
 
 RANKS = 4
@@ -31,14 +32,21 @@ def _ok(run: Run, expect: dict[int, int] | None = None) -> None:
     assert run.codes == want, run.describe()
 
 
-def _step_ms(out: dict[str, Any], warm: int = 10) -> float:
-    """Mean time per step after the first `warm` steps (start-up), on one rank's clock."""
+def _step_ms(out: dict[str, Any], warm: int = 10) -> list[float]:
+    """The time of each step after the first `warm` steps (start-up), on one rank's clock."""
     if out["mode"] == "sync":
         done = {int(k): v for k, v in out["done_at"].items()}
     else:
         done = {r["round"]: r["done_s"] for r in out["records"]}
-    last = max(done)
-    return (done[last] - done[warm - 1]) / (last - (warm - 1)) * 1e3
+    return [(done[s] - done[s - 1]) * 1e3 for s in sorted(done) if s > warm]
+
+
+def _straggler_cost(out: dict[str, Any]) -> float:
+    """Mean step over median step on one rank. The median is a step nobody was late for, so this is
+    what the late steps add, measured within one run: a machine that is busy with other work slows
+    both alike (comparing two runs' means failed at 1.17x on a loaded CI machine)."""
+    steps = _step_ms(out)
+    return statistics.mean(steps) / statistics.median(steps)
 
 
 def _agreed_rounds(run: Run) -> list[tuple[Any, ...]]:
@@ -70,12 +78,14 @@ def straggler_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
 
 
 def test_straggler_step_time(straggler_runs: dict[str, Run]) -> None:
-    clean = _step_ms(straggler_runs["sync-clean"].outputs[0])
-    sync = _step_ms(straggler_runs["sync-straggler"].outputs[0])
-    tolerant = _step_ms(straggler_runs["resilient-straggler"].outputs[0])
-    # synchronous DDP pays the delays (a mean of 1.5x the step); the resilient reducer does not
-    assert sync / clean > 1.3, (clean, sync)
-    assert tolerant / clean <= 1.15, (clean, tolerant)
+    clean = _straggler_cost(straggler_runs["sync-clean"].outputs[0])
+    sync = _straggler_cost(straggler_runs["sync-straggler"].outputs[0])
+    tolerant = _straggler_cost(straggler_runs["resilient-straggler"].outputs[0])
+    # Synchronous DDP pays every delay: 20 % of the steps take 2-5x, a mean of 1.5x the median step
+    # (measured 1.43). The resilient reducer waits at most its ski-rental budget, a quarter of a step
+    # here, on those steps (measured 1.04, as without a straggler: 1.03).
+    assert sync > 1.25, (clean, sync)
+    assert tolerant <= 1.15, (clean, tolerant, sync)
 
 
 def test_straggler_loss_and_weights(straggler_runs: dict[str, Run]) -> None:
