@@ -5,7 +5,9 @@ online, 20 warm-up calls, then 200 timed out-of-place calls (the task still bein
 Here: 2 ranks, one emulator process each (decisions over the TCP board, as with one process per GPU), the
 plugin's launch clock (`--launch-clock`), the rank processes bounded against each other (`lead`), 420 calls
 of a 1 MiB all_reduce. Modes, interleaved within each repetition (alternating order): metrics off, metrics
-every 1 s (the GPU run's setting), and every 0.1 s (ten times more ticks inside the job). CPU only.
+every 1 s (the GPU run's setting), and every 0.1 s (ten times more ticks inside the job); `sampled`: metrics
+off, and the task judged small by its samples alone (`AUTOCCL_MODEL_SMALL_PCT=0`, as before NCCL's cost model
+could decide it at its first call). CPU only.
 
 Per run and rank: the plugin's own host time per call (the emulator's `plugin_ns`: every tuner and profiler
 call on the rank's thread, i.e. getCollInfo with any wait for the authority, and the launch and Coll events)
@@ -33,7 +35,13 @@ from typing import Any
 from autoccl.emu import run, simple
 
 WARMUP, TIMED = 20, 200
-MODES = {"off": None, "on-1s": "1", "on-0.1s": "0.1"}
+# mode -> (metrics interval, further settings)
+MODES: dict[str, tuple[str | None, dict[str, str]]] = {
+    "off": (None, {}),
+    "on-1s": ("1", {}),
+    "on-0.1s": ("0.1", {}),
+    "sampled": (None, {"AUTOCCL_MODEL_SMALL_PCT": "0"}),
+}
 
 
 def free_port() -> int:
@@ -59,8 +67,10 @@ def window(calls: list[dict[str, Any]], lo: int, hi: int) -> dict[str, float]:
     }
 
 
-def once(mode: str, interval: str | None, seed: int, tmp: Path) -> dict[str, Any]:
+def once(mode: str, seed: int, tmp: Path) -> dict[str, Any]:
+    interval, settings = MODES[mode]
     env = {
+        **settings,
         "AUTOCCL_MODE": "online",
         "AUTOCCL_HW": "GPU Xx4",
         "AUTOCCL_CACHE_DIR": str(tmp / "cache"),
@@ -100,6 +110,8 @@ def once(mode: str, interval: str | None, seed: int, tmp: Path) -> dict[str, Any
             k: t.get(k)
             for k in (
                 "small_task",
+                "small_by_model",
+                "model_us",
                 "converged_at",
                 "algo",
                 "proto",
@@ -115,23 +127,58 @@ def once(mode: str, interval: str | None, seed: int, tmp: Path) -> dict[str, Any
     return out
 
 
+def markdown_table(rows: list[dict[str, Any]], modes: list[str]) -> str:
+    """One row per mode: when the task was decided, its lookups and their waits, and what the timed
+    out-of-place window cost the plugin on each rank."""
+    out = [
+        "| mode | runs | decision call per run | runs deciding after call 20 | lookups per run (rank 0) "
+        "| lookup wait ms, median [max] | median µs/call (oop, both ranks) "
+        "| slowest rank's oop total µs, median [min–max] | runs with a call > 1 ms (oop) |",
+        "| --- | ---: | --- | ---: | --- | --- | --- | --- | ---: |",
+    ]
+    for mode in modes:
+        rs = [r for r in rows if r["mode"] == mode]
+        if not rs:
+            continue
+        conv = sorted(int(r["search"]["converged_at"] or 0) for r in rs)
+        calls = ", ".join(f"{c} ×{conv.count(c)}" if conv.count(c) > 1 else str(c) for c in sorted(set(conv)))
+        lookups = sorted(int(r["search"]["lookups"] or 0) for r in rs)
+        waits = [float(r["search"]["lookup_us"] or 0) / 1e3 for r in rs]
+        meds = [float(r[f"r{k}"]["oop"]["median_us"]) for r in rs for k in (0, 1)]
+        totals = [max(float(r[f"r{k}"]["oop"]["total_us"]) for k in (0, 1)) for r in rs]
+        slow = sum(1 for r in rs if max(float(r[f"r{k}"]["oop"]["max_us"]) for k in (0, 1)) > 1000)
+        out.append(
+            f"| {mode} | {len(rs)} | {calls} | {sum(c > WARMUP for c in conv)} "
+            f"| {min(lookups)}–{max(lookups)} "
+            f"| {statistics.median(waits):.1f} [{max(waits):.1f}] "
+            f"| {statistics.median(meds):.1f} [{min(meds):.1f}–{max(meds):.1f}] "
+            f"| {statistics.median(totals):.0f} [{min(totals):.0f}–{max(totals):.0f}] | {slow} |"
+        )
+    return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES))
     ap.add_argument("--json", type=Path, help="append one JSON line per run here")
+    ap.add_argument("--summarize", type=Path, help="print the table of the runs in this JSON-lines file only")
     a = ap.parse_args()
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in MODES]
     if bad:
         print(f"unknown mode {bad[0]!r}: the modes are {', '.join(MODES)}", file=sys.stderr)
         raise SystemExit(2)
+    if a.summarize:
+        done = [json.loads(line) for line in a.summarize.read_text().splitlines() if line.strip()]
+        print(markdown_table(done, [m for m in MODES if any(r["mode"] == m for r in done)]))
+        return
     rows: list[dict[str, Any]] = []
     for rep in range(a.reps):
         order = modes if rep % 2 == 0 else list(reversed(modes))  # interleaved, alternating order
         for mode in order:
             with tempfile.TemporaryDirectory(prefix="autoccl-mcost-") as d:
-                r = once(mode, MODES[mode], seed=1 + rep, tmp=Path(d))
+                r = once(mode, seed=1 + rep, tmp=Path(d))
             r["rep"] = rep
             rows.append(r)
             s = r.get("search", {})
@@ -154,6 +201,8 @@ def main() -> None:
             if a.json:
                 with open(a.json, "a") as f:
                     f.write(json.dumps(r) + "\n")
+    print("\nthe README's table (markdown):")
+    print(markdown_table(rows, modes))
     print("\nper mode, over runs (median [min-max]):")
     for mode in modes:
         rs = [r for r in rows if r["mode"] == mode]

@@ -135,6 +135,10 @@ class OnlineSource final : public DecisionSource {
     if (env.settings) {
       opts_.recheckMinMs = env.settings->recheckMs;
       opts_.minTaskMicros = env.settings->minTaskUs;
+      // A task NCCL's model puts below a quarter of the minimum (default) is small from its first call: no
+      // lookup waits on the samples that would prove it (over TCP a round trip each). A quarter: the model
+      // would have to be 4x optimistic for a task worth searching to be left out.
+      opts_.modelSmallShare = env.settings->modelSmallShare;
       opts_.regretBudget = env.settings->regretBudget;
     }
     if (env.table) {
@@ -293,7 +297,14 @@ class OnlineSource final : public DecisionSource {
     }
     // The Context caches a stable decision and asks no more: this task's need for timing ends here (a
     // search that ended early, e.g. a task below Options::minTaskMicros, kept timing on for good otherwise).
-    if (d.stable && s->needing.load(std::memory_order_relaxed)) setNeeding(s, false);
+    // A task stable from its first call (NCCL's model or the table says NCCL's choice) never needed timing:
+    // let the start's timing go here once nothing else holds it, or every call of the process stays timed
+    // (a lone 1 MiB all_reduce decided by the model at its first call: 15-20 us of plugin time per call
+    // on the reporting rank in the emulator, against 4 once released).
+    if (d.stable) {
+      if (s->needing.load(std::memory_order_relaxed)) setNeeding(s, false);
+      else releaseBootstrapIfIdle();
+    }
     // Samples the search planned, and the coordinator's NCCL-default calls of a task the authority had not
     // seen yet (kTuning segments without measure; the search takes them as its baseline).
     d.timed = !guardNcclNow_ && (c.measure || (s->seg.phase == search::Phase::kTuning && c.isDefault()));
@@ -567,11 +578,11 @@ class OnlineSource final : public DecisionSource {
                   ",\"search_samples\":%" PRIu64 ",\"search_lost\":%" PRIu64 ",\"search_late\":%" PRIu64
                   ",\"search_prior_samples\":%" PRIu64 ",\"search_wait_calls\":%" PRIu64 ",\"search_free_wait_calls\":%" PRIu64
                   ",\"search_duel_extensions\":%" PRIu64 ",\"rank_scored\":%" PRIu64 ",\"shorter_elsewhere\":%" PRIu64
-                  ",\"regret_us\":%.1f,\"small_task\":%s,\"table_default\":%s,\"regret_stop\":%s,\"abandoned\":%" PRIu64,
+                  ",\"regret_us\":%.1f,\"small_task\":%s,\"small_by_model\":%s,\"model_us\":%.2f,\"table_default\":%s"
+                  ",\"regret_stop\":%s,\"abandoned\":%" PRIu64,
                   st.samples, st.lostSamples, st.lateSamples, st.priorSamples, st.waitCalls, st.freeWaitCalls, st.duelExtensions,
-                  rankScored, shorter, st.regretMicros, st.smallTask ? "true" : "false", st.tableDefault ? "true" : "false",
-                  st.regretStop ? "true" : "false",
-                  st.abandoned);
+                  rankScored, shorter, st.regretMicros, st.smallTask ? "true" : "false", st.smallByModel ? "true" : "false",
+                  st.modelDefault, st.tableDefault ? "true" : "false", st.regretStop ? "true" : "false", st.abandoned);
     std::vector<search::Segment> plan = srch->plan();
     uint64_t from = plan.empty() ? 0 : plan.front().begin;  // calls before: NCCL's default (not yet registered)
     char buf[400];
@@ -905,6 +916,18 @@ class OnlineSource final : public DecisionSource {
       holders_[i] = holders_.back();
       holders_.pop_back();
     }
+  }
+
+  void releaseBootstrapIfIdle() {
+    bool changed = false;
+    {
+      std::lock_guard<std::mutex> lk(needMu_);
+      if (bootstrap_ && needing_.load() == 1) {  // only the bootstrap holds timing
+        bootstrap_ = false;
+        changed = needing_.fetch_sub(1) == 1;
+      }
+    }
+    if (changed && env_.needChanged) env_.needChanged();
   }
 
   void setNeeding(TaskState* s, bool want) {

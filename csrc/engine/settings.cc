@@ -196,6 +196,9 @@ Settings loadSettings(const EnvLookup& env) {
   uint64_t minTaskTcp = static_cast<uint64_t>(s.minTaskUsTcp);
   if (!readBounded(env, "AUTOCCL_MIN_TASK_US_TCP", 0, 1000000, &minTaskTcp, &err)) return invalid(s, err);
   s.minTaskUsTcp = static_cast<double>(minTaskTcp);
+  uint64_t modelSmallPct = static_cast<uint64_t>(s.modelSmallShare * 100.0 + 0.5);
+  if (!readBounded(env, "AUTOCCL_MODEL_SMALL_PCT", 0, 100, &modelSmallPct, &err)) return invalid(s, err);
+  s.modelSmallShare = static_cast<double>(modelSmallPct) / 100.0;
   uint64_t regretPct = static_cast<uint64_t>(s.regretBudget * 100.0 + 0.5);
   if (!readBounded(env, "AUTOCCL_REGRET_PCT", 0, 100, &regretPct, &err)) return invalid(s, err);
   s.regretBudget = static_cast<double>(regretPct) / 100.0;

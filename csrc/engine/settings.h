@@ -71,6 +71,10 @@ struct Settings {
   // AUTOCCL_MIN_TASK_US_TCP (online mode): the same for a communicator whose ranks are in several processes
   // (decided through the TCP coordinator, where each step of a search can wait for a round trip).
   double minTaskUsTcp = 200;
+  // AUTOCCL_MODEL_SMALL_PCT (online mode, percent): a task NCCL's own cost model puts below this share of the
+  // minimum task keeps NCCL's choice from its first call, before any sample (search::Options::modelSmallShare).
+  // 0: the samples decide alone.
+  double modelSmallShare = 0.25;
   // AUTOCCL_REGRET_PCT (online mode, percent): the fraction of a task's time that exploring it may cost against NCCL's
   // choice, beyond an allowance of sixteen of its calls (search::Options::regretBudget). 0: unbounded.
   double regretBudget = 0.10;

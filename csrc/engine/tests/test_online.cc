@@ -124,6 +124,7 @@ struct CostModel {
   Pair pair[kNumAlgos][kNumProtos];
   // Stream time a kernel of the pair holds after its channels' last stop (outside the KernelCh window).
   double hiddenUs[kNumAlgos][kNumProtos] = {};
+  float estScale = 1.0f;  // scales NCCL's estimates (costs()) without changing the times
 
   void set(int a, int p, double base, int bestCh, double slope) { pair[a][p] = Pair{base, bestCh, slope}; }
   double us(int a, int p, int ch, uint64_t k) const {
@@ -136,7 +137,7 @@ struct CostModel {
   void costs(float* c) const {
     static const float est[kNumAlgos][kNumProtos] = {{50, 45, 40}, {35, 30, 20}};
     for (int a = 0; a < kNumAlgos; ++a)
-      for (int p = 0; p < kNumProtos; ++p) c[a * kNumProtos + p] = pair[a][p].base > 0 ? est[a][p] : -1.0f;
+      for (int p = 0; p < kNumProtos; ++p) c[a * kNumProtos + p] = pair[a][p].base > 0 ? est[a][p] * estScale : -1.0f;
   }
 };
 
@@ -589,6 +590,42 @@ void testSmallTaskKeepsNccl() {
   CHECK_NEAR_OPTIMUM(tasks[1].model, c.seen[0][1].back());
   CHECK_EQ(comm.mask, 0);  // neither is timed in the steady state
   for (auto& r : comm.ranks) r->ctx.finalizeTuner();
+}
+
+// A task NCCL's model puts below a quarter of AUTOCCL_MIN_TASK_US (55 us) keeps NCCL's choice from its first
+// call on every rank, and no call of the process is timed after it: the timing held from the start for a
+// first call is let go although the task never needed it (it stayed on for every call before). With
+// AUTOCCL_MODEL_SMALL_PCT=0 the same task is judged by its baseline samples.
+void testModelSmallTaskReleasesTiming() {
+  CostModel small;
+  small.set(kRing, kSimple, 30, 24, 0.30);
+  small.set(kRing, kLL128, 20, 8, 0.25);
+  small.estScale = 0.2f;  // NCCL's estimate of its choice (Ring/Simple): 8 us
+  for (const char* pct : {"", "0"}) {
+    Settings st = onlineSettings();
+    if (*pct) st.modelSmallShare = 0.0;
+    Runtime rt(st, 22809, 22803, "/nonexistent");
+    Logs logs;
+    Comm comm(rt, 0x5A12ULL, 2, {0, 1}, &logs);
+    std::vector<int> timed;
+    std::vector<Applied> seen[2];
+    for (int k = 0; k < 64; ++k) {
+      timed.push_back(comm.mask != 0);
+      for (int r = 0; r < 2; ++r) seen[r].push_back(comm.ranks[static_cast<size_t>(r)]->call(kAllReduce, 1u << 20, small));
+    }
+    const int timedAfterFirst = static_cast<int>(std::count(timed.begin() + 1, timed.end(), 1));
+    std::fprintf(stderr, "  AUTOCCL_MODEL_SMALL_PCT=%s: %d of 63 calls after the first timed\n", *pct ? pct : "(25)",
+                 timedAfterFirst);
+    CHECK(seen[0].back().isDefault());
+    CHECK(seen[1] == seen[0]);
+    if (*pct) {
+      CHECK(timedAfterFirst >= 2);  // baseline samples
+    } else {
+      CHECK_EQ(timedAfterFirst, 0);
+    }
+    CHECK_EQ(comm.mask, 0);
+    for (auto& r : comm.ranks) r->ctx.finalizeTuner();
+  }
 }
 
 // The search pins within a bounded number of calls, on the clearly best configuration of each task
@@ -1686,6 +1723,7 @@ void testOnlineTcpPinnedCost() {
 TEST(engine, online_agreement_threads) { testAgreementThreads(); }
 TEST(engine, online_convergence) { testConvergence(); }
 TEST(engine, online_small_task_keeps_nccl) { testSmallTaskKeepsNccl(); }
+TEST(engine, online_model_small_task_releases_timing) { testModelSmallTaskReleasesTiming(); }
 TEST(engine, online_step_guard_keeps_a_gain) { testStepGuardKeepsAGain(); }
 TEST(engine, online_step_guard_drops_a_slower_step) { testStepGuardDropsASlowerStep(); }
 TEST(engine, online_follower_ignores_own_measurements) { testFollowerIgnoresOwnMeasurements(); }

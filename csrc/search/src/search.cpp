@@ -150,6 +150,7 @@ struct TaskSearch::Impl {
           best = sp.cost[a][p];
           defaultPair = a * kNumProtos + p;
         }
+    if (defaultPair >= 0) st.modelDefault = best;
     for (int& halvings : sp.maxChunkHalvings) halvings = std::clamp(halvings, 0, kMaxChunkHalvings);
     startCh = sp.ncclChannels > 0 ? sp.ncclChannels : sp.maxChannels;
     if (sp.startChannels > 0) startCh = std::min(sp.startChannels, sp.maxChannels);
@@ -272,6 +273,16 @@ struct TaskSearch::Impl {
       evals[static_cast<size_t>(dflt)].want = verify;
       evals[static_cast<size_t>(hintEval)].want = verify;
       verifyNextDefault = true;
+      return;
+    }
+    // NCCL's own estimate of its choice far below the minimum: small without a sample. Over TCP each
+    // baseline segment's lookup can wait a round trip to the authority until the samples that prove a task
+    // small arrive (a 1 MiB all_reduce in the emulator: call 6-84; 4 x H200, one process per GPU, cold
+    // pass: 0.44-0.47x at 1 MiB). The margin leaves the samples to judge where the model could be wrong.
+    if (!retune && o.minTaskMicros > 0 && o.modelSmallShare > 0 && st.modelDefault >= 0 &&
+        st.modelDefault < o.modelSmallShare * o.minTaskMicros) {
+      st.smallTask = st.smallByModel = true;
+      toFinal(Config());
       return;
     }
     mode = Mode::kTuning;

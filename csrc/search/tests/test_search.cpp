@@ -1220,6 +1220,67 @@ void tableDefaultEntry() {
   CHECK(notDefault == 0);
 }
 
+// A task NCCL's model puts far below the minimum task keeps NCCL's choice from its first call: no timed
+// segment and no further plan step (each would be a lookup, over TCP a round trip to the authority). One
+// the model puts above the share is still judged by its samples: small (the model was optimistic), or
+// searched (it was worth it). A table's exact entry is verified as before.
+void smallByModel() {
+  int modelSmall = 0, sampled = 0, searched = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    std::mt19937_64 rng(seed * 131);
+    Model m = h200Model(rng, seed % 2 ? 1 << 20 : 1 << 26);  // 1 MiB: ~10 us; 64 MiB: ~300 us
+    Options o;
+    o.minTaskMicros = 200;
+    o.modelSmallShare = 0.25;
+    TaskSearch s(m.space, o);
+    RunResult r = drive(s, m, rng, 300, 2, 0);
+    REQUIRE(r.converged);
+    const Stats st = s.stats();
+    const bool belowShare = st.modelDefault >= 0 && st.modelDefault < 50;
+    int timed = 0;
+    for (const Segment& g : s.plan()) timed += g.cfg.measure ? 1 : 0;
+    if (belowShare) {
+      modelSmall++;
+      CHECK(st.smallTask && st.smallByModel);
+      CHECK(r.convergedAt == 0);
+      CHECK(timed == 0);
+      CHECK(s.plan().size() == 1);  // one segment, final: one lookup per rank
+      CHECK(r.final.isDefault());
+    } else {
+      CHECK(!st.smallByModel);
+      CHECK(timed > 0);
+      (st.smallTask ? sampled : searched)++;
+    }
+  }
+  std::printf("small by NCCL's model: %d of 20 tasks; above the share: %d small by samples, %d searched\n",
+              modelSmall, sampled, searched);
+  CHECK(modelSmall >= 8);
+  CHECK(searched >= 8);
+
+  // The option off (0) or a task above it: the samples decide, as before.
+  std::mt19937_64 rng(7);
+  Model m = h200Model(rng, 1 << 20);
+  Options o;
+  o.minTaskMicros = 200;
+  TaskSearch s(m.space, o);
+  RunResult r = drive(s, m, rng, 300, 2, 0);
+  CHECK(s.stats().smallTask && !s.stats().smallByModel);
+  CHECK(r.convergedAt >= 3);
+
+  // A table's exact entry for a model-small task is verified against NCCL's choice, not skipped.
+  Config entry;
+  entry.algo = m.defaultPair / kNumProtos == 0 ? 1 : 0;
+  entry.proto = m.defaultPair % kNumProtos;
+  entry.channels = 8;
+  std::vector<TableEntry> table{TableEntry{4, 1u << 20, 1, entry, 0}};
+  o.modelSmallShare = 0.25;
+  TaskSearch v(m.space, o, hintsFor(table, 4, 1u << 20, 1));
+  int timed = 0;
+  for (uint64_t k = 0; k < 4; ++k) timed += v.segmentFor(k).cfg.measure ? 1 : 0;
+  CHECK(timed > 0);
+  CHECK(!v.stats().smallByModel);
+}
+
 // Calls the caller knows ran untimed (TaskSearch::unmeasured: the profiler skipped them) are measured again
 // at once. A rerun from a saved table (exact entry) whose first call ran untimed (the task's first call came
 // after every other task had let timing go; the emulator's warm start): samples arrive with no lag and no
@@ -1433,6 +1494,7 @@ TEST(search, duelSwitchCost) { duelSwitchCost(); }
 TEST(search, driftSpacedByTime) { driftSpacedByTime(); }
 TEST(search, unmeasuredCalls) { unmeasuredCalls(); }
 TEST(search, tableDefaultEntry) { tableDefaultEntry(); }
+TEST(search, smallByModel) { smallByModel(); }
 TEST(search, unprofiledTask) { unprofiledTask(); }
 TEST(search, lateStart) { lateStart(); }
 TEST(search, reviveDropped) { reviveDropped(); }

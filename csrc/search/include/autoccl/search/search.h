@@ -137,6 +137,10 @@ struct Options {
   // host more than such a gain returns in a short run; on 2 x H100 a timed 1-4 MiB call took 20-45 % longer
   // in nccl-tests' loop). 0: every task is searched.
   double minTaskMicros = 0;
+  // A task NCCL's cost model puts below this share of minTaskMicros is small from its first call, with no
+  // baseline sample and no further plan step (each step can wait for the authority over TCP). 0: the
+  // samples decide alone.
+  double modelSmallShare = 0;
   // Exploration may cost the task at most regretBudget x (its tuning calls so far x NCCL's median) plus
   // regretAllowance x NCCL's median, counted as the sum over trial samples of (sample - NCCL's median): a
   // faster trial pays back what a slower one cost. Beyond that, tuning ends with the incumbent (a candidate
@@ -168,10 +172,12 @@ struct Stats {
   uint64_t priorSamples = 0;    // ... of which of calls before Options::firstCall (defaultTimedBefore)
   uint64_t convergedAt = kForever;  // first call index after the tuning phase
   double defaultMedian = 0;     // objective of NCCL's default (median), 0 if unmeasured
+  double modelDefault = -1;     // NCCL's cost model's estimate of its choice (us), -1 if none was given
   double bestMedian = 0;        // objective of the pinned configuration (median)
   double noise = 0;             // relative noise (1.4826 MAD / median) of the default
   double regretMicros = 0;      // exploration's net cost against NCCL's median (Options::regretBudget)
   bool smallTask = false;       // kept NCCL's choice below Options::minTaskMicros
+  bool smallByModel = false;    // ... judged from NCCL's cost model alone (Options::modelSmallShare)
   bool tableDefault = false;    // kept NCCL's choice from the start: the table's exact entry says it won
   bool regretStop = false;      // tuning ended by the regret budget
   uint64_t abandoned = 0;       // candidates given up after one far slower sample (Options::abandonAbove)
