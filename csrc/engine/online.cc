@@ -1326,16 +1326,25 @@ std::shared_ptr<RankMerge> Coordination::rankMerge(uint64_t comm, int nRanks) {
 
 void Coordination::lingerAtExit() {
   coord::TcpServer* srv = nullptr;
+  std::shared_ptr<coord::Board> board;
   {
     std::lock_guard<std::mutex> lk(mu_);
     srv = server_.get();
+    board = board_;
   }
   if (!srv) return;
   int ms = envInt("AUTOCCL_COORD_LINGER_MS", 5000, 0, 600000);
   auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-  // Our own client connection counts as one peer. Ranks announced but never attached are waited for
-  // too: another process may not have connected yet when this one is done.
-  while ((srv->connectedPeers() > 1 || srv->missingRanks() > 0) && std::chrono::steady_clock::now() < until)
+  // Ranks announced but never attached are waited for too: another process may not have connected yet
+  // when this one is done. Our own client is one of the peers only while it is connected: it can be gone
+  // by now, and counting it anyway let this process exit under a rank still running (the emulator's
+  // late-rank test, 1 in about 10 runs on a loaded machine once rank 0 had nothing left to wait for).
+  auto others = [&] {
+    const size_t own = board && board->stats().connected ? 1 : 0;
+    const size_t peers = srv->connectedPeers();
+    return peers > own ? peers - own : 0;
+  };
+  while ((others() > 0 || srv->missingRanks() > 0) && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 

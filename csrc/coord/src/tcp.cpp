@@ -690,7 +690,9 @@ class TcpBoard : public Board {
   }
   BoardStats stats() const override {
     std::lock_guard<std::mutex> lk(mu_);
-    return st_;
+    BoardStats s = st_;
+    s.connected = authed_;
+    return s;
   }
 
  private:

@@ -78,6 +78,7 @@ struct BoardStats {
   uint64_t reportsSent = 0;     // client: Board::report frames sent
   uint64_t reportsRelayed = 0;  // server: REPORT frames passed on to the communicator's authority
   uint64_t reportsDropped = 0;  // server: REPORT frames from a process not subscribed to the communicator
+  bool connected = false;       // client: connected and authenticated now
 };
 
 // Transport-independent interface. Thread-safe.
