@@ -431,8 +431,11 @@ def test_online_processes_skewed_ranks_converge(plugin: Path, faults: str) -> No
     # loaded 2-core CI box: 155, and 162-163 once in 40 runs with 5 parallel runs on this host.
     check_converged(res, max_calls=214 if faults else 150, within=0.05 if faults else 0.03)
     tasks = tasks_of(res)
-    # the other ranks' windows were used, and they did remove waits
-    assert all(int(t["rank_scored"]) > 0 for t in tasks.values()), tasks
+    # the other ranks' windows were used, and they did remove waits (in every task timed at all: NCCL's model
+    # decides the 256 KiB all_reduce at its first call)
+    timed = {k: t for k, t in tasks.items() if not t.get("small_by_model")}
+    assert len(timed) == len(tasks) - 1, tasks
+    assert all(int(t["rank_scored"]) > 0 for t in timed.values()), tasks
     assert sum(int(t["shorter_elsewhere"]) for t in tasks.values()) > 0, tasks
 
 
