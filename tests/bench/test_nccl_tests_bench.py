@@ -165,3 +165,51 @@ def test_cross_rank_agreement_counts_divergent_calls() -> None:
     ]
     a = NT.cross_rank_agreement(recs)
     assert a["calls_compared"] == 2 and a["divergent_calls"] == 1
+
+
+def test_task_table_says_how_a_small_task_was_judged() -> None:
+    """The per-task table shows NCCL's model estimate beside the measured kernel, and whether a small task
+    was judged by the model at its first call or by its samples (the margin the model's verdict relies on
+    is read off this table on a GPU)."""
+
+    def rec(mode: str, busbw: float, pinned: list[dict[str, object]]) -> dict[str, object]:
+        rows = [{"bytes": 1 << 20, "oop_busbw_gbs": busbw}, {"bytes": 64 << 20, "oop_busbw_gbs": busbw}]
+        return {
+            "pass": 0,
+            "launch": "single",
+            "coll": "all_reduce",
+            "mode": mode,
+            "rc": 0,
+            "rows": rows,
+            "pinned": pinned,
+        }
+
+    tasks = [
+        {"bytes": 1 << 20, "small_task": True, "small_by_model": True, "model_us": 12.34, "converged_at": 0},
+        {
+            "bytes": 4 << 20,
+            "small_task": True,
+            "small_by_model": False,
+            "model_us": 60.0,
+            "default_us": 41.0,
+            "best_us": 41.0,
+            "converged_at": 6,
+        },
+        {
+            "bytes": 64 << 20,
+            "algo": "RING",
+            "proto": "LL128",
+            "channels": 32,
+            "model_us": 300.0,
+            "default_us": 310.0,
+            "best_us": 290.0,
+            "gain": 0.069,
+            "converged_at": 120,
+        },
+    ]
+    text = NT.task_table([rec("plain", 100.0, []), rec("online", 105.0, tasks)], {"baseline": "plain"})
+    lines = {ln.split("|")[4].strip(): ln for ln in text.splitlines() if ln.startswith("| 0 ")}
+    assert "| 12.3 |" in lines["1 MiB"] and "| by NCCL's model |" in lines["1 MiB"]
+    assert "| 1.050 |" in lines["1 MiB"]
+    assert "| 41.0 → 41.0 | 60.0 |" in lines["4 MiB"] and "| by samples |" in lines["4 MiB"]
+    assert "| 310.0 → 290.0 | 300.0 | +6.9 % |" in lines["64 MiB"] and "RING/LL128/32" in lines["64 MiB"]

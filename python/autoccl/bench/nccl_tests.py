@@ -181,6 +181,8 @@ def pinned_tasks(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                         "samples",
                         "median_us",
                         "small_task",
+                        "small_by_model",
+                        "model_us",
                         "table_default",
                         "regret_us",
                         "regret_stop",
@@ -587,8 +589,8 @@ def task_table(records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
                 ratio[mode_key] = float(row["oop_busbw_gbs"])
     lines = [
         "| pass | launch | collective | size | mode | pinned | NCCL ran | converged at call "
-        "| kernel µs NCCL → pinned | kernel gain | small task | caller's busbw / plain |",
-        "| ---: | --- | --- | ---: | --- | --- | --- | ---: | ---: | ---: | --- | ---: |",
+        "| kernel µs NCCL → pinned | NCCL's model µs | kernel gain | small task | caller's busbw / plain |",
+        "| ---: | --- | --- | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for r in sorted(records, key=lambda x: (x["pass"], x["launch"], x["coll"], x["mode"])):
         for t in sorted(r.get("pinned", []), key=lambda t: int(t.get("bytes", 0))):
@@ -607,10 +609,15 @@ def task_table(records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
             d, bu = t.get("default_us") or 0.0, t.get("best_us") or 0.0
             kern = f"{d:.1f} → {bu:.1f}" if d and bu else "—"
             gain = f"{100 * float(t.get('gain') or 0):+.1f} %"
-            small = "yes" if t.get("small_task") else ""
+            # The model's estimate beside the measured kernel: the margin a verdict from the model relies on.
+            model = t.get("model_us")
+            model_text = f"{float(model):.1f}" if model is not None and float(model) >= 0 else "—"
+            small = ""
+            if t.get("small_task"):
+                small = "by NCCL's model" if t.get("small_by_model") else "by samples"
             lines.append(
                 f"| {r['pass']} | {r['launch']} | {r['coll']} | {_mib(int(t['bytes']))} | {r['mode']} "
-                f"| {pinned} | {nccl} | {conv_text} | {kern} | {gain} | {small} | {seen} |"
+                f"| {pinned} | {nccl} | {conv_text} | {kern} | {model_text} | {gain} | {small} | {seen} |"
             )
     return "\n".join(lines) + "\n"
 
