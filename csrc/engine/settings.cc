@@ -17,6 +17,7 @@ const char* modeName(Mode m) {
     case Mode::Fixed: return "fixed";
     case Mode::Table: return "table";
     case Mode::Online: return "online";
+    case Mode::Manual: return "manual";
   }
   return "off";
 }
@@ -146,6 +147,27 @@ AgreedSettings agreedSettings(const Settings& s, const EnvLookup& env) {
   return out;
 }
 
+// AUTOCCL_MANUAL_CHANNELS=HIDDEN,EXPOSED: two counts in [1, 64], the second may be `max`. Empty: the defaults.
+static bool parseManualChannels(const std::string& text, Settings* s, std::string* err) {
+  if (text.empty()) return true;
+  const size_t comma = text.find(',');
+  auto count = [](const std::string& t, int* out) {
+    if (t.empty() || t.size() > 2 || t.find_first_not_of("0123456789") != std::string::npos) return false;
+    *out = std::stoi(t);
+    return *out >= 1 && *out <= kMaxChannelsHard;
+  };
+  const std::string hidden = text.substr(0, comma), exposed = comma == std::string::npos ? "" : text.substr(comma + 1);
+  int h = 0, e = 0;
+  if (comma == std::string::npos || !count(hidden, &h) || (exposed != "max" && !count(exposed, &e))) {
+    *err = "AUTOCCL_MANUAL_CHANNELS='" + text + "' is not HIDDEN,EXPOSED (channel counts in [1, " +
+           std::to_string(kMaxChannelsHard) + "], EXPOSED may be max)";
+    return false;
+  }
+  s->manualHidden = h;
+  s->manualExposed = e;
+  return true;
+}
+
 Settings loadSettings(const EnvLookup& env) {
   Settings s;
   // Read first: a chained profiler runs whatever the other settings say (even when they disable autoccl).
@@ -156,7 +178,8 @@ Settings loadSettings(const EnvLookup& env) {
   else if (mode == "observe") s.mode = Mode::Observe;
   else if (mode == "fixed") s.mode = Mode::Fixed;
   else if (mode == "online") s.mode = Mode::Online;
-  else return invalid(s, "AUTOCCL_MODE='" + mode + "' is not one of off, observe, fixed, table, online");
+  else if (mode == "manual") s.mode = Mode::Manual;
+  else return invalid(s, "AUTOCCL_MODE='" + mode + "' is not one of off, observe, fixed, table, online, manual");
 
   std::string err;
   uint64_t maxCh = static_cast<uint64_t>(s.maxChannels);
@@ -168,6 +191,7 @@ Settings loadSettings(const EnvLookup& env) {
     return invalid(s, err);
   s.maxChannels = static_cast<int>(maxCh);
   s.ncclChannels = static_cast<int>(ncclCh);
+  if (!parseManualChannels(get(env, "AUTOCCL_MANUAL_CHANNELS"), &s, &err)) return invalid(s, err);
 
   std::string score = get(env, "AUTOCCL_INPROC_SCORE");
   if (score == "own") s.inprocSlowest = false;

@@ -11,7 +11,7 @@
 
 namespace autoccl::engine {
 
-enum class Mode { Off, Observe, Fixed, Table, Online };
+enum class Mode { Off, Observe, Fixed, Table, Online, Manual };
 const char* modeName(Mode m);
 
 struct Settings {
@@ -30,6 +30,10 @@ struct Settings {
   double metricsIntervalS = 10;
   std::string hw;           // AUTOCCL_HW
   int maxChannels = 64;     // AUTOCCL_MAX_CHANNELS, in [1, 64]
+  // AUTOCCL_MANUAL_CHANNELS=HIDDEN,EXPOSED (manual mode): channels for the calls an iteration hides behind its
+  // computation (every call but its last) and for its last call (`max`: AUTOCCL_MAX_CHANNELS).
+  int manualHidden = 2;
+  int manualExposed = 0;    // 0: maxChannels
   // AUTOCCL_NCCL_CHANNELS, in [1, 64], 0 = unset: at most this many channels for every call whose channel
   // count the plugin leaves to NCCL. With communicators raised by NCCL_MIN_CTAS (`autoccl run
   // --channel-ceiling`) NCCL's own choice uses all of them (64 where a plain communicator has 24, slower at

@@ -1,12 +1,16 @@
-// The decision sources of modes observe, fixed and table (one decision per task, for good), and the
-// factory that builds the source for a mode; mode online's is engine/online.h's.
+// The decision sources of modes observe, fixed and table (one decision per task, for good), manual (by
+// the call's place in the iteration), and the factory that builds the source for a mode; mode online's is
+// engine/online.h's.
 #include "engine/policy.h"
 
 #include <cinttypes>
 #include <cstdio>
+#include <mutex>
+#include <unordered_map>
 
 #include "engine/fixed_rules.h"
 #include "engine/online.h"
+#include "engine/step_guard.h"
 
 namespace autoccl::engine {
 
@@ -42,6 +46,40 @@ class FixedPolicy final : public DecisionSource {
   const Settings& settings_;
 };
 
+// The resource-sharing study's manual policy, a baseline for tuning against the step: a call the iteration
+// hides behind its computation gets few channels (it takes fewer SMs from the computation it overlaps),
+// the iteration's last call, which nothing overlaps, gets many. NCCL keeps its algorithm and protocol.
+// "Last call" is the communicator's: its calls in first-seen task ids feed the step guard's
+// IterationDetector, which finds the same iterations on every rank (the same call sequence); until it has
+// seen three equal iterations every call keeps NCCL's choice. The study's exposed call is the last
+// collective of the whole iteration; on a job with several communicators this takes each one's last.
+class ManualPolicy final : public DecisionSource {
+ public:
+  explicit ManualPolicy(const Settings& s)
+      : hidden_(s.manualHidden), exposed_(s.manualExposed > 0 ? s.manualExposed : s.maxChannels) {}
+  Decision decide(const TaskKey& task, uint64_t, const CostTable&) override {
+    Decision d;
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = ids_.emplace(task, static_cast<uint32_t>(ids_.size())).first;
+    iter_.push(it->second);
+    if (!iter_.stable()) {
+      d.why = "no iteration found yet";
+      return d;
+    }
+    const bool last = iter_.endsIteration();
+    d.source = Source::Fixed;
+    d.config.channels = last ? exposed_ : hidden_;
+    d.why = last ? "the iteration's last call" : "hidden in the iteration";
+    return d;
+  }
+
+ private:
+  const int hidden_, exposed_;
+  std::mutex mu_;  // one communicator's calls come from one thread; the lock costs nothing then
+  std::unordered_map<TaskKey, uint32_t, TaskKeyHash> ids_;
+  IterationDetector iter_;
+};
+
 class TablePolicy final : public DecisionSource {
  public:
   explicit TablePolicy(std::shared_ptr<const Table> t) : table_(std::move(t)) {}
@@ -74,6 +112,7 @@ std::unique_ptr<DecisionSource> makeDecisionSource(const PolicyEnv& env, std::st
     case Mode::Fixed: return std::make_unique<FixedPolicy>(*env.settings);
     case Mode::Table: return std::make_unique<TablePolicy>(env.table);
     case Mode::Online: return makeOnlineSource(env, error);
+    case Mode::Manual: return std::make_unique<ManualPolicy>(*env.settings);
     case Mode::Off: break;
   }
   *error = "no decision source for mode off";

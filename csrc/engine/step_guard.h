@@ -35,6 +35,8 @@ class IterationDetector {
   // True when this call starts an iteration; iteration() is then that iteration's index.
   bool push(uint32_t taskId);
   bool stable() const { return period_ > 0; }
+  // True when the call just pushed ends an iteration (the next call would start one).
+  bool endsIteration() const { return period_ > 0 && (n_ - phase_) % period_ == 0; }
   uint32_t period() const { return period_; }
   uint64_t iteration() const { return iteration_; }
 

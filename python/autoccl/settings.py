@@ -58,6 +58,13 @@ def _one_of(*choices: str) -> Check:
     return check
 
 
+def _manual_channels(v: str, _env: Mapping[str, str]) -> str | None:
+    m = re.fullmatch(r"([0-9]{1,2}),([0-9]{1,2}|max)", v)
+    if not m or not 1 <= int(m.group(1)) <= 64 or (m.group(2) != "max" and not 1 <= int(m.group(2)) <= 64):
+        return "must be HIDDEN,EXPOSED: channel counts in [1, 64], EXPOSED may be max"
+    return None
+
+
 def _text(max_len: int) -> Check:
     def check(v: str, _env: Mapping[str, str]) -> str | None:
         if any(ord(c) < 0x20 or ord(c) == 0x7F for c in v):
@@ -239,8 +246,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "AUTOCCL_MODE",
         "library",
-        "off, observe, fixed, table, online",
-        _one_of(*("off", "observe", "fixed", "table", "online")),
+        "off, observe, fixed, table, online, manual",
+        _one_of(*("off", "observe", "fixed", "table", "online", "manual")),
     ),
     Variable("AUTOCCL_FIXED", "library", "fixed-mode rules (grammar below)", _fixed),
     Variable("AUTOCCL_TABLE", "library", "a table file in an existing directory", _table_path),
@@ -254,6 +261,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("AUTOCCL_HW", "library", "text, at most 200 characters", _text(200)),
     Variable("AUTOCCL_MAX_CHANNELS", "library", "integer in [1, 64]", _int_range(1, 64)),
     Variable("AUTOCCL_NCCL_CHANNELS", "library", "integer in [1, 64]", _int_range(1, 64)),
+    Variable(
+        "AUTOCCL_MANUAL_CHANNELS",
+        "library",
+        "HIDDEN,EXPOSED: integers in [1, 64], EXPOSED may be max",
+        _manual_channels,
+    ),
     Variable("AUTOCCL_MEASURE_CALLS", "library", "integer in [0, 1000000]", _int_range(0, 1000000)),
     Variable("AUTOCCL_RECHECK_MS", "library", "integer in [0, 3600000]", _int_range(0, 3600000)),
     Variable("AUTOCCL_INPROC_SCORE", "library", "slowest, own", _one_of("slowest", "own")),

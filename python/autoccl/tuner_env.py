@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from autoccl._paths import plugin_path
 
-MODES = ("off", "observe", "fixed", "table", "online")
+MODES = ("off", "observe", "fixed", "table", "online", "manual")
 
 # Kept set in every launch: NVLink multicast can take a shared host down.
 SAFETY_ENV = {

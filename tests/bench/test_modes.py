@@ -117,3 +117,31 @@ def test_channel_ceiling_envs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert forced["NCCL_MIN_CTAS"] == forced["NCCL_MAX_CTAS"] == "64"
     auto = M.oracle_env({"all_reduce": "ring/ll128"})
     assert "NCCL_MIN_CTAS" not in auto and auto["AUTOCCL_FIXED"] == "allreduce:ring/ll128"
+
+
+def test_manual_mode_launches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`manual` (the resource-sharing study's policy) is a plugin mode of `bench train`: its launch sets
+    AUTOCCL_MODE=manual with the channel split, on communicators as wide as the ceiling; `bench coll`
+    refuses it (a collective repeated alone has one call per iteration, nothing to hide)."""
+    from autoccl.bench import runner
+
+    (tmp_path / "libautoccl-nccl.so").write_bytes(b"")
+    monkeypatch.setenv("AUTOCCL_LIB_DIR", str(tmp_path))
+    ms = M.parse_modes(["nccl,manual"])
+    assert [m.name for m in ms] == ["nccl", "manual"] and ms[1].needs_plugin
+    env = M.manual_env("4,max", 64, 24)
+    assert env["AUTOCCL_MODE"] == "manual" and env["AUTOCCL_MANUAL_CHANNELS"] == "4,max"
+    assert (
+        env["NCCL_MIN_CTAS"] == env["AUTOCCL_MAX_CHANNELS"] == "64" and env["AUTOCCL_NCCL_CHANNELS"] == "24"
+    )
+    assert "NCCL_MIN_CTAS" not in M.manual_env("2,max")
+    o = runner.TrainOptions(
+        preset="tiny", parallel=["ddp"], modes=ms, device="cpu", backend="gloo", manual_channels="4,16"
+    )
+    launches = runner.plan_train(o, tmp_path / "w")
+    manual = next(ln for ln in launches if ln.mode == "manual")
+    assert manual.label == "ddp/manual" and manual.env["AUTOCCL_MANUAL_CHANNELS"] == "4,16"
+    assert manual.config == "AUTOCCL_MANUAL_CHANNELS=4,16"
+    co = runner.CollOptions(["all_reduce"], [1 << 20], "fp32", [], ms, device="cpu", backend="gloo")
+    with pytest.raises(SpecError, match="bench train"):
+        runner.plan_coll(co, tmp_path / "c")

@@ -380,3 +380,26 @@ def test_fuzzed_settings_never_crash(
 
 def test_fuzz_alphabet_is_printable() -> None:
     assert all(c in string.printable or c == "é" for c in "allreduce:ring/ll/8;é")
+
+
+@pytest.mark.parametrize("processes", [False, True])
+def test_manual_mode_splits_the_iteration(plugin: Path, processes: bool) -> None:
+    """Mode manual with the real plugin: a DDP-like step (three all_reduce buckets per iteration, each its
+    own NCCL group, as DDP launches them) on two ranks. Once three equal iterations have gone by, every
+    rank asks NCCL for the HIDDEN count on the first two buckets and the EXPOSED one on the last, leaving
+    NCCL's pair alone."""
+    sizes = (1 << 20, 25 << 20, 8 << 20)
+    steps = [Group("dp", (Call("allreduce", b),)) for _ in range(12) for b in sizes]
+    sc = Scenario([Comm("dp", 0xD0D0, (0, 1))], steps, seed=2)
+    env = {"AUTOCCL_MODE": "manual", "AUTOCCL_MANUAL_CHANNELS": "2,16"}
+    res = run_plugin(plugin, env, scenario=sc, processes=processes)
+    assert_clean(res)
+    per_rank: dict[int, list[int]] = {}
+    for rank in (0, 1):
+        calls = sorted((c for c in res.calls if c["rank"] == rank), key=lambda c: int(c["seq"]))
+        assert [int(c["task_bytes"]) for c in calls] == list(sizes) * 12
+        assert all(c["algo"] == c["def_algo"] and c["proto"] == c["def_proto"] for c in calls)
+        per_rank[rank] = [int(c["tuner_channels"]) for c in calls]
+    assert per_rank[0] == per_rank[1]
+    # the third iteration's last call completes three equal iterations: the first one decided
+    assert per_rank[0] == [0] * 8 + [16] + [2, 2, 16] * 9

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -735,6 +736,67 @@ TEST(engine, context_nccl_channels) {
   ctx.getCollInfo(kAllReduce, 4u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
   EXPECT_EQ(nCh, 0);
   ctx.finalizeTuner();
+}
+
+// Manual mode (the resource-sharing study's policy): a DDP-like step (a broadcast once, then three
+// all_reduce buckets of different sizes per iteration) on two ranks. Until three equal iterations have been
+// seen, NCCL's choice; then the buckets the iteration hides get HIDDEN channels, its last bucket EXPOSED,
+// NCCL's own pair untouched; both ranks apply the same count at every call. A call that breaks the
+// structure (a new size) goes back to NCCL's choice until the iterations repeat again.
+TEST(engine, context_manual) {
+  Settings s = loadSettings(envOf({{"AUTOCCL_MODE", "manual"}, {"AUTOCCL_MANUAL_CHANNELS", "2,max"},
+                                   {"AUTOCCL_MAX_CHANNELS", "32"}}));
+  EXPECT_TRUE(s.valid);
+  EXPECT_EQ(s.manualHidden, 2);
+  EXPECT_EQ(s.manualExposed, 0);
+  Runtime rt(s, 22809, 22803, "/nonexistent");
+  Logs logs;
+  Context r0(rt, 0x3a11ULL), r1(rt, 0x3a11ULL);
+  EXPECT_TRUE(r0.attachTuner(2, 1, 1, logs.fn()));
+  EXPECT_TRUE(r1.attachTuner(2, 1, 1, logs.fn()));
+  float costs[kNumAlgos * kNumProtos];
+  std::vector<int> seen[2];
+  auto call = [&](int coll, uint64_t bytes) {
+    int got[2];
+    Context* ctx[2] = {&r0, &r1};
+    for (int r = 0; r < 2; ++r) {
+      fillCosts(costs);
+      got[r] = 0;
+      ctx[r]->getCollInfo(coll, bytes, 1, CostTable{costs, kNumAlgos, kNumProtos}, &got[r]);
+      float zero = 1;
+      for (float c : costs) zero = std::min(zero, c);
+      EXPECT_TRUE(zero > 0);  // no pair forced: NCCL's own algorithm and protocol
+      seen[r].push_back(got[r]);
+    }
+    EXPECT_EQ(got[0], got[1]);
+    return got[0];
+  };
+  call(kBroadcast, 1u << 20);
+  const uint64_t buckets[3] = {1u << 20, 25u << 20, 8u << 20};
+  for (int it = 0; it < 2; ++it)
+    for (uint64_t b : buckets) EXPECT_EQ(call(kAllReduce, b), 0);  // no iteration found yet
+  // The third iteration's last call completes three equal blocks: it is the first the policy decides.
+  EXPECT_EQ(call(kAllReduce, buckets[0]), 0);
+  EXPECT_EQ(call(kAllReduce, buckets[1]), 0);
+  EXPECT_EQ(call(kAllReduce, buckets[2]), 32);
+  for (int it = 0; it < 4; ++it) {
+    EXPECT_EQ(call(kAllReduce, buckets[0]), 2);
+    EXPECT_EQ(call(kAllReduce, buckets[1]), 2);
+    EXPECT_EQ(call(kAllReduce, buckets[2]), 32);  // the last: nothing left to hide it behind
+  }
+  EXPECT_EQ(call(kAllReduce, 64u << 20), 0);  // a new size breaks the structure
+  EXPECT_EQ(call(kAllReduce, buckets[0]), 0);
+  EXPECT_TRUE(seen[0] == seen[1]);
+  r0.finalizeTuner();
+  r1.finalizeTuner();
+
+  Settings fixedCounts = loadSettings(envOf({{"AUTOCCL_MODE", "manual"}, {"AUTOCCL_MANUAL_CHANNELS", "4,24"}}));
+  EXPECT_TRUE(fixedCounts.valid && fixedCounts.manualHidden == 4 && fixedCounts.manualExposed == 24);
+  for (const char* bad : {"4", "0,max", "4,65", "a,b", "4,max,1", ",8"}) {
+    Settings b = loadSettings(envOf({{"AUTOCCL_MODE", "manual"}, {"AUTOCCL_MANUAL_CHANNELS", bad}}));
+    EXPECT_TRUE(!b.valid);
+    EXPECT_TRUE(b.error.find("AUTOCCL_MANUAL_CHANNELS") != std::string::npos);
+  }
 }
 
 TEST(engine, context_observe_table) {

@@ -19,8 +19,8 @@ from typing import Any
 from autoccl.bench.spec import PLUGIN_COLL, SpecError
 from autoccl.tuner_env import SAFETY_ENV, plain_nccl_env, plugin_env
 
-MODE_KINDS = ("nccl", "static", "static-best", "online", "oracle")
-PLUGIN_MODES = ("online", "oracle")
+MODE_KINDS = ("nccl", "static", "static-best", "online", "oracle", "manual")
+PLUGIN_MODES = ("online", "oracle", "manual")
 
 # The global NCCL knobs of the static-best sweep (AFNFA-style baseline). `CTAS` is a pseudo knob that
 # sets NCCL_MIN_CTAS and NCCL_MAX_CTAS to the same value.
@@ -98,7 +98,7 @@ def parse_modes(texts: Iterable[str]) -> list[Mode]:
             if low not in MODE_KINDS or low == "static":
                 raise SpecError(
                     f"unknown mode {raw!r}; expected nccl, static:VAR=VAL[,VAR=VAL...], "
-                    "static-best, online, oracle"
+                    "static-best, online, oracle, manual"
                 )
             modes.append(Mode(low))
     unique: list[Mode] = []
@@ -264,6 +264,18 @@ def online_env(
         nccl_channels=nccl_channels,
         extra=ceiling_env(channel_ceiling) if channel_ceiling is not None else None,
     )
+
+
+def manual_env(
+    channels: str, channel_ceiling: int | None = None, nccl_channels: int | None = None
+) -> dict[str, str]:
+    """The resource-sharing study's manual policy (plugin mode `manual`): `channels` = HIDDEN,EXPOSED for
+    the calls an iteration hides and its last call; with `channel_ceiling` the communicators get that many
+    channels, which `max` then means."""
+    extra = {"AUTOCCL_MANUAL_CHANNELS": channels}
+    if channel_ceiling is not None:
+        extra.update(ceiling_env(channel_ceiling))
+    return plugin_env("manual", max_channels=channel_ceiling, nccl_channels=nccl_channels, extra=extra)
 
 
 def rule_channels(rule: str) -> int | None:

@@ -71,6 +71,7 @@ class TrainOptions:
     seed: int = 1234
     online_channel_ceiling: int | None = None
     online_nccl_channels: int | None = None
+    manual_channels: str = "2,max"  # mode manual: AUTOCCL_MANUAL_CHANNELS
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -175,6 +176,11 @@ def plan_coll(o: CollOptions, workdir: Path) -> list[M.Launch]:
                         trace_prefix=prefix,
                     )
                 )
+        elif mode.kind == "manual":
+            raise SpecError(
+                "mode manual splits calls by their place in a training iteration; a collective repeated "
+                "alone has one call per iteration: compare it with `autoccl bench train`"
+            )
         elif mode.kind == "static-best":
             if o.static_best_from:
                 continue  # re-measurement only, planned in run_coll
@@ -633,8 +639,14 @@ def plan_train(o: TrainOptions, workdir: Path) -> list[M.Launch]:
                     )
                 )
                 continue
+            elif mode.kind == "manual":
+                manual = partial(
+                    M.manual_env, o.manual_channels, o.online_channel_ceiling, o.online_nccl_channels
+                )
+                env = _plugin_guard(manual, "manual")
+                cfg = f"AUTOCCL_MANUAL_CHANNELS={o.manual_channels}"
             else:
-                raise SpecError(f"bench train compares nccl, static:... and online; not {mode.name}")
+                raise SpecError(f"bench train compares nccl, static:..., online and manual; not {mode.name}")
             launches.append(
                 M.Launch(
                     mode.name, f"{par}/{mode.name}", "measure", env, config=cfg, params={"parallel": par}

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from autoccl import settings
 from autoccl.bench.spec import SpecError
 from autoccl.cli import options as O
 from autoccl.cli.channels import communicator_channels
@@ -539,7 +540,7 @@ _resilience = O.gathered(
     multiple=True,
     default=["nccl,online"],
     show_default=True,
-    help="nccl, static:VAR=VAL[,...], online",
+    help="nccl, static:VAR=VAL[,...], online, manual",
 )
 @click.option("--iters", "-n", type=int, default=200, show_default=True)
 @click.option("--batch", type=int, default=4, show_default=True, help="micro-batch per rank")
@@ -560,6 +561,13 @@ _resilience = O.gathered(
     show_default=True,
     help="random tokens, or tokens of a fixed Markov chain a model can learn (for loss comparisons)",
 )
+@click.option(
+    "--manual-channels",
+    default="2,max",
+    show_default=True,
+    help="mode manual: channels for the calls an iteration hides, and for its last call (max: the "
+    "communicator's; --channel-ceiling widens it)",
+)
 @_resilience
 @_channel_ceiling
 @_nccl_channels
@@ -575,6 +583,7 @@ def train(
     bucket_mb: int,
     lr: float,
     data: str,
+    manual_channels: str,
     resilience: Resilience,
     channel_ceiling: int | None,
     nccl_channels: int | str | None,
@@ -596,6 +605,9 @@ def train(
         raise _fail("--iters must be >= 2, --batch >= 1, --seq >= 2")
     if seq > PRESETS[preset].max_seq:
         raise _fail(f"--seq {seq} exceeds preset {preset}'s context ({PRESETS[preset].max_seq})")
+    bad_manual = settings.problems({"AUTOCCL_MANUAL_CHANNELS": manual_channels})
+    if bad_manual:
+        raise _fail(f"--manual-channels: {bad_manual[0]}")
     try:
         ms = M.parse_modes(modes)
         probe = detect_topology(1)
@@ -616,6 +628,7 @@ def train(
             timeout_s=launch.timeout,
             seed=launch.seed,
             **_online_channels(ms, channel_ceiling, nccl_channels),
+            manual_channels=manual_channels,
             extra=extra,
         )
         prefix = launch.output or _default_prefix("train")
