@@ -22,7 +22,8 @@
 #             TRAIN_ITERS iterations a launch (default 400: in 100 the search and the step guard's rounds ran
 #             to the last iteration, see `search_end_iter` in the report), while TRAIN_PAIR_S seconds
 #             (default 240, about one 350m pair of 400 iterations on 2 GPUs) are left,
-#             TRAIN_PAIRS times (default 2): interleaved launch pairs, each online launch starting cold
+#             TRAIN_PAIRS times (default 2): interleaved launch pairs, each online launch starting cold;
+#             TRAIN_MODES (default nccl,online; add manual for the resource-sharing study's policy)
 #   promise   the bars of "never slower than NCCL": plain, online (cold in pass 0, warm after), table mode
 #             started from online's table of the same pass (table-warm) and observe, traced
 #   inspector NCCL Inspector (built from its carried source) chained behind autoccl's profiler with autoccl's
@@ -116,7 +117,7 @@ PY
           if [ "$left" -lt "${TRAIN_PAIR_S:-240}" ]; then echo "train pair $p $v skipped: ${left} s left"; break 2; fi
           extra=(); [ "$v" = ceiling0 ] && extra=(--channel-ceiling 0)
           timeout "$left" python3 -m autoccl bench train --preset "${TRAIN_PRESET:-350m}" \
-            --parallel "${PARALLEL:-fsdp2,ddp}" --modes nccl,online "${extra[@]}" -n "${TRAIN_ITERS:-400}" \
+            --parallel "${PARALLEL:-fsdp2,ddp}" --modes "${TRAIN_MODES:-nccl,online}" "${extra[@]}" -n "${TRAIN_ITERS:-400}" \
             --no-progress -o "$OUT/train/pair${p}_$v" 2>&1 | tail -12
         done
       done
