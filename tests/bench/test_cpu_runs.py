@@ -151,18 +151,31 @@ def test_sweeps_online_and_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         "oracle/001",
         "online@none",
         "static-best",
+        "oracle@none",
     ]
     assert [f["launch"] for f in doc["failures"]] == ["static-best/GLOO_SOCKET_IFNAME=nonexistent0"]
+    # the oracle's picks, re-measured in one fresh launch forcing each cell's rule at its size alone
+    picks = doc["oracle_picks"]["none"]
+    assert [(p["coll"], p["bytes"]) for p in picks] == [("all_gather", 8192), ("all_reduce", 8192)]
+    remeasure = doc["launches"][-1]
+    assert remeasure["phase"] == "measure" and remeasure["rank0_env"]["AUTOCCL_MODE"] == "fixed"
+    assert remeasure["rank0_env"]["AUTOCCL_FIXED"] == ";".join(
+        f"{c}@8192-8192:{p['rule']}"
+        for c, p in zip(("allgather", "allreduce"), picks, strict=True)
+        if p["rule"] is not None  # picked from a launch that left it to NCCL
+    )
     sb = doc["static_best"]
     assert sb["selected"] in ("static-best/default", "static-best/NCCL_PROTO=LL")
     assert {t["launch"]: t["eligible"] for t in sb["table"]}[
         "static-best/GLOO_SOCKET_IFNAME=nonexistent0"
     ] is False
-    last = doc["launches"][-1]
+    last = next(ln for ln in doc["launches"] if ln["label"] == "static-best")
     assert last["phase"] == "measure" and last["rank0_env"].get("NCCL_PROTO") == sb["settings"].get(
         "NCCL_PROTO"
     )
-    oracle_envs = [ln["rank0_env"] for ln in doc["launches"] if ln["mode"] == "oracle"]
+    oracle_envs = [
+        ln["rank0_env"] for ln in doc["launches"] if ln["mode"] == "oracle" and ln["phase"] == "sweep"
+    ]
     assert [e["AUTOCCL_FIXED"] for e in oracle_envs] == [
         "allgather:ring/ll/8;allreduce:ring/ll/8",
         "allreduce:tree/ll/8",
@@ -186,7 +199,8 @@ def test_sweeps_online_and_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert all(len(t["iter_us"]) == 3 for t in traces)
     summary = R.summary_rows(doc)
     assert {r["mode"] for r in summary} == {"static-best", "oracle", "online"}
-    assert len([r for r in summary if r["mode"] == "oracle"]) == 2  # best per cell
+    oracle = [r for r in summary if r["mode"] == "oracle"]
+    assert len(oracle) == 2 and {r["phase"] for r in oracle} == {"measure"}  # the re-measured picks
     # a later command reuses the sweep: only the re-measurement runs
     prefix2 = tmp_path / "s2"
     r2 = _run(

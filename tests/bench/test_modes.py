@@ -145,3 +145,23 @@ def test_manual_mode_launches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     co = runner.CollOptions(["all_reduce"], [1 << 20], "fp32", [], ms, device="cpu", backend="gloo")
     with pytest.raises(SpecError, match="bench train"):
         runner.plan_coll(co, tmp_path / "c")
+
+
+def test_oracle_cells_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The re-measurement forces each cell's rule at its own size only; a cell picked from a launch that
+    left its collective to NCCL keeps NCCL's choice; no rule at all: observe (NCCL's choice, timed)."""
+    (tmp_path / "libautoccl-nccl.so").write_bytes(b"")
+    monkeypatch.setenv("AUTOCCL_LIB_DIR", str(tmp_path))
+    cells = [
+        {"coll": "all_gather", "bytes": 1 << 20, "rule": "ring/ll/8"},
+        {"coll": "all_gather", "bytes": 64 << 20, "rule": None},
+        {"coll": "all_reduce", "bytes": 64 << 20, "rule": "tree/simple/32"},
+    ]
+    env = M.oracle_cells_env(cells)
+    assert env["AUTOCCL_MODE"] == "fixed"
+    assert (
+        env["AUTOCCL_FIXED"]
+        == "allgather@1048576-1048576:ring/ll/8;allreduce@67108864-67108864:tree/simple/32"
+    )
+    assert env["NCCL_MIN_CTAS"] == env["NCCL_MAX_CTAS"] == "32"
+    assert M.oracle_cells_env(cells[1:2])["AUTOCCL_MODE"] == "observe"

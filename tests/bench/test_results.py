@@ -35,6 +35,26 @@ def test_oracle_best_per_cell(fixtures: Path) -> None:
     assert all(b["phase"] == "best" and b["mode"] == "oracle" for b in best)
 
 
+def test_oracle_picks_and_remeasured_summary(fixtures: Path) -> None:
+    """Each cell's pick as the rule of its collective in the winning sweep launch; the summary takes a
+    cell's re-measurement where there is one and the (biased) pick elsewhere."""
+    doc = _doc(fixtures)
+    picks = R.oracle_picks(doc["rows"])
+    assert sorted(picks) == sorted({r["load"] for r in doc["rows"]})
+    rules = dict(part.split(":", 1) for part in next(
+        r["config"] for r in doc["rows"] if r.get("launch") == "oracle/001").split(";"))  # fmt: skip
+    for cells in picks.values():
+        assert len(cells) == 4 and all(c["launch"] == "oracle/001" for c in cells)
+        assert all(c["rule"] == rules[{"all_gather": "allgather", "all_reduce": "allreduce"}[c["coll"]]]
+                   for c in cells)  # fmt: skip
+    best = R.oracle_best(doc["rows"])
+    again = dict(best[0], phase="measure", launch="oracle@" + best[0]["load"], busbw_gbs=1.0)
+    summary = R.summary_rows(dict(doc, rows=[*doc["rows"], again]))
+    oracle = [r for r in summary if r["mode"] == "oracle"]
+    assert len(oracle) == len(best)
+    assert [r["busbw_gbs"] for r in oracle if r["phase"] == "measure"] == [1.0]
+
+
 def test_score_under_load_is_makespan() -> None:
     a = {"load": "light", "busbw_gbs": 100.0, "span_ms": 2.0}
     b = {"load": "light", "busbw_gbs": 50.0, "span_ms": 1.0}

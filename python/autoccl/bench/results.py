@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from autoccl.bench.modes import geomean
-from autoccl.bench.spec import SHORT, cell_key, format_size
+from autoccl.bench.spec import PLUGIN_COLL, SHORT, cell_key, format_size
 
 SCHEMA = "autoccl-bench/1"
 
@@ -121,6 +121,20 @@ def oracle_best(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def oracle_picks(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per load, each cell's sweep pick as a fixed-mode rule (what the re-measurement forces): `coll`,
+    `bytes`, `rule` (e.g. `ring/ll/16`; None where the winning launch left this collective to NCCL), the
+    sweep `launch` it came from and its sweep `score`."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted(oracle_best(rows), key=lambda r: (r["load"], r["coll"], int(r["bytes"]))):
+        rules = dict(part.split(":", 1) for part in str(r.get("config", "")).split(";") if ":" in part)
+        rule = rules.get(PLUGIN_COLL.get(r["coll"], ""))
+        pick = {"coll": r["coll"], "bytes": int(r["bytes"]), "rule": rule, "launch": r.get("launch"),
+                "score": score(r)}  # fmt: skip
+        out.setdefault(str(r["load"]), []).append(pick)
+    return out
+
+
 def static_best_choice(rows: Sequence[dict[str, Any]], failed: Iterable[str] = ()) -> dict[str, Any] | None:
     """The sweep launch with the best geometric mean of per-cell scores normalised by the best score of
     the cell (busbw without load). A setting that failed, or lacks or skips a cell, is not eligible."""
@@ -177,10 +191,16 @@ def _rank_key(t: dict[str, Any]) -> float:
 
 
 def summary_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rows that represent each mode: measured rows of every mode plus the oracle's per-cell best
-    (sweep rows excluded)."""
+    """The rows that represent each mode: measured rows of every mode (sweep rows excluded); for the
+    oracle, a cell's re-measurement of its sweep pick where there is one, else the pick itself (`phase`
+    best: the best of many noisy launches, biased upwards)."""
     rows = [r for r in doc.get("rows", []) if r.get("phase") != "sweep"]
-    rows.extend(oracle_best(doc.get("rows", [])))
+    remeasured = {cell_key(r["coll"], r["bytes"], r["load"]) for r in rows if r.get("mode") == "oracle"}
+    rows.extend(
+        r
+        for r in oracle_best(doc.get("rows", []))
+        if cell_key(r["coll"], r["bytes"], r["load"]) not in remeasured
+    )
     return rows
 
 

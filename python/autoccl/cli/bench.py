@@ -145,11 +145,11 @@ _nccl_channels = O.nccl_channels(_ONLINE)
 
 def _online_channels(
     modes: Any, ceiling: int | None, nccl_channels: int | str | None
-) -> dict[str, int | None]:
-    """The online modes' communicators as `autoccl run` makes them (channels.communicator_channels)."""
+) -> tuple[int | None, int | None]:
+    """(channel ceiling, cap on NCCL's own calls) of the online modes' communicators, as `autoccl run`
+    makes them (channels.communicator_channels)."""
     online = any(getattr(m, "kind", "") == "online" for m in modes)
-    ceiling, capped = communicator_channels(online, ceiling, nccl_channels, None)
-    return {"online_channel_ceiling": ceiling, "online_nccl_channels": capped}
+    return communicator_channels(online, ceiling, nccl_channels, None)
 
 
 @dataclass(frozen=True)
@@ -277,6 +277,13 @@ _launch = O.gathered(
 @click.option("--oracle-protos", default="ll,ll128,simple", show_default=True)
 @click.option("--oracle-algos", default=None, help="restrict oracle algorithms (ring,tree)")
 @click.option(
+    "--oracle-remeasure/--no-oracle-remeasure",
+    default=True,
+    show_default=True,
+    help="after the oracle's sweep, run each cell's pick again in one fresh launch per load (the sweep's "
+    "best of many launches is biased upwards); the summary then takes the re-measurement",
+)
+@click.option(
     "--gemm-reps-from",
     type=click.Path(exists=True, dir_okay=False),
     default=None,
@@ -310,6 +317,7 @@ def coll(
     oracle_channels: str | None,
     oracle_protos: str,
     oracle_algos: str | None,
+    oracle_remeasure: bool,
     gemm_reps_from: str | None,
     dry_run: bool,
     est_busbw: float | None,
@@ -335,6 +343,7 @@ def coll(
         if v < 1:
             raise _fail(f"{name} must be >= 1")
     try:
+        ceiling, capped = _online_channels(M.parse_modes(modes), channel_ceiling, nccl_channels)
         o = runner.CollOptions(
             colls=S.parse_collectives(colls),
             sizes=S.parse_sizes(sizes),
@@ -348,7 +357,8 @@ def coll(
             reps=reps,
             check=check,
             online_warmup=online_warmup,
-            **_online_channels(M.parse_modes(modes), channel_ceiling, nccl_channels),
+            online_channel_ceiling=ceiling,
+            online_nccl_channels=capped,
             sweep_loads=S.parse_loads(sweep_loads) if sweep_loads else None,
             sweep_iters=sweep_iters,
             sweep_reps=sweep_reps,
@@ -358,6 +368,7 @@ def coll(
             oracle_channels=oracle_channels or M.DEFAULT_ORACLE_CHANNELS,
             oracle_protos=oracle_protos,
             oracle_algos=oracle_algos,
+            oracle_remeasure=oracle_remeasure,
             gemm_reps_from=gemm_reps_from,
             timeout_s=launch.timeout,
             seed=launch.seed,
@@ -615,6 +626,7 @@ def train(
         topo = detect_topology(None if probe.distributed else np_)
         extra = {"bucket_mb": bucket_mb, "lr": lr, "data": data}
         extra.update(resilience.extra(pars, topo.world_size, topo.distributed, iters))
+        ceiling, capped = _online_channels(ms, channel_ceiling, nccl_channels)
         o = runner.TrainOptions(
             preset=preset,
             parallel=pars,
@@ -627,7 +639,8 @@ def train(
             dtype=dtype,
             timeout_s=launch.timeout,
             seed=launch.seed,
-            **_online_channels(ms, channel_ceiling, nccl_channels),
+            online_channel_ceiling=ceiling,
+            online_nccl_channels=capped,
             manual_channels=manual_channels,
             extra=extra,
         )
