@@ -173,7 +173,9 @@ class OnlineSource final : public DecisionSource {
     if (authority_) {
       // Timing on from the start: NCCL reads the mask at the start of a group, so the first call of
       // a task could not be timed if we switched it on only when that call is decided (a planned
-      // sample lost costs the search `lostAfter` calls). Released once every task seen is pinned.
+      // sample lost costs the search `lostAfter` calls). Released once every task seen is pinned, which
+      // can be at the first call (a task NCCL's model puts below the minimum): a task first seen later
+      // may then lose its first sample (the search asks for it again, TaskSearch::unmeasured).
       bootstrap_ = true;
       needing_.store(1);
       // Served on both boards from the start (remote ranks may ask before this rank's first call);

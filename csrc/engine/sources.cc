@@ -52,7 +52,10 @@ class FixedPolicy final : public DecisionSource {
 // "Last call" is the communicator's: its calls in first-seen task ids feed the step guard's
 // IterationDetector, which finds the same iterations on every rank (the same call sequence); until it has
 // seen three equal iterations every call keeps NCCL's choice. The study's exposed call is the last
-// collective of the whole iteration; on a job with several communicators this takes each one's last.
+// collective of the whole iteration; on a job with several communicators this takes each one's last. The
+// call sequence alone cannot tell where an iteration starts, only its period: the detector starts them
+// where three equal blocks first end. A first iteration that differs only in its leading calls (X B C, then
+// A B C A B C ...) shifts the cut (B C A): the "last" call is then A. Every rank cuts alike.
 class ManualPolicy final : public DecisionSource {
  public:
   explicit ManualPolicy(const Settings& s)

@@ -151,7 +151,7 @@ def test_sweeps_online_and_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         "oracle/001",
         "online@none",
         "static-best",
-        "oracle@none",
+        "oracle@none/w8",
     ]
     assert [f["launch"] for f in doc["failures"]] == ["static-best/GLOO_SOCKET_IFNAME=nonexistent0"]
     # the oracle's picks, re-measured in one fresh launch forcing each cell's rule at its size alone

@@ -157,11 +157,12 @@ def test_oracle_cells_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         {"coll": "all_gather", "bytes": 64 << 20, "rule": None},
         {"coll": "all_reduce", "bytes": 64 << 20, "rule": "tree/simple/32"},
     ]
-    env = M.oracle_cells_env(cells)
+    env = M.oracle_cells_env(cells, 64)
     assert env["AUTOCCL_MODE"] == "fixed"
     assert (
         env["AUTOCCL_FIXED"]
         == "allgather@1048576-1048576:ring/ll/8;allreduce@67108864-67108864:tree/simple/32"
     )
-    assert env["NCCL_MIN_CTAS"] == env["NCCL_MAX_CTAS"] == "32"
+    assert env["NCCL_MIN_CTAS"] == env["NCCL_MAX_CTAS"] == "64"  # the sweep launch's width, not the rules'
+    assert "NCCL_MIN_CTAS" not in M.oracle_cells_env(cells)
     assert M.oracle_cells_env(cells[1:2])["AUTOCCL_MODE"] == "observe"

@@ -294,16 +294,17 @@ def oracle_env(config: Mapping[str, str]) -> dict[str, str]:
     return plugin_env("fixed", fixed=fixed_rules(config), extra=ceiling_env(max(counts)))
 
 
-def oracle_cells_env(cells: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+def oracle_cells_env(cells: Sequence[Mapping[str, Any]], width: int | None = None) -> dict[str, str]:
     """Fixed mode forcing each cell's own rule (`coll`, `bytes`, `rule` as `ring/ll/16`), scoped to the
-    cell's size; communicators as wide as the largest explicit channel count (see oracle_env). A cell whose
-    rule is None keeps NCCL's choice (its pick came from a launch that left the collective alone)."""
-    forced = [c for c in cells if c.get("rule")]
-    rules = [f"{PLUGIN_COLL[c['coll']]}@{c['bytes']}-{c['bytes']}:{c['rule']}" for c in forced]
+    cell's size, on communicators of `width` channels (None: NCCL's own count), as in the sweep launch the
+    picks came from. A cell whose rule is None keeps NCCL's choice (its pick came from a launch that left
+    the collective alone); with no rule at all, observe (NCCL's choice, timed)."""
+    extra = ceiling_env(width) if width else None
+    rules = [
+        f"{PLUGIN_COLL[c['coll']]}@{c['bytes']}-{c['bytes']}:{c['rule']}" for c in cells if c.get("rule")
+    ]
     if not rules:
-        return plugin_env("observe")
-    counts = [n for n in (rule_channels(str(c["rule"])) for c in forced) if n is not None]
-    extra = ceiling_env(max(counts)) if counts else None
+        return plugin_env("observe", extra=extra)
     return plugin_env("fixed", fixed=";".join(rules), extra=extra)
 
 

@@ -195,7 +195,9 @@ def summary_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     oracle, a cell's re-measurement of its sweep pick where there is one, else the pick itself (`phase`
     best: the best of many noisy launches, biased upwards)."""
     rows = [r for r in doc.get("rows", []) if r.get("phase") != "sweep"]
-    remeasured = {cell_key(r["coll"], r["bytes"], r["load"]) for r in rows if r.get("mode") == "oracle"}
+    remeasured = {
+        cell_key(r["coll"], r["bytes"], r["load"]) for r in rows if r.get("mode") == "oracle" and valid(r)
+    }
     rows.extend(
         r
         for r in oracle_best(doc.get("rows", []))
@@ -248,7 +250,8 @@ def merge_docs(
 ) -> dict[str, Any]:
     """Several result files (e.g. parts of one matrix run in separate commands) as one document: rows,
     launches and traces concatenated; settings and host of the first. The oracle best is recomputed
-    over all oracle sweep rows, so an oracle split over files is one oracle. Files whose settings differ
+    over all oracle sweep rows, so an oracle split over files is one oracle (its per-file re-measurements
+    are then left out: they measured each file's picks). Files whose settings differ
     beyond the split of a matrix (iterations, world size, dtype, GPUs, NCCL ...) are refused unless `mix`;
     then the document says what differs (`mixed`), and so does its markdown."""
     if not docs:
@@ -268,6 +271,16 @@ def merge_docs(
     for key in ("rows", "launches", "warmup_traces", "iterations", "failures"):
         out[key] = [x for d in docs for x in d.get(key, [])]
     out["merged_from"] = [d.get("command") for d in docs]
+    swept = [
+        d for d in docs if any(r.get("mode") == "oracle" and r.get("phase") == "sweep" for r in d["rows"])
+    ]
+    if len(swept) > 1:
+        # Each file re-measured its own picks: over the merged sweep the picks can differ, so the summary
+        # falls back to the merged sweep's best (phase best, biased upwards) rather than a file's re-run.
+        out["rows"] = [
+            r for r in out["rows"] if not (r.get("mode") == "oracle" and r.get("phase") == "measure")
+        ]
+        out["oracle_picks"] = None
     if differ:
         out["mixed"] = differ
     return out

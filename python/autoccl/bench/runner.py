@@ -349,7 +349,10 @@ def _resume_state(
     if resume_from is not None:
         if resume_from.get("kind") != doc["kind"]:
             raise SpecError(f"--resume: the earlier result is a bench {resume_from.get('kind')} run")
-        old, new = resume_from.get("settings", {}), doc["settings"]
+        old, new = dict(resume_from.get("settings", {})), doc["settings"]
+        # written before these options existed: the defaults then
+        old.setdefault("oracle_remeasure", new.get("oracle_remeasure"))
+        old.setdefault("manual_channels", new.get("manual_channels"))
         differ = sorted(k for k in set(old) | set(new) if k not in _RESUME_FREE and old.get(k) != new.get(k))
         if differ:
             raise SpecError(
@@ -481,7 +484,9 @@ def _coll_launches(
             break
         ln = pending.pop(0)
         lw = workdir / f"{index:03d}-{_safe(ln.label)}"
-        if ln.label in done_labels:
+        # A launch planned from what ran before it (static-best, the oracle's picks) is reused only when it
+        # forces what it forces now (a sweep launch run again under --resume can change the picks).
+        if ln.label in done_labels and done.get(ln.label, {}).get("config", ln.config) == ln.config:
             if resume_from is not None and ln.label in done:
                 _copy_done(doc, resume_from, done[ln.label])
             if not gemm_reps:
@@ -551,20 +556,30 @@ def _static_best_launches(
 def _oracle_remeasure_launches(
     doc: dict[str, Any], coord: Coordinator, topo: Topology, log: Callable[[str], None]
 ) -> list[M.Launch]:
-    """Per load, one fixed-mode launch forcing every cell's sweep pick, each rule scoped to its cell's size
-    (the size NCCL hands the tuner is the cell's, nccl-tests' convention)."""
-    picks = coord.share("oracle_picks", R.oracle_picks(doc["rows"]) if topo.is_main else {})
+    """Per load and communicator width, one fixed-mode launch forcing each cell's sweep pick, each rule scoped
+    to its cell's size (the size NCCL hands the tuner is the cell's, nccl-tests' convention), on
+    communicators as wide as those of the sweep launch the pick came from (NCCL's channel choice for a rule
+    without a count, or for a collective left to NCCL, depends on it)."""
+    picks: dict[str, list[dict[str, Any]]] = {}
+    if topo.is_main:
+        width = {e["label"]: e.get("env", {}).get("NCCL_MIN_CTAS") for e in doc["launches"]}
+        for load, cells in R.oracle_picks(doc["rows"]).items():
+            for c in cells:
+                w = width.get(str(c["launch"]))
+                c["width"] = int(w) if w else None
+            picks[load] = cells
+    picks = coord.share("oracle_picks", picks)
     doc["oracle_picks"] = picks
     if not picks:
         log("oracle: no cell has a valid sweep row to re-measure")
     out = []
     for load, cells in picks.items():
-        env = _plugin_guard(partial(M.oracle_cells_env, cells), "oracle")
-        out.append(
-            M.Launch(
-                "oracle", f"oracle@{load}", "measure", env, config=env.get("AUTOCCL_FIXED", ""), loads=[load]
-            )
-        )
+        for w in sorted({c["width"] for c in cells}, key=lambda x: -1 if x is None else x):
+            group = [c for c in cells if c["width"] == w]
+            env = _plugin_guard(partial(M.oracle_cells_env, group, w), "oracle")
+            label = f"oracle@{load}" + (f"/w{w}" if w else "")
+            config = env.get("AUTOCCL_FIXED", "")
+            out.append(M.Launch("oracle", label, "measure", env, config=config, loads=[load]))
     return out
 
 
@@ -631,6 +646,12 @@ def describe_plan(o: CollOptions, launches: list[M.Launch], world: int, busbw: f
     extra = []
     if any(m.kind == "static-best" for m in o.modes):
         extra = [M.Launch("static-best", "static-best", "measure", {}, loads=[ld.name for ld in o.loads])]
+    if o.oracle_remeasure and any(m.kind == "oracle" for m in o.modes):
+        lines.append(
+            "  oracle@LOAD                              measure  (the sweep's per-cell picks, re-measured: "
+            "one launch per load and communicator width)"
+        )
+        extra += [M.Launch("oracle", f"oracle@{ld.name}", "measure", {}, loads=[ld.name]) for ld in o.loads]
     est = estimate_coll_s(o, launches + extra, world, busbw, startup)
     lines.append(
         f"estimated duration: {est / 60:.1f} min (at {busbw:g} GB/s busbw, {startup:g} s start-up a launch)"
@@ -770,6 +791,7 @@ def run_train(
             "seed": o.seed,
             "online_channel_ceiling": o.online_channel_ceiling,
             "online_nccl_channels": o.online_nccl_channels,
+            "manual_channels": o.manual_channels,
             **o.extra,
         }
     )

@@ -146,9 +146,9 @@ _nccl_channels = O.nccl_channels(_ONLINE)
 def _online_channels(
     modes: Any, ceiling: int | None, nccl_channels: int | str | None
 ) -> tuple[int | None, int | None]:
-    """(channel ceiling, cap on NCCL's own calls) of the online modes' communicators, as `autoccl run`
-    makes them (channels.communicator_channels)."""
-    online = any(getattr(m, "kind", "") == "online" for m in modes)
+    """(channel ceiling, cap on NCCL's own calls) of the online and manual modes' communicators, as
+    `autoccl run` makes them (channels.communicator_channels); the same whichever other modes are listed."""
+    online = any(getattr(m, "kind", "") in ("online", "manual") for m in modes)
     return communicator_channels(online, ceiling, nccl_channels, None)
 
 
