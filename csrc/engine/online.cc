@@ -479,6 +479,9 @@ class OnlineSource final : public DecisionSource {
     for (auto& [key, s] : tasks_) {
       if (!s->search) continue;
       search::Stats st = s->search->stats();
+      // NCCL's model decides such a task again at the next start; an entry would hold no measurement (and
+      // was written only when its first call happened to be timed, so the table varied from run to run).
+      if (st.smallByModel) continue;
       search::Config b = s->search->best();
       if (!s->search->converged()) {  // a lead the next job verifies first (TaskSearch::provisional)
         if (!s->search->provisional(&b, &st.bestMedian, &st.defaultMedian)) continue;
