@@ -374,6 +374,8 @@ bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& c
     } else {
       d = &fresh;
     }
+  } else if (rt_.mask().on() && policy_->needsTiming()) {
+    policy_->onSettledCall();
   }
   if (d->fail) {
     --t->calls;  // not applied: NCCL fails the collective

@@ -320,6 +320,15 @@ class OnlineSource final : public DecisionSource {
     return d;
   }
 
+  // Settled tasks' calls pass here only while timing is on: they are the calls a holder waits out (nccl-tests'
+  // 1-8 MiB loops ran timed from end to end on 2 x H100 while the larger sizes' warm-up samples held timing,
+  // because only calls that reached decide() counted).
+  void onSettledCall() override {
+    if (!(authority_ || (reporting_ && place_.load(std::memory_order_relaxed) == Place::kTcp))) return;
+    ++callsSeen_;
+    if (!holders_.empty()) releaseIdleHolders(nullptr);
+  }
+
   void onMeasurement(const TaskKey& task, const Measurement& timed) override {
     if (authority_) guardTime(task, timed);
     const Place place = place_.load(std::memory_order_acquire);
@@ -343,7 +352,10 @@ class OnlineSource final : public DecisionSource {
       return;
     }
     if (!authority_) {  // a rank never derives decisions from its own measurements; it may report them
-      if (reporting_ && place == Place::kTcp) usedBoard_->report(coordKey(task), env_.rank, m.callIndex, m.gpuUs);
+      if (reporting_ && place == Place::kTcp) {
+        usedBoard_->report(coordKey(task), env_.rank, m.callIndex, m.gpuUs);
+        noteDelivered(task, m.callIndex);  // its timing hold ends like the authority's (releaseIdleHolders)
+      }
       return;
     }
     if (arrival_ && place == Place::kTcp && scoring(place) != Scoring::kPeriodCheckedByWindow) {
@@ -467,9 +479,18 @@ class OnlineSource final : public DecisionSource {
     if (m.rankReports > 0) s->rankScored.fetch_add(1, std::memory_order_relaxed);
     if (m.shorterElsewhere) s->shorterElsewhere.fetch_add(1, std::memory_order_relaxed);
     srch->addSample(m.callIndex, m.gpuUs, m.altUs > 0 ? m.altUs : -1.0);
-    uint64_t d = s->delivered.load(std::memory_order_relaxed);
-    while (d < m.callIndex + 1 && !s->delivered.compare_exchange_weak(d, m.callIndex + 1)) {
+    markDelivered(s->delivered, m.callIndex);
+  }
+
+  static void markDelivered(std::atomic<uint64_t>& delivered, uint64_t k) {
+    uint64_t d = delivered.load(std::memory_order_relaxed);
+    while (d < k + 1 && !delivered.compare_exchange_weak(d, k + 1)) {
     }
+  }
+  void noteDelivered(const TaskKey& task, uint64_t k) {
+    std::lock_guard<std::mutex> lk(mapMu_);
+    auto it = tasks_.find(task);
+    if (it != tasks_.end()) markDelivered(it->second->delivered, k);
   }
 
   void onFinalize() override {

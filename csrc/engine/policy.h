@@ -62,6 +62,10 @@ class DecisionSource {
   // `costs` is NCCL's cost table for this call, read-only (-1 = unsupported); the Context applies the
   // result and refuses pairs NCCL marked unsupported.
   virtual Decision decide(const TaskKey& task, uint64_t callIndex, const CostTable& costs) = 0;
+  // A call of a task whose decision was stable (the Context applied its cached decision and did not ask),
+  // reported only while needsTiming() is true: a policy that holds timing for tasks not called lately counts
+  // these calls too, or it never lets go while only settled tasks run (enqueue thread, like decide).
+  virtual void onSettledCall() {}
   // A matched GPU timing of one call of `task`. Called from NCCL's proxy thread (or a CUDA callback
   // thread) under this context's timing lock: keep it short, never block.
   virtual void onMeasurement(const TaskKey& task, const Measurement& m) { (void)task; (void)m; }

@@ -250,6 +250,33 @@ def test_online_threads_converge_and_warm_start(plugin: Path, tmp_path: Path) ->
     assert sum(second.values()) < sum(first.values()), (first, second)
 
 
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+def test_settled_sizes_run_untimed_in_an_nccl_tests_loop(plugin: Path, tmp_path: Path, processes: bool) -> None:
+    """nccl-tests warms every size up, then times each size's loop. The large sizes' warm-up samples hold
+    timing for a while; the small sizes' loops must not stay timed behind them. Only calls that asked the
+    policy counted towards letting go, and a settled task never asks: the 1-8 MiB loops ran timed from end
+    to end on 2 x H100 (cold and from the table, one process and one per GPU), costing the caller there."""
+    sizes = [1 << 20, 2 << 20, 64 << 20, 256 << 20]
+    comm = Comm("c", 0x7E57, (0, 1))
+    groups = [Group("c", (Call("allreduce", n),), repeat=20) for n in sizes]
+    groups += [Group("c", (Call("allreduce", n),), repeat=84) for n in sizes]
+    sc = Scenario([comm], groups, runahead=4, lead=8)
+    env = online_env(processes, AUTOCCL_CACHE_DIR=str(tmp_path / "cache"))
+    for start in ("cold", "table"):
+        res = run(sc, plugin=plugin, env=env, processes=processes, timeout=300, workdir=tmp_path / start)
+        assert_clean(res)
+        assert_same_per_seq(res.calls)
+        # Settled by NCCL's model at their first call, or by their samples within the warm-up and the loop's
+        # first calls (the emulator's cold search over TCP took up to 31 calls); 16 more let the holders go.
+        for n in sizes[:2]:
+            for rank in (0, 1):  # the authority, and the rank that reports its windows over TCP
+                calls = [x for x in res.trace if x.get("ev") == "call" and x["rank"] == rank and int(x["bytes"]) == n]
+                loop = calls[20:]
+                assert len(loop) == 84, (start, n, rank, len(loop))
+                timed = sum(int(x["timing"]) for x in loop)
+                assert timed <= 42, (start, n, rank, timed)  # before: 84 of 84
+
+
 def test_online_noisy_never_worse(plugin: Path) -> None:
     """With the model's noise (3 % log-normal + outliers): converged in <= 150 calls, never worse than
     NCCL's default beyond noise, within 5 % of the best."""
