@@ -233,7 +233,7 @@ class OnlineSource final : public DecisionSource {
     // iteration's first call, the guard's plan for the iteration (from the authority, like a task's).
     bool boundary = false;
     if (guardOn_ && !bypass_ && agree_) {
-      boundary = iter_.push(taskId(task));
+      boundary = iter_.push(task);
       if (boundary && !guardStep(task, k)) {
         Decision f;
         f.fail = true;
@@ -631,14 +631,6 @@ class OnlineSource final : public DecisionSource {
   // (no other way to tune), or when this process already holds two or more of the ranks.
   // ---- the step guard (engine/step_guard.h) -------------------------------------------------------------
 
-  uint32_t taskId(const TaskKey& task) {
-    auto it = taskIds_.find(task);
-    if (it != taskIds_.end()) return it->second;
-    const auto id = static_cast<uint32_t>(taskIds_.size());
-    taskIds_.emplace(task, id);
-    return id;
-  }
-
   // The first call of iteration `iteration()`: the guard's plan for it. False (with guardWhy_) when the ranks can
   // no longer agree on it (the same failure as a task's lookup).
   bool guardStep(const TaskKey& task, uint64_t k) {
@@ -1001,7 +993,6 @@ class OnlineSource final : public DecisionSource {
   bool guardOn_ = true;
   coord::TaskKey guardKey_;
   IterationDetector iter_;
-  std::unordered_map<TaskKey, uint32_t, TaskKeyHash> taskIds_;
   bool guardNcclNow_ = false;    // the current iteration runs NCCL's choice for every task
   bool guardTimedNow_ = false;   // the current iteration's start is a guard sample
   std::string guardWhy_;

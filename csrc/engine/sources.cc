@@ -63,8 +63,7 @@ class ManualPolicy final : public DecisionSource {
   Decision decide(const TaskKey& task, uint64_t, const CostTable&) override {
     Decision d;
     std::lock_guard<std::mutex> lk(mu_);
-    auto it = ids_.emplace(task, static_cast<uint32_t>(ids_.size())).first;
-    iter_.push(it->second);
+    iter_.push(task);
     if (!iter_.stable()) {
       d.why = "no iteration found yet";
       return d;
@@ -79,7 +78,6 @@ class ManualPolicy final : public DecisionSource {
  private:
   const int hidden_, exposed_;
   std::mutex mu_;  // one communicator's calls come from one thread; the lock costs nothing then
-  std::unordered_map<TaskKey, uint32_t, TaskKeyHash> ids_;
   IterationDetector iter_;
 };
 

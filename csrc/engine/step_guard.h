@@ -22,8 +22,10 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
+#include "autoccl/common/config.h"
 #include "autoccl/search/search.h"
 
 namespace autoccl::engine {
@@ -34,6 +36,10 @@ class IterationDetector {
   // The communicator's next call, as the id of its task (ids in first-seen order, the same on every rank).
   // True when this call starts an iteration; iteration() is then that iteration's index.
   bool push(uint32_t taskId);
+  // The same, naming the task: ids are given in first-seen order, so they are the same on every rank.
+  bool push(const TaskKey& task) {
+    return push(ids_.emplace(task, static_cast<uint32_t>(ids_.size())).first->second);
+  }
   bool stable() const { return period_ > 0; }
   // True when the call just pushed ends an iteration (the next call would start one).
   bool endsIteration() const { return period_ > 0 && (n_ - phase_) % period_ == 0; }
@@ -54,6 +60,7 @@ class IterationDetector {
   uint64_t phase_ = 0;                       // positions == phase_ (mod period_) start iterations
   uint64_t iteration_ = 0;
   bool anyIteration_ = false;
+  std::unordered_map<TaskKey, uint32_t, TaskKeyHash> ids_;  // push(const TaskKey&)
 };
 
 struct GuardOptions {
