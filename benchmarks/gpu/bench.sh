@@ -2,7 +2,8 @@
 # On a GPU machine: set it up (benchmarks/gpu/setup.sh: nccl-tests and MPICH from the carried .carry/ and .whl/,
 # the plugin built from this checkout) and run the benchmark plans named in PLANS, each a sequence of the product's
 # own commands (`autoccl bench nccl-tests|coll|train`): a user with a GPU node runs the same commands we do. Results go to
-# $OUT/<plan>/ and, tarred, to $OUT/<plan>.tgz (the tool brings back few files).
+# $OUT/<plan>/ and, tarred, to $OUT/<plan>.tgz (the tool brings back few files); $OUT/machine.txt, commit.txt and
+# source-digest.txt (benchmarks/gpu/source_digest.sh: which sources ran) say where and what.
 #
 #   PLANS="overhead online train" OUT=/tmp/out bash benchmarks/gpu/bench.sh
 #
@@ -45,6 +46,7 @@ T0=$SECONDS
 BUDGET_S=${BUDGET_S:-540}
 source benchmarks/gpu/setup.sh || exit 1
 git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || true
+bash benchmarks/gpu/source_digest.sh > "$OUT/source-digest.txt"  # which code ran, whatever .git says
 echo "setup done at $((SECONDS - T0)) s"
 LAUNCH=${LAUNCH:-single,mpi}
 PASSES=${PASSES:-2}
