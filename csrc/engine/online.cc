@@ -495,6 +495,14 @@ class OnlineSource final : public DecisionSource {
 
   void onFinalize() override {
     if (!authority_ || !env_.saveTuned) return;
+    // The step guard's last verdict put every task back on NCCL's choice: the tuned plan did not make the step
+    // faster. The table says so, or the next start would run that plan again, with no guard in table mode
+    // (2 x H100, 350m FSDP2 and DDP: the guard restored NCCL's choices over 64-channel pins).
+    bool guardRestoredNccl = false;
+    if (decider_) {
+      const std::vector<GuardPlan::Verdict> v = decider_->guard->verdicts();
+      guardRestoredNccl = !v.empty() && !v.back().tuned;
+    }
     std::vector<TableEntry> out;
     std::lock_guard<std::mutex> lk(mapMu_);
     for (auto& [key, s] : tasks_) {
@@ -509,10 +517,11 @@ class OnlineSource final : public DecisionSource {
       }
       TableEntry e;
       e.key = key;
-      if (b.isDefault()) {  // NCCL's own choice won: the pair NCCL used, channels 0 (NCCL's own count)
+      if (b.isDefault() || guardRestoredNccl) {  // NCCL's own choice: the pair NCCL used, channels 0 (its count)
         e.config.algo = s->ncclAlgo.load();
         e.config.proto = s->ncclProto.load();
         if (e.config.algo < 0 || e.config.proto < 0) continue;
+        if (guardRestoredNccl && st.defaultMedian > 0) st.bestMedian = st.defaultMedian;
       } else {
         e.config.algo = b.algo;
         e.config.proto = b.proto;

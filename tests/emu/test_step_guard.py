@@ -1,8 +1,8 @@
 """The step guard in the emulator: a configuration whose kernel is faster but which holds the stream longer
 (hidden time outside its channel timestamps) is pinned by a task's search that scores kernel windows (ranks
 in several processes), and makes every iteration slower; the guard's round on the iteration time puts every
-task back on NCCL's choice. Without that cost the round keeps the tuned plan. Every rank agrees on every
-call."""
+task back on NCCL's choice, and so does the table the run leaves for the next start. Without that cost the
+round keeps the tuned plan, and the table holds it. Every rank agrees on every call."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from typing import Any
 from emu_helpers import assert_clean
 from test_online import assert_same_per_seq, online_env
 
+from autoccl import tables
 from autoccl.emu import Call, Comm, Group, Scenario, run
 
 
-def _run(plugin: Path, hidden_us: int) -> tuple[list[dict[str, Any]], list[str]]:
+def _run(plugin: Path, hidden_us: int, work: Path) -> tuple[list[dict[str, Any]], list[str]]:
     # One iteration: an all_reduce (tuned) then an all_gather (one pair: NCCL's choice either way), 600 times.
     iteration = [Group("dp", (Call("allreduce", 2 << 20),)), Group("dp", (Call("allgather", 1 << 20),))]
     sc = Scenario(
@@ -29,7 +30,7 @@ def _run(plugin: Path, hidden_us: int) -> tuple[list[dict[str, Any]], list[str]]
     env = online_env(
         True, AUTOCCL_SCORE="window", AUTOCCL_MIN_TASK_US="0", AUTOCCL_MIN_TASK_US_TCP="0", AUTOCCL_GUARD="on"
     )
-    res = run(sc, plugin=plugin, env=env, processes=True, timeout=300, extra_args=["--verbose"])
+    res = run(sc, plugin=plugin, env=env, processes=True, timeout=300, extra_args=["--verbose"], workdir=work)
     assert_clean(res)
     assert_same_per_seq(res.calls)
     ar = sorted(
@@ -38,18 +39,35 @@ def _run(plugin: Path, hidden_us: int) -> tuple[list[dict[str, Any]], list[str]]
     return ar, [ln for ln in res.stderr.splitlines() if "step guard" in ln]
 
 
-def test_guard_drops_a_plan_that_slows_the_iteration(plugin: Path) -> None:
-    ar, lines = _run(plugin, hidden_us=40)
+def _saved_allreduce(work: Path) -> dict[str, str]:
+    """The all_reduce's entry in the table the run saved for the next start."""
+    saved = [
+        t for p in sorted((work / "cache" / "tables").glob("*.table")) for t in tables.load_table(p).tasks
+    ]
+    found = [t for t in saved if t["coll"] == "allreduce" and int(t["bytes"]) == 2 << 20]
+    assert len(found) == 1, saved
+    return found[0]
+
+
+def test_guard_drops_a_plan_that_slows_the_iteration(plugin: Path, tmp_path: Path) -> None:
+    ar, lines = _run(plugin, hidden_us=40, work=tmp_path)
     assert any((r["algo"], r["proto"]) == ("ring", "ll128") for r in ar), (
         "Ring/LL128 never pinned: nothing to check"
     )
     assert any("NCCL's choices for every task" in ln for ln in lines), lines
     last = ar[-1]
     assert (last["algo"], last["proto"]) == (last["def_algo"], last["def_proto"]), last
+    # The next start, table mode or online's warm start, begins from NCCL's choice, not the rejected pin.
+    entry = _saved_allreduce(tmp_path)
+    assert (entry["algo"], entry["proto"], entry["channels"]) == (last["def_algo"], last["def_proto"], "0"), (
+        entry
+    )
 
 
-def test_guard_keeps_a_plan_that_speeds_the_iteration(plugin: Path) -> None:
-    ar, lines = _run(plugin, hidden_us=0)
+def test_guard_keeps_a_plan_that_speeds_the_iteration(plugin: Path, tmp_path: Path) -> None:
+    ar, lines = _run(plugin, hidden_us=0, work=tmp_path)
     assert any("keeping the tuned plan" in ln for ln in lines), lines
     last = ar[-1]
     assert (last["algo"], last["proto"]) != (last["def_algo"], last["def_proto"]), last
+    entry = _saved_allreduce(tmp_path)
+    assert (entry["algo"], entry["proto"]) == (last["algo"], last["proto"]), entry
