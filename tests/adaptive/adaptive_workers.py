@@ -128,8 +128,11 @@ def drift_job(rank: int, world: int, slow_at: int, iters: int) -> dict[str, Any]
 
 
 def fallback_job(rank: int, world: int) -> dict[str, Any]:
-    """Plans over slow emulated links against gloo's own (unemulated, far faster) All-Reduce."""
-    emu, doc = _fc_emulated(world, 50.0, 0.01)
+    """Plans over slow emulated links against gloo's own (unemulated, far faster) All-Reduce. The links are
+    slow enough (~180 ms a plan call) that load cannot make gloo's call slower: at 0.01 Gbps (a plan call
+    11-13 ms) gloo's averaged 13.2 ms once in CI; on 2 cores it takes 3-19 ms, 12-13 ms beside two busy
+    loops."""
+    emu, doc = _fc_emulated(world, 50.0, 0.0002)
     ad = Adaptive(doc, transport=emu, probe=False, eval_calls=2)
     x = torch.empty(1 << 14)
     modes = []
