@@ -5,7 +5,6 @@ worse than NCCL's default, the saved table makes a rerun start tuned."""
 from __future__ import annotations
 
 import secrets
-import socket
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +16,7 @@ from emu_helpers import assert_clean
 from autoccl.emu import Call, Comm, Group, Host, Scenario, run
 from autoccl.emu.model import PerfModel, default_chunk
 from autoccl.emu.runner import default_model
+from autoccl.tuner_env import free_local_port
 
 HW = "NVIDIA H200x4"
 PAIRS = {
@@ -29,9 +29,7 @@ def pairs_for(coll: str) -> list[tuple[str, str]]:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_local_port()  # outside the ephemeral range (emu.runner.coord_env says why)
 
 
 def scenario(repeat: int, seed: int = 5, noise: bool = True) -> Scenario:

@@ -6,7 +6,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -17,7 +16,7 @@ from typing import IO, Any
 
 from autoccl._paths import emulator_path, find_artefact, plugin_path
 from autoccl.emu.scenario import Scenario
-from autoccl.tuner_env import plain_nccl_env
+from autoccl.tuner_env import free_port, plain_nccl_env
 
 TEST_PLUGIN_NAME = "libautoccl-emu-testplugin.so"
 # Profiler plugins that count the events they are given (tests of AUTOCCL_PROFILER_CHAIN), by version.
@@ -130,10 +129,10 @@ def _read_jsonl(path: Path) -> list[Record]:
 
 
 def coord_env(host: str = "127.0.0.1") -> dict[str, str]:
-    """AUTOCCL_COORD_ADDR (a free loopback port) and a fresh AUTOCCL_COORD_TOKEN for one job."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port = s.getsockname()[1]
+    """AUTOCCL_COORD_ADDR (a free loopback port outside the ephemeral range, as `autoccl run` draws it: an
+    ephemeral one was taken by other tests' sockets before the coordinator bound it, and a late rank found no
+    coordinator, twice in three CI runs) and a fresh AUTOCCL_COORD_TOKEN for one job."""
+    port = free_port(host)
     return {"AUTOCCL_COORD_ADDR": f"{host}:{port}", "AUTOCCL_COORD_TOKEN": secrets.token_hex(16)}
 
 
