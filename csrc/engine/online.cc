@@ -273,7 +273,7 @@ class OnlineSource final : public DecisionSource {
       s->haveSeg = true;
       if (authority_) onNewSegment(s);
     }
-    if (authority_ || (reporting_ && place_.load(std::memory_order_relaxed) == Place::kTcp)) {
+    if (countsCalls()) {
       ++callsSeen_;
       s->lastGap = s->lastCallSeen ? callsSeen_ - s->lastCallSeen - 1 : kNoGap;
       s->lastCallSeen = callsSeen_;
@@ -324,9 +324,15 @@ class OnlineSource final : public DecisionSource {
   // 1-8 MiB loops ran timed from end to end on 2 x H100 while the larger sizes' warm-up samples held timing,
   // because only calls that reached decide() counted).
   void onSettledCall() override {
-    if (!(authority_ || (reporting_ && place_.load(std::memory_order_relaxed) == Place::kTcp))) return;
+    if (!countsCalls()) return;
     ++callsSeen_;
     if (!holders_.empty()) releaseIdleHolders(nullptr);
+  }
+
+  // The ranks whose timing holds end by counting calls (releaseIdleHolders): the authority, and over TCP
+  // the reporting ranks, which time calls for the authority's windows.
+  bool countsCalls() const {
+    return authority_ || (reporting_ && place_.load(std::memory_order_relaxed) == Place::kTcp);
   }
 
   void onMeasurement(const TaskKey& task, const Measurement& timed) override {

@@ -30,7 +30,7 @@ import pytest
 import autoccl
 from autoccl.emu import Call, Comm, Group, Scenario
 from autoccl.emu.runner import default_model, find_divergences
-from autoccl.tuner_env import plain_nccl_env
+from autoccl.tuner_env import free_port, plain_nccl_env
 
 HOST_A, HOST_B = "127.0.0.2", "127.0.0.3"
 PYTHON_DIR = (
@@ -65,12 +65,6 @@ def _loopback_usable() -> bool:
 
 
 pytestmark = pytest.mark.skipif(not _loopback_usable(), reason=f"cannot bind {HOST_A} (loopback 127.0.0.0/8)")
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def _emu_command(emulator: Path, plugin: Path, work: Path, rank_var: str) -> str:
@@ -136,7 +130,7 @@ def _calls(work: Path) -> list[dict[str, object]]:
 def _torchrun_hosts(
     work: Path, emulator: Path, plugin: Path, per_host: Mapping[str, Mapping[str, str]] | None = None
 ) -> dict[str, tuple[list[str], dict[str, str]]]:
-    port = _free_port(HOST_A)
+    port = free_port(HOST_A)
     out = {}
     for node, host in enumerate((HOST_A, HOST_B)):
         run, env = _autoccl_run((per_host or {}).get(host, {}))
@@ -261,6 +255,6 @@ def test_slurm_hosts_with_other_coordinators_fail_loudly(
     own, neither hands out a decision of the communicator whose other ranks are at the other one, and
     both fail with a sentence instead of tuning it two ways."""
     work = _prepare(tmp_path)
-    other = {"AUTOCCL_COORD_ADDR": f"{HOST_B}:{_free_port(HOST_B)}", "AUTOCCL_COORD_SECRET": "s"}
+    other = {"AUTOCCL_COORD_ADDR": f"{HOST_B}:{free_port(HOST_B)}", "AUTOCCL_COORD_SECRET": "s"}
     codes = _run_hosts(work, _slurm_hosts(work, emulator, plugin, {HOST_B: other}), timeout=240)
     _check_loud_failure(work, codes, NEVER_CONNECTED)

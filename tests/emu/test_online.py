@@ -28,10 +28,6 @@ def pairs_for(coll: str) -> list[tuple[str, str]]:
     return PAIRS.get(coll, [("ring", p) for p in ("ll", "ll128", "simple")])
 
 
-def free_port() -> int:
-    return free_local_port()  # outside the ephemeral range (emu.runner.coord_env says why)
-
-
 def scenario(repeat: int, seed: int = 5, noise: bool = True) -> Scenario:
     comms = [
         Comm("dp", 0x1DA7A, (0, 1, 2, 3)),
@@ -70,7 +66,7 @@ def online_env(tcp: bool, **extra: str) -> dict[str, str]:
     # minimum (55 us) and the same scenarios test both boards.
     env = {"AUTOCCL_MODE": "online", "AUTOCCL_HW": HW, "AUTOCCL_MIN_TASK_US_TCP": "55"}
     if tcp:
-        env["AUTOCCL_COORD_ADDR"] = f"127.0.0.1:{free_port()}"
+        env["AUTOCCL_COORD_ADDR"] = f"127.0.0.1:{free_local_port()}"
         env["AUTOCCL_COORD_TOKEN"] = secrets.token_hex(16)
     env.update(extra)
     return env
@@ -337,7 +333,7 @@ def test_online_processes_settings_mismatch_fails_clearly(plugin: Path) -> None:
 
 
 def test_online_tcp_without_token_is_no_tuner(plugin: Path) -> None:
-    env = online_env(False, AUTOCCL_COORD_ADDR=f"127.0.0.1:{free_port()}")
+    env = online_env(False, AUTOCCL_COORD_ADDR=f"127.0.0.1:{free_local_port()}")
     res = run(scenario(5), plugin=plugin, env=env, processes=True, timeout=120)
     assert_clean(res)
     for r in res.calls:

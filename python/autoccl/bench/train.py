@@ -268,8 +268,10 @@ def _run_steps(
     t_start = time.monotonic()
     step = 0
     while step < iters:
-        if kill is not None and rank == kill.rank and step == kill.step:
-            print(f"rank {rank}: killed at step {step} (--kill)", flush=True)
+        # `>=`: a rank whose gradient missed its round skips the steps the group computed meanwhile,
+        # so it can jump over the kill step itself.
+        if kill is not None and rank == kill.rank and step >= kill.step:
+            print(f"rank {rank}: killed at step {step} (--kill {kill.label()})", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         t0 = time.perf_counter()
         tokens = _step_batch(spec, p, data, rank, step).to(device)
