@@ -342,6 +342,7 @@ struct CommState {
   // GPU clock of this communicator's stream: NCCL serializes a communicator's kernels on one stream;
   // different communicators' streams are not modelled as sharing the GPU.
   uint64_t gpuNs = 0;
+  uint64_t baseNs = 0;  // gpuNs at creation: the rank's clock (its computation's) is gpuNs - baseNs
   emu::FakeStream* stream = nullptr;  // --launch-clock: the stream CUDA events are recorded on
 };
 
@@ -473,6 +474,7 @@ class RankRunner {
       cs->commRank = static_cast<int>(it - spec.ranks.begin());
       // GPUs' clocks are not synchronized: offset per rank (and per stream)
       cs->gpuNs = 1700000000000000000ULL + static_cast<uint64_t>(grank_) * 7777777ULL + c * 1000003ULL;
+      cs->baseNs = cs->gpuNs;
       if (emu::fakeCudaEnabled()) {
         emu::fakeSetCurrentCtx(deviceToken());  // NCCL initializes CUDA on the rank's device before the plugins
         cs->stream = emu::fakeStreamNew(deviceToken());
@@ -523,6 +525,7 @@ class RankRunner {
   uint64_t curHostSeq_ = 0;  // Shared::hostSeq of the group being played
   uint64_t curHostNs_ = 0;   // when the host started that group (CLOCK_MONOTONIC: comparable across processes)
   uint64_t pluginNs_ = 0;    // host time the group spent inside the plugin on this thread (tuner and profiler calls)
+  double computeNs_ = 0;     // where the rank's compute stream has got to, on the rank's clock (GroupSpec::computeUs)
 
   // Runs one call into the plugin on the rank's thread, adding its wall time to pluginNs_.
   template <class F>
@@ -864,6 +867,18 @@ class RankRunner {
       for (void* h : p.handles)
         if (h) inPlugin([&] { sh_.plugin->profiler->stopEvent(h); });
     if (groupApi) inPlugin([&] { sh_.plugin->profiler->stopEvent(groupApi); });
+    // The rank's computation beside this group (GroupSpec::computeUs), drawn alike on every rank. The
+    // group's kernels wait for their input: the computation enqueued before them.
+    const uint64_t inputReady = cs.baseNs + static_cast<uint64_t>(computeNs_);
+    const bool overlap = g.computeUs > 0 && g.wait != GroupSpec::kWaitSelf;
+    emu::ComputeRun compute;
+    if (g.hasCompute()) {
+      const uint64_t ckey = mix64(sc.seed ^ mix64(cs.spec->hash ^ mix64(0xc0317eULL ^ (static_cast<uint64_t>(inst.commIndex) << 20) ^
+                                                                        (static_cast<uint64_t>(inst.rep) << 8))));
+      compute.leftNs = g.computeUs * 1000.0 * (sc.noise ? sh_.model->noiseFactor(ckey) : 1.0);
+      compute.atNs = computeNs_;
+      if (g.wait == GroupSpec::kWaitPrev) compute.atNs = std::max(compute.atNs, static_cast<double>(cs.gpuNs - cs.baseNs));
+    }
     // The GPU: batches run back to back; kernel-channel events go to the proxy thread.
     for (size_t bi = 0; bi < batches.size(); ++bi) {
       Planned& p = plans[bi];
@@ -872,12 +887,25 @@ class RankRunner {
                                  static_cast<size_t>(p.applied.chunk), load);
       uint64_t key = mix64(sc.seed ^ mix64(cs.spec->hash ^ mix64((static_cast<uint64_t>(inst.commIndex) << 20) ^
                                                                   (static_cast<uint64_t>(inst.rep) << 8) ^ bi)));
-      double us = p.mean * (sc.noise ? sh_.model->noiseFactor(key) : 1.0);
-      uint64_t dur = std::max<uint64_t>(1000, static_cast<uint64_t>(us * 1000.0));
+      const double noise = sc.noise ? sh_.model->noiseFactor(key) : 1.0;
+      // With computation the load slows the kernel only while the two overlap (ComputeRun); without, the
+      // whole kernel (the calibrated model of `autoccl bench coll --load`).
+      const double alone = overlap ? sh_.model->meanUs(b.func, cs.model.nRanks, b.bytes, p.applied.algo, p.applied.proto,
+                                                       p.usedChannels, static_cast<size_t>(p.applied.chunk), 0.0)
+                                   : p.mean;
+      uint64_t dur = std::max<uint64_t>(1000, static_cast<uint64_t>(alone * noise * 1000.0));
       // hidden: time the stream is held around the kernel that its channel timestamps do not cover
-      const uint64_t streamReached = cs.gpuNs;  // a CUDA event recorded before the launch completes here
-      p.start = cs.gpuNs + sc.gapNs + sc.hiddenNs(p.applied.algo, p.applied.proto);
-      p.stop = p.start + arrivalWaitNs(cs, key) + dur;
+      const uint64_t streamReached = std::max(cs.gpuNs, inputReady);  // a CUDA event recorded before the launch
+      p.start = streamReached + sc.gapNs + sc.hiddenNs(p.applied.algo, p.applied.proto);
+      const uint64_t wait = arrivalWaitNs(cs, key);
+      if (overlap) {
+        const double rankStart = static_cast<double>(p.start + wait - cs.baseNs);
+        const double end = compute.kernel(rankStart, static_cast<double>(dur), p.mean / alone,
+                                          sh_.model->gemmSlowdown(p.usedChannels, load));
+        p.stop = cs.baseNs + std::max(static_cast<uint64_t>(end), p.start + wait + 1000 - cs.baseNs);
+      } else {
+        p.stop = p.start + wait + dur;
+      }
       cs.gpuNs = p.stop;
       if (p.kernel != UINT64_MAX) emu::fakeStreamResolve(cs.stream, p.kernel, streamReached, p.stop);
       if (capture) {
@@ -910,6 +938,19 @@ class RankRunner {
                                  load);
         lines_.push_back(rec);
       }
+    }
+    if (g.hasCompute()) {
+      if (g.wait == GroupSpec::kWaitSelf) compute.atNs = std::max(compute.atNs, static_cast<double>(cs.gpuNs - cs.baseNs));
+      computeNs_ = std::max(computeNs_, compute.end());
+    }
+    if (g.stepEnd) {
+      char buf[256];
+      std::snprintf(buf, sizeof(buf),
+                    "{\"ev\":\"step\",\"comm\":\"%s\",\"rank\":%d,\"grank\":%d,\"group\":%d,\"rep\":%d,"
+                    "\"end_ns\":%llu,\"compute_ns\":%llu}",
+                    cs.spec->name.c_str(), cs.commRank, grank_, inst.commIndex, inst.rep,
+                    static_cast<unsigned long long>(cs.gpuNs - cs.baseNs), static_cast<unsigned long long>(computeNs_));
+      lines_.push_back(buf);
     }
   }
 

@@ -138,6 +138,31 @@ double PerfModel::noiseFactor(uint64_t key) const {
   return f;
 }
 
+double ComputeRun::kernel(double startNs, double aloneNs, double commSlow, double computeSlow) {
+  double t = startNs, rest = aloneNs;
+  if (leftNs > 0 && atNs < t) {  // the computation runs alone until the kernel starts
+    const double done = std::min(leftNs, t - atNs);
+    leftNs -= done;
+    atNs += done;
+  }
+  if (leftNs <= 0) return t + rest;
+  if (atNs > t) {  // the kernel runs alone until the computation starts
+    if (rest <= atNs - t) return t + rest;
+    rest -= atNs - t;
+    t = atNs;
+  }
+  const double kernelBoth = rest * commSlow, computeBoth = leftNs * computeSlow;
+  if (kernelBoth <= computeBoth) {  // the kernel ends first, the computation goes on
+    leftNs -= kernelBoth / computeSlow;
+    atNs = t + kernelBoth;
+    return atNs;
+  }
+  rest -= computeBoth / commSlow;  // the computation ends first, the kernel finishes alone
+  atNs = t + computeBoth;
+  leftNs = 0;
+  return atNs + rest;
+}
+
 double PerfModel::gemmSlowdown(int channels, double load) const {
   return 1.0 + std::max(load, 0.0) * (gemmBase + gemmPerCh * std::max(channels, 1) / 64.0);
 }

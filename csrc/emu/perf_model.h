@@ -44,4 +44,16 @@ struct PerfModel {
 
 uint64_t mix64(uint64_t x);
 
+// A rank's computation beside its communicators' kernels (GroupSpec::computeUs), as a fluid: while a kernel
+// and the computation overlap, the kernel runs `commSlow` times and the computation `computeSlow` times
+// slower than alone; outside the overlap each runs at full speed. Times in ns of the rank's GPU clock.
+struct ComputeRun {
+  double atNs = 0;    // how far the computation has got
+  double leftNs = 0;  // its work still to do, at full speed
+
+  // A kernel that takes `aloneNs` alone and starts at `startNs` (>= atNs while work is left): its end.
+  double kernel(double startNs, double aloneNs, double commSlow, double computeSlow);
+  double end() const { return atNs + leftNs; }
+};
+
 }  // namespace emu

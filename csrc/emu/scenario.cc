@@ -143,6 +143,17 @@ bool Scenario::parse(const std::string& text, std::string* error) {
       if (kv.count("repeat") && !parseInt(kv["repeat"], 1, 10000000, &g.repeat)) return fail("bad repeat");
       if (kv.count("graph") && !parseInt(kv["graph"], 0, 1, &g.graph)) return fail("bad graph");
       if (kv.count("load") && (!parseDouble(kv["load"], &g.load) || g.load < 0)) return fail("bad load");
+      if (kv.count("compute") && (!parseDouble(kv["compute"], &g.computeUs) || g.computeUs < 0 || g.computeUs > 1e9))
+        return fail("bad compute (microseconds, >= 0)");
+      if (kv.count("wait")) {
+        const std::string& w = kv["wait"];
+        if (w == "none") g.wait = GroupSpec::kWaitNone;
+        else if (w == "prev") g.wait = GroupSpec::kWaitPrev;
+        else if (w == "self") g.wait = GroupSpec::kWaitSelf;
+        else return fail("wait must be none|prev|self");
+      }
+      if (kv.count("step") && !parseInt(kv["step"], 0, 1, &g.stepEnd)) return fail("bad step (0 or 1)");
+      if (g.graph && g.hasCompute()) return fail("a graph group cannot carry compute=, wait= or step=");
       if (kv.count("dtype")) {
         const std::string& d = kv["dtype"];
         if (d == "f32") { g.elemSize = 4; g.dtype = "ncclFloat32"; }

@@ -22,6 +22,15 @@ struct GroupSpec {
   double load = -1;             // compute-load factor; < 0: the scenario default
   int elemSize = 4;
   std::string dtype = "ncclFloat32";
+  // Computation the rank enqueues on its compute stream right after this group: computeUs of work at full
+  // speed. It overlaps the group's collectives unless `wait` says it needs them; while both run they slow
+  // each other (`load` is then the computation's intensity; PerfModel::gemmSlowdown and meanUs). The
+  // group's collectives need the computation enqueued before them (their input).
+  double computeUs = 0;
+  enum Wait { kWaitNone = 0, kWaitPrev = 1, kWaitSelf = 2 };
+  int wait = kWaitNone;  // prev: the computation needs the collectives before this group; self: this group's
+  int stepEnd = 0;       // 1: a training step ends when this group's collectives end (a "step" record)
+  bool hasCompute() const { return computeUs > 0 || wait != kWaitNone || stepEnd != 0; }
 };
 
 struct CommSpec {

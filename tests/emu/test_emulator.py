@@ -59,6 +59,16 @@ def test_testplugin_fixed_all_ranks(testplugin: Path, version: str) -> None:
         assert r["chunk"] == (130560 if version == "6" else 576000)
 
 
+def test_relative_plugin_path_is_loaded(testplugin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The emulator runs in the run's directory: a plugin given relative to the caller's is still found
+    (it once ran without a tuner, and a benchmark measured plain NCCL in every mode)."""
+    monkeypatch.chdir(testplugin.parent.parent)
+    rel = Path(testplugin.parent.name) / testplugin.name
+    res = run(simple(repeat=2), plugin=rel, env={"EMU_TEST_PLUGIN": "fixed:ring/ll128/8/131072"}, trace=False)
+    assert_clean(res)
+    assert {(r["proto"], r["channels"]) for r in res.calls} == {("ll128", 8)}
+
+
 def test_divergence_detected_threads_and_processes(testplugin: Path) -> None:
     env = {"EMU_TEST_PLUGIN": "diverge"}
     res = run(simple(repeat=3), plugin=testplugin, env=env, trace=False)

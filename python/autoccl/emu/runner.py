@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import secrets
@@ -65,6 +66,7 @@ class RunResult:
     summaries: list[Record]
     stderr: str
     trace: list[Record] = field(default_factory=list)
+    steps: list[Record] = field(default_factory=list)
     workdir: Path | None = None
     procs: list[ProcResult] = field(default_factory=list)
     extra: list[ProcResult] = field(default_factory=list)
@@ -89,6 +91,12 @@ class RunResult:
     def divergences(self) -> list[str]:
         """Ranks of one comm that applied different configurations for the same batch (all processes)."""
         return find_divergences(self.calls)
+
+    def step_ms(self, grank: int = 0) -> list[float]:
+        """Global rank `grank`'s training-step times on its GPU clock (scenarios with `step_end` groups):
+        from one step's end to the next, so n step records give n - 1 times."""
+        ends = sorted(int(r["end_ns"]) for r in self.steps if int(r["grank"]) == grank)
+        return [(b - a) / 1e6 for a, b in itertools.pairwise(ends)]
 
     def warn_lines(self) -> list[str]:
         return [ln for ln in self.stderr.splitlines() if "NCCL WARN" in ln]
@@ -192,13 +200,15 @@ def run(
     if plugin is None:
         base.append("--no-plugin")
     else:
-        base += ["--plugin", str(plugin_path() if plugin == "default" else Path(plugin))]
+        # absolute: the emulator runs in the run's directory, where a relative path finds no library (and
+        # NCCL, like the emulator, then runs without a tuner: a benchmark would silently measure plain NCCL)
+        base += ["--plugin", str(plugin_path() if plugin == "default" else Path(plugin).resolve())]
     if model == "default":
         m = default_model()
         if m is not None:
             base += ["--model", str(m)]
     elif model is not None:
-        base += ["--model", str(model)]
+        base += ["--model", str(Path(model).resolve())]
     base += list(extra_args)
     world = scenario.world
     rank_sets: list[tuple[list[int], dict[str, str], bool]] = []
@@ -259,6 +269,7 @@ def run(
     errs: list[str] = []
     calls: list[Record] = []
     replays: list[Record] = []
+    steps: list[Record] = []
     extra: list[ProcResult] = []
     per_proc: list[ProcResult] = []
     for proc, truth, ranks, is_extra, fo, fe in procs:
@@ -283,7 +294,11 @@ def run(
         for rec in _read_jsonl(truth):
             if rec.get("ev") == "call":
                 mine.append(rec)
-            elif not is_extra:
+            elif is_extra:
+                continue
+            elif rec.get("ev") == "step":
+                steps.append(rec)
+            else:
                 replays.append(rec)
         pr = ProcResult(ranks=ranks, returncode=code, stderr=err, calls=mine, summary=summary, timed_out=hung)
         if is_extra:
@@ -307,6 +322,7 @@ def run(
         calls=calls,
         replays=replays,
         summaries=summaries,
+        steps=steps,
         stderr="".join(errs),
         trace=records,
         workdir=None if scratch else work,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 COLLS = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
 POLICIES = ("roundrobin", "reverse", "random", "sequential")
 DTYPES = ("f32", "bf16", "f16", "i8")
+WAITS = ("none", "prev", "self")
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,12 @@ class Comm:
 
 @dataclass(frozen=True)
 class Group:
-    """One ncclGroupStart/End of `calls` on `comm`, issued `repeat` times (graph: captured once, replayed)."""
+    """One ncclGroupStart/End of `calls` on `comm`, issued `repeat` times (graph: captured once, replayed).
+
+    Computation (docs/emulator.md): `compute_us` of work the rank enqueues on its compute stream right after
+    the group. It overlaps the group's collectives unless `wait` says it needs them ("prev": the collectives
+    enqueued before this group, "self": this group's); `load` is then its intensity. `step_end`: a training
+    step ends when this group's collectives end (the emulator writes a "step" record)."""
 
     comm: str
     calls: tuple[Call, ...]
@@ -42,6 +48,17 @@ class Group:
     graph: bool = False
     load: float | None = None
     dtype: str = "f32"
+    compute_us: float = 0.0
+    wait: str = "none"
+    step_end: bool = False
+
+    def __post_init__(self) -> None:
+        if self.wait not in WAITS:
+            raise ValueError(f"wait must be one of {WAITS}, not {self.wait!r}")
+        if self.compute_us < 0:
+            raise ValueError("compute_us must be >= 0")
+        if self.graph and (self.compute_us or self.wait != "none" or self.step_end):
+            raise ValueError("a graph group cannot carry computation (compute_us, wait, step_end)")
 
 
 @dataclass(frozen=True)
@@ -130,6 +147,12 @@ class Scenario:
             extra = f" graph={int(g.graph)}" if g.graph else ""
             if g.load is not None:
                 extra += f" load={g.load}"
+            if g.compute_us:
+                extra += f" compute={g.compute_us:g}"
+            if g.wait != "none":
+                extra += f" wait={g.wait}"
+            if g.step_end:
+                extra += " step=1"
             lines.append(f"group comm={g.comm} colls={colls} repeat={g.repeat} dtype={g.dtype}{extra}")
         for rank, policy in sorted(self.orders.items()):
             if policy not in POLICIES:
@@ -166,3 +189,76 @@ def simple(
         for n in sizes
     ]
     return Scenario(comms=comms, groups=groups, seed=seed, runahead=runahead, reorder=reorder)
+
+
+def ddp_like(
+    *,
+    nranks: int = 2,
+    steps: int = 60,
+    bucket_bytes: tuple[int, ...] = (25 << 20, 25 << 20, 25 << 20, 6 << 20),
+    forward_us: float = 2000.0,
+    backward_us: float = 4000.0,
+    load: float = 0.35,
+    seed: int = 1,
+    channels: int = 24,
+    noise: bool = True,
+) -> Scenario:
+    """A DDP training step: forward, then backward in chunks, each gradient bucket's all_reduce launched when
+    its chunk is done and hidden under the next chunk; the last bucket's is exposed (the optimizer needs all
+    of them). The step ends with the last all_reduce."""
+    comm = Comm(name="dp", hash=0xDD9_0001, ranks=tuple(range(nranks)), channels=channels)
+    n = len(bucket_bytes)
+    if n < 1:
+        raise ValueError("ddp_like needs at least one bucket")
+    chunk = backward_us / n
+    groups: list[Group] = []
+    for _ in range(steps):
+        for b, nbytes in enumerate(bucket_bytes):
+            last = b == n - 1
+            groups.append(
+                Group(
+                    comm="dp",
+                    calls=(Call("allreduce", nbytes),),
+                    load=load,
+                    # under bucket b: the next chunk; after the last: the optimizer, forward and first chunk
+                    compute_us=forward_us + chunk if last else chunk,
+                    wait="self" if last else "none",
+                    step_end=last,
+                )
+            )
+    return Scenario(comms=[comm], groups=groups, seed=seed, noise=noise, lead=2)
+
+
+def fsdp_like(
+    *,
+    nranks: int = 2,
+    steps: int = 40,
+    layers: int = 6,
+    shard_bytes: int = 32 << 20,
+    forward_us: float = 600.0,
+    backward_us: float = 1200.0,
+    load: float = 0.35,
+    seed: int = 1,
+    channels: int = 24,
+    noise: bool = True,
+) -> Scenario:
+    """An FSDP training step over `layers` layers: forward prefetches layer i+1's parameters (all_gather)
+    under layer i's computation, which needs layer i's; backward gathers again and reduce-scatters each
+    layer's gradients under the next layer's backward. The last reduce_scatter is exposed."""
+    comm = Comm(name="fsdp", hash=0xF5D9_0001, ranks=tuple(range(nranks)), channels=channels)
+    if layers < 2:
+        raise ValueError("fsdp_like needs at least 2 layers")
+    ag, rs = Call("allgather", shard_bytes), Call("reducescatter", shard_bytes)
+    groups: list[Group] = []
+    for _ in range(steps):
+        groups.append(Group(comm="fsdp", calls=(ag,), load=load))  # layer 0's parameters
+        for _layer in range(layers - 1):  # gather layer+1 under layer's forward, which waits for its own
+            groups.append(Group(comm="fsdp", calls=(ag,), load=load, compute_us=forward_us, wait="prev"))
+        # backward from the last layer: its forward and backward wait for its parameters, then each
+        # layer's gradients are reduce-scattered under the next (lower) layer's backward
+        last = forward_us + backward_us
+        groups.append(Group(comm="fsdp", calls=(ag,), load=load, compute_us=last, wait="prev"))
+        for _layer in range(layers - 1):
+            groups.append(Group(comm="fsdp", calls=(rs,), load=load, compute_us=backward_us))
+        groups.append(Group(comm="fsdp", calls=(rs,), load=load, wait="self", step_end=True))
+    return Scenario(comms=[comm], groups=groups, seed=seed, noise=noise, lead=2)
