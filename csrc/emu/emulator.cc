@@ -1117,7 +1117,8 @@ void usage() {
   std::fprintf(stderr,
                "usage: autoccl-emu --scenario FILE --ranks R[,R..] [--plugin LIB | --no-plugin] [--model JSON]\n"
                "                   [--truth OUT.jsonl] [--tuner-version auto|5|6] [--profiler-version auto|5|6]\n"
-               "                   [--no-tuner] [--no-profiler] [--launch-clock] [--lead-file PATH] [--verbose]\n"
+               "                   [--no-tuner] [--no-profiler] [--launch-clock [--kernel-lag-us US]] [--lead-file PATH]\n"
+               "                   [--verbose]\n"
                "       --lead-file: the scenario's lead also bounds ranks played by the other processes given\n"
                "                    the same PATH (one process per rank)\n"
                "       autoccl-emu --eval [--model JSON]   (stdin: coll nranks bytes algo proto channels chunk load)\n");
@@ -1186,6 +1187,16 @@ int mainImpl(int argc, char** argv) {
     else if (a == "--no-tuner") opt.noTuner = true;
     else if (a == "--no-profiler") opt.noProfiler = true;
     else if (a == "--launch-clock") emu::fakeCudaEnable();
+    else if (a == "--kernel-lag-us") {
+      const std::string v = next();
+      char* end = nullptr;
+      const unsigned long long us = std::strtoull(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || us > 60000000ULL) {
+        emuError("--kernel-lag-us takes microseconds in [0, 60000000], not '" + v + "'");
+        return 2;
+      }
+      emu::fakeSetKernelLag(us);
+    }
     else if (a == "--verbose") gVerbose = true;
     else if (a == "--eval") eval = true;
     else {

@@ -1,6 +1,7 @@
 #include "fake_cuda.h"
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <memory>
@@ -17,6 +18,11 @@ constexpr int kNotReady = 600;       // CUDA_ERROR_NOT_READY
 constexpr size_t kKeptKernels = 1 << 16;  // resolved kernel times a stream keeps (events refer to recent ones)
 
 std::atomic<bool> gEnabled{false};
+std::atomic<uint64_t> gLagNs{0};  // fakeSetKernelLag
+uint64_t wallNs() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
 std::mutex gMu;  // every stream and event
 thread_local void* tCurrent = nullptr;
 }  // namespace
@@ -43,7 +49,11 @@ struct FakeStream {
   uint64_t next = 0;       // index of the next kernel launched
   uint64_t current = 0;    // kernel being launched
   bool after = false;      // its launch call has returned
-  std::map<uint64_t, std::pair<uint64_t, uint64_t>> times;  // kernel -> (stream reached it, it ended)
+  struct Ran {
+    uint64_t reached = 0, ended = 0;  // simulated: the stream reached the kernel, the kernel ended
+    uint64_t readyWallNs = 0;         // when its events complete (host clock; fakeSetKernelLag)
+  };
+  std::map<uint64_t, Ran> times;  // kernel -> its times
 };
 
 struct FakeEvent {
@@ -53,6 +63,7 @@ struct FakeEvent {
 };
 
 void fakeCudaEnable() { gEnabled.store(true); }
+void fakeSetKernelLag(uint64_t us) { gLagNs.store(us * 1000); }
 bool fakeCudaEnabled() { return gEnabled.load(); }
 
 FakeStream* fakeStreamNew(void* ctx) {
@@ -82,7 +93,7 @@ void fakeStreamLaunched(FakeStream* s) {
 
 void fakeStreamResolve(FakeStream* s, uint64_t kernel, uint64_t streamStartNs, uint64_t stopNs) {
   std::lock_guard<std::mutex> lk(gMu);
-  s->times[kernel] = {streamStartNs, stopNs};
+  s->times[kernel] = {streamStartNs, stopNs, wallNs() + gLagNs.load()};
   while (s->times.size() > kKeptKernels) s->times.erase(s->times.begin());
 }
 
@@ -93,8 +104,8 @@ namespace {
 bool timeOf(const FakeEvent* e, uint64_t* ns) {
   if (!e || !e->stream) return false;
   auto it = e->stream->times.find(e->kernel);
-  if (it == e->stream->times.end()) return false;
-  *ns = e->after ? it->second.second : it->second.first;
+  if (it == e->stream->times.end() || wallNs() < it->second.readyWallNs) return false;
+  *ns = e->after ? it->second.ended : it->second.reached;
   return true;
 }
 int elapsed(float* ms, void* a, void* b) {

@@ -15,6 +15,9 @@ struct FakeStream;
 
 void fakeCudaEnable();
 bool fakeCudaEnabled();
+// A GPU running behind its host: a kernel's events complete only this long (host time) after the emulator
+// ran it (`--kernel-lag-us`; 0 by default: at once).
+void fakeSetKernelLag(uint64_t us);
 // A stream of a rank whose device (CUDA context) is `ctx`.
 FakeStream* fakeStreamNew(void* ctx);
 void fakeStreamCapturing(FakeStream* s, bool capturing);

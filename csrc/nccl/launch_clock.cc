@@ -202,14 +202,38 @@ void LaunchClock::attach(Launch* l, void* collHandle) {
   if (l && collHandle) l->colls.push_back(collHandle);
 }
 
+std::atomic<LaunchClock*> LaunchClock::used_{nullptr};
+
 void LaunchClock::seal(Launch* l) {
   if (!l) return;
   {
     std::lock_guard<std::mutex> lk(mu_);
     queue_.push_back(l);
-    if (!poller_.joinable() && !stop_) poller_ = std::thread([this] { pollLoop(); });
+    if (!poller_.joinable() && !stop_) {
+      poller_ = std::thread([this] { pollLoop(); });
+      used_.store(this, std::memory_order_release);
+    }
   }
   cv_.notify_one();
+}
+
+void LaunchClock::settleIfUsed(const engine::Context* ctx, std::chrono::milliseconds bound) {
+  LaunchClock* c = used_.load(std::memory_order_acquire);
+  if (!c || !ctx) return;
+  const auto until = std::chrono::steady_clock::now() + bound;
+  std::unique_lock<std::mutex> lk(c->mu_);
+  auto queued = [&] {
+    for (const Launch* l : c->queue_)
+      if (l->ctx.get() == ctx) return true;
+    return false;
+  };
+  // The reader pops a launch only after delivering it: none of ctx's left in the queue means all delivered.
+  while (!c->stop_ && queued() && std::chrono::steady_clock::now() < until) {
+    lk.unlock();
+    c->cv_.notify_one();
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    lk.lock();
+  }
 }
 
 size_t LaunchClock::pending() {

@@ -22,6 +22,8 @@
 // they are missing the clock is unavailable and the shim falls back to KernelCh timing.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -57,6 +59,13 @@ class LaunchClock {
   // Launches sealed but not yet delivered (tests, diagnostics).
   size_t pending();
 
+  // Before a communicator's context is finalized: waits, at most `bound`, until no sealed launch of `ctx` is
+  // left to read, so that the times of calls that completed reach it. A short job once ended before the
+  // reading thread first ran (CI under load) and its observe-mode table had no times. Only a launch whose
+  // kernel never completes (an aborted communicator) makes it wait the whole bound. No-op in a process
+  // where no launch was ever sealed.
+  static void settleIfUsed(const engine::Context* ctx, std::chrono::milliseconds bound = std::chrono::seconds(1));
+
   // Handles the shim gives NCCL for a launch (KernelLaunch) and for the Group event that follows it.
   static void* launchHandle(Launch* l);
   static void* groupHandle(Launch* l);
@@ -85,6 +94,7 @@ class LaunchClock {
   std::vector<Launch*> freeLaunches_;
   std::thread poller_;
   bool stop_ = false;
+  static std::atomic<LaunchClock*> used_;  // set at the first seal
 };
 
 }  // namespace autoccl::shim

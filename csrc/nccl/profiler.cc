@@ -146,6 +146,7 @@ ncclabi::Result finalize(void* context) {
   if (!p) return ncclabi::kSuccess;
   try {
     if (p->clock) sealOpen(p);
+    LaunchClock::settleIfUsed(p->ctx.get());
     if (p->ctx) p->ctx->finalizeProfiler();
   } catch (...) {
   }

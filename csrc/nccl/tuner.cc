@@ -5,6 +5,7 @@
 
 #include "nccl/abi/tuner_v5.h"
 #include "nccl/abi/tuner_v6.h"
+#include "nccl/launch_clock.h"
 #include "nccl/plugin.h"
 
 namespace autoccl::shim {
@@ -100,6 +101,7 @@ ncclabi::Result finalize(void* context) {
   auto* t = static_cast<TunerCtx*>(context);
   if (!t) return ncclabi::kSuccess;
   try {
+    LaunchClock::settleIfUsed(t->ctx.get());  // the times of completed calls, before the table is written
     if (t->ctx) t->ctx->finalizeTuner();
   } catch (...) {
   }

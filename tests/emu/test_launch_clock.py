@@ -65,6 +65,24 @@ def test_launch_clock_observe_times_the_budget_only(plugin: Path, tmp_path: Path
     assert len(tables) == 1 and "nccl_us=" in tables[0].read_text()
 
 
+def test_launch_clock_times_reach_a_job_that_ends_first(plugin: Path, tmp_path: Path) -> None:
+    """A job whose host ends before its GPU has finished (kernels complete 50 ms after the emulator ran them;
+    the run takes a few): the communicators' finalize waits for the launches already read out to reach them,
+    so observe mode still has its samples and its table its times. Without that wait none arrived (a short
+    job under CI load lost them all: the reading thread had not run yet)."""
+    comms = [Comm("dp", 0x0B5F, (0, 1))]
+    groups = [Group("dp", (Call("allreduce", 8 << 20),), repeat=20)]
+    env = {"AUTOCCL_MODE": "observe", "AUTOCCL_HW": "GPU Xx2", "AUTOCCL_CACHE_DIR": str(tmp_path / "cache")}
+    lag = [*LAUNCH_CLOCK, "--kernel-lag-us", "50000"]
+    res = run(Scenario(comms, groups, seed=3), plugin=plugin, env=env, timeout=120, extra_args=lag)
+    assert_clean(res)
+    per_task = Counter((x["rank"], x["coll"]) for x in res.trace if x.get("ev") == "time")
+    assert set(per_task) == {(0, "allreduce"), (1, "allreduce")}, per_task
+    assert all(16 <= n <= 16 + 1 for n in per_task.values()), per_task  # the budget, +1 for the next call
+    tables = list((tmp_path / "cache" / "tables").glob("*.table"))
+    assert len(tables) == 1 and "nccl_us=" in tables[0].read_text()
+
+
 @pytest.mark.sanitize
 def test_launch_clock_leaves_captured_launches_untimed(plugin: Path) -> None:
     """A group captured into a CUDA graph is decided at capture and never timed (its events would time
