@@ -964,7 +964,8 @@ class RankRunner {
       uint64_t k2 = mix64(key ^ (static_cast<uint64_t>(inst.rep + 1) << 40));
       double us = mean * (sc.noise ? sh_.model->noiseFactor(k2) : 1.0);
       uint64_t dur = std::max<uint64_t>(1000, static_cast<uint64_t>(us * 1000.0));
-      uint64_t start = cs.gpuNs + sc.gapNs;
+      // like a launched kernel, a replayed one waits for its input (the computation enqueued before it)
+      uint64_t start = std::max(cs.gpuNs, cs.baseNs + static_cast<uint64_t>(computeNs_)) + sc.gapNs;
       cs.gpuNs = start + dur;
       char buf[256];
       std::snprintf(buf, sizeof(buf),
