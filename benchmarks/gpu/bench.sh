@@ -18,6 +18,10 @@
 #   coll      `autoccl bench coll` AG/RS/AR 4 MiB-1 GiB beside no, light and heavy GEMM load: plain NCCL, online,
 #             static-best (one knob at a time) and the oracle (every configuration fixed mode can force, best per
 #             cell); COLL_SIZES, COLL_LOADS, ORACLE_CHANNELS narrow it (the whole matrix takes ~40 min on 4 GPUs)
+#   contention  the contention law the emulator computes with (docs/emulator.md): `autoccl bench coll`'s oracle
+#             (ring, LL/LL128/Simple at 8, 16, 32 and 64 channels) at AG/RS/AR 16 MiB-256 MiB beside no, light and
+#             heavy GEMM load, then `python -m autoccl.emu.calibrate` refits the model from it (needs scipy:
+#             the `calibrate` extra) into $OUT/contention/perfmodel.json; CONT_SIZES narrows it
 #   check     `autoccl bench coll --check`: every collective's result against a reference, plain and online
 #   train     `autoccl bench train` (TRAIN_PRESET, default 350m; FSDP2 and DDP; plain NCCL then online) repeated
 #             TRAIN_ITERS iterations a launch (default 400: in 100 the search and the step guard's rounds ran
@@ -94,10 +98,14 @@ PY
     design) args=(-m plain -m "$IDLE64" -m online --trace) ;;
     plain64) args=(-m plain -m "plain64:plain NCCL_MIN_CTAS=64 NCCL_MAX_CTAS=64") ;;
     custom) eval "args=(${BENCH_ARGS:-})" ;;
-    coll|check)
+    coll|check|contention)
       left=$((BUDGET_S - (SECONDS - T0)))
       if [ "$left" -lt 60 ]; then echo "plan $plan skipped: ${left} s left"; continue; fi
-      if [ "$plan" = coll ]; then
+      if [ "$plan" = contention ]; then
+        cargs=(--colls ag,rs,ar --sizes "${CONT_SIZES:-16M:256M:x4}" --dtype bf16 --load none,light,heavy
+               -w 5 -n 20 -r 3 --modes nccl,oracle --sweep-iters 10 --sweep-reps 3 --oracle-algos ring
+               --oracle-channels 8,16,32,64)
+      elif [ "$plan" = coll ]; then
         cargs=(--colls ag,rs,ar --sizes "${COLL_SIZES:-4M:1G:x4}" --dtype bf16 --load "${COLL_LOADS:-none,light,heavy}"
                -w 5 -n 20 -r 5 --modes nccl,online,static-best,oracle --online-warmup 200 --sweep-iters 10
                --sweep-reps 3 --oracle-channels "${ORACLE_CHANNELS:-auto,16,32,64}")
@@ -106,6 +114,11 @@ PY
       fi
       mkdir -p "$OUT/$plan"
       timeout "$left" python3 -m autoccl bench coll "${cargs[@]}" --no-progress -o "$OUT/$plan/$plan" 2>&1 | tail -40
+      if [ "$plan" = contention ]; then
+        python3 -m autoccl.emu.calibrate "$OUT/$plan/$plan.json" --start python/autoccl/data/perfmodel_h200x4.json \
+          --hardware "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)x$(nvidia-smi -L | wc -l)" \
+          -o "$OUT/$plan/perfmodel.json" 2>&1 | tail -20 || echo "calibration failed (scipy missing?)"
+      fi
       (cd "$OUT" && tar czf "$plan.tgz" --exclude='*.logs' "$plan" && rm -rf "$plan")
       continue ;;
     train|train-ceiling)

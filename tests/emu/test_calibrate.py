@@ -4,12 +4,14 @@ chunk_probe.md has them, and the chunk terms recovered from ratios a known model
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from autoccl.emu.calibrate import fit_chunk, parse_chunk_probe
+from autoccl.emu.calibrate import fit_chunk, fit_load, load_measurements, main, parse_chunk_probe
 from autoccl.emu.model import PerfModel, default_chunk
 
 SIZES = {"4M": 4 << 20, "16M": 16 << 20, "64M": 64 << 20, "256M": 256 << 20, "1G": 1 << 30}
@@ -76,3 +78,82 @@ def test_chunk_probe_without_nccls_row_or_with_bad_sizes(tmp_path: Path) -> None
     probe.write_text(probe_table(PerfModel(), 2, 1.0).replace("| 16M |", "| 16 MiB |"))
     with pytest.raises(ValueError, match="16 MiB"):
         parse_chunk_probe(probe, 2)
+
+
+def bench_coll_doc(truth: PerfModel, light: float) -> dict[str, Any]:
+    """An `autoccl bench coll` result with an oracle sweep over channels (ring/simple), loads none, light and
+    heavy, whose times and slowdowns `truth` produces (light GEMM = `light` of the heavy one), plus rows the
+    calibration must skip: NCCL's own (configuration unknown) and a failed check."""
+    channels = (8, 16, 32, 64)
+    launches: list[dict[str, Any]] = [{"label": "nccl", "mode": "nccl", "params": {}}]
+    rows: list[dict[str, Any]] = []
+    for i, ch in enumerate(channels):
+        label = f"oracle/{i:03d}"
+        rule = f"ring/simple/{ch}"
+        launches.append({"label": label, "mode": "oracle", "params": {"rules": {"all_gather": rule}}})
+        for nbytes in (16 << 20, 256 << 20):
+            alone = truth.mean_us("allgather", 2, nbytes, "ring", "simple", ch, 0, 0.0)
+            base = {"coll": "all_gather", "bytes": nbytes, "world_size": 2, "mode": "oracle", "launch": label}
+            rows.append({**base, "load": "none", "phase": "sweep", "time_us": alone})
+            for load, level in (("light", light), ("heavy", 1.0)):
+                loaded = truth.mean_us("allgather", 2, nbytes, "ring", "simple", ch, 0, level)
+                slow = truth.gemm_slowdown(ch, level)
+                row = {**base, "load": load, "phase": "sweep", "time_us": alone}
+                rows.append({**row, "comm_slowdown": loaded / alone, "gemm_slowdown": slow})
+    rows.append(
+        {
+            "coll": "all_gather",
+            "bytes": 16 << 20,
+            "mode": "nccl",
+            "launch": "nccl",
+            "load": "heavy",
+            "phase": "measure",
+            "time_us": 1.0,
+            "comm_slowdown": 9.0,
+            "gemm_slowdown": 9.0,
+        }
+    )
+    rows.append(
+        {
+            "coll": "all_gather",
+            "bytes": 1 << 20,
+            "mode": "oracle",
+            "launch": "oracle/000",
+            "load": "none",
+            "phase": "sweep",
+            "time_us": 1.0,
+            "check": "FAIL",
+        }
+    )
+    return {"kind": "coll", "launches": launches, "rows": rows}
+
+
+def test_bench_coll_oracle_rows_calibrate_the_contention_law(tmp_path: Path) -> None:
+    truth = PerfModel()
+    truth.load.update({"comm_slow": 0.6, "comm_slow_per_ch": 0.2, "gemm_base": 0.05, "gemm_per_ch": 0.5})
+    path = tmp_path / "coll.json"
+    path.write_text(json.dumps(bench_coll_doc(truth, light=0.4)))
+    points, loads = load_measurements([path])
+    assert len(points) == 4 * 2 and len(loads) == 4 * 2 * 2  # NCCL's rows and the failed check left out
+    assert {(p.algo, p.proto, p.channels) for p in points} == {("ring", "simple", c) for c in (8, 16, 32, 64)}
+    # the model slows only the bandwidth term, so comm_slowdown is not linear in channels at 16 MiB (latency):
+    # the fit recovers the GEMM's law exactly and the collective's closely
+    fitted = PerfModel()
+    result = fit_load(loads, fitted)
+    assert fitted.load["gemm_per_ch"] == pytest.approx(0.5, rel=0.02)
+    assert fitted.load["gemm_base"] == pytest.approx(0.05, abs=0.005)
+    assert result["light_level"] == pytest.approx(0.4, rel=0.05)
+    assert result["gemm_mape_pct"] < 1.0
+    assert result["comm_mape_pct"] < 5.0 and fitted.load["comm_slow"] == pytest.approx(0.6, rel=0.1)
+
+
+def test_calibrate_refuses_json_that_is_not_a_coll_result(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "train.json"
+    bad.write_text(json.dumps({"kind": "train", "rows": []}))
+    assert main([str(bad), "-o", str(tmp_path / "m.json")]) == 2
+    assert "not an `autoccl bench coll` result" in capsys.readouterr().err
+    bad.write_text("{not json")
+    assert main([str(bad), "-o", str(tmp_path / "m.json")]) == 2
+    assert "not JSON" in capsys.readouterr().err

@@ -10,6 +10,10 @@ Accepted inputs (detected per file):
   effect of a light/heavy GEMM on the collective and of the collective's channels on the GEMM;
 - oracle sweeps, JSONL lines
   {"coll","bytes","algo","proto","channels","nranks","busbw_gbs","time_us"[,"chunk"]};
+- `autoccl bench coll` results (.json, kind "coll") with the oracle mode: each sweep launch forces one
+  (algo, proto, channels) rule per collective, so its rows at load "none" are times of known configurations,
+  and its rows under `--load light|heavy` give the collective's and the GEMM's slowdowns per channel count
+  (`comm_slowdown`, `gemm_slowdown`); the other modes' rows have no known configuration and are skipped;
 - chunk probes, markdown tables as in benchmarks/results/h200x2/nccl-2.30-chunk-size (chunk_probe.md: per
   collective, rows `<algo>_<proto>_<channels>_chunk<bytes>` of busbw per size, chunk 0 = NCCL's own), measured
   on --probe-nranks GPUs.
@@ -316,6 +320,50 @@ def fit_chunk(ratios: list[ChunkRatio], model: PerfModel) -> dict[str, dict[str,
     return out
 
 
+def _rule(text: str) -> tuple[str, str, int] | None:
+    """An oracle rule `algo/proto[/channels]` (no channels: NCCL's count, DEFAULT_CHANNELS here)."""
+    parts = text.strip().lower().split("/")
+    if len(parts) not in (2, 3) or not all(parts):
+        return None
+    if len(parts) == 3 and not parts[2].isdigit():
+        return None
+    return parts[0], parts[1], int(parts[2]) if len(parts) == 3 else DEFAULT_CHANNELS
+
+
+def parse_bench_coll(path: Path, doc: dict[str, Any]) -> tuple[list[Point], list[LoadPoint]]:
+    """Points and load points of an `autoccl bench coll` result: its oracle sweep rows (module doc)."""
+    rules: dict[str, dict[str, str]] = {}
+    for launch in doc.get("launches") or []:
+        if isinstance(launch, dict) and launch.get("mode") == "oracle":
+            rules[str(launch.get("label"))] = dict((launch.get("params") or {}).get("rules") or {})
+    points: list[Point] = []
+    loads: list[LoadPoint] = []
+    for r in doc.get("rows") or []:
+        if (
+            not isinstance(r, dict)
+            or r.get("mode") != "oracle"
+            or r.get("phase") != "sweep"
+            or r.get("skipped")
+        ):
+            continue
+        coll = COLL_ALIASES.get(str(r.get("coll")))
+        rule = rules.get(str(r.get("launch")), {}).get(str(r.get("coll")))
+        config = _rule(rule) if rule else None
+        if coll is None or config is None or r.get("check") == "FAIL":
+            continue
+        algo, proto, channels = config
+        load = str(r.get("load", "none"))
+        t = float(r.get("time_us") or 0)
+        if load == "none" and t > 0:
+            n = int(r.get("world_size", 0)) or 4
+            points.append(Point(coll, n, int(r["bytes"]), algo, proto, channels, t, path.name))
+        elif load in ("light", "heavy") and r.get("comm_slowdown") and r.get("gemm_slowdown"):
+            comm, gemm = float(r["comm_slowdown"]), float(r["gemm_slowdown"])
+            if comm > 0 and gemm > 0 and math.isfinite(comm) and math.isfinite(gemm):
+                loads.append(LoadPoint(coll, channels, load, comm, gemm, path.name))
+    return points, loads
+
+
 def load_measurements(paths: Sequence[Path]) -> tuple[list[Point], list[LoadPoint]]:
     points: list[Point] = []
     loads: list[LoadPoint] = []
@@ -324,6 +372,16 @@ def load_measurements(paths: Sequence[Path]) -> tuple[list[Point], list[LoadPoin
             continue  # chunk probes: load_chunk_probes
         if p.suffix == ".jsonl":
             a, b = parse_jsonl(p)
+            points += a
+            loads += b
+        elif p.suffix == ".json":
+            try:
+                doc = json.loads(p.read_text())
+            except json.JSONDecodeError as e:
+                raise CalibrationError(f"{p}: not JSON ({e})") from None
+            if not isinstance(doc, dict) or doc.get("kind") != "coll":
+                raise CalibrationError(f"{p}: not an `autoccl bench coll` result (kind 'coll')")
+            a, b = parse_bench_coll(p, doc)
             points += a
             loads += b
         else:
@@ -436,7 +494,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--probe-nranks", type=int, default=2, help="GPUs the chunk probes (.md) were measured on"
     )
     args = ap.parse_args(argv)
-    points, loads = load_measurements(args.measurements)
+    try:
+        points, loads = load_measurements(args.measurements)
+    except CalibrationError as e:
+        print(e, file=sys.stderr)
+        return 2
     try:
         ratios = [
             r for p in args.measurements if p.suffix == ".md" for r in parse_chunk_probe(p, args.probe_nranks)
