@@ -60,9 +60,9 @@ HW = "NVIDIA H200x4"
 # Its coordinator connect and decision deadlines are wall-clock: the runs get the cores to themselves.
 pytestmark = pytest.mark.serial
 # Runs at a time. A run mostly waits (skewed hosts, deadlines, killed ranks): 2 kept 2 cores a third busy.
-# On 2 cores, 32 runs took 63 s with 2 and 34-43 s with 4 (the full 120 twice 160 s with 4, no failure),
-# but 4 has not yet been through a whole CI run.
-WORKERS = 2
+# On 2 cores the full 120 runs took 201 s with 2 (a CI run's serial part) and 117 s with 4 (twice, no
+# failure; 89 s with 6, left for a machine with more cores).
+WORKERS = 4
 KIB = 1 << 10
 MIB = 1 << 20
 FIXED_RULES = [
