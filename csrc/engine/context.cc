@@ -300,13 +300,7 @@ bool Context::attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& l
     log(rt_.firstTime(err) ? LogLevel::Warn : LogLevel::Info, err + "; behaving as no tuner");
     return false;
   }
-  if (mode == Mode::Online && rank_ >= 0) {
-    // Announce this rank to the coordinator (TCP): the process serving it keeps serving at exit until
-    // every rank of the communicator has connected at least once, even one whose process starts after
-    // the server's process has finished its own work (no-op on the in-process board).
-    std::string berr;
-    if (auto board = rt_.coordination()->board(false, log_, &berr)) board->attach(commHash_, rank_, nRanks);
-  }
+  if (mode == Mode::Online && rank_ >= 0) rt_.coordination()->announceRank(commHash_, rank_, nRanks, log_);
   measureBudget_ = mode == Mode::Online ? 0 : rt_.settings().measureCalls;
   if (!profilerAttached_.load()) {
     log(LogLevel::Info, "profiler not loaded (rank unknown, no GPU timing); decisions still apply. "

@@ -1359,15 +1359,33 @@ std::shared_ptr<RankMerge> Coordination::rankMerge(uint64_t comm, int nRanks) {
   return m;
 }
 
+void Coordination::announceRank(uint64_t comm, int rank, int nRanks, const LogFn& log) {
+  if (rank < 0 || nRanks <= 0 || rank >= nRanks) return;
+  std::string err;
+  auto b = board(false, log, &err);
+  if (!b) return;
+  b->attach(comm, rank, nRanks);
+  std::lock_guard<std::mutex> lk(mu_);
+  announced_[{comm, rank}] = nRanks;
+}
+
 void Coordination::lingerAtExit() {
   coord::TcpServer* srv = nullptr;
   std::shared_ptr<coord::Board> board;
+  std::map<std::pair<uint64_t, int>, int> announced;
   {
     std::lock_guard<std::mutex> lk(mu_);
     srv = server_.get();
     board = board_;
+    announced = announced_;
   }
   if (!srv) return;
+  // This process's own ranks, told to its server directly: a process done before its client connected never
+  // sent their ATTACH, and the server then knew of no other rank to wait for (a rank 0 whose tasks NCCL's
+  // model decides at once left before rank 1's process had connected, on a loaded machine).
+  if (tcp_)
+    for (const auto& [cr, n] : announced)
+      srv->attachLocal(cr.first, static_cast<uint32_t>(cr.second), static_cast<uint32_t>(n));
   int ms = envInt("AUTOCCL_COORD_LINGER_MS", 5000, 0, 600000);
   auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
   // Ranks announced but never attached are waited for too: another process may not have connected yet

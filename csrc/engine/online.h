@@ -184,6 +184,10 @@ class Coordination {
 
   // The process's in-process board (the same as board() without TCP; its own one with TCP).
   std::shared_ptr<coord::Board> localBoard();
+  // Announces a rank of this process to the TCP coordinator (ATTACH; no-op on the in-process board), so
+  // that the process serving it keeps serving at exit until every rank of the communicator has connected at
+  // least once, even one whose process starts after the server's process has finished its own work.
+  void announceRank(uint64_t comm, int rank, int nRanks, const LogFn& log);
   // Ranks of a communicator attached in this process (every online context registers its rank).
   void addLocalRank(uint64_t comm, int rank);
   int localRanks(uint64_t comm);
@@ -215,6 +219,7 @@ class Coordination {
   std::shared_ptr<coord::Board> localBoard_;  // with TCP: for communicators entirely in this process
   std::unique_ptr<coord::TcpServer> server_;
   bool triedServer_ = false;
+  std::map<std::pair<uint64_t, int>, int> announced_;  // (comm, rank) -> nRanks, this process's (announceRank)
 
   std::mutex regMu_;
   std::condition_variable regCv_;

@@ -568,6 +568,14 @@ size_t TcpServer::missingRanks() const {
   return n;
 }
 
+void TcpServer::attachLocal(uint64_t comm, uint32_t rank, uint32_t nRanks) {
+  if (nRanks == 0 || rank >= nRanks) return;
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  auto& g = impl_->members[comm];
+  g.nRanks = std::max(g.nRanks, nRanks);
+  g.attached.insert(rank);
+}
+
 // =============================================================================================
 // Client board
 namespace {

@@ -609,6 +609,21 @@ TEST(coord, tcp_attach) {
   EXPECT_TRUE(waitFor([&] { return server->connectedPeers() == 1 && server->missingRanks() == 1; }));
   own.reset();
   server->stop();
+
+  // The server's process done before its client connected: no ATTACH went out, so the engine tells its
+  // server its own ranks directly, and the server then knows whom it still waits for.
+  server = std::make_unique<TcpServer>(baseOpts(0));
+  ASSERT_TRUE(server->start(&err));
+  EXPECT_TRUE(server->missingRanks() == 0);
+  server->attachLocal(7, 0, 2);
+  server->attachLocal(7, 2, 2);  // outside the communicator: ignored
+  server->attachLocal(7, 0, 0);  // no communicator: ignored
+  EXPECT_TRUE(server->missingRanks() == 1 && server->connectedPeers() == 0);
+  auto other = makeTcpBoard(baseOpts(server->port()));
+  other->attach(7, 1, 2);
+  EXPECT_TRUE(waitFor([&] { return server->missingRanks() == 0; }));
+  other.reset();
+  server->stop();
 }
 
 // ---- unserve waits for a decision in progress ------------------------------------------------------

@@ -184,6 +184,9 @@ class TcpServer {
   // client has attached yet, e.g. a process that has not connected so far. The engine lingers on
   // them at exit as well: the server's process may finish before another process even started.
   size_t missingRanks() const;
+  // A rank of this server's own process, as its ATTACH would say: the process may be done before its client
+  // has connected at all (then no ATTACH went out, and the server knew of no rank to wait for).
+  void attachLocal(uint64_t comm, uint32_t rank, uint32_t nRanks);
 
  private:
   struct Impl;
