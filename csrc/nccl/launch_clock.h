@@ -61,9 +61,9 @@ class LaunchClock {
 
   // Before a communicator's context is finalized: waits, at most `bound`, until no sealed launch of `ctx` is
   // left to read, so that the times of calls that completed reach it. A short job once ended before the
-  // reading thread first ran (CI under load) and its observe-mode table had no times. Only a launch whose
-  // kernel never completes (an aborted communicator) makes it wait the whole bound. No-op in a process
-  // where no launch was ever sealed.
+  // reading thread first ran (CI under load) and its observe-mode table had no times. A launch whose kernel
+  // never completes (a hung, aborted communicator), of any communicator since launches are read in order,
+  // makes it wait the whole bound. No-op in a process where no launch was ever sealed.
   static void settleIfUsed(const engine::Context* ctx, std::chrono::milliseconds bound = std::chrono::seconds(1));
 
   // Handles the shim gives NCCL for a launch (KernelLaunch) and for the Group event that follows it.

@@ -242,9 +242,11 @@ def fsdp_like(
     channels: int = 24,
     noise: bool = True,
 ) -> Scenario:
-    """An FSDP training step over `layers` layers: forward prefetches layer i+1's parameters (all_gather)
-    under layer i's computation, which needs layer i's; backward gathers again and reduce-scatters each
-    layer's gradients under the next layer's backward. The last reduce_scatter is exposed."""
+    """An FSDP training step over `layers` layers: forward gathers each layer's parameters (all_gather) one
+    layer ahead, under the previous layer's computation, which waits for its own; the last layer's forward
+    and backward run under one more all_gather (the layer below's parameters, gathered again for backward;
+    the other layers' backward gathers are left out); each layer's gradients are reduce-scattered under the
+    next lower layer's backward, and the last reduce_scatter is exposed."""
     comm = Comm(name="fsdp", hash=0xF5D9_0001, ranks=tuple(range(nranks)), channels=channels)
     if layers < 2:
         raise ValueError("fsdp_like needs at least 2 layers")
