@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from autoccl.bench.modes import rule_channels
 from autoccl.emu.model import PATHS, PerfModel, default_chunk
 
 
@@ -322,12 +323,12 @@ def fit_chunk(ratios: list[ChunkRatio], model: PerfModel) -> dict[str, dict[str,
 
 def _rule(text: str) -> tuple[str, str, int] | None:
     """An oracle rule `algo/proto[/channels]` (no channels: NCCL's count, DEFAULT_CHANNELS here)."""
-    parts = text.strip().lower().split("/")
-    if len(parts) not in (2, 3) or not all(parts):
+    rule = text.strip().lower()
+    parts = rule.split("/")
+    channels = rule_channels(rule)
+    if len(parts) not in (2, 3) or not all(parts) or (len(parts) == 3 and channels is None):
         return None
-    if len(parts) == 3 and not parts[2].isdigit():
-        return None
-    return parts[0], parts[1], int(parts[2]) if len(parts) == 3 else DEFAULT_CHANNELS
+    return parts[0], parts[1], DEFAULT_CHANNELS if channels is None else channels
 
 
 def parse_bench_coll(path: Path, doc: dict[str, Any]) -> tuple[list[Point], list[LoadPoint]]:
