@@ -38,7 +38,6 @@ from typing import Any
 
 import numpy as np
 
-from autoccl.bench.modes import rule_channels
 from autoccl.emu.model import PATHS, PerfModel, default_chunk
 
 
@@ -323,12 +322,12 @@ def fit_chunk(ratios: list[ChunkRatio], model: PerfModel) -> dict[str, dict[str,
 
 def _rule(text: str) -> tuple[str, str, int] | None:
     """An oracle rule `algo/proto[/channels]` (no channels: NCCL's count, DEFAULT_CHANNELS here)."""
-    rule = text.strip().lower()
-    parts = rule.split("/")
-    channels = rule_channels(rule)
-    if len(parts) not in (2, 3) or not all(parts) or (len(parts) == 3 and channels is None):
+    parts = text.strip().lower().split("/")
+    if len(parts) not in (2, 3) or not all(parts):
         return None
-    return parts[0], parts[1], DEFAULT_CHANNELS if channels is None else channels
+    if len(parts) == 3 and not parts[2].isdigit():
+        return None
+    return parts[0], parts[1], int(parts[2]) if len(parts) == 3 else DEFAULT_CHANNELS
 
 
 def parse_bench_coll(path: Path, doc: dict[str, Any]) -> tuple[list[Point], list[LoadPoint]]:
