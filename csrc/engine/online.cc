@@ -1383,9 +1383,8 @@ void Coordination::lingerAtExit() {
   // This process's own ranks, told to its server directly: a process done before its client connected never
   // sent their ATTACH, and the server then knew of no other rank to wait for (a rank 0 whose tasks NCCL's
   // model decides at once left before rank 1's process had connected, on a loaded machine).
-  if (tcp_)
-    for (const auto& [cr, n] : announced)
-      srv->attachLocal(cr.first, static_cast<uint32_t>(cr.second), static_cast<uint32_t>(n));
+  for (const auto& [cr, n] : announced)
+    srv->attachLocal(cr.first, static_cast<uint32_t>(cr.second), static_cast<uint32_t>(n));
   int ms = envInt("AUTOCCL_COORD_LINGER_MS", 5000, 0, 600000);
   auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
   // Ranks announced but never attached are waited for too: another process may not have connected yet

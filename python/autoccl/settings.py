@@ -166,29 +166,51 @@ def _rule_problem(rule: str, max_channels: int) -> str | None:
         for c in colls.split(","):
             if _norm(c) not in COLLS:
                 return f"unknown collective {c.strip()!r}"
-    parts = rhs.split("/")
+    try:
+        parse_choice(rhs, max_channels)
+    except SettingError as e:
+        return str(e)
+    return None
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What a fixed-mode rule forces: its right-hand side, `algo/proto[/channels][/chunk=size]`."""
+
+    algo: str  # as ALGOS names it
+    proto: str  # as PROTOS names it
+    channels: int | None  # None: NCCL's count
+    chunk: int | None  # bytes; None: NCCL's
+
+
+def parse_choice(text: str, max_channels: int = 64) -> Choice:
+    """A fixed-mode rule's right-hand side (the library's parseRule), e.g. an oracle rule `ring/ll/16`;
+    raises SettingError saying why it is not one."""
+    parts = text.split("/")
     if not 2 <= len(parts) <= 4:
-        return "expected algo/proto[/channels][/chunk=size]"
-    if _norm(parts[0]) not in ALGOS:
-        return f"unknown algorithm {parts[0].strip()!r}"
-    if _norm(parts[1]) not in PROTOS:
-        return f"unknown protocol {parts[1].strip()!r}"
-    have_chunk = False
+        raise SettingError("expected algo/proto[/channels][/chunk=size]")
+    algo, proto = _norm(parts[0]), _norm(parts[1])
+    if algo not in ALGOS:
+        raise SettingError(f"unknown algorithm {parts[0].strip()!r}")
+    if proto not in PROTOS:
+        raise SettingError(f"unknown protocol {parts[1].strip()!r}")
+    channels: int | None = None
+    chunk: int | None = None
     for i, part in enumerate(parts[2:], start=2):
         p = part.strip()
         if p.startswith("chunk="):
-            if have_chunk:
-                return "chunk given twice"
+            if chunk is not None:
+                raise SettingError("chunk given twice")
             chunk = parse_size(p[6:])
             if chunk is None or not MIN_CHUNK <= chunk <= MAX_CHUNK:
-                return "chunk must be a size in [4K, 16M]"
-            have_chunk = True
+                raise SettingError("chunk must be a size in [4K, 16M]")
         else:
             if i != 2:
-                return "channels must come before chunk="
+                raise SettingError("channels must come before chunk=")
             if not re.fullmatch(r"[0-9]{1,20}", p) or not 1 <= int(p) <= max_channels:
-                return f"channels must be an integer in [1, {max_channels}]"
-    return None
+                raise SettingError(f"channels must be an integer in [1, {max_channels}]")
+            channels = int(p)
+    return Choice(algo, proto, channels, chunk)
 
 
 def _fixed(v: str, env: Mapping[str, str]) -> str | None:

@@ -113,6 +113,7 @@ def test_channel_ceiling_envs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     capped = M.online_env("t", "c", 64, 24)
     assert capped["NCCL_MIN_CTAS"] == "64" and capped["AUTOCCL_NCCL_CHANNELS"] == "24"
     assert M.rule_channels("ring/ll/16") == 16 and M.rule_channels("tree/simple") is None
+    assert M.rule_channels("ring/ll/16/chunk=64K") == 16 and M.rule_channels("ring/ll/x") is None
     forced = M.oracle_env({"all_reduce": "tree/ll/64", "all_gather": "ring/simple/32"})
     assert forced["NCCL_MIN_CTAS"] == forced["NCCL_MAX_CTAS"] == "64"
     auto = M.oracle_env({"all_reduce": "ring/ll128"})

@@ -79,6 +79,18 @@ def test_fixed_rules_grammar(rule: str, ok: bool) -> None:
     assert (settings.fixed_rules_problem(rule) is None) == ok
 
 
+def test_parse_choice_reads_a_rules_right_hand_side() -> None:
+    """The one reading of `algo/proto[/channels][/chunk=size]` that fixed-mode checks, the bench's oracle
+    launches and the emulator's calibration share."""
+    assert settings.parse_choice("ring/ll/16") == settings.Choice("ring", "ll", 16, None)
+    assert settings.parse_choice(" NVLS_TREE / Simple ") == settings.Choice("nvlstree", "simple", None, None)
+    assert settings.parse_choice("tree/ll128/4/chunk=128K") == settings.Choice("tree", "ll128", 4, 128 << 10)
+    for bad in ("ring", "ring/bogus", "ring/ll/0", "ring/ll/65", "ring/ll/x", "ring/ll/chunk=64K/8"):
+        with pytest.raises(settings.SettingError):
+            settings.parse_choice(bad)
+    assert settings.parse_choice("ring/ll/32", max_channels=32).channels == 32
+
+
 @pytest.mark.parametrize(
     ("addr", "ok"),
     [("h:1", True), ("[::1]:80", True), ("10.0.0.1:65535", True), ("h:0", False), ("h:65536", False),

@@ -46,6 +46,17 @@ def test_launch_clock_agrees_converges_and_times_only_samples(plugin: Path, proc
     assert len(late) <= 12, late[:5]
 
 
+def _observe(plugin: Path, tmp_path: Path, sc: Scenario, extra_args: list[str]) -> Counter[tuple[int, str]]:
+    """Observe mode under the launch clock: the job runs clean and leaves one table holding NCCL's choice with
+    its measured time; returns the timed calls per (rank, collective)."""
+    env = {"AUTOCCL_MODE": "observe", "AUTOCCL_HW": "GPU Xx2", "AUTOCCL_CACHE_DIR": str(tmp_path / "cache")}
+    res = run(sc, plugin=plugin, env=env, timeout=120, extra_args=extra_args)
+    assert_clean(res)
+    tables = list((tmp_path / "cache" / "tables").glob("*.table"))
+    assert len(tables) == 1 and "nccl_us=" in tables[0].read_text()
+    return Counter((x["rank"], x["coll"]) for x in res.trace if x.get("ev") == "time")
+
+
 def test_launch_clock_observe_times_the_budget_only(plugin: Path, tmp_path: Path) -> None:
     """Observe mode times each task's first AUTOCCL_MEASURE_CALLS calls and no others, and writes NCCL's
     choice with its measured time into the table."""
@@ -54,15 +65,10 @@ def test_launch_clock_observe_times_the_budget_only(plugin: Path, tmp_path: Path
         Group("dp", (Call("allreduce", 8 << 20),), repeat=60),
         Group("dp", (Call("allgather", 4 << 20),), repeat=60),
     ]
-    env = {"AUTOCCL_MODE": "observe", "AUTOCCL_HW": "GPU Xx2", "AUTOCCL_CACHE_DIR": str(tmp_path / "cache")}
-    res = run(Scenario(comms, groups, seed=3), plugin=plugin, env=env, timeout=120, extra_args=LAUNCH_CLOCK)
-    assert_clean(res)
-    per_task = Counter((x["rank"], x["coll"]) for x in res.trace if x.get("ev") == "time")
+    per_task = _observe(plugin, tmp_path, Scenario(comms, groups, seed=3), LAUNCH_CLOCK)
     assert per_task and all(n <= 16 + 1 for n in per_task.values()), (
         per_task
     )  # the budget, +1 for the next call
-    tables = list((tmp_path / "cache" / "tables").glob("*.table"))
-    assert len(tables) == 1 and "nccl_us=" in tables[0].read_text()
 
 
 def test_launch_clock_times_reach_a_job_that_ends_first(plugin: Path, tmp_path: Path) -> None:
@@ -72,15 +78,10 @@ def test_launch_clock_times_reach_a_job_that_ends_first(plugin: Path, tmp_path: 
     job under CI load lost them all: the reading thread had not run yet)."""
     comms = [Comm("dp", 0x0B5F, (0, 1))]
     groups = [Group("dp", (Call("allreduce", 8 << 20),), repeat=20)]
-    env = {"AUTOCCL_MODE": "observe", "AUTOCCL_HW": "GPU Xx2", "AUTOCCL_CACHE_DIR": str(tmp_path / "cache")}
     lag = [*LAUNCH_CLOCK, "--kernel-lag-us", "50000"]
-    res = run(Scenario(comms, groups, seed=3), plugin=plugin, env=env, timeout=120, extra_args=lag)
-    assert_clean(res)
-    per_task = Counter((x["rank"], x["coll"]) for x in res.trace if x.get("ev") == "time")
+    per_task = _observe(plugin, tmp_path, Scenario(comms, groups, seed=3), lag)
     assert set(per_task) == {(0, "allreduce"), (1, "allreduce")}, per_task
     assert all(16 <= n <= 16 + 1 for n in per_task.values()), per_task  # the budget, +1 for the next call
-    tables = list((tmp_path / "cache" / "tables").glob("*.table"))
-    assert len(tables) == 1 and "nccl_us=" in tables[0].read_text()
 
 
 @pytest.mark.sanitize

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoccl.bench.spec import PLUGIN_COLL, SpecError
+from autoccl.settings import SettingError, parse_choice
 from autoccl.tuner_env import SAFETY_ENV, plain_nccl_env, plugin_env
 
 MODE_KINDS = ("nccl", "static", "static-best", "online", "oracle", "manual")
@@ -279,9 +280,11 @@ def manual_env(
 
 
 def rule_channels(rule: str) -> int | None:
-    """`ring/ll/16` -> 16; `ring/ll` (NCCL's channel count) -> None."""
-    parts = rule.split("/")
-    return int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None
+    """`ring/ll/16` -> 16; `ring/ll` (NCCL's channel count), or not a rule the plugin takes -> None."""
+    try:
+        return parse_choice(rule).channels
+    except SettingError:
+        return None
 
 
 def oracle_env(config: Mapping[str, str]) -> dict[str, str]:

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from autoccl.emu.model import PATHS, PerfModel, default_chunk
+from autoccl.settings import SettingError, parse_choice
 
 
 class CalibrationError(RuntimeError):
@@ -321,13 +322,15 @@ def fit_chunk(ratios: list[ChunkRatio], model: PerfModel) -> dict[str, dict[str,
 
 
 def _rule(text: str) -> tuple[str, str, int] | None:
-    """An oracle rule `algo/proto[/channels]` (no channels: NCCL's count, DEFAULT_CHANNELS here)."""
-    parts = text.strip().lower().split("/")
-    if len(parts) not in (2, 3) or not all(parts):
+    """An oracle rule `algo/proto[/channels]` (no channels: NCCL's count, DEFAULT_CHANNELS here); None for
+    a rule that forces a chunk (the points here are at NCCL's chunk) or is not one the plugin takes."""
+    try:
+        choice = parse_choice(text)
+    except SettingError:
         return None
-    if len(parts) == 3 and not parts[2].isdigit():
+    if choice.chunk is not None:
         return None
-    return parts[0], parts[1], int(parts[2]) if len(parts) == 3 else DEFAULT_CHANNELS
+    return choice.algo, choice.proto, DEFAULT_CHANNELS if choice.channels is None else choice.channels
 
 
 def parse_bench_coll(path: Path, doc: dict[str, Any]) -> tuple[list[Point], list[LoadPoint]]:
