@@ -44,6 +44,8 @@
 #   resilience-kill  `--resilience on --kill 1:100` over 200 steps: the survivor must go on within 30 s (the
 #             "lost at step" line of rank 0's log, train[].resilience.recoveries), bounded by RES_KILL_S
 #             (default 240)
+# NCCL other than the image's: GPU_NCCL=DIR (benchmarks/gpu/setup.sh); a registry wheel too large to carry at
+#   once arrives in parts over several warm calls (benchmarks/gpu/carry_parts.sh).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$SECONDS
