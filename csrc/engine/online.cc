@@ -219,9 +219,13 @@ class OnlineSource final : public DecisionSource {
         f.cfg = srch->best();
         f.cfg.measure = false;
       }
-      if (agree_) usedBoard_->publish(key, {f});
+      // A task already covered forever has nothing left to cover (the segment would be empty).
+      if (agree_ && f.begin < f.end) usedBoard_->publish(key, {f});
     }
-    if (agree_ && decider_) usedBoard_->publish(guardKey_, {decider_->guard->finalSegment()});
+    if (agree_ && decider_) {
+      coord::Segment g = decider_->guard->finalSegment();
+      if (g.begin < g.end) usedBoard_->publish(guardKey_, {g});
+    }
     localBoard_->unserve(env_.commHash);
     if (tcpBoard_) tcpBoard_->unserve(env_.commHash);
   }
@@ -1261,6 +1265,7 @@ Coordination::~Coordination() {
 
 std::shared_ptr<coord::Board> Coordination::board(bool authority, const LogFn& log, std::string* err) {
   std::lock_guard<std::mutex> lk(mu_);
+  if (log && !log_) log_ = log;
   if (!configured_) {
     configured_ = true;
     lookupMs_ = envInt("AUTOCCL_COORD_TIMEOUT_MS", 30000, 100, 3600000);  // validated by loadSettings
@@ -1373,11 +1378,13 @@ void Coordination::lingerAtExit() {
   coord::TcpServer* srv = nullptr;
   std::shared_ptr<coord::Board> board;
   std::map<std::pair<uint64_t, int>, int> announced;
+  LogFn log;
   {
     std::lock_guard<std::mutex> lk(mu_);
     srv = server_.get();
     board = board_;
     announced = announced_;
+    log = log_;
   }
   if (!srv) return;
   // This process's own ranks, told to its server directly: a process done before its client connected never
@@ -1386,18 +1393,66 @@ void Coordination::lingerAtExit() {
   for (const auto& [cr, n] : announced)
     srv->attachLocal(cr.first, static_cast<uint32_t>(cr.second), static_cast<uint32_t>(n));
   int ms = envInt("AUTOCCL_COORD_LINGER_MS", 5000, 0, 600000);
-  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto until = t0 + std::chrono::milliseconds(ms);
   // Ranks announced but never attached are waited for too: another process may not have connected yet
-  // when this one is done. Our own client is one of the peers only while it is connected: it can be gone
-  // by now, and counting it anyway let this process exit under a rank still running (the emulator's
-  // late-rank test, 1 in about 10 runs on a loaded machine once rank 0 had nothing left to wait for).
+  // when this one is done. The other processes' connections are told apart from our own client's by its
+  // address, as the server accepted it: subtracting one peer whenever our client believed itself connected
+  // let this process leave under a rank still running whenever the server had already dropped our client's
+  // connection and the client had not noticed yet (the late-rank tests' "cannot connect" failures under load).
+  std::string ownAddr;
+  size_t peers = 0;
   auto others = [&] {
-    const size_t own = board && board->stats().connected ? 1 : 0;
-    const size_t peers = srv->connectedPeers();
-    return peers > own ? peers - own : 0;
+    ownAddr = board ? board->localAddress() : "";
+    return peers = srv->connectedPeers(ownAddr);
   };
-  while ((others() > 0 || srv->missingRanks() > 0) && std::chrono::steady_clock::now() < until)
+  // The exit decision, said in the log: what the server knows of every communicator, this process's ranks,
+  // and why it leaves (a rank that later finds no coordinator is explained by this line).
+  auto describe = [&](const std::string& when, LogLevel level) {
+    if (!log) return;
+    std::string s = std::string("autoccl: coordinator exit (") + when + "): " + std::to_string(peers) +
+                    " other process(es) connected, own client " + (ownAddr.empty() ? "not connected" : ownAddr) + ";";
+    for (const coord::TcpServer::Members& m : srv->members()) {
+      char head[64];
+      std::snprintf(head, sizeof head, " comm %016llx", static_cast<unsigned long long>(m.comm));
+      s += head;
+      s += " of " + std::to_string(m.nRanks) + " ranks: attached [";
+      for (size_t i = 0; i < m.attached.size(); ++i) s += (i ? "," : "") + std::to_string(m.attached[i]);
+      s += "], own [";
+      bool first = true;
+      for (const auto& [cr, n] : announced)
+        if (cr.first == m.comm) {
+          s += (first ? "" : ",") + std::to_string(cr.second);
+          first = false;
+        }
+      s += "], missing [";
+      first = true;
+      for (uint32_t r = 0, j = 0; r < m.nRanks; ++r) {
+        while (j < m.attached.size() && m.attached[j] < r) ++j;
+        if (j < m.attached.size() && m.attached[j] == r) continue;
+        s += (first ? "" : ",") + std::to_string(r);
+        first = false;
+      }
+      s += "];";
+    }
+    log(level, s);
+  };
+  size_t waitOthers = others();
+  size_t missing = srv->missingRanks();
+  describe("start", LogLevel::Info);
+  while ((waitOthers > 0 || missing > 0) && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    waitOthers = others();
+    missing = srv->missingRanks();
+  }
+  const long long waited =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  // Leaving at the deadline under processes or ranks that may still need the coordinator is worth a warning.
+  const bool early = waitOthers > 0 || missing > 0;
+  describe((early ? "leaving at the linger deadline (AUTOCCL_COORD_LINGER_MS) after "
+                  : "leaving: no other process connected and no rank missing, after ") +
+               std::to_string(waited) + " ms",
+           early ? LogLevel::Warn : LogLevel::Info);
 }
 
 // ------------------------------------------------------------------------------ factory

@@ -220,6 +220,7 @@ class Coordination {
   std::unique_ptr<coord::TcpServer> server_;
   bool triedServer_ = false;
   std::map<std::pair<uint64_t, int>, int> announced_;  // (comm, rank) -> nRanks, this process's (announceRank)
+  LogFn log_;  // the first logger a context passed (lingerAtExit reports through it)
 
   std::mutex regMu_;
   std::condition_variable regCv_;

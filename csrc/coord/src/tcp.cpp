@@ -156,6 +156,24 @@ class Conn {
   std::vector<uint8_t> buf_;
 };
 
+// "ip:port" of a socket address (numeric; "" when it cannot be written).
+std::string addrText(const sockaddr* sa, socklen_t len) {
+  sockaddr_in v4{};
+  if (sa->sa_family == AF_INET6) {  // an IPv4 client accepted on an IPv6 socket: written as the client sees itself
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(sa);
+    if (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr)) {
+      v4.sin_family = AF_INET;
+      v4.sin_port = v6->sin6_port;
+      std::memcpy(&v4.sin_addr, v6->sin6_addr.s6_addr + 12, 4);
+      sa = reinterpret_cast<const sockaddr*>(&v4);
+      len = sizeof v4;
+    }
+  }
+  char host[NI_MAXHOST], serv[NI_MAXSERV];
+  if (getnameinfo(sa, len, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV) != 0) return "";
+  return std::string(host) + ":" + serv;
+}
+
 int connectTo(const std::string& host, int port, int timeoutMs) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -215,6 +233,7 @@ struct TcpServer::Impl {
 
   struct Peer {
     uint64_t id;
+    std::string addr;  // the client's address as accepted ("ip:port")
     std::shared_ptr<Conn> conn;
     std::thread reader;
     std::atomic<bool> done{false};
@@ -469,9 +488,12 @@ struct TcpServer::Impl {
     while (!stopping) {
       pollfd p{lfd, POLLIN, 0};
       if (::poll(&p, 1, 100) <= 0) continue;
-      int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+      sockaddr_storage from{};
+      socklen_t fromLen = sizeof from;
+      int fd = ::accept4(lfd, reinterpret_cast<sockaddr*>(&from), &fromLen, SOCK_CLOEXEC);
       if (fd < 0) continue;
       auto peer = std::make_shared<Peer>();
+      peer->addr = addrText(reinterpret_cast<sockaddr*>(&from), fromLen);
       Faults f = faultsFromEnv(o.faults);  // test hook (AUTOCCL_COORD_FAULTS)
       std::lock_guard<std::mutex> lk(mu);
       peer->id = nextId++;
@@ -553,10 +575,10 @@ BoardStats TcpServer::stats() const {
   return impl_->st;
 }
 
-size_t TcpServer::connectedPeers() const {
+size_t TcpServer::connectedPeers(const std::string& except) const {
   std::lock_guard<std::mutex> lk(impl_->mu);
   size_t n = 0;
-  for (const auto& p : impl_->peers) n += p->done ? 0 : 1;
+  for (const auto& p : impl_->peers) n += p->done || (!except.empty() && p->addr == except) ? 0 : 1;
   return n;
 }
 
@@ -574,6 +596,19 @@ void TcpServer::attachLocal(uint64_t comm, uint32_t rank, uint32_t nRanks) {
   auto& g = impl_->members[comm];
   g.nRanks = std::max(g.nRanks, nRanks);
   g.attached.insert(rank);
+}
+
+std::vector<TcpServer::Members> TcpServer::members() const {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  std::vector<Members> out;
+  for (const auto& [comm, g] : impl_->members) {
+    Members m;
+    m.comm = comm;
+    m.nRanks = g.nRanks;
+    m.attached.assign(g.attached.begin(), g.attached.end());
+    out.push_back(std::move(m));
+  }
+  return out;
 }
 
 // =============================================================================================
@@ -627,13 +662,19 @@ class TcpBoard : public Board {
     if (c) sendAttach(c, comm, static_cast<uint32_t>(rank), static_cast<uint32_t>(nRanks));
   }
   void publish(const TaskKey& t, const std::vector<Segment>& segs) override {
+    // An empty segment (begin >= end: e.g. "from call kForever on") covers nothing, and the server takes a
+    // PLAN holding one for a malformed frame and closes the connection: it is not sent.
+    std::vector<Segment> some;
+    for (const Segment& s : segs)
+      if (s.begin < s.end) some.push_back(s);
+    if (some.empty()) return;
     std::shared_ptr<Conn> c;
     {
       std::lock_guard<std::mutex> lk(mu_);
       c = authed_ ? conn_ : nullptr;
     }
     if (!c) return;  // NEEDs will fetch it
-    sendPlan(c, t, segs);
+    sendPlan(c, t, some);
   }
 
   Outcome lookup(const TaskKey& t, uint64_t k, milliseconds deadline) override {
@@ -701,6 +742,10 @@ class TcpBoard : public Board {
     BoardStats s = st_;
     s.connected = authed_;
     return s;
+  }
+  std::string localAddress() const override {
+    std::lock_guard<std::mutex> lk(mu_);
+    return localAddr_;
   }
 
  private:
@@ -810,10 +855,16 @@ class TcpBoard : public Board {
       if (fd >= 0) {
         Faults f = faultsFromEnv(o_.faults);  // test hook (AUTOCCL_COORD_FAULTS)
         f.seed = f.seed * 7919 + static_cast<uint64_t>(attempt);
+        sockaddr_storage self{};
+        socklen_t selfLen = sizeof self;
+        std::string local;
+        if (getsockname(fd, reinterpret_cast<sockaddr*>(&self), &selfLen) == 0)
+          local = addrText(reinterpret_cast<sockaddr*>(&self), selfLen);
         c = std::make_shared<Conn>(fd, f);
         {
           std::lock_guard<std::mutex> lk(mu_);
           conn_ = c;
+          localAddr_ = local;
           if (stopping_) c->shutdownOnly();
         }
         if (handshake(c)) {
@@ -837,6 +888,11 @@ class TcpBoard : public Board {
           conn_.reset();
         }
         c->close();
+        {
+          // Cleared only once the socket is closed: until then the server may still count this connection.
+          std::lock_guard<std::mutex> lk(mu_);
+          localAddr_.clear();
+        }
       }
       attempt++;
       std::unique_lock<std::mutex> lk(mu_);
@@ -909,6 +965,7 @@ class TcpBoard : public Board {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::shared_ptr<Conn> conn_;
+  std::string localAddr_;  // "ip:port" of conn_'s socket (Board::localAddress)
   bool authed_ = false;
   enum class Link { kNever, kRejected, kAuthed } link_ = Link::kNever;  // the latest connection attempt's outcome
   bool stopping_ = false;

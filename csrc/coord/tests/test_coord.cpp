@@ -626,6 +626,58 @@ TEST(coord, tcp_attach) {
   server->stop();
 }
 
+// ---- the server's own client, told apart by address ----------------------------------------------------
+// The engine's server process lingers at exit while other processes are connected. It used to subtract one
+// peer whenever its own client believed itself connected; the server drops a connection before the client
+// notices, and in that window a rank still running was the one left out (late-rank tests: "cannot connect
+// to the coordinator" under load). The own client is now left out by its address as the server accepted it.
+// An empty segment (the engine's final "from call kForever" of a task already covered for good) made the
+// server drop the authority's connection as malformed at finalize: publish no longer sends one.
+TEST(coord, tcp_own_client) {
+  auto server = std::make_unique<TcpServer>(baseOpts(0));
+  std::string err;
+  ASSERT_TRUE(server->start(&err));
+  auto own = makeTcpBoard(baseOpts(server->port()));
+  EXPECT_TRUE(waitFor([&] { return own->stats().connected && !own->localAddress().empty(); }));
+  EXPECT_TRUE(waitFor([&] { return server->connectedPeers() == 1; }));
+  EXPECT_TRUE(server->connectedPeers(own->localAddress()) == 0);
+  EXPECT_TRUE(server->connectedPeers("127.0.0.1:1") == 1);  // another address: counted
+  auto other = makeTcpBoard(baseOpts(server->port()));
+  EXPECT_TRUE(waitFor([&] { return server->connectedPeers() == 2; }));
+  EXPECT_TRUE(server->connectedPeers(own->localAddress()) == 1);
+  EXPECT_TRUE(other->localAddress() != own->localAddress());
+  // An empty segment is not published (it would be a malformed PLAN): the connection stays, and what
+  // follows it on the connection still arrives.
+  SearchDecider d;
+  own->serve(21, &d);
+  const TaskKey key{21, 4, 1, 1 << 20};
+  Segment empty;
+  empty.begin = empty.end = search::kForever;
+  empty.phase = Phase::kFinal;
+  own->publish(key, {empty});
+  Segment all;
+  all.begin = 0;
+  all.end = search::kForever;
+  all.phase = Phase::kFinal;
+  all.cfg.algo = 1;
+  all.cfg.proto = 2;
+  all.cfg.channels = 4;
+  own->publish(key, {all});
+  Outcome o = other->lookup(key, 5, milliseconds(5000));
+  EXPECT_TRUE(o.ok() && o.seg.cfg == all.cfg);
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_TRUE(own->stats().reconnects == 0 && own->stats().connected);
+  EXPECT_TRUE(server->connectedPeers(own->localAddress()) == 1);
+  // The other process leaves: nobody left but our own client.
+  other.reset();
+  EXPECT_TRUE(waitFor([&] { return server->connectedPeers(own->localAddress()) == 0; }));
+  EXPECT_TRUE(server->connectedPeers() == 1);
+  // The own client gone: its address is cleared once its socket is closed.
+  own.reset();
+  EXPECT_TRUE(waitFor([&] { return server->connectedPeers() == 0; }));
+  server->stop();
+}
+
 // ---- unserve waits for a decision in progress ------------------------------------------------------
 // The engine destroys its decider right after unserve(); the TCP board calls deciders on its IO thread,
 // outside its lock. CI's TSan build caught unserve returning while a NEED was being answered (use after

@@ -122,6 +122,10 @@ class Board {
     (void)micros;
   }
   virtual BoardStats stats() const = 0;
+  // The TCP board: the local address ("ip:port") of its current connection to the server, "" when it has
+  // none. The process serving the coordinator tells its own client apart from other processes' by it
+  // (TcpServer::connectedPeers): the client's own view of being connected lags the server's.
+  virtual std::string localAddress() const { return ""; }
 };
 
 // All ranks of the communicators in one process: a shared store; the Decider is called inline.
@@ -179,7 +183,9 @@ class TcpServer {
   void stop();
   int port() const;
   BoardStats stats() const;
-  size_t connectedPeers() const;  // client connections currently open (the engine lingers on them at exit)
+  // Client connections currently open (the engine lingers on them at exit), leaving out the one whose
+  // remote address is `except` (Board::localAddress of the server's own process's client; "": none left out).
+  size_t connectedPeers(const std::string& except = "") const;
   // Ranks announced (ATTACH: a communicator's size is known once any of its ranks attached) that no
   // client has attached yet, e.g. a process that has not connected so far. The engine lingers on
   // them at exit as well: the server's process may finish before another process even started.
@@ -187,6 +193,13 @@ class TcpServer {
   // A rank of this server's own process, as its ATTACH would say: the process may be done before its client
   // has connected at all (then no ATTACH went out, and the server knew of no rank to wait for).
   void attachLocal(uint64_t comm, uint32_t rank, uint32_t nRanks);
+  // What ATTACH told the server so far, per communicator (the engine logs it when its process exits).
+  struct Members {
+    uint64_t comm = 0;
+    uint32_t nRanks = 0;
+    std::vector<uint32_t> attached;  // ranks that ever attached, ascending
+  };
+  std::vector<Members> members() const;
 
  private:
   struct Impl;
