@@ -709,6 +709,8 @@ void Context::finalizeTuner() {
   policy_->onFinalize();
   if (metricsOn_.load()) rt_.metrics().collectNow(this);
   std::vector<TaskReport> tasks = report();
+  if (rt_.trace().enabled())
+    for (const std::string& rec : policy_->traceRecords()) rt_.trace().writeLine(rec.data(), rec.size());
   std::vector<TableEntry> observed;
   for (const TaskReport& r : tasks) {
     char line[512];

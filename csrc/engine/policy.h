@@ -98,6 +98,8 @@ class DecisionSource {
     double lastTunedUs = 0, lastNcclUs = 0;
   };
   virtual bool guardView(GuardView* out) const { (void)out; return false; }
+  // Trace records of the policy's own (JSON objects, no newline), written at the tuner's finalize.
+  virtual std::vector<std::string> traceRecords() const { return {}; }
   // Extra fields for the per-task trace record (",\"gain\":..." form, or empty).
   virtual std::string traceExtra(const TaskKey& task) const { (void)task; return std::string(); }
 };

@@ -45,6 +45,8 @@ class IterationDetector {
   bool endsIteration() const { return period_ > 0 && (n_ - phase_) % period_ == 0; }
   uint32_t period() const { return period_; }
   uint64_t iteration() const { return iteration_; }
+  // The call just pushed: its position in its iteration (0 starts one); meaningful while stable().
+  uint32_t position() const { return period_ > 0 ? static_cast<uint32_t>((n_ - 1 - phase_) % period_) : 0; }
 
  private:
   uint64_t hashOf(uint64_t from, uint64_t to) const;  // hash of the calls at positions [from, to]

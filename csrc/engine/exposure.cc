@@ -1,0 +1,185 @@
+#include "engine/exposure.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace autoccl::engine {
+
+ExposureEstimator::ExposureEstimator(ExposureOptions o) : o_(o) {
+  o_.maxSamples = std::max<size_t>(1, o_.maxSamples);
+}
+
+const char* ExposureEstimator::verdictName(Verdict v) {
+  switch (v) {
+    case Verdict::kHidden: return "hidden";
+    case Verdict::kExposed: return "exposed";
+    default: return "unknown";
+  }
+}
+
+void ExposureEstimator::add(double iterUs, const std::vector<double>& startUs, const std::vector<double>& durUs) {
+  if (durUs.empty() || startUs.size() != durUs.size() || !(iterUs > 0) || !std::isfinite(iterUs)) return;
+  for (size_t p = 0; p < durUs.size(); ++p)
+    if (!std::isfinite(durUs[p]) || !std::isfinite(startUs[p]) || durUs[p] < 0) return;
+  const auto period = static_cast<uint32_t>(durUs.size());
+  if (period != period_) {
+    samples_.clear();
+    period_ = period;
+  }
+  if (period_ > o_.maxPositions) return;  // not estimated: keep nothing
+  samples_.push_back(Sample{iterUs, startUs, durUs});
+  while (samples_.size() > o_.maxSamples) samples_.pop_front();
+}
+
+namespace {
+
+// Inverts the symmetric matrix a (k x k, row-major) in place by Gauss-Jordan with partial pivoting. False when a
+// pivot falls below `tiny` (the columns are dependent); *bad is then the column that failed.
+bool invert(std::vector<double>& a, size_t k, double tiny, size_t* bad) {
+  std::vector<double> inv(k * k, 0.0);
+  for (size_t i = 0; i < k; ++i) inv[i * k + i] = 1.0;
+  std::vector<size_t> col(k);
+  for (size_t c = 0; c < k; ++c) {
+    size_t piv = c;
+    for (size_t r = c + 1; r < k; ++r)
+      if (std::fabs(a[r * k + c]) > std::fabs(a[piv * k + c])) piv = r;
+    if (!(std::fabs(a[piv * k + c]) > tiny)) {
+      *bad = c;
+      return false;
+    }
+    if (piv != c) {
+      for (size_t j = 0; j < k; ++j) {
+        std::swap(a[piv * k + j], a[c * k + j]);
+        std::swap(inv[piv * k + j], inv[c * k + j]);
+      }
+    }
+    const double d = a[c * k + c];
+    for (size_t j = 0; j < k; ++j) {
+      a[c * k + j] /= d;
+      inv[c * k + j] /= d;
+    }
+    for (size_t r = 0; r < k; ++r) {
+      if (r == c) continue;
+      const double f = a[r * k + c];
+      if (f == 0.0) continue;
+      for (size_t j = 0; j < k; ++j) {
+        a[r * k + j] -= f * a[c * k + j];
+        inv[r * k + j] -= f * inv[c * k + j];
+      }
+    }
+  }
+  a.swap(inv);
+  return true;
+}
+
+}  // namespace
+
+ExposureEstimator::Result ExposureEstimator::estimate() const {
+  Result out;
+  out.period = period_;
+  out.samples = samples_.size();
+  const size_t P = period_, n = samples_.size();
+  out.positions.resize(P);
+  if (n == 0 || P > o_.maxPositions) return out;
+
+  // Means, the tail, and the centred columns.
+  std::vector<double> mean(P, 0.0);
+  double meanT = 0;
+  for (const Sample& s : samples_) {
+    meanT += s.iterUs;
+    for (size_t p = 0; p < P; ++p) {
+      mean[p] += s.dur[p];
+      out.positions[p].tail += (s.iterUs - s.start[p] - s.dur[p]) / s.iterUs;
+    }
+  }
+  meanT /= static_cast<double>(n);
+  out.iterUs = meanT;
+  for (size_t p = 0; p < P; ++p) {
+    mean[p] /= static_cast<double>(n);
+    out.positions[p].meanUs = mean[p];
+    out.positions[p].tail /= static_cast<double>(n);
+  }
+  std::vector<std::vector<double>> x(P, std::vector<double>(n));
+  std::vector<double> y(n), ss(P, 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    y[i] = samples_[i].iterUs - meanT;
+    for (size_t p = 0; p < P; ++p) {
+      x[p][i] = samples_[i].dur[p] - mean[p];
+      ss[p] += x[p][i] * x[p][i];
+    }
+  }
+
+  // Regressors: positions whose window moved (more than rounding), one per group moving in lockstep.
+  std::vector<size_t> keep;
+  std::vector<size_t> groupSize(P, 1);
+  for (size_t p = 0; p < P; ++p) {
+    const double sd = std::sqrt(ss[p] / static_cast<double>(n));
+    if (!(sd > 1e-6 * std::max(1.0, mean[p]))) continue;  // never moved: no slope
+    for (size_t j : keep) {
+      double sxy = 0;
+      for (size_t i = 0; i < n; ++i) sxy += x[p][i] * x[j][i];
+      if (sxy / std::sqrt(ss[p] * ss[j]) > o_.aliasCorr) {
+        out.positions[p].alias = static_cast<int>(j);
+        ++groupSize[j];
+        break;
+      }
+    }
+    if (out.positions[p].alias < 0) keep.push_back(p);
+  }
+
+  // Least squares on the centred columns; a column dependent on the others (no pivot) leaves the regression.
+  std::vector<double> inv;
+  size_t k = 0;
+  for (;;) {
+    k = keep.size();
+    if (k == 0 || n < k + 1 + o_.minDof) return out;
+    inv.assign(k * k, 0.0);
+    double most = 0;
+    for (size_t a = 0; a < k; ++a)
+      for (size_t b = 0; b < k; ++b) {
+        double s = 0;
+        for (size_t i = 0; i < n; ++i) s += x[keep[a]][i] * x[keep[b]][i];
+        inv[a * k + b] = s;
+        most = std::max(most, s);
+      }
+    size_t bad = 0;
+    if (invert(inv, k, 1e-10 * most, &bad)) break;
+    keep.erase(keep.begin() + static_cast<std::ptrdiff_t>(bad));
+  }
+  std::vector<double> xty(k, 0.0), beta(k, 0.0);
+  for (size_t a = 0; a < k; ++a)
+    for (size_t i = 0; i < n; ++i) xty[a] += x[keep[a]][i] * y[i];
+  for (size_t a = 0; a < k; ++a)
+    for (size_t b = 0; b < k; ++b) beta[a] += inv[a * k + b] * xty[b];
+  double rss = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double r = y[i];
+    for (size_t a = 0; a < k; ++a) r -= beta[a] * x[keep[a]][i];
+    rss += r * r;
+  }
+  const double s2 = rss / static_cast<double>(n - k - 1);
+  out.residualUs = std::sqrt(s2);
+  for (size_t a = 0; a < k; ++a) {
+    Position& q = out.positions[keep[a]];
+    q.solved = true;
+    q.slope = beta[a];
+    q.se = std::sqrt(std::max(0.0, s2 * inv[a * k + a]));
+  }
+  // Members of a group carry the group's slope; verdicts.
+  for (size_t p = 0; p < P; ++p) {
+    Position& q = out.positions[p];
+    if (q.alias >= 0) {
+      const Position& r = out.positions[static_cast<size_t>(q.alias)];
+      q.solved = r.solved;
+      q.slope = r.slope;
+      q.se = r.se;
+    }
+    if (!q.solved || q.se > o_.maxSe) continue;
+    const size_t group = groupSize[q.alias >= 0 ? static_cast<size_t>(q.alias) : p];
+    if (q.slope <= o_.exposedAbove) q.verdict = Verdict::kHidden;
+    else if (group == 1) q.verdict = Verdict::kExposed;  // a group's sum above: which of them is not known
+  }
+  return out;
+}
+
+}  // namespace autoccl::engine

@@ -1,0 +1,73 @@
+// Which calls of the job's iteration are exposed (on the iteration's critical path) and which are hidden under
+// computation. NCCL-free; a report only: nothing in the tuning reads it (docs/online-search.md, "Exposure").
+//
+// The signal: how the iteration time responds when a call's own time changes. Over complete iterations (every
+// position of the communicator's detected iteration timed, and the next iteration's start), the iteration time
+// is regressed on every position's kernel window at once (least squares): the slope of position p is about 1
+// where the iteration waits for the call, about 0 where computation hides it. One regressor per position, not
+// one at a time: the step guard's blocks and a task's trials change several positions together, and a simple
+// slope then credits a hidden call with an exposed one's change. Positions whose windows moved in lockstep in
+// every sample (the calls of one task in one segment) cannot be told apart: they share one slope (their sum),
+// and are called hidden only when that sum is (a call never makes the iteration shorter by being longer).
+//
+// Also reported, not used for the verdict: the share of the iteration left after the call's end on its
+// communicator's stream ("tail"). It cannot see what the computation waits for: a call the optimizer waits on,
+// followed by the forward pass, has a long tail and is exposed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+namespace autoccl::engine {
+
+struct ExposureOptions {
+  size_t maxPositions = 64;   // longer iterations are not estimated (the regression has one unknown a position)
+  size_t maxSamples = 256;    // the latest complete iterations kept
+  size_t minDof = 4;          // samples beyond the unknowns before any slope is given
+  double exposedAbove = 0.5;  // slope threshold between hidden and exposed
+  double maxSe = 0.2;         // a verdict needs the slope's standard error at most this (else unknown)
+  double aliasCorr = 0.9999;  // windows this correlated (or both constant) move in lockstep: one shared slope
+};
+
+class ExposureEstimator {
+ public:
+  explicit ExposureEstimator(ExposureOptions o = ExposureOptions());
+  // One complete iteration of `period` positions: its time (its first call's start to the next iteration's),
+  // each position's start (from the iteration's start) and kernel window, microseconds. An iteration of
+  // another period than the samples kept drops them (the positions mean other calls now).
+  void add(double iterUs, const std::vector<double>& startUs, const std::vector<double>& durUs);
+
+  enum class Verdict { kUnknown, kHidden, kExposed };
+  struct Position {
+    double slope = 0, se = 0;  // the regression's slope and its standard error (slope of the group, if aliased)
+    bool solved = false;       // false: no slope (too few samples, or its window never moved)
+    int alias = -1;            // >= 0: moved in lockstep with this earlier position; the slope is the group's
+    double tail = 0;           // mean share of the iteration after the call's end
+    double meanUs = 0;         // mean window
+    Verdict verdict = Verdict::kUnknown;
+  };
+  struct Result {
+    uint32_t period = 0;
+    size_t samples = 0;
+    double iterUs = 0;  // mean iteration time
+    double residualUs = 0;  // standard deviation of the regression's residual
+    std::vector<Position> positions;
+  };
+  Result estimate() const;
+  uint32_t period() const { return period_; }
+  size_t samples() const { return samples_.size(); }
+  static const char* verdictName(Verdict v);
+
+ private:
+  struct Sample {
+    double iterUs;
+    std::vector<double> start, dur;
+  };
+  ExposureOptions o_;
+  uint32_t period_ = 0;
+  std::deque<Sample> samples_;
+};
+
+}  // namespace autoccl::engine

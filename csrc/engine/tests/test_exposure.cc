@@ -1,0 +1,102 @@
+// The exposure estimator (engine/exposure.h): slopes of the iteration time on each position's window, lockstep
+// groups, and no verdict without evidence.
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/exposure.h"
+
+namespace {
+
+using autoccl::engine::ExposureEstimator;
+using Verdict = autoccl::engine::ExposureEstimator::Verdict;
+
+// Iterations of 4 calls: the first three hidden (the iteration does not wait for them), the last exposed. Each
+// window varies on its own (a trial, noise) by `spread`; the iteration has noise `noiseUs`.
+void feed(ExposureEstimator& e, int n, double spread, double noiseUs, bool lockstep, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> g(0.0, 1.0);
+  for (int i = 0; i < n; ++i) {
+    std::vector<double> d(4), s(4);
+    const double shared = 500 + spread * g(rng);
+    for (int p = 0; p < 3; ++p) d[static_cast<size_t>(p)] = lockstep ? shared : 500 + spread * g(rng);
+    d[3] = 200 + spread * g(rng);
+    for (int p = 0; p < 4; ++p) s[static_cast<size_t>(p)] = 1000.0 * p;
+    const double t = 5000 + d[3] + noiseUs * g(rng);
+    e.add(t, s, d);
+  }
+}
+
+TEST(engine, exposure_slopes) {
+  ExposureEstimator e;
+  feed(e, 60, 40, 5, false, 1);
+  auto r = e.estimate();
+  ASSERT_EQ(r.positions.size(), 4u);
+  EXPECT_EQ(r.samples, 60u);
+  for (int p = 0; p < 3; ++p) {
+    const auto& q = r.positions[static_cast<size_t>(p)];
+    EXPECT_TRUE(q.solved);
+    EXPECT_NEAR(q.slope, 0.0, 0.1) << p;
+    EXPECT_EQ(q.verdict, Verdict::kHidden) << p;
+  }
+  EXPECT_NEAR(r.positions[3].slope, 1.0, 0.1);
+  EXPECT_LT(r.positions[3].se, 0.1);
+  EXPECT_EQ(r.positions[3].verdict, Verdict::kExposed);
+  // tail: the share of the iteration after the call's end (the last call ends at 3000 + 200 of ~5200 us)
+  EXPECT_NEAR(r.positions[3].tail, 2000.0 / 5200.0, 0.02);
+}
+
+TEST(engine, exposure_needs_evidence) {
+  ExposureEstimator e;
+  feed(e, 6, 40, 5, false, 2);  // 4 unknowns, 6 samples: too few
+  for (const auto& q : e.estimate().positions) {
+    EXPECT_FALSE(q.solved);
+    EXPECT_EQ(q.verdict, Verdict::kUnknown);
+  }
+  ExposureEstimator noisy;
+  feed(noisy, 60, 2, 200, false, 3);  // windows barely move, the iteration is noisy: no verdict
+  for (const auto& q : noisy.estimate().positions) EXPECT_EQ(q.verdict, Verdict::kUnknown) << q.slope << " " << q.se;
+  ExposureEstimator flat;
+  feed(flat, 60, 0, 5, false, 4);  // nothing moved: no slope
+  for (const auto& q : flat.estimate().positions) EXPECT_FALSE(q.solved);
+}
+
+TEST(engine, exposure_lockstep_groups) {
+  ExposureEstimator e;
+  feed(e, 60, 40, 5, true, 5);  // the three hidden calls always alike: one group, sum ~0, all hidden
+  auto r = e.estimate();
+  EXPECT_EQ(r.positions[0].alias, -1);
+  EXPECT_EQ(r.positions[1].alias, 0);
+  EXPECT_EQ(r.positions[2].alias, 0);
+  for (int p = 0; p < 3; ++p) EXPECT_EQ(r.positions[static_cast<size_t>(p)].verdict, Verdict::kHidden) << p;
+  EXPECT_EQ(r.positions[3].verdict, Verdict::kExposed);
+
+  // Two calls in lockstep, one of them exposed: the group's slope is ~1 and neither gets a verdict.
+  ExposureEstimator g;
+  std::mt19937 rng(6);
+  std::normal_distribution<double> n01(0.0, 1.0);
+  for (int i = 0; i < 60; ++i) {
+    const double a = 300 + 30 * n01(rng), b = 300 + 30 * n01(rng);
+    g.add(4000 + a + 2 * n01(rng), {0, 1000, 2000}, {a, a, b});
+  }
+  auto q = g.estimate();
+  EXPECT_NEAR(q.positions[0].slope, 1.0, 0.1);
+  EXPECT_EQ(q.positions[1].alias, 0);
+  EXPECT_EQ(q.positions[0].verdict, Verdict::kUnknown);
+  EXPECT_EQ(q.positions[1].verdict, Verdict::kUnknown);
+  EXPECT_EQ(q.positions[2].verdict, Verdict::kHidden);
+}
+
+TEST(engine, exposure_period_change_resets) {
+  ExposureEstimator e;
+  feed(e, 30, 40, 5, false, 7);
+  EXPECT_EQ(e.samples(), 30u);
+  e.add(1000, {0, 10}, {5, 6});
+  EXPECT_EQ(e.period(), 2u);
+  EXPECT_EQ(e.samples(), 1u);
+  e.add(-1, {0, 10}, {5, 6});  // not a time: ignored
+  EXPECT_EQ(e.samples(), 1u);
+}
+
+}  // namespace
