@@ -29,6 +29,9 @@
 #             (default 240, about one 350m pair of 400 iterations on 2 GPUs) are left,
 #             TRAIN_PAIRS times (default 2): interleaved launch pairs, each online launch starting cold;
 #             TRAIN_MODES (default nccl,online; add manual for the resource-sharing study's policy)
+#   small     the 1-4 MiB cells alone with 10x the calls per average (SMALL_SIZES, SMALL_ITERS; default -b 1M
+#             -e 4M -f 2, -w 20 -n 400): plain, online, table-warm (table mode on online's table) and idle, to
+#             tell online's own cost per call at 1 MiB from launches whose 40-call average held a host stall
 #   promise   the bars of "never slower than NCCL": plain, online (cold in pass 0, warm after), table mode
 #             started from online's table of the same pass (table-warm) and observe, traced
 #   inspector NCCL Inspector (built from its carried source) chained behind autoccl's profiler with autoccl's
@@ -61,7 +64,11 @@ SIZES=${SIZES:--b 1M -e 1G -f 2}
 ITERS=${ITERS:--w 20 -n 40}
 IDLE64="idle64:--mode table --cache-dir {empty} --channel-ceiling 64 --nccl-channels auto"
 for plan in ${PLANS:-overhead online}; do
+  psizes=$SIZES; piters=$ITERS
   case $plan in
+    small)  # 1-4 MiB alone, 10x the calls per average: what online costs there beside table mode and idle
+      psizes=${SMALL_SIZES:--b 1M -e 4M -f 2}; piters=${SMALL_ITERS:--w 20 -n 400}
+      args=(-m plain -m online -m "table-warm:--mode table --cache-dir {cache:online}" -m idle) ;;
     overhead) args=(-m plain -m idle -m "$IDLE64" -m observe -m "observe-kernel:--mode observe AUTOCCL_CLOCK=kernel") ;;
     online) args=(-m plain -m online --trace) ;;
     promise) args=(-m plain -m online -m "table-warm:--mode table --cache-dir {cache:online}" -m observe --trace) ;;
@@ -166,7 +173,7 @@ PY
   echo "== plan $plan (${left} s left)"
   # shellcheck disable=SC2086
   timeout "$left" python3 -m autoccl bench nccl-tests --bin "$NT_BIN" --launch "$LAUNCH" -c "$COLLS" -p "$PASSES" \
-    $SIZES $ITERS --timeout 120 --no-progress -o "$OUT/$plan" "${args[@]}" 2>&1 | tail -40
+    $psizes $piters --timeout 120 --no-progress -o "$OUT/$plan" "${args[@]}" 2>&1 | tail -40
   [ -f "$OUT/$plan/summary.md" ] || python3 -m autoccl bench nccl-tests --bin "$NT_BIN" -o "$OUT/$plan" \
     --report-only "${args[@]}" 2>&1 | tail -30
   (cd "$OUT" && tar czf "$plan.tgz" --exclude="$plan/traces" --exclude="$plan/cache" "$plan" && \
