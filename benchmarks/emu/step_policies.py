@@ -1,7 +1,8 @@
 """Training steps in the emulator with computation (docs/emulator.md, "Computation and training steps"):
-plain NCCL, online tuning as `autoccl run` starts a job, and fixed channel policies for the hidden and the
-exposed calls, over DDP-like and FSDP-like steps, loads and seeds. Prints a markdown table of median step
-times (the second half of each run) relative to plain NCCL, and writes the rows as JSON.
+plain NCCL, online tuning as `autoccl run` starts a job (without and with the step guard's arms,
+AUTOCCL_STEP_ARMS), and fixed channel policies for the hidden and the exposed calls, over DDP-like and
+FSDP-like steps, loads and seeds. Prints a markdown table of median step times (the second half of each run)
+relative to plain NCCL, and writes the rows as JSON.
 
 AUTOCCL_LIB_DIR=build/dev/lib PYTHONPATH=python:tests/emu python3 benchmarks/emu/step_policies.py OUT.json
 """
@@ -24,6 +25,7 @@ RAISED = {"NCCL_MIN_CTAS": "64", "AUTOCCL_NCCL_CHANNELS": "24"}
 MODES: dict[str, dict[str, str] | None] = {
     "plain": None,
     "online": online_env(False, **RAISED),
+    "online, arms hidden=2,8": online_env(False, **RAISED, AUTOCCL_STEP_ARMS="hidden=2,8"),
     "hidden 8, exposed 64": {
         **online_env(False, **RAISED),
         "AUTOCCL_MODE": "manual",

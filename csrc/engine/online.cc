@@ -70,14 +70,15 @@ constexpr uint32_t kGuardColl = 0x100;
 // from the step guard's plan.
 class GatedDecider final : public coord::Decider {
  public:
-  GatedDecider(Coordination* co, int nRanks) : co_(co), nRanks_(nRanks) {}
+  GatedDecider(Coordination* co, int nRanks, GuardOptions guardOptions)
+      : guard(std::make_shared<GuardPlan>(std::move(guardOptions))), co_(co), nRanks_(nRanks) {}
   std::vector<coord::Segment> decide(const coord::TaskKey& t, uint64_t k, uint64_t covered) override {
     if (!co_->allLocal(t.comm, nRanks_, std::chrono::milliseconds(kLocalWaitMs))) return {finalDefault(covered)};
     if (t.coll == kGuardColl) return guard->decide(k, covered);
     return inner.decide(t, k, covered);
   }
   SearchDecider inner;
-  std::shared_ptr<GuardPlan> guard = std::make_shared<GuardPlan>();
+  std::shared_ptr<GuardPlan> guard;
 
  private:
   Coordination* co_;
@@ -181,7 +182,10 @@ class OnlineSource final : public DecisionSource {
       needing_.store(1);
       // Served on both boards from the start (remote ranks may ask before this rank's first call);
       // only the board of the communicator's place is ever asked.
-      decider_ = std::make_unique<GatedDecider>(env.coordination, env.nRanks);
+      // The step guard's arms (AUTOCCL_STEP_ARMS): read here alone; the other ranks apply what its plan says.
+      GuardOptions guardOptions;
+      if (env.settings) guardOptions.hiddenCaps = env.settings->stepArmsHidden;
+      decider_ = std::make_unique<GatedDecider>(env.coordination, env.nRanks, std::move(guardOptions));
       localBoard_->serve(env.commHash, decider_.get());
       if (tcpBoard_) {
         ForwardDecider::Observer observer;
@@ -305,6 +309,18 @@ class OnlineSource final : public DecisionSource {
       d.stable = false;
       d.timed = false;
     }
+    // A hidden-cap arm of the guard (AUTOCCL_STEP_ARMS): every call of the iteration but its last runs with at
+    // most guardCapNow_ channels on top of the plan's decision (NCCL keeps its pair where the plan does); the
+    // detector places the call alike on every rank. Such a call is not the plan's config: its time is not
+    // fed to its task's search.
+    bool capped = false;
+    if (guardCapNow_ > 0 && iter_.stable() && !iter_.endsIteration() &&
+        (d.config.channels == 0 || d.config.channels > guardCapNow_)) {
+      if (authority_) markOverridden(task, k);
+      d.config.channels = guardCapNow_;
+      d.stable = false;
+      capped = true;
+    }
     // The Context caches a stable decision and asks no more: this task's need for timing ends here (a
     // search that ended early, e.g. a task below Options::minTaskMicros, kept timing on for good otherwise).
     // A task stable from its first call (NCCL's model or the table says NCCL's choice) never needed timing:
@@ -317,7 +333,7 @@ class OnlineSource final : public DecisionSource {
     }
     // Samples the search planned, and the coordinator's NCCL-default calls of a task the authority had not
     // seen yet (kTuning segments without measure; the search takes them as its baseline).
-    d.timed = !guardNcclNow_ && (c.measure || (s->seg.phase == search::Phase::kTuning && c.isDefault()));
+    d.timed = !guardNcclNow_ && !capped && (c.measure || (s->seg.phase == search::Phase::kTuning && c.isDefault()));
     if (boundary && guardTimedNow_ && authority_) d.timed = true;  // the iteration's start: a guard sample
     if (k == 0) {
       d.why = bypass_ ? "communicator not entirely in this process and no coordinator address: NCCL decides"
@@ -663,6 +679,7 @@ class OnlineSource final : public DecisionSource {
     const uint64_t it = iter_.iteration();
     if (iter_.period() < 2) {  // one call per iteration: the task's own duel on its stream period is this check
       guardNcclNow_ = false;
+      guardCapNow_ = 0;
       guardTimedNow_ = false;
       return true;
     }
@@ -672,7 +689,9 @@ class OnlineSource final : public DecisionSource {
       guardWhy_ = o.error;
       return false;
     }
-    guardNcclNow_ = GuardPlan::isNccl(o.seg.cfg);
+    const GuardArm arm = GuardPlan::armOf(o.seg.cfg);
+    guardNcclNow_ = arm.nccl;
+    guardCapNow_ = arm.hiddenCap;
     guardTimedNow_ = o.seg.cfg.measure;
     if (authority_) {
       if (guardTimedNow_) {
@@ -808,12 +827,27 @@ class OnlineSource final : public DecisionSource {
     for (; loggedVerdicts_ < v.size(); ++loggedVerdicts_) {
       const GuardPlan::Verdict& x = v[loggedVerdicts_];
       char line[384];
+      const std::string what = x.winner.hiddenCap > 0 ? "keeping the tuned plan, hidden calls at most " +
+                                                            std::to_string(x.winner.hiddenCap) + " channels"
+                               : x.tuned ? std::string("keeping the tuned plan")
+                                         : std::string("NCCL's choices for every task");
       std::snprintf(line, sizeof line,
                     "autoccl: comm %016" PRIx64 " step guard: iterations of %u calls, tuned plan %.1f us (%u samples) "
                     "against NCCL's choices %.1f us (%u): %s from iteration %" PRIu64,
-                    env_.commHash, iter_.period(), x.tunedUs, x.tunedSamples, x.ncclUs, x.ncclSamples,
-                    x.tuned ? "keeping the tuned plan" : "NCCL's choices for every task", x.at);
-      if (env_.log) env_.log(LogLevel::Info, line);
+                    env_.commHash, iter_.period(), x.tunedUs, x.tunedSamples, x.ncclUs, x.ncclSamples, what.c_str(),
+                    x.at);
+      std::string text = line;
+      if (!x.arms.empty()) {  // AUTOCCL_STEP_ARMS: every arm's median (us), its samples and the margin it needed
+        text += "; arms:";
+        for (const GuardPlan::ArmResult& r : x.arms) {
+          char e[96];
+          const std::string name = r.arm.nccl ? "nccl" : r.arm.hiddenCap > 0 ? "hidden=" + std::to_string(r.arm.hiddenCap)
+                                                                           : "tuned";
+          std::snprintf(e, sizeof e, " %s %.1f us (%u, margin %.3f)", name.c_str(), r.medianUs, r.samples, r.margin);
+          text += e;
+        }
+      }
+      if (env_.log) env_.log(LogLevel::Info, text);
     }
   }
 
@@ -1095,6 +1129,7 @@ class OnlineSource final : public DecisionSource {
   coord::TaskKey guardKey_;
   IterationDetector iter_;
   bool guardNcclNow_ = false;    // the current iteration runs NCCL's choice for every task
+  int guardCapNow_ = 0;          // > 0: the current iteration's calls but its last run at most this many channels
   bool guardTimedNow_ = false;   // the current iteration's start is a guard sample
   std::string guardWhy_;
   size_t loggedVerdicts_ = 0;

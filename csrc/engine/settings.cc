@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "autoccl/coord/coord.h"
@@ -168,6 +169,38 @@ static bool parseManualChannels(const std::string& text, Settings* s, std::strin
   return true;
 }
 
+// AUTOCCL_STEP_ARMS: `off`, or `hidden=` and 1-4 distinct channel counts in [1, 64] separated by commas.
+static bool parseStepArms(const std::string& text, Settings* s, std::string* err) {
+  if (text.empty() || text == "off") return true;
+  const std::string bad = "AUTOCCL_STEP_ARMS='" + text + "' is not off or hidden=C1[,C2...] (1 to 4 distinct channel counts in [1, " +
+                          std::to_string(kMaxChannelsHard) + "])";
+  const std::string prefix = "hidden=";
+  if (text.compare(0, prefix.size(), prefix) != 0) {
+    *err = bad;
+    return false;
+  }
+  std::vector<int> caps;
+  size_t from = prefix.size();
+  while (true) {
+    const size_t comma = text.find(',', from);
+    const std::string t = text.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
+    if (t.empty() || t.size() > 2 || t.find_first_not_of("0123456789") != std::string::npos) {
+      *err = bad;
+      return false;
+    }
+    const int c = std::stoi(t);
+    if (c < 1 || c > kMaxChannelsHard || caps.size() >= 4 || std::find(caps.begin(), caps.end(), c) != caps.end()) {
+      *err = bad;
+      return false;
+    }
+    caps.push_back(c);
+    if (comma == std::string::npos) break;
+    from = comma + 1;
+  }
+  s->stepArmsHidden = caps;
+  return true;
+}
+
 Settings loadSettings(const EnvLookup& env) {
   Settings s;
   // Read first: a chained profiler runs whatever the other settings say (even when they disable autoccl).
@@ -230,6 +263,7 @@ Settings loadSettings(const EnvLookup& env) {
   std::string guard = get(env, "AUTOCCL_GUARD");
   if (guard == "off") s.guard = false;
   else if (!guard.empty() && guard != "on") return invalid(s, "AUTOCCL_GUARD='" + guard + "' is not one of on, off");
+  if (!parseStepArms(get(env, "AUTOCCL_STEP_ARMS"), &s, &err)) return invalid(s, err);
 
   std::string clock = get(env, "AUTOCCL_CLOCK");
   if (clock == "kernel") s.clock = Settings::Clock::Kernel;

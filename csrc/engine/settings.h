@@ -86,6 +86,11 @@ struct Settings {
   // iteration time of a communicator whose calls repeat in iterations of two or more calls (engine/step_guard.h);
   // `off`: the tasks' own searches alone.
   bool guard = true;
+  // AUTOCCL_STEP_ARMS (online mode, with the guard): `off` (default) or `hidden=C1[,C2...]` (1-4 distinct channel
+  // counts in [1, 64]): the guard's round also compares, per count, the tuned plan with every call of the
+  // iteration but its last at most that many channels, and keeps the fastest arm that beats NCCL's choices on
+  // the iteration time (engine/step_guard.h). Read by the authority alone: every rank applies its plan.
+  std::vector<int> stepArmsHidden;
   bool valid = true;
   std::string error;        // why !valid (one line, for the single WARN)
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "autoccl/common/stats.h"
 
@@ -87,12 +88,35 @@ search::Config GuardPlan::ncclMark() {
   return c;
 }
 
-bool GuardPlan::isNccl(const search::Config& c) { return !c.isDefault(); }
+// A hidden-cap arm: tree/LL with the cap as channels (no search plans the guard's key; NCCL never reads it).
+search::Config GuardPlan::armMark(const GuardArm& a) {
+  if (a.nccl) return ncclMark();
+  search::Config c;
+  if (a.hiddenCap <= 0) return c;  // the tuned plan
+  c.algo = 0;
+  c.proto = 0;
+  c.channels = a.hiddenCap;
+  return c;
+}
 
-GuardPlan::GuardPlan(GuardOptions o) : o_(o) {
+GuardArm GuardPlan::armOf(const search::Config& c) {
+  GuardArm a;
+  if (c.isDefault()) return a;
+  if (c.algo == 0 && c.proto == 0 && c.channels > 0) a.hiddenCap = c.channels;
+  else a.nccl = true;
+  return a;
+}
+
+bool GuardPlan::isNccl(const search::Config& c) { return armOf(c).nccl; }
+
+GuardPlan::GuardPlan(GuardOptions o) : o_(std::move(o)) {
   o_.blockIters = std::max<uint32_t>(2, o_.blockIters);
   o_.pairs = std::max<uint32_t>(1, o_.pairs);
   o_.idleWindow = std::max<uint64_t>(1, o_.idleWindow);
+  arms_.push_back(GuardArm{});                 // the tuned plan
+  arms_.push_back(GuardArm{true, 0});          // NCCL's choices
+  for (int cap : o_.hiddenCaps)
+    if (cap > 0) arms_.push_back(GuardArm{false, cap});
 }
 
 void GuardPlan::arm() {
@@ -115,7 +139,7 @@ search::Segment GuardPlan::finalSegment() const {
   search::Segment g;
   g.begin = planned_;
   g.end = search::kForever;
-  if (!tunedNow_) g.cfg = ncclMark();
+  g.cfg = armMark(arms_[now_]);
   g.phase = search::Phase::kFinal;
   return g;
 }
@@ -127,11 +151,11 @@ void GuardPlan::sample(uint64_t i, double micros) {
   newest_ = std::max(newest_, i);
 }
 
-void GuardPlan::addLocked(uint64_t len, bool nccl, bool measure, search::Phase phase) {
+void GuardPlan::addLocked(uint64_t len, size_t arm, bool measure, search::Phase phase) {
   search::Segment g;
   g.begin = planned_;
   g.end = planned_ + len;
-  if (nccl) g.cfg = ncclMark();
+  g.cfg = armMark(arms_[arm]);
   g.cfg.measure = measure;
   g.phase = phase;
   segs_.push_back(g);
@@ -150,59 +174,83 @@ std::vector<search::Segment> GuardPlan::decide(uint64_t i, uint64_t covered) {
 void GuardPlan::planOneLocked() {
   if (inRound_) {
     size_t have = 0;
-    for (const auto& [it, tuned] : wanted_) have += times_.count(it);
+    for (const auto& [it, arm] : wanted_) have += times_.count(it);
     const bool over = have == wanted_.size() || (newest_ >= roundEnd_ + o_.giveUpAfter) ||
                       planned_ >= roundEnd_ + 4 * o_.giveUpAfter;  // samples that never come
     if (over) {
       verdictLocked();
     } else {  // waiting for the round's samples: the plan so far, in doubling segments (each is a lookup)
-      addLocked(waitLen_, !tunedNow_, false, search::Phase::kPinned);
+      addLocked(waitLen_, now_, false, search::Phase::kPinned);
       waitLen_ = std::min(waitLen_ * 2, kMaxWait);
       return;
     }
   }
   if (armed_ && planned_ >= nextRound_) {
-    // A round: T N N T per pair, each block's first iteration settling; the iteration after the last block is
-    // timed too (its start ends the last sample).
+    // A round: per pair every arm forwards then backwards (T N N T without extra arms), each block's first
+    // iteration settling; the iteration after the last block is timed too (its start ends the last sample).
+    std::vector<size_t> order;
+    for (size_t a = 0; a < arms_.size(); ++a) order.push_back(a);
+    for (size_t a = arms_.size(); a-- > 0;) order.push_back(a);
     for (uint32_t pr = 0; pr < o_.pairs; ++pr) {
-      for (bool tuned : {true, false, false, true}) {
-        for (uint64_t j = planned_ + 1; j < planned_ + o_.blockIters; ++j) wanted_[j] = tuned;
-        addLocked(o_.blockIters, !tuned, true, search::Phase::kTuning);
+      for (size_t arm : order) {
+        for (uint64_t j = planned_ + 1; j < planned_ + o_.blockIters; ++j) wanted_[j] = arm;
+        addLocked(o_.blockIters, arm, true, search::Phase::kTuning);
       }
     }
     roundEnd_ = planned_;
-    addLocked(1, !tunedNow_, true, search::Phase::kTuning);
+    addLocked(1, now_, true, search::Phase::kTuning);
     inRound_ = true;
     waitLen_ = 1;
     return;
   }
   const uint64_t len = armed_ ? std::min(o_.idleWindow, nextRound_ - planned_) : o_.idleWindow;
-  addLocked(std::max<uint64_t>(1, len), !tunedNow_, false, search::Phase::kPinned);
+  addLocked(std::max<uint64_t>(1, len), now_, false, search::Phase::kPinned);
 }
 
 void GuardPlan::verdictLocked() {
-  std::vector<double> t, n;
-  for (const auto& [it, tuned] : wanted_) {
+  std::vector<std::vector<double>> x(arms_.size());
+  for (const auto& [it, arm] : wanted_) {
     auto f = times_.find(it);
-    if (f != times_.end()) (tuned ? t : n).push_back(f->second);
+    if (f != times_.end()) x[arm].push_back(f->second);
   }
+  const std::vector<double>& t = x[0];
+  const std::vector<double>& n = x[1];
   Verdict v;
   v.at = planned_;
   v.tunedSamples = static_cast<uint32_t>(t.size());
   v.ncclSamples = static_cast<uint32_t>(n.size());
-  // Without evidence for the tuned plan, NCCL's choices: the tuned plan stays only where it showed in the step.
-  v.tuned = false;
-  if (t.size() >= o_.minSamples && n.size() >= o_.minSamples) {
-    v.tunedUs = autoccl::median(t);
-    v.ncclUs = autoccl::median(n);
-    auto relSE = [](const std::vector<double>& x, double med) {
-      return 1.2533 * 1.4826 * autoccl::mad(x) / med / std::sqrt(static_cast<double>(x.size()));
-    };
-    const double margin = std::max(o_.minMargin, o_.z * std::hypot(relSE(t, v.tunedUs), relSE(n, v.ncclUs)));
-    v.tuned = v.tunedUs < v.ncclUs * (1.0 - margin);
+  // Without evidence for the tuned plan, NCCL's choices: the tuned plan (or an arm on top of it) stays only
+  // where it showed in the step, against NCCL's choices; the fastest arm that did wins.
+  auto relSE = [](const std::vector<double>& s, double med) {
+    return 1.2533 * 1.4826 * autoccl::mad(s) / med / std::sqrt(static_cast<double>(s.size()));
+  };
+  size_t winner = 1;
+  double winnerUs = 0;
+  const bool ncclOk = n.size() >= o_.minSamples;
+  const double ncclMed = ncclOk ? autoccl::median(n) : 0.0;
+  for (size_t a = 0; a < arms_.size(); ++a) {
+    ArmResult r;
+    r.arm = arms_[a];
+    r.samples = static_cast<uint32_t>(x[a].size());
+    if (x[a].size() >= o_.minSamples) r.medianUs = autoccl::median(x[a]);
+    if (a != 1 && ncclOk && r.medianUs > 0) {
+      r.margin = std::max(o_.minMargin, o_.z * std::hypot(relSE(x[a], r.medianUs), relSE(n, ncclMed)));
+      const bool beats = r.medianUs < ncclMed * (1.0 - r.margin);
+      if (beats && (winner == 1 || r.medianUs < winnerUs)) {
+        winner = a;
+        winnerUs = r.medianUs;
+      }
+    }
+    if (arms_.size() > 2) v.arms.push_back(r);
   }
+  if (t.size() >= o_.minSamples && ncclOk) {
+    v.tunedUs = autoccl::median(t);
+    v.ncclUs = ncclMed;
+  }
+  v.tuned = winner != 1;
+  v.winner = arms_[winner];
+  now_ = winner;
   verdicts_.push_back(v);
-  tunedNow_ = v.tuned;
   inRound_ = false;
   wanted_.clear();
   times_.clear();

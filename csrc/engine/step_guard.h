@@ -17,6 +17,12 @@
 // plan stays only if its median iteration time is lower than NCCL's by more than the noise, else NCCL's
 // choices for every task. Rounds repeat at a growing interval, so a new phase of the job or a slower link is
 // noticed.
+//
+// Arms (AUTOCCL_STEP_ARMS, opt-in): further configurations of the whole job compared in the same round, each
+// the tuned plan with every call of the iteration except its last capped at a channel count (the calls the
+// iteration hides behind its computation take fewer SMs from it). The round's blocks cycle through every arm
+// (T N X1 .. Xk, then the same backwards, twice); an arm is kept only if its median beats NCCL's by the same
+// margin as the tuned plan must, and the fastest such arm wins. Without arms the round is T N N T, twice.
 #pragma once
 
 #include <cstdint>
@@ -75,6 +81,15 @@ struct GuardOptions {
   uint64_t recheckMax = 16384;
   uint64_t giveUpAfter = 64;     // iterations past a round's end after which missing samples are lost
   uint32_t minSamples = 3;       // a side needs this many samples, else NCCL's choices (no evidence for the plan)
+  // Extra arms (AUTOCCL_STEP_ARMS=hidden=...): per entry, the tuned plan with every call of the iteration but
+  // its last at most this many channels. Empty: the tuned plan and NCCL's choices alone.
+  std::vector<int> hiddenCaps;
+};
+
+// What a guard segment tells every rank to run for an iteration.
+struct GuardArm {
+  bool nccl = false;  // NCCL's own choice for every task
+  int hiddenCap = 0;  // > 0: the tuned plan, every call of the iteration but its last at most this many channels
 };
 
 class GuardPlan {
@@ -84,6 +99,9 @@ class GuardPlan {
   // every task.
   static search::Config ncclMark();
   static bool isNccl(const search::Config& c);
+  // A hidden-cap arm's segment config (a pair no search plans for the guard's key), and what a config says.
+  static search::Config armMark(const GuardArm& a);
+  static GuardArm armOf(const search::Config& c);
 
   explicit GuardPlan(GuardOptions o = GuardOptions());
   // Segments covering iteration i (and what is planned beyond `covered`), for the board's decider.
@@ -93,11 +111,19 @@ class GuardPlan {
   // Iteration i took `micros` (the authority's stream, the start of i to the start of i + 1).
   void sample(uint64_t i, double micros);
 
+  struct ArmResult {
+    GuardArm arm;
+    double medianUs = 0;  // 0: fewer than minSamples samples
+    uint32_t samples = 0;
+    double margin = 0;    // the share it had to beat NCCL's median by (extra arms and the tuned plan)
+  };
   struct Verdict {
     uint64_t at = 0;  // first iteration it applies to
-    bool tuned = true;
+    bool tuned = true;  // the winner is the tuned plan or an arm on top of it (not NCCL's choices)
     double tunedUs = 0, ncclUs = 0;
     uint32_t tunedSamples = 0, ncclSamples = 0;
+    GuardArm winner;               // what runs from `at` on
+    std::vector<ArmResult> arms;   // with extra arms only: every arm's result, the tuned plan and NCCL's first
   };
   std::vector<Verdict> verdicts() const;
   bool armed() const;
@@ -107,7 +133,7 @@ class GuardPlan {
  private:
   void planOneLocked();
   void verdictLocked();
-  void addLocked(uint64_t len, bool nccl, bool measure, search::Phase phase);
+  void addLocked(uint64_t len, size_t arm, bool measure, search::Phase phase);
 
   mutable std::mutex mu_;
   GuardOptions o_;
@@ -115,9 +141,10 @@ class GuardPlan {
   uint64_t planned_ = 0;
   bool armed_ = false;
   bool inRound_ = false;
-  bool tunedNow_ = true;                     // the last verdict (what is planned outside rounds)
+  std::vector<GuardArm> arms_;               // 0: the tuned plan, 1: NCCL's choices, then the extra arms
+  size_t now_ = 0;                           // the last verdict's arm (what is planned outside rounds)
   uint64_t roundEnd_ = 0;                    // first iteration after the round's blocks
-  std::map<uint64_t, bool> wanted_;          // sample iteration -> its block ran the tuned plan
+  std::map<uint64_t, size_t> wanted_;        // sample iteration -> the arm its block ran
   std::map<uint64_t, double> times_;         // sample iteration -> its time
   uint64_t newest_ = 0;                      // highest iteration a time arrived for
   uint64_t interval_ = 0;

@@ -65,6 +65,16 @@ def _manual_channels(v: str, _env: Mapping[str, str]) -> str | None:
     return None
 
 
+def _step_arms(v: str, _env: Mapping[str, str]) -> str | None:
+    if v == "off":
+        return None
+    m = re.fullmatch(r"hidden=([0-9]{1,2}(?:,[0-9]{1,2}){0,3})", v)
+    caps = [int(c) for c in m.group(1).split(",")] if m else []
+    if not caps or not all(1 <= c <= 64 for c in caps) or len(set(caps)) != len(caps):
+        return "must be off or hidden=C1[,C2...]: 1 to 4 distinct channel counts in [1, 64]"
+    return None
+
+
 def _text(max_len: int) -> Check:
     def check(v: str, _env: Mapping[str, str]) -> str | None:
         if any(ord(c) < 0x20 or ord(c) == 0x7F for c in v):
@@ -301,6 +311,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("AUTOCCL_MODEL_SMALL_PCT", "library", "integer in [0, 100]", _int_range(0, 100)),
     Variable("AUTOCCL_REGRET_PCT", "library", "integer in [0, 100]", _int_range(0, 100)),
     Variable("AUTOCCL_GUARD", "library", "on, off", _one_of("on", "off")),
+    Variable(
+        "AUTOCCL_STEP_ARMS",
+        "library",
+        "off, or hidden=C1[,C2...]: 1 to 4 distinct integers in [1, 64]",
+        _step_arms,
+    ),
     Variable("AUTOCCL_COORD_ADDR", "library", "host:port, port in [1, 65535]", _host_port),
     Variable("AUTOCCL_COORD_TOKEN", "library", "text, at most 4096 characters", _text(4096)),
     Variable("AUTOCCL_COORD_SECRET", "library", "text, at most 4096 characters", _text(4096)),

@@ -799,6 +799,20 @@ TEST(engine, context_manual) {
   }
 }
 
+TEST(engine, settings_step_arms) {
+  EXPECT_TRUE(loadSettings(envOf({})).stepArmsHidden.empty());
+  EXPECT_TRUE(loadSettings(envOf({{"AUTOCCL_STEP_ARMS", "off"}})).stepArmsHidden.empty());
+  Settings two = loadSettings(envOf({{"AUTOCCL_STEP_ARMS", "hidden=2,8"}}));
+  EXPECT_TRUE(two.valid && two.stepArmsHidden == std::vector<int>({2, 8}));
+  EXPECT_TRUE(loadSettings(envOf({{"AUTOCCL_STEP_ARMS", "hidden=64,1,4,16"}})).valid);
+  for (const char* bad : {"on", "hidden", "hidden=", "hidden=0", "hidden=65", "hidden=2,2", "hidden=1,2,3,4,5",
+                          "hidden=2,", "hidden=,2", "hidden=a", "hidden=002", "exposed=2"}) {
+    Settings b = loadSettings(envOf({{"AUTOCCL_STEP_ARMS", bad}}));
+    EXPECT_TRUE(!b.valid);
+    EXPECT_TRUE(b.error.find("AUTOCCL_STEP_ARMS") != std::string::npos);
+  }
+}
+
 TEST(engine, context_observe_table) {
   std::string dir = tempDir();
   Settings s = loadSettings(envOf({{"AUTOCCL_MODE", "observe"}, {"AUTOCCL_CACHE_DIR", dir}, {"AUTOCCL_HW", "GPU Xx2"}}));

@@ -1,7 +1,9 @@
 // The step guard's parts: iteration detection from a call sequence (DDP-, FSDP- and nccl-tests-like
 // sequences, irregular ones, a phase change) and the guard's plan over iterations (verdicts on the iteration
 // times, the burden of proof on the tuned plan, rounds repeating).
+#include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -10,6 +12,7 @@
 
 namespace {
 
+using autoccl::engine::GuardArm;
 using autoccl::engine::GuardOptions;
 using autoccl::engine::GuardPlan;
 using autoccl::engine::IterationDetector;
@@ -133,6 +136,37 @@ std::vector<GuardPlan::Verdict> drive(GuardPlan& g, double tunedUs, double ncclU
   return g.verdicts();
 }
 
+// The same with arms: the time of an iteration is `timeOf(arm)` with relative noise.
+std::vector<GuardPlan::Verdict> driveArms(GuardPlan& g, const std::function<double(const GuardArm&)>& timeOf,
+                                          double noise, uint64_t iters, uint64_t armAt) {
+  std::mt19937 rng(5);
+  std::normal_distribution<double> z(0.0, noise);
+  std::vector<bool> measured(iters + 2, false);
+  std::vector<GuardArm> ran(iters + 2);
+  for (uint64_t i = 0; i < iters; ++i) {
+    if (i == armAt) g.arm();
+    for (const auto& sg : g.decide(i, 0)) {
+      if (!sg.contains(i)) continue;
+      measured[i] = sg.cfg.measure;
+      ran[i] = GuardPlan::armOf(sg.cfg);
+    }
+    if (i > 0 && measured[i - 1] && measured[i]) g.sample(i - 1, timeOf(ran[i - 1]) * (1.0 + z(rng)));
+  }
+  return g.verdicts();
+}
+
+// The arm each iteration of [from, to) runs, as a letter: T (tuned), N (NCCL's), or the cap's digits.
+std::string armsOf(GuardPlan& g, uint64_t from, uint64_t to) {
+  std::string out;
+  for (uint64_t i = from; i < to; ++i)
+    for (const auto& sg : g.decide(i, 0))
+      if (sg.contains(i)) {
+        const GuardArm a = GuardPlan::armOf(sg.cfg);
+        out += a.nccl ? "N" : a.hiddenCap > 0 ? std::to_string(a.hiddenCap) : "T";
+      }
+  return out;
+}
+
 TEST(engine, guard_not_armed) {
   GuardPlan g;
   for (uint64_t i = 0; i < 300; ++i)
@@ -181,5 +215,74 @@ TEST(engine, guard_rechecks) {
   EXPECT_TRUE(ncclBetween);
 }
 
-}  // namespace
+TEST(engine, guard_arm_marks) {
+  EXPECT_TRUE(!GuardPlan::armOf(autoccl::search::Config()).nccl);
+  EXPECT_EQ(GuardPlan::armOf(autoccl::search::Config()).hiddenCap, 0);
+  EXPECT_TRUE(GuardPlan::isNccl(GuardPlan::ncclMark()));
+  EXPECT_TRUE(GuardPlan::armOf(GuardPlan::ncclMark()).nccl);
+  for (int cap : {1, 2, 8, 64}) {
+    const autoccl::search::Config c = GuardPlan::armMark(GuardArm{false, cap});
+    EXPECT_TRUE(!c.isDefault() && !GuardPlan::isNccl(c));
+    EXPECT_EQ(GuardPlan::armOf(c).hiddenCap, cap);
+  }
+  EXPECT_TRUE(GuardPlan::armMark(GuardArm{}).isDefault());
+  EXPECT_TRUE(GuardPlan::isNccl(GuardPlan::armMark(GuardArm{true, 0})));
+}
 
+TEST(engine, guard_round_order) {
+  // Without arms the round is today's: blocks of 3, T N N T twice, then the iteration that ends the last sample.
+  {
+    GuardPlan g;
+    g.arm();
+    EXPECT_EQ(armsOf(g, 0, 25), "TTTNNNNNNTTTTTTNNNNNNTTTT");
+    EXPECT_TRUE(g.verdicts().empty());
+  }
+  // With arms: every arm forwards then backwards, twice.
+  {
+    GuardOptions o;
+    o.hiddenCaps = {2, 8};
+    GuardPlan g(o);
+    g.arm();
+    const std::string pass = "TTTNNN222888888222NNNTTT";
+    EXPECT_EQ(armsOf(g, 0, 48), pass + pass);
+  }
+}
+
+TEST(engine, guard_arms_verdicts) {
+  GuardOptions o;
+  o.hiddenCaps = {2, 8};
+  auto timeOf = [](double t, double n, double c2, double c8) {
+    return [=](const GuardArm& a) { return a.nccl ? n : a.hiddenCap == 2 ? c2 : a.hiddenCap == 8 ? c8 : t; };
+  };
+  {  // both caps beat NCCL's choices, 2 channels the most: it wins, and runs between rounds and for good
+    GuardPlan g(o);
+    auto v = driveArms(g, timeOf(100.0, 100.0, 90.0, 95.0), 0.01, 200, 20);
+    EXPECT_TRUE(!v.empty() && v.front().tuned && v.front().winner.hiddenCap == 2);
+    EXPECT_EQ(v.front().arms.size(), 4u);
+    EXPECT_EQ(armsOf(g, v.front().at, v.front().at + 10), "2222222222");
+    EXPECT_EQ(GuardPlan::armOf(g.finalSegment().cfg).hiddenCap, 2);
+  }
+  {  // the caps cost the step: the tuned plan, which beats NCCL's
+    GuardPlan g(o);
+    auto v = driveArms(g, timeOf(90.0, 100.0, 104.0, 101.0), 0.01, 200, 20);
+    EXPECT_TRUE(!v.empty() && v.front().tuned && v.front().winner.hiddenCap == 0 && !v.front().winner.nccl);
+  }
+  {  // a cap faster than the tuned plan but not than NCCL's by the margin: NCCL's choices
+    GuardPlan g(o);
+    auto v = driveArms(g, timeOf(110.0, 100.0, 99.8, 105.0), 0.01, 200, 20);
+    EXPECT_TRUE(!v.empty() && !v.front().tuned && v.front().winner.nccl);
+    EXPECT_EQ(armsOf(g, v.front().at, v.front().at + 4), "NNNN");
+  }
+  {  // all equal within the noise: NCCL's choices
+    GuardPlan g(o);
+    auto v = driveArms(g, timeOf(100.0, 100.0, 100.0, 100.0), 0.03, 200, 20);
+    EXPECT_TRUE(!v.empty() && !v.front().tuned && v.front().winner.nccl);
+  }
+  {  // without arms the verdict carries no per-arm results (the log line is today's)
+    GuardPlan g;
+    auto v = driveArms(g, timeOf(90.0, 100.0, 0.0, 0.0), 0.01, 200, 20);
+    EXPECT_TRUE(!v.empty() && v.front().tuned && v.front().arms.empty());
+  }
+}
+
+}  // namespace

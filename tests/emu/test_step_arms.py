@@ -1,0 +1,106 @@
+"""Step arms (AUTOCCL_STEP_ARMS): the step guard's round also compares the tuned plan with every call of the
+iteration but its last capped at a channel count, on the iteration time, and keeps the fastest arm that beats
+NCCL's choices. DDP-like training steps in the emulator, ranks in separate processes over the TCP coordinator:
+- a model where the computation loses much more to a hidden collective's channels than the collective gains
+  from them (a few channels reach the path's bandwidth; the GEMM slows with every channel beside it): the
+  guard ends on the capped arm and the step is faster than plain NCCL's;
+- the calibrated model (no gain from caps): the guard ends on the tuned plan or NCCL's choices, and the step
+  is not slower than plain NCCL's by more than the noise.
+Every rank applies the same configuration at every call (the arm comes from the authority's plan)."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from pathlib import Path
+from typing import Any
+
+from emu_helpers import assert_clean
+from test_online import assert_same_per_seq, online_env
+
+from autoccl.emu import Scenario, run
+from autoccl.emu.model import PerfModel
+from autoccl.emu.runner import DEFAULT_MODEL
+from autoccl.emu.scenario import ddp_like
+
+STEPS = 300
+LAST = 60  # steps compared: the run's end, past the guard's first round
+BUCKETS = (100 << 20, 100 << 20, 100 << 20, 6 << 20)  # three hidden all_reduces, the last exposed
+
+
+def contention_model(path: Path) -> Path:
+    """The calibrated model with contention that rewards fewer channels for hidden calls: every path reaches
+    its bandwidth with a few channels (8x the per-channel bandwidth), and the GEMM beside a collective slows
+    by channels alone (gemm_base 0, gemm_per_ch 4: 64 channels make it 5x slower at load 1)."""
+    m = PerfModel.load_file(DEFAULT_MODEL)
+    for p in m.paths.values():
+        p.bw_ch_gbs *= 8.0
+    m.load.update({"gemm_base": 0.0, "gemm_per_ch": 4.0})
+    m.save(path)
+    return path
+
+
+def scenario() -> Scenario:
+    return ddp_like(steps=STEPS, load=1.0, bucket_bytes=BUCKETS, seed=2)
+
+
+def _median_step(res: Any) -> float:
+    return statistics.median(res.step_ms(0)[-LAST:])
+
+
+def _plain(model: Path | str) -> float:
+    res = run(scenario(), plugin=None, model=model, processes=True, timeout=120)
+    assert_clean(res)
+    return _median_step(res)
+
+
+def _arms(model: Path | str, arms: str) -> tuple[Any, list[str]]:
+    env = online_env(True, AUTOCCL_MIN_TASK_US="0", AUTOCCL_MIN_TASK_US_TCP="0", AUTOCCL_STEP_ARMS=arms)
+    res = run(
+        scenario(),
+        plugin="default",
+        model=model,
+        env=env,
+        processes=True,
+        timeout=300,
+        extra_args=["--verbose"],
+    )
+    assert_clean(res)
+    # Every rank, in its own process, applied one configuration per call: the arm of each iteration is the
+    # authority's, carried on the board.
+    assert_same_per_seq(res.calls)
+    lines = [ln for ln in res.stderr.splitlines() if "step guard:" in ln]
+    assert lines, res.stderr[-3000:]
+    return res, lines
+
+
+def _last_steps_calls(res: Any, grank: int) -> list[dict[str, Any]]:
+    calls = sorted((r for r in res.calls if int(r["grank"]) == grank), key=lambda r: int(r["seq"]))
+    return calls[-LAST * len(BUCKETS) :]
+
+
+def test_arms_find_a_hidden_cap_that_shortens_the_step(plugin: Path, tmp_path: Path) -> None:
+    model = contention_model(tmp_path / "contention.json")
+    plain = _plain(model)
+    res, lines = _arms(model, "hidden=2")
+    assert "arms: tuned" in lines[-1] and "hidden=2" in lines[-1], lines
+    assert "hidden calls at most 2 channels" in lines[-1], lines
+    for grank in (0, 1):
+        tail = _last_steps_calls(res, grank)
+        hidden = [r for r in tail if int(r["bytes"]) != BUCKETS[-1]]
+        exposed = [r for r in tail if int(r["bytes"]) == BUCKETS[-1]]
+        assert hidden and all(int(r["channels"]) <= 2 for r in hidden), {r["channels"] for r in hidden}
+        assert exposed and all(int(r["channels"]) != 2 for r in exposed), {r["channels"] for r in exposed}
+    tuned = _median_step(res)
+    assert tuned < plain * 0.97, (tuned, plain)
+
+
+def test_arms_keep_tuned_or_nccl_where_caps_do_not_pay(plugin: Path) -> None:
+    plain = _plain("default")
+    res, lines = _arms("default", "hidden=2")
+    assert re.search(r"(keeping the tuned plan|NCCL's choices for every task) from iteration", lines[-1]), (
+        lines
+    )
+    assert "hidden calls at most" not in "\n".join(lines), lines
+    tuned = _median_step(res)
+    assert tuned <= plain * 1.005, (tuned, plain)
