@@ -113,8 +113,8 @@ GuardPlan::GuardPlan(GuardOptions o) : o_(std::move(o)) {
   o_.blockIters = std::max<uint32_t>(2, o_.blockIters);
   o_.pairs = std::max<uint32_t>(1, o_.pairs);
   o_.idleWindow = std::max<uint64_t>(1, o_.idleWindow);
-  arms_.push_back(GuardArm{});                 // the tuned plan
-  arms_.push_back(GuardArm{true, 0});          // NCCL's choices
+  arms_.push_back(GuardArm{});                 // kTunedArm
+  arms_.push_back(GuardArm{true, 0});          // kNcclArm
   for (int cap : o_.hiddenCaps)
     if (cap > 0) arms_.push_back(GuardArm{false, cap});
 }
@@ -213,8 +213,8 @@ void GuardPlan::verdictLocked() {
     auto f = times_.find(it);
     if (f != times_.end()) x[arm].push_back(f->second);
   }
-  const std::vector<double>& t = x[0];
-  const std::vector<double>& n = x[1];
+  const std::vector<double>& t = x[kTunedArm];
+  const std::vector<double>& n = x[kNcclArm];
   Verdict v;
   v.at = planned_;
   v.tunedSamples = static_cast<uint32_t>(t.size());
@@ -224,7 +224,7 @@ void GuardPlan::verdictLocked() {
   auto relSE = [](const std::vector<double>& s, double med) {
     return 1.2533 * 1.4826 * autoccl::mad(s) / med / std::sqrt(static_cast<double>(s.size()));
   };
-  size_t winner = 1;
+  size_t winner = kNcclArm;
   double winnerUs = 0;
   const bool ncclOk = n.size() >= o_.minSamples;
   const double ncclMed = ncclOk ? autoccl::median(n) : 0.0;
@@ -233,10 +233,10 @@ void GuardPlan::verdictLocked() {
     r.arm = arms_[a];
     r.samples = static_cast<uint32_t>(x[a].size());
     if (x[a].size() >= o_.minSamples) r.medianUs = autoccl::median(x[a]);
-    if (a != 1 && ncclOk && r.medianUs > 0) {
+    if (a != kNcclArm && ncclOk && r.medianUs > 0) {
       r.margin = std::max(o_.minMargin, o_.z * std::hypot(relSE(x[a], r.medianUs), relSE(n, ncclMed)));
       const bool beats = r.medianUs < ncclMed * (1.0 - r.margin);
-      if (beats && (winner == 1 || r.medianUs < winnerUs)) {
+      if (beats && (winner == kNcclArm || r.medianUs < winnerUs)) {
         winner = a;
         winnerUs = r.medianUs;
       }
@@ -247,7 +247,7 @@ void GuardPlan::verdictLocked() {
     v.tunedUs = autoccl::median(t);
     v.ncclUs = ncclMed;
   }
-  v.tuned = winner != 1;
+  v.tuned = winner != kNcclArm;
   v.winner = arms_[winner];
   now_ = winner;
   verdicts_.push_back(v);

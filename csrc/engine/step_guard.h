@@ -141,8 +141,9 @@ class GuardPlan {
   uint64_t planned_ = 0;
   bool armed_ = false;
   bool inRound_ = false;
-  std::vector<GuardArm> arms_;               // 0: the tuned plan, 1: NCCL's choices, then the extra arms
-  size_t now_ = 0;                           // the last verdict's arm (what is planned outside rounds)
+  static constexpr size_t kTunedArm = 0, kNcclArm = 1;  // arms_'s first two; the extra arms follow
+  std::vector<GuardArm> arms_;
+  size_t now_ = kTunedArm;                   // the last verdict's arm (what is planned outside rounds)
   uint64_t roundEnd_ = 0;                    // first iteration after the round's blocks
   std::map<uint64_t, size_t> wanted_;        // sample iteration -> the arm its block ran
   std::map<uint64_t, double> times_;         // sample iteration -> its time
