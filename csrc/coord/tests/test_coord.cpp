@@ -851,6 +851,9 @@ TEST(coord, tcp_report) {
   follower->report(key, 2, 7, 12.5);
   follower->report(key, 2, 8, -1.0);
   EXPECT_TRUE(waitFor([&] { return obs.count() == 2; }));
+  // A board sends reports only once connected: the server must see the stranger's to drop it (under a loaded
+  // sanitizer run the stranger could still be connecting here, and its report never left).
+  ASSERT_TRUE(waitFor([&] { return stranger->stats().connected; }));
   stranger->report(key, 3, 7, 1.0);  // never asked for this communicator: not relayed
   odd->report(key, 1, 7, 1.0);       // refused: its process sends nothing for it
   auth->report(key, 1, 9, 30.0);     // the authority's own process: straight to its decider
