@@ -15,6 +15,13 @@ step "install autoccl and its test dependencies"
 # CPU PyTorch for the benchmark harness's CPU tests (gloo backend).
 "$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install -q "torch==2.13.0"
 
+# GoogleTest for the C++ tests (test-only, never linked into the plugin), from the system's packages.
+if ! [ -e /usr/include/gtest/gtest.h ]; then
+  SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
+  $SUDO apt-get install -y -q libgtest-dev > /dev/null 2>&1 ||
+    { $SUDO apt-get update -q > /dev/null && $SUDO apt-get install -y -q libgtest-dev > /dev/null; }
+fi
+
 step "lint"
 "$PY" -m ruff check python tests benchmarks scripts
 "$PY" -m ruff format --check python tests benchmarks scripts

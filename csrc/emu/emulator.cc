@@ -405,7 +405,8 @@ class CrossLead {
     if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
     std::ifstream st("/proc/" + std::to_string(pid) + "/stat");
     std::string line;
-    if (!std::getline(st, line)) return true;  // no procfs: trust kill()
+    // no procfs, or reaped between the two looks: ask kill() again
+    if (!std::getline(st, line)) return !(::kill(pid, 0) != 0 && errno == ESRCH);
     size_t close = line.rfind(')');
     return close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'Z';
   }
@@ -561,19 +562,28 @@ class RankRunner {
     if (!sh_.leadOff && leadBehind(grank_, comm, pos) >= 0) {
       sh_.leadWaiting[grank_] = {comm, pos};
       checkLeadDeadlock();
-      // other processes cannot notify: look again every 200 us while the rank waited for is theirs
-      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-      auto go = [&] { return sh_.leadOff || leadBehind(grank_, comm, pos) < 0; };
-      while (!go() && std::chrono::steady_clock::now() < until)
-        sh_.leadCv.wait_for(lk, sh_.cross ? std::chrono::microseconds(200)
-                                          : std::chrono::duration_cast<std::chrono::microseconds>(
-                                                until - std::chrono::steady_clock::now()));
-      if (!go()) {
+      // Other processes cannot notify: look again every 200 us while the rank waited for is theirs. The 20 s
+      // count only time this thread was awake to look (each gap between looks counts 50 ms at most): on a
+      // loaded machine a stall of the whole host is not a rank that never moves.
+      using Clock = std::chrono::steady_clock;
+      constexpr auto kLeadWaitMax = std::chrono::seconds(20);
+      constexpr auto kLookGapMax = std::chrono::milliseconds(50);
+      const auto slice = sh_.cross ? std::chrono::microseconds(200) : std::chrono::microseconds(kLookGapMax);
+      Clock::duration waited{};
+      auto looked = Clock::now();
+      int behind = -1;
+      while (!sh_.leadOff && (behind = leadBehind(grank_, comm, pos)) >= 0 && waited < kLeadWaitMax) {
+        sh_.leadCv.wait_for(lk, slice);
+        const auto now = Clock::now();
+        waited += std::min<Clock::duration>(now - looked, kLookGapMax);
+        looked = now;
+      }
+      if (!sh_.leadOff && behind >= 0) {
         sh_.leadOff = true;
         sh_.errors.fetch_add(1);
         emuError("lead " + std::to_string(sc.lead) + ": rank " + std::to_string(grank_) + " waited 20 s at position " +
                  std::to_string(pos) + " of comm " + sc.comms[static_cast<size_t>(comm)].name + " for rank " +
-                 std::to_string(leadBehind(grank_, comm, pos)) + "; running unbounded");
+                 std::to_string(behind) + "; running unbounded");
         sh_.leadCv.notify_all();
       }
       sh_.leadWaiting.erase(grank_);
