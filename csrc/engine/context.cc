@@ -707,6 +707,7 @@ void Context::finalizeTuner() {
   updateNeed();
   if (!policy_) return;
   policy_->onFinalize();
+  if (rt_.settings().mode == Mode::Online && rank_ >= 0) rt_.coordination()->retireRank(commHash_, rank_);
   if (metricsOn_.load()) rt_.metrics().collectNow(this);
   std::vector<TaskReport> tasks = report();
   if (rt_.trace().enabled())

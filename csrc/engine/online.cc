@@ -1507,24 +1507,44 @@ void Coordination::announceRank(uint64_t comm, int rank, int nRanks, const LogFn
   announced_[{comm, rank}] = nRanks;
 }
 
+void Coordination::retireRank(uint64_t comm, int rank) {
+  std::shared_ptr<coord::Board> b;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!tcp_ || !announced_.count({comm, rank})) return;
+    b = board_;
+  }
+  if (b) b->detach(comm, rank);
+}
+
 void Coordination::lingerAtExit() {
   coord::TcpServer* srv = nullptr;
   std::shared_ptr<coord::Board> board;
   std::map<std::pair<uint64_t, int>, int> announced;
   LogFn log;
+  bool tcp = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
     srv = server_.get();
     board = board_;
     announced = announced_;
     log = log_;
+    tcp = tcp_;
   }
+  // Every process says its ranks are done before it leaves (communicators never finalized included, e.g. a
+  // job that never destroys its process group): the serving process then need not wait for them, and one
+  // whose connection merely dropped is still waited for. 500 ms at most to get the frames out.
+  if (tcp && board && !announced.empty() && !board->detachAll(std::chrono::milliseconds(500)) && log)
+    log(LogLevel::Info, "autoccl: leaving without telling the coordinator this process's ranks are done "
+                        "(not connected, or the frames not written within 500 ms)");
   if (!srv) return;
   // This process's own ranks, told to its server directly: a process done before its client connected never
   // sent their ATTACH, and the server then knew of no other rank to wait for (a rank 0 whose tasks NCCL's
-  // model decides at once left before rank 1's process had connected, on a loaded machine).
-  for (const auto& [cr, n] : announced)
+  // model decides at once left before rank 1's process had connected, on a loaded machine). They are done.
+  for (const auto& [cr, n] : announced) {
     srv->attachLocal(cr.first, static_cast<uint32_t>(cr.second), static_cast<uint32_t>(n));
+    srv->detachLocal(cr.first, static_cast<uint32_t>(cr.second));
+  }
   int ms = envInt("AUTOCCL_COORD_LINGER_MS", 5000, 0, 600000);
   const auto t0 = std::chrono::steady_clock::now();
   auto until = t0 + std::chrono::milliseconds(ms);
@@ -1551,6 +1571,8 @@ void Coordination::lingerAtExit() {
       s += head;
       s += " of " + std::to_string(m.nRanks) + " ranks: attached [";
       for (size_t i = 0; i < m.attached.size(); ++i) s += (i ? "," : "") + std::to_string(m.attached[i]);
+      s += "], done [";
+      for (size_t i = 0; i < m.detached.size(); ++i) s += (i ? "," : "") + std::to_string(m.detached[i]);
       s += "], own [";
       bool first = true;
       for (const auto& [cr, n] : announced)
@@ -1570,22 +1592,36 @@ void Coordination::lingerAtExit() {
     }
     log(level, s);
   };
+  // A rank attached and not done (no DETACH) is waited for with no connection open too, for as long as a
+  // dropped connection takes to come back (the client retries within 1 s): a process killed without a word
+  // holds this one that long, not until the deadline.
+  constexpr auto kReconnectGrace = std::chrono::milliseconds(2000);
   size_t waitOthers = others();
   size_t missing = srv->missingRanks();
+  size_t running = srv->runningRanks();
+  auto lastConnected = t0;
+  auto holds = [&] {
+    const auto now = std::chrono::steady_clock::now();
+    if (waitOthers > 0) lastConnected = now;
+    return waitOthers > 0 || missing > 0 || (running > 0 && now - lastConnected < kReconnectGrace);
+  };
   describe("start", LogLevel::Info);
-  while ((waitOthers > 0 || missing > 0) && std::chrono::steady_clock::now() < until) {
+  while (holds() && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     waitOthers = others();
     missing = srv->missingRanks();
+    running = srv->runningRanks();
   }
   const long long waited =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
   // Leaving at the deadline under processes or ranks that may still need the coordinator is worth a warning.
-  const bool early = waitOthers > 0 || missing > 0;
-  describe((early ? "leaving at the linger deadline (AUTOCCL_COORD_LINGER_MS) after "
-                  : "leaving: no other process connected and no rank missing, after ") +
+  const bool early = holds();
+  const bool silent = !early && running > 0;  // attached ranks gone without saying they are done
+  describe((early    ? "leaving at the linger deadline (AUTOCCL_COORD_LINGER_MS) after "
+            : silent ? "leaving: ranks gone without saying they are done (killed?), not back within 2 s, after "
+                     : "leaving: no other process connected, no rank missing or still running, after ") +
                std::to_string(waited) + " ms",
-           early ? LogLevel::Warn : LogLevel::Info);
+           early || silent ? LogLevel::Warn : LogLevel::Info);
 }
 
 // ------------------------------------------------------------------------------ factory

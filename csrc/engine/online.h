@@ -188,6 +188,8 @@ class Coordination {
   // that the process serving it keeps serving at exit until every rank of the communicator has connected at
   // least once, even one whose process starts after the server's process has finished its own work.
   void announceRank(uint64_t comm, int rank, int nRanks, const LogFn& log);
+  // A rank announced here is done (its communicator finalized): the TCP coordinator is told (DETACH).
+  void retireRank(uint64_t comm, int rank);
   // Ranks of a communicator attached in this process (every online context registers its rank).
   void addLocalRank(uint64_t comm, int rank);
   int localRanks(uint64_t comm);
@@ -197,9 +199,10 @@ class Coordination {
   // authority tuning while that rank applies NCCL's default.
   bool allLocal(uint64_t comm, int nRanks, std::chrono::milliseconds wait);
 
-  // The process hosting the TCP server: at exit, keep serving while other clients are connected or
-  // announced ranks have not attached yet (bounded by AUTOCCL_COORD_LINGER_MS, default 5000) so that
-  // late ranks get their decisions.
+  // At exit: every process tells the TCP coordinator its ranks are done (DETACH). The process hosting the
+  // server then keeps serving while other clients are connected, announced ranks have not attached yet, or
+  // attached ones have not said they are done (bounded by AUTOCCL_COORD_LINGER_MS, default 5000), so that
+  // late ranks, and ranks whose connection dropped, get their decisions.
   void lingerAtExit();
 
   // In-process board: the one RankMerge of `comm` in this process (created on first use).

@@ -81,8 +81,11 @@ def _emu_command(emulator: Path, plugin: Path, work: Path, rank_var: str) -> str
     )
 
 
-def _autoccl_run(extra_env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+def _autoccl_run(work: Path, extra_env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
     env = plain_nccl_env()
+    # The job's own table cache: a table another run left in the user's cache would settle the tasks from it
+    # (NCCL's choice, final) and host B would apply no searched configuration.
+    env["AUTOCCL_CACHE_DIR"] = str(work / "cache")
     if os.environ.get("AUTOCCL_LIB_DIR"):  # the build under test (autoccl run finds the plugin there)
         env["AUTOCCL_LIB_DIR"] = os.environ["AUTOCCL_LIB_DIR"]
     # The autoccl these tests import (installed, or the checkout's python/ beside AUTOCCL_LIB_DIR): the
@@ -133,7 +136,7 @@ def _torchrun_hosts(
     port = free_port(HOST_A)
     out = {}
     for node, host in enumerate((HOST_A, HOST_B)):
-        run, env = _autoccl_run((per_host or {}).get(host, {}))
+        run, env = _autoccl_run(work, (per_host or {}).get(host, {}))
         nodes = ["--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "2"]
         master = ["--master-addr", HOST_A, "--master-port", str(port), "--max-restarts", "0"]
         rank = ["--no-python", "sh", "-c", "exec " + _emu_command(emulator, plugin, work, "RANK")]
@@ -151,6 +154,7 @@ def _slurm_hosts(
     out = {}
     for node, host in enumerate((HOST_A, HOST_B)):
         run, env = _autoccl_run(
+            work,
             {
                 "SLURM_JOB_ID": job,
                 "SLURM_STEP_ID": "0",

@@ -520,3 +520,24 @@ def test_coordinator_process_waits_for_a_rank_still_running(plugin: Path, tmp_pa
     tasks = tasks_of(res)
     assert all(t.get("small_by_model") for t in tasks.values()), tasks  # rank 0 waits for nothing
     assert len({(r["rank"], r["coll"]) for r in res.calls}) == 4  # both ranks played both tasks
+
+
+def test_coordinator_leaves_soon_after_a_killed_rank(plugin: Path, tmp_path: Path) -> None:
+    """Rank 1's process is killed mid-run (kill -9: no goodbye). Rank 0's process serves the coordinator and
+    at exit waits for ranks that have not said they are done (DETACH), for as long as a dropped connection
+    takes to come back (2 s), not until its linger deadline (60 s here); it says why it left. A rank whose
+    process left normally said it was done (the late-rank demo test)."""
+    comms = [Comm("c", 0x11AF, (0, 1))]
+    groups = [Group("c", (Call("allreduce", 8 << 20),), repeat=60)]
+    sc = Scenario(comms, groups, seed=4, hosts={1: Host(kill_after=20)})
+    env = online_env(True, AUTOCCL_COORD_TIMEOUT_MS="3000", AUTOCCL_COORD_LINGER_MS="60000")
+    res = run(sc, plugin=plugin, env=env, processes=True, timeout=120, workdir=tmp_path / "run")
+    by_rank = {tuple(p.ranks): p for p in res.procs}
+    assert by_rank[(1,)].returncode == -9
+    rank0 = by_rank[(0,)]
+    assert rank0.returncode == 0, rank0.stderr[-3000:]
+    exits = [line for line in rank0.stderr.splitlines() if "autoccl: coordinator exit (leaving" in line]
+    assert len(exits) == 1, rank0.stderr[-3000:]
+    assert "ranks gone without saying they are done" in exits[0], exits
+    waited_ms = int(exits[0].split(" ms)")[0].rsplit(" ", 1)[1])
+    assert 1900 <= waited_ms < 10_000, exits  # the reconnect grace, far below the 60 s deadline

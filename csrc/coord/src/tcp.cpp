@@ -71,6 +71,12 @@ class Conn {
     ::close(fd_);
   }
   void shutdownOnly() { ::shutdown(fd_, SHUT_RDWR); }
+  // Waits until every frame queued so far has been written to the socket (at most `within`): the last
+  // frames of a process that is leaving, which its exit would otherwise drop from the queue.
+  bool flush(milliseconds within) {
+    std::unique_lock<std::mutex> lk(qmu_);
+    return qcv_.wait_for(lk, within, [&] { return stop_ || (q_.empty() && !writing_); }) && !stop_;
+  }
   // inject: apply fault injection (only for frames after authentication)
   void send(const wire::Msg& m, bool inject) {
     std::vector<uint8_t> b = wire::encode(m);
@@ -132,6 +138,7 @@ class Conn {
       }
       std::vector<uint8_t> b = std::move(q_.begin()->second);
       q_.erase(q_.begin());
+      writing_ = true;
       lk.unlock();
       size_t off = 0;
       while (off < b.size()) {
@@ -143,6 +150,8 @@ class Conn {
         off += static_cast<size_t>(n);
       }
       lk.lock();
+      writing_ = false;
+      qcv_.notify_all();  // flush() waits for an empty queue
     }
   }
   int fd_;
@@ -152,6 +161,7 @@ class Conn {
   std::condition_variable qcv_;
   std::multimap<Clock::time_point, std::vector<uint8_t>> q_;
   bool stop_ = false;
+  bool writing_ = false;  // sendLoop holds a frame taken off q_ that is not written yet
   std::thread sender_;
   std::vector<uint8_t> buf_;
 };
@@ -249,6 +259,7 @@ struct TcpServer::Impl {
   struct Members {
     uint32_t nRanks = 0;
     std::set<uint32_t> attached;  // ever attached (a rank that finished and left stays counted)
+    std::set<uint32_t> detached;  // said it is done (DETACH): the server need not keep serving it
   };
   std::map<uint64_t, Members> members;  // comm -> ranks announced by ATTACH
   // Settings digests (TcpOptions::settingsDigest). A communicator's reference is its authority's (SERVE);
@@ -344,6 +355,12 @@ struct TcpServer::Impl {
         Members& g = members[m.comm];
         g.nRanks = std::max(g.nRanks, m.nRanks);
         g.attached.insert(m.rank);
+        break;
+      }
+      case wire::kDetach: {  // a rank that is done was there, whether or not its ATTACH arrived
+        Members& g = members[m.comm];
+        g.attached.insert(m.rank);
+        g.detached.insert(m.rank);
         break;
       }
       case wire::kNeed: {
@@ -598,6 +615,21 @@ void TcpServer::attachLocal(uint64_t comm, uint32_t rank, uint32_t nRanks) {
   g.attached.insert(rank);
 }
 
+void TcpServer::detachLocal(uint64_t comm, uint32_t rank) {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  auto& g = impl_->members[comm];
+  g.attached.insert(rank);
+  g.detached.insert(rank);
+}
+
+size_t TcpServer::runningRanks() const {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  size_t n = 0;
+  for (const auto& [comm, g] : impl_->members)
+    for (uint32_t r : g.attached) n += g.detached.count(r) ? 0 : 1;
+  return n;
+}
+
 std::vector<TcpServer::Members> TcpServer::members() const {
   std::lock_guard<std::mutex> lk(impl_->mu);
   std::vector<Members> out;
@@ -606,6 +638,7 @@ std::vector<TcpServer::Members> TcpServer::members() const {
     m.comm = comm;
     m.nRanks = g.nRanks;
     m.attached.assign(g.attached.begin(), g.attached.end());
+    m.detached.assign(g.detached.begin(), g.detached.end());
     out.push_back(std::move(m));
   }
   return out;
@@ -660,6 +693,33 @@ class TcpBoard : public Board {
       c = authed_ ? conn_ : nullptr;
     }
     if (c) sendAttach(c, comm, static_cast<uint32_t>(rank), static_cast<uint32_t>(nRanks));
+  }
+  void detach(uint64_t comm, int rank) override {
+    if (rank < 0) return;
+    std::shared_ptr<Conn> c;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      attached_.erase({comm, static_cast<uint32_t>(rank)});
+      detached_.insert({comm, static_cast<uint32_t>(rank)});
+      c = authed_ ? conn_ : nullptr;
+    }
+    if (c) sendDetach(c, comm, static_cast<uint32_t>(rank));
+  }
+  bool detachAll(milliseconds flushWithin) override {
+    std::vector<std::pair<uint64_t, uint32_t>> done;
+    std::shared_ptr<Conn> c;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (const auto& [cr, n] : attached_) {
+        done.push_back(cr);
+        detached_.insert(cr);
+      }
+      attached_.clear();
+      c = authed_ ? conn_ : nullptr;
+    }
+    if (!c) return false;
+    for (const auto& [comm, rank] : done) sendDetach(c, comm, rank);
+    return c->flush(flushWithin);
   }
   void publish(const TaskKey& t, const std::vector<Segment>& segs) override {
     // An empty segment (begin >= end: e.g. "from call kForever on") covers nothing, and the server takes a
@@ -775,19 +835,33 @@ class TcpBoard : public Board {
     m.nRanks = nRanks;
     c->send(m, true);
   }
-  // SERVE (and with `ranks`, ATTACH) of everything this process holds: on (re)connect, then again
+  // DETACH is never dropped by the fault injection: it is sent once, by a process that is leaving (real TCP
+  // loses no frame; a lost one would only hold the server's process at exit until its linger deadline).
+  void sendDetach(const std::shared_ptr<Conn>& c, uint64_t comm, uint32_t rank) {
+    wire::Msg m;
+    m.type = wire::kDetach;
+    m.comm = comm;
+    m.rank = rank;
+    c->send(m, false);
+  }
+  // SERVE (and with `ranks`, ATTACH and DETACH) of everything this process holds: on (re)connect, then again
   // every 500 ms since a frame may have been lost (both are idempotent at the server). ATTACH only a
   // few times per connection: every process sends one per (communicator, rank) it holds, which adds up
   // on a large job, while the server needs it only once.
   void announce(const std::shared_ptr<Conn>& c, bool ranks) {
     std::vector<uint64_t> served;
     std::vector<std::pair<std::pair<uint64_t, uint32_t>, uint32_t>> held;
+    std::vector<std::pair<uint64_t, uint32_t>> done;
     {
       std::lock_guard<std::mutex> lk(mu_);
       for (auto& [comm, d] : deciders_) served.push_back(comm);
-      if (ranks) held.assign(attached_.begin(), attached_.end());
+      if (ranks) {
+        held.assign(attached_.begin(), attached_.end());
+        done.assign(detached_.begin(), detached_.end());
+      }
     }
     for (auto& [cr, n] : held) sendAttach(c, cr.first, cr.second, n);
+    for (auto& [comm, rank] : done) sendDetach(c, comm, rank);
     for (uint64_t comm : served) sendServe(c, comm);
   }
   void sendPlan(const std::shared_ptr<Conn>& c, const TaskKey& t, const std::vector<Segment>& segs) {
@@ -974,6 +1048,7 @@ class TcpBoard : public Board {
   bool deciding_ = false;  // the IO thread is inside deciders_[decidingComm_]->decide()
   uint64_t decidingComm_ = 0;
   std::map<std::pair<uint64_t, uint32_t>, uint32_t> attached_;  // (comm, rank) -> nRanks
+  std::set<std::pair<uint64_t, uint32_t>> detached_;            // (comm, rank) this process is done with
   std::map<uint64_t, uint64_t> refused_;  // comm -> its digest (REFUSE: this process's settings differ)
   BoardStats st_;
   std::thread io_;

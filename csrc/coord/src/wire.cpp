@@ -63,6 +63,7 @@ std::vector<uint8_t> encode(const Msg& m) {
     case kNeed: putTask(p, m.task); p.u64(m.k); p.u64(m.covered); p.u64(m.digest); break;
     case kRefuse: p.u64(m.comm); p.u64(m.digest); break;
     case kAttach: p.u64(m.comm); p.u32(m.rank); p.u32(m.nRanks); break;
+    case kDetach: p.u64(m.comm); p.u32(m.rank); break;
     case kReport: putTask(p, m.task); p.u32(m.rank); p.u64(m.k); p.u64(m.ns); break;
     case kPlan: {
       putTask(p, m.task);
@@ -126,6 +127,11 @@ bool decodePayload(uint16_t type, const uint8_t* p, size_t n, Msg* m) {
       m->rank = static_cast<uint32_t>(r.get(4));
       m->nRanks = static_cast<uint32_t>(r.get(4));
       if (m->nRanks == 0 || m->nRanks > kMaxRanks || m->rank >= m->nRanks) return false;
+      break;
+    case kDetach:
+      m->comm = r.get(8);
+      m->rank = static_cast<uint32_t>(r.get(4));
+      if (m->rank >= kMaxRanks) return false;
       break;
     case kReport:
       m->task = getTask(r);

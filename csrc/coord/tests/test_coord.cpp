@@ -626,6 +626,82 @@ TEST(coord, tcp_attach) {
   server->stop();
 }
 
+// ---- a rank that is done: DETACH ----------------------------------------------------------------------
+// The server's process lingers at exit on ranks that attached and have not said they are done: a connection
+// that dropped without a goodbye used to count as done, and the process left under a rank that was only
+// reconnecting. DETACH says it; a rank that never says it is waited for (until the engine's linger deadline).
+TEST(coord, tcp_detach) {
+  wire::Msg d;
+  d.type = wire::kDetach;
+  d.comm = 0x5eedULL;
+  d.rank = 6;
+  auto b = wire::encode(d);
+  wire::Msg o;
+  EXPECT_TRUE(wire::decode(b.data(), b.size(), &o) == static_cast<long>(b.size()));
+  EXPECT_TRUE(o.type == wire::kDetach && o.comm == d.comm && o.rank == 6);
+  for (size_t cut = 0; cut < b.size(); ++cut) EXPECT_TRUE(wire::decode(b.data(), cut, &o) == 0);
+  d.rank = wire::kMaxRanks;
+  b = wire::encode(d);
+  EXPECT_TRUE(wire::decode(b.data(), b.size(), &o) == -1);
+
+  auto server = std::make_unique<TcpServer>(baseOpts(0));
+  std::string err;
+  ASSERT_TRUE(server->start(&err));
+  const int port = server->port();
+  server->attachLocal(7, 0, 3);
+  EXPECT_TRUE(server->runningRanks() == 1);
+  auto a = makeTcpBoard(baseOpts(port));
+  auto c = makeTcpBoard(baseOpts(port));
+  a->attach(7, 1, 3);
+  c->attach(7, 2, 3);
+  EXPECT_TRUE(waitFor([&] { return server->missingRanks() == 0 && server->runningRanks() == 3; }));
+  server->detachLocal(7, 0);
+  EXPECT_TRUE(server->runningRanks() == 2);
+  // Rank 1's communicator finalized: done, while its process stays connected.
+  a->detach(7, 1);
+  EXPECT_TRUE(waitFor([&] { return server->runningRanks() == 1; }));
+  EXPECT_TRUE(server->connectedPeers() == 2);
+  // Rank 2's process goes without a word (as a killed one would): no connection left, still waited for.
+  c.reset();
+  EXPECT_TRUE(waitFor([&] { return server->connectedPeers() == 1; }));
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_TRUE(server->runningRanks() == 1);
+  // The same rank's process back (a reconnect, or a board that never got to say it): its goodbye counts.
+  auto back = makeTcpBoard(baseOpts(port));
+  back->attach(7, 2, 3);
+  EXPECT_TRUE(waitFor([&] { return back->stats().connected; }));
+  EXPECT_TRUE(back->detachAll(milliseconds(2000)));
+  EXPECT_TRUE(waitFor([&] { return server->runningRanks() == 0; }));
+  std::vector<TcpServer::Members> m = server->members();
+  ASSERT_TRUE(m.size() == 1);
+  EXPECT_TRUE(m[0].detached == (std::vector<uint32_t>{0, 1, 2}));
+  // Nothing connected: detachAll has nowhere to say it.
+  server->stop();
+  EXPECT_TRUE(waitFor([&] { return !a->stats().connected; }));
+  EXPECT_FALSE(a->detachAll(milliseconds(50)));
+  a.reset();
+  back.reset();
+
+  // A rank detached while its connection was down says so again when it reconnects.
+  server = std::make_unique<TcpServer>(baseOpts(port));
+  ASSERT_TRUE(server->start(&err));
+  auto late = makeTcpBoard(baseOpts(port));
+  late->attach(9, 1, 2);
+  EXPECT_TRUE(waitFor([&] { return server->runningRanks() == 1; }));
+  server->stop();
+  EXPECT_TRUE(waitFor([&] { return !late->stats().connected; }));
+  late->detach(9, 1);
+  server = std::make_unique<TcpServer>(baseOpts(port));
+  ASSERT_TRUE(server->start(&err));
+  EXPECT_TRUE(waitFor([&] {
+    std::vector<TcpServer::Members> mm = server->members();
+    return mm.size() == 1 && mm[0].detached == std::vector<uint32_t>{1};
+  }));
+  EXPECT_TRUE(server->runningRanks() == 0);
+  late.reset();
+  server->stop();
+}
+
 // ---- the server's own client, told apart by address ----------------------------------------------------
 // The engine's server process lingers at exit while other processes are connected. It used to subtract one
 // peer whenever its own client believed itself connected; the server drops a connection before the client

@@ -99,6 +99,19 @@ class Board {
     (void)rank;
     (void)nRanks;
   }
+  // This process is done with rank `rank` of `comm` (its communicator finalized). The TCP board tells the
+  // server (DETACH, also after a reconnect), whose process then no longer keeps serving at exit for that
+  // rank; a rank whose connection dropped without it is waited for (it may reconnect). No-op elsewhere.
+  virtual void detach(uint64_t comm, int rank) {
+    (void)comm;
+    (void)rank;
+  }
+  // The process is leaving: detach every rank still attached, and wait at most `flushWithin` for those frames
+  // to be written. True when they were (false: not connected, or not written in time; no-op boards: false).
+  virtual bool detachAll(std::chrono::milliseconds flushWithin) {
+    (void)flushWithin;
+    return false;
+  }
   // The authority publishes ahead (optional; NEEDs are answered anyway).
   virtual void publish(const TaskKey& task, const std::vector<Segment>& segs) = 0;
   // The segment for call k of `task`, waiting at most `deadline` for it.
@@ -193,11 +206,17 @@ class TcpServer {
   // A rank of this server's own process, as its ATTACH would say: the process may be done before its client
   // has connected at all (then no ATTACH went out, and the server knew of no rank to wait for).
   void attachLocal(uint64_t comm, uint32_t rank, uint32_t nRanks);
+  // A rank of this server's own process is done (its process is leaving), as its DETACH would say.
+  void detachLocal(uint64_t comm, uint32_t rank);
+  // Ranks attached that have not said they are done (DETACH): running, or gone without a word (a process
+  // killed, or a connection dropped that may come back). The engine lingers on them at exit.
+  size_t runningRanks() const;
   // What ATTACH told the server so far, per communicator (the engine logs it when its process exits).
   struct Members {
     uint64_t comm = 0;
     uint32_t nRanks = 0;
     std::vector<uint32_t> attached;  // ranks that ever attached, ascending
+    std::vector<uint32_t> detached;  // ranks that said they are done, ascending
   };
   std::vector<Members> members() const;
 
