@@ -163,7 +163,7 @@ def _slurm_hosts(
                 "SLURM_STEP_NODELIST": "127.0.0.[2-3]",
                 "SLURM_NODEID": str(node),
                 **(per_host or {}).get(host, {}),
-            }
+            },
         )
         command = _emu_command(emulator, plugin, work, "SLURM_PROCID")
         tasks = "; ".join(

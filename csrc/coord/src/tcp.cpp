@@ -690,6 +690,7 @@ class TcpBoard : public Board {
     {
       std::lock_guard<std::mutex> lk(mu_);
       attached_[{comm, static_cast<uint32_t>(rank)}] = static_cast<uint32_t>(nRanks);
+      detached_.erase({comm, static_cast<uint32_t>(rank)});  // the same rank back (a communicator made again)
       c = authed_ ? conn_ : nullptr;
     }
     if (c) sendAttach(c, comm, static_cast<uint32_t>(rank), static_cast<uint32_t>(nRanks));
@@ -835,8 +836,8 @@ class TcpBoard : public Board {
     m.nRanks = nRanks;
     c->send(m, true);
   }
-  // DETACH is never dropped by the fault injection: it is sent once, by a process that is leaving (real TCP
-  // loses no frame; a lost one would only hold the server's process at exit until its linger deadline).
+  // DETACH is never dropped by the fault injection: a leaving process sends it once (real TCP loses no frame;
+  // a lost one would hold the serving process at exit 2 s longer, as a killed process does).
   void sendDetach(const std::shared_ptr<Conn>& c, uint64_t comm, uint32_t rank) {
     wire::Msg m;
     m.type = wire::kDetach;
