@@ -102,7 +102,8 @@ Runtime::Runtime(Settings settings, int ncclVersion, int minNcclVersion, std::st
                    std::to_string(minNcclVersion) + ")";
   }
   if (disabledWhy_.empty() && settings_.mode == Mode::Online)
-    coord_ = std::make_unique<Coordination>(agreedSettings(settings_, [](const char* k) { return std::getenv(k); }));
+    coord_ = std::make_unique<Coordination>(agreedSettings(settings_, [](const char* k) { return std::getenv(k); }),
+                                            settings_.coordTimeoutMs, settings_.coordLingerMs);
   detectHardware(settings_.hw, procGpuDir, &hw_);
   hw_.nccl = ncclVersion;
 }

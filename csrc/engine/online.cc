@@ -37,15 +37,6 @@ constexpr uint64_t kNeedAfter = 1;
 constexpr int kLocalWaitMs = 2000;       // in-process board: wait for all ranks of a comm to attach
 constexpr int kSealMs = 5000;            // TCP server: unanswered NEED -> final NCCL default
 
-int envInt(const char* name, int def, int lo, int hi) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return def;
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  if (*end || x < lo || x > hi) return def;
-  return static_cast<int>(x);
-}
-
 std::string cfgText(const search::Config& c) {
   if (c.isDefault()) return "NCCL's choice";
   std::string s = std::string(algoName(c.algo)) + "/" + protoName(c.proto);
@@ -129,6 +120,10 @@ class OnlineSource final : public DecisionSource {
       : env_(env), tcpBoard_(env.coordination->tcp() ? std::move(board) : nullptr),
         localBoard_(env.coordination->localBoard()), authority_(env.rank == 0) {
     opts_ = onlineSearchOptions();
+    if (env.settings && env.settings->searchDebug && env.log) {
+      LogFn log = env.log;
+      opts_.debug = [log](const std::string& line) { log(LogLevel::Info, line); };
+    }
     guardKey_.comm = env.commHash;
     guardKey_.coll = kGuardColl;
     guardKey_.pipe = 0;
@@ -1388,7 +1383,8 @@ void ArrivalMerge::flushLocked() {
 
 // ------------------------------------------------------------------------------ Coordination
 
-Coordination::Coordination(AgreedSettings agreed) : agreed_(std::move(agreed)) {}
+Coordination::Coordination(AgreedSettings agreed, int lookupMs, int lingerMs)
+    : agreed_(std::move(agreed)), lookupMs_(lookupMs), lingerMs_(lingerMs) {}
 
 Coordination::~Coordination() {
   board_.reset();
@@ -1401,7 +1397,6 @@ std::shared_ptr<coord::Board> Coordination::board(bool authority, const LogFn& l
   if (log && !log_) log_ = log;
   if (!configured_) {
     configured_ = true;
-    lookupMs_ = envInt("AUTOCCL_COORD_TIMEOUT_MS", 30000, 100, 3600000);  // validated by loadSettings
     // The endpoint every process of the job derives alike (coord/launcher.h): the user's, the launcher's
     // (torchrun, srun), or the one `autoccl run` gave; none: the in-process board.
     coord::Endpoint ep;
@@ -1545,7 +1540,7 @@ void Coordination::lingerAtExit() {
     srv->attachLocal(cr.first, static_cast<uint32_t>(cr.second), static_cast<uint32_t>(n));
     srv->detachLocal(cr.first, static_cast<uint32_t>(cr.second));
   }
-  int ms = envInt("AUTOCCL_COORD_LINGER_MS", 5000, 0, 600000);
+  const int ms = lingerMs_;
   const auto t0 = std::chrono::steady_clock::now();
   auto until = t0 + std::chrono::milliseconds(ms);
   // Ranks announced but never attached are waited for too: another process may not have connected yet

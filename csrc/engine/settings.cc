@@ -79,11 +79,13 @@ bool readText(const EnvLookup& env, const char* name, size_t max, std::string* e
 
 // The variables of the coordinator and the paths the library writes: a malformed value is refused like
 // any other setting (one WARN, no tuner), never replaced by a default or half-used later.
-bool checkCoordinatorAndPaths(const EnvLookup& env, std::string* err) {
-  uint64_t ignored = 0;
-  if (!readBounded(env, "AUTOCCL_COORD_TIMEOUT_MS", 100, 3600000, &ignored, err) ||
-      !readBounded(env, "AUTOCCL_COORD_LINGER_MS", 0, 600000, &ignored, err))
+bool checkCoordinatorAndPaths(const EnvLookup& env, Settings* s, std::string* err) {
+  uint64_t timeoutMs = static_cast<uint64_t>(s->coordTimeoutMs), lingerMs = static_cast<uint64_t>(s->coordLingerMs);
+  if (!readBounded(env, "AUTOCCL_COORD_TIMEOUT_MS", 100, 3600000, &timeoutMs, err) ||
+      !readBounded(env, "AUTOCCL_COORD_LINGER_MS", 0, 600000, &lingerMs, err))
     return false;
+  s->coordTimeoutMs = static_cast<int>(timeoutMs);
+  s->coordLingerMs = static_cast<int>(lingerMs);
   for (const char* addr : {"AUTOCCL_COORD_ADDR", "AUTOCCL_RUN_ADDR"}) {
     std::string text = get(env, addr), host;
     int port = 0;
@@ -273,7 +275,8 @@ Settings loadSettings(const EnvLookup& env) {
   s.fixedText = get(env, "AUTOCCL_FIXED");
   if (s.mode == Mode::Fixed && s.fixedText.empty()) return invalid(s, "AUTOCCL_MODE=fixed needs AUTOCCL_FIXED (rules)");
   if (!s.fixedText.empty() && !parseFixedRules(s.fixedText, s.maxChannels, &s.fixed, &err)) return invalid(s, err);
-  if (!checkCoordinatorAndPaths(env, &err)) return invalid(s, err);
+  if (!checkCoordinatorAndPaths(env, &s, &err)) return invalid(s, err);
+  s.searchDebug = env("AUTOCCL_SEARCH_DEBUG") != nullptr;
 
   s.tablePath = get(env, "AUTOCCL_TABLE");
   s.metricsDir = get(env, "AUTOCCL_METRICS_DIR");

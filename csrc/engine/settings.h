@@ -91,6 +91,14 @@ struct Settings {
   // iteration but its last at most that many channels, and keeps the fastest arm that beats NCCL's choices on
   // the iteration time (engine/step_guard.h). Read by the authority alone: every rank applies its plan.
   std::vector<int> stepArmsHidden;
+  // AUTOCCL_COORD_TIMEOUT_MS, in [100, 3600000]: how long a rank waits for a decision of the coordinator
+  // before its call fails. AUTOCCL_COORD_LINGER_MS, in [0, 600000]: how long the process serving the TCP
+  // coordinator keeps serving at exit for ranks still running (engine::Coordination::lingerAtExit).
+  int coordTimeoutMs = 30000;
+  int coordLingerMs = 5000;
+  // AUTOCCL_SEARCH_DEBUG (any value): the online search's diagnostics in NCCL's log (INFO, subsystem TUNING):
+  // every candidate's evidence when a task pins, each duel. Decisions unchanged.
+  bool searchDebug = false;
   bool valid = true;
   std::string error;        // why !valid (one line, for the single WARN)
 };

@@ -541,3 +541,22 @@ def test_coordinator_leaves_soon_after_a_killed_rank(plugin: Path, tmp_path: Pat
     assert "ranks gone without saying they are done" in exits[0], exits
     waited_ms = int(exits[0].split(" ms)")[0].rsplit(" ", 1)[1])
     assert 1900 <= waited_ms < 10_000, exits  # the reconnect grace, far below the 60 s deadline
+
+
+def test_search_debug_goes_to_nccl_log(plugin: Path) -> None:
+    """AUTOCCL_SEARCH_DEBUG puts the search's diagnostics (each pin's evidence) in NCCL's log as INFO lines of
+    the authority, and changes no decision: every task pins the same configuration with and without it (no
+    noise in the model)."""
+    sc = bounded(scenario(200, noise=False))
+    plain = run(sc, plugin=plugin, env=online_env(False), timeout=300)
+    debug = run(sc, plugin=plugin, env=online_env(False, AUTOCCL_SEARCH_DEBUG="1"), timeout=300)
+    assert_clean(plain)
+    assert_clean(debug)
+    lines = [x for x in debug.stderr.splitlines() if "autoccl search: tuning ends at call" in x]
+    assert lines and all("NCCL INFO" in x for x in lines), debug.stderr[-2000:]
+    assert "autoccl search:" not in plain.stderr
+
+    def pinned(res: Any) -> dict[tuple[str, str, int], tuple[Any, ...]]:
+        return {k: (t["algo"], t["proto"], t["channels"]) for k, t in tasks_of(res).items()}
+
+    assert pinned(debug) == pinned(plain)

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -381,14 +382,23 @@ struct TaskSearch::Impl {
     if (st.convergedAt == kForever) st.convergedAt = planned;
   }
 
+  // One line of the search's diagnostics to Options::debug (none when it is empty).
+  __attribute__((format(printf, 2, 3))) void debugf(const char* fmt, ...) const {
+    if (!o.debug) return;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    o.debug(line);
+  }
+
   void finishTuning() {
-    if (std::getenv("AUTOCCL_SEARCH_DEBUG")) {  // why this pin: every candidate's evidence, on stderr
-      std::fprintf(stderr, "autoccl search: tuning ends at call %llu (incumbent %d)\n",
-                   static_cast<unsigned long long>(planned), inc);
+    if (o.debug) {  // why this pin: every candidate's evidence
+      debugf("autoccl search: tuning ends at call %llu (incumbent %d)", static_cast<unsigned long long>(planned), inc);
       for (size_t i = 0; i < evals.size(); ++i)
-        std::fprintf(stderr, "autoccl search:   %zu %s n=%d in-flight=%d median=%.2f%s\n", i,
-                     evals[i].cfg.str().c_str(), evals[i].n(), evals[i].inflight, evals[i].med(),
-                     evals[i].dead ? " dead" : "");
+        debugf("autoccl search:   %zu %s n=%d in-flight=%d median=%.2f%s", i, evals[i].cfg.str().c_str(),
+               evals[i].n(), evals[i].inflight, evals[i].med(), evals[i].dead ? " dead" : "");
     }
     const Eval& d = evals[static_cast<size_t>(dflt)];
     if (dflt >= 0 && !d.samples.empty()) {
@@ -495,14 +505,12 @@ struct TaskSearch::Impl {
     const double keep = 1.0 - duelMargin(d.samples, i.samples);
     const bool altAgrees = !altToo || lowMedian(i.alt) < lowMedian(d.alt);
     bool incWins = lowMedian(i.samples) < lowMedian(d.samples) * keep && altAgrees;
-    auto report = [&](const char* outcome) {  // why this decision: its evidence, on stderr
-      if (!std::getenv("AUTOCCL_SEARCH_DEBUG")) return;
-      std::fprintf(stderr,
-                   "autoccl search: duel at call %llu (budget used %llu): default n=%d low median=%.2f, %s n=%d low "
-                   "median=%.2f, margin %.2f %%, second measure %s: %s\n",
-                   static_cast<unsigned long long>(planned), static_cast<unsigned long long>(tuningCallsThisRound),
-                   d.n(), lowMedian(d.samples), i.cfg.str().c_str(), i.n(), lowMedian(i.samples),
-                   100.0 * (1.0 - keep), altToo ? (altAgrees ? "agrees" : "disagrees") : "none", outcome);
+    auto report = [&](const char* outcome) {  // why this decision: its evidence
+      debugf("autoccl search: duel at call %llu (budget used %llu): default n=%d low median=%.2f, %s n=%d low "
+             "median=%.2f, margin %.2f %%, second measure %s: %s",
+             static_cast<unsigned long long>(planned), static_cast<unsigned long long>(tuningCallsThisRound), d.n(),
+             lowMedian(d.samples), i.cfg.str().c_str(), i.n(), lowMedian(i.samples), 100.0 * (1.0 - keep),
+             altToo ? (altAgrees ? "agrees" : "disagrees") : "none", outcome);
     };
     // Lower, but within the margin: one more block of up to duelSamples a side (at most duelExtensions times),
     // as many as the budget still has room for (at least two), decided on all of them. A gain of 4-5 % under
@@ -748,9 +756,9 @@ struct TaskSearch::Impl {
       st.defaultMedian = st.bestMedian = d.med();
       st.noise = d.relNoise();
       st.smallTask = true;
-      if (std::getenv("AUTOCCL_SEARCH_DEBUG"))
-        std::fprintf(stderr, "autoccl search: small task at call %llu: NCCL's median %.2f (%d samples), second measure %.2f (%zu)\n",
-                     static_cast<unsigned long long>(planned), d.med(), d.n(), d.alt.empty() ? 0.0 : median(d.alt), d.alt.size());
+      debugf("autoccl search: small task at call %llu: NCCL's median %.2f (%d samples), second measure %.2f (%zu)",
+             static_cast<unsigned long long>(planned), d.med(), d.n(), d.alt.empty() ? 0.0 : median(d.alt),
+             d.alt.size());
       pending.clear();
       queue.clear();
       toFinal(Config());

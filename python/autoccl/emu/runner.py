@@ -185,7 +185,7 @@ def run(
     scen_path.write_text(scenario.to_text())
     exe = str(emulator_path())
     child_env = plain_nccl_env()
-    # diagnostics only (every pin's evidence on the ranks' stderr): they change no decision, so they pass
+    # diagnostics only (every pin's evidence, INFO lines on the ranks' stderr): they change no decision
     if "AUTOCCL_SEARCH_DEBUG" in os.environ:
         child_env["AUTOCCL_SEARCH_DEBUG"] = os.environ["AUTOCCL_SEARCH_DEBUG"]
     if env:
@@ -210,6 +210,8 @@ def run(
     elif model is not None:
         base += ["--model", str(Path(model).resolve())]
     base += list(extra_args)
+    if "AUTOCCL_SEARCH_DEBUG" in child_env and "--verbose" not in base:
+        base.append("--verbose")  # the search's diagnostics are INFO lines of NCCL's log
     world = scenario.world
     rank_sets: list[tuple[list[int], dict[str, str], bool]] = []
     for ranks in [[r] for r in world] if processes else [world]:

@@ -87,6 +87,9 @@ struct Options {
   uint64_t lostAfterMs = 3000;
   uint64_t lostAfterHard = 2048;
   std::function<uint64_t()> clockMs;  // empty: the call-count rule alone (deterministic tests)
+  // The search's diagnostics, one line a call (why a task pinned what it pinned: every candidate's evidence,
+  // each duel): empty, none. The engine routes them to NCCL's log under AUTOCCL_SEARCH_DEBUG.
+  std::function<void(const std::string&)> debug;
   int maxLostRounds = 3;        // a candidate losing all its samples this often is abandoned
   uint64_t maxTuningCalls = 144;  // after this many exploring calls the incumbent is pinned
   // Before pinning a configuration other than NCCL's: this many fresh samples of each, alternately;
