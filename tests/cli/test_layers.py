@@ -44,3 +44,18 @@ def test_coord_reaching_the_search_is_reported() -> None:
     found = dict(layers.arrows())
     found[("coord", "search")] = {"csrc/coord/src/x.cpp -> csrc/search/include/autoccl/search/search.h"}
     assert any("must not know the search" in line for line in layers.violations(found))
+
+
+def test_the_libraries_below_the_engine_test_without_it() -> None:
+    """The agreement layer, the search and the shared vocabulary are tested on their own: their C++ tests
+    include nothing from the engine or the shim (the coordinator's tests plan with a decider of their own;
+    the engine's SearchDecider, which joins the search to the coordinator, is tested in the engine's)."""
+    found = []
+    for lib in ("common", "search", "coord"):
+        for f in sorted((ROOT / "csrc" / lib / "tests").rglob("*")):
+            if f.suffix not in (".cc", ".cpp", ".h"):
+                continue
+            for n, line in enumerate(f.read_text().splitlines(), 1):
+                if line.startswith("#include") and ('"engine/' in line or '"nccl/' in line):
+                    found.append(f"{f.relative_to(ROOT)}:{n}: {line}")
+    assert found == []

@@ -24,13 +24,11 @@
 #include "autoccl/coord/coord.h"
 #include "autoccl/coord/launcher.h"
 #include <gtest/gtest.h>
-#include "engine/search_decider.h"
 #include "sha256.h"
 #include "wire.h"
 
 using namespace autoccl;
 using namespace autoccl::coord;
-using autoccl::engine::SearchDecider;  // the engine's Decider over the search, the coordinator's usual client
 using std::chrono::milliseconds;
 
 namespace {
@@ -75,19 +73,19 @@ wire::Msg randomPlan(std::mt19937_64& rng) {
   for (size_t i = 0; i < n; ++i) {
     Segment s;
     s.begin = b;
-    s.end = i + 1 == n && rng() % 2 ? search::kForever : b + 1 + rng() % 100;
+    s.end = i + 1 == n && rng() % 2 ? kForever : b + 1 + rng() % 100;
     if (rng() % 3) {
       s.cfg.algo = static_cast<int>(rng() % 7);
       s.cfg.proto = static_cast<int>(rng() % 3);
       s.cfg.channels = static_cast<int>(rng() % 65);
       s.cfg.chunk = rng() % (1 << 24);
-      s.cfg.chunkHalvings = static_cast<int>(rng() % (search::kMaxChunkHalvings + 1));
+      s.cfg.chunkHalvings = static_cast<int>(rng() % (kMaxChunkHalvings + 1));
     }
     s.cfg.measure = rng() % 2;
     s.phase = static_cast<Phase>(rng() % 4);
     m.segs.push_back(s);
     b = s.end;
-    if (b == search::kForever) break;
+    if (b == kForever) break;
   }
   return m;
 }
@@ -191,31 +189,44 @@ TEST(coord, store) {
 }
 
 // ---- agreement scenarios ---------------------------------------------------------------------
-struct Model {
-  search::Space space;
-  std::vector<double> base;  // per pair
-  double copt;
-  double t(const Config& c) const {
-    if (c.isDefault()) return 100.0;
-    double dc = std::log2(std::max(1, c.channels)) - std::log2(copt);
-    return base[static_cast<size_t>(c.algo * 3 + c.proto)] * (1 + 0.05 * dc * dc);
+// The authority's decider of these tests plans without measuring: the coordinator's job is that every rank
+// applies what the authority planned, whatever it planned (the engine's SearchDecider, which plans from the
+// search, is tested in the engine's tests). Per task: aligned windows of kPlanWindow calls, each a
+// configuration drawn from (task, window), NCCL's default among them; from window kPlanWindows on, one
+// configuration for good. Deterministic, so that a plan asked twice is the same plan.
+class PlanDecider : public Decider {
+ public:
+  static constexpr uint64_t kPlanWindow = 8;
+  static constexpr uint64_t kPlanWindows = 12;
+  std::vector<Segment> decide(const TaskKey& t, uint64_t k, uint64_t covered) override {
+    std::vector<Segment> out;
+    uint64_t b = covered;
+    while (out.empty() || out.back().end <= k) {
+      const uint64_t w = b / kPlanWindow;
+      if (w >= kPlanWindows) {
+        out.push_back(Segment{b, kForever, config(t, kPlanWindows), Phase::kFinal});
+        break;
+      }
+      Config c = config(t, w);
+      c.measure = true;
+      out.push_back(Segment{b, (w + 1) * kPlanWindow, c, Phase::kTuning});
+      b = (w + 1) * kPlanWindow;
+    }
+    return out;
+  }
+
+ private:
+  static Config config(const TaskKey& t, uint64_t w) {
+    uint64_t h = (t.comm * 0x9E3779B97F4A7C15ull) ^ (t.bytes + static_cast<uint64_t>(t.coll) * 131 + w * 7919);
+    h ^= h >> 29;
+    Config c;
+    if (h % 4 == 0) return c;  // NCCL's default
+    c.algo = static_cast<int8_t>(h % 2);
+    c.proto = static_cast<int8_t>((h >> 3) % 3);
+    c.channels = 1 + static_cast<int32_t>((h >> 7) % 32);
+    return c;
   }
 };
-Model makeModel(uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  Model m;
-  m.space.maxChannels = 32;
-  m.space.ncclChannels = 16;
-  m.base.assign(21, 0);
-  for (int a = 0; a < 2; ++a)
-    for (int p = 0; p < 3; ++p) {
-      if (rng() % 4 == 0 && !(a == 1 && p == 2)) continue;
-      m.space.cost[a][p] = static_cast<float>(50 + rng() % 100);
-      m.base[static_cast<size_t>(a * 3 + p)] = 60.0 + static_cast<double>(rng() % 80);
-    }
-  m.copt = static_cast<double>(1 + rng() % 32);
-  return m;
-}
 
 struct Scenario {
   int comms = 2, ranks = 3, tasks = 2, calls = 120;
@@ -234,7 +245,7 @@ using Key = std::tuple<int, int, uint64_t>;  // comm index, task index, call
 using Records = std::map<Key, Outcome1>;
 
 struct SlowDecider : Decider {
-  SearchDecider inner;
+  PlanDecider inner;
   int ms = 0;
   std::vector<Segment> decide(const TaskKey& t, uint64_t k, uint64_t c) override {
     if (ms) std::this_thread::sleep_for(milliseconds(ms));
@@ -247,9 +258,9 @@ TaskKey taskKey(const Scenario& sc, int c, int t) {
   return TaskKey{commId(sc, c), static_cast<int>(t % 5), 1, (1ull << (16 + t)) + static_cast<uint64_t>(c)};
 }
 
-// One rank (of every communicator) runs its ops; rank 0 is the authority: registers tasks and feeds
-// its measurements (lagged) to the search. `boardOf(rank)` is the board that rank talks to.
-void runRank(const Scenario& sc, int rank, Board& board, std::vector<SlowDecider>* deciders, Records* rec,
+// One rank (of every communicator) runs its ops through `board`, recording what each call applied (rank 0's
+// process serves the communicators' PlanDeciders).
+void runRank(const Scenario& sc, int rank, Board& board, Records* rec,
              std::atomic<bool>* abortFlag = nullptr) {
   std::mt19937_64 rng(sc.seed * 131 + static_cast<uint64_t>(rank));
   // the same op sequence per communicator on every rank, interleaved differently per rank
@@ -264,10 +275,6 @@ void runRank(const Scenario& sc, int rank, Board& board, std::vector<SlowDecider
   for (int c = 0; c < sc.comms; ++c)
     agree.push_back(std::make_unique<CommAgreement>(std::shared_ptr<Board>(&board, [](Board*) {}), commId(sc, c), rank,
                                                     milliseconds(sc.deadlineMs)));
-  std::vector<Model> models;
-  for (int t = 0; t < sc.tasks; ++t) models.push_back(makeModel(sc.seed * 1000 + static_cast<uint64_t>(t)));
-  std::vector<std::tuple<int, int, uint64_t, double, int>> lagged;  // comm, task, k, us, due op
-  int op = 0;
   for (;;) {
     if (abortFlag && *abortFlag) return;
     std::vector<int> live;
@@ -278,24 +285,9 @@ void runRank(const Scenario& sc, int rank, Board& board, std::vector<SlowDecider
     int t = seq[static_cast<size_t>(c)][pos[static_cast<size_t>(c)]++];
     uint64_t k = callIdx[static_cast<size_t>(c)][static_cast<size_t>(t)]++;
     TaskKey key = taskKey(sc, c, t);
-    if (rank == 0 && k == 0) (*deciders)[static_cast<size_t>(c)].inner.registerTask(key, models[static_cast<size_t>(t)].space);
     if (sc.maxSkewUs && rng() % 4 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % static_cast<uint64_t>(sc.maxSkewUs)));
     Outcome o = agree[static_cast<size_t>(c)]->decide(key, k);
     (*rec)[Key{c, t, k}] = Outcome1{o.ok(), o.seg.cfg};
-    if (rank == 0 && o.ok() && o.seg.cfg.measure) {
-      double us = models[static_cast<size_t>(t)].t(o.seg.cfg) * (1.0 + 0.01 * static_cast<double>(rng() % 100) / 100.0);
-      lagged.emplace_back(c, t, k, us, op + 1 + static_cast<int>(rng() % 6));  // GPU time arrives later
-    }
-    for (auto it = lagged.begin(); it != lagged.end();) {
-      if (std::get<4>(*it) <= op) {
-        auto s = (*deciders)[static_cast<size_t>(std::get<0>(*it))].inner.find(taskKey(sc, std::get<0>(*it), std::get<1>(*it)));
-        if (s) s->addSample(std::get<2>(*it), std::get<3>(*it));
-        it = lagged.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    op++;
   }
 }
 
@@ -321,12 +313,12 @@ int divergences(const std::vector<Records>& recs, const Scenario& /*sc*/, int* e
   return div;
 }
 
-bool runThreads(const Scenario& sc, const std::vector<Board*>& boards, std::vector<SlowDecider>& deciders, int* errorsOut,
+bool runThreads(const Scenario& sc, const std::vector<Board*>& boards, int* errorsOut,
                 int* tunedOut) {
   std::vector<Records> recs(static_cast<size_t>(sc.ranks));
   std::vector<std::thread> th;
   for (int r = 0; r < sc.ranks; ++r)
-    th.emplace_back([&, r] { runRank(sc, r, *boards[static_cast<size_t>(r)], &deciders, &recs[static_cast<size_t>(r)]); });
+    th.emplace_back([&, r] { runRank(sc, r, *boards[static_cast<size_t>(r)], &recs[static_cast<size_t>(r)]); });
   for (auto& t : th) t.join();
   int errors = 0, tuned = 0;
   int div = divergences(recs, sc, &errors, &tuned);
@@ -362,7 +354,7 @@ TEST(coord, local) {
       board->serve(commId(sc, c), &deciders[static_cast<size_t>(c)]);
     }
     std::vector<Board*> boards(static_cast<size_t>(sc.ranks), board.get());
-    runThreads(sc, boards, deciders, &errors, &tuned);
+    runThreads(sc, boards, &errors, &tuned);
     n++;
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -446,7 +438,7 @@ void tcpScenarios(int count, uint64_t seedBase, const Faults& f, int* nOut) {
       deciders[static_cast<size_t>(c)].ms = sc.slowAuthorityMs;
       boards[0]->serve(commId(sc, c), &deciders[static_cast<size_t>(c)]);
     }
-    runThreads(sc, boards, deciders, &errors, &tuned);
+    runThreads(sc, boards, &errors, &tuned);
     owned.clear();
     server.stop();
     (*nOut)++;
@@ -491,7 +483,7 @@ TEST(coord, tcp_faults) {
   deciders[0].ms = 300;
   boards[0]->serve(commId(sc, 0), &deciders[0]);
   int errors = 0, tuned = 0;
-  runThreads(sc, boards, deciders, &errors, &tuned);
+  runThreads(sc, boards, &errors, &tuned);
   EXPECT_TRUE(server.stats().sealed >= 1);
   owned.clear();
   server.stop();
@@ -525,7 +517,7 @@ TEST(coord, tcp_auth) {
   }
   auto good = makeTcpBoard(baseOpts(server.port()));
   auto auth = makeTcpBoard(baseOpts(server.port()));
-  SearchDecider d;
+  PlanDecider d;
   auth->serve(1, &d);
   Outcome g = good->lookup(TaskKey{1, 4, 1, 64}, 0, milliseconds(5000));
   EXPECT_TRUE(g.ok());
@@ -629,7 +621,8 @@ TEST(coord, tcp_attach) {
 // ---- a rank that is done: DETACH ----------------------------------------------------------------------
 // The server's process lingers at exit on ranks that attached and have not said they are done: a connection
 // that dropped without a goodbye used to count as done, and the process left under a rank that was only
-// reconnecting. DETACH says it; a rank that never says it is waited for (until the engine's linger deadline).
+// reconnecting. DETACH says it; a rank that never says it is waited for (by the engine, 2 s after its last
+// connection closed).
 TEST(coord, tcp_detach) {
   wire::Msg d;
   d.type = wire::kDetach;
@@ -724,16 +717,16 @@ TEST(coord, tcp_own_client) {
   EXPECT_TRUE(other->localAddress() != own->localAddress());
   // An empty segment is not published (it would be a malformed PLAN): the connection stays, and what
   // follows it on the connection still arrives.
-  SearchDecider d;
+  PlanDecider d;
   own->serve(21, &d);
   const TaskKey key{21, 4, 1, 1 << 20};
   Segment empty;
-  empty.begin = empty.end = search::kForever;
+  empty.begin = empty.end = kForever;
   empty.phase = Phase::kFinal;
   own->publish(key, {empty});
   Segment all;
   all.begin = 0;
-  all.end = search::kForever;
+  all.end = kForever;
   all.phase = Phase::kFinal;
   all.cfg.algo = 1;
   all.cfg.proto = 2;
@@ -760,7 +753,7 @@ TEST(coord, tcp_own_client) {
 // free of the authority's search). Here the decider takes 300 ms: unserve must not return inside it.
 TEST(coord, tcp_unserve_waits) {
   struct Gate : Decider {
-    SearchDecider inner;
+    PlanDecider inner;
     std::atomic<bool> inside{false}, entered{false};
     std::vector<Segment> decide(const TaskKey& t, uint64_t k, uint64_t c) override {
       inside = true;
@@ -821,7 +814,7 @@ TEST(coord, tcp_settings) {
   auto auth = makeTcpBoard(opts(0xA));
   auto same = makeTcpBoard(opts(0xA));
   auto other = makeTcpBoard(opts(0xB));
-  SearchDecider d5, d6;
+  PlanDecider d5, d6;
   auth->serve(5, &d5);
   const TaskKey k5{5, 4, 1, 1 << 20};
   // the authority's own process sets the reference; an agreeing process is answered
@@ -847,7 +840,7 @@ TEST(coord, tcp_settings) {
   Outcome early;
   std::thread asker([&] { early = other->lookup(k7, 0, milliseconds(10000)); });
   std::this_thread::sleep_for(milliseconds(200));
-  SearchDecider d7;
+  PlanDecider d7;
   auth->serve(7, &d7);
   asker.join();
   EXPECT_TRUE(!early.ok() && early.error.find("refused this process") != std::string::npos);
@@ -897,7 +890,7 @@ TEST(coord, tcp_report) {
   EXPECT_TRUE(wire::decode(b.data(), b.size(), &o) == -1);
 
   struct Observer : Decider {
-    SearchDecider inner;
+    PlanDecider inner;
     std::mutex mu;
     std::vector<std::tuple<int, uint64_t, double>> seen;
     std::vector<Segment> decide(const TaskKey& t, uint64_t k, uint64_t c) override { return inner.decide(t, k, c); }
@@ -1024,7 +1017,7 @@ int forkScenario(const Scenario& sc, int killWhat, int* errorsOut, int* tunedOut
         for (int c = 0; c < sc.comms; ++c) board->serve(commId(sc, c), &deciders[static_cast<size_t>(c)]);
       Records rec;
       // records are flushed as we go so that a killed authority leaves what it applied
-      runRank(sc, r, *board, &deciders, &rec);
+      runRank(sc, r, *board, &rec);
       writeRecords(std::string(dir) + "/rank" + std::to_string(r), rec);
       board.reset();
       _exit(0);
@@ -1090,49 +1083,6 @@ TEST(coord, tcp_kill) {
   std::printf("killed authority / server: 8 scenarios, %d divergences, %d clean errors, %.1f s\n", div, errors, secs);
   EXPECT_TRUE(div == 0);
   EXPECT_TRUE(secs < 60);
-}
-
-// ---- before the authority sees a task ------------------------------------------------------------
-// Ranks that ask for a task the authority has not registered get NCCL's default, timed, for 1, 2, 4, ... calls
-// past the call asked (up to the window): the search then starts right after them and counts their samples as
-// NCCL's baseline. A fixed 16-call window started the demo's searches at call 17.
-TEST(coord, pre_window) {
-  SearchDecider d;  // window 16
-  const TaskKey t{7, 4, 1, 1 << 26};
-  const uint64_t asked[] = {0, 2, 5, 10, 19, 36};
-  const uint64_t ends[] = {2, 5, 10, 19, 36, 53};
-  uint64_t covered = 0;
-  for (size_t i = 0; i < 6; ++i) {
-    const std::vector<Segment> segs = d.decide(t, asked[i], covered);
-    ASSERT_TRUE(!segs.empty());
-    const Segment& g = segs.back();
-    EXPECT_TRUE(g.begin == covered && g.end == ends[i]);
-    EXPECT_TRUE(g.cfg.isDefault() && g.phase == Phase::kTuning);
-    covered = g.end;
-  }
-  // a call already covered gets the segment handed out before, unchanged
-  const std::vector<Segment> again = d.decide(t, 3, 0);
-  EXPECT_TRUE(again.size() == 6 && again[1].begin == 2 && again[1].end == 5);
-  search::Space sp;
-  sp.cost[1][2] = 1.0f;
-  sp.cost[1][1] = 1.2f;
-  auto srch = d.registerTask(t, sp);
-  ASSERT_TRUE(srch);
-  std::vector<Segment> plan = d.decide(t, 53, covered);
-  ASSERT_TRUE(!plan.empty());
-  EXPECT_TRUE(plan.front().begin == 53);
-  EXPECT_TRUE(!(plan.front().cfg.isDefault() && plan.front().cfg.measure));  // the baseline is not measured again
-  for (uint64_t k = 41; k < 53; ++k) srch->addSample(k, 100.0);
-  srch->addSample(40, 100.0);  // older than the latest 2 x baselineSamples: not the search's
-  EXPECT_TRUE(srch->stats().priorSamples == 12);
-  // a task the authority registers first starts its search at call 0, with no calls before to count
-  const TaskKey u{7, 4, 1, 1 << 20};
-  auto first = d.registerTask(u, sp);
-  std::vector<Segment> p0 = d.decide(u, 0, 0);
-  ASSERT_TRUE(!p0.empty());
-  EXPECT_TRUE(p0.front().begin == 0 && p0.front().cfg.isDefault() && p0.front().cfg.measure);
-  first->addSample(0, 100.0);
-  EXPECT_TRUE(first->stats().priorSamples == 0);
 }
 
 // ---- the coordinator's endpoint from the launcher's variables ------------------------------------
@@ -1236,7 +1186,7 @@ TEST(coord, tcp_gate) {
   ASSERT_TRUE(server.start(&err));
   auto auth = makeTcpBoard(baseOpts(server.port()));
   auto follower = makeTcpBoard(baseOpts(server.port()));
-  SearchDecider d;
+  PlanDecider d;
   auth->serve(11, &d);
   auth->attach(11, 0, 3);
   follower->attach(11, 1, 3);

@@ -21,6 +21,7 @@
 #include "engine/fingerprint.h"
 #include "engine/fixed_rules.h"
 #include "engine/online.h"
+#include "engine/search_decider.h"
 #include "engine/settings.h"
 #include "autoccl/common/stats.h"
 #include "engine/stats.h"
@@ -1062,6 +1063,49 @@ TEST(engine, online_local_verdict) {
     for (auto& t : ts) t.join();
     for (int r = 1; r < 4; ++r) EXPECT_EQ(answers[r], answers[0]);
   }
+}
+
+// ---- before the authority sees a task ------------------------------------------------------------
+// Ranks that ask for a task the authority has not registered get NCCL's default, timed, for 1, 2, 4, ... calls
+// past the call asked (up to the window): the search then starts right after them and counts their samples as
+// NCCL's baseline. A fixed 16-call window started the demo's searches at call 17.
+TEST(engine, search_decider_pre_window) {
+  SearchDecider d;  // window 16
+  const autoccl::coord::TaskKey t{7, 4, 1, 1 << 26};
+  const uint64_t asked[] = {0, 2, 5, 10, 19, 36};
+  const uint64_t ends[] = {2, 5, 10, 19, 36, 53};
+  uint64_t covered = 0;
+  for (size_t i = 0; i < 6; ++i) {
+    const std::vector<autoccl::Segment> segs = d.decide(t, asked[i], covered);
+    ASSERT_TRUE(!segs.empty());
+    const autoccl::Segment& g = segs.back();
+    EXPECT_TRUE(g.begin == covered && g.end == ends[i]);
+    EXPECT_TRUE(g.cfg.isDefault() && g.phase == autoccl::Phase::kTuning);
+    covered = g.end;
+  }
+  // a call already covered gets the segment handed out before, unchanged
+  const std::vector<autoccl::Segment> again = d.decide(t, 3, 0);
+  EXPECT_TRUE(again.size() == 6 && again[1].begin == 2 && again[1].end == 5);
+  autoccl::search::Space sp;
+  sp.cost[1][2] = 1.0f;
+  sp.cost[1][1] = 1.2f;
+  auto srch = d.registerTask(t, sp);
+  ASSERT_TRUE(srch);
+  std::vector<autoccl::Segment> plan = d.decide(t, 53, covered);
+  ASSERT_TRUE(!plan.empty());
+  EXPECT_TRUE(plan.front().begin == 53);
+  EXPECT_TRUE(!(plan.front().cfg.isDefault() && plan.front().cfg.measure));  // the baseline is not measured again
+  for (uint64_t k = 41; k < 53; ++k) srch->addSample(k, 100.0);
+  srch->addSample(40, 100.0);  // older than the latest 2 x baselineSamples: not the search's
+  EXPECT_TRUE(srch->stats().priorSamples == 12);
+  // a task the authority registers first starts its search at call 0, with no calls before to count
+  const autoccl::coord::TaskKey u{7, 4, 1, 1 << 20};
+  auto first = d.registerTask(u, sp);
+  std::vector<autoccl::Segment> p0 = d.decide(u, 0, 0);
+  ASSERT_TRUE(!p0.empty());
+  EXPECT_TRUE(p0.front().begin == 0 && p0.front().cfg.isDefault() && p0.front().cfg.measure);
+  first->addSample(0, 100.0);
+  EXPECT_TRUE(first->stats().priorSamples == 0);
 }
 
 }  // namespace
