@@ -350,71 +350,72 @@ void Context::stopWanting(Task* t) {
   if (t->wanting.exchange(false) && tasksWanting_.fetch_sub(1) == 1) updateNeed();
 }
 
-bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& costs, int* nChannels) {
-  if (chunkAsked_) {  // NCCL has scheduled the previous group: this call starts the next one
-    groupChunks_.clear();
-    chunkAsked_ = false;
-  }
-  if (!policy_ || coll < 0 || coll >= kNumColls) return true;
-  Task* t = taskFor(TaskKey{coll, bytes, pipe});
-  uint64_t k = t->calls++;
-  bool first = k == 0;
-  Decision fresh;
-  const Decision* d = &t->cached;
+// getCollInfo's steps, inlined into it: the call path pays no call for them (engine.online_hot_path).
+// The policy's decision for call k: the task's cached one once the policy said it is stable.
+[[gnu::always_inline]] inline const Decision& Context::decisionFor(Task* t, uint64_t k, const CostTable& costs, Decision* fresh) {
   if (!t->haveCached) {
-    fresh = policy_->decide(t->key, k, costs);
-    if (fresh.stable) {
-      t->cached = fresh;
-      t->haveCached = true;
-    } else {
-      d = &fresh;
-    }
+    *fresh = policy_->decide(t->key, k, costs);
+    if (!fresh->stable) return *fresh;
+    t->cached = *fresh;
+    t->haveCached = true;
   } else if (rt_.mask().on() && policy_->needsTiming()) {
     policy_->onSettledCall();
   }
-  if (d->fail) {
-    --t->calls;  // not applied: NCCL fails the collective
-    if (!failLogged_) {
-      failLogged_ = true;
-      failWhy_ = std::string(collName(coll)) + " bytes=" + std::to_string(bytes) + " call " + std::to_string(k) +
-                 ": the ranks can no longer agree on a configuration (" + d->why +
-                 "); failing the collective rather than risking divergent configurations";
-      log(LogLevel::Warn, failWhy_);
-    }
-    return false;
-  }
+  return t->cached;
+}
 
+// The ranks can no longer agree: NCCL fails the collective (the call is not counted), with one WARN.
+bool Context::failCall(Task* t, uint64_t k, const Decision& d) {
+  --t->calls;
+  if (!failLogged_) {
+    failLogged_ = true;
+    failWhy_ = std::string(collName(t->key.coll)) + " bytes=" + std::to_string(t->key.bytes) + " call " +
+               std::to_string(k) + ": the ranks can no longer agree on a configuration (" + d.why +
+               "); failing the collective rather than risking divergent configurations";
+    log(LogLevel::Warn, failWhy_);
+  }
+  return false;
+}
+
+// The decision written into NCCL's cost table and *nChannels; returns what was applied. A pair NCCL marked
+// unsupported (-1) is refused: NCCL's choice stands (*source Nccl, *refused).
+[[gnu::always_inline]] inline Config Context::apply(Task* t, const Decision& d, const CostTable& costs, int* nChannels, Source* source,
+                      bool* refused) {
   Config applied;
-  Source source = d->source;
-  bool refused = false;
   const int maxCh = rt_.settings().maxChannels;
   // Channels left to NCCL: capped at AUTOCCL_NCCL_CHANNELS when set (NCCL's own choice as on a plain
   // communicator); an explicit count below overrides it.
   if (nChannels && rt_.settings().ncclChannels > 0) *nChannels = rt_.settings().ncclChannels;
-  if (d->config.forcesPair() && !costs.supported(d->config.algo, d->config.proto)) {
-    refused = true;  // NCCL marked it -1 (unsupported or disabled by the user): NCCL's choice stands
-    source = Source::Nccl;
+  if (d.config.forcesPair() && !costs.supported(d.config.algo, d.config.proto)) {
+    *refused = true;
+    *source = Source::Nccl;
     if (!t->unsupportedLogged) {
       t->unsupportedLogged = true;
-      log(LogLevel::Info, std::string(collName(coll)) + " " + std::to_string(bytes) + " B: " +
-                              configText(d->config) + " is unsupported here (-1), leaving NCCL's choice");
+      log(LogLevel::Info, std::string(collName(t->key.coll)) + " " + std::to_string(t->key.bytes) + " B: " +
+                              configText(d.config) + " is unsupported here (-1), leaving NCCL's choice");
     }
-  } else {
-    if (d->config.forcesPair()) {
-      costs.data[d->config.algo * costs.numProto + d->config.proto] = 0.0f;  // NCCL takes the smallest >= 0
-      applied.algo = d->config.algo;
-      applied.proto = d->config.proto;
-    }
-    if (d->config.channels > 0 && nChannels) {
-      applied.channels = std::clamp(d->config.channels, 1, maxCh);
-      *nChannels = applied.channels;
-    }
-    if (d->config.chunk) applied.chunk = std::clamp<uint64_t>(d->config.chunk, kMinChunk, kMaxChunk);
-    else applied.chunkHalvings = std::clamp(d->config.chunkHalvings, 0, kMaxChunkHalvings);
+    return applied;
   }
+  if (d.config.forcesPair()) {
+    costs.data[d.config.algo * costs.numProto + d.config.proto] = 0.0f;  // NCCL takes the smallest >= 0
+    applied.algo = d.config.algo;
+    applied.proto = d.config.proto;
+  }
+  if (d.config.channels > 0 && nChannels) {
+    applied.channels = std::clamp(d.config.channels, 1, maxCh);
+    *nChannels = applied.channels;
+  }
+  if (d.config.chunk) applied.chunk = std::clamp<uint64_t>(d.config.chunk, kMinChunk, kMaxChunk);
+  else applied.chunkHalvings = std::clamp(d.config.chunkHalvings, 0, kMaxChunkHalvings);
+  return applied;
+}
+
+// What was applied, for getChunkSize (the group's decisions), the metrics files, and the task's first call's
+// INFO line.
+[[gnu::always_inline]] inline void Context::noteApplied(Task* t, uint64_t k, const Decision& d, const Config& applied, Source source) {
   if (chunkCallback_) {  // without it (tuner v5, NCCL < 2.30.3) nothing reads them: no work on this path
     if (groupChunks_.size() >= kMaxGroupChunks) groupChunks_.erase(groupChunks_.begin());  // a huge group
-    groupChunks_.push_back(GroupChunk{coll, applied.algo, applied.proto, applied.chunk, applied.chunkHalvings});
+    groupChunks_.push_back(GroupChunk{t->key.coll, applied.algo, applied.proto, applied.chunk, applied.chunkHalvings});
   }
   if (metricsOn_.load(std::memory_order_relaxed)) {
     if (!applied.sameSetting(t->lastApplied) || source != t->lastSource || k == 0) {  // not the measure flag
@@ -427,17 +428,21 @@ bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& c
   }
   t->lastApplied = applied;
   t->lastSource = source;
-
-  if (first) {
-    log(LogLevel::Info, std::string(collName(coll)) + " bytes=" + std::to_string(bytes) + " pipe=" +
-                            std::to_string(pipe) + ": " + sourceName(source) + " " + configText(applied) +
-                            (d->why.empty() ? "" : " (" + d->why + ")"));
+  if (k == 0) {
+    log(LogLevel::Info, std::string(collName(t->key.coll)) + " bytes=" + std::to_string(t->key.bytes) + " pipe=" +
+                            std::to_string(t->key.pipe) + ": " + sourceName(source) + " " + configText(applied) +
+                            (d.why.empty() ? "" : " (" + d.why + ")"));
   }
+}
+
+// The call's place in the profiler's matching queue, and whether the launch clock times it.
+[[gnu::always_inline]] inline void Context::queueForTiming(Task* t, uint64_t k, const Decision& d, const Config& applied) {
+  const int coll = t->key.coll;
   ++ordinal_;
   // The launch clock times a task's first AUTOCCL_MEASURE_CALLS calls by count (its samples arrive later than the
   // host decides the next calls: counting deliveries timed every call of a short run) and what the policy asks.
-  if (d->timed || (measureBudget_ > 0 && k < measureBudget_)) launchWant_.store(2, std::memory_order_relaxed);
-  if (profilerAttached_.load(std::memory_order_relaxed)) matcher_.pushDecision(coll, bytes, applied, t, k, ordinal_);
+  if (d.timed || (measureBudget_ > 0 && k < measureBudget_)) launchWant_.store(2, std::memory_order_relaxed);
+  if (profilerAttached_.load(std::memory_order_relaxed)) matcher_.pushDecision(coll, t->key.bytes, applied, t, k, ordinal_);
   if (profilerAttached_.load(std::memory_order_relaxed) && !unprofiled_[coll] && rt_.mask().on() &&
       ++callsWhileTiming_[coll] >= kUnprofiledCalls && collEvents_[coll].load(std::memory_order_relaxed) == 0) {
     unprofiled_[coll] = true;
@@ -447,23 +452,44 @@ bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& c
     policy_->onUnprofiled(coll);
   }
   if (t->wanting.load(std::memory_order_relaxed) && t->calls > 4 * measureBudget_ + 16) stopWanting(t);
+}
 
-  if (rt_.trace().enabled()) {
-    char buf[512];
-    char algo[32] = "null", proto[32] = "null";
-    if (applied.forcesPair()) {
-      std::snprintf(algo, sizeof algo, "\"%s\"", algoName(applied.algo));
-      std::snprintf(proto, sizeof proto, "\"%s\"", protoName(applied.proto));
-    }
-    int n = std::snprintf(buf, sizeof buf,
-                          "{\"ev\":\"call\",\"comm\":\"%s\",\"rank\":%d,\"coll\":\"%s\",\"bytes\":%" PRIu64
-                          ",\"pipe\":%d,\"call\":%" PRIu64 ",\"algo\":%s,\"proto\":%s,\"channels\":%d,\"chunk\":%" PRIu64
-                          ",\"chunk_halvings\":%d,\"source\":\"%s\",\"timing\":%d%s}",
-                          commHex_.c_str(), rank_, collName(coll), bytes, pipe, k, algo, proto, applied.channels,
-                          applied.chunk, applied.chunkHalvings, sourceName(source), rt_.mask().on() ? 1 : 0, refused ? ",\"refused\":true" : "");
-    if (n > 0) rt_.trace().writeLine(buf, std::min(static_cast<size_t>(n), sizeof buf - 1));
+bool Context::getCollInfo(int coll, uint64_t bytes, int pipe, const CostTable& costs, int* nChannels) {
+  if (chunkAsked_) {  // NCCL has scheduled the previous group: this call starts the next one
+    groupChunks_.clear();
+    chunkAsked_ = false;
   }
+  if (!policy_ || coll < 0 || coll >= kNumColls) return true;
+  Task* t = taskFor(TaskKey{coll, bytes, pipe});
+  const uint64_t k = t->calls++;
+  Decision fresh;
+  const Decision& d = decisionFor(t, k, costs, &fresh);
+  if (d.fail) return failCall(t, k, d);
+  Source source = d.source;
+  bool refused = false;
+  const Config applied = apply(t, d, costs, nChannels, &source, &refused);
+  noteApplied(t, k, d, applied, source);
+  queueForTiming(t, k, d, applied);
+  if (rt_.trace().enabled()) traceCall(t, k, applied, source, refused);
   return true;
+}
+
+// The trace's `call` record.
+void Context::traceCall(const Task* t, uint64_t k, const Config& applied, Source source, bool refused) {
+  char buf[512];
+  char algo[32] = "null", proto[32] = "null";
+  if (applied.forcesPair()) {
+    std::snprintf(algo, sizeof algo, "\"%s\"", algoName(applied.algo));
+    std::snprintf(proto, sizeof proto, "\"%s\"", protoName(applied.proto));
+  }
+  int n = std::snprintf(buf, sizeof buf,
+                        "{\"ev\":\"call\",\"comm\":\"%s\",\"rank\":%d,\"coll\":\"%s\",\"bytes\":%" PRIu64
+                        ",\"pipe\":%d,\"call\":%" PRIu64 ",\"algo\":%s,\"proto\":%s,\"channels\":%d,\"chunk\":%" PRIu64
+                        ",\"chunk_halvings\":%d,\"source\":\"%s\",\"timing\":%d%s}",
+                        commHex_.c_str(), rank_, collName(t->key.coll), t->key.bytes, t->key.pipe, k, algo, proto,
+                        applied.channels, applied.chunk, applied.chunkHalvings, sourceName(source),
+                        rt_.mask().on() ? 1 : 0, refused ? ",\"refused\":true" : "");
+  if (n > 0) rt_.trace().writeLine(buf, std::min(static_cast<size_t>(n), sizeof buf - 1));
 }
 
 bool Context::chunkSize(int coll, int algo, int proto, uint64_t* chunk) {

@@ -203,6 +203,13 @@ class Context : public std::enable_shared_from_this<Context> {
   };
 
   Task* taskFor(const TaskKey& key);
+  // getCollInfo's steps, in order (enqueue thread).
+  const Decision& decisionFor(Task* t, uint64_t k, const CostTable& costs, Decision* fresh);
+  bool failCall(Task* t, uint64_t k, const Decision& d);
+  Config apply(Task* t, const Decision& d, const CostTable& costs, int* nChannels, Source* source, bool* refused);
+  void noteApplied(Task* t, uint64_t k, const Decision& d, const Config& applied, Source source);
+  void queueForTiming(Task* t, uint64_t k, const Decision& d, const Config& applied);
+  void traceCall(const Task* t, uint64_t k, const Config& applied, Source source, bool refused);
   void onMeasurement(const Measurement& m);
   void deliver(const Measurement& m);
   void flushHeld();
