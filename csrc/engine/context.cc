@@ -1,4 +1,5 @@
 #include "engine/context.h"
+#include "engine/sources.h"
 
 #include <algorithm>
 #include <functional>

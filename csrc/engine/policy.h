@@ -1,7 +1,6 @@
 // Decision sources: where a call's configuration comes from. The shim never decides; the Context
 // asks its DecisionSource. This header is the interface alone; the sources are built by
-// makeDecisionSource() (engine/sources.cc: observe, fixed, table; engine/online.cc: online), and nothing
-// in csrc/nccl has to change for a new one.
+// makeDecisionSource() (engine/sources.h), and nothing in csrc/nccl has to change for a new one.
 #pragma once
 
 #include <cstdint>
@@ -103,9 +102,5 @@ class DecisionSource {
   // Extra fields for the per-task trace record (",\"gain\":..." form, or empty).
   virtual std::string traceExtra(const TaskKey& task) const { (void)task; return std::string(); }
 };
-
-// Creates the source for settings.mode (never for Off); defined in engine/sources.cc. Returns nullptr with *error set when the
-// mode cannot run here (online without the profiler or without a usable coordinator).
-std::unique_ptr<DecisionSource> makeDecisionSource(const PolicyEnv& env, std::string* error);
 
 }  // namespace autoccl::engine

@@ -2,6 +2,7 @@
 // the call's place in the iteration), and the factory that builds the source for a mode; mode online's is
 // engine/online.h's.
 #include "engine/policy.h"
+#include "engine/sources.h"
 
 #include <cinttypes>
 #include <cstdio>
