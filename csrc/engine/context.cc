@@ -104,7 +104,7 @@ Runtime::Runtime(Settings settings, int ncclVersion, int minNcclVersion, std::st
   }
   if (disabledWhy_.empty() && settings_.mode == Mode::Online)
     coord_ = std::make_unique<Coordination>(agreedSettings(settings_, [](const char* k) { return std::getenv(k); }),
-                                            settings_.coordTimeoutMs, settings_.coordLingerMs);
+                                            settings_.coordTimeoutMs, settings_.coordLingerMs, settings_.coordFaults);
   detectHardware(settings_.hw, procGpuDir, &hw_);
   hw_.nccl = ncclVersion;
 }

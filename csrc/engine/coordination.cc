@@ -16,8 +16,8 @@ constexpr int kSealMs = 5000;  // TCP server: unanswered NEED -> final NCCL defa
 
 // ------------------------------------------------------------------------------ Coordination
 
-Coordination::Coordination(AgreedSettings agreed, int lookupMs, int lingerMs)
-    : agreed_(std::move(agreed)), lookupMs_(lookupMs), lingerMs_(lingerMs) {}
+Coordination::Coordination(AgreedSettings agreed, int lookupMs, int lingerMs, coord::Faults faults)
+    : agreed_(std::move(agreed)), lookupMs_(lookupMs), lingerMs_(lingerMs), faults_(faults) {}
 
 Coordination::~Coordination() {
   board_.reset();
@@ -44,6 +44,7 @@ std::shared_ptr<coord::Board> Coordination::board(bool authority, const LogFn& l
         opt_.port = ep.port;
         opt_.token = ep.token;
         opt_.sealMs = kSealMs;
+        opt_.faults = faults_;
         opt_.settingsDigest = agreed_.digest;
         opt_.settingsWhat = agreed_.names;
         break;

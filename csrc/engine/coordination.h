@@ -42,8 +42,10 @@ class Coordination {
   // `agreed`: this process's AgreedSettings, sent to the TCP coordinator, which refuses a process whose
   // digest differs from the communicator's (its lookups then fail instead of diverging).
   // `lookupMs`: a rank's deadline for a decision (AUTOCCL_COORD_TIMEOUT_MS); `lingerMs`: how long the serving
-  // process keeps serving at exit (AUTOCCL_COORD_LINGER_MS). Both from Settings.
-  explicit Coordination(AgreedSettings agreed = {}, int lookupMs = 30000, int lingerMs = 5000);
+  // process keeps serving at exit (AUTOCCL_COORD_LINGER_MS); `faults`: frames the TCP connections drop, repeat
+  // or delay (AUTOCCL_COORD_FAULTS, tests). All from Settings.
+  explicit Coordination(AgreedSettings agreed = {}, int lookupMs = 30000, int lingerMs = 5000,
+                        coord::Faults faults = {});
   ~Coordination();
   Coordination(const Coordination&) = delete;
   Coordination& operator=(const Coordination&) = delete;
@@ -95,6 +97,7 @@ class Coordination {
   AgreedSettings agreed_;
   int lookupMs_ = 30000;
   int lingerMs_ = 5000;
+  coord::Faults faults_;
   std::shared_ptr<coord::Board> board_;
   std::shared_ptr<coord::Board> localBoard_;  // with TCP: for communicators entirely in this process
   std::unique_ptr<coord::TcpServer> server_;

@@ -95,8 +95,7 @@ bool checkCoordinatorAndPaths(const EnvLookup& env, Settings* s, std::string* er
     if (!readText(env, secret, 4096, err)) return false;
   if (!readText(env, "AUTOCCL_HW", 200, err)) return false;
   std::string faults = get(env, "AUTOCCL_COORD_FAULTS");
-  coord::Faults f;
-  if (!faults.empty() && !coord::parseFaults(faults, coord::Faults{}, &f, err)) return false;
+  if (!faults.empty() && !coord::parseFaults(faults, coord::Faults{}, &s->coordFaults, err)) return false;
   // Paths: the library creates no directory the user named (only the cache's own tables/ folder).
   std::string table = get(env, "AUTOCCL_TABLE");
   if (!table.empty()) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "autoccl/coord/coord.h"
 #include "engine/fixed_rules.h"
 
 namespace autoccl::engine {
@@ -96,6 +97,9 @@ struct Settings {
   // coordinator keeps serving at exit for ranks still running (engine::Coordination::lingerAtExit).
   int coordTimeoutMs = 30000;
   int coordLingerMs = 5000;
+  // AUTOCCL_COORD_FAULTS=drop=P,dup=P,delay_ms=N,seed=S (tests): faults every TCP connection of the coordinator
+  // injects into its frames after the handshake (coord::Faults).
+  coord::Faults coordFaults;
   // AUTOCCL_SEARCH_DEBUG (any value): the online search's diagnostics in NCCL's log (INFO, subsystem TUNING):
   // every candidate's evidence when a task pins, each duel. Decisions unchanged.
   bool searchDebug = false;

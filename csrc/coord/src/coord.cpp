@@ -212,32 +212,7 @@ void CommAgreement::prefetch(const TaskKey& task, uint64_t k) {
   board_->prefetch(task, k);
 }
 
-// ---- environment -----------------------------------------------------------------------------
-bool addressFromEnv(std::string* host, int* port, std::string* err) {
-  Endpoint ep;
-  // The address alone: a missing token is not this function's concern.
-  auto env = [](const char* k) -> const char* {
-    const char* v = std::getenv(k);
-    return std::string(k) == "AUTOCCL_COORD_TOKEN" && !(v && *v) ? "-" : v;
-  };
-  switch (coordinatorFromEnv(env, &ep, err)) {
-    case EndpointStatus::kOk:
-      *host = ep.host;
-      *port = ep.port;
-      return true;
-    case EndpointStatus::kNone:
-      *err = "no coordinator address: set AUTOCCL_COORD_ADDR=host:port (or run under torchrun, srun or autoccl run)";
-      return false;
-    case EndpointStatus::kError: return false;
-  }
-  return false;
-}
-
-std::string tokenFromEnv() {
-  const char* t = std::getenv("AUTOCCL_COORD_TOKEN");
-  return t ? t : "";
-}
-
+// ---- fault injection (tests) ----------------------------------------------------------------
 bool parseFaults(const std::string& s, const Faults& base, Faults* out, std::string* err) {
   Faults f = base;
   size_t pos = 0;
@@ -273,14 +248,6 @@ bool parseFaults(const std::string& s, const Faults& base, Faults* out, std::str
   }
   *out = f;
   return true;
-}
-
-Faults faultsFromEnv(const Faults& base) {
-  const char* e = std::getenv("AUTOCCL_COORD_FAULTS");
-  if (!e || !*e) return base;
-  Faults f;
-  std::string err;
-  return parseFaults(e, base, &f, &err) ? f : base;  // the engine refuses a malformed value at load
 }
 
 }  // namespace autoccl::coord

@@ -511,7 +511,7 @@ struct TcpServer::Impl {
       if (fd < 0) continue;
       auto peer = std::make_shared<Peer>();
       peer->addr = addrText(reinterpret_cast<sockaddr*>(&from), fromLen);
-      Faults f = faultsFromEnv(o.faults);  // test hook (AUTOCCL_COORD_FAULTS)
+      Faults f = o.faults;  // tests inject faults (AUTOCCL_COORD_FAULTS, read by the engine)
       std::lock_guard<std::mutex> lk(mu);
       peer->id = nextId++;
       f.seed = f.seed * 1000003 + peer->id;
@@ -928,7 +928,7 @@ class TcpBoard : public Board {
         link_ = Link::kNever;
       }
       if (fd >= 0) {
-        Faults f = faultsFromEnv(o_.faults);  // test hook (AUTOCCL_COORD_FAULTS)
+        Faults f = o_.faults;  // tests inject faults (AUTOCCL_COORD_FAULTS, read by the engine)
         f.seed = f.seed * 7919 + static_cast<uint64_t>(attempt);
         sockaddr_storage self{};
         socklen_t selfLen = sizeof self;

@@ -526,17 +526,27 @@ TEST(coord, tcp_auth) {
   none.token.clear();
   TcpServer s2(none);
   EXPECT_TRUE(!s2.start(&err));
-  // environment parsing
+  // the address from the environment (the token given, as a job would)
+  auto fromEnv = [](std::string* h, int* p, std::string* e) {
+    Endpoint ep;
+    auto env = [](const char* k) -> const char* {
+      return std::string(k) == "AUTOCCL_COORD_TOKEN" ? "t" : std::getenv(k);
+    };
+    if (coordinatorFromEnv(env, &ep, e) != EndpointStatus::kOk) return false;
+    *h = ep.host;
+    *p = ep.port;
+    return true;
+  };
   setenv("AUTOCCL_COORD_ADDR", "10.0.0.1:29517", 1);
   std::string host;
   int port = 0;
-  EXPECT_TRUE(addressFromEnv(&host, &port, &err) && host == "10.0.0.1" && port == 29517);
+  EXPECT_TRUE(fromEnv(&host, &port, &err) && host == "10.0.0.1" && port == 29517);
   setenv("AUTOCCL_COORD_ADDR", "nonsense", 1);
-  EXPECT_TRUE(!addressFromEnv(&host, &port, &err));
+  EXPECT_TRUE(!fromEnv(&host, &port, &err));
   unsetenv("AUTOCCL_COORD_ADDR");
   setenv("MASTER_ADDR", "node0", 1);
   setenv("MASTER_PORT", "29500", 1);
-  EXPECT_TRUE(addressFromEnv(&host, &port, &err) && host == "node0" && port == 29517);
+  EXPECT_TRUE(fromEnv(&host, &port, &err) && host == "node0" && port == 29517);
   unsetenv("MASTER_ADDR");
   unsetenv("MASTER_PORT");
   intruder.reset();

@@ -152,6 +152,20 @@ TEST(engine, settings) {
   s = loadSettings(envOf({{"HOME", "/h"}, {"AUTOCCL_CACHE_DIR", "/c"}}));
   EXPECT_EQ(std::string(s.cacheDir), std::string("/c"));
 
+  // The coordinator's variables, read here once (the coordination and the TCP connections take them from here).
+  EXPECT_EQ(s.coordTimeoutMs, 30000);
+  EXPECT_EQ(s.coordLingerMs, 5000);
+  EXPECT_TRUE(s.coordFaults.drop == 0 && !s.searchDebug);
+  s = loadSettings(envOf({{"AUTOCCL_COORD_TIMEOUT_MS", "4000"}, {"AUTOCCL_COORD_LINGER_MS", "0"},
+                          {"AUTOCCL_COORD_FAULTS", "drop=0.1,delay_ms=3,seed=7"}, {"AUTOCCL_SEARCH_DEBUG", "1"}}));
+  EXPECT_TRUE(s.valid);
+  EXPECT_EQ(s.coordTimeoutMs, 4000);
+  EXPECT_EQ(s.coordLingerMs, 0);
+  EXPECT_TRUE(s.coordFaults.drop == 0.1 && s.coordFaults.maxDelayMs == 3 && s.coordFaults.seed == 7u);
+  EXPECT_TRUE(s.searchDebug);
+  s = loadSettings(envOf({{"AUTOCCL_COORD_FAULTS", "drop=2"}}));
+  EXPECT_TRUE(!s.valid && s.error.find("AUTOCCL_COORD_FAULTS") != std::string::npos);
+
   for (const char* m : {"off", "observe", "table", "online"}) {
     s = loadSettings(envOf({{"AUTOCCL_MODE", m}}));
     EXPECT_TRUE(s.valid);

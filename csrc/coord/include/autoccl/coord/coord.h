@@ -228,18 +228,8 @@ class TcpServer {
 // A client board (one per process is enough; tests use one per simulated process).
 std::shared_ptr<Board> makeTcpBoard(TcpOptions opt);
 
-// Coordinator address from the process environment (coordinatorFromEnv, launcher.h: AUTOCCL_COORD_ADDR,
-// torchrun, Slurm, autoccl run). Token as given: AUTOCCL_COORD_TOKEN (coordinatorFromEnv derives one
-// where the launcher identifies the job).
-bool addressFromEnv(std::string* host, int* port, std::string* err);
-std::string tokenFromEnv();
 // AUTOCCL_COORD_FAULTS's syntax; false with a one-sentence *err naming the problem.
 bool parseFaults(const std::string& text, const Faults& base, Faults* out, std::string* err);
-// Test hook: AUTOCCL_COORD_FAULTS="drop=P,dup=P,delay_ms=N,seed=S" (any subset) overrides `base` for
-// every TCP connection (server and clients) of a process, so tests that run the real plugin in other
-// processes (the emulator) can inject faults. Unset or empty: `base` unchanged (the engine refuses a
-// malformed value when it loads its settings).
-Faults faultsFromEnv(const Faults& base);
 
 // ---------------------------------------------------------------------------------------------
 // What one rank of one communicator uses: caches the current segment per task (lookups of a
