@@ -711,7 +711,7 @@ class OnlineSource final : public DecisionSource {
   // ---- exposure (engine/exposure.h): report only, nothing here changes a decision ------------------------
 
   void notePosition(const TaskKey& task, uint64_t k) {
-    std::lock_guard<std::mutex> lk(guardMu_);
+    std::lock_guard<std::mutex> lk(exposureMu_);
     if (callPos_.size() > 65536) callPos_.clear();  // calls whose times never came
     callPos_[CallKey{task, k}] = CallPos{iter_.iteration(), iter_.position(), iter_.period()};
   }
@@ -719,7 +719,7 @@ class OnlineSource final : public DecisionSource {
   // The authority's own window and start of a call placed by notePosition; a complete iteration (every
   // position, and the next iteration's start) is one sample of the estimator.
   void exposureTime(const TaskKey& task, const Measurement& m) {
-    std::lock_guard<std::mutex> lk(guardMu_);
+    std::lock_guard<std::mutex> lk(exposureMu_);
     auto f = callPos_.find(CallKey{task, m.callIndex});
     if (f == callPos_.end()) return;
     const CallPos at = f->second;
@@ -755,7 +755,7 @@ class OnlineSource final : public DecisionSource {
     ExposureEstimator::Result r;
     std::vector<TaskKey> tasks;
     {
-      std::lock_guard<std::mutex> lk(guardMu_);
+      std::lock_guard<std::mutex> lk(exposureMu_);
       if (exposure_.period() == 0) return {};
       r = exposure_.estimate();
       tasks = exposureTasks_;
@@ -1140,7 +1140,10 @@ class OnlineSource final : public DecisionSource {
   std::unordered_map<CallKey, uint64_t, CallKeyHash> boundaryIter_;  // guard-timed first calls -> iteration
   std::map<uint64_t, uint64_t> iterStartNs_;
   std::unordered_set<CallKey, CallKeyHash> overridden_;  // calls the guard ran as NCCL's choice
-  // exposure (guardMu_): timed calls' places, the iterations being filled, the estimator and its positions' tasks
+  // exposure (exposureMu_, its own: the calling thread notes each timed call's place without waiting for the
+  // guard's work on the profiler thread): timed calls' places, the iterations being filled, the estimator and
+  // its positions' tasks
+  mutable std::mutex exposureMu_;
   struct CallPos {
     uint64_t iteration = 0;
     uint32_t pos = 0, period = 0;
