@@ -135,6 +135,9 @@ class OnlineSource final : public DecisionSource {
     guardKey_.pipe = 0;
     guardKey_.bytes = 0;
     guardOn_ = env.settings == nullptr || env.settings->guard;
+    // Step arms: every rank (the setting is agreed, AgreedSettings) keeps asking for settled tasks' calls, so
+    // that a hidden-cap arm reaches them and the iteration detector sees every call.
+    askAlways_ = guardOn_ && env.settings && !env.settings->stepArmsHidden.empty();
     if (env.settings) {
       opts_.recheckMinMs = env.settings->recheckMs;
       opts_.minTaskMicros = env.settings->minTaskUs;
@@ -183,7 +186,7 @@ class OnlineSource final : public DecisionSource {
       needing_.store(1);
       // Served on both boards from the start (remote ranks may ask before this rank's first call);
       // only the board of the communicator's place is ever asked.
-      // The step guard's arms (AUTOCCL_STEP_ARMS): read here alone; the other ranks apply what its plan says.
+      // The step guard's arms (AUTOCCL_STEP_ARMS): planned here alone; the other ranks apply what its plan says.
       GuardOptions guardOptions;
       if (env.settings) guardOptions.hiddenCaps = env.settings->stepArmsHidden;
       decider_ = std::make_unique<GatedDecider>(env.coordination, env.nRanks, std::move(guardOptions));
@@ -303,7 +306,8 @@ class OnlineSource final : public DecisionSource {
       d.config.chunk = c.chunk;
       d.config.chunkHalvings = c.chunkHalvings;
     }
-    d.stable = s->seg.phase == search::Phase::kFinal && s->seg.end == search::kForever;
+    const bool settled = s->seg.phase == search::Phase::kFinal && s->seg.end == search::kForever;
+    d.stable = settled;
     if (guardNcclNow_) {  // the guard's iteration runs NCCL's own choice for every task
       if (authority_ && !c.isDefault()) markOverridden(task, k);
       d.config = Config();
@@ -328,7 +332,8 @@ class OnlineSource final : public DecisionSource {
     // let the start's timing go here once nothing else holds it, or every call of the process stays timed
     // (a lone 1 MiB all_reduce decided by the model at its first call: 15-20 us of plugin time per call
     // on the reporting rank in the emulator, against 4 once released).
-    if (d.stable) {
+    if (d.stable && !s->settledNoted) {
+      s->settledNoted = askAlways_;  // asked again for every call: let timing go once
       if (s->needing.load(std::memory_order_relaxed)) setNeeding(s, false);
       else releaseBootstrapIfIdle();
     }
@@ -342,6 +347,7 @@ class OnlineSource final : public DecisionSource {
                             placeName(place_.load(std::memory_order_relaxed)) + " board), " +
                             search::phaseName(s->seg.phase);
     }
+    if (askAlways_ && agree_ && !bypass_) d.stable = false;  // the next call comes here too (step arms)
     return d;
   }
 
@@ -894,6 +900,7 @@ class OnlineSource final : public DecisionSource {
     bool anyMeasured = false;
     std::atomic<uint64_t> lastMeasured{0};
     bool pinnedLogged = false;
+    bool settledNoted = false;          // enqueue thread: its settling let timing go (askAlways_)
     // authority, measurement thread:
     std::atomic<uint64_t> delivered{0};  // 1 + highest call index whose time arrived
     std::atomic<int> ncclAlgo{-1}, ncclProto{-1}, ncclChannels{0};
@@ -1127,6 +1134,7 @@ class OnlineSource final : public DecisionSource {
   std::atomic<int> maxRun_{0};   // largest channel count NCCL ran any call of this communicator on
   // step guard: enqueue thread (every rank) ...
   bool guardOn_ = true;
+  bool askAlways_ = false;  // AUTOCCL_STEP_ARMS set: no decision is stable for the Context (it caches none)
   coord::TaskKey guardKey_;
   IterationDetector iter_;
   bool guardNcclNow_ = false;    // the current iteration runs NCCL's choice for every task

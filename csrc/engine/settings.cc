@@ -135,10 +135,14 @@ bool checkCoordinatorAndPaths(const EnvLookup& env, Settings* s, std::string* er
 AgreedSettings agreedSettings(const Settings& s, const EnvLookup& env) {
   static const char* const kNccl[] = {"NCCL_ALGO",     "NCCL_PROTO",         "NCCL_MIN_CTAS",
                                       "NCCL_MAX_CTAS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"};
+  // AUTOCCL_STEP_ARMS too: with arms every rank keeps asking for settled tasks' calls (so that a cap reaches
+  // them); a rank caching them would skip the caps the others apply.
+  std::string arms;
+  for (int c : s.stepArmsHidden) arms += (arms.empty() ? "" : ",") + std::to_string(c);
   std::string text = "AUTOCCL_MAX_CHANNELS=" + std::to_string(s.maxChannels) +
-                     "\nAUTOCCL_NCCL_CHANNELS=" + std::to_string(s.ncclChannels);
+                     "\nAUTOCCL_NCCL_CHANNELS=" + std::to_string(s.ncclChannels) + "\nAUTOCCL_STEP_ARMS=" + arms;
   AgreedSettings out;
-  out.names = "AUTOCCL_MAX_CHANNELS, AUTOCCL_NCCL_CHANNELS";
+  out.names = "AUTOCCL_MAX_CHANNELS, AUTOCCL_NCCL_CHANNELS, AUTOCCL_STEP_ARMS";
   for (const char* name : kNccl) {
     const char* v = env(name);
     text += std::string("\n") + name + "=" + (v ? v : "");

@@ -90,7 +90,8 @@ struct Settings {
   // AUTOCCL_STEP_ARMS (online mode, with the guard): `off` (default) or `hidden=C1[,C2...]` (1-4 distinct channel
   // counts in [1, 64]): the guard's round also compares, per count, the tuned plan with every call of the
   // iteration but its last at most that many channels, and keeps the fastest arm that beats NCCL's choices on
-  // the iteration time (engine/step_guard.h). Read by the authority alone: every rank applies its plan.
+  // the iteration time (engine/step_guard.h). The authority plans the arms, every rank applies its plan; every
+  // rank also keeps asking for settled tasks' calls under it (so it is an agreed setting, AgreedSettings).
   std::vector<int> stepArmsHidden;
   // AUTOCCL_COORD_TIMEOUT_MS, in [100, 3600000]: how long a rank waits for a decision of the coordinator
   // before its call fails. AUTOCCL_COORD_LINGER_MS, in [0, 600000]: how long the process serving the TCP

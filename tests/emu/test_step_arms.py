@@ -104,3 +104,38 @@ def test_arms_keep_tuned_or_nccl_where_caps_do_not_pay(plugin: Path) -> None:
     assert "hidden calls at most" not in "\n".join(lines), lines
     tuned = _median_step(res)
     assert tuned <= plain * 1.005, (tuned, plain)
+
+
+def test_step_arms_cap_settled_tasks(plugin: Path, tmp_path: Path) -> None:
+    """Hidden buckets small enough to settle at NCCL's choice within their first calls (below the minimum task
+    time): without arms the tuner caches such a decision and never asks again, so no arm could cap them; with
+    arms every rank keeps asking, the cap arm reaches their calls after they settled, on every rank alike, and
+    the exposed last call is never capped."""
+    buckets = (4 << 20, 4 << 20, 4 << 20, 1 << 20)
+    sc = ddp_like(steps=120, load=1.0, bucket_bytes=buckets, seed=3)
+    env = online_env(True, AUTOCCL_STEP_ARMS="hidden=2")
+    model = contention_model(tmp_path / "contention.json")
+    res = run(
+        sc, plugin="default", model=model, env=env, processes=True, timeout=300, extra_args=["--verbose"]
+    )
+    assert_clean(res)
+    assert_same_per_seq(res.calls)
+    hidden = [
+        t for t in res.trace if t.get("ev") == "task" and t["rank"] == 0 and int(t["bytes"]) == buckets[0]
+    ]
+    assert len(hidden) == 1, hidden
+    settled = hidden[0]
+    assert settled["algo"] is None and int(settled["channels"]) == 0, settled  # NCCL's choice
+    assert int(settled["converged_at"]) <= 20, settled
+    for rank in (0, 1):
+        calls = [x for x in res.trace if x.get("ev") == "call" and x["rank"] == rank]
+        capped = [
+            x
+            for x in calls
+            if int(x["bytes"]) == buckets[0]
+            and int(x["channels"]) == 2
+            and int(x["call"]) > int(settled["converged_at"])
+        ]
+        assert capped, (rank, {int(x["channels"]) for x in calls if int(x["bytes"]) == buckets[0]})
+        exposed = [x for x in calls if int(x["bytes"]) == buckets[-1]]
+        assert exposed and all(int(x["channels"]) != 2 for x in exposed), {x["channels"] for x in exposed}
