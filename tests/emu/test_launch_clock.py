@@ -39,8 +39,8 @@ def test_launch_clock_agrees_converges_and_times_only_samples(plugin: Path, proc
     assert timed, "the launch clock delivered no time"
     # Every time is a launch's window from CUDA events: positive, and as long as the model's kernel at least.
     assert all(x["gpu_us"] > 0 and x["kch"] == 1 for x in timed), timed[:3]
-    # (the kernel clock timed every call of a searching task; the launch clock timed 254 of 1,200 calls once, on
-    # a 2-core machine that a second test run loaded too, against under 20 % otherwise)
+    # (the kernel clock timed every call of a searching task; the launch clock timed 254 of 1,200 calls once,
+    # on a 2-core machine that a second test run loaded too, against under 20 % otherwise)
     assert len(timed) < 0.25 * len(decided), (len(timed), len(decided))
     # Once every task has settled, no call is timed (no drift check falls inside 300 calls of a settled task).
     settled = max(int(t["converged_at"]) for t in tasks_of(res).values())
