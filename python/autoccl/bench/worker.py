@@ -98,16 +98,17 @@ def main(argv: list[str]) -> int:
     dist.barrier(group=group)
     if not lost:  # with a lost rank the default group cannot be torn down collectively
         dist.destroy_process_group()
+    if spec["backend"] == "gloo":
+        # Gloo alone (no NCCL, so no plugin whose exit handlers flush its trace or serve the coordinator):
+        # leave without the interpreter's finalization. Gloo's threads may still hold work objects whose
+        # tensors reference Python objects, and releasing them while the interpreter is torn down aborts the
+        # process ("terminate called without an active exception": a DDP rank on the CPU, now and then in CI;
+        # pytorch/pytorch#179291 analyses the same abort).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    # The result is written and the process groups destroyed: leave without the interpreter's finalization.
-    # Gloo's threads may still hold work objects whose tensors reference Python objects, and releasing them
-    # while the interpreter is torn down aborts the process ("terminate called without an active exception":
-    # a DDP rank on the CPU, now and then in CI; pytorch/pytorch#179291 analyses the same abort). An exception
-    # in main() still leaves the usual way, with its traceback.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    sys.exit(main(sys.argv[1:]))
