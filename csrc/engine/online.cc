@@ -306,8 +306,7 @@ class OnlineSource final : public DecisionSource {
       d.config.chunk = c.chunk;
       d.config.chunkHalvings = c.chunkHalvings;
     }
-    const bool settled = s->seg.phase == search::Phase::kFinal && s->seg.end == search::kForever;
-    d.stable = settled;
+    d.stable = s->seg.phase == search::Phase::kFinal && s->seg.end == search::kForever;
     if (guardNcclNow_) {  // the guard's iteration runs NCCL's own choice for every task
       if (authority_ && !c.isDefault()) markOverridden(task, k);
       d.config = Config();

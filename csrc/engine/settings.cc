@@ -153,18 +153,21 @@ AgreedSettings agreedSettings(const Settings& s, const EnvLookup& env) {
   return out;
 }
 
+// A channel count written as 1-2 digits, in [1, kMaxChannelsHard] (AUTOCCL_MANUAL_CHANNELS, AUTOCCL_STEP_ARMS).
+static bool parseChannelCount(const std::string& t, int* out) {
+  if (t.empty() || t.size() > 2 || t.find_first_not_of("0123456789") != std::string::npos) return false;
+  *out = std::stoi(t);
+  return *out >= 1 && *out <= kMaxChannelsHard;
+}
+
 // AUTOCCL_MANUAL_CHANNELS=HIDDEN,EXPOSED: two counts in [1, 64], the second may be `max`. Empty: the defaults.
 static bool parseManualChannels(const std::string& text, Settings* s, std::string* err) {
   if (text.empty()) return true;
   const size_t comma = text.find(',');
-  auto count = [](const std::string& t, int* out) {
-    if (t.empty() || t.size() > 2 || t.find_first_not_of("0123456789") != std::string::npos) return false;
-    *out = std::stoi(t);
-    return *out >= 1 && *out <= kMaxChannelsHard;
-  };
   const std::string hidden = text.substr(0, comma), exposed = comma == std::string::npos ? "" : text.substr(comma + 1);
   int h = 0, e = 0;
-  if (comma == std::string::npos || !count(hidden, &h) || (exposed != "max" && !count(exposed, &e))) {
+  if (comma == std::string::npos || !parseChannelCount(hidden, &h) ||
+      (exposed != "max" && !parseChannelCount(exposed, &e))) {
     *err = "AUTOCCL_MANUAL_CHANNELS='" + text + "' is not HIDDEN,EXPOSED (channel counts in [1, " +
            std::to_string(kMaxChannelsHard) + "], EXPOSED may be max)";
     return false;
@@ -189,12 +192,8 @@ static bool parseStepArms(const std::string& text, Settings* s, std::string* err
   while (true) {
     const size_t comma = text.find(',', from);
     const std::string t = text.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
-    if (t.empty() || t.size() > 2 || t.find_first_not_of("0123456789") != std::string::npos) {
-      *err = bad;
-      return false;
-    }
-    const int c = std::stoi(t);
-    if (c < 1 || c > kMaxChannelsHard || caps.size() >= 4 || std::find(caps.begin(), caps.end(), c) != caps.end()) {
+    int c = 0;
+    if (!parseChannelCount(t, &c) || caps.size() >= 4 || std::find(caps.begin(), caps.end(), c) != caps.end()) {
       *err = bad;
       return false;
     }

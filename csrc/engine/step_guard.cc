@@ -224,27 +224,27 @@ void GuardPlan::verdictLocked() {
   auto relSE = [](const std::vector<double>& s, double med) {
     return 1.2533 * 1.4826 * autoccl::mad(s) / med / std::sqrt(static_cast<double>(s.size()));
   };
+  // Each arm's median once (0: fewer than minSamples samples); NCCL's noise once, for every arm's margin.
+  std::vector<double> med(arms_.size(), 0.0);
+  for (size_t a = 0; a < arms_.size(); ++a)
+    if (x[a].size() >= o_.minSamples) med[a] = autoccl::median(x[a]);
+  const double ncclMed = med[kNcclArm];
+  const double ncclSE = ncclMed > 0 ? relSE(n, ncclMed) : 0.0;
   size_t winner = kNcclArm;
-  double winnerUs = 0;
-  const bool ncclOk = n.size() >= o_.minSamples;
-  const double ncclMed = ncclOk ? autoccl::median(n) : 0.0;
   for (size_t a = 0; a < arms_.size(); ++a) {
     ArmResult r;
     r.arm = arms_[a];
     r.samples = static_cast<uint32_t>(x[a].size());
-    if (x[a].size() >= o_.minSamples) r.medianUs = autoccl::median(x[a]);
-    if (a != kNcclArm && ncclOk && r.medianUs > 0) {
-      r.margin = std::max(o_.minMargin, o_.z * std::hypot(relSE(x[a], r.medianUs), relSE(n, ncclMed)));
+    r.medianUs = med[a];
+    if (a != kNcclArm && ncclMed > 0 && r.medianUs > 0) {
+      r.margin = std::max(o_.minMargin, o_.z * std::hypot(relSE(x[a], r.medianUs), ncclSE));
       const bool beats = r.medianUs < ncclMed * (1.0 - r.margin);
-      if (beats && (winner == kNcclArm || r.medianUs < winnerUs)) {
-        winner = a;
-        winnerUs = r.medianUs;
-      }
+      if (beats && (winner == kNcclArm || r.medianUs < med[winner])) winner = a;
     }
     if (arms_.size() > 2) v.arms.push_back(r);
   }
-  if (t.size() >= o_.minSamples && ncclOk) {
-    v.tunedUs = autoccl::median(t);
+  if (med[kTunedArm] > 0 && ncclMed > 0) {
+    v.tunedUs = med[kTunedArm];
     v.ncclUs = ncclMed;
   }
   v.tuned = winner != kNcclArm;

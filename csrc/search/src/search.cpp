@@ -506,6 +506,7 @@ struct TaskSearch::Impl {
     const bool altAgrees = !altToo || lowMedian(i.alt) < lowMedian(d.alt);
     bool incWins = lowMedian(i.samples) < lowMedian(d.samples) * keep && altAgrees;
     auto report = [&](const char* outcome) {  // why this decision: its evidence
+      if (!o.debug) return;  // its medians are not computed for nothing
       debugf("autoccl search: duel at call %llu (budget used %llu): default n=%d low median=%.2f, %s n=%d low "
              "median=%.2f, margin %.2f %%, second measure %s: %s",
              static_cast<unsigned long long>(planned), static_cast<unsigned long long>(tuningCallsThisRound), d.n(),
@@ -756,9 +757,10 @@ struct TaskSearch::Impl {
       st.defaultMedian = st.bestMedian = d.med();
       st.noise = d.relNoise();
       st.smallTask = true;
-      debugf("autoccl search: small task at call %llu: NCCL's median %.2f (%d samples), second measure %.2f (%zu)",
-             static_cast<unsigned long long>(planned), d.med(), d.n(), d.alt.empty() ? 0.0 : median(d.alt),
-             d.alt.size());
+      if (o.debug)
+        debugf("autoccl search: small task at call %llu: NCCL's median %.2f (%d samples), second measure %.2f (%zu)",
+               static_cast<unsigned long long>(planned), d.med(), d.n(), d.alt.empty() ? 0.0 : median(d.alt),
+               d.alt.size());
       pending.clear();
       queue.clear();
       toFinal(Config());
