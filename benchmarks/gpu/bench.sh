@@ -32,6 +32,10 @@
 #   small     the 1-4 MiB cells alone with 10x the calls per average (SMALL_SIZES, SMALL_ITERS; default -b 1M
 #             -e 4M -f 2, -w 20 -n 400): plain, online, table-warm (table mode on online's table) and idle, to
 #             tell online's own cost per call at 1 MiB from launches whose 40-call average held a host stall
+#   loaded-split  what being loaded costs per call at 1-4 MiB, the tuner and the profiler apart: plain, idle (both
+#             loaded, nothing applied), the tuner alone and the profiler alone, each in table mode on an empty
+#             cache, with SMALL_SIZES / SMALL_ITERS as the small plan (on 2 x H200 the loaded plugin's 1 MiB averages
+#             were ~0.5-1 us a call slower with one process per GPU; this says which interface it comes through)
 #   promise   the bars of "never slower than NCCL": plain, online (cold in pass 0, warm after), table mode
 #             started from online's table of the same pass (table-warm) and observe, traced
 #   inspector NCCL Inspector (built from its carried source) chained behind autoccl's profiler with autoccl's
@@ -69,6 +73,12 @@ for plan in ${PLANS:-overhead online}; do
     small)  # 1-4 MiB alone, 10x the calls per average: what online costs there beside table mode and idle
       psizes=${SMALL_SIZES:--b 1M -e 4M -f 2}; piters=${SMALL_ITERS:--w 20 -n 400}
       args=(-m plain -m online -m "table-warm:--mode table --cache-dir {cache:online}" -m idle) ;;
+    loaded-split)  # NCCL_*_PLUGIN set directly on a plain launch: `autoccl run` would load both
+      psizes=${SMALL_SIZES:--b 1M -e 4M -f 2}; piters=${SMALL_ITERS:--w 20 -n 400}
+      lib=$(python3 -c 'from autoccl._paths import plugin_path; print(plugin_path())') || exit 1
+      empty=$(mktemp -d)
+      args=(-m plain -m idle -m "tuner-only:plain NCCL_TUNER_PLUGIN=$lib AUTOCCL_MODE=table AUTOCCL_CACHE_DIR=$empty"
+            -m "profiler-only:plain NCCL_PROFILER_PLUGIN=$lib AUTOCCL_MODE=table AUTOCCL_CACHE_DIR=$empty") ;;
     overhead) args=(-m plain -m idle -m "$IDLE64" -m observe -m "observe-kernel:--mode observe AUTOCCL_CLOCK=kernel") ;;
     online) args=(-m plain -m online --trace) ;;
     promise) args=(-m plain -m online -m "table-warm:--mode table --cache-dir {cache:online}" -m observe --trace) ;;
