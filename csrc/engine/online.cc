@@ -19,6 +19,7 @@
 #include "engine/search_decider.h"
 #include "engine/settings.h"
 #include "engine/timing.h"
+#include "engine/timing_holds.h"
 #include "engine/trace.h"
 
 namespace autoccl::engine {
@@ -124,7 +125,7 @@ class OnlineSource final : public DecisionSource {
   // no decision crosses a socket (nccl-tests -g 4 under `autoccl run`, which always sets an address).
   OnlineSource(const PolicyEnv& env, std::shared_ptr<coord::Board> board)
       : env_(env), tcpBoard_(env.coordination->tcp() ? std::move(board) : nullptr),
-        localBoard_(env.coordination->localBoard()), authority_(env.rank == 0) {
+        localBoard_(env.coordination->localBoard()), authority_(env.rank == 0), holds_(env.needChanged) {
     opts_ = onlineSearchOptions();
     if (env.settings && env.settings->searchDebug && env.log) {
       LogFn log = env.log;
@@ -173,8 +174,7 @@ class OnlineSource final : public DecisionSource {
       // Timing on from the start, as on the authority (the first tuning calls are reported too); released
       // like the authority's once none of this rank's tasks is in a timed segment, or at once when the
       // communicator turns out to be entirely in this process (settlePlace).
-      bootstrap_ = true;
-      needing_.store(1);
+      holds_.holdFromStart();
     }
     if (authority_) {
       // Timing on from the start: NCCL reads the mask at the start of a group, so the first call of
@@ -182,8 +182,7 @@ class OnlineSource final : public DecisionSource {
       // sample lost costs the search `lostAfter` calls). Released once every task seen is pinned, which
       // can be at the first call (a task NCCL's model puts below the minimum): a task first seen later
       // may then lose its first sample (the search asks for it again, TaskSearch::unmeasured).
-      bootstrap_ = true;
-      needing_.store(1);
+      holds_.holdFromStart();
       // Served on both boards from the start (remote ranks may ask before this rank's first call);
       // only the board of the communicator's place is ever asked.
       // The step guard's arms (AUTOCCL_STEP_ARMS): planned here alone; the other ranks apply what its plan says.
@@ -290,11 +289,9 @@ class OnlineSource final : public DecisionSource {
       if (authority_) onNewSegment(s);
     }
     if (countsCalls()) {
-      ++callsSeen_;
-      s->lastGap = s->lastCallSeen ? callsSeen_ - s->lastCallSeen - 1 : kNoGap;
-      s->lastCallSeen = callsSeen_;
+      holds_.countCall(s);
       updateNeed(s, k);
-      if (!holders_.empty()) releaseIdleHolders(s);
+      if (holds_.hasHolders()) releaseIdleHolders(s);
     }
     Decision d;
     d.source = Source::Online;
@@ -333,8 +330,7 @@ class OnlineSource final : public DecisionSource {
     // on the reporting rank in the emulator, against 4 once released).
     if (d.stable && !s->settledNoted) {
       s->settledNoted = askAlways_;  // asked again for every call: let timing go once
-      if (s->needing.load(std::memory_order_relaxed)) setNeeding(s, false);
-      else releaseBootstrapIfIdle();
+      holds_.settled(s);
     }
     // Samples the search planned, and the coordinator's NCCL-default calls of a task the authority had not
     // seen yet (kTuning segments without measure; the search takes them as its baseline).
@@ -355,8 +351,8 @@ class OnlineSource final : public DecisionSource {
   // because only calls that reached decide() counted).
   void onSettledCall() override {
     if (!countsCalls()) return;
-    ++callsSeen_;
-    if (!holders_.empty()) releaseIdleHolders(nullptr);
+    holds_.countOther();
+    if (holds_.hasHolders()) releaseIdleHolders(nullptr);
   }
 
   // The ranks whose timing holds end by counting calls (releaseIdleHolders): the authority, and over TCP
@@ -473,7 +469,7 @@ class OnlineSource final : public DecisionSource {
   }
 
   bool needsTiming() const override {
-    return needing_.load(std::memory_order_relaxed) > 0 || guardNeed_.load(std::memory_order_relaxed);
+    return holds_.needed() || guardNeed_.load(std::memory_order_relaxed);
   }
   // Periods where a search uses them: every rank in one process (RankMerge), else the authority only.
   bool wantsPeriod() const override {
@@ -793,7 +789,7 @@ class OnlineSource final : public DecisionSource {
     const uint64_t period = iter_.period();
     std::lock_guard<std::mutex> lk(mapMu_);
     for (auto& [key, st] : tasks_)
-      if (st->search && callsSeen_ - st->lastCallSeen <= period && !st->search->converged()) return false;
+      if (st->search && holds_.callsSince(*st) <= period && !st->search->converged()) return false;
     return true;
   }
 
@@ -863,17 +859,7 @@ class OnlineSource final : public DecisionSource {
     if (tcpBoard_ && (env_.nNodes > 1 || co->localRanks(env_.commHash) < 2)) waitMs = 0;
     const bool local = env_.nRanks <= 1 || co->allLocal(env_.commHash, env_.nRanks, std::chrono::milliseconds(waitMs));
     Place p = local ? Place::kLocal : tcpBoard_ ? Place::kTcp : Place::kBypass;
-    if (reporting_ && p != Place::kTcp) {  // nothing to report to: let go of the timing held from the start
-      bool changed = false;
-      {
-        std::lock_guard<std::mutex> lk(needMu_);
-        if (bootstrap_) {
-          bootstrap_ = false;
-          changed = needing_.fetch_sub(1) == 1;
-        }
-      }
-      if (changed && env_.needChanged) env_.needChanged();
-    }
+    if (reporting_ && p != Place::kTcp) holds_.releaseStart();  // nothing to report to: the start's timing goes
     if (p == Place::kBypass) {
       bypass_ = true;
       if (env_.log && env_.rank == 0)
@@ -887,15 +873,13 @@ class OnlineSource final : public DecisionSource {
     place_.store(p, std::memory_order_release);
   }
 
-  struct TaskState {
+  // A task's state. Its timing hold (TimingHolds::Task) is kept by the ranks that count calls (countsCalls).
+  struct TaskState : TimingHolds::Task {
     coord::TaskKey key;
     coord::Segment seg;
     bool haveSeg = false;
     std::shared_ptr<search::TaskSearch> search;  // authority only (guarded by mapMu_ when written)
-    // authority, enqueue thread (needing also read by other threads):
-    std::atomic<bool> needing{false};   // changed under needMu_ only
-    uint64_t lastCallSeen = 0;          // callsSeen_ at this task's latest call
-    uint64_t lastGap = kNoGap;          // calls of other tasks between its last two calls
+    // authority, enqueue thread:
     bool anyMeasured = false;
     std::atomic<uint64_t> lastMeasured{0};
     bool pinnedLogged = false;
@@ -909,7 +893,6 @@ class OnlineSource final : public DecisionSource {
     std::mutex slowMu;
     std::vector<std::pair<uint64_t, uint64_t>> slow;  // (call, ns) of the slowest lookups >= kSlowLookupNs
   };
-  static constexpr uint64_t kNoGap = ~uint64_t{0};
   static constexpr uint64_t kSlowLookupNs = 200000;
   static constexpr size_t kSlowLookupsKept = 8;
 
@@ -1021,9 +1004,7 @@ class OnlineSource final : public DecisionSource {
     } else {
       want = s->anyMeasured && k <= s->lastMeasured.load(std::memory_order_relaxed) + kNeedAfter;
     }
-    if (want && std::find(holders_.begin(), holders_.end(), s) == holders_.end()) holders_.push_back(s);
-    if (want == s->needing.load(std::memory_order_relaxed)) return;
-    setNeeding(s, want);
+    holds_.want(s, want);
   }
 
   // Whether the segment starting at call `at` is timed. Asked kNeedLookahead calls ahead, where the plan
@@ -1042,70 +1023,15 @@ class OnlineSource final : public DecisionSource {
     return n.cfg.measure || n.phase == search::Phase::kTuning;
   }
 
-  // A task that needs timing (tuning, a check, the calls just before one) and then is not called for a
-  // while would keep every call of the process timed until its next call: nccl-tests times all other
-  // sizes in between, a training step all other tasks, and a size seen only in a warm-up may never come
-  // back (nccl-tests -f 4 warms up sizes it never times: one process for 4 GPUs then ran every call of
-  // every pass timed, all_reduce 4 MiB at 88-129 us per call against plain NCCL's 43). Once
-  // kIdleCalls calls of other tasks have passed, it lets go; its next call asks again (that call may go
-  // untimed: NCCL reads the mask when a group starts; the search gives such a sample up after
-  // reorderSlack calls). A task still searching with samples in flight holds on longer (kIdleCallsHard):
-  // its next call is likely a sample too (the emulator's warm start lost a verification sample and took
-  // 72 calls instead of 36 when it let go at once). So does a searching task that comes back every few
-  // calls (a training step's collectives), for one such gap: FSDP2 on 2 x H200 called its 420 MB
-  // reduce_scatter once per step, 74 calls apart; let go after 16 with its sample delivered, rank 0 lost
-  // the next sample every time, 62 of 132. nccl-tests calls one size back to back (gap 0),
-  // so there nothing changes. A pinned task lets go after kIdleCalls: its check's events come anyway
-  // (see kNeedAfter). A task last called back to back (gap 0) with its samples in hand lets go after
-  // kIdleCallsAfterRun: that is nccl-tests moving to the next size, whose loop the 16 calls timed (15 of the
-  // 40 timed calls of every 1 MiB loop on 2 x H200 with -w 200, one process per GPU: 0.78-0.80x).
+  // Idle holders let go (TimingHolds::keeps): what each is doing, from its search's segment and samples.
   void releaseIdleHolders(TaskState* current) {
-    constexpr uint64_t kIdleCalls = 16, kIdleCallsAfterRun = 4, kIdleCallsHard = 256;
-    for (size_t i = 0; i < holders_.size();) {
-      TaskState* h = holders_[i];
-      if (h->needing.load(std::memory_order_relaxed)) {  // still holding
-        const uint64_t idle = callsSeen_ - h->lastCallSeen;
-        const uint64_t patience = h->lastGap == 0 ? kIdleCallsAfterRun : kIdleCalls;
-        const bool searching = h->haveSeg && h->seg.phase == search::Phase::kTuning;
-        const bool inFlight = searching && h->delivered.load(std::memory_order_relaxed) <=
-                                               h->lastMeasured.load(std::memory_order_relaxed);
-        const bool periodic = searching && h->lastGap < kIdleCallsHard && idle < h->lastGap + patience;
-        if (h == current || idle < patience || (inFlight && idle < kIdleCallsHard) || periodic) {
-          ++i;
-          continue;
-        }
-        setNeeding(h, false);
-      }
-      holders_[i] = holders_.back();
-      holders_.pop_back();
-    }
-  }
-
-  void releaseBootstrapIfIdle() {
-    bool changed = false;
-    {
-      std::lock_guard<std::mutex> lk(needMu_);
-      if (bootstrap_ && needing_.load() == 1) {  // only the bootstrap holds timing
-        bootstrap_ = false;
-        changed = needing_.fetch_sub(1) == 1;
-      }
-    }
-    if (changed && env_.needChanged) env_.needChanged();
-  }
-
-  void setNeeding(TaskState* s, bool want) {
-    bool changed;
-    {
-      std::lock_guard<std::mutex> lk(needMu_);
-      if (want == s->needing.load(std::memory_order_relaxed)) return;
-      s->needing.store(want, std::memory_order_relaxed);
-      changed = want ? needing_.fetch_add(1) == 0 : needing_.fetch_sub(1) == 1;
-      if (!want && bootstrap_ && needing_.load() == 1) {  // only the bootstrap is left: release it
-        bootstrap_ = false;
-        changed = needing_.fetch_sub(1) == 1;
-      }
-    }
-    if (changed && env_.needChanged) env_.needChanged();
+    holds_.releaseIdle(current, [](const TimingHolds::Task& t) {
+      const auto& h = static_cast<const TaskState&>(t);
+      if (!h.haveSeg || h.seg.phase != search::Phase::kTuning) return TimingHolds::Activity::kSettled;
+      return h.delivered.load(std::memory_order_relaxed) <= h.lastMeasured.load(std::memory_order_relaxed)
+                 ? TimingHolds::Activity::kSampling
+                 : TimingHolds::Activity::kSearching;
+    });
   }
 
   PolicyEnv env_;
@@ -1113,6 +1039,7 @@ class OnlineSource final : public DecisionSource {
   std::shared_ptr<coord::Board> localBoard_;  // the process's in-process board
   std::shared_ptr<coord::Board> usedBoard_;   // the one of this communicator's place (settlePlace)
   bool authority_;
+  TimingHolds holds_;  // which calls run timed: the tasks' holds and the start's
   bool bypass_ = false;
   std::atomic<Place> place_{Place::kUnknown};  // written once by the enqueue thread, read by others
   search::Options opts_;
@@ -1127,8 +1054,6 @@ class OnlineSource final : public DecisionSource {
   std::atomic<bool> unprofiled_[kNumColls] = {};  // onUnprofiled
   std::unordered_map<TaskKey, std::unique_ptr<TaskState>, TaskKeyHash> tasks_;
   TaskState* last_[kNumColls] = {};
-  std::mutex needMu_;             // need transitions (rare): TaskState::needing, needing_, bootstrap_
-  std::atomic<int> needing_{0};
   std::atomic<int> commCap_{0};  // largest channel count NCCL ran a capped request on, none wider (0: none seen)
   std::atomic<int> maxRun_{0};   // largest channel count NCCL ran any call of this communicator on
   // step guard: enqueue thread (every rank) ...
@@ -1166,9 +1091,6 @@ class OnlineSource final : public DecisionSource {
   std::map<uint64_t, IterTimes> iterTimes_;
   ExposureEstimator exposure_;
   std::vector<TaskKey> exposureTasks_;
-  uint64_t callsSeen_ = 0;              // authority, enqueue thread: calls of all tasks so far
-  std::vector<TaskState*> holders_;     // authority, enqueue thread: tasks that asked for timing
-  bool bootstrap_ = false;  // guarded by needMu_
 };
 
 }  // namespace
