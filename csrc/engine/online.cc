@@ -1,6 +1,6 @@
 #include "engine/online.h"
 #include "engine/step_guard.h"
-#include "engine/exposure.h"
+#include "engine/exposure_recorder.h"
 
 #include <algorithm>
 #include <atomic>
@@ -248,7 +248,8 @@ class OnlineSource final : public DecisionSource {
       boundary = iter_.push(task);
       // Exposure (report only): the call's place in its iteration, kept while this source has timing on (a
       // timed call's window then comes to onMeasurement; untimed, nothing is kept per call).
-      if (authority_ && iter_.period() >= 2 && needsTiming()) notePosition(task, k);
+      if (authority_ && iter_.period() >= 2 && needsTiming())  // exposure: a report only
+        exposure_.place(task, k, iter_.iteration(), iter_.position(), iter_.period());
       if (boundary && !guardStep(task, k)) {
         Decision f;
         f.fail = true;
@@ -364,7 +365,7 @@ class OnlineSource final : public DecisionSource {
   void onMeasurement(const TaskKey& task, const Measurement& timed) override {
     if (authority_) {
       guardTime(task, timed);
-      exposureTime(task, timed);
+      exposure_.time(task, timed.callIndex, timed.startNs, timed.gpuUs);
     }
     const Place place = place_.load(std::memory_order_acquire);
     Measurement m = timed;
@@ -709,78 +710,13 @@ class OnlineSource final : public DecisionSource {
     return true;
   }
 
-  // ---- exposure (engine/exposure.h): report only, nothing here changes a decision ------------------------
-
-  void notePosition(const TaskKey& task, uint64_t k) {
-    std::lock_guard<std::mutex> lk(exposureMu_);
-    if (callPos_.size() > 65536) callPos_.clear();  // calls whose times never came
-    callPos_[CallKey{task, k}] = CallPos{iter_.iteration(), iter_.position(), iter_.period()};
-  }
-
-  // The authority's own window and start of a call placed by notePosition; a complete iteration (every
-  // position, and the next iteration's start) is one sample of the estimator.
-  void exposureTime(const TaskKey& task, const Measurement& m) {
-    std::lock_guard<std::mutex> lk(exposureMu_);
-    auto f = callPos_.find(CallKey{task, m.callIndex});
-    if (f == callPos_.end()) return;
-    const CallPos at = f->second;
-    callPos_.erase(f);
-    if (m.startNs == 0 || !(m.gpuUs > 0) || at.pos >= at.period) return;
-    IterTimes& it = iterTimes_[at.iteration];
-    if (it.period != at.period) it = IterTimes{at.period, std::vector<uint64_t>(at.period, 0),
-                                               std::vector<double>(at.period, 0.0), std::vector<TaskKey>(at.period), 0};
-    if (it.startNs[at.pos] == 0) ++it.filled;
-    it.startNs[at.pos] = m.startNs;
-    it.durUs[at.pos] = m.gpuUs;
-    it.task[at.pos] = task;
-    for (uint64_t i : {at.iteration - 1, at.iteration}) {  // the pairs this call may complete
-      if (at.iteration == 0 && i != at.iteration) continue;
-      auto a = iterTimes_.find(i), b = iterTimes_.find(i + 1);
-      if (a == iterTimes_.end() || b == iterTimes_.end() || a->second.filled != a->second.period ||
-          a->second.period != b->second.period || b->second.startNs[0] <= a->second.startNs[0])
-        continue;
-      const IterTimes& x = a->second;
-      std::vector<double> start(x.period);
-      for (uint32_t p = 0; p < x.period; ++p)
-        start[p] = static_cast<double>(static_cast<int64_t>(x.startNs[p] - x.startNs[0])) / 1000.0;
-      if (exposure_.period() != x.period) exposureTasks_ = x.task;
-      exposure_.add(static_cast<double>(b->second.startNs[0] - x.startNs[0]) / 1000.0, start, x.durUs);
-      iterTimes_.erase(a);
-    }
-    while (iterTimes_.size() > 8) iterTimes_.erase(iterTimes_.begin());
-  }
-
  public:
+  // The exposure estimate's record (engine/exposure_recorder.h), the authority's only.
   std::vector<std::string> traceRecords() const override {
     if (!authority_) return {};
-    ExposureEstimator::Result r;
-    std::vector<TaskKey> tasks;
-    {
-      std::lock_guard<std::mutex> lk(exposureMu_);
-      if (exposure_.period() == 0) return {};
-      r = exposure_.estimate();
-      tasks = exposureTasks_;
-    }
-    char head[256];
-    std::snprintf(head, sizeof head,
-                  "{\"ev\":\"exposure\",\"comm\":\"%s\",\"rank\":%d,\"period\":%u,\"samples\":%zu,"
-                  "\"iter_us\":%.1f,\"residual_us\":%.2f,\"positions\":[",
-                  commHex(env_.commHash).c_str(), env_.rank, r.period, r.samples, r.iterUs, r.residualUs);
-    std::string out = head;
-    for (size_t p = 0; p < r.positions.size(); ++p) {
-      const ExposureEstimator::Position& q = r.positions[p];
-      const TaskKey t = p < tasks.size() ? tasks[p] : TaskKey{};
-      char e[320];
-      std::snprintf(e, sizeof e,
-                    "%s{\"pos\":%zu,\"coll\":\"%s\",\"bytes\":%" PRIu64 ",\"pipe\":%d,\"mean_us\":%.2f,"
-                    "\"slope\":%s,\"se\":%s,\"alias\":%d,\"tail\":%.4f,\"verdict\":\"%s\"}",
-                    p ? "," : "", p, collName(t.coll), t.bytes, t.pipe, q.meanUs,
-                    q.solved ? std::to_string(q.slope).c_str() : "null", q.solved ? std::to_string(q.se).c_str() : "null",
-                    q.alias, q.tail, ExposureEstimator::verdictName(q.verdict));
-      out += e;
-    }
-    out += "]}";
-    return {out};
+    std::string r = exposure_.traceRecord(commHex(env_.commHash), env_.rank);
+    if (r.empty()) return {};
+    return {r};
   }
 
  private:
@@ -1072,25 +1008,7 @@ class OnlineSource final : public DecisionSource {
   std::unordered_map<CallKey, uint64_t, CallKeyHash> boundaryIter_;  // guard-timed first calls -> iteration
   std::map<uint64_t, uint64_t> iterStartNs_;
   std::unordered_set<CallKey, CallKeyHash> overridden_;  // calls the guard ran as NCCL's choice
-  // exposure (exposureMu_, its own: the calling thread notes each timed call's place without waiting for the
-  // guard's work on the profiler thread): timed calls' places, the iterations being filled, the estimator and
-  // its positions' tasks
-  mutable std::mutex exposureMu_;
-  struct CallPos {
-    uint64_t iteration = 0;
-    uint32_t pos = 0, period = 0;
-  };
-  struct IterTimes {
-    uint32_t period = 0;
-    std::vector<uint64_t> startNs;
-    std::vector<double> durUs;
-    std::vector<TaskKey> task;
-    uint32_t filled = 0;
-  };
-  std::unordered_map<CallKey, CallPos, CallKeyHash> callPos_;
-  std::map<uint64_t, IterTimes> iterTimes_;
-  ExposureEstimator exposure_;
-  std::vector<TaskKey> exposureTasks_;
+  ExposureRecorder exposure_;  // authority: which calls of the iteration are exposed (trace only)
 };
 
 }  // namespace

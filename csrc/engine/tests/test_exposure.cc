@@ -1,11 +1,13 @@
 // The exposure estimator (engine/exposure.h): slopes of the iteration time on each position's window, lockstep
 // groups, and no verdict without evidence.
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "engine/exposure.h"
+#include "engine/exposure_recorder.h"
 
 namespace {
 
@@ -97,6 +99,40 @@ TEST(engine, exposure_period_change_resets) {
   EXPECT_EQ(e.samples(), 1u);
   e.add(-1, {0, 10}, {5, 6});  // not a time: ignored
   EXPECT_EQ(e.samples(), 1u);
+}
+
+// The recorder: an iteration is a sample once every position is timed and the next iteration has started; calls
+// never placed, and placed calls without a time, add nothing.
+TEST(engine, exposure_recorder_completes_iterations) {
+  using autoccl::engine::ExposureRecorder;
+  using autoccl::engine::TaskKey;
+  ExposureRecorder r;
+  const TaskKey a{0, 1 << 20, 1}, b{2, 4 << 20, 1};
+  uint64_t k = 0, ns = 1000000;
+  EXPECT_EQ(r.traceRecord("c0", 0), "");
+  for (uint64_t it = 0; it < 3; ++it) {  // iterations of two calls: a then b
+    r.place(a, k, it, 0, 2);
+    r.place(b, k, it, 1, 2);
+    r.time(a, k, ns, 10.0);
+    if (it == 0) {
+      EXPECT_EQ(r.samples(), 0u);
+    }
+    r.time(b, k, ns + 20000, 30.0);
+    ++k;
+    ns += 100000;
+  }
+  EXPECT_EQ(r.samples(), 2u);  // iterations 0 and 1: each followed by the next one's start
+  r.time(a, 99, ns, 10.0);     // never placed
+  r.place(a, 100, 3, 0, 2);
+  r.time(a, 100, 0, 10.0);     // no start: not a time
+  r.place(b, 100, 3, 5, 2);    // a position beyond the period
+  r.time(b, 100, ns, 10.0);
+  EXPECT_EQ(r.samples(), 2u);
+  const std::string rec = r.traceRecord("c0", 0);
+  EXPECT_NE(rec.find("\"ev\":\"exposure\""), std::string::npos) << rec;
+  EXPECT_NE(rec.find("\"period\":2,\"samples\":2"), std::string::npos) << rec;
+  EXPECT_NE(rec.find("\"iter_us\":100.0"), std::string::npos) << rec;
+  EXPECT_NE(rec.find("\"bytes\":4194304"), std::string::npos) << rec;
 }
 
 }  // namespace

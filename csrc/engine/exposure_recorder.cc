@@ -1,0 +1,82 @@
+#include "engine/exposure_recorder.h"
+
+#include <cinttypes>
+#include <cstdio>
+
+namespace autoccl::engine {
+
+void ExposureRecorder::place(const TaskKey& task, uint64_t k, uint64_t iteration, uint32_t position, uint32_t period) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (placed_.size() > kMaxPlaced) placed_.clear();
+  placed_[CallKey{task, k}] = CallPos{iteration, position, period};
+}
+
+void ExposureRecorder::time(const TaskKey& task, uint64_t k, uint64_t startNs, double gpuUs) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto f = placed_.find(CallKey{task, k});
+  if (f == placed_.end()) return;
+  const CallPos at = f->second;
+  placed_.erase(f);
+  if (startNs == 0 || !(gpuUs > 0) || at.pos >= at.period) return;
+  IterTimes& it = iterations_[at.iteration];
+  if (it.period != at.period)
+    it = IterTimes{at.period, std::vector<uint64_t>(at.period, 0), std::vector<double>(at.period, 0.0),
+                   std::vector<TaskKey>(at.period), 0};
+  if (it.startNs[at.pos] == 0) ++it.filled;
+  it.startNs[at.pos] = startNs;
+  it.durUs[at.pos] = gpuUs;
+  it.task[at.pos] = task;
+  for (uint64_t i : {at.iteration - 1, at.iteration}) {  // the pairs this call may complete
+    if (at.iteration == 0 && i != at.iteration) continue;
+    auto a = iterations_.find(i), b = iterations_.find(i + 1);
+    if (a == iterations_.end() || b == iterations_.end() || a->second.filled != a->second.period ||
+        a->second.period != b->second.period || b->second.startNs[0] <= a->second.startNs[0])
+      continue;
+    const IterTimes& x = a->second;
+    std::vector<double> start(x.period);
+    for (uint32_t p = 0; p < x.period; ++p)
+      start[p] = static_cast<double>(static_cast<int64_t>(x.startNs[p] - x.startNs[0])) / 1000.0;
+    if (estimator_.period() != x.period) tasks_ = x.task;
+    estimator_.add(static_cast<double>(b->second.startNs[0] - x.startNs[0]) / 1000.0, start, x.durUs);
+    iterations_.erase(a);
+  }
+  while (iterations_.size() > kIterationsKept) iterations_.erase(iterations_.begin());
+}
+
+size_t ExposureRecorder::samples() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return estimator_.samples();
+}
+
+std::string ExposureRecorder::traceRecord(const std::string& commHex, int rank) const {
+  ExposureEstimator::Result r;
+  std::vector<TaskKey> tasks;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (estimator_.period() == 0) return {};
+    r = estimator_.estimate();
+    tasks = tasks_;
+  }
+  char head[256];
+  std::snprintf(head, sizeof head,
+                "{\"ev\":\"exposure\",\"comm\":\"%s\",\"rank\":%d,\"period\":%u,\"samples\":%zu,"
+                "\"iter_us\":%.1f,\"residual_us\":%.2f,\"positions\":[",
+                commHex.c_str(), rank, r.period, r.samples, r.iterUs, r.residualUs);
+  std::string out = head;
+  for (size_t p = 0; p < r.positions.size(); ++p) {
+    const ExposureEstimator::Position& q = r.positions[p];
+    const TaskKey t = p < tasks.size() ? tasks[p] : TaskKey{};
+    char e[320];
+    std::snprintf(e, sizeof e,
+                  "%s{\"pos\":%zu,\"coll\":\"%s\",\"bytes\":%" PRIu64 ",\"pipe\":%d,\"mean_us\":%.2f,"
+                  "\"slope\":%s,\"se\":%s,\"alias\":%d,\"tail\":%.4f,\"verdict\":\"%s\"}",
+                  p ? "," : "", p, collName(t.coll), t.bytes, t.pipe, q.meanUs,
+                  q.solved ? std::to_string(q.slope).c_str() : "null", q.solved ? std::to_string(q.se).c_str() : "null",
+                  q.alias, q.tail, ExposureEstimator::verdictName(q.verdict));
+    out += e;
+  }
+  out += "]}";
+  return out;
+}
+
+}  // namespace autoccl::engine
