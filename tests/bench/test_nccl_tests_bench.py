@@ -97,6 +97,41 @@ def test_slower_mode_and_data_errors_are_reported(tmp_path: Path) -> None:
     assert o["cells_below_0.98"] == 1 and o["data_errors"] == 2
 
 
+def test_losses_are_told_from_plain_spread() -> None:
+    """A cell below 0.98x counts as a loss beyond plain's spread only when it lost more than plain moved."""
+
+    def rec(pass_no: int, mode: str, bw: dict[int, float]) -> dict[str, object]:
+        rows = [{"bytes": b, "oop_busbw_gbs": v} for b, v in bw.items()]
+        return {
+            "pass": pass_no,
+            "launch": "single",
+            "coll": "all_reduce",
+            "mode": mode,
+            "rc": 0,
+            "rows": rows,
+        }
+
+    small, big = 1 << 20, 64 << 20
+    records = [
+        # plain moves 50 % at 1 MiB between passes and 1 % at 64 MiB
+        rec(0, "plain", {small: 20.0, big: 300.0}),
+        rec(1, "plain", {small: 30.0, big: 303.0}),
+        # online: 1 MiB at 0.8x of each pass's plain (inside 50 %), 64 MiB at 0.9x (outside 1 %)
+        rec(0, "online", {small: 16.0, big: 270.0}),
+        rec(1, "online", {small: 24.0, big: 272.7}),
+    ]
+    s = NT.summarize(records)
+    o = s["overall"]["online/single"]
+    assert o["cells_below_0.98"] == 2
+    assert [(x["bytes"], round(x["ratio"], 3)) for x in o["losses_beyond_spread"]] == [(big, 0.9)]
+    md = NT.markdown(s)
+    assert "| 2 of 2 | 1 |" in md
+    assert "- online, single: all_reduce 64 MiB 0.900× (plain moved 1.0 %)" in md
+    # one pass: no spread is known, so every cell below 0.98x is listed
+    one = NT.summarize([r for r in records if r["pass"] == 0])
+    assert len(one["overall"]["online/single"]["losses_beyond_spread"]) == 2
+
+
 def test_bad_inputs_are_one_sentence(tmp_path: Path) -> None:
     bin_dir = _fake_bin(tmp_path)
     cases = [
