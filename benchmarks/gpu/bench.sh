@@ -33,9 +33,10 @@
 #             -e 4M -f 2, -w 20 -n 400): plain, online, table-warm (table mode on online's table) and idle, to
 #             tell online's own cost per call at 1 MiB from launches whose 40-call average held a host stall
 #   loaded-split  what being loaded costs per call at 1-4 MiB, the tuner and the profiler apart: plain, idle (both
-#             loaded, nothing applied), the tuner alone and the profiler alone, each in table mode on an empty
-#             cache, with SMALL_SIZES / SMALL_ITERS as the small plan (on 2 x H200 the loaded plugin's 1 MiB averages
-#             were ~0.5-1 us a call slower with one process per GPU; this says which interface it comes through)
+#             loaded, nothing applied; table mode times each task's first AUTOCCL_MEASURE_CALLS calls, which nccl-tests'
+#             warm-up takes), idle with no call timed, the tuner alone and the profiler alone, each in table mode on
+#             an empty cache, with SMALL_SIZES / SMALL_ITERS as the small plan (on 2 x H200 the loaded plugin's 1 MiB
+#             averages were ~0.5-1 us a call slower with one process per GPU; this says where it comes from)
 #   promise   the bars of "never slower than NCCL": plain, online (cold in pass 0, warm after), table mode
 #             started from online's table of the same pass (table-warm) and observe, traced
 #   inspector NCCL Inspector (built from its carried source) chained behind autoccl's profiler with autoccl's
@@ -77,7 +78,8 @@ for plan in ${PLANS:-overhead online}; do
       psizes=${SMALL_SIZES:--b 1M -e 4M -f 2}; piters=${SMALL_ITERS:--w 20 -n 400}
       lib=$(python3 -c 'from autoccl._paths import plugin_path; print(plugin_path())') || exit 1
       empty=$(mktemp -d)
-      args=(-m plain -m idle -m "tuner-only:plain NCCL_TUNER_PLUGIN=$lib AUTOCCL_MODE=table AUTOCCL_CACHE_DIR=$empty"
+      args=(-m plain -m idle -m "idle-untimed:--mode table --cache-dir {empty} AUTOCCL_MEASURE_CALLS=0"
+            -m "tuner-only:plain NCCL_TUNER_PLUGIN=$lib AUTOCCL_MODE=table AUTOCCL_CACHE_DIR=$empty"
             -m "profiler-only:plain NCCL_PROFILER_PLUGIN=$lib AUTOCCL_MODE=table AUTOCCL_CACHE_DIR=$empty") ;;
     overhead) args=(-m plain -m idle -m "$IDLE64" -m observe -m "observe-kernel:--mode observe AUTOCCL_CLOCK=kernel") ;;
     online) args=(-m plain -m online --trace) ;;
