@@ -38,6 +38,19 @@ using autoccl::Config;
 using autoccl::TaskKey;
 using autoccl::TaskKeyHash;
 
+// One call of one task (the merges collect the ranks' times under it; the exposure and step-guard clocks place
+// calls by it).
+struct CallKey {
+  TaskKey task;
+  uint64_t call = 0;
+  bool operator==(const CallKey& o) const { return task == o.task && call == o.call; }
+};
+struct CallKeyHash {
+  size_t operator()(const CallKey& k) const {
+    return TaskKeyHash()(k.task) ^ static_cast<size_t>(k.call * 0x9E3779B97F4A7C15ull);
+  }
+};
+
 // Where a call's configuration came from (the trace's "source").
 enum class Source : uint8_t { Nccl, Observe, Fixed, Table, Online };
 const char* sourceName(Source s);

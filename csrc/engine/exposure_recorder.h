@@ -13,7 +13,6 @@
 
 #include "engine/common.h"
 #include "engine/exposure.h"
-#include "engine/merge.h"
 
 namespace autoccl::engine {
 

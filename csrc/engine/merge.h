@@ -17,18 +17,6 @@
 
 namespace autoccl::engine {
 
-// One call of one task: what the merges below collect the ranks' times under.
-struct CallKey {
-  TaskKey task;
-  uint64_t call = 0;
-  bool operator==(const CallKey& o) const { return task == o.task && call == o.call; }
-};
-struct CallKeyHash {
-  size_t operator()(const CallKey& k) const {
-    return TaskKeyHash()(k.task) ^ static_cast<size_t>(k.call * 0x9E3779B97F4A7C15ull);
-  }
-};
-
 // Every rank of a communicator in this process (nccl-tests -g N, single-process multi-GPU): one host
 // thread launches the GPUs one after another, so one rank's kernel time is not the collective's (on
 // 4 x H200 a 1 MiB reduce took 3.8 us on rank 0 and 30 us on rank 3 in the same call, and scoring

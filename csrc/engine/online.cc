@@ -306,7 +306,7 @@ class OnlineSource final : public DecisionSource {
     }
     d.stable = s->seg.phase == search::Phase::kFinal && s->seg.end == search::kForever;
     if (guardNcclNow_) {  // the guard's iteration runs NCCL's own choice for every task
-      if (authority_ && !c.isDefault()) markOverridden(task, k);
+      if (authority_ && !c.isDefault()) guardClock_.markOverridden(task, k);
       d.config = Config();
       d.stable = false;
       d.timed = false;
@@ -318,7 +318,7 @@ class OnlineSource final : public DecisionSource {
     bool capped = false;
     if (guardCapNow_ > 0 && iter_.stable() && !iter_.endsIteration() &&
         (d.config.channels == 0 || d.config.channels > guardCapNow_)) {
-      if (authority_) markOverridden(task, k);
+      if (authority_) guardClock_.markOverridden(task, k);
       d.config.channels = guardCapNow_;
       d.stable = false;
       capped = true;
@@ -364,7 +364,8 @@ class OnlineSource final : public DecisionSource {
 
   void onMeasurement(const TaskKey& task, const Measurement& timed) override {
     if (authority_) {
-      guardTime(task, timed);
+      for (const auto& [it, us] : guardClock_.start(task, timed.callIndex, timed.startNs))
+        decider_->guard->sample(it, us);  // the iterations this call's start completes
       exposure_.time(task, timed.callIndex, timed.startNs, timed.gpuUs);
     }
     const Place place = place_.load(std::memory_order_acquire);
@@ -481,7 +482,7 @@ class OnlineSource final : public DecisionSource {
 
   // The authority: one call's GPU time (its own, or the slowest rank's) into the task's search.
   void absorb(const TaskKey& task, const Measurement& m) {
-    if (takeOverridden(task, m.callIndex)) return;  // ran NCCL's choice for the guard, not the plan's config
+    if (guardClock_.takeOverridden(task, m.callIndex)) return;  // the guard ran it otherwise than planned
     TaskState* s = nullptr;
     std::shared_ptr<search::TaskSearch> srch;
     {
@@ -697,10 +698,7 @@ class OnlineSource final : public DecisionSource {
     guardCapNow_ = arm.hiddenCap;
     guardTimedNow_ = o.seg.cfg.measure;
     if (authority_) {
-      if (guardTimedNow_) {
-        std::lock_guard<std::mutex> lk(guardMu_);
-        boundaryIter_[CallKey{task, k}] = it;
-      }
+      if (guardTimedNow_) guardClock_.markBoundary(task, k, it);
       if (guardTimedNow_ != guardNeed_.load(std::memory_order_relaxed)) {
         guardNeed_.store(guardTimedNow_, std::memory_order_relaxed);
         if (env_.needChanged) env_.needChanged();
@@ -729,64 +727,11 @@ class OnlineSource final : public DecisionSource {
     return true;
   }
 
-  // The authority's own stream: the start of each guard-timed iteration; iteration i's time is the start of
-  // i + 1 minus its own.
-  void guardTime(const TaskKey& task, const Measurement& m) {
-    std::lock_guard<std::mutex> lk(guardMu_);
-    auto f = boundaryIter_.find(CallKey{task, m.callIndex});
-    if (f == boundaryIter_.end()) return;
-    const uint64_t it = f->second;
-    boundaryIter_.erase(f);
-    if (m.startNs == 0) return;
-    iterStartNs_[it] = m.startNs;
-    auto prev = iterStartNs_.find(it - 1);
-    if (it > 0 && prev != iterStartNs_.end() && m.startNs > prev->second)
-      decider_->guard->sample(it - 1, static_cast<double>(m.startNs - prev->second) / 1000.0);
-    auto next = iterStartNs_.find(it + 1);
-    if (next != iterStartNs_.end() && next->second > m.startNs)
-      decider_->guard->sample(it, static_cast<double>(next->second - m.startNs) / 1000.0);
-    while (iterStartNs_.size() > 64) iterStartNs_.erase(iterStartNs_.begin());
-    if (boundaryIter_.size() > 4096) boundaryIter_.clear();  // boundaries whose times never came
-  }
-
-  void markOverridden(const TaskKey& task, uint64_t k) {
-    std::lock_guard<std::mutex> lk(guardMu_);
-    if (overridden_.size() > 65536) overridden_.clear();  // measurements that never came
-    overridden_.insert(CallKey{task, k});
-  }
-  bool takeOverridden(const TaskKey& task, uint64_t k) {
-    std::lock_guard<std::mutex> lk(guardMu_);
-    return overridden_.erase(CallKey{task, k}) > 0;
-  }
-
   // One INFO line per verdict of the guard (authority).
   void logVerdicts() {
-    std::vector<GuardPlan::Verdict> v = decider_->guard->verdicts();
-    for (; loggedVerdicts_ < v.size(); ++loggedVerdicts_) {
-      const GuardPlan::Verdict& x = v[loggedVerdicts_];
-      char line[384];
-      const std::string what = x.winner.hiddenCap > 0 ? "keeping the tuned plan, hidden calls at most " +
-                                                            std::to_string(x.winner.hiddenCap) + " channels"
-                               : x.tuned ? std::string("keeping the tuned plan")
-                                         : std::string("NCCL's choices for every task");
-      std::snprintf(line, sizeof line,
-                    "autoccl: comm %016" PRIx64 " step guard: iterations of %u calls, tuned plan %.1f us (%u samples) "
-                    "against NCCL's choices %.1f us (%u): %s from iteration %" PRIu64,
-                    env_.commHash, iter_.period(), x.tunedUs, x.tunedSamples, x.ncclUs, x.ncclSamples, what.c_str(),
-                    x.at);
-      std::string text = line;
-      if (!x.arms.empty()) {  // AUTOCCL_STEP_ARMS: every arm's median (us), its samples and the margin it needed
-        text += "; arms:";
-        for (const GuardPlan::ArmResult& r : x.arms) {
-          char e[96];
-          const std::string name = r.arm.nccl ? "nccl" : r.arm.hiddenCap > 0 ? "hidden=" + std::to_string(r.arm.hiddenCap)
-                                                                           : "tuned";
-          std::snprintf(e, sizeof e, " %s %.1f us (%u, margin %.3f)", name.c_str(), r.medianUs, r.samples, r.margin);
-          text += e;
-        }
-      }
-      if (env_.log) env_.log(LogLevel::Info, text);
-    }
+    const std::vector<GuardPlan::Verdict> v = decider_->guard->verdicts();
+    for (; loggedVerdicts_ < v.size(); ++loggedVerdicts_)
+      if (env_.log) env_.log(LogLevel::Info, describeVerdict(v[loggedVerdicts_], env_.commHash, iter_.period()));
   }
 
   void settlePlace() {
@@ -1003,11 +948,8 @@ class OnlineSource final : public DecisionSource {
   std::string guardWhy_;
   size_t loggedVerdicts_ = 0;
   std::atomic<bool> guardNeed_{false};
-  // ... and the authority's measurement side (guardMu_)
-  mutable std::mutex guardMu_;
-  std::unordered_map<CallKey, uint64_t, CallKeyHash> boundaryIter_;  // guard-timed first calls -> iteration
-  std::map<uint64_t, uint64_t> iterStartNs_;
-  std::unordered_set<CallKey, CallKeyHash> overridden_;  // calls the guard ran as NCCL's choice
+  // ... and the authority's measurement side: iteration times, the calls the guard ran otherwise than planned
+  GuardClock guardClock_;
   ExposureRecorder exposure_;  // authority: which calls of the iteration are exposed (trace only)
 };
 

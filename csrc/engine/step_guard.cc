@@ -1,7 +1,10 @@
 #include "engine/step_guard.h"
 
 #include <algorithm>
+#include <cinttypes>
 #include <cmath>
+#include <cstdio>
+#include <string>
 #include <utility>
 
 #include "autoccl/common/stats.h"
@@ -256,6 +259,68 @@ void GuardPlan::verdictLocked() {
   times_.clear();
   interval_ = interval_ ? std::min(interval_ * 2, o_.recheckMax) : o_.recheckFirst;
   nextRound_ = planned_ + interval_;
+}
+
+std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm, uint32_t period) {
+  const std::string what = v.winner.hiddenCap > 0
+                               ? "keeping the tuned plan, hidden calls at most " + std::to_string(v.winner.hiddenCap) +
+                                     " channels"
+                           : v.tuned ? std::string("keeping the tuned plan")
+                                     : std::string("NCCL's choices for every task");
+  char line[384];
+  std::snprintf(line, sizeof line,
+                "autoccl: comm %016" PRIx64 " step guard: iterations of %u calls, tuned plan %.1f us (%u samples) "
+                "against NCCL's choices %.1f us (%u): %s from iteration %" PRIu64,
+                comm, period, v.tunedUs, v.tunedSamples, v.ncclUs, v.ncclSamples, what.c_str(), v.at);
+  std::string text = line;
+  if (!v.arms.empty()) {  // every arm's median (us), its samples and the margin it needed
+    text += "; arms:";
+    for (const GuardPlan::ArmResult& r : v.arms) {
+      const std::string name = r.arm.nccl              ? std::string("nccl")
+                               : r.arm.hiddenCap > 0 ? "hidden=" + std::to_string(r.arm.hiddenCap)
+                                                     : std::string("tuned");
+      char e[96];
+      std::snprintf(e, sizeof e, " %s %.1f us (%u, margin %.3f)", name.c_str(), r.medianUs, r.samples, r.margin);
+      text += e;
+    }
+  }
+  return text;
+}
+
+void GuardClock::markBoundary(const TaskKey& task, uint64_t k, uint64_t iteration) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (boundary_.size() > kMaxBoundaries) boundary_.clear();  // boundaries whose times never came
+  boundary_[CallKey{task, k}] = iteration;
+}
+
+std::vector<std::pair<uint64_t, double>> GuardClock::start(const TaskKey& task, uint64_t k, uint64_t startNs) {
+  std::vector<std::pair<uint64_t, double>> done;
+  std::lock_guard<std::mutex> lk(mu_);
+  auto f = boundary_.find(CallKey{task, k});
+  if (f == boundary_.end()) return done;
+  const uint64_t it = f->second;
+  boundary_.erase(f);
+  if (startNs == 0) return done;
+  startNs_[it] = startNs;
+  auto prev = startNs_.find(it - 1);
+  if (it > 0 && prev != startNs_.end() && startNs > prev->second)
+    done.emplace_back(it - 1, static_cast<double>(startNs - prev->second) / 1000.0);
+  auto next = startNs_.find(it + 1);
+  if (next != startNs_.end() && next->second > startNs)
+    done.emplace_back(it, static_cast<double>(next->second - startNs) / 1000.0);
+  while (startNs_.size() > kStartsKept) startNs_.erase(startNs_.begin());
+  return done;
+}
+
+void GuardClock::markOverridden(const TaskKey& task, uint64_t k) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (overridden_.size() > kMaxOverridden) overridden_.clear();  // measurements that never came
+  overridden_.insert(CallKey{task, k});
+}
+
+bool GuardClock::takeOverridden(const TaskKey& task, uint64_t k) {
+  std::lock_guard<std::mutex> lk(mu_);
+  return overridden_.erase(CallKey{task, k}) > 0;
 }
 
 }  // namespace autoccl::engine

@@ -28,11 +28,15 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <string>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "autoccl/common/config.h"
 #include "autoccl/search/search.h"
+#include "engine/common.h"
 
 namespace autoccl::engine {
 
@@ -152,6 +156,33 @@ class GuardPlan {
   uint64_t nextRound_ = 0;                   // iteration before which no new round starts
   uint64_t waitLen_ = 1;
   std::vector<Verdict> verdicts_;
+};
+
+// One INFO line of a verdict: the communicator, its iteration's length, both arms' medians and what runs from
+// then on (with AUTOCCL_STEP_ARMS every arm's median, samples and margin).
+std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm, uint32_t period);
+
+// The authority's iteration times, from its own stream: the first call of each guard-timed iteration is marked,
+// its measurement brings its start, and iteration i's time is the start of i + 1 minus the start of i. Also the
+// calls the guard ran otherwise than their plan says (NCCL's choice, a channel cap), whose times are not their
+// task's samples. Its own mutex: marks come from the calling thread, starts from the measurement thread.
+class GuardClock {
+ public:
+  // Call `k` of `task` is the first of guard-timed iteration `iteration`.
+  void markBoundary(const TaskKey& task, uint64_t k, uint64_t iteration);
+  // The GPU start of call `k` of `task`: the iterations it completes, with their times in microseconds (none
+  // for a call that was not marked).
+  std::vector<std::pair<uint64_t, double>> start(const TaskKey& task, uint64_t k, uint64_t startNs);
+  void markOverridden(const TaskKey& task, uint64_t k);
+  // Whether call `k` of `task` was overridden (and forget it).
+  bool takeOverridden(const TaskKey& task, uint64_t k);
+
+ private:
+  static constexpr size_t kStartsKept = 64, kMaxBoundaries = 4096, kMaxOverridden = 65536;
+  std::mutex mu_;
+  std::unordered_map<CallKey, uint64_t, CallKeyHash> boundary_;  // marked first calls -> iteration
+  std::map<uint64_t, uint64_t> startNs_;                         // iteration -> its first call's start
+  std::unordered_set<CallKey, CallKeyHash> overridden_;
 };
 
 }  // namespace autoccl::engine

@@ -13,6 +13,7 @@
 namespace {
 
 using autoccl::engine::GuardArm;
+using autoccl::engine::GuardClock;
 using autoccl::engine::GuardOptions;
 using autoccl::engine::GuardPlan;
 using autoccl::engine::IterationDetector;
@@ -283,6 +284,66 @@ TEST(engine, guard_arms_verdicts) {
     auto v = driveArms(g, timeOf(90.0, 100.0, 0.0, 0.0), 0.01, 200, 20);
     EXPECT_TRUE(!v.empty() && v.front().tuned && v.front().arms.empty());
   }
+}
+
+// Iteration times from the marked first calls' starts: i's time is the start of i + 1 minus its own, whichever
+// start arrives first; unmarked calls and calls without a start give none.
+TEST(engine, guard_clock_iteration_times) {
+  GuardClock c;
+  const autoccl::TaskKey a{0, 1 << 20, 1}, b{2, 4 << 20, 1};
+  c.markBoundary(a, 10, 5);
+  c.markBoundary(a, 20, 6);
+  c.markBoundary(a, 30, 7);
+  EXPECT_TRUE(c.start(b, 10, 1000000).empty());  // another task's call 10: not marked
+  EXPECT_TRUE(c.start(a, 10, 1000000).empty());  // iteration 5's start: nothing complete yet
+  auto r = c.start(a, 30, 1250000);              // 7 before 6 (times arrive out of order)
+  EXPECT_TRUE(r.empty());
+  r = c.start(a, 20, 1100000);  // 6 completes 5 (100 us) and itself (150 us)
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].first, 5u);
+  EXPECT_DOUBLE_EQ(r[0].second, 100.0);
+  EXPECT_EQ(r[1].first, 6u);
+  EXPECT_DOUBLE_EQ(r[1].second, 150.0);
+  EXPECT_TRUE(c.start(a, 20, 1100000).empty());  // taken once
+  c.markBoundary(a, 40, 8);
+  EXPECT_TRUE(c.start(a, 40, 0).empty());  // no start: nothing, and the mark is gone
+  EXPECT_TRUE(c.start(a, 40, 1400000).empty());
+  c.markOverridden(b, 3);
+  EXPECT_FALSE(c.takeOverridden(b, 4));
+  EXPECT_TRUE(c.takeOverridden(b, 3));
+  EXPECT_FALSE(c.takeOverridden(b, 3));
+}
+
+TEST(engine, guard_verdict_line) {
+  GuardPlan::Verdict v;
+  v.at = 120;
+  v.tuned = false;
+  v.tunedUs = 1050.5;
+  v.ncclUs = 1000.25;
+  v.tunedSamples = 8;
+  v.ncclSamples = 8;
+  const std::string line = autoccl::engine::describeVerdict(v, 0xabcdef, 4);
+  EXPECT_EQ(line,
+            "autoccl: comm 0000000000abcdef step guard: iterations of 4 calls, tuned plan 1050.5 us (8 samples) "
+            "against NCCL's choices 1000.2 us (8): NCCL's choices for every task from iteration 120");
+  v.tuned = true;
+  v.winner.hiddenCap = 2;
+  GuardPlan::ArmResult t, n, h;
+  n.arm.nccl = true;
+  h.arm.hiddenCap = 2;
+  t.medianUs = 990;
+  n.medianUs = 1000;
+  h.medianUs = 950;
+  t.samples = n.samples = h.samples = 4;
+  h.margin = 0.01;
+  v.arms = {t, n, h};
+  const std::string arms = autoccl::engine::describeVerdict(v, 1, 4);
+  EXPECT_NE(arms.find("keeping the tuned plan, hidden calls at most 2 channels from iteration 120"), std::string::npos)
+      << arms;
+  EXPECT_NE(arms.find("; arms: tuned 990.0 us (4, margin 0.000) nccl 1000.0 us (4, margin 0.000) hidden=2 950.0 us "
+                      "(4, margin 0.010)"),
+            std::string::npos)
+      << arms;
 }
 
 }  // namespace
