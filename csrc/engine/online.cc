@@ -18,6 +18,7 @@
 
 #include "engine/search_decider.h"
 #include "engine/settings.h"
+#include "engine/task_record.h"
 #include "engine/timing.h"
 #include "engine/timing_holds.h"
 #include "engine/trace.h"
@@ -606,68 +607,35 @@ class OnlineSource final : public DecisionSource {
     return true;
   }
 
+  // The task record's fields (engine/task_record.h).
   std::string traceExtra(const TaskKey& task) const override {
     std::shared_ptr<search::TaskSearch> srch;
-    char waits[1024] = "";
-    std::string slow;
+    TaskLookups l;
+    TaskSearchRecord r;
+    bool known = false;
     {
       std::lock_guard<std::mutex> lk(mapMu_);
       auto it = tasks_.find(task);
       if (it != tasks_.end()) {
-        srch = it->second->search;
-        TaskState& ts = *it->second;
-        // segment lookups of this rank and the time spent in them (waiting for the authority)
-        std::snprintf(waits, sizeof waits, ",\"board\":\"%s\",\"lookups\":%" PRIu64 ",\"lookup_us\":%.1f,\"lookup_max_us\":%.1f",
-                      placeName(place_.load(std::memory_order_relaxed)), ts.lookups.load(std::memory_order_relaxed), 1e-3 * static_cast<double>(ts.waitNs.load(std::memory_order_relaxed)),
-                      1e-3 * static_cast<double>(ts.waitMaxNs.load(std::memory_order_relaxed)));
+        known = true;
+        TaskState& ts = *it->second;  // its slowMu is not const
+        srch = ts.search;
+        l.board = placeName(place_.load(std::memory_order_relaxed));
+        l.lookups = ts.lookups.load(std::memory_order_relaxed);
+        l.waitNs = ts.waitNs.load(std::memory_order_relaxed);
+        l.waitMaxNs = ts.waitMaxNs.load(std::memory_order_relaxed);
+        r.rankScored = ts.rankScored.load(std::memory_order_relaxed);
+        r.shorterElsewhere = ts.shorterElsewhere.load(std::memory_order_relaxed);
         std::lock_guard<std::mutex> sl(ts.slowMu);
-        std::vector<std::pair<uint64_t, uint64_t>> v = ts.slow;
-        std::sort(v.begin(), v.end());
-        slow = ",\"slow_lookups\":[";  // [call, us] of lookups >= 0.2 ms (the 8 slowest)
-        for (size_t i = 0; i < v.size(); ++i) {
-          char e[64];
-          std::snprintf(e, sizeof e, "%s[%" PRIu64 ",%.1f]", i ? "," : "", v[i].first, 1e-3 * static_cast<double>(v[i].second));
-          slow += e;
-        }
-        slow += "]";
+        l.slow = ts.slow;
       }
     }
-    if (!srch) return std::string(waits) + slow + ",\"gain\":null,\"converged_at\":null";
-    search::Stats st = srch->stats();
-    // what the search got from the GPU: samples used, given up as lost, arrived after being given up;
-    // ArrivalMerge: calls scored with other ranks' reports, and of those the calls where another rank's
-    // window was shorter than the authority's (the authority had waited for it)
-    uint64_t rankScored = 0, shorter = 0;
-    {
-      std::lock_guard<std::mutex> lk(mapMu_);
-      auto it = tasks_.find(task);
-      if (it != tasks_.end()) {
-        rankScored = it->second->rankScored.load(std::memory_order_relaxed);
-        shorter = it->second->shorterElsewhere.load(std::memory_order_relaxed);
-      }
+    if (srch) {
+      r.stats = srch->stats();
+      const std::vector<search::Segment> plan = srch->plan();
+      r.searchFrom = plan.empty() ? 0 : plan.front().begin;
     }
-    std::snprintf(waits + std::strlen(waits), sizeof waits - std::strlen(waits),
-                  ",\"search_samples\":%" PRIu64 ",\"search_lost\":%" PRIu64 ",\"search_late\":%" PRIu64
-                  ",\"search_prior_samples\":%" PRIu64 ",\"search_wait_calls\":%" PRIu64 ",\"search_free_wait_calls\":%" PRIu64
-                  ",\"search_duel_extensions\":%" PRIu64 ",\"rank_scored\":%" PRIu64 ",\"shorter_elsewhere\":%" PRIu64
-                  ",\"regret_us\":%.1f,\"small_task\":%s,\"small_by_model\":%s,\"model_us\":%.2f,\"table_default\":%s"
-                  ",\"regret_stop\":%s,\"abandoned\":%" PRIu64,
-                  st.samples, st.lostSamples, st.lateSamples, st.priorSamples, st.waitCalls, st.freeWaitCalls, st.duelExtensions,
-                  rankScored, shorter, st.regretMicros, st.smallTask ? "true" : "false", st.smallByModel ? "true" : "false",
-                  st.modelDefault, st.tableDefault ? "true" : "false", st.regretStop ? "true" : "false", st.abandoned);
-    std::vector<search::Segment> plan = srch->plan();
-    uint64_t from = plan.empty() ? 0 : plan.front().begin;  // calls before: NCCL's default (not yet registered)
-    char buf[400];
-    double gain = st.bestMedian > 0 && st.defaultMedian > 0 ? st.defaultMedian / st.bestMedian - 1.0 : 0.0;
-    if (st.convergedAt == search::kForever) {
-      std::snprintf(buf, sizeof buf, ",\"gain\":%.4f,\"converged_at\":null,\"search_from\":%" PRIu64 ",\"default_us\":%.3f,\"best_us\":%.3f",
-                    gain, from, st.defaultMedian, st.bestMedian);
-    } else {
-      std::snprintf(buf, sizeof buf, ",\"gain\":%.4f,\"converged_at\":%" PRIu64 ",\"search_from\":%" PRIu64
-                    ",\"default_us\":%.3f,\"best_us\":%.3f",
-                    gain, st.convergedAt, from, st.defaultMedian, st.bestMedian);
-    }
-    return std::string(waits) + slow + buf;
+    return taskRecordFields(known ? &l : nullptr, srch ? &r : nullptr);
   }
 
  private:

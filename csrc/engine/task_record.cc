@@ -1,0 +1,70 @@
+#include "engine/task_record.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+
+namespace autoccl::engine {
+
+namespace {
+
+std::string lookupFields(const TaskLookups& l) {
+  char head[256];
+  std::snprintf(head, sizeof head, ",\"board\":\"%s\",\"lookups\":%" PRIu64 ",\"lookup_us\":%.1f,\"lookup_max_us\":%.1f",
+                l.board, l.lookups, 1e-3 * static_cast<double>(l.waitNs), 1e-3 * static_cast<double>(l.waitMaxNs));
+  return head;
+}
+
+std::string slowFields(const TaskLookups& l) {
+  std::vector<std::pair<uint64_t, uint64_t>> v = l.slow;
+  std::sort(v.begin(), v.end());
+  std::string out = ",\"slow_lookups\":[";  // [call, us]
+  for (size_t i = 0; i < v.size(); ++i) {
+    char e[64];
+    std::snprintf(e, sizeof e, "%s[%" PRIu64 ",%.1f]", i ? "," : "", v[i].first, 1e-3 * static_cast<double>(v[i].second));
+    out += e;
+  }
+  return out + "]";
+}
+
+// What the search got from the GPU: samples used, given up as lost, arrived after being given up, and why it
+// stopped where it did.
+std::string searchFields(const TaskSearchRecord& r) {
+  const search::Stats& st = r.stats;
+  char buf[768];
+  std::snprintf(buf, sizeof buf,
+                ",\"search_samples\":%" PRIu64 ",\"search_lost\":%" PRIu64 ",\"search_late\":%" PRIu64
+                ",\"search_prior_samples\":%" PRIu64 ",\"search_wait_calls\":%" PRIu64 ",\"search_free_wait_calls\":%" PRIu64
+                ",\"search_duel_extensions\":%" PRIu64 ",\"rank_scored\":%" PRIu64 ",\"shorter_elsewhere\":%" PRIu64
+                ",\"regret_us\":%.1f,\"small_task\":%s,\"small_by_model\":%s,\"model_us\":%.2f,\"table_default\":%s"
+                ",\"regret_stop\":%s,\"abandoned\":%" PRIu64,
+                st.samples, st.lostSamples, st.lateSamples, st.priorSamples, st.waitCalls, st.freeWaitCalls,
+                st.duelExtensions, r.rankScored, r.shorterElsewhere, st.regretMicros, st.smallTask ? "true" : "false",
+                st.smallByModel ? "true" : "false", st.modelDefault, st.tableDefault ? "true" : "false",
+                st.regretStop ? "true" : "false", st.abandoned);
+  return buf;
+}
+
+std::string outcomeFields(const TaskSearchRecord& r) {
+  const search::Stats& st = r.stats;
+  const double gain = st.bestMedian > 0 && st.defaultMedian > 0 ? st.defaultMedian / st.bestMedian - 1.0 : 0.0;
+  char converged[32] = "null";
+  if (st.convergedAt != search::kForever) std::snprintf(converged, sizeof converged, "%" PRIu64, st.convergedAt);
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                ",\"gain\":%.4f,\"converged_at\":%s,\"search_from\":%" PRIu64 ",\"default_us\":%.3f,\"best_us\":%.3f",
+                gain, converged, r.searchFrom, st.defaultMedian, st.bestMedian);
+  return buf;
+}
+
+}  // namespace
+
+std::string taskRecordFields(const TaskLookups* lookups, const TaskSearchRecord* search) {
+  std::string out = lookups ? lookupFields(*lookups) : std::string();
+  if (search) out += searchFields(*search);
+  if (lookups) out += slowFields(*lookups);
+  out += search ? outcomeFields(*search) : std::string(",\"gain\":null,\"converged_at\":null");
+  return out;
+}
+
+}  // namespace autoccl::engine
