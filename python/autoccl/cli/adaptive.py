@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from autoccl.cli import options as O
 from autoccl.synth import parse_size
 
 
@@ -126,11 +127,10 @@ def _sizes(text: str) -> list[int]:
         raise click.BadParameter(str(e), param_hint="--sizes") from None
 
 
-_device_opt = click.option(
+_device_opt = O.choice(
     "--device",
-    type=click.Choice(["auto", "cpu", "cuda"]),
+    values=["auto", "cpu", "cuda"],
     default="auto",
-    show_default=True,
     help="cuda: one rank per GPU over NCCL; cpu: gloo ranks",
 )
 _nproc_opt = click.option(
@@ -204,11 +204,10 @@ def topo(
 @click.option(
     "--repeats", type=int, default=5, show_default=True, help="repeats per size (the fastest is kept)"
 )
-@click.option(
+@O.choice(
     "--model",
-    type=click.Choice(["auto", "p2p", "switch"]),
+    values=["auto", "p2p", "switch"],
     default="auto",
-    show_default=True,
     help="links within a host: one per pair, a shared-port switch, or as the contention test says",
 )
 @click.option("--concurrent/--serial", default=False, show_default=True, help="time disjoint pairs at once")

@@ -169,7 +169,7 @@ class Launch:
 _launch = O.gathered(
     "launch",
     Launch,
-    click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True),
+    O.choice("--device", values=["cuda", "cpu"], default="cuda"),
     click.option(
         "--backend",
         type=click.Choice(["nccl", "gloo"]),
@@ -258,12 +258,8 @@ _launch = O.gathered(
 @click.option("--sweep-iters", type=int, default=None, help="iterations in sweep launches [default: --iters]")
 @click.option("--sweep-reps", type=int, default=None, help="repetitions in sweep launches [default: --reps]")
 @click.option("--static-space", default=None, help="static-best knobs: 'NCCL_PROTO=LL,LL128;CTAS=16,32;...'")
-@click.option(
-    "--static-search",
-    type=click.Choice(["oat", "grid"]),
-    default="oat",
-    show_default=True,
-    help="one knob at a time, or every combination",
+@O.choice(
+    "--static-search", values=["oat", "grid"], default="oat", help="one knob at a time, or every combination"
 )
 @click.option(
     "--static-best-from",
@@ -510,11 +506,10 @@ class Resilience:
 _resilience = O.gathered(
     "resilience",
     Resilience,
-    click.option(
+    O.choice(
         "--resilience",
-        type=click.Choice(["off", "on", "both"]),
+        values=["off", "on", "both"],
         default="off",
-        show_default=True,
         help="DDP with the straggler-tolerant, failure-surviving all-reduce (autoccl.resilience); both: "
         "each launch synchronous and resilient",
     ),
@@ -525,11 +520,10 @@ _resilience = O.gathered(
         "FACTOR (drawn in LO-HI) times its usual time",
     ),
     click.option("--kill", default=None, help="RANK:STEP: that rank is killed (SIGKILL) when it starts STEP"),
-    click.option(
+    O.choice(
         "--delay",
-        type=click.Choice(["busy", "sleep"]),
+        values=["busy", "sleep"],
         default="busy",
-        show_default=True,
         help="how the straggler is slowed: busy keeps a CPU thread working (as slow compute would), "
         "sleep idles",
     ),
@@ -556,7 +550,7 @@ _resilience = O.gathered(
 @click.option("--iters", "-n", type=int, default=200, show_default=True)
 @click.option("--batch", type=int, default=4, show_default=True, help="micro-batch per rank")
 @click.option("--seq", type=int, default=1024, show_default=True)
-@click.option("--dtype", default="bf16", show_default=True, type=click.Choice(["bf16", "fp16", "fp32"]))
+@O.choice("--dtype", values=["bf16", "fp16", "fp32"], default="bf16")
 @click.option("--bucket-mb", type=int, default=25, show_default=True, help="DDP bucket size")
 @click.option(
     "--lr",
@@ -565,11 +559,10 @@ _resilience = O.gathered(
     show_default=True,
     help="AdamW learning rate",
 )
-@click.option(
+@O.choice(
     "--data",
-    type=click.Choice(["random", "markov"]),
+    values=["random", "markov"],
     default="random",
-    show_default=True,
     help="random tokens, or tokens of a fixed Markov chain a model can learn (for loss comparisons)",
 )
 @click.option(

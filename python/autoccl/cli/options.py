@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -25,6 +25,14 @@ def stack(*options: Callable[[F], F]) -> Callable[[F], F]:
         return command
 
     return apply
+
+
+def choice(*names: str, values: Sequence[str], default: str, help: str = "") -> Callable[[F], F]:
+    """An option taking one of `values`, its default shown in --help: every such option of the CLI spelled
+    alike."""
+    return click.option(
+        *names, type=click.Choice(list(values)), default=default, show_default=True, help=help
+    )
 
 
 def gathered(into: str, build: Callable[..., Any], *options: Callable[[Any], Any]) -> Callable[[F], F]:
@@ -124,11 +132,10 @@ probe_gpus = click.option(
     "job's GPUs per host if it uses fewer).",
 )
 cache_dir = click.option("--cache-dir", default=None, help="tuning-table cache directory.")
-mode = click.option(
+mode = choice(
     "--mode",
-    type=click.Choice(MODES),
+    values=MODES,
     default="online",
-    show_default=True,
     help="What the plugin does: tune online (online), change nothing (observe), force rules (fixed), apply "
     "a saved table (table). Online, every rank meets at one coordinator: the launcher's (torchrun, srun), "
     "else the one `autoccl run` gives its job (AUTOCCL_RUN_ADDR); docs/architecture.md.",

@@ -106,7 +106,7 @@ def _plots(topo: Any, sim: dict[str, Any], heatmap: str | None, timeline: str | 
 
 @click.command()
 @_with_topo
-@click.option("--collective", "-c", type=click.Choice(S.COLLECTIVES), default="allgather", show_default=True)
+@O.choice("--collective", "-c", values=S.COLLECTIVES, default="allgather")
 @click.option("--size", "-s", default="1G", show_default=True, help="collective size (binary units: 64M, 1G)")
 @click.option(
     "--chunks",
@@ -298,7 +298,7 @@ def synth(
     "--schedule", "schedule_path", type=click.Path(exists=True, dir_okay=False), help="schedule JSON"
 )
 @click.option("--baseline", "-b", "algo", type=click.Choice([*S.BASELINES, "all"]), help="baseline algorithm")
-@click.option("--collective", "-c", type=click.Choice(S.COLLECTIVES), default="allgather", show_default=True)
+@O.choice("--collective", "-c", values=S.COLLECTIVES, default="allgather")
 @click.option("--size", "-s", default="1G", show_default=True)
 @click.option("--chunks", type=int, default=1, show_default=True)
 @click.option("--root", type=int, default=0, show_default=True)

@@ -148,7 +148,7 @@ def _build_env(plugin: PluginOptions, run_host: str | None = None) -> dict[str, 
 
 @click.command()
 @_plugin_options
-@click.option("--shell", type=click.Choice(["sh", "fish"]), default="sh", show_default=True)
+@O.choice("--shell", values=["sh", "fish"], default="sh")
 def env(plugin: PluginOptions, shell: str) -> None:
     """Print the variables that load the plugin: eval "$(autoccl env --mode observe)".
 
