@@ -1,23 +1,19 @@
 #include "engine/online.h"
-#include "engine/step_guard.h"
-#include "engine/exposure_recorder.h"
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
-#include <condition_variable>
+#include <cstdio>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <unordered_set>
-#include <cstdio>
-#include <cstring>
 #include <unordered_map>
 
+#include "engine/exposure_recorder.h"
 #include "engine/search_decider.h"
 #include "engine/settings.h"
+#include "engine/step_guard.h"
 #include "engine/task_record.h"
 #include "engine/timing.h"
 #include "engine/timing_holds.h"
