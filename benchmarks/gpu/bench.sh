@@ -37,6 +37,9 @@
 #             warm-up takes), idle with no call timed, the tuner alone and the profiler alone, each in table mode on
 #             an empty cache, with SMALL_SIZES / SMALL_ITERS as the small plan (on 2 x H200 the loaded plugin's 1 MiB
 #             averages were ~0.5-1 us a call slower with one process per GPU; this says where it comes from)
+#   mintask   online beside online with AUTOCCL_MIN_TASK_US_TCP=50 (default 200 us: with one process per GPU on 4 GPUs
+#             every all_gather and reduce_scatter up to 64 MiB keeps NCCL's choice, where the fixed-mode oracle found
+#             ring/LL128 1.13-1.27x at 4-16 MiB), traced, MINTASK_SIZES (default -b 4M -e 64M -f 2)
 #   promise   the bars of "never slower than NCCL": plain, online (cold in pass 0, warm after), table mode
 #             started from online's table of the same pass (table-warm) and observe, traced
 #   inspector NCCL Inspector (built from its carried source) chained behind autoccl's profiler with autoccl's
@@ -81,6 +84,9 @@ for plan in ${PLANS:-overhead online}; do
       args=(-m plain -m idle -m "idle-untimed:--mode table --cache-dir {empty} AUTOCCL_MEASURE_CALLS=0"
             -m "tuner-only:plain NCCL_TUNER_PLUGIN=$lib AUTOCCL_MODE=table AUTOCCL_CACHE_DIR=$empty"
             -m "profiler-only:plain NCCL_PROFILER_PLUGIN=$lib AUTOCCL_MODE=table AUTOCCL_CACHE_DIR=$empty") ;;
+    mintask)
+      psizes=${MINTASK_SIZES:--b 4M -e 64M -f 2}
+      args=(-m plain -m online -m "online-mt50:--mode online AUTOCCL_MIN_TASK_US_TCP=50" --trace) ;;
     overhead) args=(-m plain -m idle -m "$IDLE64" -m observe -m "observe-kernel:--mode observe AUTOCCL_CLOCK=kernel") ;;
     online) args=(-m plain -m online --trace) ;;
     promise) args=(-m plain -m online -m "table-warm:--mode table --cache-dir {cache:online}" -m observe --trace) ;;
