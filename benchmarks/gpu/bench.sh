@@ -40,6 +40,9 @@
 #   mintask   online beside online with AUTOCCL_MIN_TASK_US_TCP=50 (default 200 us: with one process per GPU on 4 GPUs
 #             every all_gather and reduce_scatter up to 64 MiB keeps NCCL's choice, where the fixed-mode oracle found
 #             ring/LL128 1.13-1.27x at 4-16 MiB), traced, MINTASK_SIZES (default -b 4M -e 64M -f 2)
+#   probekeep  online beside online with AUTOCCL_PROBE_KEEP_PCT=30 (pairs 30 % behind after their first probe
+#             explored no further; benchmarks/results/cpu/search-probe-keep), traced: the cold pass (pass 0, -p
+#             of at least 2) is where it shows
 #   promise   the bars of "never slower than NCCL": plain, online (cold in pass 0, warm after), table mode
 #             started from online's table of the same pass (table-warm) and observe, traced
 #   inspector NCCL Inspector (built from its carried source) chained behind autoccl's profiler with autoccl's
@@ -84,6 +87,7 @@ for plan in ${PLANS:-overhead online}; do
       args=(-m plain -m idle -m "idle-untimed:--mode table --cache-dir {empty} AUTOCCL_MEASURE_CALLS=0"
             -m "tuner-only:plain NCCL_TUNER_PLUGIN=$lib AUTOCCL_MODE=table AUTOCCL_CACHE_DIR=$empty"
             -m "profiler-only:plain NCCL_PROFILER_PLUGIN=$lib AUTOCCL_MODE=table AUTOCCL_CACHE_DIR=$empty") ;;
+    probekeep) args=(-m plain -m online -m "online-pk30:--mode online AUTOCCL_PROBE_KEEP_PCT=30" --trace) ;;
     mintask)
       psizes=${MINTASK_SIZES:--b 4M -e 64M -f 2}
       args=(-m plain -m online -m "online-mt50:--mode online AUTOCCL_MIN_TASK_US_TCP=50" --trace) ;;

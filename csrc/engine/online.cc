@@ -144,6 +144,7 @@ class OnlineSource final : public DecisionSource {
       // would have to be 4x optimistic for a task worth searching to be left out.
       opts_.modelSmallShare = env.settings->modelSmallShare;
       opts_.regretBudget = env.settings->regretBudget;
+      opts_.probeKeep = env.settings->probeKeep;
     }
     if (env.table) {
       for (const TableEntry& e : env.table->entries) {

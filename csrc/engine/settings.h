@@ -83,6 +83,10 @@ struct Settings {
   // AUTOCCL_REGRET_PCT (online mode, percent): the fraction of a task's time that exploring it may cost against NCCL's
   // choice, beyond an allowance of sixteen of its calls (search::Options::regretBudget). 0: unbounded.
   double regretBudget = 0.10;
+  // AUTOCCL_PROBE_KEEP_PCT (online mode, percent): after each (algorithm, protocol) pair's first probe, the pairs
+  // more than this much slower than the best probe are explored no further (search::Options::probeKeep). 100
+  // drops only pairs twice as slow; lower prunes sooner (benchmarks/results/cpu/search-probe-keep).
+  double probeKeep = 1.00;
   // AUTOCCL_GUARD (online mode): `on` (default) checks the tuned plan against NCCL's own choices on the
   // iteration time of a communicator whose calls repeat in iterations of two or more calls (engine/step_guard.h);
   // `off`: the tasks' own searches alone.

@@ -628,6 +628,34 @@ void testModelSmallTaskReleasesTiming() {
   }
 }
 
+// AUTOCCL_PROBE_KEEP_PCT reaches the search: a pair whose first probe is ~95 % behind the best probe is descended
+// with the default (100: only pairs twice as slow are dropped) and dropped at 30, so it runs on fewer calls; both
+// end on the best configuration, alike on every rank.
+void testProbeKeepDropsFarPairs() {
+  CostModel m;
+  m.set(kRing, kSimple, 100, 24, 0.30);
+  m.set(kRing, kLL128, 60, 8, 0.25);  // best: 60 us at 8 channels, 105 us at its 64-channel probe
+  m.set(kTree, kSimple, 160, 24, 0.20);  // its 64-channel probe: ~205 us
+  size_t treeCalls[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    Settings st = onlineSettings();
+    if (i == 1) st.probeKeep = 0.30;
+    Runtime rt(st, 22809, 22803, "/nonexistent");
+    Logs logs;
+    Comm comm(rt, 0x9B0EULL, 2, {0, 1}, &logs);
+    const std::vector<TaskSpec> tasks = {{kAllReduce, 8u << 20, m}};
+    Converged c = driveToConvergence(comm, tasks, 400);
+    const std::vector<Applied>& a = c.seen[0][0];
+    treeCalls[i] = static_cast<size_t>(std::count_if(a.begin(), a.end(), [](const Applied& x) { return x.algo == kTree; }));
+    std::fprintf(stderr, "  probeKeep %s: %zu calls on tree, final %s\n", i ? "0.30" : "1.00 (default)", treeCalls[i],
+                 a.back().str().c_str());
+    CHECK_STR(a.back().str(), "ring/ll128/8");
+    CHECK(c.seen[1][0] == a);
+    for (auto& r : comm.ranks) r->ctx.finalizeTuner();
+  }
+  CHECK(treeCalls[1] < treeCalls[0]);
+}
+
 // The search pins within a bounded number of calls, on the clearly best configuration of each task
 // (a forced pair and channel count, another pair, NCCL's own choice), and stays there through the
 // drift re-checks on every rank; timing is off in the steady state. Run with the search's channel
@@ -1722,6 +1750,7 @@ void testOnlineTcpPinnedCost() {
 
 TEST(engine, online_agreement_threads) { testAgreementThreads(); }
 TEST(engine, online_convergence) { testConvergence(); }
+TEST(engine, online_probe_keep_drops_far_pairs) { testProbeKeepDropsFarPairs(); }
 TEST(engine, online_small_task_keeps_nccl) { testSmallTaskKeepsNccl(); }
 TEST(engine, online_model_small_task_releases_timing) { testModelSmallTaskReleasesTiming(); }
 TEST(engine, online_step_guard_keeps_a_gain) { testStepGuardKeepsAGain(); }

@@ -1469,6 +1469,72 @@ void lateStart() {
 }
 
 
+// Options::probeKeep with the engine's online bounds (onlineSearchOptions: pairs beyond 2x NCCL's cost model not
+// probed, a first sample 30 % behind abandoned, a regret budget of 10 % plus 16 calls, 3 verification samples):
+// what the first 104 calls of a task (one nccl-tests size: -w 20, -n 40 out of place and in place) cost against
+// NCCL's choice, and how good the final choice is, over the convergence case's 600 models.
+struct KeepResult {
+  int runs = 0, within3 = 0, worse = 0, notConverged = 0;
+  double coldCost = 0;  // mean over models of (mean true time of calls 0-103) / NCCL's time
+  double meanCalls = 0;
+};
+
+KeepResult probeKeepRuns(double keep, int kind, int maxLag) {
+  KeepResult k;
+  double calls = 0;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    std::mt19937_64 rng(seed * 7919 + static_cast<uint64_t>(kind));
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    Model m = kind == 0 ? randomModel(rng) : h200Model(rng, std::exp2(16.0 + 14.0 * u(rng)));
+    Options o = testOptions(rng);
+    o.maxCostRatio = 2.0;
+    o.abandonAbove = 0.3;
+    o.regretBudget = 0.10;
+    o.regretAllowance = 16;
+    o.verifySamples = 3;
+    o.probeKeep = keep;
+    const int lag = static_cast<int>(rng() % static_cast<uint64_t>(maxLag + 1));
+    TaskSearch s(m.space, o);
+    RunResult r = drive(s, m, rng, 150, lag, 0.0);
+    k.runs++;
+    const double dflt = m.trueTime(Config());
+    double first = 0;
+    for (size_t c = 0; c < 104; ++c) first += m.trueTime(r.applied[c]);
+    k.coldCost += first / (104 * dflt);
+    if (!r.converged || r.convergedAt > 150) {
+      k.notConverged++;
+      continue;
+    }
+    calls += static_cast<double>(r.convergedAt);
+    const double got = m.trueTime(r.final);
+    if (got <= m.bestTime() * 1.03) k.within3++;
+    if (got > dflt * (1.0 + std::max(0.01, 2 * m.noise))) k.worse++;
+  }
+  k.coldCost /= k.runs;
+  k.meanCalls = calls / std::max(1, k.runs - k.notConverged);
+  return k;
+}
+
+void probeKeepColdCost() {
+  // (model kind, largest sample lag): H200-like and random models with the convergence case's lag, and
+  // H200-like with a host running up to 20 calls ahead of its samples (nccl-tests' loops)
+  const int cases[3][2] = {{1, 4}, {0, 4}, {1, 20}};
+  for (const auto& c : cases) {
+    const KeepResult wide = probeKeepRuns(1.0, c[0], c[1]), narrow = probeKeepRuns(0.3, c[0], c[1]);
+    for (const auto& [keep, k] : {std::make_pair(1.0, wide), std::make_pair(0.3, narrow)})
+      std::printf("%s models, lag <= %d, probeKeep %.1f: first 104 calls %.4fx NCCL's time; within 3 %% of the "
+                  "best %d/%d; not converged %d; worse than NCCL's %d; mean calls to converge %.1f\n",
+                  c[0] ? "H200-like" : "random", c[1], keep, k.coldCost, k.within3, k.runs, k.notConverged, k.worse,
+                  k.meanCalls);
+    CHECK(wide.worse == 0);
+    CHECK(narrow.worse == 0);
+    // pruning pairs far behind after their first probe spends fewer calls on them ...
+    CHECK(narrow.coldCost < wide.coldCost - 0.02);
+    // ... without ending further from the best
+    CHECK(narrow.within3 >= wide.within3 - 3);
+  }
+}
+
 }  // namespace
 
 TEST(search, convergence) { convergence(); }
@@ -1498,3 +1564,4 @@ TEST(search, smallByModel) { smallByModel(); }
 TEST(search, unprofiledTask) { unprofiledTask(); }
 TEST(search, lateStart) { lateStart(); }
 TEST(search, reviveDropped) { reviveDropped(); }
+TEST(search, probeKeepColdCost) { probeKeepColdCost(); }
