@@ -8,7 +8,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "engine/exposure_recorder.h"
 #include "engine/search_decider.h"
@@ -115,6 +117,8 @@ const char* placeName(Place p) {
 }
 
 class OnlineSource final : public DecisionSource {
+  struct TaskState;  // a task's state (below)
+
  public:
   // `board`: the process's board (TCP when a coordinator address is configured, else in-process).
   // A communicator whose ranks are all in this process uses the in-process board even with TCP
@@ -236,62 +240,83 @@ class OnlineSource final : public DecisionSource {
     if (tcpBoard_) tcpBoard_->unserve(env_.commHash);
   }
 
+  // One call: its place in the iteration (the step guard), its task's segment (from the search, through the
+  // board), then the decision that segment and the guard's iteration make.
   Decision decide(const TaskKey& task, uint64_t k, const CostTable& costs) override {
     TaskState* s = state(task);
     if (!agree_ && !bypass_) settlePlace();
-    // The step guard: this call's place in the communicator's iterations (the same on every rank); at an
-    // iteration's first call, the guard's plan for the iteration (from the authority, like a task's).
     bool boundary = false;
-    if (guardOn_ && !bypass_ && agree_) {
-      boundary = iter_.push(task);
-      // Exposure (report only): the call's place in its iteration, kept while this source has timing on (a
-      // timed call's window then comes to onMeasurement; untimed, nothing is kept per call).
-      if (authority_ && iter_.period() >= 2 && needsTiming())  // exposure: a report only
-        exposure_.place(task, k, iter_.iteration(), iter_.position(), iter_.period());
-      if (boundary && !guardStep(task, k)) {
-        Decision f;
-        f.fail = true;
-        f.source = Source::Online;
-        f.why = guardWhy_;
-        return f;
-      }
-    }
-    if (!(s->haveSeg && s->seg.contains(k))) {
-      if (bypass_) {
-        s->seg = finalDefault(0);
-      } else {
-        if (authority_ && !s->search) registerTask(s, costs);
-        // Only here (a new segment) can a rank wait for the authority: time it, for the trace.
-        auto t0 = std::chrono::steady_clock::now();
-        coord::Outcome o = agree_->decide(s->key, k);
-        uint64_t waitedNs = static_cast<uint64_t>(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
-        if (!o.ok()) {
-          Decision d;
-          d.fail = true;
-          d.source = Source::Online;
-          d.why = o.error;
-          return d;
-        }
-        s->seg = o.seg;
-        noteLookup(s, k, waitedNs);
-        // A segment that does not depend on samples to come (pinned, a drift check) is followed by one
-        // the authority can plan now: ask for it at once, so that its lookup at this segment's end finds
-        // it at hand instead of waiting a round trip to the authority in the middle of the job's calls
-        // (over TCP ~0.1 ms, up to 1.7 ms; one such wait in a 40-call nccl-tests loop of 24 us calls
-        // made it 1.6x slower, 2 x H200). Tuning segments are not asked ahead: planning
-        // them early would plan them with fewer samples.
-        if (s->seg.phase != search::Phase::kTuning && s->seg.end != search::kForever)
-          agree_->prefetch(s->key, s->seg.end);
-      }
-      s->haveSeg = true;
-      if (authority_) onNewSegment(s);
-    }
+    Decision failed;
+    if (!placeInIteration(task, k, &boundary, &failed)) return failed;
+    if (!(s->haveSeg && s->seg.contains(k)) && !newSegment(s, k, costs, &failed)) return failed;
     if (countsCalls()) {
       holds_.countCall(s);
       updateNeed(s, k);
       if (holds_.hasHolders()) releaseIdleHolders(s);
     }
+    return fromSegment(s, task, k, boundary);
+  }
+
+ private:
+  static Decision failure(std::string why) {
+    Decision d;
+    d.fail = true;
+    d.source = Source::Online;
+    d.why = std::move(why);
+    return d;
+  }
+
+  // The step guard: this call's place in the communicator's iterations (the same on every rank); at an
+  // iteration's first call (*boundary), the guard's plan for the iteration (from the authority, like a task's).
+  // False, with *failed, when the ranks can no longer agree on that plan.
+  bool placeInIteration(const TaskKey& task, uint64_t k, bool* boundary, Decision* failed) {
+    if (!guardOn_ || bypass_ || !agree_) return true;
+    *boundary = iter_.push(task);
+    // Exposure (report only): the call's place in its iteration, kept while this source has timing on (a timed
+    // call's window then comes to onMeasurement; untimed, nothing is kept per call).
+    if (authority_ && iter_.period() >= 2 && needsTiming())
+      exposure_.place(task, k, iter_.iteration(), iter_.position(), iter_.period());
+    if (*boundary && !guardStep(task, k)) {
+      *failed = failure(guardWhy_);
+      return false;
+    }
+    return true;
+  }
+
+  // Call k is past the task's segment: the next one, from the board (the authority registers the task's search
+  // at its first call). False, with *failed, when the ranks can no longer agree on it.
+  bool newSegment(TaskState* s, uint64_t k, const CostTable& costs, Decision* failed) {
+    if (bypass_) {
+      s->seg = finalDefault(0);
+    } else {
+      if (authority_ && !s->search) registerTask(s, costs);
+      // Only here (a new segment) can a rank wait for the authority: time it, for the trace.
+      auto t0 = std::chrono::steady_clock::now();
+      coord::Outcome o = agree_->decide(s->key, k);
+      uint64_t waitedNs = static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+      if (!o.ok()) {
+        *failed = failure(o.error);
+        return false;
+      }
+      s->seg = o.seg;
+      noteLookup(s, k, waitedNs);
+      // A segment that does not depend on samples to come (pinned, a drift check) is followed by one
+      // the authority can plan now: ask for it at once, so that its lookup at this segment's end finds
+      // it at hand instead of waiting a round trip to the authority in the middle of the job's calls
+      // (over TCP ~0.1 ms, up to 1.7 ms; one such wait in a 40-call nccl-tests loop of 24 us calls
+      // made it 1.6x slower, 2 x H200). Tuning segments are not asked ahead: planning
+      // them early would plan them with fewer samples.
+      if (s->seg.phase != search::Phase::kTuning && s->seg.end != search::kForever)
+        agree_->prefetch(s->key, s->seg.end);
+    }
+    s->haveSeg = true;
+    if (authority_) onNewSegment(s);
+    return true;
+  }
+
+  // The decision for call k from the task's segment, as the guard's iteration may change it.
+  Decision fromSegment(TaskState* s, const TaskKey& task, uint64_t k, bool boundary) {
     Decision d;
     d.source = Source::Online;
     const search::Config& c = s->seg.cfg;
@@ -345,6 +370,7 @@ class OnlineSource final : public DecisionSource {
     return d;
   }
 
+ public:
   // Settled tasks' calls pass here only while timing is on: they are the calls a holder waits out (nccl-tests'
   // 1-8 MiB loops ran timed from end to end on 2 x H100 while the larger sizes' warm-up samples held timing,
   // because only calls that reached decide() counted).
