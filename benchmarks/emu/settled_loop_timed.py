@@ -1,10 +1,11 @@
-"""How many calls of nccl-tests' 1 MiB loop run timed behind the larger sizes' warm-up samples, one process
-per rank over the TCP coordinator, idle and beside busy loops (the scenario of tests/emu/test_online.py::
-test_settled_sizes_run_untimed_in_an_nccl_tests_loop). The authority lets go of timing once the other rank's
-reports of the held samples arrive: a time, not a call count, so the count grows with the machine's load.
+"""How many calls of nccl-tests' 1 and 2 MiB loops run timed behind the larger sizes' warm-up samples, one
+process per rank over the TCP coordinator, idle and beside busy loops (the scenario of
+tests/emu/test_online.py::test_settled_sizes_run_untimed_in_an_nccl_tests_loop). The authority lets go of
+timing once the other rank's reports of the held samples arrive: a time, not a call count, so the count grows
+with the machine's load.
 
 AUTOCCL_LIB_DIR=build/dev/lib PYTHONPATH=python:tests/emu python3 benchmarks/emu/settled_loop_timed.py \
-    --runs 3 --busy 0 --busy 6 > benchmarks/results/cpu/settled-loop-timing/timed_calls.md
+    --runs 6 --busy 0 --busy 6 > benchmarks/results/cpu/settled-loop-timing/timed_calls.md
 """
 
 from __future__ import annotations
@@ -35,12 +36,12 @@ def timed_in_loop(res: object, rank: int, nbytes: int) -> int:
     return sum(int(x["timing"]) for x in loop)
 
 
-def one_run(tmp: Path) -> dict[str, tuple[int, int]]:
+def one_run(tmp: Path) -> dict[str, tuple[int, ...]]:
     env = online_env(True, AUTOCCL_CACHE_DIR=str(tmp / "cache"))
-    out = {}
+    out: dict[str, tuple[int, ...]] = {}
     for start in ("cold", "table"):  # the second run starts from the table the first one wrote
         res = run(scenario(), plugin="default", env=env, processes=True, timeout=300, workdir=tmp / start)
-        out[start] = (timed_in_loop(res, 0, SIZES[0]), timed_in_loop(res, 1, SIZES[0]))
+        out[start] = tuple(timed_in_loop(res, rank, n) for n in SIZES[:2] for rank in (0, 1))
     return out
 
 
@@ -51,8 +52,9 @@ def main() -> None:
         "--busy", type=int, action="append", default=None, help="busy-loop processes beside (repeatable)"
     )
     args = ap.parse_args()
-    print("| busy loops | run | cold: rank 0 / rank 1 | table: rank 0 / rank 1 |")
-    print("| ---: | ---: | --- | --- |")
+    columns = ("cold 1 MiB", "cold 2 MiB", "table 1 MiB", "table 2 MiB")
+    print("| busy loops | run | " + " | ".join(f"{c}: rank 0 / 1" for c in columns) + " |")
+    print("| ---: | ---: | --- | --- | --- | --- |")
     for busy in args.busy or [0]:
         loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
         try:
@@ -60,12 +62,16 @@ def main() -> None:
                 with tempfile.TemporaryDirectory() as d:
                     got = one_run(Path(d))
                 cold, table = got["cold"], got["table"]
-                print(f"| {busy} | {r + 1} | {cold[0]} / {cold[1]} | {table[0]} / {table[1]} |", flush=True)
+                cells = [f"{a} / {b}" for a, b in (cold[:2], cold[2:], table[:2], table[2:])]
+                print(f"| {busy} | {r + 1} | " + " | ".join(cells) + " |", flush=True)
         finally:
             for p in loops:
                 p.kill()
                 p.wait()
-    print(f"\nTimed calls among the 84 of the 1 MiB loop ({len(SIZES)} sizes, 20 warm-up calls each first).")
+    print(
+        f"\nTimed calls among the 84 of the 1 MiB loop (the first after the warm-ups) and of the 2 MiB loop "
+        f"({len(SIZES)} sizes, 20 warm-up calls each first)."
+    )
 
 
 if __name__ == "__main__":

@@ -264,17 +264,24 @@ def test_settled_sizes_run_untimed_in_an_nccl_tests_loop(
         assert_same_per_seq(res.calls)
         # Settled by NCCL's model at their first call, or by their samples within the warm-up and the loop's
         # first calls (the emulator's cold search over TCP took up to 31 calls); 16 more let the holders go.
+        # Before the fix every loop of every rank ran 84 of 84 calls timed.
+        timed: dict[tuple[int, int], int] = {}
         for n in sizes[:2]:
             for rank in (0, 1):  # the authority, and the rank that reports its windows over TCP
                 calls = [x for x in res.trace if x.get("ev") == "call" and x["rank"] == rank]
                 loop = [x for x in calls if int(x["bytes"]) == n][20:]
                 assert len(loop) == 84, (start, n, rank, len(loop))
-                timed = sum(int(x["timing"]) for x in loop)
-                # One process per rank: the authority lets go once the other rank's reports of the held
-                # samples arrive over TCP, a time rather than a call count; on a loaded 2-core machine that
-                # took up to 50 calls of the loop (benchmarks/results/cpu/settled-loop-timing: 7-17 idle, up
-                # to 23 beside six busy loops). Threads share one board and let go by count.
-                assert timed <= (68 if processes else 42), (start, n, rank, timed)  # before: 84 of 84
+                timed[(n, rank)] = sum(int(x["timing"]) for x in loop)
+        if not processes:  # one board in one process: every rank lets go by count
+            assert max(timed.values()) <= 42, (start, timed)
+            continue
+        # One process per rank: the authority lets go once the other rank's reports of the held samples arrive
+        # over TCP, a time rather than a call count. On a loaded 2-core machine the first loop after the
+        # warm-ups (1 MiB) can stay timed to its end (84 of 84 beside six busy loops, the engine before and
+        # after its timing holds were split out: benchmarks/results/cpu/settled-loop-timing); by the second
+        # loop (2 MiB) the reports are in. The reporting rank lets go by count.
+        assert timed[(sizes[1], 0)] <= 42, (start, timed)
+        assert timed[(sizes[0], 1)] <= 42 and timed[(sizes[1], 1)] <= 42, (start, timed)
 
 
 def test_online_noisy_never_worse(plugin: Path) -> None:
