@@ -1477,6 +1477,7 @@ struct KeepResult {
   int runs = 0, within3 = 0, worse = 0, notConverged = 0;
   double coldCost = 0;  // mean over models of (mean true time of calls 0-103) / NCCL's time
   double meanCalls = 0;
+  double worst = 0;     // the worst final choice's time over the best's
 };
 
 KeepResult probeKeepRuns(double keep, int kind, int maxLag) {
@@ -1507,6 +1508,7 @@ KeepResult probeKeepRuns(double keep, int kind, int maxLag) {
     }
     calls += static_cast<double>(r.convergedAt);
     const double got = m.trueTime(r.final);
+    k.worst = std::max(k.worst, got / m.bestTime());
     if (got <= m.bestTime() * 1.03) k.within3++;
     if (got > dflt * (1.0 + std::max(0.01, 2 * m.noise))) k.worse++;
   }
@@ -1523,9 +1525,10 @@ void probeKeepColdCost() {
     const KeepResult wide = probeKeepRuns(1.0, c[0], c[1]), narrow = probeKeepRuns(0.3, c[0], c[1]);
     for (const auto& [keep, k] : {std::make_pair(1.0, wide), std::make_pair(0.3, narrow)})
       std::printf("%s models, lag <= %d, probeKeep %.1f: first 104 calls %.4fx NCCL's time; within 3 %% of the "
-                  "best %d/%d; not converged %d; worse than NCCL's %d; mean calls to converge %.1f\n",
-                  c[0] ? "H200-like" : "random", c[1], keep, k.coldCost, k.within3, k.runs, k.notConverged, k.worse,
-                  k.meanCalls);
+                  "best %d/%d (worst x%.3f); not converged by call 150 %d; worse than NCCL's %d; mean calls to "
+                  "converge %.1f\n",
+                  c[0] ? "H200-like" : "random", c[1], keep, k.coldCost, k.within3, k.runs, k.worst, k.notConverged,
+                  k.worse, k.meanCalls);
     CHECK(wide.worse == 0);
     CHECK(narrow.worse == 0);
     // pruning pairs far behind after their first probe spends fewer calls on them ...
