@@ -14,24 +14,16 @@ modes together), or at --threshold.
 from __future__ import annotations
 
 import argparse
-import json
 from collections import defaultdict
 from pathlib import Path
 
-
-def size_bytes(text: str) -> int:
-    units = {"K": 10, "M": 20, "G": 30}
-    suffix = text[-1].upper()
-    return int(text[:-1]) << units[suffix] if suffix in units else int(text)
+from autoccl.bench import nccl_tests as NT
 
 
 def averages(folder: Path, launch: str, nbytes: int, colls: set[str] | None) -> dict[str, list[float]]:
     """Per mode: every out-of-place and in-place average (us per call) of the size, over passes and colls."""
     out: dict[str, list[float]] = defaultdict(list)
-    for line in (folder / "launches.jsonl").read_text().splitlines():
-        if not line.strip():
-            continue
-        rec = json.loads(line)
+    for rec in NT.read_launches(folder):
         if rec.get("rc") != 0 or rec["launch"] != launch or (colls and rec["coll"] not in colls):
             continue
         for row in rec["rows"]:
@@ -60,7 +52,7 @@ def main() -> None:
     )
     a = ap.parse_args()
     colls = {c.strip() for c in a.colls.split(",") if c.strip()} or None
-    per_mode = averages(a.folder, a.launch, size_bytes(a.size), colls)
+    per_mode = averages(a.folder, a.launch, NT.size_arg(a.size), colls)
     if not per_mode:
         raise SystemExit(f"no averages of {a.size} with launch {a.launch} in {a.folder}/launches.jsonl")
     cut = a.threshold if a.threshold is not None else widest_gap([t for v in per_mode.values() for t in v])
