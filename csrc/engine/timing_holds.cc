@@ -15,25 +15,19 @@ void TimingHolds::settled(Task* t) {
     set(t, false);
     return;
   }
-  bool changed = false;
+  bool changed;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (start_ && needing_.load() == 1) {  // only the start holds timing
-      start_ = false;
-      changed = needing_.fetch_sub(1) == 1;
-    }
+    changed = dropStartLocked(true);  // only the start holds timing
   }
   notify(changed);
 }
 
 void TimingHolds::releaseStart() {
-  bool changed = false;
+  bool changed;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (start_) {
-      start_ = false;
-      changed = needing_.fetch_sub(1) == 1;
-    }
+    changed = dropStartLocked(false);
   }
   notify(changed);
 }
@@ -45,12 +39,15 @@ void TimingHolds::set(Task* t, bool on) {
     if (on == t->needing.load(std::memory_order_relaxed)) return;
     t->needing.store(on, std::memory_order_relaxed);
     changed = on ? needing_.fetch_add(1) == 0 : needing_.fetch_sub(1) == 1;
-    if (!on && start_ && needing_.load() == 1) {  // only the start is left: release it
-      start_ = false;
-      changed = needing_.fetch_sub(1) == 1;
-    }
+    if (!on) changed = dropStartLocked(true) || changed;  // only the start is left: release it
   }
   notify(changed);
+}
+
+bool TimingHolds::dropStartLocked(bool onlyIfLast) {
+  if (!start_ || (onlyIfLast && needing_.load() != 1)) return false;
+  start_ = false;
+  return needing_.fetch_sub(1) == 1;
 }
 
 // A task that needs timing (tuning, a check, the calls just before one) and then is not called for a while

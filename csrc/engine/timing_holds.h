@@ -93,6 +93,9 @@ class TimingHolds {
 
  private:
   void set(Task* t, bool on);
+  // Under mu_: the start's hold goes (if `onlyIfLast`, only when it is the last hold left); whether the need
+  // fell to none.
+  bool dropStartLocked(bool onlyIfLast);
   void notify(bool changed) {
     if (changed && changed_) changed_();
   }
