@@ -195,15 +195,22 @@ Options testOptions(std::mt19937_64& rng) {
   return o;
 }
 
+// The convergence case's models: for seeds 1-300, kind 0 random unimodal-ish, kind 1 H200-like of a size drawn in
+// 64 KiB-1 GiB. `rng` is seeded from (seed, kind) and goes on to draw the run's options and sample lag.
+Model convergenceModel(int kind, uint64_t seed, std::mt19937_64& rng) {
+  rng.seed(seed * 7919 + static_cast<uint64_t>(kind));
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  return kind == 0 ? randomModel(rng) : h200Model(rng, std::exp2(16.0 + 14.0 * u(rng)));
+}
+
 void convergence() {
   int runs = 0, within3 = 0, worseThanDefault = 0, notConverged = 0;
   int kindRuns[2] = {0, 0}, kindWithin3[2] = {0, 0};
   double worst = 0, sumCalls = 0;
   for (int kind = 0; kind < 2; ++kind)
     for (uint64_t seed = 1; seed <= 300; ++seed) {
-      std::mt19937_64 rng(seed * 7919 + static_cast<uint64_t>(kind));
-      std::uniform_real_distribution<double> u(0.0, 1.0);
-      Model m = kind == 0 ? randomModel(rng) : h200Model(rng, std::exp2(16.0 + 14.0 * u(rng)));
+      std::mt19937_64 rng;
+      Model m = convergenceModel(kind, seed, rng);
       Options o = testOptions(rng);
       int lag = static_cast<int>(rng() % 5);
       TaskSearch s(m.space, o);
@@ -1484,9 +1491,8 @@ KeepResult probeKeepRuns(double keep, int kind, int maxLag) {
   KeepResult k;
   double calls = 0;
   for (uint64_t seed = 1; seed <= 300; ++seed) {
-    std::mt19937_64 rng(seed * 7919 + static_cast<uint64_t>(kind));
-    std::uniform_real_distribution<double> u(0.0, 1.0);
-    Model m = kind == 0 ? randomModel(rng) : h200Model(rng, std::exp2(16.0 + 14.0 * u(rng)));
+    std::mt19937_64 rng;
+    Model m = convergenceModel(kind, seed, rng);
     Options o = testOptions(rng);
     o.maxCostRatio = 2.0;
     o.abandonAbove = 0.3;
