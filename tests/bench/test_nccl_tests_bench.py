@@ -81,6 +81,23 @@ def test_interleaved_passes_ratios_and_resume(tmp_path: Path) -> None:
     r = _invoke([*common, "-p", "2", "-m", "plain", "-m", "online", "-o", str(out), "--no-progress"], env)
     assert r.exit_code == 0
     assert len(log.read_text().splitlines()) == before
+    # --report-only needs no nccl-tests build and keeps the run's own header, not this command's defaults
+    first_line = (out / "summary.md").read_text().splitlines()[0]
+    r = _invoke(["--report-only", "-o", str(out), "--no-progress"], env)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    assert len(log.read_text().splitlines()) == before
+    assert (out / "summary.md").read_text().splitlines()[0] == first_line
+    assert "-e 8" in first_line or "8388608" in first_line
+    assert (
+        abs(
+            json.loads((out / "summary.json").read_text())["overall"]["online/single"]["geomean_ge_min_bytes"]
+            - 1.1
+        )
+        < 1e-6
+    )
+    # without it, --bin is required, in one sentence
+    r = CliRunner().invoke(main, ["bench", "nccl-tests", "-o", str(tmp_path / "o2")])
+    assert r.exit_code != 0 and "--bin DIR is required" in r.output
 
 
 def test_slower_mode_and_data_errors_are_reported(tmp_path: Path) -> None:
@@ -130,6 +147,34 @@ def test_losses_are_told_from_plain_spread() -> None:
     # one pass: no spread is known, so every cell below 0.98x is listed
     one = NT.summarize([r for r in records if r["pass"] == 0])
     assert len(one["overall"]["online/single"]["losses_beyond_spread"]) == 2
+
+
+def test_a_stalled_average_is_reported_against_its_median() -> None:
+    """One launch whose 40-call average held a stall stands out as max/median of the cell's averages over
+    passes, per mode and launch, with the cell and placement; plain's own figure is beside it."""
+
+    def rec(pass_no: int, mode: str, oop_us: float, ip_us: float) -> dict[str, object]:
+        row = {"bytes": 1 << 20, "oop_busbw_gbs": 1000.0 / oop_us, "oop_time_us": oop_us, "ip_time_us": ip_us}
+        cell = {"launch": "mpi", "coll": "reduce_scatter"}
+        return {"pass": pass_no, **cell, "mode": mode, "rc": 0, "rows": [row]}
+
+    records = [
+        rec(0, "plain", 12.0, 12.0),
+        rec(1, "plain", 13.0, 12.5),
+        rec(2, "plain", 12.5, 15.0),
+        rec(0, "online", 12.0, 12.0),
+        rec(1, "online", 12.2, 24.0),  # a stall in one in-place average: 2x the median of 12.0, 24.0, 12.1
+        rec(2, "online", 12.4, 12.1),
+    ]
+    s = NT.summarize(records)
+    o = s["overall"]["online/mpi"]["largest_average_over_median"]
+    assert o["placement"] == "ip" and o["coll"] == "reduce_scatter" and o["bytes"] == 1 << 20
+    assert abs(o["factor"] - 24.0 / 12.1) < 1e-9
+    base = s["baseline_largest_average_over_median"]["mpi"]
+    assert abs(base["factor"] - 15.0 / 12.5) < 1e-9
+    md = NT.markdown(s)
+    assert "| 1.98× (reduce_scatter 1 MiB in-place) |" in md
+    assert "plain's own largest average over its median: mpi 1.20× (reduce_scatter 1 MiB in-place)." in md
 
 
 def test_bad_inputs_are_one_sentence(tmp_path: Path) -> None:

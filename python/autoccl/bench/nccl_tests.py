@@ -497,6 +497,7 @@ def summarize(
         for row in rec["rows"]:
             key = (rec["launch"], rec["coll"], int(row["bytes"]), rec["mode"])
             busbw.setdefault(key, {})[int(rec["pass"])] = float(row["oop_busbw_gbs"])
+    outliers = _largest_average_over_median(records)
     modes = sorted({m for (_, _, _, m) in busbw}, key=lambda m: (m != baseline, m))
     cells = sorted({(la, c, b) for (la, c, b, _) in busbw})
     out_cells = []
@@ -571,6 +572,7 @@ def summarize(
                     for c in sel
                     if _beyond_spread(c["modes"][m]["ratio"], c["baseline_spread"])
                 ],
+                "largest_average_over_median": outliers.get((m, la)),
                 "data_errors": sum(int(r.get("data_errors", 0)) for r in mrecs),
                 "failed_launches": sum(1 for r in mrecs if r.get("rc") != 0),
                 "divergent_calls": sum(int(r.get("agreement", {}).get("divergent_calls", 0)) for r in mrecs),
@@ -583,7 +585,37 @@ def summarize(
         "overall": overall,
         "baseline_spread_median": _median(base_spreads) if base_spreads else None,
         "baseline_spread_max": max(base_spreads) if base_spreads else None,
+        "baseline_largest_average_over_median": {
+            la: v for (m, la), v in sorted(outliers.items()) if m == baseline
+        },
     }
+
+
+def _largest_average_over_median(
+    records: Sequence[Mapping[str, Any]],
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (mode, launch): the one nccl-tests average (time per call, out-of-place or in-place) furthest above
+    the median of the same cell's averages over passes, as max/median. A stall inside one launch's n calls
+    shows here even when the median ratio hides it (the bar: no average above 1.5x its median)."""
+    times: dict[tuple[str, str, str, int, str], list[float]] = {}
+    for rec in records:
+        if rec.get("rc") != 0:
+            continue
+        for row in rec["rows"]:
+            for place in ("oop", "ip"):
+                us = row.get(f"{place}_time_us")
+                if us is not None and float(us) > 0:
+                    key = (rec["mode"], rec["launch"], rec["coll"], int(row["bytes"]), place)
+                    times.setdefault(key, []).append(float(us))
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for (mode, launch, coll, b, place), xs in times.items():
+        if len(xs) < 2:
+            continue
+        factor = max(xs) / _median(xs)
+        best = out.get((mode, launch))
+        if best is None or factor > best["factor"]:
+            out[(mode, launch)] = {"factor": factor, "coll": coll, "bytes": b, "placement": place}
+    return out
 
 
 def _beyond_spread(ratio: float, spread: float | None) -> bool:
@@ -646,13 +678,21 @@ def _mib(b: int) -> str:
     return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
 
 
+def _outlier_text(o: Mapping[str, Any] | None) -> str:
+    if not o:
+        return "—"
+    place = "out-of-place" if o["placement"] == "oop" else "in-place"
+    return f"{o['factor']:.2f}× ({o['coll']} {_mib(int(o['bytes']))} {place})"
+
+
 def markdown(summary: Mapping[str, Any], header: str = "") -> str:
     """The summary as markdown: one row per mode and launch, then every cell."""
     lines = [header] if header else []
     lines += [
         "| mode | launch | geomean ≥ 4 MiB (95 % CI) | worst cell | cells < 0.98× | of them beyond "
-        + f"{summary['baseline']}'s spread | data errors | failed launches | divergent calls |",
-        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+        + f"{summary['baseline']}'s spread | data errors | failed launches | divergent calls "
+        "| largest average / its median |",
+        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for o in summary["overall"].values():
         w = o["worst_cell"]
@@ -663,7 +703,8 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
             f"| {worst} | "
             f"{o['cells_below_0.98']} of {o['cells']} | {len(o.get('losses_beyond_spread', []))} | "
             f"{o['data_errors']} | {o['failed_launches']} | "
-            f"{o['divergent_calls']} of {o['calls_compared']} |"
+            f"{o['divergent_calls']} of {o['calls_compared']} | "
+            f"{_outlier_text(o.get('largest_average_over_median'))} |"
         )
     sp_med, sp_max = summary.get("baseline_spread_median"), summary.get("baseline_spread_max")
     if sp_med is not None and sp_max is not None:
@@ -671,6 +712,14 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
             "",
             f"{summary['baseline']} vs {summary['baseline']} (max/min − 1 over passes, per cell): median "
             f"{100 * sp_med:.1f} %, largest {100 * sp_max:.1f} %.",
+        ]
+    base_out = summary.get("baseline_largest_average_over_median") or {}
+    if base_out:
+        lines += [
+            "",
+            f"{summary['baseline']}'s own largest average over its median: "
+            + "; ".join(f"{la} {_outlier_text(v)}" for la, v in base_out.items())
+            + ".",
         ]
     beyond = [(o, x) for o in summary["overall"].values() for x in o.get("losses_beyond_spread", [])]
     if beyond:

@@ -657,8 +657,8 @@ def train(
     "--bin",
     "bin_dir",
     type=click.Path(path_type=Path),
-    required=True,
-    help="nccl-tests build directory (*_perf, and *_perf_mpi for --launch mpi)",
+    default=None,
+    help="nccl-tests build directory (*_perf, *_perf_mpi for --launch mpi); required unless --report-only",
 )
 @click.option(
     "--colls",
@@ -701,7 +701,7 @@ def train(
     "--report-only", is_flag=True, help="launch nothing: summarise OUTDIR/launches.jsonl of an earlier run"
 )
 def nccl_tests(
-    bin_dir: Path,
+    bin_dir: Path | None,
     colls: str,
     modes: tuple[str, ...],
     launches: str,
@@ -731,6 +731,10 @@ def nccl_tests(
     from autoccl.bench import nccl_tests as NT
 
     try:
+        if bin_dir is None and not report_only:
+            raise NT.BenchError(
+                "--bin DIR is required (the nccl-tests build directory), unless --report-only"
+            )
         mode_list = [
             NT.parse_mode(t) for m in modes for t in ([m] if ":" in m else m.split(",")) if t.strip()
         ]
@@ -739,12 +743,12 @@ def nccl_tests(
         if bad or not launch_list:
             raise NT.BenchError(f"--launch {launches!r}: expected single, mpi or both")
         plan = NT.Plan(
-            bin_dir=bin_dir,
+            bin_dir=bin_dir or Path("."),
             out=outdir,
             colls=[c.strip() for c in colls.split(",") if c.strip()],
             modes=mode_list,
             launches=launch_list,
-            gpus=gpus if gpus is not None else _visible_gpus(),
+            gpus=gpus if gpus is not None else (0 if report_only else _visible_gpus()),
             begin=NT.size_arg(begin),
             end=NT.size_arg(end),
             factor=factor,
@@ -767,13 +771,24 @@ def nccl_tests(
                 records = NT.run_plan(plan, progress=bar)
     except NT.BenchError as e:
         raise _fail(str(e)) from None
-    summary = NT.summarize(records, baseline=plan.baseline)
-    (outdir / "summary.json").write_text(_json.dumps(summary, indent=1))
+    baseline = plan.baseline
     header = (
         f"nccl-tests {plan.begin}..{plan.end} x{plan.factor}, -w {plan.warmup} -n {plan.iters} -c 1, "
         f"{plan.gpus} GPUs, {plan.passes} interleaved passes; busbw (out-of-place) relative to "
         f"{plan.baseline} of the same pass\n"
     )
+    if report_only:
+        # The run's own header and baseline: what was launched, not this command's defaults.
+        earlier = outdir / "summary.json"
+        if earlier.is_file():
+            baseline = str(_json.loads(earlier.read_text()).get("baseline") or baseline)
+        first = (
+            (outdir / "summary.md").read_text().splitlines()[:1] if (outdir / "summary.md").is_file() else []
+        )
+        if first and first[0].startswith("nccl-tests "):
+            header = first[0] + "\n"
+    summary = NT.summarize(records, baseline=baseline)
+    (outdir / "summary.json").write_text(_json.dumps(summary, indent=1))
     md = NT.markdown(summary, header)
     (outdir / "summary.md").write_text(md)
     if any(r.get("pinned") for r in records):
