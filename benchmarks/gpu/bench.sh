@@ -40,9 +40,11 @@
 #   mintask   online beside online with AUTOCCL_MIN_TASK_US_TCP=50 (default 200 us: with one process per GPU on 4 GPUs
 #             every all_gather and reduce_scatter up to 64 MiB keeps NCCL's choice, where the fixed-mode oracle found
 #             ring/LL128 1.13-1.27x at 4-16 MiB), traced, MINTASK_SIZES (default -b 4M -e 64M -f 2)
-#   probekeep  online beside online with AUTOCCL_PROBE_KEEP_PCT=30 (pairs 30 % behind after their first probe
-#             explored no further; benchmarks/results/cpu/search-probe-keep), traced: the cold pass (pass 0, -p
-#             of at least 2) is where it shows
+#   probekeep  online beside online with AUTOCCL_PROBE_KEEP_PCT=$PROBE_KEEP_PCT (default 3: pairs more than 3 %
+#             behind after their first probe explored no further; 30 did nothing on 2 x H200, and in its traces the
+#             fewer-channel points of pairs 3 % behind cost 1.6-2.2 % of the cold loop and never won:
+#             benchmarks/results/h200x2/probe-keep), traced: the cold pass (pass 0, -p of at least 2) is where it
+#             shows; benchmarks/nccl_tests/cold_pass_cost.py splits its loop's time by what the calls ran
 #   promise   the bars of "never slower than NCCL": plain, online (cold in pass 0, warm after), table mode
 #             started from online's table of the same pass (table-warm) and observe, traced
 #   inspector NCCL Inspector (built from its carried source) chained behind autoccl's profiler with autoccl's
@@ -87,7 +89,9 @@ for plan in ${PLANS:-overhead online}; do
       args=(-m plain -m idle -m "idle-untimed:--mode table --cache-dir {empty} AUTOCCL_MEASURE_CALLS=0"
             -m "tuner-only:plain NCCL_TUNER_PLUGIN=$lib AUTOCCL_MODE=table AUTOCCL_CACHE_DIR=$empty"
             -m "profiler-only:plain NCCL_PROFILER_PLUGIN=$lib AUTOCCL_MODE=table AUTOCCL_CACHE_DIR=$empty") ;;
-    probekeep) args=(-m plain -m online -m "online-pk30:--mode online AUTOCCL_PROBE_KEEP_PCT=30" --trace) ;;
+    probekeep)
+      pk=${PROBE_KEEP_PCT:-3}
+      args=(-m plain -m online -m "online-pk$pk:--mode online AUTOCCL_PROBE_KEEP_PCT=$pk" --trace) ;;
     mintask)
       psizes=${MINTASK_SIZES:--b 4M -e 64M -f 2}
       args=(-m plain -m online -m "online-mt50:--mode online AUTOCCL_MIN_TASK_US_TCP=50" --trace) ;;
@@ -166,6 +170,12 @@ PY
             --parallel "${PARALLEL:-fsdp2,ddp}" --modes "${TRAIN_MODES:-nccl,online}" "${extra[@]}" -n "${TRAIN_ITERS:-400}" \
             --no-progress -o "$OUT/train/pair${p}_$v" 2>&1 | tail -12
         done
+      done
+      # train-ceiling's variants apart: their online launches ran on other communicators
+      for v in "${variants[@]}"; do
+        sub=pairs; [ "${#variants[@]}" -gt 1 ] && sub=pairs-$v
+        python3 -m autoccl bench train-pairs "$OUT"/train/pair*_"$v".json -o "$OUT/train/$sub" 2>&1 | tail -40 \
+          || echo "train-pairs: no summary of the $v pairs"
       done
       # the online launches' traces apart (what each task ran, per call): the step can be explained afterwards
       (cd "$OUT" && find train -path '*.logs/online-*' -name 'trace.*' | tar czf train-traces.tgz -T - ; \
