@@ -36,7 +36,7 @@
 #include "engine/online.h"
 #include "engine/settings.h"
 #include "engine/table.h"
-#include "engine/tests/check.h"
+#include "check.h"
 #include "engine/tests/test_env.h"
 
 using namespace autoccl::engine;

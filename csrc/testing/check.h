@@ -1,9 +1,12 @@
-// CHECK-style assertions over GoogleTest for the engine's online tests: CHECK records a failure and continues.
+// CHECK-style assertions over GoogleTest for the C++ tests of every component (engine, search): a failed CHECK
+// is a non-fatal failure of the running TEST (the case goes on, as the long scenarios want); REQUIRE ends the
+// test process (ctest runs one case per process). autoccl_gtest puts this folder on each test's include path.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace autoccl::test {
@@ -47,4 +50,21 @@ inline void fail(const char* file, int line, const std::string& what) {
     if (va_ != vb_)                                                                                  \
       ::autoccl::test::fail(__FILE__, __LINE__, std::string(#a " == " #b " ('") + va_ + "' vs '" + \
                                                     vb_ + "')");                                     \
+  } while (0)
+
+#define CHECK_MSG(cond, ...)                                                                \
+  do {                                                                                      \
+    if (!(cond)) {                                                                          \
+      char msg_[512];                                                                       \
+      std::snprintf(msg_, sizeof msg_, __VA_ARGS__);                                        \
+      ADD_FAILURE_AT(__FILE__, __LINE__) << "CHECK failed: " #cond ": " << msg_;            \
+    }                                                                                       \
+  } while (0)
+
+#define REQUIRE(cond)                                                                       \
+  do {                                                                                      \
+    if (!(cond)) {                                                                          \
+      std::fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #cond);      \
+      std::exit(1);                                                                         \
+    }                                                                                       \
   } while (0)
