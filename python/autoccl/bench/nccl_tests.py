@@ -448,7 +448,7 @@ def _geomean(xs: Sequence[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
 
 
-def _bootstrap(
+def bootstrap_interval(
     samples: Sequence[Sequence[float]], stat: Callable[[list[Sequence[float]]], float], n: int = 2000
 ) -> tuple[float, float]:
     """95 % interval of `stat` over passes resampled with replacement (seeded: reports are reproducible)."""
@@ -523,7 +523,7 @@ def summarize(
             ratios = list(by_pass.values())
             if not ratios:
                 continue
-            lo, hi = _bootstrap([[r] for r in ratios], lambda s: _median([x[0] for x in s]))
+            lo, hi = bootstrap_interval([[r] for r in ratios], lambda s: _median([x[0] for x in s]))
             cell["modes"][m] = {
                 "busbw": _median(list(vals.values())),
                 "ratios": [round(r, 4) for r in ratios],
@@ -548,7 +548,9 @@ def summarize(
 
             by_cell = [c["modes"][m]["ratio_by_pass"] for c in big]
             geo_of = _pass_geomean(by_cell)
-            lo, hi = _bootstrap([[float(p)] for p in pass_ids], geo_of) if pass_ids else (math.nan, math.nan)
+            lo, hi = (math.nan, math.nan)
+            if pass_ids:
+                lo, hi = bootstrap_interval([[float(p)] for p in pass_ids], geo_of)
             worst = min(sel, key=lambda c: c["modes"][m]["ratio"]) if sel else None
             mrecs = [r for r in records if r["mode"] == m and r["launch"] == la]
             overall[f"{m}/{la}"] = {

@@ -1,4 +1,5 @@
-"""`autoccl bench coll|train|nccl-tests` and `autoccl report` (torch and matplotlib are imported lazily)."""
+"""`autoccl bench coll|train|train-pairs|nccl-tests` and `autoccl report` (torch and matplotlib are imported
+lazily)."""
 
 from __future__ import annotations
 
@@ -799,6 +800,47 @@ def nccl_tests(
     errors = sum(int(r.get("data_errors", 0)) for r in records)
     if failed or errors:
         raise _fail(f"{failed} launch(es) failed and {errors} data error(s); see {outdir}/logs")
+
+
+@bench.command("train-pairs")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@O.output_folder("outdir", "output folder", required=True)
+@click.option("--baseline", default="nccl", show_default=True, help="the mode each pair is measured against")
+@click.option("--mode", default="online", show_default=True, help="the mode measured against the baseline")
+def train_pairs(paths: tuple[Path, ...], outdir: Path, baseline: str, mode: str) -> None:
+    """Summarise interleaved launch pairs of `autoccl bench train` (result files, or folders of them).
+
+    Per parallel kind: each pair's speed ratio (baseline steady ms / mode steady ms), their median with a
+    95 % bootstrap interval, the baseline's own spread between pairs, each launch's drift. Writes
+    OUTDIR/pairs.csv, iterations.json, summary.json, summary.md and steps.png.
+    Example: autoccl bench train-pairs out/train -o out/train/pairs
+    """
+    import csv
+    import json as _json
+
+    from autoccl.bench import train_pairs as TP
+    from autoccl.bench.nccl_tests import BenchError
+
+    try:
+        pairs = TP.read_pairs(paths)
+        summary = TP.summarize(pairs, baseline=baseline, mode=mode)
+    except BenchError as e:
+        raise _fail(str(e)) from None
+    for w in summary["warnings"]:
+        click.echo(f"warning: {w}", err=True)
+    outdir.mkdir(parents=True, exist_ok=True)
+    rows = TP.csv_rows(summary)
+    with open(outdir / "pairs.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    (outdir / "iterations.json").write_text(_json.dumps(TP.iterations(summary, pairs), separators=(",", ":")))
+    (outdir / "summary.json").write_text(_json.dumps(summary, indent=1))
+    md = TP.markdown(summary)
+    (outdir / "summary.md").write_text(md)
+    TP.plot(summary, pairs, outdir / "steps.png")
+    click.echo(md)
+    click.echo(f"wrote {outdir}/pairs.csv, iterations.json, summary.json, summary.md, steps.png", err=True)
 
 
 def _visible_gpus() -> int:

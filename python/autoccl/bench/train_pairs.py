@@ -1,0 +1,499 @@
+"""`autoccl bench train-pairs`: interleaved launch pairs of `autoccl bench train` summarised.
+
+Each `bench train --modes nccl,online` result is one launch pair per parallel kind: a plain-NCCL launch,
+then an online one. One pair says little, because two launches of plain NCCL alone can land far apart;
+over several pairs, the median of the speed ratios and its bootstrap interval say whether online is
+faster, and plain's own spread between pairs says how far apart launches land anyway."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autoccl.bench.nccl_tests import BenchError, bootstrap_interval
+
+# The bar a training gain is held to: the median speed ratio over enough independent pairs.
+BAR_RATIO = 1.00
+TARGET_RATIO = 1.05
+BAR_MIN_PAIRS = 5
+ROLLING_WINDOW = 10
+
+# Settings that make two pairs the same experiment; a pair differing in one is reported, not refused.
+_SAME_EXPERIMENT = (
+    "preset",
+    "iters",
+    "batch",
+    "seq",
+    "dtype",
+    "world_size",
+    "bucket_mb",
+    "online_channel_ceiling",
+    "online_nccl_channels",
+)
+
+
+@dataclass(frozen=True)
+class LaunchSteps:
+    """One launch of a pair: its steady step (median of the second half) and every step's time."""
+
+    parallel: str
+    mode: str
+    steady_ms: float
+    iter_ms: tuple[float, ...]
+    search_end_iter: int | None
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One `bench train` result: a launch per parallel kind and mode."""
+
+    name: str
+    path: Path
+    launches: tuple[LaunchSteps, ...]
+    settings: Mapping[str, Any]
+    host: Mapping[str, Any]
+    command: str
+    created: str
+
+    def launch(self, parallel: str, mode: str) -> LaunchSteps | None:
+        return next((ln for ln in self.launches if ln.parallel == parallel and ln.mode == mode), None)
+
+
+# ------------------------------------------------------------------------------------------------ reading
+
+
+def _natural_key(path: Path) -> list[Any]:
+    """pair2 before pair10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise BenchError(f"{path} cannot be read: {e}") from None
+    except json.JSONDecodeError as e:
+        raise BenchError(f"{path} is not JSON ({e})") from None
+
+
+def _is_train_doc(doc: Any) -> bool:
+    return (
+        isinstance(doc, dict) and isinstance(doc.get("train"), list) and doc.get("kind", "train") == "train"
+    )
+
+
+def _expand(paths: Iterable[Path | str]) -> list[Path]:
+    """Files as given; a folder stands for every `bench train` JSON directly in it, in name order."""
+    files: list[Path] = []
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            found = [f for f in sorted(path.glob("*.json"), key=_natural_key) if _is_train_doc(_load_json(f))]
+            if not found:
+                raise BenchError(f"{path} holds no `autoccl bench train` result (a *.json with a train list)")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise BenchError(f"{path} does not exist")
+    unique: dict[Path, Path] = {}
+    for f in files:
+        unique.setdefault(f.resolve(), f)
+    return list(unique.values())
+
+
+def _pair_names(files: Sequence[Path]) -> list[str]:
+    """File stems, with the folder in front where two folders hold files of the same name."""
+    stems = [f.stem for f in files]
+    if len(set(stems)) == len(stems):
+        return stems
+    return [f"{f.parent.name}/{f.stem}" for f in files]
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _read_pair(path: Path, name: str) -> Pair:
+    doc = _load_json(path)
+    if not _is_train_doc(doc):
+        raise BenchError(f"{path} is not an `autoccl bench train` result (it has no train list)")
+    steps: dict[tuple[str, str], list[float]] = {}
+    for it in doc.get("iterations") or []:
+        if isinstance(it, dict) and isinstance(it.get("iter_ms"), list):
+            steps[(str(it.get("parallel")), str(it.get("mode")))] = [float(x) for x in it["iter_ms"]]
+    launches: list[LaunchSteps] = []
+    for index, row in enumerate(doc["train"]):
+        steady = _number(row.get("steady_ms")) if isinstance(row, dict) else None
+        if steady is None or not row.get("parallel") or not row.get("mode"):
+            raise BenchError(f"{path}: train row {index} lacks parallel, mode or steady_ms")
+        key = (str(row["parallel"]), str(row["mode"]))
+        if any((ln.parallel, ln.mode) == key for ln in launches):
+            raise BenchError(
+                f"{path} has more than one {key[0]}/{key[1]} launch (a resilience comparison?); "
+                "a launch pair has one launch per parallel kind and mode"
+            )
+        end = _number(row.get("search_end_iter"))
+        launches.append(
+            LaunchSteps(
+                parallel=key[0],
+                mode=key[1],
+                steady_ms=steady,
+                iter_ms=tuple(steps.get(key, [])),
+                search_end_iter=None if end is None else int(end),
+            )
+        )
+    return Pair(
+        name=name,
+        path=path,
+        launches=tuple(launches),
+        settings=doc.get("settings") if isinstance(doc.get("settings"), dict) else {},
+        host=doc.get("host") if isinstance(doc.get("host"), dict) else {},
+        command=str(doc.get("command") or ""),
+        created=str(doc.get("created") or ""),
+    )
+
+
+def read_pairs(paths: Iterable[Path | str]) -> list[Pair]:
+    """Every `bench train` result of `paths` (files, or folders of them) as a pair, in the order given."""
+    files = _expand(paths)
+    if not files:
+        raise BenchError("no result files given")
+    return [_read_pair(f, name) for f, name in zip(files, _pair_names(files), strict=True)]
+
+
+# ---------------------------------------------------------------------------------------------- summary
+
+
+def drift(iter_ms: Sequence[float]) -> float | None:
+    """Median of the last quarter of a launch's steps over the median of its second quarter: above 1, the
+    steps grew during the run (a launch that slows down skews a ratio of second halves). None below 4
+    steps."""
+    n = len(iter_ms)
+    if n < 4:
+        return None
+    second, last = statistics.median(iter_ms[n // 4 : n // 2]), statistics.median(iter_ms[3 * n // 4 :])
+    return last / second if second > 0 else None
+
+
+def _median_ci(ratios: Sequence[float]) -> list[float] | None:
+    """95 % bootstrap interval of the median over pairs; none with fewer than two pairs."""
+    if len(ratios) < 2:
+        return None
+    lo, hi = bootstrap_interval([[r] for r in ratios], lambda drawn: statistics.median(d[0] for d in drawn))
+    return [lo, hi]
+
+
+def _bar(count: int, median: float) -> str:
+    if count < BAR_MIN_PAIRS:
+        return "too few pairs"
+    return "met" if median >= BAR_RATIO else "not met"
+
+
+def _setting_differences(pairs: Sequence[Pair]) -> list[str]:
+    first = pairs[0]
+    out = []
+    for p in pairs[1:]:
+        keys = [k for k in _SAME_EXPERIMENT if p.settings.get(k) != first.settings.get(k)]
+        diffs = [f"{k} {p.settings.get(k)} against {first.settings.get(k)}" for k in keys]
+        if p.host.get("gpus") != first.host.get("gpus"):
+            diffs.append(f"GPUs {p.host.get('gpus')} against {first.host.get('gpus')}")
+        if diffs:
+            out.append(f"{p.name} was measured otherwise than {first.name}: {'; '.join(diffs)}")
+    return out
+
+
+def summarize(pairs: Sequence[Pair], baseline: str = "nccl", mode: str = "online") -> dict[str, Any]:
+    """Per parallel kind, over the pairs that have both launches: each pair's speed ratio (baseline steady
+    ms / mode steady ms, above 1: `mode` faster) and drift, their median with a 95 % bootstrap interval,
+    min/max, and the baseline's own spread between pairs (max/min - 1 of its steady ms). A pair lacking one
+    of the two launches of a kind is left out of that kind with a warning; no kind left is an error."""
+    if not pairs:
+        raise BenchError("no pairs to summarise")
+    warnings = _setting_differences(pairs)
+    kinds = list(dict.fromkeys(ln.parallel for p in pairs for ln in p.launches))
+    parallels: dict[str, Any] = {}
+    for par in kinds:
+        rows: list[dict[str, Any]] = []
+        for p in pairs:
+            base, other = p.launch(par, baseline), p.launch(par, mode)
+            if base is None or other is None:
+                missing = " and ".join(m for m, ln in ((baseline, base), (mode, other)) if ln is None)
+                warnings.append(f"{p.name}: no {par}/{missing} launch; left out of {par}")
+                continue
+            if not (base.steady_ms > 0 and other.steady_ms > 0):
+                warnings.append(f"{p.name}: {par} has no positive steady step; left out of {par}")
+                continue
+            rows.append(
+                {
+                    "pair": p.name,
+                    "baseline_steady_ms": base.steady_ms,
+                    "mode_steady_ms": other.steady_ms,
+                    "speed_ratio": base.steady_ms / other.steady_ms,
+                    "search_end_iter": other.search_end_iter,
+                    "baseline_drift": drift(base.iter_ms),
+                    "mode_drift": drift(other.iter_ms),
+                }
+            )
+        if not rows:
+            continue
+        ratios: list[float] = [r["speed_ratio"] for r in rows]
+        plain: list[float] = [r["baseline_steady_ms"] for r in rows]
+        spread = max(plain) / min(plain) - 1 if len(plain) > 1 else None
+        for r in rows:
+            # Slower by more than two launches of the baseline alone differ; with one pair that is unknown.
+            r["slower_beyond_spread"] = r["speed_ratio"] < 1 and (
+                spread is None or 1 - r["speed_ratio"] > spread
+            )
+        median = statistics.median(ratios)
+        parallels[par] = {
+            "pairs": rows,
+            "count": len(rows),
+            "median": median,
+            "ci95": _median_ci(ratios),
+            "min": min(ratios),
+            "max": max(ratios),
+            "baseline_spread": spread,
+            "bar": _bar(len(rows), median),
+            "target_reached": median >= TARGET_RATIO,
+        }
+    if not parallels:
+        found = sorted({ln.mode for p in pairs for ln in p.launches})
+        raise BenchError(
+            f"no pair has both a {baseline} and a {mode} launch of the same parallel kind "
+            f"(modes found: {', '.join(found) or 'none'})"
+        )
+    first = pairs[0]
+    return {
+        "baseline": baseline,
+        "mode": mode,
+        "bar": {"median_at_least": BAR_RATIO, "target": TARGET_RATIO, "min_pairs": BAR_MIN_PAIRS},
+        "parallels": parallels,
+        "warnings": warnings,
+        "settings": dict(first.settings),
+        "host": dict(first.host),
+        "files": [
+            {"pair": p.name, "path": str(p.path), "command": p.command, "created": p.created} for p in pairs
+        ],
+    }
+
+
+def _label(mode: str) -> str:
+    """The column name of a mode: the baseline `nccl` is plain NCCL."""
+    return "plain" if mode == "nccl" else re.sub(r"\W+", "_", mode)
+
+
+def csv_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per pair and parallel kind."""
+    b, m = _label(summary["baseline"]), _label(summary["mode"])
+    out = []
+    for par, s in summary["parallels"].items():
+        for r in s["pairs"]:
+            out.append(
+                {
+                    "pair": r["pair"],
+                    "parallel": par,
+                    f"{b}_steady_ms": round(r["baseline_steady_ms"], 3),
+                    f"{m}_steady_ms": round(r["mode_steady_ms"], 3),
+                    "speed_ratio": round(r["speed_ratio"], 4),
+                    "search_end_iter": r["search_end_iter"],
+                    f"{b}_drift": None if r["baseline_drift"] is None else round(r["baseline_drift"], 4),
+                    f"{m}_drift": None if r["mode_drift"] is None else round(r["mode_drift"], 4),
+                }
+            )
+    return out
+
+
+def iterations(summary: Mapping[str, Any], pairs: Sequence[Pair]) -> list[dict[str, Any]]:
+    """Per pair and parallel kind of the summary: every step's ms of both launches."""
+    by_name = {p.name: p for p in pairs}
+    out = []
+    for par, s in summary["parallels"].items():
+        for r in s["pairs"]:
+            p = by_name[r["pair"]]
+            out.append(
+                {
+                    "pair": p.name,
+                    "parallel": par,
+                    "iter_ms": {
+                        m: list(ln.iter_ms)
+                        for m in (summary["baseline"], summary["mode"])
+                        if (ln := p.launch(par, m)) is not None
+                    },
+                }
+            )
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ report
+
+
+def _x(v: float | None, digits: int = 3) -> str:
+    return "—" if v is None else f"{v:.{digits}f}×"
+
+
+def _drift_text(v: float | None) -> str:
+    return "—" if v is None else f"{v:.3f}"
+
+
+def _bar_sentence(s: Mapping[str, Any]) -> str:
+    rule = (
+        f"**Bar** (median ≥ {BAR_RATIO:.2f}×, target ≥ {TARGET_RATIO:.2f}×, over ≥ {BAR_MIN_PAIRS} pairs): "
+    )
+    if s["bar"] == "too few pairs":
+        return rule + f"too few pairs, {s['count']} of {BAR_MIN_PAIRS} (median so far {_x(s['median'])})."
+    if s["bar"] == "met":
+        target = "reached" if s["target_reached"] else "not reached"
+        return rule + f"met, median {_x(s['median'])} over {s['count']} pairs; the target is {target}."
+    return rule + f"not met, median {_x(s['median'])} over {s['count']} pairs."
+
+
+def markdown(summary: Mapping[str, Any]) -> str:
+    """A table per parallel kind (one row per pair, then the median row) and the bar's verdict under it."""
+    base, mode = summary["baseline"], summary["mode"]
+    st, host = summary.get("settings", {}), summary.get("host", {})
+    gpus = host.get("gpus") or []
+    what = ", ".join(
+        x
+        for x in (
+            f"preset {st['preset']}" if st.get("preset") else "",
+            f"{st['iters']} iterations a launch" if st.get("iters") else "",
+            f"{len(gpus)} × {gpus[0]}" if gpus else "",
+            # gloo loads neither NCCL nor the plugin: both launches of a pair ran the same collectives
+            "gloo, not NCCL" if st.get("backend") == "gloo" else "",
+        )
+        if x
+    )
+    lines = [
+        f"# `autoccl bench train` launch pairs: {mode} against {base}" + (f" ({what})" if what else ""),
+        "",
+        f"Speed = {base} steady ms / {mode} steady ms (above 1: {mode} faster); steady = the median step of "
+        "a launch's second half. Drift = median of a launch's last quarter / median of its second quarter "
+        "(above 1: its steps grew during the run).",
+    ]
+    for par, s in summary["parallels"].items():
+        lines += [
+            "",
+            f"## {par}",
+            "",
+            f"| pair | {base} ms/iter | {mode} ms/iter | speed | search ended at iter | {base} drift "
+            f"| {mode} drift | slower beyond {base}'s spread |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        ]
+        for r in s["pairs"]:
+            end = "—" if r["search_end_iter"] is None else str(r["search_end_iter"])
+            lines.append(
+                f"| {r['pair']} | {r['baseline_steady_ms']:.2f} | {r['mode_steady_ms']:.2f} "
+                f"| {_x(r['speed_ratio'])} | {end} | {_drift_text(r['baseline_drift'])} "
+                f"| {_drift_text(r['mode_drift'])} | {'**yes**' if r['slower_beyond_spread'] else ''} |"
+            )
+        ci = s["ci95"]
+        interval = f"95 % {ci[0]:.3f}–{ci[1]:.3f}" if ci else "no interval from one pair"
+        med = statistics.median
+        lines.append(
+            f"| **median of {s['count']}** | {med(r['baseline_steady_ms'] for r in s['pairs']):.2f} "
+            f"| {med(r['mode_steady_ms'] for r in s['pairs']):.2f} "
+            f"| **{_x(s['median'])}** ({interval}; min–max {s['min']:.3f}–{s['max']:.3f}) | | | | |"
+        )
+        spread = s["baseline_spread"]
+        lines += [
+            "",
+            f"{base}'s own steady step moved {100 * spread:.1f} % between pairs (max/min − 1)."
+            if spread is not None
+            else f"One pair: {base}'s own spread between launches is unknown.",
+            "",
+            _bar_sentence(s),
+        ]
+    if summary.get("warnings"):
+        lines += ["", "Left out or differing:", ""] + [f"- {w}" for w in summary["warnings"]]
+    return "\n".join(lines) + "\n"
+
+
+def _rolling_median(xs: Sequence[float], window: int = ROLLING_WINDOW) -> list[float]:
+    return [statistics.median(xs[max(0, k - window + 1) : k + 1]) for k in range(len(xs))]
+
+
+def plot(summary: Mapping[str, Any], pairs: Sequence[Pair], path: Path) -> Path:
+    """Left: each pair's speed ratio per parallel kind, the median as a bar, 1.0 and the target as lines.
+    Right, one panel per kind: every launch's step time as a rolling median of 10 steps (baseline solid,
+    mode dashed, one colour per pair), the axis fitted to the steps after start-up."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    base, mode = summary["baseline"], summary["mode"]
+    kinds = list(summary["parallels"])
+    names = list(dict.fromkeys(r["pair"] for s in summary["parallels"].values() for r in s["pairs"]))
+    cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
+
+    def colour(name: str) -> Any:
+        return cmap(names.index(name) % cmap.N)
+
+    by_name = {p.name: p for p in pairs}
+
+    fig = plt.figure(figsize=(10, 6))
+    grid = fig.add_gridspec(len(kinds), 2, width_ratios=[1, 2.2])
+    ax = fig.add_subplot(grid[:, 0])
+    for i, par in enumerate(kinds):
+        s = summary["parallels"][par]
+        n = len(s["pairs"])
+        for j, r in enumerate(s["pairs"]):
+            offset = 0.0 if n == 1 else -0.25 + 0.5 * j / (n - 1)
+            ax.plot(i + offset, r["speed_ratio"], "o", color=colour(r["pair"]), ms=6)
+        ax.hlines(s["median"], i - 0.35, i + 0.35, color="black", lw=2)
+    ax.axhline(1.0, color="0.4", lw=0.8)
+    ax.axhline(TARGET_RATIO, color="tab:green", lw=0.8, ls=":")
+    ax.set_xticks(range(len(kinds)))
+    ax.set_xticklabels([f"{k}\n({summary['parallels'][k]['count']} pairs)" for k in kinds])
+    ax.set_xlim(-0.6, len(kinds) - 0.4)
+    ax.set_ylabel(f"{base} ms / {mode} ms (above 1: {mode} faster)")
+    ax.set_title("speed per pair, median as a bar", fontsize=9)
+    handles = [Line2D([], [], marker="o", ls="", color=colour(nm), label=nm) for nm in names[:12]]
+    handles += [
+        Line2D([], [], color="black", lw=2, label="median"),
+        Line2D([], [], color="tab:green", lw=0.8, ls=":", label=f"target {TARGET_RATIO:.2f}×"),
+    ]
+    ax.legend(handles=handles, fontsize=7, loc="best")
+
+    for i, par in enumerate(kinds):
+        cax = fig.add_subplot(grid[i, 1])
+        settled: list[float] = []
+        for r in summary["parallels"][par]["pairs"]:
+            for m, style in ((base, "-"), (mode, "--")):
+                ln = by_name[r["pair"]].launch(par, m)
+                if ln is None or not ln.iter_ms:
+                    continue
+                smooth = _rolling_median(ln.iter_ms)
+                cax.plot(range(len(smooth)), smooth, ls=style, lw=1, color=colour(r["pair"]))
+                settled += smooth[ROLLING_WINDOW:]
+        if settled:
+            # Start-up steps are many times the rest: fitting the axis to them flattens every curve.
+            qs = statistics.quantiles(settled, n=100) if len(settled) > 1 else [settled[0]] * 99
+            lo, hi = qs[0], qs[-1]
+            if math.isfinite(lo) and math.isfinite(hi) and hi > lo:
+                cax.set_ylim(0.95 * lo, 1.05 * hi)
+        cax.set_title(f"{par}: ms/step, rolling median of {ROLLING_WINDOW}", fontsize=9)
+        cax.set_ylabel("ms")
+        if i == len(kinds) - 1:
+            cax.set_xlabel("iteration")
+        if i == 0:
+            cax.legend(
+                handles=[
+                    Line2D([], [], color="black", ls="-", label=base),
+                    Line2D([], [], color="black", ls="--", label=mode),
+                ],
+                fontsize=7,
+                loc="upper right",
+            )
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

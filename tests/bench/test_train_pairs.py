@@ -1,0 +1,288 @@
+"""`autoccl bench train-pairs` on synthetic `bench train` results (no GPU): ratios, median, spread, drift,
+the bar's verdict, the files written and the one-sentence errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from autoccl.bench import train_pairs as TP
+from autoccl.bench.nccl_tests import BenchError
+from autoccl.cli import main
+
+
+def steps(second: float, last: float) -> list[float]:
+    """Eight steps: a slow start-up quarter, then `second` through the middle and `last` in the last quarter
+    (drift = last / second)."""
+    return [50.0, 50.0, second, second, second, second, last, last]
+
+
+def write_pair(
+    path: Path,
+    launches: dict[tuple[str, str], tuple[float, list[float]]],
+    search_end: int | None = 3,
+    settings: dict[str, object] | None = None,
+) -> Path:
+    """A result as `bench train` writes it, with the keys train-pairs reads: (parallel, mode) -> (steady ms,
+    per-iteration ms)."""
+    train, iterations = [], []
+    for (par, mode), (steady, iter_ms) in launches.items():
+        row: dict[str, object] = {
+            "parallel": par,
+            "mode": mode,
+            "launch": f"{par}/{mode}",
+            "steady_ms": steady,
+        }
+        if mode == "online":
+            row["search_end_iter"] = search_end
+        train.append(row)
+        iterations.append({"parallel": par, "mode": mode, "launch": f"{par}/{mode}", "iter_ms": iter_ms})
+    doc = {
+        "kind": "train",
+        "command": "autoccl bench train --modes nccl,online",
+        "created": "2026-01-01T00:00:00+00:00",
+        "host": {"gpus": ["GPU", "GPU"]},
+        "settings": settings or {"preset": "tiny", "iters": 8, "world_size": 2},
+        "train": train,
+        "iterations": iterations,
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+# fsdp2: plain steady 100, 110, 120, 108 and online 80, 100, 160, 120 -> speed 1.25, 1.1, 0.75, 0.9
+PLAIN = [100.0, 110.0, 120.0, 108.0]
+ONLINE = [80.0, 100.0, 160.0, 120.0]
+
+
+def four_pairs(folder: Path) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    return [
+        write_pair(
+            folder / f"pair{i + 1}_default.json",
+            {
+                ("fsdp2", "nccl"): (p, steps(10.0, 12.0)),
+                ("fsdp2", "online"): (o, steps(10.0, 10.0)),
+                ("ddp", "nccl"): (50.0, steps(20.0, 19.0)),
+                ("ddp", "online"): (40.0, steps(8.0, 10.0)),
+            },
+            search_end=10 + i,
+        )
+        for i, (p, o) in enumerate(zip(PLAIN, ONLINE, strict=True))
+    ]
+
+
+def test_ratios_median_spread_and_drift(tmp_path: Path) -> None:
+    s = TP.summarize(TP.read_pairs(four_pairs(tmp_path)))
+    fsdp2 = s["parallels"]["fsdp2"]
+    assert [round(r["speed_ratio"], 4) for r in fsdp2["pairs"]] == [1.25, 1.1, 0.75, 0.9]
+    assert fsdp2["median"] == pytest.approx(1.0)
+    assert (fsdp2["min"], fsdp2["max"]) == (0.75, 1.25)
+    assert fsdp2["baseline_spread"] == pytest.approx(0.2)
+    # 0.75 lost more than plain moved between pairs (25 % > 20 %); 0.9 did not
+    assert [r["slower_beyond_spread"] for r in fsdp2["pairs"]] == [False, False, True, False]
+    assert [r["search_end_iter"] for r in fsdp2["pairs"]] == [10, 11, 12, 13]
+    assert fsdp2["pairs"][0]["baseline_drift"] == pytest.approx(1.2)
+    assert fsdp2["pairs"][0]["mode_drift"] == pytest.approx(1.0)
+    lo, hi = fsdp2["ci95"]
+    assert 0.75 <= lo < 1.0 < hi <= 1.25
+    ddp = s["parallels"]["ddp"]
+    assert ddp["median"] == pytest.approx(1.25)
+    assert ddp["baseline_spread"] == pytest.approx(0.0)
+    assert ddp["pairs"][0]["baseline_drift"] == pytest.approx(0.95)
+    assert ddp["pairs"][0]["mode_drift"] == pytest.approx(1.25)
+    assert (fsdp2["bar"], ddp["bar"]) == ("too few pairs", "too few pairs")
+    assert s["warnings"] == []
+
+
+def test_drift_needs_four_steps() -> None:
+    assert TP.drift([1.0, 2.0, 3.0]) is None
+    assert TP.drift([9.0, 2.0, 2.0, 3.0]) == pytest.approx(1.5)
+
+
+def test_one_pair_has_no_interval_and_any_loss_counts(tmp_path: Path) -> None:
+    path = write_pair(
+        tmp_path / "only.json",
+        {("ddp", "nccl"): (100.0, steps(1, 1)), ("ddp", "online"): (101.0, steps(1, 1))},
+    )
+    ddp = TP.summarize(TP.read_pairs([path]))["parallels"]["ddp"]
+    assert ddp["ci95"] is None and ddp["baseline_spread"] is None
+    assert ddp["pairs"][0]["slower_beyond_spread"] is True
+    assert "One pair: nccl's own spread between launches is unknown." in TP.markdown(
+        TP.summarize(TP.read_pairs([path]))
+    )
+
+
+def _pairs_with_ratios(folder: Path, ratios: list[float]) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    return [
+        write_pair(
+            folder / f"pair{i + 1}.json",
+            {("ddp", "nccl"): (100.0, steps(1, 1)), ("ddp", "online"): (100.0 / r, steps(1, 1))},
+        )
+        for i, r in enumerate(ratios)
+    ]
+
+
+def test_bar_sentence(tmp_path: Path) -> None:
+    few = TP.markdown(TP.summarize(TP.read_pairs(_pairs_with_ratios(tmp_path / "few", [1.2, 1.1]))))
+    assert "too few pairs, 2 of 5 (median so far 1.150×)" in few
+    met = TP.markdown(
+        TP.summarize(TP.read_pairs(_pairs_with_ratios(tmp_path / "met", [1.0, 1.02] * 2 + [1.04])))
+    )
+    assert "met, median 1.020× over 5 pairs; the target is not reached." in met
+    target = TP.markdown(
+        TP.summarize(TP.read_pairs(_pairs_with_ratios(tmp_path / "tgt", [1.06] * 5 + [0.9])))
+    )
+    assert "met, median 1.060× over 6 pairs; the target is reached." in target
+    lost = TP.markdown(TP.summarize(TP.read_pairs(_pairs_with_ratios(tmp_path / "lost", [0.98] * 5))))
+    assert "not met, median 0.980× over 5 pairs." in lost
+
+
+def test_a_pair_missing_a_launch_is_left_out_of_that_kind(tmp_path: Path) -> None:
+    files = four_pairs(tmp_path)
+    write_pair(
+        files[1],
+        {
+            ("fsdp2", "nccl"): (110.0, steps(1, 1)),
+            ("fsdp2", "online"): (100.0, steps(1, 1)),
+            ("ddp", "nccl"): (50.0, steps(1, 1)),
+        },
+    )
+    s = TP.summarize(TP.read_pairs([tmp_path]))
+    assert s["parallels"]["fsdp2"]["count"] == 4
+    assert s["parallels"]["ddp"]["count"] == 3
+    assert s["warnings"] == ["pair2_default: no ddp/online launch; left out of ddp"]
+
+
+def test_no_pair_with_both_launches_is_an_error(tmp_path: Path) -> None:
+    path = write_pair(
+        tmp_path / "p.json", {("ddp", "nccl"): (1.0, steps(1, 1)), ("ddp", "manual"): (1.0, [])}
+    )
+    with pytest.raises(
+        BenchError, match=r"no pair has both a nccl and a online launch .*modes found: manual, nccl"
+    ):
+        TP.summarize(TP.read_pairs([path]))
+
+
+def test_other_settings_are_reported(tmp_path: Path) -> None:
+    launches = {("ddp", "nccl"): (1.0, steps(1, 1)), ("ddp", "online"): (1.0, steps(1, 1))}
+    a = write_pair(tmp_path / "a.json", launches, settings={"iters": 8})
+    b = write_pair(tmp_path / "b.json", launches, settings={"iters": 400})
+    assert TP.summarize(TP.read_pairs([a, b]))["warnings"] == [
+        "b was measured otherwise than a: iters 400 against 8"
+    ]
+
+
+def test_folders_in_name_order_and_their_other_json_skipped(tmp_path: Path) -> None:
+    launches = {("ddp", "nccl"): (1.0, steps(1, 1)), ("ddp", "online"): (1.0, steps(1, 1))}
+    for n in (10, 2, 1):
+        write_pair(tmp_path / f"pair{n}.json", launches)
+    (tmp_path / "notes.json").write_text(json.dumps({"kind": "coll", "rows": []}))
+    assert [p.name for p in TP.read_pairs([tmp_path])] == ["pair1", "pair2", "pair10"]
+
+
+def test_same_names_in_two_folders_keep_their_folder(tmp_path: Path) -> None:
+    launches = {("ddp", "nccl"): (1.0, steps(1, 1)), ("ddp", "online"): (1.0, steps(1, 1))}
+    for call in ("call1", "call2"):
+        (tmp_path / call).mkdir()
+        write_pair(tmp_path / call / "pair1.json", launches)
+    names = [p.name for p in TP.read_pairs([tmp_path / "call1", tmp_path / "call2"])]
+    assert names == ["call1/pair1", "call2/pair1"]
+
+
+def test_errors_are_one_sentence(tmp_path: Path) -> None:
+    with pytest.raises(BenchError, match=r"^\S*missing\.json does not exist$"):
+        TP.read_pairs([tmp_path / "missing.json"])
+    coll = tmp_path / "coll.json"
+    coll.write_text(json.dumps({"kind": "coll", "rows": []}))
+    with pytest.raises(BenchError, match=r"coll\.json is not an `autoccl bench train` result"):
+        TP.read_pairs([coll])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BenchError, match=r"empty holds no `autoccl bench train` result"):
+        TP.read_pairs([tmp_path / "empty"])
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    with pytest.raises(BenchError, match=r"broken\.json is not JSON"):
+        TP.read_pairs([broken])
+    twice = tmp_path / "twice.json"
+    twice.write_text(
+        json.dumps({"train": [{"parallel": "ddp", "mode": "nccl", "steady_ms": 1.0}] * 2, "iterations": []})
+    )
+    with pytest.raises(BenchError, match=r"more than one ddp/nccl launch"):
+        TP.read_pairs([twice])
+
+
+def test_cli_writes_every_file(tmp_path: Path) -> None:
+    four_pairs(tmp_path / "train")
+    out = tmp_path / "train" / "pairs"
+    r = CliRunner().invoke(main, ["bench", "train-pairs", str(tmp_path / "train"), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "**1.000×**" in r.output and "**1.250×**" in r.output
+    with open(out / "pairs.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == [
+        "pair",
+        "parallel",
+        "plain_steady_ms",
+        "online_steady_ms",
+        "speed_ratio",
+        "search_end_iter",
+        "plain_drift",
+        "online_drift",
+    ]
+    assert len(rows) == 8
+    assert rows[2] == {
+        "pair": "pair3_default",
+        "parallel": "fsdp2",
+        "plain_steady_ms": "120.0",
+        "online_steady_ms": "160.0",
+        "speed_ratio": "0.75",
+        "search_end_iter": "12",
+        "plain_drift": "1.2",
+        "online_drift": "1.0",
+    }
+    its = json.loads((out / "iterations.json").read_text())
+    assert its[0] == {
+        "pair": "pair1_default",
+        "parallel": "fsdp2",
+        "iter_ms": {"nccl": steps(10.0, 12.0), "online": steps(10.0, 10.0)},
+    }
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["parallels"]["fsdp2"]["median"] == pytest.approx(1.0)
+    assert (
+        (out / "summary.md")
+        .read_text()
+        .startswith("# `autoccl bench train` launch pairs: online against nccl")
+    )
+    png = (out / "steps.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    # the folder written into the input folder is not read back as pairs
+    again = CliRunner().invoke(main, ["bench", "train-pairs", str(tmp_path / "train"), "-o", str(out)])
+    assert again.exit_code == 0 and "median of 4" in again.output
+
+
+def test_cli_errors(tmp_path: Path) -> None:
+    r = CliRunner().invoke(
+        main, ["bench", "train-pairs", str(tmp_path / "nope.json"), "-o", str(tmp_path / "o")]
+    )
+    assert r.exit_code == 1
+    assert f"Error: {tmp_path / 'nope.json'} does not exist" in r.output
+    assert not (tmp_path / "o").exists()
+    help_text = CliRunner().invoke(main, ["bench", "--help"]).output
+    assert "train-pairs" in help_text
+
+
+def test_gloo_pairs_say_so_in_the_title(tmp_path: Path) -> None:
+    """A CPU run's pairs compare two gloo launches (no NCCL, no plugin): the title says it."""
+    pair = {("ddp", "nccl"): (50.0, steps(20.0, 20.0)), ("ddp", "online"): (50.0, steps(20.0, 20.0))}
+    settings = {"preset": "tiny", "iters": 8, "world_size": 2, "backend": "gloo"}
+    files = [write_pair(tmp_path / f"pair{i}.json", pair, settings=settings) for i in (1, 2)]
+    title = TP.markdown(TP.summarize(TP.read_pairs(files))).splitlines()[0]
+    assert "gloo, not NCCL" in title
+    files = [write_pair(tmp_path / f"gpu{i}.json", pair) for i in (1, 2)]
+    assert "gloo" not in TP.markdown(TP.summarize(TP.read_pairs(files))).splitlines()[0]
