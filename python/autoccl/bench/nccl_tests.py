@@ -451,7 +451,8 @@ def _geomean(xs: Sequence[float]) -> float:
 def bootstrap_interval(
     samples: Sequence[Sequence[float]], stat: Callable[[list[Sequence[float]]], float], n: int = 2000
 ) -> tuple[float, float]:
-    """95 % interval of `stat` over passes resampled with replacement (seeded: reports are reproducible)."""
+    """95 % interval of `stat` over samples (passes, launch pairs) resampled with replacement (seeded: reports
+    are reproducible)."""
     import numpy as np
 
     rng = np.random.default_rng(12345)
