@@ -208,6 +208,13 @@ PY
     $psizes $piters --timeout 120 --no-progress -o "$OUT/$plan" "${args[@]}" 2>&1 | tail -40
   [ -f "$OUT/$plan/summary.md" ] || python3 -m autoccl bench nccl-tests --bin "$NT_BIN" -o "$OUT/$plan" \
     --report-only "${args[@]}" 2>&1 | tail -30
+  # each traced mode's cold loop split by what its calls ran (the search's cost where nccl-tests times it)
+  for traced in "$OUT/$plan"/traces/*/; do
+    [ -d "$traced" ] || continue
+    mode=$(basename "$traced")
+    python3 benchmarks/nccl_tests/cold_pass_cost.py "$traced" --pass 0 > "$OUT/$plan/cold-pass-$mode.md" 2>&1 \
+      && tail -1 "$OUT/$plan/cold-pass-$mode.md" | sed "s/^/cold pass, $mode: /"
+  done
   (cd "$OUT" && tar czf "$plan.tgz" --exclude="$plan/traces" --exclude="$plan/cache" "$plan" && \
      tar czf "$plan-traces.tgz" "$plan/traces" "$plan/cache" 2>/dev/null; rm -rf "$plan")
 done

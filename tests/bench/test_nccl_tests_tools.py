@@ -100,3 +100,46 @@ def test_rank_windows_counts_the_shortest_rank_and_medians_per_config(tmp_path: 
     assert "shortest window by rank {0: 4}, rank 0 100% of 4" in out, out
     assert "NCCL's choice: 4 calls, median window per rank 50 / 60 / 70 us" in out, out
     assert "ring/ll/8: 1 calls, median window per rank 40 / 40 / 40 us" in out, out
+
+
+def test_cold_pass_cost_splits_the_loop_by_what_ran(tmp_path: Path) -> None:
+    """NCCL's choice at 100 us; ring/simple on 64 channels at 90 (the best widest probe); tree/simple on 64
+    at 120 (more than 3 % behind: a lost pair) and on 16 at 150 (a narrower point of it); ring/simple on 32 at
+    95. Calls 20-29 of the window run 4 of NCCL's, 2 widest, 2 lost-narrower and 2 leading-narrower."""
+    cpc = load("cold_pass_cost")
+    plan = [(None, 100.0)] * 6 + [(("ring", "simple", 64), 90.0)] * 3 + [(("tree", "simple", 64), 120.0)] * 3
+    plan += [(("tree", "simple", 16), 150.0)] * 3 + [(("ring", "simple", 32), 95.0)] * 3 + [(None, 100.0)] * 2
+    window = (
+        [(None, 100.0)] * 4 + [(("ring", "simple", 64), 90.0)] * 2 + [(("tree", "simple", 16), 150.0)] * 2
+    )
+    window += [(("ring", "simple", 32), 95.0)] * 2
+    calls = plan + window
+    assert len(plan) == 20
+    folder = tmp_path / "online"
+    folder.mkdir()
+    with (folder / "p0_all_reduce_single.vm.1.jsonl").open("w") as f:
+        for k, (cfg, us) in enumerate(calls):
+            algo, proto, ch = cfg if cfg else (None, None, 0)
+            base = {"comm": "a", "rank": 0, "coll": "allreduce", "bytes": 64 << 20, "call": k}
+            f.write(json.dumps({"ev": "call", **base, "algo": algo, "proto": proto, "channels": ch}) + "\n")
+            f.write(json.dumps({"ev": "time", **base, "gpu_us": us}) + "\n")
+            f.write(
+                json.dumps({"ev": "time", **base, "rank": 1, "gpu_us": 1e6}) + "\n"
+            )  # not rank 0: ignored
+    acc = cpc.account(
+        cpc.task_calls(folder / "p0_all_reduce_single.vm.1.jsonl")[("allreduce", 64 << 20)], 20, 29, 0.03
+    )
+    assert acc["counts"] == {"nccl": 4, "widest": 2, "narrower, lost": 2, "narrower, leading": 2}
+    # excess over 10 calls x 100 us: widest 2 x -10, lost 2 x +50, leading 2 x -5
+    assert acc["excess"]["widest"] == -0.02
+    assert acc["excess"]["narrower, lost"] == 0.1
+    assert acc["excess"]["narrower, leading"] == -0.01
+    assert abs(acc["loop"] - 1.07) < 1e-12
+    assert acc["missed"] == []
+    out = subprocess.run(
+        [sys.executable, str(TOOLS / "cold_pass_cost.py"), str(folder), "--pass", "0", "--window", "20-29"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "mean over 1 tasks: loop 1.070x" in out and "narrower, lost +10.00 %" in out
