@@ -270,6 +270,41 @@ def test_train_fsdp2_and_ddp(tmp_path: Path) -> None:
 TRAIN_DDP = "bench train --preset tiny --parallel ddp --modes nccl --dtype fp32 --seq 16 --batch 2".split()
 
 
+def test_train_pairs_run_rounds_and_summarise(tmp_path: Path) -> None:
+    """--pairs 2: two rounds of the modes' launches, each written as PREFIX-pairK, then their summary as
+    launch pairs in PREFIX.pairs/ (a gloo run says so: both launches of a pair ran the same collectives)."""
+    prefix = tmp_path / "t"
+    args = ["bench", "train", *CPU, "--preset", "tiny", "--parallel", "ddp", "--modes", "nccl,online"]
+    r = _run(
+        [
+            *args,
+            "--dtype",
+            "fp32",
+            "--seq",
+            "16",
+            "--batch",
+            "2",
+            "-n",
+            "4",
+            "--pairs",
+            "2",
+            "-o",
+            str(prefix),
+        ]
+    )
+    assert r.exit_code == 0, r.output
+    for k in (1, 2):
+        doc = R.load_doc(tmp_path / f"t-pair{k}.json")
+        assert [it["launch"] for it in doc["iterations"]] == ["ddp/nccl", "ddp/online"]
+    summary = json.loads((tmp_path / "t.pairs" / "summary.json").read_text())
+    ddp = summary["parallels"]["ddp"]
+    assert [p["pair"] for p in ddp["pairs"]] == ["t-pair1", "t-pair2"]
+    assert all(p["speed_ratio"] > 0 for p in ddp["pairs"])
+    assert (tmp_path / "t.pairs" / "steps.png").stat().st_size > 0
+    assert "gloo, not NCCL" in (tmp_path / "t.pairs" / "summary.md").read_text().splitlines()[0]
+    assert not (tmp_path / "t.json").exists()  # the rounds, not a file of their own
+
+
 def test_train_resilience_straggler(tmp_path: Path) -> None:
     """--resilience both with a straggler: four launches (sync / resilient, injected / clean), per-step
     loss and time, the same weights on every rank, the resilience table and the curves."""

@@ -6,9 +6,9 @@ from __future__ import annotations
 import datetime
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -573,6 +573,14 @@ _resilience = O.gathered(
     help="mode manual: channels for the calls an iteration hides, and for its last call (max: the "
     "communicator's; --channel-ceiling widens it)",
 )
+@click.option(
+    "--pairs",
+    type=click.IntRange(1, 100),
+    default=1,
+    show_default=True,
+    help="run the modes' launches this many times, one round after another (interleaved launch pairs); "
+    "from 2 on, -o PREFIX gets PREFIX-pairK files and PREFIX.pairs/ their summary (`bench train-pairs`)",
+)
 @_resilience
 @_channel_ceiling
 @_nccl_channels
@@ -589,12 +597,16 @@ def train(
     lr: float,
     data: str,
     manual_channels: str,
+    pairs: int,
     resilience: Resilience,
     channel_ceiling: int | None,
     nccl_channels: int | str | None,
     launch: Launch,
 ) -> None:
-    """Iteration time of a GPT-style training step (FSDP2 / DDP) per mode, with per-iteration traces."""
+    """Iteration time of a GPT-style training step (FSDP2 / DDP) per mode, with per-iteration traces.
+
+    Plain NCCL moves between launches by as much as a tuner gains: `--pairs 5` runs five rounds of the modes'
+    launches and summarises them as launch pairs (median speed, its interval, plain's own spread)."""
     from autoccl.bench import modes as M
     from autoccl.bench import runner
     from autoccl.bench.launch import LaunchError, detect_topology
@@ -639,18 +651,38 @@ def train(
             extra=extra,
         )
         prefix = launch.output or _default_prefix("train")
-        workdir = prefix.with_name(prefix.name + ".logs")
-        runner.plan_train(o, workdir)
-        doc = _run(runner.run_train, "train", o, topo, workdir, prefix, launch)
+        rounds = (
+            [prefix]
+            if pairs == 1
+            else [prefix.with_name(f"{prefix.name}-pair{k}") for k in range(1, pairs + 1)]
+        )
+        for k, round_prefix in enumerate(rounds, 1):
+            if pairs > 1 and topo.is_main:
+                click.echo(f"autoccl bench train: launch round {k} of {pairs}", err=True)
+            workdir = round_prefix.with_name(round_prefix.name + ".logs")
+            runner.plan_train(o, workdir)
+            doc = _run(
+                runner.run_train,
+                "train",
+                o,
+                topo,
+                workdir,
+                round_prefix,
+                replace(launch, output=round_prefix),
+            )
+            if topo.is_main:
+                from autoccl.bench.curves import plot_curves
+
+                curves = plot_curves(doc, round_prefix.with_name(round_prefix.name + ".curves.png"))
+                if curves is not None:
+                    click.echo(f"wrote {curves}", err=True)
+            _finish(doc, round_prefix, topo.is_main)  # an interrupted round ends the command here
     except (SpecError, LaunchError) as e:
         raise _fail(str(e)) from None
-    if topo.is_main:
-        from autoccl.bench.curves import plot_curves
-
-        curves = plot_curves(doc, prefix.with_name(prefix.name + ".curves.png"))
-        if curves is not None:
-            click.echo(f"wrote {curves}", err=True)
-    _finish(doc, prefix, topo.is_main)
+    if pairs > 1 and topo.is_main:
+        _write_train_pairs(
+            [r.with_name(r.name + ".json") for r in rounds], prefix.with_name(prefix.name + ".pairs")
+        )
 
 
 @bench.command("nccl-tests")
@@ -815,6 +847,13 @@ def train_pairs(paths: tuple[Path, ...], outdir: Path, baseline: str, mode: str)
     OUTDIR/pairs.csv, iterations.json, summary.json, summary.md and steps.png.
     Example: autoccl bench train-pairs out/train -o out/train/pairs
     """
+    _write_train_pairs(paths, outdir, baseline, mode)
+
+
+def _write_train_pairs(
+    paths: Iterable[Path], outdir: Path, baseline: str = "nccl", mode: str = "online"
+) -> None:
+    """`bench train-pairs`'s outputs in OUTDIR: pairs.csv, iterations.json, summary.json/md, steps.png."""
     import csv
     import json as _json
 
