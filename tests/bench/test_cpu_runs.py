@@ -303,6 +303,16 @@ def test_train_pairs_run_rounds_and_summarise(tmp_path: Path) -> None:
     assert (tmp_path / "t.pairs" / "steps.png").stat().st_size > 0
     assert "gloo, not NCCL" in (tmp_path / "t.pairs" / "summary.md").read_text().splitlines()[0]
     assert not (tmp_path / "t.json").exists()  # the rounds, not a file of their own
+    # --resume: the round that finished is continued (nothing launched again), the one that is gone runs anew
+    (tmp_path / "t-pair2.json").unlink()
+    again = [*args, "--dtype", "fp32", "--seq", "16", "--batch", "2", "-n", "4", "--pairs", "2", "--resume"]
+    r = _run([*again, "-o", str(prefix)])
+    assert r.exit_code == 0, r.output
+    first, second = (R.load_doc(tmp_path / f"t-pair{k}.json")["launches"] for k in (1, 2))
+    assert len(first) == len(second) == 2
+    assert all(x.get("resumed") for x in first) and not any(x.get("resumed") for x in second)
+    r = CliRunner().invoke(main, [*again, "-o", str(tmp_path / "none")])
+    assert r.exit_code != 0 and "nothing to continue" in r.output
 
 
 def test_train_resilience_straggler(tmp_path: Path) -> None:

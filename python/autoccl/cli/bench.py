@@ -656,20 +656,19 @@ def train(
             if pairs == 1
             else [prefix.with_name(f"{prefix.name}-pair{k}") for k in range(1, pairs + 1)]
         )
+        started = [r for r in rounds if r.with_name(r.name + ".json").is_file()]
+        if pairs > 1 and launch.resume and not started:
+            raise _fail(
+                f"--resume: no round of {prefix} exists ({rounds[0].name}.json ...): nothing to continue"
+            )
         for k, round_prefix in enumerate(rounds, 1):
             if pairs > 1 and topo.is_main:
                 click.echo(f"autoccl bench train: launch round {k} of {pairs}", err=True)
             workdir = round_prefix.with_name(round_prefix.name + ".logs")
             runner.plan_train(o, workdir)
-            doc = _run(
-                runner.run_train,
-                "train",
-                o,
-                topo,
-                workdir,
-                round_prefix,
-                replace(launch, output=round_prefix),
-            )
+            # --resume continues the rounds that were started; those after them run from the start
+            this = replace(launch, output=round_prefix, resume=launch.resume and round_prefix in started)
+            doc = _run(runner.run_train, "train", o, topo, workdir, round_prefix, this)
             if topo.is_main:
                 from autoccl.bench.curves import plot_curves
 
