@@ -45,6 +45,10 @@
 #             fewer-channel points of pairs 3 % behind cost 1.6-2.2 % of the cold loop and never won:
 #             benchmarks/results/h200x2/probe-keep), traced: the cold pass (pass 0, -p of at least 2) is where it
 #             shows; benchmarks/nccl_tests/cold_pass_cost.py splits its loop's time by what the calls ran
+#   verifywait  online beside online with AUTOCCL_VERIFY_WAIT=16 (the table's config waits for the verification's
+#             verdict in one 16-call segment instead of call by call: on 2 x H200 with one process per GPU every tuned
+#             task of every warm launch looked up its plan at calls 18-22, the last waiting 0.5-1.1 ms in the timed
+#             loop), traced: the warm passes (1 and later) are where it shows, in the traces' slow_lookups
 #   promise   the bars of "never slower than NCCL": plain, online (cold in pass 0, warm after), table mode
 #             started from online's table of the same pass (table-warm) and observe, traced
 #   inspector NCCL Inspector (built from its carried source) chained behind autoccl's profiler with autoccl's
@@ -92,6 +96,7 @@ for plan in ${PLANS:-overhead online}; do
     probekeep)
       pk=${PROBE_KEEP_PCT:-3}
       args=(-m plain -m online -m "online-pk$pk:--mode online AUTOCCL_PROBE_KEEP_PCT=$pk" --trace) ;;
+    verifywait) args=(-m plain -m online -m "online-vw16:--mode online AUTOCCL_VERIFY_WAIT=16" --trace) ;;
     mintask)
       psizes=${MINTASK_SIZES:--b 4M -e 64M -f 2}
       args=(-m plain -m online -m "online-mt50:--mode online AUTOCCL_MIN_TASK_US_TCP=50" --trace) ;;

@@ -149,6 +149,7 @@ class OnlineSource final : public DecisionSource {
       opts_.modelSmallShare = env.settings->modelSmallShare;
       opts_.regretBudget = env.settings->regretBudget;
       opts_.probeKeep = env.settings->probeKeep;
+      opts_.verifyWait = env.settings->verifyWait;
     }
     if (env.table) {
       for (const TableEntry& e : env.table->entries) {

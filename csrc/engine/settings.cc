@@ -266,6 +266,7 @@ Settings loadSettings(const EnvLookup& env) {
   uint64_t probeKeepPct = static_cast<uint64_t>(s.probeKeep * 100.0 + 0.5);
   if (!readBounded(env, "AUTOCCL_PROBE_KEEP_PCT", 0, 1000, &probeKeepPct, &err)) return invalid(s, err);
   s.probeKeep = static_cast<double>(probeKeepPct) / 100.0;
+  if (!readBounded(env, "AUTOCCL_VERIFY_WAIT", 1, 1024, &s.verifyWait, &err)) return invalid(s, err);
 
   std::string guard = get(env, "AUTOCCL_GUARD");
   if (guard == "off") s.guard = false;

@@ -87,6 +87,11 @@ struct Settings {
   // more than this much slower than the best probe are explored no further (search::Options::probeKeep). 100
   // drops only pairs twice as slow; lower prunes sooner (benchmarks/results/cpu/search-probe-keep).
   double probeKeep = 1.00;
+  // AUTOCCL_VERIFY_WAIT (online mode, calls): at a start from a table, once the verification's turns are planned and
+  // their samples are in flight, the table's config runs this many calls (untimed) before the verdict is planned
+  // (search::Options::verifyWait). 1 plans it call by call, a plan lookup per call (over TCP a round trip to the
+  // authority); more, fewer lookups and a verdict that many calls later.
+  uint64_t verifyWait = 1;
   // AUTOCCL_GUARD (online mode): `on` (default) checks the tuned plan against NCCL's own choices on the
   // iteration time of a communicator whose calls repeat in iterations of two or more calls (engine/step_guard.h);
   // `off`: the tasks' own searches alone.

@@ -235,6 +235,9 @@ TEST(engine, settings) {
   EXPECT_TRUE(s.error.find("AUTOCCL_NCCL_CHANNELS='0' must be an integer in [1, 64]") != std::string::npos);
   for (const char* v : {"65", "x", "-3"}) EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_NCCL_CHANNELS", v}})).valid);
   EXPECT_EQ(loadSettings(envOf({})).recheckMs, uint64_t(10000));
+  EXPECT_EQ(loadSettings(envOf({})).verifyWait, uint64_t(1));
+  EXPECT_EQ(loadSettings(envOf({{"AUTOCCL_VERIFY_WAIT", "16"}})).verifyWait, uint64_t(16));
+  for (const char* v : {"0", "1025", "x"}) EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_VERIFY_WAIT", v}})).valid);
   for (const char* v : {"x", "-1", "3600001", "1.5"}) EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_RECHECK_MS", v}})).valid);
   s = loadSettings(envOf({{"AUTOCCL_RECHECK_MS", "0"}}));
   EXPECT_TRUE(s.valid);

@@ -1068,7 +1068,8 @@ struct TaskSearch::Impl {
         // NCCL's default first, then alternate with the table's config
         const int id = alternate(dflt, hintEval, &verifyNextDefault);
         if (id < 0) {  // waiting for the samples: run the table's config meanwhile (it starts tuned)
-          Segment s{planned, planned + 1, evals[static_cast<size_t>(hintEval)].cfg, Phase::kTuning};
+          Segment s{planned, planned + std::max<uint64_t>(o.verifyWait, 1), evals[static_cast<size_t>(hintEval)].cfg,
+                    Phase::kTuning};
           s.cfg.measure = false;
           addWaiting(s);
           return;

@@ -1476,6 +1476,45 @@ void lateStart() {
 }
 
 
+// Options::verifyWait: at a start from an exact table entry, once the verification's turns are planned and their
+// samples lag, the table's config waits in one segment of verifyWait calls instead of one segment per call (each
+// segment end is a plan lookup on every rank), and the verdict is the same.
+void verifyWait() {
+  std::mt19937_64 rng(7);
+  Model m = h200Model(rng, 1 << 26);
+  m.space.ncclChannels = 24;
+  Config tuned;
+  tuned.algo = 0;
+  tuned.proto = 2;
+  tuned.channels = 64;
+  std::vector<TableEntry> table{TableEntry{4, 1u << 26, 1, tuned, 0}};
+  Config finals[2];
+  for (int i = 0; i < 2; ++i) {
+    Options o;
+    o.verifySamples = 3;
+    o.duelRun = 3;
+    o.verifyWait = i == 0 ? 1 : 16;
+    TaskSearch s(m.space, o, hintsFor(table, 4, 1 << 26, 1));
+    std::mt19937_64 r(11);
+    RunResult rr = drive(s, m, r, 120, 8, 0.0);  // samples up to 8 calls late: the turns end before they arrive
+    CHECK(rr.converged);
+    finals[i] = rr.final;
+    // the segments after the verification's last turn and before the verdict: 1 call each, or one of 16
+    const std::vector<Segment> plan = s.plan();
+    size_t waits = 0, longest = 0;
+    for (const Segment& g : plan)
+      if (g.phase == Phase::kTuning && !g.cfg.measure && g.cfg.sameSetting(tuned) && g.begin >= 18) {
+        ++waits;
+        longest = std::max<size_t>(longest, static_cast<size_t>(g.end - g.begin));
+      }
+    std::printf("verifyWait %d: %zu waiting segments after the turns, the longest %zu calls, pinned at call %llu\n",
+                i == 0 ? 1 : 16, waits, longest, static_cast<unsigned long long>(s.stats().convergedAt));
+    if (i == 0) CHECK(waits >= 2 && longest == 1);
+    else CHECK(waits == 1 && longest == 16);
+  }
+  CHECK(finals[0].sameSetting(finals[1]));
+}
+
 // Options::probeKeep with the engine's online bounds (onlineSearchOptions: pairs beyond 2x NCCL's cost model not
 // probed, a first sample 30 % behind abandoned, a regret budget of 10 % plus 16 calls, 3 verification samples):
 // what the first 104 calls of a task (one nccl-tests size: -w 20, -n 40 out of place and in place) cost against
@@ -1584,3 +1623,4 @@ TEST(search, unprofiledTask) { unprofiledTask(); }
 TEST(search, lateStart) { lateStart(); }
 TEST(search, reviveDropped) { reviveDropped(); }
 TEST(search, probeKeepColdCost) { probeKeepColdCost(); }
+TEST(search, verifyWait) { verifyWait(); }

@@ -59,6 +59,12 @@ struct Options {
   int baselineSamples = 6;      // samples of NCCL's default before anything can replace it
   // Samples a side when a table's exact entry is verified against NCCL's choice at a start (0: baselineSamples).
   int verifySamples = 0;
+  // Once the verification's turns are planned and their samples are still in flight, the table's config runs
+  // this many calls (untimed) before the verdict is planned. Each wait is a plan lookup on every rank, over TCP
+  // a round trip to the authority: 1 made a lookup per call until the samples came (2 x H200, one process per
+  // GPU: in every tuned task of every warm nccl-tests launch, lookups at calls 18-22, the last waiting
+  // 0.5-1.1 ms, inside the timed loop).
+  uint64_t verifyWait = 1;
   int samplesFirst = 3;         // first block of a candidate
   int samplesMax = 10;          // a candidate close to the incumbent is sampled up to this many times
   int minSamplesIncumbent = 5;  // a candidate needs this many samples to become the incumbent
