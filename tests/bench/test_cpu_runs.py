@@ -313,6 +313,27 @@ def test_train_pairs_run_rounds_and_summarise(tmp_path: Path) -> None:
     assert all(x.get("resumed") for x in first) and not any(x.get("resumed") for x in second)
     r = CliRunner().invoke(main, [*again, "-o", str(tmp_path / "none")])
     assert r.exit_code != 0 and "nothing to continue" in r.output
+    # rounds without a plain/online pair stand on their own: written, not summarised, not an error
+    r = _run(
+        [
+            *args[:-1],
+            "nccl",
+            "--dtype",
+            "fp32",
+            "--seq",
+            "16",
+            "--batch",
+            "2",
+            "-n",
+            "3",
+            "--pairs",
+            "2",
+            "-o",
+            str(tmp_path / "plain"),
+        ]
+    )
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "plain-pair2.json").is_file() and not (tmp_path / "plain.pairs").exists()
 
 
 def test_train_resilience_straggler(tmp_path: Path) -> None:

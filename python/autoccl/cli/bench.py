@@ -679,9 +679,15 @@ def train(
     except (SpecError, LaunchError) as e:
         raise _fail(str(e)) from None
     if pairs > 1 and topo.is_main:
-        _write_train_pairs(
-            [r.with_name(r.name + ".json") for r in rounds], prefix.with_name(prefix.name + ".pairs")
-        )
+        names = {m.name for m in ms}
+        if {"nccl", "online"} <= names:
+            _write_train_pairs(
+                [r.with_name(r.name + ".json") for r in rounds], prefix.with_name(prefix.name + ".pairs")
+            )
+        else:  # the rounds stand; a pair is plain NCCL against online
+            click.echo(
+                "autoccl bench train: no nccl,online pair in --modes, the rounds are not summarised", err=True
+            )
 
 
 @bench.command("nccl-tests")
