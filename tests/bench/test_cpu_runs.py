@@ -274,24 +274,10 @@ def test_train_pairs_run_rounds_and_summarise(tmp_path: Path) -> None:
     """--pairs 2: two rounds of the modes' launches, each written as PREFIX-pairK, then their summary as
     launch pairs in PREFIX.pairs/ (a gloo run says so: both launches of a pair ran the same collectives)."""
     prefix = tmp_path / "t"
-    args = ["bench", "train", *CPU, "--preset", "tiny", "--parallel", "ddp", "--modes", "nccl,online"]
-    r = _run(
-        [
-            *args,
-            "--dtype",
-            "fp32",
-            "--seq",
-            "16",
-            "--batch",
-            "2",
-            "-n",
-            "4",
-            "--pairs",
-            "2",
-            "-o",
-            str(prefix),
-        ]
-    )
+    base = ["bench", "train", *CPU, "--preset", "tiny", "--parallel", "ddp", "--dtype", "fp32", "--seq", "16"]
+    base += ["--batch", "2", "--pairs", "2"]
+    pair = [*base, "--modes", "nccl,online", "-n", "4", "-o", str(prefix)]
+    r = _run(pair)
     assert r.exit_code == 0, r.output
     for k in (1, 2):
         doc = R.load_doc(tmp_path / f"t-pair{k}.json")
@@ -305,33 +291,15 @@ def test_train_pairs_run_rounds_and_summarise(tmp_path: Path) -> None:
     assert not (tmp_path / "t.json").exists()  # the rounds, not a file of their own
     # --resume: the round that finished is continued (nothing launched again), the one that is gone runs anew
     (tmp_path / "t-pair2.json").unlink()
-    again = [*args, "--dtype", "fp32", "--seq", "16", "--batch", "2", "-n", "4", "--pairs", "2", "--resume"]
-    r = _run([*again, "-o", str(prefix)])
+    r = _run([*pair, "--resume"])
     assert r.exit_code == 0, r.output
     first, second = (R.load_doc(tmp_path / f"t-pair{k}.json")["launches"] for k in (1, 2))
     assert len(first) == len(second) == 2
     assert all(x.get("resumed") for x in first) and not any(x.get("resumed") for x in second)
-    r = CliRunner().invoke(main, [*again, "-o", str(tmp_path / "none")])
+    r = CliRunner().invoke(main, [*base, "--modes", "nccl,online", "-o", str(tmp_path / "none"), "--resume"])
     assert r.exit_code != 0 and "nothing to continue" in r.output
     # rounds without a plain/online pair stand on their own: written, not summarised, not an error
-    r = _run(
-        [
-            *args[:-1],
-            "nccl",
-            "--dtype",
-            "fp32",
-            "--seq",
-            "16",
-            "--batch",
-            "2",
-            "-n",
-            "3",
-            "--pairs",
-            "2",
-            "-o",
-            str(tmp_path / "plain"),
-        ]
-    )
+    r = _run([*base, "--modes", "nccl", "-n", "3", "-o", str(tmp_path / "plain")])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "plain-pair2.json").is_file() and not (tmp_path / "plain.pairs").exists()
 
