@@ -26,13 +26,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from autoccl.bench import nccl_tests as NT
+
 CLASSES = ("nccl", "widest", "narrower, lost", "narrower, leading")
-
-
-def _size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    t = text.strip().upper().rstrip("B")
-    return int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
 
 
 def task_calls(path: Path) -> dict[tuple[str, int], dict[int, dict[str, Any]]]:
@@ -122,7 +118,7 @@ def main() -> None:
         if launch == "mpi" and any(r["file"] == path.name.split(".vm")[0] for r in rows):
             continue  # one process per GPU: rank 0's file is enough (rank 1's has no rank-0 events)
         for (coll, b), calls in sorted(task_calls(path).items()):
-            if b < _size(a.min_bytes):
+            if b < NT.size_arg(a.min_bytes):
                 continue
             acc = account(calls, lo, hi, a.margin)
             if acc:

@@ -573,7 +573,7 @@ def summarize(
                         "baseline_spread": c["baseline_spread"],
                     }
                     for c in sel
-                    if _beyond_spread(c["modes"][m]["ratio"], c["baseline_spread"])
+                    if beyond_spread(c["modes"][m]["ratio"], c["baseline_spread"])
                 ],
                 "largest_average_over_median": outliers.get((m, la)),
                 "data_errors": sum(int(r.get("data_errors", 0)) for r in mrecs),
@@ -621,9 +621,10 @@ def _largest_average_over_median(
     return out
 
 
-def _beyond_spread(ratio: float, spread: float | None) -> bool:
-    """A cell below 0.98x whose loss is larger than the baseline's own movement on it."""
-    return ratio < 0.98 and (spread is None or 1.0 - ratio > spread)
+def beyond_spread(ratio: float, spread: float | None, below: float = 0.98) -> bool:
+    """A ratio below `below` whose loss is larger than the baseline's own movement (max/min - 1 between its
+    launches; None, one launch: unknown, so any such loss counts)."""
+    return ratio < below and (spread is None or 1.0 - ratio > spread)
 
 
 def task_table(records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> str:

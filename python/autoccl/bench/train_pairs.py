@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autoccl.bench.nccl_tests import BenchError, bootstrap_interval
+from autoccl.bench.nccl_tests import BenchError, beyond_spread, bootstrap_interval
 
 # The bar a training gain is held to: the median speed ratio over enough independent pairs.
 BAR_RATIO = 1.00
@@ -248,9 +248,7 @@ def summarize(pairs: Sequence[Pair], baseline: str = "nccl", mode: str = "online
         spread = max(plain) / min(plain) - 1 if len(plain) > 1 else None
         for r in rows:
             # Slower by more than two launches of the baseline alone differ; with one pair that is unknown.
-            r["slower_beyond_spread"] = r["speed_ratio"] < 1 and (
-                spread is None or 1 - r["speed_ratio"] > spread
-            )
+            r["slower_beyond_spread"] = beyond_spread(r["speed_ratio"], spread, below=1.0)
         median = statistics.median(ratios)
         parallels[par] = {
             "pairs": rows,
