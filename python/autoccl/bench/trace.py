@@ -120,6 +120,36 @@ def search_end_iteration(conv: list[dict[str, Any]], iters: int, settled: int) -
     return at if iters - at >= settled else iters
 
 
+def at_nccl_choice(final: dict[str, Any]) -> bool:
+    """A task's final decision (convergence()'s `final`) left everything to NCCL: no algorithm, protocol,
+    channel count or chunk forced."""
+    return (
+        final.get("algo") is None
+        and final.get("proto") is None
+        and not final.get("channels")
+        and not final.get("chunk")
+        and not final.get("chunk_halvings")
+    )
+
+
+def ended_at_nccl(conv: list[dict[str, Any]], iters: int) -> dict[str, Any] | None:
+    """How a training launch's recurring tasks (as search_end_iteration counts them) ended: their number,
+    how many run NCCL's own choice at the end (a search that found nothing better, or the step guard's
+    fall-back), and whether all do (the job ran NCCL's configurations with the plugin loaded). None when the
+    trace holds no recurring task."""
+    if iters <= 0:
+        return None
+    recurring = [t for t in conv if 2 * t["calls"] >= iters]
+    if not recurring:
+        return None
+    at_nccl = sum(1 for t in recurring if at_nccl_choice(t["final"]))
+    return {
+        "recurring_tasks": len(recurring),
+        "tasks_at_nccl": at_nccl,
+        "ended_at_nccl": at_nccl == len(recurring),
+    }
+
+
 def annotate(conv: list[dict[str, Any]], measure_from: dict[str, int]) -> None:
     """Mark each task converged before its measurement began. `measure_from` maps `coll/bytes` to the
     number of calls the harness made before the timed repetitions."""
