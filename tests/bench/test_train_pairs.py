@@ -26,11 +26,11 @@ def write_pair(
     launches: dict[tuple[str, str], tuple[float, list[float]]],
     search_end: int | None = 3,
     settings: dict[str, object] | None = None,
-    ended_at_nccl: bool | None = None,
+    fell_back: bool | None = None,
     convergence: list[dict[str, object]] | None = None,
 ) -> Path:
     """A result as `bench train` writes it, with the keys train-pairs reads: (parallel, mode) -> (steady ms,
-    per-iteration ms). `ended_at_nccl` goes into the online rows; `convergence` into each online launch's
+    per-iteration ms). `fell_back` goes into the online rows; `convergence` into each online launch's
     entry (as the trace's task convergence)."""
     train, iterations = [], []
     for (par, mode), (steady, iter_ms) in launches.items():
@@ -42,8 +42,8 @@ def write_pair(
         }
         if mode == "online":
             row["search_end_iter"] = search_end
-            if ended_at_nccl is not None:
-                row["ended_at_nccl"] = ended_at_nccl
+            if fell_back is not None:
+                row["fell_back_to_nccl"] = fell_back
         train.append(row)
         iterations.append({"parallel": par, "mode": mode, "launch": f"{par}/{mode}", "iter_ms": iter_ms})
     doc = {
@@ -152,16 +152,16 @@ def test_bar_sentence(tmp_path: Path) -> None:
     assert "not met, median 0.980× over 5 pairs." in lost
 
 
-def test_a_launch_ended_on_nccls_choice_counts_as_one(tmp_path: Path) -> None:
-    """The bar's rule: an online launch whose every recurring task ended on NCCL's choice counts as 1.00×;
-    the measured ratio stays beside it."""
+def test_a_fall_back_to_nccls_choice_counts_as_one(tmp_path: Path) -> None:
+    """The bar's rule: an online launch that fell back to NCCL's choice counts as 1.00×; the measured
+    ratio stays beside it."""
     ratios = [0.90, 0.95, 1.10, 1.02, 0.97]
     ended = [True, True, False, False, True]
     files = [
         write_pair(
             tmp_path / f"pair{i + 1}.json",
             {("ddp", "nccl"): (100.0, steps(1, 1)), ("ddp", "online"): (100.0 / r, steps(1, 1))},
-            ended_at_nccl=e,
+            fell_back=e,
         )
         for i, (r, e) in enumerate(zip(ratios, ended, strict=True))
     ]
@@ -170,49 +170,53 @@ def test_a_launch_ended_on_nccls_choice_counts_as_one(tmp_path: Path) -> None:
     assert [r["counted_ratio"] for r in ddp["pairs"]] == pytest.approx([1.0, 1.0, 1.10, 1.02, 1.0])
     assert ddp["median"] == pytest.approx(0.97)
     assert ddp["counted_median"] == pytest.approx(1.0)
-    assert ddp["ended_at_nccl"] == 3
+    assert ddp["fell_back_to_nccl"] == 3
     assert ddp["bar"] == "met" and not ddp["target_reached"]
     # a loss beyond plain's spread (here none: plain never moved) is judged on what was measured
     assert [r["slower_beyond_spread"] for r in ddp["pairs"]] == [True, True, False, False, True]
     text = TP.markdown(s)
     assert "met, counted median 1.000× (95 % " in text
     assert (
-        "measured 0.970× over 5 pairs; 3 of 5 launches ended on NCCL's choice; the target is not reached."
+        "measured 0.970× over 5 pairs; 3 of 5 launches fell back to NCCL's choice; the target is not reached."
         in text
     )
     assert "| 3 of 5 | **1.000×** |" in text
-    # every launch of a kind ended on NCCL's choice: the bar is met at 1.00× whatever was measured
+    # every launch of a kind fell back: the bar is met at 1.00× whatever was measured
     for f in files[2:4]:
         doc = json.loads(f.read_text())
-        doc["train"][1]["ended_at_nccl"] = True
+        doc["train"][1]["fell_back_to_nccl"] = True
         f.write_text(json.dumps(doc))
     all_fell = TP.summarize(TP.read_pairs(files))["parallels"]["ddp"]
     assert all_fell["counted_median"] == 1.0 and all_fell["bar"] == "met"
 
 
-def _task(calls: int, algo: str | None, channels: int = 0) -> dict[str, object]:
+def _task(calls: int, algo: str | None, channels: int = 0, changes: int = 2) -> dict[str, object]:
+    """A task of the trace's convergence: its calls, how many times its decision changed, its last one."""
     final = {"algo": algo, "proto": None if algo is None else "simple", "channels": channels, "chunk": None}
-    return {"calls": calls, "final": {**final, "chunk_halvings": 0}}
+    return {"calls": calls, "changes": list(range(changes)), "final": {**final, "chunk_halvings": 0}}
 
 
-def test_ended_at_nccl_from_the_launchs_task_convergence(tmp_path: Path) -> None:
+def test_fall_back_from_the_launchs_task_convergence(tmp_path: Path) -> None:
     """Result files whose rows lack the verdict: it comes from the launch's task convergence, over the
-    recurring tasks only (8 iterations: a task called 4 times or more)."""
+    recurring tasks only (8 iterations: a task called 4 times or more). A launch that never tried another
+    decision did not fall back."""
     launches = {("ddp", "nccl"): (100.0, steps(1, 1)), ("ddp", "online"): (90.0, steps(1, 1))}
-    fell = [_task(8, None), _task(16, None), _task(1, "ring", 16)]  # the once-only task does not count
+    fell = [_task(8, None), _task(16, None, changes=0), _task(1, "ring", 16)]  # the once-only task: no count
     kept = [_task(8, None), _task(8, "ring", 16)]
     capped = [_task(8, None, channels=8)]  # a channel count forced: not NCCL's choice
+    untried = [_task(8, None, changes=0), _task(16, None, changes=0)]
     paths = [
         write_pair(tmp_path / "a.json", launches, convergence=fell),
         write_pair(tmp_path / "b.json", launches, convergence=kept),
         write_pair(tmp_path / "c.json", launches, convergence=capped),
         write_pair(tmp_path / "d.json", launches),
         write_pair(tmp_path / "e.json", launches, convergence=[_task(2, None)]),
+        write_pair(tmp_path / "f.json", launches, convergence=untried),
     ]
-    got = [p.launch("ddp", "online").ended_at_nccl for p in TP.read_pairs(paths)]  # type: ignore[union-attr]
-    assert got == [True, False, False, None, None]
+    got = [p.launch("ddp", "online").fell_back_to_nccl for p in TP.read_pairs(paths)]  # type: ignore[union-attr]
+    assert got == [True, False, False, None, None, False]
     rows = TP.summarize(TP.read_pairs(paths))["parallels"]["ddp"]["pairs"]
-    assert [r["counted_ratio"] for r in rows] == pytest.approx([1.0] + [100 / 90] * 4)
+    assert [r["counted_ratio"] for r in rows] == pytest.approx([1.0] + [100 / 90] * 5)
 
 
 def test_a_pair_missing_a_launch_is_left_out_of_that_kind(tmp_path: Path) -> None:
@@ -303,7 +307,7 @@ def test_cli_writes_every_file(tmp_path: Path) -> None:
         "plain_steady_ms",
         "online_steady_ms",
         "speed_ratio",
-        "ended_at_nccl",
+        "fell_back_to_nccl",
         "counted_ratio",
         "search_end_iter",
         "plain_drift",
@@ -316,7 +320,7 @@ def test_cli_writes_every_file(tmp_path: Path) -> None:
         "plain_steady_ms": "120.0",
         "online_steady_ms": "160.0",
         "speed_ratio": "0.75",
-        "ended_at_nccl": "",
+        "fell_back_to_nccl": "",
         "counted_ratio": "0.75",
         "search_end_iter": "12",
         "plain_drift": "1.2",

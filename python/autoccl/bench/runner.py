@@ -818,7 +818,7 @@ def run_train(
             row.update(tuning_tradeoff(it["iter_ms"], base[row["parallel"]]))
             if row["launch"] in conv:
                 row.update(tuned_window(it["iter_ms"], base[row["parallel"]], conv[row["launch"]]))
-                row.update(T.ended_at_nccl(conv[row["launch"]], len(it["iter_ms"])) or {})
+                row.update(T.fell_back_to_nccl(conv[row["launch"]], len(it["iter_ms"])) or {})
     return doc
 
 

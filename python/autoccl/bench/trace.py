@@ -132,21 +132,25 @@ def at_nccl_choice(final: dict[str, Any]) -> bool:
     )
 
 
-def ended_at_nccl(conv: list[dict[str, Any]], iters: int) -> dict[str, Any] | None:
-    """How a training launch's recurring tasks (as search_end_iteration counts them) ended: their number,
-    how many run NCCL's own choice at the end (a search that found nothing better, or the step guard's
-    fall-back), and whether all do (the job ran NCCL's configurations with the plugin loaded). None when the
-    trace holds no recurring task."""
+def fell_back_to_nccl(conv: list[dict[str, Any]], iters: int) -> dict[str, Any] | None:
+    """How a training launch's recurring tasks (as search_end_iteration counts them) ended: their number, how
+    many tried another decision, how many run NCCL's own choice at the end, and whether the launch fell back
+    (some task tried another decision and every one ended on NCCL's choice: the step guard's fall-back, or
+    searches that found nothing better; the job ran NCCL's configurations). A launch that never tried
+    anything did not fall back: what it measured is the plugin's presence. None when the trace holds no
+    recurring task."""
     if iters <= 0:
         return None
     recurring = [t for t in conv if 2 * t["calls"] >= iters]
     if not recurring:
         return None
     at_nccl = sum(1 for t in recurring if at_nccl_choice(t["final"]))
+    tried = sum(1 for t in recurring if t.get("changes"))
     return {
         "recurring_tasks": len(recurring),
+        "tasks_tried": tried,
         "tasks_at_nccl": at_nccl,
-        "ended_at_nccl": at_nccl == len(recurring),
+        "fell_back_to_nccl": tried > 0 and at_nccl == len(recurring),
     }
 
 

@@ -5,10 +5,10 @@ then an online one. One pair says little, because two launches of plain NCCL alo
 over several pairs, the median of the speed ratios and its bootstrap interval say whether online is
 faster, and plain's own spread between pairs says how far apart launches land anyway.
 
-A pair whose online launch ended with every recurring task on NCCL's own choice (the step guard fell back,
-or the search found nothing better) ran NCCL's configurations: by the bar's rule it counts as 1.00×, and
-the measured ratio, which then shows only the plugin's presence and the machine's drift, is reported beside
-it."""
+A pair whose online launch fell back to NCCL's own choice (tuned configurations were tried and every
+recurring task ended on NCCL's choice: the step guard's fall-back, or searches that found nothing better)
+ran NCCL's configurations: by the bar's rule it counts as 1.00×, and the measured ratio, which then shows
+only the plugin's presence and the machine's drift, is reported beside it."""
 
 from __future__ import annotations
 
@@ -53,8 +53,8 @@ class LaunchSteps:
     steady_ms: float
     iter_ms: tuple[float, ...]
     search_end_iter: int | None
-    # every recurring task ended on NCCL's own choice (None: no trace says)
-    ended_at_nccl: bool | None = None
+    # tuned configurations were tried and every recurring task ended on NCCL's choice (None: no trace says)
+    fell_back_to_nccl: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ def _read_pair(path: Path, name: str) -> Pair:
                 steady_ms=steady,
                 iter_ms=iter_ms,
                 search_end_iter=None if end is None else int(end),
-                ended_at_nccl=_ended_at_nccl(row, doc, len(iter_ms)) if key[1] != "nccl" else None,
+                fell_back_to_nccl=_fell_back_to_nccl(row, doc, len(iter_ms)) if key[1] != "nccl" else None,
             )
         )
     return Pair(
@@ -170,17 +170,17 @@ def _read_pair(path: Path, name: str) -> Pair:
     )
 
 
-def _ended_at_nccl(row: Mapping[str, Any], doc: Mapping[str, Any], iters: int) -> bool | None:
+def _fell_back_to_nccl(row: Mapping[str, Any], doc: Mapping[str, Any], iters: int) -> bool | None:
     """The row's own verdict (`bench train` writes it), else one from the launch's task convergence in the
     same file (results written before the row carried it)."""
-    if isinstance(row.get("ended_at_nccl"), bool):
-        return bool(row["ended_at_nccl"])
+    if isinstance(row.get("fell_back_to_nccl"), bool):
+        return bool(row["fell_back_to_nccl"])
     for entry in doc.get("launches") or []:
         if isinstance(entry, dict) and entry.get("label") == row.get("launch"):
             conv = entry.get("convergence")
             if isinstance(conv, list) and conv:
-                found = T.ended_at_nccl(conv, iters)
-                return None if found is None else bool(found["ended_at_nccl"])
+                found = T.fell_back_to_nccl(conv, iters)
+                return None if found is None else bool(found["fell_back_to_nccl"])
     return None
 
 
@@ -214,9 +214,9 @@ def _median_ci(ratios: Sequence[float]) -> list[float] | None:
     return [lo, hi]
 
 
-def counted_ratio(speed_ratio: float, ended_at_nccl: bool | None) -> float:
-    """The ratio the bar counts: 1.00 for a launch that ended on NCCL's own choice, else the measured one."""
-    return 1.0 if ended_at_nccl else speed_ratio
+def counted_ratio(speed_ratio: float, fell_back_to_nccl: bool | None) -> float:
+    """The ratio the bar counts: 1.00 for a launch that fell back to NCCL's choice, else the measured one."""
+    return 1.0 if fell_back_to_nccl else speed_ratio
 
 
 def _bar(count: int, median: float) -> str:
@@ -242,8 +242,8 @@ def summarize(pairs: Sequence[Pair], baseline: str = "nccl", mode: str = "online
     """Per parallel kind, over the pairs that have both launches: each pair's speed ratio (baseline steady
     ms / mode steady ms, above 1: `mode` faster) and drift, their median with a 95 % bootstrap interval,
     min/max, and the baseline's own spread between pairs (max/min - 1 of its steady ms); each pair's counted
-    ratio (1.00 where the mode's launch ended on NCCL's own choice) and their median, which the bar judges.
-    A pair lacking one of the two launches of a kind is left out of that kind with a warning; no kind left
+    ratio (1.00 where the mode's launch fell back to NCCL's choice) and their median, which the bar judges. A
+    pair lacking one of the two launches of a kind is left out of that kind with a warning; no kind left
     is an error."""
     if not pairs:
         raise BenchError("no pairs to summarise")
@@ -268,8 +268,8 @@ def summarize(pairs: Sequence[Pair], baseline: str = "nccl", mode: str = "online
                     "baseline_steady_ms": base.steady_ms,
                     "mode_steady_ms": other.steady_ms,
                     "speed_ratio": speed,
-                    "ended_at_nccl": other.ended_at_nccl,
-                    "counted_ratio": counted_ratio(speed, other.ended_at_nccl),
+                    "fell_back_to_nccl": other.fell_back_to_nccl,
+                    "counted_ratio": counted_ratio(speed, other.fell_back_to_nccl),
                     "search_end_iter": other.search_end_iter,
                     "baseline_drift": drift(base.iter_ms),
                     "mode_drift": drift(other.iter_ms),
@@ -293,7 +293,7 @@ def summarize(pairs: Sequence[Pair], baseline: str = "nccl", mode: str = "online
             "ci95": _median_ci(ratios),
             "min": min(ratios),
             "max": max(ratios),
-            "ended_at_nccl": sum(1 for r in rows if r["ended_at_nccl"]),
+            "fell_back_to_nccl": sum(1 for r in rows if r["fell_back_to_nccl"]),
             "counted_median": counted_median,
             "counted_ci95": _median_ci(counted),
             "baseline_spread": spread,
@@ -339,7 +339,7 @@ def csv_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
                     f"{b}_steady_ms": round(r["baseline_steady_ms"], 3),
                     f"{m}_steady_ms": round(r["mode_steady_ms"], 3),
                     "speed_ratio": round(r["speed_ratio"], 4),
-                    "ended_at_nccl": r["ended_at_nccl"],
+                    "fell_back_to_nccl": r["fell_back_to_nccl"],
                     "counted_ratio": round(r["counted_ratio"], 4),
                     "search_end_iter": r["search_end_iter"],
                     f"{b}_drift": None if r["baseline_drift"] is None else round(r["baseline_drift"], 4),
@@ -384,9 +384,9 @@ def _drift_text(v: float | None) -> str:
 def _bar_sentence(s: Mapping[str, Any]) -> str:
     rule = (
         f"**Bar** (median ≥ {BAR_RATIO:.2f}×, target ≥ {TARGET_RATIO:.2f}×, over ≥ {BAR_MIN_PAIRS} pairs, "
-        "a launch that ended on NCCL's choice counted as 1.00×): "
+        "a fall-back to NCCL's choice counted as 1.00×): "
     )
-    fell = s["ended_at_nccl"]
+    fell = s["fell_back_to_nccl"]
 
     def medians(word: str) -> str:
         if not fell:
@@ -395,7 +395,7 @@ def _bar_sentence(s: Mapping[str, Any]) -> str:
         interval = f" (95 % {ci[0]:.3f}–{ci[1]:.3f})" if ci else ""
         return f"counted {word} {_x(s['counted_median'])}{interval}, measured {_x(s['median'])}"
 
-    note = f"; {fell} of {s['count']} launches ended on NCCL's choice" if fell else ""
+    note = f"; {fell} of {s['count']} launches fell back to NCCL's choice" if fell else ""
     if s["bar"] == "too few pairs":
         return rule + f"too few pairs, {s['count']} of {BAR_MIN_PAIRS} ({medians('median so far')}{note})."
     median = medians("median")
@@ -427,21 +427,21 @@ def markdown(summary: Mapping[str, Any]) -> str:
         f"Speed = {base} steady ms / {mode} steady ms (above 1: {mode} faster); steady = the median step of "
         "a launch's second half. Drift = median of a launch's last quarter / median of its second quarter "
         "(above 1: its steps grew during the run). Counted = speed, or 1.000× where the "
-        f"{mode} launch ended with every recurring task on NCCL's own choice (it ran NCCL's configurations; "
-        "the bar counts such a fall-back as 1.00×, not as a failure).",
+        f"{mode} launch fell back to NCCL's own choice (it tried tuned configurations and ended with every "
+        "recurring task on NCCL's choice; the bar counts a fall-back as 1.00×, not as a failure).",
     ]
     for par, s in summary["parallels"].items():
         lines += [
             "",
             f"## {par}",
             "",
-            f"| pair | {base} ms/iter | {mode} ms/iter | speed | ended on NCCL's choice | counted "
+            f"| pair | {base} ms/iter | {mode} ms/iter | speed | fell back to NCCL's choice | counted "
             f"| search ended at iter | {base} drift | {mode} drift | slower beyond {base}'s spread |",
             "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |",
         ]
         for r in s["pairs"]:
             end = "—" if r["search_end_iter"] is None else str(r["search_end_iter"])
-            ended = {True: "yes", False: "no", None: "—"}[r["ended_at_nccl"]]
+            ended = {True: "yes", False: "no", None: "—"}[r["fell_back_to_nccl"]]
             lines.append(
                 f"| {r['pair']} | {r['baseline_steady_ms']:.2f} | {r['mode_steady_ms']:.2f} "
                 f"| {_x(r['speed_ratio'])} | {ended} | {_x(r['counted_ratio'])} | {end} "
@@ -455,7 +455,7 @@ def markdown(summary: Mapping[str, Any]) -> str:
             f"| **median of {s['count']}** | {med(r['baseline_steady_ms'] for r in s['pairs']):.2f} "
             f"| {med(r['mode_steady_ms'] for r in s['pairs']):.2f} "
             f"| **{_x(s['median'])}** ({interval}; min–max {s['min']:.3f}–{s['max']:.3f}) "
-            f"| {s['ended_at_nccl']} of {s['count']} | **{_x(s['counted_median'])}** | | | | |"
+            f"| {s['fell_back_to_nccl']} of {s['count']} | **{_x(s['counted_median'])}** | | | | |"
         )
         spread = s["baseline_spread"]
         lines += [
@@ -476,8 +476,8 @@ def _rolling_median(xs: Sequence[float], window: int = ROLLING_WINDOW) -> list[f
 
 
 def plot(summary: Mapping[str, Any], pairs: Sequence[Pair], path: Path) -> Path:
-    """Left: each pair's speed ratio per parallel kind (hollow: the launch ended on NCCL's choice), the median
-    as a bar (the counted median dashed where it differs), 1.0 and the target as lines.
+    """Left: each pair's speed ratio per parallel kind (hollow: the launch fell back to NCCL's choice), the
+    median as a bar (the counted median dashed where it differs), 1.0 and the target as lines.
     Right, one panel per kind: every launch's step time as a rolling median of 10 steps (baseline solid,
     mode dashed, one colour per pair), the axis fitted to the steps after start-up."""
     import matplotlib
@@ -504,10 +504,10 @@ def plot(summary: Mapping[str, Any], pairs: Sequence[Pair], path: Path) -> Path:
         n = len(s["pairs"])
         for j, r in enumerate(s["pairs"]):
             offset = 0.0 if n == 1 else -0.25 + 0.5 * j / (n - 1)
-            face = "none" if r["ended_at_nccl"] else colour(r["pair"])
+            face = "none" if r["fell_back_to_nccl"] else colour(r["pair"])
             ax.plot(i + offset, r["speed_ratio"], "o", color=colour(r["pair"]), mfc=face, ms=6)
         ax.hlines(s["median"], i - 0.35, i + 0.35, color="black", lw=2)
-        if s["ended_at_nccl"]:
+        if s["fell_back_to_nccl"]:
             ax.hlines(s["counted_median"], i - 0.35, i + 0.35, color="0.5", lw=1.5, ls="--")
     ax.axhline(1.0, color="0.4", lw=0.8)
     ax.axhline(TARGET_RATIO, color="tab:green", lw=0.8, ls=":")
@@ -519,7 +519,7 @@ def plot(summary: Mapping[str, Any], pairs: Sequence[Pair], path: Path) -> Path:
     handles = [Line2D([], [], marker="o", ls="", color=colour(nm), label=nm) for nm in names[:12]]
     handles += [
         Line2D([], [], color="black", lw=2, label="median"),
-        Line2D([], [], marker="o", ls="", color="0.3", mfc="none", label="ended on NCCL's choice"),
+        Line2D([], [], marker="o", ls="", color="0.3", mfc="none", label="fell back to NCCL's choice"),
         Line2D([], [], color="0.5", lw=1.5, ls="--", label="counted median"),
         Line2D([], [], color="tab:green", lw=0.8, ls=":", label=f"target {TARGET_RATIO:.2f}×"),
     ]
