@@ -148,6 +148,9 @@ class OnlineSource final : public DecisionSource {
       // would have to be 4x optimistic for a task worth searching to be left out.
       opts_.modelSmallShare = env.settings->modelSmallShare;
       opts_.regretBudget = env.settings->regretBudget;
+      // The communicator's tasks share one budget too (its searches all run here, on the authority).
+      if (authority_ && env.settings->jobRegretBudget > 0)
+        opts_.jobRegret = std::make_shared<search::RegretLedger>(env.settings->jobRegretBudget, opts_.regretAllowance);
       opts_.probeKeep = env.settings->probeKeep;
       opts_.verifyWait = env.settings->verifyWait;
     }

@@ -263,6 +263,9 @@ Settings loadSettings(const EnvLookup& env) {
   uint64_t regretPct = static_cast<uint64_t>(s.regretBudget * 100.0 + 0.5);
   if (!readBounded(env, "AUTOCCL_REGRET_PCT", 0, 100, &regretPct, &err)) return invalid(s, err);
   s.regretBudget = static_cast<double>(regretPct) / 100.0;
+  uint64_t jobRegretPct = static_cast<uint64_t>(s.jobRegretBudget * 100.0 + 0.5);
+  if (!readBounded(env, "AUTOCCL_JOB_REGRET_PCT", 0, 100, &jobRegretPct, &err)) return invalid(s, err);
+  s.jobRegretBudget = static_cast<double>(jobRegretPct) / 100.0;
   uint64_t probeKeepPct = static_cast<uint64_t>(s.probeKeep * 100.0 + 0.5);
   if (!readBounded(env, "AUTOCCL_PROBE_KEEP_PCT", 0, 1000, &probeKeepPct, &err)) return invalid(s, err);
   s.probeKeep = static_cast<double>(probeKeepPct) / 100.0;

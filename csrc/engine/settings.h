@@ -83,6 +83,9 @@ struct Settings {
   // AUTOCCL_REGRET_PCT (online mode, percent): the fraction of a task's time that exploring it may cost against NCCL's
   // choice, beyond an allowance of sixteen of its calls (search::Options::regretBudget). 0: unbounded.
   double regretBudget = 0.10;
+  // AUTOCCL_JOB_REGRET_PCT (online mode, percent): the same bound for the communicator's tasks together, with one
+  // allowance of its slowest task's calls instead of one per task (search::RegretLedger). 0: no job bound.
+  double jobRegretBudget = 0.10;
   // AUTOCCL_PROBE_KEEP_PCT (online mode, percent): after each (algorithm, protocol) pair's first probe, the pairs
   // more than this much slower than the best probe are explored no further (search::Options::probeKeep). 100
   // drops only pairs twice as slow; lower prunes sooner (benchmarks/results/cpu/search-probe-keep).

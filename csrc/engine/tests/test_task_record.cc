@@ -52,6 +52,9 @@ TEST(engine, task_record_authority) {
   EXPECT_LT(slow, gain);
   EXPECT_NE(f.find(",\"rank_scored\":3,\"shorter_elsewhere\":0,"), std::string::npos) << f;
   EXPECT_NE(f.find(",\"small_task\":true,\"small_by_model\":false,"), std::string::npos) << f;
+  EXPECT_NE(f.find(",\"regret_stop\":false,\"job_regret_stop\":false,"), std::string::npos) << f;
+  r.stats.regretStop = r.stats.jobRegretStop = true;  // ended by the job's budget
+  EXPECT_NE(taskRecordFields(&l, &r).find(",\"regret_stop\":true,\"job_regret_stop\":true,"), std::string::npos);
   r.stats.convergedAt = autoccl::search::kForever;  // not converged: null
   EXPECT_NE(taskRecordFields(&l, &r).find(",\"converged_at\":null,\"search_from\":1,"), std::string::npos);
 }

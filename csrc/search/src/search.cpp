@@ -26,6 +26,42 @@ Objective channelPenalty(double microsPerChannel) {
   return [microsPerChannel](const Config&, int ch, double us) { return us + microsPerChannel * ch; };
 }
 
+int RegretLedger::join() {
+  std::lock_guard<std::mutex> lk(mu_);
+  slots_.emplace_back();
+  return static_cast<int>(slots_.size() - 1);
+}
+void RegretLedger::report(int slot, double regretMicros, double calls, double ncclMicros) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (slot < 0 || static_cast<size_t>(slot) >= slots_.size()) return;
+  slots_[static_cast<size_t>(slot)] = Slot{regretMicros, calls * ncclMicros, ncclMicros};
+}
+double RegretLedger::regretLocked() const {
+  double regret = 0;
+  for (const Slot& x : slots_) regret += x.regret;
+  return regret;
+}
+double RegretLedger::budgetLocked() const {
+  double base = 0, slowest = 0;
+  for (const Slot& x : slots_) {
+    base += x.base;
+    slowest = std::max(slowest, x.nccl);
+  }
+  return share_ * base + allowanceCalls_ * slowest;
+}
+bool RegretLedger::allows() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return regretLocked() <= budgetLocked();
+}
+double RegretLedger::regretMicros() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return regretLocked();
+}
+double RegretLedger::budgetMicros() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return budgetLocked();
+}
+
 namespace {
 
 // One point of the space: pair -1 = NCCL's default; ch = channels; ck = halvings of NCCL's chunk size
@@ -112,6 +148,7 @@ struct TaskSearch::Impl {
   int hintEval = -1;
   uint64_t tuningStart = 0;
   uint64_t tuningCallsThisRound = 0;  // exploring calls (and waiting calls beyond maxWaitCalls)
+  int ledgerSlot = -1;                // this task's slot in Options::jobRegret
   uint64_t waitCallsThisRound = 0;
 
   // pinned state
@@ -157,6 +194,7 @@ struct TaskSearch::Impl {
     if (sp.startChannels > 0) startCh = std::min(sp.startChannels, sp.maxChannels);
     for (int& m : pairMax) m = sp.maxChannels;
     planned = o.firstCall;
+    if (o.jobRegret) ledgerSlot = o.jobRegret->join();
     begin(false);
     if (o.defaultTimedBefore && mode == Mode::kTuning && dflt >= 0) {
       // Verification (a table's exact entry) is left alone: it alternates the two sides call by call.
@@ -766,8 +804,11 @@ struct TaskSearch::Impl {
       toFinal(Config());
       return;
     }
-    if (o.regretBudget > 0 && d.n() > 0 && !regretAllowed(d.med())) {
+    const bool taskOver = o.regretBudget > 0 && !regretAllowed(d.med());
+    const bool jobOver = o.jobRegret && !o.jobRegret->allows();
+    if (d.n() > 0 && (taskOver || jobOver)) {
       st.regretStop = true;
+      st.jobRegretStop = !taskOver;
       for (Eval& e : evals)  // what is still in flight or queued is not waited for
         if (&e != &d && !e.finished()) e.want = e.n() + e.inflight;
       queue.clear();
@@ -1179,6 +1220,14 @@ struct TaskSearch::Impl {
       think();
       planOne();
     }
+    reportRegret();
+  }
+  // The job's ledger learns this task's regret and its calls so far at NCCL's median (once that is measured).
+  void reportRegret() {
+    if (ledgerSlot < 0 || dflt < 0) return;
+    const Eval& d = evals[static_cast<size_t>(dflt)];
+    if (d.samples.empty()) return;
+    o.jobRegret->report(ledgerSlot, st.regretMicros, static_cast<double>(planned), d.med());
   }
 
   const Segment& find(uint64_t k) const {
@@ -1308,6 +1357,7 @@ struct TaskSearch::Impl {
       const Eval& d = evals[static_cast<size_t>(dflt)];
       if (!d.samples.empty()) {
         st.regretMicros += v - d.med();
+        reportRegret();
         // One far slower sample is enough: the candidate gets no more (its pending calls still run).
         const double ref = inc >= 0 && !evals[static_cast<size_t>(inc)].samples.empty() ? evals[static_cast<size_t>(inc)].med() : d.med();
         if (o.abandonAbove > 0 && e.samples.empty() && v > ref * (1.0 + o.abandonAbove)) {

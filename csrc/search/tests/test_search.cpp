@@ -7,6 +7,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -1593,6 +1594,147 @@ void probeKeepColdCost() {
   }
 }
 
+// Options::jobRegret: the tasks of one job share one regret budget. Eight tasks are called in turn, one call
+// each per step, as the tasks of a training step are, with the engine's online bounds. Every configuration other
+// than NCCL's choice is 15-60 % slower, so whatever they explore is regret. Each task alone stays within its own
+// budget (10 % of its calls plus 16 calls), eight allowances together; with the ledger the job spends one, plus
+// what the tasks already had in flight when it was reached (samples arrive after the next calls are planned).
+struct JobRun {
+  double regret = 0;  // summed over the tasks at the end (us)
+  double peak = 0;    // the largest summed regret over the job's budget at that step (true NCCL times)
+  int jobStops = 0;   // tasks whose tuning the job's budget ended
+  int atNccl = 0;     // tasks that kept NCCL's choice
+};
+
+JobRun jobRegretRun(uint64_t seed, bool shared) {
+  constexpr int kTasks = 8;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<Model> models(kTasks);
+  std::vector<std::unique_ptr<TaskSearch>> tasks;
+  auto ledger = std::make_shared<RegretLedger>(0.10, 16);
+  for (int i = 0; i < kTasks; ++i) {
+    Model& m = models[static_cast<size_t>(i)];
+    m.space.maxChannels = 64;
+    m.defaultChannels = 24;
+    m.space.ncclChannels = 24;
+    for (int a = 0; a < 2; ++a)
+      for (int p = 0; p < kNumProtos; ++p) m.space.cost[a][p] = static_cast<float>(100.0 * (1.0 + 0.1 * (a * 3 + p)));
+    setDefaultFromCost(m);
+    const double base = 50.0 + 400.0 * u(rng);
+    const int dflt = m.defaultPair;
+    const double pairCost = 0.15 + 0.30 * u(rng);
+    m.noise = 0.01;
+    m.t = [base, dflt, pairCost](int pair, int ch, int halvings) {
+      const double off = std::fabs(std::log2(static_cast<double>(ch) / 24.0));
+      return base * (1.0 + (pair == dflt ? 0.0 : pairCost) + 0.15 * off + 0.05 * halvings);
+    };
+    Options o;
+    o.maxCostRatio = 2.0;
+    o.abandonAbove = 0.3;
+    o.regretBudget = 0.10;
+    o.regretAllowance = 16;
+    if (shared) o.jobRegret = ledger;
+    tasks.push_back(std::make_unique<TaskSearch>(m.space, o));
+  }
+  std::uniform_int_distribution<int> lagd(0, 4);
+  std::vector<std::multimap<uint64_t, std::pair<uint64_t, double>>> due(kTasks);
+  JobRun r;
+  double ncclSum = 0, ncclMax = 0;
+  for (const Model& m : models) {
+    ncclSum += m.trueTime(Config());
+    ncclMax = std::max(ncclMax, m.trueTime(Config()));
+  }
+  for (uint64_t k = 0; k < 300; ++k) {
+    double regret = 0;
+    for (auto& t : tasks) regret += t->stats().regretMicros;
+    r.peak = std::max(r.peak, regret / (0.10 * static_cast<double>(k) * ncclSum + 16 * ncclMax));
+    for (int i = 0; i < kTasks; ++i) {
+      TaskSearch& s = *tasks[static_cast<size_t>(i)];
+      const Config c = s.configFor(k);
+      if (c.measure)
+        due[static_cast<size_t>(i)].emplace(k + static_cast<uint64_t>(lagd(rng)),
+                                            std::make_pair(k, models[static_cast<size_t>(i)].sample(c, rng)));
+      auto& q = due[static_cast<size_t>(i)];
+      while (!q.empty() && q.begin()->first <= k) {
+        s.addSample(q.begin()->second.first, q.begin()->second.second);
+        q.erase(q.begin());
+      }
+    }
+  }
+  for (auto& t : tasks) {
+    const Stats st = t->stats();
+    r.regret += st.regretMicros;
+    r.jobStops += st.jobRegretStop ? 1 : 0;
+    r.atNccl += t->best().isDefault() ? 1 : 0;
+  }
+  return r;
+}
+
+void jobRegret() {
+  double alone = 0, together = 0, meanPeakAlone = 0, meanPeak = 0, peakTogether = 0;
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    const JobRun a = jobRegretRun(seed, false), b = jobRegretRun(seed, true);
+    std::printf("seed %llu: the tasks' regret %.0f us alone (at most %.2fx the job's budget), %.0f us with the job's "
+                "ledger (%.2fx; %d tasks stopped by it); NCCL's choice kept by %d / %d of 8\n",
+                static_cast<unsigned long long>(seed), a.regret, a.peak, b.regret, b.peak, b.jobStops, a.atNccl,
+                b.atNccl);
+    CHECK(a.jobStops == 0);
+    CHECK(a.atNccl == 8 && b.atNccl == 8);  // nothing beats NCCL's choice here, with or without the ledger
+    CHECK(b.jobStops > 0);
+    CHECK(b.peak < a.peak);
+    alone += a.regret;
+    together += b.regret;
+    meanPeakAlone += a.peak / 10;
+    meanPeak += b.peak / 10;
+    peakTogether = std::max(peakTogether, b.peak);
+  }
+  std::printf("10 jobs: regret %.0f us alone (its peak over the job's budget %.2fx on average), %.0f us with the "
+              "ledger (%.2fx on average, at most %.2fx)\n",
+              alone, meanPeakAlone, together, meanPeak, peakTogether);
+  CHECK(meanPeakAlone > 2.0);  // without the ledger the job overspends: the test can fail
+  // with it, the budget plus what the tasks had in flight when it was reached
+  CHECK(meanPeak < 1.4);
+  CHECK(peakTogether < 2.0);
+  CHECK(together < 0.75 * alone);
+}
+
+// A job of one task never meets the job's bound before the task's own (the same share and allowance): its plan is
+// the same with and without the ledger, over the convergence case's models.
+void jobRegretOneTask() {
+  int differing = 0;
+  for (int kind = 0; kind < 2; ++kind)
+    for (uint64_t seed = 1; seed <= 100; ++seed) {
+      std::vector<Segment> plans[2];
+      for (int shared = 0; shared < 2; ++shared) {
+        std::mt19937_64 rng;
+        Model m = convergenceModel(kind, seed, rng);
+        Options o = testOptions(rng);
+        o.maxCostRatio = 2.0;
+        o.abandonAbove = 0.3;
+        o.regretBudget = 0.10;
+        o.regretAllowance = 16;
+        if (shared) o.jobRegret = std::make_shared<RegretLedger>(0.10, 16);
+        const int lag = static_cast<int>(rng() % 5);
+        TaskSearch s(m.space, o);
+        drive(s, m, rng, 150, lag, 0.0);
+        CHECK(!s.stats().jobRegretStop);
+        plans[shared] = s.plan();
+      }
+      if (plans[0].size() != plans[1].size()) {
+        differing++;
+        continue;
+      }
+      for (size_t i = 0; i < plans[0].size(); ++i)
+        if (plans[0][i].begin != plans[1][i].begin || plans[0][i].end != plans[1][i].end ||
+            plans[0][i].cfg != plans[1][i].cfg) {
+          differing++;
+          break;
+        }
+    }
+  CHECK(differing == 0);
+}
+
 }  // namespace
 
 TEST(search, convergence) { convergence(); }
@@ -1624,3 +1766,5 @@ TEST(search, lateStart) { lateStart(); }
 TEST(search, reviveDropped) { reviveDropped(); }
 TEST(search, probeKeepColdCost) { probeKeepColdCost(); }
 TEST(search, verifyWait) { verifyWait(); }
+TEST(search, jobRegret) { jobRegret(); }
+TEST(search, jobRegretOneTask) { jobRegretOneTask(); }

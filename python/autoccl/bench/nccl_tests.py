@@ -186,6 +186,7 @@ def pinned_tasks(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                         "table_default",
                         "regret_us",
                         "regret_stop",
+                        "job_regret_stop",
                     )
                     if k in rec
                 }

@@ -55,6 +55,32 @@ Objective collectiveTime();
 // GEMM suffers from every SM the collective takes (compute-aware objective, shared/data/h200x4).
 Objective channelPenalty(double microsPerChannel);
 
+// What the searches of one job explore at together (Options::jobRegret; the engine: one per communicator, on its
+// authority). Each task's regret (Stats::regretMicros) is summed against a share of the time the tasks' calls
+// would have taken at NCCL's medians, plus one allowance of the slowest task's calls: a job whose tasks all
+// explore at once would otherwise get an allowance per task (Options::regretAllowance). Thread-safe: tasks report
+// from the threads that plan and measure them; it never calls back into a search.
+class RegretLedger {
+ public:
+  RegretLedger(double share, double allowanceCalls) : share_(share), allowanceCalls_(allowanceCalls) {}
+  int join();  // a new task's slot
+  // Task `slot` has explored at a net cost of `regretMicros` over `calls` calls whose NCCL median is `ncclMicros`.
+  void report(int slot, double regretMicros, double calls, double ncclMicros);
+  bool allows() const;  // the tasks' summed regret is within the budget
+  double regretMicros() const;
+  double budgetMicros() const;
+
+ private:
+  struct Slot {
+    double regret = 0, base = 0, nccl = 0;
+  };
+  double regretLocked() const;
+  double budgetLocked() const;
+  mutable std::mutex mu_;
+  std::vector<Slot> slots_;
+  double share_, allowanceCalls_;
+};
+
 struct Options {
   int baselineSamples = 6;      // samples of NCCL's default before anything can replace it
   // Samples a side when a table's exact entry is verified against NCCL's choice at a start (0: baselineSamples).
@@ -156,6 +182,9 @@ struct Options {
   // other than NCCL's choice still has to win the duel). regretBudget 0: no bound.
   double regretBudget = 0;
   double regretAllowance = 4;
+  // Shared by the job's tasks: once their summed regret exceeds the job's budget (RegretLedger), every task still
+  // exploring ends its tuning as if its own budget were spent. Null: no job bound.
+  std::shared_ptr<RegretLedger> jobRegret;
   // A candidate whose first sample is this much slower than the incumbent (relative) gets no further
   // samples: one slow call is already what it costs. 0: off.
   double abandonAbove = 0;
@@ -188,7 +217,8 @@ struct Stats {
   bool smallTask = false;       // kept NCCL's choice below Options::minTaskMicros
   bool smallByModel = false;    // ... judged from NCCL's cost model alone (Options::modelSmallShare)
   bool tableDefault = false;    // kept NCCL's choice from the start: the table's exact entry says it won
-  bool regretStop = false;      // tuning ended by the regret budget
+  bool regretStop = false;      // tuning ended by the regret budget (the task's or the job's)
+  bool jobRegretStop = false;   // ... by the job's (Options::jobRegret) while the task's own had room
   uint64_t abandoned = 0;       // candidates given up after one far slower sample (Options::abandonAbove)
 };
 
