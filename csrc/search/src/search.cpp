@@ -805,6 +805,7 @@ struct TaskSearch::Impl {
       return;
     }
     const bool taskOver = o.regretBudget > 0 && !regretAllowed(d.med());
+    reportRegret();
     const bool jobOver = o.jobRegret && !o.jobRegret->allows();
     if (d.n() > 0 && (taskOver || jobOver)) {
       st.regretStop = true;
@@ -1222,12 +1223,13 @@ struct TaskSearch::Impl {
     }
     reportRegret();
   }
-  // The job's ledger learns this task's regret and its calls so far at NCCL's median (once that is measured).
+  // The job's ledger learns this task's regret and its exploring calls at NCCL's median (once that is measured):
+  // the calls its own budget counts. Not the calls planned: a pinned task's plan runs far ahead of its calls.
   void reportRegret() {
     if (ledgerSlot < 0 || dflt < 0) return;
     const Eval& d = evals[static_cast<size_t>(dflt)];
     if (d.samples.empty()) return;
-    o.jobRegret->report(ledgerSlot, st.regretMicros, static_cast<double>(planned), d.med());
+    o.jobRegret->report(ledgerSlot, st.regretMicros, static_cast<double>(st.tuningCalls), d.med());
   }
 
   const Segment& find(uint64_t k) const {

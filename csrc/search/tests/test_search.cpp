@@ -1601,7 +1601,9 @@ void probeKeepColdCost() {
 // what the tasks already had in flight when it was reached (samples arrive after the next calls are planned).
 struct JobRun {
   double regret = 0;  // summed over the tasks at the end (us)
-  double peak = 0;    // the largest summed regret over the job's budget at that step (true NCCL times)
+  // the largest summed regret over the job's budget at that step, 10 % of every call so far at NCCL's time plus
+  // 16 calls of the slowest task (the ledger counts only exploring calls: a stricter budget)
+  double peak = 0;
   int jobStops = 0;   // tasks whose tuning the job's budget ended
   int atNccl = 0;     // tasks that kept NCCL's choice
 };
@@ -1694,9 +1696,9 @@ void jobRegret() {
               alone, meanPeakAlone, together, meanPeak, peakTogether);
   CHECK(meanPeakAlone > 2.0);  // without the ledger the job overspends: the test can fail
   // with it, the budget plus what the tasks had in flight when it was reached
-  CHECK(meanPeak < 1.4);
-  CHECK(peakTogether < 2.0);
-  CHECK(together < 0.75 * alone);
+  CHECK(meanPeak < 1.2);
+  CHECK(peakTogether < 1.5);
+  CHECK(together < 0.5 * alone);
 }
 
 // A job of one task never meets the job's bound before the task's own (the same share and allowance): its plan is
