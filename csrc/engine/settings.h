@@ -84,8 +84,10 @@ struct Settings {
   // choice, beyond an allowance of sixteen of its calls (search::Options::regretBudget). 0: unbounded.
   double regretBudget = 0.10;
   // AUTOCCL_JOB_REGRET_PCT (online mode, percent): the same bound for the communicator's tasks together, with one
-  // allowance of its slowest task's calls instead of one per task (search::RegretLedger). 0: no job bound.
-  double jobRegretBudget = 0.10;
+  // allowance of its slowest task's calls instead of one per task (search::RegretLedger). 0 (default): no job
+  // bound. Opt-in: where a few tasks have a gain behind a descent, the others' exploration spends the budget
+  // first (search test jobRegretMixed), and it is not measured on a GPU.
+  double jobRegretBudget = 0;
   // AUTOCCL_PROBE_KEEP_PCT (online mode, percent): after each (algorithm, protocol) pair's first probe, the pairs
   // more than this much slower than the best probe are explored no further (search::Options::probeKeep). 100
   // drops only pairs twice as slow; lower prunes sooner (benchmarks/results/cpu/search-probe-keep).

@@ -666,6 +666,43 @@ void testProbeKeepDropsFarPairs() {
   CHECK(ll128Calls[2] < ll128Calls[1]);
 }
 
+// AUTOCCL_JOB_REGRET_PCT reaches the authority's searches: six tasks of one communicator called in turn, on each
+// of which every configuration but NCCL's choice is 35-50 % slower. With the job's bound the tasks together
+// explore fewer calls off NCCL's choice than with their own bounds alone; every task ends on NCCL's choice and
+// both ranks apply the same configuration on every call. Out-of-range values are refused.
+void testJobRegretAcrossTasks() {
+  CostModel m;
+  m.set(kRing, kSimple, 100, 24, 0.30);
+  m.set(kRing, kLL128, 140, 24, 0.20);
+  m.set(kRing, kLL, 150, 24, 0.10);
+  m.set(kTree, kSimple, 145, 24, 0.20);
+  std::vector<TaskSpec> tasks;
+  for (uint64_t i = 1; i <= 6; ++i) tasks.push_back({kAllReduce, i << 23, m});
+  size_t explored[2] = {0, 0};
+  const char* pct[2] = {"0", "10"};
+  for (int i = 0; i < 2; ++i) {
+    Settings st = onlineSettings();
+    Settings parsed = loadSettings(envOf({{"AUTOCCL_MODE", "online"}, {"AUTOCCL_JOB_REGRET_PCT", pct[i]}}));
+    CHECK(parsed.valid);
+    st.jobRegretBudget = parsed.jobRegretBudget;
+    Runtime rt(st, 22809, 22803, "/nonexistent");
+    Logs logs;
+    Comm comm(rt, 0x70BULL + static_cast<uint64_t>(i), 2, {0, 1}, &logs);
+    Converged c = driveToConvergence(comm, tasks, 300);
+    for (size_t t = 0; t < tasks.size(); ++t) {
+      const std::vector<Applied>& a = c.seen[0][t];
+      explored[i] += static_cast<size_t>(std::count_if(a.begin(), a.end(), [](const Applied& x) { return !x.isDefault(); }));
+      CHECK_STR(a.back().str(), "nccl");
+      CHECK(c.seen[1][t] == a);
+    }
+    for (auto& r : comm.ranks) r->ctx.finalizeTuner();
+  }
+  std::fprintf(stderr, "  calls off NCCL's choice over 6 tasks: %zu with the tasks' own bounds, %zu with the job's\n",
+               explored[0], explored[1]);
+  CHECK(explored[1] < explored[0]);
+  CHECK(!loadSettings(envOf({{"AUTOCCL_MODE", "online"}, {"AUTOCCL_JOB_REGRET_PCT", "101"}})).valid);
+}
+
 // The search pins within a bounded number of calls, on the clearly best configuration of each task
 // (a forced pair and channel count, another pair, NCCL's own choice), and stays there through the
 // drift re-checks on every rank; timing is off in the steady state. Run with the search's channel
@@ -1761,6 +1798,7 @@ void testOnlineTcpPinnedCost() {
 TEST(engine, online_agreement_threads) { testAgreementThreads(); }
 TEST(engine, online_convergence) { testConvergence(); }
 TEST(engine, online_probe_keep_drops_far_pairs) { testProbeKeepDropsFarPairs(); }
+TEST(engine, online_job_regret_across_tasks) { testJobRegretAcrossTasks(); }
 TEST(engine, online_small_task_keeps_nccl) { testSmallTaskKeepsNccl(); }
 TEST(engine, online_model_small_task_releases_timing) { testModelSmallTaskReleasesTiming(); }
 TEST(engine, online_step_guard_keeps_a_gain) { testStepGuardKeepsAGain(); }

@@ -149,6 +149,7 @@ struct TaskSearch::Impl {
   uint64_t tuningStart = 0;
   uint64_t tuningCallsThisRound = 0;  // exploring calls (and waiting calls beyond maxWaitCalls)
   int ledgerSlot = -1;                // this task's slot in Options::jobRegret
+  uint64_t callsSeen = 0;             // the highest call index asked (segmentFor) + 1: calls the task has made
   uint64_t waitCallsThisRound = 0;
 
   // pinned state
@@ -1223,13 +1224,15 @@ struct TaskSearch::Impl {
     }
     reportRegret();
   }
-  // The job's ledger learns this task's regret and its exploring calls at NCCL's median (once that is measured):
-  // the calls its own budget counts. Not the calls planned: a pinned task's plan runs far ahead of its calls.
+  // The job's ledger learns this task's regret and its calls so far at NCCL's median (once that is measured): the
+  // calls asked (a pinned task's plan runs far ahead of them), or the exploring calls planned where more (the calls
+  // its own budget counts), so that the job's budget grows as the job runs and is never below the task's own.
   void reportRegret() {
     if (ledgerSlot < 0 || dflt < 0) return;
     const Eval& d = evals[static_cast<size_t>(dflt)];
     if (d.samples.empty()) return;
-    o.jobRegret->report(ledgerSlot, st.regretMicros, static_cast<double>(st.tuningCalls), d.med());
+    const double calls = static_cast<double>(std::max(callsSeen, st.tuningCalls));
+    o.jobRegret->report(ledgerSlot, st.regretMicros, calls, d.med());
   }
 
   const Segment& find(uint64_t k) const {
@@ -1385,6 +1388,10 @@ TaskSearch::~TaskSearch() = default;
 
 Segment TaskSearch::segmentFor(uint64_t k) {
   std::lock_guard<std::mutex> lk(mu_);
+  if (k != kForever && k + 1 > impl_->callsSeen) {
+    impl_->callsSeen = k + 1;
+    impl_->reportRegret();
+  }
   if (k >= impl_->planned || impl_->planned - k < impl_->o.lead) {
     uint64_t want = k + impl_->o.lead;
     if (want < k) want = kForever;

@@ -134,11 +134,12 @@ def at_nccl_choice(final: dict[str, Any]) -> bool:
 
 def fell_back_to_nccl(conv: list[dict[str, Any]], iters: int) -> dict[str, Any] | None:
     """How a training launch's recurring tasks (as search_end_iteration counts them) ended: their number, how
-    many tried another decision, how many run NCCL's own choice at the end, and whether the launch fell back
-    (some task tried another decision and every one ended on NCCL's choice: the step guard's fall-back, or
-    searches that found nothing better; the job ran NCCL's configurations). A launch that never tried
-    anything did not fall back: what it measured is the plugin's presence. None when the trace holds no
-    recurring task."""
+    many tried another decision, how many run NCCL's own choice at the end, the iteration of the last decision
+    change, and whether the launch fell back: some task tried another decision, every one ended on NCCL's
+    choice (the step guard's fall-back, or searches that found nothing better), and no decision changed after
+    the first half, so the measured half ran NCCL's configurations throughout (a launch that ends inside a
+    guard round, or whose search ran into that half, did not). A launch that never tried anything did not
+    fall back: what it measured is the plugin's presence. None when the trace holds no recurring task."""
     if iters <= 0:
         return None
     recurring = [t for t in conv if 2 * t["calls"] >= iters]
@@ -146,11 +147,15 @@ def fell_back_to_nccl(conv: list[dict[str, Any]], iters: int) -> dict[str, Any] 
         return None
     at_nccl = sum(1 for t in recurring if at_nccl_choice(t["final"]))
     tried = sum(1 for t in recurring if t.get("changes"))
+    last_change = max(
+        (int(t["changes"][-1] / (t["calls"] / iters)) for t in recurring if t.get("changes")), default=0
+    )
     return {
         "recurring_tasks": len(recurring),
         "tasks_tried": tried,
         "tasks_at_nccl": at_nccl,
-        "fell_back_to_nccl": tried > 0 and at_nccl == len(recurring),
+        "last_change_iter": last_change,
+        "fell_back_to_nccl": tried > 0 and at_nccl == len(recurring) and last_change <= iters // 2,
     }
 
 

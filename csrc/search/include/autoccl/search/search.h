@@ -56,9 +56,10 @@ Objective collectiveTime();
 Objective channelPenalty(double microsPerChannel);
 
 // What the searches of one job explore at together (Options::jobRegret; the engine: one per communicator, on its
-// authority). Each task's regret (Stats::regretMicros) is summed against a share of the time the tasks' exploring
-// calls (Stats::tuningCalls) would have taken at NCCL's medians, plus one allowance of the slowest task's calls: a
-// job whose tasks all explore at once would otherwise get an allowance per task (Options::regretAllowance). Thread-safe: tasks report
+// authority). Each task's regret (Stats::regretMicros) is summed against a share of the time the tasks' calls so
+// far (the calls asked, at least the exploring ones planned) would have taken at NCCL's medians, plus one allowance
+// of the slowest task's calls: a job whose tasks all explore at once would otherwise get an allowance per task
+// (Options::regretAllowance). The budget grows as the job's calls go on, for tasks that start or re-tune later. Thread-safe: tasks report
 // from the threads that plan and measure them; it never calls back into a search.
 class RegretLedger {
  public:
