@@ -196,6 +196,16 @@ Options testOptions(std::mt19937_64& rng) {
   return o;
 }
 
+// The engine's online bounds (onlineSearchOptions): pairs NCCL's model puts beyond 2x its choice not probed, a first
+// sample 30 % behind abandoned, a regret budget of 10 % of the task's calls plus 16 calls.
+Options withOnlineBounds(Options o) {
+  o.maxCostRatio = 2.0;
+  o.abandonAbove = 0.3;
+  o.regretBudget = 0.10;
+  o.regretAllowance = 16;
+  return o;
+}
+
 // The convergence case's models: for seeds 1-300, kind 0 random unimodal-ish, kind 1 H200-like of a size drawn in
 // 64 KiB-1 GiB. `rng` is seeded from (seed, kind) and goes on to draw the run's options and sample lag.
 Model convergenceModel(int kind, uint64_t seed, std::mt19937_64& rng) {
@@ -1533,11 +1543,7 @@ KeepResult probeKeepRuns(double keep, int kind, int maxLag) {
   for (uint64_t seed = 1; seed <= 300; ++seed) {
     std::mt19937_64 rng;
     Model m = convergenceModel(kind, seed, rng);
-    Options o = testOptions(rng);
-    o.maxCostRatio = 2.0;
-    o.abandonAbove = 0.3;
-    o.regretBudget = 0.10;
-    o.regretAllowance = 16;
+    Options o = withOnlineBounds(testOptions(rng));
     o.verifySamples = 3;
     o.probeKeep = keep;
     const int lag = static_cast<int>(rng() % static_cast<uint64_t>(maxLag + 1));
@@ -1639,11 +1645,7 @@ JobRun jobRegretRun(uint64_t seed, bool shared, int winners = 0, double best = 1
       const double off = std::fabs(std::log2(static_cast<double>(ch) / 24.0));
       return base * (1.0 + (pair == dflt ? 0.0 : pairCost) + 0.15 * off + 0.05 * halvings);
     };
-    Options o;
-    o.maxCostRatio = 2.0;
-    o.abandonAbove = 0.3;
-    o.regretBudget = 0.10;
-    o.regretAllowance = 16;
+    Options o = withOnlineBounds(Options());
     if (shared) o.jobRegret = ledger;
     tasks.push_back(std::make_unique<TaskSearch>(m.space, o));
   }
@@ -1751,11 +1753,7 @@ void jobRegretOneTask() {
       for (int shared = 0; shared < 2; ++shared) {
         std::mt19937_64 rng;
         Model m = convergenceModel(kind, seed, rng);
-        Options o = testOptions(rng);
-        o.maxCostRatio = 2.0;
-        o.abandonAbove = 0.3;
-        o.regretBudget = 0.10;
-        o.regretAllowance = 16;
+        Options o = withOnlineBounds(testOptions(rng));
         if (shared) o.jobRegret = std::make_shared<RegretLedger>(0.10, 16);
         const int lag = static_cast<int>(rng() % 5);
         TaskSearch s(m.space, o);
