@@ -382,3 +382,38 @@ def test_gloo_pairs_say_so_in_the_title(tmp_path: Path) -> None:
     assert "gloo, not NCCL" in title
     files = [write_pair(tmp_path / f"gpu{i}.json", pair) for i in (1, 2)]
     assert "gloo" not in TP.markdown(TP.summarize(TP.read_pairs(files))).splitlines()[0]
+
+
+def test_bench_train_rows_carry_the_fall_back(tmp_path: Path) -> None:
+    """What `bench train` adds to an online row from its launch's trace, read back by train-pairs: 60
+    iterations, one task called twice a step that tried ring and ended on NCCL's choice by step 10."""
+    from autoccl.bench.runner import annotate_online_rows
+
+    task = {
+        "calls": 120,
+        "changes": [4, 20],
+        "final": {"algo": None, "proto": None, "channels": 0, "chunk": 0, "chunk_halvings": 0},
+    }
+    plain, online = [10.0] * 60, [11.0] * 5 + [10.0] * 55
+    doc: dict[str, object] = {
+        "kind": "train",
+        "settings": {"iters": 60},
+        "host": {},
+        "iterations": [
+            {"parallel": "ddp", "mode": "nccl", "launch": "ddp/nccl", "iter_ms": plain},
+            {"parallel": "ddp", "mode": "online", "launch": "ddp/online", "iter_ms": online},
+        ],
+        "train": [
+            {"parallel": "ddp", "mode": "nccl", "launch": "ddp/nccl", "steady_ms": 10.0},
+            {"parallel": "ddp", "mode": "online", "launch": "ddp/online", "steady_ms": 10.0},
+        ],
+        "launches": [{"label": "ddp/nccl"}, {"label": "ddp/online", "convergence": [task]}],
+    }
+    annotate_online_rows(doc)
+    row = doc["train"][1]  # type: ignore[index]
+    assert row["fell_back_to_nccl"] is True and row["last_change_iter"] == 10
+    assert (row["recurring_tasks"], row["tasks_tried"], row["tasks_at_nccl"]) == (1, 1, 1)
+    assert "fell_back_to_nccl" not in doc["train"][0]  # type: ignore[index]
+    path = tmp_path / "pair1.json"
+    path.write_text(json.dumps(doc))
+    assert TP.read_pairs([path])[0].launch("ddp", "online").fell_back_to_nccl is True  # type: ignore[union-attr]

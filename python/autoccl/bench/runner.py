@@ -811,6 +811,14 @@ def run_train(
         )
     else:
         doc["status"] = "complete"
+    annotate_online_rows(doc)
+    return doc
+
+
+def annotate_online_rows(doc: dict[str, Any]) -> None:
+    """Each online train row against the plain NCCL launch of its parallel kind: the tuning trade-off, and
+    from the launch's trace (its task convergence) when there is one the tuned window and how its recurring
+    tasks ended (a fall-back to NCCL's choice, `trace.fell_back_to_nccl`)."""
     base = {it["parallel"]: it["iter_ms"] for it in doc["iterations"] if it["mode"] == "nccl"}
     conv = {e["label"]: e["convergence"] for e in doc["launches"] if "convergence" in e}
     for row, it in zip(doc["train"], doc["iterations"], strict=True):
@@ -819,7 +827,6 @@ def run_train(
             if row["launch"] in conv:
                 row.update(tuned_window(it["iter_ms"], base[row["parallel"]], conv[row["launch"]]))
                 row.update(T.fell_back_to_nccl(conv[row["launch"]], len(it["iter_ms"])) or {})
-    return doc
 
 
 def tuned_window(mode_ms: list[float], base_ms: list[float], conv: list[dict[str, Any]]) -> dict[str, Any]:
