@@ -17,6 +17,8 @@ def test_convergence_from_trace(fixtures: Path) -> None:
     assert [(c["coll"], c["bytes"]) for c in conv] == [("all_gather", 1048576), ("all_reduce", 4096)]
     ag = conv[0]
     assert ag["calls"] == 6 and ag["converged_at"] == 3 and ag["decisions_tried"] == 3
+    # where each decision's run begins, and whether it left everything to NCCL (all three forced a pair)
+    assert ag["runs"] == [[0, False], [1, False], [3, False]]
     assert ag["final"] == {
         "algo": "ring",
         "proto": "simple",

@@ -231,8 +231,29 @@ def test_fall_back_from_the_launchs_task_convergence(tmp_path: Path) -> None:
         "tasks_tried": 2,
         "tasks_at_nccl": 2,
         "last_change_iter": 6,
+        "second_half_nccl_share": None,  # convergence without runs of decisions: the last change decides
         "fell_back_to_nccl": False,
     }
+
+
+def test_fall_back_judged_on_the_second_half_of_each_task() -> None:
+    """With the runs of decisions: the guard's re-check rounds in the second half (a few of its calls on the
+    tuned plan) still leave a fall-back; a launch whose guard kept the tuned plan and that ends inside a
+    round's NCCL block does not fall back, though its last calls are NCCL's choice."""
+
+    def task(runs: list[list[object]]) -> dict[str, object]:
+        changes = [r[0] for r in runs[1:]]
+        nccl = {"algo": None, "proto": None, "channels": 0, "chunk": 0, "chunk_halvings": 0}
+        return {"calls": 120, "changes": changes, "runs": runs, "final": nccl}
+
+    # 60 iterations, two calls each; second half = calls 60-119
+    rechecked = task([[0, True], [4, False], [20, True], [90, False], [96, True]])  # 54 of 60 on NCCL
+    kept_tuned = task([[0, True], [4, False], [110, True]])  # 10 of 60
+    a = T.fell_back_to_nccl([rechecked], 60)
+    assert a is not None and a["second_half_nccl_share"] == pytest.approx(0.9) and a["fell_back_to_nccl"]
+    b = T.fell_back_to_nccl([rechecked, kept_tuned], 60)
+    assert b is not None and b["second_half_nccl_share"] == pytest.approx(10 / 60)
+    assert b["tasks_at_nccl"] == 2 and not b["fell_back_to_nccl"]
 
 
 def test_a_pair_missing_a_launch_is_left_out_of_that_kind(tmp_path: Path) -> None:
@@ -392,6 +413,7 @@ def test_bench_train_rows_carry_the_fall_back(tmp_path: Path) -> None:
     task = {
         "calls": 120,
         "changes": [4, 20],
+        "runs": [[0, True], [4, False], [20, True]],
         "final": {"algo": None, "proto": None, "channels": 0, "chunk": 0, "chunk_halvings": 0},
     }
     plain, online = [10.0] * 60, [11.0] * 5 + [10.0] * 55
@@ -412,6 +434,7 @@ def test_bench_train_rows_carry_the_fall_back(tmp_path: Path) -> None:
     annotate_online_rows(doc)
     row = doc["train"][1]  # type: ignore[index]
     assert row["fell_back_to_nccl"] is True and row["last_change_iter"] == 10
+    assert row["second_half_nccl_share"] == 1.0
     assert (row["recurring_tasks"], row["tasks_tried"], row["tasks_at_nccl"]) == (1, 1, 1)
     assert "fell_back_to_nccl" not in doc["train"][0]  # type: ignore[index]
     path = tmp_path / "pair1.json"

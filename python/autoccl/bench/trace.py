@@ -48,7 +48,9 @@ def _decision(rec: dict[str, Any]) -> tuple[Any, ...]:
 def convergence(records: list[dict[str, Any]], rank: int = 0) -> list[dict[str, Any]]:
     """One entry per task (comm, coll, bytes) seen by `rank`: calls, the call index of the last decision
     change (`converged_at`: the decision from that call on is final), the final decision and its source,
-    the number of distinct decisions tried, and the GPU time of every timed call (`gpu_us`, by call)."""
+    the number of distinct decisions tried, where each run of one decision begins and whether it left
+    everything to NCCL (`runs`: [call, at NCCL's choice]), and the GPU time of every timed call (`gpu_us`,
+    by call)."""
     tasks: dict[tuple[str, str, int], dict[str, Any]] = {}
     for rec in records:
         if rec.get("rank", 0) != rank or rec.get("ev") not in ("call", "time"):
@@ -64,11 +66,14 @@ def convergence(records: list[dict[str, Any]], rank: int = 0) -> list[dict[str, 
     for (comm, coll, nbytes), t in sorted(tasks.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])):
         calls = [t["calls"][k] for k in sorted(t["calls"])]
         changes: list[int] = []
+        runs: list[list[Any]] = []
         seen = set()
         for i, rec in enumerate(calls):
             seen.add(_decision(rec))
             if i and _decision(rec) != _decision(calls[i - 1]):
                 changes.append(int(rec.get("call", i)))
+            if not i or _decision(rec) != _decision(calls[i - 1]):
+                runs.append([int(rec.get("call", i)), at_nccl_choice(rec)])
         last_change = changes[-1] if changes else 0
         final = calls[-1] if calls else {}
         times = t["times"]
@@ -81,6 +86,7 @@ def convergence(records: list[dict[str, Any]], rank: int = 0) -> list[dict[str, 
                 "converged_at": last_change,
                 "changes": changes,
                 "decisions_tried": len(seen),
+                "runs": runs,
                 "final": {
                     **{k: final.get(k) for k in ("algo", "proto", "channels", "chunk", "source")},
                     "chunk_halvings": int(final.get("chunk_halvings") or 0),  # absent in older traces
@@ -132,14 +138,39 @@ def at_nccl_choice(final: dict[str, Any]) -> bool:
     )
 
 
+# A launch fell back when at least this share of every recurring task's calls in its second half (what the
+# steady step measures) ran NCCL's choice: the step guard's re-check rounds run the tuned plan for 12 of 24
+# iterations every 256 or more, under 6 % of a 200-iteration half.
+FELL_BACK_SHARE = 0.9
+
+
+def _second_half_nccl_share(task: dict[str, Any]) -> float | None:
+    """The share of a task's calls in its second half that ran NCCL's choice, from its runs of decisions;
+    None without them (convergence written before they were)."""
+    runs = task.get("runs")
+    if not isinstance(runs, list) or not runs:
+        return None
+    n = int(task["calls"])
+    half = n // 2
+    nccl = 0
+    for i, (start, at_nccl) in enumerate(runs):
+        end = runs[i + 1][0] if i + 1 < len(runs) else n
+        if at_nccl:
+            nccl += max(0, end - max(start, half))
+    return nccl / max(1, n - half)
+
+
 def fell_back_to_nccl(conv: list[dict[str, Any]], iters: int) -> dict[str, Any] | None:
     """How a training launch's recurring tasks (as search_end_iteration counts them) ended: their number, how
     many tried another decision, how many run NCCL's own choice at the end, the iteration of the last decision
-    change, and whether the launch fell back: some task tried another decision, every one ended on NCCL's
-    choice (the step guard's fall-back, or searches that found nothing better), and no decision changed after
-    the first half, so the measured half ran NCCL's configurations throughout (a launch that ends inside a
-    guard round, or whose search ran into that half, did not). A launch that never tried anything did not
-    fall back: what it measured is the plugin's presence. None when the trace holds no recurring task."""
+    change, the smallest share of a task's second-half calls on NCCL's choice, and whether the launch fell
+    back: some task tried another decision, every one ended on NCCL's choice (the step guard's fall-back, or
+    searches that found nothing better), and every one ran NCCL's choice for at least FELL_BACK_SHARE of its
+    second half, which the steady step measures (the guard's re-check rounds stay below that; a launch whose
+    guard kept the tuned plan and that ends inside a round's NCCL block does not reach it, nor one whose
+    search ran into that half). Without the runs of decisions, no change after the first half at all. A
+    launch that never tried anything did not fall back: what it measured is the plugin's presence. None when
+    the trace holds no recurring task."""
     if iters <= 0:
         return None
     recurring = [t for t in conv if 2 * t["calls"] >= iters]
@@ -150,12 +181,19 @@ def fell_back_to_nccl(conv: list[dict[str, Any]], iters: int) -> dict[str, Any] 
     last_change = max(
         (int(t["changes"][-1] / (t["calls"] / iters)) for t in recurring if t.get("changes")), default=0
     )
+    shares = [_second_half_nccl_share(t) for t in recurring]
+    if all(x is not None for x in shares):
+        share: float | None = min(x for x in shares if x is not None)
+        second_half_nccl = share is not None and share >= FELL_BACK_SHARE
+    else:
+        share, second_half_nccl = None, last_change <= iters // 2
     return {
         "recurring_tasks": len(recurring),
         "tasks_tried": tried,
         "tasks_at_nccl": at_nccl,
         "last_change_iter": last_change,
-        "fell_back_to_nccl": tried > 0 and at_nccl == len(recurring) and last_change <= iters // 2,
+        "second_half_nccl_share": share,
+        "fell_back_to_nccl": tried > 0 and at_nccl == len(recurring) and second_half_nccl,
     }
 
 
