@@ -630,18 +630,19 @@ void testModelSmallTaskReleasesTiming() {
 
 // AUTOCCL_PROBE_KEEP_PCT reaches the search. At the first (64-channel) probes ring/LL128 is 6 % behind ring/Simple
 // (150 against 142 us) and best at 8 channels (60 us); tree is 44 % behind (205 us). At the default (100) both pairs
-// are descended; at 30 tree is dropped and ring/LL128 still found; at 3 ring/LL128 is dropped too and the task keeps
-// NCCL's choice: what a tight threshold costs where a pair that lost at its widest count wins at fewer channels.
-// Every setting ends alike on every rank.
+// are descended; at 30 tree is dropped and ring/LL128 still found; at 3 ring/LL128 is dropped at the probes too, and
+// revived once ring/Simple's descent is over (within reviveWithin, 10 %, with budget left), so it is still found,
+// later. Tree, 44 % behind, never comes back. Every setting ends alike on every rank.
 void testProbeKeepDropsFarPairs() {
   CostModel m;
   m.set(kRing, kSimple, 100, 24, 0.30);
   m.set(kRing, kLL128, 60, 8, 0.50);    // best: 60 us at 8 channels, 150 us at its 64-channel probe
   m.set(kTree, kSimple, 160, 24, 0.20);  // its 64-channel probe: ~205 us
   const double keep[3] = {Settings{}.probeKeep, 0.30, 0.03};
-  const char* expected[3] = {"ring/ll128/8", "ring/ll128/8", "nccl"};
+  const char* expected[3] = {"ring/ll128/8", "ring/ll128/8", "ring/ll128/8"};
   size_t treeCalls[3] = {0, 0, 0};
   size_t ll128Calls[3] = {0, 0, 0};
+  size_t stable[3] = {0, 0, 0};
   CHECK(keep[0] > 0.30);  // the default descends both far pairs here
   for (int i = 0; i < 3; ++i) {
     Settings st = onlineSettings();
@@ -655,15 +656,16 @@ void testProbeKeepDropsFarPairs() {
     treeCalls[i] = static_cast<size_t>(std::count_if(a.begin(), a.end(), [](const Applied& x) { return x.algo == kTree; }));
     ll128Calls[i] = static_cast<size_t>(
         std::count_if(a.begin(), a.end(), [](const Applied& x) { return x.algo == kRing && x.proto == kLL128; }));
-    std::fprintf(stderr, "  probeKeep %.2f: %zu calls on tree, %zu on ring/ll128, final %s\n", keep[i], treeCalls[i],
-                 ll128Calls[i], a.back().str().c_str());
+    stable[i] = stableFrom(a);
+    std::fprintf(stderr, "  probeKeep %.2f: %zu calls on tree, %zu on ring/ll128, final %s from call %zu\n", keep[i],
+                 treeCalls[i], ll128Calls[i], a.back().str().c_str(), stable[i]);
     CHECK_STR(a.back().str(), expected[i]);
     CHECK(c.seen[1][0] == a);
     for (auto& r : comm.ranks) r->ctx.finalizeTuner();
   }
   CHECK(treeCalls[1] < treeCalls[0]);
   CHECK(treeCalls[2] <= treeCalls[1]);
-  CHECK(ll128Calls[2] < ll128Calls[1]);
+  CHECK(stable[2] > stable[1]);  // revived after ring/Simple's descent: found later
 }
 
 // AUTOCCL_JOB_REGRET_PCT reaches the authority's searches: six tasks of one communicator called in turn, on each

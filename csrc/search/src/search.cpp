@@ -886,7 +886,7 @@ struct TaskSearch::Impl {
     for (Sub& s : subs) {
       if (s.state != SubState::kDropped || s.revived || !s.nbrs.empty()) continue;
       const Eval& x = evals[static_cast<size_t>(s.xEval)];
-      if (x.dead || x.n() == 0 || !(x.med() <= globalBest * (1.0 + std::min(o.reviveWithin, o.probeKeep)))) continue;
+      if (x.dead || x.n() == 0 || !(x.med() <= globalBest * (1.0 + o.reviveWithin))) continue;
       if (!pick || x.med() < evals[static_cast<size_t>(pick->xEval)].med()) pick = &s;
     }
     if (!pick) return false;
