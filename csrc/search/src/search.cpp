@@ -104,7 +104,7 @@ struct Sub {
   int steps = 0;
   int iter = 0;  // descent iterations completed
   bool unitTried = false;  // the neighbours just evaluated were at unit distance
-  bool revived = false;    // dropped by the halving, descended later with the budget left (reviveDropped)
+  bool revived = false;    // dropped (halving, probeKeep), descended later with the budget left (reviveDropped)
   std::vector<std::pair<PointKey, int>> nbrs;  // pending neighbour evaluations
 };
 
@@ -716,7 +716,9 @@ struct TaskSearch::Impl {
       }
       s.nbrs.clear();
       s.iter++;
-      if (s.state == SubState::kDescend && evals[static_cast<size_t>(s.xEval)].med() > globalBest * (1.0 + o.probeKeep)) {
+      // A revived subspace came back within reviveWithin: a tighter probeKeep does not drop it again.
+      const double keep = s.revived ? std::max(o.probeKeep, o.reviveWithin) : o.probeKeep;
+      if (s.state == SubState::kDescend && evals[static_cast<size_t>(s.xEval)].med() > globalBest * (1.0 + keep)) {
         s.state = SubState::kDropped;
         return;
       }
@@ -874,8 +876,8 @@ struct TaskSearch::Impl {
     return o.duelSamples > 0 ? 2 * static_cast<uint64_t>(o.duelSamples) * turnCalls + 6 : 0;
   }
 
-  // The descent is over with budget left: the subspace the halving dropped with the best median, if within
-  // Options::reviveWithin of the best so far, is descended too. The halving ranks subspaces on a few samples
+  // The descent is over with budget left: the subspace the halving (or a probeKeep below reviveWithin) dropped
+  // with the best median, if within Options::reviveWithin of the best so far, is descended too. The halving ranks subspaces on a few samples
   // of one point each, within the noise of each other: in the demo's 256 MiB tasks, ring/simple at 24
   // channels lost to ring/LL128 by 4 % on 3 samples, LL128's chunk gained nothing, and tuning ended at call
   // 46 of 144 with NCCL's choice, while ring/simple with a quarter chunk was 5 % faster than it (emulator).

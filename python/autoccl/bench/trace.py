@@ -49,8 +49,9 @@ def convergence(records: list[dict[str, Any]], rank: int = 0) -> list[dict[str, 
     """One entry per task (comm, coll, bytes) seen by `rank`: calls, the call index of the last decision
     change (`converged_at`: the decision from that call on is final), the final decision and its source,
     the number of distinct decisions tried, where each run of one decision begins and whether it left
-    everything to NCCL (`runs`: [call, at NCCL's choice]), and the GPU time of every timed call (`gpu_us`,
-    by call)."""
+    everything to NCCL (`runs`: [position among the task's calls in the trace, at NCCL's choice]; positions,
+    not call indices, so that a trace missing calls still splits into halves by what it holds), and the GPU
+    time of every timed call (`gpu_us`, by call)."""
     tasks: dict[tuple[str, str, int], dict[str, Any]] = {}
     for rec in records:
         if rec.get("rank", 0) != rank or rec.get("ev") not in ("call", "time"):
@@ -73,7 +74,7 @@ def convergence(records: list[dict[str, Any]], rank: int = 0) -> list[dict[str, 
             if i and _decision(rec) != _decision(calls[i - 1]):
                 changes.append(int(rec.get("call", i)))
             if not i or _decision(rec) != _decision(calls[i - 1]):
-                runs.append([int(rec.get("call", i)), at_nccl_choice(rec)])
+                runs.append([i, at_nccl_choice(rec)])
         last_change = changes[-1] if changes else 0
         final = calls[-1] if calls else {}
         times = t["times"]
@@ -140,13 +141,14 @@ def at_nccl_choice(final: dict[str, Any]) -> bool:
 
 # A launch fell back when at least this share of every recurring task's calls in its second half (what the
 # steady step measures) ran NCCL's choice: the step guard's re-check rounds run the tuned plan for 12 of 24
-# iterations every 256 or more, under 6 % of a 200-iteration half.
+# iterations every 256 or more, at most 6 % of a 200-iteration half. A share of calls, not of iterations (a
+# step with an uneven first iteration, as DDP's, shifts it a little).
 FELL_BACK_SHARE = 0.9
 
 
 def _second_half_nccl_share(task: dict[str, Any]) -> float | None:
-    """The share of a task's calls in its second half that ran NCCL's choice, from its runs of decisions;
-    None without them (convergence written before they were)."""
+    """The share of a task's calls in its second half that ran NCCL's choice, from its runs of decisions
+    (positions among its calls); None without them (convergence written before they were)."""
     runs = task.get("runs")
     if not isinstance(runs, list) or not runs:
         return None
@@ -166,7 +168,7 @@ def fell_back_to_nccl(conv: list[dict[str, Any]], iters: int) -> dict[str, Any] 
     change, the smallest share of a task's second-half calls on NCCL's choice, and whether the launch fell
     back: some task tried another decision, every one ended on NCCL's choice (the step guard's fall-back, or
     searches that found nothing better), and every one ran NCCL's choice for at least FELL_BACK_SHARE of its
-    second half, which the steady step measures (the guard's re-check rounds stay below that; a launch whose
+    second half, which the steady step measures (the guard's re-check rounds fit in the rest; a launch whose
     guard kept the tuned plan and that ends inside a round's NCCL block does not reach it, nor one whose
     search ran into that half). Without the runs of decisions, no change after the first half at all. A
     launch that never tried anything did not fall back: what it measured is the plugin's presence. None when
@@ -184,7 +186,7 @@ def fell_back_to_nccl(conv: list[dict[str, Any]], iters: int) -> dict[str, Any] 
     shares = [_second_half_nccl_share(t) for t in recurring]
     if all(x is not None for x in shares):
         share: float | None = min(x for x in shares if x is not None)
-        second_half_nccl = share is not None and share >= FELL_BACK_SHARE
+        second_half_nccl = share >= FELL_BACK_SHARE
     else:
         share, second_half_nccl = None, last_change <= iters // 2
     return {
