@@ -183,12 +183,13 @@ def fell_back_to_nccl(conv: list[dict[str, Any]], iters: int) -> dict[str, Any] 
     last_change = max(
         (int(t["changes"][-1] / (t["calls"] / iters)) for t in recurring if t.get("changes")), default=0
     )
-    shares = [_second_half_nccl_share(t) for t in recurring]
-    if all(x is not None for x in shares):
-        share: float | None = min(x for x in shares if x is not None)
+    shares = [x for x in (_second_half_nccl_share(t) for t in recurring) if x is not None]
+    share: float | None = None
+    if len(shares) == len(recurring):
+        share = min(shares)
         second_half_nccl = share >= FELL_BACK_SHARE
-    else:
-        share, second_half_nccl = None, last_change <= iters // 2
+    else:  # convergence without runs of decisions: no change after the first half
+        second_half_nccl = last_change <= iters // 2
     return {
         "recurring_tasks": len(recurring),
         "tasks_tried": tried,
