@@ -36,30 +36,15 @@ void RegretLedger::report(int slot, double regretMicros, double calls, double nc
   if (slot < 0 || static_cast<size_t>(slot) >= slots_.size()) return;
   slots_[static_cast<size_t>(slot)] = Slot{regretMicros, calls * ncclMicros, ncclMicros};
 }
-double RegretLedger::regretLocked() const {
-  double regret = 0;
-  for (const Slot& x : slots_) regret += x.regret;
-  return regret;
-}
-double RegretLedger::budgetLocked() const {
-  double base = 0, slowest = 0;
+bool RegretLedger::allows() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  double regret = 0, base = 0, slowest = 0;
   for (const Slot& x : slots_) {
+    regret += x.regret;
     base += x.base;
     slowest = std::max(slowest, x.nccl);
   }
-  return share_ * base + allowanceCalls_ * slowest;
-}
-bool RegretLedger::allows() const {
-  std::lock_guard<std::mutex> lk(mu_);
-  return regretLocked() <= budgetLocked();
-}
-double RegretLedger::regretMicros() const {
-  std::lock_guard<std::mutex> lk(mu_);
-  return regretLocked();
-}
-double RegretLedger::budgetMicros() const {
-  std::lock_guard<std::mutex> lk(mu_);
-  return budgetLocked();
+  return regret <= share_ * base + allowanceCalls_ * slowest;
 }
 
 namespace {
@@ -877,8 +862,8 @@ struct TaskSearch::Impl {
   }
 
   // The descent is over with budget left: the subspace the halving (or a probeKeep below reviveWithin) dropped
-  // with the best median, if within Options::reviveWithin of the best so far, is descended too. The halving ranks subspaces on a few samples
-  // of one point each, within the noise of each other: in the demo's 256 MiB tasks, ring/simple at 24
+  // with the best median, if within Options::reviveWithin of the best so far, is descended too. The halving
+  // ranks subspaces on a few samples of one point each, within the noise of each other: in the demo's 256 MiB tasks, ring/simple at 24
   // channels lost to ring/LL128 by 4 % on 3 samples, LL128's chunk gained nothing, and tuning ended at call
   // 46 of 144 with NCCL's choice, while ring/simple with a quarter chunk was 5 % faster than it (emulator).
   // One at a time: the next only when this one's descent is over.

@@ -71,9 +71,10 @@ def convergence(records: list[dict[str, Any]], rank: int = 0) -> list[dict[str, 
         seen = set()
         for i, rec in enumerate(calls):
             seen.add(_decision(rec))
-            if i and _decision(rec) != _decision(calls[i - 1]):
+            changed = bool(i) and _decision(rec) != _decision(calls[i - 1])
+            if changed:
                 changes.append(int(rec.get("call", i)))
-            if not i or _decision(rec) != _decision(calls[i - 1]):
+            if changed or not i:
                 runs.append([i, at_nccl_choice(rec)])
         last_change = changes[-1] if changes else 0
         final = calls[-1] if calls else {}
@@ -127,15 +128,15 @@ def search_end_iteration(conv: list[dict[str, Any]], iters: int, settled: int) -
     return at if iters - at >= settled else iters
 
 
-def at_nccl_choice(final: dict[str, Any]) -> bool:
-    """A task's final decision (convergence()'s `final`) left everything to NCCL: no algorithm, protocol,
-    channel count or chunk forced."""
+def at_nccl_choice(decision: dict[str, Any]) -> bool:
+    """A decision (a trace's call record, or convergence()'s `final`) left everything to NCCL: no algorithm,
+    protocol, channel count or chunk forced."""
     return (
-        final.get("algo") is None
-        and final.get("proto") is None
-        and not final.get("channels")
-        and not final.get("chunk")
-        and not final.get("chunk_halvings")
+        decision.get("algo") is None
+        and decision.get("proto") is None
+        and not decision.get("channels")
+        and not decision.get("chunk")
+        and not decision.get("chunk_halvings")
     )
 
 

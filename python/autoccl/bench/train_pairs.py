@@ -55,7 +55,7 @@ class LaunchSteps:
     steady_ms: float
     iter_ms: tuple[float, ...]
     search_end_iter: int | None
-    # tuned configurations were tried and every recurring task ended on NCCL's choice (None: no trace says)
+    # the launch fell back to NCCL's choice (trace.fell_back_to_nccl; None: no trace says)
     fell_back_to_nccl: bool | None = None
 
 

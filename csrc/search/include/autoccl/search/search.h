@@ -59,8 +59,8 @@ Objective channelPenalty(double microsPerChannel);
 // authority). Each task's regret (Stats::regretMicros) is summed against a share of the time the tasks' calls so
 // far (the calls asked, at least the exploring ones planned) would have taken at NCCL's medians, plus one allowance
 // of the slowest task's calls: a job whose tasks all explore at once would otherwise get an allowance per task
-// (Options::regretAllowance). The budget grows as the job's calls go on, for tasks that start or re-tune later. Thread-safe: tasks report
-// from the threads that plan and measure them; it never calls back into a search.
+// (Options::regretAllowance). The budget grows as the job's calls go on, for tasks that start or re-tune later.
+// Thread-safe: tasks report from the threads that plan and measure them; it never calls back into a search.
 class RegretLedger {
  public:
   RegretLedger(double share, double allowanceCalls) : share_(share), allowanceCalls_(allowanceCalls) {}
@@ -68,15 +68,11 @@ class RegretLedger {
   // Task `slot` has explored at a net cost of `regretMicros` over `calls` calls whose NCCL median is `ncclMicros`.
   void report(int slot, double regretMicros, double calls, double ncclMicros);
   bool allows() const;  // the tasks' summed regret is within the budget
-  double regretMicros() const;
-  double budgetMicros() const;
 
  private:
   struct Slot {
     double regret = 0, base = 0, nccl = 0;
   };
-  double regretLocked() const;
-  double budgetLocked() const;
   mutable std::mutex mu_;
   std::vector<Slot> slots_;
   double share_, allowanceCalls_;
