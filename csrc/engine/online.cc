@@ -704,12 +704,17 @@ class OnlineSource final : public DecisionSource {
   }
 
  public:
-  // The exposure estimate's record (engine/exposure_recorder.h), the authority's only.
+  // The authority's own records: the exposure estimate (engine/exposure_recorder.h) and one per step guard
+  // verdict, with the iteration times its round compared (what the INFO line says, and its samples).
   std::vector<std::string> traceRecords() const override {
     if (!authority_) return {};
+    std::vector<std::string> out;
     std::string r = exposure_.traceRecord(commHex(env_.commHash), env_.rank);
-    if (r.empty()) return {};
-    return {r};
+    if (!r.empty()) out.push_back(std::move(r));
+    const auto firstCall = [this](uint64_t it, CallKey* first) { return guardClock_.firstCall(it, first); };
+    for (const GuardPlan::Verdict& v : decider_->guard->verdicts())
+      out.push_back(traceVerdict(v, commHex(env_.commHash), env_.rank, iter_.period(), firstCall));
+    return out;
   }
 
  private:

@@ -220,6 +220,11 @@ void GuardPlan::verdictLocked() {
   const std::vector<double>& n = x[kNcclArm];
   Verdict v;
   v.at = planned_;
+  v.roundBegin = wanted_.empty() ? planned_ : wanted_.begin()->first - 1;  // a block's first iteration settles
+  for (const auto& [it, arm] : wanted_) {
+    auto f = times_.find(it);
+    if (f != times_.end()) v.samples.push_back(Sample{it, arms_[arm], f->second});
+  }
   v.tunedSamples = static_cast<uint32_t>(t.size());
   v.ncclSamples = static_cast<uint32_t>(n.size());
   // Without evidence for the tuned plan, NCCL's choices: the tuned plan (or an arm on top of it) stays only
@@ -241,6 +246,7 @@ void GuardPlan::verdictLocked() {
     r.medianUs = med[a];
     if (a != kNcclArm && ncclMed > 0 && r.medianUs > 0) {
       r.margin = std::max(o_.minMargin, o_.z * std::hypot(relSE(x[a], r.medianUs), ncclSE));
+      if (a == kTunedArm) v.margin = r.margin;
       const bool beats = r.medianUs < ncclMed * (1.0 - r.margin);
       if (beats && (winner == kNcclArm || r.medianUs < med[winner])) winner = a;
     }
@@ -261,6 +267,13 @@ void GuardPlan::verdictLocked() {
   nextRound_ = planned_ + interval_;
 }
 
+namespace {
+// An arm's name in the log and the trace.
+std::string armName(const GuardArm& a) {
+  return a.nccl ? std::string("nccl") : a.hiddenCap > 0 ? "hidden=" + std::to_string(a.hiddenCap) : std::string("tuned");
+}
+}  // namespace
+
 std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm, uint32_t period) {
   const std::string what = v.winner.hiddenCap > 0
                                ? "keeping the tuned plan, hidden calls at most " + std::to_string(v.winner.hiddenCap) +
@@ -276,21 +289,71 @@ std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm, uint32_t
   if (!v.arms.empty()) {  // every arm's median (us), its samples and the margin it needed
     text += "; arms:";
     for (const GuardPlan::ArmResult& r : v.arms) {
-      const std::string name = r.arm.nccl              ? std::string("nccl")
-                               : r.arm.hiddenCap > 0 ? "hidden=" + std::to_string(r.arm.hiddenCap)
-                                                     : std::string("tuned");
       char e[96];
-      std::snprintf(e, sizeof e, " %s %.1f us (%u, margin %.3f)", name.c_str(), r.medianUs, r.samples, r.margin);
+      std::snprintf(e, sizeof e, " %s %.1f us (%u, margin %.3f)", armName(r.arm).c_str(), r.medianUs, r.samples,
+                    r.margin);
       text += e;
     }
   }
   return text;
 }
 
+std::string traceVerdict(const GuardPlan::Verdict& v, const std::string& commHex, int rank, uint32_t period,
+                         const std::function<bool(uint64_t iteration, CallKey* first)>& firstCall) {
+  char head[384];
+  std::snprintf(head, sizeof head,
+                "{\"ev\":\"guard\",\"comm\":\"%s\",\"rank\":%d,\"period\":%u,\"round_begin\":%" PRIu64
+                ",\"at\":%" PRIu64 ",\"winner\":\"%s\",\"tuned\":%s,\"tuned_us\":%.1f,\"tuned_samples\":%u,"
+                "\"nccl_us\":%.1f,\"nccl_samples\":%u,\"margin\":%.4f,\"samples\":[",
+                commHex.c_str(), rank, period, v.roundBegin, v.at, armName(v.winner).c_str(),
+                v.tuned ? "true" : "false", v.tunedUs, v.tunedSamples, v.ncclUs, v.ncclSamples, v.margin);
+  std::string out = head;
+  for (size_t i = 0; i < v.samples.size(); ++i) {
+    const GuardPlan::Sample& s = v.samples[i];
+    char e[256];
+    CallKey first;
+    if (firstCall && firstCall(s.iteration, &first)) {
+      std::snprintf(e, sizeof e,
+                    "%s{\"it\":%" PRIu64 ",\"arm\":\"%s\",\"us\":%.1f,\"coll\":\"%s\",\"bytes\":%" PRIu64
+                    ",\"call\":%" PRIu64 "}",
+                    i ? "," : "", s.iteration, armName(s.arm).c_str(), s.micros, collName(first.task.coll),
+                    first.task.bytes, first.call);
+    } else {
+      std::snprintf(e, sizeof e, "%s{\"it\":%" PRIu64 ",\"arm\":\"%s\",\"us\":%.1f}", i ? "," : "",
+                    s.iteration, armName(s.arm).c_str(), s.micros);
+    }
+    out += e;
+  }
+  out += "]";
+  if (!v.arms.empty()) {
+    out += ",\"arms\":[";
+    for (size_t i = 0; i < v.arms.size(); ++i) {
+      const GuardPlan::ArmResult& r = v.arms[i];
+      char e[160];
+      std::snprintf(e, sizeof e, "%s{\"arm\":\"%s\",\"us\":%.1f,\"samples\":%u,\"margin\":%.4f}", i ? "," : "",
+                    armName(r.arm).c_str(), r.medianUs, r.samples, r.margin);
+      out += e;
+    }
+    out += "]";
+  }
+  out += "}";
+  return out;
+}
+
 void GuardClock::markBoundary(const TaskKey& task, uint64_t k, uint64_t iteration) {
   std::lock_guard<std::mutex> lk(mu_);
   if (boundary_.size() > kMaxBoundaries) boundary_.clear();  // boundaries whose times never came
   boundary_[CallKey{task, k}] = iteration;
+  firstCalls_[iteration] = CallKey{task, k};
+  while (firstCalls_.size() > kFirstCallsKept) firstCalls_.erase(firstCalls_.begin());
+}
+
+bool GuardClock::firstCall(uint64_t iteration, CallKey* out) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto f = firstCalls_.find(iteration);
+  if (f == firstCalls_.end()) return false;
+  *out = f->second;
+  return true;
 }
 
 std::vector<std::pair<uint64_t, double>> GuardClock::start(const TaskKey& task, uint64_t k, uint64_t startNs) {

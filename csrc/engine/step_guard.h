@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -121,13 +122,22 @@ class GuardPlan {
     uint32_t samples = 0;
     double margin = 0;    // the share it had to beat NCCL's median by (extra arms and the tuned plan)
   };
+  // One iteration time a round compared: the iteration, the arm its block ran, its time.
+  struct Sample {
+    uint64_t iteration = 0;
+    GuardArm arm;
+    double micros = 0;
+  };
   struct Verdict {
     uint64_t at = 0;  // first iteration it applies to
+    uint64_t roundBegin = 0;  // the round's first iteration
     bool tuned = true;  // the winner is the tuned plan or an arm on top of it (not NCCL's choices)
     double tunedUs = 0, ncclUs = 0;
     uint32_t tunedSamples = 0, ncclSamples = 0;
     GuardArm winner;               // what runs from `at` on
     std::vector<ArmResult> arms;   // with extra arms only: every arm's result, the tuned plan and NCCL's first
+    double margin = 0;             // the share the tuned plan had to beat NCCL's median by (0: no median)
+    std::vector<Sample> samples;   // what the round measured, by iteration (the trace's `guard` record)
   };
   std::vector<Verdict> verdicts() const;
   bool armed() const;
@@ -162,6 +172,12 @@ class GuardPlan {
 // then on (with AUTOCCL_STEP_ARMS every arm's median, samples and margin).
 std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm, uint32_t period);
 
+// The trace's `guard` record of a verdict (JSON, one line): the same numbers and every sample of its round, each
+// with the first call of its iteration where `firstCall` knows it (the call places the iteration in the job:
+// a once-per-step task's call index is the step).
+std::string traceVerdict(const GuardPlan::Verdict& v, const std::string& commHex, int rank, uint32_t period,
+                         const std::function<bool(uint64_t iteration, CallKey* first)>& firstCall);
+
 // The authority's iteration times, from its own stream: the first call of each guard-timed iteration is marked,
 // its measurement brings its start, and iteration i's time is the start of i + 1 minus the start of i. Also the
 // calls the guard ran otherwise than their plan says (NCCL's choice, a channel cap), whose times are not their
@@ -170,6 +186,8 @@ class GuardClock {
  public:
   // Call `k` of `task` is the first of guard-timed iteration `iteration`.
   void markBoundary(const TaskKey& task, uint64_t k, uint64_t iteration);
+  // The first call of guard-timed iteration `iteration`, while it is among the last kFirstCallsKept marked.
+  bool firstCall(uint64_t iteration, CallKey* out) const;
   // The GPU start of call `k` of `task`: the iterations it completes, with their times in microseconds (none
   // for a call that was not marked).
   std::vector<std::pair<uint64_t, double>> start(const TaskKey& task, uint64_t k, uint64_t startNs);
@@ -178,11 +196,12 @@ class GuardClock {
   bool takeOverridden(const TaskKey& task, uint64_t k);
 
  private:
-  static constexpr size_t kStartsKept = 64, kMaxBoundaries = 4096, kMaxOverridden = 65536;
-  std::mutex mu_;
+  static constexpr size_t kStartsKept = 64, kMaxBoundaries = 4096, kMaxOverridden = 65536, kFirstCallsKept = 4096;
+  mutable std::mutex mu_;
   std::unordered_map<CallKey, uint64_t, CallKeyHash> boundary_;  // marked first calls -> iteration
   std::map<uint64_t, uint64_t> startNs_;                         // iteration -> its first call's start
   std::unordered_set<CallKey, CallKeyHash> overridden_;
+  std::map<uint64_t, CallKey> firstCalls_;  // iteration -> its first call (the trace's guard samples)
 };
 
 }  // namespace autoccl::engine

@@ -346,4 +346,49 @@ TEST(engine, guard_verdict_line) {
       << arms;
 }
 
+// A verdict keeps what its round compared: each sample with the arm its iteration ran (the plan's own
+// segments say which), and the trace's `guard` record carries them, placed by their iterations' first calls.
+TEST(engine, guard_verdict_samples_and_trace_record) {
+  GuardPlan g;
+  const std::vector<GuardPlan::Verdict> v = drive(g, 900, 1000, 0.02, 120, 10);
+  ASSERT_FALSE(v.empty());
+  const GuardPlan::Verdict& first = v.front();
+  EXPECT_TRUE(first.tuned);
+  ASSERT_EQ(first.samples.size(), first.tunedSamples + first.ncclSamples);
+  EXPECT_EQ(first.tunedSamples, 8u);
+  EXPECT_EQ(first.ncclSamples, 8u);
+  EXPECT_GT(first.margin, 0.0);
+  EXPECT_LT(first.roundBegin, first.samples.front().iteration);
+  EXPECT_LT(first.samples.back().iteration, first.at);
+  for (const GuardPlan::Sample& s : first.samples) {
+    EXPECT_EQ(armsOf(g, s.iteration, s.iteration + 1), s.arm.nccl ? "N" : "T") << s.iteration;
+    EXPECT_GT(s.micros, s.arm.nccl ? 900.0 : 800.0);
+  }
+  GuardClock clock;
+  autoccl::TaskKey ag;
+  ag.coll = 2;
+  ag.bytes = 1 << 20;
+  clock.markBoundary(ag, 77, first.samples.front().iteration);
+  autoccl::engine::CallKey got;
+  EXPECT_TRUE(clock.firstCall(first.samples.front().iteration, &got));
+  EXPECT_EQ(got.call, 77u);
+  EXPECT_FALSE(clock.firstCall(first.samples.back().iteration, &got));
+  const std::string rec = autoccl::engine::traceVerdict(
+      first, "00000000000000ab", 0, 74,
+      [&](uint64_t it, autoccl::engine::CallKey* k) { return clock.firstCall(it, k); });
+  EXPECT_EQ(rec.rfind("{\"ev\":\"guard\",\"comm\":\"00000000000000ab\",\"rank\":0,\"period\":74,", 0), 0u) << rec;
+  EXPECT_NE(rec.find("\"winner\":\"tuned\",\"tuned\":true"), std::string::npos) << rec;
+  EXPECT_NE(rec.find("\"tuned_samples\":8"), std::string::npos) << rec;
+  const std::string firstSample = "{\"it\":" + std::to_string(first.samples.front().iteration) + ",\"arm\":\"" +
+                                  (first.samples.front().arm.nccl ? "nccl" : "tuned") + "\"";
+  EXPECT_NE(rec.find(firstSample), std::string::npos) << rec;
+  EXPECT_NE(rec.find(",\"coll\":\"" + std::string(autoccl::engine::collName(2)) + "\",\"bytes\":1048576,\"call\":77}"),
+            std::string::npos)
+      << rec;
+  size_t n = 0;
+  for (size_t at = rec.find("{\"it\":"); at != std::string::npos; at = rec.find("{\"it\":", at + 1)) ++n;
+  EXPECT_EQ(n, first.samples.size());
+  EXPECT_EQ(rec.back(), '}');
+}
+
 }  // namespace
