@@ -440,3 +440,75 @@ def test_bench_train_rows_carry_the_fall_back(tmp_path: Path) -> None:
     path = tmp_path / "pair1.json"
     path.write_text(json.dumps(doc))
     assert TP.read_pairs([path])[0].launch("ddp", "online").fell_back_to_nccl is True  # type: ignore[union-attr]
+
+
+def test_guard_verdicts_from_the_trace_reach_the_pairs_table(tmp_path: Path) -> None:
+    """The authority's `guard` trace record (as the engine writes it) becomes the online row's guard_verdicts
+    and a line under the pairs table; a record without a first call for a sample keeps the sample alone."""
+    from autoccl.bench import trace as T
+    from autoccl.bench.runner import annotate_online_rows
+
+    trace = tmp_path / "trace.vm.1.jsonl"
+    trace.write_text(
+        '{"ev":"guard","comm":"00000000000000ab","rank":0,"period":2,"round_begin":62,"at":93,"winner":"nccl",'
+        '"tuned":false,"tuned_us":149500.0,"tuned_samples":8,"nccl_us":148000.0,"nccl_samples":8,'
+        '"margin":0.1200,"samples":[{"it":63,"arm":"tuned","us":150000.0,"coll":"allgather","bytes":210243584,'
+        '"call":64},{"it":66,"arm":"nccl","us":147000.0}]}\n'
+        '{"ev":"call","comm":"00000000000000ab","rank":0,"coll":"allgather","bytes":1,"call":0}\n'
+    )
+    verdicts = T.guard_verdicts(T.read_records([trace]))
+    assert len(verdicts) == 1
+    v = verdicts[0]
+    assert (v["round_begin"], v["at"], v["winner"], v["tuned"]) == (62, 93, "nccl", False)
+    assert v["samples"][0] == {
+        "it": 63,
+        "arm": "tuned",
+        "us": 150000.0,
+        "coll": "all_gather",
+        "bytes": 210243584,
+        "call": 64,
+    }
+    assert v["samples"][1] == {"it": 66, "arm": "nccl", "us": 147000.0}
+
+    doc: dict[str, object] = {
+        "kind": "train",
+        "settings": {"iters": 4},
+        "host": {},
+        "iterations": [
+            {"parallel": "fsdp2", "mode": "nccl", "launch": "fsdp2/nccl", "iter_ms": [150.0] * 4},
+            {"parallel": "fsdp2", "mode": "online", "launch": "fsdp2/online", "iter_ms": [150.0] * 4},
+        ],
+        "train": [
+            {"parallel": "fsdp2", "mode": "nccl", "launch": "fsdp2/nccl", "steady_ms": 150.0},
+            {"parallel": "fsdp2", "mode": "online", "launch": "fsdp2/online", "steady_ms": 150.0},
+        ],
+        "launches": [{"label": "fsdp2/nccl"}, {"label": "fsdp2/online", "guard": verdicts}],
+    }
+    annotate_online_rows(doc)
+    row = doc["train"][1]  # type: ignore[index]
+    assert row["guard_verdicts"] == [
+        {
+            "at": 93,
+            "winner": "nccl",
+            "tuned_us": 149500.0,
+            "tuned_samples": 8,
+            "nccl_us": 148000.0,
+            "nccl_samples": 8,
+            "margin": 0.12,
+        }
+    ]
+    files = []
+    for i in (1, 2):
+        files.append(tmp_path / f"pair{i}.json")
+        files[-1].write_text(json.dumps(doc))
+    md = TP.markdown(TP.summarize(TP.read_pairs(files)))
+    assert (
+        "- pair1: NCCL's choice from iteration 93 "
+        "(tuned 149.5 ms ×8 against NCCL's 148.0 ms ×8, needed 12.0 %)"
+    ) in md
+    # pairs without verdicts in their rows print no such lines
+    del doc["launches"][1]["guard"]  # type: ignore[index]
+    del row["guard_verdicts"]
+    for f in files:
+        f.write_text(json.dumps(doc))
+    assert "Step guard verdicts" not in TP.markdown(TP.summarize(TP.read_pairs(files)))

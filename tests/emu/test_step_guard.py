@@ -13,10 +13,19 @@ from emu_helpers import assert_clean
 from test_online import assert_same_per_seq, online_env
 
 from autoccl import tables
+from autoccl.bench import trace as T
 from autoccl.emu import Call, Comm, Group, Scenario, run
 
 
 def _run(plugin: Path, hidden_us: int, work: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    ar, lines, _ = _run_traced(plugin, hidden_us, work)
+    return ar, lines
+
+
+def _run_traced(
+    plugin: Path, hidden_us: int, work: Path
+) -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
+    """The run, its rank-0 all_reduce calls in order, the guard's INFO lines and its trace verdicts."""
     # One iteration: an all_reduce (tuned) then an all_gather (one pair: NCCL's choice either way), 600 times.
     iteration = [Group("dp", (Call("allreduce", 2 << 20),)), Group("dp", (Call("allgather", 1 << 20),))]
     sc = Scenario(
@@ -28,7 +37,12 @@ def _run(plugin: Path, hidden_us: int, work: Path) -> tuple[list[dict[str, Any]]
         lead=8,
     )
     env = online_env(
-        True, AUTOCCL_SCORE="window", AUTOCCL_MIN_TASK_US="0", AUTOCCL_MIN_TASK_US_TCP="0", AUTOCCL_GUARD="on"
+        True,
+        AUTOCCL_SCORE="window",
+        AUTOCCL_MIN_TASK_US="0",
+        AUTOCCL_MIN_TASK_US_TCP="0",
+        AUTOCCL_GUARD="on",
+        AUTOCCL_TRACE=str(work / "trace"),
     )
     res = run(sc, plugin=plugin, env=env, processes=True, timeout=300, extra_args=["--verbose"], workdir=work)
     assert_clean(res)
@@ -36,7 +50,8 @@ def _run(plugin: Path, hidden_us: int, work: Path) -> tuple[list[dict[str, Any]]
     ar = sorted(
         (r for r in res.calls if r["grank"] == 0 and r["coll"] == "allreduce"), key=lambda r: int(r["seq"])
     )
-    return ar, [ln for ln in res.stderr.splitlines() if "step guard" in ln]
+    verdicts = T.guard_verdicts(T.read_records(T.trace_files(str(work / "trace"))))
+    return ar, [ln for ln in res.stderr.splitlines() if "step guard" in ln], verdicts
 
 
 def _saved_allreduce(work: Path) -> dict[str, str]:
@@ -62,6 +77,32 @@ def test_guard_drops_a_plan_that_slows_the_iteration(plugin: Path, tmp_path: Pat
     assert (entry["algo"], entry["proto"], entry["channels"]) == (last["def_algo"], last["def_proto"], "0"), (
         entry
     )
+
+
+def test_guard_trace_records_say_what_the_round_ran(plugin: Path, tmp_path: Path) -> None:
+    """The trace's guard records match the INFO lines, one per verdict, and each sample's iteration ran the
+    arm the record names: the all_reduce of that iteration (placed by the iteration's first call) ran NCCL's
+    own pair in an `nccl` block and the pinned ring/LL128 in a `tuned` one."""
+    ar, lines, verdicts = _run_traced(plugin, hidden_us=40, work=tmp_path)
+    assert verdicts and len(verdicts) == len(lines), (verdicts, lines)
+    assert verdicts[0]["winner"] == "nccl" and not verdicts[0]["tuned"], verdicts[0]
+    assert f"{verdicts[0]['tuned_us']:.1f} us ({verdicts[0]['tuned_samples']} samples)" in lines[0], lines[0]
+    checked = 0
+    for v in verdicts:
+        assert len(v["samples"]) == v["tuned_samples"] + v["nccl_samples"], v
+        assert v["round_begin"] < v["samples"][0]["it"] and v["samples"][-1]["it"] < v["at"], v
+        for smp in v["samples"]:
+            if "call" not in smp:
+                continue
+            # the iteration is [all_reduce k, all_gather k]; one starting at an all_gather has its
+            # all_reduce next
+            k = smp["call"] + (1 if smp["coll"] == "all_gather" else 0)
+            if k >= len(ar):
+                continue
+            default = (ar[k]["algo"], ar[k]["proto"]) == (ar[k]["def_algo"], ar[k]["def_proto"])
+            assert default == (smp["arm"] == "nccl"), (smp, ar[k])
+            checked += 1
+    assert checked >= 8, verdicts
 
 
 def test_guard_keeps_a_plan_that_speeds_the_iteration(plugin: Path, tmp_path: Path) -> None:

@@ -815,18 +815,25 @@ def run_train(
     return doc
 
 
+# What an online train row keeps of each step guard verdict (the launch entry keeps the samples too).
+GUARD_ROW_KEYS = ("at", "winner", "tuned_us", "tuned_samples", "nccl_us", "nccl_samples", "margin")
+
+
 def annotate_online_rows(doc: dict[str, Any]) -> None:
     """Each online train row against the plain NCCL launch of its parallel kind: the tuning trade-off, and
     from the launch's trace (its task convergence) when there is one the tuned window and how its recurring
     tasks ended (a fall-back to NCCL's choice, `trace.fell_back_to_nccl`)."""
     base = {it["parallel"]: it["iter_ms"] for it in doc["iterations"] if it["mode"] == "nccl"}
     conv = {e["label"]: e["convergence"] for e in doc["launches"] if "convergence" in e}
+    guard = {e["label"]: e["guard"] for e in doc["launches"] if "guard" in e}
     for row, it in zip(doc["train"], doc["iterations"], strict=True):
         if row["mode"] == "online" and row["parallel"] in base:
             row.update(tuning_tradeoff(it["iter_ms"], base[row["parallel"]]))
             if row["launch"] in conv:
                 row.update(tuned_window(it["iter_ms"], base[row["parallel"]], conv[row["launch"]]))
                 row.update(T.fell_back_to_nccl(conv[row["launch"]], len(it["iter_ms"])) or {})
+            if row["launch"] in guard:
+                row["guard_verdicts"] = [{k: v[k] for k in GUARD_ROW_KEYS} for v in guard[row["launch"]]]
 
 
 def tuned_window(mode_ms: list[float], base_ms: list[float], conv: list[dict[str, Any]]) -> dict[str, Any]:
@@ -942,8 +949,10 @@ def _train_launches(
                 )
             if ln.trace_prefix:
                 files = T.trace_files(ln.trace_prefix)
+                records = T.read_records(files) if files else []
                 entry["trace_files"] = [str(p) for p in files]
-                entry["convergence"] = T.convergence(T.read_records(files)) if files else []
+                entry["convergence"] = T.convergence(records)
+                entry["guard"] = T.guard_verdicts(records)
         doc["launches"].append(entry)
         if checkpoint:
             checkpoint(doc)

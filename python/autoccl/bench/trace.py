@@ -201,6 +201,41 @@ def fell_back_to_nccl(conv: list[dict[str, Any]], iters: int) -> dict[str, Any] 
     }
 
 
+def guard_verdicts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The step guard's verdicts (the authorities' `guard` records), in the order each communicator reached
+    them: the round's first iteration, the verdict's (`at`), what won, both medians in microseconds with their
+    sample counts, the margin the tuned plan had to beat NCCL's by, and the samples ([iteration, arm,
+    microseconds, the iteration's first call as {coll, bytes, call} where the trace has it])."""
+    out: list[dict[str, Any]] = []
+    for rec in records:
+        if rec.get("ev") != "guard":
+            continue
+        samples: list[dict[str, Any]] = []
+        for x in rec.get("samples", []):
+            sample: dict[str, Any] = {"it": int(x["it"]), "arm": str(x["arm"]), "us": float(x["us"])}
+            if "call" in x:  # the iteration's first call, where the authority still knew it
+                coll = TORCH_COLL.get(x["coll"], x["coll"])
+                sample.update(coll=coll, bytes=int(x["bytes"]), call=int(x["call"]))
+            samples.append(sample)
+        out.append(
+            {
+                "comm": str(rec.get("comm", "")),
+                "period": int(rec.get("period", 0)),
+                "round_begin": int(rec.get("round_begin", 0)),
+                "at": int(rec.get("at", 0)),
+                "winner": str(rec.get("winner", "")),
+                "tuned": bool(rec.get("tuned")),
+                "tuned_us": float(rec.get("tuned_us", 0.0)),
+                "tuned_samples": int(rec.get("tuned_samples", 0)),
+                "nccl_us": float(rec.get("nccl_us", 0.0)),
+                "nccl_samples": int(rec.get("nccl_samples", 0)),
+                "margin": float(rec.get("margin", 0.0)),
+                "samples": samples,
+            }
+        )
+    return out
+
+
 def annotate(conv: list[dict[str, Any]], measure_from: dict[str, int]) -> None:
     """Mark each task converged before its measurement began. `measure_from` maps `coll/bytes` to the
     number of calls the harness made before the timed repetitions."""

@@ -57,6 +57,9 @@ class LaunchSteps:
     search_end_iter: int | None
     # the launch fell back to NCCL's choice (trace.fell_back_to_nccl; None: no trace says)
     fell_back_to_nccl: bool | None = None
+    # the step guard's verdicts in the launch (`bench train`'s guard_verdicts: at, winner, both medians in
+    # microseconds with their samples, the margin); empty where the row has none
+    guard_verdicts: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,7 @@ def _read_pair(path: Path, name: str) -> Pair:
                 iter_ms=iter_ms,
                 search_end_iter=None if end is None else int(end),
                 fell_back_to_nccl=_fell_back_to_nccl(row, doc, len(iter_ms)),
+                guard_verdicts=tuple(v for v in row.get("guard_verdicts") or [] if isinstance(v, dict)),
             )
         )
     return Pair(
@@ -272,6 +276,7 @@ def summarize(pairs: Sequence[Pair], baseline: str = "nccl", mode: str = "online
                     "mode_steady_ms": other.steady_ms,
                     "speed_ratio": speed,
                     "fell_back_to_nccl": other.fell_back_to_nccl,
+                    "guard_verdicts": [dict(v) for v in other.guard_verdicts],
                     "search_end_iter": other.search_end_iter,
                     "baseline_drift": drift(base.iter_ms),
                     "mode_drift": drift(other.iter_ms),
@@ -410,6 +415,32 @@ def _bar_sentence(s: Mapping[str, Any]) -> str:
     return rule + f"not met, {median} over {s['count']} pairs{note}."
 
 
+def guard_text(v: Mapping[str, Any]) -> str:
+    """One step guard verdict: what won from which of its iterations, and the medians it compared."""
+    winner = str(v.get("winner"))
+    won = {"tuned": "kept the tuned plan", "nccl": "NCCL's choice"}.get(winner, winner)
+    t, n = float(v.get("tuned_us") or 0), float(v.get("nccl_us") or 0)
+    medians = (
+        f"tuned {t / 1000:.1f} ms ×{v.get('tuned_samples', 0)} against NCCL's {n / 1000:.1f} ms "
+        f"×{v.get('nccl_samples', 0)}, needed {100 * float(v.get('margin') or 0):.1f} %"
+        if t > 0 and n > 0
+        else f"too few samples ({v.get('tuned_samples', 0)} tuned, {v.get('nccl_samples', 0)} NCCL's)"
+    )
+    return f"{won} from iteration {v.get('at')} ({medians})"
+
+
+def _guard_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Under a table: each pair's step guard verdicts, from the launch's trace (none: no line)."""
+    found = [(r["pair"], r.get("guard_verdicts") or []) for r in rows]
+    if not any(v for _, v in found):
+        return []
+    head = "Step guard verdicts (median iteration time of its round's blocks, the tuned plan against NCCL's):"
+    lines = ["", head, ""]
+    for pair, verdicts in found:
+        lines.append(f"- {pair}: " + ("; ".join(guard_text(v) for v in verdicts) if verdicts else "none"))
+    return lines
+
+
 def markdown(summary: Mapping[str, Any]) -> str:
     """A table per parallel kind (one row per pair, then the median row) and the bar's verdict under it."""
     base, mode = summary["baseline"], summary["mode"]
@@ -463,6 +494,7 @@ def markdown(summary: Mapping[str, Any]) -> str:
             f"| **{_x(s['median'])}** ({interval}; min–max {s['min']:.3f}–{s['max']:.3f}) "
             f"| {s['fell_back_count']} of {s['count']} | **{_x(s['counted_median'])}** | | | | |"
         )
+        lines += _guard_lines(s["pairs"])
         spread = s["baseline_spread"]
         lines += [
             "",
