@@ -27,7 +27,9 @@
 #             TRAIN_ITERS iterations a launch (default 400: in 100 the search and the step guard's rounds ran
 #             to the last iteration, see `search_end_iter` in the report), while TRAIN_PAIR_S seconds
 #             (default 240, about one 350m pair of 400 iterations on 2 GPUs) are left,
-#             TRAIN_PAIRS times (default 2): interleaved launch pairs, each online launch starting cold;
+#             TRAIN_PAIRS times (default 2): interleaved launch pairs, each online launch starting cold, every
+#             second pair launching its modes in reverse order (online before plain NCCL: a machine that slows
+#             or warms over a pair then weighs on both sides; train-pairs reports each order's median);
 #             TRAIN_MODES (default nccl,online; add manual for the resource-sharing study's policy)
 #   small     the 1-4 MiB cells alone with 10x the calls per average (SMALL_SIZES, SMALL_ITERS; default -b 1M
 #             -e 4M -f 2, -w 20 -n 400): plain, online, table-warm (table mode on online's table) and idle, to
@@ -171,8 +173,10 @@ PY
           left=$((BUDGET_S - (SECONDS - T0)))
           if [ "$left" -lt "${TRAIN_PAIR_S:-240}" ]; then echo "train pair $p $v skipped: ${left} s left"; break 2; fi
           extra=(); [ "$v" = ceiling0 ] && extra=(--channel-ceiling 0)
+          modes=${TRAIN_MODES:-nccl,online}
+          [ $((p % 2)) = 0 ] && modes=$(tr ',' '\n' <<< "$modes" | tac | paste -sd, -)
           timeout "$left" python3 -m autoccl bench train --preset "${TRAIN_PRESET:-350m}" \
-            --parallel "${PARALLEL:-fsdp2,ddp}" --modes "${TRAIN_MODES:-nccl,online}" "${extra[@]}" -n "${TRAIN_ITERS:-400}" \
+            --parallel "${PARALLEL:-fsdp2,ddp}" --modes "$modes" "${extra[@]}" -n "${TRAIN_ITERS:-400}" \
             --no-progress -o "$OUT/train/pair${p}_$v" 2>&1 | tail -12
         done
       done

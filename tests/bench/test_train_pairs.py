@@ -347,6 +347,7 @@ def test_cli_writes_every_file(tmp_path: Path) -> None:
         "fell_back_to_nccl",
         "counted_ratio",
         "search_end_iter",
+        "first_launched",
         "plain_drift",
         "online_drift",
     ]
@@ -360,6 +361,7 @@ def test_cli_writes_every_file(tmp_path: Path) -> None:
         "fell_back_to_nccl": "",
         "counted_ratio": "0.75",
         "search_end_iter": "12",
+        "first_launched": "",
         "plain_drift": "1.2",
         "online_drift": "1.0",
     }
@@ -512,3 +514,26 @@ def test_guard_verdicts_from_the_trace_reach_the_pairs_table(tmp_path: Path) -> 
     for f in files:
         f.write_text(json.dumps(doc))
     assert "Step guard verdicts" not in TP.markdown(TP.summarize(TP.read_pairs(files)))
+
+
+def test_launch_order_of_each_pair_and_the_median_by_order(tmp_path: Path) -> None:
+    """Pairs that launched online first (every second pair on the GPU machine) say so, and the table gives
+    each order's median speed; pairs of one order alone, or whose settings name no modes, print no such
+    line."""
+    paths = four_pairs(tmp_path)
+    for i, path in enumerate(paths):
+        doc = json.loads(path.read_text())
+        doc["settings"]["modes"] = ["online", "nccl"] if i % 2 else ["nccl", "online"]
+        path.write_text(json.dumps(doc))
+    s = TP.summarize(TP.read_pairs(paths))
+    assert [r["first"] for r in s["parallels"]["fsdp2"]["pairs"]] == ["nccl", "online", "nccl", "online"]
+    # fsdp2 speeds 1.25, 1.1, 0.75, 0.9: nccl first 1.25 and 0.75 (median 1.0), online first 1.1 and 0.9
+    md = TP.markdown(s)
+    assert (
+        "By launch order: 1.000× median over 2 pairs with nccl launched first, "
+        "1.000× over 2 with online first." in md
+    )
+    assert [r["first_launched"] for r in TP.csv_rows(s)][:4] == ["nccl", "online", "nccl", "online"]
+    s1 = TP.summarize(TP.read_pairs(four_pairs(tmp_path / "no-modes")))
+    assert s1["parallels"]["fsdp2"]["pairs"][0]["first"] is None
+    assert "By launch order" not in TP.markdown(s1)

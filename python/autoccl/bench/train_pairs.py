@@ -245,6 +245,29 @@ def _setting_differences(pairs: Sequence[Pair]) -> list[str]:
     return out
 
 
+def _first_launched(p: Pair, baseline: str, mode: str) -> str | None:
+    """Which of the two modes the pair launched first (`bench train` launches its modes in the order given),
+    None where its settings do not say."""
+    modes = p.settings.get("modes")
+    if not isinstance(modes, list) or baseline not in modes or mode not in modes:
+        return None
+    return baseline if modes.index(baseline) < modes.index(mode) else mode
+
+
+def _order_sentence(rows: Sequence[Mapping[str, Any]], baseline: str, mode: str) -> list[str]:
+    """Where pairs launched the two modes in both orders: the median speed of each order, so that what the
+    launch order alone does (a machine that slows or warms over a pair) shows beside the modes' difference."""
+    by = {m: [r["speed_ratio"] for r in rows if r.get("first") == m] for m in (baseline, mode)}
+    if not by[baseline] or not by[mode]:
+        return []
+    return [
+        "",
+        f"By launch order: {_x(statistics.median(by[baseline]))} median over {len(by[baseline])} pairs "
+        f"with {baseline} launched first, {_x(statistics.median(by[mode]))} over {len(by[mode])} with "
+        f"{mode} first.",
+    ]
+
+
 def summarize(pairs: Sequence[Pair], baseline: str = "nccl", mode: str = "online") -> dict[str, Any]:
     """Per parallel kind, over the pairs that have both launches: each pair's speed ratio (baseline steady
     ms / mode steady ms, above 1: `mode` faster) and drift, their median with a 95 % bootstrap interval,
@@ -272,6 +295,7 @@ def summarize(pairs: Sequence[Pair], baseline: str = "nccl", mode: str = "online
             rows.append(
                 {
                     "pair": p.name,
+                    "first": _first_launched(p, baseline, mode),
                     "baseline_steady_ms": base.steady_ms,
                     "mode_steady_ms": other.steady_ms,
                     "speed_ratio": speed,
@@ -352,6 +376,7 @@ def csv_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
                     "fell_back_to_nccl": r["fell_back_to_nccl"],
                     "counted_ratio": round(r["counted_ratio"], 4),
                     "search_end_iter": r["search_end_iter"],
+                    "first_launched": r.get("first"),
                     f"{b}_drift": None if r["baseline_drift"] is None else round(r["baseline_drift"], 4),
                     f"{m}_drift": None if r["mode_drift"] is None else round(r["mode_drift"], 4),
                 }
@@ -494,6 +519,7 @@ def markdown(summary: Mapping[str, Any]) -> str:
             f"| **{_x(s['median'])}** ({interval}; min–max {s['min']:.3f}–{s['max']:.3f}) "
             f"| {s['fell_back_count']} of {s['count']} | **{_x(s['counted_median'])}** | | | | |"
         )
+        lines += _order_sentence(s["pairs"], base, mode)
         lines += _guard_lines(s["pairs"])
         spread = s["baseline_spread"]
         lines += [
