@@ -41,6 +41,14 @@ bool IterationDetector::sameBlocks(uint64_t a, uint64_t b, uint32_t len) const {
   return true;
 }
 
+uint32_t IterationDetector::callsPerIteration(const TaskKey& task) const {
+  auto f = ids_.find(task);
+  if (period_ == 0 || f == ids_.end() || n_ < period_) return 0;
+  uint32_t n = 0;
+  for (uint64_t pos = n_ - period_; pos < n_; ++pos) n += hist_[pos % ring_] == f->second;
+  return n;
+}
+
 bool IterationDetector::push(uint32_t taskId) {
   const uint64_t pos = n_++;
   hist_[pos % ring_] = taskId;
@@ -125,6 +133,11 @@ GuardPlan::GuardPlan(GuardOptions o) : o_(std::move(o)) {
 void GuardPlan::arm() {
   std::lock_guard<std::mutex> lk(mu_);
   armed_ = true;
+}
+
+void GuardPlan::setPlanGain(double micros) {
+  std::lock_guard<std::mutex> lk(mu_);
+  planGainUs_ = std::isfinite(micros) ? micros : -1;
 }
 
 bool GuardPlan::armed() const {
@@ -256,6 +269,13 @@ void GuardPlan::verdictLocked() {
     v.tunedUs = med[kTunedArm];
     v.ncclUs = ncclMed;
   }
+  // The tuned plan (not a channel-cap arm, whose gain is the computation's) faster by more than its own kernel
+  // savings allow: chance, so NCCL's choices.
+  v.planGainUs = planGainUs_;
+  if (winner == kTunedArm && planGainUs_ >= 0 && planGainUs_ < o_.minPlanShare * ncclMed) {
+    winner = kNcclArm;
+    v.unexplained = true;
+  }
   v.tuned = winner != kNcclArm;
   v.winner = arms_[winner];
   now_ = winner;
@@ -286,6 +306,12 @@ std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm, uint32_t
                 "against NCCL's choices %.1f us (%u): %s from iteration %" PRIu64,
                 comm, period, v.tunedUs, v.tunedSamples, v.ncclUs, v.ncclSamples, what.c_str(), v.at);
   std::string text = line;
+  if (v.unexplained) {
+    char why[192];
+    std::snprintf(why, sizeof why, " (the tuned plan saves %.1f us of kernel time an iteration, %.2f %% of it: its "
+                  "faster median is the step's noise)", v.planGainUs, v.ncclUs > 0 ? 100.0 * v.planGainUs / v.ncclUs : 0.0);
+    text += why;
+  }
   if (!v.arms.empty()) {  // every arm's median (us), its samples and the margin it needed
     text += "; arms:";
     for (const GuardPlan::ArmResult& r : v.arms) {
@@ -300,13 +326,15 @@ std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm, uint32_t
 
 std::string traceVerdict(const GuardPlan::Verdict& v, const std::string& commHex, int rank, uint32_t period,
                          const std::function<bool(uint64_t iteration, CallKey* first)>& firstCall) {
-  char head[384];
+  char head[448];
   std::snprintf(head, sizeof head,
                 "{\"ev\":\"guard\",\"comm\":\"%s\",\"rank\":%d,\"period\":%u,\"round_begin\":%" PRIu64
                 ",\"at\":%" PRIu64 ",\"winner\":\"%s\",\"tuned\":%s,\"tuned_us\":%.1f,\"tuned_samples\":%u,"
-                "\"nccl_us\":%.1f,\"nccl_samples\":%u,\"margin\":%.4f,\"samples\":[",
+                "\"nccl_us\":%.1f,\"nccl_samples\":%u,\"margin\":%.4f,\"plan_gain_us\":%.1f,\"unexplained\":%s,"
+                "\"samples\":[",
                 commHex.c_str(), rank, period, v.roundBegin, v.at, armName(v.winner).c_str(),
-                v.tuned ? "true" : "false", v.tunedUs, v.tunedSamples, v.ncclUs, v.ncclSamples, v.margin);
+                v.tuned ? "true" : "false", v.tunedUs, v.tunedSamples, v.ncclUs, v.ncclSamples, v.margin,
+                v.planGainUs, v.unexplained ? "true" : "false");
   std::string out = head;
   for (size_t i = 0; i < v.samples.size(); ++i) {
     const GuardPlan::Sample& s = v.samples[i];

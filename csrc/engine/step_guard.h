@@ -52,6 +52,9 @@ class IterationDetector {
     return push(ids_.emplace(task, static_cast<uint32_t>(ids_.size())).first->second);
   }
   bool stable() const { return period_ > 0; }
+  // How many calls of the latest full iteration were of `task` (0 while no structure stands, or for a task
+  // not in it). O(period): for occasional use.
+  uint32_t callsPerIteration(const TaskKey& task) const;
   // True when the call just pushed ends an iteration (the next call would start one).
   bool endsIteration() const { return period_ > 0 && (n_ - phase_) % period_ == 0; }
   uint32_t period() const { return period_; }
@@ -86,6 +89,11 @@ struct GuardOptions {
   uint64_t recheckMax = 16384;
   uint64_t giveUpAfter = 64;     // iterations past a round's end after which missing samples are lost
   uint32_t minSamples = 3;       // a side needs this many samples, else NCCL's choices (no evidence for the plan)
+  // The tuned plan's kernel savings in an iteration (setPlanGain) must be at least this share of NCCL's
+  // iteration median for a faster tuned median to count: a step gain larger than the collectives' own saving
+  // is the step's noise, not the plan (on 2 x H200, 350m FSDP2 and DDP saved 0.2-0.4 % of the step in kernel
+  // time, and the step moved +-15 % within a launch; a verdict for the tuned plan there was chance).
+  double minPlanShare = 0.01;
   // Extra arms (AUTOCCL_STEP_ARMS=hidden=...): per entry, the tuned plan with every call of the iteration but
   // its last at most this many channels. Empty: the tuned plan and NCCL's choices alone.
   std::vector<int> hiddenCaps;
@@ -113,6 +121,9 @@ class GuardPlan {
   std::vector<search::Segment> decide(uint64_t i, uint64_t covered);
   // Every task of the iteration has converged: the next round may start.
   void arm();
+  // The tuned plan's kernel time saved per iteration against NCCL's choices (microseconds, summed over the
+  // iteration's calls), as the tasks' searches measured it; negative: unknown (no minPlanShare check).
+  void setPlanGain(double micros);
   // Iteration i took `micros` (the authority's stream, the start of i to the start of i + 1).
   void sample(uint64_t i, double micros);
 
@@ -137,6 +148,8 @@ class GuardPlan {
     GuardArm winner;               // what runs from `at` on
     std::vector<ArmResult> arms;   // with extra arms only: every arm's result, the tuned plan and NCCL's first
     double margin = 0;             // the share the tuned plan had to beat NCCL's median by (0: no median)
+    double planGainUs = -1;        // the tuned plan's kernel savings per iteration when judged (-1: unknown)
+    bool unexplained = false;      // the tuned median won, but by more than its kernel savings can explain
     std::vector<Sample> samples;   // what the round measured, by iteration (the trace's `guard` record)
   };
   std::vector<Verdict> verdicts() const;
@@ -166,6 +179,7 @@ class GuardPlan {
   uint64_t nextRound_ = 0;                   // iteration before which no new round starts
   uint64_t waitLen_ = 1;
   std::vector<Verdict> verdicts_;
+  double planGainUs_ = -1;
 };
 
 // One INFO line of a verdict: the communicator, its iteration's length, both arms' medians and what runs from

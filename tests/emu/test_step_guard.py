@@ -106,8 +106,12 @@ def test_guard_trace_records_say_what_the_round_ran(plugin: Path, tmp_path: Path
 
 
 def test_guard_keeps_a_plan_that_speeds_the_iteration(plugin: Path, tmp_path: Path) -> None:
-    ar, lines = _run(plugin, hidden_us=0, work=tmp_path)
+    ar, lines, verdicts = _run_traced(plugin, hidden_us=0, work=tmp_path)
     assert any("keeping the tuned plan" in ln for ln in lines), lines
+    # the all_reduce's kernel savings, counted once per iteration, explain the faster iteration
+    kept = [v for v in verdicts if v["tuned"]]
+    assert kept and all(not v["unexplained"] for v in verdicts), verdicts
+    assert all(0.01 * v["nccl_us"] <= v["plan_gain_us"] < v["nccl_us"] for v in kept), kept
     last = ar[-1]
     assert (last["algo"], last["proto"]) != (last["def_algo"], last["def_proto"]), last
     entry = _saved_allreduce(tmp_path)

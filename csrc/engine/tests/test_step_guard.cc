@@ -391,4 +391,67 @@ TEST(engine, guard_verdict_samples_and_trace_record) {
   EXPECT_EQ(rec.back(), '}');
 }
 
+// A tuned median faster than NCCL's by more than the tuned plan's own kernel savings could make it is the
+// step's noise: NCCL's choices, and the verdict says why. With savings that can explain it, or unknown
+// savings, the tuned plan stays. Channel-cap arms are not held to it (their gain is the computation's).
+TEST(engine, guard_wants_a_gain_the_plan_can_explain) {
+  GuardPlan small;
+  small.setPlanGain(5.0);  // 0.5 % of NCCL's 1000 us iteration, under minPlanShare
+  std::vector<GuardPlan::Verdict> v = drive(small, 900, 1000, 0.02, 120, 10);
+  ASSERT_FALSE(v.empty());
+  EXPECT_FALSE(v.front().tuned);
+  EXPECT_TRUE(v.front().unexplained);
+  EXPECT_DOUBLE_EQ(v.front().planGainUs, 5.0);
+  EXPECT_LT(v.front().tunedUs, v.front().ncclUs);
+  const std::string line = autoccl::engine::describeVerdict(v.front(), 1, 2);
+  EXPECT_NE(line.find("NCCL's choices for every task"), std::string::npos) << line;
+  EXPECT_NE(line.find("saves 5.0 us of kernel time an iteration"), std::string::npos) << line;
+  const std::string rec = autoccl::engine::traceVerdict(v.front(), "01", 0, 2, nullptr);
+  EXPECT_NE(rec.find("\"plan_gain_us\":5.0,\"unexplained\":true"), std::string::npos) << rec;
+
+  GuardPlan enough;
+  enough.setPlanGain(60.0);  // 6 %: a 10 % faster step is within reach of the plan (with noise)
+  v = drive(enough, 900, 1000, 0.02, 120, 10);
+  ASSERT_FALSE(v.empty());
+  EXPECT_TRUE(v.front().tuned);
+  EXPECT_FALSE(v.front().unexplained);
+
+  GuardPlan unknown;  // no savings given: the medians alone decide
+  v = drive(unknown, 900, 1000, 0.02, 120, 10);
+  ASSERT_FALSE(v.empty());
+  EXPECT_TRUE(v.front().tuned);
+  EXPECT_DOUBLE_EQ(v.front().planGainUs, -1.0);
+
+  GuardOptions o;
+  o.hiddenCaps = {8};
+  GuardPlan capped(o);
+  capped.setPlanGain(0.0);
+  const auto timeOf = [](const GuardArm& a) { return a.nccl ? 1000.0 : a.hiddenCap > 0 ? 850.0 : 1000.0; };
+  v = driveArms(capped, timeOf, 0.01, 200, 10);
+  ASSERT_FALSE(v.empty());
+  EXPECT_TRUE(v.front().tuned);
+  EXPECT_EQ(v.front().winner.hiddenCap, 8);
+}
+
+TEST(engine, iteration_detector_counts_a_tasks_calls_per_iteration) {
+  IterationDetector d;
+  autoccl::TaskKey big, small;
+  big.coll = 2;
+  big.bytes = 200 << 20;
+  small.coll = 2;
+  small.bytes = 24 << 20;
+  EXPECT_EQ(d.callsPerIteration(big), 0u);
+  for (int i = 0; i < 5; ++i) {
+    d.push(big);
+    for (int j = 0; j < 4; ++j) d.push(small);
+  }
+  ASSERT_TRUE(d.stable());
+  EXPECT_EQ(d.period(), 5u);
+  EXPECT_EQ(d.callsPerIteration(big), 1u);
+  EXPECT_EQ(d.callsPerIteration(small), 4u);
+  autoccl::TaskKey other;
+  other.bytes = 1;
+  EXPECT_EQ(d.callsPerIteration(other), 0u);
+}
+
 }  // namespace

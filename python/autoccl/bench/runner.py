@@ -816,7 +816,17 @@ def run_train(
 
 
 # What an online train row keeps of each step guard verdict (the launch entry keeps the samples too).
-GUARD_ROW_KEYS = ("at", "winner", "tuned_us", "tuned_samples", "nccl_us", "nccl_samples", "margin")
+GUARD_ROW_KEYS = (
+    "at",
+    "winner",
+    "tuned_us",
+    "tuned_samples",
+    "nccl_us",
+    "nccl_samples",
+    "margin",
+    "plan_gain_us",
+    "unexplained",
+)
 
 
 def annotate_online_rows(doc: dict[str, Any]) -> None:

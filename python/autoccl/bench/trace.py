@@ -230,6 +230,10 @@ def guard_verdicts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "nccl_us": float(rec.get("nccl_us", 0.0)),
                 "nccl_samples": int(rec.get("nccl_samples", 0)),
                 "margin": float(rec.get("margin", 0.0)),
+                # the tuned plan's kernel savings an iteration when judged (-1: unknown), and whether its
+                # faster median was put down to noise for exceeding what they explain
+                "plan_gain_us": float(rec.get("plan_gain_us", -1.0)),
+                "unexplained": bool(rec.get("unexplained", False)),
                 "samples": samples,
             }
         )

@@ -451,6 +451,10 @@ def guard_text(v: Mapping[str, Any]) -> str:
         if t > 0 and n > 0
         else f"too few samples ({v.get('tuned_samples', 0)} tuned, {v.get('nccl_samples', 0)} NCCL's)"
     )
+    if v.get("unexplained"):
+        medians += (
+            f"; the plan saves {float(v.get('plan_gain_us') or 0) / 1000:.2f} ms of kernel time a step: noise"
+        )
     return f"{won} from iteration {v.get('at')} ({medians})"
 
 
