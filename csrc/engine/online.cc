@@ -686,7 +686,8 @@ class OnlineSource final : public DecisionSource {
       const bool arming = !decider_->guard->armed() && allRecentConverged();
       // What the tuned plan saves an iteration, for the verdict's check that a faster step can be the plan's:
       // when the round can start, and every kPlanGainEvery iterations after (a task's re-tune changes it).
-      if (arming || (decider_->guard->armed() && it % kPlanGainEvery == 0)) decider_->guard->setPlanGain(planGainUs());
+      if (arming || (decider_->guard->armed() && it % kPlanGainEvery == 0))
+        decider_->guard->setPlanGain(planGainUs(), iter_.period());
       if (arming) decider_->guard->arm();
     }
     coord::Outcome o = agree_->decide(guardKey_, it);
@@ -719,14 +720,16 @@ class OnlineSource final : public DecisionSource {
     if (!r.empty()) out.push_back(std::move(r));
     const auto firstCall = [this](uint64_t it, CallKey* first) { return guardClock_.firstCall(it, first); };
     for (const GuardPlan::Verdict& v : decider_->guard->verdicts())
-      out.push_back(traceVerdict(v, commHex(env_.commHash), env_.rank, iter_.period(), firstCall));
+      out.push_back(traceVerdict(v, commHex(env_.commHash), env_.rank, firstCall));
     return out;
   }
 
  private:
   // The kernel time the tuned plan saves in one iteration against NCCL's choices: per task of the latest
   // iteration, its search's NCCL median less its pinned median (what the search measured), times its calls in
-  // the iteration.
+  // the iteration. -1 (unknown: no explained-gain check) while a task of the iteration is still searching, or
+  // runs a configuration of its own without both medians (a table entry trusted unmeasured, a pin with no
+  // samples): its saving could be anything.
   static constexpr uint64_t kPlanGainEvery = 16;
   double planGainUs() {
     double us = 0;
@@ -735,9 +738,13 @@ class OnlineSource final : public DecisionSource {
       if (!st->search) continue;
       const uint32_t calls = iter_.callsPerIteration(key);
       if (calls == 0) continue;
+      if (!st->search->converged()) return -1;
       const search::Stats x = st->search->stats();
-      if (x.defaultMedian > 0 && x.bestMedian > 0 && x.bestMedian < x.defaultMedian)
-        us += calls * (x.defaultMedian - x.bestMedian);
+      if (x.defaultMedian > 0 && x.bestMedian > 0) {
+        if (x.bestMedian < x.defaultMedian) us += calls * (x.defaultMedian - x.bestMedian);
+      } else if (!st->search->best().isDefault()) {
+        return -1;
+      }
     }
     return us;
   }
@@ -753,9 +760,10 @@ class OnlineSource final : public DecisionSource {
 
   // One INFO line per verdict of the guard (authority).
   void logVerdicts() {
-    const std::vector<GuardPlan::Verdict> v = decider_->guard->verdicts();
-    for (; loggedVerdicts_ < v.size(); ++loggedVerdicts_)
-      if (env_.log) env_.log(LogLevel::Info, describeVerdict(v[loggedVerdicts_], env_.commHash, iter_.period()));
+    for (const size_t n = decider_->guard->verdictCount(); loggedVerdicts_ < n; ++loggedVerdicts_)
+      if (env_.log)
+        env_.log(LogLevel::Info, describeVerdict(decider_->guard->verdict(loggedVerdicts_), env_.commHash,
+                                                 iter_.period()));
   }
 
   void settlePlace() {

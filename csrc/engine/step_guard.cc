@@ -135,9 +135,20 @@ void GuardPlan::arm() {
   armed_ = true;
 }
 
-void GuardPlan::setPlanGain(double micros) {
+void GuardPlan::setPlanGain(double micros, uint32_t period) {
   std::lock_guard<std::mutex> lk(mu_);
   planGainUs_ = std::isfinite(micros) ? micros : -1;
+  period_ = period;
+}
+
+size_t GuardPlan::verdictCount() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return verdicts_.size();
+}
+
+GuardPlan::Verdict GuardPlan::verdict(size_t i) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return verdicts_.at(i);
 }
 
 bool GuardPlan::armed() const {
@@ -251,6 +262,10 @@ void GuardPlan::verdictLocked() {
     if (x[a].size() >= o_.minSamples) med[a] = autoccl::median(x[a]);
   const double ncclMed = med[kNcclArm];
   const double ncclSE = ncclMed > 0 ? relSE(n, ncclMed) : 0.0;
+  // The tuned plan beating NCCL's median by more than its own kernel savings plus the margin: the step's noise
+  // (the channel-cap arms' gain is the computation's, not held to it).
+  v.planGainUs = planGainUs_;
+  v.period = period_;
   size_t winner = kNcclArm;
   for (size_t a = 0; a < arms_.size(); ++a) {
     ArmResult r;
@@ -259,8 +274,15 @@ void GuardPlan::verdictLocked() {
     r.medianUs = med[a];
     if (a != kNcclArm && ncclMed > 0 && r.medianUs > 0) {
       r.margin = std::max(o_.minMargin, o_.z * std::hypot(relSE(x[a], r.medianUs), ncclSE));
-      if (a == kTunedArm) v.margin = r.margin;
-      const bool beats = r.medianUs < ncclMed * (1.0 - r.margin);
+      bool beats = r.medianUs < ncclMed * (1.0 - r.margin);
+      if (a == kTunedArm) {
+        v.margin = r.margin;
+        if (beats && o_.explainedGain && planGainUs_ >= 0 &&
+            ncclMed - r.medianUs > planGainUs_ + r.margin * ncclMed) {
+          v.unexplained = true;
+          beats = false;
+        }
+      }
       if (beats && (winner == kNcclArm || r.medianUs < med[winner])) winner = a;
     }
     if (arms_.size() > 2) v.arms.push_back(r);
@@ -268,13 +290,6 @@ void GuardPlan::verdictLocked() {
   if (med[kTunedArm] > 0 && ncclMed > 0) {
     v.tunedUs = med[kTunedArm];
     v.ncclUs = ncclMed;
-  }
-  // The tuned plan (not a channel-cap arm, whose gain is the computation's) faster by more than its own kernel
-  // savings allow: chance, so NCCL's choices.
-  v.planGainUs = planGainUs_;
-  if (winner == kTunedArm && planGainUs_ >= 0 && planGainUs_ < o_.minPlanShare * ncclMed) {
-    winner = kNcclArm;
-    v.unexplained = true;
   }
   v.tuned = winner != kNcclArm;
   v.winner = arms_[winner];
@@ -308,8 +323,9 @@ std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm, uint32_t
   std::string text = line;
   if (v.unexplained) {
     char why[192];
-    std::snprintf(why, sizeof why, " (the tuned plan saves %.1f us of kernel time an iteration, %.2f %% of it: its "
-                  "faster median is the step's noise)", v.planGainUs, v.ncclUs > 0 ? 100.0 * v.planGainUs / v.ncclUs : 0.0);
+    std::snprintf(why, sizeof why, " (the tuned plan saves %.1f us of kernel time an iteration, %.2f %% of it: "
+                  "its faster median is the step's noise)", v.planGainUs,
+                  v.ncclUs > 0 ? 100.0 * v.planGainUs / v.ncclUs : 0.0);
     text += why;
   }
   if (!v.arms.empty()) {  // every arm's median (us), its samples and the margin it needed
@@ -324,7 +340,7 @@ std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm, uint32_t
   return text;
 }
 
-std::string traceVerdict(const GuardPlan::Verdict& v, const std::string& commHex, int rank, uint32_t period,
+std::string traceVerdict(const GuardPlan::Verdict& v, const std::string& commHex, int rank,
                          const std::function<bool(uint64_t iteration, CallKey* first)>& firstCall) {
   char head[448];
   std::snprintf(head, sizeof head,
@@ -332,7 +348,7 @@ std::string traceVerdict(const GuardPlan::Verdict& v, const std::string& commHex
                 ",\"at\":%" PRIu64 ",\"winner\":\"%s\",\"tuned\":%s,\"tuned_us\":%.1f,\"tuned_samples\":%u,"
                 "\"nccl_us\":%.1f,\"nccl_samples\":%u,\"margin\":%.4f,\"plan_gain_us\":%.1f,\"unexplained\":%s,"
                 "\"samples\":[",
-                commHex.c_str(), rank, period, v.roundBegin, v.at, armName(v.winner).c_str(),
+                commHex.c_str(), rank, v.period, v.roundBegin, v.at, armName(v.winner).c_str(),
                 v.tuned ? "true" : "false", v.tunedUs, v.tunedSamples, v.ncclUs, v.ncclSamples, v.margin,
                 v.planGainUs, v.unexplained ? "true" : "false");
   std::string out = head;

@@ -89,11 +89,12 @@ struct GuardOptions {
   uint64_t recheckMax = 16384;
   uint64_t giveUpAfter = 64;     // iterations past a round's end after which missing samples are lost
   uint32_t minSamples = 3;       // a side needs this many samples, else NCCL's choices (no evidence for the plan)
-  // The tuned plan's kernel savings in an iteration (setPlanGain) must be at least this share of NCCL's
-  // iteration median for a faster tuned median to count: a step gain larger than the collectives' own saving
-  // is the step's noise, not the plan (on 2 x H200, 350m FSDP2 and DDP saved 0.2-0.4 % of the step in kernel
-  // time, and the step moved +-15 % within a launch; a verdict for the tuned plan there was chance).
-  double minPlanShare = 0.01;
+  // A tuned median below NCCL's by more than the tuned plan's kernel savings in an iteration (setPlanGain)
+  // plus the margin the round needs is the step's noise, not the plan: NCCL's choices (or the fastest channel-cap
+  // arm that beat NCCL, whose gain is the computation's). On 2 x H200, 350m FSDP2 and DDP saved 0.2-0.4 % of the
+  // step in kernel time while the step moved +-15 % within a launch; a verdict for the tuned plan there was
+  // chance. Off: false.
+  bool explainedGain = true;
   // Extra arms (AUTOCCL_STEP_ARMS=hidden=...): per entry, the tuned plan with every call of the iteration but
   // its last at most this many channels. Empty: the tuned plan and NCCL's choices alone.
   std::vector<int> hiddenCaps;
@@ -122,8 +123,9 @@ class GuardPlan {
   // Every task of the iteration has converged: the next round may start.
   void arm();
   // The tuned plan's kernel time saved per iteration against NCCL's choices (microseconds, summed over the
-  // iteration's calls), as the tasks' searches measured it; negative: unknown (no minPlanShare check).
-  void setPlanGain(double micros);
+  // iteration's calls), as the tasks' searches measured it; negative: unknown (no explained-gain check). `period`:
+  // the iteration's length in calls now (what the verdicts record).
+  void setPlanGain(double micros, uint32_t period = 0);
   // Iteration i took `micros` (the authority's stream, the start of i to the start of i + 1).
   void sample(uint64_t i, double micros);
 
@@ -150,9 +152,12 @@ class GuardPlan {
     double margin = 0;             // the share the tuned plan had to beat NCCL's median by (0: no median)
     double planGainUs = -1;        // the tuned plan's kernel savings per iteration when judged (-1: unknown)
     bool unexplained = false;      // the tuned median won, but by more than its kernel savings can explain
+    uint32_t period = 0;           // the iteration's length in calls when judged (0: not known)
     std::vector<Sample> samples;   // what the round measured, by iteration (the trace's `guard` record)
   };
   std::vector<Verdict> verdicts() const;
+  size_t verdictCount() const;
+  Verdict verdict(size_t i) const;  // i < verdictCount()
   bool armed() const;
   // What every iteration not planned yet runs when the authority leaves: the last verdict, for good.
   search::Segment finalSegment() const;
@@ -180,6 +185,7 @@ class GuardPlan {
   uint64_t waitLen_ = 1;
   std::vector<Verdict> verdicts_;
   double planGainUs_ = -1;
+  uint32_t period_ = 0;
 };
 
 // One INFO line of a verdict: the communicator, its iteration's length, both arms' medians and what runs from
@@ -189,7 +195,7 @@ std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm, uint32_t
 // The trace's `guard` record of a verdict (JSON, one line): the same numbers and every sample of its round, each
 // with the first call of its iteration where `firstCall` knows it (the call places the iteration in the job:
 // a once-per-step task's call index is the step).
-std::string traceVerdict(const GuardPlan::Verdict& v, const std::string& commHex, int rank, uint32_t period,
+std::string traceVerdict(const GuardPlan::Verdict& v, const std::string& commHex, int rank,
                          const std::function<bool(uint64_t iteration, CallKey* first)>& firstCall);
 
 // The authority's iteration times, from its own stream: the first call of each guard-timed iteration is marked,

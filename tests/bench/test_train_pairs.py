@@ -490,6 +490,7 @@ def test_guard_verdicts_from_the_trace_reach_the_pairs_table(tmp_path: Path) -> 
     row = doc["train"][1]  # type: ignore[index]
     assert row["guard_verdicts"] == [
         {
+            "comm": "00000000000000ab",
             "at": 93,
             "winner": "nccl",
             "tuned_us": 149500.0,
@@ -507,7 +508,7 @@ def test_guard_verdicts_from_the_trace_reach_the_pairs_table(tmp_path: Path) -> 
         files[-1].write_text(json.dumps(doc))
     md = TP.markdown(TP.summarize(TP.read_pairs(files)))
     assert (
-        "- pair1: NCCL's choice from iteration 93 "
+        "- pair1: NCCL's choice from guard iteration 93 of comm …0000ab "
         "(tuned 149.5 ms ×8 against NCCL's 148.0 ms ×8, needed 12.0 %; the plan saves 0.28 ms of kernel time "
         "a step: noise)"
     ) in md

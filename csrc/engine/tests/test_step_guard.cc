@@ -353,9 +353,11 @@ TEST(engine, guard_verdict_line) {
 // segments say which), and the trace's `guard` record carries them, placed by their iterations' first calls.
 TEST(engine, guard_verdict_samples_and_trace_record) {
   GuardPlan g;
+  g.setPlanGain(-1, 74);  // savings unknown; iterations of 74 calls
   const std::vector<GuardPlan::Verdict> v = drive(g, 900, 1000, 0.02, 120, 10);
   ASSERT_FALSE(v.empty());
   const GuardPlan::Verdict& first = v.front();
+  EXPECT_EQ(first.period, 74u);
   EXPECT_TRUE(first.tuned);
   ASSERT_EQ(first.samples.size(), first.tunedSamples + first.ncclSamples);
   EXPECT_EQ(first.tunedSamples, 8u);
@@ -377,7 +379,7 @@ TEST(engine, guard_verdict_samples_and_trace_record) {
   EXPECT_EQ(got.call, 77u);
   EXPECT_FALSE(clock.firstCall(first.samples.back().iteration, &got));
   const std::string rec = autoccl::engine::traceVerdict(
-      first, "00000000000000ab", 0, 74,
+      first, "00000000000000ab", 0,
       [&](uint64_t it, autoccl::engine::CallKey* k) { return clock.firstCall(it, k); });
   EXPECT_EQ(rec.rfind("{\"ev\":\"guard\",\"comm\":\"00000000000000ab\",\"rank\":0,\"period\":74,", 0), 0u) << rec;
   EXPECT_NE(rec.find("\"winner\":\"tuned\",\"tuned\":true"), std::string::npos) << rec;
@@ -394,12 +396,13 @@ TEST(engine, guard_verdict_samples_and_trace_record) {
   EXPECT_EQ(rec.back(), '}');
 }
 
-// A tuned median faster than NCCL's by more than the tuned plan's own kernel savings could make it is the
-// step's noise: NCCL's choices, and the verdict says why. With savings that can explain it, or unknown
-// savings, the tuned plan stays. Channel-cap arms are not held to it (their gain is the computation's).
+// A tuned median below NCCL's by more than the tuned plan's own kernel savings plus the round's margin is the
+// step's noise: NCCL's choices, and the verdict says why. Savings that explain the gain, or unknown savings,
+// keep the tuned plan. Channel-cap arms are not held to it (their gain is the computation's): an unexplained
+// tuned win leaves the fastest cap arm that beat NCCL.
 TEST(engine, guard_wants_a_gain_the_plan_can_explain) {
   GuardPlan small;
-  small.setPlanGain(5.0);  // 0.5 % of NCCL's 1000 us iteration, under minPlanShare
+  small.setPlanGain(5.0, 2);  // 0.5 % of NCCL's 1000 us iteration; the tuned one is 10 % faster
   std::vector<GuardPlan::Verdict> v = drive(small, 900, 1000, 0.02, 120, 10);
   ASSERT_FALSE(v.empty());
   EXPECT_FALSE(v.front().tuned);
@@ -409,11 +412,11 @@ TEST(engine, guard_wants_a_gain_the_plan_can_explain) {
   const std::string line = autoccl::engine::describeVerdict(v.front(), 1, 2);
   EXPECT_NE(line.find("NCCL's choices for every task"), std::string::npos) << line;
   EXPECT_NE(line.find("saves 5.0 us of kernel time an iteration"), std::string::npos) << line;
-  const std::string rec = autoccl::engine::traceVerdict(v.front(), "01", 0, 2, nullptr);
+  const std::string rec = autoccl::engine::traceVerdict(v.front(), "01", 0, nullptr);
   EXPECT_NE(rec.find("\"plan_gain_us\":5.0,\"unexplained\":true"), std::string::npos) << rec;
 
   GuardPlan enough;
-  enough.setPlanGain(60.0);  // 6 %: a 10 % faster step is within reach of the plan (with noise)
+  enough.setPlanGain(100.0, 2);  // the plan's savings are the step's gain
   v = drive(enough, 900, 1000, 0.02, 120, 10);
   ASSERT_FALSE(v.empty());
   EXPECT_TRUE(v.front().tuned);
@@ -425,14 +428,24 @@ TEST(engine, guard_wants_a_gain_the_plan_can_explain) {
   EXPECT_TRUE(v.front().tuned);
   EXPECT_DOUBLE_EQ(v.front().planGainUs, -1.0);
 
+  GuardOptions off;
+  off.explainedGain = false;
+  GuardPlan unchecked(off);
+  unchecked.setPlanGain(5.0, 2);
+  v = drive(unchecked, 900, 1000, 0.02, 120, 10);
+  ASSERT_FALSE(v.empty());
+  EXPECT_TRUE(v.front().tuned);
+
   GuardOptions o;
   o.hiddenCaps = {8};
   GuardPlan capped(o);
-  capped.setPlanGain(0.0);
-  const auto timeOf = [](const GuardArm& a) { return a.nccl ? 1000.0 : a.hiddenCap > 0 ? 850.0 : 1000.0; };
+  capped.setPlanGain(0.0, 2);
+  // the tuned plan fastest but unexplained (it saves nothing): the cap arm, which beat NCCL too, wins
+  auto timeOf = [](const GuardArm& a) { return a.nccl ? 1000.0 : a.hiddenCap > 0 ? 903.0 : 849.0; };
   v = driveArms(capped, timeOf, 0.01, 200, 10);
   ASSERT_FALSE(v.empty());
   EXPECT_TRUE(v.front().tuned);
+  EXPECT_TRUE(v.front().unexplained);
   EXPECT_EQ(v.front().winner.hiddenCap, 8);
 }
 
@@ -458,10 +471,9 @@ TEST(engine, iteration_detector_counts_a_tasks_calls_per_iteration) {
 }
 
 // The first verdict over many jobs whose step swings (AR(1) noise, as a training step drifts within a launch,
-// or i.i.d.), with and without the tuned plan's kernel savings given. A plan that changes nothing in the step
-// and saves 0.2 % of it in kernel time (the 350m model on 2 x H200) is kept only by chance without the check,
-// never with it; a plan whose savings (5 %) are the step's gain is kept as often either way. Prints the rates
-// (benchmarks/results/cpu/guard-explained-gain).
+// or i.i.d.), with and without the tuned plan's kernel savings given: a plan that changes nothing in the step
+// and saves 0.2 % (the 350m model on 2 x H200) or 3 % of it in kernel time, and one whose savings (5 %) are the
+// step's gain. Prints the rates (benchmarks/results/cpu/guard-explained-gain).
 struct SwingingJob {
   double effect;   // the tuned plan's share of the step (negative: faster)
   double savings;  // its kernel savings as a share of NCCL's step
@@ -496,20 +508,27 @@ int keptOf(const SwingingJob& job, double sigma, double rho, bool giveSavings, i
 
 TEST(engine, guard_chance_keeps_with_a_swinging_step) {
   constexpr int kJobs = 400;
-  const SwingingJob nothing{0.0, 0.002}, real{-0.05, 0.05};
+  const SwingingJob nothing{0.0, 0.002}, some{0.0, 0.03}, real{-0.05, 0.05};
   std::printf("| noise | plan | kept without the savings | kept with them |\n| --- | --- | ---: | ---: |\n");
   for (const auto& [sigma, rho, name] : {std::tuple{0.08, 0.9, "AR(1) 8 %, rho 0.9"},
                                          std::tuple{0.08, 0.0, "i.i.d. 8 %"},
                                          std::tuple{0.03, 0.9, "AR(1) 3 %, rho 0.9"}}) {
     const int nothingWithout = keptOf(nothing, sigma, rho, false, kJobs);
     const int nothingWith = keptOf(nothing, sigma, rho, true, kJobs);
+    const int someWithout = keptOf(some, sigma, rho, false, kJobs);
+    const int someWith = keptOf(some, sigma, rho, true, kJobs);
     const int realWithout = keptOf(real, sigma, rho, false, kJobs);
     const int realWith = keptOf(real, sigma, rho, true, kJobs);
     std::printf("| %s | no step effect, saves 0.2 %% | %d of %d | %d of %d |\n", name, nothingWithout, kJobs,
                 nothingWith, kJobs);
+    std::printf("| %s | no step effect, saves 3 %% | %d of %d | %d of %d |\n", name, someWithout, kJobs, someWith,
+                kJobs);
     std::printf("| %s | 5 %% faster, saves 5 %% | %d of %d | %d of %d |\n", name, realWithout, kJobs, realWith, kJobs);
-    EXPECT_EQ(nothingWith, 0) << name;
-    EXPECT_EQ(realWith, realWithout) << name;  // savings that explain the gain never block it
+    // Chance keeps of a plan that saves next to nothing mostly go; a real gain that its savings explain mostly
+    // stays (a win beyond savings plus margin is dropped even then: the gain measured was mostly noise).
+    EXPECT_LE(2 * nothingWith, nothingWithout) << name;
+    EXPECT_LE(someWith, someWithout) << name;
+    EXPECT_GE(10 * realWith, 7 * realWithout) << name;
   }
 }
 

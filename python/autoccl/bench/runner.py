@@ -817,6 +817,7 @@ def run_train(
 
 # What an online train row keeps of each step guard verdict (the launch entry keeps the samples too).
 GUARD_ROW_KEYS = (
+    "comm",
     "at",
     "winner",
     "tuned_us",
@@ -843,7 +844,7 @@ def annotate_online_rows(doc: dict[str, Any]) -> None:
                 row.update(tuned_window(it["iter_ms"], base[row["parallel"]], conv[row["launch"]]))
                 row.update(T.fell_back_to_nccl(conv[row["launch"]], len(it["iter_ms"])) or {})
             if row["launch"] in guard:
-                row["guard_verdicts"] = [{k: v[k] for k in GUARD_ROW_KEYS} for v in guard[row["launch"]]]
+                row["guard_verdicts"] = [{k: v.get(k) for k in GUARD_ROW_KEYS} for v in guard[row["launch"]]]
 
 
 def tuned_window(mode_ms: list[float], base_ms: list[float], conv: list[dict[str, Any]]) -> dict[str, Any]:

@@ -441,7 +441,8 @@ def _bar_sentence(s: Mapping[str, Any]) -> str:
 
 
 def guard_text(v: Mapping[str, Any]) -> str:
-    """One step guard verdict: what won from which of its iterations, and the medians it compared."""
+    """One step guard verdict: what won from which of its iterations (the guard's own count, which starts once
+    the communicator's calls repeat, not the training step), and the medians it compared."""
     winner = str(v.get("winner"))
     won = {"tuned": "kept the tuned plan", "nccl": "NCCL's choice"}.get(winner, winner)
     t, n = float(v.get("tuned_us") or 0), float(v.get("nccl_us") or 0)
@@ -455,7 +456,8 @@ def guard_text(v: Mapping[str, Any]) -> str:
         medians += (
             f"; the plan saves {float(v.get('plan_gain_us') or 0) / 1000:.2f} ms of kernel time a step: noise"
         )
-    return f"{won} from iteration {v.get('at')} ({medians})"
+    comm = f" of comm …{str(v['comm'])[-6:]}" if v.get("comm") else ""
+    return f"{won} from guard iteration {v.get('at')}{comm} ({medians})"
 
 
 def _guard_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
