@@ -762,8 +762,7 @@ class OnlineSource final : public DecisionSource {
   void logVerdicts() {
     for (const size_t n = decider_->guard->verdictCount(); loggedVerdicts_ < n; ++loggedVerdicts_)
       if (env_.log)
-        env_.log(LogLevel::Info, describeVerdict(decider_->guard->verdict(loggedVerdicts_), env_.commHash,
-                                                 iter_.period()));
+        env_.log(LogLevel::Info, describeVerdict(decider_->guard->verdict(loggedVerdicts_), env_.commHash));
   }
 
   void settlePlace() {

@@ -309,7 +309,7 @@ std::string armName(const GuardArm& a) {
 }
 }  // namespace
 
-std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm, uint32_t period) {
+std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm) {
   const std::string what = v.winner.hiddenCap > 0
                                ? "keeping the tuned plan, hidden calls at most " + std::to_string(v.winner.hiddenCap) +
                                      " channels"
@@ -319,7 +319,7 @@ std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm, uint32_t
   std::snprintf(line, sizeof line,
                 "autoccl: comm %016" PRIx64 " step guard: iterations of %u calls, tuned plan %.1f us (%u samples) "
                 "against NCCL's choices %.1f us (%u): %s from iteration %" PRIu64,
-                comm, period, v.tunedUs, v.tunedSamples, v.ncclUs, v.ncclSamples, what.c_str(), v.at);
+                comm, v.period, v.tunedUs, v.tunedSamples, v.ncclUs, v.ncclSamples, what.c_str(), v.at);
   std::string text = line;
   if (v.unexplained) {
     char why[192];

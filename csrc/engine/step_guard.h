@@ -190,7 +190,7 @@ class GuardPlan {
 
 // One INFO line of a verdict: the communicator, its iteration's length, both arms' medians and what runs from
 // then on (with AUTOCCL_STEP_ARMS every arm's median, samples and margin).
-std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm, uint32_t period);
+std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm);
 
 // The trace's `guard` record of a verdict (JSON, one line): the same numbers and every sample of its round, each
 // with the first call of its iteration where `firstCall` knows it (the call places the iteration in the job:

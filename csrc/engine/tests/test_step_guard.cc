@@ -140,11 +140,11 @@ std::vector<GuardPlan::Verdict> drive(GuardPlan& g, double tunedUs, double ncclU
   return g.verdicts();
 }
 
-// The same with arms: the time of an iteration is `timeOf(arm)` with relative noise.
-std::vector<GuardPlan::Verdict> driveArms(GuardPlan& g, const std::function<double(const GuardArm&)>& timeOf,
-                                          double noise, uint64_t iters, uint64_t armAt) {
-  std::mt19937 rng(5);
-  std::normal_distribution<double> z(0.0, noise);
+// The same with arms: the time of an iteration is `timeOf(arm)` times 1 + noiseAt(i), i the iteration whose
+// start ends it (asked once per sample, in order).
+std::vector<GuardPlan::Verdict> driveArmsWith(GuardPlan& g, const std::function<double(const GuardArm&)>& timeOf,
+                                              const std::function<double(uint64_t)>& noiseAt, uint64_t iters,
+                                              uint64_t armAt) {
   std::vector<bool> measured(iters + 2, false);
   std::vector<GuardArm> ran(iters + 2);
   for (uint64_t i = 0; i < iters; ++i) {
@@ -154,9 +154,17 @@ std::vector<GuardPlan::Verdict> driveArms(GuardPlan& g, const std::function<doub
       measured[i] = sg.cfg.measure;
       ran[i] = GuardPlan::armOf(sg.cfg);
     }
-    if (i > 0 && measured[i - 1] && measured[i]) g.sample(i - 1, timeOf(ran[i - 1]) * (1.0 + z(rng)));
+    if (i > 0 && measured[i - 1] && measured[i]) g.sample(i - 1, timeOf(ran[i - 1]) * (1.0 + noiseAt(i)));
   }
   return g.verdicts();
+}
+
+// ... with i.i.d. relative noise.
+std::vector<GuardPlan::Verdict> driveArms(GuardPlan& g, const std::function<double(const GuardArm&)>& timeOf,
+                                          double noise, uint64_t iters, uint64_t armAt) {
+  std::mt19937 rng(5);
+  std::normal_distribution<double> z(0.0, noise);
+  return driveArmsWith(g, timeOf, [&](uint64_t) { return z(rng); }, iters, armAt);
 }
 
 // The arm each iteration of [from, to) runs, as a letter: T (tuned), N (NCCL's), or the cap's digits.
@@ -320,12 +328,13 @@ TEST(engine, guard_clock_iteration_times) {
 TEST(engine, guard_verdict_line) {
   GuardPlan::Verdict v;
   v.at = 120;
+  v.period = 4;
   v.tuned = false;
   v.tunedUs = 1050.5;
   v.ncclUs = 1000.25;
   v.tunedSamples = 8;
   v.ncclSamples = 8;
-  const std::string line = autoccl::engine::describeVerdict(v, 0xabcdef, 4);
+  const std::string line = autoccl::engine::describeVerdict(v, 0xabcdef);
   EXPECT_EQ(line,
             "autoccl: comm 0000000000abcdef step guard: iterations of 4 calls, tuned plan 1050.5 us (8 samples) "
             "against NCCL's choices 1000.2 us (8): NCCL's choices for every task from iteration 120");
@@ -340,7 +349,7 @@ TEST(engine, guard_verdict_line) {
   t.samples = n.samples = h.samples = 4;
   h.margin = 0.01;
   v.arms = {t, n, h};
-  const std::string arms = autoccl::engine::describeVerdict(v, 1, 4);
+  const std::string arms = autoccl::engine::describeVerdict(v, 1);
   EXPECT_NE(arms.find("keeping the tuned plan, hidden calls at most 2 channels from iteration 120"), std::string::npos)
       << arms;
   EXPECT_NE(arms.find("; arms: tuned 990.0 us (4, margin 0.000) nccl 1000.0 us (4, margin 0.000) hidden=2 950.0 us "
@@ -409,7 +418,7 @@ TEST(engine, guard_wants_a_gain_the_plan_can_explain) {
   EXPECT_TRUE(v.front().unexplained);
   EXPECT_DOUBLE_EQ(v.front().planGainUs, 5.0);
   EXPECT_LT(v.front().tunedUs, v.front().ncclUs);
-  const std::string line = autoccl::engine::describeVerdict(v.front(), 1, 2);
+  const std::string line = autoccl::engine::describeVerdict(v.front(), 1);
   EXPECT_NE(line.find("NCCL's choices for every task"), std::string::npos) << line;
   EXPECT_NE(line.find("saves 5.0 us of kernel time an iteration"), std::string::npos) << line;
   const std::string rec = autoccl::engine::traceVerdict(v.front(), "01", 0, nullptr);
@@ -481,26 +490,18 @@ struct SwingingJob {
 
 // Kept-tuned first verdicts out of `jobs`, each job's noise from its own seed.
 int keptOf(const SwingingJob& job, double sigma, double rho, bool giveSavings, int jobs) {
+  constexpr uint64_t kIters = 78;  // the first round's verdict comes before
   int kept = 0;
   for (int seed = 0; seed < jobs; ++seed) {
     std::mt19937 rng(static_cast<uint32_t>(1000 + seed));
     std::normal_distribution<double> z(0.0, 1.0);
+    std::vector<double> e(kIters);  // the step's relative deviation per iteration, AR(1)
+    e[0] = sigma * z(rng);
+    for (uint64_t i = 1; i < kIters; ++i) e[i] = rho * e[i - 1] + std::sqrt(1.0 - rho * rho) * sigma * z(rng);
     GuardPlan g;
     if (giveSavings) g.setPlanGain(job.savings * 1000.0);
-    double e = sigma * z(rng);
-    std::vector<bool> measured(80, false), nccl(80, false);
-    for (uint64_t i = 0; i < 78 && g.verdicts().empty(); ++i) {
-      if (i == 10) g.arm();
-      for (const auto& sg : g.decide(i, 0))
-        if (sg.contains(i)) {
-          measured[i] = sg.cfg.measure;
-          nccl[i] = GuardPlan::isNccl(sg.cfg);
-        }
-      if (i > 0 && measured[i - 1] && measured[i])
-        g.sample(i - 1, 1000.0 * (1.0 + (nccl[i - 1] ? 0.0 : job.effect)) * (1.0 + e));
-      e = rho * e + std::sqrt(1.0 - rho * rho) * sigma * z(rng);
-    }
-    const std::vector<GuardPlan::Verdict> v = g.verdicts();
+    const auto timeOf = [&](const GuardArm& a) { return 1000.0 * (1.0 + (a.nccl ? 0.0 : job.effect)); };
+    const std::vector<GuardPlan::Verdict> v = driveArmsWith(g, timeOf, [&](uint64_t i) { return e[i]; }, kIters, 10);
     kept += !v.empty() && v.front().tuned;
   }
   return kept;
