@@ -683,12 +683,17 @@ class OnlineSource final : public DecisionSource {
       return true;
     }
     if (authority_) {
+      const uint32_t was = decider_->guard->iterationChanged(iter_.period());
+      if (was && env_.log)
+        env_.log(LogLevel::Info, "autoccl: comm " + commHex(env_.commHash) + " step guard: iterations of " +
+                 std::to_string(iter_.period()) + " calls now (armed on " + std::to_string(was) +
+                 "): a round under way is void; the next starts once every task of the new iteration has converged");
       const bool arming = !decider_->guard->armed() && allRecentConverged();
       // What the tuned plan saves an iteration, for the verdict's check that a faster step can be the plan's:
       // when the round can start, and every kPlanGainEvery iterations after (a task's re-tune changes it).
       if (arming || (decider_->guard->armed() && it % kPlanGainEvery == 0))
         decider_->guard->setPlanGain(planGainUs(), iter_.period());
-      if (arming) decider_->guard->arm();
+      if (arming) decider_->guard->arm(iter_.period());
     }
     coord::Outcome o = agree_->decide(guardKey_, it);
     if (!o.ok()) {
@@ -753,8 +758,9 @@ class OnlineSource final : public DecisionSource {
   bool allRecentConverged() {
     const uint64_t period = iter_.period();
     std::lock_guard<std::mutex> lk(mapMu_);
+    // A recent task whose search is not registered yet has not converged either.
     for (auto& [key, st] : tasks_)
-      if (st->search && holds_.callsSince(*st) <= period && !st->search->converged()) return false;
+      if (holds_.callsSince(*st) <= period && (!st->search || !st->search->converged())) return false;
     return true;
   }
 

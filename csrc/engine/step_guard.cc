@@ -130,9 +130,33 @@ GuardPlan::GuardPlan(GuardOptions o) : o_(std::move(o)) {
     if (cap > 0) arms_.push_back(GuardArm{false, cap});
 }
 
-void GuardPlan::arm() {
+void GuardPlan::arm(uint32_t iterationCalls) {
   std::lock_guard<std::mutex> lk(mu_);
   armed_ = true;
+  armedCalls_ = iterationCalls;
+}
+
+uint32_t GuardPlan::iterationChanged(uint32_t iterationCalls) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!armed_ || armedCalls_ == 0 || iterationCalls == armedCalls_) return 0;
+  const uint32_t was = armedCalls_;
+  armed_ = false;
+  armedCalls_ = 0;
+  if (inRound_) {  // its samples timed iterations of another length: none is evidence for this one
+    inRound_ = false;
+    wanted_.clear();
+    times_.clear();
+    ++voided_;
+  }
+  // A verdict on iterations of another length says nothing of these: a round as soon as the plan is armed again.
+  interval_ = 0;
+  nextRound_ = 0;
+  return was;
+}
+
+uint32_t GuardPlan::voidedRounds() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return voided_;
 }
 
 void GuardPlan::setPlanGain(double micros, uint32_t period) {
@@ -266,6 +290,8 @@ void GuardPlan::verdictLocked() {
   // (the channel-cap arms' gain is the computation's, not held to it).
   v.planGainUs = planGainUs_;
   v.period = period_;
+  v.voidedBefore = voided_ - voidedAtVerdict_;
+  voidedAtVerdict_ = voided_;
   size_t winner = kNcclArm;
   for (size_t a = 0; a < arms_.size(); ++a) {
     ArmResult r;
@@ -347,10 +373,10 @@ std::string traceVerdict(const GuardPlan::Verdict& v, const std::string& commHex
                 "{\"ev\":\"guard\",\"comm\":\"%s\",\"rank\":%d,\"period\":%u,\"round_begin\":%" PRIu64
                 ",\"at\":%" PRIu64 ",\"winner\":\"%s\",\"tuned\":%s,\"tuned_us\":%.1f,\"tuned_samples\":%u,"
                 "\"nccl_us\":%.1f,\"nccl_samples\":%u,\"margin\":%.4f,\"plan_gain_us\":%.1f,\"unexplained\":%s,"
-                "\"samples\":[",
+                "\"voided_before\":%u,\"samples\":[",
                 commHex.c_str(), rank, v.period, v.roundBegin, v.at, armName(v.winner).c_str(),
                 v.tuned ? "true" : "false", v.tunedUs, v.tunedSamples, v.ncclUs, v.ncclSamples, v.margin,
-                v.planGainUs, v.unexplained ? "true" : "false");
+                v.planGainUs, v.unexplained ? "true" : "false", v.voidedBefore);
   std::string out = head;
   for (size_t i = 0; i < v.samples.size(); ++i) {
     const GuardPlan::Sample& s = v.samples[i];

@@ -120,8 +120,18 @@ class GuardPlan {
   explicit GuardPlan(GuardOptions o = GuardOptions());
   // Segments covering iteration i (and what is planned beyond `covered`), for the board's decider.
   std::vector<search::Segment> decide(uint64_t i, uint64_t covered);
-  // Every task of the iteration has converged: the next round may start.
-  void arm();
+  // Every task of the iteration has converged: the next round may start. `iterationCalls`: the iteration's length
+  // in calls (0: not known; iterationChanged never disarms then).
+  void arm(uint32_t iterationCalls = 0);
+  // The iteration's length in calls now. Where it is not the length the plan was armed on, the plan disarms: a
+  // round under way is void and the next waits for arm() on the new iteration. Why: in a job's first steps the
+  // detector finds runs inside the step (FSDP's all_gathers one after another, then all_gather/reduce_scatter
+  // pairs) before the step itself has repeated three times; a round armed there compared pieces of a step, or
+  // lost its samples when the step's own period took over and ended in "too few samples". Returns the length
+  // the plan was armed on when it disarmed, else 0.
+  uint32_t iterationChanged(uint32_t iterationCalls);
+  // Rounds voided by iterationChanged.
+  uint32_t voidedRounds() const;
   // The tuned plan's kernel time saved per iteration against NCCL's choices (microseconds, summed over the
   // iteration's calls), as the tasks' searches measured it; negative: unknown (no explained-gain check). `period`:
   // the iteration's length in calls now (what the verdicts record).
@@ -153,6 +163,7 @@ class GuardPlan {
     double planGainUs = -1;        // the tuned plan's kernel savings per iteration when judged (-1: unknown)
     bool unexplained = false;      // the tuned median won, but by more than its kernel savings can explain
     uint32_t period = 0;           // the iteration's length in calls when judged (0: not known)
+    uint32_t voidedBefore = 0;     // rounds voided since the previous verdict (the iteration changed length)
     std::vector<Sample> samples;   // what the round measured, by iteration (the trace's `guard` record)
   };
   std::vector<Verdict> verdicts() const;
@@ -172,6 +183,9 @@ class GuardPlan {
   std::vector<search::Segment> segs_;
   uint64_t planned_ = 0;
   bool armed_ = false;
+  uint32_t armedCalls_ = 0;                  // the iteration's length in calls when armed
+  uint32_t voided_ = 0;
+  uint32_t voidedAtVerdict_ = 0;             // voided_ at the latest verdict
   bool inRound_ = false;
   static constexpr size_t kTunedArm = 0, kNcclArm = 1;  // arms_'s first two; the extra arms follow
   std::vector<GuardArm> arms_;

@@ -827,6 +827,7 @@ GUARD_ROW_KEYS = (
     "margin",
     "plan_gain_us",
     "unexplained",
+    "voided_before",
 )
 
 

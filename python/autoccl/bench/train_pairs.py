@@ -456,6 +456,9 @@ def guard_text(v: Mapping[str, Any]) -> str:
         medians += (
             f"; the plan saves {float(v.get('plan_gain_us') or 0) / 1000:.2f} ms of kernel time a step: noise"
         )
+    voided = int(v.get("voided_before") or 0)
+    if voided:
+        medians += f"; {voided} earlier round{'s' if voided > 1 else ''} void: the iteration changed length"
     comm = f" of comm …{str(v['comm'])[-6:]}" if v.get("comm") else ""
     return f"{won} from guard iteration {v.get('at')}{comm} ({medians})"
 
