@@ -754,13 +754,23 @@ class OnlineSource final : public DecisionSource {
     return us;
   }
 
-  // Every task called in the latest iteration has ended its search (pinned, or NCCL's choice for good).
+  // Every task called in the latest iteration has ended its search (pinned, or NCCL's choice for good). The
+  // iteration is the detector's: the calls that reach decide(). A settled task's calls no longer do, though they
+  // still count in the timing holds: "called within the last `period` calls" on those counts found no task at an
+  // FSDP step's boundary (2 x H200, 350m: 72 settled calls between the two large ones), and the guard armed in
+  // the first steps, while the two large tasks were still searching.
   bool allRecentConverged() {
-    const uint64_t period = iter_.period();
+    const std::vector<TaskKey> recent = iter_.tasksInLatestIteration();
+    if (recent.empty()) return false;
     std::lock_guard<std::mutex> lk(mapMu_);
-    // A recent task whose search is not registered yet has not converged either.
-    for (auto& [key, st] : tasks_)
-      if (holds_.callsSince(*st) <= period && (!st->search || !st->search->converged())) return false;
+    for (const TaskKey& key : recent) {
+      auto it = tasks_.find(key);
+      if (it == tasks_.end() || !it->second->search || !it->second->search->converged()) return false;
+      // Converged is decided ahead of the calls: the tuning segments planned before the pin still run. The round
+      // times the plan itself, so it waits for the pin's first call.
+      const TaskState& ts = *it->second;
+      if (!ts.haveSeg || ts.seg.begin < ts.search->stats().convergedAt) return false;
+    }
     return true;
   }
 

@@ -49,9 +49,14 @@ class IterationDetector {
   bool push(uint32_t taskId);
   // The same, naming the task: ids are given in first-seen order, so they are the same on every rank.
   bool push(const TaskKey& task) {
-    return push(ids_.emplace(task, static_cast<uint32_t>(ids_.size())).first->second);
+    auto [it, added] = ids_.emplace(task, static_cast<uint32_t>(ids_.size()));
+    if (added) keys_.push_back(task);
+    return push(it->second);
   }
   bool stable() const { return period_ > 0; }
+  // The tasks called in the latest full iteration, each once, in first-seen order (empty while no structure
+  // stands). Only tasks pushed by key (push(const TaskKey&)) are named. O(period).
+  std::vector<TaskKey> tasksInLatestIteration() const;
   // How many calls of the latest full iteration were of `task` (0 while no structure stands, or for a task
   // not in it). O(period): for occasional use.
   uint32_t callsPerIteration(const TaskKey& task) const;
@@ -77,6 +82,7 @@ class IterationDetector {
   uint64_t iteration_ = 0;
   bool anyIteration_ = false;
   std::unordered_map<TaskKey, uint32_t, TaskKeyHash> ids_;  // push(const TaskKey&)
+  std::vector<TaskKey> keys_;                                // by id: the key pushed as it
 };
 
 struct GuardOptions {
@@ -124,11 +130,10 @@ class GuardPlan {
   // in calls (0: not known; iterationChanged never disarms then).
   void arm(uint32_t iterationCalls = 0);
   // The iteration's length in calls now. Where it is not the length the plan was armed on, the plan disarms: a
-  // round under way is void and the next waits for arm() on the new iteration. Why: in a job's first steps the
-  // detector finds runs inside the step (FSDP's all_gathers one after another, then all_gather/reduce_scatter
-  // pairs) before the step itself has repeated three times; a round armed there compared pieces of a step, or
-  // lost its samples when the step's own period took over and ended in "too few samples". Returns the length
-  // the plan was armed on when it disarmed, else 0.
+  // round under way is void and the next waits for arm() on the new iteration. Why: samples of iterations of
+  // another length are no evidence for these (a run of calls inside a step repeats before the step does; a task
+  // that settles for good leaves the calls the detector sees; a new phase of the job). Returns the length the
+  // plan was armed on when it disarmed, else 0.
   uint32_t iterationChanged(uint32_t iterationCalls);
   // Rounds voided by iterationChanged.
   uint32_t voidedRounds() const;

@@ -116,3 +116,47 @@ def test_guard_keeps_a_plan_that_speeds_the_iteration(plugin: Path, tmp_path: Pa
     assert (last["algo"], last["proto"]) != (last["def_algo"], last["def_proto"]), last
     entry = _saved_allreduce(tmp_path)
     assert (entry["algo"], entry["proto"]) == (last["algo"], last["proto"]), entry
+
+
+def test_guard_arms_once_the_steps_searched_tasks_have_converged(plugin: Path, tmp_path: Path) -> None:
+    """An FSDP-shaped step on one communicator: a large all_gather, many small all_gathers and
+    reduce_scatters (NCCL's choice from their first calls: their calls no longer reach the engine, so the
+    iteration detector sees the two large calls alone), a large reduce_scatter. The guard arms only once both
+    large tasks' pins have begun, and its first round lies ahead of that iteration: whole steps, with samples
+    on both sides. Calls the detector does not see still count in the timing holds; a test of "recent" tasks
+    on those counts found none and armed the guard in the first steps (2 x H200, 350m FSDP2: 2 samples, NCCL's
+    choices from the give-up bound on)."""
+    small = 64 << 10
+    step = (
+        [Group("dp", (Call("allgather", 32 << 20),))]
+        + [Group("dp", (Call("allgather", small),))] * 8
+        + [Group("dp", (Call("reducescatter", small),)), Group("dp", (Call("allgather", small),))] * 4
+        + [Group("dp", (Call("reducescatter", 32 << 20),))]
+    )
+    sc = Scenario([Comm("dp", 0x5D17, (0, 1))], step * 400, seed=5, noise=False, lead=8)
+    env = online_env(
+        True,
+        AUTOCCL_SCORE="window",
+        AUTOCCL_MIN_TASK_US="30",
+        AUTOCCL_MIN_TASK_US_TCP="30",
+        AUTOCCL_GUARD="on",
+        AUTOCCL_TRACE=str(tmp_path / "trace"),
+    )
+    res = run(
+        sc, plugin=plugin, env=env, processes=True, timeout=300, extra_args=["--verbose"], workdir=tmp_path
+    )
+    assert_clean(res)
+    assert_same_per_seq(res.calls)
+    records = T.read_records(T.trace_files(str(tmp_path / "trace")))
+    verdicts = T.guard_verdicts(records)
+    assert verdicts, [ln for ln in res.stderr.splitlines() if "step guard" in ln]
+    first = verdicts[0]
+    assert first["tuned_samples"] >= 3 and first["nccl_samples"] >= 3, first
+    # the round began after both large tasks had converged (their call index is the step)
+    large = [
+        r for r in records if r.get("ev") == "task" and r.get("rank") == 0 and int(r["bytes"]) == 32 << 20
+    ]
+    assert len(large) == 2, large
+    converged = max(int(t["converged_at"]) for t in large)
+    steps = [smp["call"] for smp in first["samples"] if "call" in smp]
+    assert steps and min(steps) >= converged, (converged, first)

@@ -534,6 +534,38 @@ TEST(engine, guard_chance_keeps_with_a_swinging_step) {
   }
 }
 
+TEST(engine, guard_round_starts_at_the_iteration_it_is_armed_in) {
+  // The guard's first look comes at iteration 22 (the detector counted iterations of one call before, where the
+  // guard plans nothing), with every task converged: it arms there. Its round must lie ahead of iteration 22;
+  // planned from iteration 0 it would be in the past, 2 samples, and end in "too few samples" at its give-up bound.
+  GuardPlan g;
+  const uint64_t first = 22;
+  g.arm(2);
+  std::vector<bool> measured(800, false), nccl(800, false);
+  std::vector<GuardPlan::Verdict> v;
+  for (uint64_t i = first; i < 700 && v.empty(); ++i) {
+    for (const auto& sg : g.decide(i, 0))
+      if (sg.contains(i)) {
+        measured[i] = sg.cfg.measure;
+        nccl[i] = GuardPlan::isNccl(sg.cfg);
+      }
+    if (i > first && measured[i - 1] && measured[i]) g.sample(i - 1, nccl[i - 1] ? 100.0 : 90.0);
+    v = g.verdicts();
+  }
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].roundBegin, first);
+  EXPECT_GE(v[0].tunedSamples, 3u);
+  EXPECT_GE(v[0].ncclSamples, 3u);
+  EXPECT_TRUE(v[0].tuned);
+  EXPECT_LT(v[0].at, first + 40);
+  // Iterations before the first look are planned as what ran (the tuned plan, untimed).
+  for (const auto& sg : g.decide(0, 0))
+    if (sg.contains(0)) {
+      EXPECT_FALSE(sg.cfg.measure);
+      EXPECT_FALSE(GuardPlan::isNccl(sg.cfg));
+    }
+}
+
 TEST(engine, guard_round_void_when_the_iteration_changes_length) {
   GuardPlan g;
   EXPECT_EQ(g.iterationChanged(74), 0u);  // not armed: nothing to void
@@ -568,9 +600,10 @@ TEST(engine, guard_round_void_when_the_iteration_changes_length) {
   for (const auto& x : v[0].samples) EXPECT_GE(x.iteration, rearmed);  // this iteration's samples alone
 }
 
-// One FSDP step on one communicator, shaped as a 350m job's on 2 x H200: a 200 MiB all_gather, a run of 24 MiB
-// all_gathers, pairs of 24 MiB all_gather and 48 MiB reduce_scatter, one more reduce_scatter, a 401 MiB
-// reduce_scatter. Runs inside the step repeat before the step does.
+// One FSDP-shaped step on one communicator, every call seen by the detector (tasks whose calls still reach the
+// engine: searching, or pinned to a tuned configuration): a large all_gather, a run of all_gathers, pairs of
+// all_gather and reduce_scatter, one more reduce_scatter, a large reduce_scatter. Runs inside the step repeat
+// before the step does.
 std::vector<uint32_t> fsdpStep() {
   std::vector<uint32_t> s{0};
   for (int i = 0; i < 26; ++i) s.push_back(1);
@@ -586,6 +619,7 @@ std::vector<uint32_t> fsdpStep() {
 TEST(engine, guard_judges_whole_steps_of_an_fsdp_job) {
   // The engine's order with every task converged from the start (the worst case: the guard is armed as soon as
   // any structure of two or more calls stands): at each iteration start, the length check, arming, the plan.
+  // Without the length check the round armed on the pairs loses its samples when the step's period takes over.
   // Every call takes 1 us under the tuned plan and 1.1 us under NCCL's choices.
   const std::vector<uint32_t> step = fsdpStep();
   IterationDetector d;
