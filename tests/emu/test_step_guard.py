@@ -17,6 +17,22 @@ from autoccl.bench import trace as T
 from autoccl.emu import Call, Comm, Group, Scenario, run
 
 
+def _run_guarded(plugin: Path, sc: Scenario, work: Path, min_task_us: int) -> Any:
+    """The scenario online over the TCP board, ranks in two processes, kernel-window scoring, the guard on,
+    traced under `work`; tasks below `min_task_us` keep NCCL's choice."""
+    env = online_env(
+        True,
+        AUTOCCL_SCORE="window",
+        AUTOCCL_MIN_TASK_US=str(min_task_us),
+        AUTOCCL_MIN_TASK_US_TCP=str(min_task_us),
+        AUTOCCL_GUARD="on",
+        AUTOCCL_TRACE=str(work / "trace"),
+    )
+    res = run(sc, plugin=plugin, env=env, processes=True, timeout=300, extra_args=["--verbose"], workdir=work)
+    assert_clean(res)
+    return res
+
+
 def _run(plugin: Path, hidden_us: int, work: Path) -> tuple[list[dict[str, Any]], list[str]]:
     ar, lines, _ = _run_traced(plugin, hidden_us, work)
     return ar, lines
@@ -36,16 +52,7 @@ def _run_traced(
         hidden_ns={("ring", "ll128"): hidden_us * 1000} if hidden_us else {},
         lead=8,
     )
-    env = online_env(
-        True,
-        AUTOCCL_SCORE="window",
-        AUTOCCL_MIN_TASK_US="0",
-        AUTOCCL_MIN_TASK_US_TCP="0",
-        AUTOCCL_GUARD="on",
-        AUTOCCL_TRACE=str(work / "trace"),
-    )
-    res = run(sc, plugin=plugin, env=env, processes=True, timeout=300, extra_args=["--verbose"], workdir=work)
-    assert_clean(res)
+    res = _run_guarded(plugin, sc, work, min_task_us=0)
     assert_same_per_seq(res.calls)
     ar = sorted(
         (r for r in res.calls if r["grank"] == 0 and r["coll"] == "allreduce"), key=lambda r: int(r["seq"])
@@ -134,18 +141,7 @@ def test_guard_arms_once_the_steps_searched_tasks_have_converged(plugin: Path, t
         + [Group("dp", (Call("reducescatter", 32 << 20),))]
     )
     sc = Scenario([Comm("dp", 0x5D17, (0, 1))], step * 400, seed=5, noise=False, lead=8)
-    env = online_env(
-        True,
-        AUTOCCL_SCORE="window",
-        AUTOCCL_MIN_TASK_US="30",
-        AUTOCCL_MIN_TASK_US_TCP="30",
-        AUTOCCL_GUARD="on",
-        AUTOCCL_TRACE=str(tmp_path / "trace"),
-    )
-    res = run(
-        sc, plugin=plugin, env=env, processes=True, timeout=300, extra_args=["--verbose"], workdir=tmp_path
-    )
-    assert_clean(res)
+    res = _run_guarded(plugin, sc, tmp_path, min_task_us=30)
     assert_same_per_seq(res.calls)
     records = T.read_records(T.trace_files(str(tmp_path / "trace")))
     verdicts = T.guard_verdicts(records)
