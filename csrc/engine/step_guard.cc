@@ -152,7 +152,10 @@ void GuardPlan::arm(uint32_t iterationCalls) {
 
 uint32_t GuardPlan::iterationChanged(uint32_t iterationCalls) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (!armed_ || armedCalls_ == 0 || iterationCalls == armedCalls_) return 0;
+  // A shorter iteration is a piece of the armed one (after a call that broke the structure the detector finds
+  // runs inside the step before the step again): it voids nothing. Only a longer one does, so the armed length
+  // only grows and rounds are voided a bounded number of times, however often the structure breaks.
+  if (!armed_ || armedCalls_ == 0 || iterationCalls <= armedCalls_) return 0;
   const uint32_t was = armedCalls_;
   armed_ = false;
   armedCalls_ = 0;

@@ -129,11 +129,12 @@ class GuardPlan {
   // Every task of the iteration has converged: the next round may start. `iterationCalls`: the iteration's length
   // in calls (0: not known; iterationChanged never disarms then).
   void arm(uint32_t iterationCalls = 0);
-  // The iteration's length in calls now. Where it is not the length the plan was armed on, the plan disarms: a
-  // round under way is void and the next waits for arm() on the new iteration. Why: samples of iterations of
-  // another length are no evidence for these (a run of calls inside a step repeats before the step does; a task
-  // that settles for good leaves the calls the detector sees; a new phase of the job). Returns the length the
-  // plan was armed on when it disarmed, else 0.
+  // The iteration's length in calls now. Where it is longer than the length the plan was armed on, the plan
+  // disarms: a round under way is void and the next waits for arm() on the new iteration. Why: a run of calls
+  // inside a step repeats before the step does, and a round armed on it times pieces of a step. A shorter length
+  // voids nothing: after a call that breaks the structure the detector finds such runs again before the step, and
+  // voiding then starved the guard of verdicts where breaks recur. Returns the length the plan was armed on when
+  // it disarmed, else 0.
   uint32_t iterationChanged(uint32_t iterationCalls);
   // Rounds voided by iterationChanged.
   uint32_t voidedRounds() const;
