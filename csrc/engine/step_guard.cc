@@ -234,8 +234,9 @@ std::vector<search::Segment> GuardPlan::decide(uint64_t i, uint64_t covered) {
   std::lock_guard<std::mutex> lk(mu_);
   // Iterations the plan never covered (the detector counted them while an iteration was one call, where the guard
   // plans nothing and every rank runs the tuned plan; or before its first look) are planned as what ran, so that a
-  // round starts here and not in the past. Planned from iteration 0 on a first look at iteration 22, a round on 2 x H200 (350m FSDP2)
-  // had 2 of its 24 iterations ahead, and ended at its give-up bound with too few samples: NCCL's choices.
+  // round starts here and not in the past. Planned from iteration 0 on a first look at iteration 22, a round on
+  // 2 x H200 (350m FSDP2) had 2 of its 16 sample iterations ahead, and ended at its give-up bound with too few
+  // samples: NCCL's choices.
   if (planned_ < i) addLocked(i - planned_, kTunedArm, false, search::Phase::kPinned);
   while (planned_ <= i) planOneLocked();
   std::vector<search::Segment> out;

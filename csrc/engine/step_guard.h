@@ -169,7 +169,7 @@ class GuardPlan {
     double planGainUs = -1;        // the tuned plan's kernel savings per iteration when judged (-1: unknown)
     bool unexplained = false;      // the tuned median won, but by more than its kernel savings can explain
     uint32_t period = 0;           // the iteration's length in calls when judged (0: not known)
-    uint32_t voidedBefore = 0;     // rounds voided since the previous verdict (the iteration changed length)
+    uint32_t voidedBefore = 0;     // rounds voided since the previous verdict (the iteration grew)
     std::vector<Sample> samples;   // what the round measured, by iteration (the trace's `guard` record)
   };
   std::vector<Verdict> verdicts() const;

@@ -234,7 +234,7 @@ def guard_verdicts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 # faster median was put down to noise for exceeding what they explain
                 "plan_gain_us": float(rec.get("plan_gain_us", -1.0)),
                 "unexplained": bool(rec.get("unexplained", False)),
-                # rounds voided before this verdict because the iteration changed length under them
+                # rounds voided before this verdict because the iteration grew under them
                 "voided_before": int(rec.get("voided_before", 0)),
                 "samples": samples,
             }

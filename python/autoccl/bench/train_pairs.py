@@ -458,7 +458,7 @@ def guard_text(v: Mapping[str, Any]) -> str:
         )
     voided = int(v.get("voided_before") or 0)
     if voided:
-        medians += f"; {voided} earlier round{'s' if voided > 1 else ''} void: the iteration changed length"
+        medians += f"; {voided} earlier round{'s' if voided > 1 else ''} void: the iteration grew"
     comm = f" of comm …{str(v['comm'])[-6:]}" if v.get("comm") else ""
     return f"{won} from guard iteration {v.get('at')}{comm} ({medians})"
 
