@@ -534,6 +534,21 @@ TEST(engine, guard_chance_keeps_with_a_swinging_step) {
   }
 }
 
+// Asks the plan for iterations from `from` on, the tuned plan taking 90 us an iteration and NCCL's choices 100 us,
+// until the first verdict (or iteration 700); returns the verdicts.
+std::vector<GuardPlan::Verdict> untilVerdict(GuardPlan& g, uint64_t from) {
+  std::vector<bool> measured(700, false), nccl(700, false);
+  for (uint64_t i = from; i < 700 && g.verdictCount() == 0; ++i) {
+    for (const auto& sg : g.decide(i, 0))
+      if (sg.contains(i)) {
+        measured[i] = sg.cfg.measure;
+        nccl[i] = GuardPlan::isNccl(sg.cfg);
+      }
+    if (i > from && measured[i - 1] && measured[i]) g.sample(i - 1, nccl[i - 1] ? 100.0 : 90.0);
+  }
+  return g.verdicts();
+}
+
 TEST(engine, guard_round_starts_at_the_iteration_it_is_armed_in) {
   // The guard's first look comes at iteration 22 (the detector counted iterations of one call before, where the
   // guard plans nothing), with every task converged: it arms there. Its round must lie ahead of iteration 22;
@@ -541,17 +556,7 @@ TEST(engine, guard_round_starts_at_the_iteration_it_is_armed_in) {
   GuardPlan g;
   const uint64_t first = 22;
   g.arm(2);
-  std::vector<bool> measured(800, false), nccl(800, false);
-  std::vector<GuardPlan::Verdict> v;
-  for (uint64_t i = first; i < 700 && v.empty(); ++i) {
-    for (const auto& sg : g.decide(i, 0))
-      if (sg.contains(i)) {
-        measured[i] = sg.cfg.measure;
-        nccl[i] = GuardPlan::isNccl(sg.cfg);
-      }
-    if (i > first && measured[i - 1] && measured[i]) g.sample(i - 1, nccl[i - 1] ? 100.0 : 90.0);
-    v = g.verdicts();
-  }
+  const std::vector<GuardPlan::Verdict> v = untilVerdict(g, first);
   ASSERT_EQ(v.size(), 1u);
   EXPECT_EQ(v[0].roundBegin, first);
   EXPECT_GE(v[0].tunedSamples, 3u);
@@ -566,7 +571,7 @@ TEST(engine, guard_round_starts_at_the_iteration_it_is_armed_in) {
     }
 }
 
-TEST(engine, guard_round_void_when_the_iteration_changes_length) {
+TEST(engine, guard_round_void_when_the_iteration_grows) {
   GuardPlan g;
   EXPECT_EQ(g.iterationChanged(74), 0u);  // not armed: nothing to void
   g.arm(2);
@@ -582,18 +587,7 @@ TEST(engine, guard_round_void_when_the_iteration_changes_length) {
   EXPECT_TRUE(g.verdicts().empty());
   g.arm(74);
   const uint64_t rearmed = 400;
-  std::vector<GuardPlan::Verdict> v;
-  std::vector<bool> measured(800, false);
-  std::vector<bool> nccl(800, false);
-  for (uint64_t i = rearmed; i < 700 && v.empty(); ++i) {
-    for (const auto& sg : g.decide(i, 0))
-      if (sg.contains(i)) {
-        measured[i] = sg.cfg.measure;
-        nccl[i] = GuardPlan::isNccl(sg.cfg);
-      }
-    if (measured[i - 1] && measured[i]) g.sample(i - 1, nccl[i - 1] ? 100.0 : 90.0);
-    v = g.verdicts();
-  }
+  const std::vector<GuardPlan::Verdict> v = untilVerdict(g, rearmed);
   ASSERT_EQ(v.size(), 1u);
   EXPECT_TRUE(v[0].tuned);
   EXPECT_EQ(v[0].voidedBefore, 1u);
