@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from autoccl.figures import save_figure
+
 
 def topology_plot(doc: dict[str, Any], path: str | Path, title: str | None = None) -> None:
     import matplotlib
@@ -54,5 +56,5 @@ def topology_plot(doc: dict[str, Any], path: str | Path, title: str | None = Non
     ax.set_aspect("equal")
     ax.axis("off")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)

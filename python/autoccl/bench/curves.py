@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from autoccl.figures import save_figure
+
 
 def _rolling(values: list[float | None], window: int) -> tuple[list[int], list[float]]:
     """Mean over the last `window` steps that have a value (a late rank skips steps)."""
@@ -60,6 +62,6 @@ def plot_curves(doc: dict[str, Any], path: Path, window: int = 20) -> Path | Non
     bottom.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path

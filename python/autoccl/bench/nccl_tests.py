@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from autoccl.bench.trace import read_records, trace_files
+from autoccl.figures import save_figure
 from autoccl.tuner_env import OWN_PREFIXES, PLUGIN_VARS, SAFETY_ENV
 
 COLLS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "reduce")
@@ -813,6 +814,6 @@ def plot(summary: Mapping[str, Any], path: Path) -> Path | None:
         axes[row][0].set_ylabel(f"busbw / {summary['baseline']}")
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path

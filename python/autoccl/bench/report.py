@@ -9,6 +9,7 @@ from typing import Any
 
 from autoccl.bench import results as R
 from autoccl.bench.spec import SHORT, format_size
+from autoccl.figures import save_figure
 
 
 def _plt() -> Any:
@@ -24,7 +25,7 @@ def _save(fig: Any, outdir: Path, name: str, formats: list[str]) -> list[Path]:
     paths = []
     for fmt in formats:
         p = outdir / f"{name}.{fmt}"
-        fig.savefig(p, dpi=130, bbox_inches="tight")
+        save_figure(fig, p, dpi=130, bbox_inches="tight")
         paths.append(p)
     _plt().close(fig)
     return paths

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from autoccl.bench.trace import TORCH_COLL, read_records, trace_files
+from autoccl.figures import save_figure
 
 NCCL_LABEL = "NCCL's choice"
 
@@ -143,7 +144,7 @@ def plot_trace(
     fig.tight_layout(rect=(0, legend_h / fig.get_figheight(), 1, 0.96))
     for fmt in formats:
         p = outdir / f"trace_time_per_call.{fmt}"
-        fig.savefig(p, dpi=110)
+        save_figure(fig, p, dpi=110)
         written.append(p)
     plt.close(fig)
 
@@ -173,7 +174,7 @@ def plot_trace(
     fig.tight_layout()
     for fmt in formats:
         p = outdir / f"trace_decisions.{fmt}"
-        fig.savefig(p, dpi=110, bbox_inches="tight")
+        save_figure(fig, p, dpi=110, bbox_inches="tight")
         written.append(p)
     plt.close(fig)
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from autoccl.bench import trace as T
 from autoccl.bench.nccl_tests import BenchError, beyond_spread, bootstrap_interval
+from autoccl.figures import save_figure
 
 # The bar a training gain is held to: the median speed ratio over enough independent pairs.
 BAR_RATIO = 1.00
@@ -629,6 +630,6 @@ def plot(summary: Mapping[str, Any], pairs: Sequence[Pair], path: Path) -> Path:
                 loc="upper right",
             )
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
     return path

@@ -11,6 +11,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from autoccl.demo import DemoResult, TaskResult
+from autoccl.figures import save_figure
 
 
 def human_bytes(n: int) -> str:
@@ -192,7 +193,7 @@ def write_plot(res: DemoResult, path: Path) -> None:
     fig.suptitle(
         f"autoccl demo: online tuning on a simulated {res.config.ranks} x H200 node (emulator ground truth)"
     )
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 

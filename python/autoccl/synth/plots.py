@@ -6,6 +6,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from autoccl.figures import save_figure
+
 
 def _positions(topology: Any) -> dict[str, tuple[float, float]]:
     nodes = [n for n, _ in topology.nodes]
@@ -82,7 +84,7 @@ def heatmap(topology: Any, link_util: list[float], path: str | Path, title: str 
     ax.set_title(title or "link utilization")
     ax.legend(loc="upper right", fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    save_figure(fig, path, dpi=130)
     plt.close(fig)
 
 
@@ -116,5 +118,5 @@ def timeline(
     ax.set_xlabel("time (µs)")
     ax.set_title(title or "transfers per link")
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    save_figure(fig, path, dpi=130)
     plt.close(fig)
