@@ -275,7 +275,8 @@ class OnlineSource final : public DecisionSource {
   // False, with *failed, when the ranks can no longer agree on that plan.
   bool placeInIteration(const TaskKey& task, uint64_t k, bool* boundary, Decision* failed) {
     if (!guardOn_ || bypass_ || !agree_) return true;
-    *boundary = iter_.push(task);
+    // A guard iteration is a step: the detector's iterations at pieces of a step (after a break) are not.
+    *boundary = iter_.push(task) && steps_.onStart(iter_);
     // Exposure (report only): the call's place in its iteration, kept while this source has timing on (a timed
     // call's window then comes to onMeasurement; untimed, nothing is kept per call).
     if (authority_ && iter_.period() >= 2 && needsTiming())
@@ -340,10 +341,10 @@ class OnlineSource final : public DecisionSource {
     }
     // A hidden-cap arm of the guard (AUTOCCL_STEP_ARMS): every call of the iteration but its last runs with at
     // most guardCapNow_ channels on top of the plan's decision (NCCL keeps its pair where the plan does); the
-    // detector places the call alike on every rank. Such a call is not the plan's config: its time is not
-    // fed to its task's search.
+    // detector places the call alike on every rank (at the step's structure only: a piece's last call is not the
+    // step's). Such a call is not the plan's config: its time is not fed to its task's search.
     bool capped = false;
-    if (guardCapNow_ > 0 && iter_.stable() && !iter_.endsIteration() &&
+    if (guardCapNow_ > 0 && steps_.atStep(iter_) && !iter_.endsIteration() &&
         (d.config.channels == 0 || d.config.channels > guardCapNow_)) {
       if (authority_) guardClock_.markOverridden(task, k);
       d.config.channels = guardCapNow_;
@@ -675,25 +676,26 @@ class OnlineSource final : public DecisionSource {
   // The first call of iteration `iteration()`: the guard's plan for it. False (with guardWhy_) when the ranks can
   // no longer agree on it (the same failure as a task's lookup).
   bool guardStep(const TaskKey& task, uint64_t k) {
-    const uint64_t it = iter_.iteration();
-    if (iter_.period() < 2) {  // one call per iteration: the task's own duel on its stream period is this check
+    const uint64_t it = steps_.index();
+    if (steps_.calls() < 2) {  // one call per iteration: the task's own duel on its stream period is this check
       guardNcclNow_ = false;
       guardCapNow_ = 0;
       guardTimedNow_ = false;
       return true;
     }
     if (authority_) {
-      const uint32_t was = decider_->guard->iterationChanged(iter_.period());
+      const uint32_t was = decider_->guard->iterationChanged(steps_.calls());
       if (was && env_.log)
         env_.log(LogLevel::Info, "autoccl: comm " + commHex(env_.commHash) + " step guard: iterations of " +
-                 std::to_string(iter_.period()) + " calls now (armed on " + std::to_string(was) +
+                 std::to_string(steps_.calls()) + " calls now (armed on " + std::to_string(was) +
                  "): a round under way is void; the next starts once every task of the new iteration has converged");
+      if (steps_.skipped()) decider_->guard->lost(it - 2, it);
       const bool arming = !decider_->guard->armed() && allRecentConverged();
       // What the tuned plan saves an iteration, for the verdict's check that a faster step can be the plan's:
       // when the round can start, and every kPlanGainEvery iterations after (a task's re-tune changes it).
       if (arming || (decider_->guard->armed() && it % kPlanGainEvery == 0))
-        decider_->guard->setPlanGain(planGainUs(), iter_.period());
-      if (arming) decider_->guard->arm(iter_.period());
+        decider_->guard->setPlanGain(planGainUs(), steps_.calls());
+      if (arming) decider_->guard->arm(steps_.calls());
     }
     coord::Outcome o = agree_->decide(guardKey_, it);
     if (!o.ok()) {
@@ -989,6 +991,7 @@ class OnlineSource final : public DecisionSource {
   bool askAlways_ = false;  // AUTOCCL_STEP_ARMS set: no decision is stable for the Context (it caches none)
   coord::TaskKey guardKey_;
   IterationDetector iter_;
+  StepIterations steps_;         // the guard's iterations: the detector's at the job's step
   bool guardNcclNow_ = false;    // the current iteration runs NCCL's choice for every task
   int guardCapNow_ = 0;          // > 0: the current iteration's calls but its last run at most this many channels
   bool guardTimedNow_ = false;   // the current iteration's start is a guard sample

@@ -14,6 +14,10 @@ namespace autoccl::engine {
 namespace {
 constexpr uint64_t kHashBase = 0x9E3779B97F4A7C15ull;  // odd: a bijection on uint64 words
 constexpr uint64_t kMaxWait = 16;                     // longest waiting segment of a round (iterations)
+// Blocks a structure longer than the step holds before it is the step: three equal blocks of "a step and an extra
+// call" come by chance where extra calls are frequent (1 step in 6 at random: in 700 steps a 9-call and a 33-call
+// structure of an 8-call step, each voiding the round under way); five come (1/6)^2 as often.
+constexpr uint64_t kLongerHeld = 5;
 }  // namespace
 
 // ------------------------------------------------------------------------------------ IterationDetector
@@ -95,12 +99,35 @@ bool IterationDetector::push(uint32_t taskId) {
       if (sameBlocks(pos + 1 - 2 * p, pos + 1 - p, len) && sameBlocks(pos + 1 - 3 * p, pos + 1 - 2 * p, len)) {
         period_ = static_cast<uint32_t>(p);
         phase_ = (pos + 1) % p;  // the next call starts an iteration
+        ++structure_;
+        structureFrom_ = pos + 1 - 3 * p;
         break;
       }
     }
   }
   s.push_back(pos);
   return starts;
+}
+
+// ------------------------------------------------------------------------------------ StepIterations
+
+bool StepIterations::onStart(const IterationDetector& d) {
+  const uint32_t p = d.period();
+  if (p == 0) return false;
+  const uint64_t held = d.calls() - d.structureFrom();
+  if (p < calls_ && held < static_cast<uint64_t>(calls_) + p)
+    return false;  // a piece of the step, until it has held over more than a step
+  if (p > calls_ && calls_ > 0 && held < kLongerHeld * static_cast<uint64_t>(p))
+    return false;  // a chance repeat of the step with an extra call, until it has held longer
+  // p is the step now: the same step on (index + 1), or again after a break, a longer step, or the step grown
+  // shorter for good (index + 2: the iteration before has no end to be timed by).
+  const bool same = any_ && p == calls_ && d.structure() == structure_;
+  skipped_ = any_ && !same;
+  index_ = !any_ ? 0 : index_ + (same ? 1 : 2);
+  any_ = true;
+  calls_ = p;
+  structure_ = d.structure();
+  return true;
 }
 
 // ------------------------------------------------------------------------------------ GuardPlan
@@ -217,6 +244,12 @@ void GuardPlan::sample(uint64_t i, double micros) {
   std::lock_guard<std::mutex> lk(mu_);
   if (wanted_.count(i)) times_[i] = micros;
   newest_ = std::max(newest_, i);
+}
+
+void GuardPlan::lost(uint64_t from, uint64_t to) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (uint64_t i = from; i < to; ++i)
+    if (!times_.count(i)) wanted_.erase(i);
 }
 
 void GuardPlan::addLocked(uint64_t len, size_t arm, bool measure, search::Phase phase) {

@@ -8,7 +8,8 @@
 // IterationDetector (every rank): the sequence of task ids of one communicator is the same on every rank, so
 // the smallest period of its recent calls (three equal blocks in a row), and with it where each iteration starts
 // and its index, is the same on every rank without a message. A call that breaks the period ends the iteration
-// structure until a new one has repeated; iteration indices keep counting across such breaks.
+// structure until a new one has repeated; iteration indices keep counting across such breaks. StepIterations keeps
+// the detector's iterations at the job's step (its longest structure) and numbers them for the guard.
 //
 // GuardPlan (the communicator's authority): an append-only plan over iteration indices, served to every rank
 // through the board like a task's plan: "tuned" (the tasks' own decisions) until armed (every task of the
@@ -66,6 +67,12 @@ class IterationDetector {
   uint64_t iteration() const { return iteration_; }
   // The call just pushed: its position in its iteration (0 starts one); meaningful while stable().
   uint32_t position() const { return period_ > 0 ? static_cast<uint32_t>((n_ - 1 - phase_) % period_) : 0; }
+  // Calls pushed so far.
+  uint64_t calls() const { return n_; }
+  // Which structure stands: a serial number, new each time a structure is found after a break (meaningful while
+  // stable()), and the position of the first call of its first repeated block (it has held since then).
+  uint64_t structure() const { return structure_; }
+  uint64_t structureFrom() const { return structureFrom_; }
 
  private:
   uint64_t hashOf(uint64_t from, uint64_t to) const;  // hash of the calls at positions [from, to]
@@ -81,8 +88,45 @@ class IterationDetector {
   uint64_t phase_ = 0;                       // positions == phase_ (mod period_) start iterations
   uint64_t iteration_ = 0;
   bool anyIteration_ = false;
+  uint64_t structure_ = 0;
+  uint64_t structureFrom_ = 0;
   std::unordered_map<TaskKey, uint32_t, TaskKeyHash> ids_;  // push(const TaskKey&)
   std::vector<TaskKey> keys_;                                // by id: the key pushed as it
+};
+
+// The guard's iterations: the detector's iterations at the job's step, the longest structure it has seen. Why:
+// after a call that breaks the step's structure, the detector finds runs of calls inside the step (FSDP's runs of
+// one task, its pairs) before the step repeats again; a round timing those pieces of a step ends with too few
+// samples (NCCL's choices until the next round) or with samples of another length. So pieces count for nothing:
+// the calls between the break and the step's return keep what the guard ran before them, and the step's
+// iterations keep their own numbering. An iteration whose end was lost to a break has no time: the index after a
+// break skips one, so the clock (the start of i + 1 minus the start of i) never spans the break.
+//   The step itself can become shorter for good (tasks that settled no longer reach the detector; a new phase
+// of the job): a shorter structure that has held over more calls than a step and its own period is taken as the
+// step. It cannot be a piece of the step: a run of period p over L + p calls of a sequence of period L makes the
+// whole sequence p-periodic, so the step would have been p calls long. All of it follows the call sequence alone,
+// so it is the same on every rank.
+class StepIterations {
+ public:
+  // At an iteration start of `d` (its push returned true): true when this starts a step; index() is then its
+  // index.
+  bool onStart(const IterationDetector& d);
+  uint64_t index() const { return index_; }
+  // The latest start skipped an index: iterations index() - 2 and index() - 1 will never have a time.
+  bool skipped() const { return skipped_; }
+  // The step's length in calls (0: none seen yet).
+  uint32_t calls() const { return calls_; }
+  // Whether the detector's structure now is the step's (its calls are the step's, not pieces of one).
+  bool atStep(const IterationDetector& d) const {
+    return d.stable() && d.period() == calls_ && d.structure() == structure_;
+  }
+
+ private:
+  uint32_t calls_ = 0;
+  uint64_t structure_ = 0;
+  uint64_t index_ = 0;
+  bool any_ = false;
+  bool skipped_ = false;
 };
 
 struct GuardOptions {
@@ -144,6 +188,9 @@ class GuardPlan {
   void setPlanGain(double micros, uint32_t period = 0);
   // Iteration i took `micros` (the authority's stream, the start of i to the start of i + 1).
   void sample(uint64_t i, double micros);
+  // Iterations [from, to) will never have a time (a break ended the step's structure): a round stops waiting for
+  // them, instead of waiting out its give-up bound (hundreds of iterations on the plan it ran before).
+  void lost(uint64_t from, uint64_t to);
 
   struct ArmResult {
     GuardArm arm;

@@ -6,6 +6,7 @@ round keeps the tuned plan, and the table holds it. Every rank agrees on every c
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +157,31 @@ def test_guard_arms_once_the_steps_searched_tasks_have_converged(plugin: Path, t
     converged = max(int(t["converged_at"]) for t in large)
     steps = [smp["call"] for smp in first["samples"] if "call" in smp]
     assert steps and min(steps) >= converged, (converged, first)
+
+
+def test_guard_times_whole_steps_when_an_extra_call_breaks_them(plugin: Path, tmp_path: Path) -> None:
+    """A step of searched all_gathers and reduce_scatters, and now and then (1 step in 6, at random) an
+    extra all_reduce, which breaks the step's structure: the detector then finds runs of calls inside the step
+    before the step again. The guard counts only the step's iterations, so every sample of a round is one
+    whole step. Counting the detector's own iterations gave samples of four to five steps (the iteration
+    before a break, timed to the first start after it: 1653-2614 us against 403-409) and pieces of steps."""
+    rnd = random.Random(11)
+    ag, rs = Group("dp", (Call("allgather", 8 << 20),)), Group("dp", (Call("reducescatter", 8 << 20),))
+    step = [Group("dp", (Call("allgather", 32 << 20),)), ag, ag, ag, rs, rs, rs]
+    step += [Group("dp", (Call("reducescatter", 32 << 20),))]
+    extra = Group("dp", (Call("allreduce", 4 << 20),))
+    groups = []
+    for _ in range(700):
+        groups += step + ([extra] if rnd.random() < 1 / 6 else [])
+    sc = Scenario([Comm("dp", 0x5D18, (0, 1))], groups, seed=5, noise=False, lead=8)
+    res = _run_guarded(plugin, sc, tmp_path, min_task_us=0)
+    assert_same_per_seq(res.calls)
+    verdicts = T.guard_verdicts(T.read_records(T.trace_files(str(tmp_path / "trace"))))
+    assert len(verdicts) >= 2, [ln for ln in res.stderr.splitlines() if "step guard" in ln]
+    for v in verdicts:
+        assert v["tuned_samples"] >= 3 and v["nccl_samples"] >= 3, v
+        assert v["period"] == len(step), v
+        # every sample is one whole step: none spans a break (the iterations around it), none is a piece
+        for arm, med in (("tuned", v["tuned_us"]), ("nccl", v["nccl_us"])):
+            times = [smp["us"] for smp in v["samples"] if smp["arm"] == arm]
+            assert all(0.8 * med < us < 1.25 * med for us in times), (arm, med, sorted(times))
