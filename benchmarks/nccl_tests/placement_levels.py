@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Whether a launch's per-call level follows where its host threads run, from the CSV that
+benchmarks/gpu/placement_levels.sh writes (one row per nccl-tests average: round, coll, placement, launch,
+cycle, out-of-place and in-place us per call, the CPU the launch's main thread ran on last, exit code).
+
+Per collective and placement (free, or a taskset core set): the launches' medians (each over its averages),
+their spread, the spread of averages inside a launch, and how many launches sat at the slow one of the two
+levels (split at the widest gap between all launch medians of the collective, as launch_levels.py splits
+a bench folder's averages). Writes summary.json, summary.md and levels.png into the output folder.
+
+    python3 benchmarks/nccl_tests/placement_levels.py OUT/placement-levels.csv -o FOLDER
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from launch_levels import widest_gap
+
+
+def read(path: Path) -> dict[tuple[str, str], dict[int, list[float]]]:
+    """(coll, placement) -> launch -> its averages (us per call, out-of-place and in-place)."""
+    out: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    with path.open(newline="") as f:
+        for r in csv.DictReader(f):
+            if r["rc"] != "0" or int(r["cycle"]) < 0:
+                continue
+            out[(r["coll"], r["placement"])][int(r["launch"])] += [float(r["oop_us"]), float(r["ip_us"])]
+    return out
+
+
+def last_cpus(path: Path) -> dict[int, int]:
+    with path.open(newline="") as f:
+        return {int(r["launch"]): int(r["last_cpu"]) for r in csv.DictReader(f)}
+
+
+def summarise(data: dict[tuple[str, str], dict[int, list[float]]], cpus: dict[int, int]) -> dict[str, Any]:
+    colls = sorted({c for c, _ in data})
+    out: dict[str, Any] = {}
+    for coll in colls:
+        medians = [statistics.median(v) for (c, _), ls in data.items() if c == coll for v in ls.values()]
+        cut = widest_gap(medians) if len(medians) >= 2 else float("inf")
+        rows = []
+        for (c, place), launches in sorted(data.items(), key=lambda kv: (kv[0][1] != "free", kv[0][1])):
+            if c != coll:
+                continue
+            meds = {n: statistics.median(v) for n, v in launches.items()}
+            inside = [max(v) / min(v) for v in launches.values() if min(v) > 0]
+            rows.append(
+                {
+                    "placement": place,
+                    "launches": len(meds),
+                    "median_us": statistics.median(meds.values()),
+                    "min_us": min(meds.values()),
+                    "max_us": max(meds.values()),
+                    "slow_launches": sum(m > cut for m in meds.values()),
+                    "inside_launch_max_over_min": statistics.median(inside) if inside else None,
+                    "launch_medians_us": [round(meds[n], 2) for n in sorted(meds)],
+                    "last_cpus": [cpus.get(n, -1) for n in sorted(meds)],
+                }
+            )
+        out[coll] = {"levels_split_us": cut, "placements": rows}
+    return out
+
+
+def markdown(s: dict[str, Any]) -> str:
+    lines = [
+        "| coll | placement | launches | median us/call (min-max) | at the slow level | "
+        "inside a launch, max/min (median) |",
+        "| --- | --- | ---: | --- | ---: | ---: |",
+    ]
+    for coll, d in s.items():
+        for r in d["placements"]:
+            inside = r["inside_launch_max_over_min"]
+            lines.append(
+                f"| {coll} | {r['placement']} | {r['launches']} | {r['median_us']:.2f} "
+                f"({r['min_us']:.2f}-{r['max_us']:.2f}) | {r['slow_launches']} | "
+                f"{'—' if inside is None else f'{inside:.3f}'} |"
+            )
+    lines.append("")
+    lines += [f"{coll}: levels split at {d['levels_split_us']:.2f} us per call" for coll, d in s.items()]
+    return "\n".join(lines) + "\n"
+
+
+def plot(s: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from autoccl.figures import save_figure
+
+    fig, axes = plt.subplots(1, len(s), figsize=(5 * len(s), 3.6), squeeze=False)
+    for ax, (coll, d) in zip(axes[0], s.items(), strict=True):
+        names = [r["placement"] for r in d["placements"]]
+        for i, r in enumerate(d["placements"]):
+            ys = r["launch_medians_us"]
+            ax.plot([i + 0.08 * ((k % 5) - 2) for k in range(len(ys))], ys, "o", ms=4, alpha=0.7)
+        if d["levels_split_us"] != float("inf"):
+            ax.axhline(d["levels_split_us"], color="grey", lw=0.8, ls="--")
+        ax.set_xticks(range(len(names)), names)
+        ax.set_title(f"{coll} 1 MiB: one dot per launch")
+        ax.set_xlabel("host threads: free or taskset cores")
+        ax.set_ylabel("us per call (launch median)")
+    fig.tight_layout()
+    save_figure(fig, path, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("csv", type=Path, help="placement-levels.csv from benchmarks/gpu/placement_levels.sh")
+    ap.add_argument("-o", "--out", type=Path, required=True, help="folder for the summary and the plot")
+    a = ap.parse_args()
+    data = read(a.csv)
+    if not data:
+        raise SystemExit(f"{a.csv}: no averages of a launch that exited 0")
+    s = summarise(data, last_cpus(a.csv))
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "summary.json").write_text(json.dumps(s, indent=1) + "\n")
+    md = markdown(s)
+    (a.out / "summary.md").write_text(md)
+    plot(s, a.out / "levels.png")
+    print(md, end="")
+
+
+if __name__ == "__main__":
+    main()
