@@ -3,10 +3,11 @@
 benchmarks/gpu/placement_levels.sh writes (one row per nccl-tests average: round, coll, placement, launch,
 cycle, out-of-place and in-place us per call, the CPU the launch's main thread ran on last, exit code).
 
-Per collective and placement (free, or a taskset core set): the launches' medians (each over its averages),
-their spread, the spread of averages inside a launch, and how many launches sat at the slow one of the two
-levels (split at the widest gap between all launch medians of the collective, as launch_levels.py splits
-a bench folder's averages). Writes summary.json, summary.md and levels.png into the output folder.
+Per collective and placement: the launches' medians of the out-of-place averages (each over its averages) and
+of the in-place ones, their spread, the spread of averages inside a launch, and how many launches sat at the
+slow one of the two levels (split at the widest gap between all launch medians of the collective, as
+launch_levels.py splits a bench folder's averages). Writes summary.json, summary.md and levels.png into the
+output folder.
 
     python3 benchmarks/nccl_tests/placement_levels.py OUT/placement-levels.csv -o FOLDER
 """
@@ -24,14 +25,14 @@ from typing import Any
 from launch_levels import widest_gap
 
 
-def read(path: Path) -> dict[tuple[str, str], dict[int, list[float]]]:
-    """(coll, placement) -> launch -> its averages (us per call, out-of-place and in-place)."""
+def read(path: Path, column: str) -> dict[tuple[str, str], dict[int, list[float]]]:
+    """(coll, placement) -> launch -> its averages (us per call) of `column` (oop_us or ip_us)."""
     out: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     with path.open(newline="") as f:
         for r in csv.DictReader(f):
             if r["rc"] != "0" or int(r["cycle"]) < 0:
                 continue
-            out[(r["coll"], r["placement"])][int(r["launch"])] += [float(r["oop_us"]), float(r["ip_us"])]
+            out[(r["coll"], r["placement"])][int(r["launch"])].append(float(r[column]))
     return out
 
 
@@ -40,7 +41,11 @@ def last_cpus(path: Path) -> dict[int, int]:
         return {int(r["launch"]): int(r["last_cpu"]) for r in csv.DictReader(f)}
 
 
-def summarise(data: dict[tuple[str, str], dict[int, list[float]]], cpus: dict[int, int]) -> dict[str, Any]:
+def summarise(
+    data: dict[tuple[str, str], dict[int, list[float]]],
+    inplace: dict[tuple[str, str], dict[int, list[float]]],
+    cpus: dict[int, int],
+) -> dict[str, Any]:
     colls = sorted({c for c, _ in data})
     out: dict[str, Any] = {}
     for coll in colls:
@@ -51,6 +56,7 @@ def summarise(data: dict[tuple[str, str], dict[int, list[float]]], cpus: dict[in
             if c != coll:
                 continue
             meds = {n: statistics.median(v) for n, v in launches.items()}
+            ip = {n: statistics.median(v) for n, v in inplace.get((c, place), {}).items()}
             inside = [max(v) / min(v) for v in launches.values() if min(v) > 0]
             rows.append(
                 {
@@ -62,6 +68,7 @@ def summarise(data: dict[tuple[str, str], dict[int, list[float]]], cpus: dict[in
                     "slow_launches": sum(m > cut for m in meds.values()),
                     "inside_launch_max_over_min": statistics.median(inside) if inside else None,
                     "launch_medians_us": [round(meds[n], 2) for n in sorted(meds)],
+                    "inplace_launch_medians_us": [round(ip[n], 3) for n in sorted(meds) if n in ip],
                     "last_cpus": [cpus.get(n, -1) for n in sorted(meds)],
                 }
             )
@@ -71,17 +78,19 @@ def summarise(data: dict[tuple[str, str], dict[int, list[float]]], cpus: dict[in
 
 def markdown(s: dict[str, Any]) -> str:
     lines = [
-        "| coll | placement | launches | median us/call (min-max) | at the slow level | "
-        "inside a launch, max/min (median) |",
-        "| --- | --- | ---: | --- | ---: | ---: |",
+        "| coll | placement | launches | out of place, us/call: median (min-max) | at the slow level | "
+        "inside a launch, max/min (median) | in place, us/call: median (min-max) |",
+        "| --- | --- | ---: | --- | ---: | ---: | --- |",
     ]
     for coll, d in s.items():
         for r in d["placements"]:
             inside = r["inside_launch_max_over_min"]
+            ip = r["inplace_launch_medians_us"]
+            ip_text = f"{statistics.median(ip):.3f} ({min(ip):.3f}-{max(ip):.3f})" if ip else "—"
             lines.append(
                 f"| {coll} | {r['placement']} | {r['launches']} | {r['median_us']:.2f} "
                 f"({r['min_us']:.2f}-{r['max_us']:.2f}) | {r['slow_launches']} | "
-                f"{'—' if inside is None else f'{inside:.3f}'} |"
+                f"{'—' if inside is None else f'{inside:.3f}'} | {ip_text} |"
             )
     lines.append("")
     lines += [f"{coll}: levels split at {d['levels_split_us']:.2f} us per call" for coll, d in s.items()]
@@ -105,7 +114,7 @@ def plot(s: dict[str, Any], path: Path) -> None:
         if d["levels_split_us"] != float("inf"):
             ax.axhline(d["levels_split_us"], color="grey", lw=0.8, ls="--")
         ax.set_xticks(range(len(names)), names)
-        ax.set_title(f"{coll} 1 MiB: one dot per launch")
+        ax.set_title(f"{coll} 1 MiB out of place: one dot per launch")
         ax.set_xlabel("host threads: free or taskset cores")
         ax.set_ylabel("us per call (launch median)")
     fig.tight_layout()
@@ -117,10 +126,10 @@ def main() -> None:
     ap.add_argument("csv", type=Path, help="placement-levels.csv from benchmarks/gpu/placement_levels.sh")
     ap.add_argument("-o", "--out", type=Path, required=True, help="folder for the summary and the plot")
     a = ap.parse_args()
-    data = read(a.csv)
+    data = read(a.csv, "oop_us")
     if not data:
         raise SystemExit(f"{a.csv}: no averages of a launch that exited 0")
-    s = summarise(data, last_cpus(a.csv))
+    s = summarise(data, read(a.csv, "ip_us"), last_cpus(a.csv))
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "summary.json").write_text(json.dumps(s, indent=1) + "\n")
     md = markdown(s)
