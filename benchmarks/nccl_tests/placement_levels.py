@@ -5,9 +5,9 @@ cycle, out-of-place and in-place us per call, the CPU the launch's main thread r
 
 Per collective and placement: the launches' medians of the out-of-place averages (each over its averages) and
 of the in-place ones, their spread, the spread of averages inside a launch, and how many launches sat at the
-slow one of the two levels (split at the widest gap between all launch medians of the collective, as
-launch_levels.py splits a bench folder's averages). Writes summary.json, summary.md and levels.png into the
-output folder.
+slow one of the two levels: all launch medians of the collective split in two classes of least spread
+(in log time; the widest gap, as launch_levels.py splits a bench folder's averages, can fall on one outlier).
+Writes summary.json, summary.md and levels.png into the output folder.
 
     python3 benchmarks/nccl_tests/placement_levels.py OUT/placement-levels.csv -o FOLDER
 """
@@ -17,12 +17,11 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
-
-from launch_levels import widest_gap
 
 
 def read(path: Path, column: str) -> dict[tuple[str, str], dict[int, list[float]]]:
@@ -34,6 +33,22 @@ def read(path: Path, column: str) -> dict[tuple[str, str], dict[int, list[float]
                 continue
             out[(r["coll"], r["placement"])][int(r["launch"])].append(float(r[column]))
     return out
+
+
+def two_levels(values: list[float]) -> float:
+    """The split between two classes of the sorted values with the least summed squared deviation in log
+    time (Otsu's rule); the midpoint between the classes' nearest members."""
+    v = sorted(values)
+    if len(v) < 2:
+        return float("inf")
+    logs = [math.log(x) for x in v]
+
+    def sse(xs: list[float]) -> float:
+        m = sum(xs) / len(xs)
+        return sum((x - m) ** 2 for x in xs)
+
+    i = min(range(1, len(v)), key=lambda j: sse(logs[:j]) + sse(logs[j:]))
+    return (v[i - 1] + v[i]) / 2
 
 
 def last_cpus(path: Path) -> dict[int, int]:
@@ -50,7 +65,7 @@ def summarise(
     out: dict[str, Any] = {}
     for coll in colls:
         medians = [statistics.median(v) for (c, _), ls in data.items() if c == coll for v in ls.values()]
-        cut = widest_gap(medians) if len(medians) >= 2 else float("inf")
+        cut = two_levels(medians)
         rows = []
         for (c, place), launches in sorted(data.items(), key=lambda kv: (kv[0][1] != "free", kv[0][1])):
             if c != coll:
