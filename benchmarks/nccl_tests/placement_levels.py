@@ -20,7 +20,9 @@ import json
 import math
 import statistics
 from collections import defaultdict
+from itertools import pairwise
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 
@@ -82,12 +84,34 @@ def summarise(
                     "max_us": max(meds.values()),
                     "slow_launches": sum(m > cut for m in meds.values()),
                     "inside_launch_max_over_min": statistics.median(inside) if inside else None,
+                    "launches_in_order": sorted(meds),
                     "launch_medians_us": [round(meds[n], 2) for n in sorted(meds)],
                     "inplace_launch_medians_us": [round(ip[n], 3) for n in sorted(meds) if n in ip],
                     "last_cpus": [cpus.get(n, -1) for n in sorted(meds)],
                 }
             )
         out[coll] = {"levels_split_us": cut, "placements": rows}
+    return out
+
+
+def runs_in_time(s: dict[str, Any]) -> dict[str, Any]:
+    """Wald-Wolfowitz runs test on the launches in the order they ran (slow or fast, by their collective's
+    split): fewer runs than chance would say the level is a state of the machine that lasts over launches
+    rather than one each launch draws."""
+    order: dict[int, bool] = {}
+    for d in s.values():
+        for r in d["placements"]:
+            for n, m in zip(r["launches_in_order"], r["launch_medians_us"], strict=True):
+                order[n] = m > d["levels_split_us"]
+    seq = [order[n] for n in sorted(order)]
+    n1, n2 = sum(seq), len(seq) - sum(seq)
+    runs = 1 + sum(a != b for a, b in pairwise(seq))
+    out: dict[str, Any] = {"launches": len(seq), "slow": n1, "runs": runs}
+    if n1 and n2:
+        n = n1 + n2
+        mu = 2 * n1 * n2 / n + 1
+        z = (runs - mu) / math.sqrt((mu - 1) * (mu - 2) / (n - 1))
+        out |= {"expected_runs": round(mu, 2), "z": round(z, 3), "p_fewer": round(NormalDist().cdf(z), 4)}
     return out
 
 
@@ -109,6 +133,12 @@ def markdown(s: dict[str, Any]) -> str:
             )
     lines.append("")
     lines += [f"{coll}: levels split at {d['levels_split_us']:.2f} us per call" for coll, d in s.items()]
+    r = runs_in_time(s)
+    if "z" in r:
+        lines.append(
+            f"in the order they ran: {r['slow']} of {r['launches']} launches slow, {r['runs']} runs against "
+            f"{r['expected_runs']} by chance (z {r['z']}, p of so few {r['p_fewer']})"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -145,8 +175,9 @@ def main() -> None:
     if not data:
         raise SystemExit(f"{a.csv}: no averages of a launch that exited 0")
     s = summarise(data, read(a.csv, "ip_us"), last_cpus(a.csv))
+    s_runs = runs_in_time(s)
     a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "summary.json").write_text(json.dumps(s, indent=1) + "\n")
+    (a.out / "summary.json").write_text(json.dumps({"colls": s, "runs_in_time": s_runs}, indent=1) + "\n")
     md = markdown(s)
     (a.out / "summary.md").write_text(md)
     plot(s, a.out / "levels.png")
