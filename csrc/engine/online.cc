@@ -333,7 +333,10 @@ class OnlineSource final : public DecisionSource {
       d.config.chunkHalvings = c.chunkHalvings;
     }
     d.stable = s->seg.phase == search::Phase::kFinal && s->seg.end == search::kForever;
-    if (guardNcclNow_) {  // the guard's iteration runs NCCL's own choice for every task
+    // Between a break of the step's structure and its return, what the guard runs outside its rounds (not the
+    // block of a round under way, which could hold NCCL's choices for dozens of steps where breaks are frequent).
+    const bool guardNccl = steps_.atStep(iter_) ? guardNcclNow_ : guardFallbackNccl_;
+    if (guardNccl) {  // the guard's iteration runs NCCL's own choice for every task
       if (authority_ && !c.isDefault()) guardClock_.markOverridden(task, k);
       d.config = Config();
       d.stable = false;
@@ -363,7 +366,7 @@ class OnlineSource final : public DecisionSource {
     }
     // Samples the search planned, and the coordinator's NCCL-default calls of a task the authority had not
     // seen yet (kTuning segments without measure; the search takes them as its baseline).
-    d.timed = !guardNcclNow_ && !capped && (c.measure || (s->seg.phase == search::Phase::kTuning && c.isDefault()));
+    d.timed = !guardNccl && !capped && (c.measure || (s->seg.phase == search::Phase::kTuning && c.isDefault()));
     if (boundary && guardTimedNow_ && authority_) d.timed = true;  // the iteration's start: a guard sample
     if (k == 0) {
       d.why = bypass_ ? "communicator not entirely in this process and no coordinator address: NCCL decides"
@@ -673,18 +676,31 @@ class OnlineSource final : public DecisionSource {
   // (no other way to tune), or when this process already holds two or more of the ranks.
   // ---- the step guard (engine/step_guard.h) -------------------------------------------------------------
 
-  // The first call of iteration `iteration()`: the guard's plan for it. False (with guardWhy_) when the ranks can
+  // The step changed to a shorter one made of calls of the step before: tasks settled (their calls no longer reach
+  // the detector), the GPU still runs the same step. Another change is another step (a new phase of the job).
+  bool fewerOfTheSameCalls() {
+    if (steps_.calls() == stepCalls_) return false;
+    std::vector<TaskKey> now = iter_.tasksInLatestIteration();
+    bool subset = stepCalls_ > 0 && steps_.calls() < stepCalls_;
+    for (const TaskKey& t : now)
+      if (subset && std::find(stepTasks_.begin(), stepTasks_.end(), t) == stepTasks_.end()) subset = false;
+    stepCalls_ = steps_.calls();
+    stepTasks_ = std::move(now);
+    return subset;
+  }
+
+  // The first call of step `steps_.index()`: the guard's plan for it. False (with guardWhy_) when the ranks can
   // no longer agree on it (the same failure as a task's lookup).
   bool guardStep(const TaskKey& task, uint64_t k) {
     const uint64_t it = steps_.index();
     if (steps_.calls() < 2) {  // one call per iteration: the task's own duel on its stream period is this check
-      guardNcclNow_ = false;
+      guardNcclNow_ = guardFallbackNccl_ = false;
       guardCapNow_ = 0;
       guardTimedNow_ = false;
       return true;
     }
     if (authority_) {
-      const uint32_t was = decider_->guard->iterationChanged(steps_.calls());
+      const uint32_t was = decider_->guard->iterationChanged(steps_.calls(), fewerOfTheSameCalls());
       if (was && env_.log)
         env_.log(LogLevel::Info, "autoccl: comm " + commHex(env_.commHash) + " step guard: iterations of " +
                  std::to_string(steps_.calls()) + " calls now (armed on " + std::to_string(was) +
@@ -704,6 +720,7 @@ class OnlineSource final : public DecisionSource {
     }
     const GuardArm arm = GuardPlan::armOf(o.seg.cfg);
     guardNcclNow_ = arm.nccl;
+    guardFallbackNccl_ = GuardPlan::fallbackNcclOf(o.seg.cfg);
     guardCapNow_ = arm.hiddenCap;
     guardTimedNow_ = o.seg.cfg.measure;
     if (authority_) {
@@ -992,7 +1009,10 @@ class OnlineSource final : public DecisionSource {
   coord::TaskKey guardKey_;
   IterationDetector iter_;
   StepIterations steps_;         // the guard's iterations: the detector's at the job's step
+  uint32_t stepCalls_ = 0;       // authority: the step's length and tasks at the last change of step
+  std::vector<TaskKey> stepTasks_;
   bool guardNcclNow_ = false;    // the current iteration runs NCCL's choice for every task
+  bool guardFallbackNccl_ = false;  // outside the step's structure (after a break) NCCL's choice for every task
   int guardCapNow_ = 0;          // > 0: the current iteration's calls but its last run at most this many channels
   bool guardTimedNow_ = false;   // the current iteration's start is a guard sample
   std::string guardWhy_;

@@ -115,8 +115,8 @@ bool StepIterations::onStart(const IterationDetector& d) {
   const uint32_t p = d.period();
   if (p == 0) return false;
   const uint64_t held = d.calls() - d.structureFrom();
-  if (p < calls_ && held < static_cast<uint64_t>(calls_) + p)
-    return false;  // a piece of the step, until it has held over more than a step
+  if (p < calls_ && held < static_cast<uint64_t>(longest_) + p)
+    return false;  // a piece of a step, until it has held over more than any step
   if (p > calls_ && calls_ > 0 && held < kLongerHeld * static_cast<uint64_t>(p))
     return false;  // a chance repeat of the step with an extra call, until it has held longer
   // p is the step now: the same step on (index + 1), or again after a break, a longer step, or the step grown
@@ -126,6 +126,7 @@ bool StepIterations::onStart(const IterationDetector& d) {
   index_ = !any_ ? 0 : index_ + (same ? 1 : 2);
   any_ = true;
   calls_ = p;
+  longest_ = std::max(longest_, p);
   structure_ = d.structure();
   return true;
 }
@@ -161,6 +162,9 @@ GuardArm GuardPlan::armOf(const search::Config& c) {
 
 bool GuardPlan::isNccl(const search::Config& c) { return armOf(c).nccl; }
 
+// The fallback rides in the mark's chunk field, which no search plans for the guard's key and NCCL never reads.
+bool GuardPlan::fallbackNcclOf(const search::Config& c) { return c.chunk == kFallbackNccl; }
+
 GuardPlan::GuardPlan(GuardOptions o) : o_(std::move(o)) {
   o_.blockIters = std::max<uint32_t>(2, o_.blockIters);
   o_.pairs = std::max<uint32_t>(1, o_.pairs);
@@ -177,12 +181,13 @@ void GuardPlan::arm(uint32_t iterationCalls) {
   armedCalls_ = iterationCalls;
 }
 
-uint32_t GuardPlan::iterationChanged(uint32_t iterationCalls) {
+uint32_t GuardPlan::iterationChanged(uint32_t iterationCalls, bool fewerOfTheSameCalls) {
   std::lock_guard<std::mutex> lk(mu_);
-  // A shorter iteration is a piece of the armed one (after a call that broke the structure the detector finds
-  // runs inside the step before the step again): it voids nothing. Only a longer one does, so the armed length
-  // only grows and rounds are voided a bounded number of times, however often the structure breaks.
-  if (!armed_ || armedCalls_ == 0 || iterationCalls <= armedCalls_) return 0;
+  if (!armed_ || armedCalls_ == 0 || iterationCalls == armedCalls_) return 0;
+  if (fewerOfTheSameCalls && iterationCalls < armedCalls_) {
+    armedCalls_ = iterationCalls;
+    return 0;
+  }
   const uint32_t was = armedCalls_;
   armed_ = false;
   armedCalls_ = 0;
@@ -235,6 +240,7 @@ search::Segment GuardPlan::finalSegment() const {
   g.begin = planned_;
   g.end = search::kForever;
   g.cfg = armMark(arms_[now_]);
+  g.cfg.chunk = arms_[fallbackArmLocked()].nccl ? kFallbackNccl : 0;
   g.phase = search::Phase::kFinal;
   return g;
 }
@@ -249,14 +255,22 @@ void GuardPlan::sample(uint64_t i, double micros) {
 void GuardPlan::lost(uint64_t from, uint64_t to) {
   std::lock_guard<std::mutex> lk(mu_);
   for (uint64_t i = from; i < to; ++i)
-    if (!times_.count(i)) wanted_.erase(i);
+    if (!times_.count(i)) lostInRound_ += static_cast<uint32_t>(wanted_.erase(i));
+  auto first = wanted_.find(to);
+  if (first != wanted_.end() && !times_.count(to) && first->second != fallbackArmLocked()) {
+    wanted_.erase(first);
+    ++lostInRound_;
+  }
 }
+
+size_t GuardPlan::fallbackArmLocked() const { return arms_[now_].nccl ? kNcclArm : kTunedArm; }
 
 void GuardPlan::addLocked(uint64_t len, size_t arm, bool measure, search::Phase phase) {
   search::Segment g;
   g.begin = planned_;
   g.end = planned_ + len;
   g.cfg = armMark(arms_[arm]);
+  g.cfg.chunk = arms_[fallbackArmLocked()].nccl ? kFallbackNccl : 0;
   g.cfg.measure = measure;
   g.phase = phase;
   segs_.push_back(g);
@@ -284,6 +298,15 @@ void GuardPlan::planOneLocked() {
     for (const auto& [it, arm] : wanted_) have += times_.count(it);
     const bool over = have == wanted_.size() || (newest_ >= roundEnd_ + o_.giveUpAfter) ||
                       planned_ >= roundEnd_ + 4 * o_.giveUpAfter;  // samples that never come
+    if (over && lostInRound_ > 0 && extensions_ < kMaxExtensions && !enoughSamplesLocked()) {
+      // Breaks of the step's structure took samples: the round goes on with its blocks again (the samples it
+      // has stay), instead of a verdict for NCCL's choices for want of evidence. A step that stays unmeasurable
+      // gets that verdict after kMaxExtensions more.
+      ++extensions_;
+      lostInRound_ = 0;
+      planRoundBlocksLocked();
+      return;
+    }
     if (over) {
       verdictLocked();
     } else {  // waiting for the round's samples: the plan so far, in doubling segments (each is a lookup)
@@ -293,25 +316,38 @@ void GuardPlan::planOneLocked() {
     }
   }
   if (armed_ && planned_ >= nextRound_) {
-    // A round: per pair every arm forwards then backwards (T N N T without extra arms), each block's first
-    // iteration settling; the iteration after the last block is timed too (its start ends the last sample).
-    std::vector<size_t> order;
-    for (size_t a = 0; a < arms_.size(); ++a) order.push_back(a);
-    for (size_t a = arms_.size(); a-- > 0;) order.push_back(a);
-    for (uint32_t pr = 0; pr < o_.pairs; ++pr) {
-      for (size_t arm : order) {
-        for (uint64_t j = planned_ + 1; j < planned_ + o_.blockIters; ++j) wanted_[j] = arm;
-        addLocked(o_.blockIters, arm, true, search::Phase::kTuning);
-      }
-    }
-    roundEnd_ = planned_;
-    addLocked(1, now_, true, search::Phase::kTuning);
-    inRound_ = true;
-    waitLen_ = 1;
+    extensions_ = 0;
+    lostInRound_ = 0;
+    planRoundBlocksLocked();
     return;
   }
   const uint64_t len = armed_ ? std::min(o_.idleWindow, nextRound_ - planned_) : o_.idleWindow;
   addLocked(std::max<uint64_t>(1, len), now_, false, search::Phase::kPinned);
+}
+
+// A round's blocks from planned_ on: per pair every arm forwards then backwards (T N N T without extra arms), each
+// block's first iteration settling; the iteration after the last block is timed too (its start ends the last
+// sample).
+void GuardPlan::planRoundBlocksLocked() {
+  std::vector<size_t> order;
+  for (size_t a = 0; a < arms_.size(); ++a) order.push_back(a);
+  for (size_t a = arms_.size(); a-- > 0;) order.push_back(a);
+  for (uint32_t pr = 0; pr < o_.pairs; ++pr) {
+    for (size_t arm : order) {
+      for (uint64_t j = planned_ + 1; j < planned_ + o_.blockIters; ++j) wanted_[j] = arm;
+      addLocked(o_.blockIters, arm, true, search::Phase::kTuning);
+    }
+  }
+  roundEnd_ = planned_;
+  addLocked(1, now_, true, search::Phase::kTuning);
+  inRound_ = true;
+  waitLen_ = 1;
+}
+
+bool GuardPlan::enoughSamplesLocked() const {
+  std::vector<uint32_t> n(arms_.size(), 0);
+  for (const auto& [it, arm] : wanted_) n[arm] += times_.count(it) > 0;
+  return n[kTunedArm] >= o_.minSamples && n[kNcclArm] >= o_.minSamples;
 }
 
 void GuardPlan::verdictLocked() {

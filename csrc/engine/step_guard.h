@@ -9,7 +9,7 @@
 // the smallest period of its recent calls (three equal blocks in a row), and with it where each iteration starts
 // and its index, is the same on every rank without a message. A call that breaks the period ends the iteration
 // structure until a new one has repeated; iteration indices keep counting across such breaks. StepIterations keeps
-// the detector's iterations at the job's step (its longest structure) and numbers them for the guard.
+// the detector's iterations at the job's step (not at pieces of it) and numbers them for the guard.
 //
 // GuardPlan (the communicator's authority): an append-only plan over iteration indices, served to every rank
 // through the board like a task's plan: "tuned" (the tasks' own decisions) until armed (every task of the
@@ -94,18 +94,20 @@ class IterationDetector {
   std::vector<TaskKey> keys_;                                // by id: the key pushed as it
 };
 
-// The guard's iterations: the detector's iterations at the job's step, the longest structure it has seen. Why:
-// after a call that breaks the step's structure, the detector finds runs of calls inside the step (FSDP's runs of
-// one task, its pairs) before the step repeats again; a round timing those pieces of a step ends with too few
-// samples (NCCL's choices until the next round) or with samples of another length. So pieces count for nothing:
-// the calls between the break and the step's return keep what the guard ran before them, and the step's
-// iterations keep their own numbering. An iteration whose end was lost to a break has no time: the index after a
-// break skips one, so the clock (the start of i + 1 minus the start of i) never spans the break.
-//   The step itself can become shorter for good (tasks that settled no longer reach the detector; a new phase
-// of the job): a shorter structure that has held over more calls than a step and its own period is taken as the
-// step. It cannot be a piece of the step: a run of period p over L + p calls of a sequence of period L makes the
-// whole sequence p-periodic, so the step would have been p calls long. All of it follows the call sequence alone,
-// so it is the same on every rank.
+// The guard's iterations: the detector's iterations at the job's step. Why: after a call that breaks the step's
+// structure, the detector finds runs of calls inside the step (FSDP's runs of one task, its pairs) before the step
+// repeats again; a round timing those pieces of a step ends with too few samples (NCCL's choices until the next
+// round) or with samples of another length. So pieces count for nothing: the calls between the break and the
+// step's return run what the guard runs outside its rounds (GuardPlan::fallbackOf), and the step's iterations
+// keep their own numbering. An iteration whose end was lost to a break has no time: the index after a break skips
+// one, so the clock (the start of i + 1 minus the start of i) never spans the break.
+//   Which structure is the step: the first one found; then a longer one once it has held over kLongerHeld of its
+// blocks (three blocks of "the step and an extra call" come by chance where extra calls are frequent); a shorter
+// one once it has held over more calls than the longest step taken so far and its own period. A run of period p
+// over L + p calls of a sequence of period L makes the whole sequence p-periodic, so such a run is no piece of any
+// step of up to L calls: after a shorter phase (an evaluation loop) the training step's pieces are not taken
+// either. The step shrinks for good where tasks settle (their calls no longer reach the detector) or the job
+// changes phase. All of it follows the call sequence alone, so it is the same on every rank.
 class StepIterations {
  public:
   // At an iteration start of `d` (its push returned true): true when this starts a step; index() is then its
@@ -123,6 +125,7 @@ class StepIterations {
 
  private:
   uint32_t calls_ = 0;
+  uint32_t longest_ = 0;  // the longest step taken so far
   uint64_t structure_ = 0;
   uint64_t index_ = 0;
   bool any_ = false;
@@ -166,6 +169,9 @@ class GuardPlan {
   // A hidden-cap arm's segment config (a pair no search plans for the guard's key), and what a config says.
   static search::Config armMark(const GuardArm& a);
   static GuardArm armOf(const search::Config& c);
+  // What every segment also says: what runs outside the step's structure (after a break, until the step is
+  // back): NCCL's choices where the last verdict put them back, else the tuned plan.
+  static bool fallbackNcclOf(const search::Config& c);
 
   explicit GuardPlan(GuardOptions o = GuardOptions());
   // Segments covering iteration i (and what is planned beyond `covered`), for the board's decider.
@@ -173,13 +179,12 @@ class GuardPlan {
   // Every task of the iteration has converged: the next round may start. `iterationCalls`: the iteration's length
   // in calls (0: not known; iterationChanged never disarms then).
   void arm(uint32_t iterationCalls = 0);
-  // The iteration's length in calls now. Where it is longer than the length the plan was armed on, the plan
-  // disarms: a round under way is void and the next waits for arm() on the new iteration. Why: a run of calls
-  // inside a step repeats before the step does, and a round armed on it times pieces of a step. A shorter length
-  // voids nothing: after a call that breaks the structure the detector finds such runs again before the step, and
-  // voiding then starved the guard of verdicts where breaks recur. Returns the length the plan was armed on when
-  // it disarmed, else 0.
-  uint32_t iterationChanged(uint32_t iterationCalls);
+  // The step's length in calls now (StepIterations: a new step, never a piece of one). Where it differs from the
+  // length the plan was armed on, the plan disarms: a round under way is void (its samples timed another step) and
+  // the next waits for arm() on the new step. Not where the step is fewer of the same calls (`fewerOfTheSameCalls`:
+  // tasks that settled no longer reach the detector, the GPU runs the same step): the armed length follows it.
+  // Returns the length the plan was armed on when it disarmed, else 0.
+  uint32_t iterationChanged(uint32_t iterationCalls, bool fewerOfTheSameCalls = false);
   // Rounds voided by iterationChanged.
   uint32_t voidedRounds() const;
   // The tuned plan's kernel time saved per iteration against NCCL's choices (microseconds, summed over the
@@ -189,7 +194,9 @@ class GuardPlan {
   // Iteration i took `micros` (the authority's stream, the start of i to the start of i + 1).
   void sample(uint64_t i, double micros);
   // Iterations [from, to) will never have a time (a break ended the step's structure): a round stops waiting for
-  // them, instead of waiting out its give-up bound (hundreds of iterations on the plan it ran before).
+  // them, instead of waiting out its give-up bound (hundreds of iterations on the plan it ran before). Iteration
+  // `to`, the first after the break, is no sample either unless it runs what the calls of the break ran (the
+  // fallback): its block's switch settles in it.
   void lost(uint64_t from, uint64_t to);
 
   struct ArmResult {
@@ -229,6 +236,11 @@ class GuardPlan {
  private:
   void planOneLocked();
   void verdictLocked();
+  size_t fallbackArmLocked() const;  // the arm run outside the step's structure (tuned, or NCCL's choices)
+  void planRoundBlocksLocked();
+  bool enoughSamplesLocked() const;  // minSamples on the tuned plan and on NCCL's choices
+  static constexpr uint32_t kMaxExtensions = 3;  // rounds extended for samples lost to breaks, at most
+  static constexpr uint64_t kFallbackNccl = 1;  // Segment::cfg.chunk: the fallback is NCCL's choices
   void addLocked(uint64_t len, size_t arm, bool measure, search::Phase phase);
 
   mutable std::mutex mu_;
@@ -240,6 +252,8 @@ class GuardPlan {
   uint32_t voided_ = 0;
   uint32_t voidedAtVerdict_ = 0;             // voided_ at the latest verdict
   bool inRound_ = false;
+  uint32_t lostInRound_ = 0;                 // samples of the round (or of its latest extension) lost to breaks
+  uint32_t extensions_ = 0;
   static constexpr size_t kTunedArm = 0, kNcclArm = 1;  // arms_'s first two; the extra arms follow
   std::vector<GuardArm> arms_;
   size_t now_ = kTunedArm;                   // the last verdict's arm (what is planned outside rounds)

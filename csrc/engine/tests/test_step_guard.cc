@@ -1,12 +1,14 @@
 // The step guard's parts: iteration detection from a call sequence (DDP-, FSDP- and nccl-tests-like
 // sequences, irregular ones, a phase change) and the guard's plan over iterations (verdicts on the iteration
 // times, the burden of proof on the tuned plan, rounds repeating).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -200,6 +202,27 @@ TEST(engine, step_iterations_take_a_shorter_step_for_good) {
   EXPECT_EQ(s.calls(), 10u);
 }
 
+TEST(engine, step_iterations_take_no_piece_after_a_shorter_phase) {
+  // Training steps of 75 calls, an evaluation loop of 26-call steps, training again: the evaluation's step is
+  // taken, then the training step once it has held, never the training step's pairs or runs in between (they are
+  // shorter than the evaluation's step but no piece of it can hold over the longest step taken so far).
+  const std::vector<uint32_t> train = fsdpStep();
+  std::vector<uint32_t> eval{0};
+  for (int i = 0; i < 24; ++i) eval.push_back(1);
+  eval.push_back(4);
+  std::vector<uint32_t> seq = repeat(train, 10);
+  seq = repeat(eval, 10, seq);
+  const size_t trainAgain = seq.size();
+  seq = repeat(train, 10, seq);
+  IterationDetector d;
+  StepIterations s;
+  std::map<uint32_t, int> lengths;  // after the evaluation: step starts by length
+  for (const StepStart& x : stepStarts(d, s, seq))
+    if (x.pos >= trainAgain) ++lengths[x.calls];
+  EXPECT_EQ(lengths.count(1) + lengths.count(2), 0u) << "pieces of the training step taken as steps";
+  EXPECT_GT(lengths[static_cast<uint32_t>(train.size())], 0);
+}
+
 // Drives a plan as the engine would: asks each iteration's segment, times the iterations the plan measures
 // (the tuned plan takes `tunedUs`, NCCL's choices `ncclUs`, each with relative noise), returns the verdicts.
 std::vector<GuardPlan::Verdict> drive(GuardPlan& g, double tunedUs, double ncclUs, double noise, uint64_t iters,
@@ -313,6 +336,14 @@ TEST(engine, guard_rechecks) {
   for (const auto& sg : g.decide(v.front().at, 0))
     if (sg.contains(v.front().at)) ncclBetween = GuardPlan::isNccl(sg.cfg);
   EXPECT_TRUE(ncclBetween);
+  // Every segment says what runs outside the step's structure: the tuned plan until the first verdict put NCCL's
+  // choices back, NCCL's choices after it (the tuned blocks of later rounds included).
+  size_t tunedLater = 0;
+  for (const auto& sg : g.decide(v.back().at, 0)) {
+    EXPECT_EQ(GuardPlan::fallbackNcclOf(sg.cfg), sg.begin >= v.front().at) << sg.begin;
+    tunedLater += sg.begin >= v.front().at && !GuardPlan::isNccl(sg.cfg);
+  }
+  EXPECT_GT(tunedLater, 0u);
 }
 
 TEST(engine, guard_arm_marks) {
@@ -681,6 +712,45 @@ TEST(engine, guard_round_void_when_the_iteration_grows) {
   for (const auto& x : v[0].samples) EXPECT_GE(x.iteration, rearmed);  // this iteration's samples alone
 }
 
+TEST(engine, guard_round_void_when_the_step_changes_unless_it_is_fewer_of_its_calls) {
+  // A shorter step of other calls (a new phase) voids the round, as a longer one does; a shorter step of the same
+  // calls (tasks settled: the GPU runs the same step) does not, and the armed length follows it.
+  for (bool fewer : {false, true}) {
+    GuardPlan g;
+    g.arm(74);
+    for (uint64_t i = 0; i < 10; ++i)
+      for (const auto& sg : g.decide(i, 0))
+        if (sg.contains(i) && i > 0) g.sample(i - 1, 100.0);
+    EXPECT_EQ(g.iterationChanged(2, fewer), fewer ? 0u : 74u) << fewer;
+    EXPECT_EQ(g.armed(), fewer) << fewer;
+    EXPECT_EQ(g.voidedRounds(), fewer ? 0u : 1u) << fewer;
+    if (fewer) {
+      EXPECT_EQ(g.iterationChanged(74, false), 2u);  // and back to 74 calls: another step
+    }
+  }
+}
+
+TEST(engine, guard_round_drops_the_iterations_a_break_lost) {
+  // Iterations a break took (their end never came) and the first after it (its block's switch settles there) leave
+  // the round, which ends on the samples it has instead of waiting out its give-up bound; where breaks took so
+  // many that a side has fewer than minSamples, the round's blocks run again.
+  GuardPlan g;
+  g.arm(10);
+  std::vector<autoccl::search::Segment> segs = g.decide(0, 0);
+  uint64_t end = 0;
+  for (const auto& sg : segs)
+    if (sg.cfg.measure) end = std::max(end, sg.end);
+  ASSERT_GT(end, 10u);
+  // Every iteration of the round timed except 4-6 (a break after 4's start; 6 the first after it)
+  for (uint64_t i = 0; i + 1 < end; ++i)
+    if (i < 4 || i > 6) g.sample(i, i % 6 < 3 ? 100.0 : 110.0);
+  g.lost(4, 6);
+  const std::vector<GuardPlan::Verdict> v = untilVerdict(g, end);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_LE(v[0].at, end + 16);  // no give-up bound waited out
+  for (const auto& x : v[0].samples) EXPECT_TRUE(x.iteration < 4 || x.iteration > 6) << x.iteration;
+}
+
 // One FSDP-shaped step on one communicator, every call seen by the detector (tasks whose calls still reach the
 // engine: searching, or pinned to a tuned configuration): a large all_gather, a run of all_gathers, pairs of
 // all_gather and reduce_scatter, one more reduce_scatter, a large reduce_scatter. Runs inside the step repeat
@@ -697,43 +767,83 @@ std::vector<uint32_t> fsdpStep() {
   return s;
 }
 
-// Drives the detector and a plan through `steps` (each a call sequence) in the engine's order, every task converged
-// from the start (the worst case: the guard is armed as soon as any structure of two or more calls stands): at each
-// iteration start, the length check, arming, the plan. Every call takes 1 us under the tuned plan and 1.1 us under
-// NCCL's choices. Returns how many calls ran under NCCL's choices.
-uint64_t driveSteps(GuardPlan& g, const std::vector<std::vector<uint32_t>>& steps) {
+// What driveSteps saw: calls in all, calls on NCCL's choices, the longest stretch of calls on NCCL's choices, and
+// the rounds whose samples timed iterations of more than one length.
+struct Driven {
+  uint64_t calls = 0, ncclCalls = 0, longestNcclRun = 0;
+  size_t mixedRounds = 0;
+  double ncclShare() const { return static_cast<double>(ncclCalls) / static_cast<double>(calls); }
+};
+
+// A call of a settled task (id | kSettled): it runs, but no longer reaches the engine (the Context caches its
+// decision), so the detector does not see it and the guard does not change it.
+constexpr uint32_t kSettled = 1u << 20;
+
+// Drives the detector and a plan through `steps` (each a call sequence of task ids) as the engine does, every task
+// converged from the start (the worst case: the guard is armed as soon as a step stands): at each step's start the
+// change of step, arming and the plan; at every call what the step's plan says, or outside the step's structure
+// what the plan runs there (its fallback). Every call takes 1 us under the tuned plan and 1.1 us under NCCL's
+// choices (a settled task's 0.01 us: small calls, as FSDP's that settle); an iteration's time is the start of the
+// next index minus its own.
+Driven driveSteps(GuardPlan& g, const std::vector<std::vector<uint32_t>>& steps) {
   IterationDetector d;
   StepIterations s;
-  uint64_t current = 0, ncclCalls = 0;
-  bool any = false, measured = false, nccl = false;
+  Driven r;
+  uint64_t current = 0, run = 0;
+  bool any = false, measured = false, nccl = false, fallbackNccl = false;
   double took = 0;  // since the current iteration's start
+  uint32_t stepCalls = 0;
+  std::vector<autoccl::TaskKey> stepTasks;
   for (const auto& step : steps)
     for (uint32_t id : step) {
-      const bool starts = d.push(id) && s.onStart(d);
+      if (id & kSettled) {
+        took += 0.01;
+        ++r.calls;
+        continue;
+      }
+      const bool starts = d.push(autoccl::TaskKey{0, id, 0}) && s.onStart(d);
       const uint64_t it = s.index();
       const uint32_t len = s.calls();
       if (starts && len < 2) {  // one call per iteration: no guard, the tuned plan
-        nccl = measured = any = false;
+        nccl = fallbackNccl = measured = any = false;
       } else if (starts) {
         // The iteration that just ended, timed where the plan measured it (the engine's clock: start to start).
         if (any && it == current + 1 && measured) g.sample(current, took);
         if (s.skipped()) g.lost(it - 2, it);
-        (void)g.iterationChanged(len);
+        bool fewer = false;  // as the engine's fewerOfTheSameCalls
+        if (len != stepCalls) {
+          const std::vector<autoccl::TaskKey> now = d.tasksInLatestIteration();
+          fewer = stepCalls > 0 && len < stepCalls;
+          for (const auto& t : now)
+            fewer = fewer && std::find(stepTasks.begin(), stepTasks.end(), t) != stepTasks.end();
+          stepCalls = len;
+          stepTasks = now;
+        }
+        (void)g.iterationChanged(len, fewer);
         if (!g.armed()) g.arm(len);
         for (const auto& sg : g.decide(it, 0))
           if (sg.contains(it)) {
             measured = sg.cfg.measure;
             nccl = GuardPlan::isNccl(sg.cfg);
+            fallbackNccl = GuardPlan::fallbackNcclOf(sg.cfg);
           }
         current = it;
         any = true;
         took = 0;
       }
-      // Between iterations (a break, pieces of a step) a call keeps what the guard ran last.
-      took += nccl ? 1.1 : 1.0;
-      ncclCalls += nccl;
+      const bool onNccl = s.atStep(d) ? nccl : fallbackNccl;
+      took += onNccl ? 1.1 : 1.0;
+      ++r.calls;
+      r.ncclCalls += onNccl;
+      run = onNccl ? run + 1 : 0;
+      r.longestNcclRun = std::max(r.longestNcclRun, run);
     }
-  return ncclCalls;
+  for (const GuardPlan::Verdict& v : g.verdicts()) {
+    std::set<long> lengths;
+    for (const auto& x : v.samples) lengths.insert(std::lround(x.micros / (x.arm.nccl ? 1.1 : 1.0)));
+    r.mixedRounds += lengths.size() > 1;
+  }
+  return r;
 }
 
 TEST(engine, guard_judges_whole_steps_of_an_fsdp_job) {
@@ -771,7 +881,7 @@ TEST(engine, guard_keeps_judging_when_breaks_recur) {
       calls += steps.back().size();
     }
     GuardPlan g;
-    const double ncclShare = static_cast<double>(driveSteps(g, steps)) / static_cast<double>(calls);
+    const double ncclShare = driveSteps(g, steps).ncclShare();
     const std::vector<GuardPlan::Verdict> v = g.verdicts();
     std::fprintf(stderr, "  a break %s %d steps: %zu verdicts, %u rounds void, %.1f %% of calls on NCCL's choices\n",
                  every > 0 ? "every" : "at random, 1 in", std::abs(every), v.size(), g.voidedRounds(),
@@ -782,6 +892,78 @@ TEST(engine, guard_keeps_judging_when_breaks_recur) {
       EXPECT_GE(verdict.tunedSamples, 3u) << every << " at " << verdict.at;
     }
     EXPECT_LE(ncclShare, 0.10) << every;
+  }
+}
+
+// A job as a list of steps: `step(k)` is step k's calls; an extra call (task 99) at random in 1 of `oneIn` steps.
+std::vector<std::vector<uint32_t>> job(int steps, const std::function<std::vector<uint32_t>(int)>& step, int oneIn,
+                                        uint64_t seed) {
+  std::vector<std::vector<uint32_t>> out;
+  uint64_t x = seed;
+  for (int k = 0; k < steps; ++k) {
+    out.push_back(step(k));
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    if (oneIn > 0 && (x >> 33) % static_cast<uint64_t>(oneIn) == 0) out.back().push_back(99);
+  }
+  return out;
+}
+
+TEST(engine, guard_in_jobs_with_phases_and_breaks) {
+  // Shapes of real jobs (the tuned plan 10 % faster per call): every verdict keeps it with samples of one step
+  // length, and NCCL's choices run little beyond the rounds' N blocks. Printed per job: verdicts, rounds void,
+  // rounds with samples of two lengths, calls on NCCL's choices, the longest stretch of them. Before the guard's
+  // steps kept the longest step's length for pieces, ran the fallback through breaks and extended rounds that
+  // breaks took samples from, a review measured: after a 26-call evaluation phase the training step's pairs and
+  // runs taken as steps, rounds of mixed lengths; with a break in 1 of 3 steps 42.8 % of the calls on NCCL's
+  // choices (stretches of ~30 steps); 3 of 13 verdicts NCCL's on a 7-call DDP step with a break in 1 of 5.
+  const std::vector<uint32_t> fsdp = fsdpStep();  // 75 calls
+  std::vector<uint32_t> eval{0};                   // an evaluation step of 26 calls
+  for (int i = 0; i < 24; ++i) eval.push_back(1);
+  eval.push_back(4);
+  std::vector<uint32_t> settled = fsdp;            // the FSDP step once its small tasks settled: 2 calls seen
+  for (uint32_t& id : settled)
+    if (id != 0 && id != 3) id |= kSettled;
+  const std::vector<uint32_t> ddp{5, 5, 5, 5, 5, 5, 6};  // six equal buckets and a smaller last one
+  struct Case {
+    const char* name;
+    std::vector<std::vector<uint32_t>> steps;
+  };
+  std::vector<Case> cases;
+  for (int oneIn : {0, 30, 10})
+    cases.push_back({oneIn ? (oneIn == 30 ? "settles 75 -> 2 calls, breaks 1/30" : "settles 75 -> 2 calls, breaks 1/10")
+                           : "settles 75 -> 2 calls",
+                     job(3000, [&](int k) { return k < 300 ? fsdp : settled; }, oneIn, 12345)});
+  cases.push_back({"eval 30 steps every 200", job(6000, [&](int k) { return k % 230 < 200 ? fsdp : eval; }, 0, 1)});
+  cases.push_back({"eval 30 steps every 1000", job(6000, [&](int k) { return k % 1030 < 1000 ? fsdp : eval; }, 0, 1)});
+  for (int oneIn : {3, 6})
+    cases.push_back({oneIn == 3 ? "breaks 1/3" : "breaks 1/6", job(3000, [&](int) { return fsdp; }, oneIn, 777)});
+  for (int ga : {4, 32}) {
+    std::vector<uint32_t> st;
+    for (int m = 0; m < ga; ++m) st.insert(st.end(), fsdp.begin(), fsdp.end());
+    st.push_back(10);
+    st.push_back(11);
+    cases.push_back({ga == 4 ? "4 micro-batches a step" : "32 micro-batches a step",
+                     job(12000 / ga, [st](int) { return st; }, 0, 1)});
+  }
+  for (int oneIn : {0, 5})
+    cases.push_back({oneIn ? "ddp 7 calls, breaks 1/5" : "ddp 7 calls", job(20000, [&](int) { return ddp; }, oneIn, 99)});
+  for (const Case& c : cases) {
+    GuardPlan g;
+    const Driven r = driveSteps(g, c.steps);
+    const std::vector<GuardPlan::Verdict> v = g.verdicts();
+    size_t kept = 0;
+    for (const auto& x : v) kept += x.tuned;
+    std::fprintf(stderr, "  %-36s %zu verdicts (%zu keep the plan), %u void, %zu mixed, %.1f %% NCCL, longest %llu\n",
+                 c.name, v.size(), kept, g.voidedRounds(), r.mixedRounds, 100.0 * r.ncclShare(),
+                 static_cast<unsigned long long>(r.longestNcclRun));
+    ASSERT_FALSE(v.empty()) << c.name;
+    for (const auto& x : v) {
+      EXPECT_TRUE(x.tuned) << c.name << " at " << x.at;
+      EXPECT_GE(x.tunedSamples, 3u) << c.name << " at " << x.at;
+      EXPECT_GE(x.ncclSamples, 3u) << c.name << " at " << x.at;
+    }
+    EXPECT_EQ(r.mixedRounds, 0u) << c.name;
+    EXPECT_LE(r.ncclShare(), 0.10) << c.name;
   }
 }
 
