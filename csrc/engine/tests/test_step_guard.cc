@@ -946,7 +946,8 @@ TEST(engine, guard_in_jobs_with_phases_and_breaks) {
                      job(12000 / ga, [st](int) { return st; }, 0, 1)});
   }
   for (int oneIn : {0, 5})
-    cases.push_back({oneIn ? "ddp 7 calls, breaks 1/5" : "ddp 7 calls", job(20000, [&](int) { return ddp; }, oneIn, 99)});
+    cases.push_back(
+        {oneIn ? "ddp 7 calls, breaks 1/5" : "ddp 7 calls", job(20000, [&](int) { return ddp; }, oneIn, 99)});
   for (const Case& c : cases) {
     GuardPlan g;
     const Driven r = driveSteps(g, c.steps);
