@@ -185,3 +185,33 @@ def test_guard_times_whole_steps_when_an_extra_call_breaks_them(plugin: Path, tm
         for arm, med in (("tuned", v["tuned_us"]), ("nccl", v["nccl_us"])):
             times = [smp["us"] for smp in v["samples"] if smp["arm"] == arm]
             assert all(0.8 * med < us < 1.25 * med for us in times), (arm, med, sorted(times))
+
+
+def test_breaks_run_nccls_choices_once_the_guard_put_them_back(plugin: Path, tmp_path: Path) -> None:
+    """The plan that slows the iteration (ring/LL128 holding the stream 40 us longer than its kernel)
+    and, in 1 step of 6 at random, an extra reduce_scatter that breaks the step's structure. Once a verdict
+    put NCCL's choices back, the calls between a break and the step's return run them too (each guard segment
+    carries what runs there), the extra call first among them, on every rank alike. Without that they ran the
+    block of the round under way: the extra call's own pin in the tuned blocks of later rounds."""
+    rnd = random.Random(4)
+    iteration = [Group("dp", (Call("allreduce", 2 << 20),)), Group("dp", (Call("allgather", 1 << 20),))]
+    extra = Group("dp", (Call("reducescatter", 4 << 20),))
+    groups: list[Group] = []
+    for _ in range(900):
+        groups += iteration + ([extra] if rnd.random() < 1 / 6 else [])
+    sc = Scenario(
+        [Comm("dp", 0x6A7E, (0, 1))],
+        groups,
+        seed=3,
+        noise=False,
+        hidden_ns={("ring", "ll128"): 40_000},
+        lead=8,
+    )
+    res = _run_guarded(plugin, sc, tmp_path, min_task_us=0)
+    assert_same_per_seq(res.calls)
+    verdicts = T.guard_verdicts(T.read_records(T.trace_files(str(tmp_path / "trace"))))
+    assert verdicts and not verdicts[0]["tuned"], verdicts[:1]
+    rs = [r for r in res.calls if r["grank"] == 0 and r["coll"] == "reducescatter"]
+    late = sorted(rs, key=lambda r: int(r["seq"]))[len(rs) // 2 :]  # well after the first verdict
+    tuned = [r["seq"] for r in late if (r["algo"], r["proto"]) != (r["def_algo"], r["def_proto"])]
+    assert late and not tuned, tuned[:5]
