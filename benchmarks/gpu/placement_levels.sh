@@ -10,7 +10,9 @@
 # what sets the level; both levels under one placement rules it out.
 #
 # On one GPU a communicator has one rank: NCCL copies locally (no tuner, no channels), and in place it does no
-# GPU work at all, so the in-place average is NCCL's host path and nccl-tests' loop alone.
+# GPU work at all, so the in-place average is NCCL's host path and nccl-tests' loop alone. With LL_CPU_PROBE=1
+# each round also runs benchmarks/gpu/probes/cpu_probe.c (no CUDA, no NCCL: a memory, a cache and a core
+# latency) under every placement, into cpu-probe.csv: levels there are the machine's.
 #
 #   OUT=/tmp/out LL_ROUNDS=8 LL_PLACEMENTS="free noaslr cores:4-7" bash benchmarks/gpu/placement_levels.sh
 #   python benchmarks/nccl_tests/placement_levels.py $OUT/placement-levels.csv -o benchmarks/results/<kind>/placement-levels
@@ -24,21 +26,29 @@ placements=(${LL_PLACEMENTS:-free cores:0-$((q - 1)) cores:$q-$((2 * q - 1)) cor
 rounds=${LL_ROUNDS:-8}; cycles=${NT_CYCLES:-5}; colls=${LL_COLLS:-all_reduce all_gather}
 csv=$OUT/placement-levels.csv
 echo "round,coll,placement,launch,cycle,oop_us,ip_us,last_cpu,rc" > "$csv"
+if [ "${LL_CPU_PROBE:-0}" = 1 ]; then
+  gcc -O2 -o /tmp/cpu_probe benchmarks/gpu/probes/cpu_probe.c || exit 1
+  echo "round,placement,launch,mem_ns,l1_ns,muladd_ns" > "$OUT/cpu-probe.csv"
+fi
 launch=0
 for ((r = 0; r < rounds; r++)); do
   # the order of placements rotates every round, so a drift over the run falls on every placement alike
   n=${#placements[@]}
   for ((i = 0; i < n; i++)); do
     p=${placements[$(((i + r) % n))]}
+    case $p in
+      free) pin=() ;;
+      cores:*) pin=(taskset -c "${p#cores:}") ;;
+      noaslr) pin=(setarch "$(uname -m)" -R) ;;
+      noaslr:*) pin=(setarch "$(uname -m)" -R taskset -c "${p#noaslr:}") ;;
+      *) echo "unknown placement $p"; exit 2 ;;
+    esac
+    if [ "${LL_CPU_PROBE:-0}" = 1 ]; then
+      launch=$((launch + 1))
+      echo "$r,$p,$launch,$("${pin[@]}" /tmp/cpu_probe 2>/dev/null | tr ' ' ',')" >> "$OUT/cpu-probe.csv"
+    fi
     for coll in $colls; do
       launch=$((launch + 1))
-      case $p in
-        free) pin=() ;;
-        cores:*) pin=(taskset -c "${p#cores:}") ;;
-        noaslr) pin=(setarch "$(uname -m)" -R) ;;
-        noaslr:*) pin=(setarch "$(uname -m)" -R taskset -c "${p#noaslr:}") ;;
-        *) echo "unknown placement $p"; exit 2 ;;
-      esac
       log=/tmp/ll_$launch.log
       # the CPU the main thread ran on last, sampled every 50 ms while the launch runs
       "${pin[@]}" "$NT_BIN/${coll}_perf" -b 1M -e 1M -g "$NGPU" -w 20 -n 400 -N "$cycles" -c 0 > "$log" 2>&1 &

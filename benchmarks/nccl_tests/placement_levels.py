@@ -166,6 +166,28 @@ def plot(s: dict[str, Any], path: Path) -> None:
     save_figure(fig, path, dpi=110)
 
 
+def cpu_probe(path: Path) -> dict[str, Any]:
+    """cpu-probe.csv (LL_CPU_PROBE=1): per measure, every launch's value in the order they ran, by placement,
+    and how many sat at the slower of two levels (split as the nccl-tests launches are)."""
+    with path.open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("mem_ns")]
+    out: dict[str, Any] = {}
+    for measure in ("mem_ns", "l1_ns", "muladd_ns"):
+        values = [float(r[measure]) for r in rows]
+        cut = two_levels(values)
+        by_place: dict[str, list[float]] = defaultdict(list)
+        for r in rows:
+            by_place[r["placement"]].append(float(r[measure]))
+        out[measure] = {
+            "split": cut,
+            "slow": sum(v > cut for v in values),
+            "launches": len(values),
+            "max_over_min": max(values) / min(values) if values and min(values) > 0 else None,
+            "by_placement": {k: [round(v, 4) for v in vs] for k, vs in sorted(by_place.items())},
+        }
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("csv", type=Path, help="placement-levels.csv from benchmarks/gpu/placement_levels.sh")
@@ -177,8 +199,18 @@ def main() -> None:
     s = summarise(data, read(a.csv, "ip_us"), last_cpus(a.csv))
     s_runs = runs_in_time(s)
     a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "summary.json").write_text(json.dumps({"colls": s, "runs_in_time": s_runs}, indent=1) + "\n")
+    doc: dict[str, Any] = {"colls": s, "runs_in_time": s_runs}
     md = markdown(s)
+    probe = a.csv.parent / "cpu-probe.csv"
+    if probe.exists():
+        doc["cpu_probe"] = cpu_probe(probe)
+        md += "\nThe CPU probe (no CUDA, no NCCL), every launch:\n\n"
+        for measure, d in doc["cpu_probe"].items():
+            spread = "" if d["max_over_min"] is None else f", max/min {d['max_over_min']:.2f}"
+            md += f"- {measure}: {d['slow']} of {d['launches']} launches at the slower level{spread}; "
+            md += "; ".join(f"{k}: {', '.join(f'{v:g}' for v in vs)}" for k, vs in d["by_placement"].items())
+            md += "\n"
+    (a.out / "summary.json").write_text(json.dumps(doc, indent=1) + "\n")
     (a.out / "summary.md").write_text(md)
     plot(s, a.out / "levels.png")
     print(md, end="")
