@@ -676,23 +676,25 @@ class OnlineSource final : public DecisionSource {
   // (no other way to tune), or when this process already holds two or more of the ranks.
   // ---- the step guard (engine/step_guard.h) -------------------------------------------------------------
 
-  // The step changed to a shorter one made of calls of the step before: tasks settled (their calls no longer reach
-  // the detector), the GPU still runs the same step. Another change is another step (a new phase of the job).
-  bool fewerOfTheSameCalls() {
-    if (steps_.calls() == stepCalls_) return false;
-    std::vector<TaskKey> now = iter_.tasksInLatestIteration();
-    bool subset = stepCalls_ > 0 && steps_.calls() < stepCalls_;
-    for (const TaskKey& t : now)
-      if (subset && std::find(stepTasks_.begin(), stepTasks_.end(), t) == stepTasks_.end()) subset = false;
+  // How the step changed since the last change of step (a new length, or a new structure after a break): fewer of
+  // the same calls (tasks settled: the GPU runs the same step), or another step.
+  StepChange stepChange() {
+    if (!steps_.skipped() && steps_.calls() == stepCalls_) return StepChange::kSame;
     stepCalls_ = steps_.calls();
-    stepTasks_ = std::move(now);
-    return subset;
+    return stepTasks_.update(iter_, [this](const TaskKey& t) {
+      std::lock_guard<std::mutex> lk(mapMu_);
+      auto f = tasks_.find(t);
+      if (f == tasks_.end()) return false;
+      const TaskState& ts = *f->second;
+      return ts.haveSeg && ts.seg.phase == search::Phase::kFinal && ts.seg.end == search::kForever;
+    });
   }
 
   // The first call of step `steps_.index()`: the guard's plan for it. False (with guardWhy_) when the ranks can
   // no longer agree on it (the same failure as a task's lookup).
   bool guardStep(const TaskKey& task, uint64_t k) {
     const uint64_t it = steps_.index();
+    const StepChange change = authority_ ? stepChange() : StepChange::kSame;
     if (steps_.calls() < 2) {  // one call per iteration: the task's own duel on its stream period is this check
       guardNcclNow_ = guardFallbackNccl_ = false;
       guardCapNow_ = 0;
@@ -700,7 +702,7 @@ class OnlineSource final : public DecisionSource {
       return true;
     }
     if (authority_) {
-      const uint32_t was = decider_->guard->iterationChanged(steps_.calls(), fewerOfTheSameCalls());
+      const uint32_t was = decider_->guard->iterationChanged(steps_.calls(), change);
       if (was && env_.log)
         env_.log(LogLevel::Info, "autoccl: comm " + commHex(env_.commHash) + " step guard: iterations of " +
                  std::to_string(steps_.calls()) + " calls now (armed on " + std::to_string(was) +
@@ -1010,7 +1012,7 @@ class OnlineSource final : public DecisionSource {
   IterationDetector iter_;
   StepIterations steps_;         // the guard's iterations: the detector's at the job's step
   uint32_t stepCalls_ = 0;       // authority: the step's length and tasks at the last change of step
-  std::vector<TaskKey> stepTasks_;
+  StepTasks stepTasks_;
   bool guardNcclNow_ = false;    // the current iteration runs NCCL's choice for every task
   bool guardFallbackNccl_ = false;  // outside the step's structure (after a break) NCCL's choice for every task
   int guardCapNow_ = 0;          // > 0: the current iteration's calls but its last run at most this many channels

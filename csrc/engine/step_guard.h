@@ -132,6 +132,21 @@ class StepIterations {
   bool skipped_ = false;
 };
 
+// How the step changed, for the guard (GuardPlan::iterationChanged): the step's tasks, each with its calls per step,
+// at the last change. A step of fewer of the same calls (every task left called as often as before, every task
+// gone settled: its calls no longer reach the detector) is the same step on the GPU; anything else is another
+// step (a new phase, a chance structure), whatever its length.
+enum class StepChange { kSame, kFewerOfTheSame, kOther };
+class StepTasks {
+ public:
+  // The step `d` stands at now against the one remembered, which it replaces. `settled`: whether a task's calls
+  // are settled for good.
+  StepChange update(const IterationDetector& d, const std::function<bool(const TaskKey&)>& settled);
+
+ private:
+  std::vector<std::pair<TaskKey, uint32_t>> tasks_;  // the step's tasks and their calls per step
+};
+
 struct GuardOptions {
   uint32_t blockIters = 3;       // iterations per block; a block's first is not a sample (the switch settles)
   uint32_t pairs = 2;            // T N N T, this many times
@@ -179,12 +194,12 @@ class GuardPlan {
   // Every task of the iteration has converged: the next round may start. `iterationCalls`: the iteration's length
   // in calls (0: not known; iterationChanged never disarms then).
   void arm(uint32_t iterationCalls = 0);
-  // The step's length in calls now (StepIterations: a new step, never a piece of one). Where it differs from the
-  // length the plan was armed on, the plan disarms: a round under way is void (its samples timed another step) and
-  // the next waits for arm() on the new step. Not where the step is fewer of the same calls (`fewerOfTheSameCalls`:
-  // tasks that settled no longer reach the detector, the GPU runs the same step): the armed length follows it.
-  // Returns the length the plan was armed on when it disarmed, else 0.
-  uint32_t iterationChanged(uint32_t iterationCalls, bool fewerOfTheSameCalls = false);
+  // The step's length in calls now (StepIterations: a new step, never a piece of one) and how it changed. Where
+  // it is another step (a change of length, or `change` kOther; kSame: not known), the plan disarms: a round
+  // under way is void (its samples timed another step) and the next waits for arm() on the new step. Not where
+  // the step is fewer of the same calls (tasks that settled no longer reach the detector, the GPU runs the same
+  // step): the armed length follows it. Returns the length the plan was armed on when it disarmed, else 0.
+  uint32_t iterationChanged(uint32_t iterationCalls, StepChange change = StepChange::kSame);
   // Rounds voided by iterationChanged.
   uint32_t voidedRounds() const;
   // The tuned plan's kernel time saved per iteration against NCCL's choices (microseconds, summed over the
@@ -237,6 +252,7 @@ class GuardPlan {
   void planOneLocked();
   void verdictLocked();
   size_t fallbackArmLocked() const;  // the arm run outside the step's structure (tuned, or NCCL's choices)
+  size_t fallbackArmAtLocked(uint64_t i) const;  // the same, as planned for iteration i
   void planRoundBlocksLocked();
   bool enoughSamplesLocked() const;  // minSamples on the tuned plan and on NCCL's choices
   static constexpr uint32_t kMaxExtensions = 3;  // rounds extended for samples lost to breaks, at most
@@ -254,6 +270,7 @@ class GuardPlan {
   bool inRound_ = false;
   uint32_t lostInRound_ = 0;                 // samples of the round (or of its latest extension) lost to breaks
   uint32_t extensions_ = 0;
+  uint32_t changesSinceVerdict_ = 0;         // disarming changes of step since the last verdict
   static constexpr size_t kTunedArm = 0, kNcclArm = 1;  // arms_'s first two; the extra arms follow
   std::vector<GuardArm> arms_;
   size_t now_ = kTunedArm;                   // the last verdict's arm (what is planned outside rounds)

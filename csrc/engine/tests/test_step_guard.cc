@@ -24,7 +24,9 @@ using autoccl::engine::GuardClock;
 using autoccl::engine::GuardOptions;
 using autoccl::engine::GuardPlan;
 using autoccl::engine::IterationDetector;
+using autoccl::engine::StepChange;
 using autoccl::engine::StepIterations;
+using autoccl::engine::StepTasks;
 
 // Pushes `seq` and returns the call positions that started an iteration, with their indices.
 std::vector<std::pair<size_t, uint64_t>> starts(IterationDetector& d, const std::vector<uint32_t>& seq) {
@@ -721,34 +723,35 @@ TEST(engine, guard_round_void_when_the_step_changes_unless_it_is_fewer_of_its_ca
     for (uint64_t i = 0; i < 10; ++i)
       for (const auto& sg : g.decide(i, 0))
         if (sg.contains(i) && i > 0) g.sample(i - 1, 100.0);
-    EXPECT_EQ(g.iterationChanged(2, fewer), fewer ? 0u : 74u) << fewer;
+    EXPECT_EQ(g.iterationChanged(2, fewer ? StepChange::kFewerOfTheSame : StepChange::kOther), fewer ? 0u : 74u)
+        << fewer;
     EXPECT_EQ(g.armed(), fewer) << fewer;
     EXPECT_EQ(g.voidedRounds(), fewer ? 0u : 1u) << fewer;
     if (fewer) {
-      EXPECT_EQ(g.iterationChanged(74, false), 2u);  // and back to 74 calls: another step
+      EXPECT_EQ(g.iterationChanged(74, StepChange::kOther), 2u);  // and back to 74 calls: another step
     }
   }
 }
 
 TEST(engine, guard_round_drops_the_iterations_a_break_lost) {
-  // Iterations a break took (their end never came) and the first after it (its block's switch settles there) leave
-  // the round, which ends on the samples it has instead of waiting out its give-up bound; where breaks took so
-  // many that a side has fewer than minSamples, the round's blocks run again.
+  // Round: blocks of 3 iterations T N N T T N N T from 0 (each block's first settles); NCCL's samples 4 5 7 8 16 17
+  // 19 20. Breaks after the starts of 3, 6, 15 and 18 take 4 and 7, 16 and 19 (their ends never came), and 5, 8,
+  // 17 and 20, the first after each break, which ran NCCL's choices after calls that ran the tuned fallback.
+  // NCCL's side is left without samples: the round's blocks run again instead of a verdict for want of evidence,
+  // and the verdict comes from their samples.
   GuardPlan g;
   g.arm(10);
-  std::vector<autoccl::search::Segment> segs = g.decide(0, 0);
   uint64_t end = 0;
-  for (const auto& sg : segs)
+  for (const auto& sg : g.decide(0, 0))
     if (sg.cfg.measure) end = std::max(end, sg.end);
-  ASSERT_GT(end, 10u);
-  // Every iteration of the round timed except 4-6 (a break after 4's start; 6 the first after it)
-  for (uint64_t i = 0; i + 1 < end; ++i)
-    if (i < 4 || i > 6) g.sample(i, i % 6 < 3 ? 100.0 : 110.0);
-  g.lost(4, 6);
+  ASSERT_EQ(end, 25u);
+  for (uint64_t from : {3, 6, 15, 18}) g.lost(from + 1, from + 2);
+  for (uint64_t i = 0; i < 24; ++i) g.sample(i, 90.0);  // what is left: the tuned side's
   const std::vector<GuardPlan::Verdict> v = untilVerdict(g, end);
   ASSERT_EQ(v.size(), 1u);
-  EXPECT_LE(v[0].at, end + 16);  // no give-up bound waited out
-  for (const auto& x : v[0].samples) EXPECT_TRUE(x.iteration < 4 || x.iteration > 6) << x.iteration;
+  EXPECT_TRUE(v[0].tuned);
+  EXPECT_GE(v[0].ncclSamples, 3u);
+  for (const auto& x : v[0].samples) EXPECT_TRUE(!x.arm.nccl || x.iteration >= end) << x.iteration;
 }
 
 // One FSDP-shaped step on one communicator, every call seen by the detector (tasks whose calls still reach the
@@ -792,11 +795,12 @@ Driven driveSteps(GuardPlan& g, const std::vector<std::vector<uint32_t>>& steps)
   uint64_t current = 0, run = 0;
   bool any = false, measured = false, nccl = false, fallbackNccl = false;
   double took = 0;  // since the current iteration's start
-  uint32_t stepCalls = 0;
-  std::vector<autoccl::TaskKey> stepTasks;
+  StepTasks stepTasks;
+  std::set<uint64_t> settled;  // tasks seen settled
   for (const auto& step : steps)
     for (uint32_t id : step) {
       if (id & kSettled) {
+        settled.insert(id & ~kSettled);
         took += 0.01;
         ++r.calls;
         continue;
@@ -810,16 +814,10 @@ Driven driveSteps(GuardPlan& g, const std::vector<std::vector<uint32_t>>& steps)
         // The iteration that just ended, timed where the plan measured it (the engine's clock: start to start).
         if (any && it == current + 1 && measured) g.sample(current, took);
         if (s.skipped()) g.lost(it - 2, it);
-        bool fewer = false;  // as the engine's fewerOfTheSameCalls
-        if (len != stepCalls) {
-          const std::vector<autoccl::TaskKey> now = d.tasksInLatestIteration();
-          fewer = stepCalls > 0 && len < stepCalls;
-          for (const auto& t : now)
-            fewer = fewer && std::find(stepTasks.begin(), stepTasks.end(), t) != stepTasks.end();
-          stepCalls = len;
-          stepTasks = now;
-        }
-        (void)g.iterationChanged(len, fewer);
+        const StepChange change =
+            s.skipped() ? stepTasks.update(d, [&](const autoccl::TaskKey& t) { return settled.count(t.bytes) > 0; })
+                        : StepChange::kSame;
+        (void)g.iterationChanged(len, change);
         if (!g.armed()) g.arm(len);
         for (const auto& sg : g.decide(it, 0))
           if (sg.contains(it)) {
@@ -927,6 +925,8 @@ TEST(engine, guard_in_jobs_with_phases_and_breaks) {
   struct Case {
     const char* name;
     std::vector<std::vector<uint32_t>> steps;
+    size_t wrongAllowed = 0;  // verdicts for NCCL's choices allowed
+    bool judged = true;       // a verdict is expected
   };
   std::vector<Case> cases;
   for (int oneIn : {0, 30, 10})
@@ -935,8 +935,20 @@ TEST(engine, guard_in_jobs_with_phases_and_breaks) {
                      job(3000, [&](int k) { return k < 300 ? fsdp : settled; }, oneIn, 12345)});
   cases.push_back({"eval 30 steps every 200", job(6000, [&](int k) { return k % 230 < 200 ? fsdp : eval; }, 0, 1)});
   cases.push_back({"eval 30 steps every 1000", job(6000, [&](int k) { return k % 1030 < 1000 ? fsdp : eval; }, 0, 1)});
-  for (int oneIn : {3, 6})
-    cases.push_back({oneIn == 3 ? "breaks 1/3" : "breaks 1/6", job(3000, [&](int) { return fsdp; }, oneIn, 777)});
+  // With a break in 1 of 3 steps, seed 7's first round lands on pieces of the step at the job's start (this model
+  // arms the guard at once; the engine waits for every task to converge) and puts NCCL's choices back.
+  for (uint64_t seed : {777, 3, 7, 11, 12})
+    cases.push_back({"breaks 1/3 (seeds 777 3 7 11 12)", job(3000, [&](int) { return fsdp; }, 3, seed), 1});
+  cases.push_back({"breaks 1/6", job(3000, [&](int) { return fsdp; }, 6, 777)});
+  std::vector<uint32_t> forward{0};  // an evaluation step of the training step's forward all_gathers alone
+  for (int i = 0; i < 25; ++i) forward.push_back(1);
+  // Every 20 steps another phase: no round of 25 steps fits, none is judged (the tuned plan runs unjudged), and
+  // the rounds voided one upon another start later and later instead of running their N blocks (39 % of the
+  // calls when each started at once).
+  cases.push_back({"forward-only eval every 20",
+                   job(6000, [&](int k) { return k % 50 < 20 ? fsdp : forward; }, 0, 1), 0, false});
+  cases.push_back(
+      {"forward-only eval every 316", job(6000, [&](int k) { return k % 346 < 316 ? fsdp : forward; }, 0, 1)});
   for (int ga : {4, 32}) {
     std::vector<uint32_t> st;
     for (int m = 0; m < ga; ++m) st.insert(st.end(), fsdp.begin(), fsdp.end());
@@ -945,9 +957,9 @@ TEST(engine, guard_in_jobs_with_phases_and_breaks) {
     cases.push_back({ga == 4 ? "4 micro-batches a step" : "32 micro-batches a step",
                      job(12000 / ga, [st](int) { return st; }, 0, 1)});
   }
-  for (int oneIn : {0, 5})
-    cases.push_back(
-        {oneIn ? "ddp 7 calls, breaks 1/5" : "ddp 7 calls", job(20000, [&](int) { return ddp; }, oneIn, 99)});
+  cases.push_back({"ddp 7 calls", job(20000, [&](int) { return ddp; }, 0, 99)});
+  for (uint64_t seed : {99, 9})
+    cases.push_back({"ddp 7 calls, breaks 1/5 (seeds 99 9)", job(20000, [&](int) { return ddp; }, 5, seed)});
   for (const Case& c : cases) {
     GuardPlan g;
     const Driven r = driveSteps(g, c.steps);
@@ -957,9 +969,10 @@ TEST(engine, guard_in_jobs_with_phases_and_breaks) {
     std::fprintf(stderr, "  %-36s %zu verdicts (%zu keep the plan), %u void, %zu mixed, %.1f %% NCCL, longest %llu\n",
                  c.name, v.size(), kept, g.voidedRounds(), r.mixedRounds, 100.0 * r.ncclShare(),
                  static_cast<unsigned long long>(r.longestNcclRun));
-    ASSERT_FALSE(v.empty()) << c.name;
-    for (const auto& x : v) {
-      EXPECT_TRUE(x.tuned) << c.name << " at " << x.at;
+    EXPECT_EQ(v.empty(), !c.judged) << c.name;
+    EXPECT_LE(v.size() - kept, c.wrongAllowed) << c.name;
+    for (const auto& x : v) {  // a wrong verdict allowed above may be one for want of samples
+      if (!x.tuned) continue;
       EXPECT_GE(x.tunedSamples, 3u) << c.name << " at " << x.at;
       EXPECT_GE(x.ncclSamples, 3u) << c.name << " at " << x.at;
     }
