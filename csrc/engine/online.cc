@@ -676,12 +676,10 @@ class OnlineSource final : public DecisionSource {
   // (no other way to tune), or when this process already holds two or more of the ranks.
   // ---- the step guard (engine/step_guard.h) -------------------------------------------------------------
 
-  // How the step changed since the last change of step (a new length, or a new structure after a break): fewer of
-  // the same calls (tasks settled: the GPU runs the same step), or another step.
+  // How the step changed since the last change of step (StepTasks): fewer of the same calls (tasks settled: the
+  // GPU runs the same step), or another step.
   StepChange stepChange() {
-    if (!steps_.skipped() && steps_.calls() == stepCalls_) return StepChange::kSame;
-    stepCalls_ = steps_.calls();
-    return stepTasks_.update(iter_, [this](const TaskKey& t) {
+    return stepTasks_.atStart(steps_, iter_, [this](const TaskKey& t) {
       std::lock_guard<std::mutex> lk(mapMu_);
       auto f = tasks_.find(t);
       if (f == tasks_.end()) return false;
@@ -1011,8 +1009,7 @@ class OnlineSource final : public DecisionSource {
   coord::TaskKey guardKey_;
   IterationDetector iter_;
   StepIterations steps_;         // the guard's iterations: the detector's at the job's step
-  uint32_t stepCalls_ = 0;       // authority: the step's length and tasks at the last change of step
-  StepTasks stepTasks_;
+  StepTasks stepTasks_;          // authority: the step's tasks at the last change of step
   bool guardNcclNow_ = false;    // the current iteration runs NCCL's choice for every task
   bool guardFallbackNccl_ = false;  // outside the step's structure (after a break) NCCL's choice for every task
   int guardCapNow_ = 0;          // > 0: the current iteration's calls but its last run at most this many channels

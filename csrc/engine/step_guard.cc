@@ -133,7 +133,10 @@ bool StepIterations::onStart(const IterationDetector& d) {
 
 // ------------------------------------------------------------------------------------ StepTasks
 
-StepChange StepTasks::update(const IterationDetector& d, const std::function<bool(const TaskKey&)>& settled) {
+StepChange StepTasks::atStart(const StepIterations& s, const IterationDetector& d,
+                              const std::function<bool(const TaskKey&)>& settled) {
+  // The same structure as at the last start (no break, no new length): the same step, nothing to compare.
+  if (!s.skipped() && !tasks_.empty()) return StepChange::kSame;
   std::vector<std::pair<TaskKey, uint32_t>> now;
   for (const TaskKey& t : d.tasksInLatestIteration()) now.emplace_back(t, d.callsPerIteration(t));
   StepChange c = now == tasks_ ? StepChange::kSame : StepChange::kOther;
@@ -264,8 +267,7 @@ search::Segment GuardPlan::finalSegment() const {
   search::Segment g;
   g.begin = planned_;
   g.end = search::kForever;
-  g.cfg = armMark(arms_[now_]);
-  g.cfg.chunk = arms_[fallbackArmLocked()].nccl ? kFallbackNccl : 0;
+  g.cfg = markLocked(now_);
   g.phase = search::Phase::kFinal;
   return g;
 }
@@ -290,6 +292,12 @@ void GuardPlan::lost(uint64_t from, uint64_t to) {
 
 size_t GuardPlan::fallbackArmLocked() const { return arms_[now_].nccl ? kNcclArm : kTunedArm; }
 
+search::Config GuardPlan::markLocked(size_t arm) const {
+  search::Config c = armMark(arms_[arm]);
+  c.chunk = arms_[now_].nccl ? kFallbackNccl : 0;  // the fallback: what runs outside the step's structure
+  return c;
+}
+
 size_t GuardPlan::fallbackArmAtLocked(uint64_t i) const {
   for (auto it = segs_.rbegin(); it != segs_.rend(); ++it)
     if (it->contains(i)) return fallbackNcclOf(it->cfg) ? kNcclArm : kTunedArm;
@@ -300,8 +308,7 @@ void GuardPlan::addLocked(uint64_t len, size_t arm, bool measure, search::Phase 
   search::Segment g;
   g.begin = planned_;
   g.end = planned_ + len;
-  g.cfg = armMark(arms_[arm]);
-  g.cfg.chunk = arms_[fallbackArmLocked()].nccl ? kFallbackNccl : 0;
+  g.cfg = markLocked(arm);
   g.cfg.measure = measure;
   g.phase = phase;
   segs_.push_back(g);

@@ -98,7 +98,7 @@ class IterationDetector {
 // structure, the detector finds runs of calls inside the step (FSDP's runs of one task, its pairs) before the step
 // repeats again; a round timing those pieces of a step ends with too few samples (NCCL's choices until the next
 // round) or with samples of another length. So pieces count for nothing: the calls between the break and the
-// step's return run what the guard runs outside its rounds (GuardPlan::fallbackOf), and the step's iterations
+// step's return run what the guard runs outside its rounds (GuardPlan::fallbackNcclOf), and the step's iterations
 // keep their own numbering. An iteration whose end was lost to a break has no time: the index after a break skips
 // one, so the clock (the start of i + 1 minus the start of i) never spans the break.
 //   Which structure is the step: the first one found; then a longer one once it has held over kLongerHeld of its
@@ -139,9 +139,11 @@ class StepIterations {
 enum class StepChange { kSame, kFewerOfTheSame, kOther };
 class StepTasks {
  public:
-  // The step `d` stands at now against the one remembered, which it replaces. `settled`: whether a task's calls
-  // are settled for good.
-  StepChange update(const IterationDetector& d, const std::function<bool(const TaskKey&)>& settled);
+  // At a step's start (`s` took it from `d`): after a break or a change of length (and at the first step), the
+  // step `d` stands at now against the one remembered, which it replaces; else kSame. `settled`: whether a task's
+  // calls are settled for good.
+  StepChange atStart(const StepIterations& s, const IterationDetector& d,
+                     const std::function<bool(const TaskKey&)>& settled);
 
  private:
   std::vector<std::pair<TaskKey, uint32_t>> tasks_;  // the step's tasks and their calls per step
@@ -238,7 +240,7 @@ class GuardPlan {
     double planGainUs = -1;        // the tuned plan's kernel savings per iteration when judged (-1: unknown)
     bool unexplained = false;      // the tuned median won, but by more than its kernel savings can explain
     uint32_t period = 0;           // the iteration's length in calls when judged (0: not known)
-    uint32_t voidedBefore = 0;     // rounds voided since the previous verdict (the iteration grew)
+    uint32_t voidedBefore = 0;     // rounds voided since the previous verdict (the step changed)
     std::vector<Sample> samples;   // what the round measured, by iteration (the trace's `guard` record)
   };
   std::vector<Verdict> verdicts() const;
@@ -253,6 +255,7 @@ class GuardPlan {
   void verdictLocked();
   size_t fallbackArmLocked() const;  // the arm run outside the step's structure (tuned, or NCCL's choices)
   size_t fallbackArmAtLocked(uint64_t i) const;  // the same, as planned for iteration i
+  search::Config markLocked(size_t arm) const;   // a segment's config: the arm's mark and the fallback
   void planRoundBlocksLocked();
   bool enoughSamplesLocked() const;  // minSamples on the tuned plan and on NCCL's choices
   static constexpr uint32_t kMaxExtensions = 3;  // rounds extended for samples lost to breaks, at most

@@ -815,8 +815,7 @@ Driven driveSteps(GuardPlan& g, const std::vector<std::vector<uint32_t>>& steps)
         if (any && it == current + 1 && measured) g.sample(current, took);
         if (s.skipped()) g.lost(it - 2, it);
         const StepChange change =
-            s.skipped() ? stepTasks.update(d, [&](const autoccl::TaskKey& t) { return settled.count(t.bytes) > 0; })
-                        : StepChange::kSame;
+            stepTasks.atStart(s, d, [&](const autoccl::TaskKey& t) { return settled.count(t.bytes) > 0; });
         (void)g.iterationChanged(len, change);
         if (!g.armed()) g.arm(len);
         for (const auto& sg : g.decide(it, 0))
