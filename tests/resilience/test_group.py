@@ -30,7 +30,7 @@ def test_shrink_aborts_what_the_lost_rank_left_hanging(monkeypatch: pytest.Monke
     )
     monkeypatch.setattr(G, "shrink_supported", lambda group: True)
     old = G.Group("old", (0, 1, 2, 3), "nccl", "created")
-    new = G.survivors_group(old, (3, 0, 1), torch.device("cpu"), 10.0)
+    new = G.survivors_group(old, (3, 0, 1), 0, "store", 10.0)
     assert new.how == "shrink_group" and new.ranks == (0, 1, 3)
     assert calls[0]["excluded"] == [2]
     assert calls[0]["shrink_flags"] == dist.distributed_c10d.SHRINK_ABORT != 0
@@ -43,36 +43,78 @@ def test_no_shrink_without_the_abort_flag(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 @pytest.mark.parametrize("backend", ["nccl", "gloo"])
-def test_new_group_is_not_split_from_the_default_communicator(
-    monkeypatch: pytest.MonkeyPatch, backend: str
-) -> None:
-    """PyTorch splits a new NCCL group from the default communicator when the default group is bound
-    to a device, and a split needs every rank, the lost one too: the binding must be off for the call."""
-    default = _Default(torch.device("cuda", 0))
+def test_survivors_meet_in_a_group_of_their_own(monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
+    """Without shrink_group the survivors' group is made directly among them through the store, never
+    through the default group (the lost rank is in it; a newcomer is not); on NCCL the old
+    communicator's hanging collectives end first."""
     seen: list[Any] = []
     monkeypatch.setattr(G, "shrink_supported", lambda group: False)
-    monkeypatch.setattr(dist, "is_initialized", lambda: True)
-    monkeypatch.setattr(dist.distributed_c10d, "_get_default_group", lambda: default)
-    monkeypatch.setattr(dist, "new_group", lambda **kw: seen.append(default.bound_device_id) or "pg")
     monkeypatch.setattr(dist.distributed_c10d, "_abort_process_group", lambda pg: seen.append(f"abort {pg}"))
-    new = G.survivors_group(G.Group("old", (0, 1, 2), backend, "created"), (0, 2), torch.device("cpu"), 10.0)
-    assert new.how == "new_group" and new.ranks == (0, 2)
-    # NCCL: the old communicator's hanging collectives end before the new one is set up
-    assert seen == (["abort old", None] if backend == "nccl" else [torch.device("cuda", 0)])
-    assert default.bound_device_id == torch.device("cuda", 0), "the binding is restored"
+    monkeypatch.setattr(
+        dist, "new_group", lambda **kw: pytest.fail("new_group goes through the default group")
+    )
+
+    class Made:  # stands for ProcessGroupGloo / ProcessGroupNCCL
+        class Options:
+            pass
+
+        def __init__(self, store: Any, rank: int, size: int, opts: Any) -> None:
+            seen.append((store, rank, size))
+
+    monkeypatch.setattr(dist, "ProcessGroupGloo", Made)
+    monkeypatch.setattr(dist, "ProcessGroupNCCL", Made, raising=False)
+    new = G.survivors_group(G.Group("old", (0, 1, 2), backend, "created"), (2, 0), 2, "store", 10.0)
+    assert new.how == "re-created" and new.ranks == (0, 2) and isinstance(new.pg, Made)
+    assert seen == (["abort old"] if backend == "nccl" else []) + [("store", 1, 2)]
 
 
-def test_binding_restored_when_new_group_fails(monkeypatch: pytest.MonkeyPatch) -> None:
-    default = _Default(torch.device("cuda", 1))
-    monkeypatch.setattr(G, "shrink_supported", lambda group: False)
-    monkeypatch.setattr(dist, "is_initialized", lambda: True)
-    monkeypatch.setattr(dist.distributed_c10d, "_get_default_group", lambda: default)
+def _in_threads(n: int, fn: Any) -> list[Any]:
+    import threading
 
-    def fails(**_: Any) -> None:
-        raise RuntimeError("rendezvous timed out")
+    out: list[Any] = [None] * n
+    errors: list[BaseException] = []
 
-    monkeypatch.setattr(dist, "new_group", fails)
-    monkeypatch.setattr(dist.distributed_c10d, "_abort_process_group", lambda pg: None)
-    with pytest.raises(RuntimeError, match="rendezvous"):
-        G.survivors_group(G.Group("old", (0, 1), "nccl", "created"), (1,), torch.device("cpu"), 1.0)
-    assert default.bound_device_id == torch.device("cuda", 1)
+    def run(i: int) -> None:
+        try:
+            out[i] = fn(i)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    return out
+
+
+def test_direct_group_runs_the_reducers_collectives() -> None:
+    """A group made directly (not registered with torch.distributed) takes the calls the reducer makes on
+    it: all_reduce and broadcast through torch.distributed, send/recv through the backend."""
+    store = dist.HashStore()
+    ranks = (1, 4, 6)  # global ranks: positions in the group are 0, 1, 2
+
+    def member(i: int) -> tuple[list[float], list[float], list[float]]:
+        grp = G.direct("gloo", dist.PrefixStore("e3/pg/", store), ranks, ranks[i], 20.0, "grown")
+        total = torch.full((2,), float(i + 1))
+        dist.all_reduce(total, group=grp.pg)
+        b = torch.full((2,), float(i))
+        dist.broadcast(b, group=grp.pg, group_src=grp.index(4))
+        got = torch.zeros(3)
+        if ranks[i] == 1:
+            G.send(grp, torch.tensor([7.0, 8.0, 9.0]), to_rank=6)
+        elif ranks[i] == 6:
+            G.recv(grp, got, from_rank=1)
+        G.release(grp)
+        return total.tolist(), b.tolist(), got.tolist()
+
+    out = _in_threads(3, member)
+    assert all(o[0] == [6.0, 6.0] for o in out)
+    assert all(o[1] == [1.0, 1.0] for o in out)
+    assert out[2][2] == [7.0, 8.0, 9.0] and out[1][2] == [0.0, 0.0, 0.0]
+
+
+def test_direct_group_gives_up_without_every_member() -> None:
+    with pytest.raises(RuntimeError):
+        G.direct("gloo", dist.HashStore(), (0, 1), 0, 1.0, "grown")

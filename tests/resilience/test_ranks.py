@@ -128,8 +128,44 @@ def test_lost_rank_survivors_finish(tmp_path: Path, victim: int) -> None:
     assert rounds[-1][3] == tuple(survivors)
     for r in survivors:
         rec = run.outputs[r]["stats"]["recoveries"]
-        assert [x["lost"] for x in rec] == [[victim]] and rec[0]["how"] == "new_group"
+        assert [x["lost"] for x in rec] == [[victim]] and rec[0]["how"] == "re-created"
     assert "lost at step" in run.logs[survivors[0]] and "continuing with ranks" in run.logs[survivors[0]]
+
+
+@pytest.mark.parametrize("victim", [2, 0])  # a worker, and the coordinator (which takes its place back)
+def test_replacement_worker_joins_back(tmp_path: Path, victim: int) -> None:
+    """The launcher starts a new process for the killed rank: the group admits it after a full round,
+    it receives the weights and the optimizer's state, and every rank ends with the same weights. DDP's
+    small buckets make the newcomer's first step lay them out unlike the group (its buckets are copied
+    onto the group's layout until DDP has rebuilt them)."""
+    args = ["--mode", "resilient", "--steps", "90", "--kill", f"{victim}:25", "--bucket-mb", "0.1", *SHAPE]
+    run = run_ranks(RANKS, args, tmp_path, HANG_S, replace=(victim,))
+    _ok(run)
+    assert run.replaced == {victim: -9}
+    assert sorted(run.outputs) == list(range(RANKS))
+    assert len({o["digest"] for o in run.outputs.values()}) == 1, "a rank holds other weights"
+    newcomer = run.outputs[victim]
+    first = newcomer["records"][0]["round"]
+    assert 25 < first < 90 and newcomer["group"] == list(range(RANKS))
+    # every rank recorded the same rounds from the newcomer's first on; the others the same before it
+    views = {
+        r: [
+            (x["epoch"], x["round"], x["kind"], x["group"], x["members"], x["admitted"]) for x in o["records"]
+        ]
+        for r, o in run.outputs.items()
+    }
+    others = [r for r in range(RANKS) if r != victim]
+    assert all(views[r] == views[others[0]] for r in others)
+    assert views[victim] == [v for v in views[others[0]] if v[1] >= first]
+    admitted = [v for v in views[others[0]] if v[5]]
+    assert [(v[1], v[5]) for v in admitted] == [(first - 1, [victim])]
+    for r in others:
+        stats = run.outputs[r]["stats"]
+        assert [x["lost"] for x in stats["recoveries"]] == [[victim]]
+        assert [(x["joined"], x["round"]) for x in stats["joins"]] == [([victim], first)]
+    assert newcomer["stats"]["copied_steps"] >= 1 and newcomer["stats"]["reordered_steps"] >= 1
+    assert f"rank(s) [{victim}] joined after step {first - 1}" in run.logs[others[0]]
+    assert f"rank {victim} joined ranks [0, 1, 2, 3] at step {first}" in run.logs[victim]
 
 
 def test_hung_recovery_ends_the_rank(tmp_path: Path) -> None:
@@ -153,6 +189,16 @@ def test_disagreement_is_caught(tmp_path: Path) -> None:
     _ok(run, dict.fromkeys(range(RANKS), 3))
     for o in run.outputs.values():
         assert o["error"].startswith("MembershipDisagreement: ranks disagree on who took part in step 12")
+
+
+def test_disagreement_on_newcomers_is_caught(tmp_path: Path) -> None:
+    """A rank that reads a newcomer into a decision the others read without one stops every rank."""
+    args = ["--mode", "resilient", "--steps", "30", "--corrupt-admit", "2:12", *SHAPE]
+    run = run_ranks(RANKS, args, tmp_path, HANG_S)
+    _ok(run, dict.fromkeys(range(RANKS), 3))
+    for o in run.outputs.values():
+        assert o["error"].startswith("MembershipDisagreement: ranks disagree on who took part in step 12")
+        assert "who joins after it" in o["error"]
 
 
 def test_disagreement_check_is_quiet_without_injection(straggler_runs: dict[str, Run]) -> None:

@@ -4,13 +4,14 @@ processes; the store tests use a real TCPStore in this process)."""
 from __future__ import annotations
 
 import datetime
+import json
 import math
 import random
 
 import pytest
 
 from autoccl.resilience.config import ConfigError, ResilienceConfig
-from autoccl.resilience.control import Decision, Plane, RoundView, Rules, bits_of, mask_words
+from autoccl.resilience.control import Decision, Keys, Plane, RoundView, Rules, bits_of, mask_words
 from autoccl.resilience.inject import InjectionError, Kill, Straggler, check_ranks
 from autoccl.resilience.skirental import (
     RANDOMIZED_RATIO,
@@ -180,6 +181,64 @@ def test_many_ranks_mask(store) -> None:  # type: ignore[no-untyped-def]
     assert plane.register(v, 129) is not None
 
 
+# ------------------------------------------------------------------------------------ newcomers
+
+
+def _ask(store, rank: int, token: str) -> None:  # type: ignore[no-untyped-def]
+    """What a newcomer writes (Reducer._enter)."""
+    i = int(store.add(Keys.join_count(), 1)) - 1
+    store.set(Keys.join_request(i), json.dumps({"rank": rank, "token": token}))
+
+
+def test_newcomers_come_in_only_after_a_full_round() -> None:
+    admit = {4: "t4"}
+    assert RoundView(10, GROUP, {}).decide(set(GROUP), admit=admit).admit == admit
+    assert RoundView(10, GROUP, {}).decide({0, 1, 2}, admit=admit).admit == {}  # partial: nobody in
+    assert RoundView(10, GROUP, {}).decide(set(GROUP), admit={2: "x"}).admit == {}  # a member already
+    assert RoundView(10, GROUP, {}).may_admit(set(GROUP), RULES)
+    assert not RoundView(1, GROUP, {}).may_admit(set(GROUP), RULES)  # warm-up: no bucket layout yet
+    assert not RoundView(10, GROUP, {3: 9}).may_admit(set(GROUP), RULES)  # rank 3 carries a late gradient
+    assert not RoundView(10, GROUP, {}).may_admit({0, 1, 2}, RULES)
+    d = Decision(7, "sync", GROUP, {}, 0.0, 0.0, "", {5: "a", 4: "b"})
+    assert Decision.decode(d.encode()) == d
+
+
+def test_join_requests_pending(store) -> None:  # type: ignore[no-untyped-def]
+    group = (0, 1, 3)
+    plane = Plane(store, 1, group, RULES)
+    assert plane.join_requests() == {}
+    _ask(store, 2, "first")
+    _ask(store, 3, "stale")  # rank 3 is in the group (an old process of it asked): not pending
+    assert plane.join_requests() == {2: "first"}
+    _ask(store, 2, "second")  # a newer process of rank 2: its request replaces the first
+    assert plane.join_requests() == {2: "second"}
+    store.set(Keys.admission(2), json.dumps({"token": "second"}))  # admitted: not pending any more
+    assert plane.join_requests() == {}
+    store.add(Keys.join_count(), 1)  # counted, its request not yet written: skipped, not waited for
+    assert plane.join_requests() == {}
+
+
+def test_the_full_rounds_decision_admits(store) -> None:  # type: ignore[no-untyped-def]
+    group = (0, 1, 3)
+    plane = Plane(store, 1, group, RULES)
+    _ask(store, 2, "tok")
+    v = RoundView(30, group, {})
+    for r in (0, 1):
+        assert plane.register(v, r, admitting=True) is None
+    d = plane.register(v, 3, admitting=True)
+    assert d is not None and d.kind == "sync" and d.admit == {2: "tok"}
+    # the run's last round (admitting=False) and a partial round admit nobody
+    v2 = RoundView(31, group, {})
+    for r in group:
+        d2 = plane.register(v2, r, admitting=False)
+    assert d2 is not None and d2.admit == {}
+    v3 = RoundView(32, group, {})
+    for r in (0, 1):
+        plane.register(v3, r, admitting=True)
+    partial = plane.propose(v3.decide(plane.present(32)))
+    assert partial.kind == "partial" and partial.admit == {}
+
+
 # ------------------------------------------------------------------------------ settings, inject
 
 
@@ -192,6 +251,7 @@ def test_many_ranks_mask(store) -> None:  # type: ignore[no-untyped-def]
         ("dead_after_s", 0.1, "at least 3 heartbeats"),
         ("census_s", 10.0, "must exceed collective_timeout_s"),
         ("accuracy_weight", math.nan, "finite"),
+        ("admission_s", 0.0, "admission_s must be a positive number"),
     ],
 )
 def test_config_errors(field: str, value: object, msg: str) -> None:

@@ -1,7 +1,8 @@
 """One rank of a small DDP training run, synchronous or with the resilient reducer (tests start 4 of
 these). The step's accelerator time is simulated with a sleep (`--compute-ms`), so step times do not
 depend on how busy the CPU cores of the test machine are; the model (the bench's tiny GPT on Markov
-tokens) still trains for real, so losses are comparable. Writes OUT/rank<R>.json."""
+tokens) still trains for real, so losses are comparable. Writes OUT/rank<R>.json. With `--newcomer` it
+is a replacement worker: its default group is its own, and it joins the running job's reducer."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from autoccl.bench.train import GPT, MarkovTokens
 from autoccl.resilience import ResilienceConfig, ResilienceError
 from autoccl.resilience.control import Decision
 from autoccl.resilience.inject import Kill, Straggler, delay
-from autoccl.resilience.reducer import Reducer
+from autoccl.resilience.reducer import Newcomer, Reducer
 
 
 def main() -> int:
@@ -42,6 +43,9 @@ def main() -> int:
     ap.add_argument("--straggler", default="")
     ap.add_argument("--kill", default="")
     ap.add_argument("--corrupt", default="", help="RANK:ROUND: that rank misreads a decision (tests)")
+    ap.add_argument(
+        "--corrupt-admit", default="", help="RANK:ROUND: that rank reads a newcomer into a decision (tests)"
+    )
     ap.add_argument("--dead-after", type=float, default=1.0)
     ap.add_argument(
         "--hang-regroup", action="store_true", help="the survivors' new group never forms (tests)"
@@ -49,15 +53,26 @@ def main() -> int:
     ap.add_argument("--collective-timeout-s", type=float, default=20.0)
     ap.add_argument("--census-s", type=float, default=30.0)
     ap.add_argument("--recovery-s", type=float, default=120.0)
+    ap.add_argument("--newcomer", action="store_true", help="join the running job (a replacement worker)")
+    ap.add_argument("--bucket-mb", type=float, default=0.0, help="DDP's bucket_cap_mb (0: its default)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     rank = int(os.environ["RANK"])
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    # Every rank's reducer meets in the launcher's store itself (a newcomer cannot reach the default
+    # group's prefix of it); a newcomer's own default group is its own (the job's is closed to it).
+    job_store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), None, False, datetime.timedelta(seconds=60)
+    )
+    if a.newcomer:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    else:
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     preset = PRESETS["tiny"]
-    torch.manual_seed(a.seed)
+    torch.manual_seed(a.seed + (1000 if a.newcomer else 0))  # a newcomer's own weights are replaced
     model = GPT(preset)
-    ddp = DDP(model)  # the tiny GPT has no buffers to synchronise
+    bucket = {"bucket_cap_mb": a.bucket_mb} if a.bucket_mb > 0 else {}
+    ddp = DDP(model, **bucket)  # the tiny GPT has no buffers to synchronise
     opt = torch.optim.AdamW(ddp.parameters(), lr=a.lr)
     data = MarkovTokens(preset.vocab, a.seed)
     straggler = Straggler.parse(a.straggler) if a.straggler else None
@@ -78,7 +93,10 @@ def main() -> int:
                 time.sleep(1.0)
 
         group_module.survivors_group = never_returns  # type: ignore[assignment]
-    reducer = Reducer(ddp, a.steps, cfg) if a.mode == "resilient" else None
+    if a.newcomer:
+        reducer = Reducer(ddp, a.steps, cfg, store=job_store, newcomer=Newcomer(rank, opt))
+    else:
+        reducer = Reducer(ddp, a.steps, cfg, store=job_store) if a.mode == "resilient" else None
     if reducer is not None and a.corrupt:
         bad_rank, bad_round = (int(x) for x in a.corrupt.split(":"))
         if rank == bad_rank:
@@ -90,14 +108,26 @@ def main() -> int:
                 return Decision(d.round, d.kind, flipped, d.excused, d.waited_ms, d.budget_ms)
 
             reducer._test_corrupt_view = corrupt
+    if reducer is not None and a.corrupt_admit:
+        bad_rank, bad_round = (int(x) for x in a.corrupt_admit.split(":"))
+        if rank == bad_rank:
+
+            def admit_one(d: Decision) -> Decision:
+                if d.round != bad_round:
+                    return d
+                return Decision(
+                    d.round, d.kind, d.members, d.excused, d.waited_ms, d.budget_ms, admit={99: "x"}
+                )
+
+            reducer._test_corrupt_view = admit_one
     losses: dict[int, float] = {}
     done_at: dict[int, float] = {}  # step -> time its update was applied here (sync)
     undelayed: list[float] = []
     out: dict[str, Any] = {"rank": rank, "mode": a.mode}
-    step = 0
+    step = reducer.next_step if reducer is not None else 0
     try:
         while step < a.steps:
-            if kill is not None and rank == kill.rank and step == kill.step:
+            if kill is not None and rank == kill.rank and step == kill.step and not a.newcomer:
                 os.kill(os.getpid(), signal.SIGKILL)
             t0 = time.perf_counter()
             g = torch.Generator().manual_seed(a.seed * 7919 + rank * 100_003 + step)
@@ -149,7 +179,10 @@ def main() -> int:
     out["eval_loss"] = sum(ev) / len(ev)
     out["losses"] = {str(k): v for k, v in losses.items()}
     Path(a.out, f"rank{rank}.json").write_text(json.dumps(out))
-    dist.barrier(group=pg)
+    if pg is None:
+        dist.barrier()
+    else:  # the reducer's group (made directly after a failure or a join: not registered)
+        pg.barrier().wait()
     return 0
 
 

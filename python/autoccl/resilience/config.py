@@ -47,6 +47,8 @@ class ResilienceConfig:
     recovery_s: a recovery not finished this long after the loss was noticed is taken as hung: the rank
         logs every thread's stack and exits with status 75 rather than waiting forever (as PyTorch's NCCL
         watchdog ends a process whose collective timed out). Must exceed census_s + collective_timeout_s.
+    admission_s: how long a replacement worker waits to be admitted (the group admits it after its next
+        round that every member takes part in) before it gives up with an error.
     """
 
     rule: str = "break-even"
@@ -61,6 +63,7 @@ class ResilienceConfig:
     collective_timeout_s: float = 60.0
     census_s: float = 90.0
     recovery_s: float = 300.0
+    admission_s: float = 600.0
     seed: int = 0
 
     def validate(self) -> ResilienceConfig:
@@ -86,6 +89,7 @@ class ResilienceConfig:
             "collective_timeout_s",
             "census_s",
             "recovery_s",
+            "admission_s",
         ):
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):

@@ -7,6 +7,10 @@ writes the decision itself, and the coordinator (the lowest rank of the group) w
 ski-rental wait runs out. The decision is written with `compare_set` on an empty key, so the first
 writer wins and every rank reads the same decision. Pure logic here; `Keys` and `Plane` do the store
 I/O (any torch.distributed.Store).
+
+A replacement worker asks to join by writing a request (`join/req/<i>`, its rank and a token of its
+own). The rank that writes a full round's decision (every member there, nobody behind) admits the
+requests pending then: the decision names them, so every rank grows the group after the same round.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class Decision:
     waited_ms: float = 0.0  # wait after the quorum was ready (coordinator's clock)
     budget_ms: float = 0.0  # the ski-rental wait it allowed
     reason: str = ""
+    admit: Mapping[int, str] = field(default_factory=dict)  # newcomers in after this round: rank -> token
 
     def encode(self) -> str:
         return json.dumps(
@@ -48,6 +53,7 @@ class Decision:
                 "w": round(self.waited_ms, 3),
                 "b": round(self.budget_ms, 3) if self.budget_ms < 1e12 else -1,
                 "why": self.reason,
+                "a": {str(k): v for k, v in sorted(self.admit.items())},
             },
             separators=(",", ":"),
         )
@@ -63,6 +69,7 @@ class Decision:
             waited_ms=float(d.get("w", 0.0)),
             budget_ms=float(d.get("b", 0.0)),
             reason=str(d.get("why", "")),
+            admit={int(k): str(v) for k, v in d.get("a", {}).items()},
         )
 
 
@@ -110,7 +117,12 @@ class RoundView:
         return max(1, len(exp) - rules.max_absent, min(len(self.group), rules.members_floor))
 
     def decide(
-        self, present: Iterable[int], kind: str = "", waited_ms: float = 0.0, budget_ms: float = 0.0
+        self,
+        present: Iterable[int],
+        kind: str = "",
+        waited_ms: float = 0.0,
+        budget_ms: float = 0.0,
+        admit: Mapping[int, str] | None = None,
     ) -> Decision:
         members = tuple(sorted(set(present) & set(self.group)))
         left_out = [r for r in self.group if r not in members]
@@ -122,7 +134,14 @@ class RoundView:
             excused,
             waited_ms,
             budget_ms,
+            admit={r: t for r, t in (admit or {}).items() if r not in self.group} if not left_out else {},
         )
+
+    def may_admit(self, present: Iterable[int], rules: Rules) -> bool:
+        """Newcomers come in only after a full round past warm-up: every member took part and nobody
+        carries a late gradient into the next round, so that every member holds the same weights and
+        has applied every round when the newcomer copies them."""
+        return self.round >= rules.warmup_steps and not self.excused and set(self.group) <= set(present)
 
     def may_proceed(self, present: Iterable[int], rules: Rules) -> bool:
         """A partial decision is allowed: the required ranks are there, enough members, and at least
@@ -176,6 +195,19 @@ class Keys:
     def heartbeat(rank: int) -> str:
         return f"hb/{rank}"
 
+    # Join requests and admissions live outside the epochs: a newcomer does not know the epoch.
+    @staticmethod
+    def join_count() -> str:
+        return "join/n"
+
+    @staticmethod
+    def join_request(i: int) -> str:
+        return f"join/req/{i}"
+
+    @staticmethod
+    def admission(rank: int) -> str:
+        return f"join/admit/{rank}"
+
 
 class Plane:
     """Store I/O of one epoch's control plane (one instance per thread: stores are not shared)."""
@@ -187,10 +219,11 @@ class Plane:
         self.rules = rules
         self.words = mask_words(group)
 
-    def register(self, view: RoundView, rank: int) -> Decision | None:
+    def register(self, view: RoundView, rank: int, admitting: bool = False) -> Decision | None:
         """Add this rank to round view.round; if that completes the expected set, write the decision
         (first writer wins) and return the decision in force. Crossing the quorum sets the quorum key
-        that starts the coordinator's clock."""
+        that starts the coordinator's clock. With `admitting`, a full round's decision admits the
+        join requests pending (the caller passes False where the round is the run's last)."""
         s = view.round
         word = rank // MASK_BITS
         mine = self.store.add(self.keys.mask(s, word), 1 << (rank % MASK_BITS))
@@ -201,11 +234,33 @@ class Plane:
         q = view.quorum(self.rules)
         decided: Decision | None = None
         if exp <= present and not exp <= before:
-            d = view.decide(present)
+            admit = self.join_requests() if admitting and view.may_admit(present, self.rules) else {}
+            d = view.decide(present, admit=admit)
             decided = Decision.decode(self.store.compare_set(self.keys.decision(s), "", d.encode()))
         if len(present) >= q > len(before) or decided is not None:
             self.store.set(self.keys.quorum(s), "1")
         return decided
+
+    def join_requests(self) -> dict[int, str]:
+        """Pending join requests of ranks outside the group: rank -> token (a rank's newest request;
+        one already admitted, or superseded by a newer one, is not pending)."""
+        n = int(self.store.add(Keys.join_count(), 0))
+        newest: dict[int, str] = {}
+        for i in range(n):
+            key = Keys.join_request(i)
+            if not self.store.check([key]):  # counted, not yet written
+                continue
+            req = json.loads(self.store.get(key))
+            newest[int(req["rank"])] = str(req["token"])
+        pending = {}
+        for r, token in newest.items():
+            if r in self.group:
+                continue
+            adm = Keys.admission(r)
+            if self.store.check([adm]) and json.loads(self.store.get(adm)).get("token") == token:
+                continue
+            pending[r] = token
+        return pending
 
     def present(self, s: int) -> frozenset[int]:
         return bits_of([self.store.add(self.keys.mask(s, w), 0) for w in range(self.words)])

@@ -1,23 +1,24 @@
-"""The reducer's own process group, and making a smaller one from the survivors of a failure.
+"""The reducer's process groups: the first one, one of the survivors of a failure, one with newcomers.
 
-`shrink_group` (PyTorch 2.10+, `ncclCommShrink` from NCCL 2.29) is used where the backend supports it:
-it splits the survivors off the existing communicator without a new rendezvous, and SHRINK_ABORT first
-aborts what the lost rank left hanging. Elsewhere (gloo, older NCCL or PyTorch) the group is created
-anew among the survivors with `new_group(..., use_local_synchronization=True)`, which involves only
-the survivors (the lost rank is still in the default group, which the reducer never uses again).
+The first group is made over the job's default group (every rank calls it). Every later group is made
+directly from the job's key-value store among exactly its members (`ProcessGroupGloo` /
+`ProcessGroupNCCL` on a store prefix of its own), never through the default group: a lost rank is still
+in the default group, and a replacement worker that joins back is not in it at all (its default group is
+its own). `shrink_group` (PyTorch 2.10+, `ncclCommShrink` from NCCL 2.29) is used instead where the
+backend supports it: it splits the survivors off the existing communicator without a new rendezvous,
+and SHRINK_ABORT first aborts what the lost rank left hanging.
 
 Two ways the survivors could wait forever for the lost rank, both closed here: shrinking without
-SHRINK_ABORT (ncclCommShrink then waits for the collectives the lost rank left hanging), and, on NCCL,
-a `new_group` that PyTorch makes with ncclCommSplit of the default communicator (it does so whenever the
-default group is bound to a device): a split is collective over every rank of that communicator, the
-lost one included. On NCCL the old group is aborted before the new one is made, as SHRINK_ABORT does."""
+SHRINK_ABORT (ncclCommShrink then waits for the collectives the lost rank left hanging), and, on NCCL, a
+new communicator set up while a kernel of the old one still waits on the lost rank (the old group is
+aborted first, as SHRINK_ABORT does). A group made directly is not registered with torch.distributed:
+the reducer calls its collectives through `dist.all_reduce(..., group=pg)` (which takes any group) and
+the backend's own send/recv (which need no registration)."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,10 +30,10 @@ log = logging.getLogger("autoccl.resilience")
 
 @dataclass
 class Group:
-    pg: Any  # torch.distributed.ProcessGroup
+    pg: Any  # a torch.distributed ProcessGroup (registered) or backend (made directly); None while forming
     ranks: tuple[int, ...]  # global ranks, sorted; position = rank in the group
     backend: str
-    how: str  # created, shrink_group, new_group
+    how: str  # created, shrink_group, re-created (survivors), grown (newcomers), forming
 
     @property
     def size(self) -> int:
@@ -40,6 +41,11 @@ class Group:
 
     def index(self, global_rank: int) -> int:
         return self.ranks.index(global_rank)
+
+    @property
+    def registered(self) -> bool:
+        """Made through torch.distributed (new_group, shrink_group) rather than directly."""
+        return self.how in ("created", "shrink_group")
 
 
 def _timeout(seconds: float) -> datetime.timedelta:
@@ -53,8 +59,26 @@ def create(backend: str, device: torch.device, timeout_s: float) -> Group:
     return Group(pg, tuple(range(dist.get_world_size())), backend, "created")
 
 
+def direct(backend: str, store: Any, ranks: tuple[int, ...], rank: int, timeout_s: float, how: str) -> Group:
+    """A group of exactly `ranks`, met through `store` (a prefix no other group uses); every member
+    calls it. It waits up to timeout_s for all of them, then raises RuntimeError."""
+    ranks = tuple(sorted(ranks))
+    pg: Any
+    if backend == "gloo":
+        pg = dist.ProcessGroupGloo(store, ranks.index(rank), len(ranks), _timeout(timeout_s))
+    elif backend == "nccl":
+        opts = dist.ProcessGroupNCCL.Options()
+        opts.is_high_priority_stream = False
+        opts._timeout = _timeout(timeout_s)
+        opts.global_ranks_in_group = list(ranks)  # type: ignore[attr-defined]
+        pg = dist.ProcessGroupNCCL(store, ranks.index(rank), len(ranks), opts)
+    else:
+        raise ValueError(f"the resilient reducer supports the gloo and nccl backends, not {backend}")
+    return Group(pg, ranks, backend, how)
+
+
 def shrink_supported(group: Group) -> bool:
-    if not hasattr(dist, "shrink_group") or shrink_abort_flag() is None:
+    if not group.registered or not hasattr(dist, "shrink_group") or shrink_abort_flag() is None:
         return False
     try:
         dev = getattr(group.pg, "bound_device_id", None)
@@ -65,11 +89,11 @@ def shrink_supported(group: Group) -> bool:
 
 
 def survivors_group(
-    group: Group, survivors: tuple[int, ...], device: torch.device, timeout_s: float
+    group: Group, survivors: tuple[int, ...], rank: int, store: Any, timeout_s: float
 ) -> Group:
-    """Called by the survivors only (in the same order on each)."""
+    """Called by the survivors only (in the same order on each); `store` is the new group's own prefix."""
     survivors = tuple(sorted(survivors))
-    if survivors == group.ranks:
+    if survivors == group.ranks and group.pg is not None:
         return group
     abort_flag = shrink_abort_flag()
     if abort_flag is not None and shrink_supported(group):
@@ -78,26 +102,44 @@ def survivors_group(
         return Group(pg, survivors, group.backend, "shrink_group")
     if group.backend == "nccl":
         abort(group)
-    kw: dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
-    with _default_group_unbound(group.backend):
-        pg = dist.new_group(
-            ranks=list(survivors),
-            backend=group.backend,
-            timeout=_timeout(timeout_s),
-            use_local_synchronization=True,
-            **kw,
-        )
-    return Group(pg, survivors, group.backend, "new_group")
+    return direct(group.backend, store, survivors, rank, timeout_s, "re-created")
+
+
+def send(group: Group, tensor: torch.Tensor, to_rank: int) -> None:
+    group.pg.send([tensor], group.index(to_rank), 0).wait()
+
+
+def recv(group: Group, tensor: torch.Tensor, from_rank: int) -> None:
+    group.pg.recv([tensor], group.index(from_rank), 0).wait()
 
 
 def abort(group: Group) -> None:
     """End an NCCL group's hanging collectives before anything else touches the GPU: a kernel waiting on
     the lost rank spins until its communicator is aborted, and a stream made to wait on it (a work's
     wait()) holds back everything queued behind it, a new communicator's set-up included."""
+    if group.pg is None:
+        return
     try:
-        dist.distributed_c10d._abort_process_group(group.pg)
+        if group.registered:
+            dist.distributed_c10d._abort_process_group(group.pg)
+        else:
+            group.pg.abort()
     except (RuntimeError, ValueError) as e:
         log.warning("autoccl.resilience: aborting the old group failed: %s", (str(e).splitlines() or [""])[0])
+
+
+def release(group: Group) -> None:
+    """Close a group the reducer no longer uses (its connections end, and with them any collective a
+    peer still waits in)."""
+    if group.pg is None:
+        return
+    try:
+        if group.registered:
+            dist.destroy_process_group(group.pg)
+        else:
+            group.pg.shutdown()
+    except (RuntimeError, ValueError) as e:
+        log.warning("autoccl.resilience: closing the old group failed: %s", (str(e).splitlines() or [""])[0])
 
 
 def shrink_abort_flag() -> int | None:
@@ -106,20 +148,3 @@ def shrink_abort_flag() -> int | None:
     the survivors do not shrink."""
     flag = getattr(dist.distributed_c10d, "SHRINK_ABORT", None)
     return flag if isinstance(flag, int) and flag != 0 else None
-
-
-@contextlib.contextmanager
-def _default_group_unbound(backend: str) -> Iterator[None]:
-    """While the default group is unbound, PyTorch makes the survivors' NCCL communicator by a
-    rendezvous among the survivors instead of ncclCommSplit of the default one (which needs the lost
-    rank). The binding is restored afterwards; the reducer never uses the default group again."""
-    default = dist.distributed_c10d._get_default_group() if dist.is_initialized() else None
-    bound = getattr(default, "bound_device_id", None)
-    if backend != "nccl" or bound is None:
-        yield
-        return
-    default.bound_device_id = None  # type: ignore[union-attr]
-    try:
-        yield
-    finally:
-        default.bound_device_id = bound  # type: ignore[union-attr]

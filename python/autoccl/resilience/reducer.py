@@ -13,6 +13,11 @@ When a rank is lost (its heartbeat stops, a collective fails, or the coordinator
 survivors meet in the store, seal the new membership with one compare-and-set, shrink or re-create the
 group, settle the round in flight (a round some survivors finished is sent to the others) and go on.
 
+A replacement worker (a new process the launcher starts, `Newcomer`) asks to join through the store;
+the group admits it after a round every member took part in, grows the group with it, and the lowest
+former member sends it the weights and the optimizer's state, so that it applies the next round with
+the same weights as everyone else.
+
 Usage (every rank):
     ddp = DistributedDataParallel(model, broadcast_buffers=False)
     reducer = Reducer(ddp, steps=N, config=ResilienceConfig())
@@ -22,11 +27,16 @@ Usage (every rank):
         reducer.step(optimizer)  # instead of optimizer.step(); may apply several updates
         optimizer.zero_grad(set_to_none=True)
     reducer.close()
+
+A replacement worker (its own default group, e.g. init_process_group with world_size=1):
+    reducer = Reducer(ddp, steps=N, config=..., store=job_store, newcomer=Newcomer(rank, optimizer))
+    # blocks until admitted; reducer.next_step is the first step it computes
 """
 
 from __future__ import annotations
 
 import datetime
+import io
 import json
 import logging
 import math
@@ -36,6 +46,8 @@ import sys
 import threading
 import time
 import traceback
+import uuid
+import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -84,6 +96,7 @@ class RoundRecord:
     budget_ms: float
     done_s: float  # time.monotonic() when the round completed on this rank
     shared: bool = False  # the round's result came from a survivor after a failure
+    admitted: tuple[int, ...] = ()  # newcomers the group grows by after this round
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -97,9 +110,55 @@ class Recovery:
     round: int  # the first round of the new group
     lost: tuple[int, ...]
     survivors: tuple[int, ...]
-    how: str  # shrink_group or new_group
+    how: str  # shrink_group or re-created
     reason: str
     seconds: float  # from detection to the new group
+
+
+@dataclass
+class Join:
+    epoch: int  # the new epoch
+    round: int  # the first round of the grown group
+    joined: tuple[int, ...]
+    group: tuple[int, ...]
+    seconds: float  # from the admitting round's end to the new group (and, on the source, the state sent)
+
+
+@dataclass
+class Newcomer:
+    """A replacement worker joining a running job as global rank `rank`. Its default process group is
+    its own (the job's is not open to it); the job's key-value store is passed to the Reducer. The
+    optimizer receives the group's state; build it as the other ranks do."""
+
+    rank: int
+    optimizer: torch.optim.Optimizer
+
+
+@dataclass(frozen=True)
+class _Admission:
+    """The group grows after round `round` (every member applies it first)."""
+
+    epoch: int  # the grown group's epoch
+    round: int
+    joiners: dict[int, str]  # rank -> its request's token
+    previous: G.Group
+    ranks: tuple[int, ...]  # the grown group
+
+    @property
+    def source(self) -> int:
+        """The member that writes the admissions and sends the newcomers the state."""
+        return self.previous.ranks[0]
+
+
+@dataclass
+class _Translated:
+    """A step of a newcomer whose DDP lays its buckets out unlike the group (its first step comes before
+    DDP rebuilds its buckets): bucket index -> (DDP's buffer, its parameters (index, offset, numel),
+    the future DDP waits on)."""
+
+    buckets: dict[
+        int, tuple[torch.Tensor, list[tuple[int, int, int]], torch.futures.Future[torch.Tensor]]
+    ] = field(default_factory=dict)
 
 
 @dataclass
@@ -124,6 +183,10 @@ def _hook(state: Reducer, bucket: dist.GradBucket) -> torch.futures.Future[torch
     return state._on_bucket(bucket)
 
 
+def _future(like: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+    return torch.futures.Future(devices=[like.device]) if like.is_cuda else torch.futures.Future()
+
+
 # DDP compares the annotations with the classes themselves (this module's are strings).
 _hook.__annotations__ = {
     "state": object,
@@ -133,7 +196,8 @@ _hook.__annotations__ = {
 
 
 class Reducer:
-    """Attach to a DistributedDataParallel module (collective: every rank of its group calls it)."""
+    """Attach to a DistributedDataParallel module (collective: every rank of its group calls it, except
+    a newcomer, which joins the running group)."""
 
     def __init__(
         self,
@@ -142,6 +206,7 @@ class Reducer:
         config: ResilienceConfig | None = None,
         *,
         store: Any = None,
+        newcomer: Newcomer | None = None,
     ) -> None:
         global _instances
         self.config = (config or ResilienceConfig()).validate()
@@ -153,39 +218,27 @@ class Reducer:
                 "construct DistributedDataParallel without buffer synchronisation in forward "
                 "(broadcast_buffers=False): it waits for every rank and cannot survive a lost rank"
             )
+        if newcomer is not None and store is None:
+            raise ResilienceError("a newcomer needs the job's key-value store (store=...)")
         self.steps = steps
-        self.rank = dist.get_rank()
-        world = dist.get_world_size()
+        self.rank = newcomer.rank if newcomer is not None else dist.get_rank()
+        self._module = ddp.module
         params = list(ddp.module.parameters())
+        self._param_index = {id(p): i for i, p in enumerate(params)}
         self.device = params[0].device if params else torch.device("cpu")
-        backend = str(dist.get_backend(ddp.process_group))
         cfg = self.config
-        self.rules = Rules(cfg.warmup_steps, cfg.max_absent, cfg.max_lag, cfg.members_floor(world))
         base = store if store is not None else dist.distributed_c10d._get_default_store()
         self._base: Any = base
         self._prefix = f"autoccl-resilience/{_instances}/"
         _instances += 1
         self._tls = threading.local()
-        self._group = G.create(backend, self.device, cfg.collective_timeout_s)
-        # Every heartbeat key exists before anyone watches (Liveness reads them with multi_get).
-        s = self._store()
-        s.add(Keys.heartbeat(self.rank), 1)
-        s.add("started", 1)
-        deadline = time.monotonic() + cfg.census_s
-        while int(s.add("started", 0)) < world:
-            if time.monotonic() > deadline:
-                raise ResilienceError(f"not every rank started the resilient reducer within {cfg.census_s} s")
-            time.sleep(0.005)
-        self._liveness = Liveness(
-            self._store, self.rank, self._group.ranks, cfg.heartbeat_s, cfg.dead_after_s
-        )
         self._cv = threading.Condition()
         self._epoch = 0
-        self._view = RoundView(0, self._group.ranks, {})
         self._round = 0  # next round the agent works on
         self._decided = -1  # last round whose decision this rank has read
         self._decision: Decision | None = None  # decision of the round in flight
         self._next_step = 0
+        self._applied = -1  # the last round whose update step() applied
         self._inbox: dict[tuple[int, int], tuple[torch.Tensor, Any, bool]] = {}
         self._futures: dict[tuple[int, int], torch.futures.Future[torch.Tensor]] = {}
         self._fresh_steps: set[int] = set()
@@ -198,8 +251,16 @@ class Reducer:
         self._records: dict[int, RoundRecord] = {}
         self.records: list[RoundRecord] = []
         self.recoveries: list[Recovery] = []
+        self.joins: list[Join] = []
         self._warm_layout: dict[int, dict[int, BucketLayout]] = {}
         self._layout: list[BucketLayout] | None = None
+        self._admission: _Admission | None = None
+        self._translate = False  # a newcomer maps DDP's buckets onto the group's (_Translated)
+        self._translated: dict[int, _Translated] = {}
+        self._first_step = 0
+        self.copied_steps = 0  # a newcomer's steps whose buckets were mapped onto the group's layout
+        self.reordered_steps = 0  # ... of which DDP's layout differed from the group's
+        self._optimizer: torch.optim.Optimizer | None = None  # the one step() was last given
         self._error: BaseException | None = None
         self._closed = False
         self._recovering = False
@@ -209,8 +270,37 @@ class Reducer:
         self._timer: _Timer | None = None
         self._timers: list[_Timer] = []  # every epoch's, joined by close()
         self._test_corrupt_view: Callable[[Decision], Decision] | None = None  # tests only
+        s = self._store()
+        s.add(Keys.heartbeat(self.rank), 1)  # before anyone watches (Liveness reads with multi_get)
+        if newcomer is None:
+            world = dist.get_world_size()
+            self.rules = Rules(cfg.warmup_steps, cfg.max_absent, cfg.max_lag, cfg.members_floor(world))
+            self._group = G.create(
+                str(dist.get_backend(ddp.process_group)), self.device, cfg.collective_timeout_s
+            )
+            s.add("started", 1)
+            deadline = time.monotonic() + cfg.census_s
+            while int(s.add("started", 0)) < world:
+                if time.monotonic() > deadline:
+                    raise ResilienceError(
+                        f"not every rank started the resilient reducer within {cfg.census_s} s"
+                    )
+                time.sleep(0.005)
+            self._liveness = Liveness(
+                self._store, self.rank, self._group.ranks, cfg.heartbeat_s, cfg.dead_after_s
+            )
+            self._view = RoundView(0, self._group.ranks, {})
+            self._liveness.start()
+        else:
+            # Heartbeats first: the group watches a newcomer from the moment it admits it.
+            self._liveness = Liveness(self._store, self.rank, (self.rank,), cfg.heartbeat_s, cfg.dead_after_s)
+            self._liveness.start()
+            try:
+                self._enter(newcomer.optimizer)
+            except BaseException:
+                self._liveness.stop()
+                raise
         ddp.register_comm_hook(self, _hook)
-        self._liveness.start()
         self._agent = threading.Thread(
             target=self._agent_main, name=f"autoccl-reducer-{self.rank}", daemon=True
         )
@@ -244,6 +334,7 @@ class Reducer:
         rec = self._wait_round(s)
         report = StepReport(step=s)
         self._update(optimizer, before_step, s, from_grads=True)
+        self._applied_round(s, optimizer)
         report.applied.append(s)
         if self.rank in rec.fresh:
             self._next_step = s + 1
@@ -260,12 +351,26 @@ class Reducer:
         while r < self.steps:
             rec_r = self._wait_round(r)
             self._update(optimizer, before_step, r, from_grads=False)
+            self._applied_round(r, optimizer)
             report.applied.append(r)
             if self.rank in rec_r.members:
                 break
             r += 1
         self._next_step = min(r + 1, self.steps)
         return report
+
+    def _applied_round(self, r: int, optimizer: torch.optim.Optimizer) -> None:
+        """Round r's update is in the weights: the member that sends newcomers the state after r may
+        read them (and the optimizer) now."""
+        with self._cv:
+            adm = self._admission
+            sending = adm is not None and adm.round == r and adm.source == self.rank
+        if sending and self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+        with self._cv:
+            self._applied = r
+            self._optimizer = optimizer
+            self._cv.notify_all()
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Stop the agent and heartbeat threads (also after an error: a thread left inside a store
@@ -289,6 +394,9 @@ class Reducer:
             "max_staleness": max((v for r in recs for v in r.stale.values()), default=0),
             "waited_ms": sum(r.waited_ms for r in recs),
             "recoveries": [asdict(x) for x in self.recoveries],
+            "joins": [asdict(x) for x in self.joins],
+            "copied_steps": self.copied_steps,
+            "reordered_steps": self.reordered_steps,
             "group": list(self.ranks),
         }
 
@@ -309,14 +417,7 @@ class Reducer:
 
     def _on_bucket(self, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         data = bucket.buffer()
-        b, last = bucket.index(), bucket.is_last()
-        ev = None
-        if data.is_cuda:
-            ev = torch.cuda.Event()
-            ev.record(torch.cuda.current_stream(data.device))
-        fut: torch.futures.Future[torch.Tensor] = (
-            torch.futures.Future(devices=[data.device]) if data.is_cuda else torch.futures.Future()
-        )
+        fut = _future(data)
         with self._cv:
             if self._error is not None:  # step() raises the error; backward just completes
                 fut.set_result(torch.zeros_like(data))
@@ -328,25 +429,97 @@ class Reducer:
                 )
                 fut.set_result(torch.zeros_like(data))
                 return fut
-            if s < self.config.warmup_steps:
-                offsets, off = [], 0
-                for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True):
-                    offsets.append((p, off, g.numel()))  # type: ignore[arg-type]
-                    off += g.numel()
-                self._warm_layout.setdefault(s, {})[b] = BucketLayout(data.numel(), data.dtype, offsets)
-            if s in self._results:  # the round went on without this gradient: keep it for later
-                self._pending[b] = data.clone()
-                self._pending_from = s
-                fut.set_result(self._results[s][b])
+            if self._translate:
+                self._on_bucket_translated(s, bucket, fut)
                 return fut
-            self._inbox[(s, b)] = (data, ev, last)
-            self._futures[(s, b)] = fut
-            if b == 0:
-                self._fresh_steps.add(s)
-                if s == self._round and self._decided < s and not self._recovering:
-                    self._register(s)
-            self._cv.notify_all()
+            self._accept(s, bucket.index(), data, bucket.is_last(), fut, bucket)
         return fut
+
+    def _accept(
+        self,
+        s: int,
+        b: int,
+        data: torch.Tensor,
+        last: bool,
+        fut: torch.futures.Future[torch.Tensor],
+        bucket: dist.GradBucket | None = None,
+    ) -> None:
+        """Under the lock: bucket b (of the group's layout) of step s is ready."""
+        ev = None
+        if data.is_cuda:
+            ev = torch.cuda.Event()
+            ev.record(torch.cuda.current_stream(data.device))
+        if bucket is not None and s < self.config.warmup_steps:
+            offsets, off = [], 0
+            for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True):
+                offsets.append((p, off, g.numel()))  # type: ignore[arg-type]
+                off += g.numel()
+            self._warm_layout.setdefault(s, {})[b] = BucketLayout(data.numel(), data.dtype, offsets)
+        if s in self._results:  # the round went on without this gradient: keep it for later
+            self._pending[b] = data.clone()
+            self._pending_from = s
+            fut.set_result(self._results[s][b])
+            return
+        self._inbox[(s, b)] = (data, ev, last)
+        self._futures[(s, b)] = fut
+        if b == 0:
+            self._fresh_steps.add(s)
+            if s == self._round and self._decided < s and not self._recovering:
+                self._register(s)
+        self._cv.notify_all()
+
+    def _on_bucket_translated(
+        self, s: int, bucket: dist.GradBucket, fut: torch.futures.Future[torch.Tensor]
+    ) -> None:
+        """Under the lock, on a newcomer: keep DDP's bucket; once the step's last is in, copy the
+        gradients into the group's layout and hand those buckets on (DDP waits for its futures only at
+        the end of backward, so holding them back until then is allowed)."""
+        parts, off = [], 0
+        for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True):
+            parts.append((self._param_index[id(p)], off, g.numel()))
+            off += g.numel()
+        step = self._translated.setdefault(s, _Translated())
+        step.buckets[bucket.index()] = (bucket.buffer(), parts, fut)
+        if not bucket.is_last():
+            return
+        assert self._layout is not None
+        where = {i: (b, o) for b, (_, ps, _) in step.buckets.items() for i, o, _ in ps}
+        group_parts = [[(self._param_index[id(p)], o, n) for p, o, n in lay.params] for lay in self._layout]
+        ddp_parts = [step.buckets[b][1] for b in sorted(step.buckets)]
+        self.copied_steps += 1
+        self.reordered_steps += group_parts != ddp_parts
+        if group_parts == ddp_parts and s > self._first_step:
+            self._translate = False  # DDP has rebuilt its buckets as the group's: no copies from here on
+        inner = []
+        for j, lay in enumerate(self._layout):
+            buf = torch.empty(lay.numel, dtype=lay.dtype, device=self.device)
+            for i, o, n in group_parts[j]:
+                b, src = where[i]
+                buf[o : o + n].copy_(step.buckets[b][0][src : src + n])
+            f = _future(buf)
+            inner.append(f)
+            self._accept(s, j, buf, j == len(self._layout) - 1, f)
+        if all(f.done() for f in inner):  # the round had gone on without this step's gradient
+            self._resolve_translated(s, [f.value() for f in inner])
+
+    def _resolve_translated(self, s: int, outs: list[torch.Tensor] | None) -> None:
+        """Under the lock: hand DDP its buckets of step s from the round's result (zeros: an error)."""
+        step = self._translated.pop(s, None)
+        if step is None:
+            return
+        where: dict[int, tuple[int, int]] = {}
+        if outs is not None:
+            assert self._layout is not None
+            for j, lay in enumerate(self._layout):
+                for p, o, _ in lay.params:
+                    where[self._param_index[id(p)]] = (j, o)
+        for data, parts, fut in step.buckets.values():
+            out = torch.zeros_like(data)
+            if outs is not None:
+                for i, o, n in parts:
+                    j, src = where[i]
+                    out[o : o + n].copy_(outs[j][src : src + n])
+            fut.set_result(out)
 
     def _register(self, s: int) -> None:
         """Under the lock: add this rank to round s of the current epoch (once)."""
@@ -354,7 +527,9 @@ class Reducer:
         if key in self._registered:
             return
         self._registered.add(key)
-        Plane(self._store(), self._epoch, self._group.ranks, self.rules).register(self._view, self.rank)
+        Plane(self._store(), self._epoch, self._group.ranks, self.rules).register(
+            self._view, self.rank, admitting=s + 1 < self.steps
+        )
 
     def _wait_round(self, r: int) -> RoundRecord:
         with self._cv:
@@ -396,13 +571,16 @@ class Reducer:
 
     def _agent_main(self) -> None:
         try:
-            self._start_timer(0, self._view)
+            self._start_timer(self._epoch, self._view)
             while True:
                 with self._cv:
                     if self._closed or self._round >= self.steps:
                         return
                     s = self._round
+                    admission = self._admission
                 try:
+                    if admission is not None:
+                        self._admit(admission)
                     self._run_round(s)
                 except _Recover as r:
                     self._regroup(r)
@@ -417,6 +595,8 @@ class Reducer:
                     if not fut.done():
                         fut.set_result(torch.zeros_like(self._inbox[key][0]))
                 self._futures.clear()
+                for s in list(self._translated):
+                    self._resolve_translated(s, None)
                 self._cv.notify_all()
             log.error("autoccl.resilience: rank %d stops: %s", self.rank, e)
 
@@ -459,7 +639,10 @@ class Reducer:
         """Every agent waits for the decision; the coordinator's timer thread writes it when the
         ski-rental budget runs out, the last rank to register when everyone expected is there."""
         if len(view.group) == 1:
-            return view.decide(view.group)
+            admit = {}
+            if s + 1 < self.steps and view.may_admit(view.group, self.rules):
+                admit = self._plane().join_requests()
+            return view.decide(view.group, admit=admit)
         plane = self._plane()
         coordinator = view.group[0]
         while True:
@@ -539,8 +722,9 @@ class Reducer:
         n = grp.size
         me = grp.index(self.rank)
         # Who took part, as each rank sees it, summed: every rank checks that all views agree.
-        acc = torch.zeros(3 + 3 * n, dtype=torch.float64, device=self.device)
+        acc = torch.zeros(4 + 3 * n, dtype=torch.float64, device=self.device)
         acc[0], acc[1], acc[2] = s, epoch, 1
+        acc[3 + 3 * n] = _admission_code(d)
         for r in d.members:
             acc[3 + grp.index(r)] = 1
         if fresh:
@@ -591,7 +775,17 @@ class Reducer:
             buf.div_(contributions)
         self._cost.observe_round(time.monotonic() - t0, folded_stale=bool(stale_ranks))
         rec = RoundRecord(
-            epoch, s, d.kind, grp.ranks, d.members, fresh_ranks, stale_ranks, d.waited_ms, d.budget_ms, 0.0
+            epoch,
+            s,
+            d.kind,
+            grp.ranks,
+            d.members,
+            fresh_ranks,
+            stale_ranks,
+            d.waited_ms,
+            d.budget_ms,
+            0.0,
+            admitted=tuple(sorted(d.admit)),
         )
         self._complete(s, outs, rec, used_pending=stale)
         if self.rank == grp.ranks[0] and s >= _KEEP_ROUNDS:
@@ -621,6 +815,8 @@ class Reducer:
                 problems.append(f"rank {r} is {'in' if votes == n else 'out'} for the others")
             if r not in d.members and (vals[3 + n + i] > 0 or vals[3 + 2 * n + i] > 0):
                 problems.append(f"rank {r} contributed while left out")
+        if vals[3 + 3 * n] != n * _admission_code(d):
+            problems.append(f"ranks disagree on who joins after it (this rank: {sorted(d.admit)})")
         if problems:
             raise MembershipDisagreement(
                 f"ranks disagree on who took part in step {s} (epoch {epoch}): " + "; ".join(problems)
@@ -643,6 +839,7 @@ class Reducer:
                     self._pending[key[1]] = data.clone()
                     self._pending_from = s
                 fut.set_result(outs[key[1]])
+            self._resolve_translated(s, outs)
             if used_pending:
                 self._pending = {}
                 self._pending_from = -1
@@ -656,6 +853,16 @@ class Reducer:
             assert self._decision is not None
             self._view = self._view.next_view(self._decision)
             self._round = s + 1
+            if self._decision.admit and not rec.shared:
+                # The next round is the grown group's: registrations go to its epoch from now on, and
+                # the agent makes its process group before any collective of that round.
+                grown = tuple(sorted({*self._group.ranks, *self._decision.admit}))
+                self._admission = _Admission(
+                    self._epoch + 1, s, dict(self._decision.admit), self._group, grown
+                )
+                self._epoch += 1
+                self._group = G.Group(None, grown, self._group.backend, "forming")
+                self._view = RoundView(s + 1, grown, {})
             self._cv.notify_all()
 
     # ---------------------------------------------------------------------------------- recovery
@@ -737,7 +944,9 @@ class Reducer:
                 f"(it answered after the others sealed ranks {list(sealed)})"
             )
         completed = {r: int(json.loads(store.get(plane.keys.census(r)))["completed"]) for r in sealed}
-        new = G.survivors_group(grp, sealed, self.device, cfg.collective_timeout_s)
+        new = G.survivors_group(
+            grp, sealed, self.rank, self._group_store(epoch + 1), cfg.collective_timeout_s
+        )
         lost = tuple(r for r in grp.ranks if r not in sealed)
         with self._cv:
             self._group = new
@@ -752,6 +961,7 @@ class Reducer:
             self._round = top + 1
             self._decided = top
             self._decision = None
+            self._admission = None
             self._recovering = False
             self._cv.notify_all()
         self._start_timer(epoch + 1, self._view)
@@ -770,6 +980,224 @@ class Reducer:
             took,
         )
 
+    def _group_store(self, epoch: int) -> Any:
+        """The store prefix where the group of `epoch` meets (its own client: the group keeps it)."""
+        return dist.PrefixStore(f"{self._prefix}e{epoch}/pg/", self._base.clone())
+
+    # ----------------------------------------------------------------------------------- joining
+
+    def _enter(self, optimizer: torch.optim.Optimizer) -> None:
+        """A newcomer: ask to join, wait for the admission, meet the grown group, take its state."""
+        cfg = self.config
+        t0 = time.monotonic()
+        store = self._store()
+        token = uuid.uuid4().hex
+        i = int(store.add(Keys.join_count(), 1)) - 1
+        store.set(Keys.join_request(i), json.dumps({"rank": self.rank, "token": token}))
+        log.warning("autoccl.resilience: rank %d asks to join the running job", self.rank)
+        deadline = t0 + cfg.admission_s
+        adm: dict[str, Any] | None = None
+        while adm is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ResilienceError(
+                    f"rank {self.rank} was not admitted within {cfg.admission_s:.0f} s (admission_s); "
+                    "the group admits newcomers after a step that every member takes part in, and only "
+                    "where every rank's Reducer was given the same store as this one"
+                )
+            if self._liveness.error is not None:
+                raise ResilienceError(f"the heartbeat thread failed: {_first_line(self._liveness.error)}")
+            text = self._get(Keys.admission(self.rank), min(self._chunk(), left))
+            if text is not None:
+                found = json.loads(text)
+                if found.get("token") == token:
+                    adm = found
+                else:  # the admission of an earlier process of this rank
+                    time.sleep(cfg.heartbeat_s)
+        group = tuple(int(r) for r in adm["group"])
+        epoch, first = int(adm["epoch"]), int(adm["round"])
+        self.rules = Rules(cfg.warmup_steps, cfg.max_absent, cfg.max_lag, int(adm["floor"]))
+        self._liveness.watch(group)
+        try:
+            self._group = G.direct(
+                str(adm["backend"]),
+                self._group_store(epoch),
+                group,
+                self.rank,
+                cfg.collective_timeout_s,
+                "grown",
+            )
+            self._receive_state(self._group, int(adm["source"]), optimizer)
+        except (RuntimeError, dist.DistError) as e:
+            raise ResilienceError(f"rank {self.rank} could not join the group: {_first_line(e)}") from e
+        params = list(self._module.parameters())
+        self._layout = [
+            BucketLayout(int(numel), _dtype(dtype), [(params[i], o, n) for i, o, n in parts])
+            for dtype, numel, parts in adm["layout"]
+        ]
+        self._epoch = epoch
+        self._view = RoundView(first, group, {})
+        self._round = self._next_step = self._first_step = first
+        self._decided = self._applied = first - 1
+        self._translate = True
+        took = time.monotonic() - t0
+        self.joins.append(Join(epoch, first, (self.rank,), group, took))
+        log.warning(
+            "autoccl.resilience: rank %d joined ranks %s at step %d (%.2f s after asking)",
+            self.rank,
+            list(group),
+            first,
+            took,
+        )
+
+    def _admit(self, adm: _Admission) -> None:
+        """A member: grow the group by the newcomers admitted after round adm.round. The source writes
+        their admissions; everyone meets in the grown group's process group; the source sends each
+        newcomer the weights and the optimizer's state once its own step() has applied the round."""
+        t0 = time.monotonic()
+        cfg = self.config
+        joiners = tuple(sorted(adm.joiners))
+        self._liveness.watch(adm.ranks)  # a newcomer that dies while joining is seen as lost
+        if self.rank == adm.source:
+            assert self._layout is not None
+            layout = [
+                [
+                    str(lay.dtype).removeprefix("torch."),
+                    lay.numel,
+                    [[self._param_index[id(p)], o, n] for p, o, n in lay.params],
+                ]
+                for lay in self._layout
+            ]
+            for r, token in adm.joiners.items():
+                admission = {
+                    "token": token,
+                    "epoch": adm.epoch,
+                    "round": adm.round + 1,
+                    "group": list(adm.ranks),
+                    "source": adm.source,
+                    "backend": adm.previous.backend,
+                    "floor": self.rules.members_floor,
+                    "layout": layout,
+                }
+                self._store().set(Keys.admission(r), json.dumps(admission))
+        try:
+            new = G.direct(
+                adm.previous.backend,
+                self._group_store(adm.epoch),
+                adm.ranks,
+                self.rank,
+                cfg.collective_timeout_s,
+                "grown",
+            )
+        except (RuntimeError, dist.DistError) as e:
+            G.release(adm.previous)
+            raise _Recover(
+                f"rank(s) {list(joiners)} did not join after step {adm.round}: {_first_line(e)}", joiners
+            ) from e
+        with self._cv:
+            self._group = new
+        G.release(adm.previous)  # every member met in the new group, so each has finished the old one's round
+        if self.rank == adm.source:
+            with self._cv:
+                while self._applied < adm.round:
+                    self._closed_check()
+                    self._cv.wait(timeout=0.5)
+                optimizer = self._optimizer
+            assert optimizer is not None
+            try:
+                for r in joiners:
+                    self._send_state(new, r, optimizer)
+            except (RuntimeError, dist.DistError) as e:
+                raise _Recover(
+                    f"sending the state to rank(s) {list(joiners)} failed: {_first_line(e)}", joiners
+                ) from e
+        with self._cv:
+            self._admission = None
+        self._start_timer(adm.epoch, RoundView(adm.round + 1, new.ranks, {}))
+        took = time.monotonic() - t0
+        self.joins.append(Join(adm.epoch, adm.round + 1, joiners, new.ranks, took))
+        log.warning(
+            "autoccl.resilience: rank(s) %s joined after step %d; continuing with ranks %s from step %d "
+            "(%.2f s)",
+            list(joiners),
+            adm.round,
+            list(new.ranks),
+            adm.round + 1,
+            took,
+        )
+
+    def _model_tensors(self) -> list[torch.Tensor]:
+        return [t.data for t in (*self._module.parameters(), *self._module.buffers())]
+
+    def _send_state(self, group: G.Group, to: int, optimizer: torch.optim.Optimizer) -> None:
+        """Weights and buffers in module order, then the optimizer's state_dict: its structure (torch.save
+        with each tensor replaced by a placeholder), then its tensors, on the group's device."""
+        for t in self._model_tensors():
+            G.send(group, t.contiguous(), to)
+        tensors: list[torch.Tensor] = []
+
+        def strip(x: Any) -> Any:
+            if isinstance(x, torch.Tensor):
+                tensors.append(x)
+                return (
+                    _TENSOR,
+                    len(tensors) - 1,
+                    list(x.shape),
+                    str(x.dtype).removeprefix("torch."),
+                    x.device.type,
+                )
+            if isinstance(x, dict):
+                return {k: strip(v) for k, v in x.items()}
+            if isinstance(x, list | tuple):
+                return type(x)(strip(v) for v in x)
+            return x
+
+        blob = io.BytesIO()
+        torch.save(strip(optimizer.state_dict()), blob)
+        raw = torch.frombuffer(bytearray(blob.getvalue()), dtype=torch.uint8)
+        G.send(group, torch.tensor([raw.numel()], dtype=torch.int64, device=self.device), to)
+        G.send(group, raw.to(self.device), to)
+        for t in tensors:
+            G.send(group, t.detach().to(self.device).contiguous(), to)
+
+    def _receive_state(self, group: G.Group, source: int, optimizer: torch.optim.Optimizer) -> None:
+        for t in self._model_tensors():
+            G.recv(group, t, source)
+        size = torch.zeros(1, dtype=torch.int64, device=self.device)
+        G.recv(group, size, source)
+        raw = torch.empty(int(size.item()), dtype=torch.uint8, device=self.device)
+        G.recv(group, raw, source)
+        skeleton = torch.load(io.BytesIO(raw.cpu().numpy().tobytes()), weights_only=True)
+        holes: list[tuple[Any, ...]] = []
+
+        def find(x: Any) -> None:
+            if isinstance(x, tuple) and len(x) == 5 and x[0] == _TENSOR:
+                holes.append(x)
+            elif isinstance(x, dict):
+                for v in x.values():
+                    find(v)
+            elif isinstance(x, list | tuple):
+                for v in x:
+                    find(v)
+
+        find(skeleton)
+        got: dict[int, torch.Tensor] = {}
+        for _, i, shape, dtype, device in sorted(holes, key=lambda h: int(h[1])):
+            t = torch.empty(shape, dtype=_dtype(dtype), device=self.device)
+            G.recv(group, t, source)
+            got[int(i)] = t.cpu() if device == "cpu" else t
+
+        def fill(x: Any) -> Any:
+            if isinstance(x, tuple) and len(x) == 5 and x[0] == _TENSOR:
+                return got[int(x[1])]
+            if isinstance(x, dict):
+                return {k: fill(v) for k, v in x.items()}
+            if isinstance(x, list | tuple):
+                return type(x)(fill(v) for v in x)
+            return x
+
+        optimizer.load_state_dict(fill(skeleton))
+
     def _retire(self, old: G.Group, new: G.Group) -> None:
         """Let the old group's stranded collectives end, then destroy it. A survivor that caught the
         loss by heartbeat may still wait inside a collective of the old group; it ends (with an error)
@@ -782,10 +1210,7 @@ class Reducer:
         for w in stranded:
             while not w.is_completed() and time.monotonic() < deadline:
                 time.sleep(0.01)
-        try:
-            dist.destroy_process_group(old.pg)
-        except (RuntimeError, ValueError) as e:
-            log.warning("autoccl.resilience: destroying the old group failed: %s", _first_line(e))
+        G.release(old)
 
     def _share_round(
         self, r: int, completed: dict[int, int], new: G.Group, decision: Decision | None
@@ -803,7 +1228,7 @@ class Reducer:
         else:
             bufs = [torch.zeros(lay.numel, dtype=lay.dtype, device=self.device) for lay in layout]
         for buf in bufs:
-            self._collective(partial(dist.broadcast, buf, src=src, group=new.pg))
+            self._collective(partial(dist.broadcast, buf, group=new.pg, group_src=new.index(src)))
         if have is None:
             if decision is None or decision.round != r:
                 raise ResilienceError(f"rank {self.rank} lost the decision of step {r} during a failure")
@@ -915,6 +1340,22 @@ class _Timer(threading.Thread):
                     return plane.propose(recover_decision(s, red._stalled(s, missing).reason, missing))
             if math.isfinite(budget):
                 time.sleep(min(piece, max(1e-4, t_q + budget - now)) if now < t_q + budget else piece)
+
+
+_TENSOR = "autoccl-tensor"  # a tensor's place in an optimizer state_dict sent to a newcomer
+
+
+def _dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ResilienceError(f"unknown tensor type {name!r} in the group's state")
+    return dtype
+
+
+def _admission_code(d: Decision) -> float:
+    """The newcomers a decision admits as one number every rank adds up (the agreement check): a CRC-32
+    of the sorted ranks, so a sum of n of them is exact in float64 for n < 2**21 ranks."""
+    return float(zlib.crc32(json.dumps(sorted(d.admit)).encode()))
 
 
 def _first_line(e: BaseException) -> str:
