@@ -639,6 +639,11 @@ class Reducer:
         """Every agent waits for the decision; the coordinator's timer thread writes it when the
         ski-rental budget runs out, the last rank to register when everyone expected is there."""
         if len(view.group) == 1:
+            # Nobody to agree with, but the round still waits for this rank's gradient (fresh or late).
+            with self._cv:
+                while not (self._join or s in self._fresh_steps):
+                    self._closed_check()
+                    self._cv.wait(timeout=0.5)
             admit = {}
             if s + 1 < self.steps and view.may_admit(view.group, self.rules):
                 admit = self._plane().join_requests()
