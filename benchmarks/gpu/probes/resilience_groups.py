@@ -103,7 +103,7 @@ def main() -> int:
             loss.backward()
             red.step(opt)
             opt.zero_grad(set_to_none=True)
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
         red.close()
         stats = red.stats()
         dist.destroy_process_group()
