@@ -168,6 +168,26 @@ def test_replacement_worker_joins_back(tmp_path: Path, victim: int) -> None:
     assert f"rank {victim} joined ranks [0, 1, 2, 3] at step {first}" in run.logs[victim]
 
 
+def test_newcomer_lost_while_joining(tmp_path: Path) -> None:
+    """A newcomer admitted but gone before the grown group forms: the members' group set-up times out,
+    they recover in the admitting round's epoch with its group and finish without it."""
+    timeouts = ["--collective-timeout-s", "4", "--census-s", "6", "--recovery-s", "30"]
+    args = ["--mode", "resilient", "--steps", "80", "--kill", "2:25", "--newcomer-dies", *timeouts, *SHAPE]
+    run = run_ranks(RANKS, args, tmp_path, HANG_S, replace=(2,))
+    _ok(run, {0: 0, 1: 0, 2: -9, 3: 0})
+    assert run.replaced == {2: -9} and sorted(run.outputs) == [0, 1, 3]
+    assert len({run.outputs[r]["digest"] for r in (0, 1, 3)}) == 1, "survivors hold different weights"
+    rounds = _agreed_rounds(run)
+    assert len(rounds) == 80 and rounds[-1][3] == (0, 1, 3)
+    admitted = [x for x in run.outputs[0]["records"] if x["admitted"]]
+    assert [x["admitted"] for x in admitted] == [[2]]
+    for r in (0, 1, 3):
+        rec = run.outputs[r]["stats"]["recoveries"]
+        assert [x["lost"] for x in rec] == [[2], []], rec
+        assert "did not join after step" in rec[1]["reason"]
+        assert run.outputs[r]["stats"]["joins"] == []
+
+
 def test_hung_recovery_ends_the_rank(tmp_path: Path) -> None:
     """A recovery that never finishes (the survivors' new communicator waits on the lost rank) ends
     each survivor with status 75 and every thread's stack in its log, within recovery_s."""

@@ -54,6 +54,11 @@ def main() -> int:
     ap.add_argument("--census-s", type=float, default=30.0)
     ap.add_argument("--recovery-s", type=float, default=120.0)
     ap.add_argument("--newcomer", action="store_true", help="join the running job (a replacement worker)")
+    ap.add_argument(
+        "--newcomer-dies",
+        action="store_true",
+        help="a newcomer dies once admitted, before the group forms (tests)",
+    )
     ap.add_argument("--bucket-mb", type=float, default=0.0, help="DDP's bucket_cap_mb (0: its default)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -93,6 +98,13 @@ def main() -> int:
                 time.sleep(1.0)
 
         group_module.survivors_group = never_returns  # type: ignore[assignment]
+    if a.newcomer and a.newcomer_dies:
+        import autoccl.resilience.group as group_module
+
+        def dies(*_: object, **__: object) -> None:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        group_module.direct = dies  # type: ignore[assignment]
     if a.newcomer:
         reducer = Reducer(ddp, a.steps, cfg, store=job_store, newcomer=Newcomer(rank, opt))
     else:

@@ -117,7 +117,7 @@ class Recovery:
 
 @dataclass
 class Join:
-    epoch: int  # the new epoch
+    epoch: int  # the epoch the group grew in (an admission keeps the epoch)
     round: int  # the first round of the grown group
     joined: tuple[int, ...]
     group: tuple[int, ...]
@@ -138,7 +138,7 @@ class Newcomer:
 class _Admission:
     """The group grows after round `round` (every member applies it first)."""
 
-    epoch: int  # the grown group's epoch
+    epoch: int  # the epoch of the admitting round (the grown group keeps it)
     round: int
     joiners: dict[int, str]  # rank -> its request's token
     previous: G.Group
@@ -234,6 +234,7 @@ class Reducer:
         self._tls = threading.local()
         self._cv = threading.Condition()
         self._epoch = 0
+        self._generation = 0  # bumped whenever the group changes (a recovery, an admission): ends timers
         self._round = 0  # next round the agent works on
         self._decided = -1  # last round whose decision this rank has read
         self._decision: Decision | None = None  # decision of the round in flight
@@ -861,13 +862,14 @@ class Reducer:
             if self._decision.admit and not rec.shared:
                 # The next round is the grown group's: registrations go to its epoch from now on, and
                 # the agent makes its process group before any collective of that round.
+                # The epoch stays: a rank that did not finish this round (a loss during it) recovers in
+                # this epoch, and one that did joins that recovery in the same epoch once the grown
+                # group cannot form (_admit).
                 grown = tuple(sorted({*self._group.ranks, *self._decision.admit}))
-                self._admission = _Admission(
-                    self._epoch + 1, s, dict(self._decision.admit), self._group, grown
-                )
-                self._epoch += 1
+                self._admission = _Admission(self._epoch, s, dict(self._decision.admit), self._group, grown)
                 self._group = G.Group(None, grown, self._group.backend, "forming")
                 self._view = RoundView(s + 1, grown, {})
+                self._generation += 1
             self._cv.notify_all()
 
     # ---------------------------------------------------------------------------------- recovery
@@ -956,6 +958,7 @@ class Reducer:
         with self._cv:
             self._group = new
             self._epoch = epoch + 1
+            self._generation += 1
         self._liveness.watch(sealed)
         top = max(completed.values())
         if any(c < top for c in completed.values()):
@@ -985,9 +988,11 @@ class Reducer:
             took,
         )
 
-    def _group_store(self, epoch: int) -> Any:
-        """The store prefix where the group of `epoch` meets (its own client: the group keeps it)."""
-        return dist.PrefixStore(f"{self._prefix}e{epoch}/pg/", self._base.clone())
+    def _group_store(self, epoch: int, grown_after: int | None = None) -> Any:
+        """The store prefix where the survivors' group of `epoch` meets, or the group grown after round
+        `grown_after` (its own client: the group keeps it)."""
+        where = "pg" if grown_after is None else f"grown-{grown_after}"
+        return dist.PrefixStore(f"{self._prefix}e{epoch}/{where}/", self._base.clone())
 
     # ----------------------------------------------------------------------------------- joining
 
@@ -1026,7 +1031,7 @@ class Reducer:
         try:
             self._group = G.direct(
                 str(adm["backend"]),
-                self._group_store(epoch),
+                self._group_store(epoch, first - 1),
                 group,
                 self.rank,
                 cfg.collective_timeout_s,
@@ -1088,14 +1093,18 @@ class Reducer:
         try:
             new = G.direct(
                 adm.previous.backend,
-                self._group_store(adm.epoch),
+                self._group_store(adm.epoch, adm.round),
                 adm.ranks,
                 self.rank,
                 cfg.collective_timeout_s,
                 "grown",
             )
         except (RuntimeError, dist.DistError) as e:
-            G.release(adm.previous)
+            # Recover in this epoch with the group of the admitting round: the members that did not
+            # finish it (if one was lost) are recovering there already.
+            with self._cv:
+                self._group = adm.previous
+                self._admission = None
             raise _Recover(
                 f"rank(s) {list(joiners)} did not join after step {adm.round}: {_first_line(e)}", joiners
             ) from e
@@ -1267,6 +1276,7 @@ class _Timer(threading.Thread):
         super().__init__(name=f"autoccl-coordinator-{red.rank}", daemon=True)
         self.red = red
         self.epoch = epoch
+        self.generation = red._generation  # its group's: a recovery or an admission ends this clock
         self.view = view
         self.error: BaseException | None = None
         self._last: tuple[int, float, float] | None = None  # (round, quorum time, waited)
@@ -1274,7 +1284,7 @@ class _Timer(threading.Thread):
     def run(self) -> None:
         red = self.red
         try:
-            while not red._closed and red._epoch == self.epoch and self.view.round < red.steps:
+            while self._live() and self.view.round < red.steps:
                 d = self._round(Plane(red._store(), self.epoch, self.view.group, red.rules), self.view)
                 if d is None or d.kind == "recover":
                     return
@@ -1283,7 +1293,8 @@ class _Timer(threading.Thread):
             self.error = e
 
     def _live(self) -> bool:
-        return not self.red._closed and self.red._epoch == self.epoch
+        red = self.red
+        return not red._closed and red._epoch == self.epoch and red._generation == self.generation
 
     def _lost(self, plane: Plane, s: int) -> Decision | None:
         red = self.red
