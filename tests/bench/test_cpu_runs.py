@@ -340,6 +340,42 @@ def test_train_resilience_lost_rank(tmp_path: Path) -> None:
     assert len(doc["iterations"][0]["iter_ms"]) == 14
 
 
+def test_train_resilience_replacement_joins(tmp_path: Path) -> None:
+    """--kill --rejoin: the harness starts a replacement for the killed rank, which joins the run; the
+    survivors' recovery does not wait for the old process though the new one beats under the same rank
+    (census_s is 90 s: a census that took the newcomer's heartbeat for the lost process's waited so long)."""
+    prefix = tmp_path / "j"
+    cpu3 = "--device cpu --backend gloo --nproc 3 --no-progress --timeout 300".split()
+    args = [
+        *TRAIN_DDP,
+        *cpu3,
+        "-n",
+        "200",
+        "--resilience",
+        "on",
+        "--kill",
+        "2:8",
+        "--rejoin",
+        "--no-clean-baseline",
+    ]
+    r = _run([*args, "-o", str(prefix)])
+    assert r.exit_code == 0, r.output
+    doc = R.load_doc(prefix.with_suffix(".json"))
+    (row,) = doc["train"]
+    assert row["live_ranks"] == [0, 1, 2] and row["weights_identical"]
+    (rec,) = row["resilience"]["recoveries"]
+    assert rec["lost"] == [2] and rec["seconds"] < 30, rec
+    (join,) = row["resilience"]["joins"]
+    assert join["joined"] == [2] and 8 < join["round"] < 200
+    assert f"2 back at step {join['round']}" in prefix.with_suffix(".md").read_text()
+    assert len(doc["iterations"][0]["iter_ms"]) == 200
+
+
+def test_rejoin_needs_a_kill() -> None:
+    r = _run([*TRAIN_DDP, "--device", "cpu", "--nproc", "2", "--resilience", "on", "--rejoin"])
+    assert r.exit_code != 0 and "--rejoin needs --kill" in r.output
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -138,7 +138,8 @@ def test_replacement_worker_joins_back(tmp_path: Path, victim: int) -> None:
     it receives the weights and the optimizer's state, and every rank ends with the same weights. DDP's
     small buckets make the newcomer's first step lay them out unlike the group (its buckets are copied
     onto the group's layout until DDP has rebuilt them)."""
-    args = ["--mode", "resilient", "--steps", "90", "--kill", f"{victim}:25", "--bucket-mb", "0.1", *SHAPE]
+    # 225 steps after the kill: the replacement starts and asks before the run ends, on a loaded machine too
+    args = ["--mode", "resilient", "--steps", "250", "--kill", f"{victim}:25", "--bucket-mb", "0.1", *SHAPE]
     run = run_ranks(RANKS, args, tmp_path, HANG_S, replace=(victim,))
     _ok(run)
     assert run.replaced == {victim: -9}
@@ -146,7 +147,7 @@ def test_replacement_worker_joins_back(tmp_path: Path, victim: int) -> None:
     assert len({o["digest"] for o in run.outputs.values()}) == 1, "a rank holds other weights"
     newcomer = run.outputs[victim]
     first = newcomer["records"][0]["round"]
-    assert 25 < first < 90 and newcomer["group"] == list(range(RANKS))
+    assert 25 < first < 250 and newcomer["group"] == list(range(RANKS))
     # every rank recorded the same rounds from the newcomer's first on; the others the same before it
     views = {
         r: [
@@ -168,6 +169,26 @@ def test_replacement_worker_joins_back(tmp_path: Path, victim: int) -> None:
     assert f"rank {victim} joined ranks [0, 1, 2, 3] at step {first}" in run.logs[victim]
 
 
+def test_admitting_round_failing_on_one_rank(tmp_path: Path) -> None:
+    """The round that admits a newcomer fails on one member only (the others finished it): every
+    member recovers in the same epoch, the round is settled from those that finished it, and the
+    newcomer, whose grown group never formed, asks again and joins later. Were the epochs to differ, the
+    two sides would each seal a group of their own and train apart."""
+    timeouts = ["--collective-timeout-s", "5", "--census-s", "8", "--recovery-s", "30"]
+    args = ["--mode", "resilient", "--steps", "250", "--kill", "2:25", "--fail-admit", "3", *timeouts, *SHAPE]
+    run = run_ranks(RANKS, args, tmp_path, HANG_S, replace=(2,))
+    _ok(run)
+    assert len({o["digest"] for o in run.outputs.values()}) == 1, "ranks hold different weights"
+    assert all(o["group"] == [0, 1, 2, 3] for o in run.outputs.values())
+    admitted = [x["round"] for x in run.outputs[0]["records"] if x["admitted"]]
+    assert len(admitted) == 2, admitted  # the failed admission, then the one that took
+    for r in (0, 1, 3):
+        stats = run.outputs[r]["stats"]
+        assert [x["lost"] for x in stats["recoveries"]] == [[2], []], stats["recoveries"]
+        assert [(x["joined"], x["round"]) for x in stats["joins"]] == [([2], admitted[1] + 1)]
+    assert "asking again" in run.logs[2]
+
+
 def test_newcomer_lost_while_joining(tmp_path: Path) -> None:
     """A newcomer admitted but gone before the grown group forms: the members' group set-up times out,
     they recover in the admitting round's epoch with its group and finish without it."""
@@ -184,7 +205,7 @@ def test_newcomer_lost_while_joining(tmp_path: Path) -> None:
     for r in (0, 1, 3):
         rec = run.outputs[r]["stats"]["recoveries"]
         assert [x["lost"] for x in rec] == [[2], []], rec
-        assert "did not join after step" in rec[1]["reason"]
+        assert "did not form" in rec[1]["reason"]
         assert run.outputs[r]["stats"]["joins"] == []
 
 

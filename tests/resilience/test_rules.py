@@ -239,6 +239,40 @@ def test_the_full_rounds_decision_admits(store) -> None:  # type: ignore[no-unty
     assert partial.kind == "partial" and partial.admit == {}
 
 
+def test_a_newcomers_heartbeat_does_not_revive_the_process_it_replaces(store) -> None:  # type: ignore[no-untyped-def]
+    """Rank 2's first process stops; a replacement for rank 2 beats meanwhile (it starts before the
+    survivors see the loss). The survivors must still see rank 2 lost: a census that took the newcomer
+    for the old process waited census_s for it."""
+    import time
+
+    from autoccl.resilience.liveness import Liveness
+
+    def factory():  # type: ignore[no-untyped-def]
+        return store.clone() if hasattr(store, "clone") else store
+
+    old_key, new_key = Keys.heartbeat(2), Keys.heartbeat(2, "tok")
+    store.add(old_key, 1)
+    store.add(Keys.heartbeat(0), 1)
+    newcomer = Liveness(factory, 2, new_key, {2: new_key}, 0.02, 0.3)
+    watcher = Liveness(factory, 0, Keys.heartbeat(0), {0: Keys.heartbeat(0), 2: old_key}, 0.02, 0.3)
+    store.add(new_key, 1)
+    newcomer.start()
+    watcher.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not watcher.dead({2}) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert watcher.dead({2}) == {2}, "the newcomer's heartbeat kept the lost process alive"
+        watcher.watch({0: Keys.heartbeat(0), 2: new_key})  # admitted: its own key is watched from now on
+        time.sleep(0.5)
+        assert not watcher.dead({2})
+    finally:
+        newcomer.stop()
+        watcher.stop()
+        newcomer.join(timeout=5)
+        watcher.join(timeout=5)
+
+
 # ------------------------------------------------------------------------------ settings, inject
 
 

@@ -59,6 +59,12 @@ def main() -> int:
         action="store_true",
         help="a newcomer dies once admitted, before the group forms (tests)",
     )
+    ap.add_argument(
+        "--fail-admit",
+        type=int,
+        default=-1,
+        help="RANK fails the round that admits a newcomer, alone (tests)",
+    )
     ap.add_argument("--bucket-mb", type=float, default=0.0, help="DDP's bucket_cap_mb (0: its default)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -98,6 +104,19 @@ def main() -> int:
                 time.sleep(1.0)
 
         group_module.survivors_group = never_returns  # type: ignore[assignment]
+    if a.fail_admit == rank and not a.newcomer:
+        import autoccl.resilience.reducer as reducer_module
+
+        finish = reducer_module.Reducer._finish
+
+        def fail_admitting_round(self: Reducer, work: object, s: int) -> None:
+            finish(self, work, s)
+            d = self._decision
+            if d is not None and d.admit and d.round == s and not getattr(self, "_failed_once", False):
+                self._failed_once = True  # type: ignore[attr-defined]
+                raise reducer_module._Recover("injected: a collective of the admitting round failed here")
+
+        reducer_module.Reducer._finish = fail_admitting_round  # type: ignore[method-assign]
     if a.newcomer and a.newcomer_dies:
         import autoccl.resilience.group as group_module
 

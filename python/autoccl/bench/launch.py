@@ -117,6 +117,7 @@ def run_launch(
         port = free_port()
         ranks = [(r, r) for r in range(topo.world_size)]
     procs: list[tuple[int, subprocess.Popen[str], Path]] = []
+    p_env: dict[int, dict[str, str]] = {}
     readers: list[threading.Thread] = []
     # A rank the spec kills on purpose (resilience runs) may die by SIGKILL; the store then lives in
     # this harness (as under torchrun's agent) so that losing rank 0 does not take the store with it.
@@ -138,6 +139,7 @@ def run_launch(
             )
             if killed is not None:
                 child["TORCHELASTIC_USE_AGENT_STORE"] = "True"
+            p_env[rank] = child
             if spec["device"] == "cpu" and "OMP_NUM_THREADS" not in child:
                 child["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // topo.local_world_size))
             log = workdir / f"rank{rank}.log"
@@ -157,7 +159,28 @@ def run_launch(
             t.start()
             readers.append(t)
         deadline = time.monotonic() + timeout_s
+        replaced = False
         while True:
+            if spec.get("rejoin") and not replaced:
+                for i, (r, p, _) in enumerate(procs):
+                    if r == killed and p.poll() == -signal.SIGKILL:
+                        # The replacement worker for the killed rank (`--rejoin`): it joins the running job.
+                        replaced = True
+                        child = dict(p_env[r])
+                        child["AUTOCCL_BENCH_NEWCOMER"] = "1"
+                        log = workdir / f"rank{r}.newcomer.log"
+                        proc = subprocess.Popen(
+                            [sys.executable, "-m", "autoccl.bench.worker", str(spec_path)],
+                            env=child,
+                            stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT,
+                            text=True,
+                            start_new_session=True,
+                        )
+                        procs[i] = (r, proc, log)
+                        t = threading.Thread(target=_pump, args=(proc, open(log, "w"), None), daemon=True)
+                        t.start()
+                        readers.append(t)
             codes = [p.poll() for _, p, _ in procs]
             failed = [
                 (r, c, log)

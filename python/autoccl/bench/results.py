@@ -498,11 +498,12 @@ def resilience_markdown(doc: dict[str, Any]) -> list[str]:
         ev, bev = r.get("eval_loss"), b.get("eval_loss") if b else None
         lr = ev / bev if _finite(ev) and _finite(bev) and bev else math.nan
         res = r.get("resilience") or {}
-        lost = [x for rec in res.get("recoveries", []) for x in rec.get("lost", [])]
+        lost = [str(x) for rec in res.get("recoveries", []) for x in rec.get("lost", [])]
+        lost += [f"{x} back at step {j['round']}" for j in res.get("joins", []) for x in j.get("joined", [])]
         lines.append(
             f"| {r['launch']} | {r['mean_step_ms']:.1f} | {_f(st, '.3f')} | {_f(ev, '.4f')} | "
             f"{_f(lr, '.4f')} | {res.get('partial_rounds', '–')} | {res.get('max_staleness', '–')} | "
-            f"{', '.join(map(str, lost)) or '–'} | {'yes' if r.get('weights_identical') else 'NO'} |"
+            f"{', '.join(lost) or '–'} | {'yes' if r.get('weights_identical') else 'NO'} |"
         )
     return lines
 

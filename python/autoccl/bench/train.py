@@ -241,6 +241,7 @@ def _run_steps(
 ) -> dict[str, Any]:
     """The loop of a resilience comparison: per-(rank, step) batches, optional Markov data, the
     resilient reducer (DDP), a straggler and a lost rank; per-step loss and step time."""
+    import datetime
     import os
     import signal
     import statistics
@@ -255,10 +256,37 @@ def _run_steps(
     data = MarkovTokens(p.vocab, int(spec["seed"])) if spec.get("data") == "markov" else None
     reducer = None
     if spec.get("resilient"):
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
         from autoccl.resilience import ResilienceConfig
         from autoccl.resilience.reducer import Reducer
 
-        reducer = Reducer(net, iters, ResilienceConfig(**spec.get("resilience_config", {})))  # type: ignore[arg-type]
+        cfg = ResilienceConfig(**spec.get("resilience_config", {}))
+        assert isinstance(net, DDP)  # the CLI allows --resilience with --parallel ddp only
+        if spec.get("rejoin") and inject:
+            # Every rank meets in the launcher's store itself: a replacement worker cannot name the
+            # default group's prefix of it.
+            from autoccl.resilience.reducer import Newcomer
+
+            job_store = dist.TCPStore(
+                os.environ["MASTER_ADDR"],
+                int(os.environ["MASTER_PORT"]),
+                None,
+                False,
+                datetime.timedelta(seconds=float(spec.get("timeout_s", 600))),
+            )
+            from autoccl.resilience import RunEnded
+
+            joining = Newcomer(rank, opt) if spec.get("newcomer") else None
+            try:
+                reducer = Reducer(net, iters, cfg, store=job_store, newcomer=joining)
+            except RunEnded:  # started too late: the run it would replace a rank of is over
+                print(f"rank {rank}: the run ended before this replacement worker was admitted", flush=True)
+                return {"writer": -1}
+            if joining is not None:
+                print(f"rank {rank}: joined at step {reducer.next_step} (--rejoin)", flush=True)
+        else:
+            reducer = Reducer(net, iters, cfg)
     # The same in both modes: the straggler is slowed from step INJECT_FROM on, and mean step times
     # skip the first TIMED_FROM steps (start-up: DDP's bucket rebuild, the reducer's warm-up).
     inject_from, timed_from = 5, min(10, iters // 2)
@@ -266,11 +294,11 @@ def _run_steps(
     done: dict[int, float] = {}  # step -> when its update was applied here (synchronous runs)
     undelayed: list[float] = []
     t_start = time.monotonic()
-    step = 0
+    step = reducer.next_step if reducer is not None else 0
     while step < iters:
         # `>=`: a rank whose gradient missed its round skips the steps the group computed meanwhile,
-        # so it can jump over the kill step itself.
-        if kill is not None and rank == kill.rank and step >= kill.step:
+        # so it can jump over the kill step itself. A replacement worker is not killed again.
+        if kill is not None and rank == kill.rank and step >= kill.step and not spec.get("newcomer"):
             print(f"rank {rank}: killed at step {step} (--kill {kill.label()})", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         t0 = time.perf_counter()
@@ -306,6 +334,12 @@ def _run_steps(
     if reducer is not None:
         reducer.close()
         group, live = reducer.process_group, list(reducer.ranks)
+        joined = {r for j in reducer.joins for r in j.joined}
+        out["writer"] = min(r for r in live if r not in joined)
+        if spec.get("newcomer"):  # its record starts where it joined; the writer reports the run
+            out["weights_identical"] = _weights_identical(model, group, device)
+            out["live_ranks"], out["_group"] = live, group
+            return out
         done = {r.round: r.done_s for r in reducer.records}
         out["resilience"] = reducer.stats()
         out["records"] = [r.as_dict() for r in reducer.records if r.kind != "sync" or r.stale or r.shared]
@@ -331,7 +365,7 @@ def _run_steps(
         out["loss_floor"] = data.entropy()
     out["weights_identical"] = _weights_identical(model, group, red_dev)
     out["live_ranks"] = live
-    out["writer"] = min(live)
+    out.setdefault("writer", min(live))
     if straggler is not None:  # the draws depend on (seed, step) only: the same in every launch
         seed = int(spec["seed"])
         out["straggler_plan"] = {

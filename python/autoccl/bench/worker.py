@@ -66,8 +66,17 @@ def main(argv: list[str]) -> int:
     timeout = datetime.timedelta(seconds=float(spec.get("timeout_s", 600)))
     t0 = time.time()
     kw: dict[str, Any] = {"device_id": device} if spec["device"] == "cuda" else {}
-    dist.init_process_group(spec["backend"], rank=rank, world_size=world, timeout=timeout, **kw)
-    meta = dist.new_group(backend="gloo") if spec["backend"] != "gloo" else dist.group.WORLD
+    if os.environ.get("AUTOCCL_BENCH_NEWCOMER") == "1":
+        # A replacement worker (`--rejoin`): the job's default group is closed to it, so it has its own
+        # (DDP needs one) and joins the job's resilient reducer through the job's store.
+        spec = {**spec, "newcomer": True}
+        dist.init_process_group(
+            spec["backend"], store=dist.HashStore(), rank=0, world_size=1, timeout=timeout, **kw
+        )
+        meta = dist.group.WORLD
+    else:
+        dist.init_process_group(spec["backend"], rank=rank, world_size=world, timeout=timeout, **kw)
+        meta = dist.new_group(backend="gloo") if spec["backend"] != "gloo" else dist.group.WORLD
     init_s = time.time() - t0
 
     def progress(done: int, total: int) -> None:
@@ -86,9 +95,10 @@ def main(argv: list[str]) -> int:
         result.update(run_train(spec, rank, world, device, meta, progress))
     else:
         raise SystemExit(f"unknown kind {spec['kind']!r}")
-    # A resilience run that lost a rank ends on the survivors' group, written by the lowest survivor.
+    # A resilience run that lost a rank ends on the survivors' group, written by the lowest survivor
+    # that ran from the start (a replacement worker's record starts where it joined).
     group = result.pop("_group", meta)
-    lost = len(result.get("live_ranks", range(world))) < world
+    lost = bool((result.get("resilience") or {}).get("recoveries")) or spec.get("newcomer", False)
     if rank == int(result.get("writer", 0)):
         result["host"] = host_info(spec["device"])
         tmp = spec["out"] + ".tmp"

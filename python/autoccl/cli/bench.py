@@ -474,6 +474,7 @@ class Resilience:
     resilience: str
     straggler: str | None
     kill: str | None
+    rejoin: bool
     delay: str
     clean_baseline: bool
 
@@ -495,10 +496,15 @@ class Resilience:
             raise _fail("--kill needs --resilience on (synchronous DDP cannot survive a lost rank)")
         if kl is not None and kl.rank == 0 and distributed:
             raise _fail("--kill 0 needs a local launch (under torchrun, rank 0 writes the result)")
+        if self.rejoin and kl is None:
+            raise _fail("--rejoin needs --kill (it replaces the killed rank)")
+        if self.rejoin and distributed:
+            raise _fail("--rejoin needs a local launch (the harness starts the replacement worker)")
         return {
             "resilience": self.resilience,
             "straggler": st.label() if st else None,
             "kill": kl.label() if kl else None,
+            "rejoin": self.rejoin,
             "delay": self.delay,
             "clean_baseline": self.clean_baseline,
         }
@@ -521,6 +527,13 @@ _resilience = O.gathered(
         "FACTOR (drawn in LO-HI) times its usual time",
     ),
     click.option("--kill", default=None, help="RANK:STEP: that rank is killed (SIGKILL) when it starts STEP"),
+    click.option(
+        "--rejoin",
+        is_flag=True,
+        default=False,
+        help="with --kill: once the rank is dead, start a replacement worker that joins the running job "
+        "(admitted after a step every rank takes part in; it receives the weights and the optimizer's state)",
+    ),
     O.choice(
         "--delay",
         values=["busy", "sleep"],

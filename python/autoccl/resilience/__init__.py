@@ -12,6 +12,7 @@ from autoccl.resilience.config import (
     RankExcluded,
     ResilienceConfig,
     ResilienceError,
+    RunEnded,
 )
 from autoccl.resilience.skirental import competitive_ratio
 
@@ -22,6 +23,7 @@ __all__ = [
     "Reducer",
     "ResilienceConfig",
     "ResilienceError",
+    "RunEnded",
     "competitive_ratio",
 ]
 

@@ -21,6 +21,11 @@ class RankExcluded(ResilienceError):
     """This rank was left out of the group that survived a failure (it answered too late)."""
 
 
+class RunEnded(ResilienceError):
+    """A newcomer asked to join a run that ended before it could be admitted (nothing is wrong: there is
+    nothing left to join)."""
+
+
 class ConfigError(ValueError):
     """A setting out of range (the message is one sentence naming it)."""
 

@@ -192,10 +192,16 @@ class Keys:
         return f"e{self.epoch}/members"
 
     @staticmethod
-    def heartbeat(rank: int) -> str:
-        return f"hb/{rank}"
+    def heartbeat(rank: int, token: str = "") -> str:
+        """A rank's first process beats on hb/<rank>; a newcomer on a key of its own (its token)."""
+        return f"hb/{rank}/{token}" if token else f"hb/{rank}"
 
     # Join requests and admissions live outside the epochs: a newcomer does not know the epoch.
+    @staticmethod
+    def newcomer_heartbeat(rank: int, token: str) -> str:
+        """A join request's token is <process token>-<attempt>; the process beats on its own key."""
+        return Keys.heartbeat(rank, token.rsplit("-", 1)[0])
+
     @staticmethod
     def join_count() -> str:
         return "join/n"
@@ -207,6 +213,10 @@ class Keys:
     @staticmethod
     def admission(rank: int) -> str:
         return f"join/admit/{rank}"
+
+    @staticmethod
+    def run_ended() -> str:
+        return "join/ended"
 
 
 class Plane:

@@ -3,15 +3,17 @@
 A counter is used instead of a time stamp so that clocks of different hosts never matter: a rank is
 taken as lost when its counter has not moved for `dead_after_s` on the watcher's own monotonic clock.
 The thread runs beside training and beside the reducer's collectives, so a rank stuck in a collective
-or in a long kernel still counts as alive; only a process that is gone (or frozen) goes silent."""
+or in a long kernel still counts as alive; only a process that is gone (or frozen) goes silent. Each
+process of a rank has a key of its own: a replacement worker's heartbeat must not revive the process it
+replaces, which the survivors may still be waiting to see lost."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from autoccl.resilience.control import Keys, Store
+from autoccl.resilience.control import Store
 
 
 class Liveness(threading.Thread):
@@ -19,31 +21,44 @@ class Liveness(threading.Thread):
         self,
         store_factory: Callable[[], Store],
         rank: int,
-        ranks: tuple[int, ...],
+        key: str,
+        watched: Mapping[int, str],
         period_s: float,
         dead_after_s: float,
     ) -> None:
+        """`key`: this process's heartbeat key; `watched`: rank -> the heartbeat key of its process."""
         super().__init__(name=f"autoccl-heartbeat-{rank}", daemon=True)
         self._store_factory = store_factory
         self.rank = rank
+        self.key = key
         self.period_s = period_s
         self.dead_after_s = dead_after_s
         self._lock = threading.Lock()
-        self._ranks = ranks
         now = time.monotonic()
-        self._seen: dict[int, tuple[int, float]] = {r: (-1, now) for r in ranks}
+        self._keys = dict(watched)
+        self._seen: dict[int, tuple[str, int, float]] = {r: (k, -1, now) for r, k in watched.items()}
         self._polled = now  # the last time the counters were read
         self._halt = threading.Event()
         self.error: BaseException | None = None
 
-    def watch(self, ranks: tuple[int, ...]) -> None:
-        """Watch only these ranks from now on (after the group shrank)."""
+    def watch(self, watched: Mapping[int, str]) -> None:
+        """Watch these ranks' processes from now on (after the group shrank or grew). A rank whose key
+        changed (another process of it) is watched from now on, as if new."""
+        now = time.monotonic()
         with self._lock:
-            self._ranks = ranks
-            self._seen = {r: self._seen.get(r, (-1, time.monotonic())) for r in ranks}
+            self._keys = dict(watched)
+            old = self._seen
+            self._seen = {
+                r: old[r] if r in old and old[r][0] == k else (k, -1, now) for r, k in watched.items()
+            }
+
+    @property
+    def watched(self) -> dict[int, str]:
+        with self._lock:
+            return dict(self._keys)
 
     def beat(self, store: Store) -> None:
-        store.add(Keys.heartbeat(self.rank), 1)
+        store.add(self.key, 1)
 
     def run(self) -> None:
         try:
@@ -51,17 +66,16 @@ class Liveness(threading.Thread):
             while not self._halt.is_set():
                 self.beat(store)
                 with self._lock:
-                    ranks = self._ranks
-                keys = [Keys.heartbeat(r) for r in ranks]
-                # multi_get would block on a key never written; every rank writes its key before
-                # the reducer starts (Reducer.__init__), so all exist here.
-                values = [int(v) for v in store.multi_get(keys)]  # type: ignore[attr-defined]
+                    items = list(self._keys.items())
+                # multi_get would block on a key never written; every process writes its key before
+                # anyone watches it (Reducer.__init__, and a newcomer before it asks), so all exist here.
+                values = [int(v) for v in store.multi_get([k for _, k in items])]  # type: ignore[attr-defined]
                 now = time.monotonic()
                 with self._lock:
-                    for r, v in zip(ranks, values, strict=True):
-                        last, _ = self._seen.get(r, (-1, now))
-                        if v != last:
-                            self._seen[r] = (v, now)
+                    for (r, k), v in zip(items, values, strict=True):
+                        key, last, _ = self._seen.get(r, (k, -1, now))
+                        if v != last or key != k:
+                            self._seen[r] = (k, v, now)
                     self._polled = now
                 self._halt.wait(self.period_s)
         except BaseException as e:  # reported to the reducer, which stops cleanly
@@ -71,7 +85,7 @@ class Liveness(threading.Thread):
         """How long the rank's counter had not moved at the last read (a watcher starved of CPU judges
         nobody: the time since its last read does not count)."""
         with self._lock:
-            _, since = self._seen.get(rank, (-1, self._polled))
+            _, _, since = self._seen.get(rank, ("", -1, self._polled))
             return max(0.0, self._polled - since)
 
     def alive(self, rank: int) -> bool:

@@ -62,6 +62,7 @@ from autoccl.resilience.config import (
     RankExcluded,
     ResilienceConfig,
     ResilienceError,
+    RunEnded,
 )
 from autoccl.resilience.control import Decision, Keys, Plane, RoundView, Rules, recover_decision
 from autoccl.resilience.liveness import Liveness
@@ -256,6 +257,7 @@ class Reducer:
         self._warm_layout: dict[int, dict[int, BucketLayout]] = {}
         self._layout: list[BucketLayout] | None = None
         self._admission: _Admission | None = None
+        self._pending_join: tuple[Join, str] | None = None  # recorded once the grown group's first round ends
         self._translate = False  # a newcomer maps DDP's buckets onto the group's (_Translated)
         self._translated: dict[int, _Translated] = {}
         self._first_step = 0
@@ -272,7 +274,9 @@ class Reducer:
         self._timers: list[_Timer] = []  # every epoch's, joined by close()
         self._test_corrupt_view: Callable[[Decision], Decision] | None = None  # tests only
         s = self._store()
-        s.add(Keys.heartbeat(self.rank), 1)  # before anyone watches (Liveness reads with multi_get)
+        self._token = uuid.uuid4().hex if newcomer is not None else ""  # a newcomer's own keys
+        beat = Keys.heartbeat(self.rank, self._token)
+        s.add(beat, 1)  # before anyone watches (Liveness reads with multi_get)
         if newcomer is None:
             world = dist.get_world_size()
             self.rules = Rules(cfg.warmup_steps, cfg.max_absent, cfg.max_lag, cfg.members_floor(world))
@@ -288,13 +292,20 @@ class Reducer:
                     )
                 time.sleep(0.005)
             self._liveness = Liveness(
-                self._store, self.rank, self._group.ranks, cfg.heartbeat_s, cfg.dead_after_s
+                self._store,
+                self.rank,
+                beat,
+                {r: Keys.heartbeat(r) for r in self._group.ranks},
+                cfg.heartbeat_s,
+                cfg.dead_after_s,
             )
             self._view = RoundView(0, self._group.ranks, {})
             self._liveness.start()
         else:
             # Heartbeats first: the group watches a newcomer from the moment it admits it.
-            self._liveness = Liveness(self._store, self.rank, (self.rank,), cfg.heartbeat_s, cfg.dead_after_s)
+            self._liveness = Liveness(
+                self._store, self.rank, beat, {self.rank: beat}, cfg.heartbeat_s, cfg.dead_after_s
+            )
             self._liveness.start()
             try:
                 self._enter(newcomer.optimizer)
@@ -378,7 +389,13 @@ class Reducer:
         call when the interpreter exits aborts the process)."""
         with self._cv:
             self._closed = True
+            finished = self._next_step >= self.steps and self._error is None
             self._cv.notify_all()
+        if finished:  # a newcomer still waiting for its admission learns there is nothing left to join
+            try:
+                self._store().set(Keys.run_ended(), "1")
+            except (RuntimeError, dist.DistStoreError) as e:
+                log.warning("autoccl.resilience: could not mark the run as ended: %s", _first_line(e))
         self._agent.join(timeout=timeout_s)
         for timer in self._timers:  # an earlier epoch's clock may still be inside a store wait
             timer.join(timeout=timeout_s)
@@ -851,6 +868,11 @@ class Reducer:
                 self._pending_from = -1
             if self.rank in rec.members:
                 self._join = False
+            if self._pending_join is not None and self._pending_join[0].round == s:
+                # The grown group's first round is done: every rank records the join alike.
+                self.joins.append(self._pending_join[0])
+                log.warning("autoccl.resilience: %s", self._pending_join[1])
+                self._pending_join = None
             self._fresh_steps.discard(s)
             if s == self.config.warmup_steps - 1 and self._layout is None:
                 lay = self._warm_layout.get(s, {})
@@ -959,7 +981,7 @@ class Reducer:
             self._group = new
             self._epoch = epoch + 1
             self._generation += 1
-        self._liveness.watch(sealed)
+        self._liveness.watch({r: k for r, k in self._liveness.watched.items() if r in sealed})
         top = max(completed.values())
         if any(c < top for c in completed.values()):
             self._share_round(top, completed, new, decision)
@@ -970,6 +992,7 @@ class Reducer:
             self._decided = top
             self._decision = None
             self._admission = None
+            self._pending_join = None
             self._recovering = False
             self._cv.notify_all()
         self._start_timer(epoch + 1, self._view)
@@ -992,54 +1015,49 @@ class Reducer:
         """The store prefix where the survivors' group of `epoch` meets, or the group grown after round
         `grown_after` (its own client: the group keeps it)."""
         where = "pg" if grown_after is None else f"grown-{grown_after}"
-        return dist.PrefixStore(f"{self._prefix}e{epoch}/{where}/", self._base.clone())
+        return dist.PrefixStore(f"{self._prefix}e{epoch}/{where}", self._base.clone())
 
     # ----------------------------------------------------------------------------------- joining
 
     def _enter(self, optimizer: torch.optim.Optimizer) -> None:
-        """A newcomer: ask to join, wait for the admission, meet the grown group, take its state."""
+        """A newcomer: ask to join, wait for the admission, meet the grown group, take its state. If the
+        grown group does not form (a member was lost meanwhile: the members recover without it), ask
+        again, until admission_s."""
         cfg = self.config
         t0 = time.monotonic()
-        store = self._store()
-        token = uuid.uuid4().hex
-        i = int(store.add(Keys.join_count(), 1)) - 1
-        store.set(Keys.join_request(i), json.dumps({"rank": self.rank, "token": token}))
-        log.warning("autoccl.resilience: rank %d asks to join the running job", self.rank)
         deadline = t0 + cfg.admission_s
-        adm: dict[str, Any] | None = None
-        while adm is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ResilienceError(
-                    f"rank {self.rank} was not admitted within {cfg.admission_s:.0f} s (admission_s); "
-                    "the group admits newcomers after a step that every member takes part in, and only "
-                    "where every rank's Reducer was given the same store as this one"
+        attempt = 0
+        while True:
+            adm = self._ask(f"{self._token}-{attempt}", deadline)
+            group = tuple(int(r) for r in adm["group"])
+            epoch, first = int(adm["epoch"]), int(adm["round"])
+            self.rules = Rules(cfg.warmup_steps, cfg.max_absent, cfg.max_lag, int(adm["floor"]))
+            self._liveness.watch({int(r): str(k) for r, k in adm["heartbeats"].items()})
+            grp: G.Group | None = None
+            try:
+                grp = G.direct(
+                    str(adm["backend"]),
+                    self._group_store(epoch, first - 1),
+                    group,
+                    self.rank,
+                    cfg.collective_timeout_s,
+                    "grown",
                 )
-            if self._liveness.error is not None:
-                raise ResilienceError(f"the heartbeat thread failed: {_first_line(self._liveness.error)}")
-            text = self._get(Keys.admission(self.rank), min(self._chunk(), left))
-            if text is not None:
-                found = json.loads(text)
-                if found.get("token") == token:
-                    adm = found
-                else:  # the admission of an earlier process of this rank
-                    time.sleep(cfg.heartbeat_s)
-        group = tuple(int(r) for r in adm["group"])
-        epoch, first = int(adm["epoch"]), int(adm["round"])
-        self.rules = Rules(cfg.warmup_steps, cfg.max_absent, cfg.max_lag, int(adm["floor"]))
-        self._liveness.watch(group)
-        try:
-            self._group = G.direct(
-                str(adm["backend"]),
-                self._group_store(epoch, first - 1),
-                group,
-                self.rank,
-                cfg.collective_timeout_s,
-                "grown",
-            )
-            self._receive_state(self._group, int(adm["source"]), optimizer)
-        except (RuntimeError, dist.DistError) as e:
-            raise ResilienceError(f"rank {self.rank} could not join the group: {_first_line(e)}") from e
+                self._receive_state(grp, int(adm["source"]), optimizer)
+                break
+            except (RuntimeError, dist.DistError) as e:
+                log.warning(
+                    "autoccl.resilience: rank %d could not join ranks %s after step %d (%s); asking again",
+                    self.rank,
+                    list(group),
+                    first - 1,
+                    _first_line(e),
+                )
+                if grp is not None:
+                    G.release(grp)
+                self._liveness.watch({self.rank: self._liveness.key})
+                attempt += 1
+        self._group = grp
         params = list(self._module.parameters())
         self._layout = [
             BucketLayout(int(numel), _dtype(dtype), [(params[i], o, n) for i, o, n in parts])
@@ -1051,14 +1069,39 @@ class Reducer:
         self._decided = self._applied = first - 1
         self._translate = True
         took = time.monotonic() - t0
-        self.joins.append(Join(epoch, first, (self.rank,), group, took))
-        log.warning(
-            "autoccl.resilience: rank %d joined ranks %s at step %d (%.2f s after asking)",
-            self.rank,
-            list(group),
-            first,
-            took,
+        self._pending_join = (
+            Join(epoch, first, (self.rank,), group, took),
+            f"rank {self.rank} joined ranks {list(group)} at step {first} ({took:.2f} s after asking)",
         )
+        log.warning(
+            "autoccl.resilience: rank %d entered ranks %s before step %d", self.rank, list(group), first
+        )
+
+    def _ask(self, token: str, deadline: float) -> dict[str, Any]:
+        """Post a join request and wait for its admission (the admission record)."""
+        cfg = self.config
+        store = self._store()
+        i = int(store.add(Keys.join_count(), 1)) - 1
+        store.set(Keys.join_request(i), json.dumps({"rank": self.rank, "token": token}))
+        log.warning("autoccl.resilience: rank %d asks to join the running job", self.rank)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ResilienceError(
+                    f"rank {self.rank} was not admitted within {cfg.admission_s:.0f} s (admission_s); "
+                    "the group admits newcomers after a step that every member takes part in, and only "
+                    "where every rank's Reducer was given the same store as this one"
+                )
+            if self._liveness.error is not None:
+                raise ResilienceError(f"the heartbeat thread failed: {_first_line(self._liveness.error)}")
+            if store.check([Keys.run_ended()]):
+                raise RunEnded(f"rank {self.rank} asked to join a run that has ended")
+            text = self._get(Keys.admission(self.rank), min(self._chunk(), left))
+            if text is not None:
+                found: dict[str, Any] = json.loads(text)
+                if found.get("token") == token:
+                    return found
+                time.sleep(cfg.heartbeat_s)  # the admission of an earlier request or process of this rank
 
     def _admit(self, adm: _Admission) -> None:
         """A member: grow the group by the newcomers admitted after round adm.round. The source writes
@@ -1067,7 +1110,12 @@ class Reducer:
         t0 = time.monotonic()
         cfg = self.config
         joiners = tuple(sorted(adm.joiners))
-        self._liveness.watch(adm.ranks)  # a newcomer that dies while joining is seen as lost
+        # A newcomer that dies while joining is seen as lost (its process's own heartbeat key).
+        beats = {
+            **self._liveness.watched,
+            **{r: Keys.newcomer_heartbeat(r, t) for r, t in adm.joiners.items()},
+        }
+        self._liveness.watch(beats)
         if self.rank == adm.source:
             assert self._layout is not None
             layout = [
@@ -1087,6 +1135,7 @@ class Reducer:
                     "source": adm.source,
                     "backend": adm.previous.backend,
                     "floor": self.rules.members_floor,
+                    "heartbeats": {str(r): k for r, k in beats.items()},
                     "layout": layout,
                 }
                 self._store().set(Keys.admission(r), json.dumps(admission))
@@ -1106,7 +1155,9 @@ class Reducer:
                 self._group = adm.previous
                 self._admission = None
             raise _Recover(
-                f"rank(s) {list(joiners)} did not join after step {adm.round}: {_first_line(e)}", joiners
+                f"the group grown by rank(s) {list(joiners)} after step {adm.round} did not form: "
+                f"{_first_line(e)}",
+                tuple(sorted(self._liveness.dead(adm.ranks))),
             ) from e
         with self._cv:
             self._group = new
@@ -1129,15 +1180,10 @@ class Reducer:
             self._admission = None
         self._start_timer(adm.epoch, RoundView(adm.round + 1, new.ranks, {}))
         took = time.monotonic() - t0
-        self.joins.append(Join(adm.epoch, adm.round + 1, joiners, new.ranks, took))
-        log.warning(
-            "autoccl.resilience: rank(s) %s joined after step %d; continuing with ranks %s from step %d "
-            "(%.2f s)",
-            list(joiners),
-            adm.round,
-            list(new.ranks),
-            adm.round + 1,
-            took,
+        self._pending_join = (
+            Join(adm.epoch, adm.round + 1, joiners, new.ranks, took),
+            f"rank(s) {list(joiners)} joined after step {adm.round}; continuing with ranks "
+            f"{list(new.ranks)} from step {adm.round + 1} ({took:.2f} s)",
         )
 
     def _model_tensors(self) -> list[torch.Tensor]:
