@@ -266,6 +266,7 @@ def _run_steps(
         if spec.get("rejoin") and inject:
             # Every rank meets in the launcher's store itself: a replacement worker cannot name the
             # default group's prefix of it.
+            from autoccl.resilience import RunEnded
             from autoccl.resilience.reducer import Newcomer
 
             job_store = dist.TCPStore(
@@ -275,8 +276,6 @@ def _run_steps(
                 False,
                 datetime.timedelta(seconds=float(spec.get("timeout_s", 600))),
             )
-            from autoccl.resilience import RunEnded
-
             joining = Newcomer(rank, opt) if spec.get("newcomer") else None
             try:
                 reducer = Reducer(net, iters, cfg, store=job_store, newcomer=joining)

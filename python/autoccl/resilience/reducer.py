@@ -882,11 +882,11 @@ class Reducer:
             self._view = self._view.next_view(self._decision)
             self._round = s + 1
             if self._decision.admit and not rec.shared:
-                # The next round is the grown group's: registrations go to its epoch from now on, and
-                # the agent makes its process group before any collective of that round.
-                # The epoch stays: a rank that did not finish this round (a loss during it) recovers in
-                # this epoch, and one that did joins that recovery in the same epoch once the grown
-                # group cannot form (_admit).
+                # The next round is the grown group's: registrations count its ranks from now on, and
+                # the agent makes its process group before any collective of that round. The epoch
+                # stays: a rank that did not finish this round (a loss during it) recovers in this
+                # epoch, and one that did joins that recovery in the same epoch once the grown group
+                # cannot form (_admit).
                 grown = tuple(sorted({*self._group.ranks, *self._decision.admit}))
                 self._admission = _Admission(self._epoch, s, dict(self._decision.admit), self._group, grown)
                 self._group = G.Group(None, grown, self._group.backend, "forming")
