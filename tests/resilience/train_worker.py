@@ -65,6 +65,7 @@ def main() -> int:
         default=-1,
         help="RANK fails the round that admits a newcomer, alone (tests)",
     )
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (every rank on GPU 0; gloo carries it)")
     ap.add_argument("--bucket-mb", type=float, default=0.0, help="DDP's bucket_cap_mb (0: its default)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -81,7 +82,11 @@ def main() -> int:
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     preset = PRESETS["tiny"]
     torch.manual_seed(a.seed + (1000 if a.newcomer else 0))  # a newcomer's own weights are replaced
-    model = GPT(preset)
+    device = torch.device(a.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(0)
+        device = torch.device("cuda", 0)
+    model = GPT(preset).to(device)
     bucket = {"bucket_cap_mb": a.bucket_mb} if a.bucket_mb > 0 else {}
     ddp = DDP(model, **bucket)  # the tiny GPT has no buffers to synchronise
     opt = torch.optim.AdamW(ddp.parameters(), lr=a.lr)
@@ -162,7 +167,7 @@ def main() -> int:
                 os.kill(os.getpid(), signal.SIGKILL)
             t0 = time.perf_counter()
             g = torch.Generator().manual_seed(a.seed * 7919 + rank * 100_003 + step)
-            tokens = data.batch(a.batch, a.seq + 1, g)
+            tokens = data.batch(a.batch, a.seq + 1, g).to(device)
             logits = ddp(tokens[:, :-1])
             loss = F.cross_entropy(logits.reshape(-1, preset.vocab), tokens[:, 1:].reshape(-1))
             time.sleep(a.compute_ms / 1e3)  # the accelerator's share of the step
@@ -199,13 +204,13 @@ def main() -> int:
     else:
         out["done_at"] = {str(k): v for k, v in done_at.items()}
         pg = None
-    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).cpu()
     out["digest"] = hashlib.sha256(flat.numpy().tobytes()).hexdigest()
     with torch.no_grad():
         ge = torch.Generator().manual_seed(a.seed + 999)
         ev = [
             float(F.cross_entropy(model(x[:, :-1]).reshape(-1, preset.vocab), x[:, 1:].reshape(-1)))
-            for x in (data.batch(16, a.seq + 1, ge) for _ in range(4))
+            for x in (data.batch(16, a.seq + 1, ge).to(device) for _ in range(4))
         ]
     out["eval_loss"] = sum(ev) / len(ev)
     out["losses"] = {str(k): v for k, v in losses.items()}

@@ -3,8 +3,11 @@
 Checks, on the image's PyTorch and NCCL: a process group made directly (`group.direct`, how every group
 after the first is made: the survivors' and a grown one) sets up and runs the all_reduce and broadcast
 the reducer calls; aborting and closing such a group; a second group made after aborting one (a
-recovery); and the reducer itself on CUDA tensors (a one-rank job, DDP buckets, CUDA events and futures)
-for a few steps. Writes one JSON line per check to stdout and OUT/resilience-groups.json.
+recovery); the reducer itself on CUDA tensors (a one-rank job, DDP buckets, CUDA events and futures)
+for a few steps; and a lost rank and its replacement worker joining back with every rank's tensors on
+the GPU (four processes share it over gloo: one GPU cannot hold two NCCL ranks): the newcomer's bucket
+copies and the weights and optimizer state it receives, on CUDA. Writes one JSON line per check to
+stdout and OUT/resilience-groups.json.
 
     OUT=/tmp/out python3 benchmarks/gpu/probes/resilience_groups.py
 """
@@ -111,9 +114,43 @@ def main() -> int:
             raise RuntimeError(f"the loss did not fall: {losses[0]:.3f} -> {losses[-1]:.3f}")
         return {"rounds": stats["rounds"], "loss_first": losses[0], "loss_last": losses[-1]}
 
+    def join_on_cuda() -> dict[str, Any]:
+        from pathlib import Path as P
+
+        sys.path.insert(0, str(P(__file__).resolve().parents[3] / "tests" / "resilience"))
+        from resilience_ranks import run_ranks
+
+        out = P(os.environ.get("OUT", ".")) / "join-on-cuda"
+        args = ["--mode", "resilient", "--steps", "250", "--kill", "2:25", "--bucket-mb", "0.1"]
+        args += ["--compute-ms", "20", "--device", "cuda"]
+        run = run_ranks(4, args, out, 400.0, replace=(2,))
+        if run.hung or any(c != 0 for c in run.codes.values()):
+            raise RuntimeError(f"exit codes {run.codes}, hung {run.hung}:\n{run.describe()[-3000:]}")
+        digests = {r: o["digest"][:16] for r, o in run.outputs.items()}
+        joins = run.outputs[0]["stats"]["joins"]
+        newcomer = run.outputs[2]["stats"]
+        if len(set(digests.values())) != 1 or not joins:
+            raise RuntimeError(f"digests {digests}, joins {joins}")
+        return {
+            "replaced": run.replaced,
+            "joined_at_step": joins[0]["round"],
+            "group": run.outputs[0]["group"],
+            "same_weights": True,
+            "newcomer_copied_steps": newcomer["copied_steps"],
+            "newcomer_reordered_steps": newcomer["reordered_steps"],
+            "recoveries": [
+                (x["lost"], round(x["seconds"], 2)) for x in run.outputs[0]["stats"]["recoveries"]
+            ],
+            "eval_loss": {r: round(o["eval_loss"], 4) for r, o in run.outputs.items()},
+            "seconds": round(run.seconds, 1),
+        }
+
     _check("direct NCCL group: all_reduce, broadcast, shutdown", direct_group, results)
     _check("abort a direct NCCL group, make the next one", abort_then_regroup, results)
     _check("the reducer on CUDA tensors (one rank, 30 steps)", reducer_on_cuda, results)
+    _check(
+        "a lost rank replaced and joining back, CUDA tensors over gloo (4 processes)", join_on_cuda, results
+    )
     out = Path(os.environ.get("OUT", "."))
     (out / "resilience-groups.json").write_text(
         json.dumps(

@@ -106,10 +106,19 @@ def survivors_group(
 
 
 def send(group: Group, tensor: torch.Tensor, to_rank: int) -> None:
-    group.pg.send([tensor], group.index(to_rank), 0).wait()
+    """Point to point; gloo moves host memory only, so a GPU tensor goes through a host copy there."""
+    if group.backend == "gloo" and tensor.device.type != "cpu":
+        tensor = tensor.cpu()
+    group.pg.send([tensor.contiguous()], group.index(to_rank), 0).wait()
 
 
 def recv(group: Group, tensor: torch.Tensor, from_rank: int) -> None:
+    """Into `tensor` (contiguous), through a host copy where gloo receives a GPU tensor."""
+    if group.backend == "gloo" and tensor.device.type != "cpu":
+        host = torch.empty(tensor.shape, dtype=tensor.dtype)
+        group.pg.recv([host], group.index(from_rank), 0).wait()
+        tensor.copy_(host)
+        return
     group.pg.recv([tensor], group.index(from_rank), 0).wait()
 
 
