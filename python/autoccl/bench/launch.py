@@ -143,21 +143,9 @@ def run_launch(
             if spec["device"] == "cpu" and "OMP_NUM_THREADS" not in child:
                 child["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // topo.local_world_size))
             log = workdir / f"rank{rank}.log"
-            logf = open(log, "w")  # closed by the reader thread
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "autoccl.bench.worker", str(spec_path)],
-                env=child,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                start_new_session=True,
-            )
+            proc, reader = _start_worker(spec_path, child, log, on_progress if rank == 0 else None)
             procs.append((rank, proc, log))
-            t = threading.Thread(
-                target=_pump, args=(proc, logf, on_progress if rank == 0 else None), daemon=True
-            )
-            t.start()
-            readers.append(t)
+            readers.append(reader)
         deadline = time.monotonic() + timeout_s
         replaced = False
         while True:
@@ -166,21 +154,11 @@ def run_launch(
                     if r == killed and p.poll() == -signal.SIGKILL:
                         # The replacement worker for the killed rank (`--rejoin`): it joins the running job.
                         replaced = True
-                        child = dict(p_env[r])
-                        child["AUTOCCL_BENCH_NEWCOMER"] = "1"
                         log = workdir / f"rank{r}.newcomer.log"
-                        proc = subprocess.Popen(
-                            [sys.executable, "-m", "autoccl.bench.worker", str(spec_path)],
-                            env=child,
-                            stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT,
-                            text=True,
-                            start_new_session=True,
-                        )
+                        env_r = {**p_env[r], "AUTOCCL_BENCH_NEWCOMER": "1"}
+                        proc, reader = _start_worker(spec_path, env_r, log, None)
                         procs[i] = (r, proc, log)
-                        t = threading.Thread(target=_pump, args=(proc, open(log, "w"), None), daemon=True)
-                        t.start()
-                        readers.append(t)
+                        readers.append(reader)
             codes = [p.poll() for _, p, _ in procs]
             failed = [
                 (r, c, log)
@@ -213,6 +191,24 @@ def run_launch(
         raise LaunchError(f"rank 0 finished without writing {out}")
     result: dict[str, Any] = json.loads(out.read_text())
     return result
+
+
+def _start_worker(
+    spec_path: Path, env: Mapping[str, str], log: Path, on_progress: Callable[[int, int], None] | None
+) -> tuple[subprocess.Popen[str], threading.Thread]:
+    """One worker process and the thread that copies its output to `log`."""
+    logf = open(log, "w")  # closed by the reader thread
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autoccl.bench.worker", str(spec_path)],
+        env=dict(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    reader = threading.Thread(target=_pump, args=(proc, logf, on_progress), daemon=True)
+    reader.start()
+    return proc, reader
 
 
 def _planned_kill(spec: dict[str, Any]) -> int | None:
