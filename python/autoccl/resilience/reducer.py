@@ -36,7 +36,6 @@ A replacement worker (its own default group, e.g. init_process_group with world_
 from __future__ import annotations
 
 import datetime
-import io
 import json
 import logging
 import math
@@ -67,6 +66,7 @@ from autoccl.resilience.config import (
 from autoccl.resilience.control import Decision, Keys, Plane, RoundView, Rules, recover_decision
 from autoccl.resilience.liveness import Liveness
 from autoccl.resilience.skirental import BuyCost, WaitRule
+from autoccl.resilience.transfer import dtype_named, receive_state, send_state
 
 log = logging.getLogger("autoccl.resilience")
 RECOVERY_HUNG_EXIT = 75  # the exit status of a rank whose recovery hung (EX_TEMPFAIL: the job may be retried)
@@ -1043,7 +1043,7 @@ class Reducer:
                     cfg.collective_timeout_s,
                     "grown",
                 )
-                self._receive_state(grp, int(adm["source"]), optimizer)
+                receive_state(grp, int(adm["source"]), self._module, optimizer, self.device)
                 break
             except (RuntimeError, dist.DistError) as e:
                 log.warning(
@@ -1060,7 +1060,7 @@ class Reducer:
         self._group = grp
         params = list(self._module.parameters())
         self._layout = [
-            BucketLayout(int(numel), _dtype(dtype), [(params[i], o, n) for i, o, n in parts])
+            BucketLayout(int(numel), dtype_named(dtype), [(params[i], o, n) for i, o, n in parts])
             for dtype, numel, parts in adm["layout"]
         ]
         self._epoch = epoch
@@ -1171,7 +1171,7 @@ class Reducer:
             assert optimizer is not None
             try:
                 for r in joiners:
-                    self._send_state(new, r, optimizer)
+                    send_state(new, r, self._module, optimizer, self.device)
             except (RuntimeError, dist.DistError) as e:
                 raise _Recover(
                     f"sending the state to rank(s) {list(joiners)} failed: {_first_line(e)}", joiners
@@ -1185,78 +1185,6 @@ class Reducer:
             f"rank(s) {list(joiners)} joined after step {adm.round}; continuing with ranks "
             f"{list(new.ranks)} from step {adm.round + 1} ({took:.2f} s)",
         )
-
-    def _model_tensors(self) -> list[torch.Tensor]:
-        return [t.data for t in (*self._module.parameters(), *self._module.buffers())]
-
-    def _send_state(self, group: G.Group, to: int, optimizer: torch.optim.Optimizer) -> None:
-        """Weights and buffers in module order, then the optimizer's state_dict: its structure (torch.save
-        with each tensor replaced by a placeholder), then its tensors, on the group's device."""
-        for t in self._model_tensors():
-            G.send(group, t.contiguous(), to)
-        tensors: list[torch.Tensor] = []
-
-        def strip(x: Any) -> Any:
-            if isinstance(x, torch.Tensor):
-                tensors.append(x)
-                return (
-                    _TENSOR,
-                    len(tensors) - 1,
-                    list(x.shape),
-                    str(x.dtype).removeprefix("torch."),
-                    x.device.type,
-                )
-            if isinstance(x, dict):
-                return {k: strip(v) for k, v in x.items()}
-            if isinstance(x, list | tuple):
-                return type(x)(strip(v) for v in x)
-            return x
-
-        blob = io.BytesIO()
-        torch.save(strip(optimizer.state_dict()), blob)
-        raw = torch.frombuffer(bytearray(blob.getvalue()), dtype=torch.uint8)
-        G.send(group, torch.tensor([raw.numel()], dtype=torch.int64, device=self.device), to)
-        G.send(group, raw.to(self.device), to)
-        for t in tensors:
-            G.send(group, t.detach().to(self.device).contiguous(), to)
-
-    def _receive_state(self, group: G.Group, source: int, optimizer: torch.optim.Optimizer) -> None:
-        for t in self._model_tensors():
-            G.recv(group, t, source)
-        size = torch.zeros(1, dtype=torch.int64, device=self.device)
-        G.recv(group, size, source)
-        raw = torch.empty(int(size.item()), dtype=torch.uint8, device=self.device)
-        G.recv(group, raw, source)
-        skeleton = torch.load(io.BytesIO(raw.cpu().numpy().tobytes()), weights_only=True)
-        holes: list[tuple[Any, ...]] = []
-
-        def find(x: Any) -> None:
-            if isinstance(x, tuple) and len(x) == 5 and x[0] == _TENSOR:
-                holes.append(x)
-            elif isinstance(x, dict):
-                for v in x.values():
-                    find(v)
-            elif isinstance(x, list | tuple):
-                for v in x:
-                    find(v)
-
-        find(skeleton)
-        got: dict[int, torch.Tensor] = {}
-        for _, i, shape, dtype, device in sorted(holes, key=lambda h: int(h[1])):
-            t = torch.empty(shape, dtype=_dtype(dtype), device=self.device)
-            G.recv(group, t, source)
-            got[int(i)] = t.cpu() if device == "cpu" else t
-
-        def fill(x: Any) -> Any:
-            if isinstance(x, tuple) and len(x) == 5 and x[0] == _TENSOR:
-                return got[int(x[1])]
-            if isinstance(x, dict):
-                return {k: fill(v) for k, v in x.items()}
-            if isinstance(x, list | tuple):
-                return type(x)(fill(v) for v in x)
-            return x
-
-        optimizer.load_state_dict(fill(skeleton))
 
     def _retire(self, old: G.Group, new: G.Group) -> None:
         """Let the old group's stranded collectives end, then destroy it. A survivor that caught the
@@ -1402,16 +1330,6 @@ class _Timer(threading.Thread):
                     return plane.propose(recover_decision(s, red._stalled(s, missing).reason, missing))
             if math.isfinite(budget):
                 time.sleep(min(piece, max(1e-4, t_q + budget - now)) if now < t_q + budget else piece)
-
-
-_TENSOR = "autoccl-tensor"  # a tensor's place in an optimizer state_dict sent to a newcomer
-
-
-def _dtype(name: str) -> torch.dtype:
-    dtype = getattr(torch, name, None)
-    if not isinstance(dtype, torch.dtype):
-        raise ResilienceError(f"unknown tensor type {name!r} in the group's state")
-    return dtype
 
 
 def _admission_code(d: Decision) -> float:
