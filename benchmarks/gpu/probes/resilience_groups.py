@@ -54,22 +54,28 @@ def main() -> int:
     store = dist.HashStore()
 
     def direct_group() -> dict[str, Any]:
-        grp = G.direct("nccl", dist.PrefixStore("e1/pg/", store), (3,), 3, 30.0, "grown")
+        grp = G.direct("nccl", dist.PrefixStore("e1/pg/", store), (3,), 3, 30.0, "grown", dev)
+        eager = hasattr(grp.pg, "eager_connect_single_device")
         t = torch.full((1024,), 2.0, device=dev)
         dist.all_reduce(t, group=grp.pg)
         b = torch.full((8,), 5.0, device=dev)
         dist.broadcast(b, group=grp.pg, group_src=0)
         torch.cuda.synchronize()
         G.release(grp)
-        return {"all_reduce": float(t[0]), "broadcast": float(b[0]), "type": type(grp.pg).__name__}
+        return {
+            "all_reduce": float(t[0]),
+            "broadcast": float(b[0]),
+            "type": type(grp.pg).__name__,
+            "connected_eagerly": eager,
+        }
 
     def abort_then_regroup() -> dict[str, Any]:
-        first = G.direct("nccl", dist.PrefixStore("e2/pg/", store), (0,), 0, 30.0, "grown")
+        first = G.direct("nccl", dist.PrefixStore("e2/pg/", store), (0,), 0, 30.0, "grown", dev)
         t = torch.ones(16, device=dev)
         dist.all_reduce(t, group=first.pg)
         torch.cuda.synchronize()
         again = G.survivors_group(
-            G.Group(first.pg, (0, 1), "nccl", "grown"), (0,), 0, dist.PrefixStore("e3/pg/", store), 30.0
+            G.Group(first.pg, (0, 1), "nccl", "grown"), (0,), 0, dist.PrefixStore("e3/pg/", store), 30.0, dev
         )
         u = torch.ones(16, device=dev)
         dist.all_reduce(u, group=again.pg)

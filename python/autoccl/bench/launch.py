@@ -155,8 +155,9 @@ def run_launch(
                         # The replacement worker for the killed rank (`--rejoin`): it joins the running job.
                         replaced = True
                         log = workdir / f"rank{r}.newcomer.log"
-                        env_r = {**p_env[r], "AUTOCCL_BENCH_NEWCOMER": "1"}
-                        proc, reader = _start_worker(spec_path, env_r, log, None)
+                        newcomer_spec = workdir / f"spec.{r}.newcomer.json"
+                        newcomer_spec.write_text(json.dumps({**spec, "newcomer": True}, indent=1))
+                        proc, reader = _start_worker(newcomer_spec, p_env[r], log, None)
                         procs[i] = (r, proc, log)
                         readers.append(reader)
             codes = [p.poll() for _, p, _ in procs]

@@ -66,10 +66,9 @@ def main(argv: list[str]) -> int:
     timeout = datetime.timedelta(seconds=float(spec.get("timeout_s", 600)))
     t0 = time.time()
     kw: dict[str, Any] = {"device_id": device} if spec["device"] == "cuda" else {}
-    if os.environ.get("AUTOCCL_BENCH_NEWCOMER") == "1":
+    if spec.get("newcomer"):
         # A replacement worker (`--rejoin`): the job's default group is closed to it, so it has its own
         # (DDP needs one) and joins the job's resilient reducer through the job's store.
-        spec = {**spec, "newcomer": True}
         dist.init_process_group(
             spec["backend"], store=dist.HashStore(), rank=0, world_size=1, timeout=timeout, **kw
         )

@@ -199,8 +199,8 @@ class Keys:
     # Join requests and admissions live outside the epochs: a newcomer does not know the epoch.
     @staticmethod
     def newcomer_heartbeat(rank: int, token: str) -> str:
-        """A join request's token is <process token>-<attempt>; the process beats on its own key."""
-        return Keys.heartbeat(rank, token.rsplit("-", 1)[0])
+        """The key a newcomer beats on while its request `token` stands (a key per request)."""
+        return Keys.heartbeat(rank, token)
 
     @staticmethod
     def join_count() -> str:

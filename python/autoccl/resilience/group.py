@@ -59,9 +59,18 @@ def create(backend: str, device: torch.device, timeout_s: float) -> Group:
     return Group(pg, tuple(range(dist.get_world_size())), backend, "created")
 
 
-def direct(backend: str, store: Any, ranks: tuple[int, ...], rank: int, timeout_s: float, how: str) -> Group:
+def direct(
+    backend: str,
+    store: Any,
+    ranks: tuple[int, ...],
+    rank: int,
+    timeout_s: float,
+    how: str,
+    device: torch.device | None = None,
+) -> Group:
     """A group of exactly `ranks`, met through `store` (a prefix no other group uses); every member
-    calls it. It waits up to timeout_s for all of them, then raises RuntimeError."""
+    calls it. Gloo waits up to timeout_s for all of them, then raises RuntimeError. NCCL is connected
+    here on `device` (eagerly: otherwise its set-up would happen inside the first collective)."""
     ranks = tuple(sorted(ranks))
     pg: Any
     if backend == "gloo":
@@ -72,6 +81,8 @@ def direct(backend: str, store: Any, ranks: tuple[int, ...], rank: int, timeout_
         opts._timeout = _timeout(timeout_s)
         opts.global_ranks_in_group = list(ranks)  # type: ignore[attr-defined]
         pg = dist.ProcessGroupNCCL(store, ranks.index(rank), len(ranks), opts)
+        if device is not None and device.type == "cuda" and hasattr(pg, "eager_connect_single_device"):
+            pg.eager_connect_single_device(device)
     else:
         raise ValueError(f"the resilient reducer supports the gloo and nccl backends, not {backend}")
     return Group(pg, ranks, backend, how)
@@ -89,7 +100,12 @@ def shrink_supported(group: Group) -> bool:
 
 
 def survivors_group(
-    group: Group, survivors: tuple[int, ...], rank: int, store: Any, timeout_s: float
+    group: Group,
+    survivors: tuple[int, ...],
+    rank: int,
+    store: Any,
+    timeout_s: float,
+    device: torch.device | None = None,
 ) -> Group:
     """Called by the survivors only (in the same order on each); `store` is the new group's own prefix."""
     survivors = tuple(sorted(survivors))
@@ -102,7 +118,7 @@ def survivors_group(
         return Group(pg, survivors, group.backend, "shrink_group")
     if group.backend == "nccl":
         abort(group)
-    return direct(group.backend, store, survivors, rank, timeout_s, "re-created")
+    return direct(group.backend, store, survivors, rank, timeout_s, "re-created", device)
 
 
 def send(group: Group, tensor: torch.Tensor, to_rank: int) -> None:

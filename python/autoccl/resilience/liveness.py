@@ -52,13 +52,23 @@ class Liveness(threading.Thread):
                 r: old[r] if r in old and old[r][0] == k else (k, -1, now) for r, k in watched.items()
             }
 
+    def rekey(self, key: str) -> None:
+        """Beat on another key from now on (a newcomer's next request; the key exists already)."""
+        with self._lock:
+            self.key = key
+            if self.rank in self._keys:
+                self._keys[self.rank] = key
+                self._seen[self.rank] = (key, -1, time.monotonic())
+
     @property
     def watched(self) -> dict[int, str]:
         with self._lock:
             return dict(self._keys)
 
     def beat(self, store: Store) -> None:
-        store.add(self.key, 1)
+        with self._lock:
+            key = self.key
+        store.add(key, 1)
 
     def run(self) -> None:
         try:
@@ -73,6 +83,8 @@ class Liveness(threading.Thread):
                 now = time.monotonic()
                 with self._lock:
                     for (r, k), v in zip(items, values, strict=True):
+                        if self._keys.get(r) != k:  # watch() changed it while this poll ran
+                            continue
                         key, last, _ = self._seen.get(r, (k, -1, now))
                         if v != last or key != k:
                             self._seen[r] = (k, v, now)

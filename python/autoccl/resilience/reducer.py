@@ -275,7 +275,7 @@ class Reducer:
         self._test_corrupt_view: Callable[[Decision], Decision] | None = None  # tests only
         s = self._store()
         self._token = uuid.uuid4().hex if newcomer is not None else ""  # a newcomer's own keys
-        beat = Keys.heartbeat(self.rank, self._token)
+        beat = Keys.heartbeat(self.rank, f"{self._token}-0" if newcomer is not None else "")
         s.add(beat, 1)  # before anyone watches (Liveness reads with multi_get)
         if newcomer is None:
             world = dist.get_world_size()
@@ -383,6 +383,10 @@ class Reducer:
             self._applied = r
             self._optimizer = optimizer
             self._cv.notify_all()
+            # The newcomer gets the state as of this round: training waits here while the agent sends
+            # it (the forward pass of the next step would change buffers, a scheduler the learning rate).
+            while sending and self._admission is adm and not self._closed and self._error is None:
+                self._cv.wait(timeout=0.5)
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Stop the agent and heartbeat threads (also after an error: a thread left inside a store
@@ -974,7 +978,7 @@ class Reducer:
             )
         completed = {r: int(json.loads(store.get(plane.keys.census(r)))["completed"]) for r in sealed}
         new = G.survivors_group(
-            grp, sealed, self.rank, self._group_store(epoch + 1), cfg.collective_timeout_s
+            grp, sealed, self.rank, self._group_store(epoch + 1), cfg.collective_timeout_s, self.device
         )
         lost = tuple(r for r in grp.ranks if r not in sealed)
         with self._cv:
@@ -992,7 +996,13 @@ class Reducer:
             self._decided = top
             self._decision = None
             self._admission = None
-            self._pending_join = None
+            if self._pending_join is not None:
+                # The grown group's first round did not end, but the newcomers that survived are in.
+                pj = self._pending_join[0]
+                kept = tuple(r for r in pj.joined if r in sealed)
+                if kept:
+                    self.joins.append(Join(pj.epoch, pj.round, kept, pj.group, pj.seconds))
+                self._pending_join = None
             self._recovering = False
             self._cv.notify_all()
         self._start_timer(epoch + 1, self._view)
@@ -1011,6 +1021,32 @@ class Reducer:
             took,
         )
 
+    def _meet(self, where: str, size: int) -> None:
+        """All `size` processes of a group about to be made arrive at `where` within collective_timeout_s,
+        or every one of them learns that they did not (one verdict, first writer wins), before any
+        starts to set the group up: a group that waits in its set-up for a process that is gone (NCCL's
+        set-up has no time-out of its own) could never be left."""
+        store = self._store()
+        arrived, verdict_key = f"{where}/arrived", f"{where}/verdict"
+        store.add(arrived, 1)
+        deadline = time.monotonic() + self.config.collective_timeout_s
+        while True:
+            if store.check([verdict_key]):
+                verdict = bytes(store.get(verdict_key)).decode()
+            elif int(store.add(arrived, 0)) >= size:
+                verdict = bytes(store.compare_set(verdict_key, "", "met")).decode()
+            elif time.monotonic() > deadline:
+                verdict = bytes(store.compare_set(verdict_key, "", "failed")).decode()
+            else:
+                self._closed_check()
+                time.sleep(self.config.heartbeat_s / 4)
+                continue
+            if verdict == "met":
+                return
+            raise RuntimeError(
+                f"not every process of the group arrived within {self.config.collective_timeout_s} s"
+            )
+
     def _group_store(self, epoch: int, grown_after: int | None = None) -> Any:
         """The store prefix where the survivors' group of `epoch` meets, or the group grown after round
         `grown_after` (its own client: the group keeps it)."""
@@ -1028,13 +1064,19 @@ class Reducer:
         deadline = t0 + cfg.admission_s
         attempt = 0
         while True:
-            adm = self._ask(f"{self._token}-{attempt}", deadline)
+            token = f"{self._token}-{attempt}"
+            if attempt:  # a key per request: the members that saw the last one fail see it go silent
+                beat = Keys.newcomer_heartbeat(self.rank, token)
+                self._store().add(beat, 1)
+                self._liveness.rekey(beat)
+            adm = self._ask(token, deadline)
             group = tuple(int(r) for r in adm["group"])
             epoch, first = int(adm["epoch"]), int(adm["round"])
             self.rules = Rules(cfg.warmup_steps, cfg.max_absent, cfg.max_lag, int(adm["floor"]))
             self._liveness.watch({int(r): str(k) for r, k in adm["heartbeats"].items()})
             grp: G.Group | None = None
             try:
+                self._meet(f"e{epoch}/grown-{first - 1}", len(group))
                 grp = G.direct(
                     str(adm["backend"]),
                     self._group_store(epoch, first - 1),
@@ -1042,6 +1084,7 @@ class Reducer:
                     self.rank,
                     cfg.collective_timeout_s,
                     "grown",
+                    self.device,
                 )
                 receive_state(grp, int(adm["source"]), self._module, optimizer, self.device)
                 break
@@ -1069,8 +1112,9 @@ class Reducer:
         self._decided = self._applied = first - 1
         self._translate = True
         took = time.monotonic() - t0
+        joiners = tuple(int(r) for r in adm.get("joiners", [self.rank]))
         self._pending_join = (
-            Join(epoch, first, (self.rank,), group, took),
+            Join(epoch, first, joiners, group, took),
             f"rank {self.rank} joined ranks {list(group)} at step {first} ({took:.2f} s after asking)",
         )
         log.warning(
@@ -1136,10 +1180,12 @@ class Reducer:
                     "backend": adm.previous.backend,
                     "floor": self.rules.members_floor,
                     "heartbeats": {str(r): k for r, k in beats.items()},
+                    "joiners": list(joiners),
                     "layout": layout,
                 }
                 self._store().set(Keys.admission(r), json.dumps(admission))
         try:
+            self._meet(f"e{adm.epoch}/grown-{adm.round}", len(adm.ranks))
             new = G.direct(
                 adm.previous.backend,
                 self._group_store(adm.epoch, adm.round),
@@ -1147,6 +1193,7 @@ class Reducer:
                 self.rank,
                 cfg.collective_timeout_s,
                 "grown",
+                self.device,
             )
         except (RuntimeError, dist.DistError) as e:
             # Recover in this epoch with the group of the admitting round: the members that did not
@@ -1154,6 +1201,7 @@ class Reducer:
             with self._cv:
                 self._group = adm.previous
                 self._admission = None
+                self._cv.notify_all()
             raise _Recover(
                 f"the group grown by rank(s) {list(joiners)} after step {adm.round} did not form: "
                 f"{_first_line(e)}",
@@ -1178,6 +1226,7 @@ class Reducer:
                 ) from e
         with self._cv:
             self._admission = None
+            self._cv.notify_all()
         self._start_timer(adm.epoch, RoundView(adm.round + 1, new.ranks, {}))
         took = time.monotonic() - t0
         self._pending_join = (
@@ -1260,8 +1309,8 @@ class _Timer(threading.Thread):
         try:
             while self._live() and self.view.round < red.steps:
                 d = self._round(Plane(red._store(), self.epoch, self.view.group, red.rules), self.view)
-                if d is None or d.kind == "recover":
-                    return
+                if d is None or d.kind == "recover" or d.admit:
+                    return  # an admitting round: the next round is the grown group's (a new clock)
                 self.view = self.view.next_view(d)
         except BaseException as e:
             self.error = e
