@@ -127,8 +127,9 @@ def main() -> int:
         from resilience_ranks import run_ranks
 
         out = P(os.environ.get("OUT", ".")) / "join-on-cuda"
-        args = ["--mode", "resilient", "--steps", "250", "--kill", "2:25", "--bucket-mb", "0.1"]
-        args += ["--compute-ms", "20", "--device", "cuda"]
+        # 575 steps of ~30 ms after the kill: the replacement's start (CUDA included) took ~5 s of them
+        args = ["--mode", "resilient", "--steps", "600", "--kill", "2:25", "--bucket-mb", "0.1"]
+        args += ["--compute-ms", "30", "--device", "cuda"]
         run = run_ranks(4, args, out, 400.0, replace=(2,))
         if run.hung or any(c != 0 for c in run.codes.values()):
             raise RuntimeError(f"exit codes {run.codes}, hung {run.hung}:\n{run.describe()[-3000:]}")
