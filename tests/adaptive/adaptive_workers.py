@@ -92,8 +92,9 @@ def _fc_emulated(world: int, latency_us: float, gbps: float) -> tuple[EmulatedTr
 
 
 def drift_job(rank: int, world: int, slow_at: int, iters: int) -> dict[str, Any]:
-    """A fully connected emulated network; link 0->1 becomes 4x slower at `slow_at`."""
-    emu, doc = _fc_emulated(world, 20.0, 0.05)
+    """A fully connected emulated network (a probe takes ~10 ms, well above scheduling noise); link 0->1
+    becomes 4x slower at `slow_at`."""
+    emu, doc = _fc_emulated(world, 20.0, 0.025)
     t = S.topology_from_dict(doc)
     ring = Plan.from_schedule(S.baseline(t, "ring", "allreduce", float(1 << 18)), t)
     ad = Adaptive(
@@ -109,7 +110,7 @@ def drift_job(rank: int, world: int, slow_at: int, iters: int) -> dict[str, Any]
     events, correct, versions = [], True, []
     for it in range(iters):
         if it == slow_at and rank == 0:
-            emu.set_link(0, 1, LinkModel(20.0, 0.05 / 4))
+            emu.set_link(0, 1, LinkModel(20.0, 0.025 / 4))
         x.fill_(rank + 1.0)
         mode = ad.all_reduce(x)
         if mode == "plan":
