@@ -218,6 +218,73 @@ def test_join_requests_pending(store) -> None:  # type: ignore[no-untyped-def]
     assert plane.join_requests() == {}
 
 
+def test_join_requests_are_read_incrementally(store) -> None:  # type: ignore[no-untyped-def]
+    from autoccl.resilience.control import JoinRequests
+
+    book = JoinRequests()
+    store.add(Keys.join_count(), 1)  # index 0 counted, its writer not yet done
+    _ask(store, 2, "newer")  # index 1
+    assert book.newest(store) == {2: "newer"}
+    store.set(Keys.join_request(0), json.dumps({"rank": 2, "token": "older"}))  # written late
+    _ask(store, 5, "five")
+    assert book.newest(store) == {2: "newer", 5: "five"}  # the late write of an older index loses
+    _ask(store, 5, "five-again")
+    assert book.newest(store) == {2: "newer", 5: "five-again"}
+
+
+def test_the_full_rounds_decision_admits_only_beating_requests(store) -> None:  # type: ignore[no-untyped-def]
+    group = (0, 1, 3)
+    plane = Plane(store, 1, group, RULES)
+    _ask(store, 2, "dead")
+    _ask(store, 4, "alive")
+    v = RoundView(30, group, {})
+    for r in (0, 1):
+        plane.register(v, r, admitting=True, alive=lambda r, t: t == "alive")
+    d = plane.register(v, 3, admitting=True, alive=lambda r, t: t == "alive")
+    assert d is not None and d.admit == {4: "alive"}
+
+
+def test_a_request_counts_as_beating_only_once_seen_moving(store) -> None:  # type: ignore[no-untyped-def]
+    """A join request is admitted only while its process is seen beating: a newcomer that died after
+    asking (its counter written once, never again) must never count as beating."""
+    import time
+
+    from autoccl.resilience.liveness import Liveness
+
+    def factory():  # type: ignore[no-untyped-def]
+        return store.clone() if hasattr(store, "clone") else store
+
+    dead_key, live_key = Keys.heartbeat(2, "dead"), Keys.heartbeat(4, "live")
+    store.add(dead_key, 1)
+    store.add(live_key, 1)
+    store.add(Keys.heartbeat(0), 1)
+    newcomer = Liveness(factory, 4, live_key, {4: live_key}, 0.02, 0.3)
+    watcher = Liveness(
+        factory, 0, Keys.heartbeat(0), {0: Keys.heartbeat(0)}, 0.02, 0.3, lambda _: [dead_key, live_key]
+    )
+    assert not watcher.beating(live_key) and watcher.followed_silent_for(live_key) is None  # not read yet
+    newcomer.start()
+    watcher.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not watcher.beating(live_key) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert watcher.beating(live_key)
+        while (watcher.followed_silent_for(dead_key) or 0.0) < 0.3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not watcher.beating(dead_key) and (watcher.followed_silent_for(dead_key) or 0.0) >= 0.3
+        newcomer.stop()
+        newcomer.join(timeout=5)
+        while watcher.beating(live_key) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not watcher.beating(live_key), "a newcomer that stopped beating still counts as beating"
+    finally:
+        newcomer.stop()
+        watcher.stop()
+        newcomer.join(timeout=5)
+        watcher.join(timeout=5)
+
+
 def test_the_full_rounds_decision_admits(store) -> None:  # type: ignore[no-untyped-def]
     group = (0, 1, 3)
     plane = Plane(store, 1, group, RULES)

@@ -60,6 +60,11 @@ def main() -> int:
         help="a newcomer dies once admitted, before the group forms (tests)",
     )
     ap.add_argument(
+        "--newcomer-dies-asking",
+        action="store_true",
+        help="a newcomer dies right after posting its join request (tests)",
+    )
+    ap.add_argument(
         "--fail-admit",
         type=int,
         default=-1,
@@ -129,6 +134,15 @@ def main() -> int:
             os.kill(os.getpid(), signal.SIGKILL)
 
         group_module.direct = dies  # type: ignore[assignment]
+    if a.newcomer and a.newcomer_dies_asking:
+        get = Reducer._get
+
+        def dies_once_asked(self: Reducer, key: str, timeout_s: float) -> bytes | None:
+            if key.startswith("join/admit/"):  # the request is posted: Reducer._ask waits for its admission
+                os.kill(os.getpid(), signal.SIGKILL)
+            return get(self, key, timeout_s)
+
+        Reducer._get = dies_once_asked  # type: ignore[method-assign]
     if a.newcomer:
         reducer = Reducer(ddp, a.steps, cfg, store=job_store, newcomer=Newcomer(rank, opt))
     else:

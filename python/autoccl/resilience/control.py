@@ -10,13 +10,15 @@ I/O (any torch.distributed.Store).
 
 A replacement worker asks to join by writing a request (`join/req/<i>`, its rank and a token of its
 own). The rank that writes a full round's decision (every member there, nobody behind) admits the
-requests pending then: the decision names them, so every rank grows the group after the same round.
+requests pending then whose process is seen beating (a request outlives a newcomer that died, and
+admitting it would stall the group for a time-out): the decision names them, so every rank grows the
+group after the same round.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -219,6 +221,31 @@ class Keys:
         return "join/ended"
 
 
+class JoinRequests:
+    """The newest join request of each rank, read incrementally: a request is written once, under the
+    index it counted (`join/n`), so only indices not read yet are read again."""
+
+    def __init__(self) -> None:
+        self._next = 0  # indices below this are read, or in _unwritten
+        self._unwritten: set[int] = set()  # counted, not yet written (its process may have died between)
+        self._newest: dict[int, tuple[int, str]] = {}  # rank -> (index, token)
+
+    def newest(self, store: Store) -> dict[int, str]:
+        n = int(store.add(Keys.join_count(), 0))
+        for i in sorted(self._unwritten | set(range(self._next, n))):
+            key = Keys.join_request(i)
+            if not store.check([key]):
+                self._unwritten.add(i)
+                continue
+            self._unwritten.discard(i)
+            req = json.loads(store.get(key))
+            r = int(req["rank"])
+            if r not in self._newest or self._newest[r][0] < i:
+                self._newest[r] = (i, str(req["token"]))
+        self._next = max(self._next, n)
+        return {r: token for r, (_, token) in self._newest.items()}
+
+
 class Plane:
     """Store I/O of one epoch's control plane (one instance per thread: stores are not shared)."""
 
@@ -229,11 +256,18 @@ class Plane:
         self.rules = rules
         self.words = mask_words(group)
 
-    def register(self, view: RoundView, rank: int, admitting: bool = False) -> Decision | None:
+    def register(
+        self,
+        view: RoundView,
+        rank: int,
+        admitting: bool = False,
+        alive: Callable[[int, str], bool] | None = None,
+    ) -> Decision | None:
         """Add this rank to round view.round; if that completes the expected set, write the decision
         (first writer wins) and return the decision in force. Crossing the quorum sets the quorum key
         that starts the coordinator's clock. With `admitting`, a full round's decision admits the
-        join requests pending (the caller passes False where the round is the run's last)."""
+        join requests pending (the caller passes False where the round is the run's last) for which
+        `alive(rank, token)` holds."""
         s = view.round
         word = rank // MASK_BITS
         mine = self.store.add(self.keys.mask(s, word), 1 << (rank % MASK_BITS))
@@ -244,30 +278,25 @@ class Plane:
         q = view.quorum(self.rules)
         decided: Decision | None = None
         if exp <= present and not exp <= before:
-            admit = self.join_requests() if admitting and view.may_admit(present, self.rules) else {}
+            admit = self.join_requests(alive) if admitting and view.may_admit(present, self.rules) else {}
             d = view.decide(present, admit=admit)
             decided = Decision.decode(self.store.compare_set(self.keys.decision(s), "", d.encode()))
         if len(present) >= q > len(before) or decided is not None:
             self.store.set(self.keys.quorum(s), "1")
         return decided
 
-    def join_requests(self) -> dict[int, str]:
+    def join_requests(self, alive: Callable[[int, str], bool] | None = None) -> dict[int, str]:
         """Pending join requests of ranks outside the group: rank -> token (a rank's newest request;
-        one already admitted, or superseded by a newer one, is not pending)."""
-        n = int(self.store.add(Keys.join_count(), 0))
-        newest: dict[int, str] = {}
-        for i in range(n):
-            key = Keys.join_request(i)
-            if not self.store.check([key]):  # counted, not yet written
-                continue
-            req = json.loads(self.store.get(key))
-            newest[int(req["rank"])] = str(req["token"])
+        one already admitted, or superseded by a newer one, is not pending; with `alive`, one for which
+        alive(rank, token) is false is not either)."""
         pending = {}
-        for r, token in newest.items():
+        for r, token in JoinRequests().newest(self.store).items():
             if r in self.group:
                 continue
             adm = Keys.admission(r)
             if self.store.check([adm]) and json.loads(self.store.get(adm)).get("token") == token:
+                continue
+            if alive is not None and not alive(r, token):
                 continue
             pending[r] = token
         return pending

@@ -5,7 +5,12 @@ taken as lost when its counter has not moved for `dead_after_s` on the watcher's
 The thread runs beside training and beside the reducer's collectives, so a rank stuck in a collective
 or in a long kernel still counts as alive; only a process that is gone (or frozen) goes silent. Each
 process of a rank has a key of its own: a replacement worker's heartbeat must not revive the process it
-replaces, which the survivors may still be waiting to see lost."""
+replaces, which the survivors may still be waiting to see lost.
+
+Beside the watched ranks, the thread can follow keys that belong to no member (`follow`: the heartbeat
+keys of the join requests pending): such a key counts as beating only once its counter was seen moving,
+within `dead_after_s`. A request is admitted on that evidence alone, so a newcomer that died after
+asking is never admitted (the group would wait a time-out for it)."""
 
 from __future__ import annotations
 
@@ -25,8 +30,10 @@ class Liveness(threading.Thread):
         watched: Mapping[int, str],
         period_s: float,
         dead_after_s: float,
+        follow: Callable[[Store], list[str]] | None = None,
     ) -> None:
-        """`key`: this process's heartbeat key; `watched`: rank -> the heartbeat key of its process."""
+        """`key`: this process's heartbeat key; `watched`: rank -> the heartbeat key of its process;
+        `follow`: read each period, the keys (written already) to follow beside them."""
         super().__init__(name=f"autoccl-heartbeat-{rank}", daemon=True)
         self._store_factory = store_factory
         self.rank = rank
@@ -38,6 +45,9 @@ class Liveness(threading.Thread):
         self._keys = dict(watched)
         self._seen: dict[int, tuple[str, int, float]] = {r: (k, -1, now) for r, k in watched.items()}
         self._polled = now  # the last time the counters were read
+        self._follow = follow
+        # key -> (value, when it was first read, when it last moved: None until it does)
+        self._followed: dict[str, tuple[int, float, float | None]] = {}
         self._halt = threading.Event()
         self.error: BaseException | None = None
 
@@ -79,10 +89,15 @@ class Liveness(threading.Thread):
                     items = list(self._keys.items())
                 # multi_get would block on a key never written; every process writes its key before
                 # anyone watches it (Reducer.__init__, and a newcomer before it asks), so all exist here.
-                values = [int(v) for v in store.multi_get([k for _, k in items])]  # type: ignore[attr-defined]
+                followed = self._follow(store) if self._follow is not None else []
+                keys = [k for _, k in items] + followed
+                values = [int(v) for v in store.multi_get(keys)]  # type: ignore[attr-defined]
                 now = time.monotonic()
                 with self._lock:
-                    for (r, k), v in zip(items, values, strict=True):
+                    for k, v in zip(followed, values[len(items) :], strict=True):
+                        last, first, moved = self._followed.get(k, (v, now, None))
+                        self._followed[k] = (v, first, now if v != last else moved)
+                    for (r, k), v in zip(items, values[: len(items)], strict=True):
                         if self._keys.get(r) != k:  # watch() changed it while this poll ran
                             continue
                         key, last, _ = self._seen.get(r, (k, -1, now))
@@ -104,6 +119,23 @@ class Liveness(threading.Thread):
         if rank == self.rank:
             return True
         return self.silent_for(rank) < self.dead_after_s
+
+    def beating(self, key: str) -> bool:
+        """Whether a followed key's counter was seen moving within dead_after_s of the last read (a key
+        not read yet, or never seen moving, is not)."""
+        with self._lock:
+            seen = self._followed.get(key)
+            return seen is not None and seen[2] is not None and self._polled - seen[2] < self.dead_after_s
+
+    def followed_silent_for(self, key: str) -> float | None:
+        """How long a followed key's counter had not moved at the last read (since it was first read, if
+        it never moved); None for a key not read yet."""
+        with self._lock:
+            seen = self._followed.get(key)
+            if seen is None:
+                return None
+            _, first, moved = seen
+            return max(0.0, self._polled - (moved if moved is not None else first))
 
     def dead(self, ranks: tuple[int, ...] | frozenset[int] | set[int]) -> frozenset[int]:
         return frozenset(r for r in ranks if not self.alive(r))

@@ -63,7 +63,16 @@ from autoccl.resilience.config import (
     ResilienceError,
     RunEnded,
 )
-from autoccl.resilience.control import Decision, Keys, Plane, RoundView, Rules, recover_decision
+from autoccl.resilience.control import (
+    Decision,
+    JoinRequests,
+    Keys,
+    Plane,
+    RoundView,
+    Rules,
+    Store,
+    recover_decision,
+)
 from autoccl.resilience.liveness import Liveness
 from autoccl.resilience.skirental import BuyCost, WaitRule
 from autoccl.resilience.transfer import dtype_named, receive_state, send_state
@@ -273,6 +282,8 @@ class Reducer:
         self._timer: _Timer | None = None
         self._timers: list[_Timer] = []  # every epoch's, joined by close()
         self._test_corrupt_view: Callable[[Decision], Decision] | None = None  # tests only
+        self._join_requests = JoinRequests()  # read by the heartbeat thread only
+        self._refused: set[str] = set()  # tokens of requests taken as dead (logged once)
         s = self._store()
         self._token = uuid.uuid4().hex if newcomer is not None else ""  # a newcomer's own keys
         beat = Keys.heartbeat(self.rank, f"{self._token}-0" if newcomer is not None else "")
@@ -298,13 +309,20 @@ class Reducer:
                 {r: Keys.heartbeat(r) for r in self._group.ranks},
                 cfg.heartbeat_s,
                 cfg.dead_after_s,
+                self._requests_to_follow,
             )
             self._view = RoundView(0, self._group.ranks, {})
             self._liveness.start()
         else:
             # Heartbeats first: the group watches a newcomer from the moment it admits it.
             self._liveness = Liveness(
-                self._store, self.rank, beat, {self.rank: beat}, cfg.heartbeat_s, cfg.dead_after_s
+                self._store,
+                self.rank,
+                beat,
+                {self.rank: beat},
+                cfg.heartbeat_s,
+                cfg.dead_after_s,
+                self._requests_to_follow,
             )
             self._liveness.start()
             try:
@@ -550,8 +568,29 @@ class Reducer:
             return
         self._registered.add(key)
         Plane(self._store(), self._epoch, self._group.ranks, self.rules).register(
-            self._view, self.rank, admitting=s + 1 < self.steps
+            self._view, self.rank, admitting=s + 1 < self.steps, alive=self._request_alive
         )
+
+    def _requests_to_follow(self, store: Store) -> list[str]:
+        """The heartbeat thread follows the newest join request of every rank (see _request_alive)."""
+        return [Keys.newcomer_heartbeat(r, t) for r, t in self._join_requests.newest(store).items()]
+
+    def _request_alive(self, rank: int, token: str) -> bool:
+        """Admit a request only while its process is seen beating: one that died after asking would
+        stall every member for collective_timeout_s."""
+        key = Keys.newcomer_heartbeat(rank, token)
+        if self._liveness.beating(key):
+            return True
+        silent = self._liveness.followed_silent_for(key)
+        if silent is not None and silent >= self.config.dead_after_s and token not in self._refused:
+            self._refused.add(token)
+            log.warning(
+                "autoccl.resilience: not admitting rank %d's join request: its process has not beaten "
+                "for %.1f s",
+                rank,
+                silent,
+            )
+        return False
 
     def _wait_round(self, r: int) -> RoundRecord:
         with self._cv:
@@ -668,7 +707,7 @@ class Reducer:
                     self._cv.wait(timeout=0.5)
             admit = {}
             if s + 1 < self.steps and view.may_admit(view.group, self.rules):
-                admit = self._plane().join_requests()
+                admit = self._plane().join_requests(self._request_alive)
             return view.decide(view.group, admit=admit)
         plane = self._plane()
         coordinator = view.group[0]
