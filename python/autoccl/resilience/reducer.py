@@ -269,6 +269,9 @@ class Reducer:
         self._pending_join: tuple[Join, str] | None = None  # recorded once the grown group's first round ends
         self._translate = False  # a newcomer maps DDP's buckets onto the group's (_Translated)
         self._translated: dict[int, _Translated] = {}
+        # the group's buckets as (parameter index, offset, numel), and parameter index -> (bucket, offset)
+        self._group_parts: list[list[tuple[int, int, int]]] = []
+        self._group_where: dict[int, tuple[int, int]] = {}
         self._first_step = 0
         self.copied_steps = 0  # a newcomer's steps whose buckets were mapped onto the group's layout
         self.reordered_steps = 0  # ... of which DDP's layout differed from the group's
@@ -524,7 +527,7 @@ class Reducer:
             return
         assert self._layout is not None
         where = {i: (b, o) for b, (_, ps, _) in step.buckets.items() for i, o, _ in ps}
-        group_parts = [[(self._param_index[id(p)], o, n) for p, o, n in lay.params] for lay in self._layout]
+        group_parts = self._group_parts
         ddp_parts = [step.buckets[b][1] for b in sorted(step.buckets)]
         self.copied_steps += 1
         self.reordered_steps += group_parts != ddp_parts
@@ -547,17 +550,11 @@ class Reducer:
         step = self._translated.pop(s, None)
         if step is None:
             return
-        where: dict[int, tuple[int, int]] = {}
-        if outs is not None:
-            assert self._layout is not None
-            for j, lay in enumerate(self._layout):
-                for p, o, _ in lay.params:
-                    where[self._param_index[id(p)]] = (j, o)
         for data, parts, fut in step.buckets.values():
             out = torch.zeros_like(data)
             if outs is not None:
                 for i, o, n in parts:
-                    j, src = where[i]
+                    j, src = self._group_where[i]
                     out[o : o + n].copy_(outs[j][src : src + n])
             fut.set_result(out)
 
@@ -1150,6 +1147,9 @@ class Reducer:
         self._round = self._next_step = self._first_step = first
         self._decided = self._applied = first - 1
         self._translate = True
+        index = self._param_index
+        self._group_parts = [[(index[id(p)], o, n) for p, o, n in lay.params] for lay in self._layout]
+        self._group_where = {i: (j, o) for j, parts in enumerate(self._group_parts) for i, o, _ in parts}
         took = time.monotonic() - t0
         joiners = tuple(int(r) for r in adm.get("joiners", [self.rank]))
         self._pending_join = (
