@@ -551,6 +551,9 @@ def test_coordinator_leaves_soon_after_a_killed_rank(plugin: Path, tmp_path: Pat
     assert 1900 <= waited_ms < 10_000, exits  # the reconnect grace, far below the 60 s deadline
 
 
+# Serial: once, beside other tests (xdist), one task of the debug run was not pinned by call 200 (the emulated
+# ranks run on threads, so the calls' interleave, and with it the search's samples, moves with the load).
+@pytest.mark.serial
 def test_search_debug_goes_to_nccl_log(plugin: Path) -> None:
     """AUTOCCL_SEARCH_DEBUG puts the search's diagnostics (each pin's evidence) in NCCL's log as INFO lines of
     the authority, and changes no decision: every task pins the same configuration with and without it (no
