@@ -66,6 +66,9 @@
 #   resilience-kill  `--resilience on --kill 1:100` over 200 steps: the survivor must go on within 30 s (the
 #             "lost at step" line of rank 0's log, train[].resilience.recoveries), bounded by RES_KILL_S
 #             (default 240)
+#   resilience-rejoin  as resilience-kill with `--rejoin` over 600 steps: the replacement for rank 1 joins the
+#             survivor over NCCL (the grown group made directly, the state sent GPU to GPU); the resilience
+#             table's "back at step N", both ranks' final weights alike
 # NCCL other than the image's: GPU_NCCL=DIR (benchmarks/gpu/setup.sh); a registry wheel too large to carry at
 #   once arrives in parts over several warm calls (benchmarks/gpu/carry_parts.sh).
 set -uo pipefail
@@ -190,21 +193,27 @@ PY
       (cd "$OUT" && find train -path '*.logs/online-*' -name 'trace.*' | tar czf train-traces.tgz -T - ; \
        tar czf train.tgz --exclude='*.logs' train && rm -rf train)
       continue ;;
-    resilience|resilience-kill)
+    resilience|resilience-kill|resilience-rejoin)
       left=$((BUDGET_S - (SECONDS - T0)))
       if [ "$left" -lt 90 ]; then echo "plan $plan skipped: ${left} s left"; continue; fi
       # the kill run is healthy in ~1 min; a survivor that hangs must not take the rest of the budget
-      [ "$plan" = resilience-kill ] && [ "$left" -gt "${RES_KILL_S:-240}" ] && left=${RES_KILL_S:-240}
+      [ "$plan" != resilience ] && [ "$left" -gt "${RES_KILL_S:-240}" ] && left=${RES_KILL_S:-240}
       res=(--nproc 2 --preset "${TRAIN_PRESET:-350m}" --parallel ddp --modes nccl --data markov --delay sleep
            --no-progress --timeout "$left" -o "$OUT/$plan/run")
       if [ "$plan" = resilience ]; then
         res+=(--resilience both --straggler 1:0.2:2-5 -n "${RES_ITERS:-500}")
-      else
+      elif [ "$plan" = resilience-kill ]; then
         res+=(--resilience on --kill 1:100 --no-clean-baseline -n 200)
+      else
+        res+=(--resilience on --kill 1:100 --rejoin --no-clean-baseline -n 600)
       fi
       mkdir -p "$OUT/$plan"
       timeout "$left" python3 -m autoccl bench train "${res[@]}" 2>&1 | tail -20
-      for d in "$OUT/$plan"/run.logs/*/; do cp "$d/rank0.log" "$OUT/$plan/$(basename "$d").rank0.log"; done
+      for d in "$OUT/$plan"/run.logs/*/; do
+        for f in "$d"/rank0.log "$d"/rank1.newcomer.log; do
+          [ -f "$f" ] && cp "$f" "$OUT/$plan/$(basename "$d").$(basename "$f")"
+        done
+      done
       (cd "$OUT" && tar czf "$plan.tgz" --exclude='*.logs' "$plan" && rm -rf "$plan")
       continue ;;
     *) echo "unknown plan $plan"; exit 2 ;;
