@@ -73,22 +73,18 @@ from autoccl.resilience.control import (
     Store,
     recover_decision,
 )
+from autoccl.resilience.layout import BucketLayout, Remap
+from autoccl.resilience.layout import decode as decode_layout
+from autoccl.resilience.layout import encode as encode_layout
 from autoccl.resilience.liveness import Liveness
 from autoccl.resilience.skirental import BuyCost, WaitRule
-from autoccl.resilience.transfer import dtype_named, receive_state, send_state
+from autoccl.resilience.transfer import receive_state, send_state
 
 log = logging.getLogger("autoccl.resilience")
 RECOVERY_HUNG_EXIT = 75  # the exit status of a rank whose recovery hung (EX_TEMPFAIL: the job may be retried)
 
 _instances = 0  # store namespace per reducer (every rank creates its reducers in the same order)
 _KEEP_ROUNDS = 8  # store keys of older rounds are deleted
-
-
-@dataclass
-class BucketLayout:
-    numel: int
-    dtype: torch.dtype
-    params: list[tuple[torch.Tensor, int, int]]  # (parameter, offset, numel) in the flat bucket
 
 
 @dataclass
@@ -269,9 +265,7 @@ class Reducer:
         self._pending_join: tuple[Join, str] | None = None  # recorded once the grown group's first round ends
         self._translate = False  # a newcomer maps DDP's buckets onto the group's (_Translated)
         self._translated: dict[int, _Translated] = {}
-        # the group's buckets as (parameter index, offset, numel), and parameter index -> (bucket, offset)
-        self._group_parts: list[list[tuple[int, int, int]]] = []
-        self._group_where: dict[int, tuple[int, int]] = {}
+        self._remap: Remap | None = None  # a newcomer's copies between DDP's buckets and the group's
         self._first_step = 0
         self.copied_steps = 0  # a newcomer's steps whose buckets were mapped onto the group's layout
         self.reordered_steps = 0  # ... of which DDP's layout differed from the group's
@@ -525,23 +519,19 @@ class Reducer:
         step.buckets[bucket.index()] = (bucket.buffer(), parts, fut)
         if not bucket.is_last():
             return
-        assert self._layout is not None
-        where = {i: (b, o) for b, (_, ps, _) in step.buckets.items() for i, o, _ in ps}
-        group_parts = self._group_parts
-        ddp_parts = [step.buckets[b][1] for b in sorted(step.buckets)]
+        assert self._remap is not None
+        ddp = {b: (data, parts) for b, (data, parts, _) in step.buckets.items()}
+        same = self._remap.same_as(ddp)
         self.copied_steps += 1
-        self.reordered_steps += group_parts != ddp_parts
-        if group_parts == ddp_parts and s > self._first_step:
+        self.reordered_steps += not same
+        if same and s > self._first_step:
             self._translate = False  # DDP has rebuilt its buckets as the group's: no copies from here on
         inner = []
-        for j, lay in enumerate(self._layout):
-            buf = torch.empty(lay.numel, dtype=lay.dtype, device=self.device)
-            for i, o, n in group_parts[j]:
-                b, src = where[i]
-                buf[o : o + n].copy_(step.buckets[b][0][src : src + n])
+        bufs = self._remap.to_group(ddp, self.device)
+        for j, buf in enumerate(bufs):
             f = _future(buf)
             inner.append(f)
-            self._accept(s, j, buf, j == len(self._layout) - 1, f)
+            self._accept(s, j, buf, j == len(bufs) - 1, f)
         if all(f.done() for f in inner):  # the round had gone on without this step's gradient
             self._resolve_translated(s, [f.value() for f in inner])
 
@@ -551,12 +541,10 @@ class Reducer:
         if step is None:
             return
         for data, parts, fut in step.buckets.values():
-            out = torch.zeros_like(data)
-            if outs is not None:
-                for i, o, n in parts:
-                    j, src = self._group_where[i]
-                    out[o : o + n].copy_(outs[j][src : src + n])
-            fut.set_result(out)
+            if outs is None or self._remap is None:
+                fut.set_result(torch.zeros_like(data))
+            else:
+                fut.set_result(self._remap.from_group(outs, data, parts))
 
     def _register(self, s: int) -> None:
         """Under the lock: add this rank to round s of the current epoch (once)."""
@@ -1137,19 +1125,13 @@ class Reducer:
                 self._liveness.watch({self.rank: self._liveness.key})
                 attempt += 1
         self._group = grp
-        params = list(self._module.parameters())
-        self._layout = [
-            BucketLayout(int(numel), dtype_named(dtype), [(params[i], o, n) for i, o, n in parts])
-            for dtype, numel, parts in adm["layout"]
-        ]
+        self._layout = decode_layout(adm["layout"], list(self._module.parameters()))
+        self._remap = Remap(self._layout, self._param_index)
         self._epoch = epoch
         self._view = RoundView(first, group, {})
         self._round = self._next_step = self._first_step = first
         self._decided = self._applied = first - 1
         self._translate = True
-        index = self._param_index
-        self._group_parts = [[(index[id(p)], o, n) for p, o, n in lay.params] for lay in self._layout]
-        self._group_where = {i: (j, o) for j, parts in enumerate(self._group_parts) for i, o, _ in parts}
         took = time.monotonic() - t0
         joiners = tuple(int(r) for r in adm.get("joiners", [self.rank]))
         self._pending_join = (
@@ -1201,14 +1183,7 @@ class Reducer:
         self._liveness.watch(beats)
         if self.rank == adm.source:
             assert self._layout is not None
-            layout = [
-                [
-                    str(lay.dtype).removeprefix("torch."),
-                    lay.numel,
-                    [[self._param_index[id(p)], o, n] for p, o, n in lay.params],
-                ]
-                for lay in self._layout
-            ]
+            layout = encode_layout(self._layout, self._param_index)
             for r, token in adm.joiners.items():
                 admission = {
                     "token": token,
