@@ -214,14 +214,14 @@ def test_dead_join_request_is_not_admitted(tmp_path: Path) -> None:
     (every member would wait collective_timeout_s for a grown group that cannot form). The test needs
     the request to stand while rounds go on: the refusal's log line shows it did."""
     timeouts = ["--collective-timeout-s", "4", "--census-s", "6", "--recovery-s", "30"]
-    args = ["--mode", "resilient", "--steps", "300", "--kill", "2:25", "--newcomer-dies-asking"]
+    args = ["--mode", "resilient", "--steps", "400", "--kill", "2:25", "--newcomer-dies-asking"]
     run = run_ranks(RANKS, [*args, *timeouts, *SHAPE], tmp_path, HANG_S, replace=(2,))
     _ok(run, {0: 0, 1: 0, 2: -9, 3: 0})
     assert run.replaced == {2: -9} and sorted(run.outputs) == [0, 1, 3]
     assert any("not admitting rank 2's join request" in run.logs[r] for r in (0, 1, 3)), run.describe()
     assert len({run.outputs[r]["digest"] for r in (0, 1, 3)}) == 1, "survivors hold different weights"
     rounds = _agreed_rounds(run)
-    assert len(rounds) == 300 and rounds[-1][3] == (0, 1, 3)
+    assert len(rounds) == 400 and rounds[-1][3] == (0, 1, 3)
     assert not [x for x in run.outputs[0]["records"] if x["admitted"]], "a dead request was admitted"
     for r in (0, 1, 3):
         assert [x["lost"] for x in run.outputs[r]["stats"]["recoveries"]] == [[2]]

@@ -230,6 +230,13 @@ def test_join_requests_are_read_incrementally(store) -> None:  # type: ignore[no
     assert book.newest(store) == {2: "newer", 5: "five"}  # the late write of an older index loses
     _ask(store, 5, "five-again")
     assert book.newest(store) == {2: "newer", 5: "five-again"}
+    i = int(store.add(Keys.join_count(), 1)) - 1  # rank 6 counts its request ...
+    assert book.newest(store) == {2: "newer", 5: "five-again"}
+    store.set(Keys.join_request(i), json.dumps({"rank": 6, "token": "six"}))  # ... and writes it later
+    assert book.newest(store) == {2: "newer", 5: "five-again", 6: "six"}
+    _ask(store, 7, "x")
+    store.set(Keys.join_request(int(store.add(Keys.join_count(), 1)) - 1), "not json")  # not a request
+    assert book.newest(store) == {2: "newer", 5: "five-again", 6: "six", 7: "x"}
 
 
 def test_the_full_rounds_decision_admits_only_beating_requests(store) -> None:  # type: ignore[no-untyped-def]
@@ -270,6 +277,8 @@ def test_a_request_counts_as_beating_only_once_seen_moving(store) -> None:  # ty
         while not watcher.beating(live_key) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert watcher.beating(live_key)
+        # read several times by now, never seen moving: not beating, long before dead_after_s
+        assert watcher.followed_silent_for(dead_key) is not None and not watcher.beating(dead_key)
         while (watcher.followed_silent_for(dead_key) or 0.0) < 0.3 and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not watcher.beating(dead_key) and (watcher.followed_silent_for(dead_key) or 0.0) >= 0.3

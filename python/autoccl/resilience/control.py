@@ -238,10 +238,13 @@ class JoinRequests:
                 self._unwritten.add(i)
                 continue
             self._unwritten.discard(i)
-            req = json.loads(store.get(key))
-            r = int(req["rank"])
+            try:
+                req = json.loads(store.get(key))
+                r, token = int(req["rank"]), str(req["token"])
+            except (ValueError, KeyError, TypeError):  # not a newcomer's request: nobody to admit
+                continue
             if r not in self._newest or self._newest[r][0] < i:
-                self._newest[r] = (i, str(req["token"]))
+                self._newest[r] = (i, token)
         self._next = max(self._next, n)
         return {r: token for r, (_, token) in self._newest.items()}
 

@@ -8,9 +8,10 @@ process of a rank has a key of its own: a replacement worker's heartbeat must no
 replaces, which the survivors may still be waiting to see lost.
 
 Beside the watched ranks, the thread can follow keys that belong to no member (`follow`: the heartbeat
-keys of the join requests pending): such a key counts as beating only once its counter was seen moving,
-within `dead_after_s`. A request is admitted on that evidence alone, so a newcomer that died after
-asking is never admitted (the group would wait a time-out for it)."""
+keys of every rank's newest join request): such a key counts as beating only once its counter was seen
+moving, and for `dead_after_s` after the last move seen. A request is admitted on that evidence alone,
+so a newcomer that died before it was seen beating is never admitted (the group would wait a time-out
+for it); one that dies later can be, within `dead_after_s` of its last beat."""
 
 from __future__ import annotations
 

@@ -280,6 +280,7 @@ class Reducer:
         self._timers: list[_Timer] = []  # every epoch's, joined by close()
         self._test_corrupt_view: Callable[[Decision], Decision] | None = None  # tests only
         self._join_requests = JoinRequests()  # read by the heartbeat thread only
+        self._followable: set[str] = set()  # request heartbeat keys seen written (heartbeat thread only)
         self._refused: set[str] = set()  # tokens of requests taken as dead (logged once)
         s = self._store()
         self._token = uuid.uuid4().hex if newcomer is not None else ""  # a newcomer's own keys
@@ -541,9 +542,10 @@ class Reducer:
         if step is None:
             return
         for data, parts, fut in step.buckets.values():
-            if outs is None or self._remap is None:
+            if outs is None:
                 fut.set_result(torch.zeros_like(data))
             else:
+                assert self._remap is not None  # set with _translate, before the first translated step
                 fut.set_result(self._remap.from_group(outs, data, parts))
 
     def _register(self, s: int) -> None:
@@ -557,8 +559,14 @@ class Reducer:
         )
 
     def _requests_to_follow(self, store: Store) -> list[str]:
-        """The heartbeat thread follows the newest join request of every rank (see _request_alive)."""
-        return [Keys.newcomer_heartbeat(r, t) for r, t in self._join_requests.newest(store).items()]
+        """The heartbeat thread follows the newest join request of every rank (see _request_alive).
+        A newcomer writes its heartbeat key before its request; a key not there (a request written by
+        something else) is left out, as multi_get would block on it."""
+        keys = [Keys.newcomer_heartbeat(r, t) for r, t in self._join_requests.newest(store).items()]
+        for key in keys:
+            if key not in self._followable and store.check([key]):
+                self._followable.add(key)
+        return [k for k in keys if k in self._followable]
 
     def _request_alive(self, rank: int, token: str) -> bool:
         """Admit a request only while its process is seen beating: one that died after asking would
