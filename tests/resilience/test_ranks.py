@@ -169,6 +169,34 @@ def test_replacement_worker_joins_back(tmp_path: Path, victim: int) -> None:
     assert f"rank {victim} joined ranks [0, 1, 2, 3] at step {first}" in run.logs[victim]
 
 
+def test_two_replacement_workers_join_back(tmp_path: Path) -> None:
+    """Two ranks killed at the same step (the floor lowered to 2 so that the other two go on), both
+    replaced: the newcomers are admitted (together, or one after the other as they are seen beating: in
+    local runs rank 2 after step 75, rank 1 after step 78, each into the group the other grew), the source
+    sends each its state, and all four end with the same weights and the same record of every round since
+    each newcomer's first."""
+    args = ["--mode", "resilient", "--steps", "300", "--kill", "1:25,2:25", "--min-members", "2", *SHAPE]
+    run = run_ranks(RANKS, args, tmp_path, HANG_S, replace=(1, 2))
+    _ok(run)
+    assert run.replaced == {1: -9, 2: -9} and sorted(run.outputs) == list(range(RANKS))
+    assert len({o["digest"] for o in run.outputs.values()}) == 1, "a rank holds other weights"
+    firsts = {r: run.outputs[r]["records"][0]["round"] for r in (1, 2)}
+    last_first = max(firsts.values())
+    views = {
+        r: [(x["epoch"], x["round"], x["kind"], x["group"], x["members"]) for x in o["records"]]
+        for r, o in run.outputs.items()
+    }
+    assert views[0] == views[3]
+    for r in (1, 2):
+        assert run.outputs[r]["group"] == list(range(RANKS))
+        assert views[r] == [v for v in views[0] if v[1] >= firsts[r]]
+    joined = sorted(r for x in run.outputs[0]["stats"]["joins"] for r in x["joined"])
+    assert joined == [1, 2]
+    for r in (0, 3):  # both lost (in one recovery or two), nothing else
+        assert sorted(x for rec in run.outputs[r]["stats"]["recoveries"] for x in rec["lost"]) == [1, 2]
+    assert 25 < last_first < 300
+
+
 def test_admitting_round_failing_on_one_rank(tmp_path: Path) -> None:
     """The round that admits a newcomer fails on one member only (the others finished it): every
     member recovers in the same epoch, the round is settled from those that finished it, and the

@@ -41,7 +41,8 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--straggler", default="")
-    ap.add_argument("--kill", default="")
+    ap.add_argument("--kill", default="", help="RANK:STEP[,RANK:STEP...]: SIGKILL at that step")
+    ap.add_argument("--min-members", type=int, default=0, help="ResilienceConfig.min_members")
     ap.add_argument("--corrupt", default="", help="RANK:ROUND: that rank misreads a decision (tests)")
     ap.add_argument(
         "--corrupt-admit", default="", help="RANK:ROUND: that rank reads a newcomer into a decision (tests)"
@@ -97,7 +98,7 @@ def main() -> int:
     opt = torch.optim.AdamW(ddp.parameters(), lr=a.lr)
     data = MarkovTokens(preset.vocab, a.seed)
     straggler = Straggler.parse(a.straggler) if a.straggler else None
-    kill = Kill.parse(a.kill) if a.kill else None
+    kills = [Kill.parse(k) for k in a.kill.split(",")] if a.kill else []
     cfg = ResilienceConfig(
         heartbeat_s=0.1,
         dead_after_s=a.dead_after,
@@ -105,6 +106,7 @@ def main() -> int:
         census_s=a.census_s,
         stall_s=60.0,
         recovery_s=a.recovery_s,
+        min_members=a.min_members,
     )
     if a.hang_regroup:  # as a communicator that waits on the lost rank would
         import autoccl.resilience.group as group_module
@@ -177,7 +179,7 @@ def main() -> int:
     step = reducer.next_step if reducer is not None else 0
     try:
         while step < a.steps:
-            if kill is not None and rank == kill.rank and step == kill.step and not a.newcomer:
+            if any(rank == k.rank and step == k.step for k in kills) and not a.newcomer:
                 os.kill(os.getpid(), signal.SIGKILL)
             t0 = time.perf_counter()
             g = torch.Generator().manual_seed(a.seed * 7919 + rank * 100_003 + step)
