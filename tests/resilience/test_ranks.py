@@ -197,6 +197,26 @@ def test_two_replacement_workers_join_back(tmp_path: Path) -> None:
     assert 25 < last_first < 300
 
 
+def test_source_lost_while_sending_the_state(tmp_path: Path) -> None:
+    """The member that sends a newcomer the state (the lowest former member, rank 0) dies as it starts:
+    the newcomer's receive fails and it asks again; the others recover without rank 0 (and without the
+    newcomer's first request) and admit its next request; rank 1 sends the state this time, and the
+    three end with the same weights."""
+    timeouts = ["--collective-timeout-s", "4", "--census-s", "6", "--recovery-s", "30"]
+    args = ["--mode", "resilient", "--steps", "400", "--kill", "2:25", "--dies-sending", "0"]
+    run = run_ranks(RANKS, [*args, "--min-members", "2", *timeouts, *SHAPE], tmp_path, HANG_S, replace=(2,))
+    _ok(run, {0: -9, 1: 0, 2: 0, 3: 0})
+    assert run.replaced == {2: -9} and sorted(run.outputs) == [1, 2, 3]
+    assert len({run.outputs[r]["digest"] for r in (1, 2, 3)}) == 1, "a rank holds other weights"
+    assert "asking again" in run.logs[2], run.describe()
+    assert run.outputs[2]["group"] == [1, 2, 3]
+    for r in (1, 3):
+        joins = run.outputs[r]["stats"]["joins"]
+        assert [x["joined"] for x in joins] == [[2]] and joins[0]["group"] == [1, 2, 3]
+        lost = [x for rec in run.outputs[r]["stats"]["recoveries"] for x in rec["lost"]]
+        assert 0 in lost and lost.count(2) >= 1, run.outputs[r]["stats"]["recoveries"]
+
+
 def test_admitting_round_failing_on_one_rank(tmp_path: Path) -> None:
     """The round that admits a newcomer fails on one member only (the others finished it): every
     member recovers in the same epoch, the round is settled from those that finished it, and the

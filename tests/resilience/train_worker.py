@@ -66,6 +66,12 @@ def main() -> int:
         help="a newcomer dies right after posting its join request (tests)",
     )
     ap.add_argument(
+        "--dies-sending",
+        type=int,
+        default=-1,
+        help="RANK dies as it starts sending a newcomer the state (tests)",
+    )
+    ap.add_argument(
         "--fail-admit",
         type=int,
         default=-1,
@@ -136,6 +142,13 @@ def main() -> int:
             os.kill(os.getpid(), signal.SIGKILL)
 
         group_module.direct = dies  # type: ignore[assignment]
+    if a.dies_sending == rank and not a.newcomer:
+        import autoccl.resilience.reducer as reducer_module
+
+        def dies_sending(*_: object, **__: object) -> None:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        reducer_module.send_state = dies_sending  # type: ignore[assignment]
     if a.newcomer and a.newcomer_dies_asking:
         get = Reducer._get
 
