@@ -31,6 +31,11 @@ from autoccl.resilience.inject import Kill, Straggler, delay
 from autoccl.resilience.reducer import Newcomer, Reducer
 
 
+def _die(*_: object, **__: object) -> None:
+    """SIGKILL this process (an injected loss; also stands in for a function that would run next)."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", choices=["sync", "resilient"], required=True)
@@ -138,23 +143,17 @@ def main() -> int:
     if a.newcomer and a.newcomer_dies:
         import autoccl.resilience.group as group_module
 
-        def dies(*_: object, **__: object) -> None:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-        group_module.direct = dies  # type: ignore[assignment]
+        group_module.direct = _die  # type: ignore[assignment]
     if a.dies_sending == rank and not a.newcomer:
         import autoccl.resilience.reducer as reducer_module
 
-        def dies_sending(*_: object, **__: object) -> None:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-        reducer_module.send_state = dies_sending  # type: ignore[assignment]
+        reducer_module.send_state = _die  # type: ignore[assignment]
     if a.newcomer and a.newcomer_dies_asking:
         get = Reducer._get
 
         def dies_once_asked(self: Reducer, key: str, timeout_s: float) -> bytes | None:
             if key.startswith("join/admit/"):  # the request is posted: Reducer._ask waits for its admission
-                os.kill(os.getpid(), signal.SIGKILL)
+                _die()
             return get(self, key, timeout_s)
 
         Reducer._get = dies_once_asked  # type: ignore[method-assign]
@@ -193,7 +192,7 @@ def main() -> int:
     try:
         while step < a.steps:
             if any(rank == k.rank and step == k.step for k in kills) and not a.newcomer:
-                os.kill(os.getpid(), signal.SIGKILL)
+                _die()
             t0 = time.perf_counter()
             g = torch.Generator().manual_seed(a.seed * 7919 + rank * 100_003 + step)
             tokens = data.batch(a.batch, a.seq + 1, g).to(device)

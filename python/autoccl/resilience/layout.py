@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from autoccl.resilience.transfer import dtype_named
 
@@ -26,6 +27,15 @@ class BucketLayout:
     numel: int
     dtype: torch.dtype
     params: list[tuple[torch.Tensor, int, int]]  # (parameter, offset, numel) in the flat bucket
+
+
+def placed(bucket: dist.GradBucket) -> list[tuple[torch.Tensor, int, int]]:
+    """A DDP bucket's parameters as (parameter, offset, numel) in its flat buffer."""
+    out, off = [], 0
+    for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True):
+        out.append((p, off, g.numel()))
+        off += g.numel()
+    return out
 
 
 def encode(layout: Sequence[BucketLayout], index: Mapping[int, int]) -> list[list[Any]]:

@@ -73,7 +73,7 @@ from autoccl.resilience.control import (
     Store,
     recover_decision,
 )
-from autoccl.resilience.layout import BucketLayout, Remap
+from autoccl.resilience.layout import BucketLayout, Remap, placed
 from autoccl.resilience.layout import decode as decode_layout
 from autoccl.resilience.layout import encode as encode_layout
 from autoccl.resilience.liveness import Liveness
@@ -488,11 +488,7 @@ class Reducer:
             ev = torch.cuda.Event()
             ev.record(torch.cuda.current_stream(data.device))
         if bucket is not None and s < self.config.warmup_steps:
-            offsets, off = [], 0
-            for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True):
-                offsets.append((p, off, g.numel()))  # type: ignore[arg-type]
-                off += g.numel()
-            self._warm_layout.setdefault(s, {})[b] = BucketLayout(data.numel(), data.dtype, offsets)
+            self._warm_layout.setdefault(s, {})[b] = BucketLayout(data.numel(), data.dtype, placed(bucket))
         if s in self._results:  # the round went on without this gradient: keep it for later
             self._pending[b] = data.clone()
             self._pending_from = s
@@ -512,10 +508,7 @@ class Reducer:
         """Under the lock, on a newcomer: keep DDP's bucket; once the step's last is in, copy the
         gradients into the group's layout and hand those buckets on (DDP waits for its futures only at
         the end of backward, so holding them back until then is allowed)."""
-        parts, off = [], 0
-        for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True):
-            parts.append((self._param_index[id(p)], off, g.numel()))
-            off += g.numel()
+        parts = [(self._param_index[id(p)], o, n) for p, o, n in placed(bucket)]
         step = self._translated.setdefault(s, _Translated())
         step.buckets[bucket.index()] = (bucket.buffer(), parts, fut)
         if not bucket.is_last():
