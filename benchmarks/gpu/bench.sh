@@ -69,6 +69,10 @@
 #   resilience-rejoin  as resilience-kill with `--rejoin` over 600 steps: the replacement for rank 1 joins the
 #             survivor over NCCL (the grown group made directly, the state sent GPU to GPU); the resilience
 #             table's "back at step N", both ranks' final weights alike
+#   netcheck  plain nccl-tests all_reduce 1-16 MiB through --launch mpi with NCCL_DEBUG=INFO: the transport NCCL
+#             chose (its "via" lines) and -c 1's verdict, before the other plans measure on it
+# MPIRUN=benchmarks/gpu/hosts_on_one_gpu.sh RANKS=2 LAUNCH=mpi: on one GPU, two ranks that NCCL sees as two hosts
+#   (network transport over loopback sockets): the nccl-tests plans then run on a multi-host kind of communicator.
 # NCCL other than the image's: GPU_NCCL=DIR (benchmarks/gpu/setup.sh); a registry wheel too large to carry at
 #   once arrives in parts over several warm calls (benchmarks/gpu/carry_parts.sh).
 set -uo pipefail
@@ -84,6 +88,8 @@ PASSES=${PASSES:-2}
 COLLS=${COLLS:-all_gather,reduce_scatter,all_reduce}
 SIZES=${SIZES:--b 1M -e 1G -f 2}
 ITERS=${ITERS:--w 20 -n 40}
+MPIRUN=${MPIRUN:-mpirun}
+RANKS_ARG=(); [ -n "${RANKS:-}" ] && RANKS_ARG=(--gpus "$RANKS")
 IDLE64="idle64:--mode table --cache-dir {empty} --channel-ceiling 64 --nccl-channels auto"
 for plan in ${PLANS:-overhead online}; do
   psizes=$SIZES; piters=$ITERS
@@ -139,6 +145,13 @@ PY
         ${METRICS_TRACE:+--trace} -o "$ins/overhead" -m plain -m online \
         -m "online-metrics:AUTOCCL_METRICS_DIR=$ins/metrics-overhead AUTOCCL_METRICS_INTERVAL_S=1" 2>&1 | tail -20
       (cd "$OUT" && tar czf inspector.tgz inspector && rm -rf inspector)
+      continue ;;
+    netcheck)
+      mkdir -p "$OUT/netcheck"
+      NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET timeout 120 "$MPIRUN" -np "${RANKS:-$NGPU}" "$NT_BIN/all_reduce_perf_mpi" \
+        -g 1 -b 1M -e 16M -f 4 -w 5 -n 20 -c 1 > "$OUT/netcheck/plain.log" 2>&1
+      echo "netcheck: exit $?"
+      grep -E "via|NET/|Using network|wrong|Avg bus|#  *[0-9]+ " "$OUT/netcheck/plain.log" | sort | uniq -c | sort -rn | head -25
       continue ;;
     design) args=(-m plain -m "$IDLE64" -m online --trace) ;;
     plain64) args=(-m plain -m "plain64:plain NCCL_MIN_CTAS=64 NCCL_MAX_CTAS=64") ;;
@@ -223,7 +236,8 @@ PY
   echo "== plan $plan (${left} s left)"
   # shellcheck disable=SC2086
   timeout "$left" python3 -m autoccl bench nccl-tests --bin "$NT_BIN" --launch "$LAUNCH" -c "$COLLS" -p "$PASSES" \
-    $psizes $piters --timeout 120 --no-progress -o "$OUT/$plan" "${args[@]}" 2>&1 | tail -40
+    $psizes $piters --timeout 120 --no-progress --mpirun "$MPIRUN" "${RANKS_ARG[@]}" -o "$OUT/$plan" "${args[@]}" \
+    2>&1 | tail -40
   [ -f "$OUT/$plan/summary.md" ] || python3 -m autoccl bench nccl-tests --bin "$NT_BIN" -o "$OUT/$plan" \
     --report-only "${args[@]}" 2>&1 | tail -30
   # each traced mode's cold loop split by what its calls ran (the search's cost where nccl-tests times it)
