@@ -73,6 +73,9 @@
 #             chose (its "via" lines) and -c 1's verdict, before the other plans measure on it
 # MPIRUN=benchmarks/gpu/hosts_on_one_gpu.sh RANKS=2 LAUNCH=mpi: on one GPU, two ranks that NCCL sees as two hosts
 #   (network transport over loopback sockets): the nccl-tests plans then run on a multi-host kind of communicator.
+#   Two processes on one GPU take turns on it (time slices of ~2.3 ms: every step of a collective that waits for the
+#   other rank waits for a slice); MPS=1 runs the call under an MPS server of its own (a user-space daemon started
+#   and quit here; the card's settings are untouched) so that both ranks' kernels run at once.
 # NCCL other than the image's: GPU_NCCL=DIR (benchmarks/gpu/setup.sh); a registry wheel too large to carry at
 #   once arrives in parts over several warm calls (benchmarks/gpu/carry_parts.sh).
 set -uo pipefail
@@ -83,6 +86,13 @@ source benchmarks/gpu/setup.sh || exit 1
 git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || true
 bash benchmarks/gpu/source_digest.sh > "$OUT/source-digest.txt"  # which code ran, whatever .git says
 echo "setup done at $((SECONDS - T0)) s"
+if [ "${MPS:-0}" = 1 ]; then
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/autoccl-mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/autoccl-mps/log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || { echo "MPS=1: nvidia-cuda-mps-control -d failed"; exit 1; }
+  trap 'echo quit | nvidia-cuda-mps-control; cp -r "$CUDA_MPS_LOG_DIRECTORY" "$OUT/mps-log" 2>/dev/null' EXIT
+  echo "MPS server started" | tee -a "$OUT/machine.txt"
+fi
 LAUNCH=${LAUNCH:-single,mpi}
 PASSES=${PASSES:-2}
 COLLS=${COLLS:-all_gather,reduce_scatter,all_reduce}
