@@ -300,6 +300,11 @@ bool Context::attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& l
   if (!policy_) {
     // One WARN per process and reason (every rank reaches the same conclusion from the same settings).
     log(rt_.firstTime(err) ? LogLevel::Warn : LogLevel::Info, err + "; behaving as no tuner");
+    if (rt_.trace().enabled()) {  // NCCL prints no WARN unless NCCL_DEBUG asks: a traced job says why here too
+      const std::string rec = "{\"ev\":\"no_tuner\",\"comm\":\"" + commHex(commHash_) +
+                              "\",\"rank\":" + std::to_string(rank_) + ",\"why\":" + quoteValue(err) + "}";
+      rt_.trace().writeLine(rec.data(), rec.size());
+    }
     return false;
   }
   if (mode == Mode::Online && rank_ >= 0) rt_.coordination()->announceRank(commHash_, rank_, nRanks, log_);

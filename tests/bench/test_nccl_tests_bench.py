@@ -17,8 +17,13 @@ from autoccl.cli import main
 
 # Prints nccl-tests-like rows; busbw 100 GB/s plain, x TUNED_GAIN when the plugin is loaded (autoccl run
 # sets NCCL_TUNER_PLUGIN), one wrong element per row when FAKE_WRONG is set. Appends its launch to a log.
+# With FAKE_NO_TUNER and a trace, it traces the refusal the library writes where its tuner cannot engage.
 FAKE = r"""#!PYTHON
-import os, sys
+import json, os, sys
+if os.environ.get("FAKE_NO_TUNER") and os.environ.get("AUTOCCL_TRACE"):
+    with open(f"{os.environ['AUTOCCL_TRACE']}.fake.{os.getpid()}.jsonl", "w") as t:
+        rec = {"ev": "no_tuner", "comm": "00000000000000aa", "rank": 0, "why": os.environ["FAKE_NO_TUNER"]}
+        t.write(json.dumps(rec) + "\n")
 args = sys.argv[1:]
 def arg(flag, default):
     return args[args.index(flag) + 1] if flag in args else default
@@ -112,6 +117,46 @@ def test_slower_mode_and_data_errors_are_reported(tmp_path: Path) -> None:
     assert "data error" in r.output
     o = json.loads((out / "summary.json").read_text())["overall"]["online/single"]
     assert o["cells_below_0.98"] == 1 and o["data_errors"] == 2
+
+
+def test_a_tuner_that_did_not_engage_is_reported(tmp_path: Path) -> None:
+    why = "a communicator on 2 nodes cannot use autoccl run (this host's loopback address) 127.0.0.1:1"
+    out = tmp_path / "out"
+    args = [
+        "--bin",
+        str(_fake_bin(tmp_path)),
+        "--gpus",
+        "2",
+        "-c",
+        "all_reduce",
+        "-b",
+        "4M",
+        "-e",
+        "4M",
+        "-p",
+        "2",
+    ]
+    env = {"FAKE_LOG": str(tmp_path / "l"), "TUNED_GAIN": "1.0", "FAKE_NO_TUNER": why}
+    r = _invoke(
+        [*args, "-m", "plain", "-m", "online", "-m", "observe", "--trace", "-o", str(out), "--no-progress"],
+        env,
+    )
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    overall = json.loads((out / "summary.json").read_text())["overall"]
+    o = overall["online/single"]
+    assert (o["launches_without_tuner"], o["launches"], o["no_tuner"]) == (2, 2, [why])
+    text = (out / "summary.md").read_text()
+    assert "The tuner did not engage" in text and f"online, single: 2 of 2 launches; {why}" in text
+    # a launch whose traces hold no refusal is not reported as one
+    env.pop("FAKE_NO_TUNER")
+    out2 = tmp_path / "out2"
+    r = _invoke([*args, "-m", "plain", "-m", "online", "--trace", "-o", str(out2), "--no-progress"], env)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    assert (
+        json.loads((out2 / "summary.json").read_text())["overall"]["online/single"]["launches_without_tuner"]
+        == 0
+    )
+    assert "did not engage" not in (out2 / "summary.md").read_text()
 
 
 def test_losses_are_told_from_plain_spread() -> None:

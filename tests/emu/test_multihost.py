@@ -26,9 +26,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from emu_helpers import assert_default
 
 import autoccl
-from autoccl.emu import Call, Comm, Group, Scenario
+from autoccl.emu import Call, Comm, Group, Scenario, run
 from autoccl.emu.runner import default_model, find_divergences
 from autoccl.tuner_env import free_port, plain_nccl_env
 
@@ -262,3 +263,31 @@ def test_slurm_hosts_with_other_coordinators_fail_loudly(
     other = {"AUTOCCL_COORD_ADDR": f"{HOST_B}:{free_port(HOST_B)}", "AUTOCCL_COORD_SECRET": "s"}
     codes = _run_hosts(work, _slurm_hosts(work, emulator, plugin, {HOST_B: other}), timeout=240)
     _check_loud_failure(work, codes, NEVER_CONNECTED)
+
+
+def test_one_host_coordinator_on_a_multi_node_communicator_is_refused_and_traced(
+    plugin: Path, tmp_path: Path
+) -> None:
+    """`autoccl run`'s loopback coordinator cannot serve a communicator on two nodes (each host would meet
+    at its own): every rank keeps NCCL's choice and, as NCCL prints no WARN unless NCCL_DEBUG asks, the
+    trace says why on every rank."""
+    scenario = Scenario(
+        [Comm("world", WORLD_HASH, (0, 1, 2, 3), nnodes=2)],
+        [Group("world", (Call("allreduce", 8 << 20),), repeat=40)],
+        seed=3,
+    )
+    env = {
+        "AUTOCCL_MODE": "online",
+        "AUTOCCL_RUN_ADDR": f"127.0.0.1:{free_port()}",
+        "AUTOCCL_RUN_TOKEN": "t" * 32,
+        "AUTOCCL_HW": "NVIDIA H200x4",
+    }
+    res = run(scenario, plugin=plugin, env=env, workdir=tmp_path)
+    assert all(c == 0 for c in res.returncodes), res.stderr[-2000:]
+    assert_default(res.calls)
+    refusals = [r for r in res.trace if r.get("ev") == "no_tuner"]
+    assert sorted(int(r["rank"]) for r in refusals) == [0, 1, 2, 3], refusals
+    for r in refusals:
+        assert r["comm"] == f"{WORLD_HASH:016x}"
+        assert "each host would meet at its own coordinator" in str(r["why"]), r
+    assert not [r for r in res.trace if r.get("ev") == "call"]

@@ -155,6 +155,13 @@ def cross_rank_agreement(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]
     }
 
 
+def no_tuner_reasons(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Why the tuner did not engage on a communicator (`no_tuner` trace records): a launch whose tuner
+    refused to run measured the plugin loaded, not its tuning, and NCCL prints the refusal only under
+    NCCL_DEBUG."""
+    return sorted({str(r.get("why")) for r in records if r.get("ev") == "no_tuner"})
+
+
 def pinned_tasks(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The authority's per-task summaries (`task` records of rank 0): what was pinned, against NCCL's."""
     out = []
@@ -363,6 +370,7 @@ def read_launches(outdir: Path) -> list[dict[str, Any]]:
                 recs = read_records(files)
                 rec["agreement"] = cross_rank_agreement(recs)
                 rec["pinned"] = pinned_tasks(recs)
+                rec["no_tuner"] = no_tuner_reasons(recs)
             out.append(rec)
     return out
 
@@ -419,6 +427,7 @@ def _one_launch(plan: Plan, mode: Mode, coll: str, launch: str, pass_no: int) ->
         recs = read_records(trace_files(str(trace_prefix(plan, mode, coll, launch, pass_no))))
         rec["agreement"] = cross_rank_agreement(recs)
         rec["pinned"] = pinned_tasks(recs)
+        rec["no_tuner"] = no_tuner_reasons(recs)
     return rec
 
 
@@ -582,6 +591,9 @@ def summarize(
                 "failed_launches": sum(1 for r in mrecs if r.get("rc") != 0),
                 "divergent_calls": sum(int(r.get("agreement", {}).get("divergent_calls", 0)) for r in mrecs),
                 "calls_compared": sum(int(r.get("agreement", {}).get("calls_compared", 0)) for r in mrecs),
+                "launches_without_tuner": sum(1 for r in mrecs if r.get("no_tuner")),
+                "launches": len(mrecs),
+                "no_tuner": sorted({w for r in mrecs for w in r.get("no_tuner", [])}),
             }
     base_spreads = [c["baseline_spread"] for c in out_cells if c["baseline_spread"] is not None]
     return {
@@ -712,6 +724,18 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
             f"{o['divergent_calls']} of {o['calls_compared']} | "
             f"{_outlier_text(o.get('largest_average_over_median'))} |"
         )
+    refused = [o for o in summary["overall"].values() if o.get("launches_without_tuner")]
+    if refused:
+        lines += [
+            "",
+            "**The tuner did not engage** (these launches measured the plugin loaded, not its tuning):",
+            "",
+        ]
+        for o in refused:
+            lines.append(
+                f"- {o['mode']}, {o['launch']}: {o['launches_without_tuner']} of {o['launches']} launches; "
+                + "; ".join(o["no_tuner"])
+            )
     sp_med, sp_max = summary.get("baseline_spread_median"), summary.get("baseline_spread_max")
     if sp_med is not None and sp_max is not None:
         lines += [
