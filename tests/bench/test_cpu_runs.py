@@ -476,3 +476,38 @@ def test_failing_worker_reports_its_log(tmp_path: Path) -> None:
         run_launch(topo, 0, spec, dict(os.environ), tmp_path, timeout_s=60)
     assert "rank" in str(e.value)
     assert json.loads((tmp_path / "spec.0.json").read_text())["kind"] == "nonsense"
+
+
+def test_train_under_torchrun_on_two_hosts(tmp_path: Path) -> None:
+    """The multi-host way (docs/bench.md): each "host" runs the harness under `torchrun --nnodes 2`, and each
+    harness starts one worker per launch, which meet on MASTER_PORT + 1 + i. torchrun hands its processes
+    TORCHELASTIC_USE_AGENT_STORE=True; a worker that inherited it did not serve that store, and both waited
+    for it until the launch's timeout."""
+    import subprocess
+    import sys
+
+    from autoccl.tuner_env import free_local_port
+
+    port = free_local_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC_", "MASTER_"))}
+    hosts = []
+    for node in (0, 1):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node)]
+        cmd += ["--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port)]
+        cmd += ["-m", "autoccl", "bench", "train", "--preset", "tiny", "--parallel", "ddp", "--modes", "nccl"]
+        cmd += ["--device", "cpu", "--backend", "gloo", "--seq", "64", "-n", "5", "--no-progress"]
+        cmd += ["-o", str(tmp_path / f"host{node}" / "run")]
+        log = (tmp_path / f"host{node}.log").open("w")
+        hosts.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
+    try:
+        codes = [p.wait(timeout=240) for p in hosts]
+    finally:
+        for p in hosts:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert codes == [0, 0], (tmp_path / "host0.log").read_text()[-3000:]
+    res = json.loads((tmp_path / "host0" / "run.json").read_text())
+    assert [(r["parallel"], r["mode"]) for r in res["train"]] == [("ddp", "nccl")]
+    assert [la["status"] for la in res["launches"]] == ["ok"]
+    assert not (tmp_path / "host1" / "run.json").exists()  # results are written by global rank 0

@@ -137,6 +137,10 @@ def run_launch(
                     "PYTHONUNBUFFERED": "1",
                 }
             )
+            # Under torchrun the harness inherits TORCHELASTIC_USE_AGENT_STORE=True, which tells a worker of
+            # rank 0 not to serve the store: the launch's store on MASTER_PORT + 1 + i has no agent behind
+            # it, and every worker would wait for it until the timeout.
+            child.pop("TORCHELASTIC_USE_AGENT_STORE", None)
             if killed is not None:
                 child["TORCHELASTIC_USE_AGENT_STORE"] = "True"
             p_env[rank] = child
