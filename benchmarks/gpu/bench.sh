@@ -69,6 +69,11 @@
 #   resilience-rejoin  as resilience-kill with `--rejoin` over 600 steps: the replacement for rank 1 joins the
 #             survivor over NCCL (the grown group made directly, the state sent GPU to GPU); the resilience
 #             table's "back at step N", both ranks' final weights alike
+#   train-hosts  `autoccl bench train` on two "hosts" of one GPU (NCCL_HOSTID, sockets over loopback, as
+#             hosts_on_one_gpu.sh), each host's harness under its own `torchrun --nnodes 2`: the multi-host launch,
+#             the coordinator torchrun's variables derive; TRAIN_PRESET (default 125m), PARALLEL (default ddp,fsdp2),
+#             TRAIN_ITERS (default 300), online on NCCL's own channels (--channel-ceiling 0: the channel probe needs
+#             two GPUs)
 #   netcheck  plain nccl-tests all_reduce 1-16 MiB through --launch mpi with NCCL_DEBUG=INFO: the transport NCCL
 #             chose (its "via" lines) and -c 1's verdict, before the other plans measure on it
 # MPIRUN=benchmarks/gpu/hosts_on_one_gpu.sh RANKS=2 LAUNCH=mpi: on one GPU, two ranks that NCCL sees as two hosts
@@ -155,6 +160,21 @@ PY
         ${METRICS_TRACE:+--trace} -o "$ins/overhead" -m plain -m online \
         -m "online-metrics:AUTOCCL_METRICS_DIR=$ins/metrics-overhead AUTOCCL_METRICS_INTERVAL_S=1" 2>&1 | tail -20
       (cd "$OUT" && tar czf inspector.tgz inspector && rm -rf inspector)
+      continue ;;
+    train-hosts)
+      left=$((BUDGET_S - (SECONDS - T0)))
+      if [ "$left" -lt 120 ]; then echo "plan $plan skipped: ${left} s left"; continue; fi
+      th=$OUT/train-hosts; mkdir -p "$th"; port=$((20000 + RANDOM % 10000))
+      for r in 0 1; do
+        NCCL_HOSTID=autoccl-host-$r NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 timeout "$left" \
+          python3 -m torch.distributed.run --nnodes 2 --node-rank $r --nproc-per-node 1 --master-addr 127.0.0.1 \
+          --master-port $port -m autoccl bench train --preset "${TRAIN_PRESET:-125m}" --parallel "${PARALLEL:-ddp,fsdp2}" \
+          --modes "${TRAIN_MODES:-nccl,online}" --channel-ceiling 0 -n "${TRAIN_ITERS:-300}" --no-progress \
+          -o "$th/host$r/run" > "$th/host$r.log" 2>&1 &
+      done
+      wait
+      tail -n 25 "$th/host0.log"; tail -n 5 "$th/host1.log"
+      (cd "$OUT" && tar czf train-hosts.tgz train-hosts && rm -rf train-hosts)
       continue ;;
     netcheck)
       mkdir -p "$OUT/netcheck"
