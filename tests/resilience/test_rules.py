@@ -239,6 +239,33 @@ def test_join_requests_are_read_incrementally(store) -> None:  # type: ignore[no
     assert book.newest(store) == {2: "newer", 5: "five-again", 6: "six", 7: "x"}
 
 
+def test_planes_sharing_a_reader_read_each_request_once(store) -> None:  # type: ignore[no-untyped-def]
+    """An admitting round on the training thread reads only the requests written since the thread's last
+    read, whichever epoch's plane it goes through (a plane of its own used to read every request again)."""
+    from autoccl.resilience.control import JoinRequests
+
+    reads: list[str] = []
+
+    class Counting:
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            return getattr(store, name)
+
+        def get(self, key: str):  # type: ignore[no-untyped-def]
+            reads.append(key)
+            return store.get(key)
+
+    counting = Counting()
+    book = JoinRequests()
+    _ask(store, 2, "two")
+    _ask(store, 4, "four")
+    assert Plane(counting, 1, (0, 1, 3), RULES, book).join_requests() == {2: "two", 4: "four"}
+    assert sorted(k for k in reads if k.startswith("join/req")) == [Keys.join_request(i) for i in (0, 1)]
+    reads.clear()
+    _ask(store, 5, "five")
+    assert Plane(counting, 2, (0, 1, 2, 3), RULES, book).join_requests() == {4: "four", 5: "five"}
+    assert [k for k in reads if k.startswith("join/req")] == [Keys.join_request(2)]
+
+
 def test_the_full_rounds_decision_admits_only_beating_requests(store) -> None:  # type: ignore[no-untyped-def]
     group = (0, 1, 3)
     plane = Plane(store, 1, group, RULES)

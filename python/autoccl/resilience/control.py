@@ -252,12 +252,22 @@ class JoinRequests:
 class Plane:
     """Store I/O of one epoch's control plane (one instance per thread: stores are not shared)."""
 
-    def __init__(self, store: Store, epoch: int, group: tuple[int, ...], rules: Rules) -> None:
+    def __init__(
+        self,
+        store: Store,
+        epoch: int,
+        group: tuple[int, ...],
+        rules: Rules,
+        requests: JoinRequests | None = None,
+    ) -> None:
         self.store = store
         self.keys = Keys(epoch)
         self.group = group
         self.rules = rules
         self.words = mask_words(group)
+        # The thread's reader of join requests, kept across planes so an admitting round reads only the
+        # requests written since (none given: one for this plane, which reads them all).
+        self.requests = requests if requests is not None else JoinRequests()
 
     def register(
         self,
@@ -293,7 +303,7 @@ class Plane:
         one already admitted, or superseded by a newer one, is not pending; with `alive`, one for which
         alive(rank, token) is false is not either)."""
         pending = {}
-        for r, token in JoinRequests().newest(self.store).items():
+        for r, token in self.requests.newest(self.store).items():
             if r in self.group:
                 continue
             adm = Keys.admission(r)

@@ -279,7 +279,6 @@ class Reducer:
         self._timer: _Timer | None = None
         self._timers: list[_Timer] = []  # every epoch's, joined by close()
         self._test_corrupt_view: Callable[[Decision], Decision] | None = None  # tests only
-        self._join_requests = JoinRequests()  # read by the heartbeat thread only
         self._followable: set[str] = set()  # request heartbeat keys seen written (heartbeat thread only)
         self._refused: set[str] = set()  # tokens of requests taken as dead (logged once)
         s = self._store()
@@ -447,6 +446,14 @@ class Reducer:
             self._tls.store = s
         return s
 
+    def _requests(self) -> JoinRequests:
+        """This thread's reader of join requests (as its store: one per thread)."""
+        r = getattr(self._tls, "requests", None)
+        if r is None:
+            r = JoinRequests()
+            self._tls.requests = r
+        return r
+
     def _check_error(self) -> None:
         if self._error is not None:
             if isinstance(self._error, ResilienceError):
@@ -547,7 +554,7 @@ class Reducer:
         if key in self._registered:
             return
         self._registered.add(key)
-        Plane(self._store(), self._epoch, self._group.ranks, self.rules).register(
+        Plane(self._store(), self._epoch, self._group.ranks, self.rules, self._requests()).register(
             self._view, self.rank, admitting=s + 1 < self.steps, alive=self._request_alive
         )
 
@@ -555,7 +562,7 @@ class Reducer:
         """The heartbeat thread follows the newest join request of every rank (see _request_alive).
         A newcomer writes its heartbeat key before its request; a key not there (a request written by
         something else) is left out, as multi_get would block on it."""
-        keys = [Keys.newcomer_heartbeat(r, t) for r, t in self._join_requests.newest(store).items()]
+        keys = [Keys.newcomer_heartbeat(r, t) for r, t in self._requests().newest(store).items()]
         for key in keys:
             if key not in self._followable and store.check([key]):
                 self._followable.add(key)
@@ -648,7 +655,7 @@ class Reducer:
             log.error("autoccl.resilience: rank %d stops: %s", self.rank, e)
 
     def _plane(self) -> Plane:
-        return Plane(self._store(), self._epoch, self._group.ranks, self.rules)
+        return Plane(self._store(), self._epoch, self._group.ranks, self.rules, self._requests())
 
     def _alive_or_recover(self, s: int, ranks: tuple[int, ...] | frozenset[int]) -> None:
         if self._liveness.error is not None:
@@ -1323,7 +1330,8 @@ class _Timer(threading.Thread):
         red = self.red
         try:
             while self._live() and self.view.round < red.steps:
-                d = self._round(Plane(red._store(), self.epoch, self.view.group, red.rules), self.view)
+                plane = Plane(red._store(), self.epoch, self.view.group, red.rules, red._requests())
+                d = self._round(plane, self.view)
                 if d is None or d.kind == "recover" or d.admit:
                     return  # an admitting round: the next round is the grown group's (a new clock)
                 self.view = self.view.next_view(d)
