@@ -301,8 +301,8 @@ bool Context::attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& l
     // One WARN per process and reason (every rank reaches the same conclusion from the same settings).
     log(rt_.firstTime(err) ? LogLevel::Warn : LogLevel::Info, err + "; behaving as no tuner");
     if (rt_.trace().enabled()) {  // NCCL prints no WARN unless NCCL_DEBUG asks: a traced job says why here too
-      const std::string rec = "{\"ev\":\"no_tuner\",\"comm\":\"" + commHex(commHash_) +
-                              "\",\"rank\":" + std::to_string(rank_) + ",\"why\":" + quoteValue(err) + "}";
+      const std::string rec = "{\"ev\":\"no_tuner\",\"comm\":\"" + commHex_ +
+                              "\",\"rank\":" + std::to_string(rank_) + ",\"why\":" + jsonString(err) + "}";
       rt_.trace().writeLine(rec.data(), rec.size());
     }
     return false;

@@ -24,16 +24,6 @@ uint64_t nowUs() {
 // GB/s for `bytes` in `us` microseconds (0 when unmeasured).
 double gbPerS(uint64_t bytes, double us) { return us > 0 ? static_cast<double>(bytes) / (us * 1e3) : 0.0; }
 
-std::string jsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    out += c;
-  }
-  return out + "\"";
-}
-
 std::string num(double v) {
   char b[48];
   std::snprintf(b, sizeof b, "%.6g", v);

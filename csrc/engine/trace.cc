@@ -84,6 +84,25 @@ TraceWriter::~TraceWriter() {
   if (file_) std::fclose(file_);
 }
 
+std::string jsonString(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (u < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", u);
+      out += buf;
+    } else {
+      out.push_back(c);
+    }
+  }
+  out.push_back('"');
+  return out;
+}
+
 std::string commHex(unsigned long long hash) {
   char buf[20];
   std::snprintf(buf, sizeof buf, "%016llx", hash);

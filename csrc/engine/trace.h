@@ -37,4 +37,7 @@ class TraceWriter {
 // "%016llx" of a communicator hash, as it appears in traces and logs.
 std::string commHex(unsigned long long hash);
 
+// `text` as a JSON string literal, quotes included (quote, backslash and control characters escaped).
+std::string jsonString(const std::string& text);
+
 }  // namespace autoccl::engine

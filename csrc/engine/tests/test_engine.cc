@@ -27,6 +27,7 @@
 #include "engine/stats.h"
 #include "engine/table.h"
 #include "engine/timing.h"
+#include "engine/trace.h"
 #include "engine/tests/test_env.h"
 
 using namespace autoccl::engine;
@@ -282,6 +283,13 @@ TEST(engine, stats) {
 }
 
 // ------------------------------------------------------------------ fingerprint
+TEST(engine, json_string) {
+  EXPECT_EQ(jsonString("plain"), std::string("\"plain\""));
+  EXPECT_EQ(jsonString("a \"b\" c\\d"), std::string("\"a \\\"b\\\" c\\\\d\""));
+  EXPECT_EQ(jsonString("tab\there\nline"), std::string("\"tab\\u0009here\\u000aline\""));
+  EXPECT_EQ(jsonString(std::string("nul\0x", 5)), std::string("\"nul\\u0000x\""));
+}
+
 TEST(engine, fingerprint) {
   EXPECT_EQ(std::string(hex16(fnv1a64(""))), std::string("cbf29ce484222325"));
   EXPECT_EQ(std::string(hex16(fnv1a64("a"))), std::string("af63dc4c8601ec8c"));
