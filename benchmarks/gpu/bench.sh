@@ -94,6 +94,7 @@ echo "setup done at $((SECONDS - T0)) s"
 if [ "${MPS:-0}" = 1 ]; then
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/autoccl-mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/autoccl-mps/log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  echo quit | nvidia-cuda-mps-control > /dev/null 2>&1  # one left by an earlier call that was killed
   nvidia-cuda-mps-control -d || { echo "MPS=1: nvidia-cuda-mps-control -d failed"; exit 1; }
   trap 'echo quit | nvidia-cuda-mps-control; cp -r "$CUDA_MPS_LOG_DIRECTORY" "$OUT/mps-log" 2>/dev/null' EXIT
   echo "MPS server started" | tee -a "$OUT/machine.txt"
@@ -156,6 +157,7 @@ chain = [json.loads(ln) for f in d.glob("trace*") for ln in f.read_text().splitl
 print(f"profiler_chain trace records: {json.dumps(chain)[:1500]}")
 PY
       timeout $((BUDGET_S - (SECONDS - T0))) python3 -m autoccl bench nccl-tests --bin "$NT_BIN" --launch "$LAUNCH" \
+        --mpirun "$MPIRUN" "${RANKS_ARG[@]}" \
         -c all_reduce -p "${METRICS_PASSES:-4}" -b 1M -e 1M -f 2 -w "${METRICS_WARMUP:-20}" -n 200 --timeout 60 --no-progress \
         ${METRICS_TRACE:+--trace} -o "$ins/overhead" -m plain -m online \
         -m "online-metrics:AUTOCCL_METRICS_DIR=$ins/metrics-overhead AUTOCCL_METRICS_INTERVAL_S=1" 2>&1 | tail -20
@@ -165,14 +167,19 @@ PY
       left=$((BUDGET_S - (SECONDS - T0)))
       if [ "$left" -lt 120 ]; then echo "plan $plan skipped: ${left} s left"; continue; fi
       th=$OUT/train-hosts; mkdir -p "$th"; port=$((20000 + RANDOM % 10000))
+      pids=()
       for r in 0 1; do
         NCCL_HOSTID=autoccl-host-$r NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 timeout "$left" \
           python3 -m torch.distributed.run --nnodes 2 --node-rank $r --nproc-per-node 1 --master-addr 127.0.0.1 \
           --master-port $port -m autoccl bench train --preset "${TRAIN_PRESET:-125m}" --parallel "${PARALLEL:-ddp,fsdp2}" \
           --modes "${TRAIN_MODES:-nccl,online}" --channel-ceiling 0 -n "${TRAIN_ITERS:-300}" --no-progress \
           -o "$th/host$r/run" > "$th/host$r.log" 2>&1 &
+        pids+=($!)
       done
-      wait
+      # a host that fails leaves the other waiting for its peer until the budget ends: stop it
+      while kill -0 "${pids[@]}" 2> /dev/null; do sleep 2; done
+      for pid in "${pids[@]}"; do kill -0 "$pid" 2> /dev/null && sleep 10 && kill "$pid" 2> /dev/null; done
+      for r in 0 1; do wait "${pids[$r]}"; echo "train-hosts: host $r exit $?"; done
       tail -n 25 "$th/host0.log"; tail -n 5 "$th/host1.log"
       (cd "$OUT" && tar czf train-hosts.tgz train-hosts && rm -rf train-hosts)
       continue ;;
@@ -268,8 +275,9 @@ PY
   timeout "$left" python3 -m autoccl bench nccl-tests --bin "$NT_BIN" --launch "$LAUNCH" -c "$COLLS" -p "$PASSES" \
     $psizes $piters --timeout 120 --no-progress --mpirun "$MPIRUN" "${RANKS_ARG[@]}" -o "$OUT/$plan" "${args[@]}" \
     2>&1 | tail -40
+  # shellcheck disable=SC2086
   [ -f "$OUT/$plan/summary.md" ] || python3 -m autoccl bench nccl-tests --bin "$NT_BIN" -o "$OUT/$plan" \
-    --report-only "${args[@]}" 2>&1 | tail -30
+    --report-only $psizes $piters -p "$PASSES" "${RANKS_ARG[@]}" "${args[@]}" 2>&1 | tail -30
   # each traced mode's cold loop split by what its calls ran (the search's cost where nccl-tests times it)
   for traced in "$OUT/$plan"/traces/*/; do
     [ -d "$traced" ] || continue

@@ -483,6 +483,7 @@ def test_train_under_torchrun_on_two_hosts(tmp_path: Path) -> None:
     harness starts one worker per launch, which meet on MASTER_PORT + 1 + i. torchrun hands its processes
     TORCHELASTIC_USE_AGENT_STORE=True; a worker that inherited it did not serve that store, and both waited
     for it until the launch's timeout."""
+    import signal
     import subprocess
     import sys
 
@@ -497,14 +498,16 @@ def test_train_under_torchrun_on_two_hosts(tmp_path: Path) -> None:
         cmd += ["-m", "autoccl", "bench", "train", "--preset", "tiny", "--parallel", "ddp", "--modes", "nccl"]
         cmd += ["--device", "cpu", "--backend", "gloo", "--seq", "64", "-n", "5", "--no-progress"]
         cmd += ["-o", str(tmp_path / f"host{node}" / "run")]
-        log = (tmp_path / f"host{node}.log").open("w")
-        hosts.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
+        with (tmp_path / f"host{node}.log").open("w") as log:
+            hosts.append(
+                subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            )
     try:
         codes = [p.wait(timeout=240) for p in hosts]
     finally:
-        for p in hosts:
+        for p in hosts:  # a hung host: its agent and the workers it started
             if p.poll() is None:
-                p.kill()
+                os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
     assert codes == [0, 0], (tmp_path / "host0.log").read_text()[-3000:]
     res = json.loads((tmp_path / "host0" / "run.json").read_text())

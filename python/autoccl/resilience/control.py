@@ -265,7 +265,7 @@ class Plane:
         self.group = group
         self.rules = rules
         self.words = mask_words(group)
-        # The thread's reader of join requests, kept across planes so an admitting round reads only the
+        # The thread's reader of join requests, kept across its planes so an admitting round reads only the
         # requests written since (none given: one for this plane, which reads them all).
         self.requests = requests if requests is not None else JoinRequests()
 
