@@ -17,9 +17,15 @@ from autoccl.cli import main
 
 # Prints nccl-tests-like rows; busbw 100 GB/s plain, x TUNED_GAIN when the plugin is loaded (autoccl run
 # sets NCCL_TUNER_PLUGIN), one wrong element per row when FAKE_WRONG is set. Appends its launch to a log.
-# With FAKE_NO_TUNER and a trace, it traces the refusal the library writes where its tuner cannot engage.
+# With FAKE_NO_TUNER under the plugin it prints the library's WARN where its tuner cannot engage (NCCL prints
+# it at NCCL_DEBUG=WARN) and, with a trace, traces the refusal too.
 FAKE = r"""#!PYTHON
 import json, os, sys
+warn = os.environ.get("NCCL_DEBUG") == "WARN"
+if os.environ.get("FAKE_NO_TUNER") and "NCCL_TUNER_PLUGIN" in os.environ and warn:
+    why = os.environ["FAKE_NO_TUNER"]
+    line = f"NCCL WARN autoccl: comm 00000000000000aa rank 0: {why}; behaving as no tuner"
+    print("host:1:2 [0] " + line, file=sys.stderr)
 if os.environ.get("FAKE_NO_TUNER") and os.environ.get("AUTOCCL_TRACE"):
     with open(f"{os.environ['AUTOCCL_TRACE']}.fake.{os.getpid()}.jsonl", "w") as t:
         rec = {"ev": "no_tuner", "comm": "00000000000000aa", "rank": 0, "why": os.environ["FAKE_NO_TUNER"]}
@@ -147,7 +153,13 @@ def test_a_tuner_that_did_not_engage_is_reported(tmp_path: Path) -> None:
     assert (o["launches_without_tuner"], o["launches"], o["no_tuner"]) == (2, 2, [why])
     text = (out / "summary.md").read_text()
     assert "The tuner did not engage" in text and f"online, single: 2 of 2 launches; {why}" in text
-    # a launch whose traces hold no refusal is not reported as one
+    # without a trace, from the WARN the bench asks NCCL to print
+    out3 = tmp_path / "out3"
+    r = _invoke([*args, "-m", "plain", "-m", "online", "-o", str(out3), "--no-progress"], env)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    o = json.loads((out3 / "summary.json").read_text())["overall"]["online/single"]
+    assert (o["launches_without_tuner"], o["no_tuner"]) == (2, [why])
+    # a launch whose traces and output hold no refusal is not reported as one
     env.pop("FAKE_NO_TUNER")
     out2 = tmp_path / "out2"
     r = _invoke([*args, "-m", "plain", "-m", "online", "--trace", "-o", str(out2), "--no-progress"], env)

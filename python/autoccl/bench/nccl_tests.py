@@ -162,6 +162,14 @@ def no_tuner_reasons(records: Iterable[Mapping[str, Any]]) -> list[str]:
     return sorted({str(r.get("why")) for r in records if r.get("ev") == "no_tuner"})
 
 
+_NO_TUNER_WARN = re.compile(r"NCCL WARN autoccl: (?:comm \S+ rank -?\d+: )?(.*); behaving as no tuner")
+
+
+def no_tuner_warnings(output: str) -> list[str]:
+    """The same reasons from a launch's output: the library's WARN when its tuner cannot engage."""
+    return sorted({m.group(1) for m in _NO_TUNER_WARN.finditer(output)})
+
+
 def pinned_tasks(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The authority's per-task summaries (`task` records of rank 0): what was pinned, against NCCL's."""
     out = []
@@ -269,6 +277,9 @@ def child_env(mode: Mode, base: Mapping[str, str]) -> dict[str, str]:
         if k == "AUTOCCL_LIB_DIR" or (not k.startswith(OWN_PREFIXES) and k not in PLUGIN_VARS)
     }
     env.update(SAFETY_ENV)
+    # NCCL prints WARN lines only when asked: the library's refusal to tune (no_tuner_warnings) then reaches
+    # an untraced launch's log too, and plain NCCL prints nothing more at this level
+    env.setdefault("NCCL_DEBUG", "WARN")
     env.update(dict(mode.env))
     return env
 
@@ -423,11 +434,13 @@ def _one_launch(plan: Plan, mode: Mode, coll: str, launch: str, pass_no: int) ->
         rec["error"] = "no result rows in the output"
     elif rc != 0:
         rec["error"] = out.strip().splitlines()[-1][:300] if out.strip() else f"exit code {rc}"
+    if not mode.plain:
+        rec["no_tuner"] = no_tuner_warnings(out)
     if plan.trace and not mode.plain:
         recs = read_records(trace_files(str(trace_prefix(plan, mode, coll, launch, pass_no))))
         rec["agreement"] = cross_rank_agreement(recs)
         rec["pinned"] = pinned_tasks(recs)
-        rec["no_tuner"] = no_tuner_reasons(recs)
+        rec["no_tuner"] = sorted(set(rec["no_tuner"]) | set(no_tuner_reasons(recs)))
     return rec
 
 
