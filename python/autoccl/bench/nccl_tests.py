@@ -378,10 +378,7 @@ def read_launches(outdir: Path) -> list[dict[str, Any]]:
             )
             files = trace_files(str(prefix))
             if files:
-                recs = read_records(files)
-                rec["agreement"] = cross_rank_agreement(recs)
-                rec["pinned"] = pinned_tasks(recs)
-                rec["no_tuner"] = no_tuner_reasons(recs)
+                _add_trace_checks(rec, read_records(files))
             out.append(rec)
     return out
 
@@ -437,11 +434,17 @@ def _one_launch(plan: Plan, mode: Mode, coll: str, launch: str, pass_no: int) ->
     if not mode.plain:
         rec["no_tuner"] = no_tuner_warnings(out)
     if plan.trace and not mode.plain:
-        recs = read_records(trace_files(str(trace_prefix(plan, mode, coll, launch, pass_no))))
-        rec["agreement"] = cross_rank_agreement(recs)
-        rec["pinned"] = pinned_tasks(recs)
-        rec["no_tuner"] = sorted(set(rec["no_tuner"]) | set(no_tuner_reasons(recs)))
+        prefix = trace_prefix(plan, mode, coll, launch, pass_no)
+        _add_trace_checks(rec, read_records(trace_files(str(prefix))))
     return rec
+
+
+def _add_trace_checks(rec: dict[str, Any], records: list[dict[str, Any]]) -> None:
+    """What a launch's traces say: cross-rank agreement, what was pinned, and refusals to tune (added to
+    those its output's WARN lines gave)."""
+    rec["agreement"] = cross_rank_agreement(records)
+    rec["pinned"] = pinned_tasks(records)
+    rec["no_tuner"] = sorted(set(rec.get("no_tuner", [])) | set(no_tuner_reasons(records)))
 
 
 def _text(b: bytes | str | None) -> str:
