@@ -76,6 +76,8 @@
 #             two GPUs)
 #   netcheck  plain nccl-tests all_reduce 1-16 MiB through --launch mpi with NCCL_DEBUG=INFO: the transport NCCL
 #             chose (its "via" lines) and -c 1's verdict, before the other plans measure on it
+# HOSTS_ON_ONE_GPU=1: the resilience plans run as train-hosts does, two hosts of GPU 0 (TRAIN_PRESET 125m fits
+#   their socket transport): a lost rank, its replacement and the straggler over NCCL where one GPU is lent
 # MPIRUN=benchmarks/gpu/hosts_on_one_gpu.sh RANKS=2 LAUNCH=mpi: on one GPU, two ranks that NCCL sees as two hosts
 #   (network transport over loopback sockets): the nccl-tests plans then run on a multi-host kind of communicator.
 #   Two processes on one GPU take turns on it (time slices of ~2.3 ms: every step of a collective that waits for the
@@ -88,6 +90,7 @@ cd "$(dirname "$0")/../.."
 T0=$SECONDS
 BUDGET_S=${BUDGET_S:-540}
 source benchmarks/gpu/setup.sh || exit 1
+source benchmarks/gpu/hosts_env.sh
 git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || true
 bash benchmarks/gpu/source_digest.sh > "$OUT/source-digest.txt"  # which code ran, whatever .git says
 echo "setup done at $((SECONDS - T0)) s"
@@ -107,6 +110,34 @@ ITERS=${ITERS:--w 20 -n 40}
 MPIRUN=${MPIRUN:-mpirun}
 RANKS_ARG=(); [ -n "${RANKS:-}" ] && RANKS_ARG=(--gpus "$RANKS")
 IDLE64="idle64:--mode table --cache-dir {empty} --channel-ceiling 64 --nccl-channels auto"
+# train_on_two_hosts DIR LIMIT_S ARGS...: `autoccl bench train ARGS` on two "hosts" of GPU 0 (hosts_env.sh), each
+# host's harness under its own `torchrun --nnodes 2` (the multi-host launch); DIR/host<R>/run and DIR/host<R>.log.
+# Host 0 writes the result and may run on after host 1's harness is done (a killed rank's host ends early);
+# a host that fails leaves the other waiting for its peer, so it is stopped.
+train_on_two_hosts() {
+  local dir=$1 limit=$2 port=$((20000 + RANDOM % 10000)) pids=() r code1=
+  shift 2
+  mkdir -p "$dir"
+  for r in 0 1; do
+    env "${HOST_ENV[@]}" NCCL_HOSTID="$HOST_ID_PREFIX$r" timeout "$limit" \
+      python3 -m torch.distributed.run --nnodes 2 --node-rank $r --nproc-per-node 1 --master-addr 127.0.0.1 \
+      --master-port $port -m autoccl bench train "$@" -o "$dir/host$r/run" > "$dir/host$r.log" 2>&1 &
+    pids+=($!)
+  done
+  while kill -0 "${pids[0]}" 2> /dev/null; do
+    if [ -z "$code1" ] && ! kill -0 "${pids[1]}" 2> /dev/null; then
+      wait "${pids[1]}"; code1=$?
+      [ "$code1" != 0 ] && sleep 10 && kill "${pids[0]}" 2> /dev/null
+    fi
+    sleep 2
+  done
+  wait "${pids[0]}"; echo "$(basename "$dir"): host 0 exit $?"
+  if [ -z "$code1" ]; then
+    kill -0 "${pids[1]}" 2> /dev/null && sleep 10 && kill "${pids[1]}" 2> /dev/null
+    wait "${pids[1]}"; code1=$?
+  fi
+  echo "$(basename "$dir"): host 1 exit $code1"
+}
 for plan in ${PLANS:-overhead online}; do
   psizes=$SIZES; piters=$ITERS
   case $plan in
@@ -166,20 +197,9 @@ PY
     train-hosts)
       left=$((BUDGET_S - (SECONDS - T0)))
       if [ "$left" -lt 120 ]; then echo "plan $plan skipped: ${left} s left"; continue; fi
-      th=$OUT/train-hosts; mkdir -p "$th"; port=$((20000 + RANDOM % 10000))
-      pids=()
-      for r in 0 1; do
-        NCCL_HOSTID=autoccl-host-$r NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 timeout "$left" \
-          python3 -m torch.distributed.run --nnodes 2 --node-rank $r --nproc-per-node 1 --master-addr 127.0.0.1 \
-          --master-port $port -m autoccl bench train --preset "${TRAIN_PRESET:-125m}" --parallel "${PARALLEL:-ddp,fsdp2}" \
-          --modes "${TRAIN_MODES:-nccl,online}" --channel-ceiling 0 -n "${TRAIN_ITERS:-300}" --no-progress \
-          -o "$th/host$r/run" > "$th/host$r.log" 2>&1 &
-        pids+=($!)
-      done
-      # a host that fails leaves the other waiting for its peer until the budget ends: stop it
-      while kill -0 "${pids[@]}" 2> /dev/null; do sleep 2; done
-      for pid in "${pids[@]}"; do kill -0 "$pid" 2> /dev/null && sleep 10 && kill "$pid" 2> /dev/null; done
-      for r in 0 1; do wait "${pids[$r]}"; echo "train-hosts: host $r exit $?"; done
+      th=$OUT/train-hosts
+      train_on_two_hosts "$th" "$left" --preset "${TRAIN_PRESET:-125m}" --parallel "${PARALLEL:-ddp,fsdp2}" \
+        --modes "${TRAIN_MODES:-nccl,online}" --channel-ceiling 0 -n "${TRAIN_ITERS:-300}" --no-progress
       tail -n 25 "$th/host0.log"; tail -n 5 "$th/host1.log"
       (cd "$OUT" && tar czf train-hosts.tgz train-hosts && rm -rf train-hosts)
       continue ;;
@@ -248,8 +268,8 @@ PY
       if [ "$left" -lt 90 ]; then echo "plan $plan skipped: ${left} s left"; continue; fi
       # the kill run is healthy in ~1 min; a survivor that hangs must not take the rest of the budget
       [ "$plan" != resilience ] && [ "$left" -gt "${RES_KILL_S:-240}" ] && left=${RES_KILL_S:-240}
-      res=(--nproc 2 --preset "${TRAIN_PRESET:-350m}" --parallel ddp --modes nccl --data markov --delay sleep
-           --no-progress --timeout "$left" -o "$OUT/$plan/run")
+      res=(--preset "${TRAIN_PRESET:-350m}" --parallel ddp --modes nccl --data markov --delay sleep
+           --no-progress --timeout "$left")
       if [ "$plan" = resilience ]; then
         res+=(--resilience both --straggler 1:0.2:2-5 -n "${RES_ITERS:-500}")
       elif [ "$plan" = resilience-kill ]; then
@@ -258,11 +278,15 @@ PY
         res+=(--resilience on --kill 1:100 --rejoin --no-clean-baseline -n 600)
       fi
       mkdir -p "$OUT/$plan"
-      timeout "$left" python3 -m autoccl bench train "${res[@]}" 2>&1 | tail -20
-      for d in "$OUT/$plan"/run.logs/*/; do
-        for f in "$d"/rank0.log "$d"/rank1.newcomer.log; do
-          [ -f "$f" ] && cp "$f" "$OUT/$plan/$(basename "$d").$(basename "$f")"
-        done
+      if [ "${HOSTS_ON_ONE_GPU:-0}" = 1 ]; then
+        train_on_two_hosts "$OUT/$plan" "$left" "${res[@]}"
+        tail -n 20 "$OUT/$plan/host0.log"; tail -n 5 "$OUT/$plan/host1.log"
+      else
+        timeout "$left" python3 -m autoccl bench train --nproc 2 "${res[@]}" -o "$OUT/$plan/run" 2>&1 | tail -20
+      fi
+      # every rank's log of every launch (the killed rank's too), beside the summaries
+      find "$OUT/$plan" -path '*.logs/*' -name 'rank*.log' | while read -r f; do
+        cp "$f" "$OUT/$plan/$(basename "$(dirname "$f")").$(basename "$f")"
       done
       (cd "$OUT" && tar czf "$plan.tgz" --exclude='*.logs' "$plan" && rm -rf "$plan")
       continue ;;

@@ -478,11 +478,9 @@ def test_failing_worker_reports_its_log(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "spec.0.json").read_text())["kind"] == "nonsense"
 
 
-def test_train_under_torchrun_on_two_hosts(tmp_path: Path) -> None:
-    """The multi-host way (docs/bench.md): each "host" runs the harness under `torchrun --nnodes 2`, and each
-    harness starts one worker per launch, which meet on MASTER_PORT + 1 + i. torchrun hands its processes
-    TORCHELASTIC_USE_AGENT_STORE=True; a worker that inherited it did not serve that store, and both waited
-    for it until the launch's timeout."""
+def _train_on_two_torchrun_hosts(tmp_path: Path, args: list[str], timeout_s: float) -> dict[str, Any]:
+    """`autoccl bench train ARGS` the multi-host way (docs/bench.md): each "host" runs the harness under
+    `torchrun --nnodes 2`, and each harness starts one worker per launch. Returns host 0's result."""
     import signal
     import subprocess
     import sys
@@ -496,21 +494,43 @@ def test_train_under_torchrun_on_two_hosts(tmp_path: Path) -> None:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node)]
         cmd += ["--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port)]
         cmd += ["-m", "autoccl", "bench", "train", "--preset", "tiny", "--parallel", "ddp", "--modes", "nccl"]
-        cmd += ["--device", "cpu", "--backend", "gloo", "--seq", "64", "-n", "5", "--no-progress"]
+        cmd += ["--device", "cpu", "--backend", "gloo", "--seq", "64", "--no-progress", *args]
         cmd += ["-o", str(tmp_path / f"host{node}" / "run")]
         with (tmp_path / f"host{node}.log").open("w") as log:
             hosts.append(
                 subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             )
     try:
-        codes = [p.wait(timeout=240) for p in hosts]
+        codes = [p.wait(timeout=timeout_s) for p in hosts]
     finally:
         for p in hosts:  # a hung host: its agent and the workers it started
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
     assert codes == [0, 0], (tmp_path / "host0.log").read_text()[-3000:]
-    res = json.loads((tmp_path / "host0" / "run.json").read_text())
+    assert not (tmp_path / "host1" / "run.json").exists()  # results are written by global rank 0
+    doc: dict[str, Any] = json.loads((tmp_path / "host0" / "run.json").read_text())
+    return doc
+
+
+def test_train_under_torchrun_on_two_hosts(tmp_path: Path) -> None:
+    """torchrun hands its processes TORCHELASTIC_USE_AGENT_STORE=True; a worker that inherited it did not
+    serve the launch's store on MASTER_PORT + 1 + i, and both waited for it until the launch's timeout."""
+    res = _train_on_two_torchrun_hosts(tmp_path, ["-n", "5"], timeout_s=240)
     assert [(r["parallel"], r["mode"]) for r in res["train"]] == [("ddp", "nccl")]
     assert [la["status"] for la in res["launches"]] == ["ok"]
-    assert not (tmp_path / "host1" / "run.json").exists()  # results are written by global rank 0
+
+
+@pytest.mark.serial
+def test_rejoin_under_torchrun_on_two_hosts(tmp_path: Path) -> None:
+    """--kill 1 --rejoin on two hosts: the harness of the host whose worker was killed starts the
+    replacement, which joins host 0's survivor through the job's store (the harness of host 0 serves it)."""
+    args = "-n 400 --resilience on --kill 1:10 --rejoin --no-clean-baseline --timeout 300".split()
+    res = _train_on_two_torchrun_hosts(tmp_path, args, timeout_s=360)
+    (row,) = res["train"]
+    assert row["live_ranks"] == [0, 1] and row["weights_identical"]
+    (rec,) = row["resilience"]["recoveries"]
+    assert rec["lost"] == [1] and rec["survivors"] == [0] and rec["seconds"] < 30, rec
+    (join,) = row["resilience"]["joins"]
+    assert join["joined"] == [1] and 10 < join["round"] < 400
+    assert (tmp_path / "host1" / "run.logs" / "000-ddp_nccl_resilient" / "rank1.newcomer.log").is_file()

@@ -498,8 +498,6 @@ class Resilience:
             raise _fail("--kill 0 needs a local launch (under torchrun, rank 0 writes the result)")
         if self.rejoin and kl is None:
             raise _fail("--rejoin needs --kill (it replaces the killed rank)")
-        if self.rejoin and distributed:
-            raise _fail("--rejoin needs a local launch (the harness starts the replacement worker)")
         return {
             "resilience": self.resilience,
             "straggler": st.label() if st else None,
