@@ -62,13 +62,13 @@
 #   train-ceiling  as train with PARALLEL (e.g. fsdp2), each pair run twice: default and --channel-ceiling 0
 #   resilience  `autoccl bench train --resilience both`: DDP 350m (TRAIN_PRESET) on 2 GPUs, rank 1 slowed to 2-5x
 #             its step on 20 % of the steps (RES_ITERS, default 500), synchronous against the resilient reducer,
-#             clean and injected (docs/resilience.md); not yet run
-#   resilience-kill  `--resilience on --kill 1:100` over 200 steps: the survivor must go on within 30 s (the
-#             "lost at step" line of rank 0's log, train[].resilience.recoveries), bounded by RES_KILL_S
-#             (default 240)
-#   resilience-rejoin  as resilience-kill with `--rejoin` over 600 steps: the replacement for rank 1 joins the
-#             survivor over NCCL (the grown group made directly, the state sent GPU to GPU); the resilience
-#             table's "back at step N", both ranks' final weights alike
+#             clean and injected (docs/resilience.md)
+#   resilience-kill  `--resilience on --kill 1:100` over 200 steps (RES_STEPS; the kill at half): the survivor
+#             must go on within 30 s (the "lost at step" line of rank 0's log, train[].resilience.recoveries),
+#             bounded by RES_KILL_S (default 240)
+#   resilience-rejoin  as resilience-kill with `--rejoin` over 3 x RES_STEPS steps: the replacement for rank 1
+#             joins the survivor over NCCL (the grown group made directly, the state sent GPU to GPU); the
+#             resilience table's "back at step N", both ranks' final weights alike
 #   train-hosts  `autoccl bench train` on two "hosts" of one GPU (NCCL_HOSTID, sockets over loopback, as
 #             hosts_on_one_gpu.sh), each host's harness under its own `torchrun --nnodes 2`: the multi-host launch,
 #             the coordinator torchrun's variables derive; TRAIN_PRESET (default 125m), PARALLEL (default ddp,fsdp2),
@@ -268,14 +268,15 @@ PY
       if [ "$left" -lt 90 ]; then echo "plan $plan skipped: ${left} s left"; continue; fi
       # the kill run is healthy in ~1 min; a survivor that hangs must not take the rest of the budget
       [ "$plan" != resilience ] && [ "$left" -gt "${RES_KILL_S:-240}" ] && left=${RES_KILL_S:-240}
+      RES_STEPS=${RES_STEPS:-200}
       res=(--preset "${TRAIN_PRESET:-350m}" --parallel ddp --modes nccl --data markov --delay sleep
            --no-progress --timeout "$left")
       if [ "$plan" = resilience ]; then
         res+=(--resilience both --straggler 1:0.2:2-5 -n "${RES_ITERS:-500}")
       elif [ "$plan" = resilience-kill ]; then
-        res+=(--resilience on --kill 1:100 --no-clean-baseline -n 200)
+        res+=(--resilience on --kill "1:$((RES_STEPS / 2))" --no-clean-baseline -n "$RES_STEPS")
       else
-        res+=(--resilience on --kill 1:100 --rejoin --no-clean-baseline -n 600)
+        res+=(--resilience on --kill "1:$((RES_STEPS / 2))" --rejoin --no-clean-baseline -n $((3 * RES_STEPS)))
       fi
       mkdir -p "$OUT/$plan"
       if [ "${HOSTS_ON_ONE_GPU:-0}" = 1 ]; then

@@ -30,10 +30,55 @@ def test_shrink_aborts_what_the_lost_rank_left_hanging(monkeypatch: pytest.Monke
     )
     monkeypatch.setattr(G, "shrink_supported", lambda group: True)
     old = G.Group("old", (0, 1, 2, 3), "nccl", "created")
-    new = G.survivors_group(old, (3, 0, 1), 0, "store", 10.0)
-    assert new.how == "shrink_group" and new.ranks == (0, 1, 3)
-    assert calls[0]["excluded"] == [2]
+    store = dist.HashStore()
+    out = _in_threads(3, lambda i: G.survivors_group(old, (3, 0, 1), (0, 1, 3)[i], store, 10.0))
+    assert all(new.how == "shrink_group" and new.ranks == (0, 1, 3) and new.pg == "pg" for new in out)
+    assert [c["excluded"] for c in calls] == [[2]] * 3
     assert calls[0]["shrink_flags"] == dist.distributed_c10d.SHRINK_ABORT != 0
+
+
+def _made_groups(monkeypatch: pytest.MonkeyPatch, seen: list[Any]) -> type:
+    class Made:  # stands for ProcessGroupGloo / ProcessGroupNCCL
+        class Options:
+            pass
+
+        def __init__(self, store: Any, rank: int, size: int, opts: Any) -> None:
+            seen.append((rank, size))
+
+    monkeypatch.setattr(dist, "ProcessGroupGloo", Made)
+    monkeypatch.setattr(dist, "ProcessGroupNCCL", Made, raising=False)
+    return Made
+
+
+@pytest.mark.parametrize("failing", [(1,), (0, 1, 2)])
+def test_survivors_agree_when_a_shrink_fails(
+    monkeypatch: pytest.MonkeyPatch, failing: tuple[int, ...]
+) -> None:
+    """shrink_group raised on NCCL 2.28.9 once the lost rank's process was gone. Where it fails on one
+    survivor and works on another, both must make the same group: every survivor re-creates it, and the
+    communicators that one shrink made are aborted (their peers never use them)."""
+    aborted: list[Any] = []
+    seen: list[Any] = []
+
+    def shrink(excluded: list[int], group: Any, shrink_flags: int) -> str:
+        import threading
+
+        me = int(threading.current_thread().name)
+        if me in failing:
+            raise dist.DistBackendError("ncclRemoteError: Connection closed by remote peer")
+        return f"shrunk {me}"
+
+    monkeypatch.setattr(dist, "shrink_group", shrink, raising=False)
+    monkeypatch.setattr(G, "shrink_supported", lambda group: True)
+    monkeypatch.setattr(dist.distributed_c10d, "_abort_process_group", lambda pg: aborted.append(pg))
+    made = _made_groups(monkeypatch, seen)
+    old = G.Group("old", (0, 1, 2, 3), "nccl", "created")
+    store = dist.HashStore()
+    out = _in_threads(3, lambda i: G.survivors_group(old, (0, 1, 2), i, store, 10.0), named=True)
+    assert all(new.how == "re-created" and new.ranks == (0, 1, 2) and isinstance(new.pg, made) for new in out)
+    assert sorted(seen) == [(0, 3), (1, 3), (2, 3)]
+    shrunk = sorted(f"shrunk {r}" for r in range(3) if r not in failing)
+    assert sorted(a for a in aborted if a != "old") == shrunk and aborted.count("old") == 3
 
 
 def test_no_shrink_without_the_abort_flag(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -68,7 +113,8 @@ def test_survivors_meet_in_a_group_of_their_own(monkeypatch: pytest.MonkeyPatch,
     assert seen == (["abort old"] if backend == "nccl" else []) + [("store", 1, 2)]
 
 
-def _in_threads(n: int, fn: Any) -> list[Any]:
+def _in_threads(n: int, fn: Any, named: bool = False) -> list[Any]:
+    """fn(i) in n threads at once (named "0", "1", ... with `named`)."""
     import threading
 
     out: list[Any] = [None] * n
@@ -80,7 +126,7 @@ def _in_threads(n: int, fn: Any) -> list[Any]:
         except BaseException as e:  # reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    threads = [threading.Thread(target=run, args=(i,), name=str(i) if named else None) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:

@@ -6,7 +6,8 @@ directly from the job's key-value store among exactly its members (`ProcessGroup
 in the default group, and a replacement worker that joins back is not in it at all (its default group is
 its own). `shrink_group` (PyTorch 2.10+, `ncclCommShrink` from NCCL 2.29) is used instead where the
 backend supports it: it splits the survivors off the existing communicator without a new rendezvous,
-and SHRINK_ABORT first aborts what the lost rank left hanging.
+and SHRINK_ABORT first aborts what the lost rank left hanging. Where it fails on any survivor, every
+survivor re-creates the group (they agree through the store).
 
 Two ways the survivors could wait forever for the lost rank, both closed here: shrinking without
 SHRINK_ABORT (ncclCommShrink then waits for the collectives the lost rank left hanging), and, on NCCL, a
@@ -114,11 +115,36 @@ def survivors_group(
     abort_flag = shrink_abort_flag()
     if abort_flag is not None and shrink_supported(group):
         excluded = [group.index(r) for r in group.ranks if r not in survivors]
-        pg = dist.shrink_group(excluded, group=group.pg, shrink_flags=abort_flag)
-        return Group(pg, survivors, group.backend, "shrink_group")
+        pg: Any = None
+        try:
+            pg = dist.shrink_group(excluded, group=group.pg, shrink_flags=abort_flag)
+        except RuntimeError as e:
+            # NCCL 2.28.9 over its socket transport: ncclRemoteError ("Connection closed by remote peer")
+            # once the lost rank's process is gone (two ranks as two hosts on one H200)
+            log.warning("autoccl.resilience: shrink_group failed, re-creating the group: %s", _first_line(e))
+        if _every_survivor_shrank(store, survivors, rank, pg is not None, timeout_s):
+            return Group(pg, survivors, group.backend, "shrink_group")
+        if pg is not None:  # another survivor's shrink failed: this communicator has no peers
+            abort(Group(pg, survivors, group.backend, "shrink_group"))
+        store = dist.PrefixStore("re-created/", store)
     if group.backend == "nccl":
         abort(group)
     return direct(group.backend, store, survivors, rank, timeout_s, "re-created", device)
+
+
+def _every_survivor_shrank(
+    store: Any, survivors: tuple[int, ...], rank: int, ok: bool, timeout_s: float
+) -> bool:
+    """Whether shrink_group worked on every survivor: one where it failed re-creates the group, so every
+    survivor must (the same group on all of them, or each waits in a group the others never join)."""
+    store.set(f"shrank/{rank}", "1" if ok else "0")
+    keys = [f"shrank/{r}" for r in survivors]
+    store.wait(keys, _timeout(timeout_s))
+    return all(store.get(k) == b"1" for k in keys)
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).splitlines() or [""])[0]
 
 
 def send(group: Group, tensor: torch.Tensor, to_rank: int) -> None:
@@ -150,7 +176,7 @@ def abort(group: Group) -> None:
         else:
             group.pg.abort()
     except (RuntimeError, ValueError) as e:
-        log.warning("autoccl.resilience: aborting the old group failed: %s", (str(e).splitlines() or [""])[0])
+        log.warning("autoccl.resilience: aborting the old group failed: %s", _first_line(e))
 
 
 def release(group: Group) -> None:
@@ -164,7 +190,7 @@ def release(group: Group) -> None:
         else:
             group.pg.shutdown()
     except (RuntimeError, ValueError) as e:
-        log.warning("autoccl.resilience: closing the old group failed: %s", (str(e).splitlines() or [""])[0])
+        log.warning("autoccl.resilience: closing the old group failed: %s", _first_line(e))
 
 
 def shrink_abort_flag() -> int | None:
