@@ -164,3 +164,42 @@ def test_direct_group_runs_the_reducers_collectives() -> None:
 def test_direct_group_gives_up_without_every_member() -> None:
     with pytest.raises(RuntimeError):
         G.direct("gloo", dist.HashStore(), (0, 1), 0, 1.0, "grown")
+
+
+@pytest.mark.parametrize("job_setting", [None, "3"])
+def test_reducer_groups_leave_failures_to_the_reducer(
+    monkeypatch: pytest.MonkeyPatch, job_setting: str | None
+) -> None:
+    """Every NCCL group the reducer makes (first, shrunk, made directly) is made under
+    TORCH_NCCL_ASYNC_ERROR_HANDLING=2: under the default, ProcessGroupNCCL's watchdog took the survivor's
+    process down 60 s after the lost rank's failure, after it had regrouped. The job's setting is back
+    afterwards."""
+    import os
+
+    if job_setting is None:
+        monkeypatch.delenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", raising=False)
+    else:
+        monkeypatch.setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", job_setting)
+    during: list[str | None] = []
+
+    def record(*args: Any, **kwargs: Any) -> str:
+        during.append(os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING"))
+        return "pg"
+
+    class Made:
+        class Options:
+            pass
+
+        def __init__(self, *args: Any) -> None:
+            record()
+
+    monkeypatch.setattr(dist, "new_group", record)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(dist, "shrink_group", record, raising=False)
+    monkeypatch.setattr(dist, "ProcessGroupNCCL", Made, raising=False)
+    monkeypatch.setattr(G, "shrink_supported", lambda group: True)
+    first = G.create("nccl", torch.device("cpu"), 10.0)
+    G.survivors_group(G.Group("old", (0, 1), "nccl", "created"), (0,), 0, dist.HashStore(), 10.0)
+    G.direct("nccl", dist.HashStore(), (0, 1), 0, 10.0, "grown")
+    assert first.how == "created" and during == ["2", "2", "2"]
+    assert os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING") == job_setting

@@ -18,8 +18,12 @@ the backend's own send/recv (which need no registration)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
+import os
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +53,32 @@ class Group:
         return self.how in ("created", "shrink_group")
 
 
+# The ProcessGroupNCCL mode whose watchdog aborts a failed communicator and leaves the process running
+# (CleanUpOnly). Under the default (3, SkipCleanUp) a communicator whose peer died takes the process down
+# 60 s after the failure (the watchdog's wait for its debug dump): seen on one H200 with two ranks as two
+# hosts, after the survivor had regrouped and gone on.
+_CLEAN_UP_ONLY = "2"
+_ASYNC_ERROR_HANDLING = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+_env_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _failures_left_to_the_reducer() -> Iterator[None]:
+    """ProcessGroupNCCL reads TORCH_NCCL_ASYNC_ERROR_HANDLING when it is made: the reducer's own groups are
+    made under CleanUpOnly (the reducer recovers from their failures), the job's other groups keep the
+    job's setting."""
+    with _env_lock:
+        before = os.environ.get(_ASYNC_ERROR_HANDLING)
+        os.environ[_ASYNC_ERROR_HANDLING] = _CLEAN_UP_ONLY
+        try:
+            yield
+        finally:
+            if before is None:
+                del os.environ[_ASYNC_ERROR_HANDLING]
+            else:
+                os.environ[_ASYNC_ERROR_HANDLING] = before
+
+
 def _timeout(seconds: float) -> datetime.timedelta:
     return datetime.timedelta(seconds=seconds)
 
@@ -56,7 +86,8 @@ def _timeout(seconds: float) -> datetime.timedelta:
 def create(backend: str, device: torch.device, timeout_s: float) -> Group:
     """Collective over the default group: every rank of the job calls it."""
     kw: dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
-    pg = dist.new_group(backend=backend, timeout=_timeout(timeout_s), **kw)
+    with _failures_left_to_the_reducer():
+        pg = dist.new_group(backend=backend, timeout=_timeout(timeout_s), **kw)
     return Group(pg, tuple(range(dist.get_world_size())), backend, "created")
 
 
@@ -81,7 +112,8 @@ def direct(
         opts.is_high_priority_stream = False
         opts._timeout = _timeout(timeout_s)
         opts.global_ranks_in_group = list(ranks)  # type: ignore[attr-defined]
-        pg = dist.ProcessGroupNCCL(store, ranks.index(rank), len(ranks), opts)
+        with _failures_left_to_the_reducer():
+            pg = dist.ProcessGroupNCCL(store, ranks.index(rank), len(ranks), opts)
         if device is not None and device.type == "cuda" and hasattr(pg, "eager_connect_single_device"):
             pg.eager_connect_single_device(device)
     else:
@@ -117,7 +149,8 @@ def survivors_group(
         excluded = [group.index(r) for r in group.ranks if r not in survivors]
         pg: Any = None
         try:
-            pg = dist.shrink_group(excluded, group=group.pg, shrink_flags=abort_flag)
+            with _failures_left_to_the_reducer():
+                pg = dist.shrink_group(excluded, group=group.pg, shrink_flags=abort_flag)
         except RuntimeError as e:
             # NCCL 2.28.9 over its socket transport: ncclRemoteError ("Connection closed by remote peer")
             # once the lost rank's process is gone (two ranks as two hosts on one H200)
