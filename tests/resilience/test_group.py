@@ -171,19 +171,22 @@ def test_reducer_groups_leave_failures_to_the_reducer(
     monkeypatch: pytest.MonkeyPatch, job_setting: str | None
 ) -> None:
     """Every NCCL group the reducer makes (first, shrunk, made directly) is made under
-    TORCH_NCCL_ASYNC_ERROR_HANDLING=2: under the default, ProcessGroupNCCL's watchdog took the survivor's
-    process down 60 s after the lost rank's failure, after it had regrouped. The job's setting is back
-    afterwards."""
+    TORCH_NCCL_ASYNC_ERROR_HANDLING=2 (under the default, ProcessGroupNCCL's watchdog took the survivor's
+    process down 60 s after the lost rank's failure, after it had regrouped) and a 1 s flight-recorder
+    wait. The job's settings are back afterwards."""
     import os
 
+    monkeypatch.delenv("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC", raising=False)
     if job_setting is None:
         monkeypatch.delenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", raising=False)
     else:
         monkeypatch.setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", job_setting)
     during: list[str | None] = []
+    dump_waits: list[str | None] = []
 
     def record(*args: Any, **kwargs: Any) -> str:
         during.append(os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING"))
+        dump_waits.append(os.environ.get("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC"))
         return "pg"
 
     class Made:
@@ -201,5 +204,28 @@ def test_reducer_groups_leave_failures_to_the_reducer(
     first = G.create("nccl", torch.device("cpu"), 10.0)
     G.survivors_group(G.Group("old", (0, 1), "nccl", "created"), (0,), 0, dist.HashStore(), 10.0)
     G.direct("nccl", dist.HashStore(), (0, 1), 0, 10.0, "grown")
-    assert first.how == "created" and during == ["2", "2", "2"]
+    assert first.how == "created" and during == ["2", "2", "2"] and dump_waits == ["1000"] * 3
     assert os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING") == job_setting
+    assert "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC" not in os.environ
+
+
+def test_a_run_ends_on_a_direct_group_without_barrier(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench worker's last barrier on the group a resilience run ends on: dist.barrier refuses a
+    group the reducer made directly on CUDA ("Expecting a ProcessGroup"), so such a group is passed an
+    all_reduce instead. dist.barrier here refuses it as on CUDA."""
+    from autoccl.bench.worker import end_barrier
+
+    def barrier(group: Any = None, **kw: Any) -> None:
+        if not isinstance(group, dist.ProcessGroup):
+            raise ValueError(f"Expecting a ProcessGroup, but got a {type(group)}.")
+
+    monkeypatch.setattr(dist, "barrier", barrier)
+    store = dist.HashStore()
+
+    def member(i: int) -> bool:
+        grp = G.direct("gloo", store, (0, 1), i, 20.0, "re-created")
+        end_barrier(grp.pg, torch.device("cpu"))
+        G.release(grp)
+        return True
+
+    assert _in_threads(2, member) == [True, True]

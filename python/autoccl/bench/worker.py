@@ -104,9 +104,14 @@ def main(argv: list[str]) -> int:
         with open(tmp, "w") as f:
             json.dump(result, f)
         os.replace(tmp, spec["out"])
-    dist.barrier(group=group)
+    end_barrier(group, device)
     if not lost:  # with a lost rank the default group cannot be torn down collectively
         dist.destroy_process_group()
+    elif spec["backend"] == "nccl":
+        # Its communicators still count the lost rank: a survivor that left them to the interpreter's
+        # exit stayed alive until the launch's timeout (one H200, two ranks as two hosts). Aborting
+        # waits for no peer.
+        dist.distributed_c10d._abort_process_group()
     if spec["backend"] == "gloo":
         # Gloo alone (no NCCL, so no plugin whose exit handlers flush its trace or serve the coordinator):
         # leave without the interpreter's finalization. Gloo's threads may still hold work objects whose
@@ -117,6 +122,22 @@ def main(argv: list[str]) -> int:
         sys.stderr.flush()
         os._exit(0)
     return 0
+
+
+def end_barrier(group: Any, device: Any) -> None:
+    """Every rank past the result before any leaves. dist.barrier takes only groups registered with
+    torch.distributed; a resilience run that lost a rank ends on a group the reducer made directly, which
+    barrier() refuses on CUDA ("Expecting a ProcessGroup", one H200, two ranks as two hosts) and passes on
+    the CPU. There, a one-element all_reduce (what barrier runs) does it."""
+    import torch
+    import torch.distributed as dist
+
+    if isinstance(group, dist.ProcessGroup):
+        dist.barrier(group=group)
+        return
+    dist.all_reduce(torch.zeros(1, device=device), group=group)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 if __name__ == "__main__":

@@ -53,30 +53,35 @@ class Group:
         return self.how in ("created", "shrink_group")
 
 
-# The ProcessGroupNCCL mode whose watchdog aborts a failed communicator and leaves the process running
-# (CleanUpOnly). Under the default (3, SkipCleanUp) a communicator whose peer died takes the process down
-# 60 s after the failure (the watchdog's wait for its debug dump): seen on one H200 with two ranks as two
-# hosts, after the survivor had regrouped and gone on.
-_CLEAN_UP_ONLY = "2"
-_ASYNC_ERROR_HANDLING = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+# How the reducer's NCCL groups are made (ProcessGroupNCCL reads these when a group is made):
+# - CleanUpOnly: the watchdog aborts a failed communicator and leaves the process running. Under the
+#   default (3, SkipCleanUp) a communicator whose peer died took the process down 60 s after the failure,
+#   after the survivor had regrouped (one H200, two ranks as two hosts).
+# - A 1 s flight-recorder wait: the watchdog sleeps 4 x this before it aborts a failed communicator (60 s
+#   at the default 15 s). With CleanUpOnly the survivor regrouped in 5.3 s and then made no step until that
+#   abort, 60 s after the failure; a shorter wait is meant to end the stall sooner (not yet run on a GPU).
+_REDUCER_GROUP_ENV = {
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "2",
+    "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC": "1000",
+}
 _env_lock = threading.Lock()
 
 
 @contextlib.contextmanager
 def _failures_left_to_the_reducer() -> Iterator[None]:
-    """ProcessGroupNCCL reads TORCH_NCCL_ASYNC_ERROR_HANDLING when it is made: the reducer's own groups are
-    made under CleanUpOnly (the reducer recovers from their failures), the job's other groups keep the
-    job's setting."""
+    """The reducer's own groups are made under _REDUCER_GROUP_ENV (the reducer recovers from their
+    failures); the job's other groups keep the job's settings."""
     with _env_lock:
-        before = os.environ.get(_ASYNC_ERROR_HANDLING)
-        os.environ[_ASYNC_ERROR_HANDLING] = _CLEAN_UP_ONLY
+        before = {k: os.environ.get(k) for k in _REDUCER_GROUP_ENV}
+        os.environ.update(_REDUCER_GROUP_ENV)
         try:
             yield
         finally:
-            if before is None:
-                del os.environ[_ASYNC_ERROR_HANDLING]
-            else:
-                os.environ[_ASYNC_ERROR_HANDLING] = before
+            for k, v in before.items():
+                if v is None:
+                    del os.environ[k]
+                else:
+                    os.environ[k] = v
 
 
 def _timeout(seconds: float) -> datetime.timedelta:
