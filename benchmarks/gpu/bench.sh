@@ -62,7 +62,7 @@
 #   train-ceiling  as train with PARALLEL (e.g. fsdp2), each pair run twice: default and --channel-ceiling 0
 #   resilience  `autoccl bench train --resilience both`: DDP 350m (TRAIN_PRESET) on 2 GPUs, rank 1 slowed to 2-5x
 #             its step on 20 % of the steps (RES_ITERS, default 500), synchronous against the resilient reducer,
-#             clean and injected (docs/resilience.md)
+#             clean and injected (docs/resilience.md); not yet run on 2 GPUs
 #   resilience-kill  `--resilience on --kill 1:100` over 200 steps (RES_STEPS; the kill at half): the survivor
 #             must go on within 30 s (the "lost at step" line of rank 0's log, train[].resilience.recoveries),
 #             bounded by RES_KILL_S (default 240)
@@ -131,7 +131,9 @@ train_on_two_hosts() {
     fi
     sleep 2
   done
-  wait "${pids[0]}"; echo "$(basename "$dir"): host 0 exit $?"
+  local code0
+  wait "${pids[0]}"; code0=$?
+  echo "$(basename "$dir"): host 0 exit $code0"
   if [ -z "$code1" ]; then
     kill -0 "${pids[1]}" 2> /dev/null && sleep 10 && kill "${pids[1]}" 2> /dev/null
     wait "${pids[1]}"; code1=$?
@@ -285,8 +287,9 @@ PY
       else
         timeout "$left" python3 -m autoccl bench train --nproc 2 "${res[@]}" -o "$OUT/$plan/run" 2>&1 | tail -20
       fi
-      # every rank's log of every launch (the killed rank's too), beside the summaries
-      find "$OUT/$plan" -path '*.logs/*' -name 'rank*.log' | while read -r f; do
+      # every rank's log of every launch (the killed rank's too) and rank 0's record of every step (written
+      # before the end-of-run barrier: a launch that fails there keeps it), beside the summaries
+      find "$OUT/$plan" -path '*.logs/*' \( -name 'rank*.log' -o -name result.json \) | while read -r f; do
         cp "$f" "$OUT/$plan/$(basename "$(dirname "$f")").$(basename "$f")"
       done
       (cd "$OUT" && tar czf "$plan.tgz" --exclude='*.logs' "$plan" && rm -rf "$plan")

@@ -56,7 +56,8 @@ def test_survivors_agree_when_a_shrink_fails(
 ) -> None:
     """shrink_group raised on NCCL 2.28.9 once the lost rank's process was gone. Where it fails on one
     survivor and works on another, both must make the same group: every survivor re-creates it, and the
-    communicators that one shrink made are aborted (their peers never use them)."""
+    communicators that one shrink made are aborted (their peers never use them); the old group is aborted
+    where the shrink failed (where it worked, shrink_group destroyed it)."""
     aborted: list[Any] = []
     seen: list[Any] = []
 
@@ -78,7 +79,20 @@ def test_survivors_agree_when_a_shrink_fails(
     assert all(new.how == "re-created" and new.ranks == (0, 1, 2) and isinstance(new.pg, made) for new in out)
     assert sorted(seen) == [(0, 3), (1, 3), (2, 3)]
     shrunk = sorted(f"shrunk {r}" for r in range(3) if r not in failing)
-    assert sorted(a for a in aborted if a != "old") == shrunk and aborted.count("old") == 3
+    assert sorted(a for a in aborted if a != "old") == shrunk
+    assert aborted.count("old") == len(failing)  # a shrink that worked destroyed the old group itself
+
+
+def test_a_survivor_silent_about_its_shrink_stops_the_recovery(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ncclCommShrink is collective: a survivor may stay inside it. The others stop with a clear error
+    after the timeout instead of guessing which group it will end in."""
+    from autoccl.resilience.config import ResilienceError
+
+    monkeypatch.setattr(dist, "shrink_group", lambda *a, **kw: "shrunk", raising=False)
+    monkeypatch.setattr(G, "shrink_supported", lambda group: True)
+    old = G.Group("old", (0, 1, 2), "nccl", "created")
+    with pytest.raises(ResilienceError, match=r"survivors \[1\] did not say"):
+        G.survivors_group(old, (0, 1), 0, dist.HashStore(), 0.5)
 
 
 def test_no_shrink_without_the_abort_flag(monkeypatch: pytest.MonkeyPatch) -> None:

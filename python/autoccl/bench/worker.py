@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
 import signal
 import sys
@@ -46,6 +47,8 @@ def main(argv: list[str]) -> int:
     with open(argv[0]) as f:
         spec: dict[str, Any] = json.load(f)
     _die_with_parent(spec.get("parent_pid"))
+    # the time of every warning (the resilient reducer's recoveries and joins): a rank's log then says when
+    logging.basicConfig(format="%(asctime)s %(message)s", level=logging.WARNING)
 
     import torch
     import torch.distributed as dist

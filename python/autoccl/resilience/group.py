@@ -4,7 +4,7 @@ The first group is made over the job's default group (every rank calls it). Ever
 directly from the job's key-value store among exactly its members (`ProcessGroupGloo` /
 `ProcessGroupNCCL` on a store prefix of its own), never through the default group: a lost rank is still
 in the default group, and a replacement worker that joins back is not in it at all (its default group is
-its own). `shrink_group` (PyTorch 2.10+, `ncclCommShrink` from NCCL 2.29) is used instead where the
+its own). `shrink_group` (PyTorch 2.10+, `ncclCommShrink`; the image's NCCL 2.28.9 has it) is used where the
 backend supports it: it splits the survivors off the existing communicator without a new rendezvous,
 and SHRINK_ABORT first aborts what the lost rank left hanging. Where it fails on any survivor, every
 survivor re-creates the group (they agree through the store).
@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from autoccl.resilience.config import ResilienceError
 
 log = logging.getLogger("autoccl.resilience")
 
@@ -65,14 +67,25 @@ _REDUCER_GROUP_ENV = {
     "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC": "1000",
 }
 _env_lock = threading.Lock()
+_told: set[str] = set()  # the job's settings overridden, said once each
 
 
 @contextlib.contextmanager
 def _failures_left_to_the_reducer() -> Iterator[None]:
     """The reducer's own groups are made under _REDUCER_GROUP_ENV (the reducer recovers from their
-    failures); the job's other groups keep the job's settings."""
+    failures); the job's other groups keep the job's settings, unless one is made on another thread
+    while this runs (the environment is the process's: PyTorch offers no per-group setting)."""
     with _env_lock:
         before = {k: os.environ.get(k) for k in _REDUCER_GROUP_ENV}
+        for k, v in before.items():
+            if v is not None and v != _REDUCER_GROUP_ENV[k] and k not in _told:
+                _told.add(k)
+                log.warning(
+                    "autoccl.resilience: the reducer's groups use %s=%s, not the job's %s",
+                    k,
+                    _REDUCER_GROUP_ENV[k],
+                    v,
+                )
         os.environ.update(_REDUCER_GROUP_ENV)
         try:
             yield
@@ -162,12 +175,20 @@ def survivors_group(
             log.warning("autoccl.resilience: shrink_group failed, re-creating the group: %s", _first_line(e))
         if _every_survivor_shrank(store, survivors, rank, pg is not None, timeout_s):
             return Group(pg, survivors, group.backend, "shrink_group")
-        if pg is not None:  # another survivor's shrink failed: this communicator has no peers
+        if pg is not None:
+            # Another survivor's shrink failed: this communicator has no peers. The old group is gone
+            # already (shrink_group destroys it).
             abort(Group(pg, survivors, group.backend, "shrink_group"))
-        store = dist.PrefixStore("re-created/", store)
+            return direct(group.backend, _recreated(store), survivors, rank, timeout_s, "re-created", device)
+        store = _recreated(store)
     if group.backend == "nccl":
         abort(group)
     return direct(group.backend, store, survivors, rank, timeout_s, "re-created", device)
+
+
+def _recreated(store: Any) -> Any:
+    """The store prefix of a group re-created after a shrink that failed (apart from its shrank/ keys)."""
+    return dist.PrefixStore("re-created", store)
 
 
 def _every_survivor_shrank(
@@ -177,7 +198,15 @@ def _every_survivor_shrank(
     survivor must (the same group on all of them, or each waits in a group the others never join)."""
     store.set(f"shrank/{rank}", "1" if ok else "0")
     keys = [f"shrank/{r}" for r in survivors]
-    store.wait(keys, _timeout(timeout_s))
+    try:
+        store.wait(keys, _timeout(timeout_s))
+    except (RuntimeError, dist.DistStoreError) as e:
+        # ncclCommShrink is collective: a survivor still inside it never says how it went
+        missing = [r for r, k in zip(survivors, keys, strict=True) if not store.check([k])]
+        raise ResilienceError(
+            f"rank {rank}: survivors {missing} did not say within {timeout_s:.0f} s whether shrink_group "
+            f"worked for them ({_first_line(e)})"
+        ) from e
     return all(store.get(k) == b"1" for k in keys)
 
 
