@@ -110,11 +110,8 @@ def main(argv: list[str]) -> int:
     end_barrier(group, device)
     if not lost:  # with a lost rank the default group cannot be torn down collectively
         dist.destroy_process_group()
-    elif spec["backend"] == "nccl":
-        # Its communicators still count the lost rank: a survivor that left them to the interpreter's
-        # exit stayed alive until the launch's timeout (one H200, two ranks as two hosts). Aborting
-        # waits for no peer.
-        dist.distributed_c10d._abort_process_group()
+    else:
+        end_after_a_loss(group)
     if spec["backend"] == "gloo":
         # Gloo alone (no NCCL, so no plugin whose exit handlers flush its trace or serve the coordinator):
         # leave without the interpreter's finalization. Gloo's threads may still hold work objects whose
@@ -125,6 +122,24 @@ def main(argv: list[str]) -> int:
         sys.stderr.flush()
         os._exit(0)
     return 0
+
+
+def end_after_a_loss(group: Any) -> None:
+    """Tear down the groups of a run that lost a rank, every live rank being past end_barrier. The group it
+    ended on is shut down (its last operations flushed first: aborting it at once could leave a peer inside
+    the barrier waiting for bytes still in this rank's network proxy). The others still count the lost rank:
+    they are aborted, which waits for no peer. A survivor that left them to the interpreter's exit stayed
+    alive until the launch's timeout (NCCL, one H200, two ranks as two hosts)."""
+    import torch.distributed as dist
+
+    try:
+        if isinstance(group, dist.ProcessGroup):
+            dist.destroy_process_group(group)
+        else:
+            group.shutdown()
+    except (RuntimeError, ValueError) as e:
+        print(f"autoccl bench: closing the run's last group failed: {e}", file=sys.stderr)
+    dist.distributed_c10d._abort_process_group()
 
 
 def end_barrier(group: Any, device: Any) -> None:
