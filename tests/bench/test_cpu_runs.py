@@ -325,6 +325,18 @@ def test_train_resilience_straggler(tmp_path: Path) -> None:
     assert prefix.with_name("s.curves.png").stat().st_size > 0
 
 
+def test_train_resilience_step_stall_writes_stacks(tmp_path: Path) -> None:
+    """A resilience run's step longer than --stall-report-s writes every thread's stack to the rank's log
+    (faulthandler): at 1 ms every step is one."""
+    prefix = tmp_path / "stall"
+    args = [*TRAIN_DDP, *CPU, "-n", "6", "--resilience", "on", "--stall-report-s", "0.001", "-o", str(prefix)]
+    r = _run(args)
+    assert r.exit_code == 0, r.output
+    for log in prefix.with_suffix(".logs").glob("*/rank*.log"):
+        text = log.read_text()
+        assert "most recent call first" in text and "train.py" in text, text[-2000:]
+
+
 def test_train_resilience_lost_rank(tmp_path: Path) -> None:
     """--kill: the killed rank's launch still succeeds, the survivors finish every step."""
     prefix = tmp_path / "k"

@@ -477,6 +477,7 @@ class Resilience:
     rejoin: bool
     delay: str
     clean_baseline: bool
+    stall_report_s: float
 
     def extra(self, parallel: list[str], world: int, distributed: bool, iters: int) -> dict[str, Any]:
         """The workers' settings of these options, checked against the run (one sentence per bad value)."""
@@ -505,6 +506,7 @@ class Resilience:
             "rejoin": self.rejoin,
             "delay": self.delay,
             "clean_baseline": self.clean_baseline,
+            "stall_report_s": self.stall_report_s,
         }
 
 
@@ -544,6 +546,14 @@ _resilience = O.gathered(
         default=True,
         show_default=True,
         help="with --straggler/--kill, also run each launch without them (the undelayed reference)",
+    ),
+    click.option(
+        "--stall-report-s",
+        type=click.FloatRange(min=0.0, min_open=True),
+        default=20.0,
+        show_default=True,
+        help="resilience runs: a step that takes this long writes every thread's stack to the rank's log "
+        "(where a rank waits, after a recovery for instance)",
     ),
 )
 
