@@ -132,13 +132,9 @@ def end_after_a_loss(group: Any) -> None:
     alive until the launch's timeout (NCCL, one H200, two ranks as two hosts)."""
     import torch.distributed as dist
 
-    try:
-        if isinstance(group, dist.ProcessGroup):
-            dist.destroy_process_group(group)
-        else:
-            group.shutdown()
-    except (RuntimeError, ValueError) as e:
-        print(f"autoccl bench: closing the run's last group failed: {e}", file=sys.stderr)
+    from autoccl.resilience.group import close
+
+    close(group, registered=isinstance(group, dist.ProcessGroup))
     dist.distributed_c10d._abort_process_group()
 
 

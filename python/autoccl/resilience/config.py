@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from autoccl.resilience.skirental import RULES
+
+
+def first_line(e: BaseException) -> str:
+    """The first sentence of an error, without gloo's source-location prefix (for one-line messages)."""
+    text = str(e).strip().splitlines()
+    line = re.sub(r"^\[[^\]]*\]\s*", "", text[0]) if text else type(e).__name__
+    m = re.match(r"(.+?[.!?])(\s|$)", line)
+    return (m.group(1) if m else line)[:200]
 
 
 class ResilienceError(RuntimeError):

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from autoccl.resilience.config import ResilienceError
+from autoccl.resilience.config import ResilienceError, first_line
 
 log = logging.getLogger("autoccl.resilience")
 
@@ -172,7 +172,7 @@ def survivors_group(
         except RuntimeError as e:
             # NCCL 2.28.9 over its socket transport: ncclRemoteError ("Connection closed by remote peer")
             # once the lost rank's process is gone (two ranks as two hosts on one H200)
-            log.warning("autoccl.resilience: shrink_group failed, re-creating the group: %s", _first_line(e))
+            log.warning("autoccl.resilience: shrink_group failed, re-creating the group: %s", first_line(e))
         if _every_survivor_shrank(store, survivors, rank, pg is not None, timeout_s):
             return Group(pg, survivors, group.backend, "shrink_group")
         if pg is not None:
@@ -205,13 +205,9 @@ def _every_survivor_shrank(
         missing = [r for r, k in zip(survivors, keys, strict=True) if not store.check([k])]
         raise ResilienceError(
             f"rank {rank}: survivors {missing} did not say within {timeout_s:.0f} s whether shrink_group "
-            f"worked for them ({_first_line(e)})"
+            f"worked for them ({first_line(e)})"
         ) from e
     return all(store.get(k) == b"1" for k in keys)
-
-
-def _first_line(e: BaseException) -> str:
-    return (str(e).splitlines() or [""])[0]
 
 
 def send(group: Group, tensor: torch.Tensor, to_rank: int) -> None:
@@ -243,21 +239,26 @@ def abort(group: Group) -> None:
         else:
             group.pg.abort()
     except (RuntimeError, ValueError) as e:
-        log.warning("autoccl.resilience: aborting the old group failed: %s", _first_line(e))
+        log.warning("autoccl.resilience: aborting the old group failed: %s", first_line(e))
 
 
 def release(group: Group) -> None:
     """Close a group the reducer no longer uses (its connections end, and with them any collective a
     peer still waits in)."""
-    if group.pg is None:
-        return
+    if group.pg is not None:
+        close(group.pg, group.registered)
+
+
+def close(pg: Any, registered: bool) -> None:
+    """Close a process group: one registered with torch.distributed is destroyed there, one made directly
+    shut down (its last operations flushed first). A failure is logged, not raised."""
     try:
-        if group.registered:
-            dist.destroy_process_group(group.pg)
+        if registered:
+            dist.destroy_process_group(pg)
         else:
-            group.pg.shutdown()
+            pg.shutdown()
     except (RuntimeError, ValueError) as e:
-        log.warning("autoccl.resilience: closing the old group failed: %s", _first_line(e))
+        log.warning("autoccl.resilience: closing a group failed: %s", first_line(e))
 
 
 def shrink_abort_flag() -> int | None:

@@ -40,7 +40,6 @@ import json
 import logging
 import math
 import os
-import re
 import sys
 import threading
 import time
@@ -62,6 +61,7 @@ from autoccl.resilience.config import (
     ResilienceConfig,
     ResilienceError,
     RunEnded,
+    first_line,
 )
 from autoccl.resilience.control import (
     Decision,
@@ -414,7 +414,7 @@ class Reducer:
             try:
                 self._store().set(Keys.run_ended(), "1")
             except (RuntimeError, dist.DistStoreError) as e:
-                log.warning("autoccl.resilience: could not mark the run as ended: %s", _first_line(e))
+                log.warning("autoccl.resilience: could not mark the run as ended: %s", first_line(e))
         self._agent.join(timeout=timeout_s)
         for timer in self._timers:  # an earlier epoch's clock may still be inside a store wait
             timer.join(timeout=timeout_s)
@@ -659,7 +659,7 @@ class Reducer:
 
     def _alive_or_recover(self, s: int, ranks: tuple[int, ...] | frozenset[int]) -> None:
         if self._liveness.error is not None:
-            raise ResilienceError(f"the heartbeat thread failed: {_first_line(self._liveness.error)}")
+            raise ResilienceError(f"the heartbeat thread failed: {first_line(self._liveness.error)}")
         dead = self._liveness.dead(frozenset(ranks))
         if dead:
             silent = max(self._liveness.silent_for(r) for r in dead)
@@ -686,7 +686,7 @@ class Reducer:
             return bytes(store.get(key))
         except (dist.DistStoreError, RuntimeError) as e:
             if time.monotonic() - t0 < 0.5 * timeout_s:
-                raise ResilienceError(f"the job's key-value store failed: {_first_line(e)}") from e
+                raise ResilienceError(f"the job's key-value store failed: {first_line(e)}") from e
             return None
 
     def _decide(self, s: int, view: RoundView) -> Decision:
@@ -713,9 +713,9 @@ class Reducer:
                 raise _Recover(f"the coordinator, rank {coordinator}, is lost", (coordinator,))
             timer = self._timer
             if timer is not None and timer.error is not None:
-                raise ResilienceError(f"the coordinator's timer failed: {_first_line(timer.error)}")
+                raise ResilienceError(f"the coordinator's timer failed: {first_line(timer.error)}")
             if self._liveness.error is not None:
-                raise ResilienceError(f"the heartbeat thread failed: {_first_line(self._liveness.error)}")
+                raise ResilienceError(f"the heartbeat thread failed: {first_line(self._liveness.error)}")
 
     def _chunk(self) -> float:
         """Long waits check liveness this often."""
@@ -734,7 +734,7 @@ class Reducer:
         try:
             return fn()
         except (RuntimeError, dist.DistError) as e:
-            raise _Recover(f"a collective failed: {_first_line(e)}") from e
+            raise _Recover(f"a collective failed: {first_line(e)}") from e
 
     def _finish(self, work: Any, s: int) -> None:
         """Wait for a collective, watching the peers' heartbeats (a lost peer may hang it): polled, with
@@ -1126,7 +1126,7 @@ class Reducer:
                     self.rank,
                     list(group),
                     first - 1,
-                    _first_line(e),
+                    first_line(e),
                 )
                 if grp is not None:
                     G.release(grp)
@@ -1166,7 +1166,7 @@ class Reducer:
                     "where every rank's Reducer was given the same store as this one"
                 )
             if self._liveness.error is not None:
-                raise ResilienceError(f"the heartbeat thread failed: {_first_line(self._liveness.error)}")
+                raise ResilienceError(f"the heartbeat thread failed: {first_line(self._liveness.error)}")
             if store.check([Keys.run_ended()]):
                 raise RunEnded(f"rank {self.rank} asked to join a run that has ended")
             text = self._get(Keys.admission(self.rank), min(self._chunk(), left))
@@ -1226,7 +1226,7 @@ class Reducer:
                 self._cv.notify_all()
             raise _Recover(
                 f"the group grown by rank(s) {list(joiners)} after step {adm.round} did not form: "
-                f"{_first_line(e)}",
+                f"{first_line(e)}",
                 tuple(sorted(self._liveness.dead(adm.ranks))),
             ) from e
         with self._cv:
@@ -1244,7 +1244,7 @@ class Reducer:
                     send_state(new, r, self._module, optimizer, self.device)
             except (RuntimeError, dist.DistError) as e:
                 raise _Recover(
-                    f"sending the state to rank(s) {list(joiners)} failed: {_first_line(e)}", joiners
+                    f"sending the state to rank(s) {list(joiners)} failed: {first_line(e)}", joiners
                 ) from e
         with self._cv:
             self._admission = None
@@ -1408,11 +1408,3 @@ def _admission_code(d: Decision) -> float:
     """The newcomers a decision admits as one number every rank adds up (the agreement check): a CRC-32
     of the sorted ranks, so a sum of n of them is exact in float64 for n < 2**21 ranks."""
     return float(zlib.crc32(json.dumps(sorted(d.admit)).encode()))
-
-
-def _first_line(e: BaseException) -> str:
-    """The first sentence of an error, without gloo's source-location prefix."""
-    text = str(e).strip().splitlines()
-    line = re.sub(r"^\[[^\]]*\]\s*", "", text[0]) if text else type(e).__name__
-    m = re.match(r"(.+?[.!?])(\s|$)", line)
-    return (m.group(1) if m else line)[:200]
