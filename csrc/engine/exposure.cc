@@ -74,44 +74,36 @@ bool invert(std::vector<double>& a, size_t k, double tiny, size_t* bad) {
 
 }  // namespace
 
-ExposureEstimator::Result ExposureEstimator::estimate() const {
-  Result out;
-  out.period = period_;
-  out.samples = samples_.size();
-  const size_t P = period_, n = samples_.size();
+ExposureEstimator::Fit ExposureEstimator::fit(const std::vector<size_t>& rows) const {
+  const size_t P = period_, n = rows.size();
+  Fit out;
   out.positions.resize(P);
-  if (n == 0 || P > o_.maxPositions) return out;
+  out.groupSize.assign(P, 1);
+  out.residual.assign(n, 0.0);
+  if (n == 0) return out;
 
-  // Means, the tail, and the centred columns.
+  // Means and the centred columns.
   std::vector<double> mean(P, 0.0);
   double meanT = 0;
-  for (const Sample& s : samples_) {
-    meanT += s.iterUs;
-    for (size_t p = 0; p < P; ++p) {
-      mean[p] += s.dur[p];
-      out.positions[p].tail += (s.iterUs - s.start[p] - s.dur[p]) / s.iterUs;
-    }
+  for (size_t i : rows) {
+    meanT += samples_[i].iterUs;
+    for (size_t p = 0; p < P; ++p) mean[p] += samples_[i].dur[p];
   }
   meanT /= static_cast<double>(n);
-  out.iterUs = meanT;
-  for (size_t p = 0; p < P; ++p) {
-    mean[p] /= static_cast<double>(n);
-    out.positions[p].meanUs = mean[p];
-    out.positions[p].tail /= static_cast<double>(n);
-  }
+  for (size_t p = 0; p < P; ++p) mean[p] /= static_cast<double>(n);
   std::vector<std::vector<double>> x(P, std::vector<double>(n));
   std::vector<double> y(n), ss(P, 0.0);
   for (size_t i = 0; i < n; ++i) {
-    y[i] = samples_[i].iterUs - meanT;
+    const Sample& s = samples_[rows[i]];
+    y[i] = s.iterUs - meanT;
     for (size_t p = 0; p < P; ++p) {
-      x[p][i] = samples_[i].dur[p] - mean[p];
+      x[p][i] = s.dur[p] - mean[p];
       ss[p] += x[p][i] * x[p][i];
     }
   }
 
   // Regressors: positions whose window moved (more than rounding), one per group moving in lockstep.
   std::vector<size_t> keep;
-  std::vector<size_t> groupSize(P, 1);
   for (size_t p = 0; p < P; ++p) {
     const double sd = std::sqrt(ss[p] / static_cast<double>(n));
     if (!(sd > 1e-6 * std::max(1.0, mean[p]))) continue;  // never moved: no slope
@@ -120,7 +112,7 @@ ExposureEstimator::Result ExposureEstimator::estimate() const {
       for (size_t i = 0; i < n; ++i) sxy += x[p][i] * x[j][i];
       if (sxy / std::sqrt(ss[p] * ss[j]) > o_.aliasCorr) {
         out.positions[p].alias = static_cast<int>(j);
-        ++groupSize[j];
+        ++out.groupSize[j];
         break;
       }
     }
@@ -155,17 +147,94 @@ ExposureEstimator::Result ExposureEstimator::estimate() const {
   for (size_t i = 0; i < n; ++i) {
     double r = y[i];
     for (size_t a = 0; a < k; ++a) r -= beta[a] * x[keep[a]][i];
+    // the residual the sample would have in the regression without it (its leverage h taken out)
+    double h = 1.0 / static_cast<double>(n);
+    for (size_t a = 0; a < k; ++a)
+      for (size_t b = 0; b < k; ++b) h += x[keep[a]][i] * inv[a * k + b] * x[keep[b]][i];
+    out.residual[i] = h < 1.0 - 1e-9 ? r / (1.0 - h) : 0.0;
     rss += r * r;
   }
   const double s2 = rss / static_cast<double>(n - k - 1);
   out.residualUs = std::sqrt(s2);
+  out.solved = true;
   for (size_t a = 0; a < k; ++a) {
     Position& q = out.positions[keep[a]];
     q.solved = true;
     q.slope = beta[a];
     q.se = std::sqrt(std::max(0.0, s2 * inv[a * k + a]));
   }
-  // Members of a group carry the group's slope; verdicts.
+  return out;
+}
+
+ExposureEstimator::Result ExposureEstimator::estimate() const {
+  Result out;
+  out.period = period_;
+  out.samples = samples_.size();
+  const size_t P = period_, n = samples_.size();
+  out.positions.resize(P);
+  if (n == 0 || P > o_.maxPositions) return out;
+
+  // Means and the tail, over every sample kept.
+  double meanT = 0;
+  for (const Sample& s : samples_) {
+    meanT += s.iterUs;
+    for (size_t p = 0; p < P; ++p) {
+      out.positions[p].meanUs += s.dur[p];
+      out.positions[p].tail += (s.iterUs - s.start[p] - s.dur[p]) / s.iterUs;
+    }
+  }
+  out.iterUs = meanT / static_cast<double>(n);
+  for (Position& q : out.positions) {
+    q.meanUs /= static_cast<double>(n);
+    q.tail /= static_cast<double>(n);
+  }
+
+  // The regression; then, one at a time, without the sample it explains least (the largest residual it would
+  // have without it), up to maxOutlierShare of them. The fit kept is the one that explains the rest best for
+  // what it left out: the least (n - m) log s_m^2 + m z^2, s_m the residual's deviation after m left out (at
+  // least rounding), z = outlierSigmas. Leaving out the extreme of Gaussian noise gains about its z^2 (< 10 for
+  // 256 samples), a sample another call's window was credited to much more; a few such samples mask each other
+  // (each one alone hardly lowers s), so the whole sequence is looked at, not only its first step.
+  std::vector<size_t> rows(n);
+  for (size_t i = 0; i < n; ++i) rows[i] = i;
+  const auto maxOut = static_cast<size_t>(o_.maxOutlierShare * static_cast<double>(n));
+  Fit f = fit(rows);
+  auto score = [&](const Fit& g, size_t m) {
+    const double sd = std::max(g.residualUs, o_.outlierFloorUs);
+    const double perSample = o_.outlierSigmas * o_.outlierSigmas;
+    return static_cast<double>(n - m) * std::log(sd * sd) + static_cast<double>(m) * perSample;
+  };
+  if (f.solved) {
+    double best = score(f, 0);
+    std::vector<size_t> cur = rows;
+    Fit g = f;
+    for (size_t m = 1; m <= maxOut && g.residualUs > o_.outlierFloorUs; ++m) {
+      size_t worst = 0;
+      for (size_t i = 1; i < g.residual.size(); ++i)
+        if (std::fabs(g.residual[i]) > std::fabs(g.residual[worst])) worst = i;
+      cur.erase(cur.begin() + static_cast<std::ptrdiff_t>(worst));
+      Fit h = fit(cur);
+      if (!h.solved) break;  // too few samples left for the unknowns
+      g = std::move(h);
+      if (const double sc = score(g, m); sc < best) {
+        best = sc;
+        rows = cur;
+        f = g;
+      }
+    }
+  }
+  out.outliers = n - rows.size();
+  out.residualUs = f.residualUs;
+
+  // Slopes; members of a group carry the group's slope; verdicts.
+  for (size_t p = 0; p < P; ++p) {
+    Position& q = out.positions[p];
+    const Position& r = f.positions[p];
+    q.alias = r.alias;
+    q.solved = r.solved;
+    q.slope = r.slope;
+    q.se = r.se;
+  }
   for (size_t p = 0; p < P; ++p) {
     Position& q = out.positions[p];
     if (q.alias >= 0) {
@@ -175,7 +244,7 @@ ExposureEstimator::Result ExposureEstimator::estimate() const {
       q.se = r.se;
     }
     if (!q.solved || q.se > o_.maxSe) continue;
-    const size_t group = groupSize[q.alias >= 0 ? static_cast<size_t>(q.alias) : p];
+    const size_t group = f.groupSize[q.alias >= 0 ? static_cast<size_t>(q.alias) : p];
     if (q.slope <= o_.exposedAbove) q.verdict = Verdict::kHidden;
     else if (group == 1) q.verdict = Verdict::kExposed;  // a group's sum above: which of them is not known
   }

@@ -10,6 +10,11 @@
 // every sample (the calls of one task in one segment) cannot be told apart: they share one slope (their sum),
 // and are called hidden only when that sum is (a call never makes the iteration shorter by being longer).
 //
+// A sample the others contradict (a window credited to the wrong call, an iteration clock across a pause) can
+// carry a slope on its own: samples are left out one at a time (the one with the largest residual in the
+// regression without it), up to maxOutlierShare of them, and the fit kept is the one where each sample left
+// out lowered the residual's deviation by more than an outlierSigmas-deviation sample of noise would.
+//
 // Also reported, not used for the verdict: the share of the iteration left after the call's end on its
 // communicator's stream ("tail"). It cannot see what the computation waits for: a call the optimizer waits on,
 // followed by the forward pass, has a long tail and is exposed.
@@ -29,6 +34,9 @@ struct ExposureOptions {
   double exposedAbove = 0.5;  // slope threshold between hidden and exposed
   double maxSe = 0.2;         // a verdict needs the slope's standard error at most this (else unknown)
   double aliasCorr = 0.9999;  // windows this correlated (or both constant) move in lockstep: one shared slope
+  double outlierSigmas = 5.0;     // a sample left out must be worth this many deviations of the residual
+  double outlierFloorUs = 0.05;   // residuals up to this are rounding, never outliers
+  double maxOutlierShare = 0.2;   // at most this share of the samples is left out
 };
 
 class ExposureEstimator {
@@ -51,6 +59,7 @@ class ExposureEstimator {
   struct Result {
     uint32_t period = 0;
     size_t samples = 0;
+    size_t outliers = 0;  // samples left out of the regression (see outlierSigmas)
     double iterUs = 0;  // mean iteration time
     double residualUs = 0;  // standard deviation of the regression's residual
     std::vector<Position> positions;
@@ -65,6 +74,15 @@ class ExposureEstimator {
     double iterUs;
     std::vector<double> start, dur;
   };
+  // The regression on the samples at `rows`: slopes, standard errors, lockstep groups and each row's residual.
+  struct Fit {
+    std::vector<Position> positions;
+    std::vector<size_t> groupSize;
+    std::vector<double> residual;  // by row, in the order of `rows`: each row's deleted residual
+    double residualUs = 0;
+    bool solved = false;  // false: too few samples for the unknowns, or no window moved
+  };
+  Fit fit(const std::vector<size_t>& rows) const;
   ExposureOptions o_;
   uint32_t period_ = 0;
   std::deque<Sample> samples_;

@@ -5,10 +5,11 @@
 
 namespace autoccl::engine {
 
-void ExposureRecorder::place(const TaskKey& task, uint64_t k, uint64_t iteration, uint32_t position, uint32_t period) {
+void ExposureRecorder::place(const TaskKey& task, uint64_t k, uint64_t iteration, uint32_t position, uint32_t period,
+                             uint64_t structure) {
   std::lock_guard<std::mutex> lk(mu_);
   if (placed_.size() > kMaxPlaced) placed_.clear();
-  placed_[CallKey{task, k}] = CallPos{iteration, position, period};
+  placed_[CallKey{task, k}] = CallPos{iteration, structure, position, period};
 }
 
 void ExposureRecorder::time(const TaskKey& task, uint64_t k, uint64_t startNs, double gpuUs) {
@@ -19,8 +20,8 @@ void ExposureRecorder::time(const TaskKey& task, uint64_t k, uint64_t startNs, d
   placed_.erase(f);
   if (startNs == 0 || !(gpuUs > 0) || at.pos >= at.period) return;
   IterTimes& it = iterations_[at.iteration];
-  if (it.period != at.period)
-    it = IterTimes{at.period, std::vector<uint64_t>(at.period, 0), std::vector<double>(at.period, 0.0),
+  if (it.period != at.period || it.structure != at.structure)
+    it = IterTimes{at.structure, at.period, std::vector<uint64_t>(at.period, 0), std::vector<double>(at.period, 0.0),
                    std::vector<TaskKey>(at.period), 0};
   if (it.startNs[at.pos] == 0) ++it.filled;
   it.startNs[at.pos] = startNs;
@@ -30,13 +31,18 @@ void ExposureRecorder::time(const TaskKey& task, uint64_t k, uint64_t startNs, d
     if (at.iteration == 0 && i != at.iteration) continue;
     auto a = iterations_.find(i), b = iterations_.find(i + 1);
     if (a == iterations_.end() || b == iterations_.end() || a->second.filled != a->second.period ||
-        a->second.period != b->second.period || b->second.startNs[0] <= a->second.startNs[0])
+        a->second.period != b->second.period || a->second.structure != b->second.structure ||
+        b->second.startNs[0] <= a->second.startNs[0])
       continue;
     const IterTimes& x = a->second;
     std::vector<double> start(x.period);
     for (uint32_t p = 0; p < x.period; ++p)
       start[p] = static_cast<double>(static_cast<int64_t>(x.startNs[p] - x.startNs[0])) / 1000.0;
-    if (estimator_.period() != x.period) tasks_ = x.task;
+    if (x.structure != structure_ || estimator_.period() != x.period) {
+      estimator_ = ExposureEstimator();  // other calls at the positions now: start again
+      structure_ = x.structure;
+      tasks_ = x.task;
+    }
     estimator_.add(static_cast<double>(b->second.startNs[0] - x.startNs[0]) / 1000.0, start, x.durUs);
     iterations_.erase(a);
   }
@@ -60,8 +66,8 @@ std::string ExposureRecorder::traceRecord(const std::string& commHex, int rank) 
   char head[256];
   std::snprintf(head, sizeof head,
                 "{\"ev\":\"exposure\",\"comm\":\"%s\",\"rank\":%d,\"period\":%u,\"samples\":%zu,"
-                "\"iter_us\":%.1f,\"residual_us\":%.2f,\"positions\":[",
-                commHex.c_str(), rank, r.period, r.samples, r.iterUs, r.residualUs);
+                "\"outliers\":%zu,\"iter_us\":%.1f,\"residual_us\":%.2f,\"positions\":[",
+                commHex.c_str(), rank, r.period, r.samples, r.outliers, r.iterUs, r.residualUs);
   std::string out = head;
   for (size_t p = 0; p < r.positions.size(); ++p) {
     const ExposureEstimator::Position& q = r.positions[p];

@@ -1,6 +1,9 @@
 // Feeds the exposure estimator (engine/exposure.h) from the calls of a communicator's detected iteration: the
 // enqueue thread places each timed call (iteration, position), the measurement thread brings its window and
 // start, and every complete iteration (each position timed, and the next iteration's start) is one sample.
+// Iterations count only within one structure of the detector (a serial, new after every break): after a break
+// the same period may start at another call, and position p is then another call; the iteration before a
+// break has no next start of its own. A new structure starts the estimate again.
 // A report only: nothing in the tuning reads it.
 #pragma once
 
@@ -18,8 +21,10 @@ namespace autoccl::engine {
 
 class ExposureRecorder {
  public:
-  // Call `k` of `task` sits at `position` of iteration `iteration`, whose calls number `period`.
-  void place(const TaskKey& task, uint64_t k, uint64_t iteration, uint32_t position, uint32_t period);
+  // Call `k` of `task` sits at `position` of iteration `iteration`, whose calls number `period`, of the
+  // detector's structure `structure`.
+  void place(const TaskKey& task, uint64_t k, uint64_t iteration, uint32_t position, uint32_t period,
+             uint64_t structure);
   // The window (µs) and GPU start (ns) of a call placed before; the time of a call never placed is ignored.
   void time(const TaskKey& task, uint64_t k, uint64_t startNs, double gpuUs);
   // The trace's `exposure` record (empty before the first complete iteration).
@@ -28,10 +33,11 @@ class ExposureRecorder {
 
  private:
   struct CallPos {
-    uint64_t iteration = 0;
+    uint64_t iteration = 0, structure = 0;
     uint32_t pos = 0, period = 0;
   };
   struct IterTimes {
+    uint64_t structure = 0;
     uint32_t period = 0;
     std::vector<uint64_t> startNs;
     std::vector<double> durUs;
@@ -47,6 +53,7 @@ class ExposureRecorder {
   std::map<uint64_t, IterTimes> iterations_;
   ExposureEstimator estimator_;
   std::vector<TaskKey> tasks_;  // the estimator's positions' tasks
+  uint64_t structure_ = 0;      // the structure of the estimator's samples
 };
 
 }  // namespace autoccl::engine

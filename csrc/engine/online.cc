@@ -280,7 +280,7 @@ class OnlineSource final : public DecisionSource {
     // Exposure (report only): the call's place in its iteration, kept while this source has timing on (a timed
     // call's window then comes to onMeasurement; untimed, nothing is kept per call).
     if (authority_ && iter_.period() >= 2 && needsTiming())
-      exposure_.place(task, k, iter_.iteration(), iter_.position(), iter_.period());
+      exposure_.place(task, k, iter_.iteration(), iter_.position(), iter_.period(), iter_.structure());
     if (*boundary && !guardStep(task, k)) {
       *failed = failure(guardWhy_);
       return false;

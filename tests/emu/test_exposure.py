@@ -72,11 +72,15 @@ def test_exposure_matches_the_step(plugin: Path, shape: str) -> None:
     _hidden_calls_fit(res, sc, truth)
     want = _truth_by_position(sc, truth, rec)
     assert rec["samples"] >= 20, rec
-    got = [q["verdict"] for q in rec["positions"]]
+    # on failure, every position's slope and error and the samples left out: what the estimate saw
+    seen = {k: rec[k] for k in ("samples", "outliers", "residual_us")} | {
+        "positions": [(q["verdict"], q["slope"], q["se"], q["alias"]) for q in rec["positions"]],
+        "want": want,
+    }
     for q, exposed in zip(rec["positions"], want, strict=True):
         # hidden calls of one task in lockstep share a slope, and are called hidden when their sum is ~0
-        assert q["verdict"] == ("exposed" if exposed else "hidden"), (got, want)
-        assert q["slope"] == pytest.approx(1.0 if exposed else 0.0, abs=0.1), q
+        assert q["verdict"] == ("exposed" if exposed else "hidden"), seen
+        assert q["slope"] == pytest.approx(1.0 if exposed else 0.0, abs=0.1), seen
 
 
 def test_noisy_step_gives_no_wrong_verdict(plugin: Path) -> None:
