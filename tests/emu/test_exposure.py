@@ -58,6 +58,19 @@ def _truth_by_position(sc: Scenario, truth: list[bool], rec: dict[str, Any]) -> 
     return [truth[(shifts[0] + p) % len(truth)] for p in range(len(truth))]
 
 
+def _misattributed(res: Any) -> int:
+    """Timed windows (the plugin's `time` records) other than the emulator's window of the call they name."""
+    calls = {(c["rank"], c["coll"], int(c["bytes"]), int(c["call"])): c for c in res.calls}
+    wrong = 0
+    for r in res.trace:
+        if r.get("ev") != "time":
+            continue
+        c = calls.get((r["rank"], r["coll"], int(r["bytes"]), int(r["call"])))
+        if c is None or int(r["t0_ns"]) != int(c["start_ns"]) or abs(r["gpu_us"] - c["dur_ns"] / 1e3) > 0.01:
+            wrong += 1
+    return wrong
+
+
 def _hidden_calls_fit(res: Any, sc: Scenario, truth: list[bool]) -> None:
     """The ground truth's premise: every hidden call is shorter than the computation it runs under."""
     chunk_us = min(g.compute_us for g in sc.groups[: len(truth)] if g.compute_us > 0)
@@ -76,6 +89,7 @@ def test_exposure_matches_the_step(plugin: Path, shape: str) -> None:
     seen = {k: rec[k] for k in ("samples", "outliers", "residual_us")} | {
         "positions": [(q["verdict"], q["slope"], q["se"], q["alias"]) for q in rec["positions"]],
         "want": want,
+        "misattributed_windows": _misattributed(res),
     }
     for q, exposed in zip(rec["positions"], want, strict=True):
         # hidden calls of one task in lockstep share a slope, and are called hidden when their sum is ~0
