@@ -14,6 +14,9 @@ namespace {
 
 using autoccl::engine::ExposureEstimator;
 using Verdict = autoccl::engine::ExposureEstimator::Verdict;
+using autoccl::engine::ExposureRecorder;
+using autoccl::engine::TaskKey;
+const TaskKey kTaskA{0, 1 << 20, 1}, kTaskB{2, 4 << 20, 1};  // the recorder tests' two tasks
 
 // Iterations of 4 calls: the first three hidden (the iteration does not wait for them), the last exposed. Each
 // window varies on its own (a trial, noise) by `spread`; the iteration has noise `noiseUs`.
@@ -150,10 +153,8 @@ TEST(engine, exposure_period_change_resets) {
 // The recorder: an iteration is a sample once every position is timed and the next iteration has started; calls
 // never placed, and placed calls without a time, add nothing.
 TEST(engine, exposure_recorder_completes_iterations) {
-  using autoccl::engine::ExposureRecorder;
-  using autoccl::engine::TaskKey;
   ExposureRecorder r;
-  const TaskKey a{0, 1 << 20, 1}, b{2, 4 << 20, 1};
+  const TaskKey &a = kTaskA, &b = kTaskB;
   uint64_t k = 0, ns = 1000000;
   EXPECT_EQ(r.traceRecord("c0", 0), "");
   for (uint64_t it = 0; it < 3; ++it) {  // iterations of two calls: a then b
@@ -185,10 +186,8 @@ TEST(engine, exposure_recorder_completes_iterations) {
 // then another call. The iteration before the break is not timed against the first one after it, and the
 // estimate starts again with the new structure's samples.
 TEST(engine, exposure_recorder_new_structure_starts_again) {
-  using autoccl::engine::ExposureRecorder;
-  using autoccl::engine::TaskKey;
   ExposureRecorder r;
-  const TaskKey a{0, 1 << 20, 1}, b{2, 4 << 20, 1};
+  const TaskKey &a = kTaskA, &b = kTaskB;
   uint64_t k = 0, ns = 1000000;
   // structure 1: a at position 0, b at 1; iterations 0-3
   for (uint64_t it = 0; it < 4; ++it, ++k, ns += 100000) {
