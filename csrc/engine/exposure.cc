@@ -174,7 +174,7 @@ ExposureEstimator::Result ExposureEstimator::estimate() const {
   out.positions.resize(P);
   if (n == 0 || P > o_.maxPositions) return out;
 
-  // Means and the tail, over every sample kept.
+  // Means and the tail, over all samples (those the regression leaves out too).
   double meanT = 0;
   for (const Sample& s : samples_) {
     meanT += s.iterUs;
