@@ -62,7 +62,8 @@
 #   train-ceiling  as train with PARALLEL (e.g. fsdp2), each pair run twice: default and --channel-ceiling 0
 #   resilience  `autoccl bench train --resilience both`: DDP 350m (TRAIN_PRESET) on 2 GPUs, rank 1 slowed to 2-5x
 #             its step on 20 % of the steps (RES_ITERS, default 500), synchronous against the resilient reducer,
-#             clean and injected (docs/resilience.md); not yet run on 2 GPUs
+#             clean and injected (docs/resilience.md; 2 x H200: benchmarks/results/h200x2/resilience);
+#             RES_AGENT_STREAM=1 gives every resilience plan `--agent-stream` (the reducer's own CUDA stream)
 #   resilience-kill  `--resilience on --kill 1:100` over 200 steps (RES_STEPS; the kill at half): the survivor
 #             must go on within 30 s (the "lost at step" line of rank 0's log, train[].resilience.recoveries),
 #             bounded by RES_KILL_S (default 240)
@@ -273,6 +274,7 @@ PY
       RES_STEPS=${RES_STEPS:-200}
       res=(--preset "${TRAIN_PRESET:-350m}" --parallel ddp --modes nccl --data markov --delay sleep
            --no-progress --timeout "$left")
+      [ "${RES_AGENT_STREAM:-0}" = 1 ] && res+=(--agent-stream)
       if [ "$plan" = resilience ]; then
         res+=(--resilience both --straggler 1:0.2:2-5 -n "${RES_ITERS:-500}")
       elif [ "$plan" = resilience-kill ]; then

@@ -279,12 +279,14 @@ def test_train_pairs_run_rounds_and_summarise(tmp_path: Path) -> None:
     pair = [*base, "--modes", "nccl,online", "-n", "4", "-o", str(prefix)]
     r = _run(pair)
     assert r.exit_code == 0, r.output
-    for k in (1, 2):
+    # the second round launches the modes in reverse order, and the summary knows which went first
+    for k, order in ((1, ["ddp/nccl", "ddp/online"]), (2, ["ddp/online", "ddp/nccl"])):
         doc = R.load_doc(tmp_path / f"t-pair{k}.json")
-        assert [it["launch"] for it in doc["iterations"]] == ["ddp/nccl", "ddp/online"]
+        assert [it["launch"] for it in doc["iterations"]] == order
     summary = json.loads((tmp_path / "t.pairs" / "summary.json").read_text())
     ddp = summary["parallels"]["ddp"]
     assert [p["pair"] for p in ddp["pairs"]] == ["t-pair1", "t-pair2"]
+    assert [p["first"] for p in ddp["pairs"]] == ["nccl", "online"]
     assert all(p["speed_ratio"] > 0 for p in ddp["pairs"])
     assert (tmp_path / "t.pairs" / "steps.png").stat().st_size > 0
     assert "gloo, not NCCL" in (tmp_path / "t.pairs" / "summary.md").read_text().splitlines()[0]
@@ -388,6 +390,22 @@ def test_train_resilience_replacement_joins(tmp_path: Path) -> None:
 def test_rejoin_needs_a_kill() -> None:
     r = _run([*TRAIN_DDP, "--device", "cpu", "--nproc", "2", "--resilience", "on", "--rejoin"])
     assert r.exit_code != 0 and "--rejoin needs --kill" in r.output
+
+
+def test_agent_stream_needs_the_reducer() -> None:
+    r = _run([*TRAIN_DDP, "--device", "cpu", "--nproc", "2", "--agent-stream"])
+    assert r.exit_code != 0 and "--agent-stream needs --resilience on or both" in r.output
+
+
+def test_agent_stream_reaches_the_reducers_config() -> None:
+    from autoccl.cli.bench import Resilience
+
+    def extra(agent_stream: bool) -> dict[str, Any]:
+        opts = Resilience("on", "1:0.2:2-5", None, False, "sleep", True, 20.0, agent_stream)
+        return opts.extra(["ddp"], world=2, distributed=False, iters=50)
+
+    assert extra(True)["resilience_config"] == {"agent_stream": True}
+    assert extra(False)["resilience_config"] == {"agent_stream": False}
 
 
 @pytest.mark.parametrize(

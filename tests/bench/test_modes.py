@@ -16,6 +16,11 @@ def test_parse_modes_static_settings_attach() -> None:
     assert ms[1].needs_plugin and not ms[2].needs_plugin
 
 
+def test_parse_modes_keeps_the_order_given_without_baseline_first() -> None:
+    assert [m.name for m in M.parse_modes(["online,nccl"], baseline_first=False)] == ["online", "nccl"]
+    assert [m.name for m in M.parse_modes(["online,nccl"])] == ["nccl", "online"]
+
+
 @pytest.mark.parametrize(
     "text",
     ["fastest", "static", "static:PROTO", "static:NCCL_NVLS_ENABLE=1", "static:AUTOCCL_MODE=online", "x=1"],

@@ -76,9 +76,11 @@ def _parse_setting(text: str, where: str) -> tuple[str, str]:
     return var, val
 
 
-def parse_modes(texts: Iterable[str]) -> list[Mode]:
+def parse_modes(texts: Iterable[str], baseline_first: bool = True) -> list[Mode]:
     """`nccl,static:NCCL_PROTO=LL128,NCCL_ALGO=Ring,static-best,online,oracle`: a `VAR=VAL` item after a
-    `static:` item belongs to it. May be given several times."""
+    `static:` item belongs to it. May be given several times. baseline_first puts plain NCCL first (what
+    `bench coll` needs); otherwise the modes keep the order given (`bench train` launches them in it, so
+    that launch pairs can alternate which mode goes first)."""
     modes: list[Mode] = []
     for text in texts:
         current: list[tuple[str, str]] | None = None
@@ -108,8 +110,9 @@ def parse_modes(texts: Iterable[str]) -> list[Mode]:
             unique.append(m)
     if not unique:
         raise SpecError("no modes given")
-    # The first launch fixes the GEMM work of every loaded cell; the plain baseline goes first.
-    unique.sort(key=lambda m: 0 if m.kind == "nccl" else 1)
+    if baseline_first:
+        # The first launch fixes the GEMM work of every loaded cell; the plain baseline goes first.
+        unique.sort(key=lambda m: 0 if m.kind == "nccl" else 1)
     return unique
 
 

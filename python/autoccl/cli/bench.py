@@ -478,11 +478,14 @@ class Resilience:
     delay: str
     clean_baseline: bool
     stall_report_s: float
+    agent_stream: bool
 
     def extra(self, parallel: list[str], world: int, distributed: bool, iters: int) -> dict[str, Any]:
         """The workers' settings of these options, checked against the run (one sentence per bad value)."""
         from autoccl.resilience.inject import InjectionError, Kill, Straggler, check_ranks
 
+        if self.agent_stream and self.resilience == "off":
+            raise _fail("--agent-stream needs --resilience on or both (a setting of the resilient reducer)")
         if self.resilience == "off" and not self.straggler and not self.kill:
             return {}
         if self.resilience != "off" and parallel != ["ddp"]:
@@ -507,6 +510,7 @@ class Resilience:
             "delay": self.delay,
             "clean_baseline": self.clean_baseline,
             "stall_report_s": self.stall_report_s,
+            "resilience_config": {"agent_stream": self.agent_stream},
         }
 
 
@@ -555,6 +559,13 @@ _resilience = O.gathered(
         help="resilience runs: a step that takes this long writes every thread's stack to the rank's log "
         "(where a rank waits, after a recovery for instance)",
     ),
+    click.option(
+        "--agent-stream",
+        is_flag=True,
+        default=False,
+        help="the resilient reducer copies and all-reduces the buckets on a CUDA stream of its own, waiting "
+        "for each bucket's gradient alone (ResilienceConfig.agent_stream; off by default until measured)",
+    ),
 )
 
 
@@ -599,7 +610,8 @@ _resilience = O.gathered(
     type=click.IntRange(1, 100),
     default=1,
     show_default=True,
-    help="run the modes' launches this many times, one round after another (interleaved launch pairs); "
+    help="run the modes' launches this many times, one round after another (interleaved launch pairs, every "
+    "second round in reverse order); "
     "from 2 on, -o PREFIX gets PREFIX-pairK files and PREFIX.pairs/ their summary (`bench train-pairs`)",
 )
 @_resilience
@@ -647,7 +659,7 @@ def train(
     if bad_manual:
         raise _fail(f"--manual-channels: {bad_manual[0]}")
     try:
-        ms = M.parse_modes(modes)
+        ms = M.parse_modes(modes, baseline_first=False)
         probe = detect_topology(1)
         be, np_ = _resolve_device(launch.device, launch.backend, launch.nproc, probe.distributed)
         topo = detect_topology(None if probe.distributed else np_)
@@ -686,10 +698,13 @@ def train(
             if pairs > 1 and topo.is_main:
                 click.echo(f"autoccl bench train: launch round {k} of {pairs}", err=True)
             workdir = round_prefix.with_name(round_prefix.name + ".logs")
-            runner.plan_train(o, workdir)
+            # every second round launches the modes in reverse order: a machine that warms or slows over a
+            # round then weighs on both sides (`bench train-pairs` gives each order's median)
+            ro = o if k % 2 else replace(o, modes=list(reversed(o.modes)))
+            runner.plan_train(ro, workdir)
             # --resume continues the rounds that were started; those after them run from the start
             this = replace(launch, output=round_prefix, resume=launch.resume and round_prefix in started)
-            doc = _run(runner.run_train, "train", o, topo, workdir, round_prefix, this)
+            doc = _run(runner.run_train, "train", ro, topo, workdir, round_prefix, this)
             if topo.is_main:
                 from autoccl.bench.curves import plot_curves
 

@@ -63,6 +63,10 @@ class ResilienceConfig:
         watchdog ends a process whose collective timed out). Must exceed census_s + collective_timeout_s.
     admission_s: how long a replacement worker waits to be admitted (the group admits it after its next
         round that every member takes part in) before it gives up with an error.
+    agent_stream: CUDA only: the agent copies the buckets and issues their all-reduces on a stream of its
+        own that waits for each bucket's gradient alone. Without it they go on the device's current
+        stream, behind the backward kernels the training thread queued after the bucket (communication
+        no longer overlaps backward). Off until measured on GPUs (docs/resilience.md, "Measured").
     """
 
     rule: str = "break-even"
@@ -79,6 +83,7 @@ class ResilienceConfig:
     recovery_s: float = 300.0
     admission_s: float = 600.0
     seed: int = 0
+    agent_stream: bool = False
 
     def validate(self) -> ResilienceConfig:
         def bad(name: str, why: str) -> ConfigError:

@@ -252,6 +252,14 @@ class Reducer:
         self._registered: set[tuple[int, int]] = set()  # (epoch, round)
         self._pending: dict[int, torch.Tensor] = {}  # bucket -> late gradient
         self._pending_from = -1
+        # config.agent_stream: the agent's own CUDA stream; the stream backward ran on (the buckets'
+        # and the results' consumer); per round, when its results are complete on the agent's stream.
+        self._agent_stream: torch.cuda.Stream | None = (
+            torch.cuda.Stream(self.device) if cfg.agent_stream and self.device.type == "cuda" else None
+        )
+        self._train_stream: torch.cuda.Stream | None = None
+        self._done_events: dict[int, torch.cuda.Event] = {}
+        self._pending_ev: torch.cuda.Event | None = None  # the late gradient's copy is complete
         self._join = False
         self._results: dict[int, list[torch.Tensor]] = {}
         self._last_done: tuple[int, list[torch.Tensor]] | None = None
@@ -492,13 +500,16 @@ class Reducer:
         """Under the lock: bucket b (of the group's layout) of step s is ready."""
         ev = None
         if data.is_cuda:
+            self._train_stream = torch.cuda.current_stream(data.device)
             ev = torch.cuda.Event()
-            ev.record(torch.cuda.current_stream(data.device))
+            ev.record(self._train_stream)
         if bucket is not None and s < self.config.warmup_steps:
             self._warm_layout.setdefault(s, {})[b] = BucketLayout(data.numel(), data.dtype, placed(bucket))
         if s in self._results:  # the round went on without this gradient: keep it for later
             self._pending[b] = data.clone()
             self._pending_from = s
+            self._pending_ev = self._recorded(self._train_stream)
+            self._after_round(s)
             fut.set_result(self._results[s][b])
             return
         self._inbox[(s, b)] = (data, ev, last)
@@ -585,6 +596,22 @@ class Reducer:
             )
         return False
 
+    def _recorded(self, stream: torch.cuda.Stream | None) -> torch.cuda.Event | None:
+        """An event recorded on the stream now; None where the agent has no stream of its own (then
+        everything runs on one stream, in order)."""
+        if self._agent_stream is None or stream is None:
+            return None
+        ev = torch.cuda.Event()
+        ev.record(stream)
+        return ev
+
+    def _after_round(self, r: int) -> None:
+        """Round r's results are read on the calling thread's stream from here: with the agent's own
+        stream, that stream waits until the round wrote them (they are only complete on the agent's)."""
+        ev = self._done_events.get(r)
+        if ev is not None:
+            torch.cuda.current_stream(self.device).wait_event(ev)
+
     def _wait_round(self, r: int) -> RoundRecord:
         with self._cv:
             while r not in self._records:
@@ -606,6 +633,7 @@ class Reducer:
             outs = self._results.pop(r)
             layout = self._layout
         if not from_grads:
+            self._after_round(r)
             if layout is None:
                 raise ResilienceError("a missed round during warm-up cannot be applied (no bucket layout)")
             for lay, out in zip(layout, outs, strict=True):
@@ -624,6 +652,13 @@ class Reducer:
     # ------------------------------------------------------------------------------------- agent
 
     def _agent_main(self) -> None:
+        if self._agent_stream is not None:
+            with torch.cuda.stream(self._agent_stream):  # this thread's current stream from here on
+                self._agent_loop()
+        else:
+            self._agent_loop()
+
+    def _agent_loop(self) -> None:
         try:
             self._start_timer(self._epoch, self._view)
             while True:
@@ -795,11 +830,15 @@ class Reducer:
         self._inflight = [self._collective(partial(dist.all_reduce, acc, group=grp.pg, async_op=True))]
         outs: list[torch.Tensor] = []
         works = self._inflight
+        if stale and self._agent_stream is not None and self._pending_ev is not None:
+            self._agent_stream.wait_event(self._pending_ev)
         b = 0
         while True:
             if fresh:
                 data, ev, last = self._take(s, b)
-                if ev is not None:
+                if ev is not None and self._agent_stream is not None:
+                    self._agent_stream.wait_event(ev)  # the GPU waits; the agent issues the next bucket
+                elif ev is not None:
                     ev.synchronize()
                 buf = data.detach().clone()
             else:
@@ -882,26 +921,38 @@ class Reducer:
             )
 
     def _complete(self, s: int, outs: list[torch.Tensor], rec: RoundRecord, used_pending: bool) -> None:
+        done = self._recorded(self._agent_stream)
+        if self._agent_stream is not None and self._train_stream is not None:
+            for buf in outs:  # read on the training stream: not reused before it has
+                buf.record_stream(self._train_stream)
         with self._cv:
             rec.done_s = time.monotonic()
             self._results[s] = outs
+            if done is not None:
+                self._done_events[s] = done
             self._last_done = (s, outs)
             self._records[s] = rec
             self.records.append(rec)
             for old in [r for r in self._records if r < s - 2 * self.config.max_lag - 2]:
                 del self._records[old]
+            for old in [r for r in self._done_events if r < s - 2 * self.config.max_lag - 2]:
+                del self._done_events[old]
             fresh = self.rank in rec.fresh
             for key in [k for k in self._futures if k[0] == s]:
                 fut = self._futures.pop(key)
-                data, _, _ = self._inbox.pop(key)
+                data, ev, _ = self._inbox.pop(key)
                 if not fresh:  # this rank's gradient of step s arrived but missed the round
+                    if ev is not None and self._agent_stream is not None:
+                        self._agent_stream.wait_event(ev)
                     self._pending[key[1]] = data.clone()
                     self._pending_from = s
+                    self._pending_ev = self._recorded(self._agent_stream)
                 fut.set_result(outs[key[1]])
             self._resolve_translated(s, outs)
             if used_pending:
                 self._pending = {}
                 self._pending_from = -1
+                self._pending_ev = None
             if self.rank in rec.members:
                 self._join = False
             if self._pending_join is not None and self._pending_join[0].round == s:
