@@ -12,8 +12,10 @@
 #   5. `autoccl adaptive check --device cuda`: every collective x dtype from plans against the reference.
 # Results go to $OUT (summary.md plus the JSON/YAML files each step writes).
 #   OUT=/tmp/out bash benchmarks/gpu/adaptive.sh
-# The box has no internet: nvidia-ml-py comes from a carried wheel (.whl/nvidia_ml_py-*.whl, git-ignored: name
-# `.whl` in the device tool's carry) unless installed. Self-contained: benchmarks/gpu/setup.sh (MPICH, nccl-tests,
+# The box has no internet: nvidia-ml-py and scipy come from carried wheels (.whl/nvidia_ml_py-*.whl and
+# .whl/scipy-*-cp312-*manylinux*x86_64.whl for the image's Python 3.12, git-ignored: name `.whl` in the device tool's
+# carry; `pip download --only-binary=:all: --platform manylinux_2_28_x86_64 --python-version 3.12 -d .whl scipy
+# nvidia-ml-py` here; leave MPICH's wheel out of that call's .whl, the carry holds 64 MiB) unless installed. Self-contained: benchmarks/gpu/setup.sh (MPICH, nccl-tests,
 # the plugin) is not needed here.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,6 +34,8 @@ python3 -c "import pynvml" 2>/dev/null || python3 -m pip install -q --no-index -
 # scikit-build-core, pybind11, cmake and ninja, no downloads.
 python3 -m pip install --no-build-isolation --no-deps . > "$OUT/pip-install.log" 2>&1 \
   || { tail -40 "$OUT/pip-install.log"; exit 1; }
+python3 -c "import scipy" 2>/dev/null || python3 -m pip install -q --no-index --no-deps .whl/scipy-*.whl \
+  || { echo "scipy is missing and no wheel is carried in .whl/"; exit 1; }
 python3 -c "import click, rich, numpy, yaml, scipy" || { echo "click/rich/numpy/yaml/scipy missing on this box"; exit 1; }
 NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())")
 step() { echo "=== $1 ($((SECONDS - T0)) s)"; }
