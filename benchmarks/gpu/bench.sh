@@ -64,6 +64,9 @@
 #             its step on 20 % of the steps (RES_ITERS, default 500), synchronous against the resilient reducer,
 #             clean and injected (docs/resilience.md; 2 x H200: benchmarks/results/h200x2/resilience);
 #             RES_AGENT_STREAM=1 gives every resilience plan `--agent-stream` (the reducer's own CUDA stream)
+#   resilience-stream  the resilient reducer's clean-run cost beside synchronous DDP, its agent on the training
+#             stream and on its own (`--agent-stream`), RES_STREAM_ROUNDS rounds of both (default 2, order swapped
+#             each round), RES_ITERS steps (default 300), ~50 s a launch of the 350m model on 2 GPUs
 #   resilience-kill  `--resilience on --kill 1:100` over 200 steps (RES_STEPS; the kill at half): the survivor
 #             must go on within 30 s (the "lost at step" line of rank 0's log, train[].resilience.recoveries),
 #             bounded by RES_KILL_S (default 240)
@@ -293,6 +296,24 @@ PY
       # before the end-of-run barrier: a launch that fails there keeps it), beside the summaries
       find "$OUT/$plan" -path '*.logs/*' \( -name 'rank*.log' -o -name result.json \) | while read -r f; do
         cp "$f" "$OUT/$plan/$(basename "$(dirname "$f")").$(basename "$f")"
+      done
+      (cd "$OUT" && tar czf "$plan.tgz" --exclude='*.logs' "$plan" && rm -rf "$plan")
+      continue ;;
+    resilience-stream)
+      # what the resilient reducer costs on a clean run, with the agent on the training stream (default) and on
+      # a stream of its own (--agent-stream), each beside synchronous DDP: RES_STREAM_ROUNDS rounds (default 2),
+      # the two variants' order swapped every second round, RES_ITERS steps a launch (default 300)
+      mkdir -p "$OUT/$plan"
+      for r in $(seq "${RES_STREAM_ROUNDS:-2}"); do
+        order=(default stream); [ $((r % 2)) = 0 ] && order=(stream default)
+        for v in "${order[@]}"; do
+          left=$((BUDGET_S - (SECONDS - T0)))
+          if [ "$left" -lt "${RES_STREAM_S:-110}" ]; then echo "resilience-stream $v $r skipped: ${left} s left"; break 2; fi
+          flag=(); [ "$v" = stream ] && flag=(--agent-stream)
+          timeout "$left" python3 -m autoccl bench train --nproc 2 --preset "${TRAIN_PRESET:-350m}" --parallel ddp \
+            --modes nccl --data markov --no-progress --timeout "$left" --resilience both "${flag[@]}" \
+            -n "${RES_ITERS:-300}" -o "$OUT/$plan/round${r}_$v" 2>&1 | tail -8
+        done
       done
       (cd "$OUT" && tar czf "$plan.tgz" --exclude='*.logs' "$plan" && rm -rf "$plan")
       continue ;;
