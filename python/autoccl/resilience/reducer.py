@@ -252,12 +252,14 @@ class Reducer:
         self._registered: set[tuple[int, int]] = set()  # (epoch, round)
         self._pending: dict[int, torch.Tensor] = {}  # bucket -> late gradient
         self._pending_from = -1
-        # config.agent_stream: the agent's own CUDA stream; the stream backward ran on (the buckets'
-        # and the results' consumer); per round, when its results are complete on the agent's stream.
+        # config.agent_stream: the agent's own CUDA stream (high priority: the low-priority pool is where
+        # ProcessGroupNCCL takes its streams, and sharing one would queue the copies behind all-reduces);
+        # per round, when its results are complete on the agent's stream.
         self._agent_stream: torch.cuda.Stream | None = (
-            torch.cuda.Stream(self.device) if cfg.agent_stream and self.device.type == "cuda" else None
+            torch.cuda.Stream(self.device, priority=-1)
+            if cfg.agent_stream and self.device.type == "cuda"
+            else None
         )
-        self._train_stream: torch.cuda.Stream | None = None
         self._done_events: dict[int, torch.cuda.Event] = {}
         self._pending_ev: torch.cuda.Event | None = None  # the late gradient's copy is complete
         self._join = False
@@ -500,16 +502,16 @@ class Reducer:
         """Under the lock: bucket b (of the group's layout) of step s is ready."""
         ev = None
         if data.is_cuda:
-            self._train_stream = torch.cuda.current_stream(data.device)
             ev = torch.cuda.Event()
-            ev.record(self._train_stream)
+            ev.record(torch.cuda.current_stream(data.device))
         if bucket is not None and s < self.config.warmup_steps:
             self._warm_layout.setdefault(s, {})[b] = BucketLayout(data.numel(), data.dtype, placed(bucket))
         if s in self._results:  # the round went on without this gradient: keep it for later
             self._pending[b] = data.clone()
             self._pending_from = s
-            self._pending_ev = self._recorded(self._train_stream)
-            self._after_round(s)
+            if data.is_cuda:
+                self._pending_ev = self._recorded(torch.cuda.current_stream(data.device))
+            self._after_round(s, self._results[s])
             fut.set_result(self._results[s][b])
             return
         self._inbox[(s, b)] = (data, ev, last)
@@ -605,12 +607,17 @@ class Reducer:
         ev.record(stream)
         return ev
 
-    def _after_round(self, r: int) -> None:
+    def _after_round(self, r: int, outs: list[torch.Tensor]) -> None:
         """Round r's results are read on the calling thread's stream from here: with the agent's own
-        stream, that stream waits until the round wrote them (they are only complete on the agent's)."""
+        stream, that stream waits until the round wrote them (they are only complete on the agent's), and
+        the allocator keeps them until that stream has read them."""
         ev = self._done_events.get(r)
-        if ev is not None:
-            torch.cuda.current_stream(self.device).wait_event(ev)
+        if ev is None:
+            return
+        reader = torch.cuda.current_stream(self.device)
+        reader.wait_event(ev)
+        for t in outs:
+            t.record_stream(reader)
 
     def _wait_round(self, r: int) -> RoundRecord:
         with self._cv:
@@ -633,7 +640,7 @@ class Reducer:
             outs = self._results.pop(r)
             layout = self._layout
         if not from_grads:
-            self._after_round(r)
+            self._after_round(r, outs)
             if layout is None:
                 raise ResilienceError("a missed round during warm-up cannot be applied (no bucket layout)")
             for lay, out in zip(layout, outs, strict=True):
@@ -810,6 +817,7 @@ class Reducer:
             stale = member and bool(self._pending)
             pending = dict(self._pending) if stale else {}
             staleness = s - self._pending_from if stale else 0
+            pending_ev = self._pending_ev if stale else None
             layout = self._layout
         if not fresh and layout is None:
             raise ResilienceError(f"round {s} has no gradient of this rank and no bucket layout yet")
@@ -830,8 +838,8 @@ class Reducer:
         self._inflight = [self._collective(partial(dist.all_reduce, acc, group=grp.pg, async_op=True))]
         outs: list[torch.Tensor] = []
         works = self._inflight
-        if stale and self._agent_stream is not None and self._pending_ev is not None:
-            self._agent_stream.wait_event(self._pending_ev)
+        if self._agent_stream is not None and pending_ev is not None:
+            self._agent_stream.wait_event(pending_ev)
         b = 0
         while True:
             if fresh:
@@ -841,6 +849,8 @@ class Reducer:
                 elif ev is not None:
                     ev.synchronize()
                 buf = data.detach().clone()
+                if self._agent_stream is not None and data.is_cuda:
+                    data.record_stream(self._agent_stream)  # e.g. a newcomer's remapped bucket, freed early
             else:
                 assert layout is not None
                 lay = layout[b]
@@ -921,10 +931,8 @@ class Reducer:
             )
 
     def _complete(self, s: int, outs: list[torch.Tensor], rec: RoundRecord, used_pending: bool) -> None:
+        # Readers on other streams wait for this (futures by their own events, others in _after_round).
         done = self._recorded(self._agent_stream)
-        if self._agent_stream is not None and self._train_stream is not None:
-            for buf in outs:  # read on the training stream: not reused before it has
-                buf.record_stream(self._train_stream)
         with self._cv:
             rec.done_s = time.monotonic()
             self._results[s] = outs
@@ -944,6 +952,7 @@ class Reducer:
                 if not fresh:  # this rank's gradient of step s arrived but missed the round
                     if ev is not None and self._agent_stream is not None:
                         self._agent_stream.wait_event(ev)
+                        data.record_stream(self._agent_stream)
                     self._pending[key[1]] = data.clone()
                     self._pending_from = s
                     self._pending_ev = self._recorded(self._agent_stream)
