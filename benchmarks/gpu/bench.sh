@@ -66,7 +66,9 @@
 #             RES_AGENT_STREAM=1 gives every resilience plan `--agent-stream` (the reducer's own CUDA stream)
 #   resilience-stream  the resilient reducer's clean-run cost beside synchronous DDP, its agent on the training
 #             stream and on its own (`--agent-stream`), RES_STREAM_ROUNDS rounds of both (default 2, order swapped
-#             each round), RES_ITERS steps (default 300), ~50 s a launch of the 350m model on 2 GPUs
+#             each round), RES_ITERS steps (default 300), ~50 s a launch of the 350m model on 2 GPUs; with
+#             TORCH_CUDA_SANITIZER=1 in the environment PyTorch's stream sanitizer checks the agent's stream paths
+#             (much slower: a correctness run, not a timing one)
 #   resilience-kill  `--resilience on --kill 1:100` over 200 steps (RES_STEPS; the kill at half): the survivor
 #             must go on within 30 s (the "lost at step" line of rank 0's log, train[].resilience.recoveries),
 #             bounded by RES_KILL_S (default 240)
