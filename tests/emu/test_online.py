@@ -567,7 +567,16 @@ def test_search_debug_goes_to_nccl_log(plugin: Path) -> None:
     assert lines and all("NCCL INFO" in x for x in lines), debug.stderr[-2000:]
     assert "autoccl search:" not in plain.stderr
 
-    def pinned(res: Any) -> dict[tuple[str, str, int], tuple[Any, ...]]:
-        return {k: (t["algo"], t["proto"], t["channels"]) for k, t in tasks_of(res).items()}
+    def runs(res: Any) -> dict[tuple[str, str, int], tuple[Any, ...] | str]:
+        """What each task runs in the end: NCCL's choice, or the configuration pinned. A pin of exactly the
+        configuration NCCL runs for the task counts as NCCL's choice: with a noiseless model the two tie, and
+        which of them the search keeps follows the order of its samples (the emulated ranks run on threads;
+        CI once saw plain pin ring/simple/24 where the debug run kept NCCL's choice, ring/simple/24)."""
+        out: dict[tuple[str, str, int], tuple[Any, ...] | str] = {}
+        for k, t in tasks_of(res).items():
+            own = (str(t["nccl_algo"]).lower(), str(t["nccl_proto"]).lower(), t["nccl_channels"])
+            pin = (t["algo"], t["proto"], t["channels"])
+            out[k] = "nccl" if t["algo"] is None or pin == own else pin
+        return out
 
-    assert pinned(debug) == pinned(plain)
+    assert runs(debug) == runs(plain)
