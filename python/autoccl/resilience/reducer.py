@@ -943,8 +943,7 @@ class Reducer:
             self.records.append(rec)
             for old in [r for r in self._records if r < s - 2 * self.config.max_lag - 2]:
                 del self._records[old]
-            for old in [r for r in self._done_events if r < s - 2 * self.config.max_lag - 2]:
-                del self._done_events[old]
+                self._done_events.pop(old, None)  # set with its record, under this lock
             fresh = self.rank in rec.fresh
             for key in [k for k in self._futures if k[0] == s]:
                 fut = self._futures.pop(key)
