@@ -17,11 +17,13 @@ from autoccl.adaptive.profile import (
     Profile,
     estimate_link,
     fit_alpha_beta,
+    measure_pairs,
     measured_topology,
     round_robin,
 )
 from autoccl.adaptive.reduce_ops import ReductionError, resolve
 from autoccl.adaptive.runtime import route, route_model
+from autoccl.adaptive.transport import DONE, Handle, Message
 from autoccl.adaptive.verify import DTYPES, reference_reduce, valid_ops
 
 
@@ -280,3 +282,36 @@ def test_refit_sizes_must_differ(S) -> None:
     }
     with pytest.raises(ValueError, match="two different payload sizes"):
         runtime.Adaptive(doc, transport=_TwoRanks(), store=dist.HashStore(), refit_sizes=(1.0, 1.0))
+
+
+class _RecordingTransport:
+    """A transport that completes every message at once and keeps each batch: what a rank asked for."""
+
+    def __init__(self, rank: int, size: int) -> None:
+        self.rank, self.size = rank, size
+        self.batches: list[list[tuple[int, int, int]]] = []  # per batch: (kind, peer, tag) of each message
+
+    def issue(self, messages: list[Message]) -> list[Handle]:
+        self.batches.append([(m.kind, m.peer, m.tag) for m in messages])
+        return [DONE] * len(messages)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_profile_meets_every_peer_first_with_a_send_and_a_receive(n: int) -> None:
+    # A ping-pong's batches are lopsided (send + receive on the initiator, a receive on the responder); NCCL
+    # failed to set a pair up from such a first batch. Every rank's first batch with a peer must hold both.
+    for rank in range(n):
+        t = _RecordingTransport(rank, n)
+        for concurrent in (False, True):
+            measure_pairs(t, [1024, 4096], 2, "cpu", lambda: None, concurrent=concurrent)
+        first: dict[int, list[tuple[int, int, int]]] = {}
+        for batch in t.batches:
+            for _, peer, _ in batch:
+                first.setdefault(peer, batch)
+        assert sorted(first) == [p for p in range(n) if p != rank]
+        for peer, batch in first.items():
+            kinds = {(kind, p) for kind, p, _ in batch}
+            assert kinds == {(SEND, peer), (RECV, peer)}, (rank, peer, batch)
+            # met once: the first exchange's messages are not repeated before later ping-pongs
+            assert sum(b == batch for b in t.batches) == 1, (rank, peer)
+        assert any(len(b) == 1 for b in t.batches)  # the ping-pongs themselves stay lopsided

@@ -211,8 +211,16 @@ def bench_job(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
     topo = synth.topology_from_dict(doc)
     n = world
     out: dict[str, Any] = {"rows": [], "topology": doc}
-    if cfg.get("copy") and device == "cuda" and rank == 0 and torch.cuda.device_count() > 1:
-        out["copy"] = copy_bandwidth(cfg["copy"])
+    if cfg.get("copy") and device == "cuda" and torch.cuda.device_count() > 1:
+        # The other ranks wait on the job's store, not in an NCCL barrier: a barrier's kernel would spin on
+        # their GPUs during the copies, and another process's kernel takes time slices from the copies'
+        # (2 x H200: 117 GB/s into the GPU whose rank sat in the barrier, 386 GB/s the other way).
+        store = dist.distributed_c10d._get_default_store()
+        if rank == 0:
+            out["copy"] = copy_bandwidth(cfg["copy"])
+            store.set("autoccl/copy-done", "1")
+        else:
+            store.wait(["autoccl/copy-done"])
     dist.barrier()
     for coll in cfg["colls"]:
         for nbytes in cfg["sizes"]:
