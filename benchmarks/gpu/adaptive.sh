@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # The adaptive collectives on a GPU machine of the device tool (written for nvidia-h100-x2; any one host with
-# 2+ GPUs). NOT YET RUN on any GPU: no number from it is in the repository, and no GPU target is claimed
-# met until it has run and its summary is committed under benchmarks/results/. What it measures, against the
+# 2+ GPUs; its 2 x H200 run is in benchmarks/results/h200x2/adaptive/). What it measures, against the
 # targets of docs/adaptive.md ("GPU targets"):
 #   1. `autoccl topo --device cuda`: the detected NVLink/NVSwitch topology (expect NV18 to an NVSwitch on H100 SXM);
 #   2. plain CUDA peer copies (tensor.copy_ between GPUs: cudaMemcpyPeerAsync) at 256 MiB, both directions;

@@ -61,7 +61,8 @@ class Group:
 #   after the survivor had regrouped (one H200, two ranks as two hosts).
 # - A 1 s flight-recorder wait: the watchdog sleeps 4 x this before it aborts a failed communicator (60 s
 #   at the default 15 s). With CleanUpOnly the survivor regrouped in 5.3 s and then made no step until that
-#   abort, 60 s after the failure; a shorter wait is meant to end the stall sooner (not yet run on a GPU).
+#   abort, 60 s after the failure; with this wait the survivor on 2 x H200 went on at its usual step time
+#   right after the regroup (benchmarks/results/h200x2/resilience/).
 _REDUCER_GROUP_ENV = {
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "2",
     "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC": "1000",
