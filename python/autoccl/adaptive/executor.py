@@ -10,11 +10,18 @@ batches and waited for lazily, only when their data is needed:
 * before the chunk's memory is overwritten (a combine, a copy landing), sends of the old value that are
   still in flight are waited for.
 
-Before any wait, every operation walked so far is issued; a wait only ever concerns transfers that
-started earlier in the global order. Then a rank blocked at position p waits for operations whose peers,
-blocked (if at all) at positions no earlier than the earliest blocked one, have issued them: the
-execution cannot deadlock, even when one handle completes a whole batch, as NCCL's do (the argument is in
-docs/adaptive.md). On NCCL, a wait makes the current CUDA stream wait; the host is not blocked.
+Where a wait blocks the host (gloo, emulated links), every operation walked so far is issued before it; a
+wait only ever concerns transfers that started earlier in the global order. Then a rank blocked at position
+p waits for operations whose peers, blocked (if at all) at positions no earlier than the earliest blocked
+one, have issued them: the execution cannot deadlock, even when one handle completes a whole batch, as
+NCCL's do (the argument is in docs/adaptive.md).
+
+On NCCL a wait only makes the current CUDA stream wait; the host goes on. A wait on an operation issued
+in an earlier batch then leaves the batch being built open: the next operations join it instead of going
+out alone. (Closed at every wait, the two halves of a two-rank All-Reduce's gather phase went out as two
+batches, one direction after the other, on 2 x H200.) The batch is still closed before a wait on an
+operation inside it. Batches stay runs of consecutive operations in the global order, so on the GPU the
+earliest unfinished transfer always has both its sides' batches running: no deadlock either.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import torch
 
 from autoccl.adaptive.plan import RECV, SEND, Op, Plan
 from autoccl.adaptive.reduce_ops import Reduction
-from autoccl.adaptive.transport import Handle, Message, Transport
+from autoccl.adaptive.transport import Handle, Message, Transport, waits_block_host
 
 _INF = float("inf")
 
@@ -43,6 +50,7 @@ class _State:
     transport: Transport
     views: Sequence[torch.Tensor]
     reduction: Reduction | None
+    host_blocking: bool = True  # waits_block_host(transport)
     batch: list[Message] = field(default_factory=list)
     batch_slots: list[_Posted | list[Handle | None]] = field(default_factory=list)
     pending: dict[int, list[_Posted]] = field(default_factory=dict)
@@ -66,7 +74,8 @@ class _State:
         sends = self.inflight.pop(chunk, None)
         if not sends:
             return
-        self.flush()  # never block with operations unissued: a peer may be waiting for one of them
+        if self.host_blocking or any(s[0] is None for s in sends):
+            self.flush()  # never block with operations unissued: a peer may be waiting for one of them
         for s in sends:
             assert s[0] is not None
             s[0].wait()
@@ -79,7 +88,8 @@ class _State:
         due = [p for p in posted if p.op.end_us <= upto_us]
         if not due:
             return
-        self.flush()  # never block with operations unissued: a peer may be waiting for one of them
+        if self.host_blocking or any(p.handle is None for p in due):
+            self.flush()  # never block with operations unissued: a peer may be waiting for one of them
         due.sort(key=lambda p: (p.op.end_us, p.op.index))
         view = self.views[chunk]
         if any(p.buf is not None for p in due):
@@ -119,7 +129,7 @@ def run_program(
     """Execute `plan` for `rank`; `views[c]` is this rank's memory for chunk c (1-D, contiguous)."""
     if len(views) != plan.nchunks:
         raise ValueError(f"{len(views)} chunk views for a plan of {plan.nchunks} chunks")
-    st = _State(transport, views, reduction)
+    st = _State(transport, views, reduction, waits_block_host(transport))
     stats = RunStats()
     for op in plan.program(rank):
         view = views[op.chunk]

@@ -61,6 +61,12 @@ class Transport(Protocol):
     def issue(self, messages: Sequence[Message]) -> list[Handle]: ...
 
 
+def waits_block_host(t: Transport) -> bool:
+    """Whether a wait on t's handles blocks the host until the transfer is done (gloo, emulated links), or
+    only orders the caller's CUDA stream after it (NCCL). A transport that does not say is taken to block."""
+    return bool(getattr(t, "waits_block_host", True))
+
+
 class TorchTransport:
     """torch.distributed point-to-point operations on a process group (NCCL on GPUs, gloo on CPUs)."""
 
@@ -70,6 +76,9 @@ class TorchTransport:
                 "torch.distributed is not initialized: call torch.distributed.init_process_group() first"
             )
         self.group = group
+        # NCCL's work.wait() makes the current CUDA stream wait; gloo's blocks the host (a mixed
+        # backend: taken to block)
+        self.waits_block_host = dist.get_backend(group) != "nccl"
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
         self._global = [dist.get_global_rank(group, r) if group is not None else r for r in range(self.size)]
@@ -145,6 +154,7 @@ class EmulatedTransport:
     Ranks must share one monotonic clock: one host."""
 
     _HEADER_TAG = 1 << 24
+    waits_block_host = True  # a receive's wait sleeps on the host until the modelled delivery
 
     def __init__(self, base: TorchTransport, links: dict[tuple[int, int], LinkModel]) -> None:
         self.base = base
