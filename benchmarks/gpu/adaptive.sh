@@ -74,14 +74,16 @@ for c in bench.get("copy", []):
               f" | {r:.3f} | {'met' if abs(r - 1) <= 0.10 else 'NOT met'} |")
 for name in ("bench.json", "bench-measured.json"):
     rows = json.loads((out / name).read_text())["rows"]
-    print(f"\n{name}\n\n| collective | bytes | plan busbw | NCCL busbw | plan/NCCL | target (>= 0.80) | same result |\n"
-          "|---|---|---|---|---|---|---|")
+    print(f"\n{name}\n\n| collective | bytes | plan busbw | NCCL busbw | plan/NCCL | target (>= 0.80) | same result "
+          "| plan us (issuing) |\n|---|---|---|---|---|---|---|---|")
     for r in rows:
         if r["ratio"] is None:
-            print(f"| {r['collective']} | {r['bytes']} | {r['plan_busbw_gbps']:.1f} | n/a | n/a | not measured | n/a |")
+            print(f"| {r['collective']} | {r['bytes']} | {r['plan_busbw_gbps']:.1f} | n/a | n/a | not measured | n/a "
+                  f"| {r['plan_us']:.0f} ({r.get('plan_host_us', 0):.0f}) |")
             continue
         ok = r["ratio"] >= 0.8
         print(f"| {r['collective']} | {r['bytes']} | {r['plan_busbw_gbps']:.1f} | {r['native_busbw_gbps']:.1f} "
-              f"| {r['ratio']:.3f} | {'met' if ok else 'NOT met'} | {r['same_as_native']} |")
+              f"| {r['ratio']:.3f} | {'met' if ok else 'NOT met'} | {r['same_as_native']} "
+              f"| {r['plan_us']:.0f} ({r.get('plan_host_us', 0):.0f}) |")
 PY
 echo "done in $((SECONDS - T0)) s; GPUs: $NGPU"

@@ -422,7 +422,8 @@ def bench(
         nat = f"{r['native_busbw_gbps']:.2f}" if r["native_us"] else "n/a"
         click.echo(
             f"{r['collective']:>13} {r['bytes']:>11} B: plan {r['plan_busbw_gbps']:.2f} GB/s busbw, "
-            f"native {nat}, plan/native {r['ratio'] or 0:.2f}, same result: {r['same_as_native']}"
+            f"native {nat}, plan/native {r['ratio'] or 0:.2f}, same result: {r['same_as_native']}; "
+            f"plan {r['plan_us']:.0f} us, {r['plan_host_us']:.0f} us of it issuing"
         )
     if out:
         Path(out).write_text(json.dumps(res, indent=1) + "\n")
