@@ -287,6 +287,8 @@ def test_refit_sizes_must_differ(S) -> None:
 class _RecordingTransport:
     """A transport that completes every message at once and keeps each batch: what a rank asked for."""
 
+    symmetric_first_exchange = True  # as an NCCL transport asks
+
     def __init__(self, rank: int, size: int) -> None:
         self.rank, self.size = rank, size
         self.batches: list[list[tuple[int, int, int]]] = []  # per batch: (kind, peer, tag) of each message

@@ -19,9 +19,13 @@ NCCL's do (the argument is in docs/adaptive.md).
 On NCCL a wait only makes the current CUDA stream wait; the host goes on. A wait on an operation issued
 in an earlier batch then leaves the batch being built open: the next operations join it instead of going
 out alone. (Closed at every wait, the two halves of a two-rank All-Reduce's gather phase went out as two
-batches, one direction after the other, on 2 x H200.) The batch is still closed before a wait on an
-operation inside it. Batches stay runs of consecutive operations in the global order, so on the GPU the
-earliest unfinished transfer always has both its sides' batches running: no deadlock either.
+batches, one direction after the other, on 2 x H200.) The batch is still issued before a wait on an
+operation inside it and before a combine or copy (the batch would otherwise wait for it on the GPU).
+Batches stay runs of consecutive operations in the global order, so on the GPU the earliest unfinished
+transfer always has both its sides' batches running: no deadlock either.
+
+A plan's first run on an NCCL communicator starts with one symmetric exchange with each of the rank's peers
+(transport.connect_peers): NCCL sets a pair up from its first batches and failed on a lopsided one.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import torch
 
 from autoccl.adaptive.plan import RECV, SEND, Op, Plan
 from autoccl.adaptive.reduce_ops import Reduction
-from autoccl.adaptive.transport import Handle, Message, Transport, waits_block_host
+from autoccl.adaptive.transport import Handle, Message, Transport, connect_peers, waits_block_host
 
 _INF = float("inf")
 
@@ -88,11 +92,20 @@ class _State:
         due = [p for p in posted if p.op.end_us <= upto_us]
         if not due:
             return
-        if self.host_blocking or any(p.handle is None for p in due):
-            self.flush()  # never block with operations unissued: a peer may be waiting for one of them
+        staged = any(p.buf is not None for p in due)
+        # Issue the open batch before a host wait (a peer may be waiting for one of its operations), before
+        # a wait on one of its operations, and before a combine or copy when it holds a send: issued after
+        # them, its sends would wait for them on the GPU instead of going out beside them. Receives alone
+        # stay open, to go out with the sends that follow (in one batch both directions run at once).
+        if (
+            self.host_blocking
+            or any(p.handle is None for p in due)
+            or (staged and any(m.kind == SEND for m in self.batch))
+        ):
+            self.flush()
         due.sort(key=lambda p: (p.op.end_us, p.op.index))
         view = self.views[chunk]
-        if any(p.buf is not None for p in due):
+        if staged:
             self.wait_sends(chunk)
         for p in due:
             assert p.handle is not None
@@ -131,7 +144,9 @@ def run_program(
         raise ValueError(f"{len(views)} chunk views for a plan of {plan.nchunks} chunks")
     st = _State(transport, views, reduction, waits_block_host(transport))
     stats = RunStats()
-    for op in plan.program(rank):
+    program = plan.program(rank)
+    connect_peers(transport, {op.peer for op in program}, views[0].device)
+    for op in program:
         view = views[op.chunk]
         if view.numel() == 0:
             continue

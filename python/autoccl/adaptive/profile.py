@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 import statistics
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -29,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from autoccl.adaptive.transport import RECV, SEND, Message, Transport
+from autoccl.adaptive.transport import RECV, SEND, Message, Transport, connect_peers
 
 SHARED_RATIO = 1.5
 _TAG = 1 << 20  # profile messages' tags, apart from plans' transfer indices
@@ -119,32 +118,12 @@ def _wait(handles: Sequence[Any]) -> None:
         h.wait()
 
 
-# The peers each transport has exchanged a symmetric batch with (see connect_pair).
-_CONNECTED: weakref.WeakKeyDictionary[Any, set[int]] = weakref.WeakKeyDictionary()
-
-
-def connect_pair(t: Transport, peer: int, device: torch.device) -> None:
-    """Exchange one byte each way with peer, a send and a receive in one batch on both ranks, the first
-    time this transport meets peer in a ping-pong. A ping-pong alone is lopsided (the initiator's batch
-    holds a send and a receive, the responder's a receive only), and NCCL sets a pair's connections up
-    from the pair's first batches: on 2 x H200, NCCL 2.28.9, a lopsided first batch failed in set-up
-    ("bootstrap.cc: Message truncated : received 16384 bytes instead of 8192", an internal error).
-    Both ranks of a ping-pong call this at the same point, so both record the peer at the same time."""
-    done = _CONNECTED.setdefault(t, set())
-    if peer in done:
-        return
-    out = torch.zeros(1, dtype=torch.uint8, device=device)
-    into = torch.zeros(1, dtype=torch.uint8, device=device)
-    _wait(t.issue([Message(SEND, out, peer, _TAG + 7), Message(RECV, into, peer, _TAG + 7)]))
-    done.add(peer)
-
-
 def pingpong(
     t: Transport, peer: int, initiator: bool, buf: torch.Tensor, ack: torch.Tensor, nbytes: int, tag: int
 ) -> float:
     """One ping-pong of nbytes between this rank and peer; returns the round trip in us on the initiator
     (0 on the responder)."""
-    connect_pair(t, peer, buf.device)
+    connect_peers(t, [peer], buf.device)  # a ping-pong's batches are lopsided
     if initiator:
         _sync(str(buf.device.type))
         t0 = time.perf_counter()

@@ -11,7 +11,8 @@ Peers are plan ranks, i.e. ranks of the process group. A handle is waited at mos
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+import weakref
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -61,6 +62,34 @@ class Transport(Protocol):
     def issue(self, messages: Sequence[Message]) -> list[Handle]: ...
 
 
+_CONNECT_TAG = 1 << 23  # apart from plans' transfer indices, the profiler's tags and emulated headers
+# The peers each communicator has exchanged a symmetric batch with (see connect_peers).
+_CONNECTED: weakref.WeakKeyDictionary[Any, set[int]] = weakref.WeakKeyDictionary()
+
+
+def connect_peers(t: Transport, peers: Iterable[int], device: torch.device) -> None:
+    """Exchange one byte each way with every peer in `peers` that t's communicator has not met yet, a send
+    and a receive per peer in one batch. NCCL sets a pair's connections up from the pair's first batches,
+    and on 2 x H200 (NCCL 2.28.9) a lopsided first batch, a send and a receive on one rank but a receive
+    alone on the other, failed in set-up ("bootstrap.cc: Message truncated : received 16384 bytes instead
+    of 8192", an internal error); a plan's first batches can be lopsided (a ring's, on 4 ranks). Transports
+    that do not ask for it (`symmetric_first_exchange`) are left alone. Every rank of a plan calls this at
+    the same point with the plan's peers, so both ranks of a pair record the pair at once."""
+    if not getattr(t, "symmetric_first_exchange", False):
+        return
+    done = _CONNECTED.setdefault(getattr(t, "connection_key", t), set())
+    new = sorted(set(peers) - done - {t.rank})
+    if not new:
+        return
+    msgs = []
+    for p in new:
+        msgs.append(Message(SEND, torch.zeros(1, dtype=torch.uint8, device=device), p, _CONNECT_TAG))
+        msgs.append(Message(RECV, torch.zeros(1, dtype=torch.uint8, device=device), p, _CONNECT_TAG))
+    for h in t.issue(msgs):
+        h.wait()
+    done.update(new)
+
+
 def waits_block_host(t: Transport) -> bool:
     """Whether a wait on t's handles blocks the host until the transfer is done (gloo, emulated links), or
     only orders the caller's CUDA stream after it (NCCL). A transport that does not say is taken to block."""
@@ -79,6 +108,9 @@ class TorchTransport:
         # NCCL's work.wait() makes the current CUDA stream wait; gloo's blocks the host (a mixed
         # backend: taken to block)
         self.waits_block_host = dist.get_backend(group) != "nccl"
+        self.symmetric_first_exchange = dist.get_backend(group) == "nccl"  # see connect_peers
+        # what the pairs' connections belong to: the communicator, shared by every transport on the group
+        self.connection_key = group if group is not None else dist.distributed_c10d._get_default_group()
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
         self._global = [dist.get_global_rank(group, r) if group is not None else r for r in range(self.size)]
@@ -162,6 +194,14 @@ class EmulatedTransport:
         self.size = base.size
         self._links = dict(links)
         self._free_at: dict[int, float] = {}
+
+    @property
+    def symmetric_first_exchange(self) -> bool:
+        return self.base.symmetric_first_exchange
+
+    @property
+    def connection_key(self) -> Any:
+        return self.base.connection_key
 
     def link(self, dst: int) -> LinkModel | None:
         return self._links.get((self.rank, dst))
