@@ -219,15 +219,17 @@ def measure_pairs(
             if rank not in (a, b):
                 continue
             peer = b if rank == a else a
-            # The two directions alternate, ping-pong by ping-pong: whatever drifts while the pair is measured
-            # (clocks leaving idle, another process) touches both alike. On 2 x H200 the direction measured
-            # wholly first read 0.91x the other's bandwidth where CUDA peer copies were alike both ways.
+            # The two directions take turns size by size: whatever drifts while the pair is measured (clocks
+            # leaving idle, another process) touches both alike. On 2 x H200 the direction measured wholly
+            # first read 0.91x the other's bandwidth where CUDA peer copies were alike both ways. Within a
+            # turn the responder posts its next receive as soon as it has answered; the turn's first
+            # ping-pong, which waits for the roles to change, is a warm-up.
             best: dict[int, dict[int, float]] = {a: {}, b: {}}
             for s in [1, *sizes]:
-                for k in range((3 if s <= 65536 else 1) * repeats + 1):  # small ones are cheap and noisy
-                    for initiator_rank in (a, b):
+                for initiator_rank in (a, b):
+                    for k in range((3 if s <= 65536 else 1) * repeats + 1):  # small ones are cheap and noisy
                         dt = pingpong(t, peer, rank == initiator_rank, buf, ack, s, _TAG)
-                        if k and rank == initiator_rank:  # the first of each size is a warm-up
+                        if k and rank == initiator_rank:
                             # the fastest repeat: interference (other processes, a shared CPU) only adds time
                             best[initiator_rank][s] = min(best[initiator_rank].get(s, math.inf), dt)
             rtts = best[rank]
