@@ -20,9 +20,9 @@ On NCCL a wait only makes the current CUDA stream wait; the host goes on. A wait
 in an earlier batch then leaves the batch being built open: the next operations join it instead of going
 out alone. (Closed at every wait, the two halves of a two-rank All-Reduce's gather phase went out as two
 batches, one direction after the other, on 2 x H200.) The batch is still issued before a wait on an
-operation inside it and before a combine or copy (the batch would otherwise wait for it on the GPU).
-Batches stay runs of consecutive operations in the global order, so on the GPU the earliest unfinished
-transfer always has both its sides' batches running: no deadlock either.
+operation inside it, and before a combine or copy when it holds a send (its sends would otherwise wait
+for the combine on the GPU). Batches stay runs of consecutive operations in the global order, so on the
+GPU the earliest unfinished transfer always has both its sides' batches running: no deadlock either.
 
 A plan's first run on an NCCL communicator starts with one symmetric exchange with each of the rank's peers
 (transport.connect_peers): NCCL sets a pair up from its first batches and failed on a lopsided one.
