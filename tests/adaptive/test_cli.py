@@ -98,8 +98,21 @@ def test_bad_files_and_devices(S, tmp_path: Path) -> None:
     r = CliRunner().invoke(
         main, ["topo", "--device", "cpu", "--nproc", "2", "-o", str(tmp_path / "no" / "t.yaml")]
     )
-    assert r.exit_code == 1 and "cannot access" in r.output
+    assert r.exit_code == 2 and "is not a folder" in r.output  # before any process starts
+    png = tmp_path / "topo.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    r = CliRunner().invoke(main, ["profile", "--device", "cpu", "-t", str(png)])
+    assert r.exit_code == 1 and "topo.png" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(
         main, ["adaptive", "bench", "--device", "cpu", "--nproc", "2", "-t", str(tmp_path / "x")]
     )
     assert r.exit_code == 2 and "does not exist" in r.output
+
+
+def test_without_torch_the_commands_say_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+    for args in (["topo"], ["profile"], ["adaptive", "check"], ["adaptive", "bench"]):
+        r = CliRunner().invoke(main, [*args, "--device", "cpu"])
+        assert r.exit_code == 1 and "pip install '.[adaptive]'" in r.output, (args, r.output)

@@ -28,6 +28,13 @@ from autoccl.adaptive.transport import TorchTransport, Transport
 SUM = dist.ReduceOp.SUM
 
 
+def native_all_gather(output: torch.Tensor, input: torch.Tensor, group: Any = None) -> Any:
+    """The backend's own All-Gather into one tensor: `all_gather_single` where torch has it (newer releases
+    deprecate `all_gather_into_tensor`, with a warning per call), else `all_gather_into_tensor`."""
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    return gather(output, input, group=group)
+
+
 def _transport(group: Any, transport: Transport | None) -> Transport:
     return transport if transport is not None else TorchTransport(group)
 

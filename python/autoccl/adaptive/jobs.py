@@ -136,7 +136,7 @@ def _run_plan(plan: Plan, a: torch.Tensor, b: torch.Tensor) -> None:
 
 def _run_native(coll: str, a: torch.Tensor, b: torch.Tensor) -> None:
     if coll == "allgather":
-        dist.all_gather_into_tensor(a, b)
+        C.native_all_gather(a, b)
     elif coll == "reducescatter":
         dist.reduce_scatter_tensor(a, b)
     elif coll == "allreduce":

@@ -53,6 +53,9 @@ def topology_plot(doc: dict[str, Any], path: str | Path, title: str | None = Non
         )
         ax.text(x, y - 0.09, n, fontsize=7, ha="center", va="top")
     ax.set_title(title or f"{doc.get('name', 'topology')} (GB/s)", fontsize=10)
+    # fixed limits: points on one vertical line (two NPUs) would otherwise squeeze the axes to a strip
+    ax.set_xlim(-1.35, 1.35)
+    ax.set_ylim(-1.35, 1.35)
     ax.set_aspect("equal")
     ax.axis("off")
     fig.tight_layout()

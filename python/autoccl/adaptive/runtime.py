@@ -266,9 +266,7 @@ class Adaptive:
             output.numel() * output.element_size(),
             0,
             lambda p: C.all_gather_into_tensor(output, input, p, g, self.t),
-            lambda: self._native("allgather", lambda o, i: dist.all_gather_into_tensor(o, i, group=g))(
-                output, input
-            ),
+            lambda: self._native("allgather", lambda o, i: C.native_all_gather(o, i, group=g))(output, input),
         )
 
     def reduce_scatter_tensor(

@@ -17,14 +17,31 @@ import click
 from autoccl.cli import options as O
 from autoccl.synth import parse_size
 
+_NO_TORCH = (
+    "PyTorch is not installed, and the adaptive commands run on it: pip install 'autoccl[adaptive]' "
+    "(from a clone: pip install '.[adaptive]'), or torch>=2.4"
+)
+
+
+def _need_torch() -> None:
+    """Before anything imports autoccl.adaptive's torch-based modules: a sentence, not a traceback."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise click.ClickException(_NO_TORCH) from None
+
+
+def _need_parent(path: str | None, option: str) -> None:
+    """An output's folder must exist before the job runs (not found out after it)."""
+    if path and not Path(path).resolve().parent.is_dir():
+        raise click.BadParameter(f"{Path(path).parent} is not a folder", param_hint=option)
+
 
 def _device(device: str) -> str:
     try:
         import torch
     except ImportError:
-        raise click.ClickException(
-            "PyTorch is not installed: pip install 'autoccl[adaptive]' (or torch>=2.4)"
-        ) from None
+        raise click.ClickException(_NO_TORCH) from None
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() and torch.cuda.device_count() > 0 else "cpu"
@@ -114,7 +131,10 @@ def _load_doc(path: str) -> dict[str, Any]:
         doc = load_topology_doc(path)
         topology_from_dict(doc, source=path)
     except (TopologyFileError, ValueError) as e:
-        raise click.ClickException(str(e)) from None
+        msg = str(e)  # a binary file's UnicodeDecodeError does not say which file
+        raise click.ClickException(
+            msg if path in msg else f"{path}: not a readable topology file ({msg})"
+        ) from None
     except Exception as e:  # yaml / json syntax
         raise click.ClickException(f"{path}: not a readable topology file ({e})") from None
     return doc
@@ -160,6 +180,9 @@ def topo(
     name: str,
 ) -> None:
     """Detect this machine's topology: GPUs, NVLink/NVSwitch/PCIe (NVML) and NICs, or the CPU ranks."""
+    _need_torch()
+    for path, option in ((out, "--out"), (plot, "--plot"), (reports, "--reports")):
+        _need_parent(path, option)
     from autoccl.adaptive.detect import RankReport, build_topology
     from autoccl.adaptive.jobs import topo_job
 
@@ -229,6 +252,9 @@ def profile(
     plot: str | None,
 ) -> None:
     """Measure every link's latency and bandwidth (point-to-point over torch.distributed)."""
+    _need_torch()
+    for path, option in ((out, "--out"), (report, "--report"), (plot, "--plot")):
+        _need_parent(path, option)
     from autoccl.adaptive.jobs import profile_job
 
     dev = _device(device)
@@ -335,6 +361,7 @@ def check(
     chunks: int,
 ) -> None:
     """Run every collective x dtype x size from synthesized plans and compare with the reference."""
+    _need_torch()
     from autoccl.adaptive.jobs import check_job, topo_job
 
     dev = _device(device)
@@ -375,12 +402,16 @@ def check(
 @click.option(
     "--topology", "-t", type=click.Path(exists=True, dir_okay=False), help="topology (e.g. from profile)"
 )
-@click.option("--colls", default="allgather,allreduce", show_default=True)
-@click.option("--sizes", default="64M,256M,1G", show_default=True)
-@click.option("--chunks", type=int, default=1, show_default=True)
-@click.option("--seeds", type=int, default=4, show_default=True)
-@click.option("--warmup", type=int, default=3, show_default=True)
-@click.option("--iters", type=int, default=10, show_default=True)
+@click.option("--colls", default="allgather,allreduce", show_default=True, help="collectives to run")
+@click.option("--sizes", default=None, help="bytes per collective (default CPU 256K,1M; GPU 64M,256M,1G)")
+@click.option(
+    "--chunks", type=int, default=1, show_default=True, help="chunks per rank in the synthesized plans"
+)
+@click.option(
+    "--seeds", type=int, default=4, show_default=True, help="synthesis seeds (the best plan is run)"
+)
+@click.option("--warmup", type=int, default=3, show_default=True, help="untimed runs before timing")
+@click.option("--iters", type=int, default=10, show_default=True, help="timed runs (the median is kept)")
 @click.option("--copy", "copy_size", default=None, help="also time plain CUDA peer copies of this size")
 @click.option("--out", "-o", type=click.Path(dir_okay=False), help="results (JSON)")
 def bench(
@@ -388,7 +419,7 @@ def bench(
     nproc: int | None,
     topology: str | None,
     colls: str,
-    sizes: str,
+    sizes: str | None,
     chunks: int,
     seeds: int,
     warmup: int,
@@ -396,7 +427,11 @@ def bench(
     copy_size: str | None,
     out: str | None,
 ) -> None:
-    """Executed plans against the backend's own collectives (busbw), with a correctness check."""
+    """Executed plans against the backend's own collectives (busbw), with a correctness check. Per line:
+    each one's busbw, their ratio, whether the plan's result is the backend's, and the plan's median time
+    with the host's part of it (issuing the work: on a GPU, near the whole means the host sets the pace)."""
+    _need_torch()
+    _need_parent(out, "--out")
     from autoccl.adaptive.jobs import bench_job
 
     dev = _device(device)
@@ -404,7 +439,7 @@ def bench(
         "device": dev,
         "topology": _load_doc(topology) if topology else None,
         "colls": _colls(colls),
-        "sizes": _sizes(sizes),
+        "sizes": _sizes(sizes or ("64M,256M,1G" if dev == "cuda" else "256K,1M")),
         "chunks": chunks,
         "seeds": seeds,
         "warmup": warmup,
@@ -423,7 +458,7 @@ def bench(
         click.echo(
             f"{r['collective']:>13} {r['bytes']:>11} B: plan {r['plan_busbw_gbps']:.2f} GB/s busbw, "
             f"native {nat}, plan/native {r['ratio'] or 0:.2f}, same result: {r['same_as_native']}; "
-            f"plan {r['plan_us']:.0f} us, {r['plan_host_us']:.0f} us of it issuing"
+            f"plan {r['plan_us']:.0f} us, host {r['plan_host_us']:.0f} us of it to issue"
         )
     if out:
         Path(out).write_text(json.dumps(res, indent=1) + "\n")
