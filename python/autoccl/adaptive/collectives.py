@@ -35,6 +35,13 @@ def native_all_gather(output: torch.Tensor, input: torch.Tensor, group: Any = No
     return gather(output, input, group=group)
 
 
+def native_reduce_scatter(output: torch.Tensor, input: torch.Tensor, op: Any = SUM, group: Any = None) -> Any:
+    """The backend's own Reduce-Scatter from one tensor: `reduce_scatter_single` where torch has it, else
+    `reduce_scatter_tensor` (deprecated in newer releases, as for the gather)."""
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    return scatter(output, input, op, group=group)
+
+
 def _transport(group: Any, transport: Transport | None) -> Transport:
     return transport if transport is not None else TorchTransport(group)
 

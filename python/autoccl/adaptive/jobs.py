@@ -138,7 +138,7 @@ def _run_native(coll: str, a: torch.Tensor, b: torch.Tensor) -> None:
     if coll == "allgather":
         C.native_all_gather(a, b)
     elif coll == "reducescatter":
-        dist.reduce_scatter_tensor(a, b)
+        C.native_reduce_scatter(a, b)
     elif coll == "allreduce":
         dist.all_reduce(a)
     elif coll == "broadcast":

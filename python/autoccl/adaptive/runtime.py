@@ -279,9 +279,9 @@ class Adaptive:
             input.numel() * input.element_size(),
             0,
             lambda p: C.reduce_scatter_tensor(output, input, p, op, g, self.t),
-            lambda: self._native(
-                "reducescatter", lambda o, i, r: dist.reduce_scatter_tensor(o, i, r, group=g)
-            )(output, input, op),
+            lambda: self._native("reducescatter", lambda o, i, r: C.native_reduce_scatter(o, i, r, group=g))(
+                output, input, op
+            ),
         )
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> str:

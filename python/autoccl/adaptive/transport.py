@@ -72,10 +72,12 @@ def connect_peers(t: Transport, peers: Iterable[int], device: torch.device) -> N
     and a receive per peer in one batch. NCCL sets a pair's connections up from the pair's first batches,
     and on 2 x H200 (NCCL 2.28.9) a lopsided first batch, a send and a receive on one rank but a receive
     alone on the other, failed in set-up ("bootstrap.cc: Message truncated : received 16384 bytes instead
-    of 8192", an internal error); a plan's first batches can be lopsided (a ring's, on 4 ranks). Transports
-    that do not ask for it (`symmetric_first_exchange`) are left alone. Every rank of a plan calls this at
-    the same point with the plan's peers, so both ranks of a pair record the pair at once."""
-    if not getattr(t, "symmetric_first_exchange", False):
+    of 8192", an internal error); a plan's first batches can be lopsided (a ring's, on 4 ranks). Done for
+    CUDA tensors (NCCL carries them, whatever the group's backend label says) unless the transport says
+    otherwise (`symmetric_first_exchange`). Every rank of a plan calls this at the same point with the
+    plan's peers, so both ranks of a pair record the pair at once."""
+    want = getattr(t, "symmetric_first_exchange", None)
+    if not (device.type == "cuda" if want is None else want):
         return
     done = _CONNECTED.setdefault(getattr(t, "connection_key", t), set())
     new = sorted(set(peers) - done - {t.rank})
@@ -108,12 +110,17 @@ class TorchTransport:
         # NCCL's work.wait() makes the current CUDA stream wait; gloo's blocks the host (a mixed
         # backend: taken to block)
         self.waits_block_host = dist.get_backend(group) != "nccl"
-        self.symmetric_first_exchange = dist.get_backend(group) == "nccl"  # see connect_peers
-        # what the pairs' connections belong to: the communicator, shared by every transport on the group
-        self.connection_key = group if group is not None else dist.distributed_c10d._get_default_group()
+        # see connect_peers: on NCCL always; on a mixed or unlabelled backend, decided by the tensors' device
+        self.symmetric_first_exchange: bool | None = True if dist.get_backend(group) == "nccl" else None
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
         self._global = [dist.get_global_rank(group, r) if group is not None else r for r in range(self.size)]
+
+    @property
+    def connection_key(self) -> Any:
+        """What the pairs' connections belong to: the communicator, shared by every transport on the group
+        (the default group as it is now: one made again is another communicator)."""
+        return self.group if self.group is not None else dist.group.WORLD
 
     def issue(self, messages: Sequence[Message]) -> list[Handle]:
         if not messages:
@@ -196,7 +203,7 @@ class EmulatedTransport:
         self._free_at: dict[int, float] = {}
 
     @property
-    def symmetric_first_exchange(self) -> bool:
+    def symmetric_first_exchange(self) -> bool | None:
         return self.base.symmetric_first_exchange
 
     @property

@@ -32,7 +32,10 @@ def _need_torch() -> None:
 
 
 def _need_parent(path: str | None, option: str) -> None:
-    """An output's folder must exist before the job runs (not found out after it)."""
+    """An output's folder must exist before the job runs (not found out after it). Rank 0 writes: under a
+    launcher the other ranks do not check (their hosts may lack the folder)."""
+    if os.environ.get("WORLD_SIZE") and os.environ.get("RANK", "0") != "0":
+        return
     if path and not Path(path).resolve().parent.is_dir():
         raise click.BadParameter(f"{Path(path).parent} is not a folder", param_hint=option)
 
