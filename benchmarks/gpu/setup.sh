@@ -14,7 +14,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 T_SETUP=$SECONDS
 {
-  date -u +%FT%TZ; uname -a; nvidia-smi; nvidia-smi topo -m
+  date -u +%FT%TZ; uname -a; nvidia-smi; nvidia-smi topo -m | sed 's/\x1b\[[0-9;]*m//g'  # no terminal colours
   python3 -c 'import torch, sys; print("python", sys.version.split()[0]); print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())), "gpus", torch.cuda.device_count())'
   nvcc --version | tail -2
 } > "$OUT/machine.txt" 2>&1
