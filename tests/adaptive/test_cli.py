@@ -98,7 +98,7 @@ def test_bad_files_and_devices(S, tmp_path: Path) -> None:
     r = CliRunner().invoke(
         main, ["topo", "--device", "cpu", "--nproc", "2", "-o", str(tmp_path / "no" / "t.yaml")]
     )
-    assert r.exit_code == 2 and "is not a folder" in r.output  # before any process starts
+    assert r.exit_code == 1 and "does not exist" in r.output  # before any process starts
     png = tmp_path / "topo.png"
     png.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
     r = CliRunner().invoke(main, ["profile", "--device", "cpu", "-t", str(png)])

@@ -107,11 +107,12 @@ class TorchTransport:
                 "torch.distributed is not initialized: call torch.distributed.init_process_group() first"
             )
         self.group = group
+        nccl = dist.get_backend(group) == "nccl"
         # NCCL's work.wait() makes the current CUDA stream wait; gloo's blocks the host (a mixed
         # backend: taken to block)
-        self.waits_block_host = dist.get_backend(group) != "nccl"
+        self.waits_block_host = not nccl
         # see connect_peers: on NCCL always; on a mixed or unlabelled backend, decided by the tensors' device
-        self.symmetric_first_exchange: bool | None = True if dist.get_backend(group) == "nccl" else None
+        self.symmetric_first_exchange: bool | None = True if nccl else None
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
         self._global = [dist.get_global_rank(group, r) if group is not None else r for r in range(self.size)]

@@ -6,6 +6,7 @@ autoccl.adaptive, ...) never import it."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -18,6 +19,13 @@ def describe_os_error(e: OSError) -> str:
     where = f" {e.filename}" if e.filename else ""
     also = f" -> {e.filename2}" if getattr(e, "filename2", None) else ""
     return f"cannot access{where}{also}: {e.strerror or e}"
+
+
+def refuse_unwritable(*paths: str | None) -> None:
+    """Refuse, before any work, outputs whose directory does not exist."""
+    for p in paths:
+        if p and not Path(p).resolve().parent.is_dir():
+            raise click.ClickException(f"cannot write {p}: directory {Path(p).parent} does not exist")
 
 
 class _Main(click.Group):

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from autoccl.cli import options as O
+from autoccl.cli import refuse_unwritable
 from autoccl.synth import parse_size
 
 _NO_TORCH = (
@@ -31,20 +32,18 @@ def _need_torch() -> None:
         raise click.ClickException(_NO_TORCH) from None
 
 
-def _need_parent(path: str | None, option: str) -> None:
-    """An output's folder must exist before the job runs (not found out after it). Rank 0 writes: under a
-    launcher the other ranks do not check (their hosts may lack the folder)."""
-    if os.environ.get("WORLD_SIZE") and os.environ.get("RANK", "0") != "0":
-        return
-    if path and not Path(path).resolve().parent.is_dir():
-        raise click.BadParameter(f"{Path(path).parent} is not a folder", param_hint=option)
+def _writable(*paths: str | None) -> None:
+    """Outputs refused before the job runs, not found out after it. Rank 0 writes: under a launcher the
+    other ranks do not check (their hosts may lack the folder)."""
+    from autoccl.adaptive.jobs import launched
+
+    if not launched() or os.environ["RANK"] == "0":
+        refuse_unwritable(*paths)
 
 
 def _device(device: str) -> str:
-    try:
-        import torch
-    except ImportError:
-        raise click.ClickException(_NO_TORCH) from None
+    _need_torch()
+    import torch
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() and torch.cuda.device_count() > 0 else "cpu"
@@ -184,8 +183,7 @@ def topo(
 ) -> None:
     """Detect this machine's topology: GPUs, NVLink/NVSwitch/PCIe (NVML) and NICs, or the CPU ranks."""
     _need_torch()
-    for path, option in ((out, "--out"), (plot, "--plot"), (reports, "--reports")):
-        _need_parent(path, option)
+    _writable(out, plot, reports)
     from autoccl.adaptive.detect import RankReport, build_topology
     from autoccl.adaptive.jobs import topo_job
 
@@ -256,8 +254,7 @@ def profile(
 ) -> None:
     """Measure every link's latency and bandwidth (point-to-point over torch.distributed)."""
     _need_torch()
-    for path, option in ((out, "--out"), (report, "--report"), (plot, "--plot")):
-        _need_parent(path, option)
+    _writable(out, report, plot)
     from autoccl.adaptive.jobs import profile_job
 
     dev = _device(device)
@@ -434,7 +431,7 @@ def bench(
     each one's busbw, their ratio, whether the plan's result is the backend's, and the plan's median time
     with the host's part of it (issuing the work: on a GPU, near the whole means the host sets the pace)."""
     _need_torch()
-    _need_parent(out, "--out")
+    _writable(out)
     from autoccl.adaptive.jobs import bench_job
 
     dev = _device(device)

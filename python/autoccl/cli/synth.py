@@ -13,6 +13,7 @@ import click
 
 from autoccl import synth as S
 from autoccl.cli import options as O
+from autoccl.cli import refuse_unwritable
 from autoccl.synth.topofile import TopologyFileError
 
 
@@ -87,13 +88,6 @@ def _progress(label: str) -> Callable[[int, int], None]:
     return show
 
 
-def _writable(*paths: str | None) -> None:
-    """Refuse, before any work, outputs whose directory does not exist."""
-    for p in paths:
-        if p and not Path(p).resolve().parent.is_dir():
-            raise click.ClickException(f"cannot write {p}: directory {Path(p).parent} does not exist")
-
-
 def _plots(topo: Any, sim: dict[str, Any], heatmap: str | None, timeline: str | None, title: str) -> None:
     if heatmap or timeline:
         from autoccl.synth import plots
@@ -166,7 +160,7 @@ def synth(
     timeline: str | None,
 ) -> None:
     """Synthesize a collective schedule for a topology (TACOS, done completely)."""
-    _writable(out, msccl_xml, mscclpp_json, report, heatmap, timeline, stream)
+    refuse_unwritable(out, msccl_xml, mscclpp_json, report, heatmap, timeline, stream)
     if stream and (no_schedule or out or msccl_xml or mscclpp_json or heatmap or timeline):
         raise click.UsageError(
             "--stream keeps no schedule in memory: it cannot be combined with --no-schedule, -o, "
@@ -325,7 +319,7 @@ def sim(
     refused with a sentence when they do not match. A timed schedule is first checked as written (its own
     times against the model: durations, links, data); the exit status is non-zero when any check fails.
     """
-    _writable(report, heatmap, timeline)
+    refuse_unwritable(report, heatmap, timeline)
     if bool(schedule_path) == bool(algo):
         raise click.UsageError("give exactly one of --schedule FILE or --baseline ALGO")
     items: list[tuple[str, Any]] = []
