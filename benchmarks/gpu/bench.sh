@@ -53,6 +53,8 @@
 #             loop), traced: the warm passes (1 and later) are where it shows, in the traces' slow_lookups
 #   promise   the bars of "never slower than NCCL": plain, online (cold in pass 0, warm after), table mode
 #             started from online's table of the same pass (table-warm) and observe, traced
+#   plugins   one `autoccl run --` nccl-tests job (all_reduce 1-64 MiB, -c 1) with NCCL_DEBUG=INFO: the tuner and
+#             profiler interface versions this NCCL took from the plugin (GPU_NCCL: a newer NCCL), the results checked
 #   inspector NCCL Inspector (built from its carried source) chained behind autoccl's profiler with autoccl's
 #             metrics on, NCCL_DEBUG=INFO: both write their files, prometheus_client parses ours; then the
 #             metrics' cost on a 1 MiB all_reduce (online against online with metrics every second, interleaved;
@@ -210,6 +212,20 @@ PY
         --modes "${TRAIN_MODES:-nccl,online}" --channel-ceiling 0 -n "${TRAIN_ITERS:-300}" --no-progress
       tail -n 25 "$th/host0.log"; tail -n 5 "$th/host1.log"
       (cd "$OUT" && tar czf train-hosts.tgz train-hosts && rm -rf train-hosts)
+      continue ;;
+    plugins)  # which tuner and profiler interface versions this NCCL takes from the plugin, in one checked job
+      mkdir -p "$OUT/plugins"
+      if [ "${LAUNCH%%,*}" = mpi ]; then job=("$MPIRUN" -np "${RANKS:-$NGPU}" "$NT_BIN/all_reduce_perf_mpi" -g 1)
+      else job=("$NT_BIN/all_reduce_perf" -g "$NGPU"); fi
+      NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING,ENV AUTOCCL_TRACE="$OUT/plugins/trace" timeout 180 \
+        python3 -m autoccl run --cache-dir "$OUT/plugins/cache" -- "${job[@]}" -b 1M -e 64M -f 4 -w 20 -n 60 -c 1 \
+        > "$OUT/plugins/job.log" 2>&1
+      echo "plugins: exit $?"
+      grep -m1 -E "NCCL version" "$OUT/plugins/job.log"
+      grep -iE "plugin|autoccl" "$OUT/plugins/job.log" | sed -E 's/^[^ ]+ [0-9]+:[0-9]+ \[[0-9]+\] //' | sort | uniq -c \
+        | sort -rn | head -25
+      grep -E "Avg bus|wrong|#  *[0-9]+ " "$OUT/plugins/job.log" | tail -12
+      (cd "$OUT" && tar czf plugins.tgz plugins && rm -rf plugins)
       continue ;;
     netcheck)
       mkdir -p "$OUT/netcheck"
