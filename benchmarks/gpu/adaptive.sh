@@ -8,7 +8,9 @@
 #      beta within 10 % of (2);
 #   4. `autoccl adaptive bench --device cuda`: plans executed over NCCL point-to-point against NCCL's own
 #      All-Gather / All-Reduce at 64 MiB .. 1 GiB; target: plan busbw >= 80 % of NCCL's at >= 64 MiB;
-#   5. `autoccl adaptive check --device cuda`: every collective x dtype from plans against the reference.
+#   5. `autoccl adaptive check --device cuda`: every collective x dtype from plans against the reference;
+#   and, between 2 and 3, benchmarks/gpu/probes/adaptive_breakdown.py: each plan's GPU kernels, busy span and host
+#      time per call beside NCCL's collective (torch.profiler), to tell host-bound from NCCL point-to-point-bound.
 # Results go to $OUT (summary.md plus the JSON/YAML files each step writes).
 #   OUT=/tmp/out bash benchmarks/gpu/adaptive.sh
 # The box has no internet: nvidia-ml-py and scipy come from carried wheels (.whl/nvidia_ml_py-*.whl and
@@ -47,6 +49,12 @@ step "copy bandwidth + plans against NCCL"
 python3 -m autoccl adaptive bench --device cuda -t "$OUT/topo.yaml" --colls allgather,allreduce \
   --sizes "${SIZES:-64M,256M,1G}" --copy 256M --warmup 5 --iters 20 -o "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
 
+step "where a plan's time goes (torch.profiler, back to back, plan beside NCCL's collective)"
+timeout 120 python3 -m torch.distributed.run --nproc-per-node "$NGPU" benchmarks/gpu/probes/adaptive_breakdown.py \
+  "$OUT/topo.yaml" "$OUT" "${BREAKDOWN_SIZES:-64M,256M}" > "$OUT/breakdown.md" 2> "$OUT/breakdown.err" \
+  || { echo "breakdown failed:"; tail -20 "$OUT/breakdown.err"; }
+cat "$OUT/breakdown.md"
+
 step "profile"
 python3 -m autoccl profile --device cuda -t "$OUT/topo.yaml" -o "$OUT/measured.yaml" --report "$OUT/profile.json" \
   --sizes "${PROFILE_SIZES:-1M,16M,64M,256M}" --repeats 5 --validate 256M 2>&1 | tee "$OUT/profile.txt"
@@ -74,16 +82,20 @@ for c in bench.get("copy", []):
               f" | {r:.3f} | {'met' if abs(r - 1) <= 0.10 else 'NOT met'} |")
 for name in ("bench.json", "bench-measured.json"):
     rows = json.loads((out / name).read_text())["rows"]
-    print(f"\n{name}\n\n| collective | bytes | plan busbw | NCCL busbw | plan/NCCL | target (>= 0.80) | same result "
-          "| plan us (issuing) |\n|---|---|---|---|---|---|---|---|")
+    print(f"\n{name}: one call at a time (barrier, then the call to its end), and back to back as nccl-tests "
+          "times (host issue overlapped)\n\n| collective | bytes | plan busbw | NCCL busbw | plan/NCCL | target (>= 0.80) "
+          "| same result | plan us (issuing) | back to back: plan busbw | NCCL busbw | plan/NCCL | target |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if r["ratio"] is None:
             print(f"| {r['collective']} | {r['bytes']} | {r['plan_busbw_gbps']:.1f} | n/a | n/a | not measured | n/a "
-                  f"| {r['plan_us']:.0f} ({r.get('plan_host_us', 0):.0f}) |")
+                  f"| {r['plan_us']:.0f} ({r.get('plan_host_us', 0):.0f}) | {r['plan_loop_busbw_gbps']:.1f} | n/a | n/a "
+                  "| not measured |")
             continue
-        ok = r["ratio"] >= 0.8
+        verdict = lambda x: "met" if x >= 0.8 else "NOT met"
         print(f"| {r['collective']} | {r['bytes']} | {r['plan_busbw_gbps']:.1f} | {r['native_busbw_gbps']:.1f} "
-              f"| {r['ratio']:.3f} | {'met' if ok else 'NOT met'} | {r['same_as_native']} "
-              f"| {r['plan_us']:.0f} ({r.get('plan_host_us', 0):.0f}) |")
+              f"| {r['ratio']:.3f} | {verdict(r['ratio'])} | {r['same_as_native']} "
+              f"| {r['plan_us']:.0f} ({r.get('plan_host_us', 0):.0f}) | {r['plan_loop_busbw_gbps']:.1f} "
+              f"| {r['native_loop_busbw_gbps']:.1f} | {r['loop_ratio']:.3f} | {verdict(r['loop_ratio'])} |")
 PY
 echo "done in $((SECONDS - T0)) s; GPUs: $NGPU"

@@ -109,6 +109,25 @@ def test_bad_files_and_devices(S, tmp_path: Path) -> None:
     assert r.exit_code == 2 and "does not exist" in r.output
 
 
+def test_bench_times_one_call_at_a_time_and_back_to_back(S, tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    r = _run(
+        [
+            *("adaptive", "bench", "--device", "cpu", "--nproc", "2", "--colls", "allgather,allreduce"),
+            *("--sizes", "4K", "--warmup", "1", "--iters", "2", "-o", str(out)),
+        ]
+    )
+    assert r.exit_code == 0, r.output
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["collective"] for row in rows] == ["allgather", "allreduce"]
+    for row in rows:
+        assert row["same_as_native"] is True
+        assert row["plan_loop_us"] > 0 and row["native_loop_us"] > 0
+        assert row["loop_ratio"] == pytest.approx(row["native_loop_us"] / row["plan_loop_us"])
+        assert row["plan_loop_busbw_gbps"] > 0
+    assert "back to back: plan" in r.output
+
+
 def test_without_torch_the_commands_say_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 

@@ -174,6 +174,23 @@ def _timed_with_host(fn: Any, device: str, warmup: int, iters: int) -> tuple[flo
     return float(med[0].item()), float(med[1].item())
 
 
+def _timed_loop(fn: Any, device: str, iters: int) -> float:
+    """Mean time of fn() in us over `iters` calls issued back to back after one common start, as nccl-tests
+    times a collective: the host issues the next call while the GPU still runs the last, so what issuing
+    costs is hidden behind the transfers where they take longer. The slowest rank's mean."""
+    dist.barrier()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    mean = torch.tensor([(time.perf_counter() - t0) * 1e6 / iters], dtype=torch.float64, device=device)
+    dist.all_reduce(mean, op=dist.ReduceOp.MAX)
+    return float(mean[0].item())
+
+
 def _time_plan(plan: Plan, nbytes: int, device: str, n: int, warmup: int, iters: int) -> float:
     a, b = _buffers(plan.collective, nbytes, device, n)
     return _timed(lambda: _run_plan(plan, a, b), device, warmup, iters)
@@ -239,14 +256,19 @@ def bench_job(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
             plan_us, plan_host_us = _timed_with_host(
                 lambda p=plan, x=a, y=b: _run_plan(p, x, y), device, cfg["warmup"], cfg["iters"]
             )
+            plan_loop_us = _timed_loop(lambda p=plan, x=a, y=b: _run_plan(p, x, y), device, cfg["iters"])
             native_us: float | None
+            native_loop_us: float | None
             try:
                 native_us = _timed(
                     lambda c=coll, x=a, y=b: _run_native(c, x, y), device, cfg["warmup"], cfg["iters"]
                 )
+                native_loop_us = _timed_loop(
+                    lambda c=coll, x=a, y=b: _run_native(c, x, y), device, cfg["iters"]
+                )
                 ok: bool | None = _same_as_native(coll, plan, nbytes, device, n, rank)
             except (RuntimeError, ValueError):  # the backend lacks this collective (gloo: reduce_scatter)
-                native_us, ok = None, None
+                native_us, native_loop_us, ok = None, None, None
             f = BUS_FACTOR[coll](n)
             out["rows"].append(
                 {
@@ -258,6 +280,14 @@ def bench_job(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
                     "plan_busbw_gbps": real_bytes / plan_us / 1e3 * f,
                     "native_busbw_gbps": real_bytes / native_us / 1e3 * f if native_us else None,
                     "ratio": native_us / plan_us if native_us else None,
+                    # back to back, as nccl-tests times a collective (the rows above: one call at a time)
+                    "plan_loop_us": plan_loop_us,
+                    "native_loop_us": native_loop_us,
+                    "plan_loop_busbw_gbps": real_bytes / plan_loop_us / 1e3 * f,
+                    "native_loop_busbw_gbps": (
+                        real_bytes / native_loop_us / 1e3 * f if native_loop_us else None
+                    ),
+                    "loop_ratio": native_loop_us / plan_loop_us if native_loop_us else None,
                     "predicted_us": plan.time_us,
                     "same_as_native": ok,
                 }

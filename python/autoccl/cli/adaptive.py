@@ -429,7 +429,8 @@ def bench(
 ) -> None:
     """Executed plans against the backend's own collectives (busbw), with a correctness check. Per line:
     each one's busbw, their ratio, whether the plan's result is the backend's, and the plan's median time
-    with the host's part of it (issuing the work: on a GPU, near the whole means the host sets the pace)."""
+    with the host's part of it (issuing the work: on a GPU, near the whole means the host sets the pace);
+    then both again with the calls issued back to back, as nccl-tests times a collective."""
     _need_torch()
     _writable(out)
     from autoccl.adaptive.jobs import bench_job
@@ -455,10 +456,13 @@ def bench(
         click.echo(f"copy cuda:{c['src']} -> cuda:{c['dst']}: {c['gbps']:.1f} GB/s ({c['bytes']} B)")
     for r in res["rows"]:
         nat = f"{r['native_busbw_gbps']:.2f}" if r["native_us"] else "n/a"
+        nat_loop = f"{r['native_loop_busbw_gbps']:.2f}" if r["native_loop_us"] else "n/a"
         click.echo(
             f"{r['collective']:>13} {r['bytes']:>11} B: plan {r['plan_busbw_gbps']:.2f} GB/s busbw, "
             f"native {nat}, plan/native {r['ratio'] or 0:.2f}, same result: {r['same_as_native']}; "
-            f"plan {r['plan_us']:.0f} us, host {r['plan_host_us']:.0f} us of it to issue"
+            f"plan {r['plan_us']:.0f} us, host {r['plan_host_us']:.0f} us of it to issue; "
+            f"back to back: plan {r['plan_loop_busbw_gbps']:.2f}, native {nat_loop}, "
+            f"plan/native {r['loop_ratio'] or 0:.2f}"
         )
     if out:
         Path(out).write_text(json.dumps(res, indent=1) + "\n")
