@@ -56,7 +56,9 @@ def _breakdown(fn: Any) -> dict[str, Any]:
     kernels = []
     for evt in prof.key_averages():
         us = _device_us(evt)
-        if us > 0 and str(getattr(evt, "device_type", "")).endswith("CUDA"):
+        # "nccl:..." are PyTorch's ranges around a collective (their device time is their kernels')
+        on_gpu = str(getattr(evt, "device_type", "")).endswith("CUDA")
+        if us > 0 and on_gpu and not evt.key.startswith("nccl:"):
             kernels.append({"name": evt.key[:90], "count": evt.count, "total_us": round(us, 1)})
     kernels.sort(key=lambda k: -k["total_us"])
     gpu = [e for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
