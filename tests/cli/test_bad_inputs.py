@@ -298,6 +298,18 @@ CASES = [
     Case("demo-out-file", ["demo", "-o", f"{T}/f"], "is a file", setup=_garbage("f", b"x")),
     Case("demo-out-missing-parent", ["demo", "-o", f"{T}/a/b/c"], "does not exist"),
     Case("demo-out-earlier-demo", ["demo", "-o", f"{T}/demo"], "earlier demo", setup=_earlier_demo),
+    Case("demo-out-under-file", ["demo", "-o", f"{T}/f/x"], "is a file", setup=_garbage("f", b"x")),
+    Case(
+        "coll-out-under-file",
+        ["bench", "coll", "--device", "cpu", "--nproc", "2", "--colls", "allreduce", "-o", f"{T}/f/x"],
+        "is a file",
+        setup=_garbage("f", b"x"),
+    ),
+    Case(
+        "adaptive-check-dtype",
+        ["adaptive", "check", "--device", "cpu", "-g", "torus:2x2", "--dtypes", "float32,float99"],
+        "float99",
+    ),
     # -- autoccl bench nccl-tests
     Case("nt-no-bin", ["bench", "nccl-tests", "--bin", f"{T}/nope", "-g", "2", "-o", f"{T}/o"], "nope"),
     Case(
@@ -349,6 +361,12 @@ CASES = [
     Case("train-parallel", ["bench", "train", "--device", "cpu", "--parallel", "tp"], "tp"),
     Case("train-iters", ["bench", "train", "--device", "cpu", "--iters", "1"], "--iters"),
     Case("train-seq", ["bench", "train", "--device", "cpu", "--preset", "tiny", "--seq", "1000000"], "--seq"),
+    # the default --seq follows a preset with a shorter context: the check after it is the one that complains
+    Case(
+        "train-tiny-default-seq",
+        ["bench", "train", "--device", "cpu", "--preset", "tiny", "--manual-channels", "x"],
+        "--manual-channels",
+    ),
     Case("train-lr", ["bench", "train", "--device", "cpu", "--lr", "0"], "--lr"),
     Case("train-data", ["bench", "train", "--device", "cpu", "--data", "text"], "--data"),
     Case("train-resilience", ["bench", "train", "--device", "cpu", "--resilience", "maybe"], "--resilience"),
@@ -390,6 +408,12 @@ CASES = [
     ),
     Case("report-missing", ["report", f"{T}/none.json", "-o", f"{T}/out"], "none.json"),
     Case("report-nothing", ["report", "-o", f"{T}/out"], "--trace"),
+    Case(
+        "report-trace-as-result",
+        ["report", f"{T}/t.jsonl", "-o", f"{T}/out"],
+        "report --trace",
+        setup=_garbage("t.jsonl", b'{"ev":"call","rank":0}\n{"ev":"call","rank":1}\n'),
+    ),
     Case(
         "report-trace-missing", ["report", "--trace", f"{T}/nowhere/trace", "-o", f"{T}/out"], "nowhere/trace"
     ),

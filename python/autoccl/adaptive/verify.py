@@ -50,7 +50,8 @@ def dtype_by_name(name: str) -> torch.dtype:
     aliases = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64"}
     d = getattr(torch, aliases.get(name, name), None)
     if not isinstance(d, torch.dtype):
-        raise ValueError(f"unknown dtype {name!r}")
+        names = ", ".join(str(x).removeprefix("torch.") for x in DTYPES)
+        raise ValueError(f"unknown dtype {name!r}; expected one of {names}")
     return d
 
 

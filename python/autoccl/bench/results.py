@@ -69,12 +69,26 @@ def error_summary(error: str) -> str:
     return lines[0] if len(lines) == 1 else f"{lines[0]} … {lines[-1]}"
 
 
+def _looks_like_trace(path: str | Path) -> bool:
+    """A plugin trace: one JSON object a line, its records keyed by "ev"."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            first = json.loads(f.readline())
+    except (OSError, ValueError):
+        return False
+    return isinstance(first, dict) and "ev" in first
+
+
 def load_doc(path: str | Path) -> dict[str, Any]:
     try:
         doc: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as e:
         raise ResultError(f"cannot read {path}: {e.strerror or e}") from None
     except ValueError as e:  # JSON or UTF-8 decoding
+        if _looks_like_trace(path):
+            raise ResultError(
+                f"{path} is a plugin trace (JSON lines), not a bench result: `autoccl report --trace {path}`"
+            ) from None
         raise ResultError(f"cannot read {path}: not JSON ({e})") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise ResultError(f"{path} is not an autoccl bench result (schema {SCHEMA})")

@@ -190,6 +190,12 @@ def plot_trace(
             f"| {t.label} | {len(t.decisions)} | {len(t.times)} | {len({d for _, d in t.decisions})} | "
             f"{t.converged_at()} | {t.decisions[-1][1]} |"
         )
+    lines += [
+        "",
+        "Decisions are the plugin's: a configuration it forces counts as its own even where it equals what",
+        f'NCCL would have run ("{NCCL_LABEL}" is a call left to NCCL). A report of what ran, such as the',
+        "demo's tasks.md, can therefore put a task's last change earlier.",
+    ]
     md.write_text("\n".join(lines) + "\n")
     written.append(md)
     return written

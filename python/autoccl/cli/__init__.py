@@ -21,11 +21,27 @@ def describe_os_error(e: OSError) -> str:
     return f"cannot access{where}{also}: {e.strerror or e}"
 
 
+def file_in_the_way(path: str | Path) -> str | None:
+    """Why no folder can be made for `path`: the nearest existing one above it is a file. Else None."""
+    parent = Path(path).expanduser().resolve().parent
+    for folder in (parent, *parent.parents):
+        if folder.exists():
+            return None if folder.is_dir() else f"{folder} is a file, not a directory"
+    return None
+
+
+def missing_parent(path: str | Path) -> str | None:
+    """Why `path` cannot be created in its folder (the folder is missing, or is a file), else None."""
+    parent = Path(path).expanduser().resolve().parent
+    return file_in_the_way(path) or (None if parent.is_dir() else f"directory {parent} does not exist")
+
+
 def refuse_unwritable(*paths: str | None) -> None:
-    """Refuse, before any work, outputs whose directory does not exist."""
+    """Refuse, before any work, outputs whose directory does not exist (or is a file)."""
     for p in paths:
-        if p and not Path(p).resolve().parent.is_dir():
-            raise click.ClickException(f"cannot write {p}: directory {Path(p).parent} does not exist")
+        why = missing_parent(p) if p else None
+        if why:
+            raise click.ClickException(f"cannot write {p}: {why}")
 
 
 class _Main(click.Group):

@@ -20,7 +20,8 @@ from autoccl.synth import parse_size
 
 _NO_TORCH = (
     "PyTorch is not installed, and the adaptive commands run on it: pip install 'autoccl[adaptive]' "
-    "(from a clone: pip install '.[adaptive]'), or torch>=2.4"
+    "(from a clone: pip install '.[adaptive]'), or torch>=2.4; without a GPU, PyTorch's CPU build is enough: "
+    "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 )
 
 
@@ -363,8 +364,14 @@ def check(
     """Run every collective x dtype x size from synthesized plans and compare with the reference."""
     _need_torch()
     from autoccl.adaptive.jobs import check_job, topo_job
+    from autoccl.adaptive.verify import dtype_by_name
 
     dev = _device(device)
+    for name in dtypes.split(",") if dtypes else ():
+        try:
+            dtype_by_name(name)
+        except ValueError as e:  # before any process starts
+            raise click.BadParameter(str(e), param_hint="--dtypes") from None
     doc = _topology_cfg(topology, gen)
     if doc is None:
         res = run_job(topo_job, {"device": dev}, dev, nproc)

@@ -16,6 +16,7 @@ import click
 
 from autoccl import settings
 from autoccl.bench.spec import SpecError
+from autoccl.cli import file_in_the_way
 from autoccl.cli import options as O
 from autoccl.cli.channels import communicator_channels
 
@@ -103,6 +104,12 @@ def _checkpointer(prefix: Path, main: bool) -> Callable[[dict[str, Any]], None] 
         R.write_outputs(doc, prefix)
 
     return write
+
+
+def _no_file_in_the_way(prefix: Path) -> None:
+    why = file_in_the_way(prefix)
+    if why:
+        raise _fail(f"cannot write {prefix}: {why}")
 
 
 def _default_prefix(kind: str) -> Path:
@@ -379,6 +386,7 @@ def coll(
                 err=True,
             )
         prefix = launch.output or _default_prefix("coll")
+        _no_file_in_the_way(prefix)  # missing folders are made when the results are written
         workdir = prefix.with_name(prefix.name + ".logs")
         if dry_run:
             topo = detect_topology(launch.nproc or 1)
@@ -582,7 +590,12 @@ _resilience = O.gathered(
 )
 @click.option("--iters", "-n", type=int, default=200, show_default=True)
 @click.option("--batch", type=int, default=4, show_default=True, help="micro-batch per rank")
-@click.option("--seq", type=int, default=1024, show_default=True)
+@click.option(
+    "--seq",
+    type=int,
+    default=None,
+    help="tokens per sample [default: 1024, or the preset's context where it is shorter]",
+)
 @O.choice("--dtype", values=["bf16", "fp16", "fp32"], default="bf16")
 @click.option("--bucket-mb", type=int, default=25, show_default=True, help="DDP bucket size")
 @click.option(
@@ -624,7 +637,7 @@ def train(
     modes: tuple[str, ...],
     iters: int,
     batch: int,
-    seq: int,
+    seq: int | None,
     dtype: str,
     bucket_mb: int,
     lr: float,
@@ -651,6 +664,8 @@ def train(
     bad = [p for p in pars if p not in ("fsdp2", "ddp")]
     if bad or not pars:
         raise _fail(f"unknown parallelism {', '.join(bad) or parallel!r}; expected fsdp2, ddp")
+    if seq is None:
+        seq = min(1024, PRESETS[preset].max_seq)
     if iters < 2 or batch < 1 or seq < 2:
         raise _fail("--iters must be >= 2, --batch >= 1, --seq >= 2")
     if seq > PRESETS[preset].max_seq:
@@ -684,6 +699,7 @@ def train(
             extra=extra,
         )
         prefix = launch.output or _default_prefix("train")
+        _no_file_in_the_way(prefix)  # missing folders are made when the results are written
         rounds = (
             [prefix]
             if pairs == 1

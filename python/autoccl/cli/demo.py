@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from autoccl.cli import missing_parent
 from autoccl.cli import options as O
 
 
@@ -109,8 +110,9 @@ def demo(
     out = (out_dir or Path.cwd() / time.strftime("autoccl-demo-%Y%m%d-%H%M%S")).expanduser().resolve()
     if out.exists() and not out.is_dir():
         raise click.BadParameter(f"{out} exists and is not a directory", param_hint="'-o'")
-    if not out.parent.is_dir():
-        raise click.BadParameter(f"{out.parent} does not exist", param_hint="'-o'")
+    why = missing_parent(out)
+    if why:
+        raise click.BadParameter(why, param_hint="'-o'")
     earlier = [out / d for d in ("emu-nccl", "emu-online", "results.json") if (out / d).exists()]
     if earlier and not force:
         # its emu-online/cache holds the first run's tuning table: a second run would start from it

@@ -272,10 +272,10 @@ def synth(
         parts = [f"{bound['time_us']:.2f} us from bandwidth ({bound['kind']}: {bound['what']})"]
         if bound["model_us"] > 0:
             parts.append(
-                f"{bound['model_us']:.2f} us with each transfer's latency, one chunk of at most bytes/NPUs "
-                f"per transfer ({bound['model_what']})"
+                f"{bound['model_us']:.2f} us from latency plus bandwidth per transfer, one chunk of at most "
+                f"bytes/NPUs each ({bound['model_what']})"
             )
-        click.echo("  lower bounds: " + "; ".join(parts))
+        click.echo("  lower bounds: " + "; ".join(parts) + ("; the larger holds" if len(parts) > 1 else ""))
     click.echo(
         f"  {stats['chunks_per_rank']} chunk(s) per NPU{' (chosen)' if chunks == 0 else ''}, "
         f"{seeds} seed(s), "
@@ -284,6 +284,9 @@ def synth(
     )
     if report:
         Path(report).write_text(json.dumps(rep, indent=2) + "\n")
+    written = [p for p in (out, msccl_xml, mscclpp_json, report, heatmap, timeline, stream) if p]
+    if written:
+        click.echo(f"  wrote {', '.join(written)}")
 
 
 @click.command()
@@ -362,7 +365,10 @@ def sim(
                     f"its last transfer ends at {written['end_us']:.6g} us"
                 )
             if written["mistimed"]:
-                problems.append(f"{written['mistimed']} transfer(s) mistimed against the model")
+                problems.append(
+                    f"{written['mistimed']} transfer(s) mistimed against the model: was the schedule timed "
+                    "on another topology? Give sim the -g/-t, --bw and --lat that synth had"
+                )
             problems += [e for e in written["errors"] if e not in problems]
             hidden += written["error_count"] - len(written["errors"])
             entry["written_time_us"] = claimed

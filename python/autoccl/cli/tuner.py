@@ -15,6 +15,7 @@ from rich.table import Table as RichTable
 
 from autoccl import settings, tables
 from autoccl._paths import ArtefactNotFound
+from autoccl.cli import missing_parent
 from autoccl.cli import options as O
 from autoccl.cli.channels import communicator_channels
 from autoccl.tuner_env import MPI_LAUNCHERS, mpi_forwarding, plugin_env, this_host_address
@@ -332,8 +333,9 @@ def cache_export(ref: str, dest: str, force: bool, cache_dir: str | None) -> Non
     except tables.TableError as e:
         raise click.ClickException(f"{src}: {e}") from e
     target = Path(dest)
-    if not target.parent.is_dir():
-        raise click.ClickException(f"{dest}: directory {target.parent} does not exist")
+    why = missing_parent(target)
+    if why:
+        raise click.ClickException(f"{dest}: {why}")
     if target.exists() and not force:
         raise click.ClickException(f"{dest} exists; use --force to replace it")
     tables.write_table_atomic(t, target)
