@@ -30,7 +30,8 @@
 #             TRAIN_PAIRS times (default 2): interleaved launch pairs, each online launch starting cold, every
 #             second pair launching its modes in reverse order (online before plain NCCL: a machine that slows
 #             or warms over a pair then weighs on both sides; train-pairs reports each order's median);
-#             TRAIN_MODES (default nccl,online; add manual for the resource-sharing study's policy)
+#             TRAIN_MODES (default nccl,online; add manual for the resource-sharing study's policy,
+#             online-arms for online with the step guard's channel arms, TRAIN_STEP_ARMS, default hidden=2,8)
 #   small     the 1-4 MiB cells alone with 10x the calls per average (SMALL_SIZES, SMALL_ITERS; default -b 1M
 #             -e 4M -f 2, -w 20 -n 400): plain, online, table-warm (table mode on online's table) and idle, to
 #             tell online's own cost per call at 1 MiB from launches whose 40-call average held a host stall
@@ -273,7 +274,8 @@ PY
           modes=${TRAIN_MODES:-nccl,online}
           [ $((p % 2)) = 0 ] && modes=$(tr ',' '\n' <<< "$modes" | tac | paste -sd, -)
           timeout "$left" python3 -m autoccl bench train --preset "${TRAIN_PRESET:-350m}" \
-            --parallel "${PARALLEL:-fsdp2,ddp}" --modes "$modes" "${extra[@]}" -n "${TRAIN_ITERS:-400}" \
+            --parallel "${PARALLEL:-fsdp2,ddp}" --modes "$modes" --step-arms "${TRAIN_STEP_ARMS:-hidden=2,8}" \
+            "${extra[@]}" -n "${TRAIN_ITERS:-400}" \
             --no-progress -o "$OUT/train/pair${p}_$v" 2>&1 | tail -12
         done
       done
@@ -282,9 +284,14 @@ PY
         sub=pairs; [ "${#variants[@]}" -gt 1 ] && sub=pairs-$v
         python3 -m autoccl bench train-pairs "$OUT"/train/pair*_"$v".json -o "$OUT/train/$sub" 2>&1 | tail -40 \
           || echo "train-pairs: no summary of the $v pairs"
+        for m in online-arms manual; do  # the other tuned modes, each against plain NCCL
+          case ",${TRAIN_MODES:-nccl,online}," in *",$m,"*)
+            python3 -m autoccl bench train-pairs "$OUT"/train/pair*_"$v".json --mode "$m" -o "$OUT/train/$sub-$m" \
+              2>&1 | tail -30 ;; esac
+        done
       done
       # the online launches' traces apart (what each task ran, per call): the step can be explained afterwards
-      (cd "$OUT" && find train -path '*.logs/online-*' -name 'trace.*' | tar czf train-traces.tgz -T - ; \
+      (cd "$OUT" && find train -path '*.logs/online*' -name 'trace.*' | tar czf train-traces.tgz -T - ; \
        tar czf train.tgz --exclude='*.logs' train && rm -rf train)
       continue ;;
     resilience|resilience-kill|resilience-rejoin)

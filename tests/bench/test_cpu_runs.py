@@ -304,6 +304,13 @@ def test_train_pairs_run_rounds_and_summarise(tmp_path: Path) -> None:
     r = _run([*base, "--modes", "nccl", "-n", "3", "-o", str(tmp_path / "plain")])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "plain-pair2.json").is_file() and not (tmp_path / "plain.pairs").exists()
+    # plain NCCL against online with the step guard's arms: summarised in PREFIX.pairs-online-arms
+    r = _run([*base, "--modes", "nccl,online-arms", "-n", "3", "-o", str(tmp_path / "arms")])
+    assert r.exit_code == 0, r.output
+    arms = json.loads((tmp_path / "arms.pairs-online-arms" / "summary.json").read_text())
+    assert [p["first"] for p in arms["parallels"]["ddp"]["pairs"]] == ["nccl", "online-arms"]
+    assert not (tmp_path / "arms.pairs").exists()
+    assert R.load_doc(tmp_path / "arms-pair1.json")["settings"]["step_arms"] == "hidden=2,8"
 
 
 def test_train_resilience_straggler(tmp_path: Path) -> None:

@@ -153,6 +153,35 @@ def test_manual_mode_launches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         runner.plan_coll(co, tmp_path / "c")
 
 
+def test_online_arms_mode_launches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`online-arms` is online with the step guard's channel arms: its launch alone carries
+    AUTOCCL_STEP_ARMS (the launches' environments drop every inherited AUTOCCL_* variable, so nothing else
+    could set it), with a trace and cache of its own; `bench coll` refuses it like manual."""
+    from autoccl.bench import runner
+
+    (tmp_path / "libautoccl-nccl.so").write_bytes(b"")
+    monkeypatch.setenv("AUTOCCL_LIB_DIR", str(tmp_path))
+    monkeypatch.setenv("AUTOCCL_STEP_ARMS", "hidden=4")  # the user's shell: must not reach any launch
+    ms = M.parse_modes(["nccl,online,online-arms"], baseline_first=False)
+    assert [m.name for m in ms] == ["nccl", "online", "online-arms"] and ms[2].needs_plugin
+    o = runner.TrainOptions(
+        preset="tiny", parallel=["ddp"], modes=ms, device="cpu", backend="gloo", step_arms="hidden=2,16"
+    )
+    launches = {ln.label: ln for ln in runner.plan_train(o, tmp_path / "w")}
+    arms, online = launches["ddp/online-arms"], launches["ddp/online"]
+    assert arms.mode == "online-arms" and arms.config == "AUTOCCL_STEP_ARMS=hidden=2,16"
+    assert arms.child_env()["AUTOCCL_STEP_ARMS"] == "hidden=2,16"
+    assert (
+        "AUTOCCL_STEP_ARMS" not in online.child_env()
+        and "AUTOCCL_STEP_ARMS" not in launches["ddp/nccl"].child_env()
+    )
+    assert arms.trace_prefix and online.trace_prefix and arms.trace_prefix != online.trace_prefix
+    assert arms.env["AUTOCCL_MODE"] == online.env["AUTOCCL_MODE"] == "online"
+    co = runner.CollOptions(["all_reduce"], [1 << 20], "fp32", [], ms, device="cpu", backend="gloo")
+    with pytest.raises(SpecError, match="bench train"):
+        runner.plan_coll(co, tmp_path / "c")
+
+
 def test_oracle_cells_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The re-measurement forces each cell's rule at its own size only; a cell picked from a launch that
     left its collective to NCCL keeps NCCL's choice; no rule at all: observe (NCCL's choice, timed)."""

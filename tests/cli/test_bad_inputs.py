@@ -361,6 +361,7 @@ CASES = [
     Case("train-parallel", ["bench", "train", "--device", "cpu", "--parallel", "tp"], "tp"),
     Case("train-iters", ["bench", "train", "--device", "cpu", "--iters", "1"], "--iters"),
     Case("train-seq", ["bench", "train", "--device", "cpu", "--preset", "tiny", "--seq", "1000000"], "--seq"),
+    Case("train-step-arms", ["bench", "train", "--device", "cpu", "--step-arms", "hidden=x"], "--step-arms"),
     # the default --seq follows a preset with a shorter context: the check after it is the one that complains
     Case(
         "train-tiny-default-seq",

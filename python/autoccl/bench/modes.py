@@ -20,8 +20,9 @@ from autoccl.bench.spec import PLUGIN_COLL, SpecError
 from autoccl.settings import SettingError, parse_choice
 from autoccl.tuner_env import SAFETY_ENV, plain_nccl_env, plugin_env
 
-MODE_KINDS = ("nccl", "static", "static-best", "online", "oracle", "manual")
-PLUGIN_MODES = ("online", "oracle", "manual")
+MODE_KINDS = ("nccl", "static", "static-best", "online", "online-arms", "oracle", "manual")
+PLUGIN_MODES = ("online", "online-arms", "oracle", "manual")
+ONLINE_MODES = ("online", "online-arms")  # the tuner online; online-arms adds the step guard's channel arms
 
 # The global NCCL knobs of the static-best sweep (AFNFA-style baseline). `CTAS` is a pseudo knob that
 # sets NCCL_MIN_CTAS and NCCL_MAX_CTAS to the same value.
@@ -101,7 +102,7 @@ def parse_modes(texts: Iterable[str], baseline_first: bool = True) -> list[Mode]
             if low not in MODE_KINDS or low == "static":
                 raise SpecError(
                     f"unknown mode {raw!r}; expected nccl, static:VAR=VAL[,VAR=VAL...], "
-                    "static-best, online, oracle, manual"
+                    "static-best, online, online-arms, oracle, manual"
                 )
             modes.append(Mode(low))
     unique: list[Mode] = []

@@ -75,6 +75,7 @@ class TrainOptions:
     online_channel_ceiling: int | None = None
     online_nccl_channels: int | None = None
     manual_channels: str = "2,max"  # mode manual: AUTOCCL_MANUAL_CHANNELS
+    step_arms: str = "hidden=2,8"  # mode online-arms: AUTOCCL_STEP_ARMS
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -179,10 +180,10 @@ def plan_coll(o: CollOptions, workdir: Path) -> list[M.Launch]:
                         trace_prefix=prefix,
                     )
                 )
-        elif mode.kind == "manual":
+        elif mode.kind in ("manual", "online-arms"):
             raise SpecError(
-                "mode manual splits calls by their place in a training iteration; a collective repeated "
-                "alone has one call per iteration: compare it with `autoccl bench train`"
+                f"mode {mode.kind} splits calls by their place in a training iteration; a collective "
+                "repeated alone has one call per iteration: compare it with `autoccl bench train`"
             )
         elif mode.kind == "static-best":
             if o.static_best_from:
@@ -672,16 +673,21 @@ def plan_train(o: TrainOptions, workdir: Path) -> list[M.Launch]:
             elif mode.kind == "static":
                 env = M.static_env(dict(mode.settings))
                 cfg = M.settings_label(dict(mode.settings))
-            elif mode.kind == "online":
+            elif mode.kind in M.ONLINE_MODES:
                 prefix, env = _online_launch_env(
-                    workdir / f"online-{par}", o.online_channel_ceiling, o.online_nccl_channels
+                    workdir / f"{mode.kind}-{par}", o.online_channel_ceiling, o.online_nccl_channels
                 )
+                cfg = ""
+                if mode.kind == "online-arms":
+                    env["AUTOCCL_STEP_ARMS"] = o.step_arms
+                    cfg = f"AUTOCCL_STEP_ARMS={o.step_arms}"
                 launches.append(
                     M.Launch(
-                        "online",
-                        f"{par}/online",
+                        mode.kind,
+                        f"{par}/{mode.kind}",
                         "measure",
                         env,
+                        config=cfg,
                         trace_prefix=prefix,
                         params={"parallel": par},
                     )
@@ -694,7 +700,9 @@ def plan_train(o: TrainOptions, workdir: Path) -> list[M.Launch]:
                 env = _plugin_guard(manual, "manual")
                 cfg = f"AUTOCCL_MANUAL_CHANNELS={o.manual_channels}"
             else:
-                raise SpecError(f"bench train compares nccl, static:..., online and manual; not {mode.name}")
+                raise SpecError(
+                    f"bench train compares nccl, static:..., online, online-arms and manual; not {mode.name}"
+                )
             launches.append(
                 M.Launch(
                     mode.name, f"{par}/{mode.name}", "measure", env, config=cfg, params={"parallel": par}
@@ -792,6 +800,7 @@ def run_train(
             "online_channel_ceiling": o.online_channel_ceiling,
             "online_nccl_channels": o.online_nccl_channels,
             "manual_channels": o.manual_channels,
+            "step_arms": o.step_arms,
             **o.extra,
         }
     )
@@ -839,7 +848,7 @@ def annotate_online_rows(doc: dict[str, Any]) -> None:
     conv = {e["label"]: e["convergence"] for e in doc["launches"] if "convergence" in e}
     guard = {e["label"]: e["guard"] for e in doc["launches"] if "guard" in e}
     for row, it in zip(doc["train"], doc["iterations"], strict=True):
-        if row["mode"] == "online" and row["parallel"] in base:
+        if row["mode"] in M.ONLINE_MODES and row["parallel"] in base:
             row.update(tuning_tradeoff(it["iter_ms"], base[row["parallel"]]))
             if row["launch"] in conv:
                 row.update(tuned_window(it["iter_ms"], base[row["parallel"]], conv[row["launch"]]))

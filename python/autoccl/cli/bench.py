@@ -156,7 +156,7 @@ def _online_channels(
 ) -> tuple[int | None, int | None]:
     """(channel ceiling, cap on NCCL's own calls) of the online and manual modes' communicators, as
     `autoccl run` makes them (channels.communicator_channels); the same whichever other modes are listed."""
-    online = any(getattr(m, "kind", "") in ("online", "manual") for m in modes)
+    online = any(getattr(m, "kind", "") in ("online", "online-arms", "manual") for m in modes)
     return communicator_channels(online, ceiling, nccl_channels, None)
 
 
@@ -586,7 +586,8 @@ _resilience = O.gathered(
     multiple=True,
     default=["nccl,online"],
     show_default=True,
-    help="nccl, static:VAR=VAL[,...], online, manual",
+    help="nccl, static:VAR=VAL[,...], online, online-arms (online with the step guard's channel arms, "
+    "--step-arms), manual",
 )
 @click.option("--iters", "-n", type=int, default=200, show_default=True)
 @click.option("--batch", type=int, default=4, show_default=True, help="micro-batch per rank")
@@ -619,6 +620,13 @@ _resilience = O.gathered(
     "communicator's; --channel-ceiling widens it)",
 )
 @click.option(
+    "--step-arms",
+    default="hidden=2,8",
+    show_default=True,
+    help="mode online-arms: the channel caps for hidden calls the step guard compares on the step "
+    "(AUTOCCL_STEP_ARMS, docs/online-search.md)",
+)
+@click.option(
     "--pairs",
     type=click.IntRange(1, 100),
     default=1,
@@ -643,6 +651,7 @@ def train(
     lr: float,
     data: str,
     manual_channels: str,
+    step_arms: str,
     pairs: int,
     resilience: Resilience,
     channel_ceiling: int | None,
@@ -673,6 +682,9 @@ def train(
     bad_manual = settings.problems({"AUTOCCL_MANUAL_CHANNELS": manual_channels})
     if bad_manual:
         raise _fail(f"--manual-channels: {bad_manual[0]}")
+    bad_arms = settings.problems({"AUTOCCL_STEP_ARMS": step_arms})
+    if bad_arms:
+        raise _fail(f"--step-arms: {bad_arms[0]}")
     try:
         ms = M.parse_modes(modes, baseline_first=False)
         probe = detect_topology(1)
@@ -696,6 +708,7 @@ def train(
             online_channel_ceiling=ceiling,
             online_nccl_channels=capped,
             manual_channels=manual_channels,
+            step_arms=step_arms,
             extra=extra,
         )
         prefix = launch.output or _default_prefix("train")
@@ -732,13 +745,19 @@ def train(
         raise _fail(str(e)) from None
     if pairs > 1 and topo.is_main:
         names = {m.name for m in ms}
-        if {"nccl", "online"} <= names:
+        # plain NCCL against each tuned mode: PREFIX.pairs (online), PREFIX.pairs-<mode> (the others)
+        tuned = [m for m in ("online", "online-arms", "manual") if {"nccl", m} <= names]
+        for m in tuned:
             _write_train_pairs(
-                [r.with_name(r.name + ".json") for r in rounds], prefix.with_name(prefix.name + ".pairs")
+                [r.with_name(r.name + ".json") for r in rounds],
+                prefix.with_name(prefix.name + (".pairs" if m == "online" else f".pairs-{m}")),
+                mode=m,
             )
-        else:  # the rounds stand; a pair is plain NCCL against online
+        if not tuned:  # the rounds stand; a pair is plain NCCL against a tuned mode
             click.echo(
-                "autoccl bench train: no nccl,online pair in --modes, the rounds are not summarised", err=True
+                "autoccl bench train: no nccl,online (or online-arms, manual) pair in --modes, the rounds "
+                "are not summarised",
+                err=True,
             )
 
 
