@@ -30,4 +30,5 @@ version=$(git -C "$NCCL_SRC" describe --tags 2>/dev/null || echo "$NCCL_SRC")
 have=""
 [ -f "$NCCL_SRC/src/include/plugin/tuner/tuner_v6.h" ] && have="$have, tuner v6"
 [ -f "$NCCL_SRC/src/include/plugin/profiler/profiler_v6.h" ] && have="$have, profiler v6"
+[ -f "$NCCL_SRC/src/include/plugin/profiler/profiler_v7.h" ] && have="$have, profiler v7"
 echo "csrc/nccl/abi agrees with NCCL $version: tuner v5, profiler v5$have"

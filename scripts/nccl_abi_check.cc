@@ -22,6 +22,10 @@
 #define HAVE_PROFILER_V6 1
 #include "nccl/abi/profiler_v6.h"
 #endif
+#if __has_include("plugin/profiler/profiler_v7.h")
+#define HAVE_PROFILER_V7 1
+#include "nccl/abi/profiler_v7.h"
+#endif
 
 namespace check {
 
@@ -234,6 +238,29 @@ MEMBER(ncclabi::EventDescrV6, ncclProfilerEventDescr_v6_t, ceCollBatch.totalByte
 MEMBER(ncclabi::EventDescrV6, ncclProfilerEventDescr_v6_t, ceCollBatch.useIntraSync);
 SIZE(ncclabi::EventStateArgsV6, ncclProfilerEventStateArgs_v6_t);
 PROFILER(ncclabi::ProfilerV6, ncclProfiler_v6_t);
+#endif
+
+#ifdef HAVE_PROFILER_V7
+VALUE(ncclabi::kEvKernelPhase, ncclProfileKernelPhase);
+VALUE(ncclabi::kStateKernelPhaseStop, ncclProfilerKernelPhaseStop);
+DESCR(ncclabi::EventDescrV7, ncclProfilerEventDescr_v7_t);
+MEMBER(ncclabi::EventDescrV7, ncclProfilerEventDescr_v7_t, collApi.userTag);
+MEMBER(ncclabi::EventDescrV7, ncclProfilerEventDescr_v7_t, p2pApi.userTag);
+MEMBER(ncclabi::EventDescrV7, ncclProfilerEventDescr_v7_t, coll.kernelVariant);
+MEMBER(ncclabi::EventDescrV7, ncclProfilerEventDescr_v7_t, coll.isSymColl);
+MEMBER(ncclabi::EventDescrV7, ncclProfilerEventDescr_v7_t, coll.userTag);
+MEMBER(ncclabi::EventDescrV7, ncclProfilerEventDescr_v7_t, p2p.userTag);
+MEMBER(ncclabi::EventDescrV7, ncclProfilerEventDescr_v7_t, ceColl.stream);
+MEMBER(ncclabi::EventDescrV7, ncclProfilerEventDescr_v7_t, ceColl.userTag);
+MEMBER(ncclabi::EventDescrV7, ncclProfilerEventDescr_v7_t, ceCollSync.nRanks);
+MEMBER(ncclabi::EventDescrV7, ncclProfilerEventDescr_v7_t, ceCollBatch.useIntraSync);
+MEMBER(ncclabi::EventDescrV7, ncclProfilerEventDescr_v7_t, kernelPhase.channelId);
+MEMBER(ncclabi::EventDescrV7, ncclProfilerEventDescr_v7_t, kernelPhase.phaseId);
+MEMBER(ncclabi::EventDescrV7, ncclProfilerEventDescr_v7_t, kernelPhase.phaseName);
+MEMBER(ncclabi::EventDescrV7, ncclProfilerEventDescr_v7_t, kernelPhase.pTimer);
+SIZE(ncclabi::EventStateArgsV7, ncclProfilerEventStateArgs_v7_t);
+MEMBER(ncclabi::EventStateArgsV7, ncclProfilerEventStateArgs_v7_t, kernelCh.pTimer);
+PROFILER(ncclabi::ProfilerV7, ncclProfiler_v7_t);
 #endif
 
 int main() { return 0; }

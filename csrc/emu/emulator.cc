@@ -32,6 +32,7 @@
 
 #include "../nccl/abi/profiler_v5.h"
 #include "../nccl/abi/profiler_v6.h"
+#include "../nccl/abi/profiler_v7.h"
 #include "../nccl/abi/tuner_v5.h"
 #include "../nccl/abi/tuner_v6.h"
 #include "nccl_model.h"
@@ -42,9 +43,10 @@
 namespace emu {
 namespace {
 
-// Events go out as v6 descriptors, to a v5 profiler too: it finds its members at the same offsets.
-using EventDescr = ncclabi::EventDescrV6;
-using EventStateArgs = ncclabi::EventStateArgsV6;
+// Events are built as v7 descriptors. A v7 profiler gets them as they are; a v5 or v6 one gets a v6-sized copy
+// (its members sit at the same offsets), as an NCCL of that version would hand it.
+using EventDescr = ncclabi::EventDescrV7;
+using EventStateArgs = ncclabi::EventStateArgsV7;
 
 // ---------------------------------------------------------------- logging (NCCL's logger callback)
 std::atomic<int> gWarnCount{0};
@@ -84,9 +86,18 @@ struct Plugin {
   void* handle = nullptr;
   const ncclabi::TunerV6* tuner6 = nullptr;
   const ncclabi::TunerV5* tuner5 = nullptr;
-  const ncclabi::ProfilerV6* profiler = nullptr;  // a v5 table read as v6: the same layout
+  // The profiler's table read as v6 (a v5 or v7 table has the same layout; only startEvent's descriptor differs).
+  const ncclabi::ProfilerV6* profiler = nullptr;
+  const ncclabi::ProfilerV7* profiler7 = nullptr;  // the same table, when it is v7
   int tunerVersion = 0, profilerVersion = 0;
   std::string tunerName, profilerName;
+
+  ncclabi::Result startEvent(void* ctx, void** eHandle, EventDescr* d) const {
+    if (profiler7) return profiler7->startEvent(ctx, eHandle, d);
+    ncclabi::EventDescrV6 old;
+    std::memcpy(&old, d, sizeof old);
+    return profiler->startEvent(ctx, eHandle, &old);
+  }
 
   bool hasTuner() const { return tunerVersion != 0; }
   ncclabi::TunerInitV6Fn tInit() const { return tuner6 ? tuner6->init : tuner5->init; }
@@ -124,7 +135,14 @@ bool loadPlugin(const std::string& path, int tunerWant, int profilerWant, bool n
     }
   }
   if (!noProfiler) {
-    if (profilerWant == 0 || profilerWant == 6) {
+    if (profilerWant == 0 || profilerWant == 7) {
+      p->profiler7 = static_cast<const ncclabi::ProfilerV7*>(dlsym(p->handle, "ncclProfiler_v7"));
+      if (p->profiler7) {
+        p->profiler = reinterpret_cast<const ncclabi::ProfilerV6*>(p->profiler7);
+        p->profilerVersion = 7;
+      }
+    }
+    if (!p->profiler && (profilerWant == 0 || profilerWant == 6)) {
       p->profiler = static_cast<const ncclabi::ProfilerV6*>(dlsym(p->handle, "ncclProfiler_v6"));
       if (p->profiler) p->profilerVersion = 6;
     }
@@ -294,7 +312,7 @@ class Proxy {
         d.kernelCh.channelId = copy.channelId;
         d.kernelCh.pTimer = copy.start;
         void* h = nullptr;
-        plugin_->profiler->startEvent(copy.profCtx, &h, &d);
+        plugin_->startEvent(copy.profCtx, &h, &d);
         copy.handle = h;
       } else if (copy.handle) {
         EventStateArgs a;
@@ -722,7 +740,7 @@ class RankRunner {
       d.rank = cs.commRank;
       d.groupApi.graphCaptured = capture ? 1 : 0;
       d.groupApi.groupDepth = 1;
-      inPlugin([&] { pl.profiler->startEvent(cs.profCtx, &groupApi, &d); });
+      inPlugin([&] { pl.startEvent(cs.profCtx, &groupApi, &d); });
     }
     std::vector<void*> collApi(g.calls.size(), nullptr);
     if (prof && (mask & ncclabi::kEvCollApi)) {
@@ -736,7 +754,7 @@ class RankRunner {
         d.collApi.count = g.calls[i].bytes / static_cast<size_t>(g.elemSize);
         d.collApi.datatype = g.dtype.c_str();
         d.collApi.graphCaptured = capture;
-        inPlugin([&] { pl.profiler->startEvent(cs.profCtx, &collApi[i], &d); });
+        inPlugin([&] { pl.startEvent(cs.profCtx, &collApi[i], &d); });
         if (collApi[i]) inPlugin([&] { pl.profiler->stopEvent(collApi[i]); });
       }
     }
@@ -826,7 +844,7 @@ class RankRunner {
         d.rank = cs.commRank;
         d.kernelLaunch.stream = cs.stream;
         void* launch = nullptr;
-        inPlugin([&] { pl.profiler->startEvent(cs.profCtx, &launch, &d); });
+        inPlugin([&] { pl.startEvent(cs.profCtx, &launch, &d); });
         emu::fakeStreamLaunched(cs.stream);
         if (launch) inPlugin([&] { pl.profiler->stopEvent(launch); });
         EventDescr gd;
@@ -834,7 +852,7 @@ class RankRunner {
         gd.type = ncclabi::kEvGroup;
         gd.rank = cs.commRank;
         group = nullptr;
-        inPlugin([&] { pl.profiler->startEvent(cs.profCtx, &group, &gd); });
+        inPlugin([&] { pl.startEvent(cs.profCtx, &group, &gd); });
       }
       for (const Task& t : batches[bi].tasks) {
         void* h = nullptr;
@@ -859,7 +877,8 @@ class RankRunner {
           d.coll.algo = ncclAlgoString(p.applied.algo);
           d.coll.proto = ncclProtoString(p.applied.proto);
           d.coll.parentGroup = group;
-          inPlugin([&] { sh_.plugin->profiler->startEvent(cs.profCtx, &h, &d); });
+          d.coll.kernelVariant = "emu";  // v7 (a v5/v6 profiler gets a copy without it)
+          inPlugin([&] { sh_.plugin->startEvent(cs.profCtx, &h, &d); });
         }
         p.handles.push_back(h);
         p.seqs.emplace_back(t, cs.seq[t.call.func]);
@@ -1127,7 +1146,7 @@ class RankRunner {
 void usage() {
   std::fprintf(stderr,
                "usage: autoccl-emu --scenario FILE --ranks R[,R..] [--plugin LIB | --no-plugin] [--model JSON]\n"
-               "                   [--truth OUT.jsonl] [--tuner-version auto|5|6] [--profiler-version auto|5|6]\n"
+               "                   [--truth OUT.jsonl] [--tuner-version auto|5|6] [--profiler-version auto|5|6|7]\n"
                "                   [--no-tuner] [--no-profiler] [--launch-clock [--kernel-lag-us US]] [--lead-file PATH]\n"
                "                   [--verbose]\n"
                "       --lead-file: the scenario's lead also bounds ranks played by the other processes given\n"
@@ -1175,10 +1194,10 @@ int mainImpl(int argc, char** argv) {
       }
       return argv[++i];
     };
-    auto version = [&](const std::string& v) {
+    auto version = [&](const std::string& v, int newest) {
       if (v == "auto") return 0;
-      if (v == "5") return 5;
-      if (v == "6") return 6;
+      for (int k = 5; k <= newest; ++k)
+        if (v == std::to_string(k)) return k;
       usage();
       std::exit(2);
     };
@@ -1192,8 +1211,8 @@ int mainImpl(int argc, char** argv) {
       std::istringstream in(r);
       std::string tok;
       while (std::getline(in, tok, ',')) opt.ranks.push_back(std::atoi(tok.c_str()));
-    } else if (a == "--tuner-version") opt.tunerWant = version(next());
-    else if (a == "--profiler-version") opt.profilerWant = version(next());
+    } else if (a == "--tuner-version") opt.tunerWant = version(next(), 6);
+    else if (a == "--profiler-version") opt.profilerWant = version(next(), 7);
     else if (a == "--no-plugin") opt.noPlugin = true;
     else if (a == "--no-tuner") opt.noTuner = true;
     else if (a == "--no-profiler") opt.noProfiler = true;

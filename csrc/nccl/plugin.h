@@ -20,7 +20,7 @@ namespace autoccl::shim {
 #endif
 // The name both plugin tables carry, and the banner the Runtime logs once.
 inline constexpr const char* kPluginName = "autoccl";
-inline constexpr const char* kBanner = "autoccl " AUTOCCL_VERSION " (tuner v5/v6, profiler v5/v6)";
+inline constexpr const char* kBanner = "autoccl " AUTOCCL_VERSION " (tuner v5/v6, profiler v5/v6/v7)";
 
 // The engine's log callback on NCCL's logger (INFO/WARN under NCCL_DEBUG_SUBSYS=TUNING). Without a logger
 // (a test harness), warnings go to stderr.

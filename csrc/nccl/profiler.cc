@@ -1,4 +1,4 @@
-// The profiler plugin's entries (ncclProfiler_v5, ncclProfiler_v6): NCCL's events handed to the engine's
+// The profiler plugin's entries (ncclProfiler_v5, _v6, _v7): NCCL's events handed to the engine's
 // Context (which calls belong to which task) and to the timing method, the launch clock (CUDA events around
 // each kernel launch, launch_clock.h) or the kernel clock (the channels' GPU timestamps).
 #include <memory>
@@ -6,6 +6,7 @@
 
 #include "nccl/abi/profiler_v5.h"
 #include "nccl/abi/profiler_v6.h"
+#include "nccl/abi/profiler_v7.h"
 #include "nccl/launch_clock.h"
 #include "nccl/plugin.h"
 #include "nccl/profiler_chain.h"
@@ -79,7 +80,7 @@ void sealOpen(ProfilerCtx* p) {
   if (l) p->clock->seal(l);
 }
 
-// v5 and v6 descriptors hold every member read here at the same offsets (nccl/abi/profiler_v6.h).
+// v5, v6 and v7 descriptors hold every member read here at the same offsets (nccl/abi/profiler_v6.h, _v7.h).
 template <class Descr>
 ncclabi::Result startEvent(void* context, void** eHandle, Descr* descr) {
   if (!eHandle) return ncclabi::kSuccess;
@@ -167,7 +168,7 @@ uint64_t wants(void* context) { return runtime().mask().on() ? mayWant(context) 
 // NCCL's entries: ours alone, or ours and a chained profiler's (AUTOCCL_PROFILER_CHAIN, settled at the first init).
 ncclabi::Result entryInit(void** context, uint64_t commId, int* eActivationMask, const char* commName, int nNodes,
                           int nRanks, int rank, ncclabi::Logger logger) {
-  static const chain::Own own{init,     startEvent<ncclabi::EventDescrV6>, stopEvent, recordEventState, finalize,
+  static const chain::Own own{init,     startEvent<ncclabi::EventDescrV7>, stopEvent, recordEventState, finalize,
                               wants,    mayWant};
   bool chained = false;
   try {
@@ -179,7 +180,7 @@ ncclabi::Result entryInit(void** context, uint64_t commId, int* eActivationMask,
 }
 template <class Descr>
 ncclabi::Result entryStartEvent(void* context, void** eHandle, Descr* descr) {
-  if (chain::active()) return chain::startEvent(context, eHandle, descr);
+  if (chain::active()) return chain::startEvent(context, eHandle, descr, sizeof(Descr));
   return startEvent(context, eHandle, descr);
 }
 ncclabi::Result entryStopEvent(void* eHandle) {
@@ -199,5 +200,8 @@ __attribute__((visibility("default"))) ncclabi::ProfilerV5 ncclProfiler_v5 = {
     autoccl::shim::entryStopEvent, autoccl::shim::entryRecordEventState, autoccl::shim::entryFinalize};
 __attribute__((visibility("default"))) ncclabi::ProfilerV6 ncclProfiler_v6 = {
     autoccl::shim::kPluginName, autoccl::shim::entryInit, autoccl::shim::entryStartEvent<ncclabi::EventDescrV6>,
+    autoccl::shim::entryStopEvent, autoccl::shim::entryRecordEventState, autoccl::shim::entryFinalize};
+__attribute__((visibility("default"))) ncclabi::ProfilerV7 ncclProfiler_v7 = {
+    autoccl::shim::kPluginName, autoccl::shim::entryInit, autoccl::shim::entryStartEvent<ncclabi::EventDescrV7>,
     autoccl::shim::entryStopEvent, autoccl::shim::entryRecordEventState, autoccl::shim::entryFinalize};
 }

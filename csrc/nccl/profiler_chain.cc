@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdio>
@@ -16,15 +17,25 @@
 namespace autoccl::shim::chain {
 namespace {
 
-constexpr int kTypeBits = 15;  // ProfileEvent bits 0..14 (v6)
+constexpr int kTypeBits = 16;  // ProfileEvent bits 0..15 (v7)
 constexpr uint64_t kCopyEngineEvents = ncclabi::kEvCeColl | ncclabi::kEvCeSync | ncclabi::kEvCeBatch;
+
+// The event types a chained plugin of `version` does not know: never asked for by it, never given to it.
+uint64_t newerThan(int version) {
+  uint64_t out = 0;
+  if (version < 6) out |= kCopyEngineEvents;
+  if (version < 7) out |= ncclabi::kEvKernelPhase;
+  return out;
+}
 
 struct Chained {
   void* handle = nullptr;
-  ncclabi::ProfilerV6 table{};  // a v5 table copied as v6: the same layout
+  ncclabi::ProfilerV7 table{};  // a v5 or v6 table copied as v7: the same layout, each reads its own prefix
   int version = 0;
   std::string name;
 };
+static_assert(sizeof(ncclabi::ProfilerV5) == sizeof(ncclabi::ProfilerV7), "profiler tables of one layout");
+static_assert(sizeof(ncclabi::ProfilerV6) == sizeof(ncclabi::ProfilerV7), "profiler tables of one layout");
 
 Own gOwn{};
 Chained gChained;
@@ -152,16 +163,19 @@ bool load(const char* path, ncclabi::Logger logger) {
                      "); running without the chained profiler");
     return false;
   }
-  const void* sym = dlsym(h, "ncclProfiler_v6");
-  int version = 6;
-  if (!sym) {
-    sym = dlsym(h, "ncclProfiler_v5");
-    version = 5;
+  const void* sym = nullptr;
+  int version = 0;
+  for (int v : {7, 6, 5}) {  // the newest it exports, as NCCL picks
+    sym = dlsym(h, ("ncclProfiler_v" + std::to_string(v)).c_str());
+    if (sym) {
+      version = v;
+      break;
+    }
   }
   if (!sym) {
     dlclose(h);
     warn(logger, std::string("autoccl: AUTOCCL_PROFILER_CHAIN=") + path +
-                     " exports no profiler interface autoccl supports (ncclProfiler_v6 or ncclProfiler_v5); running "
+                     " exports no profiler interface autoccl supports (ncclProfiler_v7, v6 or v5); running "
                      "without the chained profiler");
     return false;
   }
@@ -251,7 +265,7 @@ ncclabi::Result init(void** context, uint64_t commId, int* eActivationMask, cons
       gChained.table.init(&c->theirs, commId, &theirs, commName, nNodes, nRanks, rank, logger);
   c->theirsOk = r == ncclabi::kSuccess;
   if (c->theirsOk) {
-    if (gChained.version < 6) theirs &= ~static_cast<int>(kCopyEngineEvents);
+    theirs &= ~static_cast<int>(newerThan(gChained.version));
     __atomic_fetch_or(&gTheirMask, theirs, __ATOMIC_RELAXED);
   } else {
     c->theirs = nullptr;
@@ -264,16 +278,15 @@ ncclabi::Result init(void** context, uint64_t commId, int* eActivationMask, cons
   return ncclabi::kSuccess;
 }
 
-ncclabi::Result startEvent(void* context, void** eHandle, const void* ncclDescr) {
+ncclabi::Result startEvent(void* context, void** eHandle, const void* ncclDescr, size_t descrSize) {
   if (!eHandle) return ncclabi::kSuccess;
   *eHandle = nullptr;
   auto* c = static_cast<ChainCtx*>(context);
   if (!c || !ncclDescr) return ncclabi::kSuccess;
-  // A v5 NCCL gives a v5 descriptor: read as v6, its members sit at the same offsets and the size is the same.
-  static_assert(sizeof(ncclabi::EventDescrV5) == sizeof(ncclabi::EventDescrV6), "v5 and v6 descriptors");
-  ncclabi::EventDescrV6 in;
-  std::memcpy(&in, ncclDescr, sizeof in);
-  const ncclabi::EventDescrV6* descr = &in;
+  // An older NCCL's descriptor is a prefix of a v7 one (same offsets): the rest stays zero (an untagged call).
+  ncclabi::EventDescrV7 in{};
+  std::memcpy(&in, ncclDescr, std::min(descrSize, sizeof in));
+  const ncclabi::EventDescrV7* descr = &in;
   const int ti = typeIndex(descr->type);
   bump(gCounts.starts, ti);
 
@@ -289,11 +302,11 @@ ncclabi::Result startEvent(void* context, void** eHandle, const void* ncclDescr)
                                         : (gOwn.wants(c->ours) & descr->type) != 0);
   const int theirMask = __atomic_load_n(&gTheirMask, __ATOMIC_RELAXED);
   const bool toTheirs = c->theirsOk && (static_cast<uint64_t>(theirMask) & descr->type) != 0 &&
-                        !(gChained.version < 6 && (descr->type & kCopyEngineEvents));
+                        (descr->type & newerThan(gChained.version)) == 0;
 
   Pair p;
   p.type = ti;
-  ncclabi::EventDescrV6 d;
+  ncclabi::EventDescrV7 d;
   const bool isColl = descr->type == ncclabi::kEvColl;
   const bool isP2p = descr->type == ncclabi::kEvP2p;
   void* groupOurs = nullptr;
@@ -334,13 +347,13 @@ ncclabi::Result stopEvent(void* eHandle) {
   return ncclabi::kSuccess;
 }
 
-ncclabi::Result recordEventState(void* eHandle, ncclabi::ProfileState state, ncclabi::EventStateArgsV6* args) {
+ncclabi::Result recordEventState(void* eHandle, ncclabi::ProfileState state, ncclabi::EventStateArgsV7* args) {
   Pair p;
   if (!handles().find(eHandle, &p, false)) return ncclabi::kSuccess;
   bump(gCounts.states, p.type);
   if (p.ours) gOwn.recordEventState(p.ours, state, args);
   if (p.theirs) {
-    ncclabi::EventStateArgsV6 copy{};  // each side may keep its own reading of the arguments
+    ncclabi::EventStateArgsV7 copy{};  // each side may keep its own reading of the arguments
     if (args) copy = *args;
     gChained.table.recordEventState(p.theirs, state, args ? &copy : nullptr);
     bump(gCounts.forwardedStates, p.type);

@@ -8,8 +8,10 @@
 //    event (KernelCh, ProxyOp...) when we took its parent. NCCL reads the mask once per group: a Coll of a
 //    group read before our bits turned on can reach us without the KernelCh events they ask for (the chained
 //    plugin asked for Coll alone); that call's sample is then lost, which the engine tolerates.
-//  * Versions: NCCL may drive us through v5 or v6 and the chained plugin may export either; the descriptors
-//    share their layout except v6's copy-engine events, which a v5 plugin is never given.
+//  * Versions: NCCL may drive us through v5, v6 or v7 and the chained plugin may export any of them. Each version
+//    only appends members to the previous one's event structs (nccl/abi/profiler_v7.h), so NCCL's descriptor is
+//    copied into a zeroed v7 one (a v6 NCCL's calls then read as untagged) and handed to either side as it is.
+//    A plugin is never given an event type newer than its version (v6's copy-engine events, v7's kernel phases).
 // Pair handles live in a fixed table, reused in allocation order once stopped (NCCL hands out a parent's
 // handle after the parent stopped: a Coll's KernelCh events come from the proxy thread later). A handle
 // carries its slot's generation: one whose slot was reused since is dropped, never misdelivered.
@@ -18,16 +20,16 @@
 #include <cstdint>
 #include <string>
 
-#include "nccl/abi/profiler_v6.h"
+#include "nccl/abi/profiler_v7.h"
 
 namespace autoccl::shim::chain {
 
-// Our own profiler's entries (profiler.cc), as the chain drives them (v6 descriptors; a v5 one has the layout).
+// Our own profiler's entries (profiler.cc), as the chain drives them (v7 descriptors).
 struct Own {
   ncclabi::ProfilerInitFn init;
-  ncclabi::ProfilerStartEventV6Fn startEvent;
+  ncclabi::ProfilerStartEventV7Fn startEvent;
   ncclabi::ProfilerStopEventFn stopEvent;
-  ncclabi::ProfilerRecordStateV6Fn recordEventState;
+  ncclabi::ProfilerRecordStateV7Fn recordEventState;
   ncclabi::ProfilerFinalizeFn finalize;
   // The event bits our profiler of `context` takes now (0: none), and the bits it may ever take.
   uint64_t (*wants)(void* context);
@@ -39,13 +41,13 @@ struct Own {
 bool setUp(const char* path, const Own& own, ncclabi::Logger logger);
 bool active();
 
-// The entries NCCL calls while chaining is on (both interface versions: descriptors read as v6).
+// The entries NCCL calls while chaining is on (every interface version: descriptors read as v7).
 ncclabi::Result init(void** context, uint64_t commId, int* eActivationMask, const char* commName, int nNodes,
                      int nRanks, int rank, ncclabi::Logger logger);
-// `descr`: NCCL's v5 or v6 descriptor (one size, one layout; v5 NCCL sends no copy-engine events).
-ncclabi::Result startEvent(void* context, void** eHandle, const void* descr);
+// `descr`: NCCL's v5, v6 or v7 descriptor, `descrSize` bytes (the size of the version NCCL called through).
+ncclabi::Result startEvent(void* context, void** eHandle, const void* descr, size_t descrSize);
 ncclabi::Result stopEvent(void* eHandle);
-ncclabi::Result recordEventState(void* eHandle, ncclabi::ProfileState state, ncclabi::EventStateArgsV6* args);
+ncclabi::Result recordEventState(void* eHandle, ncclabi::ProfileState state, ncclabi::EventStateArgsV7* args);
 ncclabi::Result finalize(void* context);
 
 }  // namespace autoccl::shim::chain

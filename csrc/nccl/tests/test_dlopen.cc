@@ -21,6 +21,7 @@
 #include "engine/tests/scratch.h"
 #include "nccl/abi/profiler_v5.h"
 #include "nccl/abi/profiler_v6.h"
+#include "nccl/abi/profiler_v7.h"
 #include "nccl/abi/tuner_v5.h"
 #include "nccl/abi/tuner_v6.h"
 
@@ -32,6 +33,7 @@ ncclabi::TunerV5* gT5 = nullptr;
 ncclabi::TunerV6* gT6 = nullptr;
 ncclabi::ProfilerV5* gP5 = nullptr;
 ncclabi::ProfilerV6* gP6 = nullptr;
+ncclabi::ProfilerV7* gP7 = nullptr;
 
 std::mutex gLogMu;
 std::vector<std::string> gWarn, gInfo;
@@ -61,7 +63,8 @@ void load() {
   gT6 = static_cast<ncclabi::TunerV6*>(dlsym(gHandle, "ncclTunerPlugin_v6"));
   gP5 = static_cast<ncclabi::ProfilerV5*>(dlsym(gHandle, "ncclProfiler_v5"));
   gP6 = static_cast<ncclabi::ProfilerV6*>(dlsym(gHandle, "ncclProfiler_v6"));
-  if (!gT5 || !gT6 || !gP5 || !gP6) {
+  gP7 = static_cast<ncclabi::ProfilerV7*>(dlsym(gHandle, "ncclProfiler_v7"));
+  if (!gT5 || !gT6 || !gP5 || !gP6 || !gP7) {
     std::fprintf(stderr, "missing plugin symbols\n");
     std::exit(2);
   }
@@ -104,13 +107,15 @@ TEST(dlopen, symbols) {
   load();
   EXPECT_EQ(std::string(gT5->name), std::string("autoccl"));
   EXPECT_EQ(std::string(gP5->name), std::string("autoccl"));
+  EXPECT_EQ(std::string(gP7->name), std::string("autoccl"));
+  EXPECT_TRUE(gP7->init == gP5->init && gP7->stopEvent == gP5->stopEvent && gP7->finalize == gP5->finalize);
   EXPECT_TRUE(gT6->getChunkSize != nullptr);
   // v5 and v6 share getCollInfo; their inits differ (v6 tells the engine that NCCL asks getChunkSize)
   EXPECT_TRUE(gT5->init != gT6->init && gT5->getCollInfo == gT6->getCollInfo);
-  // Nothing but the four plugin structs is exported.
+  // Nothing but the plugin structs is exported.
   EXPECT_TRUE(dlsym(gHandle, "_ZN7autoccl6engine9parseCollESt17basic_string_viewIcSt11char_traitsIcEE") == nullptr);
   std::string cmd = "nm -D --defined-only " + gLib + " | awk '{print $3}' | grep -v -E '^(ncclTunerPlugin_v5|"
-                    "ncclTunerPlugin_v6|ncclProfiler_v5|ncclProfiler_v6)$' | grep -v -E '^_(init|fini|edata|end|_bss_start)' "
+                    "ncclTunerPlugin_v6|ncclProfiler_v5|ncclProfiler_v6|ncclProfiler_v7)$' | grep -v -E '^_(init|fini|edata|end|_bss_start)' "
                     "| grep -v -E '^(__bss_start|_edata|_end|_init|_fini)$' | head -5";
   if (FILE* p = popen(cmd.c_str(), "r")) {
     char line[512];
@@ -237,17 +242,20 @@ TEST(dlopen, off) {
 }
 
 // Observe mode through the profiler: Coll + KernelCh events become a timing in the trace and a table.
-TEST(dlopen, observe) {
+// Observe mode through one profiler interface version: three timed calls of one task, their time records.
+template <class Descr, class Profiler>
+void observeThrough(Profiler** table) {  // the table load() finds
   std::string dir = tempDir();
   setenv("AUTOCCL_MODE", "observe", 1);
   setenv("AUTOCCL_TRACE", (dir + "/t").c_str(), 1);
   setenv("AUTOCCL_CACHE_DIR", dir.c_str(), 1);
   setenv("AUTOCCL_HW", "Test GPUx2", 1);
   load();
+  Profiler* prof = *table;
   int mask = 0;
   void* pctx = nullptr;
   void* tctx = nullptr;
-  gP5->init(&pctx, 0x42, &mask, "c", 1, 2, 0, logger);
+  prof->init(&pctx, 0x42, &mask, "c", 1, 2, 0, logger);
   gT5->init(&tctx, 0x42, 2, 1, logger, nullptr, nullptr);
   EXPECT_EQ(mask, 0);  // nothing to time before a task's first call (its first AUTOCCL_MEASURE_CALLS are)
   for (uint64_t k = 0; k < 3; ++k) {
@@ -258,7 +266,7 @@ TEST(dlopen, observe) {
     // No CUDA driver in this process: the kernel clock (Coll + KernelCh events).
     EXPECT_EQ(mask, int(ncclabi::kEvColl | ncclabi::kEvKernelCh));
     EXPECT_TRUE(c.same(before));
-    ncclabi::EventDescrV5 d{};
+    Descr d{};
     d.type = ncclabi::kEvColl;
     d.rank = 0;
     d.coll.seqNumber = k;
@@ -268,33 +276,45 @@ TEST(dlopen, observe) {
     d.coll.nChannels = 2;
     d.coll.algo = "RING";
     d.coll.proto = "SIMPLE";
+    if constexpr (sizeof(Descr) == sizeof(ncclabi::EventDescrV7)) {
+      d.coll.kernelVariant = "default";
+      d.coll.userTag = 1000 + k;  // a tagged call: the same task
+    }
     void* coll = nullptr;
-    gP5->startEvent(pctx, &coll, &d);
+    prof->startEvent(pctx, &coll, &d);
     EXPECT_TRUE(coll != nullptr);
-    gP5->stopEvent(coll);
+    prof->stopEvent(coll);
     for (int ch = 0; ch < 2; ++ch) {
-      ncclabi::EventDescrV5 kd{};
+      Descr kd{};
       kd.type = ncclabi::kEvKernelCh;
       kd.parentObj = coll;
       kd.kernelCh.channelId = static_cast<uint8_t>(ch);
       kd.kernelCh.pTimer = 1000000 + static_cast<uint64_t>(ch) * 10;
       void* kh = nullptr;
-      gP5->startEvent(pctx, &kh, &kd);
+      prof->startEvent(pctx, &kh, &kd);
       EXPECT_TRUE(kh != nullptr);
       ncclabi::EventStateArgsV5 a{};
       a.kernelCh.pTimer = 1000000 + 20000 * (k + 1);
-      gP5->recordEventState(kh, ncclabi::kStateKernelChStop, &a);
-      gP5->stopEvent(kh);
+      prof->recordEventState(kh, ncclabi::kStateKernelChStop, &a);
+      prof->stopEvent(kh);
+    }
+    if constexpr (sizeof(Descr) == sizeof(ncclabi::EventDescrV7)) {  // v7's kernel phases are not ours
+      Descr pd{};
+      pd.type = ncclabi::kEvKernelPhase;
+      pd.parentObj = coll;
+      void* ph = reinterpret_cast<void*>(0x8);
+      prof->startEvent(pctx, &ph, &pd);
+      EXPECT_TRUE(ph == nullptr);
     }
     // Other event types get no handle.
-    ncclabi::EventDescrV5 gd{};
+    Descr gd{};
     gd.type = ncclabi::kEvGroup;
     void* gh = reinterpret_cast<void*>(0x8);
-    gP5->startEvent(pctx, &gh, &gd);
+    prof->startEvent(pctx, &gh, &gd);
     EXPECT_TRUE(gh == nullptr);
   }
   gT5->finalize(tctx);
-  gP5->finalize(pctx);
+  prof->finalize(pctx);
   EXPECT_EQ(mask, 0);
   std::string trace = slurp(traceFile(dir + "/t"));
   EXPECT_TRUE(trace.find("\"ev\":\"time\",\"comm\":\"0000000000000042\",\"rank\":0,\"coll\":\"allgather\",\"bytes\":2097152,"
@@ -313,6 +333,9 @@ TEST(dlopen, observe) {
 }
 
 // No profiler: the tuner still applies fixed rules and says why there is no timing.
+TEST(dlopen, observe) { observeThrough<ncclabi::EventDescrV5>(&gP5); }
+TEST(dlopen, observe_v7) { observeThrough<ncclabi::EventDescrV7>(&gP7); }
+
 TEST(dlopen, no_profiler) {
   setenv("AUTOCCL_MODE", "fixed", 1);
   setenv("AUTOCCL_FIXED", "*:ring/simple/8", 1);

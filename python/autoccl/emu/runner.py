@@ -24,6 +24,7 @@ TEST_PLUGIN_NAME = "libautoccl-emu-testplugin.so"
 COUNTING_PROFILER_NAMES = {
     6: "libautoccl-emu-countingprofiler.so",
     5: "libautoccl-emu-countingprofiler-v5.so",
+    7: "libautoccl-emu-countingprofiler-v7.so",
 }
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 DEFAULT_MODEL = DATA_DIR / "perfmodel_h200x4.json"
