@@ -59,7 +59,7 @@
 #   inspector NCCL Inspector (built from its carried source) chained behind autoccl's profiler with autoccl's
 #             metrics on, NCCL_DEBUG=INFO: both write their files, prometheus_client parses ours; then the
 #             metrics' cost on a 1 MiB all_reduce (online against online with metrics every second, interleaved;
-#             METRICS_PASSES, default 4; METRICS_WARMUP warm-up calls, default 20: with one process per GPU the
+#             METRICS_PASSES, default 4, 0: none; METRICS_WARMUP warm-up calls, default 20: with one process per GPU the
 #             task is settled, over TCP, at a call that varies run to run, so -w 100 times calls after it;
 #             METRICS_TRACE=1 traces each launch, whose task record says when it was settled)
 #   train-ceiling  as train with PARALLEL (e.g. fsdp2), each pair run twice: default and --channel-ceiling 0
@@ -176,10 +176,13 @@ for plan in ${PLANS:-overhead online}; do
       left=$((BUDGET_S - (SECONDS - T0)))
       if [ "$left" -lt 60 ] || [ -z "${INSPECTOR_SO:-}" ]; then echo "plan inspector skipped: ${left} s left, Inspector '${INSPECTOR_SO:-not built}'"; continue; fi
       ins=$OUT/inspector; mkdir -p "$ins/inspector-dump" "$ins/metrics" "$ins/metrics-overhead"
+      # the chained job: one process for the GPUs, or LAUNCH=mpi's launcher (one GPU: two ranks as two hosts)
+      if [ "${LAUNCH%%,*}" = mpi ]; then job=("$MPIRUN" -np "${RANKS:-$NGPU}" "$NT_BIN/all_reduce_perf_mpi" -g 1)
+      else job=("$NT_BIN/all_reduce_perf" -g "$NGPU"); fi
       NCCL_INSPECTOR_ENABLE=1 NCCL_INSPECTOR_DUMP_DIR="$ins/inspector-dump" NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=200000 \
       AUTOCCL_PROFILER_CHAIN="$INSPECTOR_SO" AUTOCCL_METRICS_DIR="$ins/metrics" AUTOCCL_METRICS_INTERVAL_S=1 \
       AUTOCCL_TRACE="$ins/trace" NCCL_DEBUG=INFO timeout 120 python3 -m autoccl run --cache-dir "$ins/cache" -- \
-        "$NT_BIN/all_reduce_perf" -b 1M -e 64M -f 2 -g "$NGPU" -w 20 -n 100 -c 1 > "$ins/chained.log" 2>&1
+        "${job[@]}" -b 1M -e 64M -f 2 -w 20 -n 100 -c 1 > "$ins/chained.log" 2>&1
       echo "chained run: exit $?"; grep -E "autoccl|Inspector|inspector" "$ins/chained.log" | head -20
       python3 - "$ins" <<'PY' | tee "$ins/files.md"
 import json, sys
@@ -198,7 +201,7 @@ for f in sorted((d / "metrics").glob("*.jsonl")):
 chain = [json.loads(ln) for f in d.glob("trace*") for ln in f.read_text().splitlines() if '"profiler_chain"' in ln]
 print(f"profiler_chain trace records: {json.dumps(chain)[:1500]}")
 PY
-      timeout $((BUDGET_S - (SECONDS - T0))) python3 -m autoccl bench nccl-tests --bin "$NT_BIN" --launch "$LAUNCH" \
+      [ "${METRICS_PASSES:-4}" = 0 ] || timeout $((BUDGET_S - (SECONDS - T0))) python3 -m autoccl bench nccl-tests --bin "$NT_BIN" --launch "$LAUNCH" \
         --mpirun "$MPIRUN" "${RANKS_ARG[@]}" \
         -c all_reduce -p "${METRICS_PASSES:-4}" -b 1M -e 1M -f 2 -w "${METRICS_WARMUP:-20}" -n 200 --timeout 60 --no-progress \
         ${METRICS_TRACE:+--trace} -o "$ins/overhead" -m plain -m online \
