@@ -49,6 +49,8 @@ std::array<uint64_t, kTypes> gStarts{}, gStops{}, gStates{};
 uint64_t gInits = 0, gFinalizes = 0, gUnknown = 0;
 uint64_t gKernelChParentOk = 0, gKernelChParentBad = 0, gKernelChParentNull = 0, gCollGroupOk = 0, gCollGroupBad = 0;
 uint64_t gCollTagged = 0, gCollVariant = 0;  // v7 members of Coll events: nonzero tag, a kernel variant
+uint64_t gPhaseParentOk = 0;                 // v7 kernel phases whose parent is one of its KernelCh handles
+std::unordered_set<const void*> gKernelChs;
 
 int indexOf(uint64_t type) {
   for (int i = 0; i < kTypes; ++i)
@@ -73,14 +75,14 @@ void writeCountsLocked() {
                "{\"version\":%d,\"inits\":%llu,\"finalizes\":%llu,\"unknown\":%llu,\"starts\":%s,\"stops\":%s,"
                "\"states\":%s,\"kernelch_parent_ok\":%llu,\"kernelch_parent_bad\":%llu,\"kernelch_parent_null\":%llu,"
                "\"coll_group_ok\":%llu,"
-               "\"coll_group_bad\":%llu,\"coll_tagged\":%llu,\"coll_variant\":%llu}\n",
+               "\"coll_group_bad\":%llu,\"coll_tagged\":%llu,\"coll_variant\":%llu,\"phase_parent_ok\":%llu}\n",
                kVersion, static_cast<unsigned long long>(gInits), static_cast<unsigned long long>(gFinalizes),
                static_cast<unsigned long long>(gUnknown), list(gStarts).c_str(), list(gStops).c_str(),
                list(gStates).c_str(), static_cast<unsigned long long>(gKernelChParentOk),
                static_cast<unsigned long long>(gKernelChParentBad), static_cast<unsigned long long>(gKernelChParentNull),
                static_cast<unsigned long long>(gCollGroupOk),
                static_cast<unsigned long long>(gCollGroupBad), static_cast<unsigned long long>(gCollTagged),
-               static_cast<unsigned long long>(gCollVariant));
+               static_cast<unsigned long long>(gCollVariant), static_cast<unsigned long long>(gPhaseParentOk));
   std::fclose(f);
   std::rename(tmp.c_str(), path.c_str());
 }
@@ -116,8 +118,11 @@ Result startEvent(void*, void** handle, Descr* d) {
   } else if (d->type == kEvGroup || d->type == kEvGroupApi) {  // a Coll's parentGroup: either, by NCCL version
     gGroups.insert(h);
   } else if (d->type == kEvKernelCh) {
+    gKernelChs.insert(h);
     if (!d->parentObj) ++gKernelChParentNull;
     else ++(gColls.count(d->parentObj) ? gKernelChParentOk : gKernelChParentBad);
+  } else if (d->type == (uint64_t{1} << 15) && gKernelChs.count(d->parentObj)) {  // a v7 kernel phase
+    ++gPhaseParentOk;
   }
   *handle = h;
   return kSuccess;

@@ -94,9 +94,12 @@ struct Plugin {
 
   ncclabi::Result startEvent(void* ctx, void** eHandle, EventDescr* d) const {
     if (profiler7) return profiler7->startEvent(ctx, eHandle, d);
-    ncclabi::EventDescrV6 old;
-    std::memcpy(&old, d, sizeof old);
-    return profiler->startEvent(ctx, eHandle, &old);
+    // A v6-sized descriptor at the start of a buffer whose rest is a pattern: a reader that goes past the v6
+    // descriptor (a v7 member) reads nonzero garbage in every build, not only under a sanitizer.
+    alignas(EventDescr) unsigned char buf[sizeof(EventDescr)];
+    std::memset(buf, 0xA5, sizeof buf);
+    std::memcpy(buf, d, sizeof(ncclabi::EventDescrV6));
+    return profiler->startEvent(ctx, eHandle, reinterpret_cast<ncclabi::EventDescrV6*>(buf));
   }
 
   bool hasTuner() const { return tunerVersion != 0; }
@@ -317,6 +320,26 @@ class Proxy {
       } else if (copy.handle) {
         EventStateArgs a;
         std::memset(&a, 0, sizeof(a));
+        if (plugin_->profilerVersion >= 7 &&
+            (__atomic_load_n(&gActivationMask, __ATOMIC_RELAXED) & static_cast<int>(ncclabi::kEvKernelPhase))) {
+          // v7: the channel's work as one kernel phase, a child of its KernelCh event
+          EventDescr d;
+          std::memset(&d, 0, sizeof(d));
+          d.type = ncclabi::kEvKernelPhase;
+          d.parentObj = copy.handle;
+          d.kernelPhase.channelId = copy.channelId;
+          d.kernelPhase.phaseId = 1;
+          d.kernelPhase.phaseName = "compute";
+          d.kernelPhase.pTimer = copy.start;
+          void* ph = nullptr;
+          plugin_->startEvent(copy.profCtx, &ph, &d);
+          if (ph) {
+            a.kernelCh.pTimer = copy.stop;
+            const auto phaseStop = static_cast<ncclabi::ProfileState>(ncclabi::kStateKernelPhaseStop);
+            plugin_->profiler->recordEventState(ph, phaseStop, &a);
+            plugin_->profiler->stopEvent(ph);
+          }
+        }
         a.kernelCh.pTimer = copy.stop;
         plugin_->profiler->recordEventState(copy.handle, ncclabi::kStateKernelChStop, &a);
         plugin_->profiler->stopEvent(copy.handle);

@@ -27,6 +27,14 @@ uint64_t newerThan(int version) {
   if (version < 7) out |= ncclabi::kEvKernelPhase;
   return out;
 }
+// The mask a chained plugin of `version` gets: the bits its version knows (v5: 0..11, v6: ..14, v7: ..15), and
+// KernelCh where it asks for kernel phases, their parents (what NCCL adds itself for a plugin it loads).
+int chainedMask(int asked, int version) {
+  const int known = (1 << (version >= 7 ? 16 : version == 6 ? 15 : 12)) - 1;
+  int mask = asked & known & ~static_cast<int>(newerThan(version));
+  if (mask & static_cast<int>(ncclabi::kEvKernelPhase)) mask |= static_cast<int>(ncclabi::kEvKernelCh);
+  return mask;
+}
 
 struct Chained {
   void* handle = nullptr;
@@ -265,7 +273,7 @@ ncclabi::Result init(void** context, uint64_t commId, int* eActivationMask, cons
       gChained.table.init(&c->theirs, commId, &theirs, commName, nNodes, nRanks, rank, logger);
   c->theirsOk = r == ncclabi::kSuccess;
   if (c->theirsOk) {
-    theirs &= ~static_cast<int>(newerThan(gChained.version));
+    theirs = chainedMask(theirs, gChained.version);
     __atomic_fetch_or(&gTheirMask, theirs, __ATOMIC_RELAXED);
   } else {
     c->theirs = nullptr;

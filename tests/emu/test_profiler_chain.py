@@ -15,7 +15,7 @@ from autoccl._paths import ArtefactNotFound
 from autoccl.emu import run, simple
 from autoccl.emu.runner import counting_profiler_path
 
-COLL, KERNEL_CH, GROUP, KERNEL_LAUNCH = 1, 6, 0, 11  # event type bit indices
+COLL, KERNEL_CH, GROUP, KERNEL_LAUNCH, KERNEL_PHASE = 1, 6, 0, 11, 15  # event type bit indices
 ALL_V6, ALL_V5 = (1 << 15) - 1, (1 << 12) - 1
 TYPES = {5: 12, 6: 15, 7: 16}  # event types each profiler version knows
 
@@ -71,6 +71,7 @@ def run_chained(
         (7, "6", "launch"),  # an older NCCL's descriptor handed on as a v7 one: the v7 members zero
         (6, "7", "kernel"),
         (5, "7", "launch"),
+        (7, "5", "kernel"),
     ],
 )
 def test_every_event_reaches_the_chained_profiler(
@@ -112,6 +113,15 @@ def test_every_event_reaches_the_chained_profiler(
         assert theirs["coll_tagged"] == 0, theirs
         expected = theirs["starts"][COLL] if nccl_version == "7" else 0
         assert theirs["coll_variant"] == expected, theirs
+        # kernel phases (a v7 NCCL's alone: one per KernelCh the emulator delivers), under their KernelCh
+        if nccl_version == "7" and clock == "kernel":
+            assert theirs["starts"][KERNEL_PHASE] == theirs["starts"][KERNEL_CH] > 0, theirs
+            phases = theirs["starts"][KERNEL_PHASE]
+            assert theirs["states"][KERNEL_PHASE] == theirs["stops"][KERNEL_PHASE] == phases, theirs
+            assert theirs["phase_parent_ok"] == theirs["starts"][KERNEL_PHASE], theirs
+        if nccl_version != "7":
+            assert theirs["starts"][KERNEL_PHASE] == 0, theirs
+    assert theirs["unknown"] == 0, theirs
 
 
 @pytest.mark.sanitize
@@ -138,6 +148,31 @@ def test_events_only_the_chained_profiler_asked_for_stay_out_of_autoccl_timing(
         assert m["measurements"] <= m["matched_colls"] <= m["measurements"] + 2, m
         assert m["unmatched_colls"] == 0 and m["dropped_mismatch"] == 0, m
     assert sum(m["measurements"] for m in matcher) > 0, matcher
+
+
+@pytest.mark.sanitize
+def test_a_plugin_gets_no_event_type_newer_than_its_version(plugin: Path, tmp_path: Path) -> None:
+    """A v6 plugin whose mask asks for every bit (-1) behind a v7 NCCL: the kernel-phase bit (v7) is taken out
+    of what it asks, so NCCL emits no phases and the plugin sees no event type it does not know."""
+    res, out = run_chained(tmp_path, plugin, counting(6), mask=-1, profiler_version="7")
+    assert_clean(res)
+    theirs = their_counts(out)
+    ours = chained_counts(res)
+    assert theirs["unknown"] == 0 and ours["starts"][KERNEL_PHASE] == 0, (theirs, ours)
+    assert theirs["starts"][KERNEL_CH] > 0, theirs
+
+
+@pytest.mark.sanitize
+def test_kernel_phases_alone_bring_their_kernel_channels(plugin: Path, tmp_path: Path) -> None:
+    """A v7 plugin asking for kernel phases alone also gets the KernelCh events they are children of, as from
+    NCCL itself: each phase names its own KernelCh handle as parent."""
+    res, out = run_chained(tmp_path, plugin, counting(7), mask=1 << KERNEL_PHASE, profiler_version="7")
+    assert_clean(res)
+    theirs = their_counts(out)
+    assert theirs["starts"][KERNEL_CH] > 0, theirs
+    assert theirs["starts"][KERNEL_PHASE] == theirs["starts"][KERNEL_CH], theirs
+    assert theirs["phase_parent_ok"] == theirs["starts"][KERNEL_PHASE], theirs
+    assert sum(theirs["starts"]) == theirs["starts"][KERNEL_CH] + theirs["starts"][KERNEL_PHASE], theirs
 
 
 @pytest.mark.parametrize("bad", ["missing", "no-symbol"])

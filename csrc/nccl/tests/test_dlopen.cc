@@ -241,8 +241,8 @@ TEST(dlopen, off) {
   EXPECT_TRUE(gWarn.empty());
 }
 
-// Observe mode through the profiler: Coll + KernelCh events become a timing in the trace and a table.
-// Observe mode through one profiler interface version: three timed calls of one task, their time records.
+// Observe mode through one profiler interface version: Coll + KernelCh events of three calls of one task become
+// timings in the trace and a table; through v7, tagged calls stay one task and kernel phases get no handle.
 template <class Descr, class Profiler>
 void observeThrough(Profiler** table) {  // the table load() finds
   std::string dir = tempDir();
@@ -332,10 +332,10 @@ void observeThrough(Profiler** table) {  // the table load() finds
   EXPECT_TRUE(gWarn.empty());
 }
 
-// No profiler: the tuner still applies fixed rules and says why there is no timing.
 TEST(dlopen, observe) { observeThrough<ncclabi::EventDescrV5>(&gP5); }
 TEST(dlopen, observe_v7) { observeThrough<ncclabi::EventDescrV7>(&gP7); }
 
+// No profiler: the tuner still applies fixed rules and says why there is no timing.
 TEST(dlopen, no_profiler) {
   setenv("AUTOCCL_MODE", "fixed", 1);
   setenv("AUTOCCL_FIXED", "*:ring/simple/8", 1);
