@@ -213,7 +213,8 @@ PY
       if [ "$left" -lt 120 ]; then echo "plan $plan skipped: ${left} s left"; continue; fi
       th=$OUT/train-hosts
       train_on_two_hosts "$th" "$left" --preset "${TRAIN_PRESET:-125m}" --parallel "${PARALLEL:-ddp,fsdp2}" \
-        --modes "${TRAIN_MODES:-nccl,online}" --channel-ceiling 0 -n "${TRAIN_ITERS:-300}" --no-progress
+        --modes "${TRAIN_MODES:-nccl,online}" --step-arms "${TRAIN_STEP_ARMS:-hidden=2,8}" --channel-ceiling 0 \
+        -n "${TRAIN_ITERS:-300}" --no-progress
       tail -n 25 "$th/host0.log"; tail -n 5 "$th/host1.log"
       (cd "$OUT" && tar czf train-hosts.tgz train-hosts && rm -rf train-hosts)
       continue ;;
