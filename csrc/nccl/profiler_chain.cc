@@ -18,20 +18,14 @@ namespace autoccl::shim::chain {
 namespace {
 
 constexpr int kTypeBits = 16;  // ProfileEvent bits 0..15 (v7)
-constexpr uint64_t kCopyEngineEvents = ncclabi::kEvCeColl | ncclabi::kEvCeSync | ncclabi::kEvCeBatch;
 
-// The event types a chained plugin of `version` does not know: never asked for by it, never given to it.
-uint64_t newerThan(int version) {
-  uint64_t out = 0;
-  if (version < 6) out |= kCopyEngineEvents;
-  if (version < 7) out |= ncclabi::kEvKernelPhase;
-  return out;
-}
-// The mask a chained plugin of `version` gets: the bits its version knows (v5: 0..11, v6: ..14, v7: ..15), and
-// KernelCh where it asks for kernel phases, their parents (what NCCL adds itself for a plugin it loads).
+// The event types a plugin of `version` knows (v5: bits 0..11, v6: ..14 with copy-engine events, v7: ..15 with
+// kernel phases): a chained plugin never asks for, nor is given, any other.
+uint64_t knownEvents(int version) { return (uint64_t{1} << (version >= 7 ? 16 : version == 6 ? 15 : 12)) - 1; }
+// The mask a chained plugin of `version` gets: what it asked for of the types it knows, and KernelCh where it asks
+// for kernel phases, their parents (what NCCL adds itself for a plugin it loads).
 int chainedMask(int asked, int version) {
-  const int known = (1 << (version >= 7 ? 16 : version == 6 ? 15 : 12)) - 1;
-  int mask = asked & known & ~static_cast<int>(newerThan(version));
+  int mask = asked & static_cast<int>(knownEvents(version));
   if (mask & static_cast<int>(ncclabi::kEvKernelPhase)) mask |= static_cast<int>(ncclabi::kEvKernelCh);
   return mask;
 }
@@ -310,7 +304,7 @@ ncclabi::Result startEvent(void* context, void** eHandle, const void* ncclDescr,
                                         : (gOwn.wants(c->ours) & descr->type) != 0);
   const int theirMask = __atomic_load_n(&gTheirMask, __ATOMIC_RELAXED);
   const bool toTheirs = c->theirsOk && (static_cast<uint64_t>(theirMask) & descr->type) != 0 &&
-                        (descr->type & newerThan(gChained.version)) == 0;
+                        (descr->type & ~knownEvents(gChained.version)) == 0;
 
   Pair p;
   p.type = ti;
