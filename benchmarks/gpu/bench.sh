@@ -119,6 +119,12 @@ ITERS=${ITERS:--w 20 -n 40}
 MPIRUN=${MPIRUN:-mpirun}
 RANKS_ARG=(); [ -n "${RANKS:-}" ] && RANKS_ARG=(--gpus "$RANKS")
 IDLE64="idle64:--mode table --cache-dir {empty} --channel-ceiling 64 --nccl-channels auto"
+# allreduce_job: sets job=(...) to one all_reduce_perf job for the plans that run one (plugins, inspector): one
+# process for the GPUs, or under LAUNCH=mpi's launcher one rank a GPU (one GPU: two ranks as two hosts)
+allreduce_job() {
+  if [ "${LAUNCH%%,*}" = mpi ]; then job=("$MPIRUN" -np "${RANKS:-$NGPU}" "$NT_BIN/all_reduce_perf_mpi" -g 1)
+  else job=("$NT_BIN/all_reduce_perf" -g "$NGPU"); fi
+}
 # train_on_two_hosts DIR LIMIT_S ARGS...: `autoccl bench train ARGS` on two "hosts" of GPU 0 (hosts_env.sh), each
 # host's harness under its own `torchrun --nnodes 2` (the multi-host launch); DIR/host<R>/run and DIR/host<R>.log.
 # Host 0 writes the result and may run on after host 1's harness is done (a killed rank's host ends early);
@@ -176,9 +182,7 @@ for plan in ${PLANS:-overhead online}; do
       left=$((BUDGET_S - (SECONDS - T0)))
       if [ "$left" -lt 60 ] || [ -z "${INSPECTOR_SO:-}" ]; then echo "plan inspector skipped: ${left} s left, Inspector '${INSPECTOR_SO:-not built}'"; continue; fi
       ins=$OUT/inspector; mkdir -p "$ins/inspector-dump" "$ins/metrics" "$ins/metrics-overhead"
-      # the chained job: one process for the GPUs, or LAUNCH=mpi's launcher (one GPU: two ranks as two hosts)
-      if [ "${LAUNCH%%,*}" = mpi ]; then job=("$MPIRUN" -np "${RANKS:-$NGPU}" "$NT_BIN/all_reduce_perf_mpi" -g 1)
-      else job=("$NT_BIN/all_reduce_perf" -g "$NGPU"); fi
+      allreduce_job  # the chained job
       NCCL_INSPECTOR_ENABLE=1 NCCL_INSPECTOR_DUMP_DIR="$ins/inspector-dump" NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=200000 \
       AUTOCCL_PROFILER_CHAIN="$INSPECTOR_SO" AUTOCCL_METRICS_DIR="$ins/metrics" AUTOCCL_METRICS_INTERVAL_S=1 \
       AUTOCCL_TRACE="$ins/trace" NCCL_DEBUG=INFO timeout 120 python3 -m autoccl run --cache-dir "$ins/cache" -- \
@@ -220,8 +224,7 @@ PY
       continue ;;
     plugins)  # which tuner and profiler interface versions this NCCL takes from the plugin, in one checked job
       mkdir -p "$OUT/plugins"
-      if [ "${LAUNCH%%,*}" = mpi ]; then job=("$MPIRUN" -np "${RANKS:-$NGPU}" "$NT_BIN/all_reduce_perf_mpi" -g 1)
-      else job=("$NT_BIN/all_reduce_perf" -g "$NGPU"); fi
+      allreduce_job
       NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING,ENV AUTOCCL_TRACE="$OUT/plugins/trace" timeout 180 \
         python3 -m autoccl run --cache-dir "$OUT/plugins/cache" -- "${job[@]}" -b 1M -e 64M -f 4 -w 20 -n 60 -c 1 \
         > "$OUT/plugins/job.log" 2>&1

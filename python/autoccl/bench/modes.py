@@ -23,6 +23,8 @@ from autoccl.tuner_env import SAFETY_ENV, plain_nccl_env, plugin_env
 MODE_KINDS = ("nccl", "static", "static-best", "online", "online-arms", "oracle", "manual")
 PLUGIN_MODES = ("online", "online-arms", "oracle", "manual")
 ONLINE_MODES = ("online", "online-arms")  # the tuner online; online-arms adds the step guard's channel arms
+# bench train's plugin modes: run on the communicators online mode makes; --pairs sets each beside nccl
+TUNED_TRAIN_MODES = (*ONLINE_MODES, "manual")
 
 # The global NCCL knobs of the static-best sweep (AFNFA-style baseline). `CTAS` is a pseudo knob that
 # sets NCCL_MIN_CTAS and NCCL_MAX_CTAS to the same value.

@@ -36,10 +36,12 @@ def missing_parent(path: str | Path) -> str | None:
     return file_in_the_way(path) or (None if parent.is_dir() else f"directory {parent} does not exist")
 
 
-def refuse_unwritable(*paths: str | None) -> None:
-    """Refuse, before any work, outputs whose directory does not exist (or is a file)."""
+def refuse_unwritable(*paths: str | None, folders_made: bool = False) -> None:
+    """Refuse, before any work, outputs whose directory does not exist (or is a file); with `folders_made`
+    (the command makes missing folders itself), only those under a file."""
+    check = file_in_the_way if folders_made else missing_parent
     for p in paths:
-        why = missing_parent(p) if p else None
+        why = check(p) if p else None
         if why:
             raise click.ClickException(f"cannot write {p}: {why}")
 

@@ -15,9 +15,10 @@ from typing import Any
 import click
 
 from autoccl import settings
+from autoccl.bench.modes import TUNED_TRAIN_MODES
 from autoccl.bench.spec import SpecError
-from autoccl.cli import file_in_the_way
 from autoccl.cli import options as O
+from autoccl.cli import refuse_unwritable
 from autoccl.cli.channels import communicator_channels
 
 DEFAULT_COLLS = "all_gather,reduce_scatter,all_reduce"
@@ -106,12 +107,6 @@ def _checkpointer(prefix: Path, main: bool) -> Callable[[dict[str, Any]], None] 
     return write
 
 
-def _no_file_in_the_way(prefix: Path) -> None:
-    why = file_in_the_way(prefix)
-    if why:
-        raise _fail(f"cannot write {prefix}: {why}")
-
-
 def _default_prefix(kind: str) -> Path:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path("benchmarks/results") / f"{kind}-{stamp}"
@@ -156,7 +151,7 @@ def _online_channels(
 ) -> tuple[int | None, int | None]:
     """(channel ceiling, cap on NCCL's own calls) of the online and manual modes' communicators, as
     `autoccl run` makes them (channels.communicator_channels); the same whichever other modes are listed."""
-    online = any(getattr(m, "kind", "") in ("online", "online-arms", "manual") for m in modes)
+    online = any(getattr(m, "kind", "") in TUNED_TRAIN_MODES for m in modes)
     return communicator_channels(online, ceiling, nccl_channels, None)
 
 
@@ -386,7 +381,7 @@ def coll(
                 err=True,
             )
         prefix = launch.output or _default_prefix("coll")
-        _no_file_in_the_way(prefix)  # missing folders are made when the results are written
+        refuse_unwritable(str(prefix), folders_made=True)  # missing folders are made when written
         workdir = prefix.with_name(prefix.name + ".logs")
         if dry_run:
             topo = detect_topology(launch.nproc or 1)
@@ -712,7 +707,7 @@ def train(
             extra=extra,
         )
         prefix = launch.output or _default_prefix("train")
-        _no_file_in_the_way(prefix)  # missing folders are made when the results are written
+        refuse_unwritable(str(prefix), folders_made=True)  # missing folders are made when written
         rounds = (
             [prefix]
             if pairs == 1
@@ -746,7 +741,7 @@ def train(
     if pairs > 1 and topo.is_main:
         names = {m.name for m in ms}
         # plain NCCL against each tuned mode: PREFIX.pairs (online), PREFIX.pairs-<mode> (the others)
-        tuned = [m for m in ("online", "online-arms", "manual") if {"nccl", m} <= names]
+        tuned = [m for m in TUNED_TRAIN_MODES if {"nccl", m} <= names]
         for m in tuned:
             _write_train_pairs(
                 [r.with_name(r.name + ".json") for r in rounds],
@@ -755,8 +750,8 @@ def train(
             )
         if not tuned:  # the rounds stand; a pair is plain NCCL against a tuned mode
             click.echo(
-                "autoccl bench train: no nccl,online (or online-arms, manual) pair in --modes, the rounds "
-                "are not summarised",
+                f"autoccl bench train: no pair of nccl and {', '.join(TUNED_TRAIN_MODES)} in --modes, the "
+                "rounds are not summarised",
                 err=True,
             )
 
