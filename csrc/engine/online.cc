@@ -153,6 +153,7 @@ class OnlineSource final : public DecisionSource {
         opts_.jobRegret = std::make_shared<search::RegretLedger>(env.settings->jobRegretBudget, opts_.regretAllowance);
       opts_.probeKeep = env.settings->probeKeep;
       opts_.verifyWait = env.settings->verifyWait;
+      opts_.maxUnprovenCalls = env.settings->unprovenCalls;
     }
     if (env.table) {
       for (const TableEntry& e : env.table->entries) {
@@ -1033,6 +1034,7 @@ search::Options onlineSearchOptions() {
   // task's trials may cost it 10 % of its calls' time plus sixteen of its calls.
   o.maxCostRatio = 2.0;
   o.abandonAbove = 0.3;
+  o.maxUnprovenCalls = Settings{}.unprovenCalls;
   o.regretBudget = 0.10;
   o.regretAllowance = 16;
   // A table's entry is verified against NCCL's choice on 3 samples a side at each start: a job may give a

@@ -97,6 +97,13 @@ struct Settings {
   // (search::Options::verifyWait). 1 plans it call by call, a plan lookup per call (over TCP a round trip to the
   // authority); more, fewer lookups and a verdict that many calls later.
   uint64_t verifyWait = 1;
+  // AUTOCCL_UNPROVEN_CALLS (online mode, calls, in [0, 64]): while the plan runs more than 8 calls ahead of the
+  // newest sample (a burst the host launches ahead of the GPU), at most this many calls of configurations not yet
+  // measured are in flight (search::Options::maxUnprovenCalls); past it the incumbent runs until a sample is back.
+  // 0 (default): no bound. Opt-in: it bounds what a burst explores blind but moves exploration out of bursts nobody
+  // times (nccl-tests' warm-up) into later ones; the search test unprovenBursts measures both sides, and it is not
+  // measured on NVLink (docs/online-search.md, "Bounded exploration").
+  int unprovenCalls = 0;
   // AUTOCCL_GUARD (online mode): `on` (default) checks the tuned plan against NCCL's own choices on the
   // iteration time of a communicator whose calls repeat in iterations of two or more calls (engine/step_guard.h);
   // `off`: the tasks' own searches alone.

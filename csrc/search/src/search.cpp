@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -992,29 +993,53 @@ struct TaskSearch::Impl {
   }
   // A waiting call (nothing to explore until samples arrive). While the samples are far behind (a
   // burst of host run-ahead) such calls do not use up the exploration budget, up to maxWaitCalls per
-  // round; when they are close behind, waiting is part of the search's cost like any other call.
-  void addWaiting(const Segment& s) {
+  // round; when they are close behind, waiting is part of the search's cost like any other call, unless
+  // `free` (a wait that Options::maxUnprovenCalls imposes).
+  void addWaiting(const Segment& s, bool free = false) {
     const uint64_t newest = anyDelivered ? maxDelivered + 1 : tuningStart;
     const bool farBehind = s.begin > newest && s.begin - newest > o.freeWaitLag;
     add(s);
     uint64_t n = s.end - s.begin;
     st.waitCalls += n;
-    if (!farBehind) return;
+    if (!farBehind && !free) return;
     waitCallsThisRound += n;
-    if (waitCallsThisRound <= o.maxWaitCalls) {
+    if (free || waitCallsThisRound <= o.maxWaitCalls) {
       tuningCallsThisRound -= std::min(tuningCallsThisRound, n);
       st.freeWaitCalls += n;
     }
   }
 
-  void schedule(int id, uint64_t n, Phase ph, bool filler = false) {
+  // A candidate other than NCCL's choice and the incumbent with no sample yet: what one of its calls costs is unknown.
+  bool isUnproven(int id) const {
+    const Eval& e = evals[static_cast<size_t>(id)];
+    return id != dflt && id != inc && !e.dead && e.samples.empty();
+  }
+  // How many more calls of unproven candidates may be planned now (Options::maxUnprovenCalls; large when off, or
+  // while the plan is within unprovenLag calls of the newest sample).
+  int unprovenRoom() const {
+    if (o.maxUnprovenCalls <= 0) return std::numeric_limits<int>::max();
+    const uint64_t newest = anyDelivered ? maxDelivered + 1 : tuningStart;
+    if (planned <= newest + o.unprovenLag) return std::numeric_limits<int>::max();
+    int inFlight = 0;
+    for (size_t i = 0; i < evals.size(); ++i)
+      if (isUnproven(static_cast<int>(i))) inFlight += evals[i].inflight;
+    return o.maxUnprovenCalls - inFlight;
+  }
+  // One call of the incumbent, timed, while the unproven calls in flight wait for their samples. Free against
+  // maxTuningCalls (up to maxWaitCalls a round, like a wait far behind the samples): it explores nothing.
+  void waitForEvidence() {
+    schedule(inc, 1, Phase::kTuning, true, true);
+    st.unprovenWaits++;
+  }
+
+  void schedule(int id, uint64_t n, Phase ph, bool filler = false, bool freeWait = false) {
     Eval& e = evals[static_cast<size_t>(id)];
     Segment s{planned, planned + n, e.cfg, ph};
     s.cfg.measure = true;
     const uint64_t now = o.clockMs ? o.clockMs() : 0;
     for (uint64_t k = s.begin; k < s.end; ++k) pending[k] = PendingCall{id, filler, now};
     if (filler) {
-      addWaiting(s);
+      addWaiting(s, freeWait);
       return;
     }
     e.inflight += static_cast<int>(n);
@@ -1180,21 +1205,37 @@ struct TaskSearch::Impl {
         }
         while (!queue.empty()) {
           int id = queue.front();
-          queue.pop_front();
           Eval& e = evals[static_cast<size_t>(id)];
-          if (e.dead) continue;
           int need = e.want - e.n() - e.inflight;
-          if (need <= 0) continue;
+          if (e.dead || need <= 0) {
+            queue.pop_front();
+            continue;
+          }
+          if (isUnproven(id)) {
+            const int room = unprovenRoom();
+            if (room <= 0) {  // its turn comes when a sample of those in flight is back
+              waitForEvidence();
+              return;
+            }
+            need = std::min(need, room);
+          }
+          queue.pop_front();
           schedule(id, static_cast<uint64_t>(need), Phase::kTuning);
+          if (e.n() + e.inflight < e.want) queue.push_front(id);  // the rest of its block, within the room
           return;
         }
         // nothing can be decided until samples arrive (host run-ahead): measure a point the descent
         // is likely to need next, else run the incumbent meanwhile
+        if (unprovenRoom() <= 0) {
+          waitForEvidence();
+          return;
+        }
         int spec = speculate();
         if (spec >= 0) {
           request(spec, o.samplesFirst);
           queue.pop_back();
-          schedule(spec, static_cast<uint64_t>(o.samplesFirst), Phase::kTuning);
+          schedule(spec, static_cast<uint64_t>(std::min(o.samplesFirst, unprovenRoom())), Phase::kTuning);
+          if (evals[static_cast<size_t>(spec)].inflight < o.samplesFirst) queue.push_front(spec);
           return;
         }
         schedule(inc, 1, Phase::kTuning, true);

@@ -185,6 +185,16 @@ struct Options {
   // A candidate whose first sample is this much slower than the incumbent (relative) gets no further
   // samples: one slow call is already what it costs. 0: off.
   double abandonAbove = 0;
+  // While the plan runs more than unprovenLag calls ahead of the newest sample, at most this many calls of
+  // candidates with no sample yet are in flight at once; past it the incumbent runs, timed, until a sample comes
+  // back (those waits are free against maxTuningCalls). A host that runs ahead of the GPU plans a whole burst
+  // before any sample returns (nccl-tests' timed loop: 40 calls), and neither abandonAbove nor the regret budget
+  // can take back a call already planned: one process per host over sockets on one H200, a warm start that searched
+  // again ran ring/LL at 3.3-4.5x NCCL's time on 9 of the 40 calls of all_gather 16 MiB, three points of one pair
+  // planned before the first of them was measured. It also moves exploration out of bursts the user does not time
+  // (nccl-tests' warm-up) into later ones: see the search test unprovenBursts. 0: off.
+  int maxUnprovenCalls = 0;
+  uint64_t unprovenLag = 8;
 };
 
 // A tuned configuration known for another (or the same) size of the task, e.g. from a table.
@@ -217,6 +227,7 @@ struct Stats {
   bool regretStop = false;      // tuning ended by the regret budget (the task's or the job's)
   bool jobRegretStop = false;   // ... by the job's (Options::jobRegret) while the task's own had room
   uint64_t abandoned = 0;       // candidates given up after one far slower sample (Options::abandonAbove)
+  uint64_t unprovenWaits = 0;   // calls the incumbent ran because maxUnprovenCalls were in flight
 };
 
 class TaskSearch {
