@@ -53,7 +53,8 @@
 #             task of every warm launch looked up its plan at calls 18-22, the last waiting 0.5-1.1 ms in the timed
 #             loop), traced: the warm passes (1 and later) are where it shows, in the traces' slow_lookups
 #   unproven  online beside online with AUTOCCL_UNPROVEN_CALLS=$UNPROVEN_CALLS (default 3: at most that many calls of
-#             unmeasured configurations in flight while the plan runs ahead of its samples), traced: on one H200 over
+#             unmeasured configurations in flight while the plan runs ahead of its samples) and online with
+#             AUTOCCL_SPECULATE=off (no speculated points while samples are in flight), traced: on one H200 over
 #             sockets it moved the widest probes from the untimed warm-up into the timed loops (0.862x plain against
 #             0.978x, benchmarks/results/h200x1/unproven-calls); on NVLink, whether it cuts the timed loops' tails
 #   promise   the bars of "never slower than NCCL": plain, online (cold in pass 0, warm after), table mode
@@ -176,7 +177,8 @@ for plan in ${PLANS:-overhead online}; do
       pk=${PROBE_KEEP_PCT:-3}
       args=(-m plain -m online -m "online-pk$pk:--mode online AUTOCCL_PROBE_KEEP_PCT=$pk" --trace) ;;
     verifywait) args=(-m plain -m online -m "online-vw16:--mode online AUTOCCL_VERIFY_WAIT=16" --trace) ;;
-    unproven) args=(-m plain -m online -m "online-u${UNPROVEN_CALLS:-3}:--mode online AUTOCCL_UNPROVEN_CALLS=${UNPROVEN_CALLS:-3}" --trace) ;;
+    unproven) args=(-m plain -m online -m "online-u${UNPROVEN_CALLS:-3}:--mode online AUTOCCL_UNPROVEN_CALLS=${UNPROVEN_CALLS:-3}"
+                    -m "online-nospec:--mode online AUTOCCL_SPECULATE=off" --trace) ;;
     mintask)
       psizes=${MINTASK_SIZES:--b 4M -e 64M -f 2}
       args=(-m plain -m online -m "online-mt50:--mode online AUTOCCL_MIN_TASK_US_TCP=50" --trace) ;;

@@ -154,6 +154,7 @@ class OnlineSource final : public DecisionSource {
       opts_.probeKeep = env.settings->probeKeep;
       opts_.verifyWait = env.settings->verifyWait;
       opts_.maxUnprovenCalls = env.settings->unprovenCalls;
+      opts_.speculate = env.settings->speculate;
     }
     if (env.table) {
       for (const TableEntry& e : env.table->entries) {

@@ -274,6 +274,11 @@ Settings loadSettings(const EnvLookup& env) {
   if (!readBounded(env, "AUTOCCL_UNPROVEN_CALLS", 0, 64, &unproven, &err)) return invalid(s, err);
   s.unprovenCalls = static_cast<int>(unproven);
 
+  const std::string speculate = get(env, "AUTOCCL_SPECULATE");
+  if (speculate == "off") s.speculate = false;
+  else if (!speculate.empty() && speculate != "on")
+    return invalid(s, "AUTOCCL_SPECULATE='" + speculate + "' is not one of on, off");
+
   std::string guard = get(env, "AUTOCCL_GUARD");
   if (guard == "off") s.guard = false;
   else if (!guard.empty() && guard != "on") return invalid(s, "AUTOCCL_GUARD='" + guard + "' is not one of on, off");

@@ -104,6 +104,10 @@ struct Settings {
   // times (nccl-tests' warm-up) into later ones; the search test unprovenBursts measures both sides, and it is not
   // measured on NVLink (docs/online-search.md, "Bounded exploration").
   int unprovenCalls = 0;
+  // AUTOCCL_SPECULATE (online mode): `on` (default) measures, while the samples are in flight, a point the descent
+  // will probably ask for next (search::Options::speculate); `off` runs the incumbent meanwhile. In nccl-tests'
+  // loops the speculated points are planned blind (search test unprovenBursts).
+  bool speculate = true;
   // AUTOCCL_GUARD (online mode): `on` (default) checks the tuned plan against NCCL's own choices on the
   // iteration time of a communicator whose calls repeat in iterations of two or more calls (engine/step_guard.h);
   // `off`: the tasks' own searches alone.

@@ -315,6 +315,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("AUTOCCL_VERIFY_WAIT", "library", "integer in [1, 1024]", _int_range(1, 1024)),
     Variable("AUTOCCL_UNPROVEN_CALLS", "library", "integer in [0, 64]", _int_range(0, 64)),
     Variable("AUTOCCL_GUARD", "library", "on, off", _one_of("on", "off")),
+    Variable("AUTOCCL_SPECULATE", "library", "on, off", _one_of("on", "off")),
     Variable(
         "AUTOCCL_STEP_ARMS",
         "library",

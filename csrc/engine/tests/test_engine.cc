@@ -242,6 +242,9 @@ TEST(engine, settings) {
   EXPECT_EQ(loadSettings(envOf({})).unprovenCalls, 0);
   EXPECT_EQ(loadSettings(envOf({{"AUTOCCL_UNPROVEN_CALLS", "3"}})).unprovenCalls, 3);
   for (const char* v : {"65", "-1", "x"}) EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_UNPROVEN_CALLS", v}})).valid);
+  EXPECT_TRUE(loadSettings(envOf({})).speculate);
+  EXPECT_FALSE(loadSettings(envOf({{"AUTOCCL_SPECULATE", "off"}})).speculate);
+  EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_SPECULATE", "no"}})).valid);
   for (const char* v : {"x", "-1", "3600001", "1.5"}) EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_RECHECK_MS", v}})).valid);
   s = loadSettings(envOf({{"AUTOCCL_RECHECK_MS", "0"}}));
   EXPECT_TRUE(s.valid);

@@ -1230,7 +1230,7 @@ struct TaskSearch::Impl {
           waitForEvidence();
           return;
         }
-        int spec = speculate();
+        int spec = o.speculate ? speculate() : -1;
         if (spec >= 0) {
           request(spec, o.samplesFirst);
           queue.pop_back();

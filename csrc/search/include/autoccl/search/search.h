@@ -195,6 +195,10 @@ struct Options {
   // (nccl-tests' warm-up) into later ones: see the search test unprovenBursts. 0: off.
   int maxUnprovenCalls = 0;
   uint64_t unprovenLag = 8;
+  // While nothing can be decided until samples arrive, measure a point the descent will probably ask for next
+  // (false: the incumbent runs meanwhile). In nccl-tests' loops the speculated points, planned blind, are most of
+  // the H200-like models' costliest loops (search test unprovenBursts).
+  bool speculate = true;
 };
 
 // A tuned configuration known for another (or the same) size of the task, e.g. from a table.
