@@ -33,6 +33,11 @@ class Variable:
     check: Check | None
 
 
+# What the library trims from a value (C isspace in the "C" locale): str.strip() would also remove Unicode
+# spaces, and the CLI would pass a value (a pasted "off\u00a0") the library refuses.
+_C_SPACE = " \t\n\v\f\r"
+
+
 def _int_range(lo: int, hi: int) -> Check:
     def check(v: str, _env: Mapping[str, str]) -> str | None:
         if not re.fullmatch(r"[0-9]{1,20}", v) or not lo <= int(v) <= hi:
@@ -133,7 +138,7 @@ def _faults(v: str, _env: Mapping[str, str]) -> str | None:
 
 def parse_size(text: str) -> int | None:
     """integer[K|M|G] (binary units), as the library's parseSize; None if malformed."""
-    t = text.strip()
+    t = text.strip(_C_SPACE)
     shift = {"K": 10, "M": 20, "G": 30}.get(t[-1:].upper(), 0)
     if shift:
         t = t[:-1]
@@ -143,12 +148,12 @@ def parse_size(text: str) -> int | None:
 
 
 def _norm(name: str) -> str:
-    return name.strip().lower().replace("_", "")
+    return name.strip(_C_SPACE).lower().replace("_", "")
 
 
 def fixed_rules_problem(text: str, max_channels: int = 64) -> str | None:
     """Why AUTOCCL_FIXED / --fixed is not valid (the library's parseFixedRules), or None."""
-    rules = [r.strip() for r in text.split(";") if r.strip()]
+    rules = [r.strip(_C_SPACE) for r in text.split(";") if r.strip(_C_SPACE)]
     if not rules:
         return "AUTOCCL_FIXED has no rule"
     for rule in rules:
@@ -162,9 +167,9 @@ def _rule_problem(rule: str, max_channels: int) -> str | None:
     lhs, sep, rhs = rule.partition(":")
     if not sep:
         return "missing ':'"
-    colls, at, size_range = lhs.strip().partition("@")
+    colls, at, size_range = lhs.strip(_C_SPACE).partition("@")
     if at:
-        lo_text, dash, hi_text = size_range.strip().partition("-")
+        lo_text, dash, hi_text = size_range.strip(_C_SPACE).partition("-")
         if not dash:
             return "size range needs 'lo-hi'"
         lo, hi = parse_size(lo_text), parse_size(hi_text)
@@ -172,10 +177,10 @@ def _rule_problem(rule: str, max_channels: int) -> str | None:
             return "bad size in range"
         if lo > hi:
             return "empty size range (lo > hi)"
-    if colls.strip() != "*":
+    if colls.strip(_C_SPACE) != "*":
         for c in colls.split(","):
             if _norm(c) not in COLLS:
-                return f"unknown collective {c.strip()!r}"
+                return f"unknown collective {c.strip(_C_SPACE)!r}"
     try:
         parse_choice(rhs, max_channels)
     except SettingError as e:
@@ -201,13 +206,13 @@ def parse_choice(text: str, max_channels: int = 64) -> Choice:
         raise SettingError("expected algo/proto[/channels][/chunk=size]")
     algo, proto = _norm(parts[0]), _norm(parts[1])
     if algo not in ALGOS:
-        raise SettingError(f"unknown algorithm {parts[0].strip()!r}")
+        raise SettingError(f"unknown algorithm {parts[0].strip(_C_SPACE)!r}")
     if proto not in PROTOS:
-        raise SettingError(f"unknown protocol {parts[1].strip()!r}")
+        raise SettingError(f"unknown protocol {parts[1].strip(_C_SPACE)!r}")
     channels: int | None = None
     chunk: int | None = None
     for i, part in enumerate(parts[2:], start=2):
-        p = part.strip()
+        p = part.strip(_C_SPACE)
         if p.startswith("chunk="):
             if chunk is not None:
                 raise SettingError("chunk given twice")
@@ -224,7 +229,7 @@ def parse_choice(text: str, max_channels: int = 64) -> Choice:
 
 
 def _fixed(v: str, env: Mapping[str, str]) -> str | None:
-    max_ch = env.get("AUTOCCL_MAX_CHANNELS", "").strip()
+    max_ch = env.get("AUTOCCL_MAX_CHANNELS", "").strip(_C_SPACE)
     why = fixed_rules_problem(v, int(max_ch) if re.fullmatch(r"[0-9]{1,2}", max_ch) else 64)
     return why.removeprefix("AUTOCCL_FIXED ") if why else None
 
@@ -246,6 +251,8 @@ def _trace_prefix(v: str, _env: Mapping[str, str]) -> str | None:
         return "must be a file prefix, not a directory (it ends with '/')"
     if not _dir_of(v).is_dir():
         return f"must be a file prefix in an existing directory ({_dir_of(v)} does not exist)"
+    if not os.access(_dir_of(v), os.W_OK | os.X_OK):
+        return f"must be a file prefix in a writable directory ({_dir_of(v)} is not writable)"
     return None
 
 
@@ -361,13 +368,15 @@ def problems(
         raw = e.get(var.name)
         if raw is None or var.check is None or var.reader not in readers:
             continue
-        value = raw.strip()
+        value = raw.strip(_C_SPACE)
         if not value:
             continue
         why = var.check(value, e)
         if why:
             out.append(f"{var.name}={value!r} {why}")
-    if e.get("AUTOCCL_MODE", "").strip() == "fixed" and not e.get("AUTOCCL_FIXED", "").strip():
+    if e.get("AUTOCCL_MODE", "").strip(_C_SPACE) == "fixed" and not e.get("AUTOCCL_FIXED", "").strip(
+        _C_SPACE
+    ):
         out.append("AUTOCCL_MODE=fixed needs AUTOCCL_FIXED (rules)")
     return out
 

@@ -99,6 +99,14 @@ def test_interleaved_passes_ratios_and_resume(tmp_path: Path) -> None:
     assert len(log.read_text().splitlines()) == before
     assert (out / "summary.md").read_text().splitlines()[0] == first_line
     assert "-e 8" in first_line or "8388608" in first_line
+    # a folder holding only launches.jsonl: the header says what the launches ran, not the command's defaults
+    only = tmp_path / "only-launches"
+    only.mkdir()
+    (only / "launches.jsonl").write_text((out / "launches.jsonl").read_text())
+    r = _invoke(["--report-only", "-o", str(only), "--no-progress"], env)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    header = (only / "summary.md").read_text().splitlines()[0]
+    assert "..8388608 " in header and "1073741824" not in header and "0 GPUs" not in header, header
     assert (
         abs(
             json.loads((out / "summary.json").read_text())["overall"]["online/single"]["geomean_ge_min_bytes"]

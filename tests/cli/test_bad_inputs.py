@@ -175,6 +175,8 @@ CASES = [
     Case("run-no-command", ["run"], "COMMAND"),
     Case("run-missing-command", ["run", "--", "/nonexistent/program"], "/nonexistent/program"),
     Case("run-fixed-without-rules", ["run", "--mode", "fixed", "--", "true"], "rules"),
+    # an unknown option before the command is a typo, not the command's name
+    Case("run-option-typo", ["run", "--mdoe", "observe", "--", "true"], "Did you mean --mode"),
     Case(
         "run-bad-variable", ["run", "--", "true"], "AUTOCCL_MAX_CHANNELS", env={"AUTOCCL_MAX_CHANNELS": "x"}
     ),
@@ -501,3 +503,24 @@ def test_the_suite_sees_a_traceback(
     src.write_bytes((DATA / "good-basic.table").read_bytes())
     result = CliRunner().invoke(main, ["cache", "import", str(src), "--cache-dir", str(tmp_path / "c")])
     assert isinstance(result.exception, ZeroDivisionError)
+
+
+def test_unwritable_directories_are_refused_before_work(
+    tmp_path: Path, fake_plugin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory that exists but cannot be written in (a read-only mount; root passes permission checks, so
+    os.access stands in for the mount here) is refused up front: `run --trace` would otherwise lose its traces
+    quietly (the library only WARNs), and `synth --report` would fail after the whole synthesis."""
+    import os
+
+    locked = tmp_path / "ro"
+    locked.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **k: Path(p) != locked and real_access(p, mode, **k))
+    monkeypatch.setenv("AUTOCCL_LIB_DIR", str(fake_plugin.parent))
+    runner = CliRunner()
+    res = runner.invoke(main, ["run", "--trace", str(locked / "tr"), "--", "true"])
+    assert res.exit_code != 0 and "not writable" in res.output and "--trace" in res.output, res.output
+    res = runner.invoke(main, ["synth", "-g", "mesh:2x2", "--report", str(locked / "r.json")])
+    assert res.exit_code != 0 and "not writable" in res.output, res.output
+    assert not (locked / "r.json").exists()

@@ -48,6 +48,12 @@ BAD = [
     ("AUTOCCL_METRICS_DIR", "/nonexistent/dir"),
     ("AUTOCCL_METRICS_INTERVAL_S", "0.05"),
     ("AUTOCCL_METRICS_INTERVAL_S", "1e3"),
+    ("AUTOCCL_UNPROVEN_CALLS", "65"),
+    ("AUTOCCL_UNPROVEN_CALLS", "-1"),
+    ("AUTOCCL_SPECULATE", "maybe"),
+    # the library trims ASCII spaces only: a pasted no-break space is part of the value for both
+    ("AUTOCCL_SPECULATE", "off\u00a0"),
+    ("AUTOCCL_GUARD", "\u2003on"),
 ]
 
 

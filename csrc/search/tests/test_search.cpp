@@ -1602,7 +1602,7 @@ void probeKeepColdCost() {
 
 // A task where NCCL's choice is the best there is and every other pair is 1.2-4.5x slower at its best channel count,
 // while NCCL's cost model puts them all within 2x (so maxCostRatio screens none out): what one host per rank over
-// sockets showed on one H200 (all_gather 16 MiB: ring/LL 3.3-4.5x ring/Simple's time, PAT 1.1-1.3x).
+// sockets showed on one H200 (all_gather 16 MiB: ring/LL 3.4-4.8x the median of NCCL's ring/Simple, PAT 1.1-1.6x).
 Model hostileModel(std::mt19937_64& rng) {
   std::uniform_real_distribution<double> u(0.0, 1.0);
   Model m;

@@ -5,6 +5,7 @@ autoccl.adaptive, ...) never import it."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,11 +23,14 @@ def describe_os_error(e: OSError) -> str:
 
 
 def file_in_the_way(path: str | Path) -> str | None:
-    """Why no folder can be made for `path`: the nearest existing one above it is a file. Else None."""
+    """Why no folder can be made for `path`: the nearest existing one above it is a file, or a directory this
+    process cannot write in (a read-only mount, no permission). Else None."""
     parent = Path(path).expanduser().resolve().parent
     for folder in (parent, *parent.parents):
         if folder.exists():
-            return None if folder.is_dir() else f"{folder} is a file, not a directory"
+            if not folder.is_dir():
+                return f"{folder} is a file, not a directory"
+            return None if os.access(folder, os.W_OK | os.X_OK) else f"directory {folder} is not writable"
     return None
 
 

@@ -138,7 +138,8 @@ def _progress(enabled: bool) -> Iterator[Callable[[str, int, int], None] | None]
 
 @click.group()
 def bench() -> None:
-    """Benchmarks: `coll` (collectives) and `train` (a training step)."""
+    """Benchmarks: `coll` (collectives), `nccl-tests` (NVIDIA's, plain and tuned interleaved), `train` (a
+    training step) and `train-pairs` (interleaved launch pairs of `train`, summarised)."""
 
 
 _ONLINE = "online modes: "
@@ -891,6 +892,15 @@ def nccl_tests(
         )
         if first and first[0].startswith("nccl-tests "):
             header = first[0] + "\n"
+        else:  # what the launches say, not this command's defaults (-w/-n and GPUs are not in them)
+            sizes = sorted({int(row["bytes"]) for r in records for row in r.get("rows", [])})
+            passes_run = len({r.get("pass") for r in records})
+            if sizes:
+                header = (
+                    f"nccl-tests {sizes[0]}..{sizes[-1]} ({len(sizes)} sizes, from launches.jsonl), "
+                    f"{passes_run} interleaved passes; busbw (out-of-place) relative to {baseline} "
+                    "of the same pass\n"
+                )
     summary = NT.summarize(records, baseline=baseline)
     (outdir / "summary.json").write_text(_json.dumps(summary, indent=1))
     md = NT.markdown(summary, header)

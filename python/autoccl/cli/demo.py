@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
 
 import click
 
+from autoccl import settings
 from autoccl.cli import missing_parent
 from autoccl.cli import options as O
 
@@ -83,7 +85,8 @@ def demo(
 
     Runs a training-like mix twice on the emulator, NCCL alone and with autoccl (AUTOCCL_MODE=online),
     and reports per task NCCL's choice, the tuned configuration, their true kernel times and the gain,
-    from the emulator's ground truth. Writes tasks.md, results.json and convergence.png.
+    from the emulator's ground truth. Writes tasks.md, results.json and convergence.png. The demo runs with
+    the library's defaults: AUTOCCL_* variables of this shell are not passed to it.
     """
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -126,6 +129,15 @@ def demo(
         else:
             old.unlink()
     console = Console()
+    # the library's settings (the emulator starts its ranks from a clean environment); the CLI's own, such as
+    # AUTOCCL_LIB_DIR, still apply
+    ignored = sorted(k for k, v in settings.BY_NAME.items() if v.reader == "library" and k in os.environ)
+    if ignored:
+        click.echo(
+            f"autoccl demo: not applied here: {', '.join(ignored)} (the demo runs the library's defaults; "
+            "`autoccl run` applies them to a job)",
+            err=True,
+        )
     console.print(
         f"[bold]autoccl demo[/]: {ranks} simulated H200 ranks, {comms} communicator(s), {steps} steps, "
         f"GEMM load {load}, {'process per rank (TCP)' if processes else 'ranks as threads'}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import shlex
 import shutil
@@ -178,6 +179,13 @@ def run(plugin: PluginOptions, command: tuple[str, ...]) -> None:
 
     Example: autoccl run --mode observe -- torchrun --nproc-per-node 4 train.py
     """
+    if command[0].startswith("-"):
+        # unknown options reach COMMAND (its own options must pass through): one before any command is a typo
+        ctx = click.get_current_context()
+        ours = [o for p in ctx.command.params for o in p.opts if o.startswith("--")]
+        close = difflib.get_close_matches(command[0].split("=", 1)[0], ours, n=1)
+        hint = f" Did you mean {close[0]}?" if close else ""
+        raise click.UsageError(f"No such option: {command[0]}.{hint} (autoccl run [OPTIONS] -- COMMAND)")
     launcher = Path(command[0]).name
     mpi = launcher in MPI_LAUNCHERS
     run_host = "127.0.0.1"
