@@ -994,7 +994,7 @@ struct TaskSearch::Impl {
   // A waiting call (nothing to explore until samples arrive). While the samples are far behind (a
   // burst of host run-ahead) such calls do not use up the exploration budget, up to maxWaitCalls per
   // round; when they are close behind, waiting is part of the search's cost like any other call, unless
-  // `free` (a wait that Options::maxUnprovenCalls imposes).
+  // `free` (a wait that Options::maxUnprovenCalls imposes: free within the same maxWaitCalls).
   void addWaiting(const Segment& s, bool free = false) {
     const uint64_t newest = anyDelivered ? maxDelivered + 1 : tuningStart;
     const bool farBehind = s.begin > newest && s.begin - newest > o.freeWaitLag;
@@ -1003,7 +1003,7 @@ struct TaskSearch::Impl {
     st.waitCalls += n;
     if (!farBehind && !free) return;
     waitCallsThisRound += n;
-    if (free || waitCallsThisRound <= o.maxWaitCalls) {
+    if (waitCallsThisRound <= o.maxWaitCalls) {
       tuningCallsThisRound -= std::min(tuningCallsThisRound, n);
       st.freeWaitCalls += n;
     }
@@ -1025,8 +1025,9 @@ struct TaskSearch::Impl {
       if (isUnproven(static_cast<int>(i))) inFlight += evals[i].inflight;
     return o.maxUnprovenCalls - inFlight;
   }
-  // One call of the incumbent, timed, while the unproven calls in flight wait for their samples. Free against
-  // maxTuningCalls (up to maxWaitCalls a round, like a wait far behind the samples): it explores nothing.
+  // One call of the incumbent, timed, while unproven candidates wait for room (Options::maxUnprovenCalls). Free
+  // against maxTuningCalls up to maxWaitCalls a round, as a wait far behind the samples is: it explores nothing,
+  // and the cap keeps a search whose samples come late from tuning without end.
   void waitForEvidence() {
     schedule(inc, 1, Phase::kTuning, true, true);
     st.unprovenWaits++;
@@ -1203,39 +1204,45 @@ struct TaskSearch::Impl {
           planOne();
           return;
         }
-        while (!queue.empty()) {
-          int id = queue.front();
+        const int room = unprovenRoom();
+        bool heldBack = false;  // an unproven candidate is waiting for room (Options::maxUnprovenCalls)
+        for (auto it = queue.begin(); it != queue.end();) {
+          const int id = *it;
           Eval& e = evals[static_cast<size_t>(id)];
           int need = e.want - e.n() - e.inflight;
           if (e.dead || need <= 0) {
-            queue.pop_front();
+            it = queue.erase(it);
             continue;
           }
           if (isUnproven(id)) {
-            const int room = unprovenRoom();
-            if (room <= 0) {  // its turn comes when a sample of those in flight is back
-              waitForEvidence();
-              return;
+            if (room <= 0) {  // its turn comes when a sample of those in flight is back; a proven one may go
+              heldBack = true;
+              ++it;
+              continue;
             }
             need = std::min(need, room);
           }
-          queue.pop_front();
+          queue.erase(it);
           schedule(id, static_cast<uint64_t>(need), Phase::kTuning);
           if (e.n() + e.inflight < e.want) queue.push_front(id);  // the rest of its block, within the room
           return;
         }
-        // nothing can be decided until samples arrive (host run-ahead): measure a point the descent
-        // is likely to need next, else run the incumbent meanwhile
-        if (unprovenRoom() <= 0) {
+        if (heldBack) {
           waitForEvidence();
           return;
         }
-        int spec = o.speculate ? speculate() : -1;
+        // nothing can be decided until samples arrive (host run-ahead): measure a point the descent
+        // is likely to need next, else run the incumbent meanwhile
+        const int spec = o.speculate && room > 0 ? speculate() : -1;
         if (spec >= 0) {
           request(spec, o.samplesFirst);
-          queue.pop_back();
-          schedule(spec, static_cast<uint64_t>(std::min(o.samplesFirst, unprovenRoom())), Phase::kTuning);
+          if (!queue.empty() && queue.back() == spec) queue.pop_back();
+          schedule(spec, static_cast<uint64_t>(std::max(1, std::min(o.samplesFirst, room))), Phase::kTuning);
           if (evals[static_cast<size_t>(spec)].inflight < o.samplesFirst) queue.push_front(spec);
+          return;
+        }
+        if (o.speculate && room <= 0) {  // speculation held back by the bound
+          waitForEvidence();
           return;
         }
         schedule(inc, 1, Phase::kTuning, true);

@@ -1630,6 +1630,7 @@ struct BurstResult {
   double firstTimed = 0;  // mean true time of the first size's timed calls (20-99) over NCCL's time
   double worstLoop = 0;   // the costliest timed loop of all rounds, mean true time over NCCL's
   uint64_t unprovenWaits = 0;
+  int mostUnproven = 0;  // the most calls one timed loop ran of configurations with no sample delivered before it
   bool converged = false;
   uint64_t convergedAt = kForever;
   Config final;
@@ -1644,19 +1645,32 @@ BurstResult burstRun(const Model& m, Options o, uint64_t seed, int rounds) {
   TaskSearch s(m.space, o);
   BurstResult r;
   const double dflt = m.trueTime(Config());
+  std::vector<Config> measured;  // configurations with a sample delivered
+  auto wasMeasured = [&](const Config& c) {
+    return c.isDefault() || std::any_of(measured.begin(), measured.end(), [&](const Config& x) { return x.sameSetting(c); });
+  };
   uint64_t k = 0;
   for (int round = 0; round < rounds; ++round)
     for (int loop = 0; loop < 3; ++loop) {
       const uint64_t len = loop == 0 ? 20 : 40;
       std::vector<std::pair<uint64_t, double>> done;
+      std::vector<Config> ran;
       double sum = 0;
+      int unproven = 0;
       for (uint64_t i = 0; i < len; ++i, ++k) {
         const Config c = s.configFor(k);
         sum += m.trueTime(c);
-        if (c.measure) done.emplace_back(k, m.sample(c, rng));
+        if (c.measure) {
+          done.emplace_back(k, m.sample(c, rng));
+          ran.push_back(c);
+        }
+        if (!wasMeasured(c)) unproven++;
         nowMs += 1;
       }
+      if (loop > 0) r.mostUnproven = std::max(r.mostUnproven, unproven);
       for (auto& x : done) s.addSample(x.first, x.second);
+      for (const Config& c : ran)
+        if (!wasMeasured(c)) measured.push_back(c);
       nowMs += 20;
       if (loop == 0) continue;
       const double cost = sum / (static_cast<double>(len) * dflt);
@@ -1681,6 +1695,7 @@ void unprovenBursts() {
     int within3[3] = {0, 0, 0}, worse[3] = {0, 0, 0}, notConverged[3] = {0, 0, 0};
     double first[3] = {0, 0, 0}, worstLoop[3] = {0, 0, 0}, meanLoopWorst[3] = {0, 0, 0}, calls[3] = {0, 0, 0};
     uint64_t waits[3] = {0, 0, 0};
+    int mostUnproven[3] = {0, 0, 0};
     const int runs = 150;
     for (uint64_t seed = 1; seed <= static_cast<uint64_t>(runs); ++seed) {
       std::mt19937_64 rng(seed * 31 + static_cast<uint64_t>(kind));
@@ -1697,6 +1712,7 @@ void unprovenBursts() {
         worstLoop[cap] = std::max(worstLoop[cap], b.worstLoop);
         meanLoopWorst[cap] += b.worstLoop / runs;
         waits[cap] += b.unprovenWaits;
+        mostUnproven[cap] = std::max(mostUnproven[cap], b.mostUnproven);
         if (!b.converged) {
           notConverged[cap]++;
           continue;
@@ -1712,14 +1728,40 @@ void unprovenBursts() {
     for (int cap = 0; cap < 3; ++cap)
       std::printf("%s models in nccl-tests' loops, %s: first size's timed calls %.4fx NCCL's time; "
                   "costliest loop %.3fx (mean over models %.4fx); within 3 %% of the best %d/%d; worse than NCCL's %d; "
-                  "not converged in 6 rounds %d; mean calls to converge %.1f; waits %.1f a model\n",
+                  "not converged in 6 rounds %d; mean calls to converge %.1f; waits %.1f a model; at most %d calls "
+                  "of unmeasured configurations in a timed loop\n",
                   name, variant[cap], first[cap], worstLoop[cap], meanLoopWorst[cap], within3[cap], runs, worse[cap],
                   notConverged[cap], calls[cap] / std::max(1, runs - notConverged[cap]),
-                  static_cast<double>(waits[cap]) / runs);
+                  static_cast<double>(waits[cap]) / runs, mostUnproven[cap]);
     CHECK(worse[0] == 0 && worse[1] == 0 && worse[2] == 0);
     CHECK(waits[1] > 0 && waits[0] == 0 && waits[2] == 0);
-    // the bound's point: no loop as costly as the unbounded search's costliest
+    // the bound's point: no loop as costly as the unbounded search's costliest, and few blind calls in any loop
+    // (those planned within unprovenLag of the last sample, and the bound's)
     CHECK(worstLoop[1] < worstLoop[0] * 0.85);
+    CHECK(mostUnproven[1] <= 3 + 8 && mostUnproven[0] > 3 + 8);
+    // ... nor far from the best (the waits are free only within maxWaitCalls, so the search ends as before)
+    CHECK(within3[1] >= within3[0] - 15);
+    CHECK(notConverged[1] == 0);
+    // without speculation the costliest loop is cheaper too
+    CHECK(worstLoop[2] < worstLoop[0]);
+  }
+  // The bound itself, where every call is beyond unprovenLag: a burst planned before any sample returns runs at
+  // most maxUnprovenCalls calls of unmeasured configurations, splitting a candidate's first block (3 calls) when
+  // fewer fit.
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    std::mt19937_64 rng(seed);
+    const Model m = h200Model(rng, 1 << 24);
+    Options o;
+    o.maxUnprovenCalls = 2;
+    o.unprovenLag = 0;
+    o.clockMs = [] { return uint64_t{0}; };
+    TaskSearch s(m.space, o);
+    int blind = 0;
+    for (uint64_t k = 0; k < 60; ++k)
+      if (!s.configFor(k).isDefault()) blind++;
+    CHECK_MSG(blind == 2, "seed %llu: %d calls of unmeasured configurations in a burst, bound 2",
+              static_cast<unsigned long long>(seed), blind);
+    CHECK(s.stats().unprovenWaits > 0);
   }
   // Where samples come back within a few calls (a training job's tasks, one call an iteration) the bound does not
   // bind: the convergence case's models end as near the best as without it.

@@ -185,9 +185,9 @@ struct Options {
   // A candidate whose first sample is this much slower than the incumbent (relative) gets no further
   // samples: one slow call is already what it costs. 0: off.
   double abandonAbove = 0;
-  // While the plan runs more than unprovenLag calls ahead of the newest sample, at most this many calls of
-  // candidates with no sample yet are in flight at once; past it the incumbent runs, timed, until a sample comes
-  // back (those waits are free against maxTuningCalls). A host that runs ahead of the GPU plans a whole burst
+  // While the plan runs more than unprovenLag calls ahead of the newest sample, no call of a candidate with no
+  // sample yet is planned while this many such calls are in flight (those planned inside the lag are not held
+  // back); the incumbent runs meanwhile, timed, free against maxTuningCalls within maxWaitCalls a round. A host that runs ahead of the GPU plans a whole burst
   // before any sample returns (nccl-tests' timed loop: 40 calls), and neither abandonAbove nor the regret budget
   // can take back a call already planned: one process per host over sockets on one H200, a warm start that searched
   // again ran ring/LL at 3.4-4.8x NCCL's time on 9 of the 40 calls of all_gather 16 MiB, three points of one pair
@@ -211,7 +211,7 @@ struct Hint {
 struct Stats {
   uint64_t tuningCalls = 0;     // call indices planned in kTuning
   uint64_t waitCalls = 0;       // ... of which waiting for samples (the incumbent as filler)
-  uint64_t freeWaitCalls = 0;   // ... of those, not counted against maxTuningCalls (Options::freeWaitLag)
+  uint64_t freeWaitCalls = 0;   // ... of those, not counted against maxTuningCalls (freeWaitLag, maxUnprovenCalls)
   uint64_t lateSamples = 0;     // samples that arrived after their call had been given up as lost
   uint64_t candidates = 0;      // distinct configurations measured
   uint64_t samples = 0;         // samples accepted
@@ -231,7 +231,7 @@ struct Stats {
   bool regretStop = false;      // tuning ended by the regret budget (the task's or the job's)
   bool jobRegretStop = false;   // ... by the job's (Options::jobRegret) while the task's own had room
   uint64_t abandoned = 0;       // candidates given up after one far slower sample (Options::abandonAbove)
-  uint64_t unprovenWaits = 0;   // calls the incumbent ran because maxUnprovenCalls were in flight
+  uint64_t unprovenWaits = 0;   // calls the incumbent ran while maxUnprovenCalls held candidates back
 };
 
 class TaskSearch {
