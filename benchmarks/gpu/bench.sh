@@ -55,8 +55,8 @@
 #   unproven  online beside online with AUTOCCL_UNPROVEN_CALLS=$UNPROVEN_CALLS (default 3: at most that many calls of
 #             unmeasured configurations in flight while the plan runs ahead of its samples) and online with
 #             AUTOCCL_SPECULATE=off (no speculated points while samples are in flight), traced: on one H200 over
-#             sockets it moved the widest probes from the untimed warm-up into the timed loops (0.862x plain against
-#             0.978x, benchmarks/results/h200x1/blind-exploration); on NVLink, whether it cuts the timed loops' tails
+#             sockets it moved the widest probes from the untimed warm-up into the timed loops (0.840x plain against
+#             0.963x, benchmarks/results/h200x1/blind-exploration); on NVLink, whether it cuts the timed loops' tails
 #   promise   the bars of "never slower than NCCL": plain, online (cold in pass 0, warm after), table mode
 #             started from online's table of the same pass (table-warm) and observe, traced
 #   plugins   one `autoccl run --` nccl-tests job (all_reduce 1-64 MiB, -c 1) with NCCL_DEBUG=INFO: the tuner and
