@@ -98,8 +98,8 @@ struct Settings {
   // authority); more, fewer lookups and a verdict that many calls later.
   uint64_t verifyWait = 1;
   // AUTOCCL_UNPROVEN_CALLS (online mode, calls, in [0, 64]): while the plan runs more than 8 calls ahead of the
-  // newest sample (a burst the host launches ahead of the GPU), at most this many calls of configurations not yet
-  // measured are in flight (search::Options::maxUnprovenCalls); past it the incumbent runs until a sample is back.
+  // newest sample (a burst the host launches ahead of the GPU), no call of a configuration not yet measured is
+  // planned while this many are in flight (search::Options::maxUnprovenCalls); the incumbent runs meanwhile.
   // 0 (default): no bound. Opt-in: it bounds what a burst explores blind but moves exploration out of bursts nobody
   // times (nccl-tests' warm-up) into later ones; the search test unprovenBursts measures both sides, and it is not
   // measured on NVLink (docs/online-search.md, "Bounded exploration").

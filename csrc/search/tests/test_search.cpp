@@ -1647,7 +1647,8 @@ BurstResult burstRun(const Model& m, Options o, uint64_t seed, int rounds) {
   const double dflt = m.trueTime(Config());
   std::vector<Config> measured;  // configurations with a sample delivered
   auto wasMeasured = [&](const Config& c) {
-    return c.isDefault() || std::any_of(measured.begin(), measured.end(), [&](const Config& x) { return x.sameSetting(c); });
+    return c.isDefault() ||
+           std::any_of(measured.begin(), measured.end(), [&](const Config& x) { return x.sameSetting(c); });
   };
   uint64_t k = 0;
   for (int round = 0; round < rounds; ++round)

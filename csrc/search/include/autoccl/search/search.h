@@ -187,11 +187,11 @@ struct Options {
   double abandonAbove = 0;
   // While the plan runs more than unprovenLag calls ahead of the newest sample, no call of a candidate with no
   // sample yet is planned while this many such calls are in flight (those planned inside the lag are not held
-  // back); the incumbent runs meanwhile, timed, free against maxTuningCalls within maxWaitCalls a round. A host that runs ahead of the GPU plans a whole burst
-  // before any sample returns (nccl-tests' timed loop: 40 calls), and neither abandonAbove nor the regret budget
-  // can take back a call already planned: one process per host over sockets on one H200, a warm start that searched
-  // again ran ring/LL at 3.4-4.8x NCCL's time on 9 of the 40 calls of all_gather 16 MiB, three points of one pair
-  // planned before the first of them was measured. It also moves exploration out of bursts the user does not time
+  // back); the incumbent runs meanwhile, timed, free against maxTuningCalls within maxWaitCalls a round. A host
+  // that runs ahead of the GPU plans a whole burst before any sample returns (nccl-tests' timed loop: 40 calls),
+  // and neither abandonAbove nor the regret budget can take back a call already planned: one process per host
+  // over sockets on one H200, a warm start that searched again ran ring/LL at 3.4-4.8x NCCL's time on 9 of the 40
+  // calls of all_gather 16 MiB, three points of one pair planned before the first of them was measured. It also moves exploration out of bursts the user does not time
   // (nccl-tests' warm-up) into later ones: see the search test unprovenBursts. 0: off.
   int maxUnprovenCalls = 0;
   uint64_t unprovenLag = 8;
