@@ -991,12 +991,15 @@ struct TaskSearch::Impl {
       tuningCallsThisRound += s.end - s.begin;
     }
   }
+  // The call after the newest whose sample arrived (the round's first call before any): how far the plan runs ahead
+  // of its evidence.
+  uint64_t afterNewestSample() const { return anyDelivered ? maxDelivered + 1 : tuningStart; }
   // A waiting call (nothing to explore until samples arrive). While the samples are far behind (a
   // burst of host run-ahead) such calls do not use up the exploration budget, up to maxWaitCalls per
   // round; when they are close behind, waiting is part of the search's cost like any other call, unless
   // `free` (a wait that Options::maxUnprovenCalls imposes: free within the same maxWaitCalls).
   void addWaiting(const Segment& s, bool free = false) {
-    const uint64_t newest = anyDelivered ? maxDelivered + 1 : tuningStart;
+    const uint64_t newest = afterNewestSample();
     const bool farBehind = s.begin > newest && s.begin - newest > o.freeWaitLag;
     add(s);
     uint64_t n = s.end - s.begin;
@@ -1018,8 +1021,7 @@ struct TaskSearch::Impl {
   // while the plan is within unprovenLag calls of the newest sample).
   int unprovenRoom() const {
     if (o.maxUnprovenCalls <= 0) return std::numeric_limits<int>::max();
-    const uint64_t newest = anyDelivered ? maxDelivered + 1 : tuningStart;
-    if (planned <= newest + o.unprovenLag) return std::numeric_limits<int>::max();
+    if (planned <= afterNewestSample() + o.unprovenLag) return std::numeric_limits<int>::max();
     int inFlight = 0;
     for (size_t i = 0; i < evals.size(); ++i)
       if (isUnproven(static_cast<int>(i))) inFlight += evals[i].inflight;

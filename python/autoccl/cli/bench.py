@@ -877,11 +877,11 @@ def nccl_tests(
     except NT.BenchError as e:
         raise _fail(str(e)) from None
     baseline = plan.baseline
-    header = (
-        f"nccl-tests {plan.begin}..{plan.end} x{plan.factor}, -w {plan.warmup} -n {plan.iters} -c 1, "
-        f"{plan.gpus} GPUs, {plan.passes} interleaved passes; busbw (out-of-place) relative to "
-        f"{plan.baseline} of the same pass\n"
+    span = (
+        f"{plan.begin}..{plan.end} x{plan.factor}, -w {plan.warmup} -n {plan.iters} -c 1, {plan.gpus} GPUs, "
+        f"{plan.passes} interleaved passes"
     )
+    header = ""
     if report_only:
         # The run's own header and baseline: what was launched, not this command's defaults.
         earlier = outdir / "summary.json"
@@ -894,13 +894,12 @@ def nccl_tests(
             header = first[0] + "\n"
         else:  # what the launches say, not this command's defaults (-w/-n and GPUs are not in them)
             sizes = sorted({int(row["bytes"]) for r in records for row in r.get("rows", [])})
-            passes_run = len({r.get("pass") for r in records})
             if sizes:
-                header = (
-                    f"nccl-tests {sizes[0]}..{sizes[-1]} ({len(sizes)} sizes, from launches.jsonl), "
-                    f"{passes_run} interleaved passes; busbw (out-of-place) relative to {baseline} "
-                    "of the same pass\n"
+                span = (
+                    f"{sizes[0]}..{sizes[-1]} ({len(sizes)} sizes, from launches.jsonl), "
+                    f"{len({r.get('pass') for r in records})} interleaved passes"
                 )
+    header = header or f"nccl-tests {span}; busbw (out-of-place) relative to {baseline} of the same pass\n"
     summary = NT.summarize(records, baseline=baseline)
     (outdir / "summary.json").write_text(_json.dumps(summary, indent=1))
     md = NT.markdown(summary, header)
