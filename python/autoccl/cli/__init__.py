@@ -41,8 +41,9 @@ def missing_parent(path: str | Path) -> str | None:
 
 
 def refuse_unwritable(*paths: str | None, folders_made: bool = False) -> None:
-    """Refuse, before any work, outputs whose directory does not exist, is a file or cannot be written in; with
-    `folders_made` (the command makes missing folders itself), only those under a file or an unwritable folder."""
+    """Refuse, before any work, outputs whose directory does not exist, is a file or cannot be written in;
+    with `folders_made` (the command makes missing folders itself), only those under a file or an unwritable
+    folder."""
     check = file_in_the_way if folders_made else missing_parent
     for p in paths:
         why = check(p) if p else None
