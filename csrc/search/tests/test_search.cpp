@@ -1738,7 +1738,9 @@ void unprovenBursts() {
     CHECK(waits[1] > 0 && waits[0] == 0 && waits[2] == 0);
     // the bound's point: no loop as costly as the unbounded search's costliest, and few blind calls in any loop
     // (those planned within unprovenLag of the last sample, and the bound's)
-    CHECK(worstLoop[1] < worstLoop[0] * 0.85);
+    // (on the hostile models the default no longer speculates around the pairs measured twice as slow: its
+    // costliest loop 1.95x against 2.45x when it did, and the bound's 1.83x)
+    CHECK(worstLoop[1] < worstLoop[0] * (kind == 2 ? 1.0 : 0.85));
     CHECK(mostUnproven[1] <= 3 + 8 && mostUnproven[0] > 3 + 8);
     // ... nor far from the best (the waits are free only within maxWaitCalls, so the search ends as before)
     CHECK(within3[1] >= within3[0] - 15);
@@ -1962,6 +1964,65 @@ void jobRegretOneTask() {
 
 }  // namespace
 
+// Speculation around a pair already measured far behind. Two ranks as two hosts over sockets on one H200,
+// all_reduce 256 MiB in nccl-tests' cells (-w 10 -n 20 -c 1): ring/LL's probe came back 3.7x NCCL's ring/Simple
+// before the in-place loop was planned, and that loop still ran 9 calls of ring/LL at 1, 3 and 6 channels
+// (h200x1/never-slower-large). The model: ring/Simple best near 3 channels (NCCL asks for 2), tree/Simple a little
+// slower, ring/LL 3.7x at every channel count; the cell's loops are planned blind, samples back at each loop's end.
+Model socketLargeModel() {
+  Model m;
+  m.space.maxChannels = 64;
+  m.defaultChannels = 2;
+  m.space.ncclChannels = 2;
+  for (int a = 0; a < kNumAlgos; ++a)
+    for (int p = 0; p < kNumProtos; ++p) m.space.cost[a][p] = -1;
+  m.space.cost[1][2] = 1000;  // ring/Simple: NCCL's choice
+  m.space.cost[0][2] = 1100;  // tree/Simple
+  m.space.cost[1][0] = 1500;  // ring/LL
+  setDefaultFromCost(m);
+  m.noise = 0.05;
+  m.t = [](int pair, int ch, int) {
+    const double l = std::log2(static_cast<double>(ch)) - std::log2(3.0);
+    if (pair == 1 * kNumProtos + 2) return 80.0 * (0.88 + 0.05 * l * l);
+    if (pair == 0 * kNumProtos + 2) return 80.0 * (1.0 + 0.05 * l * l);
+    return 80.0 * 3.7;
+  };
+  return m;
+}
+
+void noSpeculationAroundLosers() {
+  const Model m = socketLargeModel();
+  const int llPair = 1 * kNumProtos + 0;
+  double worst = 0;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    Options o = withOnlineBounds(Options());
+    o.verifySamples = 3;
+    uint64_t nowMs = 0;
+    o.clockMs = [&nowMs] { return nowMs; };
+    TaskSearch s(m.space, o);
+    std::mt19937_64 rng(seed);
+    uint64_t k = 0;
+    int llCalls = 0;
+    double timed = 0;
+    for (const int len : {10, 21, 1, 21, 1}) {  // warm-up, timed loop and its check call, twice
+      std::vector<std::pair<uint64_t, double>> done;
+      for (int i = 0; i < len; ++i, ++k) {
+        const Config c = s.configFor(k);
+        if (!c.isDefault() && c.algo * kNumProtos + c.proto == llPair) llCalls++;
+        if (len == 21 && i < 20) timed += m.trueTime(c);
+        if (c.measure) done.emplace_back(k, m.sample(c, rng));
+      }
+      for (auto& x : done) s.addSample(x.first, x.second);
+      nowMs += 1;
+    }
+    worst = std::max(worst, timed / (40 * m.trueTime(Config())));
+    // the probe's block of 3 calls, planned before its first sample returned, and nothing after it
+    CHECK_MSG(llCalls <= 3, "seed %llu: %d calls of ring/LL", static_cast<unsigned long long>(seed), llCalls);
+  }
+  std::printf("ring/LL 3.7x behind after its probe: the costliest cell's timed loops %.3fx NCCL's time\n", worst);
+}
+
+
 TEST(search, convergence) { convergence(); }
 TEST(search, immutability) { immutability(); }
 TEST(search, robustness) { robustness(); }
@@ -1991,6 +2052,7 @@ TEST(search, lateStart) { lateStart(); }
 TEST(search, reviveDropped) { reviveDropped(); }
 TEST(search, probeKeepColdCost) { probeKeepColdCost(); }
 TEST(search, unprovenBursts) { unprovenBursts(); }
+TEST(search, noSpeculationAroundLosers) { noSpeculationAroundLosers(); }
 TEST(search, verifyWait) { verifyWait(); }
 TEST(search, jobRegret) { jobRegret(); }
 TEST(search, jobRegretMixed) { jobRegretMixed(); }

@@ -197,7 +197,8 @@ struct Options {
   uint64_t unprovenLag = 8;
   // While nothing can be decided until samples arrive, measure a point the descent will probably ask for next
   // (false: the incumbent runs meanwhile). In nccl-tests' loops the speculated points, planned blind, are most of
-  // the H200-like models' costliest loops (search test unprovenBursts).
+  // the H200-like models' costliest loops (search test unprovenBursts). Never around a point already measured
+  // more than twice the best (or probeKeep, if wider): its neighbours are what the probes' pruning drops.
   bool speculate = true;
 };
 
