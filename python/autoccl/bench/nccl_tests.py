@@ -203,6 +203,8 @@ def pinned_tasks(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                         "regret_us",
                         "regret_stop",
                         "job_regret_stop",
+                        "abandoned",
+                        "screened",
                     )
                     if k in rec
                 }
