@@ -741,16 +741,17 @@ struct TaskSearch::Impl {
   // A not yet measured point that an alive subspace will probably ask for next: in its current
   // dimension the continuation (2 steps on) and the half steps, then the other dimension.
   int speculate() {
-    // Not around a point already measured hopelessly behind (what prune's probeKeep would drop): over sockets
-    // on one H200 a probe of ring/LL at 256 MiB came back 3.7x NCCL's time before the next loop was planned,
-    // and the loop still spent 9 calls on its neighbours at 1, 3 and 6 channels.
+    // Only around a point already measured, and not hopelessly behind (what prune's probeKeep would drop): over
+    // sockets on one H200 all_reduce 256 MiB's in-place loop ran ring/LL at 6 channels (3.7x NCCL's time),
+    // speculated in the blind loop before its probe at 2 channels had returned; the old rule (any probe) also
+    // spent 9 calls there after the probe was known to be 3.7x behind.
     double best = evals[static_cast<size_t>(dflt)].med();
     for (const Eval& e : evals) best = std::min(best, e.med());
     std::vector<Sub*> order;
     for (Sub& s : subs) {
       if (s.state != SubState::kDescend && s.state != SubState::kProbe) continue;
       const Eval& x = evals[static_cast<size_t>(s.xEval)];
-      if (!x.samples.empty() && std::isfinite(best) && x.med() > best * (1.0 + std::max(o.probeKeep, 1.0))) continue;
+      if (x.samples.empty() || (std::isfinite(best) && x.med() > best * (1.0 + std::max(o.probeKeep, 1.0)))) continue;
       order.push_back(&s);
     }
     std::stable_sort(order.begin(), order.end(), [&](Sub* a, Sub* b) {
@@ -1518,8 +1519,12 @@ std::vector<PairTime> TaskSearch::pairTimes() const {
     if (e.dead || e.samples.empty()) continue;
     const int algo = e.cfg.isDefault() ? -1 : e.cfg.algo, proto = e.cfg.isDefault() ? -1 : e.cfg.proto;
     auto it = std::find_if(out.begin(), out.end(), [&](const PairTime& p) { return p.algo == algo && p.proto == proto; });
-    if (it == out.end()) out.push_back(PairTime{algo, proto, e.med(), e.n()});
-    else if (e.med() < it->micros) *it = PairTime{algo, proto, e.med(), e.n()};
+    if (it == out.end()) {
+      out.push_back(PairTime{algo, proto, e.med(), e.n()});
+    } else {
+      it->micros = std::min(it->micros, e.med());
+      it->samples += e.n();
+    }
   }
   return out;
 }

@@ -1738,15 +1738,17 @@ void unprovenBursts() {
     CHECK(waits[1] > 0 && waits[0] == 0 && waits[2] == 0);
     // the bound's point: no loop as costly as the unbounded search's costliest, and few blind calls in any loop
     // (those planned within unprovenLag of the last sample, and the bound's)
-    // (on the hostile models the default no longer speculates around the pairs measured twice as slow: its
-    // costliest loop 1.95x against 2.45x when it did, and the bound's 1.83x)
-    CHECK(worstLoop[1] < worstLoop[0] * (kind == 2 ? 1.0 : 0.85));
+    // (on the hostile models, where every probe but NCCL's choice loses, the default speculates only around points
+    // measured and not twice behind: its costliest loop 1.56x, against 2.45x when it speculated around any probe,
+    // and the bound's 1.83x)
+    if (kind == 2) CHECK(worstLoop[0] < worstLoop[1]);
+    else CHECK(worstLoop[1] < worstLoop[0] * 0.85);
     CHECK(mostUnproven[1] <= 3 + 8 && mostUnproven[0] > 3 + 8);
     // ... nor far from the best (the waits are free only within maxWaitCalls, so the search ends as before)
     CHECK(within3[1] >= within3[0] - 15);
     CHECK(notConverged[1] == 0);
-    // without speculation the costliest loop is cheaper too
-    CHECK(worstLoop[2] < worstLoop[0]);
+    // without speculation the costliest loop is no dearer
+    CHECK(worstLoop[2] <= worstLoop[0]);
   }
   // The bound itself, where every call is beyond unprovenLag: a burst planned before any sample returns runs at
   // most maxUnprovenCalls calls of unmeasured configurations, splitting a candidate's first block (3 calls) when
@@ -1966,14 +1968,15 @@ void jobRegretOneTask() {
 
 // Speculation around a pair already measured far behind. Two ranks as two hosts over sockets on one H200,
 // all_reduce 256 MiB in nccl-tests' cells (-w 10 -n 20 -c 1): ring/LL's probe came back 3.7x NCCL's ring/Simple
-// before the in-place loop was planned, and that loop still ran 9 calls of ring/LL at 1, 3 and 6 channels
-// (h200x1/never-slower-large). The model: ring/Simple best near 3 channels (NCCL asks for 2), tree/Simple a little
+// before the in-place loop was planned, and that loop still ran 3 calls of ring/LL at 6 channels, speculated while
+// the probe was in flight (h200x1/never-slower-large; in an earlier run 9 calls at 1, 3 and 6 channels). The model: ring/Simple best near 3 channels (NCCL asks for 2), tree/Simple a little
 // slower, ring/LL 3.7x at every channel count; the cell's loops are planned blind, samples back at each loop's end.
 Model socketLargeModel() {
   Model m;
   m.space.maxChannels = 64;
   m.defaultChannels = 2;
-  m.space.ncclChannels = 2;
+  m.space.ncclChannels = 0;   // as the engine starts a task: NCCL's count unknown, probes at the comm's cap
+  m.space.startChannels = 2;
   for (int a = 0; a < kNumAlgos; ++a)
     for (int p = 0; p < kNumProtos; ++p) m.space.cost[a][p] = -1;
   m.space.cost[1][2] = 1000;  // ring/Simple: NCCL's choice
@@ -2012,8 +2015,9 @@ void noSpeculationAroundLosers() {
         if (len == 21 && i < 20) timed += m.trueTime(c);
         if (c.measure) done.emplace_back(k, m.sample(c, rng));
       }
-      for (auto& x : done) s.addSample(x.first, x.second);
-      nowMs += 1;
+      for (auto& x : done)
+        if (x.first != 10) s.addSample(x.first, x.second);  // one sample lost, as on the GPU: the probes stay open
+      nowMs += 2000;
     }
     worst = std::max(worst, timed / (40 * m.trueTime(Config())));
     // the probe's block of 3 calls, planned before its first sample returned, and nothing after it

@@ -197,8 +197,9 @@ struct Options {
   uint64_t unprovenLag = 8;
   // While nothing can be decided until samples arrive, measure a point the descent will probably ask for next
   // (false: the incumbent runs meanwhile). In nccl-tests' loops the speculated points, planned blind, are most of
-  // the H200-like models' costliest loops (search test unprovenBursts). Never around a point already measured
-  // more than twice the best (or probeKeep, if wider): its neighbours are what the probes' pruning drops.
+  // the H200-like models' costliest loops (search test unprovenBursts). Only around a point with a sample that is
+  // not more than twice the best (or probeKeep, if wider): a neighbour of a probe still in flight, or of one the
+  // probes' pruning will drop, is a blind call with nothing to say it is worth one (noSpeculationAroundLosers).
   bool speculate = true;
 };
 
@@ -237,8 +238,8 @@ struct Stats {
 
 struct PairTime {
   int algo = -1, proto = -1;  // -1: NCCL's choice
-  double micros = 0;          // the pair's best median (objective units)
-  int samples = 0;            // of that point
+  double micros = 0;          // the best median of the pair's points (objective units)
+  int samples = 0;            // of all its points
 };
 
 class TaskSearch {
@@ -290,7 +291,7 @@ class TaskSearch {
   bool provisional(Config* cfg, double* micros, double* defaultMicros) const;
   Config best() const;     // current incumbent (the pinned config once converged)
   Stats stats() const;
-  // The best median measured of each (algorithm, protocol) pair this task has timed, with that point's samples;
+  // The best median measured of each (algorithm, protocol) pair this task has timed, with its points' samples;
   // NCCL's choice as algo -1. What a larger task of the same collective may learn from this one
   // (pairsBehindBelow).
   std::vector<PairTime> pairTimes() const;
