@@ -659,7 +659,6 @@ class OnlineSource final : public DecisionSource {
         l.waitMaxNs = ts.waitMaxNs.load(std::memory_order_relaxed);
         r.rankScored = ts.rankScored.load(std::memory_order_relaxed);
         r.shorterElsewhere = ts.shorterElsewhere.load(std::memory_order_relaxed);
-        if (ts.search) r.screened = ts.screened;
         std::lock_guard<std::mutex> sl(ts.slowMu);
         l.slow = ts.slow;
       }
@@ -829,7 +828,6 @@ class OnlineSource final : public DecisionSource {
     coord::Segment seg;
     bool haveSeg = false;
     std::shared_ptr<search::TaskSearch> search;  // authority only (guarded by mapMu_ when written)
-    std::string screened;  // pairs left out of its probes (screenPairs; authority, written before search)
     // authority, enqueue thread:
     bool anyMeasured = false;
     std::atomic<uint64_t> lastMeasured{0};
@@ -884,7 +882,6 @@ class OnlineSource final : public DecisionSource {
       for (int p = 0; p < search::kNumProtos; ++p)
         if (most[p] > 0 && ncclChunk[p] / (1 << most[p]) < perStep) sp.maxChunkHalvings[p] = most[p];
     }
-    if (env_.settings->screenPairs) screenPairs(s, &sp);
     std::vector<search::Hint> hints =
         search::hintsFor(hints_, static_cast<int>(s->key.coll), s->key.bytes, static_cast<int>(s->key.pipe));
     search::Options o = opts_;
@@ -902,35 +899,6 @@ class OnlineSource final : public DecisionSource {
     if (unprofiled_[s->key.coll].load(std::memory_order_acquire)) srch->unprofiled();
     std::lock_guard<std::mutex> lk(mapMu_);
     s->search = std::move(srch);
-  }
-
-  // The LL and LL128 pairs this job measured far behind at smaller sizes of the task's collective are not probed
-  // (search::pairsBehindBelow): each probe is a block of calls planned before its first sample returns. Only the
-  // authority registers searches, so every rank follows the same screened plan.
-  void screenPairs(TaskState* s, search::Space* sp) {
-    std::vector<std::shared_ptr<search::TaskSearch>> smaller;
-    std::vector<uint64_t> bytes;
-    {
-      std::lock_guard<std::mutex> lk(mapMu_);
-      for (const auto& [key, t] : tasks_)
-        if (t->search && key.coll == s->key.coll && key.pipe == s->key.pipe && key.bytes < s->key.bytes) {
-          smaller.push_back(t->search);
-          bytes.push_back(key.bytes);
-        }
-    }
-    std::vector<search::MeasuredSize> sizes;
-    for (size_t i = 0; i < smaller.size(); ++i) sizes.push_back(search::MeasuredSize{bytes[i], smaller[i]->pairTimes()});
-    float ncclPick = -1.0f;  // NCCL's model's choice stays: the search measures it as NCCL's default anyway
-    for (int a = 0; a < search::kNumAlgos; ++a)
-      for (int p = 0; p < search::kNumProtos; ++p)
-        if (sp->cost[a][p] >= 0 && (ncclPick < 0 || sp->cost[a][p] < ncclPick)) ncclPick = sp->cost[a][p];
-    for (const auto& [algo, proto] : search::pairsBehindBelow(sizes, s->key.bytes)) {
-      if (algo >= search::kNumAlgos || proto >= search::kNumProtos || sp->cost[algo][proto] < 0) continue;
-      if (sp->cost[algo][proto] == ncclPick) continue;
-      sp->cost[algo][proto] = -1.0f;
-      if (!s->screened.empty()) s->screened += ",";
-      s->screened += std::string(algoName(algo)) + "/" + protoName(proto);
-    }
   }
 
   // Lookup statistics for the trace, and the slowest lookups with their call index (to place a stall

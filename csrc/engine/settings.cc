@@ -279,11 +279,6 @@ Settings loadSettings(const EnvLookup& env) {
   else if (!speculate.empty() && speculate != "on")
     return invalid(s, "AUTOCCL_SPECULATE='" + speculate + "' is not one of on, off");
 
-  const std::string screen = get(env, "AUTOCCL_SCREEN_PAIRS");
-  if (screen == "off") s.screenPairs = false;
-  else if (!screen.empty() && screen != "on")
-    return invalid(s, "AUTOCCL_SCREEN_PAIRS='" + screen + "' is not one of on, off");
-
   std::string guard = get(env, "AUTOCCL_GUARD");
   if (guard == "off") s.guard = false;
   else if (!guard.empty() && guard != "on") return invalid(s, "AUTOCCL_GUARD='" + guard + "' is not one of on, off");

@@ -108,10 +108,6 @@ struct Settings {
   // will probably ask for next (search::Options::speculate); `off` runs the incumbent meanwhile. In nccl-tests'
   // loops the speculated points are planned blind (search test unprovenBursts).
   bool speculate = true;
-  // AUTOCCL_SCREEN_PAIRS (online mode): `on` (default) leaves out of a task's probes the LL and LL128 pairs
-  // that ran more than twice the best at a smaller size of the same collective in this job, on two samples or
-  // more (search::pairsBehindBelow); `off` probes every pair NCCL's cost model allows.
-  bool screenPairs = true;
   // AUTOCCL_GUARD (online mode): `on` (default) checks the tuned plan against NCCL's own choices on the
   // iteration time of a communicator whose calls repeat in iterations of two or more calls (engine/step_guard.h);
   // `off`: the tasks' own searches alone.

@@ -42,7 +42,7 @@ std::string searchFields(const TaskSearchRecord& r) {
                 st.duelExtensions, r.rankScored, r.shorterElsewhere, st.regretMicros, st.smallTask ? "true" : "false",
                 st.smallByModel ? "true" : "false", st.modelDefault, st.tableDefault ? "true" : "false",
                 st.regretStop ? "true" : "false", st.jobRegretStop ? "true" : "false", st.abandoned);
-  return std::string(buf) + ",\"screened\":\"" + r.screened + "\"";
+  return buf;
 }
 
 std::string outcomeFields(const TaskSearchRecord& r) {

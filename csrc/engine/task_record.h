@@ -25,7 +25,6 @@ struct TaskSearchRecord {
   uint64_t rankScored = 0;        // calls scored with other ranks' reports (ArrivalMerge)
   uint64_t shorterElsewhere = 0;  // of those, calls where another rank's window was shorter than the authority's
   uint64_t searchFrom = 0;        // the task's first call the search planned (before it: NCCL's default)
-  std::string screened;           // pairs left out of its probes, "ring/LL,tree/LL128" (pairsBehindBelow)
 };
 
 // `lookups` null: the source has not seen the task. `search` null: no search (not the authority).

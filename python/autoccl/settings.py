@@ -323,7 +323,6 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("AUTOCCL_UNPROVEN_CALLS", "library", "integer in [0, 64]", _int_range(0, 64)),
     Variable("AUTOCCL_GUARD", "library", "on, off", _one_of("on", "off")),
     Variable("AUTOCCL_SPECULATE", "library", "on, off", _one_of("on", "off")),
-    Variable("AUTOCCL_SCREEN_PAIRS", "library", "on, off", _one_of("on", "off")),
     Variable(
         "AUTOCCL_STEP_ARMS",
         "library",

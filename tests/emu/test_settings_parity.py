@@ -51,7 +51,6 @@ BAD = [
     ("AUTOCCL_UNPROVEN_CALLS", "65"),
     ("AUTOCCL_UNPROVEN_CALLS", "-1"),
     ("AUTOCCL_SPECULATE", "maybe"),
-    ("AUTOCCL_SCREEN_PAIRS", "yes"),
     # the library trims ASCII spaces only: a pasted no-break space is part of the value for both
     ("AUTOCCL_SPECULATE", "off\u00a0"),
     ("AUTOCCL_GUARD", "\u2003on"),

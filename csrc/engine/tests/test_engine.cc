@@ -245,9 +245,6 @@ TEST(engine, settings) {
   EXPECT_TRUE(loadSettings(envOf({})).speculate);
   EXPECT_FALSE(loadSettings(envOf({{"AUTOCCL_SPECULATE", "off"}})).speculate);
   EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_SPECULATE", "no"}})).valid);
-  EXPECT_TRUE(loadSettings(envOf({})).screenPairs);
-  EXPECT_FALSE(loadSettings(envOf({{"AUTOCCL_SCREEN_PAIRS", "off"}})).screenPairs);
-  EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_SCREEN_PAIRS", "no"}})).valid);
   for (const char* v : {"x", "-1", "3600001", "1.5"}) EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_RECHECK_MS", v}})).valid);
   s = loadSettings(envOf({{"AUTOCCL_RECHECK_MS", "0"}}));
   EXPECT_TRUE(s.valid);

@@ -53,7 +53,6 @@ namespace {
 // One point of the space: pair -1 = NCCL's default; ch = channels; ck = halvings of NCCL's chunk size
 // (0: NCCL's chunk, always where the pair's chunk is not tuned).
 using PointKey = std::tuple<int, int, int>;
-constexpr int kProtoSimple = 2;  // NCCL's protocol index (LL 0, LL128 1)
 
 // Robust relative noise of samples: the MAD as a normal sigma over the median (0 under three samples).
 double relNoiseOf(const std::vector<double>& v) {
@@ -1510,41 +1509,6 @@ Config TaskSearch::best() const {
 Stats TaskSearch::stats() const {
   std::lock_guard<std::mutex> lk(mu_);
   return impl_->st;
-}
-
-std::vector<PairTime> TaskSearch::pairTimes() const {
-  std::lock_guard<std::mutex> lk(mu_);
-  std::vector<PairTime> out;
-  for (const Eval& e : impl_->evals) {
-    if (e.dead || e.samples.empty()) continue;
-    const int algo = e.cfg.isDefault() ? -1 : e.cfg.algo, proto = e.cfg.isDefault() ? -1 : e.cfg.proto;
-    auto it = std::find_if(out.begin(), out.end(), [&](const PairTime& p) { return p.algo == algo && p.proto == proto; });
-    if (it == out.end()) {
-      out.push_back(PairTime{algo, proto, e.med(), e.n()});
-    } else {
-      it->micros = std::min(it->micros, e.med());
-      it->samples += e.n();
-    }
-  }
-  return out;
-}
-
-std::vector<std::pair<int, int>> pairsBehindBelow(const std::vector<MeasuredSize>& sizes, uint64_t bytes, double factor,
-                                                  int minSamples) {
-  std::map<std::pair<int, int>, int> behind;  // pair -> samples at smaller sizes where it was `factor` behind
-  for (const MeasuredSize& m : sizes) {
-    if (m.bytes == 0 || m.bytes >= bytes || m.pairs.empty()) continue;
-    double best = HUGE_VAL;
-    for (const PairTime& p : m.pairs) best = std::min(best, p.micros);
-    if (!(best > 0) || !std::isfinite(best)) continue;
-    for (const PairTime& p : m.pairs)
-      if (p.algo >= 0 && p.proto >= 0 && p.proto != kProtoSimple && p.micros > factor * best)
-        behind[{p.algo, p.proto}] += p.samples;
-  }
-  std::vector<std::pair<int, int>> out;
-  for (const auto& [pair, n] : behind)
-    if (n >= minSamples) out.push_back(pair);
-  return out;
 }
 
 std::vector<Hint> hintsFor(const std::vector<TableEntry>& table, int coll, uint64_t bytes, int pipe) {

@@ -2027,24 +2027,6 @@ void noSpeculationAroundLosers() {
 }
 
 
-// pairsBehindBelow: only LL and LL128 pairs, only from smaller sizes, more than `factor` behind that size's best,
-// on at least minSamples samples summed over such sizes.
-void pairsBehindBelowRule() {
-  const PairTime nccl{-1, -1, 100.0, 6};
-  const std::vector<MeasuredSize> sizes = {
-      {8u << 20, {nccl, PairTime{1, 0, 370.0, 3}, PairTime{1, 1, 150.0, 3}, PairTime{0, 2, 300.0, 3}}},
-      {16u << 20, {nccl, PairTime{0, 0, 250.0, 1}}},
-      {32u << 20, {nccl, PairTime{0, 1, 900.0, 3}}},
-  };
-  using Pairs = std::vector<std::pair<int, int>>;
-  // ring/LL (3 samples, 3.7x); not ring/LL128 (1.5x), not tree/Simple (Simple), not tree/LL (1 sample)
-  CHECK((pairsBehindBelow(sizes, 32u << 20) == Pairs{{1, 0}}));
-  CHECK(pairsBehindBelow(sizes, 32u << 20, 2.0, 1) == (Pairs{{0, 0}, {1, 0}}));
-  CHECK(pairsBehindBelow(sizes, 64u << 20) == (Pairs{{0, 1}, {1, 0}}));  // tree/LL128 at 32 MiB: smaller now
-  CHECK(pairsBehindBelow(sizes, 8u << 20).empty());                       // nothing below the smallest
-  CHECK(pairsBehindBelow(sizes, 32u << 20, 4.0).empty());
-}
-
 TEST(search, convergence) { convergence(); }
 TEST(search, immutability) { immutability(); }
 TEST(search, robustness) { robustness(); }
@@ -2075,7 +2057,6 @@ TEST(search, reviveDropped) { reviveDropped(); }
 TEST(search, probeKeepColdCost) { probeKeepColdCost(); }
 TEST(search, unprovenBursts) { unprovenBursts(); }
 TEST(search, noSpeculationAroundLosers) { noSpeculationAroundLosers(); }
-TEST(search, pairsBehindBelow) { pairsBehindBelowRule(); }
 TEST(search, verifyWait) { verifyWait(); }
 TEST(search, jobRegret) { jobRegret(); }
 TEST(search, jobRegretMixed) { jobRegretMixed(); }

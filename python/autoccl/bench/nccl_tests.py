@@ -203,8 +203,6 @@ def pinned_tasks(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                         "regret_us",
                         "regret_stop",
                         "job_regret_stop",
-                        "abandoned",
-                        "screened",
                     )
                     if k in rec
                 }

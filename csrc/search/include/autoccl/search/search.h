@@ -236,12 +236,6 @@ struct Stats {
   uint64_t unprovenWaits = 0;   // calls the incumbent ran while maxUnprovenCalls held candidates back
 };
 
-struct PairTime {
-  int algo = -1, proto = -1;  // -1: NCCL's choice
-  double micros = 0;          // the best median of the pair's points (objective units)
-  int samples = 0;            // of all its points
-};
-
 class TaskSearch {
  public:
   explicit TaskSearch(const Space& space, Options opt = Options(), std::vector<Hint> hints = {});
@@ -291,10 +285,6 @@ class TaskSearch {
   bool provisional(Config* cfg, double* micros, double* defaultMicros) const;
   Config best() const;     // current incumbent (the pinned config once converged)
   Stats stats() const;
-  // The best median measured of each (algorithm, protocol) pair this task has timed, with its points' samples;
-  // NCCL's choice as algo -1. What a larger task of the same collective may learn from this one
-  // (pairsBehindBelow).
-  std::vector<PairTime> pairTimes() const;
 
  private:
   struct Impl;
@@ -312,18 +302,5 @@ struct TableEntry {
   double micros = 0;
 };
 std::vector<Hint> hintsFor(const std::vector<TableEntry>& table, int coll, uint64_t bytes, int pipe);
-
-// Screening by smaller sizes of the same job: the pairs of a low-latency protocol (LL, LL128) that a task of
-// `bytes` need not probe, because at a smaller size of the same (collective, pipe) their best point was more than
-// `factor` times that size's best, on at least `minSamples` samples at such sizes together. Against Simple these
-// protocols trade bandwidth for latency (LL moves 4 bytes of data per 8, LL128 120 per 128), so their time over
-// the best only grows with the size: over sockets on one H200 ring/LL ran 3.7x NCCL's ring/Simple at 128 MiB and
-// again 3.7-4.2x at 256 MiB-1 GiB, 3 probe calls a size (h200x1/never-slower-large).
-struct MeasuredSize {
-  uint64_t bytes = 0;
-  std::vector<PairTime> pairs;  // TaskSearch::pairTimes
-};
-std::vector<std::pair<int, int>> pairsBehindBelow(const std::vector<MeasuredSize>& sizes, uint64_t bytes,
-                                                  double factor = 2.0, int minSamples = 2);
 
 }  // namespace autoccl::search
