@@ -370,11 +370,14 @@ PY
   # shellcheck disable=SC2086
   [ -f "$OUT/$plan/summary.md" ] || python3 -m autoccl bench nccl-tests --bin "$NT_BIN" -o "$OUT/$plan" \
     --report-only $psizes $piters -p "$PASSES" "${RANKS_ARG[@]}" "${args[@]}" 2>&1 | tail -30
-  # each traced mode's cold loop split by what its calls ran (the search's cost where nccl-tests times it)
+  # each traced mode's cold loop split by what its calls ran (the search's cost where nccl-tests times it): the
+  # out-of-place loop is calls w .. w+n-1 of each size (its warm-up first)
+  wu=$(sed -n 's/.*-w *\([0-9][0-9]*\).*/\1/p' <<<"$piters"); it=$(sed -n 's/.*-n *\([0-9][0-9]*\).*/\1/p' <<<"$piters")
+  window="${wu:-20}-$(( ${wu:-20} + ${it:-40} - 1 ))"
   for traced in "$OUT/$plan"/traces/*/; do
     [ -d "$traced" ] || continue
     mode=$(basename "$traced")
-    python3 benchmarks/nccl_tests/cold_pass_cost.py "$traced" --pass 0 > "$OUT/$plan/cold-pass-$mode.md" 2>&1 \
+    python3 benchmarks/nccl_tests/cold_pass_cost.py "$traced" --pass 0 --window "$window" > "$OUT/$plan/cold-pass-$mode.md" 2>&1 \
       && tail -1 "$OUT/$plan/cold-pass-$mode.md" | sed "s/^/cold pass, $mode: /"
   done
   (cd "$OUT" && tar czf "$plan.tgz" --exclude="$plan/traces" --exclude="$plan/cache" "$plan" && \
