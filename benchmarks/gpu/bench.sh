@@ -52,6 +52,10 @@
 #             verdict in one 16-call segment instead of call by call: on 2 x H200 with one process per GPU every tuned
 #             task of every warm launch looked up its plan at calls 18-22, the last waiting 0.5-1.1 ms in the timed
 #             loop), traced: the warm passes (1 and later) are where it shows, in the traces' slow_lookups
+#   probefirst  online beside online with AUTOCCL_PROBE_CALLS=1 (each pair's first probe one call until its sample is
+#             back, the rest of its 3-call block only within 30 % of the incumbent), traced: over sockets on one H200
+#             ring/LL's 3-call probe at 3.7x was most of each 128 MiB-1 GiB cold loop's cost
+#             (benchmarks/results/h200x1/speculation-measured-points); the cold pass (pass 0) is where it shows
 #   unproven  online beside online with AUTOCCL_UNPROVEN_CALLS=$UNPROVEN_CALLS (default 3: at most that many calls of
 #             unmeasured configurations in flight while the plan runs ahead of its samples) and online with
 #             AUTOCCL_SPECULATE=off (no speculated points while samples are in flight), traced: on one H200 over
@@ -177,6 +181,7 @@ for plan in ${PLANS:-overhead online}; do
       pk=${PROBE_KEEP_PCT:-3}
       args=(-m plain -m online -m "online-pk$pk:--mode online AUTOCCL_PROBE_KEEP_PCT=$pk" --trace) ;;
     verifywait) args=(-m plain -m online -m "online-vw16:--mode online AUTOCCL_VERIFY_WAIT=16" --trace) ;;
+    probefirst) args=(-m plain -m online -m "online-p1:--mode online AUTOCCL_PROBE_CALLS=1" --trace) ;;
     unproven) args=(-m plain -m online -m "online-u${UNPROVEN_CALLS:-3}:--mode online AUTOCCL_UNPROVEN_CALLS=${UNPROVEN_CALLS:-3}"
                     -m "online-nospec:--mode online AUTOCCL_SPECULATE=off" --trace) ;;
     mintask)

@@ -153,6 +153,7 @@ class OnlineSource final : public DecisionSource {
         opts_.jobRegret = std::make_shared<search::RegretLedger>(env.settings->jobRegretBudget, opts_.regretAllowance);
       opts_.probeKeep = env.settings->probeKeep;
       opts_.verifyWait = env.settings->verifyWait;
+      opts_.probeFirst = static_cast<int>(env.settings->probeCalls);
       opts_.maxUnprovenCalls = env.settings->unprovenCalls;
       opts_.speculate = env.settings->speculate;
     }

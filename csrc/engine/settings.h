@@ -97,6 +97,12 @@ struct Settings {
   // (search::Options::verifyWait). 1 plans it call by call, a plan lookup per call (over TCP a round trip to the
   // authority); more, fewer lookups and a verdict that many calls later.
   uint64_t verifyWait = 1;
+  // AUTOCCL_PROBE_CALLS (online mode, calls, in [1, 3]): calls of a pair's first probe planned before its first
+  // samples decide the rest of its 3-call block (search::Options::probeFirst). 3 (default): the whole block at once;
+  // 1: one call, the rest only if it is within 30 % of the incumbent. Opt-in: over sockets a far-behind pair's
+  // block was most of a cold loop's cost, but on the search test's H200-like models in nccl-tests' loops one call
+  // first moved probes into the timed loops (docs/roadmap.md); not measured on a GPU.
+  uint64_t probeCalls = 3;
   // AUTOCCL_UNPROVEN_CALLS (online mode, calls, in [0, 64]): while the plan runs more than 8 calls ahead of the
   // newest sample (a burst the host launches ahead of the GPU), no call of a configuration not yet measured is
   // planned while this many are in flight (search::Options::maxUnprovenCalls); the incumbent runs meanwhile.

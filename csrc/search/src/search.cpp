@@ -356,10 +356,11 @@ struct TaskSearch::Impl {
     // hinted subspaces are probed first
     std::stable_sort(subs.begin(), subs.end(),
                      [&](const Sub& a, const Sub& b) { return a.step[0] < b.step[0] && !(b.step[0] < a.step[0]); });
-    for (Sub& s : subs) request(s.xEval, o.samplesFirst);
+    for (Sub& s : subs) request(s.xEval, probeBlock());
     if (warm && !retune) keepOverride = 2;  // neighbours' tuned configs are trusted to narrow the search
   }
   int keepOverride = 0;
+  int probeBlock() const { return o.probeFirst > 0 ? std::min(o.probeFirst, o.samplesFirst) : o.samplesFirst; }
 
   bool validHint(const Config& c) const {
     if (c.isDefault()) return true;
@@ -816,6 +817,15 @@ struct TaskSearch::Impl {
       return;
     }
     if (!pruned) {
+      // a probe planned shorter than its block (Options::probeFirst) whose samples are within abandonAbove of the
+      // incumbent gets the rest of it
+      const Eval& ref = inc >= 0 && !evals[static_cast<size_t>(inc)].samples.empty() ? evals[static_cast<size_t>(inc)] : d;
+      for (Sub& s : subs) {
+        Eval& x = evals[static_cast<size_t>(s.xEval)];
+        if (s.state != SubState::kProbe || x.dead || x.n() == 0 || x.inflight > 0 || x.want >= o.samplesFirst) continue;
+        if (o.abandonAbove > 0 && !ref.samples.empty() && x.med() > ref.med() * (1.0 + o.abandonAbove)) continue;
+        request(s.xEval, o.samplesFirst);
+      }
       bool all = d.finished();
       for (Sub& s : subs) all = all && evals[static_cast<size_t>(s.xEval)].finished();
       if (!all) return;

@@ -89,6 +89,11 @@ struct Options {
   // 0.5-1.1 ms, inside the timed loop).
   uint64_t verifyWait = 1;
   int samplesFirst = 3;         // first block of a candidate
+  // Calls of a pair's first probe planned before its first samples decide the rest of its block (0: samplesFirst,
+  // all at once). A block is planned before its first sample returns, so a pair far behind costs the whole block:
+  // over sockets on one H200 ring/LL's probe ran 3 calls at 3.7x NCCL's time in a 20-call loop
+  // (h200x1/speculation-measured-points). 1: one call, the rest only within abandonAbove of the incumbent.
+  int probeFirst = 0;
   int samplesMax = 10;          // a candidate close to the incumbent is sampled up to this many times
   int minSamplesIncumbent = 5;  // a candidate needs this many samples to become the incumbent
   double minMargin = 0.005;     // relative margin floor for "beats by more than the noise"
