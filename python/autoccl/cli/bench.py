@@ -32,7 +32,10 @@ def _torch_gpus() -> int:
     try:
         import torch
     except ImportError:
-        raise _fail("autoccl bench needs PyTorch: `pip install autoccl[bench]` (or torch>=2.4)") from None
+        raise _fail(
+            "autoccl bench needs PyTorch: `pip install 'autoccl[bench]'` "
+            "(from a clone: `pip install '.[bench]'`; or torch>=2.4)"
+        ) from None
     return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
 
 

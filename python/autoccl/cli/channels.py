@@ -65,6 +65,13 @@ def default_ceiling(probe_gpus: int | None, quiet: bool = False) -> tuple[int | 
     the count NCCL gives a plain communicator here; where NCCL cannot be asked (no GPU, no NCCL library),
     NCCL's own communicators, said on stderr."""
     if not has_nvidia_driver():  # nothing to ask, nothing to raise
+        if not quiet:
+            click.echo(
+                "autoccl: no NVIDIA driver here, so NCCL's plain channel count cannot be asked; tuning "
+                "within NCCL's own channels (where the job runs on GPUs: give --channel-ceiling "
+                f"{DEFAULT_ONLINE_CEILING} --nccl-channels N, or run this command there)",
+                err=True,
+            )
         return None, None
     try:
         found = nccl_probe.probe_plain_channels(probe_gpus)

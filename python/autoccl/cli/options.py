@@ -137,8 +137,10 @@ mode = choice(
     values=MODES,
     default="online",
     help="What the plugin does: tune online (online), change nothing (observe), force rules (fixed), apply "
-    "a saved table (table). Online, every rank meets at one coordinator: the launcher's (torchrun, srun), "
-    "else the one `autoccl run` gives its job (AUTOCCL_RUN_ADDR); docs/architecture.md.",
+    "a saved table (table), the resource-sharing study's fixed channel policy, a baseline (manual: "
+    "AUTOCCL_MANUAL_CHANNELS), nothing at all, plugin loaded (off). Online, every rank meets at one "
+    "coordinator: the launcher's (torchrun, srun), else the one `autoccl run` gives its job "
+    "(AUTOCCL_RUN_ADDR); docs/architecture.md.",
 )
 fixed = click.option(
     "--fixed",

@@ -205,6 +205,13 @@ def run(plugin: PluginOptions, command: tuple[str, ...]) -> None:
     os.execvpe(exe, list(command), child_env)
 
 
+def _table_console() -> Console:
+    """A terminal's own width; piped or redirected, wide enough that no column is cut to an ellipsis (Rich
+    falls back to 80 columns there)."""
+    console = Console()
+    return console if console.is_terminal else Console(width=max(console.width, 240))
+
+
 @click.group()
 def cache() -> None:
     """Inspect and manage saved tuning tables (one per machine fingerprint)."""
@@ -214,7 +221,7 @@ def cache() -> None:
 @O.cache_dir
 def cache_list(cache_dir: str | None) -> None:
     """List cached tables."""
-    console = Console()
+    console = _table_console()
     paths = _cached(cache_dir)
     if not paths:
         console.print(f"no tables in {tables.tables_dir(cache_dir)}")
@@ -287,7 +294,7 @@ def cache_show(ref: str, cache_dir: str | None) -> None:
         t = tables.load_table(_resolve(ref, cache_dir))
     except tables.TableError as e:
         raise click.ClickException(str(e)) from e
-    console = Console()
+    console = _table_console()
     console.print(
         f"fingerprint {t.fingerprint}  " + " ".join(f"{k}={v}" for k, v in t.meta.items()), markup=False
     )

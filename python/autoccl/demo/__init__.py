@@ -25,7 +25,7 @@ from autoccl.emu.runner import RunResult
 
 KIB = 1 << 10
 MIB = 1 << 20
-HW = "NVIDIA H200x4"
+HW = "NVIDIA H200x4"  # the default cluster; a run labels its tables with its own GPU count (hardware_of)
 DEFAULT_SIZES = (8 * MIB, 64 * MIB, 256 * MIB)  # FSDP all-gather / reduce-scatter per layer group
 DEFAULT_BUCKETS = (25 * MIB, 4 * MIB)  # DDP all-reduce buckets (PyTorch's 25 MiB default + the tail)
 LIGHT_GEMM = 0.35
@@ -33,6 +33,13 @@ LIGHT_GEMM = 0.35
 MIN_STABLE = 10
 
 Record = dict[str, Any]
+
+
+def hardware_of(cfg: DemoConfig) -> str:
+    """The simulated cluster as the plugin's fingerprint names it: one H200 per rank on one host."""
+    return f"NVIDIA H200x{cfg.ranks}"
+
+
 Progress = Callable[[str, float, dict[str, int]], None]
 
 
@@ -223,7 +230,7 @@ def run_demo(
     # follow the in-process minimum: the emulator's coordinator runs on one host.
     env = {
         "AUTOCCL_MODE": "online",
-        "AUTOCCL_HW": HW,
+        "AUTOCCL_HW": hardware_of(cfg),
         "AUTOCCL_GUARD": "off",
         "AUTOCCL_MIN_TASK_US_TCP": "55",
     }
