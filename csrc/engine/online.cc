@@ -153,7 +153,9 @@ class OnlineSource final : public DecisionSource {
         opts_.jobRegret = std::make_shared<search::RegretLedger>(env.settings->jobRegretBudget, opts_.regretAllowance);
       opts_.probeKeep = env.settings->probeKeep;
       opts_.verifyWait = env.settings->verifyWait;
-      opts_.probeFirst = static_cast<int>(env.settings->probeCalls);
+      // 3 (the default): the whole first block at once, whatever samplesFirst is
+      const int probeCalls = static_cast<int>(env.settings->probeCalls);
+      opts_.probeFirst = probeCalls < opts_.samplesFirst ? probeCalls : 0;
       opts_.maxUnprovenCalls = env.settings->unprovenCalls;
       opts_.speculate = env.settings->speculate;
     }

@@ -101,7 +101,8 @@ struct Settings {
   // samples decide the rest of its 3-call block (search::Options::probeFirst). 3 (default): the whole block at once;
   // 1: one call, the rest only if it is within 30 % of the incumbent. Opt-in: over sockets a far-behind pair's
   // block was most of a cold loop's cost, but on the search test's H200-like models in nccl-tests' loops one call
-  // first moved probes into the timed loops (docs/roadmap.md); not measured on a GPU.
+  // first moved probes into the timed loops, and hostile models settled later (docs/roadmap.md); not measured on
+  // a GPU.
   uint64_t probeCalls = 3;
   // AUTOCCL_UNPROVEN_CALLS (online mode, calls, in [0, 64]): while the plan runs more than 8 calls ahead of the
   // newest sample (a burst the host launches ahead of the GPU), no call of a configuration not yet measured is

@@ -70,6 +70,8 @@ struct Eval {
   int lostRounds = 0;
   bool lostThisRound = false;
   bool dead = false;  // never measurable: treated as infinitely slow
+  bool shortProbe = false;  // a pair's probe planned shorter than its block (Options::probeFirst), not yet judged
+  bool leftShort = false;   // ... judged too far behind for the rest of its block: no speculation around it
 
   int n() const { return static_cast<int>(samples.size()); }
   bool finished() const { return dead || (inflight == 0 && n() >= want); }
@@ -256,6 +258,7 @@ struct TaskSearch::Impl {
   void clearTuning() {
     evals.clear();
     evalAt.clear();
+    givenUp.clear();  // a late sample of an earlier round's call must not reach this round's evals
     pending.clear();
     queue.clear();
     subs.clear();
@@ -356,7 +359,10 @@ struct TaskSearch::Impl {
     // hinted subspaces are probed first
     std::stable_sort(subs.begin(), subs.end(),
                      [&](const Sub& a, const Sub& b) { return a.step[0] < b.step[0] && !(b.step[0] < a.step[0]); });
-    for (Sub& s : subs) request(s.xEval, probeBlock());
+    for (Sub& s : subs) {
+      request(s.xEval, probeBlock());
+      evals[static_cast<size_t>(s.xEval)].shortProbe = probeBlock() < o.samplesFirst;
+    }
     if (warm && !retune) keepOverride = 2;  // neighbours' tuned configs are trusted to narrow the search
   }
   int keepOverride = 0;
@@ -751,7 +757,8 @@ struct TaskSearch::Impl {
     for (Sub& s : subs) {
       if (s.state != SubState::kDescend && s.state != SubState::kProbe) continue;
       const Eval& x = evals[static_cast<size_t>(s.xEval)];
-      if (x.samples.empty() || (std::isfinite(best) && x.med() > best * (1.0 + std::max(o.probeKeep, 1.0)))) continue;
+      if (x.samples.empty() || x.leftShort || (std::isfinite(best) && x.med() > best * (1.0 + std::max(o.probeKeep, 1.0))))
+        continue;
       order.push_back(&s);
     }
     std::stable_sort(order.begin(), order.end(), [&](Sub* a, Sub* b) {
@@ -822,8 +829,13 @@ struct TaskSearch::Impl {
       const Eval& ref = inc >= 0 && !evals[static_cast<size_t>(inc)].samples.empty() ? evals[static_cast<size_t>(inc)] : d;
       for (Sub& s : subs) {
         Eval& x = evals[static_cast<size_t>(s.xEval)];
-        if (s.state != SubState::kProbe || x.dead || x.n() == 0 || x.inflight > 0 || x.want >= o.samplesFirst) continue;
-        if (o.abandonAbove > 0 && !ref.samples.empty() && x.med() > ref.med() * (1.0 + o.abandonAbove)) continue;
+        if (!x.shortProbe || s.state != SubState::kProbe || x.dead || x.n() == 0 || x.inflight > 0) continue;
+        if (ref.samples.empty()) continue;  // nothing to judge it by yet (the baseline is unfinished: no pruning)
+        x.shortProbe = false;  // judged once: topped up, or left at its first calls like an abandoned candidate
+        if (o.abandonAbove > 0 && x.med() > ref.med() * (1.0 + o.abandonAbove)) {
+          x.leftShort = true;
+          continue;
+        }
         request(s.xEval, o.samplesFirst);
       }
       bool all = d.finished();
@@ -1424,6 +1436,8 @@ struct TaskSearch::Impl {
         const double ref = inc >= 0 && !evals[static_cast<size_t>(inc)].samples.empty() ? evals[static_cast<size_t>(inc)].med() : d.med();
         if (o.abandonAbove > 0 && e.samples.empty() && v > ref * (1.0 + o.abandonAbove)) {
           e.want = 1;
+          if (e.shortProbe) e.leftShort = true;
+          e.shortProbe = false;
           st.abandoned++;
         }
       }
