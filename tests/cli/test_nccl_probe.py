@@ -210,3 +210,15 @@ def test_table_mode_reads_the_pins_of_the_table_given(
     r = CliRunner().invoke(main, [*args, "--probe-gpus", "2"])
     assert r.exit_code == 0, r.output
     assert _exports(r.stdout).get("NCCL_MIN_CTAS") == "64", r.stdout
+
+
+def test_table_mode_says_when_the_cache_has_no_table(fake_plugin: Path, tmp_path: Path) -> None:
+    """Table mode on an empty cache ran the job on NCCL's choices without a word; with a table (or --table) it
+    says nothing."""
+    r = CliRunner().invoke(main, ["env", "--mode", "table", "--cache-dir", str(tmp_path / "empty")])
+    assert r.exit_code == 0, r.output
+    assert "no tables in" in r.stderr and "--mode online" in r.stderr, r.stderr
+    cache = _cache_with(tmp_path, [0])
+    r = CliRunner().invoke(main, ["env", "--mode", "table", "--cache-dir", str(cache)])
+    assert r.exit_code == 0, r.output
+    assert "no tables in" not in r.stderr, r.stderr

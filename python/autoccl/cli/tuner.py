@@ -82,6 +82,22 @@ def _pinned_channels(given: tables.Table | None, cache_dir: str | None) -> int:
     return max([0, *(int(t.get("channels", "0")) for table in read for t in table.tasks)])
 
 
+def _say_if_no_tables(cache_dir: str | None) -> None:
+    """Table mode without --table reads the cache's entry of the job's machine fingerprint, which only the
+    library knows; an empty cache is known here, and a job on it would run NCCL's choices without a word."""
+    override = str(Path(cache_dir).expanduser()) if cache_dir else None
+    try:
+        if tables.cached_tables(override):
+            return
+    except tables.TableError:
+        return  # the library reports an unusable cache itself
+    click.echo(
+        f"autoccl: no tables in {tables.tables_dir(override)}: table mode applies nothing until one exists "
+        "for this machine (run the job once with --mode online, or `autoccl cache import FILE`)",
+        err=True,
+    )
+
+
 def _build_env(plugin: PluginOptions, run_host: str | None = None) -> dict[str, str]:
     """The plugin's variables for a job, checked as the library checks them (and the AUTOCCL_* variables
     already in this environment with them): a value the library would refuse is an error here, before
@@ -106,6 +122,8 @@ def _build_env(plugin: PluginOptions, run_host: str | None = None) -> dict[str, 
     if mode not in ("table", "observe") and table is not None:
         raise click.UsageError(f"--table applies to --mode table or observe, not {mode}")
     table, given_table = _check_table_option(mode, table)
+    if mode == "table" and given_table is None:
+        _say_if_no_tables(cache_dir)
     extra: dict[str, str] = {}
     ceiling, nccl_channels = communicator_channels(
         mode == "online",
