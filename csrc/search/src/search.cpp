@@ -367,6 +367,11 @@ struct TaskSearch::Impl {
   }
   int keepOverride = 0;
   int probeBlock() const { return o.probeFirst > 0 ? std::min(o.probeFirst, o.samplesFirst) : o.samplesFirst; }
+  // What a first sample is judged against (Options::abandonAbove): the incumbent once measured, else NCCL's choice.
+  const Eval& abandonRef() const {
+    const bool incMeasured = inc >= 0 && !evals[static_cast<size_t>(inc)].samples.empty();
+    return evals[static_cast<size_t>(incMeasured ? inc : dflt)];
+  }
 
   bool validHint(const Config& c) const {
     if (c.isDefault()) return true;
@@ -826,7 +831,7 @@ struct TaskSearch::Impl {
     if (!pruned) {
       // a probe planned shorter than its block (Options::probeFirst) whose samples are within abandonAbove of the
       // incumbent gets the rest of it
-      const Eval& ref = inc >= 0 && !evals[static_cast<size_t>(inc)].samples.empty() ? evals[static_cast<size_t>(inc)] : d;
+      const Eval& ref = abandonRef();
       for (Sub& s : subs) {
         Eval& x = evals[static_cast<size_t>(s.xEval)];
         if (!x.shortProbe || s.state != SubState::kProbe || x.dead || x.n() == 0 || x.inflight > 0) continue;
@@ -1433,7 +1438,7 @@ struct TaskSearch::Impl {
         st.regretMicros += v - d.med();
         reportRegret();
         // One far slower sample is enough: the candidate gets no more (its pending calls still run).
-        const double ref = inc >= 0 && !evals[static_cast<size_t>(inc)].samples.empty() ? evals[static_cast<size_t>(inc)].med() : d.med();
+        const double ref = abandonRef().med();
         if (o.abandonAbove > 0 && e.samples.empty() && v > ref * (1.0 + o.abandonAbove)) {
           e.want = 1;
           if (e.shortProbe) e.leftShort = true;
