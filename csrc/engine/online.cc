@@ -153,9 +153,7 @@ class OnlineSource final : public DecisionSource {
         opts_.jobRegret = std::make_shared<search::RegretLedger>(env.settings->jobRegretBudget, opts_.regretAllowance);
       opts_.probeKeep = env.settings->probeKeep;
       opts_.verifyWait = env.settings->verifyWait;
-      // 3 (the default): the whole first block at once, whatever samplesFirst is
-      const int probeCalls = static_cast<int>(env.settings->probeCalls);
-      opts_.probeFirst = probeCalls < opts_.samplesFirst ? probeCalls : 0;
+      opts_.probeFirst = static_cast<int>(env.settings->probeCalls);  // at most the whole block (probeBlock)
       opts_.maxUnprovenCalls = env.settings->unprovenCalls;
       opts_.speculate = env.settings->speculate;
     }
