@@ -67,35 +67,29 @@ def _check_table_option(mode: str, table: str | None) -> tuple[str | None, table
 
 def _pinned_channels(given: tables.Table | None, cache_dir: str | None) -> int:
     """The most channels an entry pins in the tables a table-mode job reads (--table, else the cache's);
-    unreadable cached tables count 0 here (the library reports them)."""
+    unreadable cached tables count 0 here (the library reports them). Without --table the job reads the
+    cache's entry of its machine fingerprint, which only the library knows; an empty cache is known here, and
+    a job on it would run NCCL's choices without a word: said on stderr."""
     read = [given] if given else []
     if not given:
+        override = str(Path(cache_dir).expanduser()) if cache_dir else None
         try:
-            paths = tables.cached_tables(str(Path(cache_dir).expanduser()) if cache_dir else None)
+            paths = tables.cached_tables(override)
         except tables.TableError:
             return 0
+        if not paths:
+            click.echo(
+                f"autoccl: no tables in {tables.tables_dir(override)}: table mode applies nothing until "
+                "one exists for this machine (run the job once with --mode online, or `autoccl cache import "
+                "FILE`)",
+                err=True,
+            )
         for path in paths:
             try:
                 read.append(tables.load_table(path))
             except tables.TableError:
                 continue
     return max([0, *(int(t.get("channels", "0")) for table in read for t in table.tasks)])
-
-
-def _say_if_no_tables(cache_dir: str | None) -> None:
-    """Table mode without --table reads the cache's entry of the job's machine fingerprint, which only the
-    library knows; an empty cache is known here, and a job on it would run NCCL's choices without a word."""
-    override = str(Path(cache_dir).expanduser()) if cache_dir else None
-    try:
-        if tables.cached_tables(override):
-            return
-    except tables.TableError:
-        return  # the library reports an unusable cache itself
-    click.echo(
-        f"autoccl: no tables in {tables.tables_dir(override)}: table mode applies nothing until one exists "
-        "for this machine (run the job once with --mode online, or `autoccl cache import FILE`)",
-        err=True,
-    )
 
 
 def _build_env(plugin: PluginOptions, run_host: str | None = None) -> dict[str, str]:
@@ -122,8 +116,6 @@ def _build_env(plugin: PluginOptions, run_host: str | None = None) -> dict[str, 
     if mode not in ("table", "observe") and table is not None:
         raise click.UsageError(f"--table applies to --mode table or observe, not {mode}")
     table, given_table = _check_table_option(mode, table)
-    if mode == "table" and given_table is None:
-        _say_if_no_tables(cache_dir)
     extra: dict[str, str] = {}
     ceiling, nccl_channels = communicator_channels(
         mode == "online",
