@@ -1968,7 +1968,7 @@ void jobRegretOneTask() {
 // Speculation around a pair already measured far behind. Two ranks as two hosts over sockets on one H200,
 // all_reduce 256 MiB in nccl-tests' cells (-w 10 -n 20 -c 1): ring/LL's probe came back 3.7x NCCL's ring/Simple
 // before the in-place loop was planned, and that loop still ran 3 calls of ring/LL at 6 channels, speculated while
-// the probe was in flight (h200x1/never-slower-large; in an earlier run 9 calls at 1, 3 and 6 channels). The model: ring/Simple best near 3 channels (NCCL asks for 2), tree/Simple a little
+// the probe was in flight (h200x1/speculation-measured-points; in an earlier run 9 calls at 1, 3 and 6 channels). The model: ring/Simple best near 3 channels (NCCL asks for 2), tree/Simple a little
 // slower, ring/LL 3.7x at every channel count; the cell's loops are planned blind, samples back at each loop's end.
 Model socketLargeModel() {
   Model m;
