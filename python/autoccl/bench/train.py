@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import faulthandler
 import math
 import time
 from collections.abc import Callable
@@ -16,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from autoccl.bench.presets import PRESETS, Preset
+from autoccl.bench.stall import StallReport
 
 
 class Block(nn.Module):
@@ -294,9 +294,10 @@ def _run_steps(
     done: dict[int, float] = {}  # step -> when its update was applied here (synchronous runs)
     undelayed: list[float] = []
     t_start = time.monotonic()
-    # a step this long writes every thread's stack to the rank's log (faulthandler): where a survivor
-    # waits after a recovery, read in the log instead of guessed (`--stall-report-s`)
+    # a step this long writes every thread's stack to the rank's log: where a survivor waits after a
+    # recovery, read in the log instead of guessed (`--stall-report-s`)
     stall_report_s = float(spec.get("stall_report_s", 20.0))
+    stall = StallReport() if reducer is not None else None
     step = reducer.next_step if reducer is not None else 0
     while step < iters:
         # `>=`: a rank whose gradient missed its round skips the steps the group computed meanwhile,
@@ -305,8 +306,8 @@ def _run_steps(
             print(f"rank {rank}: killed at step {step} (--kill {kill.label()})", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         t0 = time.perf_counter()
-        if reducer is not None:
-            faulthandler.dump_traceback_later(stall_report_s, repeat=False)
+        if stall is not None:
+            stall.arm(stall_report_s)
         tokens = _step_batch(spec, p, data, rank, step).to(device)
         with torch.autocast(device.type, dtype=dtype, enabled=autocast):
             logits = net(tokens[:, :-1])
@@ -329,14 +330,16 @@ def _run_steps(
             lagged = reducer.step(opt).lagged
             step = reducer.next_step
         opt.zero_grad(set_to_none=True)
-        if reducer is not None:
-            faulthandler.cancel_dump_traceback_later()
+        if stall is not None:
+            stall.disarm()
         if f == 1.0 and not lagged:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             undelayed.append(time.perf_counter() - t0)
         if step % 10 == 0 or step >= iters:
             progress(min(step, iters), iters)
+    if stall is not None:
+        stall.close()
     out: dict[str, Any] = {"params": sum(x.numel() for x in model.parameters())}
     if reducer is not None:
         reducer.close()
