@@ -84,6 +84,12 @@ function(autoccl_table_schema_header json_path header_path)
   _ts_rows("${task_ints}" ints task_int_rows)
   _ts_rows("${task_floats}" floats task_float_rows)
   _ts_names("${task_names}" task_name_list)
+  string(JSON pair_ints GET "${J}" pair ints)
+  string(JSON pair_floats GET "${J}" pair floats)
+  string(JSON pair_names GET "${J}" pair names)
+  _ts_rows("${pair_ints}" ints pair_int_rows)
+  _ts_rows("${pair_floats}" floats pair_float_rows)
+  _ts_names("${pair_names}" pair_name_list)
   set(excl_rows "")
   string(JSON nx LENGTH "${exclusive}")
   math(EXPR lastx "${nx} - 1")
@@ -136,6 +142,11 @@ constexpr FloatField kTaskFloats[] = {
 ${task_float_rows}};
 constexpr const char* kTaskExclusive[][2] = {
 ${excl_joined}};
+constexpr const char* kPairNameKeys[] = ${pair_name_list};
+constexpr IntField kPairInts[] = {
+${pair_int_rows}};
+constexpr FloatField kPairFloats[] = {
+${pair_float_rows}};
 
 }  // namespace autoccl::engine::table_schema
 ")

@@ -184,14 +184,14 @@ std::shared_ptr<const Table> Runtime::tableFor(const Fingerprint& fp, const LogF
 // (temporary file + rename). The lock is taken only once its directory exists: without it two first
 // writers of a fresh cache both read nothing and the second rename dropped the first one's tasks. An
 // unusable table is moved aside (`<table>.corrupt-<time>-<pid>`), never overwritten.
-void Runtime::updateTable(const Fingerprint& fp, const std::vector<TableEntry>& entries, const LogFn& log,
+void Runtime::updateTable(const Fingerprint& fp, size_t records, const LogFn& log,
                           const std::function<void(Table&)>& merge, const std::string& what) {
   std::string path = tablePathFor(fp);
-  if (path.empty() || entries.empty()) return;
+  if (path.empty() || records == 0) return;
   std::lock_guard<std::mutex> lock(tablesMu_);
   std::string why;
   auto warn = [&](const std::string& msg) {
-    if (log) log(LogLevel::Warn, "autoccl: " + msg + "; " + std::to_string(entries.size()) + " " + what + " not written");
+    if (log) log(LogLevel::Warn, "autoccl: " + msg + "; " + what + " not written");
   };
   if (!ensureParentDir(path, &why)) return warn(why);
   FileLock flock(path + ".lock");
@@ -209,7 +209,7 @@ void Runtime::updateTable(const Fingerprint& fp, const std::vector<TableEntry>& 
   table.created = utcNow();
   merge(table);
   if (saveTable(path, table, &why)) {
-    if (log) log(LogLevel::Info, "autoccl: " + std::to_string(entries.size()) + " " + what + " written to " + path);
+    if (log) log(LogLevel::Info, "autoccl: " + what + " written to " + path);
   } else {
     warn(why);
   }
@@ -217,7 +217,7 @@ void Runtime::updateTable(const Fingerprint& fp, const std::vector<TableEntry>& 
 
 void Runtime::saveObserved(const Fingerprint& fp, const std::vector<TableEntry>& entries, const LogFn& log) {
   // Observe never replaces a stored configuration: new tasks are added, known ones get NCCL's time.
-  updateTable(fp, entries, log, [&](Table& table) {
+  updateTable(fp, entries.size(), log, [&](Table& table) {
     for (const TableEntry& e : entries) {
       bool known = false;
       for (TableEntry& x : table.entries) {
@@ -228,13 +228,15 @@ void Runtime::saveObserved(const Fingerprint& fp, const std::vector<TableEntry>&
       }
       if (!known) table.entries.push_back(e);
     }
-  }, "observed tasks");
+  }, std::to_string(entries.size()) + " observed tasks");
 }
 
-void Runtime::saveTuned(const Fingerprint& fp, const std::vector<TableEntry>& entries, const LogFn& log) {
-  updateTable(fp, entries, log, [&](Table& table) {
+void Runtime::saveTuned(const Fingerprint& fp, const std::vector<TableEntry>& entries,
+                        const std::vector<PairRecord>& pairs, const LogFn& log) {
+  updateTable(fp, entries.size() + pairs.size(), log, [&](Table& table) {
     for (const TableEntry& e : entries) table.upsert(e);
-  }, "tuned tasks");
+    for (const PairRecord& p : pairs) table.upsertPair(p);
+  }, std::to_string(entries.size()) + " tuned tasks and " + std::to_string(pairs.size()) + " measured pairs");
 }
 
 bool Runtime::firstTime(const std::string& key) {
@@ -293,7 +295,9 @@ bool Context::attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& l
     env.coordination = rt_.coordination();
     env.needChanged = [this] { updateNeed(); };
     Fingerprint fp = rt_.fingerprint(nRanks, nNodes, nvlDomains);
-    env.saveTuned = [this, fp](const std::vector<TableEntry>& entries) { rt_.saveTuned(fp, entries, log_); };
+    env.saveTuned = [this, fp](const std::vector<TableEntry>& entries, const std::vector<PairRecord>& pairs) {
+      rt_.saveTuned(fp, entries, pairs, log_);
+    };
   }
   std::string err;
   policy_ = makeDecisionSource(env, &err);

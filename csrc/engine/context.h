@@ -80,8 +80,10 @@ class Runtime {
   // nccl_us of known ones, never replaces a stored configuration). Same locking as saveTuned.
   void saveObserved(const Fingerprint& fp, const std::vector<TableEntry>& entries, const LogFn& log);
   // Online mode: merge converged entries into the table file for `fp` (replacing the configuration
-  // of known tasks). Serialised across processes by an flock on `<table>.lock`; written atomically.
-  void saveTuned(const Fingerprint& fp, const std::vector<TableEntry>& entries, const LogFn& log);
+  // of known tasks), and the pairs measured (replacing the record of the same task and pair). Serialised
+  // across processes by an flock on `<table>.lock`; written atomically.
+  void saveTuned(const Fingerprint& fp, const std::vector<TableEntry>& entries, const std::vector<PairRecord>& pairs,
+                 const LogFn& log);
   // Online mode: the process-wide board / coordinator (null in other modes).
   Coordination* coordination() { return coord_.get(); }
   // True the first time `key` is asked in this process (one WARN per process for per-context issues).
@@ -93,7 +95,7 @@ class Runtime {
   MaskControl& mask() { return mask_; }
 
  private:
-  void updateTable(const Fingerprint& fp, const std::vector<TableEntry>& entries, const LogFn& log,
+  void updateTable(const Fingerprint& fp, size_t records, const LogFn& log,
                    const std::function<void(Table&)>& merge, const std::string& what);
   Settings settings_;
   int ncclVersion_;

@@ -152,6 +152,7 @@ class OnlineSource final : public DecisionSource {
       if (authority_ && env.settings->jobRegretBudget > 0)
         opts_.jobRegret = std::make_shared<search::RegretLedger>(env.settings->jobRegretBudget, opts_.regretAllowance);
       opts_.probeKeep = env.settings->probeKeep;
+      opts_.skipBehind = env.settings->skipBehind > 0 ? 1.0 + env.settings->skipBehind : 0.0;  // percent slower -> ratio
       opts_.verifyWait = env.settings->verifyWait;
       opts_.probeFirst = static_cast<int>(env.settings->probeCalls);  // at most the whole block (probeBlock)
       opts_.maxUnprovenCalls = env.settings->unprovenCalls;
@@ -171,6 +172,7 @@ class OnlineSource final : public DecisionSource {
         h.micros = e.timeUs;
         hints_.push_back(h);
       }
+      tablePairs_ = env.table->pairs;
     }
     if (env.settings && env.settings->inprocSlowest && env.nRanks > 1 && env.nRanks <= 64)
       merge_ = env.coordination->rankMerge(env.commHash, env.nRanks);
@@ -576,6 +578,7 @@ class OnlineSource final : public DecisionSource {
       guardRestoredNccl = !v.empty() && !v.back().tuned;
     }
     std::vector<TableEntry> out;
+    std::vector<PairRecord> pairs;
     std::lock_guard<std::mutex> lk(mapMu_);
     for (auto& [key, s] : tasks_) {
       if (!s->search) continue;
@@ -583,6 +586,18 @@ class OnlineSource final : public DecisionSource {
       // NCCL's model decides such a task again at the next start; an entry would hold no measurement (and
       // was written only when its first call happened to be timed, so the table varied from run to run).
       if (st.smallByModel) continue;
+      // What each measured pair cost, whether or not the search ended: a job that ends mid-search (nccl-tests
+      // gives a size about a hundred calls) leaves the next one the pairs not worth probing again.
+      for (const search::TaskSearch::PairMeasure& m : s->search->measuredPairs()) {
+        PairRecord p;
+        p.key = key;
+        p.algo = m.algo;
+        p.proto = m.proto;
+        p.timeUs = m.micros;
+        p.ncclUs = m.defaultMicros;
+        p.samples = m.samples;
+        pairs.push_back(p);
+      }
       search::Config b = s->search->best();
       if (!s->search->converged()) {  // a lead the next job verifies first (TaskSearch::provisional)
         if (!s->search->provisional(&b, &st.bestMedian, &st.defaultMedian)) continue;
@@ -606,7 +621,7 @@ class OnlineSource final : public DecisionSource {
       e.samples = st.samples;
       out.push_back(e);
     }
-    if (!out.empty()) env_.saveTuned(out);
+    if (!out.empty() || !pairs.empty()) env_.saveTuned(out, pairs);
   }
 
   // Read-only views for the metrics files (engine/metrics.h); the search's own statistics.
@@ -883,6 +898,9 @@ class OnlineSource final : public DecisionSource {
       for (int p = 0; p < search::kNumProtos; ++p)
         if (most[p] > 0 && ncclChunk[p] / (1 << most[p]) < perStep) sp.maxChunkHalvings[p] = most[p];
     }
+    for (const PairRecord& p : tablePairs_)
+      if (p.key == s->key && p.algo >= 0 && p.algo < search::kNumAlgos && p.proto >= 0 && p.proto < search::kNumProtos)
+        sp.measuredRatio[p.algo][p.proto] = static_cast<float>(p.ratio());
     std::vector<search::Hint> hints =
         search::hintsFor(hints_, static_cast<int>(s->key.coll), s->key.bytes, static_cast<int>(s->key.pipe));
     search::Options o = opts_;
@@ -994,6 +1012,7 @@ class OnlineSource final : public DecisionSource {
   std::atomic<Place> place_{Place::kUnknown};  // written once by the enqueue thread, read by others
   search::Options opts_;
   std::vector<search::TableEntry> hints_;
+  std::vector<PairRecord> tablePairs_;  // the warm-start table's pair records (Space::measuredRatio)
   std::unique_ptr<coord::CommAgreement> agree_;
   std::unique_ptr<GatedDecider> decider_;
   std::unique_ptr<ForwardDecider> remote_;  // decider_'s search, served over TCP

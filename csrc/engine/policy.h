@@ -50,7 +50,7 @@ struct PolicyEnv {
   // changed" callback (re-evaluates needsTiming()), and the writer of converged entries (finalize).
   Coordination* coordination = nullptr;
   std::function<void()> needChanged;
-  std::function<void(const std::vector<TableEntry>&)> saveTuned;
+  std::function<void(const std::vector<TableEntry>&, const std::vector<PairRecord>&)> saveTuned;
 };
 
 class DecisionSource {

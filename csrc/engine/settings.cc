@@ -269,6 +269,9 @@ Settings loadSettings(const EnvLookup& env) {
   uint64_t probeKeepPct = static_cast<uint64_t>(s.probeKeep * 100.0 + 0.5);
   if (!readBounded(env, "AUTOCCL_PROBE_KEEP_PCT", 0, 1000, &probeKeepPct, &err)) return invalid(s, err);
   s.probeKeep = static_cast<double>(probeKeepPct) / 100.0;
+  uint64_t skipBehindPct = static_cast<uint64_t>(s.skipBehind * 100.0 + 0.5);
+  if (!readBounded(env, "AUTOCCL_SKIP_BEHIND_PCT", 0, 10000, &skipBehindPct, &err)) return invalid(s, err);
+  s.skipBehind = static_cast<double>(skipBehindPct) / 100.0;
   if (!readBounded(env, "AUTOCCL_VERIFY_WAIT", 1, 1024, &s.verifyWait, &err)) return invalid(s, err);
   if (!readBounded(env, "AUTOCCL_PROBE_CALLS", 1, 3, &s.probeCalls, &err)) return invalid(s, err);
   uint64_t unproven = static_cast<uint64_t>(s.unprovenCalls);

@@ -92,6 +92,10 @@ struct Settings {
   // more than this much slower than the best probe are explored no further (search::Options::probeKeep). 100
   // drops only pairs twice as slow; lower prunes sooner (benchmarks/results/cpu/search-probe-keep).
   double probeKeep = 1.00;
+  // AUTOCCL_SKIP_BEHIND_PCT (online mode, percent, in [0, 10000]): a pair an earlier job measured more than this
+  // much slower than NCCL's choice for the same task (the table's pair records) is not probed at the task's first
+  // search (search::Options::skipBehind). 0: every pair is probed.
+  double skipBehind = 1.00;
   // AUTOCCL_VERIFY_WAIT (online mode, calls): at a start from a table, once the verification's turns are planned and
   // their samples are in flight, the table's config runs this many calls (untimed) before the verdict is planned
   // (search::Options::verifyWait). 1 plans it call by call, a plan lookup per call (over TCP a round trip to the

@@ -136,6 +136,13 @@ std::vector<std::string> taskKeys() {
   return keys;
 }
 
+std::vector<std::string> pairKeys() {
+  std::vector<std::string> keys(std::begin(ts::kPairNameKeys), std::end(ts::kPairNameKeys));
+  for (const auto& f : ts::kPairInts) keys.emplace_back(f.key);
+  for (const auto& f : ts::kPairFloats) keys.emplace_back(f.key);
+  return keys;
+}
+
 std::vector<std::string> metaKeys() {
   std::vector<std::string> keys;
   for (const auto& f : ts::kMetaStrings) keys.emplace_back(f.key);
@@ -183,6 +190,16 @@ void Table::upsert(const TableEntry& e) {
     }
   }
   entries.push_back(e);
+}
+
+void Table::upsertPair(const PairRecord& p) {
+  for (PairRecord& x : pairs) {
+    if (x.key == p.key && x.algo == p.algo && x.proto == p.proto) {
+      x = p;
+      return;
+    }
+  }
+  pairs.push_back(p);
 }
 
 LoadStatus parseTable(const std::string& text, const std::string& expectId, Table* table, std::string* why) {
@@ -271,6 +288,27 @@ LoadStatus parseTable(const std::string& text, const std::string& expectId, Tabl
       e.config.chunkHalvings = static_cast<int>(halvings);
       e.samples = samples;
       t.upsert(e);
+    } else if (kind == "pair") {
+      Fields m;
+      std::string err;
+      if (!splitPairs(rest, &m, &err) || !knownKeys(m, pairKeys(), "pair", &err)) return fail(err);
+      PairRecord p;
+      p.key.coll = parseColl(m["coll"]);
+      p.algo = parseAlgo(m["algo"]);
+      p.proto = parseProto(m["proto"]);
+      if (p.key.coll < 0) return fail("pair coll='" + m["coll"] + "' is not a collective");
+      if (p.algo < 0) return fail("pair algo='" + m["algo"] + "' is not an algorithm");
+      if (p.proto < 0) return fail("pair proto='" + m["proto"] + "' is not a protocol");
+      uint64_t bytes = 0, pipe = 1;
+      if (!readInt(m, field(ts::kPairInts, "bytes"), &bytes, &err) ||
+          !readInt(m, field(ts::kPairInts, "pipe"), &pipe, &err) ||
+          !readInt(m, field(ts::kPairInts, "samples"), &p.samples, &err) ||
+          !readFloat(m, field(ts::kPairFloats, "time_us"), &p.timeUs, &err) ||
+          !readFloat(m, field(ts::kPairFloats, "nccl_us"), &p.ncclUs, &err))
+        return fail("pair " + err);
+      p.key.bytes = bytes;
+      p.key.pipe = static_cast<int>(pipe);
+      t.upsertPair(p);
     } else {
       return fail("unknown line kind '" + std::string(kind) + "'");
     }
@@ -321,6 +359,14 @@ std::string formatTable(const Table& t) {
                   "%s time_us=%.1f nccl_us=%.1f samples=%" PRIu64 "\n",
                   collName(e.key.coll), e.key.bytes, e.key.pipe, algoName(e.config.algo), protoName(e.config.proto),
                   e.config.channels, e.config.chunk, halvings, e.timeUs, e.ncclUs, e.samples);
+    out += buf;
+  }
+  for (const PairRecord& p : t.pairs) {
+    std::snprintf(buf, sizeof buf,
+                  "pair coll=%s bytes=%" PRIu64 " pipe=%d algo=%s proto=%s time_us=%.1f nccl_us=%.1f samples=%" PRIu64
+                  "\n",
+                  collName(p.key.coll), p.key.bytes, p.key.pipe, algoName(p.algo), protoName(p.proto), p.timeUs,
+                  p.ncclUs, p.samples);
     out += buf;
   }
   return out;

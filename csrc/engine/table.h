@@ -18,10 +18,23 @@ struct TableEntry {
   uint64_t samples = 0;
 };
 
+// A (algorithm, protocol) pair the online search measured for a task: the best median of its points
+// against NCCL's choice's, both from the same job. A later online start does not probe a pair measured far
+// behind (Settings::skipBehind); table mode reads none.
+struct PairRecord {
+  TaskKey key;
+  int algo = -1, proto = -1;
+  double timeUs = 0;  // best median over the pair's measured points
+  double ncclUs = 0;  // median of NCCL's own choice in the same job
+  uint64_t samples = 0;
+  double ratio() const { return ncclUs > 0 ? timeUs / ncclUs : 0; }
+};
+
 struct Table {
   Fingerprint fp;
   std::string created;  // ISO-8601 UTC; not part of the fingerprint id
   std::vector<TableEntry> entries;
+  std::vector<PairRecord> pairs;
 
   // Lookup for a task (documented policy):
   //  1. exact (coll, bytes, pipe);
@@ -32,6 +45,9 @@ struct Table {
   const TableEntry* lookup(int coll, uint64_t bytes, int pipe) const;
   // Insert or replace the entry with the same key.
   void upsert(const TableEntry& e);
+  // Insert or replace the record of the same (key, algo, proto): a pair a later job did not measure keeps
+  // what an earlier one measured.
+  void upsertPair(const PairRecord& p);
 };
 
 enum class LoadStatus { Ok, Missing, Corrupt, Foreign };

@@ -47,10 +47,13 @@ class Table:
     fingerprint: str
     meta: dict[str, str]
     tasks: list[dict[str, str]] = field(default_factory=list)
+    # pairs the online search measured per task (best median against NCCL's choice's); table mode reads none
+    pairs: list[dict[str, str]] = field(default_factory=list)
 
     def dumps(self) -> str:
         lines = [header(), f"fingerprint {self.fingerprint}", "meta " + _kv(self.meta)]
         lines += ["task " + _kv(t) for t in self.tasks]
+        lines += ["pair " + _kv(p) for p in self.pairs]
         return "\n".join(lines) + "\n"
 
     def task_key(self, task: dict[str, str]) -> tuple[str, int, int]:
@@ -59,6 +62,10 @@ class Table:
 
 def _task_key(task: dict[str, str]) -> tuple[str, int, int]:
     return (_norm(task["coll"]), int(task["bytes"]), int(task.get("pipe", "1")))
+
+
+def _pair_key(pair: dict[str, str]) -> tuple[str, int, int, str, str]:
+    return (*_task_key(pair), _norm(pair["algo"]), _norm(pair["proto"]))
 
 
 def _kv(d: dict[str, str]) -> str:
@@ -157,23 +164,25 @@ def _check_meta(fields: dict[str, str], lineno: int) -> None:
         _check_int("meta", key, s, fields, lineno)
 
 
-def _check_task(fields: dict[str, str], lineno: int) -> None:
-    spec = schema()["task"]
+def _check_line(kind: str, fields: dict[str, str], lineno: int) -> None:
+    """A `task` or `pair` line against its part of the schema."""
+    spec = schema()[kind]
     names = schema()["names"]
     known = set(spec["names"]) | set(spec["ints"]) | set(spec["floats"])
     for key in fields:
         if key not in known:
-            raise TableError(f"line {lineno}: task has an unknown field {key!r}")
+            raise TableError(f"line {lineno}: {kind} has an unknown field {key!r}")
     what = {"coll": "a collective", "algo": "an algorithm", "proto": "a protocol"}
     for key in spec["names"]:
         if _norm(fields.get(key, "")) not in names[key]:
-            raise TableError(f"line {lineno}: task {key}={fields.get(key, '')!r} is not {what.get(key, key)}")
-    values = {key: _check_int("task", key, s, fields, lineno) for key, s in spec["ints"].items()}
+            value = fields.get(key, "")
+            raise TableError(f"line {lineno}: {kind} {key}={value!r} is not {what.get(key, key)}")
+    values = {key: _check_int(kind, key, s, fields, lineno) for key, s in spec["ints"].items()}
     for key, s in spec["floats"].items():
-        _check_float("task", key, s, fields, lineno)
-    for a, b in spec["exclusive"]:
+        _check_float(kind, key, s, fields, lineno)
+    for a, b in spec.get("exclusive", []):
         if values.get(a) and values.get(b):
-            raise TableError(f"line {lineno}: task {a} and {b} are exclusive")
+            raise TableError(f"line {lineno}: {kind} {a} and {b} are exclusive")
 
 
 def fnv1a64(data: bytes) -> int:
@@ -205,6 +214,7 @@ def parse_table(text: str, expect_fingerprint: str | None = None) -> Table:
     fingerprint = ""
     meta: dict[str, str] | None = None
     tasks: dict[tuple[str, int, int], dict[str, str]] = {}
+    pairs: dict[tuple[str, int, int, str, str], dict[str, str]] = {}
     for lineno, raw in enumerate(lines, start=1):
         line = raw.strip(_BLANKS)
         if not seen_header:
@@ -228,8 +238,12 @@ def parse_table(text: str, expect_fingerprint: str | None = None) -> Table:
             meta = fields
         elif kind == "task":
             fields = _split_pairs(rest, lineno)
-            _check_task(fields, lineno)
+            _check_line("task", fields, lineno)
             tasks[_task_key(fields)] = fields
+        elif kind == "pair":
+            fields = _split_pairs(rest, lineno)
+            _check_line("pair", fields, lineno)
+            pairs[_pair_key(fields)] = fields
         else:
             raise TableError(f"line {lineno}: unknown line kind {kind!r}")
     if not seen_header:
@@ -241,7 +255,7 @@ def parse_table(text: str, expect_fingerprint: str | None = None) -> Table:
         raise TableError(f"fingerprint {fingerprint} does not match its meta line ({actual})")
     if expect_fingerprint and expect_fingerprint != fingerprint:
         raise TableError(f"the table is for fingerprint {fingerprint}, not {expect_fingerprint}")
-    return Table(fingerprint, meta, list(tasks.values()))
+    return Table(fingerprint, meta, list(tasks.values()), list(pairs.values()))
 
 
 def load_table(path: Path, expect_fingerprint: str | None = None) -> Table:
@@ -300,7 +314,9 @@ def write_table_atomic(table: Table, path: Path, *, merge: bool = False) -> int:
                 current = load_table(path, table.fingerprint)
                 mine = {_task_key(t) for t in table.tasks}
                 kept = [t for t in current.tasks if _task_key(t) not in mine]
-                out = Table(table.fingerprint, table.meta, kept + table.tasks)
+                my_pairs = {_pair_key(p) for p in table.pairs}
+                kept_pairs = [p for p in current.pairs if _pair_key(p) not in my_pairs]
+                out = Table(table.fingerprint, table.meta, kept + table.tasks, kept_pairs + table.pairs)
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             try:
                 with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:

@@ -86,3 +86,18 @@ def test_merge_keeps_what_another_writer_added(tmp_path: Path) -> None:
     mine = tables.Table(base.fingerprint, base.meta, [dict(base.tasks[0], bytes="4096")])
     assert tables.write_table_atomic(mine, dest, merge=True) == 2
     assert {t["bytes"] for t in tables.load_table(dest).tasks} == {"67108864", "4096"}
+
+
+def test_merge_replaces_pairs_per_task_and_pair(tmp_path: Path) -> None:
+    """A pair another job measured is replaced only by a record of the same task and pair; the others stay
+    (a job that skipped a pair measured far behind must not erase that record)."""
+    base = tables.load_table(CORPUS / "good-pairs.table")
+    dest = tmp_path / f"{base.fingerprint}.table"
+    tables.write_table_atomic(base, dest)
+    newer = dict(base.pairs[0], time_us="500.0", samples="9")
+    other = dict(base.pairs[0], proto="ll128", time_us="470.0")
+    mine = tables.Table(base.fingerprint, base.meta, [], [newer, other])
+    tables.write_table_atomic(mine, dest, merge=True)
+    got = {(p["coll"].lower(), p["proto"].lower()): p["time_us"] for p in tables.load_table(dest).pairs}
+    want = {("allreduce", "ll"): "500.0", ("allreduce", "ll128"): "470.0", ("allgather", "ll128"): "80.5"}
+    assert got == want

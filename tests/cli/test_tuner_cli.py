@@ -253,3 +253,18 @@ def test_run_under_mpirun_forwards_a_reachable_coordinator(fake_plugin: Path, tm
         "NCCL_NVLS_ENABLE",
     ):
         assert var in forwarded
+
+
+def test_cache_show_lists_measured_pairs(tmp_path: Path) -> None:
+    """`cache show` lists the pair records with their ratio to NCCL's choice; `cache list` counts them."""
+    src = Path(__file__).resolve().parents[1] / "data" / "tables" / "good-pairs.table"
+    cdir = tmp_path / "cache"
+    runner = CliRunner()
+    r = runner.invoke(main, ["cache", "import", str(src), "--cache-dir", str(cdir)])
+    assert r.exit_code == 0, r.output
+    show = ["cache", "show", FINGERPRINT[:4], "--cache-dir", str(cdir)]
+    r = runner.invoke(main, show, env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "pairs the online search measured" in r.output and "3.63" in r.output and "1.34" in r.output
+    r = runner.invoke(main, ["cache", "list", "--cache-dir", str(cdir)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0 and "pairs" in r.output

@@ -41,6 +41,10 @@ GOOD = {
         "task coll=allgather bytes=4096 algo=ring proto=ll128 chunk=65536 time_us=1e3 nccl_us=.5"
     ),
     "no-tasks": HEAD,
+    "pairs": HEAD
+    + TASK
+    + "pair coll=allreduce bytes=67108864 pipe=1 algo=ring proto=ll time_us=1650.0 nccl_us=455.0 samples=3\n"
+    + "pair coll=allgather bytes=8388608 algo=RING proto=LL128 time_us=80.5 nccl_us=60 samples=6\n",
     "quoted-gpu": f"# autoccl table v1\nfingerprint {fingerprint_of(QUOTED)}\n"
     'meta gpu="GPU \\"x\\" \\\\ y" gpus=4 nccl=22809 ranks=4 nodes=1 nvl_domains=1\n',
 }
@@ -77,6 +81,11 @@ BAD = {
     "unterminated-quote": task('task coll=allreduce bytes=1024 algo=ring proto="simple'),
     "meta-gpus-huge": HEAD.replace("gpus=4", "gpus=99999999"),
     "pipe-huge": task("task coll=allreduce bytes=1024 algo=ring proto=simple pipe=2000000"),
+    "pair-no-nccl-time": task("pair coll=allreduce bytes=1024 algo=ring proto=ll time_us=10"),
+    "pair-channels": task("pair coll=allreduce bytes=1024 algo=ring proto=ll time_us=1 nccl_us=5 channels=8"),
+    "pair-proto-unknown": task("pair coll=allreduce bytes=1024 algo=ring proto=ll64 time_us=10 nccl_us=5"),
+    "pair-time-inf": task("pair coll=allreduce bytes=1024 algo=ring proto=ll time_us=inf nccl_us=5"),
+    "pair-bytes-zero": task("pair coll=allreduce bytes=0 algo=ring proto=ll time_us=10 nccl_us=5"),
 }
 
 

@@ -16,6 +16,7 @@ from emu_helpers import assert_clean
 from autoccl.emu import Call, Comm, Group, Host, Scenario, run
 from autoccl.emu.model import PerfModel, default_chunk
 from autoccl.emu.runner import default_model
+from autoccl.tables import cached_tables, load_table
 from autoccl.tuner_env import free_local_port
 
 HW = "NVIDIA H200x4"
@@ -580,3 +581,51 @@ def test_search_debug_goes_to_nccl_log(plugin: Path) -> None:
         return out
 
     assert runs(debug) == runs(plain)
+
+
+def test_pairs_measured_far_behind_are_not_probed_by_the_next_job(plugin: Path, tmp_path: Path) -> None:
+    """A job that ends mid-search (nccl-tests gives a size about a hundred calls) writes no task entry, but
+    the pairs it measured: the next job does not probe ring/LL128 again where it ran 3x NCCL's time (unless
+    AUTOCCL_SKIP_BEHIND_PCT=0), and the record stays for the job after it."""
+    model = PerfModel.load_file(default_model()) if default_model() else PerfModel()
+    slow = model.paths["ring/ll128"]
+    slow.bw_ch_gbs /= 3
+    slow.bw_max_gbs /= 3
+    model.save(tmp_path / "model.json")
+    sizes = (64 << 20, 256 << 20)
+    groups = [Group("c", (Call("allreduce", n),), repeat=10) for n in sizes]
+    groups += [Group("c", (Call("allreduce", n),), repeat=40) for n in sizes]
+    sc = Scenario([Comm("c", 0x7E57, (0, 1))], groups, runahead=4, lead=8)
+    cache = tmp_path / "cache"
+
+    def job(name: str, **extra: str) -> tuple[dict[int, int], dict[int, int]]:
+        env = online_env(False, AUTOCCL_CACHE_DIR=str(cache), **extra)
+        model_file = tmp_path / "model.json"
+        res = run(sc, plugin=plugin, env=env, timeout=300, workdir=tmp_path / name, model=model_file)
+        assert_clean(res)
+        assert_same_per_seq(res.calls)
+        ll128 = {n: 0 for n in sizes}
+        for c in res.trace:
+            if c.get("ev") == "call" and c["rank"] == 0 and (c["algo"], c["proto"]) == ("ring", "ll128"):
+                ll128[int(c["bytes"])] += 1
+        skipped = {int(t["bytes"]): int(t["skipped_behind"]) for t in tasks_of(res).values()}
+        return ll128, skipped
+
+    def records() -> dict[int, float]:
+        [path] = cached_tables(str(cache))
+        t = load_table(path)
+        return {
+            int(p["bytes"]): float(p["time_us"]) / float(p["nccl_us"])
+            for p in t.pairs
+            if (p["algo"], p["proto"]) == ("ring", "ll128")
+        }
+
+    ll128, skipped = job("cold")
+    assert all(ll128[n] >= 1 for n in sizes) and skipped == dict.fromkeys(sizes, 0), (ll128, skipped)
+    behind = records()
+    assert set(behind) == set(sizes) and all(r > 2.0 for r in behind.values()), behind
+    ll128, skipped = job("warm")
+    assert ll128 == dict.fromkeys(sizes, 0) and skipped == dict.fromkeys(sizes, 1), (ll128, skipped)
+    assert records() == behind  # not measured again: the earlier record stays
+    ll128, skipped = job("probe-all", AUTOCCL_SKIP_BEHIND_PCT="0")
+    assert all(ll128[n] >= 1 for n in sizes) and skipped == dict.fromkeys(sizes, 0), (ll128, skipped)

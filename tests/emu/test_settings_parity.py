@@ -51,6 +51,8 @@ BAD = [
     ("AUTOCCL_UNPROVEN_CALLS", "65"),
     ("AUTOCCL_UNPROVEN_CALLS", "-1"),
     ("AUTOCCL_SPECULATE", "maybe"),
+    ("AUTOCCL_SKIP_BEHIND_PCT", "10001"),
+    ("AUTOCCL_SKIP_BEHIND_PCT", "2x"),
     ("AUTOCCL_PROBE_CALLS", "4"),
     ("AUTOCCL_PROBE_CALLS", "0"),
     # the library trims ASCII spaces only: a pasted no-break space is part of the value for both

@@ -132,7 +132,7 @@ TEST(cache, concurrent_writers) {
         for (int round = 0; round < kRounds; ++round) {
           std::vector<TableEntry> mine = {entry(static_cast<uint64_t>(job * 1000 + round + 1) * 4096, job + 1),
                                           entry(1u << 30, round + 1)};
-          rt.saveTuned(fp, mine, nullptr);
+          rt.saveTuned(fp, mine, {}, nullptr);
         }
         _exit(0);
       }
@@ -192,7 +192,7 @@ TEST(cache, corrupt_moved_aside) {
       std::ofstream(path) << garbage;
     }
     Logs logs;
-    rt.saveTuned(fp, {entry(1 << 20, 8)}, logs.fn());
+    rt.saveTuned(fp, {entry(1 << 20, 8)}, {}, logs.fn());
     Table t;
     std::string why;
     EXPECT_TRUE(loadTable(path, fp.id(), &t, &why) == LoadStatus::Ok);
@@ -227,3 +227,41 @@ TEST(cache, no_directory_created) {
 
 }  // namespace
 
+
+PairRecord pairRecord(int proto, double timeUs) {
+  PairRecord p;
+  p.key = entry(1 << 20, 8).key;
+  p.algo = 1;
+  p.proto = proto;
+  p.timeUs = timeUs;
+  p.ncclUs = 12.0;
+  p.samples = 3;
+  return p;
+}
+
+// A job's pair records read back as written, and a later job replaces only the records of the pairs it measured
+// itself: a job that skipped a pair measured far behind keeps the earlier record, so the next one skips it too.
+TEST(cache, pair_records_round_trip_and_merge) {
+  const std::string dir = tempDir();
+  Settings s = loadSettings(envOf({{"AUTOCCL_MODE", "online"}, {"AUTOCCL_CACHE_DIR", dir}, {"AUTOCCL_HW", "GPU Xx2"}}));
+  Runtime rt(s, 22809, 0, "/nonexistent");
+  Fingerprint fp = rt.fingerprint(2, 1, 1);
+  rt.saveTuned(fp, {}, {pairRecord(0, 45.0), pairRecord(1, 14.0)}, nullptr);
+  rt.saveTuned(fp, {entry(1 << 20, 8)}, {pairRecord(1, 13.0)}, nullptr);
+  Table t;
+  std::string why;
+  ASSERT_EQ(loadTable(rt.tablePathFor(fp), fp.id(), &t, &why), LoadStatus::Ok) << why;
+  EXPECT_EQ(t.entries.size(), size_t(1));
+  ASSERT_EQ(t.pairs.size(), size_t(2));
+  for (const PairRecord& p : t.pairs) {
+    EXPECT_TRUE(p.key == entry(1 << 20, 8).key);
+    EXPECT_EQ(p.algo, 1);
+    EXPECT_DOUBLE_EQ(p.timeUs, p.proto == 0 ? 45.0 : 13.0);
+    EXPECT_DOUBLE_EQ(p.ncclUs, 12.0);
+    EXPECT_EQ(p.samples, uint64_t(3));
+  }
+  Table again;
+  ASSERT_EQ(parseTable(formatTable(t), fp.id(), &again, &why), LoadStatus::Ok) << why;
+  EXPECT_EQ(formatTable(again), formatTable(t));
+  EXPECT_NEAR(t.pairs[0].ratio(), 45.0 / 12.0, 1e-9);
+}

@@ -1451,7 +1451,14 @@ void testSaveTunedAndWarmStart() {
     CHECK_NEAR(small->timeUs, 51.0, 0.5);
   }
   CHECK(t.lookup(kReduceScatter, 3u << 20, 1) == nullptr);
-  CHECK_EQ(logs.count(LogLevel::Info, "2 tuned tasks written to"), size_t(1));
+  CHECK_EQ(logs.count(LogLevel::Info, "2 tuned tasks and "), size_t(1));
+  // every pair the searches measured is recorded against NCCL's choice of the same job
+  size_t bigPairs = 0;
+  for (const PairRecord& p : t.pairs) {
+    CHECK(p.timeUs > 0 && p.ncclUs > 0 && p.samples > 0);
+    if (p.key.bytes == (8u << 20)) ++bigPairs;
+  }
+  CHECK(bigPairs >= 2);
 
   // Rerun (a new process: new Runtime) on the same cache: the exact entry starts the task tuned.
   Runtime rt2(onlineSettings(dir), 22809, 22803, "/nonexistent");

@@ -326,12 +326,24 @@ struct TaskSearch::Impl {
         if (validHint(h.cfg) && !h.cfg.isDefault() && h.cfg.algo * kNumProtos + h.cfg.proto == pair) return true;
       return false;
     };
+    // Nor are pairs an earlier job of this task measured far behind NCCL's choice (the table's pair records):
+    // over sockets on one H200 every warm pass probed ring/LL again at 3.7x NCCL's time where the cold pass's
+    // search had ended without a lead. NCCL's own pair is always probed.
+    auto measuredBehind = [&](int a, int p) {
+      return !retune && o.skipBehind > 0 && sp.measuredRatio[a][p] >= o.skipBehind && a * kNumProtos + p != defaultPair;
+    };
     std::vector<std::pair<float, int>> pairs;
     for (int a = 0; a < kNumAlgos; ++a)
-      for (int p = 0; p < kNumProtos; ++p)
-        if (sp.cost[a][p] >= 0 &&
-            (o.maxCostRatio <= 0 || minCost <= 0 || sp.cost[a][p] <= o.maxCostRatio * minCost || hinted(a * kNumProtos + p)))
-          pairs.push_back({sp.cost[a][p], a * kNumProtos + p});
+      for (int p = 0; p < kNumProtos; ++p) {
+        if (sp.cost[a][p] < 0) continue;
+        const bool hint = hinted(a * kNumProtos + p);
+        if (o.maxCostRatio > 0 && minCost > 0 && sp.cost[a][p] > o.maxCostRatio * minCost && !hint) continue;
+        if (measuredBehind(a, p) && !hint) {
+          ++st.skippedBehind;
+          continue;
+        }
+        pairs.push_back({sp.cost[a][p], a * kNumProtos + p});
+      }
     std::sort(pairs.begin(), pairs.end());
     bool warm = false;
     for (auto& pr : pairs) {
@@ -1518,6 +1530,26 @@ bool TaskSearch::provisional(Config* cfg, double* micros, double* defaultMicros)
   *micros = i.med();
   *defaultMicros = d.med();
   return true;
+}
+std::vector<TaskSearch::PairMeasure> TaskSearch::measuredPairs() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  const Impl& m = *impl_;
+  std::vector<PairMeasure> out;
+  if (m.dflt < 0 || m.evals[static_cast<size_t>(m.dflt)].samples.empty()) return out;
+  const double dflt = median(m.evals[static_cast<size_t>(m.dflt)].samples);
+  for (const auto& e : m.evals) {
+    if (e.samples.empty() || e.cfg.algo < 0 || e.cfg.proto < 0) continue;
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const PairMeasure& x) { return x.algo == e.cfg.algo && x.proto == e.cfg.proto; });
+    const double med = median(e.samples);  // an abandoned point's too (med() is infinite for it)
+    if (it == out.end()) {
+      out.push_back(PairMeasure{e.cfg.algo, e.cfg.proto, med, dflt, static_cast<uint64_t>(e.n())});
+    } else {
+      it->micros = std::min(it->micros, med);
+      it->samples += static_cast<uint64_t>(e.n());
+    }
+  }
+  return out;
 }
 void TaskSearch::unprofiled() {
   std::lock_guard<std::mutex> lk(mu_);

@@ -2069,6 +2069,66 @@ void probeFirstCall() {
 }
 
 
+// Space::measuredRatio with Options::skipBehind: a job that ends mid-search (one nccl-tests cell: 10 warm-up calls,
+// two timed loops of 20 and their check calls) leaves its pair records; the next job of the task, started from them
+// with no table entry (the search ended without a lead), does not probe ring/LL again (3.7x NCCL's time), still
+// probes tree/Simple (1.14x), and its timed loops cost less than the same job probing every pair.
+void skipMeasuredBehind() {
+  const Model m = socketLargeModel();
+  const int ll = 1 * kNumProtos + 0, tree = 0 * kNumProtos + 2;
+  double mean[2] = {0, 0};
+  auto cell = [&](const Space& space, double skipBehind, uint64_t seed, int* llCalls, int* treeCalls,
+                  std::vector<TaskSearch::PairMeasure>* pairs) {
+    Options o = withOnlineBounds(Options());
+    o.verifySamples = 3;
+    o.skipBehind = skipBehind;
+    uint64_t nowMs = 0;
+    o.clockMs = [&nowMs] { return nowMs; };
+    TaskSearch s(space, o);
+    std::mt19937_64 rng(seed);
+    uint64_t k = 0;
+    double timed = 0;
+    for (const int len : {10, 21, 1, 21, 1}) {
+      std::vector<std::pair<uint64_t, double>> done;
+      for (int i = 0; i < len; ++i, ++k) {
+        const Config c = s.configFor(k);
+        const int pair = c.forcesPair() ? c.algo * kNumProtos + c.proto : -1;
+        *llCalls += pair == ll;
+        *treeCalls += pair == tree;
+        if (len == 21 && i < 20) timed += m.trueTime(c);
+        if (c.measure) done.emplace_back(k, m.sample(c, rng));
+      }
+      for (auto& x : done) s.addSample(x.first, x.second);
+      nowMs += 2000;
+    }
+    if (pairs) *pairs = s.measuredPairs();
+    CHECK_EQ(s.stats().skippedBehind, uint64_t(skipBehind > 0 && space.measuredRatio[1][0] > 0 ? 1 : 0));
+    return timed / (40 * m.trueTime(Config()));
+  };
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    int llFirst = 0, treeFirst = 0;
+    std::vector<TaskSearch::PairMeasure> pairs;
+    cell(m.space, 2.0, seed, &llFirst, &treeFirst, &pairs);
+    CHECK(llFirst >= 1);
+    Space next = m.space;
+    for (const auto& p : pairs) next.measuredRatio[p.algo][p.proto] = static_cast<float>(p.micros / p.defaultMicros);
+    CHECK_MSG(next.measuredRatio[1][0] > 3.0f, "seed %llu: ring/LL recorded at %.2fx",
+              static_cast<unsigned long long>(seed), static_cast<double>(next.measuredRatio[1][0]));
+    double cost[2] = {0, 0};
+    for (int skip = 0; skip < 2; ++skip) {
+      int llCalls = 0, treeCalls = 0;
+      cost[skip] = cell(next, skip ? 2.0 : 0.0, seed + 1000, &llCalls, &treeCalls, nullptr);
+      if (skip) CHECK_MSG(llCalls == 0, "seed %llu: %d calls of ring/LL", static_cast<unsigned long long>(seed), llCalls);
+      else CHECK(llCalls >= 1);
+      CHECK(treeCalls >= 1);  // within the threshold: probed again
+      mean[skip] += cost[skip] / 40;
+    }
+    CHECK(cost[1] < cost[0]);
+  }
+  std::printf("socket model, the next job's cell: timed loops %.3fx NCCL's time probing every pair, %.3fx skipping "
+              "pairs measured more than 2x behind\n", mean[0], mean[1]);
+}
+
 // A sample given up as lost arrives after the task re-tuned (a drift's re-tune, a table entry that lost its
 // verification): it belongs to a round whose evaluations are gone and must be dropped, not recorded into the new
 // round's (the given-up map kept the old round's indices: a heap use-after-free under ASan). Samples up to 200
@@ -2122,6 +2182,7 @@ TEST(search, probeKeepColdCost) { probeKeepColdCost(); }
 TEST(search, unprovenBursts) { unprovenBursts(); }
 TEST(search, noSpeculationAroundLosers) { noSpeculationAroundLosers(); }
 TEST(search, probeFirstCall) { probeFirstCall(); }
+TEST(search, skipMeasuredBehind) { skipMeasuredBehind(); }
 TEST(search, lateSampleAfterRetune) { lateSampleAfterRetune(); }
 TEST(search, verifyWait) { verifyWait(); }
 TEST(search, jobRegret) { jobRegret(); }

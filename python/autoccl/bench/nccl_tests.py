@@ -203,6 +203,7 @@ def pinned_tasks(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                         "regret_us",
                         "regret_stop",
                         "job_regret_stop",
+                        "skipped_behind",
                     )
                     if k in rec
                 }

@@ -238,7 +238,7 @@ def cache_list(cache_dir: str | None) -> None:
         return
     view = RichTable(title=str(tables.tables_dir(cache_dir)))
     view.add_column("fingerprint", no_wrap=True, min_width=16)
-    for col in ("gpu", "gpus", "ranks", "nodes", "nccl", "tasks", "created"):
+    for col in ("gpu", "gpus", "ranks", "nodes", "nccl", "tasks", "pairs", "created"):
         view.add_column(col)
     unreadable: list[str] = []
     for path in paths:
@@ -256,6 +256,7 @@ def cache_list(cache_dir: str | None) -> None:
             m.get("nodes", "?"),
             m.get("nccl", "?"),
             str(len(t.tasks)),
+            str(len(t.pairs)),
             m.get("created", "?"),
         )
     console.print(view)
@@ -317,6 +318,28 @@ def cache_show(ref: str, cache_dir: str | None) -> None:
     for task in t.tasks:
         view.add_row(*(task.get(k, "") for k in keys))
     console.print(view)
+    if t.pairs:
+        measured = RichTable(
+            title="pairs the online search measured (best median against NCCL's choice's)",
+            caption="a pair more than AUTOCCL_SKIP_BEHIND_PCT (100 %) slower is not probed at the next "
+            "online start",
+        )
+        for col in ("coll", "bytes", "pipe", "algo", "proto", "time_us", "nccl_us", "x NCCL", "samples"):
+            measured.add_column(col, no_wrap=True)
+        for p in t.pairs:
+            time_us, nccl_us = float(p["time_us"]), float(p["nccl_us"])
+            measured.add_row(
+                p["coll"],
+                p["bytes"],
+                p.get("pipe", "1"),
+                p["algo"],
+                p["proto"],
+                p["time_us"],
+                p["nccl_us"],
+                f"{time_us / nccl_us:.2f}" if nccl_us > 0 else "?",
+                p.get("samples", "0"),
+            )
+        console.print(measured)
 
 
 @cache.command("clear")

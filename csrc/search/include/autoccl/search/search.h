@@ -44,6 +44,9 @@ struct Space {
   // Per protocol, how many halvings of NCCL's chunk size are tried (0: the chunk is not tuned; needs the
   // tuner v6 getChunkSize on every rank).
   int maxChunkHalvings[kNumProtos] = {0, 0, 0};
+  // What an earlier job of this task measured (the table's pair records): the pair's best median over NCCL's
+  // choice's median, 0 where it measured nothing. Options::skipBehind reads it.
+  float measuredRatio[kNumAlgos][kNumProtos] = {};
   Space();
 };
 
@@ -100,6 +103,9 @@ struct Options {
   double z = 2.0;               // significance: beat by z standard errors of the medians
   double probeKeep = 1.00;      // subspaces slower than best*(1+probeKeep) are dropped at once
   double maxCostRatio = 4.0;    // pairs NCCL's cost model puts above this x its choice are not probed (0: all)
+  // Pairs an earlier job measured at this x NCCL's choice or slower (Space::measuredRatio) are not probed
+  // at the task's first search (a hinted pair always is; a re-tune after drift probes them again). 0: all.
+  double skipBehind = 2.0;
   int halvingRounds = 2;        // successive halving after each of the first descent iterations
   int keepSubspaces = 1;        // at most this many subspaces are descended after the halving
   // A descent over with budget left descends the best subspace the halving dropped, one at a time, where its
@@ -238,6 +244,7 @@ struct Stats {
   bool regretStop = false;      // tuning ended by the regret budget (the task's or the job's)
   bool jobRegretStop = false;   // ... by the job's (Options::jobRegret) while the task's own had room
   uint64_t abandoned = 0;       // candidates given up after one far slower sample (Options::abandonAbove)
+  uint64_t skippedBehind = 0;   // pairs not probed: an earlier job measured them far behind (Options::skipBehind)
   uint64_t unprovenWaits = 0;   // calls the incumbent ran while maxUnprovenCalls held candidates back
 };
 
@@ -288,6 +295,14 @@ class TaskSearch {
   // mid-search (nccl-tests gives a size about a hundred calls) hands to the next one, which verifies it
   // against NCCL's choice before pinning it (a table entry is a hint, never trusted blindly).
   bool provisional(Config* cfg, double* micros, double* defaultMicros) const;
+  // Every pair measured in the current round, with the best median of its points and NCCL's choice's median
+  // (empty while NCCL's choice has no sample): what a later job's search reads back (Space::measuredRatio).
+  struct PairMeasure {
+    int algo = -1, proto = -1;
+    double micros = 0, defaultMicros = 0;
+    uint64_t samples = 0;
+  };
+  std::vector<PairMeasure> measuredPairs() const;
   Config best() const;     // current incumbent (the pinned config once converged)
   Stats stats() const;
 
