@@ -131,6 +131,7 @@ struct TaskSearch::Impl {
   std::deque<int> queue;
   std::vector<Sub> subs;
   bool pruned = false;
+  bool driftRetune = false;  // the task re-tunes after drift: what earlier jobs measured may no longer hold
   int inc = -1;    // incumbent eval
   int dflt = -1;   // NCCL default eval
   int hintEval = -1;
@@ -328,9 +329,12 @@ struct TaskSearch::Impl {
     };
     // Nor are pairs an earlier job of this task measured far behind NCCL's choice (the table's pair records):
     // over sockets on one H200 every warm pass probed ring/LL again at 3.7x NCCL's time where the cold pass's
-    // search had ended without a lead. NCCL's own pair is always probed.
+    // search had ended without a lead. Also when the table's entry lost its verification (the entry lost to
+    // NCCL's choice, which says nothing for the pairs far behind both); not after drift, when the machine
+    // changed. NCCL's own pair is always probed.
     auto measuredBehind = [&](int a, int p) {
-      return !retune && o.skipBehind > 0 && sp.measuredRatio[a][p] >= o.skipBehind && a * kNumProtos + p != defaultPair;
+      return !driftRetune && o.skipBehind > 0 && sp.measuredRatio[a][p] >= o.skipBehind &&
+             a * kNumProtos + p != defaultPair;
     };
     std::vector<std::pair<float, int>> pairs;
     for (int a = 0; a < kNumAlgos; ++a)
@@ -957,6 +961,7 @@ struct TaskSearch::Impl {
     checkEval = -1;
     if (driftCount >= o.driftConfirm) {
       st.retunes++;
+      driftRetune = true;
       hints.clear();
       hints.push_back(Hint{pinnedCfg, pinnedRef, 0.5});
       st.convergedAt = kForever;

@@ -2127,6 +2127,31 @@ void skipMeasuredBehind() {
   }
   std::printf("socket model, the next job's cell: timed loops %.3fx NCCL's time probing every pair, %.3fx skipping "
               "pairs measured more than 2x behind\n", mean[0], mean[1]);
+  // A table entry that loses its verification (tree/Simple at 32 channels, 1.76x NCCL's time) searches again: still
+  // without ring/LL, which the same table records 3.7x behind.
+  int lostVerify = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    Space next = m.space;
+    next.measuredRatio[1][0] = 3.7f;
+    Config entry;
+    entry.algo = 0;
+    entry.proto = 2;
+    entry.channels = 32;
+    Options o = withOnlineBounds(Options());
+    o.verifySamples = 6;
+    TaskSearch s(next, o, {Hint{entry, 80.0, 0}});
+    std::mt19937_64 rng(seed);
+    int llCalls = 0;
+    for (uint64_t k = 0; k < 300; ++k) {
+      const Config c = s.configFor(k);
+      llCalls += c.forcesPair() && c.algo == 1 && c.proto == 0;
+      if (c.measure) s.addSample(k, m.sample(c, rng));
+    }
+    lostVerify += s.stats().retunes > 0;
+    CHECK_MSG(llCalls == 0, "seed %llu: %d calls of ring/LL after the entry's verification",
+              static_cast<unsigned long long>(seed), llCalls);
+  }
+  CHECK_EQ(lostVerify, 20);
 }
 
 // A sample given up as lost arrives after the task re-tuned (a drift's re-tune, a table entry that lost its

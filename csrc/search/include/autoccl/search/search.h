@@ -104,7 +104,8 @@ struct Options {
   double probeKeep = 1.00;      // subspaces slower than best*(1+probeKeep) are dropped at once
   double maxCostRatio = 4.0;    // pairs NCCL's cost model puts above this x its choice are not probed (0: all)
   // Pairs an earlier job measured at this x NCCL's choice or slower (Space::measuredRatio) are not probed
-  // at the task's first search (a hinted pair always is; a re-tune after drift probes them again). 0: all.
+  // at the task's first search, nor after the table's entry lost its verification (a hinted pair always is; a
+  // re-tune after drift probes them again). 0: all.
   double skipBehind = 2.0;
   int halvingRounds = 2;        // successive halving after each of the first descent iterations
   int keepSubspaces = 1;        // at most this many subspaces are descended after the halving
