@@ -898,8 +898,11 @@ class OnlineSource final : public DecisionSource {
       for (int p = 0; p < search::kNumProtos; ++p)
         if (most[p] > 0 && ncclChunk[p] / (1 << most[p]) < perStep) sp.maxChunkHalvings[p] = most[p];
     }
+    // A record of one sample is not enough to leave a pair out: an outlier (a stall, a concurrent job) can make a
+    // pair within the threshold look twice as slow, and a pair left out is never measured again.
     for (const PairRecord& p : tablePairs_)
-      if (p.key == s->key && p.algo >= 0 && p.algo < search::kNumAlgos && p.proto >= 0 && p.proto < search::kNumProtos)
+      if (p.key == s->key && p.samples >= kPairRecordMinSamples && p.algo >= 0 && p.algo < search::kNumAlgos &&
+          p.proto >= 0 && p.proto < search::kNumProtos)
         sp.measuredRatio[p.algo][p.proto] = static_cast<float>(p.ratio());
     std::vector<search::Hint> hints =
         search::hintsFor(hints_, static_cast<int>(s->key.coll), s->key.bytes, static_cast<int>(s->key.pipe));
@@ -1013,6 +1016,7 @@ class OnlineSource final : public DecisionSource {
   search::Options opts_;
   std::vector<search::TableEntry> hints_;
   std::vector<PairRecord> tablePairs_;  // the warm-start table's pair records (Space::measuredRatio)
+  static constexpr uint64_t kPairRecordMinSamples = 2;
   std::unique_ptr<coord::CommAgreement> agree_;
   std::unique_ptr<GatedDecider> decider_;
   std::unique_ptr<ForwardDecider> remote_;  // decider_'s search, served over TCP

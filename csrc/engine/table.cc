@@ -182,7 +182,15 @@ const TableEntry* Table::lookup(int coll, uint64_t bytes, int pipe) const {
   return best;
 }
 
+namespace {
+// A time the schema would refuse on reading (non-finite, above its maximum) never enters a table: one such line
+// makes the whole file unreadable, and the next write moves it aside with every entry.
+bool storable(double us, const ts::FloatField& f) { return std::isfinite(us) && us >= f.min && us <= f.max; }
+}  // namespace
+
 void Table::upsert(const TableEntry& e) {
+  if (!storable(e.timeUs, field(ts::kTaskFloats, "time_us")) || !storable(e.ncclUs, field(ts::kTaskFloats, "nccl_us")))
+    return;
   for (TableEntry& x : entries) {
     if (x.key == e.key) {
       x = e;
@@ -193,6 +201,9 @@ void Table::upsert(const TableEntry& e) {
 }
 
 void Table::upsertPair(const PairRecord& p) {
+  if (!storable(p.timeUs, field(ts::kPairFloats, "time_us")) || !storable(p.ncclUs, field(ts::kPairFloats, "nccl_us")) ||
+      p.ncclUs <= 0)
+    return;
   for (PairRecord& x : pairs) {
     if (x.key == p.key && x.algo == p.algo && x.proto == p.proto) {
       x = p;

@@ -43,10 +43,11 @@ struct Table {
   // Otherwise nullptr (NCCL decides). Never reaches into another bucket: the best configuration
   // changes with size, and a bucket is the widest span we trust to share one.
   const TableEntry* lookup(int coll, uint64_t bytes, int pipe) const;
-  // Insert or replace the entry with the same key.
+  // Insert or replace the entry with the same key; one with a time the schema refuses (not finite, above its
+  // maximum) is dropped.
   void upsert(const TableEntry& e);
   // Insert or replace the record of the same (key, algo, proto): a pair a later job did not measure keeps
-  // what an earlier one measured.
+  // what an earlier one measured. Dropped as upsert() drops, and without NCCL's time.
   void upsertPair(const PairRecord& p);
 };
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -248,6 +249,13 @@ TEST(cache, pair_records_round_trip_and_merge) {
   Fingerprint fp = rt.fingerprint(2, 1, 1);
   rt.saveTuned(fp, {}, {pairRecord(0, 45.0), pairRecord(1, 14.0)}, nullptr);
   rt.saveTuned(fp, {entry(1 << 20, 8)}, {pairRecord(1, 13.0)}, nullptr);
+  // a time the schema refuses never reaches the file (it would make the whole table unreadable)
+  PairRecord glitch = pairRecord(0, HUGE_VAL);
+  PairRecord noNccl = pairRecord(0, 20.0);
+  noNccl.ncclUs = 0;
+  TableEntry huge = entry(2 << 20, 8);
+  huge.timeUs = 2e12;
+  rt.saveTuned(fp, {huge}, {glitch, noNccl}, nullptr);
   Table t;
   std::string why;
   ASSERT_EQ(loadTable(rt.tablePathFor(fp), fp.id(), &t, &why), LoadStatus::Ok) << why;

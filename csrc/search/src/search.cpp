@@ -333,7 +333,7 @@ struct TaskSearch::Impl {
     // NCCL's choice, which says nothing for the pairs far behind both); not after drift, when the machine
     // changed. NCCL's own pair is always probed.
     auto measuredBehind = [&](int a, int p) {
-      return !driftRetune && o.skipBehind > 0 && sp.measuredRatio[a][p] >= o.skipBehind &&
+      return !driftRetune && o.skipBehind > 0 && sp.measuredRatio[a][p] > o.skipBehind &&
              a * kNumProtos + p != defaultPair;
     };
     std::vector<std::pair<float, int>> pairs;

@@ -45,7 +45,8 @@ struct Space {
   // tuner v6 getChunkSize on every rank).
   int maxChunkHalvings[kNumProtos] = {0, 0, 0};
   // What an earlier job of this task measured (the table's pair records): the pair's best median over NCCL's
-  // choice's median, 0 where it measured nothing. Options::skipBehind reads it.
+  // choice's median, 0 where it measured nothing (the engine passes records of 2 samples or more: one outlier
+  // must not rule a pair out for good). Options::skipBehind reads it.
   float measuredRatio[kNumAlgos][kNumProtos] = {};
   Space();
 };
@@ -103,7 +104,7 @@ struct Options {
   double z = 2.0;               // significance: beat by z standard errors of the medians
   double probeKeep = 1.00;      // subspaces slower than best*(1+probeKeep) are dropped at once
   double maxCostRatio = 4.0;    // pairs NCCL's cost model puts above this x its choice are not probed (0: all)
-  // Pairs an earlier job measured at this x NCCL's choice or slower (Space::measuredRatio) are not probed
+  // Pairs an earlier job measured slower than this x NCCL's choice (Space::measuredRatio) are not probed
   // at the task's first search, nor after the table's entry lost its verification (a hinted pair always is; a
   // re-tune after drift probes them again). 0: all.
   double skipBehind = 2.0;
