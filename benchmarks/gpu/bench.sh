@@ -56,6 +56,10 @@
 #             back, the rest of its 3-call block only within 30 % of the incumbent), traced: over sockets on one H200
 #             ring/LL's 3-call probe at 3.7x was most of each 128 MiB-1 GiB cold loop's cost
 #             (benchmarks/results/h200x1/speculation-measured-points); the cold pass (pass 0) is where it shows
+#   skipbehind  online beside online with AUTOCCL_SKIP_BEHIND_PCT=0 (every pair probed at each start, as before the
+#             table's pair records), each mode with its own cache, traced: over sockets on one H200 the warm passes
+#             of tasks whose cold search ended without a lead probed ring/LL again at 3.7x NCCL's time; the warm
+#             passes (1 and later) are where it shows, the task records' skipped_behind say which pairs were left out
 #   unproven  online beside online with AUTOCCL_UNPROVEN_CALLS=$UNPROVEN_CALLS (default 3: at most that many calls of
 #             unmeasured configurations in flight while the plan runs ahead of its samples) and online with
 #             AUTOCCL_SPECULATE=off (no speculated points while samples are in flight), traced: on one H200 over
@@ -182,6 +186,7 @@ for plan in ${PLANS:-overhead online}; do
       args=(-m plain -m online -m "online-pk$pk:--mode online AUTOCCL_PROBE_KEEP_PCT=$pk" --trace) ;;
     verifywait) args=(-m plain -m online -m "online-vw16:--mode online AUTOCCL_VERIFY_WAIT=16" --trace) ;;
     probefirst) args=(-m plain -m online -m "online-p1:--mode online AUTOCCL_PROBE_CALLS=1" --trace) ;;
+    skipbehind) args=(-m plain -m online -m "online-probeall:--mode online AUTOCCL_SKIP_BEHIND_PCT=0" --trace) ;;
     unproven) args=(-m plain -m online -m "online-u${UNPROVEN_CALLS:-3}:--mode online AUTOCCL_UNPROVEN_CALLS=${UNPROVEN_CALLS:-3}"
                     -m "online-nospec:--mode online AUTOCCL_SPECULATE=off" --trace) ;;
     mintask)
