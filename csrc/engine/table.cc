@@ -136,6 +136,19 @@ std::vector<std::string> taskKeys() {
   return keys;
 }
 
+// The collective, algorithm and protocol of a task or pair line, by the schema's names.
+bool readNames(Fields& m, const char* kind, int* coll, int* algo, int* proto, std::string* why) {
+  *coll = parseColl(m["coll"]);
+  *algo = parseAlgo(m["algo"]);
+  *proto = parseProto(m["proto"]);
+  const std::string k(kind);
+  if (*coll < 0) *why = k + " coll='" + m["coll"] + "' is not a collective";
+  else if (*algo < 0) *why = k + " algo='" + m["algo"] + "' is not an algorithm";
+  else if (*proto < 0) *why = k + " proto='" + m["proto"] + "' is not a protocol";
+  else return true;
+  return false;
+}
+
 std::vector<std::string> pairKeys() {
   std::vector<std::string> keys(std::begin(ts::kPairNameKeys), std::end(ts::kPairNameKeys));
   for (const auto& f : ts::kPairInts) keys.emplace_back(f.key);
@@ -270,12 +283,7 @@ LoadStatus parseTable(const std::string& text, const std::string& expectId, Tabl
       std::string err;
       if (!splitPairs(rest, &m, &err) || !knownKeys(m, taskKeys(), "task", &err)) return fail(err);
       TableEntry e;
-      e.key.coll = parseColl(m["coll"]);
-      e.config.algo = parseAlgo(m["algo"]);
-      e.config.proto = parseProto(m["proto"]);
-      if (e.key.coll < 0) return fail("task coll='" + m["coll"] + "' is not a collective");
-      if (e.config.algo < 0) return fail("task algo='" + m["algo"] + "' is not an algorithm");
-      if (e.config.proto < 0) return fail("task proto='" + m["proto"] + "' is not a protocol");
+      if (!readNames(m, "task", &e.key.coll, &e.config.algo, &e.config.proto, &err)) return fail(err);
       uint64_t bytes = 0, pipe = 1, channels = 0, chunk = 0, halvings = 0, samples = 0;
       if (!readInt(m, field(ts::kTaskInts, "bytes"), &bytes, &err) ||
           !readInt(m, field(ts::kTaskInts, "pipe"), &pipe, &err) ||
@@ -304,12 +312,7 @@ LoadStatus parseTable(const std::string& text, const std::string& expectId, Tabl
       std::string err;
       if (!splitPairs(rest, &m, &err) || !knownKeys(m, pairKeys(), "pair", &err)) return fail(err);
       PairRecord p;
-      p.key.coll = parseColl(m["coll"]);
-      p.algo = parseAlgo(m["algo"]);
-      p.proto = parseProto(m["proto"]);
-      if (p.key.coll < 0) return fail("pair coll='" + m["coll"] + "' is not a collective");
-      if (p.algo < 0) return fail("pair algo='" + m["algo"] + "' is not an algorithm");
-      if (p.proto < 0) return fail("pair proto='" + m["proto"] + "' is not a protocol");
+      if (!readNames(m, "pair", &p.key.coll, &p.algo, &p.proto, &err)) return fail(err);
       uint64_t bytes = 0, pipe = 1;
       if (!readInt(m, field(ts::kPairInts, "bytes"), &bytes, &err) ||
           !readInt(m, field(ts::kPairInts, "pipe"), &pipe, &err) ||
