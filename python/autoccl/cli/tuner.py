@@ -321,8 +321,8 @@ def cache_show(ref: str, cache_dir: str | None) -> None:
     if t.pairs:
         measured = RichTable(
             title="pairs the online search measured (best median against NCCL's choice's)",
-            caption="a pair more than AUTOCCL_SKIP_BEHIND_PCT (100 %) slower is not probed at the next "
-            "online start",
+            caption="the next online start does not probe a pair recorded on 2 samples or more and more than "
+            "AUTOCCL_SKIP_BEHIND_PCT (default 100 %) slower",
         )
         for col in ("coll", "bytes", "pipe", "algo", "proto", "time_us", "nccl_us", "x NCCL", "samples"):
             measured.add_column(col, no_wrap=True)
