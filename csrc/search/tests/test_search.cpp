@@ -1638,7 +1638,8 @@ struct BurstResult {
 
 // nccl-tests' loops: per round 20 warm-up calls, then 40 and 40 timed, each launched before any of its samples
 // returns (they arrive, in order, at the loop's end: the synchronisation), `rounds` times on one task.
-BurstResult burstRun(const Model& m, Options o, uint64_t seed, int rounds) {
+BurstResult burstRun(const Model& m, Options o, uint64_t seed, int rounds,
+                     std::vector<TaskSearch::PairMeasure>* pairs = nullptr) {
   std::mt19937_64 rng(seed);
   uint64_t nowMs = 0;
   o.clockMs = [&nowMs] { return nowMs; };
@@ -1679,6 +1680,7 @@ BurstResult burstRun(const Model& m, Options o, uint64_t seed, int rounds) {
       if (round == 0) r.firstTimed += cost / 2;
     }
   r.unprovenWaits = s.stats().unprovenWaits;
+  if (pairs) *pairs = s.measuredPairs();
   r.converged = s.converged();
   r.convergedAt = s.stats().convergedAt;
   r.final = s.best();
@@ -2154,6 +2156,56 @@ void skipMeasuredBehind() {
   CHECK_EQ(lostVerify, 20);
 }
 
+// The same on the search test's models in nccl-tests' loops: one job of one size (20 untimed calls, 40 and 40
+// timed) leaves its pair records (2 samples or more, as the engine reads them); the next job of the task runs 6
+// rounds with them and without. Skipping a pair the first job measured more than twice behind NCCL's choice must
+// not cost the search its quality (where it ends against the best), and never end worse than NCCL's choice.
+void skipMeasuredBehindModels() {
+  for (int kind = 0; kind < 3; ++kind) {
+    const int runs = 100;
+    int within3[2] = {0, 0}, worse[2] = {0, 0}, skipping = 0;
+    double first[2] = {0, 0}, worstLoop[2] = {0, 0};
+    for (uint64_t seed = 1; seed <= static_cast<uint64_t>(runs); ++seed) {
+      std::mt19937_64 rng(seed * 37 + static_cast<uint64_t>(kind));
+      std::uniform_real_distribution<double> u(0.0, 1.0);
+      const Model m = kind == 0 ? randomModel(rng) : kind == 1 ? h200Model(rng, std::exp2(20.0 + 10.0 * u(rng)))
+                                                                : hostileModel(rng);
+      Options o = withOnlineBounds(Options());
+      o.verifySamples = 3;
+      std::vector<TaskSearch::PairMeasure> pairs;
+      burstRun(m, o, seed, 1, &pairs);
+      Model next = m;
+      for (const auto& p : pairs)
+        if (p.samples >= 2)
+          next.space.measuredRatio[p.algo][p.proto] = static_cast<float>(p.micros / p.defaultMicros);
+      bool any = false;
+      for (int a = 0; a < kNumAlgos; ++a)
+        for (int p = 0; p < kNumProtos; ++p)
+          any = any || (next.space.measuredRatio[a][p] > 2.0f && a * kNumProtos + p != m.defaultPair);
+      skipping += any;
+      for (int skip = 0; skip < 2; ++skip) {
+        Options o2 = o;
+        o2.skipBehind = skip ? 2.0 : 0.0;
+        const BurstResult b = burstRun(next, o2, seed + 5000, 6);
+        first[skip] += b.firstTimed / runs;
+        worstLoop[skip] = std::max(worstLoop[skip], b.worstLoop);
+        const double got = m.trueTime(b.final), dflt = m.trueTime(Config());
+        if (b.converged && got <= m.bestTime() * 1.03) within3[skip]++;
+        if (got > dflt * (1.0 + std::max(0.01, 2 * m.noise))) worse[skip]++;
+      }
+    }
+    const char* name = kind == 0 ? "random" : kind == 1 ? "H200-like" : "hostile";
+    std::printf("%s models, the next job of a task (%d of %d with a pair recorded > 2x behind): first size's timed "
+                "calls %.4fx NCCL's time probing every pair, %.4fx skipping; costliest loop %.3fx / %.3fx; within 3 %% "
+                "of the best %d / %d; worse than NCCL's %d / %d\n",
+                name, skipping, runs, first[0], first[1], worstLoop[0], worstLoop[1], within3[0], within3[1], worse[0],
+                worse[1]);
+    CHECK(worse[1] == 0);
+    CHECK(within3[1] >= within3[0] - 3);
+    CHECK(first[1] <= first[0] + 0.005);
+  }
+}
+
 // A sample given up as lost arrives after the task re-tuned (a drift's re-tune, a table entry that lost its
 // verification): it belongs to a round whose evaluations are gone and must be dropped, not recorded into the new
 // round's (the given-up map kept the old round's indices: a heap use-after-free under ASan). Samples up to 200
@@ -2208,6 +2260,7 @@ TEST(search, unprovenBursts) { unprovenBursts(); }
 TEST(search, noSpeculationAroundLosers) { noSpeculationAroundLosers(); }
 TEST(search, probeFirstCall) { probeFirstCall(); }
 TEST(search, skipMeasuredBehind) { skipMeasuredBehind(); }
+TEST(search, skipMeasuredBehindModels) { skipMeasuredBehindModels(); }
 TEST(search, lateSampleAfterRetune) { lateSampleAfterRetune(); }
 TEST(search, verifyWait) { verifyWait(); }
 TEST(search, jobRegret) { jobRegret(); }
