@@ -583,7 +583,10 @@ def test_search_debug_goes_to_nccl_log(plugin: Path) -> None:
     assert runs(debug) == runs(plain)
 
 
-def test_pairs_measured_far_behind_are_not_probed_by_the_next_job(plugin: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+def test_pairs_measured_far_behind_are_not_probed_by_the_next_job(
+    plugin: Path, tmp_path: Path, processes: bool
+) -> None:
     """A job that ends mid-search (nccl-tests gives a size about a hundred calls) writes no task entry, but
     the pairs it measured: the next job does not probe ring/LL128 again where it ran 3x NCCL's time (unless
     AUTOCCL_SKIP_BEHIND_PCT=0), and the record stays for the job after it."""
@@ -599,9 +602,17 @@ def test_pairs_measured_far_behind_are_not_probed_by_the_next_job(plugin: Path, 
     cache = tmp_path / "cache"
 
     def job(name: str, **extra: str) -> tuple[dict[int, int], dict[int, int]]:
-        env = online_env(False, AUTOCCL_CACHE_DIR=str(cache), **extra)
+        env = online_env(processes, AUTOCCL_CACHE_DIR=str(cache), **extra)
         model_file = tmp_path / "model.json"
-        res = run(sc, plugin=plugin, env=env, timeout=300, workdir=tmp_path / name, model=model_file)
+        res = run(
+            sc,
+            plugin=plugin,
+            env=env,
+            processes=processes,
+            timeout=300,
+            workdir=tmp_path / name,
+            model=model_file,
+        )
         assert_clean(res)
         assert_same_per_seq(res.calls)
         ll128 = {n: 0 for n in sizes}
