@@ -6,6 +6,7 @@ reduce-scatter exposed. The estimate is the authority's `"ev":"exposure"` trace 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -91,10 +92,12 @@ def test_exposure_matches_the_step(plugin: Path, shape: str) -> None:
         "want": want,
         "misattributed_windows": _misattributed(res),
     }
+    # a string: pytest prints it whole (a dict's repr is cut to a line: it hid what a rare CI failure saw)
+    why = json.dumps(seen, default=str)
     for q, exposed in zip(rec["positions"], want, strict=True):
         # hidden calls of one task in lockstep share a slope, and are called hidden when their sum is ~0
-        assert q["verdict"] == ("exposed" if exposed else "hidden"), seen
-        assert q["slope"] == pytest.approx(1.0 if exposed else 0.0, abs=0.1), seen
+        assert q["verdict"] == ("exposed" if exposed else "hidden"), why
+        assert q["slope"] == pytest.approx(1.0 if exposed else 0.0, abs=0.1), why
 
 
 def test_noisy_step_gives_no_wrong_verdict(plugin: Path) -> None:
