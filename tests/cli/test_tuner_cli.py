@@ -266,5 +266,18 @@ def test_cache_show_lists_measured_pairs(tmp_path: Path) -> None:
     r = runner.invoke(main, show, env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     assert "pairs the online search measured" in r.output and "3.63" in r.output and "1.34" in r.output
+    # ring/LL at 3.63x on 3 samples is skipped at the next start; ring/LL128 at 1.34x is probed
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in r.output.splitlines() if "│" in line]
+    rows = {f"{c[3]}/{c[4]}": c[-1] for c in cells if c[-1] in ("skipped", "probed")}
+    assert rows == {"ring/ll": "skipped", "RING/LL128": "probed"}, r.output
+    r = runner.invoke(main, show, env={"COLUMNS": "200", "AUTOCCL_SKIP_BEHIND_PCT": "300"})
+    assert "than 300 %" in r.output and "skipped" not in r.output.replace("skips", ""), r.output
+    r = runner.invoke(main, show, env={"COLUMNS": "200", "AUTOCCL_SKIP_BEHIND_PCT": "abc"})
+    assert r.exit_code == 0 and "the library would refuse it" in r.output, r.output
     r = runner.invoke(main, ["cache", "list", "--cache-dir", str(cdir)], env={"COLUMNS": "200"})
     assert r.exit_code == 0 and "pairs" in r.output
+    # a path that is not a file is said to be one; a prefix that matches nothing names the directory searched
+    r = runner.invoke(main, ["cache", "show", str(tmp_path / "nonexist.table")])
+    assert r.exit_code != 0 and "no such file" in r.output, r.output
+    r = runner.invoke(main, ["cache", "show", "abc", "--cache-dir", str(cdir)])
+    assert r.exit_code != 0 and str(cdir / "tables") in r.output, r.output

@@ -278,11 +278,15 @@ def _by_fingerprint(ref: str, cache_dir: str | None) -> Path:
             f"{ref!r} is not a fingerprint or a prefix of one "
             "(1-16 lower-case hex digits; `autoccl cache list`)"
         )
-    matches = [p for p in _cached(cache_dir) if p.name.startswith(ref)]
+    cached = _cached(cache_dir)
+    matches = [p for p in cached if p.name.startswith(ref)]
+    if not cached:
+        raise click.UsageError(f"no tables in {tables.tables_dir(cache_dir)}: {ref!r} matches none")
     if len(matches) != 1:
         listed = ", ".join(p.name.removesuffix(tables.TABLE_SUFFIX) for p in matches[:5])
         raise click.UsageError(
-            f"{ref!r} matches {len(matches)} cached tables{': ' + listed if listed else ''}; "
+            f"{ref!r} matches {len(matches)} of the {len(cached)} cached tables in "
+            f"{tables.tables_dir(cache_dir)}{': ' + listed if listed else ''}; "
             "give a unique prefix of a fingerprint"
         )
     return matches[0]
@@ -293,6 +297,8 @@ def _resolve(ref: str, cache_dir: str | None) -> Path:
     path = Path(ref)
     if ref and path.is_file():
         return path
+    if os.sep in ref or ref.endswith(tables.TABLE_SUFFIX):  # meant as a file: say that it is not one
+        raise click.UsageError(f"{ref}: no such file" if not path.exists() else f"{ref}: not a regular file")
     return _by_fingerprint(ref, cache_dir)
 
 
@@ -319,27 +325,68 @@ def cache_show(ref: str, cache_dir: str | None) -> None:
         view.add_row(*(task.get(k, "") for k in keys))
     console.print(view)
     if t.pairs:
-        measured = RichTable(
-            title="pairs the online search measured (best median against NCCL's choice's)",
-            caption="the next online start does not probe a pair recorded on 2 samples or more and more than "
-            "AUTOCCL_SKIP_BEHIND_PCT (default 100 %) slower",
+        console.print(_pairs_view(t))
+
+
+# The library's rule for a pair record at the next online start (engine: kPairRecordMinSamples, skipBehind).
+PAIR_RECORD_MIN_SAMPLES = 2
+
+
+def _pairs_view(t: tables.Table) -> RichTable:
+    """The table's pair records, each with its ratio to NCCL's choice and what the next online start does with
+    it under this environment's AUTOCCL_SKIP_BEHIND_PCT."""
+    name = "AUTOCCL_SKIP_BEHIND_PCT"
+    raw = os.environ.get(name, "").strip(" \t\n\v\f\r")
+    bad = settings.problems({name: raw}) if raw else []
+    pct = None if bad else int(raw or "100")
+    if bad:
+        rule = f"{bad[0]}: the library would refuse it (and load no tuner)"
+    elif pct == 0:
+        rule = f"{name}=0: the next online start probes every pair"
+    else:
+        rule = (
+            f"the next online start skips a pair recorded on {PAIR_RECORD_MIN_SAMPLES} samples or more and "
+            f"more than {pct} % slower than NCCL's choice ({name}{'' if raw else ', default'} {pct})"
         )
-        for col in ("coll", "bytes", "pipe", "algo", "proto", "time_us", "nccl_us", "x NCCL", "samples"):
-            measured.add_column(col, no_wrap=True)
-        for p in t.pairs:
-            time_us, nccl_us = float(p["time_us"]), float(p["nccl_us"])
-            measured.add_row(
-                p["coll"],
-                p["bytes"],
-                p.get("pipe", "1"),
-                p["algo"],
-                p["proto"],
-                p["time_us"],
-                p["nccl_us"],
-                f"{time_us / nccl_us:.2f}" if nccl_us > 0 else "?",
-                p.get("samples", "0"),
-            )
-        console.print(measured)
+    view = RichTable(
+        title="pairs the online search measured (best median against NCCL's choice's)", caption=rule
+    )
+    for col in (
+        "coll",
+        "bytes",
+        "pipe",
+        "algo",
+        "proto",
+        "time_us",
+        "nccl_us",
+        "x NCCL",
+        "samples",
+        "next start",
+    ):
+        view.add_column(col, no_wrap=True)
+    for p in t.pairs:
+        time_us, nccl_us = float(p["time_us"]), float(p["nccl_us"])
+        ratio = time_us / nccl_us if nccl_us > 0 else None
+        skipped = (
+            pct is not None
+            and pct > 0
+            and ratio is not None
+            and int(p.get("samples", "0")) >= PAIR_RECORD_MIN_SAMPLES
+            and ratio > 1 + pct / 100
+        )
+        view.add_row(
+            p["coll"],
+            p["bytes"],
+            p.get("pipe", "1"),
+            p["algo"],
+            p["proto"],
+            p["time_us"],
+            p["nccl_us"],
+            f"{ratio:.2f}" if ratio is not None else "?",
+            p.get("samples", "0"),
+            "skipped" if skipped else ("?" if pct is None else "probed"),
+        )
+    return view
 
 
 @cache.command("clear")
