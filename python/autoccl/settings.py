@@ -359,6 +359,11 @@ VARIABLES: tuple[Variable, ...] = (
 BY_NAME = {v.name: v for v in VARIABLES}
 
 
+def value_of(name: str, env: Mapping[str, str] | None = None) -> str:
+    """The variable's value as the library reads it: ASCII spaces trimmed; unset or blank: ""."""
+    return (os.environ if env is None else env).get(name, "").strip(_C_SPACE)
+
+
 def problems(
     env: Mapping[str, str] | None = None, readers: tuple[str, ...] = ("library", "cli")
 ) -> list[str]:

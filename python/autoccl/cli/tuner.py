@@ -336,8 +336,8 @@ def _pairs_view(t: tables.Table) -> RichTable:
     """The table's pair records, each with its ratio to NCCL's choice and what the next online start does with
     it under this environment's AUTOCCL_SKIP_BEHIND_PCT."""
     name = "AUTOCCL_SKIP_BEHIND_PCT"
-    raw = os.environ.get(name, "").strip(" \t\n\v\f\r")
-    bad = settings.problems({name: raw}) if raw else []
+    raw = settings.value_of(name)
+    bad = settings.problems({name: raw})
     pct = None if bad else int(raw or "100")
     if bad:
         rule = f"{bad[0]}: the library would refuse it (and load no tuner)"
