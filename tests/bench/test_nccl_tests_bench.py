@@ -73,14 +73,21 @@ def test_interleaved_passes_ratios_and_resume(tmp_path: Path) -> None:
     common = ["--bin", str(bin_dir), "--gpus", "2", "-c", "all_reduce,all_gather", "-b", "1M", "-e", "8M"]
     r = _invoke([*common, "-p", "2", "-m", "plain", "-m", "online", "-o", str(out), "--no-progress"], env)
     assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
-    # plain and tuned alternate launch by launch, pass after pass
-    one_pass = [
+    # plain and tuned alternate launch by launch, pass after pass; the second pass starts with the tuned mode
+    # (the modes' order rotates), so neither always runs first on a collective
+    assert log.read_text().splitlines() == [
         "plain all_reduce_perf",
         "tuned all_reduce_perf",
         "plain all_gather_perf",
         "tuned all_gather_perf",
+        "tuned all_reduce_perf",
+        "plain all_reduce_perf",
+        "tuned all_gather_perf",
+        "plain all_gather_perf",
     ]
-    assert log.read_text().splitlines() == one_pass * 2
+    positions = [json.loads(x)["position"] for x in (out / "launches.jsonl").read_text().splitlines()]
+    assert positions == [0, 1, 0, 1, 0, 1, 0, 1]
+    assert "(rotate order)" in (out / "summary.md").read_text().splitlines()[0]
     summary = json.loads((out / "summary.json").read_text())
     o = summary["overall"]["online/single"]
     assert abs(o["geomean_ge_min_bytes"] - 1.1) < 1e-6
@@ -252,6 +259,7 @@ def test_bad_inputs_are_one_sentence(tmp_path: Path) -> None:
         (["--bin", str(bin_dir), "--launch", "ssh"], "expected single, mpi"),
         (["--bin", str(bin_dir), "-b", "lots"], "is not a number of bytes"),
         (["--bin", str(bin_dir), "-b", "8M", "-e", "1M"], "--begin <= --end"),
+        (["--bin", str(bin_dir), "--order", "random"], "'random' is not one of 'rotate', 'fixed'"),
     ]
     base = ["bench", "nccl-tests", "--gpus", "2", "-c", "all_reduce", "-o", str(tmp_path / "o")]
     for args, words in cases:
@@ -298,6 +306,24 @@ def test_cache_of_another_mode(tmp_path: Path) -> None:
     for bad in (plan_of(plain, warm, online), plan_of(plain, warm)):  # online after it, or none
         with pytest.raises(NT.BenchError, match="cache:online"):
             bad.validate()
+
+
+def test_pass_order_rotates_and_keeps_a_table_reader_after_its_writer() -> None:
+    plain, online, observe = NT.parse_mode("plain"), NT.parse_mode("online"), NT.parse_mode("observe")
+    warm = NT.parse_mode("table-warm:--mode table --cache-dir {cache:online}")
+    modes = [plain, online, warm, observe]
+
+    def names(p: int, order: str = "rotate") -> list[str]:
+        return [m.name for m in NT.pass_order(modes, p, order)]
+
+    # table-warm reads online's table of the same pass: the two take one place, in that order
+    assert names(0) == ["plain", "online", "table-warm", "observe"]
+    assert names(1) == ["online", "table-warm", "observe", "plain"]
+    assert names(2) == ["observe", "plain", "online", "table-warm"]
+    assert names(3) == names(0)
+    assert all(names(p, "fixed") == names(0) for p in range(5))
+    # over three passes each of the three places has led once
+    assert sorted(names(p)[0] for p in range(3)) == ["observe", "online", "plain"]
 
 
 def test_cross_rank_agreement_counts_divergent_calls() -> None:

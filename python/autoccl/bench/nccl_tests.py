@@ -31,6 +31,7 @@ from autoccl.tuner_env import OWN_PREFIXES, PLUGIN_VARS, SAFETY_ENV
 
 COLLS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "reduce")
 LAUNCHES = ("single", "mpi")
+ORDERS = ("rotate", "fixed")
 
 # Built-in modes: `autoccl run` options (None: plain NCCL, no plugin). `{empty}` is a cache directory
 # that never holds a table; `{cache:NAME}` is mode NAME's cache of the same launch kind (a `table` start
@@ -230,6 +231,7 @@ class Plan:
     extra_args: list[str] = field(default_factory=list)
     mpirun: str = "mpirun"
     baseline: str = "plain"
+    order: str = "rotate"
 
     def binary(self, coll: str, launch: str) -> Path:
         return self.bin_dir / (f"{coll}_perf_mpi" if launch == "mpi" else f"{coll}_perf")
@@ -259,6 +261,8 @@ class Plan:
                         f"mode {mode.name!r} reads {{cache:{ref}}}, which is not an autoccl mode before it "
                         "(a launch reads the table a mode earlier in the same pass wrote)"
                     )
+        if self.order not in ORDERS:
+            raise BenchError(f"--order {self.order!r}: expected one of {', '.join(ORDERS)}")
         if self.gpus < 1:
             raise BenchError("--gpus must be at least 1")
         if self.passes < 1:
@@ -325,12 +329,34 @@ def _expand_cache_dirs(arg: str, plan: Plan, launch: str) -> str:
     return _CACHE_OF.sub(lambda m: str(plan.out / "cache" / f"{m.group(1)}-{launch}"), arg)
 
 
+def pass_order(modes: Sequence[Mode], pass_no: int, order: str = "rotate") -> list[Mode]:
+    """The modes' launch order in pass PASS_NO. `rotate` turns the order by one place a pass, so that over
+    as many passes as places every mode runs at each place once: a machine that warms up or slows down over a
+    pass (a GPU's clocks, the page cache, a socket's buffers) then weighs on each mode alike instead of always
+    on the one launched last. A mode that reads another's table ({cache:NAME}) travels with NAME, right
+    after it, as one place. `fixed` keeps the order as given."""
+    if order == "fixed" or not modes:
+        return list(modes)
+    units: list[list[Mode]] = []
+    unit_of: dict[str, list[Mode]] = {}
+    for mode in modes:
+        refs = [r for r in _CACHE_OF.findall(" ".join(mode.run_args or ())) if r in unit_of]
+        unit = unit_of[refs[0]] if refs else []
+        if not refs:
+            units.append(unit)
+        unit.append(mode)
+        unit_of[mode.name] = unit
+    k = pass_no % len(units)
+    return [m for unit in units[k:] + units[:k] for m in unit]
+
+
 def trace_prefix(plan: Plan, mode: Mode, coll: str, launch: str, pass_no: int) -> Path:
     return plan.out / "traces" / mode.name / f"p{pass_no}_{coll}_{launch}"
 
 
 def run_plan(plan: Plan, progress: Callable[[str, int, int], None] | None = None) -> list[dict[str, Any]]:
-    """Every launch, interleaved: for each pass, each launch kind, each collective, each mode in turn.
+    """Every launch, interleaved: for each pass, each launch kind, each collective, each mode in turn (in
+    the pass's order, `pass_order`).
     Returns one record per launch (rows, return code, duration, data errors, trace checks)."""
     plan.validate()
     (plan.out / "logs").mkdir(parents=True, exist_ok=True)
@@ -344,12 +370,13 @@ def run_plan(plan: Plan, progress: Callable[[str, int, int], None] | None = None
         for p in range(plan.passes):
             for launch in plan.launches:
                 for coll in plan.colls:
-                    for mode in plan.modes:
+                    for position, mode in enumerate(pass_order(plan.modes, p, plan.order)):
                         count += 1
                         key = (p, launch, coll, mode.name)
                         if key in done:  # a resumed run keeps what an earlier one measured
                             continue
                         rec = _one_launch(plan, mode, coll, launch, p)
+                        rec["position"] = position
                         records.append(rec)
                         sink.write(json.dumps(rec) + "\n")
                         sink.flush()

@@ -799,6 +799,14 @@ def train(
 @click.option("--warmup", "-w", type=int, default=20, show_default=True, help="warm-up iterations (-w)")
 @click.option("--iters", "-n", type=int, default=40, show_default=True, help="timed iterations (-n)")
 @click.option("--passes", "-p", type=int, default=3, show_default=True, help="interleaved passes per mode")
+@click.option(
+    "--order",
+    type=click.Choice(["rotate", "fixed"]),
+    default="rotate",
+    show_default=True,
+    help="the modes' order in a pass: rotate (turned by one place a pass, so a machine warming or slowing "
+    "over a pass weighs on every mode alike; a mode reading {cache:NAME} runs right after NAME) or fixed",
+)
 @click.option("--trace", is_flag=True, help="trace the autoccl modes (cross-rank agreement, pinned tasks)")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="seconds per launch")
 @click.option("--mpirun", default="mpirun", show_default=True, help="MPI launcher for --launch mpi")
@@ -820,6 +828,7 @@ def nccl_tests(
     warmup: int,
     iters: int,
     passes: int,
+    order: str,
     trace: bool,
     timeout: float,
     mpirun: str,
@@ -863,6 +872,7 @@ def nccl_tests(
             warmup=warmup,
             iters=iters,
             passes=passes,
+            order=order,
             timeout=timeout,
             trace=trace,
             extra_args=shlex.split(nt_args),
@@ -882,7 +892,7 @@ def nccl_tests(
     baseline = plan.baseline
     span = (
         f"{plan.begin}..{plan.end} x{plan.factor}, -w {plan.warmup} -n {plan.iters} -c 1, {plan.gpus} GPUs, "
-        f"{plan.passes} interleaved passes"
+        f"{plan.passes} interleaved passes ({plan.order} order)"
     )
     header = ""
     if report_only:
