@@ -221,6 +221,35 @@ def test_losses_are_told_from_plain_spread() -> None:
     assert len(one["overall"]["online/single"]["losses_beyond_spread"]) == 2
 
 
+def test_the_ratio_apart_by_place_in_the_pass() -> None:
+    """A machine that slows over a pass makes whichever mode runs second look slower: the summary gives the
+    geomean apart for the passes where the mode ran before the baseline and those where it ran after."""
+
+    def rec(pass_no: int, coll: str, mode: str, position: int, bw: float) -> dict[str, object]:
+        rows = [{"bytes": 8 << 20, "oop_busbw_gbs": bw}]
+        return {"pass": pass_no, "launch": "mpi", "coll": coll, "mode": mode, "rc": 0, "rows": rows,
+                "position": position}  # fmt: skip
+
+    records = []
+    for p in range(4):
+        first = "plain" if p % 2 == 0 else "online"
+        for coll in ("all_gather", "all_reduce"):
+            # the second launch of a pair runs at 0.8x, whatever its mode
+            records += [
+                rec(p, coll, first, 0, 100.0),
+                rec(p, coll, "online" if first == "plain" else "plain", 1, 80.0),
+            ]
+    s = NT.summarize(records)
+    place = s["overall"]["online/mpi"]["by_place"]
+    assert place["before"]["passes"] == [1, 3] and place["after"]["passes"] == [0, 2]
+    assert abs(place["before"]["geomean"] - 1.25) < 1e-9 and abs(place["after"]["geomean"] - 0.8) < 1e-9
+    assert "- online, mpi: before 1.250× (passes 1, 3), after 0.800× (passes 0, 2)" in NT.markdown(s)
+    # records from before positions were kept: no split, and no line for it
+    old = [{k: v for k, v in r.items() if k != "position"} for r in records]
+    assert NT.summarize(old)["overall"]["online/mpi"]["by_place"] == {}
+    assert "By place" not in NT.markdown(NT.summarize(old))
+
+
 def test_a_stalled_average_is_reported_against_its_median() -> None:
     """One launch whose 40-call average held a stall stands out as max/median of the cell's averages over
     passes, per mode and launch, with the cell and placement; plain's own figure is beside it."""

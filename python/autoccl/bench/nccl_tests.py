@@ -554,6 +554,11 @@ def summarize(
             key = (rec["launch"], rec["coll"], int(row["bytes"]), rec["mode"])
             busbw.setdefault(key, {})[int(rec["pass"])] = float(row["oop_busbw_gbs"])
     outliers = _largest_average_over_median(records)
+    place = {
+        (int(r["pass"]), r["launch"], r["coll"], r["mode"]): int(r["position"])
+        for r in records
+        if r.get("rc") == 0 and isinstance(r.get("position"), int)
+    }
     modes = sorted({m for (_, _, _, m) in busbw}, key=lambda m: (m != baseline, m))
     cells = sorted({(la, c, b) for (la, c, b, _) in busbw})
     out_cells = []
@@ -638,6 +643,7 @@ def summarize(
                 "launches_without_tuner": sum(1 for r in mrecs if r.get("no_tuner")),
                 "launches": len(mrecs),
                 "no_tuner": sorted({w for r in mrecs for w in r.get("no_tuner", [])}),
+                "by_place": _by_place(big, m, la, baseline, place),
             }
     base_spreads = [c["baseline_spread"] for c in out_cells if c["baseline_spread"] is not None]
     return {
@@ -649,6 +655,37 @@ def summarize(
         "baseline_largest_average_over_median": {
             la: v for (m, la), v in sorted(outliers.items()) if m == baseline
         },
+    }
+
+
+def _by_place(
+    cells: Sequence[Mapping[str, Any]],
+    mode: str,
+    launch: str,
+    baseline: str,
+    place: Mapping[tuple[int, str, str, str], int],
+) -> dict[str, Any]:
+    """The mode's geometric mean over cells (each cell's median over the passes in the group) apart for the
+    passes where it was launched before the baseline on that collective and those where it came after: with
+    the order rotating, a large difference says the machine, not the mode, moved over the pass."""
+    groups: dict[str, tuple[list[float], set[int]]] = {"before": ([], set()), "after": ([], set())}
+    for c in cells:
+        split: dict[str, list[float]] = {"before": [], "after": []}
+        for p_text, ratio in c["modes"][mode]["ratio_by_pass"].items():
+            p = int(p_text)
+            own, base = place.get((p, launch, c["coll"], mode)), place.get((p, launch, c["coll"], baseline))
+            if own is None or base is None:
+                continue  # launched before positions were recorded
+            side = "before" if own < base else "after"
+            split[side].append(ratio)
+            groups[side][1].add(p)
+        for side, ratios in split.items():
+            if ratios:
+                groups[side][0].append(_median(ratios))
+    return {
+        side: {"geomean": _geomean(meds), "passes": sorted(passes), "cells": len(meds)}
+        for side, (meds, passes) in groups.items()
+        if meds
     }
 
 
@@ -787,6 +824,20 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
             f"{summary['baseline']} vs {summary['baseline']} (max/min − 1 over passes, per cell): median "
             f"{100 * sp_med:.1f} %, largest {100 * sp_max:.1f} %.",
         ]
+    placed = [o for o in summary["overall"].values() if len(o.get("by_place") or {}) == 2]
+    if placed:
+        lines += [
+            "",
+            f"By place in the pass (geomean ≥ 4 MiB, launched before / after {summary['baseline']}):",
+        ]
+        lines += [""]
+        for o in placed:
+            b, a = o["by_place"]["before"], o["by_place"]["after"]
+            lines.append(
+                f"- {o['mode']}, {o['launch']}: before {b['geomean']:.3f}× (passes "
+                f"{', '.join(map(str, b['passes']))}), after {a['geomean']:.3f}× (passes "
+                f"{', '.join(map(str, a['passes']))})"
+            )
     base_out = summary.get("baseline_largest_average_over_median") or {}
     if base_out:
         lines += [
