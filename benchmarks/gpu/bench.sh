@@ -60,6 +60,11 @@
 #             table's pair records), each mode with its own cache, traced: over sockets on one H200 the warm passes
 #             of tasks whose cold search ended without a lead probed ring/LL again at 3.7x NCCL's time; the warm
 #             passes (1 and later) are where it shows, the task records' skipped_behind say which pairs were left out
+#   recordedstart  online beside online with AUTOCCL_RECORDED_START=off (every pair a warm start probes, probed
+#             first at the widest channel count instead of at its recorded best point), each mode with its own
+#             cache, traced: the warm passes' tasks that search again (no table entry) are where it shows, the task
+#             records' recorded_starts say how many pairs started from their records (on NVLink; over sockets NCCL
+#             caps the widest probe to its own 2 channels, so it changes little there)
 #   unproven  online beside online with AUTOCCL_UNPROVEN_CALLS=$UNPROVEN_CALLS (default 3: at most that many calls of
 #             unmeasured configurations in flight while the plan runs ahead of its samples) and online with
 #             AUTOCCL_SPECULATE=off (no speculated points while samples are in flight), traced: on one H200 over
@@ -187,6 +192,7 @@ for plan in ${PLANS:-overhead online}; do
     verifywait) args=(-m plain -m online -m "online-vw16:--mode online AUTOCCL_VERIFY_WAIT=16" --trace) ;;
     probefirst) args=(-m plain -m online -m "online-p1:--mode online AUTOCCL_PROBE_CALLS=1" --trace) ;;
     skipbehind) args=(-m plain -m online -m "online-probeall:--mode online AUTOCCL_SKIP_BEHIND_PCT=0" --trace) ;;
+    recordedstart) args=(-m plain -m online -m "online-widest:--mode online AUTOCCL_RECORDED_START=off" --trace) ;;
     unproven) args=(-m plain -m online -m "online-u${UNPROVEN_CALLS:-3}:--mode online AUTOCCL_UNPROVEN_CALLS=${UNPROVEN_CALLS:-3}"
                     -m "online-nospec:--mode online AUTOCCL_SPECULATE=off" --trace) ;;
     mintask)

@@ -157,6 +157,7 @@ class OnlineSource final : public DecisionSource {
       opts_.probeFirst = static_cast<int>(env.settings->probeCalls);  // at most the whole block (probeBlock)
       opts_.maxUnprovenCalls = env.settings->unprovenCalls;
       opts_.speculate = env.settings->speculate;
+      opts_.recordedStart = env.settings->recordedStart;
     }
     if (env.table) {
       for (const TableEntry& e : env.table->entries) {
@@ -596,6 +597,7 @@ class OnlineSource final : public DecisionSource {
         p.timeUs = m.micros;
         p.ncclUs = m.defaultMicros;
         p.samples = m.samples;
+        p.channels = m.channels;
         pairs.push_back(p);
       }
       search::Config b = s->search->best();
@@ -900,10 +902,13 @@ class OnlineSource final : public DecisionSource {
     }
     // A record of one sample is not enough to leave a pair out: an outlier (a stall, a concurrent job) can make a
     // pair within the threshold look twice as slow, and a pair left out is never measured again.
-    for (const PairRecord& p : tablePairs_)
-      if (p.key == s->key && p.samples >= kPairRecordMinSamples && p.algo >= 0 && p.algo < search::kNumAlgos &&
-          p.proto >= 0 && p.proto < search::kNumProtos)
-        sp.measuredRatio[p.algo][p.proto] = static_cast<float>(p.ratio());
+    // Where a pair's best point was is kept from one sample on: it only moves the first probe (Options::recordedStart).
+    for (const PairRecord& p : tablePairs_) {
+      if (!(p.key == s->key) || p.algo < 0 || p.algo >= search::kNumAlgos || p.proto < 0 || p.proto >= search::kNumProtos)
+        continue;
+      if (p.samples >= kPairRecordMinSamples) sp.measuredRatio[p.algo][p.proto] = static_cast<float>(p.ratio());
+      sp.measuredChannels[p.algo][p.proto] = p.channels;
+    }
     std::vector<search::Hint> hints =
         search::hintsFor(hints_, static_cast<int>(s->key.coll), s->key.bytes, static_cast<int>(s->key.pipe));
     search::Options o = opts_;

@@ -283,6 +283,11 @@ Settings loadSettings(const EnvLookup& env) {
   else if (!speculate.empty() && speculate != "on")
     return invalid(s, "AUTOCCL_SPECULATE='" + speculate + "' is not one of on, off");
 
+  const std::string recorded = get(env, "AUTOCCL_RECORDED_START");
+  if (recorded == "off") s.recordedStart = false;
+  else if (!recorded.empty() && recorded != "on")
+    return invalid(s, "AUTOCCL_RECORDED_START='" + recorded + "' is not one of on, off");
+
   std::string guard = get(env, "AUTOCCL_GUARD");
   if (guard == "off") s.guard = false;
   else if (!guard.empty() && guard != "on") return invalid(s, "AUTOCCL_GUARD='" + guard + "' is not one of on, off");

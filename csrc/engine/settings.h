@@ -119,6 +119,10 @@ struct Settings {
   // will probably ask for next (search::Options::speculate); `off` runs the incumbent meanwhile. In nccl-tests'
   // loops the speculated points are planned blind (search test unprovenBursts).
   bool speculate = true;
+  // AUTOCCL_RECORDED_START (online mode): `on` (default) first probes a pair the table records for the task (its
+  // `pair` lines) at the channel count of its best point in that job, not at the widest
+  // (search::Options::recordedStart); `off` probes every pair at the widest, as a cold start.
+  bool recordedStart = true;
   // AUTOCCL_GUARD (online mode): `on` (default) checks the tuned plan against NCCL's own choices on the
   // iteration time of a communicator whose calls repeat in iterations of two or more calls (engine/step_guard.h);
   // `off`: the tasks' own searches alone.

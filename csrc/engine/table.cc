@@ -213,10 +213,14 @@ void Table::upsert(const TableEntry& e) {
   entries.push_back(e);
 }
 
-void Table::upsertPair(const PairRecord& p) {
-  if (!storable(p.timeUs, field(ts::kPairFloats, "time_us")) || !storable(p.ncclUs, field(ts::kPairFloats, "nccl_us")) ||
-      p.ncclUs <= 0)
+void Table::upsertPair(const PairRecord& rec) {
+  if (!storable(rec.timeUs, field(ts::kPairFloats, "time_us")) ||
+      !storable(rec.ncclUs, field(ts::kPairFloats, "nccl_us")) || rec.ncclUs <= 0)
     return;
+  PairRecord p = rec;
+  // A channel count the schema would refuse is kept as unknown: the record's times still hold.
+  const ts::IntField& ch = field(ts::kPairInts, "channels");
+  if (p.channels < 0 || static_cast<uint64_t>(p.channels) > ch.max) p.channels = 0;
   for (PairRecord& x : pairs) {
     if (x.key == p.key && x.algo == p.algo && x.proto == p.proto) {
       x = p;
@@ -313,15 +317,17 @@ LoadStatus parseTable(const std::string& text, const std::string& expectId, Tabl
       if (!splitPairs(rest, &m, &err) || !knownKeys(m, pairKeys(), "pair", &err)) return fail(err);
       PairRecord p;
       if (!readNames(m, "pair", &p.key.coll, &p.algo, &p.proto, &err)) return fail(err);
-      uint64_t bytes = 0, pipe = 1;
+      uint64_t bytes = 0, pipe = 1, channels = 0;
       if (!readInt(m, field(ts::kPairInts, "bytes"), &bytes, &err) ||
           !readInt(m, field(ts::kPairInts, "pipe"), &pipe, &err) ||
+          !readInt(m, field(ts::kPairInts, "channels"), &channels, &err) ||
           !readInt(m, field(ts::kPairInts, "samples"), &p.samples, &err) ||
           !readFloat(m, field(ts::kPairFloats, "time_us"), &p.timeUs, &err) ||
           !readFloat(m, field(ts::kPairFloats, "nccl_us"), &p.ncclUs, &err))
         return fail("pair " + err);
       p.key.bytes = bytes;
       p.key.pipe = static_cast<int>(pipe);
+      p.channels = static_cast<int>(channels);
       t.upsertPair(p);
     } else {
       return fail("unknown line kind '" + std::string(kind) + "'");
@@ -377,10 +383,10 @@ std::string formatTable(const Table& t) {
   }
   for (const PairRecord& p : t.pairs) {
     std::snprintf(buf, sizeof buf,
-                  "pair coll=%s bytes=%" PRIu64 " pipe=%d algo=%s proto=%s time_us=%.1f nccl_us=%.1f samples=%" PRIu64
-                  "\n",
-                  collName(p.key.coll), p.key.bytes, p.key.pipe, algoName(p.algo), protoName(p.proto), p.timeUs,
-                  p.ncclUs, p.samples);
+                  "pair coll=%s bytes=%" PRIu64 " pipe=%d algo=%s proto=%s channels=%d time_us=%.1f nccl_us=%.1f "
+                  "samples=%" PRIu64 "\n",
+                  collName(p.key.coll), p.key.bytes, p.key.pipe, algoName(p.algo), protoName(p.proto), p.channels,
+                  p.timeUs, p.ncclUs, p.samples);
     out += buf;
   }
   return out;

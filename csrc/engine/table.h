@@ -27,6 +27,7 @@ struct PairRecord {
   double timeUs = 0;  // best median over the pair's measured points
   double ncclUs = 0;  // median of NCCL's own choice in the same job
   uint64_t samples = 0;
+  int channels = 0;  // the channel count of the best point (0: not known): where the next search first probes it
   double ratio() const { return ncclUs > 0 ? timeUs / ncclUs : 0; }
 };
 
@@ -48,7 +49,7 @@ struct Table {
   void upsert(const TableEntry& e);
   // Insert or replace the record of the same (key, algo, proto): a pair a later job did not measure keeps
   // what an earlier one measured. Dropped as upsert() drops, and without NCCL's time.
-  void upsertPair(const PairRecord& p);
+  void upsertPair(const PairRecord& rec);
 };
 
 enum class LoadStatus { Ok, Missing, Corrupt, Foreign };

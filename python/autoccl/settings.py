@@ -325,6 +325,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("AUTOCCL_UNPROVEN_CALLS", "library", "integer in [0, 64]", _int_range(0, 64)),
     Variable("AUTOCCL_GUARD", "library", "on, off", _one_of("on", "off")),
     Variable("AUTOCCL_SPECULATE", "library", "on, off", _one_of("on", "off")),
+    Variable("AUTOCCL_RECORDED_START", "library", "on, off", _one_of("on", "off")),
     Variable(
         "AUTOCCL_STEP_ARMS",
         "library",

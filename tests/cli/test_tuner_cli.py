@@ -266,12 +266,24 @@ def test_cache_show_lists_measured_pairs(tmp_path: Path) -> None:
     r = runner.invoke(main, show, env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     assert "pairs the online search measured" in r.output and "3.63" in r.output and "1.34" in r.output
+
     # ring/LL at 3.63x on 3 samples is skipped at the next start; ring/LL128 at 1.34x is probed
-    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in r.output.splitlines() if "│" in line]
-    rows = {f"{c[3]}/{c[4]}": c[-1] for c in cells if c[-1] in ("skipped", "probed")}
-    assert rows == {"ring/ll": "skipped", "RING/LL128": "probed"}, r.output
+    def verdicts(output: str) -> dict[str, str]:
+        cells = [[c.strip() for c in line.split("│")[1:-1]] for line in output.splitlines() if "│" in line]
+        return {f"{c[3]}/{c[4]}": c[-1] for c in cells if c[-1].startswith(("skipped", "probed"))}
+
+    assert verdicts(r.output) == {"ring/ll": "skipped", "RING/LL128": "probed"}, r.output
+    assert "8 ch" in r.output and "best point's channels" in " ".join(r.output.split()), r.output
+    # with the skip off, ring/LL is probed, first at its best point's 8 channels (AUTOCCL_RECORDED_START on)
     r = runner.invoke(main, show, env={"COLUMNS": "200", "AUTOCCL_SKIP_BEHIND_PCT": "300"})
     assert "than 300 %" in r.output and "skipped" not in r.output.replace("skips", ""), r.output
+    assert verdicts(r.output) == {"ring/ll": "probed at 8 ch", "RING/LL128": "probed"}, r.output
+    off = {"COLUMNS": "200", "AUTOCCL_SKIP_BEHIND_PCT": "300", "AUTOCCL_RECORDED_START": "off"}
+    r = runner.invoke(main, show, env=off)
+    assert verdicts(r.output) == {"ring/ll": "probed", "RING/LL128": "probed"}, r.output
+    assert "at the widest" in " ".join(r.output.split()), r.output
+    r = runner.invoke(main, show, env={"COLUMNS": "200", "AUTOCCL_RECORDED_START": "maybe"})
+    assert r.exit_code == 0 and "the library would refuse it" in r.output, r.output
     r = runner.invoke(main, show, env={"COLUMNS": "200", "AUTOCCL_SKIP_BEHIND_PCT": "abc"})
     assert r.exit_code == 0 and "the library would refuse it" in r.output, r.output
     r = runner.invoke(main, ["cache", "list", "--cache-dir", str(cdir)], env={"COLUMNS": "200"})

@@ -589,7 +589,9 @@ def test_pairs_measured_far_behind_are_not_probed_by_the_next_job(
 ) -> None:
     """A job that ends mid-search without a lead (nccl-tests gives a size about a hundred calls) leaves no
     task entry but the pairs it measured: the next job does not probe ring/LL128 again where it ran 3x NCCL's
-    time (unless AUTOCCL_SKIP_BEHIND_PCT=0), and the record stays for the job after it."""
+    time (unless AUTOCCL_SKIP_BEHIND_PCT=0), and the record stays for the job after it. The pairs it does
+    probe it first probes at the channel count of their recorded best point (AUTOCCL_RECORDED_START=off: at
+    the widest)."""
     model = PerfModel.load_file(default_model()) if default_model() else PerfModel()
     slow = model.paths["ring/ll128"]
     slow.bw_ch_gbs /= 3
@@ -600,6 +602,9 @@ def test_pairs_measured_far_behind_are_not_probed_by_the_next_job(
     groups += [Group("c", (Call("allreduce", n),), repeat=40) for n in sizes]
     sc = Scenario([Comm("c", 0x7E57, (0, 1))], groups, runahead=4, lead=8)
     cache = tmp_path / "cache"
+
+    first_probe: dict[tuple[int, str], int] = {}
+    starts: dict[int, int] = {}
 
     def job(name: str, **extra: str) -> tuple[dict[int, int], dict[int, int]]:
         env = online_env(processes, AUTOCCL_CACHE_DIR=str(cache), **extra)
@@ -616,11 +621,24 @@ def test_pairs_measured_far_behind_are_not_probed_by_the_next_job(
         assert_clean(res)
         assert_same_per_seq(res.calls)
         ll128 = {n: 0 for n in sizes}
+        first_probe.clear()
         for c in res.trace:
             if c.get("ev") == "call" and c["rank"] == 0 and (c["algo"], c["proto"]) == ("ring", "ll128"):
                 ll128[int(c["bytes"])] += 1
+            if c.get("ev") == "call" and c["rank"] == 0 and c["algo"]:
+                first_probe.setdefault((int(c["bytes"]), f"{c['algo']}/{c['proto']}"), int(c["channels"]))
         skipped = {int(t["bytes"]): int(t["skipped_behind"]) for t in tasks_of(res).values()}
+        starts.clear()
+        starts.update({int(t["bytes"]): int(t["recorded_starts"]) for t in tasks_of(res).values()})
         return ll128, skipped
+
+    def best_channels() -> dict[tuple[int, str], int]:
+        """Every pair record's best point's channel count, by (size, pair)."""
+        [path] = cached_tables(str(cache))
+        return {
+            (int(p["bytes"]), f"{p['algo']}/{p['proto']}"): int(p.get("channels", "0"))
+            for p in load_table(path).pairs
+        }
 
     def records() -> dict[int, tuple[float, int]]:
         """ring/LL128's records by size: (ratio to NCCL's choice, samples)."""
@@ -646,11 +664,18 @@ def test_pairs_measured_far_behind_are_not_probed_by_the_next_job(
     counts = {n for n, (_, k) in behind.items() if k >= 2}  # the rule reads records of 2 samples or more
     assert counts, behind
     forget_entries()
+    recorded = best_channels()
+    assert all(ch > 0 for ch in recorded.values()), recorded
     ll128, skipped = job("warm")
     assert all(ll128[n] == 0 and skipped[n] == 1 for n in counts), (ll128, skipped, behind)
+    # the pairs it probed, it probed first at their records' best points
+    probed = {k: ch for k, ch in first_probe.items() if k in recorded}
+    assert probed and all(ch == recorded[k] for k, ch in probed.items()), (probed, recorded)
+    assert all(starts[n] >= 1 for n in sizes), starts
     assert all(skipped[n] == 0 for n in set(sizes) - counts), (skipped, behind)
     after = records()
     assert all(after[n] == behind[n] for n in counts), (after, behind)  # not measured again: the record stays
     forget_entries()
-    ll128, skipped = job("probe-all", AUTOCCL_SKIP_BEHIND_PCT="0")
+    ll128, skipped = job("probe-all", AUTOCCL_SKIP_BEHIND_PCT="0", AUTOCCL_RECORDED_START="off")
     assert all(ll128[n] >= 1 for n in sizes) and skipped == dict.fromkeys(sizes, 0), (ll128, skipped)
+    assert starts == dict.fromkeys(sizes, 0), starts

@@ -237,6 +237,7 @@ PairRecord pairRecord(int proto, double timeUs) {
   p.timeUs = timeUs;
   p.ncclUs = 12.0;
   p.samples = 3;
+  p.channels = proto == 0 ? 16 : 4;
   return p;
 }
 
@@ -253,20 +254,23 @@ TEST(cache, pair_records_round_trip_and_merge) {
   PairRecord glitch = pairRecord(0, HUGE_VAL);
   PairRecord noNccl = pairRecord(0, 20.0);
   noNccl.ncclUs = 0;
+  PairRecord wide = pairRecord(2, 30.0);  // a channel count the schema refuses is stored as unknown
+  wide.channels = 65;
   TableEntry huge = entry(2 << 20, 8);
   huge.timeUs = 2e12;
-  rt.saveTuned(fp, {huge}, {glitch, noNccl}, nullptr);
+  rt.saveTuned(fp, {huge}, {glitch, noNccl, wide}, nullptr);
   Table t;
   std::string why;
   ASSERT_EQ(loadTable(rt.tablePathFor(fp), fp.id(), &t, &why), LoadStatus::Ok) << why;
   EXPECT_EQ(t.entries.size(), size_t(1));
-  ASSERT_EQ(t.pairs.size(), size_t(2));
+  ASSERT_EQ(t.pairs.size(), size_t(3));
   for (const PairRecord& p : t.pairs) {
     EXPECT_TRUE(p.key == entry(1 << 20, 8).key);
     EXPECT_EQ(p.algo, 1);
-    EXPECT_DOUBLE_EQ(p.timeUs, p.proto == 0 ? 45.0 : 13.0);
+    EXPECT_DOUBLE_EQ(p.timeUs, p.proto == 0 ? 45.0 : p.proto == 1 ? 13.0 : 30.0);
     EXPECT_DOUBLE_EQ(p.ncclUs, 12.0);
     EXPECT_EQ(p.samples, uint64_t(3));
+    EXPECT_EQ(p.channels, p.proto == 0 ? 16 : p.proto == 1 ? 4 : 0);
   }
   Table again;
   ASSERT_EQ(parseTable(formatTable(t), fp.id(), &again, &why), LoadStatus::Ok) << why;

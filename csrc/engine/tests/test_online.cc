@@ -1456,7 +1456,10 @@ void testSaveTunedAndWarmStart() {
   size_t bigPairs = 0;
   for (const PairRecord& p : t.pairs) {
     CHECK(p.timeUs > 0 && p.ncclUs > 0 && p.samples > 0);
+    CHECK(p.channels > 0 && p.channels <= 64);  // the best point's, where the next search first probes the pair
     if (p.key.bytes == (8u << 20)) ++bigPairs;
+    if (p.key.bytes == (8u << 20) && p.algo == pinned.algo && p.proto == pinned.proto)
+      CHECK_EQ(p.channels, pinned.channels);  // the pinned point is its pair's best
   }
   CHECK(bigPairs >= 2);
 

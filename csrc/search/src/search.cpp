@@ -354,6 +354,11 @@ struct TaskSearch::Impl {
       Sub s;
       s.pair = pr.second;
       s.ch = std::min(startCh, pairMax[s.pair]);
+      const int recorded = sp.measuredChannels[s.pair / kNumProtos][s.pair % kNumProtos];
+      if (o.recordedStart && !driftRetune && recorded > 0 && !hinted(s.pair)) {
+        s.ch = std::min(recorded, pairMax[s.pair]);
+        ++st.recordedStarts;
+      }
       s.ck = 0;
       s.step[0] = s.step[1] = o.initStep;
       for (const Hint& h : hints)
@@ -1548,9 +1553,12 @@ std::vector<TaskSearch::PairMeasure> TaskSearch::measuredPairs() const {
                            [&](const PairMeasure& x) { return x.algo == e.cfg.algo && x.proto == e.cfg.proto; });
     const double med = median(e.samples);  // an abandoned point's too (med() is infinite for it)
     if (it == out.end()) {
-      out.push_back(PairMeasure{e.cfg.algo, e.cfg.proto, med, dflt, static_cast<uint64_t>(e.n())});
+      out.push_back(PairMeasure{e.cfg.algo, e.cfg.proto, med, dflt, static_cast<uint64_t>(e.n()), e.cfg.channels});
     } else {
-      it->micros = std::min(it->micros, med);
+      if (med < it->micros) {
+        it->micros = med;
+        it->channels = e.cfg.channels;
+      }
       it->samples += static_cast<uint64_t>(e.n());
     }
   }

@@ -333,20 +333,31 @@ PAIR_RECORD_MIN_SAMPLES = 2
 
 
 def _pairs_view(t: tables.Table) -> RichTable:
-    """The table's pair records, each with its ratio to NCCL's choice and what the next online start does with
-    it under this environment's AUTOCCL_SKIP_BEHIND_PCT."""
+    """The table's pair records, each with its ratio to NCCL's choice, the channel count of its best point,
+    and what the next online start does with it under this environment's AUTOCCL_SKIP_BEHIND_PCT and
+    AUTOCCL_RECORDED_START."""
     name = "AUTOCCL_SKIP_BEHIND_PCT"
     raw = settings.value_of(name)
     bad = settings.problems({name: raw})
     pct = None if bad else int(raw or "100")
-    if bad:
-        rule = f"{bad[0]}: the library would refuse it (and load no tuner)"
+    start_name = "AUTOCCL_RECORDED_START"
+    start_raw = settings.value_of(start_name)
+    start_bad = settings.problems({start_name: start_raw})
+    from_record = None if start_bad else start_raw != "off"
+    if bad or start_bad:
+        rule = f"{(bad or start_bad)[0]}: the library would refuse it (and load no tuner)"
     elif pct == 0:
         rule = f"{name}=0: the next online start probes every pair"
     else:
         rule = (
             f"the next online start skips a pair recorded on {PAIR_RECORD_MIN_SAMPLES} samples or more and "
             f"more than {pct} % slower than NCCL's choice ({name}{'' if raw else ', default'} {pct})"
+        )
+    if from_record is not None:
+        rule += (
+            "; it probes the others first at their best point's channels"
+            if from_record
+            else f"; {start_name}=off: it probes the others at the widest channel count"
         )
     view = RichTable(
         title="pairs the online search measured (best median against NCCL's choice's)", caption=rule
@@ -360,6 +371,7 @@ def _pairs_view(t: tables.Table) -> RichTable:
         "time_us",
         "nccl_us",
         "x NCCL",
+        "best at",
         "samples",
         "next start",
     ):
@@ -374,6 +386,13 @@ def _pairs_view(t: tables.Table) -> RichTable:
             and int(p.get("samples", "0")) >= PAIR_RECORD_MIN_SAMPLES
             and ratio > 1 + pct / 100
         )
+        channels = int(p.get("channels", "0"))
+        if pct is None or from_record is None:
+            verdict = "?"
+        elif skipped:
+            verdict = "skipped"
+        else:
+            verdict = f"probed at {channels} ch" if from_record and channels > 0 else "probed"
         view.add_row(
             p["coll"],
             p["bytes"],
@@ -383,8 +402,9 @@ def _pairs_view(t: tables.Table) -> RichTable:
             p["time_us"],
             p["nccl_us"],
             f"{ratio:.2f}" if ratio is not None else "?",
+            f"{channels} ch" if channels > 0 else "—",
             p.get("samples", "0"),
-            "skipped" if skipped else ("?" if pct is None else "probed"),
+            verdict,
         )
     return view
 

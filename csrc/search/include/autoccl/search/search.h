@@ -48,6 +48,8 @@ struct Space {
   // choice's median, 0 where it measured nothing (the engine passes records of 2 samples or more: one outlier
   // must not rule a pair out for good). Options::skipBehind reads it.
   float measuredRatio[kNumAlgos][kNumProtos] = {};
+  // The channel count of that pair's best point in the same record, 0 where none is known: Options::recordedStart.
+  int measuredChannels[kNumAlgos][kNumProtos] = {};
   Space();
 };
 
@@ -108,6 +110,11 @@ struct Options {
   // at the task's first search, nor after the table's entry lost its verification (a hinted pair always is; a
   // re-tune after drift probes them again). 0: all.
   double skipBehind = 2.0;
+  // A pair an earlier job measured (Space::measuredChannels) is first probed at the channel count of its best point
+  // there, not at the widest: over sockets on one H200 the warm passes' searches probed ring/Simple and tree/Simple
+  // at 64 channels (NCCL runs 2), 2x NCCL's time (h200x1/never-slower-hosts). Only the start moves: the descent
+  // keeps its cold step. Not after drift (the machine changed), nor for a hinted pair (the hint's point rules).
+  bool recordedStart = true;
   int halvingRounds = 2;        // successive halving after each of the first descent iterations
   int keepSubspaces = 1;        // at most this many subspaces are descended after the halving
   // A descent over with budget left descends the best subspace the halving dropped, one at a time, where its
@@ -247,6 +254,7 @@ struct Stats {
   bool jobRegretStop = false;   // ... by the job's (Options::jobRegret) while the task's own had room
   uint64_t abandoned = 0;       // candidates given up after one far slower sample (Options::abandonAbove)
   uint64_t skippedBehind = 0;   // pairs not probed: an earlier job measured them far behind (Options::skipBehind)
+  uint64_t recordedStarts = 0;  // pairs first probed at an earlier job's best point (Options::recordedStart)
   uint64_t unprovenWaits = 0;   // calls the incumbent ran while maxUnprovenCalls held candidates back
 };
 
@@ -303,6 +311,7 @@ class TaskSearch {
     int algo = -1, proto = -1;
     double micros = 0, defaultMicros = 0;
     uint64_t samples = 0;
+    int channels = 0;  // the channel count of the pair's best point
   };
   std::vector<PairMeasure> measuredPairs() const;
   Config best() const;     // current incumbent (the pinned config once converged)
