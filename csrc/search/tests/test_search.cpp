@@ -2156,53 +2156,72 @@ void skipMeasuredBehind() {
   CHECK_EQ(lostVerify, 20);
 }
 
-// The same on the search test's models in nccl-tests' loops: one job of one size (20 untimed calls, 40 and 40
-// timed) leaves its pair records (2 samples or more, as the engine reads them); the next job of the task runs 6
-// rounds with them and without. Skipping a pair the first job measured more than twice behind NCCL's choice must
-// not cost the search its quality (where it ends against the best), and never end worse than NCCL's choice.
+// The next job of a task on the search test's models in nccl-tests' loops: one job of one size (20 untimed calls,
+// 40 and 40 timed) leaves its pair records; `record` puts them into the next job's space (and says whether they can
+// matter there), and the next job runs 6 rounds in each of two arms that `arm` sets up (0: without, 1: with).
+struct NextJobArms {
+  int runs = 100, mattered = 0;
+  int within3[2] = {0, 0}, worse[2] = {0, 0};
+  double first[2] = {0, 0}, worstLoop[2] = {0, 0};
+};
+NextJobArms nextJobOnModels(int kind, const std::function<bool(const std::vector<TaskSearch::PairMeasure>&, Model*)>& record,
+                            const std::function<void(int, Options*)>& arm) {
+  NextJobArms r;
+  for (uint64_t seed = 1; seed <= static_cast<uint64_t>(r.runs); ++seed) {
+    std::mt19937_64 rng(seed * 37 + static_cast<uint64_t>(kind));
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    const Model m = kind == 0 ? randomModel(rng) : kind == 1 ? h200Model(rng, std::exp2(20.0 + 10.0 * u(rng)))
+                                                              : hostileModel(rng);
+    Options o = withOnlineBounds(Options());
+    o.verifySamples = 3;
+    std::vector<TaskSearch::PairMeasure> pairs;
+    burstRun(m, o, seed, 1, &pairs);
+    Model next = m;
+    r.mattered += record(pairs, &next);
+    for (int side = 0; side < 2; ++side) {
+      Options o2 = o;
+      arm(side, &o2);
+      const BurstResult b = burstRun(next, o2, seed + 5000, 6);
+      r.first[side] += b.firstTimed / r.runs;
+      r.worstLoop[side] = std::max(r.worstLoop[side], b.worstLoop);
+      const double got = m.trueTime(b.final), dflt = m.trueTime(Config());
+      if (b.converged && got <= m.bestTime() * 1.03) r.within3[side]++;
+      if (got > dflt * (1.0 + std::max(0.01, 2 * m.noise))) r.worse[side]++;
+    }
+  }
+  return r;
+}
+const char* modelKindName(int kind) { return kind == 0 ? "random" : kind == 1 ? "H200-like" : "hostile"; }
+// What either arm may not cost: the search's quality (where it ends against the best), an end worse than NCCL's
+// choice, or dearer first timed calls.
+void checkNextJobArms(const NextJobArms& r) {
+  CHECK(r.worse[1] == 0);
+  CHECK(r.within3[1] >= r.within3[0] - 3);
+  CHECK(r.first[1] <= r.first[0] + 0.005);
+}
+
+// Skipping a pair the first job measured more than twice behind NCCL's choice (records of 2 samples or more, as the
+// engine reads them).
 void skipMeasuredBehindModels() {
   for (int kind = 0; kind < 3; ++kind) {
-    const int runs = 100;
-    int within3[2] = {0, 0}, worse[2] = {0, 0}, skipping = 0;
-    double first[2] = {0, 0}, worstLoop[2] = {0, 0};
-    for (uint64_t seed = 1; seed <= static_cast<uint64_t>(runs); ++seed) {
-      std::mt19937_64 rng(seed * 37 + static_cast<uint64_t>(kind));
-      std::uniform_real_distribution<double> u(0.0, 1.0);
-      const Model m = kind == 0 ? randomModel(rng) : kind == 1 ? h200Model(rng, std::exp2(20.0 + 10.0 * u(rng)))
-                                                                : hostileModel(rng);
-      Options o = withOnlineBounds(Options());
-      o.verifySamples = 3;
-      std::vector<TaskSearch::PairMeasure> pairs;
-      burstRun(m, o, seed, 1, &pairs);
-      Model next = m;
-      for (const auto& p : pairs)
-        if (p.samples >= 2)
-          next.space.measuredRatio[p.algo][p.proto] = static_cast<float>(p.micros / p.defaultMicros);
-      bool any = false;
-      for (int a = 0; a < kNumAlgos; ++a)
-        for (int p = 0; p < kNumProtos; ++p)
-          any = any || (next.space.measuredRatio[a][p] > 2.0f && a * kNumProtos + p != m.defaultPair);
-      skipping += any;
-      for (int skip = 0; skip < 2; ++skip) {
-        Options o2 = o;
-        o2.skipBehind = skip ? 2.0 : 0.0;
-        const BurstResult b = burstRun(next, o2, seed + 5000, 6);
-        first[skip] += b.firstTimed / runs;
-        worstLoop[skip] = std::max(worstLoop[skip], b.worstLoop);
-        const double got = m.trueTime(b.final), dflt = m.trueTime(Config());
-        if (b.converged && got <= m.bestTime() * 1.03) within3[skip]++;
-        if (got > dflt * (1.0 + std::max(0.01, 2 * m.noise))) worse[skip]++;
-      }
-    }
-    const char* name = kind == 0 ? "random" : kind == 1 ? "H200-like" : "hostile";
+    const NextJobArms r = nextJobOnModels(
+        kind,
+        [](const std::vector<TaskSearch::PairMeasure>& pairs, Model* next) {
+          bool any = false;
+          for (const auto& p : pairs)
+            if (p.samples >= 2) {
+              next->space.measuredRatio[p.algo][p.proto] = static_cast<float>(p.micros / p.defaultMicros);
+              any = any || (p.micros / p.defaultMicros > 2.0 && p.algo * kNumProtos + p.proto != next->defaultPair);
+            }
+          return any;
+        },
+        [](int side, Options* o) { o->skipBehind = side ? 2.0 : 0.0; });
     std::printf("%s models, the next job of a task (%d of %d with a pair recorded > 2x behind): first size's timed "
                 "calls %.4fx NCCL's time probing every pair, %.4fx skipping; costliest loop %.3fx / %.3fx; within 3 %% "
                 "of the best %d / %d; worse than NCCL's %d / %d\n",
-                name, skipping, runs, first[0], first[1], worstLoop[0], worstLoop[1], within3[0], within3[1], worse[0],
-                worse[1]);
-    CHECK(worse[1] == 0);
-    CHECK(within3[1] >= within3[0] - 3);
-    CHECK(first[1] <= first[0] + 0.005);
+                modelKindName(kind), r.mattered, r.runs, r.first[0], r.first[1], r.worstLoop[0], r.worstLoop[1],
+                r.within3[0], r.within3[1], r.worse[0], r.worse[1]);
+    checkNextJobArms(r);
   }
 }
 
@@ -2272,55 +2291,32 @@ void recordedStart() {
   CHECK_EQ(hinted.stats().recordedStarts, uint64_t(1));  // tree/Simple's, not the hinted ring/Simple's
 }
 
-// The same on the search test's models in nccl-tests' loops (as skipMeasuredBehindModels: one job of one size leaves
-// its records, the next job runs 6 rounds from them), with and without the recorded start: it must not cost the search
-// its quality, never end worse than NCCL's choice, and not make the first size's timed calls dearer.
+// The next job's first probes at the records' best points, with and without (pairs > 2x behind skipped in both).
 void recordedStartModels() {
   for (int kind = 0; kind < 3; ++kind) {
-    const int runs = 100;
-    int within3[2] = {0, 0}, worse[2] = {0, 0}, moved = 0;
-    double first[2] = {0, 0}, worstLoop[2] = {0, 0};
-    for (uint64_t seed = 1; seed <= static_cast<uint64_t>(runs); ++seed) {
-      std::mt19937_64 rng(seed * 37 + static_cast<uint64_t>(kind));
-      std::uniform_real_distribution<double> u(0.0, 1.0);
-      const Model m = kind == 0 ? randomModel(rng) : kind == 1 ? h200Model(rng, std::exp2(20.0 + 10.0 * u(rng)))
-                                                                : hostileModel(rng);
-      Options o = withOnlineBounds(Options());
-      o.verifySamples = 3;
-      std::vector<TaskSearch::PairMeasure> pairs;
-      burstRun(m, o, seed, 1, &pairs);
-      Model next = m;
-      bool any = false;
-      // where a cold start probes (as TaskSearch: the communicator's cap, else NCCL's count, else the widest)
-      const Space& sp = m.space;
-      const int widest = sp.startChannels > 0 ? std::min(sp.startChannels, sp.maxChannels)
-                                              : sp.ncclChannels > 0 ? sp.ncclChannels : sp.maxChannels;
-      for (const auto& p : pairs) {
-        if (p.samples >= 2) next.space.measuredRatio[p.algo][p.proto] = static_cast<float>(p.micros / p.defaultMicros);
-        next.space.measuredChannels[p.algo][p.proto] = p.channels;
-        any = any || p.channels != widest;
-      }
-      moved += any;
-      for (int from = 0; from < 2; ++from) {
-        Options o2 = o;
-        o2.recordedStart = from == 1;
-        const BurstResult b = burstRun(next, o2, seed + 5000, 6);
-        first[from] += b.firstTimed / runs;
-        worstLoop[from] = std::max(worstLoop[from], b.worstLoop);
-        const double got = m.trueTime(b.final), dflt = m.trueTime(Config());
-        if (b.converged && got <= m.bestTime() * 1.03) within3[from]++;
-        if (got > dflt * (1.0 + std::max(0.01, 2 * m.noise))) worse[from]++;
-      }
-    }
-    const char* name = kind == 0 ? "random" : kind == 1 ? "H200-like" : "hostile";
+    const NextJobArms r = nextJobOnModels(
+        kind,
+        [](const std::vector<TaskSearch::PairMeasure>& pairs, Model* next) {
+          // where a cold start probes (as TaskSearch: the communicator's cap, else NCCL's count, else the widest)
+          const Space& sp = next->space;
+          const int widest = sp.startChannels > 0 ? std::min(sp.startChannels, sp.maxChannels)
+                                                  : sp.ncclChannels > 0 ? sp.ncclChannels : sp.maxChannels;
+          bool any = false;
+          for (const auto& p : pairs) {
+            if (p.samples >= 2)
+              next->space.measuredRatio[p.algo][p.proto] = static_cast<float>(p.micros / p.defaultMicros);
+            next->space.measuredChannels[p.algo][p.proto] = p.channels;
+            any = any || p.channels != widest;
+          }
+          return any;
+        },
+        [](int side, Options* o) { o->recordedStart = side == 1; });
     std::printf("%s models, the next job of a task (%d of %d with a pair's best away from its first probe): first "
                 "size's timed calls %.4fx NCCL's time starting at the widest, %.4fx at the recorded best; costliest "
                 "loop %.3fx / %.3fx; within 3 %% of the best %d / %d; worse than NCCL's %d / %d\n",
-                name, moved, runs, first[0], first[1], worstLoop[0], worstLoop[1], within3[0], within3[1], worse[0],
-                worse[1]);
-    CHECK(worse[1] == 0);
-    CHECK(within3[1] >= within3[0] - 3);
-    CHECK(first[1] <= first[0] + 0.005);
+                modelKindName(kind), r.mattered, r.runs, r.first[0], r.first[1], r.worstLoop[0], r.worstLoop[1],
+                r.within3[0], r.within3[1], r.worse[0], r.worse[1]);
+    checkNextJobArms(r);
   }
 }
 
