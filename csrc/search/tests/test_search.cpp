@@ -2191,10 +2191,14 @@ NextJobArms nextJobOnModels(int kind, const std::function<bool(const std::vector
   }
   return r;
 }
-const char* modelKindName(int kind) { return kind == 0 ? "random" : kind == 1 ? "H200-like" : "hostile"; }
-// What either arm may not cost: the search's quality (where it ends against the best), an end worse than NCCL's
-// choice, or dearer first timed calls.
-void checkNextJobArms(const NextJobArms& r) {
+// Prints both arms, then checks what the second may not cost: the search's quality (where it ends against the
+// best), an end worse than NCCL's choice, or dearer first timed calls.
+void reportNextJobArms(int kind, const NextJobArms& r, const char* mattered, const char* without, const char* with) {
+  std::printf("%s models, the next job of a task (%d of %d with %s): first size's timed calls %.4fx NCCL's time %s, "
+              "%.4fx %s; costliest loop %.3fx / %.3fx; within 3 %% of the best %d / %d; worse than NCCL's %d / %d\n",
+              kind == 0 ? "random" : kind == 1 ? "H200-like" : "hostile", r.mattered, r.runs, mattered, r.first[0],
+              without, r.first[1], with, r.worstLoop[0], r.worstLoop[1], r.within3[0], r.within3[1], r.worse[0],
+              r.worse[1]);
   CHECK(r.worse[1] == 0);
   CHECK(r.within3[1] >= r.within3[0] - 3);
   CHECK(r.first[1] <= r.first[0] + 0.005);
@@ -2216,12 +2220,7 @@ void skipMeasuredBehindModels() {
           return any;
         },
         [](int side, Options* o) { o->skipBehind = side ? 2.0 : 0.0; });
-    std::printf("%s models, the next job of a task (%d of %d with a pair recorded > 2x behind): first size's timed "
-                "calls %.4fx NCCL's time probing every pair, %.4fx skipping; costliest loop %.3fx / %.3fx; within 3 %% "
-                "of the best %d / %d; worse than NCCL's %d / %d\n",
-                modelKindName(kind), r.mattered, r.runs, r.first[0], r.first[1], r.worstLoop[0], r.worstLoop[1],
-                r.within3[0], r.within3[1], r.worse[0], r.worse[1]);
-    checkNextJobArms(r);
+    reportNextJobArms(kind, r, "a pair recorded > 2x behind", "probing every pair", "skipping");
   }
 }
 
@@ -2311,12 +2310,8 @@ void recordedStartModels() {
           return any;
         },
         [](int side, Options* o) { o->recordedStart = side == 1; });
-    std::printf("%s models, the next job of a task (%d of %d with a pair's best away from its first probe): first "
-                "size's timed calls %.4fx NCCL's time starting at the widest, %.4fx at the recorded best; costliest "
-                "loop %.3fx / %.3fx; within 3 %% of the best %d / %d; worse than NCCL's %d / %d\n",
-                modelKindName(kind), r.mattered, r.runs, r.first[0], r.first[1], r.worstLoop[0], r.worstLoop[1],
-                r.within3[0], r.within3[1], r.worse[0], r.worse[1]);
-    checkNextJobArms(r);
+    reportNextJobArms(kind, r, "a pair's best away from its first probe", "starting at the widest",
+                      "at the recorded best");
   }
 }
 
