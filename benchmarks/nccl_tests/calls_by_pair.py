@@ -1,6 +1,8 @@
-"""What a traced mode's calls ran, pass by pass, from `bench nccl-tests --trace` traces: rank 0's calls (the
-communicator's authority; every rank applies the same) counted by algorithm/protocol pair, NCCL's own choice
-apart, and per pass the tasks that searched and the pairs the table's records left out (`skipped_behind`).
+"""What a traced mode's calls ran, pass by pass and launch kind, from `bench nccl-tests --trace` traces:
+rank 0's calls (the communicator's authority; every rank applies the same) counted by algorithm/protocol
+pair, NCCL's own choice apart; the tasks that timed candidates (a search, or the verification of a table
+entry), the pairs the table's records left out (`skipped_behind`) and those whose first probe moved to a
+record's best point (`recorded_starts`).
 
 It shows whether a warm start still probes pairs the earlier jobs measured far behind NCCL's choice (ring/LL
 at 3.7x over sockets): with the table's pair records those calls should be gone from every pass after the
@@ -18,22 +20,30 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-_PASS = re.compile(r"^p(\d+)_")
+_TRACE = re.compile(r"^p(\d+)_.+_(single|mpi)\.")
 
 
-def count(trace_dir: Path) -> dict[int, dict[str, Any]]:
-    """Per pass: calls, calls by pair ('nccl' where NCCL chose), tasks, tasks that searched, pairs skipped."""
-    out: dict[int, dict[str, Any]] = defaultdict(
-        lambda: {"calls": 0, "by_pair": Counter(), "tasks": 0, "searched": 0, "skipped_behind": 0}
+def count(trace_dir: Path) -> dict[tuple[int, str], dict[str, Any]]:
+    """Per (pass, launch kind): calls, calls by pair ('nccl' where NCCL chose), tasks, tasks that timed
+    candidates, pairs skipped, first probes moved to a record."""
+    out: dict[tuple[int, str], dict[str, Any]] = defaultdict(
+        lambda: {
+            "calls": 0,
+            "by_pair": Counter(),
+            "tasks": 0,
+            "sampled": 0,
+            "skipped_behind": 0,
+            "recorded_starts": None,
+        }
     )
     files = sorted(trace_dir.glob("p*.jsonl"))
     if not files:
         raise SystemExit(f"{trace_dir}: no p<pass>_*.jsonl traces (run bench nccl-tests with --trace)")
     for f in files:
-        m = _PASS.match(f.name)
+        m = _TRACE.match(f.name)
         if not m:
             continue
-        row = out[int(m.group(1))]
+        row = out[(int(m.group(1)), m.group(2))]
         for line in f.read_text().splitlines():
             try:
                 rec = json.loads(line)
@@ -47,18 +57,28 @@ def count(trace_dir: Path) -> dict[int, dict[str, Any]]:
                 row["by_pair"]["nccl" if not algo else f"{algo}/{proto}"] += 1
             elif rec.get("ev") == "task":
                 row["tasks"] += 1
-                row["searched"] += int(rec.get("search_samples", 0) > 0)
+                row["sampled"] += int(rec.get("search_samples", 0) > 0)
                 row["skipped_behind"] += int(rec.get("skipped_behind", 0))
+                if "recorded_starts" in rec:  # traces of engines before the field have none: unknown, not 0
+                    row["recorded_starts"] = int(row["recorded_starts"] or 0) + int(rec["recorded_starts"])
     return dict(sorted(out.items()))
 
 
-def markdown(rows: dict[int, dict[str, Any]]) -> str:
+def markdown(rows: dict[tuple[int, str], dict[str, Any]]) -> str:
     pairs = sorted({p for r in rows.values() for p in r["by_pair"] if p != "nccl"})
-    head = ["pass", "calls", "NCCL's choice", *pairs, "tasks searched", "pairs skipped (records)"]
+    head = ["pass", "launch", "calls", "NCCL's choice", *pairs, "tasks timing candidates"]
+    head += ["pairs skipped (records)", "first probes from records"]
     lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---:" for _ in head) + " |"]
-    for p, r in rows.items():
-        cells = [str(p), str(r["calls"]), str(r["by_pair"]["nccl"]), *(str(r["by_pair"][x]) for x in pairs)]
-        cells += [f"{r['searched']} of {r['tasks']}", str(r["skipped_behind"])]
+    for (p, launch), r in rows.items():
+        cells = [
+            str(p),
+            launch,
+            str(r["calls"]),
+            str(r["by_pair"]["nccl"]),
+            *(str(r["by_pair"][x]) for x in pairs),
+        ]
+        starts = "—" if r["recorded_starts"] is None else str(r["recorded_starts"])
+        cells += [f"{r['sampled']} of {r['tasks']}", str(r["skipped_behind"]), starts]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -72,7 +92,8 @@ def main() -> None:
     if args.markdown:
         print(markdown(rows))
     else:
-        print(json.dumps({str(p): {**r, "by_pair": dict(r["by_pair"])} for p, r in rows.items()}, indent=1))
+        out = {f"p{p} {launch}": {**r, "by_pair": dict(r["by_pair"])} for (p, launch), r in rows.items()}
+        print(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

@@ -382,10 +382,12 @@ std::string formatTable(const Table& t) {
     out += buf;
   }
   for (const PairRecord& p : t.pairs) {
+    char channels[24] = "";  // absent = 0 (not known)
+    if (p.channels) std::snprintf(channels, sizeof channels, " channels=%d", p.channels);
     std::snprintf(buf, sizeof buf,
-                  "pair coll=%s bytes=%" PRIu64 " pipe=%d algo=%s proto=%s channels=%d time_us=%.1f nccl_us=%.1f "
-                  "samples=%" PRIu64 "\n",
-                  collName(p.key.coll), p.key.bytes, p.key.pipe, algoName(p.algo), protoName(p.proto), p.channels,
+                  "pair coll=%s bytes=%" PRIu64 " pipe=%d algo=%s proto=%s%s time_us=%.1f nccl_us=%.1f samples=%" PRIu64
+                  "\n",
+                  collName(p.key.coll), p.key.bytes, p.key.pipe, algoName(p.algo), protoName(p.proto), channels,
                   p.timeUs, p.ncclUs, p.samples);
     out += buf;
   }

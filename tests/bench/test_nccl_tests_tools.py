@@ -152,18 +152,30 @@ def test_calls_by_pair_counts_rank_0_pass_by_pass(tmp_path: Path) -> None:
         return {"ev": "call", "rank": rank, "coll": "allreduce", "algo": algo, "proto": proto}
 
     def task(searched: int, skipped: int) -> dict[str, object]:
-        return {"ev": "task", "rank": 0, "search_samples": searched, "skipped_behind": skipped}
+        return {
+            "ev": "task",
+            "rank": 0,
+            "search_samples": searched,
+            "skipped_behind": skipped,
+            "recorded_starts": 1,
+        }
 
     cold = [call(0, "ring", "ll"), call(0, None, None), call(0, "ring", "simple"), task(3, 0)]
     warm = [call(0, None, None), call(0, "ring", "simple"), task(0, 1)]
     for name, recs in (("p0_all_reduce_mpi.vm.1.jsonl", cold), ("p1_all_reduce_mpi.vm.2.jsonl", warm)):
         lines = [json.dumps(r) for r in recs] + [json.dumps(call(1, "ring", "ll")), '{"ev": "ca']
         (tmp_path / name).write_text("\n".join(lines) + "\n")  # rank 1's call and a torn line: not counted
+    (tmp_path / "p1_all_reduce_single.vm.3.jsonl").write_text(json.dumps(call(0, None, None)) + "\n")
     rows = cb.count(tmp_path)
-    assert rows[0]["calls"] == 3 and rows[0]["by_pair"] == {"ring/ll": 1, "nccl": 1, "ring/simple": 1}
-    assert rows[1]["by_pair"]["ring/ll"] == 0 and rows[1]["skipped_behind"] == 1 and rows[1]["searched"] == 0
+    assert rows[(0, "mpi")]["calls"] == 3
+    assert rows[(0, "mpi")]["by_pair"] == {"ring/ll": 1, "nccl": 1, "ring/simple": 1}
+    one = rows[(1, "mpi")]
+    assert one["by_pair"]["ring/ll"] == 0 and one["skipped_behind"] == 1 and one["sampled"] == 0
+    assert one["recorded_starts"] == 1 and rows[(1, "single")]["calls"] == 1  # launch kinds apart
+    assert rows[(1, "single")]["recorded_starts"] is None  # no task record with the field: unknown, not 0
     table = cb.markdown(rows)
-    assert "| 0 | 3 | 1 | 1 | 1 | 1 of 1 | 0 |" in table and "| 1 | 2 | 1 | 0 | 1 | 0 of 1 | 1 |" in table
+    assert "| 0 | mpi | 3 | 1 | 1 | 1 | 1 of 1 | 0 | 1 |" in table, table
+    assert "| 1 | mpi | 2 | 1 | 0 | 1 | 0 of 1 | 1 | 1 |" in table, table
     out = subprocess.run(
         [sys.executable, str(TOOLS / "calls_by_pair.py"), str(tmp_path / "none")],
         capture_output=True,

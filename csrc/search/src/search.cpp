@@ -356,8 +356,11 @@ struct TaskSearch::Impl {
       s.ch = std::min(startCh, pairMax[s.pair]);
       const int recorded = sp.measuredChannels[s.pair / kNumProtos][s.pair % kNumProtos];
       if (o.recordedStart && !driftRetune && recorded > 0 && !hinted(s.pair)) {
-        s.ch = std::min(recorded, pairMax[s.pair]);
-        ++st.recordedStarts;
+        // within what the communicator granted so far (a wider request would be capped as the widest probe is)
+        int from = std::min(recorded, pairMax[s.pair]);
+        if (sp.startChannels > 0) from = std::min(from, startCh);
+        if (from != s.ch) ++st.recordedStarts;
+        s.ch = from;
       }
       s.ck = 0;
       s.step[0] = s.step[1] = o.initStep;

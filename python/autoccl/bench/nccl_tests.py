@@ -205,6 +205,7 @@ def pinned_tasks(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                         "regret_stop",
                         "job_regret_stop",
                         "skipped_behind",
+                        "recorded_starts",
                     )
                     if k in rec
                 }
@@ -334,18 +335,17 @@ def pass_order(modes: Sequence[Mode], pass_no: int, order: str = "rotate") -> li
     as many passes as places every mode runs at each place once: a machine that warms up or slows down over a
     pass (a GPU's clocks, the page cache, a socket's buffers) then weighs on each mode alike instead of always
     on the one launched last. A mode that reads another's table ({cache:NAME}) travels with NAME, right
-    after it, as one place. `fixed` keeps the order as given."""
+    after it, as one place (with every NAME it reads). `fixed` keeps the order as given."""
     if order == "fixed" or not modes:
         return list(modes)
     units: list[list[Mode]] = []
-    unit_of: dict[str, list[Mode]] = {}
     for mode in modes:
-        refs = [r for r in _CACHE_OF.findall(" ".join(mode.run_args or ())) if r in unit_of]
-        unit = unit_of[refs[0]] if refs else []
-        if not refs:
-            units.append(unit)
-        unit.append(mode)
-        unit_of[mode.name] = unit
+        refs = set(_CACHE_OF.findall(" ".join(mode.run_args or ())))
+        # the places of the modes it reads from become one place (in their order), the reader last
+        joined = [u for u in units if any(m.name in refs for m in u)]
+        unit = [m for u in joined for m in u] + [mode]
+        units = [u for u in units if u not in joined]
+        units.insert(min((i for i, u in enumerate(units) if u[0] in unit), default=len(units)), unit)
     k = pass_no % len(units)
     return [m for unit in units[k:] + units[:k] for m in unit]
 
@@ -667,12 +667,15 @@ def _by_place(
 ) -> dict[str, Any]:
     """The mode's geometric mean over cells (each cell's median over the passes in the group) apart for the
     passes where it was launched before the baseline on that collective and those where it came after: with
-    the order rotating, a large difference says the machine, not the mode, moved over the pass."""
+    the order rotating, a large difference says the machine, not the mode, moved over the pass. Pass 0 is left
+    out: it is a tuned mode's cold pass, and the baseline, listed first, leads it under any order."""
     groups: dict[str, tuple[list[float], set[int]]] = {"before": ([], set()), "after": ([], set())}
     for c in cells:
         split: dict[str, list[float]] = {"before": [], "after": []}
         for p_text, ratio in c["modes"][mode]["ratio_by_pass"].items():
             p = int(p_text)
+            if p == 0:
+                continue
             own, base = place.get((p, launch, c["coll"], mode)), place.get((p, launch, c["coll"], baseline))
             if own is None or base is None:
                 continue  # launched before positions were recorded
@@ -828,7 +831,8 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
     if placed:
         lines += [
             "",
-            f"By place in the pass (geomean ≥ 4 MiB, launched before / after {summary['baseline']}):",
+            f"By place in the pass (geomean ≥ {_mib(placed[0]['min_bytes'])}, launched before / after "
+            f"{summary['baseline']} on the collective; the passes after the first, the cold one):",
         ]
         lines += [""]
         for o in placed:

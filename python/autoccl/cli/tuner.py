@@ -355,9 +355,9 @@ def _pairs_view(t: tables.Table) -> RichTable:
         )
     if from_record is not None:
         rule += (
-            "; it probes the others first at their best point's channels"
+            "; a pair it probes with a recorded best point it probes there first (best point's channels)"
             if from_record
-            else f"; {start_name}=off: it probes the others at the widest channel count"
+            else f"; {start_name}=off: it probes every pair first at the widest channel count"
         )
     view = RichTable(
         title="pairs the online search measured (best median against NCCL's choice's)", caption=rule

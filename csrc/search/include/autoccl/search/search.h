@@ -111,9 +111,11 @@ struct Options {
   // re-tune after drift probes them again). 0: all.
   double skipBehind = 2.0;
   // A pair an earlier job measured (Space::measuredChannels) is first probed at the channel count of its best point
-  // there, not at the widest: over sockets on one H200 the warm passes' searches probed ring/Simple and tree/Simple
-  // at 64 channels (NCCL runs 2), 2x NCCL's time (h200x1/never-slower-hosts). Only the start moves: the descent
-  // keeps its cold step. Not after drift (the machine changed), nor for a hinted pair (the hint's point rules).
+  // there (within the communicator's cap, Space::startChannels), not at the widest: where channels matter (NVLink)
+  // the widest point of a pair can be far from its best, and a job that ended mid-search probes it again at every
+  // start (search test recordedStartModels: H200-like models' next job 0.993x NCCL's time instead of 1.148x). Only
+  // the start moves: the descent keeps its cold step. Not after drift (the machine changed), nor for a hinted pair
+  // (the hint's point rules).
   bool recordedStart = true;
   int halvingRounds = 2;        // successive halving after each of the first descent iterations
   int keepSubspaces = 1;        // at most this many subspaces are descended after the halving
@@ -254,7 +256,7 @@ struct Stats {
   bool jobRegretStop = false;   // ... by the job's (Options::jobRegret) while the task's own had room
   uint64_t abandoned = 0;       // candidates given up after one far slower sample (Options::abandonAbove)
   uint64_t skippedBehind = 0;   // pairs not probed: an earlier job measured them far behind (Options::skipBehind)
-  uint64_t recordedStarts = 0;  // pairs first probed at an earlier job's best point (Options::recordedStart)
+  uint64_t recordedStarts = 0;  // pairs whose first probe moved to an earlier job's best point (Options::recordedStart)
   uint64_t unprovenWaits = 0;   // calls the incumbent ran while maxUnprovenCalls held candidates back
 };
 
