@@ -241,6 +241,11 @@ def test_the_ratio_apart_by_place_in_the_pass() -> None:
             ]
     s = NT.summarize(records)
     place = s["overall"]["online/mpi"]["by_place"]
+    # per pass: 0.8x in the passes online ran second, 1.25x where it ran first
+    assert s["overall"]["online/mpi"]["geomean_by_pass"] == pytest.approx(
+        {"0": 0.8, "1": 1.25, "2": 0.8, "3": 1.25}
+    )
+    assert "- online, mpi: 0.800 / 1.250 / 0.800 / 1.250" in NT.markdown(s)
     # pass 0 (the cold one, where the baseline leads under any order) is left out
     assert place["before"]["passes"] == [1, 3] and place["after"]["passes"] == [2]
     assert abs(place["before"]["geomean"] - 1.25) < 1e-9 and abs(place["after"]["geomean"] - 0.8) < 1e-9

@@ -620,6 +620,11 @@ def summarize(
                 "cells": len(sel),
                 "geomean_ge_min_bytes": geo,
                 "geomean_ci95": [lo, hi],
+                # per pass, the geometric mean over the cells it has: pass 0 is a tuned mode's cold start
+                "geomean_by_pass": {
+                    str(p): _geomean([c[str(p)] for c in by_cell if str(p) in c])
+                    for p in sorted(map(int, pass_ids))
+                },
                 "min_bytes": min_bytes,
                 "worst_cell": None
                 if worst is None
@@ -808,6 +813,16 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
             f"{o['divergent_calls']} of {o['calls_compared']} | "
             f"{_outlier_text(o.get('largest_average_over_median'))} |"
         )
+    by_pass = [o for o in summary["overall"].values() if len(o.get("geomean_by_pass") or {}) > 1]
+    if by_pass:
+        lines += [
+            "",
+            "Geomean by pass (pass 0: a tuned mode's cold start; later passes start from its table):",
+            "",
+        ]
+        for o in by_pass:
+            per = " / ".join(f"{v:.3f}" for v in o["geomean_by_pass"].values())
+            lines.append(f"- {o['mode']}, {o['launch']}: {per}")
     refused = [o for o in summary["overall"].values() if o.get("launches_without_tuner")]
     if refused:
         lines += [
