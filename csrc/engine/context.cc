@@ -766,15 +766,22 @@ void Context::finalizeTuner() {
           "{\"ev\":\"task\",\"comm\":\"%s\",\"rank\":%d,\"coll\":\"%s\",\"bytes\":%" PRIu64 ",\"pipe\":%d,\"calls\":%" PRIu64
           ",\"samples\":%" PRIu64 ",\"median_us\":%.3f,\"mad_us\":%.3f,\"noise\":%.4f,\"min_us\":%.3f,\"max_us\":%.3f,"
           "\"source\":\"%s\",\"algo\":%s%s%s,\"proto\":%s%s%s,\"channels\":%d,\"chunk\":%" PRIu64
-          ",\"chunk_halvings\":%d,\"nccl_algo\":\"%s\",\"nccl_proto\":\"%s\",\"nccl_channels\":%d%s}",
+          ",\"chunk_halvings\":%d,\"nccl_algo\":\"%s\",\"nccl_proto\":\"%s\",\"nccl_channels\":%d",
           commHex_.c_str(), rank_, collName(r.key.coll), r.key.bytes, r.key.pipe, r.calls, r.stats.count,
           r.stats.median, r.stats.mad, r.stats.noise, r.stats.min, r.stats.max, sourceName(r.source),
           r.applied.forcesPair() ? "\"" : "", r.applied.forcesPair() ? algoName(r.applied.algo) : "null",
           r.applied.forcesPair() ? "\"" : "", r.applied.forcesPair() ? "\"" : "",
           r.applied.forcesPair() ? protoName(r.applied.proto) : "null", r.applied.forcesPair() ? "\"" : "",
           r.applied.channels, r.applied.chunk, r.applied.chunkHalvings, ncclAlgoSpelling(r.ncclAlgo), ncclProtoSpelling(r.ncclProto),
-          r.ncclChannels, policy_->traceExtra(r.key).c_str());
-      if (n > 0) rt_.trace().writeLine(buf, std::min(static_cast<size_t>(n), sizeof buf - 1));
+          r.ncclChannels);
+      // The policy's fields (a search's record, its slow lookups: of any length) go after the bounded head; a
+      // fixed buffer cut the line, and the trace's readers skip a line that is not JSON.
+      if (n > 0 && static_cast<size_t>(n) < sizeof buf) {
+        std::string rec(buf, static_cast<size_t>(n));
+        rec += policy_->traceExtra(r.key);
+        rec += '}';
+        rt_.trace().writeLine(rec.data(), rec.size());
+      }
     }
     if (r.stats.count > 0 && r.ncclAlgo >= 0 && r.ncclProto >= 0) {
       TableEntry e;

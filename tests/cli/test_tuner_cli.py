@@ -273,11 +273,11 @@ def test_cache_show_lists_measured_pairs(tmp_path: Path) -> None:
         return {f"{c[3]}/{c[4]}": c[-1] for c in cells if c[-1].startswith(("skipped", "probed"))}
 
     assert verdicts(r.output) == {"ring/ll": "skipped", "RING/LL128": "probed"}, r.output
-    assert "8 ch" in r.output and "best point's channels" in " ".join(r.output.split()), r.output
+    assert "8 ch" in r.output and "at their best point" in " ".join(r.output.split()), r.output
     # with the skip off, ring/LL is probed, first at its best point's 8 channels (AUTOCCL_RECORDED_START on)
     r = runner.invoke(main, show, env={"COLUMNS": "200", "AUTOCCL_SKIP_BEHIND_PCT": "300"})
     assert "than 300 %" in r.output and "skipped" not in r.output.replace("skips", ""), r.output
-    assert verdicts(r.output) == {"ring/ll": "probed at 8 ch", "RING/LL128": "probed"}, r.output
+    assert verdicts(r.output) == {"ring/ll": "probed from best", "RING/LL128": "probed"}, r.output
     off = {"COLUMNS": "200", "AUTOCCL_SKIP_BEHIND_PCT": "300", "AUTOCCL_RECORDED_START": "off"}
     r = runner.invoke(main, show, env=off)
     assert verdicts(r.output) == {"ring/ll": "probed", "RING/LL128": "probed"}, r.output

@@ -111,6 +111,8 @@ def test_demo_end_to_end(online: Path, tmp_path: Path, processes: bool) -> None:
     res = CliRunner().invoke(main, args, catch_exceptions=False)
     assert res.exit_code == 0, res.output
     assert str(out) in res.output.replace("\n", "")
+    # where its tuning table is, outside the user's own cache, and how to look at it
+    assert f"autoccl cache list --cache-dir {out / 'emu-online' / 'cache'}" in res.output, res.output
     for name in ("tasks.md", "results.json", "convergence.png"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
     assert (out / "convergence.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -16,6 +16,7 @@ def assert_clean(res: RunResult) -> None:
     assert not res.divergences, res.divergences[:5]
     assert "DIVERGENCE" not in res.stderr
     assert res.calls, "no calls recorded"
+    assert not res.trace_bad_lines, res.trace_bad_lines[:3]  # a trace line the library cut short or broke
 
 
 def by_rank_config(calls: list[Record]) -> dict[tuple[str, int, int, int], set[tuple[Any, ...]]]:

@@ -804,8 +804,9 @@ def train(
     type=click.Choice(["rotate", "fixed"]),
     default="rotate",
     show_default=True,
-    help="the modes' order in a pass: rotate (turned by one place a pass, so a machine warming or slowing "
-    "over a pass weighs on every mode alike; a mode reading {cache:NAME} runs right after NAME) or fixed",
+    help="the modes' order in a pass: rotate (moved one place each pass, so a machine warming or slowing "
+    "over a pass weighs on every mode alike; a mode reading another's table stays right after it) or "
+    "fixed (as given)",
 )
 @click.option("--trace", is_flag=True, help="trace the autoccl modes (cross-rank agreement, pinned tasks)")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="seconds per launch")

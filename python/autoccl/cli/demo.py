@@ -176,3 +176,11 @@ def demo(
             console.print(f"[yellow]{t.key.coll} {t.key.nbytes} B did not settle within {t.calls} calls[/]")
     files = write_all(res, out)
     console.print(f"Results in [bold]{out}[/]: " + ", ".join(p.name for p in files.values()))
+    # The online run's table lives in the demo's folder, not in the user's cache: say how to look at it.
+    cache = out / "emu-online" / "cache"
+    if any((cache / "tables").glob("*.table")):
+        # soft_wrap: the command stays on one line, to be copied whole
+        console.print(
+            f"Its tuning table: [bold]autoccl cache list --cache-dir {cache}[/], then cache show",
+            soft_wrap=True,
+        )

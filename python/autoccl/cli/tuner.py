@@ -355,12 +355,12 @@ def _pairs_view(t: tables.Table) -> RichTable:
         )
     if from_record is not None:
         rule += (
-            "; a pair it probes with a recorded best point it probes there first (best point's channels)"
+            "; it first probes the others at their best point (best at)"
             if from_record
-            else f"; {start_name}=off: it probes every pair first at the widest channel count"
+            else f"; {start_name}=off: it first probes the others at the widest channel count"
         )
     view = RichTable(
-        title="pairs the online search measured (best median against NCCL's choice's)", caption=rule
+        title="pairs the online search measured (each pair's best median against NCCL's choice)", caption=rule
     )
     for col in (
         "coll",
@@ -392,7 +392,7 @@ def _pairs_view(t: tables.Table) -> RichTable:
         elif skipped:
             verdict = "skipped"
         else:
-            verdict = f"probed at {channels} ch" if from_record and channels > 0 else "probed"
+            verdict = "probed from best" if from_record and channels > 0 else "probed"
         view.add_row(
             p["coll"],
             p["bytes"],

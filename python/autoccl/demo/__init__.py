@@ -206,6 +206,10 @@ def _check(res: RunResult, what: str) -> None:
         raise RuntimeError(f"the {what} emulator run failed (exit {res.returncodes}): {tail}")
     if not res.calls:
         raise RuntimeError(f"the {what} emulator run recorded no calls")
+    if res.trace_bad_lines:  # the report is read from the traces: a broken line would drop a task silently
+        raise RuntimeError(
+            f"the {what} emulator run's trace has lines that are not JSON: {res.trace_bad_lines[:2]}"
+        )
 
 
 def run_demo(

@@ -67,6 +67,9 @@ class RunResult:
     summaries: list[Record]
     stderr: str
     trace: list[Record] = field(default_factory=list)
+    # trace lines that are not JSON objects: the library wrote a line cut short or broken (the
+    # emulator's ranks end cleanly, so no line is torn by a kill)
+    trace_bad_lines: list[str] = field(default_factory=list)
     steps: list[Record] = field(default_factory=list)
     workdir: Path | None = None
     procs: list[ProcResult] = field(default_factory=list)
@@ -120,7 +123,8 @@ def find_divergences(calls: Iterable[Mapping[str, Any]]) -> list[str]:
     return out
 
 
-def _read_jsonl(path: Path) -> list[Record]:
+def _read_jsonl(path: Path, bad: list[str] | None = None) -> list[Record]:
+    """The JSON objects of a JSONL file; lines that are not one go to `bad` when given."""
     out: list[Record] = []
     if not path.is_file():
         return out
@@ -131,9 +135,11 @@ def _read_jsonl(path: Path) -> list[Record]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError:
-            continue
+            obj = None
         if isinstance(obj, dict):
             out.append(obj)
+        elif bad is not None:
+            bad.append(f"{path.name}: {line[:80]} ... {line[-80:]}")
     return out
 
 
@@ -314,9 +320,10 @@ def run(
         if summary is not None:
             summaries.append(summary)
     records: list[Record] = []
+    bad_lines: list[str] = []
     if trace:
         for f in sorted(work.glob("trace*.jsonl")):
-            records.extend(_read_jsonl(f))
+            records.extend(_read_jsonl(f, bad_lines))
     if scratch:
         # everything the result carries has been read: a suite of thousands of runs must not fill /tmp
         shutil.rmtree(work, ignore_errors=True)
@@ -328,6 +335,7 @@ def run(
         steps=steps,
         stderr="".join(errs),
         trace=records,
+        trace_bad_lines=bad_lines,
         workdir=None if scratch else work,
         procs=per_proc,
         extra=extra,
