@@ -360,7 +360,7 @@ def test_pass_order_rotates_and_keeps_a_table_reader_after_its_writer() -> None:
     # over three passes each of the three places has led once
     assert sorted(names(p)[0] for p in range(3)) == ["observe", "online", "plain"]
     # a mode reading two modes' tables: the three take one place, the writers in their order, the reader last
-    both = NT.parse_mode("both:--mode table --cache-dir {cache:observe} AUTOCCL_X={cache:online}")
+    both = NT.parse_mode("both:--mode table --cache-dir {cache:observe} MERGE_FROM={cache:online}")
     two = [plain, online, observe, both]
     assert [m.name for m in NT.pass_order(two, 0)] == ["plain", "online", "observe", "both"]
     assert [m.name for m in NT.pass_order(two, 1)] == ["online", "observe", "both", "plain"]
