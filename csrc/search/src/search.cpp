@@ -354,29 +354,33 @@ struct TaskSearch::Impl {
       Sub s;
       s.pair = pr.second;
       s.ch = std::min(startCh, pairMax[s.pair]);
+      const int widest = s.ch;
+      // The pair's best point in an earlier job of this task, within what the communicator granted so far (a wider
+      // request would be capped as the widest probe is); 0: none.
+      int fromRecord = 0;
       const int recorded = sp.measuredChannels[s.pair / kNumProtos][s.pair % kNumProtos];
-      if (o.recordedStart && !driftRetune && recorded > 0 && !hinted(s.pair)) {
-        // within what the communicator granted so far (a wider request would be capped as the widest probe is)
-        int from = std::min(recorded, pairMax[s.pair]);
-        if (sp.startChannels > 0) from = std::min(from, startCh);
-        if (from != s.ch) ++st.recordedStarts;
-        s.ch = from;
+      if (o.recordedStart && !driftRetune && recorded > 0) {
+        fromRecord = std::min(recorded, pairMax[s.pair]);
+        if (sp.startChannels > 0) fromRecord = std::min(fromRecord, startCh);
+        s.ch = fromRecord;
       }
       s.ck = 0;
       s.step[0] = s.step[1] = o.initStep;
       for (const Hint& h : hints)
         if (validHint(h.cfg) && h.cfg.algo * kNumProtos + h.cfg.proto == s.pair) {
           PointKey pk = pointOf(h.cfg);
+          // A hint's own channel count rules; one without (a neighbour where NCCL's choice won) leaves the record's.
           if (std::get<0>(pk) >= 0) {
-            s.ch = std::get<1>(pk);
+            if (h.cfg.channels > 0 || fromRecord == 0) s.ch = std::get<1>(pk);
             s.ck = std::get<2>(pk);
-          } else if (sp.ncclChannels > 0) {  // the neighbour kept NCCL's choice: start from NCCL's count
+          } else if (fromRecord == 0 && sp.ncclChannels > 0) {  // the neighbour kept NCCL's choice: NCCL's count
             s.ch = sp.ncclChannels;
           }
           s.step[0] = s.step[1] = o.warmStep;
           warm = true;
           break;
         }
+      if (fromRecord > 0 && s.ch == fromRecord && fromRecord != widest) ++st.recordedStarts;
       s.xEval = eval({s.pair, s.ch, s.ck});
       subs.push_back(s);
     }

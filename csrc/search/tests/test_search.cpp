@@ -2227,8 +2227,9 @@ void skipMeasuredBehindModels() {
 // Space::measuredChannels with Options::recordedStart: a pair an earlier job measured is first probed at its best
 // point there. The socket model on a communicator that grants 64 channels (no cap seen, NCCL's count unknown: the
 // probes start at 64, where ring/Simple takes 2x NCCL's time), the records putting ring/Simple's best at 3 channels
-// and tree/Simple's at 4: the next job probes them there, a hinted pair at the hint's point, and with the option
-// off every pair at the widest. On this model the cell costs about the same either way: from 64 both pairs fall
+// and tree/Simple's at 4: the next job probes them there, a pair hinted with a point at the hint's point (one hinted
+// without a channel count, a neighbour where NCCL's choice won, at its record's), and with the option off every pair
+// at the widest. On this model the cell costs about the same either way: from 64 both pairs fall
 // behind NCCL's choice at their probe and the search ends, from the records both stay in and the descent explores
 // around them (1 and 8 channels, 1.09-1.12x); what the records buy shows on the models below.
 void recordedStart() {
@@ -2288,6 +2289,20 @@ void recordedStart() {
   }
   CHECK_EQ(firstRing, 8);
   CHECK_EQ(hinted.stats().recordedStarts, uint64_t(1));  // tree/Simple's, not the hinted ring/Simple's
+  // A neighbour's entry where NCCL's choice won (ring/Simple, channels 0) hints the pair with no channel count of
+  // its own: the pair's record says where to start (on the GPU such a hint had the pair probed at 64 channels).
+  Config ncclWon;
+  ncclWon.algo = 1;
+  ncclWon.proto = 2;
+  ncclWon.channels = 0;
+  TaskSearch neighbour(m.space, withOnlineBounds(Options()), {Hint{ncclWon, 80.0, 1.0}});
+  firstRing = 0;
+  for (uint64_t k = 0; k < 40 && firstRing == 0; ++k) {
+    const Config c = neighbour.configFor(k);
+    if (c.forcesPair() && c.algo == 1 && c.proto == 2) firstRing = c.channels;
+  }
+  CHECK_EQ(firstRing, 3);
+  CHECK_EQ(neighbour.stats().recordedStarts, uint64_t(2));
 }
 
 // The next job's first probes at the records' best points, with and without (pairs > 2x behind skipped in both).

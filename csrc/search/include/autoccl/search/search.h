@@ -114,8 +114,8 @@ struct Options {
   // there (within the communicator's cap, Space::startChannels), not at the widest: where channels matter (NVLink)
   // the widest point of a pair can be far from its best, and a job that ended mid-search probes it again at every
   // start (search test recordedStartModels: H200-like models' next job 0.993x NCCL's time instead of 1.148x). Only
-  // the start moves: the descent keeps its cold step. Not after drift (the machine changed), nor for a hinted pair
-  // (the hint's point rules).
+  // the start moves: the descent keeps its cold step. Not after drift (the machine changed), nor for a pair a hint
+  // gives a channel count (the hint's point rules; a neighbour's entry where NCCL's choice won gives none).
   bool recordedStart = true;
   int halvingRounds = 2;        // successive halving after each of the first descent iterations
   int keepSubspaces = 1;        // at most this many subspaces are descended after the halving
