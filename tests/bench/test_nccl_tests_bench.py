@@ -364,6 +364,10 @@ def test_pass_order_rotates_and_keeps_a_table_reader_after_its_writer() -> None:
     two = [plain, online, observe, both]
     assert [m.name for m in NT.pass_order(two, 0)] == ["plain", "online", "observe", "both"]
     assert [m.name for m in NT.pass_order(two, 1)] == ["online", "observe", "both", "plain"]
+    # a writer listed before the baseline keeps its place: pass 0 runs the modes as given
+    first = [online, plain, warm]
+    assert [m.name for m in NT.pass_order(first, 0)] == ["online", "table-warm", "plain"]
+    assert [m.name for m in NT.pass_order(first, 1)] == ["plain", "online", "table-warm"]
 
 
 def test_cross_rank_agreement_counts_divergent_calls() -> None:

@@ -341,11 +341,14 @@ def pass_order(modes: Sequence[Mode], pass_no: int, order: str = "rotate") -> li
     units: list[list[Mode]] = []
     for mode in modes:
         refs = set(_CACHE_OF.findall(" ".join(mode.run_args or ())))
-        # the places of the modes it reads from become one place (in their order), the reader last
-        joined = [u for u in units if any(m.name in refs for m in u)]
-        unit = [m for u in joined for m in u] + [mode]
-        units = [u for u in units if u not in joined]
-        units.insert(min((i for i, u in enumerate(units) if u[0] in unit), default=len(units)), unit)
+        at = [i for i, u in enumerate(units) if any(m.name in refs for m in u)]
+        if not at:
+            units.append([mode])
+            continue
+        # the places of the modes it reads become one place, at the first of them, the reader last
+        merged = [m for i in at for m in units[i]] + [mode]
+        units = [u for i, u in enumerate(units) if i not in at]
+        units.insert(at[0], merged)
     k = pass_no % len(units)
     return [m for unit in units[k:] + units[:k] for m in unit]
 
