@@ -20,6 +20,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from autoccl.bench.trace import read_records
+
 _TRACE = re.compile(r"^p(\d+)_.+_(single|mpi)\.")
 
 
@@ -44,11 +46,7 @@ def count(trace_dir: Path) -> dict[tuple[int, str], dict[str, Any]]:
         if not m:
             continue
         row = out[(int(m.group(1)), m.group(2))]
-        for line in f.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short when the launch was killed
+        for rec in read_records([f]):  # a line cut short when the launch was killed is skipped
             if rec.get("rank") != 0:
                 continue
             if rec.get("ev") == "call":
