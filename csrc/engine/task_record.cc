@@ -31,7 +31,7 @@ std::string slowFields(const TaskLookups& l) {
 // stopped where it did.
 std::string searchFields(const TaskSearchRecord& r) {
   const search::Stats& st = r.stats;
-  char buf[768];
+  char buf[1024];  // at most ~720 bytes with every field at its widest
   std::snprintf(buf, sizeof buf,
                 ",\"search_samples\":%" PRIu64 ",\"search_lost\":%" PRIu64 ",\"search_late\":%" PRIu64
                 ",\"search_prior_samples\":%" PRIu64 ",\"search_wait_calls\":%" PRIu64 ",\"search_free_wait_calls\":%" PRIu64
