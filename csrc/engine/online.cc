@@ -900,9 +900,9 @@ class OnlineSource final : public DecisionSource {
       for (int p = 0; p < search::kNumProtos; ++p)
         if (most[p] > 0 && ncclChunk[p] / (1 << most[p]) < perStep) sp.maxChunkHalvings[p] = most[p];
     }
-    // A record of one sample is not enough to leave a pair out: an outlier (a stall, a concurrent job) can make a
-    // pair within the threshold look twice as slow, and a pair left out is never measured again.
-    // Where a pair's best point was is kept from one sample on: it only moves the first probe (Options::recordedStart).
+    // A record thinner than kPairRecordMinSamples does not leave a pair out (Table::upsertPair adds single probes
+    // of later jobs to it). Where a pair's best point was is kept from one sample on: it only moves the first probe
+    // (Options::recordedStart).
     for (const PairRecord& p : tablePairs_) {
       if (!(p.key == s->key) || p.algo < 0 || p.algo >= search::kNumAlgos || p.proto < 0 || p.proto >= search::kNumProtos)
         continue;
@@ -1021,7 +1021,6 @@ class OnlineSource final : public DecisionSource {
   search::Options opts_;
   std::vector<search::TableEntry> hints_;
   std::vector<PairRecord> tablePairs_;  // the warm-start table's pair records (Space::measuredRatio)
-  static constexpr uint64_t kPairRecordMinSamples = 2;
   std::unique_ptr<coord::CommAgreement> agree_;
   std::unique_ptr<GatedDecider> decider_;
   std::unique_ptr<ForwardDecider> remote_;  // decider_'s search, served over TCP

@@ -102,12 +102,13 @@ struct Settings {
   // authority); more, fewer lookups and a verdict that many calls later.
   uint64_t verifyWait = 1;
   // AUTOCCL_PROBE_CALLS (online mode, calls, in [1, 3]): calls of a pair's first probe planned before its first
-  // samples decide the rest of its 3-call block (search::Options::probeFirst). 3 (default): the whole block at once;
-  // 1: one call, the rest only if it is within 30 % of the incumbent. Opt-in: over sockets a far-behind pair's
-  // block was most of a cold loop's cost, but on the search test's H200-like models in nccl-tests' loops one call
-  // first moved probes into the timed loops, and hostile models settled later (docs/roadmap.md); not measured on
-  // a GPU.
-  uint64_t probeCalls = 3;
+  // samples decide the rest of its 3-call block (search::Options::probeFirst). 1 (default): one call, the rest only
+  // if it is within 30 % of the incumbent; 3: the whole block at once. A block is planned before its first sample
+  // returns, and over sockets on one H200 a far-behind pair's block was most of a cold loop's cost: with 1 the cold
+  // pass at 128-512 MiB ran 1.05x NCCL's kernel time instead of 1.56x (h200x1/probe-first-hosts). On the search
+  // test's H200-like models one call first costs nccl-tests' first size 1.15x NCCL's time against 1.12x, and
+  // hostile models settle later (docs/roadmap.md); not measured on NVLink.
+  uint64_t probeCalls = 1;
   // AUTOCCL_UNPROVEN_CALLS (online mode, calls, in [0, 64]): while the plan runs more than 8 calls ahead of the
   // newest sample (a burst the host launches ahead of the GPU), no call of a configuration not yet measured is
   // planned while this many are in flight (search::Options::maxUnprovenCalls); the incumbent runs meanwhile.

@@ -223,6 +223,14 @@ void Table::upsertPair(const PairRecord& rec) {
   if (p.channels < 0 || static_cast<uint64_t>(p.channels) > ch.max) p.channels = 0;
   for (PairRecord& x : pairs) {
     if (x.key == p.key && x.algo == p.algo && x.proto == p.proto) {
+      if (p.samples < kPairRecordMinSamples && x.samples > 0) {
+        const uint64_t samples = x.samples + p.samples;
+        const int channels = x.channels;
+        if (p.ratio() < x.ratio()) x = p;  // the pair's better evidence: where it ran closest to NCCL's choice
+        if (x.channels == 0) x.channels = channels;
+        x.samples = samples;
+        return;
+      }
       x = p;
       return;
     }

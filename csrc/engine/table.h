@@ -21,6 +21,9 @@ struct TableEntry {
 // A (algorithm, protocol) pair the online search measured for a task: the best median of its points
 // against NCCL's choice's, both from the same job. A later online start does not probe a pair measured far
 // behind (Settings::skipBehind); table mode reads none.
+// A record of fewer samples than this does not leave its pair out: an outlier (a stall, a concurrent job) can make a
+// pair within the threshold look twice as slow, and a pair left out is never measured again.
+constexpr uint64_t kPairRecordMinSamples = 2;
 struct PairRecord {
   TaskKey key;
   int algo = -1, proto = -1;
@@ -48,7 +51,10 @@ struct Table {
   // maximum) is dropped.
   void upsert(const TableEntry& e);
   // Insert or replace the record of the same (key, algo, proto): a pair a later job did not measure keeps
-  // what an earlier one measured. Dropped as upsert() drops, and without NCCL's time.
+  // what an earlier one measured. A record thinner than kPairRecordMinSamples (a probe abandoned after its first
+  // call) adds its samples to the earlier record instead, keeping the less-behind ratio of the two: two jobs'
+  // single far-behind probes leave the pair out, one outlier still does not. Dropped as upsert() drops, and
+  // without NCCL's time.
   void upsertPair(const PairRecord& rec);
 };
 

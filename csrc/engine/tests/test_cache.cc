@@ -277,3 +277,48 @@ TEST(cache, pair_records_round_trip_and_merge) {
   EXPECT_EQ(formatTable(again), formatTable(t));
   EXPECT_NEAR(t.pairs[0].ratio(), 45.0 / 12.0, 1e-9);
 }
+
+// A pair abandoned after its first call in each of two jobs: the second job's single probe adds to the first's
+// record (two samples: enough to leave the pair out at the next start) and the less-behind of the two is kept, so
+// one outlier cannot make a close pair look far behind; a record of full samples replaces it again.
+TEST(cache, single_probe_records_add_up) {
+  const std::string dir = tempDir();
+  Settings s = loadSettings(envOf({{"AUTOCCL_MODE", "online"}, {"AUTOCCL_CACHE_DIR", dir}, {"AUTOCCL_HW", "GPU Xx2"}}));
+  Runtime rt(s, 22809, 0, "/nonexistent");
+  Fingerprint fp = rt.fingerprint(2, 1, 1);
+  auto probe = [](double timeUs, int channels) {
+    PairRecord p = pairRecord(0, timeUs);
+    p.samples = 1;
+    p.channels = channels;
+    return p;
+  };
+  auto stored = [&]() {
+    Table t;
+    std::string why;
+    EXPECT_EQ(loadTable(rt.tablePathFor(fp), fp.id(), &t, &why), LoadStatus::Ok) << why;
+    EXPECT_EQ(t.pairs.size(), size_t(1));
+    return t.pairs.empty() ? PairRecord() : t.pairs[0];
+  };
+  rt.saveTuned(fp, {}, {probe(45.0, 2)}, nullptr);
+  EXPECT_EQ(stored().samples, uint64_t(1));
+  rt.saveTuned(fp, {}, {probe(40.0, 8)}, nullptr);  // closer to NCCL's choice: its time and channels
+  PairRecord p = stored();
+  EXPECT_EQ(p.samples, uint64_t(2));
+  EXPECT_GE(p.samples, kPairRecordMinSamples);
+  EXPECT_DOUBLE_EQ(p.timeUs, 40.0);
+  EXPECT_EQ(p.channels, 8);
+  rt.saveTuned(fp, {}, {probe(50.0, 0)}, nullptr);  // further behind, channel count unknown: counted, nothing else
+  p = stored();
+  EXPECT_EQ(p.samples, uint64_t(3));
+  EXPECT_DOUBLE_EQ(p.timeUs, 40.0);
+  EXPECT_EQ(p.channels, 8);
+  rt.saveTuned(fp, {}, {pairRecord(0, 20.0)}, nullptr);  // a full record: the newest job's measurement
+  p = stored();
+  EXPECT_EQ(p.samples, uint64_t(3));
+  EXPECT_DOUBLE_EQ(p.timeUs, 20.0);
+  EXPECT_EQ(p.channels, 16);
+  rt.saveTuned(fp, {}, {probe(200.0, 2)}, nullptr);  // one outlier after it does not make the pair look far behind
+  p = stored();
+  EXPECT_EQ(p.samples, uint64_t(4));
+  EXPECT_DOUBLE_EQ(p.timeUs, 20.0);
+}

@@ -243,8 +243,8 @@ TEST(engine, settings) {
   EXPECT_DOUBLE_EQ(loadSettings(envOf({{"AUTOCCL_SKIP_BEHIND_PCT", "0"}})).skipBehind, 0.0);
   EXPECT_DOUBLE_EQ(loadSettings(envOf({{"AUTOCCL_SKIP_BEHIND_PCT", "250"}})).skipBehind, 2.5);
   for (const char* v : {"10001", "-1", "x"}) EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_SKIP_BEHIND_PCT", v}})).valid);
-  EXPECT_EQ(loadSettings(envOf({})).probeCalls, uint64_t(3));
-  EXPECT_EQ(loadSettings(envOf({{"AUTOCCL_PROBE_CALLS", "1"}})).probeCalls, uint64_t(1));
+  EXPECT_EQ(loadSettings(envOf({})).probeCalls, uint64_t(1));
+  EXPECT_EQ(loadSettings(envOf({{"AUTOCCL_PROBE_CALLS", "3"}})).probeCalls, uint64_t(3));
   for (const char* v : {"0", "4", "x"}) EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_PROBE_CALLS", v}})).valid);
   EXPECT_EQ(loadSettings(envOf({})).unprovenCalls, 0);
   EXPECT_EQ(loadSettings(envOf({{"AUTOCCL_UNPROVEN_CALLS", "3"}})).unprovenCalls, 3);

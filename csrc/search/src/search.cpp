@@ -1043,6 +1043,12 @@ struct TaskSearch::Impl {
           if (e.samples.empty()) e.dead = true;
           else e.want = e.n();
         } else {
+          // A one-call probe (Options::probeFirst) that brought back nothing is asked again as its whole block:
+          // another lost call (a period spanning a host pause) would leave the pair unjudged one more round.
+          if (e.shortProbe && e.samples.empty()) {
+            e.want = std::max(e.want, o.samplesFirst);
+            e.shortProbe = false;
+          }
           queue.push_back(id);
         }
       }
