@@ -30,7 +30,7 @@ namespace autoccl::engine {
 struct ExposureOptions {
   size_t maxPositions = 64;   // longer iterations are not estimated (the regression has one unknown a position)
   size_t maxSamples = 256;    // the latest complete iterations kept
-  size_t minDof = 4;          // samples beyond the unknowns before any slope is given
+  size_t minDof = 4;          // distinct samples beyond the unknowns before any slope is given
   double exposedAbove = 0.5;  // slope threshold between hidden and exposed
   double maxSe = 0.2;         // a verdict needs the slope's standard error at most this (else unknown)
   double aliasCorr = 0.9999;  // windows this correlated (or both constant) move in lockstep: one shared slope
@@ -62,6 +62,9 @@ class ExposureEstimator {
     size_t outliers = 0;  // samples left out of the regression (see outlierSigmas)
     double iterUs = 0;  // mean iteration time
     double residualUs = 0;  // standard deviation of the regression's residual
+    // Distinct samples over the regressors of the fit kept: the slopes need minDof of them beyond the unknowns
+    // (repeats of one pattern add no equation).
+    size_t patterns = 0;
     std::vector<Position> positions;
   };
   Result estimate() const;
@@ -80,9 +83,12 @@ class ExposureEstimator {
     std::vector<size_t> groupSize;
     std::vector<double> residual;  // by row, in the order of `rows`: each row's deleted residual
     double residualUs = 0;
-    bool solved = false;  // false: too few samples for the unknowns, or no window moved
+    size_t patterns = 0;  // distinct samples over the regressors (0: none moved)
+    bool solved = false;  // false: too few distinct samples for the unknowns, or no window moved
   };
   Fit fit(const std::vector<size_t>& rows) const;
+  // Samples whose windows differ somewhere among cols: the regression's equations (a repeat adds none).
+  size_t distinctRows(const std::vector<size_t>& rows, const std::vector<size_t>& cols) const;
   ExposureOptions o_;
   uint32_t period_ = 0;
   std::deque<Sample> samples_;

@@ -66,8 +66,8 @@ std::string ExposureRecorder::traceRecord(const std::string& commHex, int rank) 
   char head[256];
   std::snprintf(head, sizeof head,
                 "{\"ev\":\"exposure\",\"comm\":\"%s\",\"rank\":%d,\"period\":%u,\"samples\":%zu,"
-                "\"outliers\":%zu,\"iter_us\":%.1f,\"residual_us\":%.2f,\"positions\":[",
-                commHex.c_str(), rank, r.period, r.samples, r.outliers, r.iterUs, r.residualUs);
+                "\"outliers\":%zu,\"patterns\":%zu,\"iter_us\":%.1f,\"residual_us\":%.2f,\"positions\":[",
+                commHex.c_str(), rank, r.period, r.samples, r.outliers, r.patterns, r.iterUs, r.residualUs);
   std::string out = head;
   for (size_t p = 0; p < r.positions.size(); ++p) {
     const ExposureEstimator::Position& q = r.positions[p];

@@ -81,23 +81,36 @@ def _hidden_calls_fit(res: Any, sc: Scenario, truth: list[bool]) -> None:
 
 @pytest.mark.parametrize("shape", ["ddp", "fsdp"])
 def test_exposure_matches_the_step(plugin: Path, shape: str) -> None:
+    """Every verdict the estimate gives is the step's. Its slopes need distinct patterns of windows beyond the
+    unknowns (`patterns`; repeats of a pattern add no equation): the search's configurations make them, and a
+    run whose search timed fewer whole iterations (the host under load, samples late) says nothing rather than
+    fitting its few patterns exactly. Up to 10 runs, until one gives every position's verdict."""
     sc, truth = _scenario(shape, noise=False)
-    res, rec = _estimate(plugin, sc)
-    _hidden_calls_fit(res, sc, truth)
-    want = _truth_by_position(sc, truth, rec)
-    assert rec["samples"] >= 20, rec
-    # on failure, every position's slope and error and the samples left out: what the estimate saw
-    seen = {k: rec[k] for k in ("samples", "outliers", "residual_us")} | {
-        "positions": [(q["verdict"], q["slope"], q["se"], q["alias"]) for q in rec["positions"]],
-        "want": want,
-        "misattributed_windows": _misattributed(res),
-    }
-    # a string: pytest prints it whole (a dict's repr is cut to a line: it hid what a rare CI failure saw)
-    why = json.dumps(seen, default=str)
-    for q, exposed in zip(rec["positions"], want, strict=True):
-        # hidden calls of one task in lockstep share a slope, and are called hidden when their sum is ~0
-        assert q["verdict"] == ("exposed" if exposed else "hidden"), why
-        assert q["slope"] == pytest.approx(1.0 if exposed else 0.0, abs=0.1), why
+    tries: list[tuple[int, int]] = []
+    for _ in range(10):
+        res, rec = _estimate(plugin, sc)
+        _hidden_calls_fit(res, sc, truth)
+        want = _truth_by_position(sc, truth, rec)
+        assert rec["samples"] >= 20, rec
+        # on failure, every position's slope and error and the samples left out: what the estimate saw
+        seen = {k: rec[k] for k in ("samples", "patterns", "outliers", "residual_us")} | {
+            "positions": [(q["verdict"], q["slope"], q["se"], q["alias"]) for q in rec["positions"]],
+            "want": want,
+            "misattributed_windows": _misattributed(res),
+        }
+        # a string: pytest prints it whole (a dict's repr is cut to a line: it hid what a rare CI failure saw)
+        why = json.dumps(seen, default=str)
+        for q, exposed in zip(rec["positions"], want, strict=True):
+            if q["verdict"] == "unknown":
+                continue
+            # hidden calls of one task in lockstep share a slope, and are called hidden when their sum is ~0
+            assert q["verdict"] == ("exposed" if exposed else "hidden"), why
+            assert q["slope"] == pytest.approx(1.0 if exposed else 0.0, abs=0.1), why
+        unknown = sum(q["verdict"] == "unknown" for q in rec["positions"])
+        if unknown == 0:
+            return
+        tries.append((int(rec["patterns"]), unknown))
+    pytest.fail(f"no run of 10 gave every verdict: (distinct patterns, unknown positions) per run {tries}")
 
 
 def test_noisy_step_gives_no_wrong_verdict(plugin: Path) -> None:

@@ -1,5 +1,6 @@
 // The exposure estimator (engine/exposure.h): slopes of the iteration time on each position's window, lockstep
 // groups, and no verdict without evidence.
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -66,6 +67,47 @@ TEST(engine, exposure_needs_evidence) {
   ExposureEstimator flat;
   feed(flat, 60, 0, 5, false, 4);  // nothing moved: no slope
   for (const auto& q : flat.estimate().positions) EXPECT_FALSE(q.solved);
+}
+
+// Samples that repeat a few patterns of windows (iterations that ran the same configurations) count once each:
+// 40 samples of as many patterns as unknowns fit any iteration time exactly, so they give no slope; with 4
+// patterns more than that the slopes are the step's.
+TEST(engine, exposure_counts_patterns_not_repeats) {
+  auto feedPatterns = [](ExposureEstimator& e, int patterns, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<double> g(0.0, 1.0);
+    std::vector<std::vector<double>> windows;
+    for (int k = 0; k < patterns; ++k) {
+      std::vector<double> d(4);
+      for (int p = 0; p < 3; ++p) d[static_cast<size_t>(p)] = 500 + 40 * g(rng);
+      d[3] = 200 + 40 * g(rng);
+      windows.push_back(d);
+    }
+    const std::vector<double> s = {0, 1000, 2000, 3000};
+    for (int i = 0; i < 40; ++i) {
+      const std::vector<double>& d = windows[static_cast<size_t>(i % patterns)];
+      // the exposed call's window, and a little off linear (a host late by up to 3 us): what an exact fit absorbs
+      e.add(5000 + d[3] + 3.0 * std::fabs(g(rng)), s, d);
+    }
+  };
+  ExposureEstimator few;
+  feedPatterns(few, 5, 11);  // 4 windows and the intercept: exactly determined
+  const ExposureEstimator::Result r = few.estimate();
+  EXPECT_EQ(r.samples, size_t(40));
+  EXPECT_EQ(r.patterns, size_t(5));
+  for (const auto& q : r.positions) {
+    EXPECT_FALSE(q.solved) << q.slope;
+    EXPECT_EQ(q.verdict, Verdict::kUnknown);
+  }
+  ExposureEstimator enough;
+  feedPatterns(enough, 9, 12);
+  const ExposureEstimator::Result t = enough.estimate();
+  EXPECT_EQ(t.patterns, size_t(9));
+  for (size_t p = 0; p < 4; ++p) {
+    ASSERT_TRUE(t.positions[p].solved);
+    EXPECT_NEAR(t.positions[p].slope, p == 3 ? 1.0 : 0.0, 0.1) << p;
+    EXPECT_EQ(t.positions[p].verdict, p == 3 ? Verdict::kExposed : Verdict::kHidden) << p;
+  }
 }
 
 TEST(engine, exposure_lockstep_groups) {
