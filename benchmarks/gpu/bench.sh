@@ -65,6 +65,9 @@
 #             cache, traced: the warm passes' tasks that search again (no table entry) are where it shows, the task
 #             records' recorded_starts say how many pairs started from their records (on NVLink; over sockets NCCL
 #             caps the widest probe to its own 2 channels, so it changes little there)
+#   allowanceonce  online beside online with AUTOCCL_ALLOWANCE_ONCE=off (a task searched again at every start gets
+#             a fresh regret allowance), each mode with its own cache, traced: from pass 1 on, the tasks whose cold
+#             search ended without a lead; the task records' regret_allowance say which had none (PASSES >= 3)
 #   unproven  online beside online with AUTOCCL_UNPROVEN_CALLS=$UNPROVEN_CALLS (default 3: at most that many calls of
 #             unmeasured configurations in flight while the plan runs ahead of its samples) and online with
 #             AUTOCCL_SPECULATE=off (no speculated points while samples are in flight), traced: on one H200 over
@@ -193,6 +196,7 @@ for plan in ${PLANS:-overhead online}; do
     probefirst) args=(-m plain -m online -m "online-p1:--mode online AUTOCCL_PROBE_CALLS=1" --trace) ;;
     skipbehind) args=(-m plain -m online -m "online-probeall:--mode online AUTOCCL_SKIP_BEHIND_PCT=0" --trace) ;;
     recordedstart) args=(-m plain -m online -m "online-widest:--mode online AUTOCCL_RECORDED_START=off" --trace) ;;
+    allowanceonce) args=(-m plain -m online -m "online-every:--mode online AUTOCCL_ALLOWANCE_ONCE=off" --trace) ;;
     unproven) args=(-m plain -m online -m "online-u${UNPROVEN_CALLS:-3}:--mode online AUTOCCL_UNPROVEN_CALLS=${UNPROVEN_CALLS:-3}"
                     -m "online-nospec:--mode online AUTOCCL_SPECULATE=off" --trace) ;;
     mintask)

@@ -903,15 +903,23 @@ class OnlineSource final : public DecisionSource {
     // A record thinner than kPairRecordMinSamples does not leave a pair out (Table::upsertPair adds single probes
     // of later jobs to it). Where a pair's best point was is kept from one sample on: it only moves the first probe
     // (Options::recordedStart).
+    bool searchedBefore = false;
     for (const PairRecord& p : tablePairs_) {
       if (!(p.key == s->key) || p.algo < 0 || p.algo >= search::kNumAlgos || p.proto < 0 || p.proto >= search::kNumProtos)
         continue;
+      searchedBefore = true;
       if (p.samples >= kPairRecordMinSamples) sp.measuredRatio[p.algo][p.proto] = static_cast<float>(p.ratio());
       sp.measuredChannels[p.algo][p.proto] = p.channels;
     }
     std::vector<search::Hint> hints =
         search::hintsFor(hints_, static_cast<int>(s->key.coll), s->key.bytes, static_cast<int>(s->key.pipe));
     search::Options o = opts_;
+    // An earlier job searched this task and ended mid-search with no lead (pair records, no entry of its own): it had
+    // its allowance there. Granted at every start, a size a job gives few calls explores afresh each time (over
+    // sockets on one H200, 54 calls a size: 1-7 tasks of each warm pass still searching, the first size at
+    // 0.70-0.90x plain); now only the share of its calls, which a candidate faster than NCCL's choice pays into.
+    const bool exactEntry = std::any_of(hints.begin(), hints.end(), [](const search::Hint& h) { return h.distance == 0; });
+    if (env_.settings->allowanceOnce && searchedBefore && !exactEntry) o.regretAllowance = 0;
     // A period (the sample to the next call) measures the turn's own configuration only when the next call
     // runs it too, and a sample is its configuration's own only when the call before ran it too
     // (Options::duelRun).

@@ -288,6 +288,11 @@ Settings loadSettings(const EnvLookup& env) {
   else if (!recorded.empty() && recorded != "on")
     return invalid(s, "AUTOCCL_RECORDED_START='" + recorded + "' is not one of on, off");
 
+  const std::string once = get(env, "AUTOCCL_ALLOWANCE_ONCE");
+  if (once == "off") s.allowanceOnce = false;
+  else if (!once.empty() && once != "on")
+    return invalid(s, "AUTOCCL_ALLOWANCE_ONCE='" + once + "' is not one of on, off");
+
   std::string guard = get(env, "AUTOCCL_GUARD");
   if (guard == "off") s.guard = false;
   else if (!guard.empty() && guard != "on") return invalid(s, "AUTOCCL_GUARD='" + guard + "' is not one of on, off");

@@ -124,6 +124,11 @@ struct Settings {
   // `pair` lines) at the channel count of its best point in that job, not at the widest
   // (search::Options::recordedStart); `off` probes every pair at the widest, as a cold start.
   bool recordedStart = true;
+  // AUTOCCL_ALLOWANCE_ONCE (online mode): `on` (default) grants a task the regret allowance (16 of its calls) in
+  // one job only: a task the table records pairs for but no entry (an earlier job searched it and ended mid-search
+  // with no lead) may explore only the share of its calls (AUTOCCL_REGRET_PCT), so a size a job gives few calls
+  // is not explored afresh at every start; `off` grants it at every start.
+  bool allowanceOnce = true;
   // AUTOCCL_GUARD (online mode): `on` (default) checks the tuned plan against NCCL's own choices on the
   // iteration time of a communicator whose calls repeat in iterations of two or more calls (engine/step_guard.h);
   // `off`: the tasks' own searches alone.

@@ -326,6 +326,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("AUTOCCL_GUARD", "library", "on, off", _one_of("on", "off")),
     Variable("AUTOCCL_SPECULATE", "library", "on, off", _one_of("on", "off")),
     Variable("AUTOCCL_RECORDED_START", "library", "on, off", _one_of("on", "off")),
+    Variable("AUTOCCL_ALLOWANCE_ONCE", "library", "on, off", _one_of("on", "off")),
     Variable(
         "AUTOCCL_STEP_ARMS",
         "library",

@@ -255,6 +255,9 @@ TEST(engine, settings) {
   EXPECT_TRUE(loadSettings(envOf({})).recordedStart);
   EXPECT_FALSE(loadSettings(envOf({{"AUTOCCL_RECORDED_START", "off"}})).recordedStart);
   EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_RECORDED_START", "1"}})).valid);
+  EXPECT_TRUE(loadSettings(envOf({})).allowanceOnce);
+  EXPECT_FALSE(loadSettings(envOf({{"AUTOCCL_ALLOWANCE_ONCE", "off"}})).allowanceOnce);
+  EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_ALLOWANCE_ONCE", "no"}})).valid);
   for (const char* v : {"x", "-1", "3600001", "1.5"}) EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_RECHECK_MS", v}})).valid);
   s = loadSettings(envOf({{"AUTOCCL_RECHECK_MS", "0"}}));
   EXPECT_TRUE(s.valid);

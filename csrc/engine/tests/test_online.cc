@@ -1476,6 +1476,49 @@ void testSaveTunedAndWarmStart() {
   for (auto& r : comm2.ranks) r->ctx.finalizeTuner();
 }
 
+// Jobs of kJobCalls calls of one task where NCCL's choice is the best (nccl-tests gives a size 54 calls at
+// `-w 10 -n 20`; here samples return at once, so 20 calls leave the search as far from its end): the first job ends
+// mid-search with no lead and leaves pair records, no entry. Calls each job ran other than NCCL's
+// choice, for AUTOCCL_ALLOWANCE_ONCE on or off.
+constexpr int kJobCalls = 20;
+std::vector<size_t> exploredPerJob(bool allowanceOnce, int jobs) {
+  const std::string dir = tempDir();
+  std::vector<size_t> out;
+  for (int j = 0; j < jobs; ++j) {
+    Settings st = onlineSettings(dir);
+    st.allowanceOnce = allowanceOnce;
+    Runtime rt(st, 22809, 22803, "/nonexistent");
+    Logs logs;
+    Comm comm(rt, 0xA110ULL, 2, {0, 1}, &logs);
+    CostModel m;  // NCCL's choice (Ring/Simple at the ceiling, 100 us) best; the other pairs 15-60 % slower
+    m.set(kRing, kSimple, 100, 24, 0.30);
+    m.set(kRing, kLL128, 115, 8, 0.25);
+    m.set(kRing, kLL, 160, 16, 0.10);
+    m.set(kTree, kSimple, 125, 24, 0.20);
+    Converged c = driveToConvergence(comm, {{kAllReduce, 8u << 20, m}}, kJobCalls);
+    CHECK(c.seen[1][0] == c.seen[0][0]);
+    out.push_back(static_cast<size_t>(
+        std::count_if(c.seen[0][0].begin(), c.seen[0][0].end(), [](const Applied& a) { return !a.isDefault(); })));
+    comm.ranks[1]->ctx.finalizeTuner();
+    comm.ranks[0]->ctx.finalizeTuner();  // the authority writes the table
+  }
+  return out;
+}
+
+// The regret allowance is a task's once: the job after one that searched it without a lead explores within the
+// share of its calls, ends, and leaves NCCL's choice in the table; the job after that explores nothing. Granted
+// at every start, every job explores afresh.
+void testAllowanceOnce() {
+  const std::vector<size_t> once = exploredPerJob(true, 4), every = exploredPerJob(false, 4);
+  std::fprintf(stderr, "  calls off NCCL's choice per %d-call job: allowance once %zu/%zu/%zu/%zu, every start %zu/%zu/%zu/%zu\n",
+               kJobCalls, once[0], once[1], once[2], once[3], every[0], every[1], every[2], every[3]);
+  CHECK(once[0] > 0 && once[0] == every[0]);  // the first job is the same
+  CHECK(once[1] + once[2] + once[3] < every[1] + every[2] + every[3]);
+  CHECK_EQ(once[2], size_t(0));  // the second job's search ended: NCCL's choice in the table
+  CHECK_EQ(once[3], size_t(0));
+  CHECK(every[1] > 0 && every[2] > 0 && every[3] > 0);  // without: each job explores afresh
+}
+
 // A coordinator address without a token (or a malformed address) is a configuration error: no
 // source, a message naming the variable, and through the Context: no tuner on every rank, one WARN
 // per process, NCCL's choice untouched.
@@ -1821,6 +1864,7 @@ TEST(engine, online_inproc_slowest_rank) { testInprocSlowestRank(); }
 TEST(engine, online_rank_merge) { testRankMerge(); }
 TEST(engine, online_arrival_merge) { testArrivalMerge(); }
 TEST(engine, online_save_tuned) { testSaveTunedAndWarmStart(); }
+TEST(engine, online_allowance_once) { testAllowanceOnce(); }
 TEST(engine, online_stream_period) { testStreamPeriodScoring(); }
 TEST(engine, online_idle_task_releases_timing) { testIdleTaskReleasesTiming(); }
 TEST(engine, online_host_pause_leaves_period_out) { testHostPauseLeavesPeriodOut(); }

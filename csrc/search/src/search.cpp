@@ -169,6 +169,7 @@ struct TaskSearch::Impl {
 
   Impl(const Space& s, Options opt, std::vector<Hint> h) : sp(s), o(std::move(opt)), hints(std::move(h)) {
     if (!o.objective) o.objective = collectiveTime();
+    st.regretAllowance = o.regretAllowance;
     sp.maxChannels = std::max(1, sp.maxChannels);
     if (sp.ncclChannels > sp.maxChannels) sp.ncclChannels = 0;  // cannot reproduce it explicitly
     float best = 0;

@@ -257,6 +257,7 @@ struct Stats {
   uint64_t abandoned = 0;       // candidates given up after one far slower sample (Options::abandonAbove)
   uint64_t skippedBehind = 0;   // pairs not probed: an earlier job measured them far behind (Options::skipBehind)
   uint64_t recordedStarts = 0;  // pairs whose first probe moved to an earlier job's best point (Options::recordedStart)
+  double regretAllowance = 0;   // the allowance this search had (Options::regretAllowance), calls
   uint64_t unprovenWaits = 0;   // calls the incumbent ran while maxUnprovenCalls held candidates back
 };
 
