@@ -1626,6 +1626,12 @@ Model hostileModel(std::mt19937_64& rng) {
   return m;
 }
 
+// The search tests' three kinds of model: 0 random, 1 H200-like (a size from 1 MiB to 1 GiB), 2 hostile.
+Model modelOfKind(int kind, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  return kind == 0 ? randomModel(rng) : kind == 1 ? h200Model(rng, std::exp2(20.0 + 10.0 * u(rng))) : hostileModel(rng);
+}
+
 struct BurstResult {
   double firstTimed = 0;  // mean true time of the first size's timed calls (20-99) over NCCL's time
   double worstLoop = 0;   // the costliest timed loop of all rounds, mean true time over NCCL's
@@ -1706,9 +1712,7 @@ void unprovenBursts() {
     const int runs = 150;
     for (uint64_t seed = 1; seed <= static_cast<uint64_t>(runs); ++seed) {
       std::mt19937_64 rng(seed * 31 + static_cast<uint64_t>(kind));
-      std::uniform_real_distribution<double> u(0.0, 1.0);
-      const Model m = kind == 0 ? randomModel(rng) : kind == 1 ? h200Model(rng, std::exp2(20.0 + 10.0 * u(rng)))
-                                                                : hostileModel(rng);
+      const Model m = modelOfKind(kind, rng);
       for (int cap = 0; cap < 3; ++cap) {
         Options o = withOnlineBounds(Options());
         o.verifySamples = 3;
@@ -2173,9 +2177,7 @@ NextJobArms nextJobOnModels(int kind, const std::function<bool(const std::vector
   NextJobArms r;
   for (uint64_t seed = 1; seed <= static_cast<uint64_t>(r.runs); ++seed) {
     std::mt19937_64 rng(seed * 37 + static_cast<uint64_t>(kind));
-    std::uniform_real_distribution<double> u(0.0, 1.0);
-    const Model m = kind == 0 ? randomModel(rng) : kind == 1 ? h200Model(rng, std::exp2(20.0 + 10.0 * u(rng)))
-                                                              : hostileModel(rng);
+    const Model m = modelOfKind(kind, rng);
     Options o = withOnlineBounds(Options());
     o.verifySamples = 3;
     std::vector<TaskSearch::PairMeasure> pairs;
@@ -2321,9 +2323,7 @@ void allowanceOnceModels() {
     double first[2] = {0, 0}, worstLoop[2] = {0, 0};
     for (uint64_t seed = 1; seed <= static_cast<uint64_t>(runs); ++seed) {
       std::mt19937_64 rng(seed * 41 + static_cast<uint64_t>(kind));
-      std::uniform_real_distribution<double> u(0.0, 1.0);
-      const Model m = kind == 0 ? randomModel(rng) : kind == 1 ? h200Model(rng, std::exp2(20.0 + 10.0 * u(rng)))
-                                                                : hostileModel(rng);
+      const Model m = modelOfKind(kind, rng);
       Options o = withOnlineBounds(Options());
       o.verifySamples = 3;
       o.probeFirst = 1;
