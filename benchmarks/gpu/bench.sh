@@ -52,10 +52,10 @@
 #             verdict in one 16-call segment instead of call by call: on 2 x H200 with one process per GPU every tuned
 #             task of every warm launch looked up its plan at calls 18-22, the last waiting 0.5-1.1 ms in the timed
 #             loop), traced: the warm passes (1 and later) are where it shows, in the traces' slow_lookups
-#   probefirst  online beside online with AUTOCCL_PROBE_CALLS=1 (each pair's first probe one call until its sample is
-#             back, the rest of its 3-call block only within 30 % of the incumbent), traced: over sockets on one H200
-#             ring/LL's 3-call probe at 3.7x was most of each 128 MiB-1 GiB cold loop's cost
-#             (benchmarks/results/h200x1/speculation-measured-points); the cold pass (pass 0) is where it shows
+#   probefirst  online (each pair's first probe one call until its sample is back, the rest of its 3-call block only
+#             within 30 % of the incumbent: the default) beside online with AUTOCCL_PROBE_CALLS=3 (the whole block at
+#             once), traced: over sockets on one H200 the cold loop at 128 MiB-1 GiB ran 1.05-1.07x NCCL's kernel time
+#             against 1.56x (benchmarks/results/h200x1/probe-first-hosts); the cold pass (pass 0) is where it shows
 #   skipbehind  online beside online with AUTOCCL_SKIP_BEHIND_PCT=0 (every pair probed at each start, as before the
 #             table's pair records), each mode with its own cache, traced: over sockets on one H200 the warm passes
 #             of tasks whose cold search ended without a lead probed ring/LL again at 3.7x NCCL's time; the warm
@@ -193,7 +193,7 @@ for plan in ${PLANS:-overhead online}; do
       pk=${PROBE_KEEP_PCT:-3}
       args=(-m plain -m online -m "online-pk$pk:--mode online AUTOCCL_PROBE_KEEP_PCT=$pk" --trace) ;;
     verifywait) args=(-m plain -m online -m "online-vw16:--mode online AUTOCCL_VERIFY_WAIT=16" --trace) ;;
-    probefirst) args=(-m plain -m online -m "online-p1:--mode online AUTOCCL_PROBE_CALLS=1" --trace) ;;
+    probefirst) args=(-m plain -m online -m "online-p3:--mode online AUTOCCL_PROBE_CALLS=3" --trace) ;;
     skipbehind) args=(-m plain -m online -m "online-probeall:--mode online AUTOCCL_SKIP_BEHIND_PCT=0" --trace) ;;
     recordedstart) args=(-m plain -m online -m "online-widest:--mode online AUTOCCL_RECORDED_START=off" --trace) ;;
     allowanceonce) args=(-m plain -m online -m "online-every:--mode online AUTOCCL_ALLOWANCE_ONCE=off" --trace) ;;
