@@ -82,11 +82,11 @@ bool invert(std::vector<double>& a, size_t k, double tiny, size_t* bad) {
 size_t ExposureEstimator::distinctRows(const std::vector<size_t>& rows, const std::vector<size_t>& cols) const {
   size_t distinct = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
+    const std::vector<double>& a = samples_[rows[i]].dur;
     bool seen = false;
     for (size_t j = 0; j < i && !seen; ++j) {
-      bool same = true;
-      for (size_t c : cols) same = same && samples_[rows[i]].dur[c] == samples_[rows[j]].dur[c];
-      seen = same;
+      const std::vector<double>& b = samples_[rows[j]].dur;
+      seen = std::all_of(cols.begin(), cols.end(), [&](size_t c) { return a[c] == b[c]; });  // stops at a difference
     }
     if (!seen) ++distinct;
   }
