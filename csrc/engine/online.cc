@@ -155,6 +155,7 @@ class OnlineSource final : public DecisionSource {
       opts_.skipBehind = env.settings->skipBehind > 0 ? 1.0 + env.settings->skipBehind : 0.0;  // percent slower -> ratio
       opts_.verifyWait = env.settings->verifyWait;
       opts_.probeFirst = static_cast<int>(env.settings->probeCalls);  // at most the whole block (probeBlock)
+      opts_.stepFirst = static_cast<int>(env.settings->stepCalls);    // ... (stepBlock)
       opts_.maxUnprovenCalls = env.settings->unprovenCalls;
       opts_.speculate = env.settings->speculate;
       opts_.recordedStart = env.settings->recordedStart;

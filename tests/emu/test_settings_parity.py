@@ -56,6 +56,8 @@ BAD = [
     ("AUTOCCL_SKIP_BEHIND_PCT", "2x"),
     ("AUTOCCL_PROBE_CALLS", "4"),
     ("AUTOCCL_PROBE_CALLS", "0"),
+    ("AUTOCCL_STEP_CALLS", "4"),
+    ("AUTOCCL_STEP_CALLS", "0"),
     # the library trims ASCII spaces only: a pasted no-break space is part of the value for both
     ("AUTOCCL_SPECULATE", "off\u00a0"),
     ("AUTOCCL_GUARD", "\u2003on"),

@@ -70,7 +70,7 @@ struct Eval {
   int lostRounds = 0;
   bool lostThisRound = false;
   bool dead = false;  // never measurable: treated as infinitely slow
-  bool shortProbe = false;  // a pair's probe planned shorter than its block (Options::probeFirst), not yet judged
+  bool shortProbe = false;  // planned shorter than its block (Options::probeFirst, stepFirst), not yet judged
   bool leftShort = false;   // ... judged too far behind for the rest of its block: no speculation around it
 
   int n() const { return static_cast<int>(samples.size()); }
@@ -396,6 +396,21 @@ struct TaskSearch::Impl {
   }
   int keepOverride = 0;
   int probeBlock() const { return o.probeFirst > 0 ? std::min(o.probeFirst, o.samplesFirst) : o.samplesFirst; }
+  int stepBlock() const { return o.stepFirst > 0 ? std::min(o.stepFirst, o.samplesFirst) : o.samplesFirst; }
+  // A point planned shorter than its block whose first samples are back: the rest of the block when they are
+  // within abandonAbove of the incumbent, else it stays at its first calls (like an abandoned candidate).
+  void judgeShort(int id) {
+    Eval& x = evals[static_cast<size_t>(id)];
+    if (!x.shortProbe || x.dead || x.n() == 0 || x.inflight > 0) return;
+    const Eval& ref = abandonRef();
+    if (ref.samples.empty()) return;  // nothing to judge it by yet
+    x.shortProbe = false;
+    if (o.abandonAbove > 0 && x.med() > ref.med() * (1.0 + o.abandonAbove)) {
+      x.leftShort = true;
+      return;
+    }
+    request(id, o.samplesFirst);
+  }
   // What a first sample is judged against (Options::abandonAbove): the incumbent once measured, else NCCL's choice.
   const Eval& abandonRef() const {
     const bool incMeasured = inc >= 0 && !evals[static_cast<size_t>(inc)].samples.empty();
@@ -775,7 +790,12 @@ struct TaskSearch::Impl {
         }
       }
     }
-    for (auto& nb : s.nbrs) request(nb.second, o.samplesFirst);
+    for (auto& nb : s.nbrs) {
+      Eval& e = evals[static_cast<size_t>(nb.second)];
+      const bool fresh = !e.dead && e.want == 0 && e.samples.empty() && e.inflight == 0;
+      request(nb.second, fresh ? stepBlock() : o.samplesFirst);
+      if (fresh && stepBlock() < o.samplesFirst) e.shortProbe = true;
+    }
   }
 
   // A not yet measured point that an alive subspace will probably ask for next: in its current
@@ -860,18 +880,8 @@ struct TaskSearch::Impl {
     if (!pruned) {
       // a probe planned shorter than its block (Options::probeFirst) whose samples are within abandonAbove of the
       // incumbent gets the rest of it
-      const Eval& ref = abandonRef();
-      for (Sub& s : subs) {
-        Eval& x = evals[static_cast<size_t>(s.xEval)];
-        if (!x.shortProbe || s.state != SubState::kProbe || x.dead || x.n() == 0 || x.inflight > 0) continue;
-        if (ref.samples.empty()) continue;  // nothing to judge it by yet (the baseline is unfinished: no pruning)
-        x.shortProbe = false;  // judged once: topped up, or left at its first calls like an abandoned candidate
-        if (o.abandonAbove > 0 && x.med() > ref.med() * (1.0 + o.abandonAbove)) {
-          x.leftShort = true;
-          continue;
-        }
-        request(s.xEval, o.samplesFirst);
-      }
+      for (Sub& s : subs)
+        if (s.state == SubState::kProbe) judgeShort(s.xEval);
       bool all = d.finished();
       for (Sub& s : subs) all = all && evals[static_cast<size_t>(s.xEval)].finished();
       if (!all) return;
@@ -883,6 +893,10 @@ struct TaskSearch::Impl {
       if (static_cast<int>(i) == inc || e.dead || e.n() < o.minSamplesIncumbent) continue;
       if (beats(e, evals[static_cast<size_t>(inc)], o.z)) inc = static_cast<int>(i);
     }
+    // a descent step's point planned shorter than its block (Options::stepFirst) gets the rest of it, or not
+    for (Sub& s : subs)
+      if (s.state == SubState::kDescend)
+        for (auto& nb : s.nbrs) judgeShort(nb.second);
     // the most promising candidate that is not yet the incumbent gets more samples
     int bestId = -1;
     for (size_t i = 0; i < evals.size(); ++i)

@@ -2386,6 +2386,79 @@ void recordedStartModels() {
   }
 }
 
+// Options::stepFirst = 1: a descent step's points are one call each until their samples are back, the rest of the
+// block only within abandonAbove of the incumbent. What it does to nccl-tests' loops (burstRun: samples back at each
+// loop's end) and to a job whose samples come back a few calls late (drive, lag up to 3), over 150 models a kind and
+// a socket-like model where a second pair trails by 26 % at its probe and falls further behind as channels move.
+Model trailingPairModel(std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  Model m = socketLargeModel();
+  m.noise = 0.03 + 0.04 * u(rng);
+  const double trail = 1.2 + 0.1 * u(rng);
+  m.t = [trail](int pair, int ch, int) {
+    const double l = std::log2(static_cast<double>(ch)) - 1.0;
+    if (pair == 1 * kNumProtos + 2) return 80.0 * (1.0 + 0.04 * l * l);
+    if (pair == 0 * kNumProtos + 2) return 80.0 * trail * (1.0 + 0.08 * l * l);
+    return 80.0 * 3.7;
+  };
+  return m;
+}
+
+void stepFirstModels() {
+  for (int kind = 0; kind < 4; ++kind) {
+    const int runs = 150;
+    int within3[2][2] = {}, worse[2][2] = {}, ended[2][2] = {};
+    double first[2][2] = {}, worstLoop[2] = {0, 0}, calls[2][2] = {};
+    for (uint64_t seed = 1; seed <= static_cast<uint64_t>(runs); ++seed) {
+      std::mt19937_64 rng(seed * 43 + static_cast<uint64_t>(kind));
+      const Model m = kind < 3 ? modelOfKind(kind, rng) : trailingPairModel(rng);
+      const double dflt = m.trueTime(Config());
+      for (int side = 0; side < 2; ++side) {
+        Options o = withOnlineBounds(Options());
+        o.verifySamples = 3;
+        o.probeFirst = 1;
+        o.stepFirst = side ? 1 : 0;
+        // [0] nccl-tests' loops
+        const BurstResult b = burstRun(m, o, seed, 6);
+        first[0][side] += b.firstTimed / runs;
+        worstLoop[side] = std::max(worstLoop[side], b.worstLoop);
+        if (b.converged) {
+          ended[0][side]++;
+          calls[0][side] += static_cast<double>(b.convergedAt);
+          if (m.trueTime(b.final) <= m.bestTime() * 1.03) within3[0][side]++;
+        }
+        if (m.trueTime(b.final) > dflt * (1.0 + std::max(0.01, 2 * m.noise))) worse[0][side]++;
+        // [1] a job's calls, samples back 0-3 calls late: the first 150 calls' cost
+        TaskSearch s(m.space, o);
+        std::mt19937_64 r2(seed + 9000);
+        const RunResult r = drive(s, m, r2, 600, 3, 0.0);
+        double cost = 0;
+        for (size_t i = 0; i < 150; ++i) cost += m.trueTime(r.applied[i]);
+        first[1][side] += cost / (150 * dflt) / runs;
+        if (r.converged) {
+          ended[1][side]++;
+          calls[1][side] += static_cast<double>(r.convergedAt);
+          if (m.trueTime(r.final) <= m.bestTime() * 1.03) within3[1][side]++;
+        }
+        if (m.trueTime(r.final) > dflt * (1.0 + std::max(0.01, 2 * m.noise))) worse[1][side]++;
+      }
+    }
+    const char* name = kind == 0 ? "random" : kind == 1 ? "H200-like" : kind == 2 ? "hostile" : "trailing-pair";
+    for (int how = 0; how < 2; ++how) {
+      std::printf("%s models, %s, a step's block at once / one call first: %s %.4fx / %.4fx NCCL's time; ended "
+                  "%d / %d of %d (mean call %.1f / %.1f); within 3 %% of the best %d / %d; worse than NCCL's %d / %d",
+                  name, how == 0 ? "nccl-tests' loops" : "samples 0-3 calls late",
+                  how == 0 ? "first size's timed calls" : "first 150 calls", first[how][0], first[how][1], ended[how][0],
+                  ended[how][1], runs, calls[how][0] / std::max(1, ended[how][0]),
+                  calls[how][1] / std::max(1, ended[how][1]), within3[how][0], within3[how][1], worse[how][0],
+                  worse[how][1]);
+      if (how == 0) std::printf("; costliest loop %.3fx / %.3fx", worstLoop[0], worstLoop[1]);
+      std::printf("\n");
+    }
+    CHECK(worse[0][1] == 0 && worse[1][1] == 0);
+  }
+}
+
 // A sample given up as lost arrives after the task re-tuned (a drift's re-tune, a table entry that lost its
 // verification): it belongs to a round whose evaluations are gone and must be dropped, not recorded into the new
 // round's (the given-up map kept the old round's indices: a heap use-after-free under ASan). Samples up to 200
@@ -2444,6 +2517,7 @@ TEST(search, skipMeasuredBehindModels) { skipMeasuredBehindModels(); }
 TEST(search, recordedStart) { recordedStart(); }
 TEST(search, recordedStartModels) { recordedStartModels(); }
 TEST(search, allowanceOnceModels) { allowanceOnceModels(); }
+TEST(search, stepFirstModels) { stepFirstModels(); }
 TEST(search, lateSampleAfterRetune) { lateSampleAfterRetune(); }
 TEST(search, verifyWait) { verifyWait(); }
 TEST(search, jobRegret) { jobRegret(); }

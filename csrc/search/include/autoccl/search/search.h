@@ -100,6 +100,10 @@ struct Options {
   // over sockets on one H200 ring/LL's probe ran 3 calls at 3.7x NCCL's time in a 20-call loop
   // (h200x1/speculation-measured-points). 1: one call, the rest only within abandonAbove of the incumbent.
   int probeFirst = 0;
+  // The same for a descent step's points (the neighbours a subspace's descent asks for next): calls of each planned
+  // before its first samples decide the rest of its block (0: samplesFirst). A step of a pair that trails (over
+  // sockets on one H200 PAT at 1, 3 and 6 channels, 26-47 % behind ring's 2) otherwise costs its whole block.
+  int stepFirst = 0;
   int samplesMax = 10;          // a candidate close to the incumbent is sampled up to this many times
   int minSamplesIncumbent = 5;  // a candidate needs this many samples to become the incumbent
   double minMargin = 0.005;     // relative margin floor for "beats by more than the noise"
