@@ -56,9 +56,10 @@
 #             within 30 % of the incumbent: the default) beside online with AUTOCCL_PROBE_CALLS=3 (the whole block at
 #             once), traced: over sockets on one H200 the cold loop at 128 MiB-1 GiB ran 1.05-1.07x NCCL's kernel time
 #             against 1.56x (benchmarks/results/h200x1/probe-first-hosts); the cold pass (pass 0) is where it shows
-#   stepfirst  online (each descent step's point one call until its sample is back, the rest of its 3-call block only
-#             within 30 % of the incumbent: the default) beside online with AUTOCCL_STEP_CALLS=3 (the whole block at
-#             once), traced: the cold pass (pass 0) is where it shows, in cold-pass-<mode>.md's "narrower" classes
+#   stepfirst  online (the default: each descent point a 3-call block) beside online with AUTOCCL_STEP_CALLS=1 (the
+#             points of a pair trailing the best by more than 10 %, stepped to or speculated, one call until its
+#             sample is back, the rest of the block only within 30 % of the incumbent), traced: the cold pass (pass 0)
+#             is where it shows, in cold-pass-<mode>.md's "narrower, lost" class
 #   skipbehind  online beside online with AUTOCCL_SKIP_BEHIND_PCT=0 (every pair probed at each start, as before the
 #             table's pair records), each mode with its own cache, traced: over sockets on one H200 the warm passes
 #             of tasks whose cold search ended without a lead probed ring/LL again at 3.7x NCCL's time; the warm
@@ -197,7 +198,7 @@ for plan in ${PLANS:-overhead online}; do
       args=(-m plain -m online -m "online-pk$pk:--mode online AUTOCCL_PROBE_KEEP_PCT=$pk" --trace) ;;
     verifywait) args=(-m plain -m online -m "online-vw16:--mode online AUTOCCL_VERIFY_WAIT=16" --trace) ;;
     probefirst) args=(-m plain -m online -m "online-p3:--mode online AUTOCCL_PROBE_CALLS=3" --trace) ;;
-    stepfirst) args=(-m plain -m online -m "online-s3:--mode online AUTOCCL_STEP_CALLS=3" --trace) ;;
+    stepfirst) args=(-m plain -m online -m "online-s1:--mode online AUTOCCL_STEP_CALLS=1" --trace) ;;
     skipbehind) args=(-m plain -m online -m "online-probeall:--mode online AUTOCCL_SKIP_BEHIND_PCT=0" --trace) ;;
     recordedstart) args=(-m plain -m online -m "online-widest:--mode online AUTOCCL_RECORDED_START=off" --trace) ;;
     allowanceonce) args=(-m plain -m online -m "online-every:--mode online AUTOCCL_ALLOWANCE_ONCE=off" --trace) ;;

@@ -109,13 +109,14 @@ struct Settings {
   // test's H200-like models one call first costs nccl-tests' first size 1.15x NCCL's time against 1.12x, and
   // hostile models settle later (docs/roadmap.md); not measured on NVLink.
   uint64_t probeCalls = 1;
-  // AUTOCCL_STEP_CALLS (online mode, calls, in [1, 3]): the same for each point a descent step asks for next
-  // (search::Options::stepFirst). 1 (default): one call, the rest only within 30 % of the incumbent; 3: the whole
-  // block at once. Over sockets on one H200 the cold pass's loops spent +3 to +7 % of NCCL's kernel time on the
-  // steps of pairs that trail (PAT at 1, 3 and 6 channels, each a block of 3); on the search test's models
-  // (stepFirstModels) nccl-tests' first size costs 1.027x NCCL's time instead of 1.071x (random), 1.163x instead
-  // of 1.201x (H200-like), with as many searches within 3 % of the best.
-  uint64_t stepCalls = 1;
+  // AUTOCCL_STEP_CALLS (online mode, calls, in [1, 3]): the same for the descent's points of a pair that trails the
+  // best by more than 10 % (search::Options::stepFirst, stepFirstBehind: the points a step asks for and those
+  // speculated while samples are in flight). 3 (default): the whole block at once; 1 (opt-in until measured on a
+  // GPU): one call, the rest only within 30 % of the incumbent. Over sockets on one H200 the cold pass's loops spent
+  // +6.7 to +9.3 % of NCCL's kernel time on such blocks (h200x1/default-engine-hosts); on the search test's models
+  // (stepFirstModels) 1 makes nccl-tests' first size cost 1.017x NCCL's time instead of 1.071x (random), 1.078x
+  // instead of 1.201x (H200-like), and 92 random searches of 150 end within 3 % of the best instead of 107.
+  uint64_t stepCalls = 3;
   // AUTOCCL_UNPROVEN_CALLS (online mode, calls, in [0, 64]): while the plan runs more than 8 calls ahead of the
   // newest sample (a burst the host launches ahead of the GPU), no call of a configuration not yet measured is
   // planned while this many are in flight (search::Options::maxUnprovenCalls); the incumbent runs meanwhile.

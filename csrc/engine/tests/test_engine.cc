@@ -246,8 +246,8 @@ TEST(engine, settings) {
   EXPECT_EQ(loadSettings(envOf({})).probeCalls, uint64_t(1));
   EXPECT_EQ(loadSettings(envOf({{"AUTOCCL_PROBE_CALLS", "3"}})).probeCalls, uint64_t(3));
   for (const char* v : {"0", "4", "x"}) EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_PROBE_CALLS", v}})).valid);
-  EXPECT_EQ(loadSettings(envOf({})).stepCalls, uint64_t(1));
-  EXPECT_EQ(loadSettings(envOf({{"AUTOCCL_STEP_CALLS", "3"}})).stepCalls, uint64_t(3));
+  EXPECT_EQ(loadSettings(envOf({})).stepCalls, uint64_t(3));
+  EXPECT_EQ(loadSettings(envOf({{"AUTOCCL_STEP_CALLS", "1"}})).stepCalls, uint64_t(1));
   for (const char* v : {"0", "4", "x"}) EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_STEP_CALLS", v}})).valid);
   EXPECT_EQ(loadSettings(envOf({})).unprovenCalls, 0);
   EXPECT_EQ(loadSettings(envOf({{"AUTOCCL_UNPROVEN_CALLS", "3"}})).unprovenCalls, 3);

@@ -790,17 +790,34 @@ struct TaskSearch::Impl {
         }
       }
     }
-    for (auto& nb : s.nbrs) {
-      Eval& e = evals[static_cast<size_t>(nb.second)];
-      const bool fresh = !e.dead && e.want == 0 && e.samples.empty() && e.inflight == 0;
-      request(nb.second, fresh ? stepBlock() : o.samplesFirst);
-      if (fresh && stepBlock() < o.samplesFirst) e.shortProbe = true;
+    for (auto& nb : s.nbrs) requestStep(nb.second, trails(s));
+  }
+  // Whether a subspace's current point is behind the best point measured by more than Options::stepFirstBehind.
+  bool trails(const Sub& s) const {
+    double best = HUGE_VAL;
+    for (const Eval& e : evals) best = std::min(best, e.med());
+    const Eval& x = evals[static_cast<size_t>(s.xEval)];
+    return std::isfinite(best) && !x.samples.empty() && x.med() > best * (1.0 + o.stepFirstBehind);
+  }
+  // A descent step's point (asked for by a step, or speculated ahead of one): a fresh point of a trailing subspace
+  // gets its first calls (Options::stepFirst), the rest of its block once judged (judgeShort); one already planned
+  // short, or left at its first calls, is not asked for more here. Returns the calls wanted.
+  int requestStep(int id, bool trailing) {
+    Eval& e = evals[static_cast<size_t>(id)];
+    if (e.shortProbe || e.leftShort) return e.want;
+    const bool fresh = !e.dead && e.want == 0 && e.samples.empty() && e.inflight == 0;
+    if (fresh && trailing && stepBlock() < o.samplesFirst) {
+      request(id, stepBlock());
+      e.shortProbe = true;
+    } else {
+      request(id, o.samplesFirst);
     }
+    return e.want;
   }
 
   // A not yet measured point that an alive subspace will probably ask for next: in its current
   // dimension the continuation (2 steps on) and the half steps, then the other dimension.
-  int speculate() {
+  int speculate(bool* trailing) {
     // Only around a point already measured, and not hopelessly behind (what prune's probeKeep would drop): over
     // sockets on one H200 all_reduce 256 MiB's in-place loop ran ring/LL at 6 channels (3.7x NCCL's time),
     // speculated in the blind loop before its probe at 2 channels had returned; the old rule (any probe) also
@@ -835,6 +852,7 @@ struct TaskSearch::Impl {
         if (!moved(s, dim, delta, ch, ck)) continue;
         PointKey key = normalize(s.pair, ch, ck);
         if (evalAt.count(key)) continue;
+        *trailing = trails(s);
         return eval({s.pair, ch, ck});
       }
     }
@@ -1322,12 +1340,13 @@ struct TaskSearch::Impl {
         }
         // nothing can be decided until samples arrive (host run-ahead): measure a point the descent
         // is likely to need next, else run the incumbent meanwhile
-        const int spec = o.speculate && room > 0 ? speculate() : -1;
+        bool trailing = false;
+        const int spec = o.speculate && room > 0 ? speculate(&trailing) : -1;
         if (spec >= 0) {
-          request(spec, o.samplesFirst);
+          const int want = requestStep(spec, trailing);
           if (!queue.empty() && queue.back() == spec) queue.pop_back();
-          schedule(spec, static_cast<uint64_t>(std::max(1, std::min(o.samplesFirst, room))), Phase::kTuning);
-          if (evals[static_cast<size_t>(spec)].inflight < o.samplesFirst) queue.push_front(spec);
+          schedule(spec, static_cast<uint64_t>(std::max(1, std::min(want, room))), Phase::kTuning);
+          if (evals[static_cast<size_t>(spec)].inflight < want) queue.push_front(spec);
           return;
         }
         if (o.speculate && room <= 0) {  // speculation held back by the bound

@@ -100,10 +100,13 @@ struct Options {
   // over sockets on one H200 ring/LL's probe ran 3 calls at 3.7x NCCL's time in a 20-call loop
   // (h200x1/speculation-measured-points). 1: one call, the rest only within abandonAbove of the incumbent.
   int probeFirst = 0;
-  // The same for a descent step's points (the neighbours a subspace's descent asks for next): calls of each planned
-  // before its first samples decide the rest of its block (0: samplesFirst). A step of a pair that trails (over
-  // sockets on one H200 PAT at 1, 3 and 6 channels, 26-47 % behind ring's 2) otherwise costs its whole block.
+  // The same for the descent's points of a subspace whose current point trails the best measured by more than
+  // stepFirstBehind (the neighbours a step asks for, and the points speculated while samples are in flight): calls
+  // of each planned before its first samples decide the rest of its block (0: samplesFirst). Over sockets on one
+  // H200 such blocks (PAT at 1, 3 and 6 channels, 20-47 % behind ring at 2) cost the cold loops +3 to +9 % of NCCL's
+  // kernel time; the leading subspace keeps its blocks (search test stepFirstModels).
   int stepFirst = 0;
+  double stepFirstBehind = 0.10;
   int samplesMax = 10;          // a candidate close to the incumbent is sampled up to this many times
   int minSamplesIncumbent = 5;  // a candidate needs this many samples to become the incumbent
   double minMargin = 0.005;     // relative margin floor for "beats by more than the noise"
