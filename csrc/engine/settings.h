@@ -135,7 +135,8 @@ struct Settings {
   // AUTOCCL_ALLOWANCE_ONCE (online mode): `on` (default) grants a task the regret allowance (16 of its calls) in
   // one job only: a task the table records pairs for but no entry (an earlier job searched it and ended mid-search
   // with no lead) may explore only the share of its calls (AUTOCCL_REGRET_PCT), so a size a job gives few calls
-  // is not explored afresh at every start; `off` grants it at every start.
+  // is not explored afresh at every start; `off` grants it at every start. Over sockets on one H200 the third
+  // warm pass left 0 of 8 tasks searching against 1 with `off` (h200x1/default-engine-hosts).
   bool allowanceOnce = true;
   // AUTOCCL_GUARD (online mode): `on` (default) checks the tuned plan against NCCL's own choices on the
   // iteration time of a communicator whose calls repeat in iterations of two or more calls (engine/step_guard.h);
