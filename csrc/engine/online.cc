@@ -607,11 +607,17 @@ class OnlineSource final : public DecisionSource {
       }
       TableEntry e;
       e.key = key;
-      if (b.isDefault() || guardRestoredNccl) {  // NCCL's own choice: the pair NCCL used, channels 0 (its count)
+      // A winner that is NCCL's own configuration (its pair, at the channel count NCCL runs it on, NCCL's chunk)
+      // won a duel of two identical configurations by noise: over sockets on one H200 such an entry was verified
+      // against itself at every start (won by 4 % one job, lost the next). The table says NCCL's choice, which
+      // the next start runs untimed.
+      const bool ncclOwn = b.forcesPair() && b.algo == s->ncclAlgo.load() && b.proto == s->ncclProto.load() &&
+                           b.channels > 0 && b.channels == s->ncclChannels.load() && !b.setsChunk();
+      if (b.isDefault() || guardRestoredNccl || ncclOwn) {  // NCCL's own choice: its pair, channels 0 (its count)
         e.config.algo = s->ncclAlgo.load();
         e.config.proto = s->ncclProto.load();
         if (e.config.algo < 0 || e.config.proto < 0) continue;
-        if (guardRestoredNccl && st.defaultMedian > 0) st.bestMedian = st.defaultMedian;
+        if ((guardRestoredNccl || ncclOwn) && st.defaultMedian > 0) st.bestMedian = st.defaultMedian;
       } else {
         e.config.algo = b.algo;
         e.config.proto = b.proto;
