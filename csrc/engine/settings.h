@@ -113,7 +113,7 @@ struct Settings {
   // best by more than 10 % (search::Options::stepFirst, stepFirstBehind: the points a step asks for and those
   // speculated while samples are in flight). 3 (default): the whole block at once; 1 (opt-in until measured on a
   // GPU): one call, the rest only within 30 % of the incumbent. Over sockets on one H200 the cold pass's loops spent
-  // +6.7 to +9.3 % of NCCL's kernel time on such blocks (h200x1/default-engine-hosts); on the search test's models
+  // +3.3 to +9.3 % of NCCL's kernel time on such blocks (h200x1/default-engine-hosts); on the search test's models
   // (stepFirstModels) 1 makes nccl-tests' first size cost 1.017x NCCL's time instead of 1.071x (random), 1.078x
   // instead of 1.201x (H200-like), and 92 random searches of 150 end within 3 % of the best instead of 107.
   uint64_t stepCalls = 3;

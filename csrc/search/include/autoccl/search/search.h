@@ -103,7 +103,7 @@ struct Options {
   // The same for the descent's points of a subspace whose current point trails the best measured by more than
   // stepFirstBehind (the neighbours a step asks for, and the points speculated while samples are in flight): calls
   // of each planned before its first samples decide the rest of its block (0: samplesFirst). Over sockets on one
-  // H200 such blocks (PAT at 1, 3 and 6 channels, 20-47 % behind ring at 2) cost the cold loops +3 to +9 % of NCCL's
+  // H200 such blocks (PAT at 1, 3 and 6 channels, 20-47 % behind ring at 2) cost the cold loops +3.3 to +9.3 % of NCCL's
   // kernel time; the leading subspace keeps its blocks (search test stepFirstModels).
   int stepFirst = 0;
   double stepFirstBehind = 0.10;
