@@ -535,7 +535,8 @@ class OnlineSource final : public DecisionSource {
     if (!m.applied.forcesPair() && m.applied.channels == 0 && m.ncclAlgo >= 0) {
       s->ncclAlgo.store(m.ncclAlgo, std::memory_order_relaxed);
       s->ncclProto.store(m.ncclProto, std::memory_order_relaxed);
-      s->ncclChannels.store(m.ncclChannels, std::memory_order_relaxed);
+      // the channels of a lone collective's kernel (a grouped launch reports its first collective's)
+      if (m.colls == 1) s->ncclChannels.store(m.ncclChannels, std::memory_order_relaxed);
     }
     // NCCL caps a channel request at the communicator's channel count (and spreads small tasks over
     // fewer): the channels it reports for a lone collective are the ones the requested config ran on.

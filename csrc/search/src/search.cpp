@@ -800,11 +800,12 @@ struct TaskSearch::Impl {
     return std::isfinite(best) && !x.samples.empty() && x.med() > best * (1.0 + o.stepFirstBehind);
   }
   // A descent step's point (asked for by a step, or speculated ahead of one): a fresh point of a trailing subspace
-  // gets its first calls (Options::stepFirst), the rest of its block once judged (judgeShort); one already planned
-  // short, or left at its first calls, is not asked for more here. Returns the calls wanted.
+  // gets its first calls (Options::stepFirst), the rest of its block once judged (judgeShort); with stepFirst on,
+  // one already planned short, or left at its first calls, is not asked for more here (with it off, a probe left
+  // at its one call that a step comes back to gets its block, as before). Returns the calls wanted.
   int requestStep(int id, bool trailing) {
     Eval& e = evals[static_cast<size_t>(id)];
-    if (e.shortProbe || e.leftShort) return e.want;
+    if ((e.shortProbe || e.leftShort) && stepBlock() < o.samplesFirst) return e.want;
     const bool fresh = !e.dead && e.want == 0 && e.samples.empty() && e.inflight == 0;
     if (fresh && trailing && stepBlock() < o.samplesFirst) {
       request(id, stepBlock());
