@@ -26,8 +26,8 @@ def _scenario(shape: str, noise: bool) -> tuple[Scenario, list[bool]]:
             steps=200, load=0.0, noise=noise, bucket_bytes=buckets, forward_us=2000, backward_us=8000
         )
         return sc, [False, False, False, True]
-    # Four layers: 9 positions need 13 distinct patterns, and the search gives 27-33 (24 runs, idle or with two
-    # busy cores). Six layers' 13 positions need 18, and it gave 13-21: 1 run in 5 gave every verdict.
+    # Four layers: 9 positions need 13 distinct patterns, and the search gives 27-33 (24 runs, idle or with
+    # two busy cores). Six layers' 13 positions need 18, and it gave 13-21: 1 run in 5 gave every verdict.
     layers = 4
     sc = fsdp_like(
         steps=120,
