@@ -593,17 +593,17 @@ void Context::deliver(const Measurement& m) {
     std::lock_guard<std::mutex> lock(statsMu_);
     t->stats.add(m.gpuUs);
     ++t->measured;
-    t->ncclAlgo = m.ncclAlgo;
-    t->ncclProto = m.ncclProto;
-    t->ncclChannels = m.ncclChannels;
+    t->ranAlgo = m.ncclAlgo;
+    t->ranProto = m.ncclProto;
+    t->ranChannels = m.ncclChannels;
+    if (m.applied.empty()) {
+      t->defAlgo = m.ncclAlgo;
+      t->defProto = m.ncclProto;
+      t->defChannels = m.ncclChannels;
+    }
     budgetDone = measureBudget_ > 0 && t->measured >= measureBudget_;
     if (metricsOn_.load(std::memory_order_relaxed)) {
-      if (m.applied.empty()) {
-        t->ncclStats.add(m.gpuUs);
-        t->defAlgo = m.ncclAlgo;
-        t->defProto = m.ncclProto;
-        t->defChannels = m.ncclChannels;
-      }
+      if (m.applied.empty()) t->ncclStats.add(m.gpuUs);
       if (m.applied.sameSetting(t->shownApplied)) t->appliedStats.add(m.gpuUs);
     }
   }
@@ -633,9 +633,12 @@ std::vector<Context::TaskReport> Context::report() const {
     r.applied = t->lastApplied;
     r.source = t->lastSource;
     r.stats = t->stats.summary();
-    r.ncclAlgo = t->ncclAlgo;
-    r.ncclProto = t->ncclProto;
-    r.ncclChannels = t->ncclChannels;
+    r.ncclAlgo = t->defAlgo;
+    r.ncclProto = t->defProto;
+    r.ncclChannels = t->defChannels;
+    r.ranAlgo = t->ranAlgo;
+    r.ranProto = t->ranProto;
+    r.ranChannels = t->ranChannels;
     out.push_back(r);
   }
   std::sort(out.begin(), out.end(), [](const TaskReport& a, const TaskReport& b) {
@@ -754,10 +757,11 @@ void Context::finalizeTuner() {
     char line[512];
     std::snprintf(line, sizeof line,
                   "%s bytes=%" PRIu64 " pipe=%d: %" PRIu64 " calls, %s %s; measured %" PRIu64
-                  " samples, median %.1f us, MAD %.1f us, noise %.1f%%, NCCL used %s/%s/%d",
+                  " samples, median %.1f us, MAD %.1f us, noise %.1f%%, NCCL's choice %s/%s/%d, last call ran %s/%s/%d",
                   collName(r.key.coll), r.key.bytes, r.key.pipe, r.calls, sourceName(r.source),
                   configText(r.applied).c_str(), r.stats.count, r.stats.median, r.stats.mad, 100.0 * r.stats.noise,
-                  ncclAlgoSpelling(r.ncclAlgo), ncclProtoSpelling(r.ncclProto), r.ncclChannels);
+                  ncclAlgoSpelling(r.ncclAlgo), ncclProtoSpelling(r.ncclProto), r.ncclChannels,
+                  ncclAlgoSpelling(r.ranAlgo), ncclProtoSpelling(r.ranProto), r.ranChannels);
     log(LogLevel::Info, line);
     if (rt_.trace().enabled()) {
       char buf[1024];
@@ -766,14 +770,15 @@ void Context::finalizeTuner() {
           "{\"ev\":\"task\",\"comm\":\"%s\",\"rank\":%d,\"coll\":\"%s\",\"bytes\":%" PRIu64 ",\"pipe\":%d,\"calls\":%" PRIu64
           ",\"samples\":%" PRIu64 ",\"median_us\":%.3f,\"mad_us\":%.3f,\"noise\":%.4f,\"min_us\":%.3f,\"max_us\":%.3f,"
           "\"source\":\"%s\",\"algo\":%s%s%s,\"proto\":%s%s%s,\"channels\":%d,\"chunk\":%" PRIu64
-          ",\"chunk_halvings\":%d,\"nccl_algo\":\"%s\",\"nccl_proto\":\"%s\",\"nccl_channels\":%d",
+          ",\"chunk_halvings\":%d,\"nccl_algo\":\"%s\",\"nccl_proto\":\"%s\",\"nccl_channels\":%d,"
+          "\"ran_algo\":\"%s\",\"ran_proto\":\"%s\",\"ran_channels\":%d",
           commHex_.c_str(), rank_, collName(r.key.coll), r.key.bytes, r.key.pipe, r.calls, r.stats.count,
           r.stats.median, r.stats.mad, r.stats.noise, r.stats.min, r.stats.max, sourceName(r.source),
           r.applied.forcesPair() ? "\"" : "", r.applied.forcesPair() ? algoName(r.applied.algo) : "null",
           r.applied.forcesPair() ? "\"" : "", r.applied.forcesPair() ? "\"" : "",
           r.applied.forcesPair() ? protoName(r.applied.proto) : "null", r.applied.forcesPair() ? "\"" : "",
           r.applied.channels, r.applied.chunk, r.applied.chunkHalvings, ncclAlgoSpelling(r.ncclAlgo), ncclProtoSpelling(r.ncclProto),
-          r.ncclChannels);
+          r.ncclChannels, ncclAlgoSpelling(r.ranAlgo), ncclProtoSpelling(r.ranProto), r.ranChannels);
       // The policy's fields (a search's record, its slow lookups: of any length) go after the bounded head; a
       // fixed buffer cut the line, and the trace's readers skip a line that is not JSON.
       if (n > 0 && static_cast<size_t>(n) < sizeof buf) {

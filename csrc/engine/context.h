@@ -167,7 +167,10 @@ class Context : public std::enable_shared_from_this<Context> {
     Config applied;
     Source source = Source::Nccl;
     StatsSummary stats;
+    // NCCL's own choice: what its last measured call left to NCCL ran (-1 / 0: no such call was measured).
     int ncclAlgo = -1, ncclProto = -1, ncclChannels = 0;
+    // What the last measured call ran, whoever chose it.
+    int ranAlgo = -1, ranProto = -1, ranChannels = 0;
   };
   std::vector<TaskReport> report() const;
   // What the metrics files show of this context (the metrics thread, and finalize).
@@ -186,15 +189,15 @@ class Context : public std::enable_shared_from_this<Context> {
     // statsMu_:
     RobustStats stats;
     uint64_t measured = 0;
-    int ncclAlgo = -1, ncclProto = -1, ncclChannels = 0;
+    int ranAlgo = -1, ranProto = -1, ranChannels = 0;  // the last measured call's kernel
+    int defAlgo = -1, defProto = -1, defChannels = 0;  // the last measured call left to NCCL: its own choice
     // For the metrics files (only while they are written). callsSeen: `calls` for other threads. Under
     // statsMu_: the applied configuration, the samples of calls left to NCCL and of calls under that
-    // configuration, and what NCCL used when left to choose.
+    // configuration.
     std::atomic<uint64_t> callsSeen{0};
     Config shownApplied;
     Source shownSource = Source::Nccl;
     RobustStats ncclStats{64}, appliedStats{64};
-    int defAlgo = -1, defProto = -1, defChannels = 0;
   };
   // A decision of the current group, for getChunkSize.
   struct GroupChunk {

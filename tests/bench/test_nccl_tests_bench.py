@@ -385,7 +385,7 @@ def test_cross_rank_agreement_counts_divergent_calls() -> None:
 def test_task_table_says_how_a_small_task_was_judged() -> None:
     """The per-task table shows NCCL's model estimate beside the measured kernel, and whether a small task
     was judged by the model at its first call or by its samples (the margin the model's verdict relies on
-    is read off this table on a GPU)."""
+    is read off this table on a GPU); NCCL's own choice apart from what the last call ran (a pin's kernel)."""
 
     def rec(mode: str, busbw: float, pinned: list[dict[str, object]]) -> dict[str, object]:
         rows = [{"bytes": 1 << 20, "oop_busbw_gbs": busbw}, {"bytes": 64 << 20, "oop_busbw_gbs": busbw}]
@@ -415,6 +415,12 @@ def test_task_table_says_how_a_small_task_was_judged() -> None:
             "algo": "RING",
             "proto": "LL128",
             "channels": 32,
+            "nccl_algo": "RING",
+            "nccl_proto": "SIMPLE",
+            "nccl_channels": 24,
+            "ran_algo": "RING",
+            "ran_proto": "LL128",
+            "ran_channels": 32,
             "model_us": 300.0,
             "default_us": 310.0,
             "best_us": 290.0,
@@ -428,3 +434,6 @@ def test_task_table_says_how_a_small_task_was_judged() -> None:
     assert "| 1.050 |" in lines["1 MiB"]
     assert "| 41.0 → 41.0 | 60.0 |" in lines["4 MiB"] and "| by samples |" in lines["4 MiB"]
     assert "| 310.0 → 290.0 | 300.0 | +6.9 % |" in lines["64 MiB"] and "RING/LL128/32" in lines["64 MiB"]
+    # NCCL's own choice (from the calls left to it) beside what the last call ran; "—" where never measured
+    assert "| RING/LL128/32 | ring/simple/24 | ring/ll128/32 | 120 |" in lines["64 MiB"]
+    assert "| NCCL's choice | — | — | 0 |" in lines["1 MiB"]

@@ -717,18 +717,43 @@ TEST(engine, context_fixed) {
     TimingMatcher::kernelChStop(c, 1000 + 5000 * (seq + 1));
     TimingMatcher::eventStop(h);
   }
+  // A size outside the rule: NCCL's choice (tree/simple, as the profiler reports it), calls seq 2 and 3.
+  for (uint64_t seq = 2; seq < 4; ++seq) {
+    fillCosts(costs);
+    nCh = 0;
+    ctx.getCollInfo(kAllReduce, 128u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
+    EXPECT_EQ(nCh, 0);
+    void* h = ctx.collStart("AllReduce", seq, 32u << 20, "ncclFloat32", 1, "TREE", "SIMPLE");
+    EXPECT_TRUE(h != nullptr);
+    void* c = ctx.kernelChStart(h, 1000);
+    TimingMatcher::kernelChStop(c, 1000 + 90000);
+    TimingMatcher::eventStop(h);
+  }
   std::vector<Context::TaskReport> rep = ctx.report();
-  bool found = false;
+  int found = 0;
   for (const auto& r : rep) {
-    if (r.key.coll == kAllReduce) {
-      found = true;
+    if (r.key.coll == kAllReduce && r.key.bytes == (4u << 20)) {
+      ++found;
       EXPECT_EQ(r.calls, uint64_t(2));
       EXPECT_EQ(r.stats.count, uint64_t(2));
       EXPECT_NEAR(r.stats.median, 7.5, 1e-9);
-      EXPECT_EQ(r.ncclAlgo, kRing);
+      // every call ran the rule's ring/LL128: what NCCL would choose was never seen
+      EXPECT_EQ(r.ranAlgo, kRing);
+      EXPECT_EQ(r.ranProto, kLL128);
+      EXPECT_EQ(r.ranChannels, 1);
+      EXPECT_EQ(r.ncclAlgo, -1);
+      EXPECT_EQ(r.ncclProto, -1);
+      EXPECT_EQ(r.ncclChannels, 0);
+    }
+    if (r.key.coll == kAllReduce && r.key.bytes == (128u << 20)) {
+      ++found;
+      EXPECT_EQ(r.ncclAlgo, kTree);
+      EXPECT_EQ(r.ncclProto, kSimple);
+      EXPECT_EQ(r.ncclChannels, 1);
+      EXPECT_EQ(r.ranAlgo, kTree);
     }
   }
-  EXPECT_TRUE(found);
+  EXPECT_EQ(found, 2);
   // The allgather and broadcast tasks still want timing; calls beyond 4*budget+16 give up.
   for (int i = 0; i < 30; ++i) {
     ctx.getCollInfo(kAllGather, 1u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);

@@ -191,6 +191,9 @@ def pinned_tasks(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                         "nccl_algo",
                         "nccl_proto",
                         "nccl_channels",
+                        "ran_algo",
+                        "ran_proto",
+                        "ran_channels",
                         "gain",
                         "converged_at",
                         "default_us",
@@ -750,9 +753,10 @@ def task_table(records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
                 mode_key = (*key, r["mode"])
                 ratio[mode_key] = float(row["oop_busbw_gbs"])
     lines = [
-        "| pass | launch | collective | size | mode | pinned | NCCL ran | converged at call "
-        "| kernel µs NCCL → pinned | NCCL's model µs | kernel gain | small task | caller's busbw / plain |",
-        "| ---: | --- | --- | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: |",
+        "| pass | launch | collective | size | mode | pinned | NCCL's choice | last call ran "
+        "| converged at call | kernel µs NCCL → pinned | NCCL's model µs | kernel gain | small task "
+        "| caller's busbw / plain |",
+        "| ---: | --- | --- | ---: | --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for r in sorted(records, key=lambda x: (x["pass"], x["launch"], x["coll"], x["mode"])):
         for t in sorted(r.get("pinned", []), key=lambda t: int(t.get("bytes", 0))):
@@ -764,8 +768,7 @@ def task_table(records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
             pinned = (
                 f"{t.get('algo')}/{t.get('proto')}/{t.get('channels')}" if t.get("algo") else "NCCL's choice"
             )
-            nccl_pair = f"{str(t.get('nccl_algo', '')).lower()}/{str(t.get('nccl_proto', '')).lower()}"
-            nccl = f"{nccl_pair}/{t.get('nccl_channels')}"
+            nccl, ran = _kernel_config(t, "nccl"), _kernel_config(t, "ran")
             conv = t.get("converged_at")
             conv_text = str(conv) if conv is not None else "—"
             d, bu = t.get("default_us") or 0.0, t.get("best_us") or 0.0
@@ -779,9 +782,19 @@ def task_table(records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
                 small = "by NCCL's model" if t.get("small_by_model") else "by samples"
             lines.append(
                 f"| {r['pass']} | {r['launch']} | {r['coll']} | {_mib(int(t['bytes']))} | {r['mode']} "
-                f"| {pinned} | {nccl} | {conv_text} | {kern} | {model_text} | {gain} | {small} | {seen} |"
+                f"| {pinned} | {nccl} | {ran} | {conv_text} | {kern} | {model_text} | {gain} | {small} "
+                f"| {seen} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _kernel_config(task: dict[str, Any], prefix: str) -> str:
+    """A task record's `nccl_*` (NCCL's own choice, from the calls left to it) or `ran_*` (the last measured
+    call's kernel) as algo/proto/channels; "—" where no such call was measured."""
+    algo, proto = str(task.get(f"{prefix}_algo") or "unknown"), str(task.get(f"{prefix}_proto") or "unknown")
+    if algo == "unknown" or proto == "unknown":
+        return "—"
+    return f"{algo.lower()}/{proto.lower()}/{task.get(f'{prefix}_channels')}"
 
 
 def _mib(b: int) -> str:
