@@ -437,3 +437,8 @@ def test_task_table_says_how_a_small_task_was_judged() -> None:
     # NCCL's own choice (from the calls left to it) beside what the last call ran; "—" where never measured
     assert "| RING/LL128/32 | ring/simple/24 | ring/ll128/32 | 120 |" in lines["64 MiB"]
     assert "| NCCL's choice | — | — | 0 |" in lines["1 MiB"]
+    # a record from a plugin before `ran_*`: its `nccl_*` was the last call's kernel, shown as such
+    old = {"bytes": 16 << 20, "algo": "RING", "proto": "SIMPLE", "channels": 1, "converged_at": 40}
+    old |= {"nccl_algo": "RING", "nccl_proto": "SIMPLE", "nccl_channels": 1}
+    text = NT.task_table([rec("plain", 100.0, []), rec("online", 105.0, [old])], {"baseline": "plain"})
+    assert "| RING/SIMPLE/1 | — | ring/simple/1 | 40 |" in text

@@ -768,7 +768,12 @@ def task_table(records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
             pinned = (
                 f"{t.get('algo')}/{t.get('proto')}/{t.get('channels')}" if t.get("algo") else "NCCL's choice"
             )
-            nccl, ran = _kernel_config(t, "nccl"), _kernel_config(t, "ran")
+            if t.get("ran_algo") is None:
+                # a plugin before the record's `ran_*` fields: its `nccl_*` was the last call's kernel (a
+                # pin's, for a pinned task), never known to be NCCL's own choice
+                nccl, ran = "—", _kernel_config(t, "nccl")
+            else:
+                nccl, ran = _kernel_config(t, "nccl"), _kernel_config(t, "ran")
             conv = t.get("converged_at")
             conv_text = str(conv) if conv is not None else "—"
             d, bu = t.get("default_us") or 0.0, t.get("best_us") or 0.0
