@@ -308,7 +308,7 @@ Settings loadSettings(const EnvLookup& env) {
   if (s.mode == Mode::Fixed && s.fixedText.empty()) return invalid(s, "AUTOCCL_MODE=fixed needs AUTOCCL_FIXED (rules)");
   if (!s.fixedText.empty() && !parseFixedRules(s.fixedText, s.maxChannels, &s.fixed, &err)) return invalid(s, err);
   if (!checkCoordinatorAndPaths(env, &s, &err)) return invalid(s, err);
-  s.searchDebug = env("AUTOCCL_SEARCH_DEBUG") != nullptr;
+  s.searchDebug = !get(env, "AUTOCCL_SEARCH_DEBUG").empty();  // blank is unset, as for every variable
 
   s.tablePath = get(env, "AUTOCCL_TABLE");
   s.metricsDir = get(env, "AUTOCCL_METRICS_DIR");

@@ -73,6 +73,17 @@ def test_env_nccl_channels(fake_plugin: Path) -> None:
     assert r.exit_code != 0 and "65" in r.output
 
 
+def test_env_observe_says_when_channel_options_change_nccl(fake_plugin: Path) -> None:
+    # observe is "change nothing"; the channel options still apply there, and the user is told so
+    r = CliRunner().invoke(main, ["env", "--mode", "observe", "--nccl-channels", "8"])
+    assert r.exit_code == 0, r.output
+    assert "AUTOCCL_NCCL_CHANNELS=8" in r.stdout
+    assert "observe mode with --nccl-channels 8" in r.stderr
+    r = CliRunner().invoke(main, ["env", "--mode", "observe"])
+    assert r.exit_code == 0, r.output
+    assert "observe mode" not in r.stderr
+
+
 def test_env_rejects_fixed_without_rules(fake_plugin: Path) -> None:
     r = CliRunner().invoke(main, ["env", "--mode", "fixed"])
     assert r.exit_code != 0

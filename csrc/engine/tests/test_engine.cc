@@ -164,6 +164,7 @@ TEST(engine, settings) {
   EXPECT_EQ(s.coordLingerMs, 0);
   EXPECT_TRUE(s.coordFaults.drop == 0.1 && s.coordFaults.maxDelayMs == 3 && s.coordFaults.seed == 7u);
   EXPECT_TRUE(s.searchDebug);
+  EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_SEARCH_DEBUG", " "}})).searchDebug);  // blank is unset
   s = loadSettings(envOf({{"AUTOCCL_COORD_FAULTS", "drop=2"}}));
   EXPECT_TRUE(!s.valid && s.error.find("AUTOCCL_COORD_FAULTS") != std::string::npos);
 

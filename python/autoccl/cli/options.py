@@ -136,7 +136,8 @@ mode = choice(
     "--mode",
     values=MODES,
     default="online",
-    help="What the plugin does: tune online (online), change nothing (observe), force rules (fixed), apply "
+    help="What the plugin does: tune online (online), change nothing but the channel options given "
+    "(observe), force rules (fixed), apply "
     "a saved table (table), the resource-sharing study's fixed channel policy, a baseline (manual: "
     "AUTOCCL_MANUAL_CHANNELS), nothing at all, plugin loaded (off). Online, every rank meets at one "
     "coordinator: the launcher's (torchrun, srun), else the one `autoccl run` gives its job "

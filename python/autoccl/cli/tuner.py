@@ -116,6 +116,20 @@ def _build_env(plugin: PluginOptions, run_host: str | None = None) -> dict[str, 
     if mode not in ("table", "observe") and table is not None:
         raise click.UsageError(f"--table applies to --mode table or observe, not {mode}")
     table, given_table = _check_table_option(mode, table)
+    if mode == "observe" and (plugin.nccl_channels is not None or plugin.channel_ceiling):
+        given = [
+            f"{flag} {value}"
+            for flag, value in (
+                ("--channel-ceiling", plugin.channel_ceiling),
+                ("--nccl-channels", plugin.nccl_channels),
+            )
+            if value is not None and value != 0
+        ]
+        click.echo(
+            f"autoccl: observe mode with {' and '.join(given)}: NCCL's own calls run on the channels these "
+            "set, not as without autoccl (observe changes nothing else)",
+            err=True,
+        )
     extra: dict[str, str] = {}
     ceiling, nccl_channels = communicator_channels(
         mode == "online",
