@@ -1177,23 +1177,60 @@ void usage() {
                "       autoccl-emu --eval [--model JSON]   (stdin: coll nranks bytes algo proto channels chunk load)\n");
 }
 
+// One output line per input line (callers pair them up): a line that is not a valid query prints nan, says why
+// on stderr, and makes the exit status 2.
 int evalMode(const PerfModel& m) {
   std::string line;
-  while (std::getline(std::cin, line)) {
+  int bad = 0;
+  for (long lineNo = 1; std::getline(std::cin, line); ++lineNo) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     std::istringstream in(line);
-    std::string coll, algo, proto;
+    std::string coll, algo, proto, extra;
     long long nranks = 0, bytes = 0, ch = 0, chunk = 0;
     double load = 0;
-    if (!(in >> coll >> nranks >> bytes >> algo >> proto >> ch >> chunk >> load)) continue;
-    int f = parseColl(coll), a = parseAlgo(algo), p = parseProto(proto);
-    if (f < 0 || a < 0 || p < 0 || nranks < 1 || bytes < 0) {
+    const bool read = static_cast<bool>(in >> coll >> nranks >> bytes >> algo >> proto >> ch >> chunk >> load);
+    const int f = parseColl(coll), a = parseAlgo(algo), p = parseProto(proto);
+    std::string why;
+    if (!read || (in >> extra)) why = "expected 'coll nranks bytes algo proto channels chunk load'";
+    else if (f < 0) why = "unknown collective '" + coll + "'";
+    else if (a < 0) why = "unknown algorithm '" + algo + "'";
+    else if (p < 0) why = "unknown protocol '" + proto + "'";
+    else if (nranks < 1 || nranks > 1000000) why = "nranks must be in [1, 1000000]";
+    else if (bytes < 0) why = "bytes must be >= 0";
+    else if (ch < 1 || ch > 64) why = "channels must be in [1, 64]";
+    else if (chunk < 0) why = "chunk must be >= 0";
+    else if (!(load >= 0 && load <= 1)) why = "load must be in [0, 1]";
+    if (!why.empty()) {
       std::printf("nan\n");
+      emuError("--eval line " + std::to_string(lineNo) + ": " + why);
+      ++bad;
       continue;
     }
     std::printf("%.6f\n", m.meanUs(f, static_cast<int>(nranks), static_cast<size_t>(bytes), a, p, static_cast<int>(ch),
                                    static_cast<size_t>(chunk), load));
   }
-  return 0;
+  return bad ? 2 : 0;
+}
+
+// "--ranks 0,2,3": distinct ranks, each a non-negative integer.
+bool parseRanks(const std::string& text, std::vector<int>* ranks) {
+  std::istringstream in(text);
+  std::string tok;
+  while (std::getline(in, tok, ',')) {
+    char* end = nullptr;
+    const long r = std::strtol(tok.c_str(), &end, 10);
+    if (tok.empty() || *end != '\0' || r < 0 || r > 1000000) {
+      emuError("--ranks takes distinct ranks in [0, 1000000] separated by commas, not '" + text + "'");
+      return false;
+    }
+    if (std::find(ranks->begin(), ranks->end(), static_cast<int>(r)) != ranks->end()) {
+      emuError("--ranks names rank " + std::to_string(r) + " twice");
+      return false;
+    }
+    ranks->push_back(static_cast<int>(r));
+  }
+  if (ranks->empty()) emuError("--ranks names no rank");
+  return !ranks->empty();
 }
 
 int envInt(const char* name) {
@@ -1230,10 +1267,7 @@ int mainImpl(int argc, char** argv) {
     else if (a == "--truth") opt.truthPath = next();
     else if (a == "--lead-file") opt.leadFile = next();
     else if (a == "--ranks") {
-      std::string r = next();
-      std::istringstream in(r);
-      std::string tok;
-      while (std::getline(in, tok, ',')) opt.ranks.push_back(std::atoi(tok.c_str()));
+      if (!parseRanks(next(), &opt.ranks)) return 2;
     } else if (a == "--tuner-version") opt.tunerWant = version(next(), 6);
     else if (a == "--profiler-version") opt.profilerWant = version(next(), 7);
     else if (a == "--no-plugin") opt.noPlugin = true;

@@ -208,6 +208,17 @@ def fingerprint_of(meta: dict[str, str]) -> str:
 
 def parse_table(text: str, expect_fingerprint: str | None = None) -> Table:
     """A validated table, or TableError saying what is wrong (the library's verdict, same schema)."""
+    try:
+        return _parse_table(text, expect_fingerprint)
+    except TableError as e:
+        # The library writes whole files that end in a newline; a refused file without one was most likely
+        # cut short (a copy interrupted): say so, the verdict is the same.
+        if text and not text.endswith("\n") and str(e).startswith(f"line {text.count(chr(10)) + 1}:"):
+            raise TableError(f"{e} (the file ends mid-line: cut short?)") from None
+        raise
+
+
+def _parse_table(text: str, expect_fingerprint: str | None) -> Table:
     fp_spec = schema()["fingerprint"]
     lines = text.split("\n")
     seen_header = False

@@ -73,6 +73,15 @@ def test_env_nccl_channels(fake_plugin: Path) -> None:
     assert r.exit_code != 0 and "65" in r.output
 
 
+def test_table_cut_mid_line_says_so() -> None:
+    cut = SAMPLE[: SAMPLE.rindex("task ") + 3]  # a copy interrupted inside the last task line
+    with pytest.raises(tables.TableError, match="ends mid-line: cut short"):
+        tables.parse_table(cut)
+    with pytest.raises(tables.TableError) as whole:  # a bad line in a whole file gets no such guess
+        tables.parse_table(SAMPLE.replace("task ", "tas ", 1))
+    assert "cut short" not in str(whole.value)
+
+
 def test_env_observe_says_when_channel_options_change_nccl(fake_plugin: Path) -> None:
     # observe is "change nothing"; the channel options still apply there, and the user is told so
     r = CliRunner().invoke(main, ["env", "--mode", "observe", "--nccl-channels", "8"])

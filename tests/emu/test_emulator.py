@@ -280,6 +280,32 @@ def test_bad_scenario_rejected(emulator: Path, tmp_path: Path) -> None:
         assert p.returncode == 2, (text, p.stderr)
 
 
+def test_bad_ranks_and_eval_lines_are_refused(emulator: Path, tmp_path: Path) -> None:
+    sc = tmp_path / "sc.txt"
+    sc.write_text(
+        "autoccl-emu-scenario 1\ncomm name=a hash=1 ranks=0,1\ngroup comm=a colls=allreduce:1048576\n"
+    )
+    for ranks, says in [("0,0", "rank 0 twice"), ("0,x", "distinct ranks"), ("-1", "distinct ranks")]:
+        p = subprocess.run(
+            [str(emulator), "--scenario", str(sc), "--ranks", ranks], capture_output=True, text=True
+        )
+        assert p.returncode == 2 and says in p.stderr, (ranks, p.stderr)
+    # one output line per query line, nan where it is not a valid query, each named on stderr, exit 2
+    queries = [
+        "allreduce 4 1048576 ring simple 24 0 0",
+        "garbage",
+        "allreduce 4 1048576 ring bogus 24 0 0",
+        "allreduce 4 -1 ring simple 24 0 0",
+        "allreduce 4 1048576 ring simple 24 0 0 extra",
+    ]
+    p = subprocess.run([str(emulator), "--eval"], input="\n".join(queries), capture_output=True, text=True)
+    out = p.stdout.split()
+    assert p.returncode == 2 and len(out) == 5
+    assert float(out[0]) > 0 and out[1:] == ["nan"] * 4
+    for line in (2, 3, 4, 5):
+        assert f"--eval line {line}:" in p.stderr
+
+
 def test_cpp_model_matches_python(emulator: Path) -> None:
     model = PerfModel.load_file(DEFAULT_MODEL)
     rng = random.Random(5)
