@@ -72,17 +72,149 @@ def test_detect_profile_synthesize_execute(S, tmp_path: Path) -> None:
     [
         (["profile", "--device", "cpu", "--sizes", "4K"], "at least two different sizes"),
         (["profile", "--device", "cpu", "--sizes", "4Q,1M"], "bad size"),
-        (["profile", "--device", "cpu", "--repeats", "0"], "at least 1"),
+        (["profile", "--device", "cpu", "--repeats", "0"], "x>=1"),
         (["adaptive", "check", "--device", "cpu", "--colls", "alltoall"], "collectives are"),
         (["adaptive", "check", "--device", "cpu", "-g", "torus:2x2", "--sizes", "x"], "element counts"),
         (["adaptive", "check", "--device", "cpu", "-g", "nope:2"], "nope"),
-        (["topo", "--device", "cpu", "--nproc", "0"], "at least 1"),
+        (["topo", "--device", "cpu", "--nproc", "0"], "x>=1"),
     ],
 )
 def test_bad_input_is_one_sentence(S, args: list[str], message: str) -> None:
     r = CliRunner().invoke(main, args)
     assert r.exit_code in (1, 2), r.output
     assert message in r.output and "Traceback" not in r.output
+
+
+@pytest.fixture
+def no_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bad input is refused before any rank starts: starting one fails the test."""
+    from autoccl.adaptive import jobs, launch
+
+    def started(*args: object, **kwargs: object) -> None:
+        raise AssertionError("processes started")
+
+    monkeypatch.setattr(launch, "run_local", started)
+    monkeypatch.setattr(jobs, "init_from_launcher", started)
+
+
+def _two_ranks(tmp_path: Path) -> Path:
+    p = tmp_path / "two.yaml"
+    p.write_text(
+        "npus: [a, b]\nlinks:\n  - {src: a, dst: b, latency_us: 1, bandwidth_gbps: 5}\n"
+        "  - {src: b, dst: a, latency_us: 1, bandwidth_gbps: 5}\n"
+    )
+    return p
+
+
+def _four_nodes(tmp_path: Path) -> Path:
+    """A topology that lists its ranks under nodes: (as a generated one does), not npus:."""
+    from autoccl.adaptive.jobs import generated_doc
+
+    p = tmp_path / "nodes.json"
+    p.write_text(json.dumps(generated_doc("torus:2x2")))
+    return p
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        # sizes: one line naming the option, exit 2, not a traceback from parse_size or from a rank
+        (["profile", "--validate", "-1M"], "Invalid value for '--validate': size must be positive"),
+        (["profile", "--validate", "0"], "Invalid value for '--validate': size must be positive"),
+        (["profile", "--validate", "abc"], "Invalid value for '--validate': bad size 'abc'"),
+        (["profile", "--validate", "1X"], "Invalid value for '--validate': bad size '1X'"),
+        (["profile", "--sizes", "0.5,1K"], "'0.5' is less than one byte"),
+        (["adaptive", "bench", "--copy", "abc"], "Invalid value for '--copy': bad size 'abc'"),
+        (["adaptive", "bench", "--sizes", ","], "give at least one size"),
+        (["adaptive", "check", "--sizes", "-3"], "element counts are 0 or more, got -3"),
+        (["adaptive", "check", "--sizes", "5,,3"], "element counts, e.g. 5,37"),
+        (["adaptive", "check", "--sizes", str(10**30)], "past any tensor's size"),
+        # more than this machine could hold, refused before the ranks try to allocate it
+        (["adaptive", "bench", "--sizes", "100T"], "more than a rank's share of this machine's memory"),
+        (["profile", "--validate", "100T"], "more than a rank's share of this machine's memory"),
+        (["adaptive", "check", "--sizes", str(10**14)], "more than a rank's share of this machine's memory"),
+        # counts: click ranges
+        (["adaptive", "bench", "--iters", "0"], "Invalid value for '--iters': 0 is not in the range x>=1"),
+        (["adaptive", "bench", "--warmup", "-1"], "Invalid value for '--warmup'"),
+        (["adaptive", "bench", "--seeds", "0"], "Invalid value for '--seeds'"),
+        (["adaptive", "bench", "--chunks", "-1"], "Invalid value for '--chunks'"),
+        (["adaptive", "bench", "--seeds", "99999999999"], "Invalid value for '--seeds'"),
+        (["adaptive", "check", "--chunks", "99999999999"], "Invalid value for '--chunks'"),
+        (["adaptive", "check", "-g", "torus:2x2", "--chunks", "600000000"], "the synthesizer takes at most"),
+        (["adaptive", "check", "--nproc", "1"], "Invalid value for '--nproc': 1 is not in the range x>=2"),
+        (["adaptive", "bench", "--nproc", "1"], "Invalid value for '--nproc': 1 is not in the range x>=2"),
+        (["profile", "--nproc", "0"], "Invalid value for '--nproc'"),
+        # the topology's ranks against --nproc
+        (["adaptive", "check", "-g", "torus:2x2", "--nproc", "2"], "torus:2x2 has 4 ranks: give --nproc 4"),
+        # paths: a picture matplotlib cannot write, two outputs on one file
+        (["topo", "--nproc", "2", "--plot", "t.txt"], "Invalid value for '--plot': t.txt"),
+        (["profile", "--plot", "measured"], "Invalid value for '--plot': measured"),
+        (["profile", "-o", "a.yaml", "--report", "a.yaml"], "--out and --report name the same file"),
+        (
+            ["topo", "--nproc", "2", "-o", "t.yaml", "--reports", "./t.yaml"],
+            "--out and --reports name the same",
+        ),
+    ],
+)
+def test_bad_values_are_refused_before_any_process_starts(
+    S, no_processes: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(main, [*args, "--device", "cpu"])
+    assert r.exit_code == 2, r.output
+    assert message in r.output and "Traceback" not in r.output and "Error: rank" not in r.output, r.output
+    assert len(r.output.strip().splitlines()[-1]) > 20  # the reason, on the last line
+
+
+def test_the_topologys_ranks_are_the_jobs(
+    S, no_processes: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--nproc, or a launcher's WORLD_SIZE, against the topology's rank count, whichever way it lists its
+    ranks (npus: or nodes:), before any process starts; a collective needs two ranks."""
+    two, four = _two_ranks(tmp_path), _four_nodes(tmp_path)
+    for args, message in [
+        (["adaptive", "bench", "-t", str(two), "--nproc", "3"], "two.yaml has 2 ranks: give --nproc 2"),
+        (["adaptive", "bench", "-t", str(four), "--nproc", "3"], "nodes.json has 4 ranks: give --nproc 4"),
+        (["adaptive", "check", "-t", str(four), "--nproc", "2"], "nodes.json has 4 ranks: give --nproc 4"),
+        (["profile", "-t", str(four), "--nproc", "3"], "nodes.json has 4 ranks: give --nproc 4"),
+    ]:
+        r = CliRunner().invoke(main, [*args, "--device", "cpu"])
+        assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, (args, r.output)
+    one = tmp_path / "one.yaml"
+    one.write_text("npus: [a]\nlinks: []\n")
+    for verb in ("check", "bench"):
+        r = CliRunner().invoke(main, ["adaptive", verb, "--device", "cpu", "-t", str(one)])
+        assert r.exit_code == 1 and "one.yaml has 1 rank(s); a collective needs at least 2" in r.output
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    monkeypatch.setenv("RANK", "0")
+    r = CliRunner().invoke(main, ["adaptive", "check", "--device", "cpu", "-g", "torus:2x2"])
+    assert r.exit_code == 1 and "torus:2x2 has 4 ranks and the launcher started 3" in r.output, r.output
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    r = CliRunner().invoke(main, ["adaptive", "bench", "--device", "cpu"])
+    assert r.exit_code == 1 and "a collective needs at least 2 ranks; the launcher started 1" in r.output
+
+
+def test_profile_of_a_topology_that_lists_nodes(S, tmp_path: Path) -> None:
+    """A structure with nodes: instead of npus: (a generated topology written out) is profiled under its own
+    rank names; it was a KeyError."""
+    from autoccl.adaptive.jobs import generated_doc
+
+    doc = generated_doc("torus:2x2")
+    doc["nodes"], doc["links"] = (
+        doc["nodes"][:2],
+        [link for link in doc["links"] if {link["src"], link["dst"]} == {"npu0", "npu1"}],
+    )
+    doc.pop("dims", None)
+    src, out = tmp_path / "nodes.json", tmp_path / "measured.yaml"
+    src.write_text(json.dumps(doc))
+    r = _run(
+        [
+            *("profile", "--device", "cpu", "-t", str(src), "-o", str(out)),
+            *("--sizes", "4K,16K", "--repeats", "1"),
+        ]
+    )
+    assert r.exit_code == 0, r.output
+    assert S.load_topology(out).ranks == ["npu0", "npu1"]
 
 
 def test_bad_files_and_devices(S, tmp_path: Path) -> None:

@@ -53,24 +53,118 @@ def _device(device: str) -> str:
     return device
 
 
-def _nproc(nproc: int | None, device: str) -> int:
+def _nproc(nproc: int | None, device: str, least: int = 1) -> int:
+    """Local ranks to start: --nproc (checked against the GPUs), else one per GPU or a few CPU ranks."""
     import torch
 
     if nproc is not None:
-        if nproc < 1:
-            raise click.BadParameter("must be at least 1", param_hint="--nproc")
+        if nproc < least:
+            raise click.BadParameter(f"must be at least {least}", param_hint="--nproc")
         if device == "cuda" and nproc > torch.cuda.device_count():
             raise click.ClickException(
                 f"--nproc {nproc}: only {torch.cuda.device_count()} GPU(s) visible (one rank per GPU)"
             )
         return nproc
     if device == "cuda":
-        return torch.cuda.device_count()
+        n = torch.cuda.device_count()
+        if n < least:
+            raise click.ClickException(
+                f"a collective needs at least {least} ranks and only {n} GPU is visible (one rank per GPU); "
+                "--device cpu runs CPU ranks"
+            )
+        return n
     return max(2, min(os.cpu_count() or 2, 8))
 
 
-def run_job(job: Callable[..., Any], cfg: dict[str, Any], device: str, nproc: int | None) -> Any | None:
-    """Rank 0's result (None on the other ranks of a launched job)."""
+def _job_ranks(names: list[str], source: str, nproc: int | None, device: str, least: int = 1) -> int:
+    """The job's rank count is the topology's (a plan is for its ranks): --nproc or the launcher's WORLD_SIZE
+    checked against it, and the GPUs to hold it, before any process starts. `least`: the fewest ranks the
+    job runs on (a collective needs 2). The ranks to start."""
+    from autoccl.adaptive.jobs import launched
+
+    n = len(names)
+    if n < least:
+        raise click.ClickException(f"{source} has {n} rank(s); a collective needs at least {least}")
+    if launched():
+        world = os.environ.get("WORLD_SIZE", "")
+        if world.isdigit() and int(world) != n:
+            raise click.ClickException(
+                f"{source} has {n} ranks and the launcher started {world} (WORLD_SIZE): they must be equal"
+            )
+        return n
+    if nproc is not None and nproc != n:
+        raise click.BadParameter(
+            f"{nproc}, but {source} has {n} ranks: give --nproc {n} or leave it out", param_hint="--nproc"
+        )
+    if device == "cuda":
+        import torch
+
+        if n > torch.cuda.device_count():
+            raise click.ClickException(
+                f"{source} has {n} ranks and only {torch.cuda.device_count()} GPU(s) are visible "
+                "(one rank per GPU)"
+            )
+    return n
+
+
+def _local_ranks(nproc: int | None, device: str) -> int:
+    """The ranks this machine runs: the launcher's local ones (LOCAL_WORLD_SIZE, else taken as 1), or
+    --nproc's."""
+    from autoccl.adaptive.jobs import launched
+
+    if launched():
+        local = os.environ.get("LOCAL_WORLD_SIZE", "")
+        return int(local) if local.isdigit() and int(local) > 0 else 1
+    return _nproc(nproc, device)
+
+
+def _world(nproc: int | None, device: str, least: int = 1) -> int:
+    """The job's ranks: the launcher's (WORLD_SIZE), else the local ones to start."""
+    from autoccl.adaptive.jobs import launched
+
+    if launched():
+        world = os.environ.get("WORLD_SIZE", "")
+        return int(world) if world.isdigit() else 1
+    return _nproc(nproc, device, least)
+
+
+def _size_text(n: float, memory: bool = False) -> str:
+    """Bytes in binary units as the command line spells them (100T, 1.5G, 4096), or as memory (100 TiB)."""
+    for unit, scale in (("T", 2**40), ("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.4g} {unit}iB" if memory else f"{n / scale:.4g}{unit}"
+    return f"{n:.0f} B" if memory else f"{n:.0f}"
+
+
+def _fits(option: str, value: str, need: float, device: str, local_ranks: int) -> None:
+    """Refuse, before any process starts, what no rank could hold: `need` bytes per rank against one GPU's
+    memory, or on CPUs against this machine's memory shared by its ranks (0 where it cannot be read: no
+    check)."""
+    from autoccl.synth import physical_memory_gib
+
+    if device == "cuda":
+        import torch
+
+        have = float(
+            min(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
+        )
+        where = "one GPU's memory"
+    else:
+        have = physical_memory_gib() * 2**30 / max(local_ranks, 1)
+        where = f"a rank's share of this machine's memory ({local_ranks} rank(s))"
+    if have and need > have:
+        raise click.BadParameter(
+            f"{value}: a rank would need about {_size_text(need, True)}, more than {where}, "
+            f"{_size_text(have, True)}",
+            param_hint=option,
+        )
+
+
+def run_job(
+    job: Callable[..., Any], cfg: dict[str, Any], device: str, nproc: int | None, least: int = 1
+) -> Any | None:
+    """Rank 0's result (None on the other ranks of a launched job). `least`: the fewest ranks the job runs on
+    (a collective needs 2), checked before any process starts."""
     from autoccl.adaptive.jobs import init_from_launcher, launched
     from autoccl.adaptive.launch import WorkerError, run_local
     from autoccl.adaptive.nvml import NvmlUnavailable
@@ -79,13 +173,18 @@ def run_job(job: Callable[..., Any], cfg: dict[str, Any], device: str, nproc: in
         if launched():
             import torch.distributed as dist
 
+            world = os.environ["WORLD_SIZE"]
+            if world.isdigit() and int(world) < least:
+                raise click.ClickException(
+                    f"a collective needs at least {least} ranks; the launcher started {world}"
+                )
             init_from_launcher(device)
             try:
                 res = job(dist.get_rank(), dist.get_world_size(), cfg)
                 return res if dist.get_rank() == 0 else None
             finally:
                 dist.destroy_process_group()
-        n = _nproc(nproc, device)
+        n = _nproc(nproc, device, least)
         return run_local(
             job, n, cfg, backend="nccl" if device == "cuda" else "gloo", timeout_s=cfg.get("timeout", 600)
         )[0]
@@ -143,11 +242,104 @@ def _load_doc(path: str) -> dict[str, Any]:
     return doc
 
 
+def _topology_ranks(doc: dict[str, Any]) -> list[str]:
+    """The NPUs of a topology document (validated by _load_doc or generated) in rank order, whichever way
+    the document lists them (npus:, nodes: or generator:)."""
+    from autoccl.synth import topology_from_dict
+
+    return [str(r) for r in topology_from_dict(doc).ranks]
+
+
+_INT_MAX = 2**31 - 1  # the synthesizer's counts are C ints
+_MAX_CHUNKS = 2_000_000_000  # the synthesizer's limit on a schedule's chunks (chunks per rank x ranks)
+
+
+class _Bytes(click.ParamType):
+    """A size in bytes with binary units (64K, 1M, 1G): a whole number of bytes, at least one; or a list of
+    them, comma-separated (`many`)."""
+
+    def __init__(self, many: bool = False) -> None:
+        self.many = many
+        self.name = "sizes" if many else "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, list | int):
+            return value
+        out = []
+        for text in str(value).split(",") if self.many else [str(value)]:
+            if self.many and not text.strip():
+                continue
+            try:
+                n = int(parse_size(text))
+            except ValueError as e:
+                self.fail(str(e), param, ctx)
+            if n < 1:
+                self.fail(f"{text.strip()!r} is less than one byte", param, ctx)
+            out.append(n)
+        if not out:
+            self.fail("give at least one size, e.g. 64K,1M", param, ctx)
+        return out if self.many else out[0]
+
+
+class _Counts(click.ParamType):
+    """Element counts, comma-separated, each 0 or more (0: empty tensors, a case of its own)."""
+
+    name = "counts"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> list[int]:
+        if isinstance(value, list):
+            return value
+        try:
+            out = [int(s) for s in str(value).split(",")]
+        except ValueError:
+            self.fail(f"element counts, e.g. 5,37; got {value!r}", param, ctx)
+        for n in out:
+            if n < 0:
+                self.fail(f"element counts are 0 or more, got {n}", param, ctx)
+            if n > 2**62:
+                self.fail(f"element count {n} is past any tensor's size", param, ctx)
+        return out
+
+
 def _sizes(text: str) -> list[int]:
-    try:
-        return [int(parse_size(s)) for s in text.split(",") if s.strip()]
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--sizes") from None
+    """The default sizes (a device's) as --sizes would take them."""
+    return list(_Bytes(many=True).convert(text, None, None))
+
+
+def _picture(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--plot: a file name whose suffix matplotlib writes (checked before any work: matplotlib would refuse
+    it only at the end, and without a suffix would write another file, NAME.png)."""
+    if value is None:
+        return None
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    kinds = sorted(FigureCanvasBase.get_supported_filetypes())
+    if Path(value).suffix.lower().lstrip(".") not in kinds:
+        raise click.BadParameter(
+            f"{value}: a picture's name ends in one of .{', .'.join(kinds)} (e.g. topo.png)"
+        )
+    return value
+
+
+def _distinct(*outputs: tuple[str, str | None]) -> None:
+    """Two outputs given the same file would leave only the last one written."""
+    seen: dict[Path, str] = {}
+    for option, path in outputs:
+        if not path:
+            continue
+        key = Path(path).resolve()
+        if key in seen:
+            raise click.UsageError(f"{seen[key]} and {option} name the same file, {path}")
+        seen[key] = option
+
+
+def _chunks_fit(chunks: int, ranks: int) -> None:
+    if chunks * ranks > _MAX_CHUNKS:
+        raise click.BadParameter(
+            f"{chunks} per rank on {ranks} ranks is {chunks * ranks} chunks; the synthesizer takes at most "
+            f"{_MAX_CHUNKS}",
+            param_hint="--chunks",
+        )
 
 
 _device_opt = O.choice(
@@ -156,16 +348,29 @@ _device_opt = O.choice(
     default="auto",
     help="cuda: one rank per GPU over NCCL; cpu: gloo ranks",
 )
-_nproc_opt = click.option(
-    "--nproc", type=int, help="local ranks to start when not under a launcher (default: GPUs, or CPU cores)"
+
+
+def _nproc_opt(least: int, default: str) -> Callable[[Any], Any]:
+    return click.option(
+        "--nproc",
+        type=click.IntRange(min=least),
+        help=f"local ranks to start when not under a launcher (default: {default})",
+    )
+
+
+_plot_opt = click.option(
+    "--plot",
+    type=click.Path(dir_okay=False),
+    callback=_picture,
+    help="picture of the topology (PNG, or another suffix matplotlib writes: .svg, .pdf, ...)",
 )
 
 
 @click.command()
 @_device_opt
-@_nproc_opt
+@_nproc_opt(1, "GPUs, or CPU cores")
 @click.option("--out", "-o", type=click.Path(dir_okay=False), help="topology file to write (YAML, or .json)")
-@click.option("--plot", type=click.Path(dir_okay=False), help="picture of the topology (PNG)")
+@_plot_opt
 @click.option("--reports", type=click.Path(dir_okay=False), help="also write the ranks' raw reports (JSON)")
 @click.option(
     "--from-reports",
@@ -184,6 +389,7 @@ def topo(
 ) -> None:
     """Detect this machine's topology: GPUs, NVLink/NVSwitch/PCIe (NVML) and NICs, or the CPU ranks."""
     _need_torch()
+    _distinct(("--out", out), ("--plot", plot), ("--reports", reports))
     _writable(out, plot, reports)
     from autoccl.adaptive.detect import RankReport, build_topology
     from autoccl.adaptive.jobs import topo_job
@@ -216,7 +422,7 @@ def topo(
 
 @click.command()
 @_device_opt
-@_nproc_opt
+@_nproc_opt(1, "the --topology's ranks, else GPUs or CPU cores")
 @click.option(
     "--topology",
     "-t",
@@ -225,9 +431,18 @@ def topo(
 )
 @click.option("--out", "-o", type=click.Path(dir_okay=False), help="measured topology file (YAML, or .json)")
 @click.option("--report", type=click.Path(dir_okay=False), help="fits, error bars and contention (JSON)")
-@click.option("--sizes", default=None, help="message sizes (default CPU 4K,64K,256K,1M; GPU 1M,16M,64M,256M)")
 @click.option(
-    "--repeats", type=int, default=5, show_default=True, help="repeats per size (the fastest is kept)"
+    "--sizes",
+    type=_Bytes(many=True),
+    default=None,
+    help="message sizes, at least two (default CPU 4K,64K,256K,1M; GPU 1M,16M,64M,256M)",
+)
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="repeats per size (the fastest is kept)",
 )
 @O.choice(
     "--model",
@@ -237,24 +452,28 @@ def topo(
 )
 @click.option("--concurrent/--serial", default=False, show_default=True, help="time disjoint pairs at once")
 @click.option(
-    "--validate", default=None, help="also run All-Gather/All-Reduce of this size: measured vs predicted"
+    "--validate",
+    type=_Bytes(),
+    default=None,
+    help="also run All-Gather/All-Reduce of this size: measured vs predicted",
 )
-@click.option("--plot", type=click.Path(dir_okay=False), help="picture of the measured topology (PNG)")
+@_plot_opt
 def profile(
     device: str,
     nproc: int | None,
     topology: str | None,
     out: str | None,
     report: str | None,
-    sizes: str | None,
+    sizes: list[int] | None,
     repeats: int,
     model: str,
     concurrent: bool,
-    validate: str | None,
+    validate: int | None,
     plot: str | None,
 ) -> None:
     """Measure every link's latency and bandwidth (point-to-point over torch.distributed)."""
     _need_torch()
+    _distinct(("--out", out), ("--report", report), ("--plot", plot))
     _writable(out, report, plot)
     from autoccl.adaptive.jobs import profile_job
 
@@ -265,9 +484,7 @@ def profile(
         raise click.ClickException(
             "autoccl profile needs scipy for its fits: pip install 'autoccl[adaptive]' (or scipy>=1.10)"
         ) from None
-    if repeats < 1:
-        raise click.BadParameter("must be at least 1", param_hint="--repeats")
-    size_list = _sizes(sizes or ("1M,16M,64M,256M" if dev == "cuda" else "4K,64K,256K,1M"))
+    size_list = sizes or _sizes("1M,16M,64M,256M" if dev == "cuda" else "4K,64K,256K,1M")
     if len(set(size_list)) < 2:
         raise click.BadParameter("give at least two different sizes", param_hint="--sizes")
     cfg: dict[str, Any] = {
@@ -276,11 +493,19 @@ def profile(
         "repeats": repeats,
         "model": model,
         "concurrent": concurrent,
-        "validate": int(parse_size(validate)) if validate else 0,
+        "validate": validate or 0,
     }
     if topology:
-        cfg["structure"] = _load_doc(topology)
-        nproc = nproc if nproc is not None else len(cfg["structure"]["npus"])
+        structure = _load_doc(topology)
+        # the profile names the ranks as the structure does: npus: in rank order, whichever way it lists them
+        structure.setdefault("npus", _topology_ranks(structure))
+        cfg["structure"] = structure
+        nproc = _job_ranks(structure["npus"], topology, nproc, dev)
+    local = _local_ranks(nproc, dev)
+    # ping-pong buffers of the largest size; --validate's All-Gather and All-Reduce (input and output)
+    _fits("--sizes", _size_text(max(size_list)), 2 * max(size_list), dev, local)
+    if validate:
+        _fits("--validate", _size_text(validate), 2 * validate, dev, local)
     res = run_job(profile_job, cfg, dev, nproc)
     if res is None:
         return
@@ -340,7 +565,7 @@ def _colls(text: str) -> list[str]:
 
 @adaptive.command()
 @_device_opt
-@_nproc_opt
+@_nproc_opt(2, "the --topology's ranks, else GPUs or CPU cores; at least 2")
 @click.option(
     "--topology", "-t", type=click.Path(exists=True, dir_okay=False), help="topology to synthesize on"
 )
@@ -348,8 +573,20 @@ def _colls(text: str) -> list[str]:
 @click.option("--colls", default=",".join(_COLLS), show_default=True)
 @click.option("--dtypes", default=None, help="comma-separated (default: every dtype)")
 @click.option("--all-ops", is_flag=True, help="every reduction, not only SUM")
-@click.option("--sizes", default="5,37", show_default=True, help="element counts (ragged on purpose)")
-@click.option("--chunks", type=int, default=2, show_default=True)
+@click.option(
+    "--sizes",
+    type=_Counts(),
+    default="5,37",
+    show_default=True,
+    help="element counts, 0 or more (ragged on purpose: rank r gets count + r)",
+)
+@click.option(
+    "--chunks",
+    type=click.IntRange(0, _INT_MAX),
+    default=2,
+    show_default=True,
+    help="chunks per rank in the synthesized plans (0: chosen by trial)",
+)
 def check(
     device: str,
     nproc: int | None,
@@ -358,7 +595,7 @@ def check(
     colls: str,
     dtypes: str | None,
     all_ops: bool,
-    sizes: str,
+    sizes: list[int],
     chunks: int,
 ) -> None:
     """Run every collective x dtype x size from synthesized plans and compare with the reference."""
@@ -367,33 +604,41 @@ def check(
     from autoccl.adaptive.verify import dtype_by_name
 
     dev = _device(device)
-    for name in dtypes.split(",") if dtypes else ():
-        try:
-            dtype_by_name(name)
-        except ValueError as e:  # before any process starts
-            raise click.BadParameter(str(e), param_hint="--dtypes") from None
+    coll_list = _colls(colls)
+    itemsize = 16  # complex128, the widest of every dtype
+    if dtypes:
+        itemsize = 1
+        for name in dtypes.split(","):
+            try:
+                itemsize = max(itemsize, dtype_by_name(name).itemsize)
+            except ValueError as e:  # before any process starts
+                raise click.BadParameter(str(e), param_hint="--dtypes") from None
     doc = _topology_cfg(topology, gen)
+    if doc is not None:
+        nproc = _job_ranks(_topology_ranks(doc), topology or gen or "the topology", nproc, dev, least=2)
+    world = _world(nproc, dev, least=2)  # without a topology, the ranks that will detect one
+    _chunks_fit(chunks, world)
+    # a rank's inputs, outputs and reference of the largest count: a gather's output holds every rank's
+    if sizes:
+        need = 4 * world * (max(sizes) + world) * itemsize
+        _fits("--sizes", str(max(sizes)), need, dev, _local_ranks(nproc, dev))
     if doc is None:
-        res = run_job(topo_job, {"device": dev}, dev, nproc)
+        res = run_job(topo_job, {"device": dev}, dev, nproc, least=2)
         if res is None:
             return
         doc = res["topology"]
-    n_npus = sum(1 for x in doc.get("nodes", []) if x.get("kind", "npu") == "npu") + len(doc.get("npus", []))
-    try:
-        size_list = [int(s) for s in sizes.split(",")]
-    except ValueError:
-        raise click.BadParameter("element counts, e.g. 5,37", param_hint="--sizes") from None
+        nproc = len(doc["npus"])
     cfg = {
         "device": dev,
         "topology": doc,
-        "colls": _colls(colls),
+        "colls": coll_list,
         "dtypes": dtypes.split(",") if dtypes else None,
         "ops": None if all_ops else ["sum"],
-        "sizes": size_list,
+        "sizes": sizes,
         "chunks": chunks,
         "bytes": 1 << 20,
     }
-    res = run_job(check_job, cfg, dev, nproc if nproc is not None else n_npus)
+    res = run_job(check_job, cfg, dev, nproc, least=2)
     if res is None:
         return
     click.echo(f"{res['cases']} cases on rank 0, {len(res['failures'])} failure(s)")
@@ -405,33 +650,60 @@ def check(
 
 @adaptive.command()
 @_device_opt
-@_nproc_opt
+@_nproc_opt(2, "the --topology's ranks, else GPUs or CPU cores; at least 2")
 @click.option(
     "--topology", "-t", type=click.Path(exists=True, dir_okay=False), help="topology (e.g. from profile)"
 )
 @click.option("--colls", default="allgather,allreduce", show_default=True, help="collectives to run")
-@click.option("--sizes", default=None, help="bytes per collective (default CPU 256K,1M; GPU 64M,256M,1G)")
 @click.option(
-    "--chunks", type=int, default=1, show_default=True, help="chunks per rank in the synthesized plans"
+    "--sizes",
+    type=_Bytes(many=True),
+    default=None,
+    help="bytes per collective (default CPU 256K,1M; GPU 64M,256M,1G)",
 )
 @click.option(
-    "--seeds", type=int, default=4, show_default=True, help="synthesis seeds (the best plan is run)"
+    "--chunks",
+    type=click.IntRange(0, _INT_MAX),
+    default=1,
+    show_default=True,
+    help="chunks per rank in the synthesized plans (0: chosen by trial)",
 )
-@click.option("--warmup", type=int, default=3, show_default=True, help="untimed runs before timing")
-@click.option("--iters", type=int, default=10, show_default=True, help="timed runs (the median is kept)")
-@click.option("--copy", "copy_size", default=None, help="also time plain CUDA peer copies of this size")
+@click.option(
+    "--seeds",
+    type=click.IntRange(1, _INT_MAX),
+    default=4,
+    show_default=True,
+    help="synthesis seeds (the best plan is run)",
+)
+@click.option(
+    "--warmup", type=click.IntRange(min=0), default=3, show_default=True, help="untimed runs before timing"
+)
+@click.option(
+    "--iters",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="timed runs (the median is kept)",
+)
+@click.option(
+    "--copy",
+    "copy_size",
+    type=_Bytes(),
+    default=None,
+    help="also time plain CUDA peer copies of this size (GPUs only)",
+)
 @click.option("--out", "-o", type=click.Path(dir_okay=False), help="results (JSON)")
 def bench(
     device: str,
     nproc: int | None,
     topology: str | None,
     colls: str,
-    sizes: str | None,
+    sizes: list[int] | None,
     chunks: int,
     seeds: int,
     warmup: int,
     iters: int,
-    copy_size: str | None,
+    copy_size: int | None,
     out: str | None,
 ) -> None:
     """Executed plans against the backend's own collectives (busbw), with a correctness check. Per line:
@@ -443,20 +715,28 @@ def bench(
     from autoccl.adaptive.jobs import bench_job
 
     dev = _device(device)
+    if copy_size and dev != "cuda":
+        click.echo("autoccl: --copy times CUDA peer copies; with --device cpu it does nothing", err=True)
+    size_list = sizes or _sizes("64M,256M,1G" if dev == "cuda" else "256K,1M")
     cfg: dict[str, Any] = {
         "device": dev,
         "topology": _load_doc(topology) if topology else None,
         "colls": _colls(colls),
-        "sizes": _sizes(sizes or ("64M,256M,1G" if dev == "cuda" else "256K,1M")),
+        "sizes": size_list,
         "chunks": chunks,
         "seeds": seeds,
         "warmup": warmup,
         "iters": iters,
-        "copy": int(parse_size(copy_size)) if copy_size else 0,
+        "copy": copy_size or 0,
     }
-    if cfg["topology"] is not None and nproc is None:
-        nproc = len(cfg["topology"]["npus"]) if "npus" in cfg["topology"] else None
-    res = run_job(bench_job, cfg, dev, nproc)
+    if cfg["topology"] is not None:
+        nproc = _job_ranks(_topology_ranks(cfg["topology"]), str(topology), nproc, dev, least=2)
+    _chunks_fit(chunks, _world(nproc, dev, least=2))
+    # a collective's input and output of the largest size
+    _fits("--sizes", _size_text(max(size_list)), 2 * max(size_list), dev, _local_ranks(nproc, dev))
+    if copy_size and dev == "cuda":
+        _fits("--copy", _size_text(copy_size), 2 * copy_size, dev, 1)
+    res = run_job(bench_job, cfg, dev, nproc, least=2)
     if res is None:
         return
     for c in res.get("copy", []):
