@@ -342,7 +342,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("AUTOCCL_COORD_TIMEOUT_MS", "library", "integer in [100, 3600000]", _int_range(100, 3600000)),
     Variable("AUTOCCL_COORD_LINGER_MS", "library", "integer in [0, 600000]", _int_range(0, 600000)),
     Variable("AUTOCCL_COORD_FAULTS", "library", "drop=P,dup=P,delay_ms=N,seed=S (tests)", _faults),
-    Variable("AUTOCCL_SEARCH_DEBUG", "library", "any value but blank: on (diagnostics in NCCL's log, INFO)", None),
+    Variable("AUTOCCL_SEARCH_DEBUG", "library", "not blank: on (diagnostics in NCCL's log, INFO)", None),
     Variable("AUTOCCL_LIB_DIR", "cli", "a directory with the built artefacts", _lib_dir),
     Variable("AUTOCCL_SYNTH_LIB_DIR", "cli", "a directory with the synth extension", _lib_dir),
     # checked where it is used (`--nccl-channels auto`), with what to do instead
