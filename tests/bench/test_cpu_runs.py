@@ -399,6 +399,62 @@ def test_rejoin_needs_a_kill() -> None:
     assert r.exit_code != 0 and "--rejoin needs --kill" in r.output
 
 
+def test_rejoin_without_a_kill_is_refused_whatever_the_resilience(tmp_path: Path) -> None:
+    """--rejoin replaces a killed rank: without --kill it is refused, with or without --resilience."""
+    for extra in ([], ["--resilience", "off"], ["--resilience", "both"]):
+        r = _run([*TRAIN_DDP, *CPU, "-n", "3", *extra, "--rejoin", "-o", str(tmp_path / "t")])
+        assert r.exit_code == 1 and "--rejoin needs --kill" in r.output, (extra, r.output)
+        assert not (tmp_path / "t.json").exists()
+
+
+def test_results_are_not_overwritten_without_force(tmp_path: Path) -> None:
+    """-o PREFIX of an earlier run: refused in one sentence naming the file, unless --force (or --resume);
+    a dry run writes nothing and is not refused."""
+    prefix = tmp_path / "r"
+    coll = ["bench", "coll", *CPU, "--sizes", "4K", "--colls", "all_reduce", "-w", "1", "-n", "1", "-r", "1"]
+    r = _run([*coll, "-o", str(prefix)])
+    assert r.exit_code == 0, r.output
+    first = prefix.with_suffix(".json").read_text()
+    r = CliRunner().invoke(main, [*coll, "-o", str(prefix)])
+    assert r.exit_code == 1, r.output
+    assert r.output == (
+        f"Error: {prefix}.json exists (an earlier run's result): choose another -o, continue it with "
+        "--resume, or pass --force to replace it\n"
+    )
+    assert prefix.with_suffix(".json").read_text() == first
+    r = _run([*coll, "--dry-run", "-o", str(prefix)])
+    assert r.exit_code == 0 and "estimated duration" in r.output, r.output
+    r = _run([*coll, "--force", "-o", str(prefix)])
+    assert r.exit_code == 0, r.output
+    assert prefix.with_suffix(".json").read_text() != first
+    # train: any of PREFIX.json/.csv/.md, and with --pairs each round's files; refused before any launch
+    train = [*TRAIN_DDP, *CPU, "-n", "3"]
+    (tmp_path / "t.md").write_text("earlier")
+    r = CliRunner().invoke(main, [*train, "-o", str(tmp_path / "t")])
+    assert r.exit_code == 1 and f"Error: {tmp_path / 't.md'} exists" in r.output, r.output
+    (tmp_path / "p-pair2.csv").write_text("earlier")
+    r = CliRunner().invoke(main, [*train, "--pairs", "2", "-o", str(tmp_path / "p")])
+    assert r.exit_code == 1 and f"Error: {tmp_path / 'p-pair2.csv'} exists" in r.output, r.output
+    assert not (tmp_path / "p-pair1.json").exists()
+    assert (tmp_path / "t.md").read_text() == "earlier"
+    r = _run([*train, "--force", "-o", str(tmp_path / "t")])
+    assert r.exit_code == 0, r.output
+    assert "| ddp | nccl |" in (tmp_path / "t.md").read_text()
+
+
+def test_gloo_runs_do_not_ask_for_nccls_channels(tmp_path: Path) -> None:
+    """Online mode's default channels ask NCCL (or say why they cannot): on gloo, which loads neither NCCL nor
+    the plugin, nothing is said."""
+    r = _run(["bench", "coll", *CPU, "--modes", "nccl,online", "--sizes", "4K", "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert "NVIDIA driver" not in r.output and "channel" not in r.output, r.output
+    # bench train sets the channels before it looks at -o: an earlier result stops it right after
+    (tmp_path / "t.json").write_text("{}")
+    r = CliRunner().invoke(main, [*TRAIN_DDP, *CPU, "--modes", "nccl,online", "-o", str(tmp_path / "t")])
+    assert r.exit_code == 1 and "t.json exists" in r.output, r.output
+    assert "NVIDIA driver" not in r.output and "channel" not in r.output, r.output
+
+
 def test_agent_stream_needs_the_reducer() -> None:
     r = _run([*TRAIN_DDP, "--device", "cpu", "--nproc", "2", "--agent-stream"])
     assert r.exit_code != 0 and "--agent-stream needs --resilience on or both" in r.output

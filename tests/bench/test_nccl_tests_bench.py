@@ -442,3 +442,175 @@ def test_task_table_says_how_a_small_task_was_judged() -> None:
     old |= {"nccl_algo": "RING", "nccl_proto": "SIMPLE", "nccl_channels": 1}
     text = NT.task_table([rec("plain", 100.0, []), rec("online", 105.0, [old])], {"baseline": "plain"})
     assert "| RING/SIMPLE/1 | — | ring/simple/1 | 40 |" in text
+
+
+def _two_pass_run(tmp_path: Path) -> Path:
+    """A finished run of the stand-in: 2 passes, plain and online, all_reduce 1-8 MiB (8 launches)."""
+    out = tmp_path / "out"
+    env = {"FAKE_LOG": str(tmp_path / "launches.log")}
+    args = [
+        "--bin",
+        str(_fake_bin(tmp_path)),
+        "--gpus",
+        "2",
+        "-c",
+        "all_reduce,all_gather",
+        "-b",
+        "1M",
+        "-e",
+        "8M",
+    ]
+    r = _invoke([*args, "-p", "2", "-m", "plain", "-m", "online", "-o", str(out), "--no-progress"], env)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    return out
+
+
+def _report_only(out: Path) -> object:
+    return CliRunner().invoke(main, ["bench", "nccl-tests", "--report-only", "-o", str(out), "--no-progress"])
+
+
+def test_report_only_refuses_a_file_without_launches(tmp_path: Path) -> None:
+    """An empty launches.jsonl, or one without a readable launch, is one sentence and a failure, not empty
+    tables under a header of this command's defaults."""
+    for name, text, words in (
+        ("empty", "", "(empty)"),
+        ("blank", "\n\n", "(empty)"),
+        ("torn", '{"mode": "plain", "pass": 0', "(1 unreadable line)"),
+        ("not-launches", '[1, 2]\n{"mode": "plain"}\n', "(2 unreadable lines)"),
+    ):
+        out = tmp_path / name
+        out.mkdir()
+        (out / "launches.jsonl").write_text(text)
+        r = _report_only(out)
+        assert r.exit_code == 1, (name, r.output)  # type: ignore[attr-defined]
+        assert f"no launches in {out / 'launches.jsonl'} {words}" in r.output, r.output  # type: ignore[attr-defined]
+        assert r.output.count("\n") == 1, r.output  # type: ignore[attr-defined]
+        assert not (out / "summary.md").exists() and not (out / "summary.json").exists()
+
+
+def test_report_only_says_how_many_lines_it_skipped(tmp_path: Path) -> None:
+    """A malformed line in the middle and a torn last line are left out, and stderr and summary.md say so."""
+    out = _two_pass_run(tmp_path)
+    lines = (out / "launches.jsonl").read_text().splitlines()
+    assert len(lines) == 8
+    torn = lines[7][: len(lines[7]) // 2]
+    (out / "launches.jsonl").write_text("\n".join([*lines[:3], "NOT JSON {", *lines[3:7], torn]))
+    r = _report_only(out)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    note = f"skipped 2 unreadable lines in {out / 'launches.jsonl'}"
+    assert note in r.stderr, r.stderr  # type: ignore[attr-defined]
+    assert [x for x in r.stderr.splitlines() if "unreadable" in x] == [  # type: ignore[attr-defined]
+        f"autoccl bench nccl-tests: {note} (cut short or malformed; their launches are left out)"
+    ]
+    md = (out / "summary.md").read_text()
+    assert "**2 unreadable lines of launches.jsonl skipped**" in md
+    assert json.loads((out / "summary.json").read_text())["unreadable_lines"] == 2
+    # 7 launches read: pass 1's all_gather lost its last launch (plain: the order rotated), nothing else
+    records, unreadable = NT.read_launches(out)
+    assert unreadable == 2 and len(records) == 7
+    assert (records[-1]["pass"], records[-1]["coll"], records[-1]["mode"]) == (1, "all_gather", "online")
+    # a clean file says nothing
+    (out / "launches.jsonl").write_text("\n".join(lines) + "\n")
+    r = _report_only(out)
+    assert r.exit_code == 0 and "unreadable" not in r.output  # type: ignore[attr-defined]
+    assert "unreadable" not in (out / "summary.md").read_text()
+
+
+def test_the_header_counts_the_passes_the_launches_hold(tmp_path: Path) -> None:
+    """The header's pass count is the data's, not -p's: a header of 3 passes over 2-pass data is corrected,
+    and a run cut to its first pass says 1."""
+    out = _two_pass_run(tmp_path)
+    first = (out / "summary.md").read_text().splitlines()[0]
+    assert "2 interleaved passes (rotate order)" in first, first
+    # an earlier summary that claimed 3 passes (written with another -p) over the same launches
+    md = (out / "summary.md").read_text()
+    (out / "summary.md").write_text(md.replace("2 interleaved passes", "3 interleaved passes", 1))
+    r = _report_only(out)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    assert (out / "summary.md").read_text().splitlines()[0] == first
+    # --report-only with -p 5 writes what the data holds, not -p
+    r = CliRunner().invoke(main, ["bench", "nccl-tests", "--report-only", "-p", "5", "-o", str(out)])
+    assert r.exit_code == 0 and "5 interleaved" not in (out / "summary.md").read_text()  # type: ignore[attr-defined]
+    # the launches of pass 0 alone
+    lines = (out / "launches.jsonl").read_text().splitlines()
+    (out / "launches.jsonl").write_text("\n".join(x for x in lines if json.loads(x)["pass"] == 0) + "\n")
+    r = _report_only(out)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    assert "1 interleaved pass (rotate order)" in (out / "summary.md").read_text().splitlines()[0]
+    # a folder with launches.jsonl alone: the header is made of the launches
+    only = tmp_path / "only"
+    only.mkdir()
+    (only / "launches.jsonl").write_text("\n".join(lines) + "\n")
+    r = CliRunner().invoke(main, ["bench", "nccl-tests", "--report-only", "-p", "3", "-o", str(only)])
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    header = (only / "summary.md").read_text().splitlines()[0]
+    assert "(4 sizes, from launches.jsonl), 2 interleaved passes;" in header, header
+
+
+def test_a_rerun_after_a_torn_line_appends_on_a_line_of_its_own(tmp_path: Path) -> None:
+    """A run killed mid-write leaves a torn last line: the next run resumes on a new line (its records
+    readable) and the summary counts the torn line."""
+    bin_dir = _fake_bin(tmp_path)
+    out = tmp_path / "out"
+    env = {"FAKE_LOG": str(tmp_path / "launches.log")}
+    args = ["--bin", str(bin_dir), "--gpus", "2", "-c", "all_reduce", "-b", "1M", "-e", "2M", "--no-progress"]
+    r = _invoke([*args, "-p", "1", "-o", str(out)], env)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    with open(out / "launches.jsonl", "a") as f:
+        f.write('{"pass": 1, "launch": "single", "co')
+    r = _invoke([*args, "-p", "2", "-o", str(out)], env)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    records, unreadable = NT.read_launches(out)
+    assert unreadable == 1 and sorted((x["pass"], x["mode"]) for x in records) == [
+        (0, "online"),
+        (0, "plain"),
+        (1, "online"),
+        (1, "plain"),
+    ]
+    assert "**1 unreadable line of launches.jsonl skipped**" in (out / "summary.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["-n", "0"], "'--iters' / '-n': 0 is not in the range x>=1"),
+        (["-w", "-5"], "'--warmup' / '-w': -5 is not in the range x>=0"),
+        (["--timeout", "0"], "'--timeout': 0.0 is not in the range x>0"),
+        (["--timeout", "-3"], "'--timeout': -3.0 is not in the range x>0"),
+    ],
+)
+def test_iterations_and_timeout_are_checked(tmp_path: Path, args: list[str], words: str) -> None:
+    bin_dir = _fake_bin(tmp_path)
+    base = [
+        "bench",
+        "nccl-tests",
+        "--bin",
+        str(bin_dir),
+        "--gpus",
+        "2",
+        "-c",
+        "all_reduce",
+        "-o",
+        str(tmp_path / "o"),
+    ]
+    r = CliRunner().invoke(main, [*base, *args])
+    assert r.exit_code == 2 and words in r.output, r.output
+    assert not (tmp_path / "o").exists()  # nothing launched
+
+
+def test_the_plan_checks_iterations_and_timeout_too(tmp_path: Path) -> None:
+    plan = NT.Plan(
+        bin_dir=_fake_bin(tmp_path), out=tmp_path / "o", colls=["all_reduce"], modes=[NT.parse_mode("plain")],
+        launches=["single"], gpus=2, begin=1 << 20, end=1 << 20, factor=2, warmup=0, iters=1, passes=1,
+        timeout=1.0,
+    )  # fmt: skip
+    plan.validate()
+    from dataclasses import replace
+
+    for change, words in (
+        ({"iters": 0}, "--iters"),
+        ({"warmup": -1}, "--warmup"),
+        ({"timeout": 0.0}, "--timeout"),
+    ):
+        with pytest.raises(NT.BenchError, match=words):
+            replace(plan, **change).validate()

@@ -230,3 +230,28 @@ def test_failed_launch_line_names_the_workers_exception() -> None:
         R.train_markdown(doc)
     )
     assert "ValueError: bad" in R.coll_markdown({"rows": [], "failures": [{"launch": "nccl", "error": err}]})
+
+
+def test_gloo_train_table_shows_no_tuning_trade_off() -> None:
+    """On gloo no plugin is loaded: the online row's tuning cost, gain and break-even (computed from two gloo
+    launches) are shown as —, with a note; on NCCL they are shown."""
+    row = {
+        "parallel": "ddp",
+        "mode": "online",
+        "launch": "ddp/online",
+        "steady_ms": 3.68,
+        "tokens_per_s": 1.0,
+        "first10_ms": 7.11,
+        "tuning_cost_s": 0.046,
+        "gain_ms": 2.70,
+        "break_even_iters": 38.0,
+    }
+    plain = {**row, "mode": "nccl", "launch": "ddp/nccl"}
+    for k in ("tuning_cost_s", "gain_ms", "break_even_iters"):
+        plain.pop(k)
+    gloo = R.train_markdown({"settings": {"device": "cpu", "backend": "gloo"}, "train": [plain, row]})
+    assert "| 7.11 | — | — | — | – | – |" in gloo and "2.70" not in gloo and "| 38 |" not in gloo
+    assert "| ddp | nccl | – | 3.68 | 1 | 7.11 | – | – | – |" in gloo  # no trade-off computed: as before
+    assert "Tuning cost, gain and break-even are — here: gloo loads no plugin" in gloo
+    nccl = R.train_markdown({"settings": {"device": "cuda", "backend": "nccl"}, "train": [plain, row]})
+    assert "| 7.11 | 0.046 | 2.70 | 38 |" in nccl and "gloo loads no plugin" not in nccl

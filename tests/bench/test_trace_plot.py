@@ -65,3 +65,31 @@ def test_report_trace_writes_plots_and_table(tmp_path: Path) -> None:
         main, ["report", "--trace", str(tmp_path / "trace"), "--rank", "3", "-o", str(out)]
     )
     assert r.exit_code != 0 and "rank 3" in r.output
+
+
+def test_report_trace_says_which_lines_it_skipped(tmp_path: Path) -> None:
+    """A bad line in the middle and a last line cut short are left out, and said once per file on stderr."""
+    _trace(tmp_path / "trace.host.1.jsonl")
+    lines = (tmp_path / "trace.host.1.jsonl").read_text().splitlines()
+    mid = tmp_path / "trace.host.2.jsonl"
+    mid.write_text("\n".join([*lines[:100], "NOT JSON {", "[1, 2]", *lines[100:]]) + "\n")
+    cut = tmp_path / "trace.host.3.jsonl"
+    cut.write_text("\n".join(lines)[: -len(lines[-1]) // 2])
+    out = tmp_path / "out"
+    r = CliRunner().invoke(
+        main, ["report", "--trace", str(tmp_path / "trace"), "-o", str(out), "--format", "png"]
+    )
+    assert r.exit_code == 0, r.output
+    said = [x for x in r.stderr.splitlines() if "unreadable" in x]
+    assert said == [
+        f"autoccl report: skipped 2 unreadable lines in {mid}",
+        f"autoccl report: skipped 1 unreadable line in {cut}",
+    ], r.stderr
+    assert (out / "trace_tasks.md").stat().st_size > 0
+    r = CliRunner().invoke(main, ["report", "--trace", str(tmp_path / "trace.host.1.jsonl"), "-o", str(out)])
+    assert r.exit_code == 0 and "unreadable" not in r.output
+
+
+def test_report_help_names_every_format() -> None:
+    r = CliRunner().invoke(main, ["report", "--help"])
+    assert r.exit_code == 0 and "png, svg, pdf" in " ".join(r.output.split())

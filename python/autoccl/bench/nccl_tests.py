@@ -275,6 +275,12 @@ class Plan:
             raise BenchError("the sizes must satisfy 0 < --begin <= --end")
         if self.factor < 2:
             raise BenchError("--factor must be at least 2")
+        if self.iters < 1:
+            raise BenchError("--iters must be at least 1")
+        if self.warmup < 0:
+            raise BenchError("--warmup must be at least 0")
+        if not self.timeout > 0:
+            raise BenchError("--timeout must be more than 0 seconds")
 
 
 def child_env(mode: Mode, base: Mapping[str, str]) -> dict[str, str]:
@@ -369,6 +375,7 @@ def run_plan(plan: Plan, progress: Callable[[str, int, int], None] | None = None
     (plan.out / "cache" / "empty").mkdir(parents=True, exist_ok=True)
     results_path = plan.out / "launches.jsonl"
     done = _read_done(results_path)
+    _end_torn_line(results_path)
     total = plan.passes * len(plan.launches) * len(plan.colls) * len(plan.modes)
     count = 0
     records: list[dict[str, Any]] = list(done.values())
@@ -391,44 +398,98 @@ def run_plan(plan: Plan, progress: Callable[[str, int, int], None] | None = None
     return records
 
 
-def read_launches(outdir: Path) -> list[dict[str, Any]]:
-    """The launches an earlier run recorded in OUTDIR/launches.jsonl (a torn last line is skipped); where
-    the traces are still in OUTDIR/traces, what was pinned and the agreement are read from them again."""
-    path = outdir / "launches.jsonl"
+def scan_launches(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The launch records of a launches.jsonl file and how many of its non-blank lines are not one: cut
+    short (a killed run), malformed, or a JSON value without a launch's pass, launch, collective and mode."""
+    records: list[dict[str, Any]] = []
+    unreadable = 0
     if not path.is_file():
-        raise BenchError(f"{path} does not exist: nothing to summarise")
-    out = []
-    for line in path.read_text().splitlines():
+        return records, unreadable
+    for line in path.read_text(errors="replace").splitlines():
+        if not line.strip():
+            continue
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
+            unreadable += 1
             continue
-        if isinstance(rec, dict):
-            prefix = (
-                outdir
-                / "traces"
-                / str(rec.get("mode"))
-                / f"p{rec.get('pass')}_{rec.get('coll')}_{rec.get('launch')}"
-            )
-            files = trace_files(str(prefix))
-            if files:
-                _add_trace_checks(rec, read_records(files))
-            out.append(rec)
-    return out
+        if (
+            isinstance(rec, dict)
+            and isinstance(rec.get("pass"), int)
+            and all(isinstance(rec.get(k), str) for k in ("launch", "coll", "mode"))
+        ):
+            records.append(rec)
+        else:
+            unreadable += 1
+    return records, unreadable
+
+
+def unreadable_note(count: int, path: Path) -> str:
+    """The sentence that says a summary left lines of launches.jsonl out."""
+    lines = "line" if count == 1 else "lines"
+    return (
+        f"skipped {count} unreadable {lines} in {path} (cut short or malformed; their launches are left out)"
+    )
+
+
+def read_launches(outdir: Path) -> tuple[list[dict[str, Any]], int]:
+    """The launches an earlier run recorded in OUTDIR/launches.jsonl and the number of lines that could not
+    be read (a torn last line, a malformed one: `scan_launches`); where the traces are still in
+    OUTDIR/traces, what was pinned and the agreement are read from them again. A file without a single
+    launch record is an error: there is nothing to summarise."""
+    path = outdir / "launches.jsonl"
+    if not path.is_file():
+        raise BenchError(f"{path} does not exist: nothing to summarise")
+    records, unreadable = scan_launches(path)
+    if not records:
+        what = f"{unreadable} unreadable {'line' if unreadable == 1 else 'lines'}" if unreadable else "empty"
+        raise BenchError(f"no launches in {path} ({what}): nothing to summarise")
+    for rec in records:
+        prefix = outdir / "traces" / str(rec["mode"]) / f"p{rec['pass']}_{rec['coll']}_{rec['launch']}"
+        files = trace_files(str(prefix))
+        if files:
+            _add_trace_checks(rec, read_records(files))
+    return records, unreadable
+
+
+def passes_in(records: Iterable[Mapping[str, Any]]) -> int:
+    """How many passes the records hold measurements of (launches that ran to the end); where none did,
+    how many passes they hold at all."""
+    recs = list(records)
+    measured = {r.get("pass") for r in recs if r.get("rc") == 0}
+    return len(measured or {r.get("pass") for r in recs})
+
+
+def passes_text(count: int) -> str:
+    return f"{count} interleaved {'pass' if count == 1 else 'passes'}"
+
+
+_PASSES_TEXT = re.compile(r"\b\d+ interleaved pass(?:es)?\b")
+
+
+def with_passes(header: str, count: int) -> str:
+    """An earlier summary's header with its pass count replaced by the data's (a run stopped before its
+    last pass, or a header written with another -p, says what the launches hold)."""
+    return _PASSES_TEXT.sub(passes_text(count), header)
 
 
 def _read_done(path: Path) -> dict[tuple[Any, ...], dict[str, Any]]:
     done: dict[tuple[Any, ...], dict[str, Any]] = {}
-    if not path.is_file():
-        return done
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short when an earlier run was killed
-        if isinstance(rec, dict) and rec.get("rc") == 0:
+    for rec in scan_launches(path)[0]:  # a line cut short when an earlier run was killed is left out
+        if rec.get("rc") == 0:
             done[(rec["pass"], rec["launch"], rec["coll"], rec["mode"])] = rec
     return done
+
+
+def _end_torn_line(path: Path) -> None:
+    """A file whose last line was cut short (a killed run) gets its newline, so that the next record
+    appended starts a line of its own instead of joining the torn one."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) != b"\n":
+            f.write(b"\n")
 
 
 def _one_launch(plan: Plan, mode: Mode, coll: str, launch: str, pass_no: int) -> dict[str, Any]:
@@ -816,6 +877,13 @@ def _outlier_text(o: Mapping[str, Any] | None) -> str:
 def markdown(summary: Mapping[str, Any], header: str = "") -> str:
     """The summary as markdown: one row per mode and launch, then every cell."""
     lines = [header] if header else []
+    skipped = int(summary.get("unreadable_lines") or 0)
+    if skipped:
+        lines += [
+            f"**{skipped} unreadable {'line' if skipped == 1 else 'lines'} of launches.jsonl skipped** (cut "
+            "short or malformed): their launches are not in these tables.",
+            "",
+        ]
     lines += [
         "| mode | launch | geomean ≥ 4 MiB (95 % CI) | worst cell | cells < 0.98× | of them beyond "
         + f"{summary['baseline']}'s spread | data errors | failed launches | divergent calls "

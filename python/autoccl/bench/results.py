@@ -426,6 +426,10 @@ def speedup(row: dict[str, Any], base: dict[str, Any]) -> float:
     return a / b if b > 0 else math.nan
 
 
+# A tuned train row's trade-off against plain NCCL (runner.tuning_tradeoff).
+_TUNING_KEYS = ("tuning_cost_s", "gain_ms", "break_even_iters")
+
+
 def train_markdown(doc: dict[str, Any]) -> str:
     s = doc.get("settings", {})
     lines = [
@@ -443,6 +447,7 @@ def train_markdown(doc: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     notes = []
+    untuned = False
     for r in doc.get("train", []):
         # a resilience comparison runs each mode several times (sync/resilient, clean/injected): name which
         mode = (
@@ -451,10 +456,18 @@ def train_markdown(doc: dict[str, Any]) -> str:
         tuned = (
             f"{r['tuned_ms']:.2f} ({r['plain_same_iters_ms']:.2f})" if r.get("tuned_ms") is not None else "–"
         )
+        if caveat and any(r.get(k) is not None for k in _TUNING_KEYS):
+            # gloo loads no plugin: nothing was tuned, the difference of two gloo runs is no cost nor gain
+            trade = "— | — | —"
+            untuned = True
+        else:
+            trade = (
+                f"{_f(r.get('tuning_cost_s'), '.3f')} | {_f(r.get('gain_ms'), '.2f')} | "
+                f"{_f(r.get('break_even_iters'), '.0f')}"
+            )
         lines.append(
             f"| {r['parallel']} | {mode} | {_params(r.get('params'))} | {r['steady_ms']:.2f} | "
-            f"{r['tokens_per_s']:.0f} | {r['first10_ms']:.2f} | {_f(r.get('tuning_cost_s'), '.3f')} | "
-            f"{_f(r.get('gain_ms'), '.2f')} | {_f(r.get('break_even_iters'), '.0f')} | "
+            f"{r['tokens_per_s']:.0f} | {r['first10_ms']:.2f} | {trade} | "
             f"{_f(r.get('search_end_iter'), '.0f')} | {tuned} |"
         )
         if r.get("search_in_steady_window"):
@@ -464,6 +477,13 @@ def train_markdown(doc: dict[str, Any]) -> str:
                 f"{r['search_end_iter']} of {n}, inside the steady window (the second half): the steady "
                 "column measures the search, not its result. Run more iterations (-n) for the tuned step.**"
             )
+    if untuned:
+        notes.insert(
+            0,
+            "Tuning cost, gain and break-even are — here: gloo loads no plugin, so nothing was tuned and the "
+            "difference between two gloo launches is noise, not a tuner's cost or gain (the JSON keeps the "
+            "computed values).",
+        )
     if notes:
         lines += ["", *notes]
     lines += resilience_markdown(doc)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import glob
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +18,12 @@ def trace_files(prefix: str) -> list[Path]:
     return sorted(Path(p) for p in glob.glob(glob.escape(prefix) + ".*.jsonl"))
 
 
-def read_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
+def read_records(paths: Iterable[Path], warn: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """The records of trace files. A line that is no JSON object (cut short by a killed process, or
+    damaged) is left out; `warn`, where given, is told how many such lines each file had, once per file."""
     out: list[dict[str, Any]] = []
     for p in paths:
+        unreadable = 0
         with open(p, errors="replace") as f:
             for line in f:
                 line = line.strip()
@@ -29,9 +32,14 @@ def read_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
                 try:
                     rec = json.loads(line)
                 except json.JSONDecodeError:
-                    continue  # a line cut short by a killed process
+                    unreadable += 1
+                    continue
                 if isinstance(rec, dict):
                     out.append(rec)
+                else:
+                    unreadable += 1
+        if unreadable and warn is not None:
+            warn(f"skipped {unreadable} unreadable {'line' if unreadable == 1 else 'lines'} in {p}")
     return out
 
 

@@ -6,7 +6,7 @@ authority are the ones the search scored."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,15 +96,21 @@ def resolve_traces(specs: Iterable[str]) -> list[Path]:
 
 
 def plot_trace(
-    paths: list[Path], outdir: Path, formats: list[str], rank: int = 0, max_tasks: int = 16
+    paths: list[Path],
+    outdir: Path,
+    formats: list[str],
+    rank: int = 0,
+    max_tasks: int = 16,
+    warn: Callable[[str], None] | None = None,
 ) -> list[Path]:
-    """Writes trace_time_per_call.<fmt>, trace_decisions.<fmt> and trace_tasks.md; returns the files."""
+    """Writes trace_time_per_call.<fmt>, trace_decisions.<fmt> and trace_tasks.md; returns the files.
+    `warn` is told of the lines of each file that could not be read (left out)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    tasks = [t for t in tasks_of(read_records(paths), rank) if t.decisions]
+    tasks = [t for t in tasks_of(read_records(paths, warn), rank) if t.decisions]
     if not tasks:
         raise TraceError(f"the trace has no calls of rank {rank} (is it an AUTOCCL_TRACE file?)")
     shown = sorted(tasks, key=lambda t: -t.nbytes)[:max_tasks]

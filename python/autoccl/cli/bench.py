@@ -151,12 +151,35 @@ _nccl_channels = O.nccl_channels(_ONLINE)
 
 
 def _online_channels(
-    modes: Any, ceiling: int | None, nccl_channels: int | str | None
+    modes: Any, ceiling: int | None, nccl_channels: int | str | None, backend: str
 ) -> tuple[int | None, int | None]:
     """(channel ceiling, cap on NCCL's own calls) of the online and manual modes' communicators, as
-    `autoccl run` makes them (channels.communicator_channels); the same whichever other modes are listed."""
+    `autoccl run` makes them (channels.communicator_channels); the same whichever other modes are listed.
+    On gloo no NCCL communicator is made and the plugin is never loaded: the channels given are kept (they
+    are recorded), and online mode's default, which asks NCCL, is not looked for."""
     online = any(getattr(m, "kind", "") in TUNED_TRAIN_MODES for m in modes)
+    if backend == "gloo" and ceiling is None and nccl_channels is None:
+        return None, None
     return communicator_channels(online, ceiling, nccl_channels, None)
+
+
+def _backend_of(launch: Launch) -> str:
+    return launch.backend or ("nccl" if launch.device == "cuda" else "gloo")
+
+
+def _refuse_overwrite(prefixes: Iterable[Path], launch: Launch) -> None:
+    """-o PREFIX of an earlier run is refused, naming its file, unless --force replaces it or --resume
+    continues it."""
+    if launch.force or launch.resume:
+        return
+    for prefix in prefixes:
+        for ext in (".json", ".csv", ".md"):
+            path = prefix.with_name(prefix.name + ext)
+            if path.exists():
+                raise _fail(
+                    f"{path} exists (an earlier run's result): choose another -o, continue it with --resume, "
+                    "or pass --force to replace it"
+                )
 
 
 @dataclass(frozen=True)
@@ -171,6 +194,7 @@ class Launch:
     seed: int
     progress: bool | None
     resume: bool
+    force: bool
 
 
 _launch = O.gathered(
@@ -210,6 +234,11 @@ _launch = O.gathered(
         "--resume",
         is_flag=True,
         help="continue the run of -o PREFIX: its finished launches are kept, the others run (same options)",
+    ),
+    click.option(
+        "--force",
+        is_flag=True,
+        help="replace the result files of an earlier run at -o PREFIX (refused without it)",
     ),
 )
 
@@ -346,7 +375,9 @@ def coll(
         if v < 1:
             raise _fail(f"{name} must be >= 1")
     try:
-        ceiling, capped = _online_channels(M.parse_modes(modes), channel_ceiling, nccl_channels)
+        ceiling, capped = _online_channels(
+            M.parse_modes(modes), channel_ceiling, nccl_channels, _backend_of(launch)
+        )
         o = runner.CollOptions(
             colls=S.parse_collectives(colls),
             sizes=S.parse_sizes(sizes),
@@ -407,6 +438,7 @@ def coll(
                 )
             )
             return
+        _refuse_overwrite([prefix], launch)
         probe = detect_topology(1)
         o.backend, np_ = _resolve_device(launch.device, launch.backend, launch.nproc, probe.distributed)
         topo = detect_topology(None if probe.distributed else np_)
@@ -493,6 +525,8 @@ class Resilience:
 
         if self.agent_stream and self.resilience == "off":
             raise _fail("--agent-stream needs --resilience on or both (a setting of the resilient reducer)")
+        if self.rejoin and not self.kill:
+            raise _fail("--rejoin needs --kill (it replaces the killed rank)")
         if self.resilience == "off" and not self.straggler and not self.kill:
             return {}
         if self.resilience != "off" and parallel != ["ddp"]:
@@ -507,8 +541,6 @@ class Resilience:
             raise _fail("--kill needs --resilience on (synchronous DDP cannot survive a lost rank)")
         if kl is not None and kl.rank == 0 and distributed:
             raise _fail("--kill 0 needs a local launch (under torchrun, rank 0 writes the result)")
-        if self.rejoin and kl is None:
-            raise _fail("--rejoin needs --kill (it replaces the killed rank)")
         return {
             "resilience": self.resilience,
             "straggler": st.label() if st else None,
@@ -691,7 +723,7 @@ def train(
         topo = detect_topology(None if probe.distributed else np_)
         extra = {"bucket_mb": bucket_mb, "lr": lr, "data": data}
         extra.update(resilience.extra(pars, topo.world_size, topo.distributed, iters))
-        ceiling, capped = _online_channels(ms, channel_ceiling, nccl_channels)
+        ceiling, capped = _online_channels(ms, channel_ceiling, nccl_channels, be)
         o = runner.TrainOptions(
             preset=preset,
             parallel=pars,
@@ -717,6 +749,7 @@ def train(
             if pairs == 1
             else [prefix.with_name(f"{prefix.name}-pair{k}") for k in range(1, pairs + 1)]
         )
+        _refuse_overwrite(rounds, launch)
         started = [r for r in rounds if r.with_name(r.name + ".json").is_file()]
         if pairs > 1 and launch.resume and not started:
             raise _fail(
@@ -796,8 +829,17 @@ def train(
 @click.option("--begin", "-b", default="1M", show_default=True, help="smallest size (nccl-tests -b)")
 @click.option("--end", "-e", default="1G", show_default=True, help="largest size (-e)")
 @click.option("--factor", "-f", type=int, default=2, show_default=True, help="size factor (-f)")
-@click.option("--warmup", "-w", type=int, default=20, show_default=True, help="warm-up iterations (-w)")
-@click.option("--iters", "-n", type=int, default=40, show_default=True, help="timed iterations (-n)")
+@click.option(
+    "--warmup",
+    "-w",
+    type=click.IntRange(min=0),
+    default=20,
+    show_default=True,
+    help="warm-up iterations (-w)",
+)
+@click.option(
+    "--iters", "-n", type=click.IntRange(min=1), default=40, show_default=True, help="timed iterations (-n)"
+)
 @click.option("--passes", "-p", type=int, default=3, show_default=True, help="interleaved passes per mode")
 @click.option(
     "--order",
@@ -809,7 +851,13 @@ def train(
     "fixed (as given)",
 )
 @click.option("--trace", is_flag=True, help="trace the autoccl modes (cross-rank agreement, pinned tasks)")
-@click.option("--timeout", type=float, default=300.0, show_default=True, help="seconds per launch")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=300.0,
+    show_default=True,
+    help="seconds per launch",
+)
 @click.option("--mpirun", default="mpirun", show_default=True, help="MPI launcher for --launch mpi")
 @click.option("--nt-args", default="", help="further nccl-tests arguments, e.g. '-d bfloat16'")
 @O.output_folder("outdir", "output folder", required=True)
@@ -881,19 +929,26 @@ def nccl_tests(
             baseline=mode_list[0].name if mode_list else "plain",
         )
         if report_only:
-            records = NT.read_launches(outdir)
+            records, unreadable = NT.read_launches(outdir)
         else:
             plan.validate()
             outdir.mkdir(parents=True, exist_ok=True)
             show = sys.stderr.isatty() if progress is None else progress
             with _progress(show) as bar:
                 records = NT.run_plan(plan, progress=bar)
+            unreadable = NT.scan_launches(outdir / "launches.jsonl")[1]  # torn lines of an earlier run
     except NT.BenchError as e:
         raise _fail(str(e)) from None
+    if unreadable:
+        click.echo(
+            f"autoccl bench nccl-tests: {NT.unreadable_note(unreadable, outdir / 'launches.jsonl')}", err=True
+        )
     baseline = plan.baseline
+    # the passes the launches hold, not -p: a run stopped early, or --report-only given another -p
+    held = NT.passes_text(NT.passes_in(records))
     span = (
         f"{plan.begin}..{plan.end} x{plan.factor}, -w {plan.warmup} -n {plan.iters} -c 1, {plan.gpus} GPUs, "
-        f"{plan.passes} interleaved passes ({plan.order} order)"
+        f"{held} ({plan.order} order)"
     )
     header = ""
     if report_only:
@@ -905,16 +960,14 @@ def nccl_tests(
             (outdir / "summary.md").read_text().splitlines()[:1] if (outdir / "summary.md").is_file() else []
         )
         if first and first[0].startswith("nccl-tests "):
-            header = first[0] + "\n"
+            header = NT.with_passes(first[0], NT.passes_in(records)) + "\n"
         else:  # what the launches say, not this command's defaults (-w/-n and GPUs are not in them)
             sizes = sorted({int(row["bytes"]) for r in records for row in r.get("rows", [])})
-            if sizes:
-                span = (
-                    f"{sizes[0]}..{sizes[-1]} ({len(sizes)} sizes, from launches.jsonl), "
-                    f"{len({r.get('pass') for r in records})} interleaved passes"
-                )
+            shown = f"{sizes[0]}..{sizes[-1]} ({len(sizes)} sizes" if sizes else "(no result rows"
+            span = f"{shown}, from launches.jsonl), {held}"
     header = header or f"nccl-tests {span}; busbw (out-of-place) relative to {baseline} of the same pass\n"
     summary = NT.summarize(records, baseline=baseline)
+    summary["unreadable_lines"] = unreadable
     (outdir / "summary.json").write_text(_json.dumps(summary, indent=1))
     md = NT.markdown(summary, header)
     (outdir / "summary.md").write_text(md)
@@ -992,7 +1045,9 @@ def _visible_gpus() -> int:
 @click.command()
 @click.argument("results", nargs=-1, type=click.Path(exists=True, dir_okay=False))
 @O.output_folder("outdir", "folder of the plots and tables", required=True)
-@click.option("--format", "formats", default="png,svg", show_default=True, help="png, svg (comma-separated)")
+@click.option(
+    "--format", "formats", default="png,svg", show_default=True, help="png, svg, pdf (comma-separated)"
+)
 @click.option(
     "--mix",
     is_flag=True,
@@ -1028,7 +1083,13 @@ def report(
         if results:
             written += rep.make_report([Path(r) for r in results], outdir, fmts, mix=mix)
         if traces:
-            written += trace_plot.plot_trace(trace_plot.resolve_traces(traces), outdir, fmts, rank=rank)
+            written += trace_plot.plot_trace(
+                trace_plot.resolve_traces(traces),
+                outdir,
+                fmts,
+                rank=rank,
+                warn=lambda m: click.echo(f"autoccl report: {m}", err=True),
+            )
     except (ResultError, trace_plot.TraceError) as e:
         raise _fail(str(e)) from None
     for p in written:
