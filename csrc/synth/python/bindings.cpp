@@ -285,11 +285,12 @@ PYBIND11_MODULE(_synth, m) {
   });
 
   m.def("baseline",
-        [](const Topology& t, const std::string& algo, const std::string& coll, double bytes, int chunks, int root) {
-          return baseline(t, algo, collective_from_string(coll), bytes, chunks, root);
+        [](const Topology& t, const std::string& algo, const std::string& coll, double bytes, int chunks, int root,
+           double max_memory_bytes) {
+          return baseline(t, algo, collective_from_string(coll), bytes, chunks, root, max_memory_bytes);
         },
         py::arg("topology"), py::arg("algorithm"), py::arg("collective"), py::arg("bytes"), py::arg("chunks") = 1,
-        py::arg("root") = 0);
+        py::arg("root") = 0, py::arg("max_memory_bytes") = 0.0);
   m.def("lower_bound", [](const Topology& t, const std::string& coll, double bytes, int root) {
     const LowerBound b = lower_bound(t, collective_from_string(coll), bytes, root);
     py::dict d;

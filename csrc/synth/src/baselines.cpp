@@ -1,5 +1,6 @@
 // Baseline algorithms as untimed schedules (ordered by step); simulate() gives their time on a topology.
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <queue>
 
@@ -73,13 +74,37 @@ int log2_exact(int n) {
 
 }  // namespace
 
-Schedule baseline(const Topology& topo, const std::string& algo, Collective coll, double bytes, int k, int root) {
+double baseline_transfers(int nranks, Collective coll, int chunks_per_rank) {
+  const double n = nranks, k = chunks_per_rank;
+  if (coll == Collective::Broadcast || coll == Collective::Reduce) return (n - 1) * k;
+  return n * (n - 1) * k * (coll == Collective::AllReduce ? 2 : 1);
+}
+
+Schedule baseline(const Topology& topo, const std::string& algo, Collective coll, double bytes, int k, int root,
+                  double max_memory_bytes) {
   if (!topo.finalized()) throw Error("topology not finalized");
   if (k < 1) throw Error("chunks per rank must be >= 1");
+  check_collective_size(bytes);
   const int n = topo.num_npus();
   if (n < 2)
     throw Error("a collective needs at least 2 NPUs; topology '" + topo.name + "' has " + std::to_string(n));
-  if (root < 0 || root >= n) throw Error("root rank out of range");
+  check_root(root, n);
+  const bool rooted = coll == Collective::Broadcast || coll == Collective::Reduce;
+  const double nchunks = rooted ? k : static_cast<double>(n) * k;
+  if (nchunks > 2e9) throw Error("too many chunks: " + std::to_string(static_cast<long long>(nchunks)) + ", at most 2000000000");
+  const double count = baseline_transfers(n, coll, k);
+  // the list, the simulator's timed copy of it, and the checker's state (about one more)
+  const double need = count * static_cast<double>(sizeof(Transfer)) * 3;
+  if (count > 2e9 || (max_memory_bytes > 0 && need > max_memory_bytes)) {
+    char buf[320];
+    if (count > 2e9)
+      std::snprintf(buf, sizeof buf, "%.3g transfers, more than the 2e9 a schedule can hold", count);
+    else
+      std::snprintf(buf, sizeof buf, "about %.1f GiB to build, simulate and check, more than the %.1f GiB allowed",
+                    need / (1 << 30), max_memory_bytes / (1 << 30));
+    throw Error("baseline '" + algo + "' " + to_string(coll) + " on " + std::to_string(n) + " NPUs with " +
+                std::to_string(k) + " chunk(s) per NPU would need " + buf + "; give fewer chunks");
+  }
   Builder b;
   Schedule& s = b.s;
   s.collective = coll;
@@ -88,13 +113,13 @@ Schedule baseline(const Topology& topo, const std::string& algo, Collective coll
   s.chunks_per_rank = k;
   s.root = root;
   s.bytes = bytes;
-  const bool rooted = coll == Collective::Broadcast || coll == Collective::Reduce;
-  s.nchunks = rooted ? k : n * k;
+  s.nchunks = static_cast<int>(nchunks);
   s.chunk_bytes = bytes / s.nchunks;
   s.owner.resize(static_cast<size_t>(s.nchunks));
   for (int c = 0; c < s.nchunks; ++c) s.owner[static_cast<size_t>(c)] = rooted ? root : c % n;
   const auto chunk = [&](int owner, int j) { return j * n + owner; };
   const std::string unsupported = "baseline '" + algo + "' does not support " + to_string(coll);
+  b.s.transfers.reserve(static_cast<std::size_t>(count));
 
   if (algo == "ring") {
     auto ring = ring_order(topo);

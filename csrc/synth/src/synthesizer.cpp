@@ -22,12 +22,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <queue>
 #include <thread>
 #if defined(__linux__)
@@ -1242,41 +1244,66 @@ void append_forward(const GatherResult& g, const Topology& t, Schedule& s, doubl
 
 namespace {
 
-// Chunks per rank by trial: the spreading phase (All-Gather; the root's spreading for Broadcast/Reduce) with
-// 1, 2, 4, ... chunks and a few seeds, stopping after two sizes without gain, when a chunk's transfer time on
-// the fastest channel falls below its latency (alpha dominates: smaller chunks only add latency), or when the
-// trials' work (chunk deliveries) would pass a budget. On topologies whose channels all cost the same and
-// share no link every NPU's links are busy from the start, so splitting only adds alpha: 1 chunk.
+// Chunks per rank by trial: the spreading phase (All-Gather; the root's spreading for Broadcast/Reduce) at a
+// few candidate chunk counts, stopping after two candidates without gain, when a chunk's transfer time on the
+// fastest channel falls below its latency (alpha dominates: smaller chunks only add latency), or when the
+// trials' work (chunk deliveries, over all trial seeds) would pass a budget.
+//
+// Candidates: 1, 2, 4, ... chunks per NPU (up to 64; 256 per root for Broadcast/Reduce). On the point-to-point
+// engine also d, 2d and d / gcd(n - 1, d) (d: the most channels leaving one NPU): with one chunk per NPU an NPU
+// receives n - 1 chunks over d links, ceil((n - 1) / d) rounds where (n - 1) / d would do (a 4-NPU ring takes
+// 2 rounds where 1.5 would do: 1.333x the bound; 2 chunks per NPU: 1.000x). The general engine tries two seeds
+// of different look-ahead per candidate; the point-to-point engine, whose runs are cheap, every seed of the
+// synthesis, so the count kept is the one whose best seed is fastest. Where the point-to-point trials at 1 and 2
+// chunks alone would pass the budget (about 1,100 NPUs at 8 seeds) there is no trial: 1 chunk.
 int choose_chunks(const Topology& topo, const SynthOptions& o, std::vector<std::pair<int, double>>* trials) {
   const int n = topo.num_npus();
   const bool rooted = o.collective == Collective::Broadcast || o.collective == Collective::Reduce;
   const bool general = o.engine == SynthOptions::Engine::General ||
                        (o.engine == SynthOptions::Engine::Auto && use_general_engine(topo, static_cast<std::size_t>(n)));
-  if (!rooted && !general) return 1;
   const bool reverse_only = o.collective == Collective::ReduceScatter || o.collective == Collective::Reduce;
   Topology transposed;
   if (reverse_only) transposed = topo.transposed();
   const Topology& t = reverse_only ? transposed : topo;
   double min_lat = std::numeric_limits<double>::infinity(), max_bw = 0;
+  std::vector<int> out_degree(static_cast<std::size_t>(n), 0);
   for (const auto& ch : t.channels()) {
     min_lat = std::min(min_lat, ch.latency_us);
     max_bw = std::max(max_bw, ch.bandwidth_gbps);
+    ++out_degree[static_cast<std::size_t>(ch.src)];
   }
   SynthOptions trial = o;
   trial.record = false;
-  // Two seeds of different look-ahead (import once, none: see gather_general) unless fewer were asked for.
   std::vector<std::uint64_t> seeds{o.base_seed};
-  if (o.seeds > 1) seeds.push_back(o.base_seed + (o.seeds > 3 ? 3 : 1));
+  if (general) {
+    // Two seeds of different look-ahead (import once, none: see gather_general) unless fewer were asked for.
+    if (o.seeds > 1) seeds.push_back(o.base_seed + (o.seeds > 3 ? 3 : 1));
+  } else {
+    for (int i = 1; i < o.seeds; ++i) seeds.push_back(o.base_seed + static_cast<std::uint64_t>(i));
+  }
   trial.seeds = static_cast<int>(seeds.size());
   constexpr double kBudget = 3e7;  // chunk deliveries over all trials (a few seconds)
+  auto work_of = [&](int k) { return (rooted ? k : static_cast<double>(n) * k) * (n - 1) * trial.seeds; };
+  if (!general && !rooted && work_of(1) + work_of(2) > kBudget) return 1;
+  const int max_k = rooted ? 256 : 64;
+  std::vector<int> cand;
+  for (int k = 1; k <= max_k; k *= 2) cand.push_back(k);
+  if (!general && !rooted) {
+    const int d = *std::max_element(out_degree.begin(), out_degree.end());
+    for (const int k : {d, 2 * d, d / std::gcd(n - 1, d)})
+      if (k > 1 && k <= max_k) cand.push_back(k);
+    std::sort(cand.begin(), cand.end());
+    cand.erase(std::unique(cand.begin(), cand.end()), cand.end());
+  }
   double spent = 0;
   int best_k = 1, misses = 0;
   double best = std::numeric_limits<double>::infinity();
-  for (int k = 1; k <= (rooted ? 256 : 64); k *= 2) {
+  for (const int k : cand) {
     const double chunks = rooted ? k : static_cast<double>(n) * k;
     const double chunk_bytes = o.bytes / chunks;
-    const double work = chunks * (n - 1) * trial.seeds;
-    if (k > 1 && (spent + work > kBudget || chunk_bytes / (max_bw * 1e3) < min_lat)) break;
+    const double work = work_of(k);
+    if (k > 1 && (spent + work > kBudget || chunk_bytes < 1 || chunk_bytes / (max_bw * 1e3) < min_lat))
+      break;
     spent += work;
     std::vector<int> src(static_cast<std::size_t>(chunks));
     for (std::size_t c = 0; c < src.size(); ++c) src[c] = rooted ? o.root : static_cast<int>(c % static_cast<std::size_t>(n));
@@ -1322,17 +1349,37 @@ void check_memory(const Topology& topo, const SynthOptions& o, double chunks) {
 
 }  // namespace
 
+void check_collective_size(double bytes) {
+  if (!(bytes > 0) || !std::isfinite(bytes)) throw Error("collective size must be positive and finite");
+  if (bytes > kMaxCollectiveBytes) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "collective size %.6g bytes is above the largest supported, 2^50 bytes (1 PiB): the times "
+                  "(microseconds, double precision) of a collective that large cannot resolve link latencies",
+                  bytes);
+    throw Error(buf);
+  }
+}
+
+void check_root(int root, int nranks) {
+  if (root < 0 || root >= nranks)
+    throw Error("root rank " + std::to_string(root) + " is out of range: the topology has " + std::to_string(nranks) +
+                " NPUs (ranks 0.." + std::to_string(nranks - 1) + ")");
+}
+
 namespace {
 
 // Validate the options, choose the chunks, and fill the schedule's header (no transfers).
 Schedule prepare(const Topology& topo, const SynthOptions& o0, SynthOptions& o, SynthStats& st) {
   if (!topo.finalized()) throw Error("topology not finalized");
   if (o0.chunks_per_rank < 0) throw Error("chunks per rank must be >= 1 (0: choose automatically)");
-  if (!(o0.bytes > 0) || !std::isfinite(o0.bytes)) throw Error("collective size must be positive and finite");
+  if (o0.seeds < 0) throw Error("seeds must be >= 0");
+  if (o0.threads < 0) throw Error("threads must be >= 0 (0: all cores)");
+  check_collective_size(o0.bytes);
   const int n = topo.num_npus();
   if (n < 2)
     throw Error("a collective needs at least 2 NPUs; topology '" + topo.name + "' has " + std::to_string(n));
-  if (o0.root < 0 || o0.root >= n) throw Error("root rank out of range");
+  check_root(o0.root, n);
   o = o0;
   if (o.chunks_per_rank == 0) o.chunks_per_rank = choose_chunks(topo, o, &st.chunk_trials);
   Schedule s;
@@ -1344,7 +1391,8 @@ Schedule prepare(const Topology& topo, const SynthOptions& o0, SynthOptions& o, 
   s.bytes = o.bytes;
   const bool rooted = o.collective == Collective::Broadcast || o.collective == Collective::Reduce;
   const long long C = rooted ? o.chunks_per_rank : static_cast<long long>(n) * o.chunks_per_rank;
-  if (C > 2'000'000'000LL) throw Error("too many chunks");
+  if (C > 2'000'000'000LL)
+    throw Error("too many chunks: " + std::to_string(C) + ", at most 2000000000 (NPUs x chunks per NPU)");
   s.nchunks = static_cast<int>(C);
   s.chunk_bytes = o.bytes / static_cast<double>(C);
   s.owner.resize(static_cast<std::size_t>(C));

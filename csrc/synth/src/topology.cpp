@@ -446,6 +446,20 @@ void grid_layout(Topology& t, const std::vector<int>& dims) {
 Topology generate(const std::string& kind, const std::vector<int>& dims, const GenParams& p) {
   Topology t;
   if (dims.empty()) throw Error("generator '" + kind + "' needs dimensions");
+  // Per-dimension bandwidths and latencies: one value per dimension (per bit of a hypercube), and only for the
+  // generators that have dimensions of links.
+  const bool per_dim = kind == "mesh" || kind == "torus" || kind == "multidim" || kind == "hypercube";
+  for (const auto& [what, values] : {std::pair<const char*, const std::vector<double>*>{"dim_bandwidth_gbps", &p.dim_bandwidth},
+                                     {"dim_latency_us", &p.dim_latency}}) {
+    if (values->empty()) continue;
+    if (!per_dim)
+      throw Error(std::string(what) + " applies to mesh, torus, hypercube and multidim, not to '" + kind + "'");
+    if (kind == "hypercube" && dims.size() != 1) continue;  // the hypercube's own error below
+    const std::size_t want = kind == "hypercube" ? static_cast<std::size_t>(std::max(0, dims[0])) : dims.size();
+    if (values->size() != want)
+      throw Error(std::string(what) + " has " + std::to_string(values->size()) + " value(s); '" + kind + "' with " +
+                  std::to_string(want) + " dimension(s) needs " + std::to_string(want) + " (one per dimension)");
+  }
   const int n = product(dims);
   const double links = count_links(kind, dims, p);
   if (links > kMaxLinks) {

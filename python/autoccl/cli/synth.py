@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import resource
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from autoccl import synth as S
 from autoccl.cli import options as O
@@ -34,6 +37,8 @@ def _gen_options(opts: tuple[str, ...]) -> dict[str, Any]:
                 out[key] = int(val) if key in ("degree", "rails") else float(val)
             except ValueError:
                 out[key] = [val] if key == "dim_types" else val
+            if key in ("dim_bandwidth_gbps", "dim_latency_us") and not isinstance(out[key], str):
+                out[key] = [out[key]]  # one dimension
     return out
 
 
@@ -74,6 +79,91 @@ _with_topo = O.gathered(
 # Streams up to this many transfers are re-read and checked (about 2 GiB of memory).
 _STREAM_CHECK_LIMIT = 2e7
 
+# Bounds of the integer options: the C++ types they go to (int, uint64), and sane caps where the type's
+# range would only exhaust memory or threads (a vector per seed, a thread per seed).
+_INT_MAX = 2**31 - 1
+_MAX_SEEDS = 1_000_000
+_MAX_THREADS = 4096
+
+
+def _say(text: str) -> None:
+    """One line on stdout. When its reader has gone (`autoccl synth ... | head -1`), the rest of stdout is
+    dropped and the work goes on: files are still written, the exit status is still the check's."""
+    try:
+        click.echo(text)
+    except BrokenPipeError:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):  # no file descriptor behind stdout (tests)
+            pass
+
+
+def _picture_formats() -> list[str]:
+    from matplotlib.figure import Figure
+
+    return sorted(Figure().canvas.get_supported_filetypes())
+
+
+def _check_pictures(**paths: str | None) -> None:
+    """Refuse, before any work, a picture whose file extension matplotlib cannot write."""
+    given = {opt: p for opt, p in paths.items() if p}
+    if not given:
+        return
+    formats = _picture_formats()
+    for opt, p in given.items():
+        ext = Path(p).suffix.lower().removeprefix(".")
+        if ext not in formats:
+            what = f"format '{ext}' is not supported" if ext else "it has no file extension"
+            raise click.BadParameter(
+                f"{p}: {what}; give one of .{', .'.join(formats)} (the extension picks the format)",
+                param_hint=f"--{opt}",
+            )
+
+
+def _size(size: str) -> float:
+    """-s: a whole number of bytes (1.5M is, 1.5 is not), positive, at most S.MAX_BYTES (1024T)."""
+    try:
+        nbytes = S.parse_size(size)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--size") from e
+    if not nbytes > 0:
+        raise click.BadParameter(f"size must be positive, got {size!r}", param_hint="--size")
+    if nbytes > S.MAX_BYTES:
+        raise click.BadParameter(
+            f"{size} is above the largest size supported, 1024T (2^50 bytes): the synthesizer's times "
+            "(microseconds, double precision) cannot resolve link latencies in a collective that large",
+            param_hint="--size",
+        )
+    if nbytes != int(nbytes):
+        raise click.BadParameter(
+            f"{size} is {nbytes:g} bytes: give a whole number of bytes", param_hint="--size"
+        )
+    return nbytes
+
+
+def _check_chunk_bytes(nbytes: float, chunks: int, topo: Any, collective: str, option: str) -> None:
+    """Refuse chunks of less than a byte: the size over 1 chunk per NPU (per root for broadcast/reduce) when
+    the chunks are chosen (0; a larger count is never chosen below a byte), else over the chunks given."""
+    rooted = collective in ("broadcast", "reduce")
+    k = max(chunks, 1)
+    count = k if rooted else topo.num_npus * k
+    if nbytes / count < 1:
+        per = "" if rooted else f": {topo.num_npus} NPUs x {k}"
+        fewer = " or fewer chunks" if chunks > 1 else ""
+        raise click.BadParameter(
+            f"a chunk would hold {nbytes / count:.3g} bytes ({nbytes:.0f} B over {count} chunks{per}); "
+            f"every chunk needs at least 1 byte: give a larger size{fewer}",
+            param_hint=option,
+        )
+
+
+def _given(name: str) -> bool:
+    """Whether the option was given (on the command line or in the environment), not left at its default."""
+    src = click.get_current_context().get_parameter_source(name)
+    return src in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
 
 def _progress(label: str) -> Callable[[int, int], None]:
     """A progress callback for long checks: one line on stderr every few seconds."""
@@ -98,25 +188,42 @@ def _plots(topo: Any, sim: dict[str, Any], heatmap: str | None, timeline: str | 
             plots.timeline(topo, sim["timed"], timeline, title=title)
 
 
+def _named(path: str | None, name: str) -> str | None:
+    """`hm.png` -> `hm.ring.png`: one picture per baseline of `sim -b all`."""
+    if not path:
+        return None
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}.{name}{p.suffix}"))
+
+
 @click.command()
 @_with_topo
 @O.choice("--collective", "-c", values=S.COLLECTIVES, default="allgather")
 @click.option("--size", "-s", default="1G", show_default=True, help="collective size (binary units: 64M, 1G)")
 @click.option(
     "--chunks",
-    type=click.IntRange(min=0),
+    type=click.IntRange(0, _INT_MAX),
     default=0,
-    help="chunks per NPU (per root for bcast/reduce); 0 (default): chosen by trial",
+    help="chunks per NPU (per root for bcast/reduce); 0 (default): the fastest of a few counts tried "
+    "(docs/synth.md, 'Chunks per NPU')",
 )
 @click.option(
     "--seeds",
-    type=click.IntRange(min=0),
+    type=click.IntRange(0, _MAX_SEEDS),
     default=0,
     help="best of this many seeds (0, the default: 8 up to 5e6 deliveries per seed, 4 up to 5e7, else 1)",
 )
-@click.option("--seed", type=int, default=1, show_default=True, help="first seed")
-@click.option("--threads", type=int, default=0, help="threads for the seeds (0: all cores)")
-@click.option("--root", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=1, show_default=True, help="first seed")
+@click.option(
+    "--threads", type=click.IntRange(0, _MAX_THREADS), default=0, help="threads for the seeds (0: all cores)"
+)
+@click.option(
+    "--root",
+    type=click.IntRange(0, _INT_MAX),
+    default=0,
+    show_default=True,
+    help="root rank (broadcast, reduce)",
+)
 @click.option("--out", "-o", type=click.Path(dir_okay=False), help="schedule JSON to write")
 @click.option("--msccl-xml", type=click.Path(dir_okay=False), help="export to MSCCL XML")
 @click.option("--mscclpp-json", type=click.Path(dir_okay=False), help="export to an MSCCL++ execution plan")
@@ -135,10 +242,18 @@ def _plots(topo: Any, sim: dict[str, Any], heatmap: str | None, timeline: str | 
 @click.option(
     "--max-memory",
     type=click.FloatRange(min=0),
-    help="GiB: refuse up front what would need more (default: this machine's memory)",
+    help="GiB: refuse up front what would need more (default: this machine's memory; 0: no limit)",
 )
-@click.option("--heatmap", type=click.Path(dir_okay=False), help="link-utilization heat map (PNG)")
-@click.option("--timeline", type=click.Path(dir_okay=False), help="time-line chart (PNG)")
+@click.option(
+    "--heatmap",
+    type=click.Path(dir_okay=False),
+    help="link-utilization heat map (format by extension: .png, .svg, .pdf, ...)",
+)
+@click.option(
+    "--timeline",
+    type=click.Path(dir_okay=False),
+    help="time-line chart (format by extension: .png, .svg, .pdf, ...)",
+)
 def synth(
     topo: Any,
     collective: str,
@@ -166,10 +281,24 @@ def synth(
             "--stream keeps no schedule in memory: it cannot be combined with --no-schedule, -o, "
             "--msccl-xml, --mscclpp-json, --heatmap or --timeline"
         )
+    if no_schedule and (out or msccl_xml or mscclpp_json or heatmap or timeline):
+        raise click.UsageError(
+            "--no-schedule keeps no transfer list: it cannot be combined with -o, --msccl-xml, "
+            "--mscclpp-json, --heatmap or --timeline (--stream writes a schedule too large to keep)"
+        )
+    if (msccl_xml or mscclpp_json) and collective not in ("allgather", "reducescatter", "allreduce"):
+        raise click.UsageError(
+            f"--msccl-xml and --mscclpp-json export allgather, reducescatter and allreduce schedules, "
+            f"not {collective}"
+        )
+    if mscclpp_json and any(kind == "nic" for _, kind in topo.nodes):
+        raise click.UsageError("--mscclpp-json is for single-host topologies; this one has NICs")
+    _check_pictures(heatmap=heatmap, timeline=timeline)
+    nbytes = _size(size)
+    _check_chunk_bytes(nbytes, chunks, topo, collective, "--chunks" if chunks > 1 else "--size")
     if seeds == 0:
         seeds = S.default_seeds(topo)
     try:
-        nbytes = S.parse_size(size)
         t0 = time.perf_counter()
         if stream:
             sched, stats = S.synthesize_to_stream(
@@ -200,6 +329,10 @@ def synth(
         synth_s = time.perf_counter() - t0
     except ValueError as e:
         raise click.ClickException(str(e)) from e
+    except MemoryError as e:
+        raise click.ClickException(
+            f"out of memory during synthesis ({e}); --no-schedule or --stream keep no transfer list in memory"
+        ) from e
     bound = S.lower_bounds(topo, collective, nbytes, root)
     lb = max(bound["time_us"], bound["model_us"])
     rep: dict[str, Any] = {
@@ -254,19 +387,28 @@ def synth(
                 raise click.ClickException("checker rejected the schedule: " + "; ".join(res["errors"][:3]))
         sim = S.simulate(topo, sched)
         rep["simulated_time_us"] = sim["time_us"]
+        # Every export is made before any file is written: one that fails leaves no output behind.
+        try:
+            xml = S.to_msccl_xml(sched) if msccl_xml else None
+            plan = S.to_mscclpp_json(sched, topo) if mscclpp_json else None
+        except ValueError as e:
+            raise click.ClickException(f"export: {e}; nothing was written") from e
         if out:
             S.save_schedule(sched, out, topo)
-        try:
-            if msccl_xml:
-                Path(msccl_xml).write_text(S.to_msccl_xml(sched))
-            if mscclpp_json:
-                Path(mscclpp_json).write_text(S.to_mscclpp_json(sched, topo))
-        except ValueError as e:
-            raise click.ClickException(f"export: {e}") from e
+        if msccl_xml and xml is not None:
+            Path(msccl_xml).write_text(xml)
+        if mscclpp_json and plan is not None:
+            Path(mscclpp_json).write_text(plan)
         _plots(topo, sim, heatmap, timeline, f"TACOS {collective} on {topo.name}")
-    click.echo(
+    verdict = ""
+    if rep.get("check"):
+        verdict = ", check ok"  # a rejected schedule stopped above
+    elif check and no_schedule:
+        verdict = ", not checked (--no-schedule keeps no transfers)"
+    _say(
         f"{collective} on {topo.name} ({topo.num_npus} NPUs), {nbytes:.0f} B: {sched.time_us:.2f} us"
         + (f", {sched.time_us / lb:.3f}x the lower bound" if lb > 0 else "")
+        + verdict
     )
     if lb > 0:
         parts = [f"{bound['time_us']:.2f} us from bandwidth ({bound['kind']}: {bound['what']})"]
@@ -275,8 +417,8 @@ def synth(
                 f"{bound['model_us']:.2f} us from latency plus bandwidth per transfer, one chunk of at most "
                 f"bytes/NPUs each ({bound['model_what']})"
             )
-        click.echo("  lower bounds: " + "; ".join(parts) + ("; the larger holds" if len(parts) > 1 else ""))
-    click.echo(
+        _say("  lower bounds: " + "; ".join(parts) + ("; the larger holds" if len(parts) > 1 else ""))
+    _say(
         f"  {stats['chunks_per_rank']} chunk(s) per NPU{' (chosen)' if chunks == 0 else ''}, "
         f"{seeds} seed(s), "
         f"synthesized in {synth_s:.3f} s, {stats['transfers']} transfers"
@@ -286,7 +428,26 @@ def synth(
         Path(report).write_text(json.dumps(rep, indent=2) + "\n")
     written = [p for p in (out, msccl_xml, mscclpp_json, report, heatmap, timeline, stream) if p]
     if written:
-        click.echo(f"  wrote {', '.join(written)}")
+        _say(f"  wrote {', '.join(written)}")
+
+
+def _match_schedule(sched: Any, path: str, collective: str, nbytes: float, chunks: int, root: int) -> None:
+    """A schedule brings its collective, size, chunks and root: -c, -s, --chunks and --root given with it must
+    say the same (a user who asks for another collective or size is told, not silently given this one's)."""
+    wrong = []
+    if _given("collective") and collective != sched.collective:
+        wrong.append(f"-c {collective} (the schedule's is {sched.collective})")
+    if _given("size") and abs(nbytes - sched.bytes) > 1e-9 * max(nbytes, sched.bytes):
+        wrong.append(f"-s {nbytes:.0f} bytes (the schedule's is {sched.bytes:.0f})")
+    if _given("chunks") and chunks != sched.chunks_per_rank:
+        wrong.append(f"--chunks {chunks} (the schedule's is {sched.chunks_per_rank})")
+    if _given("root") and root != sched.root:
+        wrong.append(f"--root {root} (the schedule's is {sched.root})")
+    if wrong:
+        raise click.UsageError(
+            f"{path} is simulated as it was made; it does not match " + ", ".join(wrong) + ". -c, -s, "
+            "--chunks and --root choose a baseline's; leave them out with --schedule"
+        )
 
 
 @click.command()
@@ -295,14 +456,46 @@ def synth(
     "--schedule", "schedule_path", type=click.Path(exists=True, dir_okay=False), help="schedule JSON"
 )
 @click.option("--baseline", "-b", "algo", type=click.Choice([*S.BASELINES, "all"]), help="baseline algorithm")
-@O.choice("--collective", "-c", values=S.COLLECTIVES, default="allgather")
-@click.option("--size", "-s", default="1G", show_default=True)
-@click.option("--chunks", type=int, default=1, show_default=True)
-@click.option("--root", type=int, default=0, show_default=True)
+@O.choice(
+    "--collective",
+    "-c",
+    values=S.COLLECTIVES,
+    default="allgather",
+    help="baseline collective (with --schedule: must be the schedule's, which it brings)",
+)
+@click.option(
+    "--size",
+    "-s",
+    default="1G",
+    show_default=True,
+    help="baseline size (binary units); with --schedule: must be the schedule's",
+)
+@click.option(
+    "--chunks",
+    type=click.IntRange(1, _INT_MAX),
+    default=1,
+    show_default=True,
+    help="baseline chunks per NPU (per root for bcast/reduce); with --schedule: must be the schedule's",
+)
+@click.option(
+    "--root",
+    type=click.IntRange(0, _INT_MAX),
+    default=0,
+    show_default=True,
+    help="root rank (broadcast, reduce); with --schedule: must be the schedule's",
+)
 @click.option("--check/--no-check", default=True, show_default=True)
 @click.option("--report", type=click.Path(dir_okay=False), help="JSON report to write")
-@click.option("--heatmap", type=click.Path(dir_okay=False), help="link-utilization heat map (PNG)")
-@click.option("--timeline", type=click.Path(dir_okay=False), help="time-line chart (PNG)")
+@click.option(
+    "--heatmap",
+    type=click.Path(dir_okay=False),
+    help="link-utilization heat map (format by extension); with -b all one per baseline: NAME.ring.png, ...",
+)
+@click.option(
+    "--timeline",
+    type=click.Path(dir_okay=False),
+    help="time-line chart (format by extension); with -b all one per baseline: NAME.ring.png, ...",
+)
 def sim(
     topo: Any,
     schedule_path: str | None,
@@ -325,25 +518,33 @@ def sim(
     refuse_unwritable(report, heatmap, timeline)
     if bool(schedule_path) == bool(algo):
         raise click.UsageError("give exactly one of --schedule FILE or --baseline ALGO")
+    _check_pictures(heatmap=heatmap, timeline=timeline)
+    nbytes = _size(size) if algo or _given("size") else 0.0
     items: list[tuple[str, Any]] = []
     try:
         if schedule_path:
-            items.append(("schedule", S.load_schedule(schedule_path, topo)))
+            sched = S.load_schedule(schedule_path, topo)
+            _match_schedule(sched, schedule_path, collective, nbytes, chunks, root)
+            items.append(("schedule", sched))
         else:
+            _check_chunk_bytes(nbytes, chunks, topo, collective, "--chunks" if chunks > 1 else "--size")
             algos: tuple[str, ...] = S.BASELINES if algo == "all" else (str(algo),)
             for a in algos:
                 try:
-                    items.append((a, S.baseline(topo, a, collective, size, chunks=chunks, root=root)))
+                    items.append((a, S.baseline(topo, a, collective, nbytes, chunks=chunks, root=root)))
                 except ValueError as e:
                     if algo != "all":
                         raise
-                    click.echo(f"{a}: skipped ({e})")
+                    _say(f"{a}: skipped ({e})")
     except S.ScheduleError as e:
         raise click.ClickException(f"{e}; nothing was simulated") from e
     except ValueError as e:
         raise click.ClickException(str(e)) from e
+    except MemoryError as e:
+        raise click.ClickException(f"out of memory building the baseline ({e}); give fewer --chunks") from e
     results = []
     failed: list[str] = []
+    outputs: list[str] = []
     for name, sched in items:
         entry: dict[str, Any] = {
             "name": name,
@@ -397,7 +598,7 @@ def sim(
         written_part = (
             f" (as written {entry['written_time_us']:.2f} us)" if "written_time_us" in entry else ""
         )
-        click.echo(
+        _say(
             f"{name}: {sched.collective} {res['time_us']:.2f} us{written_part}, "
             f"algbw {res['algbw_gbps']:.2f} GB/s{status}"
         )
@@ -407,11 +608,17 @@ def sim(
                 click.echo(f"  {p}", err=True)
             if len(problems) + hidden > 5:
                 click.echo(f"  ... and {len(problems) + hidden - 5} more", err=True)
-        if len(items) == 1:
-            _plots(topo, res, heatmap, timeline, f"{name} {sched.collective} on {topo.name}")
+        # -b all: one picture of each kind per baseline, named after it (hm.png -> hm.ring.png)
+        many = algo == "all"
+        pictures = (_named(heatmap, name), _named(timeline, name)) if many else (heatmap, timeline)
+        _plots(topo, res, *pictures, f"{name} {sched.collective} on {topo.name}")
+        outputs += [x for x in pictures if x]
     if report:
         Path(report).write_text(
             json.dumps({"topology": topo.name, "npus": topo.num_npus, "results": results}, indent=2) + "\n"
         )
+        outputs.append(report)
+    if outputs:
+        _say(f"  wrote {', '.join(outputs)}")
     if failed:
         raise click.ClickException(f"check failed: {', '.join(failed)}")

@@ -19,6 +19,7 @@ from autoccl.synth.topofile import TopologyFileError, parse_gen_spec, topology_f
 __all__ = [
     "BASELINES",
     "COLLECTIVES",
+    "MAX_BYTES",
     "ScheduleError",
     "TopologyFileError",
     "baseline",
@@ -87,6 +88,11 @@ def ext() -> ModuleType:
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
+# The largest collective size synthesis and the baselines take (the C++ library's kMaxCollectiveBytes):
+# 2^50 bytes, 1 PiB. Times are microseconds in double precision; a collective far larger lasts so long that
+# its times cannot resolve link latencies any more.
+MAX_BYTES = float(1 << 50)
+
 
 def parse_size(text: str | int | float) -> float:
     """'1G' -> 2**30 bytes (binary units, as everywhere in autoccl); plain numbers are bytes."""
@@ -117,11 +123,26 @@ def load_topology(path: str | Path) -> Any:
     text = p.read_text()
     try:
         data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise TopologyFileError(f"{p}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {e}") from e
+    except json.JSONDecodeError as e:
+        raise TopologyFileError(f"{p}: not valid JSON: {e}") from e
+    except yaml.YAMLError as e:
+        raise TopologyFileError(f"{p}: not valid YAML: {_yaml_problem(e)}") from e
     if isinstance(data, dict) and "name" not in data and "generator" not in data:
         data = {**data, "name": p.stem}
     return topology_from_dict(data, source=str(p))
+
+
+def _yaml_problem(e: Exception) -> str:
+    """A YAML error in one line: where (line, column of the file) and what, without PyYAML's multi-line
+    excerpt of the text or its name for the stream."""
+    mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None)
+    context, context_mark = getattr(e, "context", None), getattr(e, "context_mark", None)
+    if mark is None or not problem:
+        return str(e).splitlines()[0]
+    text = f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    if context:
+        text += f" ({context}" + (f" from line {context_mark.line + 1})" if context_mark else ")")
+    return text
 
 
 def synthesize(
@@ -185,9 +206,19 @@ def physical_memory_gib() -> float:
 
 
 def baseline(
-    topology: Any, algorithm: str, collective: str, size: str | float, *, chunks: int = 1, root: int = 0
+    topology: Any,
+    algorithm: str,
+    collective: str,
+    size: str | float,
+    *,
+    chunks: int = 1,
+    root: int = 0,
+    max_memory_gib: float | None = None,
 ) -> Any:
-    return ext().baseline(topology, algorithm, collective, parse_size(size), chunks, root)
+    """An untimed baseline schedule. max_memory_gib: refuse (ValueError, before any work) one whose transfer
+    list, simulated and checked, would need more; default: the machine's memory; 0: no limit."""
+    limit = physical_memory_gib() if max_memory_gib is None else max_memory_gib
+    return ext().baseline(topology, algorithm, collective, parse_size(size), chunks, root, limit * 2**30)
 
 
 def simulate(topology: Any, schedule: Any) -> dict[str, Any]:

@@ -51,6 +51,24 @@ _GEN_KEYS = {
 }
 
 
+# The generator keys each kind takes besides kind, dims, bandwidth_gbps and latency_us (docs/synth.md).
+_DIM_KEYS = {"dim_bandwidth_gbps", "dim_latency_us"}
+_KIND_KEYS: dict[str, set[str]] = {
+    "ring": set(),
+    "uni_ring": set(),
+    "fully_connected": set(),
+    "fc": set(),
+    "mesh": _DIM_KEYS,
+    "torus": _DIM_KEYS,
+    "hypercube": _DIM_KEYS,
+    "dragonfly": {"global_bandwidth_gbps", "global_latency_us"},
+    "switch": set(),
+    "switch_unwound": {"degree"},
+    "multidim": _DIM_KEYS | {"dim_types"},
+    "cluster": {"nic_bandwidth_gbps", "nic_latency_us", "rails"},
+}
+
+
 class TopologyFileError(ValueError):
     """A topology file or spec that does not validate."""
 
@@ -89,6 +107,14 @@ def _generator(where: str, g: Any) -> Any:
         raise TopologyFileError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_GEN_KEYS)}")
     if "kind" not in g or "dims" not in g:
         raise TopologyFileError(f"{where}: needs 'kind' and 'dims'")
+    own = _KIND_KEYS.get(str(g["kind"]))
+    if own is not None:  # (an unknown kind: the generator's own error names the kinds)
+        foreign = set(g) - own - {"kind", "dims", "bandwidth_gbps", "latency_us"}
+        if foreign:
+            takes = ", ".join(sorted(own)) if own else "none besides bandwidth_gbps and latency_us"
+            raise TopologyFileError(
+                f"{where}: '{g['kind']}' does not take {', '.join(sorted(foreign))} (its own keys: {takes})"
+            )
     kw: dict[str, Any] = {}
     for key, arg in (
         ("bandwidth_gbps", "bandwidth"),
@@ -141,6 +167,7 @@ def topology_from_dict(data: Any, source: str = "topology") -> Any:
             "name": data.get("name", gen.name),
         }
     t = ext().Topology()
+    npus = 0  # NPUs declared (before failures): what `dims` must describe
     if "name" in data:
         t.name = str(data["name"])
     defaults = data.get("defaults") or {}
@@ -150,13 +177,16 @@ def topology_from_dict(data: Any, source: str = "topology") -> Any:
         for i, node in enumerate(data.get("nodes") or []):
             if isinstance(node, str):
                 t.add_node(node, "npu")
+                npus += 1
                 continue
             if not isinstance(node, dict) or "name" not in node or set(node) - {"name", "kind"}:
                 raise TopologyFileError(f"{source}: nodes[{i}]: must be a name or {{name, kind}}")
             t.add_node(str(node["name"]), str(node.get("kind", "npu")))
+            npus += str(node.get("kind", "npu")) == "npu"
         for key, kind in (("npus", "npu"), ("switches", "switch"), ("nics", "nic")):
             for name in _name_list(f"{source}: {key}", data.get(key)):
                 t.add_node(name, kind)
+                npus += kind == "npu"
         links = data.get("links") or []
         if not isinstance(links, list):
             raise TopologyFileError(f"{source}: links must be a list")
@@ -165,8 +195,10 @@ def topology_from_dict(data: Any, source: str = "topology") -> Any:
             if isinstance(link, list) and len(link) in (2, 4):
                 link = dict(zip(["src", "dst", "latency_us", "bandwidth_gbps"], link, strict=False))
             if not isinstance(link, dict):
+                got = f"a list of {len(link)}" if isinstance(link, list) else repr(link)
                 raise TopologyFileError(
-                    f"{where}: must be a mapping {{src, dst, latency_us, bandwidth_gbps}}"
+                    f"{where}: a link is a mapping {{src, dst, latency_us, bandwidth_gbps, bidirectional}}, "
+                    f"or a list [src, dst] or [src, dst, latency_us, bandwidth_gbps]; got {got}"
                 )
             bad = set(link) - _LINK_KEYS
             if bad:
@@ -196,6 +228,13 @@ def topology_from_dict(data: Any, source: str = "topology") -> Any:
             t.fail_link(str(pair[0]), str(pair[1]))
         if "dims" in data:
             t.dims = _int_list(f"{source}: dims", data["dims"])
+            product = 1
+            for d in t.dims:
+                product *= d
+            if product != npus:
+                raise TopologyFileError(
+                    f"{source}: dims {list(t.dims)} describe {product} NPUs, the file declares {npus}"
+                )
         t.finalize()
     except TopologyFileError:
         raise

@@ -184,6 +184,14 @@ struct Schedule {
   bool timed() const { return !transfers.empty() && transfers.front().start >= 0; }
 };
 
+// The largest collective size (bytes) synthesis and the baselines accept: 2^50 (1 PiB). Times are microseconds in
+// double precision; far beyond this size a collective lasts so long that its times can no longer resolve link
+// latencies (at 2^60 bytes on a 50 GB/s ring, 5.5e14 us with a resolution of 0.06 us) and the schedule breaks.
+constexpr double kMaxCollectiveBytes = 1125899906842624.0;
+// Checks shared by synthesis and the baselines; each throws Error with a sentence naming the value and its limit.
+void check_collective_size(double bytes);  // positive, finite, at most kMaxCollectiveBytes
+void check_root(int root, int nranks);     // 0 <= root < nranks
+
 struct SynthOptions {
   Collective collective = Collective::AllGather;
   double bytes = 1e9;
@@ -286,9 +294,13 @@ struct SimResult {
 };
 SimResult simulate(const Topology& topo, const Schedule& s);
 
-// Baselines: "ring", "direct", "rhd", "dbtree", "hierarchical".
+// Baselines: "ring", "direct", "rhd", "dbtree", "hierarchical". max_memory_bytes > 0: refuse (Error, before any
+// work) a baseline whose transfer list, its simulated copy and the checker's would need more.
 Schedule baseline(const Topology& topo, const std::string& algo, Collective coll, double bytes,
-                  int chunks_per_rank = 1, int root = 0);
+                  int chunks_per_rank = 1, int root = 0, double max_memory_bytes = 0);
+// Transfers a baseline of `chunks_per_rank` makes (every algorithm moves each chunk once over each hop of its
+// spreading: n(n-1)k per phase, (n-1)k for Broadcast/Reduce), known before it is built.
+double baseline_transfers(int nranks, Collective coll, int chunks_per_rank);
 
 // Lower bounds on the collective time from bandwidth (us), valid for any schedule and chunking: per NPU, and
 // cuts and partitions over the topology's natural groups (switch domains, blocks along its dimensions,

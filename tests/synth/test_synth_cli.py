@@ -1,0 +1,254 @@
+"""`autoccl synth` and `autoccl sim` as a new user meets them: options that cannot work together are refused
+before any work and nothing is written, bad values are one sentence (never a traceback), pictures come out for
+every baseline asked for, the default chunk count reaches the bound on small rings, tori and hypercubes, and a
+closed stdout does not turn a finished run into an error."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+
+def _run(args: list[str], cwd: Path | None = None) -> Any:
+    from autoccl.cli import main
+
+    if cwd is None:
+        return CliRunner().invoke(main, args)
+    old = Path.cwd()
+    os.chdir(cwd)
+    try:
+        return CliRunner().invoke(main, args)
+    finally:
+        os.chdir(old)
+
+
+def _refused(res: Any, message: str) -> None:
+    assert res.exit_code != 0, res.output
+    assert message in res.output, res.output
+    assert "Traceback" not in res.output, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert len(res.output.strip().splitlines()[-1]) > 0
+
+
+@pytest.mark.parametrize(
+    "outputs",
+    [
+        ["-o", "x.json"],
+        ["--msccl-xml", "nx.xml"],
+        ["--mscclpp-json", "pp.json"],
+        ["--heatmap", "h.png"],
+        ["--timeline", "tl.png"],
+    ],
+)
+def test_no_schedule_refuses_outputs_it_cannot_write(S: Any, tmp_path: Path, outputs: list[str]) -> None:
+    res = _run(["synth", "-g", "ring:4", "--no-schedule", "--report", "nr.json", *outputs], cwd=tmp_path)
+    _refused(res, "--no-schedule keeps no transfer list")
+    assert list(tmp_path.iterdir()) == [], "nothing is written, not even the report"
+
+
+def test_no_schedule_with_a_report_only(S: Any, tmp_path: Path) -> None:
+    res = _run(["synth", "-g", "ring:4", "--no-schedule", "--report", "nr.json"], cwd=tmp_path)
+    assert res.exit_code == 0, res.output
+    assert "not checked (--no-schedule" in res.output
+    assert "wrote nr.json" in res.output and (tmp_path / "nr.json").is_file()
+
+
+def test_synth_prints_the_check_verdict(S: Any) -> None:
+    res = _run(["synth", "-g", "ring:4", "-s", "64M"])
+    assert res.exit_code == 0, res.output
+    assert "the lower bound, check ok" in res.output.splitlines()[0]
+    res = _run(["synth", "-g", "ring:4", "-s", "64M", "--no-check"])
+    assert "check" not in res.output.splitlines()[0]
+
+
+def test_sim_all_writes_one_picture_per_baseline(S: Any, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    res = _run(
+        [
+            "sim",
+            "-g",
+            "ring:4",
+            "-b",
+            "all",
+            "--timeline",
+            "tl.png",
+            "--heatmap",
+            "hm.svg",
+            "--report",
+            "r.json",
+        ],
+        cwd=tmp_path,
+    )
+    assert res.exit_code == 0, res.output
+    ran = [r["name"] for r in json.loads((tmp_path / "r.json").read_text())["results"]]
+    assert ran == ["ring", "direct", "rhd"]  # dbtree (allgather) and hierarchical (one dimension) skipped
+    for name in ran:
+        for pic in (f"tl.{name}.png", f"hm.{name}.svg"):
+            assert (tmp_path / pic).stat().st_size > 1000, pic
+            assert pic in res.output
+    assert not (tmp_path / "tl.png").exists() and not (tmp_path / "hm.svg").exists()
+    res = _run(["sim", "-g", "ring:4", "-b", "ring", "--heatmap", "one.png"], cwd=tmp_path)
+    assert res.exit_code == 0 and (tmp_path / "one.png").is_file(), res.output
+
+
+@pytest.mark.parametrize(
+    ("gen", "size", "within"),
+    [
+        ("ring:4", "1G", 1.001),
+        ("torus:4x4", "1G", 1.002),
+        ("hypercube:3", "1G", 1.001),
+        ("ring:8", "64M", 1.01),
+    ],
+)
+def test_default_chunks_reach_the_bound(S: Any, tmp_path: Path, gen: str, size: str, within: float) -> None:
+    """With one chunk per NPU these land 14-33 % above the bound; the default tries a few counts."""
+    res = _run(["synth", "-g", gen, "-s", size, "--report", "r.json"], cwd=tmp_path)
+    assert res.exit_code == 0, res.output
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["chunks_per_npu"] > 1 and rep["chunk_trials"], rep
+    assert rep["time_us"] <= within * rep["lower_bound_us"], rep
+    assert rep["time_us"] == min(t for _, t in rep["chunk_trials"])
+
+
+def test_no_chunk_trials_past_the_budget(S: Any) -> None:
+    """The rule that bounds the extra time: on the point-to-point engine, no trial where the trials at 1 and 2
+    chunks per NPU would pass 3e7 deliveries (1,200 NPUs at 8 seeds: 3.5e7)."""
+    t = S.generate("ring", [1200])
+    _, st = S.synthesize(t, "allgather", "1G", seeds=8, record=False)
+    assert st["chunk_trials"] == [] and st["chunks_per_rank"] == 1
+    _, st = S.synthesize(S.generate("ring", [1000]), "allgather", "1G", seeds=8, record=False)
+    assert [k for k, _ in st["chunk_trials"]][:2] == [1, 2]
+
+
+BAD = [
+    (["synth", "-g", "ring:4", "--heatmap", "h.txt"], "format 'txt' is not supported"),
+    (["synth", "-g", "ring:4", "--timeline", "x.txt"], "format 'txt' is not supported"),
+    (["synth", "-g", "ring:4", "--timeline", "noext"], "no file extension"),
+    (["sim", "-g", "ring:4", "-b", "ring", "--heatmap", "h.txt"], "format 'txt' is not supported"),
+    (["synth", "-g", "ring:4", "--seed", "-1"], "not in the range"),
+    (["synth", "-g", "ring:4", "--seed", "99999999999999999999"], "not in the range"),
+    (["synth", "-g", "ring:4", "--chunks", "99999999999"], "not in the range"),
+    (["synth", "-g", "ring:4", "--seeds", "99999999999"], "not in the range"),
+    (["synth", "-g", "ring:4", "--threads", "99999999999"], "not in the range"),
+    (["synth", "-g", "ring:4", "--threads", "-2"], "not in the range"),
+    (["synth", "-g", "ring:4", "-c", "broadcast", "--root", "99999999999"], "not in the range"),
+    (["synth", "-g", "ring:4", "-c", "broadcast", "--root", "4"], "ranks 0..3"),
+    (["sim", "-g", "ring:4", "-b", "ring", "--chunks", "99999999999"], "not in the range"),
+    (
+        ["sim", "-g", "ring:4", "-b", "dbtree", "-c", "allreduce", "--chunks", "100000000"],
+        "give fewer chunks",
+    ),
+    (["synth", "-g", "ring:4", "-s", "1048576T"], "largest size supported, 1024T"),
+    (["sim", "-g", "ring:4", "-b", "ring", "-s", "1048576T"], "largest size supported, 1024T"),
+    (["synth", "-g", "ring:4", "-s", "1"], "at least 1 byte"),
+    (["synth", "-g", "ring:4", "-s", "1K", "--chunks", "1000"], "at least 1 byte"),
+    (["sim", "-g", "ring:4", "-b", "ring", "-s", "2"], "at least 1 byte"),
+    (["synth", "-g", "ring:4", "-s", "1.5"], "whole number of bytes"),
+    (["synth", "-g", "ring:4", "-s", "nan"], "positive"),
+    (["synth", "-g", "cluster:2x2", "--mscclpp-json", "p.json"], "single-host"),
+    (["synth", "-g", "mesh:3x3", "--gen-opt", "dim_bandwidth_gbps=1,2,3"], "has 3 value(s)"),
+    (["synth", "-g", "mesh:3x3", "--gen-opt", "rails=2"], "'mesh' does not take rails"),
+    (["synth", "-g", "ring:4", "--gen-opt", "dim_bandwidth_gbps=5"], "does not take dim_bandwidth_gbps"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_values_are_one_sentence(S: Any, tmp_path: Path, args: list[str], message: str) -> None:
+    res = _run(args, cwd=tmp_path)
+    _refused(res, message)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_size_limits_hold(S: Any) -> None:
+    """The largest size accepted still makes a schedule the checker proves (2^60 bytes broke the times)."""
+    res = _run(["synth", "-g", "ring:4", "-s", "1024T"])
+    assert res.exit_code == 0 and "check ok" in res.output, res.output
+    res = _run(["synth", "-g", "ring:4", "-s", "1.5M"])
+    assert res.exit_code == 0 and "1572864 B" in res.output, res.output
+
+
+def test_unexportable_collective_writes_nothing(S: Any, tmp_path: Path) -> None:
+    res = _run(
+        ["synth", "-g", "ring:4", "-c", "broadcast", "-o", "bc.json", "--msccl-xml", "bc.xml"], cwd=tmp_path
+    )
+    _refused(res, "not broadcast")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_export_writes_nothing(S: Any, tmp_path: Path) -> None:
+    """An export that fails after synthesis (MSCCL++'s 64 operations per threadblock) leaves no schedule."""
+    res = _run(
+        ["synth", "-g", "mesh:4x4", "-c", "allreduce", "-o", "s.json", "--mscclpp-json", "p.json"],
+        cwd=tmp_path,
+    )
+    _refused(res, "nothing was written")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sim_schedule_refuses_other_collective_or_size(S: Any, tmp_path: Path) -> None:
+    assert (
+        _run(
+            ["synth", "-g", "ring:4", "-c", "allreduce", "-s", "2M", "-o", "ar.json"], cwd=tmp_path
+        ).exit_code
+        == 0
+    )
+    sched = str(tmp_path / "ar.json")
+    _refused(
+        _run(["sim", "-g", "ring:4", "--schedule", sched, "-c", "allgather", "-s", "2M"]), "-c allgather"
+    )
+    _refused(_run(["sim", "-g", "ring:4", "--schedule", sched, "-s", "4M"]), "the schedule's is 2097152")
+    _refused(_run(["sim", "-g", "ring:4", "--schedule", sched, "--chunks", "3"]), "--chunks 3")
+    res = _run(["sim", "-g", "ring:4", "--schedule", sched, "-c", "allreduce", "-s", "2M"])
+    assert res.exit_code == 0 and "check ok" in res.output, res.output
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("npus: [a, b]\nlinks:\n  - [a, b, 0, 10, 7]\n", "got a list of 5"),
+        (
+            "npus: [a, b]\nlinks:\n  - [a, b, 0, 10]\n  - [b, a, 0, 10]\ndims: [3]\n",
+            "dims [3] describe 3 NPUs",
+        ),
+        ("npus: [a, b]\n  links: x\n", "t.yaml: not valid YAML: line 2, column 3: expected <block end>"),
+    ],
+)
+def test_topology_file_errors(S: Any, tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "t.yaml").write_text(text)
+    res = _run(["synth", "-t", str(tmp_path / "t.yaml")])
+    _refused(res, message)
+    assert "<unicode string>" not in res.output
+    assert len(res.output.strip().splitlines()) == 1, res.output
+
+
+@pytest.mark.parametrize(
+    "verb", [["synth", "-g", "ring:4", "-s", "64M"], ["sim", "-g", "ring:4", "-b", "all"]]
+)
+def test_closed_stdout_is_not_an_error(S: Any, tmp_path: Path, verb: list[str]) -> None:
+    """`autoccl synth ... | head -1`: the reader goes away; the run finishes quietly, files still written."""
+    import autoccl
+
+    package = str(Path(autoccl.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([package, os.environ.get("PYTHONPATH", "")])}
+    report = tmp_path / "r.json"
+    with (tmp_path / "err").open("w") as err:
+        p = subprocess.Popen(
+            [sys.executable, "-m", "autoccl", *verb, "--report", str(report)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            env=env,
+        )
+        assert p.stdout is not None
+        p.stdout.close()  # before the first line is written: every write meets a closed pipe
+        rc = p.wait(timeout=120)
+    errors = (tmp_path / "err").read_text()
+    assert "Broken pipe" not in errors and "Traceback" not in errors, errors
+    assert rc == 0, errors
+    assert report.is_file()
