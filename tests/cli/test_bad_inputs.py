@@ -6,7 +6,10 @@ directory that does not exist unless the line says so (no "wrote X" for an X tha
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -524,3 +527,30 @@ def test_unwritable_directories_are_refused_before_work(
     res = runner.invoke(main, ["synth", "-g", "mesh:2x2", "--report", str(locked / "r.json")])
     assert res.exit_code != 0 and "not writable" in res.output, res.output
     assert not (locked / "r.json").exists()
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
+    """`autoccl <verb> | head -1`: exit 141 and nothing on stderr, as a shell tool ended by SIGPIPE."""
+    script = tmp_path / "many_lines.py"
+    script.write_text(
+        "import click\n"
+        "from autoccl.cli import main\n"
+        "@main.command('many-lines')\n"
+        "def many_lines() -> None:\n"
+        "    for i in range(200000):\n"
+        "        click.echo(f'line {i}')\n"
+        "main()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    p = subprocess.Popen(
+        [sys.executable, str(script), "many-lines"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert p.stdout is not None and p.stderr is not None
+    assert p.stdout.readline() == b"line 0\n"
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 141
+    assert err == ""

@@ -51,13 +51,28 @@ def refuse_unwritable(*paths: str | None, folders_made: bool = False) -> None:
             raise click.ClickException(f"cannot write {p}: {why}")
 
 
+def drop_stdout() -> None:
+    """Point stdout at /dev/null so that Python's own flush at exit does not fail on the closed pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor behind stdout (tests)
+        pass
+
+
 class _Main(click.Group):
     """Every verb's file-system error (a missing directory, a file where a folder should be, no
-    permission) is one sentence and exit 1, never a traceback; Ctrl-C is exit 130."""
+    permission) is one sentence and exit 1, never a traceback; Ctrl-C is exit 130; a reader of stdout
+    that went away (`autoccl cache list | head -1`) ends the command quietly with 141, as SIGPIPE ends a
+    shell tool."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            drop_stdout()
+            sys.exit(141)
         except OSError as e:
             raise click.ClickException(describe_os_error(e)) from None
         except KeyboardInterrupt:

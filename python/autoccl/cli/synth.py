@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import resource
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,8 +13,8 @@ import click
 from click.core import ParameterSource
 
 from autoccl import synth as S
+from autoccl.cli import drop_stdout, refuse_unwritable
 from autoccl.cli import options as O
-from autoccl.cli import refuse_unwritable
 from autoccl.synth.topofile import TopologyFileError
 
 
@@ -92,12 +90,7 @@ def _say(text: str) -> None:
     try:
         click.echo(text)
     except BrokenPipeError:
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            os.close(devnull)
-        except (OSError, ValueError):  # no file descriptor behind stdout (tests)
-            pass
+        drop_stdout()
 
 
 def _picture_formats() -> list[str]:
