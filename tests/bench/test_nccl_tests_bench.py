@@ -547,27 +547,43 @@ def test_the_header_counts_the_passes_the_launches_hold(tmp_path: Path) -> None:
     assert "(4 sizes, from launches.jsonl), 2 interleaved passes;" in header, header
 
 
-def test_a_rerun_after_a_torn_line_appends_on_a_line_of_its_own(tmp_path: Path) -> None:
-    """A run killed mid-write leaves a torn last line: the next run resumes on a new line (its records
-    readable) and the summary counts the torn line."""
+def test_a_rerun_after_a_torn_line_sets_it_aside_and_launches_it_again(tmp_path: Path) -> None:
+    """A run killed mid-write leaves a torn last line: the next run moves it to launches.jsonl.unreadable
+    (nothing lost), launches what it lacks on lines of their own, and its summary leaves nothing out."""
     bin_dir = _fake_bin(tmp_path)
     out = tmp_path / "out"
     env = {"FAKE_LOG": str(tmp_path / "launches.log")}
     args = ["--bin", str(bin_dir), "--gpus", "2", "-c", "all_reduce", "-b", "1M", "-e", "2M", "--no-progress"]
     r = _invoke([*args, "-p", "1", "-o", str(out)], env)
     assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    torn = '{"pass": 1, "launch": "single", "co'
     with open(out / "launches.jsonl", "a") as f:
-        f.write('{"pass": 1, "launch": "single", "co')
+        f.write(torn)
     r = _invoke([*args, "-p", "2", "-o", str(out)], env)
     assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    assert "set 1 unreadable line" in r.stderr  # type: ignore[attr-defined]
+    assert (out / "launches.jsonl.unreadable").read_text() == torn + "\n"
     records, unreadable = NT.read_launches(out)
-    assert unreadable == 1 and sorted((x["pass"], x["mode"]) for x in records) == [
+    assert unreadable == 0 and sorted((x["pass"], x["mode"]) for x in records) == [
         (0, "online"),
         (0, "plain"),
         (1, "online"),
         (1, "plain"),
     ]
-    assert "**1 unreadable line of launches.jsonl skipped**" in (out / "summary.md").read_text()
+    assert "unreadable" not in (out / "summary.md").read_text()
+    assert "2 interleaved passes" in (out / "summary.md").read_text().splitlines()[0]
+
+
+def test_passes_are_those_of_the_baseline() -> None:
+    """The header's pass count is what the ratios can cover: passes where the baseline ran to the end."""
+    recs = [
+        {"pass": p, "mode": m, "rc": 1 if (p, m) == (1, "plain") else 0}
+        for p in range(3)
+        for m in ("plain", "online")
+    ]
+    assert NT.passes_in(recs, "plain") == 2
+    assert NT.passes_in(recs) == 3  # no baseline named: any mode's
+    assert NT.passes_in([{"pass": 0, "mode": "online", "rc": 0}], "plain") == 1  # no baseline ran: any mode's
 
 
 @pytest.mark.parametrize(

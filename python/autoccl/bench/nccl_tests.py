@@ -375,7 +375,7 @@ def run_plan(plan: Plan, progress: Callable[[str, int, int], None] | None = None
     (plan.out / "cache" / "empty").mkdir(parents=True, exist_ok=True)
     results_path = plan.out / "launches.jsonl"
     done = _read_done(results_path)
-    _end_torn_line(results_path)
+    set_aside_unreadable(results_path)
     total = plan.passes * len(plan.launches) * len(plan.colls) * len(plan.modes)
     count = 0
     records: list[dict[str, Any]] = list(done.values())
@@ -408,17 +408,8 @@ def scan_launches(path: Path) -> tuple[list[dict[str, Any]], int]:
     for line in path.read_text(errors="replace").splitlines():
         if not line.strip():
             continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            unreadable += 1
-            continue
-        if (
-            isinstance(rec, dict)
-            and isinstance(rec.get("pass"), int)
-            and all(isinstance(rec.get(k), str) for k in ("launch", "coll", "mode"))
-        ):
-            records.append(rec)
+        if _is_launch_record(line):
+            records.append(json.loads(line))
         else:
             unreadable += 1
     return records, unreadable
@@ -452,12 +443,14 @@ def read_launches(outdir: Path) -> tuple[list[dict[str, Any]], int]:
     return records, unreadable
 
 
-def passes_in(records: Iterable[Mapping[str, Any]]) -> int:
-    """How many passes the records hold measurements of (launches that ran to the end); where none did,
-    how many passes they hold at all."""
+def passes_in(records: Iterable[Mapping[str, Any]], baseline: str | None = None) -> int:
+    """How many passes the records hold measurements of: launches of BASELINE that ran to the end (the
+    passes the ratios can cover), of any mode where BASELINE is not given or never ran to the end; where
+    none did, how many passes they hold at all."""
     recs = list(records)
     measured = {r.get("pass") for r in recs if r.get("rc") == 0}
-    return len(measured or {r.get("pass") for r in recs})
+    of_baseline = {r.get("pass") for r in recs if r.get("rc") == 0 and r.get("mode") == baseline}
+    return len(of_baseline or measured or {r.get("pass") for r in recs})
 
 
 def passes_text(count: int) -> str:
@@ -481,15 +474,43 @@ def _read_done(path: Path) -> dict[tuple[Any, ...], dict[str, Any]]:
     return done
 
 
-def _end_torn_line(path: Path) -> None:
-    """A file whose last line was cut short (a killed run) gets its newline, so that the next record
-    appended starts a line of its own instead of joining the torn one."""
+UNREADABLE_SUFFIX = ".unreadable"
+
+
+def set_aside_unreadable(path: Path) -> int:
+    """Before a run resumes: the lines of PATH that are no launch record (a line cut short by a killed run, a
+    malformed one) move to PATH.unreadable (appended: nothing is lost), PATH keeps its records and ends in a
+    newline. The run then launches again whatever those lines held, and later summaries do not count them as
+    left out. Returns how many lines moved."""
     if not path.is_file() or path.stat().st_size == 0:
-        return
-    with open(path, "rb+") as f:
-        f.seek(-1, os.SEEK_END)
-        if f.read(1) != b"\n":
-            f.write(b"\n")
+        return 0
+    kept: list[str] = []
+    moved: list[str] = []
+    for line in path.read_text(errors="replace").splitlines():
+        if not line.strip():
+            continue
+        (kept if _is_launch_record(line) else moved).append(line)
+    if not moved and path.read_bytes().endswith(b"\n"):
+        return 0
+    if moved:
+        with open(path.with_name(path.name + UNREADABLE_SUFFIX), "a") as aside:
+            aside.write("".join(x + "\n" for x in moved))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(x + "\n" for x in kept))
+    os.replace(tmp, path)
+    return len(moved)
+
+
+def _is_launch_record(line: str) -> bool:
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    return (
+        isinstance(rec, dict)
+        and isinstance(rec.get("pass"), int)
+        and all(isinstance(rec.get(k), str) for k in ("launch", "coll", "mode"))
+    )
 
 
 def _one_launch(plan: Plan, mode: Mode, coll: str, launch: str, pass_no: int) -> dict[str, Any]:

@@ -6,6 +6,7 @@ autoccl.adaptive, ...) never import it."""
 from __future__ import annotations
 
 import os
+import select
 import sys
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,16 @@ def refuse_unwritable(*paths: str | None, folders_made: bool = False) -> None:
             raise click.ClickException(f"cannot write {p}: {why}")
 
 
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reading end was closed (poll reports an error on its writing end)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no file descriptor behind stdout (tests), no poll
+        return False
+
+
 def drop_stdout() -> None:
     """Point stdout at /dev/null so that Python's own flush at exit does not fail on the closed pipe again."""
     try:
@@ -70,7 +81,9 @@ class _Main(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except BrokenPipeError:
+        except BrokenPipeError as e:
+            if not _stdout_reader_gone():  # a pipe to a child or a socket: an error like any other
+                raise click.ClickException(describe_os_error(e)) from None
             drop_stdout()
             sys.exit(141)
         except OSError as e:

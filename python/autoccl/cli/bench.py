@@ -934,9 +934,20 @@ def nccl_tests(
             plan.validate()
             outdir.mkdir(parents=True, exist_ok=True)
             show = sys.stderr.isatty() if progress is None else progress
+            # lines an earlier, killed run left unreadable: set aside, and launched again below
+            set_aside = NT.set_aside_unreadable(outdir / "launches.jsonl")
+            if set_aside:
+                path = outdir / "launches.jsonl"
+                lines = "line" if set_aside == 1 else "lines"
+                click.echo(
+                    f"autoccl bench nccl-tests: set {set_aside} unreadable {lines} of {path} aside in "
+                    f"{path}{NT.UNREADABLE_SUFFIX} (an earlier run cut short); the launches of this plan "
+                    "it lacks run now",
+                    err=True,
+                )
             with _progress(show) as bar:
                 records = NT.run_plan(plan, progress=bar)
-            unreadable = NT.scan_launches(outdir / "launches.jsonl")[1]  # torn lines of an earlier run
+            unreadable = 0
     except NT.BenchError as e:
         raise _fail(str(e)) from None
     if unreadable:
@@ -944,23 +955,24 @@ def nccl_tests(
             f"autoccl bench nccl-tests: {NT.unreadable_note(unreadable, outdir / 'launches.jsonl')}", err=True
         )
     baseline = plan.baseline
+    if report_only:  # the run's own baseline, not this command's default
+        earlier = outdir / "summary.json"
+        if earlier.is_file():
+            baseline = str(_json.loads(earlier.read_text()).get("baseline") or baseline)
     # the passes the launches hold, not -p: a run stopped early, or --report-only given another -p
-    held = NT.passes_text(NT.passes_in(records))
+    held = NT.passes_text(NT.passes_in(records, baseline))
     span = (
         f"{plan.begin}..{plan.end} x{plan.factor}, -w {plan.warmup} -n {plan.iters} -c 1, {plan.gpus} GPUs, "
         f"{held} ({plan.order} order)"
     )
     header = ""
     if report_only:
-        # The run's own header and baseline: what was launched, not this command's defaults.
-        earlier = outdir / "summary.json"
-        if earlier.is_file():
-            baseline = str(_json.loads(earlier.read_text()).get("baseline") or baseline)
+        # The run's own header: what was launched, not this command's defaults.
         first = (
             (outdir / "summary.md").read_text().splitlines()[:1] if (outdir / "summary.md").is_file() else []
         )
         if first and first[0].startswith("nccl-tests "):
-            header = NT.with_passes(first[0], NT.passes_in(records)) + "\n"
+            header = NT.with_passes(first[0], NT.passes_in(records, baseline)) + "\n"
         else:  # what the launches say, not this command's defaults (-w/-n and GPUs are not in them)
             sizes = sorted({int(row["bytes"]) for r in records for row in r.get("rows", [])})
             shown = f"{sizes[0]}..{sizes[-1]} ({len(sizes)} sizes" if sizes else "(no result rows"
