@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -529,25 +530,20 @@ def test_unwritable_directories_are_refused_before_work(
     assert not (locked / "r.json").exists()
 
 
+def _verb_process(tmp_path: Path, body: str, **popen: Any) -> subprocess.Popen[bytes]:
+    """`autoccl verb` with a verb of the test's own (BODY: its lines), in a process of its own."""
+    script = tmp_path / "verb.py"
+    lines = ["import click", "import errno", "from autoccl.cli import main", "@main.command('verb')"]
+    lines += ["def verb() -> None:", *(f"    {x}" for x in body.splitlines()), "main()"]
+    script.write_text("\n".join(lines) + "\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.Popen([sys.executable, str(script), "verb"], env=env, stderr=subprocess.PIPE, **popen)
+
+
 def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
     """`autoccl <verb> | head -1`: exit 141 and nothing on stderr, as a shell tool ended by SIGPIPE."""
-    script = tmp_path / "many_lines.py"
-    script.write_text(
-        "import click\n"
-        "from autoccl.cli import main\n"
-        "@main.command('many-lines')\n"
-        "def many_lines() -> None:\n"
-        "    for i in range(200000):\n"
-        "        click.echo(f'line {i}')\n"
-        "main()\n"
-    )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    p = subprocess.Popen(
-        [sys.executable, str(script), "many-lines"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
+    body = "for i in range(200000):\n    click.echo(f'line {i}')"
+    p = _verb_process(tmp_path, body, stdout=subprocess.PIPE)
     assert p.stdout is not None and p.stderr is not None
     assert p.stdout.readline() == b"line 0\n"
     p.stdout.close()
@@ -557,17 +553,6 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> Non
 
 def test_a_broken_pipe_elsewhere_is_an_error(tmp_path: Path) -> None:
     """Only stdout's reader going away is quiet: a pipe to a child that went away is an error, exit 1."""
-    script = tmp_path / "child_pipe.py"
-    script.write_text(
-        "import errno\n"
-        "from autoccl.cli import main\n"
-        "@main.command('child-pipe')\n"
-        "def child_pipe() -> None:\n"
-        "    raise BrokenPipeError(errno.EPIPE, 'Broken pipe')\n"
-        "main()\n"
-    )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    p = subprocess.run(
-        [sys.executable, str(script), "child-pipe"], capture_output=True, text=True, env=env, timeout=60
-    )
-    assert p.returncode == 1 and "Broken pipe" in p.stderr, (p.returncode, p.stderr)
+    p = _verb_process(tmp_path, "raise BrokenPipeError(errno.EPIPE, 'Broken pipe')", stdout=subprocess.PIPE)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 1 and b"Broken pipe" in err, (p.returncode, err)
