@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autoccl.bench.trace import read_records, trace_files
+from autoccl.bench.trace import read_records, trace_files, unreadable_lines
 from autoccl.figures import save_figure
 from autoccl.tuner_env import OWN_PREFIXES, PLUGIN_VARS, SAFETY_ENV
 
@@ -366,16 +366,26 @@ def trace_prefix(plan: Plan, mode: Mode, coll: str, launch: str, pass_no: int) -
     return plan.out / "traces" / mode.name / f"p{pass_no}_{coll}_{launch}"
 
 
-def run_plan(plan: Plan, progress: Callable[[str, int, int], None] | None = None) -> list[dict[str, Any]]:
+def run_plan(
+    plan: Plan,
+    progress: Callable[[str, int, int], None] | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
     """Every launch, interleaved: for each pass, each launch kind, each collective, each mode in turn (in
-    the pass's order, `pass_order`).
+    the pass's order, `pass_order`). Lines an earlier, killed run left unreadable are set aside first
+    (`set_aside_unreadable`; NOTIFY is told how many) and the launches they held run again.
     Returns one record per launch (rows, return code, duration, data errors, trace checks)."""
     plan.validate()
     (plan.out / "logs").mkdir(parents=True, exist_ok=True)
     (plan.out / "cache" / "empty").mkdir(parents=True, exist_ok=True)
     results_path = plan.out / "launches.jsonl"
+    set_aside = set_aside_unreadable(results_path)
+    if set_aside and notify:
+        notify(
+            f"set {unreadable_lines(set_aside)} of {results_path} aside in {results_path}{UNREADABLE_SUFFIX} "
+            "(an earlier run cut short); the launches of this plan it lacks run now"
+        )
     done = _read_done(results_path)
-    set_aside_unreadable(results_path)
     total = plan.passes * len(plan.launches) * len(plan.colls) * len(plan.modes)
     count = 0
     records: list[dict[str, Any]] = list(done.values())
@@ -408,19 +418,18 @@ def scan_launches(path: Path) -> tuple[list[dict[str, Any]], int]:
     for line in path.read_text(errors="replace").splitlines():
         if not line.strip():
             continue
-        if _is_launch_record(line):
-            records.append(json.loads(line))
-        else:
+        rec = _launch_record(line)
+        if rec is None:
             unreadable += 1
+        else:
+            records.append(rec)
     return records, unreadable
 
 
 def unreadable_note(count: int, path: Path) -> str:
     """The sentence that says a summary left lines of launches.jsonl out."""
-    lines = "line" if count == 1 else "lines"
-    return (
-        f"skipped {count} unreadable {lines} in {path} (cut short or malformed; their launches are left out)"
-    )
+    left_out = "cut short or malformed; their launches are left out"
+    return f"skipped {unreadable_lines(count)} in {path} ({left_out})"
 
 
 def read_launches(outdir: Path) -> tuple[list[dict[str, Any]], int]:
@@ -433,7 +442,7 @@ def read_launches(outdir: Path) -> tuple[list[dict[str, Any]], int]:
         raise BenchError(f"{path} does not exist: nothing to summarise")
     records, unreadable = scan_launches(path)
     if not records:
-        what = f"{unreadable} unreadable {'line' if unreadable == 1 else 'lines'}" if unreadable else "empty"
+        what = unreadable_lines(unreadable) if unreadable else "empty"
         raise BenchError(f"no launches in {path} ({what}): nothing to summarise")
     for rec in records:
         prefix = outdir / "traces" / str(rec["mode"]) / f"p{rec['pass']}_{rec['coll']}_{rec['launch']}"
@@ -482,15 +491,16 @@ def set_aside_unreadable(path: Path) -> int:
     malformed one) move to PATH.unreadable (appended: nothing is lost), PATH keeps its records and ends in a
     newline. The run then launches again whatever those lines held, and later summaries do not count them as
     left out. Returns how many lines moved."""
-    if not path.is_file() or path.stat().st_size == 0:
+    text = path.read_text(errors="replace") if path.is_file() else ""
+    if not text:
         return 0
     kept: list[str] = []
     moved: list[str] = []
-    for line in path.read_text(errors="replace").splitlines():
+    for line in text.splitlines():
         if not line.strip():
             continue
-        (kept if _is_launch_record(line) else moved).append(line)
-    if not moved and path.read_bytes().endswith(b"\n"):
+        (moved if _launch_record(line) is None else kept).append(line)
+    if not moved and text.endswith("\n"):
         return 0
     if moved:
         with open(path.with_name(path.name + UNREADABLE_SUFFIX), "a") as aside:
@@ -501,16 +511,20 @@ def set_aside_unreadable(path: Path) -> int:
     return len(moved)
 
 
-def _is_launch_record(line: str) -> bool:
+def _launch_record(line: str) -> dict[str, Any] | None:
+    """The launch record a line of launches.jsonl holds, or None: cut short, malformed, or a JSON value
+    without a launch's pass, launch, collective and mode."""
     try:
         rec = json.loads(line)
     except json.JSONDecodeError:
-        return False
-    return (
+        return None
+    if (
         isinstance(rec, dict)
         and isinstance(rec.get("pass"), int)
         and all(isinstance(rec.get(k), str) for k in ("launch", "coll", "mode"))
-    )
+    ):
+        return rec
+    return None
 
 
 def _one_launch(plan: Plan, mode: Mode, coll: str, launch: str, pass_no: int) -> dict[str, Any]:
@@ -901,7 +915,7 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
     skipped = int(summary.get("unreadable_lines") or 0)
     if skipped:
         lines += [
-            f"**{skipped} unreadable {'line' if skipped == 1 else 'lines'} of launches.jsonl skipped** (cut "
+            f"**{unreadable_lines(skipped)} of launches.jsonl skipped** (cut "
             "short or malformed): their launches are not in these tables.",
             "",
         ]

@@ -18,6 +18,11 @@ def trace_files(prefix: str) -> list[Path]:
     return sorted(Path(p) for p in glob.glob(glob.escape(prefix) + ".*.jsonl"))
 
 
+def unreadable_lines(count: int) -> str:
+    """ "1 unreadable line", "2 unreadable lines"."""
+    return f"{count} unreadable {'line' if count == 1 else 'lines'}"
+
+
 def read_records(paths: Iterable[Path], warn: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """The records of trace files. A line that is no JSON object (cut short by a killed process, or
     damaged) is left out; `warn`, where given, is told how many such lines each file had, once per file."""
@@ -39,7 +44,7 @@ def read_records(paths: Iterable[Path], warn: Callable[[str], None] | None = Non
                 else:
                     unreadable += 1
         if unreadable and warn is not None:
-            warn(f"skipped {unreadable} unreadable {'line' if unreadable == 1 else 'lines'} in {p}")
+            warn(f"skipped {unreadable_lines(unreadable)} in {p}")
     return out
 
 

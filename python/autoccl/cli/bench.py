@@ -934,19 +934,9 @@ def nccl_tests(
             plan.validate()
             outdir.mkdir(parents=True, exist_ok=True)
             show = sys.stderr.isatty() if progress is None else progress
-            # lines an earlier, killed run left unreadable: set aside, and launched again below
-            set_aside = NT.set_aside_unreadable(outdir / "launches.jsonl")
-            if set_aside:
-                path = outdir / "launches.jsonl"
-                lines = "line" if set_aside == 1 else "lines"
-                click.echo(
-                    f"autoccl bench nccl-tests: set {set_aside} unreadable {lines} of {path} aside in "
-                    f"{path}{NT.UNREADABLE_SUFFIX} (an earlier run cut short); the launches of this plan "
-                    "it lacks run now",
-                    err=True,
-                )
             with _progress(show) as bar:
-                records = NT.run_plan(plan, progress=bar)
+                say = lambda m: click.echo(f"autoccl bench nccl-tests: {m}", err=True)  # noqa: E731
+                records = NT.run_plan(plan, progress=bar, notify=say)
             unreadable = 0
     except NT.BenchError as e:
         raise _fail(str(e)) from None
