@@ -123,6 +123,8 @@ def _four_nodes(tmp_path: Path) -> Path:
         (["profile", "--validate", "0"], "Invalid value for '--validate': size must be positive"),
         (["profile", "--validate", "abc"], "Invalid value for '--validate': bad size 'abc'"),
         (["profile", "--validate", "1X"], "Invalid value for '--validate': bad size '1X'"),
+        (["profile", "--validate", "1.5"], "'1.5' is not a whole number of bytes"),
+        (["adaptive", "bench", "--sizes", "inf"], "'inf' is not a whole number of bytes"),
         (["profile", "--sizes", "0.5,1K"], "'0.5' is less than one byte"),
         (["adaptive", "bench", "--copy", "abc"], "Invalid value for '--copy': bad size 'abc'"),
         (["adaptive", "bench", "--sizes", ","], "give at least one size"),

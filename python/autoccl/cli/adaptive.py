@@ -7,6 +7,7 @@ processes, else in --nproc local processes started here (gloo on CPUs, NCCL on G
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -270,11 +271,14 @@ class _Bytes(click.ParamType):
             if self.many and not text.strip():
                 continue
             try:
-                n = int(parse_size(text))
+                size = parse_size(text)
             except ValueError as e:
                 self.fail(str(e), param, ctx)
-            if n < 1:
+            if size < 1:
                 self.fail(f"{text.strip()!r} is less than one byte", param, ctx)
+            if not math.isfinite(size) or size != int(size):
+                self.fail(f"{text.strip()!r} is not a whole number of bytes", param, ctx)
+            n = int(size)
             out.append(n)
         if not out:
             self.fail("give at least one size, e.g. 64K,1M", param, ctx)
