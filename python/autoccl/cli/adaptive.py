@@ -310,21 +310,6 @@ def _sizes(text: str) -> list[int]:
     return list(_Bytes(many=True).convert(text, None, None))
 
 
-def _picture(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """--plot: a file name whose suffix matplotlib writes (checked before any work: matplotlib would refuse
-    it only at the end, and without a suffix would write another file, NAME.png)."""
-    if value is None:
-        return None
-    from matplotlib.backend_bases import FigureCanvasBase
-
-    kinds = sorted(FigureCanvasBase.get_supported_filetypes())
-    if Path(value).suffix.lower().lstrip(".") not in kinds:
-        raise click.BadParameter(
-            f"{value}: a picture's name ends in one of .{', .'.join(kinds)} (e.g. topo.png)"
-        )
-    return value
-
-
 def _distinct(*outputs: tuple[str, str | None]) -> None:
     """Two outputs given the same file would leave only the last one written."""
     seen: dict[Path, str] = {}
@@ -365,7 +350,7 @@ def _nproc_opt(least: int, default: str) -> Callable[[Any], Any]:
 _plot_opt = click.option(
     "--plot",
     type=click.Path(dir_okay=False),
-    callback=_picture,
+    callback=O.picture_path,
     help="picture of the topology (PNG, or another suffix matplotlib writes: .svg, .pdf, ...)",
 )
 

@@ -164,3 +164,21 @@ trace = click.option(
 progress = click.option(
     "--progress/--no-progress", default=None, help="progress bars [default: on a terminal]"
 )
+
+
+def picture_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Callback of a picture option (--plot, --heatmap, --timeline): a file name whose extension matplotlib
+    writes, checked before any work (matplotlib would refuse it only at the end, and without an extension
+    would write another file, NAME.png)."""
+    if not value:
+        return value
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    ext = Path(value).suffix.lower().removeprefix(".")
+    if ext not in formats:
+        what = f"format '{ext}' is not supported" if ext else "it has no file extension"
+        raise click.BadParameter(
+            f"{value}: {what}; give one of .{', .'.join(formats)} (the extension picks the format)"
+        )
+    return value

@@ -93,28 +93,6 @@ def _say(text: str) -> None:
         drop_stdout()
 
 
-def _picture_formats() -> list[str]:
-    from matplotlib.figure import Figure
-
-    return sorted(Figure().canvas.get_supported_filetypes())
-
-
-def _check_pictures(**paths: str | None) -> None:
-    """Refuse, before any work, a picture whose file extension matplotlib cannot write."""
-    given = {opt: p for opt, p in paths.items() if p}
-    if not given:
-        return
-    formats = _picture_formats()
-    for opt, p in given.items():
-        ext = Path(p).suffix.lower().removeprefix(".")
-        if ext not in formats:
-            what = f"format '{ext}' is not supported" if ext else "it has no file extension"
-            raise click.BadParameter(
-                f"{p}: {what}; give one of .{', .'.join(formats)} (the extension picks the format)",
-                param_hint=f"--{opt}",
-            )
-
-
 def _size(size: str) -> float:
     """-s: a whole number of bytes (1.5M is, 1.5 is not), positive, at most S.MAX_BYTES (1024T)."""
     try:
@@ -240,11 +218,13 @@ def _named(path: str | None, name: str) -> str | None:
 @click.option(
     "--heatmap",
     type=click.Path(dir_okay=False),
+    callback=O.picture_path,
     help="link-utilization heat map (format by extension: .png, .svg, .pdf, ...)",
 )
 @click.option(
     "--timeline",
     type=click.Path(dir_okay=False),
+    callback=O.picture_path,
     help="time-line chart (format by extension: .png, .svg, .pdf, ...)",
 )
 def synth(
@@ -286,7 +266,6 @@ def synth(
         )
     if mscclpp_json and any(kind == "nic" for _, kind in topo.nodes):
         raise click.UsageError("--mscclpp-json is for single-host topologies; this one has NICs")
-    _check_pictures(heatmap=heatmap, timeline=timeline)
     nbytes = _size(size)
     _check_chunk_bytes(nbytes, chunks, topo, collective, "--chunks" if chunks > 1 else "--size")
     if seeds == 0:
@@ -482,11 +461,13 @@ def _match_schedule(sched: Any, path: str, collective: str, nbytes: float, chunk
 @click.option(
     "--heatmap",
     type=click.Path(dir_okay=False),
+    callback=O.picture_path,
     help="link-utilization heat map (format by extension); with -b all one per baseline: NAME.ring.png, ...",
 )
 @click.option(
     "--timeline",
     type=click.Path(dir_okay=False),
+    callback=O.picture_path,
     help="time-line chart (format by extension); with -b all one per baseline: NAME.ring.png, ...",
 )
 def sim(
@@ -511,7 +492,6 @@ def sim(
     refuse_unwritable(report, heatmap, timeline)
     if bool(schedule_path) == bool(algo):
         raise click.UsageError("give exactly one of --schedule FILE or --baseline ALGO")
-    _check_pictures(heatmap=heatmap, timeline=timeline)
     nbytes = _size(size) if algo or _given("size") else 0.0
     items: list[tuple[str, Any]] = []
     try:
