@@ -144,6 +144,9 @@ ITERS=${ITERS:--w 20 -n 40}
 MPIRUN=${MPIRUN:-mpirun}
 RANKS_ARG=(); [ -n "${RANKS:-}" ] && RANKS_ARG=(--gpus "$RANKS")
 IDLE64="idle64:--mode table --cache-dir {empty} --channel-ceiling 64 --nccl-channels auto"
+# --nccl-channels auto asks a communicator of the visible GPUs; with one GPU (two ranks as two hosts) there is none to
+# ask, so the plans leave idle64 out rather than fail its launches
+IDLE64_ARGS=(-m "$IDLE64"); [ "$NGPU" -lt 2 ] && IDLE64_ARGS=()
 # allreduce_job: sets job=(...) to one all_reduce_perf job for the plans that run one (plugins, inspector): one
 # process for the GPUs, or under LAUNCH=mpi's launcher one rank a GPU (one GPU: two ranks as two hosts)
 allreduce_job() {
@@ -207,7 +210,8 @@ for plan in ${PLANS:-overhead online}; do
     mintask)
       psizes=${MINTASK_SIZES:--b 4M -e 64M -f 2}
       args=(-m plain -m online -m "online-mt50:--mode online AUTOCCL_MIN_TASK_US_TCP=50" --trace) ;;
-    overhead) args=(-m plain -m idle -m "$IDLE64" -m observe -m "observe-kernel:--mode observe AUTOCCL_CLOCK=kernel") ;;
+    overhead) [ "$NGPU" -lt 2 ] && echo "plan overhead: idle64 left out (1 GPU: --nccl-channels auto needs 2)"
+      args=(-m plain -m idle "${IDLE64_ARGS[@]}" -m observe -m "observe-kernel:--mode observe AUTOCCL_CLOCK=kernel") ;;
     online) args=(-m plain -m online --trace) ;;
     promise) args=(-m plain -m online -m "table-warm:--mode table --cache-dir {cache:online}" -m observe --trace) ;;
     inspector)
@@ -274,7 +278,7 @@ PY
       echo "netcheck: exit $?"
       grep -E "via|NET/|Using network|wrong|Avg bus|#  *[0-9]+ " "$OUT/netcheck/plain.log" | sort | uniq -c | sort -rn | head -25
       continue ;;
-    design) args=(-m plain -m "$IDLE64" -m online --trace) ;;
+    design) args=(-m plain "${IDLE64_ARGS[@]}" -m online --trace) ;;
     plain64) args=(-m plain -m "plain64:plain NCCL_MIN_CTAS=64 NCCL_MAX_CTAS=64") ;;
     custom) eval "args=(${BENCH_ARGS:-})" ;;
     coll|check|contention)
