@@ -255,3 +255,27 @@ def test_gloo_train_table_shows_no_tuning_trade_off() -> None:
     assert "Tuning cost, gain and break-even are — here: gloo loads no plugin" in gloo
     nccl = R.train_markdown({"settings": {"device": "cuda", "backend": "nccl"}, "train": [plain, row]})
     assert "| 7.11 | 0.046 | 2.70 | 38 |" in nccl and "gloo loads no plugin" not in nccl
+
+
+def test_train_table_shows_no_gain_for_a_launch_that_fell_back_to_nccl() -> None:
+    """An online launch whose steady window ran NCCL's own configurations (trace.fell_back_to_nccl) has no
+    gain of its own: the table shows gain and break-even as — and says what the difference is."""
+    row = {
+        "parallel": "ddp",
+        "mode": "online",
+        "launch": "ddp/online",
+        "steady_ms": 258.7,
+        "tokens_per_s": 1.0,
+        "first10_ms": 335.2,
+        "tuning_cost_s": 5.091,
+        "gain_ms": 24.66,
+        "break_even_iters": 206.4,
+        "fell_back_to_nccl": True,
+        "second_half_nccl_share": 1.0,
+    }
+    md = R.train_markdown({"settings": {"device": "cuda", "backend": "nccl"}, "train": [row]})
+    assert "| 335.20 | 5.091 | — | — |" in md and "| 206 |" not in md
+    assert "ddp online ran NCCL's choice on 100 % of its second half's calls" in md
+    assert "differs from plain NCCL's by +24.66 ms/iter" in md
+    kept = R.train_markdown({"train": [{**row, "fell_back_to_nccl": False}]})
+    assert "| 335.20 | 5.091 | 24.66 | 206 |" in kept and "ran NCCL's choice" not in kept

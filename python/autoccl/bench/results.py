@@ -460,6 +460,18 @@ def train_markdown(doc: dict[str, Any]) -> str:
             # gloo loads no plugin: nothing was tuned, the difference of two gloo runs is no cost nor gain
             trade = "— | — | —"
             untuned = True
+        elif r.get("fell_back_to_nccl") is True and r.get("gain_ms") is not None:
+            # the steady window ran NCCL's own configurations: the "gain" is two launches' movement
+            trade = f"{_f(r.get('tuning_cost_s'), '.3f')} | — | —"
+            share = r.get("second_half_nccl_share")
+            ran = f" on {share * 100:.0f} % of its second half's calls" if _finite(share) else ""
+            notes.append(
+                f"**{r['parallel']} {mode} ran NCCL's choice{ran}** (it tried others and every "
+                "recurring task ended there: a fall-back): its steady step differs from plain NCCL's by "
+                f"{r['gain_ms']:+.2f} ms/iter, what two launches of the same configurations move, not a "
+                "gain or loss of the tuner's; gain and break-even are — (the JSON keeps them). "
+                "`autoccl bench train-pairs` counts such a launch as 1.00×."
+            )
         else:
             trade = (
                 f"{_f(r.get('tuning_cost_s'), '.3f')} | {_f(r.get('gain_ms'), '.2f')} | "
