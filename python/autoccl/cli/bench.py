@@ -950,7 +950,8 @@ def nccl_tests(
         if earlier.is_file():
             baseline = str(_json.loads(earlier.read_text()).get("baseline") or baseline)
     # the passes the launches hold, not -p: a run stopped early, or --report-only given another -p
-    held = NT.passes_text(NT.passes_in(records, baseline))
+    passes = NT.passes_in(records, baseline)
+    held = NT.passes_text(passes)
     span = (
         f"{plan.begin}..{plan.end} x{plan.factor}, -w {plan.warmup} -n {plan.iters} -c 1, {plan.gpus} GPUs, "
         f"{held} ({plan.order} order)"
@@ -962,7 +963,7 @@ def nccl_tests(
             (outdir / "summary.md").read_text().splitlines()[:1] if (outdir / "summary.md").is_file() else []
         )
         if first and first[0].startswith("nccl-tests "):
-            header = NT.with_passes(first[0], NT.passes_in(records, baseline)) + "\n"
+            header = NT.with_passes(first[0], passes) + "\n"
         else:  # what the launches say, not this command's defaults (-w/-n and GPUs are not in them)
             sizes = sorted({int(row["bytes"]) for r in records for row in r.get("rows", [])})
             shown = f"{sizes[0]}..{sizes[-1]} ({len(sizes)} sizes" if sizes else "(no result rows"
