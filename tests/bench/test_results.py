@@ -140,14 +140,23 @@ def test_steady_and_tuning_tradeoff() -> None:
     assert runner.steady_ms([5.0, 1.0, 2.0, 3.0]) == 2.5
     base = [50.0] * 5 + [30.0] * 45
     online = [60.0, 55.0, 45.0, 40.0, 35.0] + [27.0] * 45
-    t = runner.tuning_tradeoff(online, base)
+    t = runner.tuning_tradeoff(online, base, search_end=5)
     assert t["gain_ms"] == pytest.approx(3.0)
-    assert t["tuned_from_iter"] == 5
-    cost_ms = (60 - 27) + (55 - 27) + (45 - 27) + (40 - 27) + (35 - 27)
-    assert t["tuning_cost_s"] == pytest.approx(cost_ms / 1e3)
-    assert t["break_even_iters"] == pytest.approx(cost_ms / 3.0)
+    assert t["search_window_iters"] == 5
+    cost_ms = (60 - 50) + (55 - 50) + (45 - 50) + (40 - 50) + (35 - 50)  # against plain's same iterations
+    assert t["search_cost_s"] == pytest.approx(cost_ms / 1e3)
+    assert t["break_even_iters"] == 0.0  # the window cost nothing against plain: nothing to repay
+    costly = runner.tuning_tradeoff([80.0] * 5 + [27.0] * 45, base, search_end=5)
+    assert costly["search_cost_s"] == pytest.approx(0.15)
+    assert costly["break_even_iters"] == pytest.approx(150 / 3.0)
+    # without a trace the window is the first half
+    assert runner.tuning_tradeoff(online, base)["search_window_iters"] == 25
     worse = runner.tuning_tradeoff([40.0] * 10, [30.0] * 10)
     assert worse["gain_ms"] < 0 and math.isnan(worse["break_even_iters"])
+    # a launch whose steps move by ±15 % around a level equal to plain's pays no search cost by this measure,
+    # where its own steady level charged it for every slow step before the last one
+    wobble = [30.0 * (1.15 if i % 7 == 0 else 0.85 if i % 5 == 0 else 1.0) for i in range(400)]
+    assert runner.tuning_tradeoff(wobble, wobble, search_end=60)["search_cost_s"] == 0.0
 
 
 def _task(calls: int, *changes: int) -> dict[str, Any]:
@@ -233,7 +242,7 @@ def test_failed_launch_line_names_the_workers_exception() -> None:
 
 
 def test_gloo_train_table_shows_no_tuning_trade_off() -> None:
-    """On gloo no plugin is loaded: the online row's tuning cost, gain and break-even (computed from two gloo
+    """On gloo no plugin is loaded: the online row's search cost, gain and break-even (computed from two gloo
     launches) are shown as —, with a note; on NCCL they are shown."""
     row = {
         "parallel": "ddp",
@@ -242,12 +251,12 @@ def test_gloo_train_table_shows_no_tuning_trade_off() -> None:
         "steady_ms": 3.68,
         "tokens_per_s": 1.0,
         "first10_ms": 7.11,
-        "tuning_cost_s": 0.046,
+        "search_cost_s": 0.046,
         "gain_ms": 2.70,
         "break_even_iters": 38.0,
     }
     plain = {**row, "mode": "nccl", "launch": "ddp/nccl"}
-    for k in ("tuning_cost_s", "gain_ms", "break_even_iters"):
+    for k in ("search_cost_s", "gain_ms", "break_even_iters"):
         plain.pop(k)
     gloo = R.train_markdown({"settings": {"device": "cpu", "backend": "gloo"}, "train": [plain, row]})
     assert "| 7.11 | — | — | — | – | – |" in gloo and "2.70" not in gloo and "| 38 |" not in gloo
@@ -267,7 +276,7 @@ def test_train_table_shows_no_gain_for_a_launch_that_fell_back_to_nccl() -> None
         "steady_ms": 258.7,
         "tokens_per_s": 1.0,
         "first10_ms": 335.2,
-        "tuning_cost_s": 5.091,
+        "search_cost_s": 5.091,
         "gain_ms": 24.66,
         "break_even_iters": 206.4,
         "fell_back_to_nccl": True,

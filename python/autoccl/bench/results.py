@@ -426,8 +426,9 @@ def speedup(row: dict[str, Any], base: dict[str, Any]) -> float:
     return a / b if b > 0 else math.nan
 
 
-# A tuned train row's trade-off against plain NCCL (runner.tuning_tradeoff).
-_TUNING_KEYS = ("tuning_cost_s", "gain_ms", "break_even_iters")
+# A tuned train row's trade-off against plain NCCL (runner.tuning_tradeoff). Results written before the
+# search cost was measured against plain NCCL's same iterations hold `tuning_cost_s` instead: shown as –.
+_TUNING_KEYS = ("search_cost_s", "gain_ms", "break_even_iters")
 
 
 def train_markdown(doc: dict[str, Any]) -> str:
@@ -442,7 +443,7 @@ def train_markdown(doc: dict[str, Any]) -> str:
     if doc.get("status") in ("partial", "interrupted"):
         lines += [f"**{doc['status']} run: only the launches that finished are in this table.**", ""]
     lines += [
-        "| parallel | mode | params | steady ms/iter | tokens/s | first 10 ms/iter | tuning cost s | "
+        "| parallel | mode | params | steady ms/iter | tokens/s | first 10 ms/iter | search cost s | "
         "gain ms/iter | break-even iters | search ended at iter | tuned ms/iter (plain, same iters) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -462,7 +463,7 @@ def train_markdown(doc: dict[str, Any]) -> str:
             untuned = True
         elif r.get("fell_back_to_nccl") is True and r.get("gain_ms") is not None:
             # the steady window ran NCCL's own configurations: the "gain" is two launches' movement
-            trade = f"{_f(r.get('tuning_cost_s'), '.3f')} | — | —"
+            trade = f"{_f(r.get('search_cost_s'), '.3f')} | — | —"
             share = r.get("second_half_nccl_share")
             ran = f" on {share * 100:.0f} % of its second half's calls" if _finite(share) else ""
             notes.append(
@@ -474,7 +475,7 @@ def train_markdown(doc: dict[str, Any]) -> str:
             )
         else:
             trade = (
-                f"{_f(r.get('tuning_cost_s'), '.3f')} | {_f(r.get('gain_ms'), '.2f')} | "
+                f"{_f(r.get('search_cost_s'), '.3f')} | {_f(r.get('gain_ms'), '.2f')} | "
                 f"{_f(r.get('break_even_iters'), '.0f')}"
             )
         lines.append(
@@ -489,6 +490,13 @@ def train_markdown(doc: dict[str, Any]) -> str:
                 f"{r['search_end_iter']} of {n}, inside the steady window (the second half): the steady "
                 "column measures the search, not its result. Run more iterations (-n) for the tuned step.**"
             )
+    if not untuned and any(_finite(r.get("search_cost_s")) for r in doc.get("train", [])):
+        notes.insert(
+            0,
+            "Search cost: the online launch's time minus plain NCCL's over the same iterations before its "
+            "search ended (the first half where the launch left no trace), so it holds the two launches' own "
+            "difference as well; break-even = search cost / gain.",
+        )
     if untuned:
         notes.insert(
             0,
@@ -496,8 +504,8 @@ def train_markdown(doc: dict[str, Any]) -> str:
             "difference between two gloo launches is noise, not a tuner's cost or gain (the JSON keeps the "
             "computed values).",
         )
-    if notes:
-        lines += ["", *notes]
+    for note in notes:  # paragraphs of their own
+        lines += ["", note]
     lines += resilience_markdown(doc)
     fails = doc.get("failures") or []
     if fails:

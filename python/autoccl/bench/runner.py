@@ -753,24 +753,35 @@ def steady_ms(times: list[float]) -> float:
     return tail[mid] if len(tail) % 2 else (tail[mid - 1] + tail[mid]) / 2
 
 
-def tuning_tradeoff(mode_ms: list[float], base_ms: list[float]) -> dict[str, float]:
-    """What online tuning costs and gains against the baseline run (same model and parallelism):
-    gain = baseline steady - mode steady (ms/iter); the tuning phase lasts until the mode's iteration
-    time stays at or below the baseline's steady level (tuned_from); cost = the time the mode spent
-    above its own steady level before that (s); break-even = cost / gain iterations."""
+def tuning_tradeoff(
+    mode_ms: list[float], base_ms: list[float], search_end: int | None = None
+) -> dict[str, float]:
+    """What online tuning costs and gains against the baseline launch (same model and parallelism), each
+    iteration against the baseline's same iteration: gain = baseline steady - mode steady (ms/iter); the
+    search window = the iterations before the search ended (`search_end`, from the launch's trace), or the
+    first half where there is no trace (the half the steady level leaves out); cost = the mode's time over the
+    baseline's in that window (s; negative where the mode was faster there); break-even = cost / gain
+    iterations (0 when the window cost nothing, none when there is no gain).
+
+    Against the baseline's same iterations, not the mode's own later level: a machine whose steps move by 15 %
+    within a launch gave plain NCCL, measured against its own steady level, 3-8 s of such "cost" in 400
+    iterations (benchmarks/results/h200x1/train-hosts), as much as the online launches it was meant to charge.
+    The window's difference still holds the two launches' own difference (one launch pair cannot tell it
+    apart: `autoccl bench train-pairs` over several pairs can)."""
     s_mode, s_base = steady_ms(mode_ms), steady_ms(base_ms)
     gain = s_base - s_mode
-    # last iteration that is clearly (5 %) slower than the mode's steady state
-    tuned_from = 0
-    for i, t in enumerate(mode_ms):
-        if t > 1.05 * s_mode:
-            tuned_from = i + 1
-    cost_ms = sum(max(0.0, t - s_mode) for t in mode_ms[:tuned_from])
+    n = min(len(mode_ms), len(base_ms))
+    window = n // 2 if search_end is None else max(0, min(search_end, n))
+    cost_ms = sum(mode_ms[:window]) - sum(base_ms[:window])
+    if not gain > 0:
+        break_even = math.nan
+    else:
+        break_even = max(cost_ms, 0.0) / gain
     return {
         "gain_ms": gain,
-        "tuned_from_iter": float(tuned_from),
-        "tuning_cost_s": cost_ms / 1e3,
-        "break_even_iters": cost_ms / gain if gain > 0 else math.nan,
+        "search_window_iters": float(window),
+        "search_cost_s": cost_ms / 1e3,
+        "break_even_iters": break_even,
     }
 
 
@@ -849,9 +860,12 @@ def annotate_online_rows(doc: dict[str, Any]) -> None:
     guard = {e["label"]: e["guard"] for e in doc["launches"] if "guard" in e}
     for row, it in zip(doc["train"], doc["iterations"], strict=True):
         if row["mode"] in M.ONLINE_MODES and row["parallel"] in base:
-            row.update(tuning_tradeoff(it["iter_ms"], base[row["parallel"]]))
+            window: dict[str, Any] = {}
             if row["launch"] in conv:
-                row.update(tuned_window(it["iter_ms"], base[row["parallel"]], conv[row["launch"]]))
+                window = tuned_window(it["iter_ms"], base[row["parallel"]], conv[row["launch"]])
+            row.update(tuning_tradeoff(it["iter_ms"], base[row["parallel"]], window.get("search_end_iter")))
+            if row["launch"] in conv:
+                row.update(window)
                 row.update(T.fell_back_to_nccl(conv[row["launch"]], len(it["iter_ms"])) or {})
             if row["launch"] in guard:
                 row["guard_verdicts"] = [{k: v.get(k) for k in GUARD_ROW_KEYS} for v in guard[row["launch"]]]
