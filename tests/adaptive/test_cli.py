@@ -124,7 +124,20 @@ def _four_nodes(tmp_path: Path) -> Path:
         (["profile", "--validate", "abc"], "Invalid value for '--validate': bad size 'abc'"),
         (["profile", "--validate", "1X"], "Invalid value for '--validate': bad size '1X'"),
         (["profile", "--validate", "1.5"], "'1.5' is not a whole number of bytes"),
-        (["adaptive", "bench", "--sizes", "inf"], "'inf' is not a whole number of bytes"),
+        (
+            ["adaptive", "bench", "--sizes", "inf"],
+            "Invalid value for '--sizes': bad size 'inf': not a finite",
+        ),
+        (
+            ["adaptive", "bench", "--sizes", "1M,nan"],
+            "Invalid value for '--sizes': bad size 'nan': not a finite",
+        ),
+        (["adaptive", "bench", "--copy", "nan"], "Invalid value for '--copy': bad size 'nan': not a finite"),
+        (
+            ["profile", "--validate", "1e400M"],
+            "Invalid value for '--validate': bad size '1e400M': not a finite",
+        ),
+        (["profile", "--validate", "0.3K"], "'0.3K' is not a whole number of bytes (307.2 bytes)"),
         (["profile", "--sizes", "0.5,1K"], "'0.5' is less than one byte"),
         (["adaptive", "bench", "--copy", "abc"], "Invalid value for '--copy': bad size 'abc'"),
         (["adaptive", "bench", "--sizes", ","], "give at least one size"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import statistics
 import subprocess
 import time
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner
 from rich.console import Console
@@ -20,7 +22,7 @@ from rich.console import Console
 import autoccl.demo as demo_mod
 from autoccl._paths import ArtefactNotFound, emulator_path, plugin_path
 from autoccl.cli import main
-from autoccl.cli.demo import parse_sizes
+from autoccl.cli.demo import SIZES
 from autoccl.demo import DemoConfig, DemoUnavailable, build_scenario, run_demo
 from autoccl.demo.report import rich_table
 from autoccl.emu import runner as emu_runner
@@ -45,11 +47,19 @@ def online(plugin: Path) -> Path:
     return plugin
 
 
-def test_parse_sizes() -> None:
-    assert parse_sizes("8M,64MiB, 1G,512K,100") == (8 << 20, 64 << 20, 1 << 30, 512 << 10, 100)
-    assert parse_sizes("") == ()
-    with pytest.raises(Exception, match="bad size"):
-        parse_sizes("eight")
+def test_sizes_option() -> None:
+    """--sizes and --buckets: autoccl.cli.options.Bytes, '' for none, each at most the simulated GPUs' 16G."""
+    assert SIZES.convert("8M,64MiB, 1G,512K,100", None, None) == [8 << 20, 64 << 20, 1 << 30, 512 << 10, 100]
+    assert SIZES.convert("", None, None) == [] and SIZES.convert("16G", None, None) == [16 << 30]
+    for bad, message in [
+        ("eight", "bad size 'eight'"),
+        ("nan,8M", "bad size 'nan': not a finite number of bytes"),
+        ("8M,inf", "bad size 'inf': not a finite number of bytes"),
+        ("1.5", "'1.5' is not a whole number of bytes"),
+        ("17G", "'17G' is above 16G, the simulated GPUs' memory"),
+    ]:
+        with pytest.raises(click.BadParameter, match=re.escape(message)):
+            SIZES.convert(bad, None, None)
 
 
 def test_scenario_is_a_training_mix() -> None:

@@ -322,6 +322,64 @@ def test_stream_round_trip(S: Any, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("nan", "bad size 'nan': not a finite number of bytes"),
+        (" NaN ", "not a finite number of bytes"),
+        ("nanK", "bad size 'nanK': not a finite number of bytes"),
+        ("inf", "bad size 'inf': not a finite number of bytes"),
+        ("Infinity", "not a finite number of bytes"),
+        ("1e400M", "bad size '1e400M': not a finite number of bytes"),  # float() takes it: inf
+        ("1e300T", "not a finite number of bytes"),  # finite, times the unit: inf
+        ("-inf", "bad size '-inf': not a finite number of bytes"),
+        ("-1K", "size must be positive, got '-1K'"),
+        (float("nan"), "size must be a finite number of bytes, got nan"),
+        (float("inf"), "size must be a finite number of bytes, got inf"),
+    ],
+)
+def test_parse_size_refuses_what_is_not_a_finite_size(text: str | float, message: str) -> None:
+    """parse_size itself refuses NaN and infinities (float() takes 'nan', 'inf' and '1e400'), where it had
+    returned them and each caller checked again."""
+    from autoccl.synth import parse_size
+
+    with pytest.raises(ValueError) as e:
+        parse_size(text)
+    assert message in str(e.value)
+
+
+def test_parse_size_of_valid_sizes() -> None:
+    from autoccl.synth import parse_size
+
+    assert parse_size("1G") == 2**30 and parse_size("64MiB") == 64 * 2**20 and parse_size("4096") == 4096
+    assert parse_size(" 1.5m ") == 1.5 * 2**20 and parse_size("1024T") == 2**50 and parse_size("0.5") == 0.5
+    assert parse_size(4096) == 4096.0 and parse_size(0) == 0.0  # a number: the library checks its range
+
+
+def test_the_limits_python_checks_are_the_librarys(S: Any) -> None:
+    """The command line checks sizes and chunk counts before it loads the extension, against autoccl.synth's
+    MAX_BYTES and MAX_CHUNKS: they must be the extension's, which must be the limits it enforces."""
+    import math
+
+    lib = S.ext()
+    assert S.MAX_BYTES == lib.MAX_COLLECTIVE_BYTES == 2.0**50
+    assert S.MAX_CHUNKS == lib.MAX_CHUNKS
+    t = S.generate("ring", [4])
+    assert S.baseline(t, "ring", "allgather", S.MAX_BYTES).bytes == S.MAX_BYTES
+    with pytest.raises(ValueError, match="above the largest supported"):
+        S.baseline(t, "ring", "allgather", math.nextafter(S.MAX_BYTES, math.inf))
+    # 4 NPUs x k chunks: MAX_CHUNKS passes the chunk check (the transfers are then too many), one more NPU's
+    # share does not, in the baselines and in synthesis
+    k = S.MAX_CHUNKS // 4
+    with pytest.raises(ValueError) as e:
+        S.baseline(t, "ring", "allgather", "1G", chunks=k)
+    assert "too many chunks" not in str(e.value) and "transfers" in str(e.value)
+    with pytest.raises(ValueError, match=f"too many chunks: {4 * (k + 1)}, at most {S.MAX_CHUNKS}"):
+        S.baseline(t, "ring", "allgather", "1G", chunks=k + 1)
+    with pytest.raises(ValueError, match=f"too many chunks: {4 * (k + 1)}, at most {S.MAX_CHUNKS}"):
+        S.synthesize(t, "allgather", "1G", chunks=k + 1)
+
+
+@pytest.mark.parametrize(
     ("args", "message"),
     [
         (["synth", "-g", "mesh:1x1"], "at least 2 NPUs"),

@@ -151,7 +151,18 @@ BAD = [
     (["synth", "-g", "ring:4", "-s", "1K", "--chunks", "1000"], "at least 1 byte"),
     (["sim", "-g", "ring:4", "-b", "ring", "-s", "2"], "at least 1 byte"),
     (["synth", "-g", "ring:4", "-s", "1.5"], "whole number of bytes"),
-    (["synth", "-g", "ring:4", "-s", "nan"], "positive"),
+    (["synth", "-g", "ring:4", "-s", "0.3K"], "'0.3K' is not a whole number of bytes (307.2 bytes)"),
+    (["synth", "-g", "ring:4", "-s", "0.5"], "'0.5' is less than one byte"),
+    (
+        ["synth", "-g", "ring:4", "-s", "nan"],
+        "Invalid value for '--size' / '-s': bad size 'nan': not a finite",
+    ),
+    (["synth", "-g", "ring:4", "-s", "inf"], "bad size 'inf': not a finite number of bytes"),
+    (["synth", "-g", "ring:4", "-s", "1e400M"], "bad size '1e400M': not a finite number of bytes"),
+    (["synth", "-g", "ring:4", "-s", "-1G"], "size must be positive, got '-1G'"),
+    (["synth", "-g", "ring:4", "-s", "big"], "bad size 'big'"),
+    (["sim", "-g", "ring:4", "-b", "ring", "-s", "nan"], "bad size 'nan': not a finite number of bytes"),
+    (["sim", "-g", "ring:4", "-b", "ring", "-s", "1.5"], "'1.5' is not a whole number of bytes"),
     (["synth", "-g", "cluster:2x2", "--mscclpp-json", "p.json"], "single-host"),
     (["synth", "-g", "mesh:3x3", "--gen-opt", "dim_bandwidth_gbps=1,2,3"], "has 3 value(s)"),
     (["synth", "-g", "mesh:3x3", "--gen-opt", "rails=2"], "'mesh' does not take rails"),
@@ -164,6 +175,18 @@ def test_bad_values_are_one_sentence(S: Any, tmp_path: Path, args: list[str], me
     res = _run(args, cwd=tmp_path)
     _refused(res, message)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("size", ["nan", "inf", "-inf", "1e400M", "1.5", "2000T", "0", "x"])
+@pytest.mark.parametrize("verb", [["synth"], ["sim", "-b", "ring"]])
+def test_a_bad_size_is_a_usage_error(S: Any, verb: list[str], size: str) -> None:
+    """-s is checked as the command line is read (autoccl.cli.options.Bytes): exit 2, one line naming it."""
+    res = _run([*verb, "-g", "ring:4", "-s", size])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip().splitlines()[-1].startswith("Error: Invalid value for '--size' / '-s': "), (
+        res.output
+    )
+    assert "Traceback" not in res.output
 
 
 def test_size_limits_hold(S: Any) -> None:

@@ -58,6 +58,12 @@ py::array_t<T> column(const Schedule& s, F f) {
 PYBIND11_MODULE(_synth, m) {
   m.doc() = "autoccl topology-aware collective synthesis (C++ core)";
   py::register_exception<Error>(m, "SynthError", PyExc_ValueError);
+  // The library's limits, read by autoccl.synth (its MAX_BYTES and MAX_CHUNKS, which the command line checks before
+  // it loads this module, are held equal to these by tests/synth/test_synth.py).
+  m.attr("MAX_COLLECTIVE_BYTES") = kMaxCollectiveBytes;
+  // chunks in one schedule (NPUs x chunks per NPU; per root for Broadcast/Reduce): the limit prepare() in
+  // synthesizer.cpp and baseline() in baselines.cpp enforce, written there as a literal
+  m.attr("MAX_CHUNKS") = 2000000000LL;
 
   py::class_<Topology>(m, "Topology")
       .def(py::init<>())

@@ -7,7 +7,6 @@ processes, else in --nproc local processes started here (gloo on CPUs, NCCL on G
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +16,7 @@ import click
 
 from autoccl.cli import options as O
 from autoccl.cli import refuse_unwritable
-from autoccl.synth import parse_size
+from autoccl.synth import MAX_CHUNKS
 
 _NO_TORCH = (
     "PyTorch is not installed, and the adaptive commands run on it: pip install 'autoccl[adaptive]' "
@@ -252,37 +251,6 @@ def _topology_ranks(doc: dict[str, Any]) -> list[str]:
 
 
 _INT_MAX = 2**31 - 1  # the synthesizer's counts are C ints
-_MAX_CHUNKS = 2_000_000_000  # the synthesizer's limit on a schedule's chunks (chunks per rank x ranks)
-
-
-class _Bytes(click.ParamType):
-    """A size in bytes with binary units (64K, 1M, 1G): a whole number of bytes, at least one; or a list of
-    them, comma-separated (`many`)."""
-
-    def __init__(self, many: bool = False) -> None:
-        self.many = many
-        self.name = "sizes" if many else "size"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, list | int):
-            return value
-        out = []
-        for text in str(value).split(",") if self.many else [str(value)]:
-            if self.many and not text.strip():
-                continue
-            try:
-                size = parse_size(text)
-            except ValueError as e:
-                self.fail(str(e), param, ctx)
-            if size < 1:
-                self.fail(f"{text.strip()!r} is less than one byte", param, ctx)
-            if not math.isfinite(size) or size != int(size):
-                self.fail(f"{text.strip()!r} is not a whole number of bytes", param, ctx)
-            n = int(size)
-            out.append(n)
-        if not out:
-            self.fail("give at least one size, e.g. 64K,1M", param, ctx)
-        return out if self.many else out[0]
 
 
 class _Counts(click.ParamType):
@@ -307,7 +275,7 @@ class _Counts(click.ParamType):
 
 def _sizes(text: str) -> list[int]:
     """The default sizes (a device's) as --sizes would take them."""
-    return list(_Bytes(many=True).convert(text, None, None))
+    return list(O.Bytes(many=True).convert(text, None, None))
 
 
 def _distinct(*outputs: tuple[str, str | None]) -> None:
@@ -323,10 +291,10 @@ def _distinct(*outputs: tuple[str, str | None]) -> None:
 
 
 def _chunks_fit(chunks: int, ranks: int) -> None:
-    if chunks * ranks > _MAX_CHUNKS:
+    if chunks * ranks > MAX_CHUNKS:
         raise click.BadParameter(
             f"{chunks} per rank on {ranks} ranks is {chunks * ranks} chunks; the synthesizer takes at most "
-            f"{_MAX_CHUNKS}",
+            f"{MAX_CHUNKS}",
             param_hint="--chunks",
         )
 
@@ -422,7 +390,7 @@ def topo(
 @click.option("--report", type=click.Path(dir_okay=False), help="fits, error bars and contention (JSON)")
 @click.option(
     "--sizes",
-    type=_Bytes(many=True),
+    type=O.Bytes(many=True),
     default=None,
     help="message sizes, at least two (default CPU 4K,64K,256K,1M; GPU 1M,16M,64M,256M)",
 )
@@ -442,7 +410,7 @@ def topo(
 @click.option("--concurrent/--serial", default=False, show_default=True, help="time disjoint pairs at once")
 @click.option(
     "--validate",
-    type=_Bytes(),
+    type=O.Bytes(),
     default=None,
     help="also run All-Gather/All-Reduce of this size: measured vs predicted",
 )
@@ -646,7 +614,7 @@ def check(
 @click.option("--colls", default="allgather,allreduce", show_default=True, help="collectives to run")
 @click.option(
     "--sizes",
-    type=_Bytes(many=True),
+    type=O.Bytes(many=True),
     default=None,
     help="bytes per collective (default CPU 256K,1M; GPU 64M,256M,1G)",
 )
@@ -677,7 +645,7 @@ def check(
 @click.option(
     "--copy",
     "copy_size",
-    type=_Bytes(),
+    type=O.Bytes(),
     default=None,
     help="also time plain CUDA peer copies of this size (GPUs only)",
 )

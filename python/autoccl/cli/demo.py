@@ -13,27 +13,8 @@ from autoccl import settings
 from autoccl.cli import missing_parent
 from autoccl.cli import options as O
 
-
-def parse_sizes(text: str) -> tuple[int, ...]:
-    """'8M,64M,256M' -> bytes (binary units K/M/G, optional 'iB'/'B')."""
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    out: list[int] = []
-    for raw in text.split(","):
-        tok = raw.strip().upper().removesuffix("IB").removesuffix("B")
-        if not tok:
-            continue
-        unit = tok[-1] if tok[-1] in "KMG" else ""
-        num = tok[:-1] if unit else tok
-        try:
-            v = int(float(num) * units[unit])
-        except (ValueError, OverflowError) as e:
-            raise click.BadParameter(f"bad size {raw.strip()!r} (e.g. 8M,64M,256M)") from e
-        if v <= 0:
-            raise click.BadParameter("sizes must be positive")
-        if v > 16 << 30:
-            raise click.BadParameter(f"size {raw.strip()!r} is above 16G (the simulated GPUs' memory)")
-        out.append(v)
-    return tuple(out)
+# --sizes and --buckets: comma-separated sizes ('' for none), each at most the simulated GPUs' memory.
+SIZES = O.Bytes(many=True, empty=True, most=16 << 30, above="16G, the simulated GPUs' memory")
 
 
 @click.command(context_settings={"show_default": True})
@@ -45,8 +26,10 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     help="Communicators: 1 = everything on one; 2 = an FSDP group (all-gather/reduce-scatter) and a DDP "
     "group (all-reduce); more = collectives spread round-robin.",
 )
-@click.option("--sizes", default="8M,64M,256M", help="FSDP all-gather / reduce-scatter sizes (full buffer).")
-@click.option("--buckets", default="25M,4M", help="DDP all-reduce bucket sizes ('' for none).")
+@click.option(
+    "--sizes", type=SIZES, default="8M,64M,256M", help="FSDP all-gather / reduce-scatter sizes (full buffer)."
+)
+@click.option("--buckets", type=SIZES, default="25M,4M", help="DDP all-reduce bucket sizes ('' for none).")
 @click.option(
     "--steps", type=click.IntRange(20, 100000), default=240, help="Training steps (calls per task)."
 )
@@ -72,8 +55,8 @@ def parse_sizes(text: str) -> tuple[int, ...]:
 def demo(
     ranks: int,
     comms: int,
-    sizes: str,
-    buckets: str,
+    sizes: list[int],
+    buckets: list[int],
     steps: int,
     load: float,
     seed: int,
@@ -98,8 +81,8 @@ def demo(
     cfg = DemoConfig(
         ranks=ranks,
         comms=comms,
-        sizes=parse_sizes(sizes),
-        buckets=parse_sizes(buckets),
+        sizes=tuple(sizes),
+        buckets=tuple(buckets),
         steps=steps,
         seed=seed,
         load=load,

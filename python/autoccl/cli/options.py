@@ -182,3 +182,44 @@ def picture_path(ctx: click.Context, param: click.Parameter, value: str | None) 
             f"{value}: {what}; give one of .{', .'.join(formats)} (the extension picks the format)"
         )
     return value
+
+
+class Bytes(click.ParamType):
+    """A size in bytes with binary units (64K, 1.5M, 1G; autoccl.synth.parse_size): finite, a whole number of
+    bytes, at least one, and at most `most` when given, `above` saying that limit and its reason (a larger
+    size "is above {above}"). `many`: a comma-separated list of such sizes, empty items skipped, at least one
+    unless `empty`. The value is an int, or a list of them."""
+
+    def __init__(
+        self, *, many: bool = False, empty: bool = False, most: float | None = None, above: str = ""
+    ) -> None:
+        if most is not None and not above:
+            raise ValueError("Bytes(most=...) needs `above`: the limit and its reason, for the message")
+        self.many, self.empty, self.most, self.above = many, empty, most, above
+        self.name = "sizes" if many else "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, list | int):  # converted already (a default given as the value)
+            return value
+        from autoccl.synth import parse_size
+
+        out: list[int] = []
+        for item in str(value).split(",") if self.many else [str(value)]:
+            text = item.strip()
+            if self.many and not text:
+                continue
+            try:
+                size = parse_size(text)  # positive and finite, or a sentence naming the text
+            except ValueError as e:
+                self.fail(str(e), param, ctx)
+            if size < 1:
+                self.fail(f"{text!r} is less than one byte", param, ctx)
+            if self.most is not None and size > self.most:
+                self.fail(f"{text!r} is above {self.above}", param, ctx)
+            if size != int(size):
+                bytes_ = "" if f"{size:g}" == text else f" ({size:g} bytes)"
+                self.fail(f"{text!r} is not a whole number of bytes{bytes_}", param, ctx)
+            out.append(int(size))
+        if not out and not self.empty:  # only a list can be left empty: '' is a bad size
+            self.fail("give at least one size, e.g. 64K,1M", param, ctx)
+        return out if self.many else out[0]

@@ -93,25 +93,13 @@ def _say(text: str) -> None:
         drop_stdout()
 
 
-def _size(size: str) -> float:
-    """-s: a whole number of bytes (1.5M is, 1.5 is not), positive, at most S.MAX_BYTES (1024T)."""
-    try:
-        nbytes = S.parse_size(size)
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--size") from e
-    if not nbytes > 0:
-        raise click.BadParameter(f"size must be positive, got {size!r}", param_hint="--size")
-    if nbytes > S.MAX_BYTES:
-        raise click.BadParameter(
-            f"{size} is above the largest size supported, 1024T (2^50 bytes): the synthesizer's times "
-            "(microseconds, double precision) cannot resolve link latencies in a collective that large",
-            param_hint="--size",
-        )
-    if nbytes != int(nbytes):
-        raise click.BadParameter(
-            f"{size} is {nbytes:g} bytes: give a whole number of bytes", param_hint="--size"
-        )
-    return nbytes
+# -s/--size of synth and sim: a whole number of bytes (1.5M is, 1.5 is not), positive, at most S.MAX_BYTES.
+_SIZE = O.Bytes(
+    most=S.MAX_BYTES,
+    above=f"the largest size supported, {S.MAX_BYTES / 2**40:.0f}T (2^{int(S.MAX_BYTES).bit_length() - 1} "
+    "bytes): the synthesizer's times (microseconds, double precision) cannot resolve link latencies in a "
+    "collective that large",
+)
 
 
 def _check_chunk_bytes(nbytes: float, chunks: int, topo: Any, collective: str, option: str) -> None:
@@ -170,7 +158,14 @@ def _named(path: str | None, name: str) -> str | None:
 @click.command()
 @_with_topo
 @O.choice("--collective", "-c", values=S.COLLECTIVES, default="allgather")
-@click.option("--size", "-s", default="1G", show_default=True, help="collective size (binary units: 64M, 1G)")
+@click.option(
+    "--size",
+    "-s",
+    type=_SIZE,
+    default="1G",
+    show_default=True,
+    help="collective size (binary units: 64M, 1G)",
+)
 @click.option(
     "--chunks",
     type=click.IntRange(0, _INT_MAX),
@@ -230,7 +225,7 @@ def _named(path: str | None, name: str) -> str | None:
 def synth(
     topo: Any,
     collective: str,
-    size: str,
+    size: int,
     chunks: int,
     seeds: int,
     seed: int,
@@ -266,7 +261,7 @@ def synth(
         )
     if mscclpp_json and any(kind == "nic" for _, kind in topo.nodes):
         raise click.UsageError("--mscclpp-json is for single-host topologies; this one has NICs")
-    nbytes = _size(size)
+    nbytes = float(size)
     _check_chunk_bytes(nbytes, chunks, topo, collective, "--chunks" if chunks > 1 else "--size")
     if seeds == 0:
         seeds = S.default_seeds(topo)
@@ -438,6 +433,7 @@ def _match_schedule(sched: Any, path: str, collective: str, nbytes: float, chunk
 @click.option(
     "--size",
     "-s",
+    type=_SIZE,
     default="1G",
     show_default=True,
     help="baseline size (binary units); with --schedule: must be the schedule's",
@@ -475,7 +471,7 @@ def sim(
     schedule_path: str | None,
     algo: str | None,
     collective: str,
-    size: str,
+    size: int,
     chunks: int,
     root: int,
     check: bool,
@@ -492,7 +488,7 @@ def sim(
     refuse_unwritable(report, heatmap, timeline)
     if bool(schedule_path) == bool(algo):
         raise click.UsageError("give exactly one of --schedule FILE or --baseline ALGO")
-    nbytes = _size(size) if algo or _given("size") else 0.0
+    nbytes = float(size) if algo or _given("size") else 0.0
     items: list[tuple[str, Any]] = []
     try:
         if schedule_path:
