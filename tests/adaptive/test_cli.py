@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -207,6 +208,105 @@ def test_the_topologys_ranks_are_the_jobs(
     monkeypatch.setenv("WORLD_SIZE", "1")
     r = CliRunner().invoke(main, ["adaptive", "bench", "--device", "cpu"])
     assert r.exit_code == 1 and "a collective needs at least 2 ranks; the launcher started 1" in r.output
+
+
+def test_one_job_and_one_topology_per_command(S, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ranks are resolved once and a given topology is built once in the command (it was built to
+    validate it, then again to count its ranks); `adaptive check` without a topology runs one job, whose
+    ranks detect it (it ran a detection job first, and under a launcher its rank 0 then waited alone)."""
+    import autoccl.synth
+    from autoccl.adaptive import launch
+
+    doc = {"name": "fake", "npus": ["a", "b"], "links": []}
+    results = {
+        "check_job": {"cases": 0, "failures": []},
+        "bench_job": {"rows": []},
+        "profile_job": {
+            "topology": doc,
+            "model": "p2p",
+            "profile": {"pairs": [], "contention": []},
+            "seconds": 0.0,
+        },
+        "topo_job": {"topology": doc, "reports": []},
+    }
+    started: list[tuple[str, int, dict[str, Any]]] = []
+
+    def run_local(job: Any, n: int, cfg: dict[str, Any], **kwargs: Any) -> list[Any]:
+        started.append((job.__name__, n, cfg))
+        return [results[job.__name__]]
+
+    built: list[str] = []
+    real_from_dict, real_gen = autoccl.synth.topology_from_dict, autoccl.synth.parse_gen_spec
+
+    def from_dict(data: Any, source: str = "topology") -> Any:
+        built.append(source)
+        return real_from_dict(data, source)
+
+    def gen(spec: str, *args: Any) -> Any:
+        built.append(spec)
+        return real_gen(spec, *args)
+
+    monkeypatch.setattr(launch, "run_local", run_local)
+    monkeypatch.setattr(autoccl.synth, "topology_from_dict", from_dict)
+    monkeypatch.setattr(autoccl.synth, "parse_gen_spec", gen)
+    four = str(_four_nodes(tmp_path))
+    for args, job, n, sources in [
+        (["adaptive", "check", "--nproc", "3"], "check_job", 3, []),
+        (["adaptive", "check", "-g", "torus:2x2"], "check_job", 4, ["torus:2x2"]),
+        (["adaptive", "check", "-t", four], "check_job", 4, [four]),
+        (["adaptive", "bench", "-t", four, "--sizes", "4K"], "bench_job", 4, [four]),
+        (["adaptive", "bench", "--nproc", "2", "--sizes", "4K"], "bench_job", 2, []),
+        (["profile", "-t", four, "--sizes", "4K,8K"], "profile_job", 4, [four]),
+        (["topo", "--nproc", "2"], "topo_job", 2, []),
+    ]:
+        started.clear()
+        built.clear()
+        r = CliRunner().invoke(main, [*args, "--device", "cpu"])
+        assert r.exit_code == 0, (args, r.output)
+        assert [(name, ranks) for name, ranks, _ in started] == [(job, n)], args
+        assert built == sources, args
+        if job in ("check_job", "bench_job"):  # None: the job's ranks detect the topology
+            assert (started[0][2]["topology"] is None) == (not sources), args
+
+
+def test_ranks_against_the_gpus(S, no_processes: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One rank per GPU, checked before any process starts (here one GPU, as torch is told)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for args, message in [
+        (
+            ["adaptive", "check"],
+            "a collective needs at least 2 ranks and only 1 GPU is visible (one rank per GPU)",
+        ),
+        (["adaptive", "bench", "--nproc", "2"], "--nproc 2: only 1 GPU(s) visible (one rank per GPU)"),
+        (["adaptive", "check", "-g", "torus:2x2"], "torus:2x2 has 4 ranks and only 1 GPU(s) are visible"),
+        (["profile", "--nproc", "3"], "--nproc 3: only 1 GPU(s) visible"),
+    ]:
+        r = CliRunner().invoke(main, [*args, "--device", "cuda"])
+        assert r.exit_code == 1 and message in r.output and "Traceback" not in r.output, (args, r.output)
+
+
+@pytest.mark.timeout(300)
+def test_check_under_a_launcher_without_a_topology(S, tmp_path: Path) -> None:
+    """torchrun's ranks detect the topology and check in one job (rank 0 had waited for ranks gone)."""
+    import os
+    import subprocess
+    import sys
+
+    from autoccl.tuner_env import free_port
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "python")}
+    cmd = [
+        *(sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"),
+        *("--master_addr", "127.0.0.1", "--master_port", str(free_port())),
+        *("-m", "autoccl", "adaptive", "check", "--device", "cpu", "--colls", "allreduce"),
+        *("--dtypes", "float32"),
+    ]
+    p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "cases on rank 0, 0 failure(s)" in p.stdout, p.stdout + p.stderr
 
 
 def test_profile_of_a_topology_that_lists_nodes(S, tmp_path: Path) -> None:

@@ -318,7 +318,11 @@ def generated_doc(spec: str) -> dict[str, Any]:
     """A generator spec (e.g. torus:2x4) as a topology document."""
     from autoccl.synth import parse_gen_spec
 
-    t = parse_gen_spec(spec)
+    return topology_doc(parse_gen_spec(spec))
+
+
+def topology_doc(t: Any) -> dict[str, Any]:
+    """A built topology (autoccl.synth) as a document of its nodes and links: what every rank builds."""
     doc: dict[str, Any] = {
         "name": t.name,
         "nodes": [{"name": n, "kind": k} for n, k in t.nodes],
@@ -336,7 +340,10 @@ def check_job(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
 
     device = cfg["device"]
     _device_setup(device)
-    topo = synth.topology_from_dict(cfg["topology"])
+    doc = cfg.get("topology")
+    if doc is None:  # detected by the ranks of this job, as bench_job does
+        doc = build_topology(gather_reports(device))
+    topo = synth.topology_from_dict(doc)
     plans = {
         c: Plan.from_schedule(
             synth.synthesize(topo, c, float(cfg["bytes"]), chunks=cfg["chunks"], seeds=2)[0], topo

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,79 +54,87 @@ def _device(device: str) -> str:
     return device
 
 
-def _nproc(nproc: int | None, device: str, least: int = 1) -> int:
-    """Local ranks to start: --nproc (checked against the GPUs), else one per GPU or a few CPU ranks."""
-    import torch
+@dataclass(frozen=True)
+class _Topology:
+    """A topology given on the command line (--topology or --gen), read, validated and built once: its
+    document (what the ranks' jobs build theirs from), its NPUs in rank order, and the name the user gave
+    it (the file or the generator spec), for messages."""
 
-    if nproc is not None:
-        if nproc < least:
-            raise click.BadParameter(f"must be at least {least}", param_hint="--nproc")
-        if device == "cuda" and nproc > torch.cuda.device_count():
-            raise click.ClickException(
-                f"--nproc {nproc}: only {torch.cuda.device_count()} GPU(s) visible (one rank per GPU)"
-            )
-        return nproc
-    if device == "cuda":
-        n = torch.cuda.device_count()
+    doc: dict[str, Any]
+    ranks: list[str]
+    source: str
+
+
+@dataclass(frozen=True)
+class _Ranks:
+    """The ranks of one command's job, resolved once (by _ranks) before any process starts."""
+
+    world: int  # the job's ranks
+    local: int  # the ranks this machine runs, which share its memory
+    start: int  # the local processes to start here; 0 under a launcher, whose processes are the job's
+
+
+def _ranks(nproc: int | None, device: str, least: int, topology: _Topology | None = None) -> _Ranks:
+    """The job's ranks. Under a launcher (torchrun/srun variables set): its WORLD_SIZE and LOCAL_WORLD_SIZE
+    (each taken as 1 when not a number). Else the local processes to start: --nproc (checked against the
+    GPUs, one rank per GPU), else one per GPU or a few CPU ranks. A topology's rank count is the job's (a
+    plan is for its ranks): --nproc or WORLD_SIZE is checked against it. `least`: the fewest ranks the job
+    runs on (a collective needs 2)."""
+    from autoccl.adaptive.jobs import launched
+
+    if topology is not None:
+        n = len(topology.ranks)
         if n < least:
             raise click.ClickException(
-                f"a collective needs at least {least} ranks and only {n} GPU is visible (one rank per GPU); "
-                "--device cpu runs CPU ranks"
+                f"{topology.source} has {n} rank(s); a collective needs at least {least}"
             )
-        return n
-    return max(2, min(os.cpu_count() or 2, 8))
-
-
-def _job_ranks(names: list[str], source: str, nproc: int | None, device: str, least: int = 1) -> int:
-    """The job's rank count is the topology's (a plan is for its ranks): --nproc or the launcher's WORLD_SIZE
-    checked against it, and the GPUs to hold it, before any process starts. `least`: the fewest ranks the
-    job runs on (a collective needs 2). The ranks to start."""
-    from autoccl.adaptive.jobs import launched
-
-    n = len(names)
-    if n < least:
-        raise click.ClickException(f"{source} has {n} rank(s); a collective needs at least {least}")
     if launched():
-        world = os.environ.get("WORLD_SIZE", "")
-        if world.isdigit() and int(world) != n:
+        world = os.environ["WORLD_SIZE"]
+        if topology is not None and world.isdigit() and int(world) != n:
             raise click.ClickException(
-                f"{source} has {n} ranks and the launcher started {world} (WORLD_SIZE): they must be equal"
+                f"{topology.source} has {n} ranks and the launcher started {world} (WORLD_SIZE): "
+                "they must be equal"
             )
-        return n
-    if nproc is not None and nproc != n:
-        raise click.BadParameter(
-            f"{nproc}, but {source} has {n} ranks: give --nproc {n} or leave it out", param_hint="--nproc"
-        )
-    if device == "cuda":
-        import torch
-
-        if n > torch.cuda.device_count():
+        if world.isdigit() and int(world) < least:
             raise click.ClickException(
-                f"{source} has {n} ranks and only {torch.cuda.device_count()} GPU(s) are visible "
-                "(one rank per GPU)"
+                f"a collective needs at least {least} ranks; the launcher started {world}"
             )
-    return n
-
-
-def _local_ranks(nproc: int | None, device: str) -> int:
-    """The ranks this machine runs: the launcher's local ones (LOCAL_WORLD_SIZE, else taken as 1), or
-    --nproc's."""
-    from autoccl.adaptive.jobs import launched
-
-    if launched():
         local = os.environ.get("LOCAL_WORLD_SIZE", "")
-        return int(local) if local.isdigit() and int(local) > 0 else 1
-    return _nproc(nproc, device)
+        return _Ranks(
+            world=int(world) if world.isdigit() else 1,
+            local=int(local) if local.isdigit() and int(local) > 0 else 1,
+            start=0,
+        )
+    import torch
 
-
-def _world(nproc: int | None, device: str, least: int = 1) -> int:
-    """The job's ranks: the launcher's (WORLD_SIZE), else the local ones to start."""
-    from autoccl.adaptive.jobs import launched
-
-    if launched():
-        world = os.environ.get("WORLD_SIZE", "")
-        return int(world) if world.isdigit() else 1
-    return _nproc(nproc, device, least)
+    gpus = torch.cuda.device_count() if device == "cuda" else 0
+    if topology is not None:
+        if nproc is not None and nproc != n:
+            raise click.BadParameter(
+                f"{nproc}, but {topology.source} has {n} ranks: give --nproc {n} or leave it out",
+                param_hint="--nproc",
+            )
+        if device == "cuda" and n > gpus:
+            raise click.ClickException(
+                f"{topology.source} has {n} ranks and only {gpus} GPU(s) are visible (one rank per GPU)"
+            )
+        start = n
+    elif nproc is not None:
+        if nproc < least:
+            raise click.BadParameter(f"must be at least {least}", param_hint="--nproc")
+        if device == "cuda" and nproc > gpus:
+            raise click.ClickException(f"--nproc {nproc}: only {gpus} GPU(s) visible (one rank per GPU)")
+        start = nproc
+    elif device == "cuda":
+        if gpus < least:
+            raise click.ClickException(
+                f"a collective needs at least {least} ranks and only {gpus} GPU is visible "
+                "(one rank per GPU); --device cpu runs CPU ranks"
+            )
+        start = gpus
+    else:
+        start = max(2, min(os.cpu_count() or 2, 8))
+    return _Ranks(world=start, local=start, start=start)
 
 
 def _size_text(n: float, memory: bool = False) -> str:
@@ -160,11 +169,8 @@ def _fits(option: str, value: str, need: float, device: str, local_ranks: int) -
         )
 
 
-def run_job(
-    job: Callable[..., Any], cfg: dict[str, Any], device: str, nproc: int | None, least: int = 1
-) -> Any | None:
-    """Rank 0's result (None on the other ranks of a launched job). `least`: the fewest ranks the job runs on
-    (a collective needs 2), checked before any process starts."""
+def run_job(job: Callable[..., Any], cfg: dict[str, Any], device: str, ranks: _Ranks) -> Any | None:
+    """Rank 0's result (None on the other ranks of a launched job), on the ranks `_ranks` resolved."""
     from autoccl.adaptive.jobs import init_from_launcher, launched
     from autoccl.adaptive.launch import WorkerError, run_local
     from autoccl.adaptive.nvml import NvmlUnavailable
@@ -173,20 +179,18 @@ def run_job(
         if launched():
             import torch.distributed as dist
 
-            world = os.environ["WORLD_SIZE"]
-            if world.isdigit() and int(world) < least:
-                raise click.ClickException(
-                    f"a collective needs at least {least} ranks; the launcher started {world}"
-                )
             init_from_launcher(device)
             try:
                 res = job(dist.get_rank(), dist.get_world_size(), cfg)
                 return res if dist.get_rank() == 0 else None
             finally:
                 dist.destroy_process_group()
-        n = _nproc(nproc, device, least)
         return run_local(
-            job, n, cfg, backend="nccl" if device == "cuda" else "gloo", timeout_s=cfg.get("timeout", 600)
+            job,
+            ranks.start,
+            cfg,
+            backend="nccl" if device == "cuda" else "gloo",
+            timeout_s=cfg.get("timeout", 600),
         )[0]
     except WorkerError as e:
         raise click.ClickException(str(e).splitlines()[0]) from None
@@ -225,13 +229,15 @@ def _write_doc(doc: dict[str, Any], path: str) -> None:
     p.write_text(text + ("\n" if not text.endswith("\n") else ""))
 
 
-def _load_doc(path: str) -> dict[str, Any]:
+def _load_doc(path: str) -> _Topology:
+    """A topology file, validated by building it (once): its document and NPUs in rank order, whichever way
+    the document lists them (npus:, nodes: or generator:)."""
     from autoccl.adaptive.runtime import load_topology_doc
     from autoccl.synth import TopologyFileError, topology_from_dict
 
     try:
         doc = load_topology_doc(path)
-        topology_from_dict(doc, source=path)
+        built = topology_from_dict(doc, source=path)
     except (TopologyFileError, ValueError) as e:
         msg = str(e)  # a binary file's UnicodeDecodeError does not say which file
         raise click.ClickException(
@@ -239,15 +245,7 @@ def _load_doc(path: str) -> dict[str, Any]:
         ) from None
     except Exception as e:  # yaml / json syntax
         raise click.ClickException(f"{path}: not a readable topology file ({e})") from None
-    return doc
-
-
-def _topology_ranks(doc: dict[str, Any]) -> list[str]:
-    """The NPUs of a topology document (validated by _load_doc or generated) in rank order, whichever way
-    the document lists them (npus:, nodes: or generator:)."""
-    from autoccl.synth import topology_from_dict
-
-    return [str(r) for r in topology_from_dict(doc).ranks]
+    return _Topology(doc, [str(r) for r in built.ranks], path)
 
 
 _INT_MAX = 2**31 - 1  # the synthesizer's counts are C ints
@@ -361,7 +359,8 @@ def topo(
             ) from None
         res: Any = {"topology": doc, "reports": raw}
     else:
-        res = run_job(topo_job, {"device": _device(device), "name": name}, _device(device), nproc)
+        dev = _device(device)
+        res = run_job(topo_job, {"device": dev, "name": name}, dev, _ranks(nproc, dev, 1))
         if res is None:
             return
     doc = res["topology"]
@@ -452,18 +451,17 @@ def profile(
         "concurrent": concurrent,
         "validate": validate or 0,
     }
-    if topology:
-        structure = _load_doc(topology)
+    structure = _load_doc(topology) if topology else None
+    if structure is not None:
         # the profile names the ranks as the structure does: npus: in rank order, whichever way it lists them
-        structure.setdefault("npus", _topology_ranks(structure))
-        cfg["structure"] = structure
-        nproc = _job_ranks(structure["npus"], topology, nproc, dev)
-    local = _local_ranks(nproc, dev)
+        structure.doc.setdefault("npus", structure.ranks)
+        cfg["structure"] = structure.doc
+    ranks = _ranks(nproc, dev, 1, structure)
     # ping-pong buffers of the largest size; --validate's All-Gather and All-Reduce (input and output)
-    _fits("--sizes", _size_text(max(size_list)), 2 * max(size_list), dev, local)
+    _fits("--sizes", _size_text(max(size_list)), 2 * max(size_list), dev, ranks.local)
     if validate:
-        _fits("--validate", _size_text(validate), 2 * validate, dev, local)
-    res = run_job(profile_job, cfg, dev, nproc)
+        _fits("--validate", _size_text(validate), 2 * validate, dev, ranks.local)
+    res = run_job(profile_job, cfg, dev, ranks)
     if res is None:
         return
     doc = res["topology"]
@@ -493,19 +491,21 @@ def adaptive() -> None:
     """Synthesized collectives executed over torch.distributed (docs/adaptive.md)."""
 
 
-def _topology_cfg(topology: str | None, gen: str | None) -> dict[str, Any] | None:
+def _given_topology(topology: str | None, gen: str | None) -> _Topology | None:
+    """--topology FILE or --gen SPEC, built once; None: the job's ranks detect this machine's."""
     if topology and gen:
         raise click.UsageError("give at most one of --topology and --gen")
     if topology:
         return _load_doc(topology)
     if gen:
-        from autoccl.adaptive.jobs import generated_doc
-        from autoccl.synth import TopologyFileError
+        from autoccl.adaptive.jobs import topology_doc
+        from autoccl.synth import TopologyFileError, parse_gen_spec
 
         try:
-            return generated_doc(gen)
+            built = parse_gen_spec(gen)
         except (TopologyFileError, ValueError) as e:
             raise click.ClickException(str(e)) from None
+        return _Topology(topology_doc(built), [str(r) for r in built.ranks], gen)
     return None
 
 
@@ -557,7 +557,7 @@ def check(
 ) -> None:
     """Run every collective x dtype x size from synthesized plans and compare with the reference."""
     _need_torch()
-    from autoccl.adaptive.jobs import check_job, topo_job
+    from autoccl.adaptive.jobs import check_job
     from autoccl.adaptive.verify import dtype_by_name
 
     dev = _device(device)
@@ -570,24 +570,16 @@ def check(
                 itemsize = max(itemsize, dtype_by_name(name).itemsize)
             except ValueError as e:  # before any process starts
                 raise click.BadParameter(str(e), param_hint="--dtypes") from None
-    doc = _topology_cfg(topology, gen)
-    if doc is not None:
-        nproc = _job_ranks(_topology_ranks(doc), topology or gen or "the topology", nproc, dev, least=2)
-    world = _world(nproc, dev, least=2)  # without a topology, the ranks that will detect one
-    _chunks_fit(chunks, world)
+    given = _given_topology(topology, gen)
+    ranks = _ranks(nproc, dev, 2, given)  # without a topology, the ranks that will detect one
+    _chunks_fit(chunks, ranks.world)
     # a rank's inputs, outputs and reference of the largest count: a gather's output holds every rank's
     if sizes:
-        need = 4 * world * (max(sizes) + world) * itemsize
-        _fits("--sizes", str(max(sizes)), need, dev, _local_ranks(nproc, dev))
-    if doc is None:
-        res = run_job(topo_job, {"device": dev}, dev, nproc, least=2)
-        if res is None:
-            return
-        doc = res["topology"]
-        nproc = len(doc["npus"])
+        need = 4 * ranks.world * (max(sizes) + ranks.world) * itemsize
+        _fits("--sizes", str(max(sizes)), need, dev, ranks.local)
     cfg = {
         "device": dev,
-        "topology": doc,
+        "topology": given.doc if given else None,  # None: the ranks detect it
         "colls": coll_list,
         "dtypes": dtypes.split(",") if dtypes else None,
         "ops": None if all_ops else ["sum"],
@@ -595,7 +587,7 @@ def check(
         "chunks": chunks,
         "bytes": 1 << 20,
     }
-    res = run_job(check_job, cfg, dev, nproc, least=2)
+    res = run_job(check_job, cfg, dev, ranks)
     if res is None:
         return
     click.echo(f"{res['cases']} cases on rank 0, {len(res['failures'])} failure(s)")
@@ -675,9 +667,10 @@ def bench(
     if copy_size and dev != "cuda":
         click.echo("autoccl: --copy times CUDA peer copies; with --device cpu it does nothing", err=True)
     size_list = sizes or _sizes("64M,256M,1G" if dev == "cuda" else "256K,1M")
+    given = _load_doc(topology) if topology else None
     cfg: dict[str, Any] = {
         "device": dev,
-        "topology": _load_doc(topology) if topology else None,
+        "topology": given.doc if given else None,  # None: the ranks detect it
         "colls": _colls(colls),
         "sizes": size_list,
         "chunks": chunks,
@@ -686,14 +679,13 @@ def bench(
         "iters": iters,
         "copy": copy_size or 0,
     }
-    if cfg["topology"] is not None:
-        nproc = _job_ranks(_topology_ranks(cfg["topology"]), str(topology), nproc, dev, least=2)
-    _chunks_fit(chunks, _world(nproc, dev, least=2))
+    ranks = _ranks(nproc, dev, 2, given)
+    _chunks_fit(chunks, ranks.world)
     # a collective's input and output of the largest size
-    _fits("--sizes", _size_text(max(size_list)), 2 * max(size_list), dev, _local_ranks(nproc, dev))
+    _fits("--sizes", _size_text(max(size_list)), 2 * max(size_list), dev, ranks.local)
     if copy_size and dev == "cuda":
         _fits("--copy", _size_text(copy_size), 2 * copy_size, dev, 1)
-    res = run_job(bench_job, cfg, dev, nproc, least=2)
+    res = run_job(bench_job, cfg, dev, ranks)
     if res is None:
         return
     for c in res.get("copy", []):
