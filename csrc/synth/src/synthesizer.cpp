@@ -1244,6 +1244,68 @@ void append_forward(const GatherResult& g, const Topology& t, Schedule& s, doubl
 
 namespace {
 
+// What the chunk trials leave for the synthesis at the count kept, where they ran every seed of it (the
+// point-to-point engine): the spreading run of that count over those seeds (best seed's result, no transfer
+// list), on the spreading topology or its transpose (Reduce-Scatter, Reduce).
+struct ChunkTrial {
+  bool valid = false;
+  bool transposed = false;
+  GatherResult best;
+  std::vector<double> seed_times;
+  std::uint64_t best_seed = 0;
+};
+
+// A lower bound on the spreading time at k chunks per NPU (per root when rooted) on channels that share no link,
+// each transfer taking at least c (the cheapest channel's time for one chunk). All-Gather: NPU v receives (n - 1)k
+// chunks, at most one per in-channel per c: ceil((n - 1)k / in-degree) c. Rooted: v's first chunk arrives no
+// sooner than dist(root, v) c, then at most in-degree per c: (dist - 1 + ceil(k / in-degree)) c; and the root
+// sends each chunk out once at least, out-degree per c, the last of them still ecc(root) - 1 hops from the
+// farthest NPU: (ceil(k / out-degree) + ecc - 1) c. A count whose bound is not below the fastest trial so far
+// cannot beat it. The point-to-point engine meets the All-Gather bound, or comes within one round of it, at every
+// count of 1-64 on the rings, tori, hypercubes, meshes and fully connected graphs of the tests (1 GiB, 50 GB/s),
+// so after a good count the larger ones, whose latencies add up, are ruled out without a run.
+class SpreadBound {
+ public:
+  SpreadBound(const Topology& t, bool rooted, int root) : rooted_(rooted), n_(t.num_npus()) {
+    const auto n = static_cast<std::size_t>(n_);
+    std::vector<int> in(n, 0);
+    for (const auto& ch : t.channels()) ++in[static_cast<std::size_t>(ch.dst)];
+    if (!rooted) {
+      min_in_ = *std::min_element(in.begin(), in.end());
+      return;
+    }
+    std::vector<int> dist(n, -1);
+    std::vector<int> q{root};
+    dist[static_cast<std::size_t>(root)] = 0;
+    for (std::size_t i = 0; i < q.size(); ++i)
+      for (int ch : t.out_channels(q[i])) {
+        const auto d = static_cast<std::size_t>(t.channels()[static_cast<std::size_t>(ch)].dst);
+        if (dist[d] < 0) {
+          dist[d] = dist[static_cast<std::size_t>(q[i])] + 1;
+          q.push_back(static_cast<int>(d));
+        }
+      }
+    for (std::size_t v = 0; v < n; ++v)
+      if (dist[v] > 0 && in[v] > 0) targets_.emplace_back(dist[v], in[v]);
+    root_out_ = static_cast<int>(t.out_channels(root).size());
+    ecc_ = *std::max_element(dist.begin(), dist.end());
+  }
+  // Rounds of c at k chunks (0: no bound, e.g. an NPU the root does not reach).
+  double rounds(int k) const {
+    auto ceil_div = [](double a, double b) { return std::ceil(a / b); };
+    if (!rooted_) return min_in_ > 0 ? ceil_div(static_cast<double>(n_ - 1) * k, min_in_) : 0;
+    if (root_out_ == 0 || static_cast<int>(targets_.size()) != n_ - 1) return 0;
+    double r = ceil_div(k, root_out_) + ecc_ - 1;
+    for (const auto& [dist, in] : targets_) r = std::max(r, dist - 1 + ceil_div(k, in));
+    return r;
+  }
+
+ private:
+  bool rooted_;
+  int n_, min_in_ = 0, root_out_ = 0, ecc_ = 0;
+  std::vector<std::pair<int, int>> targets_;  // (distance from the root, in-degree) of the other NPUs
+};
+
 // Chunks per rank by trial: the spreading phase (All-Gather; the root's spreading for Broadcast/Reduce) at a
 // few candidate chunk counts, stopping after two candidates without gain, when a chunk's transfer time on the
 // fastest channel falls below its latency (alpha dominates: smaller chunks only add latency), or when the
@@ -1256,7 +1318,13 @@ namespace {
 // of different look-ahead per candidate; the point-to-point engine, whose runs are cheap, every seed of the
 // synthesis, so the count kept is the one whose best seed is fastest. Where the point-to-point trials at 1 and 2
 // chunks alone would pass the budget (about 1,100 NPUs at 8 seeds) there is no trial: 1 chunk.
-int choose_chunks(const Topology& topo, const SynthOptions& o, std::vector<std::pair<int, double>>* trials) {
+//
+// Shortcuts on the point-to-point engine (o.trial_shortcuts), which leave the count kept as it is: a candidate
+// whose SpreadBound is not below the fastest trial so far would be a candidate without gain, so it counts as
+// one (and its work against the budget) without being run; and the trial of the count kept is handed to the
+// synthesis (*keep), which then has nothing to run again but its best seed, for the transfer list.
+int choose_chunks(const Topology& topo, const SynthOptions& o, std::vector<std::pair<int, double>>* trials,
+                  ChunkTrial* keep) {
   const int n = topo.num_npus();
   const bool rooted = o.collective == Collective::Broadcast || o.collective == Collective::Reduce;
   const bool general = o.engine == SynthOptions::Engine::General ||
@@ -1295,6 +1363,11 @@ int choose_chunks(const Topology& topo, const SynthOptions& o, std::vector<std::
     std::sort(cand.begin(), cand.end());
     cand.erase(std::unique(cand.begin(), cand.end()), cand.end());
   }
+  // The point-to-point engine: the trials run every seed of the synthesis, and each transfer takes its channel's
+  // time for one chunk, so the shortcuts apply.
+  const bool shortcuts = !general && o.trial_shortcuts;
+  std::unique_ptr<SpreadBound> bound;
+  if (shortcuts) bound = std::make_unique<SpreadBound>(t, rooted, o.root);
   double spent = 0;
   int best_k = 1, misses = 0;
   double best = std::numeric_limits<double>::infinity();
@@ -1305,14 +1378,32 @@ int choose_chunks(const Topology& topo, const SynthOptions& o, std::vector<std::
     if (k > 1 && (spent + work > kBudget || chunk_bytes < 1 || chunk_bytes / (max_bw * 1e3) < min_lat))
       break;
     spent += work;
+    if (bound && best < std::numeric_limits<double>::infinity()) {
+      double c = std::numeric_limits<double>::infinity();  // the cheapest channel's time for one chunk
+      for (const auto& ch : t.channels()) c = std::min(c, ch.time_us(chunk_bytes));
+      // (1 - 1e-9): the engine's times are sums of channel times, the bound a product
+      if (bound->rounds(k) * c * (1 - 1e-9) >= best * (1 - 1e-4)) {
+        if (++misses == 2) break;
+        continue;
+      }
+    }
     std::vector<int> src(static_cast<std::size_t>(chunks));
     for (std::size_t c = 0; c < src.size(); ++c) src[c] = rooted ? o.root : static_cast<int>(c % static_cast<std::size_t>(n));
-    const double time = best_gather(t, src, chunk_bytes, trial, nullptr, nullptr, &seeds).time;
-    if (trials) trials->emplace_back(k, time);
-    if (time < best * (1 - 1e-4)) {
-      best = time;
+    std::vector<double> times;
+    std::uint64_t best_seed = 0;
+    GatherResult r = best_gather(t, src, chunk_bytes, trial, &times, &best_seed, &seeds);
+    if (trials) trials->emplace_back(k, r.time);
+    if (r.time < best * (1 - 1e-4)) {
+      best = r.time;
       best_k = k;
       misses = 0;
+      if (shortcuts && keep) {
+        keep->valid = true;
+        keep->transposed = reverse_only;
+        keep->best = std::move(r);
+        keep->seed_times = std::move(times);
+        keep->best_seed = best_seed;
+      }
     } else if (++misses == 2) {
       break;
     }
@@ -1369,8 +1460,9 @@ void check_root(int root, int nranks) {
 
 namespace {
 
-// Validate the options, choose the chunks, and fill the schedule's header (no transfers).
-Schedule prepare(const Topology& topo, const SynthOptions& o0, SynthOptions& o, SynthStats& st) {
+// Validate the options, choose the chunks, and fill the schedule's header (no transfers). *kept: the chunk
+// trial of the count chosen, where the synthesis can take it (see choose_chunks).
+Schedule prepare(const Topology& topo, const SynthOptions& o0, SynthOptions& o, SynthStats& st, ChunkTrial* kept) {
   if (!topo.finalized()) throw Error("topology not finalized");
   if (o0.chunks_per_rank < 0) throw Error("chunks per rank must be >= 1 (0: choose automatically)");
   if (o0.seeds < 0) throw Error("seeds must be >= 0");
@@ -1381,7 +1473,7 @@ Schedule prepare(const Topology& topo, const SynthOptions& o0, SynthOptions& o, 
     throw Error("a collective needs at least 2 NPUs; topology '" + topo.name + "' has " + std::to_string(n));
   check_root(o0.root, n);
   o = o0;
-  if (o.chunks_per_rank == 0) o.chunks_per_rank = choose_chunks(topo, o, &st.chunk_trials);
+  if (o.chunks_per_rank == 0) o.chunks_per_rank = choose_chunks(topo, o, &st.chunk_trials, kept);
   Schedule s;
   s.collective = o.collective;
   s.algorithm = "tacos";
@@ -1422,18 +1514,37 @@ std::vector<std::vector<int>> reduction_routes(const Topology& spread_topo, cons
   return rev_routes;
 }
 
+int all_threads(const SynthOptions& o) {
+  return o.threads > 0 ? o.threads : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+}
+
+// The spreading run of the synthesis on t (`transposed`: the spreading topology's transpose): the chunk trial
+// of the count chosen where it ran on the same topology, else the best of the synthesis's seeds. The trial
+// kept no transfer list: with o.record its best seed runs again, recording (the same run: a seed's schedule
+// does not depend on the threads or on recording).
+GatherResult spread(const Topology& t, bool transposed, const Schedule& s, const SynthOptions& o,
+                    const ChunkTrial& kept, std::vector<double>* seed_times, std::uint64_t* best_seed) {
+  if (!kept.valid || kept.transposed != transposed)
+    return best_gather(t, s.owner, s.chunk_bytes, o, seed_times, best_seed);
+  if (seed_times) *seed_times = kept.seed_times;
+  if (best_seed) *best_seed = kept.best_seed;
+  if (!o.record) return kept.best;
+  return gather(t, s.owner, s.chunk_bytes, kept.best_seed, true, all_threads(o), o.engine);
+}
+
 }  // namespace
 
 Schedule synthesize(const Topology& topo, const SynthOptions& o0, SynthStats* stats) {
   SynthStats st;
   SynthOptions o;
-  Schedule s = prepare(topo, o0, o, st);
+  ChunkTrial kept;
+  Schedule s = prepare(topo, o0, o, st, &kept);
   const bool need_reverse = needs_reverse(o.collective), need_forward = needs_forward(o.collective);
   GatherResult fwd, rev_own;
   const GatherResult* rev = &rev_own;
   std::vector<std::vector<int>> rev_routes;
   if (need_forward) {
-    fwd = best_gather(topo, s.owner, s.chunk_bytes, o, &st.seed_times, &st.best_seed);
+    fwd = spread(topo, false, s, o, kept, &st.seed_times, &st.best_seed);
     st.ag_time_us = fwd.time;
     st.max_queue_entries = fwd.max_queue;
   }
@@ -1442,13 +1553,13 @@ Schedule synthesize(const Topology& topo, const SynthOptions& o0, SynthStats* st
     if (!partner.empty() && need_forward) {
       rev = &fwd;  // transpose == topology: the same spreading schedule, reversed, is the reduction
     } else if (!partner.empty()) {
-      rev_own = best_gather(topo, s.owner, s.chunk_bytes, o, &st.seed_times, &st.best_seed);
+      rev_own = spread(topo, false, s, o, kept, &st.seed_times, &st.best_seed);
       st.max_queue_entries = rev_own.max_queue;
     } else {
       const Topology tt = topo.transposed();
       std::vector<double> times;
-      rev_own = best_gather(tt, s.owner, s.chunk_bytes, o, need_forward ? &times : &st.seed_times,
-                            need_forward ? nullptr : &st.best_seed);
+      rev_own = spread(tt, true, s, o, kept, need_forward ? &times : &st.seed_times,
+                       need_forward ? nullptr : &st.best_seed);
       st.max_queue_entries = std::max(st.max_queue_entries, rev_own.max_queue);
       rev_routes = reduction_routes(tt, {});
     }
@@ -1491,18 +1602,20 @@ Schedule synthesize_to_stream(const Topology& topo, const SynthOptions& o0, cons
   SynthOptions o;
   SynthOptions o_nr = o0;
   o_nr.record = false;
-  Schedule s = prepare(topo, o_nr, o, st);
+  ChunkTrial kept;
+  Schedule s = prepare(topo, o_nr, o, st, &kept);
   const bool need_reverse = needs_reverse(o.collective), need_forward = needs_forward(o.collective);
   const auto partner = symmetric_partner(topo);
   const bool shared_run = need_reverse && need_forward && !partner.empty();
   std::unique_ptr<Topology> tt;
   if (need_reverse && partner.empty()) tt = std::make_unique<Topology>(topo.transposed());
   const Topology& rev_topo = tt ? *tt : topo;
-  // The best seed of each spreading run, found without writing (one seed: nothing to search).
-  auto best_seed = [&](const Topology& t, std::vector<double>* times) {
+  // The best seed of each spreading run, found without writing (one seed: nothing to search; the chunk trial
+  // of the count chosen: already found).
+  auto best_seed = [&](const Topology& t, bool transposed, std::vector<double>* times) {
     if (o.seeds <= 1) return o.base_seed;
     std::uint64_t b = o.base_seed;
-    best_gather(t, s.owner, s.chunk_bytes, o, times, &b);
+    spread(t, transposed, s, o, kept, times, &b);
     return b;
   };
   std::vector<StreamSection> sections;
@@ -1518,7 +1631,7 @@ Schedule synthesize_to_stream(const Topology& topo, const SynthOptions& o0, cons
     sec.routes = reduction_routes(rev_topo, partner);
     sec.route_us = costs(rev_topo);
     sections.push_back(std::move(sec));
-    rev_seed = best_seed(rev_topo, &st.seed_times);
+    rev_seed = best_seed(rev_topo, tt != nullptr, &st.seed_times);
   }
   if (need_forward) {
     StreamSection sec;
@@ -1526,13 +1639,13 @@ Schedule synthesize_to_stream(const Topology& topo, const SynthOptions& o0, cons
     sec.route_us = costs(topo);
     if (shared_run) sec.blocks_of = 0;
     sections.push_back(std::move(sec));
-    fwd_seed = shared_run ? rev_seed : best_seed(topo, &st.seed_times);
+    fwd_seed = shared_run ? rev_seed : best_seed(topo, false, &st.seed_times);
   }
   s.seed = need_forward ? fwd_seed : rev_seed;
   st.best_seed = s.seed;
   StreamWriter w(path, stream_header_json(s, topo, sections));
   const Sink sink = [&w](std::vector<Transfer>& ts) { w.write(ts); };
-  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  const int threads = all_threads(o);
   double t_rev = 0, t_fwd = 0;
   if (need_reverse) {
     const GatherResult r = gather(rev_topo, s.owner, s.chunk_bytes, rev_seed, false, threads, o.engine, &sink);

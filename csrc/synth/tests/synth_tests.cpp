@@ -272,6 +272,123 @@ TEST(synth, chunks_chosen_on_point_to_point) {
   }
 }
 
+// The chunk trials' shortcuts on the point-to-point engine (candidates a bound rules out are not run; the trial
+// of the count kept is the synthesis, its best seed run again for the transfer list) change nothing: against
+// every candidate run and the synthesis run afresh, the same count, seed, seed times and transfers, for every
+// collective, with and without the transfer list, and streamed; and fewer trials run.
+TEST(synth, chunk_trial_shortcuts_change_nothing) {
+  const GenParams p = params();
+  GenParams ph = p;
+  ph.dim_bandwidth = {50, 75};
+  struct Case {
+    Topology t;
+    double bytes;
+    SynthOptions::Engine engine = SynthOptions::Engine::Auto;
+    bool every_collective = true;  // else All-Gather with the transfer list only (the test runs in debug builds)
+    double rooted_bytes = 1 << 20;  // Broadcast, Reduce (their trials go up to 256 chunks)
+    bool general = false;           // the general engine runs it: no shortcut
+  };
+  const auto P2P = SynthOptions::Engine::PointToPoint;
+  std::vector<Case> cases;
+  cases.push_back({generate("ring", {4}, p), 1 << 30});
+  cases.push_back({generate("ring", {8}, p), 1 << 26, SynthOptions::Engine::Auto, true, 1 << 24});
+  cases.push_back({generate("torus", {4, 4}, p), 1 << 30});
+  cases.push_back({generate("hypercube", {3}, p), 1 << 30});
+  cases.push_back({generate("torus", {3, 3}, p), 1 << 30});  // 64 chunks kept
+  cases.push_back({generate("mesh", {5, 5}, p), 1 << 30});   // 1 chunk kept
+  cases.push_back({generate("mesh", {8, 8}, p), 1 << 30, SynthOptions::Engine::Auto, false});
+  cases.push_back({generate("hypercube", {6}, p), 1 << 30, SynthOptions::Engine::Auto, false});
+  cases.push_back({generate("fc", {6}, p), 1 << 20});
+  cases.push_back({generate("uni_ring", {5}, p), 1 << 30});  // its transpose is another topology
+  cases.push_back({generate("mesh", {4, 4}, ph), 1 << 30, P2P});  // two link speeds: the cheapest bounds
+  cases.push_back({generate("switch", {4}, p), 1 << 20, SynthOptions::Engine::Auto, true, 1 << 20, true});
+  const auto same_transfers = [](const Schedule& a, const Schedule& b) {
+    if (a.transfers.size() != b.transfers.size() || a.routes != b.routes) return false;
+    for (std::size_t i = 0; i < a.transfers.size(); ++i) {
+      const Transfer &x = a.transfers[i], &y = b.transfers[i];
+      if (x.chunk != y.chunk || x.src != y.src || x.dst != y.dst || x.start != y.start || x.end != y.end ||
+          x.route != y.route || x.op != y.op || x.order != y.order)
+        return false;
+    }
+    return true;
+  };
+  const auto read = [](const std::string& path) {
+    std::string data;
+    if (FILE* f = std::fopen(path.c_str(), "rb")) {
+      char buf[4096];
+      for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, f)) > 0;) data.append(buf, got);
+      std::fclose(f);
+    }
+    return data;
+  };
+  std::size_t run_short = 0, run_all = 0;
+  for (const auto& c : cases)
+    for (auto coll : colls) {
+      if (!c.every_collective && coll != Collective::AllGather) continue;
+      const bool rooted = coll == Collective::Broadcast || coll == Collective::Reduce;
+      const double bytes = rooted ? c.rooted_bytes : c.bytes;
+      for (const bool record : {true, false}) {
+        if (!record && !c.every_collective) continue;
+        SynthOptions o;
+        o.collective = coll;
+        o.bytes = bytes;
+        o.seeds = 8;
+        o.threads = 2;
+        o.engine = c.engine;
+        o.record = record;
+        o.root = c.t.num_npus() - 1;
+        SynthStats sa, sb;
+        const Schedule a = synthesize(c.t, o, &sa);
+        o.trial_shortcuts = false;
+        const Schedule b = synthesize(c.t, o, &sb);
+        const std::string what = c.t.name + "/" + to_string(coll) + (record ? "" : "/no schedule");
+        EXPECT_EQ(sa.chunks_per_rank, sb.chunks_per_rank) << what;
+        EXPECT_EQ(a.time_us, b.time_us) << what;
+        EXPECT_EQ(sa.ag_time_us, sb.ag_time_us) << what;
+        EXPECT_EQ(sa.rs_time_us, sb.rs_time_us) << what;
+        EXPECT_EQ(a.seed, b.seed) << what;
+        EXPECT_EQ(sa.seed_times, sb.seed_times) << what;
+        EXPECT_EQ(sa.transfers, sb.transfers) << what;
+        EXPECT_EQ(sa.max_queue_entries, sb.max_queue_entries) << what;
+        EXPECT_TRUE(same_transfers(a, b)) << what;
+        // the trials run are among the exhaustive ones, with the same times, in the same order
+        std::size_t j = 0;
+        for (const auto& tr : sa.chunk_trials) {
+          while (j < sb.chunk_trials.size() && sb.chunk_trials[j].first != tr.first) ++j;
+          ASSERT_LT(j, sb.chunk_trials.size()) << what << ": " << tr.first << " chunks not in the exhaustive trials";
+          EXPECT_EQ(tr.second, sb.chunk_trials[j].second) << what << ": " << tr.first << " chunks";
+        }
+        if (c.engine == SynthOptions::Engine::Auto && !c.general && !rooted) {
+          run_short += sa.chunk_trials.size();
+          run_all += sb.chunk_trials.size();
+        }
+      }
+      if (!c.every_collective) continue;
+      SynthOptions o;
+      o.collective = coll;
+      o.bytes = bytes;
+      o.seeds = 8;
+      o.threads = 2;
+      o.engine = c.engine;
+      const std::string pa = "synth_tests_shortcut_a.acss", pb = "synth_tests_shortcut_b.acss";
+      SynthStats sa, sb;
+      const Schedule ha = synthesize_to_stream(c.t, o, pa, &sa);
+      o.trial_shortcuts = false;
+      const Schedule hb = synthesize_to_stream(c.t, o, pb, &sb);
+      const std::string what = c.t.name + "/" + to_string(coll) + "/stream";
+      EXPECT_EQ(ha.time_us, hb.time_us) << what;
+      EXPECT_EQ(ha.seed, hb.seed) << what;
+      EXPECT_EQ(sa.seed_times, sb.seed_times) << what;
+      const std::string da = read(pa);
+      EXPECT_FALSE(da.empty()) << what;
+      EXPECT_TRUE(da == read(pb)) << what;
+      std::remove(pa.c_str());
+      std::remove(pb.c_str());
+    }
+  // All-Gather, Reduce-Scatter and All-Reduce on the point-to-point engine: 126 candidates of 214 run
+  EXPECT_LT(run_short * 3, run_all * 2) << run_short << " trials run with the shortcuts, " << run_all << " without";
+}
+
 // Limits, each refused with a sentence before any work: sizes past 2^50 bytes, a root out of range, a baseline
 // too large for a schedule or for the memory allowed, per-dimension parameters of the wrong count or kind.
 TEST(synth, limits_refused_up_front) {

@@ -206,6 +206,10 @@ struct SynthOptions {
   // Engine: Auto picks the general engine for shared or differently priced channels (see synthesizer.cpp);
   // PointToPoint forces the point-to-point engine (refused where channels share links); General forces it.
   enum class Engine : std::uint8_t { Auto, General, PointToPoint } engine = Engine::Auto;
+  // Chunk trials on the point-to-point engine (chunks_per_rank 0): skip a candidate whose lower bound cannot
+  // beat the fastest so far, and take the synthesis at the count kept from its trial (its best seed run again
+  // for the transfer list). false: every candidate run and the synthesis run afresh, the same schedule (tests).
+  bool trial_shortcuts = true;
 };
 
 struct SynthStats {
@@ -217,6 +221,7 @@ struct SynthStats {
   std::size_t max_queue_entries = 0;
   int chunks_per_rank = 0;                          // the chunks used
   std::vector<std::pair<int, double>> chunk_trials;  // (chunks per rank, spreading time) tried when chosen
+                                                     // (not those a bound ruled out: see trial_shortcuts)
   // Best seed, general engine: chunks sent again over a faster path while a copy was in flight, and the
   // slower copies that then carried another chunk (replaced) or were dropped from the schedule (cancelled).
   std::uint64_t resent = 0, replaced = 0, cancelled = 0;
