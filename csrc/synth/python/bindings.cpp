@@ -61,9 +61,9 @@ PYBIND11_MODULE(_synth, m) {
   // The library's limits, read by autoccl.synth (its MAX_BYTES and MAX_CHUNKS, which the command line checks before
   // it loads this module, are held equal to these by tests/synth/test_synth.py).
   m.attr("MAX_COLLECTIVE_BYTES") = kMaxCollectiveBytes;
-  // chunks in one schedule (NPUs x chunks per NPU; per root for Broadcast/Reduce): the limit prepare() in
-  // synthesizer.cpp and baseline() in baselines.cpp enforce, written there as a literal
-  m.attr("MAX_CHUNKS") = 2000000000LL;
+  // chunks in one schedule (NPUs x chunks per NPU; per root for Broadcast/Reduce), as synthesis and baselines
+  // enforce it
+  m.attr("MAX_CHUNKS") = kMaxChunks;
 
   py::class_<Topology>(m, "Topology")
       .def(py::init<>())

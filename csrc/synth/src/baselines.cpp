@@ -91,14 +91,16 @@ Schedule baseline(const Topology& topo, const std::string& algo, Collective coll
   check_root(root, n);
   const bool rooted = coll == Collective::Broadcast || coll == Collective::Reduce;
   const double nchunks = rooted ? k : static_cast<double>(n) * k;
-  if (nchunks > 2e9) throw Error("too many chunks: " + std::to_string(static_cast<long long>(nchunks)) + ", at most 2000000000");
+  if (nchunks > static_cast<double>(kMaxChunks))
+    throw Error("too many chunks: " + std::to_string(static_cast<long long>(nchunks)) + ", at most " +
+                std::to_string(kMaxChunks));
   const double count = baseline_transfers(n, coll, k);
   // the list, the simulator's timed copy of it, and the checker's state (about one more)
   const double need = count * static_cast<double>(sizeof(Transfer)) * 3;
-  if (count > 2e9 || (max_memory_bytes > 0 && need > max_memory_bytes)) {
+  if (count > static_cast<double>(kMaxChunks) || (max_memory_bytes > 0 && need > max_memory_bytes)) {
     char buf[320];
-    if (count > 2e9)
-      std::snprintf(buf, sizeof buf, "%.3g transfers, more than the 2e9 a schedule can hold", count);
+    if (count > static_cast<double>(kMaxChunks))
+      std::snprintf(buf, sizeof buf, "%.3g transfers, more than the %lld a schedule can hold", count, kMaxChunks);
     else
       std::snprintf(buf, sizeof buf, "about %.1f GiB to build, simulate and check, more than the %.1f GiB allowed",
                     need / (1 << 30), max_memory_bytes / (1 << 30));
@@ -296,7 +298,7 @@ Schedule baseline(const Topology& topo, const std::string& algo, Collective coll
   } else {
     throw Error("unknown baseline '" + algo + "' (ring, direct, rhd, dbtree, hierarchical)");
   }
-  if (s.transfers.size() > 2'000'000'000ULL) throw Error("baseline too large");
+  if (s.transfers.size() > static_cast<size_t>(kMaxChunks)) throw Error("baseline too large");
   return s;
 }
 

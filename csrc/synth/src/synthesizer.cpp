@@ -1483,8 +1483,9 @@ Schedule prepare(const Topology& topo, const SynthOptions& o0, SynthOptions& o, 
   s.bytes = o.bytes;
   const bool rooted = o.collective == Collective::Broadcast || o.collective == Collective::Reduce;
   const long long C = rooted ? o.chunks_per_rank : static_cast<long long>(n) * o.chunks_per_rank;
-  if (C > 2'000'000'000LL)
-    throw Error("too many chunks: " + std::to_string(C) + ", at most 2000000000 (NPUs x chunks per NPU)");
+  if (C > kMaxChunks)
+    throw Error("too many chunks: " + std::to_string(C) + ", at most " + std::to_string(kMaxChunks) +
+                " (NPUs x chunks per NPU)");
   s.nchunks = static_cast<int>(C);
   s.chunk_bytes = o.bytes / static_cast<double>(C);
   s.owner.resize(static_cast<std::size_t>(C));

@@ -188,6 +188,9 @@ struct Schedule {
 // double precision; far beyond this size a collective lasts so long that its times can no longer resolve link
 // latencies (at 2^60 bytes on a 50 GB/s ring, 5.5e14 us with a resolution of 0.06 us) and the schedule breaks.
 constexpr double kMaxCollectiveBytes = 1125899906842624.0;
+// The most chunks a schedule holds (NPUs x chunks per NPU for synthesis, a baseline's chunks or transfers): chunk
+// and transfer ids are 32-bit.
+constexpr long long kMaxChunks = 2'000'000'000LL;
 // Checks shared by synthesis and the baselines; each throws Error with a sentence naming the value and its limit.
 void check_collective_size(double bytes);  // positive, finite, at most kMaxCollectiveBytes
 void check_root(int root, int nranks);     // 0 <= root < nranks
