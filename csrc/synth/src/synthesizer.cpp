@@ -1142,6 +1142,11 @@ GatherResult gather(const Topology& t, const std::vector<int>& src, double chunk
   return res;
 }
 
+// The threads a synthesis runs on: o.threads, or every hardware thread where it is 0.
+int all_threads(const SynthOptions& o) {
+  return o.threads > 0 ? o.threads : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+}
+
 // Best of `seeds` seeds (base_seed, base_seed + 1, ...; or the seeds of `seed_list`), run on up to `threads`
 // threads. Deterministic: ties go to the lowest seed.
 GatherResult best_gather(const Topology& t, const std::vector<int>& src, double chunk_bytes, const SynthOptions& o,
@@ -1151,8 +1156,7 @@ GatherResult best_gather(const Topology& t, const std::vector<int>& src, double 
   auto seed_of = [&](int i) {
     return seed_list ? (*seed_list)[static_cast<std::size_t>(i)] : o.base_seed + static_cast<std::uint64_t>(i);
   };
-  unsigned hw = std::thread::hardware_concurrency();
-  int threads = o.threads > 0 ? o.threads : static_cast<int>(hw ? hw : 1);
+  int threads = all_threads(o);
   // Seeds run side by side; with fewer seeds than threads, each seed splits its destinations among the rest
   // (large topologies without shared links only; the schedule is the same for any thread count).
   const int inner = std::max(1, threads / k);
@@ -1417,8 +1421,7 @@ void check_memory(const Topology& topo, const SynthOptions& o, double chunks) {
   const double cells = n * chunks;
   const bool general = o.engine == SynthOptions::Engine::General ||
                        (o.engine == SynthOptions::Engine::Auto && use_general_engine(topo, static_cast<std::size_t>(chunks)));
-  const unsigned hw = std::thread::hardware_concurrency();
-  const int threads = o.threads > 0 ? o.threads : static_cast<int>(hw ? hw : 1);
+  const int threads = all_threads(o);
   const double parallel = std::max(1, std::min(threads, std::max(1, o.seeds)));
   // general engine: eta (8 B) + held bit + candidate queues (~4 B) per cell; Gather: a claim bit per cell
   const double state = parallel * (general ? cells * 12.2 : cells / 8) + 256.0 * static_cast<double>(topo.channels().size());
@@ -1513,10 +1516,6 @@ std::vector<std::vector<int>> reduction_routes(const Topology& spread_topo, cons
     rev_routes.push_back(std::move(r));
   }
   return rev_routes;
-}
-
-int all_threads(const SynthOptions& o) {
-  return o.threads > 0 ? o.threads : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
 }
 
 // The spreading run of the synthesis on t (`transposed`: the spreading topology's transpose): the chunk trial

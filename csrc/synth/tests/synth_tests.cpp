@@ -321,6 +321,16 @@ TEST(synth, chunk_trial_shortcuts_change_nothing) {
     }
     return data;
   };
+  // the synthesis of a case, with and without the shortcuts: 8 seeds on 2 threads
+  const auto options = [](Collective coll, double bytes, SynthOptions::Engine engine) {
+    SynthOptions o;
+    o.collective = coll;
+    o.bytes = bytes;
+    o.seeds = 8;
+    o.threads = 2;
+    o.engine = engine;
+    return o;
+  };
   std::size_t run_short = 0, run_all = 0;
   for (const auto& c : cases)
     for (auto coll : colls) {
@@ -329,12 +339,7 @@ TEST(synth, chunk_trial_shortcuts_change_nothing) {
       const double bytes = rooted ? c.rooted_bytes : c.bytes;
       for (const bool record : {true, false}) {
         if (!record && !c.every_collective) continue;
-        SynthOptions o;
-        o.collective = coll;
-        o.bytes = bytes;
-        o.seeds = 8;
-        o.threads = 2;
-        o.engine = c.engine;
+        SynthOptions o = options(coll, bytes, c.engine);
         o.record = record;
         o.root = c.t.num_npus() - 1;
         SynthStats sa, sb;
@@ -364,12 +369,7 @@ TEST(synth, chunk_trial_shortcuts_change_nothing) {
         }
       }
       if (!c.every_collective) continue;
-      SynthOptions o;
-      o.collective = coll;
-      o.bytes = bytes;
-      o.seeds = 8;
-      o.threads = 2;
-      o.engine = c.engine;
+      SynthOptions o = options(coll, bytes, c.engine);
       const std::string pa = "synth_tests_shortcut_a.acss", pb = "synth_tests_shortcut_b.acss";
       SynthStats sa, sb;
       const Schedule ha = synthesize_to_stream(c.t, o, pa, &sa);
