@@ -223,6 +223,17 @@ def copy_bandwidth(nbytes: int, iters: int = 20) -> list[dict[str, Any]]:
     return rows
 
 
+def _job_topology(cfg: dict[str, Any], device: str) -> tuple[dict[str, Any], Any]:
+    """The job's topology: the document the command gave (cfg["topology"]), or, where it gave none, the one
+    this job's ranks detect together (every rank takes part); and that document built (autoccl.synth)."""
+    from autoccl import synth
+
+    doc = cfg.get("topology")
+    if doc is None:
+        doc = build_topology(gather_reports(device))
+    return doc, synth.topology_from_dict(doc)
+
+
 def bench_job(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
     """Plans against the backend's own collectives: busbw per collective and size, plus correctness of
     each plan's result against the backend's (bit-identical gathers)."""
@@ -230,10 +241,7 @@ def bench_job(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
 
     device = cfg["device"]
     _device_setup(device)
-    doc = cfg.get("topology")
-    if doc is None:
-        doc = build_topology(gather_reports(device))
-    topo = synth.topology_from_dict(doc)
+    doc, topo = _job_topology(cfg, device)
     n = world
     out: dict[str, Any] = {"rows": [], "topology": doc}
     if cfg.get("copy") and device == "cuda" and torch.cuda.device_count() > 1:
@@ -340,10 +348,7 @@ def check_job(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
 
     device = cfg["device"]
     _device_setup(device)
-    doc = cfg.get("topology")
-    if doc is None:  # detected by the ranks of this job, as bench_job does
-        doc = build_topology(gather_reports(device))
-    topo = synth.topology_from_dict(doc)
+    topo = _job_topology(cfg, device)[1]
     plans = {
         c: Plan.from_schedule(
             synth.synthesize(topo, c, float(cfg["bytes"]), chunks=cfg["chunks"], seeds=2)[0], topo
