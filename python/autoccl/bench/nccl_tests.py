@@ -379,13 +379,13 @@ def run_plan(
     (plan.out / "logs").mkdir(parents=True, exist_ok=True)
     (plan.out / "cache" / "empty").mkdir(parents=True, exist_ok=True)
     results_path = plan.out / "launches.jsonl"
-    set_aside = set_aside_unreadable(results_path)
+    earlier, set_aside = set_aside_unreadable(results_path)
     if set_aside and notify:
         notify(
             f"set {unreadable_lines(set_aside)} of {results_path} aside in {results_path}{UNREADABLE_SUFFIX} "
             "(an earlier run cut short); the launches of this plan it lacks run now"
         )
-    done = _read_done(results_path)
+    done = _finished(earlier)
     total = plan.passes * len(plan.launches) * len(plan.colls) * len(plan.modes)
     count = 0
     records: list[dict[str, Any]] = list(done.values())
@@ -475,9 +475,10 @@ def with_passes(header: str, count: int) -> str:
     return _PASSES_TEXT.sub(passes_text(count), header)
 
 
-def _read_done(path: Path) -> dict[tuple[Any, ...], dict[str, Any]]:
+def _finished(records: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The launches of earlier records that ran to the end, by (pass, launch, collective, mode)."""
     done: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for rec in scan_launches(path)[0]:  # a line cut short when an earlier run was killed is left out
+    for rec in records:
         if rec.get("rc") == 0:
             done[(rec["pass"], rec["launch"], rec["coll"], rec["mode"])] = rec
     return done
@@ -486,29 +487,35 @@ def _read_done(path: Path) -> dict[tuple[Any, ...], dict[str, Any]]:
 UNREADABLE_SUFFIX = ".unreadable"
 
 
-def set_aside_unreadable(path: Path) -> int:
+def set_aside_unreadable(path: Path) -> tuple[list[dict[str, Any]], int]:
     """Before a run resumes: the lines of PATH that are no launch record (a line cut short by a killed run, a
     malformed one) move to PATH.unreadable (appended: nothing is lost), PATH keeps its records and ends in a
     newline. The run then launches again whatever those lines held, and later summaries do not count them as
-    left out. Returns how many lines moved."""
+    left out. Returns the records PATH keeps (read once, here) and how many lines moved."""
     text = path.read_text(errors="replace") if path.is_file() else ""
     if not text:
-        return 0
+        return [], 0
     kept: list[str] = []
+    records: list[dict[str, Any]] = []
     moved: list[str] = []
     for line in text.splitlines():
         if not line.strip():
             continue
-        (moved if _launch_record(line) is None else kept).append(line)
+        rec = _launch_record(line)
+        if rec is None:
+            moved.append(line)
+        else:
+            kept.append(line)
+            records.append(rec)
     if not moved and text.endswith("\n"):
-        return 0
+        return records, 0
     if moved:
         with open(path.with_name(path.name + UNREADABLE_SUFFIX), "a") as aside:
             aside.write("".join(x + "\n" for x in moved))
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(x + "\n" for x in kept))
     os.replace(tmp, path)
-    return len(moved)
+    return records, len(moved)
 
 
 def _launch_record(line: str) -> dict[str, Any] | None:

@@ -860,13 +860,12 @@ def annotate_online_rows(doc: dict[str, Any]) -> None:
     guard = {e["label"]: e["guard"] for e in doc["launches"] if "guard" in e}
     for row, it in zip(doc["train"], doc["iterations"], strict=True):
         if row["mode"] in M.ONLINE_MODES and row["parallel"] in base:
-            window: dict[str, Any] = {}
-            if row["launch"] in conv:
-                window = tuned_window(it["iter_ms"], base[row["parallel"]], conv[row["launch"]])
+            tasks = conv.get(row["launch"])  # None: the launch left no trace
+            window = tuned_window(it["iter_ms"], base[row["parallel"]], tasks) if tasks is not None else {}
             row.update(tuning_tradeoff(it["iter_ms"], base[row["parallel"]], window.get("search_end_iter")))
-            if row["launch"] in conv:
-                row.update(window)
-                row.update(T.fell_back_to_nccl(conv[row["launch"]], len(it["iter_ms"])) or {})
+            row.update(window)
+            if tasks is not None:
+                row.update(T.fell_back_to_nccl(tasks, len(it["iter_ms"])) or {})
             if row["launch"] in guard:
                 row["guard_verdicts"] = [{k: v.get(k) for k in GUARD_ROW_KEYS} for v in guard[row["launch"]]]
 
