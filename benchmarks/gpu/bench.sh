@@ -72,6 +72,10 @@
 #   allowanceonce  online beside online with AUTOCCL_ALLOWANCE_ONCE=off (a task searched again at every start gets
 #             a fresh regret allowance), each mode with its own cache, traced: from pass 1 on, the tasks whose cold
 #             search ended without a lead; the task records' regret_allowance say which had none (PASSES >= 3)
+#   waitregret  online beside online with AUTOCCL_WAIT_REGRET=on (a rank's wait for an exploring task's plan, over TCP a
+#             round trip to the authority, counted into the task's regret), each mode with its own cache, traced: with
+#             one process per rank (or two hosts of one GPU) the cold pass (pass 0) is where it shows; the task records'
+#             wait_regret_us and regret_stop say what the waits cost and which searches they ended
 #   unproven  online beside online with AUTOCCL_UNPROVEN_CALLS=$UNPROVEN_CALLS (default 3: at most that many calls of
 #             unmeasured configurations in flight while the plan runs ahead of its samples) and online with
 #             AUTOCCL_SPECULATE=off (no speculated points while samples are in flight), traced: on one H200 over
@@ -204,6 +208,7 @@ for plan in ${PLANS:-overhead online}; do
     stepfirst) args=(-m plain -m online -m "online-s1:--mode online AUTOCCL_STEP_CALLS=1" --trace) ;;
     skipbehind) args=(-m plain -m online -m "online-probeall:--mode online AUTOCCL_SKIP_BEHIND_PCT=0" --trace) ;;
     recordedstart) args=(-m plain -m online -m "online-widest:--mode online AUTOCCL_RECORDED_START=off" --trace) ;;
+    waitregret) args=(-m plain -m online -m "online-waits:--mode online AUTOCCL_WAIT_REGRET=on" --trace) ;;
     allowanceonce) args=(-m plain -m online -m "online-every:--mode online AUTOCCL_ALLOWANCE_ONCE=off" --trace) ;;
     unproven) args=(-m plain -m online -m "online-u${UNPROVEN_CALLS:-3}:--mode online AUTOCCL_UNPROVEN_CALLS=${UNPROVEN_CALLS:-3}"
                     -m "online-nospec:--mode online AUTOCCL_SPECULATE=off" --trace) ;;

@@ -67,12 +67,16 @@ constexpr uint32_t kGuardColl = 0x100;
 // from the step guard's plan.
 class GatedDecider final : public coord::Decider {
  public:
-  GatedDecider(Coordination* co, int nRanks, GuardOptions guardOptions)
-      : guard(std::make_shared<GuardPlan>(std::move(guardOptions))), co_(co), nRanks_(nRanks) {}
+  GatedDecider(Coordination* co, int nRanks, GuardOptions guardOptions, bool chargeWaits)
+      : inner(16, chargeWaits), guard(std::make_shared<GuardPlan>(std::move(guardOptions))), co_(co), nRanks_(nRanks) {}
   std::vector<coord::Segment> decide(const coord::TaskKey& t, uint64_t k, uint64_t covered) override {
     if (!co_->allLocal(t.comm, nRanks_, std::chrono::milliseconds(kLocalWaitMs))) return {finalDefault(covered)};
     if (t.coll == kGuardColl) return guard->decide(k, covered);
     return inner.decide(t, k, covered);
+  }
+  void observeWait(const coord::TaskKey& t, int rank, uint64_t k, double us) override {
+    (void)rank;
+    inner.chargeWait(t, k, us);
   }
   SearchDecider inner;
   std::shared_ptr<GuardPlan> guard;
@@ -95,6 +99,10 @@ class ForwardDecider final : public coord::Decider {
   }
   void observe(const coord::TaskKey& t, int rank, uint64_t k, double us) override {
     if (observer_) observer_(t, rank, k, us);
+  }
+  void observeWait(const coord::TaskKey& t, int rank, uint64_t k, double us) override {
+    (void)rank;
+    inner_->chargeWait(t, k, us);
   }
 
  private:
@@ -201,7 +209,8 @@ class OnlineSource final : public DecisionSource {
       // The step guard's arms (AUTOCCL_STEP_ARMS): planned here alone; the other ranks apply what its plan says.
       GuardOptions guardOptions;
       if (env.settings) guardOptions.hiddenCaps = env.settings->stepArmsHidden;
-      decider_ = std::make_unique<GatedDecider>(env.coordination, env.nRanks, std::move(guardOptions));
+      decider_ = std::make_unique<GatedDecider>(env.coordination, env.nRanks, std::move(guardOptions),
+                                                !env.settings || env.settings->waitRegret);
       localBoard_->serve(env.commHash, decider_.get());
       if (tcpBoard_) {
         ForwardDecider::Observer observer;
@@ -313,6 +322,7 @@ class OnlineSource final : public DecisionSource {
       }
       s->seg = o.seg;
       noteLookup(s, k, waitedNs);
+      if (waitedNs >= kChargedWaitNs && s->seg.phase == search::Phase::kTuning) chargeWait(s, k, waitedNs);
       // A segment that does not depend on samples to come (pinned, a drift check) is followed by one
       // the authority can plan now: ask for it at once, so that its lookup at this segment's end finds
       // it at hand instead of waiting a round trip to the authority in the middle of the job's calls
@@ -869,6 +879,9 @@ class OnlineSource final : public DecisionSource {
     std::vector<std::pair<uint64_t, uint64_t>> slow;  // (call, ns) of the slowest lookups >= kSlowLookupNs
   };
   static constexpr uint64_t kSlowLookupNs = 200000;
+  // Lookups answered from what the board holds take a few microseconds; one that asks the authority takes a
+  // round trip (0.2-2.5 ms over TCP) or the authority's planning in this process. Only those are charged.
+  static constexpr uint64_t kChargedWaitNs = 20000;
   static constexpr size_t kSlowLookupsKept = 8;
 
   TaskState* state(const TaskKey& task) {
@@ -959,6 +972,14 @@ class OnlineSource final : public DecisionSource {
     auto least = std::min_element(s->slow.begin(), s->slow.end(),
                                   [](const auto& a, const auto& b) { return a.second < b.second; });
     if (least->second < waitedNs) *least = {k, waitedNs};
+  }
+
+  // A lookup that waited for the authority to plan an exploring segment held the caller that long, a cost NCCL's
+  // choice alone does not have: charged to the task's regret at the authority (SearchDecider::chargeWait).
+  void chargeWait(TaskState* s, uint64_t k, uint64_t waitedNs) {
+    const double us = 1e-3 * static_cast<double>(waitedNs);
+    if (authority_) decider_->inner.chargeWait(s->key, k, us);
+    else usedBoard_->reportWait(s->key, env_.rank, k, us);
   }
 
   void onNewSegment(TaskState* s) {

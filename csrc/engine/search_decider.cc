@@ -22,6 +22,30 @@ std::shared_ptr<search::TaskSearch> SearchDecider::find(const coord::TaskKey& ta
   return it == tasks_.end() ? nullptr : it->second.search;
 }
 
+void SearchDecider::chargeWait(const coord::TaskKey& task, uint64_t k, double micros) {
+  std::shared_ptr<search::TaskSearch> s;
+  double beyond = 0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = tasks_.find(task);
+    if (!chargeWaits_ || it == tasks_.end() || !it->second.search || !(micros > 0)) return;
+    Entry& e = it->second;
+    auto [w, fresh] = e.waits.try_emplace(k, 0.0);
+    if (!fresh && w->second >= micros) return;
+    if (fresh && e.waits.size() > kWaitCallsKept) {
+      if (w == e.waits.begin()) {  // older than every call kept: already charged or too late to tell
+        e.waits.erase(w);
+        return;
+      }
+      e.waits.erase(e.waits.begin());
+    }
+    beyond = micros - w->second;
+    w->second = micros;
+    s = e.search;
+  }
+  s->chargeWait(beyond);
+}
+
 std::vector<Segment> SearchDecider::decide(const coord::TaskKey& task, uint64_t k, uint64_t coveredUpTo) {
   std::shared_ptr<search::TaskSearch> s;
   std::vector<Segment> out;

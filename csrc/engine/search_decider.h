@@ -19,22 +19,30 @@ namespace autoccl::engine {
 // samples as NCCL's baseline (search::Options::defaultTimedBefore).
 class SearchDecider : public coord::Decider {
  public:
-  explicit SearchDecider(uint64_t window = 16) : window_(window) {}
+  // `chargeWaits` false: chargeWait() ignores every wait (AUTOCCL_WAIT_REGRET off).
+  explicit SearchDecider(uint64_t window = 16, bool chargeWaits = true) : window_(window), chargeWaits_(chargeWaits) {}
   // Creates the task's search (if new) starting after the calls already decided for it.
   std::shared_ptr<search::TaskSearch> registerTask(const coord::TaskKey& task, const search::Space& space,
                                                    search::Options opt = search::Options(),
                                                    std::vector<search::Hint> hints = {});
   std::shared_ptr<search::TaskSearch> find(const coord::TaskKey& task);
   std::vector<Segment> decide(const coord::TaskKey& task, uint64_t k, uint64_t coveredUpTo) override;
+  // A rank waited `micros` for its lookup of call k of `task`: charged to the task's search
+  // (TaskSearch::chargeWait) as the longest wait of any rank at that call, since the ranks wait for the same plan
+  // at the same time. Waits of a task the authority has not registered are not charged.
+  void chargeWait(const coord::TaskKey& task, uint64_t k, double micros);
 
  private:
   struct Entry {
     std::vector<Segment> pre;  // NCCL's default, handed out before the task was registered
     std::shared_ptr<search::TaskSearch> search;
+    std::map<uint64_t, double> waits;  // the longest wait charged per call, the latest kWaitCallsKept calls
   };
+  static constexpr size_t kWaitCallsKept = 64;
   std::mutex mu_;
   std::map<coord::TaskKey, Entry> tasks_;
   uint64_t window_;
+  bool chargeWaits_;
 };
 
 }  // namespace autoccl::engine

@@ -294,6 +294,11 @@ Settings loadSettings(const EnvLookup& env) {
   else if (!once.empty() && once != "on")
     return invalid(s, "AUTOCCL_ALLOWANCE_ONCE='" + once + "' is not one of on, off");
 
+  const std::string waits = get(env, "AUTOCCL_WAIT_REGRET");
+  if (waits == "on") s.waitRegret = true;
+  else if (!waits.empty() && waits != "off")
+    return invalid(s, "AUTOCCL_WAIT_REGRET='" + waits + "' is not one of on, off");
+
   std::string guard = get(env, "AUTOCCL_GUARD");
   if (guard == "off") s.guard = false;
   else if (!guard.empty() && guard != "on") return invalid(s, "AUTOCCL_GUARD='" + guard + "' is not one of on, off");

@@ -138,6 +138,12 @@ struct Settings {
   // is not explored afresh at every start; `off` grants it at every start. Over sockets on one H200 the third
   // warm pass left 0 of 8 tasks searching against 1 with `off` (h200x1/default-engine-hosts).
   bool allowanceOnce = true;
+  // AUTOCCL_WAIT_REGRET (online mode): `on` counts the time a rank waited for an exploring task's plan (a lookup
+  // that had to ask the authority: over TCP a round trip) into the task's regret, as the longest wait of any rank at
+  // that call (search::TaskSearch::chargeWait); `off` (default until a GPU run says which is faster) counts only
+  // the samples, as if the waits were free. A host that runs ahead of its GPU hides a wait: counted whole, it is
+  // an upper bound of what the caller lost.
+  bool waitRegret = false;
   // AUTOCCL_GUARD (online mode): `on` (default) checks the tuned plan against NCCL's own choices on the
   // iteration time of a communicator whose calls repeat in iterations of two or more calls (engine/step_guard.h);
   // `off`: the tasks' own searches alone.

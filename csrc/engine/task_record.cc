@@ -36,11 +36,12 @@ std::string searchFields(const TaskSearchRecord& r) {
                 ",\"search_samples\":%" PRIu64 ",\"search_lost\":%" PRIu64 ",\"search_late\":%" PRIu64
                 ",\"search_prior_samples\":%" PRIu64 ",\"search_wait_calls\":%" PRIu64 ",\"search_free_wait_calls\":%" PRIu64
                 ",\"search_duel_extensions\":%" PRIu64 ",\"rank_scored\":%" PRIu64 ",\"shorter_elsewhere\":%" PRIu64
-                ",\"regret_us\":%.1f,\"small_task\":%s,\"small_by_model\":%s,\"model_us\":%.2f,\"table_default\":%s"
+                ",\"regret_us\":%.1f,\"wait_regret_us\":%.1f,\"small_task\":%s,\"small_by_model\":%s,\"model_us\":%.2f,\"table_default\":%s"
                 ",\"regret_stop\":%s,\"job_regret_stop\":%s,\"abandoned\":%" PRIu64 ",\"skipped_behind\":%" PRIu64
                 ",\"recorded_starts\":%" PRIu64 ",\"regret_allowance\":%.0f",
                 st.samples, st.lostSamples, st.lateSamples, st.priorSamples, st.waitCalls, st.freeWaitCalls,
-                st.duelExtensions, r.rankScored, r.shorterElsewhere, st.regretMicros, st.smallTask ? "true" : "false",
+                st.duelExtensions, r.rankScored, r.shorterElsewhere, st.regretMicros, st.waitRegretMicros,
+                st.smallTask ? "true" : "false",
                 st.smallByModel ? "true" : "false", st.modelDefault, st.tableDefault ? "true" : "false",
                 st.regretStop ? "true" : "false", st.jobRegretStop ? "true" : "false", st.abandoned,
                 st.skippedBehind, st.recordedStarts, st.regretAllowance);

@@ -148,6 +148,11 @@ class LocalBoard : public Board {
     auto it = deciders_.find(t.comm);
     if (it != deciders_.end()) it->second->observe(t, rank, k, micros);
   }
+  void reportWait(const TaskKey& t, int rank, uint64_t k, double micros) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = deciders_.find(t.comm);
+    if (it != deciders_.end()) it->second->observeWait(t, rank, k, micros);
+  }
   BoardStats stats() const override {
     std::lock_guard<std::mutex> lk(mu_);
     return st_;

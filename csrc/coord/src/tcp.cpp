@@ -382,7 +382,8 @@ struct TcpServer::Impl {
         }
         break;
       }
-      case wire::kReport: {
+      case wire::kReport:
+      case wire::kWait: {
         // Only from a process the communicator serves (it asked, and its settings agree): a refused
         // process's timings would be of configurations it never ran. Not stored: passed on or dropped.
         auto sb = subs.find(m.task.comm);
@@ -772,24 +773,11 @@ class TcpBoard : public Board {
     return replica_.find(t, k, out);
   }
   void report(const TaskKey& t, int rank, uint64_t k, double micros) override {
-    if (rank < 0) return;
-    wire::Msg m;
-    m.type = wire::kReport;
-    m.task = t;
-    m.rank = static_cast<uint32_t>(rank);
-    m.k = k;
-    m.ns = micros < 0 ? wire::kUntimedNs : static_cast<uint64_t>(micros * 1000.0 + 0.5);
-    std::lock_guard<std::mutex> lk(mu_);
-    Decider* local = nullptr;
-    auto d = deciders_.find(t.comm);
-    if (d != deciders_.end()) local = d->second;
-    if (local) {  // this process holds the authority too: no round trip through the server
-      local->observe(t, rank, k, micros);
-      return;
-    }
-    if (!authed_ || refused_.count(t.comm)) return;
-    conn_->send(m, true);
-    st_.reportsSent++;
+    sendToAuthority(wire::kReport, t, rank, k, micros);
+  }
+  void reportWait(const TaskKey& t, int rank, uint64_t k, double micros) override {
+    if (micros < 0) return;
+    sendToAuthority(wire::kWait, t, rank, k, micros);
   }
   void prefetch(const TaskKey& t, uint64_t k) override {
     std::lock_guard<std::mutex> lk(mu_);
@@ -811,6 +799,27 @@ class TcpBoard : public Board {
 
  private:
   // NEED for call k of t, saying what this replica already covers. Caller holds mu_ and is authed_.
+  // A REPORT or WAIT frame (micros < 0: untimed) to the communicator's authority, or straight to it where this
+  // process holds it (no round trip through the server).
+  void sendToAuthority(uint16_t type, const TaskKey& t, int rank, uint64_t k, double micros) {
+    if (rank < 0) return;
+    wire::Msg m;
+    m.type = type;
+    m.task = t;
+    m.rank = static_cast<uint32_t>(rank);
+    m.k = k;
+    m.ns = micros < 0 ? wire::kUntimedNs : static_cast<uint64_t>(micros * 1000.0 + 0.5);
+    std::lock_guard<std::mutex> lk(mu_);
+    auto d = deciders_.find(t.comm);
+    if (d != deciders_.end()) {
+      if (type == wire::kWait) d->second->observeWait(t, rank, k, micros);
+      else d->second->observe(t, rank, k, micros);
+      return;
+    }
+    if (!authed_ || refused_.count(t.comm)) return;
+    conn_->send(m, true);
+    st_.reportsSent++;
+  }
   void sendNeed(const TaskKey& t, uint64_t k) {
     wire::Msg m;
     m.type = wire::kNeed;
@@ -999,12 +1008,13 @@ class TcpBoard : public Board {
         st_.plansReceived++;
         if (!replica_.insert(m.task, m.segs)) st_.conflicts++;
         cv_.notify_all();
-      } else if (m.type == wire::kReport) {
+      } else if (m.type == wire::kReport || m.type == wire::kWait) {
         std::unique_lock<std::mutex> lk(mu_);
         auto it = deciders_.find(m.task.comm);
-        if (it != deciders_.end()) {
+        if (it != deciders_.end()) {  // under mu_: unserve() waits for it
           const double us = m.ns == wire::kUntimedNs ? -1.0 : 1e-3 * static_cast<double>(m.ns);
-          it->second->observe(m.task, static_cast<int>(m.rank), m.k, us);  // under mu_: unserve() waits for it
+          if (m.type == wire::kWait) it->second->observeWait(m.task, static_cast<int>(m.rank), m.k, us);
+          else it->second->observe(m.task, static_cast<int>(m.rank), m.k, us);
         }
       } else if (m.type == wire::kRefuse) {
         std::lock_guard<std::mutex> lk(mu_);

@@ -64,7 +64,8 @@ std::vector<uint8_t> encode(const Msg& m) {
     case kRefuse: p.u64(m.comm); p.u64(m.digest); break;
     case kAttach: p.u64(m.comm); p.u32(m.rank); p.u32(m.nRanks); break;
     case kDetach: p.u64(m.comm); p.u32(m.rank); break;
-    case kReport: putTask(p, m.task); p.u32(m.rank); p.u64(m.k); p.u64(m.ns); break;
+    case kReport:
+    case kWait: putTask(p, m.task); p.u32(m.rank); p.u64(m.k); p.u64(m.ns); break;
     case kPlan: {
       putTask(p, m.task);
       size_t n = std::min(m.segs.size(), kMaxSegs);
@@ -134,6 +135,7 @@ bool decodePayload(uint16_t type, const uint8_t* p, size_t n, Msg* m) {
       if (m->rank >= kMaxRanks) return false;
       break;
     case kReport:
+    case kWait:
       m->task = getTask(r);
       m->rank = static_cast<uint32_t>(r.get(4));
       m->k = r.get(8);

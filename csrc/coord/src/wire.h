@@ -13,7 +13,8 @@ namespace autoccl::coord::wire {
 
 constexpr uint32_t kMagic = 0x31434341;  // "ACC1"
 // 2: SERVE and NEED carry the settings digest; REFUSE. 3: REPORT. 4: a segment carries chunkHalvings. 5: DETACH.
-constexpr uint16_t kVersion = 5;
+// 6: WAIT.
+constexpr uint16_t kVersion = 6;
 constexpr size_t kHeader = 12;
 constexpr uint32_t kMaxPayload = 16 * 1024;
 constexpr size_t kSegBytes = 33;
@@ -32,8 +33,9 @@ enum Type : uint16_t {
   kRefuse = 8,   // server -> client: comm u64, digest u64 (the communicator's): the client's settings differ
   kReport = 9,   // client -> server -> authority: task, rank u32, call index u64, ns u64 (kUntimedNs: untimed)
   kDetach = 10,  // client -> server: comm u64, rank u32 (this process is done with that rank)
+  kWait = 11,    // client -> server -> authority: as kReport, ns = how long the rank waited for call k's lookup
 };
-constexpr uint16_t kLastType = kDetach;
+constexpr uint16_t kLastType = kWait;
 constexpr uint64_t kUntimedNs = ~0ULL;
 
 struct Msg {
@@ -42,8 +44,8 @@ struct Msg {
   TaskKey task;
   uint64_t k = 0;
   uint64_t covered = 0;
-  uint32_t rank = 0, nRanks = 0;  // kAttach; rank also kReport and kDetach
-  uint64_t ns = 0;                 // kReport: the rank's GPU time of call k, or kUntimedNs
+  uint32_t rank = 0, nRanks = 0;  // kAttach; rank also kReport, kWait and kDetach
+  uint64_t ns = 0;                 // kReport: the rank's GPU time of call k, or kUntimedNs; kWait: its wait
   // kServe, kNeed: the sender's settings digest (TcpOptions::settingsDigest); kRefuse: the communicator's
   uint64_t digest = 0;
   std::vector<Segment> segs;

@@ -961,6 +961,81 @@ TEST(coord, tcp_report) {
   server.stop();
 }
 
+// A rank's wait for a lookup reaches the authority's Decider::observeWait, not observe (it is no GPU time): through
+// the server, straight to the decider in the authority's own process, and on the in-process board; a negative wait
+// is not sent.
+TEST(coord, tcp_wait_report) {
+  wire::Msg r;
+  r.type = wire::kWait;
+  r.task = TaskKey{0x55, 4, 1, 1 << 22};
+  r.rank = 3;
+  r.k = 41;
+  r.ns = 250000;
+  auto b = wire::encode(r);
+  wire::Msg o;
+  EXPECT_TRUE(wire::decode(b.data(), b.size(), &o) == static_cast<long>(b.size()));
+  EXPECT_TRUE(o.type == wire::kWait && o.task == r.task && o.rank == 3 && o.k == 41 && o.ns == 250000);
+
+  struct Observer : Decider {
+    PlanDecider inner;
+    std::mutex mu;
+    std::vector<std::tuple<int, uint64_t, double>> waits;
+    int times = 0;
+    std::vector<Segment> decide(const TaskKey& t, uint64_t k, uint64_t c) override { return inner.decide(t, k, c); }
+    void observe(const TaskKey&, int, uint64_t, double) override {
+      std::lock_guard<std::mutex> lk(mu);
+      times++;
+    }
+    void observeWait(const TaskKey& t, int rank, uint64_t k, double us) override {
+      (void)t;
+      std::lock_guard<std::mutex> lk(mu);
+      waits.emplace_back(rank, k, us);
+    }
+    size_t count() {
+      std::lock_guard<std::mutex> lk(mu);
+      return waits.size();
+    }
+  };
+  TcpServer server(baseOpts(0));
+  std::string err;
+  ASSERT_TRUE(server.start(&err));
+  auto auth = makeTcpBoard(digestOpts(server.port(), 0xA));
+  auto follower = makeTcpBoard(digestOpts(server.port(), 0xA));
+  Observer obs;
+  auth->serve(5, &obs);
+  const TaskKey key{5, 4, 1, 1 << 20};
+  ASSERT_TRUE(follower->lookup(key, 0, milliseconds(10000)).ok());
+  follower->reportWait(key, 2, 7, 250.0);
+  follower->reportWait(key, 2, 8, -1.0);  // not a wait: nothing sent
+  auth->reportWait(key, 1, 9, 40.0);      // the authority's own process
+  EXPECT_TRUE(waitFor([&] { return obs.count() >= 2; }));
+  std::this_thread::sleep_for(milliseconds(100));
+  {
+    std::lock_guard<std::mutex> lk(obs.mu);
+    ASSERT_TRUE(obs.waits.size() == 2);
+    EXPECT_TRUE(obs.times == 0);
+    bool relayed = false, own = false;
+    for (auto& [rank, k, us] : obs.waits) {
+      relayed = relayed || (rank == 2 && k == 7 && us > 249.99 && us < 250.01);
+      own = own || (rank == 1 && k == 9 && us == 40.0);
+    }
+    EXPECT_TRUE(relayed && own);
+  }
+  EXPECT_TRUE(server.stats().reportsRelayed == 1);
+  auth->unserve(5);
+  follower.reset();
+  auth.reset();
+  server.stop();
+
+  auto local = makeLocalBoard();
+  Observer lobs;
+  local->serve(6, &lobs);
+  local->reportWait(TaskKey{6, 4, 1, 1 << 20}, 1, 3, 75.0);
+  ASSERT_TRUE(lobs.count() == 1);
+  EXPECT_TRUE(std::get<2>(lobs.waits[0]) == 75.0);
+  local->unserve(6);
+}
+
 // ---- forked processes ------------------------------------------------------------------------
 // A server process and one process per rank (rank 0 = authority of every communicator). Each rank
 // writes its outcomes to a file; the parent compares. killWhat: 0 nothing, 1 the authority process,

@@ -262,6 +262,10 @@ TEST(engine, settings) {
   EXPECT_TRUE(loadSettings(envOf({})).allowanceOnce);
   EXPECT_FALSE(loadSettings(envOf({{"AUTOCCL_ALLOWANCE_ONCE", "off"}})).allowanceOnce);
   EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_ALLOWANCE_ONCE", "no"}})).valid);
+  EXPECT_FALSE(loadSettings(envOf({})).waitRegret);
+  EXPECT_TRUE(loadSettings(envOf({{"AUTOCCL_WAIT_REGRET", "on"}})).waitRegret);
+  EXPECT_FALSE(loadSettings(envOf({{"AUTOCCL_WAIT_REGRET", "off"}})).waitRegret);
+  EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_WAIT_REGRET", "yes"}})).valid);
   for (const char* v : {"x", "-1", "3600001", "1.5"}) EXPECT_TRUE(!loadSettings(envOf({{"AUTOCCL_RECHECK_MS", v}})).valid);
   s = loadSettings(envOf({{"AUTOCCL_RECHECK_MS", "0"}}));
   EXPECT_TRUE(s.valid);
@@ -1179,6 +1183,42 @@ TEST(engine, search_decider_pre_window) {
   EXPECT_TRUE(p0.front().begin == 0 && p0.front().cfg.isDefault() && p0.front().cfg.measure);
   first->addSample(0, 100.0);
   EXPECT_TRUE(first->stats().priorSamples == 0);
+}
+
+// A wait for a lookup is charged once per call, as the longest of the ranks' (they wait for the same plan at the
+// same time): a second rank's shorter wait at the same call adds nothing, a longer one only the difference. Waits
+// of a task not registered, or before NCCL's choice has a sample, are not charged.
+TEST(engine, search_decider_charges_waits) {
+  SearchDecider d;
+  const autoccl::coord::TaskKey t{7, 4, 1, 1 << 26};
+  d.chargeWait(t, 0, 300.0);  // not registered: nothing to charge
+  autoccl::search::Space sp;
+  sp.cost[1][2] = 1.0f;
+  sp.cost[1][1] = 1.2f;
+  auto srch = d.registerTask(t, sp);
+  ASSERT_TRUE(srch);
+  d.decide(t, 0, 0);
+  d.chargeWait(t, 0, 300.0);  // NCCL's choice has no sample yet
+  EXPECT_TRUE(srch->stats().waitRegretMicros == 0);
+  uint64_t covered = 0;
+  for (const autoccl::Segment& g : srch->plan()) covered = g.end;
+  for (uint64_t k = 0; k < covered; ++k) srch->addSample(k, 100.0);
+  d.decide(t, covered, covered);
+  d.chargeWait(t, 10, 200.0);
+  d.chargeWait(t, 10, 150.0);  // another rank, shorter: nothing more
+  EXPECT_NEAR(srch->stats().waitRegretMicros, 200.0, 1e-9);
+  d.chargeWait(t, 10, 260.0);  // longer: the difference
+  EXPECT_NEAR(srch->stats().waitRegretMicros, 260.0, 1e-9);
+  d.chargeWait(t, 11, 50.0);
+  EXPECT_NEAR(srch->stats().waitRegretMicros, 310.0, 1e-9);
+  const double regret = srch->stats().regretMicros;
+  d.chargeWait(t, 12, -5.0);
+  EXPECT_TRUE(srch->stats().regretMicros == regret);
+  // Calls far behind every call kept are not charged again
+  for (uint64_t k = 100; k < 100 + 70; ++k) d.chargeWait(t, k, 1.0);
+  const double after = srch->stats().waitRegretMicros;
+  d.chargeWait(t, 10, 1000.0);
+  EXPECT_TRUE(srch->stats().waitRegretMicros == after);
 }
 
 }  // namespace

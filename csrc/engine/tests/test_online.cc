@@ -1282,7 +1282,9 @@ void testNoTimingWhileChecksWaitForTime() {
 // the DecisionSource level: the authority gets each call's measurement from `model` (window), with the
 // stream period the window plus the pair's hiddenUs (what the Context would compute from kernel starts).
 struct TcpPair {
-  explicit TcpPair(const std::map<std::string, std::string>& env) {
+  // `faults`: what both processes' connections do to their frames (coord::Faults; tests of slow lookups).
+  explicit TcpPair(const std::map<std::string, std::string>& env, autoccl::coord::Faults faults = {})
+      : authorityProcess({}, 30000, 5000, faults), followerProcess({}, 30000, 5000, faults) {
     clearCoordEnv();
     setenv("AUTOCCL_COORD_ADDR", ("127.0.0.1:" + std::to_string(testenv::freePort())).c_str(), 1);
     setenv("AUTOCCL_COORD_TOKEN", "tcp-pair-test", 1);
@@ -1374,6 +1376,65 @@ void testPinnedLookupsPrefetched() {
   // Without prefetching, every end of a pinned segment (about 6 here) waits on both ranks.
   CHECK(waitedAuthority <= 1);
   CHECK(waitedFollower <= 1);
+}
+
+// A field of a trace record ("\"name\":value"), or NaN.
+double traceNumber(const std::string& rec, const char* name) {
+  const std::string key = std::string("\"") + name + "\":";
+  const size_t at = rec.find(key);
+  if (at == std::string::npos) return std::nan("");
+  const std::string v = rec.substr(at + key.size(), 8);
+  if (v.rfind("true", 0) == 0) return 1;
+  if (v.rfind("false", 0) == 0) return 0;
+  return std::strtod(rec.c_str() + at + key.size(), nullptr);
+}
+
+// Ranks in different processes whose lookups wait for the authority (frames delayed 0-3 ms, against calls of
+// 60-140 us): the waits at exploring segments count into the task's regret on the authority (the follower's come
+// by Board::reportWait), so the search ends by its budget, with what it has by then (here NCCL's choice), instead of
+// exploring as if the waits were free (AUTOCCL_WAIT_REGRET=off). Every call agrees.
+void testTcpLookupWaitsCharged() {
+  struct Run {
+    double waitRegret = 0, regret = 0;
+    bool regretStop = false;
+    size_t offNccl = 0;  // calls the authority ran off NCCL's choice
+    Applied last;
+  };
+  const CostModel model = modelLL128At8();
+  auto run = [&model](const char* waitRegret) {
+    autoccl::coord::Faults faults;
+    faults.maxDelayMs = 3;
+    faults.seed = 5;
+    TcpPair pair({{"AUTOCCL_MODE", "online"}, {"AUTOCCL_HW", "GPU Xx4"}, {"AUTOCCL_WAIT_REGRET", waitRegret}}, faults);
+    Run r;
+    if (!pair.ok()) return r;
+    const TaskKey task{kAllReduce, 4u << 20, 1};
+    for (uint64_t k = 0; k < 600; ++k) {
+      const Config c = pair.call(task, k, model);
+      r.last = Applied{c.algo, c.proto, c.channels, true};
+      r.offNccl += r.last.isDefault() ? 0 : 1;
+    }
+    const std::string rec = pair.authority->traceExtra(task);
+    r.waitRegret = traceNumber(rec, "wait_regret_us");
+    r.regret = traceNumber(rec, "regret_us");
+    r.regretStop = traceNumber(rec, "regret_stop") == 1;
+    CHECK_EQ(pair.differ, size_t(0));
+    return r;
+  };
+  const Run counted = run("on"), free = run("off");
+  std::fprintf(stderr, "  frames delayed 0-3 ms: waits charged %.0f us of %.0f us regret (regret stop %d, %zu calls off "
+               "NCCL's choice, pinned %s); AUTOCCL_WAIT_REGRET=off: %.0f us regret (regret stop %d, %zu calls off "
+               "NCCL's choice, pinned %s)\n", counted.waitRegret, counted.regret, counted.regretStop, counted.offNccl,
+               counted.last.str().c_str(), free.regret, free.regretStop, free.offNccl, free.last.str().c_str());
+  CHECK(counted.waitRegret > 0);
+  CHECK(counted.regretStop);
+  CHECK(free.waitRegret == 0);
+  CHECK(!free.regretStop);
+  // Where it stops, the incumbent still has to win its duel: never a configuration slower than NCCL's choice.
+  CHECK(counted.last.isDefault() ||
+        model.us(counted.last.algo, counted.last.proto, std::min(counted.last.channels, kCeiling), 0) <= 100.0);
+  // The search that counts its waits stops with fewer calls explored than the one that does not, before they pin.
+  CHECK(counted.offNccl < free.offNccl || counted.last.isDefault());
 }
 
 // One process per GPU (TCP board) scores calls by their kernel window, and the duel checks the winner by
@@ -1931,6 +1992,7 @@ TEST(engine, online_check_releases_timing_before_its_events) { testCheckReleases
 TEST(engine, online_no_timing_while_checks_wait_for_time) { testNoTimingWhileChecksWaitForTime(); }
 TEST(engine, online_pinned_lookups_prefetched) { testPinnedLookupsPrefetched(); }
 TEST(engine, online_tcp_duel_checked_by_period) { testTcpDuelCheckedByPeriod(); }
+TEST(engine, online_tcp_lookup_waits_charged) { testTcpLookupWaitsCharged(); }
 TEST(engine, online_bad_coordinator) { testBadCoordinator(); }
 TEST(engine, online_hot_path) { testOnlineHotPath(); }
 TEST(engine, online_hot_path_metrics) { testOnlineHotPathMetrics(); }

@@ -1521,6 +1521,12 @@ struct TaskSearch::Impl {
     if (std::isfinite(alt) && alt > 0) e.alt.push_back(o.objective(e.cfg, effCh, alt));
     st.samples++;
   }
+  void chargeWait(double us) {
+    if (!(us > 0) || mode != Mode::kTuning || dflt < 0 || evals[static_cast<size_t>(dflt)].samples.empty()) return;
+    st.regretMicros += us;
+    st.waitRegretMicros += us;
+    reportRegret();
+  }
   // Whether exploration may go on under Options::regretBudget, NCCL's median being `dmed`.
   bool regretAllowed(double dmed) const {
     const double calls = static_cast<double>(tuningCallsThisRound);
@@ -1569,6 +1575,10 @@ void TaskSearch::addSample(uint64_t k, double gpuMicros, double altMicros) {
 void TaskSearch::unmeasured(uint64_t k) {
   std::lock_guard<std::mutex> lk(mu_);
   impl_->unmeasured(k);
+}
+void TaskSearch::chargeWait(double micros) {
+  std::lock_guard<std::mutex> lk(mu_);
+  impl_->chargeWait(micros);
 }
 void TaskSearch::channelsRan(int algo, int proto, int requested, int used) {
   if (used < 1 || requested < 1 || algo < 0 || algo >= kNumAlgos || proto < 0 || proto >= kNumProtos) return;

@@ -1975,6 +1975,115 @@ void jobRegretOneTask() {
 }
 
 
+// TaskSearch::chargeWait: the callers' waits for an exploring task's plan count into its regret. A driver like
+// drive() whose ranks wait `waitCalls` x NCCL's time at the first call of every tuning segment (a lookup through
+// the coordinator: over TCP 0.2-2.5 ms, against calls of tens of microseconds to milliseconds). What the first
+// `calls` calls cost the caller beyond NCCL's choice alone, in NCCL's calls.
+struct WaitRun {
+  double excessCalls = 0;  // (caller's time - calls x NCCL's time) / NCCL's time
+  double waitedCalls = 0;  // ... of which waits
+  Stats stats;
+  Config final;
+};
+WaitRun driveWithWaits(TaskSearch& s, const Model& m, std::mt19937_64& rng, uint64_t calls, int maxLag,
+                       double waitCalls, bool charge) {
+  std::uniform_int_distribution<int> lagd(0, std::max(0, maxLag));
+  std::multimap<uint64_t, std::pair<uint64_t, double>> due;
+  const double nccl = m.trueTime(Config());
+  double spent = 0, waited = 0;
+  for (uint64_t k = 0; k < calls; ++k) {
+    const Segment seg = s.segmentFor(k);
+    if (seg.begin == k && seg.phase == Phase::kTuning && k > 0) {
+      waited += waitCalls * nccl;
+      if (charge) s.chargeWait(waitCalls * nccl);
+    }
+    spent += m.trueTime(seg.cfg);
+    if (seg.cfg.measure) due.emplace(k + static_cast<uint64_t>(lagd(rng)), std::make_pair(k, m.sample(seg.cfg, rng)));
+    while (!due.empty() && due.begin()->first <= k) {
+      s.addSample(due.begin()->second.first, due.begin()->second.second);
+      due.erase(due.begin());
+    }
+  }
+  WaitRun r;
+  r.excessCalls = (spent + waited) / nccl - static_cast<double>(calls);
+  r.waitedCalls = waited / nccl;
+  r.stats = s.stats();
+  r.final = s.best();
+  return r;
+}
+
+void lookupWaits() {
+  // 1. Not charged before NCCL's choice has a sample, nor once the task has settled.
+  {
+    std::mt19937_64 rng;
+    Model m = convergenceModel(1, 7, rng);
+    TaskSearch s(m.space, withOnlineBounds(testOptions(rng)));
+    s.segmentFor(0);
+    s.chargeWait(500.0);
+    CHECK(s.stats().regretMicros == 0 && s.stats().waitRegretMicros == 0);
+    drive(s, m, rng, 400, 2, 0.0);
+    REQUIRE(s.converged());
+    const Stats before = s.stats();
+    s.chargeWait(500.0);
+    CHECK(s.stats().regretMicros == before.regretMicros);
+    CHECK(s.stats().waitRegretMicros == before.waitRegretMicros);
+  }
+  // 2. Waits of 2 calls at each tuning segment: counted, exploration ends within the budget on the caller's clock;
+  // not counted, the search explores as if they were free. Waits of 0.05 calls (a round trip against a call of
+  // milliseconds) leave the plan almost as it was.
+  struct Sum {
+    double excess = 0, worstExcess = -1e9, waited = 0;
+    int regretStops = 0, atNccl = 0, runs = 0;
+  };
+  auto run = [](double waitCalls, bool charge) {
+    Sum sum;
+    for (int kind = 0; kind < 2; ++kind)
+      for (uint64_t seed = 1; seed <= 100; ++seed) {
+        std::mt19937_64 rng;
+        Model m = convergenceModel(kind, seed, rng);
+        Options o = withOnlineBounds(testOptions(rng));
+        const int lag = static_cast<int>(rng() % 5);
+        TaskSearch s(m.space, o);
+        WaitRun r = driveWithWaits(s, m, rng, 150, lag, waitCalls, charge);
+        sum.runs++;
+        sum.excess += r.excessCalls;
+        sum.worstExcess = std::max(sum.worstExcess, r.excessCalls);
+        sum.waited += r.waitedCalls;
+        sum.regretStops += r.stats.regretStop ? 1 : 0;
+        sum.atNccl += r.final.isDefault() ? 1 : 0;
+        const double nccl = m.trueTime(Config());
+        if (charge && waitCalls > 0) {
+          CHECK(r.stats.waitRegretMicros > 0);
+          CHECK(r.stats.waitRegretMicros <= r.waitedCalls * nccl * (1 + 1e-9));
+          // The rule: 10 % of the tuning calls plus 16, give or take what one step planned before its verdict
+          // (a block of 3 calls and its wait) and the noise of NCCL's median.
+          const double bound = (0.10 * static_cast<double>(r.stats.tuningCalls) + 16) * nccl * 1.05 + 3 * (2 + waitCalls) * nccl;
+          CHECK_MSG(r.stats.regretMicros <= bound, "kind %d seed %llu: regret %.1f calls over a bound of %.1f", kind,
+                    static_cast<unsigned long long>(seed), r.stats.regretMicros / nccl, bound / nccl);
+        }
+        if (!charge) CHECK(r.stats.waitRegretMicros == 0);
+      }
+    return sum;
+  };
+  const Sum heavyFree = run(2.0, false), heavy = run(2.0, true);
+  const Sum lightFree = run(0.05, false), light = run(0.05, true);
+  std::printf("waits of 2 calls per tuning segment, 150 calls, 200 models: beyond NCCL's time %.1f calls a task "
+              "(worst %.1f, waits %.1f) counted, %.1f (worst %.1f, waits %.1f) uncounted; regret stops %d against %d; "
+              "at NCCL's choice %d against %d\n",
+              heavy.excess / heavy.runs, heavy.worstExcess, heavy.waited / heavy.runs, heavyFree.excess / heavyFree.runs,
+              heavyFree.worstExcess, heavyFree.waited / heavyFree.runs, heavy.regretStops, heavyFree.regretStops,
+              heavy.atNccl, heavyFree.atNccl);
+  std::printf("waits of 0.05 calls: %.2f calls beyond NCCL counted, %.2f uncounted; at NCCL's choice %d against %d\n",
+              light.excess / light.runs, lightFree.excess / lightFree.runs, light.atNccl, lightFree.atNccl);
+  // After the budget the incumbent's duel against NCCL's choice still runs (and waits): the budget bounds the
+  // exploring, the caller's whole excess only falls.
+  CHECK(heavy.excess < 0.5 * heavyFree.excess);
+  CHECK(heavy.worstExcess < heavyFree.worstExcess);
+  CHECK(heavy.waited < heavyFree.waited);
+  CHECK(heavy.regretStops > heavyFree.regretStops);
+  CHECK(std::abs(light.atNccl - lightFree.atNccl) <= light.runs / 20);
+}
+
 // Speculation around a pair already measured far behind. Two ranks as two hosts over sockets on one H200,
 // all_reduce 256 MiB in nccl-tests' cells (-w 10 -n 20 -c 1): ring/LL's probe came back 3.7x NCCL's ring/Simple
 // before the in-place loop was planned, and that loop still ran 3 calls of ring/LL at 6 channels, speculated while
@@ -2531,3 +2640,4 @@ TEST(search, verifyWait) { verifyWait(); }
 TEST(search, jobRegret) { jobRegret(); }
 TEST(search, jobRegretMixed) { jobRegretMixed(); }
 TEST(search, jobRegretOneTask) { jobRegretOneTask(); }
+TEST(search, lookupWaits) { lookupWaits(); }

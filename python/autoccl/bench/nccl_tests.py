@@ -205,6 +205,7 @@ def pinned_tasks(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                         "model_us",
                         "table_default",
                         "regret_us",
+                        "wait_regret_us",
                         "regret_stop",
                         "job_regret_stop",
                         "skipped_behind",

@@ -60,6 +60,15 @@ class Decider {
     (void)k;
     (void)micros;
   }
+  // Another rank waited `micros` on the host for its lookup of call k of `task` (Board::reportWait): exploration's
+  // cost on the caller's clock, which the authority may count into the task's regret. Called from a board thread;
+  // must not block. Default: ignored.
+  virtual void observeWait(const TaskKey& task, int rank, uint64_t k, double micros) {
+    (void)task;
+    (void)rank;
+    (void)k;
+    (void)micros;
+  }
 };
 
 enum class Status : uint8_t { kOk = 0, kError = 1 };
@@ -75,9 +84,9 @@ struct BoardStats {
   uint64_t lookupsWaited = 0;  // lookups the board could not answer from what it held (asked the authority)
   uint64_t prefetches = 0;     // prefetch() calls that asked the authority
   uint64_t refused = 0;        // server: SERVE/NEED refused for a settings digest other than the communicator's
-  uint64_t reportsSent = 0;     // client: Board::report frames sent
-  uint64_t reportsRelayed = 0;  // server: REPORT frames passed on to the communicator's authority
-  uint64_t reportsDropped = 0;  // server: REPORT frames from a process not subscribed to the communicator
+  uint64_t reportsSent = 0;     // client: Board::report and Board::reportWait frames sent
+  uint64_t reportsRelayed = 0;  // server: REPORT and WAIT frames passed on to the communicator's authority
+  uint64_t reportsDropped = 0;  // server: REPORT and WAIT frames from a process not subscribed to the communicator
   bool connected = false;       // client: connected and authenticated now
 };
 
@@ -129,6 +138,14 @@ class Board {
   // communicator's authority (Decider::observe). Best effort: a lost, late or duplicated report changes
   // only the authority's scores, never what any rank applies. Default: dropped.
   virtual void report(const TaskKey& task, int rank, uint64_t k, double micros) {
+    (void)task;
+    (void)rank;
+    (void)k;
+    (void)micros;
+  }
+  // This process's rank `rank` of task.comm waited `micros` for the lookup of call k: passed on to the
+  // communicator's authority (Decider::observeWait). Best effort, like report(). Default: dropped.
+  virtual void reportWait(const TaskKey& task, int rank, uint64_t k, double micros) {
     (void)task;
     (void)rank;
     (void)k;

@@ -256,6 +256,7 @@ struct Stats {
   double bestMedian = 0;        // objective of the pinned configuration (median)
   double noise = 0;             // relative noise (1.4826 MAD / median) of the default
   double regretMicros = 0;      // exploration's net cost against NCCL's median (Options::regretBudget)
+  double waitRegretMicros = 0;  // ... of which the callers' waits for the task's plan (TaskSearch::chargeWait)
   bool smallTask = false;       // kept NCCL's choice below Options::minTaskMicros
   bool smallByModel = false;    // ... judged from NCCL's cost model alone (Options::modelSmallShare)
   bool tableDefault = false;    // kept NCCL's choice from the start: the table's exact entry says it won
@@ -293,6 +294,13 @@ class TaskSearch {
   // Call k, planned with measure, ran untimed (its sample will not come): given up at once rather than
   // after the lost-sample rules (Options::reorderSlack, lostAfter). A sample of k arriving anyway counts.
   void unmeasured(uint64_t k);
+
+  // The job's callers waited `micros` on the host for this task's plan (a lookup that had to ask the
+  // authority) while it explored. NCCL's choice alone needs no plan, so such a wait is exploration's cost on the
+  // caller's clock: it counts into the regret (Options::regretBudget, jobRegret) like a trial's extra time. Not
+  // counted outside tuning, nor before NCCL's choice has a sample (the start of coordination is not exploring).
+  // The caller charges a call's wait once, as the longest over the ranks (they wait for the same plan at once).
+  void chargeWait(double micros);
 
   // A call of this task with pair (algo, proto) that asked for `requested` channels ran on `used` (the
   // profiler reports the channels that did work). NCCL caps a request at the communicator's channel count,
