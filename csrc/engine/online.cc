@@ -210,7 +210,7 @@ class OnlineSource final : public DecisionSource {
       GuardOptions guardOptions;
       if (env.settings) guardOptions.hiddenCaps = env.settings->stepArmsHidden;
       decider_ = std::make_unique<GatedDecider>(env.coordination, env.nRanks, std::move(guardOptions),
-                                                !env.settings || env.settings->waitRegret);
+                                                env.settings && env.settings->waitRegret);
       localBoard_->serve(env.commHash, decider_.get());
       if (tcpBoard_) {
         ForwardDecider::Observer observer;

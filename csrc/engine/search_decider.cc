@@ -23,12 +23,13 @@ std::shared_ptr<search::TaskSearch> SearchDecider::find(const coord::TaskKey& ta
 }
 
 void SearchDecider::chargeWait(const coord::TaskKey& task, uint64_t k, double micros) {
+  if (!chargeWaits_ || !(micros > 0)) return;
   std::shared_ptr<search::TaskSearch> s;
   double beyond = 0;
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = tasks_.find(task);
-    if (!chargeWaits_ || it == tasks_.end() || !it->second.search || !(micros > 0)) return;
+    if (it == tasks_.end() || !it->second.search) return;
     Entry& e = it->second;
     auto [w, fresh] = e.waits.try_emplace(k, 0.0);
     if (!fresh && w->second >= micros) return;
