@@ -105,6 +105,8 @@ Runtime::Runtime(Settings settings, int ncclVersion, int minNcclVersion, std::st
   if (disabledWhy_.empty() && settings_.mode == Mode::Online)
     coord_ = std::make_unique<Coordination>(agreedSettings(settings_, [](const char* k) { return std::getenv(k); }),
                                             settings_.coordTimeoutMs, settings_.coordLingerMs, settings_.coordFaults);
+  if (coord_ && settings_.jobRegretBudget > 0)
+    jobRegret_ = std::make_shared<search::RegretLedger>(settings_.jobRegretBudget, onlineSearchOptions().regretAllowance);
   detectHardware(settings_.hw, procGpuDir, &hw_);
   hw_.nccl = ncclVersion;
 }
@@ -293,6 +295,7 @@ bool Context::attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& l
   if (mode == Mode::Table || mode == Mode::Online) env.table = rt_.tableFor(rt_.fingerprint(nRanks, nNodes, nvlDomains), log_);
   if (mode == Mode::Online) {
     env.coordination = rt_.coordination();
+    env.jobRegret = rt_.jobRegret();
     env.needChanged = [this] { updateNeed(); };
     Fingerprint fp = rt_.fingerprint(nRanks, nNodes, nvlDomains);
     env.saveTuned = [this, fp](const std::vector<TableEntry>& entries, const std::vector<PairRecord>& pairs) {

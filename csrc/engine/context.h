@@ -86,6 +86,10 @@ class Runtime {
                  const LogFn& log);
   // Online mode: the process-wide board / coordinator (null in other modes).
   Coordination* coordination() { return coord_.get(); }
+  // Online mode with AUTOCCL_JOB_REGRET_PCT > 0: the regret ledger of every communicator this process is the
+  // authority of (search::Options::jobRegret), so that a job of several communicators (data- and tensor-parallel
+  // groups, a pipeline's stages) explores within one budget, not one per communicator. Null otherwise.
+  std::shared_ptr<search::RegretLedger> jobRegret() const { return jobRegret_; }
   // True the first time `key` is asked in this process (one WARN per process for per-context issues).
   bool firstTime(const std::string& key);
   std::string tablePathFor(const Fingerprint& fp) const;
@@ -108,6 +112,7 @@ class Runtime {
   MetricsWriter metrics_;
   MaskControl mask_;
   std::unique_ptr<Coordination> coord_;
+  std::shared_ptr<search::RegretLedger> jobRegret_;
   std::mutex onceMu_;
   std::vector<std::string> once_;
 };

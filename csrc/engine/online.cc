@@ -156,9 +156,12 @@ class OnlineSource final : public DecisionSource {
       // would have to be 4x optimistic for a task worth searching to be left out.
       opts_.modelSmallShare = env.settings->modelSmallShare;
       opts_.regretBudget = env.settings->regretBudget;
-      // The communicator's tasks share one budget too (its searches all run here, on the authority).
+      // The tasks share one budget too: of every communicator this process is the authority of (the Runtime's
+      // ledger), or of this communicator alone where no process-wide one is given.
       if (authority_ && env.settings->jobRegretBudget > 0)
-        opts_.jobRegret = std::make_shared<search::RegretLedger>(env.settings->jobRegretBudget, opts_.regretAllowance);
+        opts_.jobRegret = env.jobRegret ? env.jobRegret
+                                        : std::make_shared<search::RegretLedger>(env.settings->jobRegretBudget,
+                                                                                 opts_.regretAllowance);
       opts_.probeKeep = env.settings->probeKeep;
       opts_.skipBehind = env.settings->skipBehind > 0 ? 1.0 + env.settings->skipBehind : 0.0;  // percent slower -> ratio
       opts_.verifyWait = env.settings->verifyWait;

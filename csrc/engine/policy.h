@@ -32,6 +32,11 @@ struct Decision {
 };
 
 class Coordination;  // engine/online.h
+}  // namespace autoccl::engine
+namespace autoccl::search {
+class RegretLedger;  // autoccl/search/search.h
+}  // namespace autoccl::search
+namespace autoccl::engine {
 
 // Everything a policy may know about its (communicator, rank) context. Identical on every rank
 // except `rank` (which a policy must not use for decisions).
@@ -49,6 +54,9 @@ struct PolicyEnv {
   // Online mode: the process-wide coordination (board, TCP server), the Context's "timing need
   // changed" callback (re-evaluates needsTiming()), and the writer of converged entries (finalize).
   Coordination* coordination = nullptr;
+  // Online mode with a job budget (AUTOCCL_JOB_REGRET_PCT > 0): the process's one ledger, which the searches of
+  // every communicator whose authority is in this process share (null: none).
+  std::shared_ptr<search::RegretLedger> jobRegret;
   std::function<void()> needChanged;
   std::function<void(const std::vector<TableEntry>&, const std::vector<PairRecord>&)> saveTuned;
 };

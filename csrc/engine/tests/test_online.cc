@@ -706,6 +706,66 @@ void testJobRegretAcrossTasks() {
   CHECK(!loadSettings(envOf({{"AUTOCCL_MODE", "online"}, {"AUTOCCL_JOB_REGRET_PCT", "101"}})).valid);
 }
 
+// The job's budget spans the communicators this process is the authority of (Runtime::jobRegret): two
+// communicators whose tasks explore at the same time (called in turn) explore less together than each in a process
+// of its own, where each has a budget and an allowance of its own. Every task ends at NCCL's choice, every rank alike.
+void testJobRegretAcrossCommunicators() {
+  CostModel m;
+  m.set(kRing, kSimple, 100, 24, 0.30);
+  m.set(kRing, kLL128, 140, 24, 0.20);
+  m.set(kRing, kLL, 150, 24, 0.10);
+  m.set(kTree, kSimple, 145, 24, 0.20);
+  std::vector<TaskSpec> tasks;
+  for (uint64_t i = 1; i <= 3; ++i) tasks.push_back({kAllReduce, i << 23, m});
+  Settings st = onlineSettings();
+  Settings parsed = loadSettings(envOf({{"AUTOCCL_MODE", "online"}, {"AUTOCCL_JOB_REGRET_PCT", "10"}}));
+  CHECK(parsed.valid);
+  st.jobRegretBudget = parsed.jobRegretBudget;
+  // Drives the communicators' tasks in turn, call by call; the calls off NCCL's choice of each.
+  auto explore = [&](std::vector<Comm*> comms) {
+    std::vector<Converged> seen(comms.size());
+    for (size_t c = 0; c < comms.size(); ++c)
+      seen[c].seen.assign(comms[c]->ranks.size(), std::vector<std::vector<Applied>>(tasks.size()));
+    for (int i = 0; i < 300; ++i)
+      for (size_t t = 0; t < tasks.size(); ++t)
+        for (size_t c = 0; c < comms.size(); ++c)
+          for (size_t r = 0; r < comms[c]->ranks.size(); ++r)
+            seen[c].seen[r][t].push_back(comms[c]->ranks[r]->call(tasks[t].coll, tasks[t].bytes, tasks[t].model));
+    std::vector<size_t> n(comms.size(), 0);
+    for (size_t c = 0; c < comms.size(); ++c) {
+      for (size_t t = 0; t < tasks.size(); ++t) {
+        const std::vector<Applied>& a = seen[c].seen[0][t];
+        n[c] += static_cast<size_t>(std::count_if(a.begin(), a.end(), [](const Applied& x) { return !x.isDefault(); }));
+        CHECK_STR(a.back().str(), "nccl");
+        CHECK(seen[c].seen[1][t] == a);
+      }
+      for (auto& r : comms[c]->ranks) r->ctx.finalizeTuner();
+    }
+    return n;
+  };
+  size_t apart = 0, together = 0;
+  for (uint64_t comm : {0xA0A1ULL, 0xB0B1ULL}) {
+    Runtime rt(st, 22809, 22803, "/nonexistent");
+    Logs logs;
+    Comm c(rt, comm, 2, {0, 1}, &logs);
+    apart += explore({&c})[0];
+  }
+  {
+    Runtime rt(st, 22809, 22803, "/nonexistent");
+    CHECK(rt.jobRegret() != nullptr);
+    Logs logs;
+    Comm a(rt, 0xA0A1ULL, 2, {0, 1}, &logs);
+    Comm b(rt, 0xB0B1ULL, 2, {0, 1}, &logs);
+    const std::vector<size_t> n = explore({&a, &b});
+    together = n[0] + n[1];
+  }
+  std::fprintf(stderr, "  calls off NCCL's choice, 2 communicators of 3 tasks: %zu with a process each, %zu in one "
+               "process (one budget)\n", apart, together);
+  CHECK(together < apart);
+  Runtime none(onlineSettings(), 22809, 22803, "/nonexistent");
+  CHECK(none.jobRegret() == nullptr);  // off by default
+}
+
 // The search pins within a bounded number of calls, on the clearly best configuration of each task
 // (a forced pair and channel count, another pair, NCCL's own choice), and stays there through the
 // drift re-checks on every rank; timing is off in the steady state. Run with the search's channel
@@ -1972,6 +2032,7 @@ TEST(engine, online_agreement_threads) { testAgreementThreads(); }
 TEST(engine, online_convergence) { testConvergence(); }
 TEST(engine, online_probe_keep_drops_far_pairs) { testProbeKeepDropsFarPairs(); }
 TEST(engine, online_job_regret_across_tasks) { testJobRegretAcrossTasks(); }
+TEST(engine, online_job_regret_across_communicators) { testJobRegretAcrossCommunicators(); }
 TEST(engine, online_small_task_keeps_nccl) { testSmallTaskKeepsNccl(); }
 TEST(engine, online_model_small_task_releases_timing) { testModelSmallTaskReleasesTiming(); }
 TEST(engine, online_step_guard_keeps_a_gain) { testStepGuardKeepsAGain(); }

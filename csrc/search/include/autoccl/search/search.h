@@ -61,8 +61,8 @@ Objective collectiveTime();
 // GEMM suffers from every SM the collective takes (compute-aware objective, shared/data/h200x4).
 Objective channelPenalty(double microsPerChannel);
 
-// What the searches of one job explore at together (Options::jobRegret; the engine: one per communicator, on its
-// authority). Each task's regret (Stats::regretMicros) is summed against a share of the time the tasks' calls so
+// What the searches of one job explore at together (Options::jobRegret; the engine: one per process, for the
+// communicators it is the authority of). Each task's regret (Stats::regretMicros) is summed against a share of the time the tasks' calls so
 // far (the calls asked, at least the exploring ones planned) would have taken at NCCL's medians, plus one allowance
 // of the slowest task's calls: a job whose tasks all explore at once would otherwise get an allowance per task
 // (Options::regretAllowance). The budget grows as the job's calls go on, for tasks that start or re-tune later.
