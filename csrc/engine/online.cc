@@ -68,7 +68,7 @@ constexpr uint32_t kGuardColl = 0x100;
 class GatedDecider final : public coord::Decider {
  public:
   GatedDecider(Coordination* co, int nRanks, GuardOptions guardOptions, bool chargeWaits)
-      : inner(16, chargeWaits), guard(std::make_shared<GuardPlan>(std::move(guardOptions))), co_(co), nRanks_(nRanks) {}
+      : inner(SearchDecider::kDefaultWindow, chargeWaits), guard(std::make_shared<GuardPlan>(std::move(guardOptions))), co_(co), nRanks_(nRanks) {}
   std::vector<coord::Segment> decide(const coord::TaskKey& t, uint64_t k, uint64_t covered) override {
     if (!co_->allLocal(t.comm, nRanks_, std::chrono::milliseconds(kLocalWaitMs))) return {finalDefault(covered)};
     if (t.coll == kGuardColl) return guard->decide(k, covered);
@@ -157,7 +157,7 @@ class OnlineSource final : public DecisionSource {
       opts_.modelSmallShare = env.settings->modelSmallShare;
       opts_.regretBudget = env.settings->regretBudget;
       // The tasks share one budget too: of every communicator this process is the authority of (the Runtime's
-      // ledger), or of this communicator alone where no process-wide one is given.
+      // ledger), or of this communicator alone where a PolicyEnv comes without a Runtime (tests).
       if (authority_ && env.settings->jobRegretBudget > 0)
         opts_.jobRegret = env.jobRegret ? env.jobRegret
                                         : std::make_shared<search::RegretLedger>(env.settings->jobRegretBudget,
@@ -325,7 +325,7 @@ class OnlineSource final : public DecisionSource {
       }
       s->seg = o.seg;
       noteLookup(s, k, waitedNs);
-      if (waitedNs >= kChargedWaitNs && s->seg.phase == search::Phase::kTuning) chargeWait(s, k, waitedNs);
+      if (o.asked && s->seg.phase == search::Phase::kTuning) chargeWait(s, k, waitedNs);
       // A segment that does not depend on samples to come (pinned, a drift check) is followed by one
       // the authority can plan now: ask for it at once, so that its lookup at this segment's end finds
       // it at hand instead of waiting a round trip to the authority in the middle of the job's calls
@@ -882,9 +882,6 @@ class OnlineSource final : public DecisionSource {
     std::vector<std::pair<uint64_t, uint64_t>> slow;  // (call, ns) of the slowest lookups >= kSlowLookupNs
   };
   static constexpr uint64_t kSlowLookupNs = 200000;
-  // Lookups answered from what the board holds take a few microseconds; one that asks the authority takes a
-  // round trip (0.2-2.5 ms over TCP) or the authority's planning in this process. Only those are charged.
-  static constexpr uint64_t kChargedWaitNs = 20000;
   static constexpr size_t kSlowLookupsKept = 8;
 
   TaskState* state(const TaskKey& task) {
@@ -977,12 +974,14 @@ class OnlineSource final : public DecisionSource {
     if (least->second < waitedNs) *least = {k, waitedNs};
   }
 
-  // A lookup that waited for the authority to plan an exploring segment held the caller that long, a cost NCCL's
-  // choice alone does not have: charged to the task's regret at the authority (SearchDecider::chargeWait).
+  // A lookup that asked the authority for an exploring segment (over TCP a round trip; in this process its
+  // planning) held the caller that long, a cost NCCL's choice alone does not have: charged to the task's regret at
+  // the authority (SearchDecider::chargeWait, AUTOCCL_WAIT_REGRET). The other ranks send theirs with the setting on,
+  // the first ArrivalMerge::kReportRanks of them (the longest wait counts: it bounds the authority's traffic).
   void chargeWait(TaskState* s, uint64_t k, uint64_t waitedNs) {
     const double us = 1e-3 * static_cast<double>(waitedNs);
     if (authority_) decider_->inner.chargeWait(s->key, k, us);
-    else usedBoard_->reportWait(s->key, env_.rank, k, us);
+    else if (env_.settings->waitRegret && env_.rank < ArrivalMerge::kReportRanks) usedBoard_->reportWait(s->key, env_.rank, k, us);
   }
 
   void onNewSegment(TaskState* s) {

@@ -14,6 +14,10 @@
 #include "engine/table.h"
 #include "engine/timing.h"
 
+namespace autoccl::search {
+class RegretLedger;  // autoccl/search/search.h
+}  // namespace autoccl::search
+
 namespace autoccl::engine {
 
 struct Decision {
@@ -32,11 +36,6 @@ struct Decision {
 };
 
 class Coordination;  // engine/online.h
-}  // namespace autoccl::engine
-namespace autoccl::search {
-class RegretLedger;  // autoccl/search/search.h
-}  // namespace autoccl::search
-namespace autoccl::engine {
 
 // Everything a policy may know about its (communicator, rank) context. Identical on every rank
 // except `rank` (which a policy must not use for decisions).

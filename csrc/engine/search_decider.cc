@@ -24,27 +24,19 @@ std::shared_ptr<search::TaskSearch> SearchDecider::find(const coord::TaskKey& ta
 
 void SearchDecider::chargeWait(const coord::TaskKey& task, uint64_t k, double micros) {
   if (!chargeWaits_ || !(micros > 0)) return;
-  std::shared_ptr<search::TaskSearch> s;
-  double beyond = 0;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    auto it = tasks_.find(task);
-    if (it == tasks_.end() || !it->second.search) return;
-    Entry& e = it->second;
-    auto [w, fresh] = e.waits.try_emplace(k, 0.0);
-    if (!fresh && w->second >= micros) return;
-    if (fresh && e.waits.size() > kWaitCallsKept) {
-      if (w == e.waits.begin()) {  // older than every call kept: already charged or too late to tell
-        e.waits.erase(w);
-        return;
-      }
-      e.waits.erase(e.waits.begin());
-    }
-    beyond = micros - w->second;
-    w->second = micros;
-    s = e.search;
-  }
-  s->chargeWait(beyond);
+  micros = std::min(micros, kMaxChargedWaitUs);
+  std::lock_guard<std::mutex> lk(mu_);  // then the search's: nothing holds a search's lock and asks for this one
+  auto it = tasks_.find(task);
+  if (it == tasks_.end() || !it->second.search) return;
+  Entry& e = it->second;
+  auto w = e.waits.find(k);
+  const double charged = w == e.waits.end() ? 0.0 : w->second;
+  if (micros <= charged) return;
+  if (w == e.waits.end() && e.waits.size() >= kWaitCallsKept && k < e.waits.begin()->first)
+    return;  // older than every call kept: already charged, or too late to tell
+  if (!e.search->chargeWait(micros - charged)) return;  // not counted (not exploring): not recorded either
+  e.waits[k] = micros;
+  if (e.waits.size() > kWaitCallsKept) e.waits.erase(e.waits.begin());
 }
 
 std::vector<Segment> SearchDecider::decide(const coord::TaskKey& task, uint64_t k, uint64_t coveredUpTo) {

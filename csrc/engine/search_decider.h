@@ -19,8 +19,10 @@ namespace autoccl::engine {
 // samples as NCCL's baseline (search::Options::defaultTimedBefore).
 class SearchDecider : public coord::Decider {
  public:
-  // `chargeWaits` false: chargeWait() ignores every wait (AUTOCCL_WAIT_REGRET off).
-  explicit SearchDecider(uint64_t window = 16, bool chargeWaits = true) : window_(window), chargeWaits_(chargeWaits) {}
+  static constexpr uint64_t kDefaultWindow = 16;
+  // `chargeWaits`: chargeWait() counts waits (AUTOCCL_WAIT_REGRET on); false ignores every wait.
+  explicit SearchDecider(uint64_t window = kDefaultWindow, bool chargeWaits = false)
+      : window_(window), chargeWaits_(chargeWaits) {}
   // Creates the task's search (if new) starting after the calls already decided for it.
   std::shared_ptr<search::TaskSearch> registerTask(const coord::TaskKey& task, const search::Space& space,
                                                    search::Options opt = search::Options(),
@@ -29,7 +31,10 @@ class SearchDecider : public coord::Decider {
   std::vector<Segment> decide(const coord::TaskKey& task, uint64_t k, uint64_t coveredUpTo) override;
   // A rank waited `micros` for its lookup of call k of `task`: charged to the task's search
   // (TaskSearch::chargeWait) as the longest wait of any rank at that call, since the ranks wait for the same plan
-  // at the same time. Waits of a task the authority has not registered are not charged.
+  // at the same time, and at most kMaxChargedWaitUs: a longer wait is a stall (a lost frame resent, a reconnect, a
+  // descheduled thread), not what exploring costs each time. Waits of a task the authority has not registered, and
+  // those the search does not count (TaskSearch::chargeWait), are not recorded.
+  static constexpr double kMaxChargedWaitUs = 5000.0;
   void chargeWait(const coord::TaskKey& task, uint64_t k, double micros);
 
  private:

@@ -83,8 +83,9 @@ struct Settings {
   // AUTOCCL_REGRET_PCT (online mode, percent): the fraction of a task's time that exploring it may cost against NCCL's
   // choice, beyond an allowance of sixteen of its calls (search::Options::regretBudget). 0: unbounded.
   double regretBudget = 0.10;
-  // AUTOCCL_JOB_REGRET_PCT (online mode, percent): the same bound for the communicator's tasks together, with one
-  // allowance of its slowest task's calls instead of one per task (search::RegretLedger). 0 (default): no job
+  // AUTOCCL_JOB_REGRET_PCT (online mode, percent): the same bound for the tasks together of every communicator this
+  // process is the authority of (one search::RegretLedger per process, Runtime::jobRegret), with one allowance of
+  // the slowest task's calls instead of one per task. 0 (default): no job
   // bound. Opt-in: where a few tasks have a gain behind a descent, the others' exploration spends the budget
   // first (search test jobRegretMixed), and it is not measured on a GPU.
   double jobRegretBudget = 0;
@@ -140,9 +141,10 @@ struct Settings {
   bool allowanceOnce = true;
   // AUTOCCL_WAIT_REGRET (online mode): `on` counts the time a rank waited for an exploring task's plan (a lookup
   // that had to ask the authority: over TCP a round trip) into the task's regret, as the longest wait of any rank at
-  // that call (search::TaskSearch::chargeWait); `off` (default until a GPU run says which is faster) counts only
-  // the samples, as if the waits were free. A host that runs ahead of its GPU hides a wait: counted whole, it is
-  // an upper bound of what the caller lost.
+  // that call, at most 5 ms a call (search::TaskSearch::chargeWait); `off` (default until a GPU run says which is
+  // faster) counts only the samples, as if the waits were free. The authority's setting decides what is counted; a
+  // rank sends its waits only with it on. A host that runs ahead of its GPU hides a wait: counted whole, it is an
+  // upper bound of what the caller lost.
   bool waitRegret = false;
   // AUTOCCL_GUARD (online mode): `on` (default) checks the tuned plan against NCCL's own choices on the
   // iteration time of a communicator whose calls repeat in iterations of two or more calls (engine/step_guard.h);

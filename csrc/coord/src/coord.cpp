@@ -121,6 +121,7 @@ class LocalBoard : public Board {
         o.status = Status::kOk;
         return o;
       }
+      o.asked = true;
       auto it = deciders_.find(t.comm);
       if (it != deciders_.end()) {
         st_.needsSent++;

@@ -755,6 +755,7 @@ class TcpBoard : public Board {
         return o;
       }
       if (first) st_.lookupsWaited++;
+      o.asked = true;
       auto now = Clock::now();
       if (now >= until || stopping_) {
         o.error = std::string("autoccl coord: no decision for ") + t.str() + " call " + std::to_string(k) + ": " +
@@ -798,7 +799,6 @@ class TcpBoard : public Board {
   }
 
  private:
-  // NEED for call k of t, saying what this replica already covers. Caller holds mu_ and is authed_.
   // A REPORT or WAIT frame (micros < 0: untimed) to the communicator's authority, or straight to it where this
   // process holds it (no round trip through the server).
   void sendToAuthority(uint16_t type, const TaskKey& t, int rank, uint64_t k, double micros) {
@@ -818,8 +818,10 @@ class TcpBoard : public Board {
     }
     if (!authed_ || refused_.count(t.comm)) return;
     conn_->send(m, true);
-    st_.reportsSent++;
+    if (type == wire::kWait) st_.waitsSent++;
+    else st_.reportsSent++;
   }
+  // NEED for call k of t, saying what this replica already covers. Caller holds mu_ and is authed_.
   void sendNeed(const TaskKey& t, uint64_t k) {
     wire::Msg m;
     m.type = wire::kNeed;
@@ -1013,8 +1015,12 @@ class TcpBoard : public Board {
         auto it = deciders_.find(m.task.comm);
         if (it != deciders_.end()) {  // under mu_: unserve() waits for it
           const double us = m.ns == wire::kUntimedNs ? -1.0 : 1e-3 * static_cast<double>(m.ns);
-          if (m.type == wire::kWait) it->second->observeWait(m.task, static_cast<int>(m.rank), m.k, us);
-          else it->second->observe(m.task, static_cast<int>(m.rank), m.k, us);
+          if (m.type == wire::kWait) {
+            it->second->observeWait(m.task, static_cast<int>(m.rank), m.k, us);
+            st_.waitsReceived++;
+          } else {
+            it->second->observe(m.task, static_cast<int>(m.rank), m.k, us);
+          }
         }
       } else if (m.type == wire::kRefuse) {
         std::lock_guard<std::mutex> lk(mu_);

@@ -1022,6 +1022,8 @@ TEST(coord, tcp_wait_report) {
     EXPECT_TRUE(relayed && own);
   }
   EXPECT_TRUE(server.stats().reportsRelayed == 1);
+  EXPECT_TRUE(follower->stats().waitsSent == 1 && follower->stats().reportsSent == 0);
+  EXPECT_TRUE(auth->stats().waitsReceived == 1);
   auth->unserve(5);
   follower.reset();
   auth.reset();

@@ -1189,7 +1189,8 @@ TEST(engine, search_decider_pre_window) {
 // same time): a second rank's shorter wait at the same call adds nothing, a longer one only the difference. Waits
 // of a task not registered, or before NCCL's choice has a sample, are not charged.
 TEST(engine, search_decider_charges_waits) {
-  SearchDecider d;
+  SearchDecider off;  // AUTOCCL_WAIT_REGRET off, the default: nothing counted
+  SearchDecider d(SearchDecider::kDefaultWindow, true);
   const autoccl::coord::TaskKey t{7, 4, 1, 1 << 26};
   d.chargeWait(t, 0, 300.0);  // not registered: nothing to charge
   autoccl::search::Space sp;
@@ -1198,7 +1199,7 @@ TEST(engine, search_decider_charges_waits) {
   auto srch = d.registerTask(t, sp);
   ASSERT_TRUE(srch);
   d.decide(t, 0, 0);
-  d.chargeWait(t, 0, 300.0);  // NCCL's choice has no sample yet
+  d.chargeWait(t, 0, 300.0);  // NCCL's choice has no sample yet: neither counted nor recorded
   EXPECT_TRUE(srch->stats().waitRegretMicros == 0);
   uint64_t covered = 0;
   for (const autoccl::Segment& g : srch->plan()) covered = g.end;
@@ -1211,6 +1212,10 @@ TEST(engine, search_decider_charges_waits) {
   EXPECT_NEAR(srch->stats().waitRegretMicros, 260.0, 1e-9);
   d.chargeWait(t, 11, 50.0);
   EXPECT_NEAR(srch->stats().waitRegretMicros, 310.0, 1e-9);
+  d.chargeWait(t, 0, 300.0);  // refused before, counted now: recorded only when it was counted
+  EXPECT_NEAR(srch->stats().waitRegretMicros, 610.0, 1e-9);
+  d.chargeWait(t, 13, 1e9);  // a stall: at most kMaxChargedWaitUs
+  EXPECT_NEAR(srch->stats().waitRegretMicros, 610.0 + SearchDecider::kMaxChargedWaitUs, 1e-6);
   const double regret = srch->stats().regretMicros;
   d.chargeWait(t, 12, -5.0);
   EXPECT_TRUE(srch->stats().regretMicros == regret);
@@ -1219,6 +1224,12 @@ TEST(engine, search_decider_charges_waits) {
   const double after = srch->stats().waitRegretMicros;
   d.chargeWait(t, 10, 1000.0);
   EXPECT_TRUE(srch->stats().waitRegretMicros == after);
+  auto quiet = off.registerTask(t, sp);
+  off.decide(t, 0, 0);
+  for (const autoccl::Segment& g : quiet->plan())
+    for (uint64_t k = g.begin; k < g.end; ++k) quiet->addSample(k, 100.0);
+  off.chargeWait(t, 20, 300.0);
+  EXPECT_TRUE(quiet->stats().waitRegretMicros == 0);
 }
 
 }  // namespace

@@ -29,23 +29,43 @@ Objective channelPenalty(double microsPerChannel) {
 
 int RegretLedger::join() {
   std::lock_guard<std::mutex> lk(mu_);
-  slots_.emplace_back();
+  if (!free_.empty()) {
+    const int slot = free_.back();
+    free_.pop_back();
+    slots_[static_cast<size_t>(slot)] = Slot{0, 0, 0, true};
+    return slot;
+  }
+  slots_.push_back(Slot{0, 0, 0, true});
   return static_cast<int>(slots_.size() - 1);
 }
 void RegretLedger::report(int slot, double regretMicros, double calls, double ncclMicros) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (slot < 0 || static_cast<size_t>(slot) >= slots_.size()) return;
-  slots_[static_cast<size_t>(slot)] = Slot{regretMicros, calls * ncclMicros, ncclMicros};
+  if (slot < 0 || static_cast<size_t>(slot) >= slots_.size() || !slots_[static_cast<size_t>(slot)].used) return;
+  slots_[static_cast<size_t>(slot)] = Slot{regretMicros, calls * ncclMicros, ncclMicros, true};
+}
+void RegretLedger::leave(int slot) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (slot < 0 || static_cast<size_t>(slot) >= slots_.size() || !slots_[static_cast<size_t>(slot)].used) return;
+  Slot& x = slots_[static_cast<size_t>(slot)];
+  goneRegret_ += x.regret;
+  goneBase_ += x.base;
+  goneSlowest_ = std::max(goneSlowest_, x.nccl);
+  x = Slot();
+  free_.push_back(slot);
 }
 bool RegretLedger::allows() const {
   std::lock_guard<std::mutex> lk(mu_);
-  double regret = 0, base = 0, slowest = 0;
+  double regret = goneRegret_, base = goneBase_, slowest = goneSlowest_;
   for (const Slot& x : slots_) {
     regret += x.regret;
     base += x.base;
     slowest = std::max(slowest, x.nccl);
   }
   return regret <= share_ * base + allowanceCalls_ * slowest;
+}
+size_t RegretLedger::slots() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return slots_.size() - free_.size();
 }
 
 namespace {
@@ -1521,11 +1541,12 @@ struct TaskSearch::Impl {
     if (std::isfinite(alt) && alt > 0) e.alt.push_back(o.objective(e.cfg, effCh, alt));
     st.samples++;
   }
-  void chargeWait(double us) {
-    if (!(us > 0) || mode != Mode::kTuning || dflt < 0 || evals[static_cast<size_t>(dflt)].samples.empty()) return;
+  bool chargeWait(double us) {
+    if (!(us > 0) || mode != Mode::kTuning || dflt < 0 || evals[static_cast<size_t>(dflt)].samples.empty()) return false;
     st.regretMicros += us;
     st.waitRegretMicros += us;
     reportRegret();
+    return true;
   }
   // Whether exploration may go on under Options::regretBudget, NCCL's median being `dmed`.
   bool regretAllowed(double dmed) const {
@@ -1536,7 +1557,9 @@ struct TaskSearch::Impl {
 
 TaskSearch::TaskSearch(const Space& space, Options opt, std::vector<Hint> hints)
     : impl_(std::make_unique<Impl>(space, std::move(opt), std::move(hints))) {}
-TaskSearch::~TaskSearch() = default;
+TaskSearch::~TaskSearch() {
+  if (impl_->ledgerSlot >= 0) impl_->o.jobRegret->leave(impl_->ledgerSlot);
+}
 
 Segment TaskSearch::segmentFor(uint64_t k) {
   std::lock_guard<std::mutex> lk(mu_);
@@ -1576,9 +1599,9 @@ void TaskSearch::unmeasured(uint64_t k) {
   std::lock_guard<std::mutex> lk(mu_);
   impl_->unmeasured(k);
 }
-void TaskSearch::chargeWait(double micros) {
+bool TaskSearch::chargeWait(double micros) {
   std::lock_guard<std::mutex> lk(mu_);
-  impl_->chargeWait(micros);
+  return impl_->chargeWait(micros);
 }
 void TaskSearch::channelsRan(int algo, int proto, int requested, int used) {
   if (used < 1 || requested < 1 || algo < 0 || algo >= kNumAlgos || proto < 0 || proto >= kNumProtos) return;

@@ -2084,6 +2084,35 @@ void lookupWaits() {
   CHECK(std::abs(light.atNccl - lightFree.atNccl) <= light.runs / 20);
 }
 
+// RegretLedger::leave: a task that is gone frees its slot (a process that makes communicators all along does not
+// grow the ledger) and the budget stays what it was: its regret, calls and NCCL median still count.
+void regretLedgerLeave() {
+  RegretLedger l(0.10, 16);
+  const int a = l.join(), b = l.join();
+  l.report(a, 150.0, 100, 10.0);  // budget 0.1 x 1000 + 16 x 10 = 260
+  l.report(b, 100.0, 10, 1.0);
+  CHECK(l.allows());
+  l.report(b, 120.0, 10, 1.0);  // 270 > 261
+  CHECK(!l.allows());
+  l.leave(a);
+  CHECK(l.slots() == 1);
+  CHECK(!l.allows());  // a's regret still counts
+  l.report(b, 100.0, 10, 1.0);
+  CHECK(l.allows());  // ... and so do its calls and its median: 250 <= 261
+  l.report(a, 1e9, 1, 1.0);  // a slot that left is not reported into
+  CHECK(l.allows());
+  const int c = l.join();
+  CHECK(c == a && l.slots() == 2);  // reused
+  {
+    Options o;
+    o.jobRegret = std::make_shared<RegretLedger>(0.10, 16);
+    Space sp;
+    sp.cost[0][2] = 1.0f;
+    { TaskSearch s(sp, o); CHECK(o.jobRegret->slots() == 1); }
+    CHECK(o.jobRegret->slots() == 0);  // the search left when destroyed
+  }
+}
+
 // Speculation around a pair already measured far behind. Two ranks as two hosts over sockets on one H200,
 // all_reduce 256 MiB in nccl-tests' cells (-w 10 -n 20 -c 1): ring/LL's probe came back 3.7x NCCL's ring/Simple
 // before the in-place loop was planned, and that loop still ran 3 calls of ring/LL at 6 channels, speculated while
@@ -2641,3 +2670,4 @@ TEST(search, jobRegret) { jobRegret(); }
 TEST(search, jobRegretMixed) { jobRegretMixed(); }
 TEST(search, jobRegretOneTask) { jobRegretOneTask(); }
 TEST(search, lookupWaits) { lookupWaits(); }
+TEST(search, regretLedgerLeave) { regretLedgerLeave(); }

@@ -61,7 +61,8 @@ class Decider {
     (void)micros;
   }
   // Another rank waited `micros` on the host for its lookup of call k of `task` (Board::reportWait): exploration's
-  // cost on the caller's clock, which the authority may count into the task's regret. Called from a board thread;
+  // cost on the caller's clock, which the authority may count into the task's regret. Called from a board thread or
+  // from the reporting rank's own thread (the in-process board, or a TCP board whose process holds the authority);
   // must not block. Default: ignored.
   virtual void observeWait(const TaskKey& task, int rank, uint64_t k, double micros) {
     (void)task;
@@ -76,6 +77,7 @@ struct Outcome {
   Status status = Status::kError;
   Segment seg;        // valid when kOk: contains the call index asked
   std::string error;  // when kError
+  bool asked = false;  // the board did not hold the segment: the caller waited for the authority (or the seal)
   bool ok() const { return status == Status::kOk; }
 };
 
@@ -84,7 +86,9 @@ struct BoardStats {
   uint64_t lookupsWaited = 0;  // lookups the board could not answer from what it held (asked the authority)
   uint64_t prefetches = 0;     // prefetch() calls that asked the authority
   uint64_t refused = 0;        // server: SERVE/NEED refused for a settings digest other than the communicator's
-  uint64_t reportsSent = 0;     // client: Board::report and Board::reportWait frames sent
+  uint64_t reportsSent = 0;     // client: Board::report frames sent
+  uint64_t waitsSent = 0;       // client: Board::reportWait frames sent
+  uint64_t waitsReceived = 0;   // client holding an authority: WAIT frames passed to its Decider::observeWait
   uint64_t reportsRelayed = 0;  // server: REPORT and WAIT frames passed on to the communicator's authority
   uint64_t reportsDropped = 0;  // server: REPORT and WAIT frames from a process not subscribed to the communicator
   bool connected = false;       // client: connected and authenticated now

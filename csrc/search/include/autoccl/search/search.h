@@ -62,25 +62,32 @@ Objective collectiveTime();
 Objective channelPenalty(double microsPerChannel);
 
 // What the searches of one job explore at together (Options::jobRegret; the engine: one per process, for the
-// communicators it is the authority of). Each task's regret (Stats::regretMicros) is summed against a share of the time the tasks' calls so
-// far (the calls asked, at least the exploring ones planned) would have taken at NCCL's medians, plus one allowance
-// of the slowest task's calls: a job whose tasks all explore at once would otherwise get an allowance per task
-// (Options::regretAllowance). The budget grows as the job's calls go on, for tasks that start or re-tune later.
-// Thread-safe: tasks report from the threads that plan and measure them; it never calls back into a search.
+// communicators it is the authority of). Each task's regret (Stats::regretMicros) is summed against a share of the
+// time the tasks' calls so far (the calls asked, at least the exploring ones planned) would have taken at NCCL's
+// medians, plus one allowance of the slowest task's calls: a job whose tasks all explore at once would otherwise
+// get an allowance per task (Options::regretAllowance). The budget grows as the job's calls go on, for tasks that
+// start or re-tune later. A task that is gone (its search destroyed, its communicator finalized) leaves its regret,
+// calls and NCCL median in the sums, so the budget is the same, and frees its slot. Thread-safe: tasks report from the threads that plan and measure them;
+// it never calls back into a search.
 class RegretLedger {
  public:
   RegretLedger(double share, double allowanceCalls) : share_(share), allowanceCalls_(allowanceCalls) {}
   int join();  // a new task's slot
   // Task `slot` has explored at a net cost of `regretMicros` over `calls` calls whose NCCL median is `ncclMicros`.
   void report(int slot, double regretMicros, double calls, double ncclMicros);
+  void leave(int slot);  // the task is gone: its regret and calls stay counted, its slot is reused
   bool allows() const;  // the tasks' summed regret is within the budget
+  size_t slots() const;  // slots held (tests)
 
  private:
   struct Slot {
     double regret = 0, base = 0, nccl = 0;
+    bool used = false;
   };
   mutable std::mutex mu_;
   std::vector<Slot> slots_;
+  std::vector<int> free_;
+  double goneRegret_ = 0, goneBase_ = 0, goneSlowest_ = 0;  // of the tasks that left
   double share_, allowanceCalls_;
 };
 
@@ -300,7 +307,8 @@ class TaskSearch {
   // caller's clock: it counts into the regret (Options::regretBudget, jobRegret) like a trial's extra time. Not
   // counted outside tuning, nor before NCCL's choice has a sample (the start of coordination is not exploring).
   // The caller charges a call's wait once, as the longest over the ranks (they wait for the same plan at once).
-  void chargeWait(double micros);
+  // False when not counted (outside tuning, or before NCCL's first sample).
+  bool chargeWait(double micros);
 
   // A call of this task with pair (algo, proto) that asked for `requested` channels ran on `used` (the
   // profiler reports the channels that did work). NCCL caps a request at the communicator's channel count,
