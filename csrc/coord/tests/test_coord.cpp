@@ -880,6 +880,32 @@ TEST(coord, tcp_settings) {
 }
 
 // ---- reports of other ranks' GPU times -------------------------------------------------------------
+// The authority's decider, recording what other ranks report: GPU times (observe) and lookup waits (observeWait).
+struct ReportObserver : Decider {
+  PlanDecider inner;
+  std::mutex mu;
+  std::vector<std::tuple<int, uint64_t, double>> seen, waits;
+  std::vector<Segment> decide(const TaskKey& t, uint64_t k, uint64_t c) override { return inner.decide(t, k, c); }
+  void observe(const TaskKey& t, int rank, uint64_t k, double us) override {
+    (void)t;
+    std::lock_guard<std::mutex> lk(mu);
+    seen.emplace_back(rank, k, us);
+  }
+  void observeWait(const TaskKey& t, int rank, uint64_t k, double us) override {
+    (void)t;
+    std::lock_guard<std::mutex> lk(mu);
+    waits.emplace_back(rank, k, us);
+  }
+  size_t count() {
+    std::lock_guard<std::mutex> lk(mu);
+    return seen.size();
+  }
+  size_t waitCount() {
+    std::lock_guard<std::mutex> lk(mu);
+    return waits.size();
+  }
+};
+
 // A follower's report reaches the authority's Decider::observe (through the server, or directly when
 // the authority is in the same process); an untimed call arrives as a negative time; a process the
 // communicator does not serve (refused, or one that never asked) is not relayed.
@@ -899,21 +925,6 @@ TEST(coord, tcp_report) {
   b = wire::encode(r);
   EXPECT_TRUE(wire::decode(b.data(), b.size(), &o) == -1);
 
-  struct Observer : Decider {
-    PlanDecider inner;
-    std::mutex mu;
-    std::vector<std::tuple<int, uint64_t, double>> seen;
-    std::vector<Segment> decide(const TaskKey& t, uint64_t k, uint64_t c) override { return inner.decide(t, k, c); }
-    void observe(const TaskKey& t, int rank, uint64_t k, double us) override {
-      (void)t;
-      std::lock_guard<std::mutex> lk(mu);
-      seen.emplace_back(rank, k, us);
-    }
-    size_t count() {
-      std::lock_guard<std::mutex> lk(mu);
-      return seen.size();
-    }
-  };
   TcpServer server(baseOpts(0));
   std::string err;
   ASSERT_TRUE(server.start(&err));
@@ -922,7 +933,7 @@ TEST(coord, tcp_report) {
   auto follower = makeTcpBoard(opts(0xA));
   auto stranger = makeTcpBoard(opts(0xA));
   auto odd = makeTcpBoard(opts(0xB));
-  Observer obs;
+  ReportObserver obs;
   auth->serve(5, &obs);
   const TaskKey key{5, 4, 1, 1 << 20};
   ASSERT_TRUE(follower->lookup(key, 0, milliseconds(10000)).ok());  // subscribed: it asked
@@ -976,44 +987,24 @@ TEST(coord, tcp_wait_report) {
   EXPECT_TRUE(wire::decode(b.data(), b.size(), &o) == static_cast<long>(b.size()));
   EXPECT_TRUE(o.type == wire::kWait && o.task == r.task && o.rank == 3 && o.k == 41 && o.ns == 250000);
 
-  struct Observer : Decider {
-    PlanDecider inner;
-    std::mutex mu;
-    std::vector<std::tuple<int, uint64_t, double>> waits;
-    int times = 0;
-    std::vector<Segment> decide(const TaskKey& t, uint64_t k, uint64_t c) override { return inner.decide(t, k, c); }
-    void observe(const TaskKey&, int, uint64_t, double) override {
-      std::lock_guard<std::mutex> lk(mu);
-      times++;
-    }
-    void observeWait(const TaskKey& t, int rank, uint64_t k, double us) override {
-      (void)t;
-      std::lock_guard<std::mutex> lk(mu);
-      waits.emplace_back(rank, k, us);
-    }
-    size_t count() {
-      std::lock_guard<std::mutex> lk(mu);
-      return waits.size();
-    }
-  };
   TcpServer server(baseOpts(0));
   std::string err;
   ASSERT_TRUE(server.start(&err));
   auto auth = makeTcpBoard(digestOpts(server.port(), 0xA));
   auto follower = makeTcpBoard(digestOpts(server.port(), 0xA));
-  Observer obs;
+  ReportObserver obs;
   auth->serve(5, &obs);
   const TaskKey key{5, 4, 1, 1 << 20};
   ASSERT_TRUE(follower->lookup(key, 0, milliseconds(10000)).ok());
   follower->reportWait(key, 2, 7, 250.0);
   follower->reportWait(key, 2, 8, -1.0);  // not a wait: nothing sent
   auth->reportWait(key, 1, 9, 40.0);      // the authority's own process
-  EXPECT_TRUE(waitFor([&] { return obs.count() >= 2; }));
+  EXPECT_TRUE(waitFor([&] { return obs.waitCount() >= 2; }));
   std::this_thread::sleep_for(milliseconds(100));
   {
     std::lock_guard<std::mutex> lk(obs.mu);
     ASSERT_TRUE(obs.waits.size() == 2);
-    EXPECT_TRUE(obs.times == 0);
+    EXPECT_TRUE(obs.seen.empty());
     bool relayed = false, own = false;
     for (auto& [rank, k, us] : obs.waits) {
       relayed = relayed || (rank == 2 && k == 7 && us > 249.99 && us < 250.01);
@@ -1030,10 +1021,10 @@ TEST(coord, tcp_wait_report) {
   server.stop();
 
   auto local = makeLocalBoard();
-  Observer lobs;
+  ReportObserver lobs;
   local->serve(6, &lobs);
   local->reportWait(TaskKey{6, 4, 1, 1 << 20}, 1, 3, 75.0);
-  ASSERT_TRUE(lobs.count() == 1);
+  ASSERT_TRUE(lobs.waitCount() == 1);
   EXPECT_TRUE(std::get<2>(lobs.waits[0]) == 75.0);
   local->unserve(6);
 }

@@ -673,21 +673,33 @@ void testProbeKeepDropsFarPairs() {
 // of which every configuration but NCCL's choice is 35-50 % slower. With the job's bound the tasks together
 // explore fewer calls off NCCL's choice than with their own bounds alone; every task ends on NCCL's choice and
 // both ranks apply the same configuration on every call. Out-of-range values are refused.
-void testJobRegretAcrossTasks() {
+// NCCL's choice (Ring/Simple, 100 us) best; every other pair 40-50 % slower: whatever a search explores is regret.
+CostModel modelNcclBest() {
   CostModel m;
   m.set(kRing, kSimple, 100, 24, 0.30);
   m.set(kRing, kLL128, 140, 24, 0.20);
   m.set(kRing, kLL, 150, 24, 0.10);
   m.set(kTree, kSimple, 145, 24, 0.20);
+  return m;
+}
+
+// onlineSettings() with AUTOCCL_JOB_REGRET_PCT as given.
+Settings withJobRegret(const char* pct) {
+  Settings st = onlineSettings();
+  Settings parsed = loadSettings(envOf({{"AUTOCCL_MODE", "online"}, {"AUTOCCL_JOB_REGRET_PCT", pct}}));
+  CHECK(parsed.valid);
+  st.jobRegretBudget = parsed.jobRegretBudget;
+  return st;
+}
+
+void testJobRegretAcrossTasks() {
+  const CostModel m = modelNcclBest();
   std::vector<TaskSpec> tasks;
   for (uint64_t i = 1; i <= 6; ++i) tasks.push_back({kAllReduce, i << 23, m});
   size_t explored[2] = {0, 0};
   const char* pct[2] = {"0", "10"};
   for (int i = 0; i < 2; ++i) {
-    Settings st = onlineSettings();
-    Settings parsed = loadSettings(envOf({{"AUTOCCL_MODE", "online"}, {"AUTOCCL_JOB_REGRET_PCT", pct[i]}}));
-    CHECK(parsed.valid);
-    st.jobRegretBudget = parsed.jobRegretBudget;
+    const Settings st = withJobRegret(pct[i]);
     Runtime rt(st, 22809, 22803, "/nonexistent");
     Logs logs;
     Comm comm(rt, 0x70BULL + static_cast<uint64_t>(i), 2, {0, 1}, &logs);
@@ -710,17 +722,10 @@ void testJobRegretAcrossTasks() {
 // communicators whose tasks explore at the same time (called in turn) explore less together than each in a process
 // of its own, where each has a budget and an allowance of its own. Every task ends at NCCL's choice, every rank alike.
 void testJobRegretAcrossCommunicators() {
-  CostModel m;
-  m.set(kRing, kSimple, 100, 24, 0.30);
-  m.set(kRing, kLL128, 140, 24, 0.20);
-  m.set(kRing, kLL, 150, 24, 0.10);
-  m.set(kTree, kSimple, 145, 24, 0.20);
+  const CostModel m = modelNcclBest();
   std::vector<TaskSpec> tasks;
   for (uint64_t i = 1; i <= 3; ++i) tasks.push_back({kAllReduce, i << 23, m});
-  Settings st = onlineSettings();
-  Settings parsed = loadSettings(envOf({{"AUTOCCL_MODE", "online"}, {"AUTOCCL_JOB_REGRET_PCT", "10"}}));
-  CHECK(parsed.valid);
-  st.jobRegretBudget = parsed.jobRegretBudget;
+  const Settings st = withJobRegret("10");
   // Drives the communicators' tasks in turn, call by call; the calls off NCCL's choice of each.
   auto explore = [&](std::vector<Comm*> comms) {
     std::vector<Converged> seen(comms.size());
