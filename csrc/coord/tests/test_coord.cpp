@@ -906,24 +906,30 @@ struct ReportObserver : Decider {
   }
 };
 
-// A follower's report reaches the authority's Decider::observe (through the server, or directly when
-// the authority is in the same process); an untimed call arrives as a negative time; a process the
-// communicator does not serve (refused, or one that never asked) is not relayed.
-TEST(coord, tcp_report) {
+// A REPORT or WAIT frame (task, rank, call index, ns) decodes to what was encoded, a frame cut short is incomplete,
+// and a rank beyond any communicator is malformed.
+void checkRankFrame(uint16_t type, uint64_t ns) {
   wire::Msg r;
-  r.type = wire::kReport;
+  r.type = type;
   r.task = TaskKey{0x55, 4, 1, 1 << 22};
   r.rank = 3;
   r.k = 41;
-  r.ns = 123456;
+  r.ns = ns;
   auto b = wire::encode(r);
   wire::Msg o;
   EXPECT_TRUE(wire::decode(b.data(), b.size(), &o) == static_cast<long>(b.size()));
-  EXPECT_TRUE(o.type == wire::kReport && o.task == r.task && o.rank == 3 && o.k == 41 && o.ns == 123456);
+  EXPECT_TRUE(o.type == type && o.task == r.task && o.rank == 3 && o.k == 41 && o.ns == ns);
   for (size_t cut = 0; cut < b.size(); ++cut) EXPECT_TRUE(wire::decode(b.data(), cut, &o) == 0);
   r.rank = wire::kMaxRanks;  // beyond any communicator
   b = wire::encode(r);
   EXPECT_TRUE(wire::decode(b.data(), b.size(), &o) == -1);
+}
+
+// A follower's report reaches the authority's Decider::observe (through the server, or directly when
+// the authority is in the same process); an untimed call arrives as a negative time; a process the
+// communicator does not serve (refused, or one that never asked) is not relayed.
+TEST(coord, tcp_report) {
+  checkRankFrame(wire::kReport, 123456);
 
   TcpServer server(baseOpts(0));
   std::string err;
@@ -976,16 +982,7 @@ TEST(coord, tcp_report) {
 // the server, straight to the decider in the authority's own process, and on the in-process board; a negative wait
 // is not sent.
 TEST(coord, tcp_wait_report) {
-  wire::Msg r;
-  r.type = wire::kWait;
-  r.task = TaskKey{0x55, 4, 1, 1 << 22};
-  r.rank = 3;
-  r.k = 41;
-  r.ns = 250000;
-  auto b = wire::encode(r);
-  wire::Msg o;
-  EXPECT_TRUE(wire::decode(b.data(), b.size(), &o) == static_cast<long>(b.size()));
-  EXPECT_TRUE(o.type == wire::kWait && o.task == r.task && o.rank == 3 && o.k == 41 && o.ns == 250000);
+  checkRankFrame(wire::kWait, 250000);
 
   TcpServer server(baseOpts(0));
   std::string err;
