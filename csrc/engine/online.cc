@@ -549,7 +549,10 @@ class OnlineSource final : public DecisionSource {
       s->ncclAlgo.store(m.ncclAlgo, std::memory_order_relaxed);
       s->ncclProto.store(m.ncclProto, std::memory_order_relaxed);
       // the channels of a lone collective's kernel (a grouped launch reports its first collective's)
-      if (m.colls == 1) s->ncclChannels.store(m.ncclChannels, std::memory_order_relaxed);
+      if (m.colls == 1) {
+        s->ncclChannels.store(m.ncclChannels, std::memory_order_relaxed);
+        srch->ncclChoice(m.ncclAlgo, m.ncclProto, m.ncclChannels);  // its explicit form is no candidate of its own
+      }
     }
     // NCCL caps a channel request at the communicator's channel count (and spreads small tasks over
     // fewer): the channels it reports for a lone collective are the ones the requested config ran on.

@@ -123,6 +123,12 @@ struct TaskSearch::Impl {
   Options o;
   std::vector<Hint> hints;
   int defaultPair = -1;             // min-cost supported pair
+  // NCCL's own configuration for this task (TaskSearch::ncclChoice); -1 / 0 while not known.
+  int ncclAlgo = -1, ncclProto = -1, ncclChannels = 0;
+  bool isNcclOwn(const Config& c) const {
+    return c.forcesPair() && c.algo == ncclAlgo && c.proto == ncclProto && ncclChannels > 0 &&
+           c.channels == ncclChannels && !c.setsChunk();
+  }
   int startCh = 1;
   // Channels NCCL runs each (algorithm, protocol) pair on at most for this task (channelsRan): NCCL
   // spreads a small task over fewer channels by a per-pair minimum of traffic per channel, so one pair's
@@ -515,6 +521,11 @@ struct TaskSearch::Impl {
     }
     const Eval& i = evals[static_cast<size_t>(inc)];
     const double noise = std::max(i.relNoise(), d.relNoise());
+    if (inc != dflt && isNcclOwn(i.cfg)) {  // NCCL's choice in its explicit form: nothing to duel
+      debugf("autoccl search: the incumbent %s is NCCL's own configuration: NCCL's choice stays", i.cfg.str().c_str());
+      pinNcclOwn(d, noise);
+      return;
+    }
     if (o.duelSamples > 0 && inc != dflt && !d.dead && !d.samples.empty() && !i.samples.empty()) {
       startDuel(noise);
       return;
@@ -637,9 +648,20 @@ struct TaskSearch::Impl {
     if (d.n() < o.duelSamples || i.n() < o.duelSamples)
       incWins = incWins && *std::min_element(i.samples.begin(), i.samples.end()) <
                                *std::min_element(d.samples.begin(), d.samples.end());
+    if (incWins && isNcclOwn(i.cfg)) {  // NCCL's configuration became known during the duel
+      report("NCCL's choice stays (the tuned configuration is NCCL's own)");
+      pinNcclOwn(d, std::max(duelNoise, std::max(d.relNoise(), i.relNoise())));
+      return;
+    }
     const Eval& w = incWins ? i : d;
     report(incWins ? "the tuned configuration is pinned" : "NCCL's choice stays");
     pin(w.cfg, w.med(), std::max(duelNoise, std::max(d.relNoise(), i.relNoise())));
+  }
+  // Pins NCCL's choice (`d`, an eval of it) where the incumbent is NCCL's own configuration (isNcclOwn).
+  void pinNcclOwn(const Eval& d, double noise) {
+    st.ncclOwnIncumbent = true;
+    inc = dflt;
+    pin(d.cfg, d.samples.empty() ? 0.0 : d.med(), noise);
   }
 
   // ---- the search proper ------------------------------------------------------------------
@@ -653,6 +675,10 @@ struct TaskSearch::Impl {
     }
     st.defaultMedian = d.samples.empty() ? 0.0 : d.med();
     st.noise = d.relNoise();
+    if (isNcclOwn(h.cfg) && !d.samples.empty()) {  // an older table's entry naming NCCL's own configuration
+      pinNcclOwn(d, std::max(d.relNoise(), h.relNoise()));
+      return;
+    }
     if (beats(d, h, o.z)) {  // the table is wrong here now: search again, starting near it
       Hint nh{h.cfg, 0, 0.5};
       hints.push_back(nh);
@@ -1602,6 +1628,13 @@ void TaskSearch::unmeasured(uint64_t k) {
 bool TaskSearch::chargeWait(double micros) {
   std::lock_guard<std::mutex> lk(mu_);
   return impl_->chargeWait(micros);
+}
+void TaskSearch::ncclChoice(int algo, int proto, int channels) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (algo < 0 || proto < 0 || channels <= 0) return;
+  impl_->ncclAlgo = algo;
+  impl_->ncclProto = proto;
+  impl_->ncclChannels = channels;
 }
 void TaskSearch::channelsRan(int algo, int proto, int requested, int used) {
   if (used < 1 || requested < 1 || algo < 0 || algo >= kNumAlgos || proto < 0 || proto >= kNumProtos) return;

@@ -208,6 +208,7 @@ def pinned_tasks(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                         "wait_regret_us",
                         "regret_stop",
                         "job_regret_stop",
+                        "nccl_own_incumbent",
                         "skipped_behind",
                         "recorded_starts",
                     )

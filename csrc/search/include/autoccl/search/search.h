@@ -274,6 +274,9 @@ struct Stats {
   uint64_t recordedStarts = 0;  // pairs whose first probe moved to an earlier job's best point (Options::recordedStart)
   double regretAllowance = 0;   // the allowance this search had (Options::regretAllowance), calls
   uint64_t unprovenWaits = 0;   // calls the incumbent ran while maxUnprovenCalls held candidates back
+  // Tuning ended with NCCL's own configuration in its explicit form as the incumbent (TaskSearch::ncclChoice):
+  // NCCL's choice was pinned, without a duel of two identical configurations.
+  bool ncclOwnIncumbent = false;
 };
 
 class TaskSearch {
@@ -309,6 +312,14 @@ class TaskSearch {
   // The caller charges a call's wait once, as the longest over the ranks (they wait for the same plan at once).
   // False when not counted (outside tuning, or before NCCL's first sample).
   bool chargeWait(double micros);
+
+  // What NCCL runs for this task when left alone, as the engine learns it from the profiler (a lone collective's
+  // pair and channel count, NCCL's chunk). A configuration forcing exactly that (same pair, the same channel count,
+  // no chunk of its own) is NCCL's choice: where tuning ends with it as the incumbent, or it wins the duel, NCCL's
+  // choice is pinned. Else a duel of two identical configurations is decided by noise: FSDP2 over sockets on one
+  // H200 pinned ring/simple/2, NCCL's own choice, for all_gather 150 MiB on a "gain" of 15.8 %, and the step
+  // guard then compared two identical plans. algo or proto < 0, or channels <= 0: not known.
+  void ncclChoice(int algo, int proto, int channels);
 
   // A call of this task with pair (algo, proto) that asked for `requested` channels ran on `used` (the
   // profiler reports the channels that did work). NCCL caps a request at the communicator's channel count,
