@@ -1663,9 +1663,9 @@ void testAllowanceOnce() {
 // A table entry naming NCCL's own configuration (Ring/Simple at the 24 channels NCCL runs it on, NCCL's chunk; an
 // older table's) is verified at the start against NCCL's choice, that is against itself. Once the profiler has
 // shown the engine NCCL's configuration (TaskSearch::ncclChoice), the verification pins NCCL's choice whatever the
-// noise says, the task record says why (`nccl_own_incumbent`), the job leaves the entry as NCCL's choice (channels
-// 0), and the next job runs the task on NCCL's choice, untimed, from its first call. `pinnedExplicit` counts the
-// jobs that ended on the explicit form (before the engine passed NCCL's configuration to the search: 3 of 7).
+// noise says, the job leaves the entry as NCCL's choice (channels 0), and the next job runs the task on NCCL's choice,
+// untimed, from its first call. `pinnedExplicit` counts the jobs that ended on the explicit form (before the engine
+// passed NCCL's configuration to the search: 3 of 7).
 void testEntryNamingNcclChoice() {
   CostModel m;  // NCCL's choice (Ring/Simple at the ceiling) best; the other pairs far behind
   m.set(kRing, kSimple, 100, kCeiling, 0.30);

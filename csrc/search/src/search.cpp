@@ -301,6 +301,7 @@ struct TaskSearch::Impl {
   void begin(bool retune) {
     clearTuning();
     tuningStart = planned;
+    st.ncclOwnIncumbent = false;  // of this tuning round's end
     Hint exact;
     bool haveExact = false;
     for (const Hint& h : hints)
@@ -597,7 +598,8 @@ struct TaskSearch::Impl {
     Eval& i = evals[static_cast<size_t>(duelInc)];
     const Eval& tuned = evals[static_cast<size_t>(inc)];
     if (d.samples.empty() || i.samples.empty()) {  // nothing to compare (graph capture...): what tuning found
-      pin(tuned.cfg, tuned.med(), duelNoise);
+      if (isNcclOwn(tuned.cfg)) pinNcclOwn(d, duelNoise);
+      else pin(tuned.cfg, tuned.med(), duelNoise);
       return;
     }
     st.defaultMedian = d.med();
@@ -669,16 +671,17 @@ struct TaskSearch::Impl {
     Eval& d = evals[static_cast<size_t>(dflt)];
     Eval& h = evals[static_cast<size_t>(hintEval)];
     if (!d.finished() || !h.finished()) return;
+    if (isNcclOwn(h.cfg)) {  // an older table's entry naming NCCL's own configuration
+      st.defaultMedian = d.samples.empty() ? 0.0 : d.med();
+      pinNcclOwn(d, std::max(d.relNoise(), h.relNoise()));
+      return;
+    }
     if (d.dead && h.dead) {  // unmeasurable (e.g. graph capture): trust the table
       pin(h.cfg, 0, 0);
       return;
     }
     st.defaultMedian = d.samples.empty() ? 0.0 : d.med();
     st.noise = d.relNoise();
-    if (isNcclOwn(h.cfg) && !d.samples.empty()) {  // an older table's entry naming NCCL's own configuration
-      pinNcclOwn(d, std::max(d.relNoise(), h.relNoise()));
-      return;
-    }
     if (beats(d, h, o.z)) {  // the table is wrong here now: search again, starting near it
       Hint nh{h.cfg, 0, 0.5};
       hints.push_back(nh);

@@ -1243,8 +1243,9 @@ void tableDefaultEntry() {
 // ring/simple/2, NCCL's choice, pinned for all_gather 150 MiB on a 15.8 % "gain", and the step guard then
 // compared two identical plans). Model: the default measures 100 us and its explicit form ring/simple/24 85 us
 // (two measurements of one configuration that disagree); other channel counts and tree are slower. Without
-// TaskSearch::ncclChoice the search pins the explicit form; with it, known from the start or from call 30,
-// NCCL's choice. A real gain of the same pair at other channels (12 channels 20 % faster) is still pinned.
+// TaskSearch::ncclChoice the search pins the explicit form; with it, known from the start, from call 30 or only once
+// the duel has begun (samples back at once, the duel's own check), NCCL's choice. A real gain of the same pair at
+// other channels (12 channels 20 % faster) is still pinned.
 void ncclOwnIncumbent() {
   const int ringSimple = 1 * kNumProtos + 2;
   auto model = [&](bool realGain) {
@@ -1262,15 +1263,32 @@ void ncclOwnIncumbent() {
     };
     return m;
   };
-  int explicitWithout = 0, defaultFromStart = 0, defaultLate = 0, flagged = 0, gainKept = 0;
+  int explicitWithout = 0, defaultFromStart = 0, defaultLate = 0, defaultInDuel = 0, flagged = 0, gainKept = 0;
   for (uint64_t seed = 1; seed <= 30; ++seed) {
-    for (int arm = 0; arm < 4; ++arm) {
+    for (int arm = 0; arm < 5; ++arm) {
       const Model m = model(arm == 3);
       std::mt19937_64 rng(seed * 97);
-      TaskSearch s(m.space, Options());
+      bool tuningEnded = false;  // arm 4: the search's diagnostics say when the duel begins
+      Options o;
+      if (arm == 4)
+        o.debug = [&tuningEnded](const std::string& line) {
+          if (line.find("tuning ends") != std::string::npos) tuningEnded = true;
+        };
+      TaskSearch s(m.space, o);
       if (arm == 1 || arm == 3) s.ncclChoice(1, 2, 24);
       RunResult r;
-      if (arm == 2) {
+      if (arm == 4) {
+        bool told = false;
+        for (uint64_t k = 0; k < 400; ++k) {
+          r = drive(s, m, rng, 1, 0, 0.0, k);
+          if (tuningEnded && !told) {
+            CHECK(!s.converged());  // the duel is under way
+            s.ncclChoice(1, 2, 24);
+            told = true;
+          }
+        }
+        CHECK(told);
+      } else if (arm == 2) {
         drive(s, m, rng, 30, 2, 0.0);
         s.ncclChoice(1, 2, 24);
         r = drive(s, m, rng, 370, 2, 0.0, 30);
@@ -1282,18 +1300,20 @@ void ncclOwnIncumbent() {
       if (arm == 0) explicitWithout += ownExplicit ? 1 : 0;
       if (arm == 1) defaultFromStart += r.final.isDefault() ? 1 : 0;
       if (arm == 2) defaultLate += r.final.isDefault() ? 1 : 0;
-      if (arm == 1 || arm == 2) flagged += s.stats().ncclOwnIncumbent ? 1 : 0;
+      if (arm == 4) defaultInDuel += r.final.isDefault() ? 1 : 0;
+      if (arm == 1 || arm == 2 || arm == 4) flagged += s.stats().ncclOwnIncumbent ? 1 : 0;
       if (arm == 3) gainKept += !r.final.isDefault() && m.trueTime(r.final) <= 85.0 ? 1 : 0;
     }
   }
   std::printf("NCCL's own configuration ahead by measurement: pinned in its explicit form %d/30 without ncclChoice; "
-              "NCCL's choice pinned %d/30 (known from the start), %d/30 (from call 30), flagged %d/60; a real gain "
-              "at 12 channels kept %d/30\n",
-              explicitWithout, defaultFromStart, defaultLate, flagged, gainKept);
+              "NCCL's choice pinned %d/30 (known from the start), %d/30 (from call 30), %d/30 (from the duel), flagged "
+              "%d/90; a real gain at 12 channels kept %d/30\n",
+              explicitWithout, defaultFromStart, defaultLate, defaultInDuel, flagged, gainKept);
   CHECK(explicitWithout >= 25);  // the scenario does pin the explicit form without it
   CHECK(defaultFromStart == 30);
   CHECK(defaultLate == 30);
-  CHECK(flagged == 60);
+  CHECK(defaultInDuel == 30);
+  CHECK(flagged == 90);
   CHECK(gainKept >= 27);
 }
 

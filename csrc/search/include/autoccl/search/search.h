@@ -313,12 +313,15 @@ class TaskSearch {
   // False when not counted (outside tuning, or before NCCL's first sample).
   bool chargeWait(double micros);
 
-  // What NCCL runs for this task when left alone, as the engine learns it from the profiler (a lone collective's
-  // pair and channel count, NCCL's chunk). A configuration forcing exactly that (same pair, the same channel count,
+  // What NCCL runs for this task when left alone, as the engine learns it from the profiler (each lone collective
+  // of NCCL's choice: its pair and channel count, NCCL's chunk; the latest wins). A configuration forcing exactly that (same pair, the same channel count,
   // no chunk of its own) is NCCL's choice: where tuning ends with it as the incumbent, or it wins the duel, NCCL's
   // choice is pinned. Else a duel of two identical configurations is decided by noise: FSDP2 over sockets on one
   // H200 pinned ring/simple/2, NCCL's own choice, for all_gather 150 MiB on a "gain" of 15.8 %, and the step
-  // guard then compared two identical plans. algo or proto < 0, or channels <= 0: not known.
+  // guard then compared two identical plans. algo or proto < 0, or channels <= 0: not known. The channel count
+  // compared is the one a configuration asks for: a request of NCCL's count that NCCL runs on fewer channels (how
+  // the data divides) is taken for NCCL's own, and a larger request that NCCL runs on its count is not.
+  // Tuning ending there pins NCCL's choice in its place (Stats::ncclOwnIncumbent).
   void ncclChoice(int algo, int proto, int channels);
 
   // A call of this task with pair (algo, proto) that asked for `requested` channels ran on `used` (the
