@@ -125,9 +125,15 @@ struct TaskSearch::Impl {
   int defaultPair = -1;             // min-cost supported pair
   // NCCL's own configuration for this task (TaskSearch::ncclChoice); -1 / 0 while not known.
   int ncclAlgo = -1, ncclProto = -1, ncclChannels = 0;
+  // The channels each (pair, channels asked) ran on last (channelsRan): NCCL runs a request on fewer channels where
+  // the data divides so, so what a configuration ran on, where known, is what is compared with NCCL's own count.
+  std::map<std::pair<int, int>, int> ranOn;
   bool isNcclOwn(const Config& c) const {
-    return c.forcesPair() && c.algo == ncclAlgo && c.proto == ncclProto && ncclChannels > 0 &&
-           c.channels == ncclChannels && !c.setsChunk();
+    if (!c.forcesPair() || c.algo != ncclAlgo || c.proto != ncclProto || ncclChannels <= 0 || c.setsChunk() ||
+        c.channels <= 0)
+      return false;
+    auto it = ranOn.find({c.algo * kNumProtos + c.proto, c.channels});
+    return (it != ranOn.end() ? it->second : c.channels) == ncclChannels;
   }
   int startCh = 1;
   // Channels NCCL runs each (algorithm, protocol) pair on at most for this task (channelsRan): NCCL
@@ -1441,6 +1447,7 @@ struct TaskSearch::Impl {
   // ran 64), not a ceiling; nor is any count below one the pair has already run on.
   void channelsRan(int pair, int asked, int ran) {
     if (pair < 0 || pair >= kNumAlgos * kNumProtos || ran < 1) return;
+    ranOn[{pair, asked}] = ran;
     const int before = pairRan[pair];
     pairRan[pair] = std::max(pairRan[pair], ran);
     if (ran + kCapShortfall <= asked && ran >= before) limitChannels(pair, ran);

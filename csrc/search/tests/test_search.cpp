@@ -1244,8 +1244,9 @@ void tableDefaultEntry() {
 // compared two identical plans). Model: the default measures 100 us and its explicit form ring/simple/24 85 us
 // (two measurements of one configuration that disagree); other channel counts and tree are slower. Without
 // TaskSearch::ncclChoice the search pins the explicit form; with it, known from the start, from call 30 or only once
-// the duel has begun (samples back at once, the duel's own check), NCCL's choice. A real gain of the same pair at
-// other channels (12 channels 20 % faster) is still pinned.
+// the duel has begun (samples back at once, the duel's own check), NCCL's choice; also where NCCL runs 23 channels
+// and the explicit request of 24 runs on 23 too (the channels it ran on are compared, TaskSearch::channelsRan). A
+// real gain of the same pair at other channels (12 channels 20 % faster) is still pinned.
 void ncclOwnIncumbent() {
   const int ringSimple = 1 * kNumProtos + 2;
   auto model = [&](bool realGain) {
@@ -1264,9 +1265,11 @@ void ncclOwnIncumbent() {
     return m;
   };
   int explicitWithout = 0, defaultFromStart = 0, defaultLate = 0, defaultInDuel = 0, flagged = 0, gainKept = 0;
+  int defaultRanFewer = 0;
   for (uint64_t seed = 1; seed <= 30; ++seed) {
-    for (int arm = 0; arm < 5; ++arm) {
-      const Model m = model(arm == 3);
+    for (int arm = 0; arm < 6; ++arm) {
+      Model m = model(arm == 3);
+      if (arm == 5) m.space.maxChannels = 24;  // no probe above the request NCCL runs on 23
       std::mt19937_64 rng(seed * 97);
       bool tuningEnded = false;  // arm 4: the search's diagnostics say when the duel begins
       Options o;
@@ -1288,6 +1291,9 @@ void ncclOwnIncumbent() {
           }
         }
         CHECK(told);
+      } else if (arm == 5) {  // NCCL runs 23 channels, and so does the request of 24 (TaskSearch::channelsRan)
+        s.ncclChoice(1, 2, 23);
+        r = drive(s, m, rng, 400, 2, 0.0, 0, nullptr, kForever, 23);
       } else if (arm == 2) {
         drive(s, m, rng, 30, 2, 0.0);
         s.ncclChoice(1, 2, 24);
@@ -1301,6 +1307,7 @@ void ncclOwnIncumbent() {
       if (arm == 1) defaultFromStart += r.final.isDefault() ? 1 : 0;
       if (arm == 2) defaultLate += r.final.isDefault() ? 1 : 0;
       if (arm == 4) defaultInDuel += r.final.isDefault() ? 1 : 0;
+      if (arm == 5) defaultRanFewer += r.final.isDefault() ? 1 : 0;
       if (arm == 1 || arm == 2 || arm == 4) flagged += s.stats().ncclOwnIncumbent ? 1 : 0;
       if (arm == 3) gainKept += !r.final.isDefault() && m.trueTime(r.final) <= 85.0 ? 1 : 0;
     }
@@ -1309,10 +1316,13 @@ void ncclOwnIncumbent() {
               "NCCL's choice pinned %d/30 (known from the start), %d/30 (from call 30), %d/30 (from the duel), flagged "
               "%d/90; a real gain at 12 channels kept %d/30\n",
               explicitWithout, defaultFromStart, defaultLate, defaultInDuel, flagged, gainKept);
+  std::printf("... NCCL on 23 channels, the explicit request of 24 running on 23: NCCL's choice pinned %d/30\n",
+              defaultRanFewer);
   CHECK(explicitWithout >= 25);  // the scenario does pin the explicit form without it
   CHECK(defaultFromStart == 30);
   CHECK(defaultLate == 30);
   CHECK(defaultInDuel == 30);
+  CHECK(defaultRanFewer == 30);  // 0/30 comparing the channels asked (the explicit form pinned)
   CHECK(flagged == 90);
   CHECK(gainKept >= 27);
 }

@@ -319,9 +319,9 @@ class TaskSearch {
   // choice is pinned. Else a duel of two identical configurations is decided by noise: FSDP2 over sockets on one
   // H200 pinned ring/simple/2, NCCL's own choice, for all_gather 150 MiB on a "gain" of 15.8 %, and the step
   // guard then compared two identical plans. algo or proto < 0, or channels <= 0: not known. The channel count
-  // compared is the one a configuration asks for: a request of NCCL's count that NCCL runs on fewer channels (how
-  // the data divides) is taken for NCCL's own, and a larger request that NCCL runs on its count is not.
-  // Tuning ending there pins NCCL's choice in its place (Stats::ncclOwnIncumbent).
+  // compared is the one the configuration ran on where channelsRan reported it (NCCL runs a request on fewer
+  // channels where the data divides so), else the one it asks for. Tuning ending there pins NCCL's choice in its
+  // place (Stats::ncclOwnIncumbent).
   void ncclChoice(int algo, int proto, int channels);
 
   // A call of this task with pair (algo, proto) that asked for `requested` channels ran on `used` (the
