@@ -627,9 +627,9 @@ class OnlineSource final : public DecisionSource {
       // A winner that is NCCL's own configuration (its pair, at the channel count NCCL runs it on, NCCL's chunk)
       // won a duel of two identical configurations by noise: over sockets on one H200 such an entry was verified
       // against itself at every start (won by 4 % one job, lost the next). The table says NCCL's choice, which
-      // the next start runs untimed.
-      const bool ncclOwn = b.forcesPair() && b.algo == s->ncclAlgo.load() && b.proto == s->ncclProto.load() &&
-                           b.channels > 0 && b.channels == s->ncclChannels.load() && !b.setsChunk();
+      // the next start runs untimed. The search's rule (TaskSearch::isNcclOwn), which compares the channels a
+      // request ran on: a lead of 24 channels that NCCL ran on its own 23 is NCCL's choice too.
+      const bool ncclOwn = s->search->isNcclOwn(b);
       if (b.isDefault() || guardRestoredNccl || ncclOwn) {  // NCCL's own choice: its pair, channels 0 (its count)
         e.config.algo = s->ncclAlgo.load();
         e.config.proto = s->ncclProto.load();
@@ -750,7 +750,7 @@ class OnlineSource final : public DecisionSource {
                  std::to_string(steps_.calls()) + " calls now (armed on " + std::to_string(was) +
                  "): a round under way is void; the next starts once every task of the new iteration has converged");
       if (steps_.skipped()) decider_->guard->lost(it - 2, it);
-      const bool arming = !decider_->guard->armed() && allRecentConverged();
+      const bool arming = !decider_->guard->armed() && allRecentConverged() && (askAlways_ || anyOwnConfiguration());
       // What the tuned plan saves an iteration, for the verdict's check that a faster step can be the plan's:
       // when the round can start, and every kPlanGainEvery iterations after (a task's re-tune changes it).
       if (arming || (decider_->guard->armed() && it % kPlanGainEvery == 0))
@@ -815,6 +815,18 @@ class OnlineSource final : public DecisionSource {
       }
     }
     return us;
+  }
+
+  // Some task of the communicator runs a configuration of its own (its latest segment names one). Where none
+  // does, the tuned plan is NCCL's choice for every task and a round would time two identical plans: its verdict
+  // is the step's noise (FSDP2 over sockets on one H200: "NCCL's choice" twice, "tuned" 207.8 ms against 208.8),
+  // and its timed iterations cost for nothing. The guard arms once a re-tune pins a configuration of its own.
+  // Every task, not only the latest iteration's: a task settled for good no longer reaches the detector.
+  bool anyOwnConfiguration() {
+    std::lock_guard<std::mutex> lk(mapMu_);
+    for (const auto& [key, st] : tasks_)
+      if (st->haveSeg && !st->seg.cfg.isDefault()) return true;
+    return false;
   }
 
   // Every task called in the latest iteration has ended its search (pinned, or NCCL's choice for good). The

@@ -569,6 +569,35 @@ void runStepGuard(double penaltyUs, bool expectTuned) {
 void testStepGuardKeepsAGain() { runStepGuard(0.0, true); }
 void testStepGuardDropsASlowerStep() { runStepGuard(80.0, false); }
 
+// Where every task's search ends on NCCL's choice, the tuned plan is NCCL's own: the guard has nothing to compare
+// and no round runs (a round would time two identical plans and its verdict would be the step's noise). The
+// all_reduce's search still tried other configurations; once every task has converged, no verdict is logged.
+void testStepGuardIdleWhenThePlanIsNcclEverywhere() {
+  Runtime rt(onlineSettings("", "", "", "", "on"), 22809, 22803, "/nonexistent");
+  Logs logs;
+  Comm comm(rt, 0x57EAULL, 2, {0, 1}, &logs);
+  CostModel ar = modelLL128At8();
+  ar.set(kRing, kLL128, 115, 8, 0.25);  // behind NCCL's Ring/Simple (100 us at its 24 channels), as is every other pair
+  CostModel ag;
+  ag.set(kRing, kSimple, 120, 24, 0.0);  // NCCL's only pair: nothing to tune
+  std::vector<std::vector<Applied>> seen(2);
+  for (int i = 0; i < 1400; ++i) {
+    for (size_t r = 0; r < 2; ++r) {
+      seen[r].push_back(comm.ranks[r]->call(kAllReduce, 8u << 20, ar));
+      comm.ranks[r]->call(kAllGather, 16u << 20, ag);
+    }
+  }
+  CHECK(seen[0] == seen[1]);
+  size_t explored = 0;
+  for (const Applied& a : seen[0]) explored += !a.isDefault();
+  std::fprintf(stderr, "  %zu calls of the all_reduce explored; it ends on %s\n", explored, seen[0].back().str().c_str());
+  CHECK(explored > 0);
+  CHECK(seen[0].back().isDefault());
+  CHECK_EQ(logs.count(LogLevel::Info, "keeping the tuned plan"), size_t(0));
+  CHECK_EQ(logs.count(LogLevel::Info, "NCCL's choices for every task"), size_t(0));
+  for (auto& r : comm.ranks) r->ctx.finalizeTuner();
+}
+
 // A task shorter than AUTOCCL_MIN_TASK_US keeps NCCL's choice once its baseline is in, although another
 // configuration is a third faster: exploring a 30 us call cannot repay itself (on 2 x H100 timed 1-8 MiB calls
 // cost 20-45 % each). Its calls stop being timed; a longer task beside it is still searched and pinned.
@@ -2058,6 +2087,7 @@ TEST(engine, online_small_task_keeps_nccl) { testSmallTaskKeepsNccl(); }
 TEST(engine, online_model_small_task_releases_timing) { testModelSmallTaskReleasesTiming(); }
 TEST(engine, online_step_guard_keeps_a_gain) { testStepGuardKeepsAGain(); }
 TEST(engine, online_step_guard_drops_a_slower_step) { testStepGuardDropsASlowerStep(); }
+TEST(engine, online_step_guard_idle_when_the_plan_is_nccl_everywhere) { testStepGuardIdleWhenThePlanIsNcclEverywhere(); }
 TEST(engine, online_follower_ignores_own_measurements) { testFollowerIgnoresOwnMeasurements(); }
 TEST(engine, online_not_all_local) { testNotAllLocal(); }
 TEST(engine, online_inproc_slowest_rank) { testInprocSlowestRank(); }

@@ -1646,6 +1646,10 @@ void TaskSearch::ncclChoice(int algo, int proto, int channels) {
   impl_->ncclProto = proto;
   impl_->ncclChannels = channels;
 }
+bool TaskSearch::isNcclOwn(const Config& c) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return impl_->isNcclOwn(c);
+}
 void TaskSearch::channelsRan(int algo, int proto, int requested, int used) {
   if (used < 1 || requested < 1 || algo < 0 || algo >= kNumAlgos || proto < 0 || proto >= kNumProtos) return;
   std::lock_guard<std::mutex> lk(mu_);

@@ -1302,6 +1302,16 @@ void ncclOwnIncumbent() {
         r = drive(s, m, rng, 400, 2, 0.0);
       }
       CHECK(r.converged);
+      // The rule as the table writer asks it (TaskSearch::isNcclOwn): the request of 24 is NCCL's own where NCCL's
+      // count is 24, or 23 and the request ran on 23; never while NCCL's configuration is unknown.
+      Config own24;
+      own24.algo = 1;
+      own24.proto = 2;
+      own24.channels = 24;
+      Config own22 = own24;
+      own22.channels = 22;
+      CHECK_EQ(s.isNcclOwn(own24), arm != 0);
+      CHECK(!s.isNcclOwn(own22));
       const bool ownExplicit = r.final.forcesPair() && r.final.algo == 1 && r.final.proto == 2 && r.final.channels == 24;
       if (arm == 0) explicitWithout += ownExplicit ? 1 : 0;
       if (arm == 1) defaultFromStart += r.final.isDefault() ? 1 : 0;

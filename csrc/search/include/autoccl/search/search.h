@@ -323,6 +323,9 @@ class TaskSearch {
   // channels where the data divides so), else the one it asks for. Tuning ending there pins NCCL's choice in its
   // place (Stats::ncclOwnIncumbent).
   void ncclChoice(int algo, int proto, int channels);
+  // `c` is NCCL's own configuration in its explicit form, by the rule above (false while NCCL's is not known).
+  // The table writer asks this too, so that an entry and a pin judge alike.
+  bool isNcclOwn(const Config& c) const;
 
   // A call of this task with pair (algo, proto) that asked for `requested` channels ran on `used` (the
   // profiler reports the channels that did work). NCCL caps a request at the communicator's channel count,
