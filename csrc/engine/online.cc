@@ -748,7 +748,8 @@ class OnlineSource final : public DecisionSource {
       if (was && env_.log)
         env_.log(LogLevel::Info, "autoccl: comm " + commHex(env_.commHash) + " step guard: iterations of " +
                  std::to_string(steps_.calls()) + " calls now (armed on " + std::to_string(was) +
-                 "): a round under way is void; the next starts once every task of the new iteration has converged");
+                 "): a round under way is void; the next starts once every task of the new iteration has converged "
+                 "and one of them runs a configuration of its own");
       if (steps_.skipped()) decider_->guard->lost(it - 2, it);
       const bool arming = !decider_->guard->armed() && allRecentConverged() && (askAlways_ || anyOwnConfiguration());
       // What the tuned plan saves an iteration, for the verdict's check that a faster step can be the plan's:
@@ -817,15 +818,26 @@ class OnlineSource final : public DecisionSource {
     return us;
   }
 
-  // Some task of the communicator runs a configuration of its own (its latest segment names one). Where none
-  // does, the tuned plan is NCCL's choice for every task and a round would time two identical plans: its verdict
-  // is the step's noise (FSDP2 over sockets on one H200: "NCCL's choice" twice, "tuned" 207.8 ms against 208.8),
-  // and its timed iterations cost for nothing. The guard arms once a re-tune pins a configuration of its own.
-  // Every task, not only the latest iteration's: a task settled for good no longer reaches the detector.
+  // Some task of the step runs a configuration of its own. Where none does, the tuned plan is NCCL's choice for
+  // every task and a round would time two identical plans: its verdict is the step's noise (FSDP2 over sockets on
+  // one H200: "NCCL's choice" twice, "tuned" 207.8 ms against 208.8), and its timed iterations cost for nothing.
+  // The tasks of the step: those of the detector's latest iteration, and those settled for good (their calls no
+  // longer reach the detector). Not a task left mid-search (a warm-up's, an evaluation's): its exploring segment
+  // stays its latest. A configuration the search knows as NCCL's own in its explicit form is NCCL's choice.
   bool anyOwnConfiguration() {
+    const std::vector<TaskKey> recent = iter_.tasksInLatestIteration();
     std::lock_guard<std::mutex> lk(mapMu_);
+    const auto own = [](const TaskState& ts) {
+      if (!ts.haveSeg || ts.seg.cfg.isDefault()) return false;
+      return !(ts.search && ts.search->isNcclOwn(ts.seg.cfg));
+    };
+    for (const TaskKey& key : recent) {
+      auto it = tasks_.find(key);
+      if (it != tasks_.end() && own(*it->second)) return true;
+    }
     for (const auto& [key, st] : tasks_)
-      if (st->haveSeg && !st->seg.cfg.isDefault()) return true;
+      if (st->haveSeg && st->seg.phase == search::Phase::kFinal && st->seg.end == search::kForever && own(*st))
+        return true;
     return false;
   }
 

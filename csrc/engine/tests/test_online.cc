@@ -598,6 +598,31 @@ void testStepGuardIdleWhenThePlanIsNcclEverywhere() {
   for (auto& r : comm.ranks) r->ctx.finalizeTuner();
 }
 
+// The same where a task stops being called mid-search (a warm-up's all_reduce, 40 calls, its latest segment an
+// exploring one) before a step of two tasks that can only run NCCL's choice: the step's plan is NCCL's, and no
+// round runs (3 verdicts where every task's latest segment counted, found in review).
+void testStepGuardIdleAfterATaskLeftMidSearch() {
+  Runtime rt(onlineSettings("", "", "", "", "on"), 22809, 22803, "/nonexistent");
+  Logs logs;
+  Comm comm(rt, 0x57EBULL, 2, {0, 1}, &logs);
+  const CostModel ar = modelLL128At8();
+  CostModel ag;
+  ag.set(kRing, kSimple, 120, 24, 0.0);  // NCCL's only pair: nothing to tune
+  size_t explored = 0;
+  for (int i = 0; i < 40; ++i)
+    for (size_t r = 0; r < 2; ++r) explored += !comm.ranks[r]->call(kAllReduce, 8u << 20, ar).isDefault();
+  for (int i = 0; i < 1400; ++i)
+    for (size_t r = 0; r < 2; ++r) {
+      comm.ranks[r]->call(kAllGather, 16u << 20, ag);
+      comm.ranks[r]->call(kAllGather, 32u << 20, ag);
+    }
+  std::fprintf(stderr, "  %zu calls of the left all_reduce explored\n", explored);
+  CHECK(explored > 0);
+  CHECK_EQ(logs.count(LogLevel::Info, "keeping the tuned plan"), size_t(0));
+  CHECK_EQ(logs.count(LogLevel::Info, "NCCL's choices for every task"), size_t(0));
+  for (auto& r : comm.ranks) r->ctx.finalizeTuner();
+}
+
 // A task shorter than AUTOCCL_MIN_TASK_US keeps NCCL's choice once its baseline is in, although another
 // configuration is a third faster: exploring a 30 us call cannot repay itself (on 2 x H100 timed 1-8 MiB calls
 // cost 20-45 % each). Its calls stop being timed; a longer task beside it is still searched and pinned.
@@ -2088,6 +2113,7 @@ TEST(engine, online_model_small_task_releases_timing) { testModelSmallTaskReleas
 TEST(engine, online_step_guard_keeps_a_gain) { testStepGuardKeepsAGain(); }
 TEST(engine, online_step_guard_drops_a_slower_step) { testStepGuardDropsASlowerStep(); }
 TEST(engine, online_step_guard_idle_when_the_plan_is_nccl_everywhere) { testStepGuardIdleWhenThePlanIsNcclEverywhere(); }
+TEST(engine, online_step_guard_idle_after_a_task_left_mid_search) { testStepGuardIdleAfterATaskLeftMidSearch(); }
 TEST(engine, online_follower_ignores_own_measurements) { testFollowerIgnoresOwnMeasurements(); }
 TEST(engine, online_not_all_local) { testNotAllLocal(); }
 TEST(engine, online_inproc_slowest_rank) { testInprocSlowestRank(); }

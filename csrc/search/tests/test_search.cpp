@@ -1312,6 +1312,13 @@ void ncclOwnIncumbent() {
       own22.channels = 22;
       CHECK_EQ(s.isNcclOwn(own24), arm != 0);
       CHECK(!s.isNcclOwn(own22));
+      if (arm == 1) {  // NCCL runs 23 and no request of 24 was reported running on 23: not NCCL's own
+        TaskSearch fresh(m.space, o);
+        fresh.ncclChoice(1, 2, 23);
+        CHECK(!fresh.isNcclOwn(own24));
+        fresh.channelsRan(1, 2, 24, 23);
+        CHECK(fresh.isNcclOwn(own24));
+      }
       const bool ownExplicit = r.final.forcesPair() && r.final.algo == 1 && r.final.proto == 2 && r.final.channels == 24;
       if (arm == 0) explicitWithout += ownExplicit ? 1 : 0;
       if (arm == 1) defaultFromStart += r.final.isDefault() ? 1 : 0;
