@@ -727,8 +727,7 @@ class OnlineSource final : public DecisionSource {
       std::lock_guard<std::mutex> lk(mapMu_);
       auto f = tasks_.find(t);
       if (f == tasks_.end()) return false;
-      const TaskState& ts = *f->second;
-      return ts.haveSeg && ts.seg.phase == search::Phase::kFinal && ts.seg.end == search::kForever;
+      return f->second->settledForGood();
     });
   }
 
@@ -751,7 +750,11 @@ class OnlineSource final : public DecisionSource {
                  "): a round under way is void; the next starts once every task of the new iteration has converged "
                  "and one of them runs a configuration of its own");
       if (steps_.skipped()) decider_->guard->lost(it - 2, it);
-      const bool arming = !decider_->guard->armed() && allRecentConverged() && (askAlways_ || anyOwnConfiguration());
+      bool arming = false;
+      if (!decider_->guard->armed()) {
+        const std::vector<TaskKey> recent = iter_.tasksInLatestIteration();
+        arming = allRecentConverged(recent) && (askAlways_ || anyOwnConfiguration(recent));
+      }
       // What the tuned plan saves an iteration, for the verdict's check that a faster step can be the plan's:
       // when the round can start, and every kPlanGainEvery iterations after (a task's re-tune changes it).
       if (arming || (decider_->guard->armed() && it % kPlanGainEvery == 0))
@@ -824,8 +827,7 @@ class OnlineSource final : public DecisionSource {
   // The tasks of the step: those of the detector's latest iteration, and those settled for good (their calls no
   // longer reach the detector). Not a task left mid-search (a warm-up's, an evaluation's): its exploring segment
   // stays its latest. A configuration the search knows as NCCL's own in its explicit form is NCCL's choice.
-  bool anyOwnConfiguration() {
-    const std::vector<TaskKey> recent = iter_.tasksInLatestIteration();
+  bool anyOwnConfiguration(const std::vector<TaskKey>& recent) {
     std::lock_guard<std::mutex> lk(mapMu_);
     const auto own = [](const TaskState& ts) {
       if (!ts.haveSeg || ts.seg.cfg.isDefault()) return false;
@@ -836,7 +838,7 @@ class OnlineSource final : public DecisionSource {
       if (it != tasks_.end() && own(*it->second)) return true;
     }
     for (const auto& [key, st] : tasks_)
-      if (st->haveSeg && st->seg.phase == search::Phase::kFinal && st->seg.end == search::kForever && own(*st))
+      if (st->settledForGood() && own(*st))
         return true;
     return false;
   }
@@ -846,8 +848,8 @@ class OnlineSource final : public DecisionSource {
   // still count in the timing holds: "called within the last `period` calls" on those counts found no task at an
   // FSDP step's boundary (2 x H200, 350m: 72 settled calls between the two large ones), and the guard armed in
   // the first steps, while the two large tasks were still searching.
-  bool allRecentConverged() {
-    const std::vector<TaskKey> recent = iter_.tasksInLatestIteration();
+  // `recent`: the tasks of the detector's latest iteration (IterationDetector::tasksInLatestIteration).
+  bool allRecentConverged(const std::vector<TaskKey>& recent) {
     if (recent.empty()) return false;
     std::lock_guard<std::mutex> lk(mapMu_);
     for (const TaskKey& key : recent) {
@@ -893,6 +895,10 @@ class OnlineSource final : public DecisionSource {
     coord::TaskKey key;
     coord::Segment seg;
     bool haveSeg = false;
+    // Its latest segment is NCCL's choice or a pin for good: its calls no longer reach the engine.
+    bool settledForGood() const {
+      return haveSeg && seg.phase == search::Phase::kFinal && seg.end == search::kForever;
+    }
     std::shared_ptr<search::TaskSearch> search;  // authority only (guarded by mapMu_ when written)
     // authority, enqueue thread:
     bool anyMeasured = false;

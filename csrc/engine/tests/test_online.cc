@@ -535,13 +535,24 @@ Converged driveToConvergence(Comm& comm, const std::vector<TaskSpec>& tasks, int
 // search, which sees its own calls only, pins Ring/LL128 on 8 channels (60 us against 100). With a penalty of
 // 80 us the iteration is slower with it, and the guard's round puts every task back on NCCL's choice; without
 // a penalty the round keeps the tuned plan. Every rank applies the same on every call.
+// A task with NCCL's pair as its only one: nothing to tune.
+CostModel modelNcclPairOnly() {
+  CostModel m;
+  m.set(kRing, kSimple, 120, 24, 0.0);
+  return m;
+}
+// The step guard judged no round: neither verdict's INFO line.
+void checkNoGuardVerdict(Logs& logs) {
+  CHECK_EQ(logs.count(LogLevel::Info, "keeping the tuned plan"), size_t(0));
+  CHECK_EQ(logs.count(LogLevel::Info, "NCCL's choices for every task"), size_t(0));
+}
+
 void runStepGuard(double penaltyUs, bool expectTuned) {
   Runtime rt(onlineSettings("", "", "", "", "on"), 22809, 22803, "/nonexistent");
   Logs logs;
   Comm comm(rt, 0x57E9ULL, 2, {0, 1}, &logs);
   const CostModel ar = modelLL128At8();
-  CostModel ag;
-  ag.set(kRing, kSimple, 120, 24, 0.0);  // NCCL's only pair: nothing to tune
+  const CostModel ag = modelNcclPairOnly();
   std::vector<std::vector<Applied>> seen(2);
   for (int i = 0; i < 1400; ++i) {
     for (size_t r = 0; r < 2; ++r) {
@@ -578,8 +589,7 @@ void testStepGuardIdleWhenThePlanIsNcclEverywhere() {
   Comm comm(rt, 0x57EAULL, 2, {0, 1}, &logs);
   CostModel ar = modelLL128At8();
   ar.set(kRing, kLL128, 115, 8, 0.25);  // behind NCCL's Ring/Simple (100 us at its 24 channels), as is every other pair
-  CostModel ag;
-  ag.set(kRing, kSimple, 120, 24, 0.0);  // NCCL's only pair: nothing to tune
+  const CostModel ag = modelNcclPairOnly();
   std::vector<std::vector<Applied>> seen(2);
   for (int i = 0; i < 1400; ++i) {
     for (size_t r = 0; r < 2; ++r) {
@@ -593,8 +603,7 @@ void testStepGuardIdleWhenThePlanIsNcclEverywhere() {
   std::fprintf(stderr, "  %zu calls of the all_reduce explored; it ends on %s\n", explored, seen[0].back().str().c_str());
   CHECK(explored > 0);
   CHECK(seen[0].back().isDefault());
-  CHECK_EQ(logs.count(LogLevel::Info, "keeping the tuned plan"), size_t(0));
-  CHECK_EQ(logs.count(LogLevel::Info, "NCCL's choices for every task"), size_t(0));
+  checkNoGuardVerdict(logs);
   for (auto& r : comm.ranks) r->ctx.finalizeTuner();
 }
 
@@ -606,8 +615,7 @@ void testStepGuardIdleAfterATaskLeftMidSearch() {
   Logs logs;
   Comm comm(rt, 0x57EBULL, 2, {0, 1}, &logs);
   const CostModel ar = modelLL128At8();
-  CostModel ag;
-  ag.set(kRing, kSimple, 120, 24, 0.0);  // NCCL's only pair: nothing to tune
+  const CostModel ag = modelNcclPairOnly();
   size_t explored = 0;
   for (int i = 0; i < 40; ++i)
     for (size_t r = 0; r < 2; ++r) explored += !comm.ranks[r]->call(kAllReduce, 8u << 20, ar).isDefault();
@@ -618,8 +626,7 @@ void testStepGuardIdleAfterATaskLeftMidSearch() {
     }
   std::fprintf(stderr, "  %zu calls of the left all_reduce explored\n", explored);
   CHECK(explored > 0);
-  CHECK_EQ(logs.count(LogLevel::Info, "keeping the tuned plan"), size_t(0));
-  CHECK_EQ(logs.count(LogLevel::Info, "NCCL's choices for every task"), size_t(0));
+  checkNoGuardVerdict(logs);
   for (auto& r : comm.ranks) r->ctx.finalizeTuner();
 }
 
