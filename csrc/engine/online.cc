@@ -620,7 +620,18 @@ class OnlineSource final : public DecisionSource {
       }
       search::Config b = s->search->best();
       if (!s->search->converged()) {  // a lead the next job verifies first (TaskSearch::provisional)
-        if (!s->search->provisional(&b, &st.bestMedian, &st.defaultMedian)) continue;
+        if (!s->search->provisional(&b, &st.bestMedian, &st.defaultMedian)) {
+          // No lead in the second job either: NCCL's choice, which the next start runs untimed. Left open, a task
+          // that no job settles is searched again at every start (over sockets on one H200, all_gather 1 MiB: 104
+          // timed calls a launch, ~90 coordinator lookups of ~80 us against calls of ~300 us, cells 0.77-0.87x).
+          double ncclUs = 0;
+          uint64_t ncclSamples = 0;
+          if (!s->secondChance || st.samples < kSecondChanceMinSamples ||
+              !s->search->ncclMeasure(&ncclUs, &ncclSamples) || ncclSamples < kSecondChanceMinSamples / 4)
+            continue;
+          b = search::Config();
+          st.bestMedian = st.defaultMedian = ncclUs;
+        }
       }
       TableEntry e;
       e.key = key;
@@ -902,6 +913,9 @@ class OnlineSource final : public DecisionSource {
     std::shared_ptr<search::TaskSearch> search;  // authority only (guarded by mapMu_ when written)
     // authority, enqueue thread:
     bool anyMeasured = false;
+    // An earlier job searched it and left no entry (pair records only): this job is its second chance
+    // (the allowance once), and one that ends it with no lead leaves NCCL's choice in the table.
+    bool secondChance = false;
     std::atomic<uint64_t> lastMeasured{0};
     bool pinnedLogged = false;
     bool settledNoted = false;          // enqueue thread: its settling let timing go (askAlways_)
@@ -914,6 +928,9 @@ class OnlineSource final : public DecisionSource {
     std::mutex slowMu;
     std::vector<std::pair<uint64_t, uint64_t>> slow;  // (call, ns) of the slowest lookups >= kSlowLookupNs
   };
+  // A second job that ends a task's search with no lead writes NCCL's choice only when it timed the task this often
+  // (and NCCL's choice a quarter as often): a short job (a smoke test) leaves it open for a longer one.
+  static constexpr uint64_t kSecondChanceMinSamples = 16;
   static constexpr uint64_t kSlowLookupNs = 200000;
   static constexpr size_t kSlowLookupsKept = 8;
 
@@ -973,7 +990,10 @@ class OnlineSource final : public DecisionSource {
     // sockets on one H200, 54 calls a size: 1-7 tasks of each warm pass still searching, the first size at
     // 0.70-0.90x plain); now only the share of its calls, which a candidate faster than NCCL's choice pays into.
     const bool exactEntry = std::any_of(hints.begin(), hints.end(), [](const search::Hint& h) { return h.distance == 0; });
-    if (env_.settings->allowanceOnce && searchedBefore && !exactEntry) o.regretAllowance = 0;
+    if (env_.settings->allowanceOnce && searchedBefore && !exactEntry) {
+      o.regretAllowance = 0;
+      s->secondChance = true;
+    }
     // A period (the sample to the next call) measures the turn's own configuration only when the next call
     // runs it too, and a sample is its configuration's own only when the call before ran it too
     // (Options::duelRun).

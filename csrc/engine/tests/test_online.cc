@@ -126,12 +126,13 @@ struct CostModel {
   double hiddenUs[kNumAlgos][kNumProtos] = {};
   float estScale = 1.0f;  // scales NCCL's estimates (costs()) without changing the times
   uint64_t noisePhase = 0;  // shifts the calls' +-0.3 % pattern (which of two equal configurations measures faster)
+  double noiseStep = 0.001;  // the pattern's step: 3 steps each way (0.04: +-12 %, a 1 MiB call over sockets)
 
   void set(int a, int p, double base, int bestCh, double slope) { pair[a][p] = Pair{base, bestCh, slope}; }
   double us(int a, int p, int ch, uint64_t k) const {
     const Pair& x = pair[a][p];
     double t = x.base * (1.0 + x.slope * std::fabs(std::log2(static_cast<double>(ch) / x.bestCh)));
-    return t * (1.0 + 0.001 * static_cast<double>(static_cast<int>(((k + noisePhase) * 2654435761u) % 7) - 3));
+    return t * (1.0 + noiseStep * static_cast<double>(static_cast<int>(((k + noisePhase) * 2654435761u) % 7) - 3));
   }
   double usNoiseless(int a, int p, int ch) const { return us(a, p, ch, 3); }  // (3 * 2654435761) % 7 == 3
   // NCCL's estimate: Ring/Simple cheapest (NCCL's default), the other supported pairs dearer.
@@ -1721,6 +1722,90 @@ void testAllowanceOnce() {
   CHECK(every[1] > 0 && every[2] > 0 && every[3] > 0);  // without: each job explores afresh
 }
 
+// Jobs of one task on one cache directory, each as nccl-tests runs a size: loops of calls whose samples arrive at the
+// loop's end (the host launches a loop before any of its samples returns). `jobs`: each job's loops (104 calls:
+// a warm-up and two timed loops). NCCL's choice and Ring/LL128 at 8 channels measure alike within +-12 % (a 1 MiB
+// call over sockets); the other pairs are 25-60 % slower. Per job: calls off NCCL's choice, timed calls on rank 0,
+// and the task's table entry afterwards.
+struct SecondChanceJob {
+  size_t explored = 0, timed = 0;
+  bool entry = false, entryNccl = false;
+};
+std::vector<SecondChanceJob> loopJobs(bool allowanceOnce, const std::vector<std::vector<int>>& jobs) {
+  const std::string dir = tempDir();
+  std::vector<SecondChanceJob> out;
+  for (const std::vector<int>& loops : jobs) {
+    Settings st = onlineSettings(dir);
+    st.allowanceOnce = allowanceOnce;
+    Runtime rt(st, 22809, 22803, "/nonexistent");
+    Logs logs;
+    Comm comm(rt, 0x5EC0ULL, 2, {0, 1}, &logs);
+    CostModel m;
+    m.set(kRing, kSimple, 100, 24, 0.30);
+    m.set(kRing, kLL128, 100, 8, 0.25);
+    m.set(kRing, kLL, 160, 16, 0.10);
+    m.set(kTree, kSimple, 125, 24, 0.20);
+    m.noiseStep = 0.04;
+    std::deque<KernelEvents> held[2];
+    for (int r = 0; r < 2; ++r) comm.ranks[static_cast<size_t>(r)]->held = &held[r];
+    SecondChanceJob job;
+    std::vector<Applied> seen[2];
+    for (int loop : loops) {
+      for (int i = 0; i < loop; ++i)
+        for (size_t r = 0; r < 2; ++r) {
+          job.timed += r == 0 && __atomic_load_n(&comm.mask, __ATOMIC_RELAXED) != 0;
+          seen[r].push_back(comm.ranks[r]->call(kAllGather, 1u << 20, m));
+        }
+      for (size_t r = 0; r < 2; ++r)  // the loop's synchronization: its samples arrive
+        for (; !held[r].empty(); held[r].pop_front()) deliver(&comm.ranks[r]->ctx, held[r].front());
+    }
+    for (auto& r : comm.ranks) r->held = nullptr;
+    CHECK(seen[0] == seen[1]);
+    for (const Applied& a : seen[0]) job.explored += !a.isDefault();
+    comm.ranks[1]->ctx.finalizeTuner();
+    comm.ranks[0]->ctx.finalizeTuner();  // the authority writes the table
+    Table t;
+    std::string why;
+    const Fingerprint fp = rt.fingerprint(2, 1, 1);
+    if (loadTable(cacheTablePath(dir, fp.id()), fp.id(), &t, &why) == LoadStatus::Ok) {
+      if (const TableEntry* e = t.lookup(kAllGather, 1u << 20, 1)) {
+        job.entry = true;
+        job.entryNccl = e->config.algo == kRing && e->config.proto == kSimple && e->config.channels == 0;
+      }
+    }
+    out.push_back(job);
+  }
+  return out;
+}
+void printJobs(const char* name, const std::vector<SecondChanceJob>& v) {
+  std::fprintf(stderr, "  %s:", name);
+  for (const SecondChanceJob& j : v)
+    std::fprintf(stderr, " [%zu off NCCL, %zu timed, entry %s]", j.explored, j.timed,
+                 j.entry ? (j.entryNccl ? "NCCL's choice" : "other") : "none");
+  std::fprintf(stderr, "\n");
+}
+
+// A task that no job settles. Its first job ends mid-search with no lead (pair records, no entry); the second (no
+// allowance) ends with no lead too, here because it gives the task only 24 calls, and writes NCCL's choice; the
+// next jobs run it untimed. A second job of 10 calls (fewer than 16 samples) leaves it open: the third searches it
+// again. Without the allowance once (AUTOCCL_ALLOWANCE_ONCE=off) every job searches it afresh.
+void testSecondChanceLeavesNccl() {
+  const std::vector<std::vector<int>> jobs = {{20, 42, 42}, {20, 4}, {20, 42, 42}, {20, 42, 42}};
+  const std::vector<SecondChanceJob> once = loopJobs(true, jobs), every = loopJobs(false, jobs);
+  const std::vector<SecondChanceJob> shortSecond = loopJobs(true, {{20, 42, 42}, {10}, {20, 42, 42}});
+  printJobs("allowance once", once);
+  printJobs("every start", every);
+  printJobs("a second job of 10 calls", shortSecond);
+  CHECK(!once[0].entry && once[0].explored > 0);  // the first job: records only
+  CHECK(once[1].entry && once[1].entryNccl);      // the second: NCCL's choice
+  for (size_t j = 2; j < once.size(); ++j) {
+    CHECK_EQ(once[j].explored, size_t(0));
+    CHECK(once[j].timed <= 1);  // at most the first call, before the table's entry applies
+  }
+  CHECK(!every[1].entry && every[2].explored > 0 && every[3].explored > 0);
+  CHECK(!shortSecond[1].entry && shortSecond[2].explored > 0);
+}
+
 // A table entry naming NCCL's own configuration (Ring/Simple at the 24 channels NCCL runs it on, NCCL's chunk; an
 // older table's) is verified at the start against NCCL's choice, that is against itself. Once the profiler has
 // shown the engine NCCL's configuration (TaskSearch::ncclChoice), the verification pins NCCL's choice whatever the
@@ -2128,6 +2213,7 @@ TEST(engine, online_rank_merge) { testRankMerge(); }
 TEST(engine, online_arrival_merge) { testArrivalMerge(); }
 TEST(engine, online_save_tuned) { testSaveTunedAndWarmStart(); }
 TEST(engine, online_allowance_once) { testAllowanceOnce(); }
+TEST(engine, online_second_chance_leaves_nccl) { testSecondChanceLeavesNccl(); }
 TEST(engine, online_entry_naming_nccl_choice) { testEntryNamingNcclChoice(); }
 TEST(engine, online_stream_period) { testStreamPeriodScoring(); }
 TEST(engine, online_idle_task_releases_timing) { testIdleTaskReleasesTiming(); }

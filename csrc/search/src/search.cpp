@@ -1669,6 +1669,15 @@ bool TaskSearch::provisional(Config* cfg, double* micros, double* defaultMicros)
   *defaultMicros = d.med();
   return true;
 }
+bool TaskSearch::ncclMeasure(double* micros, uint64_t* samples) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  const Impl& m = *impl_;
+  if (m.dflt < 0 || m.evals[static_cast<size_t>(m.dflt)].samples.empty()) return false;
+  const auto& d = m.evals[static_cast<size_t>(m.dflt)];
+  *micros = median(d.samples);
+  *samples = static_cast<uint64_t>(d.n());
+  return true;
+}
 std::vector<TaskSearch::PairMeasure> TaskSearch::measuredPairs() const {
   std::lock_guard<std::mutex> lk(mu_);
   const Impl& m = *impl_;

@@ -348,6 +348,8 @@ class TaskSearch {
   // mid-search (nccl-tests gives a size about a hundred calls) hands to the next one, which verifies it
   // against NCCL's choice before pinning it (a table entry is a hint, never trusted blindly).
   bool provisional(Config* cfg, double* micros, double* defaultMicros) const;
+  // NCCL's choice as this search has timed it so far: its median and sample count; false with no sample.
+  bool ncclMeasure(double* micros, uint64_t* samples) const;
   // Every pair measured in the current round, with the best median of its points and NCCL's choice's median
   // (empty while NCCL's choice has no sample): what a later job's search reads back (Space::measuredRatio).
   struct PairMeasure {
