@@ -757,6 +757,52 @@ TEST(coord, tcp_own_client) {
   server->stop();
 }
 
+// ---- a plan published before the communicator's last rank attached -------------------------------
+// The server keeps a plan from the ranks until every rank of its communicator has attached (so that every
+// rank's settings can be checked first). A follower that asked before the last ATTACH gets the plan when that
+// ATTACH arrives, not at its next resend: the job's first lookups waited their backoff (48-51 ms over sockets
+// on one H200). The backoff here is 3 s; the plan must arrive well before it.
+TEST(coord, tcp_plan_at_last_attach) {
+  TcpOptions slow = baseOpts(0);
+  slow.retryMs = 3000;
+  slow.sealMs = 20000;
+  TcpServer server(slow);
+  std::string err;
+  ASSERT_TRUE(server.start(&err));
+  slow.port = server.port();
+  auto auth = makeTcpBoard(slow);
+  auto follower = makeTcpBoard(slow);
+  EXPECT_TRUE(waitFor([&] { return server.connectedPeers() == 2; }));
+  PlanDecider d;
+  auth->attach(31, 0, 2);
+  auth->serve(31, &d);
+  EXPECT_TRUE(waitFor([&] { return server.missingRanks() == 1; }));
+  const TaskKey key{31, 4, 1, 1 << 20};
+  Segment all;
+  all.begin = 0;
+  all.end = kForever;
+  all.phase = Phase::kFinal;
+  all.cfg.algo = 1;
+  all.cfg.proto = 2;
+  all.cfg.channels = 4;
+  auth->publish(key, {all});
+  std::this_thread::sleep_for(milliseconds(100));  // the PLAN is at the server, held: rank 1 has not attached
+  Outcome o;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread asker([&] { o = follower->lookup(key, 0, milliseconds(10000)); });
+  std::this_thread::sleep_for(milliseconds(200));  // its NEED is at the server, held too
+  follower->attach(31, 1, 2);
+  asker.join();
+  const auto waited = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "  the follower's first lookup took %lld ms (NEED resent every 3000 ms)\n",
+               static_cast<long long>(waited));
+  EXPECT_TRUE(o.ok() && o.seg.cfg == all.cfg);
+  EXPECT_TRUE(waited < 2000);
+  follower.reset();
+  auth.reset();
+  server.stop();
+}
+
 // ---- unserve waits for a decision in progress ------------------------------------------------------
 // The engine destroys its decider right after unserve(); the TCP board calls deciders on its IO thread,
 // outside its lock. CI's TSan build caught unserve returning while a NEED was being answered (use after
