@@ -621,16 +621,17 @@ class OnlineSource final : public DecisionSource {
       search::Config b = s->search->best();
       if (!s->search->converged()) {  // a lead the next job verifies first (TaskSearch::provisional)
         if (!s->search->provisional(&b, &st.bestMedian, &st.defaultMedian)) {
-          // No lead in the second job either: NCCL's choice, which the next start runs untimed. Left open, a task
-          // that no job settles is searched again at every start (over sockets on one H200, all_gather 1 MiB: 104
-          // timed calls a launch, ~90 coordinator lookups of ~80 us against calls of ~300 us, cells 0.77-0.87x).
-          double ncclUs = 0;
-          uint64_t ncclSamples = 0;
-          if (!s->secondChance || st.samples < kSecondChanceMinSamples ||
-              !s->search->ncclMeasure(&ncclUs, &ncclSamples) || ncclSamples < kSecondChanceMinSamples / 4)
+          // No lead in a job after one that searched it either, and no point it timed ahead of NCCL's median by a
+          // duel's margin (a lead on fewer samples than provisional() asks is one): NCCL's choice, which the next
+          // start runs untimed. Left open, a task that no job settles is searched again at every start (over
+          // sockets on one H200, all_gather 1 MiB: 104 timed calls a launch, ~90 coordinator lookups of ~80 us
+          // against calls of ~300 us, cells 0.77-0.87x).
+          search::TaskSearch::NcclStanding ns;
+          if (!s->secondChance || st.samples < kSecondChanceMinSamples || !s->search->ncclStanding(&ns) ||
+              ns.ncclSamples < kSecondChanceMinSide || ns.otherSamples < kSecondChanceMinSide || ns.otherAhead)
             continue;
           b = search::Config();
-          st.bestMedian = st.defaultMedian = ncclUs;
+          st.bestMedian = st.defaultMedian = ns.ncclUs;
         }
       }
       TableEntry e;
@@ -913,8 +914,8 @@ class OnlineSource final : public DecisionSource {
     std::shared_ptr<search::TaskSearch> search;  // authority only (guarded by mapMu_ when written)
     // authority, enqueue thread:
     bool anyMeasured = false;
-    // An earlier job searched it and left no entry (pair records only): this job is its second chance
-    // (the allowance once), and one that ends it with no lead leaves NCCL's choice in the table.
+    // An earlier job searched it and left no entry (pair records only): no allowance in this job (the allowance
+    // once), and ending it with no lead leaves NCCL's choice in the table.
     bool secondChance = false;
     std::atomic<uint64_t> lastMeasured{0};
     bool pinnedLogged = false;
@@ -928,9 +929,11 @@ class OnlineSource final : public DecisionSource {
     std::mutex slowMu;
     std::vector<std::pair<uint64_t, uint64_t>> slow;  // (call, ns) of the slowest lookups >= kSlowLookupNs
   };
-  // A second job that ends a task's search with no lead writes NCCL's choice only when it timed the task this often
-  // (and NCCL's choice a quarter as often): a short job (a smoke test) leaves it open for a longer one.
+  // A job after one that searched the task, ending its search with no lead, writes NCCL's choice only with this many
+  // of its samples accepted, and kSecondChanceMinSide of NCCL's choice and of other points: a short job (a smoke
+  // test) leaves it open for a longer one.
   static constexpr uint64_t kSecondChanceMinSamples = 16;
+  static constexpr uint64_t kSecondChanceMinSide = 4;
   static constexpr uint64_t kSlowLookupNs = 200000;
   static constexpr size_t kSlowLookupsKept = 8;
 

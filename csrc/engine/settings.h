@@ -137,9 +137,9 @@ struct Settings {
   // one job only: a task the table records pairs for but no entry (an earlier job searched it and ended mid-search
   // with no lead) may explore only the share of its calls (AUTOCCL_REGRET_PCT), so a size a job gives few calls
   // is not explored afresh at every start; `off` grants it at every start. Over sockets on one H200 the third
-  // warm pass left 0 of 8 tasks searching against 1 with `off` (h200x1/default-engine-hosts). With it, that second
-  // job, where it timed the task 16 times or more and still ends with no lead, writes NCCL's choice for it: the
-  // next start runs it untimed (engine test online_second_chance_leaves_nccl).
+  // warm pass left 0 of 8 tasks searching against 1 with `off` (h200x1/default-engine-hosts). With it, such a job
+  // that ends the search with no lead either (16 samples or more, and no point ahead of NCCL's median by a duel's
+  // margin) writes NCCL's choice for it: the next start runs it untimed (engine tests online_second_chance_*).
   bool allowanceOnce = true;
   // AUTOCCL_WAIT_REGRET (online mode): `on` counts the time a rank waited for an exploring task's plan (a lookup
   // that had to ask the authority: over TCP a round trip) into the task's regret, as the longest wait of any rank at

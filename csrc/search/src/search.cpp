@@ -1669,13 +1669,19 @@ bool TaskSearch::provisional(Config* cfg, double* micros, double* defaultMicros)
   *defaultMicros = d.med();
   return true;
 }
-bool TaskSearch::ncclMeasure(double* micros, uint64_t* samples) const {
+bool TaskSearch::ncclStanding(NcclStanding* out) const {
   std::lock_guard<std::mutex> lk(mu_);
   const Impl& m = *impl_;
   if (m.dflt < 0 || m.evals[static_cast<size_t>(m.dflt)].samples.empty()) return false;
   const auto& d = m.evals[static_cast<size_t>(m.dflt)];
-  *micros = median(d.samples);
-  *samples = static_cast<uint64_t>(d.n());
+  *out = NcclStanding();
+  out->ncclUs = median(d.samples);
+  out->ncclSamples = static_cast<uint64_t>(d.n());
+  for (size_t i = 0; i < m.evals.size(); ++i) {
+    if (static_cast<int>(i) == m.dflt) continue;
+    out->otherSamples += static_cast<uint64_t>(m.evals[i].n());
+    out->otherAhead = out->otherAhead || m.beats(m.evals[i], d, m.o.z);
+  }
   return true;
 }
 std::vector<TaskSearch::PairMeasure> TaskSearch::measuredPairs() const {

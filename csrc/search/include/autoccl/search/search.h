@@ -348,8 +348,15 @@ class TaskSearch {
   // mid-search (nccl-tests gives a size about a hundred calls) hands to the next one, which verifies it
   // against NCCL's choice before pinning it (a table entry is a hint, never trusted blindly).
   bool provisional(Config* cfg, double* micros, double* defaultMicros) const;
-  // NCCL's choice as this search has timed it so far: its median and sample count; false with no sample.
-  bool ncclMeasure(double* micros, uint64_t* samples) const;
+  // NCCL's choice as this search has timed it so far, against every other point it timed: NCCL's median and
+  // samples, the other points' samples, and whether one of them beats NCCL's median by the duel's margin (Options::z;
+  // one sample can). False with no sample of NCCL's choice. What a job that ends with no lead may write off.
+  struct NcclStanding {
+    double ncclUs = 0;
+    uint64_t ncclSamples = 0, otherSamples = 0;
+    bool otherAhead = false;
+  };
+  bool ncclStanding(NcclStanding* out) const;
   // Every pair measured in the current round, with the best median of its points and NCCL's choice's median
   // (empty while NCCL's choice has no sample): what a later job's search reads back (Space::measuredRatio).
   struct PairMeasure {
