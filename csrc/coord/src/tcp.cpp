@@ -256,10 +256,9 @@ struct TcpServer::Impl {
   std::map<uint64_t, std::shared_ptr<Conn>> authority;          // comm -> conn
   std::map<uint64_t, std::set<std::shared_ptr<Conn>>> subs;     // comm -> conns
   std::map<TaskKey, std::pair<uint64_t, Clock::time_point>> waiting;  // task -> (min k, first NEED)
-  // Plans stored while their communicator was incomplete (not every rank attached): pushed to its subscribers the
-  // moment its last rank attaches. Left to the askers' resends, a job's first lookups waited their backoff
-  // (retryMs, 50 ms) for an ATTACH that arrived a moment after the NEED (over sockets on one H200: 48-51 ms on the
-  // first call of 3 launches in 16, 0.2-0.5 ms elsewhere). comm -> task -> first call asked or published.
+  // Plans stored while their communicator was incomplete (complete(): not every rank attached): pushed to its
+  // subscribers the moment its last rank attaches. Left to the askers' resends, a lookup that asked a moment before
+  // the last ATTACH waited the client's backoff (retryMs, 50 ms). comm -> task -> first call asked or published.
   std::map<uint64_t, std::map<TaskKey, uint64_t>> deferred;
   struct Members {
     uint32_t nRanks = 0;
@@ -367,6 +366,16 @@ struct TcpServer::Impl {
         if (!agrees(c, m.comm, m.digest, true)) break;
         authority[m.comm] = c;
         subs[m.comm].insert(c);
+        // NEEDs that arrived before their authority served: to it now, not at sealLoop's re-forward after retryMs.
+        for (const auto& [task, w] : waiting) {
+          if (task.comm != m.comm) continue;
+          wire::Msg f;
+          f.type = wire::kNeed;
+          f.task = task;
+          f.k = w.first;
+          f.covered = store.coveredUpTo(task);
+          c->send(f, true);
+        }
         break;
       case wire::kAttach: {
         const bool wasComplete = complete(m.comm);
@@ -889,6 +898,14 @@ class TcpBoard : public Board {
   // every 500 ms since a frame may have been lost (both are idempotent at the server). ATTACH only a
   // few times per connection: every process sends one per (communicator, rank) it holds, which adds up
   // on a large job, while the server needs it only once.
+  // The same with mu_ held (frames are only queued; mu_ before a connection's queue lock, as in sendNeed).
+  void announceLocked(const std::shared_ptr<Conn>& c, bool ranks) {
+    if (ranks) {
+      for (const auto& [cr, n] : attached_) sendAttach(c, cr.first, cr.second, n);
+      for (const auto& [comm, rank] : detached_) sendDetach(c, comm, rank);
+    }
+    for (const auto& [comm, d] : deciders_) sendServe(c, comm);
+  }
   void announce(const std::shared_ptr<Conn>& c, bool ranks) {
     std::vector<uint64_t> served;
     std::vector<std::pair<std::pair<uint64_t, uint32_t>, uint32_t>> held;
@@ -985,12 +1002,14 @@ class TcpBoard : public Board {
         if (handshake(c)) {
           {
             std::lock_guard<std::mutex> lk(mu_);
+            // What this process holds is queued before authed_ lets a waiting lookup send its NEED: on the one
+            // connection the server reads ATTACH and SERVE first, and does not hold the NEED for them.
+            announceLocked(c, true);
             authed_ = true;
             link_ = Link::kAuthed;
             if (attempt > 0) st_.reconnects++;
           }
           cv_.notify_all();
-          announce(c, true);
           readLoop(c);
         } else {
           std::lock_guard<std::mutex> lk(mu_);

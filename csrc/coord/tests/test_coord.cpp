@@ -758,10 +758,10 @@ TEST(coord, tcp_own_client) {
 }
 
 // ---- a plan published before the communicator's last rank attached -------------------------------
-// The server keeps a plan from the ranks until every rank of its communicator has attached (so that every
-// rank's settings can be checked first). A follower that asked before the last ATTACH gets the plan when that
-// ATTACH arrives, not at its next resend: the job's first lookups waited their backoff (48-51 ms over sockets
-// on one H200). The backoff here is 3 s; the plan must arrive well before it.
+// The server keeps a communicator's plans from its ranks until every rank has attached (ranks that met at another
+// coordinator would apply other decisions). A follower that asked before the last ATTACH gets the plan when that
+// ATTACH arrives, not at its next resend (the client's backoff, 50 ms by default; 3 s here, which the plan must
+// arrive well before).
 TEST(coord, tcp_plan_at_last_attach) {
   TcpOptions slow = baseOpts(0);
   slow.retryMs = 3000;
@@ -790,6 +790,7 @@ TEST(coord, tcp_plan_at_last_attach) {
   Outcome o;
   const auto t0 = std::chrono::steady_clock::now();
   std::thread asker([&] { o = follower->lookup(key, 0, milliseconds(10000)); });
+  EXPECT_TRUE(waitFor([&] { return follower->stats().needsSent >= 1; }));
   std::this_thread::sleep_for(milliseconds(200));  // its NEED is at the server, held too
   follower->attach(31, 1, 2);
   asker.join();
@@ -797,6 +798,42 @@ TEST(coord, tcp_plan_at_last_attach) {
   std::fprintf(stderr, "  the follower's first lookup took %lld ms (NEED resent every 3000 ms)\n",
                static_cast<long long>(waited));
   EXPECT_TRUE(o.ok() && o.seg.cfg == all.cfg);
+  EXPECT_TRUE(waited < 2000);
+  follower.reset();
+  auth.reset();
+  server.stop();
+}
+
+// ---- a NEED before its authority served ----------------------------------------------------------
+// A follower that asks before the authority's SERVE reached the server: its NEED waits at the server, and goes to
+// the authority when the SERVE arrives, not at the next re-forward or resend (3 s here).
+TEST(coord, tcp_need_before_serve) {
+  TcpOptions slow = baseOpts(0);
+  slow.retryMs = 3000;
+  slow.sealMs = 20000;
+  TcpServer server(slow);
+  std::string err;
+  ASSERT_TRUE(server.start(&err));
+  slow.port = server.port();
+  auto auth = makeTcpBoard(slow);
+  auto follower = makeTcpBoard(slow);
+  EXPECT_TRUE(waitFor([&] { return server.connectedPeers() == 2; }));
+  auth->attach(32, 0, 2);
+  follower->attach(32, 1, 2);
+  EXPECT_TRUE(waitFor([&] { return server.missingRanks() == 0; }));
+  const TaskKey key{32, 4, 1, 1 << 20};
+  Outcome o;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread asker([&] { o = follower->lookup(key, 0, milliseconds(10000)); });
+  EXPECT_TRUE(waitFor([&] { return follower->stats().needsSent >= 1; }));
+  std::this_thread::sleep_for(milliseconds(200));  // the NEED is at the server, with no authority to go to
+  PlanDecider d;
+  auth->serve(32, &d);
+  asker.join();
+  const auto waited = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "  the follower's first lookup took %lld ms (NEED resent every 3000 ms)\n",
+               static_cast<long long>(waited));
+  EXPECT_TRUE(o.ok());
   EXPECT_TRUE(waited < 2000);
   follower.reset();
   auth.reset();
