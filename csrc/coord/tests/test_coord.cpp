@@ -705,6 +705,18 @@ TEST(coord, tcp_detach) {
   server->stop();
 }
 
+// One final segment for every call: algorithm 1, protocol 2, 4 channels.
+Segment wholeFinal() {
+  Segment all;
+  all.begin = 0;
+  all.end = kForever;
+  all.phase = Phase::kFinal;
+  all.cfg.algo = 1;
+  all.cfg.proto = 2;
+  all.cfg.channels = 4;
+  return all;
+}
+
 // ---- the server's own client, told apart by address ----------------------------------------------------
 // The engine's server process lingers at exit while other processes are connected. It used to subtract one
 // peer whenever its own client believed itself connected; the server drops a connection before the client
@@ -734,13 +746,7 @@ TEST(coord, tcp_own_client) {
   empty.begin = empty.end = kForever;
   empty.phase = Phase::kFinal;
   own->publish(key, {empty});
-  Segment all;
-  all.begin = 0;
-  all.end = kForever;
-  all.phase = Phase::kFinal;
-  all.cfg.algo = 1;
-  all.cfg.proto = 2;
-  all.cfg.channels = 4;
+  const Segment all = wholeFinal();
   own->publish(key, {all});
   Outcome o = other->lookup(key, 5, milliseconds(5000));
   EXPECT_TRUE(o.ok() && o.seg.cfg == all.cfg);
@@ -757,87 +763,78 @@ TEST(coord, tcp_own_client) {
   server->stop();
 }
 
-// ---- a plan published before the communicator's last rank attached -------------------------------
+// ---- a first NEED the server held ------------------------------------------------------------------
+// An authority and a follower on a server whose resend and re-forward backoff is 3 s (50 ms by default): a NEED the
+// server holds must go on when what it waits for arrives, well before the backoff.
+struct SlowBackoff {
+  static TcpOptions options() {
+    TcpOptions o = baseOpts(0);
+    o.retryMs = 3000;
+    o.sealMs = 20000;
+    return o;
+  }
+  TcpOptions opts = options();
+  TcpServer server{opts};
+  std::shared_ptr<Board> auth, follower;
+  bool start() {
+    std::string err;
+    if (!server.start(&err)) return false;
+    opts.port = server.port();
+    auth = makeTcpBoard(opts);
+    follower = makeTcpBoard(opts);
+    return waitFor([&] { return server.connectedPeers() == 2; });
+  }
+  // The follower's lookup of call 0 of `key`, with `meanwhile` run 200 ms after its NEED went out: the milliseconds
+  // the lookup took.
+  long long firstLookupMs(const TaskKey& key, const std::function<void()>& meanwhile, Outcome* out) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::thread asker([&] { *out = follower->lookup(key, 0, milliseconds(10000)); });
+    EXPECT_TRUE(waitFor([&] { return follower->stats().needsSent >= 1; }));
+    std::this_thread::sleep_for(milliseconds(200));  // the NEED is at the server, held
+    meanwhile();
+    asker.join();
+    const long long ms = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "  the follower's first lookup took %lld ms (NEED resent every 3000 ms)\n", ms);
+    return ms;
+  }
+  ~SlowBackoff() {
+    follower.reset();
+    auth.reset();
+    server.stop();
+  }
+};
+
 // The server keeps a communicator's plans from its ranks until every rank has attached (ranks that met at another
 // coordinator would apply other decisions). A follower that asked before the last ATTACH gets the plan when that
-// ATTACH arrives, not at its next resend (the client's backoff, 50 ms by default; 3 s here, which the plan must
-// arrive well before).
+// ATTACH arrives, not at its next resend.
 TEST(coord, tcp_plan_at_last_attach) {
-  TcpOptions slow = baseOpts(0);
-  slow.retryMs = 3000;
-  slow.sealMs = 20000;
-  TcpServer server(slow);
-  std::string err;
-  ASSERT_TRUE(server.start(&err));
-  slow.port = server.port();
-  auto auth = makeTcpBoard(slow);
-  auto follower = makeTcpBoard(slow);
-  EXPECT_TRUE(waitFor([&] { return server.connectedPeers() == 2; }));
+  SlowBackoff b;
+  ASSERT_TRUE(b.start());
   PlanDecider d;
-  auth->attach(31, 0, 2);
-  auth->serve(31, &d);
-  EXPECT_TRUE(waitFor([&] { return server.missingRanks() == 1; }));
+  b.auth->attach(31, 0, 2);
+  b.auth->serve(31, &d);
+  EXPECT_TRUE(waitFor([&] { return b.server.missingRanks() == 1; }));
   const TaskKey key{31, 4, 1, 1 << 20};
-  Segment all;
-  all.begin = 0;
-  all.end = kForever;
-  all.phase = Phase::kFinal;
-  all.cfg.algo = 1;
-  all.cfg.proto = 2;
-  all.cfg.channels = 4;
-  auth->publish(key, {all});
+  const Segment all = wholeFinal();
+  b.auth->publish(key, {all});
   std::this_thread::sleep_for(milliseconds(100));  // the PLAN is at the server, held: rank 1 has not attached
   Outcome o;
-  const auto t0 = std::chrono::steady_clock::now();
-  std::thread asker([&] { o = follower->lookup(key, 0, milliseconds(10000)); });
-  EXPECT_TRUE(waitFor([&] { return follower->stats().needsSent >= 1; }));
-  std::this_thread::sleep_for(milliseconds(200));  // its NEED is at the server, held too
-  follower->attach(31, 1, 2);
-  asker.join();
-  const auto waited = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t0).count();
-  std::fprintf(stderr, "  the follower's first lookup took %lld ms (NEED resent every 3000 ms)\n",
-               static_cast<long long>(waited));
+  EXPECT_TRUE(b.firstLookupMs(key, [&] { b.follower->attach(31, 1, 2); }, &o) < 2000);
   EXPECT_TRUE(o.ok() && o.seg.cfg == all.cfg);
-  EXPECT_TRUE(waited < 2000);
-  follower.reset();
-  auth.reset();
-  server.stop();
 }
 
-// ---- a NEED before its authority served ----------------------------------------------------------
 // A follower that asks before the authority's SERVE reached the server: its NEED waits at the server, and goes to
-// the authority when the SERVE arrives, not at the next re-forward or resend (3 s here).
+// the authority when the SERVE arrives, not at the next re-forward or resend.
 TEST(coord, tcp_need_before_serve) {
-  TcpOptions slow = baseOpts(0);
-  slow.retryMs = 3000;
-  slow.sealMs = 20000;
-  TcpServer server(slow);
-  std::string err;
-  ASSERT_TRUE(server.start(&err));
-  slow.port = server.port();
-  auto auth = makeTcpBoard(slow);
-  auto follower = makeTcpBoard(slow);
-  EXPECT_TRUE(waitFor([&] { return server.connectedPeers() == 2; }));
-  auth->attach(32, 0, 2);
-  follower->attach(32, 1, 2);
-  EXPECT_TRUE(waitFor([&] { return server.missingRanks() == 0; }));
-  const TaskKey key{32, 4, 1, 1 << 20};
-  Outcome o;
-  const auto t0 = std::chrono::steady_clock::now();
-  std::thread asker([&] { o = follower->lookup(key, 0, milliseconds(10000)); });
-  EXPECT_TRUE(waitFor([&] { return follower->stats().needsSent >= 1; }));
-  std::this_thread::sleep_for(milliseconds(200));  // the NEED is at the server, with no authority to go to
+  SlowBackoff b;
+  ASSERT_TRUE(b.start());
+  b.auth->attach(32, 0, 2);
+  b.follower->attach(32, 1, 2);
+  EXPECT_TRUE(waitFor([&] { return b.server.missingRanks() == 0; }));
   PlanDecider d;
-  auth->serve(32, &d);
-  asker.join();
-  const auto waited = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t0).count();
-  std::fprintf(stderr, "  the follower's first lookup took %lld ms (NEED resent every 3000 ms)\n",
-               static_cast<long long>(waited));
+  Outcome o;
+  EXPECT_TRUE(b.firstLookupMs(TaskKey{32, 4, 1, 1 << 20}, [&] { b.auth->serve(32, &d); }, &o) < 2000);
   EXPECT_TRUE(o.ok());
-  EXPECT_TRUE(waited < 2000);
-  follower.reset();
-  auth.reset();
-  server.stop();
 }
 
 // ---- unserve waits for a decision in progress ------------------------------------------------------
