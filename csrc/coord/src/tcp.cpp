@@ -894,18 +894,10 @@ class TcpBoard : public Board {
     m.rank = rank;
     c->send(m, false);
   }
-  // SERVE (and with `ranks`, ATTACH and DETACH) of everything this process holds: on (re)connect, then again
-  // every 500 ms since a frame may have been lost (both are idempotent at the server). ATTACH only a
+  // SERVE (and with `ranks`, ATTACH and DETACH) of everything this process holds: on (re)connect (announceLocked),
+  // then again every 500 ms since a frame may have been lost (both are idempotent at the server). ATTACH only a
   // few times per connection: every process sends one per (communicator, rank) it holds, which adds up
   // on a large job, while the server needs it only once.
-  // The same with mu_ held (frames are only queued; mu_ before a connection's queue lock, as in sendNeed).
-  void announceLocked(const std::shared_ptr<Conn>& c, bool ranks) {
-    if (ranks) {
-      for (const auto& [cr, n] : attached_) sendAttach(c, cr.first, cr.second, n);
-      for (const auto& [comm, rank] : detached_) sendDetach(c, comm, rank);
-    }
-    for (const auto& [comm, d] : deciders_) sendServe(c, comm);
-  }
   void announce(const std::shared_ptr<Conn>& c, bool ranks) {
     std::vector<uint64_t> served;
     std::vector<std::pair<std::pair<uint64_t, uint32_t>, uint32_t>> held;
@@ -921,6 +913,15 @@ class TcpBoard : public Board {
     for (auto& [cr, n] : held) sendAttach(c, cr.first, cr.second, n);
     for (auto& [comm, rank] : done) sendDetach(c, comm, rank);
     for (uint64_t comm : served) sendServe(c, comm);
+  }
+  // The same on a new connection, with mu_ held (frames are only queued; mu_ before a connection's queue lock, as
+  // in sendNeed), before a waiting lookup may send its NEED.
+  void announceLocked(const std::shared_ptr<Conn>& c, bool ranks) {
+    if (ranks) {
+      for (const auto& [cr, n] : attached_) sendAttach(c, cr.first, cr.second, n);
+      for (const auto& [comm, rank] : detached_) sendDetach(c, comm, rank);
+    }
+    for (const auto& [comm, d] : deciders_) sendServe(c, comm);
   }
   void sendPlan(const std::shared_ptr<Conn>& c, const TaskKey& t, const std::vector<Segment>& segs) {
     for (size_t i = 0; i < segs.size(); i += wire::kMaxSegs) c->send(planChunk(t, segs, i), true);
