@@ -347,6 +347,15 @@ struct TcpServer::Impl {
     }
   }
 
+  // Caller holds mu. A NEED of call k of `t` that waits here, to the communicator's authority.
+  void forwardNeed(const std::shared_ptr<Conn>& to, const TaskKey& t, uint64_t k) {
+    wire::Msg f;
+    f.type = wire::kNeed;
+    f.task = t;
+    f.k = k;
+    f.covered = store.coveredUpTo(t);
+    to->send(f, true);
+  }
   // Caller holds mu.
   void defer(const TaskKey& t, uint64_t from) {
     auto [it, added] = deferred[t.comm].emplace(t, from);
@@ -362,21 +371,18 @@ struct TcpServer::Impl {
   void handle(const std::shared_ptr<Conn>& c, const wire::Msg& m) {
     std::lock_guard<std::mutex> lk(mu);
     switch (m.type) {
-      case wire::kServe:
+      case wire::kServe: {
         if (!agrees(c, m.comm, m.digest, true)) break;
-        authority[m.comm] = c;
+        std::shared_ptr<Conn>& a = authority[m.comm];
+        const bool newAuthority = a != c;  // not a repeat SERVE (every 500 ms)
+        a = c;
         subs[m.comm].insert(c);
         // NEEDs that arrived before their authority served: to it now, not at sealLoop's re-forward after retryMs.
-        for (const auto& [task, w] : waiting) {
-          if (task.comm != m.comm) continue;
-          wire::Msg f;
-          f.type = wire::kNeed;
-          f.task = task;
-          f.k = w.first;
-          f.covered = store.coveredUpTo(task);
-          c->send(f, true);
-        }
+        if (newAuthority)
+          for (const auto& [task, w] : waiting)
+            if (task.comm == m.comm) forwardNeed(c, task, w.first);
         break;
+      }
       case wire::kAttach: {
         const bool wasComplete = complete(m.comm);
         Members& g = members[m.comm];
@@ -513,14 +519,8 @@ struct TcpServer::Impl {
         }
         // ask again (a NEED or PLAN may have been lost)
         auto a = authority.find(it->first.comm);
-        if (a != authority.end() && (now - it->second.second) > milliseconds(o.retryMs)) {
-          wire::Msg f;
-          f.type = wire::kNeed;
-          f.task = it->first;
-          f.k = it->second.first;
-          f.covered = store.coveredUpTo(it->first);
-          a->second->send(f, true);
-        }
+        if (a != authority.end() && (now - it->second.second) > milliseconds(o.retryMs))
+          forwardNeed(a->second, it->first, it->second.first);
         ++it;
       }
       // reap finished peers
@@ -899,23 +899,11 @@ class TcpBoard : public Board {
   // few times per connection: every process sends one per (communicator, rank) it holds, which adds up
   // on a large job, while the server needs it only once.
   void announce(const std::shared_ptr<Conn>& c, bool ranks) {
-    std::vector<uint64_t> served;
-    std::vector<std::pair<std::pair<uint64_t, uint32_t>, uint32_t>> held;
-    std::vector<std::pair<uint64_t, uint32_t>> done;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      for (auto& [comm, d] : deciders_) served.push_back(comm);
-      if (ranks) {
-        held.assign(attached_.begin(), attached_.end());
-        done.assign(detached_.begin(), detached_.end());
-      }
-    }
-    for (auto& [cr, n] : held) sendAttach(c, cr.first, cr.second, n);
-    for (auto& [comm, rank] : done) sendDetach(c, comm, rank);
-    for (uint64_t comm : served) sendServe(c, comm);
+    std::lock_guard<std::mutex> lk(mu_);
+    announceLocked(c, ranks);
   }
-  // The same on a new connection, with mu_ held (frames are only queued; mu_ before a connection's queue lock, as
-  // in sendNeed), before a waiting lookup may send its NEED.
+  // The same with mu_ held (frames are only queued; mu_ before a connection's queue lock, as in sendNeed): on a new
+  // connection, before a waiting lookup may send its NEED.
   void announceLocked(const std::shared_ptr<Conn>& c, bool ranks) {
     if (ranks) {
       for (const auto& [cr, n] : attached_) sendAttach(c, cr.first, cr.second, n);
