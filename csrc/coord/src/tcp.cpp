@@ -232,6 +232,11 @@ wire::Msg planChunk(const TaskKey& t, const std::vector<Segment>& segs, size_t i
 
 }  // namespace
 
+int reconnectDelayMs(int failures, int retryMs) {
+  const int64_t doubled = int64_t{1} << std::clamp(failures - 1, 0, 30);
+  return static_cast<int>(std::min<int64_t>(doubled, std::max(retryMs, 1000)));
+}
+
 // =============================================================================================
 // Server
 struct TcpServer::Impl {
@@ -961,7 +966,8 @@ class TcpBoard : public Board {
   }
 
   void ioLoop() {
-    int attempt = 0;
+    int attempt = 0;   // connections tried (seeds the test faults; > 0 at authentication: a reconnect)
+    int failures = 0;  // attempts in a row that did not authenticate (the backoff)
     while (true) {
       {
         std::lock_guard<std::mutex> lk(mu_);
@@ -997,6 +1003,7 @@ class TcpBoard : public Board {
             authed_ = true;
             link_ = Link::kAuthed;
             if (attempt > 0) st_.reconnects++;
+            failures = 0;
           }
           cv_.notify_all();
           readLoop(c);
@@ -1018,8 +1025,9 @@ class TcpBoard : public Board {
         }
       }
       attempt++;
+      failures++;
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait_for(lk, milliseconds(std::min(1000, o_.retryMs * std::min(attempt, 20))), [&] { return stopping_; });
+      cv_.wait_for(lk, milliseconds(reconnectDelayMs(failures, o_.retryMs)), [&] { return stopping_; });
     }
   }
 

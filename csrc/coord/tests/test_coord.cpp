@@ -628,6 +628,45 @@ TEST(coord, tcp_attach) {
   server->stop();
 }
 
+// ---- a client that starts before its server -----------------------------------------------------------
+// The authority's process starts the server; another process's client may try first and be refused. It then
+// waited a whole retryMs (50 ms in the engine) before trying again, and the communicator's last ATTACH with it:
+// the first lookup of every rank waited for it (49 ms on a GPU launch).
+TEST(Coord, reconnect_delay_doubles_from_1ms) {
+  EXPECT_EQ(reconnectDelayMs(1, 50), 1);
+  EXPECT_EQ(reconnectDelayMs(2, 50), 2);
+  EXPECT_EQ(reconnectDelayMs(6, 50), 32);
+  EXPECT_EQ(reconnectDelayMs(7, 50), 64);
+  EXPECT_EQ(reconnectDelayMs(10, 50), 512);
+  EXPECT_EQ(reconnectDelayMs(11, 50), 1000);   // the cap
+  EXPECT_EQ(reconnectDelayMs(1000, 50), 1000);  // no overflow
+  EXPECT_EQ(reconnectDelayMs(13, 3000), 3000);  // a longer retryMs is the cap
+  EXPECT_EQ(reconnectDelayMs(0, 50), 1);
+}
+
+TEST(Coord, tcp_client_before_server_connects_soon_after_it_listens) {
+  std::string err;
+  auto probe = std::make_unique<TcpServer>(baseOpts(0));
+  ASSERT_TRUE(probe->start(&err)) << err;
+  const int port = probe->port();
+  probe->stop();
+  probe.reset();
+  TcpOptions o = baseOpts(port);
+  o.retryMs = 5000;  // the old backoff waited min(retryMs, 1000 ms) after the first refusal
+  auto client = makeTcpBoard(o);
+  std::this_thread::sleep_for(milliseconds(30));  // refused a few times meanwhile
+  EXPECT_FALSE(client->stats().connected);
+  auto server = std::make_unique<TcpServer>(o);
+  ASSERT_TRUE(server->start(&err)) << err;
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_TRUE(waitFor([&] { return server->connectedPeers() == 1; }));
+  // The next try comes at most one doubling later (≤ 64 ms here), the old one ~970 ms after the server started;
+  // 500 ms leaves room for a loaded, sanitized run.
+  EXPECT_LT(std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - started).count(), 500);
+  client.reset();
+  server->stop();
+}
+
 // ---- a rank that is done: DETACH ----------------------------------------------------------------------
 // The server's process lingers at exit on ranks that attached and have not said they are done: a connection
 // that dropped without a goodbye used to count as done, and the process left under a rank that was only

@@ -194,7 +194,7 @@ struct TcpOptions {
   int port = 0;               // server: 0 = ephemeral (see TcpServer::port())
   std::string token;          // AUTOCCL_COORD_TOKEN: shared secret of the job
   int connectTimeoutMs = 5000;  // client: give up connecting/authenticating after this (per attempt window)
-  int retryMs = 50;           // client: NEED resend / reconnect backoff
+  int retryMs = 50;           // client: NEED resend; reconnect backoff once past reconnectDelayMs' doubling
   int sealMs = 2000;          // server: an unanswered NEED older than this seals NCCL's default
   Faults faults;
   // Client: digest of the settings that change what a rank applies for a decision (the engine's
@@ -206,6 +206,12 @@ struct TcpOptions {
   uint64_t settingsDigest = 0;
   std::string settingsWhat;
 };
+
+// The client's wait before connecting again after `failures` (1, 2, ...) failed attempts in a row: doubling from
+// 1 ms up to max(retryMs, 1000 ms). A client whose server is not listening yet (the authority's process is still
+// starting, a common race at launch) connects within a few ms of it: waiting a whole retryMs there held every rank's
+// first lookup that long, since the server pushes no plan before the communicator's last rank has attached.
+int reconnectDelayMs(int failures, int retryMs);
 
 // The board server (relay + store). Runs its own threads. One per job (the process that binds the
 // coordinator address).
