@@ -798,8 +798,9 @@ class OnlineSource final : public DecisionSource {
   // The authority's own records: the exposure estimate (engine/exposure_recorder.h) and one per step guard
   // verdict, with the iteration times its round compared (what the INFO line says, and its samples).
   std::vector<std::string> traceRecords() const override {
-    if (!authority_) return {};
     std::vector<std::string> out;
+    if (tcpBoard_ && place_.load(std::memory_order_relaxed) == Place::kTcp) out.push_back(boardRecord());
+    if (!authority_) return out;
     std::string r = exposure_.traceRecord(commHex(env_.commHash), env_.rank);
     if (!r.empty()) out.push_back(std::move(r));
     const auto firstCall = [this](uint64_t it, CallKey* first) { return guardClock_.firstCall(it, first); };
@@ -809,6 +810,21 @@ class OnlineSource final : public DecisionSource {
   }
 
  private:
+  // This process's coordinator client as this rank leaves: how long it took to connect (a first lookup waits for
+  // it and for the other ranks' ATTACH), and how often lookups had to ask.
+  std::string boardRecord() const {
+    const coord::BoardStats b = tcpBoard_->stats();
+    char buf[512];
+    const int n = std::snprintf(
+        buf, sizeof buf,
+        "{\"ev\":\"board\",\"comm\":\"%s\",\"rank\":%d,\"first_auth_ms\":%.3f,\"connect_failures\":%" PRIu64
+        ",\"reconnects\":%" PRIu64 ",\"lookups_waited\":%" PRIu64 ",\"needs_sent\":%" PRIu64
+        ",\"plans_received\":%" PRIu64 ",\"prefetches\":%" PRIu64 "}",
+        commHex(env_.commHash).c_str(), env_.rank, b.firstAuthMs, b.connectFailures, b.reconnects, b.lookupsWaited,
+        b.needsSent, b.plansReceived, b.prefetches);
+    return std::string(buf, static_cast<size_t>(std::clamp(n, 0, static_cast<int>(sizeof buf) - 1)));
+  }
+
   // The kernel time the tuned plan saves in one iteration against NCCL's choices: per task of the latest
   // iteration, its search's NCCL median less its pinned median (what the search measured), times its calls in
   // the iteration. -1 (unknown: no explained-gain check) while a task of the iteration is still searching, or

@@ -307,6 +307,11 @@ def test_online_processes_tcp(plugin: Path, repeat: int) -> None:
     # one rank per process: every communicator is decided over TCP
     tasks = [t for t in res.trace if t.get("ev") == "task" and t.get("source") == "online"]
     assert tasks and {t["board"] for t in tasks} == {"tcp"}, {t["board"] for t in tasks}
+    # every rank says how its coordinator client connected (a first lookup waits for it)
+    boards = [b for b in res.trace if b.get("ev") == "board"]
+    assert {(b["comm"], b["rank"]) for b in boards} == {(t["comm"], t["rank"]) for t in tasks}
+    assert all(b["first_auth_ms"] >= 0 and b["reconnects"] == 0 for b in boards), boards
+    assert sum(b["lookups_waited"] for b in boards) > 0
 
 
 def test_online_processes_tcp_converge(plugin: Path) -> None:

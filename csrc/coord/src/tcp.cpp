@@ -699,7 +699,7 @@ class TcpBoard : public Board {
   // lost (tests drop up to 10 % of them).
   static constexpr int kAttachRepeats = 16;
 
-  explicit TcpBoard(TcpOptions o) : o_(std::move(o)) {
+  explicit TcpBoard(TcpOptions o) : o_(std::move(o)), created_(Clock::now()) {
     io_ = std::thread([this] { ioLoop(); });
   }
   ~TcpBoard() override {
@@ -966,7 +966,7 @@ class TcpBoard : public Board {
   }
 
   void ioLoop() {
-    int attempt = 0;   // connections tried (seeds the test faults; > 0 at authentication: a reconnect)
+    int attempt = 0;   // connections tried (seeds the test faults)
     int failures = 0;  // attempts in a row that did not authenticate (the backoff)
     while (true) {
       {
@@ -978,6 +978,7 @@ class TcpBoard : public Board {
       if (fd < 0) {
         std::lock_guard<std::mutex> lk(mu_);
         link_ = Link::kNever;
+        st_.connectFailures++;
       }
       if (fd >= 0) {
         Faults f = o_.faults;  // tests inject faults (AUTOCCL_COORD_FAULTS, read by the engine)
@@ -1002,7 +1003,10 @@ class TcpBoard : public Board {
             announceLocked(c, true);
             authed_ = true;
             link_ = Link::kAuthed;
-            if (attempt > 0) st_.reconnects++;
+            if (st_.firstAuthMs < 0)
+              st_.firstAuthMs = std::chrono::duration<double, std::milli>(Clock::now() - created_).count();
+            else
+              st_.reconnects++;
             failures = 0;
           }
           cv_.notify_all();
@@ -1010,6 +1014,7 @@ class TcpBoard : public Board {
         } else {
           std::lock_guard<std::mutex> lk(mu_);
           st_.rejectedPeers++;
+          st_.connectFailures++;
           link_ = Link::kRejected;
         }
         {
@@ -1098,6 +1103,7 @@ class TcpBoard : public Board {
   }
 
   TcpOptions o_;
+  Clock::time_point created_;  // BoardStats::firstAuthMs counts from here
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::shared_ptr<Conn> conn_;

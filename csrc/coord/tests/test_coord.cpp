@@ -663,6 +663,12 @@ TEST(Coord, tcp_client_before_server_connects_soon_after_it_listens) {
   // The next try comes at most one doubling later (≤ 64 ms here), the old one ~970 ms after the server started;
   // 500 ms leaves room for a loaded, sanitized run.
   EXPECT_LT(std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - started).count(), 500);
+  // What the engine's trace shows of it (the `board` record)
+  EXPECT_TRUE(waitFor([&] { return client->stats().connected; }));
+  const BoardStats st = client->stats();
+  EXPECT_GE(st.connectFailures, 3u);  // refused at ~0, 1, 3, 7, 15 ms
+  EXPECT_GE(st.firstAuthMs, 30.0);
+  EXPECT_EQ(st.reconnects, 0u);
   client.reset();
   server->stop();
 }

@@ -82,7 +82,8 @@ struct Outcome {
 };
 
 struct BoardStats {
-  uint64_t needsSent = 0, plansReceived = 0, sealed = 0, conflicts = 0, rejectedPeers = 0, reconnects = 0;
+  uint64_t needsSent = 0, plansReceived = 0, sealed = 0, conflicts = 0, rejectedPeers = 0;
+  uint64_t reconnects = 0;     // client: authentications after its first (the connection dropped and came back)
   uint64_t lookupsWaited = 0;  // lookups the board could not answer from what it held (asked the authority)
   uint64_t prefetches = 0;     // prefetch() calls that asked the authority
   uint64_t refused = 0;        // server: SERVE/NEED refused for a settings digest other than the communicator's
@@ -92,6 +93,8 @@ struct BoardStats {
   uint64_t reportsRelayed = 0;  // server: REPORT and WAIT frames passed on to the communicator's authority
   uint64_t reportsDropped = 0;  // server: REPORT and WAIT frames from a process not subscribed to the communicator
   bool connected = false;       // client: connected and authenticated now
+  uint64_t connectFailures = 0;  // client: connection attempts that did not authenticate (refused, timed out)
+  double firstAuthMs = -1;       // client: from the board's creation to its first authentication (-1: none yet)
 };
 
 // Transport-independent interface. Thread-safe.
