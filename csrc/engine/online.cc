@@ -796,8 +796,9 @@ class OnlineSource final : public DecisionSource {
   }
 
  public:
-  // The authority's own records: the exposure estimate (engine/exposure_recorder.h) and one per step guard
-  // verdict, with the iteration times its round compared (what the INFO line says, and its samples).
+  // Every rank decided over TCP: its coordinator client's record (boardRecord). The authority's own records: the
+  // exposure estimate (engine/exposure_recorder.h) and one per step guard verdict, with the iteration times its
+  // round compared (what the INFO line says, and its samples).
   std::vector<std::string> traceRecords() const override {
     std::vector<std::string> out;
     if (tcpBoard_ && place_.load(std::memory_order_relaxed) == Place::kTcp) out.push_back(boardRecord());

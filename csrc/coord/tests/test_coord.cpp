@@ -632,7 +632,7 @@ TEST(coord, tcp_attach) {
 // The authority's process starts the server; another process's client may try first and be refused. It then
 // waited a whole retryMs (50 ms in the engine) before trying again, and the communicator's last ATTACH with it:
 // the first lookup of every rank waited for it (49 ms on a GPU launch).
-TEST(Coord, reconnect_delay_doubles_from_1ms) {
+TEST(coord, reconnect_delay_doubles_from_1ms) {
   EXPECT_EQ(reconnectDelayMs(1, 50), 1);
   EXPECT_EQ(reconnectDelayMs(2, 50), 2);
   EXPECT_EQ(reconnectDelayMs(6, 50), 32);
@@ -644,7 +644,7 @@ TEST(Coord, reconnect_delay_doubles_from_1ms) {
   EXPECT_EQ(reconnectDelayMs(0, 50), 1);
 }
 
-TEST(Coord, tcp_client_before_server_connects_soon_after_it_listens) {
+TEST(coord, tcp_client_before_server_connects_soon_after_it_listens) {
   std::string err;
   auto probe = std::make_unique<TcpServer>(baseOpts(0));
   ASSERT_TRUE(probe->start(&err)) << err;

@@ -1522,22 +1522,22 @@ void testTuningLookupsAhead() {
   const CostModel real = modelLL128At8();
   TaskKey task{kAllReduce, 4u << 20, 1};
   const uint64_t calls = 200;
-  uint64_t segments = 0;
+  uint64_t changes = 0;  // configurations the search ran in turn
   Config last;
   for (uint64_t k = 0; k < calls; ++k) {
     // A GPU's pace, slow enough for the PLAN to arrive meanwhile under sanitizers on a loaded machine
     std::this_thread::sleep_for(std::chrono::microseconds(1500));
     const Config c = pair.call(task, k, real);
-    if (k == 0 || c != last) segments++;
+    if (k == 0 || c != last) changes++;
     last = c;
   }
   const uint64_t waitedAuthority = pair.authorityBoard->stats().lookupsWaited;
   const uint64_t waitedFollower = pair.followerBoard->stats().lookupsWaited;
   std::fprintf(stderr, "  lookups that waited in %llu calls (%llu configuration changes): authority %llu, follower %llu\n",
-               static_cast<unsigned long long>(calls), static_cast<unsigned long long>(segments),
+               static_cast<unsigned long long>(calls), static_cast<unsigned long long>(changes),
                static_cast<unsigned long long>(waitedAuthority), static_cast<unsigned long long>(waitedFollower));
   CHECK_EQ(pair.differ, size_t(0));
-  CHECK(segments >= 8);  // it searched
+  CHECK(changes >= 8);  // it searched
   // Without asking ahead: authority 19, follower 14 (here, with 1 and 1 asking ahead).
   CHECK(waitedFollower <= 6);
   CHECK(waitedAuthority <= 6);
