@@ -630,3 +630,70 @@ def test_the_plan_checks_iterations_and_timeout_too(tmp_path: Path) -> None:
     ):
         with pytest.raises(NT.BenchError, match=words):
             replace(plan, **change).validate()
+
+
+def test_coordinator_table_sums_a_launchs_lookups_per_rank() -> None:
+    """What the coordinator cost each rank of a launch decided over TCP: lookups summed over its tasks, the
+    waited ones and the client's connect from its `board` record, the slowest first-call lookup (a job's
+    start); a launch without `board` records (one process) has none."""
+    trace = [
+        {
+            "ev": "board",
+            "rank": 0,
+            "first_auth_ms": 0.9,
+            "connect_failures": 0,
+            "reconnects": 0,
+            "lookups_waited": 3,
+        },
+        {
+            "ev": "board",
+            "rank": 1,
+            "first_auth_ms": 8.3,
+            "connect_failures": 3,
+            "reconnects": 0,
+            "lookups_waited": 5,
+        },
+        {
+            "ev": "task",
+            "rank": 0,
+            "board": "tcp",
+            "lookups": 10,
+            "lookup_us": 900.0,
+            "lookup_max_us": 400.0,
+            "slow_lookups": [[0, 400.0], [7, 300.0]],
+        },
+        {
+            "ev": "task",
+            "rank": 0,
+            "board": "tcp",
+            "lookups": 4,
+            "lookup_us": 100.0,
+            "lookup_max_us": 60.0,
+            "slow_lookups": [[2, 60.0]],
+        },
+        {
+            "ev": "task",
+            "rank": 1,
+            "board": "tcp",
+            "lookups": 14,
+            "lookup_us": 49500.0,
+            "lookup_max_us": 49070.0,
+            "slow_lookups": [[0, 49070.0]],
+        },
+        # another communicator's, in this process
+        {"ev": "task", "rank": 1, "board": "local", "lookups": 99, "lookup_us": 99.0},
+    ]
+    c = NT.coordinator_stats(trace)
+    assert c is not None
+    r0, r1 = c["ranks"]
+    assert (r0["lookups"], r0["lookups_waited"], r0["lookup_ms"]) == (14, 3, 1.0)
+    assert (r0["slowest_lookup_us"], r0["slowest_first_lookup_us"]) == (400.0, 400.0)
+    assert (r1["lookups"], r1["connect_failures"], r1["slowest_first_lookup_us"]) == (14, 3, 49070.0)
+    rec = {"pass": 1, "launch": "mpi", "coll": "all_reduce", "mode": "online", "coordinator": c}
+    text = NT.coordinator_table([rec, {"pass": 0, "launch": "mpi", "coll": "all_reduce", "mode": "plain"}])
+    rows = [ln for ln in text.splitlines() if ln.startswith("| 1 ")]
+    assert rows == [
+        "| 1 | mpi | all_reduce | online | 0 | 14 | 3 | 1.0 | 400 | 400 | 0.9 | 0 | 0 |",
+        "| 1 | mpi | all_reduce | online | 1 | 14 | 5 | 49.5 | 49070 | 49070 | 8.3 | 3 | 0 |",
+    ]
+    assert NT.coordinator_stats([t for t in trace if t["ev"] == "task"]) is None

@@ -218,6 +218,78 @@ def pinned_tasks(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def coordinator_stats(records: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """What a launch's segment lookups cost its ranks, from the traces of a launch decided over TCP: per rank
+    the `board` record (its coordinator client) and the `task` records' lookups, summed over the launch's
+    tasks. None when no rank was decided over TCP (no `board` record)."""
+    ranks: dict[int, dict[str, Any]] = {}
+    for rec in records:
+        ev, rank = rec.get("ev"), rec.get("rank")
+        if ev not in ("board", "task") or not isinstance(rank, int):
+            continue
+        r = ranks.setdefault(
+            rank,
+            {
+                "board": None,
+                "lookups": 0,
+                "lookup_ms": 0.0,
+                "slowest_lookup_us": 0.0,
+                "slowest_first_lookup_us": 0.0,
+            },
+        )
+        if ev == "board":
+            r["board"] = rec
+            continue
+        if rec.get("board") != "tcp":
+            continue
+        r["lookups"] += int(rec.get("lookups") or 0)
+        r["lookup_ms"] += float(rec.get("lookup_us") or 0.0) / 1000.0
+        r["slowest_lookup_us"] = max(r["slowest_lookup_us"], float(rec.get("lookup_max_us") or 0.0))
+        first = [float(us) for k, us in rec.get("slow_lookups") or [] if int(k) == 0]
+        if first:
+            r["slowest_first_lookup_us"] = max(r["slowest_first_lookup_us"], first[0])
+    per_rank = []
+    for rank, r in sorted(ranks.items()):
+        b = r["board"]
+        if b is None:
+            continue
+        per_rank.append(
+            {
+                "rank": rank,
+                "lookups": r["lookups"],
+                "lookups_waited": int(b.get("lookups_waited") or 0),
+                "lookup_ms": round(r["lookup_ms"], 3),
+                "slowest_lookup_us": r["slowest_lookup_us"],
+                "slowest_first_lookup_us": r["slowest_first_lookup_us"],
+                "first_auth_ms": float(b.get("first_auth_ms", -1.0)),
+                "connect_failures": int(b.get("connect_failures") or 0),
+                "reconnects": int(b.get("reconnects") or 0),
+            }
+        )
+    return {"ranks": per_rank} if per_rank else None
+
+
+def coordinator_table(records: Sequence[Mapping[str, Any]]) -> str:
+    """Per traced launch decided over TCP, each rank's coordinator: how many segment lookups it made and how
+    many of them waited for the authority, the time they took, the slowest (and the slowest at a task's first
+    call: a job's start), and how its client connected (after how long, how many refusals, reconnects)."""
+    lines = [
+        "| pass | launch | collective | mode | rank | lookups | waited | lookup ms | slowest µs "
+        "| slowest first µs | connected after ms | refused | reconnects |",
+        "| ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in sorted(records, key=lambda x: (x["pass"], x["launch"], x["coll"], x["mode"])):
+        for c in (r.get("coordinator") or {}).get("ranks", []):
+            auth = f"{c['first_auth_ms']:.1f}" if c["first_auth_ms"] >= 0 else "never"
+            lines.append(
+                f"| {r['pass']} | {r['launch']} | {r['coll']} | {r['mode']} | {c['rank']} | {c['lookups']} "
+                f"| {c['lookups_waited']} | {c['lookup_ms']:.1f} | {c['slowest_lookup_us']:.0f} "
+                f"| {c['slowest_first_lookup_us']:.0f} | {auth} | {c['connect_failures']} "
+                f"| {c['reconnects']} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 @dataclass
 class Plan:
     bin_dir: Path
@@ -579,10 +651,13 @@ def _one_launch(plan: Plan, mode: Mode, coll: str, launch: str, pass_no: int) ->
 
 
 def _add_trace_checks(rec: dict[str, Any], records: list[dict[str, Any]]) -> None:
-    """What a launch's traces say: cross-rank agreement, what was pinned, and refusals to tune (added to
-    those its output's WARN lines gave)."""
+    """What a launch's traces say: cross-rank agreement, what was pinned, what the coordinator's lookups cost
+    (over TCP), and refusals to tune (added to those its output's WARN lines gave)."""
     rec["agreement"] = cross_rank_agreement(records)
     rec["pinned"] = pinned_tasks(records)
+    coordinator = coordinator_stats(records)
+    if coordinator:
+        rec["coordinator"] = coordinator
     rec["no_tuner"] = sorted(set(rec.get("no_tuner", [])) | set(no_tuner_reasons(records)))
 
 

@@ -889,7 +889,8 @@ def nccl_tests(
     """NVIDIA's nccl-tests under plain NCCL and autoccl, interleaved passes, ratios with their spread.
 
     Writes OUTDIR/launches.jsonl (every launch; a rerun into the same folder resumes), summary.json,
-    summary.md and ratio.png. Example: autoccl bench nccl-tests --bin ~/nccl-tests/build -o out/
+    summary.md and ratio.png; with --trace tasks.md and, where ranks were decided over TCP, coordinator.md.
+    Example: autoccl bench nccl-tests --bin ~/nccl-tests/build -o out/
     """
     import json as _json
     import shlex
@@ -976,6 +977,8 @@ def nccl_tests(
     (outdir / "summary.md").write_text(md)
     if any(r.get("pinned") for r in records):
         (outdir / "tasks.md").write_text(NT.task_table(records, summary))
+    if any(r.get("coordinator") for r in records):
+        (outdir / "coordinator.md").write_text(NT.coordinator_table(records))
     NT.plot(summary, outdir / "ratio.png")
     click.echo(md)
     failed = sum(1 for r in records if r.get("rc") != 0)
