@@ -324,7 +324,7 @@ class OnlineSource final : public DecisionSource {
         return false;
       }
       s->seg = o.seg;
-      noteLookup(s, k, waitedNs);
+      noteLookup(s, k, waitedNs, o.asked);
       if (o.asked && s->seg.phase == search::Phase::kTuning) chargeWait(s, k, waitedNs);
       // Ask for the segment after this one at once (the board asks only when it does not hold it: this is
       // the last segment of the plan here), so that the lookup at this segment's end finds it at hand
@@ -710,6 +710,7 @@ class OnlineSource final : public DecisionSource {
         srch = ts.search;
         l.board = placeName(place_.load(std::memory_order_relaxed));
         l.lookups = ts.lookups.load(std::memory_order_relaxed);
+        l.asked = ts.lookupsAsked.load(std::memory_order_relaxed);
         l.waitNs = ts.waitNs.load(std::memory_order_relaxed);
         l.waitMaxNs = ts.waitMaxNs.load(std::memory_order_relaxed);
         r.rankScored = ts.rankScored.load(std::memory_order_relaxed);
@@ -813,7 +814,8 @@ class OnlineSource final : public DecisionSource {
 
  private:
   // This process's coordinator client as this rank leaves: how long it took to connect (a first lookup waits for
-  // it and for the other ranks' ATTACH), and how often lookups had to ask.
+  // it and for the other ranks' ATTACH), and how often lookups had to ask. Its counts are the process's, over all
+  // its communicators and the step guard's lookups; a task's own are in its record (`lookups_asked`).
   std::string boardRecord() const {
     const coord::BoardStats b = tcpBoard_->stats();
     char buf[512];
@@ -943,7 +945,7 @@ class OnlineSource final : public DecisionSource {
     std::atomic<int> ncclAlgo{-1}, ncclProto{-1}, ncclChannels{0};
     std::atomic<uint64_t> rankScored{0}, shorterElsewhere{0};  // ArrivalMerge (trace)
     // enqueue thread writes, the trace reads at finalize:
-    std::atomic<uint64_t> lookups{0}, waitNs{0}, waitMaxNs{0};
+    std::atomic<uint64_t> lookups{0}, lookupsAsked{0}, waitNs{0}, waitMaxNs{0};
     std::mutex slowMu;
     std::vector<std::pair<uint64_t, uint64_t>> slow;  // (call, ns) of the slowest lookups >= kSlowLookupNs
   };
@@ -1033,8 +1035,9 @@ class OnlineSource final : public DecisionSource {
 
   // Lookup statistics for the trace, and the slowest lookups with their call index (to place a stall
   // in a benchmark's passes).
-  void noteLookup(TaskState* s, uint64_t k, uint64_t waitedNs) {
+  void noteLookup(TaskState* s, uint64_t k, uint64_t waitedNs, bool asked) {
     s->lookups.fetch_add(1, std::memory_order_relaxed);
+    if (asked) s->lookupsAsked.fetch_add(1, std::memory_order_relaxed);
     s->waitNs.fetch_add(waitedNs, std::memory_order_relaxed);
     if (waitedNs > s->waitMaxNs.load(std::memory_order_relaxed)) s->waitMaxNs.store(waitedNs, std::memory_order_relaxed);
     if (waitedNs < kSlowLookupNs) return;

@@ -16,7 +16,9 @@ namespace autoccl::engine {
 // A Decider backed by one search::TaskSearch per task. Tasks the authority has not registered yet
 // get NCCL's default for a short while (windows of 1, 2, 4, ... up to `window` calls past the call asked);
 // registerTask() then starts the search right after what was already published, counting those calls'
-// samples as NCCL's baseline (search::Options::defaultTimedBefore).
+// samples as NCCL's baseline (search::Options::defaultTimedBefore). A rank asks for the segment after its last
+// when that one begins (OnlineSource::newSegment), so a rank ahead of the authority doubles the window one
+// window early.
 class SearchDecider : public coord::Decider {
  public:
   static constexpr uint64_t kDefaultWindow = 16;

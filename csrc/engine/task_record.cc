@@ -10,8 +10,10 @@ namespace {
 
 std::string lookupFields(const TaskLookups& l) {
   char head[256];
-  std::snprintf(head, sizeof head, ",\"board\":\"%s\",\"lookups\":%" PRIu64 ",\"lookup_us\":%.1f,\"lookup_max_us\":%.1f",
-                l.board, l.lookups, 1e-3 * static_cast<double>(l.waitNs), 1e-3 * static_cast<double>(l.waitMaxNs));
+  std::snprintf(head, sizeof head,
+                ",\"board\":\"%s\",\"lookups\":%" PRIu64 ",\"lookups_asked\":%" PRIu64
+                ",\"lookup_us\":%.1f,\"lookup_max_us\":%.1f",
+                l.board, l.lookups, l.asked, 1e-3 * static_cast<double>(l.waitNs), 1e-3 * static_cast<double>(l.waitMaxNs));
   return head;
 }
 

@@ -16,6 +16,7 @@ namespace autoccl::engine {
 struct TaskLookups {
   const char* board = "";  // where the communicator decides (placeName)
   uint64_t lookups = 0, waitNs = 0, waitMaxNs = 0;
+  uint64_t asked = 0;  // of the lookups, those the board did not hold: they waited for the authority
   std::vector<std::pair<uint64_t, uint64_t>> slow;  // (call, ns) of the slowest lookups
 };
 

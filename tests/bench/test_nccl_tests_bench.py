@@ -633,9 +633,9 @@ def test_the_plan_checks_iterations_and_timeout_too(tmp_path: Path) -> None:
 
 
 def test_coordinator_table_sums_a_launchs_lookups_per_rank() -> None:
-    """What the coordinator cost each rank of a launch decided over TCP: lookups summed over its tasks, the
-    waited ones and the client's connect from its `board` record, the slowest first-call lookup (a job's
-    start); a launch without `board` records (one process) has none."""
+    """What the coordinator cost each rank of a launch decided over TCP, per communicator: lookups and those
+    that asked the authority summed over its tasks, the client's connect from its `board` record, the slowest
+    first-call lookup (a job's start); a launch without `board` records (one process) has none."""
     trace = [
         {
             "ev": "board",
@@ -658,6 +658,7 @@ def test_coordinator_table_sums_a_launchs_lookups_per_rank() -> None:
             "rank": 0,
             "board": "tcp",
             "lookups": 10,
+            "lookups_asked": 2,
             "lookup_us": 900.0,
             "lookup_max_us": 400.0,
             "slow_lookups": [[0, 400.0], [7, 300.0]],
@@ -667,6 +668,7 @@ def test_coordinator_table_sums_a_launchs_lookups_per_rank() -> None:
             "rank": 0,
             "board": "tcp",
             "lookups": 4,
+            "lookups_asked": 1,
             "lookup_us": 100.0,
             "lookup_max_us": 60.0,
             "slow_lookups": [[2, 60.0]],
@@ -676,17 +678,22 @@ def test_coordinator_table_sums_a_launchs_lookups_per_rank() -> None:
             "rank": 1,
             "board": "tcp",
             "lookups": 14,
+            "lookups_asked": 5,
             "lookup_us": 49500.0,
             "lookup_max_us": 49070.0,
             "slow_lookups": [[0, 49070.0]],
         },
         # another communicator's, in this process
         {"ev": "task", "rank": 1, "board": "local", "lookups": 99, "lookup_us": 99.0},
+        # another communicator over TCP (rank 0 of it in rank 1's process): its own row
+        {"ev": "board", "comm": "c2", "rank": 0, "first_auth_ms": 8.3, "connect_failures": 3},
+        {"ev": "task", "comm": "c2", "rank": 0, "board": "tcp", "lookups": 3, "lookups_asked": 3},
     ]
     c = NT.coordinator_stats(trace)
     assert c is not None
-    r0, r1 = c["ranks"]
-    assert (r0["lookups"], r0["lookups_waited"], r0["lookup_ms"]) == (14, 3, 1.0)
+    r0, r1, other = c["ranks"]
+    assert (other["comm"], other["rank"], other["lookups"], other["lookups_asked"]) == ("c2", 0, 3, 3)
+    assert (r0["lookups"], r0["lookups_asked"], r0["lookup_ms"]) == (14, 3, 1.0)
     assert (r0["slowest_lookup_us"], r0["slowest_first_lookup_us"]) == (400.0, 400.0)
     assert (r1["lookups"], r1["connect_failures"], r1["slowest_first_lookup_us"]) == (14, 3, 49070.0)
     rec = {"pass": 1, "launch": "mpi", "coll": "all_reduce", "mode": "online", "coordinator": c}
@@ -695,5 +702,6 @@ def test_coordinator_table_sums_a_launchs_lookups_per_rank() -> None:
     assert rows == [
         "| 1 | mpi | all_reduce | online | 0 | 14 | 3 | 1.0 | 400 | 400 | 0.9 | 0 | 0 |",
         "| 1 | mpi | all_reduce | online | 1 | 14 | 5 | 49.5 | 49070 | 49070 | 8.3 | 3 | 0 |",
+        "| 1 | mpi | all_reduce | online | 0 | 3 | 3 | 0.0 | 0 | 0 | 8.3 | 3 | 0 |",
     ]
     assert NT.coordinator_stats([t for t in trace if t["ev"] == "task"]) is None

@@ -1007,10 +1007,12 @@ class TcpBoard : public Board {
               st_.firstAuthMs = std::chrono::duration<double, std::milli>(Clock::now() - created_).count();
             else
               st_.reconnects++;
-            failures = 0;
           }
           cv_.notify_all();
+          const auto authedAt = Clock::now();
           readLoop(c);
+          // A connection that lasted restarts the doubling; one dropped at once keeps it going (reconnectDelayMs)
+          if (Clock::now() - authedAt >= milliseconds(std::max(o_.retryMs, 1000))) failures = 0;
         } else {
           std::lock_guard<std::mutex> lk(mu_);
           st_.rejectedPeers++;

@@ -20,11 +20,12 @@ TEST(engine, task_record_follower) {
   TaskLookups l;
   l.board = "tcp";
   l.lookups = 7;
+  l.asked = 2;
   l.waitNs = 1500;
   l.waitMaxNs = 1000;
   l.slow = {{30, 250000}, {12, 400000}};  // listed by call
   EXPECT_EQ(taskRecordFields(&l, nullptr),
-            ",\"board\":\"tcp\",\"lookups\":7,\"lookup_us\":1.5,\"lookup_max_us\":1.0"
+            ",\"board\":\"tcp\",\"lookups\":7,\"lookups_asked\":2,\"lookup_us\":1.5,\"lookup_max_us\":1.0"
             ",\"slow_lookups\":[[12,400.0],[30,250.0]],\"gain\":null,\"converged_at\":null");
 }
 

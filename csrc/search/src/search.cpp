@@ -170,7 +170,8 @@ struct TaskSearch::Impl {
   uint64_t tuningStart = 0;
   uint64_t tuningCallsThisRound = 0;  // exploring calls (and waiting calls beyond maxWaitCalls)
   int ledgerSlot = -1;                // this task's slot in Options::jobRegret
-  uint64_t callsSeen = 0;             // the highest call index asked (segmentFor) + 1: calls the task has made
+  uint64_t callsSeen = 0;  // the highest call index asked (segmentFor) + 1: the task's calls, up to a segment ahead
+                           // (a rank asks for the segment after the last it holds when that one begins)
   uint64_t waitCallsThisRound = 0;
 
   // pinned state

@@ -219,19 +219,22 @@ def pinned_tasks(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def coordinator_stats(records: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """What a launch's segment lookups cost its ranks, from the traces of a launch decided over TCP: per rank
-    the `board` record (its coordinator client) and the `task` records' lookups, summed over the launch's
-    tasks. None when no rank was decided over TCP (no `board` record)."""
-    ranks: dict[int, dict[str, Any]] = {}
+    """What a launch's segment lookups cost its ranks, from the traces of a launch decided over TCP: per
+    communicator and rank the `task` records' lookups (those that asked the authority: `lookups_asked`),
+    summed over the launch's tasks, and the `board` record (its process's coordinator client: how it
+    connected). None when no rank was decided over TCP (no `board` record)."""
+    ranks: dict[tuple[str, int], dict[str, Any]] = {}
     for rec in records:
         ev, rank = rec.get("ev"), rec.get("rank")
         if ev not in ("board", "task") or not isinstance(rank, int):
             continue
+        key = (str(rec.get("comm", "")), rank)
         r = ranks.setdefault(
-            rank,
+            key,
             {
                 "board": None,
                 "lookups": 0,
+                "asked": 0,
                 "lookup_ms": 0.0,
                 "slowest_lookup_us": 0.0,
                 "slowest_first_lookup_us": 0.0,
@@ -243,21 +246,23 @@ def coordinator_stats(records: Iterable[Mapping[str, Any]]) -> dict[str, Any] | 
         if rec.get("board") != "tcp":
             continue
         r["lookups"] += int(rec.get("lookups") or 0)
+        r["asked"] += int(rec.get("lookups_asked") or 0)
         r["lookup_ms"] += float(rec.get("lookup_us") or 0.0) / 1000.0
         r["slowest_lookup_us"] = max(r["slowest_lookup_us"], float(rec.get("lookup_max_us") or 0.0))
         first = [float(us) for k, us in rec.get("slow_lookups") or [] if int(k) == 0]
         if first:
             r["slowest_first_lookup_us"] = max(r["slowest_first_lookup_us"], first[0])
     per_rank = []
-    for rank, r in sorted(ranks.items()):
+    for (comm, rank), r in sorted(ranks.items()):
         b = r["board"]
         if b is None:
             continue
         per_rank.append(
             {
+                "comm": comm,
                 "rank": rank,
                 "lookups": r["lookups"],
-                "lookups_waited": int(b.get("lookups_waited") or 0),
+                "lookups_asked": r["asked"],
                 "lookup_ms": round(r["lookup_ms"], 3),
                 "slowest_lookup_us": r["slowest_lookup_us"],
                 "slowest_first_lookup_us": r["slowest_first_lookup_us"],
@@ -274,7 +279,7 @@ def coordinator_table(records: Sequence[Mapping[str, Any]]) -> str:
     many of them waited for the authority, the time they took, the slowest (and the slowest at a task's first
     call: a job's start), and how its client connected (after how long, how many refusals, reconnects)."""
     lines = [
-        "| pass | launch | collective | mode | rank | lookups | waited | lookup ms | slowest µs "
+        "| pass | launch | collective | mode | rank | lookups | asked the authority | lookup ms | slowest µs "
         "| slowest first µs | connected after ms | refused | reconnects |",
         "| ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
@@ -283,7 +288,7 @@ def coordinator_table(records: Sequence[Mapping[str, Any]]) -> str:
             auth = f"{c['first_auth_ms']:.1f}" if c["first_auth_ms"] >= 0 else "never"
             lines.append(
                 f"| {r['pass']} | {r['launch']} | {r['coll']} | {r['mode']} | {c['rank']} | {c['lookups']} "
-                f"| {c['lookups_waited']} | {c['lookup_ms']:.1f} | {c['slowest_lookup_us']:.0f} "
+                f"| {c['lookups_asked']} | {c['lookup_ms']:.1f} | {c['slowest_lookup_us']:.0f} "
                 f"| {c['slowest_first_lookup_us']:.0f} | {auth} | {c['connect_failures']} "
                 f"| {c['reconnects']} |"
             )

@@ -197,7 +197,7 @@ struct TcpOptions {
   int port = 0;               // server: 0 = ephemeral (see TcpServer::port())
   std::string token;          // AUTOCCL_COORD_TOKEN: shared secret of the job
   int connectTimeoutMs = 5000;  // client: give up connecting/authenticating after this (per attempt window)
-  int retryMs = 50;           // client: NEED resend; reconnect backoff once past reconnectDelayMs' doubling
+  int retryMs = 50;           // client: NEED resend; above 1000, the reconnect backoff's ceiling (reconnectDelayMs)
   int sealMs = 2000;          // server: an unanswered NEED older than this seals NCCL's default
   Faults faults;
   // Client: digest of the settings that change what a rank applies for a decision (the engine's
@@ -211,7 +211,9 @@ struct TcpOptions {
 };
 
 // The client's wait before connecting again after `failures` (1, 2, ...) failed attempts in a row: doubling from
-// 1 ms up to max(retryMs, 1000 ms). A client whose server is not listening yet (the authority's process is still
+// 1 ms up to max(retryMs, 1000 ms). A connection that authenticated and then dropped within that ceiling counts as
+// failed too (a server that closes every connection at once is not retried every millisecond); one that lasted
+// longer starts the doubling again. A client whose server is not listening yet (the authority's process is still
 // starting, a common race at launch) connects within a few ms of it: waiting a whole retryMs there held every rank's
 // first lookup that long, since the server pushes no plan before the communicator's last rank has attached.
 int reconnectDelayMs(int failures, int retryMs);
