@@ -9,6 +9,10 @@
 # hosts (each host would meet at its own), the hosts here are all this machine: the run's coordinator is named as
 # the job's (AUTOCCL_COORD_ADDR/TOKEN), as a multi-host launcher's variables would name one.
 #
+# HOSTS_PIN=1 gives each rank its own share of the CPUs this script may use (`taskset`, contiguous blocks in the
+# order /proc lists them): NCCL's socket and proxy threads of one rank then never share a core with the other's,
+# which moved them between launches (plain NCCL by a median of 14 % per cell at 1-64 MiB unpinned).
+#
 #   autoccl bench nccl-tests --launch mpi --gpus 2 --mpirun benchmarks/gpu/hosts_on_one_gpu.sh ...
 set -euo pipefail
 if [ "${1:-}" != -np ] || [ -z "${2:-}" ] || [ -z "${3:-}" ]; then
@@ -21,5 +25,38 @@ if [ -n "${AUTOCCL_RUN_ADDR:-}" ] && [ -z "${AUTOCCL_COORD_ADDR:-}" ]; then
   export AUTOCCL_COORD_ADDR=$AUTOCCL_RUN_ADDR AUTOCCL_COORD_TOKEN=${AUTOCCL_RUN_TOKEN:?autoccl run sets it}
 fi
 source "$(dirname "$0")/hosts_env.sh"
-exec mpiexec -np "$ranks" env "${HOST_ENV[@]}" HOST_ID_PREFIX="$HOST_ID_PREFIX" \
-  bash -c 'export NCCL_HOSTID=$HOST_ID_PREFIX${PMI_RANK:?mpiexec sets PMI_RANK}; exec "$@"' hosts_on_one_gpu "$@"
+
+# HOSTS_CPU_SETS: one comma-separated CPU list per rank, ';' between ranks; empty: no pinning
+cpu_sets=
+if [ "${HOSTS_PIN:-0}" = 1 ]; then
+  command -v taskset >/dev/null || { echo "$0: HOSTS_PIN=1 needs taskset (util-linux)" >&2; exit 2; }
+  allowed=()
+  IFS=, read -ra parts <<<"$(awk '/^Cpus_allowed_list:/ {print $2}' /proc/self/status)"
+  for part in "${parts[@]}"; do
+    if [[ $part == *-* ]]; then
+      for ((c = ${part%-*}; c <= ${part#*-}; c++)); do allowed+=("$c"); done
+    else
+      allowed+=("$part")
+    fi
+  done
+  per=$((${#allowed[@]} / ranks))
+  if [ "$per" -lt 1 ]; then
+    echo "$0: HOSTS_PIN=1: ${#allowed[@]} CPUs for $ranks ranks" >&2
+    exit 2
+  fi
+  for ((r = 0; r < ranks; r++)); do
+    set_r=$(IFS=,; echo "${allowed[*]:r*per:per}")
+    cpu_sets+="${cpu_sets:+;}$set_r"
+  done
+elif [ "${HOSTS_PIN:-0}" != 0 ]; then
+  echo "$0: HOSTS_PIN=${HOSTS_PIN}: expected 0 or 1" >&2
+  exit 2
+fi
+
+exec mpiexec -np "$ranks" env "${HOST_ENV[@]}" HOST_ID_PREFIX="$HOST_ID_PREFIX" HOSTS_CPU_SETS="$cpu_sets" \
+  bash -c 'export NCCL_HOSTID=$HOST_ID_PREFIX${PMI_RANK:?mpiexec sets PMI_RANK}
+    if [ -n "$HOSTS_CPU_SETS" ]; then
+      IFS=";" read -ra sets <<<"$HOSTS_CPU_SETS"
+      exec taskset -c "${sets[PMI_RANK]}" "$@"
+    fi
+    exec "$@"' hosts_on_one_gpu "$@"
