@@ -148,6 +148,7 @@ class OnlineSource final : public DecisionSource {
     // Step arms: every rank (the setting is agreed, AgreedSettings) keeps asking for settled tasks' calls, so
     // that a hidden-cap arm reaches them and the iteration detector sees every call.
     askAlways_ = guardOn_ && env.settings && !env.settings->stepArmsHidden.empty();
+    askAhead_ = env.settings ? env.settings->askAhead : 0;
     if (env.settings) {
       opts_.recheckMinMs = env.settings->recheckMs;
       opts_.minTaskMicros = env.settings->minTaskUs;
@@ -334,7 +335,9 @@ class OnlineSource final : public DecisionSource {
       // then planned a segment earlier, with the samples that arrived by then: in the emulator's
       // four-process job the ranks waited 3-4x less (41-52 ms -> 12-18 ms over the job), every task
       // ended where it did (noise off), and the search's regret grew by 1 %.
-      if (s->seg.end != search::kForever) agree_->prefetch(s->key, s->seg.end);
+      // With AUTOCCL_ASK_AHEAD it asks as soon as what it holds ends within that many calls.
+      if (s->seg.end != search::kForever)
+        agree_->prefetch(s->key, k, std::max(s->seg.end, k + askAhead_));
     }
     s->haveSeg = true;
     if (authority_) onNewSegment(s);
@@ -1151,6 +1154,7 @@ class OnlineSource final : public DecisionSource {
   std::atomic<int> maxRun_{0};   // largest channel count NCCL ran any call of this communicator on
   // step guard: enqueue thread (every rank) ...
   bool guardOn_ = true;
+  uint64_t askAhead_ = 0;  // AUTOCCL_ASK_AHEAD (Board::prefetch)
   bool askAlways_ = false;  // AUTOCCL_STEP_ARMS set: no decision is stable for the Context (it caches none)
   coord::TaskKey guardKey_;
   IterationDetector iter_;

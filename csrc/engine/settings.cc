@@ -273,6 +273,7 @@ Settings loadSettings(const EnvLookup& env) {
   if (!readBounded(env, "AUTOCCL_SKIP_BEHIND_PCT", 0, 10000, &skipBehindPct, &err)) return invalid(s, err);
   s.skipBehind = static_cast<double>(skipBehindPct) / 100.0;
   if (!readBounded(env, "AUTOCCL_VERIFY_WAIT", 1, 1024, &s.verifyWait, &err)) return invalid(s, err);
+  if (!readBounded(env, "AUTOCCL_ASK_AHEAD", 0, 1024, &s.askAhead, &err)) return invalid(s, err);
   if (!readBounded(env, "AUTOCCL_PROBE_CALLS", 1, 3, &s.probeCalls, &err)) return invalid(s, err);
   if (!readBounded(env, "AUTOCCL_STEP_CALLS", 1, 3, &s.stepCalls, &err)) return invalid(s, err);
   uint64_t unproven = static_cast<uint64_t>(s.unprovenCalls);

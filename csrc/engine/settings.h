@@ -102,6 +102,11 @@ struct Settings {
   // (search::Options::verifyWait). 1 plans it call by call, a plan lookup per call (over TCP a round trip to the
   // authority); more, fewer lookups and a verdict that many calls later.
   uint64_t verifyWait = 1;
+  // AUTOCCL_ASK_AHEAD (online mode, calls, in [0, 1024]): a rank whose plan comes over TCP asks the authority for
+  // what follows once the plan it holds ends within this many calls of its current call (Board::prefetch). 0: only
+  // when its current segment is the last it holds. Decides nothing: the authority plans the same segments,
+  // with the samples it has when the question arrives.
+  uint64_t askAhead = 0;
   // AUTOCCL_PROBE_CALLS (online mode, calls, in [1, 3]): calls of a pair's first probe planned before its first
   // samples decide the rest of its 3-call block (search::Options::probeFirst). 1 (default): one call, the rest only
   // if it is within 30 % of the incumbent; 3: the whole block at once. A block is planned before its first sample

@@ -321,6 +321,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("AUTOCCL_PROBE_KEEP_PCT", "library", "integer in [0, 1000]", _int_range(0, 1000)),
     Variable("AUTOCCL_SKIP_BEHIND_PCT", "library", "integer in [0, 10000]", _int_range(0, 10000)),
     Variable("AUTOCCL_VERIFY_WAIT", "library", "integer in [1, 1024]", _int_range(1, 1024)),
+    Variable("AUTOCCL_ASK_AHEAD", "library", "integer in [0, 1024]", _int_range(0, 1024)),
     Variable("AUTOCCL_PROBE_CALLS", "library", "integer in [1, 3]", _int_range(1, 3)),
     Variable("AUTOCCL_STEP_CALLS", "library", "integer in [1, 3]", _int_range(1, 3)),
     Variable("AUTOCCL_UNPROVEN_CALLS", "library", "integer in [0, 64]", _int_range(0, 64)),

@@ -69,6 +69,18 @@ uint64_t Store::coveredUpTo(const TaskKey& t) const {
   return c;
 }
 
+uint64_t Store::coveredFrom(const TaskKey& t, uint64_t k) const {
+  auto mi = segs_.find(t);
+  if (mi == segs_.end()) return k;
+  auto it = mi->second.upper_bound(k);
+  if (it == mi->second.begin()) return k;
+  --it;
+  if (!it->second.contains(k)) return k;
+  uint64_t c = it->second.end;
+  for (++it; it != mi->second.end() && it->first == c; ++it) c = it->second.end;
+  return c;
+}
+
 std::vector<Segment> Store::from(const TaskKey& t, uint64_t k) const {
   std::vector<Segment> out;
   auto mi = segs_.find(t);
@@ -208,14 +220,14 @@ Outcome CommAgreement::decide(const TaskKey& task, uint64_t k) {
   return o;
 }
 
-void CommAgreement::prefetch(const TaskKey& task, uint64_t k) {
+void CommAgreement::prefetch(const TaskKey& task, uint64_t k, uint64_t upTo) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (failed_) return;
     auto it = cache_.find(task);
-    if (it != cache_.end() && it->second.contains(k)) return;
+    if (it != cache_.end() && it->second.contains(k) && it->second.contains(upTo)) return;  // held through upTo
   }
-  board_->prefetch(task, k);
+  board_->prefetch(task, k, upTo);
 }
 
 // ---- fault injection (tests) ----------------------------------------------------------------

@@ -823,11 +823,19 @@ class TcpBoard : public Board {
     if (micros < 0) return;
     sendToAuthority(wire::kWait, t, rank, k, micros);
   }
-  void prefetch(const TaskKey& t, uint64_t k) override {
+  void prefetch(const TaskKey& t, uint64_t k, uint64_t upTo) override {
     std::lock_guard<std::mutex> lk(mu_);
-    Segment s;
-    if (!authed_ || replica_.find(t, k, &s) || refused_.count(t.comm)) return;  // the lookup will ask (and wait)
-    sendNeed(t, k);
+    if (!authed_ || refused_.count(t.comm)) return;
+    const uint64_t end = replica_.coveredFrom(t, k);
+    if (end == k || end > upTo) return;  // k not held (its lookup asks), or held past upTo
+    // NEED of call upTo: the authority plans through it (and Options::lead further), and the server sends
+    // every segment it has from there on as it arrives, so one question covers the calls up to upTo.
+    const auto now = Clock::now();
+    auto a = asked_.find(t);
+    if (a != asked_.end() && a->second.upTo >= end && now - a->second.at < milliseconds(o_.retryMs))
+      return;  // asked for beyond what is held: the answer is on its way
+    asked_[t] = Asked{upTo, now};
+    sendNeed(t, upTo);
     st_.prefetches++;
   }
   BoardStats stats() const override {
@@ -1120,6 +1128,12 @@ class TcpBoard : public Board {
   std::map<std::pair<uint64_t, uint32_t>, uint32_t> attached_;  // (comm, rank) -> nRanks
   std::set<std::pair<uint64_t, uint32_t>> detached_;            // (comm, rank) this process is done with
   std::map<uint64_t, uint64_t> refused_;  // comm -> its digest (REFUSE: this process's settings differ)
+  // The latest prefetch NEED per task: the call it asked for, and when (asked again after retryMs).
+  struct Asked {
+    uint64_t upTo;
+    Clock::time_point at;
+  };
+  std::map<TaskKey, Asked> asked_;
   BoardStats st_;
   std::thread io_;
 };

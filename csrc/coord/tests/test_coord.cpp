@@ -180,8 +180,13 @@ TEST(coord, store) {
   EXPECT_TRUE(!s.insert(t, {Segment{0, 10, Config(), Phase::kTuning}}));  // other content: rejected
   EXPECT_TRUE(s.insert(t, {Segment{20, 30, c, Phase::kPinned}}));  // out of order: stored, not contiguous
   EXPECT_TRUE(s.coveredUpTo(t) == 10);
+  // held without a gap from a call: to the gap, from either side of it; k itself where k is not held
+  EXPECT_TRUE(s.coveredFrom(t, 3) == 10 && s.coveredFrom(t, 9) == 10);
+  EXPECT_TRUE(s.coveredFrom(t, 12) == 12 && s.coveredFrom(t, 22) == 30 && s.coveredFrom(t, 31) == 31);
+  EXPECT_TRUE(s.coveredFrom(TaskKey{2, 4, 1, 100}, 5) == 5);
   EXPECT_TRUE(s.insert(t, {Segment{10, 20, c, Phase::kTuning}}));
   EXPECT_TRUE(s.coveredUpTo(t) == 30);
+  EXPECT_TRUE(s.coveredFrom(t, 3) == 30);
   Segment g;
   EXPECT_TRUE(s.find(t, 25, &g) && g.begin == 20);
   EXPECT_TRUE(!s.find(t, 30, &g));

@@ -1543,6 +1543,52 @@ void testTuningLookupsAhead() {
   CHECK(waitedAuthority <= 6);
 }
 
+// AUTOCCL_ASK_AHEAD: where a round trip to the authority takes several calls (frames delayed 0-2 ms against calls
+// paced 0.3 ms), asking once the held plan is at its last segment leaves the follower waiting at most segment ends
+// while the task is searched; asking once it ends within 16 calls finds the plan at hand. The authority plans the
+// same way either way (it decides when asked, with the samples it has then): every call agrees, and the search
+// still ends near the optimum.
+void testTuningLookupsAskedFurtherAhead() {
+  struct Run {
+    uint64_t waited = 0, prefetches = 0, changes = 0;
+    Applied last;
+  };
+  const CostModel real = modelLL128At8();
+  auto run = [&real](const char* askAhead) {
+    autoccl::coord::Faults faults;
+    faults.maxDelayMs = 2;
+    faults.seed = 7;
+    TcpPair pair({{"AUTOCCL_MODE", "online"}, {"AUTOCCL_HW", "GPU Xx4"}, {"AUTOCCL_ASK_AHEAD", askAhead}}, faults);
+    pair.followerFirst = true;
+    Run r;
+    if (!pair.ok()) return r;
+    const TaskKey task{kAllReduce, 4u << 20, 1};
+    Config last;
+    for (uint64_t k = 0; k < 400; ++k) {
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+      const Config c = pair.call(task, k, real);
+      if (k == 0 || c != last) r.changes++;
+      last = c;
+      r.last = Applied{c.algo, c.proto, c.channels, true};
+    }
+    r.waited = pair.followerBoard->stats().lookupsWaited;
+    r.prefetches = pair.followerBoard->stats().prefetches;
+    CHECK_EQ(pair.differ, size_t(0));
+    return r;
+  };
+  const Run atLast = run("0"), ahead = run("16");
+  std::fprintf(stderr, "  frames delayed 0-2 ms, calls 0.3 ms apart: the follower's lookups that waited: %llu asking at "
+               "the last segment (%llu asked ahead, %llu configuration changes, pinned %s), %llu asking 16 calls ahead "
+               "(%llu asked ahead, %llu changes, pinned %s)\n",
+               static_cast<unsigned long long>(atLast.waited), static_cast<unsigned long long>(atLast.prefetches),
+               static_cast<unsigned long long>(atLast.changes), atLast.last.str().c_str(),
+               static_cast<unsigned long long>(ahead.waited), static_cast<unsigned long long>(ahead.prefetches),
+               static_cast<unsigned long long>(ahead.changes), ahead.last.str().c_str());
+  CHECK(atLast.changes >= 8 && ahead.changes >= 8);  // both searched
+  CHECK(ahead.waited * 2 < atLast.waited);
+  CHECK_NEAR_OPTIMUM(real, ahead.last);
+}
+
 // A field of a trace record ("\"name\":value"), or NaN.
 double traceNumber(const std::string& rec, const char* name) {
   const std::string key = std::string("\"") + name + "\":";
@@ -2276,6 +2322,7 @@ TEST(engine, online_check_releases_timing_before_its_events) { testCheckReleases
 TEST(engine, online_no_timing_while_checks_wait_for_time) { testNoTimingWhileChecksWaitForTime(); }
 TEST(engine, online_pinned_lookups_prefetched) { testPinnedLookupsPrefetched(); }
 TEST(engine, online_tuning_lookups_asked_ahead) { testTuningLookupsAhead(); }
+TEST(engine, online_tuning_lookups_asked_further_ahead) { testTuningLookupsAskedFurtherAhead(); }
 TEST(engine, online_tcp_duel_checked_by_period) { testTcpDuelCheckedByPeriod(); }
 TEST(engine, online_tcp_lookup_waits_charged) { testTcpLookupWaitsCharged(); }
 TEST(engine, online_bad_coordinator) { testBadCoordinator(); }

@@ -85,7 +85,7 @@ struct BoardStats {
   uint64_t needsSent = 0, plansReceived = 0, sealed = 0, conflicts = 0, rejectedPeers = 0;
   uint64_t reconnects = 0;     // client: authentications after its first (the connection dropped and came back)
   uint64_t lookupsWaited = 0;  // lookups the board could not answer from what it held (asked the authority)
-  uint64_t prefetches = 0;     // prefetch() calls that asked the authority
+  uint64_t prefetches = 0;     // prefetch() calls that asked the authority (a NEED sent)
   uint64_t refused = 0;        // server: SERVE/NEED refused for a settings digest other than the communicator's
   uint64_t reportsSent = 0;     // client: Board::report frames sent
   uint64_t waitsSent = 0;       // client: Board::reportWait frames sent
@@ -134,12 +134,15 @@ class Board {
   virtual Outcome lookup(const TaskKey& task, uint64_t k, std::chrono::milliseconds deadline) = 0;
   // The segment for call k if this board already holds it (no waiting, nothing asked).
   virtual bool peek(const TaskKey& task, uint64_t k, Segment* out) = 0;
-  // Asks for the segment of call k without waiting for it, so that lookup(task, k) later finds it at
-  // hand. A rank's lookup at a segment end otherwise waits a round trip to the authority (over TCP,
-  // ~0.1 ms, up to 1.7 ms measured on 2 x H200). Optional: a no-op where lookups are local.
-  virtual void prefetch(const TaskKey& task, uint64_t k) {
+  // The rank is at call k: if the plan this board holds from k ends at or before call `upTo`, asks for what
+  // follows without waiting for it, so that a later lookup finds it at hand. A rank's lookup at the end of
+  // what it holds otherwise waits a round trip to the authority (over TCP, ~0.1 ms, up to 1.7 ms measured on
+  // 2 x H200). Asks once per plan end (again after the retry interval). Optional: a no-op where lookups are
+  // local.
+  virtual void prefetch(const TaskKey& task, uint64_t k, uint64_t upTo) {
     (void)task;
     (void)k;
+    (void)upTo;
   }
   // This process's rank `rank` of task.comm timed call k (micros < 0: it ran untimed): passed on to the
   // communicator's authority (Decider::observe). Best effort: a lost, late or duplicated report changes
@@ -176,6 +179,8 @@ class Store {
   bool insert(const TaskKey& t, const std::vector<Segment>& segs);
   bool find(const TaskKey& t, uint64_t k, Segment* out) const;
   uint64_t coveredUpTo(const TaskKey& t) const;  // calls < this are decided (contiguous from 0)
+  // The end of the segments held without a gap from call k (k itself when k is not held).
+  uint64_t coveredFrom(const TaskKey& t, uint64_t k) const;
   std::vector<Segment> from(const TaskKey& t, uint64_t k) const;  // segments containing/after k
  private:
   std::map<TaskKey, std::map<uint64_t, Segment>> segs_;  // by begin
@@ -272,8 +277,9 @@ class CommAgreement {
   ~CommAgreement();
   // Decision for call k of task (task.comm must be this comm). kError: fail the call, log once.
   Outcome decide(const TaskKey& task, uint64_t k);
-  // Asks the board for call k's segment ahead (Board::prefetch); nothing once failed.
-  void prefetch(const TaskKey& task, uint64_t k);
+  // At call k, asks the board for the plan after what it holds, if that ends at or before upTo
+  // (Board::prefetch); nothing once failed.
+  void prefetch(const TaskKey& task, uint64_t k, uint64_t upTo);
   bool failed() const { return failed_; }
 
  private:
