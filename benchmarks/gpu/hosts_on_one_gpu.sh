@@ -11,7 +11,7 @@
 #
 # HOSTS_PIN=1 gives each rank its own share of the CPUs this script may use (`taskset`, contiguous blocks in the
 # order /proc lists them): NCCL's socket and proxy threads of one rank then never share a core with the other's,
-# which moved them between launches (plain NCCL by a median of 14 % per cell at 1-64 MiB unpinned).
+# which did not make plain NCCL steadier between launches (benchmarks/results/h200x1/hosts-cpu-pinning).
 #
 #   autoccl bench nccl-tests --launch mpi --gpus 2 --mpirun benchmarks/gpu/hosts_on_one_gpu.sh ...
 set -euo pipefail

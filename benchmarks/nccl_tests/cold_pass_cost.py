@@ -142,6 +142,8 @@ def main() -> None:
             + "; ".join(f"{c} {100 * v:+.2f} %" for c, v in mean.items())
             + f"; tasks where a lost pair won at fewer channels: {sum(1 for r in rows if r['missed'])}"
         )
+    else:  # every task of the first pass ran from a table, or none was traced: no timed loop searched
+        print("\nno task searched in the first pass's timed loops")
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
 

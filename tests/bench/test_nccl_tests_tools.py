@@ -145,6 +145,24 @@ def test_cold_pass_cost_splits_the_loop_by_what_ran(tmp_path: Path) -> None:
     assert "mean over 1 tasks: loop 1.070x" in out and "narrower, lost +10.00 %" in out
 
 
+def test_cold_pass_cost_says_when_no_timed_loop_searched(tmp_path: Path) -> None:
+    """Table mode's first pass: every call NCCL's choice (no forced configuration), so no task is listed and
+    the report's last line says why instead of ending on the table's header (bench.sh prints that line)."""
+    folder = tmp_path / "table-warm"
+    folder.mkdir()
+    with (folder / "p0_all_reduce_mpi.vm.1.jsonl").open("w") as f:
+        for k in range(30):
+            base = {"comm": "a", "rank": 0, "coll": "allreduce", "bytes": 64 << 20, "call": k}
+            f.write(json.dumps({"ev": "call", **base, "algo": None, "proto": None, "channels": 0}) + "\n")
+    out = subprocess.run(
+        [sys.executable, str(TOOLS / "cold_pass_cost.py"), str(folder), "--pass", "0"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.strip().splitlines()[-1] == "no task searched in the first pass's timed loops", out
+
+
 def test_calls_by_pair_counts_rank_0_pass_by_pass(tmp_path: Path) -> None:
     cb = load("calls_by_pair")
 
