@@ -335,7 +335,7 @@ class OnlineSource final : public DecisionSource {
       // then planned a segment earlier, with the samples that arrived by then: in the emulator's
       // four-process job the ranks waited 3-4x less (41-52 ms -> 12-18 ms over the job), every task
       // ended where it did (noise off), and the search's regret grew by 1 %.
-      // With AUTOCCL_ASK_AHEAD it asks as soon as what it holds ends within that many calls.
+      // With AUTOCCL_ASK_AHEAD, also when what it holds ends within that many calls of this one.
       if (s->seg.end != search::kForever)
         agree_->prefetch(s->key, k, std::max(s->seg.end, k + askAhead_));
     }

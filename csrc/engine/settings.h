@@ -102,9 +102,9 @@ struct Settings {
   // (search::Options::verifyWait). 1 plans it call by call, a plan lookup per call (over TCP a round trip to the
   // authority); more, fewer lookups and a verdict that many calls later.
   uint64_t verifyWait = 1;
-  // AUTOCCL_ASK_AHEAD (online mode, calls, in [0, 1024]): a rank whose plan comes over TCP asks the authority for
-  // what follows once the plan it holds ends within this many calls of its current call (Board::prefetch). 0: only
-  // when its current segment is the last it holds. Decides nothing: the authority plans the same segments,
+  // AUTOCCL_ASK_AHEAD (online mode, calls, in [0, 1024]): a rank whose plan comes over TCP, starting a segment at
+  // call k, asks the authority for call k + this when the plan it holds ends at or before it (Board::prefetch). 0:
+  // only when the segment it starts is the last it holds. Decides nothing: the authority plans the same segments,
   // with the samples it has when the question arrives.
   uint64_t askAhead = 0;
   // AUTOCCL_PROBE_CALLS (online mode, calls, in [1, 3]): calls of a pair's first probe planned before its first

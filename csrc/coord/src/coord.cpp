@@ -81,6 +81,11 @@ uint64_t Store::coveredFrom(const TaskKey& t, uint64_t k) const {
   return c;
 }
 
+bool Store::heldAfter(const TaskKey& t, uint64_t k) const {
+  auto mi = segs_.find(t);
+  return mi != segs_.end() && mi->second.upper_bound(k) != mi->second.end();
+}
+
 std::vector<Segment> Store::from(const TaskKey& t, uint64_t k) const {
   std::vector<Segment> out;
   auto mi = segs_.find(t);

@@ -829,13 +829,16 @@ class TcpBoard : public Board {
     const uint64_t end = replica_.coveredFrom(t, k);
     if (end == k || end > upTo) return;  // k not held (its lookup asks), or held past upTo
     // NEED of call upTo: the authority plans through it (and Options::lead further), and the server sends
-    // every segment it has from there on as it arrives, so one question covers the calls up to upTo.
+    // every segment it has from there on as it arrives, so one question covers the calls up to upTo. Where
+    // the replica holds segments after a hole at `end` (a PLAN frame lost), the NEED is of `end`: a server
+    // that holds upTo answers from upTo on, which would leave the hole.
+    const uint64_t ask = replica_.heldAfter(t, end) ? end : upTo;
     const auto now = Clock::now();
     auto a = asked_.find(t);
     if (a != asked_.end() && a->second.upTo >= end && now - a->second.at < milliseconds(o_.retryMs))
       return;  // asked for beyond what is held: the answer is on its way
-    asked_[t] = Asked{upTo, now};
-    sendNeed(t, upTo);
+    asked_[t] = Asked{ask, now};
+    sendNeed(t, ask);
     st_.prefetches++;
   }
   BoardStats stats() const override {

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -888,6 +889,58 @@ TEST(coord, tcp_need_before_serve) {
   Outcome o;
   EXPECT_TRUE(b.firstLookupMs(TaskKey{32, 4, 1, 1 << 20}, [&] { b.auth->serve(32, &d); }, &o) < 2000);
   EXPECT_TRUE(o.ok());
+}
+
+// ---- prefetch: which call a rank asks for, and when --------------------------------------------------
+// Board::prefetch(task, k, upTo): the rank at call k asks for call upTo when the plan it holds from k ends at or
+// before upTo, once (again only after retryMs); nothing when it holds past upTo. The authority's decider sees
+// the calls asked; it plans one segment from what the server holds through the call asked.
+TEST(coord, tcp_prefetch_asks_for_upto_once) {
+  struct Recording : Decider {
+    std::mutex mu;
+    std::vector<uint64_t> asked;
+    std::vector<Segment> decide(const TaskKey&, uint64_t k, uint64_t covered) override {
+      std::lock_guard<std::mutex> lk(mu);
+      asked.push_back(k);
+      return {Segment{covered, k + 1, Config(), Phase::kTuning}};
+    }
+    std::vector<uint64_t> calls() {
+      std::lock_guard<std::mutex> lk(mu);
+      return asked;
+    }
+  };
+  TcpServer server(baseOpts(0));
+  std::string err;
+  ASSERT_TRUE(server.start(&err));
+  auto auth = makeTcpBoard(baseOpts(server.port()));
+  TcpOptions slowResend = baseOpts(server.port());
+  slowResend.retryMs = 5000;  // a second question within this is the first one's duplicate
+  auto follower = makeTcpBoard(slowResend);
+  Recording d;
+  auth->serve(9, &d);
+  auth->attach(9, 0, 2);
+  follower->attach(9, 1, 2);
+  EXPECT_TRUE(waitFor([&] { return server.missingRanks() == 0; }));
+  const TaskKey key{9, 4, 1, 1 << 20};
+  Outcome o = follower->lookup(key, 0, milliseconds(10000));
+  ASSERT_TRUE(o.ok() && o.seg.begin == 0 && o.seg.end == 1);
+  Segment s;
+  follower->prefetch(key, 0, 10);  // holds [0, 1): asks for call 10
+  EXPECT_TRUE(waitFor([&] { return follower->peek(key, 10, &s); }));
+  EXPECT_TRUE(s.begin == 1 && s.end == 11);
+  follower->prefetch(key, 5, 8);  // holds through 10: nothing to ask
+  EXPECT_TRUE(follower->stats().prefetches == 1);
+  follower->prefetch(key, 5, 11);  // holds to 11: asks for 11 ...
+  follower->prefetch(key, 6, 12);  // ... and not again while that question is out
+  EXPECT_TRUE(waitFor([&] { return follower->peek(key, 11, &s); }));
+  EXPECT_TRUE(follower->stats().prefetches == 2);
+  std::vector<uint64_t> asked = d.calls();  // the server may forward a slow question twice: distinct calls, in order
+  asked.erase(std::unique(asked.begin(), asked.end()), asked.end());
+  EXPECT_TRUE(asked == (std::vector<uint64_t>{0, 10, 11}));
+  auth->unserve(9);
+  follower.reset();
+  auth.reset();
+  server.stop();
 }
 
 // ---- unserve waits for a decision in progress ------------------------------------------------------

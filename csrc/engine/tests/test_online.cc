@@ -1585,7 +1585,7 @@ void testTuningLookupsAskedFurtherAhead() {
                static_cast<unsigned long long>(ahead.waited), static_cast<unsigned long long>(ahead.prefetches),
                static_cast<unsigned long long>(ahead.changes), ahead.last.str().c_str());
   CHECK(atLast.changes >= 8 && ahead.changes >= 8);  // both searched
-  CHECK(ahead.waited * 2 < atLast.waited);
+  CHECK(ahead.waited * 3 < atLast.waited * 2);  // 20-22 against 3-8 on an idle machine
   CHECK_NEAR_OPTIMUM(real, ahead.last);
 }
 

@@ -181,6 +181,7 @@ class Store {
   uint64_t coveredUpTo(const TaskKey& t) const;  // calls < this are decided (contiguous from 0)
   // The end of the segments held without a gap from call k (k itself when k is not held).
   uint64_t coveredFrom(const TaskKey& t, uint64_t k) const;
+  bool heldAfter(const TaskKey& t, uint64_t k) const;  // a segment begins after call k
   std::vector<Segment> from(const TaskKey& t, uint64_t k) const;  // segments containing/after k
  private:
   std::map<TaskKey, std::map<uint64_t, Segment>> segs_;  // by begin
