@@ -86,14 +86,14 @@ def test_exposure_matches_the_step(plugin: Path, shape: str) -> None:
     """Every verdict the estimate gives is the step's. Its slopes need distinct patterns of windows beyond the
     unknowns (`patterns`; repeats of a pattern add no equation): the search's configurations make them, and a
     run whose search timed fewer whole iterations (the host under load, samples late) says nothing rather than
-    fitting its few patterns exactly. Up to 10 runs, until one gives every position's verdict."""
+    fitting its few patterns exactly. Up to 10 runs, until one gives every position's verdict; a run with few
+    samples (19 on a loaded CI machine) is one of those tries, its verdicts checked like any other's."""
     sc, truth = _scenario(shape, noise=False)
-    tries: list[tuple[int, int]] = []
+    tries: list[tuple[int, int, int]] = []
     for _ in range(10):
         res, rec = _estimate(plugin, sc)
         _hidden_calls_fit(res, sc, truth)
         want = _truth_by_position(sc, truth, rec)
-        assert rec["samples"] >= 20, rec
         # on failure, every position's slope and error and the samples left out: what the estimate saw
         seen = {k: rec[k] for k in ("samples", "patterns", "outliers", "residual_us")} | {
             "positions": [(q["verdict"], q["slope"], q["se"], q["alias"]) for q in rec["positions"]],
@@ -111,8 +111,10 @@ def test_exposure_matches_the_step(plugin: Path, shape: str) -> None:
         unknown = sum(q["verdict"] == "unknown" for q in rec["positions"])
         if unknown == 0:
             return
-        tries.append((int(rec["patterns"]), unknown))
-    pytest.fail(f"no run of 10 gave every verdict: (distinct patterns, unknown positions) per run {tries}")
+        tries.append((int(rec["samples"]), int(rec["patterns"]), unknown))
+    pytest.fail(
+        f"no run of 10 gave every verdict: (samples, distinct patterns, unknown positions) per run {tries}"
+    )
 
 
 def test_noisy_step_gives_no_wrong_verdict(plugin: Path) -> None:
