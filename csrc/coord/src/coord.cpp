@@ -47,14 +47,19 @@ bool Store::insert(const TaskKey& t, const std::vector<Segment>& segs) {
   return ok;
 }
 
-bool Store::find(const TaskKey& t, uint64_t k, Segment* out) const {
+const Segment* Store::containing(const TaskKey& t, uint64_t k) const {
   auto mi = segs_.find(t);
-  if (mi == segs_.end()) return false;
+  if (mi == segs_.end()) return nullptr;
   auto it = mi->second.upper_bound(k);
-  if (it == mi->second.begin()) return false;
+  if (it == mi->second.begin()) return nullptr;
   --it;
-  if (!it->second.contains(k)) return false;
-  *out = it->second;
+  return it->second.contains(k) ? &it->second : nullptr;
+}
+
+bool Store::find(const TaskKey& t, uint64_t k, Segment* out) const {
+  const Segment* s = containing(t, k);
+  if (!s) return false;
+  *out = *s;
   return true;
 }
 
@@ -70,14 +75,11 @@ uint64_t Store::coveredUpTo(const TaskKey& t) const {
 }
 
 uint64_t Store::coveredFrom(const TaskKey& t, uint64_t k) const {
-  auto mi = segs_.find(t);
-  if (mi == segs_.end()) return k;
-  auto it = mi->second.upper_bound(k);
-  if (it == mi->second.begin()) return k;
-  --it;
-  if (!it->second.contains(k)) return k;
-  uint64_t c = it->second.end;
-  for (++it; it != mi->second.end() && it->first == c; ++it) c = it->second.end;
+  const Segment* s = containing(t, k);
+  if (!s) return k;
+  const std::map<uint64_t, Segment>& m = segs_.at(t);
+  uint64_t c = s->end;
+  for (auto it = m.find(c); it != m.end(); it = m.find(c)) c = it->second.end;  // the next begins where this ends
   return c;
 }
 

@@ -184,6 +184,7 @@ class Store {
   bool heldAfter(const TaskKey& t, uint64_t k) const;  // a segment begins after call k
   std::vector<Segment> from(const TaskKey& t, uint64_t k) const;  // segments containing/after k
  private:
+  const Segment* containing(const TaskKey& t, uint64_t k) const;  // null where no segment holds call k
   std::map<TaskKey, std::map<uint64_t, Segment>> segs_;  // by begin
 };
 
