@@ -74,12 +74,12 @@ uint64_t Store::coveredUpTo(const TaskKey& t) const {
   return c;
 }
 
-uint64_t Store::coveredFrom(const TaskKey& t, uint64_t k) const {
+uint64_t Store::coveredFrom(const TaskKey& t, uint64_t k, uint64_t past) const {
   const Segment* s = containing(t, k);
   if (!s) return k;
   const std::map<uint64_t, Segment>& m = segs_.at(t);
   uint64_t c = s->end;
-  for (auto it = m.find(c); it != m.end(); it = m.find(c)) c = it->second.end;  // the next begins where this ends
+  for (auto it = m.find(c); c <= past && it != m.end(); it = m.find(c)) c = it->second.end;  // the next begins at c
   return c;
 }
 

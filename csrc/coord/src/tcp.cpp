@@ -826,7 +826,7 @@ class TcpBoard : public Board {
   void prefetch(const TaskKey& t, uint64_t k, uint64_t upTo) override {
     std::lock_guard<std::mutex> lk(mu_);
     if (!authed_ || refused_.count(t.comm)) return;
-    const uint64_t end = replica_.coveredFrom(t, k);
+    const uint64_t end = replica_.coveredFrom(t, k, upTo);  // walks no further than upTo: once per new segment
     if (end == k || end > upTo) return;  // k not held (its lookup asks), or held past upTo
     // NEED of call upTo: the authority plans through it (and Options::lead further), and the server sends
     // every segment it has from there on as it arrives, so one question covers the calls up to upTo. Where
@@ -835,7 +835,7 @@ class TcpBoard : public Board {
     const uint64_t ask = replica_.heldAfter(t, end) ? end : upTo;
     const auto now = Clock::now();
     auto a = asked_.find(t);
-    if (a != asked_.end() && a->second.upTo >= end && now - a->second.at < milliseconds(o_.retryMs))
+    if (a != asked_.end() && a->second.call >= end && now - a->second.at < milliseconds(o_.retryMs))
       return;  // asked for beyond what is held: the answer is on its way
     asked_[t] = Asked{ask, now};
     sendNeed(t, ask);
@@ -1133,7 +1133,7 @@ class TcpBoard : public Board {
   std::map<uint64_t, uint64_t> refused_;  // comm -> its digest (REFUSE: this process's settings differ)
   // The latest prefetch NEED per task: the call it asked for, and when (asked again after retryMs).
   struct Asked {
-    uint64_t upTo;
+    uint64_t call;
     Clock::time_point at;
   };
   std::map<TaskKey, Asked> asked_;

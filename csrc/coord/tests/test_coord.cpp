@@ -188,6 +188,7 @@ TEST(coord, store) {
   EXPECT_TRUE(s.insert(t, {Segment{10, 20, c, Phase::kTuning}}));
   EXPECT_TRUE(s.coveredUpTo(t) == 30);
   EXPECT_TRUE(s.coveredFrom(t, 3) == 30);
+  EXPECT_TRUE(s.coveredFrom(t, 3, 9) == 10 && s.coveredFrom(t, 3, 10) == 20);  // no further than the first end past
   Segment g;
   EXPECT_TRUE(s.find(t, 25, &g) && g.begin == 20);
   EXPECT_TRUE(!s.find(t, 30, &g));

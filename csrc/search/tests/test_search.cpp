@@ -2814,7 +2814,6 @@ TEST(search, reviveDropped) { reviveDropped(); }
 TEST(search, probeKeepColdCost) { probeKeepColdCost(); }
 TEST(search, unprovenBursts) { unprovenBursts(); }
 TEST(search, askAheadBursts) { askAheadBursts(); }
-
 TEST(search, noSpeculationAroundLosers) { noSpeculationAroundLosers(); }
 TEST(search, probeFirstCall) { probeFirstCall(); }
 TEST(search, skipMeasuredBehind) { skipMeasuredBehind(); }

@@ -179,8 +179,9 @@ class Store {
   bool insert(const TaskKey& t, const std::vector<Segment>& segs);
   bool find(const TaskKey& t, uint64_t k, Segment* out) const;
   uint64_t coveredUpTo(const TaskKey& t) const;  // calls < this are decided (contiguous from 0)
-  // The end of the segments held without a gap from call k (k itself when k is not held).
-  uint64_t coveredFrom(const TaskKey& t, uint64_t k) const;
+  // The end of the segments held without a gap from call k (k itself when k is not held), looked for no further
+  // than the first such end past call `past` (what a caller asking "held through `past`?" needs).
+  uint64_t coveredFrom(const TaskKey& t, uint64_t k, uint64_t past = kForever) const;
   bool heldAfter(const TaskKey& t, uint64_t k) const;  // a segment begins after call k
   std::vector<Segment> from(const TaskKey& t, uint64_t k) const;  // segments containing/after k
  private:
