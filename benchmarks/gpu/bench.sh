@@ -112,6 +112,12 @@
 #             the coordinator torchrun's variables derive; TRAIN_PRESET (default 125m), PARALLEL (default ddp,fsdp2),
 #             TRAIN_ITERS (default 300), online on NCCL's own channels (--channel-ceiling 0: the channel probe needs
 #             two GPUs)
+#   configs   every configuration the tuner can force, under nccl-tests' own data check: one `bench nccl-tests`
+#             mode per (algorithm, protocol[, channels]) in fixed mode (every call timed, so its trace says what NCCL
+#             ran), beside plain and online, `-c 1 -d all -o all` (every dtype and reduction) at odd sizes 1000 B to
+#             32 MB (-f 8), one pass; CONFIG_SWEEPS picks the parts (default ring,tree,pat: ring on all five
+#             collectives with plain and online, tree on all_reduce and all_gather, PAT on all_gather, reduce_scatter
+#             and all_reduce; an algorithm a collective lacks shows NCCL refusing it); config_sweep.py's table
 #   netcheck  plain nccl-tests all_reduce 1-16 MiB through --launch mpi with NCCL_DEBUG=INFO: the transport NCCL
 #             chose (its "via" lines) and -c 1's verdict, before the other plans measure on it
 # HOSTS_ON_ONE_GPU=1: the resilience plans run as train-hosts does, two hosts of GPU 0 (TRAIN_PRESET 125m fits
@@ -275,6 +281,34 @@ PY
         | sort -rn | head -25
       grep -E "Avg bus|wrong|#  *[0-9]+ " "$OUT/plugins/job.log" | tail -12
       (cd "$OUT" && tar czf plugins.tgz plugins && rm -rf plugins)
+      continue ;;
+    configs)
+      csizes=(-b 1000 -e 32M -f 8 -w 2 -n 2)
+      sweeps=()
+      cs=${CONFIG_SWEEPS:-ring,tree,pat}
+      for part in ${cs//,/ }; do
+        fx=()  # fixed-mode modes: every call timed (AUTOCCL_MEASURE_CALLS), so the trace holds what each one ran
+        fixed() { fx+=(-m "$1:--mode fixed --fixed *:$2 $3 AUTOCCL_MEASURE_CALLS=1000000"); }
+        case $part in
+          ring) colls=all_reduce,all_gather,reduce_scatter,broadcast,reduce; fx=(-m plain -m online)
+                for p in ll ll128 simple; do fixed "ring-$p" "ring/$p"; fixed "ring-$p-1ch" "ring/$p/1"; done
+                fixed ring-simple-8ch ring/simple/8 "--channel-ceiling 8"; fixed ring-ll-8ch ring/ll/8 "--channel-ceiling 8" ;;
+          tree) colls=all_reduce,all_gather; fx=(-m plain)
+                for p in ll ll128 simple; do fixed "tree-$p" "tree/$p"; fixed "tree-$p-1ch" "tree/$p/1"; done ;;
+          pat)  colls=all_gather,reduce_scatter,all_reduce; fx=(-m plain)
+                fixed pat-simple pat/simple; fixed pat-simple-1ch pat/simple/1; fixed pat-ll pat/ll ;;
+          *) echo "configs: unknown part $part (ring, tree, pat)"; continue ;;
+        esac
+        left=$((BUDGET_S - (SECONDS - T0)))
+        if [ "$left" -lt 60 ]; then echo "configs $part skipped: ${left} s left"; continue; fi
+        timeout "$left" python3 -m autoccl bench nccl-tests --bin "$NT_BIN" --launch "$LAUNCH" -c "$colls" -p 1 \
+          "${csizes[@]}" --nt-args "-d all -o all" --trace --timeout 120 --no-progress --mpirun "$MPIRUN" \
+          "${RANKS_ARG[@]}" -o "$OUT/configs/$part" "${fx[@]}" 2>&1 | grep -vE '^\|' | tail -8
+        sweeps+=("$OUT/configs/$part")
+      done
+      [ "${#sweeps[@]}" -gt 0 ] && python3 benchmarks/nccl_tests/config_sweep.py "${sweeps[@]}" \
+        --json "$OUT/configs/sweep.json" | tee "$OUT/configs/sweep.md" | tail -12
+      (cd "$OUT" && tar czf configs.tgz --exclude='configs/*/cache' configs && rm -rf configs)
       continue ;;
     netcheck)
       mkdir -p "$OUT/netcheck"

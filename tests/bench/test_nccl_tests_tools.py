@@ -200,3 +200,55 @@ def test_calls_by_pair_counts_rank_0_pass_by_pass(tmp_path: Path) -> None:
         text=True,
     )
     assert out.returncode != 0 and "no p<pass>_*.jsonl traces" in out.stderr
+
+
+def test_config_sweep_matches_what_was_forced_with_what_nccl_ran(tmp_path: Path) -> None:
+    """A forced call that NCCL ran as forced, one it ran otherwise, one NCCL refused; nccl-tests' wrong values
+    and its out-of-bounds line; a rank that applied something else (divergent)."""
+    cs = load("config_sweep")
+    out = tmp_path / "ring"
+    (out / "logs").mkdir(parents=True)
+    (out / "traces" / "ring-ll").mkdir(parents=True)
+    (out / "logs" / "p0_mpi_all_reduce_ring-ll.log").write_text(
+        "cmd\n# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 1.2\n"
+    )
+    rows = [
+        {"bytes": b, "count": b // 4, "dtype": d, "oop_wrong": 0, "ip_wrong": w}
+        for b, d, w in ((1000, "float", 0), (1000, "half", 2), (8000, "float", 0))
+    ]
+    launch = {"pass": 0, "launch": "mpi", "coll": "all_reduce", "mode": "ring-ll", "rc": 0, "rows": rows}
+    launch |= {"data_errors": 2, "log": "logs/p0_mpi_all_reduce_ring-ll.log"}
+    (out / "launches.jsonl").write_text(json.dumps(launch) + "\n")
+    recs = []
+    for rank in (0, 1):
+        for k, (applied, refused, ran) in enumerate(
+            (
+                (("ring", "ll", 0), False, ("RING", "LL", 2)),
+                (("ring", "ll", 0), False, ("RING", "SIMPLE", 2)),  # NCCL ran something else
+                (("tree", "ll", 0), True, ("RING", "LL", 2)),  # refused: NCCL's choice stood
+            )
+        ):
+            base = {"comm": "c", "rank": rank, "coll": "allreduce", "bytes": 1000, "pipe": 0, "call": k}
+            algo = "pat" if (rank, k) == (1, 0) else applied[0]  # rank 1 applied another pair on call 0
+            call = {"ev": "call", **base, "algo": algo, "proto": applied[1], "channels": applied[2]}
+            if refused:
+                call["refused"] = True
+            recs.append(call)
+            nccl = {"nccl_algo": ran[0], "nccl_proto": ran[1], "nccl_channels": ran[2]}
+            recs.append({"ev": "time", **base, **nccl})
+    (out / "traces" / "ring-ll" / "p0_all_reduce_mpi.vm.1.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in recs)
+    )
+    (row,) = cs.summarise([out])
+    assert row["rows"] == 3 and row["sizes"] == 2 and row["dtypes"] == ["float", "half"]
+    assert row["data_errors"] == 2 and row["out_of_bounds"] == 0
+    assert (row["calls"], row["refused"], row["timed"]) == (6, 2, 6)
+    assert row["timed_as_forced"] == 1 and row["timed_otherwise"] == 3 and row["timed_refused"] == 2
+    assert row["ran"] == {"ring/ll/2": 4, "ring/simple/2": 2}
+    assert row["divergent_calls"] == 1
+    table = cs.markdown([row])
+    assert "| ring-ll | all_reduce | 0 | 3 (2 sizes) | 2 | 2 | 0 | 6 | 2 | 1 / 3 / 2 |" in table, table
+    assert "wrong values: 2" in table and "divergent calls: 1" in table
+    cmd = [sys.executable, str(TOOLS / "config_sweep.py"), str(tmp_path / "none")]
+    missing = subprocess.run(cmd, capture_output=True, text=True)
+    assert missing.returncode != 0 and "no such file" in missing.stderr
