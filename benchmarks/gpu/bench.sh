@@ -288,7 +288,7 @@ PY
       cs=${CONFIG_SWEEPS:-ring,tree,pat}
       for part in ${cs//,/ }; do
         fx=()  # fixed-mode modes: every call timed (AUTOCCL_MEASURE_CALLS), so the trace holds what each one ran
-        fixed() { fx+=(-m "$1:--mode fixed --fixed *:$2 $3 AUTOCCL_MEASURE_CALLS=1000000"); }
+        fixed() { fx+=(-m "$1:--mode fixed --fixed *:$2 ${3:-} AUTOCCL_MEASURE_CALLS=1000000"); }
         case $part in
           ring) colls=all_reduce,all_gather,reduce_scatter,broadcast,reduce; fx=(-m plain -m online)
                 for p in ll ll128 simple; do fixed "ring-$p" "ring/$p"; fixed "ring-$p-1ch" "ring/$p/1"; done
