@@ -117,7 +117,8 @@
 #             ran), beside plain and online, `-c 1 -d all -o all` (every dtype and reduction) at odd sizes 1000 B to
 #             32 MB (-f 8), one pass; CONFIG_SWEEPS picks the parts (default ring,tree,pat: ring on all five
 #             collectives with plain and online, tree on all_reduce and all_gather, PAT on all_gather, reduce_scatter
-#             and all_reduce; an algorithm a collective lacks shows NCCL refusing it); config_sweep.py's table
+#             and all_reduce; an algorithm a collective lacks shows NCCL refusing it; CONFIG_COLLS replaces each
+#             part's collectives, CONFIG_SIZES its sizes); config_sweep.py's table
 #   netcheck  plain nccl-tests all_reduce 1-16 MiB through --launch mpi with NCCL_DEBUG=INFO: the transport NCCL
 #             chose (its "via" lines) and -c 1's verdict, before the other plans measure on it
 # HOSTS_ON_ONE_GPU=1: the resilience plans run as train-hosts does, two hosts of GPU 0 (TRAIN_PRESET 125m fits
@@ -283,7 +284,7 @@ PY
       (cd "$OUT" && tar czf plugins.tgz plugins && rm -rf plugins)
       continue ;;
     configs)
-      csizes=(-b 1000 -e 32M -f 8 -w 2 -n 2)
+      read -ra csizes <<<"${CONFIG_SIZES:--b 1000 -e 32M -f 8} -w 2 -n 2"
       sweeps=()
       cs=${CONFIG_SWEEPS:-ring,tree,pat}
       for part in ${cs//,/ }; do
@@ -299,6 +300,7 @@ PY
                 fixed pat-simple pat/simple; fixed pat-simple-1ch pat/simple/1; fixed pat-ll pat/ll ;;
           *) echo "configs: unknown part $part (ring, tree, pat)"; continue ;;
         esac
+        colls=${CONFIG_COLLS:-$colls}
         left=$((BUDGET_S - (SECONDS - T0)))
         if [ "$left" -lt 60 ]; then echo "configs $part skipped: ${left} s left"; continue; fi
         timeout "$left" python3 -m autoccl bench nccl-tests --bin "$NT_BIN" --launch "$LAUNCH" -c "$colls" -p 1 \

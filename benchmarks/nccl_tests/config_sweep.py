@@ -39,7 +39,7 @@ def forced_against_ran(records: list[dict[str, Any]]) -> dict[str, Any]:
     record)."""
     calls = {tuple(r.get(k) for k in _CALL_KEY): r for r in records if r.get("ev") == "call"}
     ran: Counter[str] = Counter()
-    as_forced = other = refused_timed = left_to_nccl = 0
+    as_forced = fewer_channels = other = refused_timed = left_to_nccl = 0
     mismatches: list[str] = []
     for t in records:
         if t.get("ev") != "time":
@@ -58,6 +58,8 @@ def forced_against_ran(records: list[dict[str, Any]]) -> dict[str, Any]:
         want = (c.get("algo"), c.get("proto"), c.get("channels") or got[2])
         if want == got:
             as_forced += 1
+        elif want[:2] == got[:2] and isinstance(got[2], int) and got[2] < want[2]:
+            fewer_channels += 1  # NCCL's rule for the size or the transport: fewer channels than asked
         else:
             other += 1
             if len(mismatches) < 3:
@@ -69,6 +71,7 @@ def forced_against_ran(records: list[dict[str, Any]]) -> dict[str, Any]:
         "refused": sum(1 for r in call_recs if r.get("refused")),
         "timed": sum(ran.values()),
         "timed_as_forced": as_forced,
+        "timed_fewer_channels": fewer_channels,
         "timed_otherwise": other,
         "timed_refused": refused_timed,
         "timed_left_to_nccl": left_to_nccl,
@@ -117,8 +120,8 @@ def summarise(outs: list[Path]) -> list[dict[str, Any]]:
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| mode | collective | exit | rows checked (sizes × dtypes × ops) | dtypes | wrong | out of bounds "
-        "| calls | refused | timed: as forced / otherwise / NCCL's choice | what NCCL ran (timed calls) "
-        "| divergent |",
+        "| calls | refused | timed: as forced / fewer channels / otherwise / NCCL's choice "
+        "| what NCCL ran (timed calls) | divergent |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |",
     ]
     for r in rows:
@@ -126,7 +129,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         timed = "no trace"
         if "timed" in r:
             nccls = r["timed_refused"] + r["timed_left_to_nccl"]
-            timed = f"{r['timed_as_forced']} / {r['timed_otherwise']} / {nccls}"
+            timed = f"{r['timed_as_forced']} / {r['timed_fewer_channels']} / {r['timed_otherwise']} / {nccls}"
         lines.append(
             f"| {r['mode']} | {r['coll']} | {r['rc']} | {r['rows']} ({r['sizes']} sizes) "
             f"| {len(r['dtypes'])} | "
@@ -137,12 +140,14 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     bad = [r for r in rows if r["rc"] != 0 or r["data_errors"] or (r["out_of_bounds"] or 0) > 0]
     wrongly_run = [r for r in rows if r.get("timed_otherwise")]
     divergent = sum(int(r.get("divergent_calls") or 0) for r in rows)
+    fewer = sum(int(r.get("timed_fewer_channels") or 0) for r in rows)
     lines += [
         "",
         f"Launches: {len(rows)}; failed or with wrong values: {len(bad)}; "
         f"rows checked: {sum(r['rows'] for r in rows)}; wrong values: {sum(r['data_errors'] for r in rows)}; "
-        f"launches where NCCL ran something else than the applied configuration on a timed call: "
-        f"{len(wrongly_run)}; divergent calls: {divergent}.",
+        f"timed calls NCCL ran on fewer channels than applied: {fewer}; launches where NCCL ran another "
+        f"algorithm or protocol than applied on a timed call: {len(wrongly_run)}; "
+        f"divergent calls: {divergent}.",
     ]
     for r in bad:
         why = r.get("error") or ""

@@ -225,6 +225,7 @@ def test_config_sweep_matches_what_was_forced_with_what_nccl_ran(tmp_path: Path)
             (
                 (("ring", "ll", 0), False, ("RING", "LL", 2)),
                 (("ring", "ll", 0), False, ("RING", "SIMPLE", 2)),  # NCCL ran something else
+                (("ring", "ll", 8), False, ("RING", "LL", 1)),  # fewer channels than applied
                 (("tree", "ll", 0), True, ("RING", "LL", 2)),  # refused: NCCL's choice stood
             )
         ):
@@ -242,12 +243,13 @@ def test_config_sweep_matches_what_was_forced_with_what_nccl_ran(tmp_path: Path)
     (row,) = cs.summarise([out])
     assert row["rows"] == 3 and row["sizes"] == 2 and row["dtypes"] == ["float", "half"]
     assert row["data_errors"] == 2 and row["out_of_bounds"] == 0
-    assert (row["calls"], row["refused"], row["timed"]) == (6, 2, 6)
+    assert (row["calls"], row["refused"], row["timed"]) == (8, 2, 8)
     assert row["timed_as_forced"] == 1 and row["timed_otherwise"] == 3 and row["timed_refused"] == 2
-    assert row["ran"] == {"ring/ll/2": 4, "ring/simple/2": 2}
+    assert row["timed_fewer_channels"] == 2
+    assert row["ran"] == {"ring/ll/2": 4, "ring/simple/2": 2, "ring/ll/1": 2}
     assert row["divergent_calls"] == 1
     table = cs.markdown([row])
-    assert "| ring-ll | all_reduce | 0 | 3 (2 sizes) | 2 | 2 | 0 | 6 | 2 | 1 / 3 / 2 |" in table, table
+    assert "| ring-ll | all_reduce | 0 | 3 (2 sizes) | 2 | 2 | 0 | 8 | 2 | 1 / 2 / 3 / 2 |" in table, table
     assert "wrong values: 2" in table and "divergent calls: 1" in table
     cmd = [sys.executable, str(TOOLS / "config_sweep.py"), str(tmp_path / "none")]
     missing = subprocess.run(cmd, capture_output=True, text=True)
