@@ -162,6 +162,17 @@ bool Scenario::parse(const std::string& text, std::string* error) {
         else if (d == "i8") { g.elemSize = 1; g.dtype = "ncclInt8"; }
         else return fail("bad dtype");
       }
+      // NCCL counts elements (per rank for all-gather / reduce-scatter): a byte count that is not a whole number
+      // of them is no call an application can make, and the profiler's count would not match the tuner's bytes
+      const size_t nRanks = comms[static_cast<size_t>(g.comm)].ranks.size();
+      for (const CallSpec& cs : g.calls) {
+        const bool perRank = cs.func == ncclabi::kAllGather || cs.func == ncclabi::kReduceScatter;
+        const size_t unit = static_cast<size_t>(g.elemSize) * (perRank ? nRanks : 1);
+        if (cs.bytes % unit != 0)
+          return fail(std::string(collName(cs.func)) + " of " + std::to_string(cs.bytes) + " bytes: not a multiple of " +
+                      (perRank ? std::to_string(nRanks) + " ranks x " : std::string()) + std::to_string(g.elemSize) +
+                      "-byte elements");
+      }
       groups.push_back(g);
     } else if (kw == "order") {
       OrderSpec o;

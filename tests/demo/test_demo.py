@@ -333,3 +333,30 @@ def test_demo_table_fits_a_narrow_terminal(online: Path, tmp_path: Path) -> None
         for t in res.tasks:
             assert (t.nccl_config in text) == one_line, text  # whole on one line only in the wide table
             assert t.nccl_config.split("/", 2)[2] in text  # channels and chunk always shown
+
+
+def test_demo_on_three_ranks_times_every_task(online: Path, tmp_path: Path) -> None:
+    """Sizes that are no whole number of float32 elements per rank (8 MiB on 3 ranks) are rounded down as
+    nccl-tests rounds them. Before, the emulator's profiler counted elements with integer division, its size
+    matched no task of the tuner's, and every all-gather / reduce-scatter task showed 0 samples and +0.0 %."""
+    cfg = DemoConfig(ranks=3, sizes=(8 << 20,), buckets=(1_000_002,))
+    calls = [c for _, group in demo_mod.task_plan(cfg) for c in group]
+    assert [(c.coll, c.nbytes) for c in calls] == [
+        ("allgather", 8_388_600),
+        ("reducescatter", 8_388_600),
+        ("allreduce", 1_000_000),
+    ]
+    with pytest.raises(ValueError, match="less than one 4-byte element on each of 3 ranks"):
+        DemoConfig(ranks=3, sizes=(8,)).validate()
+    out = tmp_path / "out"
+    args = ["demo", "--ranks", "3", "--sizes", "8M", "--buckets", "1000002", "--steps", "60", "--seed", "2"]
+    res = CliRunner().invoke(main, [*args, "-o", str(out), "--threads"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    samples: dict[str, int] = {}
+    for f in (out / "emu-online").glob("trace.*.jsonl"):
+        for line in f.read_text().splitlines():
+            r = json.loads(line)
+            if r.get("ev") == "task" and r.get("rank") == 0:
+                samples[r["coll"]] = int(r.get("samples") or 0)
+    assert set(samples) == {"allgather", "reducescatter", "allreduce"}, samples
+    assert all(n > 0 for n in samples.values()), samples

@@ -280,6 +280,32 @@ def test_bad_scenario_rejected(emulator: Path, tmp_path: Path) -> None:
         assert p.returncode == 2, (text, p.stderr)
 
 
+def test_call_of_partial_elements_is_refused(emulator: Path, tmp_path: Path) -> None:
+    """NCCL counts elements (per rank for all-gather / reduce-scatter): a byte count that is not a whole
+    number of them is no call an application makes, and its profiler count would not match the tuner's bytes
+    (a 3-rank demo's all-gathers were never timed). The emulator refuses it, as does the Python scenario."""
+    sc = tmp_path / "sc.txt"
+    head = "autoccl-emu-scenario 1\ncomm name=a hash=1 ranks=0,1,2\n"
+    for colls, says in [
+        ("allgather:1048576", "allgather of 1048576 bytes: not a multiple of 3 ranks x 4-byte elements"),
+        ("reducescatter:1048580 dtype=bf16", "reducescatter of 1048580 bytes: not a multiple of 3 ranks x 2"),
+        ("allreduce:1048578", "allreduce of 1048578 bytes: not a multiple of 4-byte elements"),
+    ]:
+        sc.write_text(head + f"group comm=a colls={colls}\n")
+        cmd = [str(emulator), "--scenario", str(sc), "--ranks", "0"]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        assert p.returncode == 2 and says in p.stderr, (colls, p.stderr)
+    for colls in ("allgather:1048572", "reducescatter:1048578 dtype=i8", "allreduce:1048578 dtype=bf16"):
+        sc.write_text(head + f"group comm=a colls={colls}\n")
+        cmd = [str(emulator), "--scenario", str(sc), "--ranks", "0,1,2"]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        assert p.returncode == 0, (colls, p.stderr)
+    comm = Comm("a", 1, (0, 1, 2))
+    with pytest.raises(ValueError, match="allgather of 1048576 bytes on comm a: not a multiple of 3 ranks x"):
+        Scenario([comm], [Group("a", (Call("allgather", 1 << 20),))]).to_text()
+    Scenario([comm], [Group("a", (Call("allgather", (1 << 20) - 4),))]).to_text()
+
+
 def test_bad_ranks_and_eval_lines_are_refused(emulator: Path, tmp_path: Path) -> None:
     sc = tmp_path / "sc.txt"
     sc.write_text(

@@ -22,6 +22,7 @@ from typing import Any
 from autoccl.emu import Call, Comm, Group, Scenario, coord_env, run
 from autoccl.emu.online import online_unavailable
 from autoccl.emu.runner import RunResult
+from autoccl.emu.scenario import whole_elements
 
 KIB = 1 << 10
 MIB = 1 << 20
@@ -70,6 +71,11 @@ class DemoConfig:
             raise ValueError("no collective to run")
         if any(s <= 0 for s in (*self.sizes, *self.buckets)):
             raise ValueError("sizes must be positive")
+        for s in self.sizes:  # all-gather / reduce-scatter sizes are rounded down to whole elements per rank
+            if whole_elements("allgather", s, self.ranks) == 0:
+                raise ValueError(f"size {s} B is less than one 4-byte element on each of {self.ranks} ranks")
+        if any(whole_elements("allreduce", b, self.ranks) == 0 for b in self.buckets):
+            raise ValueError("buckets must hold at least one 4-byte element")
 
 
 @dataclass(frozen=True)
@@ -116,9 +122,15 @@ def task_plan(cfg: DemoConfig) -> list[tuple[str, tuple[Call, ...]]]:
     steps: list[tuple[str, tuple[Call, ...]]] = []
     names = [f"c{i}" for i in range(cfg.comms)]
     work: list[tuple[Call, ...]] = []
-    work += [(Call("allgather", s),) for s in cfg.sizes]
-    work += [(Call("reducescatter", s),) for s in reversed(cfg.sizes)]
-    work += [(Call("allreduce", b),) for b in cfg.buckets]
+
+    # rounded down to sizes NCCL can be called with, as nccl-tests rounds (float32 elements, the same number
+    # on every rank for all-gather / reduce-scatter)
+    def call(coll: str, nbytes: int) -> tuple[Call, ...]:
+        return (Call(coll, whole_elements(coll, nbytes, cfg.ranks)),)
+
+    work += [call("allgather", s) for s in cfg.sizes]
+    work += [call("reducescatter", s) for s in reversed(cfg.sizes)]
+    work += [call("allreduce", b) for b in cfg.buckets]
     for i, calls in enumerate(work):
         if cfg.comms == 1:
             comm = names[0]

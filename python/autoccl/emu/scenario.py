@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 COLLS = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
 POLICIES = ("roundrobin", "reverse", "random", "sequential")
 DTYPES = ("f32", "bf16", "f16", "i8")
+DTYPE_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "i8": 1}
+# NCCL's count is per rank for these: their bytes are a multiple of ranks x element size
+PER_RANK_COLLS = ("allgather", "reducescatter")
 WAITS = ("none", "prev", "self")
 
 
@@ -142,7 +145,9 @@ class Scenario:
             lines.append(
                 f"comm name={c.name} hash={c.hash:#x} ranks={ranks} nnodes={c.nnodes} channels={c.channels}"
             )
+        ranks_of = {c.name: len(c.ranks) for c in self.comms}
         for g in self.groups:
+            _check_whole_elements(g, ranks_of.get(g.comm, 1))
             colls = ",".join(f"{c.coll}:{c.nbytes}" for c in g.calls)
             extra = f" graph={int(g.graph)}" if g.graph else ""
             if g.load is not None:
@@ -264,3 +269,22 @@ def fsdp_like(
             groups.append(Group(comm="fsdp", calls=(rs,), load=load, compute_us=backward_us))
         groups.append(Group(comm="fsdp", calls=(rs,), load=load, wait="self", step_end=True))
     return Scenario(comms=[comm], groups=groups, seed=seed, noise=noise, lead=2)
+
+
+def whole_elements(coll: str, nbytes: int, ranks: int, dtype: str = "f32") -> int:
+    """NBYTES rounded down to a size NCCL can be called with (as nccl-tests rounds): whole elements of DTYPE,
+    and for all-gather / reduce-scatter the same whole number of them on each of RANKS ranks."""
+    unit = DTYPE_BYTES[dtype] * (ranks if coll in PER_RANK_COLLS else 1)
+    return nbytes - nbytes % unit
+
+
+def _check_whole_elements(g: Group, ranks: int) -> None:
+    if g.dtype not in DTYPE_BYTES:
+        raise ValueError(f"unknown dtype {g.dtype!r}: expected one of {', '.join(DTYPES)}")
+    for c in g.calls:
+        if whole_elements(c.coll, c.nbytes, ranks, g.dtype) != c.nbytes:
+            per = f"{ranks} ranks x " if c.coll in PER_RANK_COLLS else ""
+            raise ValueError(
+                f"{c.coll} of {c.nbytes} bytes on comm {g.comm}: not a multiple of {per}"
+                f"{DTYPE_BYTES[g.dtype]}-byte elements ({g.dtype})"
+            )
