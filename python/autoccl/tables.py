@@ -318,6 +318,10 @@ def write_table_atomic(table: Table, path: Path, *, merge: bool = False) -> int:
     table already there (if valid and of the same fingerprint) keeps its tasks that `table` does not have.
     Returns the number of tasks written."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    # filelock takes a lock file it cannot create (no permission, a file system that refuses new files such
+    # as /proc) for one another process holds and retries for a minute: open it once here, so such a place
+    # is an OSError at once (the CLI's one sentence) rather than a minute's wait and a wrong reason
+    os.close(os.open(str(path) + ".lock", os.O_WRONLY | os.O_CREAT, 0o644))
     try:
         with table_lock(path):
             out = table

@@ -560,3 +560,22 @@ def test_a_broken_pipe_elsewhere_is_an_error(tmp_path: Path) -> None:
     p = _verb_process(tmp_path, "raise BrokenPipeError(errno.EPIPE, 'Broken pipe')", stdout=subprocess.PIPE)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 1 and b"Broken pipe" in err, (p.returncode, err)
+
+
+def test_a_reader_that_goes_away_lets_a_rich_console_finish_its_work(tmp_path: Path) -> None:
+    """Rich ends a command on the spot (exit 1) when stdout's reader goes away: `autoccl demo | head -1` left
+    no result files. The CLI's console goes quiet instead, the command finishes, then exits 141."""
+    done = tmp_path / "done"
+    body = (
+        "from autoccl.cli.files import pipe_safe_console\n"
+        "console = pipe_safe_console()\n"
+        "for i in range(200000):\n    console.print(f'line {i}')\n"
+        f"open({str(done)!r}, 'w').write('written')"
+    )
+    p = _verb_process(tmp_path, body, stdout=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
+    assert p.stdout.readline() == b"line 0\n"
+    p.stdout.close()
+    assert p.wait(timeout=120) == 141
+    assert p.stderr.read().decode() == ""
+    assert done.read_text() == "written"

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -170,6 +171,23 @@ def test_cache_import_list_show_export_clear(tmp_path: Path) -> None:
     r = runner.invoke(main, ["cache", "clear", "--yes", "--all", "--cache-dir", str(cdir)])
     assert r.exit_code == 0
     assert not list((cdir / "tables").glob("*.table"))
+
+
+def test_cache_export_to_a_place_that_refuses_files_fails_at_once(tmp_path: Path) -> None:
+    """A destination whose folder takes no new file (/proc, even for root, whom `os.access` always answers
+    yes): one sentence at once. Before, the lock file it could not create read as another process's lock: a
+    minute's wait, then a traceback saying the lock was held."""
+    src = tmp_path / "in.table"
+    src.write_text(SAMPLE)
+    cdir = tmp_path / "cache"
+    runner = CliRunner()
+    assert runner.invoke(main, ["cache", "import", str(src), "--cache-dir", str(cdir)]).exit_code == 0
+    t0 = time.monotonic()
+    r = runner.invoke(
+        main, ["cache", "export", FINGERPRINT[:4], "/proc/autoccl-x.table", "--cache-dir", str(cdir)]
+    )
+    assert r.exit_code == 1 and "cannot access /proc/autoccl-x.table.lock" in r.output, r.output
+    assert time.monotonic() - t0 < 10
 
 
 def test_cache_import_rejects_corrupt_file(tmp_path: Path) -> None:

@@ -360,3 +360,16 @@ def test_demo_on_three_ranks_times_every_task(online: Path, tmp_path: Path) -> N
                 samples[r["coll"]] = int(r.get("samples") or 0)
     assert set(samples) == {"allgather", "reducescatter", "allreduce"}, samples
     assert all(n > 0 for n in samples.values()), samples
+
+
+def test_demo_leaves_the_shells_nccl_settings_out(online: Path, tmp_path: Path) -> None:
+    """The emulator honours NCCL_* variables as NCCL does; the demo compares with NCCL's defaults, so a
+    shell's NCCL_MAX_NCHANNELS=4 (every task on 4 channels, without a word) is named and left out."""
+    out = tmp_path / "out"
+    args = ["demo", "--ranks", "2", "--sizes", "64M", "--buckets", "", "--steps", "40", "-o", str(out)]
+    res = CliRunner().invoke(main, args, env={"NCCL_MAX_NCHANNELS": "4", "NCCL_NVLS_ENABLE": "0"})
+    assert res.exit_code == 0, res.output
+    assert "not applied here: NCCL_MAX_NCHANNELS" in res.output, res.output
+    assert "NCCL_NVLS_ENABLE" not in res.output  # a safety variable, set in every run anyway
+    doc = json.loads((out / "results.json").read_text())
+    assert all(not t["nccl_config"].split("/")[2].startswith("4ch") for t in doc["tasks"]), doc["tasks"]

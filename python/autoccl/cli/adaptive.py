@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from autoccl.cli import options as O
-from autoccl.cli import refuse_unwritable
+from autoccl.cli.files import refuse_unwritable
 from autoccl.synth import MAX_CHUNKS
 
 _NO_TORCH = (

@@ -18,8 +18,8 @@ from autoccl import settings
 from autoccl.bench.modes import TUNED_TRAIN_MODES
 from autoccl.bench.spec import SpecError
 from autoccl.cli import options as O
-from autoccl.cli import refuse_unwritable
 from autoccl.cli.channels import communicator_channels
+from autoccl.cli.files import refuse_unwritable
 
 DEFAULT_COLLS = "all_gather,reduce_scatter,all_reduce"
 

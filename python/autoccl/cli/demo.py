@@ -10,8 +10,9 @@ from pathlib import Path
 import click
 
 from autoccl import settings
-from autoccl.cli import missing_parent
 from autoccl.cli import options as O
+from autoccl.cli.files import missing_parent, pipe_safe_console
+from autoccl.tuner_env import SAFETY_ENV
 
 # --sizes and --buckets: comma-separated sizes ('' for none), each at most the simulated GPUs' memory.
 SIZES = O.Bytes(many=True, empty=True, most=16 << 30, above="16G, the simulated GPUs' memory")
@@ -69,9 +70,8 @@ def demo(
     Runs a training-like mix twice on the emulator, NCCL alone and with autoccl (AUTOCCL_MODE=online),
     and reports per task NCCL's choice, the tuned configuration, their true kernel times and the gain,
     from the emulator's ground truth. Writes tasks.md, results.json and convergence.png. The demo runs with
-    the library's defaults: AUTOCCL_* variables of this shell are not passed to it.
+    the library's and NCCL's defaults: AUTOCCL_* and NCCL_* variables of this shell are not passed to it.
     """
-    from rich.console import Console
     from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
     from autoccl._paths import ArtefactNotFound
@@ -111,14 +111,16 @@ def demo(
             shutil.rmtree(old)
         else:
             old.unlink()
-    console = Console()
+    console = pipe_safe_console()
     # the library's settings (the emulator starts its ranks from a clean environment); the CLI's own, such as
     # AUTOCCL_LIB_DIR, still apply
     ignored = sorted(k for k, v in settings.BY_NAME.items() if v.reader == "library" and k in os.environ)
+    # and NCCL's own, which the emulator would honour as NCCL does: the demo compares with NCCL's defaults
+    ignored += sorted(k for k in os.environ if k.startswith("NCCL_") and k not in SAFETY_ENV)
     if ignored:
         click.echo(
-            f"autoccl demo: not applied here: {', '.join(ignored)} (the demo runs the library's defaults; "
-            "`autoccl run` applies them to a job)",
+            f"autoccl demo: not applied here: {', '.join(ignored)} (the demo runs the library's and NCCL's "
+            "defaults; `autoccl run` applies them to a job)",
             err=True,
         )
     console.print(

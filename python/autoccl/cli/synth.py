@@ -13,8 +13,8 @@ import click
 from click.core import ParameterSource
 
 from autoccl import synth as S
-from autoccl.cli import drop_stdout, refuse_unwritable
 from autoccl.cli import options as O
+from autoccl.cli.files import drop_stdout, refuse_unwritable
 from autoccl.synth.topofile import TopologyFileError
 
 

@@ -16,9 +16,9 @@ from rich.table import Table as RichTable
 
 from autoccl import settings, tables
 from autoccl._paths import ArtefactNotFound
-from autoccl.cli import missing_parent
 from autoccl.cli import options as O
 from autoccl.cli.channels import communicator_channels
+from autoccl.cli.files import missing_parent, pipe_safe_console
 from autoccl.tuner_env import MPI_LAUNCHERS, mpi_forwarding, plugin_env, this_host_address
 
 
@@ -232,8 +232,8 @@ def run(plugin: PluginOptions, command: tuple[str, ...]) -> None:
 def _table_console() -> Console:
     """A terminal's own width; piped or redirected, wide enough that no column is cut to an ellipsis (Rich
     falls back to 80 columns there)."""
-    console = Console()
-    return console if console.is_terminal else Console(width=max(console.width, 240))
+    console = pipe_safe_console()
+    return console if console.is_terminal else pipe_safe_console(width=max(console.width, 240))
 
 
 @click.group()
@@ -467,7 +467,10 @@ def cache_export(ref: str, dest: str, force: bool, cache_dir: str | None) -> Non
         raise click.ClickException(f"{dest}: {why}")
     if target.exists() and not force:
         raise click.ClickException(f"{dest} exists; use --force to replace it")
-    tables.write_table_atomic(t, target)
+    try:
+        tables.write_table_atomic(t, target)
+    except tables.TableError as e:  # its lock held by another process for the whole wait
+        raise click.ClickException(f"{dest}: {e}") from e
     click.echo(f"exported {t.fingerprint} ({len(t.tasks)} tasks) to {dest}")
 
 

@@ -236,7 +236,9 @@ def run_demo(
     total = len(scenario.groups) * len(scenario.world)
     if progress:
         progress("NCCL alone", 0.0, {})
-    plain = run(scenario, plugin=None, workdir=out_dir / "emu-nccl", timeout=cfg.timeout)
+    # NCCL_* variables of the shell (NCCL_ALGO, NCCL_MAX_NCHANNELS, ...) stay out of both runs: the demo shows
+    # the tuner against NCCL's defaults on the calibrated machine (the CLI names those it leaves out)
+    plain = run(scenario, plugin=None, workdir=out_dir / "emu-nccl", timeout=cfg.timeout, inherit_nccl=False)
     _check(plain, "plain-NCCL")
     if progress:
         progress("NCCL alone", 1.0, {})
@@ -258,6 +260,7 @@ def run_demo(
         plugin=plugin,
         env=env,
         processes=cfg.processes,
+        inherit_nccl=False,
         workdir=out_dir / "emu-online",
         timeout=cfg.timeout,
         poll=watcher,

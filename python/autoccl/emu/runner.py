@@ -17,7 +17,7 @@ from typing import IO, Any
 
 from autoccl._paths import emulator_path, find_artefact, plugin_path
 from autoccl.emu.scenario import Scenario
-from autoccl.tuner_env import free_port, plain_nccl_env
+from autoccl.tuner_env import SAFETY_ENV, free_port, plain_nccl_env
 
 TEST_PLUGIN_NAME = "libautoccl-emu-testplugin.so"
 # Profiler plugins that count the events they are given (tests of AUTOCCL_PROFILER_CHAIN), by version.
@@ -170,11 +170,14 @@ def run(
     poll: Callable[[Path], None] | None = None,
     poll_interval: float = 0.2,
     extra_start_delay: float = 0.0,
+    inherit_nccl: bool = True,
 ) -> RunResult:
     """Play `scenario` on the emulator: all ranks as threads of one process, or one process per rank.
 
     plugin: "default" = the built libautoccl-nccl.so, None = plain NCCL (no plugin), or a path.
     env: variables added to a clean environment (no AUTOCCL_*/NCCL plugin settings inherited).
+    inherit_nccl: whether this process's NCCL_* variables (NCCL_ALGO, NCCL_MAX_NCHANNELS, ...) reach the
+      emulator, which honours them as NCCL does; off, only `env`'s and the safety variables do.
     rank_env: extra variables for the process(es) playing a given global rank (e.g. fault injection on
       the authority only).
     extra_procs: further processes (ranks, env overrides) started with the others, e.g. a rogue peer with a
@@ -192,6 +195,8 @@ def run(
     scen_path.write_text(scenario.to_text())
     exe = str(emulator_path())
     child_env = plain_nccl_env()
+    if not inherit_nccl:
+        child_env = {k: v for k, v in child_env.items() if not k.startswith("NCCL_") or k in SAFETY_ENV}
     # diagnostics only (every pin's evidence, INFO lines on the ranks' stderr): they change no decision
     if "AUTOCCL_SEARCH_DEBUG" in os.environ:
         child_env["AUTOCCL_SEARCH_DEBUG"] = os.environ["AUTOCCL_SEARCH_DEBUG"]
