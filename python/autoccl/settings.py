@@ -281,6 +281,26 @@ def _file(v: str, _env: Mapping[str, str]) -> str | None:
     return None if Path(v).is_file() else "is not a file"
 
 
+PROFILER_SYMBOLS = (b"ncclProfiler_v7", b"ncclProfiler_v6", b"ncclProfiler_v5")  # those the library chains to
+
+
+def _profiler_plugin(v: str, _env: Mapping[str, str]) -> str | None:
+    """A shared library whose dynamic symbols name a profiler interface the library can chain to (an exported
+    symbol's name is in the file's string table; reading it does not load the library)."""
+    path = Path(v)
+    if not path.is_file():
+        return "is not a file"
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    if not data.startswith(b"\x7fELF"):
+        return "is not a shared library (no ELF header)"
+    if not any(sym in data for sym in PROFILER_SYMBOLS):
+        return "exports no ncclProfiler_v7, _v6 or _v5: not an NCCL profiler plugin the library can chain to"
+    return None
+
+
 VARIABLES: tuple[Variable, ...] = (
     Variable(
         "AUTOCCL_MODE",
@@ -294,7 +314,12 @@ VARIABLES: tuple[Variable, ...] = (
         "AUTOCCL_CACHE_DIR", "library", "a directory, or a new one in an existing directory", _cache_dir
     ),
     Variable("AUTOCCL_TRACE", "library", "a file prefix in an existing directory", _trace_prefix),
-    Variable("AUTOCCL_PROFILER_CHAIN", "library", "an NCCL profiler plugin library file", _file),
+    Variable(
+        "AUTOCCL_PROFILER_CHAIN",
+        "library",
+        "an NCCL profiler plugin library exporting ncclProfiler_v7, _v6 or _v5",
+        _profiler_plugin,
+    ),
     Variable("AUTOCCL_METRICS_DIR", "library", "an existing directory", _lib_dir),
     Variable("AUTOCCL_METRICS_INTERVAL_S", "library", "seconds in [0.1, 86400]", _seconds(0.1, 86400)),
     Variable("AUTOCCL_HW", "library", "text, at most 200 characters", _text(200)),

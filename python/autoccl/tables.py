@@ -298,8 +298,9 @@ def cached_tables(override: str | None = None) -> list[Path]:
     """Every `<fingerprint>.table` entry of the cache (files or not: a directory there is reported, not
     skipped). A cache path that exists but is no directory is an error."""
     d = tables_dir(override)
-    if d.exists() and not d.is_dir():
-        raise TableError(f"{d} is not a directory")
+    for folder in (d, d.parent):  # a cache directory given as a file would read as an empty cache
+        if folder.exists() and not folder.is_dir():
+            raise TableError(f"{folder} is not a directory")
     if not d.is_dir():
         return []
     try:

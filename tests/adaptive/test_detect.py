@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -140,3 +143,21 @@ def test_topo_cli_from_reports(tmp_path: Path, S) -> None:
     bad.write_text('[{"rank": 0}]')
     r = CliRunner().invoke(main, ["topo", "--from-reports", str(bad)])
     assert r.exit_code == 1 and "not a reports file" in r.output and "Traceback" not in r.output
+
+
+def test_topo_from_reports_needs_no_torch(tmp_path: Path) -> None:
+    """Building a topology from reports starts no process: it ran the torch check (and imported the jobs
+    module, which imports torch) first, so a machine without PyTorch could not read the reports its ranks
+    wrote."""
+    src = tmp_path / "reports.json"
+    src.write_text(json.dumps([r.to_dict() for r in _reports(cube_mesh())]))
+    out = tmp_path / "t.yaml"
+    code = (
+        "import sys; sys.modules['torch'] = None  # any import of torch fails, as where it is not installed\n"
+        "from autoccl.cli import main\n"
+        f"main(['topo', '--from-reports', {str(src)!r}, '-o', {str(out)!r}])"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "4 ranks" in p.stdout and out.is_file()

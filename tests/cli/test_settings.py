@@ -107,3 +107,21 @@ def test_blank_means_default_and_problems_name_the_variable(tmp_path: Path) -> N
     with pytest.raises(settings.SettingError, match="and 1 more"):
         settings.check({"AUTOCCL_MAX_CHANNELS": "65", "AUTOCCL_SCORE": "best"})
     assert settings.problems({"AUTOCCL_TRACE": str(tmp_path / "t")}) == []
+
+
+def test_profiler_chain_must_be_a_profiler_plugin(tmp_path: Path) -> None:
+    """The architecture table promised a CLI error for a file that is no profiler plugin; only a missing file
+    was refused (AUTOCCL_PROFILER_CHAIN=/etc/passwd passed, and the library then warned at run time)."""
+
+    def problem(path: Path) -> str:
+        found = settings.problems({"AUTOCCL_PROFILER_CHAIN": str(path)})
+        return found[0] if found else ""
+
+    text, elf, plugin = tmp_path / "notes.txt", tmp_path / "libother.so", tmp_path / "libprof.so"
+    text.write_text("not a library\n")
+    elf.write_bytes(b"\x7fELF" + b"\0" * 60 + b"ncclTunerPlugin_v5\0")
+    plugin.write_bytes(b"\x7fELF" + b"\0" * 60 + b"ncclProfiler_v6\0")
+    assert "is not a file" in problem(tmp_path / "missing.so")
+    assert "is not a shared library" in problem(text)
+    assert "exports no ncclProfiler_v7, _v6 or _v5" in problem(elf)
+    assert problem(plugin) == ""

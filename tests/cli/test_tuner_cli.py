@@ -331,3 +331,29 @@ def test_cache_show_lists_measured_pairs(tmp_path: Path) -> None:
     assert r.exit_code != 0 and "no such file" in r.output, r.output
     r = runner.invoke(main, ["cache", "show", "abc", "--cache-dir", str(cdir)])
     assert r.exit_code != 0 and str(cdir / "tables") in r.output, r.output
+
+
+def test_run_says_why_a_command_cannot_run(tmp_path: Path) -> None:
+    """A directory or a file without execute permission was "command not found"; and the missing command is
+    the first thing said, before the environment is built (whose channel probe prints a notice)."""
+    script = tmp_path / "train.sh"
+    script.write_text("echo hi\n")
+    runner = CliRunner()
+    for cmd, says in (
+        (str(tmp_path), "is a directory, not a command"),
+        (str(script), "is not executable"),
+        (str(tmp_path / "missing"), "command not found"),
+    ):
+        r = runner.invoke(main, ["run", "--mode", "observe", "--", cmd])
+        assert r.exit_code == 2 and says in r.output, (cmd, r.output)
+        assert "channel" not in r.output, r.output
+
+
+def test_cache_list_on_a_file_or_a_missing_folder(tmp_path: Path) -> None:
+    """A cache directory given as a file read as an empty cache; a missing one now says it is missing."""
+    afile = tmp_path / "notes.txt"
+    afile.write_text("x")
+    r = CliRunner().invoke(main, ["cache", "list", "--cache-dir", str(afile)])
+    assert r.exit_code == 1 and f"{afile} is not a directory" in r.output, r.output
+    r = CliRunner().invoke(main, ["cache", "list", "--cache-dir", str(tmp_path / "nope")])
+    assert r.exit_code == 0 and "does not exist" in r.output, r.output

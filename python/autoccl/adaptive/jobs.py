@@ -28,11 +28,6 @@ BUS_FACTOR = {
 }
 
 
-def launched() -> bool:
-    """True when a launcher started this process as one rank of a job (torchrun-style variables)."""
-    return "WORLD_SIZE" in os.environ and "RANK" in os.environ
-
-
 def init_from_launcher(device: str, timeout_s: float = 600) -> None:
     backend = "nccl" if device == "cuda" else "gloo"
     if device == "cuda":

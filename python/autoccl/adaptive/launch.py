@@ -16,6 +16,12 @@ from typing import Any
 
 from autoccl.tuner_env import SAFETY_ENV, free_local_port
 
+
+def launched() -> bool:
+    """True when a launcher started this process as one rank of a job (torchrun-style variables)."""
+    return "WORLD_SIZE" in os.environ and "RANK" in os.environ
+
+
 # Imported once by the fork server, before the first worker: what every worker would import anyway.
 # Effective only before the first run_local of a process (the server then lives on).
 PRELOAD: list[str] = ["torch", "torch.distributed", "autoccl.adaptive.jobs"]

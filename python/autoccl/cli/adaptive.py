@@ -37,7 +37,7 @@ def _need_torch() -> None:
 def _writable(*paths: str | None) -> None:
     """Outputs refused before the job runs, not found out after it. Rank 0 writes: under a launcher the
     other ranks do not check (their hosts may lack the folder)."""
-    from autoccl.adaptive.jobs import launched
+    from autoccl.adaptive.launch import launched
 
     if not launched() or os.environ["RANK"] == "0":
         refuse_unwritable(*paths)
@@ -80,7 +80,7 @@ def _ranks(nproc: int | None, device: str, least: int, topology: _Topology | Non
     GPUs, one rank per GPU), else one per GPU or a few CPU ranks. A topology's rank count is the job's (a
     plan is for its ranks): --nproc or WORLD_SIZE is checked against it. `least`: the fewest ranks the job
     runs on (a collective needs 2)."""
-    from autoccl.adaptive.jobs import launched
+    from autoccl.adaptive.launch import launched
 
     if topology is not None:
         n = len(topology.ranks)
@@ -171,8 +171,8 @@ def _fits(option: str, value: str, need: float, device: str, local_ranks: int) -
 
 def run_job(job: Callable[..., Any], cfg: dict[str, Any], device: str, ranks: _Ranks) -> Any | None:
     """Rank 0's result (None on the other ranks of a launched job), on the ranks `_ranks` resolved."""
-    from autoccl.adaptive.jobs import init_from_launcher, launched
-    from autoccl.adaptive.launch import WorkerError, run_local
+    from autoccl.adaptive.jobs import init_from_launcher
+    from autoccl.adaptive.launch import WorkerError, launched, run_local
     from autoccl.adaptive.nvml import NvmlUnavailable
 
     try:
@@ -343,11 +343,11 @@ def topo(
     name: str,
 ) -> None:
     """Detect this machine's topology: GPUs, NVLink/NVSwitch/PCIe (NVML) and NICs, or the CPU ranks."""
-    _need_torch()
+    if not from_reports:  # building from reports starts no process: no torch needed
+        _need_torch()
     _distinct(("--out", out), ("--plot", plot), ("--reports", reports))
     _writable(out, plot, reports)
     from autoccl.adaptive.detect import RankReport, build_topology
-    from autoccl.adaptive.jobs import topo_job
 
     if from_reports:
         try:
@@ -359,6 +359,8 @@ def topo(
             ) from None
         res: Any = {"topology": doc, "reports": raw}
     else:
+        from autoccl.adaptive.jobs import topo_job
+
         dev = _device(device)
         res = run_job(topo_job, {"device": dev, "name": name}, dev, _ranks(nproc, dev, 1))
         if res is None:

@@ -210,6 +210,11 @@ def run(plugin: PluginOptions, command: tuple[str, ...]) -> None:
         close = difflib.get_close_matches(command[0].split("=", 1)[0], ours, n=1)
         hint = f" Did you mean {close[0]}?" if close else ""
         raise click.UsageError(f"No such option: {command[0]}.{hint} (autoccl run [OPTIONS] -- COMMAND)")
+    # before the environment is built (its channel probe prints a notice): a command that cannot run is the
+    # first thing to say
+    exe = shutil.which(command[0])
+    if exe is None:
+        raise click.UsageError(_not_runnable(command[0]))
     launcher = Path(command[0]).name
     mpi = launcher in MPI_LAUNCHERS
     run_host = "127.0.0.1"
@@ -221,12 +226,20 @@ def run(plugin: PluginOptions, command: tuple[str, ...]) -> None:
     if mpi:
         built.update(mpi_forwarding(built, os.environ))
     child_env = {**os.environ, **built}
-    exe = shutil.which(command[0], path=child_env.get("PATH"))
-    if exe is None:
-        raise click.UsageError(f"command not found: {command[0]}")
     sys.stdout.flush()
     sys.stderr.flush()
     os.execvpe(exe, list(command), child_env)
+
+
+def _not_runnable(command: str) -> str:
+    """Why COMMAND cannot be run: a directory, a file without execute permission, or nothing of that name."""
+    if os.sep in command:
+        path = Path(command)
+        if path.is_dir():
+            return f"{command} is a directory, not a command"
+        if path.exists():
+            return f"{command} is not executable (chmod +x, or name its interpreter first)"
+    return f"command not found: {command}"
 
 
 def _table_console() -> Console:
@@ -248,7 +261,9 @@ def cache_list(cache_dir: str | None) -> None:
     console = _table_console()
     paths = _cached(cache_dir)
     if not paths:
-        console.print(f"no tables in {tables.tables_dir(cache_dir)}")
+        where = tables.tables_dir(cache_dir)
+        gone = "" if where.parent.is_dir() else f" ({where.parent} does not exist)"
+        console.print(f"no tables in {where}{gone}")
         return
     view = RichTable(title=str(tables.tables_dir(cache_dir)))
     view.add_column("fingerprint", no_wrap=True, min_width=16)
