@@ -533,15 +533,12 @@ bool Context::chunkSize(int coll, int algo, int proto, uint64_t* chunk) {
   return true;
 }
 
-void* Context::collStart(const char* func, uint64_t seq, uint64_t count, const char* datatype, int nChannels,
-                         const char* algo, const char* proto, int reporting) {
-  if (!func) return nullptr;
-  int coll = parseColl(func);
-  if (coll < 0) return nullptr;
+void* Context::collStart(int coll, uint64_t seq, uint64_t count, int elemBytes, int nChannels, int algo, int proto,
+                         int reporting) {
+  if (coll < 0 || coll >= kNumColls) return nullptr;
   collEvents_[coll].fetch_add(1, std::memory_order_relaxed);
-  uint64_t bytes = TimingMatcher::collBytes(coll, count, datatype, nRanks_);
-  return matcher_.collStart(coll, seq, bytes, nChannels, algo ? parseAlgo(algo) : -1, proto ? parseProto(proto) : -1,
-                           reporting);
+  return matcher_.collStart(coll, seq, TimingMatcher::collBytes(coll, count, elemBytes, nRanks_), nChannels, algo,
+                           proto, reporting);
 }
 
 void* Context::kernelChStart(void* parent, uint64_t startNs) { return matcher_.kernelChStart(parent, startNs); }

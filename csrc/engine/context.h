@@ -144,11 +144,12 @@ class Context : public std::enable_shared_from_this<Context> {
   void finalizeTuner();
   void finalizeProfiler();
 
-  // Profiler events (any thread). Names are NCCL's strings ("AllReduce", "RING", "ncclFloat32").
+  // Profiler events (any thread). coll/algo/proto: the engine's numbers (NCCL's enums; -1: unknown), count
+  // and elemBytes as NCCL's Coll event gives them (elements per rank for all-gather / reduce-scatter).
   // reporting: channel stops that will come for this Coll (-1: nChannels, KernelCh; 1: the launch clock;
   // 0: none, the call is untimed).
-  void* collStart(const char* func, uint64_t seq, uint64_t count, const char* datatype, int nChannels,
-                  const char* algo, const char* proto, int reporting = -1);
+  void* collStart(int coll, uint64_t seq, uint64_t count, int elemBytes, int nChannels, int algo, int proto,
+                  int reporting = -1);
   void* kernelChStart(void* parent, uint64_t startNs);
   // The launch clock asks at each kernel launch of this (comm, rank) whether to time it: yes for the launch
   // of a call the policy wants timed (Decision::timed, or a task inside its measurement budget) and for the

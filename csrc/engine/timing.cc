@@ -340,17 +340,9 @@ size_t TimingMatcher::pending() const {
   return n;
 }
 
-uint64_t TimingMatcher::collBytes(int coll, uint64_t count, const char* datatype, int nRanks) {
-  uint64_t elem = 1;  // ncclInt8/ncclUint8 ("Unknown" in NCCL's printer)/fp8; AllGather/Broadcast come as bytes
-  if (datatype) {
-    if (!std::strcmp(datatype, "ncclFloat16") || !std::strcmp(datatype, "ncclBfloat16")) elem = 2;
-    else if (!std::strcmp(datatype, "ncclInt32") || !std::strcmp(datatype, "ncclUint32") ||
-             !std::strcmp(datatype, "ncclFloat32")) elem = 4;
-    else if (!std::strcmp(datatype, "ncclInt64") || !std::strcmp(datatype, "ncclUint64") ||
-             !std::strcmp(datatype, "ncclFloat64")) elem = 8;
-  }
-  uint64_t bytes = elem * count;
-  if (coll == 2 || coll == 3) bytes *= static_cast<uint64_t>(nRanks > 0 ? nRanks : 1);
+uint64_t TimingMatcher::collBytes(int coll, uint64_t count, int elemBytes, int nRanks) {
+  uint64_t bytes = static_cast<uint64_t>(elemBytes > 0 ? elemBytes : 1) * count;
+  if (coll == 2 || coll == 3) bytes *= static_cast<uint64_t>(nRanks > 0 ? nRanks : 1);  // count is per rank
   return bytes;
 }
 

@@ -88,9 +88,9 @@ class TimingMatcher {
   MatcherCounters counters() const;
   size_t pending() const;
 
-  // nBytes as getCollInfo sees it for a Coll event: elementSize * count, times nRanks for
-  // AllGather / ReduceScatter (NCCL's ncclFuncMaxSendRecvCount). datatype is NCCL's string.
-  static uint64_t collBytes(int coll, uint64_t count, const char* datatype, int nRanks);
+  // nBytes as getCollInfo sees it for a Coll event: elemBytes * count, times nRanks for
+  // AllGather / ReduceScatter (NCCL's ncclFuncMaxSendRecvCount).
+  static uint64_t collBytes(int coll, uint64_t count, int elemBytes, int nRanks);
 
  private:
   struct Decision;

@@ -1,6 +1,7 @@
 // The profiler plugin's entries (ncclProfiler_v5, _v6, _v7): NCCL's events handed to the engine's
 // Context (which calls belong to which task) and to the timing method, the launch clock (CUDA events around
 // each kernel launch, launch_clock.h) or the kernel clock (the channels' GPU timestamps).
+#include <cstring>
 #include <memory>
 #include <mutex>
 
@@ -32,6 +33,20 @@ struct ProfilerCtx {
   std::mutex openMu;
   LaunchClock::Launch* open = nullptr;
 };
+
+// NCCL's datatype string (ncclDatatypeToString, as the Coll event gives it) as bytes per element. Int8, Uint8, the
+// fp8 types and NCCL's "Unknown" are one byte; all-gather and broadcast counts come as bytes.
+int elementBytes(const char* datatype) {
+  if (!datatype) return 1;
+  if (!std::strcmp(datatype, "ncclFloat16") || !std::strcmp(datatype, "ncclBfloat16")) return 2;
+  if (!std::strcmp(datatype, "ncclInt32") || !std::strcmp(datatype, "ncclUint32") ||
+      !std::strcmp(datatype, "ncclFloat32"))
+    return 4;
+  if (!std::strcmp(datatype, "ncclInt64") || !std::strcmp(datatype, "ncclUint64") ||
+      !std::strcmp(datatype, "ncclFloat64"))
+    return 8;
+  return 1;
+}
 
 // The process's timing method, settled once: the launch clock unless the settings ask for kernel
 // timestamps or CUDA's driver cannot be reached.
@@ -109,8 +124,11 @@ ncclabi::Result startEvent(void* context, void** eHandle, Descr* descr) {
       case ncclabi::kEvColl: {
         LaunchClock::Launch* l = p->clock ? LaunchClock::fromGroupHandle(descr->coll.parentGroup) : nullptr;
         const int reporting = p->clock ? (l ? 1 : 0) : -1;
-        *eHandle = p->ctx->collStart(descr->coll.func, descr->coll.seqNumber, descr->coll.count, descr->coll.datatype,
-                                     descr->coll.nChannels, descr->coll.algo, descr->coll.proto, reporting);
+        // NCCL's names ("AllReduce", "RING", "SIMPLE") in the engine's numbers, its datatype as a size
+        const int coll = descr->coll.func ? engine::parseColl(descr->coll.func) : -1;
+        *eHandle = p->ctx->collStart(coll, descr->coll.seqNumber, descr->coll.count, elementBytes(descr->coll.datatype),
+                                     descr->coll.nChannels, descr->coll.algo ? engine::parseAlgo(descr->coll.algo) : -1,
+                                     descr->coll.proto ? engine::parseProto(descr->coll.proto) : -1, reporting);
         if (l && *eHandle) p->clock->attach(l, *eHandle);
         break;
       }

@@ -229,6 +229,19 @@ def test_timing_matched_to_call(plugin: Path, processes: bool, runahead: int, re
         assert t["gpu_us"] == pytest.approx(truth[k] / 1000.0, abs=2e-3), (t, truth[k])
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f16", "i8"])
+def test_timing_matched_for_every_element_size(plugin: Path, dtype: str) -> None:
+    """The profiler's Coll event gives a count and NCCL's datatype name; the shim turns the name into an
+    element size, and a wrong size would match no task of the tuner's (no sample, nothing tuned)."""
+    comm = Comm("c", 0x5EED, (0, 1, 2, 3))
+    colls = (Call("allgather", 4 << 20), Call("reducescatter", 2 << 20), Call("allreduce", 1 << 20))
+    groups = [Group("c", (c,), repeat=6, dtype=dtype) for c in colls]
+    res = run_plugin(plugin, {"AUTOCCL_MODE": "observe"}, scenario=Scenario([comm], groups, seed=3))
+    assert_clean(res)
+    timed = {(t["coll"], t["bytes"]) for t in res.trace if t.get("ev") == "time"}
+    assert timed == {(c.coll, c.nbytes) for c in colls}, timed
+
+
 BAD_SETTINGS = [
     {"AUTOCCL_MODE": "bogus"},
     {"AUTOCCL_MODE": "fixed"},

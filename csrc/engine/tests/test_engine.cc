@@ -644,12 +644,12 @@ TEST(engine, timing_gap_mismatch) {
 }
 
 TEST(engine, coll_bytes) {
-  EXPECT_EQ(TimingMatcher::collBytes(kAllReduce, 1000, "ncclFloat32", 8), uint64_t(4000));
-  EXPECT_EQ(TimingMatcher::collBytes(kAllReduce, 1000, "ncclBfloat16", 8), uint64_t(2000));
-  EXPECT_EQ(TimingMatcher::collBytes(kAllReduce, 1000, "ncclFloat64", 8), uint64_t(8000));
-  EXPECT_EQ(TimingMatcher::collBytes(kAllGather, 1000, "ncclInt8", 8), uint64_t(8000));       // per-rank bytes x nRanks
-  EXPECT_EQ(TimingMatcher::collBytes(3 /*reducescatter*/, 10, "ncclFloat16", 4), uint64_t(80));
-  EXPECT_EQ(TimingMatcher::collBytes(kBroadcast, 77, "ncclInt8", 4), uint64_t(77));
+  EXPECT_EQ(TimingMatcher::collBytes(kAllReduce, 1000, 4, 8), uint64_t(4000));
+  EXPECT_EQ(TimingMatcher::collBytes(kAllReduce, 1000, 2, 8), uint64_t(2000));
+  EXPECT_EQ(TimingMatcher::collBytes(kAllReduce, 1000, 8, 8), uint64_t(8000));
+  EXPECT_EQ(TimingMatcher::collBytes(kAllGather, 1000, 1, 8), uint64_t(8000));  // per-rank bytes x nRanks
+  EXPECT_EQ(TimingMatcher::collBytes(3 /*reducescatter*/, 10, 2, 4), uint64_t(80));
+  EXPECT_EQ(TimingMatcher::collBytes(kBroadcast, 77, 1, 4), uint64_t(77));
 }
 
 // ------------------------------------------------------------------ context
@@ -716,7 +716,7 @@ TEST(engine, context_fixed) {
   ctx.getCollInfo(kAllReduce, 4u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
   // seq numbers: allreduce calls 0 and 1 -> seq 0 and 1 (1M floats = 4 MiB)
   for (uint64_t seq = 0; seq < 2; ++seq) {
-    void* h = ctx.collStart("AllReduce", seq, 1u << 20, "ncclFloat32", 1, "RING", "LL128");
+    void* h = ctx.collStart(kAllReduce, seq, 1u << 20, 4, 1, kRing, kLL128);
     EXPECT_TRUE(h != nullptr);
     void* c = ctx.kernelChStart(h, 1000);
     TimingMatcher::kernelChStop(c, 1000 + 5000 * (seq + 1));
@@ -728,7 +728,7 @@ TEST(engine, context_fixed) {
     nCh = 0;
     ctx.getCollInfo(kAllReduce, 128u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
     EXPECT_EQ(nCh, 0);
-    void* h = ctx.collStart("AllReduce", seq, 32u << 20, "ncclFloat32", 1, "TREE", "SIMPLE");
+    void* h = ctx.collStart(kAllReduce, seq, 32u << 20, 4, 1, kTree, kSimple);
     EXPECT_TRUE(h != nullptr);
     void* c = ctx.kernelChStart(h, 1000);
     TimingMatcher::kernelChStop(c, 1000 + 90000);
@@ -912,7 +912,7 @@ TEST(engine, context_observe_table) {
       EXPECT_EQ(mask, 66);
       EXPECT_EQ(nCh, 0);
       for (int i = 0; i < kNumAlgos * kNumProtos; ++i) EXPECT_TRUE(costs[i] != 0.0f);
-      void* h = ctx.collStart("AllReduce", k, 2048, "ncclFloat32", 2, "NVLS", "SIMPLE");
+      void* h = ctx.collStart(kAllReduce, k, 2048, 4, 2, kNvls, kSimple);
       void* c0 = ctx.kernelChStart(h, 100);
       void* c1 = ctx.kernelChStart(h, 120);
       TimingMatcher::eventStop(h);
@@ -1033,7 +1033,7 @@ TEST(engine, context_unprofiled) {
     if (k == 126) { EXPECT_EQ(told("broadcast"), 0); }
     fillCosts(costs);
     ctx.getCollInfo(kAllReduce, 1u << 20, 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh);
-    void* h = ctx.collStart("AllReduce", k, 1u << 18, "ncclFloat32", 8, "RING", "SIMPLE");
+    void* h = ctx.collStart(kAllReduce, k, 1u << 18, 4, 8, kRing, kSimple);
     TimingMatcher::eventStop(h);
   }
   EXPECT_EQ(mask, 66);  // timing stayed on throughout (the broadcast task never got its samples)

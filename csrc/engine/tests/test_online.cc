@@ -232,20 +232,6 @@ struct Applied {
   }
 };
 
-const char* ncclCollName(int coll) {
-  static const char* const n[kNumColls] = {"Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce"};
-  return n[coll];
-}
-const char* ncclAlgoName(int a) {
-  static const char* const n[kNumAlgos] = {"TREE", "RING",      "COLLNET_DIRECT", "COLLNET_CHAIN",
-                                           "NVLS", "NVLS_TREE", "PAT"};
-  return n[a];
-}
-const char* ncclProtoName(int p) {
-  static const char* const n[kNumProtos] = {"LL", "LL128", "SIMPLE"};
-  return n[p];
-}
-
 // The profiler's KernelCh events of one call, delivered by a "proxy thread" (lagged) or inline.
 struct KernelEvents {
   void* coll = nullptr;
@@ -351,7 +337,7 @@ struct FakeRank {
       uint64_t count = bytes;  // ncclInt8
       if (coll == kAllGather || coll == kReduceScatter) count = bytes / static_cast<uint64_t>(nRanks);
       KernelEvents e;
-      e.coll = ctx.collStart(ncclCollName(coll), seq, count, "ncclInt8", ch, ncclAlgoName(algo), ncclProtoName(proto));
+      e.coll = ctx.collStart(coll, seq, count, 1, ch, algo, proto);
       e.channels = ch;
       e.startNs = clockNs;
       e.durNs = static_cast<uint64_t>((model.us(algo, proto, ch, k) + slowNextUs) * 1000.0);
