@@ -705,3 +705,56 @@ def test_coordinator_table_sums_a_launchs_lookups_per_rank() -> None:
         "| 1 | mpi | all_reduce | online | 0 | 3 | 3 | 0.0 | 0 | 0 | 8.3 | 3 | 0 |",
     ]
     assert NT.coordinator_stats([t for t in trace if t["ev"] == "task"]) is None
+
+
+def test_a_rerun_with_other_settings_is_refused(tmp_path: Path) -> None:
+    """A rerun into a folder resumes it only under the settings its launches were measured with: other sizes,
+    GPUs or a mode's arguments under the same name are refused in one sentence naming them (nothing is
+    launched, launches.jsonl is left as it was); more passes, modes or collectives resume."""
+    bin_dir = _fake_bin(tmp_path)
+    log = tmp_path / "launches.log"
+    out = tmp_path / "out"
+    env = {"FAKE_LOG": str(log)}
+    base = ["--bin", str(bin_dir), "-c", "all_reduce", "-o", str(out), "--no-progress"]
+    first = [*base, "-g", "2", "-p", "1", "-e", "2M", "-m", "plain", "-m", "observe"]
+    r = _invoke(first, env)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    launched, recorded = len(log.read_text().splitlines()), (out / "launches.jsonl").read_text()
+    refused = [
+        (
+            ["-g", "8", "-b", "64M", "-e", "256M", "-m", "plain", "-m", "observe"],
+            ["-g 2 then, 8 now", "-b 1048576"],
+        ),
+        (["-g", "2", "-e", "2M", "-f", "4", "-m", "plain", "-m", "observe"], ["-f 2 then, 4 now"]),
+        (["-g", "2", "-e", "2M", "-n", "7", "-m", "plain", "-m", "observe"], ["-n 40 then, 7 now"]),
+        (
+            ["-g", "2", "-e", "2M", "--nt-args", "-d half", "-m", "plain", "-m", "observe"],
+            ["--nt-args '' then"],
+        ),
+        (
+            ["-g", "2", "-e", "2M", "-m", "plain", "-m", "observe:--mode table"],
+            ["mode observe's options '--mode observe' then, '--mode table' now"],
+        ),
+        (
+            ["-g", "2", "-e", "2M", "-m", "plain", "-m", "observe:--mode observe AUTOCCL_CLOCK=kernel"],
+            ["mode observe's VAR=VALUE '' then, 'AUTOCCL_CLOCK=kernel' now"],
+        ),
+    ]
+    for args, words in refused:
+        r = CliRunner().invoke(main, ["bench", "nccl-tests", *base, *args], env=env)
+        assert r.exit_code != 0 and "measured with other settings (" in r.output, (args, r.output)
+        assert all(w in r.output for w in words), (args, r.output)
+        assert len(log.read_text().splitlines()) == launched
+        assert (out / "launches.jsonl").read_text() == recorded
+    # the same settings with another pass, mode and collective: only what is new is launched
+    more = [*base[:2], "-c", "all_reduce,all_gather", *base[4:], "-g", "2", "-p", "2", "-e", "2M"]
+    r = _invoke([*more, "-m", "plain", "-m", "observe", "-m", "online"], env)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    assert len(log.read_text().splitlines()) == launched + 2 * 2 * 3 - 2
+    # launches of an autoccl that did not record their settings cannot be compared: refused, but summarised
+    lines = [json.loads(x) for x in (out / "launches.jsonl").read_text().splitlines()]
+    (out / "launches.jsonl").write_text("".join(json.dumps({**x, "settings": None}) + "\n" for x in lines))
+    r = CliRunner().invoke(main, ["bench", "nccl-tests", *more, "-m", "plain"], env=env)
+    assert r.exit_code != 0 and "did not record their settings" in r.output, r.output
+    r = _invoke(["--report-only", "-o", str(out), "--no-progress"], env)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]

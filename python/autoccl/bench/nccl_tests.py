@@ -455,9 +455,10 @@ def run_plan(
     (`set_aside_unreadable`; NOTIFY is told how many) and the launches they held run again.
     Returns one record per launch (rows, return code, duration, data errors, trace checks)."""
     plan.validate()
+    results_path = plan.out / "launches.jsonl"
+    check_resume(plan, scan_launches(results_path)[0], results_path)
     (plan.out / "logs").mkdir(parents=True, exist_ok=True)
     (plan.out / "cache" / "empty").mkdir(parents=True, exist_ok=True)
-    results_path = plan.out / "launches.jsonl"
     earlier, set_aside = set_aside_unreadable(results_path)
     if set_aside and notify:
         notify(
@@ -554,6 +555,85 @@ def with_passes(header: str, count: int) -> str:
     return _PASSES_TEXT.sub(passes_text(count), header)
 
 
+# What a launch measured under besides its pass, launch kind, collective and mode name, with the option
+# that sets it: a resumed run whose launches differ in one of these would mix two measurements in one table.
+_PLAN_SETTINGS = {
+    "bin": "--bin",
+    "gpus": "-g",
+    "begin": "-b",
+    "end": "-e",
+    "factor": "-f",
+    "warmup": "-w",
+    "iters": "-n",
+    "nt_args": "--nt-args",
+    "mpirun": "--mpirun",
+}
+
+
+def launch_settings(plan: Plan, mode: Mode, launch: str) -> dict[str, Any]:
+    """The settings a launch record keeps (`settings`): the plan's (mpirun for an mpi launch only) and the
+    mode's `autoccl run` options and VAR=VALUE assignments as given (placeholders unexpanded)."""
+    out: dict[str, Any] = {
+        "bin": str(plan.bin_dir.resolve()),
+        "gpus": plan.gpus,
+        "begin": plan.begin,
+        "end": plan.end,
+        "factor": plan.factor,
+        "warmup": plan.warmup,
+        "iters": plan.iters,
+        "nt_args": list(plan.extra_args),
+        "run_args": None if mode.run_args is None else list(mode.run_args),
+        "env": [list(kv) for kv in mode.env],
+    }
+    if launch == "mpi":
+        out["mpirun"] = plan.mpirun
+    return out
+
+
+def check_resume(plan: Plan, records: Iterable[Mapping[str, Any]], path: Path) -> None:
+    """A run into a folder whose launches.jsonl already holds finished launches resumes it only under the
+    same settings (more passes, modes, collectives or launch kinds are fine): otherwise one sentence names
+    what differs. Launches that failed are launched again, whatever their settings; launches of a mode not
+    in this plan are compared on the plan's settings alone."""
+    modes = {m.name: m for m in plan.modes}
+    differ: dict[str, str] = {}
+    for rec in records:
+        if rec.get("rc") != 0:
+            continue
+        old = rec.get("settings")
+        if not isinstance(old, dict):
+            raise BenchError(
+                f"{path} holds launches of an autoccl that did not record their settings, so this run cannot "
+                "tell whether they compare: write to another folder (or summarise it with --report-only)"
+            )
+        mode = modes.get(str(rec["mode"]))
+        new = launch_settings(plan, mode or Mode(str(rec["mode"]), None), str(rec["launch"]))
+        for key, option in _PLAN_SETTINGS.items():
+            if key in new and old.get(key) != new[key]:
+                then = _shown(old[key]) if key in old else "unrecorded"
+                differ.setdefault(option, f"{option} {then} then, {_shown(new[key])} now")
+        if mode is not None:
+            for key, what in (("run_args", "options"), ("env", "VAR=VALUE")):
+                if old.get(key) != new[key]:
+                    name = f"mode {mode.name}'s {what}"
+                    differ.setdefault(name, f"{name} {_shown(old.get(key))} then, {_shown(new[key])} now")
+    if differ:
+        raise BenchError(
+            f"{path} holds launches measured with other settings ({'; '.join(list(differ.values())[:4])}): "
+            "run with the same options to resume them, or write to another folder"
+        )
+
+
+def _shown(value: Any) -> str:
+    """A recorded setting as the command line gave it: options and VAR=VALUE pairs quoted, plain NCCL as
+    such."""
+    if value is None:
+        return "plain"
+    if isinstance(value, list):
+        return repr(" ".join("=".join(map(str, x)) if isinstance(x, list) else str(x) for x in value))
+    return str(value)
+
+
 def _finished(records: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
     """The launches of earlier records that ran to the end, by (pass, launch, collective, mode)."""
     done: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -641,6 +721,7 @@ def _one_launch(plan: Plan, mode: Mode, coll: str, launch: str, pass_no: int) ->
         "rows": rows,
         "data_errors": sum((r["oop_wrong"] or 0) + (r["ip_wrong"] or 0) for r in rows),
         "log": str(log.relative_to(plan.out)),
+        "settings": launch_settings(plan, mode, launch),
     }
     if rc == 0 and not rows:
         rec["rc"] = -1
