@@ -758,3 +758,56 @@ def test_a_rerun_with_other_settings_is_refused(tmp_path: Path) -> None:
     assert r.exit_code != 0 and "did not record their settings" in r.output, r.output
     r = _invoke(["--report-only", "-o", str(out), "--no-progress"], env)
     assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+
+
+TYPO = "AUTOCCL_" + "CLOK"
+
+
+@pytest.mark.parametrize(
+    ("mode", "words"),
+    [
+        ("x:--mode bogus", "mode 'x': Invalid value for '--mode': 'bogus' is not one of"),
+        ("x:AUTOCCL_MODE=bogus", "mode 'x': AUTOCCL_MODE='bogus' is not one of"),
+        ("x:--frob", "mode 'x': no such option of autoccl run: --frob"),
+        ("x:observe", "mode 'x': no such argument of autoccl run: observe"),
+        ("x:--mode fixed", "mode 'x': fixed mode needs rules"),
+        # a misspelt setting, its name put together (the settings test lists every AUTOCCL_ name in the code)
+        (f"x:--mode observe {TYPO}=kernel", f"{TYPO} is no autoccl setting (did you mean AUTOCCL_CLOCK?)"),
+    ],
+)
+def test_a_bad_mode_is_refused_before_any_launch(tmp_path: Path, mode: str, words: str) -> None:
+    """An autoccl mode whose options or AUTOCCL_* assignments `autoccl run` would refuse fails before the
+    first launch (plain ones included), in one sentence, not launch by launch in the logs."""
+    bin_dir = _fake_bin(tmp_path)
+    log = tmp_path / "launches.log"
+    args = [
+        "bench",
+        "nccl-tests",
+        "--bin",
+        str(bin_dir),
+        "-g",
+        "2",
+        "-c",
+        "all_reduce",
+        "-p",
+        "1",
+        "-e",
+        "1M",
+    ]
+    r = CliRunner().invoke(
+        main, [*args, "-m", "plain", "-m", mode, "-o", str(tmp_path / "o")], env={"FAKE_LOG": str(log)}
+    )
+    assert r.exit_code != 0 and words in r.output and "nothing was launched" in r.output, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    assert not log.exists()
+
+
+def test_placeholders_pass_the_mode_check(tmp_path: Path) -> None:
+    """{cache:NAME} and {empty} name caches the run makes: the check before the launches accepts them."""
+    bin_dir = _fake_bin(tmp_path)
+    log = tmp_path / "launches.log"
+    modes = ["-m", "plain", "-m", "online", "-m", "tw:--mode table --cache-dir {cache:online}", "-m", "idle"]
+    args = ["--bin", str(bin_dir), "-g", "2", "-c", "all_reduce", "-p", "1", "-e", "1M", *modes]
+    r = _invoke([*args, "-o", str(tmp_path / "o"), "--no-progress"], {"FAKE_LOG": str(log)})
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    assert len(log.read_text().splitlines()) == 4

@@ -11,6 +11,7 @@ passes start from the table the earlier ones wrote, as a user's second job would
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autoccl import settings
 from autoccl.bench.trace import read_records, trace_files, unreadable_lines
 from autoccl.figures import save_figure
 from autoccl.tuner_env import OWN_PREFIXES, PLUGIN_VARS, SAFETY_ENV
@@ -401,13 +403,45 @@ def launch_command(plan: Plan, mode: Mode, coll: str, launch: str, pass_no: int)
         body = [exe, "-g", str(plan.gpus), *nt]
     if mode.plain:
         return body
+    args = run_options(plan, mode, launch)
+    if plan.trace:
+        args += ["--trace", str(trace_prefix(plan, mode, coll, launch, pass_no))]
+    return [sys.executable, "-m", "autoccl", "run", *args, "--", *body]
+
+
+def run_options(plan: Plan, mode: Mode, launch: str) -> list[str]:
+    """The `autoccl run` options of an autoccl mode's launch (--trace apart): the mode's own, its
+    placeholders expanded, and its cache under the output folder unless it names one."""
     assert mode.run_args is not None
     args = [_expand_cache_dirs(a, plan, launch) for a in mode.run_args]
     if "--cache-dir" not in args:
         args += ["--cache-dir", str(plan.out / "cache" / f"{mode.name}-{launch}")]
-    if plan.trace:
-        args += ["--trace", str(trace_prefix(plan, mode, coll, launch, pass_no))]
-    return [sys.executable, "-m", "autoccl", "run", *args, "--", *body]
+    return args
+
+
+# Why `autoccl run OPTIONS -- ...` in an environment would refuse to start (None: it would start), found
+# without starting anything: `autoccl.cli.tuner.run_options_problem`, handed in by the CLI.
+OptionsCheck = Callable[[Sequence[str], Mapping[str, str]], "str | None"]
+
+
+def check_modes(plan: Plan, check: OptionsCheck) -> None:
+    """Every autoccl mode's options and assignments as each of its launches would get them, before the first
+    launch: one a launch would refuse fails every launch of the mode, after the plain ones spent their GPU
+    time. An AUTOCCL_* assignment that is no autoccl setting is refused too (a typo the library ignores)."""
+    for mode in plan.modes:
+        if mode.plain:
+            continue
+        for name, _ in mode.env:
+            if name.startswith("AUTOCCL_") and name not in settings.BY_NAME:
+                close = difflib.get_close_matches(name, list(settings.BY_NAME), n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise BenchError(
+                    f"mode {mode.name!r}: {name} is no autoccl setting{hint}; nothing was launched"
+                )
+        for launch in plan.launches:
+            why = check(run_options(plan, mode, launch), child_env(mode, os.environ))
+            if why:
+                raise BenchError(f"mode {mode.name!r}: {why.rstrip('.')}; nothing was launched")
 
 
 _CACHE_OF = re.compile(r"\{cache:([A-Za-z0-9_.-]+)\}")
@@ -449,16 +483,20 @@ def run_plan(
     plan: Plan,
     progress: Callable[[str, int, int], None] | None = None,
     notify: Callable[[str], None] | None = None,
+    check: OptionsCheck | None = None,
 ) -> list[dict[str, Any]]:
     """Every launch, interleaved: for each pass, each launch kind, each collective, each mode in turn (in
     the pass's order, `pass_order`). Lines an earlier, killed run left unreadable are set aside first
-    (`set_aside_unreadable`; NOTIFY is told how many) and the launches they held run again.
+    (`set_aside_unreadable`; NOTIFY is told how many) and the launches they held run again. With CHECK, the
+    autoccl modes' options are checked before anything is launched (`check_modes`).
     Returns one record per launch (rows, return code, duration, data errors, trace checks)."""
     plan.validate()
     results_path = plan.out / "launches.jsonl"
     check_resume(plan, scan_launches(results_path)[0], results_path)
     (plan.out / "logs").mkdir(parents=True, exist_ok=True)
     (plan.out / "cache" / "empty").mkdir(parents=True, exist_ok=True)
+    if check is not None:
+        check_modes(plan, check)
     earlier, set_aside = set_aside_unreadable(results_path)
     if set_aside and notify:
         notify(

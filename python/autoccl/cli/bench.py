@@ -896,6 +896,7 @@ def nccl_tests(
     import shlex
 
     from autoccl.bench import nccl_tests as NT
+    from autoccl.cli.tuner import run_options_problem
 
     try:
         if bin_dir is None and not report_only:
@@ -937,7 +938,7 @@ def nccl_tests(
             show = sys.stderr.isatty() if progress is None else progress
             with _progress(show) as bar:
                 say = lambda m: click.echo(f"autoccl bench nccl-tests: {m}", err=True)  # noqa: E731
-                records = NT.run_plan(plan, progress=bar, notify=say)
+                records = NT.run_plan(plan, progress=bar, notify=say, check=run_options_problem)
             unreadable = 0
     except NT.BenchError as e:
         raise _fail(str(e)) from None
