@@ -303,6 +303,23 @@ def test_bad_inputs_are_one_sentence(tmp_path: Path) -> None:
         assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
 
 
+def test_a_missing_bin_is_named_before_the_gpus_are_counted(tmp_path: Path) -> None:
+    """Without -g the GPUs are counted with nvidia-smi; a wrong --bin is the problem to name, not nvidia-smi
+    (absent here: PATH holds no nvidia-smi)."""
+    args = [
+        "bench",
+        "nccl-tests",
+        "--bin",
+        str(tmp_path / "nope"),
+        "-c",
+        "all_reduce",
+        "-o",
+        str(tmp_path / "o"),
+    ]
+    r = CliRunner().invoke(main, args, env={"PATH": str(tmp_path)})
+    assert r.exit_code != 0 and "no such directory" in r.output and "nvidia-smi" not in r.output, r.output
+
+
 def test_mode_syntax() -> None:
     m = NT.parse_mode("kclock:--mode observe AUTOCCL_CLOCK=kernel")
     assert m.run_args == ("--mode", "observe") and dict(m.env) == {"AUTOCCL_CLOCK": "kernel"}

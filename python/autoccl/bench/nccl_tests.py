@@ -321,7 +321,9 @@ class Plan:
     def binary(self, coll: str, launch: str) -> Path:
         return self.bin_dir / (f"{coll}_perf_mpi" if launch == "mpi" else f"{coll}_perf")
 
-    def validate(self) -> None:
+    def validate_binaries(self) -> None:
+        """The nccl-tests build, the collectives and the launcher: checked first, before the GPUs are
+        counted (a wrong --bin is the problem to name, not a missing nvidia-smi)."""
         if not self.bin_dir.is_dir():
             raise BenchError(f"--bin {self.bin_dir}: no such directory (build nccl-tests there first)")
         for coll in self.colls:
@@ -334,6 +336,9 @@ class Plan:
                     raise BenchError(f"{exe} is missing or not executable{hint}")
         if "mpi" in self.launches and shutil.which(self.mpirun) is None:
             raise BenchError(f"--launch mpi needs {self.mpirun!r} on PATH")
+
+    def validate(self) -> None:
+        self.validate_binaries()
         names = [m.name for m in self.modes]
         if len(set(names)) != len(names):
             raise BenchError(f"mode names must differ: {', '.join(names)}")

@@ -916,7 +916,7 @@ def nccl_tests(
             colls=[c.strip() for c in colls.split(",") if c.strip()],
             modes=mode_list,
             launches=launch_list,
-            gpus=gpus if gpus is not None else (0 if report_only else _visible_gpus()),
+            gpus=gpus if gpus is not None else 0,
             begin=NT.size_arg(begin),
             end=NT.size_arg(end),
             factor=factor,
@@ -933,6 +933,9 @@ def nccl_tests(
         if report_only:
             records, unreadable = NT.read_launches(outdir)
         else:
+            plan.validate_binaries()  # a wrong --bin before nvidia-smi is asked for the GPUs
+            if gpus is None:
+                plan.gpus = _visible_gpus()
             plan.validate()
             outdir.mkdir(parents=True, exist_ok=True)
             show = sys.stderr.isatty() if progress is None else progress
