@@ -320,6 +320,19 @@ def test_a_missing_bin_is_named_before_the_gpus_are_counted(tmp_path: Path) -> N
     assert r.exit_code != 0 and "no such directory" in r.output and "nvidia-smi" not in r.output, r.output
 
 
+def test_no_cell_at_the_geomean_size_says_so_not_nan() -> None:
+    """Sizes all below 4 MiB leave the geomean nothing to average: the table says so, not "nan× (nan–nan)"."""
+    recs = [
+        {"pass": p, "launch": "single", "coll": "all_reduce", "mode": m, "rc": 0,
+         "rows": [{"bytes": 1 << 20, "oop_busbw_gbs": 100.0 * (1.1 if m == "online" else 1.0)}]}
+        for p in range(2)
+        for m in ("plain", "online")
+    ]  # fmt: skip
+    md = NT.markdown(NT.summarize(recs))
+    row = next(x for x in md.splitlines() if x.startswith("| online | single |"))
+    assert "— (no cell ≥ 4 MiB)" in row and "nan" not in md, md
+
+
 def test_mode_syntax() -> None:
     m = NT.parse_mode("kclock:--mode observe AUTOCCL_CLOCK=kernel")
     assert m.run_args == ("--mode", "observe") and dict(m.env) == {"AUTOCCL_CLOCK": "kernel"}

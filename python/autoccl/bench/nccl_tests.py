@@ -1141,9 +1141,15 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
     for o in summary["overall"].values():
         w = o["worst_cell"]
         worst = f"{w['coll']} {_mib(w['bytes'])} {w['ratio']:.3f}×" if w else "—"
-        ci = o["geomean_ci95"]
+        ci, geo = o["geomean_ci95"], o["geomean_ge_min_bytes"]
+        # no cell at or above min_bytes (small sizes only, or none measured): nothing to average
+        geo_text = (
+            f"{geo:.3f}× ({ci[0]:.3f}–{ci[1]:.3f})"
+            if math.isfinite(geo)
+            else f"— (no cell ≥ {_mib(int(o.get('min_bytes') or 4 << 20))})"
+        )
         lines.append(
-            f"| {o['mode']} | {o['launch']} | {o['geomean_ge_min_bytes']:.3f}× ({ci[0]:.3f}–{ci[1]:.3f}) "
+            f"| {o['mode']} | {o['launch']} | {geo_text} "
             f"| {worst} | "
             f"{o['cells_below_0.98']} of {o['cells']} | {len(o.get('losses_beyond_spread', []))} | "
             f"{o['data_errors']} | {o['failed_launches']} | "
