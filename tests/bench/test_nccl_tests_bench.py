@@ -303,6 +303,36 @@ def test_bad_inputs_are_one_sentence(tmp_path: Path) -> None:
         assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
 
 
+def test_a_missing_bin_is_named_before_the_gpus_are_counted(tmp_path: Path) -> None:
+    """Without -g the GPUs are counted with nvidia-smi; a wrong --bin is the problem to name, not nvidia-smi
+    (absent here: PATH holds no nvidia-smi)."""
+    args = [
+        "bench",
+        "nccl-tests",
+        "--bin",
+        str(tmp_path / "nope"),
+        "-c",
+        "all_reduce",
+        "-o",
+        str(tmp_path / "o"),
+    ]
+    r = CliRunner().invoke(main, args, env={"PATH": str(tmp_path)})
+    assert r.exit_code != 0 and "no such directory" in r.output and "nvidia-smi" not in r.output, r.output
+
+
+def test_no_cell_at_the_geomean_size_says_so_not_nan() -> None:
+    """Sizes all below 4 MiB leave the geomean nothing to average: the table says so, not "nan× (nan–nan)"."""
+    recs = [
+        {"pass": p, "launch": "single", "coll": "all_reduce", "mode": m, "rc": 0,
+         "rows": [{"bytes": 1 << 20, "oop_busbw_gbs": 100.0 * (1.1 if m == "online" else 1.0)}]}
+        for p in range(2)
+        for m in ("plain", "online")
+    ]  # fmt: skip
+    md = NT.markdown(NT.summarize(recs))
+    row = next(x for x in md.splitlines() if x.startswith("| online | single |"))
+    assert "— (no cell ≥ 4 MiB)" in row and "nan" not in md, md
+
+
 def test_mode_syntax() -> None:
     m = NT.parse_mode("kclock:--mode observe AUTOCCL_CLOCK=kernel")
     assert m.run_args == ("--mode", "observe") and dict(m.env) == {"AUTOCCL_CLOCK": "kernel"}
@@ -705,3 +735,109 @@ def test_coordinator_table_sums_a_launchs_lookups_per_rank() -> None:
         "| 1 | mpi | all_reduce | online | 0 | 3 | 3 | 0.0 | 0 | 0 | 8.3 | 3 | 0 |",
     ]
     assert NT.coordinator_stats([t for t in trace if t["ev"] == "task"]) is None
+
+
+def test_a_rerun_with_other_settings_is_refused(tmp_path: Path) -> None:
+    """A rerun into a folder resumes it only under the settings its launches were measured with: other sizes,
+    GPUs or a mode's arguments under the same name are refused in one sentence naming them (nothing is
+    launched, launches.jsonl is left as it was); more passes, modes or collectives resume."""
+    bin_dir = _fake_bin(tmp_path)
+    log = tmp_path / "launches.log"
+    out = tmp_path / "out"
+    env = {"FAKE_LOG": str(log)}
+    base = ["--bin", str(bin_dir), "-c", "all_reduce", "-o", str(out), "--no-progress"]
+    first = [*base, "-g", "2", "-p", "1", "-e", "2M", "-m", "plain", "-m", "observe"]
+    r = _invoke(first, env)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    launched, recorded = len(log.read_text().splitlines()), (out / "launches.jsonl").read_text()
+    refused = [
+        (
+            ["-g", "8", "-b", "64M", "-e", "256M", "-m", "plain", "-m", "observe"],
+            ["-g 2 then, 8 now", "-b 1048576"],
+        ),
+        (["-g", "2", "-e", "2M", "-f", "4", "-m", "plain", "-m", "observe"], ["-f 2 then, 4 now"]),
+        (["-g", "2", "-e", "2M", "-n", "7", "-m", "plain", "-m", "observe"], ["-n 40 then, 7 now"]),
+        (
+            ["-g", "2", "-e", "2M", "--nt-args", "-d half", "-m", "plain", "-m", "observe"],
+            ["--nt-args '' then"],
+        ),
+        (
+            ["-g", "2", "-e", "2M", "-m", "plain", "-m", "observe:--mode table"],
+            ["mode observe's options '--mode observe' then, '--mode table' now"],
+        ),
+        (
+            ["-g", "2", "-e", "2M", "-m", "plain", "-m", "observe:--mode observe AUTOCCL_CLOCK=kernel"],
+            ["mode observe's VAR=VALUE '' then, 'AUTOCCL_CLOCK=kernel' now"],
+        ),
+    ]
+    for args, words in refused:
+        r = CliRunner().invoke(main, ["bench", "nccl-tests", *base, *args], env=env)
+        assert r.exit_code != 0 and "measured with other settings (" in r.output, (args, r.output)
+        assert all(w in r.output for w in words), (args, r.output)
+        assert len(log.read_text().splitlines()) == launched
+        assert (out / "launches.jsonl").read_text() == recorded
+    # the same settings with another pass, mode and collective: only what is new is launched
+    more = [*base[:2], "-c", "all_reduce,all_gather", *base[4:], "-g", "2", "-p", "2", "-e", "2M"]
+    r = _invoke([*more, "-m", "plain", "-m", "observe", "-m", "online"], env)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    assert len(log.read_text().splitlines()) == launched + 2 * 2 * 3 - 2
+    # launches of an autoccl that did not record their settings cannot be compared: refused, but summarised
+    lines = [json.loads(x) for x in (out / "launches.jsonl").read_text().splitlines()]
+    (out / "launches.jsonl").write_text("".join(json.dumps({**x, "settings": None}) + "\n" for x in lines))
+    r = CliRunner().invoke(main, ["bench", "nccl-tests", *more, "-m", "plain"], env=env)
+    assert r.exit_code != 0 and "did not record their settings" in r.output, r.output
+    r = _invoke(["--report-only", "-o", str(out), "--no-progress"], env)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+
+
+TYPO = "AUTOCCL_" + "CLOK"
+
+
+@pytest.mark.parametrize(
+    ("mode", "words"),
+    [
+        ("x:--mode bogus", "mode 'x': Invalid value for '--mode': 'bogus' is not one of"),
+        ("x:AUTOCCL_MODE=bogus", "mode 'x': AUTOCCL_MODE='bogus' is not one of"),
+        ("x:--frob", "mode 'x': no such option of autoccl run: --frob"),
+        ("x:observe", "mode 'x': no such argument of autoccl run: observe"),
+        ("x:--mode fixed", "mode 'x': fixed mode needs rules"),
+        # a misspelt setting, its name put together (the settings test lists every AUTOCCL_ name in the code)
+        (f"x:--mode observe {TYPO}=kernel", f"{TYPO} is no autoccl setting (did you mean AUTOCCL_CLOCK?)"),
+    ],
+)
+def test_a_bad_mode_is_refused_before_any_launch(tmp_path: Path, mode: str, words: str) -> None:
+    """An autoccl mode whose options or AUTOCCL_* assignments `autoccl run` would refuse fails before the
+    first launch (plain ones included), in one sentence, not launch by launch in the logs."""
+    bin_dir = _fake_bin(tmp_path)
+    log = tmp_path / "launches.log"
+    args = [
+        "bench",
+        "nccl-tests",
+        "--bin",
+        str(bin_dir),
+        "-g",
+        "2",
+        "-c",
+        "all_reduce",
+        "-p",
+        "1",
+        "-e",
+        "1M",
+    ]
+    r = CliRunner().invoke(
+        main, [*args, "-m", "plain", "-m", mode, "-o", str(tmp_path / "o")], env={"FAKE_LOG": str(log)}
+    )
+    assert r.exit_code != 0 and words in r.output and "nothing was launched" in r.output, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    assert not log.exists()
+
+
+def test_placeholders_pass_the_mode_check(tmp_path: Path) -> None:
+    """{cache:NAME} and {empty} name caches the run makes: the check before the launches accepts them."""
+    bin_dir = _fake_bin(tmp_path)
+    log = tmp_path / "launches.log"
+    modes = ["-m", "plain", "-m", "online", "-m", "tw:--mode table --cache-dir {cache:online}", "-m", "idle"]
+    args = ["--bin", str(bin_dir), "-g", "2", "-c", "all_reduce", "-p", "1", "-e", "1M", *modes]
+    r = _invoke([*args, "-o", str(tmp_path / "o"), "--no-progress"], {"FAKE_LOG": str(log)})
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    assert len(log.read_text().splitlines()) == 4

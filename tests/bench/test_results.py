@@ -27,6 +27,34 @@ def test_load_doc_rejects_foreign(tmp_path: Path) -> None:
         R.load_doc(p)
 
 
+def test_report_names_the_file_and_what_is_wrong_with_a_malformed_result(tmp_path: Path) -> None:
+    """A result file of the right schema whose rows are not what the report reads is one line naming the
+    file and the problem, and a failure: not a traceback from deep in the tables."""
+    from click.testing import CliRunner
+
+    from autoccl.cli import main
+
+    head = {"schema": R.SCHEMA, "kind": "coll"}
+    cases = [
+        ({"rows": "x"}, "'rows' is str, not a list"),
+        ({"rows": [1]}, "rows[0] is int, not an object"),
+        ({"rows": [{"mode": "nccl"}]}, "rows[0] has no 'coll' (missing)"),
+        (
+            {"rows": [{"coll": "all_reduce", "bytes": "1M", "load": "none", "mode": "nccl"}]},
+            "'bytes' (str, not int)",
+        ),
+        ({"kind": "train", "iterations": {"a": 1}}, "'iterations' is dict, not a list"),
+    ]
+    for i, (body, words) in enumerate(cases):
+        p = tmp_path / f"bad{i}.json"
+        p.write_text(json.dumps({**head, **body}))
+        with pytest.raises(R.ResultError, match="not a readable bench result"):
+            R.load_doc(p)
+        r = CliRunner().invoke(main, ["report", str(p), "-o", str(tmp_path / "out")])
+        assert r.exit_code != 0 and isinstance(r.exception, SystemExit), r.exception
+        assert f"{p} is not a readable bench result: " in r.output and words in r.output, r.output
+
+
 def test_oracle_best_per_cell(fixtures: Path) -> None:
     doc = _doc(fixtures)
     best = R.oracle_best(doc["rows"])

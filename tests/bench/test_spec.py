@@ -27,6 +27,20 @@ def test_parse_sizes_ranges() -> None:
             S.parse_sizes(bad)
 
 
+def test_too_many_sizes_are_refused_before_they_are_built() -> None:
+    """1M:1G:+1 is a billion sizes: refused by its count, at once, not after filling the memory; so is a
+    factor so near 1 that it steps by a byte, and one that is not finite."""
+    assert len(S.parse_sizes("1:1000:+1")) == S.MAX_SIZES == 1000
+    with pytest.raises(S.SpecError, match=r"gives 1,072,693,249 sizes, more than 1000"):
+        S.parse_sizes("1M:1G:+1")
+    for text in ("1:1001:+1", "1M:1G:x1.0000001", "1:600:+1,601:1200:+1", ",".join(map(str, range(1, 1002)))):
+        with pytest.raises(S.SpecError, match="more than 1000"):
+            S.parse_sizes(text)
+    for bad in ("1M:2M:xinf", "1M:2M:xnan"):
+        with pytest.raises(S.SpecError, match="finite"):
+            S.parse_sizes(bad)
+
+
 def test_format_size_roundtrip() -> None:
     for b in (1, 1000, 1024, 1536, 1 << 20, 3 << 30):
         assert S.parse_size(S.format_size(b)) == b

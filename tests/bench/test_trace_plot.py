@@ -93,3 +93,29 @@ def test_report_trace_says_which_lines_it_skipped(tmp_path: Path) -> None:
 def test_report_help_names_every_format() -> None:
     r = CliRunner().invoke(main, ["report", "--help"])
     assert r.exit_code == 0 and "png, svg, pdf" in " ".join(r.output.split())
+
+
+def test_report_trace_skips_and_says_call_records_with_wrong_typed_fields(tmp_path: Path) -> None:
+    """A call or time record whose numbers are not numbers (a damaged or foreign line that is still a JSON
+    object) is left out and said once per file, like an unreadable line: not a traceback."""
+    _trace(tmp_path / "trace.host.1.jsonl")
+    lines = (tmp_path / "trace.host.1.jsonl").read_text().splitlines()
+    bad = [
+        {"ev": "call", "rank": 0, "call": "x"},
+        {"ev": "time", "rank": 0, "coll": "allreduce", "bytes": 4 << 20, "call": 3, "gpu_us": "slow"},
+        {"ev": "call", "rank": 0, "coll": "allreduce", "bytes": [1], "call": 1},
+        {"ev": "call", "rank": 0, "bytes": 1, "call": 1, "algo": "RING", "chunk_halvings": "2"},
+    ]
+    mixed = tmp_path / "trace.host.2.jsonl"
+    mixed.write_text("\n".join([*lines[:10], *map(json.dumps, bad), *lines[10:]]) + "\n")
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["report", "--trace", str(mixed), "-o", str(out), "--format", "png"])
+    assert r.exit_code == 0, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    assert f"autoccl report: skipped 4 call records with wrong-typed fields in {mixed} (" in r.stderr, (
+        r.stderr
+    )
+    assert (
+        "| all_reduce 4 MiB (comm 0101) | 60 | 60 | 2 | 20 | NCCL's choice |"
+        in (out / "trace_tasks.md").read_text()
+    )

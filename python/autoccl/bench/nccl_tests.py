@@ -11,6 +11,7 @@ passes start from the table the earlier ones wrote, as a user's second job would
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autoccl import settings
 from autoccl.bench.trace import read_records, trace_files, unreadable_lines
 from autoccl.figures import save_figure
 from autoccl.tuner_env import OWN_PREFIXES, PLUGIN_VARS, SAFETY_ENV
@@ -319,7 +321,9 @@ class Plan:
     def binary(self, coll: str, launch: str) -> Path:
         return self.bin_dir / (f"{coll}_perf_mpi" if launch == "mpi" else f"{coll}_perf")
 
-    def validate(self) -> None:
+    def validate_binaries(self) -> None:
+        """The nccl-tests build, the collectives and the launcher: checked first, before the GPUs are
+        counted (a wrong --bin is the problem to name, not a missing nvidia-smi)."""
         if not self.bin_dir.is_dir():
             raise BenchError(f"--bin {self.bin_dir}: no such directory (build nccl-tests there first)")
         for coll in self.colls:
@@ -332,6 +336,9 @@ class Plan:
                     raise BenchError(f"{exe} is missing or not executable{hint}")
         if "mpi" in self.launches and shutil.which(self.mpirun) is None:
             raise BenchError(f"--launch mpi needs {self.mpirun!r} on PATH")
+
+    def validate(self) -> None:
+        self.validate_binaries()
         names = [m.name for m in self.modes]
         if len(set(names)) != len(names):
             raise BenchError(f"mode names must differ: {', '.join(names)}")
@@ -401,13 +408,45 @@ def launch_command(plan: Plan, mode: Mode, coll: str, launch: str, pass_no: int)
         body = [exe, "-g", str(plan.gpus), *nt]
     if mode.plain:
         return body
+    args = run_options(plan, mode, launch)
+    if plan.trace:
+        args += ["--trace", str(trace_prefix(plan, mode, coll, launch, pass_no))]
+    return [sys.executable, "-m", "autoccl", "run", *args, "--", *body]
+
+
+def run_options(plan: Plan, mode: Mode, launch: str) -> list[str]:
+    """The `autoccl run` options of an autoccl mode's launch (--trace apart): the mode's own, its
+    placeholders expanded, and its cache under the output folder unless it names one."""
     assert mode.run_args is not None
     args = [_expand_cache_dirs(a, plan, launch) for a in mode.run_args]
     if "--cache-dir" not in args:
         args += ["--cache-dir", str(plan.out / "cache" / f"{mode.name}-{launch}")]
-    if plan.trace:
-        args += ["--trace", str(trace_prefix(plan, mode, coll, launch, pass_no))]
-    return [sys.executable, "-m", "autoccl", "run", *args, "--", *body]
+    return args
+
+
+# Why `autoccl run OPTIONS -- ...` in an environment would refuse to start (None: it would start), found
+# without starting anything: `autoccl.cli.tuner.run_options_problem`, handed in by the CLI.
+OptionsCheck = Callable[[Sequence[str], Mapping[str, str]], "str | None"]
+
+
+def check_modes(plan: Plan, check: OptionsCheck) -> None:
+    """Every autoccl mode's options and assignments as each of its launches would get them, before the first
+    launch: one a launch would refuse fails every launch of the mode, after the plain ones spent their GPU
+    time. An AUTOCCL_* assignment that is no autoccl setting is refused too (a typo the library ignores)."""
+    for mode in plan.modes:
+        if mode.plain:
+            continue
+        for name, _ in mode.env:
+            if name.startswith("AUTOCCL_") and name not in settings.BY_NAME:
+                close = difflib.get_close_matches(name, list(settings.BY_NAME), n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise BenchError(
+                    f"mode {mode.name!r}: {name} is no autoccl setting{hint}; nothing was launched"
+                )
+        for launch in plan.launches:
+            why = check(run_options(plan, mode, launch), child_env(mode, os.environ))
+            if why:
+                raise BenchError(f"mode {mode.name!r}: {why.rstrip('.')}; nothing was launched")
 
 
 _CACHE_OF = re.compile(r"\{cache:([A-Za-z0-9_.-]+)\}")
@@ -449,15 +488,20 @@ def run_plan(
     plan: Plan,
     progress: Callable[[str, int, int], None] | None = None,
     notify: Callable[[str], None] | None = None,
+    check: OptionsCheck | None = None,
 ) -> list[dict[str, Any]]:
     """Every launch, interleaved: for each pass, each launch kind, each collective, each mode in turn (in
     the pass's order, `pass_order`). Lines an earlier, killed run left unreadable are set aside first
-    (`set_aside_unreadable`; NOTIFY is told how many) and the launches they held run again.
+    (`set_aside_unreadable`; NOTIFY is told how many) and the launches they held run again. With CHECK, the
+    autoccl modes' options are checked before anything is launched (`check_modes`).
     Returns one record per launch (rows, return code, duration, data errors, trace checks)."""
     plan.validate()
+    results_path = plan.out / "launches.jsonl"
+    check_resume(plan, scan_launches(results_path)[0], results_path)
     (plan.out / "logs").mkdir(parents=True, exist_ok=True)
     (plan.out / "cache" / "empty").mkdir(parents=True, exist_ok=True)
-    results_path = plan.out / "launches.jsonl"
+    if check is not None:
+        check_modes(plan, check)
     earlier, set_aside = set_aside_unreadable(results_path)
     if set_aside and notify:
         notify(
@@ -554,6 +598,85 @@ def with_passes(header: str, count: int) -> str:
     return _PASSES_TEXT.sub(passes_text(count), header)
 
 
+# What a launch measured under besides its pass, launch kind, collective and mode name, with the option
+# that sets it: a resumed run whose launches differ in one of these would mix two measurements in one table.
+_PLAN_SETTINGS = {
+    "bin": "--bin",
+    "gpus": "-g",
+    "begin": "-b",
+    "end": "-e",
+    "factor": "-f",
+    "warmup": "-w",
+    "iters": "-n",
+    "nt_args": "--nt-args",
+    "mpirun": "--mpirun",
+}
+
+
+def launch_settings(plan: Plan, mode: Mode, launch: str) -> dict[str, Any]:
+    """The settings a launch record keeps (`settings`): the plan's (mpirun for an mpi launch only) and the
+    mode's `autoccl run` options and VAR=VALUE assignments as given (placeholders unexpanded)."""
+    out: dict[str, Any] = {
+        "bin": str(plan.bin_dir.resolve()),
+        "gpus": plan.gpus,
+        "begin": plan.begin,
+        "end": plan.end,
+        "factor": plan.factor,
+        "warmup": plan.warmup,
+        "iters": plan.iters,
+        "nt_args": list(plan.extra_args),
+        "run_args": None if mode.run_args is None else list(mode.run_args),
+        "env": [list(kv) for kv in mode.env],
+    }
+    if launch == "mpi":
+        out["mpirun"] = plan.mpirun
+    return out
+
+
+def check_resume(plan: Plan, records: Iterable[Mapping[str, Any]], path: Path) -> None:
+    """A run into a folder whose launches.jsonl already holds finished launches resumes it only under the
+    same settings (more passes, modes, collectives or launch kinds are fine): otherwise one sentence names
+    what differs. Launches that failed are launched again, whatever their settings; launches of a mode not
+    in this plan are compared on the plan's settings alone."""
+    modes = {m.name: m for m in plan.modes}
+    differ: dict[str, str] = {}
+    for rec in records:
+        if rec.get("rc") != 0:
+            continue
+        old = rec.get("settings")
+        if not isinstance(old, dict):
+            raise BenchError(
+                f"{path} holds launches of an autoccl that did not record their settings, so this run cannot "
+                "tell whether they compare: write to another folder (or summarise it with --report-only)"
+            )
+        mode = modes.get(str(rec["mode"]))
+        new = launch_settings(plan, mode or Mode(str(rec["mode"]), None), str(rec["launch"]))
+        for key, option in _PLAN_SETTINGS.items():
+            if key in new and old.get(key) != new[key]:
+                then = _shown(old[key]) if key in old else "unrecorded"
+                differ.setdefault(option, f"{option} {then} then, {_shown(new[key])} now")
+        if mode is not None:
+            for key, what in (("run_args", "options"), ("env", "VAR=VALUE")):
+                if old.get(key) != new[key]:
+                    name = f"mode {mode.name}'s {what}"
+                    differ.setdefault(name, f"{name} {_shown(old.get(key))} then, {_shown(new[key])} now")
+    if differ:
+        raise BenchError(
+            f"{path} holds launches measured with other settings ({'; '.join(list(differ.values())[:4])}): "
+            "run with the same options to resume them, or write to another folder"
+        )
+
+
+def _shown(value: Any) -> str:
+    """A recorded setting as the command line gave it: options and VAR=VALUE pairs quoted, plain NCCL as
+    such."""
+    if value is None:
+        return "plain"
+    if isinstance(value, list):
+        return repr(" ".join("=".join(map(str, x)) if isinstance(x, list) else str(x) for x in value))
+    return str(value)
+
+
 def _finished(records: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
     """The launches of earlier records that ran to the end, by (pass, launch, collective, mode)."""
     done: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -641,6 +764,7 @@ def _one_launch(plan: Plan, mode: Mode, coll: str, launch: str, pass_no: int) ->
         "rows": rows,
         "data_errors": sum((r["oop_wrong"] or 0) + (r["ip_wrong"] or 0) for r in rows),
         "log": str(log.relative_to(plan.out)),
+        "settings": launch_settings(plan, mode, launch),
     }
     if rc == 0 and not rows:
         rec["rc"] = -1
@@ -1017,9 +1141,15 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
     for o in summary["overall"].values():
         w = o["worst_cell"]
         worst = f"{w['coll']} {_mib(w['bytes'])} {w['ratio']:.3f}×" if w else "—"
-        ci = o["geomean_ci95"]
+        ci, geo = o["geomean_ci95"], o["geomean_ge_min_bytes"]
+        # no cell at or above min_bytes (small sizes only, or none measured): nothing to average
+        geo_text = (
+            f"{geo:.3f}× ({ci[0]:.3f}–{ci[1]:.3f})"
+            if math.isfinite(geo)
+            else f"— (no cell ≥ {_mib(int(o.get('min_bytes') or 4 << 20))})"
+        )
         lines.append(
-            f"| {o['mode']} | {o['launch']} | {o['geomean_ge_min_bytes']:.3f}× ({ci[0]:.3f}–{ci[1]:.3f}) "
+            f"| {o['mode']} | {o['launch']} | {geo_text} "
             f"| {worst} | "
             f"{o['cells_below_0.98']} of {o['cells']} | {len(o.get('losses_beyond_spread', []))} | "
             f"{o['data_errors']} | {o['failed_launches']} | "

@@ -92,7 +92,34 @@ def load_doc(path: str | Path) -> dict[str, Any]:
         raise ResultError(f"cannot read {path}: not JSON ({e})") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise ResultError(f"{path} is not an autoccl bench result (schema {SCHEMA})")
+    why = _shape_problem(doc)
+    if why:
+        raise ResultError(f"{path} is not a readable bench result: {why}")
     return doc
+
+
+# The fields of a coll row that the tables and plots index it by.
+_COLL_ROW_FIELDS = (("coll", str), ("bytes", int), ("load", str), ("mode", str))
+
+
+def _shape_problem(doc: dict[str, Any]) -> str | None:
+    """What in a result document (schema already checked) the report could not read, as a clause; None
+    when nothing: its lists of rows and iterations hold objects, and a coll row says its cell and mode."""
+    for key in ("rows", "iterations", "launches"):
+        value = doc.get(key, [])
+        if not isinstance(value, list):
+            return f"{key!r} is {type(value).__name__}, not a list"
+        at = next((i for i, x in enumerate(value) if not isinstance(x, dict)), None)
+        if at is not None:
+            return f"{key}[{at}] is {type(value[at]).__name__}, not an object"
+    if doc.get("kind") == "coll":
+        for i, row in enumerate(doc.get("rows", [])):
+            for name, kind in _COLL_ROW_FIELDS:
+                v = row.get(name)
+                if not isinstance(v, kind) or isinstance(v, bool):
+                    what = "missing" if v is None else f"{type(v).__name__}, not {kind.__name__}"
+                    return f"rows[{i}] has no {name!r} ({what})"
+    return None
 
 
 def valid(row: dict[str, Any]) -> bool:

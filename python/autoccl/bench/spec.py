@@ -109,16 +109,28 @@ def format_size(nbytes: int) -> str:
     return str(nbytes)
 
 
+# More sizes than any measurement needs: beyond it a list is a slip (1M:1G:+1 is a billion sizes, which
+# filled 8 GB of memory before any check), refused before it is built.
+MAX_SIZES = 1000
+
+
 def parse_sizes(text: str) -> list[int]:
     """Comma-separated sizes and ranges. A range is `start:end[:step]` with step `xF` (geometric,
-    default `x2`) or `+S` (arithmetic); the end is included when the steps reach it exactly."""
+    default `x2`) or `+S` (arithmetic); the end is included when the steps reach it exactly. At most
+    MAX_SIZES sizes, counted before any list is built."""
     out: list[int] = []
+
+    def too_many(count: str) -> SpecError:
+        return SpecError(f"--sizes {text!r} gives {count} sizes, more than {MAX_SIZES}: take a coarser step")
+
     for item in (s.strip() for s in text.split(",")):
         if not item:
             continue
         parts = item.split(":")
         if len(parts) == 1:
             out.append(parse_size(parts[0]))
+            if len(out) > MAX_SIZES:
+                raise too_many(f"more than {MAX_SIZES}")
             continue
         if len(parts) not in (2, 3):
             raise SpecError(f"bad size range {item!r}: expected start:end[:xF|+S]")
@@ -132,13 +144,18 @@ def parse_sizes(text: str) -> list[int]:
                 factor = float(step[1:])
             except ValueError:
                 raise SpecError(f"bad step {step!r} in {item!r}: expected xF (e.g. x2)") from None
-            if factor <= 1:
-                raise SpecError(f"bad step {step!r} in {item!r}: factor must be > 1")
+            if not 1 < factor < math.inf:
+                raise SpecError(f"bad step {step!r} in {item!r}: factor must be > 1 and finite")
             while cur <= hi:
                 out.append(cur)
+                if len(out) > MAX_SIZES:  # a factor near 1 steps by a byte: stop counting past the cap
+                    raise too_many(f"more than {MAX_SIZES}")
                 cur = max(cur + 1, round(cur * factor))
         elif step.startswith("+"):
             inc = parse_size(step[1:])
+            count = len(out) + (hi - lo) // inc + 1
+            if count > MAX_SIZES:
+                raise too_many(f"{count:,}")
             while cur <= hi:
                 out.append(cur)
                 cur += inc

@@ -62,6 +62,22 @@ def decision_label(rec: dict[str, Any]) -> str:
     return text
 
 
+# The fields of call and time records that tasks_of reads as numbers, by the type they must have.
+_INT_FIELDS = ("rank", "bytes", "call", "chunk_halvings")
+_TYPED_TEXT = "rank, bytes, call and chunk_halvings must be integers, gpu_us a number"
+
+
+def _well_typed(rec: dict[str, Any]) -> bool:
+    """A record other than a call or time record, or one whose numeric fields are numbers (absent ones take
+    their defaults): a damaged or foreign record is left out and said, not a crash."""
+    if rec.get("ev") not in ("call", "time"):
+        return True
+    if any(k in rec and (not isinstance(rec[k], int) or isinstance(rec[k], bool)) for k in _INT_FIELDS):
+        return False
+    us = rec.get("gpu_us", 0.0)
+    return isinstance(us, (int, float)) and not isinstance(us, bool)
+
+
 def tasks_of(records: Iterable[dict[str, Any]], rank: int = 0) -> list[TaskTrace]:
     """The tasks `rank` saw, ordered by collective and size, with their decisions and timed calls."""
     tasks: dict[tuple[str, str, int], TaskTrace] = {}
@@ -110,7 +126,16 @@ def plot_trace(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    tasks = [t for t in tasks_of(read_records(paths, warn), rank) if t.decisions]
+    records: list[dict[str, Any]] = []
+    for path in paths:
+        recs = read_records([path], warn)
+        typed = [r for r in recs if _well_typed(r)]
+        if len(typed) < len(recs) and warn is not None:
+            n = len(recs) - len(typed)
+            what = f"call record{'s' if n > 1 else ''} with wrong-typed fields"
+            warn(f"skipped {n} {what} in {path} ({_TYPED_TEXT})")
+        records += typed
+    tasks = [t for t in tasks_of(records, rank) if t.decisions]
     if not tasks:
         raise TraceError(f"the trace has no calls of rank {rank} (is it an AUTOCCL_TRACE file?)")
     shown = sorted(tasks, key=lambda t: -t.nbytes)[:max_tasks]

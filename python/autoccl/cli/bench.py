@@ -896,6 +896,7 @@ def nccl_tests(
     import shlex
 
     from autoccl.bench import nccl_tests as NT
+    from autoccl.cli.tuner import run_options_problem
 
     try:
         if bin_dir is None and not report_only:
@@ -915,7 +916,7 @@ def nccl_tests(
             colls=[c.strip() for c in colls.split(",") if c.strip()],
             modes=mode_list,
             launches=launch_list,
-            gpus=gpus if gpus is not None else (0 if report_only else _visible_gpus()),
+            gpus=gpus if gpus is not None else 0,
             begin=NT.size_arg(begin),
             end=NT.size_arg(end),
             factor=factor,
@@ -932,12 +933,15 @@ def nccl_tests(
         if report_only:
             records, unreadable = NT.read_launches(outdir)
         else:
+            plan.validate_binaries()  # a wrong --bin before nvidia-smi is asked for the GPUs
+            if gpus is None:
+                plan.gpus = _visible_gpus()
             plan.validate()
             outdir.mkdir(parents=True, exist_ok=True)
             show = sys.stderr.isatty() if progress is None else progress
             with _progress(show) as bar:
                 say = lambda m: click.echo(f"autoccl bench nccl-tests: {m}", err=True)  # noqa: E731
-                records = NT.run_plan(plan, progress=bar, notify=say)
+                records = NT.run_plan(plan, progress=bar, notify=say, check=run_options_problem)
             unreadable = 0
     except NT.BenchError as e:
         raise _fail(str(e)) from None

@@ -7,6 +7,7 @@ import os
 import shlex
 import shutil
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,21 +93,17 @@ def _pinned_channels(given: tables.Table | None, cache_dir: str | None) -> int:
     return max([0, *(int(t.get("channels", "0")) for table in read for t in table.tasks)])
 
 
-def _build_env(plugin: PluginOptions, run_host: str | None = None) -> dict[str, str]:
-    """The plugin's variables for a job, checked as the library checks them (and the AUTOCCL_* variables
-    already in this environment with them): a value the library would refuse is an error here, before
-    anything starts."""
+def _checked_options(
+    plugin: PluginOptions, base: Mapping[str, str]
+) -> tuple[str | None, tables.Table | None]:
+    """The checks of a job's options that start nothing and ask no GPU: the AUTOCCL_* variables of BASE (what
+    the user exported, before it reaches a job), --fixed's rules, the options that apply to one mode only, and
+    --table (`_check_table_option`: returned as it)."""
     try:
-        settings.check(readers=("library", "cli"))  # what the user exported, before it reaches a job
+        settings.check(base, readers=("library", "cli"))
     except settings.SettingError as e:
         raise click.ClickException(str(e)) from None
-    mode, fixed, table, trace, cache_dir = (
-        plugin.mode,
-        plugin.fixed,
-        plugin.table,
-        plugin.trace,
-        plugin.cache_dir,
-    )
+    mode, fixed, table = plugin.mode, plugin.fixed, plugin.table
     if fixed is not None:
         why = settings.fixed_rules_problem(fixed, plugin.channel_ceiling or 64)
         if why:
@@ -115,7 +112,40 @@ def _build_env(plugin: PluginOptions, run_host: str | None = None) -> dict[str, 
         raise click.UsageError(f"--fixed applies to --mode fixed, not {mode}")
     if mode not in ("table", "observe") and table is not None:
         raise click.UsageError(f"--table applies to --mode table or observe, not {mode}")
-    table, given_table = _check_table_option(mode, table)
+    return _check_table_option(mode, table)
+
+
+def run_options_problem(args: Sequence[str], base: Mapping[str, str]) -> str | None:
+    """Why `autoccl run ARGS -- COMMAND` in environment BASE would refuse to start COMMAND, as one sentence
+    (None: it would start it), found without starting anything or asking a GPU: the options as `run` parses
+    them, their checks, and the plugin's variables on top of BASE as the library would read them. Checks the
+    arguments a benchmark hands to many launches before the first one."""
+    try:
+        ctx = run.make_context("autoccl run", [*args, "--", "true"])
+    except click.ClickException as e:
+        return e.format_message()
+    stray = list(ctx.params.pop("command"))[:-1]
+    if stray:
+        what = "option" if stray[0].startswith("-") else "argument"
+        return f"no such {what} of autoccl run: {stray[0]}"
+    plugin = PluginOptions(**ctx.params)
+    try:
+        table, _ = _checked_options(plugin, base)
+        env = plugin_env(
+            plugin.mode, fixed=plugin.fixed, table=table, cache_dir=plugin.cache_dir, trace=plugin.trace
+        )
+    except (click.ClickException, ValueError, ArtefactNotFound) as e:
+        return e.format_message() if isinstance(e, click.ClickException) else str(e)
+    found = settings.problems({**base, **env})
+    return found[0] if found else None
+
+
+def _build_env(plugin: PluginOptions, run_host: str | None = None) -> dict[str, str]:
+    """The plugin's variables for a job, checked as the library checks them (and the AUTOCCL_* variables
+    already in this environment with them): a value the library would refuse is an error here, before
+    anything starts."""
+    table, given_table = _checked_options(plugin, os.environ)
+    mode, fixed, trace, cache_dir = plugin.mode, plugin.fixed, plugin.trace, plugin.cache_dir
     if mode == "observe" and (plugin.nccl_channels is not None or plugin.channel_ceiling):
         given = [
             f"{flag} {value}"
