@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from autoccl.synth._ext import ext
+
 _TOP_KEYS = {
     "name",
     "defaults",
@@ -98,8 +100,6 @@ def _int_list(where: str, v: Any) -> list[int]:
 
 
 def _generator(where: str, g: Any) -> Any:
-    from autoccl.synth import ext
-
     if not isinstance(g, dict):
         raise TopologyFileError(f"{where}: must be a mapping")
     unknown = set(g) - _GEN_KEYS
@@ -144,8 +144,6 @@ def _generator(where: str, g: Any) -> Any:
 
 def topology_from_dict(data: Any, source: str = "topology") -> Any:
     """Validate a parsed topology document and build the C++ Topology."""
-    from autoccl.synth import ext
-
     if not isinstance(data, dict):
         raise TopologyFileError(f"{source}: top level must be a mapping")
     unknown = set(data) - _TOP_KEYS
