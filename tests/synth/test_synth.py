@@ -118,6 +118,22 @@ def test_generated_topology_with_failures(S: Any) -> None:
             "must be a number",
         ),
         ({"npus": ["a"], "colour": 1}, "unknown key"),
+        (
+            {
+                "npus": ["a", "b"],
+                "links": [
+                    {"src": "a", "dst": "b", "latency_us": 1, "bandwidth_gbps": 5, "bidirectional": "false"}
+                ],
+            },
+            r"links\[0\]\.bidirectional: must be true or false, got 'false'",
+        ),
+        (
+            {
+                "npus": ["a", "b"],
+                "links": [{"src": "a", "dst": "b", "latency_us": 1, "bandwidth_gbps": 5, "bidirectional": 1}],
+            },
+            "bidirectional: must be true or false, got 1",
+        ),
         ({"switches": ["s"]}, "no NPUs"),
         ({"generator": {"kind": "blob", "dims": [2]}}, "unknown generator"),
         (

@@ -242,6 +242,11 @@ def test_sim_schedule_refuses_other_collective_or_size(S: Any, tmp_path: Path) -
             "dims [3] describe 3 NPUs",
         ),
         ("npus: [a, b]\n  links: x\n", "t.yaml: not valid YAML: line 2, column 3: expected <block end>"),
+        (
+            "npus: [a, b]\ndefaults: {latency_us: 1, bandwidth_gbps: 5}\n"
+            "links:\n  - {src: a, dst: b, bidirectional: 'false'}\n",
+            "t.yaml: links[0].bidirectional: must be true or false, got 'false'",
+        ),
     ],
 )
 def test_topology_file_errors(S: Any, tmp_path: Path, text: str, message: str) -> None:

@@ -209,9 +209,12 @@ def topology_from_dict(data: Any, source: str = "topology") -> Any:
                 raise TopologyFileError(f"{where}: needs latency_us and bandwidth_gbps (or defaults)")
             lat_f, bw_f = _num(f"{where}.latency_us", lat), _num(f"{where}.bandwidth_gbps", bw)
             src, dst = str(link["src"]), str(link["dst"])
+            both = link.get("bidirectional", False)
+            if not isinstance(both, bool):  # "false" (a string) is truthy: it made links both ways
+                raise TopologyFileError(f"{where}.bidirectional: must be true or false, got {both!r}")
             try:
                 t.add_link(src, dst, lat_f, bw_f)
-                if link.get("bidirectional", False):
+                if both:
                     t.add_link(dst, src, lat_f, bw_f)
             except ValueError as e:
                 raise TopologyFileError(f"{where}: {e}") from e
