@@ -118,6 +118,7 @@ def test_generated_topology_with_failures(S: Any) -> None:
             "must be a number",
         ),
         ({"npus": ["a"], "colour": 1}, "unknown key"),
+        ({"npus": ["a"], "units": "GB/s"}, r"unknown key\(s\) \['units'\]"),  # it was taken and ignored
         (
             {
                 "npus": ["a", "b"],

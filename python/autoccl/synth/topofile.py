@@ -3,6 +3,7 @@
 Format (docs/synth.md):
 
     name: two-hosts            # optional
+    description: ...           # optional free text
     defaults: {latency_us: 0.5, bandwidth_gbps: 50}   # optional, used by links that omit them
     npus: [g0, g1, g2, g3]     # or nodes: [{name: g0, kind: npu}, ...]; kinds npu, switch, nic
     switches: [sw]
@@ -32,8 +33,7 @@ _TOP_KEYS = {
     "dims",
     "failed",
     "generator",
-    "units",
-    "description",
+    "description",  # free text (autoccl topo writes what it detected); read by no one
 }
 _LINK_KEYS = {"src", "dst", "latency_us", "bandwidth_gbps", "bidirectional"}
 _GEN_KEYS = {
