@@ -152,6 +152,37 @@ def test_file_validation(S: Any, doc: dict[str, Any], msg: str) -> None:
         S.topology_from_dict(doc)
 
 
+def test_exponent_form_numbers_of_a_yaml_file(S: Any, tmp_path: Path) -> None:
+    """PyYAML reads 1e3 as the string '1e3' (YAML 1.1 floats need a dot and a signed exponent): it was refused
+    as not a number; it is the number YAML 1.2 and JSON read."""
+    (tmp_path / "t.yaml").write_text(
+        "npus: [a, b]\ndefaults: {latency_us: 5e-1}\n"
+        "links:\n  - {src: a, dst: b, bandwidth_gbps: 1e3, bidirectional: true}\n"
+    )
+    assert sorted(S.load_topology(tmp_path / "t.yaml").links) == [
+        ("a", "b", 0.5, 1000.0),
+        ("b", "a", 0.5, 1000.0),
+    ]
+    (tmp_path / "g.yaml").write_text("generator: {kind: ring, dims: [4], bandwidth_gbps: 1.5E2}\n")
+    assert {bw for *_, bw in S.load_topology(tmp_path / "g.yaml").links} == {150.0}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("1e999", "bandwidth_gbps: must be a finite number, got '1e999'"),
+        ("nan", "bandwidth_gbps: must be a number, got 'nan'"),  # float() takes it
+        ("Infinity", "bandwidth_gbps: must be a number, got 'Infinity'"),
+    ],
+)
+def test_what_is_not_a_number_is_still_refused(S: Any, value: str, message: str) -> None:
+    """Only the exponent form is read from text: not all that float() takes."""
+    doc = {"npus": ["a", "b"], "links": [["a", "b"], ["b", "a"]], "defaults": {"latency_us": 1}}
+    doc["defaults"]["bandwidth_gbps"] = value
+    with pytest.raises(S.TopologyFileError, match=message):
+        S.topology_from_dict(doc)
+
+
 def test_determinism(S: Any) -> None:
     t = S.generate("mesh", [4, 4], dim_bandwidth=[50, 80])
     a, sa = S.synthesize(t, "allgather", "16M", chunks=2, seeds=5, threads=2, seed=7)

@@ -18,6 +18,8 @@ Format (docs/synth.md):
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 from autoccl.synth._ext import ext
@@ -75,7 +77,17 @@ class TopologyFileError(ValueError):
     """A topology file or spec that does not validate."""
 
 
+# A number in exponent form that YAML 1.1 (PyYAML) leaves a string: its floats need a dot and a signed
+# exponent, so 1e3, 1.5e3 and 2E-1 arrive as text, while YAML 1.2 and JSON read them as numbers.
+_EXPONENT_FORM = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 def _num(where: str, v: Any) -> float:
+    if isinstance(v, str) and _EXPONENT_FORM.fullmatch(v.strip()):
+        value = float(v)
+        if not math.isfinite(value):
+            raise TopologyFileError(f"{where}: must be a finite number, got {v!r}")
+        return value
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise TopologyFileError(f"{where}: must be a number, got {v!r}")
     return float(v)
