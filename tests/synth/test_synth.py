@@ -183,6 +183,13 @@ def test_what_is_not_a_number_is_still_refused(S: Any, value: str, message: str)
         S.topology_from_dict(doc)
 
 
+@pytest.mark.parametrize("dims", [[0], [], "4", [2, True]])
+def test_a_generators_dims_error_names_the_file_once(S: Any, dims: Any) -> None:
+    with pytest.raises(S.TopologyFileError) as e:
+        S.topology_from_dict({"generator": {"kind": "ring", "dims": dims}}, source="gen1.yaml")
+    assert str(e.value) == "gen1.yaml: generator.dims: must be a non-empty list of positive integers"
+
+
 def test_determinism(S: Any) -> None:
     t = S.generate("mesh", [4, 4], dim_bandwidth=[50, 80])
     a, sa = S.synthesize(t, "allgather", "16M", chunks=2, seeds=5, threads=2, seed=7)

@@ -148,8 +148,9 @@ def _generator(where: str, g: Any) -> Any:
     for key in ("degree", "rails"):
         if key in g:
             kw[key] = int(_num(f"{where}.{key}", g[key]))
+    dims = _int_list(f"{where}.dims", g["dims"])  # outside the try: its error names `where` already
     try:
-        return ext().generate(str(g["kind"]), _int_list(f"{where}.dims", g["dims"]), **kw)
+        return ext().generate(str(g["kind"]), dims, **kw)
     except ValueError as e:
         raise TopologyFileError(f"{where}: {e}") from e
 
