@@ -167,6 +167,18 @@ BAD = [
     (["synth", "-g", "cluster:2x2", "--mscclpp-json", "p.json"], "single-host"),
     (["synth", "-g", "mesh:3x3", "--gen-opt", "dim_bandwidth_gbps=1,2,3"], "has 3 value(s)"),
     (["synth", "-g", "mesh:3x3", "--gen-opt", "rails=2"], "'mesh' does not take rails"),
+    (
+        ["synth", "-g", "cluster:4x2", "--gen-opt", "rails=-1"],
+        "rails must be between 1 and gpus_per_host (4), got -1",
+    ),
+    (
+        ["synth", "-g", "cluster:4x2", "--gen-opt", "rails=0"],
+        "rails must be between 1 and gpus_per_host (4), got 0",
+    ),
+    (
+        ["synth", "-g", "cluster:4x2", "--gen-opt", "rails=5"],
+        "rails must be between 1 and gpus_per_host (4), got 5",
+    ),
     (["synth", "-g", "ring:4", "--gen-opt", "dim_bandwidth_gbps=5"], "does not take dim_bandwidth_gbps"),
 ]
 
