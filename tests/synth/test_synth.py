@@ -190,6 +190,15 @@ def test_a_generators_dims_error_names_the_file_once(S: Any, dims: Any) -> None:
     assert str(e.value) == "gen1.yaml: generator.dims: must be a non-empty list of positive integers"
 
 
+@pytest.mark.parametrize(("key", "kind"), [("rails", "cluster"), ("degree", "switch_unwound")])
+def test_a_generators_count_must_be_whole(S: Any, key: str, kind: str) -> None:
+    doc = {"generator": {"kind": kind, "dims": [4, 2] if kind == "cluster" else [6], key: 2.5}}
+    with pytest.raises(
+        S.TopologyFileError, match=rf"^g.yaml: generator.{key}: must be a whole number, got 2.5$"
+    ):
+        S.topology_from_dict(doc, source="g.yaml")
+
+
 def test_determinism(S: Any) -> None:
     t = S.generate("mesh", [4, 4], dim_bandwidth=[50, 80])
     a, sa = S.synthesize(t, "allgather", "16M", chunks=2, seeds=5, threads=2, seed=7)

@@ -147,7 +147,10 @@ def _generator(where: str, g: Any) -> Any:
         kw["dim_types"] = _name_list(f"{where}.dim_types", g["dim_types"])
     for key in ("degree", "rails"):
         if key in g:
-            kw[key] = int(_num(f"{where}.{key}", g[key]))
+            count = _num(f"{where}.{key}", g[key])
+            if not count.is_integer():  # int() cut rails: 2.5 to 2
+                raise TopologyFileError(f"{where}.{key}: must be a whole number, got {g[key]!r}")
+            kw[key] = int(count)
     dims = _int_list(f"{where}.dims", g["dims"])  # outside the try: its error names `where` already
     try:
         return ext().generate(str(g["kind"]), dims, **kw)
