@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import sys
 from pathlib import Path
@@ -58,4 +59,30 @@ def test_the_libraries_below_the_engine_test_without_it() -> None:
             for n, line in enumerate(f.read_text().splitlines(), 1):
                 if line.startswith("#include") and ('"engine/' in line or '"nccl/' in line):
                     found.append(f"{f.relative_to(ROOT)}:{n}: {line}")
+    assert found == []
+
+
+# The command-line modules of the synthesizer's verbs (and of adaptive, built on it); every other one serves
+# the tuner, the benchmarks or the demo. __init__.py registers every verb, loading each module when it runs.
+SYNTH_SIDE_CLI = {"synth.py", "adaptive.py", "__init__.py"}
+
+
+def test_the_tuner_side_cli_imports_nothing_of_the_synthesizer() -> None:
+    """The synthesizer shares no code with the tuner: options.py, which demo.py and bench.py use, imported
+    autoccl.synth to read a size (parse_size, now in autoccl.sizes)."""
+    found = []
+    for path in sorted((ROOT / "python" / "autoccl" / "cli").glob("*.py")):
+        if path.name in SYNTH_SIDE_CLI:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            modules = []
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                modules = [node.module]
+            found += [
+                f"{path.name}:{node.lineno}: {m}"
+                for m in modules
+                if m.split(".")[:2] in (["autoccl", "synth"], ["autoccl", "adaptive"])
+            ]
     assert found == []

@@ -118,6 +118,23 @@ def test_generated_topology_with_failures(S: Any) -> None:
             "must be a number",
         ),
         ({"npus": ["a"], "colour": 1}, "unknown key"),
+        ({"npus": ["a"], "units": "GB/s"}, r"unknown key\(s\) \['units'\]"),  # it was taken and ignored
+        (
+            {
+                "npus": ["a", "b"],
+                "links": [
+                    {"src": "a", "dst": "b", "latency_us": 1, "bandwidth_gbps": 5, "bidirectional": "false"}
+                ],
+            },
+            r"links\[0\]\.bidirectional: must be true or false, got 'false'",
+        ),
+        (
+            {
+                "npus": ["a", "b"],
+                "links": [{"src": "a", "dst": "b", "latency_us": 1, "bandwidth_gbps": 5, "bidirectional": 1}],
+            },
+            "bidirectional: must be true or false, got 1",
+        ),
         ({"switches": ["s"]}, "no NPUs"),
         ({"generator": {"kind": "blob", "dims": [2]}}, "unknown generator"),
         (
@@ -133,6 +150,53 @@ def test_generated_topology_with_failures(S: Any) -> None:
 def test_file_validation(S: Any, doc: dict[str, Any], msg: str) -> None:
     with pytest.raises(S.TopologyFileError, match=msg):
         S.topology_from_dict(doc)
+
+
+def test_exponent_form_numbers_of_a_yaml_file(S: Any, tmp_path: Path) -> None:
+    """PyYAML reads 1e3 as the string '1e3' (YAML 1.1 floats need a dot and a signed exponent): it was refused
+    as not a number; it is the number YAML 1.2 and JSON read."""
+    (tmp_path / "t.yaml").write_text(
+        "npus: [a, b]\ndefaults: {latency_us: 5e-1}\n"
+        "links:\n  - {src: a, dst: b, bandwidth_gbps: 1e3, bidirectional: true}\n"
+    )
+    assert sorted(S.load_topology(tmp_path / "t.yaml").links) == [
+        ("a", "b", 0.5, 1000.0),
+        ("b", "a", 0.5, 1000.0),
+    ]
+    (tmp_path / "g.yaml").write_text("generator: {kind: ring, dims: [4], bandwidth_gbps: 1.5E2}\n")
+    assert {bw for *_, bw in S.load_topology(tmp_path / "g.yaml").links} == {150.0}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("1e999", "bandwidth_gbps: must be a finite number, got '1e999'"),
+        ("nan", "bandwidth_gbps: must be a number, got 'nan'"),  # float() takes it
+        ("Infinity", "bandwidth_gbps: must be a number, got 'Infinity'"),
+    ],
+)
+def test_what_is_not_a_number_is_still_refused(S: Any, value: str, message: str) -> None:
+    """Only the exponent form is read from text: not all that float() takes."""
+    doc = {"npus": ["a", "b"], "links": [["a", "b"], ["b", "a"]], "defaults": {"latency_us": 1}}
+    doc["defaults"]["bandwidth_gbps"] = value
+    with pytest.raises(S.TopologyFileError, match=message):
+        S.topology_from_dict(doc)
+
+
+@pytest.mark.parametrize("dims", [[0], [], "4", [2, True]])
+def test_a_generators_dims_error_names_the_file_once(S: Any, dims: Any) -> None:
+    with pytest.raises(S.TopologyFileError) as e:
+        S.topology_from_dict({"generator": {"kind": "ring", "dims": dims}}, source="gen1.yaml")
+    assert str(e.value) == "gen1.yaml: generator.dims: must be a non-empty list of positive integers"
+
+
+@pytest.mark.parametrize(("key", "kind"), [("rails", "cluster"), ("degree", "switch_unwound")])
+def test_a_generators_count_must_be_whole(S: Any, key: str, kind: str) -> None:
+    doc = {"generator": {"kind": kind, "dims": [4, 2] if kind == "cluster" else [6], key: 2.5}}
+    with pytest.raises(
+        S.TopologyFileError, match=rf"^g.yaml: generator.{key}: must be a whole number, got 2.5$"
+    ):
+        S.topology_from_dict(doc, source="g.yaml")
 
 
 def test_determinism(S: Any) -> None:

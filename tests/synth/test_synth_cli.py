@@ -167,6 +167,18 @@ BAD = [
     (["synth", "-g", "cluster:2x2", "--mscclpp-json", "p.json"], "single-host"),
     (["synth", "-g", "mesh:3x3", "--gen-opt", "dim_bandwidth_gbps=1,2,3"], "has 3 value(s)"),
     (["synth", "-g", "mesh:3x3", "--gen-opt", "rails=2"], "'mesh' does not take rails"),
+    (
+        ["synth", "-g", "cluster:4x2", "--gen-opt", "rails=-1"],
+        "rails must be between 1 and gpus_per_host (4), got -1",
+    ),
+    (
+        ["synth", "-g", "cluster:4x2", "--gen-opt", "rails=0"],
+        "rails must be between 1 and gpus_per_host (4), got 0",
+    ),
+    (
+        ["synth", "-g", "cluster:4x2", "--gen-opt", "rails=5"],
+        "rails must be between 1 and gpus_per_host (4), got 5",
+    ),
     (["synth", "-g", "ring:4", "--gen-opt", "dim_bandwidth_gbps=5"], "does not take dim_bandwidth_gbps"),
 ]
 
@@ -242,6 +254,11 @@ def test_sim_schedule_refuses_other_collective_or_size(S: Any, tmp_path: Path) -
             "dims [3] describe 3 NPUs",
         ),
         ("npus: [a, b]\n  links: x\n", "t.yaml: not valid YAML: line 2, column 3: expected <block end>"),
+        (
+            "npus: [a, b]\ndefaults: {latency_us: 1, bandwidth_gbps: 5}\n"
+            "links:\n  - {src: a, dst: b, bidirectional: 'false'}\n",
+            "t.yaml: links[0].bidirectional: must be true or false, got 'false'",
+        ),
     ],
 )
 def test_topology_file_errors(S: Any, tmp_path: Path, text: str, message: str) -> None:

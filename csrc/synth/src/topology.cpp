@@ -557,7 +557,11 @@ Topology generate(const std::string& kind, const std::vector<int>& dims, const G
     // GPU g uses NIC g % rails; NIC k of every host joins rail switch k (nic_bandwidth/nic_latency).
     if (dims.size() != 2) throw Error("cluster needs dims=[gpus_per_host, hosts]");
     const int gph = dims[0], hosts = dims[1];
-    const int rails = p.rails > 0 ? p.rails : gph;
+    // Refused, not corrected: rails <= 0 became one per GPU, more than the GPUs made NICs no GPU uses.
+    if (p.rails && (*p.rails < 1 || *p.rails > gph))
+      throw Error("cluster: rails must be between 1 and gpus_per_host (" + std::to_string(gph) + "), got " +
+                  std::to_string(*p.rails));
+    const int rails = p.rails.value_or(gph);
     add_npus(t, n);
     std::vector<int> rail_sw;
     for (int k = 0; k < rails && hosts > 1; ++k) rail_sw.push_back(t.add_node("rail" + std::to_string(k), NodeKind::Switch));

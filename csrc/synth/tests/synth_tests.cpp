@@ -237,6 +237,27 @@ TEST(synth, rail_cluster_bound_and_quality) {
   EXPECT_LE(s.time_us, 1.15 * lb.time_us);  // import once + chunks chosen by trial
 }
 
+// A cluster's rails: 1..gpus_per_host, else an error (0 and -1 silently meant one per GPU); unset: one per GPU.
+TEST(synth, cluster_rails_are_checked) {
+  GenParams p = params();
+  const auto nics = [](const Topology& t) {
+    int n = 0;
+    for (int i = 0; i < t.num_nodes(); ++i) n += t.node(i).kind == NodeKind::Nic;
+    return n;
+  };
+  EXPECT_EQ(nics(generate("cluster", {4, 2}, p)), 8);
+  for (const int bad : {0, -1, 5}) {
+    p.rails = bad;
+    EXPECT_TRUE(throws_with([&] { generate("cluster", {4, 2}, p); },
+                            "rails must be between 1 and gpus_per_host (4), got " + std::to_string(bad)))
+        << bad;
+  }
+  p.rails = 1;
+  EXPECT_EQ(nics(generate("cluster", {4, 2}, p)), 2);
+  p.rails = 4;
+  EXPECT_EQ(nics(generate("cluster", {4, 2}, p)), 8);
+}
+
 // Chunks chosen on the point-to-point engine: one chunk per NPU leaves a 4-NPU ring, a 4x4 torus, a 3-cube and an
 // 8-NPU ring 14-33 % above the bound (n - 1 chunks do not split evenly over an NPU's links); the trials find the
 // count that reaches it.

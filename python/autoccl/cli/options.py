@@ -11,6 +11,7 @@ from typing import Any, TypeVar, cast
 import click
 
 from autoccl.cli.channels import ChannelsOrAuto
+from autoccl.sizes import parse_size
 from autoccl.tuner_env import MODES
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -201,8 +202,6 @@ class Bytes(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, list | int):  # converted already (a default given as the value)
             return value
-        from autoccl.synth import parse_size
-
         out: list[int] = []
         for item in str(value).split(",") if self.many else [str(value)]:
             text = item.strip()

@@ -5,16 +5,14 @@ Python front-end of the C++ library ``autoccl_synth`` (module ``autoccl._synth``
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import math
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+from autoccl.sizes import parse_size
+from autoccl.synth._ext import ext
 from autoccl.synth.topofile import TopologyFileError, parse_gen_spec, topology_from_dict
 
 __all__ = [
@@ -47,49 +45,6 @@ __all__ = [
 COLLECTIVES = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
 BASELINES = ("ring", "direct", "rhd", "dbtree", "hierarchical")
 
-_EXT: ModuleType | None = None
-
-
-def _candidates() -> list[Path]:
-    found: list[Path] = []
-    for var in ("AUTOCCL_SYNTH_LIB_DIR", "AUTOCCL_LIB_DIR"):
-        d = os.environ.get(var)
-        if d:
-            found.extend(sorted(Path(d).glob("_synth*.so")))
-    repo = Path(__file__).resolve().parents[3]
-    found.extend(sorted(repo.glob("build/*/lib/_synth*.so")))
-    return found
-
-
-def ext() -> ModuleType:
-    """The compiled module: `autoccl._synth` from a wheel, else a development build (AUTOCCL_LIB_DIR)."""
-    global _EXT
-    if _EXT is not None:
-        return _EXT
-    try:
-        from autoccl import _synth  # type: ignore[attr-defined]
-
-        _EXT = _synth
-        return _synth
-    except ImportError:
-        pass
-    for path in _candidates():
-        spec = importlib.util.spec_from_file_location("autoccl._synth", path)
-        if spec is None or spec.loader is None:
-            continue
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["autoccl._synth"] = mod
-        spec.loader.exec_module(mod)
-        _EXT = mod
-        return mod
-    raise ImportError(
-        "autoccl._synth not found: install autoccl (`pip install .`) or build it "
-        "(cmake --build <dir> --target _synth) and set AUTOCCL_LIB_DIR=<dir>/lib"
-    )
-
-
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
 # The library's limits, stated here too because the command line checks its options before it loads the
 # extension; tests/synth/test_synth.py holds each equal to the extension's own (its MAX_COLLECTIVE_BYTES and
 # MAX_CHUNKS).
@@ -99,29 +54,6 @@ _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 MAX_BYTES = float(1 << 50)
 # The most chunks one schedule holds: NPUs x chunks per NPU (per root for Broadcast/Reduce).
 MAX_CHUNKS = 2_000_000_000
-
-
-def parse_size(text: str | int | float) -> float:
-    """'1G' -> 2**30 bytes (binary units, as everywhere in autoccl); plain numbers are bytes.
-
-    Text must give a positive, finite size, else ValueError names it; a number is taken as it is (the library
-    checks its range) unless it is NaN or infinite."""
-    if isinstance(text, int | float):
-        if not math.isfinite(text):
-            raise ValueError(f"size must be a finite number of bytes, got {text!r}")
-        return float(text)
-    s = text.strip().upper().removesuffix("B").removesuffix("I")
-    unit = s[-1:] if s[-1:] in _UNITS and s[-1:] else ""
-    num = s[: len(s) - len(unit)] if unit else s
-    try:
-        value = float(num) * _UNITS[unit]
-    except ValueError as e:
-        raise ValueError(f"bad size {text!r} (e.g. 1G, 64M, 4096)") from e
-    if not math.isfinite(value):  # nan, inf, 1e400M: float() takes them
-        raise ValueError(f"bad size {text!r}: not a finite number of bytes (e.g. 1G, 64M, 4096)")
-    if value <= 0:
-        raise ValueError(f"size must be positive, got {text!r}")
-    return value
 
 
 def generate(kind: str, dims: list[int], **params: Any) -> Any:

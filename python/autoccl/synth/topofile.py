@@ -3,6 +3,7 @@
 Format (docs/synth.md):
 
     name: two-hosts            # optional
+    description: ...           # optional free text
     defaults: {latency_us: 0.5, bandwidth_gbps: 50}   # optional, used by links that omit them
     npus: [g0, g1, g2, g3]     # or nodes: [{name: g0, kind: npu}, ...]; kinds npu, switch, nic
     switches: [sw]
@@ -17,7 +18,11 @@ Format (docs/synth.md):
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
+
+from autoccl.synth._ext import ext
 
 _TOP_KEYS = {
     "name",
@@ -30,8 +35,7 @@ _TOP_KEYS = {
     "dims",
     "failed",
     "generator",
-    "units",
-    "description",
+    "description",  # free text (autoccl topo writes what it detected); read by no one
 }
 _LINK_KEYS = {"src", "dst", "latency_us", "bandwidth_gbps", "bidirectional"}
 _GEN_KEYS = {
@@ -73,7 +77,17 @@ class TopologyFileError(ValueError):
     """A topology file or spec that does not validate."""
 
 
+# A number in exponent form that YAML 1.1 (PyYAML) leaves a string: its floats need a dot and a signed
+# exponent, so 1e3, 1.5e3 and 2E-1 arrive as text, while YAML 1.2 and JSON read them as numbers.
+_EXPONENT_FORM = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 def _num(where: str, v: Any) -> float:
+    if isinstance(v, str) and _EXPONENT_FORM.fullmatch(v.strip()):
+        value = float(v)
+        if not math.isfinite(value):
+            raise TopologyFileError(f"{where}: must be a finite number, got {v!r}")
+        return value
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise TopologyFileError(f"{where}: must be a number, got {v!r}")
     return float(v)
@@ -98,8 +112,6 @@ def _int_list(where: str, v: Any) -> list[int]:
 
 
 def _generator(where: str, g: Any) -> Any:
-    from autoccl.synth import ext
-
     if not isinstance(g, dict):
         raise TopologyFileError(f"{where}: must be a mapping")
     unknown = set(g) - _GEN_KEYS
@@ -135,17 +147,19 @@ def _generator(where: str, g: Any) -> Any:
         kw["dim_types"] = _name_list(f"{where}.dim_types", g["dim_types"])
     for key in ("degree", "rails"):
         if key in g:
-            kw[key] = int(_num(f"{where}.{key}", g[key]))
+            count = _num(f"{where}.{key}", g[key])
+            if not count.is_integer():  # int() cut rails: 2.5 to 2
+                raise TopologyFileError(f"{where}.{key}: must be a whole number, got {g[key]!r}")
+            kw[key] = int(count)
+    dims = _int_list(f"{where}.dims", g["dims"])  # outside the try: its error names `where` already
     try:
-        return ext().generate(str(g["kind"]), _int_list(f"{where}.dims", g["dims"]), **kw)
+        return ext().generate(str(g["kind"]), dims, **kw)
     except ValueError as e:
         raise TopologyFileError(f"{where}: {e}") from e
 
 
 def topology_from_dict(data: Any, source: str = "topology") -> Any:
     """Validate a parsed topology document and build the C++ Topology."""
-    from autoccl.synth import ext
-
     if not isinstance(data, dict):
         raise TopologyFileError(f"{source}: top level must be a mapping")
     unknown = set(data) - _TOP_KEYS
@@ -211,9 +225,12 @@ def topology_from_dict(data: Any, source: str = "topology") -> Any:
                 raise TopologyFileError(f"{where}: needs latency_us and bandwidth_gbps (or defaults)")
             lat_f, bw_f = _num(f"{where}.latency_us", lat), _num(f"{where}.bandwidth_gbps", bw)
             src, dst = str(link["src"]), str(link["dst"])
+            both = link.get("bidirectional", False)
+            if not isinstance(both, bool):  # "false" (a string) is truthy: it made links both ways
+                raise TopologyFileError(f"{where}.bidirectional: must be true or false, got {both!r}")
             try:
                 t.add_link(src, dst, lat_f, bw_f)
-                if link.get("bidirectional", False):
+                if both:
                     t.add_link(dst, src, lat_f, bw_f)
             except ValueError as e:
                 raise TopologyFileError(f"{where}: {e}") from e

@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -137,7 +138,7 @@ struct GenParams {
   double global_latency_us = 0;
   double nic_bandwidth_gbps = 50;      // cluster
   double nic_latency_us = 2;
-  int rails = 0;                       // cluster: NICs (rails) per host, default gpus_per_host
+  std::optional<int> rails;            // cluster: NICs (rails) per host, 1..gpus_per_host; unset: gpus_per_host
 };
 Topology generate(const std::string& kind, const std::vector<int>& dims, const GenParams& p);
 
