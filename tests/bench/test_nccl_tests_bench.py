@@ -796,7 +796,10 @@ TYPO = "AUTOCCL_" + "CLOK"
 @pytest.mark.parametrize(
     ("mode", "words"),
     [
-        ("x:--mode bogus", "mode 'x': Invalid value for '--mode': 'bogus' is not one of"),
+        (
+            "x:--mode bogus",
+            "mode 'x': Invalid value for '--mode' (env var: 'AUTOCCL_MODE'): 'bogus' is not one of",
+        ),
         ("x:AUTOCCL_MODE=bogus", "mode 'x': AUTOCCL_MODE='bogus' is not one of"),
         ("x:--frob", "mode 'x': no such option of autoccl run: --frob"),
         ("x:observe", "mode 'x': no such argument of autoccl run: observe"),

@@ -357,3 +357,17 @@ def test_cache_list_on_a_file_or_a_missing_folder(tmp_path: Path) -> None:
     assert r.exit_code == 1 and f"{afile} is not a directory" in r.output, r.output
     r = CliRunner().invoke(main, ["cache", "list", "--cache-dir", str(tmp_path / "nope")])
     assert r.exit_code == 0 and "does not exist" in r.output, r.output
+
+
+def test_an_exported_autoccl_mode_is_runs_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`eval "$(autoccl env --mode table)"`, then `autoccl run -- job`: the job ran online, the exported mode
+    replaced without a word. AUTOCCL_MODE is now --mode's default; --mode given still wins."""
+    monkeypatch.setenv("AUTOCCL_MODE", "observe")
+    runner = CliRunner()
+    r = runner.invoke(main, ["env"])
+    assert r.exit_code == 0 and "export AUTOCCL_MODE=observe" in r.stdout, r.output
+    r = runner.invoke(main, ["env", "--mode", "table"])
+    assert r.exit_code == 0 and "export AUTOCCL_MODE=table" in r.stdout, r.output
+    monkeypatch.setenv("AUTOCCL_MODE", "turbo")
+    r = runner.invoke(main, ["env"])
+    assert r.exit_code == 2 and "AUTOCCL_MODE" in r.output and "turbo" in r.output, r.output

@@ -28,11 +28,19 @@ def stack(*options: Callable[[F], F]) -> Callable[[F], F]:
     return apply
 
 
-def choice(*names: str, values: Sequence[str], default: str, help: str = "") -> Callable[[F], F]:
+def choice(
+    *names: str, values: Sequence[str], default: str, help: str = "", envvar: str | None = None
+) -> Callable[[F], F]:
     """An option taking one of `values`, its default shown in --help: every such option of the CLI spelled
-    alike."""
+    alike. With `envvar`, that variable, where set, is the default."""
     return click.option(
-        *names, type=click.Choice(list(values)), default=default, show_default=True, help=help
+        *names,
+        type=click.Choice(list(values)),
+        default=default,
+        show_default=True,
+        envvar=envvar,
+        show_envvar=envvar is not None,
+        help=help,
     )
 
 
@@ -133,10 +141,13 @@ probe_gpus = click.option(
     "job's GPUs per host if it uses fewer).",
 )
 cache_dir = click.option("--cache-dir", default=None, help="tuning-table cache directory.")
+# AUTOCCL_MODE, where exported (`eval "$(autoccl env --mode table)"`), is the default: `autoccl run` replaced
+# it with online without a word
 mode = choice(
     "--mode",
     values=MODES,
     default="online",
+    envvar="AUTOCCL_MODE",
     help="What the plugin does: tune online (online), change nothing but the channel options given "
     "(observe), force rules (fixed), apply "
     "a saved table (table), the resource-sharing study's fixed channel policy, a baseline (manual: "

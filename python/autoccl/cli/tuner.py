@@ -20,7 +20,7 @@ from autoccl._paths import ArtefactNotFound
 from autoccl.cli import options as O
 from autoccl.cli.channels import communicator_channels
 from autoccl.cli.files import missing_parent, pipe_safe_console
-from autoccl.tuner_env import MPI_LAUNCHERS, mpi_forwarding, plugin_env, this_host_address
+from autoccl.tuner_env import MODES, MPI_LAUNCHERS, mpi_forwarding, plugin_env, this_host_address
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,11 @@ def run_options_problem(args: Sequence[str], base: Mapping[str, str]) -> str | N
     (None: it would start it), found without starting anything or asking a GPU: the options as `run` parses
     them, their checks, and the plugin's variables on top of BASE as the library would read them. Checks the
     arguments a benchmark hands to many launches before the first one."""
+    if not any(a == "--mode" or a.startswith("--mode=") for a in args):
+        # run's default is AUTOCCL_MODE where set: BASE's, which the launch gets, not this process's
+        # (an invalid one is left to the settings check, which names it in its own words)
+        exported = base.get("AUTOCCL_MODE", "").strip()
+        args = ["--mode", exported if exported in MODES else "online", *args]
     try:
         ctx = run.make_context("autoccl run", [*args, "--", "true"])
     except click.ClickException as e:
