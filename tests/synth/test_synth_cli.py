@@ -180,6 +180,14 @@ BAD = [
         "rails must be between 1 and gpus_per_host (4), got 5",
     ),
     (["synth", "-g", "ring:4", "--gen-opt", "dim_bandwidth_gbps=5"], "does not take dim_bandwidth_gbps"),
+    (
+        ["synth", "-g", "switch_unwound:6", "--gen-opt", "degree=0"],
+        "degree must be between 1 and n - 1 (5), got 0",
+    ),
+    (
+        ["synth", "-g", "switch_unwound:6", "--gen-opt", "degree=9"],
+        "degree must be between 1 and n - 1 (5), got 9",
+    ),
 ]
 
 

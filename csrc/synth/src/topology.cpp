@@ -380,7 +380,7 @@ double count_links(const std::string& kind, const std::vector<int>& dims, const 
   if (kind == "hypercube") return dims.empty() ? 0 : dims[0] * std::pow(2.0, dims[0]);
   if (kind == "dragonfly" && dims.size() == 2) return n * (dims[1] - 1) + 2 * n;
   if (kind == "switch") return 2 * n;
-  if (kind == "switch_unwound") return n * std::max(1, p.degree);
+  if (kind == "switch_unwound") return n * std::max(1, p.degree.value_or(1));
   if (kind == "multidim") {
     double l = 0;
     for (std::size_t d = 0; d < dims.size() && d < p.dim_types.size(); ++d) l += along(d, p.dim_types[d]);
@@ -537,8 +537,12 @@ Topology generate(const std::string& kind, const std::vector<int>& dims, const G
   } else if (kind == "switch_unwound") {
     // The paper's unwinding: each NPU gets d point-to-point links (to i+1..i+d/2 and i-1..i-d/2,
     // or i+1..i+d for odd d) sharing the port bandwidth: bw/d each.
+    // Refused, not corrected: a degree <= 0 became 1 and one above n - 1 became n - 1
+    if (p.degree && (*p.degree < 1 || *p.degree > n - 1))
+      throw Error("switch_unwound: degree must be between 1 and n - 1 (" + std::to_string(n - 1) + "), got " +
+                  std::to_string(*p.degree));
     add_npus(t, n);
-    const int d = std::min(p.degree > 0 ? p.degree : 1, n - 1);
+    const int d = p.degree.value_or(1);
     for (int i = 0; i < n; ++i)
       for (int k = 1; k <= d; ++k) {
         int j;

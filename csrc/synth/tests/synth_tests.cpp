@@ -258,6 +258,19 @@ TEST(synth, cluster_rails_are_checked) {
   EXPECT_EQ(nics(generate("cluster", {4, 2}, p)), 8);
 }
 
+TEST(synth, switch_unwound_degree_is_checked) {
+  GenParams p = params();
+  EXPECT_EQ(generate("switch_unwound", {6}, p).num_links(), 6);  // unset: one link per NPU
+  for (const int bad : {0, -2, 6}) {
+    p.degree = bad;
+    EXPECT_TRUE(throws_with([&] { generate("switch_unwound", {6}, p); },
+                            "degree must be between 1 and n - 1 (5), got " + std::to_string(bad)))
+        << bad;
+  }
+  p.degree = 5;
+  EXPECT_EQ(generate("switch_unwound", {6}, p).num_links(), 30);
+}
+
 // Chunks chosen on the point-to-point engine: one chunk per NPU leaves a 4-NPU ring, a 4x4 torus, a 3-cube and an
 // 8-NPU ring 14-33 % above the bound (n - 1 chunks do not split evenly over an NPU's links); the trials find the
 // count that reaches it.

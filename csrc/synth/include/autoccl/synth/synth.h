@@ -133,7 +133,7 @@ struct GenParams {
   std::vector<double> dim_bandwidth;  // per-dimension overrides (mesh/torus/multidim)
   std::vector<double> dim_latency;
   std::vector<std::string> dim_types;  // multidim: "ring", "fc", "switch" per dimension
-  int degree = 0;                      // switch_unwound
+  std::optional<int> degree;           // switch_unwound: links per NPU, 1..n-1; unset: 1
   double global_bandwidth_gbps = 0;    // dragonfly
   double global_latency_us = 0;
   double nic_bandwidth_gbps = 50;      // cluster
