@@ -106,8 +106,8 @@ PYBIND11_MODULE(_synth, m) {
   m.def("generate",
         [](const std::string& kind, const std::vector<int>& dims, double bandwidth, double latency,
            const std::vector<double>& dim_bandwidth, const std::vector<double>& dim_latency,
-           const std::vector<std::string>& dim_types, std::optional<int> degree, double global_bandwidth, double global_latency,
-           double nic_bandwidth, double nic_latency, std::optional<int> rails) {
+           const std::vector<std::string>& dim_types, std::optional<int> degree, double global_bandwidth,
+           double global_latency, double nic_bandwidth, double nic_latency, std::optional<int> rails) {
           GenParams p;
           p.bandwidth_gbps = bandwidth;
           p.latency_us = latency;
@@ -124,7 +124,8 @@ PYBIND11_MODULE(_synth, m) {
         },
         py::arg("kind"), py::arg("dims"), py::arg("bandwidth") = 50.0, py::arg("latency") = 0.5,
         py::arg("dim_bandwidth") = std::vector<double>{}, py::arg("dim_latency") = std::vector<double>{},
-        py::arg("dim_types") = std::vector<std::string>{}, py::arg("degree") = py::none(), py::arg("global_bandwidth") = 0.0,
+        py::arg("dim_types") = std::vector<std::string>{}, py::arg("degree") = py::none(),
+        py::arg("global_bandwidth") = 0.0,
         py::arg("global_latency") = 0.0, py::arg("nic_bandwidth") = 50.0, py::arg("nic_latency") = 2.0,
         py::arg("rails") = py::none());
 
