@@ -42,7 +42,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ import pytest
 
 from autoccl.emu import Call, Comm, Group, Host, RunResult, Scenario, coord_env, run
 from autoccl.emu.online import online_unavailable
+from autoccl.emu.scenario import whole_elements
 
 BASE_SEED = int(os.environ.get("AUTOCCL_AGREEMENT_SEED", "20261121"))
 FULL = os.environ.get("AUTOCCL_AGREEMENT_FULL", "") not in ("", "0")
@@ -125,19 +126,23 @@ def make_comm_program(
         ranks=tuple(ranks),
         channels=rng.choice([8, 16, 24, 24, 32]),
     )
+
+    def call(coll: str, nbytes: int) -> Call:  # a size NCCL can be called with on n ranks (float32 elements)
+        return Call(coll, whole_elements(coll, nbytes, n))
+
     groups: list[tuple[tuple[Call, ...], bool]] = []
     for _ in range(rng.randint(1, 3)):
         shape = rng.random()
         if shape < 0.45:  # one collective
             coll = rng.choice(["allreduce", "allreduce", "allgather", "reducescatter", "broadcast", "reduce"])
-            calls: tuple[Call, ...] = (Call(coll, log_size(rng, 32 * KIB, 512 * MIB)),)
+            calls: tuple[Call, ...] = (call(coll, log_size(rng, 32 * KIB, 512 * MIB)),)
         elif shape < 0.85:  # aggregated group (FSDP/Megatron style): merged within 4x, or several batches
             coll = rng.choice(["allreduce", "allgather", "reducescatter"])
             base = log_size(rng, 64 * KIB, 64 * MIB)
             k = rng.randint(2, 6)
             mixed = rng.random() < 0.3
             calls = tuple(
-                Call(
+                call(
                     rng.choice(["allgather", "reducescatter"]) if mixed else coll,
                     base * rng.choice([1, 1, 2, 3, 8]),
                 )
@@ -145,7 +150,7 @@ def make_comm_program(
             )
         else:  # a collective captured in a CUDA graph: decided at capture, never measured
             coll = rng.choice(["allreduce", "allgather"])
-            calls = (Call(coll, log_size(rng, 256 * KIB, 64 * MIB)),)
+            calls = (call(coll, log_size(rng, 256 * KIB, 64 * MIB)),)
             groups.append((calls, True))
             continue
         groups.append((calls, False))
@@ -184,6 +189,14 @@ def make_run(i: int, fallback_mode: str | None) -> RunSpec:
         if r not in covered:
             c0 = comms[0]
             comms[0] = Comm(c0.name, c0.hash, (*c0.ranks, r), c0.nnodes, c0.channels)
+    # and its sizes fit its ranks again (the same number of elements on each)
+    n0 = len(comms[0].ranks)
+    groups = [
+        g
+        if g.comm != comms[0].name
+        else replace(g, calls=tuple(Call(c.coll, whole_elements(c.coll, c.nbytes, n0)) for c in g.calls))
+        for g in groups
+    ]
     orders = {r: rng.choice(["roundrobin", "reverse", "random", "sequential"]) for r in world}
     hosts: dict[int, Host] = {}
     for r in world:
