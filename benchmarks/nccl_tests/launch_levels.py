@@ -23,7 +23,8 @@ from autoccl.bench import nccl_tests as NT
 def averages(folder: Path, launch: str, nbytes: int, colls: set[str] | None) -> dict[str, list[float]]:
     """Per mode: every out-of-place and in-place average (us per call) of the size, over passes and colls."""
     out: dict[str, list[float]] = defaultdict(list)
-    for rec in NT.read_launches(folder):
+    records, _ = NT.read_launches(folder)
+    for rec in records:
         if rec.get("rc") != 0 or rec["launch"] != launch or (colls and rec["coll"] not in colls):
             continue
         for row in rec["rows"]:
