@@ -254,3 +254,21 @@ def test_config_sweep_matches_what_was_forced_with_what_nccl_ran(tmp_path: Path)
     cmd = [sys.executable, str(TOOLS / "config_sweep.py"), str(tmp_path / "none")]
     missing = subprocess.run(cmd, capture_output=True, text=True)
     assert missing.returncode != 0 and "no such file" in missing.stderr
+
+
+def test_launch_levels_counts_averages_at_the_slow_level(tmp_path: Path) -> None:
+    """From a bench folder's rows: per mode, the out-of-place and in-place averages of one size above the cut.
+    (It iterated over read_launches' (records, unreadable) pair and failed on every folder.)"""
+
+    def launch(mode: str, oop: float, ip: float) -> dict[str, object]:
+        row = {"bytes": 1 << 20, "count": 1, "dtype": "float", "oop_time_us": oop, "ip_time_us": ip}
+        row |= {"oop_algbw_gbs": 1.0, "oop_busbw_gbs": 1.0, "ip_algbw_gbs": 1.0, "ip_busbw_gbs": 1.0}
+        return {"pass": 0, "launch": "single", "coll": "all_reduce", "mode": mode, "rc": 0, "rows": [row]}
+
+    recs = [launch("plain", 14.0, 21.0), launch("online", 21.5, 20.8), launch("plain", 14.2, 14.1)]
+    (tmp_path / "launches.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    cmd = [sys.executable, str(TOOLS / "launch_levels.py"), str(tmp_path), "--size", "1M"]
+    cmd += ["--threshold", "17.5"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    assert "| plain | 4 | 1 | 14.1 | 21.0 |" in out, out
+    assert "| online | 2 | 2 | — | 21.5 |" in out, out
