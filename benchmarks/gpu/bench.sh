@@ -82,7 +82,9 @@
 #             sockets it moved the widest probes from the untimed warm-up into the timed loops (0.840x plain against
 #             0.963x, benchmarks/results/h200x1/blind-exploration); on NVLink, whether it cuts the timed loops' tails
 #   promise   the bars of "never slower than NCCL": plain, online (cold in pass 0, warm after), table mode
-#             started from online's table of the same pass (table-warm) and observe, traced
+#             started from online's table of the same pass (table-warm), observe and idle, traced (idle: over
+#             sockets on one H200 online's warm passes ran 0.966x the idle plugin's busbw in 9 of 9 runs,
+#             benchmarks/results/h200x1/online-warm-vs-idle; pool_modes.py reads the same from these folders)
 #   plugins   one `autoccl run --` nccl-tests job (all_reduce 1-64 MiB, -c 1) with NCCL_DEBUG=INFO: the tuner and
 #             profiler interface versions this NCCL took from the plugin (GPU_NCCL: a newer NCCL), the results checked
 #   inspector NCCL Inspector (built from its carried source) chained behind autoccl's profiler with autoccl's
@@ -225,7 +227,8 @@ for plan in ${PLANS:-overhead online}; do
     overhead) [ "$NGPU" -lt 2 ] && echo "plan overhead: idle64 left out (1 GPU: --nccl-channels auto needs 2)"
       args=(-m plain -m idle "${IDLE64_ARGS[@]}" -m observe -m "observe-kernel:--mode observe AUTOCCL_CLOCK=kernel") ;;
     online) args=(-m plain -m online --trace) ;;
-    promise) args=(-m plain -m online -m "table-warm:--mode table --cache-dir {cache:online}" -m observe --trace) ;;
+    promise) args=(-m plain -m online -m "table-warm:--mode table --cache-dir {cache:online}" -m observe -m idle
+                   --trace) ;;
     inspector)
       left=$((BUDGET_S - (SECONDS - T0)))
       if [ "$left" -lt 60 ] || [ -z "${INSPECTOR_SO:-}" ]; then echo "plan inspector skipped: ${left} s left, Inspector '${INSPECTOR_SO:-not built}'"; continue; fi

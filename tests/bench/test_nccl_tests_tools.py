@@ -272,3 +272,52 @@ def test_launch_levels_counts_averages_at_the_slow_level(tmp_path: Path) -> None
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     assert "| plain | 4 | 1 | 14.1 | 21.0 |" in out, out
     assert "| online | 2 | 2 | — | 21.5 |" in out, out
+
+
+def test_pool_modes_pools_folders_and_filters_untimed_tasks(tmp_path: Path) -> None:
+    """Two modes' same-pass ratio per cell, pooled over folders: geomean, the sign of each folder, the
+    --passes and --min-bytes filters, and --untimed-only reading tasks.md's `converged at call`."""
+    pool = load("pool_modes")
+
+    def folder(name: str, online: dict[str, float], idle: dict[str, float], converged: str) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        cells = [
+            {"launch": "mpi", "coll": "all_reduce", "bytes": 4 << 20,
+             "modes": {"online": {"ratio_by_pass": online}, "idle": {"ratio_by_pass": idle}}},
+            {"launch": "mpi", "coll": "all_reduce", "bytes": 1 << 20,  # below --min-bytes
+             "modes": {"online": {"ratio_by_pass": {"1": 0.1}}, "idle": {"ratio_by_pass": {"1": 1.0}}}},
+        ]  # fmt: skip
+        (d / "summary.json").write_text(json.dumps({"baseline": "plain", "cells": cells}))
+        head = "| pass | launch | collective | size | mode | pinned | converged at call |\n"
+        head += "| ---: | --- | --- | ---: | --- | --- | ---: |\n"
+        rows = [f"| {p} | mpi | all_reduce | 4 MiB | online | NCCL's choice | {converged} |" for p in online]
+        (d / "tasks.md").write_text(head + "\n".join(rows) + "\n")
+        return d
+
+    a = folder("a", {"0": 0.5, "1": 0.9, "2": 0.99}, {"0": 1.0, "1": 1.0, "2": 1.1}, "0")
+    b = folder("b", {"0": 0.5, "1": 1.2}, {"0": 1.0, "1": 1.0}, "14")
+    ra = pool.folder_result(a, "online", "idle", 4 << 20, "warm", False)
+    assert ra is not None and len(ra.logs) == 2  # pass 0 and the 1 MiB cell left out
+    assert abs(ra.geomean - (0.9 * 0.9) ** 0.5) < 1e-9
+    cold = pool.folder_result(a, "online", "idle", 4 << 20, "cold", False)
+    assert cold is not None and abs(cold.geomean - 0.5) < 1e-9
+    assert pool.folder_result(b, "online", "idle", 4 << 20, "warm", True) is None  # converged at call 14
+    rb = pool.folder_result(b, "online", "idle", 4 << 20, "warm", False)
+    assert rb is not None
+    p = pool.pooled([ra, rb], resamples=2000, seed=3)
+    assert abs(p["geomean"] - (0.9 * 0.9 * 1.2) ** (1 / 3)) < 1e-9
+    assert p["ci_low"] <= p["geomean"] <= p["ci_high"]
+    assert pool.sign_test_p(9, 0) < 0.005 and pool.sign_test_p(2, 2) == 1.0
+    cmd = [
+        sys.executable,
+        str(TOOLS / "pool_modes.py"),
+        "--mode",
+        "online",
+        "--against",
+        "idle",
+        str(a),
+        str(b),
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    assert "pooled over 2 folders, 3 cells × passes" in out and "1 folders below 1, 1 above" in out, out
