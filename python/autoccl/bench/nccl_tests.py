@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autoccl import settings
+from autoccl import jsonout, settings
 from autoccl.bench.trace import read_records, trace_files, unreadable_lines
 from autoccl.figures import save_figure
 from autoccl.tuner_env import OWN_PREFIXES, PLUGIN_VARS, SAFETY_ENV
@@ -524,7 +524,7 @@ def run_plan(
                         rec = _one_launch(plan, mode, coll, launch, p)
                         rec["position"] = position
                         records.append(rec)
-                        sink.write(json.dumps(rec) + "\n")
+                        sink.write(jsonout.dumps(rec) + "\n")
                         sink.flush()
                         if progress:
                             progress("launches", count, total)
@@ -809,6 +809,11 @@ def _quantile(xs: Sequence[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
+def _finite(*xs: Any) -> bool:
+    """Numbers, all finite: a summary's missing value is NaN in memory, null (None) read from its JSON."""
+    return all(isinstance(x, (int, float)) and math.isfinite(x) for x in xs)
+
+
 def _median(xs: Sequence[float]) -> float:
     return _quantile(xs, 0.5)
 
@@ -933,8 +938,10 @@ def summarize(
                 "mode": m,
                 "launch": la,
                 "cells": len(sel),
+                # NaN here, null in summary.json (strict JSON), with the reason beside it
                 "geomean_ge_min_bytes": geo,
                 "geomean_ci95": [lo, hi],
+                **({} if math.isfinite(geo) else {"geomean_null_reason": _no_geomean(big, min_bytes)}),
                 # per pass, the geometric mean over the cells it has: pass 0 is a tuned mode's cold start
                 "geomean_by_pass": {
                     str(p): _geomean([c[str(p)] for c in by_cell if str(p) in c])
@@ -976,6 +983,13 @@ def summarize(
             la: v for (m, la), v in sorted(outliers.items()) if m == baseline
         },
     }
+
+
+def _no_geomean(big: Sequence[Mapping[str, Any]], min_bytes: int) -> str:
+    """Why a mode has no geometric mean over the cells >= MIN_BYTES (the words summary.md shows)."""
+    if not big:
+        return f"no cell ≥ {_mib(min_bytes)}"
+    return f"no cell ≥ {_mib(min_bytes)} with a ratio above 0"
 
 
 def _by_place(
@@ -1143,11 +1157,9 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
         worst = f"{w['coll']} {_mib(w['bytes'])} {w['ratio']:.3f}×" if w else "—"
         ci, geo = o["geomean_ci95"], o["geomean_ge_min_bytes"]
         # no cell at or above min_bytes (small sizes only, or none measured): nothing to average
-        geo_text = (
-            f"{geo:.3f}× ({ci[0]:.3f}–{ci[1]:.3f})"
-            if math.isfinite(geo)
-            else f"— (no cell ≥ {_mib(int(o.get('min_bytes') or 4 << 20))})"
-        )
+        why = o.get("geomean_null_reason") or f"no cell ≥ {_mib(int(o.get('min_bytes') or 4 << 20))}"
+        interval = f"{ci[0]:.3f}–{ci[1]:.3f}" if _finite(*ci) else "no interval"
+        geo_text = f"{geo:.3f}× ({interval})" if _finite(geo) else f"— ({why})"
         lines.append(
             f"| {o['mode']} | {o['launch']} | {geo_text} "
             f"| {worst} | "
@@ -1164,7 +1176,7 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
             "",
         ]
         for o in by_pass:
-            per = " / ".join(f"{v:.3f}" for v in o["geomean_by_pass"].values())
+            per = " / ".join(f"{v:.3f}" if _finite(v) else "—" for v in o["geomean_by_pass"].values())
             lines.append(f"- {o['mode']}, {o['launch']}: {per}")
     refused = [o for o in summary["overall"].values() if o.get("launches_without_tuner")]
     if refused:
