@@ -825,6 +825,12 @@ def test_a_rerun_with_other_settings_is_refused(tmp_path: Path) -> None:
             ["-g", "2", "-e", "2M", "-m", "plain", "-m", "observe:--mode observe AUTOCCL_CLOCK=kernel"],
             ["mode observe's VAR=VALUE '' then, 'AUTOCCL_CLOCK=kernel' now"],
         ),
+        # the modes' places in a pass, and whether an autoccl mode's launches left traces
+        (
+            ["-g", "2", "-e", "2M", "--order", "fixed", "-m", "plain", "-m", "observe"],
+            ["--order rotate then, fixed now"],
+        ),
+        (["-g", "2", "-e", "2M", "--trace", "-m", "plain", "-m", "observe"], ["--trace off then, on now"]),
     ]
     for args, words in refused:
         r = CliRunner().invoke(main, ["bench", "nccl-tests", *base, *args], env=env)
@@ -832,6 +838,19 @@ def test_a_rerun_with_other_settings_is_refused(tmp_path: Path) -> None:
         assert all(w in r.output for w in words), (args, r.output)
         assert len(log.read_text().splitlines()) == launched
         assert (out / "launches.jsonl").read_text() == recorded
+    # --timeout only bounds a launch: another resumes (here nothing is left to launch)
+    r = _invoke([*first, "--timeout", "77"], env)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    assert len(log.read_text().splitlines()) == launched
+    # launches recorded before --order and --trace were kept resume under either
+    older = [json.loads(x) for x in recorded.splitlines()]
+    for x in older:
+        x["settings"] = {k: v for k, v in x["settings"].items() if k not in ("order", "trace")}
+    (out / "launches.jsonl").write_text("".join(json.dumps(x) + "\n" for x in older))
+    r = _invoke([*first, "--order", "fixed", "--trace"], env)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    assert len(log.read_text().splitlines()) == launched
+    (out / "launches.jsonl").write_text(recorded)
     # the same settings with another pass, mode and collective: only what is new is launched
     more = [*base[:2], "-c", "all_reduce,all_gather", *base[4:], "-g", "2", "-p", "2", "-e", "2M"]
     r = _invoke([*more, "-m", "plain", "-m", "observe", "-m", "online"], env)

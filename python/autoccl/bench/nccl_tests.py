@@ -600,6 +600,10 @@ def with_passes(header: str, count: int) -> str:
 
 # What a launch measured under besides its pass, launch kind, collective and mode name, with the option
 # that sets it: a resumed run whose launches differ in one of these would mix two measurements in one table.
+# `order` places the modes in a pass (the by-place comparison reads where each ran), `trace` decides whether
+# an autoccl mode's launch left traces (tasks.md and later analysis need them of every launch; tracing also
+# costs the launch time). --timeout is no such setting: it only bounds a launch, and one that ran past it
+# failed and is launched again.
 _PLAN_SETTINGS = {
     "bin": "--bin",
     "gpus": "-g",
@@ -610,12 +614,18 @@ _PLAN_SETTINGS = {
     "iters": "-n",
     "nt_args": "--nt-args",
     "mpirun": "--mpirun",
+    "order": "--order",
+    "trace": "--trace",
 }
+# Settings launch records keep since a later version: a record without one (written before) is not compared
+# on it, so that such a folder still resumes.
+_RECORDED_LATER = frozenset({"order", "trace"})
 
 
 def launch_settings(plan: Plan, mode: Mode, launch: str) -> dict[str, Any]:
-    """The settings a launch record keeps (`settings`): the plan's (mpirun for an mpi launch only) and the
-    mode's `autoccl run` options and VAR=VALUE assignments as given (placeholders unexpanded)."""
+    """The settings a launch record keeps (`settings`): the plan's (mpirun for an mpi launch only, trace for
+    an autoccl mode's only: plain NCCL is never traced) and the mode's `autoccl run` options and VAR=VALUE
+    assignments as given (placeholders unexpanded)."""
     out: dict[str, Any] = {
         "bin": str(plan.bin_dir.resolve()),
         "gpus": plan.gpus,
@@ -625,11 +635,14 @@ def launch_settings(plan: Plan, mode: Mode, launch: str) -> dict[str, Any]:
         "warmup": plan.warmup,
         "iters": plan.iters,
         "nt_args": list(plan.extra_args),
+        "order": plan.order,
         "run_args": None if mode.run_args is None else list(mode.run_args),
         "env": [list(kv) for kv in mode.env],
     }
     if launch == "mpi":
         out["mpirun"] = plan.mpirun
+    if not mode.plain:
+        out["trace"] = plan.trace
     return out
 
 
@@ -652,6 +665,8 @@ def check_resume(plan: Plan, records: Iterable[Mapping[str, Any]], path: Path) -
         mode = modes.get(str(rec["mode"]))
         new = launch_settings(plan, mode or Mode(str(rec["mode"]), None), str(rec["launch"]))
         for key, option in _PLAN_SETTINGS.items():
+            if key in _RECORDED_LATER and key not in old:
+                continue  # recorded before autoccl kept it
             if key in new and old.get(key) != new[key]:
                 then = _shown(old[key]) if key in old else "unrecorded"
                 differ.setdefault(option, f"{option} {then} then, {_shown(new[key])} now")
@@ -672,6 +687,8 @@ def _shown(value: Any) -> str:
     such."""
     if value is None:
         return "plain"
+    if isinstance(value, bool):  # --trace
+        return "on" if value else "off"
     if isinstance(value, list):
         return repr(" ".join("=".join(map(str, x)) if isinstance(x, list) else str(x) for x in value))
     return str(value)
