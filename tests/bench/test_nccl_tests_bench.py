@@ -333,6 +333,62 @@ def test_no_cell_at_the_geomean_size_says_so_not_nan() -> None:
     assert "— (no cell ≥ 4 MiB)" in row and "nan" not in md, md
 
 
+def _strict(text: str) -> object:
+    """JSON as jq or JSON.parse read it: NaN and Infinity are errors."""
+
+    def refuse(word: str) -> object:
+        raise ValueError(f"{word} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_summary_json_is_strict_with_the_reason_for_a_missing_geomean(tmp_path: Path) -> None:
+    """Sizes all below 4 MiB: summary.json holds null for the geomean and its interval, never NaN (which jq
+    and JSON.parse refuse), and says why in the words summary.md uses; every line of launches.jsonl is strict
+    too, and --report-only still reads a launches.jsonl of an earlier version that holds NaN."""
+    bin_dir = _fake_bin(tmp_path)
+    out = tmp_path / "out"
+    env = {"FAKE_LOG": str(tmp_path / "log")}
+    args = ["--bin", str(bin_dir), "-g", "2", "-c", "all_reduce", "-b", "1M", "-e", "2M", "-p", "1"]
+    r = _invoke([*args, "-m", "plain", "-m", "online", "-o", str(out), "--no-progress"], env)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    summary = _strict((out / "summary.json").read_text())
+    assert isinstance(summary, dict)
+    o = summary["overall"]["online/single"]
+    assert o["geomean_ge_min_bytes"] is None and o["geomean_ci95"] == [None, None]
+    assert o["geomean_null_reason"] == "no cell ≥ 4 MiB"
+    assert "— (no cell ≥ 4 MiB)" in (out / "summary.md").read_text()
+    for line in (out / "launches.jsonl").read_text().splitlines():
+        _strict(line)
+    # a launch record of an earlier version with NaN in it (a trace's number): read, and written back strict
+    recs = [json.loads(x) for x in (out / "launches.jsonl").read_text().splitlines()]
+    recs[0]["rows"][0]["ip_time_us"] = float("nan")
+    (out / "launches.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
+    assert "NaN" in (out / "launches.jsonl").read_text()
+    r = _invoke(["--report-only", "-o", str(out), "--no-progress"], env)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    _strict((out / "summary.json").read_text())
+
+
+def test_a_ratio_over_a_pass_with_a_geomean_and_no_interval_is_not_called_missing() -> None:
+    """The markdown reads a summary with null (from its JSON) as it reads one with NaN: a geomean without an
+    interval keeps its value, a geomean without a value names its reason."""
+    recs = [
+        {"pass": p, "launch": "single", "coll": "all_reduce", "mode": m, "rc": 0,
+         "rows": [{"bytes": 8 << 20, "oop_busbw_gbs": 100.0 * (1.1 if m == "online" else 1.0)}]}
+        for p in range(2)
+        for m in ("plain", "online")
+    ]  # fmt: skip
+    s = NT.summarize(recs)
+    s["overall"]["online/single"]["geomean_ci95"] = [None, None]
+    row = next(x for x in NT.markdown(s).splitlines() if x.startswith("| online | single |"))
+    assert "1.100× (no interval)" in row, row
+    s["overall"]["online/single"]["geomean_ge_min_bytes"] = None
+    s["overall"]["online/single"]["geomean_null_reason"] = "no cell ≥ 4 MiB with a ratio above 0"
+    row = next(x for x in NT.markdown(s).splitlines() if x.startswith("| online | single |"))
+    assert "— (no cell ≥ 4 MiB with a ratio above 0)" in row, row
+
+
 def test_mode_syntax() -> None:
     m = NT.parse_mode("kclock:--mode observe AUTOCCL_CLOCK=kernel")
     assert m.run_args == ("--mode", "observe") and dict(m.env) == {"AUTOCCL_CLOCK": "kernel"}
@@ -769,6 +825,12 @@ def test_a_rerun_with_other_settings_is_refused(tmp_path: Path) -> None:
             ["-g", "2", "-e", "2M", "-m", "plain", "-m", "observe:--mode observe AUTOCCL_CLOCK=kernel"],
             ["mode observe's VAR=VALUE '' then, 'AUTOCCL_CLOCK=kernel' now"],
         ),
+        # the modes' places in a pass, and whether an autoccl mode's launches left traces
+        (
+            ["-g", "2", "-e", "2M", "--order", "fixed", "-m", "plain", "-m", "observe"],
+            ["--order rotate then, fixed now"],
+        ),
+        (["-g", "2", "-e", "2M", "--trace", "-m", "plain", "-m", "observe"], ["--trace off then, on now"]),
     ]
     for args, words in refused:
         r = CliRunner().invoke(main, ["bench", "nccl-tests", *base, *args], env=env)
@@ -776,6 +838,19 @@ def test_a_rerun_with_other_settings_is_refused(tmp_path: Path) -> None:
         assert all(w in r.output for w in words), (args, r.output)
         assert len(log.read_text().splitlines()) == launched
         assert (out / "launches.jsonl").read_text() == recorded
+    # --timeout only bounds a launch: another resumes (here nothing is left to launch)
+    r = _invoke([*first, "--timeout", "77"], env)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    assert len(log.read_text().splitlines()) == launched
+    # launches recorded before --order and --trace were kept resume under either
+    older = [json.loads(x) for x in recorded.splitlines()]
+    for x in older:
+        x["settings"] = {k: v for k, v in x["settings"].items() if k not in ("order", "trace")}
+    (out / "launches.jsonl").write_text("".join(json.dumps(x) + "\n" for x in older))
+    r = _invoke([*first, "--order", "fixed", "--trace"], env)
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    assert len(log.read_text().splitlines()) == launched
+    (out / "launches.jsonl").write_text(recorded)
     # the same settings with another pass, mode and collective: only what is new is launched
     more = [*base[:2], "-c", "all_reduce,all_gather", *base[4:], "-g", "2", "-p", "2", "-e", "2M"]
     r = _invoke([*more, "-m", "plain", "-m", "observe", "-m", "online"], env)

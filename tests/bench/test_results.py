@@ -316,3 +316,56 @@ def test_train_table_shows_no_gain_for_a_launch_that_fell_back_to_nccl() -> None
     assert "differs from plain NCCL's by +24.66 ms/iter" in md
     kept = R.train_markdown({"train": [{**row, "fell_back_to_nccl": False}]})
     assert "| 335.20 | 5.091 | 24.66 | 206 |" in kept and "ran NCCL's choice" not in kept
+
+
+def _strict(text: str) -> Any:
+    """JSON as jq or JSON.parse read it: NaN and Infinity are errors."""
+
+    def refuse(word: str) -> Any:
+        raise ValueError(f"{word} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_the_result_document_is_strict_json_and_reads_back(fixtures: Path, tmp_path: Path) -> None:
+    """A value without a finite number (a break-even without a gain, a slowdown over a zero time, a
+    resilience launch's mean step without steps) is null in PREFIX.json, not NaN; the tables read the file
+    back with null where they had NaN, and a file of an earlier version that holds NaN still loads."""
+    doc = R.load_doc(fixtures / "train_small.json")
+    worse = runner.tuning_tradeoff([60.0] * 10, [50.0] * 10)  # no gain: break-even NaN
+    assert math.isnan(worse["break_even_iters"])
+    row = {
+        "parallel": "ddp",
+        "mode": "online",
+        "launch": "ddp/online",
+        "steady_ms": math.nan,
+        "tokens_per_s": math.inf,
+        "first10_ms": 70.0,
+        "mean_step_ms": math.nan,
+        **worse,
+    }
+    doc["train"] = [*doc["train"], row]
+    path = R.write_outputs(doc, tmp_path / "res")[0]
+    text = path.read_text()
+    back = _strict(text)
+    kept = back["train"][-1]
+    assert kept["break_even_iters"] is None and kept["steady_ms"] is None and kept["tokens_per_s"] is None
+    assert kept["gain_ms"] == worse["gain_ms"]
+    md = R.train_markdown(R.load_doc(path))
+    assert "| ddp | online | – | – | – | 70.00 |" in md, md
+    # an earlier version's file with NaN in it
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({**back, "train": [{**kept, "steady_ms": math.nan}]}))
+    assert "NaN" in old.read_text()
+    assert math.isnan(R.load_doc(old)["train"][0]["steady_ms"])
+    R.train_markdown(R.load_doc(old))
+
+
+def test_strict_json_turns_every_non_finite_number_into_null() -> None:
+    from autoccl import jsonout
+
+    value = {"a": [1.0, math.nan, (math.inf, -math.inf)], "b": {"c": math.nan, "d": "NaN"}, "e": 2, "f": None}
+    assert _strict(jsonout.dumps(value)) == {"a": [1.0, None, [None, None]], "b": {"c": None, "d": "NaN"},
+                                             "e": 2, "f": None}  # fmt: skip
+    with pytest.raises(ValueError):  # a NaN a default= hands back is refused, not written
+        jsonout.dumps({"x": object()}, default=lambda o: math.nan)

@@ -542,3 +542,31 @@ def test_launch_order_of_each_pair_and_the_median_by_order(tmp_path: Path) -> No
     s1 = TP.summarize(TP.read_pairs(four_pairs(tmp_path / "no-modes")))
     assert s1["parallels"]["fsdp2"]["pairs"][0]["first"] is None
     assert "By launch order" not in TP.markdown(s1)
+
+
+def test_files_are_strict_json_and_null_reads_as_nan_did(tmp_path: Path) -> None:
+    """A `bench train` result writes a step or steady level without a number as null (NaN in earlier
+    versions): train-pairs reads both alike (a launch without a steady step is left out with a warning, not
+    an unreadable file), and its own summary.json and iterations.json hold null, never NaN."""
+    files = four_pairs(tmp_path / "train")
+    doc = json.loads(files[1].read_text())
+    for row in doc["train"]:
+        if (row["parallel"], row["mode"]) == ("ddp", "online"):
+            row["steady_ms"] = None
+    doc["iterations"][0]["iter_ms"][0] = None
+    files[1].write_text(json.dumps(doc))
+    doc = json.loads(files[2].read_text())
+    doc["iterations"][0]["iter_ms"][0] = float("nan")  # an earlier version's file
+    files[2].write_text(json.dumps(doc))
+    out = tmp_path / "pairs"
+    r = CliRunner().invoke(main, ["bench", "train-pairs", str(tmp_path / "train"), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "pair2_default: ddp has no positive steady step; left out of ddp" in r.output
+
+    def refuse(word: str) -> object:
+        raise ValueError(f"{word} is not JSON")
+
+    summary = json.loads((out / "summary.json").read_text(), parse_constant=refuse)
+    assert summary["parallels"]["ddp"]["count"] == 3
+    its = json.loads((out / "iterations.json").read_text(), parse_constant=refuse)
+    assert its[1]["iter_ms"]["nccl"][0] is None and its[2]["iter_ms"]["nccl"][0] is None

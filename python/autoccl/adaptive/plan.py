@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from autoccl import jsonout
+
 COLLECTIVES = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
 
 COPY, REDUCE = 0, 1
@@ -209,7 +211,7 @@ class Plan:
         }
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict()))
+        Path(path).write_text(jsonout.dumps(self.to_dict()))
 
     @property
     def num_transfers(self) -> int:

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autoccl import jsonout
+
 
 class LaunchError(RuntimeError):
     pass
@@ -109,7 +111,7 @@ def run_launch(
     spec["timeout_s"] = timeout_s
     spec["parent_pid"] = os.getpid()  # the worker dies with this process (worker._die_with_parent)
     spec_path = workdir / f"spec.{topo.rank}.json"
-    spec_path.write_text(json.dumps(spec, indent=1))
+    spec_path.write_text(jsonout.dumps(spec, indent=1))
     if topo.distributed:
         port = topo.master_port + 1 + index
         ranks = [(topo.rank, topo.local_rank)]
@@ -160,7 +162,7 @@ def run_launch(
                         replaced = True
                         log = workdir / f"rank{r}.newcomer.log"
                         newcomer_spec = workdir / f"spec.{r}.newcomer.json"
-                        newcomer_spec.write_text(json.dumps({**spec, "newcomer": True}, indent=1))
+                        newcomer_spec.write_text(jsonout.dumps({**spec, "newcomer": True}, indent=1))
                         proc, reader = _start_worker(newcomer_spec, p_env[r], log, None)
                         procs[i] = (r, proc, log)
                         readers.append(reader)

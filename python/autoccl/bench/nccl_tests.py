@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autoccl import settings
+from autoccl import jsonout, settings
 from autoccl.bench.trace import read_records, trace_files, unreadable_lines
 from autoccl.figures import save_figure
 from autoccl.tuner_env import OWN_PREFIXES, PLUGIN_VARS, SAFETY_ENV
@@ -524,7 +524,7 @@ def run_plan(
                         rec = _one_launch(plan, mode, coll, launch, p)
                         rec["position"] = position
                         records.append(rec)
-                        sink.write(json.dumps(rec) + "\n")
+                        sink.write(jsonout.dumps(rec) + "\n")
                         sink.flush()
                         if progress:
                             progress("launches", count, total)
@@ -600,6 +600,10 @@ def with_passes(header: str, count: int) -> str:
 
 # What a launch measured under besides its pass, launch kind, collective and mode name, with the option
 # that sets it: a resumed run whose launches differ in one of these would mix two measurements in one table.
+# `order` places the modes in a pass (the by-place comparison reads where each ran), `trace` decides whether
+# an autoccl mode's launch left traces (tasks.md and later analysis need them of every launch; tracing also
+# costs the launch time). --timeout is no such setting: it only bounds a launch, and one that ran past it
+# failed and is launched again.
 _PLAN_SETTINGS = {
     "bin": "--bin",
     "gpus": "-g",
@@ -610,12 +614,18 @@ _PLAN_SETTINGS = {
     "iters": "-n",
     "nt_args": "--nt-args",
     "mpirun": "--mpirun",
+    "order": "--order",
+    "trace": "--trace",
 }
+# Settings launch records keep since a later version: a record without one (written before) is not compared
+# on it, so that such a folder still resumes.
+_RECORDED_LATER = frozenset({"order", "trace"})
 
 
 def launch_settings(plan: Plan, mode: Mode, launch: str) -> dict[str, Any]:
-    """The settings a launch record keeps (`settings`): the plan's (mpirun for an mpi launch only) and the
-    mode's `autoccl run` options and VAR=VALUE assignments as given (placeholders unexpanded)."""
+    """The settings a launch record keeps (`settings`): the plan's (mpirun for an mpi launch only, trace for
+    an autoccl mode's only: plain NCCL is never traced) and the mode's `autoccl run` options and VAR=VALUE
+    assignments as given (placeholders unexpanded)."""
     out: dict[str, Any] = {
         "bin": str(plan.bin_dir.resolve()),
         "gpus": plan.gpus,
@@ -625,11 +635,14 @@ def launch_settings(plan: Plan, mode: Mode, launch: str) -> dict[str, Any]:
         "warmup": plan.warmup,
         "iters": plan.iters,
         "nt_args": list(plan.extra_args),
+        "order": plan.order,
         "run_args": None if mode.run_args is None else list(mode.run_args),
         "env": [list(kv) for kv in mode.env],
     }
     if launch == "mpi":
         out["mpirun"] = plan.mpirun
+    if not mode.plain:
+        out["trace"] = plan.trace
     return out
 
 
@@ -652,6 +665,8 @@ def check_resume(plan: Plan, records: Iterable[Mapping[str, Any]], path: Path) -
         mode = modes.get(str(rec["mode"]))
         new = launch_settings(plan, mode or Mode(str(rec["mode"]), None), str(rec["launch"]))
         for key, option in _PLAN_SETTINGS.items():
+            if key in _RECORDED_LATER and key not in old:
+                continue  # recorded before autoccl kept it
             if key in new and old.get(key) != new[key]:
                 then = _shown(old[key]) if key in old else "unrecorded"
                 differ.setdefault(option, f"{option} {then} then, {_shown(new[key])} now")
@@ -672,6 +687,8 @@ def _shown(value: Any) -> str:
     such."""
     if value is None:
         return "plain"
+    if isinstance(value, bool):  # --trace
+        return "on" if value else "off"
     if isinstance(value, list):
         return repr(" ".join("=".join(map(str, x)) if isinstance(x, list) else str(x) for x in value))
     return str(value)
@@ -809,6 +826,11 @@ def _quantile(xs: Sequence[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
+def _finite(*xs: Any) -> bool:
+    """Numbers, all finite: a summary's missing value is NaN in memory, null (None) read from its JSON."""
+    return all(isinstance(x, (int, float)) and math.isfinite(x) for x in xs)
+
+
 def _median(xs: Sequence[float]) -> float:
     return _quantile(xs, 0.5)
 
@@ -933,8 +955,10 @@ def summarize(
                 "mode": m,
                 "launch": la,
                 "cells": len(sel),
+                # NaN here, null in summary.json (strict JSON), with the reason beside it
                 "geomean_ge_min_bytes": geo,
                 "geomean_ci95": [lo, hi],
+                **({} if math.isfinite(geo) else {"geomean_null_reason": _no_geomean(big, min_bytes)}),
                 # per pass, the geometric mean over the cells it has: pass 0 is a tuned mode's cold start
                 "geomean_by_pass": {
                     str(p): _geomean([c[str(p)] for c in by_cell if str(p) in c])
@@ -976,6 +1000,13 @@ def summarize(
             la: v for (m, la), v in sorted(outliers.items()) if m == baseline
         },
     }
+
+
+def _no_geomean(big: Sequence[Mapping[str, Any]], min_bytes: int) -> str:
+    """Why a mode has no geometric mean over the cells >= MIN_BYTES (the words summary.md shows)."""
+    if not big:
+        return f"no cell ≥ {_mib(min_bytes)}"
+    return f"no cell ≥ {_mib(min_bytes)} with a ratio above 0"
 
 
 def _by_place(
@@ -1143,11 +1174,9 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
         worst = f"{w['coll']} {_mib(w['bytes'])} {w['ratio']:.3f}×" if w else "—"
         ci, geo = o["geomean_ci95"], o["geomean_ge_min_bytes"]
         # no cell at or above min_bytes (small sizes only, or none measured): nothing to average
-        geo_text = (
-            f"{geo:.3f}× ({ci[0]:.3f}–{ci[1]:.3f})"
-            if math.isfinite(geo)
-            else f"— (no cell ≥ {_mib(int(o.get('min_bytes') or 4 << 20))})"
-        )
+        why = o.get("geomean_null_reason") or f"no cell ≥ {_mib(int(o.get('min_bytes') or 4 << 20))}"
+        interval = f"{ci[0]:.3f}–{ci[1]:.3f}" if _finite(*ci) else "no interval"
+        geo_text = f"{geo:.3f}× ({interval})" if _finite(geo) else f"— ({why})"
         lines.append(
             f"| {o['mode']} | {o['launch']} | {geo_text} "
             f"| {worst} | "
@@ -1164,7 +1193,7 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
             "",
         ]
         for o in by_pass:
-            per = " / ".join(f"{v:.3f}" for v in o["geomean_by_pass"].values())
+            per = " / ".join(f"{v:.3f}" if _finite(v) else "—" for v in o["geomean_by_pass"].values())
             lines.append(f"- {o['mode']}, {o['launch']}: {per}")
     refused = [o for o in summary["overall"].values() if o.get("launches_without_tuner")]
     if refused:

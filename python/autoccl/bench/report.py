@@ -79,10 +79,11 @@ def busbw_plots(doc: dict[str, Any], outdir: Path, formats: list[str]) -> list[P
         for mode, mr in by_mode.items():
             mr.sort(key=lambda r: r["bytes"])
             xs = [r["bytes"] for r in mr]
-            ys = [r.get(metric, math.nan) for r in mr]
+            # a value without a number is null in the JSON (NaN in files of earlier versions): a gap
+            ys = [_number(r.get(metric)) for r in mr]
             if load == "none":
-                lo = [max(0.0, y - r.get("busbw_gbs_min", y)) for y, r in zip(ys, mr, strict=True)]
-                hi = [max(0.0, r.get("busbw_gbs_max", y) - y) for y, r in zip(ys, mr, strict=True)]
+                lo = [max(0.0, y - _number(r.get("busbw_gbs_min", y))) for y, r in zip(ys, mr, strict=True)]
+                hi = [max(0.0, _number(r.get("busbw_gbs_max", y)) - y) for y, r in zip(ys, mr, strict=True)]
                 ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", ms=3, capsize=2, label=mode)
             else:
                 ax.plot(xs, ys, marker="o", ms=3, label=mode)
@@ -99,6 +100,11 @@ def busbw_plots(doc: dict[str, Any], outdir: Path, formats: list[str]) -> list[P
         ax.legend(fontsize=8)
         out += _save(fig, outdir, f"busbw_{coll}_{_fname(load)}", formats)
     return out
+
+
+def _number(v: Any) -> float:
+    """A stored value as a float, NaN where it is none (null, or absent)."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
 
 
 def _fname(text: str) -> str:

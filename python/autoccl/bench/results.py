@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from autoccl import jsonout
 from autoccl.bench.modes import geomean
 from autoccl.bench.spec import PLUGIN_COLL, SHORT, cell_key, format_size
 
@@ -340,7 +341,7 @@ def gloo_caveat(doc: dict[str, Any]) -> str | None:
 
 def write_json(doc: dict[str, Any], path: Path) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=_json_default, allow_nan=True))
+    tmp.write_text(jsonout.dumps(doc, indent=1, default=_json_default))
     tmp.replace(path)
 
 
@@ -482,7 +483,9 @@ def train_markdown(doc: dict[str, Any]) -> str:
             r["launch"].split("/", 1)[1] if "mean_step_ms" in r and "/" in r.get("launch", "") else r["mode"]
         )
         tuned = (
-            f"{r['tuned_ms']:.2f} ({r['plain_same_iters_ms']:.2f})" if r.get("tuned_ms") is not None else "–"
+            f"{_f(r['tuned_ms'], '.2f')} ({_f(r.get('plain_same_iters_ms'), '.2f')})"
+            if r.get("tuned_ms") is not None
+            else "–"
         )
         if caveat and any(r.get(k) is not None for k in _TUNING_KEYS):
             # gloo loads no plugin: nothing was tuned, the difference of two gloo runs is no cost nor gain
@@ -506,8 +509,8 @@ def train_markdown(doc: dict[str, Any]) -> str:
                 f"{_f(r.get('break_even_iters'), '.0f')}"
             )
         lines.append(
-            f"| {r['parallel']} | {mode} | {_params(r.get('params'))} | {r['steady_ms']:.2f} | "
-            f"{r['tokens_per_s']:.0f} | {r['first10_ms']:.2f} | {trade} | "
+            f"| {r['parallel']} | {mode} | {_params(r.get('params'))} | {_f(r.get('steady_ms'), '.2f')} | "
+            f"{_f(r.get('tokens_per_s'), '.0f')} | {_f(r.get('first10_ms'), '.2f')} | {trade} | "
             f"{_f(r.get('search_end_iter'), '.0f')} | {tuned} |"
         )
         if r.get("search_in_steady_window"):
@@ -575,14 +578,15 @@ def resilience_markdown(doc: dict[str, Any]) -> list[str]:
 
     for r in rows:
         b = base(r)
-        st = r["mean_step_ms"] / b["mean_step_ms"] if b and b.get("mean_step_ms") else math.nan
+        mine, theirs = r.get("mean_step_ms"), b.get("mean_step_ms") if b else None
+        st = mine / theirs if _finite(mine) and _finite(theirs) and theirs else math.nan
         ev, bev = r.get("eval_loss"), b.get("eval_loss") if b else None
         lr = ev / bev if _finite(ev) and _finite(bev) and bev else math.nan
         res = r.get("resilience") or {}
         lost = [str(x) for rec in res.get("recoveries", []) for x in rec.get("lost", [])]
         lost += [f"{x} back at step {j['round']}" for j in res.get("joins", []) for x in j.get("joined", [])]
         lines.append(
-            f"| {r['launch']} | {r['mean_step_ms']:.1f} | {_f(st, '.3f')} | {_f(ev, '.4f')} | "
+            f"| {r['launch']} | {_f(r.get('mean_step_ms'), '.1f')} | {_f(st, '.3f')} | {_f(ev, '.4f')} | "
             f"{_f(lr, '.4f')} | {res.get('partial_rounds', '–')} | {res.get('max_staleness', '–')} | "
             f"{', '.join(lost) or '–'} | {'yes' if r.get('weights_identical') else 'NO'} |"
         )

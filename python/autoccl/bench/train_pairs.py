@@ -141,10 +141,15 @@ def _read_pair(path: Path, name: str) -> Pair:
     steps: dict[tuple[str, str], list[float]] = {}
     for it in doc.get("iterations") or []:
         if isinstance(it, dict) and isinstance(it.get("iter_ms"), list):
-            steps[(str(it.get("parallel")), str(it.get("mode")))] = [float(x) for x in it["iter_ms"]]
+            # a step without a number is null (NaN in files of earlier versions)
+            steps[(str(it.get("parallel")), str(it.get("mode")))] = [
+                math.nan if x is None else float(x) for x in it["iter_ms"]
+            ]
     launches: list[LaunchSteps] = []
     for index, row in enumerate(doc["train"]):
         steady = _number(row.get("steady_ms")) if isinstance(row, dict) else None
+        if steady is None and isinstance(row, dict) and "steady_ms" in row and row["steady_ms"] is None:
+            steady = math.nan  # no steady step (null; NaN before): left out of its kind with a warning below
         if steady is None or not row.get("parallel") or not row.get("mode"):
             raise BenchError(f"{path}: train row {index} lacks parallel, mode or steady_ms")
         key = (str(row["parallel"]), str(row["mode"]))

@@ -15,6 +15,8 @@ import sys
 import time
 from typing import Any
 
+from autoccl import jsonout
+
 # Variables worth recording as the environment a launch actually ran with.
 _RECORD_PREFIXES = ("NCCL_", "AUTOCCL_", "TORCH_NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_", "CUDA_VISIBLE_DEVICES")
 
@@ -105,7 +107,7 @@ def main(argv: list[str]) -> int:
         result["host"] = host_info(spec["device"])
         tmp = spec["out"] + ".tmp"
         with open(tmp, "w") as f:
-            json.dump(result, f)
+            f.write(jsonout.dumps(result))
         os.replace(tmp, spec["out"])
     end_barrier(group, device)
     if not lost:  # with a lost rank the default group cannot be torn down collectively

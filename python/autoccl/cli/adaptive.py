@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from autoccl import jsonout
 from autoccl.cli import options as O
 from autoccl.cli.files import refuse_unwritable
 from autoccl.synth import MAX_CHUNKS
@@ -205,7 +206,7 @@ def _write_outputs(
     if out:
         _write_doc(doc, out)
     if side:
-        Path(side).write_text(json.dumps(side_doc, indent=1) + "\n")
+        Path(side).write_text(jsonout.dumps(side_doc, indent=1) + "\n")
     if plot:
         from autoccl.adaptive.plots import topology_plot
 
@@ -223,9 +224,10 @@ def _write_doc(doc: dict[str, Any], path: str) -> None:
     except TopologyFileError as e:
         raise click.ClickException(f"internal: the topology does not validate: {e}") from None
     p = Path(path)
-    text = (
-        json.dumps(doc, indent=1) if p.suffix == ".json" else yaml.safe_dump(doc, sort_keys=False, width=120)
-    )
+    if p.suffix == ".json":
+        text = jsonout.dumps(doc, indent=1)
+    else:
+        text = yaml.safe_dump(doc, sort_keys=False, width=120)
     p.write_text(text + ("\n" if not text.endswith("\n") else ""))
 
 
@@ -703,4 +705,4 @@ def bench(
             f"plan/native {r['loop_ratio'] or 0:.2f}"
         )
     if out:
-        Path(out).write_text(json.dumps(res, indent=1) + "\n")
+        Path(out).write_text(jsonout.dumps(res, indent=1) + "\n")

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from autoccl import settings
+from autoccl import jsonout, settings
 from autoccl.bench.modes import TUNED_TRAIN_MODES
 from autoccl.bench.spec import SpecError
 from autoccl.cli import options as O
@@ -976,7 +976,7 @@ def nccl_tests(
     header = header or f"nccl-tests {span}; busbw (out-of-place) relative to {baseline} of the same pass\n"
     summary = NT.summarize(records, baseline=baseline)
     summary["unreadable_lines"] = unreadable
-    (outdir / "summary.json").write_text(_json.dumps(summary, indent=1))
+    (outdir / "summary.json").write_text(jsonout.dumps(summary, indent=1))
     md = NT.markdown(summary, header)
     (outdir / "summary.md").write_text(md)
     if any(r.get("pinned") for r in records):
@@ -1012,7 +1012,6 @@ def _write_train_pairs(
 ) -> None:
     """`bench train-pairs`'s outputs in OUTDIR: pairs.csv, iterations.json, summary.json/md, steps.png."""
     import csv
-    import json as _json
 
     from autoccl.bench import train_pairs as TP
     from autoccl.bench.nccl_tests import BenchError
@@ -1030,8 +1029,9 @@ def _write_train_pairs(
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    (outdir / "iterations.json").write_text(_json.dumps(TP.iterations(summary, pairs), separators=(",", ":")))
-    (outdir / "summary.json").write_text(_json.dumps(summary, indent=1))
+    steps = TP.iterations(summary, pairs)
+    (outdir / "iterations.json").write_text(jsonout.dumps(steps, separators=(",", ":")))
+    (outdir / "summary.json").write_text(jsonout.dumps(summary, indent=1))
     md = TP.markdown(summary)
     (outdir / "summary.md").write_text(md)
     TP.plot(summary, pairs, outdir / "steps.png")

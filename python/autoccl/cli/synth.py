@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import resource
 import time
 from collections.abc import Callable
@@ -12,6 +11,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from autoccl import jsonout
 from autoccl import synth as S
 from autoccl.cli import options as O
 from autoccl.cli.files import drop_stdout, refuse_unwritable
@@ -392,7 +392,7 @@ def synth(
         + (f", {stats['bytes_written'] / 2**20:.1f} MiB streamed to {stream}" if stream else "")
     )
     if report:
-        Path(report).write_text(json.dumps(rep, indent=2) + "\n")
+        Path(report).write_text(jsonout.dumps(rep, indent=2) + "\n")
     written = [p for p in (out, msccl_xml, mscclpp_json, report, heatmap, timeline, stream) if p]
     if written:
         _say(f"  wrote {', '.join(written)}")
@@ -584,7 +584,7 @@ def sim(
         outputs += [x for x in pictures if x]
     if report:
         Path(report).write_text(
-            json.dumps({"topology": topo.name, "npus": topo.num_npus, "results": results}, indent=2) + "\n"
+            jsonout.dumps({"topology": topo.name, "npus": topo.num_npus, "results": results}, indent=2) + "\n"
         )
         outputs.append(report)
     if outputs:

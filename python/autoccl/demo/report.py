@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rich import box
@@ -10,6 +9,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from autoccl import jsonout
 from autoccl.demo import DemoResult, TaskResult
 from autoccl.figures import save_figure
 
@@ -149,7 +149,7 @@ def write_json(res: DemoResult, path: Path) -> None:
             "online": str(res.online.workdir) if res.online.workdir else None,
         },
     }
-    path.write_text(json.dumps(doc, indent=1) + "\n")
+    path.write_text(jsonout.dumps(doc, indent=1) + "\n")
 
 
 def write_plot(res: DemoResult, path: Path) -> None:

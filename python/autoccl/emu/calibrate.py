@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from autoccl import jsonout
 from autoccl.emu.model import PATHS, PerfModel, default_chunk
 from autoccl.settings import SettingError, parse_choice
 
@@ -541,9 +542,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
     }
     model.save(args.output)
-    print(
-        json.dumps({"fit_before": before, "fit": fit, "load_fit": load_fit, "chunk_fit": chunk_fit}, indent=1)
-    )
+    fits = {"fit_before": before, "fit": fit, "load_fit": load_fit, "chunk_fit": chunk_fit}
+    print(jsonout.dumps(fits, indent=1))
     return 0
 
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autoccl import collectives
+from autoccl import collectives, jsonout
 
 COLLS = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
 PATHS = ("ring/simple", "ring/ll128", "ring/ll", "tree/simple", "tree/ll128", "tree/ll")
@@ -125,7 +125,7 @@ class PerfModel:
         }
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")
+        Path(path).write_text(jsonout.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")
 
     @classmethod
     def load_file(cls, path: str | Path) -> PerfModel:
