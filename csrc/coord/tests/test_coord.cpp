@@ -900,9 +900,17 @@ TEST(coord, tcp_prefetch_asks_for_upto_once) {
   struct Recording : Decider {
     std::mutex mu;
     std::vector<uint64_t> asked;
+    // The answer for call 11 waits until the test has asked twice: an answer that came back in between
+    // would leave the follower holding through 11 only, and its second question (for 12) would be due.
+    std::atomic<bool> hold11{true};
     std::vector<Segment> decide(const TaskKey&, uint64_t k, uint64_t covered) override {
-      std::lock_guard<std::mutex> lk(mu);
-      asked.push_back(k);
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        asked.push_back(k);
+      }
+      const auto until = std::chrono::steady_clock::now() + milliseconds(5000);
+      while (k == 11 && hold11 && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(milliseconds(1));
       return {Segment{covered, k + 1, Config(), Phase::kTuning}};
     }
     std::vector<uint64_t> calls() {
@@ -933,6 +941,8 @@ TEST(coord, tcp_prefetch_asks_for_upto_once) {
   EXPECT_TRUE(follower->stats().prefetches == 1);
   follower->prefetch(key, 5, 11);  // holds to 11: asks for 11 ...
   follower->prefetch(key, 6, 12);  // ... and not again while that question is out
+  EXPECT_TRUE(follower->stats().prefetches == 2);
+  d.hold11 = false;
   EXPECT_TRUE(waitFor([&] { return follower->peek(key, 11, &s); }));
   EXPECT_TRUE(follower->stats().prefetches == 2);
   std::vector<uint64_t> asked = d.calls();  // the server may forward a slow question twice: distinct calls, in order
