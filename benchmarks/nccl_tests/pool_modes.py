@@ -9,6 +9,11 @@ folders (cells of one launch move together, so folders, not cells, are the indep
 folders lean each way with the exact two-sided sign-test p. With --untimed-only, only the cells whose task
 the folder's tasks.md says converged at call 0 in that pass (served from the table, nothing timed).
 
+Read the p and the interval as optimistic: a percentile bootstrap over ten-odd folders undercovers, and
+folders measured back to back on one machine need not be independent. A pass whose plain launch is missing
+has no ratios, so its cells drop out for both modes. Pass every folder that holds both modes: the tool pools
+only what it is given.
+
     R=benchmarks/results/h200x1
     python3 benchmarks/nccl_tests/pool_modes.py --mode online --against idle --passes warm \
         $R/nccl-tests-1m-1g-hosts/1-64m $R/overhead-and-table-hosts
@@ -130,17 +135,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
     min_bytes = int(parse_size(args.min_bytes))
-    results = []
-    for f in args.folders:
+    results, left_out = [], []
+    # sorted: the resampling draws by position, so the same folders give the same interval in any order
+    for f in sorted(set(args.folders)):
         if not (f / "summary.json").is_file():
             raise SystemExit(f"{f}: no summary.json")
         r = folder_result(f, args.mode, args.against, min_bytes, args.passes, args.untimed_only)
         if r is None:
-            why = " whose task tasks.md says converged at call 0" if args.untimed_only else ""
-            both = f"{args.mode} and {args.against}"
-            print(f"{f}: no cell with both {both} ({args.passes} passes){why}: left out")
+            left_out.append(str(f))
         else:
             results.append(r)
+    if left_out:  # one line: a long list of folders without both modes would hide the table
+        why = " whose task tasks.md says converged at call 0" if args.untimed_only else ""
+        print(
+            f"left out, no cell with both {args.mode} and {args.against} ({args.passes} passes){why}: "
+            f"{len(left_out)} folders ({', '.join(left_out)})\n"
+        )
     if not results:
         raise SystemExit("no folder has cells to compare")
     print(f"| folder | cells × passes | {args.mode} / {args.against} (geomean) |")
@@ -153,11 +163,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\none folder: {results[0].geomean:.3f}× over {len(results[0].logs)} cells; nothing to pool")
         return 0
     p = pooled(results, args.resamples, args.seed)
+    # the geomean and its interval weigh each folder by its cells; the sign test gives each folder one vote
     print(
         f"\npooled over {len(results)} folders, {int(p['cells'])} cells × passes: "
-        f"{args.mode} / {args.against} {p['geomean']:.3f}× "
-        f"(95 % CI over folders {p['ci_low']:.3f}–{p['ci_high']:.3f}); "
-        f"{below} folders below 1, {above} above (sign test p = {sign_test_p(below, above):.3f})"
+        f"{args.mode} / {args.against} {p['geomean']:.3f}× over all cells "
+        f"(95 % CI, folders resampled: {p['ci_low']:.3f}–{p['ci_high']:.3f}); "
+        f"folders, one vote each: {below} below 1, {above} above "
+        f"(sign test p = {sign_test_p(below, above):.3f})"
     )
     return 0
 
