@@ -8,6 +8,7 @@ import os
 import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -320,14 +321,19 @@ def test_a_missing_bin_is_named_before_the_gpus_are_counted(tmp_path: Path) -> N
     assert r.exit_code != 0 and "no such directory" in r.output and "nvidia-smi" not in r.output, r.output
 
 
-def test_no_cell_at_the_geomean_size_says_so_not_nan() -> None:
-    """Sizes all below 4 MiB leave the geomean nothing to average: the table says so, not "nan× (nan–nan)"."""
-    recs = [
+def _plain_and_online(nbytes: int) -> list[dict[str, Any]]:
+    """Two passes of one all_reduce size, plain NCCL and online (1.1x plain's busbw)."""
+    return [
         {"pass": p, "launch": "single", "coll": "all_reduce", "mode": m, "rc": 0,
-         "rows": [{"bytes": 1 << 20, "oop_busbw_gbs": 100.0 * (1.1 if m == "online" else 1.0)}]}
+         "rows": [{"bytes": nbytes, "oop_busbw_gbs": 100.0 * (1.1 if m == "online" else 1.0)}]}
         for p in range(2)
         for m in ("plain", "online")
     ]  # fmt: skip
+
+
+def test_no_cell_at_the_geomean_size_says_so_not_nan() -> None:
+    """Sizes all below 4 MiB leave the geomean nothing to average: the table says so, not "nan× (nan–nan)"."""
+    recs = _plain_and_online(1 << 20)
     md = NT.markdown(NT.summarize(recs))
     row = next(x for x in md.splitlines() if x.startswith("| online | single |"))
     assert "— (no cell ≥ 4 MiB)" in row and "nan" not in md, md
@@ -373,12 +379,7 @@ def test_summary_json_is_strict_with_the_reason_for_a_missing_geomean(tmp_path: 
 def test_a_ratio_over_a_pass_with_a_geomean_and_no_interval_is_not_called_missing() -> None:
     """The markdown reads a summary with null (from its JSON) as it reads one with NaN: a geomean without an
     interval keeps its value, a geomean without a value names its reason."""
-    recs = [
-        {"pass": p, "launch": "single", "coll": "all_reduce", "mode": m, "rc": 0,
-         "rows": [{"bytes": 8 << 20, "oop_busbw_gbs": 100.0 * (1.1 if m == "online" else 1.0)}]}
-        for p in range(2)
-        for m in ("plain", "online")
-    ]  # fmt: skip
+    recs = _plain_and_online(8 << 20)
     s = NT.summarize(recs)
     s["overall"]["online/single"]["geomean_ci95"] = [None, None]
     row = next(x for x in NT.markdown(s).splitlines() if x.startswith("| online | single |"))
