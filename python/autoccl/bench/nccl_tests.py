@@ -497,12 +497,13 @@ def run_plan(
     Returns one record per launch (rows, return code, duration, data errors, trace checks)."""
     plan.validate()
     results_path = plan.out / "launches.jsonl"
-    check_resume(plan, scan_launches(results_path)[0], results_path)
+    lines = split_launches(results_path)  # read once: checked here, set aside below
+    check_resume(plan, lines.records, results_path)
     (plan.out / "logs").mkdir(parents=True, exist_ok=True)
     (plan.out / "cache" / "empty").mkdir(parents=True, exist_ok=True)
     if check is not None:
         check_modes(plan, check)
-    earlier, set_aside = set_aside_unreadable(results_path)
+    earlier, set_aside = set_aside_unreadable(results_path, lines)
     if set_aside and notify:
         notify(
             f"set {unreadable_lines(set_aside)} of {results_path} aside in {results_path}{UNREADABLE_SUFFIX} "
@@ -531,22 +532,39 @@ def run_plan(
     return records
 
 
-def scan_launches(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The launch records of a launches.jsonl file and how many of its non-blank lines are not one: cut
-    short (a killed run), malformed, or a JSON value without a launch's pass, launch, collective and mode."""
-    records: list[dict[str, Any]] = []
-    unreadable = 0
-    if not path.is_file():
-        return records, unreadable
-    for line in path.read_text(errors="replace").splitlines():
+@dataclass
+class LaunchLines:
+    """A launches.jsonl file read once: its text, the lines that hold a launch record with the records, and
+    the non-blank lines that hold none (cut short by a killed run, malformed, or a JSON value without a
+    launch's pass, launch, collective and mode)."""
+
+    text: str
+    kept: list[str]
+    records: list[dict[str, Any]]
+    unreadable: list[str]
+
+
+def split_launches(path: Path) -> LaunchLines:
+    """PATH's lines as launch records and lines that are none (an absent file: no lines)."""
+    text = path.read_text(errors="replace") if path.is_file() else ""
+    out = LaunchLines(text, [], [], [])
+    for line in text.splitlines():
         if not line.strip():
             continue
         rec = _launch_record(line)
         if rec is None:
-            unreadable += 1
+            out.unreadable.append(line)
         else:
-            records.append(rec)
-    return records, unreadable
+            out.kept.append(line)
+            out.records.append(rec)
+    return out
+
+
+def scan_launches(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The launch records of a launches.jsonl file and how many of its non-blank lines are not one
+    (`split_launches`)."""
+    lines = split_launches(path)
+    return lines.records, len(lines.unreadable)
 
 
 def unreadable_note(count: int, path: Path) -> str:
@@ -706,26 +724,15 @@ def _finished(records: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, 
 UNREADABLE_SUFFIX = ".unreadable"
 
 
-def set_aside_unreadable(path: Path) -> tuple[list[dict[str, Any]], int]:
+def set_aside_unreadable(path: Path, lines: LaunchLines) -> tuple[list[dict[str, Any]], int]:
     """Before a run resumes: the lines of PATH that are no launch record (a line cut short by a killed run, a
     malformed one) move to PATH.unreadable (appended: nothing is lost), PATH keeps its records and ends in a
     newline. The run then launches again whatever those lines held, and later summaries do not count them as
-    left out. Returns the records PATH keeps (read once, here) and how many lines moved."""
-    text = path.read_text(errors="replace") if path.is_file() else ""
+    left out. LINES is PATH as `split_launches` read it. Returns the records PATH keeps and how many lines
+    moved."""
+    text, kept, records, moved = lines.text, lines.kept, lines.records, lines.unreadable
     if not text:
         return [], 0
-    kept: list[str] = []
-    records: list[dict[str, Any]] = []
-    moved: list[str] = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        rec = _launch_record(line)
-        if rec is None:
-            moved.append(line)
-        else:
-            kept.append(line)
-            records.append(rec)
     if not moved and text.endswith("\n"):
         return records, 0
     if moved:
