@@ -10,6 +10,11 @@ import math
 from typing import Any
 
 
+def finite_number(value: Any) -> bool:
+    """A number a strict file holds as one: not NaN or an infinity (in memory), not null (read back)."""
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
 def finite(value: Any) -> Any:
     """VALUE with every float that is not finite replaced by None, through dicts, lists and tuples (a tuple
     becomes a list, as json writes it); other values are returned as they are."""

@@ -833,11 +833,6 @@ def _quantile(xs: Sequence[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-def _finite(*xs: Any) -> bool:
-    """Numbers, all finite: a summary's missing value is NaN in memory, null (None) read from its JSON."""
-    return all(isinstance(x, (int, float)) and math.isfinite(x) for x in xs)
-
-
 def _median(xs: Sequence[float]) -> float:
     return _quantile(xs, 0.5)
 
@@ -1182,8 +1177,8 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
         ci, geo = o["geomean_ci95"], o["geomean_ge_min_bytes"]
         # no cell at or above min_bytes (small sizes only, or none measured): nothing to average
         why = o.get("geomean_null_reason") or f"no cell ≥ {_mib(int(o.get('min_bytes') or 4 << 20))}"
-        interval = f"{ci[0]:.3f}–{ci[1]:.3f}" if _finite(*ci) else "no interval"
-        geo_text = f"{geo:.3f}× ({interval})" if _finite(geo) else f"— ({why})"
+        interval = f"{ci[0]:.3f}–{ci[1]:.3f}" if all(map(jsonout.finite_number, ci)) else "no interval"
+        geo_text = f"{geo:.3f}× ({interval})" if jsonout.finite_number(geo) else f"— ({why})"
         lines.append(
             f"| {o['mode']} | {o['launch']} | {geo_text} "
             f"| {worst} | "
@@ -1200,7 +1195,8 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
             "",
         ]
         for o in by_pass:
-            per = " / ".join(f"{v:.3f}" if _finite(v) else "—" for v in o["geomean_by_pass"].values())
+            values = o["geomean_by_pass"].values()
+            per = " / ".join(f"{v:.3f}" if jsonout.finite_number(v) else "—" for v in values)
             lines.append(f"- {o['mode']}, {o['launch']}: {per}")
     refused = [o for o in summary["overall"].values() if o.get("launches_without_tuner")]
     if refused:

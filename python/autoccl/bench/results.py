@@ -15,6 +15,7 @@ from typing import Any
 from autoccl import jsonout
 from autoccl.bench.modes import geomean
 from autoccl.bench.spec import PLUGIN_COLL, SHORT, cell_key, format_size
+from autoccl.jsonout import finite_number
 
 SCHEMA = "autoccl-bench/1"
 
@@ -124,11 +125,7 @@ def _shape_problem(doc: dict[str, Any]) -> str | None:
 
 
 def valid(row: dict[str, Any]) -> bool:
-    return not row.get("skipped") and row.get("check") != "FAIL" and _finite(row.get("busbw_gbs"))
-
-
-def _finite(v: Any) -> bool:
-    return isinstance(v, (int, float)) and math.isfinite(v)
+    return not row.get("skipped") and row.get("check") != "FAIL" and finite_number(row.get("busbw_gbs"))
 
 
 def score(row: dict[str, Any]) -> float:
@@ -425,11 +422,11 @@ def coll_markdown(doc: dict[str, Any]) -> str:
                 for m in present:
                     r = idx.get((coll, load, b, m))
                     key = "busbw_load_gbs" if load != "none" else "busbw_gbs"
-                    cells.append(_bw(r[key]) if r and _finite(r.get(key)) else "–")
+                    cells.append(_bw(r[key]) if r and finite_number(r.get(key)) else "–")
                 if load != "none":
                     for m in present:
                         r = idx.get((coll, load, b, m))
-                        cells.append(f"{r['span_ms']:.2f}" if r and _finite(r.get("span_ms")) else "–")
+                        cells.append(f"{r['span_ms']:.2f}" if r and finite_number(r.get("span_ms")) else "–")
                 if "nccl" in present:
                     base = idx.get((coll, load, b, "nccl"))
                     for m in present:
@@ -495,7 +492,7 @@ def train_markdown(doc: dict[str, Any]) -> str:
             # the steady window ran NCCL's own configurations: the "gain" is two launches' movement
             trade = f"{_f(r.get('search_cost_s'), '.3f')} | — | —"
             share = r.get("second_half_nccl_share")
-            ran = f" on {share * 100:.0f} % of its second half's calls" if _finite(share) else ""
+            ran = f" on {share * 100:.0f} % of its second half's calls" if finite_number(share) else ""
             notes.append(
                 f"**{r['parallel']} {mode} ran NCCL's choice{ran}** (it tried others and every "
                 "recurring task ended there: a fall-back): its steady step differs from plain NCCL's by "
@@ -520,7 +517,7 @@ def train_markdown(doc: dict[str, Any]) -> str:
                 f"{r['search_end_iter']} of {n}, inside the steady window (the second half): the steady "
                 "column measures the search, not its result. Run more iterations (-n) for the tuned step.**"
             )
-    if not untuned and any(_finite(r.get("search_cost_s")) for r in doc.get("train", [])):
+    if not untuned and any(finite_number(r.get("search_cost_s")) for r in doc.get("train", [])):
         notes.insert(
             0,
             "Search cost: the online launch's time minus plain NCCL's over the same iterations before its "
@@ -579,9 +576,9 @@ def resilience_markdown(doc: dict[str, Any]) -> list[str]:
     for r in rows:
         b = base(r)
         mine, theirs = r.get("mean_step_ms"), b.get("mean_step_ms") if b else None
-        st = mine / theirs if _finite(mine) and _finite(theirs) and theirs else math.nan
+        st = mine / theirs if finite_number(mine) and finite_number(theirs) and theirs else math.nan
         ev, bev = r.get("eval_loss"), b.get("eval_loss") if b else None
-        lr = ev / bev if _finite(ev) and _finite(bev) and bev else math.nan
+        lr = ev / bev if finite_number(ev) and finite_number(bev) and bev else math.nan
         res = r.get("resilience") or {}
         lost = [str(x) for rec in res.get("recoveries", []) for x in rec.get("lost", [])]
         lost += [f"{x} back at step {j['round']}" for j in res.get("joins", []) for x in j.get("joined", [])]
@@ -605,7 +602,7 @@ def _bw(v: float) -> str:
 
 
 def _f(v: Any, fmt: str) -> str:
-    return format(v, fmt) if _finite(v) else "–"
+    return format(v, fmt) if finite_number(v) else "–"
 
 
 def write_outputs(doc: dict[str, Any], prefix: Path) -> list[Path]:
