@@ -24,15 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from autoccl.sizes import parse_size
-
-_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
 class FolderResult:
@@ -43,13 +40,6 @@ class FolderResult:
     @property
     def geomean(self) -> float:
         return math.exp(sum(self.logs) / len(self.logs))
-
-
-def _bytes_of(text: str) -> int:
-    m = re.fullmatch(r"([\d.]+) (B|KiB|MiB|GiB)", text.strip())
-    if not m:
-        raise ValueError(f"not a size: {text!r}")
-    return int(float(m.group(1)) * _UNITS[m.group(2)])
 
 
 def untimed_cells(tasks_md: Path, mode: str) -> set[tuple[str, str, int]]:
@@ -67,7 +57,8 @@ def untimed_cells(tasks_md: Path, mode: str) -> set[tuple[str, str, int]]:
             continue
         row = dict(zip(header, cols, strict=False))  # a short row: the columns it has
         if row.get("mode") == mode and row.get("converged at call") == "0":
-            out.add((row["pass"], row["collective"], _bytes_of(row["size"])))
+            # the size as tasks.md writes it ("4 MiB")
+            out.add((row["pass"], row["collective"], int(parse_size(row["size"]))))
     return out
 
 
