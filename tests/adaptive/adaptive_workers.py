@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -178,3 +179,8 @@ def ddp_job(rank: int, world: int) -> dict[str, Any]:
         "buckets": len(list(model.parameters())),
         "events": [e.to_dict() for e in ad.events],
     }
+
+
+def env_job(rank: int, world: int, names: list[str]) -> dict[str, str | None]:
+    """The rank's values of the environment variables `names` (None: unset)."""
+    return {n: os.environ.get(n) for n in names}

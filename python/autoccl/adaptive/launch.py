@@ -3,6 +3,10 @@ returns: used by `autoccl topo/profile --nproc N` when not started by a launcher
 
 Workers come from a fork server that has imported torch once, so starting 8 ranks costs little more than
 starting one. Under torchrun (WORLD_SIZE set) the CLI uses the launcher's process group instead.
+
+With `hosts=True` (the CLI's --hosts-on-one-gpu) every rank takes GPU 0 and is a host of its own to NCCL
+(`host_env`), as benchmarks/gpu/hosts_on_one_gpu.sh makes mpirun's ranks: NCCL refuses two ranks of one host
+on one GPU, and ranks of different hosts meet through its network transport, here sockets over loopback.
 """
 
 from __future__ import annotations
@@ -27,6 +31,25 @@ def launched() -> bool:
 PRELOAD: list[str] = ["torch", "torch.distributed", "autoccl.adaptive.jobs"]
 
 
+# As benchmarks/gpu/hosts_env.sh names the hosts of hosts_on_one_gpu.sh.
+HOST_ID_PREFIX = "autoccl-host-"
+
+
+def host_env(rank: int) -> dict[str, str]:
+    """What makes local rank `rank` a host of its own (hosts=True): to NCCL, a host id of its own and sockets
+    over loopback for the network transport; to `autoccl topo`'s detection, a host name of its own
+    (AUTOCCL_TOPO_HOST), so the ranks on one GPU are described as the hosts NCCL takes them for. Set in the
+    rank's process before NCCL initialises; over the variables of the command's environment."""
+    host = f"{HOST_ID_PREFIX}{rank}"
+    return {
+        "NCCL_HOSTID": host,
+        "NCCL_NET": "Socket",
+        "NCCL_SOCKET_IFNAME": "lo",
+        "NCCL_IB_DISABLE": "1",
+        "AUTOCCL_TOPO_HOST": host,
+    }
+
+
 class WorkerError(RuntimeError):
     """A worker process failed; the message holds its rank and error."""
 
@@ -41,8 +64,11 @@ def _entry(
     env: dict[str, str],
     results: Any,
     timeout_s: float,
+    hosts: bool = False,
 ) -> None:
     os.environ.update(env)
+    if hosts:
+        os.environ.update(host_env(rank))
     if backend == "nccl":
         os.environ.update(SAFETY_ENV)  # NVLink multicast off in every launch, as the benchmark harness does
     import torch
@@ -51,7 +77,7 @@ def _entry(
     torch.set_num_threads(1)
     try:
         if backend == "nccl":
-            torch.cuda.set_device(rank % max(torch.cuda.device_count(), 1))
+            torch.cuda.set_device(0 if hosts else rank % max(torch.cuda.device_count(), 1))
         store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timedelta(seconds=timeout_s))
         dist.init_process_group(
             backend, store=store, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s)
@@ -75,9 +101,11 @@ def run_local(
     backend: str = "gloo",
     env: dict[str, str] | None = None,
     timeout_s: float = 120.0,
+    hosts: bool = False,
 ) -> list[Any]:
     """Run fn(rank, world, *args) in `nproc` processes on one process group; return the results by rank.
-    `fn` must be importable (a module-level function)."""
+    `fn` must be importable (a module-level function). `env` is set in every rank; with `hosts`, every rank
+    is a host of its own on GPU 0 (host_env)."""
     if nproc < 1:
         raise ValueError("nproc must be at least 1")
     ctx = mp.get_context("forkserver")
@@ -87,7 +115,7 @@ def run_local(
     procs = [
         ctx.Process(
             target=_entry,
-            args=(r, nproc, port, backend, fn, args, dict(env or {}), results, timeout_s),
+            args=(r, nproc, port, backend, fn, args, dict(env or {}), results, timeout_s, hosts),
             daemon=True,
         )
         for r in range(nproc)

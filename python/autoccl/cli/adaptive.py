@@ -73,14 +73,18 @@ class _Ranks:
     world: int  # the job's ranks
     local: int  # the ranks this machine runs, which share its memory
     start: int  # the local processes to start here; 0 under a launcher, whose processes are the job's
+    hosts: bool = False  # --hosts-on-one-gpu: every local rank on GPU 0, a host of its own to NCCL
 
 
-def _ranks(nproc: int | None, device: str, least: int, topology: _Topology | None = None) -> _Ranks:
+def _ranks(
+    nproc: int | None, device: str, least: int, topology: _Topology | None = None, hosts: bool = False
+) -> _Ranks:
     """The job's ranks. Under a launcher (torchrun/srun variables set): its WORLD_SIZE and LOCAL_WORLD_SIZE
     (each taken as 1 when not a number). Else the local processes to start: --nproc (checked against the
     GPUs, one rank per GPU), else one per GPU or a few CPU ranks. A topology's rank count is the job's (a
     plan is for its ranks): --nproc or WORLD_SIZE is checked against it. `least`: the fewest ranks the job
-    runs on (a collective needs 2)."""
+    runs on (a collective needs 2). `hosts` (--hosts-on-one-gpu): the ranks share GPU 0, each a host of its
+    own, so no count of GPUs limits them; 2 unless --nproc or the topology says otherwise."""
     from autoccl.adaptive.launch import launched
 
     if topology is not None:
@@ -90,6 +94,11 @@ def _ranks(nproc: int | None, device: str, least: int, topology: _Topology | Non
                 f"{topology.source} has {n} rank(s); a collective needs at least {least}"
             )
     if launched():
+        if hosts:
+            raise click.ClickException(
+                "--hosts-on-one-gpu starts its own ranks; under a launcher give each rank a host of its own "
+                "there (NCCL_HOSTID, as benchmarks/gpu/hosts_on_one_gpu.sh does)"
+            )
         world = os.environ["WORLD_SIZE"]
         if topology is not None and world.isdigit() and int(world) != n:
             raise click.ClickException(
@@ -108,6 +117,8 @@ def _ranks(nproc: int | None, device: str, least: int, topology: _Topology | Non
         )
     import torch
 
+    # one rank per GPU, or (hosts) every rank on GPU 0
+    per_gpu = device == "cuda" and not hosts
     gpus = torch.cuda.device_count() if device == "cuda" else 0
     if topology is not None:
         if nproc is not None and nproc != n:
@@ -115,7 +126,7 @@ def _ranks(nproc: int | None, device: str, least: int, topology: _Topology | Non
                 f"{nproc}, but {topology.source} has {n} ranks: give --nproc {n} or leave it out",
                 param_hint="--nproc",
             )
-        if device == "cuda" and n > gpus:
+        if per_gpu and n > gpus:
             raise click.ClickException(
                 f"{topology.source} has {n} ranks and only {gpus} GPU(s) are visible (one rank per GPU)"
             )
@@ -123,9 +134,11 @@ def _ranks(nproc: int | None, device: str, least: int, topology: _Topology | Non
     elif nproc is not None:
         if nproc < least:
             raise click.BadParameter(f"must be at least {least}", param_hint="--nproc")
-        if device == "cuda" and nproc > gpus:
+        if per_gpu and nproc > gpus:
             raise click.ClickException(f"--nproc {nproc}: only {gpus} GPU(s) visible (one rank per GPU)")
         start = nproc
+    elif hosts:
+        start = max(least, 2)
     elif device == "cuda":
         if gpus < least:
             raise click.ClickException(
@@ -135,7 +148,7 @@ def _ranks(nproc: int | None, device: str, least: int, topology: _Topology | Non
         start = gpus
     else:
         start = max(2, min(os.cpu_count() or 2, 8))
-    return _Ranks(world=start, local=start, start=start)
+    return _Ranks(world=start, local=start, start=start, hosts=hosts)
 
 
 def _size_text(n: float, memory: bool = False) -> str:
@@ -146,13 +159,18 @@ def _size_text(n: float, memory: bool = False) -> str:
     return f"{n:.0f} B" if memory else f"{n:.0f}"
 
 
-def _fits(option: str, value: str, need: float, device: str, local_ranks: int) -> None:
+def _fits(option: str, value: str, need: float, device: str, local_ranks: int, one_gpu: bool = False) -> None:
     """Refuse, before any process starts, what no rank could hold: `need` bytes per rank against one GPU's
-    memory, or on CPUs against this machine's memory shared by its ranks (0 where it cannot be read: no
-    check)."""
+    memory (with `one_gpu`, --hosts-on-one-gpu: GPU 0's shared by the local ranks), or on CPUs against this
+    machine's memory shared by its ranks (0 where it cannot be read: no check)."""
     from autoccl.synth import physical_memory_gib
 
-    if device == "cuda":
+    if device == "cuda" and one_gpu:
+        import torch
+
+        have = float(torch.cuda.get_device_properties(0).total_memory) / max(local_ranks, 1)
+        where = f"a rank's share of GPU 0's memory ({local_ranks} rank(s))"
+    elif device == "cuda":
         import torch
 
         have = float(
@@ -192,6 +210,7 @@ def run_job(job: Callable[..., Any], cfg: dict[str, Any], device: str, ranks: _R
             cfg,
             backend="nccl" if device == "cuda" else "gloo",
             timeout_s=cfg.get("timeout", 600),
+            hosts=ranks.hosts,
         )[0]
     except WorkerError as e:
         raise click.ClickException(str(e).splitlines()[0]) from None
@@ -307,6 +326,15 @@ _device_opt = O.choice(
 )
 
 
+_hosts_opt = click.option(
+    "--hosts-on-one-gpu",
+    "hosts",
+    is_flag=True,
+    help="start every rank on GPU 0 as a host of its own to NCCL (sockets over loopback; 2 ranks unless "
+    "--nproc or the topology says): the executor on a machine of one GPU, at no NVLink speed",
+)
+
+
 def _nproc_opt(least: int, default: str) -> Callable[[Any], Any]:
     return click.option(
         "--nproc",
@@ -335,6 +363,7 @@ _plot_opt = click.option(
     help="build from reports written by --reports (no processes started)",
 )
 @click.option("--name", default="", help="topology name (default: the host name)")
+@_hosts_opt
 def topo(
     device: str,
     nproc: int | None,
@@ -343,6 +372,7 @@ def topo(
     reports: str | None,
     from_reports: str | None,
     name: str,
+    hosts: bool,
 ) -> None:
     """Detect this machine's topology: GPUs, NVLink/NVSwitch/PCIe (NVML) and NICs, or the CPU ranks."""
     if not from_reports:  # building from reports starts no process: no torch needed
@@ -364,7 +394,7 @@ def topo(
         from autoccl.adaptive.jobs import topo_job
 
         dev = _device(device)
-        res = run_job(topo_job, {"device": dev, "name": name}, dev, _ranks(nproc, dev, 1))
+        res = run_job(topo_job, {"device": dev, "name": name}, dev, _ranks(nproc, dev, 1, hosts=hosts))
         if res is None:
             return
     doc = res["topology"]
@@ -418,6 +448,7 @@ def topo(
     help="also run All-Gather/All-Reduce of this size: measured vs predicted",
 )
 @_plot_opt
+@_hosts_opt
 def profile(
     device: str,
     nproc: int | None,
@@ -430,6 +461,7 @@ def profile(
     concurrent: bool,
     validate: int | None,
     plot: str | None,
+    hosts: bool,
 ) -> None:
     """Measure every link's latency and bandwidth (point-to-point over torch.distributed)."""
     _need_torch()
@@ -460,11 +492,11 @@ def profile(
         # the profile names the ranks as the structure does: npus: in rank order, whichever way it lists them
         structure.doc.setdefault("npus", structure.ranks)
         cfg["structure"] = structure.doc
-    ranks = _ranks(nproc, dev, 1, structure)
+    ranks = _ranks(nproc, dev, 1, structure, hosts)
     # ping-pong buffers of the largest size; --validate's All-Gather and All-Reduce (input and output)
-    _fits("--sizes", _size_text(max(size_list)), 2 * max(size_list), dev, ranks.local)
+    _fits("--sizes", _size_text(max(size_list)), 2 * max(size_list), dev, ranks.local, hosts)
     if validate:
-        _fits("--validate", _size_text(validate), 2 * validate, dev, ranks.local)
+        _fits("--validate", _size_text(validate), 2 * validate, dev, ranks.local, hosts)
     res = run_job(profile_job, cfg, dev, ranks)
     if res is None:
         return
@@ -548,6 +580,7 @@ def _colls(text: str) -> list[str]:
     show_default=True,
     help="chunks per rank in the synthesized plans (0: chosen by trial)",
 )
+@_hosts_opt
 def check(
     device: str,
     nproc: int | None,
@@ -558,6 +591,7 @@ def check(
     all_ops: bool,
     sizes: list[int],
     chunks: int,
+    hosts: bool,
 ) -> None:
     """Run every collective x dtype x size from synthesized plans and compare with the reference."""
     _need_torch()
@@ -575,12 +609,12 @@ def check(
             except ValueError as e:  # before any process starts
                 raise click.BadParameter(str(e), param_hint="--dtypes") from None
     given = _given_topology(topology, gen)
-    ranks = _ranks(nproc, dev, 2, given)  # without a topology, the ranks that will detect one
+    ranks = _ranks(nproc, dev, 2, given, hosts)  # without a topology, the ranks that will detect one
     _chunks_fit(chunks, ranks.world)
     # a rank's inputs, outputs and reference of the largest count: a gather's output holds every rank's
     if sizes:
         need = 4 * ranks.world * (max(sizes) + ranks.world) * itemsize
-        _fits("--sizes", str(max(sizes)), need, dev, ranks.local)
+        _fits("--sizes", str(max(sizes)), need, dev, ranks.local, hosts)
     cfg = {
         "device": dev,
         "topology": given.doc if given else None,  # None: the ranks detect it
@@ -646,6 +680,7 @@ def check(
     help="also time plain CUDA peer copies of this size (GPUs only)",
 )
 @click.option("--out", "-o", type=click.Path(dir_okay=False), help="results (JSON)")
+@_hosts_opt
 def bench(
     device: str,
     nproc: int | None,
@@ -658,6 +693,7 @@ def bench(
     iters: int,
     copy_size: int | None,
     out: str | None,
+    hosts: bool,
 ) -> None:
     """Executed plans against the backend's own collectives (busbw), with a correctness check. Per line:
     each one's busbw, their ratio, whether the plan's result is the backend's, and the plan's median time
@@ -683,10 +719,10 @@ def bench(
         "iters": iters,
         "copy": copy_size or 0,
     }
-    ranks = _ranks(nproc, dev, 2, given)
+    ranks = _ranks(nproc, dev, 2, given, hosts)
     _chunks_fit(chunks, ranks.world)
     # a collective's input and output of the largest size
-    _fits("--sizes", _size_text(max(size_list)), 2 * max(size_list), dev, ranks.local)
+    _fits("--sizes", _size_text(max(size_list)), 2 * max(size_list), dev, ranks.local, hosts)
     if copy_size and dev == "cuda":
         _fits("--copy", _size_text(copy_size), 2 * copy_size, dev, 1)
     res = run_job(bench_job, cfg, dev, ranks)
