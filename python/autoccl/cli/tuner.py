@@ -150,6 +150,8 @@ def _build_env(plugin: PluginOptions, run_host: str | None = None) -> dict[str, 
     already in this environment with them): a value the library would refuse is an error here, before
     anything starts."""
     table, given_table = _checked_options(plugin, os.environ)
+    for why in settings.unknown():  # the library ignores them: say so, as the job starts anyway
+        click.echo(f"autoccl: {why}; the library ignores it", err=True)
     mode, fixed, trace, cache_dir = plugin.mode, plugin.fixed, plugin.trace, plugin.cache_dir
     if mode == "observe" and (plugin.nccl_channels is not None or plugin.channel_ceiling):
         given = [
