@@ -404,3 +404,19 @@ def test_env_and_run_name_an_autoccl_variable_that_is_no_setting(
     monkeypatch.delenv(stray)
     r = CliRunner().invoke(main, ["env", "--mode", "observe"])
     assert r.exit_code == 0 and r.stderr == "", r.output
+
+
+def test_a_trace_prefix_that_is_a_directory_is_said(fake_plugin: Path, tmp_path: Path) -> None:
+    """`--trace DIR` (an existing folder, no trailing slash) is a prefix: the traces land beside DIR, not in
+    it, which is not what the user of a folder's name expects. The variables stay as given; stderr says so."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    r = CliRunner().invoke(main, ["env", "--mode", "observe", "--trace", str(folder)])
+    assert r.exit_code == 0, r.output
+    assert f"export AUTOCCL_TRACE={folder}" in r.stdout
+    assert r.stderr == (
+        f"autoccl: the trace prefix {folder} is a directory: the traces go beside it "
+        f"({folder}.<host>.<pid>.jsonl), not into it; for files in it give {folder}/trace\n"
+    )
+    r = CliRunner().invoke(main, ["env", "--mode", "observe", "--trace", str(folder / "t")])
+    assert r.exit_code == 0 and r.stderr == "", r.output
