@@ -6,6 +6,7 @@ sentence and a non-zero exit before a job starts. tests/cli/test_settings.py kee
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import os
 import re
@@ -416,6 +417,25 @@ def problems(
     ):
         out.append("AUTOCCL_MODE=fixed needs AUTOCCL_FIXED (rules)")
     return out
+
+
+def unknown(env: Mapping[str, str] | None = None) -> list[str]:
+    """One sentence per AUTOCCL_* name of `env` (default: this process's) that is no setting: a typo the
+    library ignores without a word (AUTOCCL_SPECULATE misspelt), with the setting it is closest to."""
+    e = os.environ if env is None else env
+    out: list[str] = []
+    for name in sorted(k for k in e if k.startswith("AUTOCCL_") and k not in BY_NAME):
+        close = closest(name)
+        out.append(f"{name} is no autoccl setting" + (f" (did you mean {close}?)" if close else ""))
+    return out
+
+
+def closest(name: str) -> str | None:
+    """The setting an AUTOCCL_* name that is none was most likely meant to be, or None. Compared without the
+    prefix every name shares, which alone would make AUTOCCL_HW a match for anything short."""
+    tails = {v.removeprefix("AUTOCCL_"): v for v in BY_NAME}
+    close = difflib.get_close_matches(name.removeprefix("AUTOCCL_"), list(tails), n=1)
+    return tails[close[0]] if close else None
 
 
 def check(env: Mapping[str, str] | None = None, readers: tuple[str, ...] = ("library", "cli")) -> None:

@@ -65,6 +65,8 @@ def test_report_trace_writes_plots_and_table(tmp_path: Path) -> None:
         main, ["report", "--trace", str(tmp_path / "trace"), "--rank", "3", "-o", str(out)]
     )
     assert r.exit_code != 0 and "rank 3" in r.output
+    # the ranks the trace does hold are named, for --rank
+    assert "it holds ranks 0, 1 (--rank)" in r.output and "is it an AUTOCCL_TRACE file" not in r.output
 
 
 def test_report_trace_says_which_lines_it_skipped(tmp_path: Path) -> None:

@@ -371,3 +371,52 @@ def test_an_exported_autoccl_mode_is_runs_default(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("AUTOCCL_MODE", "turbo")
     r = runner.invoke(main, ["env"])
     assert r.exit_code == 2 and "AUTOCCL_MODE" in r.output and "turbo" in r.output, r.output
+
+
+def test_env_and_run_name_an_autoccl_variable_that_is_no_setting(
+    fake_plugin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A misspelt setting in the shell (the library ignores it without a word) is said on stderr, with the
+    setting it is closest to; the variables are printed and the job runs all the same."""
+    # spelt in two pieces: test_settings.py takes every whole AUTOCCL_ name in the code for a setting
+    typo, stray = "AUTOCCL_" + "SPECULAT", "AUTOCCL_" + "ZZZQQQ"
+    monkeypatch.setenv(typo, "off")
+    monkeypatch.setenv(stray, "1")
+    r = CliRunner().invoke(main, ["env", "--mode", "observe"])
+    assert r.exit_code == 0, r.output
+    assert "export AUTOCCL_MODE=observe" in r.stdout
+    assert r.stderr.splitlines() == [
+        f"autoccl: {typo} is no autoccl setting (did you mean AUTOCCL_SPECULATE?); the library ignores it",
+        f"autoccl: {stray} is no autoccl setting; the library ignores it",
+    ]
+    # `run` execs its command: in a process of its own
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "python")}
+    p = subprocess.run(
+        [sys.executable, "-m", "autoccl", "run", "--mode", "observe", "--", sys.executable, "-c", "pass"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 0, p.stderr
+    assert f"{typo} is no autoccl setting (did you mean AUTOCCL_SPECULATE?)" in p.stderr
+    monkeypatch.delenv(typo)
+    monkeypatch.delenv(stray)
+    r = CliRunner().invoke(main, ["env", "--mode", "observe"])
+    assert r.exit_code == 0 and r.stderr == "", r.output
+
+
+def test_a_trace_prefix_that_is_a_directory_is_said(fake_plugin: Path, tmp_path: Path) -> None:
+    """`--trace DIR` (an existing folder, no trailing slash) is a prefix: the traces land beside DIR, not in
+    it, which is not what the user of a folder's name expects. The variables stay as given; stderr says so."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    r = CliRunner().invoke(main, ["env", "--mode", "observe", "--trace", str(folder)])
+    assert r.exit_code == 0, r.output
+    assert f"export AUTOCCL_TRACE={folder}" in r.stdout
+    assert r.stderr == (
+        f"autoccl: the trace prefix {folder} is a directory: the traces go beside it "
+        f"({folder}.<host>.<pid>.jsonl), not into it; for files in it give {folder}/trace\n"
+    )
+    r = CliRunner().invoke(main, ["env", "--mode", "observe", "--trace", str(folder / "t")])
+    assert r.exit_code == 0 and r.stderr == "", r.output

@@ -373,3 +373,21 @@ def test_demo_leaves_the_shells_nccl_settings_out(online: Path, tmp_path: Path) 
     assert "NCCL_NVLS_ENABLE" not in res.output  # a safety variable, set in every run anyway
     doc = json.loads((out / "results.json").read_text())
     assert all(not t["nccl_config"].split("/")[2].startswith("4ch") for t in doc["tasks"]), doc["tasks"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--sizes", "", "--buckets", ""], "no collective to run: --sizes and --buckets are both empty"),
+        (["--sizes", "4", "--ranks", "4"], "--sizes: 4 B is less than one 4-byte element on each of 4 ranks"),
+        (["--buckets", "2"], "--buckets: a bucket must hold at least one 4-byte element"),
+    ],
+)
+def test_demo_options_that_leave_nothing_to_run_are_named(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    """These were 'Error: Invalid value: no collective to run', naming no option."""
+    res = CliRunner().invoke(main, ["demo", *args, "-o", str(tmp_path / "out")])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip().splitlines()[-1] == f"Error: {message}"
+    assert not (tmp_path / "out").exists()

@@ -199,6 +199,16 @@ def test_a_generators_count_must_be_whole(S: Any, key: str, kind: str) -> None:
         S.topology_from_dict(doc, source="g.yaml")
 
 
+@pytest.mark.parametrize("kind", ["ring", "uni_ring", "fully_connected", "fc", "switch", "switch_unwound"])
+def test_a_one_dimensional_generator_refuses_several_dimensions(S: Any, kind: str) -> None:
+    """ring:4x4 was a ring of 16 NPUs named ring_4x4, read as a 4 x 4 arrangement that was never built."""
+    with pytest.raises(ValueError, match=rf"^{kind} takes one dimension, \[n\], not 2 \(several: torus"):
+        S.generate(kind, [4, 4])
+    with pytest.raises(S.TopologyFileError, match=rf"^g.yaml: generator: {kind} takes one dimension"):
+        S.topology_from_dict({"generator": {"kind": kind, "dims": [2, 3]}}, source="g.yaml")
+    assert S.generate(kind, [4]).num_npus == 4
+
+
 def test_determinism(S: Any) -> None:
     t = S.generate("mesh", [4, 4], dim_bandwidth=[50, 80])
     a, sa = S.synthesize(t, "allgather", "16M", chunks=2, seeds=5, threads=2, seed=7)

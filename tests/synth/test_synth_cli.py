@@ -301,3 +301,17 @@ def test_closed_stdout_is_not_an_error(S: Any, tmp_path: Path, verb: list[str]) 
     assert "Broken pipe" not in errors and "Traceback" not in errors, errors
     assert rc == 0, errors
     assert report.is_file()
+
+
+def test_a_missing_extension_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the compiled module (a checkout on PYTHONPATH, never built) synth and sim say what to do in one
+    line, not a traceback."""
+    from autoccl.synth import _ext
+
+    monkeypatch.setattr(_ext, "_EXT", None)
+    monkeypatch.setattr(_ext, "_candidates", lambda: [])
+    monkeypatch.setitem(sys.modules, "autoccl._synth", None)  # `from autoccl import _synth` fails
+    for args in (["synth", "-g", "ring:4", "-s", "1M"], ["sim", "-g", "ring:4", "-b", "ring", "-s", "1M"]):
+        res = _run(args)
+        _refused(res, "Error: autoccl._synth not found: install autoccl (`pip install .`)")
+        assert res.exit_code == 1 and len(res.output.strip().splitlines()) == 1, res.output

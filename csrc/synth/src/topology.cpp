@@ -446,6 +446,13 @@ void grid_layout(Topology& t, const std::vector<int>& dims) {
 Topology generate(const std::string& kind, const std::vector<int>& dims, const GenParams& p) {
   Topology t;
   if (dims.empty()) throw Error("generator '" + kind + "' needs dimensions");
+  // The one-dimensional kinds: more dimensions were multiplied into one count (ring:4x4 a ring of 16 NPUs named
+  // ring_4x4), which reads as a 4 x 4 arrangement that was never built.
+  if ((kind == "ring" || kind == "uni_ring" || kind == "fully_connected" || kind == "fc" || kind == "switch" ||
+       kind == "switch_unwound") &&
+      dims.size() != 1)
+    throw Error(kind + " takes one dimension, [n], not " + std::to_string(dims.size()) +
+                " (several: torus, mesh or multidim)");
   // Per-dimension bandwidths and latencies: one value per dimension (per bit of a hypercube), and only for the
   // generators that have dimensions of links.
   const bool per_dim = kind == "mesh" || kind == "torus" || kind == "multidim" || kind == "hypercube";

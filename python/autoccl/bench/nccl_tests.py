@@ -11,7 +11,6 @@ passes start from the table the earlier ones wrote, as a user's second job would
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import os
@@ -438,8 +437,8 @@ def check_modes(plan: Plan, check: OptionsCheck) -> None:
             continue
         for name, _ in mode.env:
             if name.startswith("AUTOCCL_") and name not in settings.BY_NAME:
-                close = difflib.get_close_matches(name, list(settings.BY_NAME), n=1)
-                hint = f" (did you mean {close[0]}?)" if close else ""
+                close = settings.closest(name)
+                hint = f" (did you mean {close}?)" if close else ""
                 raise BenchError(
                     f"mode {mode.name!r}: {name} is no autoccl setting{hint}; nothing was launched"
                 )

@@ -137,6 +137,13 @@ def plot_trace(
         records += typed
     tasks = [t for t in tasks_of(records, rank) if t.decisions]
     if not tasks:
+        ranks = sorted({int(r.get("rank", 0)) for r in records if r.get("ev") == "call"})
+        if ranks:  # another rank's trace: say which ranks it holds
+            held = ", ".join(map(str, ranks))
+            raise TraceError(
+                f"the trace has no calls of rank {rank}; it holds rank{'s' if len(ranks) > 1 else ''} "
+                f"{held} (--rank)"
+            )
         raise TraceError(f"the trace has no calls of rank {rank} (is it an AUTOCCL_TRACE file?)")
     shown = sorted(tasks, key=lambda t: -t.nbytes)[:max_tasks]
     shown.sort(key=lambda t: (t.coll, t.nbytes, t.comm))

@@ -30,6 +30,12 @@ class _Main(click.Group):
             sys.exit(141)
         except OSError as e:
             raise click.ClickException(describe_os_error(e)) from None
+        except ImportError as e:
+            from autoccl.synth._ext import ExtensionNotFound
+
+            if not isinstance(e, ExtensionNotFound):
+                raise
+            raise click.ClickException(str(e)) from None
         except KeyboardInterrupt:
             click.echo("autoccl: interrupted", err=True)
             sys.exit(130)

@@ -4,6 +4,7 @@ lazily)."""
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -37,6 +38,13 @@ def _torch_gpus() -> int:
             "(from a clone: `pip install '.[bench]'`; or torch>=2.4)"
         ) from None
     return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+
+
+def _have_torch() -> bool:
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # a `torch` module that is no package (or None in sys.modules)
+        return False
 
 
 def _resolve_device(
@@ -420,7 +428,9 @@ def coll(
         workdir = prefix.with_name(prefix.name + ".logs")
         if dry_run:
             topo = detect_topology(launch.nproc or 1)
-            gpus = _torch_gpus() if launch.device == "cuda" and not launch.nproc else 0
+            # a plan needs no PyTorch (the harness's workers do): without it, the GPUs are not counted
+            counted = launch.device == "cuda" and not launch.nproc and _have_torch()
+            gpus = _torch_gpus() if counted else 0
             world = (
                 topo.world_size
                 if topo.distributed

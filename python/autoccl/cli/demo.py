@@ -91,7 +91,7 @@ def demo(
     try:
         cfg.validate()
     except ValueError as e:
-        raise click.BadParameter(str(e)) from e
+        raise click.UsageError(str(e)) from e  # the message names the option
     # absolute: the emulator runs in directories of its own
     out = (out_dir or Path.cwd() / time.strftime("autoccl-demo-%Y%m%d-%H%M%S")).expanduser().resolve()
     if out.exists() and not out.is_dir():

@@ -150,6 +150,8 @@ def _build_env(plugin: PluginOptions, run_host: str | None = None) -> dict[str, 
     already in this environment with them): a value the library would refuse is an error here, before
     anything starts."""
     table, given_table = _checked_options(plugin, os.environ)
+    for why in settings.unknown():  # the library ignores them: say so, as the job starts anyway
+        click.echo(f"autoccl: {why}; the library ignores it", err=True)
     mode, fixed, trace, cache_dir = plugin.mode, plugin.fixed, plugin.trace, plugin.cache_dir
     if mode == "observe" and (plugin.nccl_channels is not None or plugin.channel_ceiling):
         given = [
@@ -204,6 +206,13 @@ def _build_env(plugin: PluginOptions, run_host: str | None = None) -> dict[str, 
         name = found[0].split("=", 1)[0]
         prefix = f"{option_of[name]}: " if name in env and name in option_of else ""
         raise click.ClickException(prefix + found[0])
+    traced = env.get("AUTOCCL_TRACE") or settings.value_of("AUTOCCL_TRACE")
+    if traced and Path(traced).is_dir():  # a prefix, not a folder: the files would land beside it
+        click.echo(
+            f"autoccl: the trace prefix {traced} is a directory: the traces go beside it "
+            f"({traced}.<host>.<pid>.jsonl), not into it; for files in it give {traced}/trace",
+            err=True,
+        )
     return env
 
 

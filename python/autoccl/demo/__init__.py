@@ -68,14 +68,16 @@ class DemoConfig:
         if self.steps < 20:
             raise ValueError("steps must be >= 20 (the search needs calls to converge)")
         if not self.sizes and not self.buckets:
-            raise ValueError("no collective to run")
+            raise ValueError("no collective to run: --sizes and --buckets are both empty")
         if any(s <= 0 for s in (*self.sizes, *self.buckets)):
             raise ValueError("sizes must be positive")
         for s in self.sizes:  # all-gather / reduce-scatter sizes are rounded down to whole elements per rank
             if whole_elements("allgather", s, self.ranks) == 0:
-                raise ValueError(f"size {s} B is less than one 4-byte element on each of {self.ranks} ranks")
+                raise ValueError(
+                    f"--sizes: {s} B is less than one 4-byte element on each of {self.ranks} ranks"
+                )
         if any(whole_elements("allreduce", b, self.ranks) == 0 for b in self.buckets):
-            raise ValueError("buckets must hold at least one 4-byte element")
+            raise ValueError("--buckets: a bucket must hold at least one 4-byte element")
 
 
 @dataclass(frozen=True)

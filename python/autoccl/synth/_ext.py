@@ -15,6 +15,10 @@ from types import ModuleType
 _EXT: ModuleType | None = None
 
 
+class ExtensionNotFound(ImportError):
+    """The compiled module is neither installed nor built (the CLI says so in one line)."""
+
+
 def _candidates() -> list[Path]:
     found: list[Path] = []
     for var in ("AUTOCCL_SYNTH_LIB_DIR", "AUTOCCL_LIB_DIR"):
@@ -47,7 +51,7 @@ def ext() -> ModuleType:
         spec.loader.exec_module(mod)
         _EXT = mod
         return mod
-    raise ImportError(
+    raise ExtensionNotFound(
         "autoccl._synth not found: install autoccl (`pip install .`) or build it "
         "(cmake --build <dir> --target _synth) and set AUTOCCL_LIB_DIR=<dir>/lib"
     )
