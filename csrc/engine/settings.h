@@ -71,10 +71,12 @@ struct Settings {
   // nccl-tests' loop). Where CUDA's driver API cannot be reached the shim uses `kernel` (one INFO line).
   enum class Clock { Launch, Kernel } clock = Clock::Launch;
   // AUTOCCL_MIN_TASK_US (online mode): a task whose NCCL choice takes less than this many microseconds
-  // keeps NCCL's choice, untimed, after its baseline samples (search::Options::minTaskMicros). 0: all tasks.
+  // keeps NCCL's choice, untimed, after its baseline samples (search::Options::minTaskMicros). 0: all tasks
+  // of a communicator decided in this process.
   double minTaskUs = 55;
-  // AUTOCCL_MIN_TASK_US_TCP (online mode): the same for a communicator whose ranks are in several processes
-  // (decided through the TCP coordinator, where each step of a search can wait for a round trip).
+  // AUTOCCL_MIN_TASK_US_TCP (online mode): for a communicator whose ranks are in several processes (decided
+  // through the TCP coordinator, where each step of a search can wait for a round trip) the minimum is the
+  // larger of this and AUTOCCL_MIN_TASK_US.
   double minTaskUsTcp = 200;
   // AUTOCCL_MODEL_SMALL_PCT (online mode, percent): a task NCCL's own cost model puts below this share of the
   // minimum task keeps NCCL's choice from its first call, before any sample (search::Options::modelSmallShare).
