@@ -8,7 +8,9 @@ before the job starts: a child process creates one communicator over this host's
 environment minus our settings, and reads NCCL's own INFO line "<N> coll channels".
 
 The child is a separate process so that NCCL's threads, CUDA contexts and log output stay out of the
-launcher; its output is NCCL's log on stdout plus one result line of ours.
+launcher; its output is NCCL's log on stdout plus one result line of ours. `autoccl doctor` creates its
+communicator (the plugin loaded, to read which interfaces NCCL took) through the same child
+(`create_communicator`).
 """
 
 from __future__ import annotations
@@ -77,6 +79,74 @@ def find_nccl_library(env: Mapping[str, str] | None = None) -> str:
     return ctypes.util.find_library("nccl") or "libnccl.so.2"
 
 
+def version_text(code: int) -> str:
+    """NCCL's version code as NCCL prints it: NCCL >= 2.9 encodes major*10000 + minor*100 + patch."""
+    return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+
+
+def nccl_version_code(library: str) -> int:
+    """ncclGetVersion of `library`, loaded into this process (no communicator, no GPU asked)."""
+    try:
+        nccl = ctypes.CDLL(library)
+    except OSError as e:
+        raise ProbeError(f"cannot load NCCL from {library}: {e}") from None
+    try:
+        get_version = nccl.ncclGetVersion
+    except AttributeError:
+        raise ProbeError(f"{library} has no ncclGetVersion: not an NCCL library") from None
+    version = ctypes.c_int(0)
+    status = get_version(ctypes.byref(version))
+    if status != 0 or version.value <= 0:
+        raise ProbeError(f"ncclGetVersion of {library} failed (status {status})")
+    return int(version.value)
+
+
+@dataclass(frozen=True)
+class CommunicatorLog:
+    """What a child process that created one communicator saw: NCCL's log (stdout and stderr) and ours."""
+
+    log: str
+    ranks: int
+    library: str
+    nccl_version: str
+
+
+def create_communicator(
+    library: str,
+    child_env: Mapping[str, str],
+    gpus: int | None = None,
+    *,
+    min_ranks: int = 2,
+    timeout_s: float = 120.0,
+) -> CommunicatorLog:
+    """In a child process with environment `child_env`, load NCCL from `library` and create one communicator
+    over `gpus` local GPUs (default: every visible one, at least `min_ranks`); return its output. The child is
+    a separate process so that NCCL's threads, CUDA contexts, plugins and log stay out of this one."""
+    cmd = [sys.executable, "-m", "autoccl.nccl_probe", "--library", library, "--min-ranks", str(min_ranks)]
+    if gpus is not None:
+        cmd += ["--gpus", str(gpus)]
+    try:
+        done = subprocess.run(
+            cmd, env=dict(child_env), capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired as e:
+        raise ProbeError(f"NCCL did not create the probe communicator within {timeout_s:.0f} s") from e
+    output = done.stdout + done.stderr
+    if done.returncode != 0:
+        tail = "\n".join(output.strip().splitlines()[-5:])
+        raise ProbeError(f"the probe process failed (exit {done.returncode}):\n{tail}")
+    result_lines = [ln for ln in done.stdout.splitlines() if ln.startswith(RESULT_TAG)]
+    if not result_lines:
+        raise ProbeError("the probe process ended without a result")
+    result = json.loads(result_lines[-1][len(RESULT_TAG) :])
+    return CommunicatorLog(
+        log=output,
+        ranks=int(result["ranks"]),
+        library=str(result["library"]),
+        nccl_version=str(result["nccl_version"]),
+    )
+
+
 def probe_plain_channels(
     gpus: int | None = None,
     *,
@@ -94,28 +164,12 @@ def probe_plain_channels(
     # INIT is the subsystem that prints the count; the result line is ours and comes last.
     child_env.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT"})
     child_env.pop("NCCL_DEBUG_FILE", None)
-    cmd = [sys.executable, "-m", "autoccl.nccl_probe", "--library", library]
-    if gpus is not None:
-        cmd += ["--gpus", str(gpus)]
-    try:
-        done = subprocess.run(
-            cmd, env=child_env, capture_output=True, text=True, timeout=timeout_s, check=False
-        )
-    except subprocess.TimeoutExpired as e:
-        raise ProbeError(f"NCCL did not create the probe communicator within {timeout_s:.0f} s") from e
-    output = done.stdout + done.stderr
-    if done.returncode != 0:
-        tail = "\n".join(output.strip().splitlines()[-5:])
-        raise ProbeError(f"the probe process failed (exit {done.returncode}):\n{tail}")
-    result_lines = [ln for ln in done.stdout.splitlines() if ln.startswith(RESULT_TAG)]
-    if not result_lines:
-        raise ProbeError("the probe process ended without a result")
-    result = json.loads(result_lines[-1][len(RESULT_TAG) :])
+    done = create_communicator(library, child_env, gpus, timeout_s=timeout_s)
     return ProbeResult(
-        channels=parse_coll_channels(output),
-        ranks=int(result["ranks"]),
-        library=str(result["library"]),
-        nccl_version=str(result["nccl_version"]),
+        channels=parse_coll_channels(done.log),
+        ranks=done.ranks,
+        library=done.library,
+        nccl_version=done.nccl_version,
     )
 
 
@@ -131,7 +185,7 @@ def _visible_gpus() -> int:
     return count.value
 
 
-def _child(library: str, gpus: int | None) -> int:
+def _child(library: str, gpus: int | None, min_ranks: int = 2) -> int:
     """Runs in the probe process: one communicator over `gpus` local GPUs, then the result line."""
     try:
         nccl = ctypes.CDLL(library)
@@ -144,18 +198,17 @@ def _child(library: str, gpus: int | None) -> int:
     nccl.ncclGetErrorString.restype = ctypes.c_char_p
     version = ctypes.c_int(0)
     nccl.ncclGetVersion(ctypes.byref(version))
-    v = version.value
-    # NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
-    version_text = f"{v // 10000}.{v % 10000 // 100}.{v % 100}"
     try:
         ranks = gpus if gpus is not None else _visible_gpus()
     except ProbeError as e:
         print(str(e), file=sys.stderr)
         return 2
-    if ranks < 2:
+    if ranks < min_ranks:
         print(
             f"{ranks} GPU visible: a communicator of one rank does not show the job's channel count; "
-            "the probe needs at least 2",
+            "the probe needs at least 2"
+            if min_ranks == 2
+            else f"{ranks} GPUs visible: the probe needs at least {min_ranks}",
             file=sys.stderr,
         )
         return 2
@@ -170,7 +223,8 @@ def _child(library: str, gpus: int | None) -> int:
     for comm in comms:
         nccl.ncclCommDestroy(comm)
     sys.stdout.flush()
-    print(RESULT_TAG + json.dumps({"ranks": ranks, "library": library, "nccl_version": version_text}))
+    result = {"ranks": ranks, "library": library, "nccl_version": version_text(version.value)}
+    print(RESULT_TAG + json.dumps(result))
     return 0
 
 
@@ -178,8 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="(internal) the --nccl-channels auto probe process")
     parser.add_argument("--library", required=True)
     parser.add_argument("--gpus", type=int, default=None)
+    parser.add_argument("--min-ranks", type=int, default=2)
     args = parser.parse_args(argv)
-    return _child(args.library, args.gpus)
+    return _child(args.library, args.gpus, args.min_ranks)
 
 
 if __name__ == "__main__":
