@@ -1,7 +1,7 @@
 """The `autoccl` command line, all of it in this package: one module per command group (tuner: env, run,
-cache; bench: bench, report; synth: synth, sim; demo; adaptive: topo, profile, adaptive), the options they
-share in options.py and channels.py. The components it drives (autoccl.bench, autoccl.synth, autoccl.demo,
-autoccl.adaptive, ...) never import it."""
+cache; doctor; bench: bench, report; synth: synth, sim; demo; adaptive: topo, profile, adaptive), the options
+they share in options.py and channels.py. The components it drives (autoccl.bench, autoccl.synth,
+autoccl.demo, autoccl.adaptive, ...) never import it."""
 
 from __future__ import annotations
 
@@ -54,10 +54,11 @@ def _register() -> None:
     from autoccl.cli.adaptive import adaptive, profile, topo
     from autoccl.cli.bench import bench, report
     from autoccl.cli.demo import demo
+    from autoccl.cli.doctor import doctor
     from autoccl.cli.synth import sim, synth
     from autoccl.cli.tuner import cache, env, run
 
-    for command in (env, run, cache, demo, bench, report, synth, sim, topo, profile, adaptive):
+    for command in (env, run, cache, doctor, demo, bench, report, synth, sim, topo, profile, adaptive):
         main.add_command(command)
 
 
