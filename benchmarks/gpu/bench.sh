@@ -83,7 +83,7 @@
 #             0.963x, benchmarks/results/h200x1/blind-exploration); on NVLink, whether it cuts the timed loops' tails
 #   promise   the bars of "never slower than NCCL": plain, online (cold in pass 0, warm after), table mode
 #             started from online's table of the same pass (table-warm), observe and idle, traced (idle: over
-#             sockets on one H200 online's warm passes leaned below the idle plugin, 0.983x over 14 runs, 11 of them
+#             sockets on one H200 online's warm passes leaned below the idle plugin, 0.985x over 16 runs, 12 of them
 #             below 1: benchmarks/results/h200x1/online-warm-vs-idle; pool_modes.py reads the same from these folders)
 #   plugins   one `autoccl run --` nccl-tests job (all_reduce 1-64 MiB, -c 1) with NCCL_DEBUG=INFO: the tuner and
 #             profiler interface versions this NCCL took from the plugin (GPU_NCCL: a newer NCCL), the results checked
