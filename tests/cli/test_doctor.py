@@ -311,6 +311,8 @@ def test_settings(
     status: str,
     said: str,
 ) -> None:
+    # the same variables whether the plugin comes from AUTOCCL_LIB_DIR or from the installed package (CI)
+    monkeypatch.setenv("AUTOCCL_LIB_DIR", str(built_plugin.parent))
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     code, checks, _ = _doctor(*args)

@@ -24,6 +24,7 @@ NOT_VARIABLES = {
     "AUTOCCL_LIB_DEST",
     "AUTOCCL_COORD",  # prefixes in tests (startswith)
     "AUTOCCL_RUN",
+    "AUTOCCL_SPECULAT",  # a misspelt setting the doctor's test sets
 }
 
 

@@ -306,9 +306,12 @@ def test_closed_stdout_is_not_an_error(S: Any, tmp_path: Path, verb: list[str]) 
 def test_a_missing_extension_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the compiled module (a checkout on PYTHONPATH, never built) synth and sim say what to do in one
     line, not a traceback."""
+    import autoccl
     from autoccl.synth import _ext
 
     monkeypatch.setattr(_ext, "_EXT", None)
+    # an installed package's module, once imported, is an attribute that `from autoccl import _synth` finds first
+    monkeypatch.delattr(autoccl, "_synth", raising=False)
     monkeypatch.setattr(_ext, "_candidates", lambda: [])
     monkeypatch.setitem(sys.modules, "autoccl._synth", None)  # `from autoccl import _synth` fails
     for args in (["synth", "-g", "ring:4", "-s", "1M"], ["sim", "-g", "ring:4", "-b", "ring", "-s", "1M"]):
