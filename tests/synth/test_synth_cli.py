@@ -310,7 +310,7 @@ def test_a_missing_extension_is_one_line(monkeypatch: pytest.MonkeyPatch) -> Non
     from autoccl.synth import _ext
 
     monkeypatch.setattr(_ext, "_EXT", None)
-    # an installed package's module, once imported, is an attribute that `from autoccl import _synth` finds first
+    # an installed package's module, once imported, is an attribute `from autoccl import _synth` finds first
     monkeypatch.delattr(autoccl, "_synth", raising=False)
     monkeypatch.setattr(_ext, "_candidates", lambda: [])
     monkeypatch.setitem(sys.modules, "autoccl._synth", None)  # `from autoccl import _synth` fails
