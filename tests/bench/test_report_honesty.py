@@ -55,3 +55,12 @@ def test_partial_runs_say_so() -> None:
     doc = _doc(20)
     doc["status"] = "interrupted"
     assert "interrupted run" in R.coll_markdown(doc)
+
+
+def test_the_header_names_only_the_versions_the_host_had() -> None:
+    cpu = R.coll_markdown(_doc(20))
+    assert "torch 2.13.0." in cpu
+    assert not [v for v in ("NCCL", "CUDA", "driver") if f"{v} None" in cpu]
+    gpu_doc = _doc(20, backend="nccl")
+    gpu_doc["host"].update({"nccl": "2.28.9", "cuda": "13.0", "driver": "580.159.04"})
+    assert "torch 2.13.0, NCCL 2.28.9, CUDA 13.0, driver 580.159.04." in R.coll_markdown(gpu_doc)

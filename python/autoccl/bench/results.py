@@ -379,12 +379,17 @@ def coll_markdown(doc: dict[str, Any]) -> str:
     s = doc.get("settings", {})
     host = doc.get("host", {})
     gpus = ", ".join(sorted(set(host.get("gpus") or ["cpu"])))
+    # the versions the host had (a CPU run has no NCCL, CUDA or driver to name)
+    versions = ", ".join(
+        f"{name} {host[key]}"
+        for name, key in (("torch", "torch"), ("NCCL", "nccl"), ("CUDA", "cuda"), ("driver", "driver"))
+        if host.get(key)
+    )
     lines = [
         f"# autoccl bench coll ({s.get('world_size')} x {gpus})",
         "",
         f"dtype {s.get('dtype')}, {s.get('iters')} iterations x {s.get('reps')} repetitions (median), "
-        f"busbw in GB/s (nccl-tests convention). torch {host.get('torch')}, NCCL {host.get('nccl')}, "
-        f"CUDA {host.get('cuda')}, driver {host.get('driver')}.",
+        f"busbw in GB/s (nccl-tests convention)." + (f" {versions}." if versions else ""),
     ]
     if doc.get("static_best") and doc["static_best"].get("selected"):
         lines.append(f"\nstatic-best setting: `{doc['static_best'].get('config') or 'default'}`")
