@@ -11,6 +11,7 @@ passes start from the table the earlier ones wrote, as a user's second job would
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -498,10 +499,19 @@ def run_plan(
     results_path = plan.out / "launches.jsonl"
     lines = split_launches(results_path)  # read once: checked here, set aside below
     check_resume(plan, lines.records, results_path)
-    (plan.out / "logs").mkdir(parents=True, exist_ok=True)
-    (plan.out / "cache" / "empty").mkdir(parents=True, exist_ok=True)
+    # the folders the options name exist before they are checked; a refused plan leaves none of them behind
+    folders = (plan.out / "logs", plan.out / "cache", plan.out / "cache" / "empty")
+    made = [d for d in folders if not d.exists()]
+    for d in folders:
+        d.mkdir(parents=True, exist_ok=True)
     if check is not None:
-        check_modes(plan, check)
+        try:
+            check_modes(plan, check)
+        except BenchError:
+            for d in reversed(made):  # deepest first; only the empty folders this run made
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+            raise
     earlier, set_aside = set_aside_unreadable(results_path, lines)
     if set_aside and notify:
         notify(
