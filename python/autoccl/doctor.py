@@ -20,6 +20,7 @@ from typing import Any
 
 from autoccl import __version__, nccl_probe, settings, tables
 from autoccl._paths import ArtefactNotFound, plugin_path
+from autoccl.folders import unwritable_folder
 from autoccl.tuner_env import MODES, SAFETY_ENV, plain_nccl_env, plugin_env
 
 OK, WARN, FAIL, SKIPPED = "ok", "warn", "fail", "skipped"
@@ -463,14 +464,6 @@ def machine_hardware(env: Mapping[str, str], gpus: Gpus) -> tuple[str, int]:
     return (gpus.models[0] if len(kinds) == 1 else "mixed"), gpus.count
 
 
-def _writable_dir(d: Path) -> tuple[bool, Path]:
-    """Whether `d` is (or could be created as) a writable folder, and the folder that decides it."""
-    at = d
-    while not at.exists() and at != at.parent:
-        at = at.parent
-    return at.is_dir() and os.access(at, os.W_OK | os.X_OK), at
-
-
 def check_cache(
     options: DoctorOptions, env: Mapping[str, str], mode: str, gpus: Gpus, nccl: NcclInfo | None
 ) -> Check:
@@ -491,7 +484,7 @@ def check_cache(
             "give a folder (--cache-dir or AUTOCCL_CACHE_DIR), or move the file out of the way",
             {"dir": str(folder)},
         )
-    writable, decided_by = _writable_dir(folder)
+    unwritable = unwritable_folder(folder)
     model, count = machine_hardware(env, gpus)
     read: list[tables.Table] = []
     unreadable: list[str] = []
@@ -512,7 +505,7 @@ def check_cache(
     )
     data = {
         "dir": str(folder),
-        "writable": writable,
+        "writable": unwritable is None,
         "tables": len(paths),
         "unreadable": unreadable,
         "machine": {"gpu": model, "gpus": count, "nccl": nccl.version if nccl else None},
@@ -528,13 +521,12 @@ def check_cache(
     detail = f"{folder}: {len(paths)} table(s); for this machine ({machine}): " + (
         f"{len(mine)}: {shapes}" if mine else "none"
     )
-    if not writable:
+    if unwritable:
         return Check(
             "cache",
             title,
             WARN,
-            f"{detail}; {decided_by} is not writable: the library cannot save what online and observe "
-            "mode learn",
+            f"{detail}; {unwritable}: the library cannot save what online and observe mode learn",
             "give a writable folder: --cache-dir DIR (autoccl run) or AUTOCCL_CACHE_DIR",
             data,
         )

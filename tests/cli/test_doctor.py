@@ -409,6 +409,14 @@ def test_cache_not_writable_warns(tmp_path: Path) -> None:
     assert check.status == D.WARN and "not writable" in check.detail
 
 
+def test_cache_behind_a_file_warns(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    behind = tmp_path / "afile" / "cache"
+    check = D.check_cache(D.DoctorOptions(cache_dir=str(behind)), os.environ, "online", D.find_gpus(), None)
+    assert check.status == D.WARN and "afile is a file, not a directory" in check.detail
+    assert check.data["writable"] is False
+
+
 # --------------------------------------------------------------------------------------- 7. the communicator
 
 

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from autoccl.folders import unwritable_folder
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -26,13 +28,7 @@ def describe_os_error(e: OSError) -> str:
 def file_in_the_way(path: str | Path) -> str | None:
     """Why no folder can be made for `path`: the nearest existing one above it is a file, or a directory this
     process cannot write in (a read-only mount, no permission). Else None."""
-    parent = Path(path).expanduser().resolve().parent
-    for folder in (parent, *parent.parents):
-        if folder.exists():
-            if not folder.is_dir():
-                return f"{folder} is a file, not a directory"
-            return None if os.access(folder, os.W_OK | os.X_OK) else f"directory {folder} is not writable"
-    return None
+    return unwritable_folder(Path(path).expanduser().resolve().parent)
 
 
 def missing_parent(path: str | Path) -> str | None:
