@@ -113,7 +113,7 @@
 #             hosts_on_one_gpu.sh), each host's harness under its own `torchrun --nnodes 2`: the multi-host launch,
 #             the coordinator torchrun's variables derive; TRAIN_PRESET (default 125m), PARALLEL (default ddp,fsdp2),
 #             TRAIN_ITERS (default 300), online on NCCL's own channels (--channel-ceiling 0: the channel probe needs
-#             two GPUs)
+#             two GPUs); TRAIN_EXTRA: more `bench train` options (e.g. --trace)
 #   configs   every configuration the tuner can force, under nccl-tests' own data check: one `bench nccl-tests`
 #             mode per (algorithm, protocol[, channels]) in fixed mode (every call timed, so its trace says what NCCL
 #             ran), beside plain and online, `-c 1 -d all -o all` (every dtype and reduction) at odd sizes 1000 B to
@@ -269,7 +269,7 @@ PY
       th=$OUT/train-hosts
       train_on_two_hosts "$th" "$left" --preset "${TRAIN_PRESET:-125m}" --parallel "${PARALLEL:-ddp,fsdp2}" \
         --modes "${TRAIN_MODES:-nccl,online}" --step-arms "${TRAIN_STEP_ARMS:-hidden=2,8}" --channel-ceiling 0 \
-        -n "${TRAIN_ITERS:-300}" --no-progress
+        -n "${TRAIN_ITERS:-300}" --no-progress ${TRAIN_EXTRA:-}
       tail -n 25 "$th/host0.log"; tail -n 5 "$th/host1.log"
       (cd "$OUT" && tar czf train-hosts.tgz train-hosts && rm -rf train-hosts)
       continue ;;
