@@ -6,19 +6,20 @@
 namespace autoccl::engine {
 
 void ExposureRecorder::place(const TaskKey& task, uint64_t k, uint64_t iteration, uint32_t position, uint32_t period,
-                             uint64_t structure) {
+                             uint64_t structure, bool forEstimate) {
   std::lock_guard<std::mutex> lk(mu_);
   if (placed_.size() > kMaxPlaced) placed_.clear();
-  placed_[CallKey{task, k}] = CallPos{iteration, structure, position, period};
+  placed_[CallKey{task, k}] = CallPos{iteration, structure, position, period, forEstimate};
+  if (forEstimate) ++timedForIt_;
 }
 
-void ExposureRecorder::time(const TaskKey& task, uint64_t k, uint64_t startNs, double gpuUs) {
+bool ExposureRecorder::time(const TaskKey& task, uint64_t k, uint64_t startNs, double gpuUs) {
   std::lock_guard<std::mutex> lk(mu_);
   auto f = placed_.find(CallKey{task, k});
-  if (f == placed_.end()) return;
+  if (f == placed_.end()) return false;
   const CallPos at = f->second;
   placed_.erase(f);
-  if (startNs == 0 || !(gpuUs > 0) || at.pos >= at.period) return;
+  if (startNs == 0 || !(gpuUs > 0) || at.pos >= at.period) return at.forEstimate;
   IterTimes& it = iterations_[at.iteration];
   if (it.period != at.period || it.structure != at.structure)
     it = IterTimes{at.structure, at.period, std::vector<uint64_t>(at.period, 0), std::vector<double>(at.period, 0.0),
@@ -47,6 +48,7 @@ void ExposureRecorder::time(const TaskKey& task, uint64_t k, uint64_t startNs, d
     iterations_.erase(a);
   }
   while (iterations_.size() > kIterationsKept) iterations_.erase(iterations_.begin());
+  return at.forEstimate;
 }
 
 size_t ExposureRecorder::samples() const {
@@ -57,17 +59,20 @@ size_t ExposureRecorder::samples() const {
 std::string ExposureRecorder::traceRecord(const std::string& commHex, int rank) const {
   ExposureEstimator::Result r;
   std::vector<TaskKey> tasks;
+  uint64_t timedForIt = 0;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (estimator_.period() == 0) return {};
     r = estimator_.estimate();
     tasks = tasks_;
+    timedForIt = timedForIt_;
   }
-  char head[256];
+  char head[320];
   std::snprintf(head, sizeof head,
                 "{\"ev\":\"exposure\",\"comm\":\"%s\",\"rank\":%d,\"period\":%u,\"samples\":%zu,"
-                "\"outliers\":%zu,\"patterns\":%zu,\"iter_us\":%.1f,\"residual_us\":%.2f,\"positions\":[",
-                commHex.c_str(), rank, r.period, r.samples, r.outliers, r.patterns, r.iterUs, r.residualUs);
+                "\"outliers\":%zu,\"patterns\":%zu,\"iter_us\":%.1f,\"residual_us\":%.2f,\"timed_for_it\":%" PRIu64
+                ",\"positions\":[",
+                commHex.c_str(), rank, r.period, r.samples, r.outliers, r.patterns, r.iterUs, r.residualUs, timedForIt);
   std::string out = head;
   for (size_t p = 0; p < r.positions.size(); ++p) {
     const ExposureEstimator::Position& q = r.positions[p];

@@ -22,11 +22,12 @@ namespace autoccl::engine {
 class ExposureRecorder {
  public:
   // Call `k` of `task` sits at `position` of iteration `iteration`, whose calls number `period`, of the
-  // detector's structure `structure`.
+  // detector's structure `structure`. `forEstimate`: the call is timed for this estimate alone.
   void place(const TaskKey& task, uint64_t k, uint64_t iteration, uint32_t position, uint32_t period,
-             uint64_t structure);
+             uint64_t structure, bool forEstimate = false);
   // The window (µs) and GPU start (ns) of a call placed before; the time of a call never placed is ignored.
-  void time(const TaskKey& task, uint64_t k, uint64_t startNs, double gpuUs);
+  // True when the call was timed for the estimate alone (its window is for no one else).
+  bool time(const TaskKey& task, uint64_t k, uint64_t startNs, double gpuUs);
   // The trace's `exposure` record (empty before the first complete iteration).
   std::string traceRecord(const std::string& commHex, int rank) const;
   size_t samples() const;
@@ -35,6 +36,7 @@ class ExposureRecorder {
   struct CallPos {
     uint64_t iteration = 0, structure = 0;
     uint32_t pos = 0, period = 0;
+    bool forEstimate = false;
   };
   struct IterTimes {
     uint64_t structure = 0;
@@ -54,6 +56,7 @@ class ExposureRecorder {
   ExposureEstimator estimator_;
   std::vector<TaskKey> tasks_;  // the estimator's positions' tasks
   uint64_t structure_ = 0;      // the structure of the estimator's samples
+  uint64_t timedForIt_ = 0;     // calls placed to be timed for the estimate alone (AUTOCCL_EXPOSURE_EVERY)
 };
 
 }  // namespace autoccl::engine

@@ -149,6 +149,7 @@ class OnlineSource final : public DecisionSource {
     // that a hidden-cap arm reaches them and the iteration detector sees every call.
     askAlways_ = guardOn_ && env.settings && !env.settings->stepArmsHidden.empty();
     askAhead_ = env.settings ? env.settings->askAhead : 0;
+    exposureEvery_ = env.settings ? env.settings->exposureEvery : 0;
     if (env.settings) {
       opts_.recheckMinMs = env.settings->recheckMs;
       opts_.minTaskMicros = env.settings->minTaskUs;
@@ -278,7 +279,9 @@ class OnlineSource final : public DecisionSource {
       updateNeed(s, k);
       if (holds_.hasHolders()) releaseIdleHolders(s);
     }
-    return fromSegment(s, task, k, boundary);
+    Decision d = fromSegment(s, task, k, boundary);
+    noteForExposure(task, k, &d);
+    return d;
   }
 
  private:
@@ -297,15 +300,30 @@ class OnlineSource final : public DecisionSource {
     if (!guardOn_ || bypass_ || !agree_) return true;
     // A guard iteration is a step: the detector's iterations at pieces of a step (after a break) are not.
     *boundary = iter_.push(task) && steps_.onStart(iter_);
-    // Exposure (report only): the call's place in its iteration, kept while this source has timing on (a timed
-    // call's window then comes to onMeasurement; untimed, nothing is kept per call).
-    if (authority_ && iter_.period() >= 2 && needsTiming())
-      exposure_.place(task, k, iter_.iteration(), iter_.position(), iter_.period(), iter_.structure());
     if (*boundary && !guardStep(task, k)) {
       *failed = failure(guardWhy_);
       return false;
     }
     return true;
+  }
+
+  // Exposure (report only): the call's place in its iteration, kept while this source has timing on (a timed
+  // call's window then comes to onMeasurement; untimed, nothing is kept per call). With AUTOCCL_EXPOSURE_EVERY a
+  // call nothing else times is timed for the estimate alone (its window reaches no search: onMeasurement), unless
+  // the Context caches the decision (a stable one would stay timed for good).
+  void noteForExposure(const TaskKey& task, uint64_t k, Decision* d) {
+    if (!authority_ || !guardOn_ || bypass_ || !agree_ || iter_.period() < 2 || !needsTiming()) return;
+    const bool extra = exposureEvery_ > 0 && !d->timed;
+    if (extra && d->stable) return;
+    if (extra) d->timed = true;
+    exposure_.place(task, k, iter_.iteration(), iter_.position(), iter_.period(), iter_.structure(), extra);
+  }
+
+  // AUTOCCL_EXPOSURE_EVERY on the authority: whether step `it` is in a block the estimate times whole.
+  void setExposureBlock(bool on) {
+    if (on == exposureNeed_.load(std::memory_order_relaxed)) return;
+    exposureNeed_.store(on, std::memory_order_relaxed);
+    if (env_.needChanged) env_.needChanged();
   }
 
   // Call k is past the task's segment: the next one, from the board (the authority registers the task's search
@@ -422,7 +440,10 @@ class OnlineSource final : public DecisionSource {
     if (authority_) {
       for (const auto& [it, us] : guardClock_.start(task, timed.callIndex, timed.startNs))
         decider_->guard->sample(it, us);  // the iterations this call's start completes
-      exposure_.time(task, timed.callIndex, timed.startNs, timed.gpuUs);
+      if (exposure_.time(task, timed.callIndex, timed.startNs, timed.gpuUs)) {
+        onUntimed(task, timed.callIndex);  // timed for the estimate alone: to the search, as it was, untimed
+        return;
+      }
     }
     const Place place = place_.load(std::memory_order_acquire);
     Measurement m = timed;
@@ -527,7 +548,8 @@ class OnlineSource final : public DecisionSource {
   }
 
   bool needsTiming() const override {
-    return holds_.needed() || guardNeed_.load(std::memory_order_relaxed);
+    return holds_.needed() || guardNeed_.load(std::memory_order_relaxed) ||
+           exposureNeed_.load(std::memory_order_relaxed);
   }
   // Periods where a search uses them: every rank in one process (RankMerge), else the authority only.
   bool wantsPeriod() const override {
@@ -757,8 +779,10 @@ class OnlineSource final : public DecisionSource {
       guardNcclNow_ = guardFallbackNccl_ = false;
       guardCapNow_ = 0;
       guardTimedNow_ = false;
+      if (authority_ && exposureEvery_ > 0) setExposureBlock(false);
       return true;
     }
+    if (authority_ && exposureEvery_ > 0) setExposureBlock(it % exposureEvery_ < kExposureBlock);
     if (authority_) {
       const uint32_t was = decider_->guard->iterationChanged(steps_.calls(), change);
       if (was && env_.log)
@@ -1167,6 +1191,9 @@ class OnlineSource final : public DecisionSource {
   std::string guardWhy_;
   size_t loggedVerdicts_ = 0;
   std::atomic<bool> guardNeed_{false};
+  uint64_t exposureEvery_ = 0;                // AUTOCCL_EXPOSURE_EVERY (0: off)
+  static constexpr uint64_t kExposureBlock = 4;  // iterations timed whole in every exposureEvery_: 3 samples
+  std::atomic<bool> exposureNeed_{false};     // authority: the step is in such a block
   // ... and the authority's measurement side: iteration times, the calls the guard ran otherwise than planned
   GuardClock guardClock_;
   ExposureRecorder exposure_;  // authority: which calls of the iteration are exposed (trace only)

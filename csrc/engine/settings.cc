@@ -274,6 +274,10 @@ Settings loadSettings(const EnvLookup& env) {
   s.skipBehind = static_cast<double>(skipBehindPct) / 100.0;
   if (!readBounded(env, "AUTOCCL_VERIFY_WAIT", 1, 1024, &s.verifyWait, &err)) return invalid(s, err);
   if (!readBounded(env, "AUTOCCL_ASK_AHEAD", 0, 1024, &s.askAhead, &err)) return invalid(s, err);
+  if (!readBounded(env, "AUTOCCL_EXPOSURE_EVERY", 0, 1000000, &s.exposureEvery, &err)) return invalid(s, err);
+  if (s.exposureEvery > 0 && s.exposureEvery < 4)
+    return invalid(s, "AUTOCCL_EXPOSURE_EVERY=" + std::to_string(s.exposureEvery) +
+                          " is below 4, the block of iterations it times (0 turns it off)");
   if (!readBounded(env, "AUTOCCL_PROBE_CALLS", 1, 3, &s.probeCalls, &err)) return invalid(s, err);
   if (!readBounded(env, "AUTOCCL_STEP_CALLS", 1, 3, &s.stepCalls, &err)) return invalid(s, err);
   uint64_t unproven = static_cast<uint64_t>(s.unprovenCalls);

@@ -155,6 +155,13 @@ struct Settings {
   // rank sends its waits only with it on. A host that runs ahead of its GPU hides a wait: counted whole, it is an
   // upper bound of what the caller lost.
   bool waitRegret = false;
+  // AUTOCCL_EXPOSURE_EVERY (online mode): 0 (default) leaves the exposure estimate (engine/exposure.h) the windows
+  // the search and the guard time anyway; N >= 4 times every call of the detected iteration on the authority for it:
+  // the iterations timed for the search or a guard round whole, and after them a block of 4 iterations in every N.
+  // Under the launch clock (the default on GPUs) only the searches' samples are timed, so without it a real job
+  // gave the estimate 1-4 whole iterations (two hosts on one H200, DDP and FSDP2): no verdict. The extra windows
+  // go to the estimate only; the searches see those calls as untimed, as without the setting.
+  uint64_t exposureEvery = 0;
   // AUTOCCL_GUARD (online mode): `on` (default) checks the tuned plan against NCCL's own choices on the
   // iteration time of a communicator whose calls repeat in iterations of two or more calls (engine/step_guard.h);
   // `off`: the tasks' own searches alone.

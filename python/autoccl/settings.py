@@ -48,6 +48,17 @@ def _int_range(lo: int, hi: int) -> Check:
     return check
 
 
+def _off_or_at_least(lo: int, hi: int) -> Check:
+    """0 (off), or an integer in [lo, hi]."""
+
+    def check(v: str, _env: Mapping[str, str]) -> str | None:
+        if not re.fullmatch(r"[0-9]{1,20}", v) or not (int(v) == 0 or lo <= int(v) <= hi):
+            return f"must be 0 (off) or an integer in [{lo}, {hi}]"
+        return None
+
+    return check
+
+
 def _seconds(lo: float, hi: float) -> Check:
     def check(v: str, _env: Mapping[str, str]) -> str | None:
         if not re.fullmatch(r"[0-9]+(\.[0-9]+)?", v) or len(v) > 20 or not lo <= float(v) <= hi:
@@ -348,6 +359,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("AUTOCCL_SKIP_BEHIND_PCT", "library", "integer in [0, 10000]", _int_range(0, 10000)),
     Variable("AUTOCCL_VERIFY_WAIT", "library", "integer in [1, 1024]", _int_range(1, 1024)),
     Variable("AUTOCCL_ASK_AHEAD", "library", "integer in [0, 1024]", _int_range(0, 1024)),
+    Variable(
+        "AUTOCCL_EXPOSURE_EVERY", "library", "0, or an integer in [4, 1000000]", _off_or_at_least(4, 1000000)
+    ),
     Variable("AUTOCCL_PROBE_CALLS", "library", "integer in [1, 3]", _int_range(1, 3)),
     Variable("AUTOCCL_STEP_CALLS", "library", "integer in [1, 3]", _int_range(1, 3)),
     Variable("AUTOCCL_UNPROVEN_CALLS", "library", "integer in [0, 64]", _int_range(0, 64)),

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from emu_helpers import assert_clean
-from test_online import online_env
+from test_online import assert_same_per_seq, online_env, tasks_of
 
 from autoccl.emu import Scenario, run
 from autoccl.emu.scenario import ddp_like, fsdp_like
@@ -42,9 +42,11 @@ def _scenario(shape: str, noise: bool) -> tuple[Scenario, list[bool]]:
     return sc, [g == 0 or g == per_step - 1 for g in range(per_step)]
 
 
-def _estimate(plugin: Path, sc: Scenario) -> tuple[Any, dict[str, Any]]:
-    env = online_env(False, NCCL_MIN_CTAS="64", AUTOCCL_NCCL_CHANNELS="24")
-    res = run(sc, plugin=plugin, env=env, timeout=120)
+def _estimate(
+    plugin: Path, sc: Scenario, extra_args: list[str] | None = None, **env_extra: str
+) -> tuple[Any, dict[str, Any]]:
+    env = online_env(False, NCCL_MIN_CTAS="64", AUTOCCL_NCCL_CHANNELS="24", **env_extra)
+    res = run(sc, plugin=plugin, env=env, timeout=120, extra_args=extra_args or [])
     assert_clean(res)
     (rec,) = [r for r in res.trace if r.get("ev") == "exposure"]
     return res, rec
@@ -126,3 +128,60 @@ def test_noisy_step_gives_no_wrong_verdict(plugin: Path) -> None:
     for q, exposed in zip(rec["positions"], want, strict=True):
         if q["verdict"] != "unknown":
             assert q["verdict"] == ("exposed" if exposed else "hidden"), (q, exposed)
+
+
+@pytest.mark.parametrize("processes", [False, True])
+def test_launch_clock_times_whole_iterations_for_the_estimate(plugin: Path, processes: bool) -> None:
+    """Under the launch clock (the default on GPUs) only the searches' samples are timed: in one process
+    the DDP-like step's estimate got 8-10 whole iterations and no verdict for the hidden buckets. With
+    AUTOCCL_EXPOSURE_EVERY=8 the authority times every call of the iterations the search times and of 4 in
+    every 8 after it, for the estimate alone: more samples, no verdict wrong and, within 5 runs, every
+    verdict (the noiseless emulator repeats the search's few patterns of windows: a run may still leave a
+    hidden bucket unknown); the searches end as without it (NCCL's choice here), every rank applies the same
+    configuration on every call, and the other rank's timing is the search's."""
+    sc, truth = _scenario("ddp", noise=False)
+    tries = []
+    for _ in range(5):
+        runs = {}
+        for every in ("0", "8"):
+            env = online_env(
+                processes, NCCL_MIN_CTAS="64", AUTOCCL_NCCL_CHANNELS="24", AUTOCCL_EXPOSURE_EVERY=every
+            )
+            res = run(
+                sc, plugin=plugin, env=env, processes=processes, timeout=300, extra_args=["--launch-clock"]
+            )
+            assert_clean(res)
+            assert_same_per_seq(res.calls)
+            (rec,) = [r for r in res.trace if r.get("ev") == "exposure"]
+            runs[every] = (res, rec)
+        res, rec = runs["8"]
+        plain_res, plain_rec = runs["0"]
+        assert plain_rec["timed_for_it"] == 0, plain_rec
+        if not processes:  # in one process the search's samples alone made 8-10 whole iterations
+            assert plain_rec["samples"] < 20, plain_rec
+        assert rec["timed_for_it"] > 0 and rec["samples"] > plain_rec["samples"] + 30, (
+            rec["samples"],
+            plain_rec["samples"],
+        )
+        # the searches' outcome: NCCL's choice for both buckets' tasks, as without the setting
+        pins = {k: (t["algo"], t["proto"], t["channels"]) for k, t in tasks_of(res).items()}
+        plain_pins = {k: (t["algo"], t["proto"], t["channels"]) for k, t in tasks_of(plain_res).items()}
+        assert pins == plain_pins, (pins, plain_pins)
+        # the other rank times what the search asks of it: in one process 51-90 calls with or without the
+        # setting, over TCP 249-259 without and 249-289 with (the search ends sooner or later), while the
+        # authority's rose from 51-90 to 440-461 and from 299-309 to 636-669
+        other, plain_other = _timed_by(res, 1), _timed_by(plain_res, 1)
+        assert other <= 1.3 * plain_other + 40 and other < 0.6 * _timed_by(res, 0), (other, plain_other)
+        want = _truth_by_position(sc, truth, rec)
+        got = [(q["verdict"], q["slope"], q["se"]) for q in rec["positions"]]
+        for (verdict, _, _), exposed in zip(got, want, strict=True):
+            assert verdict in ("unknown", "exposed" if exposed else "hidden"), (got, want)
+        if all(v != "unknown" for v, _, _ in got):
+            return
+        tries.append((rec["samples"], rec["patterns"], got))
+    pytest.fail(f"no run of 5 gave every verdict: (samples, patterns, verdicts) {tries}")
+
+
+def _timed_by(res: Any, rank: int) -> int:
+    """The calls the plugin timed on `rank` (its `time` records)."""
+    return sum(1 for x in res.trace if x.get("ev") == "time" and x["rank"] == rank)
