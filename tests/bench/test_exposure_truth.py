@@ -1,17 +1,22 @@
 """The profiler's ground truth for the exposure estimate (autoccl.bench.exposure_truth), on Chrome traces
-built here in the shape torch.profiler writes them."""
+built here in the shape torch.profiler writes them, and `bench train --torch-profile` on the CPU."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from autoccl.bench import exposure_truth as ET
+from autoccl.bench import results as R
+from autoccl.cli import main
 
+REPO = Path(__file__).resolve().parents[2]
 PID, GPU = 4242, 0
 MAIN, AUTOGRAD = 1, 2  # CPU threads: the one that opens the steps, the one that launches DDP's all-reduces
 COMPUTE, COMM, COMM2 = 7, 20, 24  # CUDA streams
@@ -369,3 +374,82 @@ def test_launch_report_uses_each_ranks_own_profile(tmp_path: Path) -> None:
     assert "the profile of rank 2 is not on this host" in comps[2].notes[0]
     assert text.startswith("# exposure estimate against the profiler's truth: ddp/online")
     assert ET.profile_name("ddp/online", 1) == "profile-ddp_online-rank1.json.gz"
+
+
+def test_runner_writes_exposure_truth_md_and_the_summary_names_it(tmp_path: Path) -> None:
+    from autoccl.bench.runner import _exposure_truth_report
+
+    t = Trace()
+    ddp_step(t, 1, 0.0)
+    entry: dict[str, Any] = {"label": "ddp/online", "exposure_truth": ET.truth_of_events(t.events).to_json()}
+    _exposure_truth_report(entry, tmp_path, "ddp/online", [{"ev": "task"}])  # no exposure record: nothing
+    assert "exposure_truth_md" not in entry and not (tmp_path / "exposure-truth.md").exists()
+    _exposure_truth_report(entry, tmp_path, "ddp/online", [_record([("allreduce", 2000, "exposed")])])
+    assert (tmp_path / "exposure-truth.md").read_text().count("| 0 | allreduce | 2000 | exposed |") == 1
+    cpu = {
+        "label": "fsdp2/nccl",
+        "exposure_truth": ET.Truth.none("the profile holds no GPU kernels", 20).to_json(),
+    }
+    lines = "\n".join(R.exposure_truth_markdown({"launches": [entry, cpu]}))
+    assert "| ddp/online | 1 | 4 | 1 / 3 | 1 right, 0 wrong, 0 unknown" in lines
+    assert "exposure-truth.md" in lines and "no truth: the profile holds no GPU kernels" in lines
+
+
+# ------------------------------------------------------------------------------------ bench train
+
+
+def test_profile_window_records_the_n_iterations_before_the_last(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from autoccl.bench.train import ProfileWindow
+
+    w = ProfileWindow(2, 6, torch.device("cpu"))
+    assert w.iterations == [2, 5]
+    host_work = []
+    for i in range(6):
+        started = w.before(i)
+        torch.ones(8) @ torch.ones(8)
+        host_work.append((started, w.after(i)))
+    assert host_work == [(False, False)] * 2 + [(True, False), (False, False), (False, True), (False, False)]
+    w.export(tmp_path / "p.json.gz")
+    steps = {e["name"] for e in ET.load_trace(tmp_path / "p.json.gz") if "ProfilerStep" in e.get("name", "")}
+    assert steps == {"ProfilerStep#1", "ProfilerStep#2"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--torch-profile", "-1"], "--torch-profile -1: N must be 0 (off) or 1..iterations - 2 (at most 8"),
+        (["--torch-profile", "9"], "--torch-profile 9: N must be"),
+        (["-n", "2", "--torch-profile", "1"], "(0 with -n 2)"),
+        (["--torch-profile", "2", "--data", "markov"], "--torch-profile profiles the plain training loop"),
+        (["--torch-profile", "2", "--resilience", "on"], "--torch-profile profiles the plain training loop"),
+    ],
+)
+def test_bench_train_refuses_bad_torch_profile(args: list[str], message: str) -> None:
+    base = ["bench", "train", "--device", "cpu", "--preset", "tiny", "--parallel", "ddp", "-n", "10"]
+    r = CliRunner().invoke(main, [*base, *args])
+    assert r.exit_code != 0 and message in r.output, r.output
+
+
+def test_bench_train_torch_profile_on_the_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    pp = os.environ.get("PYTHONPATH", "")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO / "python"), *([pp] if pp else [])]))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    for var in ("WORLD_SIZE", "RANK", "SLURM_NTASKS", "SLURM_PROCID"):
+        monkeypatch.delenv(var, raising=False)
+    prefix = tmp_path / "t"
+    args = "bench train --device cpu --backend gloo --nproc 2 --no-progress --preset tiny --parallel ddp "
+    args += "--modes nccl --dtype fp32 --seq 16 --batch 2 -n 5 --torch-profile 2"
+    r = CliRunner().invoke(main, [*args.split(), "-o", str(prefix)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    doc = R.load_doc(prefix.with_suffix(".json"))
+    assert doc["settings"]["torch_profile"] == 2 and len(doc["iterations"][0]["iter_ms"]) == 5
+    (launch,) = doc["launches"]
+    truth = launch["exposure_truth"]
+    assert "no GPU kernels" in truth["reason"] and truth["positions"] == []
+    assert truth["profiled_iters"] == [1, 4]
+    folder = Path(launch["workdir"])
+    assert {p.name for p in folder.glob("profile-*")} == {f"profile-ddp_nccl-rank{r}.json.gz" for r in (0, 1)}
+    assert Path(truth["profile"]) == folder / "profile-ddp_nccl-rank0.json.gz"
+    assert "## exposure ground truth (--torch-profile)" in prefix.with_suffix(".md").read_text()
