@@ -382,6 +382,16 @@ CASES = [
     Case("train-data", ["bench", "train", "--device", "cpu", "--data", "text"], "--data"),
     Case("train-resilience", ["bench", "train", "--device", "cpu", "--resilience", "maybe"], "--resilience"),
     Case(
+        "train-torch-profile",
+        ["bench", "train", "--device", "cpu", "--torch-profile", "-1"],
+        "--torch-profile",
+    ),
+    Case(
+        "train-torch-profile-iters",
+        ["bench", "train", "--device", "cpu", "-n", "10", "--torch-profile", "9"],
+        "--torch-profile 9",
+    ),
+    Case(
         "train-resilience-fsdp",
         ["bench", "train", "--device", "cpu", "--preset", "tiny", "--seq", "32", "--resilience", "on"],
         "--parallel ddp",

@@ -539,11 +539,53 @@ def train_markdown(doc: dict[str, Any]) -> str:
     for note in notes:  # paragraphs of their own
         lines += ["", note]
     lines += resilience_markdown(doc)
+    lines += exposure_truth_markdown(doc)
     fails = doc.get("failures") or []
     if fails:
         lines += ["", "## failed launches", ""]
         lines += [f"- `{f['launch']}`: {error_summary(f['error'])}" for f in fails]
     return "\n".join(lines) + "\n"
+
+
+def exposure_truth_markdown(doc: dict[str, Any]) -> list[str]:
+    """The launches profiled with --torch-profile: the truth's verdicts per position, and where the plugin
+    estimated exposure too, how many of its verdicts the truth confirms (exposure-truth.md has the table)."""
+    launches = [e for e in doc.get("launches", []) if e.get("exposure_truth")]
+    if not launches:
+        return []
+    lines = [
+        "",
+        "## exposure ground truth (--torch-profile)",
+        "",
+        "| launch | profiled steps | NCCL calls a step | exposed / hidden (truth) | estimate against it |",
+        "|---|---|---|---|---|",
+    ]
+    for e in launches:
+        t = e["exposure_truth"]
+        if t.get("reason"):
+            lines.append(f"| {e['label']} | – | – | – | no truth: {t['reason']} |")
+            continue
+        pos = t.get("positions", [])
+        exposed = sum(p.get("verdict") == "exposed" for p in pos)
+        compared = "no exposure record in the launch's trace"
+        if e.get("exposure_compare"):
+            parts = []
+            for c in e["exposure_compare"]:
+                n = c["counts"]
+                parts.append(f"{n['right']} right, {n['wrong']} wrong, {n['unknown']} unknown")
+            compared = "; ".join(parts) + f" (`{e.get('exposure_truth_md')}`)"
+        lines.append(
+            f"| {e['label']} | {len(t.get('iterations', []))} | {len(pos)} | "
+            f"{exposed} / {len(pos) - exposed} | {compared} |"
+        )
+    window = next((e["exposure_truth"].get("profiled_iters") for e in launches), None)
+    if window:
+        lines += [
+            "",
+            f"Iterations {window[0]}–{window[1] - 1} of each launch ran under the profiler ({window[0]} its "
+            "warm-up) and are slower: they are in the iteration times above.",
+        ]
+    return lines
 
 
 def resilience_markdown(doc: dict[str, Any]) -> list[str]:

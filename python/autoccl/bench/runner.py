@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from autoccl._paths import ArtefactNotFound
+from autoccl.bench import exposure_truth as ET
 from autoccl.bench import modes as M
 from autoccl.bench import results as R
 from autoccl.bench import trace as T
@@ -76,6 +77,8 @@ class TrainOptions:
     online_nccl_channels: int | None = None
     manual_channels: str = "2,max"  # mode manual: AUTOCCL_MANUAL_CHANNELS
     step_arms: str = "hidden=2,8"  # mode online-arms: AUTOCCL_STEP_ARMS
+    # torch.profiler over this many iterations before the last (train.ProfileWindow); 0: off
+    torch_profile: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -354,6 +357,8 @@ def _resume_state(
         # written before these options existed: the defaults then
         old.setdefault("oracle_remeasure", new.get("oracle_remeasure"))
         old.setdefault("manual_channels", new.get("manual_channels"))
+        if "torch_profile" in new:  # a train run from before --torch-profile: none was taken
+            old.setdefault("torch_profile", 0)
         differ = sorted(k for k in set(old) | set(new) if k not in _RESUME_FREE and old.get(k) != new.get(k))
         if differ:
             raise SpecError(
@@ -812,6 +817,7 @@ def run_train(
             "online_nccl_channels": o.online_nccl_channels,
             "manual_channels": o.manual_channels,
             "step_arms": o.step_arms,
+            "torch_profile": o.torch_profile,
             **o.extra,
         }
     )
@@ -891,6 +897,22 @@ def tuned_window(mode_ms: list[float], base_ms: list[float], conv: list[dict[str
     return out
 
 
+def _exposure_truth_report(
+    entry: dict[str, Any], folder: Path, label: str, records: list[dict[str, Any]]
+) -> None:
+    """A launch with both a profiler truth (--torch-profile) and the plugin's exposure records gets
+    exposure-truth.md in its folder: the estimate against the truth, per communicator."""
+    truth = entry.get("exposure_truth")
+    exposures = ET.exposure_records(records)
+    if not truth or truth.get("reason") or not exposures:
+        return
+    text, comparisons = ET.launch_report(folder, label, truth, exposures)
+    path = folder / "exposure-truth.md"
+    path.write_text(text)
+    entry["exposure_truth_md"] = str(path)
+    entry["exposure_compare"] = [c.to_json() for c in comparisons]
+
+
 def _train_launches(
     o: TrainOptions,
     topo: Topology,
@@ -921,6 +943,8 @@ def _train_launches(
             "seq": o.seq,
             "dtype": o.dtype,
             "seed": o.seed,
+            "torch_profile": o.torch_profile,
+            "launch": ln.label,  # names the launch's files (exposure_truth.profile_name)
             **o.extra,
             "resilient": bool(ln.params.get("resilient")),
             "inject": bool(ln.params.get("inject")),
@@ -981,12 +1005,15 @@ def _train_launches(
                         "records": res.get("records"),
                     }
                 )
+            if "exposure_truth" in res:
+                entry["exposure_truth"] = res["exposure_truth"]
             if ln.trace_prefix:
                 files = T.trace_files(ln.trace_prefix)
                 records = T.read_records(files) if files else []
                 entry["trace_files"] = [str(p) for p in files]
                 entry["convergence"] = T.convergence(records)
                 entry["guard"] = T.guard_verdicts(records)
+                _exposure_truth_report(entry, lw, ln.label, records)
         doc["launches"].append(entry)
         if checkpoint:
             checkpoint(doc)

@@ -7,6 +7,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -91,6 +92,71 @@ class MarkovTokens:
         return x
 
 
+class ProfileWindow:
+    """`--torch-profile N`: torch.profiler over iterations [iters - N - 2, iters - 1) of the plain loop. The
+    first of them is the profiler's warm-up (not recorded), the N after it are recorded with a
+    `ProfilerStep#` span each, and the last iteration runs unprofiled. Starting the profiler, and stopping it
+    (Kineto collects and processes the events then), is host work between iterations that `before` and
+    `after` report, so the caller starts the next iteration's clock after it: no iteration outside the
+    window carries it. The window's own iterations are slower (the profiler records every op and kernel)."""
+
+    def __init__(self, active: int, iters: int, device: torch.device) -> None:
+        self.active = active
+        self.first = iters - active - 2  # the warm-up iteration
+        self.device = device
+        self.prof: Any = None
+        self.done = False
+
+    @property
+    def iterations(self) -> list[int]:
+        """[first, end) of the profiled iterations, the warm-up included."""
+        return [self.first, self.first + self.active + 1]
+
+    def before(self, i: int) -> bool:
+        """Starts the profiler before the warm-up iteration; True when it did (host work done here)."""
+        if self.active <= 0 or i != self.first:
+            return False
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+        self.prof = profile(
+            activities=acts, schedule=schedule(wait=0, warmup=1, active=self.active, repeat=1)
+        )
+        self.prof.start()
+        return True
+
+    def after(self, i: int) -> bool:
+        """Ends iteration i's profiler step; True when that stopped the profiler (host work done here)."""
+        if self.prof is None or self.done:
+            return False
+        self.prof.step()  # the step after the last recorded one stops the trace (schedule's repeat=1)
+        if i < self.first + self.active:  # the warm-up or a recorded iteration before the last
+            return False
+        self.prof.stop()
+        self.done = True
+        return True
+
+    def export(self, path: Path) -> None:
+        self.prof.export_chrome_trace(str(path))
+
+
+def profile_truth(window: ProfileWindow, spec: dict[str, Any], rank: int) -> dict[str, Any]:
+    """Writes this rank's Chrome trace beside the launch's result (`exposure_truth.profile_name`) and, on
+    rank 0, returns the ground truth of which NCCL calls the profiled steps waited for."""
+    from autoccl.bench import exposure_truth as ET
+
+    path = Path(spec["out"]).parent / ET.profile_name(str(spec.get("launch", spec["parallel"])), rank)
+    window.export(path)
+    if rank != 0:
+        return {}
+    try:
+        truth = ET.truth_of_file(path).to_json(max_iterations=window.active)
+    except (ValueError, KeyError, TypeError) as e:  # a trace it cannot read costs the truth, not the run
+        truth = {"reason": f"the profile could not be read: {e}", "positions": [], "kernels": []}
+    truth.update({"profile": str(path), "profiled_iters": window.iterations})
+    return {"exposure_truth": truth}
+
+
 @dataclass
 class Timer:
     device: torch.device
@@ -161,9 +227,13 @@ def run_train(
     b, t = spec["batch"], spec["seq"]
     timer = Timer(device)
     iters = int(spec["iters"])
-    marks = [timer.mark()]
+    window = ProfileWindow(int(spec.get("torch_profile", 0)), iters, device)
+    spans: list[tuple[Any, Any]] = []  # (start, end) mark of each iteration
+    start = timer.mark()
     losses: list[torch.Tensor] = []
     for i in range(iters):
+        if window.before(i):
+            start = timer.mark()
         tokens = torch.randint(0, p.vocab, (b, t + 1), generator=g, device=device)
         with torch.autocast(device.type, dtype=dtype, enabled=autocast):
             logits = net(tokens[:, :-1])
@@ -171,16 +241,18 @@ def run_train(
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        marks.append(timer.mark())
+        end = timer.mark()
+        spans.append((start, end))
+        start = timer.mark() if window.after(i) else end
         if i in (0, iters - 1):
             losses.append(loss.detach())
         if (i + 1) % 10 == 0 or i + 1 == iters:
             if device.type == "cuda":
-                marks[-1].synchronize()
+                end.synchronize()
             progress(i + 1, iters)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    local = [timer.between_ms(marks[i], marks[i + 1]) for i in range(iters)]
+    local = [timer.between_ms(a, z) for a, z in spans]
     tt = torch.tensor(local, dtype=torch.float64)
     dist.all_reduce(tt, op=dist.ReduceOp.MAX, group=meta)
     out: dict[str, Any] = {
@@ -191,6 +263,8 @@ def run_train(
     }
     if device.type == "cuda":
         out["max_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+    if window.prof is not None:
+        out.update(profile_truth(window, spec, rank))
     return out
 
 

@@ -618,6 +618,24 @@ _resilience = O.gathered(
 )
 
 
+def _check_torch_profile(n: int, iters: int, data: str, resilience: Resilience) -> None:
+    """--torch-profile N: the profiler warms up one iteration before the N it records, and the last
+    iteration runs unprofiled, so N + 2 iterations are needed; it profiles the plain loop only."""
+    if n < 0 or n > max(0, iters - 2):
+        most = f"at most {iters - 2} with -n {iters}" if iters > 2 else f"0 with -n {iters}"
+        raise _fail(
+            f"--torch-profile {n}: N must be 0 (off) or 1..iterations - 2 ({most}): one warm-up iteration "
+            "comes before the N profiled ones and the last iteration runs unprofiled"
+        )
+    if n > 0 and (
+        data != "random" or resilience.resilience != "off" or resilience.straggler or resilience.kill
+    ):
+        raise _fail(
+            "--torch-profile profiles the plain training loop: not with --data markov, --resilience, "
+            "--straggler or --kill"
+        )
+
+
 @bench.command("train")
 @click.option("--preset", default="350m", show_default=True, help="tiny, 125m, 350m, 760m, 1.3b")
 @click.option("--parallel", default="fsdp2,ddp", show_default=True, help="fsdp2, ddp (comma-separated)")
@@ -676,6 +694,17 @@ _resilience = O.gathered(
     "second round in reverse order); "
     "from 2 on, -o PREFIX gets PREFIX-pairK files and PREFIX.pairs/ their summary (`bench train-pairs`)",
 )
+@click.option(
+    "--torch-profile",
+    type=int,
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="profile N iterations before the last with torch.profiler (after one warm-up iteration): a Chrome "
+    "trace per rank in the launch's folder and the ground truth of which NCCL calls the step waited for "
+    "(`exposure_truth` in the result; beside an online launch's exposure estimate, exposure-truth.md). The "
+    "N + 1 profiled iterations are slower (their times stay in the result); 0: off",
+)
 @_resilience
 @_channel_ceiling
 @_nccl_channels
@@ -694,6 +723,7 @@ def train(
     manual_channels: str,
     step_arms: str,
     pairs: int,
+    torch_profile: int,
     resilience: Resilience,
     channel_ceiling: int | None,
     nccl_channels: int | str | None,
@@ -726,6 +756,7 @@ def train(
     bad_arms = settings.problems({"AUTOCCL_STEP_ARMS": step_arms})
     if bad_arms:
         raise _fail(f"--step-arms: {bad_arms[0]}")
+    _check_torch_profile(torch_profile, iters, data, resilience)
     try:
         ms = M.parse_modes(modes, baseline_first=False)
         probe = detect_topology(1)
@@ -750,6 +781,7 @@ def train(
             online_nccl_channels=capped,
             manual_channels=manual_channels,
             step_arms=step_arms,
+            torch_profile=torch_profile,
             extra=extra,
         )
         prefix = launch.output or _default_prefix("train")
