@@ -271,6 +271,8 @@ PY
         --modes "${TRAIN_MODES:-nccl,online}" --step-arms "${TRAIN_STEP_ARMS:-hidden=2,8}" --channel-ceiling 0 \
         -n "${TRAIN_ITERS:-300}" --no-progress ${TRAIN_EXTRA:-}
       tail -n 25 "$th/host0.log"; tail -n 5 "$th/host1.log"
+      # --torch-profile's Chrome traces: their truth is in run.json and exposure-truth.md; large ones stay here
+      find "$th" -name 'profile-*.json.gz' -size +20M -printf 'left out of the tarball: %p (%s bytes)\n' -delete
       (cd "$OUT" && tar czf train-hosts.tgz train-hosts && rm -rf train-hosts)
       continue ;;
     plugins)  # which tuner and profiler interface versions this NCCL takes from the plugin, in one checked job

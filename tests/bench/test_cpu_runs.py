@@ -313,6 +313,25 @@ def test_train_pairs_run_rounds_and_summarise(tmp_path: Path) -> None:
     assert R.load_doc(tmp_path / "arms-pair1.json")["settings"]["step_arms"] == "hidden=2,8"
 
 
+def test_train_online_setting_reaches_the_online_launches_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--online-setting AUTOCCL_VAR=VAL is in the online launch's environment and no other; the shell's own
+    AUTOCCL_* variables reach neither (the plain launch is plain NCCL)."""
+    prefix = tmp_path / "t"
+    args = ["bench", "train", *CPU, "--preset", "tiny", "--parallel", "ddp", "--dtype", "fp32", "--seq", "16"]
+    args += ["--batch", "2", "-n", "3", "--modes", "nccl,online", "-o", str(prefix)]
+    monkeypatch.setenv("AUTOCCL_GUARD", "off")
+    r = _run([*args, "--online-setting", "AUTOCCL_EXPOSURE_EVERY=8"])
+    assert r.exit_code == 0, r.output
+    doc = R.load_doc(prefix.with_suffix(".json"))
+    env = {ln["mode"]: ln["rank0_env"] for ln in doc["launches"]}
+    assert env["online"].get("AUTOCCL_EXPOSURE_EVERY") == "8", env["online"]
+    assert "AUTOCCL_EXPOSURE_EVERY" not in env["nccl"]
+    assert "AUTOCCL_GUARD" not in env["online"] and "AUTOCCL_GUARD" not in env["nccl"]
+    assert doc["settings"]["online_settings"] == {"AUTOCCL_EXPOSURE_EVERY": "8"}
+
+
 def test_train_resilience_straggler(tmp_path: Path) -> None:
     """--resilience both with a straggler: four launches (sync / resilient, injected / clean), per-step
     loss and time, the same weights on every rank, the resilience table and the curves."""

@@ -392,6 +392,21 @@ CASES = [
         "--torch-profile 9",
     ),
     Case(
+        "train-online-setting-form",
+        ["bench", "train", "--device", "cpu", "--online-setting", "EXPOSURE_EVERY=8"],
+        "AUTOCCL_VAR=VALUE",
+    ),
+    Case(
+        "train-online-setting-unknown",
+        ["bench", "train", "--device", "cpu", "--online-setting", "AUTOCCL_EXPOSURE_EVRY=8"],
+        "AUTOCCL_EXPOSURE_EVERY",
+    ),
+    Case(
+        "train-online-setting-value",
+        ["bench", "train", "--device", "cpu", "--online-setting", "AUTOCCL_EXPOSURE_EVERY=2"],
+        "AUTOCCL_EXPOSURE_EVERY",
+    ),
+    Case(
         "train-resilience-fsdp",
         ["bench", "train", "--device", "cpu", "--preset", "tiny", "--seq", "32", "--resilience", "on"],
         "--parallel ddp",

@@ -79,6 +79,8 @@ class TrainOptions:
     step_arms: str = "hidden=2,8"  # mode online-arms: AUTOCCL_STEP_ARMS
     # torch.profiler over this many iterations before the last (train.ProfileWindow); 0: off
     torch_profile: int = 0
+    # AUTOCCL_* settings of the online modes' launches (--online-setting), on top of the mode's own
+    online_settings: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -359,6 +361,8 @@ def _resume_state(
         old.setdefault("manual_channels", new.get("manual_channels"))
         if "torch_profile" in new:  # a train run from before --torch-profile: none was taken
             old.setdefault("torch_profile", 0)
+        if "online_settings" in new:  # before --online-setting: none
+            old.setdefault("online_settings", {})
         differ = sorted(k for k in set(old) | set(new) if k not in _RESUME_FREE and old.get(k) != new.get(k))
         if differ:
             raise SpecError(
@@ -682,10 +686,11 @@ def plan_train(o: TrainOptions, workdir: Path) -> list[M.Launch]:
                 prefix, env = _online_launch_env(
                     workdir / f"{mode.kind}-{par}", o.online_channel_ceiling, o.online_nccl_channels
                 )
-                cfg = ""
+                env.update(o.online_settings)
+                cfg = M.settings_label(o.online_settings) if o.online_settings else ""
                 if mode.kind == "online-arms":
                     env["AUTOCCL_STEP_ARMS"] = o.step_arms
-                    cfg = f"AUTOCCL_STEP_ARMS={o.step_arms}"
+                    cfg = ",".join(x for x in (cfg, f"AUTOCCL_STEP_ARMS={o.step_arms}") if x)
                 launches.append(
                     M.Launch(
                         mode.kind,
@@ -818,6 +823,7 @@ def run_train(
             "manual_channels": o.manual_channels,
             "step_arms": o.step_arms,
             "torch_profile": o.torch_profile,
+            "online_settings": o.online_settings,
             **o.extra,
         }
     )

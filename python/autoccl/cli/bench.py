@@ -618,6 +618,27 @@ _resilience = O.gathered(
 )
 
 
+def _online_settings(items: tuple[str, ...]) -> dict[str, str]:
+    """--online-setting VAR=VAL items as a mapping, each a valid AUTOCCL_* setting the plugin reads."""
+    out: dict[str, str] = {}
+    for item in items:
+        var, eq, val = item.partition("=")
+        var = var.strip()
+        if not eq or not var.startswith("AUTOCCL_"):
+            raise _fail(f"--online-setting {item!r}: expected AUTOCCL_VAR=VALUE")
+        if var not in settings.BY_NAME:
+            near = settings.closest(var)
+            raise _fail(
+                f"--online-setting {item!r}: {var} is no autoccl setting"
+                + (f" (did you mean {near}?)" if near else "")
+            )
+        bad = settings.problems({var: val})
+        if bad:
+            raise _fail(f"--online-setting: {bad[0]}")
+        out[var] = val
+    return out
+
+
 def _check_torch_profile(n: int, iters: int, data: str, resilience: Resilience) -> None:
     """--torch-profile N: the profiler warms up one iteration before the N it records, and the last
     iteration runs unprofiled, so N + 2 iterations are needed; it profiles the plain loop only."""
@@ -695,6 +716,14 @@ def _check_torch_profile(n: int, iters: int, data: str, resilience: Resilience) 
     "from 2 on, -o PREFIX gets PREFIX-pairK files and PREFIX.pairs/ their summary (`bench train-pairs`)",
 )
 @click.option(
+    "--online-setting",
+    "online_settings",
+    multiple=True,
+    metavar="VAR=VAL",
+    help="an AUTOCCL_* setting for the online modes' launches (repeatable), e.g. "
+    "AUTOCCL_EXPOSURE_EVERY=8; the launches do not inherit this shell's AUTOCCL_* variables",
+)
+@click.option(
     "--torch-profile",
     type=int,
     default=0,
@@ -723,6 +752,7 @@ def train(
     manual_channels: str,
     step_arms: str,
     pairs: int,
+    online_settings: tuple[str, ...],
     torch_profile: int,
     resilience: Resilience,
     channel_ceiling: int | None,
@@ -757,6 +787,7 @@ def train(
     if bad_arms:
         raise _fail(f"--step-arms: {bad_arms[0]}")
     _check_torch_profile(torch_profile, iters, data, resilience)
+    online_env = _online_settings(online_settings)
     try:
         ms = M.parse_modes(modes, baseline_first=False)
         probe = detect_topology(1)
@@ -782,6 +813,7 @@ def train(
             manual_channels=manual_channels,
             step_arms=step_arms,
             torch_profile=torch_profile,
+            online_settings=online_env,
             extra=extra,
         )
         prefix = launch.output or _default_prefix("train")
