@@ -325,25 +325,50 @@ def write_table_atomic(table: Table, path: Path, *, merge: bool = False) -> int:
     os.close(os.open(str(path) + ".lock", os.O_WRONLY | os.O_CREAT, 0o644))
     try:
         with table_lock(path):
-            out = table
-            if merge and path.exists():
-                current = load_table(path, table.fingerprint)
-                mine = {_task_key(t) for t in table.tasks}
-                kept = [t for t in current.tasks if _task_key(t) not in mine]
-                my_pairs = {_pair_key(p) for p in table.pairs}
-                kept_pairs = [p for p in current.pairs if _pair_key(p) not in my_pairs]
-                out = Table(table.fingerprint, table.meta, kept + table.tasks, kept_pairs + table.pairs)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            try:
-                with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:
-                    f.write(out.dumps())
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-            finally:
-                tmp.unlink(missing_ok=True)
-            return len(out.tasks)
+            return _write_table(table, path, merge)
     except Timeout:
         raise TableError(
             f"{path}.lock is held by another process for more than {LOCK_TIMEOUT_S:.0f} s"
         ) from None
+
+
+def is_cache_table_path(path: Path) -> bool:
+    """Whether the library may read or write `path` (a `<fingerprint>.table` in some cache's `tables/`
+    folder, or a table whose lock file is already there): writers of such a path take its lock."""
+    lock = path.with_name(path.name + ".lock")
+    return lock.exists() or (path.parent.name == "tables" and path.name.endswith(TABLE_SUFFIX))
+
+
+def write_table_file(table: Table, path: Path) -> int:
+    """Writes `table` to a file of the user's outside any cache (an export): atomically, without the library's
+    lock, which would leave `<path>.lock` beside it; a path the library may use takes the lock as usual."""
+    if is_cache_table_path(path):
+        return write_table_atomic(table, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return _write_table(table, path, False)
+
+
+def _write_table(table: Table, path: Path, merge: bool) -> int:
+    """The write itself (temporary file + rename); the caller holds the lock where one is needed."""
+    out = table
+    if merge and path.exists():
+        current = load_table(path, table.fingerprint)
+        mine = {_task_key(t) for t in table.tasks}
+        kept = [t for t in current.tasks if _task_key(t) not in mine]
+        my_pairs = {_pair_key(p) for p in table.pairs}
+        kept_pairs = [p for p in current.pairs if _pair_key(p) not in my_pairs]
+        out = Table(table.fingerprint, table.meta, kept + table.tasks, kept_pairs + table.pairs)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        try:
+            f = open(tmp, "w", encoding="utf-8", errors="surrogateescape")  # closed by the with below
+        except OSError as e:  # the user named the table, not its temporary file
+            raise OSError(e.errno, e.strerror, str(path)) from None
+        with f:
+            f.write(out.dumps())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return len(out.tasks)

@@ -152,6 +152,13 @@ def test_cache_import_list_show_export_clear(tmp_path: Path) -> None:
     dest = tmp_path / "out.table"
     r = runner.invoke(main, ["cache", "export", FINGERPRINT[:4], str(dest), "--cache-dir", str(cdir)])
     assert r.exit_code == 0 and tables.load_table(dest).fingerprint == FINGERPRINT
+    # a file of the user's: no lock file left beside it (the library's lock is for cache tables)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("out.table")) == ["out.table"]
+    # into another cache's tables folder: that cache's readers take the lock, so the export does too
+    other = tmp_path / "other" / "tables" / f"{FINGERPRINT}.table"
+    other.parent.mkdir(parents=True)
+    r = runner.invoke(main, ["cache", "export", FINGERPRINT[:4], str(other), "--cache-dir", str(cdir)])
+    assert r.exit_code == 0 and other.is_file() and other.with_name(other.name + ".lock").exists(), r.output
     # export never overwrites without --force
     r = runner.invoke(main, ["cache", "export", FINGERPRINT[:4], str(dest), "--cache-dir", str(cdir)])
     assert r.exit_code != 0 and "--force" in r.output
@@ -175,8 +182,8 @@ def test_cache_import_list_show_export_clear(tmp_path: Path) -> None:
 
 def test_cache_export_to_a_place_that_refuses_files_fails_at_once(tmp_path: Path) -> None:
     """A destination whose folder takes no new file (/proc, even for root, whom `os.access` always answers
-    yes): one sentence at once. Before, the lock file it could not create read as another process's lock: a
-    minute's wait, then a traceback saying the lock was held."""
+    yes): one sentence at once, naming the destination. Before, the lock file it could not create read as
+    another process's lock: a minute's wait, then a traceback saying the lock was held."""
     src = tmp_path / "in.table"
     src.write_text(SAMPLE)
     cdir = tmp_path / "cache"
@@ -186,7 +193,7 @@ def test_cache_export_to_a_place_that_refuses_files_fails_at_once(tmp_path: Path
     r = runner.invoke(
         main, ["cache", "export", FINGERPRINT[:4], "/proc/autoccl-x.table", "--cache-dir", str(cdir)]
     )
-    assert r.exit_code == 1 and "cannot access /proc/autoccl-x.table.lock" in r.output, r.output
+    assert r.exit_code == 1 and "cannot access /proc/autoccl-x.table:" in r.output, r.output
     assert time.monotonic() - t0 < 10
 
 

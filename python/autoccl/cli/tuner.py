@@ -527,8 +527,8 @@ def cache_export(ref: str, dest: str, force: bool, cache_dir: str | None) -> Non
     if target.exists() and not force:
         raise click.ClickException(f"{dest} exists; use --force to replace it")
     try:
-        tables.write_table_atomic(t, target)
-    except tables.TableError as e:  # its lock held by another process for the whole wait
+        tables.write_table_file(t, target)
+    except tables.TableError as e:  # a cache's table: its lock held by another process for the whole wait
         raise click.ClickException(f"{dest}: {e}") from e
     click.echo(f"exported {t.fingerprint} ({len(t.tasks)} tasks) to {dest}")
 
