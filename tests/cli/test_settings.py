@@ -25,6 +25,8 @@ NOT_VARIABLES = {
     "AUTOCCL_COORD",  # prefixes in tests (startswith)
     "AUTOCCL_RUN",
     "AUTOCCL_SPECULAT",  # a misspelt setting the doctor's test sets
+    "AUTOCCL_EXPOSURE_EVRY",  # a misspelt setting a bad-input test gives `bench train --online-setting`
+    "AUTOCCL_VAR",  # the form `--online-setting AUTOCCL_VAR=VALUE` asks for
 }
 
 
