@@ -150,6 +150,7 @@ class OnlineSource final : public DecisionSource {
     askAlways_ = guardOn_ && env.settings && !env.settings->stepArmsHidden.empty();
     askAhead_ = env.settings ? env.settings->askAhead : 0;
     exposureEvery_ = env.settings ? env.settings->exposureEvery : 0;
+    launchClock_ = env.settings == nullptr || env.settings->clock == Settings::Clock::Launch;
     if (env.settings) {
       opts_.recheckMinMs = env.settings->recheckMs;
       opts_.minTaskMicros = env.settings->minTaskUs;
@@ -310,10 +311,14 @@ class OnlineSource final : public DecisionSource {
   // Exposure (report only): the call's place in its iteration, kept while this source has timing on (a timed
   // call's window then comes to onMeasurement; untimed, nothing is kept per call). With AUTOCCL_EXPOSURE_EVERY a
   // call nothing else times is timed for the estimate alone (its window reaches no search: onMeasurement), unless
-  // the Context caches the decision (a stable one would stay timed for good).
+  // the Context caches the decision (a stable one would stay timed for good). Nothing else times: under the
+  // launch clock a call no search planned (the launch after a planned one, which the clock times for its start,
+  // is then the estimate's too); under the kernel clock, which times every call while timing is on, only the
+  // calls of an iteration timed for the estimate alone (during a search or a guard round they stay theirs).
   void noteForExposure(const TaskKey& task, uint64_t k, Decision* d) {
     if (!authority_ || !guardOn_ || bypass_ || !agree_ || iter_.period() < 2 || !needsTiming()) return;
-    const bool extra = exposureEvery_ > 0 && !d->timed;
+    const bool othersTime = !launchClock_ && (holds_.needed() || guardNeed_.load(std::memory_order_relaxed));
+    const bool extra = exposureEvery_ > 0 && !d->timed && !othersTime;
     if (extra && d->stable) return;
     if (extra) d->timed = true;
     exposure_.place(task, k, iter_.iteration(), iter_.position(), iter_.period(), iter_.structure(), extra);
@@ -1194,6 +1199,7 @@ class OnlineSource final : public DecisionSource {
   uint64_t exposureEvery_ = 0;                // AUTOCCL_EXPOSURE_EVERY (0: off)
   static constexpr uint64_t kExposureBlock = 4;  // iterations timed whole in every exposureEvery_: 3 samples
   std::atomic<bool> exposureNeed_{false};     // authority: the step is in such a block
+  bool launchClock_ = true;                   // AUTOCCL_CLOCK: only calls marked timed get a window
   // ... and the authority's measurement side: iteration times, the calls the guard ran otherwise than planned
   GuardClock guardClock_;
   ExposureRecorder exposure_;  // authority: which calls of the iteration are exposed (trace only)

@@ -160,7 +160,8 @@ struct Settings {
   // the iterations timed for the search or a guard round whole, and after them a block of 4 iterations in every N.
   // Under the launch clock (the default on GPUs) only the searches' samples are timed, so without it a real job
   // gave the estimate 1-4 whole iterations (two hosts on one H200, DDP and FSDP2): no verdict. The extra windows
-  // go to the estimate only; the searches see those calls as untimed, as without the setting.
+  // go to the estimate only; the searches see those calls as untimed, as without the setting. The kernel clock
+  // times every call while timing is on: there only the blocks after the searches add windows.
   uint64_t exposureEvery = 0;
   // AUTOCCL_GUARD (online mode): `on` (default) checks the tuned plan against NCCL's own choices on the
   // iteration time of a communicator whose calls repeat in iterations of two or more calls (engine/step_guard.h);
