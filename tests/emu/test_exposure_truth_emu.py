@@ -59,3 +59,11 @@ def test_profiler_truth_of_the_emulated_step(plugin: Path, shape: str, noise: bo
     # (b) No verdict of the estimate is wrong; where it gave one (it may say unknown), the truth's is it.
     assert c.counts["wrong"] == 0, why
     assert all(r.agree is True for r in c.rows if r.verdict != "unknown"), why
+
+
+def test_timeline_takes_one_communicator() -> None:
+    """Each communicator's records are on its own clock (offset per communicator): side by side they would
+    misplace the calls against each other and the computation, so a rank of two is refused, not drawn."""
+    calls = [{"grank": 0, "comm": comm} for comm in ("dp", "tp")]
+    with pytest.raises(ValueError, match="communicators dp, tp"):
+        chrome_trace(calls, [], [], grank=0)

@@ -14,6 +14,8 @@ rank:
   kernel into the step whose GPU span holds its start). Step N runs from step N-1's end (the end of its
   `step=1` group's last kernel) to its own; the first from the rank's first event.
 
+A rank of one communicator only (chrome_trace says why).
+
 Times: `ts`/`dur` in µs from the rank's first event (the emulator's ns clock starts near 1.7e18: as µs in a
 double it would keep only a quarter µs), on a grid of 1/1024 µs (about a ns), where a double holds them and
 their sums exactly: a computation that starts where a kernel ends (wait=prev/self) starts at exactly the
@@ -49,7 +51,7 @@ COMMS_NAME = {
 }
 C10_DTYPE = {"f32": "Float", "bf16": "BFloat16", "f16": "Half", "i8": "Char"}  # c10::toString(ScalarType)
 COMPUTE_STREAM = 7
-NCCL_STREAM_BASE = 20  # + the communicator's index in the run (sorted names): one stream each
+NCCL_STREAM = 20  # the communicator's
 
 
 def step_ends(calls: Iterable[Record], steps: Iterable[Record], grank: int) -> list[int]:
@@ -96,13 +98,17 @@ def chrome_trace(
     spans = [s for s in compute if int(s["grank"]) == grank]
     if not calls:
         raise ValueError(f"no call of global rank {grank}")
+    # Each communicator's records are on its own stream clock, offset from the others' by a constant the
+    # records do not carry (emulator.cc: CommState::baseNs): put side by side they would be out of step.
+    comms = sorted({str(c["comm"]) for c in calls} | {str(s["comm"]) for s in spans})
+    if len(comms) > 1:
+        raise ValueError(f"global rank {grank} plays communicators {', '.join(comms)}: one at a time")
     ends = step_ends(calls, steps, grank)
     elem = DTYPE_BYTES[dtype]
     # one kernel per batch: the calls of a batch share its start and stop
     batches: dict[tuple[str, int, int, int], Record] = {}
     for c in calls:
         batches.setdefault((str(c["comm"]), int(c["group"]), int(c["rep"]), int(c["batch"])), c)
-    streams = {comm: NCCL_STREAM_BASE + i for i, comm in enumerate(sorted({k[0] for k in batches}))}
     origin = min([int(c["start_ns"]) for c in calls] + [int(s["start_ns"]) for s in spans])
     lo, hi = origin, max([int(c["stop_ns"]) for c in calls] + [int(s["end_ns"]) for s in spans])
     first_step = 0
@@ -128,7 +134,7 @@ def chrome_trace(
         }
 
     events: list[dict[str, Any]] = []
-    for (comm, _, _, _), c in sorted(batches.items(), key=lambda kv: int(kv[1]["start_ns"])):
+    for c in sorted(batches.values(), key=lambda c: int(c["start_ns"])):
         start, stop = int(c["start_ns"]), int(c["stop_ns"])
         if stop <= lo or start >= hi:
             continue
@@ -146,7 +152,7 @@ def chrome_trace(
             "dtype": C10_DTYPE[dtype],
             "Group size": int(c["nranks"]),
         }
-        events.append(kernel(name, streams[comm], start, stop, meta))
+        events.append(kernel(name, NCCL_STREAM, start, stop, meta))
     for s in spans:
         start, stop = int(s["start_ns"]), int(s["end_ns"])
         if stop <= lo or start >= hi:
