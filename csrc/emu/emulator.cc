@@ -173,6 +173,7 @@ struct Options {
   std::vector<int> ranks;
   int tunerWant = 0, profilerWant = 0;
   bool noPlugin = false, noTuner = false, noProfiler = false;
+  bool computeSpans = false;  // a "compute" record per group's computation (a GPU timeline beside the calls)
 };
 
 struct Config {
@@ -931,6 +932,7 @@ class RankRunner {
       compute.atNs = computeNs_;
       if (g.wait == GroupSpec::kWaitPrev) compute.atNs = std::max(compute.atNs, static_cast<double>(cs.gpuNs - cs.baseNs));
     }
+    const double computeStartNs = compute.atNs;
     // The GPU: batches run back to back; kernel-channel events go to the proxy thread.
     for (size_t bi = 0; bi < batches.size(); ++bi) {
       Planned& p = plans[bi];
@@ -993,7 +995,21 @@ class RankRunner {
     }
     if (g.hasCompute()) {
       if (g.wait == GroupSpec::kWaitSelf) compute.atNs = std::max(compute.atNs, static_cast<double>(cs.gpuNs - cs.baseNs));
+      // Its span: from its start after its waits (computeStartNs, taken before the kernels above moved
+      // compute.atNs; with wait=self only now) to its end. The fluid never pauses: a kernel only slows it.
+      const double startNs = g.wait == GroupSpec::kWaitSelf ? compute.atNs : computeStartNs;
       computeNs_ = std::max(computeNs_, compute.end());
+      if (sh_.opt->computeSpans && compute.end() > startNs) {
+        // on the communicator's stream clock, as the calls' start_ns/stop_ns (truncated, as inputReady is)
+        char buf[256];
+        std::snprintf(buf, sizeof(buf),
+                      "{\"ev\":\"compute\",\"comm\":\"%s\",\"rank\":%d,\"grank\":%d,\"group\":%d,\"rep\":%d,"
+                      "\"start_ns\":%llu,\"end_ns\":%llu}",
+                      cs.spec->name.c_str(), cs.commRank, grank_, inst.commIndex, inst.rep,
+                      static_cast<unsigned long long>(cs.baseNs + static_cast<uint64_t>(startNs)),
+                      static_cast<unsigned long long>(cs.baseNs + static_cast<uint64_t>(compute.end())));
+        lines_.push_back(buf);
+      }
     }
     if (g.stepEnd) {
       char buf[256];
@@ -1171,7 +1187,8 @@ void usage() {
                "usage: autoccl-emu --scenario FILE --ranks R[,R..] [--plugin LIB | --no-plugin] [--model JSON]\n"
                "                   [--truth OUT.jsonl] [--tuner-version auto|5|6] [--profiler-version auto|5|6|7]\n"
                "                   [--no-tuner] [--no-profiler] [--launch-clock [--kernel-lag-us US]] [--lead-file PATH]\n"
-               "                   [--verbose]\n"
+               "                   [--compute-spans] [--verbose]\n"
+               "       --compute-spans: a {\"ev\":\"compute\"} truth record per group's computation span\n"
                "       --lead-file: the scenario's lead also bounds ranks played by the other processes given\n"
                "                    the same PATH (one process per rank)\n"
                "       autoccl-emu --eval [--model JSON]   (stdin: coll nranks bytes algo proto channels chunk load)\n");
@@ -1273,6 +1290,7 @@ int mainImpl(int argc, char** argv) {
     else if (a == "--no-plugin") opt.noPlugin = true;
     else if (a == "--no-tuner") opt.noTuner = true;
     else if (a == "--no-profiler") opt.noProfiler = true;
+    else if (a == "--compute-spans") opt.computeSpans = true;
     else if (a == "--launch-clock") emu::fakeCudaEnable();
     else if (a == "--kernel-lag-us") {
       const std::string v = next();

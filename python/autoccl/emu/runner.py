@@ -71,6 +71,8 @@ class RunResult:
     # emulator's ranks end cleanly, so no line is torn by a kill)
     trace_bad_lines: list[str] = field(default_factory=list)
     steps: list[Record] = field(default_factory=list)
+    # `compute_spans=True`: one record per group's computation span, on the calls' clock (docs/emulator.md)
+    compute: list[Record] = field(default_factory=list)
     workdir: Path | None = None
     procs: list[ProcResult] = field(default_factory=list)
     extra: list[ProcResult] = field(default_factory=list)
@@ -171,11 +173,14 @@ def run(
     poll_interval: float = 0.2,
     extra_start_delay: float = 0.0,
     inherit_nccl: bool = True,
+    compute_spans: bool = False,
 ) -> RunResult:
     """Play `scenario` on the emulator: all ranks as threads of one process, or one process per rank.
 
     plugin: "default" = the built libautoccl-nccl.so, None = plain NCCL (no plugin), or a path.
     env: variables added to a clean environment (no AUTOCCL_*/NCCL plugin settings inherited).
+    compute_spans: the emulator writes each group's computation span (`RunResult.compute`): with the calls, a
+      GPU timeline of every rank (autoccl.emu.timeline).
     inherit_nccl: whether this process's NCCL_* variables (NCCL_ALGO, NCCL_MAX_NCHANNELS, ...) reach the
       emulator, which honours them as NCCL does; off, only `env`'s and the safety variables do.
     rank_env: extra variables for the process(es) playing a given global rank (e.g. fault injection on
@@ -221,6 +226,8 @@ def run(
             base += ["--model", str(m)]
     elif model is not None:
         base += ["--model", str(Path(model).resolve())]
+    if compute_spans:
+        base.append("--compute-spans")
     base += list(extra_args)
     if "AUTOCCL_SEARCH_DEBUG" in child_env and "--verbose" not in base:
         base.append("--verbose")  # the search's diagnostics are INFO lines of NCCL's log
@@ -284,6 +291,7 @@ def run(
     calls: list[Record] = []
     replays: list[Record] = []
     steps: list[Record] = []
+    compute: list[Record] = []
     extra: list[ProcResult] = []
     per_proc: list[ProcResult] = []
     for proc, truth, ranks, is_extra, fo, fe in procs:
@@ -312,6 +320,8 @@ def run(
                 continue
             elif rec.get("ev") == "step":
                 steps.append(rec)
+            elif rec.get("ev") == "compute":
+                compute.append(rec)
             else:
                 replays.append(rec)
         pr = ProcResult(ranks=ranks, returncode=code, stderr=err, calls=mine, summary=summary, timed_out=hung)
@@ -338,6 +348,7 @@ def run(
         replays=replays,
         summaries=summaries,
         steps=steps,
+        compute=compute,
         stderr="".join(errs),
         trace=records,
         trace_bad_lines=bad_lines,
