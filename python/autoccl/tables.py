@@ -363,7 +363,8 @@ def _write_table(table: Table, path: Path, merge: bool) -> int:
         try:
             f = open(tmp, "w", encoding="utf-8", errors="surrogateescape")  # closed by the with below
         except OSError as e:  # the user named the table, not its temporary file
-            raise OSError(e.errno, e.strerror, str(path)) from None
+            why = f"no file can be created in its folder ({e.strerror})"
+            raise OSError(e.errno, why, str(path)) from None
         with f:
             f.write(out.dumps())
             f.flush()

@@ -330,6 +330,10 @@ def test_train_online_setting_reaches_the_online_launches_only(
     assert "AUTOCCL_EXPOSURE_EVERY" not in env["nccl"]
     assert "AUTOCCL_GUARD" not in env["online"] and "AUTOCCL_GUARD" not in env["nccl"]
     assert doc["settings"]["online_settings"] == {"AUTOCCL_EXPOSURE_EVERY": "8"}
+    # no online mode to give it to: said, not silently dropped
+    plain = [a if a != "nccl,online" else "nccl" for a in args[:-1]] + [str(tmp_path / "p")]
+    r = _run([*plain, "--online-setting", "AUTOCCL_EXPOSURE_EVERY=8"])
+    assert r.exit_code == 0 and "--online-setting applies to online modes only" in r.output, r.output
 
 
 def test_train_resilience_straggler(tmp_path: Path) -> None:

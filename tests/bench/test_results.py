@@ -166,6 +166,15 @@ def test_merge_docs(fixtures: Path) -> None:
 def test_steady_and_tuning_tradeoff() -> None:
     assert runner.steady_ms([9.0, 9.0, 1.0, 2.0, 3.0]) == 2.0
     assert runner.steady_ms([5.0, 1.0, 2.0, 3.0]) == 2.5
+    # --torch-profile 2 with -n 10: iterations 6-8 ran under the profiler (6 its warm-up) and stay out
+    window = runner.profiled_iterations({"iters": 10, "torch_profile": 2})
+    assert window == (6, 9)
+    assert runner.profiled_iterations({"iters": 10, "torch_profile": 0}) is None
+    assert runner.profiled_iterations({"iters": 10}) is None
+    profiled = [9.0] * 5 + [1.0, 50.0, 60.0, 70.0, 3.0]
+    assert runner.steady_ms(profiled, window) == 2.0 and runner.steady_ms(profiled) == 50.0
+    t_profiled = runner.tuning_tradeoff([2.0] * 10, profiled, leave_out=window)
+    assert t_profiled["gain_ms"] == pytest.approx(0.0)
     base = [50.0] * 5 + [30.0] * 45
     online = [60.0, 55.0, 45.0, 40.0, 35.0] + [27.0] * 45
     t = runner.tuning_tradeoff(online, base, search_end=5)

@@ -407,6 +407,30 @@ CASES = [
         "AUTOCCL_EXPOSURE_EVERY",
     ),
     Case(
+        "train-online-setting-harness",
+        ["bench", "train", "--device", "cpu", "--online-setting", "AUTOCCL_MODE=table"],
+        "AUTOCCL_MODE is set by",
+    ),
+    Case(
+        "train-online-setting-arms",
+        ["bench", "train", "--device", "cpu", "--online-setting", "AUTOCCL_STEP_ARMS=hidden=2,4"],
+        "--step-arms",
+    ),
+    Case(
+        "train-online-setting-twice",
+        [
+            "bench",
+            "train",
+            "--device",
+            "cpu",
+            "--online-setting",
+            "AUTOCCL_EXPOSURE_EVERY=8",
+            "--online-setting",
+            "AUTOCCL_EXPOSURE_EVERY=16",
+        ],
+        "given twice",
+    ),
+    Case(
         "train-resilience-fsdp",
         ["bench", "train", "--device", "cpu", "--preset", "tiny", "--seq", "32", "--resilience", "on"],
         "--parallel ddp",

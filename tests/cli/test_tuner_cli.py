@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -178,6 +180,36 @@ def test_cache_import_list_show_export_clear(tmp_path: Path) -> None:
     r = runner.invoke(main, ["cache", "clear", "--yes", "--all", "--cache-dir", str(cdir)])
     assert r.exit_code == 0
     assert not list((cdir / "tables").glob("*.table"))
+
+
+def test_cache_export_writes_files_only(tmp_path: Path) -> None:
+    """A link is written through (its target replaced, the link kept); a pipe (or, as root, /dev/null) is
+    never replaced by a file, with --force either; a destination ending in a slash is a folder's name, not
+    a file's."""
+    src = tmp_path / "in.table"
+    src.write_text(SAMPLE)
+    cdir = tmp_path / "cache"
+    runner = CliRunner()
+    assert runner.invoke(main, ["cache", "import", str(src), "--cache-dir", str(cdir)]).exit_code == 0
+
+    def export(dest: str, *more: str) -> Any:
+        args = ["cache", "export", FINGERPRINT[:4], dest, *more, "--cache-dir", str(cdir)]
+        return runner.invoke(main, args)
+
+    real, link = tmp_path / "real.table", tmp_path / "link.table"
+    real.write_text("old")
+    link.symlink_to(real)
+    r = export(str(link), "--force")
+    assert r.exit_code == 0, r.output
+    assert link.is_symlink() and tables.load_table(real).fingerprint == FINGERPRINT
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    r = export(str(fifo), "--force")
+    assert r.exit_code == 1 and "not a regular file" in r.output, r.output
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    r = export(str(tmp_path / "newdir") + "/")
+    assert r.exit_code == 1 and "name the file to write" in r.output, r.output
+    assert not (tmp_path / "newdir").exists()
 
 
 def test_cache_export_to_a_place_that_refuses_files_fails_at_once(tmp_path: Path) -> None:

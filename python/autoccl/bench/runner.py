@@ -754,9 +754,20 @@ def _resilience_variants(o: TrainOptions, launches: list[M.Launch]) -> list[M.La
     return out
 
 
-def steady_ms(times: list[float]) -> float:
-    """Median of the second half of the iterations (after any tuning phase)."""
-    tail = sorted(times[len(times) // 2 :])
+def profiled_iterations(settings: dict[str, Any]) -> tuple[int, int] | None:
+    """[first, end) of the iterations `--torch-profile` ran under the profiler, its warm-up included
+    (train.ProfileWindow); None without it."""
+    n, k = int(settings.get("iters") or 0), int(settings.get("torch_profile") or 0)
+    return (n - k - 2, n - 1) if k > 0 and n > k + 1 else None
+
+
+def steady_ms(times: list[float], leave_out: tuple[int, int] | None = None) -> float:
+    """Median of the second half of the iterations (after any tuning phase), without those in `leave_out`
+    ([first, end): the profiled ones, slower for the profiler's sake)."""
+    half = len(times) // 2
+    tail = sorted(
+        t for i, t in enumerate(times) if i >= half and not (leave_out and leave_out[0] <= i < leave_out[1])
+    )
     if not tail:
         return math.nan
     mid = len(tail) // 2
@@ -764,7 +775,10 @@ def steady_ms(times: list[float]) -> float:
 
 
 def tuning_tradeoff(
-    mode_ms: list[float], base_ms: list[float], search_end: int | None = None
+    mode_ms: list[float],
+    base_ms: list[float],
+    search_end: int | None = None,
+    leave_out: tuple[int, int] | None = None,
 ) -> dict[str, float]:
     """What online tuning costs and gains against the baseline launch (same model and parallelism), each
     iteration against the baseline's same iteration: gain = baseline steady - mode steady (ms/iter); the
@@ -778,7 +792,7 @@ def tuning_tradeoff(
     iterations (benchmarks/results/h200x1/train-hosts), as much as the online launches it was meant to charge.
     The window's difference still holds the two launches' own difference (one launch pair cannot tell it
     apart: `autoccl bench train-pairs` over several pairs can)."""
-    s_mode, s_base = steady_ms(mode_ms), steady_ms(base_ms)
+    s_mode, s_base = steady_ms(mode_ms, leave_out), steady_ms(base_ms, leave_out)
     gain = s_base - s_mode
     n = min(len(mode_ms), len(base_ms))
     window = n // 2 if search_end is None else max(0, min(search_end, n))
@@ -870,11 +884,14 @@ def annotate_online_rows(doc: dict[str, Any]) -> None:
     base = {it["parallel"]: it["iter_ms"] for it in doc["iterations"] if it["mode"] == "nccl"}
     conv = {e["label"]: e["convergence"] for e in doc["launches"] if "convergence" in e}
     guard = {e["label"]: e["guard"] for e in doc["launches"] if "guard" in e}
+    profiled = profiled_iterations(doc.get("settings") or {})
     for row, it in zip(doc["train"], doc["iterations"], strict=True):
         if row["mode"] in M.ONLINE_MODES and row["parallel"] in base:
             tasks = conv.get(row["launch"])  # None: the launch left no trace
             window = tuned_window(it["iter_ms"], base[row["parallel"]], tasks) if tasks is not None else {}
-            row.update(tuning_tradeoff(it["iter_ms"], base[row["parallel"]], window.get("search_end_iter")))
+            row.update(
+                tuning_tradeoff(it["iter_ms"], base[row["parallel"]], window.get("search_end_iter"), profiled)
+            )
             row.update(window)
             if tasks is not None:
                 row.update(T.fell_back_to_nccl(tasks, len(it["iter_ms"])) or {})
@@ -980,7 +997,7 @@ def _train_launches(
             }
             doc["iterations"].append(it)
             tokens = o.batch * o.seq * topo.world_size
-            st = steady_ms(res["iter_ms"])
+            st = steady_ms(res["iter_ms"], profiled_iterations(doc["settings"]))
             doc["train"].append(
                 {
                     "parallel": ln.params["parallel"],

@@ -618,14 +618,34 @@ _resilience = O.gathered(
 )
 
 
+# Settings the harness gives each online launch itself, and what sets them instead: an --online-setting of one
+# would silently run another mode, move the trace the harness reads, or differ from what the result records.
+HARNESS_SETTINGS = {
+    "AUTOCCL_MODE": "the --modes item",
+    "AUTOCCL_TRACE": "the harness (each launch's trace, which it reads)",
+    "AUTOCCL_CACHE_DIR": "the harness (a fresh cache per launch)",
+    "AUTOCCL_RUN_ADDR": "the harness (each launch's own coordinator)",
+    "AUTOCCL_RUN_TOKEN": "the harness (each launch's own coordinator)",
+    "AUTOCCL_MAX_CHANNELS": "--channel-ceiling",
+    "AUTOCCL_NCCL_CHANNELS": "--nccl-channels",
+    "AUTOCCL_STEP_ARMS": "--step-arms (with --modes online-arms)",
+    "AUTOCCL_MANUAL_CHANNELS": "--manual-channels (with --modes manual)",
+}
+
+
 def _online_settings(items: tuple[str, ...]) -> dict[str, str]:
-    """--online-setting VAR=VAL items as a mapping, each a valid AUTOCCL_* setting the plugin reads."""
+    """--online-setting VAR=VAL items as a mapping, each a valid AUTOCCL_* setting the plugin reads that the
+    harness does not set itself, each given once."""
     out: dict[str, str] = {}
     for item in items:
         var, eq, val = item.partition("=")
         var = var.strip()
         if not eq or not var.startswith("AUTOCCL_"):
             raise _fail(f"--online-setting {item!r}: expected AUTOCCL_VAR=VALUE")
+        if var in HARNESS_SETTINGS:
+            raise _fail(f"--online-setting {item!r}: {var} is set by {HARNESS_SETTINGS[var]}")
+        if var in out:
+            raise _fail(f"--online-setting: {var} given twice ({out[var]!r} and {val!r})")
         if var not in settings.BY_NAME:
             near = settings.closest(var)
             raise _fail(
@@ -790,6 +810,11 @@ def train(
     online_env = _online_settings(online_settings)
     try:
         ms = M.parse_modes(modes, baseline_first=False)
+        if online_env and not any(m.kind in M.ONLINE_MODES for m in ms):
+            click.echo(
+                "autoccl bench train: --online-setting applies to online modes only, and --modes has none",
+                err=True,
+            )
         probe = detect_topology(1)
         be, np_ = _resolve_device(launch.device, launch.backend, launch.nproc, probe.distributed)
         topo = detect_topology(None if probe.distributed else np_)

@@ -520,10 +520,17 @@ def cache_export(ref: str, dest: str, force: bool, cache_dir: str | None) -> Non
         t = tables.load_table(src, src.name.removesuffix(tables.TABLE_SUFFIX))
     except tables.TableError as e:
         raise click.ClickException(f"{src}: {e}") from e
-    target = Path(dest)
+    if dest.endswith(("/", os.sep)):  # a folder: the path would drop the slash and make a file of its name
+        folder = dest.rstrip("/" + os.sep)
+        raise click.ClickException(f"{dest}: name the file to write, e.g. {folder}/{src.name}")
+    # A link is written through (its target replaced, the link kept); a device or a pipe is never replaced by
+    # a file (as root, --force over /dev/null made it a regular file).
+    target = Path(dest).resolve() if Path(dest).is_symlink() else Path(dest)
     why = missing_parent(target)
     if why:
         raise click.ClickException(f"{dest}: {why}")
+    if target.exists() and not target.is_file():
+        raise click.ClickException(f"{dest} exists and is not a regular file; name a file to write")
     if target.exists() and not force:
         raise click.ClickException(f"{dest} exists; use --force to replace it")
     try:
