@@ -1,8 +1,9 @@
 """`autoccl doctor`: is the plugin picked up, and will it work with this NCCL? Each check looks at one thing a
 job under `autoccl run` (or `autoccl env`) depends on, without starting the job: the plugin library, the NCCL
-the job loads, the AUTOCCL_* settings, the GPUs, the NVLink multicast variables, the table cache, and where a
-GPU and NCCL are here, one communicator created with the plugin loaded (in a child process, mode off), whose
-NCCL log says which tuner and profiler interfaces NCCL took from the library.
+the job loads, the CTA (channel) controls that NCCL and PyTorch offer the application, the AUTOCCL_* settings,
+the GPUs, the NVLink multicast variables, the table cache, and where a GPU and NCCL are here, one
+communicator created with the plugin loaded (in a child process, mode off), whose NCCL log says which tuner
+and profiler interfaces NCCL took from the library.
 
 Every check ends ok, warn, fail or skipped, with one line of detail and, for warn and fail, what to do.
 """
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autoccl import __version__, nccl_probe, settings, tables
+from autoccl import __version__, cta_controls, nccl_probe, settings, tables
 from autoccl._paths import ArtefactNotFound, plugin_path
 from autoccl.folders import unwritable_folder
 from autoccl.tuner_env import MODES, SAFETY_ENV, plain_nccl_env, plugin_env
@@ -291,6 +292,135 @@ def check_nccl(
             data,
         ), info
     return Check("nccl", title, OK, f"{detail}: {takes}", None, data), info
+
+
+# ------------------------------------------------------------------------------------------ 2b. CTA controls
+
+
+@dataclass(frozen=True)
+class TorchNcclConfig:
+    """What the installed PyTorch offers to bound NCCL's CTAs: its ProcessGroupNCCL.Options().config."""
+
+    version: str | None
+    fields: tuple[str, ...] = ()  # the config's public attributes (none: see `why`)
+    policies: dict[str, int] = field(default_factory=dict)  # ProcessGroupNCCL.NCCL_CTA_POLICY_*
+    why: str | None = None  # why there is no config to read
+
+    @property
+    def cta_fields(self) -> tuple[str, ...]:
+        return tuple(f for f in self.fields if re.search("cta|cga|channel", f, re.I))
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "fields": list(self.fields),
+            "cta_fields": list(self.cta_fields),
+            "policies": self.policies,
+            "why": self.why,
+        }
+
+
+def torch_nccl_config() -> TorchNcclConfig:
+    """ProcessGroupNCCL.Options().config of the installed torch (which PyTorch built against its NCCL's
+    ncclConfig_t: PyTorch 2.11.0 has min_ctas, max_ctas, cga_cluster_size, cta_policy, nvls_ctas)."""
+    if importlib.util.find_spec("torch") is None:
+        return TorchNcclConfig(None, why="torch is not installed")
+    try:
+        import torch
+        import torch.distributed as dist
+
+        version = str(torch.__version__)
+        pg = getattr(dist, "ProcessGroupNCCL", None)
+        if pg is None:
+            return TorchNcclConfig(version, why="this torch has no ProcessGroupNCCL (a build without NCCL)")
+        options = pg.Options()
+        if not hasattr(options, "config"):
+            return TorchNcclConfig(
+                version, why="its ProcessGroupNCCL.Options has no config (NCCL before 2.17)"
+            )
+        config = options.config
+        fields = tuple(
+            sorted(a for a in dir(config) if not a.startswith("_") and not callable(getattr(config, a, None)))
+        )
+        policies = {a: int(getattr(pg, a)) for a in dir(pg) if a.startswith("NCCL_CTA_POLICY_")}
+        return TorchNcclConfig(version, fields, policies)
+    except Exception as e:  # a broken install: say so, the rest of the report stands
+        return TorchNcclConfig(None, why=f"torch failed: {type(e).__name__}: {e}")
+
+
+def torch_text(config: TorchNcclConfig | None) -> str:
+    if config is None:
+        return "PyTorch not asked (no GPU here; importing it costs seconds)"
+    if config.why:
+        return f"PyTorch: {config.why}"
+    if not config.cta_fields:
+        return f"torch {config.version}: ProcessGroupNCCL.Options().config has no CTA attribute"
+    text = f"torch {config.version}: ProcessGroupNCCL.Options().config.{{{', '.join(config.cta_fields)}}}"
+    if config.policies:
+        names = ", ".join(p.removeprefix("NCCL_CTA_POLICY_") for p in config.policies)
+        text += f" and ProcessGroupNCCL.NCCL_CTA_POLICY_{{{names}}}"
+    return text
+
+
+def check_cta(nccl: NcclInfo | None, torch_config: TorchNcclConfig | None) -> Check:
+    """Which CTA (channel) controls the job's NCCL offers the application, per communicator and per call (from
+    cta_controls' table of NCCL's headers), and which of them the installed PyTorch exposes. autoccl uses none
+    of them: it sets each call's channels through the tuner and raises communicators through NCCL_MIN_CTAS /
+    NCCL_MAX_CTAS. Informational: ok, or warn where the table cannot say (a newer NCCL) or NCCL has none."""
+    title = "CTA controls"
+    if nccl is None:
+        return _skipped("cta", title, "no NCCL to read the version of (the NCCL check says why)")
+    c = cta_controls.controls_of(nccl.version)
+    text = nccl_probe.version_text(nccl.version)
+    data: dict[str, Any] = {
+        "version": text,
+        "comm_fields": list(c.comm_fields),
+        "policies": list(c.policies),
+        "comm_entry_points": list(c.comm_entry_points),
+        "per_call_fields": list(c.per_call_fields),
+        "per_call_entry_points": list(c.per_call_entry_points),
+        "newer_than_table": c.newer_than_read,
+        "table_newest": cta_controls.NEWEST_READ_TEXT,
+        "autoccl_uses": {
+            "per_call": "the tuner's channel count (getCollInfo nChannels)",
+            "communicator": list(nccl_probe.CEILING_VARS),
+            "application_config": False,
+        },
+        "torch": torch_config.as_json() if torch_config else None,
+    }
+    if nccl.version < MIN_NCCL:
+        uses = "autoccl's tuner does not run on it (2.28.3 or newer)"
+    else:
+        uses = (
+            "autoccl sets each call's channels through the tuner (getCollInfo) and raises communicators "
+            f"through {'/'.join(nccl_probe.CEILING_VARS)}"
+        ) + (", not through ncclCollConfig_t" if c.per_call else "")
+    detail = (
+        f"NCCL {text}: per communicator: {cta_controls.comm_text(c)}; "
+        f"per call: {cta_controls.per_call_text(c)}; {uses}; {torch_text(torch_config)}"
+    )
+    if c.newer_than_read:
+        return Check(
+            "cta",
+            title,
+            WARN,
+            f"NCCL {text} is newer than the table (headers read up to {cta_controls.NEWEST_READ_TEXT}): "
+            f"at least {detail.removeprefix(f'NCCL {text}: ')}",
+            "this NCCL's include/nccl.h says what it adds (docs/cta-controls.md: scripts/nccl_cta_table.py "
+            "reads it from the wheel); autoccl's tuner still sets the channels of each call",
+            data,
+        )
+    if not c.comm_fields:
+        return Check(
+            "cta",
+            title,
+            WARN,
+            detail,
+            "NCCL 2.17 or newer bounds a communicator's CTAs (ncclConfig_t minCTAs/maxCTAs); autoccl needs "
+            "2.28.3 or newer",
+            data,
+        )
+    return Check("cta", title, OK, detail, None, data)
 
 
 # ----------------------------------------------------------------------------------------------- 3. settings
@@ -744,9 +874,11 @@ def run_checks(options: DoctorOptions, env: Mapping[str, str] | None = None) -> 
     gpus = find_gpus()
     plugin_check, plugin = check_plugin()
     nccl_check, nccl = check_nccl(e, plugin, gpus)
+    torch_config = torch_nccl_config() if gpus.count else None  # its import costs seconds: job machines only
     checks = [
         plugin_check,
         nccl_check,
+        check_cta(nccl, torch_config),
         check_settings(e, options.mode),
         check_gpus(gpus, e),
         check_multicast(e),

@@ -4,10 +4,16 @@ NCCL that loads the plugin as NCCL does), the --json report and the exit codes. 
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.machinery
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
+import sys
+import types
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -147,6 +153,7 @@ def quiet_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AUTOCCL_NCCL_LIBRARY", __file__)  # a file, but no library: "no NCCL"
     monkeypatch.setattr(D, "PROC_GPUS", tmp_path / "no-driver")
     monkeypatch.setattr(D, "torch_gpus", lambda: (None, None))
+    monkeypatch.setattr(D, "torch_nccl_config", lambda: D.TorchNcclConfig(None, why="torch is not installed"))
 
 
 def _gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str = "NVIDIA H200", n: int = 2) -> None:
@@ -282,6 +289,292 @@ def test_no_nccl_is_a_warning_without_gpus_and_a_failure_with_them(
     monkeypatch.setenv("AUTOCCL_NCCL_LIBRARY", str(tmp_path / "nowhere.so"))
     check, _ = D.check_nccl(os.environ, _ALL, D.Gpus(None))
     assert check.status == D.FAIL and "is not a file" in check.detail
+
+
+# ------------------------------------------------------------------------------------------ 2b. CTA controls
+
+REAL_TORCH_NCCL_CONFIG = D.torch_nccl_config  # quiet_machine puts a stand-in in its place
+
+# PyTorch 2.11.0+cu130's ProcessGroupNCCL (the GPU image's; the wheel imported on a CPU machine): the public
+# attributes of Options().config and the policy constants on ProcessGroupNCCL.
+TORCH_2_11 = D.TorchNcclConfig(
+    "2.11.0+cu130",
+    (
+        "blocking",
+        "cga_cluster_size",
+        "collnet_enable",
+        "cta_policy",
+        "max_ctas",
+        "min_ctas",
+        "net_name",
+        "nvls_ctas",
+        "split_share",
+        "traffic_class",
+    ),
+    {"NCCL_CTA_POLICY_DEFAULT": 0, "NCCL_CTA_POLICY_EFFICIENCY": 1, "NCCL_CTA_POLICY_ZERO": 2},
+)
+
+
+def _cta(
+    fake_nccl: Path, monkeypatch: pytest.MonkeyPatch, version: str, torch: D.TorchNcclConfig | None
+) -> D.Check:
+    """The CTA check for the NCCL the NCCL check found (the stand-in, reporting `version`)."""
+    monkeypatch.setenv("AUTOCCL_NCCL_LIBRARY", str(fake_nccl))
+    monkeypatch.setenv("FAKE_NCCL_VERSION", version)
+    _, info = D.check_nccl(os.environ, _ALL, D.Gpus(None))
+    assert info is not None and info.version == int(version)
+    return D.check_cta(info, torch)
+
+
+def test_cta_controls_of_nccl_2_28_9_and_pytorch_2_11(
+    fake_nccl: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GPU image's NCCL: every communicator CTA field and policy, no per-call config; the tuner's channel
+    choice is what autoccl uses."""
+    check = _cta(fake_nccl, monkeypatch, "22809", TORCH_2_11)
+    assert check.status == D.OK and check.fix is None, check
+    assert check.detail.startswith(
+        "NCCL 2.28.9: per communicator: ncclConfig_t cgaClusterSize, minCTAs, maxCTAs, "
+    )
+    assert "CTAPolicy (DEFAULT, EFFICIENCY, ZERO), nvlsCTAs, nChannelsPerNetPeer" in check.detail
+    assert "per call: none (ncclCollConfig_t came in 2.31)" in check.detail
+    assert "through the tuner (getCollInfo)" in check.detail and "NCCL_MIN_CTAS/NCCL_MAX_CTAS" in check.detail
+    assert (
+        "torch 2.11.0+cu130: ProcessGroupNCCL.Options().config.{cga_cluster_size, cta_policy, max_ctas, "
+        "min_ctas, nvls_ctas} and ProcessGroupNCCL.NCCL_CTA_POLICY_{DEFAULT, EFFICIENCY, ZERO}"
+        in check.detail
+    )
+    data = check.data
+    assert data["comm_fields"] == [
+        "cgaClusterSize",
+        "minCTAs",
+        "maxCTAs",
+        "CTAPolicy",
+        "nvlsCTAs",
+        "nChannelsPerNetPeer",
+    ]
+    assert data["policies"] == [
+        "NCCL_CTA_POLICY_DEFAULT",
+        "NCCL_CTA_POLICY_EFFICIENCY",
+        "NCCL_CTA_POLICY_ZERO",
+    ]
+    assert "ncclCommSplit" in data["comm_entry_points"] and "ncclCommGrow" not in data["comm_entry_points"]
+    assert data["per_call_fields"] == [] and data["per_call_entry_points"] == []
+    assert data["newer_than_table"] is False and data["autoccl_uses"]["application_config"] is False
+    assert data["torch"]["cta_fields"] == [
+        "cga_cluster_size",
+        "cta_policy",
+        "max_ctas",
+        "min_ctas",
+        "nvls_ctas",
+    ]
+
+
+def test_cta_controls_of_nccl_2_31_name_the_per_call_config(
+    fake_nccl: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    check = _cta(fake_nccl, monkeypatch, "23102", None)
+    assert check.status == D.OK, check
+    assert (
+        "per call: ncclCollConfig_t minCTAs, maxCTAs, nvlsCTAs, cgaClusterSize, CTAPolicy (through the "
+        "nccl*Config collectives: AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AlltoAll, Gather, "
+        "Scatter; no send/recv)" in check.detail
+    )
+    assert "not through ncclCollConfig_t" in check.detail  # not used by autoccl
+    assert "ncclCommGrow" in check.detail
+    assert "PyTorch not asked (no GPU here" in check.detail and check.data["torch"] is None
+    assert check.data["per_call_entry_points"][0] == "ncclAllReduceConfig"
+
+
+def test_cta_controls_of_a_newer_nccl_than_the_table_warn(
+    fake_nccl: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    check = _cta(fake_nccl, monkeypatch, "23301", None)
+    assert check.status == D.WARN and check.fix and "nccl.h" in check.fix, check
+    assert check.detail.startswith(
+        "NCCL 2.33.1 is newer than the table (headers read up to 2.32.3): at least per communicator: "
+    )
+    assert "per call: ncclCollConfig_t" in check.detail and check.data["newer_than_table"] is True
+
+
+@pytest.mark.parametrize(
+    ("version", "status", "said"),
+    [
+        ("21605", D.WARN, "ncclConfig_t has no CTA field (minCTAs, maxCTAs and cgaClusterSize came in 2.17)"),
+        (
+            "22105",
+            D.OK,
+            "ncclConfig_t cgaClusterSize, minCTAs, maxCTAs (at ncclCommInitRankConfig, ncclCommSplit)",
+        ),
+        ("22707", D.OK, "CTAPolicy (DEFAULT, EFFICIENCY), nvlsCTAs (at "),
+    ],
+)
+def test_cta_controls_of_older_nccl(
+    fake_nccl: Path, monkeypatch: pytest.MonkeyPatch, version: str, status: str, said: str
+) -> None:
+    check = _cta(fake_nccl, monkeypatch, version, None)
+    assert check.status == status and said in check.detail, check
+    assert "autoccl's tuner does not run on it (2.28.3 or newer)" in check.detail
+    assert "per call: none" in check.detail and (check.fix is not None) == (status == D.WARN)
+
+
+def test_cta_check_without_nccl_is_skipped_and_torch_says_why() -> None:
+    check = D.check_cta(None, None)
+    assert check.status == D.SKIPPED and check.name == "cta"
+    assert D.torch_text(D.TorchNcclConfig("2.13.0+cpu", why="this torch has no ProcessGroupNCCL (x)")) == (
+        "PyTorch: this torch has no ProcessGroupNCCL (x)"
+    )
+    bare = D.TorchNcclConfig("2.0.0", ("blocking", "net_name"))
+    assert D.torch_text(bare) == "torch 2.0.0: ProcessGroupNCCL.Options().config has no CTA attribute"
+
+
+def _fake_torch(monkeypatch: pytest.MonkeyPatch, nccl: bool) -> None:
+    """A torch whose ProcessGroupNCCL.Options().config binds PyTorch 2.11's CTA attributes (or that has no
+    ProcessGroupNCCL)."""
+
+    class NCCLConfig:
+        blocking = cga_cluster_size = min_ctas = max_ctas = cta_policy = nvls_ctas = -2147483648
+        net_name = None
+
+        def unsafe_get_ptr(self) -> int:  # a method: not a field
+            return 0
+
+    class ProcessGroupNCCL:
+        NCCL_CTA_POLICY_DEFAULT, NCCL_CTA_POLICY_EFFICIENCY, NCCL_CTA_POLICY_ZERO = 0, 1, 2
+
+        class Options:
+            def __init__(self) -> None:
+                self.config = NCCLConfig()
+
+    torch = types.ModuleType("torch")
+    torch.__spec__ = importlib.machinery.ModuleSpec("torch", None)
+    torch.__version__ = "2.11.0+fake"  # type: ignore[attr-defined]
+    dist = types.ModuleType("torch.distributed")
+    if nccl:
+        dist.ProcessGroupNCCL = ProcessGroupNCCL  # type: ignore[attr-defined]
+    torch.distributed = dist  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.distributed", dist)
+
+
+def test_torch_nccl_config_reads_the_options_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_torch(monkeypatch, nccl=True)
+    got = REAL_TORCH_NCCL_CONFIG()  # not the fixture's stand-in
+    assert got.version == "2.11.0+fake" and got.why is None
+    assert got.fields == (
+        "blocking",
+        "cga_cluster_size",
+        "cta_policy",
+        "max_ctas",
+        "min_ctas",
+        "net_name",
+        "nvls_ctas",
+    )
+    assert got.cta_fields == ("cga_cluster_size", "cta_policy", "max_ctas", "min_ctas", "nvls_ctas")
+    assert got.policies == {
+        "NCCL_CTA_POLICY_DEFAULT": 0,
+        "NCCL_CTA_POLICY_EFFICIENCY": 1,
+        "NCCL_CTA_POLICY_ZERO": 2,
+    }
+    _fake_torch(monkeypatch, nccl=False)
+    got = REAL_TORCH_NCCL_CONFIG()
+    assert got.fields == () and got.why and "no ProcessGroupNCCL" in got.why
+
+
+def test_cta_table_agrees_with_the_nccl_headers_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """scripts/nccl_cta_table.py reads a wheel's nccl.h as NCCL writes it (a 2.31-like header here: the
+    real wheels stay out of the repository) and --check holds autoccl/cta_controls.py against it."""
+    header = """
+#define NCCL_MAJOR 2
+#define NCCL_MINOR 31
+#define NCCL_PATCH 2
+#define NCCL_CTA_POLICY_DEFAULT 0x00
+#define NCCL_CTA_POLICY_EFFICIENCY 0x01
+#define NCCL_CTA_POLICY_ZERO 0x02
+typedef struct ncclConfig_v23100 {
+  /* attributes that users should never touch. */
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int blocking; int cgaClusterSize; int minCTAs; int maxCTAs; const char *netName; int splitShare;
+  int CTAPolicy; int nvlsCTAs; int nChannelsPerNetPeer; int hostCftMode;
+} ncclConfig_t;
+typedef struct ncclConfigExt { struct ncclConfigExt* next; struct { int vendorId; } key; } ncclConfigExt_t;
+typedef struct ncclCollConfig_v23100 {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  ncclConfigExt_t* ext;
+  int minCTAs;          /* lower bound on channels/CTAs */
+  int maxCTAs; int nvlsCTAs; int cgaClusterSize; const char* algSelection; int CTAPolicy;
+} ncclCollConfig_t;
+ncclResult_t  ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+    ncclConfig_t* config);
+ncclResult_t pncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+    ncclConfig_t* config);
+ncclResult_t  ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t* config);
+ncclResult_t  ncclCommShrink(ncclComm_t comm, int* ex, int n, ncclComm_t* c, ncclConfig_t* config, int f);
+ncclResult_t  ncclCommGrow(ncclComm_t comm, int n, const ncclUniqueId* id, int r, ncclComm_t* c,
+    ncclConfig_t* config);
+ncclResult_t ncclCommInitRankScalable(ncclComm_t* c, int n, int r, int nId, ncclUniqueId* ids,
+    ncclConfig_t* config);
+ncclResult_t  ncclAllReduce(const void* s, void* r, size_t count, ncclDataType_t t, ncclRedOp_t op,
+    ncclComm_t comm, cudaStream_t stream);
+"""
+    for coll in (
+        "AllReduce",
+        "Broadcast",
+        "Reduce",
+        "AllGather",
+        "ReduceScatter",
+        "AlltoAll",
+        "Gather",
+        "Scatter",
+    ):
+        header += (
+            f"ncclResult_t  nccl{coll}Config(const void* s, ncclComm_t c,\n    const ncclCollConfig_t* g);\n"
+        )
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    with zipfile.ZipFile(wheels / "nvidia_nccl_cu12-2.31.2-py3-none-manylinux_2_18_x86_64.whl", "w") as z:
+        z.writestr("nvidia/nccl/include/nccl.h", header)
+    script = Path(__file__).resolve().parents[2] / "scripts" / "nccl_cta_table.py"
+    spec = importlib.util.spec_from_file_location("nccl_cta_table", script)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "nccl_cta_table", mod)  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    h = mod.read_header(next(wheels.iterdir()))
+    assert (
+        h.version == 23102
+        and h.config_tag == "ncclConfig_v23100"
+        and h.coll_config_tag == "ncclCollConfig_v23100"
+    )
+    assert h.cta(h.config_fields) == (
+        "cgaClusterSize",
+        "minCTAs",
+        "maxCTAs",
+        "CTAPolicy",
+        "nvlsCTAs",
+        "nChannelsPerNetPeer",
+    )
+    assert h.cta(h.coll_config_fields) == ("minCTAs", "maxCTAs", "nvlsCTAs", "cgaClusterSize", "CTAPolicy")
+    assert h.policies == (
+        ("NCCL_CTA_POLICY_DEFAULT", 0),
+        ("NCCL_CTA_POLICY_EFFICIENCY", 1),
+        ("NCCL_CTA_POLICY_ZERO", 2),
+    )
+    assert "ncclAllReduce" not in h.per_call_entry_points and len(h.per_call_entry_points) == 8
+    assert mod.check([h]) == []
+    wrong = dataclasses.replace(
+        h, version=22809
+    )  # the same header said to be 2.28.9: per-call fields it lacks
+    assert any("ncclCollConfig_t CTA fields" in p for p in mod.check([wrong]))
+    r = subprocess.run([sys.executable, str(script), str(wheels), "--check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "| cu12 | 2.31.2 | `ncclConfig_v23100`: cgaClusterSize, minCTAs" in r.stdout
 
 
 # ----------------------------------------------------------------------------------------------- 3. settings
@@ -541,7 +834,7 @@ def test_json_report_schema(built_plugin: Path) -> None:
     assert set(doc) == {"schema", "autoccl", "mode", "ok", "counts", "checks"}
     assert doc["schema"] == 1 and doc["mode"] == "online"
     names = [c["name"] for c in doc["checks"]]
-    assert names == ["plugin", "nccl", "settings", "gpus", "nvls", "cache", "communicator"]
+    assert names == ["plugin", "nccl", "cta", "settings", "gpus", "nvls", "cache", "communicator"]
     for c in doc["checks"]:
         assert set(c) == {"name", "title", "status", "detail", "fix", "data"}
         assert c["status"] in D.STATUSES and isinstance(c["detail"], str) and c["detail"]
@@ -553,6 +846,7 @@ def test_json_report_schema(built_plugin: Path) -> None:
     assert r.exit_code == 0, r.output
     statuses = {c["name"]: c["status"] for c in doc["checks"]}
     assert statuses["gpus"] == statuses["nccl"] == D.WARN and statuses["communicator"] == D.SKIPPED
+    assert statuses["cta"] == D.SKIPPED
 
 
 def test_table_output_and_exit_codes(built_plugin: Path, monkeypatch: pytest.MonkeyPatch) -> None:

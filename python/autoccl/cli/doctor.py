@@ -36,7 +36,8 @@ def doctor(as_json: bool, no_gpu_check: bool, mode: str | None, cache_dir: str |
     """Check that the plugin will be picked up and works with this NCCL, before running a job.
 
     The plugin library `autoccl run|env` would load, the NCCL the job loads (its version and the tuner and
-    profiler interfaces it takes from the plugin), the AUTOCCL_* settings, the GPUs, the NVLink multicast
+    profiler interfaces it takes from the plugin), the CTA (channel) controls that NCCL and PyTorch offer the
+    application (docs/cta-controls.md), the AUTOCCL_* settings, the GPUs, the NVLink multicast
     variables, the table cache; with a GPU and NCCL here, one communicator created with the plugin loaded
     (mode off: nothing applied), from whose log NCCL says what it took. Exit 1 when a check failed."""
     options = D.DoctorOptions(mode=mode, cache_dir=cache_dir, gpu_check=not no_gpu_check)
