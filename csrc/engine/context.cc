@@ -316,6 +316,7 @@ bool Context::attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& l
   }
   if (mode == Mode::Online && rank_ >= 0) rt_.coordination()->announceRank(commHash_, rank_, nRanks, log_);
   measureBudget_ = mode == Mode::Online ? 0 : rt_.settings().measureCalls;
+  launchClock_ = rt_.settings().clock == Settings::Clock::Launch;
   if (!profilerAttached_.load()) {
     log(LogLevel::Info, "profiler not loaded (rank unknown, no GPU timing); decisions still apply. "
                               "Point NCCL_PROFILER_PLUGIN at this library for timing.");
@@ -454,8 +455,20 @@ bool Context::failCall(Task* t, uint64_t k, const Decision& d) {
   ++ordinal_;
   // The launch clock times a task's first AUTOCCL_MEASURE_CALLS calls by count (its samples arrive later than the
   // host decides the next calls: counting deliveries timed every call of a short run) and what the policy asks.
-  if (d.timed || (measureBudget_ > 0 && k < measureBudget_)) launchWant_.store(2, std::memory_order_relaxed);
-  if (profilerAttached_.load(std::memory_order_relaxed)) matcher_.pushDecision(coll, t->key.bytes, applied, t, k, ordinal_);
+  bool reportOnly = false;
+  if (d.timed || (measureBudget_ > 0 && k < measureBudget_)) {
+    launchWant_.store(2, std::memory_order_relaxed);
+  } else if (d.report) {
+    // Timed for the report alone unless the launch clock times it anyway (the launch after a timed one).
+    if (!launchClock_) {
+      reportOnly = true;
+    } else if (launchWant_.load(std::memory_order_relaxed) <= 0) {
+      launchWant_.store(1, std::memory_order_relaxed);
+      reportOnly = true;
+    }
+  }
+  if (profilerAttached_.load(std::memory_order_relaxed))
+    matcher_.pushDecision(coll, t->key.bytes, applied, t, k, ordinal_, reportOnly);
   if (profilerAttached_.load(std::memory_order_relaxed) && !unprofiled_[coll] && rt_.mask().on() &&
       ++callsWhileTiming_[coll] >= kUnprofiledCalls && collEvents_[coll].load(std::memory_order_relaxed) == 0) {
     unprofiled_[coll] = true;
@@ -589,6 +602,11 @@ void Context::deliver(const Measurement& m) {
   std::lock_guard<std::mutex> serial(deliverMu_);
   auto* t = static_cast<Task*>(m.cookie);
   bool budgetDone = false;
+  if (m.reportOnly) {  // no sample of the task: its statistics stay as if the call had run untimed
+    if (policy_) policy_->onMeasurement(t->key, m);
+    traceTime(t, m);
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(statsMu_);
     t->stats.add(m.gpuUs);
@@ -608,19 +626,25 @@ void Context::deliver(const Measurement& m) {
     }
   }
   if (policy_) policy_->onMeasurement(t->key, m);
+  traceTime(t, m);
+  if (budgetDone) stopWanting(t);
+}
+
+// The trace's `time` record (`report`: timed for a report alone, Measurement::reportOnly).
+void Context::traceTime(const Task* t, const Measurement& m) {
   if (rt_.trace().enabled()) {
     char buf[512];
     int n = std::snprintf(buf, sizeof buf,
                           "{\"ev\":\"time\",\"comm\":\"%s\",\"rank\":%d,\"coll\":\"%s\",\"bytes\":%" PRIu64
                           ",\"pipe\":%d,\"call\":%" PRIu64 ",\"gpu_us\":%.3f,\"nccl_algo\":\"%s\",\"nccl_proto\":\"%s\","
                           "\"nccl_channels\":%d,\"colls\":%u,\"kch\":%u,\"start_spread_us\":%.3f,\"stale_ch\":%u,"
-                          "\"t0_ns\":%" PRIu64 ",\"period_us\":%.3f,\"pause_us\":%.3f}",
+                          "\"t0_ns\":%" PRIu64 ",\"period_us\":%.3f,\"pause_us\":%.3f%s}",
                           commHex_.c_str(), rank_, collName(t->key.coll), t->key.bytes, t->key.pipe, m.callIndex,
                           m.gpuUs, ncclAlgoSpelling(m.ncclAlgo), ncclProtoSpelling(m.ncclProto), m.ncclChannels,
-                          m.colls, m.channels, m.startSpreadUs, m.staleChannels, m.startNs, m.periodUs, m.hostPauseUs);
+                          m.colls, m.channels, m.startSpreadUs, m.staleChannels, m.startNs, m.periodUs, m.hostPauseUs,
+                          m.reportOnly ? ",\"report\":true" : "");
     if (n > 0) rt_.trace().writeLine(buf, std::min(static_cast<size_t>(n), sizeof buf - 1));
   }
-  if (budgetDone) stopWanting(t);
 }
 
 std::vector<Context::TaskReport> Context::report() const {

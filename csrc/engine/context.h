@@ -223,6 +223,7 @@ class Context : public std::enable_shared_from_this<Context> {
   void traceCall(const Task* t, uint64_t k, const Config& applied, Source source, bool refused);
   void onMeasurement(const Measurement& m);
   void deliver(const Measurement& m);
+  void traceTime(const Task* t, const Measurement& m);
   void flushHeld();
   void stopWanting(Task* t);
   void updateNeed();
@@ -254,6 +255,7 @@ class Context : public std::enable_shared_from_this<Context> {
   bool unprofiled_[kNumColls] = {};
   Task* lastTask_[kNumColls] = {};   // enqueue thread only: skips the hash lookup for repeats
   uint64_t measureBudget_ = 0;       // timed calls per task outside online mode
+  bool launchClock_ = true;          // AUTOCCL_CLOCK=launch: only launches asked for are timed
   std::atomic<int> launchWant_{0};   // launches still to time (takeLaunchTiming)
   std::atomic<int> tasksWanting_{0};
   bool needFlag_ = false;            // guarded by rt_.mask()

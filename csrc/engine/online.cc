@@ -309,19 +309,18 @@ class OnlineSource final : public DecisionSource {
   }
 
   // Exposure (report only): the call's place in its iteration, kept while this source has timing on (a timed
-  // call's window then comes to onMeasurement; untimed, nothing is kept per call). With AUTOCCL_EXPOSURE_EVERY a
-  // call nothing else times is timed for the estimate alone (its window reaches no search: onMeasurement), unless
-  // the Context caches the decision (a stable one would stay timed for good). Nothing else times: under the
-  // launch clock a call no search planned (the launch after a planned one, which the clock times for its start,
-  // is then the estimate's too); under the kernel clock, which times every call while timing is on, only the
-  // calls of an iteration timed for the estimate alone (during a search or a guard round they stay theirs).
+  // call's window then comes to onMeasurement; untimed, nothing is kept per call). With AUTOCCL_EXPOSURE_EVERY
+  // the call is asked for as the report's (Decision::report) if the search and the guard leave it untimed:
+  // its window then reaches the estimate alone, and the search sees the call untimed, as without the setting.
+  // Not a stable decision (the Context would keep asking for it for good). The kernel clock times every call
+  // while the mask is on: there only calls the mask is on for the report alone (a block after the searches).
   void noteForExposure(const TaskKey& task, uint64_t k, Decision* d) {
     if (!authority_ || !guardOn_ || bypass_ || !agree_ || iter_.period() < 2 || !needsTiming()) return;
     const bool othersTime = !launchClock_ && (holds_.needed() || guardNeed_.load(std::memory_order_relaxed));
-    const bool extra = exposureEvery_ > 0 && !d->timed && !othersTime;
-    if (extra && d->stable) return;
-    if (extra) d->timed = true;
-    exposure_.place(task, k, iter_.iteration(), iter_.position(), iter_.period(), iter_.structure(), extra);
+    const bool report = exposureEvery_ > 0 && !d->timed && !othersTime;
+    if (report && d->stable) return;
+    d->report = report;
+    exposure_.place(task, k, iter_.iteration(), iter_.position(), iter_.period(), iter_.structure(), report);
   }
 
   // AUTOCCL_EXPOSURE_EVERY on the authority: whether step `it` is in a block the estimate times whole.
@@ -442,13 +441,14 @@ class OnlineSource final : public DecisionSource {
   }
 
   void onMeasurement(const TaskKey& task, const Measurement& timed) override {
+    if (authority_) exposure_.time(task, timed.callIndex, timed.startNs, timed.gpuUs);
+    if (timed.reportOnly) {  // timed for the estimate alone: to the guard and the search, untimed as it was
+      onUntimed(task, timed.callIndex);
+      return;
+    }
     if (authority_) {
       for (const auto& [it, us] : guardClock_.start(task, timed.callIndex, timed.startNs))
         decider_->guard->sample(it, us);  // the iterations this call's start completes
-      if (exposure_.time(task, timed.callIndex, timed.startNs, timed.gpuUs)) {
-        onUntimed(task, timed.callIndex);  // timed for the estimate alone: to the search, as it was, untimed
-        return;
-      }
     }
     const Place place = place_.load(std::memory_order_acquire);
     Measurement m = timed;

@@ -33,6 +33,11 @@ struct Decision {
   // The call is a sample the policy waits for. With the launch clock only such calls (and the launch after
   // each, for its stream period) are timed; the kernel clock times every call while the mask is on.
   bool timed = false;
+  // A report (the exposure estimate) wants the call's window if nothing else times it: then it is timed for
+  // the report alone and its window reaches the policy marked Measurement::reportOnly (to the samples, the call
+  // stays untimed, as without the report). The kernel clock times every call while the mask is on: a policy
+  // asks this there only where the mask is on for the report alone.
+  bool report = false;
 };
 
 class Coordination;  // engine/online.h

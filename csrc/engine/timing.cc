@@ -25,7 +25,7 @@ struct TimingMatcher::Decision {
   uint64_t bytes = 0, remaining = 0;
   Config applied;
   uint32_t collsAssigned = 0, collsDone = 0, skips = 0;
-  bool inQueue = false, abandoned = false;
+  bool inQueue = false, abandoned = false, reportOnly = false;
   uint64_t minStart = UINT64_MAX, maxStop = 0, maxStart = 0;
   uint32_t channels = 0;  // KernelCh events that reported
   uint32_t nStarts = 0;   // channel starts reported (those in `starts`: at most kTrackedStarts)
@@ -106,7 +106,7 @@ void TimingMatcher::dropDecision(Decision* d, uint64_t* counter) {
 }
 
 void TimingMatcher::pushDecision(int coll, uint64_t bytes, const Config& applied, void* cookie,
-                                 uint64_t callIndex, uint64_t ordinal) {
+                                 uint64_t callIndex, uint64_t ordinal, bool reportOnly) {
   if (coll < 0 || coll >= kNumColls) return;
   std::lock_guard<std::mutex> lock(mu_);
   ++counters_.decisions;
@@ -122,6 +122,7 @@ void TimingMatcher::pushDecision(int coll, uint64_t bytes, const Config& applied
   d->ordinal = ordinal;
   d->bytes = d->remaining = bytes;
   d->applied = applied;
+  d->reportOnly = reportOnly;
   d->inQueue = true;
   q.push(d);
 }
@@ -249,6 +250,7 @@ void TimingMatcher::maybeComplete(Decision* d) {
     m.ncclProto = d->ncclProto;
     m.ncclChannels = d->ncclChannels;
     m.colls = d->collsAssigned;
+    m.reportOnly = d->reportOnly;
     ++counters_.measurements;
     sink_(m);
   } else if (untimed_) {

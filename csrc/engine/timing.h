@@ -51,6 +51,7 @@ struct Measurement {
   // whether one of them was shorter than the authority's own (then gpuUs is that rank's).
   uint32_t rankReports = 0;
   bool shorterElsewhere = false;
+  bool reportOnly = false;  // timed for a report alone (Decision::report): no sample of the task's
 };
 
 struct MatcherCounters {
@@ -73,7 +74,7 @@ class TimingMatcher {
 
   // Tuner side: the k-th call of a task was decided (bytes as getCollInfo saw them).
   void pushDecision(int coll, uint64_t bytes, const Config& applied, void* cookie, uint64_t callIndex,
-                    uint64_t ordinal = 0);
+                    uint64_t ordinal = 0, bool reportOnly = false);
 
   // Profiler side. collStart returns the handle to give NCCL (nullptr: not ours / not matched).
   // bytes must already be converted to getCollInfo's unit (see collBytes()). nChannels: NCCL's channel

@@ -159,7 +159,10 @@ def test_whole_iterations_timed_for_the_estimate(plugin: Path, clock: str, proce
     res, rec = runs["8"]
     plain_res, plain_rec = runs["0"]
     assert plain_rec["timed_for_it"] == 0, plain_rec
-    assert rec["timed_for_it"] > 0 and rec["samples"] > plain_rec["samples"] + 30, (
+    # launch clock: 60-75 samples against 8-14 in one process, 135-142 against 37-43 over TCP; kernel clock
+    # (the search's iterations timed whole either way): 60 against 31
+    more = 30 if clock == "launch" else 15
+    assert rec["timed_for_it"] > 0 and rec["samples"] > plain_rec["samples"] + more, (
         rec["samples"],
         plain_rec["samples"],
     )
