@@ -6,20 +6,20 @@
 namespace autoccl::engine {
 
 void ExposureRecorder::place(const TaskKey& task, uint64_t k, uint64_t iteration, uint32_t position, uint32_t period,
-                             uint64_t structure, bool forEstimate) {
+                             uint64_t structure) {
   std::lock_guard<std::mutex> lk(mu_);
   if (placed_.size() > kMaxPlaced) placed_.clear();
-  placed_[CallKey{task, k}] = CallPos{iteration, structure, position, period, forEstimate};
-  if (forEstimate) ++timedForIt_;
+  placed_[CallKey{task, k}] = CallPos{iteration, structure, position, period};
 }
 
-bool ExposureRecorder::time(const TaskKey& task, uint64_t k, uint64_t startNs, double gpuUs) {
+void ExposureRecorder::time(const TaskKey& task, uint64_t k, uint64_t startNs, double gpuUs, bool reportOnly) {
   std::lock_guard<std::mutex> lk(mu_);
+  if (reportOnly) ++timedForIt_;
   auto f = placed_.find(CallKey{task, k});
-  if (f == placed_.end()) return false;
+  if (f == placed_.end()) return;
   const CallPos at = f->second;
   placed_.erase(f);
-  if (startNs == 0 || !(gpuUs > 0) || at.pos >= at.period) return at.forEstimate;
+  if (startNs == 0 || !(gpuUs > 0) || at.pos >= at.period) return;
   IterTimes& it = iterations_[at.iteration];
   if (it.period != at.period || it.structure != at.structure)
     it = IterTimes{at.structure, at.period, std::vector<uint64_t>(at.period, 0), std::vector<double>(at.period, 0.0),
@@ -48,7 +48,6 @@ bool ExposureRecorder::time(const TaskKey& task, uint64_t k, uint64_t startNs, d
     iterations_.erase(a);
   }
   while (iterations_.size() > kIterationsKept) iterations_.erase(iterations_.begin());
-  return at.forEstimate;
 }
 
 size_t ExposureRecorder::samples() const {

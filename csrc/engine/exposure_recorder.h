@@ -22,12 +22,12 @@ namespace autoccl::engine {
 class ExposureRecorder {
  public:
   // Call `k` of `task` sits at `position` of iteration `iteration`, whose calls number `period`, of the
-  // detector's structure `structure`. `forEstimate`: the call is timed for this estimate alone.
+  // detector's structure `structure`.
   void place(const TaskKey& task, uint64_t k, uint64_t iteration, uint32_t position, uint32_t period,
-             uint64_t structure, bool forEstimate = false);
+             uint64_t structure);
   // The window (µs) and GPU start (ns) of a call placed before; the time of a call never placed is ignored.
-  // True when the call was timed for the estimate alone (its window is for no one else).
-  bool time(const TaskKey& task, uint64_t k, uint64_t startNs, double gpuUs);
+  // `reportOnly`: timed for this estimate alone (Measurement::reportOnly), counted in the record.
+  void time(const TaskKey& task, uint64_t k, uint64_t startNs, double gpuUs, bool reportOnly = false);
   // The trace's `exposure` record (empty before the first complete iteration).
   std::string traceRecord(const std::string& commHex, int rank) const;
   size_t samples() const;
@@ -36,7 +36,6 @@ class ExposureRecorder {
   struct CallPos {
     uint64_t iteration = 0, structure = 0;
     uint32_t pos = 0, period = 0;
-    bool forEstimate = false;
   };
   struct IterTimes {
     uint64_t structure = 0;
@@ -56,7 +55,7 @@ class ExposureRecorder {
   ExposureEstimator estimator_;
   std::vector<TaskKey> tasks_;  // the estimator's positions' tasks
   uint64_t structure_ = 0;      // the structure of the estimator's samples
-  uint64_t timedForIt_ = 0;     // calls placed to be timed for the estimate alone (AUTOCCL_EXPOSURE_EVERY)
+  uint64_t timedForIt_ = 0;     // windows timed for the estimate alone (AUTOCCL_EXPOSURE_EVERY)
 };
 
 }  // namespace autoccl::engine

@@ -320,7 +320,7 @@ class OnlineSource final : public DecisionSource {
     const bool report = exposureEvery_ > 0 && !d->timed && !othersTime;
     if (report && d->stable) return;
     d->report = report;
-    exposure_.place(task, k, iter_.iteration(), iter_.position(), iter_.period(), iter_.structure(), report);
+    exposure_.place(task, k, iter_.iteration(), iter_.position(), iter_.period(), iter_.structure());
   }
 
   // AUTOCCL_EXPOSURE_EVERY on the authority: whether step `it` is in a block the estimate times whole.
@@ -441,7 +441,7 @@ class OnlineSource final : public DecisionSource {
   }
 
   void onMeasurement(const TaskKey& task, const Measurement& timed) override {
-    if (authority_) exposure_.time(task, timed.callIndex, timed.startNs, timed.gpuUs);
+    if (authority_) exposure_.time(task, timed.callIndex, timed.startNs, timed.gpuUs, timed.reportOnly);
     if (timed.reportOnly) {  // timed for the estimate alone: to the guard and the search, untimed as it was
       onUntimed(task, timed.callIndex);
       return;

@@ -224,23 +224,23 @@ TEST(engine, exposure_recorder_completes_iterations) {
   EXPECT_NE(rec.find("\"bytes\":4194304"), std::string::npos) << rec;
 }
 
-// A call timed for the estimate alone (AUTOCCL_EXPOSURE_EVERY) says so when its time comes, whether or not the
-// time makes a sample, so that the policy keeps its window from the searches; the others do not.
-TEST(engine, exposure_recorder_names_calls_timed_for_it) {
+// Windows timed for the estimate alone (AUTOCCL_EXPOSURE_EVERY, Measurement::reportOnly) make samples like
+// the searches' windows, and the record counts them (`timed_for_it`), usable or not; the others are not counted.
+TEST(engine, exposure_recorder_counts_windows_timed_for_it) {
   ExposureRecorder r;
   const TaskKey &a = kTaskA, &b = kTaskB;
   uint64_t ns = 1000000;
   for (uint64_t it = 0; it < 3; ++it, ns += 100000) {
-    r.place(a, it, it, 0, 2, 1);                    // the search's sample
-    r.place(b, it, it, 1, 2, 1, /*forEstimate=*/true);
-    EXPECT_FALSE(r.time(a, it, ns, 10.0));
-    EXPECT_TRUE(r.time(b, it, ns + 20000, 30.0));
+    r.place(a, it, it, 0, 2, 1);  // the search's sample
+    r.place(b, it, it, 1, 2, 1);
+    r.time(a, it, ns, 10.0);
+    r.time(b, it, ns + 20000, 30.0, /*reportOnly=*/true);
   }
   EXPECT_EQ(r.samples(), 2u);
-  r.place(b, 3, 3, 1, 2, 1, true);
-  EXPECT_TRUE(r.time(b, 3, 0, 30.0));   // no start: no sample, still the estimate's call
-  EXPECT_FALSE(r.time(b, 3, ns, 30.0));  // already taken
-  EXPECT_FALSE(r.time(a, 99, ns, 10.0));  // never placed
+  r.place(b, 3, 3, 1, 2, 1);
+  r.time(b, 3, 0, 30.0, true);  // no start: no sample, still a window timed for it
+  r.time(a, 99, ns, 10.0);      // never placed
+  EXPECT_EQ(r.samples(), 2u);
   const std::string rec = r.traceRecord("c0", 0);
   EXPECT_NE(rec.find("\"timed_for_it\":4"), std::string::npos) << rec;
 }

@@ -59,14 +59,7 @@ from typing import Any
 
 NCCL_KERNEL_PREFIXES = ("ncclDevKernel", "ncclKernel")
 # NCCL's function names in its kernels' names, as the plugin's trace names the collectives.
-_KERNEL_FUNC = {
-    "allreduce": "allreduce",
-    "allgather": "allgather",
-    "reducescatter": "reducescatter",
-    "broadcast": "broadcast",
-    "reduce": "reduce",
-    "sendrecv": "sendrecv",
-}
+_KERNEL_FUNCS = frozenset({"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "sendrecv"})
 # Element sizes by dtype name, lower-cased: c10::toString(ScalarType) ("Float", "BFloat16": what
 # record_param_comms writes) and torch's own names ("float32", "bfloat16": written by newer code paths).
 DTYPE_BYTES = {
@@ -134,7 +127,8 @@ def nccl_coll(kernel_name: str) -> str | None:
     if not kernel_name.startswith(NCCL_KERNEL_PREFIXES):
         return None
     parts = kernel_name.split("(", 1)[0].split("_")
-    return _KERNEL_FUNC.get(parts[1].lower()) if len(parts) > 1 else None
+    func = parts[1].lower() if len(parts) > 1 else ""
+    return func if func in _KERNEL_FUNCS else None
 
 
 def comms_coll(collective_name: str) -> str | None:
@@ -493,14 +487,17 @@ def truth_of_file(path: str | Path, gap_us: float = DEFAULT_GAP_US) -> Truth:
 def _kernel_truths(
     kernels: list[GpuKernel], nccl: list[GpuKernel], idx: TraceIndex, gap_us: float
 ) -> tuple[list[KernelTruth], int]:
-    busy: dict[Any, Busy] = {}
-    for dev in {k.device for k in kernels}:
-        busy[dev] = Busy(k for k in kernels if k.device == dev and not k.is_nccl)
+    computation: dict[Any, list[GpuKernel]] = {k.device: [] for k in kernels}
+    streams: dict[tuple[Any, Any], list[GpuKernel]] = {}
+    for k in kernels:
+        if k.is_nccl:
+            streams.setdefault((k.device, k.stream), []).append(k)
+        else:
+            computation[k.device].append(k)
+    busy = {dev: Busy(ks) for dev, ks in computation.items()}
     waited: dict[int, bool] = {}
-    for dev, stream in {(k.device, k.stream) for k in nccl}:
-        on_stream = sorted(
-            (k for k in nccl if (k.device, k.stream) == (dev, stream)), key=lambda k: k.start_us
-        )
+    for (dev, _), on_stream in streams.items():
+        on_stream.sort(key=lambda k: k.start_us)
         for k, w in zip(on_stream, chain_waits(on_stream, busy[dev], gap_us), strict=True):
             waited[id(k)] = w
     by_step: dict[int, list[GpuKernel]] = {}
@@ -739,6 +736,12 @@ def to_markdown(rows: Sequence[CompareRow]) -> str:
 # --------------------------------------------------------------------------------- a launch's files
 
 
+def profiled_iterations(iters: int, recorded: int) -> tuple[int, int] | None:
+    """[first, end) of the iterations `bench train --torch-profile N` runs under the profiler: one warm-up
+    iteration, then the N recorded ones; the last iteration runs unprofiled. None with N = 0."""
+    return (iters - recorded - 2, iters - 1) if recorded > 0 and iters > recorded + 1 else None
+
+
 def profile_name(label: str, rank: int) -> str:
     """The file a `bench train --torch-profile` launch writes per rank, named by the launch's label as the
     runner names its folder."""
@@ -774,7 +777,8 @@ def launch_report(
         f"# exposure estimate against the profiler's truth: {label}",
         "",
         "Truth from torch.profiler (autoccl.bench.exposure_truth): a call is exposed when no computation "
-        "kernel runs at the end of its back-to-back chain on its stream; `waited share` is the share of the "
+        "kernel runs where it, or a later call of its back-to-back chain on its stream, ends; `waited share` "
+        "is the share of the "
         "profiled steps in which it was, `exposed fraction` its mean time with the computation idle. The "
         "estimator's positions are aligned to the profile's calls as the best-matching rotation.",
     ]

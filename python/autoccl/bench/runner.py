@@ -757,8 +757,7 @@ def _resilience_variants(o: TrainOptions, launches: list[M.Launch]) -> list[M.La
 def profiled_iterations(settings: dict[str, Any]) -> tuple[int, int] | None:
     """[first, end) of the iterations `--torch-profile` ran under the profiler, its warm-up included
     (train.ProfileWindow); None without it."""
-    n, k = int(settings.get("iters") or 0), int(settings.get("torch_profile") or 0)
-    return (n - k - 2, n - 1) if k > 0 and n > k + 1 else None
+    return ET.profiled_iterations(int(settings.get("iters") or 0), int(settings.get("torch_profile") or 0))
 
 
 def steady_ms(times: list[float], leave_out: tuple[int, int] | None = None) -> float:

@@ -15,6 +15,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from autoccl.bench import exposure_truth as ET
 from autoccl.bench.presets import PRESETS, Preset
 from autoccl.bench.stall import StallReport
 
@@ -102,7 +103,8 @@ class ProfileWindow:
 
     def __init__(self, active: int, iters: int, device: torch.device) -> None:
         self.active = active
-        self.first = iters - active - 2  # the warm-up iteration
+        self.window = ET.profiled_iterations(iters, active)  # the steps' statistics leave the same out
+        self.first = self.window[0] if self.window else -1  # the warm-up iteration
         self.device = device
         self.prof: Any = None
         self.done = False
@@ -110,7 +112,7 @@ class ProfileWindow:
     @property
     def iterations(self) -> list[int]:
         """[first, end) of the profiled iterations, the warm-up included."""
-        return [self.first, self.first + self.active + 1]
+        return list(self.window) if self.window else []
 
     def before(self, i: int) -> bool:
         """Starts the profiler before the warm-up iteration; True when it did (host work done here)."""
@@ -143,8 +145,6 @@ class ProfileWindow:
 def profile_truth(window: ProfileWindow, spec: dict[str, Any], rank: int) -> dict[str, Any]:
     """Writes this rank's Chrome trace beside the launch's result (`exposure_truth.profile_name`) and, on
     rank 0, returns the ground truth of which NCCL calls the profiled steps waited for."""
-    from autoccl.bench import exposure_truth as ET
-
     path = Path(spec["out"]).parent / ET.profile_name(str(spec.get("launch", spec["parallel"])), rank)
     window.export(path)
     if rank != 0:
