@@ -180,8 +180,3 @@ def test_whole_iterations_timed_for_the_estimate(plugin: Path, clock: str, proce
     if clock == "kernel":  # the blocks repeat the settled calls' windows exactly here: no new pattern
         return
     assert all(v == "exposed" for (v, _, _), e in zip(got, want, strict=True) if e), (got, want)
-
-
-def _timed_by(res: Any, rank: int) -> int:
-    """The calls the plugin timed on `rank` (its `time` records)."""
-    return sum(1 for x in res.trace if x.get("ev") == "time" and x["rank"] == rank)
