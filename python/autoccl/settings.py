@@ -310,7 +310,12 @@ def _profiler_plugin(v: str, _env: Mapping[str, str]) -> str | None:
         return "is not a shared library (no ELF header)"
     if not any(sym in data for sym in PROFILER_SYMBOLS):
         return "exports no ncclProfiler_v7, _v6 or _v5: not an NCCL profiler plugin the library can chain to"
+    if _CHAIN_VARIABLE in data:  # a library that reads this variable itself is autoccl's, which refuses it
+        return "is autoccl's own library, not another profiler plugin"
     return None
+
+
+_CHAIN_VARIABLE = b"AUTOCCL_PROFILER_CHAIN"
 
 
 VARIABLES: tuple[Variable, ...] = (

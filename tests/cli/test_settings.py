@@ -128,3 +128,7 @@ def test_profiler_chain_must_be_a_profiler_plugin(tmp_path: Path) -> None:
     assert "is not a shared library" in problem(text)
     assert "exports no ncclProfiler_v7, _v6 or _v5" in problem(elf)
     assert problem(plugin) == ""
+    # autoccl's own library exports a profiler too; chained to itself the job died of a stack overflow.
+    itself = tmp_path / "libautoccl-nccl.so"
+    itself.write_bytes(b"\x7fELF" + b"\0" * 60 + b"ncclProfiler_v7\0AUTOCCL_PROFILER_CHAIN\0")
+    assert "is autoccl's own library" in problem(itself)
