@@ -162,7 +162,7 @@ void MetricsWriter::write(const Snapshot& snap) {
   if (writeHook_) writeHook_();
   std::string why;
   const bool ok = writeAtomically(jsonPath_, jsonLines(snaps, host_, static_cast<int>(getpid()), nowUs()), &why) &&
-                  writeAtomically(promPath_, prometheus(snaps, writes_), &why);
+                  writeAtomically(promPath_, prometheus(snaps, writes_, static_cast<int>(getpid())), &why);
   if (!ok && !warnedWrite_) {
     warnedWrite_ = true;
     if (warn_) warn_("autoccl: metrics files not written (" + why + "); later failures are not reported");
@@ -245,7 +245,7 @@ std::string MetricsWriter::jsonLines(const std::vector<ContextMetrics>& snaps, c
   return out;
 }
 
-std::string MetricsWriter::prometheus(const std::vector<ContextMetrics>& snaps, uint64_t writes) {
+std::string MetricsWriter::prometheus(const std::vector<ContextMetrics>& snaps, uint64_t writes, int pid) {
   struct Family {
     const char* name;
     const char* type;
@@ -298,7 +298,10 @@ std::string MetricsWriter::prometheus(const std::vector<ContextMetrics>& snaps, 
                           std::to_string(c.guard.restoredNccl) + "\n";
     }
   }
-  writesF.samples = std::string(writesF.name) + " " + std::to_string(writes) + "\n";
+  // The process's own series: a pid label, so that the files of a node's processes, read as one by
+  // node_exporter's textfile collector, never hold the same series twice.
+  writesF.samples =
+      std::string(writesF.name) + "{pid=\"" + std::to_string(pid) + "\"} " + std::to_string(writes) + "\n";
   std::string out;
   for (const Family* fam : {&calls, &time, &busbw, &exploring, &regret, &converged, &info, &verdicts, &writesF}) {
     out += std::string("# HELP ") + fam->name + " " + fam->help + "\n# TYPE " + fam->name + " " + fam->type + "\n";

@@ -79,7 +79,7 @@ class MetricsWriter {
   // The file contents for `snapshots` (tests, and the writer).
   static std::string jsonLines(const std::vector<ContextMetrics>& snapshots, const std::string& host, int pid,
                                uint64_t nowUs);
-  static std::string prometheus(const std::vector<ContextMetrics>& snapshots, uint64_t writes);
+  static std::string prometheus(const std::vector<ContextMetrics>& snapshots, uint64_t writes, int pid);
 
  private:
   struct Source {
