@@ -133,7 +133,8 @@ void Runtime::announce(const LogFn& log, const std::string& banner) {
     }
     if (!settings_.metricsDir.empty()) {
       std::string why;
-      if (metrics_.start(settings_.metricsDir, settings_.metricsIntervalS, &why))
+      if (metrics_.start(settings_.metricsDir, settings_.metricsIntervalS, &why,
+                         [log](const std::string& warning) { log(LogLevel::Warn, warning); }))
         log(LogLevel::Info, "autoccl: metrics to " + settings_.metricsDir + " every " +
                                 std::to_string(settings_.metricsIntervalS) + " s");
       else

@@ -44,16 +44,27 @@ std::string label(const std::string& s) {
   return out;
 }
 
-bool writeAtomically(const std::string& path, const std::string& text) {
+// Writes `text` aside and renames it to `path`; on failure nothing is left aside and *why says what failed.
+bool writeAtomically(const std::string& path, const std::string& text, std::string* why) {
   const std::string tmp = path + ".tmp";
   FILE* f = std::fopen(tmp.c_str(), "w");
-  if (!f) return false;
+  if (!f) {
+    *why = "cannot create " + tmp + ": " + std::strerror(errno);
+    return false;
+  }
   const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  const int writeErr = errno;
   if (std::fclose(f) != 0 || !ok) {
+    *why = "cannot write " + tmp + ": " + std::strerror(ok ? errno : writeErr);
     std::remove(tmp.c_str());
     return false;
   }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    *why = "cannot rename " + tmp + " to " + path + ": " + std::strerror(errno);
+    std::remove(tmp.c_str());
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -66,7 +77,7 @@ double busBwFactor(const std::string& coll, int nRanks) {
   return 1.0;
 }
 
-bool MetricsWriter::start(const std::string& dir, double intervalS, std::string* why) {
+bool MetricsWriter::start(const std::string& dir, double intervalS, std::string* why, Warn warn) {
   std::lock_guard<std::mutex> lock(mu_);
   if (started_) return true;
   struct stat st {};
@@ -83,6 +94,17 @@ bool MetricsWriter::start(const std::string& dir, double intervalS, std::string*
   const std::string base = dir + "/autoccl." + host_ + "." + std::to_string(getpid());
   jsonPath_ = base + ".jsonl";
   promPath_ = base + ".prom";
+  // A directory where no file can be created (read-only, another user's, /proc) would leave the files
+  // unwritten without a word: tried once here, where the caller can still say so.
+  const std::string probe = promPath_ + ".tmp";
+  FILE* f = std::fopen(probe.c_str(), "w");
+  if (!f) {
+    *why = "metrics directory " + dir + " takes no files (cannot create " + probe + ": " + std::strerror(errno) + ")";
+    return false;
+  }
+  std::fclose(f);
+  std::remove(probe.c_str());
+  warn_ = std::move(warn);
   started_ = true;
   thread_ = std::thread([this] { loop(); });
   return true;
@@ -138,8 +160,13 @@ void MetricsWriter::write(const Snapshot& snap) {
   const std::vector<ContextMetrics>& snaps = snap.contexts;
   ++writes_;
   if (writeHook_) writeHook_();
-  writeAtomically(jsonPath_, jsonLines(snaps, host_, static_cast<int>(getpid()), nowUs()));
-  writeAtomically(promPath_, prometheus(snaps, writes_));
+  std::string why;
+  const bool ok = writeAtomically(jsonPath_, jsonLines(snaps, host_, static_cast<int>(getpid()), nowUs()), &why) &&
+                  writeAtomically(promPath_, prometheus(snaps, writes_, static_cast<int>(getpid())), &why);
+  if (!ok && !warnedWrite_) {
+    warnedWrite_ = true;
+    if (warn_) warn_("autoccl: metrics files not written (" + why + "); later failures are not reported");
+  }
 }
 
 void MetricsWriter::setWriteHookForTest(std::function<void()> hook) {
@@ -218,7 +245,7 @@ std::string MetricsWriter::jsonLines(const std::vector<ContextMetrics>& snaps, c
   return out;
 }
 
-std::string MetricsWriter::prometheus(const std::vector<ContextMetrics>& snaps, uint64_t writes) {
+std::string MetricsWriter::prometheus(const std::vector<ContextMetrics>& snaps, uint64_t writes, int pid) {
   struct Family {
     const char* name;
     const char* type;
@@ -271,7 +298,10 @@ std::string MetricsWriter::prometheus(const std::vector<ContextMetrics>& snaps, 
                           std::to_string(c.guard.restoredNccl) + "\n";
     }
   }
-  writesF.samples = std::string(writesF.name) + " " + std::to_string(writes) + "\n";
+  // The process's own series: a pid label, so that the files of a node's processes, read as one by
+  // node_exporter's textfile collector, never hold the same series twice.
+  writesF.samples =
+      std::string(writesF.name) + "{pid=\"" + std::to_string(pid) + "\"} " + std::to_string(writes) + "\n";
   std::string out;
   for (const Family* fam : {&calls, &time, &busbw, &exploring, &regret, &converged, &info, &verdicts, &writesF}) {
     out += std::string("# HELP ") + fam->name + " " + fam->help + "\n# TYPE " + fam->name + " " + fam->type + "\n";

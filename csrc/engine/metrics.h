@@ -58,8 +58,11 @@ double busBwFactor(const std::string& coll, int nRanks);
 class MetricsWriter {
  public:
   using Collect = std::function<ContextMetrics()>;
-  // Starts the writer thread (once); false with *why when `dir` is unusable.
-  bool start(const std::string& dir, double intervalS, std::string* why);
+  using Warn = std::function<void(const std::string&)>;
+  // Starts the writer thread (once); false with *why when `dir` is unusable: not a directory, or no file can
+  // be created in it. `warn` is told of the first write that fails after that (the directory removed, the
+  // file system full), once per process.
+  bool start(const std::string& dir, double intervalS, std::string* why, Warn warn = nullptr);
   bool enabled() const { return started_; }
   // A context to collect from while `owner` lives; its last collection is kept after it is gone.
   void add(std::weak_ptr<void> owner, Collect collect);
@@ -76,7 +79,7 @@ class MetricsWriter {
   // The file contents for `snapshots` (tests, and the writer).
   static std::string jsonLines(const std::vector<ContextMetrics>& snapshots, const std::string& host, int pid,
                                uint64_t nowUs);
-  static std::string prometheus(const std::vector<ContextMetrics>& snapshots, uint64_t writes);
+  static std::string prometheus(const std::vector<ContextMetrics>& snapshots, uint64_t writes, int pid);
 
  private:
   struct Source {
@@ -102,6 +105,8 @@ class MetricsWriter {
   std::mutex mu_;    // sources_, stop_: held to register, collect and copy, never while formatting or writing
   std::mutex ioMu_;  // the files and writes_
   std::function<void()> writeHook_;  // tests (under ioMu_)
+  Warn warn_;                        // set by start
+  bool warnedWrite_ = false;         // under ioMu_
   std::condition_variable cv_;
   std::vector<Source> sources_;
   std::string dir_, host_, jsonPath_, promPath_;

@@ -1103,14 +1103,23 @@ class OnlineSource final : public DecisionSource {
     s->pinnedLogged = true;
     search::Stats st = s->search->stats();
     search::Config b = s->search->best();
+    // A median of 0 was never measured (pinned from the table, or NCCL's choice kept untimed): said so, with
+    // no gain, rather than "0.0 us vs NCCL's choice 0.0 us, gain +0.0%".
+    char times[128] = "not timed";
+    if (st.bestMedian > 0 && st.defaultMedian > 0)
+      std::snprintf(times, sizeof times, "%.1f us vs NCCL's choice %.1f us, gain %+.1f%%", st.bestMedian,
+                    st.defaultMedian, 100.0 * (st.defaultMedian / st.bestMedian - 1.0));
+    else if (st.bestMedian > 0)
+      std::snprintf(times, sizeof times, "%.1f us, NCCL's choice not timed", st.bestMedian);
+    else if (st.defaultMedian > 0)
+      std::snprintf(times, sizeof times, "not timed, NCCL's choice %.1f us", st.defaultMedian);
     char line[512];
-    double gain = st.bestMedian > 0 && st.defaultMedian > 0 ? 100.0 * (st.defaultMedian / st.bestMedian - 1.0) : 0.0;
     std::snprintf(line, sizeof line,
                   "autoccl: comm %016" PRIx64 " %s bytes=%" PRIu64 " pipe=%u: pinned %s after %" PRIu64
-                  " calls (%" PRIu64 " candidates, %" PRIu64 " samples): %.1f us vs NCCL's choice %.1f us, gain %+.1f%%",
+                  " calls (%" PRIu64 " candidates, %" PRIu64 " samples): %s",
                   env_.commHash, collName(static_cast<int>(s->key.coll)), s->key.bytes, s->key.pipe,
                   cfgText(b).c_str(), st.convergedAt == search::kForever ? s->seg.begin : st.convergedAt,
-                  st.candidates, st.samples, st.bestMedian, st.defaultMedian, gain);
+                  st.candidates, st.samples, times);
     if (env_.log) env_.log(LogLevel::Summary, line);
   }
 

@@ -181,6 +181,18 @@ bool load(const char* path, ncclabi::Logger logger) {
                      "without the chained profiler");
     return false;
   }
+  // autoccl itself (this library, which dlopen hands back, or another copy of it): its init would chain to
+  // itself again, each event forwarded to itself without end.
+  Dl_info self{}, found{};
+  const bool sameObject = dladdr(reinterpret_cast<const void*>(&gOwn), &self) != 0 && dladdr(sym, &found) != 0 &&
+                          self.dli_fbase == found.dli_fbase;
+  const char* foundName = static_cast<const ncclabi::ProfilerV5*>(sym)->name;
+  if (sameObject || (foundName && std::strcmp(foundName, kPluginName) == 0)) {
+    dlclose(h);
+    warn(logger, std::string("autoccl: AUTOCCL_PROFILER_CHAIN=") + path +
+                     " is autoccl's own library, not another profiler; running without a chained profiler");
+    return false;
+  }
   std::memcpy(&gChained.table, sym, sizeof(gChained.table));
   if (!gChained.table.init || !gChained.table.startEvent || !gChained.table.stopEvent ||
       !gChained.table.recordEventState || !gChained.table.finalize) {

@@ -279,6 +279,14 @@ def _lib_dir(v: str, _env: Mapping[str, str]) -> str | None:
     return None if Path(v).is_dir() else "is not a directory"
 
 
+def _metrics_dir(v: str, _env: Mapping[str, str]) -> str | None:
+    if not Path(v).is_dir():
+        return "is not a directory"
+    if not os.access(v, os.W_OK | os.X_OK):
+        return "is not writable (the metrics files could not be written there)"
+    return None
+
+
 def _flag(v: str, _env: Mapping[str, str]) -> str | None:
     return None if v in ("0", "1", "true", "false", "yes", "no") else "must be 1, true, yes or 0, false, no"
 
@@ -310,7 +318,12 @@ def _profiler_plugin(v: str, _env: Mapping[str, str]) -> str | None:
         return "is not a shared library (no ELF header)"
     if not any(sym in data for sym in PROFILER_SYMBOLS):
         return "exports no ncclProfiler_v7, _v6 or _v5: not an NCCL profiler plugin the library can chain to"
+    if _CHAIN_VARIABLE in data:  # a library that reads this variable itself is autoccl's, which refuses it
+        return "is autoccl's own library, not another profiler plugin"
     return None
+
+
+_CHAIN_VARIABLE = b"AUTOCCL_PROFILER_CHAIN"
 
 
 VARIABLES: tuple[Variable, ...] = (
@@ -332,7 +345,7 @@ VARIABLES: tuple[Variable, ...] = (
         "an NCCL profiler plugin library exporting ncclProfiler_v7, _v6 or _v5",
         _profiler_plugin,
     ),
-    Variable("AUTOCCL_METRICS_DIR", "library", "an existing directory", _lib_dir),
+    Variable("AUTOCCL_METRICS_DIR", "library", "an existing writable directory", _metrics_dir),
     Variable("AUTOCCL_METRICS_INTERVAL_S", "library", "seconds in [0.1, 86400]", _seconds(0.1, 86400)),
     Variable("AUTOCCL_HW", "library", "text, at most 200 characters", _text(200)),
     Variable("AUTOCCL_MAX_CHANNELS", "library", "integer in [1, 64]", _int_range(1, 64)),

@@ -128,3 +128,22 @@ def test_profiler_chain_must_be_a_profiler_plugin(tmp_path: Path) -> None:
     assert "is not a shared library" in problem(text)
     assert "exports no ncclProfiler_v7, _v6 or _v5" in problem(elf)
     assert problem(plugin) == ""
+    # autoccl's own library exports a profiler too; chained to itself the job died of a stack overflow.
+    itself = tmp_path / "libautoccl-nccl.so"
+    itself.write_bytes(b"\x7fELF" + b"\0" * 60 + b"ncclProfiler_v7\0AUTOCCL_PROFILER_CHAIN\0")
+    assert "is autoccl's own library" in problem(itself)
+
+
+def test_metrics_dir_must_be_writable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A metrics directory the job cannot write in is a CLI error: the library could write no file there.
+    Root passes permission checks, so os.access stands in for a read-only mount."""
+    import os
+
+    locked = tmp_path / "ro"
+    locked.mkdir()
+    assert settings.problems({"AUTOCCL_METRICS_DIR": str(locked)}) == []
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **k: Path(p) != locked and real_access(p, mode, **k))
+    found = settings.problems({"AUTOCCL_METRICS_DIR": str(locked)})
+    assert len(found) == 1 and found[0].startswith("AUTOCCL_METRICS_DIR="), found
+    assert "not writable" in found[0], found

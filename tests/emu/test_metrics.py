@@ -113,3 +113,32 @@ def test_the_sample_dashboard_reads_only_series_we_write() -> None:
     source = (root / "csrc" / "engine" / "metrics.cc").read_text()
     defined = set(re.findall(r'"(autoccl_[a-z_]+)"', source))
     assert used and used <= defined, used - defined
+
+
+def test_process_files_merge_without_duplicate_series(plugin: Path, tmp_path: Path) -> None:
+    """One process per rank writes one .prom file each into the same directory, which node_exporter's textfile
+    collector reads as one: a series (name and labels) in two files fails its gathering ("was collected before
+    with the same name and label values"). autoccl_metrics_writes_total had no labels, so every process wrote
+    the same series."""
+    out = tmp_path / "metrics"
+    out.mkdir()
+    env = {
+        "AUTOCCL_MODE": "observe",
+        "AUTOCCL_HW": "GPU Xx4",
+        "AUTOCCL_CACHE_DIR": str(tmp_path / "cache"),
+        "AUTOCCL_METRICS_DIR": str(out),
+    }
+    res = run(simple({"allreduce": [1 << 20]}, nranks=2, repeat=20), plugin=plugin, env=env, processes=True)
+    assert_clean(res)
+    proms = sorted(out.glob("autoccl.*.prom"))
+    assert len(proms) == 2, list(out.iterdir())
+    seen: dict[tuple[str, tuple[tuple[str, str], ...]], Path] = {}
+    for path in proms:
+        for fam in text_string_to_metric_families(path.read_text()):
+            for s in fam.samples:
+                key = (s.name, tuple(sorted(s.labels.items())))
+                assert key not in seen, (key, seen.get(key), path)
+                seen[key] = path
+    # The process's own series carry its pid, as the file's name does (autoccl.<host>.<pid>.prom).
+    pids = {dict(labels).get("pid") for name, labels in seen if name == "autoccl_metrics_writes_total"}
+    assert pids == {p.name.split(".")[-2] for p in proms}, pids

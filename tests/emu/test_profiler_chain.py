@@ -175,12 +175,20 @@ def test_kernel_phases_alone_bring_their_kernel_channels(plugin: Path, tmp_path:
     assert sum(theirs["starts"]) == theirs["starts"][KERNEL_CH] + theirs["starts"][KERNEL_PHASE], theirs
 
 
-@pytest.mark.parametrize("bad", ["missing", "no-symbol"])
+CHAIN_WARNING = {
+    "missing": "cannot be loaded",
+    "no-symbol": "exports no profiler",
+    "itself": "autoccl's own library",
+}
+
+
+@pytest.mark.parametrize("bad", sorted(CHAIN_WARNING))
 def test_a_chain_that_cannot_load_is_one_warning(plugin: Path, tmp_path: Path, bad: str) -> None:
-    """A path that cannot be loaded, or a library with no profiler: one WARN naming the variable; autoccl
-    tunes and times as usual."""
+    """A path that cannot be loaded, a library with no profiler, or autoccl's own library (whose init chained
+    to itself without end: the emulator died of a stack overflow): one WARN naming the variable; autoccl tunes
+    and times as usual."""
     # libm: loadable everywhere the emulator runs (glibc), with no profiler in it.
-    path = str(tmp_path / "nothing.so") if bad == "missing" else "libm.so.6"
+    path = {"missing": str(tmp_path / "nothing.so"), "no-symbol": "libm.so.6", "itself": str(plugin)}[bad]
     env = {
         "AUTOCCL_MODE": "online",
         "AUTOCCL_HW": "GPU Xx4",
@@ -191,6 +199,6 @@ def test_a_chain_that_cannot_load_is_one_warning(plugin: Path, tmp_path: Path, b
     assert all(c == 0 for c in res.returncodes), res.stderr[-2000:]
     warns = res.warn_lines()
     assert len(warns) == 1 and "AUTOCCL_PROFILER_CHAIN" in warns[0], warns
-    assert ("cannot be loaded" if bad == "missing" else "exports no profiler") in warns[0], warns
+    assert CHAIN_WARNING[bad] in warns[0], warns
     assert any(t.get("ev") == "time" for t in res.trace)
     assert not any(t.get("ev") == "profiler_chain" for t in res.trace)

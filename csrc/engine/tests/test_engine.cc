@@ -20,6 +20,7 @@
 #include "engine/context.h"
 #include "engine/fingerprint.h"
 #include "engine/fixed_rules.h"
+#include "engine/metrics.h"
 #include "engine/online.h"
 #include "engine/search_decider.h"
 #include "engine/settings.h"
@@ -279,6 +280,51 @@ TEST(engine, settings) {
 }
 
 // ------------------------------------------------------------------ stats
+// The metrics files' names (MetricsWriter::start): <dir>/autoccl.<host>.<pid>.{jsonl,prom}.
+std::string metricsBase(const std::string& dir) {
+  char host[256] = "unknown";
+  gethostname(host, sizeof host - 1);
+  host[sizeof host - 1] = 0;
+  return dir + "/autoccl." + host + "." + std::to_string(getpid());
+}
+
+// A metrics directory no file can be created in is refused at start (a directory where the writer's file
+// must go stands in for a read-only one: it blocks root too); a write that fails later is one warning, and
+// the files are written again once the writer can. Before, both were silent: no file, no word.
+TEST(engine, metrics_writer_says_when_it_cannot_write) {
+  const std::string dir = tempDir();
+  const std::string base = metricsBase(dir);
+  {
+    ASSERT_EQ(::mkdir((base + ".prom.tmp").c_str(), 0700), 0);
+    MetricsWriter w;
+    std::string why;
+    EXPECT_FALSE(w.start(dir, 3600, &why));
+    EXPECT_NE(why.find("takes no files"), std::string::npos) << why;
+    EXPECT_NE(why.find(dir), std::string::npos) << why;
+    EXPECT_FALSE(w.enabled());
+    ASSERT_EQ(::rmdir((base + ".prom.tmp").c_str()), 0);
+  }
+  std::vector<std::string> warns;
+  MetricsWriter w;
+  std::string why;
+  ASSERT_TRUE(w.start(dir, 3600, &why, [&](const std::string& m) { warns.push_back(m); })) << why;
+  w.flush();
+  struct stat st {};
+  EXPECT_EQ(::stat((base + ".prom").c_str(), &st), 0);
+  EXPECT_TRUE(warns.empty());
+  ASSERT_EQ(::mkdir((base + ".jsonl.tmp").c_str(), 0700), 0);  // the next writes fail
+  w.flush();
+  w.flush();
+  ASSERT_EQ(warns.size(), 1u);
+  EXPECT_NE(warns[0].find("metrics files not written"), std::string::npos) << warns[0];
+  EXPECT_NE(warns[0].find(base + ".jsonl.tmp"), std::string::npos) << warns[0];
+  ASSERT_EQ(::rmdir((base + ".jsonl.tmp").c_str()), 0);
+  ASSERT_EQ(::remove((base + ".prom").c_str()), 0);
+  w.flush();
+  EXPECT_EQ(::stat((base + ".prom").c_str(), &st), 0);
+  EXPECT_EQ(warns.size(), 1u);
+}
+
 TEST(engine, stats) {
   RobustStats st(8);
   EXPECT_EQ(st.summary().count, uint64_t(0));

@@ -1942,6 +1942,11 @@ void testEntryNamingNcclChoice() {
     Converged w = driveToConvergence(comm2, {{kAllReduce, 8u << 20, m}}, 30);
     for (const Applied& a : w.seen[0][0]) CHECK(a.isDefault());
     CHECK(w.seen[1][0] == w.seen[0][0]);
+    // Pinned from the table without a sample: its INFO line says so, not "0.0 us vs NCCL's choice 0.0 us,
+    // gain +0.0%" (a gain it never measured).
+    CHECK_EQ(logs2.count(LogLevel::Summary, "pinned NCCL's choice after 0 calls"), size_t(1));
+    CHECK_EQ(logs2.count(LogLevel::Summary, "not timed"), size_t(1));
+    CHECK_EQ(logs2.count(LogLevel::Summary, "gain"), size_t(0));
   }
   std::fprintf(stderr, "  entries naming NCCL's own configuration: the verification kept the explicit form in %d of 7 jobs\n",
                pinnedExplicit);
