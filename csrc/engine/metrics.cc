@@ -113,6 +113,17 @@ bool MetricsWriter::start(const std::string& dir, double intervalS, std::string*
 void MetricsWriter::add(std::weak_ptr<void> owner, Collect collect) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!started_) return;
+  // The oldest gone contexts beyond kKeptGone leave the files (sources_ is in registration order).
+  size_t gone = 0;
+  for (const Source& g : sources_) gone += g.owner.expired();
+  for (auto it = sources_.begin(); gone > kKeptGone && it != sources_.end();) {
+    if (it->owner.expired()) {
+      it = sources_.erase(it);
+      --gone;
+    } else {
+      ++it;
+    }
+  }
   Source s;
   s.key = owner.lock().get();
   s.owner = std::move(owner);

@@ -64,8 +64,11 @@ class MetricsWriter {
   // file system full), once per process.
   bool start(const std::string& dir, double intervalS, std::string* why, Warn warn = nullptr);
   bool enabled() const { return started_; }
-  // A context to collect from while `owner` lives; its last collection is kept after it is gone.
+  // A context to collect from while `owner` lives; its last collection is kept after it is gone, for the
+  // kKeptGone gone contexts registered last (a job that makes and destroys communicators would otherwise grow
+  // the files and the series without end).
   void add(std::weak_ptr<void> owner, Collect collect);
+  static constexpr size_t kKeptGone = 64;
   // Collects the source of `owner` now (its finalize) and writes both files.
   void collectNow(const void* owner);
   // Writes both files from what is collected (exit).

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <thread>
 #include <sstream>
 #include <string>
@@ -323,6 +324,48 @@ TEST(engine, metrics_writer_says_when_it_cannot_write) {
   w.flush();
   EXPECT_EQ(::stat((base + ".prom").c_str(), &st), 0);
   EXPECT_EQ(warns.size(), 1u);
+}
+
+// A job that makes and destroys communicators: the files keep the last numbers of the newest kKeptGone gone
+// ones and every living one, not every communicator the process ever had (the files grew without end).
+TEST(engine, metrics_writer_keeps_a_bounded_number_of_gone_contexts) {
+  const std::string dir = tempDir();
+  MetricsWriter w;
+  std::string why;
+  ASSERT_TRUE(w.start(dir, 3600, &why)) << why;
+  auto metricsOf = [](uint64_t comm) {
+    ContextMetrics c;
+    c.commHash = comm;
+    c.rank = 0;
+    c.nRanks = 2;
+    TaskMetricsRow t;
+    t.coll = "allreduce";
+    t.bytes = 1 << 20;
+    c.tasks.push_back(t);
+    return c;
+  };
+  std::shared_ptr<int> living = std::make_shared<int>(0);
+  w.add(living, [&] { return metricsOf(1000); });
+  const size_t made = MetricsWriter::kKeptGone + 36;
+  for (uint64_t comm = 1; comm <= made; ++comm) {
+    auto owner = std::make_shared<int>(0);
+    w.add(owner, [&metricsOf, comm] { return metricsOf(comm); });
+    w.collectNow(owner.get());  // its finalize
+  }  // each owner gone at the end of its turn
+  w.flush();
+  std::ifstream in(metricsBase(dir) + ".jsonl");
+  std::set<std::string> comms;
+  for (std::string line; std::getline(in, line);) comms.insert(line.substr(0, line.find("\"rank\"")));
+  // the gone ones registered last stay (one was still to go when the last was added), and the living one
+  EXPECT_EQ(comms.size(), MetricsWriter::kKeptGone + 2);
+  std::ifstream again(metricsBase(dir) + ".jsonl");
+  std::string all((std::istreambuf_iterator<char>(again)), std::istreambuf_iterator<char>());
+  auto holds = [&all](uint64_t comm) { return all.find("\"comm\":\"" + commHex(comm) + "\"") != std::string::npos; };
+  EXPECT_TRUE(holds(made));
+  EXPECT_TRUE(holds(made - MetricsWriter::kKeptGone));
+  EXPECT_FALSE(holds(made - MetricsWriter::kKeptGone - 1));
+  EXPECT_FALSE(holds(1));
+  EXPECT_TRUE(holds(1000));
 }
 
 TEST(engine, stats) {
