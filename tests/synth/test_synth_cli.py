@@ -318,3 +318,40 @@ def test_a_missing_extension_is_one_line(monkeypatch: pytest.MonkeyPatch) -> Non
         res = _run(args)
         _refused(res, "Error: autoccl._synth not found: install autoccl (`pip install .`)")
         assert res.exit_code == 1 and len(res.output.strip().splitlines()) == 1, res.output
+
+
+SAME_FILE = [
+    (
+        ["synth", "-g", "ring:4", "-o", "a.json", "--report", "a.json"],
+        "--out and --report name the same file",
+    ),
+    (["synth", "-g", "ring:4", "--heatmap", "x.png", "--timeline", "x.png"], "--heatmap and --timeline"),
+    (["synth", "-g", "ring:4", "--stream", "s.acss", "--report", "./s.acss"], "--report and --stream"),
+    (
+        ["sim", "-g", "ring:4", "-b", "ring", "--heatmap", "x.png", "--report", "x.png"],
+        "--heatmap and --report",
+    ),
+    (
+        ["sim", "-g", "ring:4", "-b", "all", "--heatmap", "hm.png", "--report", "hm.ring.png"],
+        "--heatmap (ring) and --report name the same file, hm.ring.png",
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), SAME_FILE, ids=[" ".join(a) for a, _ in SAME_FILE])
+def test_two_outputs_naming_one_file_are_refused(
+    S: Any, tmp_path: Path, args: list[str], message: str
+) -> None:
+    """Two outputs given one file left only the last one written there (a report over the schedule), and the
+    command said it wrote both."""
+    res = _run(args, cwd=tmp_path)
+    _refused(res, message)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sim_does_not_write_over_its_schedule(S: Any, tmp_path: Path) -> None:
+    assert _run(["synth", "-g", "ring:4", "-o", "s.json"], cwd=tmp_path).exit_code == 0
+    before = (tmp_path / "s.json").read_text()
+    res = _run(["sim", "-g", "ring:4", "--schedule", "s.json", "--report", "s.json"], cwd=tmp_path)
+    _refused(res, "--schedule and --report name the same file")
+    assert (tmp_path / "s.json").read_text() == before

@@ -17,7 +17,7 @@ import click
 
 from autoccl import jsonout
 from autoccl.cli import options as O
-from autoccl.cli.files import refuse_unwritable
+from autoccl.cli.files import refuse_same_file, refuse_unwritable
 from autoccl.synth import MAX_CHUNKS
 
 _NO_TORCH = (
@@ -297,18 +297,6 @@ def _sizes(text: str) -> list[int]:
     return list(O.Bytes(many=True).convert(text, None, None))
 
 
-def _distinct(*outputs: tuple[str, str | None]) -> None:
-    """Two outputs given the same file would leave only the last one written."""
-    seen: dict[Path, str] = {}
-    for option, path in outputs:
-        if not path:
-            continue
-        key = Path(path).resolve()
-        if key in seen:
-            raise click.UsageError(f"{seen[key]} and {option} name the same file, {path}")
-        seen[key] = option
-
-
 def _chunks_fit(chunks: int, ranks: int) -> None:
     if chunks * ranks > MAX_CHUNKS:
         raise click.BadParameter(
@@ -377,7 +365,7 @@ def topo(
     """Detect this machine's topology: GPUs, NVLink/NVSwitch/PCIe (NVML) and NICs, or the CPU ranks."""
     if not from_reports:  # building from reports starts no process: no torch needed
         _need_torch()
-    _distinct(("--out", out), ("--plot", plot), ("--reports", reports))
+    refuse_same_file(("--out", out), ("--plot", plot), ("--reports", reports))
     _writable(out, plot, reports)
     from autoccl.adaptive.detect import RankReport, build_topology
 
@@ -465,7 +453,7 @@ def profile(
 ) -> None:
     """Measure every link's latency and bandwidth (point-to-point over torch.distributed)."""
     _need_torch()
-    _distinct(("--out", out), ("--report", report), ("--plot", plot))
+    refuse_same_file(("--out", out), ("--report", report), ("--plot", plot))
     _writable(out, report, plot)
     from autoccl.adaptive.jobs import profile_job
 

@@ -14,7 +14,7 @@ from click.core import ParameterSource
 from autoccl import jsonout
 from autoccl import synth as S
 from autoccl.cli import options as O
-from autoccl.cli.files import drop_stdout, refuse_unwritable
+from autoccl.cli.files import drop_stdout, refuse_same_file, refuse_unwritable
 from autoccl.synth.topofile import TopologyFileError
 
 
@@ -243,6 +243,15 @@ def synth(
     timeline: str | None,
 ) -> None:
     """Synthesize a collective schedule for a topology (TACOS, done completely)."""
+    refuse_same_file(
+        ("--out", out),
+        ("--msccl-xml", msccl_xml),
+        ("--mscclpp-json", mscclpp_json),
+        ("--report", report),
+        ("--heatmap", heatmap),
+        ("--timeline", timeline),
+        ("--stream", stream),
+    )
     refuse_unwritable(out, msccl_xml, mscclpp_json, report, heatmap, timeline, stream)
     if stream and (no_schedule or out or msccl_xml or mscclpp_json or heatmap or timeline):
         raise click.UsageError(
@@ -488,6 +497,17 @@ def sim(
     refuse_unwritable(report, heatmap, timeline)
     if bool(schedule_path) == bool(algo):
         raise click.UsageError("give exactly one of --schedule FILE or --baseline ALGO")
+    # -b all writes one picture of each kind per baseline (hm.png -> hm.ring.png): those are the files
+    named_outputs: list[tuple[str, str | None]] = (
+        [
+            (f"{o} ({a})", _named(p, a))
+            for a in S.BASELINES
+            for o, p in (("--heatmap", heatmap), ("--timeline", timeline))
+        ]
+        if algo == "all"
+        else [("--heatmap", heatmap), ("--timeline", timeline)]
+    )
+    refuse_same_file(("--schedule", schedule_path), *named_outputs, ("--report", report))
     nbytes = float(size) if algo or _given("size") else 0.0
     items: list[tuple[str, Any]] = []
     try:
