@@ -209,6 +209,16 @@ def test_a_one_dimensional_generator_refuses_several_dimensions(S: Any, kind: st
     assert S.generate(kind, [4]).num_npus == 4
 
 
+@pytest.mark.parametrize(("kind", "links"), [("ring", [(0, 1), (1, 0)]), ("uni_ring", [(0, 1), (1, 0)])])
+def test_a_ring_of_two_is_one_link_each_way(S: Any, kind: str, links: list[tuple[int, int]]) -> None:
+    """ring:2 added npu1 -> npu0 twice and was refused as a duplicate link (`autoccl synth -g ring:2`,
+    `autoccl adaptive check -g ring:2`), while torus:2 and mesh:2 built."""
+    t = S.generate(kind, [2])
+    assert sorted((int(s[3:]), int(d[3:])) for s, d, _, _ in t.links) == links
+    sched, _ = S.synthesize(t, "allreduce", "1M")
+    assert S.check(sched, t)["ok"]
+
+
 def test_determinism(S: Any) -> None:
     t = S.generate("mesh", [4, 4], dim_bandwidth=[50, 80])
     a, sa = S.synthesize(t, "allgather", "16M", chunks=2, seeds=5, threads=2, seed=7)
