@@ -188,6 +188,18 @@ BAD = [
         ["synth", "-g", "switch_unwound:6", "--gen-opt", "degree=9"],
         "degree must be between 1 and n - 1 (5), got 9",
     ),
+    # the spec's kind and dims, and --bw/--lat, were replaced by --gen-opt's without a word
+    (["synth", "-g", "ring:4", "--gen-opt", "kind=mesh"], "the spec (kind:dims) sets kind and dims"),
+    (["synth", "-g", "ring:4", "--gen-opt", "dims=8"], "an option may not set dims"),
+    (["sim", "-g", "ring:4", "-b", "ring", "--gen-opt", "kind=fc"], "an option may not set kind"),
+    (
+        ["synth", "-g", "ring:4", "--bw", "20", "--gen-opt", "bandwidth_gbps=10"],
+        "--bw and --gen-opt bandwidth_gbps= both set the link bandwidth",
+    ),
+    (
+        ["sim", "-g", "ring:4", "-b", "ring", "--lat", "2", "--gen-opt", "latency_us=1"],
+        "--lat and --gen-opt latency_us= both set the link latency",
+    ),
 ]
 
 

@@ -53,7 +53,14 @@ def _topology(
         if topology:
             return S.load_topology(topology)
         assert gen is not None
-        return S.parse_gen_spec(gen, bandwidth, latency, _gen_options(gen_opt))
+        options = _gen_options(gen_opt)
+        for key, value, option, what in (
+            ("bandwidth_gbps", bandwidth, "--bw", "bandwidth"),
+            ("latency_us", latency, "--lat", "latency"),
+        ):
+            if key in options and value is not None:  # --gen-opt's value won, the other was dropped silently
+                raise click.UsageError(f"{option} and --gen-opt {key}= both set the link {what}: give one")
+        return S.parse_gen_spec(gen, bandwidth, latency, options)
     except (TopologyFileError, ValueError) as e:
         raise click.ClickException(str(e)) from e
 

@@ -274,6 +274,12 @@ def parse_gen_spec(
         dims = [int(x) for x in dims_s.lower().split("x")]
     except ValueError as e:
         raise TopologyFileError(f"generator spec {spec!r}: dims must be like 16x16") from e
+    given = sorted({"kind", "dims"} & set(options or {}))
+    if given:  # they replaced the spec's: `-g ring:4 --gen-opt kind=mesh` built a mesh
+        raise TopologyFileError(
+            f"generator {spec!r}: the spec (kind:dims) sets kind and dims; an option may not set "
+            f"{' or '.join(given)}"
+        )
     g: dict[str, Any] = {"kind": kind, "dims": dims}
     if bandwidth is not None:
         g["bandwidth_gbps"] = bandwidth
