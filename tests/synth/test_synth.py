@@ -145,11 +145,33 @@ def test_generated_topology_with_failures(S: Any) -> None:
             },
             "unknown node 'c'",
         ),
+        # read by no one beside a generator: the file said what the topology did not do
+        (
+            {"generator": {"kind": "ring", "dims": [4]}, "defaults": {"bandwidth_gbps": 1}},
+            r"'generator' cannot be combined with defaults",
+        ),
+        (
+            {"generator": {"kind": "ring", "dims": [4]}, "dims": [2, 2]},
+            "'generator' cannot be combined with dims",
+        ),
     ],
 )
 def test_file_validation(S: Any, doc: dict[str, Any], msg: str) -> None:
     with pytest.raises(S.TopologyFileError, match=msg):
         S.topology_from_dict(doc)
+
+
+def test_a_generator_files_name_is_kept(S: Any, tmp_path: Path) -> None:
+    """`name:` beside `generator:` was dropped (the topology kept the generator's ring_4) unless the file also
+    had `failed:`."""
+    (tmp_path / "g.yaml").write_text("name: mine\ngenerator: {kind: ring, dims: [4]}\n")
+    assert S.load_topology(tmp_path / "g.yaml").name == "mine"
+    (tmp_path / "f.yaml").write_text(
+        "name: mine\ngenerator: {kind: ring, dims: [4]}\nfailed: {nodes: [npu3]}\n"
+    )
+    assert S.load_topology(tmp_path / "f.yaml").name == "mine"
+    (tmp_path / "plain.yaml").write_text("generator: {kind: ring, dims: [4]}\n")
+    assert S.load_topology(tmp_path / "plain.yaml").name == "ring_4"
 
 
 def test_exponent_form_numbers_of_a_yaml_file(S: Any, tmp_path: Path) -> None:

@@ -168,8 +168,16 @@ def topology_from_dict(data: Any, source: str = "topology") -> Any:
     if "generator" in data:
         if any(k in data for k in ("nodes", "npus", "switches", "nics", "links")):
             raise TopologyFileError(f"{source}: 'generator' cannot be combined with nodes/links")
+        for key, why in (
+            ("defaults", "its links' latency_us and bandwidth_gbps go in the generator"),
+            ("dims", "the generator gives the dims"),
+        ):
+            if key in data:  # they were read by no one: the file said something the topology did not do
+                raise TopologyFileError(f"{source}: 'generator' cannot be combined with {key} ({why})")
         gen = _generator(f"{source}: generator", data["generator"])
         if "failed" not in data:
+            if "name" in data:
+                gen.name = str(data["name"])
             return gen
         # rebuild as an explicit topology so that failures can be applied
         data = {
