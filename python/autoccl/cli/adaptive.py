@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from autoccl import jsonout
 from autoccl.cli import options as O
@@ -363,7 +364,23 @@ def topo(
     hosts: bool,
 ) -> None:
     """Detect this machine's topology: GPUs, NVLink/NVSwitch/PCIe (NVML) and NICs, or the CPU ranks."""
-    if not from_reports:  # building from reports starts no process: no torch needed
+    if from_reports:  # what says how to start the ranks has nothing to act on
+        source = click.get_current_context().get_parameter_source
+        moot = [
+            option
+            for option, given in (
+                ("--device", source("device") is not ParameterSource.DEFAULT),
+                ("--nproc", nproc is not None),
+                ("--hosts-on-one-gpu", hosts),
+            )
+            if given
+        ]
+        if moot:
+            raise click.UsageError(
+                f"--from-reports starts no process: {', '.join(moot)} would change nothing; the reports say "
+                "which ranks, devices and hosts there were"
+            )
+    else:  # building from reports starts no process: no torch needed
         _need_torch()
     refuse_same_file(("--out", out), ("--plot", plot), ("--reports", reports))
     _writable(out, plot, reports)
