@@ -510,6 +510,13 @@ def profile(
     prof = res["profile"]
     click.echo(f"{len(doc['npus'])} ranks, {res['model']} model, measured in {res['seconds']:.1f} s")
     for p in prof["pairs"]:
+        if not p.get("fitted", True):
+            click.echo(
+                f"  {p['src']} -> {p['dst']}: no fit (the times fall or stay flat with size): beta at least "
+                f"{p['bandwidth_gbps']:.3f} GB/s (the largest size over its time), alpha taken as 0; "
+                "more --repeats or larger --sizes"
+            )
+            continue
         click.echo(
             f"  {p['src']} -> {p['dst']}: alpha {p['latency_us']:.2f} +- {p['latency_err_us']:.2f} us, "
             f"beta {p['bandwidth_gbps']:.3f} +- {p['bandwidth_err_gbps']:.3f} GB/s"
