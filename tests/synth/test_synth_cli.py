@@ -200,6 +200,9 @@ BAD = [
         ["sim", "-g", "ring:4", "-b", "ring", "--lat", "2", "--gen-opt", "latency_us=1"],
         "--lat and --gen-opt latency_us= both set the link latency",
     ),
+    # a root for a collective without one was dropped without a word
+    (["synth", "-g", "ring:4", "-c", "allgather", "--root", "2"], "--root is for broadcast and reduce"),
+    (["sim", "-g", "ring:4", "-b", "ring", "-c", "allreduce", "--root", "1"], "allreduce has no root"),
 ]
 
 

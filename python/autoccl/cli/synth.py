@@ -125,6 +125,12 @@ def _check_chunk_bytes(nbytes: float, chunks: int, topo: Any, collective: str, o
         )
 
 
+def _refuse_moot_root(collective: str) -> None:
+    """--root with a collective that has none was dropped without a word (`synth -c allgather --root 2`)."""
+    if _given("root") and collective not in ("broadcast", "reduce"):
+        raise click.UsageError(f"--root is for broadcast and reduce; {collective} has no root")
+
+
 def _given(name: str) -> bool:
     """Whether the option was given (on the command line or in the environment), not left at its default."""
     src = click.get_current_context().get_parameter_source(name)
@@ -275,6 +281,7 @@ def synth(
             f"--msccl-xml and --mscclpp-json export allgather, reducescatter and allreduce schedules, "
             f"not {collective}"
         )
+    _refuse_moot_root(collective)
     if mscclpp_json and any(kind == "nic" for _, kind in topo.nodes):
         raise click.UsageError("--mscclpp-json is for single-host topologies; this one has NICs")
     nbytes = float(size)
@@ -523,6 +530,7 @@ def sim(
             _match_schedule(sched, schedule_path, collective, nbytes, chunks, root)
             items.append(("schedule", sched))
         else:
+            _refuse_moot_root(collective)
             _check_chunk_bytes(nbytes, chunks, topo, collective, "--chunks" if chunks > 1 else "--size")
             algos: tuple[str, ...] = S.BASELINES if algo == "all" else (str(algo),)
             for a in algos:
