@@ -370,3 +370,12 @@ def test_sim_does_not_write_over_its_schedule(S: Any, tmp_path: Path) -> None:
     res = _run(["sim", "-g", "ring:4", "--schedule", "s.json", "--report", "s.json"], cwd=tmp_path)
     _refused(res, "--schedule and --report name the same file")
     assert (tmp_path / "s.json").read_text() == before
+
+
+def test_a_binary_topology_file_is_named(S: Any, tmp_path: Path) -> None:
+    """`synth -t` on a file that is not text said only "'utf-8' codec can't decode byte 0xe1 ...", not which
+    file."""
+    (tmp_path / "b.yaml").write_bytes(b"\x7fELF\x02\x01\x01\x00\xe1\x80\x00")
+    res = _run(["synth", "-t", str(tmp_path / "b.yaml")])
+    _refused(res, "b.yaml: not a topology file (not UTF-8 text:")
+    assert len(res.output.strip().splitlines()) == 1, res.output
