@@ -78,7 +78,8 @@ for c in bench.get("copy", []):
     p = next((x for x in prof["pairs"] if x["src"] == c["src"] and x["dst"] == c["dst"]), None)
     if p:
         r = p["bandwidth_gbps"] / c["gbps"]
-        print(f"| {c['src']}->{c['dst']} | {c['gbps']:.1f} | {p['bandwidth_gbps']:.1f} +- {p['bandwidth_err_gbps']:.1f}"
+        err = "(no fit: a lower bound)" if p["bandwidth_err_gbps"] is None else f"+- {p['bandwidth_err_gbps']:.1f}"
+        print(f"| {c['src']}->{c['dst']} | {c['gbps']:.1f} | {p['bandwidth_gbps']:.1f} {err}"
               f" | {r:.3f} | {'met' if abs(r - 1) <= 0.10 else 'NOT met'} |")
 for name in ("bench.json", "bench-measured.json"):
     rows = json.loads((out / name).read_text())["rows"]

@@ -4,6 +4,7 @@ of the machine round-trips through the synthesizer and the executor. Bad input: 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -382,3 +383,31 @@ def test_without_torch_the_commands_say_how_to_install_it(monkeypatch: pytest.Mo
     for args in (["topo"], ["profile"], ["adaptive", "check"], ["adaptive", "bench"]):
         r = CliRunner().invoke(main, [*args, "--device", "cpu"])
         assert r.exit_code == 1 and "pip install '.[adaptive]'" in r.output, (args, r.output)
+
+
+def test_profile_says_when_a_pair_fits_no_line(S, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pair whose times fit no line has a lower bound for its bandwidth and no error bars: it is said so,
+    not printed as "alpha 0.00 +- 0.00 us, beta 0.133 +- 0.000 GB/s"; the report holds null errors."""
+    from autoccl.adaptive import launch, profile
+
+    a, b, ae, be = profile.fit_alpha_beta([1, 4096, 16384], [130.0, 119.3, 123.4])
+    unfitted = profile.PairFit(
+        0, 1, a / 2, b, ae / 2, be, [4096, 16384], [119.3, 123.4], fitted=not math.isnan(be)
+    )
+    fitted = profile.PairFit(1, 0, 5.0, 2.0, 0.5, 0.1, [4096, 16384], [7.0, 13.0])
+    doc = {"name": "fake", "npus": ["a", "b"], "links": []}
+    result = {
+        "topology": doc,
+        "model": "p2p",
+        "profile": profile.Profile(2, "cpu", [unfitted, fitted], []).to_dict(),
+        "seconds": 0.0,
+    }
+    monkeypatch.setattr(launch, "run_local", lambda *args, **kwargs: [result])
+    report = tmp_path / "p.json"
+    r = CliRunner().invoke(main, ["profile", "--device", "cpu", "--nproc", "2", "--report", str(report)])
+    assert r.exit_code == 0, r.output
+    assert "0 -> 1: no fit (the times fall or stay flat with size): beta at least 0.133 GB/s" in r.output
+    assert "1 -> 0: alpha 5.00 +- 0.50 us, beta 2.000 +- 0.100 GB/s" in r.output
+    assert "nan" not in r.output and "+- 0.000" not in r.output, r.output
+    pairs = json.loads(report.read_text())["profile"]["pairs"]
+    assert pairs[0]["fitted"] is False and pairs[0]["bandwidth_err_gbps"] is None

@@ -145,6 +145,29 @@ def test_topo_cli_from_reports(tmp_path: Path, S) -> None:
     assert r.exit_code == 1 and "not a reports file" in r.output and "Traceback" not in r.output
 
 
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--nproc", "5"], "--nproc"),
+        (["--device", "cpu"], "--device"),
+        (["--hosts-on-one-gpu"], "--hosts-on-one-gpu"),
+        (["--device", "cuda", "--nproc", "3"], "--device, --nproc"),
+    ],
+)
+def test_topo_from_reports_refuses_the_options_that_start_ranks(
+    tmp_path: Path, extra: list[str], named: str
+) -> None:
+    """--from-reports starts no process: --nproc, --device and --hosts-on-one-gpu were accepted and did
+    nothing (a topology of the reports' 4 ranks came out of `--nproc 5`)."""
+    src = tmp_path / "reports.json"
+    src.write_text(json.dumps([r.to_dict() for r in _reports(cube_mesh())]))
+    out = tmp_path / "t.yaml"
+    r = CliRunner().invoke(main, ["topo", "--from-reports", str(src), "-o", str(out), *extra])
+    assert r.exit_code == 2, r.output
+    assert f"--from-reports starts no process: {named} would change nothing" in r.output, r.output
+    assert "Traceback" not in r.output and not out.exists()
+
+
 def test_topo_from_reports_needs_no_torch(tmp_path: Path) -> None:
     """Building a topology from reports starts no process: it ran the torch check (and imported the jobs
     module, which imports torch) first, so a machine without PyTorch could not read the reports its ranks

@@ -3,6 +3,7 @@ without processes."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -137,8 +138,10 @@ def test_fit_alpha_beta() -> None:
     times = [5 + s / 2000 for s in sizes]  # 5 us, 2 GB/s
     a, b, ae, be = fit_alpha_beta(sizes, times)
     assert a == pytest.approx(5, abs=1e-6) and b == pytest.approx(2.0) and ae < 1e-6 and be < 1e-6
-    a, b, _, _ = fit_alpha_beta([1, 1000], [50.0, 10.0])  # noise: a falling line
-    assert a == 0 and b == pytest.approx(1000 / 10 / 1e3)
+    a, b, ae, be = fit_alpha_beta([1, 1000, 2000], [50.0, 10.0, 20.0])  # noise: a falling line
+    assert a == 0 and b == pytest.approx(2000 / 20 / 1e3)
+    # no line, so no error bars: 0 read as exact (`autoccl profile` printed "+- 0.000 GB/s")
+    assert math.isnan(ae) and math.isnan(be)
     with pytest.raises(ValueError):
         fit_alpha_beta([5, 5], [1, 2])
 

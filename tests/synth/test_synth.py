@@ -145,11 +145,33 @@ def test_generated_topology_with_failures(S: Any) -> None:
             },
             "unknown node 'c'",
         ),
+        # read by no one beside a generator: the file said what the topology did not do
+        (
+            {"generator": {"kind": "ring", "dims": [4]}, "defaults": {"bandwidth_gbps": 1}},
+            r"'generator' cannot be combined with defaults",
+        ),
+        (
+            {"generator": {"kind": "ring", "dims": [4]}, "dims": [2, 2]},
+            "'generator' cannot be combined with dims",
+        ),
     ],
 )
 def test_file_validation(S: Any, doc: dict[str, Any], msg: str) -> None:
     with pytest.raises(S.TopologyFileError, match=msg):
         S.topology_from_dict(doc)
+
+
+def test_a_generator_files_name_is_kept(S: Any, tmp_path: Path) -> None:
+    """`name:` beside `generator:` was dropped (the topology kept the generator's ring_4) unless the file also
+    had `failed:`."""
+    (tmp_path / "g.yaml").write_text("name: mine\ngenerator: {kind: ring, dims: [4]}\n")
+    assert S.load_topology(tmp_path / "g.yaml").name == "mine"
+    (tmp_path / "f.yaml").write_text(
+        "name: mine\ngenerator: {kind: ring, dims: [4]}\nfailed: {nodes: [npu3]}\n"
+    )
+    assert S.load_topology(tmp_path / "f.yaml").name == "mine"
+    (tmp_path / "plain.yaml").write_text("generator: {kind: ring, dims: [4]}\n")
+    assert S.load_topology(tmp_path / "plain.yaml").name == "ring_4"
 
 
 def test_exponent_form_numbers_of_a_yaml_file(S: Any, tmp_path: Path) -> None:
@@ -207,6 +229,16 @@ def test_a_one_dimensional_generator_refuses_several_dimensions(S: Any, kind: st
     with pytest.raises(S.TopologyFileError, match=rf"^g.yaml: generator: {kind} takes one dimension"):
         S.topology_from_dict({"generator": {"kind": kind, "dims": [2, 3]}}, source="g.yaml")
     assert S.generate(kind, [4]).num_npus == 4
+
+
+@pytest.mark.parametrize(("kind", "links"), [("ring", [(0, 1), (1, 0)]), ("uni_ring", [(0, 1), (1, 0)])])
+def test_a_ring_of_two_is_one_link_each_way(S: Any, kind: str, links: list[tuple[int, int]]) -> None:
+    """ring:2 added npu1 -> npu0 twice and was refused as a duplicate link (`autoccl synth -g ring:2`,
+    `autoccl adaptive check -g ring:2`), while torus:2 and mesh:2 built."""
+    t = S.generate(kind, [2])
+    assert sorted((int(s[3:]), int(d[3:])) for s, d, _, _ in t.links) == links
+    sched, _ = S.synthesize(t, "allreduce", "1M")
+    assert S.check(sched, t)["ok"]
 
 
 def test_determinism(S: Any) -> None:

@@ -188,6 +188,21 @@ BAD = [
         ["synth", "-g", "switch_unwound:6", "--gen-opt", "degree=9"],
         "degree must be between 1 and n - 1 (5), got 9",
     ),
+    # the spec's kind and dims, and --bw/--lat, were replaced by --gen-opt's without a word
+    (["synth", "-g", "ring:4", "--gen-opt", "kind=mesh"], "the spec (kind:dims) sets kind and dims"),
+    (["synth", "-g", "ring:4", "--gen-opt", "dims=8"], "an option may not set dims"),
+    (["sim", "-g", "ring:4", "-b", "ring", "--gen-opt", "kind=fc"], "an option may not set kind"),
+    (
+        ["synth", "-g", "ring:4", "--bw", "20", "--gen-opt", "bandwidth_gbps=10"],
+        "--bw and --gen-opt bandwidth_gbps= both set the link bandwidth",
+    ),
+    (
+        ["sim", "-g", "ring:4", "-b", "ring", "--lat", "2", "--gen-opt", "latency_us=1"],
+        "--lat and --gen-opt latency_us= both set the link latency",
+    ),
+    # a root for a collective without one was dropped without a word
+    (["synth", "-g", "ring:4", "-c", "allgather", "--root", "2"], "--root is for broadcast and reduce"),
+    (["sim", "-g", "ring:4", "-b", "ring", "-c", "allreduce", "--root", "1"], "allreduce has no root"),
 ]
 
 
@@ -318,3 +333,49 @@ def test_a_missing_extension_is_one_line(monkeypatch: pytest.MonkeyPatch) -> Non
         res = _run(args)
         _refused(res, "Error: autoccl._synth not found: install autoccl (`pip install .`)")
         assert res.exit_code == 1 and len(res.output.strip().splitlines()) == 1, res.output
+
+
+SAME_FILE = [
+    (
+        ["synth", "-g", "ring:4", "-o", "a.json", "--report", "a.json"],
+        "--out and --report name the same file",
+    ),
+    (["synth", "-g", "ring:4", "--heatmap", "x.png", "--timeline", "x.png"], "--heatmap and --timeline"),
+    (["synth", "-g", "ring:4", "--stream", "s.acss", "--report", "./s.acss"], "--report and --stream"),
+    (
+        ["sim", "-g", "ring:4", "-b", "ring", "--heatmap", "x.png", "--report", "x.png"],
+        "--heatmap and --report",
+    ),
+    (
+        ["sim", "-g", "ring:4", "-b", "all", "--heatmap", "hm.png", "--report", "hm.ring.png"],
+        "--heatmap (ring) and --report name the same file, hm.ring.png",
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), SAME_FILE, ids=[" ".join(a) for a, _ in SAME_FILE])
+def test_two_outputs_naming_one_file_are_refused(
+    S: Any, tmp_path: Path, args: list[str], message: str
+) -> None:
+    """Two outputs given one file left only the last one written there (a report over the schedule), and the
+    command said it wrote both."""
+    res = _run(args, cwd=tmp_path)
+    _refused(res, message)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sim_does_not_write_over_its_schedule(S: Any, tmp_path: Path) -> None:
+    assert _run(["synth", "-g", "ring:4", "-o", "s.json"], cwd=tmp_path).exit_code == 0
+    before = (tmp_path / "s.json").read_text()
+    res = _run(["sim", "-g", "ring:4", "--schedule", "s.json", "--report", "s.json"], cwd=tmp_path)
+    _refused(res, "--schedule and --report name the same file")
+    assert (tmp_path / "s.json").read_text() == before
+
+
+def test_a_binary_topology_file_is_named(S: Any, tmp_path: Path) -> None:
+    """`synth -t` on a file that is not text said only "'utf-8' codec can't decode byte 0xe1 ...", not which
+    file."""
+    (tmp_path / "b.yaml").write_bytes(b"\x7fELF\x02\x01\x01\x00\xe1\x80\x00")
+    res = _run(["synth", "-t", str(tmp_path / "b.yaml")])
+    _refused(res, "b.yaml: not a topology file (not UTF-8 text:")
+    assert len(res.output.strip().splitlines()) == 1, res.output

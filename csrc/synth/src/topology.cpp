@@ -484,10 +484,10 @@ Topology generate(const std::string& kind, const std::vector<int>& dims, const G
   if (kind == "ring" || kind == "uni_ring") {
     add_npus(t, n);
     if (n < 2) throw Error("ring needs at least 2 NPUs");
+    // A ring of 2 is one link each way: i -> i + 1 already gives both, and its reverse would repeat them.
     for (int i = 0; i < n; ++i) {
       t.add_link(i, (i + 1) % n, lat, bw);
       if (kind == "ring" && n > 2) t.add_link((i + 1) % n, i, lat, bw);
-      if (kind == "ring" && n == 2 && i == 0) t.add_link(1, 0, lat, bw);
     }
     t.dims = {n};
   } else if (kind == "fully_connected" || kind == "fc") {

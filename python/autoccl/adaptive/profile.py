@@ -44,6 +44,9 @@ class PairFit:
     bandwidth_err_gbps: float
     sizes: list[int] = field(default_factory=list)
     times_us: list[float] = field(default_factory=list)  # one-way, fastest of the repeats
+    # False: the times fit no line (a slope of 0 or less): bandwidth_gbps is the largest size over its time,
+    # a lower bound, latency_us 0, and both errors unknown (NaN; null in the report)
+    fitted: bool = True
 
 
 @dataclass
@@ -86,7 +89,8 @@ class Profile:
 def fit_alpha_beta(sizes: Sequence[float], times_us: Sequence[float]) -> tuple[float, float, float, float]:
     """Least-squares t = alpha + S / beta. Returns (alpha_us, beta_gbps, alpha_err_us, beta_err_gbps),
     beta in GB/s (= bytes per microsecond / 1e3). When noise makes the slope non-positive, beta falls back
-    to the largest size over its time (alpha = 0), a lower bound of the link's bandwidth."""
+    to the largest size over its time (alpha = 0), a lower bound of the link's bandwidth, and the errors are
+    NaN: not measured, where 0 read as exact. Two points give no errors either (NaN)."""
     x = np.asarray(sizes, dtype=np.float64)
     y = np.asarray(times_us, dtype=np.float64)
     if len(x) < 2 or np.ptp(x) == 0:
@@ -100,11 +104,11 @@ def fit_alpha_beta(sizes: Sequence[float], times_us: Sequence[float]) -> tuple[f
     big = int(np.argmax(x))
     floor = float(x[big] / y[big])  # bytes/us with no latency: the slowest the link can be
     if slope <= 0 or 1.0 / slope > 1e3 * floor * 50:
-        return 0.0, floor / 1e3, 0.0, 0.0
+        return 0.0, floor / 1e3, math.nan, math.nan
     alpha = max(intercept, 0.0)
     beta = 1.0 / slope / 1e3
-    beta_err = float(r.stderr) / slope**2 / 1e3 if len(x) > 2 else 0.0
-    alpha_err = float(r.intercept_stderr) if len(x) > 2 else 0.0
+    beta_err = float(r.stderr) / slope**2 / 1e3 if len(x) > 2 else math.nan
+    alpha_err = float(r.intercept_stderr) if len(x) > 2 else math.nan
     return alpha, beta, alpha_err, beta_err
 
 
@@ -313,7 +317,10 @@ def run_profile(
             # the pair's bandwidth, half the intercept its latency
             rtt2, b, ae, be = fit_alpha_beta([1, *m["sizes"]], [m["rtt1"], *m["rtt"]])
             one_way = [max(r - rtt2 / 2, 1e-3) for r in m["rtt"]]
-            pairs.append(PairFit(rep["rank"], m["dst"], rtt2 / 2, b, ae / 2, be, m["sizes"], one_way))
+            fitted = not math.isnan(be)  # three points or more: NaN only where no line fits
+            pairs.append(
+                PairFit(rep["rank"], m["dst"], rtt2 / 2, b, ae / 2, be, m["sizes"], one_way, fitted=fitted)
+            )
     pairs.sort(key=lambda p: (p.src, p.dst))
     contention: list[ContentionFit] = []
     fb = fan_bytes or max(sizes)

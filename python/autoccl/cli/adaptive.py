@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from autoccl import jsonout
 from autoccl.cli import options as O
-from autoccl.cli.files import refuse_unwritable
+from autoccl.cli.files import refuse_same_file, refuse_unwritable
 from autoccl.synth import MAX_CHUNKS
 
 _NO_TORCH = (
@@ -297,18 +298,6 @@ def _sizes(text: str) -> list[int]:
     return list(O.Bytes(many=True).convert(text, None, None))
 
 
-def _distinct(*outputs: tuple[str, str | None]) -> None:
-    """Two outputs given the same file would leave only the last one written."""
-    seen: dict[Path, str] = {}
-    for option, path in outputs:
-        if not path:
-            continue
-        key = Path(path).resolve()
-        if key in seen:
-            raise click.UsageError(f"{seen[key]} and {option} name the same file, {path}")
-        seen[key] = option
-
-
 def _chunks_fit(chunks: int, ranks: int) -> None:
     if chunks * ranks > MAX_CHUNKS:
         raise click.BadParameter(
@@ -375,9 +364,25 @@ def topo(
     hosts: bool,
 ) -> None:
     """Detect this machine's topology: GPUs, NVLink/NVSwitch/PCIe (NVML) and NICs, or the CPU ranks."""
-    if not from_reports:  # building from reports starts no process: no torch needed
+    if from_reports:  # what says how to start the ranks has nothing to act on
+        source = click.get_current_context().get_parameter_source
+        moot = [
+            option
+            for option, given in (
+                ("--device", source("device") is not ParameterSource.DEFAULT),
+                ("--nproc", nproc is not None),
+                ("--hosts-on-one-gpu", hosts),
+            )
+            if given
+        ]
+        if moot:
+            raise click.UsageError(
+                f"--from-reports starts no process: {', '.join(moot)} would change nothing; the reports say "
+                "which ranks, devices and hosts there were"
+            )
+    else:  # building from reports starts no process: no torch needed
         _need_torch()
-    _distinct(("--out", out), ("--plot", plot), ("--reports", reports))
+    refuse_same_file(("--out", out), ("--plot", plot), ("--reports", reports))
     _writable(out, plot, reports)
     from autoccl.adaptive.detect import RankReport, build_topology
 
@@ -465,7 +470,7 @@ def profile(
 ) -> None:
     """Measure every link's latency and bandwidth (point-to-point over torch.distributed)."""
     _need_torch()
-    _distinct(("--out", out), ("--report", report), ("--plot", plot))
+    refuse_same_file(("--out", out), ("--report", report), ("--plot", plot))
     _writable(out, report, plot)
     from autoccl.adaptive.jobs import profile_job
 
@@ -505,6 +510,13 @@ def profile(
     prof = res["profile"]
     click.echo(f"{len(doc['npus'])} ranks, {res['model']} model, measured in {res['seconds']:.1f} s")
     for p in prof["pairs"]:
+        if not p.get("fitted", True):
+            click.echo(
+                f"  {p['src']} -> {p['dst']}: no fit (the times fall or stay flat with size): beta at least "
+                f"{p['bandwidth_gbps']:.3f} GB/s (the largest size over its time), alpha taken as 0; "
+                "more --repeats or larger --sizes"
+            )
+            continue
         click.echo(
             f"  {p['src']} -> {p['dst']}: alpha {p['latency_us']:.2f} +- {p['latency_err_us']:.2f} us, "
             f"beta {p['bandwidth_gbps']:.3f} +- {p['bandwidth_err_gbps']:.3f} GB/s"

@@ -48,6 +48,19 @@ def refuse_unwritable(*paths: str | None, folders_made: bool = False) -> None:
             raise click.ClickException(f"cannot write {p}: {why}")
 
 
+def refuse_same_file(*outputs: tuple[str, str | None]) -> None:
+    """Refuse, before any work, two outputs (option, path) that name one file: only the last one written would
+    be left, under both names."""
+    seen: dict[Path, str] = {}
+    for option, path in outputs:
+        if not path:
+            continue
+        key = Path(path).expanduser().resolve()
+        if key in seen:
+            raise click.UsageError(f"{seen[key]} and {option} name the same file, {path}")
+        seen[key] = option
+
+
 def stdout_reader_gone() -> bool:
     """Whether stdout is a pipe whose reading end was closed (poll reports an error on its writing end)."""
     try:

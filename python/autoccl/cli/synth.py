@@ -14,7 +14,7 @@ from click.core import ParameterSource
 from autoccl import jsonout
 from autoccl import synth as S
 from autoccl.cli import options as O
-from autoccl.cli.files import drop_stdout, refuse_unwritable
+from autoccl.cli.files import drop_stdout, refuse_same_file, refuse_unwritable
 from autoccl.synth.topofile import TopologyFileError
 
 
@@ -53,7 +53,14 @@ def _topology(
         if topology:
             return S.load_topology(topology)
         assert gen is not None
-        return S.parse_gen_spec(gen, bandwidth, latency, _gen_options(gen_opt))
+        options = _gen_options(gen_opt)
+        for key, value, option, what in (
+            ("bandwidth_gbps", bandwidth, "--bw", "bandwidth"),
+            ("latency_us", latency, "--lat", "latency"),
+        ):
+            if key in options and value is not None:  # --gen-opt's value won, the other was dropped silently
+                raise click.UsageError(f"{option} and --gen-opt {key}= both set the link {what}: give one")
+        return S.parse_gen_spec(gen, bandwidth, latency, options)
     except (TopologyFileError, ValueError) as e:
         raise click.ClickException(str(e)) from e
 
@@ -116,6 +123,12 @@ def _check_chunk_bytes(nbytes: float, chunks: int, topo: Any, collective: str, o
             f"every chunk needs at least 1 byte: give a larger size{fewer}",
             param_hint=option,
         )
+
+
+def _refuse_moot_root(collective: str) -> None:
+    """--root with a collective that has none was dropped without a word (`synth -c allgather --root 2`)."""
+    if _given("root") and collective not in ("broadcast", "reduce"):
+        raise click.UsageError(f"--root is for broadcast and reduce; {collective} has no root")
 
 
 def _given(name: str) -> bool:
@@ -243,6 +256,15 @@ def synth(
     timeline: str | None,
 ) -> None:
     """Synthesize a collective schedule for a topology (TACOS, done completely)."""
+    refuse_same_file(
+        ("--out", out),
+        ("--msccl-xml", msccl_xml),
+        ("--mscclpp-json", mscclpp_json),
+        ("--report", report),
+        ("--heatmap", heatmap),
+        ("--timeline", timeline),
+        ("--stream", stream),
+    )
     refuse_unwritable(out, msccl_xml, mscclpp_json, report, heatmap, timeline, stream)
     if stream and (no_schedule or out or msccl_xml or mscclpp_json or heatmap or timeline):
         raise click.UsageError(
@@ -259,6 +281,7 @@ def synth(
             f"--msccl-xml and --mscclpp-json export allgather, reducescatter and allreduce schedules, "
             f"not {collective}"
         )
+    _refuse_moot_root(collective)
     if mscclpp_json and any(kind == "nic" for _, kind in topo.nodes):
         raise click.UsageError("--mscclpp-json is for single-host topologies; this one has NICs")
     nbytes = float(size)
@@ -488,6 +511,17 @@ def sim(
     refuse_unwritable(report, heatmap, timeline)
     if bool(schedule_path) == bool(algo):
         raise click.UsageError("give exactly one of --schedule FILE or --baseline ALGO")
+    # -b all writes one picture of each kind per baseline (hm.png -> hm.ring.png): those are the files
+    named_outputs: list[tuple[str, str | None]] = (
+        [
+            (f"{o} ({a})", _named(p, a))
+            for a in S.BASELINES
+            for o, p in (("--heatmap", heatmap), ("--timeline", timeline))
+        ]
+        if algo == "all"
+        else [("--heatmap", heatmap), ("--timeline", timeline)]
+    )
+    refuse_same_file(("--schedule", schedule_path), *named_outputs, ("--report", report))
     nbytes = float(size) if algo or _given("size") else 0.0
     items: list[tuple[str, Any]] = []
     try:
@@ -496,6 +530,7 @@ def sim(
             _match_schedule(sched, schedule_path, collective, nbytes, chunks, root)
             items.append(("schedule", sched))
         else:
+            _refuse_moot_root(collective)
             _check_chunk_bytes(nbytes, chunks, topo, collective, "--chunks" if chunks > 1 else "--size")
             algos: tuple[str, ...] = S.BASELINES if algo == "all" else (str(algo),)
             for a in algos:

@@ -66,7 +66,12 @@ def load_topology(path: str | Path) -> Any:
     import yaml
 
     p = Path(path)
-    text = p.read_text()
+    try:
+        text = p.read_text()
+    except UnicodeDecodeError as e:  # its message does not say which file
+        raise TopologyFileError(
+            f"{p}: not a topology file (not UTF-8 text: {e.reason} at byte {e.start})"
+        ) from e
     try:
         data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
     except json.JSONDecodeError as e:

@@ -168,8 +168,16 @@ def topology_from_dict(data: Any, source: str = "topology") -> Any:
     if "generator" in data:
         if any(k in data for k in ("nodes", "npus", "switches", "nics", "links")):
             raise TopologyFileError(f"{source}: 'generator' cannot be combined with nodes/links")
+        for key, why in (
+            ("defaults", "its links' latency_us and bandwidth_gbps go in the generator"),
+            ("dims", "the generator gives the dims"),
+        ):
+            if key in data:  # they were read by no one: the file said something the topology did not do
+                raise TopologyFileError(f"{source}: 'generator' cannot be combined with {key} ({why})")
         gen = _generator(f"{source}: generator", data["generator"])
         if "failed" not in data:
+            if "name" in data:
+                gen.name = str(data["name"])
             return gen
         # rebuild as an explicit topology so that failures can be applied
         data = {
@@ -274,6 +282,12 @@ def parse_gen_spec(
         dims = [int(x) for x in dims_s.lower().split("x")]
     except ValueError as e:
         raise TopologyFileError(f"generator spec {spec!r}: dims must be like 16x16") from e
+    given = sorted({"kind", "dims"} & set(options or {}))
+    if given:  # they replaced the spec's: `-g ring:4 --gen-opt kind=mesh` built a mesh
+        raise TopologyFileError(
+            f"generator {spec!r}: the spec (kind:dims) sets kind and dims; an option may not set "
+            f"{' or '.join(given)}"
+        )
     g: dict[str, Any] = {"kind": kind, "dims": dims}
     if bandwidth is not None:
         g["bandwidth_gbps"] = bandwidth
