@@ -494,7 +494,15 @@ def test_the_limits_python_checks_are_the_librarys(S: Any) -> None:
         (["synth", "-g", "dragonfly:12x3"], "routers per group"),
         (["synth", "-g", "mesh:4x4", "-o", "/nonexistent/dir/s.json"], "does not exist"),
         (["synth", "-g", "mesh:4x4", "--stream", "x.acss", "-o", "y.json"], "cannot be combined"),
-        (["synth", "-g", "mesh:200x200", "-c", "allreduce", "--max-memory", "1"], "GiB"),
+        (
+            ["synth", "-g", "mesh:200x200", "-c", "allreduce", "--max-memory", "1"],
+            "more than the 1.0 GiB allowed",
+        ),
+        # a limit far below a GiB in its own unit (it read "more than the 0.0 GiB allowed")
+        (
+            ["synth", "-g", "mesh:8x8", "-c", "allreduce", "--max-memory", "1e-6"],
+            "more than the 1.0 KiB allowed",
+        ),
         (["sim", "-g", "mesh:4x4", "--schedule", __file__], "not valid JSON"),
     ],
 )

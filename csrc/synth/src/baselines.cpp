@@ -5,6 +5,7 @@
 #include <queue>
 
 #include "autoccl/synth/synth.h"
+#include "memory_text.h"
 
 namespace autoccl::synth {
 
@@ -102,8 +103,8 @@ Schedule baseline(const Topology& topo, const std::string& algo, Collective coll
     if (count > static_cast<double>(kMaxChunks))
       std::snprintf(buf, sizeof buf, "%.3g transfers, more than the %lld a schedule can hold", count, kMaxChunks);
     else
-      std::snprintf(buf, sizeof buf, "about %.1f GiB to build, simulate and check, more than the %.1f GiB allowed",
-                    need / (1 << 30), max_memory_bytes / (1 << 30));
+      std::snprintf(buf, sizeof buf, "about %s to build, simulate and check, more than the %s allowed",
+                    memory_text(need).c_str(), memory_text(max_memory_bytes).c_str());
     throw Error("baseline '" + algo + "' " + to_string(coll) + " on " + std::to_string(n) + " NPUs with " +
                 std::to_string(k) + " chunk(s) per NPU would need " + buf + "; give fewer chunks");
   }

@@ -34,6 +34,7 @@
 #include <thread>
 
 #include "gather.h"
+#include "memory_text.h"
 
 namespace autoccl::synth {
 
@@ -396,10 +397,11 @@ void check_memory(const Topology& topo, const SynthOptions& o, double chunks) {
   if (need <= o.max_memory_bytes) return;
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "%s on %d NPUs with %.0f chunks would need about %.1f GiB (%.1f GiB of synthesis state%s), more "
-                "than the %.1f GiB allowed%s",
-                to_string(o.collective), topo.num_npus(), chunks, need / (1 << 30), state / (1 << 30),
-                o.record ? ", the rest for the transfer list" : "", o.max_memory_bytes / (1 << 30),
+                "%s on %d NPUs with %.0f chunks would need about %s (%s of synthesis state%s), more than the %s "
+                "allowed%s",
+                to_string(o.collective), topo.num_npus(), chunks, memory_text(need).c_str(),
+                memory_text(state).c_str(), o.record ? ", the rest for the transfer list" : "",
+                memory_text(o.max_memory_bytes).c_str(),
                 o.record ? "; --no-schedule or --stream keep no transfer list in memory" : "");
   throw Error(buf);
 }
