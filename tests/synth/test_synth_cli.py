@@ -379,3 +379,40 @@ def test_a_binary_topology_file_is_named(S: Any, tmp_path: Path) -> None:
     res = _run(["synth", "-t", str(tmp_path / "b.yaml")])
     _refused(res, "b.yaml: not a topology file (not UTF-8 text:")
     assert len(res.output.strip().splitlines()) == 1, res.output
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "in-memory"])
+def test_ctrl_c_stops_a_synthesis(S: Any, tmp_path: Path, stream: bool) -> None:
+    """Ctrl-C ends a long synthesis within a second, not when the synthesis would have ended (a minute here:
+    the C++ synthesis ran to its end before Python saw the signal), and leaves no stream file, whole or
+    partial. The signal goes once the synthesis runs: once its stream file exists, or a second after start."""
+    import signal
+    import time
+
+    import autoccl
+
+    package = str(Path(autoccl.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([package, os.environ.get("PYTHONPATH", "")])}
+    out = tmp_path / "s.acss"
+    # mesh:64x64, 4 chunks per NPU: about a minute on 2 cores; --no-schedule keeps its state small in memory
+    where = ["--stream", str(out)] if stream else ["--no-schedule"]
+    args = ["synth", "-g", "mesh:64x64", "-c", "allreduce", "--seeds", "1", "--chunks", "4", "--no-check"]
+    with (tmp_path / "err").open("w") as err:
+        p = subprocess.Popen([sys.executable, "-m", "autoccl", *args, *where], stderr=err, env=env)
+        started = time.monotonic()
+        written = [out, out.with_name(out.name + ".partial")]
+        while time.monotonic() - started < 60 and p.poll() is None:
+            running = any(f.exists() for f in written) if stream else time.monotonic() - started > 4
+            if running:
+                break
+            time.sleep(0.05)
+        assert p.poll() is None, "the synthesis ended before it could be interrupted"
+        p.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        rc = p.wait(timeout=120)
+        took = time.monotonic() - sent
+    errors = (tmp_path / "err").read_text()
+    assert rc == 130, errors
+    assert "autoccl: interrupted" in errors and "Traceback" not in errors, errors
+    assert took < 5, f"{took:.1f} s from Ctrl-C to the exit"
+    assert not any(f.exists() for f in written), sorted(os.listdir(tmp_path))

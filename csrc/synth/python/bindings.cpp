@@ -3,7 +3,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
 #include <optional>
+#include <thread>
 
 #include "autoccl/synth/synth.h"
 
@@ -11,6 +17,46 @@ namespace py = pybind11;
 using namespace autoccl::synth;
 
 namespace {
+
+// Runs `work` (a synthesis, GIL released) on a thread of its own while this thread, every 50 ms, lets Python
+// run its signal handlers: Ctrl-C (KeyboardInterrupt) sets `stop`, which the synthesis reads at each event, and
+// is raised here once the synthesis has ended. In a thread other than Python's main one no handler runs and
+// the synthesis runs to its end, as without this.
+template <class Work>
+void run_interruptible(std::atomic<bool>& stop, Work&& work) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr failure;
+  std::thread th([&] {
+    try {
+      work();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lk(mu);
+    done = true;
+    cv.notify_all();
+  });
+  std::optional<py::error_already_set> signal;
+  for (;;) {
+    {
+      py::gil_scoped_release rel;
+      std::unique_lock<std::mutex> lk(mu);
+      if (cv.wait_for(lk, std::chrono::milliseconds(50), [&] { return done; })) break;
+    }
+    if (!signal && PyErr_CheckSignals() != 0) {
+      signal.emplace();  // takes the raised exception (KeyboardInterrupt, or the handler's own)
+      stop.store(true, std::memory_order_relaxed);
+    }
+  }
+  {
+    py::gil_scoped_release rel;
+    th.join();
+  }
+  if (signal) throw std::move(*signal);
+  if (failure) std::rethrow_exception(failure);
+}
 
 py::dict stats_dict(const SynthStats& st) {
   py::dict d;
@@ -201,12 +247,11 @@ PYBIND11_MODULE(_synth, m) {
            std::uint64_t base_seed, int root, bool record, double max_memory_bytes) {
           SynthOptions o = synth_options(coll, bytes, chunks, seeds, threads, base_seed, root, max_memory_bytes);
           o.record = record;
+          std::atomic<bool> stop{false};
+          o.stop = &stop;
           SynthStats st;
           Schedule s;
-          {
-            py::gil_scoped_release rel;
-            s = synthesize(t, o, &st);
-          }
+          run_interruptible(stop, [&] { s = synthesize(t, o, &st); });
           return py::make_tuple(std::move(s), stats_dict(st));
         },
         py::arg("topology"), py::arg("collective"), py::arg("bytes"), py::arg("chunks") = 0, py::arg("seeds") = 1,
@@ -216,15 +261,13 @@ PYBIND11_MODULE(_synth, m) {
   m.def("synthesize_to_stream",
         [](const Topology& t, const std::string& coll, double bytes, int chunks, int seeds, int threads,
            std::uint64_t base_seed, int root, const std::string& path, double max_memory_bytes) {
-          const SynthOptions o =
-              synth_options(coll, bytes, chunks, seeds, threads, base_seed, root, max_memory_bytes);
+          SynthOptions o = synth_options(coll, bytes, chunks, seeds, threads, base_seed, root, max_memory_bytes);
+          std::atomic<bool> stop{false};
+          o.stop = &stop;
           SynthStats st;
           Schedule s;
           std::uint64_t written = 0;
-          {
-            py::gil_scoped_release rel;
-            s = synthesize_to_stream(t, o, path, &st, &written);
-          }
+          run_interruptible(stop, [&] { s = synthesize_to_stream(t, o, path, &st, &written); });
           py::dict d = stats_dict(st);
           d["bytes_written"] = written;
           return py::make_tuple(std::move(s), d);

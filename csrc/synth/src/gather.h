@@ -3,6 +3,7 @@
 // channels that share no link and cost the same. Private to the synth library.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -24,12 +25,13 @@ struct GatherResult {
 using Sink = std::function<void(std::vector<Transfer>&)>;
 
 // Spread chunks (chunk c starts at src[c]) to every NPU over channels that may share links and differ in cost.
+// `stop` (may be null): read at each event; once true, the engine throws Interrupted.
 GatherResult gather_general(const Topology& t, const std::vector<int>& src, double chunk_bytes, std::uint64_t seed,
-                            bool record, const Sink* sink);
+                            bool record, const Sink* sink, const std::atomic<bool>* stop);
 
 // The same over channels that share no link (and, unless the topology is too large for the general engine,
 // cost the same), its destinations split among `threads` threads (the schedule does not depend on them).
 GatherResult gather_disjoint(const Topology& t, const std::vector<int>& src, double chunk_bytes, std::uint64_t seed,
-                             bool record, int threads, const Sink* sink);
+                             bool record, int threads, const Sink* sink, const std::atomic<bool>* stop);
 
 }  // namespace autoccl::synth::engines

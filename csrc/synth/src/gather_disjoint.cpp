@@ -186,7 +186,7 @@ class Completions {
 class Gather {
  public:
   Gather(const Topology& t, const std::vector<int>& src, double chunk_bytes, std::uint64_t seed, bool record,
-         int threads, const Sink* sink);
+         int threads, const Sink* sink, const std::atomic<bool>* stop);
   GatherResult run();
 
  private:
@@ -226,6 +226,7 @@ class Gather {
     double head = 0;
     std::int64_t entries_pub = 0;
     bool failed = false;
+    bool interrupted = false;  // failed because stop_ was set
     std::string error;
   };
 
@@ -234,6 +235,7 @@ class Gather {
   std::uint64_t seed_;
   bool record_;
   const Sink* sink_;
+  const std::atomic<bool>* stop_;
   bool random_;
   unsigned shift_ = 31;       // entry = chunk | tag << shift_ (without tags, 31: no channel's back tag matches)
   std::uint32_t cmask_ = ~0U;  // chunk bits of an entry
@@ -269,13 +271,14 @@ class Gather {
 };
 
 Gather::Gather(const Topology& t, const std::vector<int>& src, double chunk_bytes, std::uint64_t seed, bool record,
-               int threads, const Sink* sink)
+               int threads, const Sink* sink, const std::atomic<bool>* stop)
     : n_(t.num_npus()),
       C_(src.size()),
       nch_(t.channels().size()),
       seed_(mix64(seed + 0x632BE59BD9B4E019ULL)),
       record_(record || sink),
       sink_(sink),
+      stop_(stop),
       random_((seed & 1ULL) == 0),
       claimed_bit_(static_cast<std::uint32_t>(src.size())),
       claimed_(static_cast<std::size_t>(t.num_npus()), src.size() + 1) {
@@ -603,6 +606,8 @@ void Gather::worker(int t) {
     }
   };
   auto publish = [&]() {
+    // A stop is a failure every thread sees after the barrier below, so all leave the loop at one event.
+    if (stop_ && !p.failed && stop_->load(std::memory_order_relaxed)) p.failed = p.interrupted = true;
     p.head = p.events.next();
     p.entries_pub = p.entries;
     if (many) barrier_->wait();
@@ -645,6 +650,8 @@ GatherResult Gather::run() {
     for (auto& th : pool) th.join();
   }
   GatherResult res;
+  for (auto& p : parts_)
+    if (p.interrupted) throw Interrupted();
   for (auto& p : parts_) {
     if (p.failed) throw Error(p.error);
     res.count += p.count;
@@ -658,8 +665,8 @@ GatherResult Gather::run() {
 }  // namespace
 
 GatherResult gather_disjoint(const Topology& t, const std::vector<int>& src, double chunk_bytes, std::uint64_t seed,
-                             bool record, int threads, const Sink* sink) {
-  return Gather(t, src, chunk_bytes, seed, record, threads, sink).run();
+                             bool record, int threads, const Sink* sink, const std::atomic<bool>* stop) {
+  return Gather(t, src, chunk_bytes, seed, record, threads, sink, stop).run();
 }
 
 }  // namespace autoccl::synth::engines

@@ -49,7 +49,7 @@ struct Rng {  // splitmix64: small, fast, deterministic across platforms
 // wins on hierarchies (hosts behind slow rails, dragonfly groups), always and none on tori and meshes whose
 // slow links are part of every NPU's own bandwidth.
 GatherResult gather_general(const Topology& t, const std::vector<int>& src, double chunk_bytes,
-                            std::uint64_t seed, bool record, const Sink* sink) {
+                            std::uint64_t seed, bool record, const Sink* sink, const std::atomic<bool>* stop) {
   record = record || sink;
   const int n = t.num_npus();
   const std::size_t C = src.size();
@@ -294,6 +294,7 @@ GatherResult gather_general(const Topology& t, const std::vector<int>& src, doub
   match(0.0);
   std::vector<int> batch;
   while (!events.empty()) {
+    if (stop && stop->load(std::memory_order_relaxed)) throw Interrupted();
     const double now = events.top().t;
     const double eps = 1e-9 * std::max(1.0, now);
     batch.clear();

@@ -10,6 +10,7 @@
 // spreading phase a reduction is the time reversal of: each record is a reduction over route `route` (already
 // in the reduction's direction) from offset + time - (start + route_us) to offset + time - start. A section
 // with "blocks_of": k has no records of its own: it reads section k's.
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -37,9 +38,12 @@ struct FileCloser {
 }  // namespace
 
 // Buffers of 8 MiB go to a writer thread (at most 4 waiting), so synthesis and the disk work at once.
+// The stream is written to <path>.partial and renamed to <path> by finish(): a synthesis that fails or is
+// interrupted leaves no stream that looks whole, and removes what it wrote.
 struct StreamWriter::Impl {
   std::unique_ptr<std::FILE, FileCloser> f;
-  std::string path;
+  std::string path, partial;
+  bool finished = false;
   std::vector<char> buf;
   std::uint64_t section_count = 0;
   std::uint64_t bytes = 0;
@@ -94,7 +98,13 @@ struct StreamWriter::Impl {
     cv.notify_all();
     if (writer.joinable()) writer.join();
   }
-  ~Impl() { stop(); }
+  ~Impl() {
+    stop();
+    if (!finished) {
+      f.reset();
+      std::remove(partial.c_str());
+    }
+  }
   // zigzag varint
   void put_varint(std::int64_t v) {
     std::uint64_t z = (static_cast<std::uint64_t>(v) << 1) ^ static_cast<std::uint64_t>(v >> 63);
@@ -111,8 +121,9 @@ struct StreamWriter::Impl {
 
 StreamWriter::StreamWriter(const std::string& path, const std::string& header_json) : impl_(new Impl) {
   impl_->path = path;
-  impl_->f.reset(std::fopen(path.c_str(), "wb"));
-  if (!impl_->f) throw Error("cannot write " + path);
+  impl_->partial = path + ".partial";
+  impl_->f.reset(std::fopen(impl_->partial.c_str(), "wb"));
+  if (!impl_->f) throw Error("cannot write " + impl_->partial);
   impl_->buf.reserve(Impl::kBuffer + (1u << 20));
   impl_->start();
   const std::uint32_t version = 1;
@@ -165,6 +176,9 @@ std::uint64_t StreamWriter::finish() {
   if (!impl_->error.empty()) throw Error(impl_->error);
   if (std::fflush(impl_->f.get()) != 0 || std::fclose(impl_->f.release()) != 0)
     throw Error("cannot write " + impl_->path + " (disk full?)");
+  if (std::rename(impl_->partial.c_str(), impl_->path.c_str()) != 0)
+    throw Error("cannot rename " + impl_->partial + " to " + impl_->path + ": " + std::strerror(errno));
+  impl_->finished = true;
   return impl_->bytes;
 }
 

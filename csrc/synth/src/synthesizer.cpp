@@ -88,13 +88,14 @@ bool shares_links(const Topology& t) {
 }
 
 GatherResult gather(const Topology& t, const std::vector<int>& src, double chunk_bytes, std::uint64_t seed,
-                    bool record, int threads, SynthOptions::Engine engine, const Sink* sink = nullptr) {
+                    bool record, int threads, const SynthOptions& o, const Sink* sink = nullptr) {
+  const SynthOptions::Engine engine = o.engine;
   using E = SynthOptions::Engine;
   if (engine == E::PointToPoint && shares_links(t))
     throw Error("the point-to-point engine needs channels that share no link (this topology has switch ports)");
   const bool general = engine == E::General || (engine == E::Auto && use_general_engine(t, src.size()));
-  GatherResult res = general ? engines::gather_general(t, src, chunk_bytes, seed, record, sink)
-                             : engines::gather_disjoint(t, src, chunk_bytes, seed, record, threads, sink);
+  GatherResult res = general ? engines::gather_general(t, src, chunk_bytes, seed, record, sink, o.stop)
+                             : engines::gather_disjoint(t, src, chunk_bytes, seed, record, threads, sink, o.stop);
   const std::uint64_t expect = static_cast<std::uint64_t>(src.size()) * static_cast<std::uint64_t>(t.num_npus() - 1);
   if (res.count != expect)
     throw Error("synthesis did not complete: " + std::to_string(res.count) + " of " + std::to_string(expect) +
@@ -130,19 +131,23 @@ GatherResult best_gather(const Topology& t, const std::vector<int>& src, double 
   int best_i = -1;
   std::mutex mu;
   std::atomic<int> next{0};
+  std::atomic<bool> interrupted{false};
   std::string err;
   auto worker = [&]() {
     for (;;) {
       const int i = next.fetch_add(1);
       if (i >= k) return;
       try {
-        GatherResult r = gather(t, src, chunk_bytes, seed_of(i), o.record, inner, o.engine);
+        GatherResult r = gather(t, src, chunk_bytes, seed_of(i), o.record, inner, o);
         std::lock_guard<std::mutex> g(mu);
         times[static_cast<std::size_t>(i)] = r.time;
         if (best_i < 0 || r.time < best.time || (r.time == best.time && i < best_i)) {
           best = std::move(r);
           best_i = i;
         }
+      } catch (const Interrupted&) {
+        interrupted = true;
+        return;
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> g(mu);
         err = e.what();
@@ -157,6 +162,7 @@ GatherResult best_gather(const Topology& t, const std::vector<int>& src, double 
     for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
     for (auto& th : pool) th.join();
   }
+  if (interrupted) throw Interrupted();
   if (!err.empty()) throw Error(err);
   if (seed_times) *seed_times = times;
   if (best_seed) *best_seed = seed_of(best_i);
@@ -494,7 +500,7 @@ GatherResult spread(const Topology& t, bool transposed, const Schedule& s, const
   if (seed_times) *seed_times = kept.seed_times;
   if (best_seed) *best_seed = kept.best_seed;
   if (!o.record) return kept.best;
-  return gather(t, s.owner, s.chunk_bytes, kept.best_seed, true, all_threads(o), o.engine);
+  return gather(t, s.owner, s.chunk_bytes, kept.best_seed, true, all_threads(o), o);
 }
 
 }  // namespace
@@ -613,7 +619,7 @@ Schedule synthesize_to_stream(const Topology& topo, const SynthOptions& o0, cons
   const int threads = all_threads(o);
   double t_rev = 0, t_fwd = 0;
   if (need_reverse) {
-    const GatherResult r = gather(rev_topo, s.owner, s.chunk_bytes, rev_seed, false, threads, o.engine, &sink);
+    const GatherResult r = gather(rev_topo, s.owner, s.chunk_bytes, rev_seed, false, threads, o, &sink);
     w.end_section(r.time);
     t_rev = r.time;
     st.rs_time_us = r.time;
@@ -625,7 +631,7 @@ Schedule synthesize_to_stream(const Topology& topo, const SynthOptions& o0, cons
       t_fwd = t_rev;
       st.transfers *= 2;
     } else {
-      const GatherResult r = gather(topo, s.owner, s.chunk_bytes, fwd_seed, false, threads, o.engine, &sink);
+      const GatherResult r = gather(topo, s.owner, s.chunk_bytes, fwd_seed, false, threads, o, &sink);
       w.end_section(r.time);
       t_fwd = r.time;
       st.transfers += r.count;

@@ -2,10 +2,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "autoccl/synth/synth.h"
@@ -482,6 +485,49 @@ TEST(synth, stream_round_trip) {
   EXPECT_EQ(r.transfers.size(), m.transfers.size());
   check_ok(r, t, "stream");
   std::remove(path.c_str());
+}
+
+// A stop set before or during a synthesis ends it with Interrupted on both engines, in memory and streamed; a
+// stream left unfinished is removed, and a finished one has no ".partial" beside it.
+TEST(synth, stop_interrupts_and_leaves_no_stream) {
+  const GenParams p = params();
+  const auto disjoint = generate("mesh", {16, 16}, p);
+  const auto shared = generate("switch", {64}, p);
+  for (const auto engine : {SynthOptions::Engine::PointToPoint, SynthOptions::Engine::General}) {
+    const Topology& t = engine == SynthOptions::Engine::General ? shared : disjoint;
+    SynthOptions o;
+    o.collective = Collective::AllReduce;
+    o.bytes = 1 << 26;
+    o.chunks_per_rank = 2;
+    o.seeds = 2;
+    o.threads = 2;
+    o.engine = engine;
+    std::atomic<bool> stop{true};
+    o.stop = &stop;
+    EXPECT_THROW(synthesize(t, o), Interrupted);
+    const std::string path = "synth_tests_stop.acss";
+    EXPECT_THROW(synthesize_to_stream(t, o, path), Interrupted);
+    EXPECT_EQ(std::fopen(path.c_str(), "rb"), nullptr);
+    EXPECT_EQ(std::fopen((path + ".partial").c_str(), "rb"), nullptr);
+    // set from another thread while the synthesis runs: it ends at the next event
+    stop = false;
+    std::thread setter([&stop] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      stop = true;
+    });
+    o.chunks_per_rank = 64;  // long enough to be running when the stop comes (seconds without it)
+    EXPECT_THROW(synthesize_to_stream(t, o, path), Interrupted);
+    setter.join();
+    EXPECT_EQ(std::fopen((path + ".partial").c_str(), "rb"), nullptr);
+    stop = false;
+    o.chunks_per_rank = 1;
+    synthesize_to_stream(t, o, path);
+    std::FILE* whole = std::fopen(path.c_str(), "rb");
+    EXPECT_NE(whole, nullptr);
+    if (whole) std::fclose(whole);
+    EXPECT_EQ(std::fopen((path + ".partial").c_str(), "rb"), nullptr);
+    std::remove(path.c_str());
+  }
 }
 
 // Clear errors: by-name resolution, generator limits, a single NPU.

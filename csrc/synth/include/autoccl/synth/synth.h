@@ -12,6 +12,7 @@
 // Units: time in microseconds, bandwidth in GB/s (1e9 bytes/s), sizes in bytes.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -27,6 +28,12 @@ namespace autoccl::synth {
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// A synthesis ended because its SynthOptions::stop was set (the user pressed Ctrl-C).
+class Interrupted : public Error {
+ public:
+  Interrupted() : Error("synthesis interrupted") {}
 };
 
 enum class NodeKind : std::uint8_t { Npu, Switch, Nic };
@@ -214,6 +221,9 @@ struct SynthOptions {
   // beat the fastest so far, and take the synthesis at the count kept from its trial (its best seed run again
   // for the transfer list). false: every candidate run and the synthesis run afresh, the same schedule (tests).
   bool trial_shortcuts = true;
+  // Read now and then while synthesizing (each event of the engines): once true, the synthesis throws
+  // Interrupted, a stream written so far is removed. nullptr: never stopped.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct SynthStats {
