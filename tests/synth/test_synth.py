@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -532,3 +533,30 @@ def test_bounds_and_quality_on_hierarchies(S: Any) -> None:
         s, st = S.synthesize(t, coll, "1G", seeds=S.default_seeds(t), threads=2, record=False)
         bound = max(b["time_us"], b["model_us"])
         assert bound <= s.time_us <= 1.15 * bound, (name, s.time_us, b, st["chunk_trials"])
+
+
+def test_synthesis_reports_progress_and_stops_on_its_error(S: Any, tmp_path: Any) -> None:
+    """A long synthesis calls `progress` with its seconds and the chunk deliveries made so far, both growing;
+    an exception the callback raises stops the synthesis (in memory and streamed, no file left) and is the one
+    raised."""
+    t = S.generate("mesh", [32, 32], bandwidth=50.0, latency=1.0)
+    seen: list[tuple[float, int]] = []
+    S.synthesize(
+        t, "allreduce", "1G", chunks=4, seeds=1, record=False, progress=lambda s, d: seen.append((s, d))
+    )
+    assert len(seen) >= 2, seen
+    assert all(a[0] <= b[0] and a[1] <= b[1] for a, b in itertools.pairwise(seen)), seen
+    assert seen[-1][1] > 0, seen
+
+    class Enough(Exception):
+        pass
+
+    def stop_after_first(seconds: float, deliveries: int) -> None:
+        raise Enough(f"{seconds:.2f} s")
+
+    with pytest.raises(Enough):
+        S.synthesize(t, "allreduce", "1G", chunks=4, seeds=1, record=False, progress=stop_after_first)
+    out = tmp_path / "s.acss"
+    with pytest.raises(Enough):
+        S.synthesize_to_stream(t, "allreduce", "1G", out, chunks=4, seeds=1, progress=stop_after_first)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

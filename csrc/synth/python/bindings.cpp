@@ -21,9 +21,12 @@ namespace {
 // Runs `work` (a synthesis, GIL released) on a thread of its own while this thread, every 50 ms, lets Python
 // run its signal handlers: Ctrl-C (KeyboardInterrupt) sets `stop`, which the synthesis reads at each event, and
 // is raised here once the synthesis has ended. In a thread other than Python's main one no handler runs and
-// the synthesis runs to its end, as without this.
+// the synthesis runs to its end, as without this. `progress` (None: none) is called at each wake-up with
+// (seconds since the start, deliveries made so far); an exception it raises stops the synthesis like Ctrl-C.
 template <class Work>
-void run_interruptible(std::atomic<bool>& stop, Work&& work) {
+void run_interruptible(std::atomic<bool>& stop, const std::atomic<std::uint64_t>& deliveries,
+                       const py::object& progress, Work&& work) {
+  const auto start = std::chrono::steady_clock::now();
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
@@ -45,8 +48,18 @@ void run_interruptible(std::atomic<bool>& stop, Work&& work) {
       std::unique_lock<std::mutex> lk(mu);
       if (cv.wait_for(lk, std::chrono::milliseconds(50), [&] { return done; })) break;
     }
-    if (!signal && PyErr_CheckSignals() != 0) {
+    if (signal) continue;
+    if (PyErr_CheckSignals() != 0) {
       signal.emplace();  // takes the raised exception (KeyboardInterrupt, or the handler's own)
+      stop.store(true, std::memory_order_relaxed);
+      continue;
+    }
+    if (progress.is_none()) continue;
+    try {
+      progress(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+               deliveries.load(std::memory_order_relaxed));
+    } catch (py::error_already_set& e) {
+      signal.emplace(std::move(e));
       stop.store(true, std::memory_order_relaxed);
     }
   }
@@ -244,36 +257,43 @@ PYBIND11_MODULE(_synth, m) {
 
   m.def("synthesize",
         [](const Topology& t, const std::string& coll, double bytes, int chunks, int seeds, int threads,
-           std::uint64_t base_seed, int root, bool record, double max_memory_bytes) {
+           std::uint64_t base_seed, int root, bool record, double max_memory_bytes, const py::object& progress) {
           SynthOptions o = synth_options(coll, bytes, chunks, seeds, threads, base_seed, root, max_memory_bytes);
           o.record = record;
           std::atomic<bool> stop{false};
+          std::atomic<std::uint64_t> deliveries{0};
           o.stop = &stop;
+          o.deliveries = &deliveries;
           SynthStats st;
           Schedule s;
-          run_interruptible(stop, [&] { s = synthesize(t, o, &st); });
+          run_interruptible(stop, deliveries, progress, [&] { s = synthesize(t, o, &st); });
           return py::make_tuple(std::move(s), stats_dict(st));
         },
         py::arg("topology"), py::arg("collective"), py::arg("bytes"), py::arg("chunks") = 0, py::arg("seeds") = 1,
         py::arg("threads") = 0, py::arg("base_seed") = 1, py::arg("root") = 0, py::arg("record") = true,
-        py::arg("max_memory_bytes") = 0.0);
+        py::arg("max_memory_bytes") = 0.0, py::arg("progress") = py::none());
 
   m.def("synthesize_to_stream",
         [](const Topology& t, const std::string& coll, double bytes, int chunks, int seeds, int threads,
-           std::uint64_t base_seed, int root, const std::string& path, double max_memory_bytes) {
+           std::uint64_t base_seed, int root, const std::string& path, double max_memory_bytes,
+           const py::object& progress) {
           SynthOptions o = synth_options(coll, bytes, chunks, seeds, threads, base_seed, root, max_memory_bytes);
           std::atomic<bool> stop{false};
+          std::atomic<std::uint64_t> deliveries{0};
           o.stop = &stop;
+          o.deliveries = &deliveries;
           SynthStats st;
           Schedule s;
           std::uint64_t written = 0;
-          run_interruptible(stop, [&] { s = synthesize_to_stream(t, o, path, &st, &written); });
+          run_interruptible(stop, deliveries, progress,
+                            [&] { s = synthesize_to_stream(t, o, path, &st, &written); });
           py::dict d = stats_dict(st);
           d["bytes_written"] = written;
           return py::make_tuple(std::move(s), d);
         },
         py::arg("topology"), py::arg("collective"), py::arg("bytes"), py::arg("chunks"), py::arg("seeds"),
-        py::arg("threads"), py::arg("base_seed"), py::arg("root"), py::arg("path"), py::arg("max_memory_bytes"));
+        py::arg("threads"), py::arg("base_seed"), py::arg("root"), py::arg("path"), py::arg("max_memory_bytes"),
+        py::arg("progress") = py::none());
 
   py::class_<StreamSection>(m, "StreamSection")
       .def(py::init<>())

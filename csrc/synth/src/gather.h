@@ -25,13 +25,20 @@ struct GatherResult {
 using Sink = std::function<void(std::vector<Transfer>&)>;
 
 // Spread chunks (chunk c starts at src[c]) to every NPU over channels that may share links and differ in cost.
-// `stop` (may be null): read at each event; once true, the engine throws Interrupted.
+// What an engine reads and reports while it runs (SynthOptions::stop and ::deliveries; either may be null).
+struct Progress {
+  const std::atomic<bool>* stop = nullptr;  // read at each event; once true, the engine throws Interrupted
+  std::atomic<std::uint64_t>* deliveries = nullptr;  // deliveries made, added every kDeliveriesStep or so
+  // A shared counter updated at every event cost the threads of a synthesis 5 % of its time.
+  static constexpr std::uint64_t kDeliveriesStep = 1 << 16;
+};
+
 GatherResult gather_general(const Topology& t, const std::vector<int>& src, double chunk_bytes, std::uint64_t seed,
-                            bool record, const Sink* sink, const std::atomic<bool>* stop);
+                            bool record, const Sink* sink, Progress progress);
 
 // The same over channels that share no link (and, unless the topology is too large for the general engine,
 // cost the same), its destinations split among `threads` threads (the schedule does not depend on them).
 GatherResult gather_disjoint(const Topology& t, const std::vector<int>& src, double chunk_bytes, std::uint64_t seed,
-                             bool record, int threads, const Sink* sink, const std::atomic<bool>* stop);
+                             bool record, int threads, const Sink* sink, Progress progress);
 
 }  // namespace autoccl::synth::engines

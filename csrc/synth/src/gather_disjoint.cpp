@@ -186,7 +186,7 @@ class Completions {
 class Gather {
  public:
   Gather(const Topology& t, const std::vector<int>& src, double chunk_bytes, std::uint64_t seed, bool record,
-         int threads, const Sink* sink, const std::atomic<bool>* stop);
+         int threads, const Sink* sink, Progress progress);
   GatherResult run();
 
  private:
@@ -226,7 +226,8 @@ class Gather {
     double head = 0;
     std::int64_t entries_pub = 0;
     bool failed = false;
-    bool interrupted = false;  // failed because stop_ was set
+    bool interrupted = false;  // failed because progress_.stop was set
+    std::uint64_t reported = 0;  // of count, added to progress_.deliveries
     std::string error;
   };
 
@@ -235,7 +236,7 @@ class Gather {
   std::uint64_t seed_;
   bool record_;
   const Sink* sink_;
-  const std::atomic<bool>* stop_;
+  Progress progress_;
   bool random_;
   unsigned shift_ = 31;       // entry = chunk | tag << shift_ (without tags, 31: no channel's back tag matches)
   std::uint32_t cmask_ = ~0U;  // chunk bits of an entry
@@ -271,14 +272,14 @@ class Gather {
 };
 
 Gather::Gather(const Topology& t, const std::vector<int>& src, double chunk_bytes, std::uint64_t seed, bool record,
-               int threads, const Sink* sink, const std::atomic<bool>* stop)
+               int threads, const Sink* sink, Progress progress)
     : n_(t.num_npus()),
       C_(src.size()),
       nch_(t.channels().size()),
       seed_(mix64(seed + 0x632BE59BD9B4E019ULL)),
       record_(record || sink),
       sink_(sink),
-      stop_(stop),
+      progress_(progress),
       random_((seed & 1ULL) == 0),
       claimed_bit_(static_cast<std::uint32_t>(src.size())),
       claimed_(static_cast<std::size_t>(t.num_npus()), src.size() + 1) {
@@ -607,7 +608,11 @@ void Gather::worker(int t) {
   };
   auto publish = [&]() {
     // A stop is a failure every thread sees after the barrier below, so all leave the loop at one event.
-    if (stop_ && !p.failed && stop_->load(std::memory_order_relaxed)) p.failed = p.interrupted = true;
+    if (progress_.stop && !p.failed && progress_.stop->load(std::memory_order_relaxed)) p.failed = p.interrupted = true;
+    if (progress_.deliveries && p.count - p.reported >= Progress::kDeliveriesStep) {
+      progress_.deliveries->fetch_add(p.count - p.reported, std::memory_order_relaxed);
+      p.reported = p.count;
+    }
     p.head = p.events.next();
     p.entries_pub = p.entries;
     if (many) barrier_->wait();
@@ -665,8 +670,8 @@ GatherResult Gather::run() {
 }  // namespace
 
 GatherResult gather_disjoint(const Topology& t, const std::vector<int>& src, double chunk_bytes, std::uint64_t seed,
-                             bool record, int threads, const Sink* sink, const std::atomic<bool>* stop) {
-  return Gather(t, src, chunk_bytes, seed, record, threads, sink, stop).run();
+                             bool record, int threads, const Sink* sink, Progress progress) {
+  return Gather(t, src, chunk_bytes, seed, record, threads, sink, progress).run();
 }
 
 }  // namespace autoccl::synth::engines

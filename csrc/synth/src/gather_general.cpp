@@ -49,7 +49,7 @@ struct Rng {  // splitmix64: small, fast, deterministic across platforms
 // wins on hierarchies (hosts behind slow rails, dragonfly groups), always and none on tori and meshes whose
 // slow links are part of every NPU's own bandwidth.
 GatherResult gather_general(const Topology& t, const std::vector<int>& src, double chunk_bytes,
-                            std::uint64_t seed, bool record, const Sink* sink, const std::atomic<bool>* stop) {
+                            std::uint64_t seed, bool record, const Sink* sink, Progress progress) {
   record = record || sink;
   const int n = t.num_npus();
   const std::size_t C = src.size();
@@ -293,8 +293,13 @@ GatherResult gather_general(const Topology& t, const std::vector<int>& src, doub
 
   match(0.0);
   std::vector<int> batch;
+  std::uint64_t reported = 0;
   while (!events.empty()) {
-    if (stop && stop->load(std::memory_order_relaxed)) throw Interrupted();
+    if (progress.stop && progress.stop->load(std::memory_order_relaxed)) throw Interrupted();
+    if (progress.deliveries && res.count - reported >= Progress::kDeliveriesStep) {
+      progress.deliveries->fetch_add(res.count - reported, std::memory_order_relaxed);
+      reported = res.count;
+    }
     const double now = events.top().t;
     const double eps = 1e-9 * std::max(1.0, now);
     batch.clear();

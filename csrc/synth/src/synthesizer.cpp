@@ -94,8 +94,9 @@ GatherResult gather(const Topology& t, const std::vector<int>& src, double chunk
   if (engine == E::PointToPoint && shares_links(t))
     throw Error("the point-to-point engine needs channels that share no link (this topology has switch ports)");
   const bool general = engine == E::General || (engine == E::Auto && use_general_engine(t, src.size()));
-  GatherResult res = general ? engines::gather_general(t, src, chunk_bytes, seed, record, sink, o.stop)
-                             : engines::gather_disjoint(t, src, chunk_bytes, seed, record, threads, sink, o.stop);
+  const engines::Progress progress{o.stop, o.deliveries};
+  GatherResult res = general ? engines::gather_general(t, src, chunk_bytes, seed, record, sink, progress)
+                             : engines::gather_disjoint(t, src, chunk_bytes, seed, record, threads, sink, progress);
   const std::uint64_t expect = static_cast<std::uint64_t>(src.size()) * static_cast<std::uint64_t>(t.num_npus() - 1);
   if (res.count != expect)
     throw Error("synthesis did not complete: " + std::to_string(res.count) + " of " + std::to_string(expect) +

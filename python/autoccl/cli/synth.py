@@ -150,6 +150,19 @@ def _progress(label: str) -> Callable[[int, int], None]:
     return show
 
 
+def _synthesis_progress() -> Callable[[float, int], None]:
+    """A progress callback for long syntheses: one line on stderr every few seconds (the total is not known
+    ahead: seeds, chunk trials and phases each deliver every chunk to every NPU)."""
+    last = [0.0]
+
+    def show(seconds: float, deliveries: int) -> None:
+        if seconds - last[0] >= 3.0:
+            click.echo(f"synthesizing: {seconds:.0f} s, {deliveries:,} chunk deliveries so far", err=True)
+            last[0] = seconds
+
+    return show
+
+
 def _plots(topo: Any, sim: dict[str, Any], heatmap: str | None, timeline: str | None, title: str) -> None:
     if heatmap or timeline:
         from autoccl.synth import plots
@@ -302,6 +315,7 @@ def synth(
                 seed=seed,
                 root=root,
                 max_memory_gib=max_memory,
+                progress=_synthesis_progress(),
             )
         else:
             sched, stats = S.synthesize(
@@ -315,6 +329,7 @@ def synth(
                 root=root,
                 record=not no_schedule,
                 max_memory_gib=max_memory,
+                progress=_synthesis_progress(),
             )
         synth_s = time.perf_counter() - t0
     except ValueError as e:

@@ -108,15 +108,28 @@ def synthesize(
     root: int = 0,
     record: bool = True,
     max_memory_gib: float | None = None,
+    progress: Callable[[float, int], None] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """Synthesize a schedule. Returns (Schedule, stats). Deterministic for (seed, seeds).
 
     chunks: chunks per NPU (per root for Broadcast/Reduce); 0 chooses it by trial (stats["chunk_trials"]).
     max_memory_gib: refuse (ValueError, before any work) what would need more; default: the machine's memory.
+    progress: called about every 50 ms with (seconds so far, chunk deliveries made so far: every seed, chunk
+    trial and phase); an exception it raises stops the synthesis and is raised here. Ctrl-C stops it too.
     """
     limit = physical_memory_gib() if max_memory_gib is None else max_memory_gib
     return ext().synthesize(
-        topology, collective, parse_size(size), chunks, seeds, threads, seed, root, record, limit * 2**30
+        topology,
+        collective,
+        parse_size(size),
+        chunks,
+        seeds,
+        threads,
+        seed,
+        root,
+        record,
+        limit * 2**30,
+        progress,
     )
 
 
@@ -139,12 +152,25 @@ def synthesize_to_stream(
     seed: int = 1,
     root: int = 0,
     max_memory_gib: float | None = None,
+    progress: Callable[[float, int], None] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """Synthesize and write the schedule to `path` as it is made (format autoccl-schedule-stream v1), keeping
-    no transfer list in memory. Returns (the schedule's header, stats with "bytes_written")."""
+    no transfer list in memory. Returns (the schedule's header, stats with "bytes_written"). The file is
+    written as `path`.partial and renamed when complete; a synthesis that fails or is stopped leaves neither.
+    progress: as synthesize()'s."""
     limit = physical_memory_gib() if max_memory_gib is None else max_memory_gib
     return ext().synthesize_to_stream(
-        topology, collective, parse_size(size), chunks, seeds, threads, seed, root, str(path), limit * 2**30
+        topology,
+        collective,
+        parse_size(size),
+        chunks,
+        seeds,
+        threads,
+        seed,
+        root,
+        str(path),
+        limit * 2**30,
+        progress,
     )
 
 

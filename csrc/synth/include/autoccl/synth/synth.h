@@ -224,6 +224,9 @@ struct SynthOptions {
   // Read now and then while synthesizing (each event of the engines): once true, the synthesis throws
   // Interrupted, a stream written so far is removed. nullptr: never stopped.
   const std::atomic<bool>* stop = nullptr;
+  // Progress, for a caller that shows it: the engines add the chunk deliveries they make (every seed, chunk
+  // trial and phase, so more than the schedule's transfers) at each event. nullptr: not counted.
+  std::atomic<std::uint64_t>* deliveries = nullptr;
 };
 
 struct SynthStats {
