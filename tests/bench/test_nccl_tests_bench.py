@@ -4,6 +4,7 @@ ratio statistics, the data-error and failure reporting."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import sys
@@ -922,3 +923,19 @@ def test_placeholders_pass_the_mode_check(tmp_path: Path) -> None:
     r = _invoke([*args, "-o", str(tmp_path / "o"), "--no-progress"], {"FAKE_LOG": str(log)})
     assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
     assert len(log.read_text().splitlines()) == 4
+
+
+def test_one_pass_has_no_confidence_interval() -> None:
+    """A single pass gives each cell one ratio and the geomean one draw: no 95 % interval, not one of zero
+    width ("1.100× (1.100–1.100)") that claims a certainty one launch per mode cannot give."""
+    recs = [r for r in _plain_and_online(8 << 20) if r["pass"] == 0]
+    s = NT.summarize(recs)
+    o = s["overall"]["online/single"]
+    assert abs(o["geomean_ge_min_bytes"] - 1.1) < 1e-9
+    assert all(math.isnan(x) for x in o["geomean_ci95"])
+    assert all(math.isnan(x) for x in s["cells"][0]["modes"]["online"]["ci95"])
+    row = next(x for x in NT.markdown(s).splitlines() if x.startswith("| online | single |"))
+    assert "1.100× (no interval)" in row, row
+    # two passes: an interval again
+    two = NT.summarize(_plain_and_online(8 << 20))["overall"]["online/single"]["geomean_ci95"]
+    assert all(math.isfinite(x) for x in two)

@@ -855,14 +855,14 @@ def bootstrap_interval(
     samples: Sequence[Sequence[float]], stat: Callable[[list[Sequence[float]]], float], n: int = 2000
 ) -> tuple[float, float]:
     """95 % interval of `stat` over samples (passes, launch pairs) resampled with replacement (seeded: reports
-    are reproducible)."""
+    are reproducible). Fewer than two samples give no interval (NaN, NaN): every resample of one pass is that
+    pass, and an interval of zero width would claim a certainty one launch cannot give."""
     import numpy as np
 
     rng = np.random.default_rng(12345)
     k = len(samples)
     if k < 2:
-        v = stat(list(samples))
-        return v, v
+        return math.nan, math.nan
     vals = []
     for _ in range(n):
         idx = rng.integers(0, k, size=k)
