@@ -939,3 +939,28 @@ def test_one_pass_has_no_confidence_interval() -> None:
     # two passes: an interval again
     two = NT.summarize(_plain_and_online(8 << 20))["overall"]["online/single"]["geomean_ci95"]
     assert all(math.isfinite(x) for x in two)
+
+
+def test_a_mode_whose_every_launch_failed_keeps_its_row() -> None:
+    """A mode none of whose launches ran to the end has no cell, yet its row stays, with its failed launches:
+    the table showed no row for it (summary.json's `overall` was empty) and the exit error alone said that
+    launches had failed. The baseline's failures are named too, and the cell table has no empty column."""
+    recs = _plain_and_online(8 << 20)
+    for r in recs:
+        if r["mode"] == "online":
+            r["rc"], r["rows"] = 3, []
+    s = NT.summarize(recs)
+    o = s["overall"]["online/single"]
+    assert o["failed_launches"] == 2 and o["launches"] == 2 and o["cells"] == 0
+    assert o["geomean_ge_min_bytes"] != o["geomean_ge_min_bytes"]  # NaN: no ratio
+    md = NT.markdown(s)
+    row = next(x for x in md.splitlines() if x.startswith("| online | single |"))
+    assert "— (no launch measured beside the baseline)" in row and "| 2 |" in row, row
+    head = next(x for x in md.splitlines() if x.startswith("| launch | collective |"))
+    assert head.endswith("| spread |"), head
+    # the baseline failing: said in the table's notes
+    recs = _plain_and_online(8 << 20)
+    recs[0]["rc"], recs[0]["rows"] = 1, []
+    s = NT.summarize(recs)
+    assert s["baseline_failed_launches"] == 1
+    assert "plain (the baseline): 1 of 2 launches failed" in NT.markdown(s)

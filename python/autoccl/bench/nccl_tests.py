@@ -907,7 +907,10 @@ def summarize(
         for r in records
         if r.get("rc") == 0 and isinstance(r.get("position"), int)
     }
-    modes = sorted({m for (_, _, _, m) in busbw}, key=lambda m: (m != baseline, m))
+    # every mode and launch kind launched, measured or not: one whose every launch failed keeps its row (its
+    # failed launches), rather than leaving the table without a word
+    modes = sorted({str(r["mode"]) for r in records}, key=lambda m: (m != baseline, m))
+    launch_kinds = sorted({str(r["launch"]) for r in records})
     cells = sorted({(la, c, b) for (la, c, b, _) in busbw})
     out_cells = []
     for la, coll, b in cells:
@@ -947,7 +950,7 @@ def summarize(
     for m in modes:
         if m == baseline:
             continue
-        for la in sorted({c["launch"] for c in out_cells}):
+        for la in launch_kinds:
             sel = [c for c in out_cells if c["launch"] == la and m in c["modes"]]
             big = [c for c in sel if c["bytes"] >= min_bytes]
             geo = _geomean([c["modes"][m]["ratio"] for c in big]) if big else math.nan
@@ -962,6 +965,8 @@ def summarize(
                 lo, hi = bootstrap_interval([[float(p)] for p in pass_ids], geo_of)
             worst = min(sel, key=lambda c: c["modes"][m]["ratio"]) if sel else None
             mrecs = [r for r in records if r["mode"] == m and r["launch"] == la]
+            if not mrecs:
+                continue
             overall[f"{m}/{la}"] = {
                 "mode": m,
                 "launch": la,
@@ -969,7 +974,11 @@ def summarize(
                 # NaN here, null in summary.json (strict JSON), with the reason beside it
                 "geomean_ge_min_bytes": geo,
                 "geomean_ci95": [lo, hi],
-                **({} if math.isfinite(geo) else {"geomean_null_reason": _no_geomean(big, min_bytes)}),
+                **(
+                    {}
+                    if math.isfinite(geo)
+                    else {"geomean_null_reason": _no_geomean(big, min_bytes, measured=bool(sel))}
+                ),
                 # per pass, the geometric mean over the cells it has: pass 0 is a tuned mode's cold start
                 "geomean_by_pass": {
                     str(p): _geomean([c[str(p)] for c in by_cell if str(p) in c])
@@ -1001,8 +1010,11 @@ def summarize(
                 "by_place": _by_place(big, m, la, baseline, place),
             }
     base_spreads = [c["baseline_spread"] for c in out_cells if c["baseline_spread"] is not None]
+    base_recs = [r for r in records if r["mode"] == baseline]
     return {
         "baseline": baseline,
+        "baseline_launches": len(base_recs),
+        "baseline_failed_launches": sum(1 for r in base_recs if r.get("rc") != 0),
         "cells": out_cells,
         "overall": overall,
         "baseline_spread_median": _median(base_spreads) if base_spreads else None,
@@ -1013,8 +1025,11 @@ def summarize(
     }
 
 
-def _no_geomean(big: Sequence[Mapping[str, Any]], min_bytes: int) -> str:
-    """Why a mode has no geometric mean over the cells >= MIN_BYTES (the words summary.md shows)."""
+def _no_geomean(big: Sequence[Mapping[str, Any]], min_bytes: int, measured: bool = True) -> str:
+    """Why a mode has no geometric mean over the cells >= MIN_BYTES (the words summary.md shows); MEASURED
+    is false where no launch of the mode ran to the end beside the baseline's."""
+    if not measured:
+        return "no launch measured beside the baseline"
     if not big:
         return f"no cell ≥ {_mib(min_bytes)}"
     return f"no cell ≥ {_mib(min_bytes)} with a ratio above 0"
@@ -1196,6 +1211,13 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
             f"{o['divergent_calls']} of {o['calls_compared']} | "
             f"{_outlier_text(o.get('largest_average_over_median'))} |"
         )
+    base_failed = int(summary.get("baseline_failed_launches") or 0)
+    if base_failed:
+        lines += [
+            "",
+            f"**{summary['baseline']} (the baseline): {base_failed} of {summary.get('baseline_launches')} "
+            "launches failed**; a cell without the baseline's launch has no ratio.",
+        ]
     by_pass = [o for o in summary["overall"].values() if len(o.get("geomean_by_pass") or {}) > 1]
     if by_pass:
         lines += [
@@ -1265,14 +1287,12 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
                 f"({summary['baseline']} moved {moved})"
             )
     modes = list(dict.fromkeys(m for c in summary["cells"] for m in c["modes"]))
+    head = ["launch", "collective", "size", f"{summary['baseline']} busbw GB/s", "spread"]
+    head += [f"{m} ratio [min–max]" for m in modes]
     lines += [
         "",
-        "| launch | collective | size | "
-        + summary["baseline"]
-        + " busbw GB/s | spread | "
-        + " | ".join(f"{m} ratio [min–max]" for m in modes)
-        + " |",
-        "| --- | --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in modes) + " |",
+        "| " + " | ".join(head) + " |",
+        "| --- | --- | ---: | ---: | ---: |" + "".join(" ---: |" for _ in modes),
     ]
     for c in summary["cells"]:
         vals = []
@@ -1282,9 +1302,7 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
         base = f"{c['baseline_busbw']:.1f}" if c["baseline_busbw"] is not None else "—"
         spread = f"{100 * c['baseline_spread']:.1f} %" if c["baseline_spread"] is not None else "—"
         lines.append(
-            f"| {c['launch']} | {c['coll']} | {_mib(c['bytes'])} | {base} | {spread} | "
-            + " | ".join(vals)
-            + " |"
+            "| " + " | ".join([c["launch"], c["coll"], _mib(c["bytes"]), base, spread, *vals]) + " |"
         )
     return "\n".join(lines) + "\n"
 
