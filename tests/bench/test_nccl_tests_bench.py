@@ -21,6 +21,7 @@ from autoccl.cli import main
 # sets NCCL_TUNER_PLUGIN), one wrong element per row when FAKE_WRONG is set. Appends its launch to a log.
 # With FAKE_NO_TUNER under the plugin it prints the library's WARN where its tuner cannot engage (NCCL prints
 # it at NCCL_DEBUG=WARN) and, with a trace, traces the refusal too.
+# With FAKE_FAIL_TUNED a tuned launch exits 3.
 FAKE = r"""#!PYTHON
 import json, os, sys
 warn = os.environ.get("NCCL_DEBUG") == "WARN"
@@ -39,6 +40,8 @@ b, e, f = int(arg("-b", "1048576")), int(arg("-e", "1048576")), int(arg("-f", "2
 tuned = "NCCL_TUNER_PLUGIN" in os.environ
 with open(os.environ["FAKE_LOG"], "a") as log:
     log.write(("tuned" if tuned else "plain") + " " + os.path.basename(sys.argv[0]) + "\n")
+if tuned and os.environ.get("FAKE_FAIL_TUNED"):
+    sys.exit(3)
 print("# nccl-tests stand-in")
 print("#  size  count  type  redop  root  time  algbw  busbw #wrong  time  algbw  busbw #wrong")
 size = b
@@ -964,3 +967,24 @@ def test_a_mode_whose_every_launch_failed_keeps_its_row() -> None:
     s = NT.summarize(recs)
     assert s["baseline_failed_launches"] == 1
     assert "plain (the baseline): 1 of 2 launches failed" in NT.markdown(s)
+
+
+def test_report_only_does_not_count_failures_a_resumed_run_launched_again(tmp_path: Path) -> None:
+    """A launch that failed and ran to the end when the run resumed is no failure of the folder: the resumed
+    run's summary counts none, and --report-only said '2 launch(es) failed', counted them in the table and
+    exited 1 on the same launches.jsonl."""
+    bin_dir = _fake_bin(tmp_path)
+    out = tmp_path / "out"
+    args = ["--bin", str(bin_dir), "-g", "2", "-c", "all_reduce", "-b", "4M", "-e", "4M", "-p", "2"]
+    args += ["-m", "plain,online", "-o", str(out), "--no-progress"]
+    env = {"FAKE_LOG": str(tmp_path / "log")}
+    r = CliRunner().invoke(main, ["bench", "nccl-tests", *args], env={**env, "FAKE_FAIL_TUNED": "1"})
+    assert r.exit_code != 0 and "2 launch(es) failed" in r.output, r.output
+    r = CliRunner().invoke(main, ["bench", "nccl-tests", *args], env=env)
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "summary.json").read_text())["overall"]["online/single"]["failed_launches"] == 0
+    assert len((out / "launches.jsonl").read_text().splitlines()) == 6  # the failed attempts stay recorded
+    r = CliRunner().invoke(main, ["bench", "nccl-tests", "--report-only", "-o", str(out), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    o = json.loads((out / "summary.json").read_text())["overall"]["online/single"]
+    assert o["failed_launches"] == 0 and o["launches"] == 2 and abs(o["geomean_ge_min_bytes"] - 1.1) < 1e-9

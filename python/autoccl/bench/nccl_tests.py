@@ -594,6 +594,7 @@ def read_launches(outdir: Path) -> tuple[list[dict[str, Any]], int]:
     if not records:
         what = unreadable_lines(unreadable) if unreadable else "empty"
         raise BenchError(f"no launches in {path} ({what}): nothing to summarise")
+    records = current_launches(records)
     for rec in records:
         prefix = outdir / "traces" / str(rec["mode"]) / f"p{rec['pass']}_{rec['coll']}_{rec['launch']}"
         files = trace_files(str(prefix))
@@ -719,6 +720,20 @@ def _shown(value: Any) -> str:
     if isinstance(value, list):
         return repr(" ".join("=".join(map(str, x)) if isinstance(x, list) else str(x) for x in value))
     return str(value)
+
+
+def current_launches(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records without the failed launches a later record of the same (pass, launch kind, collective,
+    mode) superseded, as a run that resumed sees them: a failed launch that a later run launched again is not
+    a failure of the folder any more (the resumed run no longer counts it; its summary must not either)."""
+    later: set[tuple[Any, ...]] = set()
+    kept: list[dict[str, Any]] = []
+    for rec in reversed(records):
+        key = (rec["pass"], rec["launch"], rec["coll"], rec["mode"])
+        if rec.get("rc") == 0 or key not in later:
+            kept.append(rec)
+        later.add(key)
+    return kept[::-1]
 
 
 def _finished(records: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
