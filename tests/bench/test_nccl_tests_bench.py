@@ -988,3 +988,36 @@ def test_report_only_does_not_count_failures_a_resumed_run_launched_again(tmp_pa
     assert r.exit_code == 0, r.output
     o = json.loads((out / "summary.json").read_text())["overall"]["online/single"]
     assert o["failed_launches"] == 0 and o["launches"] == 2 and abs(o["geomean_ge_min_bytes"] - 1.1) < 1e-9
+
+
+@pytest.mark.parametrize(
+    ("nt_args", "named"),
+    [
+        ("-n 5", "-n (set it with -n/--iters)"),
+        ("-d bfloat16 -n5", "-n (set it with -n/--iters)"),
+        ("--iters=5", "--iters (set it with -n/--iters)"),
+        ("-g 4", "-g (set it with -g/--gpus)"),
+        ("-c 0", "-c (set it with none"),
+        ("--stepbytes 1024", "--stepbytes (set it with -f/--factor"),
+    ],
+)
+def test_nt_args_may_not_repeat_what_the_harness_sets(tmp_path: Path, nt_args: str, named: str) -> None:
+    """nccl-tests takes the last of an option given twice: `--nt-args '-n 5'` ran 5 iterations while the
+    record, the resume check and the header said -n 40. Such an option is refused, naming the harness's own;
+    nothing is launched."""
+    bin_dir = _fake_bin(tmp_path)
+    log = tmp_path / "log"
+    out = tmp_path / "out"
+    args = ["--bin", str(bin_dir), "-g", "2", "-c", "all_reduce", "-b", "4M", "-e", "4M", "-p", "1"]
+    r = CliRunner().invoke(
+        main,
+        ["bench", "nccl-tests", *args, "--nt-args", nt_args, "-o", str(out), "--no-progress"],
+        env={"FAKE_LOG": str(log)},
+    )
+    assert r.exit_code == 1 and named in r.output and "Traceback" not in r.output, r.output
+    assert not log.exists()
+
+
+def test_nt_args_of_other_options_pass_through() -> None:
+    assert NT.own_option_in(["-d", "bfloat16", "-o", "max", "-t", "2", "-r", "-1", "-N", "2"]) is None
+    assert NT.own_option_in(["-d", "-n"]) is None  # "-n" is -d's value here

@@ -367,6 +367,55 @@ class Plan:
             raise BenchError("--warmup must be at least 0")
         if not self.timeout > 0:
             raise BenchError("--timeout must be more than 0 seconds")
+        own = own_option_in(self.extra_args)
+        if own:
+            raise BenchError(f"--nt-args {shlex.join(self.extra_args)!r} gives {own}: the harness passes it")
+
+
+# nccl-tests options the harness passes itself (and records in each launch's settings), with the harness
+# option that sets each: one given again in --nt-args would win (nccl-tests reads its options in order, the
+# last one counts), and the launch would run other sizes, iterations or GPUs than its record and header say.
+_OWN_NT_OPTIONS = {
+    "b": "-b/--begin",
+    "minbytes": "-b/--begin",
+    "e": "-e/--end",
+    "maxbytes": "-e/--end",
+    "f": "-f/--factor",
+    "stepfactor": "-f/--factor",
+    "i": "-f/--factor (the sizes grow by a factor)",
+    "stepbytes": "-f/--factor (the sizes grow by a factor)",
+    "w": "-w/--warmup",
+    "warmup_iters": "-w/--warmup",
+    "n": "-n/--iters",
+    "iters": "-n/--iters",
+    "c": "none: every launch runs -c 1, which the data errors come from",
+    "check": "none: every launch runs -c 1, which the data errors come from",
+    "g": "-g/--gpus",
+    "ngpus": "-g/--gpus",
+}
+
+
+def own_option_in(args: Sequence[str]) -> str | None:
+    """The first nccl-tests option in ARGS that the harness sets itself, as written, with the harness's own
+    option for it ("-n (set it with -n/--iters)"); None if there is none. Every nccl-tests option but -h takes
+    a value, attached (`-n5`, `--iters=5`) or as the next word."""
+    expect_value = False
+    for a in args:
+        if expect_value:
+            expect_value = False
+            continue
+        if a.startswith("--") and len(a) > 2:
+            name, eq, _ = a[2:].partition("=")
+            expect_value = not eq
+        elif a.startswith("-") and len(a) > 1 and not a[1].isdigit():
+            name = a[1]
+            expect_value = len(a) == 2 and name != "h"
+        else:
+            continue
+        if name in _OWN_NT_OPTIONS:
+            shown = a.partition("=")[0] if a.startswith("--") else a[:2]
+            return f"{shown} (set it with {_OWN_NT_OPTIONS[name]})"
+    return None
 
 
 def child_env(mode: Mode, base: Mapping[str, str]) -> dict[str, str]:
