@@ -1021,3 +1021,25 @@ def test_nt_args_may_not_repeat_what_the_harness_sets(tmp_path: Path, nt_args: s
 def test_nt_args_of_other_options_pass_through() -> None:
     assert NT.own_option_in(["-d", "bfloat16", "-o", "max", "-t", "2", "-r", "-1", "-N", "2"]) is None
     assert NT.own_option_in(["-d", "-n"]) is None  # "-n" is -d's value here
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["-c", "all_reduce,all_gather,all_reduce"], "--colls names all_reduce more than once"),
+        (["-c", "all_reduce", "--launch", "single,single"], "--launch names single more than once"),
+    ],
+)
+def test_a_collective_or_launch_kind_named_twice_is_refused(
+    tmp_path: Path, extra: list[str], said: str
+) -> None:
+    """`-c all_reduce,all_reduce` launched every all_reduce launch twice a pass (four launches per pass for
+    two modes), the second one's log over the first's, and the summary kept one of the two."""
+    bin_dir = _fake_bin(tmp_path)
+    log = tmp_path / "log"
+    args = ["--bin", str(bin_dir), "-g", "2", "-b", "4M", "-e", "4M", "-p", "1", *extra]
+    r = CliRunner().invoke(
+        main, ["bench", "nccl-tests", *args, "-o", str(tmp_path / "out")], env={"FAKE_LOG": str(log)}
+    )
+    assert r.exit_code == 1 and said in r.output, r.output
+    assert not log.exists()

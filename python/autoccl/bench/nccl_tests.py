@@ -324,6 +324,11 @@ class Plan:
     def validate_binaries(self) -> None:
         """The nccl-tests build, the collectives and the launcher: checked first, before the GPUs are
         counted (a wrong --bin is the problem to name, not a missing nvidia-smi)."""
+        for option, names in (("--colls", self.colls), ("--launch", self.launches)):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                # each would be launched twice a pass, the second launch's log over the first's
+                raise BenchError(f"{option} names {', '.join(twice)} more than once")
         if not self.bin_dir.is_dir():
             raise BenchError(f"--bin {self.bin_dir}: no such directory (build nccl-tests there first)")
         for coll in self.colls:
