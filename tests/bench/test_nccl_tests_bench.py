@@ -1043,3 +1043,87 @@ def test_a_collective_or_launch_kind_named_twice_is_refused(
     )
     assert r.exit_code == 1 and said in r.output, r.output
     assert not log.exists()
+
+
+# A launch that never ends on its own: the shell starts a child, which would hold the GPUs (and the output
+# pipes), and writes the child's pid where the test can see it.
+HANGING = """#!/bin/sh
+sleep 20 &
+echo $! > "$FAKE_PIDFILE"
+wait
+"""
+
+
+def _hanging_bin(tmp: Path) -> Path:
+    bin_dir = tmp / "hang"
+    bin_dir.mkdir()
+    exe = bin_dir / "all_reduce_perf"
+    exe.write_text(HANGING)
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    return bin_dir
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _wait_for(path: Path, seconds: float = 30.0) -> int:
+    import time
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if path.is_file() and path.read_text().strip():
+            return int(path.read_text())
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never appeared")
+
+
+def test_a_launch_past_its_timeout_is_killed_with_its_children(tmp_path: Path) -> None:
+    """--timeout killed the launch's first process only: a child it started (mpirun's ranks) kept running,
+    and the harness waited for it to close the output pipes, so a 1 s timeout took as long as the child."""
+    import time
+
+    pidfile = tmp_path / "pid"
+    args = ["--bin", str(_hanging_bin(tmp_path)), "-g", "2", "-c", "all_reduce", "-b", "4M", "-e", "4M"]
+    args += ["-p", "1", "-m", "plain", "--timeout", "1", "-o", str(tmp_path / "out"), "--no-progress"]
+    t0 = time.monotonic()
+    r = CliRunner().invoke(main, ["bench", "nccl-tests", *args], env={"FAKE_PIDFILE": str(pidfile)})
+    assert r.exit_code == 1 and "1 launch(es) failed" in r.output, r.output
+    assert time.monotonic() - t0 < 15
+    assert not _alive(_wait_for(pidfile))
+
+
+def test_sigterm_stops_the_launch_and_summarises_what_finished(tmp_path: Path) -> None:
+    """SIGTERM to the harness killed it at once: the launch under way, in a session of its own, went on
+    running (on a GPU machine, beside the next run's launches), and no summary was written. Now the launch's
+    processes are killed, the finished launches summarised, and the exit status is 130."""
+    import signal
+    import subprocess
+
+    fake = _fake_bin(tmp_path)
+    hang = _hanging_bin(tmp_path)
+    (hang / "all_gather_perf").symlink_to(fake / "all_gather_perf")
+    out = tmp_path / "out"
+    pidfile = tmp_path / "pid"
+    env = {**os.environ, "FAKE_PIDFILE": str(pidfile), "FAKE_LOG": str(tmp_path / "log")}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(NT.__file__).parents[2]), env.get("PYTHONPATH", "")])
+    args = ["--bin", str(hang), "-g", "2", "-c", "all_gather,all_reduce", "-b", "4M", "-e", "4M", "-p", "1"]
+    args += ["-m", "plain", "-o", str(out), "--no-progress"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autoccl", "bench", "nccl-tests", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    child = _wait_for(pidfile)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output
+    assert "interrupted" in output
+    assert not _alive(child)
+    assert "all_gather" in (out / "summary.md").read_text()

@@ -18,6 +18,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -845,14 +846,27 @@ def _one_launch(plan: Plan, mode: Mode, coll: str, launch: str, pass_no: int) ->
     if plan.trace and not mode.plain:
         trace_prefix(plan, mode, coll, launch, pass_no).parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
     try:
-        proc = subprocess.run(
-            cmd, env=env, capture_output=True, text=True, timeout=plan.timeout, start_new_session=True
-        )
-        rc, out = proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as e:
+        stdout, stderr = proc.communicate(timeout=plan.timeout)
+        rc, out = proc.returncode, stdout + stderr
+    except subprocess.TimeoutExpired:
+        _kill_launch(proc)
+        stdout, stderr = proc.communicate()
         rc = 124
-        out = _text(e.stdout) + _text(e.stderr) + f"\nautoccl bench: killed after {plan.timeout:.0f} s\n"
+        out = _text(stdout) + _text(stderr) + f"\nautoccl bench: killed after {plan.timeout:.0f} s\n"
+    except BaseException:  # Ctrl-C, SIGTERM (as KeyboardInterrupt): the launch stops with the harness
+        _kill_launch(proc)
+        proc.wait()
+        raise
     wall = time.monotonic() - t0
     log.write_text(" ".join(shlex.quote(c) for c in cmd) + "\n" + out)
     rows = parse_rows(out)
@@ -879,6 +893,14 @@ def _one_launch(plan: Plan, mode: Mode, coll: str, launch: str, pass_no: int) ->
         prefix = trace_prefix(plan, mode, coll, launch, pass_no)
         _add_trace_checks(rec, read_records(trace_files(str(prefix))))
     return rec
+
+
+def _kill_launch(proc: subprocess.Popen[str]) -> None:
+    """Kills a launch's whole process group (it was started in a session of its own): the processes it
+    started (mpirun's ranks, a shell's children) too, not its first process alone. Those would go on holding
+    the GPUs beside the next launch, and the output pipes open until they ended."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _add_trace_checks(rec: dict[str, Any], records: list[dict[str, Any]]) -> None:
