@@ -4,6 +4,7 @@ ratio statistics, the data-error and failure reporting."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import sys
@@ -20,6 +21,7 @@ from autoccl.cli import main
 # sets NCCL_TUNER_PLUGIN), one wrong element per row when FAKE_WRONG is set. Appends its launch to a log.
 # With FAKE_NO_TUNER under the plugin it prints the library's WARN where its tuner cannot engage (NCCL prints
 # it at NCCL_DEBUG=WARN) and, with a trace, traces the refusal too.
+# With FAKE_FAIL_TUNED a tuned launch exits 3.
 FAKE = r"""#!PYTHON
 import json, os, sys
 warn = os.environ.get("NCCL_DEBUG") == "WARN"
@@ -38,6 +40,8 @@ b, e, f = int(arg("-b", "1048576")), int(arg("-e", "1048576")), int(arg("-f", "2
 tuned = "NCCL_TUNER_PLUGIN" in os.environ
 with open(os.environ["FAKE_LOG"], "a") as log:
     log.write(("tuned" if tuned else "plain") + " " + os.path.basename(sys.argv[0]) + "\n")
+if tuned and os.environ.get("FAKE_FAIL_TUNED"):
+    sys.exit(3)
 print("# nccl-tests stand-in")
 print("#  size  count  type  redop  root  time  algbw  busbw #wrong  time  algbw  busbw #wrong")
 size = b
@@ -922,3 +926,204 @@ def test_placeholders_pass_the_mode_check(tmp_path: Path) -> None:
     r = _invoke([*args, "-o", str(tmp_path / "o"), "--no-progress"], {"FAKE_LOG": str(log)})
     assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
     assert len(log.read_text().splitlines()) == 4
+
+
+def test_one_pass_has_no_confidence_interval() -> None:
+    """A single pass gives each cell one ratio and the geomean one draw: no 95 % interval, not one of zero
+    width ("1.100× (1.100–1.100)") that claims a certainty one launch per mode cannot give."""
+    recs = [r for r in _plain_and_online(8 << 20) if r["pass"] == 0]
+    s = NT.summarize(recs)
+    o = s["overall"]["online/single"]
+    assert abs(o["geomean_ge_min_bytes"] - 1.1) < 1e-9
+    assert all(math.isnan(x) for x in o["geomean_ci95"])
+    assert all(math.isnan(x) for x in s["cells"][0]["modes"]["online"]["ci95"])
+    row = next(x for x in NT.markdown(s).splitlines() if x.startswith("| online | single |"))
+    assert "1.100× (no interval)" in row, row
+    # two passes: an interval again
+    two = NT.summarize(_plain_and_online(8 << 20))["overall"]["online/single"]["geomean_ci95"]
+    assert all(math.isfinite(x) for x in two)
+
+
+def test_a_mode_whose_every_launch_failed_keeps_its_row() -> None:
+    """A mode none of whose launches ran to the end has no cell, yet its row stays, with its failed launches:
+    the table showed no row for it (summary.json's `overall` was empty) and the exit error alone said that
+    launches had failed. The baseline's failures are named too, and the cell table has no empty column."""
+    recs = _plain_and_online(8 << 20)
+    for r in recs:
+        if r["mode"] == "online":
+            r["rc"], r["rows"] = 3, []
+    s = NT.summarize(recs)
+    o = s["overall"]["online/single"]
+    assert o["failed_launches"] == 2 and o["launches"] == 2 and o["cells"] == 0
+    assert o["geomean_ge_min_bytes"] != o["geomean_ge_min_bytes"]  # NaN: no ratio
+    md = NT.markdown(s)
+    row = next(x for x in md.splitlines() if x.startswith("| online | single |"))
+    assert "— (no launch measured beside the baseline)" in row and "| 2 |" in row, row
+    head = next(x for x in md.splitlines() if x.startswith("| launch | collective |"))
+    assert head.endswith("| spread |"), head
+    # the baseline failing: said in the table's notes
+    recs = _plain_and_online(8 << 20)
+    recs[0]["rc"], recs[0]["rows"] = 1, []
+    s = NT.summarize(recs)
+    assert s["baseline_failed_launches"] == 1
+    assert "plain (the baseline): 1 of 2 launches failed" in NT.markdown(s)
+
+
+def test_report_only_does_not_count_failures_a_resumed_run_launched_again(tmp_path: Path) -> None:
+    """A launch that failed and ran to the end when the run resumed is no failure of the folder: the resumed
+    run's summary counts none, and --report-only said '2 launch(es) failed', counted them in the table and
+    exited 1 on the same launches.jsonl."""
+    bin_dir = _fake_bin(tmp_path)
+    out = tmp_path / "out"
+    args = ["--bin", str(bin_dir), "-g", "2", "-c", "all_reduce", "-b", "4M", "-e", "4M", "-p", "2"]
+    args += ["-m", "plain,online", "-o", str(out), "--no-progress"]
+    env = {"FAKE_LOG": str(tmp_path / "log")}
+    r = CliRunner().invoke(main, ["bench", "nccl-tests", *args], env={**env, "FAKE_FAIL_TUNED": "1"})
+    assert r.exit_code != 0 and "2 launch(es) failed" in r.output, r.output
+    r = CliRunner().invoke(main, ["bench", "nccl-tests", *args], env=env)
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "summary.json").read_text())["overall"]["online/single"]["failed_launches"] == 0
+    assert len((out / "launches.jsonl").read_text().splitlines()) == 6  # the failed attempts stay recorded
+    r = CliRunner().invoke(main, ["bench", "nccl-tests", "--report-only", "-o", str(out), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    o = json.loads((out / "summary.json").read_text())["overall"]["online/single"]
+    assert o["failed_launches"] == 0 and o["launches"] == 2 and abs(o["geomean_ge_min_bytes"] - 1.1) < 1e-9
+
+
+@pytest.mark.parametrize(
+    ("nt_args", "named"),
+    [
+        ("-n 5", "-n (set it with -n/--iters)"),
+        ("-d bfloat16 -n5", "-n (set it with -n/--iters)"),
+        ("--iters=5", "--iters (set it with -n/--iters)"),
+        ("-g 4", "-g (set it with -g/--gpus)"),
+        ("-c 0", "-c (set it with none"),
+        ("--stepbytes 1024", "--stepbytes (set it with -f/--factor"),
+    ],
+)
+def test_nt_args_may_not_repeat_what_the_harness_sets(tmp_path: Path, nt_args: str, named: str) -> None:
+    """nccl-tests takes the last of an option given twice: `--nt-args '-n 5'` ran 5 iterations while the
+    record, the resume check and the header said -n 40. Such an option is refused, naming the harness's own;
+    nothing is launched."""
+    bin_dir = _fake_bin(tmp_path)
+    log = tmp_path / "log"
+    out = tmp_path / "out"
+    args = ["--bin", str(bin_dir), "-g", "2", "-c", "all_reduce", "-b", "4M", "-e", "4M", "-p", "1"]
+    r = CliRunner().invoke(
+        main,
+        ["bench", "nccl-tests", *args, "--nt-args", nt_args, "-o", str(out), "--no-progress"],
+        env={"FAKE_LOG": str(log)},
+    )
+    assert r.exit_code == 1 and named in r.output and "Traceback" not in r.output, r.output
+    assert not log.exists()
+
+
+def test_nt_args_of_other_options_pass_through() -> None:
+    assert NT.own_option_in(["-d", "bfloat16", "-o", "max", "-t", "2", "-r", "-1", "-N", "2"]) is None
+    assert NT.own_option_in(["-d", "-n"]) is None  # "-n" is -d's value here
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["-c", "all_reduce,all_gather,all_reduce"], "--colls names all_reduce more than once"),
+        (["-c", "all_reduce", "--launch", "single,single"], "--launch names single more than once"),
+    ],
+)
+def test_a_collective_or_launch_kind_named_twice_is_refused(
+    tmp_path: Path, extra: list[str], said: str
+) -> None:
+    """`-c all_reduce,all_reduce` launched every all_reduce launch twice a pass (four launches per pass for
+    two modes), the second one's log over the first's, and the summary kept one of the two."""
+    bin_dir = _fake_bin(tmp_path)
+    log = tmp_path / "log"
+    args = ["--bin", str(bin_dir), "-g", "2", "-b", "4M", "-e", "4M", "-p", "1", *extra]
+    r = CliRunner().invoke(
+        main, ["bench", "nccl-tests", *args, "-o", str(tmp_path / "out")], env={"FAKE_LOG": str(log)}
+    )
+    assert r.exit_code == 1 and said in r.output, r.output
+    assert not log.exists()
+
+
+# A launch that never ends on its own: the shell starts a child, which would hold the GPUs (and the output
+# pipes), and writes the child's pid where the test can see it.
+HANGING = """#!/bin/sh
+sleep 20 &
+echo $! > "$FAKE_PIDFILE"
+wait
+"""
+
+
+def _hanging_bin(tmp: Path) -> Path:
+    bin_dir = tmp / "hang"
+    bin_dir.mkdir()
+    exe = bin_dir / "all_reduce_perf"
+    exe.write_text(HANGING)
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    return bin_dir
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _wait_for(path: Path, seconds: float = 30.0) -> int:
+    import time
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if path.is_file() and path.read_text().strip():
+            return int(path.read_text())
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never appeared")
+
+
+def test_a_launch_past_its_timeout_is_killed_with_its_children(tmp_path: Path) -> None:
+    """--timeout killed the launch's first process only: a child it started (mpirun's ranks) kept running,
+    and the harness waited for it to close the output pipes, so a 1 s timeout took as long as the child."""
+    import time
+
+    pidfile = tmp_path / "pid"
+    args = ["--bin", str(_hanging_bin(tmp_path)), "-g", "2", "-c", "all_reduce", "-b", "4M", "-e", "4M"]
+    args += ["-p", "1", "-m", "plain", "--timeout", "1", "-o", str(tmp_path / "out"), "--no-progress"]
+    t0 = time.monotonic()
+    r = CliRunner().invoke(main, ["bench", "nccl-tests", *args], env={"FAKE_PIDFILE": str(pidfile)})
+    assert r.exit_code == 1 and "1 launch(es) failed" in r.output, r.output
+    assert time.monotonic() - t0 < 15
+    assert not _alive(_wait_for(pidfile))
+
+
+def test_sigterm_stops_the_launch_and_summarises_what_finished(tmp_path: Path) -> None:
+    """SIGTERM to the harness killed it at once: the launch under way, in a session of its own, went on
+    running (on a GPU machine, beside the next run's launches), and no summary was written. Now the launch's
+    processes are killed, the finished launches summarised, and the exit status is 130."""
+    import signal
+    import subprocess
+
+    fake = _fake_bin(tmp_path)
+    hang = _hanging_bin(tmp_path)
+    (hang / "all_gather_perf").symlink_to(fake / "all_gather_perf")
+    out = tmp_path / "out"
+    pidfile = tmp_path / "pid"
+    env = {**os.environ, "FAKE_PIDFILE": str(pidfile), "FAKE_LOG": str(tmp_path / "log")}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(NT.__file__).parents[2]), env.get("PYTHONPATH", "")])
+    args = ["--bin", str(hang), "-g", "2", "-c", "all_gather,all_reduce", "-b", "4M", "-e", "4M", "-p", "1"]
+    args += ["-m", "plain", "-o", str(out), "--no-progress"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autoccl", "bench", "nccl-tests", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    child = _wait_for(pidfile)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output
+    assert "interrupted" in output
+    assert not _alive(child)
+    assert "all_gather" in (out / "summary.md").read_text()

@@ -64,3 +64,18 @@ def test_the_header_names_only_the_versions_the_host_had() -> None:
     gpu_doc = _doc(20, backend="nccl")
     gpu_doc["host"].update({"nccl": "2.28.9", "cuda": "13.0", "driver": "580.159.04"})
     assert "torch 2.13.0, NCCL 2.28.9, CUDA 13.0, driver 580.159.04." in R.coll_markdown(gpu_doc)
+
+
+def test_files_that_measured_the_same_cell_are_not_merged_silently() -> None:
+    """Two files with the same mode's row for one cell: the table showed one and dropped the other without a
+    word (also for one file given twice). Refused, naming the files and the cell, with --mix too."""
+    a, b = _doc(20), _doc(20, modes=("online",))
+    with pytest.raises(R.ResultError, match=r"a\.json and b\.json both measured online all_reduce 4K"):
+        R.merge_docs([a, b], ["a.json", "b.json"])
+    with pytest.raises(R.ResultError, match=r"a\.json is given twice"):
+        R.merge_docs([a, a], ["a.json", "a.json"], mix=True)
+    # sweep rows are no measured cell: an oracle split over files still merges
+    sweep = _doc(20, modes=("nccl",))
+    sweep["rows"] = [dict(r, mode="oracle", phase="sweep", launch="oracle/000") for r in sweep["rows"]]
+    merged = R.merge_docs([a, sweep, sweep], ["a.json", "s1.json", "s2.json"])
+    assert len(merged["rows"]) == 4

@@ -18,6 +18,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -324,6 +325,11 @@ class Plan:
     def validate_binaries(self) -> None:
         """The nccl-tests build, the collectives and the launcher: checked first, before the GPUs are
         counted (a wrong --bin is the problem to name, not a missing nvidia-smi)."""
+        for option, names in (("--colls", self.colls), ("--launch", self.launches)):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                # each would be launched twice a pass, the second launch's log over the first's
+                raise BenchError(f"{option} names {', '.join(twice)} more than once")
         if not self.bin_dir.is_dir():
             raise BenchError(f"--bin {self.bin_dir}: no such directory (build nccl-tests there first)")
         for coll in self.colls:
@@ -367,6 +373,55 @@ class Plan:
             raise BenchError("--warmup must be at least 0")
         if not self.timeout > 0:
             raise BenchError("--timeout must be more than 0 seconds")
+        own = own_option_in(self.extra_args)
+        if own:
+            raise BenchError(f"--nt-args {shlex.join(self.extra_args)!r} gives {own}: the harness passes it")
+
+
+# nccl-tests options the harness passes itself (and records in each launch's settings), with the harness
+# option that sets each: one given again in --nt-args would win (nccl-tests reads its options in order, the
+# last one counts), and the launch would run other sizes, iterations or GPUs than its record and header say.
+_OWN_NT_OPTIONS = {
+    "b": "-b/--begin",
+    "minbytes": "-b/--begin",
+    "e": "-e/--end",
+    "maxbytes": "-e/--end",
+    "f": "-f/--factor",
+    "stepfactor": "-f/--factor",
+    "i": "-f/--factor (the sizes grow by a factor)",
+    "stepbytes": "-f/--factor (the sizes grow by a factor)",
+    "w": "-w/--warmup",
+    "warmup_iters": "-w/--warmup",
+    "n": "-n/--iters",
+    "iters": "-n/--iters",
+    "c": "none: every launch runs -c 1, which the data errors come from",
+    "check": "none: every launch runs -c 1, which the data errors come from",
+    "g": "-g/--gpus",
+    "ngpus": "-g/--gpus",
+}
+
+
+def own_option_in(args: Sequence[str]) -> str | None:
+    """The first nccl-tests option in ARGS that the harness sets itself, as written, with the harness's own
+    option for it ("-n (set it with -n/--iters)"); None if there is none. Every nccl-tests option but -h takes
+    a value, attached (`-n5`, `--iters=5`) or as the next word."""
+    expect_value = False
+    for a in args:
+        if expect_value:
+            expect_value = False
+            continue
+        if a.startswith("--") and len(a) > 2:
+            name, eq, _ = a[2:].partition("=")
+            expect_value = not eq
+        elif a.startswith("-") and len(a) > 1 and not a[1].isdigit():
+            name = a[1]
+            expect_value = len(a) == 2 and name != "h"
+        else:
+            continue
+        if name in _OWN_NT_OPTIONS:
+            shown = a.partition("=")[0] if a.startswith("--") else a[:2]
+            return f"{shown} (set it with {_OWN_NT_OPTIONS[name]})"
+    return None
 
 
 def child_env(mode: Mode, base: Mapping[str, str]) -> dict[str, str]:
@@ -594,6 +649,7 @@ def read_launches(outdir: Path) -> tuple[list[dict[str, Any]], int]:
     if not records:
         what = unreadable_lines(unreadable) if unreadable else "empty"
         raise BenchError(f"no launches in {path} ({what}): nothing to summarise")
+    records = current_launches(records)
     for rec in records:
         prefix = outdir / "traces" / str(rec["mode"]) / f"p{rec['pass']}_{rec['coll']}_{rec['launch']}"
         files = trace_files(str(prefix))
@@ -721,6 +777,20 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
+def current_launches(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records without the failed launches a later record of the same (pass, launch kind, collective,
+    mode) superseded, as a run that resumed sees them: a failed launch that a later run launched again is not
+    a failure of the folder any more (the resumed run no longer counts it; its summary must not either)."""
+    later: set[tuple[Any, ...]] = set()
+    kept: list[dict[str, Any]] = []
+    for rec in reversed(records):
+        key = (rec["pass"], rec["launch"], rec["coll"], rec["mode"])
+        if rec.get("rc") == 0 or key not in later:
+            kept.append(rec)
+        later.add(key)
+    return kept[::-1]
+
+
 def _finished(records: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
     """The launches of earlier records that ran to the end, by (pass, launch, collective, mode)."""
     done: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -776,14 +846,27 @@ def _one_launch(plan: Plan, mode: Mode, coll: str, launch: str, pass_no: int) ->
     if plan.trace and not mode.plain:
         trace_prefix(plan, mode, coll, launch, pass_no).parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
     try:
-        proc = subprocess.run(
-            cmd, env=env, capture_output=True, text=True, timeout=plan.timeout, start_new_session=True
-        )
-        rc, out = proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as e:
+        stdout, stderr = proc.communicate(timeout=plan.timeout)
+        rc, out = proc.returncode, stdout + stderr
+    except subprocess.TimeoutExpired:
+        _kill_launch(proc)
+        stdout, stderr = proc.communicate()
         rc = 124
-        out = _text(e.stdout) + _text(e.stderr) + f"\nautoccl bench: killed after {plan.timeout:.0f} s\n"
+        out = _text(stdout) + _text(stderr) + f"\nautoccl bench: killed after {plan.timeout:.0f} s\n"
+    except BaseException:  # Ctrl-C, SIGTERM (as KeyboardInterrupt): the launch stops with the harness
+        _kill_launch(proc)
+        proc.wait()
+        raise
     wall = time.monotonic() - t0
     log.write_text(" ".join(shlex.quote(c) for c in cmd) + "\n" + out)
     rows = parse_rows(out)
@@ -810,6 +893,14 @@ def _one_launch(plan: Plan, mode: Mode, coll: str, launch: str, pass_no: int) ->
         prefix = trace_prefix(plan, mode, coll, launch, pass_no)
         _add_trace_checks(rec, read_records(trace_files(str(prefix))))
     return rec
+
+
+def _kill_launch(proc: subprocess.Popen[str]) -> None:
+    """Kills a launch's whole process group (it was started in a session of its own): the processes it
+    started (mpirun's ranks, a shell's children) too, not its first process alone. Those would go on holding
+    the GPUs beside the next launch, and the output pipes open until they ended."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _add_trace_checks(rec: dict[str, Any], records: list[dict[str, Any]]) -> None:
@@ -855,14 +946,14 @@ def bootstrap_interval(
     samples: Sequence[Sequence[float]], stat: Callable[[list[Sequence[float]]], float], n: int = 2000
 ) -> tuple[float, float]:
     """95 % interval of `stat` over samples (passes, launch pairs) resampled with replacement (seeded: reports
-    are reproducible)."""
+    are reproducible). Fewer than two samples give no interval (NaN, NaN): every resample of one pass is that
+    pass, and an interval of zero width would claim a certainty one launch cannot give."""
     import numpy as np
 
     rng = np.random.default_rng(12345)
     k = len(samples)
     if k < 2:
-        v = stat(list(samples))
-        return v, v
+        return math.nan, math.nan
     vals = []
     for _ in range(n):
         idx = rng.integers(0, k, size=k)
@@ -907,7 +998,10 @@ def summarize(
         for r in records
         if r.get("rc") == 0 and isinstance(r.get("position"), int)
     }
-    modes = sorted({m for (_, _, _, m) in busbw}, key=lambda m: (m != baseline, m))
+    # every mode and launch kind launched, measured or not: one whose every launch failed keeps its row (its
+    # failed launches), rather than leaving the table without a word
+    modes = sorted({str(r["mode"]) for r in records}, key=lambda m: (m != baseline, m))
+    launch_kinds = sorted({str(r["launch"]) for r in records})
     cells = sorted({(la, c, b) for (la, c, b, _) in busbw})
     out_cells = []
     for la, coll, b in cells:
@@ -947,7 +1041,7 @@ def summarize(
     for m in modes:
         if m == baseline:
             continue
-        for la in sorted({c["launch"] for c in out_cells}):
+        for la in launch_kinds:
             sel = [c for c in out_cells if c["launch"] == la and m in c["modes"]]
             big = [c for c in sel if c["bytes"] >= min_bytes]
             geo = _geomean([c["modes"][m]["ratio"] for c in big]) if big else math.nan
@@ -962,6 +1056,8 @@ def summarize(
                 lo, hi = bootstrap_interval([[float(p)] for p in pass_ids], geo_of)
             worst = min(sel, key=lambda c: c["modes"][m]["ratio"]) if sel else None
             mrecs = [r for r in records if r["mode"] == m and r["launch"] == la]
+            if not mrecs:
+                continue
             overall[f"{m}/{la}"] = {
                 "mode": m,
                 "launch": la,
@@ -969,7 +1065,11 @@ def summarize(
                 # NaN here, null in summary.json (strict JSON), with the reason beside it
                 "geomean_ge_min_bytes": geo,
                 "geomean_ci95": [lo, hi],
-                **({} if math.isfinite(geo) else {"geomean_null_reason": _no_geomean(big, min_bytes)}),
+                **(
+                    {}
+                    if math.isfinite(geo)
+                    else {"geomean_null_reason": _no_geomean(big, min_bytes, measured=bool(sel))}
+                ),
                 # per pass, the geometric mean over the cells it has: pass 0 is a tuned mode's cold start
                 "geomean_by_pass": {
                     str(p): _geomean([c[str(p)] for c in by_cell if str(p) in c])
@@ -1001,8 +1101,11 @@ def summarize(
                 "by_place": _by_place(big, m, la, baseline, place),
             }
     base_spreads = [c["baseline_spread"] for c in out_cells if c["baseline_spread"] is not None]
+    base_recs = [r for r in records if r["mode"] == baseline]
     return {
         "baseline": baseline,
+        "baseline_launches": len(base_recs),
+        "baseline_failed_launches": sum(1 for r in base_recs if r.get("rc") != 0),
         "cells": out_cells,
         "overall": overall,
         "baseline_spread_median": _median(base_spreads) if base_spreads else None,
@@ -1013,8 +1116,11 @@ def summarize(
     }
 
 
-def _no_geomean(big: Sequence[Mapping[str, Any]], min_bytes: int) -> str:
-    """Why a mode has no geometric mean over the cells >= MIN_BYTES (the words summary.md shows)."""
+def _no_geomean(big: Sequence[Mapping[str, Any]], min_bytes: int, measured: bool = True) -> str:
+    """Why a mode has no geometric mean over the cells >= MIN_BYTES (the words summary.md shows); MEASURED
+    is false where no launch of the mode ran to the end beside the baseline's."""
+    if not measured:
+        return "no launch measured beside the baseline"
     if not big:
         return f"no cell ≥ {_mib(min_bytes)}"
     return f"no cell ≥ {_mib(min_bytes)} with a ratio above 0"
@@ -1196,6 +1302,13 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
             f"{o['divergent_calls']} of {o['calls_compared']} | "
             f"{_outlier_text(o.get('largest_average_over_median'))} |"
         )
+    base_failed = int(summary.get("baseline_failed_launches") or 0)
+    if base_failed:
+        lines += [
+            "",
+            f"**{summary['baseline']} (the baseline): {base_failed} of {summary.get('baseline_launches')} "
+            "launches failed**; a cell without the baseline's launch has no ratio.",
+        ]
     by_pass = [o for o in summary["overall"].values() if len(o.get("geomean_by_pass") or {}) > 1]
     if by_pass:
         lines += [
@@ -1265,14 +1378,12 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
                 f"({summary['baseline']} moved {moved})"
             )
     modes = list(dict.fromkeys(m for c in summary["cells"] for m in c["modes"]))
+    head = ["launch", "collective", "size", f"{summary['baseline']} busbw GB/s", "spread"]
+    head += [f"{m} ratio [min–max]" for m in modes]
     lines += [
         "",
-        "| launch | collective | size | "
-        + summary["baseline"]
-        + " busbw GB/s | spread | "
-        + " | ".join(f"{m} ratio [min–max]" for m in modes)
-        + " |",
-        "| --- | --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in modes) + " |",
+        "| " + " | ".join(head) + " |",
+        "| --- | --- | ---: | ---: | ---: |" + "".join(" ---: |" for _ in modes),
     ]
     for c in summary["cells"]:
         vals = []
@@ -1282,9 +1393,7 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
         base = f"{c['baseline_busbw']:.1f}" if c["baseline_busbw"] is not None else "—"
         spread = f"{100 * c['baseline_spread']:.1f} %" if c["baseline_spread"] is not None else "—"
         lines.append(
-            f"| {c['launch']} | {c['coll']} | {_mib(c['bytes'])} | {base} | {spread} | "
-            + " | ".join(vals)
-            + " |"
+            "| " + " | ".join([c["launch"], c["coll"], _mib(c["bytes"]), base, spread, *vals]) + " |"
         )
     return "\n".join(lines) + "\n"
 

@@ -306,6 +306,7 @@ def merge_docs(
             + (f"; {len(differ) - 3} more" if len(differ) > 3 else "")
             + "): their cells do not compare; pass --mix to merge them anyway"
         )
+    _refuse_overlap(docs, names)
     out = dict(docs[0])
     for key in ("rows", "launches", "warmup_traces", "iterations", "failures"):
         out[key] = [x for d in docs for x in d.get(key, [])]
@@ -323,6 +324,34 @@ def merge_docs(
     if differ:
         out["mixed"] = differ
     return out
+
+
+def _refuse_overlap(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> None:
+    """Files that split a matrix measure different cells: two files with a measured row of the same mode,
+    collective, size and load would leave the tables to show one of the two and drop the other without a
+    word (a file given twice, or two runs of the same modes). Sweep rows may overlap (an oracle split over
+    files is one oracle), and so may the oracle's re-measurements where the merge leaves them out."""
+    swept = sum(
+        1 for d in docs if any(r.get("mode") == "oracle" and r.get("phase") == "sweep" for r in d["rows"])
+    )
+    seen: dict[tuple[Any, ...], int] = {}
+    for i, doc in enumerate(docs):
+        for r in doc.get("rows", []):
+            if r.get("phase") == "sweep" or (swept > 1 and r.get("mode") == "oracle"):
+                continue
+            key = (r["mode"], r["coll"], r["bytes"], r["load"])
+            first = seen.setdefault(key, i)
+            if first == i:
+                continue
+            if names[first] == names[i]:
+                raise ResultError(
+                    f"{names[i]} is given twice: a merged table would hold each of its cells twice"
+                )
+            raise ResultError(
+                f"{names[first]} and {names[i]} both measured {r['mode']} {r['coll']} "
+                f"{format_size(int(r['bytes']))} under load {r['load']}: a merged table would show one of "
+                "the two; report them apart"
+            )
 
 
 def gloo_caveat(doc: dict[str, Any]) -> str | None:

@@ -997,6 +997,7 @@ def nccl_tests(
     from autoccl.bench import nccl_tests as NT
     from autoccl.cli.tuner import run_options_problem
 
+    interrupted = False
     try:
         if bin_dir is None and not report_only:
             raise NT.BenchError(
@@ -1038,10 +1039,24 @@ def nccl_tests(
             plan.validate()
             outdir.mkdir(parents=True, exist_ok=True)
             show = sys.stderr.isatty() if progress is None else progress
-            with _progress(show) as bar:
-                say = lambda m: click.echo(f"autoccl bench nccl-tests: {m}", err=True)  # noqa: E731
-                records = NT.run_plan(plan, progress=bar, notify=say, check=run_options_problem)
-            unreadable = 0
+            say = lambda m: click.echo(f"autoccl bench nccl-tests: {m}", err=True)  # noqa: E731
+            try:
+                with _stoppable(), _progress(show) as bar:
+                    records = NT.run_plan(plan, progress=bar, notify=say, check=run_options_problem)
+                unreadable = 0
+            except KeyboardInterrupt:
+                # the launch under way was killed with its processes; what finished is in launches.jsonl
+                interrupted = True
+                say(
+                    "interrupted: the launch under way was stopped; the finished launches are summarised "
+                    "below, and the same command continues the run"
+                )
+                if (
+                    not (outdir / "launches.jsonl").is_file()
+                    or not NT.scan_launches(outdir / "launches.jsonl")[0]
+                ):
+                    sys.exit(130)
+                records, unreadable = NT.read_launches(outdir)
     except NT.BenchError as e:
         raise _fail(str(e)) from None
     if unreadable:
@@ -1084,6 +1099,8 @@ def nccl_tests(
         (outdir / "coordinator.md").write_text(NT.coordinator_table(records))
     NT.plot(summary, outdir / "ratio.png")
     click.echo(md)
+    if interrupted:
+        sys.exit(130)
     failed = sum(1 for r in records if r.get("rc") != 0)
     errors = sum(int(r.get("data_errors", 0)) for r in records)
     if failed or errors:
