@@ -226,6 +226,24 @@ def test_losses_are_told_from_plain_spread() -> None:
     assert len(one["overall"]["online/single"]["losses_beyond_spread"]) == 2
 
 
+def test_several_rows_of_one_size_are_said() -> None:
+    """--nt-args '-d all' (or -o all, -N 2) prints several rows of each size, which the cells cannot tell
+    apart (they compare one row a size): the summary says how many launches did, not silently keeping the
+    last."""
+
+    def rec(pass_no: int, mode: str, rows: list[float]) -> dict[str, object]:
+        return {"pass": pass_no, "launch": "single", "coll": "all_reduce", "mode": mode, "rc": 0,
+                "rows": [{"bytes": 8 << 20, "oop_busbw_gbs": v} for v in rows]}  # fmt: skip
+
+    one = [rec(0, "plain", [100.0]), rec(0, "online", [110.0])]
+    assert NT.summarize(one)["launches_with_several_rows_per_size"] == 0
+    assert "several rows of one size" not in NT.markdown(NT.summarize(one))
+    several = [rec(0, "plain", [100.0, 50.0]), rec(0, "online", [110.0, 60.0])]
+    s = NT.summarize(several)
+    assert s["launches_with_several_rows_per_size"] == 2
+    assert "**2 launches printed several rows of one size**" in NT.markdown(s)
+
+
 def test_the_ratio_apart_by_place_in_the_pass() -> None:
     """A machine that slows over a pass makes whichever mode runs second look slower: the summary gives the
     geomean apart for the passes where the mode ran before the baseline and those where it ran after."""

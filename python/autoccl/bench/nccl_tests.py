@@ -1104,6 +1104,11 @@ def summarize(
     base_recs = [r for r in records if r["mode"] == baseline]
     return {
         "baseline": baseline,
+        # launches whose output held several rows of one size (--nt-args '-d all', '-o all', '-N 2'): the
+        # cells compare the last row of each size
+        "launches_with_several_rows_per_size": sum(
+            1 for r in records if r.get("rc") == 0 and _several_rows_per_size(r["rows"])
+        ),
         "baseline_launches": len(base_recs),
         "baseline_failed_launches": sum(1 for r in base_recs if r.get("rc") != 0),
         "cells": out_cells,
@@ -1114,6 +1119,11 @@ def summarize(
             la: v for (m, la), v in sorted(outliers.items()) if m == baseline
         },
     }
+
+
+def _several_rows_per_size(rows: Sequence[Mapping[str, Any]]) -> bool:
+    sizes = [int(r["bytes"]) for r in rows]
+    return len(set(sizes)) != len(sizes)
 
 
 def _no_geomean(big: Sequence[Mapping[str, Any]], min_bytes: int, measured: bool = True) -> str:
@@ -1302,6 +1312,13 @@ def markdown(summary: Mapping[str, Any], header: str = "") -> str:
             f"{o['divergent_calls']} of {o['calls_compared']} | "
             f"{_outlier_text(o.get('largest_average_over_median'))} |"
         )
+    several = int(summary.get("launches_with_several_rows_per_size") or 0)
+    if several:
+        lines += [
+            "",
+            f"**{several} launches printed several rows of one size** (--nt-args `-d all`, `-o all` or "
+            "`-N`): each cell compares the last row of its size; the data errors count every row.",
+        ]
     base_failed = int(summary.get("baseline_failed_launches") or 0)
     if base_failed:
         lines += [
