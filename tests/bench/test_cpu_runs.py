@@ -463,6 +463,12 @@ def test_results_are_not_overwritten_without_force(tmp_path: Path) -> None:
     r = _run([*train, "--force", "-o", str(tmp_path / "t")])
     assert r.exit_code == 0, r.output
     assert "| ddp | nccl |" in (tmp_path / "t.md").read_text()
+    # --resume with --force: one continues the run, the other replaces it; refused before anything runs
+    kept = (tmp_path / "t.json").read_text()
+    for cmd in ([*train, "-o", str(tmp_path / "t")], [*coll, "-o", str(prefix)]):
+        r = CliRunner().invoke(main, [*cmd, "--resume", "--force"])
+        assert r.exit_code == 1 and "give one of them" in r.output, r.output
+    assert (tmp_path / "t.json").read_text() == kept
 
 
 def test_gloo_runs_do_not_ask_for_nccls_channels(tmp_path: Path) -> None:

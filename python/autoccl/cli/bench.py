@@ -85,11 +85,16 @@ def _stoppable() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _resume_doc(prefix: Path | None, resume: bool, kind: str) -> dict[str, Any] | None:
+_RESUME_OR_FORCE = "--resume continues the run of -o PREFIX and --force replaces it: give one of them"
+
+
+def _resume_doc(prefix: Path | None, resume: bool, kind: str, force: bool = False) -> dict[str, Any] | None:
     from autoccl.bench.results import ResultError, load_doc
 
     if not resume:
         return None
+    if force:
+        raise _fail(_RESUME_OR_FORCE)
     if prefix is None:
         raise _fail("--resume needs -o PREFIX (the prefix of the run to continue)")
     path = prefix.with_name(prefix.name + ".json")
@@ -178,6 +183,8 @@ def _backend_of(launch: Launch) -> str:
 def _refuse_overwrite(prefixes: Iterable[Path], launch: Launch) -> None:
     """-o PREFIX of an earlier run is refused, naming its file, unless --force replaces it or --resume
     continues it."""
+    if launch.force and launch.resume:
+        raise _fail(_RESUME_OR_FORCE)
     if launch.force or launch.resume:
         return
     for prefix in prefixes:
@@ -484,7 +491,7 @@ def _run(
     on the main rank's terminal, SIGTERM as Ctrl-C, -o PREFIX continued with --resume and written after
     every launch."""
     show = (sys.stderr.isatty() if launch.progress is None else launch.progress) and topo.is_main
-    earlier = _resume_doc(launch.output, launch.resume, kind)
+    earlier = _resume_doc(launch.output, launch.resume, kind, launch.force)
     with _stoppable(), _progress(show) as bar:
         return run(
             o,
