@@ -173,6 +173,10 @@ def test_steady_and_tuning_tradeoff() -> None:
     assert runner.profiled_iterations({"iters": 10}) is None
     profiled = [9.0] * 5 + [1.0, 50.0, 60.0, 70.0, 3.0]
     assert runner.steady_ms(profiled, window) == 2.0 and runner.steady_ms(profiled) == 50.0
+    # the first 10 iterations' mean leaves the profiled ones out too (a short run's window reaches them)
+    assert runner.first_ms(profiled, window) == pytest.approx((9.0 * 5 + 1.0 + 3.0) / 7)
+    assert runner.first_ms(profiled) == pytest.approx(sum(profiled) / 10)
+    assert runner.first_ms([4.0, 6.0]) == 5.0 and math.isnan(runner.first_ms([]))
     t_profiled = runner.tuning_tradeoff([2.0] * 10, profiled, leave_out=window)
     assert t_profiled["gain_ms"] == pytest.approx(0.0)
     base = [50.0] * 5 + [30.0] * 45

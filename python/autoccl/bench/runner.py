@@ -760,6 +760,13 @@ def profiled_iterations(settings: dict[str, Any]) -> tuple[int, int] | None:
     return ET.profiled_iterations(int(settings.get("iters") or 0), int(settings.get("torch_profile") or 0))
 
 
+def first_ms(times: list[float], leave_out: tuple[int, int] | None = None, first: int = 10) -> float:
+    """Mean of the first `first` iterations (the search's start), without those in `leave_out` (the profiled
+    ones: in a short run the profiler's window reaches them); NaN when none is left."""
+    kept = [t for i, t in enumerate(times[:first]) if not (leave_out and leave_out[0] <= i < leave_out[1])]
+    return sum(kept) / len(kept) if kept else math.nan
+
+
 def steady_ms(times: list[float], leave_out: tuple[int, int] | None = None) -> float:
     """Median of the second half of the iterations (after any tuning phase), without those in `leave_out`
     ([first, end): the profiled ones, slower for the profiler's sake)."""
@@ -996,7 +1003,8 @@ def _train_launches(
             }
             doc["iterations"].append(it)
             tokens = o.batch * o.seq * topo.world_size
-            st = steady_ms(res["iter_ms"], profiled_iterations(doc["settings"]))
+            profiled = profiled_iterations(doc["settings"])
+            st = steady_ms(res["iter_ms"], profiled)
             doc["train"].append(
                 {
                     "parallel": ln.params["parallel"],
@@ -1005,7 +1013,7 @@ def _train_launches(
                     "params": res.get("params"),
                     "steady_ms": st,
                     "tokens_per_s": tokens / (st / 1e3),
-                    "first10_ms": sum(res["iter_ms"][:10]) / max(1, len(res["iter_ms"][:10])),
+                    "first10_ms": first_ms(res["iter_ms"], profiled),
                     "max_mem_gib": res.get("max_mem_gib"),
                     "loss_first": res.get("loss_first"),
                     "loss_last": res.get("loss_last"),
