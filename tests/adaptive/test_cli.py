@@ -146,6 +146,11 @@ def _four_nodes(tmp_path: Path) -> Path:
         (["adaptive", "check", "--sizes", "-3"], "element counts are 0 or more, got -3"),
         (["adaptive", "check", "--sizes", "5,,3"], "element counts, e.g. 5,37"),
         (["adaptive", "check", "--sizes", str(10**30)], "past any tensor's size"),
+        # an item named twice would run its cases twice
+        (["adaptive", "check", "--sizes", "5,5"], "--sizes: names 5 more than once"),
+        (["adaptive", "check", "--dtypes", "float32,float32"], "--dtypes: names float32 more than once"),
+        (["adaptive", "check", "--colls", "allreduce,allreduce"], "--colls: names allreduce more than once"),
+        (["adaptive", "bench", "--colls", "allgather,allgather"], "--colls: names allgather more than once"),
         # more than this machine could hold, refused before the ranks try to allocate it
         (["adaptive", "bench", "--sizes", "100T"], "more than a rank's share of this machine's memory"),
         (["profile", "--validate", "100T"], "more than a rank's share of this machine's memory"),

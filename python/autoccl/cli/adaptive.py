@@ -560,11 +560,19 @@ def _given_topology(topology: str | None, gen: str | None) -> _Topology | None:
 _COLLS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
 
 
+def _once(items: list[Any], option: str) -> None:
+    """A list option naming an item twice would run its cases twice: refused, naming the item."""
+    twice = sorted({str(x) for x in items if items.count(x) > 1})
+    if twice:
+        raise click.BadParameter(f"names {', '.join(twice)} more than once", param_hint=option)
+
+
 def _colls(text: str) -> list[str]:
     out = [c.strip() for c in text.split(",") if c.strip()]
     bad = [c for c in out if c not in _COLLS]
     if bad or not out:
         raise click.BadParameter(f"collectives are {', '.join(_COLLS)}", param_hint="--colls")
+    _once(out, "--colls")
     return out
 
 
@@ -613,8 +621,10 @@ def check(
     dev = _device(device)
     coll_list = _colls(colls)
     itemsize = 16  # complex128, the widest of every dtype
+    _once(sizes, "--sizes")
     if dtypes:
         itemsize = 1
+        _once(dtypes.split(","), "--dtypes")
         for name in dtypes.split(","):
             try:
                 itemsize = max(itemsize, dtype_by_name(name).itemsize)
