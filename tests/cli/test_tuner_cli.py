@@ -459,3 +459,30 @@ def test_a_trace_prefix_that_is_a_directory_is_said(fake_plugin: Path, tmp_path:
     )
     r = CliRunner().invoke(main, ["env", "--mode", "observe", "--trace", str(folder / "t")])
     assert r.exit_code == 0 and r.stderr == "", r.output
+
+
+def test_cache_dir_option_expands_home_in_every_verb(
+    fake_plugin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--cache-dir=~/c` reaches the program unexpanded (the shell expands no '~' after '='): env and run
+    read HOME's c, while cache import wrote into a folder named '~' under the current one, so the job never
+    saw the table imported for it."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("HOME", str(home))
+    src = tmp_path / "in.table"
+    src.write_text(SAMPLE)
+    runner = CliRunner()
+    r = runner.invoke(main, ["cache", "import", str(src), "--cache-dir=~/c"])
+    assert r.exit_code == 0, r.output
+    assert (home / "c" / "tables" / f"{FINGERPRINT}.table").is_file()
+    assert not (work / "~").exists()
+    for verb in (["cache", "list"], ["cache", "show", FINGERPRINT[:6]]):
+        r = runner.invoke(main, [*verb, "--cache-dir=~/c"], env={"COLUMNS": "200"})
+        assert r.exit_code == 0 and FINGERPRINT in r.output, r.output
+    r = runner.invoke(main, ["env", "--mode", "table", "--cache-dir=~/c"])
+    assert r.exit_code == 0, r.output
+    assert f"export AUTOCCL_CACHE_DIR={home / 'c'}" in r.stdout.splitlines()
+    assert "no tables in" not in r.output

@@ -140,7 +140,17 @@ probe_gpus = click.option(
     help="GPUs the --nccl-channels auto communicator spans (default: every visible GPU; give the "
     "job's GPUs per host if it uses fewer).",
 )
-cache_dir = click.option("--cache-dir", default=None, help="tuning-table cache directory.")
+
+
+def _home_expanded(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A leading '~' as the user's home: `--cache-dir=~/c` reaches us unexpanded (no shell expands it after
+    '='), and every verb must name the one folder `autoccl run` gives the job."""
+    return str(Path(value).expanduser()) if value else value
+
+
+cache_dir = click.option(
+    "--cache-dir", default=None, callback=_home_expanded, help="tuning-table cache directory."
+)
 # AUTOCCL_MODE, where exported (`eval "$(autoccl env --mode table)"`), is the default: `autoccl run` replaced
 # it with online without a word
 mode = choice(
