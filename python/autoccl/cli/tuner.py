@@ -98,7 +98,8 @@ def _checked_options(
 ) -> tuple[str | None, tables.Table | None]:
     """The checks of a job's options that start nothing and ask no GPU: the AUTOCCL_* variables of BASE (what
     the user exported, before it reaches a job), --fixed's rules, the options that apply to one mode only, and
-    --table (`_check_table_option`: returned as it)."""
+    --table (`_check_table_option`: returned as it), or in table mode an exported AUTOCCL_TABLE (returned
+    read; the path is already the job's)."""
     try:
         settings.check(base, readers=("library", "cli"))
     except settings.SettingError as e:
@@ -112,6 +113,13 @@ def _checked_options(
         raise click.UsageError(f"--fixed applies to --mode fixed, not {mode}")
     if mode not in ("table", "observe") and table is not None:
         raise click.UsageError(f"--table applies to --mode table or observe, not {mode}")
+    exported = settings.value_of("AUTOCCL_TABLE", base)
+    if table is None and exported and mode == "table":
+        # the library's table in this mode (docs/architecture.md): checked, and its pins counted, as --table's
+        try:
+            return None, tables.load_table(Path(exported))
+        except tables.TableError as e:
+            raise click.ClickException(f"AUTOCCL_TABLE={exported}: {e}") from None
     return _check_table_option(mode, table)
 
 
