@@ -412,6 +412,20 @@ def test_an_exported_autoccl_mode_is_runs_default(monkeypatch: pytest.MonkeyPatc
     assert r.exit_code == 2 and "AUTOCCL_MODE" in r.output and "turbo" in r.output, r.output
 
 
+@pytest.mark.parametrize(
+    ("exported", "mode"), [(" table\t", "table"), ("observe\n", "observe"), ("  ", "online")]
+)
+def test_an_exported_autoccl_mode_is_read_as_the_library_reads_it(
+    fake_plugin: Path, monkeypatch: pytest.MonkeyPatch, exported: str, mode: str
+) -> None:
+    """The library trims ASCII blanks from AUTOCCL_MODE (blank: unset) and doctor reads it so; env and run
+    refused ' table' as "not one of 'off', ..." (exit 2) and a blank value as no mode at all."""
+    monkeypatch.setenv("AUTOCCL_MODE", exported)
+    r = CliRunner().invoke(main, ["env"])
+    assert r.exit_code == 0, r.output
+    assert f"export AUTOCCL_MODE={mode}" in r.stdout.splitlines(), r.output
+
+
 def test_env_and_run_name_an_autoccl_variable_that_is_no_setting(
     fake_plugin: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -10,6 +10,7 @@ from typing import Any, TypeVar, cast
 
 import click
 
+from autoccl import settings
 from autoccl.cli.channels import ChannelsOrAuto
 from autoccl.sizes import parse_size
 from autoccl.tuner_env import MODES
@@ -35,6 +36,7 @@ def choice(
     alike. With `envvar`, that variable, where set, is the default."""
     return click.option(
         *names,
+        cls=_SettingDefault if envvar else click.Option,
         type=click.Choice(list(values)),
         default=default,
         show_default=True,
@@ -42,6 +44,15 @@ def choice(
         show_envvar=envvar is not None,
         help=help,
     )
+
+
+class _SettingDefault(click.Option):
+    """An option whose default is an AUTOCCL_* setting, read as the library reads it: ASCII blanks trimmed,
+    blank as unset (`AUTOCCL_MODE=' table'` was 'not one of ...', a blank one no mode at all)."""
+
+    def resolve_envvar_value(self, ctx: click.Context) -> str | None:
+        raw = super().resolve_envvar_value(ctx)
+        return settings.value_of("value", {"value": raw}) or None if raw is not None else None
 
 
 def gathered(into: str, build: Callable[..., Any], *options: Callable[[Any], Any]) -> Callable[[F], F]:

@@ -131,7 +131,7 @@ def run_options_problem(args: Sequence[str], base: Mapping[str, str]) -> str | N
     if not any(a == "--mode" or a.startswith("--mode=") for a in args):
         # run's default is AUTOCCL_MODE where set: BASE's, which the launch gets, not this process's
         # (an invalid one is left to the settings check, which names it in its own words)
-        exported = base.get("AUTOCCL_MODE", "").strip()
+        exported = settings.value_of("AUTOCCL_MODE", base)
         args = ["--mode", exported if exported in MODES else "online", *args]
     try:
         ctx = run.make_context("autoccl run", [*args, "--", "true"])
