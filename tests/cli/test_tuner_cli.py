@@ -500,3 +500,31 @@ def test_cache_dir_option_expands_home_in_every_verb(
     assert r.exit_code == 0, r.output
     assert f"export AUTOCCL_CACHE_DIR={home / 'c'}" in r.stdout.splitlines()
     assert "no tables in" not in r.output
+
+
+@pytest.mark.parametrize(
+    ("args", "refused"),
+    [
+        (["--mode", "online", "--channel-ceiling", "64", "--nccl-channels", "24"], True),
+        (["--mode", "online", "--channel-ceiling", "0"], True),
+        (["--mode", "fixed", "--fixed", "allreduce:ring/simple/8"], True),
+        (["--mode", "observe"], True),
+        (["--mode", "online"], False),  # online's default channels ask NCCL over that many GPUs
+        (["--mode", "table"], False),  # as do a table's pins above a plain communicator's count
+        (["--mode", "observe", "--channel-ceiling", "64", "--nccl-channels", "auto"], False),
+    ],
+)
+def test_probe_gpus_where_nothing_is_probed_is_refused(
+    fake_plugin: Path, tmp_path: Path, args: list[str], refused: bool
+) -> None:
+    """--probe-gpus sizes the communicator that asks NCCL for its plain channel count; where no such question
+    is asked (the counts given, another mode) it was dropped without a word."""
+    probe = ["--probe-gpus", "4", "--cache-dir", str(tmp_path / "c")]
+    if not refused:  # without a driver here nothing is probed, and auto's probe is refused for its own reason
+        r = CliRunner().invoke(main, ["env", *args, *probe])
+        assert "--probe-gpus" not in r.output, r.output
+        return
+    for verb in (["env"], ["run"]):
+        r = CliRunner().invoke(main, [*verb, *args, *probe, *(["--", "true"] if verb == ["run"] else [])])
+        assert r.exit_code == 2, r.output
+        assert r.output.strip().splitlines()[-1].startswith("Error: --probe-gpus applies to"), r.output

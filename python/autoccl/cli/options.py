@@ -148,8 +148,9 @@ probe_gpus = click.option(
     "--probe-gpus",
     type=click.IntRange(2, 64),
     default=None,
-    help="GPUs the --nccl-channels auto communicator spans (default: every visible GPU; give the "
-    "job's GPUs per host if it uses fewer).",
+    help="GPUs the communicator spans that asks NCCL for a plain communicator's channel count "
+    "(--nccl-channels auto, or online and table mode's default channels; default: every visible GPU; give "
+    "the job's GPUs per host if it uses fewer).",
 )
 
 

@@ -113,6 +113,11 @@ def _checked_options(
         raise click.UsageError(f"--fixed applies to --mode fixed, not {mode}")
     if mode not in ("table", "observe") and table is not None:
         raise click.UsageError(f"--table applies to --mode table or observe, not {mode}")
+    if plugin.probe_gpus is not None and not _asks_nccl(plugin):
+        raise click.UsageError(
+            "--probe-gpus applies to --nccl-channels auto, or to mode online or table without "
+            "--channel-ceiling and --nccl-channels (their default channels ask NCCL); nothing is asked here"
+        )
     exported = settings.value_of("AUTOCCL_TABLE", base)
     if table is None and exported and mode == "table":
         # the library's table in this mode (docs/architecture.md): checked, and its pins counted, as --table's
@@ -121,6 +126,12 @@ def _checked_options(
         except tables.TableError as e:
             raise click.ClickException(f"AUTOCCL_TABLE={exported}: {e}") from None
     return _check_table_option(mode, table)
+
+
+def _asks_nccl(plugin: PluginOptions) -> bool:
+    """Whether the job's channels may be asked of NCCL over --probe-gpus GPUs (`communicator_channels`)."""
+    defaults = plugin.channel_ceiling is None and plugin.nccl_channels is None
+    return plugin.nccl_channels == "auto" or (defaults and plugin.mode in ("online", "table"))
 
 
 def run_options_problem(args: Sequence[str], base: Mapping[str, str]) -> str | None:
