@@ -528,3 +528,25 @@ def test_probe_gpus_where_nothing_is_probed_is_refused(
         r = CliRunner().invoke(main, [*verb, *args, *probe, *(["--", "true"] if verb == ["run"] else [])])
         assert r.exit_code == 2, r.output
         assert r.output.strip().splitlines()[-1].startswith("Error: --probe-gpus applies to"), r.output
+
+
+@pytest.mark.parametrize("mode", ["online", "observe"])
+def test_env_says_when_the_cache_cannot_keep_what_the_job_learns(
+    fake_plugin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """Online and observe mode write the job's table into the cache at its end; in a folder that cannot be
+    written (a read-only mount, another user's) the library's one WARN goes to NCCL's log, unseen without
+    NCCL_DEBUG, and the tuning is lost: doctor warned, env and run said nothing."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    real_access = os.access
+    # as a read-only mount answers (root may write in a folder whatever its mode bits)
+    monkeypatch.setattr(os, "access", lambda p, m, **kw: Path(p) != cache and real_access(p, m, **kw))
+    r = CliRunner().invoke(main, ["env", "--mode", mode, "--cache-dir", str(cache)])
+    assert r.exit_code == 0, r.output
+    assert f"directory {cache} is not writable: the job cannot save the table mode {mode} writes" in r.stderr
+    r = CliRunner().invoke(main, ["env", "--mode", "table", "--cache-dir", str(cache)])  # reads it only
+    assert r.exit_code == 0 and "not writable" not in r.stderr, r.output
+    monkeypatch.setattr(os, "access", real_access)
+    r = CliRunner().invoke(main, ["env", "--mode", mode, "--cache-dir", str(cache)])
+    assert r.exit_code == 0 and "not writable" not in r.stderr, r.output

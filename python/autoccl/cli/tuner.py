@@ -20,6 +20,7 @@ from autoccl._paths import ArtefactNotFound
 from autoccl.cli import options as O
 from autoccl.cli.channels import communicator_channels
 from autoccl.cli.files import missing_parent, pipe_safe_console
+from autoccl.folders import unwritable_folder
 from autoccl.tuner_env import MODES, MPI_LAUNCHERS, mpi_forwarding, plugin_env, this_host_address
 
 
@@ -225,6 +226,18 @@ def _build_env(plugin: PluginOptions, run_host: str | None = None) -> dict[str, 
         name = found[0].split("=", 1)[0]
         prefix = f"{option_of[name]}: " if name in env and name in option_of else ""
         raise click.ClickException(prefix + found[0])
+    if mode in ("online", "observe"):  # the job writes a table at its end: where it would land
+        observed = ""
+        if mode == "observe":  # observe writes into its table file where one is named
+            observed = env.get("AUTOCCL_TABLE", "") or settings.value_of("AUTOCCL_TABLE")
+        target = Path(observed) if observed else tables.tables_dir(env.get("AUTOCCL_CACHE_DIR")) / "x.table"
+        unsaved = unwritable_folder(target.parent)
+        if unsaved:  # the library's WARN goes to NCCL's log, unseen without NCCL_DEBUG
+            click.echo(
+                f"autoccl: {unsaved}: the job cannot save the table mode {mode} writes ({target.parent}); "
+                f"give {'--table FILE' if observed else '--cache-dir DIR'} in a writable folder",
+                err=True,
+            )
     traced = env.get("AUTOCCL_TRACE") or settings.value_of("AUTOCCL_TRACE")
     if traced and Path(traced).is_dir():  # a prefix, not a folder: the files would land beside it
         click.echo(
