@@ -615,6 +615,19 @@ def check_cache(
             {"dir": str(folder)},
         )
     unwritable = unwritable_folder(folder)
+    if override:  # `autoccl run --cache-dir` gives the job this folder as AUTOCCL_CACHE_DIR, checked alike
+        given = str(Path(override).expanduser().resolve())
+        refused = settings.problems({"AUTOCCL_CACHE_DIR": given}, readers=("library",))
+        if refused:
+            return Check(
+                "cache",
+                title,
+                FAIL,
+                f"--cache-dir {override}: {refused[0]}",
+                "give an existing folder or a new one in an existing folder: `autoccl run` refuses this "
+                "one, and the library loads no tuner under it",
+                {"dir": str(folder), "writable": unwritable is None},
+            )
     model, count = machine_hardware(env, gpus)
     read: list[tables.Table] = []
     unreadable: list[str] = []

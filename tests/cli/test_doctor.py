@@ -702,12 +702,28 @@ def test_cache_not_writable_warns(tmp_path: Path) -> None:
     assert check.status == D.WARN and "not writable" in check.detail
 
 
-def test_cache_behind_a_file_warns(tmp_path: Path) -> None:
+def test_cache_behind_a_file_fails(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("")
     behind = tmp_path / "afile" / "cache"
     check = D.check_cache(D.DoctorOptions(cache_dir=str(behind)), os.environ, "online", D.find_gpus(), None)
-    assert check.status == D.WARN and "afile is a file, not a directory" in check.detail
+    assert check.status == D.FAIL
+    assert "must be a directory or a new one in an existing directory" in check.detail
     assert check.data["writable"] is False
+
+
+def test_cache_option_that_run_refuses_fails(built_plugin: Path, tmp_path: Path) -> None:
+    """A --cache-dir whose folder does not exist: `autoccl run --cache-dir` refuses it and the library loads
+    no tuner under it (AUTOCCL_CACHE_DIR), where doctor said ok and exited 0."""
+    missing = tmp_path / "missing" / "cache"
+    code, checks, _ = _doctor("--cache-dir", str(missing))
+    assert code == 1 and checks["cache"].status == D.FAIL, checks["cache"]
+    assert checks["cache"].detail.startswith(f"--cache-dir {missing}: AUTOCCL_CACHE_DIR="), checks["cache"]
+    assert "autoccl run" in (checks["cache"].fix or "")
+    r = CliRunner().invoke(main, ["env", "--mode", "off", "--cache-dir", str(missing)])
+    assert r.exit_code == 1 and "must be a directory or a new one in an existing directory" in r.output
+    # a new folder in an existing one is what run takes
+    code, checks, _ = _doctor("--cache-dir", str(tmp_path / "new"))
+    assert checks["cache"].status == D.OK, checks["cache"]
 
 
 # --------------------------------------------------------------------------------------- 7. the communicator

@@ -189,9 +189,8 @@ def test_table_mode_gets_the_communicators_its_pins_need(
     monkeypatch.setenv("AUTOCCL_NCCL_LIBRARY", str(fake_nccl))
     monkeypatch.setattr(channels, "has_nvidia_driver", lambda: True)
     cache = _cache_with(tmp_path, pinned)
-    r = CliRunner().invoke(
-        main, ["env", "--mode", "table", "--cache-dir", str(cache), "--probe-gpus", "2", *extra]
-    )
+    probe = [] if extra else ["--probe-gpus", "2"]  # a channel option given: nothing is probed
+    r = CliRunner().invoke(main, ["env", "--mode", "table", "--cache-dir", str(cache), *probe, *extra])
     assert r.exit_code == 0, r.output
     lines = _exports(r.stdout)
     assert lines.get("NCCL_MIN_CTAS") == ceiling and lines.get("NCCL_MAX_CTAS") == ceiling, lines
@@ -210,6 +209,33 @@ def test_table_mode_reads_the_pins_of_the_table_given(
     r = CliRunner().invoke(main, [*args, "--probe-gpus", "2"])
     assert r.exit_code == 0, r.output
     assert _exports(r.stdout).get("NCCL_MIN_CTAS") == "64", r.stdout
+
+
+def test_table_mode_reads_an_exported_table_as_the_job_does(
+    fake_plugin: Path, fake_nccl: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The library reads AUTOCCL_TABLE in table mode; env/run said 'no tables in <cache>: table mode applies
+    nothing', left its 64-channel pin on NCCL's plain communicators, and took a table that is none."""
+    monkeypatch.setenv("AUTOCCL_NCCL_LIBRARY", str(fake_nccl))
+    monkeypatch.setattr(channels, "has_nvidia_driver", lambda: True)
+    table = next((_cache_with(tmp_path, [0, 64]) / "tables").glob("*.table"))
+    monkeypatch.setenv("AUTOCCL_TABLE", str(table))
+    args = ["env", "--mode", "table", "--cache-dir", str(tmp_path / "none"), "--probe-gpus", "2"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert "no tables in" not in r.stderr, r.stderr
+    assert _exports(r.stdout).get("NCCL_MIN_CTAS") == "64", r.stdout
+    bad = tmp_path / "bad.table"
+    bad.write_text("not a table\n")
+    monkeypatch.setenv("AUTOCCL_TABLE", str(bad))
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 1, r.output
+    assert (
+        r.output.strip().splitlines()[-1].startswith(f"Error: AUTOCCL_TABLE={bad}: line 1: not an autoccl")
+    ), r.output
+    # another mode does not read it as a table
+    r = CliRunner().invoke(main, ["env", "--mode", "off", "--cache-dir", str(tmp_path / "none")])
+    assert r.exit_code == 0, r.output
 
 
 def test_table_mode_says_when_the_cache_has_no_table(fake_plugin: Path, tmp_path: Path) -> None:

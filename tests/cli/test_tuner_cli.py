@@ -412,6 +412,20 @@ def test_an_exported_autoccl_mode_is_runs_default(monkeypatch: pytest.MonkeyPatc
     assert r.exit_code == 2 and "AUTOCCL_MODE" in r.output and "turbo" in r.output, r.output
 
 
+@pytest.mark.parametrize(
+    ("exported", "mode"), [(" table\t", "table"), ("observe\n", "observe"), ("  ", "online")]
+)
+def test_an_exported_autoccl_mode_is_read_as_the_library_reads_it(
+    fake_plugin: Path, monkeypatch: pytest.MonkeyPatch, exported: str, mode: str
+) -> None:
+    """The library trims ASCII blanks from AUTOCCL_MODE (blank: unset) and doctor reads it so; env and run
+    refused ' table' as "not one of 'off', ..." (exit 2) and a blank value as no mode at all."""
+    monkeypatch.setenv("AUTOCCL_MODE", exported)
+    r = CliRunner().invoke(main, ["env"])
+    assert r.exit_code == 0, r.output
+    assert f"export AUTOCCL_MODE={mode}" in r.stdout.splitlines(), r.output
+
+
 def test_env_and_run_name_an_autoccl_variable_that_is_no_setting(
     fake_plugin: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -459,3 +473,80 @@ def test_a_trace_prefix_that_is_a_directory_is_said(fake_plugin: Path, tmp_path:
     )
     r = CliRunner().invoke(main, ["env", "--mode", "observe", "--trace", str(folder / "t")])
     assert r.exit_code == 0 and r.stderr == "", r.output
+
+
+def test_cache_dir_option_expands_home_in_every_verb(
+    fake_plugin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--cache-dir=~/c` reaches the program unexpanded (the shell expands no '~' after '='): env and run
+    read HOME's c, while cache import wrote into a folder named '~' under the current one, so the job never
+    saw the table imported for it."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("HOME", str(home))
+    src = tmp_path / "in.table"
+    src.write_text(SAMPLE)
+    runner = CliRunner()
+    r = runner.invoke(main, ["cache", "import", str(src), "--cache-dir=~/c"])
+    assert r.exit_code == 0, r.output
+    assert (home / "c" / "tables" / f"{FINGERPRINT}.table").is_file()
+    assert not (work / "~").exists()
+    for verb in (["cache", "list"], ["cache", "show", FINGERPRINT[:6]]):
+        r = runner.invoke(main, [*verb, "--cache-dir=~/c"], env={"COLUMNS": "200"})
+        assert r.exit_code == 0 and FINGERPRINT in r.output, r.output
+    r = runner.invoke(main, ["env", "--mode", "table", "--cache-dir=~/c"])
+    assert r.exit_code == 0, r.output
+    assert f"export AUTOCCL_CACHE_DIR={home / 'c'}" in r.stdout.splitlines()
+    assert "no tables in" not in r.output
+
+
+@pytest.mark.parametrize(
+    ("args", "refused"),
+    [
+        (["--mode", "online", "--channel-ceiling", "64", "--nccl-channels", "24"], True),
+        (["--mode", "online", "--channel-ceiling", "0"], True),
+        (["--mode", "fixed", "--fixed", "allreduce:ring/simple/8"], True),
+        (["--mode", "observe"], True),
+        (["--mode", "online"], False),  # online's default channels ask NCCL over that many GPUs
+        (["--mode", "table"], False),  # as do a table's pins above a plain communicator's count
+        (["--mode", "observe", "--channel-ceiling", "64", "--nccl-channels", "auto"], False),
+    ],
+)
+def test_probe_gpus_where_nothing_is_probed_is_refused(
+    fake_plugin: Path, tmp_path: Path, args: list[str], refused: bool
+) -> None:
+    """--probe-gpus sizes the communicator that asks NCCL for its plain channel count; where no such question
+    is asked (the counts given, another mode) it was dropped without a word."""
+    probe = ["--probe-gpus", "4", "--cache-dir", str(tmp_path / "c")]
+    if not refused:  # without a driver here nothing is probed, and auto's probe is refused for its own reason
+        r = CliRunner().invoke(main, ["env", *args, *probe])
+        assert "--probe-gpus" not in r.output, r.output
+        return
+    for verb in (["env"], ["run"]):
+        r = CliRunner().invoke(main, [*verb, *args, *probe, *(["--", "true"] if verb == ["run"] else [])])
+        assert r.exit_code == 2, r.output
+        assert r.output.strip().splitlines()[-1].startswith("Error: --probe-gpus applies to"), r.output
+
+
+@pytest.mark.parametrize("mode", ["online", "observe"])
+def test_env_says_when_the_cache_cannot_keep_what_the_job_learns(
+    fake_plugin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """Online and observe mode write the job's table into the cache at its end; in a folder that cannot be
+    written (a read-only mount, another user's) the library's one WARN goes to NCCL's log, unseen without
+    NCCL_DEBUG, and the tuning is lost: doctor warned, env and run said nothing."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    real_access = os.access
+    # as a read-only mount answers (root may write in a folder whatever its mode bits)
+    monkeypatch.setattr(os, "access", lambda p, m, **kw: Path(p) != cache and real_access(p, m, **kw))
+    r = CliRunner().invoke(main, ["env", "--mode", mode, "--cache-dir", str(cache)])
+    assert r.exit_code == 0, r.output
+    assert f"directory {cache} is not writable: the job cannot save the table mode {mode} writes" in r.stderr
+    r = CliRunner().invoke(main, ["env", "--mode", "table", "--cache-dir", str(cache)])  # reads it only
+    assert r.exit_code == 0 and "not writable" not in r.stderr, r.output
+    monkeypatch.setattr(os, "access", real_access)
+    r = CliRunner().invoke(main, ["env", "--mode", mode, "--cache-dir", str(cache)])
+    assert r.exit_code == 0 and "not writable" not in r.stderr, r.output

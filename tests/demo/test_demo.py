@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import signal
 import statistics
 import subprocess
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -391,3 +394,43 @@ def test_demo_options_that_leave_nothing_to_run_are_named(
     assert res.exit_code == 2, res.output
     assert res.output.strip().splitlines()[-1] == f"Error: {message}"
     assert not (tmp_path / "out").exists()
+
+
+def _emulators_writing_to(folder: Path) -> list[int]:
+    """Process ids of the emulators whose command line names a path under `folder`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"autoccl-emu") and any(str(folder).encode() in a for a in argv):
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_a_demo_killed_leaves_no_emulator_running(plugin: Path, tmp_path: Path, signum: int) -> None:
+    """`timeout 60 autoccl demo`, a closed terminal or a batch system's kill end the demo's process alone: its
+    emulator went on for its whole run (100,000 steps: minutes of a CPU core each), a child of nobody."""
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "autoccl", "demo", "--steps", "100000", "--buckets", "", "-o", str(out)]
+    demo = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not _emulators_writing_to(out) and demo.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _emulators_writing_to(out), "no emulator started"
+        demo.send_signal(signum)
+        demo.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while _emulators_writing_to(out) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _emulators_writing_to(out)
+    finally:
+        demo.kill()
+        demo.wait()
+        for pid in _emulators_writing_to(out):
+            os.kill(pid, signal.SIGKILL)

@@ -10,6 +10,7 @@ from typing import Any, TypeVar, cast
 
 import click
 
+from autoccl import settings
 from autoccl.cli.channels import ChannelsOrAuto
 from autoccl.sizes import parse_size
 from autoccl.tuner_env import MODES
@@ -35,6 +36,7 @@ def choice(
     alike. With `envvar`, that variable, where set, is the default."""
     return click.option(
         *names,
+        cls=_SettingDefault if envvar else click.Option,
         type=click.Choice(list(values)),
         default=default,
         show_default=True,
@@ -42,6 +44,15 @@ def choice(
         show_envvar=envvar is not None,
         help=help,
     )
+
+
+class _SettingDefault(click.Option):
+    """An option whose default is an AUTOCCL_* setting, read as the library reads it: ASCII blanks trimmed,
+    blank as unset (`AUTOCCL_MODE=' table'` was 'not one of ...', a blank one no mode at all)."""
+
+    def resolve_envvar_value(self, ctx: click.Context) -> str | None:
+        raw = super().resolve_envvar_value(ctx)
+        return settings.value_of("value", {"value": raw}) or None if raw is not None else None
 
 
 def gathered(into: str, build: Callable[..., Any], *options: Callable[[Any], Any]) -> Callable[[F], F]:
@@ -137,10 +148,21 @@ probe_gpus = click.option(
     "--probe-gpus",
     type=click.IntRange(2, 64),
     default=None,
-    help="GPUs the --nccl-channels auto communicator spans (default: every visible GPU; give the "
-    "job's GPUs per host if it uses fewer).",
+    help="GPUs the communicator spans that asks NCCL for a plain communicator's channel count "
+    "(--nccl-channels auto, or online and table mode's default channels; default: every visible GPU; give "
+    "the job's GPUs per host if it uses fewer).",
 )
-cache_dir = click.option("--cache-dir", default=None, help="tuning-table cache directory.")
+
+
+def _home_expanded(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A leading '~' as the user's home: `--cache-dir=~/c` reaches us unexpanded (no shell expands it after
+    '='), and every verb must name the one folder `autoccl run` gives the job."""
+    return str(Path(value).expanduser()) if value else value
+
+
+cache_dir = click.option(
+    "--cache-dir", default=None, callback=_home_expanded, help="tuning-table cache directory."
+)
 # AUTOCCL_MODE, where exported (`eval "$(autoccl env --mode table)"`), is the default: `autoccl run` replaced
 # it with online without a word
 mode = choice(

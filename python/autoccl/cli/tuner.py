@@ -20,6 +20,7 @@ from autoccl._paths import ArtefactNotFound
 from autoccl.cli import options as O
 from autoccl.cli.channels import communicator_channels
 from autoccl.cli.files import missing_parent, pipe_safe_console
+from autoccl.folders import unwritable_folder
 from autoccl.tuner_env import MODES, MPI_LAUNCHERS, mpi_forwarding, plugin_env, this_host_address
 
 
@@ -98,7 +99,8 @@ def _checked_options(
 ) -> tuple[str | None, tables.Table | None]:
     """The checks of a job's options that start nothing and ask no GPU: the AUTOCCL_* variables of BASE (what
     the user exported, before it reaches a job), --fixed's rules, the options that apply to one mode only, and
-    --table (`_check_table_option`: returned as it)."""
+    --table (`_check_table_option`: returned as it), or in table mode an exported AUTOCCL_TABLE (returned
+    read; the path is already the job's)."""
     try:
         settings.check(base, readers=("library", "cli"))
     except settings.SettingError as e:
@@ -112,7 +114,25 @@ def _checked_options(
         raise click.UsageError(f"--fixed applies to --mode fixed, not {mode}")
     if mode not in ("table", "observe") and table is not None:
         raise click.UsageError(f"--table applies to --mode table or observe, not {mode}")
+    if plugin.probe_gpus is not None and not _asks_nccl(plugin):
+        raise click.UsageError(
+            "--probe-gpus applies to --nccl-channels auto, or to mode online or table without "
+            "--channel-ceiling and --nccl-channels (their default channels ask NCCL); nothing is asked here"
+        )
+    exported = settings.value_of("AUTOCCL_TABLE", base)
+    if table is None and exported and mode == "table":
+        # the library's table in this mode (docs/architecture.md): checked, and its pins counted, as --table's
+        try:
+            return None, tables.load_table(Path(exported))
+        except tables.TableError as e:
+            raise click.ClickException(f"AUTOCCL_TABLE={exported}: {e}") from None
     return _check_table_option(mode, table)
+
+
+def _asks_nccl(plugin: PluginOptions) -> bool:
+    """Whether the job's channels may be asked of NCCL over --probe-gpus GPUs (`communicator_channels`)."""
+    defaults = plugin.channel_ceiling is None and plugin.nccl_channels is None
+    return plugin.nccl_channels == "auto" or (defaults and plugin.mode in ("online", "table"))
 
 
 def run_options_problem(args: Sequence[str], base: Mapping[str, str]) -> str | None:
@@ -123,7 +143,7 @@ def run_options_problem(args: Sequence[str], base: Mapping[str, str]) -> str | N
     if not any(a == "--mode" or a.startswith("--mode=") for a in args):
         # run's default is AUTOCCL_MODE where set: BASE's, which the launch gets, not this process's
         # (an invalid one is left to the settings check, which names it in its own words)
-        exported = base.get("AUTOCCL_MODE", "").strip()
+        exported = settings.value_of("AUTOCCL_MODE", base)
         args = ["--mode", exported if exported in MODES else "online", *args]
     try:
         ctx = run.make_context("autoccl run", [*args, "--", "true"])
@@ -206,6 +226,18 @@ def _build_env(plugin: PluginOptions, run_host: str | None = None) -> dict[str, 
         name = found[0].split("=", 1)[0]
         prefix = f"{option_of[name]}: " if name in env and name in option_of else ""
         raise click.ClickException(prefix + found[0])
+    if mode in ("online", "observe"):  # the job writes a table at its end: where it would land
+        observed = ""
+        if mode == "observe":  # observe writes into its table file where one is named
+            observed = env.get("AUTOCCL_TABLE", "") or settings.value_of("AUTOCCL_TABLE")
+        target = Path(observed) if observed else tables.tables_dir(env.get("AUTOCCL_CACHE_DIR")) / "x.table"
+        unsaved = unwritable_folder(target.parent)
+        if unsaved:  # the library's WARN goes to NCCL's log, unseen without NCCL_DEBUG
+            click.echo(
+                f"autoccl: {unsaved}: the job cannot save the table mode {mode} writes ({target.parent}); "
+                f"give {'--table FILE' if observed else '--cache-dir DIR'} in a writable folder",
+                err=True,
+            )
     traced = env.get("AUTOCCL_TRACE") or settings.value_of("AUTOCCL_TRACE")
     if traced and Path(traced).is_dir():  # a prefix, not a folder: the files would land beside it
         click.echo(

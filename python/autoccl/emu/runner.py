@@ -7,7 +7,9 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,6 +33,34 @@ DEFAULT_MODEL = DATA_DIR / "perfmodel_h200x4.json"
 
 Progress = Callable[[str, float], None]
 Record = dict[str, Any]
+
+
+def _dies_with_parent() -> Callable[[], None] | None:
+    """For Popen's preexec_fn (Linux): the child gets SIGKILL when the thread that started it ends, however
+    this process ends (SIGTERM, SIGKILL, a closed terminal); else an emulator runs on, a child of nobody, for
+    the rest of its scenario. The prctl is looked up here, before the fork, so the child only calls it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+
+    def arm() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+
+    return arm
+
+
+def _kill(procs: Iterable[subprocess.Popen[str]]) -> None:
+    live = list(procs)
+    for p in live:
+        p.kill()
+    for p in live:
+        p.wait()
 
 
 def test_plugin_path() -> Path:
@@ -243,6 +273,7 @@ def run(
         penv.update(env_x)
         rank_sets.append((list(ranks_x), penv, True))
     procs: list[tuple[subprocess.Popen[str], Path, list[int], bool, IO[str], IO[str]]] = []
+    arm_death_signal = _dies_with_parent()
     # a lead file left by an earlier run in this directory holds its final positions: the bound would be void
     (work / "lead.bin").unlink(missing_ok=True)
     if progress:
@@ -261,30 +292,33 @@ def run(
             cmd += ["--lead-file", str(work / "lead.bin")]
         out_f = open(work / f"stdout.{tag}.txt", "w+")
         err_f = open(work / f"stderr.{tag}.txt", "w+")
-        proc = subprocess.Popen(cmd, env=penv, stdout=out_f, stderr=err_f, text=True, cwd=work)
+        proc = subprocess.Popen(
+            cmd, env=penv, stdout=out_f, stderr=err_f, text=True, cwd=work, preexec_fn=arm_death_signal
+        )
         procs.append((proc, truth, ranks, is_extra, out_f, err_f))
     deadline = time.monotonic() + timeout
     timed_out = False
     done = 0
-    while True:
-        live = [p for p, *_ in procs if p.poll() is None]
-        if progress and len(procs) - len(live) != done:
-            done = len(procs) - len(live)
-            progress("rank-process done", done / len(procs))
-        if not live:
-            break
-        if time.monotonic() > deadline:
-            timed_out = True
-            for p in live:
-                p.kill()
-            for p in live:
-                p.wait()
-            break
+    try:
+        while True:
+            live = [p for p, *_ in procs if p.poll() is None]
+            if progress and len(procs) - len(live) != done:
+                done = len(procs) - len(live)
+                progress("rank-process done", done / len(procs))
+            if not live:
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                _kill(live)
+                break
+            if poll:
+                poll(work)
+            time.sleep(poll_interval if poll else 0.02)
         if poll:
             poll(work)
-        time.sleep(poll_interval if poll else 0.02)
-    if poll:
-        poll(work)
+    except BaseException:  # Ctrl-C that reached this process alone, a progress callback's error
+        _kill([p for p, *_ in procs if p.poll() is None])
+        raise
     codes: list[int] = []
     summaries: list[Record] = []
     errs: list[str] = []
