@@ -12,6 +12,8 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -314,22 +316,46 @@ def table_lock(path: Path) -> FileLock:
     return FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S)
 
 
-def write_table_atomic(table: Table, path: Path, *, merge: bool = False) -> int:
+# How long a lock is tried before the caller is told that it waits for another process.
+LOCK_QUIET_S = 0.5
+
+
+@contextmanager
+def held(path: Path, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+    """`path`'s lock, held for the block. A lock another process holds past LOCK_QUIET_S is said through
+    `on_wait` (a job's writer, another `autoccl cache` command: the wait would otherwise be a minute's
+    silence), then waited for up to LOCK_TIMEOUT_S; past that, TableError."""
+    lock = table_lock(path)
+    try:
+        lock.acquire(timeout=LOCK_QUIET_S)
+    except Timeout:
+        if on_wait:
+            on_wait(f"waiting for {path}.lock: another process holds it (up to {LOCK_TIMEOUT_S:.0f} s)")
+        try:
+            lock.acquire(timeout=LOCK_TIMEOUT_S)
+        except Timeout:
+            raise TableError(
+                f"{path}.lock is held by another process for more than {LOCK_TIMEOUT_S:.0f} s"
+            ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def write_table_atomic(
+    table: Table, path: Path, *, merge: bool = False, on_wait: Callable[[str], None] | None = None
+) -> int:
     """Writes `table` to `path` under the library's lock (temporary file + rename). With `merge`, the
     table already there (if valid and of the same fingerprint) keeps its tasks that `table` does not have.
-    Returns the number of tasks written."""
+    Returns the number of tasks written. `on_wait`: as held()'s."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # filelock takes a lock file it cannot create (no permission, a file system that refuses new files such
     # as /proc) for one another process holds and retries for a minute: open it once here, so such a place
     # is an OSError at once (the CLI's one sentence) rather than a minute's wait and a wrong reason
     os.close(os.open(str(path) + ".lock", os.O_WRONLY | os.O_CREAT, 0o644))
-    try:
-        with table_lock(path):
-            return _write_table(table, path, merge)
-    except Timeout:
-        raise TableError(
-            f"{path}.lock is held by another process for more than {LOCK_TIMEOUT_S:.0f} s"
-        ) from None
+    with held(path, on_wait):
+        return _write_table(table, path, merge)
 
 
 def is_cache_table_path(path: Path) -> bool:
@@ -339,11 +365,11 @@ def is_cache_table_path(path: Path) -> bool:
     return lock.exists() or (path.parent.name == "tables" and path.name.endswith(TABLE_SUFFIX))
 
 
-def write_table_file(table: Table, path: Path) -> int:
+def write_table_file(table: Table, path: Path, on_wait: Callable[[str], None] | None = None) -> int:
     """Writes `table` to a file of the user's outside any cache (an export): atomically, without the library's
     lock, which would leave `<path>.lock` beside it; a path the library may use takes the lock as usual."""
     if is_cache_table_path(path):
-        return write_table_atomic(table, path)
+        return write_table_atomic(table, path, on_wait=on_wait)
     path.parent.mkdir(parents=True, exist_ok=True)
     return _write_table(table, path, False)
 

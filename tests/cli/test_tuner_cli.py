@@ -550,3 +550,35 @@ def test_env_says_when_the_cache_cannot_keep_what_the_job_learns(
     monkeypatch.setattr(os, "access", real_access)
     r = CliRunner().invoke(main, ["env", "--mode", mode, "--cache-dir", str(cache)])
     assert r.exit_code == 0 and "not writable" not in r.stderr, r.output
+
+
+def test_cache_commands_say_when_they_wait_for_a_lock(tmp_path: Path) -> None:
+    """A table whose lock another process holds (a job writing it, another cache command): clear and import
+    say that they wait, then go on once it is free; they waited a minute in silence. An entry that is a
+    folder is named as such, not sent between --merge and --force."""
+    src = tmp_path / "in.table"
+    src.write_text(SAMPLE)
+    cdir = tmp_path / "cache"
+    r = CliRunner().invoke(main, ["cache", "import", str(src), "--cache-dir", str(cdir)])
+    assert r.exit_code == 0, r.output
+    table = cdir / "tables" / f"{FINGERPRINT}.table"
+    holder = (
+        "import sys, time\nfrom filelock import FileLock\n"
+        "with FileLock(sys.argv[1] + '.lock'):\n    print('held', flush=True)\n    time.sleep(2)\n"
+    )
+    for args in (["clear", "--yes", "--all"], ["import", str(src), "--force"]):
+        p = subprocess.Popen([sys.executable, "-c", holder, str(table)], stdout=subprocess.PIPE, text=True)
+        assert p.stdout is not None and p.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        r = CliRunner().invoke(main, ["cache", *args, "--cache-dir", str(cdir)])
+        p.wait(timeout=30)
+        assert r.exit_code == 0, r.output
+        assert f"waiting for {table}.lock: another process holds it" in r.stderr, (args, r.stderr)
+        assert time.monotonic() - started >= 1.0  # it did wait for the holder
+    assert table.is_file()  # imported again after the clear
+    table.unlink()
+    table.mkdir()
+    for flag in ("--merge", "--force"):
+        r = CliRunner().invoke(main, ["cache", "import", str(src), flag, "--cache-dir", str(cdir)])
+        assert r.exit_code == 1, r.output
+        assert f"{table} exists and is not a table file: remove it (autoccl cache clear" in r.output, r.output

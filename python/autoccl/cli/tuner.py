@@ -532,12 +532,19 @@ def cache_clear(ref: str | None, everything: bool, yes: bool, cache_dir: str | N
     if not yes:
         click.confirm(f"delete {len(paths)} table(s) from {tables.tables_dir(cache_dir)}?", abort=True)
     for p in paths:
-        with tables.table_lock(p):
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p)
-            else:
-                p.unlink(missing_ok=True)
+        try:
+            with tables.held(p, _say_wait):
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink(missing_ok=True)
+        except tables.TableError as e:
+            raise click.ClickException(f"{p}: {e}") from e
     click.echo(f"deleted {len(paths)} table(s)")
+
+
+def _say_wait(message: str) -> None:
+    click.echo(f"autoccl cache: {message}", err=True)
 
 
 @cache.command("export")
@@ -566,7 +573,7 @@ def cache_export(ref: str, dest: str, force: bool, cache_dir: str | None) -> Non
     if target.exists() and not force:
         raise click.ClickException(f"{dest} exists; use --force to replace it")
     try:
-        tables.write_table_file(t, target)
+        tables.write_table_file(t, target, on_wait=_say_wait)
     except tables.TableError as e:  # a cache's table: its lock held by another process for the whole wait
         raise click.ClickException(f"{dest}: {e}") from e
     click.echo(f"exported {t.fingerprint} ({len(t.tasks)} tasks) to {dest}")
@@ -588,10 +595,15 @@ def cache_import(src: str, force: bool, merge: bool, cache_dir: str | None) -> N
     except tables.TableError as e:
         raise click.ClickException(f"{src}: {e}") from e
     dest = tables.tables_dir(cache_dir) / (t.fingerprint + tables.TABLE_SUFFIX)
+    if (dest.exists() or dest.is_symlink()) and not dest.is_file():
+        raise click.ClickException(
+            f"{dest} exists and is not a table file: remove it (autoccl cache clear {t.fingerprint})"
+        )
     if dest.exists() and not (force or merge):
         raise click.ClickException(f"{dest} exists; use --merge to add to it or --force to replace it")
     try:
-        n = tables.write_table_atomic(t, dest, merge=merge)
+        n = tables.write_table_atomic(t, dest, merge=merge, on_wait=_say_wait)
     except tables.TableError as e:
-        raise click.ClickException(f"{dest}: {e} (replace it with --force)") from e
+        held = "held by another process" in str(e)
+        raise click.ClickException(f"{dest}: {e}" + ("" if held else " (replace it with --force)")) from e
     click.echo(f"imported {t.fingerprint} ({len(t.tasks)} tasks; {n} in the table) to {dest}")
