@@ -104,3 +104,15 @@ def test_a_limit_needs_its_reason() -> None:
         O.Bytes(most=1 << 30)
     assert O.Bytes().name == "size" and O.Bytes(many=True).name == "sizes"
     assert "--size SIZE" in CliRunner().invoke(_sized, ["--help"]).output
+
+
+@pytest.mark.parametrize(
+    "verb",
+    [["demo"], ["bench", "nccl-tests"], ["bench", "train-pairs", "x.json"], ["report", "x.json"]],
+)
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_output_folder_is_refused(verb: list[str], empty: str) -> None:
+    """`-o ""` (an unset shell variable) named the current folder, which took the results unasked."""
+    r = CliRunner().invoke(main, [*verb, "-o", empty])
+    assert r.exit_code == 2, r.output
+    assert "an empty name; give a folder (. for the current one)" in r.output, r.output

@@ -137,10 +137,20 @@ def nccl_channels(scope: str = "") -> Callable[[F], F]:
     )
 
 
+class _Folder(click.Path):
+    """A folder to write into; an empty name (`-o ""`, an unset shell variable) is refused: as a path it is
+    the current folder, which would take the results without being asked."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("an empty name; give a folder (. for the current one)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def output_folder(dest: str, help: str, **kwargs: Any) -> Callable[[F], F]:
     """`-o/--output DIR`: where a verb writes its results."""
     return click.option(
-        "-o", "--output", dest, type=click.Path(file_okay=False, path_type=Path), help=help, **kwargs
+        "-o", "--output", dest, type=_Folder(file_okay=False, path_type=Path), help=help, **kwargs
     )
 
 
