@@ -582,3 +582,13 @@ def test_cache_commands_say_when_they_wait_for_a_lock(tmp_path: Path) -> None:
         r = CliRunner().invoke(main, ["cache", "import", str(src), flag, "--cache-dir", str(cdir)])
         assert r.exit_code == 1, r.output
         assert f"{table} exists and is not a table file: remove it (autoccl cache clear" in r.output, r.output
+
+
+def test_cache_show_of_a_table_without_tasks_says_so(tmp_path: Path) -> None:
+    """A table with no task lines (a job that pinned nothing) printed its meta line and a blank one."""
+    empty = tmp_path / "empty.table"
+    empty.write_text("".join(line + "\n" for line in SAMPLE.splitlines() if not line.startswith("task ")))
+    assert tables.load_table(empty).tasks == []
+    r = CliRunner().invoke(main, ["cache", "show", str(empty)])
+    assert r.exit_code == 0, r.output
+    assert "no tasks: every collective runs NCCL's own choice under this table" in r.output, r.output

@@ -420,15 +420,18 @@ def cache_show(ref: str, cache_dir: str | None) -> None:
     console.print(
         f"fingerprint {t.fingerprint}  " + " ".join(f"{k}={v}" for k, v in t.meta.items()), markup=False
     )
-    view = RichTable()
-    keys: list[str] = []
-    for task in t.tasks:
-        keys += [k for k in task if k not in keys]
-    for k in keys:
-        view.add_column(k, no_wrap=True)
-    for task in t.tasks:
-        view.add_row(*(task.get(k, "") for k in keys))
-    console.print(view)
+    if not t.tasks:  # an empty rich table prints as a blank line
+        console.print("no tasks: every collective runs NCCL's own choice under this table", markup=False)
+    else:
+        view = RichTable()
+        keys: list[str] = []
+        for task in t.tasks:
+            keys += [k for k in task if k not in keys]
+        for k in keys:
+            view.add_column(k, no_wrap=True)
+        for task in t.tasks:
+            view.add_row(*(task.get(k, "") for k in keys))
+        console.print(view)
     if t.pairs:
         console.print(_pairs_view(t))
 
