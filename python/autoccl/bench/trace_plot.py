@@ -168,6 +168,9 @@ def plot_trace(
             if pts:
                 ax.scatter([k for k, _ in pts], [us for _, us in pts], s=6, color=color[d], label=d)
         ax.axvline(t.converged_at(), color="black", lw=0.8, ls="--")
+        if not t.times:  # an empty axis of 0-1 µs read as a measurement
+            ax.text(0.5, 0.5, "no timed call", transform=ax.transAxes, ha="center", va="center", fontsize=9)
+            ax.set_yticks([])
         ax.set_title(t.label, fontsize=9)
         ax.set_xlabel("call", fontsize=8)
         ax.set_ylabel("µs", fontsize=8)
@@ -187,7 +190,7 @@ def plot_trace(
     plt.close(fig)
 
     # Decisions over the calls: one row per task, a bar per run of calls under the same decision.
-    fig, ax = plt.subplots(figsize=(10, 0.45 * len(shown) + 1.6))
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(shown) + 1.6 + legend_h))
     for row, t in enumerate(shown):
         start = 0
         for i in range(1, len(t.decisions) + 1):
@@ -201,15 +204,9 @@ def plot_trace(
     ax.invert_yaxis()
     ax.set_xlabel("call index")
     ax.set_title(f"decisions over the calls, rank {rank}{note}", fontsize=10)
-    ax.legend(
-        handles=handles,
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.12 - 0.3 / max(1, len(shown))),
-        ncol=min(4, len(labels)),
-        fontsize=8,
-        frameon=False,
-    )
-    fig.tight_layout()
+    # below the axes and their label, in room of its own (anchored to the axes it sat on "call index")
+    fig.legend(handles=handles, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, legend_h / fig.get_figheight(), 1, 1))
     for fmt in formats:
         p = outdir / f"trace_decisions.{fmt}"
         save_figure(fig, p, dpi=110, bbox_inches="tight")
