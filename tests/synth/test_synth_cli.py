@@ -416,3 +416,20 @@ def test_ctrl_c_stops_a_synthesis(S: Any, tmp_path: Path, stream: bool) -> None:
     assert "autoccl: interrupted" in errors and "Traceback" not in errors, errors
     assert took < 5, f"{took:.1f} s from Ctrl-C to the exit"
     assert not any(f.exists() for f in written), sorted(os.listdir(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # the keys of the kind asked for, not of every generator (ring does not take rails)
+        (
+            ["synth", "-g", "ring:4", "--gen-opt", "foo=1"],
+            "unknown key(s) ['foo']; allowed: ['bandwidth_gbps', 'dims', 'kind', 'latency_us']",
+        ),
+        # how to give what multidim needs
+        (["synth", "-g", "multidim:2x2"], "multidim needs dim_types, one per dimension"),
+        (["synth", "-g", "multidim:2x2"], "--gen-opt dim_types=fc,ring"),
+    ],
+)
+def test_generator_errors_say_what_the_kind_takes(S: Any, args: list[str], message: str) -> None:
+    _refused(_run(args), message)

@@ -115,11 +115,18 @@ def _generator(where: str, g: Any) -> Any:
     if not isinstance(g, dict):
         raise TopologyFileError(f"{where}: must be a mapping")
     unknown = set(g) - _GEN_KEYS
+    own = _KIND_KEYS.get(str(g.get("kind")))
     if unknown:
-        raise TopologyFileError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_GEN_KEYS)}")
+        # the keys this kind takes where the kind is known: every generator's keys read as if ring took rails
+        allowed = _GEN_KEYS if own is None else own | {"kind", "dims", "bandwidth_gbps", "latency_us"}
+        raise TopologyFileError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
     if "kind" not in g or "dims" not in g:
         raise TopologyFileError(f"{where}: needs 'kind' and 'dims'")
-    own = _KIND_KEYS.get(str(g["kind"]))
+    if g["kind"] == "multidim" and "dim_types" not in g:
+        raise TopologyFileError(
+            f"{where}: multidim needs dim_types, one per dimension (ring, line, fc or switch: "
+            "--gen-opt dim_types=fc,ring, or dim_types: [fc, ring] in a topology file)"
+        )
     if own is not None:  # (an unknown kind: the generator's own error names the kinds)
         foreign = set(g) - own - {"kind", "dims", "bandwidth_gbps", "latency_us"}
         if foreign:
