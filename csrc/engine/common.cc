@@ -45,6 +45,7 @@ const char* sourceName(Source s) {
     case Source::Fixed: return "fixed";
     case Source::Table: return "table";
     case Source::Online: return "online";
+    case Source::Manual: return "manual";
   }
   return "nccl";
 }

@@ -52,7 +52,7 @@ struct CallKeyHash {
 };
 
 // Where a call's configuration came from (the trace's "source").
-enum class Source : uint8_t { Nccl, Observe, Fixed, Table, Online };
+enum class Source : uint8_t { Nccl, Observe, Fixed, Table, Online, Manual };
 const char* sourceName(Source s);
 
 // NCCL's cost table as the engine sees it: numAlgo x numProto floats, row-major; < 0 = unsupported.

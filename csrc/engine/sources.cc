@@ -70,7 +70,7 @@ class ManualPolicy final : public DecisionSource {
       return d;
     }
     const bool last = iter_.endsIteration();
-    d.source = Source::Fixed;
+    d.source = Source::Manual;
     d.config.channels = last ? exposed_ : hidden_;
     d.why = last ? "the iteration's last call" : "hidden in the iteration";
     return d;

@@ -951,6 +951,15 @@ TEST(engine, context_manual) {
     EXPECT_EQ(call(kAllReduce, buckets[1]), 2);
     EXPECT_EQ(call(kAllReduce, buckets[2]), 32);  // the last: nothing left to hide it behind
   }
+  // what the trace and the metrics name as the source of the buckets' channel counts: the manual policy
+  // (it read "fixed", as if AUTOCCL_FIXED rules had set them)
+  int named = 0;
+  for (const Context::TaskReport& t : r0.report()) {
+    if (t.key.coll != kAllReduce || t.key.bytes != buckets[2]) continue;
+    EXPECT_STREQ(sourceName(t.source), "manual");
+    ++named;
+  }
+  EXPECT_EQ(named, 1);
   EXPECT_EQ(call(kAllReduce, 64u << 20), 0);  // a new size breaks the structure
   EXPECT_EQ(call(kAllReduce, buckets[0]), 0);
   EXPECT_TRUE(seen[0] == seen[1]);
