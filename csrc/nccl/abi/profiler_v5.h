@@ -69,6 +69,8 @@ struct ProfilerV5 {  // ncclProfiler_v5_t
 };
 
 // The layout NCCL's header defines (LP64: x86-64, aarch64).
+static_assert(offsetof(EventDescrV5, type) == 0, "ncclProfilerEventDescr_v5_t.type");
+static_assert(offsetof(EventDescrV5, parentObj) == 8, "ncclProfilerEventDescr_v5_t.parentObj");
 static_assert(offsetof(EventDescrV5, rank) == 16, "ncclProfilerEventDescr_v5_t.rank");
 static_assert(offsetof(EventDescrV5, coll) == 24, "ncclProfilerEventDescr_v5_t union");
 static_assert(offsetof(EventDescrV5, coll.seqNumber) == 24, "ncclProfilerEventDescr_v5_t.coll.seqNumber");
@@ -79,10 +81,18 @@ static_assert(offsetof(EventDescrV5, coll.nChannels) == 24 + 56, "ncclProfilerEv
 static_assert(offsetof(EventDescrV5, coll.algo) == 24 + 64, "ncclProfilerEventDescr_v5_t.coll.algo");
 static_assert(offsetof(EventDescrV5, coll.proto) == 24 + 72, "ncclProfilerEventDescr_v5_t.coll.proto");
 static_assert(offsetof(EventDescrV5, coll.parentGroup) == 24 + 80, "ncclProfilerEventDescr_v5_t.coll.parentGroup");
+// Written by profiler chaining (the chained plugin's own parent handle): a P2p's parentGroup.
+static_assert(offsetof(EventDescrV5, p2p.parentGroup) == 24 + 40, "ncclProfilerEventDescr_v5_t.p2p.parentGroup");
 static_assert(offsetof(EventDescrV5, kernelCh.pTimer) == 24 + 8, "ncclProfilerEventDescr_v5_t.kernelCh.pTimer");
 static_assert(offsetof(EventDescrV5, kernelLaunch.stream) == 24, "ncclProfilerEventDescr_v5_t.kernelLaunch.stream");
 static_assert(sizeof(EventDescrV5) == 24 + 88, "ncclProfilerEventDescr_v5_t");
 static_assert(sizeof(EventStateArgsV5) == 8, "ncclProfilerEventStateArgs_v5_t");
+static_assert(offsetof(EventStateArgsV5, kernelCh.pTimer) == 0, "ncclProfilerEventStateArgs_v5_t.kernelCh.pTimer");
 static_assert(sizeof(ProfilerV5) == 6 * sizeof(void*), "ncclProfiler_v5_t");
+static_assert(offsetof(ProfilerV5, init) == 1 * sizeof(void*) && offsetof(ProfilerV5, startEvent) == 2 * sizeof(void*) &&
+                  offsetof(ProfilerV5, stopEvent) == 3 * sizeof(void*) &&
+                  offsetof(ProfilerV5, recordEventState) == 4 * sizeof(void*) &&
+                  offsetof(ProfilerV5, finalize) == 5 * sizeof(void*),
+              "ncclProfiler_v5_t: name, init, startEvent, stopEvent, recordEventState, finalize");
 
 }  // namespace ncclabi

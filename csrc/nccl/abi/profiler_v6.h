@@ -78,6 +78,10 @@ struct ProfilerV6 {  // ncclProfiler_v6_t
 static_assert(offsetof(EventDescrV6, ceColl.stream) == 24 + 80, "ncclProfilerEventDescr_v6_t.ceColl.stream");
 static_assert(sizeof(EventDescrV6) == 24 + 88, "ncclProfilerEventDescr_v6_t");
 static_assert(sizeof(ProfilerV6) == 6 * sizeof(void*), "ncclProfiler_v6_t");
+static_assert(offsetof(ProfilerV6, startEvent) == offsetof(ProfilerV5, startEvent) &&
+                  offsetof(ProfilerV6, recordEventState) == offsetof(ProfilerV5, recordEventState) &&
+                  offsetof(ProfilerV6, finalize) == offsetof(ProfilerV5, finalize),
+              "ncclProfiler_v6_t: v5's table");
 
 // v5's members where v6 has them.
 #define SAME_OFFSET_IN_V5_AND_V6(m) static_assert(offsetof(EventDescrV5, m) == offsetof(EventDescrV6, m), "v5/v6: " #m)
@@ -93,6 +97,7 @@ SAME_OFFSET_IN_V5_AND_V6(coll.nChannels);
 SAME_OFFSET_IN_V5_AND_V6(coll.algo);
 SAME_OFFSET_IN_V5_AND_V6(coll.proto);
 SAME_OFFSET_IN_V5_AND_V6(coll.parentGroup);
+SAME_OFFSET_IN_V5_AND_V6(p2p.parentGroup);
 SAME_OFFSET_IN_V5_AND_V6(kernelCh.pTimer);
 #undef SAME_OFFSET_IN_V5_AND_V6
 static_assert(sizeof(EventDescrV5) <= sizeof(EventDescrV6), "a v6 descriptor holds a v5 one");

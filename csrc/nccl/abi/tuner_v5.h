@@ -51,6 +51,9 @@ static_assert(offsetof(TunerConstantsV5, llMaxBws) == 84 * sizeof(double), "nccl
 static_assert(offsetof(TunerConstantsV5, perChMaxNVLSTreeBws) == 132 * sizeof(double),
               "ncclTunerConstants_v5_t.perChMaxNVLSTreeBws");
 static_assert(sizeof(TunerV5) == 4 * sizeof(void*), "ncclTuner_v5_t");
+static_assert(offsetof(TunerV5, init) == 1 * sizeof(void*), "ncclTuner_v5_t.init");
+static_assert(offsetof(TunerV5, getCollInfo) == 2 * sizeof(void*), "ncclTuner_v5_t.getCollInfo");
 static_assert(offsetof(TunerV5, finalize) == 3 * sizeof(void*), "ncclTuner_v5_t.finalize");
+static_assert(offsetof(NvlDomainInfoV5, nNvlDomains) == 0, "ncclNvlDomainInfo_v5_t.nNvlDomains");
 
 }  // namespace ncclabi

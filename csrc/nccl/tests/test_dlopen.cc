@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -239,6 +240,37 @@ TEST(dlopen, off) {
   gT5->finalize(tctx);
   gP5->finalize(pctx);
   EXPECT_TRUE(gWarn.empty());
+}
+
+// NCCL opens the library once as tuner and once as profiler and closes both handles when its last communicator is
+// destroyed (2.28 and later). The library's threads (here the trace writer) outlive that: the library must stay
+// mapped. The communicator is set up on a thread that then exits, as NCCL's non-blocking init does.
+TEST(dlopen, stays_loaded_when_nccl_closes_it) {
+  std::string dir = tempDir();
+  setenv("AUTOCCL_MODE", "observe", 1);
+  setenv("AUTOCCL_TRACE", (dir + "/t").c_str(), 1);
+  setenv("AUTOCCL_CACHE_DIR", dir.c_str(), 1);
+  void* tunerLib = dlopen(gLib.c_str(), RTLD_NOW | RTLD_LOCAL);
+  void* profilerLib = dlopen(gLib.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_TRUE(tunerLib && profilerLib);
+  auto* t5 = static_cast<ncclabi::TunerV5*>(dlsym(tunerLib, "ncclTunerPlugin_v5"));
+  auto* p5 = static_cast<ncclabi::ProfilerV5*>(dlsym(profilerLib, "ncclProfiler_v5"));
+  ASSERT_TRUE(t5 && p5);
+  std::thread([&] {
+    int mask = 0;
+    void* pctx = nullptr;
+    void* tctx = nullptr;
+    p5->init(&pctx, 0x77, &mask, "c", 1, 2, 0, logger);
+    t5->init(&tctx, 0x77, 2, 1, logger, nullptr, nullptr);
+    t5->finalize(tctx);
+    p5->finalize(pctx);
+  }).join();
+  EXPECT_EQ(dlclose(tunerLib), 0);
+  EXPECT_EQ(dlclose(profilerLib), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the trace writer wakes every 50 ms
+  void* still = dlopen(gLib.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  EXPECT_TRUE(still != nullptr) << "the library was unmapped while its threads run";
+  if (still) dlclose(still);
 }
 
 // Observe mode through one profiler interface version: Coll + KernelCh events of three calls of one task become
