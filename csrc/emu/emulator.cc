@@ -824,7 +824,8 @@ class RankRunner {
       uint64_t start = 0, stop = 0;
       double mean = 0;
       std::vector<std::pair<Task, uint64_t>> seqs;
-      std::vector<void*> handles;
+      std::vector<void*> handles;  // the Coll events' (their KernelCh events' parent, stopped or not)
+      bool stopped = false;        // the Coll events stopped inside their Group
       uint64_t kernel = UINT64_MAX;  // --launch-clock: the kernel's index on the stream
     };
     std::vector<Planned> plans;
@@ -847,18 +848,22 @@ class RankRunner {
       }
       sh_.board.check(cs.index, inst.commIndex, inst.rep, static_cast<int>(bi), cs.commRank, p.applied, cs.spec->name);
     }
-    // Profiler Coll events, in plan order, then their stops ("enqueued"). With the KernelLaunch bit (the
-    // plugin's launch clock, --launch-clock), each batch is a kernel plan as NCCL 2.28-2.32 emits one on the
-    // launching thread: KernelLaunch start (with the stream), the launch, KernelLaunch stop, Group start, the
-    // plan's Coll events (parentGroup: the Group handle), their stops, Group stop.
+    // Profiler events of each batch, a kernel plan, as NCCL 2.28-2.32 emits them on the launching thread: with
+    // the KernelLaunch bit (the plugin's launch clock, --launch-clock) KernelLaunch start (with the stream), the
+    // launch, KernelLaunch stop; then, where the mask has Group or an event a Group holds (NCCL's
+    // ncclProfilerStartGroupEvent), Group start, the plan's Coll events (parentGroup: the Group handle), their
+    // stops ("enqueued"), Group stop.
     const bool launchEvents = prof && cs.stream && (mask & ncclabi::kEvKernelLaunch);
+    const bool groupEvents =
+        prof && (mask & (ncclabi::kEvGroup | ncclabi::kEvColl | ncclabi::kEvP2p | ncclabi::kEvProxyOp |
+                         ncclabi::kEvProxyStep | ncclabi::kEvKernelCh | ncclabi::kEvNetPlugin));
     if (cs.stream) {
       emu::fakeSetCurrentCtx(deviceToken());
       emu::fakeStreamCapturing(cs.stream, capture);
     }
     for (size_t bi = 0; bi < batches.size(); ++bi) {
       Planned& p = plans[bi];
-      void* group = groupApi;
+      void* group = nullptr;
       if (launchEvents) {
         p.kernel = emu::fakeStreamBeginLaunch(cs.stream);
         EventDescr d;
@@ -871,11 +876,12 @@ class RankRunner {
         inPlugin([&] { pl.startEvent(cs.profCtx, &launch, &d); });
         emu::fakeStreamLaunched(cs.stream);
         if (launch) inPlugin([&] { pl.profiler->stopEvent(launch); });
+      }
+      if (groupEvents) {
         EventDescr gd;
         std::memset(&gd, 0, sizeof(gd));
         gd.type = ncclabi::kEvGroup;
         gd.rank = cs.commRank;
-        group = nullptr;
         inPlugin([&] { pl.startEvent(cs.profCtx, &group, &gd); });
       }
       for (const Task& t : batches[bi].tasks) {
@@ -909,16 +915,16 @@ class RankRunner {
         bool inc = !capture || (prof && (groupApi || collApi[static_cast<size_t>(t.op)]) && (mask & ncclabi::kEvKernelCh));
         if (inc) cs.seq[t.call.func]++;
       }
-      if (launchEvents) {
+      if (groupEvents) {
         for (void* h : p.handles)
           if (h) inPlugin([&] { sh_.plugin->profiler->stopEvent(h); });
-        p.handles.assign(p.handles.size(), nullptr);  // stopped: the loop below skips them
+        p.stopped = true;  // the loop below skips them
         if (group) inPlugin([&] { pl.profiler->stopEvent(group); });
       }
     }
     for (Planned& p : plans)
       for (void* h : p.handles)
-        if (h) inPlugin([&] { sh_.plugin->profiler->stopEvent(h); });
+        if (h && !p.stopped) inPlugin([&] { sh_.plugin->profiler->stopEvent(h); });
     if (groupApi) inPlugin([&] { sh_.plugin->profiler->stopEvent(groupApi); });
     // The rank's computation beside this group (GroupSpec::computeUs), drawn alike on every rank. The
     // group's kernels wait for their input: the computation enqueued before them.
