@@ -67,6 +67,25 @@ def load_topology_doc(topology: dict[str, Any] | str | Path) -> dict[str, Any]:
     return dict(json.loads(text) if p.suffix == ".json" else yaml.safe_load(text))
 
 
+def explicit_document(topo: Any) -> dict[str, Any]:
+    """A built topology as a document whose every directed link is spelled out with its latency and
+    bandwidth, and whose NPUs are listed under `npus`: what `route` and the runtime's link edits read. A
+    topology file may say less (`bidirectional`, `defaults`, links as lists, `nodes:`, `generator:`,
+    `failed:`); the built topology has resolved all of it, in the same node order (the same ranks)."""
+    lists: dict[str, list[str]] = {"npus": [], "switches": [], "nics": []}
+    key = {"npu": "npus", "switch": "switches", "nic": "nics"}
+    for name, kind in topo.nodes:
+        lists[key[str(kind)]].append(str(name))
+    doc: dict[str, Any] = {"name": str(topo.name), **lists}
+    doc["links"] = [
+        {"src": str(s), "dst": str(d), "latency_us": float(lat), "bandwidth_gbps": float(bw)}
+        for s, d, lat, bw in topo.links
+    ]
+    if list(topo.dims):
+        doc["dims"] = [int(x) for x in topo.dims]
+    return doc
+
+
 def route(doc: dict[str, Any], src: str, dst: str) -> list[tuple[str, str]]:
     """The links of the cheapest path src -> dst that crosses only switches and NICs (fewest hops, then
     lowest latency): how the synthesizer joins two NPUs without a direct link."""
@@ -145,8 +164,9 @@ class Adaptive:
         self.rank, self.size = self.t.rank, self.t.size
         base = store if store is not None else default_store()
         self.store = dist.PrefixStore(prefix, base)
-        self.doc = load_topology_doc(topology)
-        self.topo = topology_from_dict(self.doc, source="adaptive topology")
+        given = load_topology_doc(topology)
+        self.topo = topology_from_dict(given, source="adaptive topology")
+        self.doc = explicit_document(self.topo)  # every link spelled out: re-planning edits links
         if int(self.topo.num_npus) != self.size:
             raise ValueError(
                 f"the topology has {self.topo.num_npus} NPUs but the process group {self.size} ranks"
