@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -184,3 +185,60 @@ def ddp_job(rank: int, world: int) -> dict[str, Any]:
 def env_job(rank: int, world: int, names: list[str]) -> dict[str, str | None]:
     """The rank's values of the environment variables `names` (None: unset)."""
     return {n: os.environ.get(n) for n in names}
+
+
+def _switch_doc(world: int, gbps: float = 2.0) -> dict[str, Any]:
+    return {
+        "npus": [f"r{r}" for r in range(world)],
+        "switches": ["sw"],
+        "links": [
+            {"src": f"r{r}", "dst": "sw", "latency_us": 10, "bandwidth_gbps": gbps, "bidirectional": True}
+            for r in range(world)
+        ],
+    }
+
+
+def remade_job(rank: int, world: int) -> dict[str, Any]:
+    """A second Adaptive on the same group, with another planner setting, after the first has run."""
+    first = Adaptive(_switch_doc(world), probe=False, eval_calls=1, chunks=1)
+    x = torch.ones(1 << 10)
+    first.all_reduce(x)
+    first.step()
+    first.step()
+    second = Adaptive(_switch_doc(world), probe=False, eval_calls=1, chunks=4)
+    x = torch.ones(1 << 10)
+    second.all_reduce(x)
+    return {
+        "nchunks": [
+            first.plan("allreduce", x.numel() * 4).nchunks,
+            second.plan("allreduce", x.numel() * 4).nchunks,
+        ],
+        "correct": bool(torch.all(x == world)),
+        "steps": [[e.kind for e in second.step()] for _ in range(2)],
+    }
+
+
+def subgroups_job(rank: int, world: int) -> dict[str, Any]:
+    """One Adaptive on each of two disjoint subgroups of different bandwidths. The second group's rank 1
+    asks for its plan after the first group has made its own and before its rank 0 has made one (it must
+    wait for it); then both run and step at the same time."""
+    groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    mine = groups[rank // 2]
+    ad = Adaptive(_switch_doc(2, 2.0 if rank < 2 else 0.5), group=mine, probe_bytes=4096, eval_calls=1)
+    plan = ad.plan("allreduce", 4096) if rank < 2 else None
+    dist.barrier()
+    if rank == 2:
+        time.sleep(0.5)  # its rank 1 asks first
+    if rank >= 2:
+        plan = ad.plan("allreduce", 4096)
+    assert plan is not None
+    correct = True
+    for _ in range(4):
+        x = torch.full((1024,), float(rank))
+        want = x.clone()
+        dist.all_reduce(want, group=mine)
+        ad.all_reduce(x)
+        correct &= torch.equal(x, want)
+        ad.step()
+    dist.barrier()  # rank 0 serves the store until every rank is done with it
+    return {"plan": plan.to_dict(), "correct": correct}

@@ -123,6 +123,24 @@ def route_model(doc: dict[str, Any], src: str, dst: str) -> tuple[float, float]:
     )
 
 
+# group (its global ranks) -> Adaptive objects made on it in this process
+_MADE_ON: dict[str, int] = {}
+
+
+def _instance_scope(group: Any, t: Transport) -> str:
+    """The store scope of a new Adaptive: its group's global ranks and its number among the Adaptive objects
+    made on that group. Every rank of a group makes its Adaptive objects in the same order, so the ranks
+    agree on it; two objects (a re-made one, or one per subgroup) never read each other's plans or steps."""
+    g = group if group is not None else getattr(t, "connection_key", None)
+    try:
+        ranks = ",".join(str(r) for r in dist.get_process_group_ranks(g)) if g is not None else "all"
+    except (AttributeError, RuntimeError, TypeError, ValueError):  # no process group (a test's transport)
+        ranks = "all"
+    n = _MADE_ON.get(ranks, 0)
+    _MADE_ON[ranks] = n + 1
+    return f"{ranks}/{n}"
+
+
 @dataclass
 class Event:
     step: int
@@ -163,7 +181,7 @@ class Adaptive:
         self.t = transport if transport is not None else TorchTransport(group)
         self.rank, self.size = self.t.rank, self.t.size
         base = store if store is not None else default_store()
-        self.store = dist.PrefixStore(prefix, base)
+        self.store = dist.PrefixStore(f"{prefix}/{_instance_scope(group, self.t)}", base)
         given = load_topology_doc(topology)
         self.topo = topology_from_dict(given, source="adaptive topology")
         self.doc = explicit_document(self.topo)  # every link spelled out: re-planning edits links
