@@ -242,3 +242,14 @@ def subgroups_job(rank: int, world: int) -> dict[str, Any]:
         ad.step()
     dist.barrier()  # rank 0 serves the store until every rank is done with it
     return {"plan": plan.to_dict(), "correct": correct}
+
+
+def failing_native_job(rank: int, world: int) -> list[list[int]]:
+    """Integer AVG, whose native All-Reduce on gloo sums in place and then fails to divide."""
+    ad = Adaptive(_switch_doc(world), probe=False, eval_calls=2)
+    out = []
+    for _ in range(4):
+        x = torch.full((8,), 2 * (rank + 1), dtype=torch.int32)
+        ad.all_reduce(x, dist.ReduceOp.AVG)
+        out.append(x.tolist())
+    return out

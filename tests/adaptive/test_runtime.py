@@ -71,3 +71,8 @@ def test_adaptive_on_two_subgroups_at_once(S) -> None:
     plans = [r["plan"] for r in results]
     assert plans[0] == plans[1] and plans[2] == plans[3]  # each group's ranks run one plan
     assert plans[0]["time_us"] < plans[2]["time_us"]  # the second group's own, on its slower links
+
+
+def test_a_native_collective_that_fails_part_way_leaves_the_plan_the_callers_values(S) -> None:
+    for r in run_local(W.failing_native_job, 2, timeout_s=30):
+        assert r == [[3] * 8] * 4  # (2 + 4) / 2 on every call, the one that tried the native included

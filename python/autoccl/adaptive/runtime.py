@@ -265,6 +265,9 @@ class Adaptive:
         mode = "plan" if len(ev["plan"]) <= len(ev["native"]) else "native"
         if mode == "native" and ev.get("native_failed"):
             mode = "plan"
+        # a native call may fail after changing the tensor (gloo's AVG on integers sums in place, then
+        # fails to divide): the plan then starts from the caller's values
+        before = tensor.clone() if mode == "native" else None
         self._sync(tensor)
         t0 = time.perf_counter()
         if mode == "plan":
@@ -274,6 +277,8 @@ class Adaptive:
                 run_native()
             except (RuntimeError, ValueError, NotImplementedError):
                 # the backend lacks this collective: the plan has no competitor
+                assert before is not None
+                tensor.copy_(before)
                 ev["native_failed"] = [1.0]
                 run_plan(plan)
                 mode = "plan"
