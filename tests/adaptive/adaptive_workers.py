@@ -253,3 +253,21 @@ def failing_native_job(rank: int, world: int) -> list[list[int]]:
         ad.all_reduce(x, dist.ReduceOp.AVG)
         out.append(x.tolist())
     return out
+
+
+def _ring_plans(world: int, root: int = 0) -> dict[str, Plan]:
+    t = S.parse_gen_spec(f"ring:{world}")
+    return {c: Plan.from_schedule(S.synthesize(t, c, "1M", chunks=3, root=root)[0], t) for c in S.COLLECTIVES}
+
+
+def non_member_job(rank: int, world: int) -> str:
+    sub = dist.new_group([0, 1])
+    if rank != 2:
+        x = torch.ones(4)
+        C.all_reduce(x, _ring_plans(2)["allreduce"], group=sub)
+        return str(x.tolist())
+    try:
+        C.all_reduce(torch.ones(4), _ring_plans(2)["allreduce"], group=sub)
+    except ValueError as e:
+        return str(e)
+    return "no error"

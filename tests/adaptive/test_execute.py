@@ -61,3 +61,11 @@ def test_baselines_through_schedule_files(S, tmp_path: Path) -> None:
 def test_rank_count_mismatch_is_one_sentence(S) -> None:
     with pytest.raises(WorkerError, match="the plan is for 6 ranks but the process group has 4"):
         _check("mesh:2x3", 4, colls=["allreduce"], dtypes=["float32"])
+
+
+def test_a_rank_outside_the_group_is_told_so(S) -> None:
+    results = run_local(W.non_member_job, 3, timeout_s=30)
+    assert results[:2] == ["[2.0, 2.0, 2.0, 2.0]"] * 2
+    assert results[2] == (
+        "rank 2 is not a member of the process group: call the collective on the group's ranks only"
+    )
