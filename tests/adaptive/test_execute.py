@@ -8,6 +8,7 @@ from pathlib import Path
 
 import adaptive_workers as W
 import pytest
+import torch
 
 from autoccl.adaptive.jobs import check_job, generated_doc
 from autoccl.adaptive.launch import WorkerError, run_local
@@ -69,3 +70,19 @@ def test_a_rank_outside_the_group_is_told_so(S) -> None:
     assert results[2] == (
         "rank 2 is not a member of the process group: call the collective on the group's ranks only"
     )
+
+
+def test_a_plan_for_another_collective_says_how_to_make_the_right_one(S) -> None:
+    from autoccl.adaptive import collectives as C
+    from autoccl.adaptive.plan import Plan, PlanError
+
+    t = S.parse_gen_spec("ring:2")
+    plan = Plan.from_schedule(S.synthesize(t, "allgather", "1M")[0], t)
+
+    class TwoRanks:
+        rank, size = 0, 2
+
+    with pytest.raises(
+        PlanError, match=r"^the plan is for allgather, not allreduce: make one with `autoccl synth"
+    ):
+        C.all_reduce(torch.ones(4), plan, transport=TwoRanks())

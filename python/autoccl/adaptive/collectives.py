@@ -48,7 +48,10 @@ def _transport(group: Any, transport: Transport | None) -> Transport:
 
 def _check(plan: Plan, collective: str, t: Transport) -> None:
     if plan.collective != collective:
-        raise PlanError(f"a {plan.collective} plan cannot run {collective}")
+        raise PlanError(
+            f"the plan is for {plan.collective}, not {collective}: make one with `autoccl synth -c "
+            f"{collective}` or Plan.from_schedule(synth.synthesize(topology, {collective!r}, size))"
+        )
     if plan.nranks != t.size:
         raise PlanError(f"the plan is for {plan.nranks} ranks but the process group has {t.size}")
 
