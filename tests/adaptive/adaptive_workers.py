@@ -271,3 +271,46 @@ def non_member_job(rank: int, world: int) -> str:
     except ValueError as e:
         return str(e)
     return "no error"
+
+
+def non_contiguous_job(rank: int, world: int) -> dict[str, bool]:
+    """Every collective on transposed (non-contiguous) tensors beside torch.distributed's."""
+    plans = _ring_plans(world)
+    out = {}
+
+    def tr(n: int, offset: float) -> torch.Tensor:
+        return (torch.arange(float(n * 3)).reshape(3, n) + offset).t()  # n x 3, not contiguous
+
+    x, want = tr(4, rank), tr(4, rank).contiguous()
+    C.all_reduce(x, plans["allreduce"])
+    dist.all_reduce(want)
+    out["all_reduce"] = not x.is_contiguous() and torch.equal(x, want)
+    x, want = tr(4, rank), tr(4, rank).contiguous()
+    C.broadcast(x, plans["broadcast"], src=0)
+    dist.broadcast(want, 0)
+    out["broadcast"] = torch.equal(x, want)
+    x, want = tr(4, rank), tr(4, rank).contiguous()
+    C.reduce(x, plans["reduce"], dst=0)
+    dist.reduce(want, 0)
+    out["reduce"] = torch.equal(x, want) if rank == 0 else torch.equal(x, tr(4, rank))
+    got = torch.zeros(3, world * 2).t()  # (2 * world) x 3, not contiguous
+    inp = tr(2, rank)
+    want = torch.zeros(world * 2, 3)
+    C.all_gather_into_tensor(got, inp, plans["allgather"])
+    dist.all_gather_into_tensor(want, inp.contiguous())
+    out["all_gather_into_tensor"] = torch.equal(got, want)
+    outs = [torch.zeros(3, 2).t() for _ in range(world)]
+    wants = [torch.zeros(2, 3) for _ in range(world)]
+    C.all_gather(outs, inp, plans["allgather"])
+    dist.all_gather(wants, inp.contiguous())
+    out["all_gather"] = all(torch.equal(a, b) for a, b in zip(outs, wants, strict=True))
+    got = torch.zeros(3, 2).t()
+    want = torch.zeros(2, 3)
+    inp = tr(2 * world, rank)
+    C.reduce_scatter_tensor(got, inp, plans["reducescatter"])
+    dist.reduce_scatter_tensor(want, inp.contiguous())
+    out["reduce_scatter_tensor"] = torch.equal(got, want)
+    got = torch.zeros(3, 2).t()
+    C.reduce_scatter(got, [tr(2, rank + k) for k in range(world)], plans["reducescatter"])
+    out["reduce_scatter"] = torch.equal(got, tr(2, rank) * world + sum(range(world)))
+    return out

@@ -86,3 +86,8 @@ def test_a_plan_for_another_collective_says_how_to_make_the_right_one(S) -> None
         PlanError, match=r"^the plan is for allgather, not allreduce: make one with `autoccl synth"
     ):
         C.all_reduce(torch.ones(4), plan, transport=TwoRanks())
+
+
+def test_non_contiguous_tensors_as_in_torch(S) -> None:
+    for r in run_local(W.non_contiguous_job, 2, timeout_s=30):
+        assert r == dict.fromkeys(r, True) and len(r) == 7, r

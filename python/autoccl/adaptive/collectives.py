@@ -9,7 +9,8 @@
     reduce(tensor, plan, dst=None, op=SUM)                to the plan's root; other ranks' tensors unchanged
 
 `group` is the job's process group (None: the default group); plan ranks are ranks of that group.
-`transport` replaces the point-to-point layer (e.g. an EmulatedTransport).
+Tensors need not be contiguous (a contiguous copy is reduced or gathered and written back). `transport`
+replaces the point-to-point layer (e.g. an EmulatedTransport).
 """
 
 from __future__ import annotations
@@ -57,11 +58,16 @@ def _check(plan: Plan, collective: str, t: Transport) -> None:
 
 
 def _flat(t: torch.Tensor, what: str) -> torch.Tensor:
+    """t as one dimension: a view, or for a non-contiguous t a contiguous copy (see _write_back)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
+    return t.view(-1) if t.is_contiguous() else t.contiguous().view(-1)
+
+
+def _write_back(t: torch.Tensor, flat: torch.Tensor) -> None:
+    """Give a non-contiguous t the result computed in its contiguous copy `flat` (from _flat)."""
     if not t.is_contiguous():
-        raise ValueError(f"{what} must be contiguous")
-    return t.view(-1)
+        t.copy_(flat.view(t.shape))
 
 
 def _pieces(flat: torch.Tensor, n: int) -> list[torch.Tensor]:
@@ -108,6 +114,7 @@ def all_reduce(
     red.prepare(flat)
     stats = run_program(plan, t.rank, _pieces(flat, plan.nchunks), t, red)
     red.finish(flat, plan.nranks)
+    _write_back(tensor, flat)
     return stats
 
 
@@ -131,7 +138,9 @@ def all_gather_into_tensor(
     _check(plan, "allgather", t)
     out, inp = _flat(output, "output"), _flat(input, "input")
     _same_dtype(out, inp)
-    return _gather(plan, _rank_parts(out, "output", inp.numel(), t.size), inp, t)
+    stats = _gather(plan, _rank_parts(out, "output", inp.numel(), t.size), inp, t)
+    _write_back(output, out)
+    return stats
 
 
 def all_gather(
@@ -149,7 +158,10 @@ def all_gather(
     inp = _flat(input, "input")
     if any(s.dtype != inp.dtype for s in segs):
         raise TypeError("every output tensor must have the input's dtype")
-    return _gather(plan, segs, inp, t)
+    stats = _gather(plan, segs, inp, t)
+    for o, seg in zip(output_list, segs, strict=True):
+        _write_back(o, seg)
+    return stats
 
 
 def _scatter(
@@ -176,7 +188,9 @@ def reduce_scatter_tensor(
     out, inp = _flat(output, "output"), _flat(input, "input")
     _same_dtype(out, inp)
     work = _rank_parts(inp.clone(), "input", out.numel(), t.size)  # reduced in place: a copy
-    return _scatter(plan, work, out, resolve(op, out.dtype), t)
+    stats = _scatter(plan, work, out, resolve(op, out.dtype), t)
+    _write_back(output, out)
+    return stats
 
 
 def reduce_scatter(
@@ -203,7 +217,9 @@ def reduce_scatter(
     for x in ins:
         segs.append(work[off : off + x.numel()])
         off += x.numel()
-    return _scatter(plan, segs, out, red, t)
+    stats = _scatter(plan, segs, out, red, t)
+    _write_back(output, out)
+    return stats
 
 
 def broadcast(
@@ -220,7 +236,9 @@ def broadcast(
             f"the plan broadcasts from rank {plan.root}, not {src}: synthesize one with root={src}"
         )
     flat = _flat(tensor, "tensor")
-    return run_program(plan, t.rank, _pieces(flat, plan.nchunks), t)
+    stats = run_program(plan, t.rank, _pieces(flat, plan.nchunks), t)
+    _write_back(tensor, flat)
+    return stats
 
 
 def reduce(
@@ -242,4 +260,5 @@ def reduce(
     stats = run_program(plan, t.rank, _pieces(work, plan.nchunks), t, red)
     if t.rank == plan.root:
         red.finish(work, plan.nranks)
+        _write_back(tensor, work)
     return stats
