@@ -260,6 +260,35 @@ def _ring_plans(world: int, root: int = 0) -> dict[str, Plan]:
     return {c: Plan.from_schedule(S.synthesize(t, c, "1M", chunks=3, root=root)[0], t) for c in S.COLLECTIVES}
 
 
+def rooted_subgroup_job(rank: int, world: int) -> dict[str, Any]:
+    """Broadcast and reduce on the subgroup of global ranks 1 and 2, rooted at global rank 2 (group rank 1),
+    beside torch.distributed's: src/dst are global ranks, group_src/group_dst ranks of the group."""
+    sub = dist.new_group([1, 2])
+    out: dict[str, Any] = {}
+    if rank in (1, 2):
+        plans = _ring_plans(2, root=1)
+        for name, kw in (("src", {"src": 2}), ("group_src", {"group_src": 1})):
+            x = torch.arange(6.0) + 10 * rank
+            want = x.clone()
+            dist.broadcast(want, src=2, group=sub)
+            C.broadcast(x, plans["broadcast"], group=sub, **kw)
+            out[f"broadcast {name}"] = torch.equal(x, want)
+        for name, kw in (("dst", {"dst": 2}), ("group_dst", {"group_dst": 1})):
+            x = torch.arange(6.0) + 10 * rank
+            want = x.clone()
+            dist.reduce(want, dst=2, group=sub)
+            C.reduce(x, plans["reduce"], group=sub, **kw)
+            out[f"reduce {name}"] = (
+                torch.equal(x, want) if rank == 2 else torch.equal(x, torch.arange(6.0) + 10)
+            )
+        try:
+            C.broadcast(torch.ones(3), plans["broadcast"], src=1, group=sub)
+        except ValueError as e:
+            out["wrong src"] = str(e)
+    dist.barrier()
+    return out
+
+
 def non_member_job(rank: int, world: int) -> str:
     sub = dist.new_group([0, 1])
     if rank != 2:

@@ -8,9 +8,11 @@
     broadcast(tensor, plan, src=None)                     from the plan's root
     reduce(tensor, plan, dst=None, op=SUM)                to the plan's root; other ranks' tensors unchanged
 
-`group` is the job's process group (None: the default group); plan ranks are ranks of that group.
-Tensors need not be contiguous (a contiguous copy is reduced or gathered and written back). `transport`
-replaces the point-to-point layer (e.g. an EmulatedTransport).
+`group` is the job's process group (None: the default group); plan ranks are ranks of that group. As in
+torch.distributed, `src` and `dst` are global ranks and `group_src` and `group_dst` ranks of `group`; either
+must be the plan's root (None: the plan's root). Tensors need not be contiguous (a contiguous copy is
+reduced or gathered and written back). `transport` replaces the point-to-point layer (e.g. an
+EmulatedTransport).
 """
 
 from __future__ import annotations
@@ -68,6 +70,33 @@ def _write_back(t: torch.Tensor, flat: torch.Tensor) -> None:
     """Give a non-contiguous t the result computed in its contiguous copy `flat` (from _flat)."""
     if not t.is_contiguous():
         t.copy_(flat.view(t.shape))
+
+
+def _root(plan: Plan, group: Any, given: int | None, group_given: int | None, what: str) -> None:
+    """Check a caller's root (`src`/`dst`: a global rank; `group_src`/`group_dst`: a rank of `group`, as in
+    torch.distributed) against the plan's root, a rank of the group."""
+    if given is not None and group_given is not None:
+        raise ValueError(f"give {what} or group_{what}, not both")
+    shown = f"{what}={given}"
+    if given is not None:
+        if group is None:
+            group_given = given
+        else:
+            try:
+                group_given = dist.get_group_rank(group, given)
+            except (RuntimeError, ValueError):
+                raise PlanError(
+                    f"{what}={given} is not a global rank of the process group: give a member's global rank, "
+                    f"or its rank in the group as group_{what}"
+                ) from None
+            shown = f"{what}={given} (group rank {group_given})"
+    elif group_given is not None:
+        shown = f"group_{what}={group_given}"
+    if group_given is not None and group_given != plan.root:
+        raise PlanError(
+            f"the plan's {plan.collective} root is group rank {plan.root}, not {shown}: "
+            f"synthesize one with root={group_given}"
+        )
 
 
 def _pieces(flat: torch.Tensor, n: int) -> list[torch.Tensor]:
@@ -228,13 +257,11 @@ def broadcast(
     src: int | None = None,
     group: Any = None,
     transport: Transport | None = None,
+    group_src: int | None = None,
 ) -> RunStats:
     t = _transport(group, transport)
     _check(plan, "broadcast", t)
-    if src is not None and src != plan.root:
-        raise PlanError(
-            f"the plan broadcasts from rank {plan.root}, not {src}: synthesize one with root={src}"
-        )
+    _root(plan, group, src, group_src, "src")
     flat = _flat(tensor, "tensor")
     stats = run_program(plan, t.rank, _pieces(flat, plan.nchunks), t)
     _write_back(tensor, flat)
@@ -248,11 +275,11 @@ def reduce(
     op: Any = SUM,
     group: Any = None,
     transport: Transport | None = None,
+    group_dst: int | None = None,
 ) -> RunStats:
     t = _transport(group, transport)
     _check(plan, "reduce", t)
-    if dst is not None and dst != plan.root:
-        raise PlanError(f"the plan reduces to rank {plan.root}, not {dst}: synthesize one with root={dst}")
+    _root(plan, group, dst, group_dst, "dst")
     flat = _flat(tensor, "tensor")
     red = resolve(op, tensor.dtype)
     work = flat if t.rank == plan.root else flat.clone()

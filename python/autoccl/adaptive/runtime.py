@@ -328,6 +328,7 @@ class Adaptive:
         )
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> str:
+        """From `src`, a rank of this Adaptive's group (torch.distributed's group_src)."""
         g = self.group
         gsrc = dist.get_global_rank(g, src) if g is not None else src
         return self._run(
@@ -335,11 +336,12 @@ class Adaptive:
             tensor,
             tensor.numel() * tensor.element_size(),
             src,
-            lambda p: C.broadcast(tensor, p, src, g, self.t),
+            lambda p: C.broadcast(tensor, p, group=g, transport=self.t, group_src=src),
             lambda: self._native("broadcast", lambda x, s: dist.broadcast(x, s, group=g))(tensor, gsrc),
         )
 
     def reduce(self, tensor: torch.Tensor, dst: int = 0, op: Any = dist.ReduceOp.SUM) -> str:
+        """To `dst`, a rank of this Adaptive's group (torch.distributed's group_dst)."""
         g = self.group
         gdst = dist.get_global_rank(g, dst) if g is not None else dst
         return self._run(
@@ -347,7 +349,7 @@ class Adaptive:
             tensor,
             tensor.numel() * tensor.element_size(),
             dst,
-            lambda p: C.reduce(tensor, p, dst, op, g, self.t),
+            lambda p: C.reduce(tensor, p, op=op, group=g, transport=self.t, group_dst=dst),
             lambda: self._native("reduce", lambda x, d, o: dist.reduce(x, d, o, group=g))(tensor, gdst, op),
         )
 
