@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -184,3 +185,161 @@ def ddp_job(rank: int, world: int) -> dict[str, Any]:
 def env_job(rank: int, world: int, names: list[str]) -> dict[str, str | None]:
     """The rank's values of the environment variables `names` (None: unset)."""
     return {n: os.environ.get(n) for n in names}
+
+
+def _switch_doc(world: int, gbps: float = 2.0) -> dict[str, Any]:
+    return {
+        "npus": [f"r{r}" for r in range(world)],
+        "switches": ["sw"],
+        "links": [
+            {"src": f"r{r}", "dst": "sw", "latency_us": 10, "bandwidth_gbps": gbps, "bidirectional": True}
+            for r in range(world)
+        ],
+    }
+
+
+def remade_job(rank: int, world: int) -> dict[str, Any]:
+    """A second Adaptive on the same group, with another planner setting, after the first has run."""
+    first = Adaptive(_switch_doc(world), probe=False, eval_calls=1, chunks=1)
+    x = torch.ones(1 << 10)
+    first.all_reduce(x)
+    first.step()
+    first.step()
+    second = Adaptive(_switch_doc(world), probe=False, eval_calls=1, chunks=4)
+    x = torch.ones(1 << 10)
+    second.all_reduce(x)
+    return {
+        "nchunks": [
+            first.plan("allreduce", x.numel() * 4).nchunks,
+            second.plan("allreduce", x.numel() * 4).nchunks,
+        ],
+        "correct": bool(torch.all(x == world)),
+        "steps": [[e.kind for e in second.step()] for _ in range(2)],
+    }
+
+
+def subgroups_job(rank: int, world: int) -> dict[str, Any]:
+    """One Adaptive on each of two disjoint subgroups of different bandwidths. The second group's rank 1
+    asks for its plan after the first group has made its own and before its rank 0 has made one (it must
+    wait for it); then both run and step at the same time."""
+    groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    mine = groups[rank // 2]
+    ad = Adaptive(_switch_doc(2, 2.0 if rank < 2 else 0.5), group=mine, probe_bytes=4096, eval_calls=1)
+    plan = ad.plan("allreduce", 4096) if rank < 2 else None
+    dist.barrier()
+    if rank == 2:
+        time.sleep(0.5)  # its rank 1 asks first
+    if rank >= 2:
+        plan = ad.plan("allreduce", 4096)
+    assert plan is not None
+    correct = True
+    for _ in range(4):
+        x = torch.full((1024,), float(rank))
+        want = x.clone()
+        dist.all_reduce(want, group=mine)
+        ad.all_reduce(x)
+        correct &= torch.equal(x, want)
+        ad.step()
+    dist.barrier()  # rank 0 serves the store until every rank is done with it
+    return {"plan": plan.to_dict(), "correct": correct}
+
+
+def failing_native_job(rank: int, world: int) -> list[list[int]]:
+    """Integer AVG, whose native All-Reduce on gloo sums in place and then fails to divide."""
+    ad = Adaptive(_switch_doc(world), probe=False, eval_calls=2)
+    out = []
+    for _ in range(4):
+        x = torch.full((8,), 2 * (rank + 1), dtype=torch.int32)
+        ad.all_reduce(x, dist.ReduceOp.AVG)
+        out.append(x.tolist())
+    return out
+
+
+def _ring_plans(world: int, root: int = 0) -> dict[str, Plan]:
+    t = S.parse_gen_spec(f"ring:{world}")
+    return {c: Plan.from_schedule(S.synthesize(t, c, "1M", chunks=3, root=root)[0], t) for c in S.COLLECTIVES}
+
+
+def rooted_subgroup_job(rank: int, world: int) -> dict[str, Any]:
+    """Broadcast and reduce on the subgroup of global ranks 1 and 2, rooted at global rank 2 (group rank 1),
+    beside torch.distributed's: src/dst are global ranks, group_src/group_dst ranks of the group."""
+    sub = dist.new_group([1, 2])
+    out: dict[str, Any] = {}
+    if rank in (1, 2):
+        plans = _ring_plans(2, root=1)
+        for name, kw in (("src", {"src": 2}), ("group_src", {"group_src": 1})):
+            x = torch.arange(6.0) + 10 * rank
+            want = x.clone()
+            dist.broadcast(want, src=2, group=sub)
+            C.broadcast(x, plans["broadcast"], group=sub, **kw)
+            out[f"broadcast {name}"] = torch.equal(x, want)
+        for name, kw in (("dst", {"dst": 2}), ("group_dst", {"group_dst": 1})):
+            x = torch.arange(6.0) + 10 * rank
+            want = x.clone()
+            dist.reduce(want, dst=2, group=sub)
+            C.reduce(x, plans["reduce"], group=sub, **kw)
+            out[f"reduce {name}"] = (
+                torch.equal(x, want) if rank == 2 else torch.equal(x, torch.arange(6.0) + 10)
+            )
+        try:
+            C.broadcast(torch.ones(3), plans["broadcast"], src=1, group=sub)
+        except ValueError as e:
+            out["wrong src"] = str(e)
+    dist.barrier()
+    return out
+
+
+def non_member_job(rank: int, world: int) -> str:
+    sub = dist.new_group([0, 1])
+    if rank != 2:
+        x = torch.ones(4)
+        C.all_reduce(x, _ring_plans(2)["allreduce"], group=sub)
+        return str(x.tolist())
+    try:
+        C.all_reduce(torch.ones(4), _ring_plans(2)["allreduce"], group=sub)
+    except ValueError as e:
+        return str(e)
+    return "no error"
+
+
+def non_contiguous_job(rank: int, world: int) -> dict[str, bool]:
+    """Every collective on transposed (non-contiguous) tensors beside torch.distributed's."""
+    plans = _ring_plans(world)
+    out = {}
+
+    def tr(n: int, offset: float) -> torch.Tensor:
+        return (torch.arange(float(n * 3)).reshape(3, n) + offset).t()  # n x 3, not contiguous
+
+    x, want = tr(4, rank), tr(4, rank).contiguous()
+    C.all_reduce(x, plans["allreduce"])
+    dist.all_reduce(want)
+    out["all_reduce"] = not x.is_contiguous() and torch.equal(x, want)
+    x, want = tr(4, rank), tr(4, rank).contiguous()
+    C.broadcast(x, plans["broadcast"], src=0)
+    dist.broadcast(want, 0)
+    out["broadcast"] = torch.equal(x, want)
+    x, want = tr(4, rank), tr(4, rank).contiguous()
+    C.reduce(x, plans["reduce"], dst=0)
+    dist.reduce(want, 0)
+    out["reduce"] = torch.equal(x, want) if rank == 0 else torch.equal(x, tr(4, rank))
+    got = torch.zeros(3, world * 2).t()  # (2 * world) x 3, not contiguous
+    inp = tr(2, rank)
+    want = torch.zeros(world * 2, 3)
+    C.all_gather_into_tensor(got, inp, plans["allgather"])
+    dist.all_gather_into_tensor(want, inp.contiguous())
+    out["all_gather_into_tensor"] = torch.equal(got, want)
+    outs = [torch.zeros(3, 2).t() for _ in range(world)]
+    wants = [torch.zeros(2, 3) for _ in range(world)]
+    C.all_gather(outs, inp, plans["allgather"])
+    dist.all_gather(wants, inp.contiguous())
+    out["all_gather"] = all(torch.equal(a, b) for a, b in zip(outs, wants, strict=True))
+    got = torch.zeros(3, 2).t()
+    want = torch.zeros(2, 3)
+    inp = tr(2 * world, rank)
+    C.reduce_scatter_tensor(got, inp, plans["reducescatter"])
+    dist.reduce_scatter_tensor(want, inp.contiguous())
+    out["reduce_scatter_tensor"] = torch.equal(got, want)
+    got = torch.zeros(3, 2).t()
+    C.reduce_scatter(got, [tr(2, rank + k) for k in range(world)], plans["reducescatter"])
+    out["reduce_scatter"] = torch.equal(got, tr(2, rank) * world + sum(range(world)))
+    return out

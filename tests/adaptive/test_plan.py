@@ -225,17 +225,20 @@ class _TwoRanks:
         raise AssertionError("no transfer expected")
 
 
-def _drifting_runtime(S, monkeypatch: pytest.MonkeyPatch, **kw):
+_TWO_RANKS_DOC = {
+    "name": "two",
+    "npus": ["e/r0", "e/r1"],
+    "links": [
+        {"src": a, "dst": b, "latency_us": 50.0, "bandwidth_gbps": 0.01}
+        for a, b in (("e/r0", "e/r1"), ("e/r1", "e/r0"))
+    ],
+}
+
+
+def _drifting_runtime(S, monkeypatch: pytest.MonkeyPatch, doc: dict | None = None, **kw):
     from autoccl.adaptive import runtime
 
-    doc = {
-        "name": "two",
-        "npus": ["e/r0", "e/r1"],
-        "links": [
-            {"src": a, "dst": b, "latency_us": 50.0, "bandwidth_gbps": 0.01}
-            for a, b in (("e/r0", "e/r1"), ("e/r1", "e/r0"))
-        ],
-    }
+    doc = doc if doc is not None else _TWO_RANKS_DOC
     lag, slow_gbps, probe = 20_000.0, 0.0025, 256 << 10
 
     def measured(t, peer, initiator, sizes, repeats, device, tag):  # the slowed link, every trip lagged
@@ -264,6 +267,32 @@ def test_replan_measures_the_flagged_link_over_sizes(S, monkeypatch: pytest.Monk
     link = next(x for x in ad.doc["links"] if (x["src"], x["dst"]) == ("e/r0", "e/r1"))
     assert link["bandwidth_gbps"] == pytest.approx(0.0025, rel=1e-3)
     assert drift["estimate"]["sizes"] == [65536, 131072, 262144] and drift["estimate"]["samples"] == 15
+    assert ad.version == 1
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {
+            "npus": ["e/r0", "e/r1"],
+            "defaults": {"latency_us": 50.0, "bandwidth_gbps": 0.01},
+            "links": [{"src": "e/r0", "dst": "e/r1", "bidirectional": True}],
+        },
+        {"npus": ["e/r0", "e/r1"], "links": [["e/r0", "e/r1", 50.0, 0.01], ["e/r1", "e/r0", 50.0, 0.01]]},
+        {"nodes": [{"name": "e/r0", "kind": "npu"}, "e/r1"], "links": _TWO_RANKS_DOC["links"]},
+        {"generator": {"kind": "ring", "dims": [2], "latency_us": 50.0, "bandwidth_gbps": 0.01}},
+    ],
+    ids=["bidirectional-defaults", "list-links", "nodes", "generator"],
+)
+def test_replan_on_every_form_of_topology_file(S, monkeypatch: pytest.MonkeyPatch, doc: dict) -> None:
+    """A drifted link is re-planned whichever way the file spells its links (one entry for both
+    directions, defaults, lists, nodes:, a generator): the runtime edits the link it routes over."""
+    ad, drift = _drifting_runtime(S, monkeypatch, doc=doc)
+    assert drift["bandwidth_gbps_before"] == pytest.approx(0.01)
+    assert drift["bandwidth_gbps_after"] == pytest.approx(0.0025, rel=1e-3)
+    r0, r1 = (str(x) for x in ad.topo.ranks)
+    bw = {(s, d): b for s, d, _, b in ad.topo.links}
+    assert bw[(r0, r1)] == pytest.approx(0.0025, rel=1e-3) and bw[(r1, r0)] == pytest.approx(0.01)
     assert ad.version == 1
 
 

@@ -55,3 +55,24 @@ def test_ddp_comm_hook_matches_ddp(S) -> None:
     results = run_local(W.ddp_job, 4)
     assert all(r["same"] for r in results)
     assert all(r["events"] == results[0]["events"] for r in results)
+
+
+def test_a_remade_adaptive_uses_its_own_plans(S) -> None:
+    results = run_local(W.remade_job, 2, timeout_s=30)
+    first, second = results[0]["nchunks"]
+    assert second > first  # chunks=4 against chunks=1
+    assert all(r["nchunks"] == [first, second] and r["correct"] for r in results)
+    assert results[0]["steps"] == results[1]["steps"]
+
+
+def test_adaptive_on_two_subgroups_at_once(S) -> None:
+    results = run_local(W.subgroups_job, 4, timeout_s=30)
+    assert all(r["correct"] for r in results)
+    plans = [r["plan"] for r in results]
+    assert plans[0] == plans[1] and plans[2] == plans[3]  # each group's ranks run one plan
+    assert plans[0]["time_us"] < plans[2]["time_us"]  # the second group's own, on its slower links
+
+
+def test_a_native_collective_that_fails_part_way_leaves_the_plan_the_callers_values(S) -> None:
+    for r in run_local(W.failing_native_job, 2, timeout_s=30):
+        assert r == [[3] * 8] * 4  # (2 + 4) / 2 on every call, the one that tried the native included

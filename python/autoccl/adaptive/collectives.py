@@ -8,8 +8,11 @@
     broadcast(tensor, plan, src=None)                     from the plan's root
     reduce(tensor, plan, dst=None, op=SUM)                to the plan's root; other ranks' tensors unchanged
 
-`group` is the job's process group (None: the default group); plan ranks are ranks of that group.
-`transport` replaces the point-to-point layer (e.g. an EmulatedTransport).
+`group` is the job's process group (None: the default group); plan ranks are ranks of that group. As in
+torch.distributed, `src` and `dst` are global ranks and `group_src` and `group_dst` ranks of `group`; either
+must be the plan's root (None: the plan's root). Tensors need not be contiguous (a contiguous copy is
+reduced or gathered and written back). `transport` replaces the point-to-point layer (e.g. an
+EmulatedTransport).
 """
 
 from __future__ import annotations
@@ -48,17 +51,52 @@ def _transport(group: Any, transport: Transport | None) -> Transport:
 
 def _check(plan: Plan, collective: str, t: Transport) -> None:
     if plan.collective != collective:
-        raise PlanError(f"a {plan.collective} plan cannot run {collective}")
+        raise PlanError(
+            f"the plan is for {plan.collective}, not {collective}: make one with `autoccl synth -c "
+            f"{collective}` or Plan.from_schedule(synth.synthesize(topology, {collective!r}, size))"
+        )
     if plan.nranks != t.size:
         raise PlanError(f"the plan is for {plan.nranks} ranks but the process group has {t.size}")
 
 
 def _flat(t: torch.Tensor, what: str) -> torch.Tensor:
+    """t as one dimension: a view, or for a non-contiguous t a contiguous copy (see _write_back)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
+    return t.view(-1) if t.is_contiguous() else t.contiguous().view(-1)
+
+
+def _write_back(t: torch.Tensor, flat: torch.Tensor) -> None:
+    """Give a non-contiguous t the result computed in its contiguous copy `flat` (from _flat)."""
     if not t.is_contiguous():
-        raise ValueError(f"{what} must be contiguous")
-    return t.view(-1)
+        t.copy_(flat.view(t.shape))
+
+
+def _root(plan: Plan, group: Any, given: int | None, group_given: int | None, what: str) -> None:
+    """Check a caller's root (`src`/`dst`: a global rank; `group_src`/`group_dst`: a rank of `group`, as in
+    torch.distributed) against the plan's root, a rank of the group."""
+    if given is not None and group_given is not None:
+        raise ValueError(f"give {what} or group_{what}, not both")
+    shown = f"{what}={given}"
+    if given is not None:
+        if group is None:
+            group_given = given
+        else:
+            try:
+                group_given = dist.get_group_rank(group, given)
+            except (RuntimeError, ValueError):
+                raise PlanError(
+                    f"{what}={given} is not a global rank of the process group: give a member's global rank, "
+                    f"or its rank in the group as group_{what}"
+                ) from None
+            shown = f"{what}={given} (group rank {group_given})"
+    elif group_given is not None:
+        shown = f"group_{what}={group_given}"
+    if group_given is not None and group_given != plan.root:
+        raise PlanError(
+            f"the plan's {plan.collective} root is group rank {plan.root}, not {shown}: "
+            f"synthesize one with root={group_given}"
+        )
 
 
 def _pieces(flat: torch.Tensor, n: int) -> list[torch.Tensor]:
@@ -105,6 +143,7 @@ def all_reduce(
     red.prepare(flat)
     stats = run_program(plan, t.rank, _pieces(flat, plan.nchunks), t, red)
     red.finish(flat, plan.nranks)
+    _write_back(tensor, flat)
     return stats
 
 
@@ -128,7 +167,9 @@ def all_gather_into_tensor(
     _check(plan, "allgather", t)
     out, inp = _flat(output, "output"), _flat(input, "input")
     _same_dtype(out, inp)
-    return _gather(plan, _rank_parts(out, "output", inp.numel(), t.size), inp, t)
+    stats = _gather(plan, _rank_parts(out, "output", inp.numel(), t.size), inp, t)
+    _write_back(output, out)
+    return stats
 
 
 def all_gather(
@@ -146,7 +187,10 @@ def all_gather(
     inp = _flat(input, "input")
     if any(s.dtype != inp.dtype for s in segs):
         raise TypeError("every output tensor must have the input's dtype")
-    return _gather(plan, segs, inp, t)
+    stats = _gather(plan, segs, inp, t)
+    for o, seg in zip(output_list, segs, strict=True):
+        _write_back(o, seg)
+    return stats
 
 
 def _scatter(
@@ -173,7 +217,9 @@ def reduce_scatter_tensor(
     out, inp = _flat(output, "output"), _flat(input, "input")
     _same_dtype(out, inp)
     work = _rank_parts(inp.clone(), "input", out.numel(), t.size)  # reduced in place: a copy
-    return _scatter(plan, work, out, resolve(op, out.dtype), t)
+    stats = _scatter(plan, work, out, resolve(op, out.dtype), t)
+    _write_back(output, out)
+    return stats
 
 
 def reduce_scatter(
@@ -200,7 +246,9 @@ def reduce_scatter(
     for x in ins:
         segs.append(work[off : off + x.numel()])
         off += x.numel()
-    return _scatter(plan, segs, out, red, t)
+    stats = _scatter(plan, segs, out, red, t)
+    _write_back(output, out)
+    return stats
 
 
 def broadcast(
@@ -209,15 +257,15 @@ def broadcast(
     src: int | None = None,
     group: Any = None,
     transport: Transport | None = None,
+    group_src: int | None = None,
 ) -> RunStats:
     t = _transport(group, transport)
     _check(plan, "broadcast", t)
-    if src is not None and src != plan.root:
-        raise PlanError(
-            f"the plan broadcasts from rank {plan.root}, not {src}: synthesize one with root={src}"
-        )
+    _root(plan, group, src, group_src, "src")
     flat = _flat(tensor, "tensor")
-    return run_program(plan, t.rank, _pieces(flat, plan.nchunks), t)
+    stats = run_program(plan, t.rank, _pieces(flat, plan.nchunks), t)
+    _write_back(tensor, flat)
+    return stats
 
 
 def reduce(
@@ -227,11 +275,11 @@ def reduce(
     op: Any = SUM,
     group: Any = None,
     transport: Transport | None = None,
+    group_dst: int | None = None,
 ) -> RunStats:
     t = _transport(group, transport)
     _check(plan, "reduce", t)
-    if dst is not None and dst != plan.root:
-        raise PlanError(f"the plan reduces to rank {plan.root}, not {dst}: synthesize one with root={dst}")
+    _root(plan, group, dst, group_dst, "dst")
     flat = _flat(tensor, "tensor")
     red = resolve(op, tensor.dtype)
     work = flat if t.rank == plan.root else flat.clone()
@@ -239,4 +287,5 @@ def reduce(
     stats = run_program(plan, t.rank, _pieces(work, plan.nchunks), t, red)
     if t.rank == plan.root:
         red.finish(work, plan.nranks)
+        _write_back(tensor, work)
     return stats

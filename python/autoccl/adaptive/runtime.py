@@ -67,6 +67,25 @@ def load_topology_doc(topology: dict[str, Any] | str | Path) -> dict[str, Any]:
     return dict(json.loads(text) if p.suffix == ".json" else yaml.safe_load(text))
 
 
+def explicit_document(topo: Any) -> dict[str, Any]:
+    """A built topology as a document whose every directed link is spelled out with its latency and
+    bandwidth, and whose NPUs are listed under `npus`: what `route` and the runtime's link edits read. A
+    topology file may say less (`bidirectional`, `defaults`, links as lists, `nodes:`, `generator:`,
+    `failed:`); the built topology has resolved all of it, in the same node order (the same ranks)."""
+    lists: dict[str, list[str]] = {"npus": [], "switches": [], "nics": []}
+    key = {"npu": "npus", "switch": "switches", "nic": "nics"}
+    for name, kind in topo.nodes:
+        lists[key[str(kind)]].append(str(name))
+    doc: dict[str, Any] = {"name": str(topo.name), **lists}
+    doc["links"] = [
+        {"src": str(s), "dst": str(d), "latency_us": float(lat), "bandwidth_gbps": float(bw)}
+        for s, d, lat, bw in topo.links
+    ]
+    if list(topo.dims):
+        doc["dims"] = [int(x) for x in topo.dims]
+    return doc
+
+
 def route(doc: dict[str, Any], src: str, dst: str) -> list[tuple[str, str]]:
     """The links of the cheapest path src -> dst that crosses only switches and NICs (fewest hops, then
     lowest latency): how the synthesizer joins two NPUs without a direct link."""
@@ -102,6 +121,24 @@ def route_model(doc: dict[str, Any], src: str, dst: str) -> tuple[float, float]:
         sum(float(links[h]["latency_us"]) for h in hops),
         min(float(links[h]["bandwidth_gbps"]) for h in hops),
     )
+
+
+# group (its global ranks) -> Adaptive objects made on it in this process
+_MADE_ON: dict[str, int] = {}
+
+
+def _instance_scope(group: Any, t: Transport) -> str:
+    """The store scope of a new Adaptive: its group's global ranks and its number among the Adaptive objects
+    made on that group. Every rank of a group makes its Adaptive objects in the same order, so the ranks
+    agree on it; two objects (a re-made one, or one per subgroup) never read each other's plans or steps."""
+    g = group if group is not None else getattr(t, "connection_key", None)
+    try:
+        ranks = ",".join(str(r) for r in dist.get_process_group_ranks(g)) if g is not None else "all"
+    except (AttributeError, RuntimeError, TypeError, ValueError):  # no process group (a test's transport)
+        ranks = "all"
+    n = _MADE_ON.get(ranks, 0)
+    _MADE_ON[ranks] = n + 1
+    return f"{ranks}/{n}"
 
 
 @dataclass
@@ -144,9 +181,10 @@ class Adaptive:
         self.t = transport if transport is not None else TorchTransport(group)
         self.rank, self.size = self.t.rank, self.t.size
         base = store if store is not None else default_store()
-        self.store = dist.PrefixStore(prefix, base)
-        self.doc = load_topology_doc(topology)
-        self.topo = topology_from_dict(self.doc, source="adaptive topology")
+        self.store = dist.PrefixStore(f"{prefix}/{_instance_scope(group, self.t)}", base)
+        given = load_topology_doc(topology)
+        self.topo = topology_from_dict(given, source="adaptive topology")
+        self.doc = explicit_document(self.topo)  # every link spelled out: re-planning edits links
         if int(self.topo.num_npus) != self.size:
             raise ValueError(
                 f"the topology has {self.topo.num_npus} NPUs but the process group {self.size} ranks"
@@ -227,6 +265,9 @@ class Adaptive:
         mode = "plan" if len(ev["plan"]) <= len(ev["native"]) else "native"
         if mode == "native" and ev.get("native_failed"):
             mode = "plan"
+        # a native call may fail after changing the tensor (gloo's AVG on integers sums in place, then
+        # fails to divide): the plan then starts from the caller's values
+        before = tensor.clone() if mode == "native" else None
         self._sync(tensor)
         t0 = time.perf_counter()
         if mode == "plan":
@@ -236,6 +277,8 @@ class Adaptive:
                 run_native()
             except (RuntimeError, ValueError, NotImplementedError):
                 # the backend lacks this collective: the plan has no competitor
+                assert before is not None
+                tensor.copy_(before)
                 ev["native_failed"] = [1.0]
                 run_plan(plan)
                 mode = "plan"
@@ -285,6 +328,7 @@ class Adaptive:
         )
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> str:
+        """From `src`, a rank of this Adaptive's group (torch.distributed's group_src)."""
         g = self.group
         gsrc = dist.get_global_rank(g, src) if g is not None else src
         return self._run(
@@ -292,11 +336,12 @@ class Adaptive:
             tensor,
             tensor.numel() * tensor.element_size(),
             src,
-            lambda p: C.broadcast(tensor, p, src, g, self.t),
+            lambda p: C.broadcast(tensor, p, group=g, transport=self.t, group_src=src),
             lambda: self._native("broadcast", lambda x, s: dist.broadcast(x, s, group=g))(tensor, gsrc),
         )
 
     def reduce(self, tensor: torch.Tensor, dst: int = 0, op: Any = dist.ReduceOp.SUM) -> str:
+        """To `dst`, a rank of this Adaptive's group (torch.distributed's group_dst)."""
         g = self.group
         gdst = dist.get_global_rank(g, dst) if g is not None else dst
         return self._run(
@@ -304,7 +349,7 @@ class Adaptive:
             tensor,
             tensor.numel() * tensor.element_size(),
             dst,
-            lambda p: C.reduce(tensor, p, dst, op, g, self.t),
+            lambda p: C.reduce(tensor, p, op=op, group=g, transport=self.t, group_dst=dst),
             lambda: self._native("reduce", lambda x, d, o: dist.reduce(x, d, o, group=g))(tensor, gdst, op),
         )
 

@@ -106,6 +106,11 @@ class TorchTransport:
             raise RuntimeError(
                 "torch.distributed is not initialized: call torch.distributed.init_process_group() first"
             )
+        if group is not None and dist.get_rank(group) < 0:
+            raise ValueError(
+                f"rank {dist.get_rank()} is not a member of the process group: call the collective on the "
+                "group's ranks only"
+            )
         self.group = group
         nccl = dist.get_backend(group) == "nccl"
         # NCCL's work.wait() makes the current CUDA stream wait; gloo's blocks the host (a mixed
