@@ -349,3 +349,33 @@ def test_profile_meets_every_peer_first_with_a_send_and_a_receive(n: int) -> Non
             # met once: the first exchange's messages are not repeated before later ping-pongs
             assert sum(b == batch for b in t.batches) == 1, (rank, peer)
         assert any(len(b) == 1 for b in t.batches)  # the ping-pongs themselves stay lopsided
+
+
+class _FourRanks:
+    """Rank 0 of four; no message is ever sent."""
+
+    rank, size = 0, 4
+
+    def issue(self, messages):  # pragma: no cover - never reached
+        raise AssertionError("no transfer expected")
+
+
+def test_pairs_the_model_does_not_join_are_not_probed_nor_blamed(S) -> None:
+    """On a 2x2 torus ranks 0 and 3 share no link: their probes measured a path the model has no link for, and
+    a drift flagged on them crashed the re-plan ("no path from npu0 to npu3"). They are not probed, and
+    another rank's probe of such a pair is left out of the drift decision."""
+    from autoccl.adaptive import runtime
+    from autoccl.adaptive.jobs import generated_doc
+
+    ad = runtime.Adaptive(
+        generated_doc("torus:2x2"), transport=_FourRanks(), store=dist.HashStore(), refit_repeats=0
+    )
+    probed = {p for rnd in ad._rounds for p in rnd}
+    assert probed == {(0, 1), (0, 2), (1, 3), (2, 3)}, probed
+    events = []
+    for k in range(6):  # 3 reference probes, then slow ones
+        ad.step_no += 1
+        rtt = 100.0 if k < 3 else 1000.0
+        probes = {"0->3": {"rtt1_us": 10.0, "rtt_us": rtt}, "0->1": {"rtt1_us": 10.0, "rtt_us": rtt}}
+        events += ad._decide_drift([{"probes": probes}, {"probes": {}}, {"probes": {}}, {"probes": {}}])
+    assert [e.detail["pair"] for e in events if e.kind == "drift"] == ["0->1"]

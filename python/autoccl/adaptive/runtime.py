@@ -213,9 +213,21 @@ class Adaptive:
         self.refit_sizes = sorted({max(int(f * probe_bytes), 1) for f in refit_sizes})
         self.refit_repeats = refit_repeats
         self.last_probe: dict[str, dict[str, float]] = {}
-        self._rounds = round_robin(self.size)
+        # Probed pairs: those the model joins (a link, or a path over switches and NICs). Two NPUs it does
+        # not join (a torus's diagonal) have no link to blame for a drift; their probes would only cost time.
+        joined = ([p for p in rnd if self._modelled(*p)] for rnd in round_robin(self.size))
+        self._rounds = [r for r in joined if r]
         self._probe_buf: torch.Tensor | None = None
         self.device = "cpu"
+
+    def _modelled(self, a: int, b: int) -> bool:
+        """Whether the topology joins ranks a and b both ways without another NPU between them."""
+        try:
+            route(self.doc, self.npus[a], self.npus[b])
+            route(self.doc, self.npus[b], self.npus[a])
+        except ValueError:
+            return False
+        return True
 
     # ---- plans ------------------------------------------------------------------------------------
     def plan(self, collective: str, nbytes: int, root: int = 0) -> Plan:
@@ -365,6 +377,8 @@ class Adaptive:
             self._probe_buf = torch.zeros(self.probe_bytes, dtype=torch.uint8, device=dev)
         buf = self._probe_buf
         ack = torch.zeros(1, dtype=torch.uint8, device=buf.device)
+        if not self._rounds:  # no pair the model joins directly
+            return out
         rnd = self._rounds[(self.step_no - 1) % len(self._rounds)]
         for a, b in rnd:
             if self.rank not in (a, b):
@@ -457,6 +471,8 @@ class Adaptive:
             measured.update(e["probes"])
         flagged: dict[str, float] = {}
         for pair in sorted(measured):
+            if not self._modelled(*(int(x) for x in pair.split("->"))):
+                continue  # another rank's probe of a pair this model does not join: no link to blame
             m = measured[pair]
             floor = self.rtt1_floor[pair] = min(self.rtt1_floor.get(pair, m["rtt1_us"]), m["rtt1_us"])
             one_way = m["rtt_us"] - floor / 2
