@@ -379,3 +379,25 @@ def test_pairs_the_model_does_not_join_are_not_probed_nor_blamed(S) -> None:
         probes = {"0->3": {"rtt1_us": 10.0, "rtt_us": rtt}, "0->1": {"rtt1_us": 10.0, "rtt_us": rtt}}
         events += ad._decide_drift([{"probes": probes}, {"probes": {}}, {"probes": {}}, {"probes": {}}])
     assert [e.detail["pair"] for e in events if e.kind == "drift"] == ["0->1"]
+
+
+def test_plan_and_native_are_judged_per_dtype_and_reduction(S, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A native all-reduce that fails for one dtype and reduction (gloo's integer AVG) leaves the plan without
+    a competitor there only: another dtype or reduction of the same size still times the native. The record
+    was kept per size, so one failure took the comparison from every call of that size."""
+    from autoccl.adaptive import runtime
+
+    def native(x: torch.Tensor, op: object) -> None:
+        if not x.is_floating_point() and op == dist.ReduceOp.AVG:
+            raise RuntimeError("Cannot use ReduceOp.AVG with non-floating point tensors")
+
+    monkeypatch.setattr(runtime.C, "all_reduce", lambda *a, **k: None)  # the plan's transfers: none here
+    ad = runtime.Adaptive(
+        _TWO_RANKS_DOC, transport=_TwoRanks(), store=dist.HashStore(), native={"allreduce": native}
+    )
+    ints, floats = torch.ones(4, dtype=torch.int32), torch.ones(4, dtype=torch.float32)
+    ran = [ad.all_reduce(ints, dist.ReduceOp.AVG) for _ in range(4)]
+    assert set(ran) == {"plan"}, ran
+    ran = [ad.all_reduce(floats, dist.ReduceOp.SUM) for _ in range(4)]
+    assert ran.count("native") == 2, ran  # every other call, as in any evaluation
+    assert sorted(k[3] for k in ad.evals) == ["float32/sum", "int32/avg"]

@@ -57,6 +57,20 @@ def default_store() -> Any:
     return distributed_c10d._get_default_store()
 
 
+def _variant(dtype: torch.dtype, op: Any) -> str:
+    """The dtype and reduction of a call as every rank names them ("float32", "int32/avg"): part of the key
+    plans are judged by, exchanged through the store, so no object's repr (an address) may be in it."""
+    name = str(dtype).removeprefix("torch.")
+    if op is None:
+        return name
+    from autoccl.adaptive.reduce_ops import ReductionError, resolve
+
+    try:
+        return f"{name}/{resolve(op, dtype).name}"
+    except ReductionError:  # a reduction the plan refuses: named all the same, the plan's error comes later
+        return f"{name}/{getattr(op, 'name', type(op).__name__)}"
+
+
 def load_topology_doc(topology: dict[str, Any] | str | Path) -> dict[str, Any]:
     if isinstance(topology, dict):
         return json.loads(json.dumps(topology))
@@ -263,8 +277,12 @@ class Adaptive:
         root: int,
         run_plan: Callable[[Plan], Any],
         run_native: Callable[[], Any],
+        op: Any = None,
     ) -> str:
-        key = (collective, int(nbytes), root)
+        # Plan against native is judged per dtype and reduction as well as per size: the two cost differently
+        # (an average divides, a native one may not exist for the dtype: gloo's integer AVG), and a native
+        # that failed for one must not leave another of the same size without its comparison.
+        key = (collective, int(nbytes), root, _variant(tensor.dtype, op))
         plan = self.plan(collective, nbytes, root)
         choice = self.choice.get(key, "evaluating")
         if choice == "plan":
@@ -311,6 +329,7 @@ class Adaptive:
             0,
             lambda p: C.all_reduce(tensor, p, op, g, self.t),
             lambda: self._native("allreduce", lambda x, o: dist.all_reduce(x, o, group=g))(tensor, op),
+            op,
         )
 
     def all_gather_into_tensor(self, output: torch.Tensor, input: torch.Tensor) -> str:
@@ -337,6 +356,7 @@ class Adaptive:
             lambda: self._native("reducescatter", lambda o, i, r: C.native_reduce_scatter(o, i, r, group=g))(
                 output, input, op
             ),
+            op,
         )
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> str:
@@ -363,6 +383,7 @@ class Adaptive:
             dst,
             lambda p: C.reduce(tensor, p, op=op, group=g, transport=self.t, group_dst=dst),
             lambda: self._native("reduce", lambda x, d, o: dist.reduce(x, d, o, group=g))(tensor, gdst, op),
+            op,
         )
 
     # ---- iteration boundary ----------------------------------------------------------------------
@@ -440,8 +461,8 @@ class Adaptive:
         events = []
         common = set.intersection(*(set(e["evals"]) for e in everyone))
         for name in sorted(common):
-            coll, nbytes, root = name.split("|")
-            key = (coll, int(nbytes), int(root))
+            coll, nbytes, root, variant = name.split("|")
+            key = (coll, int(nbytes), int(root), variant)
             plan_t = max(e["evals"][name]["plan"] for e in everyone)
             natives = [e["evals"][name]["native"] for e in everyone]
             native_t = None if any(x is None for x in natives) else max(natives)
@@ -455,6 +476,7 @@ class Adaptive:
                     {
                         "collective": coll,
                         "bytes": int(nbytes),
+                        "variant": variant,
                         "version": self.version,
                         "pick": pick,
                         "plan_us": plan_t,
