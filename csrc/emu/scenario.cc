@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <sstream>
@@ -34,7 +35,8 @@ bool parseDouble(const std::string& s, double* out) {
   if (s.empty()) return false;
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
-  if (*end != '\0' || !(v == v)) return false;
+  // finite only: an infinite load made every time infinite, and "inf" in the truth is no JSON a reader takes
+  if (*end != '\0' || !std::isfinite(v)) return false;
   *out = v;
   return true;
 }
@@ -89,7 +91,7 @@ bool Scenario::parse(const std::string& text, std::string* error) {
     } else if (kw == "noise") {
       if (!parseInt(scalar(), 0, 1, &noise)) return fail("bad noise");
     } else if (kw == "load") {
-      if (!parseDouble(scalar(), &load) || load < 0) return fail("bad load");
+      if (!parseDouble(scalar(), &load) || load < 0) return fail("bad load (a finite number >= 0)");
     } else if (kw == "init_barrier") {
       if (!parseInt(scalar(), 0, 1, &initBarrier)) return fail("bad init_barrier");
     } else if (kw == "lead") {
@@ -142,7 +144,8 @@ bool Scenario::parse(const std::string& text, std::string* error) {
       if (g.calls.empty() || g.calls.size() > 4096) return fail("group needs 1..4096 colls=");
       if (kv.count("repeat") && !parseInt(kv["repeat"], 1, 10000000, &g.repeat)) return fail("bad repeat");
       if (kv.count("graph") && !parseInt(kv["graph"], 0, 1, &g.graph)) return fail("bad graph");
-      if (kv.count("load") && (!parseDouble(kv["load"], &g.load) || g.load < 0)) return fail("bad load");
+      if (kv.count("load") && (!parseDouble(kv["load"], &g.load) || g.load < 0))
+        return fail("bad load (a finite number >= 0)");
       if (kv.count("compute") && (!parseDouble(kv["compute"], &g.computeUs) || g.computeUs < 0 || g.computeUs > 1e9))
         return fail("bad compute (microseconds, >= 0)");
       if (kv.count("wait")) {

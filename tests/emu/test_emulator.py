@@ -400,3 +400,24 @@ def test_run_without_workdir_leaves_nothing(
     kept = run(two_comms(), plugin=None, trace=False)
     assert kept.workdir is not None and kept.workdir.parent == tmp_path
     assert (kept.workdir / "scenario.txt").is_file()
+
+
+def _scenario_error(emulator: Path, tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
+    sc = tmp_path / "sc.txt"
+    sc.write_text("autoccl-emu-scenario 1\ncomm name=a hash=1 ranks=0,1\n" + body)
+    return subprocess.run(
+        [str(emulator), "--scenario", str(sc), "--ranks", "0,1", "--truth", str(tmp_path / "t.jsonl")],
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_infinite_load_is_refused(emulator: Path, tmp_path: Path) -> None:
+    """An infinite load made every kernel time infinite, wrote `inf` into the truth (no JSON: the driver read
+    no call at all) and exited 0."""
+    for body in ("load inf\n", "group comm=a colls=allreduce:1048576 load=inf\n", "load 1e400\n"):
+        p = _scenario_error(emulator, tmp_path, body)
+        assert p.returncode == 2 and "bad load (a finite number >= 0)" in p.stderr, (body, p.stderr)
+    sc = Scenario([Comm("a", 1, (0, 1))], [Group("a", (Call("allreduce", 1 << 20),), load=5.0)])
+    res = run(sc, plugin=None)
+    assert res.returncode == 0 and len(res.calls) == 2, res.stderr
