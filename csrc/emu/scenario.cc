@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "nccl_model.h"
@@ -76,11 +77,27 @@ bool Scenario::parse(const std::string& text, std::string* error) {
       continue;
     }
     std::map<std::string, std::string> kv;
+    std::string stray;  // the first argument that is no key=value, or a key given twice
     for (const std::string& arg : args) {
       size_t eq = arg.find('=');
-      if (eq == std::string::npos) kv[""] = arg;
-      else kv[arg.substr(0, eq)] = arg.substr(eq + 1);
+      if (eq == std::string::npos || eq == 0) {
+        if (stray.empty()) stray = "'" + arg + "' is no key=value";
+      } else if (!kv.emplace(arg.substr(0, eq), arg.substr(eq + 1)).second && stray.empty()) {
+        stray = "key '" + arg.substr(0, eq) + "' given twice";
+      }
     }
+    // A key= line takes only its own keys: a misspelt one (repat=20) would otherwise be dropped silently
+    auto badKeys = [&](std::initializer_list<const char*> known) -> std::string {
+      if (!stray.empty()) return kw + ": " + stray;
+      std::set<std::string> ok(known.begin(), known.end());
+      for (const auto& [k, v] : kv) {
+        if (ok.count(k)) continue;
+        std::string list;
+        for (const char* n : known) list += std::string(list.empty() ? "" : ", ") + n;
+        return kw + ": unknown key '" + k + "' (known: " + list + ")";
+      }
+      return std::string();
+    };
     auto scalar = [&]() -> std::string { return args.size() == 1 ? args[0] : std::string(); };
     if (kw == "seed") {
       if (!parseU64(scalar(), &seed)) return fail("bad seed");
@@ -101,6 +118,7 @@ bool Scenario::parse(const std::string& text, std::string* error) {
     } else if (kw == "skew_ns") {
       if (!parseU64(scalar(), &skewNs) || skewNs > 1000000000ULL) return fail("bad skew_ns (0..1e9)");
     } else if (kw == "hidden") {  // hidden algo=tree [proto=ll128] ns=30000 (no proto: every protocol)
+      if (std::string bad = badKeys({"algo", "proto", "ns"}); !bad.empty()) return fail(bad);
       int hAlgo = parseAlgo(kv["algo"]);
       int hProto = kv.count("proto") ? parseProto(kv["proto"]) : -1;
       uint64_t ns = 0;
@@ -110,6 +128,7 @@ bool Scenario::parse(const std::string& text, std::string* error) {
       for (int p = 0; p < kHiddenProtos; ++p)
         if (hProto < 0 || p == hProto) hiddenPairNs[hAlgo][p] = ns;
     } else if (kw == "comm") {
+      if (std::string bad = badKeys({"name", "hash", "ranks", "nnodes", "channels"}); !bad.empty()) return fail(bad);
       CommSpec c;
       c.name = kv["name"];
       if (c.name.empty() || commIndex.count(c.name)) return fail("comm needs a unique name=");
@@ -126,6 +145,9 @@ bool Scenario::parse(const std::string& text, std::string* error) {
       commIndex[c.name] = static_cast<int>(comms.size());
       comms.push_back(c);
     } else if (kw == "group") {
+      if (std::string bad = badKeys({"comm", "colls", "repeat", "graph", "load", "compute", "wait", "step", "dtype"});
+          !bad.empty())
+        return fail(bad);
       GroupSpec g;
       auto it = commIndex.find(kv["comm"]);
       if (it == commIndex.end()) return fail("group names an unknown comm");
@@ -178,6 +200,7 @@ bool Scenario::parse(const std::string& text, std::string* error) {
       }
       groups.push_back(g);
     } else if (kw == "order") {
+      if (std::string bad = badKeys({"rank", "policy"}); !bad.empty()) return fail(bad);
       OrderSpec o;
       if (!parseInt(kv["rank"], 0, 4095, &o.rank)) return fail("bad order rank=");
       o.policy = kv["policy"];
@@ -185,6 +208,8 @@ bool Scenario::parse(const std::string& text, std::string* error) {
         return fail("policy must be roundrobin|reverse|random|sequential");
       orders.push_back(o);
     } else if (kw == "host") {
+      if (std::string bad = badKeys({"rank", "delay_us", "jitter_us", "proxy_delay_us", "kill_after"}); !bad.empty())
+        return fail(bad);
       HostSpec h;
       if (!parseInt(kv["rank"], 0, 4095, &h.rank)) return fail("bad host rank=");
       for (const auto& [k, v] : kv) {

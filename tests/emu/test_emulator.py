@@ -421,3 +421,21 @@ def test_infinite_load_is_refused(emulator: Path, tmp_path: Path) -> None:
     sc = Scenario([Comm("a", 1, (0, 1))], [Group("a", (Call("allreduce", 1 << 20),), load=5.0)])
     res = run(sc, plugin=None)
     assert res.returncode == 0 and len(res.calls) == 2, res.stderr
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        # a misspelt key was dropped: repeat=20 ran once, and the run exited 0
+        ("group comm=a colls=allreduce:1048576 repat=20\n", "group: unknown key 'repat' (known: comm,"),
+        ("group comm=a colls=allreduce:1048576 repeat=2 repeat=3\n", "group: key 'repeat' given twice"),
+        ("group comm=a colls=allreduce:1048576 extra\n", "group: 'extra' is no key=value"),
+        ("comm name=b hash=2 ranks=0,1 chanels=8\n", "comm: unknown key 'chanels'"),
+        ("hidden algo=ring ns=5 protocol=ll\n", "hidden: unknown key 'protocol'"),
+        ("order rank=1 policy=reverse pol=x\n", "order: unknown key 'pol'"),
+        ("host rank=1 =5\n", "host: '=5' is no key=value"),
+    ],
+)
+def test_unknown_and_repeated_keys_are_refused(emulator: Path, tmp_path: Path, body: str, says: str) -> None:
+    p = _scenario_error(emulator, tmp_path, body)
+    assert p.returncode == 2 and says in p.stderr, p.stderr
