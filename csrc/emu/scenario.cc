@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -140,6 +141,13 @@ bool Scenario::parse(const std::string& text, std::string* error) {
         c.ranks.push_back(g);
       }
       if (c.ranks.empty()) return fail("comm needs ranks=");
+      // NCCL gives every communicator its own hash; plugins keep their state per hash
+      for (const CommSpec& o : comms)
+        if (o.hash == c.hash) {
+          char hex[32];
+          std::snprintf(hex, sizeof hex, "%#llx", static_cast<unsigned long long>(c.hash));
+          return fail("comm " + c.name + ": hash=" + hex + " is already comm " + o.name + "'s (one hash per comm)");
+        }
       if (kv.count("nnodes") && !parseInt(kv["nnodes"], 1, 4096, &c.nNodes)) return fail("bad nnodes");
       if (kv.count("channels") && !parseInt(kv["channels"], 1, kMaxChannels, &c.channels)) return fail("bad channels");
       commIndex[c.name] = static_cast<int>(comms.size());

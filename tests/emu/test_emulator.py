@@ -439,3 +439,10 @@ def test_infinite_load_is_refused(emulator: Path, tmp_path: Path) -> None:
 def test_unknown_and_repeated_keys_are_refused(emulator: Path, tmp_path: Path, body: str, says: str) -> None:
     p = _scenario_error(emulator, tmp_path, body)
     assert p.returncode == 2 and says in p.stderr, p.stderr
+
+
+def test_shared_comm_hash_is_refused(emulator: Path, tmp_path: Path) -> None:
+    """NCCL gives each communicator its own hash and plugins keep their state per hash: two comms of one
+    hash ran (exit 0) with one plugin state for both."""
+    p = _scenario_error(emulator, tmp_path, "comm name=b hash=0x1 ranks=0\n")
+    assert p.returncode == 2 and "comm b: hash=0x1 is already comm a's" in p.stderr, p.stderr
