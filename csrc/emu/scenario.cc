@@ -166,8 +166,10 @@ bool Scenario::parse(const std::string& text, std::string* error) {
         CallSpec cs;
         cs.func = parseColl(c.substr(0, colon));
         uint64_t b = 0;
-        if (cs.func < 0 || !parseU64(c.substr(colon + 1), &b) || b == 0 || b > (1ULL << 40))
-          return fail("bad call " + c);
+        if (cs.func < 0)
+          return fail("bad call " + c + ": unknown collective (allreduce, allgather, reducescatter, broadcast, reduce)");
+        if (!parseU64(c.substr(colon + 1), &b) || b == 0 || b > (1ULL << 40))
+          return fail("bad call " + c + ": bytes must be an integer in [1, 2^40]");
         cs.bytes = static_cast<size_t>(b);
         g.calls.push_back(cs);
       }

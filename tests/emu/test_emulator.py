@@ -446,3 +446,13 @@ def test_shared_comm_hash_is_refused(emulator: Path, tmp_path: Path) -> None:
     hash ran (exit 0) with one plugin state for both."""
     p = _scenario_error(emulator, tmp_path, "comm name=b hash=0x1 ranks=0\n")
     assert p.returncode == 2 and "comm b: hash=0x1 is already comm a's" in p.stderr, p.stderr
+
+
+def test_bad_call_says_what_is_wrong(emulator: Path, tmp_path: Path) -> None:
+    for call, says in [
+        ("alltoall:1048576", "unknown collective (allreduce, allgather, reducescatter, broadcast, reduce)"),
+        ("allreduce:1e6", "bytes must be an integer in [1, 2^40]"),
+        ("allreduce:0", "bytes must be an integer in [1, 2^40]"),
+    ]:
+        p = _scenario_error(emulator, tmp_path, f"group comm=a colls={call}\n")
+        assert p.returncode == 2 and f"bad call {call}: {says}" in p.stderr, p.stderr
