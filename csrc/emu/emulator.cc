@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -1188,8 +1189,8 @@ class RankRunner {
 };
 
 // ---------------------------------------------------------------- main
-void usage() {
-  std::fprintf(stderr,
+void usage(FILE* to = stderr) {
+  std::fprintf(to,
                "usage: autoccl-emu --scenario FILE --ranks R[,R..] [--plugin LIB | --no-plugin] [--model JSON]\n"
                "                   [--truth OUT.jsonl] [--tuner-version auto|5|6] [--profiler-version auto|5|6|7]\n"
                "                   [--no-tuner] [--no-profiler] [--launch-clock [--kernel-lag-us US]] [--lead-file PATH]\n"
@@ -1268,10 +1269,20 @@ int envInt(const char* name) {
 int mainImpl(int argc, char** argv) {
   Options opt;
   bool eval = false;
+  std::set<std::string> given;  // options that take a value: a second one would silently replace the first
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    static const std::set<std::string> kValued = {"--scenario", "--plugin",        "--model",
+                                                  "--truth",    "--lead-file",     "--ranks",
+                                                  "--tuner-version", "--profiler-version", "--kernel-lag-us"};
+    if (kValued.count(a) && !given.insert(a).second) {
+      emuError(a + " given twice");
+      return 2;
+    }
+    // Each refusal names the option and what it takes: a bare usage text left the user to guess
     auto next = [&]() -> std::string {
       if (i + 1 >= argc) {
+        emuError(a + " needs a value");
         usage();
         std::exit(2);
       }
@@ -1281,7 +1292,9 @@ int mainImpl(int argc, char** argv) {
       if (v == "auto") return 0;
       for (int k = 5; k <= newest; ++k)
         if (v == std::to_string(k)) return k;
-      usage();
+      std::string list = "auto";
+      for (int k = 5; k <= newest; ++k) list += "|" + std::to_string(k);
+      emuError(a + " takes " + list + ", not '" + v + "'");
       std::exit(2);
     };
     if (a == "--scenario") opt.scenarioPath = next();
@@ -1310,10 +1323,18 @@ int mainImpl(int argc, char** argv) {
     }
     else if (a == "--verbose") gVerbose = true;
     else if (a == "--eval") eval = true;
-    else {
+    else if (a == "--help" || a == "-h") {
+      usage(stdout);
+      return 0;
+    } else {
+      emuError("unknown option '" + a + "'");
       usage();
       return 2;
     }
+  }
+  if (opt.noPlugin && !opt.pluginPath.empty()) {
+    emuError("--plugin and --no-plugin exclude each other");
+    return 2;
   }
   PerfModel model = PerfModel::builtin();
   if (!opt.modelPath.empty()) {
@@ -1325,6 +1346,7 @@ int mainImpl(int argc, char** argv) {
   }
   if (eval) return evalMode(model);
   if (opt.scenarioPath.empty() || opt.ranks.empty()) {
+    emuError(opt.scenarioPath.empty() ? "--scenario FILE is required" : "--ranks is required");
     usage();
     return 2;
   }

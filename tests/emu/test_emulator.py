@@ -456,3 +456,25 @@ def test_bad_call_says_what_is_wrong(emulator: Path, tmp_path: Path) -> None:
     ]:
         p = _scenario_error(emulator, tmp_path, f"group comm=a colls={call}\n")
         assert p.returncode == 2 and f"bad call {call}: {says}" in p.stderr, p.stderr
+
+
+def test_command_line_errors_name_the_option(emulator: Path, tmp_path: Path) -> None:
+    """A bad command line printed the usage text alone, naming neither the option nor what it takes."""
+    sc = tmp_path / "sc.txt"
+    sc.write_text("autoccl-emu-scenario 1\ncomm name=a hash=1 ranks=0\n")
+    base = [str(emulator), "--scenario", str(sc), "--ranks", "0"]
+    for args, says in [
+        (["--bogus"], "autoccl-emu: unknown option '--bogus'"),
+        (["--truth"], "autoccl-emu: --truth needs a value"),
+        (["--tuner-version", "7"], "autoccl-emu: --tuner-version takes auto|5|6, not '7'"),
+        (["--profiler-version", "x"], "autoccl-emu: --profiler-version takes auto|5|6|7, not 'x'"),
+        (["--scenario", str(sc)], "autoccl-emu: --scenario given twice"),
+        (["--ranks", "1"], "autoccl-emu: --ranks given twice"),
+        (["--plugin", "x.so", "--no-plugin"], "autoccl-emu: --plugin and --no-plugin exclude each other"),
+    ]:
+        p = subprocess.run(base + args, capture_output=True, text=True)
+        assert p.returncode == 2 and says in p.stderr, (args, p.stderr)
+    p = subprocess.run([str(emulator), "--ranks", "0"], capture_output=True, text=True)
+    assert p.returncode == 2 and "autoccl-emu: --scenario FILE is required" in p.stderr, p.stderr
+    p = subprocess.run([str(emulator), "--help"], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.startswith("usage: autoccl-emu") and not p.stderr
