@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import subprocess
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -478,3 +479,14 @@ def test_command_line_errors_name_the_option(emulator: Path, tmp_path: Path) -> 
     assert p.returncode == 2 and "autoccl-emu: --scenario FILE is required" in p.stderr, p.stderr
     p = subprocess.run([str(emulator), "--help"], capture_output=True, text=True)
     assert p.returncode == 0 and p.stdout.startswith("usage: autoccl-emu") and not p.stderr
+
+
+def test_refused_scenario_leaves_no_directory(
+    emulator: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The temporary directory was made before the scenario was written: a refused one stayed behind."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    sc = Scenario([Comm("a", 1, (0, 1))], [Group("a", (Call("allreduce", 1024),), dtype="f64")])
+    with pytest.raises(ValueError, match="unknown dtype"):
+        run(sc, plugin=None)
+    assert list(tmp_path.iterdir()) == []

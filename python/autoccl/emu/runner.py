@@ -223,11 +223,13 @@ def run(
     workdir: where the scenario, outputs, traces and tables go (kept). Without it they go to a temporary
       directory removed before returning (`RunResult.workdir` is then None), unless AUTOCCL_EMU_KEEP=1.
     """
+    # checked before any directory is made: a scenario the writer refuses left a temporary directory behind
+    text = scenario.to_text()
     scratch = workdir is None and os.environ.get("AUTOCCL_EMU_KEEP", "") not in ("1", "true", "yes")
     work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="autoccl-emu-"))
     work.mkdir(parents=True, exist_ok=True)
     scen_path = work / "scenario.txt"
-    scen_path.write_text(scenario.to_text())
+    scen_path.write_text(text)
     exe = str(emulator_path())
     child_env = plain_nccl_env()
     if not inherit_nccl:
