@@ -481,6 +481,13 @@ def test_command_line_errors_name_the_option(emulator: Path, tmp_path: Path) -> 
     assert p.returncode == 0 and p.stdout.startswith("usage: autoccl-emu") and not p.stderr
 
 
+@pytest.mark.parametrize("processes", [False, True])
+def test_run_of_a_scenario_without_ranks_raises(emulator: Path, processes: bool) -> None:
+    """With one process per rank no process started and the run returned exit 0, as if it had played."""
+    with pytest.raises(ValueError, match="no rank to play"):
+        run(Scenario([], []), plugin=None, processes=processes)
+
+
 def test_refused_scenario_leaves_no_directory(
     emulator: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

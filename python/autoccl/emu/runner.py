@@ -225,6 +225,9 @@ def run(
     """
     # checked before any directory is made: a scenario the writer refuses left a temporary directory behind
     text = scenario.to_text()
+    if not scenario.world:
+        # one process per rank started no process and returned exit 0, as if the scenario had run
+        raise ValueError("the scenario has no rank to play: give it a Comm with ranks")
     scratch = workdir is None and os.environ.get("AUTOCCL_EMU_KEEP", "") not in ("1", "true", "yes")
     work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="autoccl-emu-"))
     work.mkdir(parents=True, exist_ok=True)
