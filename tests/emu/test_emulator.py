@@ -497,3 +497,14 @@ def test_refused_scenario_leaves_no_directory(
     with pytest.raises(ValueError, match="unknown dtype"):
         run(sc, plugin=None)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_comm_name_and_call_size_are_checked_in_python() -> None:
+    """A comm name with a space was written into the scenario as two words (the emulator named the comm by
+    the first one); a float size became "1000000.0", refused by the emulator with a message about the file."""
+    for name in ("data parallel", "", "a=b", "a#b"):
+        with pytest.raises(ValueError, match="comm name"):
+            Comm(name, 1, (0, 1))
+    for nbytes in (1e6, True, 0, "1024"):
+        with pytest.raises(ValueError, match="nbytes must be a positive int"):
+            Call("allreduce", nbytes)  # type: ignore[arg-type]

@@ -23,8 +23,9 @@ class Call:
     def __post_init__(self) -> None:
         if self.coll not in COLLS:
             raise ValueError(f"unknown collective {self.coll!r}")
-        if self.nbytes <= 0:
-            raise ValueError("nbytes must be positive")
+        # the scenario file takes whole bytes: 1e6 was written as "1000000.0", which the emulator refuses
+        if not isinstance(self.nbytes, int) or isinstance(self.nbytes, bool) or self.nbytes <= 0:
+            raise ValueError(f"nbytes must be a positive int, not {self.nbytes!r}")
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,11 @@ class Comm:
     ranks: tuple[int, ...]
     nnodes: int = 1
     channels: int = 24
+
+    def __post_init__(self) -> None:
+        # the name is one word of a key=value line: "data parallel" was read as comm "data"
+        if not self.name or any(ch.isspace() or ch in "=#," for ch in self.name):
+            raise ValueError(f"comm name {self.name!r} must be non-empty, without spaces, '=', '#' or ','")
 
 
 @dataclass(frozen=True)
