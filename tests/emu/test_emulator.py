@@ -488,6 +488,14 @@ def test_run_of_a_scenario_without_ranks_raises(emulator: Path, processes: bool)
         run(Scenario([], []), plugin=None, processes=processes)
 
 
+def test_run_with_a_plugin_path_that_is_no_file_raises(emulator: Path, tmp_path: Path) -> None:
+    """The emulator, as NCCL, runs without a tuner when the plugin does not load, and exited 0: a run of plain
+    NCCL that a caller took for the plugin's."""
+    for missing in (tmp_path / "nonexistent.so", tmp_path):
+        with pytest.raises(ValueError, match="no such file"):
+            run(simple(nranks=2, repeat=2), plugin=missing)
+
+
 def test_refused_scenario_leaves_no_directory(
     emulator: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

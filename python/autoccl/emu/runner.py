@@ -228,6 +228,9 @@ def run(
     if not scenario.world:
         # one process per rank started no process and returned exit 0, as if the scenario had run
         raise ValueError("the scenario has no rank to play: give it a Comm with ranks")
+    if plugin not in (None, "default") and not Path(plugin).is_file():
+        # the emulator, as NCCL, would run without a tuner and exit 0: plain NCCL taken for the plugin
+        raise ValueError(f"plugin {plugin}: no such file (None runs plain NCCL, 'default' the built plugin)")
     scratch = workdir is None and os.environ.get("AUTOCCL_EMU_KEEP", "") not in ("1", "true", "yes")
     work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="autoccl-emu-"))
     work.mkdir(parents=True, exist_ok=True)
