@@ -43,6 +43,7 @@ import torch.distributed as dist
 from autoccl.adaptive import collectives as C
 from autoccl.adaptive.plan import Plan
 from autoccl.adaptive.profile import LinkEstimate, estimate_link, measure_direction, pingpong, round_robin
+from autoccl.adaptive.reduce_ops import ReductionError, resolve
 from autoccl.adaptive.transport import TorchTransport, Transport
 
 _PROBE_TAG = (1 << 20) + 64
@@ -63,8 +64,6 @@ def _variant(dtype: torch.dtype, op: Any) -> str:
     name = str(dtype).removeprefix("torch.")
     if op is None:
         return name
-    from autoccl.adaptive.reduce_ops import ReductionError, resolve
-
     try:
         return f"{name}/{resolve(op, dtype).name}"
     except ReductionError:  # a reduction the plan refuses: named all the same, the plan's error comes later
@@ -231,6 +230,7 @@ class Adaptive:
         # not join (a torus's diagonal) have no link to blame for a drift; their probes would only cost time.
         joined = ([p for p in rnd if self._modelled(*p)] for rnd in round_robin(self.size))
         self._rounds = [r for r in joined if r]
+        self._probed = {p for rnd in self._rounds for p in rnd}  # (lower rank, higher rank)
         self._probe_buf: torch.Tensor | None = None
         self.device = "cpu"
 
@@ -493,8 +493,9 @@ class Adaptive:
             measured.update(e["probes"])
         flagged: dict[str, float] = {}
         for pair in sorted(measured):
-            if not self._modelled(*(int(x) for x in pair.split("->"))):
-                continue  # another rank's probe of a pair this model does not join: no link to blame
+            a, b = sorted(int(x) for x in pair.split("->"))
+            if (a, b) not in self._probed:
+                continue  # a probe of a pair this model does not join (sent by hand): no link to blame
             m = measured[pair]
             floor = self.rtt1_floor[pair] = min(self.rtt1_floor.get(pair, m["rtt1_us"]), m["rtt1_us"])
             one_way = m["rtt_us"] - floor / 2
