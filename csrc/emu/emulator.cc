@@ -1371,6 +1371,17 @@ int mainImpl(int argc, char** argv) {
       return 2;
     }
   }
+  // Opened before the run: a path the truth cannot take was found only once the whole run had been played
+  std::ofstream truthOut;
+  if (!opt.truthPath.empty()) {
+    errno = 0;
+    truthOut.open(opt.truthPath);
+    if (!truthOut) {
+      const std::string why = errno ? std::string(" (") + std::strerror(errno) + ")" : std::string();
+      emuError("--truth takes a file this process can create or overwrite, not '" + opt.truthPath + "'" + why);
+      return 2;
+    }
+  }
   Shared sh;
   sh.sc = &sc;
   sh.opt = &opt;
@@ -1414,10 +1425,10 @@ int mainImpl(int argc, char** argv) {
   for (int r : opt.ranks) threads.emplace_back([&sh, r] { RankRunner(sh, r).run(); });
   for (std::thread& t : threads) t.join();
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!opt.truthPath.empty()) {
-    std::ofstream out(opt.truthPath);
-    for (const std::string& s : sh.truth) out << s << '\n';
-    if (!out) {
+  if (truthOut.is_open()) {
+    for (const std::string& s : sh.truth) truthOut << s << '\n';
+    truthOut.flush();
+    if (!truthOut) {
       emuError("cannot write " + opt.truthPath);
       return 2;
     }

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "nccl_model.h"
 #include "perf_model.h"
@@ -21,6 +22,15 @@ bool parseU64(const std::string& s, uint64_t* out) {
   errno = 0;
   unsigned long long v = std::strtoull(s.c_str(), &end, 0);
   if (errno != 0 || *end != '\0' || s[0] == '-') return false;
+  *out = v;
+  return true;
+}
+// A seed is a plain decimal integer: strtoull's base 0 read "010" as 8 and "0x10" as 16.
+bool parseDecimalU64(const std::string& s, uint64_t* out) {
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) return false;
+  errno = 0;
+  unsigned long long v = std::strtoull(s.c_str(), nullptr, 10);
+  if (errno != 0) return false;  // above 2^64 - 1
   *out = v;
   return true;
 }
@@ -57,6 +67,8 @@ bool Scenario::parse(const std::string& text, std::string* error) {
   int lineNo = 0;
   bool header = false;
   std::map<std::string, int> commIndex;
+  // (line, keyword, rank) of the order and host lines, checked against the comms once all are read
+  std::vector<std::tuple<int, std::string, int>> rankLines;
   auto fail = [&](const std::string& msg) {
     *error = "scenario line " + std::to_string(lineNo) + ": " + msg;
     return false;
@@ -101,7 +113,11 @@ bool Scenario::parse(const std::string& text, std::string* error) {
     };
     auto scalar = [&]() -> std::string { return args.size() == 1 ? args[0] : std::string(); };
     if (kw == "seed") {
-      if (!parseU64(scalar(), &seed)) return fail("bad seed");
+      if (!parseDecimalU64(scalar(), &seed)) {
+        std::string given;
+        for (const std::string& arg : args) given += (given.empty() ? "" : " ") + arg;
+        return fail("bad seed '" + given + "': one decimal integer in [0, 18446744073709551615]");
+      }
     } else if (kw == "runahead") {
       if (!parseInt(scalar(), 0, 100000, &runahead)) return fail("bad runahead");
     } else if (kw == "reorder") {
@@ -217,6 +233,7 @@ bool Scenario::parse(const std::string& text, std::string* error) {
       if (o.policy != "roundrobin" && o.policy != "reverse" && o.policy != "random" && o.policy != "sequential")
         return fail("policy must be roundrobin|reverse|random|sequential");
       orders.push_back(o);
+      rankLines.emplace_back(lineNo, kw, o.rank);
     } else if (kw == "host") {
       if (std::string bad = badKeys({"rank", "delay_us", "jitter_us", "proxy_delay_us", "kill_after"}); !bad.empty())
         return fail(bad);
@@ -235,6 +252,7 @@ bool Scenario::parse(const std::string& text, std::string* error) {
       for (const HostSpec& o : hosts)
         if (o.rank == h.rank) return fail("duplicate host rank=");
       hosts.push_back(h);
+      rankLines.emplace_back(lineNo, kw, h.rank);
     } else {
       return fail("unknown keyword '" + kw + "'");
     }
@@ -246,6 +264,16 @@ bool Scenario::parse(const std::string& text, std::string* error) {
   if (comms.empty()) {
     *error = "scenario has no comm";
     return false;
+  }
+  // A rank of no comm plays nothing: its order or host line was ignored silently
+  std::set<int> world;
+  for (const CommSpec& c : comms) world.insert(c.ranks.begin(), c.ranks.end());
+  for (const auto& [at, what, rank] : rankLines) {
+    if (world.count(rank)) continue;
+    std::string list;
+    for (int r : world) list += (list.empty() ? "" : ",") + std::to_string(r);
+    lineNo = at;
+    return fail(what + " rank=" + std::to_string(rank) + " is in no comm (the comms' ranks: " + list + ")");
   }
   programs.assign(comms.size(), {});
   for (size_t gi = 0; gi < groups.size(); ++gi) {

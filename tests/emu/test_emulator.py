@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import random
+import re
 import subprocess
 import tempfile
 from dataclasses import replace
@@ -516,3 +518,90 @@ def test_comm_name_and_call_size_are_checked_in_python() -> None:
     for nbytes in (1e6, True, 0, "1024"):
         with pytest.raises(ValueError, match="nbytes must be a positive int"):
             Call("allreduce", nbytes)  # type: ignore[arg-type]
+
+
+def test_unwritable_truth_is_refused_before_the_run(emulator: Path, tmp_path: Path) -> None:
+    """The truth was opened only once the whole run had been played: a path it could not take was an error at
+    the end. Here the run would kill its own process at its first group, so refusing first is refusing before
+    it."""
+    sc = tmp_path / "sc.txt"
+    sc.write_text(
+        "autoccl-emu-scenario 1\ncomm name=a hash=1 ranks=0\ngroup comm=a colls=allreduce:1048576\n"
+        "host rank=0 kill_after=0\n"
+    )
+    for truth, why in [
+        (tmp_path / "missing" / "t.jsonl", "No such file or directory"),
+        (tmp_path, "Is a directory"),
+    ]:
+        cmd = [str(emulator), "--scenario", str(sc), "--ranks", "0", "--no-plugin", "--truth", str(truth)]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        says = (
+            f"autoccl-emu: --truth takes a file this process can create or overwrite, not '{truth}' ({why})"
+        )
+        assert p.returncode == 2 and says in p.stderr, (truth, p.returncode, p.stderr)
+        assert "killing this process" not in p.stderr
+
+
+def test_order_and_host_lines_of_no_comm_are_refused(emulator: Path, tmp_path: Path) -> None:
+    """An order or host line naming a rank that is in no comm was ignored: the skew or order it asked for
+    never happened, and the run exited 0."""
+    group = "group comm=a colls=allreduce:1048576\n"
+    for body, says in [
+        (
+            group + "order rank=2 policy=reverse\n",
+            "scenario line 4: order rank=2 is in no comm (the comms' ranks: 0,1)",
+        ),
+        (
+            "host rank=7 delay_us=100\n" + group,
+            "scenario line 3: host rank=7 is in no comm (the comms' ranks: 0,1)",
+        ),
+    ]:
+        p = _scenario_error(emulator, tmp_path, body)
+        assert p.returncode == 2 and says in p.stderr, (body, p.stderr)
+    # a line may come before the comm that holds its rank
+    p = _scenario_error(
+        emulator, tmp_path, "order rank=2 policy=reverse\ncomm name=b hash=2 ranks=1,2\n" + group
+    )
+    assert p.returncode == 0, p.stderr
+
+
+def test_seed_is_plain_decimal(emulator: Path, tmp_path: Path) -> None:
+    """The seed was read as a C literal: 0x10 was 16 and 010 was 8. It is a decimal integer in the range of
+    64 bits, anything else refused by name."""
+    for seed in ("0x10", "-1", "+5", "1x", "1e3", "18446744073709551616", "1 2"):
+        p = _scenario_error(emulator, tmp_path, f"seed {seed}\n")
+        says = f"scenario line 3: bad seed '{seed}': one decimal integer in [0, 18446744073709551615]"
+        assert p.returncode == 2 and says in p.stderr, (seed, p.stderr)
+
+    def durations(seed: str) -> list[int]:
+        p = _scenario_error(
+            emulator, tmp_path, f"seed {seed}\ngroup comm=a colls=allreduce:1048576 repeat=5\n"
+        )
+        assert p.returncode == 0, p.stderr
+        return sorted(json.loads(line)["dur_ns"] for line in (tmp_path / "t.jsonl").read_text().splitlines())
+
+    assert durations("010") == durations("10") != durations("8")
+    assert len(durations("18446744073709551615")) == 10
+
+
+def test_load_repeat_and_group_comm_are_checked_in_python() -> None:
+    """An infinite or nan load, a repeat below 1 and a group on a comm the scenario lacks were left to the
+    emulator, which refused them in terms of the scenario file (or, for the comm, wrote a file it refused)."""
+    comm, calls = Comm("a", 1, (0, 1)), (Call("allreduce", 1 << 20),)
+    for load in (math.inf, -math.inf, math.nan, -0.5):
+        with pytest.raises(
+            ValueError, match=f"^load must be a finite number >= 0, not {re.escape(repr(load))}$"
+        ):
+            Group("a", calls, load=load)
+        with pytest.raises(
+            ValueError, match=f"^Scenario.load must be a finite number >= 0, not {re.escape(repr(load))}$"
+        ):
+            Scenario([comm], [Group("a", calls)], load=load).to_text()
+    for repeat in (0, -3, 2.0, True):
+        with pytest.raises(
+            ValueError, match=rf"^repeat must be an int in \[1, 10000000\], not {re.escape(repr(repeat))}$"
+        ):
+            Group("a", calls, repeat=repeat)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^group comm 'b' is no comm of the scenario \(comms: a\)$"):
+        run(Scenario([comm], [Group("b", calls)]), plugin=None)
+    Scenario([comm], [Group("a", calls, repeat=3, load=0.5)], load=1.0).to_text()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
 
 COLLS = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
@@ -11,6 +13,7 @@ DTYPE_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "i8": 1}
 # NCCL's count is per rank for these: their bytes are a multiple of ranks x element size
 PER_RANK_COLLS = ("allgather", "reducescatter")
 WAITS = ("none", "prev", "self")
+MAX_REPEAT = 10_000_000  # the emulator's bound
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,12 @@ class Group:
     step_end: bool = False
 
     def __post_init__(self) -> None:
+        # left to the emulator, these were refused in terms of the scenario file it was handed
+        whole = isinstance(self.repeat, numbers.Integral) and not isinstance(self.repeat, bool)
+        if not whole or not 1 <= self.repeat <= MAX_REPEAT:
+            raise ValueError(f"repeat must be an int in [1, {MAX_REPEAT}], not {self.repeat!r}")
+        if self.load is not None:
+            _check_load("load", self.load)
         if self.wait not in WAITS:
             raise ValueError(f"wait must be one of {WAITS}, not {self.wait!r}")
         if self.compute_us < 0:
@@ -134,6 +143,7 @@ class Scenario:
             f"load {self.load}",
             f"gap_ns {self.gap_ns}",
         ]
+        _check_load("Scenario.load", self.load)
         if self.skew_ns < 0:
             raise ValueError("skew_ns must be >= 0")
         if self.skew_ns:
@@ -153,7 +163,10 @@ class Scenario:
             )
         ranks_of = {c.name: len(c.ranks) for c in self.comms}
         for g in self.groups:
-            _check_whole_elements(g, ranks_of.get(g.comm, 1))
+            if g.comm not in ranks_of:
+                names = ", ".join(ranks_of)
+                raise ValueError(f"group comm {g.comm!r} is no comm of the scenario (comms: {names})")
+            _check_whole_elements(g, ranks_of[g.comm])
             colls = ",".join(f"{c.coll}:{c.nbytes}" for c in g.calls)
             extra = f" graph={int(g.graph)}" if g.graph else ""
             if g.load is not None:
@@ -282,6 +295,12 @@ def whole_elements(coll: str, nbytes: int, ranks: int, dtype: str = "f32") -> in
     and for all-gather / reduce-scatter the same whole number of them on each of RANKS ranks."""
     unit = DTYPE_BYTES[dtype] * (ranks if coll in PER_RANK_COLLS else 1)
     return nbytes - nbytes % unit
+
+
+def _check_load(name: str, load: float) -> None:
+    # inf made every kernel time infinite; nan and negative loads have no meaning
+    if isinstance(load, bool) or not isinstance(load, numbers.Real) or not math.isfinite(load) or load < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, not {load!r}")
 
 
 def _check_whole_elements(g: Group, ranks: int) -> None:
