@@ -187,6 +187,27 @@ ExposureEstimator::Fit ExposureEstimator::fit(const std::vector<size_t>& rows) c
   return out;
 }
 
+ExposureEstimator::Result ExposureEstimator::estimateGroups(const std::vector<uint32_t>& groupOf) const {
+  const size_t P = period_;
+  if (P == 0 || groupOf.size() != P) return {};
+  const size_t G = *std::max_element(groupOf.begin(), groupOf.end()) + size_t{1};
+  if (G > P) return {};  // numbered with gaps: not a grouping of these positions
+  ExposureEstimator grouped(o_);
+  for (const Sample& s : samples_) {
+    std::vector<double> start(G, 0.0), dur(G, 0.0);
+    std::vector<bool> seen(G, false);
+    for (size_t p = 0; p < P; ++p) {
+      const uint32_t g = groupOf[p];
+      if (!seen[g]) start[g] = s.start[p];
+      seen[g] = true;
+      dur[g] += s.dur[p];
+    }
+    if (std::find(seen.begin(), seen.end(), false) != seen.end()) return {};  // a group with no position
+    grouped.add(s.iterUs, start, dur);
+  }
+  return grouped.estimate();
+}
+
 ExposureEstimator::Result ExposureEstimator::estimate() const {
   Result out;
   out.period = period_;

@@ -1,5 +1,6 @@
 #include "engine/exposure_recorder.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 
@@ -56,15 +57,31 @@ size_t ExposureRecorder::samples() const {
 }
 
 std::string ExposureRecorder::traceRecord(const std::string& commHex, int rank) const {
-  ExposureEstimator::Result r;
+  ExposureEstimator::Result r, byTask;
   std::vector<TaskKey> tasks;
   uint64_t timedForIt = 0;
+  // The positions' tasks, numbered in the order of their first position: the per-task regression's groups
+  std::vector<TaskKey> taskOrder;
+  std::vector<uint32_t> groupOf;
+  std::vector<size_t> calls;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (estimator_.period() == 0) return {};
     r = estimator_.estimate();
     tasks = tasks_;
     timedForIt = timedForIt_;
+    if (tasks.size() == r.positions.size()) {
+      for (const TaskKey& t : tasks) {
+        const auto at = std::find(taskOrder.begin(), taskOrder.end(), t);
+        groupOf.push_back(static_cast<uint32_t>(at - taskOrder.begin()));
+        if (at == taskOrder.end()) {
+          taskOrder.push_back(t);
+          calls.push_back(0);
+        }
+        ++calls[groupOf.back()];
+      }
+      byTask = estimator_.estimateGroups(groupOf);
+    }
   }
   char head[320];
   std::snprintf(head, sizeof head,
@@ -84,6 +101,26 @@ std::string ExposureRecorder::traceRecord(const std::string& commHex, int rank) 
                   q.solved ? std::to_string(q.slope).c_str() : "null", q.solved ? std::to_string(q.se).c_str() : "null",
                   q.alias, q.tail, ExposureEstimator::verdictName(q.verdict));
     out += e;
+  }
+  // Per task: its calls' mean exposure (ExposureEstimator::estimateGroups), the unit a configuration applies to
+  out += "],\"tasks\":[";
+  for (size_t g = 0; g < byTask.positions.size() && g < taskOrder.size(); ++g) {
+    const ExposureEstimator::Position& q = byTask.positions[g];
+    const TaskKey& t = taskOrder[g];
+    std::vector<size_t> at;
+    for (size_t p = 0; p < groupOf.size(); ++p)
+      if (groupOf[p] == g) at.push_back(p);
+    std::string positions;
+    for (size_t p : at) positions += (positions.empty() ? "" : ",") + std::to_string(p);
+    char e[320];
+    std::snprintf(e, sizeof e,
+                  "%s{\"coll\":\"%s\",\"bytes\":%" PRIu64 ",\"pipe\":%d,\"calls\":%zu,\"sum_us\":%.2f,"
+                  "\"slope\":%s,\"se\":%s,\"alias\":%d,\"verdict\":\"%s\",\"positions\":[",
+                  g ? "," : "", collName(t.coll), t.bytes, t.pipe, calls[g], q.meanUs,
+                  q.solved ? std::to_string(q.slope).c_str() : "null", q.solved ? std::to_string(q.se).c_str() : "null",
+                  q.alias, ExposureEstimator::verdictName(q.verdict));
+    out += e;
+    out += positions + "]}";
   }
   out += "]}";
   return out;

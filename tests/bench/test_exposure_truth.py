@@ -312,6 +312,42 @@ def test_compare_says_when_nothing_matches_or_periods_differ() -> None:
     assert none.rotation is None and none.notes == ["no truth: no kernels"]
 
 
+def test_compare_judges_the_record_per_task_on_the_positions_it_holds() -> None:
+    # truth: the first task's two all-gathers exposed (one of them in a third of the steps), the
+    # reduce-scatter task's two hidden; the estimator's iteration starts at the second truth position
+    truth = _truth([("allgather", 64, True), ("allgather", 64, True), ("reducescatter", 32, False)])
+    truth.positions.append(ET.PositionTruth(3, "reducescatter", 32, 3, 0.0, 0.0))
+    truth.positions[1].waited_share = 0.34
+    rec = _record(
+        [
+            ("allgather", 64, "unknown"),
+            ("reducescatter", 32, "unknown"),
+            ("reducescatter", 32, "unknown"),
+            ("allgather", 64, "unknown"),
+        ]
+    )
+    rec["tasks"] = [
+        {"coll": "allgather", "bytes": 64, "pipe": 1, "calls": 2, "sum_us": 20.0, "slope": 0.81, "se": 0.06,
+         "alias": -1, "verdict": "exposed", "positions": [0, 3]},
+        {"coll": "reducescatter", "bytes": 32, "pipe": 1, "calls": 2, "sum_us": 20.0, "slope": 0.7, "se": 0.1,
+         "alias": -1, "verdict": "exposed", "positions": [1, 2]},
+    ]  # fmt: skip
+    c = ET.compare(truth, rec)
+    assert c.rotation == 1 and c.counts["unknown"] == 4
+    ag, rs = c.tasks
+    assert ag.truth_verdict == "exposed" and ag.exposed_positions == 1 and ag.agree is True
+    assert ag.waited_share == pytest.approx((0.34 + 1.0) / 2)
+    assert rs.truth_verdict == "hidden" and rs.exposed_positions == 0 and rs.agree is False
+    assert c.task_counts == {"right": 1, "wrong": 1, "unknown": 0}
+    md = c.markdown()
+    assert "1 right, 1 wrong, 0 unknown of 2 tasks" in md
+    assert "| allgather | 64 | 2 | exposed | 0.81 ± 0.06 |" in md
+    assert json.loads(json.dumps(c.to_json()))["task_counts"]["wrong"] == 1
+    # a record of a plugin without the per-task regression: no task table
+    del rec["tasks"]
+    assert ET.compare(truth, rec).tasks == [] and "tasks." not in ET.compare(truth, rec).markdown()
+
+
 def test_gz_and_plain_files_give_the_same_truth(tmp_path: Path) -> None:
     t = Trace()
     ddp_step(t, 1, 0.0)

@@ -63,6 +63,22 @@ def _truth_by_position(sc: Scenario, truth: list[bool], rec: dict[str, Any]) -> 
     return [truth[(shifts[0] + p) % len(truth)] for p in range(len(truth))]
 
 
+def _check_tasks(rec: dict[str, Any], want: list[bool], why: str) -> int:
+    """The record's per-task verdicts (one regressor a task: its calls' mean exposure) against the majority of
+    the positions each task holds; the number of tasks with a verdict."""
+    known = 0
+    for t in rec["tasks"]:
+        members = [want[p] for p in t["positions"]]
+        assert len(members) == t["calls"], why
+        if t["verdict"] == "unknown":
+            continue
+        known += 1
+        assert t["verdict"] == ("exposed" if 2 * sum(members) > len(members) else "hidden"), why
+        # the slope is the members' mean exposure (they move together here)
+        assert t["slope"] == pytest.approx(sum(members) / len(members), abs=0.2), why
+    return known
+
+
 def _misattributed(res: Any) -> int:
     """Timed windows (the plugin's `time` records) other than the emulator's window of the call they name."""
     calls = {(c["rank"], c["coll"], int(c["bytes"]), int(c["call"])): c for c in res.calls}
@@ -106,10 +122,16 @@ def test_exposure_matches_the_step(plugin: Path, shape: str) -> None:
     samples (19 on a loaded CI machine) is one of those tries, its verdicts checked like any other's."""
     sc, truth = _scenario(shape, noise=False)
     tries: list[tuple[int, int, int]] = []
+    # One slope a task comes sooner than one a position (DDP: the three hidden buckets' task at 0.00 and the
+    # exposed one's at 1.00 where all four positions were unknown in 25-31 samples; FSDP: each task holds one
+    # exposed call of 4-5, mean exposure 0.14-0.25: hidden). The most tasks with a verdict in one run:
+    tasks_known = 0
     for _ in range(10):
         res, rec = _estimate(plugin, sc)
         _hidden_calls_fit(res, sc, truth)
         want = _truth_by_position(sc, truth, rec)
+        assert len(rec["tasks"]) == 2, json.dumps(rec["tasks"])
+        tasks_known = max(tasks_known, _check_tasks(rec, want, json.dumps(rec["tasks"])))
         # on failure, every position's slope and error and the samples left out: what the estimate saw
         seen = {k: rec[k] for k in ("samples", "patterns", "outliers", "residual_us")} | {
             "positions": [(q["verdict"], q["slope"], q["se"], q["alias"]) for q in rec["positions"]],
@@ -125,11 +147,12 @@ def test_exposure_matches_the_step(plugin: Path, shape: str) -> None:
             assert q["verdict"] == ("exposed" if exposed else "hidden"), why
             assert q["slope"] == pytest.approx(1.0 if exposed else 0.0, abs=0.1), why
         unknown = sum(q["verdict"] == "unknown" for q in rec["positions"])
-        if unknown == 0:
+        if unknown == 0 and tasks_known == 2:
             return
         tries.append((int(rec["samples"]), int(rec["patterns"]), unknown))
     pytest.fail(
-        f"no run of 10 gave every verdict: (samples, distinct patterns, unknown positions) per run {tries}"
+        f"no run of 10 gave every verdict: (samples, distinct patterns, unknown positions) per run {tries}; "
+        f"at most {tasks_known} of 2 tasks with a verdict"
     )
 
 
@@ -142,6 +165,7 @@ def test_noisy_step_gives_no_wrong_verdict(plugin: Path) -> None:
     for q, exposed in zip(rec["positions"], want, strict=True):
         if q["verdict"] != "unknown":
             assert q["verdict"] == ("exposed" if exposed else "hidden"), (q, exposed)
+    _check_tasks(rec, want, json.dumps(rec["tasks"]))
 
 
 @pytest.mark.parametrize(("clock", "processes"), [("launch", False), ("launch", True), ("kernel", False)])

@@ -192,6 +192,49 @@ TEST(engine, exposure_period_change_resets) {
   EXPECT_EQ(e.samples(), 1u);
 }
 
+// FSDP-like: two tasks of 8 calls each, every call of a task run at the task's configuration of the iteration
+// (a search's trial moves all 8 windows together), the first task's calls exposed, the second's hidden, and an
+// iteration noisier than any one window. One slope a position cannot tell the 8 calls of a task apart (they
+// move almost together): unknown. One slope a task can: the first task's mean exposure 1, the second's 0.
+TEST(engine, exposure_by_task_where_positions_are_unknown) {
+  ExposureEstimator e;
+  std::mt19937 rng(7);
+  std::normal_distribution<double> g(0.0, 1.0);
+  std::uniform_int_distribution<int> trial(0, 2);
+  const double configUs[3] = {500, 550, 620};  // a call's window at each of the task's configurations
+  for (int i = 0; i < 70; ++i) {
+    std::vector<double> d(16), s(16);
+    const int ca = trial(rng), cb = trial(rng);
+    double exposed = 0;
+    for (size_t p = 0; p < 16; ++p) {
+      d[p] = (p < 8 ? configUs[ca] : configUs[cb]) + 4.0 * g(rng);
+      s[p] = 1000.0 * static_cast<double>(p);
+      if (p < 8) exposed += d[p];
+    }
+    e.add(20000 + exposed + 300.0 * g(rng), s, d);
+  }
+  const ExposureEstimator::Result byPos = e.estimate();
+  size_t unknown = 0;
+  for (const auto& q : byPos.positions) unknown += q.verdict == Verdict::kUnknown;
+  EXPECT_GE(unknown, 12u) << "the positions should be too collinear for verdicts";
+  std::vector<uint32_t> groupOf(16);
+  for (size_t p = 0; p < 16; ++p) groupOf[p] = p < 8 ? 0 : 1;
+  const ExposureEstimator::Result byTask = e.estimateGroups(groupOf);
+  ASSERT_EQ(byTask.positions.size(), 2u);
+  EXPECT_EQ(byTask.samples, 70u);
+  EXPECT_NEAR(byTask.positions[0].slope, 1.0, 0.15);
+  EXPECT_LT(byTask.positions[0].se, 0.1);
+  EXPECT_EQ(byTask.positions[0].verdict, Verdict::kExposed);
+  EXPECT_NEAR(byTask.positions[1].slope, 0.0, 0.15);
+  EXPECT_EQ(byTask.positions[1].verdict, Verdict::kHidden);
+  EXPECT_NEAR(byTask.positions[0].meanUs, 8 * 557.0, 8 * 40.0);  // the task's summed window
+  // A grouping that does not cover the positions gives nothing
+  EXPECT_TRUE(e.estimateGroups({0, 1}).positions.empty());
+  std::vector<uint32_t> gap(16, 0);
+  gap[15] = 2;  // group 1 has no position
+  EXPECT_TRUE(e.estimateGroups(gap).positions.empty());
+}
+
 // The recorder: an iteration is a sample once every position is timed and the next iteration has started; calls
 // never placed, and placed calls without a time, add nothing.
 TEST(engine, exposure_recorder_completes_iterations) {
@@ -222,6 +265,12 @@ TEST(engine, exposure_recorder_completes_iterations) {
   EXPECT_NE(rec.find("\"period\":2,\"samples\":2"), std::string::npos) << rec;
   EXPECT_NE(rec.find("\"iter_us\":100.0"), std::string::npos) << rec;
   EXPECT_NE(rec.find("\"bytes\":4194304"), std::string::npos) << rec;
+  // one entry a task, with the positions it holds
+  EXPECT_NE(rec.find("\"tasks\":[{\"coll\":\"" + std::string(autoccl::engine::collName(a.coll)) +
+                     "\",\"bytes\":1048576,\"pipe\":1,\"calls\":1,"),
+            std::string::npos)
+      << rec;
+  EXPECT_NE(rec.find("\"positions\":[1]}]}"), std::string::npos) << rec;
 }
 
 // Windows timed for the estimate alone (AUTOCCL_EXPOSURE_EVERY, Measurement::reportOnly) make samples like

@@ -581,6 +581,25 @@ class CompareRow:
 
 
 @dataclass
+class TaskRow:
+    """One task of the estimator's per-task regression (the record's `tasks`) against the truth of the
+    positions it holds: exposed when its calls were waited for in half the profiled steps or more, on
+    average."""
+
+    coll: str
+    bytes: int | None
+    calls: int
+    verdict: str  # the estimator's: exposed, hidden, unknown
+    slope: float | None  # the calls' mean exposure
+    se: float | None
+    truth_verdict: str | None
+    exposed_positions: int | None  # of its positions, those the truth calls exposed
+    waited_share: float | None  # mean over its positions
+    exposed_fraction: float | None
+    agree: bool | None  # None: the estimator says unknown, or no matching truth
+
+
+@dataclass
 class Comparison:
     rows: list[CompareRow]
     rotation: int | None  # the truth position of the estimator's position 0
@@ -588,6 +607,7 @@ class Comparison:
     notes: list[str]
     comm: str = ""
     rank: int | None = None
+    tasks: list[TaskRow] = field(default_factory=list)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -596,6 +616,14 @@ class Comparison:
             "wrong": sum(r.agree is False for r in self.rows),
             "unknown": sum(r.verdict == "unknown" for r in self.rows),
             "unmatched": sum(not r.matched for r in self.rows),
+        }
+
+    @property
+    def task_counts(self) -> dict[str, int]:
+        return {
+            "right": sum(t.agree is True for t in self.tasks),
+            "wrong": sum(t.agree is False for t in self.tasks),
+            "unknown": sum(t.verdict == "unknown" for t in self.tasks),
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -607,6 +635,8 @@ class Comparison:
             "notes": self.notes,
             "counts": self.counts,
             "rows": [asdict(r) for r in self.rows],
+            "task_counts": self.task_counts,
+            "tasks": [asdict(t) for t in self.tasks],
         }
 
     def markdown(self) -> str:
@@ -620,7 +650,15 @@ class Comparison:
         ]
         if self.notes:
             head += [""] + [f"- {n}" for n in self.notes]
-        return "\n".join(head) + "\n\n" + to_markdown(self.rows)
+        text = "\n".join(head) + "\n\n" + to_markdown(self.rows)
+        if self.tasks:
+            t = self.task_counts
+            text += (
+                "\nPer task (one regressor a task: its calls' summed window; the slope is their mean "
+                f"exposure): {t['right']} right, {t['wrong']} wrong, {t['unknown']} unknown of "
+                f"{len(self.tasks)} tasks.\n\n" + tasks_markdown(self.tasks)
+            )
+        return text
 
 
 def _same_call(est: dict[str, Any], t: PositionTruth, with_bytes: bool) -> bool:
@@ -683,7 +721,32 @@ def compare(truth: Truth, exposure: dict[str, Any]) -> Comparison:
     for p, e in enumerate(est):
         t = truth.positions[(rotation + p) % k]
         rows.append(_row(e, t, _same_call(e, t, True)))
-    return Comparison(rows, rotation, ties, notes, comm, rank)
+    tasks = [_task_row(task, rows) for task in exposure.get("tasks") or []]
+    return Comparison(rows, rotation, ties, notes, comm, rank, tasks)
+
+
+def _task_row(task: dict[str, Any], rows: Sequence[CompareRow]) -> TaskRow:
+    """A task of the record against the truth of the positions it names (those matched to a profiled call)."""
+    verdict = str(task.get("verdict", "unknown"))
+    at = [int(p) for p in task.get("positions") or [] if isinstance(p, int) and 0 <= p < len(rows)]
+    truths = [rows[p] for p in at if rows[p].matched and rows[p].waited_share is not None]
+    waited = sum(r.waited_share or 0.0 for r in truths) / len(truths) if truths else None
+    exposed = sum(r.exposed_fraction or 0.0 for r in truths) / len(truths) if truths else None
+    truth_verdict = None if waited is None else ("exposed" if waited >= 0.5 else "hidden")
+    agree = verdict == truth_verdict if truth_verdict and verdict in ("exposed", "hidden") else None
+    return TaskRow(
+        coll=str(task.get("coll", "")),
+        bytes=task.get("bytes"),
+        calls=int(task.get("calls", len(at))),
+        verdict=verdict,
+        slope=_num(task.get("slope")),
+        se=_num(task.get("se")),
+        truth_verdict=truth_verdict,
+        exposed_positions=sum(r.truth_verdict == "exposed" for r in truths) if truths else None,
+        waited_share=waited,
+        exposed_fraction=exposed,
+        agree=agree,
+    )
 
 
 def _num(v: Any) -> float | None:
@@ -729,6 +792,24 @@ def to_markdown(rows: Sequence[CompareRow]) -> str:
             f"| {r.pos} | {r.coll} | {r.bytes if r.bytes is not None else '–'} | {r.verdict} | {slope} | "
             f"{r.truth_pos if r.truth_pos is not None else '–'} | {truth} | {_cell(r.waited_share, '.2f')} | "
             f"{_cell(r.exposed_fraction, '.2f')} | {agree} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def tasks_markdown(tasks: Sequence[TaskRow]) -> str:
+    lines = [
+        "| coll | bytes | calls | estimator | mean exposure ± se | truth | exposed positions (truth) "
+        "| waited share | exposed fraction | agree |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for t in tasks:
+        slope = f"{_cell(t.slope, '.2f')} ± {_cell(t.se, '.2f')}" if t.slope is not None else "–"
+        agree = "–" if t.agree is None else ("yes" if t.agree else "**no**")
+        shown = f"{t.exposed_positions} of {t.calls}" if t.exposed_positions is not None else "–"
+        lines.append(
+            f"| {t.coll} | {t.bytes if t.bytes is not None else '–'} | {t.calls} | {t.verdict} | {slope} | "
+            f"{t.truth_verdict or '–'} | {shown} | {_cell(t.waited_share, '.2f')} | "
+            f"{_cell(t.exposed_fraction, '.2f')} | {agree} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -601,7 +601,14 @@ def exposure_truth_markdown(doc: dict[str, Any]) -> list[str]:
             parts = []
             for c in e["exposure_compare"]:
                 n = c["counts"]
-                parts.append(f"{n['right']} right, {n['wrong']} wrong, {n['unknown']} unknown")
+                part = f"{n['right']} right, {n['wrong']} wrong, {n['unknown']} unknown"
+                if c.get("tasks"):  # the per-task regression's verdicts (an older plugin's record has none)
+                    m = c.get("task_counts", {})
+                    part += (
+                        f"; tasks {m.get('right', 0)} right, {m.get('wrong', 0)} wrong, "
+                        f"{m.get('unknown', 0)} unknown of {len(c['tasks'])}"
+                    )
+                parts.append(part)
             compared = "; ".join(parts) + f" (`{e.get('exposure_truth_md')}`)"
         lines.append(
             f"| {e['label']} | {len(t.get('iterations', []))} | {len(pos)} | "
