@@ -121,3 +121,43 @@ def test_report_trace_skips_and_says_call_records_with_wrong_typed_fields(tmp_pa
         "| all_reduce 4 MiB (comm 0101) | 60 | 60 | 2 | 20 | NCCL's choice |"
         in (out / "trace_tasks.md").read_text()
     )
+
+
+def test_report_trace_shows_the_exposure_estimate_per_task(tmp_path: Path) -> None:
+    _trace(tmp_path / "trace.host.1.jsonl")
+    exposure = {
+        "ev": "exposure", "comm": "00000000d3a00101", "rank": 0, "period": 3, "samples": 70, "outliers": 2,
+        "patterns": 68, "iter_us": 1000.0, "residual_us": 5.0, "timed_for_it": 120,
+        "positions": [
+            {"pos": 0, "coll": "allgather", "bytes": 64 << 20, "verdict": "exposed",
+             "slope": 1.0, "se": 0.01},
+            {"pos": 1, "coll": "allgather", "bytes": 64 << 20, "verdict": "unknown",
+             "slope": 0.4, "se": 0.6},
+            {"pos": 2, "coll": "allreduce", "bytes": 4 << 20, "verdict": "unknown",
+             "slope": None, "se": None},
+        ],
+        "tasks": [
+            {"coll": "allgather", "bytes": 64 << 20, "pipe": 1, "calls": 2, "sum_us": 400.0, "slope": 0.93,
+             "se": 0.05, "alias": -1, "verdict": "exposed", "positions": [0, 1]},
+            {"coll": "allreduce", "bytes": "?", "pipe": 1, "calls": 1, "sum_us": 60.0, "slope": None,
+             "se": None, "alias": -1, "verdict": "unknown", "positions": [2]},
+        ],
+    }  # fmt: skip
+    older = dict(exposure, comm="00000000d3a00102")
+    del older["tasks"]
+    other_rank = dict(exposure, rank=1, comm="00000000d3a00103")
+    with (tmp_path / "trace.host.1.jsonl").open("a") as f:
+        for rec in (exposure, older, other_rank):
+            f.write(json.dumps(rec) + "\n")
+    out = tmp_path / "out"
+    r = CliRunner().invoke(
+        main, ["report", "--trace", str(tmp_path / "trace"), "-o", str(out), "--format", "png"]
+    )
+    assert r.exit_code == 0, r.output
+    table = (out / "trace_tasks.md").read_text()
+    assert "Communicator 00000000d3a00101: an iteration of 3 calls, 70 samples (2 left out)" in table
+    assert "positions: 1 exposed, 0 hidden, 2 unknown" in table
+    assert "| all_gather 64 MiB | 2 | 0.93 ± 0.05 | exposed |" in table
+    assert "| all_reduce ? | 1 | – | unknown |" in table
+    assert "00000000d3a00102" in table and "a plugin from before it" in table
+    assert "00000000d3a00103" not in table  # rank 1's record: the report reads rank 0

@@ -231,6 +231,53 @@ def plot_trace(
         f'NCCL would have run ("{NCCL_LABEL}" is a call left to NCCL). A report of what ran, such as the',
         "demo's tasks.md, can therefore put a task's last change earlier.",
     ]
+    lines += exposure_lines(records, rank)
     md.write_text("\n".join(lines) + "\n")
     written.append(md)
     return written
+
+
+def _slope(v: Any, se: Any) -> str:
+    if not isinstance(v, (int, float)) or not isinstance(se, (int, float)):
+        return "–"
+    return f"{v:.2f} ± {se:.2f}"
+
+
+def exposure_lines(records: Iterable[dict[str, Any]], rank: int) -> list[str]:
+    """trace_tasks.md's section on the exposure estimate (the authority's `exposure` record at finalize, one a
+    communicator; docs/online-search.md, "Exposure"): per task, its calls' mean exposure; per position, the
+    verdicts. Empty where the trace has none for `rank`."""
+    recs = [r for r in records if r.get("ev") == "exposure" and r.get("rank", 0) == rank]
+    if not recs:
+        return []
+    lines = [
+        "",
+        "## Which calls the iteration waits for (the exposure estimate, a report only)",
+        "",
+        "Slope of the iteration time on a task's summed windows: its calls' mean exposure (1: the iteration",
+        "waits for them, 0: computation hides them); a verdict needs a standard error of at most 0.2.",
+    ]
+    for r in recs:
+        positions = [q for q in r.get("positions") or [] if isinstance(q, dict)]
+        count = {v: sum(q.get("verdict") == v for q in positions) for v in ("exposed", "hidden", "unknown")}
+        lines += [
+            "",
+            f"Communicator {r.get('comm', '?')}: an iteration of {r.get('period', '?')} calls, "
+            f"{r.get('samples', 0)} samples ({r.get('outliers', 0)} left out), "
+            f"{r.get('timed_for_it', 0)} calls timed for the estimate alone; positions: "
+            f"{count['exposed']} exposed, {count['hidden']} hidden, {count['unknown']} unknown.",
+        ]
+        tasks = [t for t in r.get("tasks") or [] if isinstance(t, dict)]
+        if not tasks:
+            lines.append("(no per-task estimate in this record: a plugin from before it)")
+            continue
+        lines += ["", "| task | calls an iteration | mean exposure ± se | verdict |", "|---|---|---|---|"]
+        for t in tasks:
+            nbytes = t.get("bytes")
+            size = _size(nbytes) if isinstance(nbytes, int) and not isinstance(nbytes, bool) else "?"
+            label = f"{TORCH_COLL.get(str(t.get('coll')), t.get('coll'))} {size}"
+            lines.append(
+                f"| {label} | {t.get('calls', '?')} | {_slope(t.get('slope'), t.get('se'))} | "
+                f"{t.get('verdict', 'unknown')} |"
+            )
+    return lines
