@@ -69,11 +69,12 @@ class ExposureEstimator {
   };
   Result estimate() const;
   // The same regression with one regressor a group of positions (groupOf[p]: position p's group, numbered from
-  // 0): the iteration time on each group's summed window. Result::positions are then the groups: a group's
-  // slope is its calls' mean exposure, weighted by how much each one's window moved; meanUs is the group's
-  // summed window (its tail means nothing). A task's calls share one configuration and move together, so one slope a
-  // position is often unknown where one a task is not (FSDP2's 14 all-gathers of one size on two hosts of one
-  // H100: slopes ± 0.50-0.91 each). Empty when groupOf does not give every position a group.
+  // 0): the iteration time on each group's summed window. Result::positions are then the groups (alias: another
+  // group's index): a group's slope is a mean of its calls' exposures, each weighted by its window's covariance
+  // with the group's sum (given the other groups); the plain mean where the calls move together, as a task's do
+  // under a search's trials. meanUs is the group's summed window (its tail means nothing). Where a task's windows
+  // are nearly collinear, one slope a position is unknown and one a task may not be (the emulator's noiseless
+  // DDP-like step). Empty when groupOf does not give every position a group, or above maxPositions.
   Result estimateGroups(const std::vector<uint32_t>& groupOf) const;
   uint32_t period() const { return period_; }
   size_t samples() const { return samples_.size(); }

@@ -64,24 +64,27 @@ std::string ExposureRecorder::traceRecord(const std::string& commHex, int rank) 
   std::vector<TaskKey> taskOrder;
   std::vector<uint32_t> groupOf;
   std::vector<size_t> calls;
+  ExposureEstimator estimator;
   {
+    // a copy: the fits run outside the lock, which the measurement thread takes at every timed call
     std::lock_guard<std::mutex> lk(mu_);
     if (estimator_.period() == 0) return {};
-    r = estimator_.estimate();
+    estimator = estimator_;
     tasks = tasks_;
     timedForIt = timedForIt_;
-    if (tasks.size() == r.positions.size()) {
-      for (const TaskKey& t : tasks) {
-        const auto at = std::find(taskOrder.begin(), taskOrder.end(), t);
-        groupOf.push_back(static_cast<uint32_t>(at - taskOrder.begin()));
-        if (at == taskOrder.end()) {
-          taskOrder.push_back(t);
-          calls.push_back(0);
-        }
-        ++calls[groupOf.back()];
+  }
+  r = estimator.estimate();
+  if (tasks.size() == r.positions.size()) {
+    for (const TaskKey& t : tasks) {
+      const auto at = std::find(taskOrder.begin(), taskOrder.end(), t);
+      groupOf.push_back(static_cast<uint32_t>(at - taskOrder.begin()));
+      if (at == taskOrder.end()) {
+        taskOrder.push_back(t);
+        calls.push_back(0);
       }
-      byTask = estimator_.estimateGroups(groupOf);
+      ++calls[groupOf.back()];
     }
+    byTask = estimator.estimateGroups(groupOf);
   }
   char head[320];
   std::snprintf(head, sizeof head,

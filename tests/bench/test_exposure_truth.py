@@ -343,6 +343,27 @@ def test_compare_judges_the_record_per_task_on_the_positions_it_holds() -> None:
     assert "1 right, 1 wrong, 0 unknown of 2 tasks" in md
     assert "| allgather | 64 | 2 | exposed | 0.81 ± 0.06 |" in md
     assert json.loads(json.dumps(c.to_json()))["task_counts"]["wrong"] == 1
+    # no truth: the task rows stay, judged by nothing
+    none = ET.compare(ET.Truth.none("no kernels", 20.0), rec)
+    assert [t.truth_verdict for t in none.tasks] == [None, None] and none.task_counts["right"] == 0
+    # damaged entries are left out or read as nothing, not a crash
+    rec["tasks"] = [
+        "junk",
+        {
+            "coll": "allgather",
+            "calls": None,
+            "slope": True,
+            "verdict": "exposed",
+            "positions": [True, 0, "1", 9],
+        },
+        {"coll": "reducescatter", "positions": 3},
+    ]
+    c = ET.compare(truth, rec)
+    ag, rs = c.tasks
+    # only position 0 is read: the truth's all-gather waited for in a third of the steps, hidden
+    assert ag.calls == 1 and ag.slope is None and ag.matched_positions == 1 and ag.agree is False
+    assert rs.matched_positions == 0 and rs.truth_verdict is None and rs.agree is None
+    assert "exposed of matched positions" in c.markdown()
     # a record of a plugin without the per-task regression: no task table
     del rec["tasks"]
     assert ET.compare(truth, rec).tasks == [] and "tasks." not in ET.compare(truth, rec).markdown()

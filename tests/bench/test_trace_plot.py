@@ -146,8 +146,9 @@ def test_report_trace_shows_the_exposure_estimate_per_task(tmp_path: Path) -> No
     older = dict(exposure, comm="00000000d3a00102")
     del older["tasks"]
     other_rank = dict(exposure, rank=1, comm="00000000d3a00103")
+    empty = dict(exposure, comm="00000000d3a00104", tasks=[], positions=7)  # a damaged positions field
     with (tmp_path / "trace.host.1.jsonl").open("a") as f:
-        for rec in (exposure, older, other_rank):
+        for rec in (exposure, older, other_rank, empty):
             f.write(json.dumps(rec) + "\n")
     out = tmp_path / "out"
     r = CliRunner().invoke(
@@ -161,3 +162,4 @@ def test_report_trace_shows_the_exposure_estimate_per_task(tmp_path: Path) -> No
     assert "| all_reduce ? | 1 | – | unknown |" in table
     assert "00000000d3a00102" in table and "a plugin from before it" in table
     assert "00000000d3a00103" not in table  # rank 1's record: the report reads rank 0
+    assert "00000000d3a00104" in table and "no samples yet, or more positions" in table

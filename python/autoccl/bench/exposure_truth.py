@@ -593,8 +593,9 @@ class TaskRow:
     slope: float | None  # the calls' mean exposure
     se: float | None
     truth_verdict: str | None
-    exposed_positions: int | None  # of its positions, those the truth calls exposed
-    waited_share: float | None  # mean over its positions
+    matched_positions: int  # its positions matched to a profiled call: the truth's columns are over these
+    exposed_positions: int | None  # of those, the ones the truth calls exposed
+    waited_share: float | None  # mean over them
     exposed_fraction: float | None
     agree: bool | None  # None: the estimator says unknown, or no matching truth
 
@@ -692,7 +693,8 @@ def compare(truth: Truth, exposure: dict[str, Any]) -> Comparison:
     comm, rank = str(exposure.get("comm", "")), exposure.get("rank")
     if truth.reason or not truth.positions:
         rows = [_row(e, None, False) for e in est]
-        return Comparison(rows, None, [], [f"no truth: {truth.reason or 'no positions'}"], comm, rank)
+        tasks = [_task_row(task, rows) for task in _records(exposure.get("tasks"))]
+        return Comparison(rows, None, [], [f"no truth: {truth.reason or 'no positions'}"], comm, rank, tasks)
     if not est:
         return Comparison([], None, [], ["the exposure record has no positions"], comm, rank)
     k = len(truth.positions)
@@ -721,15 +723,26 @@ def compare(truth: Truth, exposure: dict[str, Any]) -> Comparison:
     for p, e in enumerate(est):
         t = truth.positions[(rotation + p) % k]
         rows.append(_row(e, t, _same_call(e, t, True)))
-    tasks = [_task_row(task, rows) for task in exposure.get("tasks") or []]
+    tasks = [_task_row(task, rows) for task in _records(exposure.get("tasks"))]
     return Comparison(rows, rotation, ties, notes, comm, rank, tasks)
+
+
+def _records(v: Any) -> list[dict[str, Any]]:
+    """The dicts of a record's list field (a damaged record's other entries left out)."""
+    return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
 
 
 def _task_row(task: dict[str, Any], rows: Sequence[CompareRow]) -> TaskRow:
     """A task of the record against the truth of the positions it names (those matched to a profiled call)."""
     verdict = str(task.get("verdict", "unknown"))
-    at = [int(p) for p in task.get("positions") or [] if isinstance(p, int) and 0 <= p < len(rows)]
+    listed = task.get("positions")
+    at = [
+        p
+        for p in (listed if isinstance(listed, list) else [])
+        if isinstance(p, int) and not isinstance(p, bool) and 0 <= p < len(rows)
+    ]
     truths = [rows[p] for p in at if rows[p].matched and rows[p].waited_share is not None]
+    calls = task.get("calls")
     waited = sum(r.waited_share or 0.0 for r in truths) / len(truths) if truths else None
     exposed = sum(r.exposed_fraction or 0.0 for r in truths) / len(truths) if truths else None
     truth_verdict = None if waited is None else ("exposed" if waited >= 0.5 else "hidden")
@@ -737,11 +750,12 @@ def _task_row(task: dict[str, Any], rows: Sequence[CompareRow]) -> TaskRow:
     return TaskRow(
         coll=str(task.get("coll", "")),
         bytes=task.get("bytes"),
-        calls=int(task.get("calls", len(at))),
+        calls=calls if isinstance(calls, int) and not isinstance(calls, bool) else len(at),
         verdict=verdict,
         slope=_num(task.get("slope")),
         se=_num(task.get("se")),
         truth_verdict=truth_verdict,
+        matched_positions=len(truths),
         exposed_positions=sum(r.truth_verdict == "exposed" for r in truths) if truths else None,
         waited_share=waited,
         exposed_fraction=exposed,
@@ -750,7 +764,8 @@ def _task_row(task: dict[str, Any], rows: Sequence[CompareRow]) -> TaskRow:
 
 
 def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return float(v) if ok else None
 
 
 def _row(est: dict[str, Any], t: PositionTruth | None, matched: bool) -> CompareRow:
@@ -798,14 +813,14 @@ def to_markdown(rows: Sequence[CompareRow]) -> str:
 
 def tasks_markdown(tasks: Sequence[TaskRow]) -> str:
     lines = [
-        "| coll | bytes | calls | estimator | mean exposure ± se | truth | exposed positions (truth) "
+        "| coll | bytes | calls | estimator | mean exposure ± se | truth | exposed of matched positions "
         "| waited share | exposed fraction | agree |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for t in tasks:
         slope = f"{_cell(t.slope, '.2f')} ± {_cell(t.se, '.2f')}" if t.slope is not None else "–"
         agree = "–" if t.agree is None else ("yes" if t.agree else "**no**")
-        shown = f"{t.exposed_positions} of {t.calls}" if t.exposed_positions is not None else "–"
+        shown = f"{t.exposed_positions} of {t.matched_positions}" if t.exposed_positions is not None else "–"
         lines.append(
             f"| {t.coll} | {t.bytes if t.bytes is not None else '–'} | {t.calls} | {t.verdict} | {slope} | "
             f"{t.truth_verdict or '–'} | {shown} | {_cell(t.waited_share, '.2f')} | "

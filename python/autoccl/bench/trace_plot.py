@@ -237,6 +237,10 @@ def plot_trace(
     return written
 
 
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
 def _slope(v: Any, se: Any) -> str:
     if not isinstance(v, (int, float)) or not isinstance(se, (int, float)):
         return "–"
@@ -258,7 +262,7 @@ def exposure_lines(records: Iterable[dict[str, Any]], rank: int) -> list[str]:
         "waits for them, 0: computation hides them); a verdict needs a standard error of at most 0.2.",
     ]
     for r in recs:
-        positions = [q for q in r.get("positions") or [] if isinstance(q, dict)]
+        positions = [q for q in _list(r.get("positions")) if isinstance(q, dict)]
         count = {v: sum(q.get("verdict") == v for q in positions) for v in ("exposed", "hidden", "unknown")}
         lines += [
             "",
@@ -267,9 +271,12 @@ def exposure_lines(records: Iterable[dict[str, Any]], rank: int) -> list[str]:
             f"{r.get('timed_for_it', 0)} calls timed for the estimate alone; positions: "
             f"{count['exposed']} exposed, {count['hidden']} hidden, {count['unknown']} unknown.",
         ]
-        tasks = [t for t in r.get("tasks") or [] if isinstance(t, dict)]
-        if not tasks:
+        tasks = [t for t in _list(r.get("tasks")) if isinstance(t, dict)]
+        if "tasks" not in r:
             lines.append("(no per-task estimate in this record: a plugin from before it)")
+            continue
+        if not tasks:
+            lines.append("(no per-task estimate: no samples yet, or more positions than the estimate takes)")
             continue
         lines += ["", "| task | calls an iteration | mean exposure ± se | verdict |", "|---|---|---|---|"]
         for t in tasks:
