@@ -286,6 +286,18 @@ ExposureEstimator::Result ExposureEstimator::estimate() const {
       q.slope = r.slope;
       q.se = r.se;
     }
+  }
+  // A call's own time moves the iteration by 0 to 1 of it (a lockstep group's sum: 0 to its size). A slope
+  // well outside that: Result::outOfBounds (the caller decides what it voids).
+  for (size_t p = 0; p < P; ++p) {
+    const Position& q = out.positions[p];
+    if (!q.solved || q.alias >= 0) continue;
+    const double most = static_cast<double>(f.groupSize[p]);
+    const double margin = std::max(o_.boundSigmas * q.se, o_.boundFloor);
+    if (q.slope > most + margin || q.slope < -margin) out.outOfBounds = true;
+  }
+  for (size_t p = 0; p < P; ++p) {
+    Position& q = out.positions[p];
     if (!q.solved || q.se > o_.maxSe) continue;
     const size_t group = f.groupSize[q.alias >= 0 ? static_cast<size_t>(q.alias) : p];
     if (q.slope <= o_.exposedAbove) q.verdict = Verdict::kHidden;

@@ -10,6 +10,12 @@
 // every sample (the calls of one task in one segment) cannot be told apart: they share one slope (their sum),
 // and are called hidden only when that sum is (a call never makes the iteration shorter by being longer).
 //
+// A slope well outside [0, 1] (a call's own time moves the iteration by none to all of it) says the windows
+// move with the iteration for other reasons, a wait for a peer inside the window or computation slowed beside
+// the call (Result::outOfBounds). Read on the per-task fit (estimateGroups), where the recorder then gives no
+// verdict at all: one slope a position leaves the bound where positions are nearly collinear (two hidden
+// buckets of the emulator's noiseless DDP-like step: -0.48 and +0.48 +- 0.05, summing to 0).
+//
 // A sample the others contradict (a window credited to the wrong call, an iteration clock across a pause) can
 // carry a slope on its own: samples are left out one at a time (the one with the largest residual in the
 // regression without it), up to maxOutlierShare of them, and the fit kept is the one where each sample left
@@ -37,6 +43,10 @@ struct ExposureOptions {
   double outlierSigmas = 5.0;     // a sample left out must be worth this many deviations of the residual
   double outlierFloorUs = 0.05;   // residuals up to this are rounding, never outliers
   double maxOutlierShare = 0.2;   // at most this share of the samples is left out
+  // A slope beyond [0, 1] (a lockstep group's: [0, its size]) by more than this many standard errors, and
+  // by more than boundFloor: Result::outOfBounds
+  double boundSigmas = 3.0;
+  double boundFloor = 0.05;
 };
 
 class ExposureEstimator {
@@ -65,6 +75,11 @@ class ExposureEstimator {
     // Distinct samples over the regressors of the fit kept: the slopes need minDof of them beyond the unknowns
     // (repeats of one pattern add no equation).
     size_t patterns = 0;
+    // Some slope lies outside what a call's own time can do to the iteration: the windows move with the
+    // iteration for other reasons (a wait for a peer inside the window, contention with the computation).
+    // The verdicts are still set; ExposureRecorder voids them all when the per-task fit says this (on two
+    // hosts of one H100, FSDP2's reduce-scatters read 1.22 +- 0.06 as a task).
+    bool outOfBounds = false;
     std::vector<Position> positions;
   };
   Result estimate() const;

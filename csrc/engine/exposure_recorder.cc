@@ -86,12 +86,20 @@ std::string ExposureRecorder::traceRecord(const std::string& commHex, int rank) 
     }
     byTask = estimator.estimateGroups(groupOf);
   }
+  // A task's slope out of bounds says the windows carry more than the calls' own time: neither fit's
+  // verdicts are given. (A position's alone does not: nearly collinear positions split a slope of 0 into
+  // -0.5 and +0.5 in the noiseless emulator, their task's slope in bounds.)
+  const bool outOfBounds = byTask.outOfBounds;
+  if (outOfBounds)
+    for (ExposureEstimator::Result* fit : {&r, &byTask})
+      for (ExposureEstimator::Position& q : fit->positions) q.verdict = ExposureEstimator::Verdict::kUnknown;
   char head[320];
   std::snprintf(head, sizeof head,
                 "{\"ev\":\"exposure\",\"comm\":\"%s\",\"rank\":%d,\"period\":%u,\"samples\":%zu,"
                 "\"outliers\":%zu,\"patterns\":%zu,\"iter_us\":%.1f,\"residual_us\":%.2f,\"timed_for_it\":%" PRIu64
-                ",\"positions\":[",
-                commHex.c_str(), rank, r.period, r.samples, r.outliers, r.patterns, r.iterUs, r.residualUs, timedForIt);
+                ",\"out_of_bounds\":%s,\"positions\":[",
+                commHex.c_str(), rank, r.period, r.samples, r.outliers, r.patterns, r.iterUs, r.residualUs, timedForIt,
+                outOfBounds ? "true" : "false");
   std::string out = head;
   for (size_t p = 0; p < r.positions.size(); ++p) {
     const ExposureEstimator::Position& q = r.positions[p];

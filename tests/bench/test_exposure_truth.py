@@ -343,6 +343,9 @@ def test_compare_judges_the_record_per_task_on_the_positions_it_holds() -> None:
     assert "1 right, 1 wrong, 0 unknown of 2 tasks" in md
     assert "| allgather | 64 | 2 | exposed | 0.81 ± 0.06 |" in md
     assert json.loads(json.dumps(c.to_json()))["task_counts"]["wrong"] == 1
+    # a record whose task slope left the bound: no verdicts, and the comparison says why
+    assert any("outside 0-1" in n for n in ET.compare(truth, dict(rec, out_of_bounds=True)).notes)
+    assert not any("outside 0-1" in n for n in c.notes)
     # no truth: the task rows stay, judged by nothing
     none = ET.compare(ET.Truth.none("no kernels", 20.0), rec)
     assert [t.truth_verdict for t in none.tasks] == [None, None] and none.task_counts["right"] == 0

@@ -147,6 +147,7 @@ def test_report_trace_shows_the_exposure_estimate_per_task(tmp_path: Path) -> No
     del older["tasks"]
     other_rank = dict(exposure, rank=1, comm="00000000d3a00103")
     empty = dict(exposure, comm="00000000d3a00104", tasks=[], positions=7)  # a damaged positions field
+    exposure["out_of_bounds"] = True
     with (tmp_path / "trace.host.1.jsonl").open("a") as f:
         for rec in (exposure, older, other_rank, empty):
             f.write(json.dumps(rec) + "\n")
@@ -159,6 +160,7 @@ def test_report_trace_shows_the_exposure_estimate_per_task(tmp_path: Path) -> No
     assert "Communicator 00000000d3a00101: an iteration of 3 calls, 70 samples (2 left out)" in table
     assert "positions: 1 exposed, 0 hidden, 2 unknown" in table
     assert "| all_gather 64 MiB | 2 | 0.93 ± 0.05 | exposed |" in table
+    assert table.count("A task's slope lies outside 0-1") == 1  # this record's (set after the others')
     assert "| all_reduce ? | 1 | – | unknown |" in table
     assert "00000000d3a00102" in table and "a plugin from before it" in table
     assert "00000000d3a00103" not in table  # rank 1's record: the report reads rank 0

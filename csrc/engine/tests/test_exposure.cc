@@ -239,6 +239,62 @@ TEST(engine, exposure_by_task_where_positions_are_unknown) {
   }
 }
 
+// A window that carries more than the call's own time: the call's window grows with a computation slowed
+// beside it (contention), so the iteration moves by twice its window's change. Its slope, ~2, is no exposure:
+// the fit says so (outOfBounds), and the recorder gives no verdict at all, though every standard error is
+// small.
+TEST(engine, exposure_slope_out_of_bounds_gives_no_verdict) {
+  ExposureEstimator e;
+  std::mt19937 rng(3);
+  std::normal_distribution<double> g(0.0, 1.0);
+  for (int i = 0; i < 60; ++i) {
+    std::vector<double> d = {500 + 40 * g(rng), 200 + 40 * g(rng)}, s = {0, 1000};
+    e.add(5000 + 2.0 * d[0] + d[1] + 5 * g(rng), s, d);
+  }
+  const ExposureEstimator::Result r = e.estimate();
+  EXPECT_TRUE(r.outOfBounds);
+  EXPECT_NEAR(r.positions[0].slope, 2.0, 0.1);
+  EXPECT_LT(r.positions[0].se, 0.1);
+  EXPECT_TRUE(e.estimateGroups({0, 1}).outOfBounds);
+  // within the bound (the same windows, the hidden one's change not in the iteration): verdicts
+  ExposureEstimator ok;
+  std::mt19937 rng2(3);
+  for (int i = 0; i < 60; ++i) {
+    std::vector<double> d = {500 + 40 * g(rng2), 200 + 40 * g(rng2)}, s = {0, 1000};
+    ok.add(5000 + d[1] + 5 * g(rng2), s, d);
+  }
+  const ExposureEstimator::Result r2 = ok.estimate();
+  EXPECT_FALSE(r2.outOfBounds);
+  EXPECT_EQ(r2.positions[0].verdict, Verdict::kHidden);
+  EXPECT_EQ(r2.positions[1].verdict, Verdict::kExposed);
+}
+
+TEST(engine, exposure_recorder_gives_no_verdict_out_of_bounds) {
+  for (const double factor : {2.0, 1.0}) {  // the first call's window counted twice in the iteration, or once
+    ExposureRecorder r;
+    std::mt19937 rng(5);
+    std::normal_distribution<double> g(0.0, 1.0);
+    uint64_t ns = 1000000;
+    for (uint64_t it = 0; it < 61; ++it) {
+      const double da = 500 + 40 * g(rng), db = 200 + 40 * g(rng);
+      r.place(kTaskA, it, it, 0, 2, 1);
+      r.place(kTaskB, it, it, 1, 2, 1);
+      r.time(kTaskA, it, ns, da);
+      r.time(kTaskB, it, ns + 1000000, db);
+      ns += static_cast<uint64_t>((5000 + factor * da + db + 5 * g(rng)) * 1000.0);
+    }
+    const std::string rec = r.traceRecord("c0", 0);
+    if (factor == 2.0) {
+      EXPECT_NE(rec.find("\"out_of_bounds\":true"), std::string::npos) << rec;
+      EXPECT_EQ(rec.find("\"verdict\":\"exposed\""), std::string::npos) << rec;
+      EXPECT_EQ(rec.find("\"verdict\":\"hidden\""), std::string::npos) << rec;
+    } else {
+      EXPECT_NE(rec.find("\"out_of_bounds\":false"), std::string::npos) << rec;
+      EXPECT_NE(rec.find("\"verdict\":\"exposed\""), std::string::npos) << rec;
+    }
+  }
+}
+
 // The recorder: an iteration is a sample once every position is timed and the next iteration has started; calls
 // never placed, and placed calls without a time, add nothing.
 TEST(engine, exposure_recorder_completes_iterations) {
@@ -275,6 +331,7 @@ TEST(engine, exposure_recorder_completes_iterations) {
             std::string::npos)
       << rec;
   EXPECT_NE(rec.find("\"positions\":[1]}]}"), std::string::npos) << rec;
+  EXPECT_NE(rec.find("\"out_of_bounds\":false"), std::string::npos) << rec;
 }
 
 // Windows timed for the estimate alone (AUTOCCL_EXPOSURE_EVERY, Measurement::reportOnly) make samples like

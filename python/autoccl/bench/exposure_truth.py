@@ -691,15 +691,23 @@ def compare(truth: Truth, exposure: dict[str, Any]) -> Comparison:
     that matches best (module doc of best_rotation); ties are reported, not resolved by guessing."""
     est = list(exposure.get("positions") or [])
     comm, rank = str(exposure.get("comm", "")), exposure.get("rank")
+    if exposure.get("out_of_bounds") is True:
+        bounds_note = (
+            "a task's slope lies outside 0-1 by more than 3 standard errors: its windows move with the "
+            "iteration for more than their own time (a wait for a peer, contention), so no verdict is given"
+        )
+    else:
+        bounds_note = ""
     if truth.reason or not truth.positions:
         rows = [_row(e, None, False) for e in est]
         tasks = [_task_row(task, rows) for task in _records(exposure.get("tasks"))]
-        return Comparison(rows, None, [], [f"no truth: {truth.reason or 'no positions'}"], comm, rank, tasks)
+        notes = [f"no truth: {truth.reason or 'no positions'}"] + ([bounds_note] if bounds_note else [])
+        return Comparison(rows, None, [], notes, comm, rank, tasks)
     if not est:
         return Comparison([], None, [], ["the exposure record has no positions"], comm, rank)
     k = len(truth.positions)
     rotation, ties = best_rotation(est, truth.positions)
-    notes = []
+    notes = [bounds_note] if bounds_note else []
     if not any(_same_call(e, t, False) for e in est for t in truth.positions):
         notes.append(
             "no call of the estimator's iteration is among the profile's calls (another communicator?)"

@@ -271,6 +271,11 @@ def exposure_lines(records: Iterable[dict[str, Any]], rank: int) -> list[str]:
             f"{r.get('timed_for_it', 0)} calls timed for the estimate alone; positions: "
             f"{count['exposed']} exposed, {count['hidden']} hidden, {count['unknown']} unknown.",
         ]
+        if r.get("out_of_bounds") is True:
+            lines.append(
+                "A task's slope lies outside 0-1 beyond its error: the windows move with the iteration for "
+                "more than their own time (a wait for a peer inside them, contention): no verdict is given."
+            )
         tasks = [t for t in _list(r.get("tasks")) if isinstance(t, dict)]
         if "tasks" not in r:
             lines.append("(no per-task estimate in this record: a plugin from before it)")
