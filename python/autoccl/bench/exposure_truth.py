@@ -801,40 +801,65 @@ def _cell(v: float | None, fmt: str) -> str:
     return format(v, fmt) if v is not None else "–"
 
 
-def to_markdown(rows: Sequence[CompareRow]) -> str:
-    lines = [
-        "| pos | coll | bytes | estimator | slope ± se | truth pos | truth | waited share | exposed fraction "
-        "| agree |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        slope = f"{_cell(r.slope, '.2f')} ± {_cell(r.se, '.2f')}" if r.slope is not None else "–"
-        agree = "–" if r.agree is None else ("yes" if r.agree else "**no**")
-        truth = (r.truth_verdict or "–") + ("" if r.matched or r.truth_pos is None else " (other call)")
-        lines.append(
-            f"| {r.pos} | {r.coll} | {r.bytes if r.bytes is not None else '–'} | {r.verdict} | {slope} | "
-            f"{r.truth_pos if r.truth_pos is not None else '–'} | {truth} | {_cell(r.waited_share, '.2f')} | "
-            f"{_cell(r.exposed_fraction, '.2f')} | {agree} |"
-        )
+def _slope_cell(slope: float | None, se: float | None) -> str:
+    return f"{_cell(slope, '.2f')} ± {_cell(se, '.2f')}" if slope is not None else "–"
+
+
+def _agree_cell(agree: bool | None) -> str:
+    return "–" if agree is None else ("yes" if agree else "**no**")
+
+
+def _table(head: Sequence[str], body: Iterable[Sequence[Any]]) -> str:
+    """A markdown table; a cell that is None reads "–"."""
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join("–" if c is None else str(c) for c in row) + " |" for row in body]
     return "\n".join(lines) + "\n"
+
+
+def to_markdown(rows: Sequence[CompareRow]) -> str:
+    head = ("pos", "coll", "bytes", "estimator", "slope ± se", "truth pos", "truth", "waited share",
+            "exposed fraction", "agree")  # fmt: skip
+    return _table(
+        head,
+        (
+            (
+                r.pos,
+                r.coll,
+                r.bytes,
+                r.verdict,
+                _slope_cell(r.slope, r.se),
+                r.truth_pos,
+                (r.truth_verdict or "–") + ("" if r.matched or r.truth_pos is None else " (other call)"),
+                _cell(r.waited_share, ".2f"),
+                _cell(r.exposed_fraction, ".2f"),
+                _agree_cell(r.agree),
+            )
+            for r in rows
+        ),
+    )
 
 
 def tasks_markdown(tasks: Sequence[TaskRow]) -> str:
-    lines = [
-        "| coll | bytes | calls | estimator | mean exposure ± se | truth | exposed of matched positions "
-        "| waited share | exposed fraction | agree |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for t in tasks:
-        slope = f"{_cell(t.slope, '.2f')} ± {_cell(t.se, '.2f')}" if t.slope is not None else "–"
-        agree = "–" if t.agree is None else ("yes" if t.agree else "**no**")
-        shown = f"{t.exposed_positions} of {t.matched_positions}" if t.exposed_positions is not None else "–"
-        lines.append(
-            f"| {t.coll} | {t.bytes if t.bytes is not None else '–'} | {t.calls} | {t.verdict} | {slope} | "
-            f"{t.truth_verdict or '–'} | {shown} | {_cell(t.waited_share, '.2f')} | "
-            f"{_cell(t.exposed_fraction, '.2f')} | {agree} |"
-        )
-    return "\n".join(lines) + "\n"
+    head = ("coll", "bytes", "calls", "estimator", "mean exposure ± se", "truth",
+            "exposed of matched positions", "waited share", "exposed fraction", "agree")  # fmt: skip
+    return _table(
+        head,
+        (
+            (
+                t.coll,
+                t.bytes,
+                t.calls,
+                t.verdict,
+                _slope_cell(t.slope, t.se),
+                t.truth_verdict,
+                None if t.exposed_positions is None else f"{t.exposed_positions} of {t.matched_positions}",
+                _cell(t.waited_share, ".2f"),
+                _cell(t.exposed_fraction, ".2f"),
+                _agree_cell(t.agree),
+            )
+            for t in tasks
+        ),
+    )
 
 
 # --------------------------------------------------------------------------------- a launch's files
