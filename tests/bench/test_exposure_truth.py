@@ -453,6 +453,14 @@ def test_runner_writes_exposure_truth_md_and_the_summary_names_it(tmp_path: Path
     lines = "\n".join(R.exposure_truth_markdown({"launches": [entry, cpu]}))
     assert "| ddp/online | 1 | 4 | 1 / 3 | 1 right, 0 wrong, 0 unknown" in lines
     assert "exposure-truth.md" in lines and "no truth: the profile holds no GPU kernels" in lines
+    assert "tasks" not in lines  # a record without the per-task fit: no task counts
+    # with it: the task counts beside the positions'
+    rec = _record([("allreduce", 2000, "exposed")])
+    task = {"coll": "allreduce", "bytes": 2000, "calls": 1, "slope": 1.0, "se": 0.01, "verdict": "exposed"}
+    rec["tasks"] = [task | {"positions": [0]}]
+    _exposure_truth_report(entry, tmp_path, "ddp/online", [rec])
+    lines = "\n".join(R.exposure_truth_markdown({"launches": [entry]}))
+    assert "1 right, 0 wrong, 0 unknown; tasks 1 right, 0 wrong, 0 unknown of 1" in lines
 
 
 # ------------------------------------------------------------------------------------ bench train
