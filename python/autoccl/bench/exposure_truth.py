@@ -612,20 +612,11 @@ class Comparison:
 
     @property
     def counts(self) -> dict[str, int]:
-        return {
-            "right": sum(r.agree is True for r in self.rows),
-            "wrong": sum(r.agree is False for r in self.rows),
-            "unknown": sum(r.verdict == "unknown" for r in self.rows),
-            "unmatched": sum(not r.matched for r in self.rows),
-        }
+        return _verdict_counts(self.rows) | {"unmatched": sum(not r.matched for r in self.rows)}
 
     @property
     def task_counts(self) -> dict[str, int]:
-        return {
-            "right": sum(t.agree is True for t in self.tasks),
-            "wrong": sum(t.agree is False for t in self.tasks),
-            "unknown": sum(t.verdict == "unknown" for t in self.tasks),
-        }
+        return _verdict_counts(self.tasks)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -660,6 +651,14 @@ class Comparison:
                 f"{len(self.tasks)} tasks.\n\n" + tasks_markdown(self.tasks)
             )
         return text
+
+
+def _verdict_counts(items: Sequence[CompareRow | TaskRow]) -> dict[str, int]:
+    return {
+        "right": sum(x.agree is True for x in items),
+        "wrong": sum(x.agree is False for x in items),
+        "unknown": sum(x.verdict == "unknown" for x in items),
+    }
 
 
 def _same_call(est: dict[str, Any], t: PositionTruth, with_bytes: bool) -> bool:
