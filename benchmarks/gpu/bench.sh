@@ -31,7 +31,9 @@
 #             second pair launching its modes in reverse order (online before plain NCCL: a machine that slows
 #             or warms over a pair then weighs on both sides; train-pairs reports each order's median);
 #             TRAIN_MODES (default nccl,online; add manual for the resource-sharing study's policy,
-#             online-arms for online with the step guard's channel arms, TRAIN_STEP_ARMS, default hidden=2,8)
+#             online-arms for online with the step guard's channel arms, TRAIN_STEP_ARMS, default hidden=2,8);
+#             TRAIN_EXTRA: more `bench train` options (e.g. the exposure check on NVLink, one pair of online alone:
+#             TRAIN_PAIRS=1 TRAIN_MODES=online TRAIN_EXTRA="--online-setting AUTOCCL_EXPOSURE_EVERY=8 --torch-profile 8")
 #   small     the 1-4 MiB cells alone with 10x the calls per average (SMALL_SIZES, SMALL_ITERS; default -b 1M
 #             -e 4M -f 2, -w 20 -n 400): plain, online, table-warm (table mode on online's table) and idle, to
 #             tell online's own cost per call at 1 MiB from launches whose 40-call average held a host stall
@@ -364,7 +366,7 @@ PY
           [ $((p % 2)) = 0 ] && modes=$(tr ',' '\n' <<< "$modes" | tac | paste -sd, -)
           timeout "$left" python3 -m autoccl bench train --preset "${TRAIN_PRESET:-350m}" \
             --parallel "${PARALLEL:-fsdp2,ddp}" --modes "$modes" --step-arms "${TRAIN_STEP_ARMS:-hidden=2,8}" \
-            "${extra[@]}" -n "${TRAIN_ITERS:-400}" \
+            "${extra[@]}" -n "${TRAIN_ITERS:-400}" ${TRAIN_EXTRA:-} \
             --no-progress -o "$OUT/train/pair${p}_$v" 2>&1 | tail -12
         done
       done
