@@ -16,23 +16,19 @@
 namespace emu {
 
 namespace {
-bool parseU64(const std::string& s, uint64_t* out) {
+// base 0: C literals (hashes are written in hex)
+bool parseU64(const std::string& s, uint64_t* out, int base = 0) {
   if (s.empty()) return false;
   char* end = nullptr;
   errno = 0;
-  unsigned long long v = std::strtoull(s.c_str(), &end, 0);
+  unsigned long long v = std::strtoull(s.c_str(), &end, base);
   if (errno != 0 || *end != '\0' || s[0] == '-') return false;
   *out = v;
   return true;
 }
 // A seed is a plain decimal integer: strtoull's base 0 read "010" as 8 and "0x10" as 16.
 bool parseDecimalU64(const std::string& s, uint64_t* out) {
-  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) return false;
-  errno = 0;
-  unsigned long long v = std::strtoull(s.c_str(), nullptr, 10);
-  if (errno != 0) return false;  // above 2^64 - 1
-  *out = v;
-  return true;
+  return s.find_first_not_of("0123456789") == std::string::npos && parseU64(s, out, 10);
 }
 bool parseInt(const std::string& s, int lo, int hi, int* out) {
   uint64_t v = 0;

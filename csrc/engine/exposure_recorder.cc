@@ -63,7 +63,6 @@ std::string ExposureRecorder::traceRecord(const std::string& commHex, int rank) 
   // The positions' tasks, numbered in the order of their first position: the per-task regression's groups
   std::vector<TaskKey> taskOrder;
   std::vector<uint32_t> groupOf;
-  std::vector<size_t> calls;
   ExposureEstimator estimator;
   {
     // a copy: the fits run outside the lock, which the measurement thread takes at every timed call
@@ -78,11 +77,7 @@ std::string ExposureRecorder::traceRecord(const std::string& commHex, int rank) 
     for (const TaskKey& t : tasks) {
       const auto at = std::find(taskOrder.begin(), taskOrder.end(), t);
       groupOf.push_back(static_cast<uint32_t>(at - taskOrder.begin()));
-      if (at == taskOrder.end()) {
-        taskOrder.push_back(t);
-        calls.push_back(0);
-      }
-      ++calls[groupOf.back()];
+      if (at == taskOrder.end()) taskOrder.push_back(t);
     }
     byTask = estimator.estimateGroups(groupOf);
   }
@@ -127,7 +122,7 @@ std::string ExposureRecorder::traceRecord(const std::string& commHex, int rank) 
     std::snprintf(e, sizeof e,
                   "%s{\"coll\":\"%s\",\"bytes\":%" PRIu64 ",\"pipe\":%d,\"calls\":%zu,\"sum_us\":%.2f,"
                   "\"slope\":%s,\"se\":%s,\"alias\":%d,\"verdict\":\"%s\",\"positions\":[",
-                  g ? "," : "", collName(t.coll), t.bytes, t.pipe, calls[g], q.meanUs,
+                  g ? "," : "", collName(t.coll), t.bytes, t.pipe, at.size(), q.meanUs,
                   q.solved ? std::to_string(q.slope).c_str() : "null", q.solved ? std::to_string(q.se).c_str() : "null",
                   q.alias, ExposureEstimator::verdictName(q.verdict));
     out += e;
