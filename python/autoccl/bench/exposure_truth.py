@@ -636,7 +636,7 @@ class Comparison:
         head = [
             f"## communicator {self.comm or '?'} (rank {self.rank if self.rank is not None else '?'})",
             "",
-            f"{c['right']} right, {c['wrong']} wrong, {c['unknown']} unknown"
+            verdict_counts_text(c)
             + (f", {c['unmatched']} without a matching call in the profile" if c["unmatched"] else "")
             + f" of {len(self.rows)} positions.",
         ]
@@ -647,10 +647,17 @@ class Comparison:
             t = self.task_counts
             text += (
                 "\nPer task (one regressor a task: its calls' summed window; the slope is their mean "
-                f"exposure): {t['right']} right, {t['wrong']} wrong, {t['unknown']} unknown of "
-                f"{len(self.tasks)} tasks.\n\n" + tasks_markdown(self.tasks)
+                f"exposure): {verdict_counts_text(t)} of {len(self.tasks)} tasks.\n\n"
+                + tasks_markdown(self.tasks)
             )
         return text
+
+
+def verdict_counts_text(counts: dict[str, int]) -> str:
+    """ "2 right, 1 wrong, 0 unknown": a comparison's `counts` or `task_counts`."""
+    return (
+        f"{counts.get('right', 0)} right, {counts.get('wrong', 0)} wrong, {counts.get('unknown', 0)} unknown"
+    )
 
 
 def _verdict_counts(items: Sequence[CompareRow | TaskRow]) -> dict[str, int]:
@@ -699,7 +706,7 @@ def compare(truth: Truth, exposure: dict[str, Any]) -> Comparison:
         bounds_note = ""
     if truth.reason or not truth.positions:
         rows = [_row(e, None, False) for e in est]
-        tasks = [_task_row(task, rows) for task in _records(exposure.get("tasks"))]
+        tasks = [_task_row(task, rows) for task in record_dicts(exposure.get("tasks"))]
         notes = [f"no truth: {truth.reason or 'no positions'}"] + ([bounds_note] if bounds_note else [])
         return Comparison(rows, None, [], notes, comm, rank, tasks)
     if not est:
@@ -730,11 +737,11 @@ def compare(truth: Truth, exposure: dict[str, Any]) -> Comparison:
     for p, e in enumerate(est):
         t = truth.positions[(rotation + p) % k]
         rows.append(_row(e, t, _same_call(e, t, True)))
-    tasks = [_task_row(task, rows) for task in _records(exposure.get("tasks"))]
+    tasks = [_task_row(task, rows) for task in record_dicts(exposure.get("tasks"))]
     return Comparison(rows, rotation, ties, notes, comm, rank, tasks)
 
 
-def _records(v: Any) -> list[dict[str, Any]]:
+def record_dicts(v: Any) -> list[dict[str, Any]]:
     """The dicts of a record's list field (a damaged record's other entries left out)."""
     return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
 
@@ -743,13 +750,10 @@ def _task_row(task: dict[str, Any], rows: Sequence[CompareRow]) -> TaskRow:
     """A task of the record against the truth of the positions it names (those matched to a profiled call)."""
     verdict = str(task.get("verdict", "unknown"))
     listed = task.get("positions")
-    at = [
-        p
-        for p in (listed if isinstance(listed, list) else [])
-        if isinstance(p, int) and not isinstance(p, bool) and 0 <= p < len(rows)
-    ]
+    at = [p for p in (listed if isinstance(listed, list) else []) if whole_number(p) is not None]
+    at = [p for p in at if 0 <= p < len(rows)]
     truths = [rows[p] for p in at if rows[p].matched and rows[p].waited_share is not None]
-    calls = task.get("calls")
+    calls = whole_number(task.get("calls"))
     waited = sum(r.waited_share or 0.0 for r in truths) / len(truths) if truths else None
     exposed = sum(r.exposed_fraction or 0.0 for r in truths) / len(truths) if truths else None
     truth_verdict = None if waited is None else ("exposed" if waited >= 0.5 else "hidden")
@@ -757,7 +761,7 @@ def _task_row(task: dict[str, Any], rows: Sequence[CompareRow]) -> TaskRow:
     return TaskRow(
         coll=str(task.get("coll", "")),
         bytes=task.get("bytes"),
-        calls=calls if isinstance(calls, int) and not isinstance(calls, bool) else len(at),
+        calls=len(at) if calls is None else calls,
         verdict=verdict,
         slope=_num(task.get("slope")),
         se=_num(task.get("se")),
@@ -768,6 +772,11 @@ def _task_row(task: dict[str, Any], rows: Sequence[CompareRow]) -> TaskRow:
         exposed_fraction=exposed,
         agree=agree,
     )
+
+
+def whole_number(v: Any) -> int | None:
+    """An int field of a trace record, or None (absent, damaged, or a bool)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _num(v: Any) -> float | None:
@@ -800,7 +809,9 @@ def _cell(v: float | None, fmt: str) -> str:
     return format(v, fmt) if v is not None else "–"
 
 
-def _slope_cell(slope: float | None, se: float | None) -> str:
+def slope_cell(slope: Any, se: Any) -> str:
+    """ "0.93 ± 0.05" of a slope and its standard error; "–" without a slope."""
+    slope, se = _num(slope), _num(se)
     return f"{_cell(slope, '.2f')} ± {_cell(se, '.2f')}" if slope is not None else "–"
 
 
@@ -826,7 +837,7 @@ def to_markdown(rows: Sequence[CompareRow]) -> str:
                 r.coll,
                 r.bytes,
                 r.verdict,
-                _slope_cell(r.slope, r.se),
+                slope_cell(r.slope, r.se),
                 r.truth_pos,
                 (r.truth_verdict or "–") + ("" if r.matched or r.truth_pos is None else " (other call)"),
                 _cell(r.waited_share, ".2f"),
@@ -849,7 +860,7 @@ def tasks_markdown(tasks: Sequence[TaskRow]) -> str:
                 t.bytes,
                 t.calls,
                 t.verdict,
-                _slope_cell(t.slope, t.se),
+                slope_cell(t.slope, t.se),
                 t.truth_verdict,
                 None if t.exposed_positions is None else f"{t.exposed_positions} of {t.matched_positions}",
                 _cell(t.waited_share, ".2f"),

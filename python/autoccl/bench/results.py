@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from autoccl import jsonout
+from autoccl.bench.exposure_truth import verdict_counts_text
 from autoccl.bench.modes import geomean
 from autoccl.bench.spec import PLUGIN_COLL, SHORT, cell_key, format_size
 from autoccl.jsonout import finite_number
@@ -601,13 +602,9 @@ def exposure_truth_markdown(doc: dict[str, Any]) -> list[str]:
             parts = []
             for c in e["exposure_compare"]:
                 n = c["counts"]
-                part = f"{n['right']} right, {n['wrong']} wrong, {n['unknown']} unknown"
+                part = verdict_counts_text(n)
                 if c.get("tasks"):  # the per-task regression's verdicts (an older plugin's record has none)
-                    m = c.get("task_counts", {})
-                    part += (
-                        f"; tasks {m.get('right', 0)} right, {m.get('wrong', 0)} wrong, "
-                        f"{m.get('unknown', 0)} unknown of {len(c['tasks'])}"
-                    )
+                    part += f"; tasks {verdict_counts_text(c.get('task_counts', {}))} of {len(c['tasks'])}"
                 parts.append(part)
             compared = "; ".join(parts) + f" (`{e.get('exposure_truth_md')}`)"
         lines.append(

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autoccl.bench.exposure_truth import record_dicts, slope_cell, whole_number
 from autoccl.bench.trace import TORCH_COLL, read_records, trace_files
 from autoccl.figures import save_figure
 
@@ -237,16 +238,6 @@ def plot_trace(
     return written
 
 
-def _list(v: Any) -> list[Any]:
-    return v if isinstance(v, list) else []
-
-
-def _slope(v: Any, se: Any) -> str:
-    if not isinstance(v, (int, float)) or not isinstance(se, (int, float)):
-        return "–"
-    return f"{v:.2f} ± {se:.2f}"
-
-
 def exposure_lines(records: Iterable[dict[str, Any]], rank: int) -> list[str]:
     """trace_tasks.md's section on the exposure estimate (the authority's `exposure` record at finalize, one a
     communicator; docs/online-search.md, "Exposure"): per task, its calls' mean exposure; per position, the
@@ -262,7 +253,7 @@ def exposure_lines(records: Iterable[dict[str, Any]], rank: int) -> list[str]:
         "waits for them, 0: computation hides them); a verdict needs a standard error of at most 0.2.",
     ]
     for r in recs:
-        positions = [q for q in _list(r.get("positions")) if isinstance(q, dict)]
+        positions = record_dicts(r.get("positions"))
         count = {v: sum(q.get("verdict") == v for q in positions) for v in ("exposed", "hidden", "unknown")}
         lines += [
             "",
@@ -276,7 +267,7 @@ def exposure_lines(records: Iterable[dict[str, Any]], rank: int) -> list[str]:
                 "A task's slope lies outside 0-1 beyond its error: the windows move with the iteration for "
                 "more than their own time (a wait for a peer inside them, contention): no verdict is given."
             )
-        tasks = [t for t in _list(r.get("tasks")) if isinstance(t, dict)]
+        tasks = record_dicts(r.get("tasks"))
         if "tasks" not in r:
             lines.append("(no per-task estimate in this record: a plugin from before it)")
             continue
@@ -285,11 +276,11 @@ def exposure_lines(records: Iterable[dict[str, Any]], rank: int) -> list[str]:
             continue
         lines += ["", "| task | calls an iteration | mean exposure ± se | verdict |", "|---|---|---|---|"]
         for t in tasks:
-            nbytes = t.get("bytes")
-            size = _size(nbytes) if isinstance(nbytes, int) and not isinstance(nbytes, bool) else "?"
+            nbytes = whole_number(t.get("bytes"))
+            size = "?" if nbytes is None else _size(nbytes)
             label = f"{TORCH_COLL.get(str(t.get('coll')), t.get('coll'))} {size}"
             lines.append(
-                f"| {label} | {t.get('calls', '?')} | {_slope(t.get('slope'), t.get('se'))} | "
+                f"| {label} | {t.get('calls', '?')} | {slope_cell(t.get('slope'), t.get('se'))} | "
                 f"{t.get('verdict', 'unknown')} |"
             )
     return lines
