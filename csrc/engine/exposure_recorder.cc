@@ -14,13 +14,30 @@ void ExposureRecorder::place(const TaskKey& task, uint64_t k, uint64_t iteration
 }
 
 void ExposureRecorder::time(const TaskKey& task, uint64_t k, uint64_t startNs, double gpuUs, bool reportOnly) {
+  ExposureEstimator refit;
+  std::vector<TaskKey> refitTasks;
+  uint64_t refitStructure = 0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!addLocked(task, k, startNs, gpuUs, reportOnly)) return;
+    refit = estimator_;
+    refitTasks = tasks_;
+    refitStructure = structure_;
+  }
+  const uint64_t hidden = hiddenOf(fitsOf(refit, refitTasks));
   std::lock_guard<std::mutex> lk(mu_);
+  hidden_ = hidden;
+  hiddenStructure_ = refitStructure;
+  hiddenPeriod_ = refit.period();
+}
+
+bool ExposureRecorder::addLocked(const TaskKey& task, uint64_t k, uint64_t startNs, double gpuUs, bool reportOnly) {
   if (reportOnly) ++timedForIt_;
   auto f = placed_.find(CallKey{task, k});
-  if (f == placed_.end()) return;
+  if (f == placed_.end()) return false;
   const CallPos at = f->second;
   placed_.erase(f);
-  if (startNs == 0 || !(gpuUs > 0) || at.pos >= at.period) return;
+  if (startNs == 0 || !(gpuUs > 0) || at.pos >= at.period) return false;
   IterTimes& it = iterations_[at.iteration];
   if (it.period != at.period || it.structure != at.structure)
     it = IterTimes{at.structure, at.period, std::vector<uint64_t>(at.period, 0), std::vector<double>(at.period, 0.0),
@@ -46,9 +63,57 @@ void ExposureRecorder::time(const TaskKey& task, uint64_t k, uint64_t startNs, d
       tasks_ = x.task;
     }
     estimator_.add(static_cast<double>(b->second.startNs[0] - x.startNs[0]) / 1000.0, start, x.durUs);
+    ++addedSinceFit_;
     iterations_.erase(a);
   }
   while (iterations_.size() > kIterationsKept) iterations_.erase(iterations_.begin());
+  if (!trackHidden_ || addedSinceFit_ < kRefitEvery) return false;
+  addedSinceFit_ = 0;
+  return true;
+}
+
+void ExposureRecorder::trackHidden() {
+  std::lock_guard<std::mutex> lk(mu_);
+  trackHidden_ = true;
+}
+
+uint64_t ExposureRecorder::hiddenPositions(uint64_t structure, uint32_t period) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return hiddenStructure_ == structure && hiddenPeriod_ == period ? hidden_ : 0;
+}
+
+ExposureRecorder::Fits ExposureRecorder::fitsOf(const ExposureEstimator& estimator, const std::vector<TaskKey>& tasks) {
+  Fits f;
+  f.byPosition = estimator.estimate();
+  if (tasks.size() == f.byPosition.positions.size()) {
+    for (const TaskKey& t : tasks) {
+      const auto at = std::find(f.taskOrder.begin(), f.taskOrder.end(), t);
+      f.groupOf.push_back(static_cast<uint32_t>(at - f.taskOrder.begin()));
+      if (at == f.taskOrder.end()) f.taskOrder.push_back(t);
+    }
+    f.byTask = estimator.estimateGroups(f.groupOf);
+  }
+  // A task's slope out of bounds says the windows carry more than the calls' own time: neither fit's
+  // verdicts are given. (A position's alone does not: nearly collinear positions split a slope of 0 into
+  // -0.5 and +0.5 in the noiseless emulator, their task's slope in bounds.)
+  if (f.byTask.outOfBounds)
+    for (ExposureEstimator::Result* fit : {&f.byPosition, &f.byTask})
+      for (ExposureEstimator::Position& q : fit->positions) q.verdict = ExposureEstimator::Verdict::kUnknown;
+  return f;
+}
+
+uint64_t ExposureRecorder::hiddenOf(const Fits& f) {
+  using V = ExposureEstimator::Verdict;
+  const size_t n = f.byPosition.positions.size();
+  uint64_t mask = 0;
+  for (size_t p = 0; p + 1 < n && p < 64; ++p) {  // never the last call: the iteration ends with it
+    const V own = f.byPosition.positions[p].verdict;
+    const V task = p < f.groupOf.size() && f.groupOf[p] < f.byTask.positions.size()
+                       ? f.byTask.positions[f.groupOf[p]].verdict
+                       : V::kUnknown;
+    if (own == V::kHidden || (own == V::kUnknown && task == V::kHidden)) mask |= uint64_t{1} << p;
+  }
+  return mask;
 }
 
 size_t ExposureRecorder::samples() const {
@@ -57,12 +122,8 @@ size_t ExposureRecorder::samples() const {
 }
 
 std::string ExposureRecorder::traceRecord(const std::string& commHex, int rank) const {
-  ExposureEstimator::Result r, byTask;
   std::vector<TaskKey> tasks;
   uint64_t timedForIt = 0;
-  // The positions' tasks, numbered in the order of their first position: the per-task regression's groups
-  std::vector<TaskKey> taskOrder;
-  std::vector<uint32_t> groupOf;
   ExposureEstimator estimator;
   {
     // a copy: the fits run outside the lock, which the measurement thread takes at every timed call
@@ -72,22 +133,12 @@ std::string ExposureRecorder::traceRecord(const std::string& commHex, int rank) 
     tasks = tasks_;
     timedForIt = timedForIt_;
   }
-  r = estimator.estimate();
-  if (tasks.size() == r.positions.size()) {
-    for (const TaskKey& t : tasks) {
-      const auto at = std::find(taskOrder.begin(), taskOrder.end(), t);
-      groupOf.push_back(static_cast<uint32_t>(at - taskOrder.begin()));
-      if (at == taskOrder.end()) taskOrder.push_back(t);
-    }
-    byTask = estimator.estimateGroups(groupOf);
-  }
-  // A task's slope out of bounds says the windows carry more than the calls' own time: neither fit's
-  // verdicts are given. (A position's alone does not: nearly collinear positions split a slope of 0 into
-  // -0.5 and +0.5 in the noiseless emulator, their task's slope in bounds.)
+  const Fits fits = fitsOf(estimator, tasks);
+  const ExposureEstimator::Result& r = fits.byPosition;
+  const ExposureEstimator::Result& byTask = fits.byTask;
+  const std::vector<TaskKey>& taskOrder = fits.taskOrder;
+  const std::vector<uint32_t>& groupOf = fits.groupOf;
   const bool outOfBounds = byTask.outOfBounds;
-  if (outOfBounds)
-    for (ExposureEstimator::Result* fit : {&r, &byTask})
-      for (ExposureEstimator::Position& q : fit->positions) q.verdict = ExposureEstimator::Verdict::kUnknown;
   char head[320];
   std::snprintf(head, sizeof head,
                 "{\"ev\":\"exposure\",\"comm\":\"%s\",\"rank\":%d,\"period\":%u,\"samples\":%zu,"

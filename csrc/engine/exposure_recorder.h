@@ -4,7 +4,8 @@
 // Iterations count only within one structure of the detector (a serial, new after every break): after a break
 // the same period may start at another call, and position p is then another call; the iteration before a
 // break has no next start of its own. A new structure starts the estimate again.
-// A report only: nothing in the tuning reads it.
+// The trace reports it; the step guard's estimated arms (AUTOCCL_STEP_ARMS=estimated=...) read the positions it
+// calls hidden (trackHidden, hiddenPositions).
 #pragma once
 
 #include <cstdint>
@@ -31,8 +32,28 @@ class ExposureRecorder {
   // The trace's `exposure` record (empty before the first complete iteration).
   std::string traceRecord(const std::string& commHex, int rank) const;
   size_t samples() const;
+  // Keep the positions the estimate calls hidden up to date: every kRefitEvery new samples, time() refits on a
+  // copy outside the lock (on the measurement thread: never the calling thread).
+  void trackHidden();
+  // The positions of the iteration the latest refit calls hidden (bit p: position p < 64), where it was of
+  // `structure` and `period` calls: a position hidden by its own slope, or of unknown slope in a task hidden as
+  // a whole; never the iteration's last. 0: none, another structure, or the windows move with the iteration for
+  // other reasons (a task's slope out of bounds voids every verdict).
+  uint64_t hiddenPositions(uint64_t structure, uint32_t period) const;
+  static constexpr size_t kRefitEvery = 8;
 
  private:
+  // Both fits of the estimator's samples: by position, and by task (one regressor a task, its positions
+  // summed), the verdicts voided where a task's slope is out of bounds.
+  struct Fits {
+    ExposureEstimator::Result byPosition, byTask;
+    std::vector<TaskKey> taskOrder;  // the tasks, numbered in the order of their first position
+    std::vector<uint32_t> groupOf;   // position -> its task's number
+  };
+  static Fits fitsOf(const ExposureEstimator& estimator, const std::vector<TaskKey>& tasks);
+  // time()'s work under the lock; true when a refit of the hidden positions is due.
+  bool addLocked(const TaskKey& task, uint64_t k, uint64_t startNs, double gpuUs, bool reportOnly);
+  static uint64_t hiddenOf(const Fits& f);
   struct CallPos {
     uint64_t iteration = 0, structure = 0;
     uint32_t pos = 0, period = 0;
@@ -56,6 +77,10 @@ class ExposureRecorder {
   std::vector<TaskKey> tasks_;  // the estimator's positions' tasks
   uint64_t structure_ = 0;      // the structure of the estimator's samples
   uint64_t timedForIt_ = 0;     // windows timed for the estimate alone (AUTOCCL_EXPOSURE_EVERY)
+  bool trackHidden_ = false;
+  size_t addedSinceFit_ = 0;
+  uint64_t hidden_ = 0, hiddenStructure_ = 0;  // the latest refit's hidden positions, and of which structure
+  uint32_t hiddenPeriod_ = 0;
 };
 
 }  // namespace autoccl::engine

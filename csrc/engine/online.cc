@@ -147,7 +147,8 @@ class OnlineSource final : public DecisionSource {
     guardOn_ = env.settings == nullptr || env.settings->guard;
     // Step arms: every rank (the setting is agreed, AgreedSettings) keeps asking for settled tasks' calls, so
     // that a hidden-cap arm reaches them and the iteration detector sees every call.
-    askAlways_ = guardOn_ && env.settings && !env.settings->stepArmsHidden.empty();
+    askAlways_ = guardOn_ && env.settings &&
+                 (!env.settings->stepArmsHidden.empty() || !env.settings->stepArmsEstimated.empty());
     askAhead_ = env.settings ? env.settings->askAhead : 0;
     exposureEvery_ = env.settings ? env.settings->exposureEvery : 0;
     launchClock_ = env.settings == nullptr || env.settings->clock == Settings::Clock::Launch;
@@ -214,7 +215,11 @@ class OnlineSource final : public DecisionSource {
       // only the board of the communicator's place is ever asked.
       // The step guard's arms (AUTOCCL_STEP_ARMS): planned here alone; the other ranks apply what its plan says.
       GuardOptions guardOptions;
-      if (env.settings) guardOptions.hiddenCaps = env.settings->stepArmsHidden;
+      if (env.settings) {
+        guardOptions.hiddenCaps = env.settings->stepArmsHidden;
+        guardOptions.estimatedCaps = env.settings->stepArmsEstimated;
+        if (guardOn_ && !guardOptions.estimatedCaps.empty()) exposure_.trackHidden();
+      }
       decider_ = std::make_unique<GatedDecider>(env.coordination, env.nRanks, std::move(guardOptions),
                                                 env.settings && env.settings->waitRegret);
       localBoard_->serve(env.commHash, decider_.get());
@@ -388,15 +393,17 @@ class OnlineSource final : public DecisionSource {
       d.stable = false;
       d.timed = false;
     }
-    // A hidden-cap arm of the guard (AUTOCCL_STEP_ARMS): every call of the iteration but its last runs with at
-    // most guardCapNow_ channels on top of the plan's decision (NCCL keeps its pair where the plan does); the
-    // detector places the call alike on every rank (at the step's structure only: a piece's last call is not the
-    // step's). Such a call is not the plan's config: its time is not fed to its task's search.
+    // A hidden-cap arm of the guard (AUTOCCL_STEP_ARMS): every call of the iteration but its last, or the
+    // positions the authority's exposure estimate calls hidden, runs with at most guardCapNow_.hiddenCap channels
+    // on top of the plan's decision (NCCL keeps its pair where the plan does); the detector places the call alike
+    // on every rank (at the step's structure only: a piece's last call is not the step's). Such a call is not the
+    // plan's config: its time is not fed to its task's search.
     bool capped = false;
-    if (guardCapNow_ > 0 && steps_.atStep(iter_) && !iter_.endsIteration() &&
-        (d.config.channels == 0 || d.config.channels > guardCapNow_)) {
+    const int cap = guardCapNow_.hiddenCap;
+    if (cap > 0 && steps_.atStep(iter_) && guardCapNow_.caps(iter_.position(), iter_.endsIteration()) &&
+        (d.config.channels == 0 || d.config.channels > cap)) {
       if (authority_) guardClock_.markOverridden(task, k);
-      d.config.channels = guardCapNow_;
+      d.config.channels = cap;
       d.stable = false;
       capped = true;
     }
@@ -782,7 +789,7 @@ class OnlineSource final : public DecisionSource {
     const StepChange change = authority_ ? stepChange() : StepChange::kSame;
     if (steps_.calls() < 2) {  // one call per iteration: the task's own duel on its stream period is this check
       guardNcclNow_ = guardFallbackNccl_ = false;
-      guardCapNow_ = 0;
+      guardCapNow_ = GuardArm{};
       guardTimedNow_ = false;
       if (authority_ && exposureEvery_ > 0) setExposureBlock(false);
       return true;
@@ -803,8 +810,12 @@ class OnlineSource final : public DecisionSource {
       }
       // What the tuned plan saves an iteration, for the verdict's check that a faster step can be the plan's:
       // when the round can start, and every kPlanGainEvery iterations after (a task's re-tune changes it).
-      if (arming || (decider_->guard->armed() && it % kPlanGainEvery == 0))
+      if (arming || (decider_->guard->armed() && it % kPlanGainEvery == 0)) {
         decider_->guard->setPlanGain(planGainUs(), steps_.calls());
+        // What the estimated arms cap at the next round (AUTOCCL_STEP_ARMS=estimated=...): refitted on the
+        // measurement thread, read here
+        decider_->guard->setEstimatedHidden(exposure_.hiddenPositions(iter_.structure(), iter_.period()));
+      }
       if (arming) decider_->guard->arm(steps_.calls());
     }
     coord::Outcome o = agree_->decide(guardKey_, it);
@@ -815,7 +826,7 @@ class OnlineSource final : public DecisionSource {
     const GuardArm arm = GuardPlan::armOf(o.seg.cfg);
     guardNcclNow_ = arm.nccl;
     guardFallbackNccl_ = GuardPlan::fallbackNcclOf(o.seg.cfg);
-    guardCapNow_ = arm.hiddenCap;
+    guardCapNow_ = arm;
     guardTimedNow_ = o.seg.cfg.measure;
     if (authority_) {
       if (guardTimedNow_) guardClock_.markBoundary(task, k, it);
@@ -1200,7 +1211,7 @@ class OnlineSource final : public DecisionSource {
   StepTasks stepTasks_;          // authority: the step's tasks at the last change of step
   bool guardNcclNow_ = false;    // the current iteration runs NCCL's choice for every task
   bool guardFallbackNccl_ = false;  // outside the step's structure (after a break) NCCL's choice for every task
-  int guardCapNow_ = 0;          // > 0: the current iteration's calls but its last run at most this many channels
+  GuardArm guardCapNow_;         // the current iteration's arm: the calls it caps run at most hiddenCap channels
   bool guardTimedNow_ = false;   // the current iteration's start is a guard sample
   std::string guardWhy_;
   size_t loggedVerdicts_ = 0;

@@ -139,6 +139,8 @@ AgreedSettings agreedSettings(const Settings& s, const EnvLookup& env) {
   // them); a rank caching them would skip the caps the others apply.
   std::string arms;
   for (int c : s.stepArmsHidden) arms += (arms.empty() ? "" : ",") + std::to_string(c);
+  if (!s.stepArmsEstimated.empty()) arms += ";estimated=";
+  for (size_t i = 0; i < s.stepArmsEstimated.size(); ++i) arms += (i ? "," : "") + std::to_string(s.stepArmsEstimated[i]);
   std::string text = "AUTOCCL_MAX_CHANNELS=" + std::to_string(s.maxChannels) +
                      "\nAUTOCCL_NCCL_CHANNELS=" + std::to_string(s.ncclChannels) + "\nAUTOCCL_STEP_ARMS=" + arms;
   AgreedSettings out;
@@ -177,31 +179,46 @@ static bool parseManualChannels(const std::string& text, Settings* s, std::strin
   return true;
 }
 
-// AUTOCCL_STEP_ARMS: `off`, or `hidden=` and 1-4 distinct channel counts in [1, 64] separated by commas.
+// AUTOCCL_STEP_ARMS: `off`, or one or both of `hidden=C1[,C2...]` and `estimated=C1[,C2...]` separated by `;`,
+// each 1-4 distinct channel counts in [1, 64] separated by commas.
 static bool parseStepArms(const std::string& text, Settings* s, std::string* err) {
   if (text.empty() || text == "off") return true;
-  const std::string bad = "AUTOCCL_STEP_ARMS='" + text + "' is not off or hidden=C1[,C2...] (1 to 4 distinct channel counts in [1, " +
-                          std::to_string(kMaxChannelsHard) + "])";
-  const std::string prefix = "hidden=";
-  if (text.compare(0, prefix.size(), prefix) != 0) {
-    *err = bad;
-    return false;
-  }
-  std::vector<int> caps;
-  size_t from = prefix.size();
-  while (true) {
-    const size_t comma = text.find(',', from);
-    const std::string t = text.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
-    int c = 0;
-    if (!parseChannelCount(t, &c) || caps.size() >= 4 || std::find(caps.begin(), caps.end(), c) != caps.end()) {
+  const std::string bad = "AUTOCCL_STEP_ARMS='" + text +
+                          "' is not off or hidden=C1[,C2...], estimated=C1[,C2...] or both joined by ';' (1 to 4 "
+                          "distinct channel counts in [1, " + std::to_string(kMaxChannelsHard) + "] each)";
+  std::vector<int> hidden, estimated;
+  bool seenHidden = false, seenEstimated = false;
+  size_t part = 0;
+  while (part <= text.size()) {
+    const size_t semi = text.find(';', part);
+    const std::string item = text.substr(part, semi == std::string::npos ? std::string::npos : semi - part);
+    const size_t eq = item.find('=');
+    const std::string kind = item.substr(0, eq);
+    bool* seen = kind == "hidden" ? &seenHidden : kind == "estimated" ? &seenEstimated : nullptr;
+    if (eq == std::string::npos || !seen || *seen) {
       *err = bad;
       return false;
     }
-    caps.push_back(c);
-    if (comma == std::string::npos) break;
-    from = comma + 1;
+    *seen = true;
+    std::vector<int>& caps = kind == "hidden" ? hidden : estimated;
+    size_t from = eq + 1;
+    while (true) {
+      const size_t comma = item.find(',', from);
+      const std::string t = item.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
+      int c = 0;
+      if (!parseChannelCount(t, &c) || caps.size() >= 4 || std::find(caps.begin(), caps.end(), c) != caps.end()) {
+        *err = bad;
+        return false;
+      }
+      caps.push_back(c);
+      if (comma == std::string::npos) break;
+      from = comma + 1;
+    }
+    if (semi == std::string::npos) break;
+    part = semi + 1;
   }
-  s->stepArmsHidden = caps;
+  s->stepArmsHidden = hidden;
+  s->stepArmsEstimated = estimated;
   return true;
 }
 
@@ -308,6 +325,14 @@ Settings loadSettings(const EnvLookup& env) {
   if (guard == "off") s.guard = false;
   else if (!guard.empty() && guard != "on") return invalid(s, "AUTOCCL_GUARD='" + guard + "' is not one of on, off");
   if (!parseStepArms(get(env, "AUTOCCL_STEP_ARMS"), &s, &err)) return invalid(s, err);
+  // The estimated arms cap what the exposure estimate calls hidden: without its timed blocks it has one or two
+  // samples a job (never a verdict), so they turn it on unless it is set; set to 0, they could never run.
+  if (!s.stepArmsEstimated.empty()) {
+    if (get(env, "AUTOCCL_EXPOSURE_EVERY").empty()) s.exposureEvery = Settings::kExposureEveryForArms;
+    else if (s.exposureEvery == 0)
+      return invalid(s, "AUTOCCL_STEP_ARMS=estimated=... needs the exposure estimate's samples: AUTOCCL_EXPOSURE_EVERY "
+                        "unset (then " + std::to_string(Settings::kExposureEveryForArms) + ") or at least 4, not 0");
+  }
 
   std::string clock = get(env, "AUTOCCL_CLOCK");
   if (clock == "kernel") s.clock = Settings::Clock::Kernel;

@@ -163,6 +163,7 @@ struct Settings {
   // go to the estimate only; the searches see those calls as untimed, as without the setting. The kernel clock
   // times every call while timing is on: there only the blocks after the searches add windows.
   uint64_t exposureEvery = 0;
+  static constexpr uint64_t kExposureEveryForArms = 8;
   // AUTOCCL_GUARD (online mode): `on` (default) checks the tuned plan against NCCL's own choices on the
   // iteration time of a communicator whose calls repeat in iterations of two or more calls (engine/step_guard.h);
   // `off`: the tasks' own searches alone.
@@ -173,6 +174,10 @@ struct Settings {
   // the iteration time (engine/step_guard.h). The authority plans the arms, every rank applies its plan; every
   // rank also keeps asking for settled tasks' calls under it (so it is an agreed setting, AgreedSettings).
   std::vector<int> stepArmsHidden;
+  // `estimated=C1[,C2...]` (alone or after `hidden=...;`): per count, the tuned plan with the calls the exposure
+  // estimate calls hidden at most that many channels (the authority's estimate at each round; left out of a
+  // round while it calls none hidden). Turns AUTOCCL_EXPOSURE_EVERY on (kExposureEveryForArms) unless it is set.
+  std::vector<int> stepArmsEstimated;
   // AUTOCCL_COORD_TIMEOUT_MS, in [100, 3600000]: how long a rank waits for a decision of the coordinator
   // before its call fails. AUTOCCL_COORD_LINGER_MS, in [0, 600000]: how long the process serving the TCP
   // coordinator keeps serving at exit for ranks still running (engine::Coordination::lingerAtExit).

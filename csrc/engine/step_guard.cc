@@ -168,25 +168,34 @@ search::Config GuardPlan::ncclMark() {
 search::Config GuardPlan::armMark(const GuardArm& a) {
   if (a.nccl) return ncclMark();
   search::Config c;
-  if (a.hiddenCap <= 0) return c;  // the tuned plan
+  if (a.hiddenCap <= 0 || (a.estimated && a.positions == 0)) return c;  // the tuned plan
   c.algo = 0;
-  c.proto = 0;
+  c.proto = a.positions == 0 ? 0 : 1;
   c.channels = a.hiddenCap;
+  c.chunk = a.positions;
   return c;
 }
 
 GuardArm GuardPlan::armOf(const search::Config& c) {
   GuardArm a;
   if (c.isDefault()) return a;
-  if (c.algo == 0 && c.proto == 0 && c.channels > 0) a.hiddenCap = c.channels;
-  else a.nccl = true;
+  if (c.algo == 0 && (c.proto == 0 || c.proto == 1) && c.channels > 0) {
+    a.hiddenCap = c.channels;
+    if (c.proto == 1) {
+      a.positions = c.chunk;
+      a.estimated = true;
+    }
+  } else {
+    a.nccl = true;
+  }
   return a;
 }
 
 bool GuardPlan::isNccl(const search::Config& c) { return armOf(c).nccl; }
 
-// The fallback rides in the mark's chunk field, which no search plans for the guard's key and NCCL never reads.
-bool GuardPlan::fallbackNcclOf(const search::Config& c) { return c.chunk == kFallbackNccl; }
+// The fallback rides in the mark's chunkHalvings field, which no search plans for the guard's key and NCCL never
+// reads (its chunk field holds an estimated arm's positions).
+bool GuardPlan::fallbackNcclOf(const search::Config& c) { return c.chunkHalvings == kFallbackNccl; }
 
 GuardPlan::GuardPlan(GuardOptions o) : o_(std::move(o)) {
   o_.blockIters = std::max<uint32_t>(2, o_.blockIters);
@@ -196,6 +205,13 @@ GuardPlan::GuardPlan(GuardOptions o) : o_(std::move(o)) {
   arms_.push_back(GuardArm{true, 0});          // kNcclArm
   for (int cap : o_.hiddenCaps)
     if (cap > 0) arms_.push_back(GuardArm{false, cap});
+  for (int cap : o_.estimatedCaps)
+    if (cap > 0) arms_.push_back(GuardArm{false, cap, 0, true});
+}
+
+void GuardPlan::setEstimatedHidden(uint64_t positions) {
+  std::lock_guard<std::mutex> lk(mu_);
+  estimatedHidden_ = positions;
 }
 
 void GuardPlan::arm(uint32_t iterationCalls) {
@@ -294,7 +310,7 @@ size_t GuardPlan::fallbackArmLocked() const { return arms_[now_].nccl ? kNcclArm
 
 search::Config GuardPlan::markLocked(size_t arm) const {
   search::Config c = armMark(arms_[arm]);
-  c.chunk = arms_[now_].nccl ? kFallbackNccl : 0;  // the fallback: what runs outside the step's structure
+  c.chunkHalvings = arms_[now_].nccl ? kFallbackNccl : 0;  // the fallback: what runs outside the step's structure
   return c;
 }
 
@@ -367,9 +383,16 @@ void GuardPlan::planOneLocked() {
 // block's first iteration settling; the iteration after the last block is timed too (its start ends the last
 // sample).
 void GuardPlan::planRoundBlocksLocked() {
+  // The estimated arms take the positions the estimate calls hidden now (the round judges them, also where the
+  // arm runs since the last verdict), else keep those they had (a refit that names none, e.g. voided by a slope
+  // out of bounds, says nothing against them); an arm that never had any sits the round out (it would run the
+  // tuned plan).
+  for (GuardArm& a : arms_)
+    if (a.estimated && estimatedHidden_ != 0) a.positions = estimatedHidden_;
   std::vector<size_t> order;
-  for (size_t a = 0; a < arms_.size(); ++a) order.push_back(a);
-  for (size_t a = arms_.size(); a-- > 0;) order.push_back(a);
+  for (size_t a = 0; a < arms_.size(); ++a)
+    if (!arms_[a].estimated || arms_[a].positions != 0) order.push_back(a);
+  for (size_t i = order.size(); i-- > 0;) order.push_back(order[i]);
   for (uint32_t pr = 0; pr < o_.pairs; ++pr) {
     for (size_t arm : order) {
       for (uint64_t j = planned_ + 1; j < planned_ + o_.blockIters; ++j) wanted_[j] = arm;
@@ -462,16 +485,29 @@ void GuardPlan::verdictLocked() {
 namespace {
 // An arm's name in the log and the trace.
 std::string armName(const GuardArm& a) {
-  return a.nccl ? std::string("nccl") : a.hiddenCap > 0 ? "hidden=" + std::to_string(a.hiddenCap) : std::string("tuned");
+  if (a.nccl) return "nccl";
+  if (a.hiddenCap <= 0) return "tuned";
+  return (a.estimated ? "estimated=" : "hidden=") + std::to_string(a.hiddenCap);
+}
+
+// The positions an estimated arm caps, "0,2,5" (empty for any other arm).
+std::string positionList(const GuardArm& a) {
+  std::string out;
+  for (uint32_t p = 0; a.estimated && p < 64; ++p)
+    if ((a.positions >> p) & 1u) out += (out.empty() ? "" : ",") + std::to_string(p);
+  return out;
 }
 }  // namespace
 
 std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm) {
-  const std::string what = v.winner.hiddenCap > 0
-                               ? "keeping the tuned plan, hidden calls at most " + std::to_string(v.winner.hiddenCap) +
-                                     " channels"
-                           : v.tuned ? std::string("keeping the tuned plan")
-                                     : std::string("NCCL's choices for every task");
+  const std::string what =
+      v.winner.estimated && v.winner.hiddenCap > 0
+          ? "keeping the tuned plan, the calls the exposure estimate calls hidden (positions " +
+                positionList(v.winner) + ") at most " + std::to_string(v.winner.hiddenCap) + " channels"
+      : v.winner.hiddenCap > 0
+          ? "keeping the tuned plan, hidden calls at most " + std::to_string(v.winner.hiddenCap) + " channels"
+      : v.tuned ? std::string("keeping the tuned plan")
+                : std::string("NCCL's choices for every task");
   char line[384];
   std::snprintf(line, sizeof line,
                 "autoccl: comm %016" PRIx64 " step guard: iterations of %u calls, tuned plan %.1f us (%u samples) "
@@ -526,14 +562,17 @@ std::string traceVerdict(const GuardPlan::Verdict& v, const std::string& commHex
     out += e;
   }
   out += "]";
+  if (v.winner.estimated) out += ",\"winner_positions\":[" + positionList(v.winner) + "]";
   if (!v.arms.empty()) {
     out += ",\"arms\":[";
     for (size_t i = 0; i < v.arms.size(); ++i) {
       const GuardPlan::ArmResult& r = v.arms[i];
       char e[160];
-      std::snprintf(e, sizeof e, "%s{\"arm\":\"%s\",\"us\":%.1f,\"samples\":%u,\"margin\":%.4f}", i ? "," : "",
+      std::snprintf(e, sizeof e, "%s{\"arm\":\"%s\",\"us\":%.1f,\"samples\":%u,\"margin\":%.4f", i ? "," : "",
                     armName(r.arm).c_str(), r.medianUs, r.samples, r.margin);
       out += e;
+      if (r.arm.estimated) out += ",\"positions\":[" + positionList(r.arm) + "]";  // what it capped
+      out += "}";
     }
     out += "]";
   }

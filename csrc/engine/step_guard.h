@@ -20,10 +20,12 @@
 // noticed.
 //
 // Arms (AUTOCCL_STEP_ARMS, opt-in): further configurations of the whole job compared in the same round, each
-// the tuned plan with every call of the iteration except its last capped at a channel count (the calls the
-// iteration hides behind its computation take fewer SMs from it). The round's blocks cycle through every arm
-// (T N X1 .. Xk, then the same backwards, twice); an arm is kept only if its median beats NCCL's by the same
-// margin as the tuned plan must, and the fastest such arm wins. Without arms the round is T N N T, twice.
+// the tuned plan with some calls capped at a channel count (the calls the iteration hides behind its computation
+// take fewer SMs from it): every call of the iteration except its last (`hidden=`), or the positions the exposure
+// estimate calls hidden (`estimated=`: engine/exposure.h, on the authority's windows; the positions ride in the
+// arm's segment to every rank). The round's blocks cycle through every arm (T N X1 .. Xk, then the same backwards,
+// twice); an arm is kept only if its median beats NCCL's by the same margin as the tuned plan must, and the
+// fastest such arm wins. Without arms the round is T N N T, twice.
 #pragma once
 
 #include <cstdint>
@@ -168,12 +170,25 @@ struct GuardOptions {
   // Extra arms (AUTOCCL_STEP_ARMS=hidden=...): per entry, the tuned plan with every call of the iteration but
   // its last at most this many channels. Empty: the tuned plan and NCCL's choices alone.
   std::vector<int> hiddenCaps;
+  // Estimated arms (AUTOCCL_STEP_ARMS=estimated=...): per entry, the tuned plan with the positions the exposure
+  // estimate calls hidden (setEstimatedHidden, read at each round's start) at most this many channels.
+  std::vector<int> estimatedCaps;
 };
 
 // What a guard segment tells every rank to run for an iteration.
 struct GuardArm {
   bool nccl = false;  // NCCL's own choice for every task
-  int hiddenCap = 0;  // > 0: the tuned plan, every call of the iteration but its last at most this many channels
+  int hiddenCap = 0;  // > 0: the tuned plan, the capped calls at most this many channels
+  // With hiddenCap, the calls capped: bit p, position p of the detector's iteration (p < 64); 0, every call of
+  // the iteration but its last.
+  uint64_t positions = 0;
+  bool estimated = false;  // positions from the exposure estimate (0 while it calls no position hidden)
+  // Whether this arm caps the call at `position` of its iteration (`last`: the iteration's last call).
+  bool caps(uint32_t position, bool last) const {
+    if (nccl || hiddenCap <= 0) return false;
+    if (positions == 0) return !estimated && !last;
+    return position < 64 && ((positions >> position) & 1u) != 0;
+  }
 };
 
 class GuardPlan {
@@ -183,7 +198,8 @@ class GuardPlan {
   // every task.
   static search::Config ncclMark();
   static bool isNccl(const search::Config& c);
-  // A hidden-cap arm's segment config (a pair no search plans for the guard's key), and what a config says.
+  // A hidden-cap arm's segment config (a pair no search plans for the guard's key: ring/LL every call but the
+  // last, ring/LL128 the positions in `chunk`), and what a config says.
   static search::Config armMark(const GuardArm& a);
   static GuardArm armOf(const search::Config& c);
   // What every segment also says: what runs outside the step's structure (after a break, until the step is
@@ -208,6 +224,9 @@ class GuardPlan {
   // iteration's calls), as the tasks' searches measured it; negative: unknown (no explained-gain check). `period`:
   // the iteration's length in calls now (what the verdicts record).
   void setPlanGain(double micros, uint32_t period = 0);
+  // The positions of the iteration the exposure estimate calls hidden now (bit p: position p; 0: none known).
+  // Read at a round's start by the estimated arms (0 leaves them the positions they had).
+  void setEstimatedHidden(uint64_t positions);
   // Iteration i took `micros` (the authority's stream, the start of i to the start of i + 1).
   void sample(uint64_t i, double micros);
   // Iterations [from, to) will never have a time (a break ended the step's structure): a round stops waiting for
@@ -259,7 +278,7 @@ class GuardPlan {
   void planRoundBlocksLocked();
   bool enoughSamplesLocked() const;  // minSamples on the tuned plan and on NCCL's choices
   static constexpr uint32_t kMaxExtensions = 3;  // rounds extended for samples lost to breaks, at most
-  static constexpr uint64_t kFallbackNccl = 1;  // Segment::cfg.chunk: the fallback is NCCL's choices
+  static constexpr int kFallbackNccl = 1;  // Segment::cfg.chunkHalvings: the fallback is NCCL's choices
   void addLocked(uint64_t len, size_t arm, bool measure, search::Phase phase);
 
   mutable std::mutex mu_;
@@ -287,6 +306,7 @@ class GuardPlan {
   std::vector<Verdict> verdicts_;
   double planGainUs_ = -1;
   uint32_t period_ = 0;
+  uint64_t estimatedHidden_ = 0;
 };
 
 // One INFO line of a verdict: the communicator, its iteration's length, both arms' medians and what runs from

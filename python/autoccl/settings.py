@@ -82,13 +82,29 @@ def _manual_channels(v: str, _env: Mapping[str, str]) -> str | None:
     return None
 
 
-def _step_arms(v: str, _env: Mapping[str, str]) -> str | None:
+_STEP_ARMS_FORM = (
+    "must be off, hidden=C1[,C2...], estimated=C1[,C2...] or both joined by ';': "
+    "1 to 4 distinct channel counts in [1, 64] each"
+)
+
+
+def _step_arms(v: str, env: Mapping[str, str]) -> str | None:
+    """hidden= caps every call but the step's last, estimated= the calls the exposure estimate calls hidden
+    (which needs its samples: AUTOCCL_EXPOSURE_EVERY unset, the library then sets 8, or at least 4)."""
     if v == "off":
         return None
-    m = re.fullmatch(r"hidden=([0-9]{1,2}(?:,[0-9]{1,2}){0,3})", v)
-    caps = [int(c) for c in m.group(1).split(",")] if m else []
-    if not caps or not all(1 <= c <= 64 for c in caps) or len(set(caps)) != len(caps):
-        return "must be off or hidden=C1[,C2...]: 1 to 4 distinct channel counts in [1, 64]"
+    kinds: set[str] = set()
+    for item in v.split(";"):
+        m = re.fullmatch(r"(hidden|estimated)=([0-9]{1,2}(?:,[0-9]{1,2}){0,3})", item)
+        caps = [int(c) for c in m.group(2).split(",")] if m else []
+        if not m or m.group(1) in kinds or not all(1 <= c <= 64 for c in caps) or len(set(caps)) != len(caps):
+            return _STEP_ARMS_FORM
+        kinds.add(m.group(1))
+    if "estimated" in kinds and env.get("AUTOCCL_EXPOSURE_EVERY", "").strip(_C_SPACE) == "0":
+        return (
+            "estimated= needs the exposure estimate's samples: AUTOCCL_EXPOSURE_EVERY unset (then 8) "
+            "or >= 4, not 0"
+        )
     return None
 
 
@@ -386,7 +402,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "AUTOCCL_STEP_ARMS",
         "library",
-        "off, or hidden=C1[,C2...]: 1 to 4 distinct integers in [1, 64]",
+        "off, hidden=C1[,C2...], estimated=C1[,C2...], or both joined by ';': "
+        "1 to 4 distinct integers in [1, 64] each",
         _step_arms,
     ),
     Variable("AUTOCCL_COORD_ADDR", "library", "host:port, port in [1, 65535]", _host_port),

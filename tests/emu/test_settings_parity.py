@@ -31,6 +31,9 @@ BAD = [
     ("AUTOCCL_STEP_ARMS", "hidden=2,2"),
     ("AUTOCCL_STEP_ARMS", "hidden=1,2,3,4,5"),
     ("AUTOCCL_STEP_ARMS", "hidden=65"),
+    ("AUTOCCL_STEP_ARMS", "estimated=2;estimated=4"),
+    ("AUTOCCL_STEP_ARMS", "hidden=2,estimated=2"),
+    ("AUTOCCL_STEP_ARMS", "hidden=2;"),
     ("AUTOCCL_FIXED", "allreduce:ring/bogus"),
     ("AUTOCCL_COORD_ADDR", "host:0"),
     ("AUTOCCL_COORD_ADDR", "::1:80"),
@@ -90,3 +93,21 @@ def test_valid_values_are_taken(plugin: Path, tmp_path: Path) -> None:
     res = run(simple(nranks=2, repeat=8), plugin=plugin, env=good)
     assert all(c == 0 for c in res.returncodes), res.stderr[-2000:]
     assert res.warn_lines() == []
+
+
+def test_estimated_arms_without_exposure_samples_refused_alike(plugin: Path) -> None:
+    """AUTOCCL_STEP_ARMS=estimated=... caps what the exposure estimate calls hidden: with its blocks turned
+    off (AUTOCCL_EXPOSURE_EVERY=0) it could never run, and both refuse the pair; unset, the library sets 8."""
+    bad = {"AUTOCCL_MODE": "online", "AUTOCCL_STEP_ARMS": "estimated=2", "AUTOCCL_EXPOSURE_EVERY": "0"}
+    assert any("AUTOCCL_STEP_ARMS" in p for p in settings.problems(bad)), settings.problems(bad)
+    res = run(simple(nranks=2, repeat=8), plugin=plugin, env=bad)
+    assert all(c == 0 for c in res.returncodes), res.stderr[-2000:]
+    assert_default(res.calls)
+    warns = res.warn_lines()
+    assert len(warns) == 1 and "AUTOCCL_EXPOSURE_EVERY" in warns[0], warns
+    for good in ({"AUTOCCL_STEP_ARMS": "hidden=2;estimated=4"}, {"AUTOCCL_STEP_ARMS": "estimated=2"}):
+        env = {"AUTOCCL_MODE": "online", **good}
+        assert settings.problems(env) == []
+        res = run(simple(nranks=2, repeat=8), plugin=plugin, env=env)
+        assert all(c == 0 for c in res.returncodes), res.stderr[-2000:]
+        assert res.warn_lines() == []

@@ -6,6 +6,9 @@ NCCL's choices. DDP-like training steps in the emulator, ranks in separate proce
   guard ends on the capped arm and the step is faster than plain NCCL's;
 - the calibrated model (no gain from caps): the guard ends on the tuned plan or NCCL's choices, and the step
   is not slower than plain NCCL's by more than the noise.
+- an exposed call in the middle of the step (the computation after it waits for it): the estimated arm
+  (`estimated=`) caps only the calls the authority's exposure estimate calls hidden, leaves the waited-for
+  call its channels, and ends faster than the arm that caps every call but the last.
 Every rank applies the same configuration at every call (the arm comes from the authority's plan)."""
 
 from __future__ import annotations
@@ -28,13 +31,14 @@ LAST = 60  # steps compared: the run's end, past the guard's first round
 BUCKETS = (100 << 20, 100 << 20, 100 << 20, 6 << 20)  # three hidden all_reduces, the last exposed
 
 
-def contention_model(path: Path) -> Path:
+def contention_model(path: Path, per_channel: float = 8.0) -> Path:
     """The calibrated model with contention that rewards fewer channels for hidden calls: every path reaches
-    its bandwidth with a few channels (8x the per-channel bandwidth), and the GEMM beside a collective slows
-    by channels alone (gemm_base 0, gemm_per_ch 4: 64 channels make it 5x slower at load 1)."""
+    its bandwidth with a few channels (`per_channel` times the per-channel bandwidth), and the GEMM beside
+    a collective slows by channels alone (gemm_base 0, gemm_per_ch 4: 64 channels make it 5x slower at
+    load 1)."""
     m = PerfModel.load_file(DEFAULT_MODEL)
     for p in m.paths.values():
-        p.bw_ch_gbs *= 8.0
+        p.bw_ch_gbs *= per_channel
     m.load.update({"gemm_base": 0.0, "gemm_per_ch": 4.0})
     m.save(path)
     return path
@@ -139,3 +143,57 @@ def test_step_arms_cap_settled_tasks(plugin: Path, tmp_path: Path) -> None:
         assert capped, (rank, {int(x["channels"]) for x in calls if int(x["bytes"]) == buckets[0]})
         exposed = [x for x in calls if int(x["bytes"]) == buckets[-1]]
         assert exposed and all(int(x["channels"]) != 2 for x in exposed), {x["channels"] for x in exposed}
+
+
+# A step whose second bucket is waited for by the chunk after it: capped at 4 channels it ends after that
+# chunk's predecessor and delays the step, where the first and third stay hidden at 4 channels.
+NOISE = False  # the emulator's noise off: the comparison of arms in one round is then the contention's alone
+WAITED_BUCKETS = (100 << 20, 100 << 20, 101 << 20, 6 << 20)
+
+
+def _waited_run(model: Path, arms: str, seed: int) -> Any:
+    sc = ddp_like(
+        steps=700,
+        load=1.0,
+        bucket_bytes=WAITED_BUCKETS,
+        backward_us=6000.0,
+        waited=(1,),
+        seed=seed,
+        noise=NOISE,
+    )
+    env = online_env(True, AUTOCCL_MIN_TASK_US="0", AUTOCCL_MIN_TASK_US_TCP="0", AUTOCCL_STEP_ARMS=arms)
+    res = run(
+        sc, plugin="default", model=model, env=env, processes=True, timeout=300, extra_args=["--verbose"]
+    )
+    assert_clean(res)
+    assert_same_per_seq(res.calls)
+    return res
+
+
+def test_estimated_arm_caps_only_what_the_estimate_calls_hidden(plugin: Path, tmp_path: Path) -> None:
+    model = contention_model(tmp_path / "contention.json", per_channel=4.0)
+    est = _waited_run(model, "estimated=4", seed=2)
+    lines = [ln for ln in est.stderr.splitlines() if "step guard:" in ln]
+    assert lines and "the exposure estimate calls hidden (positions 0,2) at most 4 channels" in lines[-1], (
+        lines
+    )
+    guard = [t for t in est.trace if t.get("ev") == "guard"]
+    assert guard and guard[-1]["winner"] == "estimated=4" and guard[-1]["winner_positions"] == [0, 2], guard[
+        -1:
+    ]
+    exposure = [t for t in est.trace if t.get("ev") == "exposure"]
+    # the estimate's positions are the scenario's buckets in order (the detector's iteration starts at the
+    # first)
+    assert exposure and [int(q["bytes"]) for q in exposure[-1]["positions"]] == list(WAITED_BUCKETS), (
+        exposure[-1:]
+    )
+    n = len(WAITED_BUCKETS)
+    for grank in (0, 1):
+        calls = sorted((r for r in est.calls if int(r["grank"]) == grank), key=lambda r: int(r["seq"]))
+        tail = calls[-LAST * n :]
+        assert [int(r["bytes"]) for r in tail[:n]] == list(WAITED_BUCKETS)
+        at = {p: [int(r["channels"]) for r in tail[p::n]] for p in range(n)}
+        assert set(at[0]) == {4} and set(at[2]) == {4}, at  # hidden: capped
+        assert 4 not in at[1] and 4 not in at[3], at  # waited for, and the step's last: their own channels
+    hidden = _waited_run(model, "hidden=4", seed=2)
+    assert _median_step(est) < _median_step(hidden), (_median_step(est), _median_step(hidden))

@@ -982,11 +982,30 @@ TEST(engine, settings_step_arms) {
   EXPECT_TRUE(two.valid && two.stepArmsHidden == std::vector<int>({2, 8}));
   EXPECT_TRUE(loadSettings(envOf({{"AUTOCCL_STEP_ARMS", "hidden=64,1,4,16"}})).valid);
   for (const char* bad : {"on", "hidden", "hidden=", "hidden=0", "hidden=65", "hidden=2,2", "hidden=1,2,3,4,5",
-                          "hidden=2,", "hidden=,2", "hidden=a", "hidden=002", "exposed=2"}) {
+                          "hidden=2,", "hidden=,2", "hidden=a", "hidden=002", "exposed=2", "estimated=",
+                          "estimated=0", "hidden=2;", ";estimated=2", "hidden=2;hidden=8", "estimated=2;estimated=4",
+                          "hidden=2,estimated=2", "hidden=2;;estimated=2", "estimated=2;exposed=4"}) {
     Settings b = loadSettings(envOf({{"AUTOCCL_STEP_ARMS", bad}}));
-    EXPECT_TRUE(!b.valid);
+    EXPECT_TRUE(!b.valid) << bad;
     EXPECT_TRUE(b.error.find("AUTOCCL_STEP_ARMS") != std::string::npos);
   }
+  // estimated arms, alone or beside hidden ones (either order); they turn the exposure estimate's blocks on
+  Settings est = loadSettings(envOf({{"AUTOCCL_STEP_ARMS", "estimated=2,8"}}));
+  EXPECT_TRUE(est.valid && est.stepArmsHidden.empty() && est.stepArmsEstimated == std::vector<int>({2, 8}));
+  EXPECT_EQ(est.exposureEvery, Settings::kExposureEveryForArms);
+  Settings both = loadSettings(envOf({{"AUTOCCL_STEP_ARMS", "estimated=4;hidden=2"}, {"AUTOCCL_EXPOSURE_EVERY", "16"}}));
+  EXPECT_TRUE(both.valid && both.stepArmsHidden == std::vector<int>({2}) && both.stepArmsEstimated == std::vector<int>({4}));
+  EXPECT_EQ(both.exposureEvery, 16u);
+  Settings off = loadSettings(envOf({{"AUTOCCL_STEP_ARMS", "estimated=2"}, {"AUTOCCL_EXPOSURE_EVERY", "0"}}));
+  EXPECT_TRUE(!off.valid && off.error.find("AUTOCCL_EXPOSURE_EVERY") != std::string::npos) << off.error;
+  // an agreed setting: every rank applies the arms' caps
+  auto digestOf = [](const char* arms) {
+    const std::map<std::string, std::string> m = {{"AUTOCCL_MODE", "online"}, {"AUTOCCL_STEP_ARMS", arms}};
+    return agreedSettings(loadSettings(envOf(m)), envOf(m)).digest;
+  };
+  EXPECT_TRUE(digestOf("hidden=2") != digestOf("estimated=2"));
+  EXPECT_TRUE(digestOf("hidden=2;estimated=8") != digestOf("hidden=2,8"));
+  EXPECT_EQ(digestOf("hidden=2;estimated=8"), digestOf("estimated=8;hidden=2"));
 }
 
 TEST(engine, context_observe_table) {

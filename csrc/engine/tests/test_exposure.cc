@@ -388,4 +388,53 @@ TEST(engine, exposure_recorder_new_structure_starts_again) {
   EXPECT_NE(rec.find(first), std::string::npos) << rec;
 }
 
+// The positions the estimate calls hidden, for the step guard's estimated arms: iterations of four calls, the
+// first and third hidden under computation, the second and the last waited for. Only a tracking recorder refits,
+// every kRefitEvery samples; the iteration's last position is never named, and another structure or period
+// gets none.
+void feedHiddenPattern(ExposureRecorder& r, int iterations, double lastSlope) {
+  const TaskKey c{1, 8 << 20, 1}, d{3, 2 << 20, 1};
+  const TaskKey taskAt[4] = {kTaskA, kTaskB, c, d};
+  std::mt19937 rng(11);
+  std::normal_distribution<double> g(0.0, 1.0);
+  uint64_t ns = 1000000;
+  for (int it = 0; it < iterations; ++it) {
+    const auto i = static_cast<uint64_t>(it);
+    double w[4];
+    for (int p = 0; p < 4; ++p) w[p] = 300 + 60 * g(rng);
+    for (uint32_t p = 0; p < 4; ++p) r.place(taskAt[p], i, i, p, 4, 7);
+    for (uint32_t p = 0; p < 4; ++p) r.time(taskAt[p], i, ns + 1000000ull * p, w[p]);
+    ns += static_cast<uint64_t>((6000 + w[1] + lastSlope * w[3] + 3 * g(rng)) * 1000.0);
+  }
+}
+
+TEST(engine, exposure_recorder_hidden_positions) {
+  {
+    ExposureRecorder r;
+    r.trackHidden();
+    feedHiddenPattern(r, 61, 1.0);
+    EXPECT_EQ(r.hiddenPositions(7, 4), 0b0101u) << r.traceRecord("c0", 0);
+    EXPECT_EQ(r.hiddenPositions(8, 4), 0u);  // another structure
+    EXPECT_EQ(r.hiddenPositions(7, 5), 0u);  // another period
+  }
+  {  // the last call hidden too: still never named (the iteration ends with it)
+    ExposureRecorder r;
+    r.trackHidden();
+    feedHiddenPattern(r, 61, 0.0);
+    EXPECT_EQ(r.hiddenPositions(7, 4), 0b0101u) << r.traceRecord("c0", 0);
+  }
+  {  // not tracking: no refit, nothing named
+    ExposureRecorder r;
+    feedHiddenPattern(r, 61, 1.0);
+    EXPECT_EQ(r.hiddenPositions(7, 4), 0u);
+    EXPECT_GT(r.samples(), 50u);
+  }
+  {  // too few samples for a verdict: nothing named
+    ExposureRecorder r;
+    r.trackHidden();
+    feedHiddenPattern(r, 9, 1.0);
+    EXPECT_EQ(r.hiddenPositions(7, 4), 0u);
+  }
+}
+
 }  // namespace

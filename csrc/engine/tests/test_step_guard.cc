@@ -362,6 +362,66 @@ TEST(engine, guard_arm_marks) {
   EXPECT_TRUE(GuardPlan::isNccl(GuardPlan::armMark(GuardArm{true, 0})));
 }
 
+// An estimated arm's positions ride in its segment's config to every rank; the fallback flag beside them.
+TEST(engine, guard_estimated_arm_marks) {
+  for (const uint64_t positions : {uint64_t{1}, uint64_t{0b1010}, ~uint64_t{0} >> 1}) {
+    const autoccl::search::Config c = GuardPlan::armMark(GuardArm{false, 4, positions, true});
+    const GuardArm a = GuardPlan::armOf(c);
+    EXPECT_TRUE(!a.nccl && a.estimated && a.hiddenCap == 4 && a.positions == positions);
+    EXPECT_TRUE(!GuardPlan::fallbackNcclOf(c));
+  }
+  // without positions (the estimate calls none hidden) it is the tuned plan
+  EXPECT_TRUE(GuardPlan::armMark(GuardArm{false, 4, 0, true}).isDefault());
+  const GuardArm est{false, 2, 0b0101, true}, all{false, 2};
+  EXPECT_TRUE(est.caps(0, false) && !est.caps(1, false) && est.caps(2, false) && !est.caps(3, true));
+  EXPECT_TRUE(!est.caps(64, false));
+  EXPECT_TRUE(all.caps(0, false) && all.caps(1, false) && !all.caps(3, true));
+  const GuardArm tuned{}, nccl{true, 0};
+  EXPECT_TRUE(!tuned.caps(0, false) && !nccl.caps(0, false));
+}
+
+// An estimated arm sits a round out while the estimate names no hidden position, joins once it does, takes the
+// estimate's new positions at the next round, and keeps its own where a refit names none; the fallback flag
+// still rides along.
+TEST(engine, guard_estimated_arm_rounds) {
+  GuardOptions o;
+  o.estimatedCaps = {2};
+  o.recheckFirst = 64;
+  GuardPlan g(o);
+  g.arm();
+  EXPECT_EQ(armsOf(g, 0, 25), "TTTNNNNNNTTTTTTNNNNNNTTTT");  // no estimate yet: T N N T, twice
+  const auto timeOf = [](const GuardArm& a) { return a.nccl ? 100.0 : a.hiddenCap == 2 ? 90.0 : 99.5; };
+  GuardPlan h(o);
+  h.setEstimatedHidden(0b0110);
+  auto v = driveArms(h, timeOf, 0.005, 200, 10);
+  ASSERT_TRUE(!v.empty());
+  EXPECT_TRUE(v[0].tuned && v[0].winner.estimated && v[0].winner.hiddenCap == 2 && v[0].winner.positions == 0b0110u);
+  const std::string desc = autoccl::engine::describeVerdict(v[0], 1);
+  EXPECT_NE(desc.find("positions 1,2) at most 2 channels"), std::string::npos) << desc;
+  const std::string rec = autoccl::engine::traceVerdict(v[0], "c0", 0, nullptr);
+  EXPECT_NE(rec.find("\"winner\":\"estimated=2\""), std::string::npos) << rec;
+  EXPECT_NE(rec.find("\"winner_positions\":[1,2]"), std::string::npos) << rec;
+  EXPECT_NE(rec.find("{\"arm\":\"estimated=2\",\"us\":9"), std::string::npos) << rec;
+  EXPECT_NE(rec.find(",\"positions\":[1,2]}]}"), std::string::npos) << rec;
+  // the estimate moves: the next round planned judges the new positions (a round under way keeps its own)
+  uint64_t i = 200;
+  const auto runRounds = [&](size_t rounds) {
+    const size_t until = h.verdictCount() + rounds;
+    for (const uint64_t stop = i + 4000; h.verdictCount() < until && i < stop; ++i)
+      for (const auto& sg : h.decide(i, 0))
+        if (sg.contains(i) && sg.cfg.measure) h.sample(i, timeOf(GuardPlan::armOf(sg.cfg)));
+    return h.verdictCount() == until;
+  };
+  h.setEstimatedHidden(0b1000);
+  ASSERT_TRUE(runRounds(2));
+  EXPECT_EQ(h.verdict(h.verdictCount() - 1).winner.positions, 0b1000u);
+  // a refit that names none leaves the arm its positions
+  h.setEstimatedHidden(0);
+  ASSERT_TRUE(runRounds(2));
+  EXPECT_EQ(h.verdict(h.verdictCount() - 1).winner.positions, 0b1000u);
+  EXPECT_EQ(GuardPlan::armOf(h.finalSegment().cfg).positions, 0b1000u);
+}
+
 TEST(engine, guard_round_order) {
   // Without arms the round is today's: blocks of 3, T N N T twice, then the iteration that ends the last sample.
   {

@@ -226,14 +226,18 @@ def ddp_like(
     seed: int = 1,
     channels: int = 24,
     noise: bool = True,
+    waited: tuple[int, ...] = (),
 ) -> Scenario:
     """A DDP training step: forward, then backward in chunks, each gradient bucket's all_reduce launched when
     its chunk is done and hidden under the next chunk; the last bucket's is exposed (the optimizer needs all
-    of them). The step ends with the last all_reduce."""
+    of them). The step ends with the last all_reduce. `waited`: buckets whose next chunk needs their
+    all_reduce first (exposed wherever the all_reduce ends after the chunk before it)."""
     comm = Comm(name="dp", hash=0xDD9_0001, ranks=tuple(range(nranks)), channels=channels)
     n = len(bucket_bytes)
     if n < 1:
         raise ValueError("ddp_like needs at least one bucket")
+    if any(not 0 <= b < n for b in waited):
+        raise ValueError(f"waited buckets must be in [0, {n}), not {waited}")
     chunk = backward_us / n
     groups: list[Group] = []
     for _ in range(steps):
@@ -246,7 +250,7 @@ def ddp_like(
                     load=load,
                     # under bucket b: the next chunk; after the last: the optimizer, forward and first chunk
                     compute_us=forward_us + chunk if last else chunk,
-                    wait="self" if last else "none",
+                    wait="self" if last or b in waited else "none",
                     step_end=last,
                 )
             )
