@@ -198,8 +198,8 @@ class GuardPlan {
   // every task.
   static search::Config ncclMark();
   static bool isNccl(const search::Config& c);
-  // A hidden-cap arm's segment config (a pair no search plans for the guard's key: ring/LL every call but the
-  // last, ring/LL128 the positions in `chunk`), and what a config says.
+  // A hidden-cap arm's segment config (a pair no search plans for the guard's key: tree/LL for every call but the
+  // last, tree/LL128 for the positions in `chunk`), and what a config says.
   static search::Config armMark(const GuardArm& a);
   static GuardArm armOf(const search::Config& c);
   // What every segment also says: what runs outside the step's structure (after a break, until the step is
