@@ -211,6 +211,13 @@ GuardPlan::GuardPlan(GuardOptions o) : o_(std::move(o)) {
 
 void GuardPlan::setEstimatedHidden(uint64_t positions) {
   std::lock_guard<std::mutex> lk(mu_);
+  // The estimate's first positions: its arms sat out every round so far (a job's first round starts once its
+  // tasks converge, before the estimate has its samples), so the next round comes now instead of after the
+  // recheck interval (256 iterations and more: on two hosts of one H100 a 300-iteration job ended first).
+  bool judged = false;
+  for (const GuardArm& a : arms_) judged = judged || (a.estimated && a.positions != 0);
+  if (positions != 0 && !judged && !o_.estimatedCaps.empty() && !verdicts_.empty() && !inRound_)
+    nextRound_ = std::min(nextRound_, planned_);
   estimatedHidden_ = positions;
 }
 

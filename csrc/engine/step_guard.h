@@ -225,7 +225,8 @@ class GuardPlan {
   // the iteration's length in calls now (what the verdicts record).
   void setPlanGain(double micros, uint32_t period = 0);
   // The positions of the iteration the exposure estimate calls hidden now (bit p: position p; 0: none known).
-  // Read at a round's start by the estimated arms (0 leaves them the positions they had).
+  // Read at a round's start by the estimated arms (0 leaves them the positions they had). The first positions
+  // after a verdict bring the next round forward (the arms sat out every round before).
   void setEstimatedHidden(uint64_t positions);
   // Iteration i took `micros` (the authority's stream, the start of i to the start of i + 1).
   void sample(uint64_t i, double micros);

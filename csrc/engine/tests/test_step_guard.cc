@@ -362,6 +362,30 @@ TEST(engine, guard_arm_marks) {
   EXPECT_TRUE(GuardPlan::isNccl(GuardPlan::armMark(GuardArm{true, 0})));
 }
 
+// The estimate's first positions, after a round it sat out, bring the next round forward: without them it would
+// come after the recheck interval (here 256 iterations).
+TEST(engine, guard_estimated_positions_bring_the_round_forward) {
+  GuardOptions o;
+  o.estimatedCaps = {2};
+  GuardPlan g(o);
+  const auto timeOf = [](const GuardArm& a) { return a.nccl ? 100.0 : a.hiddenCap == 2 ? 90.0 : 99.5; };
+  auto v = driveArms(g, timeOf, 0.005, 80, 10);
+  ASSERT_EQ(v.size(), 1u);
+  ASSERT_EQ(v[0].arms.size(), 3u);
+  EXPECT_EQ(v[0].arms[2].samples, 0u);  // the estimated arm sat the round out
+  const uint64_t at = 80;
+  g.setEstimatedHidden(0b0101);
+  const std::string next = armsOf(g, at, at + 40);
+  EXPECT_NE(next.find('2'), std::string::npos) << next;  // the round with the arm, within 40 iterations
+  // a later change of positions waits for the next round as usual
+  GuardPlan h(o);
+  h.setEstimatedHidden(0b0001);
+  auto w = driveArms(h, timeOf, 0.005, 80, 10);
+  ASSERT_EQ(w.size(), 1u);
+  h.setEstimatedHidden(0b0100);
+  EXPECT_EQ(armsOf(h, 80, 120).find('N'), std::string::npos) << armsOf(h, 80, 120);
+}
+
 // An estimated arm's positions ride in its segment's config to every rank; the fallback flag beside them.
 TEST(engine, guard_estimated_arm_marks) {
   for (const uint64_t positions : {uint64_t{1}, uint64_t{0b1010}, ~uint64_t{0} >> 1}) {
