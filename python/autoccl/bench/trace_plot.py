@@ -247,7 +247,7 @@ def exposure_lines(records: Iterable[dict[str, Any]], rank: int) -> list[str]:
         return []
     lines = [
         "",
-        "## Which calls the iteration waits for (the exposure estimate, a report only)",
+        "## Which calls the iteration waits for (the exposure estimate)",
         "",
         "Slope of the iteration time on a task's summed windows: its calls' mean exposure (1: the iteration",
         "waits for them, 0: computation hides them); a verdict needs a standard error of at most 0.2.",
