@@ -515,7 +515,7 @@ std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm) {
           ? "keeping the tuned plan, hidden calls at most " + std::to_string(v.winner.hiddenCap) + " channels"
       : v.tuned ? std::string("keeping the tuned plan")
                 : std::string("NCCL's choices for every task");
-  char line[384];
+  char line[640];  // `what` names up to 63 positions
   std::snprintf(line, sizeof line,
                 "autoccl: comm %016" PRIx64 " step guard: iterations of %u calls, tuned plan %.1f us (%u samples) "
                 "against NCCL's choices %.1f us (%u): %s from iteration %" PRIu64,

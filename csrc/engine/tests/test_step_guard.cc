@@ -394,6 +394,12 @@ TEST(engine, guard_estimated_arm_marks) {
     EXPECT_TRUE(!a.nccl && a.estimated && a.hiddenCap == 4 && a.positions == positions);
     EXPECT_TRUE(!GuardPlan::fallbackNcclOf(c));
   }
+  // a verdict's line names every capped position, up to 63
+  autoccl::engine::GuardPlan::Verdict v;
+  v.tuned = true;
+  v.winner = GuardArm{false, 2, ~uint64_t{0} >> 1, true};
+  const std::string line = autoccl::engine::describeVerdict(v, 1);
+  EXPECT_NE(line.find(",61,62) at most 2 channels from iteration"), std::string::npos) << line;
   // without positions (the estimate calls none hidden) it is the tuned plan
   EXPECT_TRUE(GuardPlan::armMark(GuardArm{false, 4, 0, true}).isDefault());
   const GuardArm est{false, 2, 0b0101, true}, all{false, 2};
