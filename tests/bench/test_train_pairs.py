@@ -521,6 +521,30 @@ def test_guard_verdicts_from_the_trace_reach_the_pairs_table(tmp_path: Path) -> 
     assert "Step guard verdicts" not in TP.markdown(TP.summarize(TP.read_pairs(files)))
 
 
+def test_an_estimated_arms_positions_reach_the_guard_line(tmp_path: Path) -> None:
+    """A verdict kept by the estimated arm (AUTOCCL_STEP_ARMS=estimated=...) carries the positions it capped
+    from the trace to the row and the line under the pairs table; other verdicts carry none."""
+    from autoccl.bench import trace as T
+    from autoccl.bench.runner import guard_row
+
+    trace = tmp_path / "trace.vm.1.jsonl"
+    trace.write_text(
+        '{"ev":"guard","comm":"00000000000000ab","rank":0,"period":4,"round_begin":150,"at":181,'
+        '"winner":"estimated=4","tuned":true,"tuned_us":9062.7,"tuned_samples":8,"nccl_us":9301.8,'
+        '"nccl_samples":8,"margin":0.0260,"plan_gain_us":93.7,"unexplained":false,"voided_before":0,'
+        '"samples":[],"winner_positions":[0,2],"arms":[]}\n'
+        '{"ev":"guard","comm":"00000000000000ab","rank":0,"period":4,"round_begin":450,"at":474,'
+        '"winner":"tuned","tuned":true,"tuned_us":9062.7,"tuned_samples":8,"nccl_us":9301.8,"nccl_samples":8,'
+        '"margin":0.0260,"plan_gain_us":93.7,"unexplained":false,"voided_before":0,"samples":[]}\n'
+    )
+    verdicts = T.guard_verdicts(T.read_records([trace]))
+    assert verdicts[0]["winner_positions"] == [0, 2] and "winner_positions" not in verdicts[1]
+    rows = [guard_row(v) for v in verdicts]
+    assert rows[0]["winner_positions"] == [0, 2] and "winner_positions" not in rows[1]
+    assert TP.guard_text(rows[0]).startswith("estimated=4 on positions 0,2 from guard iteration 181 of comm")
+    assert TP.guard_text(rows[1]).startswith("kept the tuned plan from guard iteration 474")
+
+
 def test_launch_order_of_each_pair_and_the_median_by_order(tmp_path: Path) -> None:
     """Pairs that launched online first (every second pair on the GPU machine) say so, and the table gives
     each order's median speed; pairs of one order alone, or whose settings name no modes, print no such

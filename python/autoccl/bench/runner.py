@@ -902,7 +902,15 @@ def annotate_online_rows(doc: dict[str, Any]) -> None:
             if tasks is not None:
                 row.update(T.fell_back_to_nccl(tasks, len(it["iter_ms"])) or {})
             if row["launch"] in guard:
-                row["guard_verdicts"] = [{k: v.get(k) for k in GUARD_ROW_KEYS} for v in guard[row["launch"]]]
+                row["guard_verdicts"] = [guard_row(v) for v in guard[row["launch"]]]
+
+
+def guard_row(v: dict[str, Any]) -> dict[str, Any]:
+    """What an online train row keeps of one step guard verdict (an estimated arm's positions if it won)."""
+    out = {k: v.get(k) for k in GUARD_ROW_KEYS}
+    if "winner_positions" in v:
+        out["winner_positions"] = v["winner_positions"]
+    return out
 
 
 def tuned_window(mode_ms: list[float], base_ms: list[float], conv: list[dict[str, Any]]) -> dict[str, Any]:

@@ -252,6 +252,9 @@ def guard_verdicts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "samples": samples,
             }
         )
+        positions = rec.get("winner_positions")
+        if isinstance(positions, list):  # an estimated arm won: the positions it capped
+            out[-1]["winner_positions"] = [int(p) for p in positions]
     return out
 
 

@@ -451,6 +451,8 @@ def guard_text(v: Mapping[str, Any]) -> str:
     the communicator's calls repeat, not the training step), and the medians it compared."""
     winner = str(v.get("winner"))
     won = {"tuned": "kept the tuned plan", "nccl": "NCCL's choice"}.get(winner, winner)
+    if v.get("winner_positions"):  # an estimated arm: the positions it caps
+        won += " on positions " + ",".join(str(p) for p in v["winner_positions"])
     t, n = float(v.get("tuned_us") or 0), float(v.get("nccl_us") or 0)
     medians = (
         f"tuned {t / 1000:.1f} ms ×{v.get('tuned_samples', 0)} against NCCL's {n / 1000:.1f} ms "
