@@ -13,22 +13,49 @@ void ExposureRecorder::place(const TaskKey& task, uint64_t k, uint64_t iteration
   placed_[CallKey{task, k}] = CallPos{iteration, structure, position, period};
 }
 
+ExposureRecorder::~ExposureRecorder() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stopping_ = true;
+  }
+  refitCv_.notify_all();
+  if (refitThread_.joinable()) refitThread_.join();
+}
+
 void ExposureRecorder::time(const TaskKey& task, uint64_t k, uint64_t startNs, double gpuUs, bool reportOnly) {
-  ExposureEstimator refit;
-  std::vector<TaskKey> refitTasks;
-  uint64_t refitStructure = 0;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (!addLocked(task, k, startNs, gpuUs, reportOnly)) return;
-    refit = estimator_;
-    refitTasks = tasks_;
-    refitStructure = structure_;
+    refitDue_ = true;
   }
-  const uint64_t hidden = hiddenOf(fitsOf(refit, refitTasks));
-  std::lock_guard<std::mutex> lk(mu_);
-  hidden_ = hidden;
-  hiddenStructure_ = refitStructure;
-  hiddenPeriod_ = refit.period();
+  refitCv_.notify_all();
+}
+
+void ExposureRecorder::refitLoop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (true) {
+    refitCv_.wait(lk, [this] { return refitDue_ || stopping_; });
+    if (stopping_) return;
+    refitDue_ = false;
+    refitting_ = true;
+    // a copy: the fits run outside the lock, which the calling thread takes at every timed call
+    const ExposureEstimator estimator = estimator_;
+    const std::vector<TaskKey> tasks = tasks_;
+    const uint64_t structure = structure_;
+    lk.unlock();
+    const uint64_t hidden = hiddenOf(fitsOf(estimator, tasks));
+    lk.lock();
+    hidden_ = hidden;
+    hiddenStructure_ = structure;
+    hiddenPeriod_ = estimator.period();
+    refitting_ = false;
+    refitCv_.notify_all();
+  }
+}
+
+void ExposureRecorder::waitForRefits() {
+  std::unique_lock<std::mutex> lk(mu_);
+  refitCv_.wait(lk, [this] { return !trackHidden_ || stopping_ || (!refitDue_ && !refitting_); });
 }
 
 bool ExposureRecorder::addLocked(const TaskKey& task, uint64_t k, uint64_t startNs, double gpuUs, bool reportOnly) {
@@ -74,7 +101,9 @@ bool ExposureRecorder::addLocked(const TaskKey& task, uint64_t k, uint64_t start
 
 void ExposureRecorder::trackHidden() {
   std::lock_guard<std::mutex> lk(mu_);
+  if (trackHidden_) return;
   trackHidden_ = true;
+  refitThread_ = std::thread([this] { refitLoop(); });
 }
 
 uint64_t ExposureRecorder::hiddenPositions(uint64_t structure, uint32_t period) const {

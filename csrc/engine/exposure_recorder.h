@@ -8,10 +8,12 @@
 // calls hidden (trackHidden, hiddenPositions).
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -22,6 +24,10 @@ namespace autoccl::engine {
 
 class ExposureRecorder {
  public:
+  ExposureRecorder() = default;
+  ~ExposureRecorder();  // stops the refit thread, if trackHidden started one
+  ExposureRecorder(const ExposureRecorder&) = delete;
+  ExposureRecorder& operator=(const ExposureRecorder&) = delete;
   // Call `k` of `task` sits at `position` of iteration `iteration`, whose calls number `period`, of the
   // detector's structure `structure`.
   void place(const TaskKey& task, uint64_t k, uint64_t iteration, uint32_t position, uint32_t period,
@@ -32,9 +38,12 @@ class ExposureRecorder {
   // The trace's `exposure` record (empty before the first complete iteration).
   std::string traceRecord(const std::string& commHex, int rank) const;
   size_t samples() const;
-  // Keep the positions the estimate calls hidden up to date: every kRefitEvery new samples, time() refits on a
-  // copy outside the lock (on the measurement thread: never the calling thread).
+  // Keep the positions the estimate calls hidden up to date: every kRefitEvery new samples, a thread of the
+  // recorder's own refits on a copy (tens of milliseconds at 40-64 positions of noisy samples: not on the
+  // measurement thread, whose callers hold the timing matcher's lock that every call of the job takes).
   void trackHidden();
+  // Until the refits asked for so far are done (tests).
+  void waitForRefits();
   // The positions of the iteration the latest refit calls hidden (bit p: position p < 64), where it was of
   // `structure` and `period` calls: a position hidden by its own slope, or of unknown slope in a task hidden as
   // a whole; never the iteration's last. 0: none, another structure, or the windows move with the iteration for
@@ -53,6 +62,7 @@ class ExposureRecorder {
   static Fits fitsOf(const ExposureEstimator& estimator, const std::vector<TaskKey>& tasks);
   // time()'s work under the lock; true when a refit of the hidden positions is due.
   bool addLocked(const TaskKey& task, uint64_t k, uint64_t startNs, double gpuUs, bool reportOnly);
+  void refitLoop();
   static uint64_t hiddenOf(const Fits& f);
   struct CallPos {
     uint64_t iteration = 0, structure = 0;
@@ -79,6 +89,10 @@ class ExposureRecorder {
   uint64_t timedForIt_ = 0;     // windows timed for the estimate alone (AUTOCCL_EXPOSURE_EVERY)
   bool trackHidden_ = false;
   size_t addedSinceFit_ = 0;
+  // The refit thread: woken when a refit is due, stopped by the destructor
+  std::condition_variable refitCv_;
+  bool refitDue_ = false, refitting_ = false, stopping_ = false;
+  std::thread refitThread_;
   uint64_t hidden_ = 0, hiddenStructure_ = 0;  // the latest refit's hidden positions, and of which structure
   uint32_t hiddenPeriod_ = 0;
 };

@@ -795,6 +795,15 @@ class OnlineSource final : public DecisionSource {
       return true;
     }
     if (authority_ && exposureEvery_ > 0) setExposureBlock(it % exposureEvery_ < kExposureBlock);
+    // A new structure of the detector (after a break the iteration may start at another call): an estimated arm's
+    // positions, numbered in the old one, name other calls. Every rank notes the step it began at (the same on
+    // every rank) and caps nothing for an estimated segment planned before it; the authority forgets the
+    // positions, so that what it plans from here on names none until the new structure's estimate does.
+    if (iter_.structure() != guardStructure_) {
+      guardStructure_ = iter_.structure();
+      structureFromStep_ = it;
+      if (authority_) decider_->guard->forgetEstimatedPositions();
+    }
     if (authority_) {
       const uint32_t was = decider_->guard->iterationChanged(steps_.calls(), change);
       if (was && env_.log)
@@ -826,7 +835,7 @@ class OnlineSource final : public DecisionSource {
     const GuardArm arm = GuardPlan::armOf(o.seg.cfg);
     guardNcclNow_ = arm.nccl;
     guardFallbackNccl_ = GuardPlan::fallbackNcclOf(o.seg.cfg);
-    guardCapNow_ = arm;
+    guardCapNow_ = arm.estimated && o.seg.begin < structureFromStep_ ? GuardArm{} : arm;
     guardTimedNow_ = o.seg.cfg.measure;
     if (authority_) {
       if (guardTimedNow_) guardClock_.markBoundary(task, k, it);
@@ -1212,6 +1221,8 @@ class OnlineSource final : public DecisionSource {
   bool guardNcclNow_ = false;    // the current iteration runs NCCL's choice for every task
   bool guardFallbackNccl_ = false;  // outside the step's structure (after a break) NCCL's choice for every task
   GuardArm guardCapNow_;         // the current iteration's arm: the calls it caps run at most hiddenCap channels
+  uint64_t guardStructure_ = 0;  // the detector's structure at the last guard step ...
+  uint64_t structureFromStep_ = 0;  // ... and the step it began at (estimated segments planned before it cap nothing)
   bool guardTimedNow_ = false;   // the current iteration's start is a guard sample
   std::string guardWhy_;
   size_t loggedVerdicts_ = 0;
@@ -1222,7 +1233,7 @@ class OnlineSource final : public DecisionSource {
   bool launchClock_ = true;                   // AUTOCCL_CLOCK: only calls marked timed get a window
   // ... and the authority's measurement side: iteration times, the calls the guard ran otherwise than planned
   GuardClock guardClock_;
-  ExposureRecorder exposure_;  // authority: which calls of the iteration are exposed (trace only)
+  ExposureRecorder exposure_;  // authority: which calls of the iteration are exposed (trace, estimated arms)
 };
 
 }  // namespace

@@ -213,12 +213,19 @@ void GuardPlan::setEstimatedHidden(uint64_t positions) {
   std::lock_guard<std::mutex> lk(mu_);
   // The estimate's first positions: its arms sat out every round so far (a job's first round starts once its
   // tasks converge, before the estimate has its samples), so the next round comes now instead of after the
-  // recheck interval (256 iterations and more: on two hosts of one H100 a 300-iteration job ended first).
+  // recheck interval (256 iterations and more: a 300-iteration job ends before it).
   bool judged = false;
   for (const GuardArm& a : arms_) judged = judged || (a.estimated && a.positions != 0);
   if (positions != 0 && !judged && !o_.estimatedCaps.empty() && !verdicts_.empty() && !inRound_)
     nextRound_ = std::min(nextRound_, planned_);
   estimatedHidden_ = positions;
+}
+
+void GuardPlan::forgetEstimatedPositions() {
+  std::lock_guard<std::mutex> lk(mu_);
+  estimatedHidden_ = 0;
+  for (GuardArm& a : arms_)
+    if (a.estimated) a.positions = 0;
 }
 
 void GuardPlan::arm(uint32_t iterationCalls) {
@@ -394,8 +401,9 @@ void GuardPlan::planRoundBlocksLocked() {
   // arm runs since the last verdict), else keep those they had (a refit that names none, e.g. voided by a slope
   // out of bounds, says nothing against them); an arm that never had any sits the round out (it would run the
   // tuned plan).
+  // An extension of a round (samples lost to breaks) keeps the positions its first blocks ran.
   for (GuardArm& a : arms_)
-    if (a.estimated && estimatedHidden_ != 0) a.positions = estimatedHidden_;
+    if (a.estimated && estimatedHidden_ != 0 && extensions_ == 0) a.positions = estimatedHidden_;
   std::vector<size_t> order;
   for (size_t a = 0; a < arms_.size(); ++a)
     if (!arms_[a].estimated || arms_[a].positions != 0) order.push_back(a);

@@ -228,6 +228,10 @@ class GuardPlan {
   // Read at a round's start by the estimated arms (0 leaves them the positions they had). The first positions
   // after a verdict bring the next round forward (the arms sat out every round before).
   void setEstimatedHidden(uint64_t positions);
+  // The detector's iteration is another structure (after a break it may start at another call): the estimated
+  // arms' positions name other calls now. They are forgotten (an arm without positions, running since it won,
+  // runs the tuned plan) until the estimate of the new structure names some.
+  void forgetEstimatedPositions();
   // Iteration i took `micros` (the authority's stream, the start of i to the start of i + 1).
   void sample(uint64_t i, double micros);
   // Iterations [from, to) will never have a time (a break ended the step's structure): a round stops waiting for

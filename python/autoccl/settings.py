@@ -100,7 +100,8 @@ def _step_arms(v: str, env: Mapping[str, str]) -> str | None:
         if not m or m.group(1) in kinds or not all(1 <= c <= 64 for c in caps) or len(set(caps)) != len(caps):
             return _STEP_ARMS_FORM
         kinds.add(m.group(1))
-    if "estimated" in kinds and env.get("AUTOCCL_EXPOSURE_EVERY", "").strip(_C_SPACE) == "0":
+    every = env.get("AUTOCCL_EXPOSURE_EVERY", "").strip(_C_SPACE)
+    if "estimated" in kinds and re.fullmatch(r"[0-9]{1,20}", every) and int(every) == 0:
         return (
             "estimated= needs the exposure estimate's samples: AUTOCCL_EXPOSURE_EVERY unset (then 8) "
             "or >= 4, not 0"

@@ -413,6 +413,7 @@ TEST(engine, exposure_recorder_hidden_positions) {
     ExposureRecorder r;
     r.trackHidden();
     feedHiddenPattern(r, 61, 1.0);
+    r.waitForRefits();
     EXPECT_EQ(r.hiddenPositions(7, 4), 0b0101u) << r.traceRecord("c0", 0);
     EXPECT_EQ(r.hiddenPositions(8, 4), 0u);  // another structure
     EXPECT_EQ(r.hiddenPositions(7, 5), 0u);  // another period
@@ -421,11 +422,13 @@ TEST(engine, exposure_recorder_hidden_positions) {
     ExposureRecorder r;
     r.trackHidden();
     feedHiddenPattern(r, 61, 0.0);
+    r.waitForRefits();
     EXPECT_EQ(r.hiddenPositions(7, 4), 0b0101u) << r.traceRecord("c0", 0);
   }
   {  // not tracking: no refit, nothing named
     ExposureRecorder r;
     feedHiddenPattern(r, 61, 1.0);
+    r.waitForRefits();
     EXPECT_EQ(r.hiddenPositions(7, 4), 0u);
     EXPECT_GT(r.samples(), 50u);
   }
@@ -433,6 +436,7 @@ TEST(engine, exposure_recorder_hidden_positions) {
     ExposureRecorder r;
     r.trackHidden();
     feedHiddenPattern(r, 9, 1.0);
+    r.waitForRefits();
     EXPECT_EQ(r.hiddenPositions(7, 4), 0u);
   }
 }

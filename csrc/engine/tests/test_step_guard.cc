@@ -386,6 +386,49 @@ TEST(engine, guard_estimated_positions_bring_the_round_forward) {
   EXPECT_EQ(armsOf(h, 80, 120).find('N'), std::string::npos) << armsOf(h, 80, 120);
 }
 
+// A round extended for samples lost to breaks keeps the positions its first blocks ran, where the estimate moved
+// in between: one round, one set of positions.
+TEST(engine, guard_estimated_round_extension_keeps_its_positions) {
+  GuardOptions o;
+  o.estimatedCaps = {2};
+  GuardPlan g(o);
+  g.setEstimatedHidden(0b01);
+  g.arm();
+  std::set<uint64_t> seen;
+  uint64_t i = 0;
+  for (; i < 40; ++i)  // the round's 12 blocks of 3 and its last timed iteration; no sample comes
+    for (const auto& sg : g.decide(i, 0)) {
+      const GuardArm a = GuardPlan::armOf(sg.cfg);
+      if (sg.contains(i) && a.estimated) seen.insert(a.positions);
+    }
+  g.setEstimatedHidden(0b10);
+  g.lost(0, 40);  // the breaks took them: the round goes on with its blocks again
+  for (; i < 200 && g.verdictCount() == 0; ++i)
+    for (const auto& sg : g.decide(i, 0)) {
+      const GuardArm a = GuardPlan::armOf(sg.cfg);
+      if (sg.contains(i) && a.estimated) seen.insert(a.positions);
+    }
+  EXPECT_EQ(seen, std::set<uint64_t>({0b01}));
+  EXPECT_GT(i, 60u);  // the extension's blocks ran (their samples never came either: NCCL's choices at last)
+}
+
+// A new structure of the detector: the estimated arms' positions are forgotten, and the arm that won runs the tuned
+// plan (its mark, without positions, is the tuned plan's) until the new structure's estimate names some.
+TEST(engine, guard_estimated_positions_forgotten_on_a_new_structure) {
+  GuardOptions o;
+  o.estimatedCaps = {2};
+  GuardPlan g(o);
+  g.setEstimatedHidden(0b0110);
+  const auto timeOf = [](const GuardArm& a) { return a.nccl ? 100.0 : a.hiddenCap == 2 ? 90.0 : 99.5; };
+  auto v = driveArms(g, timeOf, 0.005, 80, 10);
+  ASSERT_EQ(v.size(), 1u);
+  ASSERT_TRUE(v[0].winner.estimated);
+  EXPECT_EQ(GuardPlan::armOf(g.finalSegment().cfg).positions, 0b0110u);
+  g.forgetEstimatedPositions();
+  EXPECT_TRUE(g.finalSegment().cfg.isDefault());  // the tuned plan
+  EXPECT_EQ(armsOf(g, 200, 216), std::string(16, 'T'));
+}
+
 // An estimated arm's positions ride in its segment's config to every rank; the fallback flag beside them.
 TEST(engine, guard_estimated_arm_marks) {
   for (const uint64_t positions : {uint64_t{1}, uint64_t{0b1010}, ~uint64_t{0} >> 1}) {
