@@ -24,7 +24,7 @@ from test_online import assert_same_per_seq, online_env
 from autoccl.emu import Scenario, run
 from autoccl.emu.model import PerfModel
 from autoccl.emu.runner import DEFAULT_MODEL
-from autoccl.emu.scenario import ddp_like
+from autoccl.emu.scenario import Call, Group, ddp_like
 
 STEPS = 300
 LAST = 60  # steps compared: the run's end, past the guard's first round
@@ -197,3 +197,34 @@ def test_estimated_arm_caps_only_what_the_estimate_calls_hidden(plugin: Path, tm
         assert 4 not in at[1] and 4 not in at[3], at  # waited for, and the step's last: their own channels
     hidden = _waited_run(model, "hidden=4", seed=2)
     assert _median_step(est) < _median_step(hidden), (_median_step(est), _median_step(hidden))
+
+
+def test_estimated_positions_forgotten_after_a_break(plugin: Path, tmp_path: Path) -> None:
+    """A call once between two buckets breaks the step's structure; the detector finds the step again from
+    another call, so the estimated arm's positions would name other calls (the waited-for bucket and the
+    last one). They are forgotten: after the break no call of those two runs the arm's 4 channels, on either
+    rank."""
+    model = contention_model(tmp_path / "contention.json", per_channel=4.0)
+    sc = ddp_like(
+        steps=900, load=1.0, bucket_bytes=WAITED_BUCKETS, backward_us=6000.0, waited=(1,), seed=2, noise=False
+    )
+    sc.groups.insert(400 * len(WAITED_BUCKETS) + 1, Group(comm="dp", calls=(Call("allreduce", 1 << 20),)))
+    env = online_env(
+        True, AUTOCCL_MIN_TASK_US="0", AUTOCCL_MIN_TASK_US_TCP="0", AUTOCCL_STEP_ARMS="estimated=4"
+    )
+    res = run(
+        sc, plugin="default", model=model, env=env, processes=True, timeout=300, extra_args=["--verbose"]
+    )
+    assert_clean(res)
+    assert_same_per_seq(res.calls)
+    guard = [t for t in res.trace if t.get("ev") == "guard"]
+    assert guard and guard[0]["winner"] == "estimated=4" and guard[0]["winner_positions"] == [0, 2], guard[:1]
+    n = len(WAITED_BUCKETS)
+    for grank in (0, 1):
+        calls = sorted((r for r in res.calls if int(r["grank"]) == grank), key=lambda r: int(r["seq"]))
+        at = next(i for i, r in enumerate(calls) if int(r["bytes"]) == 1 << 20)
+        buckets = [r for r in calls if int(r["bytes"]) != 1 << 20]  # the scenario's calls, in order
+        before = {p: {int(r["channels"]) for r in buckets[300 * n : at][p::n]} for p in range(n)}
+        assert before[0] == {4} and before[2] == {4}, before  # the arm ran before the break
+        after = [(i % n, int(r["channels"])) for i, r in enumerate(buckets) if i >= at]
+        assert not [x for x in after if x[0] in (1, 3) and x[1] == 4], after[:8]
