@@ -8,7 +8,7 @@ namespace autoccl::engine {
 
 void ExposureRecorder::place(const TaskKey& task, uint64_t k, uint64_t iteration, uint32_t position, uint32_t period,
                              uint64_t structure) {
-  std::lock_guard<std::mutex> lk(mu_);
+  std::lock_guard<std::mutex> lk(placeMu_);
   if (placed_.size() > kMaxPlaced) placed_.clear();
   placed_[CallKey{task, k}] = CallPos{iteration, structure, position, period};
 }
@@ -23,9 +23,21 @@ ExposureRecorder::~ExposureRecorder() {
 }
 
 void ExposureRecorder::time(const TaskKey& task, uint64_t k, uint64_t startNs, double gpuUs, bool reportOnly) {
+  CallPos at;
+  bool placed = false;
+  {
+    std::lock_guard<std::mutex> lk(placeMu_);
+    auto f = placed_.find(CallKey{task, k});
+    if (f != placed_.end()) {
+      at = f->second;
+      placed = true;
+      placed_.erase(f);
+    }
+  }
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (!addLocked(task, k, startNs, gpuUs, reportOnly)) return;
+    if (reportOnly) ++timedForIt_;
+    if (!placed || !addLocked(task, at, startNs, gpuUs)) return;
     refitDue_ = true;
   }
   refitCv_.notify_all();
@@ -58,12 +70,7 @@ void ExposureRecorder::waitForRefits() {
   refitCv_.wait(lk, [this] { return !trackHidden_ || stopping_ || (!refitDue_ && !refitting_); });
 }
 
-bool ExposureRecorder::addLocked(const TaskKey& task, uint64_t k, uint64_t startNs, double gpuUs, bool reportOnly) {
-  if (reportOnly) ++timedForIt_;
-  auto f = placed_.find(CallKey{task, k});
-  if (f == placed_.end()) return false;
-  const CallPos at = f->second;
-  placed_.erase(f);
+bool ExposureRecorder::addLocked(const TaskKey& task, const CallPos& at, uint64_t startNs, double gpuUs) {
   if (startNs == 0 || !(gpuUs > 0) || at.pos >= at.period) return false;
   IterTimes& it = iterations_[at.iteration];
   if (it.period != at.period || it.structure != at.structure)

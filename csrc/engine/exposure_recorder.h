@@ -60,9 +60,6 @@ class ExposureRecorder {
     std::vector<uint32_t> groupOf;   // position -> its task's number
   };
   static Fits fitsOf(const ExposureEstimator& estimator, const std::vector<TaskKey>& tasks);
-  // time()'s work under the lock; true when a refit of the hidden positions is due.
-  bool addLocked(const TaskKey& task, uint64_t k, uint64_t startNs, double gpuUs, bool reportOnly);
-  void refitLoop();
   static uint64_t hiddenOf(const Fits& f);
   struct CallPos {
     uint64_t iteration = 0, structure = 0;
@@ -76,12 +73,17 @@ class ExposureRecorder {
     std::vector<TaskKey> task;
     uint32_t filled = 0;
   };
+  // time()'s work under mu_ for a call placed at `at`; true when a refit of the hidden positions is due.
+  bool addLocked(const TaskKey& task, const CallPos& at, uint64_t startNs, double gpuUs);
+  void refitLoop();
   static constexpr size_t kMaxPlaced = 65536;  // calls whose times never came are dropped past this
   static constexpr size_t kIterationsKept = 8;
 
-  // Its own mutex: the calling thread places each timed call without waiting for the measurement thread.
-  mutable std::mutex mu_;
+  // The calling thread's side, under a mutex of its own: placing a call never waits for the measurement
+  // thread's bookkeeping or for the refit thread's copy of the samples (mu_).
+  std::mutex placeMu_;
   std::unordered_map<CallKey, CallPos, CallKeyHash> placed_;
+  mutable std::mutex mu_;
   std::map<uint64_t, IterTimes> iterations_;
   ExposureEstimator estimator_;
   std::vector<TaskKey> tasks_;  // the estimator's positions' tasks
