@@ -822,7 +822,7 @@ class OnlineSource final : public DecisionSource {
       if (arming || (decider_->guard->armed() && it % kPlanGainEvery == 0)) {
         decider_->guard->setPlanGain(planGainUs(), steps_.calls());
         // What the estimated arms cap at the next round (AUTOCCL_STEP_ARMS=estimated=...): refitted on the
-        // measurement thread, read here
+        // recorder's own thread, read here
         decider_->guard->setEstimatedHidden(exposure_.hiddenPositions(iter_.structure(), iter_.period()));
       }
       if (arming) decider_->guard->arm(steps_.calls());
