@@ -591,6 +591,15 @@ def test_detect_topology() -> None:
         detect_topology(2, {"WORLD_SIZE": "8", "RANK": "0", "LOCAL_WORLD_SIZE": "8"})
 
 
+def test_a_worker_ended_by_a_signal_is_named() -> None:
+    from autoccl.bench.launch import signal_note
+
+    assert signal_note(1) == "" and signal_note(0) == ""
+    assert "SIGKILL" in signal_note(-9) and "out of memory" in signal_note(-9)
+    assert signal_note(-15) == " (killed by SIGTERM)"
+    assert signal_note(-200) == " (killed by signal 200)"
+
+
 def test_failing_worker_reports_its_log(tmp_path: Path) -> None:
     topo = Topology(False, 2, 0, 0, 2, "127.0.0.1", 0)
     spec = {"kind": "nonsense", "device": "cpu", "backend": "gloo"}
