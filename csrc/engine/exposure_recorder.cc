@@ -50,16 +50,19 @@ void ExposureRecorder::refitLoop() {
     if (stopping_) return;
     refitDue_ = false;
     refitting_ = true;
-    // a copy: the fits run outside the lock, which the calling thread takes at every timed call
+    // a copy: the fits run outside the lock, which the measurement thread takes at every timed call
     const ExposureEstimator estimator = estimator_;
     const std::vector<TaskKey> tasks = tasks_;
     const uint64_t structure = structure_;
     lk.unlock();
     const uint64_t hidden = hiddenOf(fitsOf(estimator, tasks));
+    {
+      std::lock_guard<std::mutex> h(hiddenMu_);
+      hidden_ = hidden;
+      hiddenStructure_ = structure;
+      hiddenPeriod_ = estimator.period();
+    }
     lk.lock();
-    hidden_ = hidden;
-    hiddenStructure_ = structure;
-    hiddenPeriod_ = estimator.period();
     refitting_ = false;
     refitCv_.notify_all();
   }
@@ -114,7 +117,7 @@ void ExposureRecorder::trackHidden() {
 }
 
 uint64_t ExposureRecorder::hiddenPositions(uint64_t structure, uint32_t period) const {
-  std::lock_guard<std::mutex> lk(mu_);
+  std::lock_guard<std::mutex> lk(hiddenMu_);
   return hiddenStructure_ == structure && hiddenPeriod_ == period ? hidden_ : 0;
 }
 

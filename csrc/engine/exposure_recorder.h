@@ -95,7 +95,10 @@ class ExposureRecorder {
   std::condition_variable refitCv_;
   bool refitDue_ = false, refitting_ = false, stopping_ = false;
   std::thread refitThread_;
-  uint64_t hidden_ = 0, hiddenStructure_ = 0;  // the latest refit's hidden positions, and of which structure
+  // The latest refit's hidden positions, and of which structure, under a mutex of their own: the calling thread
+  // reads them without waiting for the refit thread's copy of the samples (mu_).
+  mutable std::mutex hiddenMu_;
+  uint64_t hidden_ = 0, hiddenStructure_ = 0;
   uint32_t hiddenPeriod_ = 0;
 };
 
