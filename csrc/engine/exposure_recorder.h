@@ -5,7 +5,7 @@
 // the same period may start at another call, and position p is then another call; the iteration before a
 // break has no next start of its own. A new structure starts the estimate again.
 // The trace reports it; the step guard's estimated arms (AUTOCCL_STEP_ARMS=estimated=...) read the positions it
-// calls hidden (trackHidden, hiddenPositions).
+// calls hidden (trackHidden, namedPositions).
 #pragma once
 
 #include <condition_variable>
@@ -44,11 +44,17 @@ class ExposureRecorder {
   void trackHidden();
   // Until the refits asked for so far are done (tests).
   void waitForRefits();
-  // The positions of the iteration the latest refit calls hidden (bit p: position p < 64), where it was of
-  // `structure` and `period` calls: a position hidden by its own slope, or of unknown slope in a task hidden as
-  // a whole; never the iteration's last. 0: none, another structure, or the windows move with the iteration for
-  // other reasons (a task's slope out of bounds voids every verdict).
-  uint64_t hiddenPositions(uint64_t structure, uint32_t period) const;
+  // What the latest refit named, where it was of `structure` and `period` calls (bit p: position p < 64); both 0
+  // for another structure, or where the windows move with the iteration for other reasons (a task's slope out of
+  // bounds voids every verdict).
+  struct NamedPositions {
+    // hidden by its own slope, or of unknown slope in a task hidden as a whole; never the iteration's last
+    uint64_t hidden = 0;
+    // exposed by its own slope (not by its task's: a capped call's window barely moves, its own slope is then
+    // unknown, and its task's verdict is that of its other positions)
+    uint64_t exposed = 0;
+  };
+  NamedPositions namedPositions(uint64_t structure, uint32_t period) const;
   static constexpr size_t kRefitEvery = 8;
 
  private:
@@ -60,7 +66,7 @@ class ExposureRecorder {
     std::vector<uint32_t> groupOf;   // position -> its task's number
   };
   static Fits fitsOf(const ExposureEstimator& estimator, const std::vector<TaskKey>& tasks);
-  static uint64_t hiddenOf(const Fits& f);
+  static NamedPositions namedOf(const Fits& f);
   struct CallPos {
     uint64_t iteration = 0, structure = 0;
     uint32_t pos = 0, period = 0;
@@ -98,7 +104,8 @@ class ExposureRecorder {
   // The latest refit's hidden positions, and of which structure, under a mutex of their own: the calling thread
   // reads them without waiting for the refit thread's copy of the samples (mu_).
   mutable std::mutex hiddenMu_;
-  uint64_t hidden_ = 0, hiddenStructure_ = 0;
+  NamedPositions named_;
+  uint64_t hiddenStructure_ = 0;
   uint32_t hiddenPeriod_ = 0;
 };
 

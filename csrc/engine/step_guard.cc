@@ -209,21 +209,22 @@ GuardPlan::GuardPlan(GuardOptions o) : o_(std::move(o)) {
     if (cap > 0) arms_.push_back(GuardArm{false, cap, 0, true});
 }
 
-void GuardPlan::setEstimatedHidden(uint64_t positions) {
+void GuardPlan::setEstimatedHidden(uint64_t hidden, uint64_t exposed) {
   std::lock_guard<std::mutex> lk(mu_);
   // The estimate's first positions: its arms sat out every round so far (a job's first round starts once its
   // tasks converge, before the estimate has its samples), so the next round comes now instead of after the
   // recheck interval (256 iterations and more: a 300-iteration job ends before it).
   bool judged = false;
   for (const GuardArm& a : arms_) judged = judged || (a.estimated && a.positions != 0);
-  if (positions != 0 && !judged && !o_.estimatedCaps.empty() && !verdicts_.empty() && !inRound_)
+  if (hidden != 0 && !judged && !o_.estimatedCaps.empty() && !verdicts_.empty() && !inRound_)
     nextRound_ = std::min(nextRound_, planned_);
-  estimatedHidden_ = positions;
+  estimatedHidden_ = hidden;
+  estimatedExposed_ = exposed;
 }
 
 void GuardPlan::forgetEstimatedPositions() {
   std::lock_guard<std::mutex> lk(mu_);
-  estimatedHidden_ = 0;
+  estimatedHidden_ = estimatedExposed_ = 0;
   for (GuardArm& a : arms_)
     if (a.estimated) a.positions = 0;
 }
@@ -401,9 +402,16 @@ void GuardPlan::planRoundBlocksLocked() {
   // arm runs since the last verdict), else keep those they had (a refit that names none, e.g. voided by a slope
   // out of bounds, says nothing against them); an arm that never had any sits the round out (it would run the
   // tuned plan).
+  // The arm that won the last verdict also keeps its positions that the estimate does not call exposed by their
+  // own slope: it capped them since, their windows barely moved, so their slopes are unknown and their tasks'
+  // verdicts speak for the task's other positions (a hidden bucket of the size of a waited-for one was dropped).
+  // The round, not the estimate, judges whether a kept cap still pays.
   // An extension of a round (samples lost to breaks) keeps the positions its first blocks ran.
-  for (GuardArm& a : arms_)
-    if (a.estimated && estimatedHidden_ != 0 && extensions_ == 0) a.positions = estimatedHidden_;
+  for (size_t i = 0; i < arms_.size(); ++i) {
+    GuardArm& a = arms_[i];
+    if (!a.estimated || estimatedHidden_ == 0 || extensions_ != 0) continue;
+    a.positions = estimatedHidden_ | (i == now_ ? a.positions & ~estimatedExposed_ : 0);
+  }
   std::vector<size_t> order;
   for (size_t a = 0; a < arms_.size(); ++a)
     if (!arms_[a].estimated || arms_[a].positions != 0) order.push_back(a);

@@ -427,6 +427,17 @@ TEST(engine, guard_estimated_positions_forgotten_on_a_new_structure) {
   g.forgetEstimatedPositions();
   EXPECT_TRUE(g.finalSegment().cfg.isDefault());  // the tuned plan
   EXPECT_EQ(armsOf(g, 200, 216), std::string(16, 'T'));
+  // the new structure's first positions: the next round's arm caps those alone (the forgotten ones are not kept)
+  g.setEstimatedHidden(0b0001);
+  std::set<uint64_t> capped;
+  for (uint64_t i = 216; i < 400 && g.verdictCount() == 1; ++i)
+    for (const auto& sg : g.decide(i, 0))
+      if (sg.contains(i)) {
+        const GuardArm a = GuardPlan::armOf(sg.cfg);
+        if (a.estimated) capped.insert(a.positions);
+        if (sg.cfg.measure) g.sample(i, timeOf(a));
+      }
+  EXPECT_EQ(capped, std::set<uint64_t>({0b0001}));
 }
 
 // An estimated arm's positions ride in its segment's config to every rank; the fallback flag beside them.
@@ -454,8 +465,8 @@ TEST(engine, guard_estimated_arm_marks) {
 }
 
 // An estimated arm sits a round out while the estimate names no hidden position, joins once it does, takes the
-// estimate's new positions at the next round, and keeps its own where a refit names none; the fallback flag
-// still rides along.
+// estimate's new positions at the next round (having won, beside those it capped that the estimate does not call
+// exposed), and keeps its own where a refit names none; the fallback flag still rides along.
 TEST(engine, guard_estimated_arm_rounds) {
   GuardOptions o;
   o.estimatedCaps = {2};
@@ -485,8 +496,12 @@ TEST(engine, guard_estimated_arm_rounds) {
         if (sg.contains(i) && sg.cfg.measure) h.sample(i, timeOf(GuardPlan::armOf(sg.cfg)));
     return h.verdictCount() == until;
   };
+  // the arm that won keeps the positions it capped, but those the estimate calls exposed by their own slope
   h.setEstimatedHidden(0b1000);
   ASSERT_TRUE(runRounds(2));
+  EXPECT_EQ(h.verdict(h.verdictCount() - 1).winner.positions, 0b1110u);
+  h.setEstimatedHidden(0b1000, 0b0110);
+  ASSERT_TRUE(runRounds(1));
   EXPECT_EQ(h.verdict(h.verdictCount() - 1).winner.positions, 0b1000u);
   // a refit that names none leaves the arm its positions
   h.setEstimatedHidden(0);
