@@ -235,14 +235,13 @@ def test_sweeps_online_and_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_train_fsdp2_and_ddp(tmp_path: Path) -> None:
+    """Without --preset a CPU run trains the tiny model (350m, the GPU default, outgrows a CPU machine)."""
     prefix = tmp_path / "t"
     r = _run(
         [
             "bench",
             "train",
             *CPU,
-            "--preset",
-            "tiny",
             "--seq",
             "16",
             "--batch",
@@ -258,6 +257,7 @@ def test_train_fsdp2_and_ddp(tmp_path: Path) -> None:
         ]
     )
     assert r.exit_code == 0, r.output
+    assert "--preset tiny (the default with --device cpu)" in r.output, r.output
     doc = R.load_doc(prefix.with_suffix(".json"))
     assert [it["launch"] for it in doc["iterations"]] == ["fsdp2/nccl", "ddp/nccl"]
     for it, row in zip(doc["iterations"], doc["train"], strict=True):

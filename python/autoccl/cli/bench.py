@@ -684,8 +684,18 @@ def _check_torch_profile(n: int, iters: int, data: str, resilience: Resilience) 
         )
 
 
+# `bench train`'s model without --preset: 350m on GPUs; on CPUs (gloo) 350m's two ranks with AdamW took
+# more than 23 GB and the OOM killer ended one, so there a model that runs in seconds.
+DEFAULT_TRAIN_PRESET = {"cuda": "350m", "cpu": "tiny"}
+
+
 @bench.command("train")
-@click.option("--preset", default="350m", show_default=True, help="tiny, 125m, 350m, 760m, 1.3b")
+@click.option(
+    "--preset",
+    default=None,
+    help="tiny, 125m, 350m, 760m, 1.3b [default: 350m with --device cuda; tiny with --device cpu, where two "
+    "350m ranks outgrew a 23 GB machine]",
+)
 @click.option("--parallel", default="fsdp2,ddp", show_default=True, help="fsdp2, ddp (comma-separated)")
 @click.option(
     "--modes",
@@ -766,7 +776,7 @@ def _check_torch_profile(n: int, iters: int, data: str, resilience: Resilience) 
 @_nccl_channels
 @_launch
 def train(
-    preset: str,
+    preset: str | None,
     parallel: str,
     modes: tuple[str, ...],
     iters: int,
@@ -795,6 +805,11 @@ def train(
     from autoccl.bench.launch import LaunchError, detect_topology
     from autoccl.bench.presets import PRESETS
 
+    if preset is None:
+        preset = DEFAULT_TRAIN_PRESET[launch.device]
+        click.echo(
+            f"autoccl bench train: --preset {preset} (the default with --device {launch.device})", err=True
+        )
     if preset not in PRESETS:
         raise _fail(f"unknown preset {preset!r}; expected one of {', '.join(PRESETS)}")
     pars = [p.strip().lower() for p in parallel.split(",") if p.strip()]
