@@ -57,10 +57,10 @@ void ExposureRecorder::refitLoop() {
     lk.unlock();
     const NamedPositions named = namedOf(fitsOf(estimator, tasks));
     {
-      std::lock_guard<std::mutex> h(hiddenMu_);
+      std::lock_guard<std::mutex> n(namedMu_);
       named_ = named;
-      hiddenStructure_ = structure;
-      hiddenPeriod_ = estimator.period();
+      namedStructure_ = structure;
+      namedPeriod_ = estimator.period();
     }
     lk.lock();
     refitting_ = false;
@@ -117,8 +117,8 @@ void ExposureRecorder::trackHidden() {
 }
 
 ExposureRecorder::NamedPositions ExposureRecorder::namedPositions(uint64_t structure, uint32_t period) const {
-  std::lock_guard<std::mutex> lk(hiddenMu_);
-  return hiddenStructure_ == structure && hiddenPeriod_ == period ? named_ : NamedPositions{};
+  std::lock_guard<std::mutex> lk(namedMu_);
+  return namedStructure_ == structure && namedPeriod_ == period ? named_ : NamedPositions{};
 }
 
 ExposureRecorder::Fits ExposureRecorder::fitsOf(const ExposureEstimator& estimator, const std::vector<TaskKey>& tasks) {

@@ -101,12 +101,12 @@ class ExposureRecorder {
   std::condition_variable refitCv_;
   bool refitDue_ = false, refitting_ = false, stopping_ = false;
   std::thread refitThread_;
-  // The latest refit's hidden positions, and of which structure, under a mutex of their own: the calling thread
-  // reads them without waiting for the refit thread's copy of the samples (mu_).
-  mutable std::mutex hiddenMu_;
+  // What the latest refit named, and of which structure, under a mutex of their own: the calling thread reads it
+  // without waiting for the refit thread's copy of the samples (mu_).
+  mutable std::mutex namedMu_;
   NamedPositions named_;
-  uint64_t hiddenStructure_ = 0;
-  uint32_t hiddenPeriod_ = 0;
+  uint64_t namedStructure_ = 0;
+  uint32_t namedPeriod_ = 0;
 };
 
 }  // namespace autoccl::engine

@@ -399,18 +399,20 @@ void GuardPlan::planOneLocked() {
 // sample).
 void GuardPlan::planRoundBlocksLocked() {
   // The estimated arms take the positions the estimate calls hidden now (the round judges them, also where the
-  // arm runs since the last verdict), else keep those they had (a refit that names none, e.g. voided by a slope
-  // out of bounds, says nothing against them); an arm that never had any sits the round out (it would run the
-  // tuned plan).
-  // The arm that won the last verdict also keeps its positions that the estimate does not call exposed by their
-  // own slope: it capped them since, their windows barely moved, so their slopes are unknown and their tasks'
-  // verdicts speak for the task's other positions (a hidden bucket of the size of a waited-for one was dropped).
-  // The round, not the estimate, judges whether a kept cap still pays.
+  // arm runs since the last verdict), else keep those they had (a refit that names none hidden, e.g. voided by a
+  // slope out of bounds, says nothing for other positions); an arm that never had any sits the round out (it
+  // would run the tuned plan).
+  // The arm that won the last verdict also keeps its positions: it capped them since, their windows barely
+  // moved, so their own slopes turn unknown and their tasks' verdicts speak for the tasks' other positions (a
+  // hidden bucket of the size of a waited-for one was dropped). The round, not the estimate, judges whether a
+  // kept cap still pays.
+  // A kept position goes where the estimate calls it exposed by its own slope.
   // An extension of a round (samples lost to breaks) keeps the positions its first blocks ran.
   for (size_t i = 0; i < arms_.size(); ++i) {
     GuardArm& a = arms_[i];
-    if (!a.estimated || estimatedHidden_ == 0 || extensions_ != 0) continue;
-    a.positions = estimatedHidden_ | (i == now_ ? a.positions & ~estimatedExposed_ : 0);
+    if (!a.estimated || extensions_ != 0) continue;
+    const uint64_t kept = i == now_ || estimatedHidden_ == 0 ? a.positions & ~estimatedExposed_ : 0;
+    a.positions = estimatedHidden_ | kept;
   }
   std::vector<size_t> order;
   for (size_t a = 0; a < arms_.size(); ++a)

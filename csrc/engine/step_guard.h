@@ -225,8 +225,9 @@ class GuardPlan {
   // the iteration's length in calls now (what the verdicts record).
   void setPlanGain(double micros, uint32_t period = 0);
   // The positions of the iteration the exposure estimate calls hidden now (bit p: position p; 0: none known),
-  // and those it calls exposed by their own slope. Read at a round's start by the estimated arms (hidden 0 leaves
-  // them the positions they had; the arm that won the last verdict keeps its positions but the exposed ones).
+  // and those it calls exposed by their own slope. Read at a round's start by the estimated arms: they take the
+  // hidden ones; the arm that won the last verdict keeps its own beside them, and with none named hidden every arm
+  // keeps its own; a kept position goes where it is named exposed.
   // The first positions after a verdict bring the next round forward (the arms sat out every round before).
   void setEstimatedHidden(uint64_t hidden, uint64_t exposed = 0);
   // The detector's iteration is another structure (after a break it may start at another call): the estimated

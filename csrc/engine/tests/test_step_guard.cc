@@ -491,7 +491,7 @@ TEST(engine, guard_estimated_arm_rounds) {
   uint64_t i = 200;
   const auto runRounds = [&](size_t rounds) {
     const size_t until = h.verdictCount() + rounds;
-    for (const uint64_t stop = i + 4000; h.verdictCount() < until && i < stop; ++i)
+    for (const uint64_t stop = i + 40000; h.verdictCount() < until && i < stop; ++i)
       for (const auto& sg : h.decide(i, 0))
         if (sg.contains(i) && sg.cfg.measure) h.sample(i, timeOf(GuardPlan::armOf(sg.cfg)));
     return h.verdictCount() == until;
@@ -508,6 +508,12 @@ TEST(engine, guard_estimated_arm_rounds) {
   ASSERT_TRUE(runRounds(2));
   EXPECT_EQ(h.verdict(h.verdictCount() - 1).winner.positions, 0b1000u);
   EXPECT_EQ(GuardPlan::armOf(h.finalSegment().cfg).positions, 0b1000u);
+  // ... but one that names none hidden and its position exposed takes it away: the arm sits the round out
+  h.setEstimatedHidden(0, 0b1000);
+  ASSERT_TRUE(runRounds(1));
+  const auto last = h.verdict(h.verdictCount() - 1);
+  EXPECT_TRUE(!last.winner.estimated) << autoccl::engine::describeVerdict(last, 1);
+  EXPECT_EQ(last.arms.back().samples, 0u);
 }
 
 TEST(engine, guard_round_order) {
