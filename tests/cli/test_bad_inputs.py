@@ -370,6 +370,14 @@ CASES = [
     Case("train-preset", ["bench", "train", "--device", "cpu", "--preset", "huge"], "huge"),
     Case("train-parallel", ["bench", "train", "--device", "cpu", "--parallel", "tp"], "tp"),
     Case("train-iters", ["bench", "train", "--device", "cpu", "--iters", "1"], "--iters"),
+    Case("train-batch", ["bench", "train", "--device", "cpu", "--batch", "0"], "--batch"),
+    Case("train-seq-short", ["bench", "train", "--device", "cpu", "--seq", "1"], "--seq 1"),
+    # a mode of bench coll that bench train does not run is refused with the ones it does
+    Case(
+        "train-mode-of-coll",
+        ["bench", "train", "--device", "cpu", "--modes", "nccl,oracle"],
+        "unknown mode 'oracle'; expected nccl, static:VAR=VAL[,VAR=VAL...], online, online-arms, manual",
+    ),
     Case("train-seq", ["bench", "train", "--device", "cpu", "--preset", "tiny", "--seq", "1000000"], "--seq"),
     Case("train-step-arms", ["bench", "train", "--device", "cpu", "--step-arms", "hidden=x"], "--step-arms"),
     # the default --seq follows a preset with a shorter context: the check after it is the one that complains

@@ -50,6 +50,21 @@ def online(plugin: Path) -> Path:
     return plugin
 
 
+def test_total_gain_is_said_in_words() -> None:
+    """ "+3.9 % collective time" read as more time to a new user: the summary says less or more."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from autoccl.demo.report import total_text
+
+    def text(gain: float) -> str:
+        return total_text(cast(demo_mod.DemoResult, SimpleNamespace(total_gain=gain)))
+
+    assert text(0.039) == "3.9 % less collective time than NCCL alone"
+    assert text(-0.012) == "1.2 % more collective time than NCCL alone"
+    assert text(0.0004) == "the same collective time as NCCL alone"
+
+
 def test_sizes_option() -> None:
     """--sizes and --buckets: autoccl.cli.options.Bytes, '' for none, each at most the simulated GPUs' 16G."""
     assert SIZES.convert("8M,64MiB, 1G,512K,100", None, None) == [8 << 20, 64 << 20, 1 << 30, 512 << 10, 100]

@@ -25,6 +25,7 @@ PLUGIN_MODES = ("online", "online-arms", "oracle", "manual")
 ONLINE_MODES = ("online", "online-arms")  # the tuner online; online-arms adds the step guard's channel arms
 # bench train's plugin modes: run on the communicators online mode makes; --pairs sets each beside nccl
 TUNED_TRAIN_MODES = (*ONLINE_MODES, "manual")
+TRAIN_MODE_KINDS = ("nccl", "static", *TUNED_TRAIN_MODES)  # what bench train launches
 
 # The global NCCL knobs of the static-best sweep (AFNFA-style baseline). `CTAS` is a pseudo knob that
 # sets NCCL_MIN_CTAS and NCCL_MAX_CTAS to the same value.
@@ -79,11 +80,15 @@ def _parse_setting(text: str, where: str) -> tuple[str, str]:
     return var, val
 
 
-def parse_modes(texts: Iterable[str], baseline_first: bool = True) -> list[Mode]:
+def parse_modes(
+    texts: Iterable[str], baseline_first: bool = True, kinds: Sequence[str] = MODE_KINDS
+) -> list[Mode]:
     """`nccl,static:NCCL_PROTO=LL128,NCCL_ALGO=Ring,static-best,online,oracle`: a `VAR=VAL` item after a
     `static:` item belongs to it. May be given several times. baseline_first puts plain NCCL first (what
     `bench coll` needs); otherwise the modes keep the order given (`bench train` launches them in it, so
-    that launch pairs can alternate which mode goes first)."""
+    that launch pairs can alternate which mode goes first). `kinds`: the modes the command runs (any other is
+    refused here)."""
+    expected = ", ".join("static:VAR=VAL[,VAR=VAL...]" if k == "static" else k for k in kinds)
     modes: list[Mode] = []
     for text in texts:
         current: list[tuple[str, str]] | None = None
@@ -91,7 +96,7 @@ def parse_modes(texts: Iterable[str], baseline_first: bool = True) -> list[Mode]
             if not raw:
                 continue
             low = raw.lower()
-            if low.startswith("static:"):
+            if low.startswith("static:") and "static" in kinds:
                 current = [_parse_setting(raw[len("static:") :], raw)]
                 modes.append(Mode("static", ()))  # filled below
                 modes[-1] = Mode("static", tuple(current))
@@ -101,11 +106,8 @@ def parse_modes(texts: Iterable[str], baseline_first: bool = True) -> list[Mode]
                 modes[-1] = Mode("static", tuple(current))
                 continue
             current = None
-            if low not in MODE_KINDS or low == "static":
-                raise SpecError(
-                    f"unknown mode {raw!r}; expected nccl, static:VAR=VAL[,VAR=VAL...], "
-                    "static-best, online, online-arms, oracle, manual"
-                )
+            if low not in kinds or low == "static":
+                raise SpecError(f"unknown mode {raw!r}; expected {expected}")
             modes.append(Mode(low))
     unique: list[Mode] = []
     for m in modes:

@@ -25,6 +25,9 @@ from autoccl.cli.files import refuse_unwritable
 DEFAULT_COLLS = "all_gather,reduce_scatter,all_reduce"
 
 
+DEFAULT_OUTPUT_DIR = "autoccl-bench"
+
+
 def _fail(msg: str) -> click.ClickException:
     return click.ClickException(msg)
 
@@ -35,7 +38,9 @@ def _torch_gpus() -> int:
     except ImportError:
         raise _fail(
             "autoccl bench needs PyTorch: `pip install 'autoccl[bench]'` "
-            "(from a clone: `pip install '.[bench]'`; or torch>=2.4)"
+            "(from a clone: `pip install '.[bench]'`; or torch>=2.4). Without a GPU, install the CPU "
+            "build first (`pip install torch --index-url https://download.pytorch.org/whl/cpu`): the "
+            "default one brings CUDA's libraries, gigabytes of them"
         ) from None
     return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
 
@@ -124,8 +129,10 @@ def _checkpointer(prefix: Path, main: bool) -> Callable[[dict[str, Any]], None] 
 
 
 def _default_prefix(kind: str) -> Path:
+    """Without -o: a folder of runs in the current one (not a clone's benchmarks/results/, whose folders are
+    the project's curated evidence)."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("benchmarks/results") / f"{kind}-{stamp}"
+    return Path(DEFAULT_OUTPUT_DIR) / f"{kind}-{stamp}"
 
 
 @contextmanager
@@ -234,7 +241,8 @@ _launch = O.gathered(
         "output",
         type=click.Path(path_type=Path),
         default=None,
-        help="output prefix: writes PREFIX.json, PREFIX.csv, PREFIX.md (logs in PREFIX.logs/)",
+        help="output prefix: writes PREFIX.json, PREFIX.csv, PREFIX.md (logs in PREFIX.logs/) [default: "
+        f"{DEFAULT_OUTPUT_DIR}/KIND-YYYYmmdd-HHMMSS in the current folder]",
     ),
     click.option(
         "--timeout",
@@ -693,8 +701,8 @@ DEFAULT_TRAIN_PRESET = {"cuda": "350m", "cpu": "tiny"}
 @click.option(
     "--preset",
     default=None,
-    help="tiny, 125m, 350m, 760m, 1.3b [default: 350m with --device cuda; tiny with --device cpu, where two "
-    "350m ranks outgrew a 23 GB machine]",
+    help="tiny, 125m, 350m, 760m, 1.3b [default: 350m with --device cuda; tiny with --device cpu: two 350m "
+    "ranks on CPUs need more than 23 GB of memory]",
 )
 @click.option("--parallel", default="fsdp2,ddp", show_default=True, help="fsdp2, ddp (comma-separated)")
 @click.option(
@@ -706,8 +714,10 @@ DEFAULT_TRAIN_PRESET = {"cuda": "350m", "cpu": "tiny"}
     help="nccl, static:VAR=VAL[,...], online, online-arms (online with the step guard's channel arms, "
     "--step-arms), manual",
 )
-@click.option("--iters", "-n", type=int, default=200, show_default=True)
-@click.option("--batch", type=int, default=4, show_default=True, help="micro-batch per rank")
+@click.option("--iters", "-n", type=click.IntRange(min=2), default=200, show_default=True)
+@click.option(
+    "--batch", type=click.IntRange(min=1), default=4, show_default=True, help="micro-batch per rank"
+)
 @click.option(
     "--seq",
     type=int,
@@ -810,6 +820,7 @@ def train(
         click.echo(
             f"autoccl bench train: --preset {preset} (the default with --device {launch.device})", err=True
         )
+    preset = preset.lower()
     if preset not in PRESETS:
         raise _fail(f"unknown preset {preset!r}; expected one of {', '.join(PRESETS)}")
     pars = [p.strip().lower() for p in parallel.split(",") if p.strip()]
@@ -818,8 +829,8 @@ def train(
         raise _fail(f"unknown parallelism {', '.join(bad) or parallel!r}; expected fsdp2, ddp")
     if seq is None:
         seq = min(1024, PRESETS[preset].max_seq)
-    if iters < 2 or batch < 1 or seq < 2:
-        raise _fail("--iters must be >= 2, --batch >= 1, --seq >= 2")
+    if seq < 2:
+        raise _fail(f"--seq {seq}: a sample needs at least 2 tokens")
     if seq > PRESETS[preset].max_seq:
         raise _fail(f"--seq {seq} exceeds preset {preset}'s context ({PRESETS[preset].max_seq})")
     bad_manual = settings.problems({"AUTOCCL_MANUAL_CHANNELS": manual_channels})
@@ -831,7 +842,7 @@ def train(
     _check_torch_profile(torch_profile, iters, data, resilience)
     online_env = _online_settings(online_settings)
     try:
-        ms = M.parse_modes(modes, baseline_first=False)
+        ms = M.parse_modes(modes, baseline_first=False, kinds=M.TRAIN_MODE_KINDS)
         if online_env and not any(m.kind in M.ONLINE_MODES for m in ms):
             click.echo(
                 "autoccl bench train: --online-setting applies to online modes only, and --modes has none",
