@@ -125,7 +125,8 @@ def demo(
         )
     console.print(
         f"[bold]autoccl demo[/]: {ranks} simulated H200 ranks, {comms} communicator(s), {steps} steps, "
-        f"GEMM load {load}, {'process per rank (TCP)' if processes else 'ranks as threads'}"
+        f"GEMM load {load} (a computation beside the collectives, --load), "
+        f"{'process per rank (TCP)' if processes else 'ranks as threads'}"
     )
     with Progress(
         TextColumn("{task.description}"),
