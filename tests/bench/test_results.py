@@ -300,9 +300,9 @@ def test_gloo_train_table_shows_no_tuning_trade_off() -> None:
     for k in ("search_cost_s", "gain_ms", "break_even_iters"):
         plain.pop(k)
     gloo = R.train_markdown({"settings": {"device": "cpu", "backend": "gloo"}, "train": [plain, row]})
-    assert "| 7.11 | — | — | — | – | – |" in gloo and "2.70" not in gloo and "| 38 |" not in gloo
+    assert "| 7.11 | withheld | withheld | withheld | – | – |" in gloo and "2.70" not in gloo and "| 38 |" not in gloo
     assert "| ddp | nccl | – | 3.68 | 1 | 7.11 | – | – | – |" in gloo  # no trade-off computed: as before
-    assert "Tuning cost, gain and break-even are — here: gloo loads no plugin" in gloo
+    assert "Tuning cost, gain and break-even are withheld here: gloo loads no plugin" in gloo
     nccl = R.train_markdown({"settings": {"device": "cuda", "backend": "nccl"}, "train": [plain, row]})
     assert "| 7.11 | 0.046 | 2.70 | 38 |" in nccl and "gloo loads no plugin" not in nccl
 
@@ -324,7 +324,7 @@ def test_train_table_shows_no_gain_for_a_launch_that_fell_back_to_nccl() -> None
         "second_half_nccl_share": 1.0,
     }
     md = R.train_markdown({"settings": {"device": "cuda", "backend": "nccl"}, "train": [row]})
-    assert "| 335.20 | 5.091 | — | — |" in md and "| 206 |" not in md
+    assert "| 335.20 | 5.091 | withheld | withheld |" in md and "| 206 |" not in md
     assert "ddp online ran NCCL's choice on 100 % of its second half's calls" in md
     assert "differs from plain NCCL's by +24.66 ms/iter" in md
     kept = R.train_markdown({"train": [{**row, "fell_back_to_nccl": False}]})

@@ -521,18 +521,18 @@ def train_markdown(doc: dict[str, Any]) -> str:
         )
         if caveat and any(r.get(k) is not None for k in _TUNING_KEYS):
             # gloo loads no plugin: nothing was tuned, the difference of two gloo runs is no cost nor gain
-            trade = "— | — | —"
+            trade = "withheld | withheld | withheld"
             untuned = True
         elif r.get("fell_back_to_nccl") is True and r.get("gain_ms") is not None:
             # the steady window ran NCCL's own configurations: the "gain" is two launches' movement
-            trade = f"{_f(r.get('search_cost_s'), '.3f')} | — | —"
+            trade = f"{_f(r.get('search_cost_s'), '.3f')} | withheld | withheld"
             share = r.get("second_half_nccl_share")
             ran = f" on {share * 100:.0f} % of its second half's calls" if finite_number(share) else ""
             notes.append(
                 f"**{r['parallel']} {mode} ran NCCL's choice{ran}** (it tried others and every "
                 "recurring task ended there: a fall-back): its steady step differs from plain NCCL's by "
                 f"{r['gain_ms']:+.2f} ms/iter, what two launches of the same configurations move, not a "
-                "gain or loss of the tuner's; gain and break-even are — (the JSON keeps them). "
+                "gain or loss of the tuner's; gain and break-even are withheld (the JSON keeps them). "
                 "`autoccl bench train-pairs` counts such a launch as 1.00×."
             )
         else:
@@ -562,7 +562,7 @@ def train_markdown(doc: dict[str, Any]) -> str:
     if untuned:
         notes.insert(
             0,
-            "Tuning cost, gain and break-even are — here: gloo loads no plugin, so nothing was tuned and the "
+            "Tuning cost, gain and break-even are withheld here: gloo loads no plugin, so nothing was tuned and the "
             "difference between two gloo launches is noise, not a tuner's cost or gain (the JSON keeps the "
             "computed values).",
         )
