@@ -562,9 +562,9 @@ def train_markdown(doc: dict[str, Any]) -> str:
     if untuned:
         notes.insert(
             0,
-            "Tuning cost, gain and break-even are withheld here: gloo loads no plugin, so nothing was tuned and "
-            "the difference between two gloo launches is noise, not a tuner's cost or gain (the JSON keeps the "
-            "computed values).",
+            "Tuning cost, gain and break-even are withheld here: gloo loads no plugin, so nothing was "
+            "tuned and the difference between two gloo launches is noise, not a tuner's cost or gain (the "
+            "JSON keeps the computed values).",
         )
     for note in notes:  # paragraphs of their own
         lines += ["", note]
