@@ -1,6 +1,6 @@
 // Which calls of the job's iteration are exposed (on the iteration's critical path) and which are hidden under
 // computation. NCCL-free. The trace reports it; only the step guard's estimated arms read it (through
-// ExposureRecorder::namedPositions; docs/online-search.md, "Exposure").
+// ExposureRecorder::hiddenPositions; docs/online-search.md, "Exposure").
 //
 // The signal: how the iteration time responds when a call's own time changes. Over complete iterations (every
 // position of the communicator's detected iteration timed, and the next iteration's start), the iteration time

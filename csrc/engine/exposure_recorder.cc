@@ -55,12 +55,12 @@ void ExposureRecorder::refitLoop() {
     const std::vector<TaskKey> tasks = tasks_;
     const uint64_t structure = structure_;
     lk.unlock();
-    const NamedPositions named = namedOf(fitsOf(estimator, tasks));
+    const uint64_t hidden = hiddenOf(fitsOf(estimator, tasks));
     {
-      std::lock_guard<std::mutex> n(namedMu_);
-      named_ = named;
-      namedStructure_ = structure;
-      namedPeriod_ = estimator.period();
+      std::lock_guard<std::mutex> h(hiddenMu_);
+      hidden_ = hidden;
+      hiddenStructure_ = structure;
+      hiddenPeriod_ = estimator.period();
     }
     lk.lock();
     refitting_ = false;
@@ -116,9 +116,9 @@ void ExposureRecorder::trackHidden() {
   refitThread_ = std::thread([this] { refitLoop(); });
 }
 
-ExposureRecorder::NamedPositions ExposureRecorder::namedPositions(uint64_t structure, uint32_t period) const {
-  std::lock_guard<std::mutex> lk(namedMu_);
-  return namedStructure_ == structure && namedPeriod_ == period ? named_ : NamedPositions{};
+uint64_t ExposureRecorder::hiddenPositions(uint64_t structure, uint32_t period) const {
+  std::lock_guard<std::mutex> lk(hiddenMu_);
+  return hiddenStructure_ == structure && hiddenPeriod_ == period ? hidden_ : 0;
 }
 
 ExposureRecorder::Fits ExposureRecorder::fitsOf(const ExposureEstimator& estimator, const std::vector<TaskKey>& tasks) {
@@ -141,20 +141,18 @@ ExposureRecorder::Fits ExposureRecorder::fitsOf(const ExposureEstimator& estimat
   return f;
 }
 
-ExposureRecorder::NamedPositions ExposureRecorder::namedOf(const Fits& f) {
+uint64_t ExposureRecorder::hiddenOf(const Fits& f) {
   using V = ExposureEstimator::Verdict;
   const size_t n = f.byPosition.positions.size();
-  NamedPositions named;
-  for (size_t p = 0; p < n && p < 64; ++p) {
+  uint64_t mask = 0;
+  for (size_t p = 0; p + 1 < n && p < 64; ++p) {  // never the last call: the iteration ends with it
     const V own = f.byPosition.positions[p].verdict;
     const V task = p < f.groupOf.size() && f.groupOf[p] < f.byTask.positions.size()
                        ? f.byTask.positions[f.groupOf[p]].verdict
                        : V::kUnknown;
-    const bool last = p + 1 == n;  // never named hidden: the iteration ends with it
-    if (!last && (own == V::kHidden || (own == V::kUnknown && task == V::kHidden))) named.hidden |= uint64_t{1} << p;
-    if (own == V::kExposed) named.exposed |= uint64_t{1} << p;
+    if (own == V::kHidden || (own == V::kUnknown && task == V::kHidden)) mask |= uint64_t{1} << p;
   }
-  return named;
+  return mask;
 }
 
 size_t ExposureRecorder::samples() const {

@@ -5,7 +5,7 @@
 // the same period may start at another call, and position p is then another call; the iteration before a
 // break has no next start of its own. A new structure starts the estimate again.
 // The trace reports it; the step guard's estimated arms (AUTOCCL_STEP_ARMS=estimated=...) read the positions it
-// calls hidden (trackHidden, namedPositions).
+// calls hidden (trackHidden, hiddenPositions).
 #pragma once
 
 #include <condition_variable>
@@ -44,17 +44,11 @@ class ExposureRecorder {
   void trackHidden();
   // Until the refits asked for so far are done (tests).
   void waitForRefits();
-  // What the latest refit named, where it was of `structure` and `period` calls (bit p: position p < 64); both 0
-  // for another structure, or where the windows move with the iteration for other reasons (a task's slope out of
-  // bounds voids every verdict).
-  struct NamedPositions {
-    // hidden by its own slope, or of unknown slope in a task hidden as a whole; never the iteration's last
-    uint64_t hidden = 0;
-    // exposed by its own slope (not by its task's: a capped call's window barely moves, its own slope is then
-    // unknown, and its task's verdict is that of its other positions)
-    uint64_t exposed = 0;
-  };
-  NamedPositions namedPositions(uint64_t structure, uint32_t period) const;
+  // The positions of the iteration the latest refit calls hidden (bit p: position p < 64), where it was of
+  // `structure` and `period` calls: a position hidden by its own slope, or of unknown slope in a task hidden as
+  // a whole; never the iteration's last. 0: none, another structure, or the windows move with the iteration for
+  // other reasons (a task's slope out of bounds voids every verdict).
+  uint64_t hiddenPositions(uint64_t structure, uint32_t period) const;
   static constexpr size_t kRefitEvery = 8;
 
  private:
@@ -66,7 +60,7 @@ class ExposureRecorder {
     std::vector<uint32_t> groupOf;   // position -> its task's number
   };
   static Fits fitsOf(const ExposureEstimator& estimator, const std::vector<TaskKey>& tasks);
-  static NamedPositions namedOf(const Fits& f);
+  static uint64_t hiddenOf(const Fits& f);
   struct CallPos {
     uint64_t iteration = 0, structure = 0;
     uint32_t pos = 0, period = 0;
@@ -101,12 +95,11 @@ class ExposureRecorder {
   std::condition_variable refitCv_;
   bool refitDue_ = false, refitting_ = false, stopping_ = false;
   std::thread refitThread_;
-  // What the latest refit named, and of which structure, under a mutex of their own: the calling thread reads it
-  // without waiting for the refit thread's copy of the samples (mu_).
-  mutable std::mutex namedMu_;
-  NamedPositions named_;
-  uint64_t namedStructure_ = 0;
-  uint32_t namedPeriod_ = 0;
+  // The latest refit's hidden positions, and of which structure, under a mutex of their own: the calling thread
+  // reads them without waiting for the refit thread's copy of the samples (mu_).
+  mutable std::mutex hiddenMu_;
+  uint64_t hidden_ = 0, hiddenStructure_ = 0;
+  uint32_t hiddenPeriod_ = 0;
 };
 
 }  // namespace autoccl::engine

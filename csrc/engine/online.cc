@@ -823,8 +823,7 @@ class OnlineSource final : public DecisionSource {
         decider_->guard->setPlanGain(planGainUs(), steps_.calls());
         // What the estimated arms cap at the next round (AUTOCCL_STEP_ARMS=estimated=...): refitted on the
         // recorder's own thread, read here
-        const ExposureRecorder::NamedPositions named = exposure_.namedPositions(iter_.structure(), iter_.period());
-        decider_->guard->setEstimatedHidden(named.hidden, named.exposed);
+        decider_->guard->setEstimatedHidden(exposure_.hiddenPositions(iter_.structure(), iter_.period()));
       }
       if (arming) decider_->guard->arm(steps_.calls());
     }

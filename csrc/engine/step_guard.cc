@@ -209,22 +209,21 @@ GuardPlan::GuardPlan(GuardOptions o) : o_(std::move(o)) {
     if (cap > 0) arms_.push_back(GuardArm{false, cap, 0, true});
 }
 
-void GuardPlan::setEstimatedHidden(uint64_t hidden, uint64_t exposed) {
+void GuardPlan::setEstimatedHidden(uint64_t positions) {
   std::lock_guard<std::mutex> lk(mu_);
   // The estimate's first positions: its arms sat out every round so far (a job's first round starts once its
   // tasks converge, before the estimate has its samples), so the next round comes now instead of after the
   // recheck interval (256 iterations and more: a 300-iteration job ends before it).
   bool judged = false;
   for (const GuardArm& a : arms_) judged = judged || (a.estimated && a.positions != 0);
-  if (hidden != 0 && !judged && !o_.estimatedCaps.empty() && !verdicts_.empty() && !inRound_)
+  if (positions != 0 && !judged && !o_.estimatedCaps.empty() && !verdicts_.empty() && !inRound_)
     nextRound_ = std::min(nextRound_, planned_);
-  estimatedHidden_ = hidden;
-  estimatedExposed_ = exposed;
+  estimatedHidden_ = positions;
 }
 
 void GuardPlan::forgetEstimatedPositions() {
   std::lock_guard<std::mutex> lk(mu_);
-  estimatedHidden_ = estimatedExposed_ = 0;
+  estimatedHidden_ = 0;
   for (GuardArm& a : arms_)
     if (a.estimated) a.positions = 0;
 }
@@ -399,20 +398,19 @@ void GuardPlan::planOneLocked() {
 // sample).
 void GuardPlan::planRoundBlocksLocked() {
   // The estimated arms take the positions the estimate calls hidden now (the round judges them, also where the
-  // arm runs since the last verdict), else keep those they had (a refit that names none hidden, e.g. voided by a
-  // slope out of bounds, says nothing for other positions); an arm that never had any sits the round out (it
-  // would run the tuned plan).
-  // The arm that won the last verdict also keeps its positions: it capped them since, their windows barely
-  // moved, so their own slopes turn unknown and their tasks' verdicts speak for the tasks' other positions (a
-  // hidden bucket of the size of a waited-for one was dropped). The round, not the estimate, judges whether a
-  // kept cap still pays.
-  // A kept position goes where the estimate calls it exposed by its own slope.
+  // arm runs since the last verdict), else keep those they had (a refit that names none, e.g. voided by a slope
+  // out of bounds, says nothing against them); an arm that never had any sits the round out (it would run the
+  // tuned plan).
+  // The arm that won the last verdict keeps its positions beside the new ones: the estimate cannot judge a call
+  // the arm caps. Its window barely moves, so its own slope turns unknown and its task's verdict speaks for the
+  // task's other calls (a hidden bucket of the size of a waited-for one was dropped); calls capped together move
+  // together, and their slopes split (one can read exposed). The round, not the estimate, judges whether a kept
+  // cap still pays.
   // An extension of a round (samples lost to breaks) keeps the positions its first blocks ran.
   for (size_t i = 0; i < arms_.size(); ++i) {
     GuardArm& a = arms_[i];
     if (!a.estimated || extensions_ != 0) continue;
-    const uint64_t kept = i == now_ || estimatedHidden_ == 0 ? a.positions & ~estimatedExposed_ : 0;
-    a.positions = estimatedHidden_ | kept;
+    a.positions = estimatedHidden_ | (i == now_ || estimatedHidden_ == 0 ? a.positions : 0);
   }
   std::vector<size_t> order;
   for (size_t a = 0; a < arms_.size(); ++a)

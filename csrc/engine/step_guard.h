@@ -224,12 +224,11 @@ class GuardPlan {
   // iteration's calls), as the tasks' searches measured it; negative: unknown (no explained-gain check). `period`:
   // the iteration's length in calls now (what the verdicts record).
   void setPlanGain(double micros, uint32_t period = 0);
-  // The positions of the iteration the exposure estimate calls hidden now (bit p: position p; 0: none known),
-  // and those it calls exposed by their own slope. Read at a round's start by the estimated arms: they take the
-  // hidden ones; the arm that won the last verdict keeps its own beside them, and with none named hidden every arm
-  // keeps its own; a kept position goes where it is named exposed.
-  // The first positions after a verdict bring the next round forward (the arms sat out every round before).
-  void setEstimatedHidden(uint64_t hidden, uint64_t exposed = 0);
+  // The positions of the iteration the exposure estimate calls hidden now (bit p: position p; 0: none known).
+  // Read at a round's start by the estimated arms: they take these; the arm that won the last verdict keeps its
+  // own beside them; with none named every arm keeps its own. The first positions after a verdict bring the next
+  // round forward (the arms sat out every round before).
+  void setEstimatedHidden(uint64_t positions);
   // The detector's iteration is another structure (after a break it may start at another call): the estimated
   // arms' positions name other calls now. They are forgotten (an arm without positions, running since it won,
   // runs the tuned plan) until the estimate of the new structure names some.
@@ -313,7 +312,7 @@ class GuardPlan {
   std::vector<Verdict> verdicts_;
   double planGainUs_ = -1;
   uint32_t period_ = 0;
-  uint64_t estimatedHidden_ = 0, estimatedExposed_ = 0;
+  uint64_t estimatedHidden_ = 0;
 };
 
 // One INFO line of a verdict: the communicator, its iteration's length, both arms' medians and what runs from

@@ -174,6 +174,16 @@ def test_estimated_arm_caps_only_what_the_estimate_calls_hidden(plugin: Path, tm
     model = contention_model(tmp_path / "contention.json", per_channel=4.0)
     est = _waited_run(model, "estimated=4", seed=2)
     lines = [ln for ln in est.stderr.splitlines() if "step guard:" in ln]
+    # on failure pytest shows this in full (an assertion's message is cut): every verdict, what each round's
+    # estimated arm capped, and the estimate's verdicts by position
+    print(*lines, sep="\n")
+    for t in est.trace:
+        if t.get("ev") == "guard":
+            capped = [a.get("positions") for a in t["arms"]]
+            print("guard", t.get("winner"), t.get("winner_positions"), capped)
+        elif t.get("ev") == "exposure" and t.get("rank") == 0:
+            verdicts = [(q["pos"], q["verdict"], q["slope"]) for q in t["positions"]]
+            print("exposure", t.get("samples"), verdicts)
     assert lines and "the exposure estimate calls hidden (positions 0,2) at most 4 channels" in lines[-1], (
         lines
     )
