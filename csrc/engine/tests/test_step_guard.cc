@@ -292,6 +292,22 @@ std::string armsOf(GuardPlan& g, uint64_t from, uint64_t to) {
   return out;
 }
 
+// The positions the estimated arm caps in the blocks planned from iteration `from` until the next verdict, every
+// measured iteration sampled at its arm's `timeOf`.
+std::set<uint64_t> estimatedPositionsUntilVerdict(GuardPlan& g, uint64_t from,
+                                                  const std::function<double(const GuardArm&)>& timeOf) {
+  std::set<uint64_t> capped;
+  const size_t until = g.verdictCount() + 1;
+  for (uint64_t i = from; i < from + 4000 && g.verdictCount() < until; ++i)
+    for (const auto& sg : g.decide(i, 0))
+      if (sg.contains(i)) {
+        const GuardArm a = GuardPlan::armOf(sg.cfg);
+        if (a.estimated) capped.insert(a.positions);
+        if (sg.cfg.measure) g.sample(i, timeOf(a));
+      }
+  return capped;
+}
+
 TEST(engine, guard_not_armed) {
   GuardPlan g;
   for (uint64_t i = 0; i < 300; ++i)
@@ -429,15 +445,7 @@ TEST(engine, guard_estimated_positions_forgotten_on_a_new_structure) {
   EXPECT_EQ(armsOf(g, 200, 216), std::string(16, 'T'));
   // the new structure's first positions: the next round's arm caps those alone (the forgotten ones are not kept)
   g.setEstimatedHidden(0b0001);
-  std::set<uint64_t> capped;
-  for (uint64_t i = 216; i < 400 && g.verdictCount() == 1; ++i)
-    for (const auto& sg : g.decide(i, 0))
-      if (sg.contains(i)) {
-        const GuardArm a = GuardPlan::armOf(sg.cfg);
-        if (a.estimated) capped.insert(a.positions);
-        if (sg.cfg.measure) g.sample(i, timeOf(a));
-      }
-  EXPECT_EQ(capped, std::set<uint64_t>({0b0001}));
+  EXPECT_EQ(estimatedPositionsUntilVerdict(g, 216, timeOf), std::set<uint64_t>({0b0001}));
 }
 
 // An estimated arm's positions ride in its segment's config to every rank; the fallback flag beside them.
@@ -520,16 +528,7 @@ TEST(engine, guard_estimated_arm_that_lost_takes_the_new_positions) {
   ASSERT_TRUE(!v.empty());
   ASSERT_TRUE(!v.back().winner.estimated && v.back().tuned);
   g.setEstimatedHidden(0b1000);
-  std::set<uint64_t> capped;
-  const size_t until = g.verdictCount() + 1;
-  for (uint64_t i = 200; i < 4000 && g.verdictCount() < until; ++i)
-    for (const auto& sg : g.decide(i, 0))
-      if (sg.contains(i)) {
-        const GuardArm a = GuardPlan::armOf(sg.cfg);
-        if (a.estimated) capped.insert(a.positions);
-        if (sg.cfg.measure) g.sample(i, capsLose(a));
-      }
-  EXPECT_EQ(capped, std::set<uint64_t>({0b1000}));
+  EXPECT_EQ(estimatedPositionsUntilVerdict(g, 200, capsLose), std::set<uint64_t>({0b1000}));
 }
 
 TEST(engine, guard_round_order) {
