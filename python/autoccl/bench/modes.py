@@ -98,8 +98,7 @@ def parse_modes(
             low = raw.lower()
             if low.startswith("static:") and "static" in kinds:
                 current = [_parse_setting(raw[len("static:") :], raw)]
-                modes.append(Mode("static", ()))  # filled below
-                modes[-1] = Mode("static", tuple(current))
+                modes.append(Mode("static", tuple(current)))  # VAR=VAL items after it extend it below
                 continue
             if "=" in raw and current is not None:
                 current.append(_parse_setting(raw, raw))
