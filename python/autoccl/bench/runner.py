@@ -710,9 +710,7 @@ def plan_train(o: TrainOptions, workdir: Path) -> list[M.Launch]:
                 env = _plugin_guard(manual, "manual")
                 cfg = f"AUTOCCL_MANUAL_CHANNELS={o.manual_channels}"
             else:
-                raise SpecError(
-                    f"bench train compares nccl, static:..., online, online-arms and manual; not {mode.name}"
-                )
+                raise SpecError(f"bench train compares {', '.join(M.TRAIN_MODE_KINDS)}; not {mode.name}")
             launches.append(
                 M.Launch(
                     mode.name, f"{par}/{mode.name}", "measure", env, config=cfg, params={"parallel": par}
