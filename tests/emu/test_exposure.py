@@ -173,7 +173,7 @@ def test_whole_iterations_timed_for_the_estimate(plugin: Path, clock: str, proce
     """Under the launch clock (the default on GPUs) only the searches' samples are timed: in one process
     the DDP-like step's estimate got 8-14 whole iterations and, mostly, no verdict. With
     AUTOCCL_EXPOSURE_EVERY=8 the authority times every call of the iterations the search times and of 4 in
-    every 8 after it, for the estimate alone: 30 samples more at least, no verdict wrong, the exposed bucket
+    every 8 after it, for the estimate alone: 55 samples at least, no verdict wrong, the exposed bucket
     called exposed. The hidden buckets may stay unknown: in the noiseless emulator their windows move almost
     together (in one process, slopes of -1.0 to 1.0 with errors of 0.36-0.47 in about one run in five; the
     others call one to three of them hidden). The searches end as without it (NCCL's choice here), every
@@ -197,13 +197,13 @@ def test_whole_iterations_timed_for_the_estimate(plugin: Path, clock: str, proce
     res, rec = runs["8"]
     plain_res, plain_rec = runs["0"]
     assert plain_rec["timed_for_it"] == 0, plain_rec
-    # launch clock: 60-75 samples against 8-14 in one process, 135-142 against 37-43 over TCP; kernel clock
-    # (the search's iterations timed whole either way): 60 against 31
-    more = 30 if clock == "launch" else 15
-    assert rec["timed_for_it"] > 0 and rec["samples"] > plain_rec["samples"] + more, (
-        rec["samples"],
-        plain_rec["samples"],
-    )
+    # With the setting: 69-75 samples in one process under the launch clock, 133-142 over TCP, 60-73 under the
+    # kernel clock (the search's iterations timed whole either way), idle or with three busy loops beside it.
+    # Without it the count is the search's: 8-14 in one process, 37-45 over TCP, 30-33 under the kernel clock
+    # on an idle machine, but 71 once on a loaded CI machine, whose search ran long; so the bound is the
+    # setting's own count, not a margin over the plain run's.
+    floor = {("launch", False): 55, ("launch", True): 110, ("kernel", False): 50}[(clock, processes)]
+    assert rec["timed_for_it"] > 0 and rec["samples"] >= floor, (rec["samples"], plain_rec["samples"], floor)
     # the searches' outcome: NCCL's choice for both buckets' tasks, as without the setting
     pins = {k: (t["algo"], t["proto"], t["channels"]) for k, t in tasks_of(res).items()}
     plain_pins = {k: (t["algo"], t["proto"], t["channels"]) for k, t in tasks_of(plain_res).items()}
