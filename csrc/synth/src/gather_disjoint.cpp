@@ -659,6 +659,7 @@ GatherResult Gather::run() {
     if (p.interrupted) throw Interrupted();
   for (auto& p : parts_) {
     if (p.failed) throw Error(p.error);
+    if (progress_.deliveries) progress_.deliveries->fetch_add(p.count - p.reported, std::memory_order_relaxed);
     res.count += p.count;
     res.time = std::max(res.time, p.time);
     if (record_) res.transfers.insert(res.transfers.end(), p.transfers.begin(), p.transfers.end());

@@ -289,15 +289,16 @@ class SpreadBound {
 // Candidates: 1, 2, 4, ... chunks per NPU (up to 64; 256 per root for Broadcast/Reduce). On the point-to-point
 // engine also d, 2d and d / gcd(n - 1, d) (d: the most channels leaving one NPU): with one chunk per NPU an NPU
 // receives n - 1 chunks over d links, ceil((n - 1) / d) rounds where (n - 1) / d would do (a 4-NPU ring takes
-// 2 rounds where 1.5 would do: 1.333x the bound; 2 chunks per NPU: 1.000x). The general engine tries two seeds
-// of different look-ahead per candidate; the point-to-point engine, whose runs are cheap, every seed of the
-// synthesis, so the count kept is the one whose best seed is fastest. Where the point-to-point trials at 1 and 2
-// chunks alone would pass the budget (about 1,100 NPUs at 8 seeds) there is no trial: 1 chunk.
+// 2 rounds where 1.5 would do: 1.333x the bound; 2 chunks per NPU: 1.000x). The trials run every seed of the
+// synthesis, so the count kept is the one whose best seed is fastest; on the general engine only on small
+// topologies (else two seeds of different look-ahead). Where the point-to-point trials at 1
+// and 2 chunks alone would pass the budget (about 1,100 NPUs at 8 seeds) there is no trial: 1 chunk.
 //
-// Shortcuts on the point-to-point engine (o.trial_shortcuts), which leave the count kept as it is: a candidate
+// Shortcuts (o.trial_shortcuts), which leave the count kept as it is: on the point-to-point engine, a candidate
 // whose SpreadBound is not below the fastest trial so far would be a candidate without gain, so it counts as
-// one (and its work against the budget) without being run; and the trial of the count kept is handed to the
-// synthesis (*keep), which then has nothing to run again but its best seed, for the transfer list.
+// one (and its work against the budget) without being run; and where the trials ran every seed, the trial of
+// the count kept is handed to the synthesis (*keep), which then has nothing to run again but its best seed,
+// for the transfer list.
 int choose_chunks(const Topology& topo, const SynthOptions& o, std::vector<std::pair<int, double>>* trials,
                   ChunkTrial* keep) {
   const int n = topo.num_npus();
@@ -317,16 +318,12 @@ int choose_chunks(const Topology& topo, const SynthOptions& o, std::vector<std::
   }
   SynthOptions trial = o;
   trial.record = false;
-  std::vector<std::uint64_t> seeds{o.base_seed};
-  if (general) {
-    // Two seeds of different look-ahead (import once, none: see gather_general) unless fewer were asked for.
-    if (o.seeds > 1) seeds.push_back(o.base_seed + (o.seeds > 3 ? 3 : 1));
-  } else {
-    for (int i = 1; i < o.seeds; ++i) seeds.push_back(o.base_seed + static_cast<std::uint64_t>(i));
-  }
-  trial.seeds = static_cast<int>(seeds.size());
+  std::vector<std::uint64_t> seeds;
+  for (int i = 0; i < std::max(1, o.seeds); ++i) seeds.push_back(o.base_seed + static_cast<std::uint64_t>(i));
   constexpr double kBudget = 3e7;  // chunk deliveries over all trials (a few seconds)
-  auto work_of = [&](int k) { return (rooted ? k : static_cast<double>(n) * k) * (n - 1) * trial.seeds; };
+  auto work_of = [&](int k) {
+    return (rooted ? k : static_cast<double>(n) * k) * (n - 1) * static_cast<double>(seeds.size());
+  };
   if (!general && !rooted && work_of(1) + work_of(2) > kBudget) return 1;
   const int max_k = rooted ? 256 : 64;
   std::vector<int> cand;
@@ -338,9 +335,26 @@ int choose_chunks(const Topology& topo, const SynthOptions& o, std::vector<std::
     std::sort(cand.begin(), cand.end());
     cand.erase(std::unique(cand.begin(), cand.end()), cand.end());
   }
-  // The point-to-point engine: the trials run every seed of the synthesis, and each transfer takes its channel's
-  // time for one chunk, so the shortcuts apply.
+  if (general && seeds.size() > 2) {
+    // The general engine's runs are the costly ones (their cost per delivery grows with the NPUs): every seed
+    // of the synthesis only where every candidate's trial with them stays below 2·10^6 deliveries (a 40-port
+    // switch at 8 seeds). On a switch the seeds differ most at 1 chunk per NPU (an 8-port switch at 64 MiB:
+    // 1,177.9 us for 2 of 8 seeds, 1,346.2 for the rest), and two seeds chose 4 chunks at 1.047x the bound
+    // where 1 chunk reaches 1.003x. On a 128-NPU dragonfly or a 64-NPU rail cluster every seed made the
+    // synthesis 2.6-3.2x slower for the same count. Past it, two seeds of different look-ahead (import once,
+    // none: see gather_general).
+    constexpr double kGeneralEverySeed = 2e6;
+    double ladder = 0;
+    for (const int k : cand) ladder += work_of(k);
+    if (ladder > kGeneralEverySeed) seeds = {o.base_seed, o.base_seed + (o.seeds > 3 ? 3 : 1)};
+  }
+  trial.seeds = static_cast<int>(seeds.size());
+  // Where the trials ran every seed of the synthesis the count kept is the one whose best seed is fastest, and
+  // the synthesis at it is that trial (*keep). The lower bound's shortcut needs each transfer to take its
+  // channel's time for one chunk: the point-to-point engine's.
+  const bool every_seed = static_cast<int>(seeds.size()) == std::max(1, o.seeds);
   const bool shortcuts = !general && o.trial_shortcuts;
+  const bool hand_over = every_seed && o.trial_shortcuts;
   std::unique_ptr<SpreadBound> bound;
   if (shortcuts) bound = std::make_unique<SpreadBound>(t, rooted, o.root);
   double spent = 0;
@@ -372,7 +386,7 @@ int choose_chunks(const Topology& topo, const SynthOptions& o, std::vector<std::
       best = r.time;
       best_k = k;
       misses = 0;
-      if (shortcuts && keep) {
+      if (hand_over && keep) {
         keep->valid = true;
         keep->transposed = reverse_only;
         keep->best = std::move(r);
