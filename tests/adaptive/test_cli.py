@@ -416,3 +416,33 @@ def test_profile_says_when_a_pair_fits_no_line(S, tmp_path: Path, monkeypatch: p
     assert "nan" not in r.output and "+- 0.000" not in r.output, r.output
     pairs = json.loads(report.read_text())["profile"]["pairs"]
     assert pairs[0]["fitted"] is False and pairs[0]["bandwidth_err_gbps"] is None
+
+
+def test_profile_says_which_fits_are_doubtful(S, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four CPU ranks on two busy cores gave "alpha 206.62 +- 222.82 us, beta 9.571 +- 84.298 GB/s" and an
+    alpha clamped at 0, written as measured without a word. Such fits are named with the reason, counted in
+    one line, and more ranks than cores are said before the job starts."""
+    from autoccl.adaptive import launch, profile
+
+    pairs = [
+        profile.PairFit(0, 1, 206.62, 9.571, 222.82, 84.298, [4096, 16384], [300.0, 310.0]),
+        profile.PairFit(1, 0, 0.0, 0.563, 58.67, 0.1, [4096, 16384], [7.0, 13.0]),
+        profile.PairFit(0, 2, 5.0, 2.0, 0.5, 0.1, [4096, 16384], [7.0, 13.0]),
+    ]
+    result = {
+        "topology": {"name": "fake", "npus": ["a", "b", "c"], "links": []},
+        "model": "p2p",
+        "profile": profile.Profile(3, "cpu", pairs, []).to_dict(),
+        "seconds": 0.0,
+    }
+    monkeypatch.setattr(launch, "run_local", lambda *args, **kwargs: [result])
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    r = CliRunner().invoke(main, ["profile", "--device", "cpu", "--nproc", "3"])
+    assert r.exit_code == 0, r.output
+    assert "3 ranks on 2 CPU cores" in r.output, r.output
+    lines = {ln.split(":")[0].strip(): ln for ln in r.output.splitlines() if "->" in ln}
+    want = "doubtful: beta's error bar is above half its value; alpha's error bar"
+    assert want in lines["0 -> 1"], r.output
+    assert "doubtful: alpha clamped at 0" in lines["1 -> 0"], r.output
+    assert "doubtful" not in lines["0 -> 2"], r.output
+    assert "2 of 3 link fits are doubtful" in r.output, r.output

@@ -65,6 +65,43 @@ def test_total_gain_is_said_in_words() -> None:
     assert text(0.0004) == "the same collective time as NCCL alone"
 
 
+def test_a_task_still_searching_has_its_gain_marked(tmp_path: Path) -> None:
+    """A task that did not settle is timed over its last quarter, under the configurations it was trying: a
+    row read "ring/simple/24ch/2048K ... +3.1 % > 100" beside NCCL's own ring/simple/24ch/2048K. Its gain is
+    marked, the table and tasks.md say why; a settled task's is not."""
+    from io import StringIO
+    from typing import cast
+
+    from rich.console import Console
+
+    from autoccl.demo.report import UNSETTLED_NOTE, rows, write_markdown
+
+    cfg = "ring/simple/24ch/2048K"
+
+    def task(coll: str, converged_at: int | None) -> demo_mod.TaskResult:
+        key = demo_mod.TaskKey("c0", coll, 1 << 20)
+        return demo_mod.TaskResult(key, 100, cfg, cfg, converged_at, 100.0, 96.9)
+
+    res = demo_mod.DemoResult(
+        demo_mod.DemoConfig(),
+        [task("allgather", 12), task("reducescatter", None)],
+        cast(demo_mod.RunResult, None),
+        cast(demo_mod.RunResult, None),
+    )
+    settled, searching = rows(res)
+    assert settled[7] == "+3.1 %" and settled[8] == "12"
+    assert searching[7] == "+3.1 % *" and searching[8] == "> 100"
+    console = Console(file=StringIO(), width=200, color_system=None)
+    console.print(rich_table(res, console))
+    out = cast(StringIO, console.file).getvalue()
+    assert "+3.1 % *" in out and "still searching" in out, out
+    write_markdown(res, tmp_path / "tasks.md")
+    assert UNSETTLED_NOTE in (tmp_path / "tasks.md").read_text()
+    res.tasks = res.tasks[:1]
+    write_markdown(res, tmp_path / "tasks.md")
+    assert "still searching" not in (tmp_path / "tasks.md").read_text()
+
+
 def test_sizes_option() -> None:
     """--sizes and --buckets: autoccl.cli.options.Bytes, '' for none, each at most the simulated GPUs' 16G."""
     assert SIZES.convert("8M,64MiB, 1G,512K,100", None, None) == [8 << 20, 64 << 20, 1 << 30, 512 << 10, 100]

@@ -200,7 +200,7 @@ class Adaptive:
         self.doc = explicit_document(self.topo)  # every link spelled out: re-planning edits links
         if int(self.topo.num_npus) != self.size:
             raise ValueError(
-                f"the topology has {self.topo.num_npus} NPUs but the process group {self.size} ranks"
+                f"the topology has {self.topo.num_npus} NPUs but the process group has {self.size} ranks"
             )
         self.npus: list[str] = list(self.topo.ranks)
         self.chunks, self.seeds = chunks, seeds

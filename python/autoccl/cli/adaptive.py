@@ -7,6 +7,7 @@ processes, else in --nproc local processes started here (gloo on CPUs, NCCL on G
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -222,7 +223,8 @@ def run_job(job: Callable[..., Any], cfg: dict[str, Any], device: str, ranks: _R
 def _write_outputs(
     doc: dict[str, Any], out: str | None, plot: str | None, side: str | None, side_doc: Any
 ) -> None:
-    """The topology (--out), its JSON side file (--reports / --report) and its drawing (--plot), as asked."""
+    """The topology (--out), its JSON side file (--reports / --report) and its drawing (--plot), as asked,
+    and a line naming what was written (as synth and sim say)."""
     if out:
         _write_doc(doc, out)
     if side:
@@ -231,6 +233,9 @@ def _write_outputs(
         from autoccl.adaptive.plots import topology_plot
 
         topology_plot(doc, plot)
+    written = [f for f in (out, side, plot) if f]
+    if written:
+        click.echo(f"wrote {', '.join(written)}", err=True)
 
 
 def _write_doc(doc: dict[str, Any], path: str) -> None:
@@ -409,6 +414,11 @@ def topo(
         f"{len(doc.get('nics', []))} NIC(s), {len(doc['links'])} links"
     )
     click.echo(doc.get("description", ""))
+    if len(doc["npus"]) < 2:
+        click.echo(
+            "autoccl topo: one rank: synth, sim, profile and adaptive need at least 2 (--nproc 2 or more)",
+            err=True,
+        )
     if not out:
         import yaml
 
@@ -502,6 +512,13 @@ def profile(
     _fits("--sizes", _size_text(max(size_list)), 2 * max(size_list), dev, ranks.local, hosts)
     if validate:
         _fits("--validate", _size_text(validate), 2 * validate, dev, ranks.local, hosts)
+    cores = os.cpu_count() or 1
+    if dev == "cpu" and ranks.local > cores:
+        click.echo(
+            f"autoccl profile: {ranks.local} ranks on {cores} CPU cores: the ranks wait for each other's "
+            "turn on a core, and the fits measure that more than the links (give --nproc at most the cores)",
+            err=True,
+        )
     res = run_job(profile_job, cfg, dev, ranks)
     if res is None:
         return
@@ -509,18 +526,38 @@ def profile(
     _write_outputs(doc, out, plot, report, {k: v for k, v in res.items() if k != "topology"})
     prof = res["profile"]
     click.echo(f"{len(doc['npus'])} ranks, {res['model']} model, measured in {res['seconds']:.1f} s")
+    doubtful = 0
     for p in prof["pairs"]:
         if not p.get("fitted", True):
+            doubtful += 1
             click.echo(
                 f"  {p['src']} -> {p['dst']}: no fit (the times fall or stay flat with size): beta at least "
                 f"{p['bandwidth_gbps']:.3f} GB/s (the largest size over its time), alpha taken as 0; "
                 "more --repeats or larger --sizes"
             )
             continue
+        why = fit_doubts(p)
+        doubtful += bool(why)
         click.echo(
             f"  {p['src']} -> {p['dst']}: alpha {p['latency_us']:.2f} +- {p['latency_err_us']:.2f} us, "
             f"beta {p['bandwidth_gbps']:.3f} +- {p['bandwidth_err_gbps']:.3f} GB/s"
+            + (f" (doubtful: {'; '.join(why)})" if why else "")
         )
+    if doubtful:
+        click.echo(
+            f"autoccl profile: {doubtful} of {len(prof['pairs'])} link fits are doubtful and are written as "
+            "measured; more --repeats, larger --sizes or fewer ranks than cores give tighter ones",
+            err=True,
+        )
+    if structure is not None:
+        dropped = [x for x in (*structure.doc.get("switches", []), *structure.doc.get("nics", []))]
+        if dropped:
+            click.echo(
+                f"autoccl profile: {topology}'s switches and NICs ({', '.join(map(str, dropped))}) are not "
+                f"kept: the measured topology models each host's ranks by the {res['model']} model and joins "
+                "hosts through one network switch; ranks are grouped into hosts by their names (HOST/GPU)",
+                err=True,
+            )
     for c in prof["contention"]:
         click.echo(
             f"  rank {c['rank']}: fan-out {c['out_gbps']:.3f} GB/s, fan-in {c['in_gbps']:.3f} GB/s, "
@@ -532,6 +569,22 @@ def profile(
             f"  {v['collective']} {v['bytes']} B: predicted {v['predicted_us']:.1f} us, "
             f"measured {v['measured_us']:.1f} us ({100 * v['error']:+.1f}%)"
         )
+
+
+def fit_doubts(pair: dict[str, Any]) -> list[str]:
+    """Why a link's fitted alpha and beta are not to be trusted, in words (none: trusted). A fit whose error
+    bar passes half its value, or whose intercept came out negative (alpha is then written as 0), was
+    written as measured, and the synthesis took it as the link."""
+    why = []
+    beta, beta_err = pair["bandwidth_gbps"], pair.get("bandwidth_err_gbps")
+    alpha, alpha_err = pair["latency_us"], pair.get("latency_err_us")
+    if beta_err is not None and math.isfinite(beta_err) and beta_err > beta / 2:
+        why.append("beta's error bar is above half its value")
+    if alpha == 0:
+        why.append("alpha clamped at 0 (the fit's intercept was negative)")
+    elif alpha_err is not None and math.isfinite(alpha_err) and alpha_err > alpha / 2:
+        why.append("alpha's error bar is above half its value")
+    return why
 
 
 @click.group()

@@ -159,7 +159,10 @@ def demo(
     console.print(rich_table(res, console))
     for t in res.tasks:
         if t.converged_at is None:
-            console.print(f"[yellow]{t.key.coll} {t.key.nbytes} B did not settle within {t.calls} calls[/]")
+            console.print(
+                f"[yellow]{t.key.coll} {t.key.nbytes} B did not settle within {t.calls} calls: its gain (*) "
+                "is over its last quarter of calls, while it was still trying configurations[/]"
+            )
     files = write_all(res, out)
     console.print(f"Results in [bold]{out}[/]: " + ", ".join(p.name for p in files.values()))
     # The online run's table lives in the demo's folder, not in the user's cache: say how to look at it.

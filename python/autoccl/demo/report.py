@@ -40,6 +40,12 @@ COLUMNS = (
 )
 
 
+# A task still searching at its last call: its times are the last quarter's, under the configurations it was
+# trying, so its gain is not the gain of the configuration shown (which may be NCCL's own).
+UNSETTLED_MARK = " *"
+UNSETTLED_NOTE = "* still searching: times over its last quarter of calls, under the configurations it tried"
+
+
 def rows(res: DemoResult) -> list[list[str]]:
     out = []
     for t in res.tasks:
@@ -52,7 +58,7 @@ def rows(res: DemoResult) -> list[list[str]]:
                 f"{t.nccl_us:.1f}",
                 t.tuned_config,
                 f"{t.tuned_us:.1f}",
-                f"{100 * t.gain:+.1f} %",
+                f"{100 * t.gain:+.1f} %" + ("" if t.converged_at is not None else UNSETTLED_MARK),
                 _conv(t),
             ]
         )
@@ -83,9 +89,12 @@ def rich_table(res: DemoResult, console: Console | None = None) -> Table:
         f"({'process per rank, TCP' if cfg.processes else 'ranks as threads'}; seed {cfg.seed})"
     )
     caption = f"all tasks: {total_text(res)}"
+    if any(t.converged_at is None for t in res.tasks):
+        caption += "\n" + UNSETTLED_NOTE
 
     def gain_cell(gain: str) -> str:
-        return f"[green]{gain}[/]" if gain.startswith("+") and gain != "+0.0 %" else gain
+        settled_gain = gain.startswith("+") and gain != "+0.0 %" and not gain.endswith(UNSETTLED_MARK)
+        return f"[green]{gain}[/]" if settled_gain else gain
 
     def right(c: str) -> bool:
         return c.endswith(("us", "gain", "call"))
@@ -114,6 +123,8 @@ def write_markdown(res: DemoResult, path: Path) -> None:
     lines += ["| " + " | ".join(r) + " |" for r in rows(res)]
     lines.append("")
     lines.append(f"All tasks: {total_text(res)} (sum of per-task medians).")
+    if any(t.converged_at is None for t in res.tasks):
+        lines.append(UNSETTLED_NOTE + ".")
     lines.append(
         "Times are the emulator's ground truth (true kernel time per call), medians over the calls after"
         " convergence, NCCL alone vs autoccl online on the same calls with the same noise."
