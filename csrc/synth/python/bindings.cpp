@@ -76,6 +76,7 @@ py::dict stats_dict(const SynthStats& st) {
   d["time_us"] = st.time_us;
   d["seed_times_us"] = st.seed_times;
   d["best_seed"] = st.best_seed;
+  d["direct_pattern"] = st.direct_pattern;
   d["transfers"] = st.transfers;
   d["allgather_time_us"] = st.ag_time_us;
   d["reducescatter_time_us"] = st.rs_time_us;
@@ -257,9 +258,11 @@ PYBIND11_MODULE(_synth, m) {
 
   m.def("synthesize",
         [](const Topology& t, const std::string& coll, double bytes, int chunks, int seeds, int threads,
-           std::uint64_t base_seed, int root, bool record, double max_memory_bytes, const py::object& progress) {
+           std::uint64_t base_seed, int root, bool record, double max_memory_bytes, const py::object& progress,
+           bool direct) {
           SynthOptions o = synth_options(coll, bytes, chunks, seeds, threads, base_seed, root, max_memory_bytes);
           o.record = record;
+          o.direct_candidate = direct;
           std::atomic<bool> stop{false};
           std::atomic<std::uint64_t> deliveries{0};
           o.stop = &stop;
@@ -271,7 +274,7 @@ PYBIND11_MODULE(_synth, m) {
         },
         py::arg("topology"), py::arg("collective"), py::arg("bytes"), py::arg("chunks") = 0, py::arg("seeds") = 1,
         py::arg("threads") = 0, py::arg("base_seed") = 1, py::arg("root") = 0, py::arg("record") = true,
-        py::arg("max_memory_bytes") = 0.0, py::arg("progress") = py::none());
+        py::arg("max_memory_bytes") = 0.0, py::arg("progress") = py::none(), py::arg("direct") = true);
 
   m.def("synthesize_to_stream",
         [](const Topology& t, const std::string& coll, double bytes, int chunks, int seeds, int threads,

@@ -352,6 +352,7 @@ def synth(
         "first_seed": seed,
         "max_queue_entries": stats["max_queue_entries"],
         "best_seed": stats["best_seed"],
+        "direct_pattern": stats.get("direct_pattern", False),
         "time_us": sched.time_us,
         "algbw_gbps": nbytes / (sched.time_us * 1e3) if sched.time_us > 0 else 0.0,
         "lower_bound_us": lb,
@@ -423,10 +424,10 @@ def synth(
                 f"bytes/NPUs each ({bound['model_what']})"
             )
         _say("  lower bounds: " + "; ".join(parts) + ("; the larger holds" if len(parts) > 1 else ""))
+    direct = ", spreading by the direct pattern (faster than every seed)" * bool(stats.get("direct_pattern"))
     _say(
         f"  {stats['chunks_per_rank']} chunk(s) per NPU{' (chosen)' if chunks == 0 else ''}, "
-        f"{seeds} seed(s), "
-        f"synthesized in {synth_s:.3f} s, {stats['transfers']} transfers"
+        f"{seeds} seed(s){direct}, synthesized in {synth_s:.3f} s, {stats['transfers']} transfers"
         + (f", {stats['bytes_written'] / 2**20:.1f} MiB streamed to {stream}" if stream else "")
     )
     if report:

@@ -109,6 +109,7 @@ def synthesize(
     record: bool = True,
     max_memory_gib: float | None = None,
     progress: Callable[[float, int], None] | None = None,
+    direct: bool = True,
 ) -> tuple[Any, dict[str, Any]]:
     """Synthesize a schedule. Returns (Schedule, stats). Deterministic for (seed, seeds).
 
@@ -116,6 +117,8 @@ def synthesize(
     max_memory_gib: refuse (ValueError, before any work) what would need more; default: the machine's memory.
     progress: called about every 50 ms with (seconds so far, chunk deliveries made so far: every seed, chunk
     trial and phase); an exception it raises stops the synthesis and is raised here. Ctrl-C stops it too.
+    direct: where every NPU pair has a channel (general engine), the direct pattern is a candidate spreading
+    schedule beside the seeds (stats["direct_pattern"] when it won); False: the seeds alone.
     """
     limit = physical_memory_gib() if max_memory_gib is None else max_memory_gib
     return ext().synthesize(
@@ -130,6 +133,7 @@ def synthesize(
         record,
         limit * 2**30,
         progress,
+        direct,
     )
 
 

@@ -221,6 +221,10 @@ struct SynthOptions {
   // beat the fastest so far, and take the synthesis at the count kept from its trial (its best seed run again
   // for the transfer list). false: every candidate run and the synthesis run afresh, the same schedule (tests).
   bool trial_shortcuts = true;
+  // On the general engine, where every NPU pair has a channel and each NPU owns as many chunks, the direct
+  // pattern (round r: every NPU sends its chunks to NPU + r) is a candidate spreading schedule beside the seeds,
+  // kept where it is faster (SynthStats::direct_pattern). Not in a streamed synthesis.
+  bool direct_candidate = true;
   // Read now and then while synthesizing (each event of the engines): once true, the synthesis throws
   // Interrupted, a stream written so far is removed. nullptr: never stopped.
   const std::atomic<bool>* stop = nullptr;
@@ -245,6 +249,9 @@ struct SynthStats {
   // > 0: the schedule's time before it was replayed as early as possible (only with cancelled copies, when
   // that is sooner); time_us is the replay's.
   double uncompacted_time_us = 0;
+  // A spreading phase is the direct pattern (SynthOptions::direct_candidate), faster than every seed; seed_times
+  // and best_seed are still the seeds'.
+  bool direct_pattern = false;
 };
 
 Schedule synthesize(const Topology& topo, const SynthOptions& opt, SynthStats* stats = nullptr);
