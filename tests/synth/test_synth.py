@@ -389,6 +389,8 @@ def test_cli(S: Any, tmp_path: Path) -> None:
     assert res.exit_code == 0 and "ring" in res.output, res.output
     res = runner.invoke(main, ["synth", "-g", "mesh:3x3", "--bw", "-1"])
     assert res.exit_code != 0 and "bandwidth must be positive" in res.output
+    res = runner.invoke(main, ["synth", "-g", "ring:0"])  # it read "generator 'ring:0'.dims: must be ..."
+    assert res.exit_code != 0 and "'ring:0': every dimension must be at least 1" in res.output, res.output
 
 
 def test_plots(S: Any, tmp_path: Path) -> None:

@@ -425,8 +425,9 @@ def synth(
             )
         _say("  lower bounds: " + "; ".join(parts) + ("; the larger holds" if len(parts) > 1 else ""))
     direct = ", spreading by the direct pattern (faster than every seed)" * bool(stats.get("direct_pattern"))
+    per = "root" if collective in ("broadcast", "reduce") else "NPU"
     _say(
-        f"  {stats['chunks_per_rank']} chunk(s) per NPU{' (chosen)' if chunks == 0 else ''}, "
+        f"  {stats['chunks_per_rank']} chunk(s) per {per}{' (chosen)' if chunks == 0 else ''}, "
         f"{seeds} seed(s){direct}, synthesized in {synth_s:.3f} s, {stats['transfers']} transfers"
         + (f", {stats['bytes_written'] / 2**20:.1f} MiB streamed to {stream}" if stream else "")
     )

@@ -289,6 +289,8 @@ def parse_gen_spec(
         dims = [int(x) for x in dims_s.lower().split("x")]
     except ValueError as e:
         raise TopologyFileError(f"generator spec {spec!r}: dims must be like 16x16") from e
+    if any(d < 1 for d in dims):  # named here: the mapping's own error would read "generator 'ring:0'.dims"
+        raise TopologyFileError(f"generator spec {spec!r}: every dimension must be at least 1, e.g. ring:8")
     given = sorted({"kind", "dims"} & set(options or {}))
     if given:  # they replaced the spec's: `-g ring:4 --gen-opt kind=mesh` built a mesh
         raise TopologyFileError(
