@@ -309,6 +309,16 @@ TEST(synth, chunks_chosen_on_point_to_point) {
   }
 }
 
+// A synthesis as `autoccl synth -s 64M` runs it on a small topology: 8 seeds, chunks chosen by trial.
+SynthOptions default_seeds_at_64m(Collective coll) {
+  SynthOptions o;
+  o.collective = coll;
+  o.bytes = 1 << 26;
+  o.seeds = 8;
+  o.threads = 2;
+  return o;
+}
+
 // Chunks chosen on the general engine: on a switch the seeds differ most at one chunk per NPU (8 ports at
 // 64 MiB: 2 of 8 seeds reach the direct baseline's time, the rest are 14 % slower). Trials with two seeds chose
 // 4 chunks at 1.047x the bound where the direct baseline reaches 1.003x; with every seed the count kept is the
@@ -319,11 +329,7 @@ TEST(synth, chunks_chosen_on_a_switch) {
   for (const auto& [kind, dims] : cases) {
     const auto t = generate(kind, dims, p);
     for (const auto coll : {Collective::AllGather, Collective::ReduceScatter}) {
-      SynthOptions o;
-      o.collective = coll;
-      o.bytes = 1 << 26;
-      o.seeds = 8;
-      o.threads = 2;
+      SynthOptions o = default_seeds_at_64m(coll);
       SynthStats st;
       const auto s = synthesize(t, o, &st);
       const double direct = simulate(t, baseline(t, "direct", coll, o.bytes)).time_us;
@@ -345,11 +351,7 @@ TEST(synth, direct_pattern_on_a_switch) {
   for (const int ports : {16, 24}) {
     const auto t = generate("switch", {ports}, p);
     for (const auto coll : {Collective::AllGather, Collective::ReduceScatter, Collective::AllReduce}) {
-      SynthOptions o;
-      o.collective = coll;
-      o.bytes = 1 << 26;
-      o.seeds = 8;
-      o.threads = 2;
+      SynthOptions o = default_seeds_at_64m(coll);
       SynthStats st;
       const auto s = synthesize(t, o, &st);
       const std::string what = std::to_string(ports) + " ports, " + to_string(coll);
