@@ -418,6 +418,7 @@ def test_stream_round_trip(S: Any, tmp_path: Path) -> None:
     for name, t in {
         "cluster": S.generate("cluster", [4, 2], nic_bandwidth=25),
         "uni": S.generate("uni_ring", [5]),
+        "switch": S.generate("switch", [16]),  # the direct pattern, kept at 2 chunks per NPU
     }.items():
         for coll in COLLS:
             mem, _ = S.synthesize(t, coll, "4M", chunks=2, seeds=3)
@@ -584,3 +585,11 @@ def test_the_direct_pattern_on_a_switch_no_seed_solves(S: Any, tmp_path: Path) -
     assert r.exit_code == 0, r.output
     assert "spreading by the direct pattern (faster than every seed)" in r.output, r.output
     assert json.loads(report.read_text())["direct_pattern"] is True
+    # streamed: the same count and pattern (the trials weigh it there too), written and read back
+    for coll in ("allgather", "reducescatter", "allreduce"):
+        mem, mst = S.synthesize(t, coll, "64M", seeds=8, threads=2)
+        path = tmp_path / f"{coll}.acss"
+        head, sst = S.synthesize_to_stream(t, coll, "64M", path, seeds=8, threads=2)
+        assert sst["direct_pattern"] and sst["chunks_per_rank"] == mst["chunks_per_rank"] == 1, coll
+        assert head.time_us == pytest.approx(mem.time_us, rel=1e-12), coll
+        assert S.check(S.load_schedule(path, t), t)["ok"], coll

@@ -87,6 +87,11 @@ bool shares_links(const Topology& t) {
   return false;
 }
 
+// A spreading run's transfers in time order (ties: end, then channel).
+bool starts_first(const Transfer& a, const Transfer& b) {
+  return a.start != b.start ? a.start < b.start : a.end != b.end ? a.end < b.end : a.route < b.route;
+}
+
 GatherResult gather(const Topology& t, const std::vector<int>& src, double chunk_bytes, std::uint64_t seed,
                     bool record, int threads, const SynthOptions& o, const Sink* sink = nullptr) {
   const SynthOptions::Engine engine = o.engine;
@@ -101,10 +106,7 @@ GatherResult gather(const Topology& t, const std::vector<int>& src, double chunk
   if (res.count != expect)
     throw Error("synthesis did not complete: " + std::to_string(res.count) + " of " + std::to_string(expect) +
                 " deliveries (is every NPU reachable?)");
-  if (record)
-    std::sort(res.transfers.begin(), res.transfers.end(), [](const Transfer& a, const Transfer& b) {
-      return a.start != b.start ? a.start < b.start : a.end != b.end ? a.end < b.end : a.route < b.route;
-    });
+  if (record) std::sort(res.transfers.begin(), res.transfers.end(), starts_first);
   return res;
 }
 
@@ -114,17 +116,28 @@ int all_threads(const SynthOptions& o) {
 }
 
 // The direct pattern as a spreading schedule: in round r = 1..n-1 every NPU sends each chunk it owns to NPU
-// + r (mod n) over its cheapest channel there, each link carrying one transfer at a time in round order (the
-// simulator's replay, as `direct` baseline). On a shared-port switch its rounds never collide, while the
-// matching's seeds can: on 16-, 24-, 48- and 72-port switches no seed reached it (1.014-1.067x its time).
-// Only where every NPU owns as many chunks (not rooted), every ordered pair of NPUs has a channel, and the
-// pattern's transfers stay below kMaxTransfers; else nothing.
+// + r (mod n) over its cheapest channel there, each link carrying one transfer at a time in round order, as the
+// simulator replays the `direct` baseline (rounds, then a sender's chunks, then senders; every chunk is at its
+// sender from time 0). On a shared-port switch its rounds never collide, while the matching's seeds can: on
+// 16-, 24-, 48- and 72-port switches no seed reached it (1.009-1.067x its time). Only where every NPU owns as
+// many chunks (not rooted), every ordered pair of NPUs has a channel, and the pattern has at most
+// kDirectPatternMaxTransfers; else nothing. Memory: the pairs' channels, a time per link, and the transfers when recording.
+constexpr double kDirectPatternMaxTransfers = 4e6;
+
+// Whether the synthesis considers the direct pattern for `chunks` chunks on t (the size and engine conditions).
+bool direct_pattern_considered(const Topology& t, std::size_t chunks, const SynthOptions& o) {
+  using E = SynthOptions::Engine;
+  const bool general = o.engine == E::General || (o.engine == E::Auto && use_general_engine(t, chunks));
+  return o.direct_candidate && general &&
+         static_cast<double>(chunks) * (t.num_npus() - 1) <= kDirectPatternMaxTransfers;
+}
+
 std::optional<GatherResult> direct_pattern(const Topology& t, const std::vector<int>& src, double chunk_bytes,
                                            bool record) {
-  constexpr double kMaxTransfers = 4e6;
   const int n = t.num_npus();
   const std::size_t N = static_cast<std::size_t>(n);
-  if (static_cast<double>(src.size()) * (n - 1) > kMaxTransfers || src.size() % N != 0) return std::nullopt;
+  if (static_cast<double>(src.size()) * (n - 1) > kDirectPatternMaxTransfers || src.size() % N != 0)
+    return std::nullopt;
   std::vector<std::vector<int>> owned(N);
   for (std::size_t c = 0; c < src.size(); ++c) owned[static_cast<std::size_t>(src[c])].push_back(static_cast<int>(c));
   const std::size_t k = src.size() / N;
@@ -137,51 +150,36 @@ std::optional<GatherResult> direct_pattern(const Topology& t, const std::vector<
     if (c < 0 || chans[i].time_us(chunk_bytes) < chans[static_cast<std::size_t>(c)].time_us(chunk_bytes))
       c = static_cast<int>(i);
   }
-  Schedule s;
-  s.nranks = n;
-  s.nchunks = static_cast<int>(src.size());
-  s.chunks_per_rank = static_cast<int>(k);
-  s.chunk_bytes = chunk_bytes;
-  s.bytes = chunk_bytes * static_cast<double>(src.size());
-  s.owner = src;
-  std::vector<int> route_chan;  // Schedule route index -> channel id
-  std::vector<int> route_of(chans.size(), -1);
-  s.transfers.reserve(src.size() * (N - 1));
-  for (int r = 1; r < n; ++r)
-    for (int i = 0; i < n; ++i) {
-      const int d = (i + r) % n;
-      const int ch = pair_chan[static_cast<std::size_t>(i) * N + static_cast<std::size_t>(d)];
-      if (ch < 0) return std::nullopt;
-      int& route = route_of[static_cast<std::size_t>(ch)];
-      if (route < 0) {
-        route = static_cast<int>(s.routes.size());
-        s.routes.push_back(chans[static_cast<std::size_t>(ch)].route);
-        route_chan.push_back(ch);
-      }
-      for (std::size_t j = 0; j < k; ++j) {
-        Transfer x;
-        x.chunk = owned[static_cast<std::size_t>(i)][j];
-        x.src = i;
-        x.dst = d;
-        x.route = route;
-        x.step = static_cast<std::int32_t>(static_cast<std::size_t>(r) * k + j);
-        s.transfers.push_back(x);
-      }
-    }
-  SimResult sim = simulate(t, s);
+  for (std::size_t a = 0; a < N; ++a)
+    for (std::size_t b = 0; b < N; ++b)
+      if (a != b && pair_chan[a * N + b] < 0) return std::nullopt;
+  std::vector<double> link_free(static_cast<std::size_t>(t.num_links()), 0.0);
   GatherResult res;
-  res.time = sim.time_us;
-  res.count = sim.timed.transfers.size();
-  if (record) {
-    res.transfers = std::move(sim.timed.transfers);
-    for (auto& x : res.transfers) {
-      x.route = route_chan[static_cast<std::size_t>(x.route)];
-      x.step = 0;
-    }
-    std::sort(res.transfers.begin(), res.transfers.end(), [](const Transfer& a, const Transfer& b) {
-      return a.start != b.start ? a.start < b.start : a.end != b.end ? a.end < b.end : a.route < b.route;
-    });
-  }
+  if (record) res.transfers.reserve(src.size() * (N - 1));
+  for (int r = 1; r < n; ++r)
+    for (std::size_t j = 0; j < k; ++j)
+      for (int i = 0; i < n; ++i) {
+        const int d = (i + r) % n;
+        const int ch = pair_chan[static_cast<std::size_t>(i) * N + static_cast<std::size_t>(d)];
+        const Channel& c = chans[static_cast<std::size_t>(ch)];
+        double start = 0;
+        for (const int l : c.route) start = std::max(start, link_free[static_cast<std::size_t>(l)]);
+        const double end = start + c.time_us(chunk_bytes);
+        for (const int l : c.route) link_free[static_cast<std::size_t>(l)] = end;
+        res.time = std::max(res.time, end);
+        ++res.count;
+        if (record) {
+          Transfer x;
+          x.chunk = owned[static_cast<std::size_t>(i)][j];
+          x.src = i;
+          x.dst = d;
+          x.start = start;
+          x.end = end;
+          x.route = ch;
+          res.transfers.push_back(x);
+        }
+      }
+  if (record) std::sort(res.transfers.begin(), res.transfers.end(), starts_first);
   return res;
 }
 
@@ -242,12 +240,10 @@ GatherResult best_gather(const Topology& t, const std::vector<int>& src, double 
   if (seed_times) *seed_times = times;
   if (best_seed) *best_seed = seed_of(best_i);
   if (direct) *direct = false;
-  using E = SynthOptions::Engine;
-  const bool general = o.engine == E::General || (o.engine == E::Auto && use_general_engine(t, src.size()));
-  if (o.direct_candidate && general) {
+  if (direct_pattern_considered(t, src.size(), o)) {
     std::optional<GatherResult> d = direct_pattern(t, src, chunk_bytes, o.record);
+    if (d && o.deliveries) o.deliveries->fetch_add(d->count, std::memory_order_relaxed);
     if (d && d->time < best.time * (1 - 1e-9)) {
-      if (o.deliveries) o.deliveries->fetch_add(d->count, std::memory_order_relaxed);
       if (direct) *direct = true;
       return std::move(*d);
     }
@@ -304,9 +300,9 @@ void append_forward(const GatherResult& g, const Topology& t, Schedule& s, doubl
 
 namespace {
 
-// What the chunk trials leave for the synthesis at the count kept, where they ran every seed of it (the
-// point-to-point engine): the spreading run of that count over those seeds (best seed's result, no transfer
-// list), on the spreading topology or its transpose (Reduce-Scatter, Reduce).
+// What the chunk trials leave for the synthesis at the count kept, where they ran every seed of it: the
+// spreading run of that count over those seeds, or the direct pattern where it was faster (no transfer list),
+// on the spreading topology or its transpose (Reduce-Scatter, Reduce).
 struct ChunkTrial {
   bool valid = false;
   bool transposed = false;
@@ -426,7 +422,7 @@ int choose_chunks(const Topology& topo, const SynthOptions& o, std::vector<std::
     // of the synthesis only where every candidate's trial with them stays below 2·10^6 deliveries (a 40-port
     // switch at 8 seeds). On a switch the seeds differ most at 1 chunk per NPU (an 8-port switch at 64 MiB:
     // 1,177.9 us for 2 of 8 seeds, 1,346.2 for the rest), and two seeds chose 4 chunks at 1.047x the bound
-    // where 1 chunk reaches 1.003x. On a 128-NPU dragonfly or a 64-NPU rail cluster every seed made the
+    // where 1 chunk reaches 1.001x. On a 128-NPU dragonfly or a 64-NPU rail cluster every seed made the
     // synthesis 2.6-3.2x slower for the same count. Past it, two seeds of different look-ahead (import once,
     // none: see gather_general).
     constexpr double kGeneralEverySeed = 2e6;
@@ -605,7 +601,12 @@ GatherResult spread(const Topology& t, bool transposed, const Schedule& s, const
   if (best_seed) *best_seed = kept.best_seed;
   if (direct) *direct = kept.direct;
   if (!o.record) return kept.best;
-  if (kept.direct) return *direct_pattern(t, s.owner, s.chunk_bytes, true);
+  if (kept.direct) {
+    std::optional<GatherResult> d = direct_pattern(t, s.owner, s.chunk_bytes, true);
+    if (!d) throw Error("internal: the direct pattern the chunk trial kept does not apply to the synthesis");
+    if (o.deliveries) o.deliveries->fetch_add(d->count, std::memory_order_relaxed);
+    return std::move(*d);
+  }
   return gather(t, s.owner, s.chunk_bytes, kept.best_seed, true, all_threads(o), o);
 }
 
@@ -681,7 +682,6 @@ Schedule synthesize_to_stream(const Topology& topo, const SynthOptions& o0, cons
   SynthOptions o;
   SynthOptions o_nr = o0;
   o_nr.record = false;
-  o_nr.direct_candidate = false;  // the stream writes a seed's run again (see SynthOptions::direct_candidate)
   ChunkTrial kept;
   Schedule s = prepare(topo, o_nr, o, st, &kept);
   const bool need_reverse = needs_reverse(o.collective), need_forward = needs_forward(o.collective);
@@ -690,14 +690,25 @@ Schedule synthesize_to_stream(const Topology& topo, const SynthOptions& o0, cons
   std::unique_ptr<Topology> tt;
   if (need_reverse && partner.empty()) tt = std::make_unique<Topology>(topo.transposed());
   const Topology& rev_topo = tt ? *tt : topo;
-  // The best seed of each spreading run, found without writing (one seed: nothing to search; the chunk trial
-  // of the count chosen: already found).
-  auto best_seed = [&](const Topology& t, bool transposed, std::vector<double>* times) {
-    if (o.seeds <= 1) return o.base_seed;
+  // The best seed of each spreading run, and whether the direct pattern beats it, found without writing (one
+  // seed and no pattern to weigh: nothing to search; the chunk trial of the count chosen: already found).
+  auto best_seed = [&](const Topology& t, bool transposed, std::vector<double>* times, bool* direct) {
+    *direct = false;
+    if (o.seeds <= 1 && !direct_pattern_considered(t, s.owner.size(), o)) return o.base_seed;
     std::uint64_t b = o.base_seed;
-    spread(t, transposed, s, o, kept, times, &b, nullptr);
+    spread(t, transposed, s, o, kept, times, &b, direct);
     return b;
   };
+  // A spreading run written to the stream: the seed's, or the direct pattern's.
+  const int threads = all_threads(o);
+  auto write_run = [&](const Topology& t, std::uint64_t seed, bool direct, const Sink& sink) {
+    if (!direct) return gather(t, s.owner, s.chunk_bytes, seed, false, threads, o, &sink);
+    std::optional<GatherResult> d = direct_pattern(t, s.owner, s.chunk_bytes, true);
+    if (!d) throw Error("internal: the direct pattern chosen does not apply to the stream");
+    sink(d->transfers);
+    return std::move(*d);
+  };
+  bool rev_direct = false, fwd_direct = false;
   std::vector<StreamSection> sections;
   auto costs = [&](const Topology& t) {
     std::vector<double> c;
@@ -711,7 +722,7 @@ Schedule synthesize_to_stream(const Topology& topo, const SynthOptions& o0, cons
     sec.routes = reduction_routes(rev_topo, partner);
     sec.route_us = costs(rev_topo);
     sections.push_back(std::move(sec));
-    rev_seed = best_seed(rev_topo, tt != nullptr, &st.seed_times);
+    rev_seed = best_seed(rev_topo, tt != nullptr, &st.seed_times, &rev_direct);
   }
   if (need_forward) {
     StreamSection sec;
@@ -719,16 +730,21 @@ Schedule synthesize_to_stream(const Topology& topo, const SynthOptions& o0, cons
     sec.route_us = costs(topo);
     if (shared_run) sec.blocks_of = 0;
     sections.push_back(std::move(sec));
-    fwd_seed = shared_run ? rev_seed : best_seed(topo, false, &st.seed_times);
+    if (shared_run) {
+      fwd_seed = rev_seed;
+      fwd_direct = rev_direct;
+    } else {
+      fwd_seed = best_seed(topo, false, &st.seed_times, &fwd_direct);
+    }
   }
+  st.direct_pattern = rev_direct || fwd_direct;
   s.seed = need_forward ? fwd_seed : rev_seed;
   st.best_seed = s.seed;
   StreamWriter w(path, stream_header_json(s, topo, sections));
   const Sink sink = [&w](std::vector<Transfer>& ts) { w.write(ts); };
-  const int threads = all_threads(o);
   double t_rev = 0, t_fwd = 0;
   if (need_reverse) {
-    const GatherResult r = gather(rev_topo, s.owner, s.chunk_bytes, rev_seed, false, threads, o, &sink);
+    const GatherResult r = write_run(rev_topo, rev_seed, rev_direct, sink);
     w.end_section(r.time);
     t_rev = r.time;
     st.rs_time_us = r.time;
@@ -740,7 +756,7 @@ Schedule synthesize_to_stream(const Topology& topo, const SynthOptions& o0, cons
       t_fwd = t_rev;
       st.transfers *= 2;
     } else {
-      const GatherResult r = gather(topo, s.owner, s.chunk_bytes, fwd_seed, false, threads, o, &sink);
+      const GatherResult r = write_run(topo, fwd_seed, fwd_direct, sink);
       w.end_section(r.time);
       t_fwd = r.time;
       st.transfers += r.count;

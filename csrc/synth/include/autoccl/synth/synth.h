@@ -217,13 +217,14 @@ struct SynthOptions {
   // Engine: Auto picks the general engine for shared or differently priced channels (see synthesizer.cpp);
   // PointToPoint forces the point-to-point engine (refused where channels share links); General forces it.
   enum class Engine : std::uint8_t { Auto, General, PointToPoint } engine = Engine::Auto;
-  // Chunk trials on the point-to-point engine (chunks_per_rank 0): skip a candidate whose lower bound cannot
-  // beat the fastest so far, and take the synthesis at the count kept from its trial (its best seed run again
-  // for the transfer list). false: every candidate run and the synthesis run afresh, the same schedule (tests).
+  // Chunk trials (chunks_per_rank 0): on the point-to-point engine skip a candidate whose lower bound cannot
+  // beat the fastest so far; where the trials ran every seed, take the synthesis at the count kept from its
+  // trial (its best seed, or the direct pattern, run again for the transfer list). false: every candidate run
+  // and the synthesis run afresh, the same schedule (tests).
   bool trial_shortcuts = true;
   // On the general engine, where every NPU pair has a channel and each NPU owns as many chunks, the direct
   // pattern (round r: every NPU sends its chunks to NPU + r) is a candidate spreading schedule beside the seeds,
-  // kept where it is faster (SynthStats::direct_pattern). Not in a streamed synthesis.
+  // kept where it is faster (SynthStats::direct_pattern), in memory and streamed. false: the seeds alone.
   bool direct_candidate = true;
   // Read now and then while synthesizing (each event of the engines): once true, the synthesis throws
   // Interrupted, a stream written so far is removed. nullptr: never stopped.
@@ -276,8 +277,8 @@ class StreamWriter {
 };
 std::string stream_header_json(const Schedule& s, const Topology& topo, const std::vector<StreamSection>& sections);
 // Synthesize as synthesize() does, writing the transfers to `path` as they are made instead of keeping them:
-// memory stays that of the synthesis state. With several seeds, the best is found first without writing,
-// then run again. The schedule returned has no transfers. *bytes: the file's size.
+// memory stays that of the synthesis state. With several seeds (or the direct pattern to weigh), the best is
+// found first without writing, then run again. The schedule returned has no transfers. *bytes: the file's size.
 Schedule synthesize_to_stream(const Topology& topo, const SynthOptions& opt, const std::string& path,
                               SynthStats* stats = nullptr, std::uint64_t* bytes = nullptr);
 // Read a stream's records into s (whose header fields the caller set from the stream's JSON header), with
