@@ -115,13 +115,6 @@ int all_threads(const SynthOptions& o) {
   return o.threads > 0 ? o.threads : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
 }
 
-// The direct pattern as a spreading schedule: in round r = 1..n-1 every NPU sends each chunk it owns to NPU
-// + r (mod n) over its cheapest channel there, each link carrying one transfer at a time in round order, as the
-// simulator replays the `direct` baseline (rounds, then a sender's chunks, then senders; every chunk is at its
-// sender from time 0). On a shared-port switch its rounds never collide, while the matching's seeds can: on
-// 16-, 24-, 48- and 72-port switches no seed reached it (1.009-1.067x its time). Only where every NPU owns as
-// many chunks (not rooted), every ordered pair of NPUs has a channel, and the pattern has at most
-// kDirectPatternMaxTransfers; else nothing. Memory: the pairs' channels, a time per link, and the transfers when recording.
 constexpr double kDirectPatternMaxTransfers = 4e6;
 
 // Whether the synthesis considers the direct pattern for `chunks` chunks on t (the size and engine conditions).
@@ -132,6 +125,14 @@ bool direct_pattern_considered(const Topology& t, std::size_t chunks, const Synt
          static_cast<double>(chunks) * (t.num_npus() - 1) <= kDirectPatternMaxTransfers;
 }
 
+// The direct pattern as a spreading schedule: in round r = 1..n-1 every NPU sends each chunk it owns to NPU
+// + r (mod n) over its cheapest channel there, each link carrying one transfer at a time in round order, as the
+// simulator replays the `direct` baseline (rounds, then a sender's chunks, then senders; every chunk is at its
+// sender from time 0). On a shared-port switch its rounds never collide, while the matching's seeds can: on
+// 16-, 24-, 48- and 72-port switches no seed reached it (1.009-1.067x its time). Only where every NPU owns as
+// many chunks (not rooted), every ordered pair of NPUs has a channel, and the pattern has at most
+// kDirectPatternMaxTransfers; else nothing. Memory: the pairs' channels, a time per link, and the transfers
+// when recording.
 std::optional<GatherResult> direct_pattern(const Topology& t, const std::vector<int>& src, double chunk_bytes,
                                            bool record) {
   const int n = t.num_npus();
