@@ -536,7 +536,7 @@ def profile(
                 "more --repeats or larger --sizes"
             )
             continue
-        why = fit_doubts(p)
+        why = _fit_doubts(p)
         doubtful += bool(why)
         click.echo(
             f"  {p['src']} -> {p['dst']}: alpha {p['latency_us']:.2f} +- {p['latency_err_us']:.2f} us, "
@@ -550,7 +550,7 @@ def profile(
             err=True,
         )
     if structure is not None:
-        dropped = [x for x in (*structure.doc.get("switches", []), *structure.doc.get("nics", []))]
+        dropped = [*structure.doc.get("switches", []), *structure.doc.get("nics", [])]
         if dropped:
             click.echo(
                 f"autoccl profile: {topology}'s switches and NICs ({', '.join(map(str, dropped))}) are not "
@@ -571,7 +571,7 @@ def profile(
         )
 
 
-def fit_doubts(pair: dict[str, Any]) -> list[str]:
+def _fit_doubts(pair: dict[str, Any]) -> list[str]:
     """Why a link's fitted alpha and beta are not to be trusted, in words (none: trusted). A fit whose error
     bar passes half its value, or whose intercept came out negative (alpha is then written as 0), was
     written as measured, and the synthesis took it as the link."""
