@@ -446,3 +446,21 @@ def test_profile_says_which_fits_are_doubtful(S, tmp_path: Path, monkeypatch: py
     assert "doubtful: alpha clamped at 0" in lines["1 -> 0"], r.output
     assert "doubtful" not in lines["0 -> 2"], r.output
     assert "2 of 3 link fits are doubtful" in r.output, r.output
+
+
+def test_check_and_bench_take_the_generator_parameters_synth_takes(S, tmp_path: Path) -> None:
+    """`adaptive check -g` took no --bw, --lat or --gen-opt and `adaptive bench` no -g at all, where synth takes
+    them all: both take the same generator options now, refuse them without -g, and name a bad one."""
+    runner = CliRunner()
+    r = runner.invoke(main, ["adaptive", "check", "--device", "cpu", "-g", "ring:2", "--bw", "0"])
+    assert r.exit_code != 0 and "bandwidth" in r.output, r.output
+    r = runner.invoke(main, ["adaptive", "bench", "--device", "cpu", "-g", "ring:2", "--gen-opt", "rails"])
+    assert r.exit_code != 0 and "'rails': expected key=value" in r.output, r.output
+    for verb in ("check", "bench"):
+        r = runner.invoke(main, ["adaptive", verb, "--device", "cpu", "--lat", "3"])
+        assert r.exit_code != 0 and "parameters of --gen's generator" in r.output, (verb, r.output)
+    out = tmp_path / "b.json"
+    args = ["--device", "cpu", "-g", "switch:2", "--bw", "7.5", "--colls", "allgather", "--sizes", "4K"]
+    r = runner.invoke(main, ["adaptive", "bench", *args, "--iters", "1", "--warmup", "0", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(out.read_text())["topology"]["links"][0]["bandwidth_gbps"] == 7.5

@@ -20,6 +20,7 @@ from click.core import ParameterSource
 from autoccl import jsonout
 from autoccl.cli import options as O
 from autoccl.cli.files import refuse_same_file, refuse_unwritable
+from autoccl.cli.synth import generated_topology, generator_parameters
 from autoccl.synth import MAX_CHUNKS
 
 _NO_TORCH = (
@@ -592,20 +593,25 @@ def adaptive() -> None:
     """Synthesized collectives executed over torch.distributed (docs/adaptive.md)."""
 
 
-def _given_topology(topology: str | None, gen: str | None) -> _Topology | None:
-    """--topology FILE or --gen SPEC, built once; None: the job's ranks detect this machine's."""
+def _given_topology(
+    topology: str | None,
+    gen: str | None,
+    bandwidth: float | None = None,
+    latency: float | None = None,
+    gen_opt: tuple[str, ...] = (),
+) -> _Topology | None:
+    """--topology FILE or --gen SPEC (with --bw, --lat, --gen-opt, as synth takes them), built once; None: the
+    job's ranks detect this machine's."""
     if topology and gen:
         raise click.UsageError("give at most one of --topology and --gen")
+    if not gen and (bandwidth is not None or latency is not None or gen_opt):
+        raise click.UsageError("--bw, --lat and --gen-opt are parameters of --gen's generator")
     if topology:
         return _load_doc(topology)
     if gen:
         from autoccl.adaptive.jobs import topology_doc
-        from autoccl.synth import TopologyFileError, parse_gen_spec
 
-        try:
-            built = parse_gen_spec(gen)
-        except (TopologyFileError, ValueError) as e:
-            raise click.ClickException(str(e)) from None
+        built = generated_topology(gen, bandwidth, latency, gen_opt)
         return _Topology(topology_doc(built), [str(r) for r in built.ranks], gen)
     return None
 
@@ -636,6 +642,7 @@ def _colls(text: str) -> list[str]:
     "--topology", "-t", type=click.Path(exists=True, dir_okay=False), help="topology to synthesize on"
 )
 @click.option("--gen", "-g", help="or a generated one, e.g. torus:2x2 (default: this machine, detected)")
+@generator_parameters
 @click.option("--colls", default=",".join(_COLLS), show_default=True)
 @click.option("--dtypes", default=None, help="comma-separated (default: every dtype)")
 @click.option("--all-ops", is_flag=True, help="every reduction, not only SUM")
@@ -659,6 +666,9 @@ def check(
     nproc: int | None,
     topology: str | None,
     gen: str | None,
+    bandwidth: float | None,
+    latency: float | None,
+    gen_opt: tuple[str, ...],
     colls: str,
     dtypes: str | None,
     all_ops: bool,
@@ -683,7 +693,7 @@ def check(
                 itemsize = max(itemsize, dtype_by_name(name).itemsize)
             except ValueError as e:  # before any process starts
                 raise click.BadParameter(str(e), param_hint="--dtypes") from None
-    given = _given_topology(topology, gen)
+    given = _given_topology(topology, gen, bandwidth, latency, gen_opt)
     ranks = _ranks(nproc, dev, 2, given, hosts)  # without a topology, the ranks that will detect one
     _chunks_fit(chunks, ranks.world)
     # a rank's inputs, outputs and reference of the largest count: a gather's output holds every rank's
@@ -716,6 +726,8 @@ def check(
 @click.option(
     "--topology", "-t", type=click.Path(exists=True, dir_okay=False), help="topology (e.g. from profile)"
 )
+@click.option("--gen", "-g", help="or a generated one, e.g. switch:2 (default: this machine, detected)")
+@generator_parameters
 @click.option("--colls", default="allgather,allreduce", show_default=True, help="collectives to run")
 @click.option(
     "--sizes",
@@ -760,6 +772,10 @@ def bench(
     device: str,
     nproc: int | None,
     topology: str | None,
+    gen: str | None,
+    bandwidth: float | None,
+    latency: float | None,
+    gen_opt: tuple[str, ...],
     colls: str,
     sizes: list[int] | None,
     chunks: int,
@@ -782,7 +798,7 @@ def bench(
     if copy_size and dev != "cuda":
         click.echo("autoccl: --copy times CUDA peer copies; with --device cpu it does nothing", err=True)
     size_list = sizes or _sizes("64M,256M,1G" if dev == "cuda" else "256K,1M")
-    given = _load_doc(topology) if topology else None
+    given = _given_topology(topology, gen, bandwidth, latency, gen_opt)
     cfg: dict[str, Any] = {
         "device": dev,
         "topology": given.doc if given else None,  # None: the ranks detect it

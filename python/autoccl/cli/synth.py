@@ -18,7 +18,9 @@ from autoccl.cli.files import drop_stdout, refuse_same_file, refuse_unwritable
 from autoccl.synth.topofile import TopologyFileError
 
 
-def _gen_options(opts: tuple[str, ...]) -> dict[str, Any]:
+def _generator_options(opts: tuple[str, ...]) -> dict[str, Any]:
+    """--gen-opt key=value ... as the generator's parameters: numbers where they read as numbers, lists
+    where the value has commas (dim_types, per-dimension bandwidths and latencies)."""
     out: dict[str, Any] = {}
     for o in opts:
         key, eq, val = o.partition("=")
@@ -40,6 +42,34 @@ def _gen_options(opts: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+def generated_topology(
+    gen: str, bandwidth: float | None, latency: float | None, gen_opt: tuple[str, ...]
+) -> Any:
+    """`--gen KIND:DIMS` with `--bw`, `--lat` and `--gen-opt`, built (the synthesizer's Topology); a spec or
+    parameter the generator refuses is a ClickException naming it."""
+    options = _generator_options(gen_opt)
+    for key, value, option, what in (
+        ("bandwidth_gbps", bandwidth, "--bw", "bandwidth"),
+        ("latency_us", latency, "--lat", "latency"),
+    ):
+        if key in options and value is not None:  # --gen-opt's value won, the other was dropped silently
+            raise click.UsageError(f"{option} and --gen-opt {key}= both set the link {what}: give one")
+    try:
+        return S.parse_gen_spec(gen, bandwidth, latency, options)
+    except (TopologyFileError, ValueError) as e:
+        raise click.ClickException(str(e)) from e
+
+
+# The link parameters of --gen, for every command that takes a generated topology.
+generator_parameters = O.stack(
+    click.option("--bw", "bandwidth", type=float, help="generator link bandwidth (GB/s)"),
+    click.option("--lat", "latency", type=float, help="generator link latency (us)"),
+    click.option(
+        "--gen-opt", multiple=True, help="extra generator parameter key=value (e.g. dim_types=ring,fc,switch)"
+    ),
+)
+
+
 def _topology(
     topology: str | None,
     gen: str | None,
@@ -49,18 +79,11 @@ def _topology(
 ) -> Any:
     if bool(topology) == bool(gen):
         raise click.UsageError("give exactly one of --topology FILE or --gen KIND:DIMS")
+    if gen:
+        return generated_topology(gen, bandwidth, latency, gen_opt)
     try:
-        if topology:
-            return S.load_topology(topology)
-        assert gen is not None
-        options = _gen_options(gen_opt)
-        for key, value, option, what in (
-            ("bandwidth_gbps", bandwidth, "--bw", "bandwidth"),
-            ("latency_us", latency, "--lat", "latency"),
-        ):
-            if key in options and value is not None:  # --gen-opt's value won, the other was dropped silently
-                raise click.UsageError(f"{option} and --gen-opt {key}= both set the link {what}: give one")
-        return S.parse_gen_spec(gen, bandwidth, latency, options)
+        assert topology is not None
+        return S.load_topology(topology)
     except (TopologyFileError, ValueError) as e:
         raise click.ClickException(str(e)) from e
 
@@ -73,11 +96,7 @@ _with_topo = O.gathered(
         "--topology", "-t", type=click.Path(exists=True, dir_okay=False), help="topology file (YAML/JSON)"
     ),
     click.option("--gen", "-g", help="generator KIND:DIMS, e.g. mesh:16x16, torus:8x8x8, cluster:8x4"),
-    click.option("--bw", "bandwidth", type=float, help="generator link bandwidth (GB/s)"),
-    click.option("--lat", "latency", type=float, help="generator link latency (us)"),
-    click.option(
-        "--gen-opt", multiple=True, help="extra generator parameter key=value (e.g. dim_types=ring,fc,switch)"
-    ),
+    generator_parameters,
 )
 
 
