@@ -449,8 +449,8 @@ def test_profile_says_which_fits_are_doubtful(S, tmp_path: Path, monkeypatch: py
 
 
 def test_check_and_bench_take_the_generator_parameters_synth_takes(S, tmp_path: Path) -> None:
-    """`adaptive check -g` took no --bw, --lat or --gen-opt and `adaptive bench` no -g at all, where synth takes
-    them all: both take the same generator options now, refuse them without -g, and name a bad one."""
+    """`adaptive check -g` took no --bw, --lat or --gen-opt and `adaptive bench` no -g at all, where synth
+    takes them all: both take the same generator options now, refuse them without -g, and name a bad one."""
     runner = CliRunner()
     r = runner.invoke(main, ["adaptive", "check", "--device", "cpu", "-g", "ring:2", "--bw", "0"])
     assert r.exit_code != 0 and "bandwidth" in r.output, r.output

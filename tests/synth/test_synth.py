@@ -387,10 +387,12 @@ def test_cli(S: Any, tmp_path: Path) -> None:
     assert res.exit_code == 0 and "check ok" in res.output, res.output
     res = runner.invoke(main, ["sim", "-g", "mesh:3x3", "-c", "allreduce", "-b", "all", "-s", "8M"])
     assert res.exit_code == 0 and "ring" in res.output, res.output
+    # a bad generator value is a usage error, as a bad --size (status 2; it was 1)
     res = runner.invoke(main, ["synth", "-g", "mesh:3x3", "--bw", "-1"])
-    assert res.exit_code != 0 and "bandwidth must be positive" in res.output
+    assert res.exit_code == 2 and "bandwidth must be positive" in res.output
     res = runner.invoke(main, ["synth", "-g", "ring:0"])  # it read "generator 'ring:0'.dims: must be ..."
-    assert res.exit_code != 0 and "'ring:0': every dimension must be at least 1" in res.output, res.output
+    assert res.exit_code == 2 and "'ring:0': every dimension must be at least 1" in res.output, res.output
+    assert runner.invoke(main, ["synth", "-g", "ring:4", "-s", "lots"]).exit_code == 2
 
 
 def test_plots(S: Any, tmp_path: Path) -> None:

@@ -45,8 +45,9 @@ def _generator_options(opts: tuple[str, ...]) -> dict[str, Any]:
 def generated_topology(
     gen: str, bandwidth: float | None, latency: float | None, gen_opt: tuple[str, ...]
 ) -> Any:
-    """`--gen KIND:DIMS` with `--bw`, `--lat` and `--gen-opt`, built (the synthesizer's Topology); a spec or
-    parameter the generator refuses is a ClickException naming it."""
+    """`--gen KIND:DIMS` with `--bw`, `--lat` and `--gen-opt`, built (the synthesizer's Topology). A spec or
+    parameter the generator refuses is a usage error naming it (exit status 2, as a bad --size), where a bad
+    topology file is an error of its own (status 1)."""
     options = _generator_options(gen_opt)
     for key, value, option, what in (
         ("bandwidth_gbps", bandwidth, "--bw", "bandwidth"),
@@ -57,7 +58,7 @@ def generated_topology(
     try:
         return S.parse_gen_spec(gen, bandwidth, latency, options)
     except (TopologyFileError, ValueError) as e:
-        raise click.ClickException(str(e)) from e
+        raise click.UsageError(str(e)) from e
 
 
 # The link parameters of --gen, for every command that takes a generated topology.
