@@ -174,6 +174,7 @@ class OnlineSource final : public DecisionSource {
       opts_.maxUnprovenCalls = env.settings->unprovenCalls;
       opts_.speculate = env.settings->speculate;
       opts_.recordedStart = env.settings->recordedStart;
+      if (!env.settings->earnedAllowance) opts_.regretEarn = opts_.inflightRegret = 0;
     }
     if (env.table) {
       for (const TableEntry& e : env.table->entries) {
@@ -1250,6 +1251,12 @@ search::Options onlineSearchOptions() {
   o.maxUnprovenCalls = Settings{}.unprovenCalls;
   o.regretBudget = 0.10;
   o.regretAllowance = 16;
+  // ... earned at 5 % of its calls, the search waiting while it earns, and the calls planned ahead of their samples
+  // charged at 30 % of NCCL's time (or their measured excess): nccl-tests launches each loop before any of its
+  // samples returns, and a size it gives a few dozen calls can't repay a whole allowance spent at once (search
+  // test earnedAllowance; AUTOCCL_EARNED_ALLOWANCE).
+  o.regretEarn = 0.05;
+  o.inflightRegret = 0.3;
   // A table's entry is verified against NCCL's choice on 3 samples a side at each start: a job may give a
   // task only about a hundred calls (nccl-tests: 40 timed calls per size and placement). A search that has
   // not ended when the job does leaves its lead for the next job (TaskSearch::provisional).

@@ -316,6 +316,11 @@ Settings loadSettings(const EnvLookup& env) {
   else if (!once.empty() && once != "on")
     return invalid(s, "AUTOCCL_ALLOWANCE_ONCE='" + once + "' is not one of on, off");
 
+  const std::string earned = get(env, "AUTOCCL_EARNED_ALLOWANCE");
+  if (earned == "off") s.earnedAllowance = false;
+  else if (!earned.empty() && earned != "on")
+    return invalid(s, "AUTOCCL_EARNED_ALLOWANCE='" + earned + "' is not one of on, off");
+
   const std::string waits = get(env, "AUTOCCL_WAIT_REGRET");
   if (waits == "on") s.waitRegret = true;
   else if (!waits.empty() && waits != "off")

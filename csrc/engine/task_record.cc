@@ -40,13 +40,15 @@ std::string searchFields(const TaskSearchRecord& r) {
                 ",\"search_duel_extensions\":%" PRIu64 ",\"rank_scored\":%" PRIu64 ",\"shorter_elsewhere\":%" PRIu64
                 ",\"regret_us\":%.1f,\"wait_regret_us\":%.1f,\"small_task\":%s,\"small_by_model\":%s,\"model_us\":%.2f,\"table_default\":%s"
                 ",\"regret_stop\":%s,\"job_regret_stop\":%s,\"abandoned\":%" PRIu64 ",\"skipped_behind\":%" PRIu64
-                ",\"recorded_starts\":%" PRIu64 ",\"regret_allowance\":%.0f,\"nccl_own_incumbent\":%s",
+                ",\"recorded_starts\":%" PRIu64 ",\"regret_allowance\":%.0f,\"nccl_own_incumbent\":%s"
+                ",\"regret_waits\":%" PRIu64,
                 st.samples, st.lostSamples, st.lateSamples, st.priorSamples, st.waitCalls, st.freeWaitCalls,
                 st.duelExtensions, r.rankScored, r.shorterElsewhere, st.regretMicros, st.waitRegretMicros,
                 st.smallTask ? "true" : "false",
                 st.smallByModel ? "true" : "false", st.modelDefault, st.tableDefault ? "true" : "false",
                 st.regretStop ? "true" : "false", st.jobRegretStop ? "true" : "false", st.abandoned,
-                st.skippedBehind, st.recordedStarts, st.regretAllowance, st.ncclOwnIncumbent ? "true" : "false");
+                st.skippedBehind, st.recordedStarts, st.regretAllowance, st.ncclOwnIncumbent ? "true" : "false",
+                st.regretWaits);
   return buf;
 }
 

@@ -399,6 +399,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("AUTOCCL_SPECULATE", "library", "on, off", _one_of("on", "off")),
     Variable("AUTOCCL_RECORDED_START", "library", "on, off", _one_of("on", "off")),
     Variable("AUTOCCL_ALLOWANCE_ONCE", "library", "on, off", _one_of("on", "off")),
+    Variable("AUTOCCL_EARNED_ALLOWANCE", "library", "on, off", _one_of("on", "off")),
     Variable("AUTOCCL_WAIT_REGRET", "library", "on, off", _one_of("on", "off")),
     Variable(
         "AUTOCCL_STEP_ARMS",

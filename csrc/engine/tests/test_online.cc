@@ -731,12 +731,15 @@ CostModel modelNcclBest() {
   return m;
 }
 
-// onlineSettings() with AUTOCCL_JOB_REGRET_PCT as given.
+// onlineSettings() with AUTOCCL_JOB_REGRET_PCT as given, each task's allowance whole from its first call
+// (AUTOCCL_EARNED_ALLOWANCE=off): earned, the tasks' own bounds already keep these jobs to 114 calls off NCCL's
+// choice with the job's budget or without, against 126 without either.
 Settings withJobRegret(const char* pct) {
   Settings st = onlineSettings();
   Settings parsed = loadSettings(envOf({{"AUTOCCL_MODE", "online"}, {"AUTOCCL_JOB_REGRET_PCT", pct}}));
   CHECK(parsed.valid);
   st.jobRegretBudget = parsed.jobRegretBudget;
+  st.earnedAllowance = false;
   return st;
 }
 
@@ -1887,7 +1890,9 @@ void testSecondChanceKeepsALead() {
   printJobs("a 30 % faster pair", jobs);
   CHECK(!(jobs[1].entry && jobs[1].entryNccl));
   CHECK(jobs[2].explored > 0);
-  CHECK(!jobs[2].last.isDefault());
+  // it ends off NCCL's choice, or (its allowance earned, its candidates' calls held while their cost is in flight)
+  // leaves its lead off NCCL's choice for the next job
+  CHECK(!jobs[2].last.isDefault() || (jobs[2].entry && !jobs[2].entryNccl));
 }
 
 // A table entry naming NCCL's own configuration (Ring/Simple at the 24 channels NCCL runs it on, NCCL's chunk; an

@@ -199,6 +199,7 @@ struct TaskSearch::Impl {
   bool duelExtended() const { return duelExtensionsTaken > 0; }
 
   Stats st;
+  bool regretPaused = false;  // the search waits for its earned allowance (Options::regretEarn)
 
   Impl(const Space& s, Options opt, std::vector<Hint> h) : sp(s), o(std::move(opt)), hints(std::move(h)) {
     if (!o.objective) o.objective = collectiveTime();
@@ -351,6 +352,7 @@ struct TaskSearch::Impl {
       return;
     }
     mode = Mode::kTuning;
+    regretPaused = false;
     request(dflt, o.baselineSamples);
     // hinted points first (warm start), then one probe per supported pair, cheapest cost first
     // Pairs NCCL's own model puts far behind its choice are not worth a probe: each probe of, say, LL
@@ -874,7 +876,9 @@ struct TaskSearch::Impl {
 
   // A not yet measured point that an alive subspace will probably ask for next: in its current
   // dimension the continuation (2 steps on) and the half steps, then the other dimension.
-  int speculate(bool* trailing) {
+  // `room`: the regret budget left for calls in flight (regretRoomCalls); a point whose pair's measured point costs
+  // more per call is not guessed. `dryRun`: whether there is a point to guess, none created (0 or -1).
+  int speculate(bool* trailing, double room, bool dryRun = false) {
     // Only around a point already measured, and not hopelessly behind (what prune's probeKeep would drop): over
     // sockets on one H200 all_reduce 256 MiB's in-place loop ran ring/LL at 6 channels (3.7x NCCL's time),
     // speculated in the blind loop before its probe at 2 channels had returned; the old rule (any probe) also
@@ -887,6 +891,7 @@ struct TaskSearch::Impl {
       const Eval& x = evals[static_cast<size_t>(s.xEval)];
       if (x.samples.empty() || x.leftShort || (std::isfinite(best) && x.med() > best * (1.0 + std::max(o.probeKeep, 1.0))))
         continue;
+      if (std::isfinite(room) && callRegretEstimate(s.xEval) > room) continue;
       order.push_back(&s);
     }
     std::stable_sort(order.begin(), order.end(), [&](Sub* a, Sub* b) {
@@ -909,6 +914,7 @@ struct TaskSearch::Impl {
         if (!moved(s, dim, delta, ch, ck)) continue;
         PointKey key = normalize(s.pair, ch, ck);
         if (evalAt.count(key)) continue;
+        if (dryRun) return 0;
         *trailing = trails(s);
         return eval({s.pair, ch, ck});
       }
@@ -940,7 +946,11 @@ struct TaskSearch::Impl {
       toFinal(Config());
       return;
     }
-    const bool taskOver = o.regretBudget > 0 && !regretAllowed(d.med());
+    const bool overNow = o.regretBudget > 0 && !regretAllowed(d.med());
+    // Beyond what it has earned so far but within the whole allowance: the search waits for the calls that earn
+    // the rest (Options::regretEarn), running its incumbent, instead of ending.
+    regretPaused = overNow && o.regretEarn > 0 && st.regretMicros <= regretBudgetCalls(true) * d.med();
+    const bool taskOver = overNow && !regretPaused;
     reportRegret();
     const bool jobOver = o.jobRegret && !o.jobRegret->allows();
     if (d.n() > 0 && (taskOver || jobOver)) {
@@ -1368,6 +1378,11 @@ struct TaskSearch::Impl {
           planOne();
           return;
         }
+        if (regretPaused) {  // earning the allowance back: the incumbent, free within the round's waits
+          schedule(inc, 1, Phase::kTuning, true, true);
+          st.regretWaits++;
+          return;
+        }
         const int room = unprovenRoom();
         bool heldBack = false;  // an unproven candidate is waiting for room (Options::maxUnprovenCalls)
         for (auto it = queue.begin(); it != queue.end();) {
@@ -1386,6 +1401,13 @@ struct TaskSearch::Impl {
             }
             need = std::min(need, room);
           }
+          const int afford = regretRoomFor(id);
+          if (afford <= 0) {  // the budget is spoken for by the calls in flight: their samples decide
+            heldBack = true;
+            ++it;
+            continue;
+          }
+          need = std::min(need, afford);
           queue.erase(it);
           schedule(id, static_cast<uint64_t>(need), Phase::kTuning);
           if (e.n() + e.inflight < e.want) queue.push_front(id);  // the rest of its block, within the room
@@ -1398,15 +1420,20 @@ struct TaskSearch::Impl {
         // nothing can be decided until samples arrive (host run-ahead): measure a point the descent
         // is likely to need next, else run the incumbent meanwhile
         bool trailing = false;
-        const int spec = o.speculate && room > 0 ? speculate(&trailing) : -1;
+        // a guess the budget can't cover while samples are in flight waits for them
+        const double specRoom = regretRoomCalls();
+        const int spec = o.speculate && room > 0 ? speculate(&trailing, specRoom) : -1;
+        const bool specHeld = o.speculate && room > 0 && spec < 0 && std::isfinite(specRoom) &&
+                              speculate(&trailing, std::numeric_limits<double>::infinity(), true) >= 0;
         if (spec >= 0) {
           const int want = requestStep(spec, trailing);
+          const int afford = std::max(1, regretRoomFor(spec));
           if (!queue.empty() && queue.back() == spec) queue.pop_back();
-          schedule(spec, static_cast<uint64_t>(std::max(1, std::min(want, room))), Phase::kTuning);
+          schedule(spec, static_cast<uint64_t>(std::max(1, std::min({want, room, afford}))), Phase::kTuning);
           if (evals[static_cast<size_t>(spec)].inflight < want) queue.push_front(spec);
           return;
         }
-        if (o.speculate && room <= 0) {  // speculation held back by the bound
+        if (o.speculate && (room <= 0 || specHeld)) {  // speculation held back by a bound
           waitForEvidence();
           return;
         }
@@ -1585,10 +1612,51 @@ struct TaskSearch::Impl {
     reportRegret();
     return true;
   }
-  // Whether exploration may go on under Options::regretBudget, NCCL's median being `dmed`.
-  bool regretAllowed(double dmed) const {
+  // The task's regret budget now, in calls at NCCL's median (Options::regretBudget, regretAllowance, regretEarn).
+  // The allowance is earned on every call of the round, waits included (a paused search earns it back).
+  double regretBudgetCalls(bool whole = false) const {
     const double calls = static_cast<double>(tuningCallsThisRound);
-    return st.regretMicros <= (o.regretBudget * calls + o.regretAllowance) * dmed;
+    const double roundCalls = static_cast<double>(planned - tuningStart);
+    const double allowance =
+        o.regretEarn > 0 && !whole ? std::min(o.regretAllowance, o.regretEarn * roundCalls) : o.regretAllowance;
+    return o.regretBudget * calls + allowance;
+  }
+  // Whether exploration may go on under Options::regretBudget, NCCL's median being `dmed`.
+  bool regretAllowed(double dmed) const { return st.regretMicros <= regretBudgetCalls() * dmed; }
+  // What one more call of eval `id` is expected to cost beyond NCCL's choice, in its medians
+  // (Options::inflightRegret): its own median's excess; with no sample, an earlier job's record of its pair, else
+  // the larger of inflightRegret and NCCL's model's excess. NCCL's choice itself costs nothing.
+  double callRegretEstimate(int id) const {
+    if (id == dflt) return 0;
+    const Eval& e = evals[static_cast<size_t>(id)];
+    const Eval& d = evals[static_cast<size_t>(dflt)];
+    if (!e.samples.empty() && !d.samples.empty()) return std::max(0.0, e.med() / d.med() - 1.0);
+    if (e.cfg.isDefault()) return o.inflightRegret;
+    // an earlier job's record of the pair (its best point) before NCCL's model
+    const float rec = sp.measuredRatio[e.cfg.algo][e.cfg.proto];
+    if (rec > 0) return std::max(0.0, static_cast<double>(rec) - 1.0);
+    double est = o.inflightRegret;
+    const float dc = defaultPair >= 0 ? sp.cost[defaultPair / kNumProtos][defaultPair % kNumProtos] : -1;
+    const float c = sp.cost[e.cfg.algo][e.cfg.proto];
+    if (dc > 0 && c > 0) est = std::max(est, static_cast<double>(c / dc) - 1.0);
+    return est;
+  }
+  // How many calls of eval `id` may be planned before the samples in flight return (Options::inflightRegret):
+  // the budget less the regret measured and the estimate of the calls in flight. Unbounded when off.
+  int regretRoomFor(int id) const {
+    if (id == dflt) return std::numeric_limits<int>::max();
+    const double est = callRegretEstimate(id), room = regretRoomCalls();
+    if (est <= 0 || !std::isfinite(room)) return std::numeric_limits<int>::max();
+    return room < est ? 0 : static_cast<int>(std::min(room / est, 1e6));
+  }
+  // The budget less the regret measured and the estimate of the calls in flight, in calls at NCCL's median.
+  double regretRoomCalls() const {
+    if (o.inflightRegret <= 0 || o.regretBudget <= 0) return std::numeric_limits<double>::infinity();
+    const Eval& d = evals[static_cast<size_t>(dflt)];
+    double used = d.samples.empty() ? 0.0 : st.regretMicros / d.med();
+    for (size_t i = 0; i < evals.size(); ++i)
+      if (evals[i].inflight > 0) used += evals[i].inflight * callRegretEstimate(static_cast<int>(i));
+    return regretBudgetCalls() - used;
   }
 };
 

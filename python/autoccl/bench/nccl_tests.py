@@ -214,6 +214,7 @@ def pinned_tasks(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                         "nccl_own_incumbent",
                         "skipped_behind",
                         "recorded_starts",
+                        "regret_waits",
                     )
                     if k in rec
                 }

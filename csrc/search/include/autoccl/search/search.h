@@ -215,6 +215,16 @@ struct Options {
   // other than NCCL's choice still has to win the duel). regretBudget 0: no bound.
   double regretBudget = 0;
   double regretAllowance = 4;
+  // The allowance is earned: at most regretEarn x the task's tuning calls so far (capped at regretAllowance),
+  // so a task that recurs a few times can lose only that share of its time, whatever the job's length.
+  // 0: the whole allowance from the first call.
+  double regretEarn = 0;
+  // Calls planned but not yet measured count against the budget at an estimate of their extra time, as shares
+  // of NCCL's median: a measured configuration its median's excess, one with no sample yet the larger of this
+  // and NCCL's model's excess. A candidate's calls wait (the incumbent runs meanwhile) while the estimate would
+  // overrun the budget: the host launching a loop before any of its samples returns cannot overspend it blind.
+  // 0: only samples count.
+  double inflightRegret = 0;
   // Shared by the job's tasks: once their summed regret exceeds the job's budget (RegretLedger), every task still
   // exploring ends its tuning as if its own budget were spent. Null: no job bound.
   std::shared_ptr<RegretLedger> jobRegret;
@@ -274,6 +284,7 @@ struct Stats {
   uint64_t recordedStarts = 0;  // pairs whose first probe moved to an earlier job's best point (Options::recordedStart)
   double regretAllowance = 0;   // the allowance this search had (Options::regretAllowance), calls
   uint64_t unprovenWaits = 0;   // calls the incumbent ran while maxUnprovenCalls held candidates back
+  uint64_t regretWaits = 0;     // ... while the search earned its allowance (Options::regretEarn)
   // Tuning ended with NCCL's own configuration in its explicit form as the incumbent (TaskSearch::ncclChoice):
   // NCCL's choice was pinned, without a duel of two identical configurations.
   bool ncclOwnIncumbent = false;
