@@ -174,7 +174,8 @@ class OnlineSource final : public DecisionSource {
       opts_.maxUnprovenCalls = env.settings->unprovenCalls;
       opts_.speculate = env.settings->speculate;
       opts_.recordedStart = env.settings->recordedStart;
-      if (!env.settings->earnedAllowance) opts_.regretEarn = opts_.inflightRegret = 0;
+      opts_.regretEarn = env.settings->regretEarn;
+      if (opts_.regretEarn <= 0) opts_.inflightRegret = 0;
     }
     if (env.table) {
       for (const TableEntry& e : env.table->entries) {
@@ -1254,8 +1255,8 @@ search::Options onlineSearchOptions() {
   // ... earned at 5 % of its calls, the search waiting while it earns, and the calls planned ahead of their samples
   // charged at 30 % of NCCL's time (or their measured excess): nccl-tests launches each loop before any of its
   // samples returns, and a size it gives a few dozen calls can't repay a whole allowance spent at once (search
-  // test earnedAllowance; AUTOCCL_EARNED_ALLOWANCE).
-  o.regretEarn = 0.05;
+  // test earnedAllowance; AUTOCCL_REGRET_EARN_PCT).
+  o.regretEarn = Settings{}.regretEarn;
   o.inflightRegret = 0.3;
   // A table's entry is verified against NCCL's choice on 3 samples a side at each start: a job may give a
   // task only about a hundred calls (nccl-tests: 40 timed calls per size and placement). A search that has

@@ -280,6 +280,9 @@ Settings loadSettings(const EnvLookup& env) {
   uint64_t regretPct = static_cast<uint64_t>(s.regretBudget * 100.0 + 0.5);
   if (!readBounded(env, "AUTOCCL_REGRET_PCT", 0, 100, &regretPct, &err)) return invalid(s, err);
   s.regretBudget = static_cast<double>(regretPct) / 100.0;
+  uint64_t earnPct = static_cast<uint64_t>(s.regretEarn * 100.0 + 0.5);
+  if (!readBounded(env, "AUTOCCL_REGRET_EARN_PCT", 0, 100, &earnPct, &err)) return invalid(s, err);
+  s.regretEarn = static_cast<double>(earnPct) / 100.0;
   uint64_t jobRegretPct = static_cast<uint64_t>(s.jobRegretBudget * 100.0 + 0.5);
   if (!readBounded(env, "AUTOCCL_JOB_REGRET_PCT", 0, 100, &jobRegretPct, &err)) return invalid(s, err);
   s.jobRegretBudget = static_cast<double>(jobRegretPct) / 100.0;
@@ -315,11 +318,6 @@ Settings loadSettings(const EnvLookup& env) {
   if (once == "off") s.allowanceOnce = false;
   else if (!once.empty() && once != "on")
     return invalid(s, "AUTOCCL_ALLOWANCE_ONCE='" + once + "' is not one of on, off");
-
-  const std::string earned = get(env, "AUTOCCL_EARNED_ALLOWANCE");
-  if (earned == "off") s.earnedAllowance = false;
-  else if (!earned.empty() && earned != "on")
-    return invalid(s, "AUTOCCL_EARNED_ALLOWANCE='" + earned + "' is not one of on, off");
 
   const std::string waits = get(env, "AUTOCCL_WAIT_REGRET");
   if (waits == "on") s.waitRegret = true;

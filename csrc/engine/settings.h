@@ -148,12 +148,13 @@ struct Settings {
   // that ends the search with no lead either (16 samples or more, and no point ahead of NCCL's median by a duel's
   // margin) writes NCCL's choice for it: the next start runs it untimed (engine tests online_second_chance_*).
   bool allowanceOnce = true;
-  // AUTOCCL_EARNED_ALLOWANCE (online mode): `on` (default) earns a task's regret allowance on its calls (5 % of
-  // each, up to the 16 calls) and waits while it earns instead of ending the search, and charges the calls in
-  // flight at an estimate (30 % of NCCL's time, or a measured excess) before their samples return: a job that
-  // gives a task a few dozen calls, launched blind in loops, loses at most about 15 % of them to exploration.
-  // `off`: the whole allowance from the first call, only samples counted (search test earnedAllowance).
-  bool earnedAllowance = true;
+  // AUTOCCL_REGRET_EARN_PCT (online mode): a task earns its regret allowance at this percent of each of its calls
+  // (up to the 16 calls), its search waiting while it earns instead of ending, and the calls in flight are charged
+  // at an estimate (30 % of NCCL's time, or a measured excess) before their samples return: a job that gives a
+  // task a few dozen calls, launched blind in loops, loses about AUTOCCL_REGRET_PCT plus this percent of them at
+  // most to exploration. 0: the whole allowance from the first call, only samples counted (search test
+  // earnedAllowance).
+  double regretEarn = 0.05;
   // AUTOCCL_WAIT_REGRET (online mode): `on` counts the time a rank waited for an exploring task's plan (a lookup
   // that had to ask the authority: over TCP a round trip) into the task's regret, as the longest wait of any rank at
   // that call, at most 5 ms a call (search::TaskSearch::chargeWait); `off` (default until a GPU run says which is

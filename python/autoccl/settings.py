@@ -384,6 +384,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("AUTOCCL_MIN_TASK_US_TCP", "library", "integer in [0, 1000000]", _int_range(0, 1000000)),
     Variable("AUTOCCL_MODEL_SMALL_PCT", "library", "integer in [0, 100]", _int_range(0, 100)),
     Variable("AUTOCCL_REGRET_PCT", "library", "integer in [0, 100]", _int_range(0, 100)),
+    Variable("AUTOCCL_REGRET_EARN_PCT", "library", "integer in [0, 100]", _int_range(0, 100)),
     Variable("AUTOCCL_JOB_REGRET_PCT", "library", "integer in [0, 100]", _int_range(0, 100)),
     Variable("AUTOCCL_PROBE_KEEP_PCT", "library", "integer in [0, 1000]", _int_range(0, 1000)),
     Variable("AUTOCCL_SKIP_BEHIND_PCT", "library", "integer in [0, 10000]", _int_range(0, 10000)),
@@ -399,7 +400,6 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("AUTOCCL_SPECULATE", "library", "on, off", _one_of("on", "off")),
     Variable("AUTOCCL_RECORDED_START", "library", "on, off", _one_of("on", "off")),
     Variable("AUTOCCL_ALLOWANCE_ONCE", "library", "on, off", _one_of("on", "off")),
-    Variable("AUTOCCL_EARNED_ALLOWANCE", "library", "on, off", _one_of("on", "off")),
     Variable("AUTOCCL_WAIT_REGRET", "library", "on, off", _one_of("on", "off")),
     Variable(
         "AUTOCCL_STEP_ARMS",

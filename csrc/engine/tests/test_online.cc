@@ -732,14 +732,14 @@ CostModel modelNcclBest() {
 }
 
 // onlineSettings() with AUTOCCL_JOB_REGRET_PCT as given, each task's allowance whole from its first call
-// (AUTOCCL_EARNED_ALLOWANCE=off): earned, the tasks' own bounds already keep these jobs to 114 calls off NCCL's
+// (AUTOCCL_REGRET_EARN_PCT=0): earned, the tasks' own bounds already keep these jobs to 114 calls off NCCL's
 // choice with the job's budget or without, against 126 without either.
 Settings withJobRegret(const char* pct) {
   Settings st = onlineSettings();
   Settings parsed = loadSettings(envOf({{"AUTOCCL_MODE", "online"}, {"AUTOCCL_JOB_REGRET_PCT", pct}}));
   CHECK(parsed.valid);
   st.jobRegretBudget = parsed.jobRegretBudget;
-  st.earnedAllowance = false;
+  st.regretEarn = 0;
   return st;
 }
 
