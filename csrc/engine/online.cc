@@ -175,7 +175,7 @@ class OnlineSource final : public DecisionSource {
       opts_.speculate = env.settings->speculate;
       opts_.recordedStart = env.settings->recordedStart;
       opts_.regretEarn = env.settings->regretEarn;
-      if (opts_.regretEarn <= 0) opts_.inflightRegret = 0;
+      opts_.inflightRegret = opts_.regretEarn > 0 ? 0.3 : 0;
     }
     if (env.table) {
       for (const TableEntry& e : env.table->entries) {
@@ -1252,12 +1252,12 @@ search::Options onlineSearchOptions() {
   o.maxUnprovenCalls = Settings{}.unprovenCalls;
   o.regretBudget = 0.10;
   o.regretAllowance = 16;
-  // ... earned at 5 % of its calls, the search waiting while it earns, and the calls planned ahead of their samples
-  // charged at 30 % of NCCL's time (or their measured excess): nccl-tests launches each loop before any of its
-  // samples returns, and a size it gives a few dozen calls can't repay a whole allowance spent at once (search
-  // test earnedAllowance; AUTOCCL_REGRET_EARN_PCT).
+  // With AUTOCCL_REGRET_EARN_PCT (opt-in) the allowance is earned on the task's calls, the search waiting while it
+  // earns, and the calls planned ahead of their samples are charged at 30 % of NCCL's time (or a record, or their
+  // measured excess): nccl-tests launches each loop before any of its samples returns, and a size it gives a few
+  // dozen calls can't repay a whole allowance spent at once (search test earnedAllowance).
   o.regretEarn = Settings{}.regretEarn;
-  o.inflightRegret = 0.3;
+  o.inflightRegret = o.regretEarn > 0 ? 0.3 : 0;
   // A table's entry is verified against NCCL's choice on 3 samples a side at each start: a job may give a
   // task only about a hundred calls (nccl-tests: 40 timed calls per size and placement). A search that has
   // not ended when the job does leaves its lead for the next job (TaskSearch::provisional).

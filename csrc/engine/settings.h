@@ -148,13 +148,15 @@ struct Settings {
   // that ends the search with no lead either (16 samples or more, and no point ahead of NCCL's median by a duel's
   // margin) writes NCCL's choice for it: the next start runs it untimed (engine tests online_second_chance_*).
   bool allowanceOnce = true;
-  // AUTOCCL_REGRET_EARN_PCT (online mode): a task earns its regret allowance at this percent of each of its calls
-  // (up to the 16 calls), its search waiting while it earns instead of ending, and the calls in flight are charged
-  // at an estimate (30 % of NCCL's time, or a measured excess) before their samples return: a job that gives a
-  // task a few dozen calls, launched blind in loops, loses about AUTOCCL_REGRET_PCT plus this percent of them at
-  // most to exploration. 0: the whole allowance from the first call, only samples counted (search test
-  // earnedAllowance).
-  double regretEarn = 0.05;
+  // AUTOCCL_REGRET_EARN_PCT (online mode, opt-in): a task earns its regret allowance at this percent of each of its
+  // calls (up to the 16 calls), its search waiting on its incumbent, untimed, while it earns instead of ending, and
+  // the calls in flight are charged at an estimate (30 % of NCCL's time, an earlier job's record, or a measured
+  // excess) before their samples return: a job that gives a task a few dozen calls, launched blind in loops, loses
+  // about AUTOCCL_REGRET_PCT plus this percent of them at most to exploration. 5 cut short nccl-tests loops' losses
+  // on one H100 over sockets (0.995x plain against 0.895x at -w 1 -n 20) and cost -w 20 -n 40 loops, whose searches
+  // it lengthens into the next launch (0.968x against 0.996x); 0 (default): the whole allowance from the first
+  // call, only samples counted (search test earnedAllowance; benchmarks/results/h100x1/earned-allowance-hosts).
+  double regretEarn = 0;
   // AUTOCCL_WAIT_REGRET (online mode): `on` counts the time a rank waited for an exploring task's plan (a lookup
   // that had to ask the authority: over TCP a round trip) into the task's regret, as the longest wait of any rank at
   // that call, at most 5 ms a call (search::TaskSearch::chargeWait); `off` (default until a GPU run says which is

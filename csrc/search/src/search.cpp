@@ -1202,6 +1202,16 @@ struct TaskSearch::Impl {
   // One call of the incumbent, timed, while unproven candidates wait for room (Options::maxUnprovenCalls). Free
   // against maxTuningCalls up to maxWaitCalls a round, as a wait far behind the samples is: it explores nothing,
   // and the cap keeps a search whose samples come late from tuning without end.
+  // n calls of the incumbent while the regret budget is short (Options::regretEarn) or spoken for by calls in
+  // flight (Options::inflightRegret): untimed and outside the exploring calls, as a pinned segment is (its samples
+  // would change nothing the budget waits for, and the engine lets timing go). Bounded: the budget grows on
+  // every call of the round, and the whole allowance is at most 16 calls' regret away.
+  void waitForBudget(uint64_t n = 1) {
+    Segment w{planned, planned + n, evals[static_cast<size_t>(inc)].cfg, Phase::kPinned};
+    w.cfg.measure = false;
+    st.regretWaits += n;
+    add(w);
+  }
   void waitForEvidence() {
     schedule(inc, 1, Phase::kTuning, true, true);
     st.unprovenWaits++;
@@ -1378,13 +1388,21 @@ struct TaskSearch::Impl {
           planOne();
           return;
         }
-        if (regretPaused) {  // earning the allowance back: the incumbent, free within the round's waits
-          schedule(inc, 1, Phase::kTuning, true, true);
-          st.regretWaits++;
-          return;
+        if (regretPaused) {
+          // Earning the allowance back: the incumbent, untimed, for as many calls as the budget still needs (at
+          // most 32 a segment: a sample in flight may lower the regret meanwhile).
+          const Eval& d = evals[static_cast<size_t>(dflt)];
+          const double short_ = st.regretMicros / d.med() - regretBudgetCalls();
+          if (short_ > 0 && o.regretEarn > 0) {
+            const auto n = static_cast<uint64_t>(std::min(32.0, std::ceil(short_ / o.regretEarn)));
+            waitForBudget(std::max<uint64_t>(n, 1));
+            return;
+          }
+          regretPaused = false;
         }
         const int room = unprovenRoom();
         bool heldBack = false;  // an unproven candidate is waiting for room (Options::maxUnprovenCalls)
+        bool heldByBudget = false;  // ... or a candidate for the regret budget (Options::inflightRegret)
         for (auto it = queue.begin(); it != queue.end();) {
           const int id = *it;
           Eval& e = evals[static_cast<size_t>(id)];
@@ -1403,7 +1421,7 @@ struct TaskSearch::Impl {
           }
           const int afford = regretRoomFor(id);
           if (afford <= 0) {  // the budget is spoken for by the calls in flight: their samples decide
-            heldBack = true;
+            heldByBudget = true;
             ++it;
             continue;
           }
@@ -1415,6 +1433,10 @@ struct TaskSearch::Impl {
         }
         if (heldBack) {
           waitForEvidence();
+          return;
+        }
+        if (heldByBudget) {
+          waitForBudget();
           return;
         }
         // nothing can be decided until samples arrive (host run-ahead): measure a point the descent
@@ -1433,8 +1455,12 @@ struct TaskSearch::Impl {
           if (evals[static_cast<size_t>(spec)].inflight < want) queue.push_front(spec);
           return;
         }
-        if (o.speculate && (room <= 0 || specHeld)) {  // speculation held back by a bound
+        if (o.speculate && room <= 0) {  // speculation held back by a bound
           waitForEvidence();
+          return;
+        }
+        if (specHeld) {
+          waitForBudget();
           return;
         }
         schedule(inc, 1, Phase::kTuning, true);
