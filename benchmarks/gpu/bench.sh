@@ -79,9 +79,9 @@
 #             round trip to the authority, counted into the task's regret), each mode with its own cache, traced: with
 #             one process per rank (or two hosts of one GPU) the cold pass (pass 0) is where it shows; the task records'
 #             wait_regret_us and regret_stop say what the waits cost and which searches they ended
-#   earned    online (the default: each task's regret allowance earned at 5 % of its calls, the calls in flight
-#             charged at an estimate) beside online earning at EARN_PCT (default 10) and online with
-#             AUTOCCL_REGRET_EARN_PCT=0 (the whole allowance from the first call), each mode with its own cache, traced: short loops (-w 1 -n 20, nccl-tests' default; -w 5 -n 10) are where
+#   earned    online (the default: each task's regret allowance whole from its first call) beside online with
+#             AUTOCCL_REGRET_EARN_PCT=$EARN_PCT (default 5: the allowance earned on the task's calls, the calls in
+#             flight charged at an estimate), each mode with its own cache, traced: short loops (-w 1 -n 20, nccl-tests' default; -w 5 -n 10) are where
 #             it shows, the task records' regret_us, regret_waits and regret_stop say what exploring cost
 #   unproven  online beside online with AUTOCCL_UNPROVEN_CALLS=$UNPROVEN_CALLS (default 3: at most that many calls of
 #             unmeasured configurations in flight while the plan runs ahead of its samples) and online with
@@ -226,9 +226,8 @@ for plan in ${PLANS:-overhead online}; do
     recordedstart) args=(-m plain -m online -m "online-widest:--mode online AUTOCCL_RECORDED_START=off" --trace) ;;
     waitregret) args=(-m plain -m online -m "online-waits:--mode online AUTOCCL_WAIT_REGRET=on" --trace) ;;
     earned)
-      ep=${EARN_PCT:-10}
-      args=(-m plain -m online -m "online-earn$ep:--mode online AUTOCCL_REGRET_EARN_PCT=$ep"
-            -m "online-whole:--mode online AUTOCCL_REGRET_EARN_PCT=0" --trace) ;;
+      ep=${EARN_PCT:-5}
+      args=(-m plain -m online -m "online-earn$ep:--mode online AUTOCCL_REGRET_EARN_PCT=$ep" --trace) ;;
     allowanceonce) args=(-m plain -m online -m "online-every:--mode online AUTOCCL_ALLOWANCE_ONCE=off" --trace) ;;
     unproven) args=(-m plain -m online -m "online-u${UNPROVEN_CALLS:-3}:--mode online AUTOCCL_UNPROVEN_CALLS=${UNPROVEN_CALLS:-3}"
                     -m "online-nospec:--mode online AUTOCCL_SPECULATE=off" --trace) ;;
