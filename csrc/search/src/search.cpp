@@ -948,7 +948,7 @@ struct TaskSearch::Impl {
     }
     const bool overNow = o.regretBudget > 0 && !regretAllowed(d.med());
     // Beyond what it has earned so far but within the whole allowance: the search waits for the calls that earn
-    // the rest (Options::regretEarn), running its incumbent, instead of ending.
+    // the rest (Options::regretEarn), running its incumbent untimed (waitForBudget), instead of ending.
     regretPaused = overNow && o.regretEarn > 0 && st.regretMicros <= regretBudgetCalls(true) * d.med();
     const bool taskOver = overNow && !regretPaused;
     reportRegret();
@@ -1199,9 +1199,6 @@ struct TaskSearch::Impl {
       if (isUnproven(static_cast<int>(i))) inFlight += evals[i].inflight;
     return o.maxUnprovenCalls - inFlight;
   }
-  // One call of the incumbent, timed, while unproven candidates wait for room (Options::maxUnprovenCalls). Free
-  // against maxTuningCalls up to maxWaitCalls a round, as a wait far behind the samples is: it explores nothing,
-  // and the cap keeps a search whose samples come late from tuning without end.
   // n calls of the incumbent while the regret budget is short (Options::regretEarn) or spoken for by calls in
   // flight (Options::inflightRegret): untimed and outside the exploring calls, as a pinned segment is (its samples
   // would change nothing the budget waits for, and the engine lets timing go). Bounded: the budget grows on
@@ -1212,6 +1209,9 @@ struct TaskSearch::Impl {
     st.regretWaits += n;
     add(w);
   }
+  // One call of the incumbent, timed, while unproven candidates wait for room (Options::maxUnprovenCalls). Free
+  // against maxTuningCalls up to maxWaitCalls a round, as a wait far behind the samples is: it explores nothing,
+  // and the cap keeps a search whose samples come late from tuning without end.
   void waitForEvidence() {
     schedule(inc, 1, Phase::kTuning, true, true);
     st.unprovenWaits++;
@@ -1392,9 +1392,9 @@ struct TaskSearch::Impl {
           // Earning the allowance back: the incumbent, untimed, for as many calls as the budget still needs (at
           // most 32 a segment: a sample in flight may lower the regret meanwhile).
           const Eval& d = evals[static_cast<size_t>(dflt)];
-          const double short_ = st.regretMicros / d.med() - regretBudgetCalls();
-          if (short_ > 0 && o.regretEarn > 0) {
-            const auto n = static_cast<uint64_t>(std::min(32.0, std::ceil(short_ / o.regretEarn)));
+          const double shortCalls = st.regretMicros / d.med() - regretBudgetCalls();
+          if (shortCalls > 0 && o.regretEarn > 0) {
+            const auto n = static_cast<uint64_t>(std::min(32.0, std::ceil(shortCalls / o.regretEarn)));
             waitForBudget(std::max<uint64_t>(n, 1));
             return;
           }
