@@ -205,9 +205,8 @@ Options withOnlineBounds(Options o) {
   o.regretAllowance = 16;
   return o;
 }
-// ... and the allowance earned on the task's calls, the calls in flight charged (the engine's default since the
-// earnedAllowance test; the tests of other mechanisms above measure them against the whole allowance at once,
-// as they were tuned).
+// ... and the allowance earned on the task's calls, the calls in flight charged (AUTOCCL_REGRET_EARN_PCT=5, opt-in
+// in the engine; the search test earnedAllowance).
 Options withEarnedAllowance(Options o) {
   o.regretEarn = 0.05;
   o.inflightRegret = 0.3;
@@ -2768,7 +2767,6 @@ void stepFirstModels() {
     CHECK(within3[0][1] >= within3[0][0] - 20);
   }
 }
-
 
 // One job of nccl-tests' loops on one task: `loops` calls each, every loop launched before any of its samples
 // returns (they arrive at its end). The true time of the loops after the first (the timed ones) over NCCL's.
