@@ -946,7 +946,7 @@ struct TaskSearch::Impl {
       toFinal(Config());
       return;
     }
-    const bool overNow = o.regretBudget > 0 && !regretAllowed(d.med());
+    const bool overNow = o.regretBudget > 0 && d.n() > 0 && !regretAllowed(d.med());
     // Beyond what it has earned so far but within the whole allowance: the search waits for the calls that earn
     // the rest (Options::regretEarn), running its incumbent untimed (waitForBudget), instead of ending.
     regretPaused = overNow && o.regretEarn > 0 && st.regretMicros <= regretBudgetCalls(true) * d.med();
@@ -1209,6 +1209,22 @@ struct TaskSearch::Impl {
     st.regretWaits += n;
     add(w);
   }
+  // A candidate the budget cannot cover (Options::inflightRegret): wait while the budget can still move (samples in
+  // flight, or an allowance still being earned); otherwise the budget is spent for this round, as a regret stop.
+  void budgetHeld() {
+    bool inFlight = false;
+    for (const Eval& e : evals) inFlight = inFlight || e.inflight > 0;
+    if (inFlight || regretBudgetCalls() < regretBudgetCalls(true)) {
+      waitForBudget();
+      return;
+    }
+    st.regretStop = true;
+    for (Eval& e : evals)
+      if (!e.finished()) e.want = e.n();
+    queue.clear();
+    finishTuning();
+    planOne();
+  }
   // One call of the incumbent, timed, while unproven candidates wait for room (Options::maxUnprovenCalls). Free
   // against maxTuningCalls up to maxWaitCalls a round, as a wait far behind the samples is: it explores nothing,
   // and the cap keeps a search whose samples come late from tuning without end.
@@ -1436,7 +1452,7 @@ struct TaskSearch::Impl {
           return;
         }
         if (heldByBudget) {
-          waitForBudget();
+          budgetHeld();
           return;
         }
         // nothing can be decided until samples arrive (host run-ahead): measure a point the descent
@@ -1460,7 +1476,7 @@ struct TaskSearch::Impl {
           return;
         }
         if (specHeld) {
-          waitForBudget();
+          budgetHeld();
           return;
         }
         schedule(inc, 1, Phase::kTuning, true);
@@ -1643,8 +1659,10 @@ struct TaskSearch::Impl {
   double regretBudgetCalls(bool whole = false) const {
     const double calls = static_cast<double>(tuningCallsThisRound);
     const double roundCalls = static_cast<double>(planned - tuningStart);
-    const double allowance =
-        o.regretEarn > 0 && !whole ? std::min(o.regretAllowance, o.regretEarn * roundCalls) : o.regretAllowance;
+    // A re-tune's round starts with the regret of the rounds before (Stats::regretMicros adds up): earning from 0
+    // again would pause it for hundreds of calls, so only the first round earns.
+    const bool earning = o.regretEarn > 0 && !whole && st.retunes == 0;
+    const double allowance = earning ? std::min(o.regretAllowance, o.regretEarn * roundCalls) : o.regretAllowance;
     return o.regretBudget * calls + allowance;
   }
   // Whether exploration may go on under Options::regretBudget, NCCL's median being `dmed`.
