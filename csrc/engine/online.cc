@@ -29,6 +29,13 @@ static_assert(kMaxChunkHalvings == search::kMaxChunkHalvings, "one bound for chu
 
 namespace {
 
+// AUTOCCL_REGRET_EARN_PCT as the search takes it: the allowance earned at `earn` of the task's calls, and then the
+// calls planned ahead of their samples charged at 30 % of NCCL's time (or a record, or their measured excess).
+void setEarnedAllowance(search::Options& o, double earn) {
+  o.regretEarn = earn;
+  o.inflightRegret = earn > 0 ? 0.3 : 0;
+}
+
 // Timing on this many calls before a segment ends (a check block may follow): NCCL reads the mask when
 // a group starts, so the call before the check must switch it on. More costs time where the host is the
 // bottleneck: with one process for 2 GPUs, 8 timed calls before each check doubled a 4 MiB all_gather's
@@ -174,8 +181,7 @@ class OnlineSource final : public DecisionSource {
       opts_.maxUnprovenCalls = env.settings->unprovenCalls;
       opts_.speculate = env.settings->speculate;
       opts_.recordedStart = env.settings->recordedStart;
-      opts_.regretEarn = env.settings->regretEarn;
-      opts_.inflightRegret = opts_.regretEarn > 0 ? 0.3 : 0;
+      setEarnedAllowance(opts_, env.settings->regretEarn);
     }
     if (env.table) {
       for (const TableEntry& e : env.table->entries) {
@@ -1256,8 +1262,7 @@ search::Options onlineSearchOptions() {
   // earns, and the calls planned ahead of their samples are charged at 30 % of NCCL's time (or a record, or their
   // measured excess): nccl-tests launches each loop before any of its samples returns, and a size it gives a few
   // dozen calls can't repay a whole allowance spent at once (search test earnedAllowance).
-  o.regretEarn = Settings{}.regretEarn;
-  o.inflightRegret = o.regretEarn > 0 ? 0.3 : 0;
+  setEarnedAllowance(o, Settings{}.regretEarn);
   // A table's entry is verified against NCCL's choice on 3 samples a side at each start: a job may give a
   // task only about a hundred calls (nccl-tests: 40 timed calls per size and placement). A search that has
   // not ended when the job does leaves its lead for the next job (TaskSearch::provisional).

@@ -199,7 +199,6 @@ struct TaskSearch::Impl {
   bool duelExtended() const { return duelExtensionsTaken > 0; }
 
   Stats st;
-  bool regretPaused = false;  // the search waits for its earned allowance (Options::regretEarn)
 
   Impl(const Space& s, Options opt, std::vector<Hint> h) : sp(s), o(std::move(opt)), hints(std::move(h)) {
     if (!o.objective) o.objective = collectiveTime();
@@ -352,7 +351,6 @@ struct TaskSearch::Impl {
       return;
     }
     mode = Mode::kTuning;
-    regretPaused = false;
     request(dflt, o.baselineSamples);
     // hinted points first (warm start), then one probe per supported pair, cheapest cost first
     // Pairs NCCL's own model puts far behind its choice are not worth a probe: each probe of, say, LL
@@ -946,11 +944,9 @@ struct TaskSearch::Impl {
       toFinal(Config());
       return;
     }
-    const bool overNow = o.regretBudget > 0 && d.n() > 0 && !regretAllowed(d.med());
-    // Beyond what it has earned so far but within the whole allowance: the search waits for the calls that earn
-    // the rest (Options::regretEarn), running its incumbent untimed (waitForBudget), instead of ending.
-    regretPaused = overNow && o.regretEarn > 0 && st.regretMicros <= regretBudgetCalls(true) * d.med();
-    const bool taskOver = overNow && !regretPaused;
+    // Beyond what it has earned so far but within the whole allowance, the search waits (planOne) instead of
+    // ending.
+    const bool taskOver = o.regretBudget > 0 && d.n() > 0 && !regretAllowed(d.med()) && earnedShortfall() <= 0;
     reportRegret();
     const bool jobOver = o.jobRegret && !o.jobRegret->allows();
     if (d.n() > 0 && (taskOver || jobOver)) {
@@ -1404,17 +1400,12 @@ struct TaskSearch::Impl {
           planOne();
           return;
         }
-        if (regretPaused) {
+        if (const double shortCalls = earnedShortfall(); shortCalls > 0) {
           // Earning the allowance back: the incumbent, untimed, for as many calls as the budget still needs (at
           // most 32 a segment: a sample in flight may lower the regret meanwhile).
-          const Eval& d = evals[static_cast<size_t>(dflt)];
-          const double shortCalls = st.regretMicros / d.med() - regretBudgetCalls();
-          if (shortCalls > 0 && o.regretEarn > 0) {
-            const auto n = static_cast<uint64_t>(std::min(32.0, std::ceil(shortCalls / o.regretEarn)));
-            waitForBudget(std::max<uint64_t>(n, 1));
-            return;
-          }
-          regretPaused = false;
+          const auto n = static_cast<uint64_t>(std::min(32.0, std::ceil(shortCalls / o.regretEarn)));
+          waitForBudget(std::max<uint64_t>(n, 1));
+          return;
         }
         const int room = unprovenRoom();
         bool heldBack = false;  // an unproven candidate is waiting for room (Options::maxUnprovenCalls)
@@ -1667,6 +1658,17 @@ struct TaskSearch::Impl {
   }
   // Whether exploration may go on under Options::regretBudget, NCCL's median being `dmed`.
   bool regretAllowed(double dmed) const { return st.regretMicros <= regretBudgetCalls() * dmed; }
+  // How far (in calls at NCCL's median) the regret is beyond what the search has earned while still within the
+  // whole allowance (Options::regretEarn): the calls it waits to earn. 0 when not earning, before NCCL's choice has
+  // a sample, within the budget, or beyond the whole allowance (a regret stop, not a wait).
+  double earnedShortfall() const {
+    if (o.regretEarn <= 0 || o.regretBudget <= 0 || dflt < 0) return 0;
+    const Eval& d = evals[static_cast<size_t>(dflt)];
+    if (d.n() == 0 || !(d.med() > 0)) return 0;
+    const double used = st.regretMicros / d.med();
+    if (used > regretBudgetCalls(true)) return 0;
+    return std::max(0.0, used - regretBudgetCalls());
+  }
   // What one more call of eval `id` is expected to cost beyond NCCL's choice, in its medians
   // (Options::inflightRegret): its own median's excess; with no sample, an earlier job's record of its pair, else
   // the larger of inflightRegret and NCCL's model's excess. NCCL's choice itself costs nothing.
