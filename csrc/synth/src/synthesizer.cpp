@@ -184,6 +184,16 @@ std::optional<GatherResult> direct_pattern(const Topology& t, const std::vector<
   return res;
 }
 
+// The direct pattern run again, recording, where a chunk trial or a weighing of the seeds chose it; its deliveries
+// count towards the progress as a seed's run does.
+GatherResult direct_pattern_again(const Topology& t, const std::vector<int>& src, double chunk_bytes,
+                                  const SynthOptions& o) {
+  std::optional<GatherResult> d = direct_pattern(t, src, chunk_bytes, true);
+  if (!d) throw Error("internal: the direct pattern chosen does not apply to this run");
+  if (o.deliveries) o.deliveries->fetch_add(d->count, std::memory_order_relaxed);
+  return std::move(*d);
+}
+
 // Best of `seeds` seeds (base_seed, base_seed + 1, ...; or the seeds of `seed_list`), run on up to `threads`
 // threads. Deterministic: ties go to the lowest seed.
 // With o.direct_candidate, on the general engine, the direct pattern (direct_pattern) is kept where it is
@@ -602,12 +612,7 @@ GatherResult spread(const Topology& t, bool transposed, const Schedule& s, const
   if (best_seed) *best_seed = kept.best_seed;
   if (direct) *direct = kept.direct;
   if (!o.record) return kept.best;
-  if (kept.direct) {
-    std::optional<GatherResult> d = direct_pattern(t, s.owner, s.chunk_bytes, true);
-    if (!d) throw Error("internal: the direct pattern the chunk trial kept does not apply to the synthesis");
-    if (o.deliveries) o.deliveries->fetch_add(d->count, std::memory_order_relaxed);
-    return std::move(*d);
-  }
+  if (kept.direct) return direct_pattern_again(t, s.owner, s.chunk_bytes, o);
   return gather(t, s.owner, s.chunk_bytes, kept.best_seed, true, all_threads(o), o);
 }
 
@@ -704,10 +709,9 @@ Schedule synthesize_to_stream(const Topology& topo, const SynthOptions& o0, cons
   const int threads = all_threads(o);
   auto write_run = [&](const Topology& t, std::uint64_t seed, bool direct, const Sink& sink) {
     if (!direct) return gather(t, s.owner, s.chunk_bytes, seed, false, threads, o, &sink);
-    std::optional<GatherResult> d = direct_pattern(t, s.owner, s.chunk_bytes, true);
-    if (!d) throw Error("internal: the direct pattern chosen does not apply to the stream");
-    sink(d->transfers);
-    return std::move(*d);
+    GatherResult d = direct_pattern_again(t, s.owner, s.chunk_bytes, o);
+    sink(d.transfers);
+    return d;
   };
   bool rev_direct = false, fwd_direct = false;
   std::vector<StreamSection> sections;
