@@ -293,6 +293,21 @@ def test_topology_file_errors(S: Any, tmp_path: Path, text: str, message: str) -
 
 
 @pytest.mark.parametrize(
+    "extra", [["--bw", "20"], ["--lat", "2"], ["--gen-opt", "bandwidth_gbps=10"]], ids=lambda e: e[0]
+)
+@pytest.mark.parametrize("verb", [["synth"], ["sim", "-b", "ring"]], ids=lambda v: v[0])
+def test_generator_parameters_need_a_generator(
+    S: Any, tmp_path: Path, verb: list[str], extra: list[str]
+) -> None:
+    """A topology file's links carry their own bandwidth and latency: --bw, --lat and --gen-opt beside
+    --topology were dropped without a word (as `adaptive` refuses them)."""
+    topo = tmp_path / "t.yaml"
+    topo.write_text("npus: [a, b]\nlinks:\n  - [a, b, 1, 10]\n  - [b, a, 1, 10]\n")
+    assert _run([*verb, "-t", str(topo)]).exit_code == 0
+    _refused(_run([*verb, "-t", str(topo), *extra]), "--bw, --lat and --gen-opt are parameters of --gen's")
+
+
+@pytest.mark.parametrize(
     "verb", [["synth", "-g", "ring:4", "-s", "64M"], ["sim", "-g", "ring:4", "-b", "all"]]
 )
 def test_closed_stdout_is_not_an_error(S: Any, tmp_path: Path, verb: list[str]) -> None:

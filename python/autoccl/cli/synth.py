@@ -80,6 +80,8 @@ def _topology(
 ) -> Any:
     if bool(topology) == bool(gen):
         raise click.UsageError("give exactly one of --topology FILE or --gen KIND:DIMS")
+    if not gen and (bandwidth is not None or latency is not None or gen_opt):  # a file's links are its own
+        raise click.UsageError("--bw, --lat and --gen-opt are parameters of --gen's generator")
     if gen:
         return generated_topology(gen, bandwidth, latency, gen_opt)
     try:
