@@ -102,6 +102,41 @@ def test_a_task_still_searching_has_its_gain_marked(tmp_path: Path) -> None:
     assert "still searching" not in (tmp_path / "tasks.md").read_text()
 
 
+def test_no_number_is_cut_at_80_columns() -> None:
+    """64 ranks: times of tens of milliseconds and 64-rank sizes did not fit the compact table at 80 columns,
+    whose cells were cut to "1616…"; they wrap instead."""
+    from io import StringIO
+    from typing import cast
+
+    from rich.console import Console
+
+    cfg = "ring/simple/24ch/2048K"
+    tasks = [
+        demo_mod.TaskResult(demo_mod.TaskKey("c0", coll, 256 << 20), 240, cfg, cfg, 161, 16161.25, 14484.75)
+        for coll in ("allgather", "reducescatter", "allreduce")
+    ]
+    res = demo_mod.DemoResult(
+        demo_mod.DemoConfig(ranks=64), tasks, cast(demo_mod.RunResult, None), cast(demo_mod.RunResult, None)
+    )
+    console = Console(file=StringIO(), width=80, color_system=None)
+    console.print(rich_table(res, console))
+    out = cast(StringIO, console.file).getvalue()
+    assert "…" not in out, out
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+
+
+def test_a_piped_table_is_not_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Piped or redirected, Rich falls back to 80 columns and cut a demo's or a doctor's cells to "…" in logs:
+    the tables' console is wide there, unless COLUMNS says how wide."""
+    from autoccl.cli.files import report_console
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    console = report_console()
+    assert not console.is_terminal and console.width >= 240
+    monkeypatch.setenv("COLUMNS", "100")
+    assert report_console().width == 100
+
+
 def test_sizes_option() -> None:
     """--sizes and --buckets: autoccl.cli.options.Bytes, '' for none, each at most the simulated GPUs' 16G."""
     assert SIZES.convert("8M,64MiB, 1G,512K,100", None, None) == [8 << 20, 64 << 20, 1 << 30, 512 << 10, 100]
@@ -176,8 +211,13 @@ def test_demo_end_to_end(online: Path, tmp_path: Path, processes: bool) -> None:
     res = CliRunner().invoke(main, args, catch_exceptions=False)
     assert res.exit_code == 0, res.output
     assert str(out) in res.output.replace("\n", "")
-    # where its tuning table is, outside the user's own cache, and how to look at it
-    assert f"autoccl cache list --cache-dir {out / 'emu-online' / 'cache'}" in res.output, res.output
+    # where its tuning table is, outside the user's own cache, and the whole command that shows it (it said
+    # "cache list --cache-dir DIR, then cache show", and `autoccl cache show` alone read the user's cache)
+    cache = out / "emu-online" / "cache"
+    shown = re.findall(rf"autoccl cache show (\S+) --cache-dir {re.escape(str(cache))}$", res.output, re.M)
+    assert shown == sorted(t.stem for t in (cache / "tables").glob("*.table")) and shown, res.output
+    listed = CliRunner().invoke(main, ["cache", "show", shown[0], "--cache-dir", str(cache)])
+    assert listed.exit_code == 0 and f"fingerprint {shown[0]}" in listed.output, listed.output
     for name in ("tasks.md", "results.json", "convergence.png"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
     assert (out / "convergence.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -436,6 +476,23 @@ def test_demo_leaves_the_shells_nccl_settings_out(online: Path, tmp_path: Path) 
         (["--sizes", "", "--buckets", ""], "no collective to run: --sizes and --buckets are both empty"),
         (["--sizes", "4", "--ranks", "4"], "--sizes: 4 B is less than one 4-byte element on each of 4 ranks"),
         (["--buckets", "2"], "--buckets: a bucket must hold at least one 4-byte element"),
+        # one task called twice a step, merged without a word
+        (
+            ["--sizes", "8M,8M", "--buckets", ""],
+            "--sizes: 8388608 B and 8388608 B are one task (allgather of 8388608 B on one communicator); "
+            "give each size once",
+        ),
+        (
+            ["--buckets", "4M,4M"],
+            "--buckets: 4194304 B and 4194304 B are one task (allreduce of 4194304 B on one communicator); "
+            "give each size once",
+        ),
+        # rounded down to whole 4-byte elements per rank, 12 and 13 bytes are one size
+        (
+            ["--ranks", "3", "--sizes", "12,13", "--buckets", ""],
+            "--sizes: 12 B and 13 B are one task (allgather of 12 B on one communicator); "
+            "give each size once",
+        ),
     ],
 )
 def test_demo_options_that_leave_nothing_to_run_are_named(
@@ -446,6 +503,14 @@ def test_demo_options_that_leave_nothing_to_run_are_named(
     assert res.exit_code == 2, res.output
     assert res.output.strip().splitlines()[-1] == f"Error: {message}"
     assert not (tmp_path / "out").exists()
+
+
+def test_demo_refuses_a_folder_it_cannot_make() -> None:
+    """It printed its banner and ran, then ended with "cannot access /proc/...": the folder is made first."""
+    res = CliRunner().invoke(main, ["demo", "-o", "/proc/autoccl-demo-out"])
+    assert res.exit_code == 2, res.output
+    assert "Invalid value for '-o': cannot make /proc/autoccl-demo-out" in res.output, res.output
+    assert "simulated H200 ranks" not in res.output
 
 
 def _emulators_writing_to(folder: Path) -> list[int]:

@@ -11,7 +11,7 @@ import click
 
 from autoccl import settings
 from autoccl.cli import options as O
-from autoccl.cli.files import missing_parent, pipe_safe_console
+from autoccl.cli.files import missing_parent, report_console
 from autoccl.tuner_env import SAFETY_ENV
 
 # --sizes and --buckets: comma-separated sizes ('' for none), each at most the simulated GPUs' memory.
@@ -32,7 +32,11 @@ SIZES = O.Bytes(many=True, empty=True, most=16 << 30, above="16G, the simulated 
 )
 @click.option("--buckets", type=SIZES, default="25M,4M", help="DDP all-reduce bucket sizes ('' for none).")
 @click.option(
-    "--steps", type=click.IntRange(20, 100000), default=240, help="Training steps (calls per task)."
+    "--steps",
+    type=click.IntRange(20, 100000),
+    default=240,
+    help="Training steps (calls per task). A task's search takes up to about 150 of its calls: with fewer "
+    "steps some tasks are still searching at the end (their gain is marked *).",
 )
 @click.option(
     "--load",
@@ -106,12 +110,16 @@ def demo(
             f"{out} holds an earlier demo (its tuning table would warm-start this one); choose another "
             "directory or pass --force to replace it"
         )
+    try:  # made before the banner: a folder that cannot be made is refused before any work
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise click.BadParameter(f"cannot make {out}: {e.strerror or e}", param_hint="'-o'") from e
     for old in earlier:
         if old.is_dir():
             shutil.rmtree(old)
         else:
             old.unlink()
-    console = pipe_safe_console()
+    console = report_console()
     # the library's settings (the emulator starts its ranks from a clean environment); the CLI's own, such as
     # AUTOCCL_LIB_DIR, still apply
     ignored = sorted(k for k, v in settings.BY_NAME.items() if v.reader == "library" and k in os.environ)
@@ -124,7 +132,8 @@ def demo(
             err=True,
         )
     console.print(
-        f"[bold]autoccl demo[/]: {ranks} simulated H200 ranks, {comms} communicator(s), {steps} steps, "
+        f"[bold]autoccl demo[/]: {ranks} simulated H200 ranks, {cfg.communicators_used()} communicator(s), "
+        f"{steps} steps, "
         f"GEMM load {load} (a computation beside the collectives, --load), "
         f"{'process per rank (TCP)' if processes else 'ranks as threads'}"
     )
@@ -167,9 +176,8 @@ def demo(
     console.print(f"Results in [bold]{out}[/]: " + ", ".join(p.name for p in files.values()))
     # The online run's table lives in the demo's folder, not in the user's cache: say how to look at it.
     cache = out / "emu-online" / "cache"
-    if any((cache / "tables").glob("*.table")):
+    for table in sorted((cache / "tables").glob("*.table")):
         # soft_wrap: the command stays on one line, to be copied whole
         console.print(
-            f"Its tuning table: [bold]autoccl cache list --cache-dir {cache}[/], then cache show",
-            soft_wrap=True,
+            f"Its tuning table: [bold]autoccl cache show {table.stem} --cache-dir {cache}[/]", soft_wrap=True
         )

@@ -11,7 +11,7 @@ from rich.text import Text
 from autoccl import doctor as D
 from autoccl import jsonout
 from autoccl.cli import options as O
-from autoccl.cli.files import pipe_safe_console
+from autoccl.cli.files import report_console
 from autoccl.tuner_env import MODES
 
 _STYLE = {D.OK: "green", D.WARN: "yellow", D.FAIL: "bold red", D.SKIPPED: "dim"}
@@ -53,13 +53,11 @@ def doctor(as_json: bool, no_gpu_check: bool, mode: str | None, cache_dir: str |
 
 
 def _print_table(checks: list[D.Check], mode: str) -> None:
-    console = pipe_safe_console()
-    if not console.is_terminal:  # piped: wide enough that no detail is cut (Rich falls back to 80 columns)
-        console = pipe_safe_console(width=max(console.width, 200))
+    console = report_console()
     view = RichTable(title=f"autoccl doctor (checks for --mode {mode})", show_lines=True)
     view.add_column("check", no_wrap=True)
     view.add_column("status", no_wrap=True)
-    view.add_column("detail")
+    view.add_column("detail", overflow="fold")  # a path too long for the terminal wraps, never "…"
     for c in checks:
         detail = Text(c.detail)
         if c.fix:

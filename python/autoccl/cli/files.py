@@ -96,6 +96,16 @@ def pipe_safe_console(**kwargs: Any) -> Console:
     return _pipe_safe_class()(**kwargs)
 
 
+def report_console() -> Console:
+    """A pipe-safe console for tables: a terminal's own width; piped or redirected, wide enough that no
+    column is cut to an ellipsis (Rich falls back to 80 columns there, and a demo's or a doctor's numbers and
+    paths ended in "…" in logs), unless COLUMNS says how wide."""
+    console = pipe_safe_console()
+    if console.is_terminal or os.environ.get("COLUMNS"):
+        return console
+    return pipe_safe_console(width=max(console.width, 240))
+
+
 @cache
 def _pipe_safe_class() -> type[Console]:
     from rich.console import Console

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -12,6 +13,7 @@ import click
 
 from autoccl import settings
 from autoccl.cli.channels import ChannelsOrAuto
+from autoccl.folders import unwritable_folder
 from autoccl.sizes import parse_size
 from autoccl.tuner_env import MODES
 
@@ -144,7 +146,12 @@ class _Folder(click.Path):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and not value.strip():
             self.fail("an empty name; give a folder (. for the current one)", param, ctx)
-        return super().convert(value, param, ctx)
+        folder = super().convert(value, param, ctx)
+        name = os.fsdecode(folder)
+        why = unwritable_folder(name)  # refused before any work, not when the first result is written
+        if why:
+            self.fail(f"cannot write results in {name}: {why}", param, ctx)
+        return folder
 
 
 def output_folder(dest: str, help: str, **kwargs: Any) -> Callable[[F], F]:

@@ -12,14 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table as RichTable
 
 from autoccl import settings, tables
 from autoccl._paths import ArtefactNotFound
 from autoccl.cli import options as O
 from autoccl.cli.channels import communicator_channels
-from autoccl.cli.files import missing_parent, pipe_safe_console
+from autoccl.cli.files import missing_parent, report_console
 from autoccl.folders import unwritable_folder
 from autoccl.tuner_env import MODES, MPI_LAUNCHERS, mpi_forwarding, plugin_env, this_host_address
 
@@ -318,13 +317,6 @@ def _not_runnable(command: str) -> str:
     return f"command not found: {command}"
 
 
-def _table_console() -> Console:
-    """A terminal's own width; piped or redirected, wide enough that no column is cut to an ellipsis (Rich
-    falls back to 80 columns there)."""
-    console = pipe_safe_console()
-    return console if console.is_terminal else pipe_safe_console(width=max(console.width, 240))
-
-
 @click.group()
 def cache() -> None:
     """Inspect and manage saved tuning tables (one per machine fingerprint)."""
@@ -334,7 +326,7 @@ def cache() -> None:
 @O.cache_dir
 def cache_list(cache_dir: str | None) -> None:
     """List cached tables."""
-    console = _table_console()
+    console = report_console()
     paths = _cached(cache_dir)
     if not paths:
         where = tables.tables_dir(cache_dir)
@@ -416,7 +408,7 @@ def cache_show(ref: str, cache_dir: str | None) -> None:
         t = tables.load_table(_resolve(ref, cache_dir))
     except tables.TableError as e:
         raise click.ClickException(str(e)) from e
-    console = _table_console()
+    console = report_console()
     console.print(
         f"fingerprint {t.fingerprint}  " + " ".join(f"{k}={v}" for k, v in t.meta.items()), markup=False
     )

@@ -78,6 +78,23 @@ class DemoConfig:
                 )
         if any(whole_elements("allreduce", b, self.ranks) == 0 for b in self.buckets):
             raise ValueError("--buckets: a bucket must hold at least one 4-byte element")
+        # two sizes that one communicator calls with the same element count are one task, called twice a step
+        # (8M,8M ran as one task of 2 x --steps calls, without a word)
+        seen: dict[tuple[str, str, int], int] = {}
+        given = [*self.sizes, *reversed(self.sizes), *self.buckets]  # task_plan's order
+        for (comm, calls), nbytes in zip(task_plan(self), given, strict=True):
+            key = (comm, calls[0].coll, calls[0].nbytes)
+            if key in seen:
+                option = "--buckets" if calls[0].coll == "allreduce" else "--sizes"
+                raise ValueError(
+                    f"{option}: {seen[key]} B and {nbytes} B are one task ({calls[0].coll} of "
+                    f"{calls[0].nbytes} B on one communicator); give each size once"
+                )
+            seen[key] = nbytes
+
+    def communicators_used(self) -> int:
+        """The communicators that get collectives (with --comms 2 and no buckets, only the FSDP group)."""
+        return len({comm for comm, _ in task_plan(self)})
 
 
 @dataclass(frozen=True)

@@ -109,13 +109,25 @@ def rich_table(res: DemoResult, console: Console | None = None) -> Table:
     if Measurement.get(console, console.options.update_width(1 << 16), wide).maximum <= console.width:
         return wide
     compact = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, pad_edge=False)
-    for c in ("task", "NCCL's choice", "us", "autoccl", "us", "gain", "call"):
-        compact.add_column(c, justify="right" if right(c) else "left", no_wrap=True)
+    # fold, never "…": 64 ranks' times of milliseconds were cut to "1616…" at 80 columns
+    for c in ("task", "NCCL's\nchoice", "us", "autoccl", "us", "gain", "settled\nat call"):
+        compact.add_column(c, justify="right" if right(c) else "left", overflow="fold")
     for r in rows(res):
         compact.add_row(
-            f"{r[1]}\n{r[0]} {r[2]}", _two_lines(r[3]), r[4], _two_lines(r[5]), r[6], gain_cell(r[7]), r[8]
+            f"{r[1]}\n{r[0]} {r[2]}",
+            _two_lines(r[3]),
+            _short_us(r[4]),
+            _two_lines(r[5]),
+            _short_us(r[6]),
+            gain_cell(r[7]),
+            r[8],
         )
     return compact
+
+
+def _short_us(us: str) -> str:
+    """16161.2 -> 16161: a tenth of a microsecond says nothing beside milliseconds, and takes 2 columns."""
+    return f"{float(us):.0f}" if float(us) >= 1000 else us
 
 
 def write_markdown(res: DemoResult, path: Path) -> None:
