@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 
 namespace autoccl::engine {
@@ -29,6 +30,14 @@ std::string slowFields(const TaskLookups& l) {
   return out + "]";
 }
 
+// A number as JSON has it: null where it is not finite (printf's "inf" and "-nan" made the line unreadable).
+std::string jsonNumber(double v, int decimals) {
+  if (!std::isfinite(v)) return "null";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", decimals, v);
+  return b;
+}
+
 // What the search got from the GPU: samples used, given up as lost, arrived after being given up, and why it
 // stopped where it did.
 std::string searchFields(const TaskSearchRecord& r) {
@@ -38,30 +47,30 @@ std::string searchFields(const TaskSearchRecord& r) {
                 ",\"search_samples\":%" PRIu64 ",\"search_lost\":%" PRIu64 ",\"search_late\":%" PRIu64
                 ",\"search_prior_samples\":%" PRIu64 ",\"search_wait_calls\":%" PRIu64 ",\"search_free_wait_calls\":%" PRIu64
                 ",\"search_duel_extensions\":%" PRIu64 ",\"rank_scored\":%" PRIu64 ",\"shorter_elsewhere\":%" PRIu64
-                ",\"regret_us\":%.1f,\"wait_regret_us\":%.1f,\"small_task\":%s,\"small_by_model\":%s,\"model_us\":%.2f,\"table_default\":%s"
+                ",\"regret_us\":%s,\"wait_regret_us\":%s,\"small_task\":%s,\"small_by_model\":%s,\"model_us\":%s,\"table_default\":%s"
                 ",\"regret_stop\":%s,\"job_regret_stop\":%s,\"abandoned\":%" PRIu64 ",\"skipped_behind\":%" PRIu64
-                ",\"recorded_starts\":%" PRIu64 ",\"regret_allowance\":%.0f,\"nccl_own_incumbent\":%s"
+                ",\"recorded_starts\":%" PRIu64 ",\"regret_allowance\":%s,\"nccl_own_incumbent\":%s"
                 ",\"regret_waits\":%" PRIu64,
                 st.samples, st.lostSamples, st.lateSamples, st.priorSamples, st.waitCalls, st.freeWaitCalls,
-                st.duelExtensions, r.rankScored, r.shorterElsewhere, st.regretMicros, st.waitRegretMicros,
-                st.smallTask ? "true" : "false",
-                st.smallByModel ? "true" : "false", st.modelDefault, st.tableDefault ? "true" : "false",
+                st.duelExtensions, r.rankScored, r.shorterElsewhere, jsonNumber(st.regretMicros, 1).c_str(),
+                jsonNumber(st.waitRegretMicros, 1).c_str(), st.smallTask ? "true" : "false",
+                st.smallByModel ? "true" : "false", jsonNumber(st.modelDefault, 2).c_str(), st.tableDefault ? "true" : "false",
                 st.regretStop ? "true" : "false", st.jobRegretStop ? "true" : "false", st.abandoned,
-                st.skippedBehind, st.recordedStarts, st.regretAllowance, st.ncclOwnIncumbent ? "true" : "false",
-                st.regretWaits);
+                st.skippedBehind, st.recordedStarts, jsonNumber(st.regretAllowance, 0).c_str(),
+                st.ncclOwnIncumbent ? "true" : "false", st.regretWaits);
   return buf;
 }
 
 std::string outcomeFields(const TaskSearchRecord& r) {
   const search::Stats& st = r.stats;
-  const double gain = st.bestMedian > 0 && st.defaultMedian > 0 ? st.defaultMedian / st.bestMedian - 1.0 : 0.0;
+  const bool both = std::isfinite(st.bestMedian) && std::isfinite(st.defaultMedian);
+  const double gain = both && st.bestMedian > 0 && st.defaultMedian > 0 ? st.defaultMedian / st.bestMedian - 1.0 : 0.0;
   char converged[32] = "null";
   if (st.convergedAt != search::kForever) std::snprintf(converged, sizeof converged, "%" PRIu64, st.convergedAt);
-  char buf[256];
-  std::snprintf(buf, sizeof buf,
-                ",\"gain\":%.4f,\"converged_at\":%s,\"search_from\":%" PRIu64 ",\"default_us\":%.3f,\"best_us\":%.3f",
-                gain, converged, r.searchFrom, st.defaultMedian, st.bestMedian);
-  return buf;
+  char head[128];
+  std::snprintf(head, sizeof head, ",\"gain\":%.4f,\"converged_at\":%s,\"search_from\":%" PRIu64, gain, converged,
+                r.searchFrom);
+  return head + (",\"default_us\":" + jsonNumber(st.defaultMedian, 3)) + ",\"best_us\":" + jsonNumber(st.bestMedian, 3);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The online source's fields of the trace's task record (engine/task_record.h): their order and format, which
 // the trace report and tasks.md read.
+#include <cmath>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -58,6 +59,25 @@ TEST(engine, task_record_authority) {
   EXPECT_NE(taskRecordFields(&l, &r).find(",\"regret_stop\":true,\"job_regret_stop\":true,"), std::string::npos);
   r.stats.convergedAt = autoccl::search::kForever;  // not converged: null
   EXPECT_NE(taskRecordFields(&l, &r).find(",\"converged_at\":null,\"search_from\":1,"), std::string::npos);
+}
+
+// A search whose NCCL's choice was ranked unmeasurable and then sampled wrote "gain":-nan,"default_us":inf: the
+// line was no JSON (the emulator's TCP test caught one in a full run). Every number is finite or null.
+TEST(engine, task_record_non_finite_numbers_are_null) {
+  TaskSearchRecord r;
+  r.stats.defaultMedian = HUGE_VAL;
+  r.stats.bestMedian = HUGE_VAL;
+  r.stats.regretMicros = -HUGE_VAL;
+  r.stats.modelDefault = std::nan("");
+  const std::string f = taskRecordFields(nullptr, &r);
+  EXPECT_EQ(f.find("inf"), std::string::npos) << f;
+  EXPECT_EQ(f.find("nan"), std::string::npos) << f;
+  EXPECT_NE(f.find(",\"gain\":0.0000,"), std::string::npos) << f;
+  EXPECT_NE(f.find(",\"default_us\":null,\"best_us\":null"), std::string::npos) << f;
+  EXPECT_NE(f.find(",\"regret_us\":null,"), std::string::npos) << f;
+  EXPECT_NE(f.find(",\"model_us\":null,"), std::string::npos) << f;
+  r.stats.defaultMedian = 110.0;  // one side measured: no gain claimed
+  EXPECT_NE(taskRecordFields(nullptr, &r).find(",\"gain\":0.0000,"), std::string::npos);
 }
 
 }  // namespace

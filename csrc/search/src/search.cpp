@@ -96,6 +96,9 @@ struct Eval {
   int n() const { return static_cast<int>(samples.size()); }
   bool finished() const { return dead || (inflight == 0 && n() >= want); }
   double med() const { return dead || samples.empty() ? HUGE_VAL : median(samples); }
+  // What the samples say, for the statistics (0: none): med() ranks a dead candidate last, and one that
+  // samples reached after it was given up put an infinite median in the task's trace record.
+  double measured() const { return samples.empty() ? 0.0 : median(samples); }
   double relNoise() const { return relNoiseOf(samples); }
 };
 
@@ -469,7 +472,7 @@ struct TaskSearch::Impl {
     mode = Mode::kPinned;
     pinnedCfg = c;
     pinnedCfg.measure = false;
-    pinnedRef = ref;
+    pinnedRef = std::isfinite(ref) ? ref : 0;  // an unmeasured pin: its first check's median becomes the reference
     refSteady = false;
     pinnedNoise = noise;
     interval = o.recheckFirst;
@@ -481,7 +484,7 @@ struct TaskSearch::Impl {
     pending.clear();
     queue.clear();
     if (st.convergedAt == kForever) st.convergedAt = planned;
-    st.bestMedian = ref;
+    st.bestMedian = pinnedRef;
     if (!o.drift) toFinal(pinnedCfg);
   }
   // Options::recheckMinMs scaled by how far the call interval has grown from recheckFirst.
@@ -517,7 +520,7 @@ struct TaskSearch::Impl {
     }
     const Eval& d = evals[static_cast<size_t>(dflt)];
     if (dflt >= 0 && !d.samples.empty()) {
-      st.defaultMedian = d.med();
+      st.defaultMedian = d.measured();
       st.noise = d.relNoise();
     }
     // The budget can run out while a candidate that clearly beats the incumbent waits for its extra
@@ -609,7 +612,7 @@ struct TaskSearch::Impl {
       else pin(tuned.cfg, tuned.med(), duelNoise);
       return;
     }
-    st.defaultMedian = d.med();
+    st.defaultMedian = d.measured();
     // NCCL's choice stays unless the tuned configuration is faster on the fresh samples too, and on
     // their second measure where there is one: in one process launching several GPUs the stream period
     // also carries the profiler's host cost, which grows with the channel count (a 64-channel default
@@ -679,7 +682,7 @@ struct TaskSearch::Impl {
     Eval& h = evals[static_cast<size_t>(hintEval)];
     if (!d.finished() || !h.finished()) return;
     if (isNcclOwn(h.cfg)) {  // an older table's entry naming NCCL's own configuration
-      st.defaultMedian = d.samples.empty() ? 0.0 : d.med();
+      st.defaultMedian = d.measured();
       pinNcclOwn(d, std::max(d.relNoise(), h.relNoise()));
       return;
     }
@@ -687,7 +690,7 @@ struct TaskSearch::Impl {
       pin(h.cfg, 0, 0);
       return;
     }
-    st.defaultMedian = d.samples.empty() ? 0.0 : d.med();
+    st.defaultMedian = d.measured();
     st.noise = d.relNoise();
     if (beats(d, h, o.z)) {  // the table is wrong here now: search again, starting near it
       Hint nh{h.cfg, 0, 0.5};
@@ -932,7 +935,7 @@ struct TaskSearch::Impl {
     // GPU's own time.
     const double dShort = d.alt.empty() ? d.med() : std::min(d.med(), median(d.alt));
     if (o.minTaskMicros > 0 && d.n() >= std::min(3, std::max(o.baselineSamples, 1)) && dShort < o.minTaskMicros) {
-      st.defaultMedian = st.bestMedian = d.med();
+      st.defaultMedian = st.bestMedian = d.measured();
       st.noise = d.relNoise();
       st.smallTask = true;
       if (o.debug)
@@ -1492,7 +1495,7 @@ struct TaskSearch::Impl {
     const Eval& d = evals[static_cast<size_t>(dflt)];
     if (d.samples.empty()) return;
     const double calls = static_cast<double>(std::max(callsSeen, st.tuningCalls));
-    o.jobRegret->report(ledgerSlot, st.regretMicros, calls, d.med());
+    o.jobRegret->report(ledgerSlot, st.regretMicros, calls, d.measured());
   }
 
   const Segment& find(uint64_t k) const {
@@ -1622,7 +1625,7 @@ struct TaskSearch::Impl {
     if (mode == Mode::kTuning && dflt >= 0 && &e != &evals[static_cast<size_t>(dflt)]) {
       const Eval& d = evals[static_cast<size_t>(dflt)];
       if (!d.samples.empty()) {
-        st.regretMicros += v - d.med();
+        st.regretMicros += v - d.measured();  // finite where med() ranks a dead default last
         reportRegret();
         // One far slower sample is enough: the candidate gets no more (its pending calls still run).
         const double ref = abandonRef().med();
