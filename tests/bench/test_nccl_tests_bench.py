@@ -931,8 +931,14 @@ def test_a_bad_mode_is_refused_before_any_launch(tmp_path: Path, mode: str, word
     assert r.exit_code != 0 and words in r.output and "nothing was launched" in r.output, r.output
     assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
     assert not log.exists()
-    # the folders made for the check are gone again (an empty output folder may stay)
-    assert not (tmp_path / "o" / "logs").exists() and not (tmp_path / "o" / "cache").exists()
+    # the folders made for the check are gone again, and the output folder this run made (an empty one was
+    # left behind); a folder that was there stays
+    assert not (tmp_path / "o").exists()
+    (tmp_path / "kept").mkdir()
+    r = CliRunner().invoke(
+        main, [*args, "-m", mode, "-o", str(tmp_path / "kept")], env={"FAKE_LOG": str(log)}
+    )
+    assert r.exit_code != 0 and (tmp_path / "kept").is_dir() and not any((tmp_path / "kept").iterdir())
 
 
 def test_placeholders_pass_the_mode_check(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     setup: Callable[[Path], None] | None = None
     ok: bool = False  # exit 0 is right (a report of something unusable, not an error)
+    status: int | None = None  # the exit status docs/architecture.md promises, where it promises one
 
 
 def _garbage(path: str, data: bytes) -> Callable[[Path], None]:
@@ -100,7 +101,15 @@ CASES = [
     # -- autoccl env: options
     Case("env-mode", ["env", "--mode", "turbo"], "turbo"),
     Case("env-fixed-without-rules", ["env", "--mode", "fixed"], "rules"),
-    Case("env-fixed-bad-proto", ["env", "--mode", "fixed", "--fixed", "allreduce:ring/bogus"], "bogus"),
+    Case(
+        "env-fixed-bad-proto",
+        ["env", "--mode", "fixed", "--fixed", "allreduce:ring/bogus"],
+        "bogus",
+        status=2,
+    ),
+    Case(
+        "run-fixed-unparsed", ["run", "--mode", "fixed", "--fixed", "bogus", "--", "true"], "bogus", status=2
+    ),
     Case(
         "env-fixed-bad-channels",
         ["env", "--mode", "fixed", "--fixed", "allreduce:ring/simple/99"],
@@ -133,7 +142,7 @@ CASES = [
     Case("env-shell", ["env", "--shell", "zsh"], "zsh"),
     # -- every AUTOCCL_* variable the library or the CLI reads, refused before a job starts
     *[
-        Case(f"var-{name.lower()}-{i}", ["env"], name, env={name: value})
+        Case(f"var-{name.lower()}-{i}", ["env"], name, env={name: value}, status=1)
         for i, (name, value) in enumerate(
             [
                 ("AUTOCCL_MODE", "turbo"),
@@ -482,6 +491,17 @@ CASES = [
         "report --trace",
         setup=_garbage("t.jsonl", b'{"ev":"call","rank":0}\n{"ev":"call","rank":1}\n'),
     ),
+    # a `bench nccl-tests` run's launches: "not JSON (Extra data ...)" said nothing of what to do
+    Case(
+        "report-launches-as-result",
+        ["report", f"{T}/run/launches.jsonl", "-o", f"{T}/out"],
+        "bench nccl-tests --report-only -o",
+        setup=_garbage(
+            "run/launches.jsonl",
+            b'{"pass":0,"launch":"single","coll":"all_reduce","mode":"plain","rc":0,"rows":[]}\n'
+            b'{"pass":0,"launch":"single","coll":"all_reduce","mode":"online","rc":0,"rows":[]}\n',
+        ),
+    ),
     Case(
         "report-trace-missing", ["report", "--trace", f"{T}/nowhere/trace", "-o", f"{T}/out"], "nowhere/trace"
     ),
@@ -548,6 +568,8 @@ def test_bad_input(case: Case, tmp_path: Path, fake_plugin: Path, monkeypatch: p
         assert result.exit_code == 0, output
     else:
         assert result.exit_code != 0, f"exit 0 after bad input:\n{output}"
+    if case.status is not None:  # a bad variable exit 1, an option that cannot work a usage error, exit 2
+        assert result.exit_code == case.status, output
     assert case.mention.replace(T, str(tmp_path)) in output, (
         f"the message does not name {case.mention!r}:\n{output}"
     )

@@ -76,6 +76,46 @@ def test_env_nccl_channels(fake_plugin: Path) -> None:
     assert r.exit_code != 0 and "65" in r.output
 
 
+@pytest.mark.parametrize("mode", ["online", "observe"])
+def test_env_nccl_channels_alone_keeps_online_modes_ceiling(fake_plugin: Path, mode: str) -> None:
+    """The plain count without --channel-ceiling: online mode's communicators are still its default 64 (they
+    were plain ones, where a cap at the plain count does nothing, without a word); other modes' are not."""
+    r = CliRunner().invoke(main, ["env", "--mode", mode, "--nccl-channels", "24"])
+    assert r.exit_code == 0, r.output
+    lines = dict(line.removeprefix("export ").split("=", 1) for line in r.stdout.splitlines())
+    assert lines["AUTOCCL_NCCL_CHANNELS"] == "24"
+    if mode == "online":
+        assert lines["NCCL_MIN_CTAS"] == lines["NCCL_MAX_CTAS"] == lines["AUTOCCL_MAX_CHANNELS"] == "64"
+        assert "communicators with 64 channels" in r.stderr
+    else:
+        assert "NCCL_MIN_CTAS" not in lines
+
+
+def test_env_says_what_it_replaces(fake_plugin: Path) -> None:
+    """The user's profiler plugin (NCCL Inspector), tuner plugin and NVLink multicast setting were replaced
+    without a word; a fixed NVLS rule, which cannot apply with multicast off, was taken as given."""
+    theirs = {
+        "NCCL_PROFILER_PLUGIN": "/opt/insp.so",
+        "NCCL_TUNER_PLUGIN": "/opt/o.so",
+        "NCCL_NVLS_ENABLE": "1",
+    }
+    r = CliRunner().invoke(main, ["env", "--mode", "fixed", "--fixed", "*:nvls/simple"], env=theirs)
+    assert r.exit_code == 0, r.output
+    assert "NCCL_PROFILER_PLUGIN=/opt/insp.so replaced" in r.stderr
+    assert "chain it: AUTOCCL_PROFILER_CHAIN=/opt/insp.so" in r.stderr
+    assert "NCCL_TUNER_PLUGIN=/opt/o.so replaced" in r.stderr
+    assert "NCCL_NVLS_ENABLE=1 set to 0" in r.stderr
+    assert "--fixed *:nvls/simple: NVLS is off" in r.stderr
+    lines = dict(line.removeprefix("export ").split("=", 1) for line in r.stdout.splitlines())
+    assert lines["NCCL_PROFILER_PLUGIN"] == str(fake_plugin) and lines["NCCL_NVLS_ENABLE"] == "0"
+    inspector = fake_plugin.parent / "insp.so"  # as the settings' check reads a profiler plugin
+    inspector.write_bytes(b"\x7fELF" + b"\0" * 60 + b"ncclProfiler_v7\0")
+    chained = {"NCCL_PROFILER_PLUGIN": str(inspector), "AUTOCCL_PROFILER_CHAIN": str(inspector)}
+    r = CliRunner().invoke(main, ["env", "--mode", "observe"], env=chained)
+    assert r.exit_code == 0, r.output
+    assert f"(AUTOCCL_PROFILER_CHAIN={inspector} is chained)" in r.stderr and "NVLS" not in r.stderr
+
+
 def test_table_cut_mid_line_says_so() -> None:
     cut = SAMPLE[: SAMPLE.rindex("task ") + 3]  # a copy interrupted inside the last task line
     with pytest.raises(tables.TableError, match="ends mid-line: cut short"):
@@ -315,6 +355,9 @@ def test_run_under_mpirun_forwards_a_reachable_coordinator(fake_plugin: Path, tm
     env, seen = _fake_launcher(tmp_path, "mpirun")
     env["AUTOCCL_LIB_DIR"] = str(fake_plugin.parent)
     env["OMPI_MCA_mca_base_env_list"] = "MY_VAR"
+    # the user's own settings: remote ranks without them would run another configuration (the coordinator
+    # refuses ranks whose settings differ)
+    env.update({"AUTOCCL_MAX_CHANNELS": "32", "AUTOCCL_MIN_TASK_US": "10", "AUTOCCL_COORD_SECRET": "s3"})
     p = subprocess.run([sys.executable, "-m", "autoccl", "run", "--", "mpirun", "-np", "2", "x"], env=env)
     assert p.returncode == 0
     got = json.loads(seen.read_text())
@@ -328,8 +371,12 @@ def test_run_under_mpirun_forwards_a_reachable_coordinator(fake_plugin: Path, tm
         "AUTOCCL_RUN_TOKEN",
         "NCCL_TUNER_PLUGIN",
         "NCCL_NVLS_ENABLE",
+        "AUTOCCL_MAX_CHANNELS",
+        "AUTOCCL_MIN_TASK_US",
+        "AUTOCCL_COORD_SECRET",
     ):
         assert var in forwarded
+    assert len(forwarded) == len(set(forwarded))
 
 
 def test_cache_show_lists_measured_pairs(tmp_path: Path) -> None:
@@ -374,18 +421,20 @@ def test_cache_show_lists_measured_pairs(tmp_path: Path) -> None:
 
 def test_run_says_why_a_command_cannot_run(tmp_path: Path) -> None:
     """A directory or a file without execute permission was "command not found"; and the missing command is
-    the first thing said, before the environment is built (whose channel probe prints a notice)."""
+    the first thing said, before the environment is built (whose channel probe prints a notice). The exit
+    status is the shell's (and env(1)'s): 126 found but not runnable, 127 not found."""
     script = tmp_path / "train.sh"
     script.write_text("echo hi\n")
     runner = CliRunner()
-    for cmd, says in (
-        (str(tmp_path), "is a directory, not a command"),
-        (str(script), "is not executable"),
-        (str(tmp_path / "missing"), "command not found"),
+    for cmd, says, status in (
+        (str(tmp_path), "is a directory, not a command", 126),
+        (str(script), "is not executable", 126),
+        (str(tmp_path / "missing"), "command not found", 127),
+        ("autoccl-no-such-command", "command not found: autoccl-no-such-command", 127),
     ):
         r = runner.invoke(main, ["run", "--mode", "observe", "--", cmd])
-        assert r.exit_code == 2 and says in r.output, (cmd, r.output)
-        assert "channel" not in r.output, r.output
+        assert r.exit_code == status and says in r.output, (cmd, r.output)
+        assert "channel" not in r.output and "Usage" not in r.output, r.output
 
 
 def test_cache_list_on_a_file_or_a_missing_folder(tmp_path: Path) -> None:
@@ -409,7 +458,8 @@ def test_an_exported_autoccl_mode_is_runs_default(monkeypatch: pytest.MonkeyPatc
     assert r.exit_code == 0 and "export AUTOCCL_MODE=table" in r.stdout, r.output
     monkeypatch.setenv("AUTOCCL_MODE", "turbo")
     r = runner.invoke(main, ["env"])
-    assert r.exit_code == 2 and "AUTOCCL_MODE" in r.output and "turbo" in r.output, r.output
+    # a bad variable: one sentence, exit 1 (docs/architecture.md), as every other setting
+    assert r.exit_code == 1 and "AUTOCCL_MODE='turbo' is not one of" in r.output and "Usage" not in r.output
 
 
 @pytest.mark.parametrize(

@@ -72,14 +72,25 @@ def error_summary(error: str) -> str:
     return lines[0] if len(lines) == 1 else f"{lines[0]} … {lines[-1]}"
 
 
-def _looks_like_trace(path: str | Path) -> bool:
-    """A plugin trace: one JSON object a line, its records keyed by "ev"."""
+def _first_line(path: str | Path) -> Any:
+    """The first line of a JSON-lines file, parsed; None where it is not one."""
     try:
         with open(path, encoding="utf-8") as f:
-            first = json.loads(f.readline())
+            return json.loads(f.readline())
     except (OSError, ValueError):
-        return False
+        return None
+
+
+def _looks_like_trace(path: str | Path) -> bool:
+    """A plugin trace: one JSON object a line, its records keyed by "ev"."""
+    first = _first_line(path)
     return isinstance(first, dict) and "ev" in first
+
+
+def _looks_like_launches(path: str | Path) -> bool:
+    """`bench nccl-tests`' launches.jsonl: one record a launch, with its mode and nccl-tests' rows."""
+    first = _first_line(path)
+    return isinstance(first, dict) and {"mode", "rows", "launch"} <= first.keys()
 
 
 def load_doc(path: str | Path) -> dict[str, Any]:
@@ -91,6 +102,11 @@ def load_doc(path: str | Path) -> dict[str, Any]:
         if _looks_like_trace(path):
             raise ResultError(
                 f"{path} is a plugin trace (JSON lines), not a bench result: `autoccl report --trace {path}`"
+            ) from None
+        if _looks_like_launches(path):
+            raise ResultError(
+                f"{path} holds a `bench nccl-tests` run's launches, not a bench result: its folder's summary "
+                f"is `autoccl bench nccl-tests --report-only -o {Path(path).parent}`"
             ) from None
         raise ResultError(f"cannot read {path}: not JSON ({e})") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:

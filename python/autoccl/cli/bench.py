@@ -3,6 +3,7 @@ lazily)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import importlib.util
 import signal
@@ -1031,6 +1032,7 @@ def nccl_tests(
     from autoccl.cli.tuner import run_options_problem
 
     interrupted = False
+    made_outdir = False  # this run made the output folder (a refusal before any launch removes it)
     try:
         if bin_dir is None and not report_only:
             raise NT.BenchError(
@@ -1070,6 +1072,7 @@ def nccl_tests(
             if gpus is None:
                 plan.gpus = _visible_gpus()
             plan.validate()
+            made_outdir = not outdir.exists()
             outdir.mkdir(parents=True, exist_ok=True)
             show = sys.stderr.isatty() if progress is None else progress
             say = lambda m: click.echo(f"autoccl bench nccl-tests: {m}", err=True)  # noqa: E731
@@ -1091,6 +1094,9 @@ def nccl_tests(
                     sys.exit(130)
                 records, unreadable = NT.read_launches(outdir)
     except NT.BenchError as e:
+        if made_outdir:  # refused before a launch: the folder this run made goes too
+            with contextlib.suppress(OSError):
+                outdir.rmdir()  # only if empty
         raise _fail(str(e)) from None
     if unreadable:
         click.echo(

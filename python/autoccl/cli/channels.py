@@ -103,13 +103,27 @@ def communicator_channels(
     table_channels: int = 0,
 ) -> tuple[int | None, int | None]:
     """(channel ceiling, cap on NCCL's own calls) of a job's communicators from --channel-ceiling and
-    --nccl-channels: online mode with neither gets `default_ceiling`; so does a job that reads tables
+    --nccl-channels: online mode with neither gets `default_ceiling`, with --nccl-channels alone its ceiling
+    over that count; so does a job that reads tables
     (`table_channels`: the most channels they pin) when one pins more channels than a plain communicator
     has, since on a plain one such an entry is clamped to a configuration nobody measured (2 x H200:
     all_gather 128 MiB 0.92x of NCCL); ceiling 0 is NCCL's own communicators (the tuner chooses within
     NCCL's channel count); `auto` is asked of NCCL here."""
     if online and ceiling is None and nccl_channels is None:
         ceiling, nccl_channels = default_ceiling(probe_gpus)
+    elif online and ceiling is None:
+        # the plain count given (or asked) without a ceiling: still online mode's default communicators, as
+        # the count is what the default would have asked NCCL (alone it left plain communicators, where a
+        # cap at the plain count does nothing, without a word)
+        cap = resolve_nccl_channels(nccl_channels, probe_gpus, "--nccl-channels")
+        if cap is None or cap >= DEFAULT_ONLINE_CEILING:
+            return None, cap
+        click.echo(
+            f"autoccl: communicators with {DEFAULT_ONLINE_CEILING} channels (online mode's default); calls "
+            f"left to NCCL keep {cap} (--channel-ceiling 0: NCCL's own)",
+            err=True,
+        )
+        return DEFAULT_ONLINE_CEILING, cap
     elif table_channels > 0 and ceiling is None and nccl_channels is None:
         ceiling, nccl_channels = default_ceiling(probe_gpus, quiet=True)
         if ceiling is not None and nccl_channels is not None and table_channels <= nccl_channels:

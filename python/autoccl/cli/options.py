@@ -54,7 +54,12 @@ class _SettingDefault(click.Option):
 
     def resolve_envvar_value(self, ctx: click.Context) -> str | None:
         raw = super().resolve_envvar_value(ctx)
-        return settings.value_of("value", {"value": raw}) or None if raw is not None else None
+        value = settings.value_of("value", {"value": raw}) or None if raw is not None else None
+        if value is not None and self.envvar and isinstance(self.type, click.Choice):
+            if value not in self.type.choices:  # a setting, refused as every other one: one sentence, exit 1
+                why = settings.problems({str(self.envvar): value}, readers=("library", "cli"))
+                raise click.ClickException(why[0] if why else f"{self.envvar}={value!r} is not valid")
+        return value
 
 
 def gathered(into: str, build: Callable[..., Any], *options: Callable[[Any], Any]) -> Callable[[F], F]:

@@ -20,7 +20,14 @@ from autoccl.cli import options as O
 from autoccl.cli.channels import communicator_channels
 from autoccl.cli.files import missing_parent, report_console
 from autoccl.folders import unwritable_folder
-from autoccl.tuner_env import MODES, MPI_LAUNCHERS, mpi_forwarding, plugin_env, this_host_address
+from autoccl.tuner_env import (
+    MODES,
+    MPI_LAUNCHERS,
+    SAFETY_ENV,
+    mpi_forwarding,
+    plugin_env,
+    this_host_address,
+)
 
 
 @dataclass(frozen=True)
@@ -108,7 +115,7 @@ def _checked_options(
     if fixed is not None:
         why = settings.fixed_rules_problem(fixed, plugin.channel_ceiling or 64)
         if why:
-            raise click.ClickException("--fixed: " + why.removeprefix("AUTOCCL_FIXED "))
+            raise click.UsageError("--fixed: " + why.removeprefix("AUTOCCL_FIXED "))
     if mode != "fixed" and fixed is not None:
         raise click.UsageError(f"--fixed applies to --mode fixed, not {mode}")
     if mode not in ("table", "observe") and table is not None:
@@ -225,6 +232,7 @@ def _build_env(plugin: PluginOptions, run_host: str | None = None) -> dict[str, 
         name = found[0].split("=", 1)[0]
         prefix = f"{option_of[name]}: " if name in env and name in option_of else ""
         raise click.ClickException(prefix + found[0])
+    _say_what_is_replaced(env, fixed or settings.value_of("AUTOCCL_FIXED") if mode == "fixed" else None)
     if mode in ("online", "observe"):  # the job writes a table at its end: where it would land
         observed = ""
         if mode == "observe":  # observe writes into its table file where one is named
@@ -245,6 +253,40 @@ def _build_env(plugin: PluginOptions, run_host: str | None = None) -> dict[str, 
             err=True,
         )
     return env
+
+
+def _say_what_is_replaced(env: Mapping[str, str], fixed: str | None) -> None:
+    """A value of the user's shell that the job's environment replaces, said on stderr (it was replaced
+    without a word: an NCCL Inspector in NCCL_PROFILER_PLUGIN quietly lost), and fixed rules NVLink
+    multicast being off leaves to NCCL."""
+    for name in ("NCCL_PROFILER_PLUGIN", "NCCL_TUNER_PLUGIN"):
+        theirs = os.environ.get(name, "").strip()
+        if not theirs or theirs == env.get(name):
+            continue
+        if name == "NCCL_PROFILER_PLUGIN" and not settings.value_of("AUTOCCL_PROFILER_CHAIN"):
+            keep = f"; to run it beside autoccl, chain it: AUTOCCL_PROFILER_CHAIN={theirs}"
+        elif name == "NCCL_PROFILER_PLUGIN":
+            keep = f" (AUTOCCL_PROFILER_CHAIN={settings.value_of('AUTOCCL_PROFILER_CHAIN')} is chained)"
+        else:
+            keep = ": NCCL loads one tuner per process"
+        click.echo(f"autoccl: {name}={theirs} replaced by autoccl's plugin{keep}", err=True)
+    for name, value in SAFETY_ENV.items():
+        theirs = os.environ.get(name, "").strip()
+        if theirs and theirs != value:
+            click.echo(
+                f"autoccl: {name}={theirs} set to {value}: NVLink multicast stays off in jobs autoccl starts "
+                "(it can take a shared host down)",
+                err=True,
+            )
+    nvls = [
+        r.strip() for r in (fixed or "").split(";") if r.partition(":")[2].strip().lower().startswith("nvls")
+    ]
+    if nvls:
+        click.echo(
+            f"autoccl: --fixed {'; '.join(nvls)}: NVLS is off (NCCL_NVLS_ENABLE=0), so NCCL keeps its own "
+            "choice for those calls",
+            err=True,
+        )
 
 
 @click.command()
@@ -288,8 +330,10 @@ def run(plugin: PluginOptions, command: tuple[str, ...]) -> None:
     # before the environment is built (its channel probe prints a notice): a command that cannot run is the
     # first thing to say
     exe = shutil.which(command[0])
-    if exe is None:
-        raise click.UsageError(_not_runnable(command[0]))
+    if exe is None:  # the shell's and env(1)'s statuses: 127 not found, 126 found but not runnable
+        why, status = _not_runnable(command[0])
+        click.echo(f"Error: {why}", err=True)
+        sys.exit(status)
     launcher = Path(command[0]).name
     mpi = launcher in MPI_LAUNCHERS
     run_host = "127.0.0.1"
@@ -299,22 +343,26 @@ def run(plugin: PluginOptions, command: tuple[str, ...]) -> None:
         run_host = this_host_address() or "127.0.0.1"
     built = _build_env(plugin, run_host)
     if mpi:
-        built.update(mpi_forwarding(built, os.environ))
+        # the library's settings this shell exports go to remote ranks too: Open MPI passes only the
+        # variables it is told, and a rank on another host with other settings is refused by the coordinator
+        exported = [k for k, v in settings.BY_NAME.items() if v.reader == "library" and k in os.environ]
+        built.update(mpi_forwarding({**dict.fromkeys(exported, ""), **built}, os.environ))
     child_env = {**os.environ, **built}
     sys.stdout.flush()
     sys.stderr.flush()
     os.execvpe(exe, list(command), child_env)
 
 
-def _not_runnable(command: str) -> str:
-    """Why COMMAND cannot be run: a directory, a file without execute permission, or nothing of that name."""
+def _not_runnable(command: str) -> tuple[str, int]:
+    """Why COMMAND cannot be run, and the status a shell would give: a directory or a file without execute
+    permission (126), or nothing of that name (127)."""
     if os.sep in command:
         path = Path(command)
         if path.is_dir():
-            return f"{command} is a directory, not a command"
+            return f"{command} is a directory, not a command", 126
         if path.exists():
-            return f"{command} is not executable (chmod +x, or name its interpreter first)"
-    return f"command not found: {command}"
+            return f"{command} is not executable (chmod +x, or name its interpreter first)", 126
+    return f"command not found: {command}", 127
 
 
 @click.group()
