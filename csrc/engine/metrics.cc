@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -24,10 +25,19 @@ uint64_t nowUs() {
 // GB/s for `bytes` in `us` microseconds (0 when unmeasured).
 double gbPerS(uint64_t bytes, double us) { return us > 0 ? static_cast<double>(bytes) / (us * 1e3) : 0.0; }
 
+// A number of the JSON lines: null where it is not finite (printf's "inf" is no JSON).
 std::string num(double v) {
+  if (!std::isfinite(v)) return "null";
   char b[48];
   std::snprintf(b, sizeof b, "%.6g", v);
   return b;
+}
+
+// A sample value of the Prometheus text format, which spells the non-finite ones NaN, +Inf and -Inf.
+std::string promNum(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  return num(v);
 }
 
 // Prometheus label value: backslash, quote and newline escaped.
@@ -291,11 +301,11 @@ std::string MetricsWriter::prometheus(const std::vector<ContextMetrics>& snaps, 
         const double us = which ? t.appliedUs : t.ncclUs;
         if (us <= 0) continue;
         const std::string l = task + ",config=\"" + (which ? "applied" : "nccl") + "\"";
-        time.samples += std::string(time.name) + "{" + l + "} " + num(us * 1e-6) + "\n";
-        busbw.samples += std::string(busbw.name) + "{" + l + "} " + num(f * gbPerS(t.bytes, us)) + "\n";
+        time.samples += std::string(time.name) + "{" + l + "} " + promNum(us * 1e-6) + "\n";
+        busbw.samples += std::string(busbw.name) + "{" + l + "} " + promNum(f * gbPerS(t.bytes, us)) + "\n";
       }
       exploring.samples += std::string(exploring.name) + "{" + task + "} " + std::to_string(t.exploringCalls) + "\n";
-      regret.samples += std::string(regret.name) + "{" + task + "} " + num(t.regretUs * 1e-6) + "\n";
+      regret.samples += std::string(regret.name) + "{" + task + "} " + promNum(t.regretUs * 1e-6) + "\n";
       converged.samples += std::string(converged.name) + "{" + task + "} " + (t.converged ? "1" : "0") + "\n";
       info.samples += std::string(info.name) + "{" + task + ",source=\"" + label(t.source) + "\",nccl_algo=\"" +
                       label(t.ncclAlgo) + "\",nccl_proto=\"" + label(t.ncclProto) + "\",nccl_channels=\"" +

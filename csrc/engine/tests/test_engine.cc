@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -324,6 +325,33 @@ TEST(engine, metrics_writer_says_when_it_cannot_write) {
   w.flush();
   EXPECT_EQ(::stat((base + ".prom").c_str(), &st), 0);
   EXPECT_EQ(warns.size(), 1u);
+}
+
+// A number that is not finite (a regret against an unmeasurable NCCL median) is null in the JSON lines, whose
+// line was no JSON with printf's "inf", and NaN / +Inf in the Prometheus text, which spells them so.
+TEST(engine, metrics_non_finite_numbers) {
+  ContextMetrics c;
+  c.commHash = 7;
+  c.rank = 0;
+  c.nRanks = 2;
+  TaskMetricsRow t;
+  t.coll = "allreduce";
+  t.bytes = 1 << 20;
+  t.ncclUs = 10;
+  t.ncclSamples = 3;
+  t.regretUs = -HUGE_VAL;
+  t.appliedUs = std::nan("");
+  c.tasks.push_back(t);
+  const std::string json = MetricsWriter::jsonLines({c}, "host", 1, 1);
+  EXPECT_EQ(json.find("inf"), std::string::npos) << json;
+  EXPECT_EQ(json.find("nan"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"regret_us\":null"), std::string::npos) << json;
+  const std::string prom = MetricsWriter::prometheus({c}, 1, 1);
+  EXPECT_EQ(prom.find(" inf\n"), std::string::npos) << prom;
+  EXPECT_EQ(prom.find(" -inf\n"), std::string::npos) << prom;
+  EXPECT_EQ(prom.find(" nan\n"), std::string::npos) << prom;
+  EXPECT_NE(prom.find("} -Inf\n"), std::string::npos) << prom;
+  EXPECT_NE(prom.find("config=\"applied\"} NaN\n"), std::string::npos) << prom;
 }
 
 // A job that makes and destroys communicators: the files keep the last numbers of the newest kKeptGone gone
