@@ -25,13 +25,7 @@ uint64_t nowUs() {
 // GB/s for `bytes` in `us` microseconds (0 when unmeasured).
 double gbPerS(uint64_t bytes, double us) { return us > 0 ? static_cast<double>(bytes) / (us * 1e3) : 0.0; }
 
-// A number of the JSON lines: null where it is not finite (printf's "inf" is no JSON).
-std::string num(double v) {
-  if (!std::isfinite(v)) return "null";
-  char b[48];
-  std::snprintf(b, sizeof b, "%.6g", v);
-  return b;
-}
+std::string num(double v) { return jsonNumber(v); }
 
 // A sample value of the Prometheus text format, which spells the non-finite ones NaN, +Inf and -Inf.
 std::string promNum(double v) {

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "engine/trace.h"
+
 namespace autoccl::engine {
 
 namespace {
@@ -28,14 +30,6 @@ std::string slowFields(const TaskLookups& l) {
     out += e;
   }
   return out + "]";
-}
-
-// A number as JSON has it: null where it is not finite (printf's "inf" and "-nan" made the line unreadable).
-std::string jsonNumber(double v, int decimals) {
-  if (!std::isfinite(v)) return "null";
-  char b[64];
-  std::snprintf(b, sizeof b, "%.*f", decimals, v);
-  return b;
 }
 
 // What the search got from the GPU: samples used, given up as lost, arrived after being given up, and why it

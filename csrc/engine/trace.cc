@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 
 namespace autoccl::engine {
@@ -82,6 +84,14 @@ TraceWriter::~TraceWriter() {
   if (writer_.joinable()) writer_.join();
   flush();
   if (file_) std::fclose(file_);
+}
+
+std::string jsonNumber(double v, int decimals) {
+  if (!std::isfinite(v)) return "null";
+  char b[64];
+  if (decimals < 0) std::snprintf(b, sizeof b, "%.6g", v);
+  else std::snprintf(b, sizeof b, "%.*f", decimals, v);
+  return b;
 }
 
 std::string jsonString(const std::string& text) {

@@ -40,4 +40,8 @@ std::string commHex(unsigned long long hash);
 // `text` as a JSON string literal, quotes included (quote, backslash and control characters escaped).
 std::string jsonString(const std::string& text);
 
+// `v` as a JSON number with `decimals` after the point (< 0: "%.6g"); null where it is not finite (printf's
+// "inf" and "nan" are no JSON).
+std::string jsonNumber(double v, int decimals = -1);
+
 }  // namespace autoccl::engine

@@ -934,6 +934,10 @@ def test_a_bad_mode_is_refused_before_any_launch(tmp_path: Path, mode: str, word
     # the folders made for the check are gone again, and the output folder this run made (an empty one was
     # left behind); a folder that was there stays
     assert not (tmp_path / "o").exists()
+    r = CliRunner().invoke(
+        main, [*args, "-m", mode, "-o", str(tmp_path / "a" / "b" / "c")], env={"FAKE_LOG": str(log)}
+    )
+    assert r.exit_code != 0 and not (tmp_path / "a").exists()  # every folder it made, not only the last
     (tmp_path / "kept").mkdir()
     r = CliRunner().invoke(
         main, [*args, "-m", mode, "-o", str(tmp_path / "kept")], env={"FAKE_LOG": str(log)}

@@ -435,6 +435,16 @@ def test_run_says_why_a_command_cannot_run(tmp_path: Path) -> None:
         r = runner.invoke(main, ["run", "--mode", "observe", "--", cmd])
         assert r.exit_code == status and says in r.output, (cmd, r.output)
         assert "channel" not in r.output and "Usage" not in r.output, r.output
+    # found and executable, and still not runnable (no #! line): the exec fails, 126 with the reason
+    script.chmod(0o755)
+    script.write_text("")  # exec(2) refuses an empty file (ENOEXEC) where a shell would run it
+    p = subprocess.run(
+        [sys.executable, "-m", "autoccl", "run", "--mode", "observe", "--", str(script)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "python")},
+    )
+    assert p.returncode == 126 and f"cannot run {script}: Exec format error" in p.stderr, p.stderr
 
 
 def test_cache_list_on_a_file_or_a_missing_folder(tmp_path: Path) -> None:

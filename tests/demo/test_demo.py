@@ -131,8 +131,10 @@ def test_a_piped_table_is_not_cut(monkeypatch: pytest.MonkeyPatch) -> None:
     from autoccl.cli.files import report_console
 
     monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setenv("FORCE_COLOR", "1")  # CI logs: Rich then calls a pipe a terminal
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
     console = report_console()
-    assert not console.is_terminal and console.width >= 240
+    assert console.width >= 240
     monkeypatch.setenv("COLUMNS", "100")
     assert report_console().width == 100
 
@@ -509,7 +511,8 @@ def test_demo_refuses_a_folder_it_cannot_make() -> None:
     """It printed its banner and ran, then ended with "cannot access /proc/...": the folder is made first."""
     res = CliRunner().invoke(main, ["demo", "-o", "/proc/autoccl-demo-out"])
     assert res.exit_code == 2, res.output
-    assert "Invalid value for '-o': cannot make /proc/autoccl-demo-out" in res.output, res.output
+    # root may write in /proc by its permissions, and is refused by mkdir; another user by the permissions
+    assert "Invalid value for '-o'" in res.output and "/proc" in res.output, res.output
     assert "simulated H200 ranks" not in res.output
 
 

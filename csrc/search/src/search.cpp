@@ -472,7 +472,7 @@ struct TaskSearch::Impl {
     mode = Mode::kPinned;
     pinnedCfg = c;
     pinnedCfg.measure = false;
-    pinnedRef = std::isfinite(ref) ? ref : 0;  // an unmeasured pin: its first check's median becomes the reference
+    pinnedRef = ref;
     refSteady = false;
     pinnedNoise = noise;
     interval = o.recheckFirst;
@@ -484,7 +484,7 @@ struct TaskSearch::Impl {
     pending.clear();
     queue.clear();
     if (st.convergedAt == kForever) st.convergedAt = planned;
-    st.bestMedian = pinnedRef;
+    st.bestMedian = ref;
     if (!o.drift) toFinal(pinnedCfg);
   }
   // Options::recheckMinMs scaled by how far the call interval has grown from recheckFirst.

@@ -179,8 +179,8 @@ def _online_channels(
     On gloo no NCCL communicator is made and the plugin is never loaded: the channels given are kept (they
     are recorded), and online mode's default, which asks NCCL, is not looked for."""
     online = any(getattr(m, "kind", "") in TUNED_TRAIN_MODES for m in modes)
-    if backend == "gloo" and ceiling is None and nccl_channels is None:
-        return None, None
+    if backend == "gloo" and ceiling is None:
+        return None, nccl_channels if isinstance(nccl_channels, int) else None
     return communicator_channels(online, ceiling, nccl_channels, None)
 
 
@@ -1032,7 +1032,7 @@ def nccl_tests(
     from autoccl.cli.tuner import run_options_problem
 
     interrupted = False
-    made_outdir = False  # this run made the output folder (a refusal before any launch removes it)
+    made: list[Path] = []  # folders this run made for -o (a refusal before any launch removes them)
     try:
         if bin_dir is None and not report_only:
             raise NT.BenchError(
@@ -1072,7 +1072,7 @@ def nccl_tests(
             if gpus is None:
                 plan.gpus = _visible_gpus()
             plan.validate()
-            made_outdir = not outdir.exists()
+            made = [d for d in (outdir, *outdir.parents) if not d.exists()]  # deepest first
             outdir.mkdir(parents=True, exist_ok=True)
             show = sys.stderr.isatty() if progress is None else progress
             say = lambda m: click.echo(f"autoccl bench nccl-tests: {m}", err=True)  # noqa: E731
@@ -1094,9 +1094,9 @@ def nccl_tests(
                     sys.exit(130)
                 records, unreadable = NT.read_launches(outdir)
     except NT.BenchError as e:
-        if made_outdir:  # refused before a launch: the folder this run made goes too
-            with contextlib.suppress(OSError):
-                outdir.rmdir()  # only if empty
+        with contextlib.suppress(OSError):  # refused before a launch: the folders made go too (only if empty)
+            for d in made:
+                d.rmdir()
         raise _fail(str(e)) from None
     if unreadable:
         click.echo(

@@ -101,7 +101,8 @@ def report_console() -> Console:
     column is cut to an ellipsis (Rich falls back to 80 columns there, and a demo's or a doctor's numbers and
     paths ended in "…" in logs), unless COLUMNS says how wide."""
     console = pipe_safe_console()
-    if console.is_terminal or os.environ.get("COLUMNS"):
+    # the stream's own, not Rich's is_terminal, which FORCE_COLOR (CI logs) turns on
+    if os.environ.get("COLUMNS") or (hasattr(console.file, "isatty") and console.file.isatty()):
         return console
     return pipe_safe_console(width=max(console.width, 240))
 

@@ -139,8 +139,9 @@ def nccl_channels(scope: str = "") -> Callable[[F], F]:
         "NCCL. With --channel-ceiling, give the count NCCL creates without it (24 on 2 or 4 x H200), or "
         "'auto': NCCL creates one plain communicator over this host's GPUs first and says its count. NCCL's "
         "own choice then runs as on a plain communicator instead of on all the ceiling's channels (slower "
-        "at 1-2 MiB). Every rank of a job must get the same count: on several hosts that are not identical "
-        "machines, give the number.",
+        "at 1-2 MiB). Without --channel-ceiling, online modes take their default ceiling (64) over this "
+        "count (--channel-ceiling 0: NCCL's own communicators). Every rank of a job must get the same "
+        "count: on several hosts that are not identical machines, give the number.",
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import errno
 import os
 import shlex
 import shutil
@@ -266,7 +267,12 @@ def _say_what_is_replaced(env: Mapping[str, str], fixed: str | None) -> None:
         if name == "NCCL_PROFILER_PLUGIN" and not settings.value_of("AUTOCCL_PROFILER_CHAIN"):
             keep = f"; to run it beside autoccl, chain it: AUTOCCL_PROFILER_CHAIN={theirs}"
         elif name == "NCCL_PROFILER_PLUGIN":
-            keep = f" (AUTOCCL_PROFILER_CHAIN={settings.value_of('AUTOCCL_PROFILER_CHAIN')} is chained)"
+            chained = settings.value_of("AUTOCCL_PROFILER_CHAIN")
+            keep = (
+                f" (AUTOCCL_PROFILER_CHAIN={chained} is chained)"
+                if Path(chained).expanduser().resolve() == Path(theirs).expanduser().resolve()
+                else f"; AUTOCCL_PROFILER_CHAIN chains {chained}, not it"
+            )
         else:
             keep = ": NCCL loads one tuner per process"
         click.echo(f"autoccl: {name}={theirs} replaced by autoccl's plugin{keep}", err=True)
@@ -350,7 +356,11 @@ def run(plugin: PluginOptions, command: tuple[str, ...]) -> None:
     child_env = {**os.environ, **built}
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execvpe(exe, list(command), child_env)
+    try:
+        os.execvpe(exe, list(command), child_env)
+    except OSError as e:  # a script without #!, a binary of another machine: as a shell, 126 (127 if gone)
+        click.echo(f"Error: cannot run {command[0]}: {e.strerror or e}", err=True)
+        sys.exit(127 if e.errno == errno.ENOENT else 126)
 
 
 def _not_runnable(command: str) -> tuple[str, int]:
