@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+import autoccl
 from autoccl import tables
 from autoccl._paths import plugin_path
 from autoccl.cli import main
@@ -419,7 +420,7 @@ def test_cache_show_lists_measured_pairs(tmp_path: Path) -> None:
     assert r.exit_code != 0 and str(cdir / "tables") in r.output, r.output
 
 
-def test_run_says_why_a_command_cannot_run(tmp_path: Path) -> None:
+def test_run_says_why_a_command_cannot_run(tmp_path: Path, fake_plugin: Path) -> None:
     """A directory or a file without execute permission was "command not found"; and the missing command is
     the first thing said, before the environment is built (whose channel probe prints a notice). The exit
     status is the shell's (and env(1)'s): 126 found but not runnable, 127 not found."""
@@ -442,7 +443,8 @@ def test_run_says_why_a_command_cannot_run(tmp_path: Path) -> None:
         [sys.executable, "-m", "autoccl", "run", "--mode", "observe", "--", str(script)],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "python")},
+        # the package under test, wherever it is (a checkout, or installed as CI installs it)
+        env={**os.environ, "PYTHONPATH": str(Path(autoccl.__file__).resolve().parents[1])},
     )
     assert p.returncode == 126 and f"cannot run {script}: Exec format error" in p.stderr, p.stderr
 
