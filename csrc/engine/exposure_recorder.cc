@@ -4,6 +4,8 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "engine/trace.h"
+
 namespace autoccl::engine {
 
 void ExposureRecorder::place(const TaskKey& task, uint64_t k, uint64_t iteration, uint32_t position, uint32_t period,
@@ -194,7 +196,7 @@ std::string ExposureRecorder::traceRecord(const std::string& commHex, int rank) 
                   "%s{\"pos\":%zu,\"coll\":\"%s\",\"bytes\":%" PRIu64 ",\"pipe\":%d,\"mean_us\":%.2f,"
                   "\"slope\":%s,\"se\":%s,\"alias\":%d,\"tail\":%.4f,\"verdict\":\"%s\"}",
                   p ? "," : "", p, collName(t.coll), t.bytes, t.pipe, q.meanUs,
-                  q.solved ? std::to_string(q.slope).c_str() : "null", q.solved ? std::to_string(q.se).c_str() : "null",
+                  (q.solved ? jsonNumber(q.slope, 6) : "null").c_str(), (q.solved ? jsonNumber(q.se, 6) : "null").c_str(),
                   q.alias, q.tail, ExposureEstimator::verdictName(q.verdict));
     out += e;
   }
@@ -213,7 +215,7 @@ std::string ExposureRecorder::traceRecord(const std::string& commHex, int rank) 
                   "%s{\"coll\":\"%s\",\"bytes\":%" PRIu64 ",\"pipe\":%d,\"calls\":%zu,\"sum_us\":%.2f,"
                   "\"slope\":%s,\"se\":%s,\"alias\":%d,\"verdict\":\"%s\",\"positions\":[",
                   g ? "," : "", collName(t.coll), t.bytes, t.pipe, at.size(), q.meanUs,
-                  q.solved ? std::to_string(q.slope).c_str() : "null", q.solved ? std::to_string(q.se).c_str() : "null",
+                  (q.solved ? jsonNumber(q.slope, 6) : "null").c_str(), (q.solved ? jsonNumber(q.se, 6) : "null").c_str(),
                   q.alias, ExposureEstimator::verdictName(q.verdict));
     out += e;
     out += positions + "]}";
