@@ -949,16 +949,12 @@ struct TaskSearch::Impl {
     }
     // Beyond what it has earned so far but within the whole allowance, the search waits (planOne) instead of
     // ending.
-    const bool taskOver = o.regretBudget > 0 && d.n() > 0 && !regretAllowed(d.med()) && earnedShortfall() <= 0;
+    const bool taskOver = o.regretBudget > 0 && !regretAllowed(d.med()) && earnedShortfall() <= 0;
     reportRegret();
     const bool jobOver = o.jobRegret && !o.jobRegret->allows();
     if (d.n() > 0 && (taskOver || jobOver)) {
-      st.regretStop = true;
       st.jobRegretStop = !taskOver;
-      for (Eval& e : evals)  // what is still in flight or queued is not waited for
-        if (&e != &d && !e.finished()) e.want = e.n() + e.inflight;
-      queue.clear();
-      finishTuning();
+      stopForRegret();
       return;
     }
     if (!pruned) {
@@ -1217,12 +1213,18 @@ struct TaskSearch::Impl {
       waitForBudget();
       return;
     }
+    stopForRegret();
+    planOne();
+  }
+  // The round's regret budget is spent: what is still in flight or queued is not waited for (NCCL's choice keeps
+  // what it asked for), and tuning ends with what there is.
+  void stopForRegret() {
     st.regretStop = true;
+    const Eval& d = evals[static_cast<size_t>(dflt)];
     for (Eval& e : evals)
-      if (!e.finished()) e.want = e.n();
+      if (&e != &d && !e.finished()) e.want = e.n() + e.inflight;
     queue.clear();
     finishTuning();
-    planOne();
   }
   // One call of the incumbent, timed, while unproven candidates wait for room (Options::maxUnprovenCalls). Free
   // against maxTuningCalls up to maxWaitCalls a round, as a wait far behind the samples is: it explores nothing,
