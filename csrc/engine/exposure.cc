@@ -290,11 +290,13 @@ ExposureEstimator::Result ExposureEstimator::estimate() const {
   // A call's own time moves the iteration by 0 to 1 of it (a lockstep group's sum: 0 to its size). A slope
   // well outside that: Result::outOfBounds (the caller decides what it voids).
   for (size_t p = 0; p < P; ++p) {
-    const Position& q = out.positions[p];
-    if (!q.solved || q.alias >= 0) continue;
-    const double most = static_cast<double>(f.groupSize[p]);
+    Position& q = out.positions[p];
+    if (!q.solved) continue;
+    const size_t own = q.alias >= 0 ? static_cast<size_t>(q.alias) : p;  // a group's bound is its sum's
+    const double most = static_cast<double>(f.groupSize[own]);
     const double margin = std::max(o_.boundSigmas * q.se, o_.boundFloor);
-    if (q.slope > most + margin || q.slope < -margin) out.outOfBounds = true;
+    q.belowBound = q.slope < -margin;
+    out.outOfBounds = out.outOfBounds || q.belowBound || q.slope > most + margin;
   }
   for (size_t p = 0; p < P; ++p) {
     Position& q = out.positions[p];

@@ -65,6 +65,9 @@ class ExposureEstimator {
     int alias = -1;            // >= 0: moved in lockstep with this earlier position; the slope is the group's
     double tail = 0;           // mean share of the iteration after the call's end
     double meanUs = 0;         // mean window
+    // The slope lies below 0 by more than the bound's margin (see Result::outOfBounds). No call's time
+    // shortens its iteration: the fit split the slope of windows that move almost together.
+    bool belowBound = false;
     Verdict verdict = Verdict::kUnknown;
   };
   struct Result {
@@ -79,7 +82,8 @@ class ExposureEstimator {
     // Some slope lies outside what a call's own time can do to the iteration: the windows move with the
     // iteration for other reasons (a wait for a peer inside the window, contention with the computation).
     // The verdicts are still set; ExposureRecorder voids them all when the per-task fit says this (on two
-    // hosts of one H100, FSDP2's reduce-scatters read 1.22 +- 0.06 as a task).
+    // hosts of one H100, FSDP2's reduce-scatters read 1.22 +- 0.06 as a task), and a task's positions' when
+    // one of them lies below the bound (Position::belowBound).
     bool outOfBounds = false;
     std::vector<Position> positions;
   };

@@ -135,11 +135,23 @@ ExposureRecorder::Fits ExposureRecorder::fitsOf(const ExposureEstimator& estimat
     f.byTask = estimator.estimateGroups(f.groupOf);
   }
   // A task's slope out of bounds says the windows carry more than the calls' own time: neither fit's
-  // verdicts are given. (A position's alone does not: nearly collinear positions split a slope of 0 into
-  // -0.5 and +0.5 in the noiseless emulator, their task's slope in bounds.)
-  if (f.byTask.outOfBounds)
+  // verdicts are given. A position's slope below the bound voids the fit by position's verdicts of its task's
+  // calls: nearly collinear calls of one task split a slope of 0 into -x and +x (the noiseless emulator: -0.50
+  // and +0.76), and the +x is no exposure either; the task's slope, in bounds, still speaks for them. (One
+  // above the bound alone does not: a call waited for beside a hidden one of its task, under contention, reads
+  // above 1 while its partner's verdict is right.)
+  using V = ExposureEstimator::Verdict;
+  std::vector<ExposureEstimator::Position>& positions = f.byPosition.positions;
+  if (f.byTask.outOfBounds) {
     for (ExposureEstimator::Result* fit : {&f.byPosition, &f.byTask})
-      for (ExposureEstimator::Position& q : fit->positions) q.verdict = ExposureEstimator::Verdict::kUnknown;
+      for (ExposureEstimator::Position& q : fit->positions) q.verdict = V::kUnknown;
+  } else if (f.groupOf.size() == positions.size()) {
+    std::vector<bool> split(f.taskOrder.size(), false);
+    for (size_t p = 0; p < positions.size(); ++p)
+      if (positions[p].belowBound) split[f.groupOf[p]] = true;
+    for (size_t p = 0; p < positions.size(); ++p)
+      if (split[f.groupOf[p]]) positions[p].verdict = V::kUnknown;
+  }
   return f;
 }
 

@@ -53,7 +53,8 @@ class ExposureRecorder {
 
  private:
   // Both fits of the estimator's samples: by position, and by task (one regressor a task, its positions
-  // summed), the verdicts voided where a task's slope is out of bounds.
+  // summed), the verdicts voided where a task's slope is out of bounds, and the fit by position's of a task
+  // one of whose positions' slopes lies below the bound.
   struct Fits {
     ExposureEstimator::Result byPosition, byTask;
     std::vector<TaskKey> taskOrder;  // the tasks, numbered in the order of their first position

@@ -295,6 +295,43 @@ TEST(engine, exposure_recorder_gives_no_verdict_out_of_bounds) {
   }
 }
 
+// Two calls of one task whose windows move almost together, hidden both: the fit by position can split their
+// slope of 0 into +x and -x (the noiseless emulator gave +0.76 and -0.50). The -x is out of bounds, so the +x
+// is no exposure either: the fit by position gives neither call a verdict (without the rule the +0.6 below was
+// called exposed, the -0.6 hidden), and the task's slope (~0, in bounds) calls both hidden. The other task's
+// call keeps its own verdict.
+TEST(engine, exposure_recorder_voids_a_split_position_fit) {
+  ExposureRecorder r;
+  r.trackHidden();
+  std::mt19937 rng(7);
+  std::normal_distribution<double> g(0.0, 1.0);
+  uint64_t ns = 1000000;
+  for (uint64_t it = 0; it < 61; ++it) {
+    const double shared = 500 + 40 * g(rng);
+    const double d0 = shared + 10 * g(rng), d1 = shared + 10 * g(rng), d2 = 200 + 40 * g(rng);
+    r.place(kTaskA, 2 * it, it, 0, 3, 1);
+    r.place(kTaskA, 2 * it + 1, it, 1, 3, 1);
+    r.place(kTaskB, it, it, 2, 3, 1);
+    r.time(kTaskA, 2 * it, ns, d0);
+    r.time(kTaskA, 2 * it + 1, ns + 1000000, d1);
+    r.time(kTaskB, it, ns + 2000000, d2);
+    ns += static_cast<uint64_t>((5000 + d2 + 0.6 * (d0 - d1) + 1 * g(rng)) * 1000.0);
+  }
+  r.waitForRefits();
+  const std::string rec = r.traceRecord("c0", 0);
+  EXPECT_NE(rec.find("\"out_of_bounds\":false"), std::string::npos) << rec;  // the task's fit: in bounds
+  const size_t tasks = rec.find("\"tasks\":[");
+  ASSERT_NE(tasks, std::string::npos) << rec;
+  std::vector<std::string> byPosition, byTask;  // the verdicts in the record's order
+  for (size_t at = rec.find("\"verdict\":\""); at != std::string::npos; at = rec.find("\"verdict\":\"", at + 1)) {
+    const size_t from = at + 11;
+    (at < tasks ? byPosition : byTask).push_back(rec.substr(from, rec.find('"', from) - from));
+  }
+  EXPECT_EQ(byPosition, (std::vector<std::string>{"unknown", "unknown", "exposed"})) << rec;
+  EXPECT_EQ(byTask, (std::vector<std::string>{"hidden", "exposed"})) << rec;
+  EXPECT_EQ(r.hiddenPositions(1, 3), 0b011u) << rec;  // both of the task's calls, by the task's verdict
+}
+
 // The recorder: an iteration is a sample once every position is timed and the next iteration has started; calls
 // never placed, and placed calls without a time, add nothing.
 TEST(engine, exposure_recorder_completes_iterations) {
