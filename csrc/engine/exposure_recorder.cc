@@ -138,8 +138,8 @@ ExposureRecorder::Fits ExposureRecorder::fitsOf(const ExposureEstimator& estimat
   // verdicts are given. A position's slope below the bound voids the fit by position's verdicts of its task's
   // calls: nearly collinear calls of one task split a slope of 0 into -x and +x (the noiseless emulator: -0.50
   // and +0.76), and the +x is no exposure either; the task's slope, in bounds, still speaks for them. (One
-  // above the bound alone does not: a call waited for beside a hidden one of its task, under contention, reads
-  // above 1 while its partner's verdict is right.)
+  // above the bound alone does not: voiding there too left the emulator's step of a hidden and a waited-for
+  // bucket of one task, under contention, without its hidden positions; see online-search.md.)
   using V = ExposureEstimator::Verdict;
   std::vector<ExposureEstimator::Position>& positions = f.byPosition.positions;
   if (f.byTask.outOfBounds) {
