@@ -162,10 +162,21 @@ void Coordination::lingerAtExit() {
   }
   // Every process says its ranks are done before it leaves (communicators never finalized included, e.g. a
   // job that never destroys its process group): the serving process then need not wait for them, and one
-  // whose connection merely dropped is still waited for. 500 ms at most to get the frames out.
-  if (tcp && board && !announced.empty() && !board->detachAll(std::chrono::milliseconds(500)) && log)
-    log(LogLevel::Info, "autoccl: leaving without telling the coordinator this process's ranks are done "
-                        "(not connected, or the frames not written within 500 ms)");
+  // whose connection merely dropped is still waited for. A process that does not serve leaves its connection
+  // for good, and knows the server read the goodbye when the server closes its end (1 s at most, a
+  // reconnect included: a goodbye only written was lost now and then on a loaded machine, and the serving
+  // process then waited 2 s and warned of ranks gone without a word). The serving process's own client stays
+  // connected while it lingers (its ranks may still answer other ranks' NEEDs): its frames are only flushed.
+  if (tcp && board && !announced.empty()) {
+    if (srv) {
+      if (!board->detachAll(std::chrono::milliseconds(500)) && log)
+        log(LogLevel::Info, "autoccl: leaving without telling the coordinator this process's ranks are done "
+                            "(not connected, or the frames not written within 500 ms)");
+    } else if (!board->leave(std::chrono::milliseconds(1000)) && log) {
+      log(LogLevel::Info, "autoccl: leaving without the coordinator confirming this process's ranks are done "
+                          "(not connected, or no reconnect or no close from the server within 1000 ms)");
+    }
+  }
   if (!srv) return;
   // This process's own ranks, told to its server directly: a process done before its client connected never
   // sent their ATTACH, and the server then knew of no other rank to wait for (a rank 0 whose tasks NCCL's

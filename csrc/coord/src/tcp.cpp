@@ -71,6 +71,8 @@ class Conn {
     ::close(fd_);
   }
   void shutdownOnly() { ::shutdown(fd_, SHUT_RDWR); }
+  // No more frames from this end (the peer reads what was written, then end of stream); reading goes on.
+  void shutdownWrite() { ::shutdown(fd_, SHUT_WR); }
   // Waits until every frame queued so far has been written to the socket (at most `within`): the last
   // frames of a process that is leaving, which its exit would otherwise drop from the queue.
   bool flush(milliseconds within) {
@@ -766,6 +768,32 @@ class TcpBoard : public Board {
     for (const auto& [comm, rank] : done) sendDetach(c, comm, rank);
     return c->flush(flushWithin);
   }
+  bool leave(milliseconds within) override {
+    const auto until = Clock::now() + within;
+    std::shared_ptr<Conn> c;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      for (const auto& [cr, n] : attached_) detached_.insert(cr);
+      attached_.clear();
+      // A DETACH queued on a connection that then dropped was lost with it: wait for the reconnect (a process
+      // that never connected has no server to wait for).
+      if (st_.firstAuthMs >= 0) cv_.wait_until(lk, until, [&] { return authed_ || stopping_; });
+      if (!authed_ || stopping_) return false;
+      c = conn_;
+      leaving_ = c;
+      // Every rank this process is done with, again: one said on an earlier connection may not have arrived
+      // (the server takes a repeat as it takes the first).
+      for (const auto& [comm, rank] : detached_) sendDetach(c, comm, rank);
+    }
+    const auto left = std::chrono::duration_cast<milliseconds>(until - Clock::now());
+    if (!c->flush(std::max(left, milliseconds(0)))) return false;
+    // End of stream after the frames: the server handles every frame before it, then closes its end, which
+    // the IO thread reads as the answer. Until then this process's socket stays open and read, so that no
+    // unread data turns its close into a reset racing the frames.
+    c->shutdownWrite();
+    std::unique_lock<std::mutex> lk(mu_);
+    return cv_.wait_until(lk, until, [&] { return goodbyeAnswered_ || stopping_; }) && goodbyeAnswered_;
+  }
   void publish(const TaskKey& t, const std::vector<Segment>& segs) override {
     // An empty segment (begin >= end: e.g. "from call kForever on") covers nothing, and the server takes a
     // PLAN holding one for a malformed frame and closes the connection: it is not sent.
@@ -1030,10 +1058,13 @@ class TcpBoard : public Board {
           st_.connectFailures++;
           link_ = Link::kRejected;
         }
+        bool answered = false;
         {
           std::lock_guard<std::mutex> lk(mu_);
           authed_ = false;
           conn_.reset();
+          answered = leaving_ == c;  // the server closed after our goodbye (leave): nothing is left to say
+          goodbyeAnswered_ = goodbyeAnswered_ || answered;
         }
         c->close();
         {
@@ -1041,6 +1072,8 @@ class TcpBoard : public Board {
           std::lock_guard<std::mutex> lk(mu_);
           localAddr_.clear();
         }
+        cv_.notify_all();
+        if (answered) return;
       }
       attempt++;
       failures++;
@@ -1124,6 +1157,8 @@ class TcpBoard : public Board {
   bool authed_ = false;
   enum class Link { kNever, kRejected, kAuthed } link_ = Link::kNever;  // the latest connection attempt's outcome
   bool stopping_ = false;
+  std::shared_ptr<Conn> leaving_;  // the connection leave() said goodbye on
+  bool goodbyeAnswered_ = false;   // the server closed that connection: it read the goodbye
   Store replica_;
   std::map<uint64_t, Decider*> deciders_;
   bool deciding_ = false;  // the IO thread is inside deciders_[decidingComm_]->decide()

@@ -760,6 +760,57 @@ TEST(coord, tcp_detach) {
   server->stop();
 }
 
+// A process that leaves (leave) says goodbye on a live connection and returns once the server has read it:
+// the server's close answers the goodbye. With detachAll alone, a process whose connection was down at exit
+// left without a word, and the serving process waited 2 s and warned of ranks gone without saying so (CI,
+// test_online_processes_tcp, once). A dropped connection is waited for; a board that never connected is not.
+TEST(coord, tcp_leave_confirmed) {
+  auto server = std::make_unique<TcpServer>(baseOpts(0));
+  std::string err;
+  ASSERT_TRUE(server->start(&err));
+  const int port = server->port();
+  server->attachLocal(11, 0, 3);
+  auto a = makeTcpBoard(baseOpts(port));
+  a->attach(11, 1, 3);
+  auto b = makeTcpBoard(baseOpts(port));
+  b->attach(11, 2, 3);
+  EXPECT_TRUE(waitFor([&] { return server->missingRanks() == 0 && server->runningRanks() == 3; }));
+  // Said and read: no waiting for the server's state after leave returns.
+  EXPECT_TRUE(a->leave(milliseconds(5000)));
+  std::vector<TcpServer::Members> m = server->members();
+  ASSERT_TRUE(m.size() == 1);
+  EXPECT_TRUE(m[0].detached == (std::vector<uint32_t>{1}));
+  EXPECT_TRUE(waitFor([&] { return server->connectedPeers() == 1; }));  // a's connection is gone for good
+  std::this_thread::sleep_for(milliseconds(1200));                      // past a reconnect
+  EXPECT_TRUE(server->connectedPeers() == 1);
+  EXPECT_FALSE(a->stats().connected);
+
+  // b's connection drops (a new server on the same port, which knows nothing yet); b leaves before its client
+  // has reconnected: the goodbye waits for the reconnect and reaches the new server.
+  server->stop();
+  EXPECT_TRUE(waitFor([&] { return !b->stats().connected; }));
+  b->detach(11, 2);  // its communicator finalized while the connection was down
+  server = std::make_unique<TcpServer>(baseOpts(port));
+  ASSERT_TRUE(server->start(&err));
+  EXPECT_TRUE(b->leave(milliseconds(5000)));
+  m = server->members();
+  ASSERT_TRUE(m.size() == 1);
+  EXPECT_TRUE(m[0].detached == (std::vector<uint32_t>{2}));
+  EXPECT_TRUE(server->runningRanks() == 0);
+
+  // A board that never connected has no server to wait for.
+  auto never = makeTcpBoard(baseOpts(port + 1 == 65536 ? port - 1 : port + 1));
+  never->attach(12, 1, 2);
+  std::this_thread::sleep_for(milliseconds(50));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(never->leave(milliseconds(3000)));
+  EXPECT_TRUE(std::chrono::steady_clock::now() - t0 < milliseconds(1000));
+  a.reset();
+  b.reset();
+  never.reset();
+  server->stop();
+}
+
 // One final segment for every call: algorithm 1, protocol 2, 4 channels.
 Segment wholeFinal() {
   Segment all;

@@ -128,6 +128,16 @@ class Board {
     (void)flushWithin;
     return false;
   }
+  // The process is leaving and will not use this board again: every rank it announced is said done, and the
+  // connection is closed after it. A connection that dropped is waited for (the client reconnects within a
+  // second). True once the server has closed its end, which it does only after reading every frame before
+  // ours: the goodbye was handled, not merely written (false: never connected, no reconnect within `within`,
+  // or no close from the server in time; no-op boards: false). The process serving the coordinator calls
+  // detachAll instead: its own client stays connected while it lingers.
+  virtual bool leave(std::chrono::milliseconds within) {
+    (void)within;
+    return false;
+  }
   // The authority publishes ahead (optional; NEEDs are answered anyway).
   virtual void publish(const TaskKey& task, const std::vector<Segment>& segs) = 0;
   // The segment for call k of `task`, waiting at most `deadline` for it.
