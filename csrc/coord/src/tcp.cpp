@@ -1073,7 +1073,14 @@ class TcpBoard : public Board {
           localAddr_.clear();
         }
         cv_.notify_all();
-        if (answered) return;
+        if (answered) {
+          // Nothing is left to say, so no reconnect. The thread waits for the board's end rather than ending
+          // here: the board of a process that is exiting is never destroyed, and a thread that ended without
+          // being joined is a leak to the thread sanitizer.
+          std::unique_lock<std::mutex> lk(mu_);
+          cv_.wait(lk, [&] { return stopping_; });
+          return;
+        }
       }
       attempt++;
       failures++;
