@@ -164,7 +164,7 @@ void Coordination::lingerAtExit() {
   // job that never destroys its process group): the serving process then need not wait for them, and one
   // whose connection merely dropped is still waited for. A process that does not serve leaves its connection
   // for good, and knows the server read the goodbye when the server closes its end (1 s at most, a
-  // reconnect included: a goodbye only written was lost now and then on a loaded machine, and the serving
+  // reconnect included: a goodbye only written to the socket was lost once in CI, and the serving
   // process then waited 2 s and warned of ranks gone without a word). The serving process's own client stays
   // connected while it lingers (its ranks may still answer other ranks' NEEDs): its frames are only flushed.
   if (tcp && board && !announced.empty()) {
