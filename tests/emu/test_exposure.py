@@ -74,8 +74,11 @@ def _check_tasks(rec: dict[str, Any], want: list[bool], why: str) -> int:
             continue
         known += 1
         assert t["verdict"] == ("exposed" if 2 * sum(members) > len(members) else "hidden"), why
-        # the slope is the members' mean exposure (they move together here)
-        assert t["slope"] == pytest.approx(sum(members) / len(members), abs=0.2), why
+        # The slope is the members' mean exposure (they move together here), within 0.2 or three of its own
+        # standard errors: a loaded run times fewer iterations, and FSDP's reduce-scatter task (mean 0.25)
+        # read -0.05 +- 0.11 once beside two busy loops, a right verdict 2.7 errors off its mean.
+        tol = max(0.2, 3 * float(t["se"] or 0.0))
+        assert t["slope"] == pytest.approx(sum(members) / len(members), abs=tol), why
     return known
 
 
