@@ -757,11 +757,7 @@ class TcpBoard : public Board {
     std::shared_ptr<Conn> c;
     {
       std::lock_guard<std::mutex> lk(mu_);
-      for (const auto& [cr, n] : attached_) {
-        done.push_back(cr);
-        detached_.insert(cr);
-      }
-      attached_.clear();
+      done = retireAttachedLocked();
       c = authed_ ? conn_ : nullptr;
     }
     if (!c) return false;
@@ -773,8 +769,7 @@ class TcpBoard : public Board {
     std::shared_ptr<Conn> c;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      for (const auto& [cr, n] : attached_) detached_.insert(cr);
-      attached_.clear();
+      retireAttachedLocked();
       // A DETACH queued on a connection that then dropped was lost with it: wait for the reconnect (a process
       // that never connected has no server to wait for).
       if (st_.firstAuthMs >= 0) cv_.wait_until(lk, until, [&] { return authed_ || stopping_; });
@@ -937,6 +932,17 @@ class TcpBoard : public Board {
     m.comm = comm;
     m.rank = rank;
     c->send(m, false);
+  }
+  // Every rank still attached becomes one this process is done with (detached_, said again on a reconnect); the
+  // ranks so moved are returned. mu_ held.
+  std::vector<std::pair<uint64_t, uint32_t>> retireAttachedLocked() {
+    std::vector<std::pair<uint64_t, uint32_t>> retired;
+    for (const auto& [cr, n] : attached_) {
+      retired.push_back(cr);
+      detached_.insert(cr);
+    }
+    attached_.clear();
+    return retired;
   }
   // SERVE (and with `ranks`, ATTACH and DETACH) of everything this process holds: on (re)connect (announceLocked),
   // then again every 500 ms since a frame may have been lost (both are idempotent at the server). ATTACH only a
