@@ -93,9 +93,17 @@ def _fc_emulated(world: int, latency_us: float, gbps: float) -> tuple[EmulatedTr
     return emu, doc
 
 
-def drift_job(rank: int, world: int, slow_at: int, iters: int) -> dict[str, Any]:
+def drift_job(
+    rank: int,
+    world: int,
+    slow_at: int,
+    iters: int,
+    latency_after_us: float = 20.0,
+    slowdown: float = 4.0,
+    latency_drift_us: float | None = None,
+) -> dict[str, Any]:
     """A fully connected emulated network (a probe takes ~10 ms, well above scheduling noise); link 0->1
-    becomes 4x slower at `slow_at`."""
+    becomes `slowdown` x slower, with a latency of `latency_after_us` (20 us before), at `slow_at`."""
     emu, doc = _fc_emulated(world, 20.0, 0.025)
     t = S.topology_from_dict(doc)
     ring = Plan.from_schedule(S.baseline(t, "ring", "allreduce", float(1 << 18)), t)
@@ -106,13 +114,14 @@ def drift_job(rank: int, world: int, slow_at: int, iters: int) -> dict[str, Any]
         seeds=2,
         probe_bytes=256 << 10,
         eval_calls=1,
+        latency_drift_us=latency_drift_us,
         native={"allreduce": lambda x, op: C.all_reduce(x, ring, op, transport=emu)},
     )
     x = torch.empty(1 << 16)
     events, correct, versions = [], True, []
     for it in range(iters):
         if it == slow_at and rank == 0:
-            emu.set_link(0, 1, LinkModel(20.0, 0.025 / 4))
+            emu.set_link(0, 1, LinkModel(latency_after_us, 0.025 / slowdown))
         x.fill_(rank + 1.0)
         mode = ad.all_reduce(x)
         if mode == "plan":

@@ -316,6 +316,76 @@ def test_refit_sizes_must_differ(S) -> None:
         runtime.Adaptive(doc, transport=_TwoRanks(), store=dist.HashStore(), refit_sizes=(1.0, 1.0))
 
 
+def _latency_run(S, monkeypatch: pytest.MonkeyPatch, rtt1_after: float, **kw):
+    """Link 0->1 of _TWO_RANKS_DOC (50 us, 0.01 GB/s) whose latency becomes 5,000 us after three reference
+    probes, its bandwidth unchanged; the re-fit measures the same link. Returns (runtime, events, the sizes
+    the re-fit timed)."""
+    from autoccl.adaptive import runtime
+
+    new_lat, back, probe = 5000.0, 50.0, 256 << 10
+    asked: list[list[int]] = []
+
+    def measured(t, peer, initiator, sizes, repeats, device, tag):
+        asked.append(list(sizes))
+        return {s: [new_lat + s / 10.0 + back + k * 5.0 for k in range(repeats)] for s in sizes}
+
+    monkeypatch.setattr(runtime, "measure_direction", measured)
+    ad = runtime.Adaptive(
+        _TWO_RANKS_DOC, transport=_TwoRanks(), store=dist.HashStore(), probe_bytes=probe, **kw
+    )
+    events = []
+    for k in range(5):  # 3 reference probes, then 2 with the link's new latency
+        ad.step_no += 1
+        lat = 50.0 if k < 3 else new_lat
+        rtt1 = 100.0 if k < 3 else rtt1_after
+        probes = {"0->1": {"rtt1_us": rtt1, "rtt_us": lat + probe / 10.0 + back}}
+        events += ad._decide_drift([{"probes": probes}, {"probes": {}}])
+    return ad, events, asked
+
+
+def test_a_latency_drift_is_flagged_and_the_refit_sets_the_links_latency(S, monkeypatch) -> None:
+    """With latency tracked, a link whose α grew 100-fold (its payload probes only 1.19x slower, inside the
+    bandwidth rule's 1.5) is flagged from its one-byte round trips; the re-fit, one-byte ping-pongs included,
+    gives the link half the round trip's new fixed part as its latency and keeps its bandwidth."""
+    ad, events, asked = _latency_run(S, monkeypatch, rtt1_after=5050.0, latency_drift_us=1000.0)
+    drift = [e.detail for e in events if e.kind == "drift"]
+    assert len(drift) == 1 and drift[0]["pair"] == "0->1"
+    assert drift[0]["ratio"] is None  # the bandwidth rule did not fire
+    assert drift[0]["latency_ratio"] == pytest.approx(50.5)
+    assert drift[0]["latency_us_before"] == pytest.approx(50.0)
+    # half the round trip's fixed part (5,000 + 50 us, the median repeat's 10): a ping-pong goes both ways
+    assert drift[0]["latency_us_after"] == pytest.approx(2530.0)
+    assert drift[0]["bandwidth_gbps_after"] == pytest.approx(0.01, rel=1e-3)
+    assert asked == [[1, 65536, 131072, 262144]]
+    lat = {(x["src"], x["dst"]): x["latency_us"] for x in ad.doc["links"]}
+    assert lat[("e/r0", "e/r1")] == pytest.approx(2530.0) and lat[("e/r1", "e/r0")] == 50.0
+    assert ad.version == 1 and [e.kind for e in events] == ["drift", "replan"]
+
+
+def test_latency_is_not_tracked_by_default_nor_flagged_within_its_floor(S, monkeypatch) -> None:
+    """Off by default: the same drift changes nothing. On, a one-byte round trip 4x its reference but only
+    300 us above it stays below a floor of 1,000 us: host noise of that size flags nothing."""
+    ad, events, asked = _latency_run(S, monkeypatch, rtt1_after=5050.0)
+    assert events == [] and asked == [] and ad.version == 0
+    _, events, asked = _latency_run(S, monkeypatch, rtt1_after=400.0, latency_drift_us=1000.0)
+    assert events == [] and asked == []
+
+
+def test_a_latency_drift_without_refit_scales_the_latency_by_the_probes_ratio(S, monkeypatch) -> None:
+    _, events, asked = _latency_run(S, monkeypatch, rtt1_after=5050.0, latency_drift_us=0.0, refit_repeats=0)
+    drift = next(e.detail for e in events if e.kind == "drift")
+    assert asked == [] and drift["estimate"] is None
+    assert drift["latency_us_after"] == pytest.approx(50.0 * 50.5)
+    assert drift["bandwidth_gbps_after"] == pytest.approx(0.01)  # no bandwidth drift, nothing scaled
+
+
+def test_latency_drift_floor_must_not_be_negative(S) -> None:
+    from autoccl.adaptive import runtime
+
+    with pytest.raises(ValueError, match="latency_drift_us must be 0 or more"):
+        runtime.Adaptive(_TWO_RANKS_DOC, transport=_TwoRanks(), store=dist.HashStore(), latency_drift_us=-1.0)
+
+
 class _RecordingTransport:
     """A transport that completes every message at once and keeps each batch: what a rank asked for."""
 

@@ -9,6 +9,11 @@ import pytest
 from autoccl.adaptive.launch import run_local
 
 
+def _decisions(result: dict) -> list[dict]:
+    """A rank's events without its own timings: what every rank must agree on."""
+    return [{k: v for k, v in e.items() if k not in ("plan_us", "native_us")} for e in result["events"]]
+
+
 # Serial: the probes' times are emulated sleeps, and a busy second test worker once added ~20 ms to every
 # reference probe (a 4x slowdown read as 1.58x).
 @pytest.mark.serial
@@ -17,11 +22,7 @@ def test_slow_link_is_detected_and_replanned(S) -> None:
     results = run_local(W.drift_job, 4, slow_at, slow_at + 30)
     events = results[0]["events"]
     # every rank took the same decisions at the same steps (agreement through the store)
-    strip = [
-        [{k: v for k, v in e.items() if k not in ("plan_us", "native_us")} for e in r["events"]]
-        for r in results
-    ]
-    assert all(s == strip[0] for s in strip)
+    assert all(d == _decisions(results[0]) for d in map(_decisions, results))
     assert all(r["versions"] == results[0]["versions"] for r in results)
     assert all(r["correct"] for r in results)
     drift = [e for e in events if e["kind"] == "drift" and e["pair"] == "0->1" and e["iter"] >= slow_at]
@@ -41,6 +42,25 @@ def test_slow_link_is_detected_and_replanned(S) -> None:
         if a != b
     ]
     assert over_slow < max(per_link)
+
+
+@pytest.mark.serial  # emulated sleeps, as the test above
+def test_a_link_whose_latency_grew_gets_its_new_latency(S) -> None:
+    """Link 0->1's latency goes from 20 us to 20 ms at `slow_at`, its bandwidth unchanged, with latency
+    tracked (a floor of 2 ms, far above the host's scheduling noise): the pair is flagged, and the re-fit
+    gives the link half the round trip's 20 ms (a ping-pong cannot tell the directions apart) and about its
+    old bandwidth (not a slower link)."""
+    slow_at = 12
+    results = run_local(W.drift_job, 4, slow_at, slow_at + 30, 20_000.0, 1.0, 2_000.0)
+    assert all(r["correct"] for r in results)
+    events = results[0]["events"]
+    drift = [e for e in events if e["kind"] == "drift" and e["pair"] == "0->1" and e["iter"] >= slow_at]
+    assert drift, events
+    assert drift[0]["iter"] - slow_at <= 20
+    assert drift[0]["latency_us_before"] == pytest.approx(20.0)
+    assert 7_500 < drift[0]["latency_us_after"] < 15_000, drift[0]
+    assert drift[0]["bandwidth_gbps_after"] > 0.025 / 2, drift[0]
+    assert all(d == _decisions(results[0]) for d in map(_decisions, results))  # the same on every rank
 
 
 def test_falls_back_to_the_faster_native_collective(S) -> None:

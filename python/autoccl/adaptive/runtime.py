@@ -16,14 +16,23 @@ iterations, re-planning on drift, and a fall-back to the backend's own collectiv
   `drift_ratio` (either way) on `confirm` consecutive probes flags the pair, at the fastest of those
   probes' ratios (as for the reference, interference only adds time). Comparing a pair with its own
   history, not with the profile's model, keeps the probe's method out of the verdict.
+* Latency (opt-in, `latency_drift_us`): the pair's fastest one-byte round trip of a probe against the fastest
+  of its first `baseline_probes` ones; off by more than `drift_ratio` (either way) and by more than
+  `latency_drift_us` on `confirm` consecutive probes flags the pair too, and every re-fit then also sets the
+  link's latency α. Off by default: from ping-pongs alone a host's own lag (wake-up, scheduling, a loaded
+  core) cannot be told from the link's, and it would land in α.
 * Agreement: at every step each rank writes its probe results and its timing of plans under evaluation to
   the store, then reads every rank's; all ranks take the same decisions from the same data, at the same step.
 * Re-planning: the flagged direction is measured afresh (ping-pongs of `refit_sizes` x probe_bytes,
   `refit_repeats` each) and the link gets the slope of the per-size median round trips as its bandwidth
   (the direct link; on a switch path, the sender's port): a lag that every ping-pong pays alike goes
   into the intercept, not into the link, as it did when the link was scaled by the probes' ratio (still
-  the rule with refit_repeats=0). The topology version increases and the next call of each collective
-  uses a plan synthesized from the new topology.
+  the rule with refit_repeats=0). With latency tracked, the re-fit also times one-byte ping-pongs, and half
+  the intercept of the line over them and the payloads becomes the link's latency, as `autoccl profile`
+  takes it (without a re-fit: its latency scaled by the one-byte probes' ratio). A ping-pong crosses both
+  directions, so it cannot tell which one's latency moved: a drift of one direction's is shared by the two
+  where both are flagged, and halved where only one is. The topology version increases and the next call of
+  each collective uses a plan synthesized from the new topology.
 * Fall-back: the first `eval_calls` x 2 calls of each new plan alternate between the plan and the backend's
   collective (`native`); at the next step the slower of the two (by the slowest rank's mean) is dropped.
 """
@@ -31,6 +40,7 @@ iterations, re-planning on drift, and a fall-back to the backend's own collectiv
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,7 +52,14 @@ import torch.distributed as dist
 
 from autoccl.adaptive import collectives as C
 from autoccl.adaptive.plan import Plan
-from autoccl.adaptive.profile import LinkEstimate, estimate_link, measure_direction, pingpong, round_robin
+from autoccl.adaptive.profile import (
+    LinkEstimate,
+    estimate_link,
+    fit_alpha_beta,
+    measure_direction,
+    pingpong,
+    round_robin,
+)
 from autoccl.adaptive.reduce_ops import ReductionError, resolve
 from autoccl.adaptive.transport import TorchTransport, Transport
 
@@ -185,6 +202,7 @@ class Adaptive:
         eval_calls: int = 3,
         refit_sizes: tuple[float, ...] = (0.25, 0.5, 1.0),
         refit_repeats: int = 5,
+        latency_drift_us: float | None = None,
         native: dict[str, NativeFn] | None = None,
         prefix: str = "autoccl/adaptive",
     ) -> None:
@@ -225,6 +243,13 @@ class Adaptive:
             raise ValueError("refit_sizes must give at least two different payload sizes")
         self.refit_sizes = sorted({max(int(f * probe_bytes), 1) for f in refit_sizes})
         self.refit_repeats = refit_repeats
+        if latency_drift_us is not None and not latency_drift_us >= 0:
+            raise ValueError(
+                f"latency_drift_us must be 0 or more (None: latency not tracked), not {latency_drift_us}"
+            )
+        self.latency_drift_us = latency_drift_us
+        self.rtt1_reference: dict[str, list[float]] = {}  # pair -> its first probes' one-byte round trips
+        self.latency_suspicion: dict[str, list[float]] = {}  # pair -> one-byte ratios of off-probes in a row
         self.last_probe: dict[str, dict[str, float]] = {}
         # Probed pairs: those the model joins (a link, or a path over switches and NICs). Two NPUs it does
         # not join (a torus's diagonal) have no link to blame for a drift; their probes would only cost time.
@@ -492,11 +517,14 @@ class Adaptive:
         for e in everyone:
             measured.update(e["probes"])
         flagged: dict[str, float] = {}
+        flagged_latency: dict[str, float] = {}
         for pair in sorted(measured):
             a, b = sorted(int(x) for x in pair.split("->"))
             if (a, b) not in self._probed:
                 continue  # a probe of a pair this model does not join (sent by hand): no link to blame
             m = measured[pair]
+            if self.latency_drift_us is not None:
+                self._watch_latency(pair, m["rtt1_us"], flagged_latency)
             floor = self.rtt1_floor[pair] = min(self.rtt1_floor.get(pair, m["rtt1_us"]), m["rtt1_us"])
             one_way = m["rtt_us"] - floor / 2
             ref = self.reference.setdefault(pair, [])
@@ -512,33 +540,43 @@ class Adaptive:
             if len(self.suspicion.get(pair, [])) >= self.confirm:
                 # the fastest confirming probe, as for the reference: interference only adds time
                 flagged[pair] = min(self.suspicion[pair])
-        if not flagged:
+        if not flagged and not flagged_latency:
             return []
         events: list[Event] = []
-        for pair, ratio in sorted(flagged.items()):
+        for pair in sorted(set(flagged) | set(flagged_latency)):
             a, b = (int(x) for x in pair.split("->"))
-            _, bw = route_model(self.doc, self.npus[a], self.npus[b])
-            estimate = self._refit(pair) if self.refit_repeats > 0 else None
+            lat, bw = route_model(self.doc, self.npus[a], self.npus[b])
+            bw_ratio, latency_ratio = flagged.get(pair), flagged_latency.get(pair)
+            estimate, intercept = self._refit(pair) if self.refit_repeats > 0 else (None, None)
+            new_bw = bw
             if estimate is not None:
                 new_bw = self._set_pair_bandwidth(a, b, estimate.bandwidth_gbps)
-            else:
-                new_bw = self._scale_pair(a, b, ratio)
-            events.append(
-                Event(
-                    self.step_no,
-                    "drift",
-                    {
-                        "pair": pair,
-                        "ratio": ratio,
-                        "bandwidth_gbps_before": bw,
-                        "bandwidth_gbps_after": new_bw,
-                        "estimate": estimate.to_dict() if estimate is not None else None,
-                    },
-                )
-            )
-            self.suspicion.pop(pair, None)
-            self.reference.pop(pair, None)
-            self.rtt1_floor.pop(pair, None)
+            elif bw_ratio is not None:
+                new_bw = self._scale_pair(a, b, bw_ratio)
+            detail: dict[str, Any] = {
+                "pair": pair,
+                "ratio": bw_ratio,
+                "bandwidth_gbps_before": bw,
+                "bandwidth_gbps_after": new_bw,
+                "estimate": estimate.to_dict() if estimate is not None else None,
+            }
+            if self.latency_drift_us is not None:
+                if intercept is not None:  # half the round trip's fixed part, as `autoccl profile` takes it
+                    new_lat = self._set_pair_latency(a, b, intercept / 2)
+                elif latency_ratio is not None:
+                    new_lat = self._set_pair_latency(a, b, lat * latency_ratio)
+                else:
+                    new_lat = lat
+                detail.update(latency_ratio=latency_ratio, latency_us_before=lat, latency_us_after=new_lat)
+            events.append(Event(self.step_no, "drift", detail))
+            for history in (
+                self.suspicion,
+                self.reference,
+                self.rtt1_floor,
+                self.latency_suspicion,
+                self.rtt1_reference,
+            ):
+                history.pop(pair, None)
         from autoccl.synth import topology_from_dict
 
         self.topo = topology_from_dict(self.doc, source="adaptive topology")
@@ -549,29 +587,53 @@ class Adaptive:
         events.append(Event(self.step_no, "replan", {"version": self.version, "pairs": sorted(flagged)}))
         return events
 
-    def _refit(self, pair: str) -> LinkEstimate:
+    def _watch_latency(self, pair: str, rtt1_us: float, flagged: dict[str, float]) -> None:
+        """The latency rule (module doc): flag `pair` in `flagged` at the fastest confirming ratio."""
+        ref = self.rtt1_reference.setdefault(pair, [])
+        if len(ref) < self.baseline_probes:
+            ref.append(rtt1_us)
+            return
+        base = min(ref)
+        ratio = rtt1_us / max(base, 1e-3)
+        off = ratio > self.drift_ratio or ratio < 1 / self.drift_ratio
+        if off and abs(rtt1_us - base) > float(self.latency_drift_us or 0.0):
+            self.latency_suspicion.setdefault(pair, []).append(ratio)
+        else:
+            self.latency_suspicion.pop(pair, None)
+        if len(self.latency_suspicion.get(pair, [])) >= self.confirm:
+            flagged[pair] = min(self.latency_suspicion[pair])
+
+    def _refit(self, pair: str) -> tuple[LinkEstimate, float | None]:
         """Measure the flagged direction a->b afresh before re-planning: ping-pongs of several payload
         sizes (`refit_sizes` x probe_bytes), `refit_repeats` of each; the bandwidth is the slope of the
         per-size medians (autoccl.adaptive.profile.estimate_link). The two probes that flagged the pair
         saw one size, and whatever lag they carried scaled the link; a slope over sizes leaves a lag that
         every ping-pong pays alike in the intercept. Collective: every rank calls it for every flagged
         pair in the same order; the initiator shares its round trips through the store so that every
-        rank fits the same numbers."""
+        rank fits the same numbers. With latency tracked, one-byte ping-pongs are timed too, and the second
+        value is the intercept (us) of the line over them and the payloads' medians; otherwise None."""
         a, b = (int(x) for x in pair.split("->"))
+        tracked = self.latency_drift_us is not None
+        sizes = sorted({1, *self.refit_sizes}) if tracked else self.refit_sizes
         if self.rank in (a, b):
             rtts = measure_direction(
                 self.t,
                 b if self.rank == a else a,
                 self.rank == a,
-                self.refit_sizes,
+                sizes,
                 self.refit_repeats,
                 self.device,
                 _REFIT_TAG,
             )
             if self.rank == a:
                 self.store.set(f"refit/{self.step_no}/{pair}", json.dumps(rtts))
-        raw = json.loads(self.store.get(f"refit/{self.step_no}/{pair}"))
-        return estimate_link({int(s): v for s, v in raw.items()})
+        raw = {int(s): v for s, v in json.loads(self.store.get(f"refit/{self.step_no}/{pair}")).items()}
+        estimate = estimate_link({s: raw[s] for s in self.refit_sizes})
+        if not tracked:
+            return estimate, None
+        med = [float(statistics.median(raw[s])) for s in sizes]
+        intercept, _, _, _ = fit_alpha_beta(sizes, med)
+        return estimate, intercept
 
     def _set_pair_bandwidth(self, a: int, b: int, gbps: float) -> float:
         """Give the direct link a->b (or, on a switch path, the sender's first hop) the bandwidth `gbps`.
@@ -580,6 +642,16 @@ class Adaptive:
         hop = route(self.doc, self.npus[a], self.npus[b])[0]
         links[hop]["bandwidth_gbps"] = round(gbps, 6)
         return float(links[hop]["bandwidth_gbps"])
+
+    def _set_pair_latency(self, a: int, b: int, us: float) -> float:
+        """Make the modelled latency of the path a->b `us` (at least 0) through its first hop: the direct
+        link, or on a switch path the sender's port, the other hops keeping theirs. Returns the path's new
+        latency."""
+        links = {(x["src"], x["dst"]): x for x in self.doc["links"]}
+        hops = route(self.doc, self.npus[a], self.npus[b])
+        rest = sum(float(links[h]["latency_us"]) for h in hops[1:])
+        links[hops[0]]["latency_us"] = round(max(us - rest, 0.0), 4)
+        return float(links[hops[0]]["latency_us"]) + rest
 
     def _scale_pair(self, a: int, b: int, ratio: float) -> float:
         """Make the modelled time of a probe from a to b `ratio` times what it was, by changing the
