@@ -533,13 +533,9 @@ class Adaptive:
                 continue
             ratio = one_way / min(ref)  # interference only adds time: the fastest is the pair's own
             self.last_probe[pair] = {"ratio": ratio, "measured_us": one_way}
-            if ratio > self.drift_ratio or ratio < 1 / self.drift_ratio:
-                self.suspicion.setdefault(pair, []).append(ratio)
-            else:
-                self.suspicion.pop(pair, None)
-            if len(self.suspicion.get(pair, [])) >= self.confirm:
-                # the fastest confirming probe, as for the reference: interference only adds time
-                flagged[pair] = min(self.suspicion[pair])
+            confirmed = self._confirm(self.suspicion, pair, ratio, self._off(ratio))
+            if confirmed is not None:
+                flagged[pair] = confirmed
         if not flagged and not flagged_latency:
             return []
         events: list[Event] = []
@@ -595,13 +591,25 @@ class Adaptive:
             return
         base = min(ref)
         ratio = rtt1_us / max(base, 1e-3)
-        off = ratio > self.drift_ratio or ratio < 1 / self.drift_ratio
-        if off and abs(rtt1_us - base) > float(self.latency_drift_us or 0.0):
-            self.latency_suspicion.setdefault(pair, []).append(ratio)
+        off = self._off(ratio) and abs(rtt1_us - base) > float(self.latency_drift_us or 0.0)
+        confirmed = self._confirm(self.latency_suspicion, pair, ratio, off)
+        if confirmed is not None:
+            flagged[pair] = confirmed
+
+    def _off(self, ratio: float) -> bool:
+        """Whether a probe's ratio to its pair's reference is off by more than `drift_ratio`, either way."""
+        return ratio > self.drift_ratio or ratio < 1 / self.drift_ratio
+
+    def _confirm(self, suspicion: dict[str, list[float]], pair: str, ratio: float, off: bool) -> float | None:
+        """A probe off its reference adds its ratio to the pair's `suspicion`, one that is not clears it; with
+        `confirm` in a row the pair is flagged at the fastest confirming ratio (as for the reference:
+        interference only adds time), which is returned, else None."""
+        if off:
+            suspicion.setdefault(pair, []).append(ratio)
         else:
-            self.latency_suspicion.pop(pair, None)
-        if len(self.latency_suspicion.get(pair, [])) >= self.confirm:
-            flagged[pair] = min(self.latency_suspicion[pair])
+            suspicion.pop(pair, None)
+        seen = suspicion.get(pair, [])
+        return min(seen) if len(seen) >= self.confirm else None
 
     def _refit(self, pair: str) -> tuple[LinkEstimate, float | None]:
         """Measure the flagged direction a->b afresh before re-planning: ping-pongs of several payload
