@@ -380,6 +380,8 @@ struct CommState {
   ncclabi::TunerConstantsV6 constants{};
   uint64_t seq[kFuncs] = {};
   std::map<std::tuple<int, size_t, int>, int> callIndex;  // (func, nBytes, pipe) -> next call index
+  // (func, nBytes) -> the configuration its previous kernel ran (algo, proto, channels, chunk): Scenario::switchFactor
+  std::map<std::pair<int, size_t>, std::tuple<int, int, int, long long>> lastConfig;
   std::map<int, std::vector<std::string>> captured;       // group -> truth templates of the capture
   std::map<int, std::vector<std::pair<uint64_t, double>>> capturedDur;
   // GPU clock of this communicator's stream: NCCL serializes a communicator's kernels on one stream;
@@ -954,7 +956,16 @@ class RankRunner {
       const double alone = overlap ? sh_.model->meanUs(b.func, cs.model.nRanks, b.bytes, p.applied.algo, p.applied.proto,
                                                        p.usedChannels, static_cast<size_t>(p.applied.chunk), 0.0)
                                    : p.mean;
-      uint64_t dur = std::max<uint64_t>(1000, static_cast<uint64_t>(alone * noise * 1000.0));
+      // Scenario::switchFactor: the first kernel after its task's configuration changed runs longer.
+      double switchSlow = 1;
+      if (!capture) {
+        const auto ran = std::make_tuple(p.applied.algo, p.applied.proto, p.usedChannels,
+                                         static_cast<long long>(p.applied.chunk));
+        auto [last, first] = cs.lastConfig.try_emplace({b.func, b.bytes}, ran);
+        if (!first && last->second != ran) switchSlow = sc.switchFactor;
+        last->second = ran;
+      }
+      uint64_t dur = std::max<uint64_t>(1000, static_cast<uint64_t>(alone * noise * switchSlow * 1000.0));
       // hidden: time the stream is held around the kernel that its channel timestamps do not cover
       const uint64_t streamReached = std::max(cs.gpuNs, inputReady);  // a CUDA event recorded before the launch
       p.start = streamReached + sc.gapNs + sc.hiddenNs(p.applied.algo, p.applied.proto);
@@ -1363,6 +1374,7 @@ int mainImpl(int argc, char** argv) {
     emuError(err);
     return 2;
   }
+  if (sc.noiseSigma > 0) model.sigma = sc.noiseSigma;
   for (int r : opt.ranks) {
     bool member = false;
     for (const CommSpec& c : sc.comms) member |= std::find(c.ranks.begin(), c.ranks.end(), r) != c.ranks.end();

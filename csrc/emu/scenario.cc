@@ -130,6 +130,11 @@ bool Scenario::parse(const std::string& text, std::string* error) {
       if (!parseU64(scalar(), &gapNs)) return fail("bad gap_ns");
     } else if (kw == "skew_ns") {
       if (!parseU64(scalar(), &skewNs) || skewNs > 1000000000ULL) return fail("bad skew_ns (0..1e9)");
+    } else if (kw == "noise_sigma") {
+      if (!parseDouble(scalar(), &noiseSigma) || noiseSigma <= 0 || noiseSigma > 1) return fail("bad noise_sigma (0 < s <= 1)");
+    } else if (kw == "switch_factor") {
+      if (!parseDouble(scalar(), &switchFactor) || switchFactor < 1 || switchFactor > 1000)
+        return fail("bad switch_factor (1..1000)");
     } else if (kw == "hidden") {  // hidden algo=tree [proto=ll128] ns=30000 (no proto: every protocol)
       if (std::string bad = badKeys({"algo", "proto", "ns"}); !bad.empty()) return fail(bad);
       int hAlgo = parseAlgo(kv["algo"]);

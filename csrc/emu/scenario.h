@@ -68,6 +68,13 @@ struct Scenario {
   // wait for the last rank. Training steps look like this: rank 0's window of a 25 MB all_gather was
   // 1.2-1.5 ms at the median against a 60 us transfer (FSDP2 on 2 x H200).
   uint64_t skewNs = 0;
+  // > 0: the log-normal sigma of the per-kernel (and per-computation) noise, in place of the model's (3 %):
+  // 0.15 moves a call by up to +-30 % (two sigmas), the launch-to-launch spread of plain NCCL on 2 x H100.
+  double noiseSigma = 0;
+  // > 1: a kernel whose configuration (algorithm, protocol, channels, chunk) differs from its task's previous
+  // call's on that rank runs this many times as long, inside its channel window (the kernel clock sees it):
+  // a configuration whose first call after a switch is slow (cold buffers, connections set up on first use).
+  double switchFactor = 1;
   // Per (algorithm, protocol): extra time a kernel holds its stream outside its channels' timestamps (on
   // 4 x H200, tree/LL128 all_reduce 4 MiB: 23-43 us channel windows, 54 us between kernel starts).
   static constexpr int kHiddenAlgos = 8, kHiddenProtos = 3;  // >= NCCL's algorithm / protocol counts

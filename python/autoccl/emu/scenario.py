@@ -118,6 +118,12 @@ class Scenario:
     # > 0: ranks reach each kernel up to this many ns apart (uniform per rank and kernel); a rank's kernel
     # window includes its wait for the last one, as in a training step with rank skew
     skew_ns: int = 0
+    # > 0: the log-normal sigma of every kernel's and computation's noise in place of the model's (3 %);
+    # 0.15 moves a call by up to +-30 % (two sigmas)
+    noise_sigma: float = 0.0
+    # > 1: a kernel whose configuration differs from its task's previous call's on that rank runs this many
+    # times as long, inside its channel window (a configuration whose first call after a switch is slow)
+    switch_factor: float = 1.0
     # the rank threads of one emulator process start calling only once all have created their
     # communicators (ncclCommInitAll); otherwise each starts as soon as its own are created
     init_barrier: bool = False
@@ -148,6 +154,14 @@ class Scenario:
             raise ValueError("skew_ns must be >= 0")
         if self.skew_ns:
             lines.append(f"skew_ns {int(self.skew_ns)}")
+        if not 0 <= self.noise_sigma <= 1 or self.noise_sigma != self.noise_sigma:
+            raise ValueError(f"noise_sigma must be in [0, 1] (0: the model's), not {self.noise_sigma}")
+        if self.noise_sigma:
+            lines.append(f"noise_sigma {self.noise_sigma!r}")
+        if not 1 <= self.switch_factor <= 1000:
+            raise ValueError(f"switch_factor must be in [1, 1000], not {self.switch_factor}")
+        if self.switch_factor != 1:
+            lines.append(f"switch_factor {self.switch_factor!r}")
         if self.init_barrier:
             lines.append("init_barrier 1")
         if self.lead < 0:
