@@ -228,6 +228,7 @@ class OnlineSource final : public DecisionSource {
         guardOptions.estimatedCaps = env.settings->stepArmsEstimated;
         if (guardOn_ && !guardOptions.estimatedCaps.empty()) exposure_.trackHidden();
       }
+      guardOptions.jobRegret = opts_.jobRegret;  // the guard's rounds cost the job's budget too
       decider_ = std::make_unique<GatedDecider>(env.coordination, env.nRanks, std::move(guardOptions),
                                                 env.settings && env.settings->waitRegret);
       localBoard_->serve(env.commHash, decider_.get());

@@ -207,6 +207,16 @@ GuardPlan::GuardPlan(GuardOptions o) : o_(std::move(o)) {
     if (cap > 0) arms_.push_back(GuardArm{false, cap});
   for (int cap : o_.estimatedCaps)
     if (cap > 0) arms_.push_back(GuardArm{false, cap, 0, true});
+  if (o_.jobRegret) ledgerSlot_ = o_.jobRegret->join();
+}
+
+GuardPlan::~GuardPlan() {
+  if (o_.jobRegret) o_.jobRegret->leave(ledgerSlot_);  // its regret stays counted
+}
+
+double GuardPlan::costUs() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return costUs_;
 }
 
 void GuardPlan::setEstimatedHidden(uint64_t positions) {
@@ -495,6 +505,15 @@ void GuardPlan::verdictLocked() {
   }
   v.tuned = winner != kNcclArm;
   v.winner = arms_[winner];
+  // The round's cost: a block is its settling iteration and blockIters - 1 planned samples, all run on its arm.
+  std::vector<double> planned(arms_.size(), 0.0);
+  for (const auto& [it, arm] : wanted_) planned[arm] += 1.0;
+  if (med[winner] > 0)
+    for (size_t a = 0; a < arms_.size(); ++a)
+      if (a != winner && med[a] > med[winner])
+        v.costUs += planned[a] * o_.blockIters / (o_.blockIters - 1) * (med[a] - med[winner]);
+  costUs_ += v.costUs;
+  if (o_.jobRegret) o_.jobRegret->report(ledgerSlot_, costUs_, 0.0, 0.0);
   now_ = winner;
   verdicts_.push_back(v);
   inRound_ = false;
@@ -537,6 +556,11 @@ std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm) {
                 "against NCCL's choices %.1f us (%u): %s from iteration %" PRIu64,
                 comm, v.period, v.tunedUs, v.tunedSamples, v.ncclUs, v.ncclSamples, what.c_str(), v.at);
   std::string text = line;
+  if (v.costUs > 0) {
+    char cost[96];
+    std::snprintf(cost, sizeof cost, " (the round cost %.1f us against the winner)", v.costUs);
+    text += cost;
+  }
   if (v.unexplained) {
     char why[192];
     std::snprintf(why, sizeof why, " (the tuned plan saves %.1f us of kernel time an iteration, %.2f %% of it: "
@@ -558,15 +582,15 @@ std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm) {
 
 std::string traceVerdict(const GuardPlan::Verdict& v, const std::string& commHex, int rank,
                          const std::function<bool(uint64_t iteration, CallKey* first)>& firstCall) {
-  char head[448];
+  char head[512];
   std::snprintf(head, sizeof head,
                 "{\"ev\":\"guard\",\"comm\":\"%s\",\"rank\":%d,\"period\":%u,\"round_begin\":%" PRIu64
                 ",\"at\":%" PRIu64 ",\"winner\":\"%s\",\"tuned\":%s,\"tuned_us\":%.1f,\"tuned_samples\":%u,"
                 "\"nccl_us\":%.1f,\"nccl_samples\":%u,\"margin\":%.4f,\"plan_gain_us\":%.1f,\"unexplained\":%s,"
-                "\"voided_before\":%u,\"samples\":[",
+                "\"voided_before\":%u,\"cost_us\":%.1f,\"samples\":[",
                 commHex.c_str(), rank, v.period, v.roundBegin, v.at, armName(v.winner).c_str(),
                 v.tuned ? "true" : "false", v.tunedUs, v.tunedSamples, v.ncclUs, v.ncclSamples, v.margin,
-                v.planGainUs, v.unexplained ? "true" : "false", v.voidedBefore);
+                v.planGainUs, v.unexplained ? "true" : "false", v.voidedBefore, v.costUs);
   std::string out = head;
   for (size_t i = 0; i < v.samples.size(); ++i) {
     const GuardPlan::Sample& s = v.samples[i];

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -173,6 +174,11 @@ struct GuardOptions {
   // Estimated arms (AUTOCCL_STEP_ARMS=estimated=...): per entry, the tuned plan with the positions the exposure
   // estimate calls hidden (setEstimatedHidden, read at each round's start) at most this many channels.
   std::vector<int> estimatedCaps;
+  // The job's regret budget (AUTOCCL_JOB_REGRET_PCT, shared with the searches of the process): each verdict
+  // charges its round's cost to it (Verdict::costUs), so a guard that keeps timing a losing plan leaves the
+  // searches less to explore with. It adds regret only, no calls to the budget's base: the iterations it judged
+  // are the tasks' calls, already counted there. Null: the cost is only recorded.
+  std::shared_ptr<search::RegretLedger> jobRegret;
 };
 
 // What a guard segment tells every rank to run for an iteration.
@@ -207,6 +213,11 @@ class GuardPlan {
   static bool fallbackNcclOf(const search::Config& c);
 
   explicit GuardPlan(GuardOptions o = GuardOptions());
+  ~GuardPlan();
+  GuardPlan(const GuardPlan&) = delete;
+  GuardPlan& operator=(const GuardPlan&) = delete;
+  // The verdicts' costs so far (microseconds), what the job's budget was charged.
+  double costUs() const;
   // Segments covering iteration i (and what is planned beyond `covered`), for the board's decider.
   std::vector<search::Segment> decide(uint64_t i, uint64_t covered);
   // Every task of the iteration has converged: the next round may start. `iterationCalls`: the iteration's length
@@ -267,6 +278,9 @@ class GuardPlan {
     uint32_t period = 0;           // the iteration's length in calls when judged (0: not known)
     uint32_t voidedBefore = 0;     // rounds voided since the previous verdict (the step changed)
     std::vector<Sample> samples;   // what the round measured, by iteration (the trace's `guard` record)
+    // What the round cost against running the winner throughout (microseconds): every iteration of a block of a
+    // losing arm, its settling one too, at that arm's median minus the winner's (0 for an arm without a median).
+    double costUs = 0;
   };
   std::vector<Verdict> verdicts() const;
   size_t verdictCount() const;
@@ -313,6 +327,8 @@ class GuardPlan {
   double planGainUs_ = -1;
   uint32_t period_ = 0;
   uint64_t estimatedHidden_ = 0;
+  double costUs_ = 0;     // the verdicts' costs so far
+  int ledgerSlot_ = -1;   // o_.jobRegret's slot
 };
 
 // One INFO line of a verdict: the communicator, its iteration's length, both arms' medians and what runs from

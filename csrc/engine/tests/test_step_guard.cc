@@ -342,6 +342,44 @@ TEST(engine, guard_verdicts) {
   }
 }
 
+TEST(engine, guard_round_cost_charged_to_the_job_budget) {
+  // The round's cost: each losing arm's iterations (its blocks' settling ones too) at its median minus the
+  // winner's. T N N T twice with blocks of 3: 12 iterations on each arm.
+  {  // the tuned plan 10 % slower at no noise: NCCL's choices win, the tuned blocks cost 12 x 10 us
+    GuardPlan g;
+    auto v = drive(g, 110.0, 100.0, 0.0, 200, 20);
+    ASSERT_FALSE(v.empty());
+    EXPECT_FALSE(v.front().tuned);
+    EXPECT_NEAR(v.front().costUs, 12 * 10.0, 1e-6);
+    EXPECT_NEAR(g.costUs(), [&] { double c = 0; for (const auto& x : v) c += x.costUs; return c; }(), 1e-6);
+  }
+  {  // the tuned plan 10 % faster: the NCCL blocks cost 12 x 10 us
+    GuardPlan g;
+    auto v = drive(g, 90.0, 100.0, 0.0, 200, 20);
+    ASSERT_FALSE(v.empty());
+    EXPECT_TRUE(v.front().tuned);
+    EXPECT_NEAR(v.front().costUs, 12 * 10.0, 1e-6);
+  }
+  {  // with the job's budget: the rounds' regret is charged, and a budget already near its end is exhausted
+    // by it (the searches then stop exploring). Budget: 1 % of one task's 1000 calls of 100 us, no allowance.
+    auto ledger = std::make_shared<autoccl::search::RegretLedger>(0.01, 0.0);
+    const int task = ledger->join();
+    ledger->report(task, 900.0, 1000.0, 100.0);  // 900 us of a 1000 us budget spent
+    EXPECT_TRUE(ledger->allows());
+    GuardOptions o;
+    o.jobRegret = ledger;
+    {
+      GuardPlan g(o);
+      auto v = drive(g, 110.0, 100.0, 0.0, 200, 20);
+      ASSERT_FALSE(v.empty());
+      EXPECT_FALSE(ledger->allows());  // 900 + 120 > 1000
+      EXPECT_EQ(ledger->slots(), 2u);
+    }
+    EXPECT_EQ(ledger->slots(), 1u);   // the guard left: its slot is free ...
+    EXPECT_FALSE(ledger->allows());   // ... and its regret stays counted
+  }
+}
+
 TEST(engine, guard_rechecks) {
   // Rounds repeat at a growing interval; after a NCCL verdict the plan between rounds is NCCL's choices.
   GuardOptions o;

@@ -878,6 +878,7 @@ GUARD_ROW_KEYS = (
     "plan_gain_us",
     "unexplained",
     "voided_before",
+    "cost_us",
 )
 
 

@@ -249,6 +249,8 @@ def guard_verdicts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "unexplained": bool(rec.get("unexplained", False)),
                 # rounds voided before this verdict because the iteration grew under them
                 "voided_before": int(rec.get("voided_before", 0)),
+                # what the round cost against running the winner throughout (us; 0 in older traces)
+                "cost_us": float(rec.get("cost_us", 0.0)),
                 "samples": samples,
             }
         )
