@@ -512,7 +512,7 @@ def test_guard_verdicts_from_the_trace_reach_the_pairs_table(tmp_path: Path) -> 
     assert (
         "- pair1: NCCL's choice from guard iteration 93 of comm …0000ab "
         "(tuned 149.5 ms ×8 against NCCL's 148.0 ms ×8, needed 12.0 %; the plan saves 0.28 ms of kernel time "
-        "a step: noise; 1 earlier round void: the iteration grew)"
+        "a step: noise; 1 earlier round void: the iteration grew; the round cost 18.0 ms)"
     ) in md
     # pairs without verdicts in their rows print no such lines
     del doc["launches"][1]["guard"]  # type: ignore[index]

@@ -467,6 +467,9 @@ def guard_text(v: Mapping[str, Any]) -> str:
     voided = int(v.get("voided_before") or 0)
     if voided:
         medians += f"; {voided} earlier round{'s' if voided > 1 else ''} void: the iteration grew"
+    cost = float(v.get("cost_us") or 0)
+    if cost > 0:  # what the round's blocks of the losing arm cost against the winner
+        medians += f"; the round cost {cost / 1000:.1f} ms"
     comm = f" of comm …{str(v['comm'])[-6:]}" if v.get("comm") else ""
     return f"{won} from guard iteration {v.get('at')}{comm} ({medians})"
 
