@@ -7,15 +7,18 @@ round keeps the tuned plan, and the table holds it. Every rank agrees on every c
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from emu_helpers import assert_clean
 from test_online import assert_same_per_seq, online_env
 
 from autoccl import tables
 from autoccl.bench import trace as T
 from autoccl.emu import Call, Comm, Group, Scenario, run
+from autoccl.emu.scenario import pipeline_like
 
 
 def _run_guarded(plugin: Path, sc: Scenario, work: Path, min_task_us: int) -> Any:
@@ -215,3 +218,40 @@ def test_breaks_run_nccls_choices_once_the_guard_put_them_back(plugin: Path, tmp
     late = sorted(rs, key=lambda r: int(r["seq"]))[len(rs) // 2 :]  # well after the first verdict
     tuned = [r["seq"] for r in late if (r["algo"], r["proto"]) != (r["def_algo"], r["def_proto"])]
     assert late and not tuned, tuned[:5]
+
+
+@pytest.mark.parametrize("hidden_us", [0, 80])
+def test_guard_judges_whole_steps_of_a_pipeline_stage(plugin: Path, tmp_path: Path, hidden_us: int) -> None:
+    """The first of 4 pipeline stages under 1F1B (pipeline_like: 3 warm-up forwards, 4 microbatches, one
+    layer): its communicator's step is 8 calls, forwards an all_reduce (tuned: ring/LL128 is faster in its
+    kernel) and backwards an all_gather (NCCL's choice), in an order that repeats only as a whole step. The
+    guard times whole steps (every verdict's iteration is the step's 8 calls) and keeps the tuned plan where
+    it speeds the step; where ring/LL128 holds the stream 80 us outside its kernel window, it puts NCCL's
+    choices back."""
+    sc = replace(
+        pipeline_like(
+            steps=160,
+            stages=4,
+            stage=0,
+            microbatches=4,
+            layers=1,
+            forward_call=Call("allreduce", 2 << 20),
+            backward_call=Call("allgather", 1 << 20),
+            forward_us=20.0,
+            backward_us=20.0,
+            load=0.0,
+            noise=False,
+            seed=3,
+        ),
+        hidden_ns={("ring", "ll128"): hidden_us * 1000} if hidden_us else {},
+        lead=8,
+    )
+    res = _run_guarded(plugin, sc, tmp_path, min_task_us=0)
+    assert_same_per_seq(res.calls)
+    verdicts = T.guard_verdicts(T.read_records(T.trace_files(str(tmp_path / "trace"))))
+    assert verdicts, res.stderr[-3000:]
+    assert all(v["period"] == 8 for v in verdicts), verdicts
+    if hidden_us:
+        assert not verdicts[-1]["tuned"], verdicts
+    else:
+        assert verdicts[-1]["tuned"], verdicts

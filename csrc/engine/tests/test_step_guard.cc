@@ -1,4 +1,4 @@
-// The step guard's parts: iteration detection from a call sequence (DDP-, FSDP- and nccl-tests-like
+// The step guard's parts: iteration detection from a call sequence (DDP-, FSDP-, pipeline- and nccl-tests-like
 // sequences, irregular ones, a phase change) and the guard's plan over iterations (verdicts on the iteration
 // times, the burden of proof on the tuned plan, rounds repeating).
 #include <algorithm>
@@ -138,6 +138,64 @@ std::vector<StepStart> stepStarts(IterationDetector& d, StepIterations& s, const
 }
 
 std::vector<uint32_t> fsdpStep();
+
+// One pipeline stage's step under a 1F1B schedule, as its tensor-parallel communicator sees it: `warmup` forward
+// microbatches, then forward and backward alternating for the rest of the `micro` microbatches, then the warm-up's
+// backwards; a forward is `layers` all_gathers (task 0), a backward `layers` reduce_scatters (task 1); `tail`
+// (e.g. the first stage's embedding all_reduce, task 2) ends the step.
+std::vector<uint32_t> pipelineStep(int micro, int warmup, int layers, std::vector<uint32_t> tail = {}) {
+  std::vector<uint32_t> s;
+  auto pass = [&](uint32_t task) { s.insert(s.end(), static_cast<size_t>(layers), task); };
+  for (int i = 0; i < warmup; ++i) pass(0);
+  for (int i = warmup; i < micro; ++i) {
+    pass(0);
+    pass(1);
+  }
+  for (int i = 0; i < warmup; ++i) pass(1);
+  s.insert(s.end(), tail.begin(), tail.end());
+  return s;
+}
+
+TEST(engine, iterations_pipeline) {
+  // The first of 4 stages (3 warm-up forwards), 8 microbatches, 2 layers: 32 calls a step, whose runs of one task
+  // and forward-backward pairs repeat inside it. The detector finds those pieces first; the step, found after
+  // three steps, replaces them once it has held over five of its blocks (StepIterations), and from then on every
+  // step starts at the same call of the step, indices in a row. With the embedding all_reduce at the end, 33.
+  for (const std::vector<uint32_t>& tail : {std::vector<uint32_t>{}, std::vector<uint32_t>{2}}) {
+    const std::vector<uint32_t> step = pipelineStep(8, 3, 2, tail);
+    IterationDetector d;
+    StepIterations steps;
+    std::vector<StepStart> st;
+    const std::vector<uint32_t> seq = repeat(step, 30);
+    for (size_t i = 0; i < seq.size(); ++i)
+      if (d.push(seq[i]) && steps.onStart(d)) st.push_back(StepStart{i, steps.index(), steps.calls()});
+    EXPECT_EQ(d.period(), step.size());
+    EXPECT_EQ(steps.calls(), step.size());
+    std::vector<StepStart> whole;
+    for (const StepStart& x : st)
+      if (x.calls == step.size()) whole.push_back(x);
+    ASSERT_GE(whole.size(), 25u) << tail.size();
+    EXPECT_LE(whole.front().pos, 6 * step.size());
+    for (size_t i = 0; i < whole.size(); ++i) {
+      EXPECT_EQ(whole[i].pos % step.size(), whole.front().pos % step.size());
+      if (i) {
+        EXPECT_EQ(whole[i].pos - whole[i - 1].pos, step.size());
+        EXPECT_EQ(whole[i].index, whole[i - 1].index + 1);
+      }
+    }
+  }
+}
+
+TEST(engine, iterations_pipeline_last_stage_times_microbatches) {
+  // The last stage has no warm-up: forward and backward alternate through the step, whose every microbatch is
+  // the same pair of passes. The detector's iteration is then one microbatch (4 calls), the same on every rank
+  // of the stage: the guard's blocks are microbatches, each running one plan whole.
+  IterationDetector d;
+  auto s = starts(d, repeat(pipelineStep(8, 0, 2), 20));
+  EXPECT_EQ(d.period(), 4u);
+  checkRegular(s, 4, 3 * 4 + 4);
+}
+
 
 TEST(engine, step_iterations_skip_the_pieces_of_a_step_after_a_break) {
   // An extra call between two steps: the detector finds the pairs and runs inside the step before the step again;

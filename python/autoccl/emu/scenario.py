@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 COLLS = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
 POLICIES = ("roundrobin", "reverse", "random", "sequential")
@@ -305,6 +305,64 @@ def fsdp_like(
         for _layer in range(layers - 1):
             groups.append(Group(comm="fsdp", calls=(rs,), load=load, compute_us=backward_us))
         groups.append(Group(comm="fsdp", calls=(rs,), load=load, wait="self", step_end=True))
+    return Scenario(comms=[comm], groups=groups, seed=seed, noise=noise, lead=2)
+
+
+def pipeline_like(
+    *,
+    nranks: int = 2,
+    steps: int = 40,
+    stages: int = 4,
+    stage: int = 0,
+    microbatches: int = 8,
+    layers: int = 2,
+    activation_bytes: int = 8 << 20,
+    forward_call: Call | None = None,
+    backward_call: Call | None = None,
+    forward_us: float = 150.0,
+    backward_us: float = 300.0,
+    load: float = 0.35,
+    seed: int = 1,
+    channels: int = 24,
+    noise: bool = True,
+) -> Scenario:
+    """One stage of a pipeline-parallel job under the 1F1B schedule, as its tensor-parallel communicator sees
+    a step: `stages - stage - 1` warm-up forwards, then a forward and a backward in turn for the remaining
+    microbatches, then the warm-up's backwards. A microbatch's forward through a layer all-gathers its
+    activations (sequence parallelism), and the layer's computation waits for them; its backward through a
+    layer reduce-scatters the gradients under the next layer's backward, the last of a pass exposed. The step
+    ends with the stage's last collective (the activations to and from the neighbouring stages are
+    point-to-point, which NCCL does not ask a tuner about, and are left out). `forward_call` and
+    `backward_call` replace the two collectives (e.g. all_reduces, tensor parallelism without sequence
+    parallelism)."""
+    if not 0 <= stage < stages:
+        raise ValueError(f"stage must be in [0, {stages}), not {stage}")
+    if microbatches < 1 or layers < 1:
+        raise ValueError("pipeline_like needs at least one microbatch and one layer")
+    comm = Comm(name="tp", hash=0x919E_0001 + stage, ranks=tuple(range(nranks)), channels=channels)
+    ag = forward_call or Call("allgather", activation_bytes)
+    rs = backward_call or Call("reducescatter", activation_bytes)
+    warmup = min(stages - stage - 1, microbatches)
+
+    def forward() -> list[Group]:
+        fwd = Group(comm="tp", calls=(ag,), load=load, compute_us=forward_us, wait="self")
+        return [fwd] * layers
+
+    def backward() -> list[Group]:
+        hidden = Group(comm="tp", calls=(rs,), load=load, compute_us=backward_us)
+        return [hidden] * (layers - 1) + [replace(hidden, wait="self")]
+
+    groups: list[Group] = []
+    for _ in range(steps):
+        step: list[Group] = []
+        for _ in range(warmup):
+            step += forward()
+        for _ in range(microbatches - warmup):
+            step += forward() + backward()
+        for _ in range(warmup):
+            step += backward()
+        step[-1] = replace(step[-1], step_end=True)
+        groups += step
     return Scenario(comms=[comm], groups=groups, seed=seed, noise=noise, lead=2)
 
 
