@@ -380,8 +380,9 @@ struct CommState {
   ncclabi::TunerConstantsV6 constants{};
   uint64_t seq[kFuncs] = {};
   std::map<std::tuple<int, size_t, int>, int> callIndex;  // (func, nBytes, pipe) -> next call index
-  // (func, nBytes) -> the configuration its previous kernel ran (algo, proto, channels, chunk): Scenario::switchFactor
-  std::map<std::pair<int, size_t>, std::tuple<int, int, int, long long>> lastConfig;
+  // (func, nBytes, pipe) -> the configuration its previous kernel ran (algo, proto, channels, chunk):
+  // Scenario::switchFactor
+  std::map<std::tuple<int, size_t, int>, std::tuple<int, int, int, long long>> lastConfig;
   std::map<int, std::vector<std::string>> captured;       // group -> truth templates of the capture
   std::map<int, std::vector<std::pair<uint64_t, double>>> capturedDur;
   // GPU clock of this communicator's stream: NCCL serializes a communicator's kernels on one stream;
@@ -961,7 +962,7 @@ class RankRunner {
       if (!capture) {
         const auto ran = std::make_tuple(p.applied.algo, p.applied.proto, p.usedChannels,
                                          static_cast<long long>(p.applied.chunk));
-        auto [last, first] = cs.lastConfig.try_emplace({b.func, b.bytes}, ran);
+        auto [last, first] = cs.lastConfig.try_emplace(std::make_tuple(b.func, b.bytes, numPipeOps), ran);
         if (!first && last->second != ran) switchSlow = sc.switchFactor;
         last->second = ran;
       }

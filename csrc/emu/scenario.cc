@@ -131,7 +131,8 @@ bool Scenario::parse(const std::string& text, std::string* error) {
     } else if (kw == "skew_ns") {
       if (!parseU64(scalar(), &skewNs) || skewNs > 1000000000ULL) return fail("bad skew_ns (0..1e9)");
     } else if (kw == "noise_sigma") {
-      if (!parseDouble(scalar(), &noiseSigma) || noiseSigma <= 0 || noiseSigma > 1) return fail("bad noise_sigma (0 < s <= 1)");
+      if (!parseDouble(scalar(), &noiseSigma) || noiseSigma <= 0 || noiseSigma > 1)
+        return fail("bad noise_sigma (0 < s <= 1)");
     } else if (kw == "switch_factor") {
       if (!parseDouble(scalar(), &switchFactor) || switchFactor < 1 || switchFactor > 1000)
         return fail("bad switch_factor (1..1000)");

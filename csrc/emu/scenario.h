@@ -69,7 +69,8 @@ struct Scenario {
   // 1.2-1.5 ms at the median against a 60 us transfer (FSDP2 on 2 x H200).
   uint64_t skewNs = 0;
   // > 0: the log-normal sigma of the per-kernel (and per-computation) noise, in place of the model's (3 %):
-  // 0.15 moves a call by up to +-30 % (two sigmas), the launch-to-launch spread of plain NCCL on 2 x H100.
+  // 0.15 moves a call by about +-30 % at two sigmas (+35 % / -26 %), the launch-to-launch spread of plain NCCL on
+  // 2 x H100. Without noise (`noise 0`) it has no effect.
   double noiseSigma = 0;
   // > 1: a kernel whose configuration (algorithm, protocol, channels, chunk) differs from its task's previous
   // call's on that rank runs this many times as long, inside its channel window (the kernel clock sees it):

@@ -214,9 +214,9 @@ GuardPlan::~GuardPlan() {
   if (o_.jobRegret) o_.jobRegret->leave(ledgerSlot_);  // its regret stays counted
 }
 
-double GuardPlan::costUs() const {
+double GuardPlan::regretUs() const {
   std::lock_guard<std::mutex> lk(mu_);
-  return costUs_;
+  return regretUs_;
 }
 
 void GuardPlan::setEstimatedHidden(uint64_t positions) {
@@ -505,15 +505,17 @@ void GuardPlan::verdictLocked() {
   }
   v.tuned = winner != kNcclArm;
   v.winner = arms_[winner];
-  // The round's cost: a block is its settling iteration and blockIters - 1 planned samples, all run on its arm.
-  std::vector<double> planned(arms_.size(), 0.0);
-  for (const auto& [it, arm] : wanted_) planned[arm] += 1.0;
-  if (med[winner] > 0)
-    for (size_t a = 0; a < arms_.size(); ++a)
-      if (a != winner && med[a] > med[winner])
-        v.costUs += planned[a] * o_.blockIters / (o_.blockIters - 1) * (med[a] - med[winner]);
-  costUs_ += v.costUs;
-  if (o_.jobRegret) o_.jobRegret->report(ledgerSlot_, costUs_, 0.0, 0.0);
+  // The round's cost and regret: a block is its settling iteration and blockIters - 1 planned samples, all run on
+  // its arm, so each arm ran planned * blockIters / (blockIters - 1) iterations.
+  std::vector<double> iterations(arms_.size(), 0.0);
+  for (const auto& [it, arm] : wanted_) iterations[arm] += 1.0 * o_.blockIters / (o_.blockIters - 1);
+  for (size_t a = 0; a < arms_.size(); ++a) {
+    if (med[a] <= 0) continue;
+    if (med[winner] > 0 && a != winner && med[a] > med[winner]) v.costUs += iterations[a] * (med[a] - med[winner]);
+    if (ncclMed > 0 && a != kNcclArm && med[a] > ncclMed) v.regretUs += iterations[a] * (med[a] - ncclMed);
+  }
+  regretUs_ += v.regretUs;
+  if (o_.jobRegret) o_.jobRegret->report(ledgerSlot_, regretUs_, 0.0, 0.0);
   now_ = winner;
   verdicts_.push_back(v);
   inRound_ = false;
@@ -587,10 +589,10 @@ std::string traceVerdict(const GuardPlan::Verdict& v, const std::string& commHex
                 "{\"ev\":\"guard\",\"comm\":\"%s\",\"rank\":%d,\"period\":%u,\"round_begin\":%" PRIu64
                 ",\"at\":%" PRIu64 ",\"winner\":\"%s\",\"tuned\":%s,\"tuned_us\":%.1f,\"tuned_samples\":%u,"
                 "\"nccl_us\":%.1f,\"nccl_samples\":%u,\"margin\":%.4f,\"plan_gain_us\":%.1f,\"unexplained\":%s,"
-                "\"voided_before\":%u,\"cost_us\":%.1f,\"samples\":[",
+                "\"voided_before\":%u,\"cost_us\":%.1f,\"regret_us\":%.1f,\"samples\":[",
                 commHex.c_str(), rank, v.period, v.roundBegin, v.at, armName(v.winner).c_str(),
                 v.tuned ? "true" : "false", v.tunedUs, v.tunedSamples, v.ncclUs, v.ncclSamples, v.margin,
-                v.planGainUs, v.unexplained ? "true" : "false", v.voidedBefore, v.costUs);
+                v.planGainUs, v.unexplained ? "true" : "false", v.voidedBefore, v.costUs, v.regretUs);
   std::string out = head;
   for (size_t i = 0; i < v.samples.size(); ++i) {
     const GuardPlan::Sample& s = v.samples[i];

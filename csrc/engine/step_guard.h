@@ -175,9 +175,10 @@ struct GuardOptions {
   // estimate calls hidden (setEstimatedHidden, read at each round's start) at most this many channels.
   std::vector<int> estimatedCaps;
   // The job's regret budget (AUTOCCL_JOB_REGRET_PCT, shared with the searches of the process): each verdict
-  // charges its round's cost to it (Verdict::costUs), so a guard that keeps timing a losing plan leaves the
-  // searches less to explore with. It adds regret only, no calls to the budget's base: the iterations it judged
-  // are the tasks' calls, already counted there. Null: the cost is only recorded.
+  // charges its round's regret to it (Verdict::regretUs: time over NCCL's choices, as the searches' regret is),
+  // so a guard that keeps timing a plan slower than NCCL's leaves the searches less to explore with; a round
+  // that confirms a faster plan charges nothing. It adds regret only, no calls to the budget's base: the
+  // iterations it judged are the tasks' calls, already counted there. Null: the regret is only recorded.
   std::shared_ptr<search::RegretLedger> jobRegret;
 };
 
@@ -216,8 +217,8 @@ class GuardPlan {
   ~GuardPlan();
   GuardPlan(const GuardPlan&) = delete;
   GuardPlan& operator=(const GuardPlan&) = delete;
-  // The verdicts' costs so far (microseconds), what the job's budget was charged.
-  double costUs() const;
+  // The verdicts' regret so far (microseconds): what the job's budget was charged.
+  double regretUs() const;
   // Segments covering iteration i (and what is planned beyond `covered`), for the board's decider.
   std::vector<search::Segment> decide(uint64_t i, uint64_t covered);
   // Every task of the iteration has converged: the next round may start. `iterationCalls`: the iteration's length
@@ -279,8 +280,12 @@ class GuardPlan {
     uint32_t voidedBefore = 0;     // rounds voided since the previous verdict (the step changed)
     std::vector<Sample> samples;   // what the round measured, by iteration (the trace's `guard` record)
     // What the round cost against running the winner throughout (microseconds): every iteration of a block of a
-    // losing arm, its settling one too, at that arm's median minus the winner's (0 for an arm without a median).
+    // losing arm, its settling one too, at that arm's median minus the winner's. 0 where the winner has no median
+    // (too few samples), and nothing for an arm without one.
     double costUs = 0;
+    // The same against NCCL's choices (what the job's budget is charged, GuardOptions::jobRegret): the iterations
+    // of every arm slower than NCCL's median, at its median minus NCCL's; 0 where NCCL's has no median.
+    double regretUs = 0;
   };
   std::vector<Verdict> verdicts() const;
   size_t verdictCount() const;
@@ -327,7 +332,7 @@ class GuardPlan {
   double planGainUs_ = -1;
   uint32_t period_ = 0;
   uint64_t estimatedHidden_ = 0;
-  double costUs_ = 0;     // the verdicts' costs so far
+  double regretUs_ = 0;   // the verdicts' regret so far
   int ledgerSlot_ = -1;   // o_.jobRegret's slot
 };
 

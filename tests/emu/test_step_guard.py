@@ -222,18 +222,18 @@ def test_breaks_run_nccls_choices_once_the_guard_put_them_back(plugin: Path, tmp
 
 @pytest.mark.parametrize("hidden_us", [0, 80])
 def test_guard_judges_whole_steps_of_a_pipeline_stage(plugin: Path, tmp_path: Path, hidden_us: int) -> None:
-    """The first of 4 pipeline stages under 1F1B (pipeline_like: 3 warm-up forwards, 4 microbatches, one
-    layer): its communicator's step is 8 calls, forwards an all_reduce (tuned: ring/LL128 is faster in its
-    kernel) and backwards an all_gather (NCCL's choice), in an order that repeats only as a whole step. The
-    guard times whole steps (every verdict's iteration is the step's 8 calls) and keeps the tuned plan where
-    it speeds the step; where ring/LL128 holds the stream 80 us outside its kernel window, it puts NCCL's
-    choices back."""
+    """The first of 4 pipeline stages under 1F1B (pipeline_like: 3 warm-up forwards, 5 forward-backward
+    pairs, the 3 backwards, one layer): its communicator's step is 16 calls, forwards an all_reduce (tuned:
+    ring/LL128 is faster in its kernel) and backwards an all_gather (NCCL's choice), in an order that repeats
+    only as a whole step. The guard times whole steps (every verdict's iteration is the step's 16 calls) and
+    keeps the tuned plan where it speeds the step; where ring/LL128 holds the stream 80 us outside its kernel
+    window, it puts NCCL's choices back, the round's tuned blocks its cost and its regret."""
     sc = replace(
         pipeline_like(
-            steps=160,
+            steps=100,
             stages=4,
             stage=0,
-            microbatches=4,
+            microbatches=8,
             layers=1,
             forward_call=Call("allreduce", 2 << 20),
             backward_call=Call("allgather", 1 << 20),
@@ -250,8 +250,10 @@ def test_guard_judges_whole_steps_of_a_pipeline_stage(plugin: Path, tmp_path: Pa
     assert_same_per_seq(res.calls)
     verdicts = T.guard_verdicts(T.read_records(T.trace_files(str(tmp_path / "trace"))))
     assert verdicts, res.stderr[-3000:]
-    assert all(v["period"] == 8 for v in verdicts), verdicts
+    assert all(v["period"] == 16 for v in verdicts), verdicts
     if hidden_us:
         assert not verdicts[-1]["tuned"], verdicts
+        assert verdicts[0]["cost_us"] > 0 and verdicts[0]["regret_us"] == verdicts[0]["cost_us"], verdicts[0]
     else:
         assert verdicts[-1]["tuned"], verdicts
+        assert verdicts[0]["regret_us"] == 0, verdicts[0]

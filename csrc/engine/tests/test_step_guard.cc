@@ -196,7 +196,6 @@ TEST(engine, iterations_pipeline_last_stage_times_microbatches) {
   checkRegular(s, 4, 3 * 4 + 4);
 }
 
-
 TEST(engine, step_iterations_skip_the_pieces_of_a_step_after_a_break) {
   // An extra call between two steps: the detector finds the pairs and runs inside the step before the step again;
   // none of those starts a step, and the index after the break skips one (the step before it has no end to time).
@@ -402,30 +401,42 @@ TEST(engine, guard_verdicts) {
 
 TEST(engine, guard_round_cost_charged_to_the_job_budget) {
   // The round's cost: each losing arm's iterations (its blocks' settling ones too) at its median minus the
-  // winner's. T N N T twice with blocks of 3: 12 iterations on each arm.
-  {  // the tuned plan 10 % slower at no noise: NCCL's choices win, the tuned blocks cost 12 x 10 us
+  // winner's; its regret: each arm's slower than NCCL's, at its median minus NCCL's. T N N T twice with blocks of
+  // 3: 12 iterations on each arm.
+  {  // the tuned plan 10 % slower at no noise: NCCL's choices win, the tuned blocks cost 12 x 10 us, all regret
     GuardPlan g;
     auto v = drive(g, 110.0, 100.0, 0.0, 200, 20);
     ASSERT_FALSE(v.empty());
     EXPECT_FALSE(v.front().tuned);
     EXPECT_NEAR(v.front().costUs, 12 * 10.0, 1e-6);
-    EXPECT_NEAR(g.costUs(), [&] { double c = 0; for (const auto& x : v) c += x.costUs; return c; }(), 1e-6);
+    EXPECT_NEAR(v.front().regretUs, 12 * 10.0, 1e-6);
+    double sum = 0;
+    for (const auto& x : v) sum += x.regretUs;
+    EXPECT_NEAR(g.regretUs(), sum, 1e-6);
   }
-  {  // the tuned plan 10 % faster: the NCCL blocks cost 12 x 10 us
+  {  // the tuned plan 10 % faster: the NCCL blocks cost 12 x 10 us against the winner, and no regret
     GuardPlan g;
     auto v = drive(g, 90.0, 100.0, 0.0, 200, 20);
     ASSERT_FALSE(v.empty());
     EXPECT_TRUE(v.front().tuned);
     EXPECT_NEAR(v.front().costUs, 12 * 10.0, 1e-6);
+    EXPECT_EQ(v.front().regretUs, 0.0);
+    EXPECT_EQ(g.regretUs(), 0.0);
   }
   {  // with the job's budget: the rounds' regret is charged, and a budget already near its end is exhausted
     // by it (the searches then stop exploring). Budget: 1 % of one task's 1000 calls of 100 us, no allowance.
+    // A guard that confirms a faster plan charges nothing.
     auto ledger = std::make_shared<autoccl::search::RegretLedger>(0.01, 0.0);
     const int task = ledger->join();
     ledger->report(task, 900.0, 1000.0, 100.0);  // 900 us of a 1000 us budget spent
     EXPECT_TRUE(ledger->allows());
     GuardOptions o;
     o.jobRegret = ledger;
+    {
+      GuardPlan g(o);
+      drive(g, 90.0, 100.0, 0.0, 400, 20);
+      EXPECT_TRUE(ledger->allows());
+    }
     {
       GuardPlan g(o);
       auto v = drive(g, 110.0, 100.0, 0.0, 200, 20);

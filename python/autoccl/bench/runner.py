@@ -879,6 +879,7 @@ GUARD_ROW_KEYS = (
     "unexplained",
     "voided_before",
     "cost_us",
+    "regret_us",
 )
 
 

@@ -251,6 +251,8 @@ def guard_verdicts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "voided_before": int(rec.get("voided_before", 0)),
                 # what the round cost against running the winner throughout (us; 0 in older traces)
                 "cost_us": float(rec.get("cost_us", 0.0)),
+                # ... and against NCCL's choices (what the job's regret budget was charged)
+                "regret_us": float(rec.get("regret_us", 0.0)),
                 "samples": samples,
             }
         )

@@ -119,7 +119,7 @@ class Scenario:
     # window includes its wait for the last one, as in a training step with rank skew
     skew_ns: int = 0
     # > 0: the log-normal sigma of every kernel's and computation's noise in place of the model's (3 %);
-    # 0.15 moves a call by up to +-30 % (two sigmas)
+    # 0.15 moves a call by about +-30 % at two sigmas (+35 % / -26 %); needs noise on
     noise_sigma: float = 0.0
     # > 1: a kernel whose configuration differs from its task's previous call's on that rank runs this many
     # times as long, inside its channel window (a configuration whose first call after a switch is slow)
@@ -156,12 +156,14 @@ class Scenario:
             lines.append(f"skew_ns {int(self.skew_ns)}")
         if not 0 <= self.noise_sigma <= 1 or self.noise_sigma != self.noise_sigma:
             raise ValueError(f"noise_sigma must be in [0, 1] (0: the model's), not {self.noise_sigma}")
+        if self.noise_sigma and not self.noise:
+            raise ValueError("noise_sigma needs noise on (noise=False plays the noiseless model)")
         if self.noise_sigma:
-            lines.append(f"noise_sigma {self.noise_sigma!r}")
+            lines.append(f"noise_sigma {float(self.noise_sigma)!r}")
         if not 1 <= self.switch_factor <= 1000:
             raise ValueError(f"switch_factor must be in [1, 1000], not {self.switch_factor}")
         if self.switch_factor != 1:
-            lines.append(f"switch_factor {self.switch_factor!r}")
+            lines.append(f"switch_factor {float(self.switch_factor)!r}")
         if self.init_barrier:
             lines.append("init_barrier 1")
         if self.lead < 0:
