@@ -20,23 +20,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from cold_pass_cost import task_calls  # this folder's: rank 0's calls per task, each its config and time
+
 Config = tuple[str, str, int] | None  # (algo, proto, channels) applied; None: NCCL's choice
-
-
-def task_calls(path: Path) -> dict[tuple[str, int], dict[int, dict[str, Any]]]:
-    """Rank 0's calls per (collective, bytes): call index -> {cfg, gpu_us}."""
-    tasks: dict[tuple[str, int], dict[int, dict[str, Any]]] = defaultdict(dict)
-    with path.open() as f:
-        for line in f:
-            e = json.loads(line)
-            if e.get("rank") != 0 or e.get("ev") not in ("call", "time"):
-                continue
-            c = tasks[(e["coll"], int(e["bytes"]))].setdefault(int(e["call"]), {})
-            if e["ev"] == "call":
-                c["cfg"] = (e["algo"], e["proto"], int(e["channels"])) if e["algo"] else None
-            else:
-                c["gpu_us"] = float(e["gpu_us"])
-    return tasks
 
 
 def switch_ratios(calls: dict[int, dict[str, Any]], min_steady: int) -> list[float]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from emu_helpers import assert_clean
-from test_online import bounded, check_converged, online_env, scenario, tasks_of
+from test_online import bounded, check_converged, final_calls, online_env, scenario, tasks_of
 
 from autoccl.emu import Call, Comm, Group, Scenario, run
 from autoccl.emu.model import PerfModel
@@ -33,11 +33,7 @@ LAUNCH_NOISE = 0.15
 def final_model_ratios(res: Any) -> dict[tuple[str, str, int], float]:
     """Per task: the model's time of the configuration its last call ran against NCCL's choice's."""
     model = PerfModel.load_file(default_model()) if default_model() else PerfModel()
-    final: dict[tuple[str, str, int], dict[str, Any]] = {}
-    for r in res.calls:
-        key = (r["hash"], r["coll"], int(r["task_bytes"]))
-        if key not in final or int(r["call"]) > int(final[key]["call"]):
-            final[key] = r
+    final = final_calls(res)
     out = {}
     for key, r in final.items():
         n, b = r["nranks"], r["task_bytes"]

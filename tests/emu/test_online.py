@@ -105,16 +105,22 @@ def model_best(model: PerfModel, coll: str, nranks: int, nbytes: int, cap: int) 
     )
 
 
-def check_converged(
-    res: Any, max_calls: int = 150, within: float = 0.03
-) -> dict[tuple[str, str, int], float]:
-    """Every task converged in <= max_calls, within `within` of the model's best, never worse than NCCL."""
-    model = PerfModel.load_file(default_model()) if default_model() else PerfModel()
+def final_calls(res: Any) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """Per task (communicator hash, collective, bytes): the record of its last call."""
     final: dict[tuple[str, str, int], dict[str, Any]] = {}
     for r in res.calls:
         key = (r["hash"], r["coll"], int(r["task_bytes"]))
         if key not in final or int(r["call"]) > int(final[key]["call"]):
             final[key] = r
+    return final
+
+
+def check_converged(
+    res: Any, max_calls: int = 150, within: float = 0.03
+) -> dict[tuple[str, str, int], float]:
+    """Every task converged in <= max_calls, within `within` of the model's best, never worse than NCCL."""
+    model = PerfModel.load_file(default_model()) if default_model() else PerfModel()
+    final = final_calls(res)
     tasks = tasks_of(res)
     ratios = {}
     for key, r in final.items():
