@@ -775,8 +775,19 @@ void Context::finalizeTuner() {
   if (rt_.settings().mode == Mode::Online && rank_ >= 0) rt_.coordination()->retireRank(commHash_, rank_);
   if (metricsOn_.load()) rt_.metrics().collectNow(this);
   std::vector<TaskReport> tasks = report();
-  if (rt_.trace().enabled())
+  if (rt_.trace().enabled()) {
     for (const std::string& rec : policy_->traceRecords()) rt_.trace().writeLine(rec.data(), rec.size());
+    // The process's regret ledger (AUTOCCL_JOB_REGRET_PCT) as this communicator leaves: the searches' and the step
+    // guards' regret of every communicator this process is the authority of, and whether it is still in budget.
+    if (const std::shared_ptr<search::RegretLedger> job = rt_.jobRegret()) {
+      char rec[256];
+      const int n = std::snprintf(rec, sizeof rec,
+                                  "{\"ev\":\"job_regret\",\"comm\":\"%s\",\"rank\":%d,\"regret_us\":%.1f,"
+                                  "\"within_budget\":%s}",
+                                  commHex_.c_str(), rank_, job->regretMicros(), job->allows() ? "true" : "false");
+      if (n > 0) rt_.trace().writeLine(rec, std::min(static_cast<size_t>(n), sizeof rec - 1));
+    }
+  }
   std::vector<TableEntry> observed;
   for (const TaskReport& r : tasks) {
     char line[512];

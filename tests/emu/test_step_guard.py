@@ -21,9 +21,9 @@ from autoccl.emu import Call, Comm, Group, Scenario, run
 from autoccl.emu.scenario import pipeline_like
 
 
-def _run_guarded(plugin: Path, sc: Scenario, work: Path, min_task_us: int) -> Any:
+def _run_guarded(plugin: Path, sc: Scenario, work: Path, min_task_us: int, **extra: str) -> Any:
     """The scenario online over the TCP board, ranks in two processes, kernel-window scoring, the guard on,
-    traced under `work`; tasks below `min_task_us` keep NCCL's choice."""
+    traced under `work`; tasks below `min_task_us` keep NCCL's choice; `extra` more settings."""
     env = online_env(
         True,
         AUTOCCL_SCORE="window",
@@ -31,6 +31,7 @@ def _run_guarded(plugin: Path, sc: Scenario, work: Path, min_task_us: int) -> An
         AUTOCCL_MIN_TASK_US_TCP=str(min_task_us),
         AUTOCCL_GUARD="on",
         AUTOCCL_TRACE=str(work / "trace"),
+        **extra,
     )
     res = run(sc, plugin=plugin, env=env, processes=True, timeout=300, extra_args=["--verbose"], workdir=work)
     assert_clean(res)
@@ -220,15 +221,11 @@ def test_breaks_run_nccls_choices_once_the_guard_put_them_back(plugin: Path, tmp
     assert late and not tuned, tuned[:5]
 
 
-@pytest.mark.parametrize("hidden_us", [0, 80])
-def test_guard_judges_whole_steps_of_a_pipeline_stage(plugin: Path, tmp_path: Path, hidden_us: int) -> None:
-    """The first of 4 pipeline stages under 1F1B (pipeline_like: 3 warm-up forwards, 5 forward-backward
-    pairs, the 3 backwards, one layer): its communicator's step is 16 calls, forwards an all_reduce (tuned:
-    ring/LL128 is faster in its kernel) and backwards an all_gather (NCCL's choice), in an order that repeats
-    only as a whole step. The guard times whole steps (every verdict's iteration is the step's 16 calls) and
-    keeps the tuned plan where it speeds the step; where ring/LL128 holds the stream 80 us outside its kernel
-    window, it puts NCCL's choices back, the round's tuned blocks its cost and its regret."""
-    sc = replace(
+def _pipeline_stage(hidden_us: int) -> Scenario:
+    """The first of 4 stages, 8 microbatches, one layer: a 16-call step of all_reduces forward (ring/LL128
+    faster in its kernel) and all_gathers backward; ring/LL128 holding the stream `hidden_us` outside its
+    window."""
+    return replace(
         pipeline_like(
             steps=100,
             stages=4,
@@ -246,7 +243,17 @@ def test_guard_judges_whole_steps_of_a_pipeline_stage(plugin: Path, tmp_path: Pa
         hidden_ns={("ring", "ll128"): hidden_us * 1000} if hidden_us else {},
         lead=8,
     )
-    res = _run_guarded(plugin, sc, tmp_path, min_task_us=0)
+
+
+@pytest.mark.parametrize("hidden_us", [0, 80])
+def test_guard_judges_whole_steps_of_a_pipeline_stage(plugin: Path, tmp_path: Path, hidden_us: int) -> None:
+    """The first of 4 pipeline stages under 1F1B (pipeline_like: 3 warm-up forwards, 5 forward-backward
+    pairs, the 3 backwards, one layer): its communicator's step is 16 calls, forwards an all_reduce (tuned:
+    ring/LL128 is faster in its kernel) and backwards an all_gather (NCCL's choice), in an order that repeats
+    only as a whole step. The guard times whole steps (every verdict's iteration is the step's 16 calls) and
+    keeps the tuned plan where it speeds the step; where ring/LL128 holds the stream 80 us outside its kernel
+    window, it puts NCCL's choices back, the round's tuned blocks its cost and its regret."""
+    res = _run_guarded(plugin, _pipeline_stage(hidden_us), tmp_path, min_task_us=0)
     assert_same_per_seq(res.calls)
     verdicts = T.guard_verdicts(T.read_records(T.trace_files(str(tmp_path / "trace"))))
     assert verdicts, res.stderr[-3000:]
@@ -257,3 +264,17 @@ def test_guard_judges_whole_steps_of_a_pipeline_stage(plugin: Path, tmp_path: Pa
     else:
         assert verdicts[-1]["tuned"], verdicts
         assert verdicts[0]["regret_us"] == 0, verdicts[0]
+
+
+def test_guard_regret_reaches_the_jobs_budget(plugin: Path, tmp_path: Path) -> None:
+    """With the job's budget on (AUTOCCL_JOB_REGRET_PCT, 50 %: nothing is stopped by it), the process's
+    ledger holds the searches' regret and the step guard's: its `job_regret` trace record at the
+    communicator's end is the tasks' `regret_us` plus the verdicts' `regret_us` (the pipeline stage where the
+    tuned plan slows the step: the guard's rounds cost regret)."""
+    _run_guarded(plugin, _pipeline_stage(80), tmp_path, min_task_us=0, AUTOCCL_JOB_REGRET_PCT="50")
+    records = T.read_records(T.trace_files(str(tmp_path / "trace")))
+    guard = sum(v["regret_us"] for v in T.guard_verdicts(records))
+    tasks = sum(float(r["regret_us"]) for r in records if r.get("ev") == "task" and r.get("rank") == 0)
+    job = [r for r in records if r.get("ev") == "job_regret" and r.get("rank") == 0]
+    assert guard > 0 and len(job) == 1, (guard, job)
+    assert job[0]["regret_us"] == pytest.approx(tasks + guard, abs=1.0), (job, tasks, guard)

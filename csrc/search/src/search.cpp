@@ -63,6 +63,12 @@ bool RegretLedger::allows() const {
   }
   return regret <= share_ * base + allowanceCalls_ * slowest;
 }
+double RegretLedger::regretMicros() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  double regret = goneRegret_;
+  for (const Slot& x : slots_) regret += x.regret;
+  return regret;
+}
 size_t RegretLedger::slots() const {
   std::lock_guard<std::mutex> lk(mu_);
   return slots_.size() - free_.size();

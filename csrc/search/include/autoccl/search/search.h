@@ -77,6 +77,7 @@ class RegretLedger {
   void report(int slot, double regretMicros, double calls, double ncclMicros);
   void leave(int slot);  // the task is gone: its regret and calls stay counted, its slot is reused
   bool allows() const;  // the tasks' summed regret is within the budget
+  double regretMicros() const;  // the summed regret, of the tasks that left too
   size_t slots() const;  // slots held (tests)
 
  private:
