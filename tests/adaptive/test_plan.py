@@ -360,6 +360,7 @@ def test_a_latency_drift_is_flagged_and_the_refit_sets_the_links_latency(S, monk
     lat = {(x["src"], x["dst"]): x["latency_us"] for x in ad.doc["links"]}
     assert lat[("e/r0", "e/r1")] == pytest.approx(2530.0) and lat[("e/r1", "e/r0")] == 50.0
     assert ad.version == 1 and [e.kind for e in events] == ["drift", "replan"]
+    assert events[1].detail["pairs"] == ["0->1"]  # the re-plan names the pair its latency flagged
 
 
 def test_latency_is_not_tracked_by_default_nor_flagged_within_its_floor(S, monkeypatch) -> None:

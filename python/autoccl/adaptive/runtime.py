@@ -536,10 +536,11 @@ class Adaptive:
             confirmed = self._confirm(self.suspicion, pair, ratio, self._off(ratio))
             if confirmed is not None:
                 flagged[pair] = confirmed
-        if not flagged and not flagged_latency:
+        drifted = sorted(set(flagged) | set(flagged_latency))
+        if not drifted:
             return []
         events: list[Event] = []
-        for pair in sorted(set(flagged) | set(flagged_latency)):
+        for pair in drifted:
             a, b = (int(x) for x in pair.split("->"))
             lat, bw = route_model(self.doc, self.npus[a], self.npus[b])
             bw_ratio, latency_ratio = flagged.get(pair), flagged_latency.get(pair)
@@ -580,7 +581,7 @@ class Adaptive:
         self.plans.clear()
         self.choice.clear()
         self.evals.clear()
-        events.append(Event(self.step_no, "replan", {"version": self.version, "pairs": sorted(flagged)}))
+        events.append(Event(self.step_no, "replan", {"version": self.version, "pairs": drifted}))
         return events
 
     def _watch_latency(self, pair: str, rtt1_us: float, flagged: dict[str, float]) -> None:
