@@ -53,21 +53,23 @@ void RegretLedger::leave(int slot) {
   x = Slot();
   free_.push_back(slot);
 }
+RegretLedger::Slot RegretLedger::totalLocked() const {
+  Slot t{goneRegret_, goneBase_, goneSlowest_, true};
+  for (const Slot& x : slots_) {
+    t.regret += x.regret;
+    t.base += x.base;
+    t.nccl = std::max(t.nccl, x.nccl);
+  }
+  return t;
+}
 bool RegretLedger::allows() const {
   std::lock_guard<std::mutex> lk(mu_);
-  double regret = goneRegret_, base = goneBase_, slowest = goneSlowest_;
-  for (const Slot& x : slots_) {
-    regret += x.regret;
-    base += x.base;
-    slowest = std::max(slowest, x.nccl);
-  }
-  return regret <= share_ * base + allowanceCalls_ * slowest;
+  const Slot t = totalLocked();
+  return t.regret <= share_ * t.base + allowanceCalls_ * t.nccl;
 }
 double RegretLedger::regretMicros() const {
   std::lock_guard<std::mutex> lk(mu_);
-  double regret = goneRegret_;
-  for (const Slot& x : slots_) regret += x.regret;
-  return regret;
+  return totalLocked().regret;
 }
 size_t RegretLedger::slots() const {
   std::lock_guard<std::mutex> lk(mu_);

@@ -85,6 +85,8 @@ class RegretLedger {
     double regret = 0, base = 0, nccl = 0;
     bool used = false;
   };
+  // Every slot's and the tasks' that left: regret and base summed, nccl the slowest task's median. mu_ held.
+  Slot totalLocked() const;
   mutable std::mutex mu_;
   std::vector<Slot> slots_;
   std::vector<int> free_;
