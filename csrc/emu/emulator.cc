@@ -974,7 +974,7 @@ class RankRunner {
       if (overlap) {
         const double rankStart = static_cast<double>(p.start + wait - cs.baseNs);
         const double end = compute.kernel(rankStart, static_cast<double>(dur), p.mean / alone,
-                                          sh_.model->gemmSlowdown(p.usedChannels, load));
+                                          sh_.model->gemmSlowdown(p.usedChannels, p.applied.proto, load));
         p.stop = cs.baseNs + std::max(static_cast<uint64_t>(end), p.start + wait + 1000 - cs.baseNs);
       } else {
         p.stop = p.start + wait + dur;
@@ -1195,7 +1195,7 @@ class RankRunner {
       << ",\"start_ns\":" << start << ",\"stop_ns\":" << stop << ",\"dur_ns\":" << (stop - start)
       << ",\"model_us\":" << mean << ",\"load\":" << load << ",\"host_seq\":" << curHostSeq_ << ",\"host_ns\":" << curHostNs_
       << ",\"plugin_ns\":" << pluginNs_
-      << ",\"gemm_slow\":" << sh_.model->gemmSlowdown(used, load) << "}";
+      << ",\"gemm_slow\":" << sh_.model->gemmSlowdown(used, a.proto, load) << "}";
     return o.str();
   }
 };

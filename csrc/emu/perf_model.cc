@@ -77,6 +77,10 @@ bool PerfModel::loadFile(const std::string& path, std::string* error) {
       m.commSlowPerCh = l.number("comm_slow_per_ch", m.commSlowPerCh);
       m.gemmBase = l.number("gemm_base", m.gemmBase);
       m.gemmPerCh = l.number("gemm_per_ch", m.gemmPerCh);
+      for (int p = 0; p < kProtos; ++p) {
+        m.gemmProto[p] = l.number(std::string("gemm_proto_") + protoName(p), m.gemmProto[p]);
+        if (!(m.gemmProto[p] >= 0)) throw std::runtime_error(std::string("negative load.gemm_proto_") + protoName(p));
+      }
     }
     m.source = path;
     *this = m;
@@ -163,8 +167,9 @@ double ComputeRun::kernel(double startNs, double aloneNs, double commSlow, doubl
   return atNs + rest;
 }
 
-double PerfModel::gemmSlowdown(int channels, double load) const {
-  return 1.0 + std::max(load, 0.0) * (gemmBase + gemmPerCh * std::max(channels, 1) / 64.0);
+double PerfModel::gemmSlowdown(int channels, int proto, double load) const {
+  const double perCh = gemmPerCh * (proto >= 0 && proto < kProtos ? gemmProto[proto] : 1.0);
+  return 1.0 + std::max(load, 0.0) * (gemmBase + perCh * std::max(channels, 1) / 64.0);
 }
 
 }  // namespace emu

@@ -28,6 +28,10 @@ struct PerfModel {
   double collScale[kFuncs] = {1, 1, 1, 1, 1};
   double sigma = 0.03, outlierP = 0.005, outlierMin = 1.3, outlierMax = 2.5;
   double commSlow = 0.8, commSlowPerCh = 0.0, gemmBase = 0.05, gemmPerCh = 0.3;
+  // Per protocol (LL, LL128, Simple), a factor on gemmPerCh: how much more (or less) a channel of that protocol
+  // slows the computation beside it (LL's threads poll flags where Simple's wait on fewer). 1 for all: not
+  // calibrated (no GPU measurement of it is committed); model files set it as load.gemm_proto_<name>.
+  double gemmProto[kProtos] = {1, 1, 1};
   std::string source = "builtin";
 
   static PerfModel builtin();
@@ -39,7 +43,8 @@ struct PerfModel {
                 double load) const;
   // Multiplicative noise drawn deterministically from key (so every rank of a comm sees the same value).
   double noiseFactor(uint64_t key) const;
-  double gemmSlowdown(int channels, double load) const;
+  // The computation's slowdown beside a kernel on `channels` channels of protocol `proto` (< 0: factor 1).
+  double gemmSlowdown(int channels, int proto, double load) const;
 };
 
 uint64_t mix64(uint64_t x);

@@ -38,6 +38,12 @@ int parseColl(std::string_view s) { return lookup(s, kCollNames, kNumColls); }
 int parseAlgo(std::string_view s) { return lookup(s, kAlgoNames, kNumAlgos); }
 int parseProto(std::string_view s) { return lookup(s, kProtoNames, kNumProtos); }
 
+std::string armLimitText(const ArmLimit& a) {
+  std::string out = a.channels > 0 ? std::to_string(a.channels) : "";
+  if (a.proto >= 0) out += (out.empty() ? "" : "/") + std::string(protoName(a.proto));
+  return out;
+}
+
 const char* sourceName(Source s) {
   switch (s) {
     case Source::Nccl: return "nccl";

@@ -19,6 +19,7 @@ using autoccl::kNumAlgos;
 using autoccl::kNumColls;
 using autoccl::kNumProtos;
 constexpr int kMaxChannelsHard = 64;  // NCCL's MAXCHANNELS: nothing above this is ever set
+constexpr int kRingAlgo = 1;           // NCCL's ring (NCCL_ALGO_RING): every collective has it
 constexpr uint64_t kMinChunk = 4096;           // bounds for a chunk size we hand to NCCL (v6)
 constexpr uint64_t kMaxChunk = 16ull << 20;
 
@@ -50,6 +51,17 @@ struct CallKeyHash {
     return TaskKeyHash()(k.task) ^ static_cast<size_t>(k.call * 0x9E3779B97F4A7C15ull);
   }
 };
+
+// What one step arm (AUTOCCL_STEP_ARMS entry `C`, `P` or `C/P`) does to the calls it limits: at most `channels`
+// channels (0: the plan's count) and protocol `proto` (NCCL's id, 0 LL, 1 LL128, 2 Simple; -1: the plan's).
+struct ArmLimit {
+  int channels = 0;
+  int proto = -1;
+  bool operator==(const ArmLimit& o) const { return channels == o.channels && proto == o.proto; }
+  bool operator!=(const ArmLimit& o) const { return !(*this == o); }
+};
+// "8", "simple", "2/ll128": as AUTOCCL_STEP_ARMS writes it.
+std::string armLimitText(const ArmLimit& a);
 
 // Where a call's configuration came from (the trace's "source").
 enum class Source : uint8_t { Nccl, Observe, Fixed, Table, Online, Manual };

@@ -224,9 +224,9 @@ class OnlineSource final : public DecisionSource {
       // The step guard's arms (AUTOCCL_STEP_ARMS): planned here alone; the other ranks apply what its plan says.
       GuardOptions guardOptions;
       if (env.settings) {
-        guardOptions.hiddenCaps = env.settings->stepArmsHidden;
-        guardOptions.estimatedCaps = env.settings->stepArmsEstimated;
-        if (guardOn_ && !guardOptions.estimatedCaps.empty()) exposure_.trackHidden();
+        guardOptions.hiddenArms = env.settings->stepArmsHidden;
+        guardOptions.estimatedArms = env.settings->stepArmsEstimated;
+        if (guardOn_ && !guardOptions.estimatedArms.empty()) exposure_.trackHidden();
       }
       guardOptions.jobRegret = opts_.jobRegret;  // the guard's rounds cost the job's budget too
       decider_ = std::make_unique<GatedDecider>(env.coordination, env.nRanks, std::move(guardOptions),
@@ -402,19 +402,32 @@ class OnlineSource final : public DecisionSource {
       d.stable = false;
       d.timed = false;
     }
-    // A hidden-cap arm of the guard (AUTOCCL_STEP_ARMS): every call of the iteration but its last, or the
+    // A limiting arm of the guard (AUTOCCL_STEP_ARMS): every call of the iteration but its last, or the
     // positions the authority's exposure estimate calls hidden, runs with at most guardCapNow_.hiddenCap channels
-    // on top of the plan's decision (NCCL keeps its pair where the plan does); the detector places the call alike
-    // on every rank (at the step's structure only: a piece's last call is not the step's). Such a call is not the
-    // plan's config: its time is not fed to its task's search.
+    // and on guardCapNow_.proto on top of the plan's decision (NCCL keeps its pair where the plan does and the arm
+    // names no protocol; with one, the plan's algorithm, ring where the plan leaves the pair to NCCL: every
+    // collective has it, and a pair NCCL does not offer is refused by the Context, NCCL's choice standing); the
+    // detector places the call alike on every rank (at the step's structure only: a piece's last call is not the
+    // step's). Such a call is not the plan's config: its time is not fed to its task's search.
     bool capped = false;
-    const int cap = guardCapNow_.hiddenCap;
-    if (cap > 0 && steps_.atStep(iter_) && guardCapNow_.caps(iter_.position(), iter_.endsIteration()) &&
-        (d.config.channels == 0 || d.config.channels > cap)) {
-      if (authority_) guardClock_.markOverridden(task, k);
-      d.config.channels = cap;
-      d.stable = false;
-      capped = true;
+    if (guardCapNow_.limits() && steps_.atStep(iter_) &&
+        guardCapNow_.caps(iter_.position(), iter_.endsIteration())) {
+      const int cap = guardCapNow_.hiddenCap, proto = guardCapNow_.proto;
+      if (cap > 0 && (d.config.channels == 0 || d.config.channels > cap)) {
+        d.config.channels = cap;
+        capped = true;
+      }
+      if (proto >= 0 && d.config.proto != proto) {
+        if (d.config.algo < 0) d.config.algo = kRingAlgo;
+        d.config.proto = proto;
+        d.config.chunk = 0;  // a chunk searched for another protocol
+        d.config.chunkHalvings = 0;
+        capped = true;
+      }
+      if (capped) {
+        if (authority_) guardClock_.markOverridden(task, k);
+        d.stable = false;
+      }
     }
     // The Context caches a stable decision and asks no more: this task's need for timing ends here (a
     // search that ended early, e.g. a task below Options::minTaskMicros, kept timing on for good otherwise).
@@ -1229,7 +1242,7 @@ class OnlineSource final : public DecisionSource {
   StepTasks stepTasks_;          // authority: the step's tasks at the last change of step
   bool guardNcclNow_ = false;    // the current iteration runs NCCL's choice for every task
   bool guardFallbackNccl_ = false;  // outside the step's structure (after a break) NCCL's choice for every task
-  GuardArm guardCapNow_;         // the current iteration's arm: the calls it caps run at most hiddenCap channels
+  GuardArm guardCapNow_;         // the current iteration's arm (the calls it limits: hiddenCap, proto)
   uint64_t guardStructure_ = 0;  // the detector's structure at the last guard step ...
   uint64_t structureFromStep_ = 0;  // ... and the step it began at (estimated segments planned before it cap nothing)
   bool guardTimedNow_ = false;   // the current iteration's start is a guard sample

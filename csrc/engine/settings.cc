@@ -138,9 +138,9 @@ AgreedSettings agreedSettings(const Settings& s, const EnvLookup& env) {
   // AUTOCCL_STEP_ARMS too: with arms every rank keeps asking for settled tasks' calls (so that a cap reaches
   // them); a rank caching them would skip the caps the others apply.
   std::string arms;
-  for (int c : s.stepArmsHidden) arms += (arms.empty() ? "" : ",") + std::to_string(c);
+  for (const ArmLimit& a : s.stepArmsHidden) arms += (arms.empty() ? "" : ",") + armLimitText(a);
   if (!s.stepArmsEstimated.empty()) arms += ";estimated=";
-  for (size_t i = 0; i < s.stepArmsEstimated.size(); ++i) arms += (i ? "," : "") + std::to_string(s.stepArmsEstimated[i]);
+  for (size_t i = 0; i < s.stepArmsEstimated.size(); ++i) arms += (i ? "," : "") + armLimitText(s.stepArmsEstimated[i]);
   std::string text = "AUTOCCL_MAX_CHANNELS=" + std::to_string(s.maxChannels) +
                      "\nAUTOCCL_NCCL_CHANNELS=" + std::to_string(s.ncclChannels) + "\nAUTOCCL_STEP_ARMS=" + arms;
   AgreedSettings out;
@@ -179,14 +179,35 @@ static bool parseManualChannels(const std::string& text, Settings* s, std::strin
   return true;
 }
 
-// AUTOCCL_STEP_ARMS: `off`, or one or both of `hidden=C1[,C2...]` and `estimated=C1[,C2...]` separated by `;`,
-// each 1-4 distinct channel counts in [1, 64] separated by commas.
+// One entry of AUTOCCL_STEP_ARMS: a channel count C, a protocol P (ll, ll128, simple) or both as C/P.
+static bool parseArmLimit(const std::string& t, ArmLimit* out) {
+  const size_t slash = t.find('/');
+  const std::string count = t.substr(0, slash), proto = slash == std::string::npos ? "" : t.substr(slash + 1);
+  ArmLimit a;
+  if (slash == std::string::npos && !t.empty() && t.find_first_not_of("0123456789") != std::string::npos) {
+    a.proto = parseProto(t);  // a protocol alone
+    if (a.proto < 0 || t != protoName(a.proto)) return false;
+    *out = a;
+    return true;
+  }
+  if (!parseChannelCount(count, &a.channels)) return false;
+  if (slash != std::string::npos) {
+    a.proto = parseProto(proto);
+    if (a.proto < 0 || proto != protoName(a.proto)) return false;
+  }
+  *out = a;
+  return true;
+}
+
+// AUTOCCL_STEP_ARMS: `off`, or one or both of `hidden=A1[,A2...]` and `estimated=A1[,A2...]` separated by `;`,
+// each 1-4 distinct arms separated by commas: a channel count in [1, 64], a protocol or both (parseArmLimit).
 static bool parseStepArms(const std::string& text, Settings* s, std::string* err) {
   if (text.empty() || text == "off") return true;
   const std::string bad = "AUTOCCL_STEP_ARMS='" + text +
-                          "' is not off or hidden=C1[,C2...], estimated=C1[,C2...] or both joined by ';' (1 to 4 "
-                          "distinct channel counts in [1, " + std::to_string(kMaxChannelsHard) + "] each)";
-  std::vector<int> hidden, estimated;
+                          "' is not off or hidden=A1[,A2...], estimated=A1[,A2...] or both joined by ';' (1 to 4 "
+                          "distinct arms each, an arm a channel count C in [1, " + std::to_string(kMaxChannelsHard) +
+                          "], a protocol P of ll, ll128, simple, or C/P)";
+  std::vector<ArmLimit> hidden, estimated;
   bool seenHidden = false, seenEstimated = false;
   size_t part = 0;
   while (part <= text.size()) {
@@ -200,17 +221,17 @@ static bool parseStepArms(const std::string& text, Settings* s, std::string* err
       return false;
     }
     *seen = true;
-    std::vector<int>& caps = kind == "hidden" ? hidden : estimated;
+    std::vector<ArmLimit>& arms = kind == "hidden" ? hidden : estimated;
     size_t from = eq + 1;
     while (true) {
       const size_t comma = item.find(',', from);
       const std::string t = item.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
-      int c = 0;
-      if (!parseChannelCount(t, &c) || caps.size() >= 4 || std::find(caps.begin(), caps.end(), c) != caps.end()) {
+      ArmLimit a;
+      if (!parseArmLimit(t, &a) || arms.size() >= 4 || std::find(arms.begin(), arms.end(), a) != arms.end()) {
         *err = bad;
         return false;
       }
-      caps.push_back(c);
+      arms.push_back(a);
       if (comma == std::string::npos) break;
       from = comma + 1;
     }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "autoccl/coord/coord.h"
+#include "engine/common.h"
 #include "engine/fixed_rules.h"
 
 namespace autoccl::engine {
@@ -177,16 +178,17 @@ struct Settings {
   // iteration time of a communicator whose calls repeat in iterations of two or more calls (engine/step_guard.h);
   // `off`: the tasks' own searches alone.
   bool guard = true;
-  // AUTOCCL_STEP_ARMS (online mode, with the guard): `off` (default) or `hidden=C1[,C2...]` (1-4 distinct channel
-  // counts in [1, 64]): the guard's round also compares, per count, the tuned plan with every call of the
-  // iteration but its last at most that many channels, and keeps the fastest arm that beats NCCL's choices on
-  // the iteration time (engine/step_guard.h). The authority plans the arms, every rank applies its plan; every
-  // rank also keeps asking for settled tasks' calls under it (so it is an agreed setting, AgreedSettings).
-  std::vector<int> stepArmsHidden;
-  // `estimated=C1[,C2...]` (alone or after `hidden=...;`): per count, the tuned plan with the calls the exposure
-  // estimate calls hidden at most that many channels (the authority's estimate at each round; left out of a
-  // round while it calls none hidden). Turns AUTOCCL_EXPOSURE_EVERY on (kExposureEveryForArms) unless it is set.
-  std::vector<int> stepArmsEstimated;
+  // AUTOCCL_STEP_ARMS (online mode, with the guard): `off` (default) or `hidden=A1[,A2...]` (1-4 distinct arms,
+  // each a channel count C in [1, 64], a protocol P (ll, ll128, simple) or both as C/P): the guard's round also
+  // compares, per arm, the tuned plan with every call of the iteration but its last at most C channels and on
+  // protocol P, and keeps the fastest arm that beats NCCL's choices on the iteration time (engine/step_guard.h).
+  // The authority plans the arms, every rank applies its plan; every rank also keeps asking for settled tasks'
+  // calls under it (so it is an agreed setting, AgreedSettings).
+  std::vector<ArmLimit> stepArmsHidden;
+  // `estimated=A1[,A2...]` (alone or after `hidden=...;`): per arm, the tuned plan with the calls the exposure
+  // estimate calls hidden so limited (the authority's estimate at each round; left out of a round while it calls
+  // none hidden). Turns AUTOCCL_EXPOSURE_EVERY on (kExposureEveryForArms) unless it is set.
+  std::vector<ArmLimit> stepArmsEstimated;
   // AUTOCCL_COORD_TIMEOUT_MS, in [100, 3600000]: how long a rank waits for a decision of the coordinator
   // before its call fails. AUTOCCL_COORD_LINGER_MS, in [0, 600000]: how long the process serving the TCP
   // coordinator keeps serving at exit for ranks still running (engine::Coordination::lingerAtExit).

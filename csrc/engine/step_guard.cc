@@ -164,14 +164,16 @@ search::Config GuardPlan::ncclMark() {
   return c;
 }
 
-// A hidden-cap arm: tree/LL with the cap as channels (no search plans the guard's key; NCCL never reads it).
+// A limiting arm: algorithm 0 (the plan's protocol) or 1 + P (protocol P), protocol 0 (every call but the last) or
+// 1 (the positions in chunk), the cap as channels (no search plans the guard's key; NCCL never reads it). NCCL's
+// mark is algorithm 1 with protocol 2, which no arm writes.
 search::Config GuardPlan::armMark(const GuardArm& a) {
   if (a.nccl) return ncclMark();
   search::Config c;
-  if (a.hiddenCap <= 0 || (a.estimated && a.positions == 0)) return c;  // the tuned plan
-  c.algo = 0;
+  if (!a.limits() || (a.estimated && a.positions == 0)) return c;  // the tuned plan
+  c.algo = a.proto < 0 ? 0 : 1 + a.proto;
   c.proto = a.positions == 0 ? 0 : 1;
-  c.channels = a.hiddenCap;
+  c.channels = std::max(a.hiddenCap, 0);
   c.chunk = a.positions;
   return c;
 }
@@ -179,8 +181,9 @@ search::Config GuardPlan::armMark(const GuardArm& a) {
 GuardArm GuardPlan::armOf(const search::Config& c) {
   GuardArm a;
   if (c.isDefault()) return a;
-  if (c.algo == 0 && (c.proto == 0 || c.proto == 1) && c.channels > 0) {
+  if (c.algo >= 0 && c.algo <= kNumProtos && (c.proto == 0 || c.proto == 1) && (c.channels > 0 || c.algo > 0)) {
     a.hiddenCap = c.channels;
+    a.proto = c.algo - 1;
     if (c.proto == 1) {
       a.positions = c.chunk;
       a.estimated = true;
@@ -203,10 +206,10 @@ GuardPlan::GuardPlan(GuardOptions o) : o_(std::move(o)) {
   o_.idleWindow = std::max<uint64_t>(1, o_.idleWindow);
   arms_.push_back(GuardArm{});                 // kTunedArm
   arms_.push_back(GuardArm{true, 0});          // kNcclArm
-  for (int cap : o_.hiddenCaps)
-    if (cap > 0) arms_.push_back(GuardArm{false, cap});
-  for (int cap : o_.estimatedCaps)
-    if (cap > 0) arms_.push_back(GuardArm{false, cap, 0, true});
+  for (const ArmLimit& l : o_.hiddenArms)
+    if (l.channels > 0 || l.proto >= 0) arms_.push_back(GuardArm{false, l.channels, 0, false, l.proto});
+  for (const ArmLimit& l : o_.estimatedArms)
+    if (l.channels > 0 || l.proto >= 0) arms_.push_back(GuardArm{false, l.channels, 0, true, l.proto});
   if (o_.jobRegret) ledgerSlot_ = o_.jobRegret->join();
 }
 
@@ -226,7 +229,7 @@ void GuardPlan::setEstimatedHidden(uint64_t positions) {
   // recheck interval (256 iterations and more: a 300-iteration job ends before it).
   bool judged = false;
   for (const GuardArm& a : arms_) judged = judged || (a.estimated && a.positions != 0);
-  if (positions != 0 && !judged && !o_.estimatedCaps.empty() && !verdicts_.empty() && !inRound_)
+  if (positions != 0 && !judged && !o_.estimatedArms.empty() && !verdicts_.empty() && !inRound_)
     nextRound_ = std::min(nextRound_, planned_);
   estimatedHidden_ = positions;
 }
@@ -530,8 +533,15 @@ namespace {
 // An arm's name in the log and the trace.
 std::string armName(const GuardArm& a) {
   if (a.nccl) return "nccl";
-  if (a.hiddenCap <= 0) return "tuned";
-  return (a.estimated ? "estimated=" : "hidden=") + std::to_string(a.hiddenCap);
+  if (!a.limits()) return "tuned";
+  return (a.estimated ? "estimated=" : "hidden=") + armLimitText(a.limit());
+}
+
+// What a limiting arm does to the calls it limits: "at most 2 channels", "on simple", "at most 2 channels on ll128".
+std::string limitWords(const GuardArm& a) {
+  std::string out = a.hiddenCap > 0 ? "at most " + std::to_string(a.hiddenCap) + " channels" : "";
+  if (a.proto >= 0) out += (out.empty() ? "on " : " on ") + std::string(protoName(a.proto));
+  return out;
 }
 
 // The positions an estimated arm caps, "0,2,5" (empty for any other arm).
@@ -545,11 +555,11 @@ std::string positionList(const GuardArm& a) {
 
 std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm) {
   const std::string what =
-      v.winner.estimated && v.winner.hiddenCap > 0
+      v.winner.estimated && v.winner.limits()
           ? "keeping the tuned plan, the calls the exposure estimate calls hidden (positions " +
-                positionList(v.winner) + ") at most " + std::to_string(v.winner.hiddenCap) + " channels"
-      : v.winner.hiddenCap > 0
-          ? "keeping the tuned plan, hidden calls at most " + std::to_string(v.winner.hiddenCap) + " channels"
+                positionList(v.winner) + ") " + limitWords(v.winner)
+      : v.winner.limits()
+          ? "keeping the tuned plan, hidden calls " + limitWords(v.winner)
       : v.tuned ? std::string("keeping the tuned plan")
                 : std::string("NCCL's choices for every task");
   char line[640];  // `what` names up to 63 positions

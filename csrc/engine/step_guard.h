@@ -169,11 +169,11 @@ struct GuardOptions {
   // chance. Off: false.
   bool explainedGain = true;
   // Extra arms (AUTOCCL_STEP_ARMS=hidden=...): per entry, the tuned plan with every call of the iteration but
-  // its last at most this many channels. Empty: the tuned plan and NCCL's choices alone.
-  std::vector<int> hiddenCaps;
+  // its last so limited (at most its channels, on its protocol). Empty: the tuned plan and NCCL's choices alone.
+  std::vector<ArmLimit> hiddenArms;
   // Estimated arms (AUTOCCL_STEP_ARMS=estimated=...): per entry, the tuned plan with the positions the exposure
-  // estimate calls hidden (setEstimatedHidden, read at each round's start) at most this many channels.
-  std::vector<int> estimatedCaps;
+  // estimate calls hidden (setEstimatedHidden, read at each round's start) so limited.
+  std::vector<ArmLimit> estimatedArms;
   // The job's regret budget (AUTOCCL_JOB_REGRET_PCT, shared with the searches of the process): each verdict
   // charges its round's regret to it (Verdict::regretUs: time over NCCL's choices, as the searches' regret is),
   // so a guard that keeps timing a plan slower than NCCL's leaves the searches less to explore with; a round
@@ -185,14 +185,20 @@ struct GuardOptions {
 // What a guard segment tells every rank to run for an iteration.
 struct GuardArm {
   bool nccl = false;  // NCCL's own choice for every task
-  int hiddenCap = 0;  // > 0: the tuned plan, the capped calls at most this many channels
-  // With hiddenCap, the calls capped: bit p, position p of the detector's iteration (p < 64); 0, every call of
+  int hiddenCap = 0;  // > 0: the tuned plan, the limited calls at most this many channels
+  // With a limit, the calls limited: bit p, position p of the detector's iteration (p < 64); 0, every call of
   // the iteration but its last.
   uint64_t positions = 0;
   bool estimated = false;  // positions from the exposure estimate (0 while it calls no position hidden)
-  // Whether this arm caps the call at `position` of its iteration (`last`: the iteration's last call).
+  // >= 0: the limited calls run this protocol (NCCL's id) on the plan's algorithm (ring where the plan leaves the
+  // pair to NCCL), without the plan's chunk setting (a chunk searched for another protocol); -1: the plan's.
+  int proto = -1;
+  // Whether the arm limits any call: the tuned plan with a channel cap or a protocol (not NCCL's choices).
+  bool limits() const { return !nccl && (hiddenCap > 0 || proto >= 0); }
+  ArmLimit limit() const { return ArmLimit{hiddenCap, proto}; }
+  // Whether this arm limits the call at `position` of its iteration (`last`: the iteration's last call).
   bool caps(uint32_t position, bool last) const {
-    if (nccl || hiddenCap <= 0) return false;
+    if (!limits()) return false;
     if (positions == 0) return !estimated && !last;
     return position < 64 && ((positions >> position) & 1u) != 0;
   }
@@ -205,8 +211,9 @@ class GuardPlan {
   // every task.
   static search::Config ncclMark();
   static bool isNccl(const search::Config& c);
-  // A hidden-cap arm's segment config (a pair no search plans for the guard's key: tree/LL for every call but the
-  // last, tree/LL128 for the positions in `chunk`), and what a config says.
+  // A limiting arm's segment config (pairs no search plans for the guard's key: algorithm 0 for the plan's
+  // protocol, 1 + P for protocol P; protocol 0 for every call but the last, 1 for the positions in `chunk`; the
+  // cap as channels), and what a config says.
   static search::Config armMark(const GuardArm& a);
   static GuardArm armOf(const search::Config& c);
   // What every segment also says: what runs outside the step's structure (after a break, until the step is

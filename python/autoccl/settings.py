@@ -83,23 +83,33 @@ def _manual_channels(v: str, _env: Mapping[str, str]) -> str | None:
 
 
 _STEP_ARMS_FORM = (
-    "must be off, hidden=C1[,C2...], estimated=C1[,C2...] or both joined by ';': "
-    "1 to 4 distinct channel counts in [1, 64] each"
+    "must be off, hidden=A1[,A2...], estimated=A1[,A2...] or both joined by ';': 1 to 4 distinct arms each, "
+    "an arm a channel count C in [1, 64], a protocol P of ll, ll128, simple, or C/P"
 )
+_STEP_ARM = re.compile(r"(?:([0-9]{1,2})(?:/(ll|ll128|simple))?|(ll|ll128|simple))")
 
 
 def _step_arms(v: str, env: Mapping[str, str]) -> str | None:
-    """hidden= caps every call but the step's last, estimated= the calls the exposure estimate calls hidden
-    (which needs its samples: AUTOCCL_EXPOSURE_EVERY unset, the library then sets 8, or at least 4)."""
+    """hidden= limits every call but the step's last, estimated= the calls the exposure estimate calls hidden
+    (which needs its samples: AUTOCCL_EXPOSURE_EVERY unset, the library then sets 8, or at least 4); an arm
+    caps their channels, sets their protocol, or both."""
     if v == "off":
         return None
     kinds: set[str] = set()
     for item in v.split(";"):
-        m = re.fullmatch(r"(hidden|estimated)=([0-9]{1,2}(?:,[0-9]{1,2}){0,3})", item)
-        caps = [int(c) for c in m.group(2).split(",")] if m else []
-        if not m or m.group(1) in kinds or not all(1 <= c <= 64 for c in caps) or len(set(caps)) != len(caps):
+        kind, eq, arms_text = item.partition("=")
+        if not eq or kind not in ("hidden", "estimated") or kind in kinds:
             return _STEP_ARMS_FORM
-        kinds.add(m.group(1))
+        arms = arms_text.split(",")
+        matches = [_STEP_ARM.fullmatch(a) for a in arms]
+        if not 1 <= len(arms) <= 4 or not all(matches):
+            return _STEP_ARMS_FORM
+        counts = [int(m.group(1)) for m in matches if m and m.group(1) is not None]
+        # (channels, protocol) as the library compares arms: "2" and "02" are one arm
+        limits = {(int(m.group(1) or 0), m.group(2) or m.group(3)) for m in matches if m}
+        if not all(1 <= c <= 64 for c in counts) or len(limits) != len(arms):
+            return _STEP_ARMS_FORM
+        kinds.add(kind)
     every = env.get("AUTOCCL_EXPOSURE_EVERY", "").strip(_C_SPACE)
     if "estimated" in kinds and re.fullmatch(r"[0-9]{1,20}", every) and int(every) == 0:
         return (

@@ -80,7 +80,8 @@ def reference_step_ends(sc: Scenario, calls: list[dict[str, Any]], grank: int) -
             dur = max(1000, int(alone * 1000.0))
             start = max(stream, input_ready) + sc.gap_ns
             if overlap:
-                end = run_.kernel(float(start), float(dur), mean / alone, model.gemm_slowdown(used, load))
+                slow = model.gemm_slowdown(used, load, rec["proto"])
+                end = run_.kernel(float(start), float(dur), mean / alone, slow)
                 stream = max(int(end), start + 1000)
             else:
                 stream = start + dur

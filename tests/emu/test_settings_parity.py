@@ -34,6 +34,11 @@ BAD = [
     ("AUTOCCL_STEP_ARMS", "estimated=2;estimated=4"),
     ("AUTOCCL_STEP_ARMS", "hidden=2,estimated=2"),
     ("AUTOCCL_STEP_ARMS", "hidden=2;"),
+    ("AUTOCCL_STEP_ARMS", "hidden=2/fast"),
+    ("AUTOCCL_STEP_ARMS", "hidden=0/simple"),
+    ("AUTOCCL_STEP_ARMS", "hidden=/simple"),
+    ("AUTOCCL_STEP_ARMS", "hidden=2/ll,02/ll"),
+    ("AUTOCCL_STEP_ARMS", "hidden=SIMPLE"),
     ("AUTOCCL_FIXED", "allreduce:ring/bogus"),
     ("AUTOCCL_COORD_ADDR", "host:0"),
     ("AUTOCCL_COORD_ADDR", "::1:80"),
@@ -107,7 +112,11 @@ def test_estimated_arms_without_exposure_samples_refused_alike(plugin: Path) -> 
     assert_default(res.calls)
     warns = res.warn_lines()
     assert len(warns) == 1 and "AUTOCCL_EXPOSURE_EVERY" in warns[0], warns
-    for good in ({"AUTOCCL_STEP_ARMS": "hidden=2;estimated=4"}, {"AUTOCCL_STEP_ARMS": "estimated=2"}):
+    for good in (
+        {"AUTOCCL_STEP_ARMS": "hidden=2;estimated=4"},
+        {"AUTOCCL_STEP_ARMS": "estimated=2"},
+        {"AUTOCCL_STEP_ARMS": "hidden=simple,2/ll128;estimated=4/simple"},
+    ):
         env = {"AUTOCCL_MODE": "online", **good}
         assert settings.problems(env) == []
         res = run(simple(nranks=2, repeat=8), plugin=plugin, env=env)

@@ -1006,23 +1006,33 @@ TEST(engine, context_manual) {
 TEST(engine, settings_step_arms) {
   EXPECT_TRUE(loadSettings(envOf({})).stepArmsHidden.empty());
   EXPECT_TRUE(loadSettings(envOf({{"AUTOCCL_STEP_ARMS", "off"}})).stepArmsHidden.empty());
+  using Arms = std::vector<ArmLimit>;
   Settings two = loadSettings(envOf({{"AUTOCCL_STEP_ARMS", "hidden=2,8"}}));
-  EXPECT_TRUE(two.valid && two.stepArmsHidden == std::vector<int>({2, 8}));
+  EXPECT_TRUE(two.valid && two.stepArmsHidden == Arms({{2, -1}, {8, -1}}));
   EXPECT_TRUE(loadSettings(envOf({{"AUTOCCL_STEP_ARMS", "hidden=64,1,4,16"}})).valid);
+  // protocol arms: a protocol alone (the plan's channels) or with a cap; an arm's cap and protocol together are
+  // one arm, distinct from the cap alone
+  Settings protos = loadSettings(envOf({{"AUTOCCL_STEP_ARMS", "hidden=simple,2/ll128,2,8/ll"}}));
+  EXPECT_TRUE(protos.valid && protos.stepArmsHidden == Arms({{0, 2}, {2, 1}, {2, -1}, {8, 0}})) << protos.error;
+  Settings estProto = loadSettings(envOf({{"AUTOCCL_STEP_ARMS", "estimated=4/simple"}}));
+  EXPECT_TRUE(estProto.valid && estProto.stepArmsEstimated == Arms({{4, 2}}));
   for (const char* bad : {"on", "hidden", "hidden=", "hidden=0", "hidden=65", "hidden=2,2", "hidden=1,2,3,4,5",
                           "hidden=2,", "hidden=,2", "hidden=a", "hidden=002", "exposed=2", "estimated=",
                           "estimated=0", "hidden=2;", ";estimated=2", "hidden=2;hidden=8", "estimated=2;estimated=4",
-                          "hidden=2,estimated=2", "hidden=2;;estimated=2", "estimated=2;exposed=4"}) {
+                          "hidden=2,estimated=2", "hidden=2;;estimated=2", "estimated=2;exposed=4",
+                          "hidden=2/", "hidden=/simple", "hidden=0/simple", "hidden=65/ll", "hidden=2/fast",
+                          "hidden=SIMPLE", "hidden=2/Simple", "hidden=simple,simple", "hidden=2/ll,2/ll",
+                          "hidden=2/ll/ll", "hidden=ring", "hidden=2/simple/"}) {
     Settings b = loadSettings(envOf({{"AUTOCCL_STEP_ARMS", bad}}));
     EXPECT_TRUE(!b.valid) << bad;
     EXPECT_TRUE(b.error.find("AUTOCCL_STEP_ARMS") != std::string::npos);
   }
   // estimated arms, alone or beside hidden ones (either order); they turn the exposure estimate's blocks on
   Settings est = loadSettings(envOf({{"AUTOCCL_STEP_ARMS", "estimated=2,8"}}));
-  EXPECT_TRUE(est.valid && est.stepArmsHidden.empty() && est.stepArmsEstimated == std::vector<int>({2, 8}));
+  EXPECT_TRUE(est.valid && est.stepArmsHidden.empty() && est.stepArmsEstimated == Arms({{2, -1}, {8, -1}}));
   EXPECT_EQ(est.exposureEvery, Settings::kExposureEveryForArms);
   Settings both = loadSettings(envOf({{"AUTOCCL_STEP_ARMS", "estimated=4;hidden=2"}, {"AUTOCCL_EXPOSURE_EVERY", "16"}}));
-  EXPECT_TRUE(both.valid && both.stepArmsHidden == std::vector<int>({2}) && both.stepArmsEstimated == std::vector<int>({4}));
+  EXPECT_TRUE(both.valid && both.stepArmsHidden == Arms({{2, -1}}) && both.stepArmsEstimated == Arms({{4, -1}}));
   EXPECT_EQ(both.exposureEvery, 16u);
   Settings off = loadSettings(envOf({{"AUTOCCL_STEP_ARMS", "estimated=2"}, {"AUTOCCL_EXPOSURE_EVERY", "0"}}));
   EXPECT_TRUE(!off.valid && off.error.find("AUTOCCL_EXPOSURE_EVERY") != std::string::npos) << off.error;
@@ -1034,6 +1044,8 @@ TEST(engine, settings_step_arms) {
   EXPECT_TRUE(digestOf("hidden=2") != digestOf("estimated=2"));
   EXPECT_TRUE(digestOf("hidden=2;estimated=8") != digestOf("hidden=2,8"));
   EXPECT_EQ(digestOf("hidden=2;estimated=8"), digestOf("estimated=8;hidden=2"));
+  EXPECT_TRUE(digestOf("hidden=2") != digestOf("hidden=2/simple"));
+  EXPECT_TRUE(digestOf("hidden=simple") != digestOf("hidden=ll128"));
 }
 
 TEST(engine, context_observe_table) {

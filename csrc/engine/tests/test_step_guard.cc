@@ -344,7 +344,7 @@ std::string armsOf(GuardPlan& g, uint64_t from, uint64_t to) {
     for (const auto& sg : g.decide(i, 0))
       if (sg.contains(i)) {
         const GuardArm a = GuardPlan::armOf(sg.cfg);
-        out += a.nccl ? "N" : a.hiddenCap > 0 ? std::to_string(a.hiddenCap) : "T";
+        out += a.nccl ? "N" : a.limits() ? autoccl::engine::armLimitText(a.limit()) : "T";
       }
   return out;
 }
@@ -483,13 +483,65 @@ TEST(engine, guard_arm_marks) {
   }
   EXPECT_TRUE(GuardPlan::armMark(GuardArm{}).isDefault());
   EXPECT_TRUE(GuardPlan::isNccl(GuardPlan::armMark(GuardArm{true, 0})));
+  // protocol arms, with and without a cap, for every call but the last and for an estimate's positions: each
+  // reads back as itself, none as NCCL's choices or the tuned plan
+  for (int proto : {0, 1, 2})
+    for (int cap : {0, 2, 64})
+      for (uint64_t positions : {uint64_t{0}, uint64_t{0b1011}}) {
+        const GuardArm arm{false, cap, positions, positions != 0, proto};
+        const autoccl::search::Config c = GuardPlan::armMark(arm);
+        EXPECT_TRUE(!c.isDefault() && !GuardPlan::isNccl(c)) << proto << " " << cap;
+        const GuardArm back = GuardPlan::armOf(c);
+        EXPECT_TRUE(!back.nccl && back.hiddenCap == cap && back.proto == proto && back.positions == positions &&
+                    back.estimated == (positions != 0) && back.limits())
+            << proto << " " << cap << " " << positions;
+      }
+  EXPECT_EQ(GuardPlan::armOf(GuardPlan::armMark(GuardArm{false, 8})).proto, -1);  // a cap alone keeps the plan's
+  const GuardArm simple{false, 0, 0, false, 2}, estimatedLl128{false, 0, 0b10, true, 1}, tuned, nccl{true, 0};
+  EXPECT_TRUE(!tuned.limits() && !nccl.limits() && simple.limits());
+  // a protocol arm limits the calls a cap would: every call but the last, or the estimate's positions
+  EXPECT_TRUE(simple.caps(0, false) && !simple.caps(3, true));
+  EXPECT_TRUE(estimatedLl128.caps(1, true) && !estimatedLl128.caps(0, false));
+}
+
+// A protocol arm is judged as a cap is: where running the hidden calls on Simple speeds the step past the tuned plan
+// and NCCL's choices, it wins and runs between rounds and for good; where it slows the step, the tuned plan stays.
+TEST(engine, guard_protocol_arm_verdicts) {
+  GuardOptions o;
+  o.hiddenArms = {{2}, {0, 2}, {2, 1}};  // 2 channels; Simple; 2 channels on LL128
+  auto timeOf = [](double simple) {
+    return [=](const GuardArm& a) {
+      return a.nccl ? 100.0 : a.proto == 2 ? simple : a.proto == 1 ? 99.0 : a.hiddenCap == 2 ? 98.0 : 97.0;
+    };
+  };
+  {
+    GuardPlan g(o);
+    auto v = driveArms(g, timeOf(90.0), 0.01, 200, 20);
+    ASSERT_TRUE(!v.empty());
+    EXPECT_TRUE(v.front().tuned && v.front().winner.proto == 2 && v.front().winner.hiddenCap == 0);
+    EXPECT_EQ(v.front().arms.size(), 5u);
+    const GuardArm last = GuardPlan::armOf(g.finalSegment().cfg);
+    EXPECT_TRUE(last.proto == 2 && last.hiddenCap == 0);
+    const std::string desc = autoccl::engine::describeVerdict(v.front(), 1);
+    EXPECT_NE(desc.find("keeping the tuned plan, hidden calls on simple from iteration"), std::string::npos) << desc;
+    EXPECT_NE(desc.find(" hidden=simple 89."), std::string::npos) << desc;
+    EXPECT_NE(desc.find(" hidden=2/ll128 9"), std::string::npos) << desc;
+    const std::string rec = autoccl::engine::traceVerdict(v.front(), "c0", 0, nullptr);
+    EXPECT_NE(rec.find("\"winner\":\"hidden=simple\""), std::string::npos) << rec;
+  }
+  {
+    GuardPlan g(o);
+    auto v = driveArms(g, timeOf(110.0), 0.01, 200, 20);
+    ASSERT_TRUE(!v.empty());
+    EXPECT_TRUE(v.front().tuned && !v.front().winner.limits()) << v.front().winner.hiddenCap;
+  }
 }
 
 // The estimate's first positions, after a round it sat out, bring the next round forward: without them it would
 // come after the recheck interval (here 256 iterations).
 TEST(engine, guard_estimated_positions_bring_the_round_forward) {
   GuardOptions o;
-  o.estimatedCaps = {2};
+  o.estimatedArms = {{2}};
   GuardPlan g(o);
   const auto timeOf = [](const GuardArm& a) { return a.nccl ? 100.0 : a.hiddenCap == 2 ? 90.0 : 99.5; };
   auto v = driveArms(g, timeOf, 0.005, 80, 10);
@@ -513,7 +565,7 @@ TEST(engine, guard_estimated_positions_bring_the_round_forward) {
 // in between: one round, one set of positions.
 TEST(engine, guard_estimated_round_extension_keeps_its_positions) {
   GuardOptions o;
-  o.estimatedCaps = {2};
+  o.estimatedArms = {{2}};
   GuardPlan g(o);
   g.setEstimatedHidden(0b01);
   g.arm();
@@ -539,7 +591,7 @@ TEST(engine, guard_estimated_round_extension_keeps_its_positions) {
 // plan (its mark, without positions, is the tuned plan's) until the new structure's estimate names some.
 TEST(engine, guard_estimated_positions_forgotten_on_a_new_structure) {
   GuardOptions o;
-  o.estimatedCaps = {2};
+  o.estimatedArms = {{2}};
   GuardPlan g(o);
   g.setEstimatedHidden(0b0110);
   const auto timeOf = [](const GuardArm& a) { return a.nccl ? 100.0 : a.hiddenCap == 2 ? 90.0 : 99.5; };
@@ -584,7 +636,7 @@ TEST(engine, guard_estimated_arm_marks) {
 // refit names none; the fallback flag still rides along.
 TEST(engine, guard_estimated_arm_rounds) {
   GuardOptions o;
-  o.estimatedCaps = {2};
+  o.estimatedArms = {{2}};
   o.recheckFirst = 64;
   GuardPlan g(o);
   g.arm();
@@ -626,7 +678,7 @@ TEST(engine, guard_estimated_arm_rounds) {
 // so the estimate saw its calls at the tuned plan's channels.
 TEST(engine, guard_estimated_arm_that_lost_takes_the_new_positions) {
   GuardOptions o;
-  o.estimatedCaps = {2};
+  o.estimatedArms = {{2}};
   o.recheckFirst = 64;
   GuardPlan g(o);
   g.setEstimatedHidden(0b0110);
@@ -649,7 +701,7 @@ TEST(engine, guard_round_order) {
   // With arms: every arm forwards then backwards, twice.
   {
     GuardOptions o;
-    o.hiddenCaps = {2, 8};
+    o.hiddenArms = {{2}, {8}};
     GuardPlan g(o);
     g.arm();
     const std::string pass = "TTTNNN222888888222NNNTTT";
@@ -659,7 +711,7 @@ TEST(engine, guard_round_order) {
 
 TEST(engine, guard_arms_verdicts) {
   GuardOptions o;
-  o.hiddenCaps = {2, 8};
+  o.hiddenArms = {{2}, {8}};
   auto timeOf = [](double t, double n, double c2, double c8) {
     return [=](const GuardArm& a) { return a.nccl ? n : a.hiddenCap == 2 ? c2 : a.hiddenCap == 8 ? c8 : t; };
   };
@@ -843,7 +895,7 @@ TEST(engine, guard_wants_a_gain_the_plan_can_explain) {
   EXPECT_TRUE(v.front().tuned);
 
   GuardOptions o;
-  o.hiddenCaps = {8};
+  o.hiddenArms = {{8}};
   GuardPlan capped(o);
   capped.setPlanGain(0.0, 2);
   // the tuned plan fastest but unexplained (it saves nothing): the cap arm, which beat NCCL too, wins

@@ -57,6 +57,10 @@ class PerfModel:
             "comm_slow_per_ch": 0.0,
             "gemm_base": 0.05,
             "gemm_per_ch": 0.3,
+            # per protocol, a factor on gemm_per_ch (1: not calibrated; csrc/emu/perf_model.h)
+            "gemm_proto_ll": 1.0,
+            "gemm_proto_ll128": 1.0,
+            "gemm_proto_simple": 1.0,
         }
     )
     meta: dict[str, Any] = field(default_factory=dict)
@@ -109,10 +113,10 @@ class PerfModel:
             t += math.ceil(step_ch / chunk) * pp.chunk_overhead_us
         return t
 
-    def gemm_slowdown(self, channels: int, load: float) -> float:
-        return 1.0 + max(load, 0.0) * (
-            self.load["gemm_base"] + self.load["gemm_per_ch"] * max(channels, 1) / 64.0
-        )
+    def gemm_slowdown(self, channels: int, load: float, proto: str | None = None) -> float:
+        """The computation's slowdown beside a kernel on `channels` channels of `proto` (None: factor 1)."""
+        per_ch = self.load["gemm_per_ch"] * (self.load.get(f"gemm_proto_{proto}", 1.0) if proto else 1.0)
+        return 1.0 + max(load, 0.0) * (self.load["gemm_base"] + per_ch * max(channels, 1) / 64.0)
 
     def to_json(self) -> dict[str, Any]:
         return {
