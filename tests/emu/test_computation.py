@@ -55,10 +55,12 @@ class ComputeRun:
         return self.at + self.left
 
 
-def reference_step_ends(sc: Scenario, calls: list[dict[str, Any]], grank: int) -> list[int]:
+def reference_step_ends(
+    sc: Scenario, calls: list[dict[str, Any]], grank: int, model_path: Path | str = DEFAULT_MODEL
+) -> list[int]:
     """Step ends (ns of the rank's clock) of a noiseless one-communicator scenario of single-call groups, from
     the configurations the emulator applied."""
-    model = PerfModel.load_file(DEFAULT_MODEL)
+    model = PerfModel.load_file(model_path)
     by_pos: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for c in calls:
         if int(c["grank"]) == grank:
@@ -112,6 +114,26 @@ def test_step_times_follow_the_model(emulator: Path, shape: str, load: float) ->
         assert got == pytest.approx(want, abs=2), (got, want)
     # every rank computes alike: one step clock for the job
     assert res.step_ms(0) == pytest.approx(res.step_ms(1))
+
+
+def test_protocol_weights_follow_the_model(emulator: Path, tmp_path: Path) -> None:
+    """A model whose protocols load the computation unequally (load.gemm_proto_<name>): the emulator's steps
+    are the Python model's, and hidden LL (1 MiB buckets, NCCL's choice there) costs the step more than
+    with every protocol weighing 1."""
+    sc = ddp_like(steps=6, load=1.0, bucket_bytes=(1 << 20, 25 << 20, 1 << 20, 6 << 20), noise=False)
+    ends = {}
+    for name, ll in (("alike", 1.0), ("heavy_ll", 4.0)):
+        m = PerfModel.load_file(DEFAULT_MODEL)
+        m.load.update({"gemm_proto_ll": ll, "gemm_proto_ll128": 1.0, "gemm_proto_simple": 0.5})
+        path = tmp_path / f"{name}.json"
+        m.save(path)
+        res = _plain(sc, model=path)
+        assert {r["proto"] for r in res.calls} >= {"ll", "simple"}
+        for grank in (0, 1):
+            got = sorted(int(r["end_ns"]) for r in res.steps if int(r["grank"]) == grank)
+            assert got == pytest.approx(reference_step_ends(sc, res.calls, grank, path), abs=2)
+        ends[name] = res.step_ms(0)[-1]
+    assert ends["heavy_ll"] > ends["alike"], ends
 
 
 def test_hidden_collective_costs_only_what_it_slows(emulator: Path) -> None:

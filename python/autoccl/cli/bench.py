@@ -751,8 +751,8 @@ DEFAULT_TRAIN_PRESET = {"cuda": "350m", "cpu": "tiny"}
     "--step-arms",
     default="hidden=2,8",
     show_default=True,
-    help="mode online-arms: the channel caps for hidden calls the step guard compares on the step "
-    "(AUTOCCL_STEP_ARMS, docs/online-search.md)",
+    help="mode online-arms: the channel caps and protocols for hidden calls the step guard compares on the "
+    "step, e.g. hidden=2,8,simple,2/ll128 (AUTOCCL_STEP_ARMS, docs/online-search.md)",
 )
 @click.option(
     "--pairs",
