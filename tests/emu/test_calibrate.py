@@ -80,24 +80,24 @@ def test_chunk_probe_without_nccls_row_or_with_bad_sizes(tmp_path: Path) -> None
         parse_chunk_probe(probe, 2)
 
 
-def bench_coll_doc(truth: PerfModel, light: float) -> dict[str, Any]:
-    """An `autoccl bench coll` result with an oracle sweep over channels (ring/simple), loads none, light and
-    heavy, whose times and slowdowns `truth` produces (light GEMM = `light` of the heavy one), plus rows the
-    calibration must skip: NCCL's own (configuration unknown) and a failed check."""
+def bench_coll_doc(truth: PerfModel, light: float, protos: tuple[str, ...] = ("simple",)) -> dict[str, Any]:
+    """An `autoccl bench coll` result with an oracle sweep over channels (ring, each of `protos`), loads none,
+    light and heavy, whose times and slowdowns `truth` produces (light GEMM = `light` of the heavy one), plus
+    rows the calibration must skip: NCCL's own (configuration unknown) and a failed check."""
     channels = (8, 16, 32, 64)
     launches: list[dict[str, Any]] = [{"label": "nccl", "mode": "nccl", "params": {}}]
     rows: list[dict[str, Any]] = []
-    for i, ch in enumerate(channels):
+    for i, (proto, ch) in enumerate((p, c) for p in protos for c in channels):
         label = f"oracle/{i:03d}"
-        rule = f"ring/simple/{ch}"
+        rule = f"ring/{proto}/{ch}"
         launches.append({"label": label, "mode": "oracle", "params": {"rules": {"all_gather": rule}}})
         for nbytes in (16 << 20, 256 << 20):
-            alone = truth.mean_us("allgather", 2, nbytes, "ring", "simple", ch, 0, 0.0)
+            alone = truth.mean_us("allgather", 2, nbytes, "ring", proto, ch, 0, 0.0)
             base = {"coll": "all_gather", "bytes": nbytes, "world_size": 2, "mode": "oracle", "launch": label}
             rows.append({**base, "load": "none", "phase": "sweep", "time_us": alone})
             for load, level in (("light", light), ("heavy", 1.0)):
-                loaded = truth.mean_us("allgather", 2, nbytes, "ring", "simple", ch, 0, level)
-                slow = truth.gemm_slowdown(ch, level)
+                loaded = truth.mean_us("allgather", 2, nbytes, "ring", proto, ch, 0, level)
+                slow = truth.gemm_slowdown(ch, level, proto)
                 row = {**base, "load": load, "phase": "sweep", "time_us": alone}
                 rows.append({**row, "comm_slowdown": loaded / alone, "gemm_slowdown": slow})
     rows.append(
@@ -145,6 +145,30 @@ def test_bench_coll_oracle_rows_calibrate_the_contention_law(tmp_path: Path) -> 
     assert result["light_level"] == pytest.approx(0.4, rel=0.05)
     assert result["gemm_mape_pct"] < 1.0
     assert result["comm_mape_pct"] < 5.0 and fitted.load["comm_slow"] == pytest.approx(0.6, rel=0.1)
+
+
+def test_bench_coll_oracle_rows_calibrate_the_protocols_weights(tmp_path: Path) -> None:
+    """Oracle rows of LL, LL128 and Simple under load (the contention plan's sweep): the fit recovers how
+    much more a channel of each slows the GEMM than Simple's; with Simple's rows alone the weights are not
+    touched."""
+    truth = PerfModel()
+    truth.load.update({"gemm_base": 0.05, "gemm_per_ch": 0.5, "gemm_proto_ll": 2.5, "gemm_proto_ll128": 1.6})
+    path = tmp_path / "coll.json"
+    path.write_text(json.dumps(bench_coll_doc(truth, light=0.4, protos=("ll", "ll128", "simple"))))
+    _, loads = load_measurements([path])
+    assert {lp.proto for lp in loads} == {"ll", "ll128", "simple"}
+    fitted = PerfModel()
+    result = fit_load(loads, fitted)
+    assert fitted.load["gemm_proto_ll"] == pytest.approx(2.5, rel=0.02)
+    assert fitted.load["gemm_proto_ll128"] == pytest.approx(1.6, rel=0.02)
+    assert fitted.load["gemm_proto_simple"] == 1.0
+    assert fitted.load["gemm_per_ch"] == pytest.approx(0.5, rel=0.02)
+    assert result["gemm_proto_ll"] == pytest.approx(2.5, rel=0.02) and result["gemm_mape_pct"] < 1.0
+    simple_only = PerfModel()
+    simple_only.load["gemm_proto_ll"] = 3.0  # a start model's weight, which Simple's rows cannot see
+    path.write_text(json.dumps(bench_coll_doc(truth, light=0.4)))
+    result = fit_load(load_measurements([path])[1], simple_only)
+    assert simple_only.load["gemm_proto_ll"] == 3.0 and "gemm_proto_ll" not in result
 
 
 def test_calibrate_refuses_json_that_is_not_a_coll_result(

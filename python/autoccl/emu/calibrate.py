@@ -13,7 +13,9 @@ Accepted inputs (detected per file):
 - `autoccl bench coll` results (.json, kind "coll") with the oracle mode: each sweep launch forces one
   (algo, proto, channels) rule per collective, so its rows at load "none" are times of known configurations,
   and its rows under `--load light|heavy` give the collective's and the GEMM's slowdowns per channel count
-  (`comm_slowdown`, `gemm_slowdown`); the other modes' rows have no known configuration and are skipped;
+  (`comm_slowdown`, `gemm_slowdown`) and protocol (LL's and LL128's weight on the GEMM's per-channel term,
+  `load.gemm_proto_<name>`, fitted against Simple's where rows of both are there, as the contention plan of
+  benchmarks/gpu/bench.sh measures them); the other modes' rows have no known configuration and are skipped;
 - chunk probes, markdown tables as in benchmarks/results/h200x2/nccl-2.30-chunk-size (chunk_probe.md: per
   collective, rows `<algo>_<proto>_<channels>_chunk<bytes>` of busbw per size, chunk 0 = NCCL's own), measured
   on --probe-nranks GPUs.
@@ -101,6 +103,7 @@ class LoadPoint:
     comm_ratio: float  # time under load / time alone
     gemm_slow: float
     source: str
+    proto: str | None = None  # the kernel's protocol where known (oracle rows); None: weighs as Simple
 
 
 def _time_from_busbw(coll: str, nranks: int, nbytes: int, busbw: float) -> float:
@@ -364,7 +367,7 @@ def parse_bench_coll(path: Path, doc: dict[str, Any]) -> tuple[list[Point], list
         elif load in ("light", "heavy") and r.get("comm_slowdown") and r.get("gemm_slowdown"):
             comm, gemm = float(r["comm_slowdown"]), float(r["gemm_slowdown"])
             if comm > 0 and gemm > 0 and math.isfinite(comm) and math.isfinite(gemm):
-                loads.append(LoadPoint(coll, channels, load, comm, gemm, path.name))
+                loads.append(LoadPoint(coll, channels, load, comm, gemm, path.name, proto))
     return points, loads
 
 
@@ -455,16 +458,30 @@ def fit_error(points: list[Point], model: PerfModel) -> dict[str, float]:
     }
 
 
+# Protocols whose GEMM weight the fit frees when their rows are there; Simple (and rows of no known protocol)
+# is the reference at weight 1, so that the weights and gemm_per_ch are not one product.
+WEIGHTED_PROTOS = ("ll", "ll128")
+
+
 def fit_load(loads: list[LoadPoint], model: PerfModel) -> dict[str, float]:
+    """The contention law: the collective's and the GEMM's slowdowns by channels and load level, and, where
+    rows of LL or LL128 under load are there beside Simple's, the GEMM's per-protocol weight on its
+    per-channel term (load.gemm_proto_<name>; the others keep theirs)."""
     if not loads:
         return {"points": 0}
-    x0 = np.array([model.load[f] for f in LOAD_FIELDS] + [0.5])
+    weighted = (
+        [p for p in WEIGHTED_PROTOS if any(lp.proto == p for lp in loads)]
+        if any(lp.proto in (None, "simple") for lp in loads)
+        else []
+    )
+    x0 = np.array([model.load[f] for f in LOAD_FIELDS] + [0.5] + [1.0] * len(weighted))
 
     def predict(x: np.ndarray, lp: LoadPoint) -> tuple[float, float]:
-        cs, cspc, gb, gpc, light = x
+        cs, cspc, gb, gpc, light = x[:5]
+        w = float(x[5 + weighted.index(lp.proto)]) if lp.proto in weighted else 1.0
         lv = light if lp.level == "light" else 1.0
         comm = 1.0 + lv * (cs + cspc * lp.channels / 64.0)
-        gemm = 1.0 + lv * (gb + gpc * lp.channels / 64.0)
+        gemm = 1.0 + lv * (gb + gpc * w * lp.channels / 64.0)
         return comm, gemm
 
     def residuals(x: np.ndarray) -> np.ndarray:
@@ -475,17 +492,25 @@ def fit_load(loads: list[LoadPoint], model: PerfModel) -> dict[str, float]:
             out.append(math.log(max(gemm, 1e-6) / lp.gemm_slow))
         return np.array(out)
 
-    sol = least_squares(residuals, x0, bounds=([0, -1, 0, 0, 0.01], [10, 10, 5, 5, 1.0]))
+    lower = [0, -1, 0, 0, 0.01] + [0.05] * len(weighted)
+    upper = [10, 10, 5, 5, 1.0] + [20.0] * len(weighted)
+    sol = least_squares(residuals, x0, bounds=(lower, upper))
     for f, v in zip(LOAD_FIELDS, sol.x[:4], strict=True):
         model.load[f] = float(v)
+    if weighted:
+        model.load["gemm_proto_simple"] = 1.0
+    for p, v in zip(weighted, sol.x[5:], strict=True):
+        model.load[f"gemm_proto_{p}"] = float(v)
     comm_err = [abs(predict(sol.x, lp)[0] / lp.comm_ratio - 1) for lp in loads]
     gemm_err = [abs(predict(sol.x, lp)[1] / lp.gemm_slow - 1) for lp in loads]
-    return {
+    out = {
         "points": len(loads),
         "light_level": float(sol.x[4]),
         "comm_mape_pct": float(100 * np.mean(comm_err)),
         "gemm_mape_pct": float(100 * np.mean(gemm_err)),
     }
+    out.update({f"gemm_proto_{p}": float(v) for p, v in zip(weighted, sol.x[5:], strict=True)})
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
