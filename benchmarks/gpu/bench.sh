@@ -31,7 +31,8 @@
 #             second pair launching its modes in reverse order (online before plain NCCL: a machine that slows
 #             or warms over a pair then weighs on both sides; train-pairs reports each order's median);
 #             TRAIN_MODES (default nccl,online; add manual for the resource-sharing study's policy,
-#             online-arms for online with the step guard's channel arms, TRAIN_STEP_ARMS, default hidden=2,8;
+#             online-arms for online with the step guard's arms, TRAIN_STEP_ARMS, default hidden=2,8 (an arm
+#             may name a protocol: "hidden=2,simple,2/simple");
 #             "hidden=2;estimated=2" adds the arm that caps what the exposure estimate calls hidden);
 #             TRAIN_EXTRA: more `bench train` options (e.g. the exposure check on NVLink, one pair of online alone:
 #             TRAIN_PAIRS=1 TRAIN_MODES=online TRAIN_EXTRA="--online-setting AUTOCCL_EXPOSURE_EVERY=8 --torch-profile 8")

@@ -19,7 +19,8 @@ using autoccl::kNumAlgos;
 using autoccl::kNumColls;
 using autoccl::kNumProtos;
 constexpr int kMaxChannelsHard = 64;  // NCCL's MAXCHANNELS: nothing above this is ever set
-constexpr int kRingAlgo = 1;           // NCCL's ring (NCCL_ALGO_RING): every collective has it
+constexpr int kTreeAlgo = 0, kRingAlgo = 1;  // NCCL's tree and ring (ring: every collective has it, on every protocol)
+constexpr int kSimpleProto = 2;              // NCCL_PROTO_SIMPLE
 constexpr uint64_t kMinChunk = 4096;           // bounds for a chunk size we hand to NCCL (v6)
 constexpr uint64_t kMaxChunk = 16ull << 20;
 

@@ -403,31 +403,16 @@ class OnlineSource final : public DecisionSource {
       d.timed = false;
     }
     // A limiting arm of the guard (AUTOCCL_STEP_ARMS): every call of the iteration but its last, or the
-    // positions the authority's exposure estimate calls hidden, runs with at most guardCapNow_.hiddenCap channels
-    // and on guardCapNow_.proto on top of the plan's decision (NCCL keeps its pair where the plan does and the arm
-    // names no protocol; with one, the plan's algorithm, ring where the plan leaves the pair to NCCL: every
-    // collective has it, and a pair NCCL does not offer is refused by the Context, NCCL's choice standing); the
-    // detector places the call alike on every rank (at the step's structure only: a piece's last call is not the
-    // step's). Such a call is not the plan's config: its time is not fed to its task's search.
+    // positions the authority's exposure estimate calls hidden, runs the plan's decision as the arm limits it
+    // (GuardArm::applyTo); the detector places the call alike on every rank (at the step's structure only: a
+    // piece's last call is not the step's). Such a call is not the plan's config: its time is not fed to its
+    // task's search.
     bool capped = false;
     if (guardCapNow_.limits() && steps_.atStep(iter_) &&
-        guardCapNow_.caps(iter_.position(), iter_.endsIteration())) {
-      const int cap = guardCapNow_.hiddenCap, proto = guardCapNow_.proto;
-      if (cap > 0 && (d.config.channels == 0 || d.config.channels > cap)) {
-        d.config.channels = cap;
-        capped = true;
-      }
-      if (proto >= 0 && d.config.proto != proto) {
-        if (d.config.algo < 0) d.config.algo = kRingAlgo;
-        d.config.proto = proto;
-        d.config.chunk = 0;  // a chunk searched for another protocol
-        d.config.chunkHalvings = 0;
-        capped = true;
-      }
-      if (capped) {
-        if (authority_) guardClock_.markOverridden(task, k);
-        d.stable = false;
-      }
+        guardCapNow_.caps(iter_.position(), iter_.endsIteration()) && guardCapNow_.applyTo(&d.config)) {
+      if (authority_) guardClock_.markOverridden(task, k);
+      d.stable = false;
+      capped = true;
     }
     // The Context caches a stable decision and asks no more: this task's need for timing ends here (a
     // search that ended early, e.g. a task below Options::minTaskMicros, kept timing on for good otherwise).

@@ -164,6 +164,23 @@ search::Config GuardPlan::ncclMark() {
   return c;
 }
 
+bool GuardArm::applyTo(Config* c) const {
+  if (!limits()) return false;
+  bool changed = false;
+  if (hiddenCap > 0 && (c->channels == 0 || c->channels > hiddenCap)) {
+    c->channels = hiddenCap;
+    changed = true;
+  }
+  if (proto >= 0 && c->proto != proto) {
+    if (c->algo < 0 || (proto != kSimpleProto && c->algo != kTreeAlgo)) c->algo = kRingAlgo;
+    c->proto = proto;
+    c->chunk = 0;
+    c->chunkHalvings = 0;
+    changed = true;
+  }
+  return changed;
+}
+
 // A limiting arm: algorithm 0 (the plan's protocol) or 1 + P (protocol P), protocol 0 (every call but the last) or
 // 1 (the positions in chunk), the cap as channels (no search plans the guard's key; NCCL never reads it). NCCL's
 // mark is algorithm 1 with protocol 2, which no arm writes.
@@ -534,7 +551,7 @@ namespace {
 std::string armName(const GuardArm& a) {
   if (a.nccl) return "nccl";
   if (!a.limits()) return "tuned";
-  return (a.estimated ? "estimated=" : "hidden=") + armLimitText(a.limit());
+  return (a.estimated ? "estimated=" : "hidden=") + armLimitText(a.armLimit());
 }
 
 // What a limiting arm does to the calls it limits: "at most 2 channels", "on simple", "at most 2 channels on ll128".

@@ -195,7 +195,13 @@ struct GuardArm {
   int proto = -1;
   // Whether the arm limits any call: the tuned plan with a channel cap or a protocol (not NCCL's choices).
   bool limits() const { return !nccl && (hiddenCap > 0 || proto >= 0); }
-  ArmLimit limit() const { return ArmLimit{hiddenCap, proto}; }
+  ArmLimit armLimit() const { return ArmLimit{hiddenCap, proto}; }
+  // Limits a call's configuration (the plan's decision) as the arm says; whether it changed it. At most hiddenCap
+  // channels (a count left to NCCL gets the cap); with a protocol, the plan's algorithm on it, or ring where the
+  // plan leaves the pair to NCCL or its algorithm has Simple alone (NVLS, CollNet, PAT: a pair NCCL refuses would
+  // drop the cap with it and put NCCL's choice in the plan's place), without the plan's chunk setting (one
+  // searched for another protocol). NCCL keeps its pair where the plan does and the arm names no protocol.
+  bool applyTo(Config* c) const;
   // Whether this arm limits the call at `position` of its iteration (`last`: the iteration's last call).
   bool caps(uint32_t position, bool last) const {
     if (!limits()) return false;

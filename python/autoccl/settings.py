@@ -414,8 +414,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "AUTOCCL_STEP_ARMS",
         "library",
-        "off, hidden=C1[,C2...], estimated=C1[,C2...], or both joined by ';': "
-        "1 to 4 distinct integers in [1, 64] each",
+        "off, hidden=A1[,A2...], estimated=A1[,A2...], or both joined by ';': 1 to 4 distinct arms each, "
+        "an arm an integer C in [1, 64], a protocol P (ll, ll128, simple) or C/P",
         _step_arms,
     ),
     Variable("AUTOCCL_COORD_ADDR", "library", "host:port, port in [1, 65535]", _host_port),

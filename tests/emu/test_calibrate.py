@@ -169,6 +169,17 @@ def test_bench_coll_oracle_rows_calibrate_the_protocols_weights(tmp_path: Path) 
     path.write_text(json.dumps(bench_coll_doc(truth, light=0.4)))
     result = fit_load(load_measurements([path])[1], simple_only)
     assert simple_only.load["gemm_proto_ll"] == 3.0 and "gemm_proto_ll" not in result
+    # rows of one protocol, whose weight the start model sets: the written model predicts what was measured
+    # (the fit scales gemm_per_ch under that weight, rather than fitting at 1 and applying the weight on top)
+    for proto, start in (("simple", 0.5), ("ll", 3.0)):
+        one = PerfModel()
+        one.load[f"gemm_proto_{proto}"] = start
+        path.write_text(json.dumps(bench_coll_doc(truth, light=0.4, protos=(proto,))))
+        loads = load_measurements([path])[1]
+        result = fit_load(loads, one)
+        assert one.load[f"gemm_proto_{proto}"] == start and result["gemm_mape_pct"] < 1.0
+        for lp in (x for x in loads if x.level == "heavy"):
+            assert one.gemm_slowdown(lp.channels, 1.0, proto) == pytest.approx(lp.gemm_slow, rel=0.01)
 
 
 def test_calibrate_refuses_json_that_is_not_a_coll_result(

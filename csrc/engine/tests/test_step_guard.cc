@@ -344,7 +344,7 @@ std::string armsOf(GuardPlan& g, uint64_t from, uint64_t to) {
     for (const auto& sg : g.decide(i, 0))
       if (sg.contains(i)) {
         const GuardArm a = GuardPlan::armOf(sg.cfg);
-        out += a.nccl ? "N" : a.limits() ? autoccl::engine::armLimitText(a.limit()) : "T";
+        out += a.nccl ? "N" : a.limits() ? autoccl::engine::armLimitText(a.armLimit()) : "T";
       }
   return out;
 }
@@ -502,6 +502,41 @@ TEST(engine, guard_arm_marks) {
   // a protocol arm limits the calls a cap would: every call but the last, or the estimate's positions
   EXPECT_TRUE(simple.caps(0, false) && !simple.caps(3, true));
   EXPECT_TRUE(estimatedLl128.caps(1, true) && !estimatedLl128.caps(0, false));
+}
+
+// What an arm does to the plan's decision for a call it limits.
+TEST(engine, guard_arm_applies_to_a_call) {
+  using autoccl::Config;
+  const auto cfg = [](int algo, int proto, int channels, uint64_t chunk = 0, int halvings = 0) {
+    Config c;
+    c.algo = algo;
+    c.proto = proto;
+    c.channels = channels;
+    c.chunk = chunk;
+    c.chunkHalvings = halvings;
+    return c;
+  };
+  constexpr int kTree = 0, kRing = 1, kNvls = 4, kLl = 0, kLl128 = 1, kSimple = 2;
+  const GuardArm cap2{false, 2}, simple{false, 0, 0, false, kSimple}, ll{false, 0, 0, false, kLl},
+      cap4ll128{false, 4, 0, false, kLl128};
+  Config c;  // NCCL's choice: a cap sets the count and leaves the pair to NCCL
+  EXPECT_TRUE(cap2.applyTo(&c) && c.algo < 0 && c.channels == 2);
+  c = cfg(kRing, kLl128, 1);  // already within the cap: unchanged
+  EXPECT_TRUE(!cap2.applyTo(&c) && c.sameSetting(cfg(kRing, kLl128, 1)));
+  c = Config();  // NCCL's choice on a protocol: ring on it
+  EXPECT_TRUE(simple.applyTo(&c) && c.sameSetting(cfg(kRing, kSimple, 0)));
+  c = cfg(kTree, kLl128, 16, 0, 2);  // the plan's algorithm keeps, its chunk halvings go with its protocol
+  EXPECT_TRUE(simple.applyTo(&c) && c.sameSetting(cfg(kTree, kSimple, 16)));
+  c = cfg(kRing, kSimple, 16, 1 << 20);  // the protocol the arm names: the plan's chunk stays
+  EXPECT_TRUE(!simple.applyTo(&c) && c.sameSetting(cfg(kRing, kSimple, 16, 1 << 20)));
+  c = cfg(kNvls, kSimple, 8);  // an algorithm that has Simple alone: ring on LL, not a pair NCCL refuses
+  EXPECT_TRUE(ll.applyTo(&c) && c.sameSetting(cfg(kRing, kLl, 8)));
+  c = cfg(kNvls, kSimple, 8);  // ... and keeps its algorithm on Simple
+  EXPECT_TRUE(!simple.applyTo(&c) && c.sameSetting(cfg(kNvls, kSimple, 8)));
+  c = cfg(kRing, kSimple, 24);  // a cap and a protocol together
+  EXPECT_TRUE(cap4ll128.applyTo(&c) && c.sameSetting(cfg(kRing, kLl128, 4)));
+  c = cfg(kRing, kSimple, 24);  // the tuned plan and NCCL's arm limit nothing
+  EXPECT_TRUE(!GuardArm{}.applyTo(&c) && !GuardArm({true, 0}).applyTo(&c) && c.sameSetting(cfg(kRing, kSimple, 24)));
 }
 
 // A protocol arm is judged as a cap is: where running the hidden calls on Simple speeds the step past the tuned plan

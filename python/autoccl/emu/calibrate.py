@@ -475,10 +475,20 @@ def fit_load(loads: list[LoadPoint], model: PerfModel) -> dict[str, float]:
         else []
     )
     x0 = np.array([model.load[f] for f in LOAD_FIELDS] + [0.5] + [1.0] * len(weighted))
+    # A protocol whose weight is not fitted keeps the start model's, relative to Simple's: Simple's is then 1
+    # where weights are fitted (the reference), else the start model's too (rows of no known protocol are
+    # Simple's), so that the fit predicts with the weights the written model holds.
+    kept = {p: model.load.get(f"gemm_proto_{p}", 1.0) for p in ("ll", "ll128", "simple")}
+    if weighted:
+        kept = {p: w / kept["simple"] for p, w in kept.items()} if kept["simple"] > 0 else kept
+        kept["simple"] = 1.0
 
     def predict(x: np.ndarray, lp: LoadPoint) -> tuple[float, float]:
         cs, cspc, gb, gpc, light = x[:5]
-        w = float(x[5 + weighted.index(lp.proto)]) if lp.proto in weighted else 1.0
+        if lp.proto in weighted:
+            w = float(x[5 + weighted.index(lp.proto)])
+        else:
+            w = kept.get(lp.proto or "simple", 1.0)
         lv = light if lp.level == "light" else 1.0
         comm = 1.0 + lv * (cs + cspc * lp.channels / 64.0)
         gemm = 1.0 + lv * (gb + gpc * w * lp.channels / 64.0)
@@ -497,8 +507,8 @@ def fit_load(loads: list[LoadPoint], model: PerfModel) -> dict[str, float]:
     sol = least_squares(residuals, x0, bounds=(lower, upper))
     for f, v in zip(LOAD_FIELDS, sol.x[:4], strict=True):
         model.load[f] = float(v)
-    if weighted:
-        model.load["gemm_proto_simple"] = 1.0
+    for p, w in kept.items():
+        model.load[f"gemm_proto_{p}"] = w
     for p, v in zip(weighted, sol.x[5:], strict=True):
         model.load[f"gemm_proto_{p}"] = float(v)
     comm_err = [abs(predict(sol.x, lp)[0] / lp.comm_ratio - 1) for lp in loads]
