@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from emu_helpers import assert_clean
-from test_online import assert_same_per_seq, online_env
+from test_step_arms import run_with_arms
 
 from autoccl.emu import run
 from autoccl.emu.model import PerfModel
@@ -64,19 +64,7 @@ def _plain(model: Path) -> float:
 
 
 def _online(model: Path, arms: str) -> Any:
-    env = online_env(True, AUTOCCL_MIN_TASK_US="0", AUTOCCL_MIN_TASK_US_TCP="0", AUTOCCL_STEP_ARMS=arms)
-    res = run(
-        scenario(),
-        plugin="default",
-        model=model,
-        env=env,
-        processes=True,
-        timeout=300,
-        extra_args=["--verbose"],
-    )
-    assert_clean(res)
-    assert_same_per_seq(res.calls)
-    return res
+    return run_with_arms(scenario(), model, arms)
 
 
 def _last_steps(res: Any, grank: int) -> dict[int, set[str]]:

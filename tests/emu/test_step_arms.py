@@ -58,21 +58,21 @@ def _plain(model: Path | str) -> float:
     return _median_step(res)
 
 
-def _arms(model: Path | str, arms: str) -> tuple[Any, list[str]]:
+def run_with_arms(sc: Scenario, model: Path | str, arms: str) -> Any:
+    """`sc` online with AUTOCCL_STEP_ARMS=`arms` (every task searched, however short), ranks in two processes
+    over TCP; clean, and every rank, in its own process, applied one configuration per call: the arm of each
+    iteration is the authority's, carried on the board."""
     env = online_env(True, AUTOCCL_MIN_TASK_US="0", AUTOCCL_MIN_TASK_US_TCP="0", AUTOCCL_STEP_ARMS=arms)
     res = run(
-        scenario(),
-        plugin="default",
-        model=model,
-        env=env,
-        processes=True,
-        timeout=300,
-        extra_args=["--verbose"],
+        sc, plugin="default", model=model, env=env, processes=True, timeout=300, extra_args=["--verbose"]
     )
     assert_clean(res)
-    # Every rank, in its own process, applied one configuration per call: the arm of each iteration is the
-    # authority's, carried on the board.
     assert_same_per_seq(res.calls)
+    return res
+
+
+def _arms(model: Path | str, arms: str) -> tuple[Any, list[str]]:
+    res = run_with_arms(scenario(), model, arms)
     lines = [ln for ln in res.stderr.splitlines() if "step guard:" in ln]
     assert lines, res.stderr[-3000:]
     return res, lines
@@ -161,13 +161,7 @@ def _waited_run(model: Path, arms: str, seed: int) -> Any:
         seed=seed,
         noise=NOISE,
     )
-    env = online_env(True, AUTOCCL_MIN_TASK_US="0", AUTOCCL_MIN_TASK_US_TCP="0", AUTOCCL_STEP_ARMS=arms)
-    res = run(
-        sc, plugin="default", model=model, env=env, processes=True, timeout=300, extra_args=["--verbose"]
-    )
-    assert_clean(res)
-    assert_same_per_seq(res.calls)
-    return res
+    return run_with_arms(sc, model, arms)
 
 
 def test_estimated_arm_caps_only_what_the_estimate_calls_hidden(plugin: Path, tmp_path: Path) -> None:
