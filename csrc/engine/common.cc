@@ -38,22 +38,6 @@ int parseColl(std::string_view s) { return lookup(s, kCollNames, kNumColls); }
 int parseAlgo(std::string_view s) { return lookup(s, kAlgoNames, kNumAlgos); }
 int parseProto(std::string_view s) { return lookup(s, kProtoNames, kNumProtos); }
 
-bool ArmLimit::applyTo(Config* c) const {
-  bool changed = false;
-  if (channels > 0 && (c->channels == 0 || c->channels > channels)) {
-    c->channels = channels;
-    changed = true;
-  }
-  if (proto >= 0 && c->proto != proto) {
-    if (c->algo < 0 || (proto != kSimpleProto && c->algo != kTreeAlgo)) c->algo = kRingAlgo;
-    c->proto = proto;
-    c->chunk = 0;
-    c->chunkHalvings = 0;
-    changed = true;
-  }
-  return changed;
-}
-
 std::string armLimitText(const ArmLimit& a) {
   std::string out = a.channels > 0 ? std::to_string(a.channels) : "";
   if (a.proto >= 0) out += (out.empty() ? "" : "/") + std::string(protoName(a.proto));

@@ -58,13 +58,6 @@ struct CallKeyHash {
 struct ArmLimit {
   int channels = 0;
   int proto = -1;
-  bool any() const { return channels > 0 || proto >= 0; }
-  // Limits a call's configuration (the plan's decision); whether it changed it. At most `channels` channels (a
-  // count left to NCCL gets the cap); with a protocol, the plan's algorithm on it, or ring where the plan leaves
-  // the pair to NCCL or its algorithm has Simple alone (NVLS, CollNet, PAT: a pair NCCL refuses would drop the cap
-  // with it and put NCCL's choice in the plan's place), without the plan's chunk setting (one searched for another
-  // protocol). NCCL keeps its pair where the plan does and no protocol is named.
-  bool applyTo(Config* c) const;
   bool operator==(const ArmLimit& o) const { return channels == o.channels && proto == o.proto; }
   bool operator!=(const ArmLimit& o) const { return !(*this == o); }
 };

@@ -404,12 +404,12 @@ class OnlineSource final : public DecisionSource {
     }
     // A limiting arm of the guard (AUTOCCL_STEP_ARMS): every call of the iteration but its last, or the
     // positions the authority's exposure estimate calls hidden, runs the plan's decision as the arm limits it
-    // (ArmLimit::applyTo); the detector places the call alike on every rank (at the step's structure only: a
+    // (GuardArm::applyTo); the detector places the call alike on every rank (at the step's structure only: a
     // piece's last call is not the step's). Such a call is not the plan's config: its time is not fed to its
     // task's search.
     bool capped = false;
     if (guardCapNow_.limits() && steps_.atStep(iter_) &&
-        guardCapNow_.caps(iter_.position(), iter_.endsIteration()) && guardCapNow_.limit.applyTo(&d.config)) {
+        guardCapNow_.caps(iter_.position(), iter_.endsIteration()) && guardCapNow_.applyTo(&d.config)) {
       if (authority_) guardClock_.markOverridden(task, k);
       d.stable = false;
       capped = true;
@@ -1227,7 +1227,7 @@ class OnlineSource final : public DecisionSource {
   StepTasks stepTasks_;          // authority: the step's tasks at the last change of step
   bool guardNcclNow_ = false;    // the current iteration runs NCCL's choice for every task
   bool guardFallbackNccl_ = false;  // outside the step's structure (after a break) NCCL's choice for every task
-  GuardArm guardCapNow_;         // the current iteration's arm (what the calls it limits run: limit)
+  GuardArm guardCapNow_;         // the current iteration's arm (the calls it limits: hiddenCap, proto)
   uint64_t guardStructure_ = 0;  // the detector's structure at the last guard step ...
   uint64_t structureFromStep_ = 0;  // ... and the step it began at (estimated segments planned before it cap nothing)
   bool guardTimedNow_ = false;   // the current iteration's start is a guard sample

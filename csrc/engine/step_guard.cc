@@ -164,6 +164,23 @@ search::Config GuardPlan::ncclMark() {
   return c;
 }
 
+bool GuardArm::applyTo(Config* c) const {
+  if (!limits()) return false;
+  bool changed = false;
+  if (hiddenCap > 0 && (c->channels == 0 || c->channels > hiddenCap)) {
+    c->channels = hiddenCap;
+    changed = true;
+  }
+  if (proto >= 0 && c->proto != proto) {
+    if (c->algo < 0 || (proto != kSimpleProto && c->algo != kTreeAlgo)) c->algo = kRingAlgo;
+    c->proto = proto;
+    c->chunk = 0;
+    c->chunkHalvings = 0;
+    changed = true;
+  }
+  return changed;
+}
+
 // A limiting arm: algorithm 0 (the plan's protocol) or 1 + P (protocol P), protocol 0 (every call but the last) or
 // 1 (the positions in chunk), the cap as channels (no search plans the guard's key; NCCL never reads it). NCCL's
 // mark is algorithm 1 with protocol 2, which no arm writes.
@@ -171,9 +188,9 @@ search::Config GuardPlan::armMark(const GuardArm& a) {
   if (a.nccl) return ncclMark();
   search::Config c;
   if (!a.limits() || (a.estimated && a.positions == 0)) return c;  // the tuned plan
-  c.algo = a.limit.proto < 0 ? 0 : 1 + a.limit.proto;
+  c.algo = a.proto < 0 ? 0 : 1 + a.proto;
   c.proto = a.positions == 0 ? 0 : 1;
-  c.channels = std::max(a.limit.channels, 0);
+  c.channels = std::max(a.hiddenCap, 0);
   c.chunk = a.positions;
   return c;
 }
@@ -182,7 +199,8 @@ GuardArm GuardPlan::armOf(const search::Config& c) {
   GuardArm a;
   if (c.isDefault()) return a;
   if (c.algo >= 0 && c.algo <= kNumProtos && (c.proto == 0 || c.proto == 1) && (c.channels > 0 || c.algo > 0)) {
-    a.limit = ArmLimit{c.channels, c.algo - 1};
+    a.hiddenCap = c.channels;
+    a.proto = c.algo - 1;
     if (c.proto == 1) {
       a.positions = c.chunk;
       a.estimated = true;
@@ -204,11 +222,11 @@ GuardPlan::GuardPlan(GuardOptions o) : o_(std::move(o)) {
   o_.pairs = std::max<uint32_t>(1, o_.pairs);
   o_.idleWindow = std::max<uint64_t>(1, o_.idleWindow);
   arms_.push_back(GuardArm{});                 // kTunedArm
-  arms_.push_back(GuardArm{true});             // kNcclArm
+  arms_.push_back(GuardArm{true, 0});          // kNcclArm
   for (const ArmLimit& l : o_.hiddenArms)
-    if (l.any()) arms_.push_back(GuardArm{false, l, 0, false});
+    if (l.channels > 0 || l.proto >= 0) arms_.push_back(GuardArm{false, l.channels, 0, false, l.proto});
   for (const ArmLimit& l : o_.estimatedArms)
-    if (l.any()) arms_.push_back(GuardArm{false, l, 0, true});
+    if (l.channels > 0 || l.proto >= 0) arms_.push_back(GuardArm{false, l.channels, 0, true, l.proto});
   if (o_.jobRegret) ledgerSlot_ = o_.jobRegret->join();
 }
 
@@ -533,14 +551,13 @@ namespace {
 std::string armName(const GuardArm& a) {
   if (a.nccl) return "nccl";
   if (!a.limits()) return "tuned";
-  return (a.estimated ? "estimated=" : "hidden=") + armLimitText(a.limit);
+  return (a.estimated ? "estimated=" : "hidden=") + armLimitText(a.armLimit());
 }
 
 // What a limiting arm does to the calls it limits: "at most 2 channels", "on simple", "at most 2 channels on ll128".
 std::string limitWords(const GuardArm& a) {
-  const ArmLimit& l = a.limit;
-  std::string out = l.channels > 0 ? "at most " + std::to_string(l.channels) + " channels" : "";
-  if (l.proto >= 0) out += (out.empty() ? "on " : " on ") + std::string(protoName(l.proto));
+  std::string out = a.hiddenCap > 0 ? "at most " + std::to_string(a.hiddenCap) + " channels" : "";
+  if (a.proto >= 0) out += (out.empty() ? "on " : " on ") + std::string(protoName(a.proto));
   return out;
 }
 

@@ -185,15 +185,23 @@ struct GuardOptions {
 // What a guard segment tells every rank to run for an iteration.
 struct GuardArm {
   bool nccl = false;  // NCCL's own choice for every task
-  // What the tuned plan's limited calls run (ArmLimit::applyTo): at most limit.channels channels, on protocol
-  // limit.proto; nothing set: the tuned plan itself.
-  ArmLimit limit = {};
+  int hiddenCap = 0;  // > 0: the tuned plan, the limited calls at most this many channels
   // With a limit, the calls limited: bit p, position p of the detector's iteration (p < 64); 0, every call of
   // the iteration but its last.
   uint64_t positions = 0;
   bool estimated = false;  // positions from the exposure estimate (0 while it calls no position hidden)
+  // >= 0: the limited calls run this protocol (NCCL's id) on the plan's algorithm (ring where the plan leaves the
+  // pair to NCCL), without the plan's chunk setting (a chunk searched for another protocol); -1: the plan's.
+  int proto = -1;
   // Whether the arm limits any call: the tuned plan with a channel cap or a protocol (not NCCL's choices).
-  bool limits() const { return !nccl && limit.any(); }
+  bool limits() const { return !nccl && (hiddenCap > 0 || proto >= 0); }
+  ArmLimit armLimit() const { return ArmLimit{hiddenCap, proto}; }
+  // Limits a call's configuration (the plan's decision) as the arm says; whether it changed it. At most hiddenCap
+  // channels (a count left to NCCL gets the cap); with a protocol, the plan's algorithm on it, or ring where the
+  // plan leaves the pair to NCCL or its algorithm has Simple alone (NVLS, CollNet, PAT: a pair NCCL refuses would
+  // drop the cap with it and put NCCL's choice in the plan's place), without the plan's chunk setting (one
+  // searched for another protocol). NCCL keeps its pair where the plan does and the arm names no protocol.
+  bool applyTo(Config* c) const;
   // Whether this arm limits the call at `position` of its iteration (`last`: the iteration's last call).
   bool caps(uint32_t position, bool last) const {
     if (!limits()) return false;

@@ -344,7 +344,7 @@ std::string armsOf(GuardPlan& g, uint64_t from, uint64_t to) {
     for (const auto& sg : g.decide(i, 0))
       if (sg.contains(i)) {
         const GuardArm a = GuardPlan::armOf(sg.cfg);
-        out += a.nccl ? "N" : a.limits() ? autoccl::engine::armLimitText(a.limit) : "T";
+        out += a.nccl ? "N" : a.limits() ? autoccl::engine::armLimitText(a.armLimit()) : "T";
       }
   return out;
 }
@@ -473,31 +473,31 @@ TEST(engine, guard_rechecks) {
 
 TEST(engine, guard_arm_marks) {
   EXPECT_TRUE(!GuardPlan::armOf(autoccl::search::Config()).nccl);
-  EXPECT_EQ(GuardPlan::armOf(autoccl::search::Config()).limit.channels, 0);
+  EXPECT_EQ(GuardPlan::armOf(autoccl::search::Config()).hiddenCap, 0);
   EXPECT_TRUE(GuardPlan::isNccl(GuardPlan::ncclMark()));
   EXPECT_TRUE(GuardPlan::armOf(GuardPlan::ncclMark()).nccl);
   for (int cap : {1, 2, 8, 64}) {
-    const autoccl::search::Config c = GuardPlan::armMark(GuardArm{false, {cap}});
+    const autoccl::search::Config c = GuardPlan::armMark(GuardArm{false, cap});
     EXPECT_TRUE(!c.isDefault() && !GuardPlan::isNccl(c));
-    EXPECT_EQ(GuardPlan::armOf(c).limit.channels, cap);
+    EXPECT_EQ(GuardPlan::armOf(c).hiddenCap, cap);
   }
   EXPECT_TRUE(GuardPlan::armMark(GuardArm{}).isDefault());
-  EXPECT_TRUE(GuardPlan::isNccl(GuardPlan::armMark(GuardArm{true})));
+  EXPECT_TRUE(GuardPlan::isNccl(GuardPlan::armMark(GuardArm{true, 0})));
   // protocol arms, with and without a cap, for every call but the last and for an estimate's positions: each
   // reads back as itself, none as NCCL's choices or the tuned plan
   for (int proto : {0, 1, 2})
     for (int cap : {0, 2, 64})
       for (uint64_t positions : {uint64_t{0}, uint64_t{0b1011}}) {
-        const GuardArm arm{false, {cap, proto}, positions, positions != 0};
+        const GuardArm arm{false, cap, positions, positions != 0, proto};
         const autoccl::search::Config c = GuardPlan::armMark(arm);
         EXPECT_TRUE(!c.isDefault() && !GuardPlan::isNccl(c)) << proto << " " << cap;
         const GuardArm back = GuardPlan::armOf(c);
-        EXPECT_TRUE(!back.nccl && back.limit == (autoccl::engine::ArmLimit{cap, proto}) && back.positions == positions &&
+        EXPECT_TRUE(!back.nccl && back.hiddenCap == cap && back.proto == proto && back.positions == positions &&
                     back.estimated == (positions != 0) && back.limits())
             << proto << " " << cap << " " << positions;
       }
-  EXPECT_EQ(GuardPlan::armOf(GuardPlan::armMark(GuardArm{false, {8}})).limit.proto, -1);  // a cap: the plan's protocol
-  const GuardArm simple{false, {0, 2}}, estimatedLl128{false, {0, 1}, 0b10, true}, tuned, nccl{true};
+  EXPECT_EQ(GuardPlan::armOf(GuardPlan::armMark(GuardArm{false, 8})).proto, -1);  // a cap alone keeps the plan's
+  const GuardArm simple{false, 0, 0, false, 2}, estimatedLl128{false, 0, 0b10, true, 1}, tuned, nccl{true, 0};
   EXPECT_TRUE(!tuned.limits() && !nccl.limits() && simple.limits());
   // a protocol arm limits the calls a cap would: every call but the last, or the estimate's positions
   EXPECT_TRUE(simple.caps(0, false) && !simple.caps(3, true));
@@ -517,8 +517,8 @@ TEST(engine, guard_arm_applies_to_a_call) {
     return c;
   };
   constexpr int kTree = 0, kRing = 1, kNvls = 4, kLl = 0, kLl128 = 1, kSimple = 2;
-  using autoccl::engine::ArmLimit;
-  const ArmLimit cap2{2}, simple{0, kSimple}, ll{0, kLl}, cap4ll128{4, kLl128};
+  const GuardArm cap2{false, 2}, simple{false, 0, 0, false, kSimple}, ll{false, 0, 0, false, kLl},
+      cap4ll128{false, 4, 0, false, kLl128};
   Config c;  // NCCL's choice: a cap sets the count and leaves the pair to NCCL
   EXPECT_TRUE(cap2.applyTo(&c) && c.algo < 0 && c.channels == 2);
   c = cfg(kRing, kLl128, 1);  // already within the cap: unchanged
@@ -535,8 +535,8 @@ TEST(engine, guard_arm_applies_to_a_call) {
   EXPECT_TRUE(!simple.applyTo(&c) && c.sameSetting(cfg(kNvls, kSimple, 8)));
   c = cfg(kRing, kSimple, 24);  // a cap and a protocol together
   EXPECT_TRUE(cap4ll128.applyTo(&c) && c.sameSetting(cfg(kRing, kLl128, 4)));
-  c = cfg(kRing, kSimple, 24);  // a limit that sets nothing changes nothing
-  EXPECT_TRUE(!ArmLimit{}.applyTo(&c) && c.sameSetting(cfg(kRing, kSimple, 24)));
+  c = cfg(kRing, kSimple, 24);  // the tuned plan and NCCL's arm limit nothing
+  EXPECT_TRUE(!GuardArm{}.applyTo(&c) && !GuardArm({true, 0}).applyTo(&c) && c.sameSetting(cfg(kRing, kSimple, 24)));
 }
 
 // A protocol arm is judged as a cap is: where running the hidden calls on Simple speeds the step past the tuned plan
@@ -546,17 +546,17 @@ TEST(engine, guard_protocol_arm_verdicts) {
   o.hiddenArms = {{2}, {0, 2}, {2, 1}};  // 2 channels; Simple; 2 channels on LL128
   auto timeOf = [](double simple) {
     return [=](const GuardArm& a) {
-      return a.nccl ? 100.0 : a.limit.proto == 2 ? simple : a.limit.proto == 1 ? 99.0 : a.limit.channels == 2 ? 98.0 : 97.0;
+      return a.nccl ? 100.0 : a.proto == 2 ? simple : a.proto == 1 ? 99.0 : a.hiddenCap == 2 ? 98.0 : 97.0;
     };
   };
   {
     GuardPlan g(o);
     auto v = driveArms(g, timeOf(90.0), 0.01, 200, 20);
     ASSERT_TRUE(!v.empty());
-    EXPECT_TRUE(v.front().tuned && v.front().winner.limit.proto == 2 && v.front().winner.limit.channels == 0);
+    EXPECT_TRUE(v.front().tuned && v.front().winner.proto == 2 && v.front().winner.hiddenCap == 0);
     EXPECT_EQ(v.front().arms.size(), 5u);
     const GuardArm last = GuardPlan::armOf(g.finalSegment().cfg);
-    EXPECT_TRUE(last.limit.proto == 2 && last.limit.channels == 0);
+    EXPECT_TRUE(last.proto == 2 && last.hiddenCap == 0);
     const std::string desc = autoccl::engine::describeVerdict(v.front(), 1);
     EXPECT_NE(desc.find("keeping the tuned plan, hidden calls on simple from iteration"), std::string::npos) << desc;
     EXPECT_NE(desc.find(" hidden=simple 89."), std::string::npos) << desc;
@@ -568,7 +568,7 @@ TEST(engine, guard_protocol_arm_verdicts) {
     GuardPlan g(o);
     auto v = driveArms(g, timeOf(110.0), 0.01, 200, 20);
     ASSERT_TRUE(!v.empty());
-    EXPECT_TRUE(v.front().tuned && !v.front().winner.limits()) << v.front().winner.limit.channels;
+    EXPECT_TRUE(v.front().tuned && !v.front().winner.limits()) << v.front().winner.hiddenCap;
   }
 }
 
@@ -578,7 +578,7 @@ TEST(engine, guard_estimated_positions_bring_the_round_forward) {
   GuardOptions o;
   o.estimatedArms = {{2}};
   GuardPlan g(o);
-  const auto timeOf = [](const GuardArm& a) { return a.nccl ? 100.0 : a.limit.channels == 2 ? 90.0 : 99.5; };
+  const auto timeOf = [](const GuardArm& a) { return a.nccl ? 100.0 : a.hiddenCap == 2 ? 90.0 : 99.5; };
   auto v = driveArms(g, timeOf, 0.005, 80, 10);
   ASSERT_EQ(v.size(), 1u);
   ASSERT_EQ(v[0].arms.size(), 3u);
@@ -629,7 +629,7 @@ TEST(engine, guard_estimated_positions_forgotten_on_a_new_structure) {
   o.estimatedArms = {{2}};
   GuardPlan g(o);
   g.setEstimatedHidden(0b0110);
-  const auto timeOf = [](const GuardArm& a) { return a.nccl ? 100.0 : a.limit.channels == 2 ? 90.0 : 99.5; };
+  const auto timeOf = [](const GuardArm& a) { return a.nccl ? 100.0 : a.hiddenCap == 2 ? 90.0 : 99.5; };
   auto v = driveArms(g, timeOf, 0.005, 80, 10);
   ASSERT_EQ(v.size(), 1u);
   ASSERT_TRUE(v[0].winner.estimated);
@@ -645,24 +645,24 @@ TEST(engine, guard_estimated_positions_forgotten_on_a_new_structure) {
 // An estimated arm's positions ride in its segment's config to every rank; the fallback flag beside them.
 TEST(engine, guard_estimated_arm_marks) {
   for (const uint64_t positions : {uint64_t{1}, uint64_t{0b1010}, ~uint64_t{0} >> 1}) {
-    const autoccl::search::Config c = GuardPlan::armMark(GuardArm{false, {4}, positions, true});
+    const autoccl::search::Config c = GuardPlan::armMark(GuardArm{false, 4, positions, true});
     const GuardArm a = GuardPlan::armOf(c);
-    EXPECT_TRUE(!a.nccl && a.estimated && a.limit.channels == 4 && a.positions == positions);
+    EXPECT_TRUE(!a.nccl && a.estimated && a.hiddenCap == 4 && a.positions == positions);
     EXPECT_TRUE(!GuardPlan::fallbackNcclOf(c));
   }
   // a verdict's line names every capped position, up to 63
   autoccl::engine::GuardPlan::Verdict v;
   v.tuned = true;
-  v.winner = GuardArm{false, {2}, ~uint64_t{0} >> 1, true};
+  v.winner = GuardArm{false, 2, ~uint64_t{0} >> 1, true};
   const std::string line = autoccl::engine::describeVerdict(v, 1);
   EXPECT_NE(line.find(",61,62) at most 2 channels from iteration"), std::string::npos) << line;
   // without positions (the estimate calls none hidden) it is the tuned plan
-  EXPECT_TRUE(GuardPlan::armMark(GuardArm{false, {4}, 0, true}).isDefault());
-  const GuardArm est{false, {2}, 0b0101, true}, all{false, {2}};
+  EXPECT_TRUE(GuardPlan::armMark(GuardArm{false, 4, 0, true}).isDefault());
+  const GuardArm est{false, 2, 0b0101, true}, all{false, 2};
   EXPECT_TRUE(est.caps(0, false) && !est.caps(1, false) && est.caps(2, false) && !est.caps(3, true));
   EXPECT_TRUE(!est.caps(64, false));
   EXPECT_TRUE(all.caps(0, false) && all.caps(1, false) && !all.caps(3, true));
-  const GuardArm tuned{}, nccl{true};
+  const GuardArm tuned{}, nccl{true, 0};
   EXPECT_TRUE(!tuned.caps(0, false) && !nccl.caps(0, false));
 }
 
@@ -676,12 +676,12 @@ TEST(engine, guard_estimated_arm_rounds) {
   GuardPlan g(o);
   g.arm();
   EXPECT_EQ(armsOf(g, 0, 25), "TTTNNNNNNTTTTTTNNNNNNTTTT");  // no estimate yet: T N N T, twice
-  const auto timeOf = [](const GuardArm& a) { return a.nccl ? 100.0 : a.limit.channels == 2 ? 90.0 : 99.5; };
+  const auto timeOf = [](const GuardArm& a) { return a.nccl ? 100.0 : a.hiddenCap == 2 ? 90.0 : 99.5; };
   GuardPlan h(o);
   h.setEstimatedHidden(0b0110);
   auto v = driveArms(h, timeOf, 0.005, 200, 10);
   ASSERT_TRUE(!v.empty());
-  EXPECT_TRUE(v[0].tuned && v[0].winner.estimated && v[0].winner.limit.channels == 2 && v[0].winner.positions == 0b0110u);
+  EXPECT_TRUE(v[0].tuned && v[0].winner.estimated && v[0].winner.hiddenCap == 2 && v[0].winner.positions == 0b0110u);
   const std::string desc = autoccl::engine::describeVerdict(v[0], 1);
   EXPECT_NE(desc.find("positions 1,2) at most 2 channels"), std::string::npos) << desc;
   const std::string rec = autoccl::engine::traceVerdict(v[0], "c0", 0, nullptr);
@@ -717,7 +717,7 @@ TEST(engine, guard_estimated_arm_that_lost_takes_the_new_positions) {
   o.recheckFirst = 64;
   GuardPlan g(o);
   g.setEstimatedHidden(0b0110);
-  const auto capsLose = [](const GuardArm& a) { return a.nccl ? 100.0 : a.limit.channels == 2 ? 110.0 : 90.0; };
+  const auto capsLose = [](const GuardArm& a) { return a.nccl ? 100.0 : a.hiddenCap == 2 ? 110.0 : 90.0; };
   auto v = driveArms(g, capsLose, 0.005, 200, 10);
   ASSERT_TRUE(!v.empty());
   ASSERT_TRUE(!v.back().winner.estimated && v.back().tuned);
@@ -748,20 +748,20 @@ TEST(engine, guard_arms_verdicts) {
   GuardOptions o;
   o.hiddenArms = {{2}, {8}};
   auto timeOf = [](double t, double n, double c2, double c8) {
-    return [=](const GuardArm& a) { return a.nccl ? n : a.limit.channels == 2 ? c2 : a.limit.channels == 8 ? c8 : t; };
+    return [=](const GuardArm& a) { return a.nccl ? n : a.hiddenCap == 2 ? c2 : a.hiddenCap == 8 ? c8 : t; };
   };
   {  // both caps beat NCCL's choices, 2 channels the most: it wins, and runs between rounds and for good
     GuardPlan g(o);
     auto v = driveArms(g, timeOf(100.0, 100.0, 90.0, 95.0), 0.01, 200, 20);
-    EXPECT_TRUE(!v.empty() && v.front().tuned && v.front().winner.limit.channels == 2);
+    EXPECT_TRUE(!v.empty() && v.front().tuned && v.front().winner.hiddenCap == 2);
     EXPECT_EQ(v.front().arms.size(), 4u);
     EXPECT_EQ(armsOf(g, v.front().at, v.front().at + 10), "2222222222");
-    EXPECT_EQ(GuardPlan::armOf(g.finalSegment().cfg).limit.channels, 2);
+    EXPECT_EQ(GuardPlan::armOf(g.finalSegment().cfg).hiddenCap, 2);
   }
   {  // the caps cost the step: the tuned plan, which beats NCCL's
     GuardPlan g(o);
     auto v = driveArms(g, timeOf(90.0, 100.0, 104.0, 101.0), 0.01, 200, 20);
-    EXPECT_TRUE(!v.empty() && v.front().tuned && v.front().winner.limit.channels == 0 && !v.front().winner.nccl);
+    EXPECT_TRUE(!v.empty() && v.front().tuned && v.front().winner.hiddenCap == 0 && !v.front().winner.nccl);
   }
   {  // a cap faster than the tuned plan but not than NCCL's by the margin: NCCL's choices
     GuardPlan g(o);
@@ -823,10 +823,10 @@ TEST(engine, guard_verdict_line) {
             "autoccl: comm 0000000000abcdef step guard: iterations of 4 calls, tuned plan 1050.5 us (8 samples) "
             "against NCCL's choices 1000.2 us (8): NCCL's choices for every task from iteration 120");
   v.tuned = true;
-  v.winner.limit.channels = 2;
+  v.winner.hiddenCap = 2;
   GuardPlan::ArmResult t, n, h;
   n.arm.nccl = true;
-  h.arm.limit.channels = 2;
+  h.arm.hiddenCap = 2;
   t.medianUs = 990;
   n.medianUs = 1000;
   h.medianUs = 950;
@@ -934,12 +934,12 @@ TEST(engine, guard_wants_a_gain_the_plan_can_explain) {
   GuardPlan capped(o);
   capped.setPlanGain(0.0, 2);
   // the tuned plan fastest but unexplained (it saves nothing): the cap arm, which beat NCCL too, wins
-  auto timeOf = [](const GuardArm& a) { return a.nccl ? 1000.0 : a.limit.channels > 0 ? 903.0 : 849.0; };
+  auto timeOf = [](const GuardArm& a) { return a.nccl ? 1000.0 : a.hiddenCap > 0 ? 903.0 : 849.0; };
   v = driveArms(capped, timeOf, 0.01, 200, 10);
   ASSERT_FALSE(v.empty());
   EXPECT_TRUE(v.front().tuned);
   EXPECT_TRUE(v.front().unexplained);
-  EXPECT_EQ(v.front().winner.limit.channels, 8);
+  EXPECT_EQ(v.front().winner.hiddenCap, 8);
 }
 
 TEST(engine, iteration_detector_counts_a_tasks_calls_per_iteration) {
