@@ -102,7 +102,7 @@ Runtime::Runtime(Settings settings, int ncclVersion, int minNcclVersion, std::st
     disabledWhy_ = "NCCL version " + std::to_string(ncclVersion) + " is older than the oldest supported (" +
                    std::to_string(minNcclVersion) + ")";
   }
-  if (disabledWhy_.empty() && settings_.mode == Mode::Online)
+  if (disabledWhy_.empty() && settings_.coordinated())
     coord_ = std::make_unique<Coordination>(agreedSettings(settings_, [](const char* k) { return std::getenv(k); }),
                                             settings_.coordTimeoutMs, settings_.coordLingerMs, settings_.coordFaults);
   if (coord_ && settings_.jobRegretBudget > 0)
@@ -294,10 +294,12 @@ bool Context::attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& l
   env.log = log_;
   const Mode mode = rt_.settings().mode;
   if (mode == Mode::Table || mode == Mode::Online) env.table = rt_.tableFor(rt_.fingerprint(nRanks, nNodes, nvlDomains), log_);
-  if (mode == Mode::Online) {
+  if (rt_.settings().coordinated()) {  // online mode, and table mode under the step guard
     env.coordination = rt_.coordination();
-    env.jobRegret = rt_.jobRegret();
     env.needChanged = [this] { updateNeed(); };
+  }
+  if (mode == Mode::Online) {
+    env.jobRegret = rt_.jobRegret();
     Fingerprint fp = rt_.fingerprint(nRanks, nNodes, nvlDomains);
     env.saveTuned = [this, fp](const std::vector<TableEntry>& entries, const std::vector<PairRecord>& pairs) {
       rt_.saveTuned(fp, entries, pairs, log_);
@@ -315,7 +317,8 @@ bool Context::attachTuner(int nRanks, int nNodes, int nvlDomains, const LogFn& l
     }
     return false;
   }
-  if (mode == Mode::Online && rank_ >= 0) rt_.coordination()->announceRank(commHash_, rank_, nRanks, log_);
+  if (policy_->agreesThroughCoordination() && rank_ >= 0)
+    rt_.coordination()->announceRank(commHash_, rank_, nRanks, log_);
   measureBudget_ = mode == Mode::Online ? 0 : rt_.settings().measureCalls;
   launchClock_ = rt_.settings().clock == Settings::Clock::Launch;
   if (!profilerAttached_.load()) {
@@ -772,7 +775,7 @@ void Context::finalizeTuner() {
   updateNeed();
   if (!policy_) return;
   policy_->onFinalize();
-  if (rt_.settings().mode == Mode::Online && rank_ >= 0) rt_.coordination()->retireRank(commHash_, rank_);
+  if (policy_->agreesThroughCoordination() && rank_ >= 0) rt_.coordination()->retireRank(commHash_, rank_);
   if (metricsOn_.load()) rt_.metrics().collectNow(this);
   std::vector<TaskReport> tasks = report();
   if (rt_.trace().enabled()) {

@@ -84,7 +84,7 @@ class Runtime {
   // across processes by an flock on `<table>.lock`; written atomically.
   void saveTuned(const Fingerprint& fp, const std::vector<TableEntry>& entries, const std::vector<PairRecord>& pairs,
                  const LogFn& log);
-  // Online mode: the process-wide board / coordinator (null in other modes).
+  // Online mode, and table mode under the step guard: the process-wide board / coordinator (null in other modes).
   Coordination* coordination() { return coord_.get(); }
   // Online mode with AUTOCCL_JOB_REGRET_PCT > 0: the regret ledger of every communicator this process is the
   // authority of (search::Options::jobRegret), so that a job of several communicators (data- and tensor-parallel

@@ -152,6 +152,7 @@ class OnlineSource final : public DecisionSource {
     guardKey_.pipe = 0;
     guardKey_.bytes = 0;
     guardOn_ = env.settings == nullptr || env.settings->guard;
+    pinTable_ = env.settings && env.settings->mode == Mode::Table;
     // Step arms: every rank (the setting is agreed, AgreedSettings) keeps asking for settled tasks' calls, so
     // that a hidden-cap arm reaches them and the iteration detector sees every call.
     askAlways_ = guardOn_ && env.settings &&
@@ -231,6 +232,7 @@ class OnlineSource final : public DecisionSource {
       guardOptions.jobRegret = opts_.jobRegret;  // the guard's rounds cost the job's budget too
       decider_ = std::make_unique<GatedDecider>(env.coordination, env.nRanks, std::move(guardOptions),
                                                 env.settings && env.settings->waitRegret);
+      if (pinTable_) decider_->inner.setPreConfig([this](const coord::TaskKey& t) { return tableConfig(t); });
       localBoard_->serve(env.commHash, decider_.get());
       if (tcpBoard_) {
         ForwardDecider::Observer observer;
@@ -349,6 +351,7 @@ class OnlineSource final : public DecisionSource {
   bool newSegment(TaskState* s, uint64_t k, const CostTable& costs, Decision* failed) {
     if (bypass_) {
       s->seg = finalDefault(0);
+      if (pinTable_) s->seg.cfg = tableConfig(s->key);  // as table mode without the guard: each rank's own table
     } else {
       if (authority_ && !s->search) registerTask(s, costs);
       // Only here (a new segment) can a rank wait for the authority: time it, for the trace.
@@ -383,7 +386,7 @@ class OnlineSource final : public DecisionSource {
   // The decision for call k from the task's segment, as the guard's iteration may change it.
   Decision fromSegment(TaskState* s, const TaskKey& task, uint64_t k, bool boundary) {
     Decision d;
-    d.source = Source::Online;
+    d.source = pinTable_ ? Source::Table : Source::Online;
     const search::Config& c = s->seg.cfg;
     if (!c.isDefault()) {
       d.config.algo = c.algo;
@@ -420,8 +423,11 @@ class OnlineSource final : public DecisionSource {
     // let the start's timing go here once nothing else holds it, or every call of the process stays timed
     // (a lone 1 MiB all_reduce decided by the model at its first call: 15-20 us of plugin time per call
     // on the reporting rank in the emulator, against 4 once released).
-    if (d.stable && !s->settledNoted) {
-      s->settledNoted = askAlways_;  // asked again for every call: let timing go once
+    // A table's entry pinned on trust (kPinned to the end, never timed) is settled too, though not stable (the
+    // guard still reaches its calls): without this the start's hold never went and every call ran timed.
+    const bool settled = d.stable || (s->seg.end == search::kForever && s->seg.phase == search::Phase::kPinned);
+    if (settled && !s->settledNoted) {
+      s->settledNoted = true;  // asked again for every call (step arms, a trusted pin): let timing go once
       holds_.settled(s);
     }
     // Samples the search planned, and the coordinator's NCCL-default calls of a task the authority had not
@@ -571,6 +577,7 @@ class OnlineSource final : public DecisionSource {
            exposureNeed_.load(std::memory_order_relaxed);
   }
   // Periods where a search uses them: every rank in one process (RankMerge), else the authority only.
+  bool agreesThroughCoordination() const override { return true; }
   bool wantsPeriod() const override {
     const Place p = place_.load(std::memory_order_acquire);
     if (p == Place::kUnknown || p == Place::kBypass || (p != Place::kLocal && !authority_)) return false;
@@ -971,9 +978,10 @@ class OnlineSource final : public DecisionSource {
     if (p == Place::kBypass) {
       bypass_ = true;
       if (env_.log && env_.rank == 0)
-        env_.log(LogLevel::Warn, "autoccl: communicator " + commHex(env_.commHash) + " has ranks in other processes "
+        env_.log(pinTable_ ? LogLevel::Info : LogLevel::Warn, "autoccl: communicator " + commHex(env_.commHash) + " has ranks in other processes "
                  "and no coordinator is configured or derivable (torchrun, srun, `autoccl run`, or AUTOCCL_COORD_ADDR "
-                 "and AUTOCCL_COORD_TOKEN): NCCL's choice on every rank");
+                 "and AUTOCCL_COORD_TOKEN): " + std::string(pinTable_ ? "each rank's table, unchecked by the step guard"
+                                                                 : "NCCL's choice on every rank"));
     } else {
       usedBoard_ = p == Place::kLocal ? localBoard_ : tcpBoard_;
       agree_ = std::make_unique<coord::CommAgreement>(usedBoard_, env_.commHash, env_.rank, co->lookupDeadline());
@@ -998,7 +1006,7 @@ class OnlineSource final : public DecisionSource {
     bool secondChance = false;
     std::atomic<uint64_t> lastMeasured{0};
     bool pinnedLogged = false;
-    bool settledNoted = false;          // enqueue thread: its settling let timing go (askAlways_)
+    bool settledNoted = false;          // enqueue thread: its settling let timing go
     // authority, measurement thread:
     std::atomic<uint64_t> delivered{0};  // 1 + highest call index whose time arrived
     std::atomic<int> ncclAlgo{-1}, ncclProto{-1}, ncclChannels{0};
@@ -1067,6 +1075,14 @@ class OnlineSource final : public DecisionSource {
     std::vector<search::Hint> hints =
         search::hintsFor(hints_, static_cast<int>(s->key.coll), s->key.bytes, static_cast<int>(s->key.pipe));
     search::Options o = opts_;
+    if (pinTable_) {  // table mode: the table's answer, trusted (the guard judges it on the step), no search
+      hints = {search::Hint{tableConfig(s->key), 0, 0}};
+      o.pinExactHint = true;
+      auto srch = decider_->inner.registerTask(s->key, sp, o, hints);
+      std::lock_guard<std::mutex> lk(mapMu_);
+      s->search = std::move(srch);
+      return;
+    }
     // An earlier job searched this task and ended mid-search with no lead (pair records, no entry of its own): it had
     // its allowance there. Granted at every start, a size a job gives few calls explores afresh each time (over
     // sockets on one H200, 54 calls a size: 1-7 tasks of each warm pass still searching, the first size at
@@ -1090,6 +1106,19 @@ class OnlineSource final : public DecisionSource {
     if (unprofiled_[s->key.coll].load(std::memory_order_acquire)) srch->unprofiled();
     std::lock_guard<std::mutex> lk(mapMu_);
     s->search = std::move(srch);
+  }
+
+  // What table mode applies to a task: the table's entry for it (Table::lookup: exact, else the nearest pipe, else
+  // the nearest size in its power-of-two bucket) with its own chunk, else NCCL's choice.
+  search::Config tableConfig(const coord::TaskKey& key) const {
+    search::Config c;
+    const TableEntry* e =
+        env_.table ? env_.table->lookup(static_cast<int>(key.coll), key.bytes, static_cast<int>(key.pipe)) : nullptr;
+    if (e) {
+      c = e->config;
+      c.measure = false;
+    }
+    return c;
   }
 
   // Lookup statistics for the trace, and the slowest lookups with their call index (to place a stall
@@ -1201,6 +1230,9 @@ class OnlineSource final : public DecisionSource {
   bool authority_;
   TimingHolds holds_;  // which calls run timed: the tasks' holds and the start's
   bool bypass_ = false;
+  // Table mode under the step guard (AUTOCCL_MODE=table, AUTOCCL_GUARD on): every task pinned on the table's
+  // answer from its first call, untimed, never searched; the guard's rounds judge the table on the step.
+  bool pinTable_ = false;
   std::atomic<Place> place_{Place::kUnknown};  // written once by the enqueue thread, read by others
   search::Options opts_;
   std::vector<search::TableEntry> hints_;
@@ -1281,7 +1313,8 @@ search::Options onlineSearchOptions() {
 
 std::unique_ptr<DecisionSource> makeOnlineSource(const PolicyEnv& env, std::string* error) {
   if (env.rank < 0) {
-    *error = "AUTOCCL_MODE=online needs the profiler (point NCCL_PROFILER_PLUGIN at this library too): without "
+    *error = std::string(env.settings && env.settings->mode == Mode::Table ? "the step guard" : "AUTOCCL_MODE=online") +
+             " needs the profiler (point NCCL_PROFILER_PLUGIN at this library too): without "
              "it the rank and GPU times are unknown";
     return nullptr;
   }

@@ -92,6 +92,9 @@ class DecisionSource {
   // True when this policy scores calls by their stream period (Measurement::periodUs): the context then
   // holds each measurement until the next one arrives. Cheap and thread-safe.
   virtual bool wantsPeriod() const { return false; }
+  // True when the ranks agree through the process's Coordination (the online source; table mode under the step
+  // guard): the Context announces and retires its rank there.
+  virtual bool agreesThroughCoordination() const { return false; }
   // Tuner finalize of this context (the profiler may still deliver late events afterwards).
   virtual void onFinalize() {}
   // What the metrics files show of a task beyond the Context's own measurements (online: the search's view).

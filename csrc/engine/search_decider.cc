@@ -10,7 +10,7 @@ std::shared_ptr<search::TaskSearch> SearchDecider::registerTask(const coord::Tas
   Entry& e = tasks_[task];
   if (!e.search) {
     opt.firstCall = e.pre.empty() ? 0 : e.pre.back().end;
-    opt.defaultTimedBefore = !e.pre.empty();  // pre segments: NCCL's default in kTuning (timed)
+    opt.defaultTimedBefore = !e.pre.empty() && !preConfig_;  // pre segments: NCCL's default in kTuning (timed)
     e.search = std::make_shared<search::TaskSearch>(space, std::move(opt), std::move(hints));
   }
   return e.search;
@@ -51,7 +51,10 @@ std::vector<Segment> SearchDecider::decide(const coord::TaskKey& task, uint64_t 
       // rank a little ahead of rank 0), and the search starts only after them (with 16 calls from the start,
       // the demo's searches began at call 17 and some pinned only at call 158).
       const uint64_t w = std::min<uint64_t>(window_, uint64_t{1} << std::min<size_t>(e.pre.size(), 32));
-      e.pre.push_back(Segment{preEnd, k + 1 + w, Config(), Phase::kTuning});
+      if (preConfig_)
+        e.pre.push_back(Segment{preEnd, k + 1 + w, preConfig_(task), Phase::kPinned});
+      else
+        e.pre.push_back(Segment{preEnd, k + 1 + w, Config(), Phase::kTuning});
     }
     for (const Segment& g : e.pre)
       if (g.end > coveredUpTo) out.push_back(g);

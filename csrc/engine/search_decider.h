@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,6 +39,10 @@ class SearchDecider : public coord::Decider {
   // those the search does not count (TaskSearch::chargeWait), are not recorded.
   static constexpr double kMaxChargedWaitUs = 5000.0;
   void chargeWait(const coord::TaskKey& task, uint64_t k, double micros);
+  // What a task runs before the authority registers it, untimed: table mode's answer for it (its search then pins
+  // the same, search::Options::pinExactHint), so that every rank applies the table from the task's first call.
+  // Unset: NCCL's default, timed (the search's baseline). Set before the board serves.
+  void setPreConfig(std::function<Config(const coord::TaskKey&)> preConfig) { preConfig_ = std::move(preConfig); }
 
  private:
   struct Entry {
@@ -50,6 +55,7 @@ class SearchDecider : public coord::Decider {
   std::map<coord::TaskKey, Entry> tasks_;
   uint64_t window_;
   bool chargeWaits_;
+  std::function<Config(const coord::TaskKey&)> preConfig_;
 };
 
 }  // namespace autoccl::engine

@@ -174,10 +174,14 @@ struct Settings {
   // times every call while timing is on: there only the blocks after the searches add windows.
   uint64_t exposureEvery = 0;
   static constexpr uint64_t kExposureEveryForArms = 8;
-  // AUTOCCL_GUARD (online mode): `on` (default) checks the tuned plan against NCCL's own choices on the
+  // AUTOCCL_GUARD (online and table modes): `on` (default) checks the tuned plan against NCCL's own choices on the
   // iteration time of a communicator whose calls repeat in iterations of two or more calls (engine/step_guard.h);
-  // `off`: the tasks' own searches alone.
+  // `off`: the tasks' own searches alone (online), the table's entries applied unchecked (table). Table mode
+  // under the guard decides through the coordinator as online mode does (the authority's table, every task pinned
+  // on its entry untimed, no search), so that every rank switches at the same iteration.
   bool guard = true;
+  // The ranks agree through a coordinator: online mode, and table mode under the step guard.
+  bool coordinated() const { return mode == Mode::Online || (mode == Mode::Table && guard); }
   // AUTOCCL_STEP_ARMS (online mode, with the guard): `off` (default) or `hidden=A1[,A2...]` (1-4 distinct arms,
   // each a channel count C in [1, 64], a protocol P (ll, ll128, simple) or both as C/P): the guard's round also
   // compares, per arm, the tuned plan with every call of the iteration but its last at most C channels and on

@@ -112,7 +112,20 @@ std::unique_ptr<DecisionSource> makeDecisionSource(const PolicyEnv& env, std::st
   switch (env.settings->mode) {
     case Mode::Observe: return std::make_unique<ObservePolicy>();
     case Mode::Fixed: return std::make_unique<FixedPolicy>(*env.settings);
-    case Mode::Table: return std::make_unique<TablePolicy>(env.table);
+    case Mode::Table: {
+      // Under the step guard, through the online source: the table pinned, the guard's rounds judging it on the
+      // step, every rank switching at the same iteration. Where that source cannot run here (no profiler, a
+      // communicator across nodes without a coordinator every host derives alike, a malformed address), the
+      // table alone, unchecked, as with AUTOCCL_GUARD=off: every rank of the communicator reaches the same
+      // conclusion from the same settings and node count.
+      if (env.coordination) {
+        std::string why;
+        if (auto guarded = makeOnlineSource(env, &why)) return guarded;
+        if (env.log && env.rank <= 0)
+          env.log(LogLevel::Info, "autoccl: table mode without the step guard (its entries applied unchecked): " + why);
+      }
+      return std::make_unique<TablePolicy>(env.table);
+    }
     case Mode::Online: return makeOnlineSource(env, error);
     case Mode::Manual: return std::make_unique<ManualPolicy>(*env.settings);
     case Mode::Off: break;

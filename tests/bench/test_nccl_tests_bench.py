@@ -419,6 +419,10 @@ def test_mode_syntax() -> None:
     assert p.plain and dict(p.env) == {"NCCL_MIN_CTAS": "64"}
     env = NT.child_env(p, {**os.environ, "AUTOCCL_MODE": "online", "NCCL_TUNER_PLUGIN": "x"})
     assert "AUTOCCL_MODE" not in env and "NCCL_TUNER_PLUGIN" not in env and env["NCCL_NVLS_ENABLE"] == "0"
+    # the idle plugin decides nothing: table mode with no table, without the step guard's coordinator
+    idle = NT.parse_mode("idle")
+    assert idle.run_args == ("--mode", "table", "--cache-dir", "{empty}")
+    assert dict(idle.env) == {"AUTOCCL_GUARD": "off"}
 
 
 SIZES = dict(begin=1 << 20, end=1 << 20, factor=2, warmup=1, iters=1, passes=1, timeout=10.0)

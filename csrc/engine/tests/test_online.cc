@@ -44,7 +44,7 @@ using namespace autoccl::engine;
 namespace {
 
 constexpr int kAllReduce = 4, kAllGather = 2, kReduceScatter = 3;
-constexpr int kTree = 0, kRing = 1;
+constexpr int kTree = 0, kRing = 1, kCollNetDirectAlgo = 2;
 constexpr int kLL = 0, kLL128 = 1, kSimple = 2;
 constexpr int kCeiling = 24;  // the communicator's channel ceiling: NCCL never runs more
 constexpr int kCostSize = kNumAlgos * kNumProtos;
@@ -2256,6 +2256,96 @@ void testMetricsWriterNeverHoldsCalls() {
   std::filesystem::remove_all(tmpl, ec);
 }
 
+// Table mode under the step guard (the default): a table of the 4 hot-path tasks, two ranks of one process. Every
+// rank applies the table's entry from each task's first call (an unsupported pair: NCCL's choice), nothing is
+// timed once the tasks are known (the start's hold goes: all are pinned untimed), and a settled call costs the
+// calling thread what a converged online call does: < 1 us median in optimized, unsanitized builds (printed beside
+// the same table unguarded, AUTOCCL_GUARD=off, whose decisions the Context caches).
+void tableGuardHotPath() {
+  using clk = std::chrono::steady_clock;
+  const uint64_t sizes[] = {1024, 65536, 1u << 20, 16u << 20};
+  const CostModel models[] = {modelLL128At8(), modelTreeSimpleAt16(), modelLL128At8(), modelDefaultBest()};
+  auto collOf = [](int i) { return i % 2 ? kAllReduce : kAllGather; };
+  // the last pair is unsupported by its model (CollNet): NCCL's choice
+  const Config entries[] = {Config{kRing, kLL128, 8, 0, 0}, Config{kTree, kSimple, 16, 0, 0},
+                            Config{kRing, kLL, 4, 0, 0}, Config{kCollNetDirectAlgo, kSimple, 8, 0, 0}};
+  const std::string dir = tempDir();
+  auto settingsFor = [&](const char* guard) {
+    return loadSettings(envOf({{"AUTOCCL_MODE", "table"}, {"AUTOCCL_CACHE_DIR", dir}, {"AUTOCCL_HW", "GPU Xx4"},
+                               {"AUTOCCL_MEASURE_CALLS", "0"}, {"AUTOCCL_GUARD", guard}}));
+  };
+  {
+    Runtime rt(settingsFor("on"), 22809, 22803, "/nonexistent");
+    Table t;
+    t.fp = rt.fingerprint(2, 1, 1);
+    for (int i = 0; i < 4; ++i) {
+      TableEntry e;
+      e.key = TaskKey{collOf(i), sizes[i], 1};
+      e.config = entries[i];
+      e.timeUs = 10;
+      e.ncclUs = 12;
+      t.entries.push_back(e);
+    }
+    std::string why;
+    CHECK(saveTable(cacheTablePath(dir, t.fp.id()), t, &why));
+  }
+  const int n = 100000;
+  double median[2][2] = {};  // [guard on/off][rank]
+  int guardedNccl = 0;
+  for (int g = 0; g < 2; ++g) {
+    Runtime rt(settingsFor(g == 0 ? "on" : "off"), 22809, 22803, "/nonexistent");
+    Logs logs;
+    Comm comm(rt, 0x7ULL, 2, {0, 1}, &logs);
+    // The first iteration runs the table on both ranks; later ones the table or, in a guard round's NCCL block
+    // (the 4 calls repeat: an iteration), NCCL's choice, the same on both ranks.
+    int ncclCalls = 0;
+    for (int i = 0; i < 4 * 50; ++i) {
+      const int t = i % 4;
+      const CostModel& m = models[t];
+      const bool supported = m.pair[entries[t].algo][entries[t].proto].base > 0;
+      Applied a[2];
+      for (size_t r = 0; r < 2; ++r) {
+        a[r] = comm.ranks[r]->call(collOf(i), sizes[t], m);
+        CHECK(a[r].ok);
+      }
+      CHECK(a[0] == a[1]);
+      const bool table = supported && a[0].algo == entries[t].algo && a[0].proto == entries[t].proto &&
+                         a[0].channels == entries[t].channels;
+      CHECK(supported ? (table || (i >= 4 && a[0].isDefault())) : a[0].isDefault());
+      ncclCalls += supported && !table ? 1 : 0;
+    }
+    if (g == 1) CHECK_EQ(ncclCalls, 0);  // unguarded: the table throughout
+    if (g == 0) guardedNccl = ncclCalls;
+    CHECK_EQ(__atomic_load_n(&comm.mask, __ATOMIC_RELAXED), 0);  // nothing timed: the tasks are pinned untimed
+    CHECK(models[3].pair[kCollNetDirectAlgo][kSimple].base <= 0);
+    std::vector<double> per[2];
+    float costs[kCostSize];
+    int nCh = 0;
+    for (int i = 0; i < n; ++i)
+      for (size_t r = 0; r < 2; ++r) {
+        FakeRank& fr = *comm.ranks[r];
+        models[i % 4].costs(costs);
+        auto t0 = clk::now();
+        CHECK(fr.ctx.getCollInfo(collOf(i), sizes[i % 4], 1, CostTable{costs, kNumAlgos, kNumProtos}, &nCh));
+        auto t1 = clk::now();
+        per[r].push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
+        ++fr.seqs[collOf(i)];
+        ++fr.calls[{collOf(i), sizes[i % 4]}];
+      }
+    for (int r = 0; r < 2; ++r) median[g][r] = distOf(per[r]).median;
+    for (auto& r : comm.ranks) r->ctx.finalizeTuner();
+  }
+  std::fprintf(stderr,
+               "table mode, getCollInfo of a settled call (steady_clock included): guarded authority %.1f ns, "
+               "follower %.1f ns; unguarded %.1f / %.1f ns (medians of %d calls each); calls on NCCL's choice in "
+               "the guard's rounds of the first 200: %d\n",
+               median[0][0], median[0][1], median[1][0], median[1][1], n, guardedNccl);
+#if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  CHECK(median[0][0] < 1000.0);
+  CHECK(median[0][1] < 1000.0);
+#endif
+}
+
 void testOnlineHotPath() { hotPath(false); }
 void testOnlineHotPathMetrics() { hotPath(true); }
 
@@ -2339,6 +2429,7 @@ TEST(engine, online_tcp_duel_checked_by_period) { testTcpDuelCheckedByPeriod(); 
 TEST(engine, online_tcp_lookup_waits_charged) { testTcpLookupWaitsCharged(); }
 TEST(engine, online_bad_coordinator) { testBadCoordinator(); }
 TEST(engine, online_hot_path) { testOnlineHotPath(); }
+TEST(engine, table_guard_hot_path) { tableGuardHotPath(); }
 TEST(engine, online_hot_path_metrics) { testOnlineHotPathMetrics(); }
 TEST(engine, metrics_writer_never_holds_calls) { testMetricsWriterNeverHoldsCalls(); }
 TEST(engine, online_tcp_pinned_cost) { testOnlineTcpPinnedCost(); }

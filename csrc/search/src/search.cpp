@@ -334,6 +334,25 @@ struct TaskSearch::Impl {
       toFinal(Config());
       return;
     }
+    if (o.pinExactHint && !retune) {
+      // Trusted: its pair where NCCL supports it (the channel count within the pair's range), else NCCL's choice.
+      if (!haveExact) {
+        for (const Hint& h : hints)
+          if (h.distance == 0 && !h.cfg.isDefault() && isSupported(h.cfg.algo, h.cfg.proto)) {
+            exact = h;
+            exact.cfg.channels = std::clamp(h.cfg.channels, 0, pairMax[h.cfg.algo * kNumProtos + h.cfg.proto]);
+            haveExact = true;
+            break;
+          }
+      }
+      if (!haveExact || std::get<0>(pointOf(exact.cfg)) < 0) {
+        st.tableDefault = haveExact;
+        toFinal(Config());
+      } else {
+        pinTrusted(exact.cfg);
+      }
+      return;
+    }
     if (haveExact && !retune && std::get<0>(pointOf(exact.cfg)) < 0) {
       // The table says NCCL's own choice won here: nothing to verify it against, so no timed call and no
       // further plan step (over TCP each step can wait for a round trip: verifying such entries cost one
@@ -494,6 +513,15 @@ struct TaskSearch::Impl {
     if (st.convergedAt == kForever) st.convergedAt = planned;
     st.bestMedian = ref;
     if (!o.drift) toFinal(pinnedCfg);
+  }
+  // A configuration pinned on trust (Options::pinExactHint): one untimed segment to the end, never checked. Not
+  // kFinal, which the engine caches for good: the step guard must still reach the task's calls to run NCCL's
+  // choices in its rounds.
+  void pinTrusted(const Config& c) {
+    pin(c, 0, 0);
+    mode = Mode::kPinned;  // pin() ends in kFinal without drift
+    nextCheckAt = kForever;
+    nextCheckMs = 0;
   }
   // Options::recheckMinMs scaled by how far the call interval has grown from recheckFirst.
   uint64_t checkTimeAfterNow() const {

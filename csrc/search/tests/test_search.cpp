@@ -1245,6 +1245,60 @@ void tableDefaultEntry() {
   CHECK(notDefault == 0);
 }
 
+// Table mode under the step guard (Options::pinExactHint): the exact hint runs from the first call, untimed, and
+// stays through a slower machine (no check, no re-tune: the guard judges it on the step); a count above the
+// pair's range runs at the range's top; a pair NCCL does not support, or no exact hint, is NCCL's choice; a
+// neighbour's hint (not exact) is no answer. Never a timed call. Without the option the same entry is verified.
+void pinExactHintTrusted() {
+  std::mt19937_64 rng(7);
+  Model m = h200Model(rng, 1 << 22);
+  Model slower = m;
+  slower.t = [t = m.t](int pair, int ch, int halvings) { return 3.0 * t(pair, ch, halvings); };
+  const int other = m.defaultPair == 1 * kNumProtos + 1 ? 1 * kNumProtos + 2 : 1 * kNumProtos + 1;  // a ring pair
+  const auto entry = [&](int pair, int channels) {
+    Config c;
+    c.algo = pair / kNumProtos;
+    c.proto = pair % kNumProtos;
+    c.channels = channels;
+    return c;
+  };
+  Options o;
+  o.pinExactHint = true;
+  const auto run = [&](std::vector<Hint> hints, Options opt, Config* applied, int* timed) {
+    TaskSearch s(m.space, opt, std::move(hints));
+    RunResult r = drive(s, m, rng, 3000, 2, 0, 0, &slower, 500);
+    *timed = 0;
+    for (const Segment& g : s.plan()) *timed += g.cfg.measure ? 1 : 0;
+    bool same = true;
+    for (const Config& c : r.applied) same = same && c.sameSetting(r.applied.front());
+    *applied = r.applied.front();
+    CHECK(r.converged && r.convergedAt == 0);
+    CHECK(s.stats().retunes == 0);
+    return same;
+  };
+  Config got;
+  int timed = 0;
+  CHECK(run({Hint{entry(other, 8), 0, 0}}, o, &got, &timed));
+  CHECK(got.sameSetting(entry(other, 8)) && timed == 0);
+  CHECK(run({Hint{entry(other, 200), 0, 0}}, o, &got, &timed));
+  CHECK(got.sameSetting(entry(other, m.space.maxChannels)) && timed == 0);
+  const float saved = m.space.cost[0][0];
+  m.space.cost[0][0] = -1.0f;  // tree/LL unsupported
+  CHECK(run({Hint{entry(0, 4), 0, 0}}, o, &got, &timed));
+  CHECK(got.isDefault() && timed == 0);
+  m.space.cost[0][0] = saved;
+  CHECK(run({}, o, &got, &timed));
+  CHECK(got.isDefault() && timed == 0);
+  CHECK(run({Hint{entry(other, 8), 0, 1.0}}, o, &got, &timed));
+  CHECK(got.isDefault() && timed == 0);
+  // the control: the same exact entry, not trusted, is verified against NCCL's choice (timed calls)
+  TaskSearch verified(m.space, Options(), {Hint{entry(other, 8), 0, 0}});
+  drive(verified, m, rng, 200, 2, 0);
+  int verifiedTimed = 0;
+  for (const Segment& g : verified.plan()) verifiedTimed += g.cfg.measure ? 1 : 0;
+  CHECK(verifiedTimed > 0);
+}
+
 // NCCL's own configuration in its explicit form (its pair at the channel count it runs, NCCL's chunk) is NCCL's
 // choice: measured apart from it, it can come out ahead by noise alone (FSDP2 over sockets on one H200:
 // ring/simple/2, NCCL's choice, pinned for all_gather 150 MiB on a 15.8 % "gain", and the step guard then
@@ -2921,6 +2975,7 @@ TEST(search, duelSwitchCost) { duelSwitchCost(); }
 TEST(search, driftSpacedByTime) { driftSpacedByTime(); }
 TEST(search, unmeasuredCalls) { unmeasuredCalls(); }
 TEST(search, tableDefaultEntry) { tableDefaultEntry(); }
+TEST(search, pinExactHintTrusted) { pinExactHintTrusted(); }
 TEST(search, ncclOwnIncumbent) { ncclOwnIncumbent(); }
 TEST(search, smallByModel) { smallByModel(); }
 TEST(search, unprofiledTask) { unprofiledTask(); }

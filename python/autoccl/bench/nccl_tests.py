@@ -36,14 +36,16 @@ COLLS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "reduce")
 LAUNCHES = ("single", "mpi")
 ORDERS = ("rotate", "fixed")
 
-# Built-in modes: `autoccl run` options (None: plain NCCL, no plugin). `{empty}` is a cache directory
-# that never holds a table; `{cache:NAME}` is mode NAME's cache of the same launch kind (a `table` start
-# from what `online` wrote earlier in the same pass: `table-warm:--mode table --cache-dir {cache:online}`).
+# Built-in modes: `autoccl run` options and VAR=VALUE assignments (None: plain NCCL, no plugin). `{empty}` is
+# a cache directory that never holds a table; `{cache:NAME}` is mode NAME's cache of the same launch kind (a
+# `table` start from what `online` wrote earlier in the same pass: `table-warm:--mode table --cache-dir
+# {cache:online}`). `idle` is the plugin loaded and deciding nothing: table mode with no table, without the
+# step guard (under it table mode decides through the coordinator, as online mode does).
 BUILTIN_MODES: dict[str, list[str] | None] = {
     "plain": None,
     "online": [],
     "observe": ["--mode", "observe"],
-    "idle": ["--mode", "table", "--cache-dir", "{empty}"],
+    "idle": ["--mode", "table", "--cache-dir", "{empty}", "AUTOCCL_GUARD=off"],
     "table": ["--mode", "table"],
 }
 
@@ -84,8 +86,11 @@ def parse_mode(text: str) -> Mode:
                 "give others as NAME:ARGS (autoccl run options, VAR=VALUE)"
             )
         args = BUILTIN_MODES[name]
-        return Mode(name, None if args is None else tuple(args))
-    tokens = shlex.split(rest)
+        if args is None:
+            return Mode(name, None)
+        tokens = list(args)
+    else:
+        tokens = shlex.split(rest)
     env = tuple(
         (t.split("=", 1)[0], t.split("=", 1)[1]) for t in tokens if re.match(r"^[A-Z_][A-Z0-9_]*=", t)
     )

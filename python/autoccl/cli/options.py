@@ -195,10 +195,11 @@ mode = choice(
     envvar="AUTOCCL_MODE",
     help="What the plugin does: tune online (online), change nothing but the channel options given "
     "(observe), force rules (fixed), apply "
-    "a saved table (table), the resource-sharing study's fixed channel policy, a baseline (manual: "
-    "AUTOCCL_MANUAL_CHANNELS), nothing at all, plugin loaded (off). Online, every rank meets at one "
-    "coordinator: the launcher's (torchrun, srun), else the one `autoccl run` gives its job "
-    "(AUTOCCL_RUN_ADDR); docs/architecture.md.",
+    "a saved table (table; the step guard checks it against NCCL's choices on the training step unless "
+    "AUTOCCL_GUARD=off), the resource-sharing study's fixed channel policy, a baseline (manual: "
+    "AUTOCCL_MANUAL_CHANNELS), nothing at all, plugin loaded (off). Online and guarded table mode, every "
+    "rank meets at one coordinator: the launcher's (torchrun, srun), else the one `autoccl run` gives its "
+    "job (AUTOCCL_RUN_ADDR); docs/architecture.md.",
 )
 fixed = click.option(
     "--fixed",

@@ -104,6 +104,10 @@ struct Options {
   // GPU: in every tuned task of every warm nccl-tests launch, lookups at calls 18-22, the last waiting
   // 0.5-1.1 ms, inside the timed loop).
   uint64_t verifyWait = 1;
+  // The exact hint is trusted: pinned untimed from the task's first call, never verified, checked or re-tuned;
+  // without a valid exact hint (or with one of NCCL's choice) NCCL's choice for good. No call is ever timed. Table
+  // mode under the step guard: the guard's rounds judge the whole table against NCCL's choices on the step.
+  bool pinExactHint = false;
   int samplesFirst = 3;         // first block of a candidate
   // Calls of a pair's first probe planned before its first samples decide the rest of its block (0: samplesFirst,
   // all at once). A block is planned before its first sample returns, so a pair far behind costs the whole block:
