@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from autoccl._paths import plugin_path
 
 MODES = ("off", "observe", "fixed", "table", "online", "manual")
+# Modes whose ranks agree through a coordinator: online, and table under the step guard (AUTOCCL_GUARD on).
+COORDINATED_MODES = ("online", "table")
 
 # Kept set in every launch: NVLink multicast can take a shared host down.
 SAFETY_ENV = {
@@ -106,10 +108,10 @@ def plugin_env(
     extra: Mapping[str, str] | None = None,
     run_host: str | None = "127.0.0.1",
 ) -> dict[str, str]:
-    """Variables to add to a command's environment to run it under the plugin in `mode`. In mode online
-    with `run_host`, the job's own coordinator there (AUTOCCL_RUN_ADDR/TOKEN): what the library uses where
-    no launcher names one (None: none, as `autoccl env` prints, since jobs started from one shell must
-    not share it)."""
+    """Variables to add to a command's environment to run it under the plugin in `mode`. In modes online
+    and table (whose step guard decides through the coordinator) with `run_host`, the job's own coordinator
+    there (AUTOCCL_RUN_ADDR/TOKEN): what the library uses where no launcher names one (None: none, as
+    `autoccl env` prints, since jobs started from one shell must not share it)."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
     if mode == "fixed" and not fixed:
@@ -129,7 +131,7 @@ def plugin_env(
         env["AUTOCCL_MAX_CHANNELS"] = str(max_channels)
     if nccl_channels is not None:
         env["AUTOCCL_NCCL_CHANNELS"] = str(nccl_channels)
-    if mode == "online" and run_host:
+    if mode in COORDINATED_MODES and run_host:
         env.update(run_coordinator_env(run_host))
     if extra:
         env.update(extra)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -201,3 +202,40 @@ def test_oracle_cells_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert env["NCCL_MIN_CTAS"] == env["NCCL_MAX_CTAS"] == "64"  # the sweep launch's width, not the rules'
     assert "NCCL_MIN_CTAS" not in M.oracle_cells_env(cells)
     assert M.oracle_cells_env(cells[1:2])["AUTOCCL_MODE"] == "observe"
+
+
+def test_table_mode_launches_from_the_rounds_online_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`table` is `bench train`'s second start: table mode reading the cache the same round's online launch
+    of the same parallel kind wrote, on the same communicators, traced (the guard's verdicts); it needs
+    online in the modes, runs after it in either order of a round, and `bench coll` does not take it."""
+    from autoccl.bench import runner
+
+    (tmp_path / "libautoccl-nccl.so").write_bytes(b"")
+    monkeypatch.setenv("AUTOCCL_LIB_DIR", str(tmp_path))
+    ms = M.parse_modes(["nccl,online,table"], baseline_first=False, kinds=M.TRAIN_MODE_KINDS)
+    assert [m.name for m in ms] == ["nccl", "online", "table"] and ms[2].needs_plugin
+    o = runner.TrainOptions(preset="tiny", parallel=["ddp", "fsdp2"], modes=ms, device="cpu", backend="gloo")
+    o = replace(o, online_channel_ceiling=64, online_nccl_channels=24)
+    launches = {ln.label: ln for ln in runner.plan_train(o, tmp_path / "w")}
+    for par in ("ddp", "fsdp2"):
+        table, online = launches[f"{par}/table"], launches[f"{par}/online"]
+        assert table.env["AUTOCCL_MODE"] == "table"
+        assert (
+            table.env["AUTOCCL_CACHE_DIR"]
+            == online.env["AUTOCCL_CACHE_DIR"]
+            == str(tmp_path / "w" / f"online-{par}" / "cache")
+        )
+        for var in ("NCCL_MIN_CTAS", "NCCL_MAX_CTAS", "AUTOCCL_MAX_CHANNELS", "AUTOCCL_NCCL_CHANNELS"):
+            assert table.env[var] == online.env[var], var
+        assert table.trace_prefix and table.trace_prefix != online.trace_prefix
+        assert "AUTOCCL_RUN_ADDR" in table.env  # its step guard decides through a coordinator
+    # a round in reverse order still starts table mode after the online launch it reads
+    assert [m.name for m in M.round_order(ms, reverse=True)] == ["online", "table", "nccl"]
+    assert [m.name for m in M.round_order(ms, reverse=False)] == ["nccl", "online", "table"]
+    alone = M.parse_modes(["nccl,table"], baseline_first=False, kinds=M.TRAIN_MODE_KINDS)
+    with pytest.raises(SpecError, match="list online too"):
+        runner.plan_train(replace(o, modes=alone), tmp_path / "x")
+    with pytest.raises(SpecError, match="unknown mode"):
+        M.parse_modes(["nccl,table"])  # bench coll's modes

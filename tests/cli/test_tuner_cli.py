@@ -350,6 +350,23 @@ def test_each_run_has_its_own_coordinator(fake_plugin: Path, tmp_path: Path) -> 
     assert "OMPI_MCA_mca_base_env_list" not in got[0]
 
 
+def test_table_mode_runs_get_a_coordinator_too(fake_plugin: Path, tmp_path: Path) -> None:
+    """Table mode's step guard decides through a coordinator as online mode does: `autoccl run --mode table`
+    gives its job one; observe mode, which agrees on nothing, gets none."""
+    env, seen = _fake_launcher(tmp_path, "job")
+    env["AUTOCCL_LIB_DIR"] = str(fake_plugin.parent)
+    for mode, given in (("table", True), ("observe", False)):
+        p = subprocess.run(
+            [sys.executable, "-m", "autoccl", "run", "--mode", mode, "--", "job"],
+            env=env,
+            capture_output=True,
+        )
+        assert p.returncode == 0, p.stderr
+        got = json.loads(seen.read_text())
+        assert got["AUTOCCL_MODE"] == mode
+        assert ("AUTOCCL_RUN_ADDR" in got and "AUTOCCL_RUN_TOKEN" in got) == given, got
+
+
 def test_run_under_mpirun_forwards_a_reachable_coordinator(fake_plugin: Path, tmp_path: Path) -> None:
     """mpirun starts ranks on other hosts from this one: the job's coordinator is this host's network
     address (loopback only without a network), and Open MPI is told to pass our variables on."""

@@ -20,12 +20,17 @@ from autoccl.bench.spec import PLUGIN_COLL, SpecError
 from autoccl.settings import SettingError, parse_choice
 from autoccl.tuner_env import SAFETY_ENV, plain_nccl_env, plugin_env
 
-MODE_KINDS = ("nccl", "static", "static-best", "online", "online-arms", "oracle", "manual")
-PLUGIN_MODES = ("online", "online-arms", "oracle", "manual")
+MODE_KINDS = ("nccl", "static", "static-best", "online", "online-arms", "oracle", "manual")  # bench coll
+PLUGIN_MODES = ("online", "online-arms", "oracle", "manual", "table")
 ONLINE_MODES = ("online", "online-arms")  # the tuner online; online-arms adds the step guard's channel arms
+# bench train's second start: table mode from the table the same round's online launch of the same parallel
+# kind left (the step guard judging it, AUTOCCL_GUARD on)
+TABLE_MODE = "table"
 # bench train's plugin modes: run on the communicators online mode makes; --pairs sets each beside nccl
-TUNED_TRAIN_MODES = (*ONLINE_MODES, "manual")
+TUNED_TRAIN_MODES = (*ONLINE_MODES, "manual", TABLE_MODE)
 TRAIN_MODE_KINDS = ("nccl", "static", *TUNED_TRAIN_MODES)  # what bench train launches
+# ... whose launches leave the plugin's trace (task convergence, the step guard's verdicts)
+TRACED_TRAIN_MODES = (*ONLINE_MODES, TABLE_MODE)
 
 # The global NCCL knobs of the static-best sweep (AFNFA-style baseline). `CTAS` is a pseudo knob that
 # sets NCCL_MIN_CTAS and NCCL_MAX_CTAS to the same value.
@@ -118,6 +123,37 @@ def parse_modes(
         # The first launch fixes the GEMM work of every loaded cell; the plain baseline goes first.
         unique.sort(key=lambda m: 0 if m.kind == "nccl" else 1)
     return unique
+
+
+def round_order(modes: Sequence[Mode], reverse: bool) -> list[Mode]:
+    """The order a `bench train` round launches `modes` in: as given, or reversed (every second round, so
+    that a machine that warms or slows over a round weighs on both sides), with table mode kept right after
+    the online launch whose table it starts from."""
+    order = list(reversed(modes)) if reverse else list(modes)
+    tables = [m for m in order if m.kind == TABLE_MODE]
+    rest = [m for m in order if m.kind != TABLE_MODE]
+    online = next((i for i, m in enumerate(rest) if m.kind == "online"), None)
+    if online is None:
+        return order
+    return rest[: online + 1] + tables + rest[online + 1 :]
+
+
+def table_env(
+    trace_prefix: str,
+    cache_dir: str,
+    channel_ceiling: int | None = None,
+    nccl_channels: int | None = None,
+) -> dict[str, str]:
+    """Table mode from `cache_dir` (another launch's), on the communicators online mode makes (its pins'
+    channel counts stay reachable), traced."""
+    return plugin_env(
+        "table",
+        trace=trace_prefix,
+        cache_dir=cache_dir,
+        max_channels=channel_ceiling,
+        nccl_channels=nccl_channels,
+        extra=ceiling_env(channel_ceiling) if channel_ceiling is not None else None,
+    )
 
 
 def parse_static_space(text: str) -> list[tuple[str, list[str]]]:

@@ -703,6 +703,31 @@ def plan_train(o: TrainOptions, workdir: Path) -> list[M.Launch]:
                     )
                 )
                 continue
+            elif mode.kind == M.TABLE_MODE:
+                if not any(m.kind == "online" for m in o.modes):
+                    raise SpecError(
+                        "mode table starts from the table the round's online launch leaves: list online too"
+                    )
+                prefix = str(workdir / f"table-{par}" / "trace")
+                table = partial(
+                    M.table_env,
+                    prefix,
+                    str(workdir / f"online-{par}" / "cache"),
+                    o.online_channel_ceiling,
+                    o.online_nccl_channels,
+                )
+                launches.append(
+                    M.Launch(
+                        mode.kind,
+                        f"{par}/{mode.kind}",
+                        "measure",
+                        _plugin_guard(table, "table"),
+                        config="from online's table",
+                        trace_prefix=prefix,
+                        params={"parallel": par},
+                    )
+                )
+                continue
             elif mode.kind == "manual":
                 manual = partial(
                     M.manual_env, o.manual_channels, o.online_channel_ceiling, o.online_nccl_channels
@@ -892,7 +917,7 @@ def annotate_online_rows(doc: dict[str, Any]) -> None:
     guard = {e["label"]: e["guard"] for e in doc["launches"] if "guard" in e}
     profiled = profiled_iterations(doc.get("settings") or {})
     for row, it in zip(doc["train"], doc["iterations"], strict=True):
-        if row["mode"] in M.ONLINE_MODES and row["parallel"] in base:
+        if row["mode"] in M.TRACED_TRAIN_MODES and row["parallel"] in base:
             tasks = conv.get(row["launch"])  # None: the launch left no trace
             window = tuned_window(it["iter_ms"], base[row["parallel"]], tasks) if tasks is not None else {}
             row.update(

@@ -713,7 +713,8 @@ DEFAULT_TRAIN_PRESET = {"cuda": "350m", "cpu": "tiny"}
     default=["nccl,online"],
     show_default=True,
     help="nccl, static:VAR=VAL[,...], online, online-arms (online with the step guard's channel arms, "
-    "--step-arms), manual",
+    "--step-arms), manual, table (a second start: table mode from the table the round's online launch "
+    "left, judged on the step by the guard; needs online)",
 )
 @click.option("--iters", "-n", type=click.IntRange(min=2), default=200, show_default=True)
 @click.option(
@@ -893,8 +894,9 @@ def train(
                 click.echo(f"autoccl bench train: launch round {k} of {pairs}", err=True)
             workdir = round_prefix.with_name(round_prefix.name + ".logs")
             # every second round launches the modes in reverse order: a machine that warms or slows over a
-            # round then weighs on both sides (`bench train-pairs` gives each order's median)
-            ro = o if k % 2 else replace(o, modes=list(reversed(o.modes)))
+            # round then weighs on both sides (`bench train-pairs` gives each order's median); table mode
+            # stays after the online launch whose table it reads
+            ro = replace(o, modes=M.round_order(o.modes, reverse=k % 2 == 0))
             runner.plan_train(ro, workdir)
             # --resume continues the rounds that were started; those after them run from the start
             this = replace(launch, output=round_prefix, resume=launch.resume and round_prefix in started)

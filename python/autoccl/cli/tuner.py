@@ -22,6 +22,7 @@ from autoccl.cli.channels import communicator_channels
 from autoccl.cli.files import missing_parent, report_console
 from autoccl.folders import unwritable_folder
 from autoccl.tuner_env import (
+    COORDINATED_MODES,
     MODES,
     MPI_LAUNCHERS,
     SAFETY_ENV,
@@ -301,11 +302,11 @@ def _say_what_is_replaced(env: Mapping[str, str], fixed: str | None) -> None:
 def env(plugin: PluginOptions, shell: str) -> None:
     """Print the variables that load the plugin: eval "$(autoccl env --mode observe)".
 
-    In mode online no coordinator address is printed (jobs started from one shell must not share one):
-    under torchrun and srun the library derives its job's own; start other multi-process jobs with
+    In modes online and table no coordinator address is printed (jobs started from one shell must not share
+    one): under torchrun and srun the library derives its job's own; start other multi-process jobs with
     `autoccl run`, or export AUTOCCL_COORD_ADDR and AUTOCCL_COORD_TOKEN for each job."""
     variables = _build_env(plugin)
-    if plugin.mode == "online":
+    if plugin.mode in COORDINATED_MODES:
         click.echo(
             "autoccl env: no coordinator address exported; jobs under torchrun or srun derive their own, "
             "for others use `autoccl run` (or export AUTOCCL_COORD_ADDR and AUTOCCL_COORD_TOKEN per job)",
@@ -343,7 +344,7 @@ def run(plugin: PluginOptions, command: tuple[str, ...]) -> None:
     launcher = Path(command[0]).name
     mpi = launcher in MPI_LAUNCHERS
     run_host = "127.0.0.1"
-    if mpi and plugin.mode == "online":
+    if mpi and plugin.mode in COORDINATED_MODES:
         # the ranks mpirun starts on other hosts reach this one's coordinator (the launch host's ranks
         # serve it); without a network the job is on this host alone
         run_host = this_host_address() or "127.0.0.1"
