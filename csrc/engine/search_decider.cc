@@ -62,8 +62,7 @@ std::vector<Segment> SearchDecider::decide(const coord::TaskKey& task, uint64_t 
   }
   if (!s) return out;
   s->segmentFor(k);  // extends the plan (k + lead) if needed
-  for (const Segment& g : s->plan())
-    if (g.end > coveredUpTo) out.push_back(g);
+  for (const Segment& g : s->planAfter(coveredUpTo)) out.push_back(g);
   return out;
 }
 

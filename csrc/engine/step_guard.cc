@@ -72,11 +72,9 @@ bool IterationDetector::push(uint32_t taskId) {
   hist_[pos % ring_] = taskId;
   prefix_[pos % ring_] = (pos ? prefix_[(pos - 1) % ring_] : 0) * kHashBase + taskId + 1;
   if (seen_.size() <= taskId) seen_.resize(static_cast<size_t>(taskId) + 1);
-  std::vector<uint64_t>& s = seen_[taskId];
+  std::deque<uint64_t>& s = seen_[taskId];
   // Positions further back than the longest period are of no use: keep the list short.
-  size_t drop = 0;
-  while (drop < s.size() && pos - s[drop] > maxPeriod_) ++drop;
-  if (drop) s.erase(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(drop));
+  while (!s.empty() && pos - s.front() > maxPeriod_) s.pop_front();
 
   bool starts = false;
   if (period_ > 0) {
@@ -384,10 +382,11 @@ std::vector<search::Segment> GuardPlan::decide(uint64_t i, uint64_t covered) {
   // samples: NCCL's choices.
   if (planned_ < i) addLocked(i - planned_, kTunedArm, false, search::Phase::kPinned);
   while (planned_ <= i) planOneLocked();
-  std::vector<search::Segment> out;
-  for (const search::Segment& g : segs_)
-    if (g.end > covered) out.push_back(g);
-  return out;
+  // segs_ is contiguous from iteration 0, its ends increasing: the segments past `covered` are a suffix, found
+  // without walking the job's whole plan (a segment every 16 iterations while the guard rests)
+  auto first = std::partition_point(segs_.begin(), segs_.end(),
+                                    [covered](const search::Segment& g) { return g.end <= covered; });
+  return std::vector<search::Segment>(first, segs_.end());
 }
 
 void GuardPlan::planOneLocked() {

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -85,7 +86,9 @@ class IterationDetector {
   std::vector<uint32_t> hist_;               // task id by position % ring_
   std::vector<uint64_t> prefix_;             // polynomial hash of positions [0, p] by p % ring_
   std::vector<uint64_t> pow_;                // base^k, k <= maxPeriod
-  std::vector<std::vector<uint64_t>> seen_;  // per task id: its recent positions
+  // per task id: its recent positions (a deque: the oldest leave from the front at every call, and a vector's
+  // erase moved up to maxPeriod positions each time, the most of a converged call's cost under the guard)
+  std::vector<std::deque<uint64_t>> seen_;
   uint64_t n_ = 0;                           // calls pushed
   uint32_t period_ = 0;                      // 0: no iteration structure now
   uint64_t phase_ = 0;                       // positions == phase_ (mod period_) start iterations

@@ -44,6 +44,8 @@ bool Store::insert(const TaskKey& t, const std::vector<Segment>& segs) {
     }
     m.emplace(s.begin, s);
   }
+  uint64_t& c = covered_[t];
+  for (auto it = m.find(c); it != m.end(); it = m.find(c)) c = it->second.end;
   return ok;
 }
 
@@ -64,14 +66,8 @@ bool Store::find(const TaskKey& t, uint64_t k, Segment* out) const {
 }
 
 uint64_t Store::coveredUpTo(const TaskKey& t) const {
-  auto mi = segs_.find(t);
-  uint64_t c = 0;
-  if (mi == segs_.end()) return 0;
-  for (auto& [b, s] : mi->second) {
-    if (b != c) break;
-    c = s.end;
-  }
-  return c;
+  auto it = covered_.find(t);
+  return it == covered_.end() ? 0 : it->second;
 }
 
 uint64_t Store::coveredFrom(const TaskKey& t, uint64_t k, uint64_t past) const {

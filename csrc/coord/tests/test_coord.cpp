@@ -193,6 +193,13 @@ TEST(coord, store) {
   EXPECT_TRUE(s.find(t, 25, &g) && g.begin == 20);
   EXPECT_TRUE(!s.find(t, 30, &g));
   EXPECT_TRUE(!s.find(TaskKey{2, 4, 1, 100}, 0, &g));
+  // coverage from call 0 only: a plan starting later covers nothing until its start is filled; a rejected
+  // overlap leaves it as it was
+  TaskKey u{3, 4, 1, 100};
+  EXPECT_TRUE(s.insert(u, {Segment{5, 10, c, Phase::kTuning}}) && s.coveredUpTo(u) == 0);
+  EXPECT_TRUE(!s.insert(u, {Segment{0, 6, c, Phase::kTuning}}) && s.coveredUpTo(u) == 0);
+  EXPECT_TRUE(s.insert(u, {Segment{0, 5, c, Phase::kTuning}, Segment{10, 15, c, Phase::kPinned}}));
+  EXPECT_TRUE(s.coveredUpTo(u) == 15 && s.coveredUpTo(t) == 30);
 }
 
 // ---- agreement scenarios ---------------------------------------------------------------------

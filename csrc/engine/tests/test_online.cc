@@ -2085,9 +2085,11 @@ Dist distOf(std::vector<double> v) {
 // so the drift re-checks of the pinned plans run as in a job. The bound is only enforced in optimized,
 // unsanitized builds; every build prints the numbers for the record.
 // metrics: the metrics files are written (every 0.1 s, into a scratch directory) while the calls are timed.
-void hotPath(bool metrics) {
+// guard: with the step guard on (the default; the 4 tasks repeat as a 4-call iteration, and every call of a pinned
+// task reaches the source so that the guard can switch it).
+void hotPath(bool metrics, bool guard = false) {
   using clk = std::chrono::steady_clock;
-  Runtime rt(onlineSettings(), 22809, 22803, "/nonexistent");
+  Runtime rt(onlineSettings("", "", "", "", guard ? "on" : "off"), 22809, 22803, "/nonexistent");
   std::string metricsDir;
   if (metrics) {
     std::string tmpl = "/tmp/autoccl-hot-metrics-XXXXXX";
@@ -2347,6 +2349,7 @@ void tableGuardHotPath() {
 }
 
 void testOnlineHotPath() { hotPath(false); }
+void testOnlineHotPathGuarded() { hotPath(false, true); }
 void testOnlineHotPathMetrics() { hotPath(true); }
 
 // The decision path of a pinned task when ranks are in different processes (TCP board, what one process
@@ -2429,6 +2432,7 @@ TEST(engine, online_tcp_duel_checked_by_period) { testTcpDuelCheckedByPeriod(); 
 TEST(engine, online_tcp_lookup_waits_charged) { testTcpLookupWaitsCharged(); }
 TEST(engine, online_bad_coordinator) { testBadCoordinator(); }
 TEST(engine, online_hot_path) { testOnlineHotPath(); }
+TEST(engine, online_hot_path_guarded) { testOnlineHotPathGuarded(); }
 TEST(engine, table_guard_hot_path) { tableGuardHotPath(); }
 TEST(engine, online_hot_path_metrics) { testOnlineHotPathMetrics(); }
 TEST(engine, metrics_writer_never_holds_calls) { testMetricsWriterNeverHoldsCalls(); }

@@ -1779,6 +1779,12 @@ std::vector<Segment> TaskSearch::plan() const {
   std::lock_guard<std::mutex> lk(mu_);
   return impl_->segs;
 }
+std::vector<Segment> TaskSearch::planAfter(uint64_t k) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  const std::vector<Segment>& segs = impl_->segs;  // contiguous, in call order: the ends increase
+  auto first = std::partition_point(segs.begin(), segs.end(), [k](const Segment& g) { return g.end <= k; });
+  return std::vector<Segment>(first, segs.end());
+}
 uint64_t TaskSearch::plannedUpTo() const {
   std::lock_guard<std::mutex> lk(mu_);
   return impl_->planned;

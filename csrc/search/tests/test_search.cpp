@@ -1245,6 +1245,29 @@ void tableDefaultEntry() {
   CHECK(notDefault == 0);
 }
 
+// TaskSearch::planAfter(k) (what a lookup past coverage k is answered with) is the plan's segments that end after
+// k, at every k of a search driven through tuning, its pin and drift checks.
+void planAfterIsThePlansSuffix() {
+  std::mt19937_64 rng(11);
+  Model m = h200Model(rng, 1 << 22);
+  Options o;
+  o.recheckFirst = 64;
+  TaskSearch s(m.space, o);
+  drive(s, m, rng, 3000, 2, 0);
+  const std::vector<Segment> all = s.plan();
+  CHECK(all.size() > 10);
+  for (uint64_t k : {uint64_t{0}, uint64_t{1}, all[3].begin, all[3].end - 1, all[3].end, all.back().begin,
+                     all.back().end - 1, s.plannedUpTo(), s.plannedUpTo() + 100}) {
+    std::vector<Segment> want;
+    for (const Segment& g : all)
+      if (g.end > k) want.push_back(g);
+    const std::vector<Segment> got = s.planAfter(k);
+    CHECK(got.size() == want.size());
+    for (size_t i = 0; i < got.size() && i < want.size(); ++i)
+      CHECK(got[i].begin == want[i].begin && got[i].end == want[i].end && got[i].cfg == want[i].cfg);
+  }
+}
+
 // Table mode under the step guard (Options::pinExactHint): the exact hint runs from the first call, untimed, and
 // stays through a slower machine (no check, no re-tune: the guard judges it on the step); a count above the
 // pair's range runs at the range's top; a pair NCCL does not support, or no exact hint, is NCCL's choice; a
@@ -2976,6 +2999,7 @@ TEST(search, driftSpacedByTime) { driftSpacedByTime(); }
 TEST(search, unmeasuredCalls) { unmeasuredCalls(); }
 TEST(search, tableDefaultEntry) { tableDefaultEntry(); }
 TEST(search, pinExactHintTrusted) { pinExactHintTrusted(); }
+TEST(search, planAfterIsThePlansSuffix) { planAfterIsThePlansSuffix(); }
 TEST(search, ncclOwnIncumbent) { ncclOwnIncumbent(); }
 TEST(search, smallByModel) { smallByModel(); }
 TEST(search, unprofiledTask) { unprofiledTask(); }

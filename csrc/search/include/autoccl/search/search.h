@@ -312,6 +312,9 @@ class TaskSearch {
   std::vector<Segment> extendTo(uint64_t upTo);
   // Every segment planned so far (a copy), in call order.
   std::vector<Segment> plan() const;
+  // The segments planned so far that end after call k (a copy): what a lookup past coverage k needs, without
+  // copying the whole plan (which grows with the job: a pinned task's checks add segments).
+  std::vector<Segment> planAfter(uint64_t k) const;
   uint64_t plannedUpTo() const;  // calls < this are decided
 
   // GPU time of call k (any thread, any order). Ignored unless call k was planned with measure.
