@@ -425,7 +425,8 @@ class OnlineSource final : public DecisionSource {
     // on the reporting rank in the emulator, against 4 once released).
     // A table's entry pinned on trust (kPinned to the end, never timed) is settled too, though not stable (the
     // guard still reaches its calls): without this the start's hold never went and every call ran timed.
-    const bool settled = d.stable || (s->seg.end == search::kForever && s->seg.phase == search::Phase::kPinned);
+    const bool settled =
+        d.stable || (pinTable_ && s->seg.end == search::kForever && s->seg.phase == search::Phase::kPinned);
     if (settled && !s->settledNoted) {
       s->settledNoted = true;  // asked again for every call (step arms, a trusted pin): let timing go once
       holds_.settled(s);
@@ -435,7 +436,9 @@ class OnlineSource final : public DecisionSource {
     d.timed = !guardNccl && !capped && (c.measure || (s->seg.phase == search::Phase::kTuning && c.isDefault()));
     if (boundary && guardTimedNow_ && authority_) d.timed = true;  // the iteration's start: a guard sample
     if (k == 0) {
-      d.why = bypass_ ? "communicator not entirely in this process and no coordinator address: NCCL decides"
+      d.why = bypass_ ? (pinTable_ ? "communicator not entirely in this process and no coordinator address: this "
+                                     "rank's table, unchecked"
+                                   : "communicator not entirely in this process and no coordinator address: NCCL decides")
                       : std::string(authority_ ? "authority" : "follower") + " (" +
                             placeName(place_.load(std::memory_order_relaxed)) + " board), " +
                             search::phaseName(s->seg.phase);

@@ -141,10 +141,13 @@ AgreedSettings agreedSettings(const Settings& s, const EnvLookup& env) {
   for (const ArmLimit& a : s.stepArmsHidden) arms += (arms.empty() ? "" : ",") + armLimitText(a);
   if (!s.stepArmsEstimated.empty()) arms += ";estimated=";
   for (size_t i = 0; i < s.stepArmsEstimated.size(); ++i) arms += (i ? "," : "") + armLimitText(s.stepArmsEstimated[i]);
-  std::string text = "AUTOCCL_MAX_CHANNELS=" + std::to_string(s.maxChannels) +
+  // AUTOCCL_MODE and AUTOCCL_GUARD too: online and guarded table mode both decide through the coordinator, and a
+  // rank of one must not take the other's plans (a table rank's segments are pins, an online one's a search's).
+  std::string text = "AUTOCCL_MODE=" + std::string(modeName(s.mode)) + "\nAUTOCCL_GUARD=" + (s.guard ? "on" : "off") +
+                     "\nAUTOCCL_MAX_CHANNELS=" + std::to_string(s.maxChannels) +
                      "\nAUTOCCL_NCCL_CHANNELS=" + std::to_string(s.ncclChannels) + "\nAUTOCCL_STEP_ARMS=" + arms;
   AgreedSettings out;
-  out.names = "AUTOCCL_MAX_CHANNELS, AUTOCCL_NCCL_CHANNELS, AUTOCCL_STEP_ARMS";
+  out.names = "AUTOCCL_MODE, AUTOCCL_GUARD, AUTOCCL_MAX_CHANNELS, AUTOCCL_NCCL_CHANNELS, AUTOCCL_STEP_ARMS";
   for (const char* name : kNccl) {
     const char* v = env(name);
     text += std::string("\n") + name + "=" + (v ? v : "");

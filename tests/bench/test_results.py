@@ -327,9 +327,25 @@ def test_train_table_shows_no_gain_for_a_launch_that_fell_back_to_nccl() -> None
     md = R.train_markdown({"settings": {"device": "cuda", "backend": "nccl"}, "train": [row]})
     assert "| 335.20 | 5.091 | withheld | withheld |" in md and "| 206 |" not in md
     assert "ddp online ran NCCL's choice on 100 % of its second half's calls" in md
-    assert "differs from plain NCCL's by +24.66 ms/iter" in md
+    assert "its steady step is 24.66 ms/iter faster than plain NCCL's" in md
     kept = R.train_markdown({"train": [{**row, "fell_back_to_nccl": False}]})
     assert "| 335.20 | 5.091 | 24.66 | 206 |" in kept and "ran NCCL's choice" not in kept
+    # a launch that never left NCCL's choice (a table of NCCL's choices): no gain of its decisions either,
+    # and its measured ratio kept (the plugin's presence), said as such
+    never = {
+        **row,
+        "mode": "table",
+        "gain_ms": -3.5,
+        "fell_back_to_nccl": False,
+        "recurring_tasks": 4,
+        "tasks_tried": 0,
+        "tasks_at_nccl": 4,
+    }
+    md = R.train_markdown({"train": [never]})
+    assert "| 335.20 | 5.091 | withheld | withheld |" in md
+    assert "ddp table ran NCCL's choice on 100 % of its second half's calls** and tried no other" in md
+    assert "3.50 ms/iter slower than plain NCCL's" in md and "keeps its measured ratio" in md
+    assert "withheld" not in R.train_markdown({"train": [{**never, "tasks_at_nccl": 3}]})
 
 
 def _strict(text: str) -> Any:

@@ -123,7 +123,9 @@ TEST(engine, agreed_settings) {
   same["AUTOCCL_CACHE_DIR"] = "/elsewhere";
   same["AUTOCCL_SCORE"] = "window";
   EXPECT_EQ(d0, digestOf(same));
-  for (const auto& [k, v] : std::map<std::string, std::string>{{"AUTOCCL_MAX_CHANNELS", "32"},
+  for (const auto& [k, v] : std::map<std::string, std::string>{{"AUTOCCL_MODE", "table"},
+                                                               {"AUTOCCL_GUARD", "off"},
+                                                               {"AUTOCCL_MAX_CHANNELS", "32"},
                                                                {"AUTOCCL_NCCL_CHANNELS", "24"},
                                                                {"NCCL_ALGO", "tree"},
                                                                {"NCCL_PROTO", "^LL"},

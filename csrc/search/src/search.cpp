@@ -345,7 +345,9 @@ struct TaskSearch::Impl {
             break;
           }
       }
-      if (!haveExact || std::get<0>(pointOf(exact.cfg)) < 0) {
+      // NCCL's choice: no entry, or NCCL's pair at its count with no chunk of its own (pointOf reads chunk halvings
+      // only; a table's chunk in bytes is the entry's too)
+      if (!haveExact || (std::get<0>(pointOf(exact.cfg)) < 0 && exact.cfg.chunk == 0)) {
         st.tableDefault = haveExact;
         toFinal(Config());
       } else {

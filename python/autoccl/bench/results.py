@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from autoccl import jsonout
+from autoccl.bench import trace as T
 from autoccl.bench.exposure_truth import verdict_counts_text
 from autoccl.bench.modes import geomean
 from autoccl.bench.spec import PLUGIN_COLL, SHORT, cell_key, format_size
@@ -507,6 +508,28 @@ def speedup(row: dict[str, Any], base: dict[str, Any]) -> float:
 _TUNING_KEYS = ("search_cost_s", "gain_ms", "break_even_iters")
 
 
+def _second_half(r: dict[str, Any]) -> str:
+    share = r.get("second_half_nccl_share")
+    if not isinstance(share, (int, float)) or not finite_number(share):
+        return ""
+    return f" on {share * 100:.0f} % of its second half's calls"
+
+
+def _apart(gain_ms: float) -> str:
+    """A steady step's distance to plain NCCL's, in words (gain_ms > 0: faster)."""
+    return f"{abs(gain_ms):.2f} ms/iter {'faster' if gain_ms > 0 else 'slower'} than plain NCCL's"
+
+
+def _never_left_nccl(r: dict[str, Any]) -> bool:
+    """A train row whose recurring tasks all ran NCCL's choice through the steady window and never tried
+    another configuration (trace.fell_back_to_nccl's counts)."""
+    n = r.get("recurring_tasks")
+    share = r.get("second_half_nccl_share")
+    if not n or r.get("tasks_tried") != 0 or r.get("tasks_at_nccl") != n:
+        return False
+    return isinstance(share, (int, float)) and finite_number(share) and share >= T.FELL_BACK_SHARE
+
+
 def train_markdown(doc: dict[str, Any]) -> str:
     s = doc.get("settings", {})
     lines = [
@@ -542,14 +565,23 @@ def train_markdown(doc: dict[str, Any]) -> str:
         elif r.get("fell_back_to_nccl") is True and r.get("gain_ms") is not None:
             # the steady window ran NCCL's own configurations: the "gain" is two launches' movement
             trade = f"{_f(r.get('search_cost_s'), '.3f')} | withheld | withheld"
-            share = r.get("second_half_nccl_share")
-            ran = f" on {share * 100:.0f} % of its second half's calls" if finite_number(share) else ""
             notes.append(
-                f"**{r['parallel']} {mode} ran NCCL's choice{ran}** (it tried others and every "
-                "recurring task ended there: a fall-back): its steady step differs from plain NCCL's by "
-                f"{r['gain_ms']:+.2f} ms/iter, what two launches of the same configurations move, not a "
-                "gain or loss of the tuner's; gain and break-even are withheld (the JSON keeps them). "
-                "`autoccl bench train-pairs` counts such a launch as 1.00×."
+                f"**{r['parallel']} {mode} ran NCCL's choice{_second_half(r)}** (it tried others and every "
+                "recurring task ended there: a fall-back): its steady step is "
+                f"{_apart(r['gain_ms'])}, what two launches of the same configurations move, not a gain or "
+                "loss of the tuner's; gain and break-even are withheld (the JSON keeps them). `autoccl bench "
+                "train-pairs` counts such a launch as 1.00×."
+            )
+        elif _never_left_nccl(r) and r.get("gain_ms") is not None:
+            # nothing but NCCL's own configurations, no other tried (a table of NCCL's choices, searches that
+            # kept NCCL's choice from their first calls): the plugin's presence and two launches' movement
+            trade = f"{_f(r.get('search_cost_s'), '.3f')} | withheld | withheld"
+            notes.append(
+                f"**{r['parallel']} {mode} ran NCCL's choice{_second_half(r)}** and tried no other (its "
+                "table, or its searches from their first calls, held NCCL's choice): its steady step is "
+                f"{_apart(r['gain_ms'])}, what two launches move with the plugin loaded, not a gain or loss "
+                "of its decisions; gain and break-even are withheld (the JSON keeps them). `autoccl bench "
+                "train-pairs` keeps its measured ratio (the plugin's presence)."
             )
         else:
             trade = (

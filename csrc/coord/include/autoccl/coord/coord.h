@@ -198,8 +198,8 @@ class Store {
   const Segment* containing(const TaskKey& t, uint64_t k) const;  // null where no segment holds call k
   std::map<TaskKey, std::map<uint64_t, Segment>> segs_;  // by begin
   // coveredUpTo per task, advanced as segments arrive (they are never removed): asked at every plan lookup, a
-  // walk from call 0 cost a lookup time linear in the job's length (the step guard's key gains a segment every
-  // 16 iterations: 15 us at the 99th percentile of a converged call after 50,000 iterations).
+  // walk from call 0 cost a lookup time linear in the task's segments (the step guard's key gains one every 16
+  // iterations: a converged call's 99th percentile was 9.1-10.3 us over 50,000 iterations, cpu/engine-hot-path).
   std::map<TaskKey, uint64_t> covered_;
 };
 
