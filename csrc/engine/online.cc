@@ -296,7 +296,13 @@ class OnlineSource final : public DecisionSource {
       updateNeed(s, k);
       if (holds_.hasHolders()) releaseIdleHolders(s);
     }
-    Decision d = fromSegment(s, task, k, boundary);
+    bool limited = false, changed = false;
+    Decision d = fromSegment(s, task, k, boundary, &limited, &changed);
+    // A round's call an arm limits: whether it runs otherwise than the tuned plan (a pair NCCL refuses runs NCCL's
+    // choice instead), so that an arm that changed nothing is not judged as itself (GuardPlan::noteLimitedCall).
+    if (limited && authority_ && guardTimedNow_)
+      decider_->guard->noteLimitedCall(
+          guardCapNow_, changed && (!d.config.forcesPair() || costs.supported(d.config.algo, d.config.proto)));
     noteForExposure(task, k, &d);
     return d;
   }
@@ -384,7 +390,8 @@ class OnlineSource final : public DecisionSource {
   }
 
   // The decision for call k from the task's segment, as the guard's iteration may change it.
-  Decision fromSegment(TaskState* s, const TaskKey& task, uint64_t k, bool boundary) {
+  // *limited: the guard's arm limits this call; *changed: ... and its configuration is not the plan's.
+  Decision fromSegment(TaskState* s, const TaskKey& task, uint64_t k, bool boundary, bool* limited, bool* changed) {
     Decision d;
     d.source = pinTable_ ? Source::Table : Source::Online;
     const search::Config& c = s->seg.cfg;
@@ -411,12 +418,14 @@ class OnlineSource final : public DecisionSource {
     // piece's last call is not the step's). Such a call is not the plan's config: its time is not fed to its
     // task's search.
     bool capped = false;
-    if (guardCapNow_.limits() && steps_.atStep(iter_) &&
-        guardCapNow_.caps(iter_.position(), iter_.endsIteration()) && guardCapNow_.applyTo(&d.config)) {
+    *limited = guardCapNow_.limits() && steps_.atStep(iter_) &&
+               guardCapNow_.caps(iter_.position(), iter_.endsIteration());
+    if (*limited && guardCapNow_.applyTo(&d.config)) {
       if (authority_) guardClock_.markOverridden(task, k);
       d.stable = false;
       capped = true;
     }
+    *changed = capped;
     // The Context caches a stable decision and asks no more: this task's need for timing ends here (a
     // search that ended early, e.g. a task below Options::minTaskMicros, kept timing on for good otherwise).
     // A task stable from its first call (NCCL's model or the table says NCCL's choice) never needed timing:

@@ -415,6 +415,8 @@ void GuardPlan::planOneLocked() {
   if (armed_ && planned_ >= nextRound_) {
     extensions_ = 0;
     lostInRound_ = 0;
+    limited_.assign(arms_.size(), 0);
+    changed_.assign(arms_.size(), 0);
     planRoundBlocksLocked();
     return;
   }
@@ -425,6 +427,17 @@ void GuardPlan::planOneLocked() {
 // A round's blocks from planned_ on: per pair every arm forwards then backwards (T N N T without extra arms), each
 // block's first iteration settling; the iteration after the last block is timed too (its start ends the last
 // sample).
+void GuardPlan::noteLimitedCall(const GuardArm& arm, bool changed) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (size_t a = 0; a < arms_.size() && a < limited_.size(); ++a) {
+    const GuardArm& x = arms_[a];
+    if (x.nccl || x.hiddenCap != arm.hiddenCap || x.proto != arm.proto || x.estimated != arm.estimated) continue;
+    ++limited_[a];
+    if (changed) ++changed_[a];
+    return;
+  }
+}
+
 void GuardPlan::planRoundBlocksLocked() {
   // The estimated arms take the positions the estimate calls hidden now (the round judges them, also where the
   // arm runs since the last verdict), else keep those they had (a refit that names none, e.g. voided by a slope
@@ -503,7 +516,12 @@ void GuardPlan::verdictLocked() {
     r.arm = arms_[a];
     r.samples = static_cast<uint32_t>(x[a].size());
     r.medianUs = med[a];
-    if (a != kNcclArm && ncclMed > 0 && r.medianUs > 0) {
+    if (a < limited_.size()) {
+      r.limitedCalls = limited_[a];
+      r.changedCalls = changed_[a];
+      r.inert = arms_[a].limits() && r.limitedCalls > 0 && r.changedCalls == 0;
+    }
+    if (a != kNcclArm && ncclMed > 0 && r.medianUs > 0 && !r.inert) {
       r.margin = std::max(o_.minMargin, o_.z * std::hypot(relSE(x[a], r.medianUs), ncclSE));
       bool beats = r.medianUs < ncclMed * (1.0 - r.margin);
       if (a == kTunedArm) {
@@ -599,9 +617,9 @@ std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm) {
   if (!v.arms.empty()) {  // every arm's median (us), its samples and the margin it needed
     text += "; arms:";
     for (const GuardPlan::ArmResult& r : v.arms) {
-      char e[96];
-      std::snprintf(e, sizeof e, " %s %.1f us (%u, margin %.3f)", armName(r.arm).c_str(), r.medianUs, r.samples,
-                    r.margin);
+      char e[128];
+      std::snprintf(e, sizeof e, " %s %.1f us (%u, margin %.3f%s)", armName(r.arm).c_str(), r.medianUs, r.samples,
+                    r.margin, r.inert ? ", changed no call" : "");
       text += e;
     }
   }
@@ -646,6 +664,9 @@ std::string traceVerdict(const GuardPlan::Verdict& v, const std::string& commHex
       std::snprintf(e, sizeof e, "%s{\"arm\":\"%s\",\"us\":%.1f,\"samples\":%u,\"margin\":%.4f", i ? "," : "",
                     armName(r.arm).c_str(), r.medianUs, r.samples, r.margin);
       out += e;
+      if (r.arm.limits())
+        out += ",\"limited_calls\":" + std::to_string(r.limitedCalls) + ",\"changed_calls\":" +
+               std::to_string(r.changedCalls) + ",\"inert\":" + (r.inert ? "true" : "false");
       if (r.arm.estimated) out += ",\"positions\":[" + positionList(r.arm) + "]";  // what it capped
       out += "}";
     }

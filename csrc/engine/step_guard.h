@@ -263,6 +263,10 @@ class GuardPlan {
   void forgetEstimatedPositions();
   // Iteration i took `micros` (the authority's stream, the start of i to the start of i + 1).
   void sample(uint64_t i, double micros);
+  // A call of a round's block that limiting arm `arm` limits (GuardArm::caps), and whether it ran otherwise than
+  // the tuned plan: the arm changed its configuration and NCCL accepts the pair. The authority's calls alone (the
+  // cost table is the same on every rank). Counted per arm until the next round starts (ArmResult::inert).
+  void noteLimitedCall(const GuardArm& arm, bool changed);
   // Iterations [from, to) will never have a time (a break ended the step's structure): a round stops waiting for
   // them, instead of waiting out its give-up bound (hundreds of iterations on the plan it ran before). Iteration
   // `to`, the first after the break, is no sample either unless it runs what the calls of the break ran (the
@@ -274,6 +278,12 @@ class GuardPlan {
     double medianUs = 0;  // 0: fewer than minSamples samples
     uint32_t samples = 0;
     double margin = 0;    // the share it had to beat NCCL's median by (extra arms and the tuned plan)
+    // A limiting arm's calls in the round's blocks (noteLimitedCall): those it limits, and those that ran otherwise
+    // than the tuned plan. Inert: it limited calls and changed none (each already within its limit, or asking for
+    // a pair NCCL refuses, which runs NCCL's choice): it ran the tuned plan or NCCL's choices, not itself, and is
+    // not judged (on two hosts of one H100, `hidden=2/ll128` was refused on every call: no LL128 over sockets).
+    uint64_t limitedCalls = 0, changedCalls = 0;
+    bool inert = false;
   };
   // One iteration time a round compared: the iteration, the arm its block ran, its time.
   struct Sample {
@@ -336,6 +346,7 @@ class GuardPlan {
   uint32_t changesSinceVerdict_ = 0;         // disarming changes of step since the last verdict
   static constexpr size_t kTunedArm = 0, kNcclArm = 1;  // arms_'s first two; the extra arms follow
   std::vector<GuardArm> arms_;
+  std::vector<uint64_t> limited_, changed_;  // per arm: noteLimitedCall's counts since the round started
   size_t now_ = kTunedArm;                   // the last verdict's arm (what is planned outside rounds)
   uint64_t roundEnd_ = 0;                    // first iteration after the round's blocks
   std::map<uint64_t, size_t> wanted_;        // sample iteration -> the arm its block ran

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from emu_helpers import assert_clean
+from test_online import assert_same_per_seq, online_env
 from test_step_arms import run_with_arms
 
 from autoccl.emu import run
@@ -102,3 +103,28 @@ def test_protocol_arm_buys_nothing_where_protocols_load_alike(plugin: Path, tmp_
     assert guard, res.stderr[-3000:]
     assert guard[-1]["winner"] != "hidden=simple", guard[-1]
     assert _median_step(res) <= plain * 1.005, (_median_step(res), plain)
+
+
+def test_a_protocol_arm_nccl_refuses_is_not_judged(plugin: Path, tmp_path: Path) -> None:
+    """`hidden=ll128` where NCCL offers no LL128 (NCCL_PROTO=^LL128 on every rank, as NCCL over sockets):
+    every call it limits asks for a pair NCCL refuses and runs NCCL's choice. The round records the arm as
+    having limited calls and changed none (inert), and it wins nothing, though LL128 would be the lighter
+    protocol here; no call runs LL128, and every rank applies the same configuration."""
+    model = protocol_model(tmp_path / "ll128-light.json", ll=3.0, ll128=0.5, simple=3.0)
+    env = online_env(
+        True,
+        AUTOCCL_MIN_TASK_US="0",
+        AUTOCCL_MIN_TASK_US_TCP="0",
+        AUTOCCL_STEP_ARMS="hidden=ll128",
+        NCCL_PROTO="^LL128",
+    )
+    res = run(scenario(), plugin="default", model=model, env=env, processes=True, timeout=300)
+    assert_clean(res)
+    assert_same_per_seq(res.calls)
+    guard = [t for t in res.trace if t.get("ev") == "guard"]
+    assert guard, res.stderr[-3000:]
+    for v in guard:
+        arm = next(a for a in v["arms"] if a["arm"] == "hidden=ll128")
+        assert arm["inert"] and arm["changed_calls"] == 0 and arm["limited_calls"] > 0, arm
+        assert v["winner"] != "hidden=ll128", v
+    assert all(str(r["proto"]) != "ll128" for r in res.calls)

@@ -572,6 +572,51 @@ TEST(engine, guard_protocol_arm_verdicts) {
   }
 }
 
+// An arm that limits calls but changes none (NCCL refuses its pair, so those calls run NCCL's choice; or every call
+// is within its limit already) ran the tuned plan or NCCL's choices, not itself: its median, however fast, wins
+// nothing, and the log and the trace say it changed no call. Where its calls did change, the same times make it
+// win (the control).
+TEST(engine, guard_inert_arm_is_not_judged) {
+  GuardOptions o;
+  o.hiddenArms = {{2}, {0, 1}};  // 2 channels; LL128
+  const auto timeOf = [](const GuardArm& a) {
+    return a.nccl ? 100.0 : a.proto == 1 ? 90.0 : a.hiddenCap == 2 ? 97.0 : 99.5;
+  };
+  auto run = [&](bool ll128Changes) {
+    GuardPlan g(o);
+    std::vector<bool> measured(202, false);
+    std::vector<GuardArm> ran(202);
+    for (uint64_t i = 0; i < 200; ++i) {
+      if (i == 20) g.arm();
+      for (const auto& sg : g.decide(i, 0)) {
+        if (!sg.contains(i)) continue;
+        measured[i] = sg.cfg.measure;
+        ran[i] = GuardPlan::armOf(sg.cfg);
+      }
+      if (measured[i] && ran[i].limits())  // three hidden calls an iteration
+        for (int c = 0; c < 3; ++c) g.noteLimitedCall(ran[i], ran[i].proto != 1 || ll128Changes);
+      if (i > 0 && measured[i - 1] && measured[i]) g.sample(i - 1, timeOf(ran[i - 1]));
+    }
+    return g.verdicts();
+  };
+  const auto v = run(false);
+  ASSERT_TRUE(!v.empty());
+  EXPECT_TRUE(v.front().tuned && v.front().winner.hiddenCap == 2 && v.front().winner.proto < 0);
+  ASSERT_EQ(v.front().arms.size(), 4u);
+  const GuardPlan::ArmResult& ll128 = v.front().arms[3];
+  EXPECT_TRUE(ll128.arm.proto == 1 && ll128.inert && ll128.limitedCalls > 0 && ll128.changedCalls == 0);
+  EXPECT_TRUE(!v.front().arms[2].inert && v.front().arms[2].changedCalls == v.front().arms[2].limitedCalls);
+  const std::string desc = autoccl::engine::describeVerdict(v.front(), 1);
+  EXPECT_NE(desc.find("hidden=ll128 90.0 us (8, margin 0.000, changed no call)"), std::string::npos) << desc;
+  const std::string rec = autoccl::engine::traceVerdict(v.front(), "c0", 0, nullptr);
+  EXPECT_NE(rec.find("\"arm\":\"hidden=ll128\""), std::string::npos) << rec;
+  EXPECT_NE(rec.find("\"changed_calls\":0,\"inert\":true"), std::string::npos) << rec;
+  const auto w = run(true);
+  ASSERT_TRUE(!w.empty());
+  EXPECT_TRUE(w.front().tuned && w.front().winner.proto == 1);
+  EXPECT_TRUE(!w.front().arms[3].inert);
+}
+
 // The estimate's first positions, after a round it sat out, bring the next round forward: without them it would
 // come after the recheck interval (here 256 iterations).
 TEST(engine, guard_estimated_positions_bring_the_round_forward) {
