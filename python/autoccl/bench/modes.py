@@ -146,14 +146,7 @@ def table_env(
 ) -> dict[str, str]:
     """Table mode from `cache_dir` (another launch's), on the communicators online mode makes (its pins'
     channel counts stay reachable), traced."""
-    return plugin_env(
-        "table",
-        trace=trace_prefix,
-        cache_dir=cache_dir,
-        max_channels=channel_ceiling,
-        nccl_channels=nccl_channels,
-        extra=ceiling_env(channel_ceiling) if channel_ceiling is not None else None,
-    )
+    return online_env(trace_prefix, cache_dir, channel_ceiling, nccl_channels, mode="table")
 
 
 def parse_static_space(text: str) -> list[tuple[str, list[str]]]:
@@ -296,12 +289,14 @@ def online_env(
     cache_dir: str,
     channel_ceiling: int | None = None,
     nccl_channels: int | None = None,
+    mode: str = "online",
 ) -> dict[str, str]:
-    """The online tuner; with `channel_ceiling` the communicators get that many channels so the tuner
-    can use more than NCCL's default (which then also changes NCCL's own choice for untuned calls, unless
-    `nccl_channels` caps those calls at a plain communicator's count)."""
+    """The online tuner (or another `mode` on the same communicators); with `channel_ceiling` the
+    communicators get that many channels so the tuner can use more than NCCL's default (which then also
+    changes NCCL's own choice for untuned calls, unless `nccl_channels` caps those calls at a plain
+    communicator's count)."""
     return plugin_env(
-        "online",
+        mode,
         trace=trace_prefix,
         cache_dir=cache_dir,
         max_channels=channel_ceiling,
