@@ -382,11 +382,7 @@ std::vector<search::Segment> GuardPlan::decide(uint64_t i, uint64_t covered) {
   // samples: NCCL's choices.
   if (planned_ < i) addLocked(i - planned_, kTunedArm, false, search::Phase::kPinned);
   while (planned_ <= i) planOneLocked();
-  // segs_ is contiguous from iteration 0, its ends increasing: the segments past `covered` are a suffix, found
-  // without walking the job's whole plan (a segment every 16 iterations while the guard rests)
-  auto first = std::partition_point(segs_.begin(), segs_.end(),
-                                    [covered](const search::Segment& g) { return g.end <= covered; });
-  return std::vector<search::Segment>(first, segs_.end());
+  return segmentsAfter(segs_, covered);  // a segment every 16 iterations while the guard rests
 }
 
 void GuardPlan::planOneLocked() {

@@ -1783,9 +1783,7 @@ std::vector<Segment> TaskSearch::plan() const {
 }
 std::vector<Segment> TaskSearch::planAfter(uint64_t k) const {
   std::lock_guard<std::mutex> lk(mu_);
-  const std::vector<Segment>& segs = impl_->segs;  // contiguous, in call order: the ends increase
-  auto first = std::partition_point(segs.begin(), segs.end(), [k](const Segment& g) { return g.end <= k; });
-  return std::vector<Segment>(first, segs.end());
+  return segmentsAfter(impl_->segs, k);
 }
 uint64_t TaskSearch::plannedUpTo() const {
   std::lock_guard<std::mutex> lk(mu_);

@@ -2,8 +2,10 @@
 // segments [begin, end) of call indices, each with the configuration every rank applies.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "autoccl/common/config.h"
 
@@ -29,5 +31,12 @@ struct Segment {
     return begin == o.begin && end == o.end && cfg == o.cfg && phase == o.phase;
   }
 };
+
+// The segments of a plan (contiguous, in call order: their ends increase) that end after call k, found by binary
+// search: what a lookup past coverage k is answered with, without walking a plan that grows with the job.
+inline std::vector<Segment> segmentsAfter(const std::vector<Segment>& plan, uint64_t k) {
+  auto first = std::partition_point(plan.begin(), plan.end(), [k](const Segment& g) { return g.end <= k; });
+  return std::vector<Segment>(first, plan.end());
+}
 
 }  // namespace autoccl
