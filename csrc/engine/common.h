@@ -77,6 +77,21 @@ struct CostTable {
   bool supported(int a, int p) const {
     return data && a >= 0 && p >= 0 && a < numAlgo && p < numProto && get(a, p) >= 0.0f;
   }
+  // The pair NCCL runs where the tuner leaves the table as NCCL filled it: the cheapest supported entry, the first
+  // in NCCL's order on a tie (its topoGetAlgoInfo scan). False for an empty table.
+  bool ncclPick(int* algo, int* proto) const {
+    bool any = false;
+    float best = 0;
+    for (int a = 0; data && a < numAlgo; ++a)
+      for (int p = 0; p < numProto; ++p)
+        if (get(a, p) >= 0.0f && (!any || get(a, p) < best)) {
+          any = true;
+          best = get(a, p);
+          *algo = a;
+          *proto = p;
+        }
+    return any;
+  }
 };
 
 // Logging goes through a callback injected by the shim (NCCL's logger); the engine never prints.

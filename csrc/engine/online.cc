@@ -297,12 +297,16 @@ class OnlineSource final : public DecisionSource {
       if (holds_.hasHolders()) releaseIdleHolders(s);
     }
     bool limited = false, changed = false;
-    Decision d = fromSegment(s, task, k, boundary, &limited, &changed);
-    // A round's call an arm limits: whether it runs otherwise than the tuned plan (a pair NCCL refuses runs NCCL's
-    // choice instead), so that an arm that changed nothing is not judged as itself (GuardPlan::noteLimitedCall).
+    Config planned;
+    Decision d = fromSegment(s, task, k, boundary, &limited, &changed, &planned);
+    // A round's call an arm limits: whether it runs otherwise than the tuned plan, so that an arm that changed
+    // nothing is not judged as itself (GuardPlan::noteLimitedCall). Not where NCCL refuses the pair (it runs its
+    // own choice instead), nor where the call runs what the plan runs once NCCL's own choice is read in
+    // (runsAlike: a cap or a protocol NCCL's choice keeps already).
     if (limited && authority_ && guardTimedNow_)
       decider_->guard->noteLimitedCall(
-          guardCapNow_, changed && (!d.config.forcesPair() || costs.supported(d.config.algo, d.config.proto)));
+          guardCapNow_, changed && (!d.config.forcesPair() || costs.supported(d.config.algo, d.config.proto)) &&
+                            !runsAlike(planned, d.config, ncclChoice(*s, costs)));
     noteForExposure(task, k, &d);
     return d;
   }
@@ -391,7 +395,20 @@ class OnlineSource final : public DecisionSource {
 
   // The decision for call k from the task's segment, as the guard's iteration may change it.
   // *limited: the guard's arm limits this call; *changed: ... and its configuration is not the plan's.
-  Decision fromSegment(TaskState* s, const TaskKey& task, uint64_t k, bool boundary, bool* limited, bool* changed) {
+  // NCCL's own choice for a call: its pair from the call's cost table (what NCCL picks where the tuner leaves it),
+  // its channel count from the authority's measurements of the task's NCCL-default calls (0: none of that pair
+  // seen; a task pinned from its first call is never timed).
+  static NcclChoice ncclChoice(const TaskState& s, const CostTable& costs) {
+    NcclChoice n;
+    if (!costs.ncclPick(&n.algo, &n.proto)) return NcclChoice();
+    if (s.ncclAlgo.load(std::memory_order_relaxed) == n.algo && s.ncclProto.load(std::memory_order_relaxed) == n.proto)
+      n.channels = s.ncclChannels.load(std::memory_order_relaxed);
+    return n;
+  }
+
+  // *planned: the plan's decision for the call, before an arm limits it.
+  Decision fromSegment(TaskState* s, const TaskKey& task, uint64_t k, bool boundary, bool* limited, bool* changed,
+                       Config* planned) {
     Decision d;
     d.source = pinTable_ ? Source::Table : Source::Online;
     const search::Config& c = s->seg.cfg;
@@ -418,6 +435,7 @@ class OnlineSource final : public DecisionSource {
     // piece's last call is not the step's). Such a call is not the plan's config: its time is not fed to its
     // task's search.
     bool capped = false;
+    *planned = d.config;
     *limited = guardCapNow_.limits() && steps_.atStep(iter_) &&
                guardCapNow_.caps(iter_.position(), iter_.endsIteration());
     if (*limited && guardCapNow_.applyTo(&d.config)) {

@@ -179,6 +179,34 @@ bool GuardArm::applyTo(Config* c) const {
   return changed;
 }
 
+namespace {
+// A configuration as NCCL runs it: the parts it leaves to NCCL filled in from NCCL's own choice. False where they
+// cannot be (no choice known, or a half-forced pair that is not NCCL's).
+bool asRun(const Config& c, const NcclChoice& n, Config* out) {
+  *out = c;
+  out->measure = false;
+  if (!c.forcesPair()) {
+    if (!n.known() || (c.algo >= 0 && c.algo != n.algo) || (c.proto >= 0 && c.proto != n.proto)) return false;
+    out->algo = n.algo;
+    out->proto = n.proto;
+  }
+  // Channels 0 on NCCL's pair: NCCL's count. On another pair NCCL computes that pair's count, the same whoever
+  // asked: 0 stands for it on both sides.
+  if (out->channels == 0 && out->algo == n.algo && out->proto == n.proto) out->channels = n.channels;
+  return true;
+}
+}  // namespace
+
+bool runsAlike(const Config& plan, const Config& limited, const NcclChoice& nccl) {
+  Config a, b;
+  if (!asRun(plan, nccl, &a) || !asRun(limited, nccl, &b)) {
+    a = plan;  // compared as set: every field, a default's channels too (Config::sameSetting ignores them)
+    b = limited;
+  }
+  return a.algo == b.algo && a.proto == b.proto && a.channels == b.channels && a.chunk == b.chunk &&
+         a.chunkHalvings == b.chunkHalvings;
+}
+
 // A limiting arm: algorithm 0 (the plan's protocol) or 1 + P (protocol P), protocol 0 (every call but the last) or
 // 1 (the positions in chunk), the cap as channels (no search plans the guard's key; NCCL never reads it). NCCL's
 // mark is algorithm 1 with protocol 2, which no arm writes.

@@ -213,6 +213,21 @@ struct GuardArm {
   }
 };
 
+// NCCL's own choice for a task, as the authority saw a call of it run on NCCL's default (algo/proto < 0: none seen;
+// channels 0: not known, e.g. only grouped launches seen).
+struct NcclChoice {
+  int algo = -1, proto = -1, channels = 0;
+  bool known() const { return algo >= 0 && proto >= 0; }
+};
+
+// Whether a call an arm limited (`limited`, GuardArm::applyTo of `plan`) runs what the plan's decision runs: the
+// parts either leaves to NCCL (its pair, its channel count) read as NCCL's own choice. A protocol arm on a call
+// NCCL runs on ring/Simple anyway, or a cap of 2 on a call NCCL runs on 2 channels, changes no call (two hosts of
+// one H100: `hidden=simple` counted every call as changed while NCCL's own choice was ring/Simple everywhere).
+// Without NCCL's choice known, only identical settings run alike. For counting on the authority alone: the
+// configuration every rank applies stays applyTo's, which needs no rank's measurements.
+bool runsAlike(const Config& plan, const Config& limited, const NcclChoice& nccl);
+
 class GuardPlan {
  public:
   // What a guard segment says (Segment::cfg): the tuned plan (NCCL-default config: a communicator's

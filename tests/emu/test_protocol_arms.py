@@ -128,3 +128,34 @@ def test_a_protocol_arm_nccl_refuses_is_not_judged(plugin: Path, tmp_path: Path)
         assert arm["inert"] and arm["changed_calls"] == 0 and arm["limited_calls"] > 0, arm
         assert v["winner"] != "hidden=ll128", v
     assert all(str(r["proto"]) != "ll128" for r in res.calls)
+
+
+def test_a_protocol_arm_naming_nccls_own_choice_is_not_judged(plugin: Path, tmp_path: Path) -> None:
+    """`hidden=simple` where NCCL runs ring/Simple on every call anyway (NCCL_ALGO=Ring, NCCL_PROTO=Simple)
+    and the plan leaves every task to NCCL (each below the search's minimum): the arm sets ring/Simple
+    explicitly, which is NCCL's own choice read from the call's cost table, so it changes no call and is
+    recorded inert (as on two hosts of one H100, where NCCL's choice was ring/Simple everywhere). The cap arm
+    beside it, 1 channel, changes the calls it limits and is judged. Every rank applies the same
+    configuration."""
+    model = protocol_model(tmp_path / "simple-light.json", ll=3.0, ll128=3.0, simple=0.5)
+    env = online_env(
+        True,
+        AUTOCCL_MIN_TASK_US="1000000",
+        AUTOCCL_MIN_TASK_US_TCP="1000000",
+        AUTOCCL_STEP_ARMS="hidden=simple,1",
+        NCCL_ALGO="Ring",
+        NCCL_PROTO="Simple",
+    )
+    res = run(scenario(), plugin="default", model=model, env=env, processes=True, timeout=300)
+    assert_clean(res)
+    assert_same_per_seq(res.calls)
+    guard = [t for t in res.trace if t.get("ev") == "guard"]
+    assert guard, res.stderr[-3000:]
+    for v in guard:
+        arms = {a["arm"]: a for a in v["arms"]}
+        simple = arms["hidden=simple"]
+        assert simple["inert"] and simple["changed_calls"] == 0 and simple["limited_calls"] > 0, simple
+        assert v["winner"] != "hidden=simple", v
+        cap = arms["hidden=1"]
+        assert not cap["inert"] and cap["changed_calls"] == cap["limited_calls"] > 0, cap
+    assert {str(r["proto"]) for r in res.calls} == {"simple"}

@@ -539,6 +539,55 @@ TEST(engine, guard_arm_applies_to_a_call) {
   EXPECT_TRUE(!GuardArm{}.applyTo(&c) && !GuardArm({true, 0}).applyTo(&c) && c.sameSetting(cfg(kRing, kSimple, 24)));
 }
 
+// Whether a limited call runs what the plan runs, NCCL's own choice read in where a configuration leaves a part to
+// NCCL (what GuardPlan::noteLimitedCall counts as changed on the authority).
+TEST(engine, guard_limited_call_against_nccls_own_choice) {
+  using autoccl::Config;
+  using autoccl::engine::NcclChoice;
+  using autoccl::engine::runsAlike;
+  const auto cfg = [](int algo, int proto, int channels, int halvings = 0) {
+    Config c;
+    c.algo = algo;
+    c.proto = proto;
+    c.channels = channels;
+    c.chunkHalvings = halvings;
+    return c;
+  };
+  constexpr int kTree = 0, kRing = 1, kLl = 0, kLl128 = 1, kSimple = 2;
+  const GuardArm cap2{false, 2}, simple{false, 0, 0, false, kSimple}, ll{false, 0, 0, false, kLl};
+  const NcclChoice ringSimple2{kRing, kSimple, 2}, ringSimple8{kRing, kSimple, 8}, unknown{};
+  const auto limitedBy = [](const GuardArm& a, Config c) {
+    a.applyTo(&c);
+    return c;
+  };
+  const Config nccl;  // the plan leaves the call to NCCL
+  // A protocol arm naming the protocol NCCL runs anyway (ring/Simple over sockets): ring/Simple, explicit, is NCCL's.
+  EXPECT_TRUE(runsAlike(nccl, limitedBy(simple, nccl), ringSimple8));
+  EXPECT_FALSE(runsAlike(nccl, limitedBy(ll, nccl), ringSimple8));  // LL is not
+  EXPECT_FALSE(runsAlike(nccl, limitedBy(simple, nccl), NcclChoice{kTree, kLl128, 8}));  // nor Simple on tree/LL128
+  // A cap at NCCL's own count changes nothing; below it, it does.
+  EXPECT_TRUE(runsAlike(nccl, limitedBy(cap2, nccl), ringSimple2));
+  EXPECT_FALSE(runsAlike(nccl, limitedBy(cap2, nccl), ringSimple8));
+  // The plan's own pair in its explicit form at NCCL's count, capped at that count: alike.
+  EXPECT_TRUE(runsAlike(cfg(kRing, kSimple, 0), cfg(kRing, kSimple, 2), ringSimple2));
+  // A tuned configuration of its own: a cap below its channels, or another protocol, changes it.
+  EXPECT_FALSE(runsAlike(cfg(kRing, kLl128, 8), limitedBy(cap2, cfg(kRing, kLl128, 8)), ringSimple8));
+  EXPECT_FALSE(runsAlike(cfg(kTree, kLl, 4, 2), limitedBy(simple, cfg(kTree, kLl, 4, 2)), ringSimple8));
+  // NCCL's choice not seen (or its count unknown): only identical settings run alike, a default's channels counted.
+  EXPECT_FALSE(runsAlike(nccl, limitedBy(simple, nccl), unknown));
+  EXPECT_FALSE(runsAlike(nccl, limitedBy(cap2, nccl), unknown));
+  EXPECT_FALSE(runsAlike(nccl, limitedBy(cap2, nccl), NcclChoice{kRing, kSimple, 0}));
+  EXPECT_TRUE(runsAlike(cfg(kRing, kLl, 4), cfg(kRing, kLl, 4), unknown));
+  // NCCL's pair for a call: its cost table's cheapest supported entry, the first in NCCL's order on a tie.
+  float table[2][3] = {{-1.0f, 5.0f, 3.0f}, {3.0f, -1.0f, 4.0f}};  // tree: -, LL128 5, Simple 3; ring: LL 3, -, Simple 4
+  autoccl::engine::CostTable costs{&table[0][0], 2, 3};
+  int a = -1, p = -1;
+  EXPECT_TRUE(costs.ncclPick(&a, &p) && a == kTree && p == kSimple);
+  table[0][2] = -1.0f;
+  EXPECT_TRUE(costs.ncclPick(&a, &p) && a == kRing && p == kLl);
+  EXPECT_FALSE(autoccl::engine::CostTable{}.ncclPick(&a, &p));
+}
+
 // A protocol arm is judged as a cap is: where running the hidden calls on Simple speeds the step past the tuned plan
 // and NCCL's choices, it wins and runs between rounds and for good; where it slows the step, the tuned plan stays.
 TEST(engine, guard_protocol_arm_verdicts) {
