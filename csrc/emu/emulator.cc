@@ -507,6 +507,7 @@ class RankRunner {
   void run() {
     const Scenario& sc = *sh_.sc;
     const HostSpec* host = sc.host(grank_);
+    hiddenPct_ = host ? static_cast<uint64_t>(host->hiddenPct) : 100;
     if (sh_.plugin->profilerVersion)
       proxy_ = std::make_unique<Proxy>(sh_.plugin, sc.runahead, sc.reorder, sc.seed * 31 + static_cast<uint64_t>(grank_),
                                        host ? host->proxyDelayUs : 0);
@@ -567,6 +568,7 @@ class RankRunner {
  private:
   Shared& sh_;
   int grank_;
+  uint64_t hiddenPct_ = 100;  // HostSpec::hiddenPct
   bool failed_ = false;
   bool leftLead_ = false;     // leaveLead() ran
   uint64_t curHostSeq_ = 0;  // Shared::hostSeq of the group being played
@@ -969,7 +971,7 @@ class RankRunner {
       uint64_t dur = std::max<uint64_t>(1000, static_cast<uint64_t>(alone * noise * switchSlow * 1000.0));
       // hidden: time the stream is held around the kernel that its channel timestamps do not cover
       const uint64_t streamReached = std::max(cs.gpuNs, inputReady);  // a CUDA event recorded before the launch
-      p.start = streamReached + sc.gapNs + sc.hiddenNs(p.applied.algo, p.applied.proto);
+      p.start = streamReached + sc.gapNs + sc.hiddenNs(p.applied.algo, p.applied.proto) * hiddenPct_ / 100;
       const uint64_t wait = arrivalWaitNs(cs, key);
       if (overlap) {
         const double rankStart = static_cast<double>(p.start + wait - cs.baseNs);

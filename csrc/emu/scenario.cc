@@ -237,7 +237,7 @@ bool Scenario::parse(const std::string& text, std::string* error) {
       orders.push_back(o);
       rankLines.emplace_back(lineNo, kw, o.rank);
     } else if (kw == "host") {
-      if (std::string bad = badKeys({"rank", "delay_us", "jitter_us", "proxy_delay_us", "kill_after"}); !bad.empty())
+      if (std::string bad = badKeys({"rank", "delay_us", "jitter_us", "proxy_delay_us", "kill_after", "hidden_pct"}); !bad.empty())
         return fail(bad);
       HostSpec h;
       if (!parseInt(kv["rank"], 0, 4095, &h.rank)) return fail("bad host rank=");
@@ -247,6 +247,7 @@ bool Scenario::parse(const std::string& text, std::string* error) {
                    : k == "jitter_us" ? &h.jitterUs
                    : k == "proxy_delay_us" ? &h.proxyDelayUs
                    : k == "kill_after" ? &h.killAfter
+                   : k == "hidden_pct" ? &h.hiddenPct
                                        : nullptr;
         if (!dst) return fail("host: unknown key '" + k + "'");
         if (!parseInt(v, 0, 10000000, dst)) return fail("host: bad " + k);

@@ -53,6 +53,7 @@ struct HostSpec {
   int jitterUs = 0;        // plus uniform [0, jitterUs) (seeded per rank)
   int proxyDelayUs = 0;    // the proxy thread sleeps this long before delivering each kernel event
   int killAfter = -1;      // >= 0: the process playing this rank SIGKILLs itself after that many groups
+  int hiddenPct = 100;     // this rank's kernels hold their stream this share of the scenario's `hidden` time
 };
 
 struct Scenario {

@@ -81,6 +81,10 @@ class GatedDecider final : public coord::Decider {
     if (t.coll == kGuardColl) return guard->decide(k, covered);
     return inner.decide(t, k, covered);
   }
+  // Another rank's time of guard iteration k (the ranks of this process report through the in-process board).
+  void observe(const coord::TaskKey& t, int rank, uint64_t k, double us) override {
+    if (t.coll == kGuardColl) guard->sample(k, us, rank);
+  }
   void observeWait(const coord::TaskKey& t, int rank, uint64_t k, double us) override {
     (void)rank;
     inner.chargeWait(t, k, us);
@@ -105,6 +109,10 @@ class ForwardDecider final : public coord::Decider {
     return inner_->decide(t, k, covered);
   }
   void observe(const coord::TaskKey& t, int rank, uint64_t k, double us) override {
+    if (t.coll == kGuardColl) {
+      guard_->sample(k, us, rank);  // another rank's time of guard iteration k
+      return;
+    }
     if (observer_) observer_(t, rank, k, us);
   }
   void observeWait(const coord::TaskKey& t, int rank, uint64_t k, double us) override {
@@ -461,7 +469,7 @@ class OnlineSource final : public DecisionSource {
     // Samples the search planned, and the coordinator's NCCL-default calls of a task the authority had not
     // seen yet (kTuning segments without measure; the search takes them as its baseline).
     d.timed = !guardNccl && !capped && (c.measure || (s->seg.phase == search::Phase::kTuning && c.isDefault()));
-    if (boundary && guardTimedNow_ && authority_) d.timed = true;  // the iteration's start: a guard sample
+    if (boundary && guardTimedNow_ && (authority_ || guardReports_)) d.timed = true;  // a guard sample's start
     if (k == 0) {
       d.why = bypass_ ? (pinTable_ ? "communicator not entirely in this process and no coordinator address: this "
                                      "rank's table, unchecked"
@@ -499,6 +507,10 @@ class OnlineSource final : public DecisionSource {
     if (authority_) {
       for (const auto& [it, us] : guardClock_.start(task, timed.callIndex, timed.startNs))
         decider_->guard->sample(it, us);  // the iterations this call's start completes
+    } else if (place_.load(std::memory_order_acquire) != Place::kUnknown && guardReports_) {
+      // this rank's times of them, to the authority (the step is the slowest rank's)
+      for (const auto& [it, us] : guardClock_.start(task, timed.callIndex, timed.startNs))
+        usedBoard_->report(guardKey_, env_.rank, it, us);
     }
     const Place place = place_.load(std::memory_order_acquire);
     Measurement m = timed;
@@ -881,14 +893,14 @@ class OnlineSource final : public DecisionSource {
     guardFallbackNccl_ = GuardPlan::fallbackNcclOf(o.seg.cfg);
     guardCapNow_ = arm.estimated && o.seg.begin < structureFromStep_ ? GuardArm{} : arm;
     guardTimedNow_ = o.seg.cfg.measure;
-    if (authority_) {
+    if (authority_ || guardReports_) {  // the clock ranks time the round's iterations
       if (guardTimedNow_) guardClock_.markBoundary(task, k, it);
       if (guardTimedNow_ != guardNeed_.load(std::memory_order_relaxed)) {
         guardNeed_.store(guardTimedNow_, std::memory_order_relaxed);
         if (env_.needChanged) env_.needChanged();
       }
-      logVerdicts();
     }
+    if (authority_) logVerdicts();
     return true;
   }
 
@@ -1015,6 +1027,12 @@ class OnlineSource final : public DecisionSource {
     } else {
       usedBoard_ = p == Place::kLocal ? localBoard_ : tcpBoard_;
       agree_ = std::make_unique<coord::CommAgreement>(usedBoard_, env_.commHash, env_.rank, co->lookupDeadline());
+      // The step guard's iteration time is the longest among the clock ranks': every rank of a communicator in
+      // this process, the first kReportRanks over TCP (bounds the authority's inbound traffic, as ArrivalMerge).
+      const int clockRanks = p == Place::kLocal ? std::min(env_.nRanks, GuardPlan::kMaxClockRanks)
+                                                : std::min(env_.nRanks, ArrivalMerge::kReportRanks);
+      if (authority_) decider_->guard->setClockRanks(clockRanks);
+      guardReports_ = !authority_ && env_.rank < clockRanks;
     }
     place_.store(p, std::memory_order_release);
   }
@@ -1293,6 +1311,9 @@ class OnlineSource final : public DecisionSource {
   uint64_t guardStructure_ = 0;  // the detector's structure at the last guard step ...
   uint64_t structureFromStep_ = 0;  // ... and the step it began at (estimated segments planned before it cap nothing)
   bool guardTimedNow_ = false;   // the current iteration's start is a guard sample
+  // A follower among the guard's clock ranks: it times the round's iterations and reports them. Set by settlePlace
+  // before place_'s release; the measurement thread reads it after place_'s acquire.
+  bool guardReports_ = false;
   std::string guardWhy_;
   size_t loggedVerdicts_ = 0;
   std::atomic<bool> guardNeed_{false};

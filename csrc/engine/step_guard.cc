@@ -305,6 +305,8 @@ uint32_t GuardPlan::iterationChanged(uint32_t iterationCalls, StepChange change)
     inRound_ = false;
     wanted_.clear();
     times_.clear();
+    own_.clear();
+    ranksIn_.clear();
     ++voided_;
   }
   // A verdict on iterations of another length says nothing of these: a round as soon as the plan is armed again;
@@ -358,11 +360,30 @@ search::Segment GuardPlan::finalSegment() const {
   return g;
 }
 
-void GuardPlan::sample(uint64_t i, double micros) {
+void GuardPlan::setClockRanks(int n) {
+  std::lock_guard<std::mutex> lk(mu_);
+  clockRanks_ = std::clamp(n, 1, kMaxClockRanks);
+}
+
+void GuardPlan::sample(uint64_t i, double micros, int rank) {
   if (!(micros > 0) || !std::isfinite(micros)) return;
   std::lock_guard<std::mutex> lk(mu_);
-  if (wanted_.count(i)) times_[i] = micros;
-  newest_ = std::max(newest_, i);
+  if (rank < 0 || rank >= clockRanks_) return;
+  if (rank == 0) newest_ = std::max(newest_, i);  // the give-up bound runs on the authority's own progress
+  if (!wanted_.count(i)) return;
+  uint64_t& in = ranksIn_[i];
+  const uint64_t bit = uint64_t{1} << rank;
+  if (in & bit) return;
+  in |= bit;
+  double& t = times_[i];
+  t = std::max(t, micros);
+  if (rank == 0) own_[i] = micros;
+}
+
+bool GuardPlan::completeLocked(uint64_t i) const {
+  auto f = ranksIn_.find(i);
+  const uint64_t all = clockRanks_ >= 64 ? ~uint64_t{0} : (uint64_t{1} << clockRanks_) - 1;
+  return f != ranksIn_.end() && (f->second & all) == all;
 }
 
 void GuardPlan::lost(uint64_t from, uint64_t to) {
@@ -416,7 +437,7 @@ std::vector<search::Segment> GuardPlan::decide(uint64_t i, uint64_t covered) {
 void GuardPlan::planOneLocked() {
   if (inRound_) {
     size_t have = 0;
-    for (const auto& [it, arm] : wanted_) have += times_.count(it);
+    for (const auto& [it, arm] : wanted_) have += completeLocked(it);
     const bool over = have == wanted_.size() || (newest_ >= roundEnd_ + o_.giveUpAfter) ||
                       planned_ >= roundEnd_ + 4 * o_.giveUpAfter;  // samples that never come
     if (over && lostInRound_ > 0 && extensions_ < kMaxExtensions && !enoughSamplesLocked()) {
@@ -513,7 +534,10 @@ void GuardPlan::verdictLocked() {
   v.roundBegin = wanted_.empty() ? planned_ : wanted_.begin()->first - 1;  // a block's first iteration settles
   for (const auto& [it, arm] : wanted_) {
     auto f = times_.find(it);
-    if (f != times_.end()) v.samples.push_back(Sample{it, arms_[arm], f->second});
+    if (f == times_.end()) continue;
+    auto own = own_.find(it);
+    v.samples.push_back(Sample{it, arms_[arm], f->second, own != own_.end() ? own->second : 0.0,
+                               static_cast<uint32_t>(__builtin_popcountll(ranksIn_[it]))});
   }
   v.tunedSamples = static_cast<uint32_t>(t.size());
   v.ncclSamples = static_cast<uint32_t>(n.size());
@@ -582,6 +606,8 @@ void GuardPlan::verdictLocked() {
   inRound_ = false;
   wanted_.clear();
   times_.clear();
+  own_.clear();
+  ranksIn_.clear();
   changesSinceVerdict_ = 0;
   interval_ = interval_ ? std::min(interval_ * 2, o_.recheckMax) : o_.recheckFirst;
   nextRound_ = planned_ + interval_;
@@ -666,17 +692,15 @@ std::string traceVerdict(const GuardPlan::Verdict& v, const std::string& commHex
     const GuardPlan::Sample& s = v.samples[i];
     char e[256];
     CallKey first;
-    if (firstCall && firstCall(s.iteration, &first)) {
-      std::snprintf(e, sizeof e,
-                    "%s{\"it\":%" PRIu64 ",\"arm\":\"%s\",\"us\":%.1f,\"coll\":\"%s\",\"bytes\":%" PRIu64
-                    ",\"call\":%" PRIu64 "}",
-                    i ? "," : "", s.iteration, armName(s.arm).c_str(), s.micros, collName(first.task.coll),
-                    first.task.bytes, first.call);
-    } else {
-      std::snprintf(e, sizeof e, "%s{\"it\":%" PRIu64 ",\"arm\":\"%s\",\"us\":%.1f}", i ? "," : "",
-                    s.iteration, armName(s.arm).c_str(), s.micros);
-    }
+    std::snprintf(e, sizeof e, "%s{\"it\":%" PRIu64 ",\"arm\":\"%s\",\"us\":%.1f,\"own_us\":%.1f,\"ranks\":%u",
+                  i ? "," : "", s.iteration, armName(s.arm).c_str(), s.micros, s.ownMicros, s.ranks);
     out += e;
+    if (firstCall && firstCall(s.iteration, &first)) {
+      std::snprintf(e, sizeof e, ",\"coll\":\"%s\",\"bytes\":%" PRIu64 ",\"call\":%" PRIu64,
+                    collName(first.task.coll), first.task.bytes, first.call);
+      out += e;
+    }
+    out += "}";
   }
   out += "]";
   if (v.winner.estimated) out += ",\"winner_positions\":[" + positionList(v.winner) + "]";

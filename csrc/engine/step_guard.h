@@ -14,9 +14,9 @@
 // GuardPlan (the communicator's authority): an append-only plan over iteration indices, served to every rank
 // through the board like a task's plan: "tuned" (the tasks' own decisions) until armed (every task of the
 // iteration has converged), then a round of blocks of iterations alternating the tuned plan and NCCL's own
-// choices for every task (T N N T, twice), their iteration times the samples, then the verdict: the tuned
-// plan stays only if its median iteration time is lower than NCCL's by more than the noise, else NCCL's
-// choices for every task. Rounds repeat at a growing interval, so a new phase of the job or a slower link is
+// choices for every task (T N N T, twice), their iteration times the samples (the slowest clock rank's), then the
+// verdict: the tuned plan stays only if its median iteration time is lower than NCCL's by more than the noise,
+// else NCCL's choices for every task. Rounds repeat at a growing interval, so a new phase of the job or a slower link is
 // noticed.
 //
 // Arms (AUTOCCL_STEP_ARMS, opt-in): further configurations of the whole job compared in the same round, each
@@ -276,8 +276,14 @@ class GuardPlan {
   // arms' positions name other calls now. They are forgotten (an arm without positions, running since it won,
   // runs the tuned plan) until the estimate of the new structure names some.
   void forgetEstimatedPositions();
-  // Iteration i took `micros` (the authority's stream, the start of i to the start of i + 1).
-  void sample(uint64_t i, double micros);
+  // The ranks whose iteration times make a sample: ranks 0 (the authority) to n - 1 (at most kMaxClockRanks). An
+  // iteration's time is the longest among them; the round waits for every one of them until its give-up bound, and
+  // then takes the longest of those that came. 1 (the default): the authority's alone.
+  static constexpr int kMaxClockRanks = 64;
+  void setClockRanks(int n);
+  // Iteration i took `micros` on rank `rank`'s stream (the start of i to the start of i + 1). A duplicate from one
+  // rank is ignored.
+  void sample(uint64_t i, double micros, int rank = 0);
   // A call of a round's block that limiting arm `arm` limits (GuardArm::caps), and whether it ran otherwise than
   // the tuned plan: the arm changed its configuration and NCCL accepts the pair. The authority's calls alone (the
   // cost table is the same on every rank). Counted per arm until the next round starts (ArmResult::inert).
@@ -300,11 +306,14 @@ class GuardPlan {
     uint64_t limitedCalls = 0, changedCalls = 0;
     bool inert = false;
   };
-  // One iteration time a round compared: the iteration, the arm its block ran, its time.
+  // One iteration time a round compared: the iteration, the arm its block ran, its time (the longest of the ranks'
+  // that came), the authority's own (0: none came) and how many ranks' times came.
   struct Sample {
     uint64_t iteration = 0;
     GuardArm arm;
     double micros = 0;
+    double ownMicros = 0;
+    uint32_t ranks = 0;
   };
   struct Verdict {
     uint64_t at = 0;  // first iteration it applies to
@@ -365,7 +374,11 @@ class GuardPlan {
   size_t now_ = kTunedArm;                   // the last verdict's arm (what is planned outside rounds)
   uint64_t roundEnd_ = 0;                    // first iteration after the round's blocks
   std::map<uint64_t, size_t> wanted_;        // sample iteration -> the arm its block ran
-  std::map<uint64_t, double> times_;         // sample iteration -> its time
+  std::map<uint64_t, double> times_;         // sample iteration -> its time (the longest of the ranks' so far)
+  std::map<uint64_t, double> own_;           // sample iteration -> the authority's time
+  std::map<uint64_t, uint64_t> ranksIn_;     // sample iteration -> bit r: rank r's time came
+  int clockRanks_ = 1;
+  bool completeLocked(uint64_t i) const;     // every clock rank's time of iteration i came
   uint64_t newest_ = 0;                      // highest iteration a time arrived for
   uint64_t interval_ = 0;
   uint64_t nextRound_ = 0;                   // iteration before which no new round starts
@@ -388,8 +401,9 @@ std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm);
 std::string traceVerdict(const GuardPlan::Verdict& v, const std::string& commHex, int rank,
                          const std::function<bool(uint64_t iteration, CallKey* first)>& firstCall);
 
-// The authority's iteration times, from its own stream: the first call of each guard-timed iteration is marked,
-// its measurement brings its start, and iteration i's time is the start of i + 1 minus the start of i. Also the
+// A clock rank's iteration times, from its own stream (the authority's go to its GuardPlan, the other clock ranks'
+// to the authority through the board): the first call of each guard-timed iteration is marked, its measurement
+// brings its start, and iteration i's time is the start of i + 1 minus the start of i. Also, on the authority, the
 // calls the guard ran otherwise than their plan says (NCCL's choice, a channel cap), whose times are not their
 // task's samples. Its own mutex: marks come from the calling thread, starts from the measurement thread.
 class GuardClock {

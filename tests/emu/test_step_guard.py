@@ -7,6 +7,7 @@ round keeps the tuned plan, and the table holds it. Every rank agrees on every c
 from __future__ import annotations
 
 import random
+import statistics
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,13 +18,16 @@ from test_online import assert_same_per_seq, online_env
 
 from autoccl import tables
 from autoccl.bench import trace as T
-from autoccl.emu import Call, Comm, Group, Scenario, run
+from autoccl.emu import Call, Comm, Group, Host, Scenario, run
 from autoccl.emu.scenario import pipeline_like
 
 
-def _run_guarded(plugin: Path, sc: Scenario, work: Path, min_task_us: int, **extra: str) -> Any:
-    """The scenario online over the TCP board, ranks in two processes, kernel-window scoring, the guard on,
-    traced under `work`; tasks below `min_task_us` keep NCCL's choice; `extra` more settings."""
+def _run_guarded(
+    plugin: Path, sc: Scenario, work: Path, min_task_us: int, processes: bool = True, **extra: str
+) -> Any:
+    """The scenario online over the TCP board, ranks in two processes (`processes`; else one process, its
+    in-process board), kernel-window scoring, the guard on, traced under `work`; tasks below `min_task_us`
+    keep NCCL's choice; `extra` more settings."""
     env = online_env(
         True,
         AUTOCCL_SCORE="window",
@@ -33,7 +37,9 @@ def _run_guarded(plugin: Path, sc: Scenario, work: Path, min_task_us: int, **ext
         AUTOCCL_TRACE=str(work / "trace"),
         **extra,
     )
-    res = run(sc, plugin=plugin, env=env, processes=True, timeout=300, extra_args=["--verbose"], workdir=work)
+    res = run(
+        sc, plugin=plugin, env=env, processes=processes, timeout=300, extra_args=["--verbose"], workdir=work
+    )
     assert_clean(res)
     return res
 
@@ -44,9 +50,14 @@ def _run(plugin: Path, hidden_us: int, work: Path) -> tuple[list[dict[str, Any]]
 
 
 def _run_traced(
-    plugin: Path, hidden_us: int, work: Path
+    plugin: Path,
+    hidden_us: int,
+    work: Path,
+    hosts: dict[int, Host] | None = None,
+    processes: bool = True,
 ) -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
-    """The run, its rank-0 all_reduce calls in order, the guard's INFO lines and its trace verdicts."""
+    """The run, its rank-0 all_reduce calls in order, the guard's INFO lines and its trace verdicts; `hosts`:
+    per-rank host behaviour (Host.hidden_pct: that rank's share of the hidden time)."""
     # One iteration: an all_reduce (tuned) then an all_gather (one pair: NCCL's choice either way), 600 times.
     iteration = [Group("dp", (Call("allreduce", 2 << 20),)), Group("dp", (Call("allgather", 1 << 20),))]
     sc = Scenario(
@@ -56,8 +67,9 @@ def _run_traced(
         noise=False,
         hidden_ns={("ring", "ll128"): hidden_us * 1000} if hidden_us else {},
         lead=8,
+        hosts=hosts or {},
     )
-    res = _run_guarded(plugin, sc, work, min_task_us=0)
+    res = _run_guarded(plugin, sc, work, min_task_us=0, processes=processes)
     assert_same_per_seq(res.calls)
     ar = sorted(
         (r for r in res.calls if r["grank"] == 0 and r["coll"] == "allreduce"), key=lambda r: int(r["seq"])
@@ -115,6 +127,35 @@ def test_guard_trace_records_say_what_the_round_ran(plugin: Path, tmp_path: Path
             assert default == (smp["arm"] == "nccl"), (smp, ar[k])
             checked += 1
     assert checked >= 8, verdicts
+
+
+@pytest.mark.parametrize("processes", [True, False], ids=["tcp", "in-process"])
+def test_guard_times_the_slowest_rank(plugin: Path, tmp_path: Path, processes: bool) -> None:
+    """Ring/LL128 holds the stream 40 us past its kernel on rank 1 alone (the emulator plays each rank's
+    timeline apart, so rank 1's slower iterations never reach the authority's stream, as they would through a
+    real job's collectives): the authority's own iterations run faster on the tuned plan, rank 1's slower. The
+    round's samples are the longest of both ranks' iteration times, so the guard puts NCCL's choices back; on
+    the authority's clock alone it kept the tuned plan (each sample's `own_us`). Ranks in two processes report
+    over the TCP coordinator, ranks of one process through its in-process board."""
+    ar, lines, verdicts = _run_traced(
+        plugin, hidden_us=40, work=tmp_path, hosts={0: Host(hidden_pct=0)}, processes=processes
+    )
+    assert any((r["algo"], r["proto"]) == ("ring", "ll128") for r in ar), "Ring/LL128 never pinned"
+    assert verdicts, lines
+    v = verdicts[0]
+    assert v["winner"] == "nccl" and not v["tuned"], v
+    assert all(smp["ranks"] == 2 for smp in v["samples"]), v["samples"]
+    by_arm: dict[str, list[dict[str, Any]]] = {"tuned": [], "nccl": []}
+    for smp in v["samples"]:
+        by_arm[smp["arm"]].append(smp)
+    own = {a: statistics.median(x["own_us"] for x in by_arm[a]) for a in by_arm}
+    slowest = {a: statistics.median(x["us"] for x in by_arm[a]) for a in by_arm}
+    assert own["tuned"] < own["nccl"], own  # the authority alone would have kept the tuned plan
+    assert slowest["tuned"] > slowest["nccl"], slowest
+    # every sample is the slower rank's: rank 1 in the tuned blocks, by about its 40 us hold
+    assert all(x["us"] >= x["own_us"] + 30 for x in by_arm["tuned"]), by_arm["tuned"]
+    last = ar[-1]
+    assert (last["algo"], last["proto"]) == (last["def_algo"], last["def_proto"]), last
 
 
 def test_guard_keeps_a_plan_that_speeds_the_iteration(plugin: Path, tmp_path: Path) -> None:

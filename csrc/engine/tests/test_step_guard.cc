@@ -399,6 +399,62 @@ TEST(engine, guard_verdicts) {
   }
 }
 
+// With several clock ranks a sample is the longest of their times of the iteration (the step is the slowest rank's):
+// the authority's own iterations run faster on the tuned plan, rank 1's slower, and NCCL's choices win. The round
+// waits for every rank's time (rank 1's come `lag` iterations late) up to its give-up bound, then takes what came:
+// with rank 1 silent, the authority's alone. A duplicate, or a rank beyond the clock ranks, changes nothing.
+TEST(engine, guard_samples_take_the_slowest_rank) {
+  const auto run = [](bool rank1Reports, uint64_t lag) {
+    GuardPlan g;
+    g.setClockRanks(2);
+    std::vector<bool> measured(400, false), nccl(400, false);
+    struct Late {
+      uint64_t deliverAt, iteration;
+      double us;
+    };
+    std::vector<Late> late;  // rank 1's times, delivered `lag` iterations later
+    for (uint64_t i = 0; i < 398 && g.verdicts().empty(); ++i) {
+      if (i == 20) g.arm();
+      for (const auto& sg : g.decide(i, 0)) {
+        if (!sg.contains(i)) continue;
+        measured[i] = sg.cfg.measure;
+        nccl[i] = GuardPlan::isNccl(sg.cfg);
+      }
+      if (i > 0 && measured[i - 1] && measured[i]) {
+        g.sample(i - 1, nccl[i - 1] ? 100.0 : 90.0, 0);
+        g.sample(i - 1, 500.0, 2);  // not a clock rank
+        if (rank1Reports) late.push_back(Late{i + lag, i - 1, nccl[i - 1] ? 100.0 : 120.0});
+      }
+      for (const Late& x : late)
+        if (x.deliverAt == i) {
+          g.sample(x.iteration, x.us, 1);
+          g.sample(x.iteration, 1.0, 1);  // a duplicate: ignored
+        }
+    }
+    return g.verdicts();
+  };
+  auto v = run(true, 0);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_FALSE(v[0].tuned);
+  EXPECT_DOUBLE_EQ(v[0].tunedUs, 120.0);
+  EXPECT_DOUBLE_EQ(v[0].ncclUs, 100.0);
+  ASSERT_FALSE(v[0].samples.empty());
+  for (const GuardPlan::Sample& x : v[0].samples) {
+    EXPECT_EQ(x.ranks, 2u);
+    EXPECT_DOUBLE_EQ(x.ownMicros, x.arm.nccl ? 100.0 : 90.0);
+  }
+  const uint64_t promptAt = v[0].at;
+  v = run(true, 10);  // rank 1's times 10 iterations late: the verdict waits for them
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_FALSE(v[0].tuned);
+  EXPECT_GE(v[0].at, promptAt + 8);
+  v = run(false, 0);  // rank 1 silent: the give-up bound, then the authority's times alone
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_TRUE(v[0].tuned);
+  EXPECT_GE(v[0].at, promptAt + GuardOptions().giveUpAfter);
+  for (const GuardPlan::Sample& x : v[0].samples) EXPECT_EQ(x.ranks, 1u);
+}
+
 TEST(engine, guard_round_cost_charged_to_the_job_budget) {
   // The round's cost: each losing arm's iterations (its blocks' settling ones too) at its median minus the
   // winner's; its regret: each arm's slower than NCCL's, at its median minus NCCL's. T N N T twice with blocks of

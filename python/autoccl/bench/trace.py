@@ -218,14 +218,23 @@ def guard_verdicts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The step guard's verdicts (the authorities' `guard` records), in the order each communicator reached
     them: the round's first iteration, the verdict's (`at`), what won, both medians in microseconds with their
     sample counts, the margin the tuned plan had to beat NCCL's by, and the samples ([iteration, arm,
-    microseconds, the iteration's first call as {coll, bytes, call} where the trace has it])."""
+    microseconds (the longest of the clock ranks' times), the authority's own (`own_us`; older traces: the
+    same) and how many ranks' times came (`ranks`; older traces: 1), the iteration's first call as
+    {coll, bytes, call} where the trace has it])."""
     out: list[dict[str, Any]] = []
     for rec in records:
         if rec.get("ev") != "guard":
             continue
         samples: list[dict[str, Any]] = []
         for x in rec.get("samples", []):
-            sample: dict[str, Any] = {"it": int(x["it"]), "arm": str(x["arm"]), "us": float(x["us"])}
+            us = float(x["us"])
+            sample: dict[str, Any] = {
+                "it": int(x["it"]),
+                "arm": str(x["arm"]),
+                "us": us,
+                "own_us": float(x.get("own_us", us)),
+                "ranks": int(x.get("ranks", 1)),
+            }
             if "call" in x:  # the iteration's first call, where the authority still knew it
                 coll = TORCH_COLL.get(x["coll"], x["coll"])
                 sample.update(coll=coll, bytes=int(x["bytes"]), call=int(x["call"]))

@@ -83,12 +83,15 @@ class Group:
 class Host:
     """Per-rank host behaviour: skew (a delay before each group, plus jitter), slow delivery of kernel
     timing events (a busy proxy thread), and `kill_after` groups the process playing the rank SIGKILLs
-    itself (process mode; in thread mode it takes every rank of the process with it)."""
+    itself (process mode; in thread mode it takes every rank of the process with it). `hidden_pct`: this
+    rank's kernels hold their stream that percentage of the scenario's `hidden_ns` (a plan that slows one
+    rank alone)."""
 
     delay_us: int = 0
     jitter_us: int = 0
     proxy_delay_us: int = 0
     kill_after: int | None = None
+    hidden_pct: int = 100
 
     def args(self) -> str:
         out = []
@@ -102,6 +105,10 @@ class Host:
             if self.kill_after < 0:
                 raise ValueError("kill_after must be >= 0")
             out.append(f"kill_after={self.kill_after}")
+        if self.hidden_pct != 100:
+            if not 0 <= self.hidden_pct <= 10_000_000:
+                raise ValueError("hidden_pct must be in [0, 10000000]")
+            out.append(f"hidden_pct={self.hidden_pct}")
         return " ".join(out)
 
 
