@@ -455,7 +455,7 @@ def test_guard_verdicts_from_the_trace_reach_the_pairs_table(tmp_path: Path) -> 
         '{"ev":"guard","comm":"00000000000000ab","rank":0,"period":2,"round_begin":62,"at":93,"winner":"nccl",'
         '"tuned":false,"tuned_us":149500.0,"tuned_samples":8,"nccl_us":148000.0,"nccl_samples":8,'
         '"margin":0.1200,"plan_gain_us":280.0,"unexplained":true,"voided_before":1,"cost_us":18000.0,"regret_us":18000.0,"samples":[{"it":63,"arm":"tuned","us":150000.0,"coll":"allgather","bytes":210243584,'
-        '"call":64},{"it":66,"arm":"nccl","us":147000.0}]}\n'
+        '"call":64},{"it":66,"arm":"nccl","us":147000.0,"own_us":146000.0,"ranks":2}]}\n'
         '{"ev":"call","comm":"00000000000000ab","rank":0,"coll":"allgather","bytes":1,"call":0}\n'
     )
     verdicts = T.guard_verdicts(T.read_records([trace]))
@@ -466,11 +466,13 @@ def test_guard_verdicts_from_the_trace_reach_the_pairs_table(tmp_path: Path) -> 
         "it": 63,
         "arm": "tuned",
         "us": 150000.0,
+        "own_us": 150000.0,  # a trace without the authority's own time: the sample's
+        "ranks": 1,
         "coll": "all_gather",
         "bytes": 210243584,
         "call": 64,
     }
-    assert v["samples"][1] == {"it": 66, "arm": "nccl", "us": 147000.0}
+    assert v["samples"][1] == {"it": 66, "arm": "nccl", "us": 147000.0, "own_us": 146000.0, "ranks": 2}
 
     doc: dict[str, object] = {
         "kind": "train",
