@@ -129,6 +129,7 @@ def test_guard_trace_records_say_what_the_round_ran(plugin: Path, tmp_path: Path
     assert checked >= 8, verdicts
 
 
+@pytest.mark.sanitize
 @pytest.mark.parametrize("processes", [True, False], ids=["tcp", "in-process"])
 def test_guard_times_the_slowest_rank(plugin: Path, tmp_path: Path, processes: bool) -> None:
     """Ring/LL128 holds the stream 40 us past its kernel on rank 1 alone (the emulator plays each rank's
