@@ -534,7 +534,9 @@ class OnlineSource final : public DecisionSource {
     }
     if (!authority_) {  // a rank never derives decisions from its own measurements; it may report them
       if (reporting_ && place == Place::kTcp) {
-        usedBoard_->report(coordKey(task), env_.rank, m.callIndex, m.gpuUs);
+        // Only while this rank's tasks hold timing: a call timed for the guard's clock alone is no task's
+        // sample, and reporting each one sent a frame per call of every guard round.
+        if (holds_.needed()) usedBoard_->report(coordKey(task), env_.rank, m.callIndex, m.gpuUs);
         noteDelivered(task, m.callIndex);  // its timing hold ends like the authority's (releaseIdleHolders)
       }
       return;
@@ -556,7 +558,7 @@ class OnlineSource final : public DecisionSource {
       return;
     }
     if (!authority_) {
-      if (reporting_ && place == Place::kTcp) usedBoard_->report(coordKey(task), env_.rank, k, -1.0);
+      if (reporting_ && place == Place::kTcp && holds_.needed()) usedBoard_->report(coordKey(task), env_.rank, k, -1.0);
       return;
     }
     if (arrival_) arrival_->ownUntimed(task, k);
@@ -640,8 +642,11 @@ class OnlineSource final : public DecisionSource {
     }
     if (!srch) return;
     if (!m.applied.forcesPair() && m.applied.channels == 0 && m.ncclAlgo >= 0) {
-      s->ncclAlgo.store(m.ncclAlgo, std::memory_order_relaxed);
-      s->ncclProto.store(m.ncclProto, std::memory_order_relaxed);
+      const int wasAlgo = s->ncclAlgo.exchange(m.ncclAlgo, std::memory_order_relaxed);
+      const int wasProto = s->ncclProto.exchange(m.ncclProto, std::memory_order_relaxed);
+      // A count seen on another pair is not this pair's (ncclChoice reads the three together).
+      if (m.colls != 1 && (wasAlgo != m.ncclAlgo || wasProto != m.ncclProto))
+        s->ncclChannels.store(0, std::memory_order_relaxed);
       // the channels of a lone collective's kernel (a grouped launch reports its first collective's)
       if (m.colls == 1) {
         s->ncclChannels.store(m.ncclChannels, std::memory_order_relaxed);
@@ -847,6 +852,10 @@ class OnlineSource final : public DecisionSource {
       guardNcclNow_ = guardFallbackNccl_ = false;
       guardCapNow_ = GuardArm{};
       guardTimedNow_ = false;
+      if (guardNeed_.load(std::memory_order_relaxed)) {  // a round the step left mid-way: its timing goes too
+        guardNeed_.store(false, std::memory_order_relaxed);
+        if (env_.needChanged) env_.needChanged();
+      }
       if (authority_ && exposureEvery_ > 0) setExposureBlock(false);
       return true;
     }

@@ -369,10 +369,11 @@ void GuardPlan::sample(uint64_t i, double micros, int rank) {
   if (!(micros > 0) || !std::isfinite(micros)) return;
   std::lock_guard<std::mutex> lk(mu_);
   if (rank < 0 || rank >= clockRanks_) return;
-  if (rank == 0) newest_ = std::max(newest_, i);  // the give-up bound runs on the authority's own progress
+  const uint64_t bit = uint64_t{1} << rank;
+  heardInRound_ |= bit;
+  silent_ &= ~bit;  // heard again: waited for again
   if (!wanted_.count(i)) return;
   uint64_t& in = ranksIn_[i];
-  const uint64_t bit = uint64_t{1} << rank;
   if (in & bit) return;
   in |= bit;
   double& t = times_[i];
@@ -382,7 +383,7 @@ void GuardPlan::sample(uint64_t i, double micros, int rank) {
 
 bool GuardPlan::completeLocked(uint64_t i) const {
   auto f = ranksIn_.find(i);
-  const uint64_t all = clockRanks_ >= 64 ? ~uint64_t{0} : (uint64_t{1} << clockRanks_) - 1;
+  const uint64_t all = (clockRanks_ >= 64 ? ~uint64_t{0} : (uint64_t{1} << clockRanks_) - 1) & ~silent_;
   return f != ranksIn_.end() && (f->second & all) == all;
 }
 
@@ -438,8 +439,10 @@ void GuardPlan::planOneLocked() {
   if (inRound_) {
     size_t have = 0;
     for (const auto& [it, arm] : wanted_) have += completeLocked(it);
-    const bool over = have == wanted_.size() || (newest_ >= roundEnd_ + o_.giveUpAfter) ||
-                      planned_ >= roundEnd_ + 4 * o_.giveUpAfter;  // samples that never come
+    // Samples that never come (no iteration past the round is timed, so nothing newer shows them lost): given up
+    // once the plan has run 4 x giveUpAfter iterations past the round's last block. Not sooner: a round armed on
+    // pieces of a step (FSDP, after a break) must be voided by the step's return, not judged on the pieces.
+    const bool over = have == wanted_.size() || planned_ >= roundEnd_ + 4 * o_.giveUpAfter;
     if (over && lostInRound_ > 0 && extensions_ < kMaxExtensions && !enoughSamplesLocked()) {
       // Breaks of the step's structure took samples: the round goes on with its blocks again (the samples it
       // has stay), instead of a verdict for NCCL's choices for want of evidence. A step that stays unmeasurable
@@ -460,6 +463,7 @@ void GuardPlan::planOneLocked() {
   if (armed_ && planned_ >= nextRound_) {
     extensions_ = 0;
     lostInRound_ = 0;
+    heardInRound_ = 0;
     limited_.assign(arms_.size(), 0);
     changed_.assign(arms_.size(), 0);
     planRoundBlocksLocked();
@@ -601,6 +605,10 @@ void GuardPlan::verdictLocked() {
   }
   regretUs_ += v.regretUs;
   if (o_.jobRegret) o_.jobRegret->report(ledgerSlot_, regretUs_, 0.0, 0.0);
+  // A clock rank that sent no time in the whole round (an older build, a rank whose profiler is not attached) is
+  // not waited for in later rounds until it sends one: each round would otherwise wait out its give-up bound.
+  const uint64_t all = clockRanks_ >= 64 ? ~uint64_t{0} : (uint64_t{1} << clockRanks_) - 1;
+  silent_ |= all & ~heardInRound_ & ~uint64_t{1};
   now_ = winner;
   verdicts_.push_back(v);
   inRound_ = false;

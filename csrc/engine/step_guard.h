@@ -163,7 +163,7 @@ struct GuardOptions {
   uint64_t idleWindow = 16;      // iterations planned at a time while not armed
   uint64_t recheckFirst = 256;   // iterations from a verdict to the next round; doubles up to recheckMax
   uint64_t recheckMax = 16384;
-  uint64_t giveUpAfter = 64;     // iterations past a round's end after which missing samples are lost
+  uint64_t giveUpAfter = 64;     // a round's missing samples are lost once 4 x this many iterations are planned past it
   uint32_t minSamples = 3;       // a side needs this many samples, else NCCL's choices (no evidence for the plan)
   // A tuned median below NCCL's by more than the tuned plan's kernel savings in an iteration (setPlanGain)
   // plus the margin the round needs is the step's noise, not the plan: NCCL's choices (or the fastest channel-cap
@@ -378,8 +378,9 @@ class GuardPlan {
   std::map<uint64_t, double> own_;           // sample iteration -> the authority's time
   std::map<uint64_t, uint64_t> ranksIn_;     // sample iteration -> bit r: rank r's time came
   int clockRanks_ = 1;
-  bool completeLocked(uint64_t i) const;     // every clock rank's time of iteration i came
-  uint64_t newest_ = 0;                      // highest iteration a time arrived for
+  uint64_t heardInRound_ = 0;                // bit r: rank r sent a time in the round under way
+  uint64_t silent_ = 0;                      // bit r: rank r sent none in its last round: not waited for
+  bool completeLocked(uint64_t i) const;     // every clock rank's time of iteration i came (silent ones aside)
   uint64_t interval_ = 0;
   uint64_t nextRound_ = 0;                   // iteration before which no new round starts
   uint64_t waitLen_ = 1;

@@ -402,18 +402,21 @@ TEST(engine, guard_verdicts) {
 // With several clock ranks a sample is the longest of their times of the iteration (the step is the slowest rank's):
 // the authority's own iterations run faster on the tuned plan, rank 1's slower, and NCCL's choices win. The round
 // waits for every rank's time (rank 1's come `lag` iterations late) up to its give-up bound, then takes what came:
-// with rank 1 silent, the authority's alone. A duplicate, or a rank beyond the clock ranks, changes nothing.
+// with rank 1 silent, the authority's alone; a rank silent for a whole round is not waited for in the next (its
+// verdict comes as promptly as with every rank reporting). A duplicate, or a rank beyond the clock ranks, changes
+// nothing.
 TEST(engine, guard_samples_take_the_slowest_rank) {
-  const auto run = [](bool rank1Reports, uint64_t lag) {
+  const auto run = [](bool rank1Reports, uint64_t lag, size_t verdicts = 1) {
     GuardPlan g;
     g.setClockRanks(2);
-    std::vector<bool> measured(400, false), nccl(400, false);
+    constexpr uint64_t kIters = 1200;
+    std::vector<bool> measured(kIters, false), nccl(kIters, false);
     struct Late {
       uint64_t deliverAt, iteration;
       double us;
     };
     std::vector<Late> late;  // rank 1's times, delivered `lag` iterations later
-    for (uint64_t i = 0; i < 398 && g.verdicts().empty(); ++i) {
+    for (uint64_t i = 0; i < kIters && g.verdictCount() < verdicts; ++i) {
       if (i == 20) g.arm();
       for (const auto& sg : g.decide(i, 0)) {
         if (!sg.contains(i)) continue;
@@ -448,11 +451,18 @@ TEST(engine, guard_samples_take_the_slowest_rank) {
   ASSERT_EQ(v.size(), 1u);
   EXPECT_FALSE(v[0].tuned);
   EXPECT_GE(v[0].at, promptAt + 8);
-  v = run(false, 0);  // rank 1 silent: the give-up bound, then the authority's times alone
-  ASSERT_EQ(v.size(), 1u);
+  // Rank 1 silent: the give-up bound (4 x giveUpAfter iterations planned past the round), then the authority's
+  // times alone; the next round waits for no one.
+  const auto lastSample = [](const GuardPlan::Verdict& x) { return x.samples.back().iteration; };
+  const uint64_t promptWait = promptAt - lastSample(run(true, 0)[0]);
+  v = run(false, 0, 2);
+  ASSERT_EQ(v.size(), 2u);
   EXPECT_TRUE(v[0].tuned);
-  EXPECT_GE(v[0].at, promptAt + GuardOptions().giveUpAfter);
+  EXPECT_GE(v[0].at - lastSample(v[0]), 3 * GuardOptions().giveUpAfter);
+  EXPECT_LE(v[0].at - lastSample(v[0]), 4 * GuardOptions().giveUpAfter + 2);
   for (const GuardPlan::Sample& x : v[0].samples) EXPECT_EQ(x.ranks, 1u);
+  EXPECT_TRUE(v[1].tuned);
+  EXPECT_EQ(v[1].at - lastSample(v[1]), promptWait);
 }
 
 TEST(engine, guard_round_cost_charged_to_the_job_budget) {
