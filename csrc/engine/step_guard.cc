@@ -526,19 +526,24 @@ bool GuardPlan::enoughSamplesLocked() const {
 }
 
 void GuardPlan::verdictLocked() {
+  // A sample some clock rank's time never reached is the longest of the others' (biased towards the faster ranks):
+  // an arm with minSamples complete samples is judged on those alone.
+  std::vector<uint32_t> complete(arms_.size(), 0);
+  for (const auto& [it, arm] : wanted_) complete[arm] += completeLocked(it);
+  const auto used = [&](uint64_t it, size_t arm) {
+    return times_.count(it) > 0 && (complete[arm] < o_.minSamples || completeLocked(it));
+  };
   std::vector<std::vector<double>> x(arms_.size());
-  for (const auto& [it, arm] : wanted_) {
-    auto f = times_.find(it);
-    if (f != times_.end()) x[arm].push_back(f->second);
-  }
+  for (const auto& [it, arm] : wanted_)
+    if (used(it, arm)) x[arm].push_back(times_.at(it));
   const std::vector<double>& t = x[kTunedArm];
   const std::vector<double>& n = x[kNcclArm];
   Verdict v;
   v.at = planned_;
   v.roundBegin = wanted_.empty() ? planned_ : wanted_.begin()->first - 1;  // a block's first iteration settles
   for (const auto& [it, arm] : wanted_) {
+    if (!used(it, arm)) continue;
     auto f = times_.find(it);
-    if (f == times_.end()) continue;
     auto own = own_.find(it);
     v.samples.push_back(Sample{it, arms_[arm], f->second, own != own_.end() ? own->second : 0.0,
                                static_cast<uint32_t>(__builtin_popcountll(ranksIn_[it]))});

@@ -406,7 +406,8 @@ TEST(engine, guard_verdicts) {
 // verdict comes as promptly as with every rank reporting). A duplicate, or a rank beyond the clock ranks, changes
 // nothing.
 TEST(engine, guard_samples_take_the_slowest_rank) {
-  const auto run = [](bool rank1Reports, uint64_t lag, size_t verdicts = 1) {
+  // dropTuned: rank 1's time of every tuned sample at an even iteration is lost.
+  const auto run = [](bool rank1Reports, uint64_t lag, size_t verdicts = 1, bool dropTuned = false) {
     GuardPlan g;
     g.setClockRanks(2);
     constexpr uint64_t kIters = 1200;
@@ -426,7 +427,8 @@ TEST(engine, guard_samples_take_the_slowest_rank) {
       if (i > 0 && measured[i - 1] && measured[i]) {
         g.sample(i - 1, nccl[i - 1] ? 100.0 : 90.0, 0);
         g.sample(i - 1, 500.0, 2);  // not a clock rank
-        if (rank1Reports) late.push_back(Late{i + lag, i - 1, nccl[i - 1] ? 100.0 : 120.0});
+        if (rank1Reports && !(dropTuned && !nccl[i - 1] && (i - 1) % 2 == 0))
+          late.push_back(Late{i + lag, i - 1, nccl[i - 1] ? 100.0 : 120.0});
       }
       for (const Late& x : late)
         if (x.deliverAt == i) {
@@ -463,6 +465,15 @@ TEST(engine, guard_samples_take_the_slowest_rank) {
   for (const GuardPlan::Sample& x : v[0].samples) EXPECT_EQ(x.ranks, 1u);
   EXPECT_TRUE(v[1].tuned);
   EXPECT_EQ(v[1].at - lastSample(v[1]), promptWait);
+  // Half the tuned samples lack rank 1's time (their longest would be the authority's 90 us): with enough complete
+  // ones the arm is judged on those alone.
+  v = run(true, 0, 1, true);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_FALSE(v[0].tuned);
+  EXPECT_DOUBLE_EQ(v[0].tunedUs, 120.0);
+  EXPECT_GE(v[0].tunedSamples, GuardOptions().minSamples);
+  EXPECT_LT(v[0].tunedSamples, 8u);
+  for (const GuardPlan::Sample& x : v[0].samples) EXPECT_EQ(x.ranks, 2u);
 }
 
 TEST(engine, guard_round_cost_charged_to_the_job_budget) {
