@@ -105,24 +105,32 @@ def test_protocol_arm_buys_nothing_where_protocols_load_alike(plugin: Path, tmp_
     assert _median_step(res) <= plain * 1.005, (_median_step(res), plain)
 
 
-def test_a_protocol_arm_nccl_refuses_is_not_judged(plugin: Path, tmp_path: Path) -> None:
-    """`hidden=ll128` where NCCL offers no LL128 (NCCL_PROTO=^LL128 on every rank, as NCCL over sockets):
-    every call it limits asks for a pair NCCL refuses and runs NCCL's choice. The round records the arm as
-    having limited calls and changed none (inert), and it wins nothing, though LL128 would be the lighter
-    protocol here; no call runs LL128, and every rank applies the same configuration."""
-    model = protocol_model(tmp_path / "ll128-light.json", ll=3.0, ll128=0.5, simple=3.0)
+def _guard_rounds(model: Path, min_task_us: str, arms: str, **nccl: str) -> tuple[Any, list[dict[str, Any]]]:
+    """The scenario online over TCP with step arms `arms`, tasks below `min_task_us` left to NCCL and NCCL's
+    own variables `nccl` on every rank: the run (clean, every rank the same configuration at every call) and
+    the authority's guard records (at least one)."""
     env = online_env(
         True,
-        AUTOCCL_MIN_TASK_US="0",
-        AUTOCCL_MIN_TASK_US_TCP="0",
-        AUTOCCL_STEP_ARMS="hidden=ll128",
-        NCCL_PROTO="^LL128",
+        AUTOCCL_MIN_TASK_US=min_task_us,
+        AUTOCCL_MIN_TASK_US_TCP=min_task_us,
+        AUTOCCL_STEP_ARMS=arms,
+        **nccl,
     )
     res = run(scenario(), plugin="default", model=model, env=env, processes=True, timeout=300)
     assert_clean(res)
     assert_same_per_seq(res.calls)
     guard = [t for t in res.trace if t.get("ev") == "guard"]
     assert guard, res.stderr[-3000:]
+    return res, guard
+
+
+def test_a_protocol_arm_nccl_refuses_is_not_judged(plugin: Path, tmp_path: Path) -> None:
+    """`hidden=ll128` where NCCL offers no LL128 (NCCL_PROTO=^LL128 on every rank, as NCCL over sockets):
+    every call it limits asks for a pair NCCL refuses and runs NCCL's choice. The round records the arm as
+    having limited calls and changed none (inert), and it wins nothing, though LL128 would be the lighter
+    protocol here; no call runs LL128, and every rank applies the same configuration."""
+    model = protocol_model(tmp_path / "ll128-light.json", ll=3.0, ll128=0.5, simple=3.0)
+    res, guard = _guard_rounds(model, "0", "hidden=ll128", NCCL_PROTO="^LL128")
     for v in guard:
         arm = next(a for a in v["arms"] if a["arm"] == "hidden=ll128")
         assert arm["inert"] and arm["changed_calls"] == 0 and arm["limited_calls"] > 0, arm
@@ -138,19 +146,7 @@ def test_a_protocol_arm_naming_nccls_own_choice_is_not_judged(plugin: Path, tmp_
     beside it, 1 channel, changes the calls it limits and is judged. Every rank applies the same
     configuration."""
     model = protocol_model(tmp_path / "simple-light.json", ll=3.0, ll128=3.0, simple=0.5)
-    env = online_env(
-        True,
-        AUTOCCL_MIN_TASK_US="1000000",
-        AUTOCCL_MIN_TASK_US_TCP="1000000",
-        AUTOCCL_STEP_ARMS="hidden=simple,1",
-        NCCL_ALGO="Ring",
-        NCCL_PROTO="Simple",
-    )
-    res = run(scenario(), plugin="default", model=model, env=env, processes=True, timeout=300)
-    assert_clean(res)
-    assert_same_per_seq(res.calls)
-    guard = [t for t in res.trace if t.get("ev") == "guard"]
-    assert guard, res.stderr[-3000:]
+    res, guard = _guard_rounds(model, "1000000", "hidden=simple,1", NCCL_ALGO="Ring", NCCL_PROTO="Simple")
     for v in guard:
         arms = {a["arm"]: a for a in v["arms"]}
         simple = arms["hidden=simple"]
