@@ -55,13 +55,15 @@ def _run_traced(
     work: Path,
     hosts: dict[int, Host] | None = None,
     processes: bool = True,
+    ranks: int = 2,
 ) -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
     """The run, its rank-0 all_reduce calls in order, the guard's INFO lines and its trace verdicts; `hosts`:
-    per-rank host behaviour (Host.hidden_pct: that rank's share of the hidden time)."""
+    per-rank host behaviour (Host.hidden_pct: that rank's share of the hidden time); `ranks` in the
+    communicator."""
     # One iteration: an all_reduce (tuned) then an all_gather (one pair: NCCL's choice either way), 600 times.
     iteration = [Group("dp", (Call("allreduce", 2 << 20),)), Group("dp", (Call("allgather", 1 << 20),))]
     sc = Scenario(
-        [Comm("dp", 0x6A7D, (0, 1))],
+        [Comm("dp", 0x6A7D, tuple(range(ranks)))],
         iteration * 600,
         seed=3,
         noise=False,
@@ -130,22 +132,30 @@ def test_guard_trace_records_say_what_the_round_ran(plugin: Path, tmp_path: Path
 
 
 @pytest.mark.sanitize
-@pytest.mark.parametrize("processes", [True, False], ids=["tcp", "in-process"])
-def test_guard_times_the_slowest_rank(plugin: Path, tmp_path: Path, processes: bool) -> None:
-    """Ring/LL128 holds the stream 40 us past its kernel on rank 1 alone (the emulator plays each rank's
-    timeline apart, so rank 1's slower iterations never reach the authority's stream, as they would through a
-    real job's collectives): the authority's own iterations run faster on the tuned plan, rank 1's slower. The
-    round's samples are the longest of both ranks' iteration times, so the guard puts NCCL's choices back; on
-    the authority's clock alone it kept the tuned plan (each sample's `own_us`). Ranks in two processes report
-    over the TCP coordinator, ranks of one process through its in-process board."""
+@pytest.mark.parametrize(
+    ("processes", "ranks"), [(True, 2), (False, 2), (True, 4)], ids=["tcp", "in-process", "tcp-4-ranks"]
+)
+def test_guard_times_the_slowest_rank(plugin: Path, tmp_path: Path, processes: bool, ranks: int) -> None:
+    """Ring/LL128 holds the stream 40 us past its kernel on the last rank alone (the emulator plays each
+    rank's timeline apart, so that rank's slower iterations never reach the authority's stream, as they
+    would through a real job's collectives): the authority's own iterations run faster on the tuned plan,
+    the last rank's slower. The round's samples are the longest of the ranks' iteration times, so the guard
+    puts NCCL's choices back; on the authority's clock alone it kept the tuned plan (each sample's
+    `own_us`). Ranks in separate processes report over the TCP coordinator, ranks of one process through
+    its in-process board."""
     ar, lines, verdicts = _run_traced(
-        plugin, hidden_us=40, work=tmp_path, hosts={0: Host(hidden_pct=0)}, processes=processes
+        plugin,
+        hidden_us=40,
+        work=tmp_path,
+        hosts={r: Host(hidden_pct=0) for r in range(ranks - 1)},
+        processes=processes,
+        ranks=ranks,
     )
     assert any((r["algo"], r["proto"]) == ("ring", "ll128") for r in ar), "Ring/LL128 never pinned"
     assert verdicts, lines
     v = verdicts[0]
     assert v["winner"] == "nccl" and not v["tuned"], v
-    assert all(smp["ranks"] == 2 for smp in v["samples"]), v["samples"]
+    assert all(smp["ranks"] == ranks for smp in v["samples"]), v["samples"]
     by_arm: dict[str, list[dict[str, Any]]] = {"tuned": [], "nccl": []}
     for smp in v["samples"]:
         by_arm[smp["arm"]].append(smp)
@@ -153,7 +163,7 @@ def test_guard_times_the_slowest_rank(plugin: Path, tmp_path: Path, processes: b
     slowest = {a: statistics.median(x["us"] for x in by_arm[a]) for a in by_arm}
     assert own["tuned"] < own["nccl"], own  # the authority alone would have kept the tuned plan
     assert slowest["tuned"] > slowest["nccl"], slowest
-    # every sample is the slower rank's: rank 1 in the tuned blocks, by about its 40 us hold
+    # every sample is the slower rank's: the last rank in the tuned blocks, by about its 40 us hold
     assert all(x["us"] >= x["own_us"] + 30 for x in by_arm["tuned"]), by_arm["tuned"]
     last = ar[-1]
     assert (last["algo"], last["proto"]) == (last["def_algo"], last["def_proto"]), last
