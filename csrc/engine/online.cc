@@ -401,8 +401,6 @@ class OnlineSource final : public DecisionSource {
     return true;
   }
 
-  // The decision for call k from the task's segment, as the guard's iteration may change it.
-  // *limited: the guard's arm limits this call; *changed: ... and its configuration is not the plan's.
   // NCCL's own choice for a call: its pair from the call's cost table (what NCCL picks where the tuner leaves it),
   // its channel count from the authority's measurements of the task's NCCL-default calls (0: none of that pair
   // seen; a task pinned from its first call is never timed).
@@ -414,6 +412,8 @@ class OnlineSource final : public DecisionSource {
     return n;
   }
 
+  // The decision for call k from the task's segment, as the guard's iteration may change it.
+  // *limited: the guard's arm limits this call; *changed: ... and its configuration is not the plan's;
   // *planned: the plan's decision for the call, before an arm limits it.
   Decision fromSegment(TaskState* s, const TaskKey& task, uint64_t k, bool boundary, bool* limited, bool* changed,
                        Config* planned) {
