@@ -504,13 +504,15 @@ class OnlineSource final : public DecisionSource {
       onUntimed(task, timed.callIndex);
       return;
     }
-    if (authority_) {
-      for (const auto& [it, us] : guardClock_.start(task, timed.callIndex, timed.startNs))
-        decider_->guard->sample(it, us);  // the iterations this call's start completes
-    } else if (place_.load(std::memory_order_acquire) != Place::kUnknown && guardReports_) {
-      // this rank's times of them, to the authority (the step is the slowest rank's)
-      for (const auto& [it, us] : guardClock_.start(task, timed.callIndex, timed.startNs))
-        usedBoard_->report(guardKey_, env_.rank, it, us);
+    // The guard iterations this call's start completes: the authority's times to its plan, another clock rank's
+    // to the authority (the step is the slowest rank's).
+    if (authority_ || (place_.load(std::memory_order_acquire) != Place::kUnknown && guardReports_)) {
+      for (const auto& [it, us] : guardClock_.start(task, timed.callIndex, timed.startNs)) {
+        if (authority_)
+          decider_->guard->sample(it, us);
+        else
+          usedBoard_->report(guardKey_, env_.rank, it, us);
+      }
     }
     const Place place = place_.load(std::memory_order_acquire);
     Measurement m = timed;

@@ -383,7 +383,7 @@ void GuardPlan::sample(uint64_t i, double micros, int rank) {
 
 bool GuardPlan::completeLocked(uint64_t i) const {
   auto f = ranksIn_.find(i);
-  const uint64_t all = (clockRanks_ >= 64 ? ~uint64_t{0} : (uint64_t{1} << clockRanks_) - 1) & ~silent_;
+  const uint64_t all = clockMaskLocked() & ~silent_;
   return f != ranksIn_.end() && (f->second & all) == all;
 }
 
@@ -612,8 +612,7 @@ void GuardPlan::verdictLocked() {
   if (o_.jobRegret) o_.jobRegret->report(ledgerSlot_, regretUs_, 0.0, 0.0);
   // A clock rank that sent no time in the whole round (an older build, a rank whose profiler is not attached) is
   // not waited for in later rounds until it sends one: each round would otherwise wait out its give-up bound.
-  const uint64_t all = clockRanks_ >= 64 ? ~uint64_t{0} : (uint64_t{1} << clockRanks_) - 1;
-  silent_ |= all & ~heardInRound_ & ~uint64_t{1};
+  silent_ |= clockMaskLocked() & ~heardInRound_ & ~uint64_t{1};
   now_ = winner;
   verdicts_.push_back(v);
   inRound_ = false;

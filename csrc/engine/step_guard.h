@@ -16,8 +16,8 @@
 // iteration has converged), then a round of blocks of iterations alternating the tuned plan and NCCL's own
 // choices for every task (T N N T, twice), their iteration times the samples (the slowest clock rank's), then the
 // verdict: the tuned plan stays only if its median iteration time is lower than NCCL's by more than the noise,
-// else NCCL's choices for every task. Rounds repeat at a growing interval, so a new phase of the job or a slower link is
-// noticed.
+// else NCCL's choices for every task. Rounds repeat at a growing interval, so a new phase of the job or a slower
+// link is noticed.
 //
 // Arms (AUTOCCL_STEP_ARMS, opt-in): further configurations of the whole job compared in the same round, each
 // the tuned plan with some calls capped at a channel count (the calls the iteration hides behind its computation
@@ -380,6 +380,9 @@ class GuardPlan {
   int clockRanks_ = 1;
   uint64_t heardInRound_ = 0;                // bit r: rank r sent a time in the round under way
   uint64_t silent_ = 0;                      // bit r: rank r sent none in its last round: not waited for
+  uint64_t clockMaskLocked() const {         // bit r for every clock rank r
+    return clockRanks_ >= 64 ? ~uint64_t{0} : (uint64_t{1} << clockRanks_) - 1;
+  }
   bool completeLocked(uint64_t i) const;     // every clock rank's time of iteration i came (silent ones aside)
   uint64_t interval_ = 0;
   uint64_t nextRound_ = 0;                   // iteration before which no new round starts

@@ -220,8 +220,7 @@ def guard_verdicts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     sample counts, the margin the tuned plan had to beat NCCL's by, and the samples ([iteration, arm,
     microseconds (the longest of the clock ranks' times), the authority's own (`own_us`: 0 where it never
     came; older traces: the same as `us`) and how many ranks' times came (`ranks`; older traces: 1), the
-    iteration's first call as
-    {coll, bytes, call} where the trace has it])."""
+    iteration's first call as {coll, bytes, call} where the trace has it])."""
     out: list[dict[str, Any]] = []
     for rec in records:
         if rec.get("ev") != "guard":
