@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
+import autoccl
 from autoccl.emu import RunResult
+
+ROOT = Path(__file__).resolve().parents[2]
 
 Record = dict[str, Any]
 
@@ -17,6 +24,23 @@ def assert_clean(res: RunResult) -> None:
     assert "DIVERGENCE" not in res.stderr
     assert res.calls, "no calls recorded"
     assert not res.trace_bad_lines, res.trace_bad_lines[:3]  # a trace line the library cut short or broke
+
+
+def run_emu_benchmark(script: str, *args: str) -> tuple[str, dict[str, str]]:
+    """Runs benchmarks/emu/`script` with `args` (the autoccl this test imports, wherever it is installed,
+    and its binaries as this test finds them): its stdout, and its markdown table's rows by their first
+    cell."""
+    env = dict(os.environ, PYTHONPATH=str(Path(autoccl.__file__).resolve().parents[1]))
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "emu" / script), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    ).stdout
+    rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}
+    return out, rows
 
 
 def by_rank_config(calls: list[Record]) -> dict[tuple[str, int, int, int], set[tuple[Any, ...]]]:

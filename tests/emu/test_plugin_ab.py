@@ -6,30 +6,16 @@ Its timings are read in benchmarks, not asserted."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import autoccl
-
-ROOT = Path(__file__).resolve().parents[2]
+from emu_helpers import run_emu_benchmark
 
 
 def test_plugin_ab_compares_a_build_with_itself(plugin: Path, tmp_path: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=str(Path(autoccl.__file__).resolve().parents[1]))
     lib = str(plugin.parent)
-    script = str(ROOT / "benchmarks" / "emu" / "plugin_ab.py")
-    args = ["--a", lib, "--b", lib, "--reps", "1", "--sizes", "1", "--out", str(tmp_path)]
-    out = subprocess.run(
-        [sys.executable, script, *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    ).stdout
-    rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}
+    out, rows = run_emu_benchmark(
+        "plugin_ab.py", "--a", lib, "--b", lib, "--reps", "1", "--sizes", "1", "--out", str(tmp_path)
+    )
     assert set(rows) >= {"plain", "online", "idle", "observe"}, out
     summary = json.loads((tmp_path / "summary.json").read_text())
     for mode in ("plain", "idle", "observe"):
