@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -12,6 +13,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "engine/call_pace.h"
 #include "engine/exposure_recorder.h"
 #include "engine/search_decider.h"
 #include "engine/settings.h"
@@ -166,6 +168,7 @@ class OnlineSource final : public DecisionSource {
     askAlways_ = guardOn_ && env.settings &&
                  (!env.settings->stepArmsHidden.empty() || !env.settings->stepArmsEstimated.empty());
     askAhead_ = env.settings ? env.settings->askAhead : 0;
+    askAheadAuto_ = env.settings && env.settings->askAheadAuto;
     exposureEvery_ = env.settings ? env.settings->exposureEvery : 0;
     launchClock_ = env.settings == nullptr || env.settings->clock == Settings::Clock::Launch;
     if (env.settings) {
@@ -298,6 +301,7 @@ class OnlineSource final : public DecisionSource {
     bool boundary = false;
     Decision failed;
     if (!placeInIteration(task, k, &boundary, &failed)) return failed;
+    if (pacesCalls_) s->pace.note(std::chrono::steady_clock::now());
     if (!(s->haveSeg && s->seg.contains(k)) && !newSegment(s, k, costs, &failed)) return failed;
     if (countsCalls()) {
       holds_.countCall(s);
@@ -383,6 +387,7 @@ class OnlineSource final : public DecisionSource {
       }
       s->seg = o.seg;
       noteLookup(s, k, waitedNs, o.asked);
+      if (pacesCalls_ && o.asked) s->pace.leaveOut(std::chrono::nanoseconds(waitedNs));
       if (o.asked && s->seg.phase == search::Phase::kTuning) chargeWait(s, k, waitedNs);
       // Ask for the segment after this one at once (the board asks only when it does not hold it: this is
       // the last segment of the plan here), so that the lookup at this segment's end finds it at hand
@@ -394,11 +399,29 @@ class OnlineSource final : public DecisionSource {
       // ended where it did (noise off), and the search's regret grew by 1 %.
       // With AUTOCCL_ASK_AHEAD, also when what it holds ends within that many calls of this one.
       if (s->seg.end != search::kForever)
-        agree_->prefetch(s->key, k, std::max(s->seg.end, k + askAhead_));
+        agree_->prefetch(s->key, k, std::max(s->seg.end, k + askAheadFor(s)));
     }
     s->haveSeg = true;
     if (authority_) onNewSegment(s);
     return true;
+  }
+
+  // How far ahead of its call a rank asks for its plan (Board::prefetch). AUTOCCL_ASK_AHEAD=auto: as many of the
+  // task's calls as go by in one of the authority's answer times, both measured as the job runs. In a loop the
+  // GPU paces, that is how many calls a question must lead by to be answered in time; where the host runs ahead
+  // of the GPU (an nccl-tests loop enqueued at once), the pace is the loop's mean, gaps included: a wait in the
+  // middle of such a burst is hidden behind the calls queued before it, and a question asked further ahead
+  // makes the authority plan before the samples it waits for are back (searches end later, AUTOCCL_ASK_AHEAD=16
+  // on one H200). Unmeasured (no answer timed yet, or a task's first calls): 0, the default's asking.
+  uint64_t askAheadFor(TaskState* s) {
+    if (!askAheadAuto_) return askAhead_;
+    const double paceNs = s->pace.meanNs();
+    const double answerUs = agree_->roundTripMicros();
+    if (paceNs <= 0.0 || answerUs <= 0.0) return 0;
+    const double calls = std::ceil(answerUs * 1e3 / paceNs);
+    const uint64_t ahead = calls >= static_cast<double>(kAutoAskAheadMax) ? kAutoAskAheadMax : static_cast<uint64_t>(calls);
+    if (ahead > s->askAheadMax.load(std::memory_order_relaxed)) s->askAheadMax.store(ahead, std::memory_order_relaxed);
+    return ahead;
   }
 
   // NCCL's own choice for a call: its pair from the call's cost table (what NCCL picks where the tuner leaves it),
@@ -813,6 +836,7 @@ class OnlineSource final : public DecisionSource {
         l.asked = ts.lookupsAsked.load(std::memory_order_relaxed);
         l.waitNs = ts.waitNs.load(std::memory_order_relaxed);
         l.waitMaxNs = ts.waitMaxNs.load(std::memory_order_relaxed);
+        l.askAheadMax = ts.askAheadMax.load(std::memory_order_relaxed);
         r.rankScored = ts.rankScored.load(std::memory_order_relaxed);
         r.shorterElsewhere = ts.shorterElsewhere.load(std::memory_order_relaxed);
         std::lock_guard<std::mutex> sl(ts.slowMu);
@@ -942,9 +966,10 @@ class OnlineSource final : public DecisionSource {
         buf, sizeof buf,
         "{\"ev\":\"board\",\"comm\":\"%s\",\"rank\":%d,\"first_auth_ms\":%.3f,\"connect_failures\":%" PRIu64
         ",\"reconnects\":%" PRIu64 ",\"lookups_waited\":%" PRIu64 ",\"needs_sent\":%" PRIu64
-        ",\"plans_received\":%" PRIu64 ",\"prefetches\":%" PRIu64 "}",
+        ",\"plans_received\":%" PRIu64 ",\"prefetches\":%" PRIu64 ",\"round_trips\":%" PRIu64
+        ",\"round_trip_us\":%.1f,\"round_trip_max_us\":%.1f}",
         commHex(env_.commHash).c_str(), env_.rank, b.firstAuthMs, b.connectFailures, b.reconnects, b.lookupsWaited,
-        b.needsSent, b.plansReceived, b.prefetches);
+        b.needsSent, b.plansReceived, b.prefetches, b.roundTrips, b.roundTripUs, b.roundTripMaxUs);
     return std::string(buf, static_cast<size_t>(std::clamp(n, 0, static_cast<int>(sizeof buf) - 1)));
   }
 
@@ -1037,6 +1062,7 @@ class OnlineSource final : public DecisionSource {
                                                                  : "NCCL's choice on every rank"));
     } else {
       usedBoard_ = p == Place::kLocal ? localBoard_ : tcpBoard_;
+      pacesCalls_ = askAheadAuto_ && p == Place::kTcp && !authority_;  // only a rank that asks over TCP
       agree_ = std::make_unique<coord::CommAgreement>(usedBoard_, env_.commHash, env_.rank, co->lookupDeadline());
       // The step guard's iteration time is the longest among the clock ranks': every rank of a communicator in
       // this process, the first kReportRanks over TCP (bounds the authority's inbound traffic, as ArrivalMerge).
@@ -1072,6 +1098,8 @@ class OnlineSource final : public DecisionSource {
     std::atomic<uint64_t> rankScored{0}, shorterElsewhere{0};  // ArrivalMerge (trace)
     // enqueue thread writes, the trace reads at finalize:
     std::atomic<uint64_t> lookups{0}, lookupsAsked{0}, waitNs{0}, waitMaxNs{0};
+    std::atomic<uint64_t> askAheadMax{0};  // enqueue thread writes (askAheadFor), the trace reads
+    CallPace pace;                         // enqueue thread (AUTOCCL_ASK_AHEAD=auto)
     std::mutex slowMu;
     std::vector<std::pair<uint64_t, uint64_t>> slow;  // (call, ns) of the slowest lookups >= kSlowLookupNs
   };
@@ -1081,6 +1109,9 @@ class OnlineSource final : public DecisionSource {
   static constexpr uint64_t kSecondChanceMinSamples = 16;
   static constexpr uint64_t kSecondChanceMinSide = 4;
   static constexpr uint64_t kSlowLookupNs = 200000;
+  // AUTOCCL_ASK_AHEAD=auto asks at most this many calls ahead (AUTOCCL_ASK_AHEAD=16 already made searches end
+  // later in nccl-tests' loops; a longer lead than this only plans further from the samples).
+  static constexpr uint64_t kAutoAskAheadMax = 16;
   static constexpr size_t kSlowLookupsKept = 8;
 
   TaskState* state(const TaskKey& task) {
@@ -1311,6 +1342,8 @@ class OnlineSource final : public DecisionSource {
   // step guard: enqueue thread (every rank) ...
   bool guardOn_ = true;
   uint64_t askAhead_ = 0;  // AUTOCCL_ASK_AHEAD (Board::prefetch)
+  bool askAheadAuto_ = false;  // AUTOCCL_ASK_AHEAD=auto (askAheadFor)
+  bool pacesCalls_ = false;    // ... on a rank that asks over TCP: its tasks' calls are paced (settlePlace)
   bool askAlways_ = false;  // AUTOCCL_STEP_ARMS set: no decision is stable for the Context (it caches none)
   coord::TaskKey guardKey_;
   IterationDetector iter_;

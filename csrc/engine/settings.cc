@@ -317,7 +317,11 @@ Settings loadSettings(const EnvLookup& env) {
   if (!readBounded(env, "AUTOCCL_SKIP_BEHIND_PCT", 0, 10000, &skipBehindPct, &err)) return invalid(s, err);
   s.skipBehind = static_cast<double>(skipBehindPct) / 100.0;
   if (!readBounded(env, "AUTOCCL_VERIFY_WAIT", 1, 1024, &s.verifyWait, &err)) return invalid(s, err);
-  if (!readBounded(env, "AUTOCCL_ASK_AHEAD", 0, 1024, &s.askAhead, &err)) return invalid(s, err);
+  if (get(env, "AUTOCCL_ASK_AHEAD") == "auto") {
+    s.askAheadAuto = true;
+  } else if (!readBounded(env, "AUTOCCL_ASK_AHEAD", 0, 1024, &s.askAhead, &err)) {
+    return invalid(s, err + " or auto");
+  }
   if (!readBounded(env, "AUTOCCL_EXPOSURE_EVERY", 0, 1000000, &s.exposureEvery, &err)) return invalid(s, err);
   if (s.exposureEvery > 0 && s.exposureEvery < 4)
     return invalid(s, "AUTOCCL_EXPOSURE_EVERY=" + std::to_string(s.exposureEvery) +

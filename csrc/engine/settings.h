@@ -108,8 +108,10 @@ struct Settings {
   // AUTOCCL_ASK_AHEAD (online mode, calls, in [0, 1024]): a rank whose plan comes over TCP, starting a segment at
   // call k, asks the authority for call k + this when the plan it holds ends at or before it (Board::prefetch). 0:
   // only when the segment it starts is the last it holds. Decides nothing: the authority plans the same segments,
-  // with the samples it has when the question arrives.
+  // with the samples it has when the question arrives. "auto" (askAheadAuto): as many calls ahead as the task's
+  // calls complete in one of the authority's answer times, both measured as the job runs (16 at most).
   uint64_t askAhead = 0;
+  bool askAheadAuto = false;
   // AUTOCCL_PROBE_CALLS (online mode, calls, in [1, 3]): calls of a pair's first probe planned before its first
   // samples decide the rest of its 3-call block (search::Options::probeFirst). 1 (default): one call, the rest only
   // if it is within 30 % of the incumbent; 3: the whole block at once. A block is planned before its first sample

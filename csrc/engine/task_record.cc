@@ -17,7 +17,9 @@ std::string lookupFields(const TaskLookups& l) {
                 ",\"board\":\"%s\",\"lookups\":%" PRIu64 ",\"lookups_asked\":%" PRIu64
                 ",\"lookup_us\":%.1f,\"lookup_max_us\":%.1f",
                 l.board, l.lookups, l.asked, 1e-3 * static_cast<double>(l.waitNs), 1e-3 * static_cast<double>(l.waitMaxNs));
-  return head;
+  std::string out = head;
+  if (l.askAheadMax > 0) out += ",\"ask_ahead_max\":" + std::to_string(l.askAheadMax);
+  return out;
 }
 
 std::string slowFields(const TaskLookups& l) {

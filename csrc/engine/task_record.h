@@ -17,6 +17,7 @@ struct TaskLookups {
   const char* board = "";  // where the communicator decides (placeName)
   uint64_t lookups = 0, waitNs = 0, waitMaxNs = 0;
   uint64_t asked = 0;  // of the lookups, those the board did not hold: they waited for the authority
+  uint64_t askAheadMax = 0;  // AUTOCCL_ASK_AHEAD=auto: the furthest it asked ahead, in calls (0: not printed)
   std::vector<std::pair<uint64_t, uint64_t>> slow;  // (call, ns) of the slowest lookups
 };
 

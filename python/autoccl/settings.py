@@ -68,6 +68,18 @@ def _seconds(lo: float, hi: float) -> Check:
     return check
 
 
+def _int_range_or(word: str, lo: int, hi: int) -> Check:
+    """An integer in [lo, hi], or `word`."""
+    in_range = _int_range(lo, hi)
+
+    def check(v: str, env: Mapping[str, str]) -> str | None:
+        if v == word or in_range(v, env) is None:
+            return None
+        return f"must be an integer in [{lo}, {hi}] or {word}"
+
+    return check
+
+
 def _one_of(*choices: str) -> Check:
     def check(v: str, _env: Mapping[str, str]) -> str | None:
         return None if v in choices else f"is not one of {', '.join(choices)}"
@@ -399,7 +411,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("AUTOCCL_PROBE_KEEP_PCT", "library", "integer in [0, 1000]", _int_range(0, 1000)),
     Variable("AUTOCCL_SKIP_BEHIND_PCT", "library", "integer in [0, 10000]", _int_range(0, 10000)),
     Variable("AUTOCCL_VERIFY_WAIT", "library", "integer in [1, 1024]", _int_range(1, 1024)),
-    Variable("AUTOCCL_ASK_AHEAD", "library", "integer in [0, 1024]", _int_range(0, 1024)),
+    Variable("AUTOCCL_ASK_AHEAD", "library", "integer in [0, 1024], or auto", _int_range_or("auto", 0, 1024)),
     Variable(
         "AUTOCCL_EXPOSURE_EVERY", "library", "0, or an integer in [4, 1000000]", _off_or_at_least(4, 1000000)
     ),

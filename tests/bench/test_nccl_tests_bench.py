@@ -747,8 +747,9 @@ def test_the_plan_checks_iterations_and_timeout_too(tmp_path: Path) -> None:
 
 def test_coordinator_table_sums_a_launchs_lookups_per_rank() -> None:
     """What the coordinator cost each rank of a launch decided over TCP, per communicator: lookups and those
-    that asked the authority summed over its tasks, the client's connect from its `board` record, the slowest
-    first-call lookup (a job's start); a launch without `board` records (one process) has none."""
+    that asked the authority summed over its tasks, the client's connect and the authority's answer time from
+    its `board` record, the slowest first-call lookup (a job's start); a launch without `board` records (one
+    process) has none."""
     trace = [
         {
             "ev": "board",
@@ -765,6 +766,9 @@ def test_coordinator_table_sums_a_launchs_lookups_per_rank() -> None:
             "connect_failures": 3,
             "reconnects": 0,
             "lookups_waited": 5,
+            "round_trips": 4,
+            "round_trip_us": 112.4,
+            "round_trip_max_us": 380.0,
         },
         {
             "ev": "task",
@@ -813,9 +817,9 @@ def test_coordinator_table_sums_a_launchs_lookups_per_rank() -> None:
     text = NT.coordinator_table([rec, {"pass": 0, "launch": "mpi", "coll": "all_reduce", "mode": "plain"}])
     rows = [ln for ln in text.splitlines() if ln.startswith("| 1 ")]
     assert rows == [
-        "| 1 | mpi | all_reduce | online | 0 | 14 | 3 | 1.0 | 400 | 400 | 0.9 | 0 | 0 |",
-        "| 1 | mpi | all_reduce | online | 1 | 14 | 5 | 49.5 | 49070 | 49070 | 8.3 | 3 | 0 |",
-        "| 1 | mpi | all_reduce | online | 0 | 3 | 3 | 0.0 | 0 | 0 | 8.3 | 3 | 0 |",
+        "| 1 | mpi | all_reduce | online | 0 | 14 | 3 | 1.0 | 400 | 400 | 0 / 0 | 0.9 | 0 | 0 |",
+        "| 1 | mpi | all_reduce | online | 1 | 14 | 5 | 49.5 | 49070 | 49070 | 112 / 380 | 8.3 | 3 | 0 |",
+        "| 1 | mpi | all_reduce | online | 0 | 3 | 3 | 0.0 | 0 | 0 | 0 / 0 | 8.3 | 3 | 0 |",
     ]
     assert NT.coordinator_stats([t for t in trace if t["ev"] == "task"]) is None
 

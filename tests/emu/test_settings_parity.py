@@ -67,6 +67,8 @@ BAD = [
     ("AUTOCCL_PROBE_CALLS", "0"),
     ("AUTOCCL_STEP_CALLS", "4"),
     ("AUTOCCL_STEP_CALLS", "0"),
+    ("AUTOCCL_ASK_AHEAD", "1025"),
+    ("AUTOCCL_ASK_AHEAD", "Auto"),
     # the library trims ASCII spaces only: a pasted no-break space is part of the value for both
     ("AUTOCCL_SPECULATE", "off\u00a0"),
     ("AUTOCCL_GUARD", "\u2003on"),
@@ -93,6 +95,7 @@ def test_valid_values_are_taken(plugin: Path, tmp_path: Path) -> None:
         "AUTOCCL_HW": "NVIDIA H200x4",
         "AUTOCCL_TRACE": str(tmp_path / "trace"),
         "AUTOCCL_CACHE_DIR": str(tmp_path / "new-cache"),
+        "AUTOCCL_ASK_AHEAD": "auto",
     }
     assert settings.problems(good) == []
     res = run(simple(nranks=2, repeat=8), plugin=plugin, env=good)

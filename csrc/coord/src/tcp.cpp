@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -864,6 +865,7 @@ class TcpBoard : public Board {
     sendNeed(t, ask);
     st_.prefetches++;
   }
+  double roundTripMicros() const override { return roundTripUs_.load(std::memory_order_relaxed); }
   BoardStats stats() const override {
     std::lock_guard<std::mutex> lk(mu_);
     BoardStats s = st_;
@@ -908,6 +910,27 @@ class TcpBoard : public Board {
     m.digest = o_.settingsDigest;
     conn_->send(m, true);
     st_.needsSent++;
+    questions_.emplace(t, Asked{k, Clock::now()});  // the first open question of the task is the one timed
+  }
+  // A PLAN for t arrived (caller holds mu_): if it answers t's open question, that question's round trip.
+  void timeAnswerLocked(const TaskKey& t) {
+    auto q = questions_.find(t);
+    Segment covering;
+    if (q == questions_.end() || !replica_.find(t, q->second.call, &covering)) return;
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - q->second.at).count();
+    questions_.erase(q);
+    // A running mean and mean deviation that follow the link, as TCP's retransmission timer keeps them (RFC 6298:
+    // weights 1/8 and 1/4), the first answer setting both; what most answers come within is the mean plus twice the
+    // deviation.
+    if (st_.roundTrips++ == 0) {
+      st_.roundTripUs = us;
+      st_.roundTripDevUs = us / 2;
+    } else {
+      st_.roundTripDevUs += (std::abs(us - st_.roundTripUs) - st_.roundTripDevUs) / 4;
+      st_.roundTripUs += (us - st_.roundTripUs) / 8;
+    }
+    st_.roundTripMaxUs = std::max(st_.roundTripMaxUs, us);
+    roundTripUs_.store(st_.roundTripUs + 2 * st_.roundTripDevUs, std::memory_order_relaxed);
   }
   void sendServe(const std::shared_ptr<Conn>& c, uint64_t comm) {
     wire::Msg m;
@@ -1069,6 +1092,7 @@ class TcpBoard : public Board {
           std::lock_guard<std::mutex> lk(mu_);
           authed_ = false;
           conn_.reset();
+          questions_.clear();  // their answers come, if at all, after a reconnect: not a round trip
           answered = leaving_ == c;  // the server closed after our goodbye (leave): nothing is left to say
           goodbyeAnswered_ = goodbyeAnswered_ || answered;
         }
@@ -1118,6 +1142,7 @@ class TcpBoard : public Board {
         std::lock_guard<std::mutex> lk(mu_);
         st_.plansReceived++;
         if (!replica_.insert(m.task, m.segs)) st_.conflicts++;
+        timeAnswerLocked(m.task);
         cv_.notify_all();
       } else if (m.type == wire::kReport || m.type == wire::kWait) {
         std::unique_lock<std::mutex> lk(mu_);
@@ -1185,6 +1210,9 @@ class TcpBoard : public Board {
     Clock::time_point at;
   };
   std::map<TaskKey, Asked> asked_;
+  // Per task, the oldest question (NEED) not answered yet: the call it named and when (Board::roundTripMicros).
+  std::map<TaskKey, Asked> questions_;
+  std::atomic<double> roundTripUs_{0.0};
   BoardStats st_;
   std::thread io_;
 };

@@ -1014,6 +1014,51 @@ TEST(coord, tcp_prefetch_asks_for_upto_once) {
   server.stop();
 }
 
+// Board::roundTripMicros (AUTOCCL_ASK_AHEAD=auto): a follower times each question from its NEED to the PLAN that
+// covers the call it named, a lookup's and a prefetch's alike.
+TEST(coord, tcp_times_the_authoritys_answers) {
+  struct Slow : Decider {
+    std::vector<Segment> decide(const TaskKey&, uint64_t k, uint64_t covered) override {
+      if (k == 5) std::this_thread::sleep_for(milliseconds(30));
+      return {Segment{covered, k + 1, Config(), Phase::kTuning}};
+    }
+  };
+  TcpServer server(baseOpts(0));
+  std::string err;
+  ASSERT_TRUE(server.start(&err));
+  auto auth = makeTcpBoard(baseOpts(server.port()));
+  auto follower = makeTcpBoard(baseOpts(server.port()));
+  Slow d;
+  auth->serve(9, &d);
+  auth->attach(9, 0, 2);
+  follower->attach(9, 1, 2);
+  EXPECT_TRUE(waitFor([&] { return server.runningRanks() == 2 && server.missingRanks() == 0; }));
+  const TaskKey key{9, 4, 1, 1 << 20};
+  EXPECT_EQ(follower->roundTripMicros(), 0.0);  // nothing asked yet
+  ASSERT_TRUE(follower->lookup(key, 0, milliseconds(10000)).ok());
+  const double first = follower->stats().roundTripUs;
+  EXPECT_GT(first, 0.0);
+  EXPECT_NEAR(follower->roundTripMicros(), 2 * first, 1.0);  // one answer: its deviation is set to half of it
+  EXPECT_EQ(follower->stats().roundTrips, 1u);
+  ASSERT_TRUE(follower->lookup(key, 5, milliseconds(10000)).ok());  // the authority takes 30 ms to answer
+  coord::BoardStats st = follower->stats();
+  EXPECT_EQ(st.roundTrips, 2u);
+  EXPECT_GE(st.roundTripMaxUs, 30000.0);
+  // the running mean moved an eighth of the way, and the bound above it takes in the deviation
+  EXPECT_NEAR(st.roundTripUs, first + (st.roundTripMaxUs - first) / 8, 1.0);
+  EXPECT_NEAR(follower->roundTripMicros(), st.roundTripUs + 2 * st.roundTripDevUs, 1.0);
+  EXPECT_GE(follower->roundTripMicros(), 15000.0);
+  follower->prefetch(key, 5, 9);  // holds [1, 6): asks for call 9
+  Segment s;
+  EXPECT_TRUE(waitFor([&] { return follower->peek(key, 9, &s); }));
+  EXPECT_TRUE(waitFor([&] { return follower->stats().roundTrips == 3; }));
+  EXPECT_EQ(auth->roundTripMicros(), 0.0);  // the authority's process asked nothing
+  auth->unserve(9);
+  follower.reset();
+  auth.reset();
+  server.stop();
+}
+
 // ---- unserve waits for a decision in progress ------------------------------------------------------
 // The engine destroys its decider right after unserve(); the TCP board calls deciders on its IO thread,
 // outside its lock. CI's TSan build caught unserve returning while a NEED was being answered (use after

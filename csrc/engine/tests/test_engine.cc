@@ -19,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/call_pace.h"
 #include "engine/context.h"
 #include "engine/fingerprint.h"
 #include "engine/fixed_rules.h"
@@ -1389,6 +1390,45 @@ TEST(engine, search_decider_charges_waits) {
     for (uint64_t k = g.begin; k < g.end; ++k) quiet->addSample(k, 100.0);
   off.chargeWait(t, 20, 300.0);
   EXPECT_TRUE(quiet->stats().waitRegretMicros == 0);
+}
+
+// CallPace (AUTOCCL_ASK_AHEAD=auto): the mean interval between a task's calls, the pause after each nccl-tests-like
+// loop included, so that it is the loop's pace and not the host's burst; its waits for plans left out.
+TEST(engine, call_pace_takes_in_a_loops_pause) {
+  using std::chrono::microseconds;
+  autoccl::engine::CallPace pace;
+  auto t = std::chrono::steady_clock::time_point{} + std::chrono::seconds(1);
+  EXPECT_EQ(pace.meanNs(), 0.0);
+  pace.note(t);
+  EXPECT_EQ(pace.meanNs(), 0.0);  // one call: no interval yet
+  t += microseconds(10);
+  pace.note(t);
+  EXPECT_NEAR(pace.meanNs(), 10000.0, 1e-6);
+  // Loops of 40 calls enqueued 5 us apart, then 1 ms waiting for the GPU: 40 calls in 1.195 ms, ~30 us a call.
+  for (int loop = 0; loop < 50; ++loop) {
+    for (int i = 0; i < 39; ++i) {
+      t += microseconds(5);
+      pace.note(t);
+    }
+    t += microseconds(1000);
+    pace.note(t);
+  }
+  EXPECT_GT(pace.meanNs(), 15000.0) << "the burst's 5 us, not the loop's pace";
+  EXPECT_LT(pace.meanNs(), 60000.0);
+  // A steady pace is followed within a few dozen calls.
+  for (int i = 0; i < 200; ++i) {
+    t += microseconds(100);
+    pace.note(t);
+  }
+  EXPECT_NEAR(pace.meanNs(), 100000.0, 1000.0);
+  // A call that waited 2 ms for its plan: the host's pace is not slowed by it.
+  t += microseconds(100);
+  pace.note(t);
+  t += microseconds(2000);
+  pace.leaveOut(microseconds(2000));
+  t += microseconds(100);
+  pace.note(t);
+  EXPECT_NEAR(pace.meanNs(), 100000.0, 1000.0);
 }
 
 }  // namespace

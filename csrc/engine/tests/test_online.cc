@@ -1531,12 +1531,14 @@ void testTuningLookupsAhead() {
 
 // AUTOCCL_ASK_AHEAD: where a round trip to the authority takes several calls (frames delayed 0-2 ms against calls
 // paced 0.3 ms), asking once the held plan is at its last segment leaves the follower waiting at most segment ends
-// while the task is searched; asking once it ends within 16 calls finds the plan at hand. The authority plans the
+// while the task is searched; asking once it ends within 16 calls, or as many as the measured answer time and call
+// pace say (auto), finds the plan at hand. The authority plans the
 // same way either way (it decides when asked, with the samples it has then): every call agrees, and the search
 // still ends near the optimum.
 void testTuningLookupsAskedFurtherAhead() {
   struct Run {
-    uint64_t waited = 0, prefetches = 0, changes = 0;
+    uint64_t waited = 0, prefetches = 0, changes = 0, roundTrips = 0;
+    double roundTripUs = 0;
     Applied last;
   };
   const CostModel real = modelLL128At8();
@@ -1559,10 +1561,12 @@ void testTuningLookupsAskedFurtherAhead() {
     }
     r.waited = pair.followerBoard->stats().lookupsWaited;
     r.prefetches = pair.followerBoard->stats().prefetches;
+    r.roundTrips = pair.followerBoard->stats().roundTrips;
+    r.roundTripUs = pair.followerBoard->roundTripMicros();
     CHECK_EQ(pair.differ, size_t(0));
     return r;
   };
-  const Run atLast = run("0"), ahead = run("16");
+  const Run atLast = run("0"), ahead = run("16"), measured = run("auto");
   std::fprintf(stderr, "  frames delayed 0-2 ms, calls 0.3 ms apart: the follower's lookups that waited: %llu asking at "
                "the last segment (%llu asked ahead, %llu configuration changes, pinned %s), %llu asking 16 calls ahead "
                "(%llu asked ahead, %llu changes, pinned %s)\n",
@@ -1570,9 +1574,19 @@ void testTuningLookupsAskedFurtherAhead() {
                static_cast<unsigned long long>(atLast.changes), atLast.last.str().c_str(),
                static_cast<unsigned long long>(ahead.waited), static_cast<unsigned long long>(ahead.prefetches),
                static_cast<unsigned long long>(ahead.changes), ahead.last.str().c_str());
-  CHECK(atLast.changes >= 8 && ahead.changes >= 8);  // both searched
+  std::fprintf(stderr, "  asking as far ahead as the measured answer time and call pace say (auto): %llu waited "
+               "(%llu asked ahead, %llu changes, pinned %s, answers timed %llu, most within %.0f us)\n",
+               static_cast<unsigned long long>(measured.waited), static_cast<unsigned long long>(measured.prefetches),
+               static_cast<unsigned long long>(measured.changes), measured.last.str().c_str(),
+               static_cast<unsigned long long>(measured.roundTrips), measured.roundTripUs);
+  CHECK(atLast.changes >= 8 && ahead.changes >= 8 && measured.changes >= 8);  // all searched
   CHECK(ahead.waited * 3 < atLast.waited * 2);  // 20-22 against 3-8 on an idle machine
   CHECK_NEAR_OPTIMUM(real, ahead.last);
+  // auto: the answers are timed (a round trip of ~1-2 ms against calls 0.3 ms apart: 4-7 calls ahead), and the
+  // follower waits as rarely as asking 16 ahead does, ending as near the optimum.
+  CHECK(measured.roundTrips > 0 && measured.roundTripUs > 100.0);
+  CHECK(measured.waited * 3 < atLast.waited * 2);
+  CHECK_NEAR_OPTIMUM(real, measured.last);
 }
 
 // A field of a trace record ("\"name\":value"), or NaN.

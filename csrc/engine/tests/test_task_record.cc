@@ -28,6 +28,8 @@ TEST(engine, task_record_follower) {
   EXPECT_EQ(taskRecordFields(&l, nullptr),
             ",\"board\":\"tcp\",\"lookups\":7,\"lookups_asked\":2,\"lookup_us\":1.5,\"lookup_max_us\":1.0"
             ",\"slow_lookups\":[[12,400.0],[30,250.0]],\"gain\":null,\"converged_at\":null");
+  l.askAheadMax = 6;  // AUTOCCL_ASK_AHEAD=auto asked ahead
+  EXPECT_NE(taskRecordFields(&l, nullptr).find(",\"lookup_max_us\":1.0,\"ask_ahead_max\":6,"), std::string::npos);
 }
 
 TEST(engine, task_record_authority) {

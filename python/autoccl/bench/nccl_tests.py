@@ -278,6 +278,9 @@ def coordinator_stats(records: Iterable[Mapping[str, Any]]) -> dict[str, Any] | 
                 "first_auth_ms": float(b.get("first_auth_ms", -1.0)),
                 "connect_failures": int(b.get("connect_failures") or 0),
                 "reconnects": int(b.get("reconnects") or 0),
+                # the authority's answer time as the client measured it (0: none timed, or an older plugin)
+                "round_trip_us": float(b.get("round_trip_us") or 0.0),
+                "round_trip_max_us": float(b.get("round_trip_max_us") or 0.0),
             }
         )
     return {"ranks": per_rank} if per_rank else None
@@ -286,11 +289,12 @@ def coordinator_stats(records: Iterable[Mapping[str, Any]]) -> dict[str, Any] | 
 def coordinator_table(records: Sequence[Mapping[str, Any]]) -> str:
     """Per traced launch decided over TCP, each rank's coordinator: how many segment lookups it made and how
     many of them waited for the authority, the time they took, the slowest (and the slowest at a task's first
-    call: a job's start), and how its client connected (after how long, how many refusals, reconnects)."""
+    call: a job's start), the authority's answer time (round trip: running mean, longest) and how its client
+    connected (after how long, how many refusals, reconnects)."""
     lines = [
         "| pass | launch | collective | mode | rank | lookups | asked the authority | lookup ms | slowest µs "
-        "| slowest first µs | connected after ms | refused | reconnects |",
-        "| ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| slowest first µs | round trip µs (mean / max) | connected after ms | refused | reconnects |",
+        "| ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |",
     ]
     for r in sorted(records, key=lambda x: (x["pass"], x["launch"], x["coll"], x["mode"])):
         for c in (r.get("coordinator") or {}).get("ranks", []):
@@ -298,7 +302,9 @@ def coordinator_table(records: Sequence[Mapping[str, Any]]) -> str:
             lines.append(
                 f"| {r['pass']} | {r['launch']} | {r['coll']} | {r['mode']} | {c['rank']} | {c['lookups']} "
                 f"| {c['lookups_asked']} | {c['lookup_ms']:.1f} | {c['slowest_lookup_us']:.0f} "
-                f"| {c['slowest_first_lookup_us']:.0f} | {auth} | {c['connect_failures']} "
+                f"| {c['slowest_first_lookup_us']:.0f} "
+                f"| {c.get('round_trip_us', 0.0):.0f} / {c.get('round_trip_max_us', 0.0):.0f} "
+                f"| {auth} | {c['connect_failures']} "
                 f"| {c['reconnects']} |"
             )
     return "\n".join(lines) + "\n"

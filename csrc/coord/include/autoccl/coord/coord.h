@@ -86,6 +86,10 @@ struct BoardStats {
   uint64_t reconnects = 0;     // client: authentications after its first (the connection dropped and came back)
   uint64_t lookupsWaited = 0;  // lookups the board could not answer from what it held (asked the authority)
   uint64_t prefetches = 0;     // prefetch() calls that asked the authority (a NEED sent)
+  uint64_t roundTrips = 0;     // client: questions whose answer was timed (Board::roundTripMicros)
+  double roundTripUs = 0;      // client: their running mean (0: none yet)
+  double roundTripDevUs = 0;   // client: their running mean deviation
+  double roundTripMaxUs = 0;   // client: the longest
   uint64_t refused = 0;        // server: SERVE/NEED refused for a settings digest other than the communicator's
   uint64_t reportsSent = 0;     // client: Board::report frames sent
   uint64_t waitsSent = 0;       // client: Board::reportWait frames sent
@@ -154,6 +158,11 @@ class Board {
     (void)k;
     (void)upTo;
   }
+  // How long the authority takes to answer most questions, as this board measured them (a NEED sent to the PLAN
+  // that covers the call it named): the running mean plus twice the mean deviation, in microseconds; 0 before the
+  // first answer and where lookups are local. Lock-free: read on the calling thread at every new segment
+  // (AUTOCCL_ASK_AHEAD=auto).
+  virtual double roundTripMicros() const { return 0.0; }
   // This process's rank `rank` of task.comm timed call k (micros < 0: it ran untimed): passed on to the
   // communicator's authority (Decider::observe). Best effort: a lost, late or duplicated report changes
   // only the authority's scores, never what any rank applies. Default: dropped.
@@ -297,6 +306,8 @@ class CommAgreement {
   // At call k, asks the board for the plan after what it holds, if that ends at or before upTo
   // (Board::prefetch); nothing once failed.
   void prefetch(const TaskKey& task, uint64_t k, uint64_t upTo);
+  // Board::roundTripMicros.
+  double roundTripMicros() const { return board_->roundTripMicros(); }
   bool failed() const { return failed_; }
 
  private:
