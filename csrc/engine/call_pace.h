@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 
 namespace autoccl::engine {
@@ -35,5 +36,12 @@ class CallPace {
   double meanNs_ = 0.0;
   uint64_t calls_ = 0;
 };
+
+// How many calls at `paceNs` apart go by in `answerUs`, rounded up, at most `most`; 0 where either is unknown (<= 0).
+inline uint64_t callsWithin(double answerUs, double paceNs, uint64_t most) {
+  if (!(answerUs > 0.0) || !(paceNs > 0.0)) return 0;
+  const double calls = std::ceil(answerUs * 1e3 / paceNs);
+  return calls >= static_cast<double>(most) ? most : static_cast<uint64_t>(calls);
+}
 
 }  // namespace autoccl::engine

@@ -415,11 +415,7 @@ class OnlineSource final : public DecisionSource {
   // on one H200). Unmeasured (no answer timed yet, or a task's first calls): 0, the default's asking.
   uint64_t askAheadFor(TaskState* s) {
     if (!askAheadAuto_) return askAhead_;
-    const double paceNs = s->pace.meanNs();
-    const double answerUs = agree_->roundTripMicros();
-    if (paceNs <= 0.0 || answerUs <= 0.0) return 0;
-    const double calls = std::ceil(answerUs * 1e3 / paceNs);
-    const uint64_t ahead = calls >= static_cast<double>(kAutoAskAheadMax) ? kAutoAskAheadMax : static_cast<uint64_t>(calls);
+    const uint64_t ahead = callsWithin(agree_->roundTripMicros(), s->pace.meanNs(), kAutoAskAheadMax);
     if (ahead > s->askAheadMax.load(std::memory_order_relaxed)) s->askAheadMax.store(ahead, std::memory_order_relaxed);
     return ahead;
   }

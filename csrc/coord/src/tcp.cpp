@@ -910,7 +910,10 @@ class TcpBoard : public Board {
     m.digest = o_.settingsDigest;
     conn_->send(m, true);
     st_.needsSent++;
-    questions_.emplace(t, Asked{k, Clock::now()});  // the first open question of the task is the one timed
+    // The task's open question is timed; one asked again before its answer (a resend, or another call) is not: its
+    // answer cannot be told from the earlier question's (Karn's rule), and a resend's wait would count a lost frame.
+    auto [q, fresh] = questions_.try_emplace(t, Question{k, Clock::now(), false});
+    if (!fresh) q->second.askedAgain = true;
   }
   // A PLAN for t arrived (caller holds mu_): if it answers t's open question, that question's round trip.
   void timeAnswerLocked(const TaskKey& t) {
@@ -918,7 +921,9 @@ class TcpBoard : public Board {
     Segment covering;
     if (q == questions_.end() || !replica_.find(t, q->second.call, &covering)) return;
     const double us = std::chrono::duration<double, std::micro>(Clock::now() - q->second.at).count();
+    const bool askedAgain = q->second.askedAgain;
     questions_.erase(q);
+    if (askedAgain) return;
     // A running mean and mean deviation that follow the link, as TCP's retransmission timer keeps them (RFC 6298:
     // weights 1/8 and 1/4), the first answer setting both; what most answers come within is the mean plus twice the
     // deviation.
@@ -1210,8 +1215,15 @@ class TcpBoard : public Board {
     Clock::time_point at;
   };
   std::map<TaskKey, Asked> asked_;
-  // Per task, the oldest question (NEED) not answered yet: the call it named and when (Board::roundTripMicros).
-  std::map<TaskKey, Asked> questions_;
+  // Per task, the oldest question (NEED) not answered yet: the call it named, when, and whether the task asked again
+  // before the answer (Board::roundTripMicros). One estimate for the process: every communicator's questions, those
+  // of a communicator whose authority this process holds too (answered through the server like the others).
+  struct Question {
+    uint64_t call;
+    Clock::time_point at;
+    bool askedAgain;
+  };
+  std::map<TaskKey, Question> questions_;
   std::atomic<double> roundTripUs_{0.0};
   BoardStats st_;
   std::thread io_;

@@ -1392,6 +1392,19 @@ TEST(engine, search_decider_charges_waits) {
   EXPECT_TRUE(quiet->stats().waitRegretMicros == 0);
 }
 
+// AUTOCCL_ASK_AHEAD=auto's count: the calls that go by in one answer time, rounded up, bounded; 0 while unmeasured.
+TEST(engine, calls_within_an_answer_time) {
+  using autoccl::engine::callsWithin;
+  EXPECT_EQ(callsWithin(1200.0, 300000.0, 16), 4u);  // 1.2 ms at 300 us a call
+  EXPECT_EQ(callsWithin(100.0, 30000.0, 16), 4u);    // 100 us at 30 us: 3.3, rounded up
+  EXPECT_EQ(callsWithin(100.0, 200000.0, 16), 1u);   // calls longer than an answer: the next one
+  EXPECT_EQ(callsWithin(5000.0, 300000.0, 16), 16u);  // bounded
+  EXPECT_EQ(callsWithin(1e12, 1.0, 16), 16u);
+  EXPECT_EQ(callsWithin(0.0, 300000.0, 16), 0u);  // no answer timed yet
+  EXPECT_EQ(callsWithin(1200.0, 0.0, 16), 0u);    // no pace yet
+  EXPECT_EQ(callsWithin(std::nan(""), 300000.0, 16), 0u);
+}
+
 // CallPace (AUTOCCL_ASK_AHEAD=auto): the mean interval between a task's calls, the pause after each nccl-tests-like
 // loop included, so that it is the loop's pace and not the host's burst; its waits for plans left out.
 TEST(engine, call_pace_takes_in_a_loops_pause) {
