@@ -29,7 +29,6 @@ class CallPace {
   void leaveOut(std::chrono::nanoseconds waited) { last_ += waited; }
   // The mean interval in nanoseconds; 0 before two calls.
   double meanNs() const { return calls_ > 1 ? meanNs_ : 0.0; }
-  uint64_t calls() const { return calls_; }
 
  private:
   std::chrono::steady_clock::time_point last_{};

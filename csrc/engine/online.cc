@@ -4,7 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
-#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <memory>
