@@ -41,6 +41,7 @@ int parseProto(std::string_view s) { return lookup(s, kProtoNames, kNumProtos); 
 std::string armLimitText(const ArmLimit& a) {
   std::string out = a.channels > 0 ? std::to_string(a.channels) : "";
   if (a.proto >= 0) out += (out.empty() ? "" : "/") + std::string(protoName(a.proto));
+  if (a.exposed > 0) out += "+" + (a.exposed >= kMaxChannelsHard ? std::string("max") : std::to_string(a.exposed));
   return out;
 }
 

@@ -317,7 +317,7 @@ class OnlineSource final : public DecisionSource {
     if (limited && authority_ && guardTimedNow_)
       decider_->guard->noteLimitedCall(
           guardCapNow_, changed && (!d.config.forcesPair() || costs.supported(d.config.algo, d.config.proto)) &&
-                            !runsAlike(planned, d.config, ncclChoice(*s, costs)));
+                            !runsAlike(withinCeiling(planned), withinCeiling(d.config), ncclChoice(*s, costs)));
     noteForExposure(task, k, &d);
     return d;
   }
@@ -457,14 +457,17 @@ class OnlineSource final : public DecisionSource {
     }
     // A limiting arm of the guard (AUTOCCL_STEP_ARMS): every call of the iteration but its last, or the
     // positions the authority's exposure estimate calls hidden, runs the plan's decision as the arm limits it
-    // (GuardArm::applyTo); the detector places the call alike on every rank (at the step's structure only: a
-    // piece's last call is not the step's). Such a call is not the plan's config: its time is not fed to its
-    // task's search.
+    // (GuardArm::applyTo), and the last call, where the arm has a floor and does not cap it, at least the floor's
+    // channels (GuardArm::raiseTo); the detector places the call alike on every rank (at the step's structure
+    // only: a piece's last call is not the step's). Such a call is not the plan's config: its time is not fed to
+    // its task's search.
     bool capped = false;
     *planned = d.config;
-    *limited = guardCapNow_.limits() && steps_.atStep(iter_) &&
-               guardCapNow_.caps(iter_.position(), iter_.endsIteration());
-    if (*limited && guardCapNow_.applyTo(&d.config)) {
+    const bool atStep = guardCapNow_.limits() && steps_.atStep(iter_);
+    const bool caps = atStep && guardCapNow_.caps(iter_.position(), iter_.endsIteration());
+    const bool raises = atStep && guardCapNow_.raises(iter_.position(), iter_.endsIteration());
+    *limited = caps || raises;
+    if ((caps && guardCapNow_.applyTo(&d.config)) || (raises && guardCapNow_.raiseTo(&d.config))) {
       if (authority_) guardClock_.markOverridden(task, k);
       d.stable = false;
       capped = true;
@@ -692,6 +695,16 @@ class OnlineSource final : public DecisionSource {
     if (m.shorterElsewhere) s->shorterElsewhere.fetch_add(1, std::memory_order_relaxed);
     srch->addSample(m.callIndex, m.gpuUs, m.altUs > 0 ? m.altUs : -1.0);
     markDelivered(s->delivered, m.callIndex);
+  }
+
+  // A configuration's channel count as NCCL grants it: at most AUTOCCL_MAX_CHANNELS (the context's clamp) and the
+  // communicator's count where a capped request showed it (commCap_, the authority's). A raise to `max`, or a cap
+  // above the communicator's count, then runs what the plan runs (GuardPlan::noteLimitedCall: not changed).
+  Config withinCeiling(Config c) const {
+    const int cap = commCap_.load(std::memory_order_relaxed);
+    if (c.channels > env_.settings->maxChannels) c.channels = env_.settings->maxChannels;
+    if (cap > 0 && c.channels > cap) c.channels = cap;
+    return c;
   }
 
   static void markDelivered(std::atomic<uint64_t>& delivered, uint64_t k) {
@@ -1346,7 +1359,7 @@ class OnlineSource final : public DecisionSource {
   StepTasks stepTasks_;          // authority: the step's tasks at the last change of step
   bool guardNcclNow_ = false;    // the current iteration runs NCCL's choice for every task
   bool guardFallbackNccl_ = false;  // outside the step's structure (after a break) NCCL's choice for every task
-  GuardArm guardCapNow_;         // the current iteration's arm (the calls it limits: hiddenCap, proto)
+  GuardArm guardCapNow_;         // the current iteration's arm (the calls it limits: hiddenCap, proto, exposedFloor)
   uint64_t guardStructure_ = 0;  // the detector's structure at the last guard step ...
   uint64_t structureFromStep_ = 0;  // ... and the step it began at (estimated segments planned before it cap nothing)
   bool guardTimedNow_ = false;   // the current iteration's start is a guard sample

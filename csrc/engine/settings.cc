@@ -182,11 +182,26 @@ static bool parseManualChannels(const std::string& text, Settings* s, std::strin
   return true;
 }
 
-// One entry of AUTOCCL_STEP_ARMS: a channel count C, a protocol P (ll, ll128, simple) or both as C/P.
-static bool parseArmLimit(const std::string& t, ArmLimit* out) {
+// One entry of AUTOCCL_STEP_ARMS: a channel count C, a protocol P (ll, ll128, simple) or both as C/P, for the
+// calls the arm limits, then optionally +E (a channel count or max) for the step's last call; or +E alone.
+static bool parseArmLimit(const std::string& entry, ArmLimit* out) {
+  const size_t plus = entry.find('+');
+  ArmLimit a;
+  if (plus != std::string::npos) {
+    const std::string e = entry.substr(plus + 1);
+    if (e == "max") {
+      a.exposed = kMaxChannelsHard;
+    } else if (!parseChannelCount(e, &a.exposed)) {
+      return false;
+    }
+    if (plus == 0) {  // the last call's channels alone
+      *out = a;
+      return true;
+    }
+  }
+  const std::string t = entry.substr(0, plus);
   const size_t slash = t.find('/');
   const std::string count = t.substr(0, slash), proto = slash == std::string::npos ? "" : t.substr(slash + 1);
-  ArmLimit a;
   if (slash == std::string::npos && !t.empty() && t.find_first_not_of("0123456789") != std::string::npos) {
     a.proto = parseProto(t);  // a protocol alone
     if (a.proto < 0 || t != protoName(a.proto)) return false;
@@ -203,13 +218,15 @@ static bool parseArmLimit(const std::string& t, ArmLimit* out) {
 }
 
 // AUTOCCL_STEP_ARMS: `off`, or one or both of `hidden=A1[,A2...]` and `estimated=A1[,A2...]` separated by `;`,
-// each 1-4 distinct arms separated by commas: a channel count in [1, 64], a protocol or both (parseArmLimit).
+// each 1-4 distinct arms separated by commas: a channel count in [1, 64], a protocol or both, each optionally with
+// the last call's channels +E, or +E alone (parseArmLimit).
 static bool parseStepArms(const std::string& text, Settings* s, std::string* err) {
   if (text.empty() || text == "off") return true;
   const std::string bad = "AUTOCCL_STEP_ARMS='" + text +
                           "' is not off or hidden=A1[,A2...], estimated=A1[,A2...] or both joined by ';' (1 to 4 "
                           "distinct arms each, an arm a channel count C in [1, " + std::to_string(kMaxChannelsHard) +
-                          "], a protocol P of ll, ll128, simple, or C/P)";
+                          "], a protocol P of ll, ll128, simple, or C/P, each optionally followed by +E, or +E "
+                          "alone in hidden=: at least E channels, a count or max, for the step's last call)";
   std::vector<ArmLimit> hidden, estimated;
   bool seenHidden = false, seenEstimated = false;
   size_t part = 0;
@@ -230,7 +247,9 @@ static bool parseStepArms(const std::string& text, Settings* s, std::string* err
       const size_t comma = item.find(',', from);
       const std::string t = item.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
       ArmLimit a;
-      if (!parseArmLimit(t, &a) || arms.size() >= 4 || std::find(arms.begin(), arms.end(), a) != arms.end()) {
+      // An estimated arm limits the calls the estimate calls hidden: it needs a cap or a protocol for them.
+      if (!parseArmLimit(t, &a) || (kind == "estimated" && a.channels == 0 && a.proto < 0) || arms.size() >= 4 ||
+          std::find(arms.begin(), arms.end(), a) != arms.end()) {
         *err = bad;
         return false;
       }

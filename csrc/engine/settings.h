@@ -185,9 +185,11 @@ struct Settings {
   // The ranks agree through a coordinator: online mode, and table mode under the step guard.
   bool coordinated() const { return mode == Mode::Online || (mode == Mode::Table && guard); }
   // AUTOCCL_STEP_ARMS (online mode, with the guard): `off` (default) or `hidden=A1[,A2...]` (1-4 distinct arms,
-  // each a channel count C in [1, 64], a protocol P (ll, ll128, simple) or both as C/P): the guard's round also
-  // compares, per arm, the tuned plan with every call of the iteration but its last at most C channels and on
-  // protocol P, and keeps the fastest arm that beats NCCL's choices on the iteration time (engine/step_guard.h).
+  // each a channel count C in [1, 64], a protocol P (ll, ll128, simple) or both as C/P, each optionally followed
+  // by +E, or +E alone, E a channel count or max): the guard's round also compares, per arm, the tuned plan with
+  // every call of the iteration but its last at most C channels and on protocol P, and the last call at least E
+  // channels (the resource-sharing study's policy: few SMs while hidden, many where nothing overlaps), and keeps
+  // the fastest arm that beats NCCL's choices on the iteration time (engine/step_guard.h).
   // The authority plans the arms, every rank applies its plan; every rank also keeps asking for settled tasks'
   // calls under it (so it is an agreed setting, AgreedSettings).
   std::vector<ArmLimit> stepArmsHidden;

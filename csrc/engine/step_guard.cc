@@ -179,6 +179,12 @@ bool GuardArm::applyTo(Config* c) const {
   return changed;
 }
 
+bool GuardArm::raiseTo(Config* c) const {
+  if (exposedFloor <= 0 || (c->channels > 0 && c->channels >= exposedFloor)) return false;
+  c->channels = exposedFloor;
+  return true;
+}
+
 namespace {
 // A configuration as NCCL runs it: the parts it leaves to NCCL filled in from NCCL's own choice. False where they
 // cannot be (no choice known, or a half-forced pair that is not NCCL's).
@@ -208,15 +214,16 @@ bool runsAlike(const Config& plan, const Config& limited, const NcclChoice& nccl
 }
 
 // A limiting arm: algorithm 0 (the plan's protocol) or 1 + P (protocol P), protocol 0 (every call but the last) or
-// 1 (the positions in chunk), the cap as channels (no search plans the guard's key; NCCL never reads it). NCCL's
-// mark is algorithm 1 with protocol 2, which no arm writes.
+// 1 (the positions in chunk), the cap as channels' low byte and the last call's floor as their second (no search
+// plans the guard's key; NCCL never reads it; the wire carries channels up to 2^16). NCCL's mark is algorithm 1
+// with protocol 2, which no arm writes.
 search::Config GuardPlan::armMark(const GuardArm& a) {
   if (a.nccl) return ncclMark();
   search::Config c;
   if (!a.limits() || (a.estimated && a.positions == 0)) return c;  // the tuned plan
   c.algo = a.proto < 0 ? 0 : 1 + a.proto;
   c.proto = a.positions == 0 ? 0 : 1;
-  c.channels = std::max(a.hiddenCap, 0);
+  c.channels = std::clamp(a.hiddenCap, 0, kMaxChannelsHard) | (std::clamp(a.exposedFloor, 0, kMaxChannelsHard) << 8);
   c.chunk = a.positions;
   return c;
 }
@@ -225,7 +232,8 @@ GuardArm GuardPlan::armOf(const search::Config& c) {
   GuardArm a;
   if (c.isDefault()) return a;
   if (c.algo >= 0 && c.algo <= kNumProtos && (c.proto == 0 || c.proto == 1) && (c.channels > 0 || c.algo > 0)) {
-    a.hiddenCap = c.channels;
+    a.hiddenCap = c.channels & 0xff;
+    a.exposedFloor = (c.channels >> 8) & 0xff;
     a.proto = c.algo - 1;
     if (c.proto == 1) {
       a.positions = c.chunk;
@@ -250,9 +258,10 @@ GuardPlan::GuardPlan(GuardOptions o) : o_(std::move(o)) {
   arms_.push_back(GuardArm{});                 // kTunedArm
   arms_.push_back(GuardArm{true, 0});          // kNcclArm
   for (const ArmLimit& l : o_.hiddenArms)
-    if (l.channels > 0 || l.proto >= 0) arms_.push_back(GuardArm{false, l.channels, 0, false, l.proto});
+    if (l.channels > 0 || l.proto >= 0 || l.exposed > 0)
+      arms_.push_back(GuardArm{false, l.channels, 0, false, l.proto, l.exposed});
   for (const ArmLimit& l : o_.estimatedArms)
-    if (l.channels > 0 || l.proto >= 0) arms_.push_back(GuardArm{false, l.channels, 0, true, l.proto});
+    if (l.channels > 0 || l.proto >= 0) arms_.push_back(GuardArm{false, l.channels, 0, true, l.proto, l.exposed});
   if (o_.jobRegret) ledgerSlot_ = o_.jobRegret->join();
 }
 
@@ -480,7 +489,7 @@ void GuardPlan::noteLimitedCall(const GuardArm& arm, bool changed) {
   std::lock_guard<std::mutex> lk(mu_);
   for (size_t a = 0; a < arms_.size() && a < limited_.size(); ++a) {
     const GuardArm& x = arms_[a];
-    if (x.nccl || x.hiddenCap != arm.hiddenCap || x.proto != arm.proto || x.estimated != arm.estimated) continue;
+    if (x.nccl || x.armLimit() != arm.armLimit() || x.estimated != arm.estimated) continue;
     ++limited_[a];
     if (changed) ++changed_[a];
     return;
@@ -562,7 +571,9 @@ void GuardPlan::verdictLocked() {
   const double ncclMed = med[kNcclArm];
   const double ncclSE = ncclMed > 0 ? relSE(n, ncclMed) : 0.0;
   // The tuned plan beating NCCL's median by more than its own kernel savings plus the margin: the step's noise
-  // (the channel-cap arms' gain is the computation's, not held to it).
+  // (the channel-cap arms' gain is the computation's, not held to it). An arm that only raises the last call is
+  // the tuned plan with that call faster: held to the same bound (what the raise saves is not measured, so the
+  // bound is the cautious side: a raise that only pays beyond the plan's savings is not kept).
   v.planGainUs = planGainUs_;
   v.period = period_;
   v.voidedBefore = voided_ - voidedAtVerdict_;
@@ -581,13 +592,11 @@ void GuardPlan::verdictLocked() {
     if (a != kNcclArm && ncclMed > 0 && r.medianUs > 0 && !r.inert) {
       r.margin = std::max(o_.minMargin, o_.z * std::hypot(relSE(x[a], r.medianUs), ncclSE));
       bool beats = r.medianUs < ncclMed * (1.0 - r.margin);
-      if (a == kTunedArm) {
-        v.margin = r.margin;
-        if (beats && o_.explainedGain && planGainUs_ >= 0 &&
-            ncclMed - r.medianUs > planGainUs_ + r.margin * ncclMed) {
-          v.unexplained = true;
-          beats = false;
-        }
+      if (a == kTunedArm) v.margin = r.margin;
+      if ((a == kTunedArm || arms_[a].raisesOnly()) && beats && o_.explainedGain && planGainUs_ >= 0 &&
+          ncclMed - r.medianUs > planGainUs_ + r.margin * ncclMed) {
+        if (a == kTunedArm) v.unexplained = true;
+        beats = false;
       }
       if (beats && (winner == kNcclArm || r.medianUs < med[winner])) winner = a;
     }
@@ -640,6 +649,14 @@ std::string limitWords(const GuardArm& a) {
   return out;
 }
 
+// What an arm with a floor does to the step's last call: ", the last call at least 16 channels" ("" without).
+std::string floorWords(const GuardArm& a) {
+  if (a.exposedFloor <= 0) return "";
+  return ", the last call " + (a.exposedFloor >= kMaxChannelsHard
+                                   ? std::string("as many channels as the communicator has")
+                                   : "at least " + std::to_string(a.exposedFloor) + " channels");
+}
+
 // The positions an estimated arm caps, "0,2,5" (empty for any other arm).
 std::string positionList(const GuardArm& a) {
   std::string out;
@@ -653,9 +670,10 @@ std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm) {
   const std::string what =
       v.winner.estimated && v.winner.limits()
           ? "keeping the tuned plan, the calls the exposure estimate calls hidden (positions " +
-                positionList(v.winner) + ") " + limitWords(v.winner)
-      : v.winner.limits()
-          ? "keeping the tuned plan, hidden calls " + limitWords(v.winner)
+                positionList(v.winner) + ") " + limitWords(v.winner) + floorWords(v.winner)
+      : v.winner.limits() && (v.winner.hiddenCap > 0 || v.winner.proto >= 0)
+          ? "keeping the tuned plan, hidden calls " + limitWords(v.winner) + floorWords(v.winner)
+      : v.winner.limits() ? "keeping the tuned plan" + floorWords(v.winner)
       : v.tuned ? std::string("keeping the tuned plan")
                 : std::string("NCCL's choices for every task");
   char line[640];  // `what` names up to 63 positions

@@ -23,9 +23,10 @@
 // the tuned plan with some calls capped at a channel count (the calls the iteration hides behind its computation
 // take fewer SMs from it): every call of the iteration except its last (`hidden=`), or the positions the exposure
 // estimate calls hidden (`estimated=`: engine/exposure.h, on the authority's windows; the positions ride in the
-// arm's segment to every rank). The round's blocks cycle through every arm (T N X1 .. Xk, then the same backwards,
-// twice); an arm is kept only if its median beats NCCL's by the same margin as the tuned plan must, and the
-// fastest such arm wins. Without arms the round is T N N T, twice.
+// arm's segment to every rank); an arm may also raise the iteration's last call to a channel floor (`+E`: the
+// resource-sharing study's policy gives the exposed call as many as there are). The round's blocks cycle through
+// every arm (T N X1 .. Xk, then the same backwards, twice); an arm is kept only if its median beats NCCL's by the
+// same margin as the tuned plan must, and the fastest such arm wins. Without arms the round is T N N T, twice.
 #pragma once
 
 #include <cstdint>
@@ -196,21 +197,35 @@ struct GuardArm {
   // >= 0: the limited calls run this protocol (NCCL's id) on the plan's algorithm (ring where the plan leaves the
   // pair to NCCL), without the plan's chunk setting (a chunk searched for another protocol); -1: the plan's.
   int proto = -1;
-  // Whether the arm limits any call: the tuned plan with a channel cap or a protocol (not NCCL's choices).
-  bool limits() const { return !nccl && (hiddenCap > 0 || proto >= 0); }
-  ArmLimit armLimit() const { return ArmLimit{hiddenCap, proto}; }
+  // > 0: the step's last call, where the arm does not cap it, runs at least this many channels (a count the plan
+  // leaves to NCCL gets it: NCCL's count is not known alike on every rank); kMaxChannelsHard: as many as the
+  // communicator has (the context clamps to AUTOCCL_MAX_CHANNELS, NCCL to the communicator's count).
+  int exposedFloor = 0;
+  // Whether the arm changes any call: the tuned plan with a channel cap, a protocol or a floor (not NCCL's
+  // choices).
+  bool limits() const { return !nccl && (hiddenCap > 0 || proto >= 0 || exposedFloor > 0); }
+  ArmLimit armLimit() const { return ArmLimit{hiddenCap, proto, exposedFloor}; }
+  // The arm raises the last call and limits nothing else (`hidden=+E`).
+  bool raisesOnly() const { return !nccl && exposedFloor > 0 && hiddenCap <= 0 && proto < 0; }
   // Limits a call's configuration (the plan's decision) as the arm says; whether it changed it. At most hiddenCap
   // channels (a count left to NCCL gets the cap); with a protocol, the plan's algorithm on it, or ring where the
   // plan leaves the pair to NCCL or its algorithm has Simple alone (NVLS, CollNet, PAT: a pair NCCL refuses would
   // drop the cap with it and put NCCL's choice in the plan's place), without the plan's chunk setting (one
   // searched for another protocol). NCCL keeps its pair where the plan does and the arm names no protocol.
   bool applyTo(Config* c) const;
-  // Whether this arm limits the call at `position` of its iteration (`last`: the iteration's last call).
+  // Whether this arm caps the call at `position` of its iteration (`last`: the iteration's last call).
   bool caps(uint32_t position, bool last) const {
-    if (!limits()) return false;
+    if (nccl || (hiddenCap <= 0 && proto < 0)) return false;
     if (positions == 0) return !estimated && !last;
     return position < 64 && ((positions >> position) & 1u) != 0;
   }
+  // Whether this arm raises the call at `position` to its floor: the iteration's last call, unless capped.
+  bool raises(uint32_t position, bool last) const {
+    return !nccl && exposedFloor > 0 && last && !(estimated && positions == 0) && !caps(position, last);
+  }
+  // Raises a call's channels to the floor (raises()): where the plan sets fewer or leaves the count to NCCL.
+  // Whether it changed the call. The pair and chunk stay the plan's.
+  bool raiseTo(Config* c) const;
 };
 
 // NCCL's own choice for a task, as the authority saw a call of it run on NCCL's default (algo/proto < 0: none seen;
@@ -237,7 +252,7 @@ class GuardPlan {
   static bool isNccl(const search::Config& c);
   // A limiting arm's segment config (pairs no search plans for the guard's key: algorithm 0 for the plan's
   // protocol, 1 + P for protocol P; protocol 0 for every call but the last, 1 for the positions in `chunk`; the
-  // cap as channels), and what a config says.
+  // cap as channels' low byte, the last call's floor as their second byte), and what a config says.
   static search::Config armMark(const GuardArm& a);
   static GuardArm armOf(const search::Config& c);
   // What every segment also says: what runs outside the step's structure (after a break, until the step is

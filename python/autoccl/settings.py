@@ -96,15 +96,30 @@ def _manual_channels(v: str, _env: Mapping[str, str]) -> str | None:
 
 _STEP_ARMS_FORM = (
     "must be off, hidden=A1[,A2...], estimated=A1[,A2...] or both joined by ';': 1 to 4 distinct arms each, "
-    "an arm a channel count C in [1, 64], a protocol P of ll, ll128, simple, or C/P"
+    "an arm a channel count C in [1, 64], a protocol P of ll, ll128, simple, or C/P, each optionally "
+    "followed by +E, or +E alone in hidden=: at least E channels, a count or max, for the step's last call"
 )
-_STEP_ARM = re.compile(r"(?:([0-9]{1,2})(?:/(ll|ll128|simple))?|(ll|ll128|simple))")
+_STEP_ARM = re.compile(r"(?:([0-9]{1,2})(?:/(ll|ll128|simple))?|(ll|ll128|simple))?(?:\+([0-9]{1,2}|max))?")
+
+
+def _floor_channels(text: str | None) -> int:
+    """An arm's floor for the step's last call as the library reads it: 0 none, `max` 64."""
+    return 0 if text is None else 64 if text == "max" else int(text)
+
+
+def _names_nothing(m: re.Match[str] | None, *, estimated: bool) -> bool:
+    """An arm names something: limits for the calls it limits (an estimated arm must), a floor, or both."""
+    if m is None:
+        return True
+    limits_nothing = m.group(1) is None and m.group(3) is None
+    return limits_nothing and (estimated or m.group(4) is None)
 
 
 def _step_arms(v: str, env: Mapping[str, str]) -> str | None:
     """hidden= limits every call but the step's last, estimated= the calls the exposure estimate calls hidden
     (which needs its samples: AUTOCCL_EXPOSURE_EVERY unset, the library then sets 8, or at least 4); an arm
-    caps their channels, sets their protocol, or both."""
+    caps their channels, sets their protocol, or both, and with +E gives the step's last call at least E
+    channels (max: 64, as many as the communicator has)."""
     if v == "off":
         return None
     kinds: set[str] = set()
@@ -116,9 +131,16 @@ def _step_arms(v: str, env: Mapping[str, str]) -> str | None:
         matches = [_STEP_ARM.fullmatch(a) for a in arms]
         if not 1 <= len(arms) <= 4 or not all(matches):
             return _STEP_ARMS_FORM
-        counts = [int(m.group(1)) for m in matches if m and m.group(1) is not None]
-        # (channels, protocol) as the library compares arms: "2" and "02" are one arm
-        limits = {(int(m.group(1) or 0), m.group(2) or m.group(3)) for m in matches if m}
+
+        if any(_names_nothing(m, estimated=kind == "estimated") for m in matches):
+            return _STEP_ARMS_FORM
+        counts = [int(g) for m in matches if m for g in (m.group(1), m.group(4)) if g not in (None, "max")]
+        # (channels, protocol, floor) as the library compares arms: "2" and "02" are one arm, "max" is 64
+        limits = {
+            (int(m.group(1) or 0), m.group(2) or m.group(3), _floor_channels(m.group(4)))
+            for m in matches
+            if m
+        }
         if not all(1 <= c <= 64 for c in counts) or len(limits) != len(arms):
             return _STEP_ARMS_FORM
         kinds.add(kind)
@@ -427,7 +449,8 @@ VARIABLES: tuple[Variable, ...] = (
         "AUTOCCL_STEP_ARMS",
         "library",
         "off, hidden=A1[,A2...], estimated=A1[,A2...], or both joined by ';': 1 to 4 distinct arms each, "
-        "an arm an integer C in [1, 64], a protocol P (ll, ll128, simple) or C/P",
+        "an arm an integer C in [1, 64], a protocol P (ll, ll128, simple) or C/P, each optionally followed "
+        "by +E (the step's last call at least E channels, E in [1, 64] or max), or +E alone in hidden=",
         _step_arms,
     ),
     Variable("AUTOCCL_COORD_ADDR", "library", "host:port, port in [1, 65535]", _host_port),

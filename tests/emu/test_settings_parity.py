@@ -39,6 +39,16 @@ BAD = [
     ("AUTOCCL_STEP_ARMS", "hidden=/simple"),
     ("AUTOCCL_STEP_ARMS", "hidden=2/ll,02/ll"),
     ("AUTOCCL_STEP_ARMS", "hidden=SIMPLE"),
+    ("AUTOCCL_STEP_ARMS", "hidden=2+"),
+    ("AUTOCCL_STEP_ARMS", "hidden=+"),
+    ("AUTOCCL_STEP_ARMS", "hidden=2+0"),
+    ("AUTOCCL_STEP_ARMS", "hidden=2+65"),
+    ("AUTOCCL_STEP_ARMS", "hidden=2+MAX"),
+    ("AUTOCCL_STEP_ARMS", "hidden=+max,+64"),
+    ("AUTOCCL_STEP_ARMS", "hidden=2+max,02+max"),
+    ("AUTOCCL_STEP_ARMS", "hidden=+max/simple"),
+    ("AUTOCCL_STEP_ARMS", "estimated=+max"),
+    ("AUTOCCL_STEP_ARMS", "hidden=2/+max"),
     ("AUTOCCL_FIXED", "allreduce:ring/bogus"),
     ("AUTOCCL_COORD_ADDR", "host:0"),
     ("AUTOCCL_COORD_ADDR", "::1:80"),
@@ -119,6 +129,7 @@ def test_estimated_arms_without_exposure_samples_refused_alike(plugin: Path) -> 
         {"AUTOCCL_STEP_ARMS": "hidden=2;estimated=4"},
         {"AUTOCCL_STEP_ARMS": "estimated=2"},
         {"AUTOCCL_STEP_ARMS": "hidden=simple,2/ll128;estimated=4/simple"},
+        {"AUTOCCL_STEP_ARMS": "hidden=2+max,+16,simple+8;estimated=2/ll128+4"},
     ):
         env = {"AUTOCCL_MODE": "online", **good}
         assert settings.problems(env) == []

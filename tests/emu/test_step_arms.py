@@ -232,3 +232,39 @@ def test_estimated_positions_forgotten_after_a_break(plugin: Path, tmp_path: Pat
         assert before[0] == {4} and before[2] == {4}, before  # the arm ran before the break
         after = [(i % n, int(r["channels"])) for i, r in enumerate(buckets) if i >= at]
         assert not [x for x in after if x[0] in (1, 3) and x[1] == 4], after[:8]
+
+
+def test_a_floor_raises_the_last_call_of_the_arms_iterations(plugin: Path, tmp_path: Path) -> None:
+    """An arm with a floor for the step's last call (`hidden=2+max`, the resource-sharing study's policy:
+    few channels while hidden, as many as the communicator has where nothing overlaps): every iteration the
+    arm runs caps the three hidden buckets and raises the last one (its own task, searched to 8 channels or
+    fewer) to the communicator's 24, on every rank alike (the arm comes from the authority's plan). The guard
+    judges it on the step beside the cap alone, and the job ends no slower than plain NCCL's."""
+    model = contention_model(tmp_path / "contention.json")
+    buckets = (100 << 20, 100 << 20, 100 << 20, 101 << 20)
+    sc = ddp_like(steps=STEPS, load=1.0, bucket_bytes=buckets, seed=2)
+    plain_run = run(sc, plugin=None, model=model, processes=True, timeout=120)
+    assert_clean(plain_run)
+    res = run_with_arms(sc, model, "hidden=2,2+max")
+    tasks = [
+        t for t in res.trace if t.get("ev") == "task" and t["rank"] == 0 and int(t["bytes"]) == buckets[-1]
+    ]
+    assert tasks and 0 < int(tasks[-1]["channels"]) < 24, tasks  # the raise changes the last call's count
+    guard = [t for t in res.trace if t.get("ev") == "guard"]
+    judged = [a for t in guard for a in t.get("arms", []) if a["arm"] == "hidden=2+max"]
+    assert judged and all(int(a["samples"]) >= 3 for a in judged), judged
+    for t in guard:  # the raised last calls count as changed beside the capped ones
+        changed = {a["arm"]: int(a.get("changed_calls", 0)) for a in t.get("arms", [])}
+        assert changed["hidden=2+max"] > changed["hidden=2"] > 0, changed
+    n = len(buckets)
+    for grank in (0, 1):
+        calls = sorted((r for r in res.calls if int(r["grank"]) == grank), key=lambda r: int(r["seq"]))
+        assert [int(r["bytes"]) for r in calls[:n]] == list(buckets)
+        steps = [calls[i : i + n] for i in range(0, len(calls) - n + 1, n)]
+        capped = [s for s in steps if all(int(r["channels"]) <= 2 for r in s[:-1])]
+        raised = [s for s in capped if int(s[-1]["channels"]) == 24]
+        # the floor arm's blocks (8 iterations a round at least) raised the last call; the cap alone left it
+        assert len(raised) >= 8, [[int(r["channels"]) for r in s] for s in capped[:12]]
+        last = [int(s[-1]["channels"]) for s in capped]
+        assert 2 not in last, last
+    assert _median_step(res) <= _median_step(plain_run) * 1.005, (_median_step(res), _median_step(plain_run))

@@ -16,7 +16,7 @@ constexpr uint32_t kMagic = 0x31434341;  // "ACC1"
 // 6: WAIT. 7: the step guard's segment carries its fallback flag in chunkHalvings and an estimated arm's positions
 // in chunk (a build before it read the fallback from chunk: refused, not misread). 8: a step arm's segment carries
 // its protocol in the algorithm field (a build before it read such an arm as NCCL's choices).
-constexpr uint16_t kVersion = 8;
+constexpr uint16_t kVersion = 9;
 constexpr size_t kHeader = 12;
 constexpr uint32_t kMaxPayload = 16 * 1024;
 constexpr size_t kSegBytes = 33;

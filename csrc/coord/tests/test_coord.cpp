@@ -113,7 +113,7 @@ TEST(coord, wire) {
   EXPECT_TRUE(wire::decode(b.data(), b.size(), &o) > 0 && o.k == 77 && o.covered == 70 && o.task == need.task);
   // bad version / magic / oversize length are rejected
   auto bad = b;
-  bad[4] = 9;
+  bad[4] = 99;
   EXPECT_TRUE(wire::decode(bad.data(), bad.size(), &o) == -1);
   bad = b;
   bad[0] ^= 1;
@@ -125,6 +125,18 @@ TEST(coord, wire) {
   wire::Msg p;
   p.type = wire::kPlan;
   p.segs = {Segment{0, 5, Config(), Phase::kTuning}, Segment{6, 9, Config(), Phase::kTuning}};
+  b = wire::encode(p);
+  EXPECT_TRUE(wire::decode(b.data(), b.size(), &o) == -1);
+  // the step guard's arm marks pack a cap and a floor in channels' two low bytes: carried whole; beyond them, not
+  Config packed;
+  packed.algo = 0;
+  packed.proto = 0;
+  packed.channels = 2 | (64 << 8);
+  p.segs = {Segment{0, 5, packed, Phase::kTuning}};
+  b = wire::encode(p);
+  EXPECT_TRUE(wire::decode(b.data(), b.size(), &o) > 0 && o.segs.size() == 1 &&
+              o.segs[0].cfg.channels == packed.channels);
+  p.segs[0].cfg.channels = 1 << 16;
   b = wire::encode(p);
   EXPECT_TRUE(wire::decode(b.data(), b.size(), &o) == -1);
 }

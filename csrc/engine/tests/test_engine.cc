@@ -1017,6 +1017,13 @@ TEST(engine, settings_step_arms) {
   // one arm, distinct from the cap alone
   Settings protos = loadSettings(envOf({{"AUTOCCL_STEP_ARMS", "hidden=simple,2/ll128,2,8/ll"}}));
   EXPECT_TRUE(protos.valid && protos.stepArmsHidden == Arms({{0, 2}, {2, 1}, {2, -1}, {8, 0}})) << protos.error;
+  // the step's last call's channels: with a cap, a protocol or both, or alone; `max` is the hard bound (64 and
+  // max are one arm); an estimated arm takes one beside its cap
+  Settings floors = loadSettings(envOf({{"AUTOCCL_STEP_ARMS", "hidden=2+max,+16,simple+8,2/ll128+4;estimated=2+max"}}));
+  EXPECT_TRUE(floors.valid &&
+              floors.stepArmsHidden == Arms({{2, -1, kMaxChannelsHard}, {0, -1, 16}, {0, 2, 8}, {2, 1, 4}}) &&
+              floors.stepArmsEstimated == Arms({{2, -1, kMaxChannelsHard}}))
+      << floors.error;
   Settings estProto = loadSettings(envOf({{"AUTOCCL_STEP_ARMS", "estimated=4/simple"}}));
   EXPECT_TRUE(estProto.valid && estProto.stepArmsEstimated == Arms({{4, 2}}));
   for (const char* bad : {"on", "hidden", "hidden=", "hidden=0", "hidden=65", "hidden=2,2", "hidden=1,2,3,4,5",
@@ -1025,7 +1032,9 @@ TEST(engine, settings_step_arms) {
                           "hidden=2,estimated=2", "hidden=2;;estimated=2", "estimated=2;exposed=4",
                           "hidden=2/", "hidden=/simple", "hidden=0/simple", "hidden=65/ll", "hidden=2/fast",
                           "hidden=SIMPLE", "hidden=2/Simple", "hidden=simple,simple", "hidden=2/ll,2/ll",
-                          "hidden=2/ll/ll", "hidden=ring", "hidden=2/simple/"}) {
+                          "hidden=2/ll/ll", "hidden=ring", "hidden=2/simple/", "hidden=2+", "hidden=+",
+                          "hidden=2+0", "hidden=2+65", "hidden=2+MAX", "hidden=+max,+64", "hidden=2+max+max",
+                          "hidden=+max/simple", "estimated=+max", "hidden=2+max,2+64", "hidden=2/+max"}) {
     Settings b = loadSettings(envOf({{"AUTOCCL_STEP_ARMS", bad}}));
     EXPECT_TRUE(!b.valid) << bad;
     EXPECT_TRUE(b.error.find("AUTOCCL_STEP_ARMS") != std::string::npos);
@@ -1049,6 +1058,11 @@ TEST(engine, settings_step_arms) {
   EXPECT_EQ(digestOf("hidden=2;estimated=8"), digestOf("estimated=8;hidden=2"));
   EXPECT_TRUE(digestOf("hidden=2") != digestOf("hidden=2/simple"));
   EXPECT_TRUE(digestOf("hidden=simple") != digestOf("hidden=ll128"));
+  // ranks whose arms differ only in a floor apply different channels to the last call: they must not agree
+  EXPECT_TRUE(digestOf("hidden=2+max") != digestOf("hidden=2"));
+  EXPECT_TRUE(digestOf("hidden=2+max") != digestOf("hidden=2+16"));
+  EXPECT_TRUE(digestOf("hidden=+16") != digestOf("hidden=16"));
+  EXPECT_EQ(digestOf("hidden=2+max"), digestOf("hidden=2+64"));
 }
 
 TEST(engine, context_observe_table) {

@@ -581,6 +581,53 @@ TEST(engine, guard_arm_marks) {
   EXPECT_TRUE(estimatedLl128.caps(1, true) && !estimatedLl128.caps(0, false));
 }
 
+// An arm with a floor for the step's last call (`+E`): it rides in the mark beside the cap and the protocol, reads
+// back as itself, and raises the last call only, never a call the arm caps.
+TEST(engine, guard_arm_floor_marks_and_calls) {
+  using autoccl::engine::kMaxChannelsHard;
+  for (int floor : {1, 16, kMaxChannelsHard})
+    for (int cap : {0, 2, 64})
+      for (int proto : {-1, 1})
+        for (uint64_t positions : {uint64_t{0}, uint64_t{0b0101}}) {
+          if (positions != 0 && cap == 0 && proto < 0) continue;  // an estimated arm needs a cap or a protocol
+          const GuardArm arm{false, cap, positions, positions != 0, proto, floor};
+          const autoccl::search::Config c = GuardPlan::armMark(arm);
+          EXPECT_TRUE(!c.isDefault() && !GuardPlan::isNccl(c)) << floor << " " << cap << " " << proto;
+          EXPECT_TRUE(c.channels >= 0 && c.channels < (1 << 16));  // what the coordinator's wire carries
+          const GuardArm back = GuardPlan::armOf(c);
+          EXPECT_TRUE(!back.nccl && back.hiddenCap == cap && back.proto == proto && back.positions == positions &&
+                      back.estimated == (positions != 0) && back.exposedFloor == floor && back.limits())
+              << floor << " " << cap << " " << proto << " " << positions;
+        }
+  const GuardArm floorAlone{false, 0, 0, false, -1, kMaxChannelsHard}, capAndFloor{false, 2, 0, false, -1, 16},
+      estimated{false, 2, 0b0011, true, -1, 16}, estimatedUnknown{false, 2, 0, true, -1, 16};
+  // a floor alone caps nothing and raises the last call
+  EXPECT_TRUE(floorAlone.limits() && !floorAlone.caps(0, false) && !floorAlone.caps(3, true));
+  EXPECT_TRUE(!floorAlone.raises(0, false) && floorAlone.raises(3, true));
+  // a cap with a floor: every call but the last capped, the last raised
+  EXPECT_TRUE(capAndFloor.caps(0, false) && !capAndFloor.raises(0, false));
+  EXPECT_TRUE(!capAndFloor.caps(3, true) && capAndFloor.raises(3, true));
+  // an estimated arm: the last call raised unless the estimate calls it hidden (then capped); nothing while the
+  // estimate names no position (the arm runs the tuned plan then)
+  EXPECT_TRUE(estimated.raises(3, true) && !estimated.caps(3, true));
+  EXPECT_TRUE(estimated.caps(1, true) && !estimated.raises(1, true));
+  EXPECT_TRUE(!estimatedUnknown.raises(3, true));
+  EXPECT_TRUE(!GuardArm{}.raises(3, true) && !GuardArm({true, 0}).raises(3, true));
+  // the floor raises a count below it and NCCL's own count; it keeps a count at or above it, the pair and chunk
+  autoccl::Config c;
+  EXPECT_TRUE(capAndFloor.raiseTo(&c) && c.algo < 0 && c.channels == 16);
+  c.algo = 1;
+  c.proto = 2;
+  c.channels = 8;
+  c.chunk = 1 << 20;
+  EXPECT_TRUE(capAndFloor.raiseTo(&c) && c.algo == 1 && c.proto == 2 && c.channels == 16 && c.chunk == 1u << 20);
+  c.channels = 24;
+  EXPECT_TRUE(!capAndFloor.raiseTo(&c) && c.channels == 24);
+  EXPECT_TRUE(!GuardArm{}.raiseTo(&c) && c.channels == 24);
+  EXPECT_EQ(autoccl::engine::armLimitText(capAndFloor.armLimit()), "2+16");
+  EXPECT_EQ(autoccl::engine::armLimitText(floorAlone.armLimit()), "+max");
+}
+
 // What an arm does to the plan's decision for a call it limits.
 TEST(engine, guard_arm_applies_to_a_call) {
   using autoccl::Config;
@@ -945,6 +992,23 @@ TEST(engine, guard_arms_verdicts) {
     auto v = driveArms(g, timeOf(100.0, 100.0, 100.0, 100.0), 0.03, 200, 20);
     EXPECT_TRUE(!v.empty() && !v.front().tuned && v.front().winner.nccl);
   }
+  {  // a cap with a floor for the last call (the resource-sharing study's policy) is an arm of its own
+    GuardOptions f;
+    f.hiddenArms = {{2}, {2, -1, 64}};
+    GuardPlan g(f);
+    const auto floorWins = [](const GuardArm& a) {
+      return a.nccl ? 100.0 : a.exposedFloor > 0 ? 85.0 : a.hiddenCap == 2 ? 92.0 : 100.0;
+    };
+    auto v = driveArms(g, floorWins, 0.01, 200, 20);
+    EXPECT_TRUE(!v.empty() && v.front().tuned && v.front().winner.hiddenCap == 2 &&
+                v.front().winner.exposedFloor == 64);
+    EXPECT_EQ(v.front().arms.size(), 4u);
+    EXPECT_EQ(armsOf(g, v.front().at, v.front().at + 2), "2+max2+max");
+    EXPECT_NE(autoccl::engine::describeVerdict(v.front(), 1).find(
+                  "hidden calls at most 2 channels, the last call as many channels as the communicator has"),
+              std::string::npos)
+        << autoccl::engine::describeVerdict(v.front(), 1);
+  }
   {  // without arms the verdict carries no per-arm results (the log line is today's)
     GuardPlan g;
     auto v = driveArms(g, timeOf(90.0, 100.0, 0.0, 0.0), 0.01, 200, 20);
@@ -1111,6 +1175,32 @@ TEST(engine, guard_wants_a_gain_the_plan_can_explain) {
   EXPECT_TRUE(v.front().tuned);
   EXPECT_TRUE(v.front().unexplained);
   EXPECT_EQ(v.front().winner.hiddenCap, 8);
+
+  // an arm that only raises the last call is the tuned plan with one call faster: held to the same bound, it
+  // cannot bring an unexplained tuned plan back (the cap with a floor, the computation's gain, is not held to it)
+  GuardOptions floors;
+  floors.hiddenArms = {{0, -1, 64}};
+  GuardPlan raised(floors);
+  raised.setPlanGain(0.0, 2);
+  auto floorTime = [](const GuardArm& a) { return a.nccl ? 1000.0 : a.exposedFloor > 0 ? 860.0 : 849.0; };
+  v = driveArms(raised, floorTime, 0.01, 200, 10);
+  ASSERT_FALSE(v.empty());
+  EXPECT_FALSE(v.front().tuned);
+  EXPECT_TRUE(v.front().winner.nccl);
+  floors.hiddenArms = {{8, -1, 64}};
+  GuardPlan cappedRaised(floors);
+  cappedRaised.setPlanGain(0.0, 2);
+  v = driveArms(cappedRaised, floorTime, 0.01, 200, 10);
+  ASSERT_FALSE(v.empty());
+  EXPECT_TRUE(v.front().tuned);
+  EXPECT_TRUE(v.front().winner.hiddenCap == 8 && v.front().winner.exposedFloor == 64);
+  floors.hiddenArms = {{0, -1, 64}};
+  GuardPlan raisedExplained(floors);
+  raisedExplained.setPlanGain(200.0, 2);  // the plan's savings explain the step: the faster raise wins
+  auto raiseFaster = [](const GuardArm& a) { return a.nccl ? 1000.0 : a.exposedFloor > 0 ? 840.0 : 860.0; };
+  v = driveArms(raisedExplained, raiseFaster, 0.01, 200, 10);
+  ASSERT_FALSE(v.empty());
+  EXPECT_TRUE(v.front().tuned && v.front().winner.raisesOnly());
 }
 
 TEST(engine, iteration_detector_counts_a_tasks_calls_per_iteration) {

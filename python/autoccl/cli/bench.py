@@ -753,7 +753,8 @@ DEFAULT_TRAIN_PRESET = {"cuda": "350m", "cpu": "tiny"}
     default="hidden=2,8",
     show_default=True,
     help="mode online-arms: the channel caps and protocols for hidden calls the step guard compares on the "
-    "step, e.g. hidden=2,8,simple,2/ll128 (AUTOCCL_STEP_ARMS, docs/online-search.md)",
+    "step, each optionally with a floor for the step's last call, e.g. hidden=2,8,simple,2/ll128,2+max "
+    "(AUTOCCL_STEP_ARMS, docs/online-search.md)",
 )
 @click.option(
     "--pairs",
