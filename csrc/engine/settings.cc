@@ -183,7 +183,7 @@ static bool parseManualChannels(const std::string& text, Settings* s, std::strin
 }
 
 // One entry of AUTOCCL_STEP_ARMS: a channel count C, a protocol P (ll, ll128, simple) or both as C/P, for the
-// calls the arm limits, then optionally +E (a channel count or max) for the step's last call; or +E alone.
+// calls the arm limits, then optionally +E (a channel count or max) for the calls it leaves exposed; or +E alone.
 static bool parseArmLimit(const std::string& entry, ArmLimit* out) {
   const size_t plus = entry.find('+');
   ArmLimit a;
@@ -194,7 +194,7 @@ static bool parseArmLimit(const std::string& entry, ArmLimit* out) {
     } else if (!parseChannelCount(e, &a.exposed)) {
       return false;
     }
-    if (plus == 0) {  // the last call's channels alone
+    if (plus == 0) {  // the exposed calls' channels alone
       *out = a;
       return true;
     }
@@ -219,14 +219,14 @@ static bool parseArmLimit(const std::string& entry, ArmLimit* out) {
 
 // AUTOCCL_STEP_ARMS: `off`, or one or both of `hidden=A1[,A2...]` and `estimated=A1[,A2...]` separated by `;`,
 // each 1-4 distinct arms separated by commas: a channel count in [1, 64], a protocol or both, each optionally with
-// the last call's channels +E, or +E alone (parseArmLimit).
+// the exposed calls' channels +E, or +E alone in hidden= (parseArmLimit).
 static bool parseStepArms(const std::string& text, Settings* s, std::string* err) {
   if (text.empty() || text == "off") return true;
   const std::string bad = "AUTOCCL_STEP_ARMS='" + text +
                           "' is not off or hidden=A1[,A2...], estimated=A1[,A2...] or both joined by ';' (1 to 4 "
                           "distinct arms each, an arm a channel count C in [1, " + std::to_string(kMaxChannelsHard) +
                           "], a protocol P of ll, ll128, simple, or C/P, each optionally followed by +E, or +E "
-                          "alone in hidden=: at least E channels, a count or max, for the step's last call)";
+                          "alone in hidden=: at least E channels, a count or max, for the calls left exposed)";
   std::vector<ArmLimit> hidden, estimated;
   bool seenHidden = false, seenEstimated = false;
   size_t part = 0;

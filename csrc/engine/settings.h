@@ -194,8 +194,8 @@ struct Settings {
   // calls under it (so it is an agreed setting, AgreedSettings).
   std::vector<ArmLimit> stepArmsHidden;
   // `estimated=A1[,A2...]` (alone or after `hidden=...;`): per arm, the tuned plan with the calls the exposure
-  // estimate calls hidden so limited (the authority's estimate at each round; left out of a round while it calls
-  // none hidden). Turns AUTOCCL_EXPOSURE_EVERY on (kExposureEveryForArms) unless it is set.
+  // estimate calls hidden so limited, and with +E the others raised (the authority's estimate at each round; left
+  // out of a round while it calls none hidden). Turns AUTOCCL_EXPOSURE_EVERY on (kExposureEveryForArms) unless it is set.
   std::vector<ArmLimit> stepArmsEstimated;
   // AUTOCCL_COORD_TIMEOUT_MS, in [100, 3600000]: how long a rank waits for a decision of the coordinator
   // before its call fails. AUTOCCL_COORD_LINGER_MS, in [0, 600000]: how long the process serving the TCP

@@ -197,8 +197,9 @@ struct GuardArm {
   // >= 0: the limited calls run this protocol (NCCL's id) on the plan's algorithm (ring where the plan leaves the
   // pair to NCCL), without the plan's chunk setting (a chunk searched for another protocol); -1: the plan's.
   int proto = -1;
-  // > 0: the step's last call, where the arm does not cap it, runs at least this many channels (a count the plan
-  // leaves to NCCL gets it: NCCL's count is not known alike on every rank); kMaxChannelsHard: as many as the
+  // > 0: the calls the arm leaves exposed run at least this many channels (a count the plan leaves to NCCL gets
+  // it: NCCL's count is not known alike on every rank): the step's last call, or, for an estimated arm, every
+  // position the estimate does not call hidden (exposed or unknown); kMaxChannelsHard: as many as the
   // communicator has (the context clamps to AUTOCCL_MAX_CHANNELS, NCCL to the communicator's count).
   int exposedFloor = 0;
   // Whether the arm changes any call: the tuned plan with a channel cap, a protocol or a floor (not NCCL's
@@ -219,9 +220,11 @@ struct GuardArm {
     if (positions == 0) return !estimated && !last;
     return position < 64 && ((positions >> position) & 1u) != 0;
   }
-  // Whether this arm raises the call at `position` to its floor: the iteration's last call, unless capped.
+  // Whether this arm raises the call at `position` to its floor: the iteration's last call, or an estimated
+  // arm's positions it does not cap (none while the estimate calls no position hidden: the arm sits out then).
   bool raises(uint32_t position, bool last) const {
-    return !nccl && exposedFloor > 0 && last && !(estimated && positions == 0) && !caps(position, last);
+    if (nccl || exposedFloor <= 0 || caps(position, last)) return false;
+    return estimated ? positions != 0 : last;
   }
   // Raises a call's channels to the floor (raises()): where the plan sets fewer or leaves the count to NCCL.
   // Whether it changed the call. The pair and chunk stay the plan's.

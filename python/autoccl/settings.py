@@ -97,13 +97,13 @@ def _manual_channels(v: str, _env: Mapping[str, str]) -> str | None:
 _STEP_ARMS_FORM = (
     "must be off, hidden=A1[,A2...], estimated=A1[,A2...] or both joined by ';': 1 to 4 distinct arms each, "
     "an arm a channel count C in [1, 64], a protocol P of ll, ll128, simple, or C/P, each optionally "
-    "followed by +E, or +E alone in hidden=: at least E channels, a count or max, for the step's last call"
+    "followed by +E, or +E alone in hidden=: at least E channels, a count or max, for the calls left exposed"
 )
 _STEP_ARM = re.compile(r"(?:([0-9]{1,2})(?:/(ll|ll128|simple))?|(ll|ll128|simple))?(?:\+([0-9]{1,2}|max))?")
 
 
 def _floor_channels(text: str | None) -> int:
-    """An arm's floor for the step's last call as the library reads it: 0 none, `max` 64."""
+    """An arm's floor for the calls it leaves exposed as the library reads it: 0 none, `max` 64."""
     return 0 if text is None else 64 if text == "max" else int(text)
 
 
@@ -118,8 +118,9 @@ def _names_nothing(m: re.Match[str] | None, *, estimated: bool) -> bool:
 def _step_arms(v: str, env: Mapping[str, str]) -> str | None:
     """hidden= limits every call but the step's last, estimated= the calls the exposure estimate calls hidden
     (which needs its samples: AUTOCCL_EXPOSURE_EVERY unset, the library then sets 8, or at least 4); an arm
-    caps their channels, sets their protocol, or both, and with +E gives the step's last call at least E
-    channels (max: 64, as many as the communicator has)."""
+    caps their channels, sets their protocol, or both, and with +E gives the calls it leaves exposed (the
+    step's last; an estimated arm's positions not called hidden) at least E channels (max: 64, as many as the
+    communicator has)."""
     if v == "off":
         return None
     kinds: set[str] = set()
@@ -450,7 +451,7 @@ VARIABLES: tuple[Variable, ...] = (
         "library",
         "off, hidden=A1[,A2...], estimated=A1[,A2...], or both joined by ';': 1 to 4 distinct arms each, "
         "an arm an integer C in [1, 64], a protocol P (ll, ll128, simple) or C/P, each optionally followed "
-        "by +E (the step's last call at least E channels, E in [1, 64] or max), or +E alone in hidden=",
+        "by +E (the calls left exposed at least E channels, E in [1, 64] or max), or +E alone in hidden=",
         _step_arms,
     ),
     Variable("AUTOCCL_COORD_ADDR", "library", "host:port, port in [1, 65535]", _host_port),

@@ -203,6 +203,34 @@ def test_estimated_arm_caps_only_what_the_estimate_calls_hidden(plugin: Path, tm
     assert _median_step(est) < _median_step(hidden), (_median_step(est), _median_step(hidden))
 
 
+def test_an_estimated_floor_raises_what_the_estimate_does_not_call_hidden(
+    plugin: Path, tmp_path: Path
+) -> None:
+    """`estimated=4+max` caps the positions the exposure estimate calls hidden (0 and 2) and raises the rest
+    to the communicator's 24 channels: the bucket the next chunk waits for (position 1, the hidden bucket's
+    task, searched to 8 channels) as well as the last; `estimated=4` beside it raises nothing. Both ranks
+    alike."""
+    model = contention_model(tmp_path / "contention.json", per_channel=4.0)
+    res = _waited_run(model, "estimated=4,4+max", seed=2)
+    guard = [t for t in res.trace if t.get("ev") == "guard"]
+    assert guard, res.stderr[-3000:]
+    first = {a["arm"]: a for a in guard[0]["arms"]}
+    assert first["estimated=4+max"]["positions"] == first["estimated=4"]["positions"] == [0, 2], first
+    assert int(first["estimated=4+max"]["changed_calls"]) > int(first["estimated=4"]["changed_calls"]), first
+    tasks = [t for t in res.trace if t.get("ev") == "task" and t["rank"] == 0]
+    waited = [t for t in tasks if int(t["bytes"]) == WAITED_BUCKETS[1]]
+    assert waited and 0 < int(waited[-1]["channels"]) < 24, waited  # the raise changes the waited-for bucket
+    n = len(WAITED_BUCKETS)
+    for grank in (0, 1):
+        calls = sorted((r for r in res.calls if int(r["grank"]) == grank), key=lambda r: int(r["seq"]))
+        assert [int(r["bytes"]) for r in calls[:n]] == list(WAITED_BUCKETS)
+        steps = [[int(r["channels"]) for r in calls[i : i + n]] for i in range(0, len(calls) - n + 1, n)]
+        raised = [s for s in steps if s[0] == 4 and s[2] == 4 and s[1] == 24 and s[3] == 24]
+        capped_only = [s for s in steps if s[0] == 4 and s[2] == 4 and s[1] < 24]
+        # the floor arm's blocks of the first round (8 iterations at least); the cap alone's left position 1
+        assert len(raised) >= 8 and capped_only, (len(raised), len(capped_only))
+
+
 def test_estimated_positions_forgotten_after_a_break(plugin: Path, tmp_path: Path) -> None:
     """A call once between two buckets breaks the step's structure; the detector finds the step again from
     another call, so the estimated arm's positions would name other calls (the waited-for bucket and the

@@ -607,11 +607,14 @@ TEST(engine, guard_arm_floor_marks_and_calls) {
   // a cap with a floor: every call but the last capped, the last raised
   EXPECT_TRUE(capAndFloor.caps(0, false) && !capAndFloor.raises(0, false));
   EXPECT_TRUE(!capAndFloor.caps(3, true) && capAndFloor.raises(3, true));
-  // an estimated arm: the last call raised unless the estimate calls it hidden (then capped); nothing while the
-  // estimate names no position (the arm runs the tuned plan then)
+  // an estimated arm: every position the estimate does not call hidden raised (a waited-for call mid-step too),
+  // the hidden ones capped, the last too where the estimate calls it hidden; nothing while the estimate names no
+  // position (the arm runs the tuned plan then)
   EXPECT_TRUE(estimated.raises(3, true) && !estimated.caps(3, true));
+  EXPECT_TRUE(estimated.raises(2, false) && !estimated.caps(2, false));
   EXPECT_TRUE(estimated.caps(1, true) && !estimated.raises(1, true));
-  EXPECT_TRUE(!estimatedUnknown.raises(3, true));
+  EXPECT_TRUE(estimated.caps(0, false) && !estimated.raises(0, false));
+  EXPECT_TRUE(!estimatedUnknown.raises(3, true) && !estimatedUnknown.raises(2, false));
   EXPECT_TRUE(!GuardArm{}.raises(3, true) && !GuardArm({true, 0}).raises(3, true));
   // the floor raises a count below it and NCCL's own count; it keeps a count at or above it, the pair and chunk
   autoccl::Config c;
