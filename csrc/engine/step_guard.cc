@@ -181,6 +181,9 @@ bool GuardArm::applyTo(Config* c) const {
 
 bool GuardArm::raiseTo(Config* c) const {
   if (exposedFloor <= 0 || (c->channels > 0 && c->channels >= exposedFloor)) return false;
+  // NCCL's own count is not known alike on every rank: only `max` can stand for it (it is never below it); a
+  // numeric floor could lower it and leaves it to NCCL.
+  if (c->channels == 0 && exposedFloor < kMaxChannelsHard) return false;
   c->channels = exposedFloor;
   return true;
 }
@@ -573,7 +576,8 @@ void GuardPlan::verdictLocked() {
   // The tuned plan beating NCCL's median by more than its own kernel savings plus the margin: the step's noise
   // (the channel-cap arms' gain is the computation's, not held to it). An arm that only raises the last call is
   // the tuned plan with that call faster: held to the same bound (what the raise saves is not measured, so the
-  // bound is the cautious side: a raise that only pays beyond the plan's savings is not kept).
+  // bound is the cautious side: a raise that only pays beyond the plan's savings is not kept), and out where the
+  // tuned plan's own gain was the step's noise (the arm carries that plan; kTunedArm is judged first).
   v.planGainUs = planGainUs_;
   v.period = period_;
   v.voidedBefore = voided_ - voidedAtVerdict_;
@@ -598,6 +602,7 @@ void GuardPlan::verdictLocked() {
         if (a == kTunedArm) v.unexplained = true;
         beats = false;
       }
+      if (arms_[a].raisesOnly() && v.unexplained) beats = false;
       if (beats && (winner == kNcclArm || r.medianUs < med[winner])) winner = a;
     }
     if (arms_.size() > 2) v.arms.push_back(r);
@@ -649,10 +654,11 @@ std::string limitWords(const GuardArm& a) {
   return out;
 }
 
-// What an arm with a floor does to the step's last call: ", the last call at least 16 channels" ("" without).
+// What an arm with a floor does to the calls it leaves exposed: ", the last call at least 16 channels", ", the
+// other positions as many channels as the communicator has" ("" without).
 std::string floorWords(const GuardArm& a) {
   if (a.exposedFloor <= 0) return "";
-  return ", the last call " + (a.exposedFloor >= kMaxChannelsHard
+  return std::string(a.estimated ? ", the other positions " : ", the last call ") + (a.exposedFloor >= kMaxChannelsHard
                                    ? std::string("as many channels as the communicator has")
                                    : "at least " + std::to_string(a.exposedFloor) + " channels");
 }

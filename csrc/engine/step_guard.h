@@ -197,10 +197,11 @@ struct GuardArm {
   // >= 0: the limited calls run this protocol (NCCL's id) on the plan's algorithm (ring where the plan leaves the
   // pair to NCCL), without the plan's chunk setting (a chunk searched for another protocol); -1: the plan's.
   int proto = -1;
-  // > 0: the calls the arm leaves exposed run at least this many channels (a count the plan leaves to NCCL gets
-  // it: NCCL's count is not known alike on every rank): the step's last call, or, for an estimated arm, every
-  // position the estimate does not call hidden (exposed or unknown); kMaxChannelsHard: as many as the
-  // communicator has (the context clamps to AUTOCCL_MAX_CHANNELS, NCCL to the communicator's count).
+  // > 0: the calls the arm leaves exposed run at least this many channels: the step's last call, or, for an
+  // estimated arm, every position the estimate does not call hidden (exposed or unknown). kMaxChannelsHard (`max`):
+  // as many as the communicator has (the context clamps to AUTOCCL_MAX_CHANNELS, NCCL to the communicator's
+  // count), also where the plan leaves the count to NCCL; a numeric floor leaves NCCL's own count alone (it is
+  // not known alike on every rank, and the floor could lower it).
   int exposedFloor = 0;
   // Whether the arm changes any call: the tuned plan with a channel cap, a protocol or a floor (not NCCL's
   // choices).
@@ -226,8 +227,8 @@ struct GuardArm {
     if (nccl || exposedFloor <= 0 || caps(position, last)) return false;
     return estimated ? positions != 0 : last;
   }
-  // Raises a call's channels to the floor (raises()): where the plan sets fewer or leaves the count to NCCL.
-  // Whether it changed the call. The pair and chunk stay the plan's.
+  // Raises a call's channels to the floor (raises()): where the plan sets fewer, or leaves the count to NCCL and
+  // the floor is `max`. Whether it changed the call. The pair and chunk stay the plan's.
   bool raiseTo(Config* c) const;
 };
 

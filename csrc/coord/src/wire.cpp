@@ -164,7 +164,8 @@ bool decodePayload(uint16_t type, const uint8_t* p, size_t n, Msg* m) {
         if (s.cfg.algo < -1 || s.cfg.algo >= kNumAlgos || s.cfg.proto < -1 || s.cfg.proto >= kNumProtos)
           return false;
         if ((s.cfg.algo < 0) != (s.cfg.proto < 0)) return false;
-        // A task's count is at most 64; the step guard's key packs an arm's cap and floor in two bytes.
+        // A task's count is at most 64 (the context clamps what it applies); the step guard's key packs an arm's cap
+        // and floor in two bytes.
         if (s.cfg.channels < 0 || s.cfg.channels >= (1 << 16)) return false;
         if (!m->segs.empty() && m->segs.back().end != s.begin) return false;  // contiguous
         m->segs.push_back(s);

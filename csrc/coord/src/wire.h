@@ -15,7 +15,8 @@ constexpr uint32_t kMagic = 0x31434341;  // "ACC1"
 // 2: SERVE and NEED carry the settings digest; REFUSE. 3: REPORT. 4: a segment carries chunkHalvings. 5: DETACH.
 // 6: WAIT. 7: the step guard's segment carries its fallback flag in chunkHalvings and an estimated arm's positions
 // in chunk (a build before it read the fallback from chunk: refused, not misread). 8: a step arm's segment carries
-// its protocol in the algorithm field (a build before it read such an arm as NCCL's choices).
+// its protocol in the algorithm field (a build before it read such an arm as NCCL's choices). 9: a step arm's
+// segment carries a floor in its channels' second byte (a build before it rejected such a frame as malformed).
 constexpr uint16_t kVersion = 9;
 constexpr size_t kHeader = 12;
 constexpr uint32_t kMaxPayload = 16 * 1024;

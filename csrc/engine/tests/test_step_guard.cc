@@ -616,9 +616,11 @@ TEST(engine, guard_arm_floor_marks_and_calls) {
   EXPECT_TRUE(estimated.caps(0, false) && !estimated.raises(0, false));
   EXPECT_TRUE(!estimatedUnknown.raises(3, true) && !estimatedUnknown.raises(2, false));
   EXPECT_TRUE(!GuardArm{}.raises(3, true) && !GuardArm({true, 0}).raises(3, true));
-  // the floor raises a count below it and NCCL's own count; it keeps a count at or above it, the pair and chunk
+  // the floor raises a count below it; it keeps a count at or above it, the pair and chunk; NCCL's own count only
+  // `max` raises (a numeric floor could lower it)
   autoccl::Config c;
-  EXPECT_TRUE(capAndFloor.raiseTo(&c) && c.algo < 0 && c.channels == 16);
+  EXPECT_TRUE(!capAndFloor.raiseTo(&c) && c.channels == 0);
+  EXPECT_TRUE(floorAlone.raiseTo(&c) && c.algo < 0 && c.channels == kMaxChannelsHard);
   c.algo = 1;
   c.proto = 2;
   c.channels = 8;
@@ -629,6 +631,18 @@ TEST(engine, guard_arm_floor_marks_and_calls) {
   EXPECT_TRUE(!GuardArm{}.raiseTo(&c) && c.channels == 24);
   EXPECT_EQ(autoccl::engine::armLimitText(capAndFloor.armLimit()), "2+16");
   EXPECT_EQ(autoccl::engine::armLimitText(floorAlone.armLimit()), "+max");
+  // the verdict line says what was raised: the last call, or an estimated arm's other positions
+  GuardPlan::Verdict won;
+  won.winner = estimated;
+  std::string line = autoccl::engine::describeVerdict(won, 1);
+  EXPECT_NE(line.find("(positions 0,1) at most 2 channels, the other positions at least 16 channels"),
+            std::string::npos)
+      << line;
+  won.winner = floorAlone;
+  line = autoccl::engine::describeVerdict(won, 1);
+  EXPECT_NE(line.find("keeping the tuned plan, the last call as many channels as the communicator has"),
+            std::string::npos)
+      << line;
 }
 
 // What an arm does to the plan's decision for a call it limits.
@@ -1198,6 +1212,14 @@ TEST(engine, guard_wants_a_gain_the_plan_can_explain) {
   EXPECT_TRUE(v.front().tuned);
   EXPECT_TRUE(v.front().winner.hiddenCap == 8 && v.front().winner.exposedFloor == 64);
   floors.hiddenArms = {{0, -1, 64}};
+  // the tuned plan unexplained and a raise slower than it but within the bound on its own: the raise carries the
+  // tuned plan, and its gain is that plan's noise: NCCL's choices
+  GuardPlan raisedSlower(floors);
+  raisedSlower.setPlanGain(100.0, 2);
+  auto tunedFaster = [](const GuardArm& a) { return a.nccl ? 1000.0 : a.exposedFloor > 0 ? 895.0 : 880.0; };
+  v = driveArms(raisedSlower, tunedFaster, 0.01, 200, 10);
+  ASSERT_FALSE(v.empty());
+  EXPECT_TRUE(v.front().unexplained && v.front().winner.nccl);
   GuardPlan raisedExplained(floors);
   raisedExplained.setPlanGain(200.0, 2);  // the plan's savings explain the step: the faster raise wins
   auto raiseFaster = [](const GuardArm& a) { return a.nccl ? 1000.0 : a.exposedFloor > 0 ? 840.0 : 860.0; };
