@@ -1195,37 +1195,26 @@ TEST(engine, guard_wants_a_gain_the_plan_can_explain) {
 
   // an arm that only raises the last call is the tuned plan with one call faster: held to the same bound, it
   // cannot bring an unexplained tuned plan back (the cap with a floor, the computation's gain, is not held to it)
-  GuardOptions floors;
-  floors.hiddenArms = {{0, -1, 64}};
-  GuardPlan raised(floors);
-  raised.setPlanGain(0.0, 2);
-  auto floorTime = [](const GuardArm& a) { return a.nccl ? 1000.0 : a.exposedFloor > 0 ? 860.0 : 849.0; };
-  v = driveArms(raised, floorTime, 0.01, 200, 10);
-  ASSERT_FALSE(v.empty());
-  EXPECT_FALSE(v.front().tuned);
-  EXPECT_TRUE(v.front().winner.nccl);
-  floors.hiddenArms = {{8, -1, 64}};
-  GuardPlan cappedRaised(floors);
-  cappedRaised.setPlanGain(0.0, 2);
-  v = driveArms(cappedRaised, floorTime, 0.01, 200, 10);
-  ASSERT_FALSE(v.empty());
-  EXPECT_TRUE(v.front().tuned);
-  EXPECT_TRUE(v.front().winner.hiddenCap == 8 && v.front().winner.exposedFloor == 64);
-  floors.hiddenArms = {{0, -1, 64}};
+  const auto firstVerdict = [](autoccl::engine::ArmLimit arm, double planGainUs, double tunedUs, double raisedUs) {
+    GuardOptions floors;
+    floors.hiddenArms = {arm};
+    GuardPlan g(floors);
+    g.setPlanGain(planGainUs, 2);
+    const auto times = [=](const GuardArm& a) { return a.nccl ? 1000.0 : a.exposedFloor > 0 ? raisedUs : tunedUs; };
+    const std::vector<GuardPlan::Verdict> all = driveArms(g, times, 0.01, 200, 10);
+    return all.empty() ? GuardPlan::Verdict{} : all.front();
+  };
+  GuardPlan::Verdict f = firstVerdict({0, -1, 64}, 0.0, 849.0, 860.0);
+  EXPECT_TRUE(!f.tuned && f.winner.nccl);
+  f = firstVerdict({8, -1, 64}, 0.0, 849.0, 860.0);
+  EXPECT_TRUE(f.tuned && f.winner.hiddenCap == 8 && f.winner.exposedFloor == 64);
   // the tuned plan unexplained and a raise slower than it but within the bound on its own: the raise carries the
   // tuned plan, and its gain is that plan's noise: NCCL's choices
-  GuardPlan raisedSlower(floors);
-  raisedSlower.setPlanGain(100.0, 2);
-  auto tunedFaster = [](const GuardArm& a) { return a.nccl ? 1000.0 : a.exposedFloor > 0 ? 895.0 : 880.0; };
-  v = driveArms(raisedSlower, tunedFaster, 0.01, 200, 10);
-  ASSERT_FALSE(v.empty());
-  EXPECT_TRUE(v.front().unexplained && v.front().winner.nccl);
-  GuardPlan raisedExplained(floors);
-  raisedExplained.setPlanGain(200.0, 2);  // the plan's savings explain the step: the faster raise wins
-  auto raiseFaster = [](const GuardArm& a) { return a.nccl ? 1000.0 : a.exposedFloor > 0 ? 840.0 : 860.0; };
-  v = driveArms(raisedExplained, raiseFaster, 0.01, 200, 10);
-  ASSERT_FALSE(v.empty());
-  EXPECT_TRUE(v.front().tuned && v.front().winner.raisesOnly());
+  f = firstVerdict({0, -1, 64}, 100.0, 880.0, 895.0);
+  EXPECT_TRUE(f.unexplained && f.winner.nccl);
+  // the plan's savings explain the step: the faster raise wins
+  f = firstVerdict({0, -1, 64}, 200.0, 860.0, 840.0);
+  EXPECT_TRUE(f.tuned && f.winner.raisesOnly());
 }
 
 TEST(engine, iteration_detector_counts_a_tasks_calls_per_iteration) {
