@@ -56,7 +56,8 @@ struct CallKeyHash {
 // What one step arm (AUTOCCL_STEP_ARMS entry `C`, `P` or `C/P`, each optionally `+E`, or `+E` alone) does to the
 // calls it limits: at most `channels` channels (0: the plan's count) and protocol `proto` (NCCL's id, 0 LL,
 // 1 LL128, 2 Simple; -1: the plan's); and to the calls it leaves exposed (the step's last; an estimated arm's
-// positions not called hidden) at least `exposed` channels (0: the plan's count; kMaxChannelsHard, written `max`: as many as the communicator has).
+// positions not called hidden) at least `exposed` channels (0: the plan's count; kMaxChannelsHard, written `max`:
+// as many as the communicator has).
 struct ArmLimit {
   int channels = 0;
   int proto = -1;

@@ -457,10 +457,10 @@ class OnlineSource final : public DecisionSource {
     }
     // A limiting arm of the guard (AUTOCCL_STEP_ARMS): every call of the iteration but its last, or the
     // positions the authority's exposure estimate calls hidden, runs the plan's decision as the arm limits it
-    // (GuardArm::applyTo), and the last call, where the arm has a floor and does not cap it, at least the floor's
-    // channels (GuardArm::raiseTo); the detector places the call alike on every rank (at the step's structure
-    // only: a piece's last call is not the step's). Such a call is not the plan's config: its time is not fed to
-    // its task's search.
+    // (GuardArm::applyTo), and the calls it leaves exposed, where the arm has a floor, at least the floor's
+    // channels (GuardArm::raises, raiseTo); the detector places the call alike on every rank (at the step's
+    // structure only: a piece's last call is not the step's). Such a call is not the plan's config: its time is
+    // not fed to its task's search.
     bool capped = false;
     *planned = d.config;
     const bool atStep = guardCapNow_.limits() && steps_.atStep(iter_);

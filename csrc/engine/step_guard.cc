@@ -217,7 +217,7 @@ bool runsAlike(const Config& plan, const Config& limited, const NcclChoice& nccl
 }
 
 // A limiting arm: algorithm 0 (the plan's protocol) or 1 + P (protocol P), protocol 0 (every call but the last) or
-// 1 (the positions in chunk), the cap as channels' low byte and the last call's floor as their second (no search
+// 1 (the positions in chunk), the cap as channels' low byte and the exposed calls' floor as their second (no search
 // plans the guard's key; NCCL never reads it; the wire carries channels up to 2^16). NCCL's mark is algorithm 1
 // with protocol 2, which no arm writes.
 search::Config GuardPlan::armMark(const GuardArm& a) {
@@ -574,8 +574,8 @@ void GuardPlan::verdictLocked() {
   const double ncclMed = med[kNcclArm];
   const double ncclSE = ncclMed > 0 ? relSE(n, ncclMed) : 0.0;
   // The tuned plan beating NCCL's median by more than its own kernel savings plus the margin: the step's noise
-  // (the channel-cap arms' gain is the computation's, not held to it). An arm that only raises the last call is
-  // the tuned plan with that call faster: held to the same bound (what the raise saves is not measured, so the
+  // (the channel-cap arms' gain is the computation's, not held to it). An arm that only raises exposed calls is
+  // the tuned plan with those calls faster: held to the same bound (what the raise saves is not measured, so the
   // bound is the cautious side: a raise that only pays beyond the plan's savings is not kept), and out where the
   // tuned plan's own gain was the step's noise (the arm carries that plan; kTunedArm is judged first).
   v.planGainUs = planGainUs_;
@@ -658,9 +658,9 @@ std::string limitWords(const GuardArm& a) {
 // other positions as many channels as the communicator has" ("" without).
 std::string floorWords(const GuardArm& a) {
   if (a.exposedFloor <= 0) return "";
-  return std::string(a.estimated ? ", the other positions " : ", the last call ") + (a.exposedFloor >= kMaxChannelsHard
-                                   ? std::string("as many channels as the communicator has")
-                                   : "at least " + std::to_string(a.exposedFloor) + " channels");
+  const std::string which = a.estimated ? ", the other positions " : ", the last call ";
+  return which + (a.exposedFloor >= kMaxChannelsHard ? std::string("as many channels as the communicator has")
+                                                     : "at least " + std::to_string(a.exposedFloor) + " channels");
 }
 
 // The positions an estimated arm caps, "0,2,5" (empty for any other arm).
@@ -677,9 +677,8 @@ std::string describeVerdict(const GuardPlan::Verdict& v, uint64_t comm) {
       v.winner.estimated && v.winner.limits()
           ? "keeping the tuned plan, the calls the exposure estimate calls hidden (positions " +
                 positionList(v.winner) + ") " + limitWords(v.winner) + floorWords(v.winner)
-      : v.winner.limits() && (v.winner.hiddenCap > 0 || v.winner.proto >= 0)
-          ? "keeping the tuned plan, hidden calls " + limitWords(v.winner) + floorWords(v.winner)
-      : v.winner.limits() ? "keeping the tuned plan" + floorWords(v.winner)
+      : v.winner.raisesOnly() ? "keeping the tuned plan" + floorWords(v.winner)
+      : v.winner.limits() ? "keeping the tuned plan, hidden calls " + limitWords(v.winner) + floorWords(v.winner)
       : v.tuned ? std::string("keeping the tuned plan")
                 : std::string("NCCL's choices for every task");
   char line[640];  // `what` names up to 63 positions

@@ -23,7 +23,7 @@
 // the tuned plan with some calls capped at a channel count (the calls the iteration hides behind its computation
 // take fewer SMs from it): every call of the iteration except its last (`hidden=`), or the positions the exposure
 // estimate calls hidden (`estimated=`: engine/exposure.h, on the authority's windows; the positions ride in the
-// arm's segment to every rank); an arm may also raise the iteration's last call to a channel floor (`+E`: the
+// arm's segment to every rank); an arm may also raise the calls it leaves exposed to a channel floor (`+E`: the
 // resource-sharing study's policy gives the exposed call as many as there are). The round's blocks cycle through
 // every arm (T N X1 .. Xk, then the same backwards, twice); an arm is kept only if its median beats NCCL's by the
 // same margin as the tuned plan must, and the fastest such arm wins. Without arms the round is T N N T, twice.
@@ -207,7 +207,7 @@ struct GuardArm {
   // choices).
   bool limits() const { return !nccl && (hiddenCap > 0 || proto >= 0 || exposedFloor > 0); }
   ArmLimit armLimit() const { return ArmLimit{hiddenCap, proto, exposedFloor}; }
-  // The arm raises the last call and limits nothing else (`hidden=+E`).
+  // The arm raises the exposed calls and limits nothing else (`hidden=+E`).
   bool raisesOnly() const { return !nccl && exposedFloor > 0 && hiddenCap <= 0 && proto < 0; }
   // Limits a call's configuration (the plan's decision) as the arm says; whether it changed it. At most hiddenCap
   // channels (a count left to NCCL gets the cap); with a protocol, the plan's algorithm on it, or ring where the
@@ -256,7 +256,7 @@ class GuardPlan {
   static bool isNccl(const search::Config& c);
   // A limiting arm's segment config (pairs no search plans for the guard's key: algorithm 0 for the plan's
   // protocol, 1 + P for protocol P; protocol 0 for every call but the last, 1 for the positions in `chunk`; the
-  // cap as channels' low byte, the last call's floor as their second byte), and what a config says.
+  // cap as channels' low byte, the exposed calls' floor as their second byte), and what a config says.
   static search::Config armMark(const GuardArm& a);
   static GuardArm armOf(const search::Config& c);
   // What every segment also says: what runs outside the step's structure (after a break, until the step is
