@@ -4,7 +4,7 @@ seeds. The job is tests/emu/test_online.py::test_online_processes_tcp_converge's
 host 0 delayed 200 us, decisions over TCP), with the emulator's noise on unless --no-noise.
 
 AUTOCCL_LIB_DIR=build/dev/lib PYTHONPATH=python:tests/emu python3 benchmarks/emu/ask_ahead_seeds.py \
-    --seeds 5-13 > benchmarks/results/cpu/ask-ahead/seeds.md
+    --seeds 5-13 > benchmarks/results/cpu/ask-ahead/seeds-noise.md
 """
 
 from __future__ import annotations
@@ -32,9 +32,23 @@ def one(plugin: Path, seed: int, noise: bool, ask: str) -> dict[str, Any]:
         "waited": sum(int(t.get("lookups_asked") or 0) for t in others),
         "regret_us": sum(float(t.get("regret_us") or 0.0) for t in authority),
         "converged_at": [t.get("converged_at") for t in authority],
+        "big_converged_at": next(
+            (
+                t.get("converged_at")
+                for t in authority
+                if t.get("coll") == "allreduce" and int(t.get("bytes") or 0) == 64 << 20
+            ),
+            None,
+        ),
         "ahead_max": max((int(t.get("ask_ahead_max") or 0) for t in others), default=0),
         "gains": gains,
     }
+
+
+def mean_or_dash(values: list[Any]) -> str:
+    """The mean of the values that are numbers (a task that never converged has none), else a dash."""
+    nums = [float(v) for v in values if isinstance(v, int | float)]
+    return f"{statistics.fmean(nums):.0f}" if nums else "-"
 
 
 def seeds(text: str) -> list[int]:
@@ -71,9 +85,9 @@ def main() -> int:
     print()
     print(
         "| AUTOCCL_ASK_AHEAD | runs | others' lookup waits ms (mean a job) | waited lookups (mean) "
-        "| regret us (mean) | mean gain by task |"
+        "| regret us (mean) | all_reduce 64 MiB converged at (mean call) | mean gain by task |"
     )
-    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
     for ask, rs in rows.items():
         keys = sorted({k for r in rs for k in r["gains"]})
         mg = []
@@ -84,6 +98,7 @@ def main() -> int:
             f"| {ask} | {len(rs)} | {statistics.fmean(r['wait_ms'] for r in rs):.1f} "
             f"| {statistics.fmean(r['waited'] for r in rs):.1f} "
             f"| {statistics.fmean(r['regret_us'] for r in rs):.0f} "
+            f"| {mean_or_dash([r['big_converged_at'] for r in rs])} "
             f"| {', '.join(mg)} |"
         )
     return 0

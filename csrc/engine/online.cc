@@ -168,6 +168,10 @@ class OnlineSource final : public DecisionSource {
                  (!env.settings->stepArmsHidden.empty() || !env.settings->stepArmsEstimated.empty());
     askAhead_ = env.settings ? env.settings->askAhead : 0;
     askAheadAuto_ = env.settings && env.settings->askAheadAuto;
+    // A question asked ahead makes the search plan before the samples in between are back: its waits there are the
+    // question's lead, not the search's (Options::lookAheadWaitsFree; the authority's rank tells the search where
+    // the job is, newSegment).
+    opts_.lookAheadWaitsFree = askAhead_ > 0 || askAheadAuto_;
     exposureEvery_ = env.settings ? env.settings->exposureEvery : 0;
     launchClock_ = env.settings == nullptr || env.settings->clock == Settings::Clock::Launch;
     if (env.settings) {
@@ -375,6 +379,7 @@ class OnlineSource final : public DecisionSource {
       if (pinTable_) s->seg.cfg = tableConfig(s->key);  // as table mode without the guard: each rank's own table
     } else {
       if (authority_ && !s->search) registerTask(s, costs);
+      if (authority_ && opts_.lookAheadWaitsFree) s->search->atCall(k);
       // Only here (a new segment) can a rank wait for the authority: time it, for the trace.
       auto t0 = std::chrono::steady_clock::now();
       coord::Outcome o = agree_->decide(s->key, k);

@@ -38,16 +38,16 @@ std::string slowFields(const TaskLookups& l) {
 // stopped where it did.
 std::string searchFields(const TaskSearchRecord& r) {
   const search::Stats& st = r.stats;
-  char buf[1024];  // at most ~750 bytes with every field at its widest
+  char buf[1024];  // at most ~800 bytes with every field at its widest
   std::snprintf(buf, sizeof buf,
                 ",\"search_samples\":%" PRIu64 ",\"search_lost\":%" PRIu64 ",\"search_late\":%" PRIu64
-                ",\"search_prior_samples\":%" PRIu64 ",\"search_wait_calls\":%" PRIu64 ",\"search_free_wait_calls\":%" PRIu64
+                ",\"search_prior_samples\":%" PRIu64 ",\"search_wait_calls\":%" PRIu64 ",\"search_free_wait_calls\":%" PRIu64 ",\"search_ahead_wait_calls\":%" PRIu64
                 ",\"search_duel_extensions\":%" PRIu64 ",\"rank_scored\":%" PRIu64 ",\"shorter_elsewhere\":%" PRIu64
                 ",\"regret_us\":%s,\"wait_regret_us\":%s,\"small_task\":%s,\"small_by_model\":%s,\"model_us\":%s,\"table_default\":%s"
                 ",\"regret_stop\":%s,\"job_regret_stop\":%s,\"abandoned\":%" PRIu64 ",\"skipped_behind\":%" PRIu64
                 ",\"recorded_starts\":%" PRIu64 ",\"regret_allowance\":%s,\"nccl_own_incumbent\":%s"
                 ",\"regret_waits\":%" PRIu64,
-                st.samples, st.lostSamples, st.lateSamples, st.priorSamples, st.waitCalls, st.freeWaitCalls,
+                st.samples, st.lostSamples, st.lateSamples, st.priorSamples, st.waitCalls, st.freeWaitCalls, st.aheadWaitCalls,
                 st.duelExtensions, r.rankScored, r.shorterElsewhere, jsonNumber(st.regretMicros, 1).c_str(),
                 jsonNumber(st.waitRegretMicros, 1).c_str(), st.smallTask ? "true" : "false",
                 st.smallByModel ? "true" : "false", jsonNumber(st.modelDefault, 2).c_str(), st.tableDefault ? "true" : "false",

@@ -335,6 +335,24 @@ def test_online_processes_tcp_converge(plugin: Path) -> None:
     check_converged(res)
 
 
+def test_online_processes_tcp_asking_ahead_keeps_the_gain(plugin: Path) -> None:
+    """The same job with every rank asking its authority 16 calls ahead (AUTOCCL_ASK_AHEAD=16): the authority
+    then plans before the samples of the calls in between are back, and waits on its incumbent meanwhile.
+    Counted against the search's budget, those waits ended all_reduce 64 MiB's search at call 108 with NCCL's
+    choice pinned and its chunk candidates' samples in flight (the default finds 4.5 %); they are free now
+    (search::Options::lookAheadWaitsFree), and the search pins the gain."""
+    sc = replace(bounded(scenario(300, noise=False)), hosts={0: Host(delay_us=200)})
+    res = run(sc, plugin=plugin, env=online_env(True, AUTOCCL_ASK_AHEAD="16"), processes=True, timeout=300)
+    assert_clean(res)
+    assert_same_per_seq(res.calls)
+    check_converged(res)
+    authority = [t for t in res.trace if t.get("ev") == "task" and t.get("rank") == 0]
+    big = [t for t in authority if (t.get("coll"), t.get("bytes")) == ("allreduce", 64 << 20)]
+    assert len(big) == 1, big
+    assert float(big[0]["gain"]) > 0.03, big[0]
+    assert int(big[0].get("search_ahead_wait_calls") or 0) > 0, big[0]
+
+
 def test_online_processes_settings_mismatch_fails_clearly(plugin: Path) -> None:
     """One rank's process given another AUTOCCL_NCCL_CHANNELS (a host launched by hand): it would cap NCCL's
     own choice where the others do not, and the ranks would run different channel counts. The coordinator

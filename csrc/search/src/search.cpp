@@ -184,6 +184,8 @@ struct TaskSearch::Impl {
   uint64_t callsSeen = 0;  // the highest call index asked (segmentFor) + 1: the task's calls, up to a segment ahead
                            // (a rank asks for the segment after the last it holds when that one begins)
   uint64_t waitCallsThisRound = 0;
+  uint64_t present = 0;       // TaskSearch::atCall: the newest call the job has reached
+  bool presentKnown = false;
 
   // pinned state
   Config pinnedCfg;
@@ -1202,18 +1204,21 @@ struct TaskSearch::Impl {
   // A waiting call (nothing to explore until samples arrive). While the samples are far behind (a
   // burst of host run-ahead) such calls do not use up the exploration budget, up to maxWaitCalls per
   // round; when they are close behind, waiting is part of the search's cost like any other call, unless
-  // `free` (a wait that Options::maxUnprovenCalls imposes: free within the same maxWaitCalls).
+  // `free` (a wait that Options::maxUnprovenCalls imposes: free within the same maxWaitCalls) or asked for
+  // ahead of the job's present call (Options::lookAheadWaitsFree).
   void addWaiting(const Segment& s, bool free = false) {
     const uint64_t newest = afterNewestSample();
     const bool farBehind = s.begin > newest && s.begin - newest > o.freeWaitLag;
+    const bool ahead = o.lookAheadWaitsFree && presentKnown && s.begin > present && s.begin - present > o.lead;
     add(s);
     uint64_t n = s.end - s.begin;
     st.waitCalls += n;
-    if (!farBehind && !free) return;
+    if (!farBehind && !free && !ahead) return;
     waitCallsThisRound += n;
     if (waitCallsThisRound <= o.maxWaitCalls) {
       tuningCallsThisRound -= std::min(tuningCallsThisRound, n);
       st.freeWaitCalls += n;
+      if (ahead && !farBehind && !free) st.aheadWaitCalls += n;
     }
   }
 
@@ -1768,6 +1773,13 @@ Segment TaskSearch::segmentFor(uint64_t k) {
     else if (impl_->planned <= k) impl_->extend(k + 1);
   }
   return impl_->find(k);
+}
+
+void TaskSearch::atCall(uint64_t k) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (impl_->presentKnown && k <= impl_->present) return;
+  impl_->present = k;
+  impl_->presentKnown = true;
 }
 
 std::vector<Segment> TaskSearch::extendTo(uint64_t upTo) {
