@@ -311,9 +311,9 @@ class OnlineSource final : public DecisionSource {
       updateNeed(s, k);
       if (holds_.hasHolders()) releaseIdleHolders(s);
     }
-    bool limited = false, changed = false;
+    bool limited = false, changed = false, raised = false;
     Config planned;
-    Decision d = fromSegment(s, task, k, boundary, &limited, &changed, &planned);
+    Decision d = fromSegment(s, task, k, boundary, &limited, &changed, &planned, &raised);
     // A round's call an arm limits: whether it runs otherwise than the tuned plan, so that an arm that changed
     // nothing is not judged as itself (GuardPlan::noteLimitedCall). Not where NCCL refuses the pair (it runs its
     // own choice instead), nor where the call runs what the plan runs once NCCL's own choice is read in
@@ -321,7 +321,8 @@ class OnlineSource final : public DecisionSource {
     if (limited && authority_ && guardTimedNow_)
       decider_->guard->noteLimitedCall(
           guardCapNow_, changed && (!d.config.forcesPair() || costs.supported(d.config.algo, d.config.proto)) &&
-                            !runsAlike(withinCeiling(planned), withinCeiling(d.config), ncclChoice(*s, costs)));
+                            !runsAlike(withinCeiling(planned), withinCeiling(d.config), ncclChoice(*s, costs)),
+          raised);
     noteForExposure(task, k, &d);
     return d;
   }
@@ -439,7 +440,7 @@ class OnlineSource final : public DecisionSource {
   // *limited: the guard's arm limits this call; *changed: ... and its configuration is not the plan's;
   // *planned: the plan's decision for the call, before an arm limits it.
   Decision fromSegment(TaskState* s, const TaskKey& task, uint64_t k, bool boundary, bool* limited, bool* changed,
-                       Config* planned) {
+                       Config* planned, bool* raised) {
     Decision d;
     d.source = pinTable_ ? Source::Table : Source::Online;
     const search::Config& c = s->seg.cfg;
@@ -472,6 +473,7 @@ class OnlineSource final : public DecisionSource {
     const bool caps = atStep && guardCapNow_.caps(iter_.position(), iter_.endsIteration());
     const bool raises = atStep && guardCapNow_.raises(iter_.position(), iter_.endsIteration());
     *limited = caps || raises;
+    *raised = raises && !caps;
     if ((caps && guardCapNow_.applyTo(&d.config)) || (raises && guardCapNow_.raiseTo(&d.config))) {
       if (authority_) guardClock_.markOverridden(task, k);
       d.stable = false;

@@ -478,6 +478,7 @@ void GuardPlan::planOneLocked() {
     heardInRound_ = 0;
     limited_.assign(arms_.size(), 0);
     changed_.assign(arms_.size(), 0);
+    capChanged_.assign(arms_.size(), 0);
     planRoundBlocksLocked();
     return;
   }
@@ -488,13 +489,14 @@ void GuardPlan::planOneLocked() {
 // A round's blocks from planned_ on: per pair every arm forwards then backwards (T N N T without extra arms), each
 // block's first iteration settling; the iteration after the last block is timed too (its start ends the last
 // sample).
-void GuardPlan::noteLimitedCall(const GuardArm& arm, bool changed) {
+void GuardPlan::noteLimitedCall(const GuardArm& arm, bool changed, bool raised) {
   std::lock_guard<std::mutex> lk(mu_);
   for (size_t a = 0; a < arms_.size() && a < limited_.size(); ++a) {
     const GuardArm& x = arms_[a];
     if (x.nccl || x.armLimit() != arm.armLimit() || x.estimated != arm.estimated) continue;
     ++limited_[a];
     if (changed) ++changed_[a];
+    if (changed && !raised) ++capChanged_[a];
     return;
   }
 }
@@ -592,17 +594,22 @@ void GuardPlan::verdictLocked() {
       r.limitedCalls = limited_[a];
       r.changedCalls = changed_[a];
       r.inert = arms_[a].limits() && r.limitedCalls > 0 && r.changedCalls == 0;
+      r.capChangedCalls = a < capChanged_.size() ? capChanged_[a] : 0;
     }
+    // An arm with a floor whose caps changed nothing (each capped call already within the cap) ran the tuned plan
+    // with exposed calls raised: an arm that only raises, judged as one.
+    r.raisedOnly = arms_[a].raisesOnly() ||
+                   (!arms_[a].nccl && arms_[a].exposedFloor > 0 && r.changedCalls > 0 && r.capChangedCalls == 0);
     if (a != kNcclArm && ncclMed > 0 && r.medianUs > 0 && !r.inert) {
       r.margin = std::max(o_.minMargin, o_.z * std::hypot(relSE(x[a], r.medianUs), ncclSE));
       bool beats = r.medianUs < ncclMed * (1.0 - r.margin);
       if (a == kTunedArm) v.margin = r.margin;
-      if ((a == kTunedArm || arms_[a].raisesOnly()) && beats && o_.explainedGain && planGainUs_ >= 0 &&
+      if ((a == kTunedArm || r.raisedOnly) && beats && o_.explainedGain && planGainUs_ >= 0 &&
           ncclMed - r.medianUs > planGainUs_ + r.margin * ncclMed) {
         if (a == kTunedArm) v.unexplained = true;
         beats = false;
       }
-      if (arms_[a].raisesOnly() && v.unexplained) beats = false;
+      if (r.raisedOnly && v.unexplained) beats = false;
       if (beats && (winner == kNcclArm || r.medianUs < med[winner])) winner = a;
     }
     if (arms_.size() > 2) v.arms.push_back(r);
@@ -750,6 +757,9 @@ std::string traceVerdict(const GuardPlan::Verdict& v, const std::string& commHex
       if (r.arm.limits())
         out += ",\"limited_calls\":" + std::to_string(r.limitedCalls) + ",\"changed_calls\":" +
                std::to_string(r.changedCalls) + ",\"inert\":" + (r.inert ? "true" : "false");
+      if (r.arm.exposedFloor > 0)
+        out += ",\"cap_changed_calls\":" + std::to_string(r.capChangedCalls) + ",\"raised_only\":" +
+               (r.raisedOnly ? "true" : "false");
       if (r.arm.estimated) out += ",\"positions\":[" + positionList(r.arm) + "]";  // what it capped
       out += "}";
     }

@@ -306,7 +306,8 @@ class GuardPlan {
   // A call of a round's block that limiting arm `arm` limits (GuardArm::caps), and whether it ran otherwise than
   // the tuned plan: the arm changed its configuration and NCCL accepts the pair. The authority's calls alone (the
   // cost table is the same on every rank). Counted per arm until the next round starts (ArmResult::inert).
-  void noteLimitedCall(const GuardArm& arm, bool changed);
+  // `raised`: a call the arm leaves exposed and raises to its floor (GuardArm::raises), not one it caps.
+  void noteLimitedCall(const GuardArm& arm, bool changed, bool raised = false);
   // Iterations [from, to) will never have a time (a break ended the step's structure): a round stops waiting for
   // them, instead of waiting out its give-up bound (hundreds of iterations on the plan it ran before). Iteration
   // `to`, the first after the break, is no sample either unless it runs what the calls of the break ran (the
@@ -324,6 +325,11 @@ class GuardPlan {
     // not judged (on two hosts of one H100, `hidden=2/ll128` was refused on every call: no LL128 over sockets).
     uint64_t limitedCalls = 0, changedCalls = 0;
     bool inert = false;
+    // Of the changed calls, those the arm capped (not raised). An arm with a floor whose caps changed no call ran
+    // as an arm that only raises (`hidden=64+max` on a communicator of 32 channels): judged as one
+    // (GuardArm::raisesOnly, the tuned plan's bound on an unexplained gain).
+    uint64_t capChangedCalls = 0;
+    bool raisedOnly = false;
   };
   // One iteration time a round compared: the iteration, the arm its block ran, its time (the longest of the ranks'
   // that came), the authority's own (0: none came) and how many ranks' times came.
@@ -390,6 +396,7 @@ class GuardPlan {
   static constexpr size_t kTunedArm = 0, kNcclArm = 1;  // arms_'s first two; the extra arms follow
   std::vector<GuardArm> arms_;
   std::vector<uint64_t> limited_, changed_;  // per arm: noteLimitedCall's counts since the round started
+  std::vector<uint64_t> capChanged_;         // ... of the changed, those capped (not raised)
   size_t now_ = kTunedArm;                   // the last verdict's arm (what is planned outside rounds)
   uint64_t roundEnd_ = 0;                    // first iteration after the round's blocks
   std::map<uint64_t, size_t> wanted_;        // sample iteration -> the arm its block ran

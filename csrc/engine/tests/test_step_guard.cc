@@ -1217,6 +1217,39 @@ TEST(engine, guard_wants_a_gain_the_plan_can_explain) {
   EXPECT_TRUE(f.tuned && f.winner.raisesOnly());
 }
 
+// An arm with a cap and a floor whose caps change no call (`hidden=64+max` where every call runs on fewer channels
+// already) ran the tuned plan with its last call raised: it is judged as an arm that only raises, held to the tuned
+// plan's bound on an unexplained gain. Judged as a cap (the computation's gain, not held to it), it brought back the
+// tuned plan the bound had refused. Where its caps do change calls, it is a cap arm.
+TEST(engine, guard_judges_a_floor_arm_whose_caps_change_nothing_as_a_raise) {
+  const auto verdict = [](bool capsChange) {
+    GuardOptions o;
+    o.hiddenArms = {{64, -1, 64}};
+    GuardPlan g(o);
+    g.setPlanGain(100.0, 2);
+    const auto times = [&g, capsChange](const GuardArm& a) {
+      if (a.limits()) {  // each iteration of the arm's blocks: a call it caps, and the last call, raised
+        g.noteLimitedCall(a, capsChange, false);
+        g.noteLimitedCall(a, true, true);
+      }
+      return a.nccl ? 1000.0 : a.limits() ? 895.0 : 880.0;
+    };
+    const std::vector<GuardPlan::Verdict> all = driveArms(g, times, 0.01, 200, 10);
+    return all.empty() ? GuardPlan::Verdict{} : all.front();
+  };
+  GuardPlan::Verdict v = verdict(false);
+  ASSERT_EQ(v.arms.size(), 3u);
+  EXPECT_TRUE(v.unexplained);
+  EXPECT_TRUE(v.arms[2].raisedOnly && v.arms[2].capChangedCalls == 0 && v.arms[2].changedCalls > 0);
+  EXPECT_TRUE(!v.tuned && v.winner.nccl);
+  const std::string rec = autoccl::engine::traceVerdict(v, "01", 0, nullptr);
+  EXPECT_NE(rec.find("\"cap_changed_calls\":0,\"raised_only\":true"), std::string::npos) << rec;
+  v = verdict(true);
+  ASSERT_EQ(v.arms.size(), 3u);
+  EXPECT_TRUE(!v.arms[2].raisedOnly && v.arms[2].capChangedCalls > 0);
+  EXPECT_TRUE(v.tuned && v.winner.hiddenCap == 64 && v.winner.exposedFloor == 64);
+}
+
 TEST(engine, iteration_detector_counts_a_tasks_calls_per_iteration) {
   IterationDetector d;
   autoccl::TaskKey big, small;
