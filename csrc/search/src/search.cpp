@@ -450,6 +450,7 @@ struct TaskSearch::Impl {
           break;
         }
       if (fromRecord > 0 && s.ch == fromRecord && fromRecord != widest) ++st.recordedStarts;
+      if (o.recordedStep > 0 && fromRecord > 0 && s.ch == fromRecord) s.step[0] = s.step[1] = o.recordedStep;
       s.xEval = eval({s.pair, s.ch, s.ck});
       subs.push_back(s);
     }

@@ -138,6 +138,9 @@ struct Options {
   // the start moves: the descent keeps its cold step. Not after drift (the machine changed), nor for a pair a hint
   // gives a channel count (the hint's point rules; a neighbour's entry where NCCL's choice won gives none).
   bool recordedStart = true;
+  // > 0: a pair probed first at its recorded best point (recordedStart) descends from there with this step (log2
+  // channel units) instead of initStep, as from a hint. 0: the cold step. Search test recordedStepModels.
+  double recordedStep = 0;
   int halvingRounds = 2;        // successive halving after each of the first descent iterations
   int keepSubspaces = 1;        // at most this many subspaces are descended after the halving
   // A descent over with budget left descends the best subspace the halving dropped, one at a time, where its
