@@ -106,8 +106,11 @@ class ForwardDecider final : public coord::Decider {
   ForwardDecider(SearchDecider* inner, std::shared_ptr<GuardPlan> guard, Observer observer)
       : inner_(inner), guard_(std::move(guard)), observer_(std::move(observer)) {}
   std::vector<coord::Segment> decide(const coord::TaskKey& t, uint64_t k, uint64_t covered) override {
+    return decideAhead(t, k, covered, 0);
+  }
+  std::vector<coord::Segment> decideAhead(const coord::TaskKey& t, uint64_t k, uint64_t covered, uint64_t ahead) override {
     if (t.coll == kGuardColl) return guard_->decide(k, covered);
-    return inner_->decide(t, k, covered);
+    return inner_->decideAhead(t, k, covered, ahead);
   }
   void observe(const coord::TaskKey& t, int rank, uint64_t k, double us) override {
     if (t.coll == kGuardColl) {
@@ -168,9 +171,9 @@ class OnlineSource final : public DecisionSource {
                  (!env.settings->stepArmsHidden.empty() || !env.settings->stepArmsEstimated.empty());
     askAhead_ = env.settings ? env.settings->askAhead : 0;
     askAheadAuto_ = env.settings && env.settings->askAheadAuto;
-    // A question asked ahead makes the search plan before the samples in between are back: its waits there are the
-    // question's lead, not the search's (Options::lookAheadWaitsFree; the authority's rank tells the search where
-    // the job is, newSegment).
+    // A question asked ahead makes the search plan before the samples in between are back: its waits beyond the
+    // asker's plain question are the question's lead, not the search's (Options::lookAheadWaitsFree; the question
+    // carries its lead, Board::prefetch's beyondDefault).
     opts_.lookAheadWaitsFree = askAhead_ > 0 || askAheadAuto_;
     exposureEvery_ = env.settings ? env.settings->exposureEvery : 0;
     launchClock_ = env.settings == nullptr || env.settings->clock == Settings::Clock::Launch;
@@ -380,7 +383,6 @@ class OnlineSource final : public DecisionSource {
       if (pinTable_) s->seg.cfg = tableConfig(s->key);  // as table mode without the guard: each rank's own table
     } else {
       if (authority_ && !s->search) registerTask(s, costs);
-      if (authority_ && opts_.lookAheadWaitsFree) s->search->atCall(k);
       // Only here (a new segment) can a rank wait for the authority: time it, for the trace.
       auto t0 = std::chrono::steady_clock::now();
       coord::Outcome o = agree_->decide(s->key, k);
@@ -403,8 +405,10 @@ class OnlineSource final : public DecisionSource {
       // four-process job the ranks waited 3-4x less (41-52 ms -> 12-18 ms over the job), every task
       // ended where it did (noise off), and the search's regret grew by 1 %.
       // With AUTOCCL_ASK_AHEAD, also when what it holds ends within that many calls of this one.
-      if (s->seg.end != search::kForever)
-        agree_->prefetch(s->key, k, std::max(s->seg.end, k + askAheadFor(s)));
+      if (s->seg.end != search::kForever) {
+        const uint64_t upTo = std::max(s->seg.end, k + askAheadFor(s));
+        agree_->prefetch(s->key, k, upTo, upTo - s->seg.end);  // without looking ahead: seg.end
+      }
     }
     s->haveSeg = true;
     if (authority_) onNewSegment(s);

@@ -40,6 +40,11 @@ void SearchDecider::chargeWait(const coord::TaskKey& task, uint64_t k, double mi
 }
 
 std::vector<Segment> SearchDecider::decide(const coord::TaskKey& task, uint64_t k, uint64_t coveredUpTo) {
+  return decideAhead(task, k, coveredUpTo, 0);
+}
+
+std::vector<Segment> SearchDecider::decideAhead(const coord::TaskKey& task, uint64_t k, uint64_t coveredUpTo,
+                                                uint64_t ahead) {
   std::shared_ptr<search::TaskSearch> s;
   std::vector<Segment> out;
   {
@@ -61,7 +66,7 @@ std::vector<Segment> SearchDecider::decide(const coord::TaskKey& task, uint64_t 
     s = e.search;
   }
   if (!s) return out;
-  s->segmentFor(k);  // extends the plan (k + lead) if needed
+  s->segmentFor(k, ahead);  // extends the plan (k + lead) if needed
   for (const Segment& g : s->planAfter(coveredUpTo)) out.push_back(g);
   return out;
 }

@@ -32,6 +32,9 @@ class SearchDecider : public coord::Decider {
                                                    std::vector<search::Hint> hints = {});
   std::shared_ptr<search::TaskSearch> find(const coord::TaskKey& task);
   std::vector<Segment> decide(const coord::TaskKey& task, uint64_t k, uint64_t coveredUpTo) override;
+  // A question leading its rank's plain one by `ahead` calls (TaskSearch::segmentFor's `ahead`).
+  std::vector<Segment> decideAhead(const coord::TaskKey& task, uint64_t k, uint64_t coveredUpTo,
+                                   uint64_t ahead) override;
   // A rank waited `micros` for its lookup of call k of `task`: charged to the task's search
   // (TaskSearch::chargeWait) as the longest wait of any rank at that call, since the ranks wait for the same plan
   // at the same time, and at most kMaxChargedWaitUs: a longer wait is a stall (a lost frame resent, a reconnect, a

@@ -353,6 +353,20 @@ def test_online_processes_tcp_asking_ahead_keeps_the_gain(plugin: Path) -> None:
     assert int(big[0].get("search_ahead_wait_calls") or 0) > 0, big[0]
 
 
+def test_online_processes_tcp_asking_one_ahead_frees_no_wait(plugin: Path) -> None:
+    """Asking 1 call ahead asks no further than the plain question for the next segment (the rank holds
+    the call it is at), and the authority is the delayed host, so the other ranks' plain questions run
+    ahead of its own calls: no wait is the look-ahead's, none is free for it (search_ahead_wait_calls 0)."""
+    sc = replace(bounded(scenario(300, noise=False)), hosts={0: Host(delay_us=200)})
+    res = run(sc, plugin=plugin, env=online_env(True, AUTOCCL_ASK_AHEAD="1"), processes=True, timeout=300)
+    assert_clean(res)
+    assert_same_per_seq(res.calls)
+    tasks = [t for t in res.trace if t.get("ev") == "task" and t.get("source") == "online"]
+    authority = [t for t in tasks if t.get("rank") == 0]
+    assert authority
+    assert all(int(t.get("search_ahead_wait_calls") or 0) == 0 for t in authority), authority
+
+
 def test_online_processes_settings_mismatch_fails_clearly(plugin: Path) -> None:
     """One rank's process given another AUTOCCL_NCCL_CHANNELS (a host launched by hand): it would cap NCCL's
     own choice where the others do not, and the ranks would run different channel counts. The coordinator

@@ -223,14 +223,14 @@ Outcome CommAgreement::decide(const TaskKey& task, uint64_t k) {
   return o;
 }
 
-void CommAgreement::prefetch(const TaskKey& task, uint64_t k, uint64_t upTo) {
+void CommAgreement::prefetch(const TaskKey& task, uint64_t k, uint64_t upTo, uint64_t beyondDefault) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (failed_) return;
     auto it = cache_.find(task);
     if (it != cache_.end() && it->second.contains(k) && it->second.contains(upTo)) return;  // held through upTo
   }
-  board_->prefetch(task, k, upTo);
+  board_->prefetch(task, k, upTo, beyondDefault);
 }
 
 // ---- fault injection (tests) ----------------------------------------------------------------

@@ -847,7 +847,7 @@ class TcpBoard : public Board {
     if (micros < 0) return;
     sendToAuthority(wire::kWait, t, rank, k, micros);
   }
-  void prefetch(const TaskKey& t, uint64_t k, uint64_t upTo) override {
+  void prefetch(const TaskKey& t, uint64_t k, uint64_t upTo, uint64_t beyondDefault) override {
     std::lock_guard<std::mutex> lk(mu_);
     if (!authed_ || refused_.count(t.comm)) return;
     const uint64_t end = replica_.coveredFrom(t, k, upTo);  // walks no further than upTo: once per new segment
@@ -862,7 +862,9 @@ class TcpBoard : public Board {
     if (a != asked_.end() && a->second.call >= end && now - a->second.at < milliseconds(o_.retryMs))
       return;  // asked for beyond what is held: the answer is on its way
     asked_[t] = Asked{ask, now};
-    sendNeed(t, ask);
+    // What the question leads the rank's plain one (upTo - beyondDefault) by: 0 where it asks for a hole before it.
+    const uint64_t plain = upTo - std::min(upTo, beyondDefault);
+    sendNeed(t, ask, ask > plain ? ask - plain : 0);
     st_.prefetches++;
   }
   double roundTripMicros() const override { return roundTripUs_.load(std::memory_order_relaxed); }
@@ -901,11 +903,12 @@ class TcpBoard : public Board {
     else st_.reportsSent++;
   }
   // NEED for call k of t, saying what this replica already covers. Caller holds mu_ and is authed_.
-  void sendNeed(const TaskKey& t, uint64_t k) {
+  void sendNeed(const TaskKey& t, uint64_t k, uint64_t ahead = 0) {
     wire::Msg m;
     m.type = wire::kNeed;
     m.task = t;
     m.k = k;
+    m.ahead = ahead;
     m.covered = replica_.coveredUpTo(t);
     m.digest = o_.settingsDigest;
     conn_->send(m, true);
@@ -1177,7 +1180,7 @@ class TcpBoard : public Board {
           }
         }
         if (d) {
-          std::vector<Segment> segs = d->decide(m.task, m.k, m.covered);
+          std::vector<Segment> segs = d->decideAhead(m.task, m.k, m.covered, m.ahead);
           {
             std::lock_guard<std::mutex> lk(mu_);
             deciding_ = false;

@@ -60,7 +60,7 @@ std::vector<uint8_t> encode(const Msg& m) {
     case kHelloC: p.raw(m.nonce, 16); p.raw(m.mac, 32); break;
     case kHelloOk: p.raw(m.mac, 32); break;
     case kServe: p.u64(m.comm); p.u64(m.digest); break;
-    case kNeed: putTask(p, m.task); p.u64(m.k); p.u64(m.covered); p.u64(m.digest); break;
+    case kNeed: putTask(p, m.task); p.u64(m.k); p.u64(m.covered); p.u64(m.digest); p.u64(m.ahead); break;
     case kRefuse: p.u64(m.comm); p.u64(m.digest); break;
     case kAttach: p.u64(m.comm); p.u32(m.rank); p.u32(m.nRanks); break;
     case kDetach: p.u64(m.comm); p.u32(m.rank); break;
@@ -122,6 +122,8 @@ bool decodePayload(uint16_t type, const uint8_t* p, size_t n, Msg* m) {
       m->k = r.get(8);
       m->covered = r.get(8);
       m->digest = r.get(8);
+      m->ahead = r.get(8);
+      if (m->ahead > m->k) return false;
       break;
     case kAttach:
       m->comm = r.get(8);

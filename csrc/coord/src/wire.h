@@ -17,7 +17,8 @@ constexpr uint32_t kMagic = 0x31434341;  // "ACC1"
 // in chunk (a build before it read the fallback from chunk: refused, not misread). 8: a step arm's segment carries
 // its protocol in the algorithm field (a build before it read such an arm as NCCL's choices). 9: a step arm's
 // segment carries a floor in its channels' second byte (a build before it rejected such a frame as malformed).
-constexpr uint16_t kVersion = 9;
+// 10: NEED carries how far its question leads the asker's own (Board::prefetch's beyondDefault).
+constexpr uint16_t kVersion = 10;
 constexpr size_t kHeader = 12;
 constexpr uint32_t kMaxPayload = 16 * 1024;
 constexpr size_t kSegBytes = 33;
@@ -30,7 +31,7 @@ enum Type : uint16_t {
   kHelloC = 2,   // client -> server: nonce_c[16] mac[32] = HMAC(token, "C" nonce_s nonce_c)
   kHelloOk = 3,  // server -> client: mac[32] = HMAC(token, "S" nonce_c nonce_s)
   kServe = 4,    // client -> server: comm u64, digest u64 (this client holds the authority of comm)
-  kNeed = 5,     // client -> server -> authority: task, call index u64, covered u64, digest u64
+  kNeed = 5,     // client -> server -> authority: task, call index u64, covered u64, digest u64, ahead u64
   kPlan = 6,     // authority -> server -> clients: task, n u16, n segments
   kAttach = 7,   // client -> server: comm u64, rank u32, nRanks u32 (this process holds that rank)
   kRefuse = 8,   // server -> client: comm u64, digest u64 (the communicator's): the client's settings differ
@@ -51,6 +52,8 @@ struct Msg {
   uint64_t ns = 0;                 // kReport: the rank's GPU time of call k, or kUntimedNs; kWait: its wait
   // kServe, kNeed: the sender's settings digest (TcpOptions::settingsDigest); kRefuse: the communicator's
   uint64_t digest = 0;
+  // kNeed: how many calls the question leads the one the asker would ask without looking ahead (0: a plain question)
+  uint64_t ahead = 0;
   std::vector<Segment> segs;
   uint8_t nonce[16] = {0};
   uint8_t mac[32] = {0};

@@ -108,9 +108,17 @@ TEST(coord, wire) {
   need.task = TaskKey{42, 4, 1, 1 << 20};
   need.k = 77;
   need.covered = 70;
+  need.ahead = 12;
   auto b = wire::encode(need);
   wire::Msg o;
-  EXPECT_TRUE(wire::decode(b.data(), b.size(), &o) > 0 && o.k == 77 && o.covered == 70 && o.task == need.task);
+  EXPECT_TRUE(wire::decode(b.data(), b.size(), &o) > 0 && o.k == 77 && o.covered == 70 && o.task == need.task &&
+              o.ahead == 12);
+  {  // a question cannot lead by more calls than it names
+    wire::Msg past = need;
+    past.ahead = 78;
+    const auto pb = wire::encode(past);
+    EXPECT_TRUE(wire::decode(pb.data(), pb.size(), &o) == -1);
+  }
   // bad version / magic / oversize length are rejected
   auto bad = b;
   bad[4] = 99;
@@ -1020,6 +1028,54 @@ TEST(coord, tcp_prefetch_asks_for_upto_once) {
   std::vector<uint64_t> asked = d.calls();  // the server may forward a slow question twice: distinct calls, in order
   asked.erase(std::unique(asked.begin(), asked.end()), asked.end());
   EXPECT_TRUE(asked == (std::vector<uint64_t>{0, 10, 11}));
+  auth->unserve(9);
+  follower.reset();
+  auth.reset();
+  server.stop();
+}
+
+// Board::prefetch's beyondDefault (AUTOCCL_ASK_AHEAD): the question carries how far it leads the rank's plain one,
+// to the authority's Decider::decideAhead; a lookup's question, and a prefetch without a lead, carry 0.
+TEST(coord, tcp_prefetch_carries_its_lead) {
+  struct Recording : Decider {
+    std::mutex mu;
+    std::vector<std::pair<uint64_t, uint64_t>> asked;  // (call, ahead)
+    std::vector<Segment> decide(const TaskKey& t, uint64_t k, uint64_t covered) override {
+      return decideAhead(t, k, covered, 0);
+    }
+    std::vector<Segment> decideAhead(const TaskKey&, uint64_t k, uint64_t covered, uint64_t ahead) override {
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        asked.emplace_back(k, ahead);
+      }
+      return {Segment{covered, k + 1, Config(), Phase::kTuning}};
+    }
+    std::vector<std::pair<uint64_t, uint64_t>> calls() {
+      std::lock_guard<std::mutex> lk(mu);
+      return asked;
+    }
+  };
+  TcpServer server(baseOpts(0));
+  std::string err;
+  ASSERT_TRUE(server.start(&err));
+  auto auth = makeTcpBoard(baseOpts(server.port()));
+  auto follower = makeTcpBoard(baseOpts(server.port()));
+  Recording d;
+  auth->serve(9, &d);
+  auth->attach(9, 0, 2);
+  follower->attach(9, 1, 2);
+  EXPECT_TRUE(waitFor([&] { return server.runningRanks() == 2 && server.missingRanks() == 0; }));
+  const TaskKey key{9, 4, 1, 1 << 20};
+  ASSERT_TRUE(follower->lookup(key, 0, milliseconds(10000)).ok());  // holds [0, 1)
+  Segment s;
+  follower->prefetch(key, 0, 10, 9);  // asks for 10 where its plain question is for 1
+  EXPECT_TRUE(waitFor([&] { return follower->peek(key, 10, &s); }));
+  follower->prefetch(key, 5, 11);  // a plain question
+  EXPECT_TRUE(waitFor([&] { return follower->peek(key, 11, &s); }));
+  std::vector<std::pair<uint64_t, uint64_t>> asked = d.calls();
+  asked.erase(std::unique(asked.begin(), asked.end()), asked.end());
+  const std::vector<std::pair<uint64_t, uint64_t>> want{{0, 0}, {10, 9}, {11, 0}};
+  EXPECT_TRUE(asked == want);
   auth->unserve(9);
   follower.reset();
   auth.reset();

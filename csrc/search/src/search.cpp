@@ -184,8 +184,7 @@ struct TaskSearch::Impl {
   uint64_t callsSeen = 0;  // the highest call index asked (segmentFor) + 1: the task's calls, up to a segment ahead
                            // (a rank asks for the segment after the last it holds when that one begins)
   uint64_t waitCallsThisRound = 0;
-  uint64_t present = 0;       // TaskSearch::atCall: the newest call the job has reached
-  bool presentKnown = false;
+  uint64_t plainAsked = 0;  // the furthest call a plain question named (segmentFor: k less its `ahead`)
 
   // pinned state
   Config pinnedCfg;
@@ -1205,12 +1204,12 @@ struct TaskSearch::Impl {
   // A waiting call (nothing to explore until samples arrive). While the samples are far behind (a
   // burst of host run-ahead) such calls do not use up the exploration budget, up to maxWaitCalls per
   // round; when they are close behind, waiting is part of the search's cost like any other call, unless
-  // `free` (a wait that Options::maxUnprovenCalls imposes: free within the same maxWaitCalls) or asked for
-  // ahead of the job's present call (Options::lookAheadWaitsFree).
+  // `free` (a wait that Options::maxUnprovenCalls imposes: free within the same maxWaitCalls) or planned only
+  // because a question looked ahead (Options::lookAheadWaitsFree).
   void addWaiting(const Segment& s, bool free = false) {
     const uint64_t newest = afterNewestSample();
     const bool farBehind = s.begin > newest && s.begin - newest > o.freeWaitLag;
-    const bool ahead = o.lookAheadWaitsFree && presentKnown && s.begin > present && s.begin - present > o.lead;
+    const bool ahead = o.lookAheadWaitsFree && s.begin > plainAsked && s.begin - plainAsked > o.lead;
     add(s);
     uint64_t n = s.end - s.begin;
     st.waitCalls += n;
@@ -1761,8 +1760,9 @@ TaskSearch::~TaskSearch() {
   if (impl_->ledgerSlot >= 0) impl_->o.jobRegret->leave(impl_->ledgerSlot);
 }
 
-Segment TaskSearch::segmentFor(uint64_t k) {
+Segment TaskSearch::segmentFor(uint64_t k, uint64_t ahead) {
   std::lock_guard<std::mutex> lk(mu_);
+  if (k != kForever) impl_->plainAsked = std::max(impl_->plainAsked, k - std::min(k, ahead));
   if (k != kForever && k + 1 > impl_->callsSeen) {
     impl_->callsSeen = k + 1;
     impl_->reportRegret();
@@ -1776,15 +1776,9 @@ Segment TaskSearch::segmentFor(uint64_t k) {
   return impl_->find(k);
 }
 
-void TaskSearch::atCall(uint64_t k) {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (impl_->presentKnown && k <= impl_->present) return;
-  impl_->present = k;
-  impl_->presentKnown = true;
-}
-
 std::vector<Segment> TaskSearch::extendTo(uint64_t upTo) {
   std::lock_guard<std::mutex> lk(mu_);
+  impl_->plainAsked = std::max(impl_->plainAsked, upTo);  // publishing ahead is no question that looked ahead
   size_t n0 = impl_->segs.size();
   if (impl_->planned < upTo) impl_->extend(upTo);
   return std::vector<Segment>(impl_->segs.begin() + static_cast<std::ptrdiff_t>(n0), impl_->segs.end());

@@ -51,6 +51,13 @@ class Decider {
  public:
   virtual ~Decider() = default;
   virtual std::vector<Segment> decide(const TaskKey& task, uint64_t k, uint64_t coveredUpTo) = 0;
+  // decide() for a question that leads the one its rank would ask without looking ahead by `ahead` calls
+  // (Board::prefetch's beyondDefault, AUTOCCL_ASK_AHEAD): the calls planned beyond that rank's plain question are
+  // the look-ahead's. Called from a board thread, like decide(). Default: decide().
+  virtual std::vector<Segment> decideAhead(const TaskKey& task, uint64_t k, uint64_t coveredUpTo, uint64_t ahead) {
+    (void)ahead;
+    return decide(task, k, coveredUpTo);
+  }
   // Another rank's GPU time of call k of `task` (micros < 0: that call ran untimed there), sent by
   // Board::report. It may change how the authority scores calls, never what a rank applies. Called from
   // a board thread; must not block. Default: ignored.
@@ -152,11 +159,13 @@ class Board {
   // follows without waiting for it, so that a later lookup finds it at hand. A rank's lookup at the end of
   // what it holds otherwise waits a round trip to the authority (over TCP, ~0.1 ms, up to 1.7 ms measured on
   // 2 x H200). Asks once per plan end (again after the retry interval). Optional: a no-op where lookups are
-  // local.
-  virtual void prefetch(const TaskKey& task, uint64_t k, uint64_t upTo) {
+  // local. `beyondDefault`: how many calls upTo lies beyond what the rank would ask without looking ahead
+  // (AUTOCCL_ASK_AHEAD); the question carries it to the authority (Decider::decideAhead).
+  virtual void prefetch(const TaskKey& task, uint64_t k, uint64_t upTo, uint64_t beyondDefault = 0) {
     (void)task;
     (void)k;
     (void)upTo;
+    (void)beyondDefault;
   }
   // How long the authority takes to answer most questions, as this board measured them (a NEED sent to the PLAN
   // that covers the call it named): the running mean plus twice the mean deviation, in microseconds; 0 before the
@@ -304,8 +313,8 @@ class CommAgreement {
   // Decision for call k of task (task.comm must be this comm). kError: fail the call, log once.
   Outcome decide(const TaskKey& task, uint64_t k);
   // At call k, asks the board for the plan after what it holds, if that ends at or before upTo
-  // (Board::prefetch); nothing once failed.
-  void prefetch(const TaskKey& task, uint64_t k, uint64_t upTo);
+  // (Board::prefetch, beyondDefault included); nothing once failed.
+  void prefetch(const TaskKey& task, uint64_t k, uint64_t upTo, uint64_t beyondDefault = 0);
   // Board::roundTripMicros.
   double roundTripMicros() const { return board_->roundTripMicros(); }
   bool failed() const { return failed_; }

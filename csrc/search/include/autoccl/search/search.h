@@ -189,10 +189,10 @@ struct Options {
   // maxWaitCalls per tuning round (a burst of host run-ahead must not end the search unmeasured).
   uint64_t freeWaitLag = 32;
   uint64_t maxWaitCalls = 256;
-  // Waits planned more than `lead` calls beyond the job's present call (TaskSearch::atCall) are also free, within
-  // the same maxWaitCalls: a rank that asks its authority for a call ahead of its own (AUTOCCL_ASK_AHEAD) makes
-  // the search plan before the samples of the calls in between can be back, and those waits are the question's
-  // lead, not the search's. Counted, they spent all_reduce 64 MiB's budget in the emulator's four-process job
+  // Waits planned more than `lead` calls beyond the furthest plain question (segmentFor's k less its `ahead`) are
+  // also free, within the same maxWaitCalls: a rank that asks its authority ahead of its plain question
+  // (AUTOCCL_ASK_AHEAD) makes the search plan before the samples of the calls in between can be back, and those
+  // waits are the question's lead, not the search's. Counted, they spent all_reduce 64 MiB's budget in the emulator's four-process job
   // asking 16 ahead (64 waits, NCCL's choice pinned at call 108 with its chunk candidates in flight, against a
   // 4.5 % gain at the default: benchmarks/results/cpu/ask-ahead/budget.md). false: only freeWaitLag decides.
   bool lookAheadWaitsFree = false;
@@ -277,7 +277,7 @@ struct Stats {
   uint64_t tuningCalls = 0;     // call indices planned in kTuning
   uint64_t waitCalls = 0;       // ... of which waiting for samples (the incumbent as filler)
   uint64_t freeWaitCalls = 0;   // ... of those, not counted against maxTuningCalls (freeWaitLag, maxUnprovenCalls)
-  uint64_t aheadWaitCalls = 0;  // ... of the free ones, planned beyond the present call (Options::lookAheadWaitsFree)
+  uint64_t aheadWaitCalls = 0;  // ... of the free ones, planned only for a question that looked ahead (lookAheadWaitsFree)
   uint64_t lateSamples = 0;     // samples that arrived after their call had been given up as lost
   uint64_t candidates = 0;      // distinct configurations measured
   uint64_t samples = 0;         // samples accepted
@@ -316,13 +316,11 @@ class TaskSearch {
   TaskSearch& operator=(const TaskSearch&) = delete;
 
   // The segment containing call k. Extends the plan to cover at least [k, k+lead) if needed.
-  // Thread-safe. Segments already returned are never changed.
-  Segment segmentFor(uint64_t k);
+  // Thread-safe. Segments already returned are never changed. `ahead`: the question for k leads by that many calls
+  // the one its rank would ask without looking ahead (AUTOCCL_ASK_AHEAD): calls planned beyond the furthest plain
+  // question + lead are the look-ahead's (Options::lookAheadWaitsFree).
+  Segment segmentFor(uint64_t k, uint64_t ahead = 0);
   Config configFor(uint64_t k) { return segmentFor(k).cfg; }
-  // The job is at call k of this task (the newest call the caller knows it has reached: the authority's own rank
-  // as it starts a segment). Calls planned further than Options::lead beyond it were asked for ahead of the job
-  // (Options::lookAheadWaitsFree). Monotonic: an older k is ignored.
-  void atCall(uint64_t k);
   // Publish-ahead: make the plan cover all calls < upTo (if not yet). Returns the segments added.
   std::vector<Segment> extendTo(uint64_t upTo);
   // Every segment planned so far (a copy), in call order.
