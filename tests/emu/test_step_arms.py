@@ -262,6 +262,24 @@ def test_estimated_positions_forgotten_after_a_break(plugin: Path, tmp_path: Pat
         assert not [x for x in after if x[0] in (1, 3) and x[1] == 4], after[:8]
 
 
+def test_a_floor_arm_whose_cap_changes_nothing_is_judged_as_a_raise(plugin: Path, tmp_path: Path) -> None:
+    """`hidden=64+max` on a communicator of 24 channels: its cap changes no call, its floor raises the last
+    bucket. It ran the tuned plan with one call faster, so the guard judges it as an arm that only raises
+    (`raised_only`, held to the tuned plan's bound on an unexplained gain): it wins no round the bound refused
+    the tuned plan. Read end to end: which of an arm's changed calls were raises comes from the engine."""
+    model = contention_model(tmp_path / "contention.json")
+    buckets = (100 << 20, 100 << 20, 100 << 20, 101 << 20)
+    res = run_with_arms(ddp_like(steps=STEPS, load=1.0, bucket_bytes=buckets, seed=2), model, "hidden=64+max")
+    guard = [t for t in res.trace if t.get("ev") == "guard" and t.get("arms")]
+    assert guard
+    for t in guard:
+        arm = next(a for a in t["arms"] if a["arm"] == "hidden=64+max")
+        assert int(arm["changed_calls"]) > 0 and int(arm["cap_changed_calls"]) == 0, arm
+        assert arm["raised_only"] is True, arm
+        if t.get("unexplained"):
+            assert t.get("winner") != "hidden=64+max", t
+
+
 def test_a_floor_raises_the_last_call_of_the_arms_iterations(plugin: Path, tmp_path: Path) -> None:
     """An arm with a floor for the step's last call (`hidden=2+max`, the resource-sharing study's policy:
     few channels while hidden, as many as the communicator has where nothing overlaps): every iteration the
@@ -284,6 +302,10 @@ def test_a_floor_raises_the_last_call_of_the_arms_iterations(plugin: Path, tmp_p
     for t in guard:  # the raised last calls count as changed beside the capped ones
         changed = {a["arm"]: int(a.get("changed_calls", 0)) for a in t.get("arms", [])}
         assert changed["hidden=2+max"] > changed["hidden=2"] > 0, changed
+        # ... and apart from them: its caps changed calls too, so it is judged as a cap, not as a raise alone
+        floor = next(a for a in t["arms"] if a["arm"] == "hidden=2+max")
+        assert 0 < int(floor["cap_changed_calls"]) < int(floor["changed_calls"]), floor
+        assert floor["raised_only"] is False, floor
     n = len(buckets)
     for grank in (0, 1):
         calls = sorted((r for r in res.calls if int(r["grank"]) == grank), key=lambda r: int(r["seq"]))
