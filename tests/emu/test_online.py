@@ -339,8 +339,8 @@ def test_online_processes_tcp_asking_ahead_keeps_the_gain(plugin: Path) -> None:
     """The same job with every rank asking its authority 16 calls ahead (AUTOCCL_ASK_AHEAD=16): the authority
     then plans before the samples of the calls in between are back, and waits on its incumbent meanwhile.
     Counted against the search's budget, those waits ended all_reduce 64 MiB's search at call 108 with NCCL's
-    choice pinned and its chunk candidates' samples in flight (the default finds 4.5 %); they are free now
-    (search::Options::lookAheadWaitsFree), and the search pins the gain."""
+    choice pinned and its chunk candidates' samples in flight (the default finds 4.5 %); each run of waits'
+    share of the question's lead is free now (search::Options::lookAheadWaitsFree): the search pins a gain."""
     sc = replace(bounded(scenario(300, noise=False)), hosts={0: Host(delay_us=200)})
     res = run(sc, plugin=plugin, env=online_env(True, AUTOCCL_ASK_AHEAD="16"), processes=True, timeout=300)
     assert_clean(res)
@@ -349,8 +349,11 @@ def test_online_processes_tcp_asking_ahead_keeps_the_gain(plugin: Path) -> None:
     authority = [t for t in res.trace if t.get("ev") == "task" and t.get("rank") == 0]
     big = [t for t in authority if (t.get("coll"), t.get("bytes")) == ("allreduce", 64 << 20)]
     assert len(big) == 1, big
-    assert float(big[0]["gain"]) > 0.03, big[0]
+    # a gain kept (4.5 % or, where the search's own waits still end it first, 1.8 %), not NCCL's choice
+    assert float(big[0]["gain"]) > 0.01, big[0]
     assert int(big[0].get("search_ahead_wait_calls") or 0) > 0, big[0]
+    # only the lead's share of the waits is free: the search's own waits still count
+    assert int(big[0]["search_wait_calls"]) > int(big[0]["search_ahead_wait_calls"]), big[0]
 
 
 def test_online_processes_tcp_asking_one_ahead_frees_no_wait(plugin: Path) -> None:
@@ -363,7 +366,7 @@ def test_online_processes_tcp_asking_one_ahead_frees_no_wait(plugin: Path) -> No
     assert_same_per_seq(res.calls)
     tasks = [t for t in res.trace if t.get("ev") == "task" and t.get("source") == "online"]
     authority = [t for t in tasks if t.get("rank") == 0]
-    assert authority
+    assert authority and sum(int(t.get("search_wait_calls") or 0) for t in authority) > 0, authority
     assert all(int(t.get("search_ahead_wait_calls") or 0) == 0 for t in authority), authority
 
 

@@ -263,7 +263,15 @@ struct TcpServer::Impl {
   Store store;
   std::map<uint64_t, std::shared_ptr<Conn>> authority;          // comm -> conn
   std::map<uint64_t, std::set<std::shared_ptr<Conn>>> subs;     // comm -> conns
-  std::map<TaskKey, std::pair<uint64_t, Clock::time_point>> waiting;  // task -> (min k, first NEED)
+  // A task's unanswered questions: the first call asked, when the first came, and the furthest call a plain question
+  // (its call less its lead, wire::Msg::ahead) named: a question asked again carries the lead it had.
+  struct Waiting {
+    uint64_t k = 0;
+    Clock::time_point first;
+    uint64_t plain = 0;
+    uint64_t ahead() const { return k > plain ? k - plain : 0; }
+  };
+  std::map<TaskKey, Waiting> waiting;
   // Plans stored while their communicator was incomplete (complete(): not every rank attached): pushed to its
   // subscribers the moment its last rank attaches. Left to the askers' resends, a lookup that asked a moment before
   // the last ATTACH waited the client's backoff (retryMs, 50 ms). comm -> task -> first call asked or published.
@@ -355,12 +363,13 @@ struct TcpServer::Impl {
     }
   }
 
-  // Caller holds mu. A NEED of call k of `t` that waits here, to the communicator's authority.
-  void forwardNeed(const std::shared_ptr<Conn>& to, const TaskKey& t, uint64_t k) {
+  // Caller holds mu. The NEEDs of `t` that wait here (Waiting), to the communicator's authority.
+  void forwardNeed(const std::shared_ptr<Conn>& to, const TaskKey& t, const Waiting& w) {
     wire::Msg f;
     f.type = wire::kNeed;
     f.task = t;
-    f.k = k;
+    f.k = w.k;
+    f.ahead = w.ahead();
     f.covered = store.coveredUpTo(t);
     to->send(f, true);
   }
@@ -388,7 +397,7 @@ struct TcpServer::Impl {
         // NEEDs that arrived before their authority served: to it now, not at sealLoop's re-forward after retryMs.
         if (newAuthority)
           for (const auto& [task, w] : waiting)
-            if (task.comm == m.comm) forwardNeed(c, task, w.first);
+            if (task.comm == m.comm) forwardNeed(c, task, w);
         break;
       }
       case wire::kAttach: {
@@ -417,8 +426,13 @@ struct TcpServer::Impl {
           break;
         }
         auto w = waiting.find(m.task);
-        if (w == waiting.end()) waiting[m.task] = {m.k, Clock::now()};
-        else w->second.first = std::min(w->second.first, m.k);
+        const uint64_t plain = m.k - std::min(m.k, m.ahead);
+        if (w == waiting.end()) {
+          waiting[m.task] = Waiting{m.k, Clock::now(), plain};
+        } else {
+          w->second.k = std::min(w->second.k, m.k);
+          w->second.plain = std::min(std::max(w->second.plain, plain), w->second.k);
+        }
         auto a = authority.find(m.task.comm);
         if (a != authority.end()) {
           wire::Msg f = m;
@@ -509,11 +523,11 @@ struct TcpServer::Impl {
       auto now = Clock::now();
       for (auto it = waiting.begin(); it != waiting.end();) {
         Segment s;
-        if (store.find(it->first, it->second.first, &s)) {
+        if (store.find(it->first, it->second.k, &s)) {
           it = waiting.erase(it);
           continue;
         }
-        if (now - it->second.second > milliseconds(o.sealMs) && complete(it->first.comm)) {
+        if (now - it->second.first > milliseconds(o.sealMs) && complete(it->first.comm)) {
           if (!sealable(it->first.comm)) {  // the askers' settings differ: all of them were refused
             it = waiting.erase(it);
             continue;
@@ -527,8 +541,8 @@ struct TcpServer::Impl {
         }
         // ask again (a NEED or PLAN may have been lost)
         auto a = authority.find(it->first.comm);
-        if (a != authority.end() && (now - it->second.second) > milliseconds(o.retryMs))
-          forwardNeed(a->second, it->first, it->second.first);
+        if (a != authority.end() && (now - it->second.first) > milliseconds(o.retryMs))
+          forwardNeed(a->second, it->first, it->second);
         ++it;
       }
       // reap finished peers

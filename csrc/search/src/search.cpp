@@ -185,6 +185,8 @@ struct TaskSearch::Impl {
                            // (a rank asks for the segment after the last it holds when that one begins)
   uint64_t waitCallsThisRound = 0;
   uint64_t plainAsked = 0;  // the furthest call a plain question named (segmentFor: k less its `ahead`)
+  uint64_t questionAhead = 0;  // the lead of the question the plan is being extended for (segmentFor's `ahead`)
+  uint64_t waitRun = 0;        // waiting calls planned since the last call that explores
 
   // pinned state
   Config pinnedCfg;
@@ -315,6 +317,7 @@ struct TaskSearch::Impl {
     inc = dflt = hintEval = checkEval = -1;
     tuningCallsThisRound = 0;
     waitCallsThisRound = 0;
+    waitRun = 0;
   }
 
   void begin(bool retune) {
@@ -1190,9 +1193,10 @@ struct TaskSearch::Impl {
     }
   }
 
-  void add(const Segment& s) {
+  void add(const Segment& s, bool wait = false) {
     segs.push_back(s);
     planned = s.end;
+    if (!wait && s.phase == Phase::kTuning) waitRun = 0;
     if (s.phase == Phase::kTuning) {
       st.tuningCalls += s.end - s.begin;
       tuningCallsThisRound += s.end - s.begin;
@@ -1206,19 +1210,26 @@ struct TaskSearch::Impl {
   // round; when they are close behind, waiting is part of the search's cost like any other call, unless
   // `free` (a wait that Options::maxUnprovenCalls imposes: free within the same maxWaitCalls) or planned only
   // because a question looked ahead (Options::lookAheadWaitsFree).
+  // Of a look-ahead's waits, a run of them (between two calls that explore) is freed up to the question's lead: the
+  // look-ahead makes each wait for samples that many calls longer; the rest of the run is the search's own wait,
+  // which it has without looking ahead too (asking 16 ahead in the emulator's job: 52 such waits of 167).
   void addWaiting(const Segment& s, bool free = false) {
     const uint64_t newest = afterNewestSample();
     const bool farBehind = s.begin > newest && s.begin - newest > o.freeWaitLag;
-    const bool ahead = o.lookAheadWaitsFree && s.begin > plainAsked && s.begin - plainAsked > o.lead;
-    add(s);
-    uint64_t n = s.end - s.begin;
+    const uint64_t n = s.end - s.begin;
+    uint64_t freed = farBehind || free ? n : 0;
+    if (!freed && o.lookAheadWaitsFree && questionAhead > waitRun && s.begin > plainAsked &&
+        s.begin - plainAsked > o.lead)
+      freed = std::min(n, questionAhead - waitRun);
+    add(s, true);
+    waitRun += n;
     st.waitCalls += n;
-    if (!farBehind && !free && !ahead) return;
-    waitCallsThisRound += n;
+    if (freed == 0) return;
+    waitCallsThisRound += freed;
     if (waitCallsThisRound <= o.maxWaitCalls) {
-      tuningCallsThisRound -= std::min(tuningCallsThisRound, n);
-      st.freeWaitCalls += n;
-      if (ahead && !farBehind && !free) st.aheadWaitCalls += n;
+      tuningCallsThisRound -= std::min(tuningCallsThisRound, freed);
+      st.freeWaitCalls += freed;
+      if (!farBehind && !free) st.aheadWaitCalls += freed;
     }
   }
 
@@ -1763,6 +1774,7 @@ TaskSearch::~TaskSearch() {
 Segment TaskSearch::segmentFor(uint64_t k, uint64_t ahead) {
   std::lock_guard<std::mutex> lk(mu_);
   if (k != kForever) impl_->plainAsked = std::max(impl_->plainAsked, k - std::min(k, ahead));
+  impl_->questionAhead = k != kForever ? ahead : 0;  // what this question's extension plans is its lead's
   if (k != kForever && k + 1 > impl_->callsSeen) {
     impl_->callsSeen = k + 1;
     impl_->reportRegret();
@@ -1773,6 +1785,7 @@ Segment TaskSearch::segmentFor(uint64_t k, uint64_t ahead) {
     if (impl_->planned < want && impl_->mode != Impl::Mode::kFinal) impl_->extend(want);
     else if (impl_->planned <= k) impl_->extend(k + 1);
   }
+  impl_->questionAhead = 0;
   return impl_->find(k);
 }
 

@@ -189,12 +189,15 @@ struct Options {
   // maxWaitCalls per tuning round (a burst of host run-ahead must not end the search unmeasured).
   uint64_t freeWaitLag = 32;
   uint64_t maxWaitCalls = 256;
-  // Waits planned more than `lead` calls beyond the furthest plain question (segmentFor's k less its `ahead`) are
-  // also free, within the same maxWaitCalls: a rank that asks its authority ahead of its plain question
-  // (AUTOCCL_ASK_AHEAD) makes the search plan before the samples of the calls in between can be back, and those
-  // waits are the question's lead, not the search's. Counted, they spent all_reduce 64 MiB's budget in the emulator's four-process job
-  // asking 16 ahead (64 waits, NCCL's choice pinned at call 108 with its chunk candidates in flight, against a
-  // 4.5 % gain at the default: benchmarks/results/cpu/ask-ahead/budget.md). false: only freeWaitLag decides.
+  // A rank that asks its authority ahead of its plain question (AUTOCCL_ASK_AHEAD) makes the search plan before the
+  // samples of the calls in between can be back: each wait for samples runs that many calls longer. So of a run of
+  // waits (between two calls that explore) planned for a question that leads by L calls (segmentFor's `ahead`), and
+  // more than `lead` calls beyond the furthest plain question, the first L are free, within the same maxWaitCalls;
+  // the rest the search has without looking ahead. Counted, they spent all_reduce 64 MiB's budget in the emulator's
+  // four-process job asking 16 ahead (64 waits, NCCL's choice pinned at call 108 with its chunk candidates in
+  // flight, against a 4.5 % gain at the default: benchmarks/results/cpu/ask-ahead/budget.md). Freeing every wait
+  // beyond the plain question instead freed all of them (166 of 167) and left maxWaitCalls the only bound.
+  // false: only freeWaitLag decides.
   bool lookAheadWaitsFree = false;
   uint64_t recheckFirst = 256;  // pinned: first drift check after this many calls
   uint64_t recheckMax = 16384;  // ... interval doubles up to this
