@@ -876,9 +876,7 @@ class TcpBoard : public Board {
     if (a != asked_.end() && a->second.call >= end && now - a->second.at < milliseconds(o_.retryMs))
       return;  // asked for beyond what is held: the answer is on its way
     asked_[t] = Asked{ask, now};
-    // What the question leads the rank's plain one (upTo - beyondDefault) by: 0 where it asks for a hole before it.
-    const uint64_t plain = upTo - std::min(upTo, beyondDefault);
-    sendNeed(t, ask, ask > plain ? ask - plain : 0);
+    sendNeed(t, ask, wire::questionLead(ask, upTo, beyondDefault));
     st_.prefetches++;
   }
   double roundTripMicros() const override { return roundTripUs_.load(std::memory_order_relaxed); }

@@ -66,4 +66,12 @@ bool decodePayload(uint16_t type, const uint8_t* p, size_t n, Msg* out);
 // Decode one frame from a buffer: >0 bytes consumed, 0 = incomplete, -1 = malformed (drop peer).
 long decode(const uint8_t* buf, size_t n, Msg* out);
 
+// A NEED's `ahead` for a question of call `ask`, where the rank would have asked for upTo - beyondDefault without
+// looking ahead (Board::prefetch): how far `ask` lies beyond that; 0 for a question at or before it (a hole the
+// rank's copy has before what it holds). Never more than `ask`.
+inline uint64_t questionLead(uint64_t ask, uint64_t upTo, uint64_t beyondDefault) {
+  const uint64_t plain = upTo - (beyondDefault < upTo ? beyondDefault : upTo);
+  return ask > plain ? ask - plain : 0;
+}
+
 }  // namespace autoccl::coord::wire

@@ -122,6 +122,13 @@ TEST(coord, wire) {
     const auto ok = wire::encode(past);
     EXPECT_TRUE(wire::decode(ok.data(), ok.size(), &o) > 0 && o.ahead == 77);
   }
+  // the lead a prefetch's question carries: beyond the rank's plain question (upTo - beyondDefault), 0 for a
+  // question for a hole at or before it, never more than the call asked
+  EXPECT_EQ(wire::questionLead(20, 20, 12), 12u);  // asks for upTo: all of its look-ahead
+  EXPECT_EQ(wire::questionLead(10, 20, 12), 2u);   // a hole at 10, past the plain question for 8
+  EXPECT_EQ(wire::questionLead(5, 20, 12), 0u);    // a hole before the plain question
+  EXPECT_EQ(wire::questionLead(20, 20, 0), 0u);    // no look-ahead
+  EXPECT_EQ(wire::questionLead(3, 20, 40), 3u);    // a lead past the call asked is cut at it
   {  // a frame of the version before the NEED's lead (9) is refused, not read without it
     auto old = b;
     old[4] = 9;
