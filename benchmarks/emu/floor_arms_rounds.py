@@ -44,49 +44,18 @@ def main() -> int:
     slow = {c: slowed_model(tmp / f"slow{c}.json", c) for c in (8.0, 30.0)}
     contention = contention_model(tmp / "contention.json")
     contention4 = contention_model(tmp / "contention4.json", per_channel=4.0)
+    small_first = (6 * MIB, 25 * MIB, 25 * MIB, 25 * MIB)  # a small bucket, then three of 25 MiB
+    large = (6 * MIB, 100 * MIB, 100 * MIB, 100 * MIB)
+    short_step = {"steps": 400, "load": 1.0, "forward_us": 300.0, "backward_us": 600.0, "noise": False}
+    long_backward = {"steps": 400, "load": 1.0, "forward_us": 500.0, "backward_us": 6000.0, "noise": False}
+    light_load = {"steps": 400, "load": 0.35, "forward_us": 300.0, "backward_us": 900.0, "noise": False}
     cases: list[tuple[str, Path, str, tuple[int, ...], dict[str, Any]]] = [
-        (
-            "slow 30, load 1",
-            slow[30.0],
-            "hidden=2,2+max",
-            (6 * MIB, 25 * MIB, 25 * MIB, 25 * MIB),
-            {"steps": 400, "load": 1.0, "forward_us": 300.0, "backward_us": 600.0, "noise": False},
-        ),
-        (
-            "slow 8, load 1",
-            slow[8.0],
-            "hidden=+max",
-            (6 * MIB, 100 * MIB, 100 * MIB, 100 * MIB),
-            {"steps": 400, "load": 1.0, "forward_us": 500.0, "backward_us": 6000.0, "noise": False},
-        ),
-        (
-            "slow 8, load 1",
-            slow[8.0],
-            "hidden=4,4+max",
-            (6 * MIB, 100 * MIB, 100 * MIB, 100 * MIB),
-            {"steps": 400, "load": 1.0, "forward_us": 500.0, "backward_us": 6000.0, "noise": False},
-        ),
-        (
-            "slow 30, load 1",
-            slow[30.0],
-            "hidden=+max",
-            (6 * MIB, 100 * MIB, 100 * MIB, 100 * MIB),
-            {"steps": 400, "load": 1.0, "forward_us": 500.0, "backward_us": 6000.0, "noise": False},
-        ),
-        (
-            "slow 8, load 0.35",
-            slow[8.0],
-            "hidden=+max",
-            (6 * MIB, 25 * MIB, 25 * MIB, 25 * MIB),
-            {"steps": 400, "load": 0.35, "forward_us": 300.0, "backward_us": 900.0, "noise": False},
-        ),
-        (
-            "slow 8, load 0.35",
-            slow[8.0],
-            "hidden=+max",
-            (25 * MIB, 6 * MIB, 25 * MIB, 25 * MIB),
-            {"steps": 400, "load": 0.35, "forward_us": 300.0, "backward_us": 900.0, "noise": False},
-        ),
+        ("slow 30, load 1", slow[30.0], "hidden=2,2+max", small_first, short_step),
+        ("slow 8, load 1", slow[8.0], "hidden=+max", large, long_backward),
+        ("slow 8, load 1", slow[8.0], "hidden=4,4+max", large, long_backward),
+        ("slow 30, load 1", slow[30.0], "hidden=+max", large, long_backward),
+        ("slow 8, load 0.35", slow[8.0], "hidden=+max", small_first, light_load),
+        ("slow 8, load 0.35", slow[8.0], "hidden=+max", (25 * MIB, 6 * MIB, 25 * MIB, 25 * MIB), light_load),
         (
             "contention, noise on",
             contention,

@@ -477,7 +477,7 @@ class OnlineSource final : public DecisionSource {
     const bool caps = atStep && guardCapNow_.caps(iter_.position(), iter_.endsIteration());
     const bool raises = atStep && guardCapNow_.raises(iter_.position(), iter_.endsIteration());
     *limited = caps || raises;
-    *raised = raises && !caps;
+    *raised = raises;  // GuardArm::raises excludes the positions it caps
     if ((caps && guardCapNow_.applyTo(&d.config)) || (raises && guardCapNow_.raiseTo(&d.config))) {
       if (authority_) guardClock_.markOverridden(task, k);
       d.stable = false;

@@ -594,7 +594,7 @@ void GuardPlan::verdictLocked() {
       r.limitedCalls = limited_[a];
       r.changedCalls = changed_[a];
       r.inert = arms_[a].limits() && r.limitedCalls > 0 && r.changedCalls == 0;
-      r.capChangedCalls = a < capChanged_.size() ? capChanged_[a] : 0;
+      r.capChangedCalls = capChanged_[a];  // assigned with limited_ at every round's start
     }
     // An arm with a floor whose caps changed nothing (each capped call already within the cap) ran the tuned plan
     // with exposed calls raised: an arm that only raises, judged as one.
