@@ -169,6 +169,7 @@ class OnlineSource final : public DecisionSource {
     // that a hidden-cap arm reaches them and the iteration detector sees every call.
     askAlways_ = guardOn_ && env.settings &&
                  (!env.settings->stepArmsHidden.empty() || !env.settings->stepArmsEstimated.empty());
+    armSearch_ = askAlways_ && env.settings->armSearch;
     askAhead_ = env.settings ? env.settings->askAhead : 0;
     askAheadAuto_ = env.settings && env.settings->askAheadAuto;
     // A question asked ahead makes the search plan before the samples in between are back: its waits beyond the
@@ -460,7 +461,7 @@ class OnlineSource final : public DecisionSource {
     // block of a round under way, which could hold NCCL's choices for dozens of steps where breaks are frequent).
     const bool guardNccl = steps_.atStep(iter_) ? guardNcclNow_ : guardFallbackNccl_;
     if (guardNccl) {  // the guard's iteration runs NCCL's own choice for every task
-      if (authority_ && !c.isDefault()) guardClock_.markOverridden(task, k);
+      if (authority_ && (!c.isDefault() || s->searchCap > 0)) guardClock_.markOverridden(task, k);
       d.config = Config();
       d.stable = false;
       d.timed = false;
@@ -478,10 +479,16 @@ class OnlineSource final : public DecisionSource {
     const bool raises = atStep && guardCapNow_.raises(iter_.position(), iter_.endsIteration());
     *limited = caps || raises;
     *raised = raises;  // GuardArm::raises excludes the positions it caps
+    // A task searched within this arm's cap (retuneUnderArm) takes NCCL's choice so capped as its baseline: that
+    // call runs what its search planned. NCCL's choice run any other way is not that baseline.
+    const bool capsItsBaseline = caps && c.isDefault() && s->searchCap > 0 &&
+                                 s->searchCap == guardCapNow_.hiddenCap && guardCapNow_.proto < 0;
     if ((caps && guardCapNow_.applyTo(&d.config)) || (raises && guardCapNow_.raiseTo(&d.config))) {
-      if (authority_) guardClock_.markOverridden(task, k);
+      if (authority_ && !capsItsBaseline) guardClock_.markOverridden(task, k);
       d.stable = false;
       capped = true;
+    } else if (authority_ && !guardNccl && c.isDefault() && s->searchCap > 0) {
+      guardClock_.markOverridden(task, k);
     }
     *changed = capped;
     // The Context caches a stable decision and asks no more: this task's need for timing ends here (a
@@ -954,8 +961,46 @@ class OnlineSource final : public DecisionSource {
         if (env_.needChanged) env_.needChanged();
       }
     }
-    if (authority_) logVerdicts();
+    if (authority_) {
+      const size_t before = loggedVerdicts_;
+      logVerdicts();
+      if (loggedVerdicts_ > before) retuneUnderArm(decider_->guard->verdict(loggedVerdicts_ - 1).winner);
+    }
     return true;
+  }
+
+  // The per-task search inside the step's resource policy: where the verdict's winner caps channels (a `hidden=`
+  // or `estimated=` arm, with no protocol of its own), every task of the step whose calls it all caps searches
+  // again within that cap (TaskSearch::retuneWithin). The arm decided how many SMs a hidden call may take, on the
+  // step; the task's own search then finds the best configuration inside that budget (a pair or chunk that is
+  // faster at few channels than NCCL's). Its baseline is NCCL's choice as the arm caps it, timed like any
+  // other plan (fromSegment). The authority's searches only: every rank runs the plan they publish. A task partly
+  // exposed keeps its search (the arm caps some of its calls only); so does one already searched within this cap.
+  void retuneUnderArm(const GuardArm& winner) {
+    if (!armSearch_ || winner.nccl || winner.hiddenCap <= 0 || winner.proto >= 0 || !steps_.atStep(iter_)) return;
+    const uint32_t last = iter_.period() - 1;
+    for (const TaskKey& key : iter_.tasksInLatestIteration()) {
+      const std::vector<uint32_t> at = iter_.positionsOf(key);
+      if (at.empty() || !std::all_of(at.begin(), at.end(), [&](uint32_t p) { return winner.caps(p, p == last); }))
+        continue;
+      std::shared_ptr<search::TaskSearch> srch;
+      TaskState* st = nullptr;
+      {
+        std::lock_guard<std::mutex> lk(mapMu_);
+        auto it = tasks_.find(key);
+        if (it == tasks_.end() || !it->second->search) continue;
+        st = it->second.get();
+        srch = st->search;
+      }
+      if (st->searchCap == winner.hiddenCap || !srch->converged() || !srch->retuneWithin(winner.hiddenCap)) continue;
+      st->searchCap = winner.hiddenCap;
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "autoccl: comm %016" PRIx64 " %s bytes=%" PRIu64 " pipe=%u: searching again within %d channels, "
+                    "the cap the step guard's arm keeps on every call of it",
+                    env_.commHash, collName(static_cast<int>(key.coll)), key.bytes, key.pipe, winner.hiddenCap);
+      if (env_.log) env_.log(LogLevel::Info, line);
+    }
   }
 
  public:
@@ -1111,6 +1156,9 @@ class OnlineSource final : public DecisionSource {
     std::atomic<uint64_t> lastMeasured{0};
     bool pinnedLogged = false;
     bool settledNoted = false;          // enqueue thread: its settling let timing go
+    // authority, enqueue thread: the channel cap its search runs within (retuneUnderArm), 0: none. NCCL's choice,
+    // its baseline, is then NCCL's pair at that cap: only calls the winning arm capped so are its samples.
+    int searchCap = 0;
     // authority, measurement thread:
     std::atomic<uint64_t> delivered{0};  // 1 + highest call index whose time arrived
     std::atomic<int> ncclAlgo{-1}, ncclProto{-1}, ncclChannels{0};
@@ -1368,6 +1416,7 @@ class OnlineSource final : public DecisionSource {
   IterationDetector iter_;
   StepIterations steps_;         // the guard's iterations: the detector's at the job's step
   StepTasks stepTasks_;          // authority: the step's tasks at the last change of step
+  bool armSearch_ = false;       // AUTOCCL_ARM_SEARCH with arms: retuneUnderArm
   bool guardNcclNow_ = false;    // the current iteration runs NCCL's choice for every task
   bool guardFallbackNccl_ = false;  // outside the step's structure (after a break) NCCL's choice for every task
   GuardArm guardCapNow_;         // the current iteration's arm (the calls it limits: hiddenCap, proto, exposedFloor)

@@ -366,6 +366,11 @@ Settings loadSettings(const EnvLookup& env) {
   else if (!once.empty() && once != "on")
     return invalid(s, "AUTOCCL_ALLOWANCE_ONCE='" + once + "' is not one of on, off");
 
+  const std::string armSearch = get(env, "AUTOCCL_ARM_SEARCH");
+  if (armSearch == "off") s.armSearch = false;
+  else if (!armSearch.empty() && armSearch != "on")
+    return invalid(s, "AUTOCCL_ARM_SEARCH='" + armSearch + "' is not one of on, off");
+
   const std::string waits = get(env, "AUTOCCL_WAIT_REGRET");
   if (waits == "on") s.waitRegret = true;
   else if (!waits.empty() && waits != "off")

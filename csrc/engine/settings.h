@@ -167,6 +167,11 @@ struct Settings {
   // rank sends its waits only with it on. A host that runs ahead of its GPU hides a wait: counted whole, it is an
   // upper bound of what the caller lost.
   bool waitRegret = false;
+  // AUTOCCL_ARM_SEARCH (online mode, with AUTOCCL_STEP_ARMS): `on` (default) searches a task again within the channel
+  // cap of the step guard's winning arm where the arm caps every call of the task (search::TaskSearch::retuneWithin:
+  // the per-task search inside the step's resource policy); `off` keeps the task's pin, which the arm caps. The
+  // authority's setting decides.
+  bool armSearch = true;
   // AUTOCCL_EXPOSURE_EVERY (online mode): 0 (default) leaves the exposure estimate (engine/exposure.h) the windows
   // the search and the guard time anyway; N >= 4 times every call of the detected iteration on the authority for it:
   // the iterations timed for the search or a guard round whole, and after them a block of 4 iterations in every N.

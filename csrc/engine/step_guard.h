@@ -66,6 +66,9 @@ class IterationDetector {
   // How many calls of the latest full iteration were of `task` (0 while no structure stands, or for a task
   // not in it). O(period): for occasional use.
   uint32_t callsPerIteration(const TaskKey& task) const;
+  // Where `task`'s calls sit in the iteration (position() of each), over the latest full iteration's worth of
+  // calls, ascending; empty as for callsPerIteration. O(period).
+  std::vector<uint32_t> positionsOf(const TaskKey& task) const;
   // True when the call just pushed ends an iteration (the next call would start one).
   bool endsIteration() const { return period_ > 0 && (n_ - phase_) % period_ == 0; }
   uint32_t period() const { return period_; }

@@ -46,14 +46,14 @@ std::string searchFields(const TaskSearchRecord& r) {
                 ",\"regret_us\":%s,\"wait_regret_us\":%s,\"small_task\":%s,\"small_by_model\":%s,\"model_us\":%s,\"table_default\":%s"
                 ",\"regret_stop\":%s,\"job_regret_stop\":%s,\"abandoned\":%" PRIu64 ",\"skipped_behind\":%" PRIu64
                 ",\"recorded_starts\":%" PRIu64 ",\"regret_allowance\":%s,\"nccl_own_incumbent\":%s"
-                ",\"regret_waits\":%" PRIu64,
+                ",\"regret_waits\":%" PRIu64 ",\"search_cap_retunes\":%" PRIu64 ",\"search_channel_cap\":%d",
                 st.samples, st.lostSamples, st.lateSamples, st.priorSamples, st.waitCalls, st.freeWaitCalls, st.aheadWaitCalls,
                 st.duelExtensions, r.rankScored, r.shorterElsewhere, jsonNumber(st.regretMicros, 1).c_str(),
                 jsonNumber(st.waitRegretMicros, 1).c_str(), st.smallTask ? "true" : "false",
                 st.smallByModel ? "true" : "false", jsonNumber(st.modelDefault, 2).c_str(), st.tableDefault ? "true" : "false",
                 st.regretStop ? "true" : "false", st.jobRegretStop ? "true" : "false", st.abandoned,
                 st.skippedBehind, st.recordedStarts, jsonNumber(st.regretAllowance, 0).c_str(),
-                st.ncclOwnIncumbent ? "true" : "false", st.regretWaits);
+                st.ncclOwnIncumbent ? "true" : "false", st.regretWaits, st.capRetunes, st.channelCap);
   return buf;
 }
 

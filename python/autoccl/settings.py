@@ -446,6 +446,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("AUTOCCL_RECORDED_START", "library", "on, off", _one_of("on", "off")),
     Variable("AUTOCCL_ALLOWANCE_ONCE", "library", "on, off", _one_of("on", "off")),
     Variable("AUTOCCL_WAIT_REGRET", "library", "on, off", _one_of("on", "off")),
+    Variable("AUTOCCL_ARM_SEARCH", "library", "on, off", _one_of("on", "off")),
     Variable(
         "AUTOCCL_STEP_ARMS",
         "library",

@@ -71,6 +71,7 @@ BAD = [
     ("AUTOCCL_SPECULATE", "maybe"),
     ("AUTOCCL_RECORDED_START", "yes"),
     ("AUTOCCL_WAIT_REGRET", "1"),
+    ("AUTOCCL_ARM_SEARCH", "yes"),
     ("AUTOCCL_SKIP_BEHIND_PCT", "10001"),
     ("AUTOCCL_SKIP_BEHIND_PCT", "2x"),
     ("AUTOCCL_PROBE_CALLS", "4"),

@@ -44,6 +44,17 @@ def contention_model(path: Path, per_channel: float = 8.0) -> Path:
     return path
 
 
+def ll128_at_few_channels_model(folder: Path) -> Path:
+    """The contention model with ring/LL128 at 1.6x its per-channel bandwidth: faster than NCCL's ring/Simple
+    on 1 channel, slower from 2 on (Simple reaches its higher bandwidth there). A channel cap of 1 then has a
+    pair of its own to find."""
+    m = PerfModel.load_file(contention_model(folder / "contention.json"))
+    m.paths["ring/ll128"].bw_ch_gbs *= 1.6
+    path = folder / "ll128-at-few-channels.json"
+    m.save(path)
+    return path
+
+
 def scenario() -> Scenario:
     return ddp_like(steps=STEPS, load=1.0, bucket_bytes=BUCKETS, seed=2)
 
@@ -318,3 +329,38 @@ def test_a_floor_raises_the_last_call_of_the_arms_iterations(plugin: Path, tmp_p
         last = [int(s[-1]["channels"]) for s in capped]
         assert 2 not in last, last
     assert _median_step(res) <= _median_step(plain_run) * 1.005, (_median_step(res), _median_step(plain_run))
+
+
+def test_a_winning_cap_arm_searches_its_hidden_task_within_the_cap(plugin: Path, tmp_path: Path) -> None:
+    """The per-task search inside the step's resource policy (AUTOCCL_ARM_SEARCH, on with arms): where a pair
+    is faster than NCCL's at few channels (ring/LL128 at 1.6x Simple's per-channel bandwidth, Simple still the
+    fastest on many), the arm `hidden=1` wins on the step, and the hidden task, every call of which it caps,
+    searches again within 1 channel. Its baseline is NCCL's choice as the arm caps it: timed at the cap (about
+    twice the uncapped time), never the uncapped calls of the guard's other blocks. Every rank runs the plan
+    the authority's search publishes, at most 1 channel on every hidden call after the verdict."""
+    model = ll128_at_few_channels_model(tmp_path)
+    # 360 steps: the verdict comes near step 120, the next round 256 steps after it, past the steps compared
+    sc = ddp_like(steps=360, load=1.0, bucket_bytes=BUCKETS, seed=1)
+    res = run_with_arms(sc, model, "hidden=1")
+    verdicts = [ln for ln in res.stderr.splitlines() if "step guard:" in ln]
+    assert verdicts and "hidden calls at most 1 channels" in verdicts[-1], verdicts
+    assert any("searching again within 1 channels" in ln for ln in res.stderr.splitlines()), res.stderr[
+        -3000:
+    ]
+    hidden = [
+        t for t in res.trace if t.get("ev") == "task" and t["rank"] == 0 and int(t["bytes"]) == BUCKETS[0]
+    ]
+    assert len(hidden) == 1, hidden
+    rec = hidden[0]
+    assert int(rec["search_cap_retunes"]) == 1 and int(rec["search_channel_cap"]) == 1, rec
+    assert rec["converged_at"] is not None, rec  # the search within the cap ended
+    # NCCL's choice timed at the cap: about twice its uncapped time of ~540 us in this model
+    assert float(rec["default_us"]) > 800.0, rec
+    exposed = [
+        t for t in res.trace if t.get("ev") == "task" and t["rank"] == 0 and int(t["bytes"]) == BUCKETS[-1]
+    ]
+    assert exposed and int(exposed[0]["search_cap_retunes"]) == 0, exposed
+    for grank in (0, 1):
+        tail = _last_steps_calls(res, grank)
+        capped = [r for r in tail if int(r["bytes"]) != BUCKETS[-1]]
+        assert capped and all(int(r["channels"]) == 1 for r in capped), {r["channels"] for r in capped}

@@ -1269,6 +1269,22 @@ TEST(engine, iteration_detector_counts_a_tasks_calls_per_iteration) {
   autoccl::TaskKey other;
   other.bytes = 1;
   EXPECT_EQ(d.callsPerIteration(other), 0u);
+  // Where each task's calls sit in the iteration, as position() placed them, whichever call the window ends at
+  EXPECT_TRUE(d.positionsOf(other).empty());
+  for (int extra = 0; extra < 5; ++extra) {
+    d.push(big);
+    const uint32_t bigAt = d.position();
+    std::vector<uint32_t> smallAt;
+    for (int j = 0; j < 4; ++j) {
+      d.push(small);
+      smallAt.push_back(d.position());
+    }
+    for (int j = 0; j < extra; ++j) d.push(j == 0 ? big : small);
+    std::sort(smallAt.begin(), smallAt.end());
+    EXPECT_EQ(d.positionsOf(big), std::vector<uint32_t>{bigAt}) << extra;
+    EXPECT_EQ(d.positionsOf(small), smallAt) << extra;
+    for (int j = extra; j < 5 && j > 0; ++j) d.push(j == 0 ? big : small);  // back to the iteration's start
+  }
 }
 
 // The first verdict over many jobs whose step swings (AR(1) noise, as a training step drifts within a launch,

@@ -144,8 +144,11 @@ struct TaskSearch::Impl {
         c.channels <= 0)
       return false;
     auto it = ranOn.find({c.algo * kNumProtos + c.proto, c.channels});
-    return (it != ranOn.end() ? it->second : c.channels) == ncclChannels;
+    // Within a cap (retuneWithin) NCCL's own configuration runs at most the cap's channels
+    const int own = capChannels > 0 ? std::min(ncclChannels, capChannels) : ncclChannels;
+    return (it != ranOn.end() ? it->second : c.channels) == own;
   }
+  int capChannels = 0;  // retuneWithin's cap (0: none)
   int startCh = 1;
   // Channels NCCL runs each (algorithm, protocol) pair on at most for this task (channelsRan): NCCL
   // spreads a small task over fewer channels by a per-pair minimum of traffic per channel, so one pair's
@@ -520,6 +523,30 @@ struct TaskSearch::Impl {
     if (st.convergedAt == kForever) st.convergedAt = planned;
     st.bestMedian = ref;
     if (!o.drift) toFinal(pinnedCfg);
+  }
+  bool retuneWithin(int cap) {
+    if (cap < 1 || planned >= kForever || mode == Mode::kFinal || cap >= sp.maxChannels) return false;
+    capChannels = cap;
+    st.channelCap = cap;
+    sp.maxChannels = cap;
+    for (int& m : pairMax) m = std::min(m, cap);
+    // NCCL's pair at the cap is what its choice runs now: that point is NCCL's choice (normalize)
+    if (sp.ncclChannels > cap) sp.ncclChannels = cap;
+    startCh = std::min(startCh, cap);
+    hints.clear();
+    if (mode == Mode::kPinned && !pinnedCfg.isDefault()) {
+      Config warm = pinnedCfg;
+      const int pair = warm.forcesPair() ? warm.algo * kNumProtos + warm.proto : -1;
+      const int room = pair >= 0 && pair < kNumAlgos * kNumProtos ? pairMax[pair] : cap;
+      warm.channels = warm.channels > 0 ? std::min(warm.channels, room) : room;
+      hints.push_back(Hint{warm, 0, 0.5});
+    }
+    driftRetune = true;  // an earlier job's records were measured without the cap
+    st.retunes++;
+    st.capRetunes++;
+    st.convergedAt = kForever;
+    begin(true);
+    return true;
   }
   // A configuration pinned on trust (Options::pinExactHint): one untimed segment to the end, never checked. Not
   // kFinal, which the engine caches for good: the step guard must still reach the task's calls to run NCCL's
@@ -1892,6 +1919,10 @@ std::vector<TaskSearch::PairMeasure> TaskSearch::measuredPairs() const {
 void TaskSearch::unprofiled() {
   std::lock_guard<std::mutex> lk(mu_);
   if (impl_->mode != Impl::Mode::kFinal) impl_->toFinal(Config());
+}
+bool TaskSearch::retuneWithin(int maxChannels) {
+  std::lock_guard<std::mutex> lk(mu_);
+  return impl_->retuneWithin(maxChannels);
 }
 bool TaskSearch::converged() const {
   std::lock_guard<std::mutex> lk(mu_);

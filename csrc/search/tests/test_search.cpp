@@ -3072,6 +3072,66 @@ void earnedAllowanceEnds() {
 // verification): it belongs to a round whose evaluations are gone and must be dropped, not recorded into the new
 // round's (the given-up map kept the old round's indices: a heap use-after-free under ASan). Samples up to 200
 // calls late, 30 % lost, over 3000 calls with drift re-tunes.
+// A search re-tuned within a channel cap (TaskSearch::retuneWithin: the step guard's arm that won caps every call
+// of the task). After the cap every call it times runs within the cap, NCCL's choice is its pair at the cap (what
+// the arm makes of it), and it ends at the best point within the cap, or NCCL's pair at the cap: never at a point
+// above it. H200-like models of 1 MiB-1 GiB, caps of 2-16 channels.
+void retuneWithinCap() {
+  int n = 0, within3 = 0, worseThanCapped = 0;
+  uint64_t explored = 0;
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    std::mt19937_64 rng(seed * 131 + 5);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    Model m = h200Model(rng, std::exp2(20.0 + 10.0 * u(rng)));
+    const int caps[4] = {2, 4, 8, 16};
+    const int cap = caps[seed % 4];
+    TaskSearch s(m.space, Options());
+    s.ncclChoice(m.defaultPair / kNumProtos, m.defaultPair % kNumProtos, m.defaultChannels);
+    RunResult before = drive(s, m, rng, 600, 3, 0.0);
+    CHECK(before.converged);
+    // What runs under the cap: every count above it is the cap, NCCL's choice at the cap
+    Model capped = m;
+    capped.space.maxChannels = cap;
+    capped.defaultChannels = std::min(m.defaultChannels, cap);
+    auto base = m.t;
+    capped.t = [base, cap](int pair, int ch, int h) { return base(pair, std::min(ch, cap), h); };
+    CHECK(s.retuneWithin(cap));
+    CHECK(!s.converged());
+    CHECK(!s.retuneWithin(cap));  // no channel left to take
+    const Stats x = s.stats();
+    CHECK(x.capRetunes == 1 && x.channelCap == cap && x.convergedAt == kForever);
+    // NCCL's own configuration is its pair at the cap now
+    const Config own{m.defaultPair / kNumProtos, m.defaultPair % kNumProtos, cap};
+    Config wide = own;
+    wide.channels = m.defaultChannels;
+    CHECK(s.isNcclOwn(own) && !s.isNcclOwn(wide));
+    const uint64_t from = s.plannedUpTo();
+    RunResult after = drive(s, capped, rng, 600, 3, 0.0, from);
+    for (const Config& c : after.applied)
+      if (!c.isDefault()) CHECK(c.channels >= 1 && c.channels <= cap);
+    CHECK(after.converged && s.stats().convergedAt < from + 600);
+    if (!after.final.isDefault()) CHECK(after.final.channels <= cap);
+    n++;
+    const double got = capped.trueTime(after.final), best = capped.bestTime();
+    if (got <= best * 1.03) within3++;
+    if (got > capped.trueTime(Config()) * 1.03) worseThanCapped++;
+    for (const Config& c : after.applied) explored += c.measure && !c.isDefault() ? 1 : 0;
+  }
+  std::printf("re-tune within a cap: within 3%% of the best within the cap %d/%d, worse than NCCL's pair at the cap "
+              "%d, explored calls %.1f per task\n",
+              within3, n, worseThanCapped, static_cast<double>(explored) / n);
+  CHECK(within3 >= n * 9 / 10);
+  CHECK(worseThanCapped == 0);
+  // A plan that ends in a final segment has nothing more to plan
+  std::mt19937_64 rng(7);
+  Model m = h200Model(rng, 1 << 26);
+  Options o;
+  o.drift = false;
+  TaskSearch fin(m.space, o);
+  drive(fin, m, rng, 600, 3, 0.0);
+  CHECK(fin.converged() && !fin.retuneWithin(4) && fin.stats().capRetunes == 0);
+}
+
 void lateSampleAfterRetune() {
   int retunes = 0;
   for (uint64_t seed = 80; seed < 90; ++seed) {
@@ -3097,6 +3157,7 @@ TEST(search, immutability) { immutability(); }
 TEST(search, robustness) { robustness(); }
 TEST(search, warmstart) { warmstart(); }
 TEST(search, drift) { drift(); }
+TEST(search, retuneWithinCap) { retuneWithinCap(); }
 TEST(search, objective) { objective(); }
 TEST(search, ceiling) { ceiling(); }
 TEST(search, pairCeiling) { pairCeiling(); }

@@ -286,6 +286,8 @@ struct Stats {
   uint64_t samples = 0;         // samples accepted
   uint64_t lostSamples = 0;
   uint64_t retunes = 0;
+  uint64_t capRetunes = 0;      // ... of which within a channel cap (TaskSearch::retuneWithin)
+  int channelCap = 0;           // the channel cap the search runs within (retuneWithin); 0: none
   uint64_t duelExtensions = 0;  // further blocks of samples the duels took (Options::duelExtensions)
   uint64_t priorSamples = 0;    // ... of which of calls before Options::firstCall (defaultTimedBefore)
   uint64_t convergedAt = kForever;  // first call index after the tuning phase
@@ -373,6 +375,15 @@ class TaskSearch {
   // the data divides over the channels, and a count below one the pair has run on is no ceiling; other
   // pairs keep their ranges. Call it for every measured call that forced a channel count.
   void channelsRan(int algo, int proto, int requested, int used);
+
+  // Search again, from the next call not yet planned, within `maxChannels` channels: the step guard's arm that
+  // won caps every call of this task (engine/step_guard.h), so the configuration pinned for NCCL's full count no
+  // longer runs as measured. NCCL's choice, the baseline, is then NCCL's pair at the cap (what the arm makes of
+  // it: the caller feeds only the calls that ran so); NCCL's own configuration, the channel space, the first
+  // probes and the pinned point as a warm hint are all taken within the cap, and an earlier job's records are
+  // not trusted (they were measured without it). Only narrows: false, and nothing changes, where the plan ends
+  // in a final segment (nothing more to plan), `maxChannels` < 1, or the cap takes no channel from the space.
+  bool retuneWithin(int maxChannels);
 
   // NCCL reports no profiler event for this task's collective (NCCL 2.30 turns a lone broadcast into a task
   // that carries none), so none of its calls can be measured: from the next planned call on, NCCL's choice
