@@ -751,13 +751,14 @@ class OnlineSource final : public DecisionSource {
     std::lock_guard<std::mutex> lk(mapMu_);
     for (auto& [key, s] : tasks_) {
       if (!s->search) continue;
-      search::Stats st = s->search->stats();
+      const TaskState::Uncapped* uncapped = s->uncapped.get();  // what it found before a cap (retuneUnderArm)
+      search::Stats st = uncapped ? uncapped->stats : s->search->stats();
       // NCCL's model decides such a task again at the next start; an entry would hold no measurement (and
       // was written only when its first call happened to be timed, so the table varied from run to run).
       if (st.smallByModel) continue;
       // What each measured pair cost, whether or not the search ended: a job that ends mid-search (nccl-tests
       // gives a size about a hundred calls) leaves the next one the pairs not worth probing again.
-      for (const search::TaskSearch::PairMeasure& m : s->search->measuredPairs()) {
+      for (const search::TaskSearch::PairMeasure& m : uncapped ? uncapped->pairs : s->search->measuredPairs()) {
         PairRecord p;
         p.key = key;
         p.algo = m.algo;
@@ -768,8 +769,8 @@ class OnlineSource final : public DecisionSource {
         p.channels = m.channels;
         pairs.push_back(p);
       }
-      search::Config b = s->search->best();
-      if (!s->search->converged()) {  // a lead the next job verifies first (TaskSearch::provisional)
+      search::Config b = uncapped ? uncapped->best : s->search->best();
+      if (!uncapped && !s->search->converged()) {  // a lead the next job verifies first (TaskSearch::provisional)
         if (!s->search->provisional(&b, &st.bestMedian, &st.defaultMedian)) {
           // No lead in a job after one that searched it either, and no point it timed ahead of NCCL's median by a
           // duel's margin (a lead on fewer samples than provisional() asks is one): NCCL's choice, which the next
@@ -791,7 +792,7 @@ class OnlineSource final : public DecisionSource {
       // against itself at every start (won by 4 % one job, lost the next). The table says NCCL's choice, which
       // the next start runs untimed. The search's rule (TaskSearch::isNcclOwn), which compares the channels a
       // request ran on: a lead of 24 channels that NCCL ran on its own 23 is NCCL's choice too.
-      const bool ncclOwn = s->search->isNcclOwn(b);
+      const bool ncclOwn = uncapped ? uncapped->ncclOwn : s->search->isNcclOwn(b);
       if (b.isDefault() || guardRestoredNccl || ncclOwn) {  // NCCL's own choice: its pair, channels 0 (its count)
         e.config.algo = s->ncclAlgo.load();
         e.config.proto = s->ncclProto.load();
@@ -983,16 +984,21 @@ class OnlineSource final : public DecisionSource {
       const std::vector<uint32_t> at = iter_.positionsOf(key);
       if (at.empty() || !std::all_of(at.begin(), at.end(), [&](uint32_t p) { return winner.caps(p, p == last); }))
         continue;
-      std::shared_ptr<search::TaskSearch> srch;
-      TaskState* st = nullptr;
-      {
-        std::lock_guard<std::mutex> lk(mapMu_);
-        auto it = tasks_.find(key);
-        if (it == tasks_.end() || !it->second->search) continue;
-        st = it->second.get();
-        srch = st->search;
+      std::lock_guard<std::mutex> lk(mapMu_);
+      auto it = tasks_.find(key);
+      if (it == tasks_.end() || !it->second->search) continue;
+      TaskState* st = it->second.get();
+      search::TaskSearch& srch = *st->search;
+      if (st->searchCap == winner.hiddenCap || !srch.converged()) continue;
+      auto before = std::make_unique<TaskState::Uncapped>();
+      if (!st->uncapped) {
+        before->best = srch.best();
+        before->stats = srch.stats();
+        before->pairs = srch.measuredPairs();
+        before->ncclOwn = srch.isNcclOwn(before->best);
       }
-      if (st->searchCap == winner.hiddenCap || !srch->converged() || !srch->retuneWithin(winner.hiddenCap)) continue;
+      if (!srch.retuneWithin(winner.hiddenCap)) continue;
+      if (!st->uncapped) st->uncapped = std::move(before);
       st->searchCap = winner.hiddenCap;
       char line[256];
       std::snprintf(line, sizeof line,
@@ -1159,6 +1165,17 @@ class OnlineSource final : public DecisionSource {
     // authority, enqueue thread: the channel cap its search runs within (retuneUnderArm), 0: none. NCCL's choice,
     // its baseline, is then NCCL's pair at that cap: only calls the winning arm capped so are its samples.
     int searchCap = 0;
+    // What its search had found without the cap, taken as it began searching within one: what the table keeps
+    // (the next start has no cap until its guard finds one again; an entry measured within the cap would be
+    // verified against NCCL's uncapped choice, and pair records within it would start the next search at the
+    // cap's channels). Written under mapMu_.
+    struct Uncapped {
+      search::Config best;
+      search::Stats stats;
+      std::vector<search::TaskSearch::PairMeasure> pairs;
+      bool ncclOwn = false;
+    };
+    std::unique_ptr<Uncapped> uncapped;
     // authority, measurement thread:
     std::atomic<uint64_t> delivered{0};  // 1 + highest call index whose time arrived
     std::atomic<int> ncclAlgo{-1}, ncclProto{-1}, ncclChannels{0};

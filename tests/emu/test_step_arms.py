@@ -25,6 +25,7 @@ from autoccl.emu import Scenario, run
 from autoccl.emu.model import PerfModel
 from autoccl.emu.runner import DEFAULT_MODEL
 from autoccl.emu.scenario import Call, Group, ddp_like
+from autoccl.tables import load_table
 
 STEPS = 300
 LAST = 60  # steps compared: the run's end, past the guard's first round
@@ -69,11 +70,13 @@ def _plain(model: Path | str) -> float:
     return _median_step(res)
 
 
-def run_with_arms(sc: Scenario, model: Path | str, arms: str) -> Any:
+def run_with_arms(sc: Scenario, model: Path | str, arms: str, **extra: str) -> Any:
     """`sc` online with AUTOCCL_STEP_ARMS=`arms` (every task searched, however short), ranks in two processes
     over TCP; clean, and every rank, in its own process, applied one configuration per call: the arm of each
     iteration is the authority's, carried on the board."""
-    env = online_env(True, AUTOCCL_MIN_TASK_US="0", AUTOCCL_MIN_TASK_US_TCP="0", AUTOCCL_STEP_ARMS=arms)
+    env = online_env(
+        True, AUTOCCL_MIN_TASK_US="0", AUTOCCL_MIN_TASK_US_TCP="0", AUTOCCL_STEP_ARMS=arms, **extra
+    )
     res = run(
         sc, plugin="default", model=model, env=env, processes=True, timeout=300, extra_args=["--verbose"]
     )
@@ -337,16 +340,16 @@ def test_a_winning_cap_arm_searches_its_hidden_task_within_the_cap(plugin: Path,
     fastest on many), the arm `hidden=1` wins on the step, and the hidden task, every call of which it caps,
     searches again within 1 channel. Its baseline is NCCL's choice as the arm caps it: timed at the cap (about
     twice the uncapped time), never the uncapped calls of the guard's other blocks. Every rank runs the plan
-    the authority's search publishes, at most 1 channel on every hidden call after the verdict."""
+    the authority's search publishes, at most 1 channel on every hidden call after the verdict. The table
+    keeps the pin and pair records of the search without the cap."""
     model = ll128_at_few_channels_model(tmp_path)
     # 360 steps: the verdict comes near step 120, the next round 256 steps after it, past the steps compared
     sc = ddp_like(steps=360, load=1.0, bucket_bytes=BUCKETS, seed=1)
-    res = run_with_arms(sc, model, "hidden=1")
-    verdicts = [ln for ln in res.stderr.splitlines() if "step guard:" in ln]
+    res = run_with_arms(sc, model, "hidden=1", AUTOCCL_CACHE_DIR=str(tmp_path / "cache"))
+    lines = res.stderr.splitlines()
+    verdicts = [ln for ln in lines if "step guard:" in ln]
     assert verdicts and "hidden calls at most 1 channels" in verdicts[-1], verdicts
-    assert any("searching again within 1 channels" in ln for ln in res.stderr.splitlines()), res.stderr[
-        -3000:
-    ]
+    assert any("searching again within 1 channels" in ln for ln in lines), res.stderr[-3000:]
     hidden = [
         t for t in res.trace if t.get("ev") == "task" and t["rank"] == 0 and int(t["bytes"]) == BUCKETS[0]
     ]
@@ -364,3 +367,19 @@ def test_a_winning_cap_arm_searches_its_hidden_task_within_the_cap(plugin: Path,
         tail = _last_steps_calls(res, grank)
         capped = [r for r in tail if int(r["bytes"]) != BUCKETS[-1]]
         assert capped and all(int(r["channels"]) == 1 for r in capped), {r["channels"] for r in capped}
+    # The table keeps what the task's search found without the cap: the next start has none until its guard
+    # finds one again (an entry and pair records within the cap would hold 1-channel points)
+    pins = [
+        ln.split("pinned ", 1)[1].split(" after")[0]
+        for ln in lines
+        if f"bytes={BUCKETS[0]} " in ln and "pinned " in ln
+    ]
+    assert len(pins) == 2, pins  # the first search's, then the one within the cap
+    (table,) = (tmp_path / "cache" / "tables").glob("*.table")
+    saved = load_table(table)
+    entry = next(e for e in saved.tasks if int(e["bytes"]) == BUCKETS[0])
+    assert float(entry["nccl_us"]) < 700.0, entry  # NCCL's choice uncapped
+    if pins[0] != "NCCL's choice":
+        assert f"{entry['algo']}/{entry['proto']}/{entry['channels']}" in pins[0], (entry, pins)
+    pairs = [p for p in saved.pairs if int(p["bytes"]) == BUCKETS[0]]
+    assert pairs and all(int(p["channels"]) > 1 for p in pairs), pairs
