@@ -170,6 +170,10 @@ class OnlineSource final : public DecisionSource {
     askAlways_ = guardOn_ && env.settings &&
                  (!env.settings->stepArmsHidden.empty() || !env.settings->stepArmsEstimated.empty());
     armSearch_ = askAlways_ && env.settings->armSearch;
+    // A search within a winning cap starts where the task's served segment ends: pins in pieces of kPinnedPiece
+    // calls, so that it starts within that many calls of the verdict, not at the pin's next check (up to 16,384
+    // calls later). With arms every rank asks for every call anyway; a piece's end is one more plan lookup.
+    if (armSearch_) opts_.pinnedSegmentMax = kPinnedPiece;
     askAhead_ = env.settings ? env.settings->askAhead : 0;
     askAheadAuto_ = env.settings && env.settings->askAheadAuto;
     // A question asked ahead makes the search plan before the samples in between are back: its waits beyond the
@@ -1197,6 +1201,7 @@ class OnlineSource final : public DecisionSource {
   // later in nccl-tests' loops; a longer lead than this only plans further from the samples).
   static constexpr uint64_t kAutoAskAheadMax = 16;
   static constexpr size_t kSlowLookupsKept = 8;
+  static constexpr uint64_t kPinnedPiece = 64;  // pinned segments' length with AUTOCCL_ARM_SEARCH (opts_.pinnedSegmentMax)
 
   TaskState* state(const TaskKey& task) {
     TaskState*& last = last_[task.coll];

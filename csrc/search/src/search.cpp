@@ -524,6 +524,10 @@ struct TaskSearch::Impl {
     st.bestMedian = ref;
     if (!o.drift) toFinal(pinnedCfg);
   }
+  // The end of a pinned segment that would end at `end`: within Options::pinnedSegmentMax of `planned`.
+  uint64_t pinnedEnd(uint64_t end) const {
+    return o.pinnedSegmentMax > 0 && end - planned > o.pinnedSegmentMax ? planned + o.pinnedSegmentMax : end;
+  }
   bool retuneWithin(int cap) {
     if (cap < 1 || planned >= kForever || mode == Mode::kFinal || cap >= sp.maxChannels) return false;
     capChannels = cap;
@@ -1371,14 +1375,14 @@ struct TaskSearch::Impl {
       }
       case Mode::kPinned: {
         if (checkEval >= 0) {  // check still running: stay pinned (untimed) until it reports
-          add(Segment{planned, planned + std::max<uint64_t>(interval / 4, 1), pinnedCfg, Phase::kPinned});
+          add(Segment{planned, pinnedEnd(planned + std::max<uint64_t>(interval / 4, 1)), pinnedCfg, Phase::kPinned});
           return;
         }
         // The interval runs from the end of the last check, not from when its samples arrived: a
         // waiting segment above must not be followed by another check at once (checks every ~70
         // calls kept GPU timing on in nccl-tests' timed passes).
         if (planned < nextCheckAt) {
-          add(Segment{planned, nextCheckAt, pinnedCfg, Phase::kPinned});
+          add(Segment{planned, pinnedEnd(nextCheckAt), pinnedCfg, Phase::kPinned});
           return;
         }
         if (nextCheckMs > 0 && o.clockMs() < nextCheckMs) {  // enough calls, not enough time yet
@@ -1389,7 +1393,7 @@ struct TaskSearch::Impl {
           // nccl-tests pass).
           const uint64_t len = timeWaitLen > 0 ? timeWaitLen : std::max<uint64_t>(interval / 4, 1);
           timeWaitLen = std::min(len * 2, std::max(o.recheckMax, len));
-          add(Segment{planned, planned + len, pinnedCfg, Phase::kPinned});
+          add(Segment{planned, pinnedEnd(planned + len), pinnedCfg, Phase::kPinned});
           return;
         }
         timeWaitLen = 0;

@@ -3122,6 +3122,25 @@ void retuneWithinCap() {
               within3, n, worseThanCapped, static_cast<double>(explored) / n);
   CHECK(within3 >= n * 9 / 10);
   CHECK(worseThanCapped == 0);
+  // Pins in pieces (Options::pinnedSegmentMax): the search within the cap starts within a piece of the call asked
+  {
+    std::mt19937_64 prng(11);
+    Model pm = h200Model(prng, 1 << 27);
+    Options po;
+    po.pinnedSegmentMax = 64;
+    TaskSearch pieces(pm.space, po), whole(pm.space, Options());
+    std::mt19937_64 prng2 = prng;
+    drive(pieces, pm, prng, 3000, 3, 0.0);
+    drive(whole, pm, prng2, 3000, 3, 0.0);
+    CHECK(pieces.converged() && whole.converged());
+    uint64_t longest = 0, longestWhole = 0;
+    for (const Segment& g : pieces.plan())
+      if (g.phase == Phase::kPinned) longest = std::max(longest, g.end - g.begin);
+    for (const Segment& g : whole.plan())
+      if (g.phase == Phase::kPinned) longestWhole = std::max(longestWhole, g.end - g.begin);
+    CHECK(longest > 0 && longest <= 64 && longestWhole > 64);
+    CHECK(pieces.retuneWithin(2) && pieces.plannedUpTo() <= 3000 + 64);
+  }
   // A plan that ends in a final segment has nothing more to plan
   std::mt19937_64 rng(7);
   Model m = h200Model(rng, 1 << 26);

@@ -207,6 +207,10 @@ struct Options {
   // a check times every call of the process while it waits for its samples (4 x H200, reduce_scatter
   // 16 MiB: 59.5 us per call in a pass without a check, 91.3 us in one with it). 0: calls only.
   uint64_t recheckMinMs = 0;
+  // > 0: a pinned segment covers at most this many calls (the pin continues in the next one). Segments already
+  // served never change, so a re-tune (retuneWithin) starts where the served one ends: without a bound, up to
+  // recheckMax calls later. Each end is one more plan lookup on every rank. 0: to the next check.
+  uint64_t pinnedSegmentMax = 0;
   int checkSamples = 3;
   double driftThreshold = 0.10;  // relative change of the pinned time that counts as drift
   int driftConfirm = 2;          // consecutive drifting checks before a re-tune
