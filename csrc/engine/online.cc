@@ -483,16 +483,22 @@ class OnlineSource final : public DecisionSource {
     const bool raises = atStep && guardCapNow_.raises(iter_.position(), iter_.endsIteration());
     *limited = caps || raises;
     *raised = raises;  // GuardArm::raises excludes the positions it caps
-    // A task searched within this arm's cap (retuneUnderArm) takes NCCL's choice so capped as its baseline: that
-    // call runs what its search planned. NCCL's choice run any other way is not that baseline.
-    const bool capsItsBaseline = caps && c.isDefault() && s->searchCap > 0 &&
-                                 s->searchCap == guardCapNow_.hiddenCap && guardCapNow_.proto < 0;
+    // NCCL's choice capped by a channel-only arm is the baseline of a task searched within that cap
+    // (retuneUnderArm): timed on every rank where the plan measures it (which tasks are so searched, the authority
+    // alone knows), and fed to the search on the authority. NCCL's choice run any other way is not that baseline:
+    // given up at once (TaskSearch::unmeasured) rather than after the lost-sample rules.
+    const bool capsDefault = caps && c.isDefault() && guardCapNow_.hiddenCap > 0 && guardCapNow_.proto < 0;
+    const bool capsItsBaseline = capsDefault && s->searchCap == guardCapNow_.hiddenCap;
     if ((caps && guardCapNow_.applyTo(&d.config)) || (raises && guardCapNow_.raiseTo(&d.config))) {
-      if (authority_ && !capsItsBaseline) guardClock_.markOverridden(task, k);
+      if (authority_ && !capsItsBaseline) {
+        guardClock_.markOverridden(task, k);
+        if (capsDefault && c.measure && s->search) s->search->unmeasured(k);
+      }
       d.stable = false;
       capped = true;
     } else if (authority_ && !guardNccl && c.isDefault() && s->searchCap > 0) {
       guardClock_.markOverridden(task, k);
+      if (c.measure && s->search) s->search->unmeasured(k);
     }
     *changed = capped;
     // The Context caches a stable decision and asks no more: this task's need for timing ends here (a
@@ -511,7 +517,8 @@ class OnlineSource final : public DecisionSource {
     }
     // Samples the search planned, and the coordinator's NCCL-default calls of a task the authority had not
     // seen yet (kTuning segments without measure; the search takes them as its baseline).
-    d.timed = !guardNccl && !capped && (c.measure || (s->seg.phase == search::Phase::kTuning && c.isDefault()));
+    d.timed = !guardNccl && (!capped || capsDefault) &&
+              (c.measure || (s->seg.phase == search::Phase::kTuning && c.isDefault()));
     if (boundary && guardTimedNow_ && (authority_ || guardReports_)) d.timed = true;  // a guard sample's start
     if (k == 0) {
       d.why = bypass_ ? (pinTable_ ? "communicator not entirely in this process and no coordinator address: this "
@@ -755,7 +762,7 @@ class OnlineSource final : public DecisionSource {
     std::lock_guard<std::mutex> lk(mapMu_);
     for (auto& [key, s] : tasks_) {
       if (!s->search) continue;
-      const TaskState::Uncapped* uncapped = s->uncapped.get();  // what it found before a cap (retuneUnderArm)
+      const search::TaskSearch::Standing* uncapped = s->uncapped.get();  // before a cap (retuneUnderArm)
       search::Stats st = uncapped ? uncapped->stats : s->search->stats();
       // NCCL's model decides such a task again at the next start; an entry would hold no measurement (and
       // was written only when its first call happened to be timed, so the table varied from run to run).
@@ -969,7 +976,12 @@ class OnlineSource final : public DecisionSource {
     if (authority_) {
       const size_t before = loggedVerdicts_;
       logVerdicts();
-      if (loggedVerdicts_ > before) retuneUnderArm(decider_->guard->verdict(loggedVerdicts_ - 1).winner);
+      if (loggedVerdicts_ > before) {
+        lastWinner_ = decider_->guard->verdict(loggedVerdicts_ - 1).winner;
+        retuneUnderArm(lastWinner_);
+      } else if (capPending_ && it % kPlanGainEvery == 0) {
+        retuneUnderArm(lastWinner_);
+      }
     }
     return true;
   }
@@ -978,37 +990,55 @@ class OnlineSource final : public DecisionSource {
   // or `estimated=` arm, with no protocol of its own), every task of the step whose calls it all caps searches
   // again within that cap (TaskSearch::retuneWithin). The arm decided how many SMs a hidden call may take, on the
   // step; the task's own search then finds the best configuration inside that budget (a pair or chunk that is
-  // faster at few channels than NCCL's). Its baseline is NCCL's choice as the arm caps it, timed like any
-  // other plan (fromSegment). The authority's searches only: every rank runs the plan they publish. A task partly
-  // exposed keeps its search (the arm caps some of its calls only); so does one already searched within this cap.
+  // faster at few channels than NCCL's). Its baseline is NCCL's choice as the arm caps it (fromSegment). A task
+  // searched within a cap that a winning arm no longer caps so searches again: within the winner's cap where it
+  // caps every call of the task, else the whole space, both from the pin it had before any cap. Not at a verdict
+  // for the tuned plan (the round timed it with the pins within the cap: they stay), nor for NCCL's choices (no
+  // task's plan runs then): the next verdict for an arm decides. A task whose search has not converged yet is
+  // taken up again every kPlanGainEvery steps (capPending_). The authority's searches only: every rank runs the
+  // plan they publish.
   void retuneUnderArm(const GuardArm& winner) {
-    if (!armSearch_ || winner.nccl || winner.hiddenCap <= 0 || winner.proto >= 0 || !steps_.atStep(iter_)) return;
+    capPending_ = false;
+    if (!armSearch_ || !winner.limits()) return;
+    if (!steps_.atStep(iter_)) {
+      capPending_ = true;
+      return;
+    }
+    const bool capOnly = winner.hiddenCap > 0 && winner.proto < 0;
     const uint32_t last = iter_.period() - 1;
     for (const TaskKey& key : iter_.tasksInLatestIteration()) {
       const std::vector<uint32_t> at = iter_.positionsOf(key);
-      if (at.empty() || !std::all_of(at.begin(), at.end(), [&](uint32_t p) { return winner.caps(p, p == last); }))
-        continue;
+      const bool whole = capOnly && !at.empty() &&
+                         std::all_of(at.begin(), at.end(), [&](uint32_t p) { return winner.caps(p, p == last); });
+      const int want = whole ? winner.hiddenCap : 0;
       std::lock_guard<std::mutex> lk(mapMu_);
       auto it = tasks_.find(key);
-      if (it == tasks_.end() || !it->second->search) continue;
+      if (it == tasks_.end() || !it->second->search || it->second->searchCap == want) continue;
       TaskState* st = it->second.get();
       search::TaskSearch& srch = *st->search;
-      if (st->searchCap == winner.hiddenCap || !srch.converged()) continue;
-      auto before = std::make_unique<TaskState::Uncapped>();
-      if (!st->uncapped) {
-        before->best = srch.best();
-        before->stats = srch.stats();
-        before->pairs = srch.measuredPairs();
-        before->ncclOwn = srch.isNcclOwn(before->best);
+      if (!st->uncapped) {  // a first cap: from a pin, whose standing the table keeps
+        auto before = std::make_unique<search::TaskSearch::Standing>();
+        if (!srch.retuneWithin(want, nullptr, before.get())) {
+          if (!srch.converged()) capPending_ = true;
+          continue;
+        }
+        st->uncapped = std::move(before);
+      } else {
+        if (!srch.retuneWithin(want, &st->uncapped->best)) continue;
+        if (want == 0) st->uncapped.reset();  // its search is the task's own again
       }
-      if (!srch.retuneWithin(winner.hiddenCap)) continue;
-      if (!st->uncapped) st->uncapped = std::move(before);
-      st->searchCap = winner.hiddenCap;
+      st->searchCap = want;
       char line[256];
-      std::snprintf(line, sizeof line,
-                    "autoccl: comm %016" PRIx64 " %s bytes=%" PRIu64 " pipe=%u: searching again within %d channels, "
-                    "the cap the step guard's arm keeps on every call of it",
-                    env_.commHash, collName(static_cast<int>(key.coll)), key.bytes, key.pipe, winner.hiddenCap);
+      if (want > 0)
+        std::snprintf(line, sizeof line,
+                      "autoccl: comm %016" PRIx64 " %s bytes=%" PRIu64 " pipe=%u: searching again within %d channels, "
+                      "the cap the step guard's arm keeps on every call of it",
+                      env_.commHash, collName(static_cast<int>(key.coll)), key.bytes, key.pipe, want);
+      else
+        std::snprintf(line, sizeof line,
+                      "autoccl: comm %016" PRIx64 " %s bytes=%" PRIu64 " pipe=%u: searching again without a channel "
+                      "cap, the step guard's verdict no longer caps every call of it",
+                      env_.commHash, collName(static_cast<int>(key.coll)), key.bytes, key.pipe);
       if (env_.log) env_.log(LogLevel::Info, line);
     }
   }
@@ -1062,8 +1092,10 @@ class OnlineSource final : public DecisionSource {
       if (calls == 0) continue;
       if (!st->search->converged()) return -1;
       const search::Stats x = st->search->stats();
-      if (x.defaultMedian > 0 && x.bestMedian > 0) {
-        if (x.bestMedian < x.defaultMedian) us += calls * (x.defaultMedian - x.bestMedian);
+      // Searched within a cap: NCCL's choice the round compares with is the uncapped one
+      const double ncclUs = st->uncapped ? st->uncapped->stats.defaultMedian : x.defaultMedian;
+      if (ncclUs > 0 && x.bestMedian > 0) {
+        if (x.bestMedian < ncclUs) us += calls * (ncclUs - x.bestMedian);
       } else if (!st->search->best().isDefault()) {
         return -1;
       }
@@ -1169,17 +1201,11 @@ class OnlineSource final : public DecisionSource {
     // authority, enqueue thread: the channel cap its search runs within (retuneUnderArm), 0: none. NCCL's choice,
     // its baseline, is then NCCL's pair at that cap: only calls the winning arm capped so are its samples.
     int searchCap = 0;
-    // What its search had found without the cap, taken as it began searching within one: what the table keeps
+    // What its search had found without a cap, taken as it began searching within one: what the table keeps
     // (the next start has no cap until its guard finds one again; an entry measured within the cap would be
     // verified against NCCL's uncapped choice, and pair records within it would start the next search at the
-    // cap's channels). Written under mapMu_.
-    struct Uncapped {
-      search::Config best;
-      search::Stats stats;
-      std::vector<search::TaskSearch::PairMeasure> pairs;
-      bool ncclOwn = false;
-    };
-    std::unique_ptr<Uncapped> uncapped;
+    // cap's channels), and the guard's explained-gain check reads (planGainUs). Written under mapMu_.
+    std::unique_ptr<search::TaskSearch::Standing> uncapped;
     // authority, measurement thread:
     std::atomic<uint64_t> delivered{0};  // 1 + highest call index whose time arrived
     std::atomic<int> ncclAlgo{-1}, ncclProto{-1}, ncclChannels{0};
@@ -1439,6 +1465,8 @@ class OnlineSource final : public DecisionSource {
   StepIterations steps_;         // the guard's iterations: the detector's at the job's step
   StepTasks stepTasks_;          // authority: the step's tasks at the last change of step
   bool armSearch_ = false;       // AUTOCCL_ARM_SEARCH with arms: retuneUnderArm
+  bool capPending_ = false;      // authority: a task retuneUnderArm could not take up yet
+  GuardArm lastWinner_;          // authority: the latest verdict's winner
   bool guardNcclNow_ = false;    // the current iteration runs NCCL's choice for every task
   bool guardFallbackNccl_ = false;  // outside the step's structure (after a break) NCCL's choice for every task
   GuardArm guardCapNow_;         // the current iteration's arm (the calls it limits: hiddenCap, proto, exposedFloor)

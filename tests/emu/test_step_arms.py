@@ -18,6 +18,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import pytest
 from emu_helpers import assert_clean
 from test_online import assert_same_per_seq, online_env
 
@@ -70,15 +71,23 @@ def _plain(model: Path | str) -> float:
     return _median_step(res)
 
 
-def run_with_arms(sc: Scenario, model: Path | str, arms: str, **extra: str) -> Any:
+def run_with_arms(
+    sc: Scenario, model: Path | str, arms: str, emu_args: tuple[str, ...] = (), **extra: str
+) -> Any:
     """`sc` online with AUTOCCL_STEP_ARMS=`arms` (every task searched, however short), ranks in two processes
     over TCP; clean, and every rank, in its own process, applied one configuration per call: the arm of each
-    iteration is the authority's, carried on the board."""
+    iteration is the authority's, carried on the board. `emu_args`: more of the emulator's options."""
     env = online_env(
         True, AUTOCCL_MIN_TASK_US="0", AUTOCCL_MIN_TASK_US_TCP="0", AUTOCCL_STEP_ARMS=arms, **extra
     )
     res = run(
-        sc, plugin="default", model=model, env=env, processes=True, timeout=300, extra_args=["--verbose"]
+        sc,
+        plugin="default",
+        model=model,
+        env=env,
+        processes=True,
+        timeout=300,
+        extra_args=["--verbose", *emu_args],
     )
     assert_clean(res)
     assert_same_per_seq(res.calls)
@@ -306,10 +315,14 @@ def test_a_floor_raises_the_last_call_of_the_arms_iterations(plugin: Path, tmp_p
     plain_run = run(sc, plugin=None, model=model, processes=True, timeout=120)
     assert_clean(plain_run)
     res = run_with_arms(sc, model, "hidden=2,2+max")
-    tasks = [
-        t for t in res.trace if t.get("ev") == "task" and t["rank"] == 0 and int(t["bytes"]) == buckets[-1]
+    # the raise changes the last call's count: its task's pin is below the communicator's 24 (the task record
+    # holds its last call's configuration, the raised one where the floor arm won the round)
+    pins = [
+        ln.split("pinned ", 1)[1].split(" after")[0]
+        for ln in res.stderr.splitlines()
+        if f"bytes={buckets[-1]} " in ln and "pinned " in ln
     ]
-    assert tasks and 0 < int(tasks[-1]["channels"]) < 24, tasks  # the raise changes the last call's count
+    assert pins and 0 < int(pins[-1].split("/")[2]) < 24, pins
     guard = [t for t in res.trace if t.get("ev") == "guard"]
     judged = [a for t in guard for a in t.get("arms", []) if a["arm"] == "hidden=2+max"]
     assert judged and all(int(a["samples"]) >= 3 for a in judged), judged
@@ -334,18 +347,23 @@ def test_a_floor_raises_the_last_call_of_the_arms_iterations(plugin: Path, tmp_p
     assert _median_step(res) <= _median_step(plain_run) * 1.005, (_median_step(res), _median_step(plain_run))
 
 
-def test_a_winning_cap_arm_searches_its_hidden_task_within_the_cap(plugin: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("clock", ["kernel", "launch"])
+def test_a_winning_cap_arm_searches_its_hidden_task_within_the_cap(
+    plugin: Path, tmp_path: Path, clock: str
+) -> None:
     """The per-task search inside the step's resource policy (AUTOCCL_ARM_SEARCH, on with arms): where a pair
     is faster than NCCL's at few channels (ring/LL128 at 1.6x Simple's per-channel bandwidth, Simple still the
     fastest on many), the arm `hidden=1` wins on the step, and the hidden task, every call of which it caps,
     searches again within 1 channel. Its baseline is NCCL's choice as the arm caps it: timed at the cap (about
     twice the uncapped time), never the uncapped calls of the guard's other blocks. Every rank runs the plan
     the authority's search publishes, at most 1 channel on every hidden call after the verdict. The table
-    keeps the pin and pair records of the search without the cap."""
+    keeps the pin and pair records of the search without the cap. Under both clocks: the launch clock (the
+    GPU's default) times only the calls marked timed, the capped baseline's among them."""
     model = ll128_at_few_channels_model(tmp_path)
     # 360 steps: the verdict comes near step 120, the next round 256 steps after it, past the steps compared
     sc = ddp_like(steps=360, load=1.0, bucket_bytes=BUCKETS, seed=1)
-    res = run_with_arms(sc, model, "hidden=1", AUTOCCL_CACHE_DIR=str(tmp_path / "cache"))
+    emu_args = ("--launch-clock",) if clock == "launch" else ()
+    res = run_with_arms(sc, model, "hidden=1", emu_args, AUTOCCL_CACHE_DIR=str(tmp_path / "cache"))
     lines = res.stderr.splitlines()
     verdicts = [ln for ln in lines if "step guard:" in ln]
     assert verdicts and "hidden calls at most 1 channels" in verdicts[-1], verdicts

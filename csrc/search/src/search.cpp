@@ -149,6 +149,11 @@ struct TaskSearch::Impl {
     return (it != ranOn.end() ? it->second : c.channels) == own;
   }
   int capChannels = 0;  // retuneWithin's cap (0: none)
+  int origMax = 0;      // the space's channels without a cap
+  int startChWhole = 1; // the first probes' channels without a cap
+  // Per pair, the channels channelsRan found NCCL runs it on at most (pairMax without a cap)
+  int pairCeil[kNumAlgos * kNumProtos] = {};
+  uint64_t pinnedAt = 0;  // the call the current pin began at (Options::pinnedSegmentMax)
   int startCh = 1;
   // Channels NCCL runs each (algorithm, protocol) pair on at most for this task (channelsRan): NCCL
   // spreads a small task over fewer channels by a per-pair minimum of traffic per channel, so one pair's
@@ -234,6 +239,9 @@ struct TaskSearch::Impl {
     startCh = sp.ncclChannels > 0 ? sp.ncclChannels : sp.maxChannels;
     if (sp.startChannels > 0) startCh = std::min(sp.startChannels, sp.maxChannels);
     for (int& m : pairMax) m = sp.maxChannels;
+    for (int& m : pairCeil) m = sp.maxChannels;
+    origMax = sp.maxChannels;
+    startChWhole = startCh;
     planned = o.firstCall;
     if (o.jobRegret) ledgerSlot = o.jobRegret->join();
     begin(false);
@@ -507,6 +515,7 @@ struct TaskSearch::Impl {
 
   void pin(const Config& c, double ref, double noise) {
     mode = Mode::kPinned;
+    pinnedAt = planned;
     pinnedCfg = c;
     pinnedCfg.measure = false;
     pinnedRef = ref;
@@ -524,31 +533,81 @@ struct TaskSearch::Impl {
     st.bestMedian = ref;
     if (!o.drift) toFinal(pinnedCfg);
   }
-  // The end of a pinned segment that would end at `end`: within Options::pinnedSegmentMax of `planned`.
+  // The end of a pinned segment that would end at `end`: within Options::pinnedSegmentMax of `planned`, or a quarter of
+  // the calls since the pin.
   uint64_t pinnedEnd(uint64_t end) const {
-    return o.pinnedSegmentMax > 0 && end - planned > o.pinnedSegmentMax ? planned + o.pinnedSegmentMax : end;
+    if (o.pinnedSegmentMax == 0) return end;
+    const uint64_t piece = std::max<uint64_t>(o.pinnedSegmentMax, (planned - std::min(planned, pinnedAt)) / 4);
+    return end - planned > piece ? planned + piece : end;
   }
-  bool retuneWithin(int cap) {
-    if (cap < 1 || planned >= kForever || mode == Mode::kFinal || cap >= sp.maxChannels) return false;
-    capChannels = cap;
-    st.channelCap = cap;
-    sp.maxChannels = cap;
-    for (int& m : pairMax) m = std::min(m, cap);
+  std::vector<TaskSearch::PairMeasure> measuredPairs() const {
+    std::vector<TaskSearch::PairMeasure> out;
+    if (dflt < 0 || evals[static_cast<size_t>(dflt)].samples.empty()) return out;
+    const double d = median(evals[static_cast<size_t>(dflt)].samples);
+    for (const auto& e : evals) {
+      if (e.samples.empty() || e.cfg.algo < 0 || e.cfg.proto < 0) continue;
+      auto it = std::find_if(out.begin(), out.end(), [&](const TaskSearch::PairMeasure& x) {
+        return x.algo == e.cfg.algo && x.proto == e.cfg.proto;
+      });
+      const double med = median(e.samples);  // an abandoned point's too (med() is infinite for it)
+      if (it == out.end()) {
+        out.push_back(
+            TaskSearch::PairMeasure{e.cfg.algo, e.cfg.proto, med, d, static_cast<uint64_t>(e.n()), e.cfg.channels});
+      } else {
+        if (med < it->micros) {
+          it->micros = med;
+          it->channels = e.cfg.channels;
+        }
+        it->samples += static_cast<uint64_t>(e.n());
+      }
+    }
+    return out;
+  }
+  Config best() const {
+    if (mode == Mode::kPinned || mode == Mode::kFinal) return pinnedCfg;
+    if (inc < 0) return Config();
+    Config c = evals[static_cast<size_t>(inc)].cfg;
+    c.measure = false;
+    return c;
+  }
+  bool retuneWithin(int cap, const Config* warmFrom, TaskSearch::Standing* before) {
+    if (planned >= kForever || mode == Mode::kFinal) return false;
+    if (before && mode != Mode::kPinned) return false;
+    const int want = cap > 0 ? std::min(cap, origMax) : 0;
+    if (want == capChannels) return false;
+    if (want > 0 && capChannels == 0) {  // a first cap that takes no channel from any pair changes nothing
+      int widest = 0;
+      for (int p = 0; p < kNumAlgos * kNumProtos; ++p)
+        if (isSupported(p / kNumProtos, p % kNumProtos)) widest = std::max(widest, pairCeil[p]);
+      if (want >= widest) return false;
+    }
+    if (before) {
+      before->best = best();
+      before->stats = st;
+      before->pairs = measuredPairs();
+      before->ncclOwn = isNcclOwn(before->best);
+    }
+    Config warm = warmFrom ? *warmFrom : best();
+    capChannels = want;
+    st.channelCap = want;
+    sp.maxChannels = want > 0 ? want : origMax;
+    for (int p = 0; p < kNumAlgos * kNumProtos; ++p) pairMax[p] = want > 0 ? std::min(pairCeil[p], want) : pairCeil[p];
     // NCCL's pair at the cap is what its choice runs now: that point is NCCL's choice (normalize)
-    if (sp.ncclChannels > cap) sp.ncclChannels = cap;
-    startCh = std::min(startCh, cap);
+    const bool ncclKnown = ncclAlgo >= 0 && ncclProto >= 0 && ncclAlgo * kNumProtos + ncclProto == defaultPair;
+    sp.ncclChannels = want > 0 && ncclKnown && ncclChannels >= want ? want : 0;
+    startCh = want > 0 ? std::min(startChWhole, want) : startChWhole;
     hints.clear();
-    if (mode == Mode::kPinned && !pinnedCfg.isDefault()) {
-      Config warm = pinnedCfg;
-      const int pair = warm.forcesPair() ? warm.algo * kNumProtos + warm.proto : -1;
-      const int room = pair >= 0 && pair < kNumAlgos * kNumProtos ? pairMax[pair] : cap;
+    if (warm.forcesPair() && isSupported(warm.algo, warm.proto)) {
+      const int room = pairMax[warm.algo * kNumProtos + warm.proto];
       warm.channels = warm.channels > 0 ? std::min(warm.channels, room) : room;
+      warm.measure = false;
       hints.push_back(Hint{warm, 0, 0.5});
     }
-    driftRetune = true;  // an earlier job's records were measured without the cap
+    driftRetune = true;  // an earlier job's records were measured without this cap
     st.retunes++;
     st.capRetunes++;
     st.convergedAt = kForever;
+    st.defaultMedian = st.bestMedian = 0;
     begin(true);
     return true;
   }
@@ -1606,6 +1665,7 @@ struct TaskSearch::Impl {
   void limitChannels(int pair, int c) {
     if (pair < 0 || pair >= kNumAlgos * kNumProtos || c < 1 || c >= pairMax[pair]) return;
     pairMax[pair] = c;
+    pairCeil[pair] = std::min(pairCeil[pair], c);
     if (pair == defaultPair && sp.ncclChannels > c) sp.ncclChannels = 0;
     std::vector<std::pair<PointKey, int>> above;
     for (const auto& [key, id] : evalAt)
@@ -1899,34 +1959,15 @@ bool TaskSearch::ncclStanding(NcclStanding* out) const {
 }
 std::vector<TaskSearch::PairMeasure> TaskSearch::measuredPairs() const {
   std::lock_guard<std::mutex> lk(mu_);
-  const Impl& m = *impl_;
-  std::vector<PairMeasure> out;
-  if (m.dflt < 0 || m.evals[static_cast<size_t>(m.dflt)].samples.empty()) return out;
-  const double dflt = median(m.evals[static_cast<size_t>(m.dflt)].samples);
-  for (const auto& e : m.evals) {
-    if (e.samples.empty() || e.cfg.algo < 0 || e.cfg.proto < 0) continue;
-    auto it = std::find_if(out.begin(), out.end(),
-                           [&](const PairMeasure& x) { return x.algo == e.cfg.algo && x.proto == e.cfg.proto; });
-    const double med = median(e.samples);  // an abandoned point's too (med() is infinite for it)
-    if (it == out.end()) {
-      out.push_back(PairMeasure{e.cfg.algo, e.cfg.proto, med, dflt, static_cast<uint64_t>(e.n()), e.cfg.channels});
-    } else {
-      if (med < it->micros) {
-        it->micros = med;
-        it->channels = e.cfg.channels;
-      }
-      it->samples += static_cast<uint64_t>(e.n());
-    }
-  }
-  return out;
+  return impl_->measuredPairs();
 }
 void TaskSearch::unprofiled() {
   std::lock_guard<std::mutex> lk(mu_);
   if (impl_->mode != Impl::Mode::kFinal) impl_->toFinal(Config());
 }
-bool TaskSearch::retuneWithin(int maxChannels) {
+bool TaskSearch::retuneWithin(int maxChannels, const Config* warm, Standing* before) {
   std::lock_guard<std::mutex> lk(mu_);
-  return impl_->retuneWithin(maxChannels);
+  return impl_->retuneWithin(maxChannels, warm, before);
 }
 bool TaskSearch::converged() const {
   std::lock_guard<std::mutex> lk(mu_);
@@ -1934,11 +1975,7 @@ bool TaskSearch::converged() const {
 }
 Config TaskSearch::best() const {
   std::lock_guard<std::mutex> lk(mu_);
-  if (impl_->mode == Impl::Mode::kPinned || impl_->mode == Impl::Mode::kFinal) return impl_->pinnedCfg;
-  if (impl_->inc < 0) return Config();
-  Config c = impl_->evals[static_cast<size_t>(impl_->inc)].cfg;
-  c.measure = false;
-  return c;
+  return impl_->best();
 }
 Stats TaskSearch::stats() const {
   std::lock_guard<std::mutex> lk(mu_);

@@ -207,9 +207,11 @@ struct Options {
   // a check times every call of the process while it waits for its samples (4 x H200, reduce_scatter
   // 16 MiB: 59.5 us per call in a pass without a check, 91.3 us in one with it). 0: calls only.
   uint64_t recheckMinMs = 0;
-  // > 0: a pinned segment covers at most this many calls (the pin continues in the next one). Segments already
-  // served never change, so a re-tune (retuneWithin) starts where the served one ends: without a bound, up to
-  // recheckMax calls later. Each end is one more plan lookup on every rank. 0: to the next check.
+  // > 0: a pinned segment covers at most this many calls, or a quarter of the calls since the pin if more (the pin
+  // continues in the next one). Segments already served never change, so a re-tune (retuneWithin) starts where the
+  // served one ends: without a bound, up to recheckMax calls later; with it, within a quarter of the pin's age.
+  // Each end is one more plan lookup on every rank, and one more segment kept: a few dozen a pin over a long job.
+  // 0: to the next check.
   uint64_t pinnedSegmentMax = 0;
   int checkSamples = 3;
   double driftThreshold = 0.10;  // relative change of the pinned time that counts as drift
@@ -290,7 +292,7 @@ struct Stats {
   uint64_t samples = 0;         // samples accepted
   uint64_t lostSamples = 0;
   uint64_t retunes = 0;
-  uint64_t capRetunes = 0;      // ... of which within a channel cap (TaskSearch::retuneWithin)
+  uint64_t capRetunes = 0;      // ... of which for a channel cap, set, changed or lifted (TaskSearch::retuneWithin)
   int channelCap = 0;           // the channel cap the search runs within (retuneWithin); 0: none
   uint64_t duelExtensions = 0;  // further blocks of samples the duels took (Options::duelExtensions)
   uint64_t priorSamples = 0;    // ... of which of calls before Options::firstCall (defaultTimedBefore)
@@ -380,14 +382,20 @@ class TaskSearch {
   // pairs keep their ranges. Call it for every measured call that forced a channel count.
   void channelsRan(int algo, int proto, int requested, int used);
 
-  // Search again, from the next call not yet planned, within `maxChannels` channels: the step guard's arm that
-  // won caps every call of this task (engine/step_guard.h), so the configuration pinned for NCCL's full count no
-  // longer runs as measured. NCCL's choice, the baseline, is then NCCL's pair at the cap (what the arm makes of
-  // it: the caller feeds only the calls that ran so); NCCL's own configuration, the channel space, the first
-  // probes and the pinned point as a warm hint are all taken within the cap, and an earlier job's records are
-  // not trusted (they were measured without it). Only narrows: false, and nothing changes, where the plan ends
-  // in a final segment (nothing more to plan), `maxChannels` < 1, or the cap takes no channel from the space.
-  bool retuneWithin(int maxChannels);
+  // What a converged search stands at (retuneWithin's `before`): its pin, statistics and measured pairs, and
+  // whether the pin is NCCL's own configuration in its explicit form.
+  struct Standing;
+  // Search again, from the next call not yet planned, within `maxChannels` channels (<= 0: the whole space again):
+  // the step guard's arm that won caps every call of this task (engine/step_guard.h), so the configuration pinned
+  // for NCCL's full count no longer runs as measured. NCCL's choice, the baseline, is then NCCL's pair at the cap
+  // (what the arm makes of it: the caller feeds only the calls that ran so); NCCL's own configuration, the channel
+  // space (what channelsRan learned kept), the first probes and the warm hint (`warm`, else the current pin) are
+  // all taken within the cap, and an earlier job's records are not trusted (measured without it). The medians are
+  // the new search's from here on. With `before`, it is refused unless the search is pinned, and *before gets its
+  // standing as the re-tune begins (under the same lock). False, and nothing changes, where the plan ends in a
+  // final segment, the cap is the one the search runs within, or a first cap takes no channel from any pair.
+  bool retuneWithin(int maxChannels, const Config* warm = nullptr, Standing* before = nullptr);
+
 
   // NCCL reports no profiler event for this task's collective (NCCL 2.30 turns a lone broadcast into a task
   // that carries none), so none of its calls can be measured: from the next planned call on, NCCL's choice
@@ -418,6 +426,12 @@ class TaskSearch {
     int channels = 0;  // the channel count of the pair's best point
   };
   std::vector<PairMeasure> measuredPairs() const;
+  struct Standing {
+    Config best;
+    Stats stats;
+    std::vector<PairMeasure> pairs;
+    bool ncclOwn = false;
+  };
   Config best() const;     // current incumbent (the pinned config once converged)
   Stats stats() const;
 
