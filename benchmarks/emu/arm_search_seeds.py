@@ -6,7 +6,7 @@ beats NCCL's at the cap: what the search costs), and the same with ring/LL128 fa
 channel, `hidden=1` (what it finds).
 
 AUTOCCL_LIB_DIR=build/dev/lib PYTHONPATH=python:tests/emu python3 benchmarks/emu/arm_search_seeds.py \\
-    --seeds 1-8 > benchmarks/results/cpu/arm-search/seeds.md
+    --seeds 1-24 --clock kernel > benchmarks/results/cpu/arm-search/seeds-kernel-clock.md
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ STEPS = 400
 LAST = 100  # steps compared at the end: past the verdict and the search within the cap
 
 
-def one(plugin: Path, model: Path, arms: str, seed: int, arm_search: str) -> dict[str, Any]:
+def one(plugin: Path, model: Path, arms: str, seed: int, arm_search: str, clock: str) -> dict[str, Any]:
     sc = ddp_like(steps=STEPS, load=1.0, bucket_bytes=BUCKETS, seed=seed)
     env = online_env(
         True,
@@ -38,7 +38,8 @@ def one(plugin: Path, model: Path, arms: str, seed: int, arm_search: str) -> dic
         AUTOCCL_STEP_ARMS=arms,
         AUTOCCL_ARM_SEARCH=arm_search,
     )
-    res = run(sc, plugin=plugin, model=model, env=env, processes=True, timeout=300, extra_args=["--verbose"])
+    extra = ["--verbose"] + (["--launch-clock"] if clock == "launch" else [])
+    res = run(sc, plugin=plugin, model=model, env=env, processes=True, timeout=300, extra_args=extra)
     steps = res.step_ms(0)
     hidden = next(
         t for t in res.trace if t.get("ev") == "task" and t["rank"] == 0 and int(t["bytes"]) == BUCKETS[0]
@@ -67,6 +68,12 @@ def seeds(text: str) -> list[int]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=seeds, default=seeds("1-8"))
+    ap.add_argument(
+        "--clock",
+        choices=("kernel", "launch"),
+        default="kernel",
+        help="the plugin's clock: the emulator's default (kernel), or the GPU's (launch)",
+    )
     a = ap.parse_args()
     plugin = Path(os.environ["AUTOCCL_LIB_DIR"]) / "libautoccl-nccl.so"
     with tempfile.TemporaryDirectory() as tmp:
@@ -84,7 +91,7 @@ def main() -> int:
         for name, (model, arms) in models.items():
             for seed in a.seeds:
                 for setting in ("on", "off", "off again"):  # interleaved per seed; off twice: its own spread
-                    r = one(plugin, model, arms, seed, setting.split()[0])
+                    r = one(plugin, model, arms, seed, setting.split()[0], a.clock)
                     table.setdefault((name, setting), []).append(r)
                     print(
                         f"| {name} | {seed} | {setting} | {'yes' if r['capped'] else 'no'} | {r['retunes']} "
