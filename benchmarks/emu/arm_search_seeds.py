@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from seed_range import seeds
 from test_online import online_env
 from test_step_arms import BUCKETS, contention_model, ll128_at_few_channels_model
 
@@ -58,11 +59,6 @@ def one(plugin: Path, model: Path, arms: str, seed: int, arm_search: str, clock:
         "converged_at": hidden.get("converged_at"),
         "pin": pins[-1] if pins else "-",
     }
-
-
-def seeds(text: str) -> list[int]:
-    lo, _, hi = text.partition("-")
-    return list(range(int(lo), int(hi or lo) + 1))
 
 
 def main() -> int:

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from seed_range import seeds
 from test_online import Host, bounded, online_env, run, scenario
 
 
@@ -49,11 +50,6 @@ def mean_or_dash(values: list[Any]) -> str:
     """The mean of the values that are numbers (a task that never converged has none), else a dash."""
     nums = [float(v) for v in values if isinstance(v, int | float)]
     return f"{statistics.fmean(nums):.0f}" if nums else "-"
-
-
-def seeds(text: str) -> list[int]:
-    lo, _, hi = text.partition("-")
-    return list(range(int(lo), int(hi or lo) + 1))
 
 
 def main() -> int:
