@@ -171,8 +171,9 @@ class OnlineSource final : public DecisionSource {
                  (!env.settings->stepArmsHidden.empty() || !env.settings->stepArmsEstimated.empty());
     armSearch_ = askAlways_ && env.settings->armSearch;
     // A search within a winning cap starts where the task's served segment ends: pins in pieces of kPinnedPiece
-    // calls, so that it starts within that many calls of the verdict, not at the pin's next check (up to 16,384
-    // calls later). With arms every rank asks for every call anyway; a piece's end is one more plan lookup.
+    // calls, or a quarter of the pin's age (search::Options::pinnedSegmentMax), so that it starts soon after the
+    // verdict, not at the pin's next check (up to 16,384 calls later). With arms every rank asks for every call
+    // anyway; a piece's end is one more plan lookup.
     if (armSearch_) opts_.pinnedSegmentMax = kPinnedPiece;
     askAhead_ = env.settings ? env.settings->askAhead : 0;
     askAheadAuto_ = env.settings && env.settings->askAheadAuto;
@@ -517,7 +518,7 @@ class OnlineSource final : public DecisionSource {
     }
     // Samples the search planned, and the coordinator's NCCL-default calls of a task the authority had not
     // seen yet (kTuning segments without measure; the search takes them as its baseline).
-    d.timed = !guardNccl && (!capped || capsDefault) &&
+    d.timed = !guardNccl && (!capped || (capsDefault && c.measure)) &&
               (c.measure || (s->seg.phase == search::Phase::kTuning && c.isDefault()));
     if (boundary && guardTimedNow_ && (authority_ || guardReports_)) d.timed = true;  // a guard sample's start
     if (k == 0) {
@@ -1227,7 +1228,7 @@ class OnlineSource final : public DecisionSource {
   // later in nccl-tests' loops; a longer lead than this only plans further from the samples).
   static constexpr uint64_t kAutoAskAheadMax = 16;
   static constexpr size_t kSlowLookupsKept = 8;
-  static constexpr uint64_t kPinnedPiece = 64;  // pinned segments' length with AUTOCCL_ARM_SEARCH (opts_.pinnedSegmentMax)
+  static constexpr uint64_t kPinnedPiece = 64;  // pinned pieces with AUTOCCL_ARM_SEARCH (opts_.pinnedSegmentMax)
 
   TaskState* state(const TaskKey& task) {
     TaskState*& last = last_[task.coll];
