@@ -169,7 +169,7 @@ class OnlineSource final : public DecisionSource {
     // that a hidden-cap arm reaches them and the iteration detector sees every call.
     askAlways_ = guardOn_ && env.settings &&
                  (!env.settings->stepArmsHidden.empty() || !env.settings->stepArmsEstimated.empty());
-    armSearch_ = askAlways_ && env.settings->armSearch;
+    armSearch_ = askAlways_ && !pinTable_ && env.settings->armSearch;  // table mode searches nothing
     // A search within a winning cap starts where the task's served segment ends: pins in pieces of kPinnedPiece
     // calls, or a quarter of the pin's age (search::Options::pinnedSegmentMax), so that it starts soon after the
     // verdict, not at the pin's next check (up to 16,384 calls later). With arms every rank asks for every call
@@ -466,7 +466,11 @@ class OnlineSource final : public DecisionSource {
     // block of a round under way, which could hold NCCL's choices for dozens of steps where breaks are frequent).
     const bool guardNccl = steps_.atStep(iter_) ? guardNcclNow_ : guardFallbackNccl_;
     if (guardNccl) {  // the guard's iteration runs NCCL's own choice for every task
-      if (authority_ && (!c.isDefault() || s->searchCap > 0)) guardClock_.markOverridden(task, k);
+      if (authority_ && (!c.isDefault() || s->searchCap > 0)) {
+        guardClock_.markOverridden(task, k);
+        // an iteration's first call is timed for the guard: not a sample of a search within a cap
+        if (s->searchCap > 0 && c.measure && s->search) s->search->unmeasured(k);
+      }
       d.config = Config();
       d.stable = false;
       d.timed = false;
@@ -980,7 +984,7 @@ class OnlineSource final : public DecisionSource {
       if (loggedVerdicts_ > before) {
         lastWinner_ = decider_->guard->verdict(loggedVerdicts_ - 1).winner;
         retuneUnderArm(lastWinner_);
-      } else if (capPending_ && it % kPlanGainEvery == 0) {
+      } else if (capPending_ && !guardTimedNow_ && it % kPlanGainEvery == 0) {  // not inside a round
         retuneUnderArm(lastWinner_);
       }
     }

@@ -401,3 +401,17 @@ def test_a_winning_cap_arm_searches_its_hidden_task_within_the_cap(
         assert f"{entry['algo']}/{entry['proto']}/{entry['channels']}" in pins[0], (entry, pins)
     pairs = [p for p in saved.pairs if int(p["bytes"]) == BUCKETS[0]]
     assert pairs and all(int(p["channels"]) > 1 for p in pairs), pairs
+
+
+def test_table_mode_with_arms_searches_nothing(plugin: Path, tmp_path: Path) -> None:
+    """Table mode runs the table's entries on trust: with arms a winning cap still caps them, but no task is
+    searched again within it (AUTOCCL_ARM_SEARCH is the online mode's), and no task takes a sample."""
+    model = ll128_at_few_channels_model(tmp_path)
+    sc = ddp_like(steps=360, load=1.0, bucket_bytes=BUCKETS, seed=1)
+    cache = str(tmp_path / "cache")
+    run_with_arms(sc, model, "hidden=1", AUTOCCL_CACHE_DIR=cache, AUTOCCL_ARM_SEARCH="off")
+    res = run_with_arms(sc, model, "hidden=1", AUTOCCL_CACHE_DIR=cache, AUTOCCL_MODE="table")
+    assert not any("searching again" in ln for ln in res.stderr.splitlines()), res.stderr[-3000:]
+    tasks = [t for t in res.trace if t.get("ev") == "task" and t["rank"] == 0]
+    assert tasks and all(int(t.get("search_samples") or 0) == 0 for t in tasks), tasks
+    assert all(int(t.get("search_cap_retunes") or 0) == 0 for t in tasks), tasks

@@ -536,7 +536,7 @@ struct TaskSearch::Impl {
   // The end of a pinned segment that would end at `end`: within Options::pinnedSegmentMax of `planned`, or a quarter of
   // the calls since the pin.
   uint64_t pinnedEnd(uint64_t end) const {
-    if (o.pinnedSegmentMax == 0) return end;
+    if (o.pinnedSegmentMax == 0 || nextCheckAt == kForever) return end;  // a pin on trust: to the end
     const uint64_t piece = std::max<uint64_t>(o.pinnedSegmentMax, (planned - std::min(planned, pinnedAt)) / 4);
     return end - planned > piece ? planned + piece : end;
   }
@@ -571,15 +571,21 @@ struct TaskSearch::Impl {
     return c;
   }
   bool retuneWithin(int cap, const Config* warmFrom, TaskSearch::Standing* before) {
-    if (planned >= kForever || mode == Mode::kFinal) return false;
+    // a table's pin on trust (Options::pinExactHint) is never searched
+    if (planned >= kForever || mode == Mode::kFinal || o.pinExactHint) return false;
     if (before && mode != Mode::kPinned) return false;
     const int want = cap > 0 ? std::min(cap, origMax) : 0;
     if (want == capChannels) return false;
-    if (want > 0 && capChannels == 0) {  // a first cap that takes no channel from any pair changes nothing
-      int widest = 0;
-      for (int p = 0; p < kNumAlgos * kNumProtos; ++p)
-        if (isSupported(p / kNumProtos, p % kNumProtos)) widest = std::max(widest, pairCeil[p]);
-      if (want >= widest) return false;
+    if (want > 0 && capChannels == 0 && mode == Mode::kPinned) {
+      // A first cap the pin runs within: the best point of the whole space is within the cap, nothing to find
+      int runs = 0;
+      if (pinnedCfg.isDefault()) {
+        runs = ncclChannels;
+      } else if (pinnedCfg.forcesPair() && pinnedCfg.channels > 0) {
+        auto it = ranOn.find({pinnedCfg.algo * kNumProtos + pinnedCfg.proto, pinnedCfg.channels});
+        runs = it != ranOn.end() ? it->second : pinnedCfg.channels;
+      }
+      if (runs > 0 && runs <= want) return false;
     }
     if (before) {
       before->best = best();

@@ -3094,6 +3094,8 @@ void retuneWithinCap() {
     capped.t = [base, cap](int pair, int ch, int h) { return base(pair, std::min(ch, cap), h); };
     TaskSearch::Standing standing;
     const Config pinned = s.best();
+    // a cap the pin already runs within finds nothing the search has not: refused
+    if (pinned.forcesPair() && pinned.channels > 0) CHECK(!s.retuneWithin(pinned.channels, nullptr, &standing));
     CHECK(s.retuneWithin(cap, nullptr, &standing));
     // the standing is the pin's; the medians from here on are the search's within the cap
     CHECK(standing.best == pinned && standing.stats.convergedAt != kForever && standing.stats.defaultMedian > 0);
