@@ -21,7 +21,7 @@ from typing import Any
 
 from seed_range import seeds
 from test_online import online_env
-from test_step_arms import BUCKETS, contention_model, ll128_at_few_channels_model
+from test_step_arms import BUCKETS, authority_tasks, contention_model, ll128_at_few_channels_model, pins_of
 
 from autoccl.emu import run
 from autoccl.emu.scenario import ddp_like
@@ -42,15 +42,9 @@ def one(plugin: Path, model: Path, arms: str, seed: int, arm_search: str, clock:
     extra = ["--verbose"] + (["--launch-clock"] if clock == "launch" else [])
     res = run(sc, plugin=plugin, model=model, env=env, processes=True, timeout=300, extra_args=extra)
     steps = res.step_ms(0)
-    hidden = next(
-        t for t in res.trace if t.get("ev") == "task" and t["rank"] == 0 and int(t["bytes"]) == BUCKETS[0]
-    )
+    hidden = authority_tasks(res, BUCKETS[0])[0]
     verdicts = [ln for ln in res.stderr.splitlines() if "step guard:" in ln]
-    pins = [
-        ln.split("pinned ", 1)[1].split(" after")[0]
-        for ln in res.stderr.splitlines()
-        if "pinned " in ln and f"bytes={BUCKETS[0]} " in ln
-    ]
+    pins = pins_of(res, BUCKETS[0])
     return {
         "last_ms": statistics.median(steps[-LAST:]),
         "job_ms": sum(steps),

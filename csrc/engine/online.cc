@@ -465,12 +465,15 @@ class OnlineSource final : public DecisionSource {
     // Between a break of the step's structure and its return, what the guard runs outside its rounds (not the
     // block of a round under way, which could hold NCCL's choices for dozens of steps where breaks are frequent).
     const bool guardNccl = steps_.atStep(iter_) ? guardNcclNow_ : guardFallbackNccl_;
+    // The authority: this call runs otherwise than its plan, its time is not the task's sample; with `giveUp`, a
+    // measured call is given up at once (TaskSearch::unmeasured) rather than after the lost-sample rules.
+    const auto notItsSample = [&](bool giveUp) {
+      guardClock_.markOverridden(task, k);
+      if (giveUp && c.measure && s->search) s->search->unmeasured(k);
+    };
     if (guardNccl) {  // the guard's iteration runs NCCL's own choice for every task
-      if (authority_ && (!c.isDefault() || s->searchCap > 0)) {
-        guardClock_.markOverridden(task, k);
-        // an iteration's first call is timed for the guard: not a sample of a search within a cap
-        if (s->searchCap > 0 && c.measure && s->search) s->search->unmeasured(k);
-      }
+      // an iteration's first call is timed for the guard: not a sample of a search within a cap
+      if (authority_ && (!c.isDefault() || s->searchCap > 0)) notItsSample(s->searchCap > 0);
       d.config = Config();
       d.stable = false;
       d.timed = false;
@@ -495,15 +498,11 @@ class OnlineSource final : public DecisionSource {
     const bool capsDefault = caps && c.isDefault() && guardCapNow_.hiddenCap > 0 && guardCapNow_.proto < 0;
     const bool capsItsBaseline = capsDefault && s->searchCap == guardCapNow_.hiddenCap;
     if ((caps && guardCapNow_.applyTo(&d.config)) || (raises && guardCapNow_.raiseTo(&d.config))) {
-      if (authority_ && !capsItsBaseline) {
-        guardClock_.markOverridden(task, k);
-        if (capsDefault && c.measure && s->search) s->search->unmeasured(k);
-      }
+      if (authority_ && !capsItsBaseline) notItsSample(capsDefault);
       d.stable = false;
       capped = true;
     } else if (authority_ && !guardNccl && c.isDefault() && s->searchCap > 0) {
-      guardClock_.markOverridden(task, k);
-      if (c.measure && s->search) s->search->unmeasured(k);
+      notItsSample(true);
     }
     *changed = capped;
     // The Context caches a stable decision and asks no more: this task's need for timing ends here (a

@@ -58,7 +58,7 @@ std::vector<uint32_t> IterationDetector::positionsOf(const TaskKey& task) const 
   auto f = ids_.find(task);
   if (period_ == 0 || f == ids_.end() || n_ < period_) return out;
   for (uint64_t pos = n_ - period_; pos < n_; ++pos)
-    if (hist_[pos % ring_] == f->second) out.push_back(static_cast<uint32_t>((pos % period_ + period_ - phase_ % period_) % period_));
+    if (hist_[pos % ring_] == f->second) out.push_back(static_cast<uint32_t>((pos + period_ - phase_ % period_) % period_));
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -61,6 +61,21 @@ def scenario() -> Scenario:
     return ddp_like(steps=STEPS, load=1.0, bucket_bytes=BUCKETS, seed=2)
 
 
+def authority_tasks(res: Any, nbytes: int) -> list[dict[str, Any]]:
+    """The authority's (rank 0) task records of the all_reduce of `nbytes` bytes."""
+    return [t for t in res.trace if t.get("ev") == "task" and t["rank"] == 0 and int(t["bytes"]) == nbytes]
+
+
+def pins_of(res: Any, nbytes: int) -> list[str]:
+    """What the authority's log says the task of `nbytes` bytes pinned, in order
+    ("ring/simple/8/chunk=nccl/2", "NCCL's choice")."""
+    return [
+        ln.split("pinned ", 1)[1].split(" after")[0]
+        for ln in res.stderr.splitlines()
+        if f"bytes={nbytes} " in ln and "pinned " in ln
+    ]
+
+
 def _median_step(res: Any) -> float:
     return statistics.median(res.step_ms(0)[-LAST:])
 
@@ -147,9 +162,7 @@ def test_step_arms_cap_settled_tasks(plugin: Path, tmp_path: Path) -> None:
     )
     assert_clean(res)
     assert_same_per_seq(res.calls)
-    hidden = [
-        t for t in res.trace if t.get("ev") == "task" and t["rank"] == 0 and int(t["bytes"]) == buckets[0]
-    ]
+    hidden = authority_tasks(res, buckets[0])
     assert len(hidden) == 1, hidden
     settled = hidden[0]
     assert settled["algo"] is None and int(settled["channels"]) == 0, settled  # NCCL's choice
@@ -317,11 +330,7 @@ def test_a_floor_raises_the_last_call_of_the_arms_iterations(plugin: Path, tmp_p
     res = run_with_arms(sc, model, "hidden=2,2+max")
     # the raise changes the last call's count: its task's pin is below the communicator's 24 (the task record
     # holds its last call's configuration, the raised one where the floor arm won the round)
-    pins = [
-        ln.split("pinned ", 1)[1].split(" after")[0]
-        for ln in res.stderr.splitlines()
-        if f"bytes={buckets[-1]} " in ln and "pinned " in ln
-    ]
+    pins = pins_of(res, buckets[-1])
     assert pins and 0 < int(pins[-1].split("/")[2]) < 24, pins
     guard = [t for t in res.trace if t.get("ev") == "guard"]
     judged = [a for t in guard for a in t.get("arms", []) if a["arm"] == "hidden=2+max"]
@@ -368,18 +377,14 @@ def test_a_winning_cap_arm_searches_its_hidden_task_within_the_cap(
     verdicts = [ln for ln in lines if "step guard:" in ln]
     assert verdicts and "hidden calls at most 1 channels" in verdicts[-1], verdicts
     assert any("searching again within 1 channels" in ln for ln in lines), res.stderr[-3000:]
-    hidden = [
-        t for t in res.trace if t.get("ev") == "task" and t["rank"] == 0 and int(t["bytes"]) == BUCKETS[0]
-    ]
+    hidden = authority_tasks(res, BUCKETS[0])
     assert len(hidden) == 1, hidden
     rec = hidden[0]
     assert int(rec["search_cap_retunes"]) == 1 and int(rec["search_channel_cap"]) == 1, rec
     assert rec["converged_at"] is not None, rec  # the search within the cap ended
     # NCCL's choice timed at the cap: about twice its uncapped time of ~540 us in this model
     assert float(rec["default_us"]) > 800.0, rec
-    exposed = [
-        t for t in res.trace if t.get("ev") == "task" and t["rank"] == 0 and int(t["bytes"]) == BUCKETS[-1]
-    ]
+    exposed = authority_tasks(res, BUCKETS[-1])
     assert exposed and int(exposed[0]["search_cap_retunes"]) == 0, exposed
     for grank in (0, 1):
         tail = _last_steps_calls(res, grank)
@@ -387,11 +392,7 @@ def test_a_winning_cap_arm_searches_its_hidden_task_within_the_cap(
         assert capped and all(int(r["channels"]) == 1 for r in capped), {r["channels"] for r in capped}
     # The table keeps what the task's search found without the cap: the next start has none until its guard
     # finds one again (an entry and pair records within the cap would hold 1-channel points)
-    pins = [
-        ln.split("pinned ", 1)[1].split(" after")[0]
-        for ln in lines
-        if f"bytes={BUCKETS[0]} " in ln and "pinned " in ln
-    ]
+    pins = pins_of(res, BUCKETS[0])
     assert len(pins) == 2, pins  # the first search's, then the one within the cap
     (table,) = (tmp_path / "cache" / "tables").glob("*.table")
     saved = load_table(table)

@@ -393,9 +393,9 @@ class TaskSearch {
   // all taken within the cap, and an earlier job's records are not trusted (measured without it). The medians are
   // the new search's from here on. With `before`, it is refused unless the search is pinned, and *before gets its
   // standing as the re-tune begins (under the same lock). False, and nothing changes, where the plan ends in a
-  // final segment, the cap is the one the search runs within, or a first cap takes no channel from any pair.
+  // final segment, the pin is a table's on trust (Options::pinExactHint), the cap is the one the search runs within,
+  // or a first cap is one the pin already runs within (the whole space's best is within it).
   bool retuneWithin(int maxChannels, const Config* warm = nullptr, Standing* before = nullptr);
-
 
   // NCCL reports no profiler event for this task's collective (NCCL 2.30 turns a lone broadcast into a task
   // that carries none), so none of its calls can be measured: from the next planned call on, NCCL's choice
